@@ -1,0 +1,48 @@
+//! One-sided verbs over queue pairs: the only way compute reaches memory
+//! (DESIGN.md §3; Pandora `pandora.txt` §2.1 "RDMA Primitives").
+//!
+//! Every backend shares RDMA reliable-connection semantics:
+//! - verbs are `read`, `write`, `cas`, `faa`; atomics are 8-byte and 8-byte aligned;
+//! - verbs posted on one queue pair execute in posting order, verbs on different
+//!   queue pairs are unordered; a batch is posted with one call (a doorbell) and
+//!   completes as one future (completion polling);
+//! - reads longer than 8 bytes are not atomic: concurrent writes may tear them at
+//!   8-byte granularity;
+//! - a compute node executes verbs only with the region key it was issued; once
+//!   revoked, every later verb completes with [`VerbError::Revoked`] and does
+//!   nothing. Bad addresses complete with an error and never hurt the memory node.
+//!
+//! Backends: [`inline`] (in-process, executes on the posting thread; for demos and
+//! protocol-cost benchmarks), [`sim`] (in-process under the seeded simulator,
+//! with verb delays, torn reads and verbs in flight past a crash) and [`tcp`]
+//! (a real memory-server process).
+
+pub mod inline;
+mod memory;
+pub mod sim;
+
+mod verb;
+
+pub use memory::{MemoryNode, RegionKey};
+pub use verb::{Completion, ComputeNodeId, MemNodeId, Verb, VerbError, VerbOutput};
+
+use std::future::Future;
+
+/// A compute node's handle onto the memory nodes of one cluster.
+pub trait Fabric: Clone + 'static {
+    type Qp: QueuePair;
+    /// Open a queue pair from this compute node to memory node `mem`.
+    /// Verbs on one queue pair execute in posting order.
+    fn queue_pair(&self, mem: MemNodeId) -> Self::Qp;
+    /// Number of memory nodes reachable through this fabric.
+    fn memory_nodes(&self) -> usize;
+    /// The compute node this handle speaks for.
+    fn compute_node(&self) -> ComputeNodeId;
+}
+
+/// One queue pair: post a doorbell batch, await its completions (one per verb, in order).
+pub trait QueuePair: Clone + 'static {
+    type Pending: Future<Output = Vec<Completion>> + 'static;
+    fn post(&self, batch: Vec<Verb>) -> Self::Pending;
+    fn memory_node(&self) -> MemNodeId;
+}

@@ -1,0 +1,206 @@
+//! A memory node's registered region and its access control: the passive side
+//! of every backend (`pandora.txt` §2.1: memory servers run no transactional
+//! logic, only verbs, setup and link termination).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::verb::{Completion, ComputeNodeId, Verb, VerbError, VerbOutput};
+
+/// A region key, issued to one compute node (like an RDMA rkey). Zero is never issued.
+pub type RegionKey = u64;
+
+const KEY_SLOTS: usize = 1 << 16;
+
+/// The memory of one memory node: a byte-addressed region stored as 8-byte
+/// words, so CAS and FAA are real atomics and a long read really can tear.
+pub struct MemoryNode {
+    words: Box<[AtomicU64]>,
+    /// Current key of each compute node; 0 means no access.
+    keys: Box<[AtomicU64]>,
+    key_counter: AtomicU64,
+    key_salt: u64,
+    failed: AtomicBool,
+}
+
+impl MemoryNode {
+    /// A zeroed region of `size_bytes` (rounded up to 8). `key_salt` makes
+    /// issued keys unguessable across nodes and runs.
+    pub fn new(size_bytes: u64, key_salt: u64) -> Self {
+        let n = size_bytes.div_ceil(8) as usize;
+        let words: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let keys: Vec<AtomicU64> = (0..KEY_SLOTS).map(|_| AtomicU64::new(0)).collect();
+        MemoryNode {
+            words: words.into_boxed_slice(),
+            keys: keys.into_boxed_slice(),
+            key_counter: AtomicU64::new(1),
+            key_salt,
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.words.len() as u64 * 8
+    }
+
+    /// Issue (or re-issue) a region key to `compute`; an older key stops working.
+    pub fn register(&self, compute: ComputeNodeId) -> RegionKey {
+        let n = self.key_counter.fetch_add(1, Ordering::Relaxed);
+        // A bijective mix keeps keys distinct and non-sequential; never zero.
+        let mut k = (n ^ self.key_salt).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        k ^= k >> 29;
+        let key = k.max(1);
+        self.keys[compute as usize].store(key, Ordering::SeqCst);
+        key
+    }
+
+    /// Active-link termination: every later verb of `compute` fails with `Revoked`.
+    pub fn revoke(&self, compute: ComputeNodeId) {
+        self.keys[compute as usize].store(0, Ordering::SeqCst);
+    }
+
+    pub fn is_authorized(&self, compute: ComputeNodeId, key: RegionKey) -> bool {
+        key != 0 && self.keys[compute as usize].load(Ordering::SeqCst) == key
+    }
+
+    /// Simulate loss of this memory node: every later verb fails with `Unavailable`.
+    pub fn fail(&self) {
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Execute one verb on behalf of `compute` holding `key`.
+    pub fn execute(&self, compute: ComputeNodeId, key: RegionKey, verb: &Verb) -> Completion {
+        if self.is_failed() {
+            return Err(VerbError::Unavailable);
+        }
+        if !self.is_authorized(compute, key) {
+            return Err(VerbError::Revoked);
+        }
+        self.execute_unchecked(verb)
+    }
+
+    /// Execute a verb without access control: for the node's own setup path
+    /// (bulk loading through the control endpoint) and for inspection in tests.
+    pub fn execute_unchecked(&self, verb: &Verb) -> Completion {
+        match verb {
+            Verb::Read { addr, len } => {
+                let mut out = vec![0u8; *len as usize];
+                self.read_into(*addr, &mut out)?;
+                Ok(VerbOutput::Read(out))
+            }
+            Verb::Write { addr, data } => {
+                self.write_bytes(*addr, data)?;
+                Ok(VerbOutput::Write)
+            }
+            Verb::Cas { addr, expected, new } => {
+                let w = self.word(*addr)?;
+                let old = match w.compare_exchange(*expected, *new, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) | Err(v) => v,
+                };
+                Ok(VerbOutput::Cas(old))
+            }
+            Verb::Faa { addr, add } => {
+                let w = self.word(*addr)?;
+                Ok(VerbOutput::Faa(w.fetch_add(*add, Ordering::SeqCst)))
+            }
+        }
+    }
+
+    fn word(&self, addr: u64) -> Result<&AtomicU64, VerbError> {
+        if addr % 8 != 0 {
+            return Err(VerbError::Misaligned);
+        }
+        self.words.get((addr / 8) as usize).ok_or(VerbError::OutOfRange)
+    }
+
+    fn check_range(&self, addr: u64, len: u64) -> Result<(), VerbError> {
+        match addr.checked_add(len) {
+            Some(end) if end <= self.size_bytes() => Ok(()),
+            _ => Err(VerbError::OutOfRange),
+        }
+    }
+
+    /// Read `out.len()` bytes at `addr`, one 8-byte word at a time (so it can tear).
+    pub fn read_into(&self, addr: u64, out: &mut [u8]) -> Result<(), VerbError> {
+        self.check_range(addr, out.len() as u64)?;
+        let mut pos = 0usize;
+        let mut a = addr;
+        while pos < out.len() {
+            let w = self.words[(a / 8) as usize].load(Ordering::SeqCst).to_le_bytes();
+            let off = (a % 8) as usize;
+            let n = (8 - off).min(out.len() - pos);
+            out[pos..pos + n].copy_from_slice(&w[off..off + n]);
+            pos += n;
+            a += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Write `data` at `addr`; each 8-byte word is updated atomically.
+    pub fn write_bytes(&self, addr: u64, data: &[u8]) -> Result<(), VerbError> {
+        self.check_range(addr, data.len() as u64)?;
+        let mut pos = 0usize;
+        let mut a = addr;
+        while pos < data.len() {
+            let off = (a % 8) as usize;
+            let n = (8 - off).min(data.len() - pos);
+            let w = &self.words[(a / 8) as usize];
+            if n == 8 {
+                w.store(u64::from_le_bytes(data[pos..pos + 8].try_into().unwrap()), Ordering::SeqCst);
+            } else {
+                let _ = w.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |old| {
+                    let mut b = old.to_le_bytes();
+                    b[off..off + n].copy_from_slice(&data[pos..pos + n]);
+                    Some(u64::from_le_bytes(b))
+                });
+            }
+            pos += n;
+            a += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Load one aligned word (inspection helper for checks and tests).
+    pub fn load_u64(&self, addr: u64) -> u64 {
+        self.word(addr).expect("load_u64: bad address").load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbs_do_what_they_say_and_bad_addresses_are_errors() {
+        let m = MemoryNode::new(64, 5);
+        let k = m.register(3);
+        assert_eq!(m.execute(3, k, &Verb::write(4, vec![1, 2, 3, 4, 5, 6, 7])), Ok(VerbOutput::Write));
+        assert_eq!(m.execute(3, k, &Verb::read(4, 7)), Ok(VerbOutput::Read(vec![1, 2, 3, 4, 5, 6, 7])));
+        assert_eq!(m.execute(3, k, &Verb::cas(16, 0, 9)), Ok(VerbOutput::Cas(0)));
+        assert_eq!(m.execute(3, k, &Verb::cas(16, 0, 10)), Ok(VerbOutput::Cas(9)));
+        assert_eq!(m.execute(3, k, &Verb::faa(16, 2)), Ok(VerbOutput::Faa(9)));
+        assert_eq!(m.load_u64(16), 11);
+        assert_eq!(m.execute(3, k, &Verb::cas(12, 0, 1)), Err(VerbError::Misaligned));
+        assert_eq!(m.execute(3, k, &Verb::faa(64, 1)), Err(VerbError::OutOfRange));
+        assert_eq!(m.execute(3, k, &Verb::read(60, 8)), Err(VerbError::OutOfRange));
+        assert_eq!(m.execute(3, k, &Verb::read(u64::MAX - 2, 8)), Err(VerbError::OutOfRange));
+        // The node still serves after errors.
+        assert_eq!(m.execute(3, k, &Verb::read(16, 8)), Ok(VerbOutput::Read(11u64.to_le_bytes().to_vec())));
+    }
+
+    #[test]
+    fn keys_gate_access_and_revocation_is_final() {
+        let m = MemoryNode::new(64, 5);
+        assert_eq!(m.execute(1, 0, &Verb::read(0, 8)), Err(VerbError::Revoked));
+        let k = m.register(1);
+        assert_eq!(m.execute(1, k ^ 1, &Verb::read(0, 8)), Err(VerbError::Revoked));
+        assert_eq!(m.execute(2, k, &Verb::read(0, 8)), Err(VerbError::Revoked), "a key is per compute node");
+        assert!(m.execute(1, k, &Verb::read(0, 8)).is_ok());
+        m.revoke(1);
+        assert_eq!(m.execute(1, k, &Verb::write_u64(0, 7)), Err(VerbError::Revoked));
+        assert_eq!(m.load_u64(0), 0, "a revoked write does not execute");
+    }
+}

@@ -1,0 +1,89 @@
+//! Verbs, their completions and errors.
+
+use std::fmt;
+
+pub type MemNodeId = u16;
+pub type ComputeNodeId = u16;
+
+/// A one-sided verb. Addresses are byte offsets into the memory node's region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Read { addr: u64, len: u32 },
+    Write { addr: u64, data: Vec<u8> },
+    /// 8-byte compare-and-swap; completes with the old value.
+    Cas { addr: u64, expected: u64, new: u64 },
+    /// 8-byte fetch-and-add (wrapping); completes with the old value.
+    Faa { addr: u64, add: u64 },
+}
+
+impl Verb {
+    pub fn read(addr: u64, len: u32) -> Verb {
+        Verb::Read { addr, len }
+    }
+    pub fn write(addr: u64, data: Vec<u8>) -> Verb {
+        Verb::Write { addr, data }
+    }
+    pub fn write_u64(addr: u64, value: u64) -> Verb {
+        Verb::Write { addr, data: value.to_le_bytes().to_vec() }
+    }
+    pub fn cas(addr: u64, expected: u64, new: u64) -> Verb {
+        Verb::Cas { addr, expected, new }
+    }
+    pub fn faa(addr: u64, add: u64) -> Verb {
+        Verb::Faa { addr, add }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VerbOutput {
+    Read(Vec<u8>),
+    Write,
+    Cas(u64),
+    Faa(u64),
+}
+
+impl VerbOutput {
+    /// The bytes of a read completion. Panics on any other kind: a caller
+    /// matching completions to the verbs it posted knows the kind.
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            VerbOutput::Read(b) => b,
+            other => panic!("expected a read completion, got {other:?}"),
+        }
+    }
+    /// The old value of a CAS or FAA completion.
+    pub fn old_value(&self) -> u64 {
+        match self {
+            VerbOutput::Cas(v) | VerbOutput::Faa(v) => *v,
+            other => panic!("expected an atomic completion, got {other:?}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerbError {
+    /// The compute node's access was revoked (active-link termination) or its key is wrong.
+    Revoked,
+    /// The address range lies outside the region.
+    OutOfRange,
+    /// An atomic at an address that is not 8-byte aligned.
+    Misaligned,
+    /// The memory node is down or the connection to it is lost.
+    Unavailable,
+}
+
+impl fmt::Display for VerbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            VerbError::Revoked => "access revoked",
+            VerbError::OutOfRange => "address out of range",
+            VerbError::Misaligned => "misaligned atomic",
+            VerbError::Unavailable => "memory node unavailable",
+        };
+        f.write_str(s)
+    }
+}
+
+impl std::error::Error for VerbError {}
+
+pub type Completion = Result<VerbOutput, VerbError>;
