@@ -1,0 +1,98 @@
+//! Post-run inspection of the whole store through verbs: the invariants every
+//! run must end with (DESIGN.md §1 principle 4): replicas identical, no lock
+//! left held, and the live contents for application-level checks.
+
+use std::collections::BTreeMap;
+
+use futures::future::join_all;
+use tandem_fabric::{Fabric, MemNodeId, QueuePair, Verb, VerbError};
+
+use crate::config::TableId;
+use crate::layout::Layout;
+use crate::slot::{LockWord, SlotImage};
+
+/// Bytes per inspection read.
+const CHUNK_BYTES: u64 = 64 * 1024;
+
+/// Every slot of every replica of every partition of one table.
+pub struct TableSnapshot {
+    pub table: TableId,
+    /// `[partition][replica][slot]`.
+    pub partitions: Vec<Vec<Vec<SlotImage>>>,
+    pub replicas: Vec<Vec<MemNodeId>>,
+}
+
+/// Read every replica of `table` (chunked, all replicas in parallel).
+pub async fn snapshot<F: Fabric>(fabric: &F, layout: &Layout, table: TableId) -> Result<TableSnapshot, VerbError> {
+    let tl = layout.table(table);
+    let qps: Vec<F::Qp> = (0..fabric.memory_nodes()).map(|m| fabric.queue_pair(m as MemNodeId)).collect();
+    let slot_bytes = tl.slot_bytes as u64;
+    let slots_per_chunk = (CHUNK_BYTES / slot_bytes).max(1);
+    let mut partitions = Vec::new();
+    for p in 0..tl.partitions {
+        let mut per_replica = Vec::new();
+        for (r, &n) in tl.replicas[p as usize].iter().enumerate() {
+            let total = tl.slots_per_partition() as u64;
+            let mut pend = Vec::new();
+            let mut s = 0;
+            while s < total {
+                let cnt = slots_per_chunk.min(total - s);
+                pend.push(qps[n as usize].post(vec![Verb::read(tl.slot_addr(p, r, s as u32), (cnt * slot_bytes) as u32)]));
+                s += cnt;
+            }
+            let mut slots = Vec::with_capacity(total as usize);
+            for res in join_all(pend).await {
+                let bytes = res.into_iter().next().unwrap()?.into_bytes();
+                slots.extend(bytes.chunks(slot_bytes as usize).map(SlotImage::decode));
+            }
+            per_replica.push(slots);
+        }
+        partitions.push(per_replica);
+    }
+    Ok(TableSnapshot { table, partitions, replicas: tl.replicas.clone() })
+}
+
+impl TableSnapshot {
+    /// Live (key → value) pairs, read from each partition's primary.
+    pub fn live(&self) -> BTreeMap<u64, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        for part in &self.partitions {
+            for s in &part[0] {
+                if s.is_live() {
+                    let prev = out.insert(s.key, s.value.clone());
+                    assert!(prev.is_none(), "key {} is live in two slots", s.key);
+                }
+            }
+        }
+        out
+    }
+
+    /// Every replica of every slot agrees on version, key, flags and value.
+    pub fn replica_mismatches(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (p, part) in self.partitions.iter().enumerate() {
+            for (i, primary) in part[0].iter().enumerate() {
+                for (r, rep) in part.iter().enumerate().skip(1) {
+                    let b = &rep[i];
+                    if (primary.version, primary.key, primary.flags, &primary.value) != (b.version, b.key, b.flags, &b.value) {
+                        out.push(format!(
+                            "table {} partition {p} slot {i}: primary (node {}) v{:#x} key {} != replica {r} (node {}) v{:#x} key {}",
+                            self.table, self.replicas[p][0], primary.version, primary.key, self.replicas[p][r], b.version, b.key
+                        ));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Lock words still set anywhere (primary or backup).
+    pub fn held_locks(&self) -> Vec<(u64, LockWord)> {
+        self.partitions
+            .iter()
+            .flat_map(|part| part.iter().flat_map(|rep| rep.iter()))
+            .filter(|s| s.lock.is_locked())
+            .map(|s| (s.key, s.lock))
+            .collect()
+    }
+}

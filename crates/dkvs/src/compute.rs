@@ -1,0 +1,74 @@
+//! A compute node: the compute-side library shared by its coordinators
+//! (`pandora.txt` §2.1). It owns the fabric handle, the layout, the address
+//! cache and the `failed_ids` set; coordinators are cheap handles onto it.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use tandem_fabric::Fabric;
+
+use crate::config::{BugSwitches, Mode, StoreConfig, TableId};
+use crate::coordinator::Coordinator;
+use crate::failed_ids::FailedIds;
+use crate::layout::Layout;
+
+/// Bound on cached slot addresses per compute node; past it, misses re-probe.
+pub const ADDRESS_CACHE_MAX: usize = 1 << 22;
+
+pub struct ComputeNode<F: Fabric> {
+    pub(crate) fabric: F,
+    pub(crate) layout: Arc<Layout>,
+    pub(crate) mode: Mode,
+    pub(crate) bugs: BugSwitches,
+    pub(crate) failed: FailedIds,
+    /// (table, key) → slot index in its partition. Slots never change owner, so
+    /// an entry never goes stale.
+    addr_cache: RefCell<HashMap<(TableId, u64), u32>>,
+}
+
+impl<F: Fabric> ComputeNode<F> {
+    pub fn new(fabric: F, cfg: &StoreConfig, layout: Arc<Layout>, failed: FailedIds) -> Rc<Self> {
+        Rc::new(ComputeNode {
+            fabric,
+            layout,
+            mode: cfg.mode,
+            bugs: cfg.bugs,
+            failed,
+            addr_cache: RefCell::new(HashMap::new()),
+        })
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn layout(&self) -> &Arc<Layout> {
+        &self.layout
+    }
+
+    pub fn failed_ids(&self) -> &FailedIds {
+        &self.failed
+    }
+
+    pub fn fabric(&self) -> &F {
+        &self.fabric
+    }
+
+    /// A coordinator with the given (membership-assigned, unique) id.
+    pub fn coordinator(self: &Rc<Self>, id: u16) -> Coordinator<F> {
+        Coordinator::new(self.clone(), id)
+    }
+
+    pub(crate) fn cached_slot(&self, table: TableId, key: u64) -> Option<u32> {
+        self.addr_cache.borrow().get(&(table, key)).copied()
+    }
+
+    pub(crate) fn cache_slot(&self, table: TableId, key: u64, slot: u32) {
+        let mut c = self.addr_cache.borrow_mut();
+        if c.len() < ADDRESS_CACHE_MAX {
+            c.insert((table, key), slot);
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Cluster, table and protocol configuration (DESIGN.md §4.1–4.4).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Which transaction protocol the coordinators run (DESIGN.md §4.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Owner-tagged locks (PILL), one log write after all locks are held.
+    Pandora,
+    /// FORD: owner-less locks, per-object undo records to every replica during execution.
+    Ford,
+    /// FORD plus a lock-log write before every lock CAS (one extra round trip).
+    Traditional,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Pandora, Mode::Ford, Mode::Traditional];
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Pandora => "pandora",
+            Mode::Ford => "ford",
+            Mode::Traditional => "traditional",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pandora" => Ok(Mode::Pandora),
+            "ford" => Ok(Mode::Ford),
+            "traditional" => Ok(Mode::Traditional),
+            other => Err(format!("unknown store mode '{other}' (expected pandora, ford or traditional)")),
+        }
+    }
+}
+
+pub type TableId = u32;
+
+/// A table: u64 keys, fixed-size values, hash-partitioned.
+#[derive(Clone, Debug)]
+pub struct TableSpec {
+    pub id: TableId,
+    pub name: String,
+    pub value_size: u32,
+    /// Keys the table must hold; slots are provisioned with head-room for probing.
+    pub capacity: u64,
+}
+
+/// Test-only switches that re-inject FORD's bugs (DESIGN.md §4.7, `pandora.txt` Table 1).
+/// All off by default; they exist so tests can prove they catch each bug.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BugSwitches {
+    /// C1 "complicit abort": abort releases every write-set lock, acquired or not.
+    pub complicit_abort: bool,
+    /// C1 "covert locks": validation compares versions only, ignoring the lock bit.
+    pub covert_locks: bool,
+    /// C1 "relaxed locks": validation is posted before the pending lock CASes complete.
+    pub relaxed_locks: bool,
+}
+
+impl BugSwitches {
+    pub const NAMES: [&'static str; 3] = ["complicit-abort", "covert-locks", "relaxed-locks"];
+
+    pub fn parse(name: &str) -> Result<BugSwitches, String> {
+        let mut b = BugSwitches::default();
+        match name {
+            "complicit-abort" => b.complicit_abort = true,
+            "covert-locks" => b.covert_locks = true,
+            "relaxed-locks" => b.relaxed_locks = true,
+            other => return Err(format!("unknown bug '{other}' (known: {})", Self::NAMES.join(", "))),
+        }
+        Ok(b)
+    }
+
+    pub fn any(&self) -> bool {
+        *self != BugSwitches::default()
+    }
+}
+
+/// Everything a compute node needs to compute the same layout as every other.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub mode: Mode,
+    pub memory_nodes: u16,
+    /// Copies of each partition (f+1).
+    pub replicas: u16,
+    /// Partitions per table.
+    pub partitions_per_table: u32,
+    pub tables: Vec<TableSpec>,
+    /// Bytes of log per coordinator on each log node (default 32 KiB, `pandora.txt` §3.2.2).
+    pub log_slot_bytes: u64,
+    /// Log slots per memory node; coordinator `c` uses slot `c % log_slots`.
+    pub log_slots: u32,
+    pub bugs: BugSwitches,
+}
+
+impl StoreConfig {
+    pub fn new(mode: Mode, memory_nodes: u16, replicas: u16, tables: Vec<TableSpec>) -> Self {
+        StoreConfig {
+            mode,
+            memory_nodes,
+            replicas,
+            partitions_per_table: 16,
+            tables,
+            log_slot_bytes: 32 * 1024,
+            log_slots: 1024,
+            bugs: BugSwitches::default(),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.memory_nodes == 0 {
+            return Err("need at least one memory node".into());
+        }
+        if self.replicas == 0 || self.replicas > self.memory_nodes {
+            return Err(format!(
+                "replicas must be between 1 and the number of memory nodes ({}), got {}",
+                self.memory_nodes, self.replicas
+            ));
+        }
+        if self.partitions_per_table == 0 {
+            return Err("partitions_per_table must be positive".into());
+        }
+        if self.log_slot_bytes < 4096 || self.log_slot_bytes % 8 != 0 {
+            return Err("log_slot_bytes must be a multiple of 8 and at least 4096".into());
+        }
+        if self.log_slots == 0 {
+            return Err("log_slots must be positive".into());
+        }
+        for (i, t) in self.tables.iter().enumerate() {
+            if t.id as usize != i {
+                return Err(format!("table '{}' has id {} but is listed at position {i}", t.name, t.id));
+            }
+            if t.value_size == 0 || t.value_size > 4096 {
+                return Err(format!("table '{}': value size must be 1..=4096 bytes", t.name));
+            }
+            if t.capacity == 0 {
+                return Err(format!("table '{}': capacity must be positive", t.name));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,789 @@
+//! The transaction coordinator: strictly serializable OCC over one-sided
+//! verbs, in the three modes of DESIGN.md §4.4 (`pandora.txt` §2.3 and §3.1).
+//!
+//! Phases, as the paper names them:
+//! 1. **Execution.** Reads fetch lock+version+value from the primary. Writes
+//!    post `cas(lock, 0 → my_word)` and `read(slot)` on the primary's queue
+//!    pair in one doorbell, so the read observes the locked object. A lock held
+//!    by a coordinator in `failed_ids` is stray: reads ignore it and writers
+//!    steal it with a second CAS (PILL, §3.1.2). Blind writes are pipelined:
+//!    their lock completes by commit time at the latest.
+//! 2. **Logging** (pandora). Once every lock is held, one log record goes to the
+//!    coordinator's log slot on each of its f+1 log nodes (§3.1.4).
+//! 3. **Validation.** Only after every lock is held: one round re-reading
+//!    lock+version of each read-only object; a changed version or a lock held
+//!    by a live coordinator aborts. Logging and validation share that round.
+//! 4. **Commit.** Write every live replica of every written object (contents
+//!    first, version last), wait, acknowledge, then unlock with CAS.
+//!    **Abort.** Invalidate the log if one was written, then release exactly
+//!    the locks this transaction acquired.
+//!
+//! FORD mode has owner-less locks and writes a per-object undo entry to every
+//! replica of the object during execution; traditional mode adds a lock-log
+//! write, awaited, before every lock CAS.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use futures::future::join_all;
+use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
+
+use crate::compute::ComputeNode;
+use crate::config::{Mode, TableId};
+use crate::error::{AbortReason, TxError};
+use crate::layout::{TableLayout, ASSOC, MAX_PROBE_BUCKETS};
+use crate::log::{invalid_state_word, LogEntry, LogRecord, OpKind};
+use crate::slot::{encode_body, make_version, LockWord, SlotImage, FLAG_LIVE, KEY_OFF, LOCK_OFF, VERSION_OFF};
+
+/// Per-coordinator counters.
+#[derive(Clone, Debug, Default)]
+pub struct CoordinatorStats {
+    pub committed: u64,
+    pub aborted: u64,
+    pub aborts_by_reason: HashMap<AbortReason, u64>,
+    pub verbs: u64,
+    pub locks_stolen: u64,
+}
+
+impl CoordinatorStats {
+    pub fn merge(&mut self, o: &CoordinatorStats) {
+        self.committed += o.committed;
+        self.aborted += o.aborted;
+        for (r, n) in &o.aborts_by_reason {
+            *self.aborts_by_reason.entry(*r).or_default() += n;
+        }
+        self.verbs += o.verbs;
+        self.locks_stolen += o.locks_stolen;
+    }
+}
+
+/// One coordinator: runs one transaction at a time.
+pub struct Coordinator<F: Fabric> {
+    node: Rc<ComputeNode<F>>,
+    id: u16,
+    qps: Vec<F::Qp>,
+    tx_seq: u64,
+    version_counter: u64,
+    pub stats: CoordinatorStats,
+}
+
+type Pending<F> = <<F as Fabric>::Qp as QueuePair>::Pending;
+
+enum LockState<F: Fabric> {
+    /// CAS+read posted, completion not yet consumed.
+    Pending(Pending<F>),
+    Acquired,
+    Failed,
+}
+
+struct ReadEntry {
+    table: TableId,
+    key: u64,
+    part: u32,
+    slot: u32,
+    version: u64,
+    value: Option<Vec<u8>>,
+}
+
+struct WriteEntry<F: Fabric> {
+    table: TableId,
+    key: u64,
+    part: u32,
+    slot: u32,
+    lock: LockState<F>,
+    /// Slot as read right after locking.
+    image: Option<SlotImage>,
+    /// The slot must be empty when locked (insert into a fresh slot).
+    expect_empty: bool,
+    /// Version seen by an earlier read in this transaction, if any.
+    expect_version: Option<u64>,
+    /// Whether the key must be live when locked (update/delete of an existing key).
+    expect_live: bool,
+    final_live: bool,
+    new_value: Option<Vec<u8>>,
+}
+
+impl<F: Fabric> WriteEntry<F> {
+    fn orig_live(&self) -> bool {
+        self.image.as_ref().map(|i| i.is_live()).unwrap_or(false)
+    }
+    fn op(&self) -> Option<OpKind> {
+        match (self.orig_live(), self.final_live) {
+            (true, true) => Some(OpKind::Update),
+            (true, false) => Some(OpKind::Delete),
+            (false, true) => Some(OpKind::Insert),
+            (false, false) => None,
+        }
+    }
+}
+
+/// Where a key lives, as found by probing.
+enum Located {
+    Found { part: u32, slot: u32, image: SlotImage },
+    /// Absent; `slot` is the first empty slot in probe order (None: probe bound full).
+    Absent { part: u32, slot: Option<u32>, image: Option<SlotImage> },
+}
+
+impl<F: Fabric> Coordinator<F> {
+    pub(crate) fn new(node: Rc<ComputeNode<F>>, id: u16) -> Self {
+        assert!(id != 0, "coordinator id 0 is reserved for the loader");
+        let qps = (0..node.fabric.memory_nodes()).map(|m| node.fabric.queue_pair(m as MemNodeId)).collect();
+        Coordinator { node, id, qps, tx_seq: 0, version_counter: 0, stats: CoordinatorStats::default() }
+    }
+
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.node.mode
+    }
+
+    /// Begin a transaction. It must end with `commit` or `abort`; dropping it
+    /// mid-way leaves its locks held, exactly as a crash would.
+    pub fn begin(&mut self) -> Transaction<'_, F> {
+        self.tx_seq += 1;
+        let lock_word = match self.node.mode {
+            Mode::Pandora => LockWord::owned(self.id, self.tx_seq),
+            Mode::Ford | Mode::Traditional => LockWord::ANONYMOUS,
+        };
+        Transaction {
+            seq: self.tx_seq,
+            lock_word,
+            c: self,
+            reads: Vec::new(),
+            writes: Vec::new(),
+            undo_pending: Vec::new(),
+            undo_cursor: HashMap::new(),
+            lock_log_cursor: 0,
+            finished: false,
+        }
+    }
+
+    fn post(&mut self, mem: MemNodeId, batch: Vec<Verb>) -> Pending<F> {
+        self.stats.verbs += batch.len() as u64;
+        self.qps[mem as usize].post(batch)
+    }
+
+    fn next_version(&mut self) -> u64 {
+        self.version_counter += 1;
+        make_version(self.id, self.version_counter)
+    }
+
+    /// Whether a lock word blocks us: locked, and (pandora) not owned by a failed coordinator.
+    fn blocks(&self, w: LockWord) -> bool {
+        match self.node.mode {
+            Mode::Pandora => w.is_locked() && !self.node.failed.contains(w.owner()),
+            Mode::Ford | Mode::Traditional => w.is_locked(),
+        }
+    }
+}
+
+/// A transaction in progress.
+pub struct Transaction<'c, F: Fabric> {
+    c: &'c mut Coordinator<F>,
+    seq: u64,
+    lock_word: LockWord,
+    reads: Vec<ReadEntry>,
+    writes: Vec<WriteEntry<F>>,
+    /// FORD/traditional undo-log writes, awaited before the commit writes.
+    undo_pending: Vec<Pending<F>>,
+    /// Next free offset in this coordinator's undo area, per memory node.
+    undo_cursor: HashMap<MemNodeId, u64>,
+    lock_log_cursor: u64,
+    finished: bool,
+}
+
+fn first_error(results: &[Completion]) -> Option<VerbError> {
+    results.iter().find_map(|r| r.as_ref().err().copied())
+}
+
+impl<'c, F: Fabric> Transaction<'c, F> {
+    pub fn tx_seq(&self) -> u64 {
+        self.seq
+    }
+
+    fn table(&self, t: TableId) -> &TableLayout {
+        self.c.node.layout.table(t)
+    }
+
+    fn check_table(&self, t: TableId) -> Result<(), TxError> {
+        assert!((t as usize) < self.c.node.layout.tables.len(), "unknown table id {t}");
+        if self.finished {
+            return Err(TxError::Finished);
+        }
+        Ok(())
+    }
+
+    fn primary_addr(&self, t: TableId, part: u32, slot: u32) -> (MemNodeId, u64) {
+        let tl = self.table(t);
+        (tl.replicas[part as usize][0], tl.slot_addr(part, 0, slot))
+    }
+
+    /// Find `key`; a fabric error ends the transaction.
+    async fn locate(&mut self, t: TableId, key: u64) -> Result<Located, TxError> {
+        match self.probe(t, key).await {
+            Ok(l) => Ok(l),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    /// The cached slot if known, else probe buckets from the key's home.
+    async fn probe(&mut self, t: TableId, key: u64) -> Result<Located, VerbError> {
+        let (part, home, slot_bytes, spp) = {
+            let tl = self.table(t);
+            let (p, b) = tl.home(key);
+            (p, b, tl.slot_bytes, tl.slots_per_partition())
+        };
+        if let Some(slot) = self.c.node.cached_slot(t, key) {
+            let (mem, addr) = self.primary_addr(t, part, slot);
+            let r = self.c.post(mem, vec![Verb::read(addr, slot_bytes)]).await;
+            let bytes = r.into_iter().next().unwrap()?.into_bytes();
+            return Ok(Located::Found { part, slot, image: SlotImage::decode(&bytes) });
+        }
+        let buckets = self.table(t).buckets_per_partition;
+        for probe in 0..MAX_PROBE_BUCKETS.min(buckets) {
+            let first = ((home + probe) % buckets) * ASSOC;
+            let (mem, addr) = self.primary_addr(t, part, first);
+            let r = self.c.post(mem, vec![Verb::read(addr, slot_bytes * ASSOC)]).await;
+            let bytes = r.into_iter().next().unwrap()?.into_bytes();
+            for i in 0..ASSOC {
+                let img = SlotImage::decode(&bytes[(i * slot_bytes) as usize..((i + 1) * slot_bytes) as usize]);
+                let slot = first + i;
+                debug_assert!(slot < spp);
+                if img.is_empty() {
+                    return Ok(Located::Absent { part, slot: Some(slot), image: Some(img) });
+                }
+                if img.key == key {
+                    self.c.node.cache_slot(t, key, slot);
+                    return Ok(Located::Found { part, slot, image: img });
+                }
+            }
+        }
+        Ok(Located::Absent { part, slot: None, image: None })
+    }
+
+    fn find_write(&self, t: TableId, key: u64) -> Option<usize> {
+        self.writes.iter().position(|w| w.table == t && w.key == key)
+    }
+
+    fn find_read(&self, t: TableId, key: u64) -> Option<usize> {
+        self.reads.iter().position(|r| r.table == t && r.key == key)
+    }
+
+    /// Read `key` without locking. `Ok(None)` if it does not exist.
+    pub async fn read(&mut self, t: TableId, key: u64) -> Result<Option<Vec<u8>>, TxError> {
+        self.check_table(t)?;
+        if let Some(i) = self.find_write(t, key) {
+            self.resolve_lock(i).await?;
+            let w = &self.writes[i];
+            return Ok(if w.final_live { w.new_value.clone().or_else(|| w.image.as_ref().map(|im| im.value.clone())) } else { None });
+        }
+        if let Some(i) = self.find_read(t, key) {
+            return Ok(self.reads[i].value.clone());
+        }
+        let loc = self.locate(t, key).await?;
+        let (part, slot, image) = match loc {
+            Located::Found { part, slot, image } => (part, slot, Some(image)),
+            Located::Absent { part, slot: Some(slot), image } => (part, slot, image),
+            Located::Absent { slot: None, .. } => return Ok(None),
+        };
+        let image = image.expect("located slot has an image");
+        if self.c.blocks(image.lock) {
+            return Err(self.abort_with(AbortReason::ReadLocked).await);
+        }
+        let value = image.is_live().then(|| image.value.clone());
+        self.reads.push(ReadEntry { table: t, key, part, slot, version: image.version, value: value.clone() });
+        Ok(value)
+    }
+
+    /// Lock `key` and read it (read-modify-write). `Err(NotFound)` if absent.
+    pub async fn read_for_update(&mut self, t: TableId, key: u64) -> Result<Vec<u8>, TxError> {
+        self.check_table(t)?;
+        let i = match self.find_write(t, key) {
+            Some(i) => i,
+            None => self.lock_existing(t, key).await?,
+        };
+        self.resolve_lock(i).await?;
+        let w = &self.writes[i];
+        if !w.final_live {
+            return Err(TxError::NotFound);
+        }
+        Ok(w.new_value.clone().unwrap_or_else(|| w.image.as_ref().expect("locked entry has an image").value.clone()))
+    }
+
+    /// Overwrite an existing key. The lock is pipelined: a conflict or a
+    /// missing key surfaces at the latest from `commit`.
+    pub async fn write(&mut self, t: TableId, key: u64, value: &[u8]) -> Result<(), TxError> {
+        self.check_table(t)?;
+        self.check_value(t, value);
+        let i = match self.find_write(t, key) {
+            Some(i) => {
+                if !self.writes[i].final_live && !matches!(self.writes[i].lock, LockState::Pending(_)) {
+                    return Err(TxError::NotFound);
+                }
+                i
+            }
+            None => self.lock_existing(t, key).await?,
+        };
+        self.writes[i].new_value = Some(value.to_vec());
+        Ok(())
+    }
+
+    /// Insert a new key. `Err(AlreadyExists)` if it is live.
+    pub async fn insert(&mut self, t: TableId, key: u64, value: &[u8]) -> Result<(), TxError> {
+        self.check_table(t)?;
+        self.check_value(t, value);
+        if let Some(i) = self.find_write(t, key) {
+            self.resolve_lock(i).await?;
+            let w = &mut self.writes[i];
+            if w.final_live {
+                return Err(TxError::AlreadyExists);
+            }
+            w.final_live = true;
+            w.new_value = Some(value.to_vec());
+            return Ok(());
+        }
+        let loc = self.locate(t, key).await?;
+        let (part, slot, expect_empty) = match loc {
+            Located::Found { part, slot, image } => {
+                if image.is_live() {
+                    if self.c.blocks(image.lock) {
+                        return Err(self.abort_with(AbortReason::ReadLocked).await);
+                    }
+                    // The outcome depends on the key existing: validate that at commit.
+                    let v = image.version;
+                    self.reads.push(ReadEntry { table: t, key, part, slot, version: v, value: Some(image.value) });
+                    return Err(TxError::AlreadyExists);
+                }
+                (part, slot, false)
+            }
+            Located::Absent { part, slot: Some(slot), .. } => (part, slot, true),
+            Located::Absent { slot: None, .. } => return Err(self.abort_with(AbortReason::TableFull).await),
+        };
+        let i = self.post_lock(t, key, part, slot, expect_empty, false).await?;
+        self.writes[i].final_live = true;
+        self.writes[i].new_value = Some(value.to_vec());
+        self.resolve_lock(i).await?;
+        if expect_empty {
+            self.c.node.cache_slot(t, key, slot);
+        }
+        Ok(())
+    }
+
+    /// Delete an existing key. `Err(NotFound)` if absent.
+    pub async fn delete(&mut self, t: TableId, key: u64) -> Result<(), TxError> {
+        self.check_table(t)?;
+        let i = match self.find_write(t, key) {
+            Some(i) => i,
+            None => self.lock_existing(t, key).await?,
+        };
+        self.resolve_lock(i).await?;
+        let w = &mut self.writes[i];
+        if !w.final_live {
+            return Err(TxError::NotFound);
+        }
+        w.final_live = false;
+        w.new_value = None;
+        Ok(())
+    }
+
+    fn check_value(&self, t: TableId, value: &[u8]) {
+        let vs = self.table(t).spec.value_size as usize;
+        assert!(value.len() <= vs, "value of {} bytes exceeds table value size {vs}", value.len());
+    }
+
+    /// Locate an existing key and post its lock. `NotFound` if it is not live.
+    async fn lock_existing(&mut self, t: TableId, key: u64) -> Result<usize, TxError> {
+        let (part, slot) = match self.c.node.cached_slot(t, key) {
+            // Blind fast path: the slot is known, the lock is posted without a read.
+            Some(slot) => (self.table(t).home(key).0, slot),
+            None => match self.locate(t, key).await? {
+                Located::Found { part, slot, image } if image.is_live() => (part, slot),
+                Located::Found { part, slot, image } => {
+                    self.reads.push(ReadEntry { table: t, key, part, slot, version: image.version, value: None });
+                    return Err(TxError::NotFound);
+                }
+                Located::Absent { part, slot, image } => {
+                    if let (Some(slot), Some(img)) = (slot, image) {
+                        self.reads.push(ReadEntry { table: t, key, part, slot, version: img.version, value: None });
+                    }
+                    return Err(TxError::NotFound);
+                }
+            },
+        };
+        self.post_lock(t, key, part, slot, false, true).await
+    }
+
+    /// Post the lock CAS (and the read behind it) for a new write-set entry.
+    async fn post_lock(
+        &mut self,
+        t: TableId,
+        key: u64,
+        part: u32,
+        slot: u32,
+        expect_empty: bool,
+        expect_live: bool,
+    ) -> Result<usize, TxError> {
+        if self.c.node.mode == Mode::Traditional {
+            self.write_lock_log(t, key, part, slot).await?;
+        }
+        let (mem, addr) = self.primary_addr(t, part, slot);
+        let slot_bytes = self.table(t).slot_bytes;
+        let w = self.lock_word.0;
+        let pending = self.c.post(mem, vec![Verb::cas(addr + LOCK_OFF, 0, w), Verb::read(addr, slot_bytes)]);
+        let expect_version = self.find_read(t, key).map(|i| self.reads[i].version);
+        self.writes.push(WriteEntry {
+            table: t,
+            key,
+            part,
+            slot,
+            lock: LockState::Pending(pending),
+            image: None,
+            expect_empty,
+            expect_version,
+            expect_live,
+            final_live: expect_live,
+            new_value: None,
+        });
+        Ok(self.writes.len() - 1)
+    }
+
+    /// Consume the lock completion of write entry `i` (stealing a stray lock
+    /// if needed). On failure the whole transaction aborts.
+    async fn resolve_lock(&mut self, i: usize) -> Result<(), TxError> {
+        match self.try_resolve_lock(i).await {
+            Ok(()) => Ok(()),
+            Err(Ok(reason)) => Err(self.abort_with(reason).await),
+            Err(Err(e)) => Err(self.fail(e)),
+        }
+    }
+
+    /// `Err(Ok(reason))`: abort for `reason`; `Err(Err(e))`: fabric error.
+    async fn try_resolve_lock(&mut self, i: usize) -> Result<(), Result<AbortReason, VerbError>> {
+        let pending = match std::mem::replace(&mut self.writes[i].lock, LockState::Failed) {
+            LockState::Pending(p) => p,
+            LockState::Acquired => {
+                self.writes[i].lock = LockState::Acquired;
+                return Ok(());
+            }
+            LockState::Failed => return Err(Ok(AbortReason::LockConflict)),
+        };
+        let (t, part, slot) = (self.writes[i].table, self.writes[i].part, self.writes[i].slot);
+        let (mem, addr) = self.primary_addr(t, part, slot);
+        let slot_bytes = self.table(t).slot_bytes;
+        let mut results = pending.await;
+        // What the last CAS compared against: 0 first, then the stray word we try to steal.
+        let mut expected = LockWord::UNLOCKED;
+        // Bounded: each retry means another stealer won a stray lock meanwhile.
+        for attempt in 0..=4 {
+            if let Some(e) = first_error(&results) {
+                return Err(Err(e));
+            }
+            let old = LockWord(results[0].as_ref().unwrap().old_value());
+            if old == expected {
+                if expected != LockWord::UNLOCKED {
+                    self.c.stats.locks_stolen += 1;
+                }
+                break;
+            }
+            // PILL: a lock owned by a failed coordinator is stray and may be stolen.
+            let stray = self.c.node.mode == Mode::Pandora && old.is_locked() && self.c.node.failed.contains(old.owner());
+            if !stray || attempt == 4 {
+                return Err(Ok(AbortReason::LockConflict));
+            }
+            expected = old;
+            results = self.c.post(mem, vec![Verb::cas(addr + LOCK_OFF, old.0, self.lock_word.0), Verb::read(addr, slot_bytes)]).await;
+        }
+        self.writes[i].lock = LockState::Acquired;
+        let image = SlotImage::decode(&results[1].clone().unwrap().into_bytes());
+        let w = &mut self.writes[i];
+        let key = w.key;
+        let stale = if w.expect_empty {
+            !image.is_empty()
+        } else {
+            !image.holds(key) || w.expect_version.is_some_and(|v| v != image.version)
+        };
+        let gone = w.expect_live && image.holds(key) && !image.is_live();
+        w.image = Some(image);
+        if stale {
+            return Err(Ok(if w.expect_empty { AbortReason::InsertRace } else { AbortReason::StaleRead }));
+        }
+        if gone {
+            // A blind write to a key deleted meanwhile: the entry stays as a no-op.
+            w.final_live = false;
+            w.new_value = None;
+        }
+        if self.c.node.mode != Mode::Pandora {
+            self.post_undo(i);
+        }
+        Ok(())
+    }
+
+    fn log_entry(&self, w: &WriteEntry<F>, op: OpKind, new_version: u64) -> LogEntry {
+        let tl = self.table(w.table);
+        let image = w.image.as_ref().expect("logged entry is locked");
+        LogEntry {
+            table: w.table,
+            op,
+            key: w.key,
+            old_version: image.version,
+            new_version,
+            old_flags: image.flags,
+            replicas: tl.replicas[w.part as usize]
+                .iter()
+                .enumerate()
+                .map(|(r, &n)| (n, tl.slot_addr(w.part, r, w.slot)))
+                .collect(),
+            old_value: image.value.clone(),
+        }
+    }
+
+    /// FORD: write the undo image of write entry `i` to every replica of its object.
+    fn post_undo(&mut self, i: usize) {
+        let entry = self.log_entry(&self.writes[i], OpKind::Update, 0);
+        let rec = LogRecord { coordinator: self.c.id, tx_seq: self.seq, entries: vec![entry] }.encode();
+        let half = self.c.node.layout.log_slot_bytes / 2;
+        let base = self.c.node.layout.log_addr(self.c.id);
+        let nodes: Vec<MemNodeId> = self.table(self.writes[i].table).replicas[self.writes[i].part as usize].clone();
+        for n in nodes {
+            let cur = self.undo_cursor.entry(n).or_insert(0);
+            if *cur + rec.len() as u64 > half {
+                // The undo area is full: wrap. Recovery in ford mode only needs the
+                // entries of objects still locked, and those are the newest.
+                *cur = 0;
+            }
+            let addr = base + *cur;
+            *cur += rec.len() as u64;
+            let p = self.c.post(n, vec![Verb::write(addr, rec.clone())]);
+            self.undo_pending.push(p);
+        }
+    }
+
+    /// Traditional logging: persist (table, key, slot) on the log nodes before locking.
+    async fn write_lock_log(&mut self, t: TableId, key: u64, part: u32, slot: u32) -> Result<(), TxError> {
+        let tl = self.table(t);
+        let entry = LogEntry {
+            table: t,
+            op: OpKind::Update,
+            key,
+            old_version: 0,
+            new_version: 0,
+            old_flags: 0,
+            replicas: tl.replicas[part as usize].iter().enumerate().map(|(r, &n)| (n, tl.slot_addr(part, r, slot))).collect(),
+            old_value: Vec::new(),
+        };
+        let rec = LogRecord { coordinator: self.c.id, tx_seq: self.seq, entries: vec![entry] }.encode();
+        let half = self.c.node.layout.log_slot_bytes / 2;
+        if self.lock_log_cursor + rec.len() as u64 > half {
+            self.lock_log_cursor = 0;
+        }
+        let addr = self.c.node.layout.log_addr(self.c.id) + half + self.lock_log_cursor;
+        self.lock_log_cursor += rec.len() as u64;
+        let nodes = self.c.node.layout.log_nodes(self.c.id);
+        let pendings: Vec<_> = nodes.iter().map(|&n| self.c.post(n, vec![Verb::write(addr, rec.clone())])).collect();
+        for r in join_all(pendings).await {
+            if let Some(e) = first_error(&r) {
+                return Err(self.fail(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Commit. `Ok(())` is the commit-ack: every replica holds the new values.
+    pub async fn commit(mut self) -> Result<(), TxError> {
+        if self.finished {
+            return Err(TxError::Finished);
+        }
+        // Relaxed-locks bug: validation reads go out before the locks are known held.
+        let early_validation = if self.c.node.bugs.relaxed_locks { Some(self.post_validation()) } else { None };
+        for i in 0..self.writes.len() {
+            self.resolve_lock(i).await?;
+        }
+        let dirty: Vec<usize> = (0..self.writes.len()).filter(|&i| self.writes[i].op().is_some()).collect();
+        let mut versions = HashMap::new();
+        for &i in &dirty {
+            versions.insert(i, self.c.next_version());
+        }
+
+        // Logging (pandora) and validation share one round, after all locks are held.
+        let mut log_pending = Vec::new();
+        let mut logged = false;
+        if self.c.node.mode == Mode::Pandora && !dirty.is_empty() {
+            let entries: Vec<LogEntry> = dirty
+                .iter()
+                .map(|&i| self.log_entry(&self.writes[i], self.writes[i].op().unwrap(), versions[&i]))
+                .collect();
+            let rec = LogRecord { coordinator: self.c.id, tx_seq: self.seq, entries };
+            if rec.encoded_len() as u64 > self.c.node.layout.log_slot_bytes / 2 {
+                return Err(self.abort_with(AbortReason::LogFull).await);
+            }
+            let bytes = rec.encode();
+            let addr = self.c.node.layout.log_addr(self.c.id);
+            for n in self.c.node.layout.log_nodes(self.c.id) {
+                log_pending.push(self.c.post(n, vec![Verb::write(addr, bytes.clone())]));
+            }
+            logged = true;
+        }
+        let validation = match early_validation {
+            Some(v) => v,
+            None => self.post_validation(),
+        };
+        let undo = std::mem::take(&mut self.undo_pending);
+        let (log_results, validation_results, undo_results) =
+            futures::join!(join_all(log_pending), join_all(validation.into_iter().map(|(_, p)| p)), join_all(undo));
+        for r in log_results.iter().chain(undo_results.iter()) {
+            if let Some(e) = first_error(r) {
+                return Err(self.fail(e));
+            }
+        }
+        let checks: Vec<usize> = self.validation_targets();
+        for (k, r) in validation_results.iter().enumerate() {
+            if let Some(e) = first_error(r) {
+                return Err(self.fail(e));
+            }
+            let bytes = r[0].as_ref().unwrap();
+            let VerbOutputBytes(b) = VerbOutputBytes::from(bytes);
+            let lock = LockWord(u64::from_le_bytes(b[0..8].try_into().unwrap()));
+            let version = u64::from_le_bytes(b[8..16].try_into().unwrap());
+            let read = &self.reads[checks[k]];
+            let locked = !self.c.node.bugs.covert_locks && self.c.blocks(lock);
+            if version != read.version || locked {
+                if logged {
+                    self.invalidate_log().await?;
+                }
+                return Err(self.abort_with(AbortReason::ValidationFailed).await);
+            }
+        }
+
+        // Commit: contents then version on every replica; wait for all.
+        let mut commit_pending = Vec::new();
+        for &i in &dirty {
+            let w = &self.writes[i];
+            let tl = self.table(w.table);
+            let image = w.image.as_ref().unwrap();
+            let value = w.new_value.clone().unwrap_or_else(|| image.value.clone());
+            let body = encode_body(w.key, if w.final_live { FLAG_LIVE } else { 0 }, &value, tl.value_bytes);
+            let nodes = tl.replicas[w.part as usize].clone();
+            for (r, n) in nodes.into_iter().enumerate() {
+                let addr = self.table(w.table).slot_addr(w.part, r, w.slot);
+                let batch = vec![Verb::write(addr + KEY_OFF, body.clone()), Verb::write_u64(addr + VERSION_OFF, versions[&i])];
+                commit_pending.push(self.c.post(n, batch));
+            }
+        }
+        for r in join_all(commit_pending).await {
+            if let Some(e) = first_error(&r) {
+                return Err(self.fail(e));
+            }
+        }
+        // Acknowledged; unlock in the background (the next batch on each queue
+        // pair is ordered behind it).
+        self.release_locks(false);
+        self.finished = true;
+        self.c.stats.committed += 1;
+        Ok(())
+    }
+
+    /// Indices of read-set entries that need validation: those not also written.
+    fn validation_targets(&self) -> Vec<usize> {
+        (0..self.reads.len()).filter(|&k| self.find_write(self.reads[k].table, self.reads[k].key).is_none()).collect()
+    }
+
+    fn post_validation(&mut self) -> Vec<(usize, Pending<F>)> {
+        let targets = self.validation_targets();
+        targets
+            .into_iter()
+            .map(|k| {
+                let r = &self.reads[k];
+                let (mem, addr) = self.primary_addr(r.table, r.part, r.slot);
+                (k, self.c.post(mem, vec![Verb::read(addr + LOCK_OFF, 16)]))
+            })
+            .collect()
+    }
+
+    async fn invalidate_log(&mut self) -> Result<(), TxError> {
+        let addr = self.c.node.layout.log_addr(self.c.id);
+        let nodes = self.c.node.layout.log_nodes(self.c.id);
+        let p: Vec<_> = nodes.iter().map(|&n| self.c.post(n, vec![Verb::write_u64(addr, invalid_state_word())])).collect();
+        for r in join_all(p).await {
+            if let Some(e) = first_error(&r) {
+                return Err(self.fail(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Post the unlocks of the locks this transaction holds.
+    fn release_locks(&mut self, complicit: bool) -> Vec<Pending<F>> {
+        let mut out = Vec::new();
+        for i in 0..self.writes.len() {
+            let held = matches!(self.writes[i].lock, LockState::Acquired);
+            if !held && !complicit {
+                continue;
+            }
+            let (mem, addr) = self.primary_addr(self.writes[i].table, self.writes[i].part, self.writes[i].slot);
+            let verb = if complicit {
+                // FORD's bug: reset every write-set lock word, ours or not.
+                Verb::write_u64(addr + LOCK_OFF, 0)
+            } else {
+                Verb::cas(addr + LOCK_OFF, self.lock_word.0, 0)
+            };
+            out.push(self.c.post(mem, vec![verb]));
+        }
+        out
+    }
+
+    /// Abort: wait for in-flight lock CASes (one may still succeed), then
+    /// release exactly the locks acquired. Returns the error to hand the caller.
+    async fn abort_with(&mut self, reason: AbortReason) -> TxError {
+        if self.finished {
+            return TxError::Aborted(reason);
+        }
+        for i in 0..self.writes.len() {
+            if let LockState::Pending(_) = self.writes[i].lock {
+                let pending = match std::mem::replace(&mut self.writes[i].lock, LockState::Failed) {
+                    LockState::Pending(p) => p,
+                    _ => unreachable!(),
+                };
+                let r = pending.await;
+                if first_error(&r).is_none() && LockWord(r[0].as_ref().unwrap().old_value()) == LockWord::UNLOCKED {
+                    self.writes[i].lock = LockState::Acquired;
+                }
+            }
+        }
+        let complicit = self.c.node.bugs.complicit_abort;
+        let releases = self.release_locks(complicit);
+        let results = join_all(releases).await;
+        self.finished = true;
+        if let Some(e) = results.iter().find_map(|r| first_error(r)) {
+            return self.fail(e);
+        }
+        self.c.stats.aborted += 1;
+        *self.c.stats.aborts_by_reason.entry(reason).or_default() += 1;
+        TxError::Aborted(reason)
+    }
+
+    /// A fabric error ends the transaction without cleanup: if access was
+    /// revoked this node has been declared failed and recovery owns its locks.
+    fn fail(&mut self, e: VerbError) -> TxError {
+        self.finished = true;
+        TxError::from(e)
+    }
+
+
+    /// Abort on the application's request.
+    pub async fn abort(mut self) -> TxError {
+        self.abort_with(AbortReason::User).await
+    }
+}
+
+struct VerbOutputBytes<'a>(&'a [u8]);
+
+impl<'a> From<&'a tandem_fabric::VerbOutput> for VerbOutputBytes<'a> {
+    fn from(o: &'a tandem_fabric::VerbOutput) -> Self {
+        match o {
+            tandem_fabric::VerbOutput::Read(b) => VerbOutputBytes(b),
+            other => panic!("expected a read completion, got {other:?}"),
+        }
+    }
+}

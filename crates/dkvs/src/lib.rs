@@ -1,0 +1,26 @@
+//! Pandora: a disaggregated-memory transactional key-value store
+//! (`pandora.txt` §2–3, thesis ch. 4; DESIGN.md §4), with FORD and
+//! traditional-logging modes as baselines.
+//!
+//! Memory nodes are passive regions reached through [`tandem_fabric`]; compute
+//! nodes run [`Coordinator`]s that execute strictly serializable transactions
+//! with one-sided verbs. Failure detection and recovery build on the log
+//! records defined in [`log`].
+
+pub mod check;
+mod compute;
+pub mod config;
+mod coordinator;
+mod error;
+mod failed_ids;
+pub mod layout;
+pub mod loader;
+pub mod log;
+pub mod slot;
+
+pub use compute::ComputeNode;
+pub use config::{BugSwitches, Mode, StoreConfig, TableId, TableSpec};
+pub use coordinator::{Coordinator, CoordinatorStats, Transaction};
+pub use error::{AbortReason, TxError};
+pub use failed_ids::FailedIds;
+pub use layout::Layout;

@@ -1,0 +1,247 @@
+//! Log records (DESIGN.md §4.4 step 2; `pandora.txt` §3.1.4).
+//!
+//! Pandora writes ONE record per transaction, after all its locks are held,
+//! into the coordinator's fixed log slot on each of its f+1 log nodes. The
+//! record is self-validating: a magic, a length and a checksum over everything
+//! but the state word, so a torn or stale-garbage record is recognisable.
+//! Aborting a logged transaction, and recovery, flip the state word to
+//! `INVALID` with a single 8-byte write.
+//!
+//! FORD mode writes per-object undo entries (same entry format) into the log
+//! slot of every replica of the object; traditional mode additionally appends
+//! lock-log entries (table, key, slot) before each lock.
+//!
+//! Slot layout: `[record area: log_slot_bytes/2][lock-log area: log_slot_bytes/2]`.
+
+use crate::config::TableId;
+use tandem_fabric::MemNodeId;
+
+pub const MAGIC: u32 = 0x544E_444D; // "TNDM"
+pub const STATE_VALID: u32 = 1;
+pub const STATE_INVALID: u32 = 2;
+/// Header: state word, magic|len, coordinator|n_entries, tx_seq, checksum.
+pub const HEADER_BYTES: usize = 40;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum OpKind {
+    Update = 1,
+    Insert = 2,
+    Delete = 3,
+}
+
+impl OpKind {
+    fn from_u8(v: u8) -> Option<OpKind> {
+        match v {
+            1 => Some(OpKind::Update),
+            2 => Some(OpKind::Insert),
+            3 => Some(OpKind::Delete),
+            _ => None,
+        }
+    }
+}
+
+/// One logged object: enough to roll it back or forward on every replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEntry {
+    pub table: TableId,
+    pub op: OpKind,
+    pub key: u64,
+    pub old_version: u64,
+    pub new_version: u64,
+    pub old_flags: u64,
+    /// (memory node, slot address) of every replica, primary first.
+    pub replicas: Vec<(MemNodeId, u64)>,
+    /// Undo image of the value.
+    pub old_value: Vec<u8>,
+}
+
+impl LogEntry {
+    pub fn encoded_len(&self) -> usize {
+        40 + 16 * self.replicas.len() + self.old_value.len().div_ceil(8) * 8
+    }
+
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let vlen = self.old_value.len().div_ceil(8) * 8;
+        out.extend_from_slice(&self.table.to_le_bytes());
+        out.push(self.op as u8);
+        out.push(self.replicas.len() as u8);
+        out.extend_from_slice(&(vlen as u16).to_le_bytes());
+        out.extend_from_slice(&self.key.to_le_bytes());
+        out.extend_from_slice(&self.old_version.to_le_bytes());
+        out.extend_from_slice(&self.new_version.to_le_bytes());
+        out.extend_from_slice(&self.old_flags.to_le_bytes());
+        for (n, a) in &self.replicas {
+            out.extend_from_slice(&(*n as u64).to_le_bytes());
+            out.extend_from_slice(&a.to_le_bytes());
+        }
+        let start = out.len();
+        out.extend_from_slice(&self.old_value);
+        out.resize(start + vlen, 0);
+    }
+
+    fn decode(b: &[u8]) -> Option<(LogEntry, usize)> {
+        let u64_at = |i: usize| b.get(i..i + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap()));
+        let table = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?);
+        let op = OpKind::from_u8(*b.get(4)?)?;
+        let nrep = *b.get(5)? as usize;
+        let vlen = u16::from_le_bytes(b.get(6..8)?.try_into().ok()?) as usize;
+        let mut e = LogEntry {
+            table,
+            op,
+            key: u64_at(8)?,
+            old_version: u64_at(16)?,
+            new_version: u64_at(24)?,
+            old_flags: u64_at(32)?,
+            replicas: Vec::with_capacity(nrep),
+            old_value: Vec::new(),
+        };
+        let mut pos = 40;
+        for _ in 0..nrep {
+            e.replicas.push((u64_at(pos)? as MemNodeId, u64_at(pos + 8)?));
+            pos += 16;
+        }
+        e.old_value = b.get(pos..pos + vlen)?.to_vec();
+        Some((e, pos + vlen))
+    }
+}
+
+/// A transaction's log record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogRecord {
+    pub coordinator: u16,
+    pub tx_seq: u64,
+    pub entries: Vec<LogEntry>,
+}
+
+/// Order-sensitive 64-bit checksum over 8-byte words (plus a length tweak).
+pub fn checksum(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0x6A09_E667_F3BC_C908 ^ bytes.len() as u64;
+    for chunk in bytes.chunks(8) {
+        let mut w = [0u8; 8];
+        w[..chunk.len()].copy_from_slice(chunk);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+    h ^ (h >> 32)
+}
+
+impl LogRecord {
+    pub fn encoded_len(&self) -> usize {
+        HEADER_BYTES + self.entries.iter().map(|e| e.encoded_len()).sum::<usize>()
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        out.extend_from_slice(&(STATE_VALID as u64).to_le_bytes());
+        out.extend_from_slice(&[0u8; 32]);
+        for e in &self.entries {
+            e.encode_into(&mut out);
+        }
+        let len = out.len() as u32;
+        out[8..12].copy_from_slice(&MAGIC.to_le_bytes());
+        out[12..16].copy_from_slice(&len.to_le_bytes());
+        out[16..18].copy_from_slice(&self.coordinator.to_le_bytes());
+        out[20..24].copy_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        out[24..32].copy_from_slice(&self.tx_seq.to_le_bytes());
+        let sum = checksum(&[&out[8..32], &out[HEADER_BYTES..]].concat());
+        out[32..40].copy_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// Decode a record from the start of a log slot. `None` if the slot holds
+    /// no record, an invalidated one, or a torn/corrupt one.
+    pub fn decode(b: &[u8]) -> Option<LogRecord> {
+        if b.len() < HEADER_BYTES {
+            return None;
+        }
+        let state = u64::from_le_bytes(b[0..8].try_into().unwrap());
+        let magic = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+        if state != STATE_VALID as u64 || magic != MAGIC || len < HEADER_BYTES || len > b.len() {
+            return None;
+        }
+        let sum = u64::from_le_bytes(b[32..40].try_into().unwrap());
+        if checksum(&[&b[8..32], &b[HEADER_BYTES..len]].concat()) != sum {
+            return None;
+        }
+        let coordinator = u16::from_le_bytes(b[16..18].try_into().unwrap());
+        let n = u32::from_le_bytes(b[20..24].try_into().unwrap()) as usize;
+        let tx_seq = u64::from_le_bytes(b[24..32].try_into().unwrap());
+        let mut entries = Vec::with_capacity(n.min(1024));
+        let mut pos = HEADER_BYTES;
+        for _ in 0..n {
+            let (e, used) = LogEntry::decode(&b[pos..len])?;
+            entries.push(e);
+            pos += used;
+        }
+        (pos == len).then_some(LogRecord { coordinator, tx_seq, entries })
+    }
+}
+
+/// The 8 bytes that invalidate a record (written at the slot's offset 0).
+pub fn invalid_state_word() -> u64 {
+    STATE_INVALID as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> LogRecord {
+        LogRecord {
+            coordinator: 42,
+            tx_seq: 99,
+            entries: vec![
+                LogEntry {
+                    table: 1,
+                    op: OpKind::Update,
+                    key: 5,
+                    old_version: 10,
+                    new_version: 11,
+                    old_flags: 1,
+                    replicas: vec![(0, 4096), (2, 8192)],
+                    old_value: vec![1, 2, 3],
+                },
+                LogEntry {
+                    table: 0,
+                    op: OpKind::Insert,
+                    key: 6,
+                    old_version: 0,
+                    new_version: 12,
+                    old_flags: 0,
+                    replicas: vec![(1, 64)],
+                    old_value: vec![0; 40],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn record_round_trips() {
+        let r = sample();
+        let b = r.encode();
+        assert_eq!(b.len(), r.encoded_len());
+        let mut expect = r.clone();
+        expect.entries[0].old_value.resize(8, 0);
+        assert_eq!(LogRecord::decode(&b), Some(expect));
+    }
+
+    #[test]
+    fn torn_invalidated_or_corrupt_records_are_rejected() {
+        let b = sample().encode();
+        for cut in [0, 8, 39, 40, b.len() - 1] {
+            let mut torn = b.clone();
+            torn[cut..].fill(0);
+            assert_eq!(LogRecord::decode(&torn), None, "torn at {cut}");
+        }
+        let mut inval = b.clone();
+        inval[0..8].copy_from_slice(&invalid_state_word().to_le_bytes());
+        assert_eq!(LogRecord::decode(&inval), None);
+        for i in 8..b.len() {
+            let mut flip = b.clone();
+            flip[i] ^= 0x10;
+            assert_eq!(LogRecord::decode(&flip), None, "bit flip at byte {i} must be detected");
+        }
+        assert_eq!(LogRecord::decode(&[]), None);
+    }
+}
