@@ -231,7 +231,7 @@ mod tests {
         let b = sample().encode();
         for cut in [0, 8, 39, 40, b.len() - 1] {
             let mut torn = b.clone();
-            torn[cut..].fill(0);
+            torn[cut..].fill(0xA5);
             assert_eq!(LogRecord::decode(&torn), None, "torn at {cut}");
         }
         let mut inval = b.clone();

@@ -20,6 +20,7 @@
 pub mod inline;
 mod memory;
 pub mod sim;
+pub mod tcp;
 
 mod verb;
 

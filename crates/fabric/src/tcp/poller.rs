@@ -13,8 +13,9 @@
 //! connection's verbs their posting order.
 //!
 //! When the queue stays empty the poller spins a bounded number of rounds
-//! (cheap pause instructions, then `yield_now`) to catch the next request of
-//! a pipelining client without a wake-up, and then parks. Producers unpark it
+//! (cheap pause instructions, then `yield_now`, at most [`SPIN_TIME_MAX`] in
+//! all) to catch the next request of a pipelining client without a wake-up,
+//! and then parks. Producers unpark it
 //! only when it has announced that it sleeps, so a busy server pays no
 //! syscalls for wake-ups.
 
@@ -24,6 +25,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
 
 use crate::memory::{MemoryNode, RegionKey};
 use crate::tcp::wire;
@@ -38,8 +40,12 @@ const QUEUE_BYTES_MAX: usize = 64 << 20;
 const OUTPUT_FLUSH_BYTES: usize = 256 << 10;
 /// Spin rounds with exponentially more pause instructions (2^0 .. 2^6).
 const SPIN_ROUNDS_MAX: u32 = 7;
-/// Then this many `yield_now` rounds, which let clients on the same core run.
+/// Then up to this many `yield_now` rounds, which let clients on the same core run.
 const YIELD_ROUNDS_MAX: u32 = 64;
+/// ... but no longer than this: on a busy core one `yield_now` can last a
+/// whole time slice, and an iteration bound alone would then keep an idle
+/// poller runnable for a long time.
+const SPIN_TIME_MAX: Duration = Duration::from_micros(100);
 
 /// What connection threads hand to the poller. The queue keeps each
 /// producer's order, so a connection's `Open` precedes its batches and its
@@ -208,6 +214,7 @@ pub(crate) fn run(queue: Arc<WorkQueue>, node: Arc<MemoryNode>) {
 
 /// Bounded wait for work before parking; returns whether work showed up.
 fn spin_for_work(queue: &WorkQueue) -> bool {
+    let start = Instant::now();
     for round in 0..SPIN_ROUNDS_MAX {
         for _ in 0..(1u32 << round) {
             std::hint::spin_loop();
@@ -220,6 +227,9 @@ fn spin_for_work(queue: &WorkQueue) -> bool {
         thread::yield_now();
         if queue.looks_nonempty() {
             return true;
+        }
+        if start.elapsed() > SPIN_TIME_MAX {
+            break;
         }
     }
     false

@@ -63,7 +63,8 @@ impl Shared {
 /// Admin connections must present `secret`. Returns only if the polling
 /// thread cannot be started.
 pub fn serve(listener: TcpListener, node: Arc<MemoryNode>, secret: u64) -> io::Result<()> {
-    let (shared, _poller) = start(node, secret)?;
+    let port = listener.local_addr()?.port();
+    let (shared, _poller) = start(node, secret, port)?;
     accept_loop(&listener, &shared);
     Ok(())
 }
@@ -81,10 +82,10 @@ impl MemoryServerHandle {
     /// Serve `node` on `listener` from background threads.
     pub fn spawn(listener: TcpListener, node: Arc<MemoryNode>, secret: u64) -> io::Result<Self> {
         let addr = listener.local_addr()?;
-        let (shared, poller) = start(node, secret)?;
+        let (shared, poller) = start(node, secret, addr.port())?;
         let s = shared.clone();
         let acceptor = thread::Builder::new()
-            .name(format!("tandem-mem-accept-{}", addr.port()))
+            .name(format!("memaccept-{}", addr.port()))
             .spawn(move || accept_loop(&listener, &s));
         let acceptor = match acceptor {
             Ok(a) => a,
@@ -127,9 +128,14 @@ impl MemoryServerHandle {
             SocketAddr::V6(a) if a.ip().is_unspecified() => SocketAddr::from((Ipv6Addr::LOCALHOST, a.port())),
             a => a,
         };
-        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
-        if let Some(a) = self.acceptor.take() {
-            let _ = a.join();
+        match TcpStream::connect_timeout(&wake, Duration::from_secs(1)) {
+            Ok(_) => {
+                if let Some(a) = self.acceptor.take() {
+                    let _ = a.join();
+                }
+            }
+            // Joining would hang; the acceptor exits at its next accept.
+            Err(e) => log::warn!("memory server {}: could not wake the acceptor: {e}", self.addr),
         }
         for (_, s) in self.shared.conns().drain() {
             let _ = s.shutdown(Shutdown::Both);
@@ -147,10 +153,12 @@ impl Drop for MemoryServerHandle {
     }
 }
 
-fn start(node: Arc<MemoryNode>, secret: u64) -> io::Result<(Arc<Shared>, JoinHandle<()>)> {
+/// Thread names stay within Linux's 15 visible characters and carry the
+/// port, so an operator (or a test) can find a given server's poller.
+fn start(node: Arc<MemoryNode>, secret: u64, port: u16) -> io::Result<(Arc<Shared>, JoinHandle<()>)> {
     let queue = Arc::new(WorkQueue::new());
     let (q, n) = (queue.clone(), node.clone());
-    let poller = thread::Builder::new().name("tandem-mem-poller".into()).spawn(move || poller::run(q, n))?;
+    let poller = thread::Builder::new().name(format!("mempoll-{port}")).spawn(move || poller::run(q, n))?;
     queue.set_poller(poller.thread().clone());
     let shared = Arc::new(Shared {
         node,
@@ -197,7 +205,7 @@ fn admit(shared: &Arc<Shared>, conn: u64, stream: TcpStream, peer: SocketAddr) -
     }
     let s = shared.clone();
     let spawned = thread::Builder::new()
-        .name(format!("tandem-mem-conn-{conn}"))
+        .name(format!("memconn-{conn}"))
         .stack_size(READER_STACK_BYTES)
         .spawn(move || {
             serve_connection(&s, conn, stream, peer);

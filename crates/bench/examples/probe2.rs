@@ -1,0 +1,15 @@
+use tandem_bench::sim_bank::{run, SimBankConfig};
+use tandem_dkvs::{BugSwitches, Mode};
+fn main() {
+    let n: u64 = std::env::args().nth(1).map(|s| s.parse().unwrap()).unwrap_or(50);
+    let mut found = 0; let mut commits = 0; let mut aborts = 0;
+    for seed in 0..n {
+        let mut cfg = SimBankConfig::new(Mode::Pandora, seed);
+        cfg.bugs = BugSwitches { relaxed_locks: true, ..Default::default() };
+        let r = run(&cfg);
+        commits += r.committed; aborts += r.aborted;
+        if !r.violations.is_empty() { found += 1; }
+        if seed == 0 { println!("{:?}", r.stats.aborts_by_reason); }
+    }
+    println!("{found}/{n} caught; commits {commits} aborts {aborts}");
+}

@@ -1,0 +1,225 @@
+//! The compute side of the tcp backend: joining a cluster of memory servers
+//! (region keys, revocation) and a compute thread's [`Fabric`] handle onto
+//! them (DESIGN.md §3, "Access control" and "tcp").
+//!
+//! [`TcpCluster`] speaks the admin protocol: it is what the membership service
+//! (or an embedded cluster) uses to issue a compute node its region keys and
+//! to terminate its links when it is declared failed (`pandora.txt` §3.2.2,
+//! "Active-Link Termination"). [`TcpCluster::connect`] opens the calling
+//! thread's data connections with those keys and returns a [`TcpFabric`];
+//! each compute thread (a tokio `current_thread` runtime with a `LocalSet`)
+//! connects once and shares the handle among all its coordinators, whose
+//! batches then pipeline on one connection per memory server.
+
+use std::future::{poll_fn, Future};
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::Poll;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::memory::RegionKey;
+use crate::tcp::qp::TcpQp;
+use crate::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg, FRAME_HEADER_BYTES};
+use crate::verb::{ComputeNodeId, MemNodeId};
+use crate::Fabric;
+
+/// The memory servers of one cluster, in memory-node order (`addrs[i]` is
+/// memory node `i`), and the admin secret they share.
+#[derive(Clone, Debug)]
+pub struct TcpCluster {
+    pub addrs: Vec<SocketAddr>,
+    pub secret: u64,
+}
+
+impl TcpCluster {
+    pub fn new(addrs: Vec<SocketAddr>, secret: u64) -> Self {
+        TcpCluster { addrs, secret }
+    }
+
+    /// Issue `compute` a region key on every memory server (keys in memory-node
+    /// order). Re-registering replaces the old keys, which cuts off every
+    /// connection made with them: register once per compute node, then let
+    /// each of its threads [`connect`](Self::connect) with the same keys.
+    pub async fn register(&self, compute: ComputeNodeId) -> io::Result<Vec<RegionKey>> {
+        let calls = self.addrs.iter().map(|&addr| async move {
+            match admin_call(addr, self.secret, ClientMsg::Register { compute }).await? {
+                ServerMsg::Registered { key } => Ok(key),
+                other => Err(unexpected(addr, &other)),
+            }
+        });
+        join_all(calls.collect()).await.into_iter().collect()
+    }
+
+    /// Link termination: revoke `compute`'s keys on every memory server, in
+    /// parallel. Returns once every server has acknowledged; from then on no
+    /// verb of `compute` executes anywhere (its later verbs complete with
+    /// `Revoked`). An error means some server may not have revoked yet.
+    pub async fn revoke(&self, compute: ComputeNodeId) -> io::Result<()> {
+        let calls = self.addrs.iter().map(|&addr| async move {
+            match admin_call(addr, self.secret, ClientMsg::Revoke { compute }).await? {
+                ServerMsg::Revoked => Ok(()),
+                other => Err(unexpected(addr, &other)),
+            }
+        });
+        join_all(calls.collect()).await.into_iter().collect()
+    }
+
+    /// The region size of every memory server, in memory-node order.
+    pub async fn info(&self) -> io::Result<Vec<u64>> {
+        let calls = self.addrs.iter().map(|&addr| async move {
+            match admin_call(addr, self.secret, ClientMsg::Info).await? {
+                ServerMsg::Info { size_bytes } => Ok(size_bytes),
+                other => Err(unexpected(addr, &other)),
+            }
+        });
+        join_all(calls.collect()).await.into_iter().collect()
+    }
+
+    /// Open the calling thread's data connections, one per memory server,
+    /// presenting `keys` (from [`register`](Self::register)). Fails if any
+    /// server refuses its key. Must be called inside a tokio `LocalSet`: each
+    /// connection's reader and writer run as local tasks of this thread.
+    pub async fn connect(&self, compute: ComputeNodeId, keys: &[RegionKey]) -> io::Result<TcpFabric> {
+        if keys.len() != self.addrs.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} region keys for {} memory servers", keys.len(), self.addrs.len()),
+            ));
+        }
+        let handshakes = self.addrs.iter().zip(keys).map(|(&addr, &key)| hello(addr, compute, key));
+        let mut streams = Vec::with_capacity(keys.len());
+        // Every handshake must succeed; the streams of the others close on drop.
+        for s in join_all(handshakes.collect()).await {
+            streams.push(s?);
+        }
+        let qps: Vec<TcpQp> = streams.into_iter().enumerate().map(|(i, s)| TcpQp::start(s, i as MemNodeId)).collect();
+        Ok(TcpFabric { compute, qps: qps.into() })
+    }
+}
+
+/// One compute thread's handle onto every memory server of a cluster. Clones
+/// share the thread's connections; a queue pair is a cheap clone of the
+/// connection handle.
+#[derive(Clone)]
+pub struct TcpFabric {
+    compute: ComputeNodeId,
+    qps: Rc<[TcpQp]>,
+}
+
+impl TcpFabric {
+    /// Whether every connection is still up.
+    pub fn is_connected(&self) -> bool {
+        self.qps.iter().all(TcpQp::is_connected)
+    }
+}
+
+impl std::fmt::Debug for TcpFabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpFabric").field("compute", &self.compute).field("qps", &self.qps).finish()
+    }
+}
+
+impl Fabric for TcpFabric {
+    type Qp = TcpQp;
+
+    fn queue_pair(&self, mem: MemNodeId) -> TcpQp {
+        self.qps[mem as usize].clone()
+    }
+
+    fn memory_nodes(&self) -> usize {
+        self.qps.len()
+    }
+
+    fn compute_node(&self) -> ComputeNodeId {
+        self.compute
+    }
+}
+
+/// The data-connection handshake: `Hello`, then `HelloOk` or a rejection.
+async fn hello(addr: SocketAddr, compute: ComputeNodeId, key: RegionKey) -> io::Result<TcpStream> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let mut buf = Vec::new();
+    ClientMsg::Hello { compute, key }.encode(&mut buf);
+    stream.write_all(&buf).await?;
+    match read_msg(&mut stream, &mut buf).await? {
+        ServerMsg::HelloOk => Ok(stream),
+        other => Err(unexpected(addr, &other)),
+    }
+}
+
+/// One control request on a fresh admin connection. Control requests are
+/// rare (join, failure), so a connection each keeps no state to go stale.
+async fn admin_call(addr: SocketAddr, secret: u64, msg: ClientMsg) -> io::Result<ServerMsg> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let mut buf = Vec::new();
+    ClientMsg::Admin { secret }.encode(&mut buf);
+    stream.write_all(&buf).await?;
+    // Wait for the secret to be accepted before sending the request: a
+    // server that rejects closes at once, and unread request bytes would turn
+    // its close into a reset that can swallow the `Reject`.
+    match read_msg(&mut stream, &mut buf).await? {
+        ServerMsg::AdminOk => {}
+        other => return Err(unexpected(addr, &other)),
+    }
+    buf.clear();
+    msg.encode(&mut buf);
+    stream.write_all(&buf).await?;
+    let answer = read_msg(&mut stream, &mut buf).await?;
+    let _ = stream.shutdown().await;
+    Ok(answer)
+}
+
+/// Read and decode one server frame.
+async fn read_msg(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<ServerMsg> {
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    stream.read_exact(&mut header).await?;
+    let len = wire::frame_len(header)?;
+    buf.clear();
+    buf.resize(len, 0);
+    stream.read_exact(buf).await?;
+    Ok(ServerMsg::decode(buf)?)
+}
+
+fn unexpected(addr: SocketAddr, msg: &ServerMsg) -> io::Error {
+    match msg {
+        ServerMsg::Reject { reason } => {
+            let kind = match reason {
+                RejectReason::BadKey | RejectReason::BadSecret => io::ErrorKind::PermissionDenied,
+                RejectReason::Busy => io::ErrorKind::ConnectionRefused,
+                RejectReason::Protocol => io::ErrorKind::InvalidData,
+            };
+            io::Error::new(kind, format!("memory server {addr} rejected the request: {reason:?}"))
+        }
+        other => io::Error::new(io::ErrorKind::InvalidData, format!("memory server {addr} answered {other:?}")),
+    }
+}
+
+/// Run futures concurrently on the current task; outputs in input order.
+async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
+    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
+    let mut outs: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        let mut all = true;
+        for (f, o) in futs.iter_mut().zip(outs.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => all = false,
+                }
+            }
+        }
+        if all {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outs.into_iter().flatten().collect()
+}

@@ -1,0 +1,389 @@
+//! Contract tests of the tcp backend against the fabric semantics of
+//! DESIGN.md §3: a real memory server on 127.0.0.1:0 (background threads)
+//! and clients on a tokio `current_thread` runtime with a `LocalSet`, as
+//! compute threads run them.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tandem_fabric::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg};
+use tandem_fabric::tcp::{MemoryServerHandle, TcpCluster};
+use tandem_fabric::{Fabric, MemoryNode, QueuePair, Verb, VerbError, VerbOutput};
+
+const SECRET: u64 = 0x7A4D_E35E_C8E7;
+/// Every test body must finish well within this; a hang fails instead of stalling CI.
+const TEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn server(size_bytes: u64) -> MemoryServerHandle {
+    let node = Arc::new(MemoryNode::new(size_bytes, 0xC0FFEE));
+    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), node, SECRET).expect("bind memory server")
+}
+
+fn cluster(servers: &[&MemoryServerHandle]) -> TcpCluster {
+    TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), SECRET)
+}
+
+/// Run `f` as a compute thread does: current_thread runtime plus LocalSet.
+fn run<F: Future>(f: F) -> F::Output {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async { tokio::time::timeout(TEST_TIMEOUT, f).await.expect("test timed out") })
+}
+
+fn raw(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s
+}
+
+/// Read until the server closes the connection; returns what it sent. A
+/// read timeout means the server left the connection open: a failure.
+fn read_until_closed(s: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return got,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return got,
+            Err(e) => panic!("server did not close the connection: {e}"),
+        }
+    }
+}
+
+/// Decode the frames a server sent on a raw connection.
+fn server_frames(mut bytes: &[u8]) -> Vec<ServerMsg> {
+    let mut out = Vec::new();
+    let mut body = Vec::new();
+    while let Ok(true) = wire::read_frame(&mut bytes, &mut body) {
+        out.push(ServerMsg::decode(&body).expect("server sent a malformed frame"));
+    }
+    out
+}
+
+fn frame(msg: ClientMsg) -> Vec<u8> {
+    let mut b = Vec::new();
+    msg.encode(&mut b);
+    b
+}
+
+#[test]
+fn verbs_on_one_queue_pair_execute_in_posting_order() {
+    let (s0, s1) = (server(4096), server(4096));
+    let c = cluster(&[&s0, &s1]);
+    run(async {
+        let keys = c.register(1).await.unwrap();
+        assert_eq!(keys.len(), 2);
+        let fabric = c.connect(1, &keys).await.unwrap();
+        assert_eq!((fabric.memory_nodes(), fabric.compute_node()), (2, 1));
+        let qp = fabric.queue_pair(0);
+        assert_eq!(qp.memory_node(), 0);
+
+        // 200 batches in flight at once: each CAS succeeds only if its
+        // predecessor already executed.
+        let pending: Vec<_> = (0..200u64).map(|i| qp.post(vec![Verb::cas(0, i, i + 1)])).collect();
+        for (i, p) in pending.into_iter().enumerate() {
+            assert_eq!(p.await, vec![Ok(VerbOutput::Cas(i as u64))], "batch {i} ran out of order");
+        }
+        assert_eq!(s0.node().load_u64(0), 200);
+
+        // Within a batch too, and on the other memory node independently.
+        let qp1 = fabric.queue_pair(1);
+        let got = qp1.post(vec![Verb::write_u64(8, 5), Verb::faa(8, 1), Verb::read(8, 8)]).await;
+        assert_eq!(got, vec![Ok(VerbOutput::Write), Ok(VerbOutput::Faa(5)), Ok(VerbOutput::Read(6u64.to_le_bytes().to_vec()))]);
+        assert_eq!((s0.node().load_u64(8), s1.node().load_u64(8)), (0, 6));
+
+        // Many coordinators (tasks) pipelining on the same connection.
+        let olds = Rc::new(RefCell::new(Vec::new()));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (qp, olds) = (fabric.queue_pair(1), olds.clone());
+                tokio::task::spawn_local(async move {
+                    for _ in 0..50 {
+                        let done = qp.post(vec![Verb::faa(16, 1)]).await;
+                        olds.borrow_mut().push(done[0].clone().unwrap().old_value());
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let mut olds = olds.take();
+        olds.sort_unstable();
+        assert_eq!(olds, (0..400).collect::<Vec<u64>>(), "every FAA executed exactly once");
+
+        // A coordinator that stops waiting (its future dropped) does not
+        // disturb the connection: the verbs still execute, in order.
+        drop(qp.post(vec![Verb::faa(0, 10)]));
+        let p = qp.post(vec![Verb::faa(0, 1)]);
+        drop(qp.post(vec![Verb::faa(0, 100)]));
+        assert_eq!(p.await, vec![Ok(VerbOutput::Faa(210))]);
+        assert_eq!(qp.post(vec![Verb::read(0, 8)]).await, vec![Ok(VerbOutput::Read(311u64.to_le_bytes().to_vec()))]);
+        assert_eq!(qp.outstanding(), 0);
+
+        assert_eq!(c.info().await.unwrap(), vec![4096, 4096]);
+        assert!(fabric.is_connected());
+    });
+}
+
+#[test]
+fn after_revocation_verbs_complete_with_revoked_and_do_not_execute() {
+    let s = server(1024);
+    let c = cluster(&[&s]);
+    run(async {
+        let keys3 = c.register(3).await.unwrap();
+        let keys4 = c.register(4).await.unwrap();
+        let f3 = c.connect(3, &keys3).await.unwrap();
+        let f4 = c.connect(4, &keys4).await.unwrap();
+        let qp3 = f3.queue_pair(0);
+        assert_eq!(qp3.post(vec![Verb::write_u64(0, 1)]).await, vec![Ok(VerbOutput::Write)]);
+
+        c.revoke(3).await.unwrap();
+        let got = qp3.post(vec![Verb::write_u64(0, 99), Verb::faa(8, 1), Verb::read(0, 8)]).await;
+        assert_eq!(got, vec![Err(VerbError::Revoked); 3]);
+        assert_eq!((s.node().load_u64(0), s.node().load_u64(8)), (1, 0), "revoked verbs must not execute");
+
+        // Other compute nodes are unaffected.
+        assert_eq!(f4.queue_pair(0).post(vec![Verb::faa(8, 2)]).await, vec![Ok(VerbOutput::Faa(0))]);
+        // The revoked key cannot open a new connection.
+        let err = c.connect(3, &keys3).await.expect_err("revoked key accepted");
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied);
+        // A re-issued key works; the old connection stays cut off.
+        let fresh = c.register(3).await.unwrap();
+        let f3b = c.connect(3, &fresh).await.unwrap();
+        assert_eq!(f3b.queue_pair(0).post(vec![Verb::read(0, 8)]).await, vec![Ok(VerbOutput::Read(1u64.to_le_bytes().to_vec()))]);
+        assert_eq!(qp3.post(vec![Verb::write_u64(0, 7)]).await, vec![Err(VerbError::Revoked)]);
+        assert_eq!(s.node().load_u64(0), 1);
+    });
+}
+
+#[test]
+fn bad_addresses_complete_with_errors_and_the_server_keeps_serving() {
+    let s = server(64);
+    let c = cluster(&[&s]);
+    run(async {
+        let keys = c.register(1).await.unwrap();
+        let qp = c.connect(1, &keys).await.unwrap().queue_pair(0);
+        let got = qp
+            .post(vec![
+                Verb::read(60, 8),
+                Verb::cas(12, 0, 1),
+                Verb::faa(64, 1),
+                Verb::read(u64::MAX - 2, 8),
+                Verb::write(63, vec![1, 2]),
+                Verb::read(0, 1 << 20),
+                Verb::faa(3, 1),
+                Verb::cas(56, 0, 9),
+            ])
+            .await;
+        use VerbError::{Misaligned, OutOfRange};
+        let expected = vec![
+            Err(OutOfRange),
+            Err(Misaligned),
+            Err(OutOfRange),
+            Err(OutOfRange),
+            Err(OutOfRange),
+            Err(OutOfRange),
+            Err(Misaligned),
+            Ok(VerbOutput::Cas(0)),
+        ];
+        assert_eq!(got, expected);
+        // A batch whose answer cannot fit in one frame is refused locally, per verb.
+        assert_eq!(qp.post(vec![Verb::read(0, u32::MAX), Verb::read(0, 8)]).await, vec![Err(OutOfRange); 2]);
+        assert_eq!(qp.post(vec![]).await, vec![]);
+        assert_eq!(qp.post(vec![Verb::read(56, 8)]).await, vec![Ok(VerbOutput::Read(9u64.to_le_bytes().to_vec()))]);
+        assert!(qp.is_connected());
+    });
+}
+
+#[test]
+fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
+    let s = server(1024);
+    let addr = s.local_addr();
+    let c = cluster(&[&s]);
+    run(async {
+        let keys = c.register(1).await.unwrap();
+        let good = c.connect(1, &keys).await.unwrap().queue_pair(0);
+        assert_eq!(good.post(vec![Verb::write_u64(0, 11)]).await, vec![Ok(VerbOutput::Write)]);
+
+        // Random bytes (then end of stream, in case they look like a short frame).
+        let mut x: u64 = 0x1234_5678_9ABC_DEF1;
+        let noise: Vec<u8> = (0..1024)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut g = raw(addr);
+        g.write_all(&noise).unwrap();
+        let _ = g.shutdown(Shutdown::Write);
+        read_until_closed(&mut g);
+
+        // An oversized length prefix closes at once, with no end of stream needed.
+        let mut g = raw(addr);
+        g.write_all(&u32::MAX.to_le_bytes()).unwrap();
+        g.write_all(&[0x02; 64]).unwrap();
+        read_until_closed(&mut g);
+
+        // A frame cut short by the end of the stream.
+        let hello = frame(ClientMsg::Hello { compute: 1, key: keys[0] });
+        let mut g = raw(addr);
+        g.write_all(&hello[..hello.len() / 2]).unwrap();
+        g.shutdown(Shutdown::Write).unwrap();
+        assert!(read_until_closed(&mut g).is_empty());
+
+        // A correct Hello, then a batch whose length says one thing and whose
+        // verbs another (a truncated verb): the connection closes, nothing executes.
+        let mut g = raw(addr);
+        g.write_all(&hello).unwrap();
+        let mut batch = frame(ClientMsg::Batch { req_id: 0, verbs: vec![Verb::write_u64(8, 5), Verb::write_u64(16, 5)] });
+        batch.truncate(batch.len() - 3);
+        let body_len = (batch.len() - 4) as u32;
+        batch[..4].copy_from_slice(&body_len.to_le_bytes());
+        g.write_all(&batch).unwrap();
+        assert_eq!(server_frames(&read_until_closed(&mut g)), vec![ServerMsg::HelloOk]);
+        assert_eq!((s.node().load_u64(8), s.node().load_u64(16)), (0, 0));
+
+        // Trailing bytes after a valid message.
+        let mut g = raw(addr);
+        let mut bad = frame(ClientMsg::Info);
+        bad[..4].copy_from_slice(&2u32.to_le_bytes());
+        bad.push(0);
+        g.write_all(&bad).unwrap();
+        read_until_closed(&mut g);
+
+        // A wrong key in Hello, a wrong admin secret, a batch before any Hello:
+        // each gets a Reject and the connection closes.
+        for (msg, reason) in [
+            (ClientMsg::Hello { compute: 1, key: keys[0] ^ 1 }, RejectReason::BadKey),
+            (ClientMsg::Admin { secret: SECRET ^ 1 }, RejectReason::BadSecret),
+            (ClientMsg::Batch { req_id: 0, verbs: vec![Verb::write_u64(0, 1)] }, RejectReason::Protocol),
+        ] {
+            let mut g = raw(addr);
+            g.write_all(&frame(msg)).unwrap();
+            assert_eq!(server_frames(&read_until_closed(&mut g)), vec![ServerMsg::Reject { reason }]);
+        }
+        let err = TcpCluster::new(vec![addr], SECRET ^ 1).register(2).await.expect_err("wrong secret accepted");
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied);
+
+        // The connection that was open all along, and a new one, still work.
+        assert_eq!(good.post(vec![Verb::read(0, 8)]).await, vec![Ok(VerbOutput::Read(11u64.to_le_bytes().to_vec()))]);
+        let again = c.connect(1, &keys).await.unwrap().queue_pair(0);
+        assert_eq!(again.post(vec![Verb::faa(0, 1)]).await, vec![Ok(VerbOutput::Faa(11))]);
+        assert_eq!(s.node().load_u64(0), 12);
+    });
+}
+
+#[test]
+fn a_data_connection_with_a_wrong_key_executes_nothing() {
+    let s = server(1024);
+    let addr = s.local_addr();
+    let c = cluster(&[&s]);
+    run(async {
+        let keys1 = c.register(1).await.unwrap();
+        // Wrong key, another node's key, and no key at all for an
+        // unregistered node; the batch is pipelined right behind the Hello.
+        for (compute, key) in [(1, keys1[0] ^ 0x100), (2, keys1[0]), (9, 0)] {
+            let mut g = raw(addr);
+            let mut bytes = frame(ClientMsg::Hello { compute, key });
+            bytes.extend(frame(ClientMsg::Batch { req_id: 0, verbs: vec![Verb::write_u64(0, 0xBAD), Verb::faa(8, 1)] }));
+            g.write_all(&bytes).unwrap();
+            let answers = server_frames(&read_until_closed(&mut g));
+            assert!(answers.iter().all(|m| matches!(m, ServerMsg::Reject { .. })), "{answers:?}");
+        }
+        let err = c.connect(2, &keys1).await.expect_err("another node's key accepted");
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied);
+        assert_eq!((s.node().load_u64(0), s.node().load_u64(8)), (0, 0), "nothing executed");
+    });
+}
+
+#[test]
+fn a_lost_connection_completes_every_verb_with_unavailable() {
+    // A fake memory server: accepts the handshake, reads one batch, then dies.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut body = Vec::new();
+        let mut rd = s.try_clone().unwrap();
+        assert!(matches!(wire::read_frame(&mut rd, &mut body), Ok(true)));
+        s.write_all(&{
+            let mut b = Vec::new();
+            ServerMsg::HelloOk.encode(&mut b);
+            b
+        })
+        .unwrap();
+        assert!(matches!(wire::read_frame(&mut rd, &mut body), Ok(true)));
+    });
+    run(async {
+        let fabric = TcpCluster::new(vec![addr], SECRET).connect(1, &[42]).await.unwrap();
+        let qp = fabric.queue_pair(0);
+        let first = qp.post(vec![Verb::read(0, 8), Verb::faa(8, 1), Verb::write_u64(0, 1)]);
+        let second = qp.post(vec![Verb::cas(0, 0, 1)]);
+        assert_eq!(first.await, vec![Err(VerbError::Unavailable); 3]);
+        assert_eq!(second.await, vec![Err(VerbError::Unavailable)]);
+        assert!(!fabric.is_connected());
+        assert_eq!(qp.post(vec![Verb::read(0, 8), Verb::read(8, 8)]).await, vec![Err(VerbError::Unavailable); 2]);
+    });
+    fake.join().unwrap();
+
+    // A real server shutting down under a connected client.
+    let s = server(1024);
+    let c = cluster(&[&s]);
+    run(async {
+        let keys = c.register(1).await.unwrap();
+        let qp = c.connect(1, &keys).await.unwrap().queue_pair(0);
+        assert_eq!(qp.post(vec![Verb::faa(0, 1)]).await, vec![Ok(VerbOutput::Faa(0))]);
+        s.shutdown();
+        let after = qp.post(vec![Verb::faa(0, 1)]).await;
+        assert_eq!(after, vec![Err(VerbError::Unavailable)]);
+        assert_eq!(qp.post(vec![Verb::faa(0, 1)]).await, vec![Err(VerbError::Unavailable)]);
+    });
+}
+
+/// DESIGN.md §3: "adaptive spin-then-park polling so idle servers do not burn
+/// a core". Between bursts of work, the poller thread uses (almost) no CPU.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_idle_server_parks_its_polling_thread() {
+    let s = server(1024);
+    let c = cluster(&[&s]);
+    let name = format!("mempoll-{}", s.local_addr().port());
+    // utime + stime of the poller thread, in clock ticks (usually 10 ms).
+    let poller_cpu_ticks = || -> u64 {
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim() == name {
+                let stat = std::fs::read_to_string(task.path().join("stat")).unwrap();
+                // Fields after the parenthesised name: state is 3rd, utime 14th, stime 15th.
+                let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+                return fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+            }
+        }
+        panic!("no thread named {name}");
+    };
+    run(async {
+        let keys = c.register(1).await.unwrap();
+        let qp = c.connect(1, &keys).await.unwrap().queue_pair(0);
+        for _ in 0..2 {
+            for _ in 0..100 {
+                assert!(qp.post(vec![Verb::faa(0, 1)]).await[0].is_ok());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let before = poller_cpu_ticks();
+            std::thread::sleep(Duration::from_millis(200));
+            let used = poller_cpu_ticks() - before;
+            // A spinning poller would use ~20 ticks here (fewer on a loaded machine, but far more than 2).
+            assert!(used <= 2, "idle poller used {used} ticks in 200 ms");
+        }
+        assert_eq!(s.node().load_u64(0), 200);
+    });
+}

@@ -1,0 +1,295 @@
+//! A SmallBank-style bank whose post-run check is exact, and which is built so
+//! that each of FORD's concurrency bugs breaks it (DESIGN.md §4.7).
+//!
+//! Every customer `c` owns a checking account `2c` and a savings account
+//! `2c+1`. Application invariant: a customer's combined balance never goes
+//! below zero. A debit of account `a` therefore reads the sibling `a^1`
+//! (read-only) and never takes more than `a + sibling`. Two concurrent debits
+//! of the two accounts of one customer form the write-skew pattern of
+//! `pandora.txt` Fig. 5(b): a protocol that ignores locks in validation (covert
+//! locks) or validates before its locks are held (relaxed locks) lets both
+//! commit and drives the customer negative. Credits are read-modify-writes, so
+//! a lock released by somebody else (complicit abort) loses an update and the
+//! per-account ledger no longer matches.
+//!
+//! The check: every account's final balance equals its initial balance plus
+//! the deltas of exactly the acknowledged commits (so every committed transfer
+//! is reflected and no aborted one is), money is conserved, every customer is
+//! non-negative, and the live receipts are exactly those inserted and not
+//! deleted by acknowledged commits.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tandem_dkvs::loader::{LoadError, Loader};
+use tandem_dkvs::{AbortReason, Coordinator, TableId, TableSpec, TxError};
+use tandem_fabric::Fabric;
+use tandem_sim::Rng;
+
+pub const ACCOUNTS: TableId = 0;
+pub const RECEIPTS: TableId = 1;
+const RECEIPT_BYTES: u32 = 24;
+
+#[derive(Clone, Debug)]
+pub struct BankSpec {
+    pub customers: u64,
+    pub initial_balance: i64,
+    /// Receipt slots to provision (inserted receipts live at most this many).
+    pub receipt_capacity: u64,
+}
+
+impl Default for BankSpec {
+    fn default() -> Self {
+        BankSpec { customers: 16, initial_balance: 1_000, receipt_capacity: 4_096 }
+    }
+}
+
+fn encode_balance(v: i64) -> [u8; 8] {
+    v.to_le_bytes()
+}
+
+pub fn decode_balance(b: &[u8]) -> i64 {
+    i64::from_le_bytes(b[..8].try_into().expect("balance is 8 bytes"))
+}
+
+impl BankSpec {
+    pub fn accounts(&self) -> u64 {
+        self.customers * 2
+    }
+
+    pub fn tables(&self) -> Vec<TableSpec> {
+        vec![
+            TableSpec { id: ACCOUNTS, name: "accounts".into(), value_size: 8, capacity: self.accounts() },
+            TableSpec { id: RECEIPTS, name: "receipts".into(), value_size: RECEIPT_BYTES, capacity: self.receipt_capacity },
+        ]
+    }
+
+    pub async fn load<F: Fabric>(&self, loader: &mut Loader<F>) -> Result<(), LoadError> {
+        for a in 0..self.accounts() {
+            loader.put(ACCOUNTS, a, &encode_balance(self.initial_balance)).await?;
+        }
+        Ok(())
+    }
+
+    pub fn total(&self) -> i64 {
+        self.initial_balance * self.accounts() as i64
+    }
+}
+
+/// What one client (one coordinator) saw acknowledged.
+#[derive(Clone, Debug, Default)]
+pub struct BankLedger {
+    pub deltas: BTreeMap<u64, i64>,
+    pub receipts_live: BTreeSet<u64>,
+    pub committed: u64,
+    pub aborted: u64,
+    /// Read-only audits that committed having seen a negative customer.
+    pub audit_violations: Vec<String>,
+    /// Transactions whose outcome is unknown (fabric error mid-commit).
+    pub unknown: u64,
+}
+
+impl BankLedger {
+    pub fn merge(&mut self, o: &BankLedger) {
+        for (a, d) in &o.deltas {
+            *self.deltas.entry(*a).or_default() += d;
+        }
+        self.receipts_live.extend(o.receipts_live.iter().copied());
+        self.committed += o.committed;
+        self.aborted += o.aborted;
+        self.audit_violations.extend(o.audit_violations.iter().cloned());
+        self.unknown += o.unknown;
+    }
+}
+
+/// A bank client: generates transactions and records acknowledged effects.
+pub struct BankClient {
+    spec: BankSpec,
+    client_id: u32,
+    rng: Rng,
+    next_receipt: u32,
+    /// Probability that a debit also inserts a receipt.
+    pub receipt_chance: f64,
+    pub ledger: BankLedger,
+}
+
+enum Outcome {
+    Committed,
+    Skipped,
+}
+
+impl BankClient {
+    pub fn new(spec: BankSpec, client_id: u32, seed: u64) -> Self {
+        BankClient { spec, client_id, rng: Rng::new(seed), next_receipt: 0, receipt_chance: 0.1, ledger: BankLedger::default() }
+    }
+
+    /// Run one randomly chosen transaction to its end. `Err` only for errors
+    /// that are not aborts (revocation, unreachable memory).
+    pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
+        let n = self.spec.accounts();
+        let roll = self.rng.below(100);
+        let from = self.rng.below(n);
+        let mut to = self.rng.below(n - 1);
+        if to >= from {
+            to += 1;
+        }
+        let amount = 1 + self.rng.below(self.spec.initial_balance as u64) as i64;
+        let result = if roll < 45 {
+            self.debit(coord, from, to, amount, false).await
+        } else if roll < 75 {
+            self.debit(coord, from, to, amount, true).await
+        } else if roll < 90 {
+            self.audit(coord, from / 2).await
+        } else {
+            self.delete_receipt(coord).await
+        };
+        match result {
+            Ok(Outcome::Committed) => {
+                self.ledger.committed += 1;
+                Ok(true)
+            }
+            Ok(Outcome::Skipped) => Ok(false),
+            Err(TxError::Aborted(_)) => {
+                self.ledger.aborted += 1;
+                Ok(false)
+            }
+            Err(e) => {
+                self.ledger.unknown += 1;
+                Err(e)
+            }
+        }
+    }
+
+    /// Move up to `amount` from `from` to `to`, never taking the customer of
+    /// `from` below zero. `locked` picks read-for-update over optimistic
+    /// reads plus blind (pipelined) writes.
+    async fn debit<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+        from: u64,
+        to: u64,
+        amount: i64,
+        locked: bool,
+    ) -> Result<Outcome, TxError> {
+        let mut tx = coord.begin();
+        let sibling = from ^ 1;
+        let (a, s, b);
+        if locked {
+            s = if sibling == to { None } else { Some(bal(tx.read(ACCOUNTS, sibling).await?)) };
+            a = decode_balance(&tx.read_for_update(ACCOUNTS, from).await?);
+            b = decode_balance(&tx.read_for_update(ACCOUNTS, to).await?);
+        } else {
+            s = if sibling == to { None } else { Some(bal(tx.read(ACCOUNTS, sibling).await?)) };
+            a = bal(tx.read(ACCOUNTS, from).await?);
+            b = bal(tx.read(ACCOUNTS, to).await?);
+        }
+        // When `to` is the sibling it was read (and locked) as `b`.
+        let available = a + s.unwrap_or(b);
+        // Often drain everything available: write skew then overdraws at once.
+        let amount = if self.rng.chance(0.3) { available } else { amount.min(available) };
+        if available < 0 {
+            // The reads saw an overdrawn customer; if they validate, a committed
+            // transaction observed a broken invariant.
+            tx.commit().await?;
+            self.ledger.audit_violations.push(format!("debit saw customer {} at {a}+{:?} < 0", from / 2, s));
+            return Ok(Outcome::Committed);
+        }
+        if amount <= 0 {
+            let e = tx.abort().await;
+            debug_assert_eq!(e, TxError::Aborted(AbortReason::User));
+            return Ok(Outcome::Skipped);
+        }
+        tx.write(ACCOUNTS, from, &encode_balance(a - amount)).await?;
+        tx.write(ACCOUNTS, to, &encode_balance(b + amount)).await?;
+        let receipt = if self.rng.chance(self.receipt_chance) {
+            let key = ((self.client_id as u64) << 32) | self.next_receipt as u64;
+            self.next_receipt += 1;
+            let mut v = [0u8; RECEIPT_BYTES as usize];
+            v[..8].copy_from_slice(&from.to_le_bytes());
+            v[8..16].copy_from_slice(&to.to_le_bytes());
+            v[16..24].copy_from_slice(&amount.to_le_bytes());
+            tx.insert(RECEIPTS, key, &v).await?;
+            Some(key)
+        } else {
+            None
+        };
+        tx.commit().await?;
+        *self.ledger.deltas.entry(from).or_default() -= amount;
+        *self.ledger.deltas.entry(to).or_default() += amount;
+        if let Some(k) = receipt {
+            self.ledger.receipts_live.insert(k);
+        }
+        Ok(Outcome::Committed)
+    }
+
+    /// Read-only: a customer's combined balance must never be negative.
+    async fn audit<F: Fabric>(&mut self, coord: &mut Coordinator<F>, customer: u64) -> Result<Outcome, TxError> {
+        let mut tx = coord.begin();
+        let c = bal(tx.read(ACCOUNTS, 2 * customer).await?);
+        let s = bal(tx.read(ACCOUNTS, 2 * customer + 1).await?);
+        tx.commit().await?;
+        if c + s < 0 {
+            self.ledger.audit_violations.push(format!("audit saw customer {customer} at {c}+{s} < 0"));
+        }
+        Ok(Outcome::Committed)
+    }
+
+    async fn delete_receipt<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<Outcome, TxError> {
+        let Some(&key) = self.ledger.receipts_live.iter().nth(self.rng.below(self.ledger.receipts_live.len().max(1) as u64) as usize)
+        else {
+            return Ok(Outcome::Skipped);
+        };
+        let mut tx = coord.begin();
+        tx.delete(RECEIPTS, key).await?;
+        tx.commit().await?;
+        self.ledger.receipts_live.remove(&key);
+        Ok(Outcome::Committed)
+    }
+}
+
+fn bal(v: Option<Vec<u8>>) -> i64 {
+    decode_balance(&v.expect("bank accounts are never deleted"))
+}
+
+/// Compare the store's final state with the merged ledgers. Returns violations.
+pub fn verify(
+    spec: &BankSpec,
+    accounts: &BTreeMap<u64, Vec<u8>>,
+    receipts: &BTreeMap<u64, Vec<u8>>,
+    ledger: &BankLedger,
+) -> Vec<String> {
+    let mut v = ledger.audit_violations.clone();
+    let mut total = 0i64;
+    for a in 0..spec.accounts() {
+        let Some(bytes) = accounts.get(&a) else {
+            v.push(format!("account {a} is missing"));
+            continue;
+        };
+        let got = decode_balance(bytes);
+        total += got;
+        let want = spec.initial_balance + ledger.deltas.get(&a).copied().unwrap_or(0);
+        if ledger.unknown == 0 && got != want {
+            v.push(format!("account {a}: balance {got}, but acknowledged commits say {want}"));
+        }
+    }
+    if total != spec.total() {
+        v.push(format!("money not conserved: total {total}, expected {}", spec.total()));
+    }
+    for c in 0..spec.customers {
+        let (x, y) = (accounts.get(&(2 * c)).map(|b| decode_balance(b)), accounts.get(&(2 * c + 1)).map(|b| decode_balance(b)));
+        if let (Some(x), Some(y)) = (x, y) {
+            if x + y < 0 {
+                v.push(format!("customer {c} is overdrawn: {x} + {y} < 0"));
+            }
+        }
+    }
+    if ledger.unknown == 0 {
+        let live: BTreeSet<u64> = receipts.keys().copied().collect();
+        for k in live.difference(&ledger.receipts_live) {
+            v.push(format!("receipt {k:#x} is live but no acknowledged commit left it so"));
+        }
+        for k in ledger.receipts_live.difference(&live) {
+            v.push(format!("receipt {k:#x} was acknowledged but is not live"));
+        }
+    }
+    v
+}

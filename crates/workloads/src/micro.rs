@@ -1,0 +1,168 @@
+//! The micro-benchmark of FORD and Pandora (`pandora.txt` §4): 8-byte keys,
+//! 40-byte values, a write ratio, and keys chosen uniformly, from a hot set,
+//! or by a Zipf distribution.
+//!
+//! Each value carries a per-key write counter. Every write is a
+//! read-modify-write that increments it, so the post-run check is exact: the
+//! counters sum to the number of acknowledged writes (a lost or phantom update
+//! shows up as a difference).
+
+use std::collections::BTreeMap;
+
+use tandem_dkvs::loader::{LoadError, Loader};
+use tandem_dkvs::{Coordinator, TableId, TableSpec, TxError};
+use tandem_fabric::Fabric;
+use tandem_sim::Rng;
+
+use crate::Zipf;
+
+pub const TABLE: TableId = 0;
+pub const VALUE_BYTES: u32 = 40;
+
+#[derive(Clone, Debug)]
+pub enum KeyChooser {
+    Uniform,
+    /// `hot_fraction` of accesses go to the first `hot_keys` keys.
+    Hot { hot_keys: u64, hot_fraction: f64 },
+    Zipf(Zipf),
+}
+
+#[derive(Clone, Debug)]
+pub struct MicroSpec {
+    pub keys: u64,
+    /// Fraction of accessed objects that are written (0.0..=1.0).
+    pub write_ratio: f64,
+    /// Objects accessed per transaction (distinct keys).
+    pub ops_per_tx: u32,
+    pub chooser: KeyChooser,
+}
+
+impl Default for MicroSpec {
+    fn default() -> Self {
+        MicroSpec { keys: 100_000, write_ratio: 0.5, ops_per_tx: 2, chooser: KeyChooser::Uniform }
+    }
+}
+
+pub fn encode_value(key: u64, counter: u64) -> [u8; VALUE_BYTES as usize] {
+    let mut v = [0u8; VALUE_BYTES as usize];
+    v[..8].copy_from_slice(&counter.to_le_bytes());
+    v[8..16].copy_from_slice(&key.to_le_bytes());
+    v
+}
+
+pub fn decode_counter(v: &[u8]) -> u64 {
+    u64::from_le_bytes(v[..8].try_into().expect("micro value carries a counter"))
+}
+
+impl MicroSpec {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.keys < self.ops_per_tx as u64 {
+            return Err(format!("micro needs at least {} keys", self.ops_per_tx));
+        }
+        if !(0.0..=1.0).contains(&self.write_ratio) {
+            return Err(format!("write ratio must be in [0, 1], got {}", self.write_ratio));
+        }
+        if self.ops_per_tx == 0 {
+            return Err("ops per transaction must be positive".into());
+        }
+        if let KeyChooser::Hot { hot_keys, hot_fraction } = self.chooser {
+            if hot_keys == 0 || hot_keys > self.keys || !(0.0..=1.0).contains(&hot_fraction) {
+                return Err("hot set must be 1..=keys keys with a fraction in [0, 1]".into());
+            }
+        }
+        Ok(())
+    }
+
+    pub fn tables(&self) -> Vec<TableSpec> {
+        vec![TableSpec { id: TABLE, name: "micro".into(), value_size: VALUE_BYTES, capacity: self.keys }]
+    }
+
+    pub async fn load<F: Fabric>(&self, loader: &mut Loader<F>) -> Result<(), LoadError> {
+        for k in 0..self.keys {
+            loader.put(TABLE, k, &encode_value(k, 0)).await?;
+        }
+        Ok(())
+    }
+
+    fn pick(&self, rng: &mut Rng) -> u64 {
+        match &self.chooser {
+            KeyChooser::Uniform => rng.below(self.keys),
+            KeyChooser::Hot { hot_keys, hot_fraction } => {
+                if rng.chance(*hot_fraction) {
+                    rng.below(*hot_keys)
+                } else {
+                    rng.below(self.keys)
+                }
+            }
+            KeyChooser::Zipf(z) => z.sample(rng),
+        }
+    }
+}
+
+/// A micro client: one per coordinator.
+pub struct MicroClient {
+    spec: MicroSpec,
+    rng: Rng,
+    keys: Vec<u64>,
+    /// Acknowledged committed writes.
+    pub writes_committed: u64,
+}
+
+impl MicroClient {
+    pub fn new(spec: MicroSpec, seed: u64) -> Self {
+        MicroClient { spec, rng: Rng::new(seed), keys: Vec::new(), writes_committed: 0 }
+    }
+
+    /// Run one transaction. `Ok(true)` committed, `Ok(false)` aborted.
+    pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
+        self.keys.clear();
+        while self.keys.len() < self.spec.ops_per_tx as usize {
+            let k = self.spec.pick(&mut self.rng);
+            if !self.keys.contains(&k) {
+                self.keys.push(k);
+            }
+        }
+        let writes: Vec<bool> = self.keys.iter().map(|_| self.rng.chance(self.spec.write_ratio)).collect();
+        let mut tx = coord.begin();
+        let mut n_writes = 0;
+        for (i, &k) in self.keys.iter().enumerate() {
+            let r = if writes[i] {
+                match tx.read_for_update(TABLE, k).await {
+                    Ok(v) => {
+                        n_writes += 1;
+                        tx.write(TABLE, k, &encode_value(k, decode_counter(&v) + 1)).await
+                    }
+                    Err(e) => Err(e),
+                }
+            } else {
+                tx.read(TABLE, k).await.map(|_| ())
+            };
+            match r {
+                Ok(()) => {}
+                Err(TxError::Aborted(_)) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        match tx.commit().await {
+            Ok(()) => {
+                self.writes_committed += n_writes;
+                Ok(true)
+            }
+            Err(TxError::Aborted(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Post-run check: counters sum to the acknowledged writes; every key present.
+pub fn verify(spec: &MicroSpec, live: &BTreeMap<u64, Vec<u8>>, writes_committed: u64) -> Vec<String> {
+    let mut v = Vec::new();
+    if live.len() as u64 != spec.keys {
+        v.push(format!("{} keys live, expected {}", live.len(), spec.keys));
+    }
+    let sum: u64 = live.values().map(|b| decode_counter(b)).sum();
+    if sum != writes_committed {
+        v.push(format!("write counters sum to {sum}, but {writes_committed} writes were acknowledged"));
+    }
+    v
+}
