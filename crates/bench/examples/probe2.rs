@@ -4,11 +4,11 @@ fn main() {
     let n: u64 = std::env::args().nth(1).map(|s| s.parse().unwrap()).unwrap_or(50);
     let mut found = 0; let mut commits = 0; let mut aborts = 0;
     for seed in 0..n {
-        let mut cfg = SimBankConfig::new(Mode::Pandora, seed);
-        cfg.bugs = BugSwitches { relaxed_locks: true, ..Default::default() };
+        let mut cfg = SimBankConfig::new(Mode::Traditional, seed);
+        cfg.bank.customers = std::env::args().nth(2).map(|s| s.parse().unwrap()).unwrap_or(6); cfg.hot_sibling_pair = true; cfg.bugs = BugSwitches { relaxed_locks: true, ..Default::default() };
         let r = run(&cfg);
         commits += r.committed; aborts += r.aborted;
-        if !r.violations.is_empty() { found += 1; }
+        if !r.violations.is_empty() { found += 1; println!("seed {seed}"); }
         if seed == 0 { println!("{:?}", r.stats.aborts_by_reason); }
     }
     println!("{found}/{n} caught; commits {commits} aborts {aborts}");

@@ -27,6 +27,10 @@ pub struct SimBankConfig {
     pub bank: BankSpec,
     pub txs_per_coordinator: u32,
     pub fabric: SimFabricConfig,
+    /// Concentrate debits on one customer whose two accounts have different
+    /// primaries (a same-primary pair is ordered by the queue pair, which
+    /// hides validation races). Used to hunt the relaxed-locks bug.
+    pub hot_sibling_pair: bool,
 }
 
 impl SimBankConfig {
@@ -42,6 +46,7 @@ impl SimBankConfig {
             bank: BankSpec { customers: 6, initial_balance: 100, receipt_capacity: 2_048 },
             txs_per_coordinator: 40,
             fabric: SimFabricConfig::default(),
+            hot_sibling_pair: false,
         }
     }
 
@@ -52,7 +57,11 @@ impl SimBankConfig {
             .filter(|(on, _)| *on)
             .map(|(_, n)| *n)
             .collect();
-        names.iter().map(|n| format!(" --inject-bug {n}")).collect()
+        let mut flags: String = names.iter().map(|n| format!(" --inject-bug {n}")).collect();
+        if self.hot_sibling_pair {
+            flags.push_str(" --hot-sibling-pair");
+        }
+        flags
     }
 }
 
@@ -93,12 +102,19 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
     let stats: Rc<RefCell<CoordinatorStats>> = Rc::default();
     let mut seeds = Rng::new(cfg.seed ^ 0xBA4C);
     let failed = FailedIds::new();
+    let hot = cfg.hot_sibling_pair.then(|| {
+        let t = layout.table(ACCOUNTS);
+        let primary = |a: u64| t.replicas[t.home(a).0 as usize][0];
+        let c = (0..cfg.bank.customers).find(|&c| primary(2 * c) != primary(2 * c + 1)).unwrap_or(0);
+        (c, 0.5)
+    });
     for cn in 0..cfg.compute_nodes {
         let node = ComputeNode::new(cluster.join(cn + 1), &store, layout.clone(), failed.clone());
         for k in 0..cfg.coordinators_per_node {
             let id = 1 + cn * cfg.coordinators_per_node + k;
             let mut coord = node.coordinator(id);
             let mut client = BankClient::new(cfg.bank.clone(), id as u32, seeds.next_u64());
+            client.hot_customer = hot;
             let (ledgers, stats, n) = (ledgers.clone(), stats.clone(), cfg.txs_per_coordinator);
             sim.spawn(cn as u32, async move {
                 for _ in 0..n {

@@ -648,7 +648,6 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let version = u64::from_le_bytes(b[8..16].try_into().unwrap());
             let read = &self.reads[checks[k]];
             let locked = !self.c.node.bugs.covert_locks && self.c.blocks(lock);
-            if std::env::var("TDBG").is_ok() { eprintln!("coord {} val key {} version_ok {} lock {:#x}", self.c.id, read.key, version == read.version, lock.0); }
             if version != read.version || locked {
                 if logged {
                     self.invalidate_log().await?;

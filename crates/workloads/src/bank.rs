@@ -109,6 +109,9 @@ pub struct BankClient {
     next_receipt: u32,
     /// Probability that a debit also inserts a receipt.
     pub receipt_chance: f64,
+    /// `Some((c, p))`: with probability `p` a debit draws from customer `c`,
+    /// concentrating write-skew pairs on one customer (bug hunting).
+    pub hot_customer: Option<(u64, f64)>,
     pub ledger: BankLedger,
 }
 
@@ -119,7 +122,7 @@ enum Outcome {
 
 impl BankClient {
     pub fn new(spec: BankSpec, client_id: u32, seed: u64) -> Self {
-        BankClient { spec, client_id, rng: Rng::new(seed), next_receipt: 0, receipt_chance: 0.1, ledger: BankLedger::default() }
+        BankClient { spec, client_id, rng: Rng::new(seed), next_receipt: 0, receipt_chance: 0.1, hot_customer: None, ledger: BankLedger::default() }
     }
 
     /// Run one randomly chosen transaction to its end. `Err` only for errors
@@ -127,7 +130,10 @@ impl BankClient {
     pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
         let n = self.spec.accounts();
         let roll = self.rng.below(100);
-        let from = self.rng.below(n);
+        let from = match self.hot_customer {
+            Some((c, p)) if self.rng.chance(p) => 2 * c + self.rng.below(2),
+            _ => self.rng.below(n),
+        };
         let mut to = self.rng.below(n - 1);
         if to >= from {
             to += 1;
@@ -198,8 +204,14 @@ impl BankClient {
             debug_assert_eq!(e, TxError::Aborted(AbortReason::User));
             return Ok(Outcome::Skipped);
         }
-        tx.write(ACCOUNTS, from, &encode_balance(a - amount)).await?;
-        tx.write(ACCOUNTS, to, &encode_balance(b + amount)).await?;
+        // Either order: whichever write comes last still has its lock in flight at commit.
+        let mut writes = [(from, a - amount), (to, b + amount)];
+        if self.rng.chance(0.5) {
+            writes.swap(0, 1);
+        }
+        for (k, v) in writes {
+            tx.write(ACCOUNTS, k, &encode_balance(v)).await?;
+        }
         let receipt = if self.rng.chance(self.receipt_chance) {
             let key = ((self.client_id as u64) << 32) | self.next_receipt as u64;
             self.next_receipt += 1;
