@@ -1,4 +1,10 @@
 //! Harnesses that run workloads against a Tandem store: seeded simulation
-//! runs with invariant checks (tests and replays), and benchmarks.
+//! runs with invariant checks (tests and replays), and benchmarks over the
+//! inline (in-process) and tcp (memory-server processes) fabrics.
 
+pub mod cluster;
+pub mod compare;
+pub mod fabric_bench;
+pub mod runner;
 pub mod sim_bank;
+pub mod workload;

@@ -43,7 +43,7 @@ impl SimBankConfig {
             coordinators_per_node: 4,
             memory_nodes: 3,
             replicas: 2,
-            bank: BankSpec { customers: 6, initial_balance: 100, receipt_capacity: 2_048 },
+            bank: BankSpec { customers: 6, initial_balance: 100, receipt_capacity: 2_048, ..BankSpec::default() },
             txs_per_coordinator: 40,
             fabric: SimFabricConfig::default(),
             hot_sibling_pair: false,

@@ -18,8 +18,8 @@ use crate::slot::SLOT_HEADER_BYTES;
 /// Slots per bucket (one bucket is read in one verb on an address-cache miss).
 pub const ASSOC: u32 = 4;
 /// Upper bound on buckets probed for one key.
-pub const MAX_PROBE_BUCKETS: u32 = 8;
-/// Spare buckets provisioned per partition beyond the 1.5x head-room.
+pub const MAX_PROBE_BUCKETS: u32 = 64;
+/// Spare buckets provisioned per partition beyond the 2x head-room.
 const SPARE_BUCKETS: u64 = 4;
 /// Consistent-hashing virtual nodes per memory node.
 const VNODES: u32 = 64;
@@ -105,10 +105,10 @@ impl Layout {
             let value_bytes = spec.value_size.div_ceil(8) * 8;
             let slot_bytes = SLOT_HEADER_BYTES + value_bytes;
             let partitions = cfg.partitions_per_table;
-            // 1.5x head-room so linear probing rarely leaves the home bucket,
+            // 2x head-room so linear probing rarely leaves the home bucket,
             // plus spare buckets per partition so small tables, whose keys
             // spread less evenly, do not fill a partition.
-            let slots = spec.capacity * 3 / 2 + SPARE_BUCKETS * ASSOC as u64 * partitions as u64;
+            let slots = spec.capacity * 2 + SPARE_BUCKETS * ASSOC as u64 * partitions as u64;
             let buckets_per_partition = (slots.div_ceil(ASSOC as u64 * partitions as u64)).max(1) as u32;
             let mut t = TableLayout {
                 spec: spec.clone(),

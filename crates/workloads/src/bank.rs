@@ -33,13 +33,19 @@ const RECEIPT_BYTES: u32 = 24;
 pub struct BankSpec {
     pub customers: u64,
     pub initial_balance: i64,
-    /// Receipt slots to provision (inserted receipts live at most this many).
+    /// Receipt slots to provision. Deleted receipts leave tombstones that are
+    /// not reclaimed, so this bounds the receipts ever inserted.
     pub receipt_capacity: u64,
+    /// Probability that a debit drains everything the customer has, which
+    /// makes write skew overdraw at once (high for bug hunting, low for benchmarks).
+    pub drain_chance: f64,
+    /// Probability that a debit also inserts a receipt.
+    pub receipt_chance: f64,
 }
 
 impl Default for BankSpec {
     fn default() -> Self {
-        BankSpec { customers: 16, initial_balance: 1_000, receipt_capacity: 4_096 }
+        BankSpec { customers: 16, initial_balance: 1_000, receipt_capacity: 4_096, drain_chance: 0.3, receipt_chance: 0.1 }
     }
 }
 
@@ -107,8 +113,8 @@ pub struct BankClient {
     client_id: u32,
     rng: Rng,
     next_receipt: u32,
-    /// Probability that a debit also inserts a receipt.
-    pub receipt_chance: f64,
+    /// This client's acknowledged live receipts, for O(1) random choice.
+    receipt_pool: Vec<u64>,
     /// `Some((c, p))`: with probability `p` a debit draws from customer `c`,
     /// concentrating write-skew pairs on one customer (bug hunting).
     pub hot_customer: Option<(u64, f64)>,
@@ -117,12 +123,13 @@ pub struct BankClient {
 
 enum Outcome {
     Committed,
-    Skipped,
+    /// The application aborted (insufficient funds).
+    UserAborted,
 }
 
 impl BankClient {
     pub fn new(spec: BankSpec, client_id: u32, seed: u64) -> Self {
-        BankClient { spec, client_id, rng: Rng::new(seed), next_receipt: 0, receipt_chance: 0.1, hot_customer: None, ledger: BankLedger::default() }
+        BankClient { spec, client_id, rng: Rng::new(seed), next_receipt: 0, receipt_pool: Vec::new(), hot_customer: None, ledger: BankLedger::default() }
     }
 
     /// Run one randomly chosen transaction to its end. `Err` only for errors
@@ -153,7 +160,7 @@ impl BankClient {
                 self.ledger.committed += 1;
                 Ok(true)
             }
-            Ok(Outcome::Skipped) => Ok(false),
+            Ok(Outcome::UserAborted) => Ok(false),
             Err(TxError::Aborted(_)) => {
                 self.ledger.aborted += 1;
                 Ok(false)
@@ -191,7 +198,7 @@ impl BankClient {
         // When `to` is the sibling it was read (and locked) as `b`.
         let available = a + s.unwrap_or(b);
         // Often drain everything available: write skew then overdraws at once.
-        let amount = if self.rng.chance(0.3) { available } else { amount.min(available) };
+        let amount = if self.rng.chance(self.spec.drain_chance) { available } else { amount.min(available) };
         if available < 0 {
             // The reads saw an overdrawn customer; if they validate, a committed
             // transaction observed a broken invariant.
@@ -202,7 +209,7 @@ impl BankClient {
         if amount <= 0 {
             let e = tx.abort().await;
             debug_assert_eq!(e, TxError::Aborted(AbortReason::User));
-            return Ok(Outcome::Skipped);
+            return Ok(Outcome::UserAborted);
         }
         // Either order: whichever write comes last still has its lock in flight at commit.
         let mut writes = [(from, a - amount), (to, b + amount)];
@@ -212,7 +219,7 @@ impl BankClient {
         for (k, v) in writes {
             tx.write(ACCOUNTS, k, &encode_balance(v)).await?;
         }
-        let receipt = if self.rng.chance(self.receipt_chance) {
+        let receipt = if self.rng.chance(self.spec.receipt_chance) {
             let key = ((self.client_id as u64) << 32) | self.next_receipt as u64;
             self.next_receipt += 1;
             let mut v = [0u8; RECEIPT_BYTES as usize];
@@ -229,6 +236,7 @@ impl BankClient {
         *self.ledger.deltas.entry(to).or_default() += amount;
         if let Some(k) = receipt {
             self.ledger.receipts_live.insert(k);
+            self.receipt_pool.push(k);
         }
         Ok(Outcome::Committed)
     }
@@ -246,13 +254,17 @@ impl BankClient {
     }
 
     async fn delete_receipt<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<Outcome, TxError> {
-        let Some(&key) = self.ledger.receipts_live.iter().nth(self.rng.below(self.ledger.receipts_live.len().max(1) as u64) as usize)
-        else {
-            return Ok(Outcome::Skipped);
-        };
+        if self.receipt_pool.is_empty() {
+            // Nothing of ours to delete yet: audit instead, so every call runs a transaction.
+            let c = self.rng.below(self.spec.customers);
+            return self.audit(coord, c).await;
+        }
+        let idx = self.rng.below(self.receipt_pool.len() as u64) as usize;
+        let key = self.receipt_pool[idx];
         let mut tx = coord.begin();
         tx.delete(RECEIPTS, key).await?;
         tx.commit().await?;
+        self.receipt_pool.swap_remove(idx);
         self.ledger.receipts_live.remove(&key);
         Ok(Outcome::Committed)
     }

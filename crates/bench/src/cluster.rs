@@ -1,0 +1,113 @@
+//! The memory side of a benchmark: in-process memory nodes (inline fabric) or
+//! memory-server processes reached over TCP.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tandem_fabric::inline::{InlineCluster, InlineFabric};
+use tandem_fabric::tcp::{TcpCluster, TcpFabric};
+use tandem_fabric::{ComputeNodeId, MemoryNode};
+
+/// Where the memory nodes are.
+#[derive(Clone)]
+pub enum Backend {
+    Inline(InlineCluster),
+    Tcp(TcpCluster),
+}
+
+/// A compute thread's fabric handle, whichever the backend.
+pub enum AnyFabric {
+    Inline(InlineFabric),
+    Tcp(TcpFabric),
+}
+
+impl Backend {
+    pub fn inline(memory_nodes: usize, region_bytes: u64, seed: u64) -> Backend {
+        let nodes = (0..memory_nodes)
+            .map(|i| Arc::new(MemoryNode::new(region_bytes, seed.wrapping_mul(0x9E37_79B9).wrapping_add(i as u64))))
+            .collect();
+        Backend::Inline(InlineCluster::new(nodes))
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Inline(_) => "sim",
+            Backend::Tcp(_) => "tcp",
+        }
+    }
+
+    /// Join as compute node `compute` (registering it) from the calling thread.
+    /// Over TCP this must run inside a tokio `LocalSet`.
+    pub async fn join(&self, compute: ComputeNodeId) -> std::io::Result<AnyFabric> {
+        match self {
+            Backend::Inline(c) => Ok(AnyFabric::Inline(c.join(compute))),
+            Backend::Tcp(c) => {
+                let keys = c.register(compute).await?;
+                Ok(AnyFabric::Tcp(c.connect(compute, &keys).await?))
+            }
+        }
+    }
+}
+
+/// Memory servers started as child processes; killed on drop.
+pub struct MemoryServers {
+    children: Vec<Child>,
+    pub addrs: Vec<SocketAddr>,
+    pub secret: u64,
+}
+
+impl MemoryServers {
+    /// Start `count` `tandem memory-server` processes on loopback ports chosen
+    /// by the OS, each with `mem_bytes` of memory, sharing an admin secret.
+    pub fn spawn(exe: &Path, count: usize, mem_bytes: u64, secret: u64) -> std::io::Result<MemoryServers> {
+        let mut servers = MemoryServers { children: Vec::new(), addrs: Vec::new(), secret };
+        for _ in 0..count {
+            let mut child = Command::new(exe)
+                .args(["memory-server", "--listen", "127.0.0.1:0", "--mem", &mem_bytes.to_string()])
+                .env("TANDEM_SECRET", format!("{secret:016x}"))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()?;
+            let stdout = child.stdout.take().expect("piped stdout");
+            servers.children.push(child);
+            // The server prints "listening on ADDR" once it accepts connections.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut line = String::new();
+            let mut reader = BufReader::new(stdout);
+            let addr = loop {
+                line.clear();
+                if reader.read_line(&mut line)? == 0 || Instant::now() > deadline {
+                    return Err(std::io::Error::other("memory server exited before announcing its address"));
+                }
+                if let Some(rest) = line.trim().strip_prefix("listening on ") {
+                    break rest.parse::<SocketAddr>().map_err(std::io::Error::other)?;
+                }
+            };
+            servers.addrs.push(addr);
+            // Keep draining its stdout so the child never blocks on a full pipe.
+            std::thread::spawn(move || for _ in reader.lines() {});
+        }
+        Ok(servers)
+    }
+
+    pub fn cluster(&self) -> TcpCluster {
+        TcpCluster::new(self.addrs.clone(), self.secret)
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|c| c.id()).collect()
+    }
+}
+
+impl Drop for MemoryServers {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! `tandem bench`, `tandem fabric-bench` and `tandem sim-bank`.
+
+use std::time::Duration;
+
+use clap::Args;
+use tandem_bench::cluster::{Backend, MemoryServers};
+use tandem_bench::compare::alternate;
+use tandem_bench::runner::{run, RunConfig, RunResult};
+use tandem_bench::sim_bank::{self, SimBankConfig};
+use tandem_bench::workload::WorkloadSpec;
+use tandem_bench::fabric_bench;
+use tandem_dkvs::{BugSwitches, Layout, Mode};
+use tandem_workloads::bank::BankSpec;
+use tandem_workloads::micro::{KeyChooser, MicroSpec};
+use tandem_workloads::Zipf;
+
+use crate::args::{parse_addrs, parse_stores, random_secret, secret_from, write_json};
+
+#[derive(Args, Clone)]
+pub struct FabricArgs {
+    /// sim: in-process memory nodes (verbs execute at once, no delays or faults); tcp: memory-server processes.
+    #[arg(long, default_value = "sim")]
+    pub fabric: String,
+    /// With --fabric tcp: use running memory servers (comma-separated) instead of starting them.
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// Admin secret of the memory servers given with --memory (hex; default $TANDEM_SECRET).
+    #[arg(long)]
+    pub secret: Option<String>,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Store(s) to run, comma-separated: pandora, ford, traditional.
+    #[arg(long, default_value = "pandora")]
+    store: String,
+    /// micro or bank.
+    #[arg(long, default_value = "micro")]
+    workload: String,
+    #[command(flatten)]
+    fabric: FabricArgs,
+    #[arg(long, default_value_t = 3)]
+    memory_nodes: u16,
+    #[arg(long, default_value_t = 2)]
+    replicas: u16,
+    #[arg(long, default_value_t = 2)]
+    compute_nodes: u16,
+    /// Coordinators per compute node.
+    #[arg(long, default_value_t = 16)]
+    coordinators: u16,
+    /// micro: number of keys.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// micro: fraction of accessed objects written.
+    #[arg(long, default_value_t = 0.5)]
+    write_ratio: f64,
+    /// micro: objects per transaction.
+    #[arg(long, default_value_t = 2)]
+    ops_per_tx: u32,
+    /// micro: Zipf skew (0 < theta < 1) instead of uniform keys.
+    #[arg(long)]
+    zipf: Option<f64>,
+    /// micro: hot-set size (with --hot-fraction).
+    #[arg(long)]
+    hot_keys: Option<u64>,
+    #[arg(long, default_value_t = 0.9)]
+    hot_fraction: f64,
+    /// bank: customers (two accounts each).
+    #[arg(long, default_value_t = 50_000)]
+    customers: u64,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    /// Unmeasured seconds before each run.
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    /// Rounds per store (alternated A B A B ...). Default: 3 with several stores, else 1.
+    #[arg(long)]
+    rounds: Option<usize>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Skip the post-run inspection of the whole store.
+    #[arg(long)]
+    no_check: bool,
+    /// Write results as JSON.
+    #[arg(long)]
+    json: Option<String>,
+}
+
+pub fn workload_from(name: &str, a: &BenchArgs) -> Result<WorkloadSpec, String> {
+    match name {
+        "micro" => {
+            let chooser = match (a.zipf, a.hot_keys) {
+                (Some(_), Some(_)) => return Err("choose either --zipf or --hot-keys, not both".into()),
+                (Some(theta), None) => {
+                    if !(theta > 0.0 && theta < 1.0) {
+                        return Err(format!("--zipf must be in (0, 1), got {theta}"));
+                    }
+                    KeyChooser::Zipf(Zipf::new(a.keys, theta))
+                }
+                (None, Some(h)) => KeyChooser::Hot { hot_keys: h, hot_fraction: a.hot_fraction },
+                (None, None) => KeyChooser::Uniform,
+            };
+            let m = MicroSpec { keys: a.keys, write_ratio: a.write_ratio, ops_per_tx: a.ops_per_tx, chooser };
+            m.validate()?;
+            Ok(WorkloadSpec::Micro(m))
+        }
+        "bank" => {
+            if a.customers < 2 {
+                return Err("--customers must be at least 2".into());
+            }
+            Ok(WorkloadSpec::Bank(BankSpec { customers: a.customers, initial_balance: 1_000, receipt_capacity: 1_000_000, drain_chance: 0.01, receipt_chance: 0.02 }))
+        }
+        other => Err(format!("unknown workload '{other}' (expected micro or bank)")),
+    }
+}
+
+fn secs(s: f64, what: &str) -> Result<Duration, String> {
+    if !(s.is_finite() && s >= 0.0) {
+        return Err(format!("--{what} must be a non-negative number of seconds"));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// A tcp backend on fresh memory: new server processes, or (with --memory) the given ones.
+fn tcp_backend(f: &FabricArgs, nodes: u16, region_bytes: u64) -> Result<(Backend, Option<MemoryServers>), String> {
+    match &f.memory {
+        Some(list) => {
+            let addrs = parse_addrs(list)?;
+            if addrs.len() != nodes as usize {
+                return Err(format!("--memory lists {} servers but --memory-nodes is {nodes}", addrs.len()));
+            }
+            let secret = secret_from(f.secret.as_deref())?.ok_or("--memory needs --secret or $TANDEM_SECRET")?;
+            Ok((Backend::Tcp(tandem_fabric::tcp::TcpCluster::new(addrs, secret)), None))
+        }
+        None => {
+            let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
+            let servers = MemoryServers::spawn(&exe, nodes as usize, region_bytes, random_secret())
+                .map_err(|e| format!("cannot start memory servers: {e}"))?;
+            Ok((Backend::Tcp(servers.cluster()), Some(servers)))
+        }
+    }
+}
+
+pub fn print_run(r: &RunResult) {
+    eprintln!(
+        "{:<12} {:<6} {:<4} {:>10.0} tx/s  committed {:>9}  aborts {:>5.1}%  p50 {:>6} us  p99 {:>7} us  verbs/commit {:>5.2}  check {}",
+        r.store,
+        r.workload,
+        r.fabric,
+        r.throughput_tps,
+        r.committed,
+        100.0 * r.abort_rate,
+        r.latency_us.p50,
+        r.latency_us.p99,
+        r.verbs_per_commit,
+        match r.check_passed {
+            Some(true) => "passed",
+            Some(false) => "FAILED",
+            None => "skipped",
+        }
+    );
+    for v in r.violations.iter().take(5) {
+        eprintln!("    violation: {v}");
+    }
+    for e in r.errors.iter().take(5) {
+        eprintln!("    error: {e}");
+    }
+}
+
+pub fn bench(a: BenchArgs) -> Result<(), String> {
+    let stores = parse_stores(&a.store)?;
+    let workload = workload_from(&a.workload, &a)?;
+    let mut template = RunConfig::new(stores[0], workload);
+    template.memory_nodes = a.memory_nodes;
+    template.replicas = a.replicas;
+    template.compute_nodes = a.compute_nodes;
+    template.coordinators = a.coordinators;
+    template.duration = secs(a.duration, "duration")?;
+    template.warmup = secs(a.warmup, "warmup")?;
+    template.seed = a.seed;
+    template.check = !a.no_check;
+    template.validate()?;
+    let layout = Layout::new(&template.store_config())?;
+    let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
+    let rounds = a.rounds.unwrap_or(if stores.len() > 1 { 3 } else { 1 });
+    if !matches!(a.fabric.fabric.as_str(), "sim" | "tcp") {
+        return Err(format!("unknown fabric '{}' (expected sim or tcp)", a.fabric.fabric));
+    }
+    if a.fabric.memory.is_some() && (rounds * stores.len() > 1 || a.workload != "micro") {
+        eprintln!("note: reusing --memory servers across runs; each run reloads the dataset over the previous one");
+    }
+    eprintln!(
+        "bench: {} on {} over {}, {} memory nodes (replicas {}), {} compute nodes x {} coordinators, {} round(s) of {:.1}s",
+        stores.iter().map(|m| m.name()).collect::<Vec<_>>().join(","),
+        a.workload,
+        a.fabric.fabric,
+        a.memory_nodes,
+        a.replicas,
+        a.compute_nodes,
+        a.coordinators,
+        rounds,
+        a.duration
+    );
+    let comparison = alternate(
+        &stores,
+        rounds,
+        &template,
+        |cfg| match a.fabric.fabric.as_str() {
+            "tcp" => {
+                let (backend, _servers) = tcp_backend(&a.fabric, cfg.memory_nodes, region)?;
+                run(cfg, &backend)
+            }
+            _ => run(cfg, &Backend::inline(cfg.memory_nodes as usize, region, cfg.seed)),
+        },
+        |round, r| {
+            eprint!("round {}: ", round + 1);
+            print_run(r);
+        },
+    )?;
+    if comparison.summary.len() > 1 || rounds > 1 {
+        eprintln!("\nmedians over {rounds} round(s):");
+        for s in &comparison.summary {
+            eprintln!(
+                "  {:<12} {:>10.0} tx/s  ratio {:>5.3}  p50 {:>6} us  p99 {:>7} us  verbs/commit {:>5.2}",
+                s.store, s.median_throughput_tps, s.throughput_ratio, s.median_p50_us, s.median_p99_us, s.median_verbs_per_commit
+            );
+        }
+    }
+    if let Some(path) = &a.json {
+        write_json(path, &comparison)?;
+        eprintln!("wrote {path}");
+    }
+    let failed = comparison.runs.iter().any(|r| r.check_passed == Some(false) || !r.errors.is_empty());
+    if failed {
+        return Err("a run failed its post-run check or hit errors (see above)".into());
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct FabricBenchArgs {
+    #[command(flatten)]
+    fabric: FabricArgs,
+    /// Verbs in flight per thread.
+    #[arg(long, default_value_t = 1)]
+    depth: u32,
+    #[arg(long, default_value_t = 2)]
+    threads: u32,
+    #[arg(long, default_value_t = 3)]
+    memory_nodes: u16,
+    #[arg(long, default_value_t = 64)]
+    read_bytes: u32,
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    #[arg(long)]
+    json: Option<String>,
+}
+
+pub fn fabric_bench(a: FabricBenchArgs) -> Result<(), String> {
+    let region: u64 = 64 << 20;
+    let duration = secs(a.duration, "duration")?;
+    let (backend, _servers) = match a.fabric.fabric.as_str() {
+        "sim" => (Backend::inline(a.memory_nodes as usize, region, 1), None),
+        "tcp" => tcp_backend(&a.fabric, a.memory_nodes, region)?,
+        other => return Err(format!("unknown fabric '{other}' (expected sim or tcp)")),
+    };
+    let r = fabric_bench::run(&backend, a.threads, a.depth, a.read_bytes, region, duration)?;
+    eprintln!(
+        "fabric-bench {}: {} threads x depth {}: {:.0} verbs/s ({} reads of {} B in {:.2}s)",
+        r.fabric, r.threads, r.depth, r.verbs_per_s, r.verbs, r.read_bytes, r.duration_s
+    );
+    if let Some(path) = &a.json {
+        write_json(path, &r)?;
+        eprintln!("wrote {path}");
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct SimBankArgs {
+    #[arg(long, default_value = "pandora")]
+    store: Mode,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Re-inject one of FORD's bugs (complicit-abort, covert-locks, relaxed-locks); repeatable.
+    #[arg(long)]
+    inject_bug: Vec<String>,
+    /// Concentrate debits on one customer whose accounts have different primaries.
+    #[arg(long)]
+    hot_sibling_pair: bool,
+    /// Customers (default: 6, or 24 with --hot-sibling-pair).
+    #[arg(long)]
+    customers: Option<u64>,
+    /// Seeds to run, starting at --seed.
+    #[arg(long, default_value_t = 1)]
+    seeds: u64,
+}
+
+pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
+    let mut bugs = BugSwitches::default();
+    for b in &a.inject_bug {
+        let one = BugSwitches::parse(b)?;
+        bugs.complicit_abort |= one.complicit_abort;
+        bugs.covert_locks |= one.covert_locks;
+        bugs.relaxed_locks |= one.relaxed_locks;
+    }
+    let mut failures = 0;
+    for seed in a.seed..a.seed.saturating_add(a.seeds.max(1)) {
+        let mut cfg = SimBankConfig::new(a.store, seed);
+        cfg.bugs = bugs;
+        cfg.hot_sibling_pair = a.hot_sibling_pair;
+        cfg.bank.customers = a.customers.unwrap_or(if a.hot_sibling_pair { 24 } else { cfg.bank.customers });
+        let r = sim_bank::run(&cfg);
+        eprintln!(
+            "seed {seed}: {} committed, {} aborted, {} verbs, {:.3} ms simulated: {}",
+            r.committed,
+            r.aborted,
+            r.stats.verbs,
+            r.sim_time_ns as f64 / 1e6,
+            if r.violations.is_empty() { "all invariants hold".to_string() } else { format!("{} VIOLATIONS", r.violations.len()) }
+        );
+        for v in &r.violations {
+            eprintln!("  {v}");
+        }
+        if !r.violations.is_empty() {
+            failures += 1;
+            eprintln!("  replay: {}", r.replay);
+        }
+    }
+    if failures > 0 {
+        return Err(format!("{failures} seed(s) violated invariants"));
+    }
+    Ok(())
+}

@@ -1,0 +1,46 @@
+//! `tandem`: the command-line front end. Thin by design: every command parses
+//! its flags and calls into the library crates.
+
+mod args;
+mod bench_cmd;
+mod demo;
+mod memory_server;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "tandem", version, about = "Tandem: fault-tolerant transactional KV stores on disaggregated memory")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an embedded cluster (3 memory nodes, replicas 2, 2 compute nodes) on a bank workload with live progress.
+    Demo(demo::DemoArgs),
+    /// Benchmark one or more stores on a workload, alternating them in rounds.
+    Bench(bench_cmd::BenchArgs),
+    /// Measure the raw verbs/s ceiling of a fabric.
+    FabricBench(bench_cmd::FabricBenchArgs),
+    /// Run a memory server: a passive region served over TCP.
+    MemoryServer(memory_server::MemoryServerArgs),
+    /// Replay one seeded simulation of the bank workload and check every invariant.
+    SimBank(bench_cmd::SimBankArgs),
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(a) => demo::run(a),
+        Command::Bench(a) => bench_cmd::bench(a),
+        Command::FabricBench(a) => bench_cmd::fabric_bench(a),
+        Command::MemoryServer(a) => memory_server::run(a),
+        Command::SimBank(a) => bench_cmd::sim_bank(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
