@@ -65,6 +65,10 @@ impl<F: Fabric> ComputeNode<F> {
         self.addr_cache.borrow().get(&(table, key)).copied()
     }
 
+    pub(crate) fn evict_slot(&self, table: TableId, key: u64) {
+        self.addr_cache.borrow_mut().remove(&(table, key));
+    }
+
     pub(crate) fn cache_slot(&self, table: TableId, key: u64, slot: u32) {
         let mut c = self.addr_cache.borrow_mut();
         if c.len() < ADDRESS_CACHE_MAX {

@@ -101,6 +101,8 @@ struct WriteEntry<F: Fabric> {
     expect_live: bool,
     final_live: bool,
     new_value: Option<Vec<u8>>,
+    /// Locked to update a live key, but the key turned out deleted.
+    found_deleted: bool,
 }
 
 impl<F: Fabric> WriteEntry<F> {
@@ -127,6 +129,11 @@ enum Located {
 impl<F: Fabric> Coordinator<F> {
     pub(crate) fn new(node: Rc<ComputeNode<F>>, id: u16) -> Self {
         assert!(id != 0, "coordinator id 0 is reserved for the loader");
+        assert!(
+            (id as u32) < node.layout.log_slots,
+            "coordinator id {id} has no log slot of its own (log_slots = {}); raise log_slots",
+            node.layout.log_slots
+        );
         let qps = (0..node.fabric.memory_nodes()).map(|m| node.fabric.queue_pair(m as MemNodeId)).collect();
         Coordinator { node, id, qps, tx_seq: 0, version_counter: 0, stats: CoordinatorStats::default() }
     }
@@ -203,6 +210,16 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         self.seq
     }
 
+    /// A lock blocks us unless it is our own (pandora words name their owner).
+    fn blocks(&self, w: LockWord) -> bool {
+        !(self.c.node.mode == Mode::Pandora && w == self.lock_word) && self.c.blocks(w)
+    }
+
+    /// Write entry holding (or claiming) this exact slot.
+    fn find_write_slot(&self, t: TableId, part: u32, slot: u32) -> Option<usize> {
+        self.writes.iter().position(|w| w.table == t && w.part == part && w.slot == slot)
+    }
+
     fn table(&self, t: TableId) -> &TableLayout {
         self.c.node.layout.table(t)
     }
@@ -239,7 +256,13 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let (mem, addr) = self.primary_addr(t, part, slot);
             let r = self.c.post(mem, vec![Verb::read(addr, slot_bytes)]).await;
             let bytes = r.into_iter().next().unwrap()?.into_bytes();
-            return Ok(Located::Found { part, slot, image: SlotImage::decode(&bytes) });
+            let image = SlotImage::decode(&bytes);
+            if image.holds(key) {
+                return Ok(Located::Found { part, slot, image });
+            }
+            // Only committed slots are cached, and those never change owner;
+            // stay safe anyway and fall back to probing.
+            self.c.node.evict_slot(t, key);
         }
         let buckets = self.table(t).buckets_per_partition;
         for probe in 0..MAX_PROBE_BUCKETS.min(buckets) {
@@ -252,6 +275,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 let slot = first + i;
                 debug_assert!(slot < spp);
                 if img.is_empty() {
+                    if self.find_write_slot(t, part, slot).is_some() {
+                        // Claimed by one of our own inserts: the next empty slot is the key's.
+                        continue;
+                    }
                     return Ok(Located::Absent { part, slot: Some(slot), image: Some(img) });
                 }
                 if img.key == key {
@@ -289,7 +316,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             Located::Absent { slot: None, .. } => return Ok(None),
         };
         let image = image.expect("located slot has an image");
-        if self.c.blocks(image.lock) {
+        if self.blocks(image.lock) {
             return Err(self.abort_with(AbortReason::ReadLocked).await);
         }
         let value = image.is_live().then(|| image.value.clone());
@@ -345,10 +372,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             return Ok(());
         }
         let loc = self.locate(t, key).await?;
-        let (part, slot, expect_empty) = match loc {
+        let (part, slot, expect_empty, tombstone_version) = match loc {
             Located::Found { part, slot, image } => {
                 if image.is_live() {
-                    if self.c.blocks(image.lock) {
+                    if self.blocks(image.lock) {
                         return Err(self.abort_with(AbortReason::ReadLocked).await);
                     }
                     // The outcome depends on the key existing: validate that at commit.
@@ -356,18 +383,19 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                     self.reads.push(ReadEntry { table: t, key, part, slot, version: v, value: Some(image.value) });
                     return Err(TxError::AlreadyExists);
                 }
-                (part, slot, false)
+                (part, slot, false, Some(image.version))
             }
-            Located::Absent { part, slot: Some(slot), .. } => (part, slot, true),
+            Located::Absent { part, slot: Some(slot), .. } => (part, slot, true, None),
             Located::Absent { slot: None, .. } => return Err(self.abort_with(AbortReason::TableFull).await),
         };
         let i = self.post_lock(t, key, part, slot, expect_empty, false).await?;
+        if tombstone_version.is_some() {
+            // Someone may re-insert the key meanwhile: insist on the tombstone we saw.
+            self.writes[i].expect_version = tombstone_version;
+        }
         self.writes[i].final_live = true;
         self.writes[i].new_value = Some(value.to_vec());
         self.resolve_lock(i).await?;
-        if expect_empty {
-            self.c.node.cache_slot(t, key, slot);
-        }
         Ok(())
     }
 
@@ -445,6 +473,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             expect_live,
             final_live: expect_live,
             new_value: None,
+            found_deleted: false,
         });
         Ok(self.writes.len() - 1)
     }
@@ -504,15 +533,16 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         } else {
             !image.holds(key) || w.expect_version.is_some_and(|v| v != image.version)
         };
+        // The key was deleted since we found it (e.g. through the cache): the
+        // entry becomes a no-op; a blind write to it fails at commit.
         let gone = w.expect_live && image.holds(key) && !image.is_live();
         w.image = Some(image);
         if stale {
             return Err(Ok(if w.expect_empty { AbortReason::InsertRace } else { AbortReason::StaleRead }));
         }
         if gone {
-            // A blind write to a key deleted meanwhile: the entry stays as a no-op.
             w.final_live = false;
-            w.new_value = None;
+            w.found_deleted = true;
         }
         if self.c.node.mode != Mode::Pandora {
             self.post_undo(i);
@@ -600,6 +630,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         for i in 0..self.writes.len() {
             self.resolve_lock(i).await?;
         }
+        if self.writes.iter().any(|w| w.found_deleted && w.new_value.is_some() && !w.final_live) {
+            // A pipelined blind write met a key deleted since it was cached.
+            return Err(self.abort_with(AbortReason::StaleRead).await);
+        }
         let dirty: Vec<usize> = (0..self.writes.len()).filter(|&i| self.writes[i].op().is_some()).collect();
         let mut versions = HashMap::new();
         for &i in &dirty {
@@ -638,6 +672,12 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             }
         }
         let checks: Vec<usize> = self.validation_targets();
+        if self.self_locked_reads_changed() {
+            if logged {
+                self.invalidate_log().await?;
+            }
+            return Err(self.abort_with(AbortReason::ValidationFailed).await);
+        }
         for (k, r) in validation_results.iter().enumerate() {
             if let Some(e) = first_error(r) {
                 return Err(self.fail(e));
@@ -647,7 +687,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let lock = LockWord(u64::from_le_bytes(b[0..8].try_into().unwrap()));
             let version = u64::from_le_bytes(b[8..16].try_into().unwrap());
             let read = &self.reads[checks[k]];
-            let locked = !self.c.node.bugs.covert_locks && self.c.blocks(lock);
+            let locked = !self.c.node.bugs.covert_locks && self.blocks(lock);
             if version != read.version || locked {
                 if logged {
                     self.invalidate_log().await?;
@@ -676,6 +716,13 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 return Err(self.fail(e));
             }
         }
+        for &i in &dirty {
+            let w = &self.writes[i];
+            if w.expect_empty {
+                // The slot now belongs to this key for good.
+                self.c.node.cache_slot(w.table, w.key, w.slot);
+            }
+        }
         // Acknowledged; unlock in the background (the next batch on each queue
         // pair is ordered behind it).
         self.release_locks(false);
@@ -684,9 +731,27 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         Ok(())
     }
 
-    /// Indices of read-set entries that need validation: those not also written.
+    /// Indices of read-set entries that need a validation read: those on
+    /// slots this transaction does not hold locked.
     fn validation_targets(&self) -> Vec<usize> {
-        (0..self.reads.len()).filter(|&k| self.find_write(self.reads[k].table, self.reads[k].key).is_none()).collect()
+        (0..self.reads.len())
+            .filter(|&k| {
+                let r = &self.reads[k];
+                self.find_write(r.table, r.key).is_none() && self.find_write_slot(r.table, r.part, r.slot).is_none()
+            })
+            .collect()
+    }
+
+    /// Read entries on slots we locked under another key (an absent key's
+    /// empty slot that we then claimed for an insert): the lock-time image
+    /// must still show what the read saw.
+    fn self_locked_reads_changed(&self) -> bool {
+        self.reads.iter().any(|r| {
+            self.find_write(r.table, r.key).is_none()
+                && self
+                    .find_write_slot(r.table, r.part, r.slot)
+                    .is_some_and(|i| self.writes[i].image.as_ref().is_some_and(|im| im.version != r.version))
+        })
     }
 
     fn post_validation(&mut self) -> Vec<(usize, Pending<F>)> {

@@ -28,20 +28,23 @@ pub struct SimFabricConfig {
     pub delay_ns_max: u64,
     /// Execute reads longer than 8 bytes one word at a time, with gaps.
     pub tear_reads: bool,
-    /// Largest gap between two words of a torn read.
+    /// Largest gap between two words of a torn read or write.
     pub tear_gap_ns_max: u64,
+    /// Execute writes longer than 8 bytes one word at a time (ascending), with
+    /// gaps, so a crash or a concurrent reader can see a half-written record.
+    pub tear_writes: bool,
 }
 
 impl Default for SimFabricConfig {
     fn default() -> Self {
-        SimFabricConfig { delay_ns_min: 500, delay_ns_max: 3_000, tear_reads: true, tear_gap_ns_max: 400 }
+        SimFabricConfig { delay_ns_min: 500, delay_ns_max: 3_000, tear_reads: true, tear_gap_ns_max: 400, tear_writes: true }
     }
 }
 
 impl SimFabricConfig {
     /// No delay variance and no tearing: every verb takes exactly `delay_ns`.
     pub fn fixed(delay_ns: u64) -> Self {
-        SimFabricConfig { delay_ns_min: delay_ns, delay_ns_max: delay_ns, tear_reads: false, tear_gap_ns_max: 0 }
+        SimFabricConfig { delay_ns_min: delay_ns, delay_ns_max: delay_ns, tear_reads: false, tear_gap_ns_max: 0, tear_writes: false }
     }
 }
 
@@ -105,6 +108,8 @@ pub struct SimQp {
     key: RegionKey,
     /// Execution time of the last verb posted here: later verbs execute after it.
     last_exec_ns: Rc<Cell<u64>>,
+    /// Completion time of the last batch: completions arrive in posting order.
+    last_done_ns: Rc<Cell<u64>>,
 }
 
 impl Fabric for SimFabric {
@@ -116,6 +121,7 @@ impl Fabric for SimFabric {
             compute: self.compute,
             key: self.keys[mem as usize],
             last_exec_ns: Rc::new(Cell::new(0)),
+            last_done_ns: Rc::new(Cell::new(0)),
         }
     }
     fn memory_nodes(&self) -> usize {
@@ -170,6 +176,51 @@ impl SimQp {
     }
 }
 
+impl SimQp {
+    /// Schedule a torn write: one event per 8-byte word (ascending), from `t`.
+    /// An out-of-range write fails as a whole, like any bad verb.
+    fn schedule_torn_write(&self, mut t: u64, addr: u64, data: Vec<u8>, idx: usize, results: &Results) -> u64 {
+        let node = self.net.nodes[self.mem as usize].clone();
+        let (compute, key) = (self.compute, self.key);
+        if addr + data.len() as u64 > node.size_bytes() {
+            let results = results.clone();
+            self.net.sim.schedule_at(t, move || {
+                results.borrow_mut()[idx] = Some(node.execute(compute, key, &Verb::Write { addr, data }));
+            });
+            return t;
+        }
+        let data = Rc::new(data);
+        let failed: Rc<Cell<Option<VerbError>>> = Rc::new(Cell::new(None));
+        let end = addr + data.len() as u64;
+        let mut a = addr;
+        while a < end {
+            let chunk_end = (((a / 8) + 1) * 8).min(end);
+            let last = chunk_end == end;
+            let (node, data, failed, results) = (node.clone(), data.clone(), failed.clone(), results.clone());
+            let (lo, hi) = ((a - addr) as usize, (chunk_end - addr) as usize);
+            let ca = a;
+            self.net.sim.schedule_at(t, move || {
+                if failed.get().is_none() {
+                    if let Err(e) = node.execute(compute, key, &Verb::write(ca, data[lo..hi].to_vec())) {
+                        failed.set(Some(e));
+                    }
+                }
+                if last {
+                    results.borrow_mut()[idx] = Some(match failed.get() {
+                        None => Ok(VerbOutput::Write),
+                        Some(e) => Err(e),
+                    });
+                }
+            });
+            a = chunk_end;
+            if !last {
+                t += 1 + self.net.sim.with_rng(|r| r.below(self.net.config.tear_gap_ns_max + 1));
+            }
+        }
+        t
+    }
+}
+
 impl QueuePair for SimQp {
     type Pending = SimPending;
 
@@ -184,6 +235,11 @@ impl QueuePair for SimQp {
                 {
                     t = self.schedule_torn_read(t, addr, len, idx, &results);
                 }
+                Verb::Write { addr, data }
+                    if self.net.config.tear_writes && data.len() > 8 && addr.checked_add(data.len() as u64).is_some() =>
+                {
+                    t = self.schedule_torn_write(t, addr, data, idx, &results);
+                }
                 verb => {
                     let node = self.net.nodes[self.mem as usize].clone();
                     let (compute, key, results) = (self.compute, self.key, results.clone());
@@ -196,7 +252,8 @@ impl QueuePair for SimQp {
         }
         self.last_exec_ns.set(t);
         let (tx, rx) = oneshot();
-        let done_at = t + self.delay();
+        let done_at = (t + self.delay()).max(self.last_done_ns.get() + 1);
+        self.last_done_ns.set(done_at);
         self.net.sim.schedule_at(done_at, move || {
             let all = results.borrow_mut().drain(..).map(|r| r.expect("verb executed before its completion")).collect();
             tx.send(all);
@@ -278,7 +335,7 @@ mod tests {
         let mut torn = false;
         for seed in 0..200 {
             let sim = Sim::new(seed);
-            let c = cluster(&sim, SimFabricConfig { delay_ns_min: 1, delay_ns_max: 3_000, tear_reads: true, tear_gap_ns_max: 2_000 });
+            let c = cluster(&sim, SimFabricConfig { delay_ns_min: 1, delay_ns_max: 3_000, tear_reads: true, tear_gap_ns_max: 2_000, tear_writes: false });
             let f = c.join(1);
             let (r, w) = (f.queue_pair(0), f.queue_pair(0));
             let read = r.post(vec![Verb::read(0, 32)]);
@@ -297,6 +354,49 @@ mod tests {
             }
         }
         assert!(torn, "some seed must observe a torn read");
+    }
+
+    #[test]
+    fn long_writes_tear_and_a_crash_can_cut_them() {
+        let mut partial = false;
+        for seed in 0..100 {
+            let sim = Sim::new(seed);
+            let cfg = SimFabricConfig { delay_ns_min: 100, delay_ns_max: 200, tear_reads: false, tear_gap_ns_max: 500, tear_writes: true };
+            let c = cluster(&sim, cfg);
+            let f = c.join(4);
+            let qp = f.queue_pair(0);
+            let _w = qp.post(vec![Verb::write(0, vec![9u8; 64])]);
+            // Revoke mid-write: the words not yet written never land.
+            let cut = sim.handle().with_rng(|r| r.range_inclusive(100, 2_000));
+            sim.run_until(cut);
+            c.revoke(4);
+            sim.run();
+            let words: Vec<u64> = (0..8).map(|i| c.nodes()[0].load_u64(i * 8)).collect();
+            partial |= words.contains(&0) && words.iter().any(|&w| w != 0);
+            // Ascending: a written word is never followed by an unwritten one and then a written one.
+            let first_zero = words.iter().position(|&w| w == 0).unwrap_or(8);
+            assert!(words[first_zero..].iter().all(|&w| w == 0), "seed {seed}: {words:?}");
+        }
+        assert!(partial, "some cut must leave a half-written record");
+    }
+
+    #[test]
+    fn completions_on_one_queue_pair_arrive_in_posting_order() {
+        let sim = Sim::new(5);
+        let c = cluster(&sim, SimFabricConfig { delay_ns_min: 1, delay_ns_max: 10_000, ..Default::default() });
+        let qp = c.join(1).queue_pair(0);
+        let order = Rc::new(RefCell::new(Vec::new()));
+        for i in 0..30 {
+            let p = qp.post(vec![Verb::read(0, 8)]);
+            let (o, h) = (order.clone(), sim.handle());
+            sim.spawn(1, async move {
+                p.await;
+                o.borrow_mut().push((h.now_ns(), i));
+            });
+        }
+        sim.run();
+        let got: Vec<i32> = order.borrow().iter().map(|x| x.1).collect();
+        assert_eq!(got, (0..30).collect::<Vec<_>>());
     }
 
     #[test]

@@ -1,0 +1,201 @@
+//! Tier-1 transaction semantics on the simulated fabric: the API contract and
+//! the insert/delete corner cases a reviewer found (each failed before its fix).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use tandem_dkvs::loader::Loader;
+use tandem_dkvs::{AbortReason, ComputeNode, FailedIds, Layout, Mode, StoreConfig, TableSpec, TxError};
+use tandem_fabric::sim::{SimCluster, SimFabric, SimFabricConfig};
+use tandem_sim::Sim;
+
+struct World {
+    sim: Sim,
+    cluster: SimCluster,
+    layout: Arc<Layout>,
+    store: StoreConfig,
+}
+
+fn world(mode: Mode, seed: u64, fabric: SimFabricConfig) -> World {
+    let tables = vec![TableSpec { id: 0, name: "t".into(), value_size: 16, capacity: 64 }];
+    let mut store = StoreConfig::new(mode, 3, 2, tables);
+    store.partitions_per_table = 2;
+    store.log_slots = 16;
+    store.log_slot_bytes = 4096;
+    let layout = Arc::new(Layout::new(&store).unwrap());
+    let sim = Sim::new(seed);
+    let cluster = SimCluster::with_nodes(sim.handle(), 3, *layout.region_bytes.iter().max().unwrap(), fabric);
+    let (f, l) = (cluster.join(0), layout.clone());
+    sim.spawn(99, async move {
+        let mut ld = Loader::new(&f, l);
+        for k in 0..8u64 {
+            ld.put(0, k, &k.to_le_bytes()).await.unwrap();
+        }
+        ld.finish().await.unwrap();
+    });
+    sim.run();
+    World { sim, cluster, layout, store }
+}
+
+impl World {
+    fn node(&self, id: u16) -> Rc<ComputeNode<SimFabric>> {
+        ComputeNode::new(self.cluster.join(id), &self.store, self.layout.clone(), FailedIds::new())
+    }
+    /// Two keys (not loaded) with the same home bucket.
+    fn same_bucket_keys(&self, n: usize) -> Vec<u64> {
+        let t = self.layout.table(0);
+        let target = t.home(1000);
+        let mut v: Vec<u64> = (1000..200_000).filter(|&k| t.home(k) == target).take(n).collect();
+        v.sort();
+        v
+    }
+}
+
+fn run_task(w: &World, node: u32, f: impl std::future::Future<Output = ()> + 'static) {
+    w.sim.spawn(node, f);
+    w.sim.run();
+}
+
+#[test]
+fn read_write_insert_delete_round_trip_with_typed_errors() {
+    for mode in Mode::ALL {
+        let w = world(mode, 1, SimFabricConfig::default());
+        let node = w.node(1);
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let l = log.clone();
+        run_task(&w, 1, async move {
+            let mut c = node.coordinator(1);
+            let mut tx = c.begin();
+            assert_eq!(tx.read(0, 3).await.unwrap(), Some(pad(3)));
+            assert_eq!(tx.read(0, 500).await.unwrap(), None);
+            tx.write(0, 3, &pad(33)).await.unwrap();
+            assert_eq!(tx.insert(0, 4, &pad(1)).await, Err(TxError::AlreadyExists));
+            tx.insert(0, 500, &pad(500)).await.unwrap();
+            tx.delete(0, 5).await.unwrap();
+            assert_eq!(tx.delete(0, 5).await, Err(TxError::NotFound));
+            assert_eq!(tx.read(0, 3).await.unwrap(), Some(pad(33)), "a transaction reads its own writes");
+            tx.commit().await.unwrap();
+            let mut tx = c.begin();
+            assert_eq!(tx.read(0, 3).await.unwrap(), Some(pad(33)));
+            assert_eq!(tx.read(0, 500).await.unwrap(), Some(pad(500)));
+            assert_eq!(tx.read(0, 5).await.unwrap(), None);
+            assert_eq!(tx.read_for_update(0, 5).await, Err(TxError::NotFound));
+            tx.insert(0, 5, &pad(55)).await.unwrap();
+            tx.commit().await.unwrap();
+            let mut tx = c.begin();
+            assert_eq!(tx.read(0, 5).await.unwrap(), Some(pad(55)), "re-insert after delete");
+            assert_eq!(tx.abort().await, TxError::Aborted(AbortReason::User));
+            l.borrow_mut().push("done");
+        });
+        assert_eq!(*log.borrow(), vec!["done"], "{mode}");
+    }
+}
+
+fn pad(v: u64) -> Vec<u8> {
+    let mut b = v.to_le_bytes().to_vec();
+    b.resize(16, 0);
+    b
+}
+
+#[test]
+fn several_inserts_into_one_bucket_and_an_absence_read_commit_together() {
+    for mode in Mode::ALL {
+        let w = world(mode, 2, SimFabricConfig::default());
+        let keys = w.same_bucket_keys(3);
+        let node = w.node(1);
+        let ok = Rc::new(RefCell::new(false));
+        let o = ok.clone();
+        run_task(&w, 1, async move {
+            let mut c = node.coordinator(1);
+            let mut tx = c.begin();
+            assert_eq!(tx.read(0, keys[2]).await.unwrap(), None);
+            tx.insert(0, keys[0], &pad(1)).await.unwrap();
+            tx.insert(0, keys[1], &pad(2)).await.unwrap();
+            tx.commit().await.expect("our own locks must not block us");
+            let mut tx = c.begin();
+            assert_eq!(tx.read(0, keys[0]).await.unwrap(), Some(pad(1)));
+            assert_eq!(tx.read(0, keys[1]).await.unwrap(), Some(pad(2)));
+            assert_eq!(tx.read(0, keys[2]).await.unwrap(), None);
+            tx.commit().await.unwrap();
+            *o.borrow_mut() = true;
+        });
+        assert!(*ok.borrow(), "{mode}");
+    }
+}
+
+#[test]
+fn an_aborted_insert_does_not_poison_the_address_cache() {
+    let w = world(Mode::Pandora, 3, SimFabricConfig::default());
+    let keys = w.same_bucket_keys(2);
+    let (a, b) = (w.node(1), w.node(2));
+    let k = keys.clone();
+    run_task(&w, 1, async move {
+        let mut c = a.coordinator(1);
+        let mut tx = c.begin();
+        tx.insert(0, k[0], &pad(1)).await.unwrap();
+        tx.abort().await;
+        // Another node now takes that slot for a different key.
+        let mut c2 = b.coordinator(2);
+        let mut tx = c2.begin();
+        tx.insert(0, k[1], &pad(2)).await.unwrap();
+        tx.commit().await.unwrap();
+        let mut tx = c.begin();
+        assert_eq!(tx.read(0, k[0]).await.unwrap(), None, "must not return another key's value");
+        tx.insert(0, k[0], &pad(1)).await.unwrap();
+        tx.commit().await.unwrap();
+    });
+    assert_eq!(w.sim.live_tasks(), 0);
+}
+
+#[test]
+fn a_blind_write_to_a_key_deleted_meanwhile_aborts() {
+    let w = world(Mode::Pandora, 4, SimFabricConfig::default());
+    let (a, b) = (w.node(1), w.node(2));
+    let out = Rc::new(RefCell::new(None));
+    let o = out.clone();
+    run_task(&w, 1, async move {
+        let mut ca = a.coordinator(1);
+        let mut tx = ca.begin();
+        tx.read(0, 6).await.unwrap(); // caches the slot
+        tx.commit().await.unwrap();
+        let mut cb = b.coordinator(2);
+        let mut tx = cb.begin();
+        tx.delete(0, 6).await.unwrap();
+        tx.commit().await.unwrap();
+        let mut tx = ca.begin();
+        tx.write(0, 6, &pad(60)).await.unwrap();
+        *o.borrow_mut() = Some(tx.commit().await);
+    });
+    assert_eq!(*out.borrow(), Some(Err(TxError::Aborted(AbortReason::StaleRead))));
+}
+
+#[test]
+fn concurrent_reinserts_of_a_deleted_key_never_both_commit() {
+    for mode in Mode::ALL {
+        for seed in 0..150 {
+            let w = world(mode, seed, SimFabricConfig::default());
+            let setup = w.node(9);
+            run_task(&w, 9, async move {
+                let mut c = setup.coordinator(9);
+                let mut tx = c.begin();
+                tx.delete(0, 7).await.unwrap();
+                tx.commit().await.unwrap();
+            });
+            let wins = Rc::new(RefCell::new(0));
+            for id in 1..=2u16 {
+                let node = w.node(id);
+                let wins = wins.clone();
+                w.sim.spawn(id as u32, async move {
+                    let mut c = node.coordinator(id);
+                    let mut tx = c.begin();
+                    if tx.insert(0, 7, &pad(id as u64)).await.is_ok() && tx.commit().await.is_ok() {
+                        *wins.borrow_mut() += 1;
+                    }
+                });
+            }
+            w.sim.run();
+            assert!(*wins.borrow() <= 1, "{mode} seed {seed}: both re-inserts committed");
+        }
+    }
+}
