@@ -8,6 +8,11 @@ mod memory_server;
 
 use clap::{Parser, Subcommand};
 
+// The hot path allocates small buffers per verb; mimalloc handles that far
+// better than the system allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "tandem", version, about = "Tandem: fault-tolerant transactional KV stores on disaggregated memory")]
 struct Cli {

@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -25,7 +26,7 @@ pub struct ComputeNode<F: Fabric> {
     pub(crate) failed: FailedIds,
     /// (table, key) → slot index in its partition. Slots never change owner, so
     /// an entry never goes stale.
-    addr_cache: RefCell<HashMap<(TableId, u64), u32>>,
+    addr_cache: RefCell<HashMap<(TableId, u64), u32, BuildHasherDefault<KeyHasher>>>,
 }
 
 impl<F: Fabric> ComputeNode<F> {
@@ -36,7 +37,7 @@ impl<F: Fabric> ComputeNode<F> {
             mode: cfg.mode,
             bugs: cfg.bugs,
             failed,
-            addr_cache: RefCell::new(HashMap::new()),
+            addr_cache: RefCell::new(HashMap::default()),
         })
     }
 
@@ -74,5 +75,27 @@ impl<F: Fabric> ComputeNode<F> {
         if c.len() < ADDRESS_CACHE_MAX {
             c.insert((table, key), slot);
         }
+    }
+}
+
+/// A fast multiplicative hasher for (table, key) pairs: the address cache is
+/// on every transaction's path and needs no DoS resistance (keys are ours).
+#[derive(Default)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
     }
 }

@@ -62,6 +62,8 @@ pub struct Coordinator<F: Fabric> {
     node: Rc<ComputeNode<F>>,
     id: u16,
     qps: Vec<F::Qp>,
+    /// The f+1 memory nodes holding this coordinator's log.
+    log_nodes: Vec<MemNodeId>,
     tx_seq: u64,
     version_counter: u64,
     pub stats: CoordinatorStats,
@@ -135,7 +137,8 @@ impl<F: Fabric> Coordinator<F> {
             node.layout.log_slots
         );
         let qps = (0..node.fabric.memory_nodes()).map(|m| node.fabric.queue_pair(m as MemNodeId)).collect();
-        Coordinator { node, id, qps, tx_seq: 0, version_counter: 0, stats: CoordinatorStats::default() }
+        let log_nodes = node.layout.log_nodes(id);
+        Coordinator { node, id, qps, log_nodes, tx_seq: 0, version_counter: 0, stats: CoordinatorStats::default() }
     }
 
     pub fn id(&self) -> u16 {
@@ -610,7 +613,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         }
         let addr = self.c.node.layout.log_addr(self.c.id) + half + self.lock_log_cursor;
         self.lock_log_cursor += rec.len() as u64;
-        let nodes = self.c.node.layout.log_nodes(self.c.id);
+        let nodes = self.c.log_nodes.clone();
         let pendings: Vec<_> = nodes.iter().map(|&n| self.c.post(n, vec![Verb::write(addr, rec.clone())])).collect();
         for r in join_all(pendings).await {
             if let Some(e) = first_error(&r) {
@@ -635,10 +638,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             return Err(self.abort_with(AbortReason::StaleRead).await);
         }
         let dirty: Vec<usize> = (0..self.writes.len()).filter(|&i| self.writes[i].op().is_some()).collect();
-        let mut versions = HashMap::new();
-        for &i in &dirty {
-            versions.insert(i, self.c.next_version());
-        }
+        let versions: Vec<u64> = dirty.iter().map(|_| self.c.next_version()).collect();
 
         // Logging (pandora) and validation share one round, after all locks are held.
         let mut log_pending = Vec::new();
@@ -646,7 +646,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         if self.c.node.mode == Mode::Pandora && !dirty.is_empty() {
             let entries: Vec<LogEntry> = dirty
                 .iter()
-                .map(|&i| self.log_entry(&self.writes[i], self.writes[i].op().unwrap(), versions[&i]))
+                .zip(&versions)
+                .map(|(&i, &v)| self.log_entry(&self.writes[i], self.writes[i].op().unwrap(), v))
                 .collect();
             let rec = LogRecord { coordinator: self.c.id, tx_seq: self.seq, entries };
             if rec.encoded_len() as u64 > self.c.node.layout.log_slot_bytes / 2 {
@@ -654,7 +655,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             }
             let bytes = rec.encode();
             let addr = self.c.node.layout.log_addr(self.c.id);
-            for n in self.c.node.layout.log_nodes(self.c.id) {
+            for k in 0..self.c.log_nodes.len() {
+                let n = self.c.log_nodes[k];
                 log_pending.push(self.c.post(n, vec![Verb::write(addr, bytes.clone())]));
             }
             logged = true;
@@ -698,7 +700,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
         // Commit: contents then version on every replica; wait for all.
         let mut commit_pending = Vec::new();
-        for &i in &dirty {
+        for (&i, &version) in dirty.iter().zip(&versions) {
             let w = &self.writes[i];
             let tl = self.table(w.table);
             let image = w.image.as_ref().unwrap();
@@ -707,7 +709,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let nodes = tl.replicas[w.part as usize].clone();
             for (r, n) in nodes.into_iter().enumerate() {
                 let addr = self.table(w.table).slot_addr(w.part, r, w.slot);
-                let batch = vec![Verb::write(addr + KEY_OFF, body.clone()), Verb::write_u64(addr + VERSION_OFF, versions[&i])];
+                let batch = vec![Verb::write(addr + KEY_OFF, body.clone()), Verb::write_u64(addr + VERSION_OFF, version)];
                 commit_pending.push(self.c.post(n, batch));
             }
         }
@@ -768,7 +770,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
     async fn invalidate_log(&mut self) -> Result<(), TxError> {
         let addr = self.c.node.layout.log_addr(self.c.id);
-        let nodes = self.c.node.layout.log_nodes(self.c.id);
+        let nodes = self.c.log_nodes.clone();
         let p: Vec<_> = nodes.iter().map(|&n| self.c.post(n, vec![Verb::write_u64(addr, invalid_state_word())])).collect();
         for r in join_all(p).await {
             if let Some(e) = first_error(&r) {

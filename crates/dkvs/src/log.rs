@@ -114,13 +114,17 @@ pub struct LogRecord {
     pub entries: Vec<LogEntry>,
 }
 
-/// Order-sensitive 64-bit checksum over 8-byte words (plus a length tweak).
-pub fn checksum(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0x6A09_E667_F3BC_C908 ^ bytes.len() as u64;
-    for chunk in bytes.chunks(8) {
-        let mut w = [0u8; 8];
-        w[..chunk.len()].copy_from_slice(chunk);
-        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+/// Order-sensitive 64-bit checksum over the 8-byte words of `parts` (each
+/// part's length a multiple of 8 except possibly the last), plus a length tweak.
+pub fn checksum(parts: &[&[u8]]) -> u64 {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let mut h: u64 = 0x6A09_E667_F3BC_C908 ^ len as u64;
+    for part in parts {
+        for chunk in part.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+        }
     }
     h ^ (h >> 32)
 }
@@ -143,7 +147,7 @@ impl LogRecord {
         out[16..18].copy_from_slice(&self.coordinator.to_le_bytes());
         out[20..24].copy_from_slice(&(self.entries.len() as u32).to_le_bytes());
         out[24..32].copy_from_slice(&self.tx_seq.to_le_bytes());
-        let sum = checksum(&[&out[8..32], &out[HEADER_BYTES..]].concat());
+        let sum = checksum(&[&out[8..32], &out[HEADER_BYTES..]]);
         out[32..40].copy_from_slice(&sum.to_le_bytes());
         out
     }
@@ -161,7 +165,7 @@ impl LogRecord {
             return None;
         }
         let sum = u64::from_le_bytes(b[32..40].try_into().unwrap());
-        if checksum(&[&b[8..32], &b[HEADER_BYTES..len]].concat()) != sum {
+        if checksum(&[&b[8..32], &b[HEADER_BYTES..len]]) != sum {
             return None;
         }
         let coordinator = u16::from_le_bytes(b[16..18].try_into().unwrap());

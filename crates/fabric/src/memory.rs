@@ -149,7 +149,10 @@ impl MemoryNode {
             let n = (8 - off).min(data.len() - pos);
             let w = &self.words[(a / 8) as usize];
             if n == 8 {
-                w.store(u64::from_le_bytes(data[pos..pos + 8].try_into().unwrap()), Ordering::SeqCst);
+                // Release suffices for whole-word stores: readers acquire-load
+                // (SeqCst) and the protocol's store-load (Dekker) patterns go
+                // through CAS, which stays SeqCst.
+                w.store(u64::from_le_bytes(data[pos..pos + 8].try_into().unwrap()), Ordering::Release);
             } else {
                 let _ = w.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |old| {
                     let mut b = old.to_le_bytes();

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Regenerates docs/RESULTS.md from fresh measurements on this machine.
+# Every figure in that file comes from one of the commands below, run here in
+# one go; comparisons are ratios measured within one alternating run.
+#   usage: scripts/results.sh            (about 5 minutes on 2 cores)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q
+T=./target/release/tandem
+OUT=target/results
+mkdir -p "$OUT"
+
+run() { echo "+ $*" >&2; "$@"; }
+
+# Issue 2: pandora vs ford vs traditional, in-process fabric (verbs execute at once).
+run $T bench --store pandora,ford,traditional --workload micro --fabric sim --write-ratio 0.5 \
+    --rounds 5 --duration 2 --json $OUT/micro-sim.json
+# Pure protocol cost per core: one compute thread, a cache-resident key set, no check.
+run $T bench --store pandora --workload micro --fabric sim --compute-nodes 1 --coordinators 4 \
+    --keys 1000 --rounds 3 --duration 2 --no-check --json $OUT/micro-sim-1core.json
+# Real processes over TCP.
+run $T bench --store pandora,ford,traditional --workload micro --fabric tcp --write-ratio 0.5 \
+    --rounds 3 --duration 2 --json $OUT/micro-tcp.json
+for d in 1 16 64; do
+  run $T fabric-bench --fabric tcp --depth $d --threads 2 --duration 2 --json $OUT/fabric-tcp-d$d.json
+done
+# Bank (SmallBank-style) for the traditional-logging overhead.
+run $T bench --store pandora,ford,traditional --workload bank --fabric sim \
+    --rounds 3 --duration 2 --json $OUT/bank-sim.json
+
+python3 scripts/render_results.py "$OUT" > docs/RESULTS.md
+echo "wrote docs/RESULTS.md" >&2
