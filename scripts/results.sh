@@ -21,7 +21,10 @@ run $T bench --store pandora --workload micro --fabric sim --compute-nodes 1 --c
 # Real processes over TCP.
 run $T bench --store pandora,ford,traditional --workload micro --fabric tcp --write-ratio 0.5 \
     --rounds 3 --duration 2 --json $OUT/micro-tcp.json
-for d in 1 16 64; do
+# Deep pipelines: 512 coordinators per compute node keep hundreds of verbs in flight.
+run $T bench --store pandora,ford --workload micro --fabric tcp --write-ratio 0.5 --coordinators 512 \
+    --rounds 3 --duration 2 --json $OUT/micro-tcp-512.json
+for d in 1 16 64 512; do
   run $T fabric-bench --fabric tcp --depth $d --threads 2 --duration 2 --json $OUT/fabric-tcp-d$d.json
 done
 # Bank (SmallBank-style) for the traditional-logging overhead.

@@ -122,7 +122,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
                         panic!("unexpected error without faults: {e}");
                     }
                 }
-                ledgers.borrow_mut().push(client.ledger.clone());
+                ledgers.borrow_mut().push(client.ledger.borrow().clone());
                 stats.borrow_mut().merge(&coord.stats);
             });
         }

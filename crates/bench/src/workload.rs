@@ -94,7 +94,7 @@ impl Client {
     pub fn outcome(&self) -> Outcome {
         match self {
             Client::Micro(c) => Outcome::Micro { writes_committed: c.writes_committed },
-            Client::Bank(c) => Outcome::Bank(c.ledger.clone()),
+            Client::Bank(c) => Outcome::Bank(c.ledger.borrow().clone()),
         }
     }
 }

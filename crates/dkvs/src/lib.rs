@@ -16,6 +16,7 @@ mod failed_ids;
 pub mod layout;
 pub mod loader;
 pub mod log;
+pub mod recovery;
 pub mod slot;
 
 pub use compute::ComputeNode;

@@ -199,3 +199,82 @@ fn concurrent_reinserts_of_a_deleted_key_never_both_commit() {
         }
     }
 }
+
+/// PILL (`pandora.txt` §3.1.2): a lock owned by a coordinator in `failed_ids`
+/// is stray. Reads ignore it, writers steal it; a live owner's lock blocks.
+#[test]
+fn stray_locks_of_failed_coordinators_are_ignored_by_reads_and_stolen_by_writes() {
+    let w = world(Mode::Pandora, 6, SimFabricConfig::default());
+    let failed = FailedIds::new();
+    let mk = |id: u16| ComputeNode::new(w.cluster.join(id), &w.store, w.layout.clone(), failed.clone());
+    let (dead, live) = (mk(1), mk(2));
+    let out = Rc::new(RefCell::new(Vec::new()));
+    let (o, f) = (out.clone(), failed.clone());
+    run_task(&w, 1, async move {
+        // Coordinator 1 locks key 2 and "crashes": its transaction is dropped mid-way.
+        let mut c1 = dead.coordinator(1);
+        let mut tx = c1.begin();
+        tx.read_for_update(0, 2).await.unwrap();
+        std::mem::forget(tx);
+        let mut c2 = live.coordinator(2);
+        // While 1 is considered alive, its lock blocks readers and writers.
+        let mut tx = c2.begin();
+        o.borrow_mut().push(format!("{:?}", tx.read(0, 2).await.err()));
+        let mut tx = c2.begin();
+        o.borrow_mut().push(format!("{:?}", tx.read_for_update(0, 2).await.err()));
+        // Declared failed: reads proceed and the write steals the lock.
+        f.insert(1);
+        let mut tx = c2.begin();
+        o.borrow_mut().push(format!("{:?}", tx.read(0, 2).await.map(|v| v.is_some())));
+        tx.commit().await.unwrap();
+        let mut tx = c2.begin();
+        tx.read_for_update(0, 2).await.unwrap();
+        tx.write(0, 2, &pad(22)).await.unwrap();
+        tx.commit().await.unwrap();
+        o.borrow_mut().push(format!("stolen {}", c2.stats.locks_stolen));
+        let mut tx = c2.begin();
+        o.borrow_mut().push(format!("{:?}", tx.read(0, 2).await.unwrap() == Some(pad(22))));
+        tx.commit().await.unwrap();
+    });
+    assert_eq!(
+        *out.borrow(),
+        vec![
+            "Some(Aborted(ReadLocked))".to_string(),
+            "Some(Aborted(LockConflict))".into(),
+            "Ok(true)".into(),
+            "stolen 1".into(),
+            "true".into()
+        ]
+    );
+    // Our own unlock CAS released the stolen lock: nothing is left held.
+    let checker = w.cluster.join(u16::MAX);
+    let l = w.layout.clone();
+    let held = Rc::new(RefCell::new(None));
+    let h = held.clone();
+    run_task(&w, 7, async move {
+        let snap = tandem_dkvs::check::snapshot(&checker, &l, 0).await.unwrap();
+        *h.borrow_mut() = Some(snap.held_locks().len());
+    });
+    assert_eq!(*held.borrow(), Some(0));
+}
+
+#[test]
+fn ford_mode_never_steals_owner_less_locks() {
+    let w = world(Mode::Ford, 6, SimFabricConfig::default());
+    let failed = FailedIds::new();
+    failed.insert(1);
+    let mk = |id: u16| ComputeNode::new(w.cluster.join(id), &w.store, w.layout.clone(), failed.clone());
+    let (dead, live) = (mk(1), mk(2));
+    let out = Rc::new(RefCell::new(None));
+    let o = out.clone();
+    run_task(&w, 1, async move {
+        let mut c1 = dead.coordinator(1);
+        let mut tx = c1.begin();
+        tx.read_for_update(0, 2).await.unwrap();
+        std::mem::forget(tx);
+        let mut c2 = live.coordinator(2);
+        let mut tx = c2.begin();
+        *o.borrow_mut() = tx.read_for_update(0, 2).await.err();
+    });
+    assert_eq!(*out.borrow(), Some(TxError::Aborted(AbortReason::LockConflict)), "a FORD lock names no owner");
+}

@@ -18,7 +18,9 @@
 //! non-negative, and the live receipts are exactly those inserted and not
 //! deleted by acknowledged commits.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 
 use tandem_dkvs::loader::{LoadError, Loader};
 use tandem_dkvs::{AbortReason, Coordinator, TableId, TableSpec, TxError};
@@ -81,9 +83,22 @@ impl BankSpec {
     }
 }
 
+/// The effects a transaction has if it committed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TxEffect {
+    pub deltas: Vec<(u64, i64)>,
+    pub receipt_added: Option<u64>,
+    pub receipt_removed: Option<u64>,
+}
+
 /// What one client (one coordinator) saw acknowledged.
 #[derive(Clone, Debug, Default)]
 pub struct BankLedger {
+    /// The transaction whose commit is under way (set before `commit`).
+    pub pending: Option<TxEffect>,
+    /// Transactions whose outcome is unknown: the client crashed or lost
+    /// access mid-commit. They may or may not have committed; never assumed absent.
+    pub in_doubt: Vec<TxEffect>,
     pub deltas: BTreeMap<u64, i64>,
     pub receipts_live: BTreeSet<u64>,
     pub committed: u64,
@@ -104,6 +119,21 @@ impl BankLedger {
         self.aborted += o.aborted;
         self.audit_violations.extend(o.audit_violations.iter().cloned());
         self.unknown += o.unknown;
+        self.in_doubt.extend(o.in_doubt.iter().cloned());
+        // A commit that never returned (the client's task was dropped by a crash).
+        self.in_doubt.extend(o.pending.iter().cloned());
+    }
+
+    fn apply(&mut self, e: &TxEffect) {
+        for (a, d) in &e.deltas {
+            *self.deltas.entry(*a).or_default() += d;
+        }
+        if let Some(k) = e.receipt_added {
+            self.receipts_live.insert(k);
+        }
+        if let Some(k) = e.receipt_removed {
+            self.receipts_live.remove(&k);
+        }
     }
 }
 
@@ -118,7 +148,8 @@ pub struct BankClient {
     /// `Some((c, p))`: with probability `p` a debit draws from customer `c`,
     /// concentrating write-skew pairs on one customer (bug hunting).
     pub hot_customer: Option<(u64, f64)>,
-    pub ledger: BankLedger,
+    /// Shared so a harness can read it after the client's task was dropped by a crash.
+    pub ledger: Rc<RefCell<BankLedger>>,
 }
 
 enum Outcome {
@@ -129,7 +160,7 @@ enum Outcome {
 
 impl BankClient {
     pub fn new(spec: BankSpec, client_id: u32, seed: u64) -> Self {
-        BankClient { spec, client_id, rng: Rng::new(seed), next_receipt: 0, receipt_pool: Vec::new(), hot_customer: None, ledger: BankLedger::default() }
+        BankClient { spec, client_id, rng: Rng::new(seed), next_receipt: 0, receipt_pool: Vec::new(), hot_customer: None, ledger: Rc::default() }
     }
 
     /// Run one randomly chosen transaction to its end. `Err` only for errors
@@ -157,16 +188,22 @@ impl BankClient {
         };
         match result {
             Ok(Outcome::Committed) => {
-                self.ledger.committed += 1;
+                self.ledger.borrow_mut().committed += 1;
                 Ok(true)
             }
             Ok(Outcome::UserAborted) => Ok(false),
             Err(TxError::Aborted(_)) => {
-                self.ledger.aborted += 1;
+                let mut l = self.ledger.borrow_mut();
+                l.pending = None;
+                l.aborted += 1;
                 Ok(false)
             }
             Err(e) => {
-                self.ledger.unknown += 1;
+                let mut l = self.ledger.borrow_mut();
+                if let Some(p) = l.pending.take() {
+                    l.in_doubt.push(p);
+                }
+                l.unknown += 1;
                 Err(e)
             }
         }
@@ -203,7 +240,7 @@ impl BankClient {
             // The reads saw an overdrawn customer; if they validate, a committed
             // transaction observed a broken invariant.
             tx.commit().await?;
-            self.ledger.audit_violations.push(format!("debit saw customer {} at {a}+{:?} < 0", from / 2, s));
+            self.ledger.borrow_mut().audit_violations.push(format!("debit saw customer {} at {a}+{:?} < 0", from / 2, s));
             return Ok(Outcome::Committed);
         }
         if amount <= 0 {
@@ -231,11 +268,9 @@ impl BankClient {
         } else {
             None
         };
-        tx.commit().await?;
-        *self.ledger.deltas.entry(from).or_default() -= amount;
-        *self.ledger.deltas.entry(to).or_default() += amount;
+        self.commit_effect(tx, TxEffect { deltas: vec![(from, -amount), (to, amount)], receipt_added: receipt, receipt_removed: None })
+            .await?;
         if let Some(k) = receipt {
-            self.ledger.receipts_live.insert(k);
             self.receipt_pool.push(k);
         }
         Ok(Outcome::Committed)
@@ -248,7 +283,7 @@ impl BankClient {
         let s = bal(tx.read(ACCOUNTS, 2 * customer + 1).await?);
         tx.commit().await?;
         if c + s < 0 {
-            self.ledger.audit_violations.push(format!("audit saw customer {customer} at {c}+{s} < 0"));
+            self.ledger.borrow_mut().audit_violations.push(format!("audit saw customer {customer} at {c}+{s} < 0"));
         }
         Ok(Outcome::Committed)
     }
@@ -263,10 +298,20 @@ impl BankClient {
         let key = self.receipt_pool[idx];
         let mut tx = coord.begin();
         tx.delete(RECEIPTS, key).await?;
-        tx.commit().await?;
         self.receipt_pool.swap_remove(idx);
-        self.ledger.receipts_live.remove(&key);
+        self.commit_effect(tx, TxEffect { deltas: Vec::new(), receipt_added: None, receipt_removed: Some(key) }).await?;
         Ok(Outcome::Committed)
+    }
+
+    /// Commit, recording the effect as pending first so that a crash or a
+    /// lost connection leaves it "in doubt" rather than forgotten.
+    async fn commit_effect<F: Fabric>(&mut self, tx: tandem_dkvs::Transaction<'_, F>, effect: TxEffect) -> Result<(), TxError> {
+        self.ledger.borrow_mut().pending = Some(effect);
+        tx.commit().await?;
+        let mut l = self.ledger.borrow_mut();
+        let e = l.pending.take().expect("set above");
+        l.apply(&e);
+        Ok(())
     }
 }
 
@@ -274,7 +319,13 @@ fn bal(v: Option<Vec<u8>>) -> i64 {
     decode_balance(&v.expect("bank accounts are never deleted"))
 }
 
+/// Most in-doubt transactions whose every commit/abort combination is tried.
+pub const IN_DOUBT_EXACT_MAX: usize = 16;
+
 /// Compare the store's final state with the merged ledgers. Returns violations.
+/// In-doubt transactions may have committed or not: the state must match the
+/// acknowledged commits plus *some* subset of them (tried exhaustively up to
+/// `IN_DOUBT_EXACT_MAX`; beyond that only conservation and the invariant are checked).
 pub fn verify(
     spec: &BankSpec,
     accounts: &BTreeMap<u64, Vec<u8>>,
@@ -284,15 +335,9 @@ pub fn verify(
     let mut v = ledger.audit_violations.clone();
     let mut total = 0i64;
     for a in 0..spec.accounts() {
-        let Some(bytes) = accounts.get(&a) else {
-            v.push(format!("account {a} is missing"));
-            continue;
-        };
-        let got = decode_balance(bytes);
-        total += got;
-        let want = spec.initial_balance + ledger.deltas.get(&a).copied().unwrap_or(0);
-        if ledger.unknown == 0 && got != want {
-            v.push(format!("account {a}: balance {got}, but acknowledged commits say {want}"));
+        match accounts.get(&a) {
+            Some(bytes) => total += decode_balance(bytes),
+            None => v.push(format!("account {a} is missing")),
         }
     }
     if total != spec.total() {
@@ -306,14 +351,45 @@ pub fn verify(
             }
         }
     }
-    if ledger.unknown == 0 {
-        let live: BTreeSet<u64> = receipts.keys().copied().collect();
-        for k in live.difference(&ledger.receipts_live) {
-            v.push(format!("receipt {k:#x} is live but no acknowledged commit left it so"));
-        }
-        for k in ledger.receipts_live.difference(&live) {
-            v.push(format!("receipt {k:#x} was acknowledged but is not live"));
-        }
+    let doubt = &ledger.in_doubt;
+    if doubt.len() > IN_DOUBT_EXACT_MAX {
+        return v;
     }
+    let live: BTreeSet<u64> = receipts.keys().copied().collect();
+    let balance = |a: u64| accounts.get(&a).map(|b| decode_balance(b)).unwrap_or(0);
+    let mismatches = |l: &BankLedger| -> Vec<String> {
+        let mut m = Vec::new();
+        for a in 0..spec.accounts() {
+            let want = spec.initial_balance + l.deltas.get(&a).copied().unwrap_or(0);
+            if balance(a) != want {
+                m.push(format!("account {a}: balance {}, but acknowledged commits say {want}", balance(a)));
+            }
+        }
+        for k in live.difference(&l.receipts_live) {
+            m.push(format!("receipt {k:#x} is live but no acknowledged commit left it so"));
+        }
+        for k in l.receipts_live.difference(&live) {
+            m.push(format!("receipt {k:#x} was acknowledged but is not live"));
+        }
+        m
+    };
+    let mut first = None;
+    for mask in 0u32..(1u32 << doubt.len()) {
+        let mut l = ledger.clone();
+        for (i, e) in doubt.iter().enumerate() {
+            if mask & (1 << i) != 0 {
+                l.apply(e);
+            }
+        }
+        let m = mismatches(&l);
+        if m.is_empty() {
+            return v;
+        }
+        first.get_or_insert(m);
+    }
+    if !doubt.is_empty() {
+        v.push(format!("no combination of the {} in-doubt transactions explains the state; with none applied:", doubt.len()));
+    }
+    v.extend(first.unwrap_or_default());
     v
 }

@@ -1,0 +1,276 @@
+//! The recovery coordinator's log recovery (`pandora.txt` §3.2.2 step 3,
+//! §3.2.3; DESIGN.md §4.5 steps 3–4). Runs on any live compute node after the
+//! failed node's access has been revoked on every memory node (Cor1).
+//!
+//! For each failed coordinator `c`: read its log slot on its f+1 log nodes and
+//! take the newest valid record `(c, s)`; let `W = word(c, s)`. Read the
+//! primary lock word of every logged object and the version on every replica.
+//! - no primary lock is `W`: the transaction finished (it unlocks only after
+//!   every replica is written) or aborted (it invalidates its log before
+//!   unlocking) → nothing to do;
+//! - some but not all are `W`: it was unlocking after commit → roll forward
+//!   (release the rest);
+//! - all are `W`: if every replica of every object carries the new version it
+//!   may have acknowledged → roll forward; otherwise no commit-ack was possible
+//!   → roll back every replica from the undo image, then release.
+//!
+//! Roll-back writes the undo image with a *fresh* version minted by the
+//! recovery coordinator, never the old one: a reader whose torn read saw the
+//! old version next to the crashed writer's new bytes must fail validation.
+//! An insert rolls back to a tombstone of its key, so the slot keeps its owner.
+//! Every replica is restored before any lock is released, and logs are
+//! invalidated last, so re-running the whole procedure after a crash of the
+//! recovery coordinator at any point is correct (idempotence, §3.2.3).
+//! Locks of `c` not covered by a logged transaction are NotLogged stray locks;
+//! they are left for PILL stealing once `c` is in `failed_ids` (Cor4).
+
+use std::sync::Arc;
+
+use futures::future::join_all;
+use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
+
+use crate::layout::Layout;
+use crate::log::{invalid_state_word, LogRecord, OpKind};
+use crate::slot::{encode_body, make_version, LockWord, KEY_OFF, LOCK_OFF, VERSION_OFF};
+
+/// What log recovery did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub coordinators: usize,
+    /// Valid log records found (one per coordinator at most).
+    pub logs_found: usize,
+    pub rolled_forward: usize,
+    pub rolled_back: usize,
+    /// Logged transactions that had already finished.
+    pub already_done: usize,
+    pub locks_released: usize,
+    pub replicas_restored: usize,
+}
+
+/// Decision for one logged transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Nothing,
+    RollForward,
+    RollBack,
+}
+
+/// Test-only switches that re-inject recovery-side bugs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryBugs {
+    /// Roll back with the old version instead of a fresh one.
+    pub reuse_old_version: bool,
+}
+
+pub struct RecoveryCoordinator<F: Fabric> {
+    layout: Arc<Layout>,
+    qps: Vec<F::Qp>,
+    /// The recovery coordinator's own coordinator id: fresh versions carry it.
+    id: u16,
+    version_counter: u64,
+    pub bugs: RecoveryBugs,
+}
+
+fn first_error(rs: &[Completion]) -> Option<VerbError> {
+    rs.iter().find_map(|r| r.as_ref().err().copied())
+}
+
+fn word_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+
+impl<F: Fabric> RecoveryCoordinator<F> {
+    /// `id` must be a coordinator id of its own (unique, never reused), so the
+    /// versions it mints collide with no one's.
+    pub fn new(fabric: &F, layout: Arc<Layout>, id: u16) -> Self {
+        let qps = (0..fabric.memory_nodes()).map(|m| fabric.queue_pair(m as MemNodeId)).collect();
+        RecoveryCoordinator { layout, qps, id, version_counter: 0, bugs: RecoveryBugs::default() }
+    }
+
+    async fn round(&self, posts: Vec<(MemNodeId, Vec<Verb>)>) -> Result<Vec<Vec<Completion>>, VerbError> {
+        let pending: Vec<_> = posts.into_iter().map(|(n, b)| self.qps[n as usize].post(b)).collect();
+        let results = join_all(pending).await;
+        if let Some(e) = results.iter().find_map(|r| first_error(r)) {
+            return Err(e);
+        }
+        Ok(results)
+    }
+
+    /// Read the newest valid log record of each coordinator (f+1 reads each).
+    pub async fn read_logs(&self, failed: &[u16]) -> Result<Vec<Option<LogRecord>>, VerbError> {
+        let half = (self.layout.log_slot_bytes / 2) as u32;
+        let mut posts = Vec::new();
+        let mut owner = Vec::new();
+        for (i, &c) in failed.iter().enumerate() {
+            for n in self.layout.log_nodes(c) {
+                posts.push((n, vec![Verb::read(self.layout.log_addr(c), half)]));
+                owner.push(i);
+            }
+        }
+        let results = self.round(posts).await?;
+        let mut out: Vec<Option<LogRecord>> = vec![None; failed.len()];
+        for (k, mut r) in results.into_iter().enumerate() {
+            let bytes = r.remove(0).expect("checked").into_bytes();
+            let i = owner[k];
+            if let Some(rec) = LogRecord::decode(&bytes) {
+                // A record in c's slot is c's; anything else is garbage from a
+                // previous owner of the slot index and is ignored.
+                if rec.coordinator == failed[i] && out[i].as_ref().is_none_or(|o| rec.tx_seq > o.tx_seq) {
+                    out[i] = Some(rec);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Decide one record from its primaries' lock words and replicas' versions.
+    pub fn decide(rec: &LogRecord, primary_locks: &[u64], versions: &[Vec<u64>]) -> Decision {
+        let w = LockWord::owned(rec.coordinator, rec.tx_seq).0;
+        let held = primary_locks.iter().filter(|&&l| l == w).count();
+        if held == 0 {
+            Decision::Nothing
+        } else if held < primary_locks.len() {
+            Decision::RollForward
+        } else if rec.entries.iter().zip(versions).all(|(e, vs)| vs.iter().all(|&v| v == e.new_version)) {
+            Decision::RollForward
+        } else {
+            Decision::RollBack
+        }
+    }
+
+    /// Recover every failed coordinator: decide, roll forward or back, then
+    /// invalidate their logs. The caller notifies `failed_ids` afterwards.
+    pub async fn recover(&mut self, failed: &[u16]) -> Result<RecoveryReport, VerbError> {
+        let mut report = RecoveryReport { coordinators: failed.len(), ..Default::default() };
+        let records: Vec<LogRecord> = self.read_logs(failed).await?.into_iter().flatten().collect();
+        report.logs_found = records.len();
+
+        // One round: every primary's lock+version and every replica's version.
+        let mut posts = Vec::new();
+        for rec in &records {
+            for e in &rec.entries {
+                for (r, &(n, addr)) in e.replicas.iter().enumerate() {
+                    let (off, len) = if r == 0 { (LOCK_OFF, 16) } else { (VERSION_OFF, 8) };
+                    posts.push((n, vec![Verb::read(addr + off, len)]));
+                }
+            }
+        }
+        let mut results = self.round(posts).await?.into_iter();
+        let mut decisions = Vec::new();
+        for rec in &records {
+            let mut locks = Vec::new();
+            let mut versions = Vec::new();
+            for e in &rec.entries {
+                let mut vs = Vec::new();
+                for r in 0..e.replicas.len() {
+                    let b = results.next().expect("one result per read").remove(0).expect("checked").into_bytes();
+                    if r == 0 {
+                        locks.push(word_at(&b, 0));
+                        vs.push(word_at(&b, 8));
+                    } else {
+                        vs.push(word_at(&b, 0));
+                    }
+                }
+                versions.push(vs);
+            }
+            decisions.push((Self::decide(rec, &locks, &versions), locks));
+        }
+
+        // Restore every replica of every rolled-back object before any unlock.
+        let mut restores = Vec::new();
+        for (rec, (d, _)) in records.iter().zip(&decisions) {
+            if *d != Decision::RollBack {
+                continue;
+            }
+            for e in &rec.entries {
+                self.version_counter += 1;
+                let version = if self.bugs.reuse_old_version {
+                    e.old_version
+                } else {
+                    make_version(self.id, self.version_counter)
+                };
+                // An insert rolls back to a tombstone of its key: the slot keeps its owner.
+                let flags = if e.op == OpKind::Insert { 0 } else { e.old_flags };
+                let value_bytes = self.layout.table(e.table).value_bytes;
+                let body = encode_body(e.key, flags, &e.old_value, value_bytes);
+                for &(n, addr) in &e.replicas {
+                    restores.push((n, vec![Verb::write(addr + KEY_OFF, body.clone()), Verb::write_u64(addr + VERSION_OFF, version)]));
+                    report.replicas_restored += 1;
+                }
+            }
+        }
+        self.round(restores).await?;
+
+        // Release the locks the logged transactions still hold.
+        let mut unlocks = Vec::new();
+        for (rec, (d, locks)) in records.iter().zip(&decisions) {
+            match d {
+                Decision::Nothing => report.already_done += 1,
+                Decision::RollForward => report.rolled_forward += 1,
+                Decision::RollBack => report.rolled_back += 1,
+            }
+            if *d == Decision::Nothing {
+                continue;
+            }
+            let w = LockWord::owned(rec.coordinator, rec.tx_seq).0;
+            for (e, &l) in rec.entries.iter().zip(locks) {
+                if l == w {
+                    let (n, addr) = e.replicas[0];
+                    unlocks.push((n, vec![Verb::cas(addr + LOCK_OFF, w, 0)]));
+                    report.locks_released += 1;
+                }
+            }
+        }
+        self.round(unlocks).await?;
+
+        // Invalidate last: until here, re-running finds the same records.
+        let mut invalidations = Vec::new();
+        for &c in failed {
+            for n in self.layout.log_nodes(c) {
+                invalidations.push((n, vec![Verb::write_u64(self.layout.log_addr(c), invalid_state_word())]));
+            }
+        }
+        self.round(invalidations).await?;
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::LogEntry;
+
+    fn rec(entries: usize) -> LogRecord {
+        LogRecord {
+            coordinator: 7,
+            tx_seq: 3,
+            entries: (0..entries)
+                .map(|i| LogEntry {
+                    table: 0,
+                    op: OpKind::Update,
+                    key: i as u64,
+                    old_version: 10,
+                    new_version: 20,
+                    old_flags: 1,
+                    replicas: vec![(0, 0), (1, 0)],
+                    old_value: vec![],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_decision_rule_of_design_4_5() {
+        type RC = RecoveryCoordinator<tandem_fabric::inline::InlineFabric>;
+        let r = rec(2);
+        let w = LockWord::owned(7, 3).0;
+        let other = LockWord::owned(8, 1).0;
+        assert_eq!(RC::decide(&r, &[0, other], &[vec![20, 20], vec![20, 20]]), Decision::Nothing);
+        assert_eq!(RC::decide(&r, &[w, 0], &[vec![20, 20], vec![20, 20]]), Decision::RollForward);
+        assert_eq!(RC::decide(&r, &[w, w], &[vec![20, 20], vec![20, 20]]), Decision::RollForward);
+        assert_eq!(RC::decide(&r, &[w, w], &[vec![20, 20], vec![20, 10]]), Decision::RollBack);
+        assert_eq!(RC::decide(&r, &[w, w], &[vec![10, 10], vec![10, 10]]), Decision::RollBack);
+        // A later transaction of the same coordinator (other seq) is not this record's.
+        assert_eq!(RC::decide(&r, &[LockWord::owned(7, 4).0, w], &[vec![10, 10], vec![10, 10]]), Decision::RollForward);
+    }
+}
