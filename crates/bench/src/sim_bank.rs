@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
+use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryBugs, RecoveryCoordinator, RecoveryReport};
 use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, StoreConfig};
 use tandem_fabric::sim::{SimCluster, SimFabricConfig};
 use tandem_sim::{Rng, Sim};
@@ -31,6 +32,47 @@ pub struct SimBankConfig {
     /// primaries (a same-primary pair is ordered by the queue pair, which
     /// hides validation races). Used to hunt the relaxed-locks bug.
     pub hot_sibling_pair: bool,
+    pub faults: Faults,
+}
+
+/// Compute-side faults injected into one run (DESIGN.md §4.5). The harness
+/// plays the membership service: it detects after `detect_ns`, revokes the
+/// node on every memory node, runs log recovery on a survivor, and only then
+/// adds the node's coordinators to `failed_ids`.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// Crash compute node `.0` (0-based) at simulated time `.1`, verbs in flight or not.
+    pub crash: Option<(u16, u64)>,
+    /// Do not actually crash it: declare a slow-but-alive node failed.
+    pub false_positive: bool,
+    /// Crash the first recovery coordinator this long after it starts, then
+    /// re-run recovery from the start on another node.
+    pub crash_recovery_after_ns: Option<u64>,
+    pub detect_ns: u64,
+    /// Test-only recovery bugs (to prove the crash tests can fail).
+    pub recovery_bugs: RecoveryBugs,
+}
+
+impl Faults {
+    fn flags(&self) -> String {
+        let mut f = String::new();
+        if let Some((n, at)) = self.crash {
+            f += &format!(" --crash-node {n} --crash-at-ns {at} --detect-ns {}", self.detect_ns);
+        }
+        if self.false_positive {
+            f += " --false-positive";
+        }
+        if let Some(x) = self.crash_recovery_after_ns {
+            f += &format!(" --crash-recovery-after-ns {x}");
+        }
+        if self.recovery_bugs.always_roll_back {
+            f += " --inject-bug always-roll-back";
+        }
+        if self.recovery_bugs.skip_log_recovery {
+            f += " --inject-bug skip-log-recovery";
+        }
+        f
+    }
 }
 
 impl SimBankConfig {
@@ -47,6 +89,7 @@ impl SimBankConfig {
             txs_per_coordinator: 40,
             fabric: SimFabricConfig::default(),
             hot_sibling_pair: false,
+            faults: Faults::default(),
         }
     }
 
@@ -61,7 +104,7 @@ impl SimBankConfig {
         if self.hot_sibling_pair {
             flags.push_str(" --hot-sibling-pair");
         }
-        flags
+        flags + &self.faults.flags()
     }
 }
 
@@ -73,6 +116,14 @@ pub struct SimBankReport {
     pub sim_time_ns: u64,
     pub stats: CoordinatorStats,
     pub replay: String,
+    /// Recovery reports, one per recovery attempt that finished.
+    pub recoveries: Vec<RecoveryReport>,
+    /// Commits acknowledged to survivors between the crash and the end of recovery.
+    pub survivor_commits_during_recovery: u64,
+    /// Simulated time from the crash to the end of recovery (notify included).
+    pub recovery_window_ns: u64,
+    pub stray_locks_swept: usize,
+    pub in_doubt: usize,
 }
 
 /// Run one seed to completion and check every invariant.
@@ -98,7 +149,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
     sim.run();
 
     // Run the clients: every coordinator is a task owned by its compute node.
-    let ledgers: Rc<RefCell<Vec<BankLedger>>> = Rc::default();
+    let ledgers: Rc<RefCell<Vec<(u16, Rc<RefCell<BankLedger>>)>>> = Rc::default();
     let stats: Rc<RefCell<CoordinatorStats>> = Rc::default();
     let mut seeds = Rng::new(cfg.seed ^ 0xBA4C);
     let failed = FailedIds::new();
@@ -108,29 +159,95 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         let c = (0..cfg.bank.customers).find(|&c| primary(2 * c) != primary(2 * c + 1)).unwrap_or(0);
         (c, 0.5)
     });
+    let mut fabrics = Vec::new();
     for cn in 0..cfg.compute_nodes {
         let node = ComputeNode::new(cluster.join(cn + 1), &store, layout.clone(), failed.clone());
+        fabrics.push(node.fabric().clone());
         for k in 0..cfg.coordinators_per_node {
             let id = 1 + cn * cfg.coordinators_per_node + k;
             let mut coord = node.coordinator(id);
             let mut client = BankClient::new(cfg.bank.clone(), id as u32, seeds.next_u64());
             client.hot_customer = hot;
-            let (ledgers, stats, n) = (ledgers.clone(), stats.clone(), cfg.txs_per_coordinator);
+            let (stats, n, faulty) = (stats.clone(), cfg.txs_per_coordinator, cfg.faults.crash.is_some());
+            ledgers.borrow_mut().push((cn, client.ledger.clone()));
             sim.spawn(cn as u32, async move {
                 for _ in 0..n {
                     if let Err(e) = client.run_one(&mut coord).await {
-                        panic!("unexpected error without faults: {e}");
+                        // Only a node declared failed loses access; the ledger
+                        // keeps the in-doubt transaction.
+                        assert!(faulty, "unexpected error without faults: {e}");
+                        break;
                     }
                 }
-                ledgers.borrow_mut().push(client.ledger.borrow().clone());
                 stats.borrow_mut().merge(&coord.stats);
             });
         }
     }
+    let mut recoveries = Vec::new();
+    let (mut window_commits, mut window_ns, mut swept) = (0, 0, 0);
+    if let Some((victim, at)) = cfg.faults.crash {
+        let survivors_committed = || -> u64 {
+            ledgers.borrow().iter().filter(|(cn, _)| *cn != victim).map(|(_, l)| l.borrow().committed).sum()
+        };
+        sim.run_until(at);
+        let crash_ns = sim.now_ns();
+        if !cfg.faults.false_positive {
+            sim.crash(victim as u32);
+        }
+        let before = survivors_committed();
+        // (1) detection, (2) active-link termination on every memory node.
+        sim.run_until(crash_ns + cfg.faults.detect_ns);
+        cluster.revoke(victim + 1);
+        let victims: Vec<u16> = (0..cfg.coordinators_per_node).map(|k| 1 + victim * cfg.coordinators_per_node + k).collect();
+        // (3) log recovery on a survivor, re-run from scratch if its coordinator crashes,
+        // (4) notify: only now do the victims' ids enter failed_ids.
+        let survivor = (0..cfg.compute_nodes).find(|&n| n != victim).expect("a survivor");
+        let mut attempt = 0u16;
+        let first_rc_id = 1 + cfg.compute_nodes * cfg.coordinators_per_node;
+        loop {
+            let done: Rc<RefCell<Option<RecoveryReport>>> = Rc::default();
+            let (d, f, l, ids, fab) = (done.clone(), failed.clone(), layout.clone(), victims.clone(), fabrics[survivor as usize].clone());
+            let rc_id = first_rc_id + attempt;
+            let rc_tag = 10_000 + attempt as u32;
+            let bugs = cfg.faults.recovery_bugs;
+            sim.spawn(rc_tag, async move {
+                let mut rc = RecoveryCoordinator::new(&fab, l, rc_id);
+                rc.bugs = bugs;
+                let report = rc.recover(&ids).await.expect("recovery verbs fail only if the survivor is revoked");
+                for id in ids {
+                    f.insert(id);
+                }
+                *d.borrow_mut() = Some(report);
+            });
+            if let (0, Some(after)) = (attempt, cfg.faults.crash_recovery_after_ns) {
+                sim.run_until(sim.now_ns() + after);
+                if done.borrow().is_none() {
+                    sim.crash(rc_tag);
+                    attempt += 1;
+                    continue;
+                }
+            }
+            sim.run_while(|| done.borrow().is_none());
+            recoveries.push(done.borrow_mut().take().expect("recovery finished"));
+            break;
+        }
+        window_commits = survivors_committed() - before;
+        window_ns = sim.now_ns() - crash_ns;
+    }
     sim.run();
+    if cfg.faults.crash.is_some() {
+        // The background scan: NotLogged stray locks nobody touched.
+        let (fab, l, f, out) = (cluster.join(u16::MAX - 1), layout.clone(), failed.clone(), Rc::new(RefCell::new(0)));
+        let o = out.clone();
+        sim.spawn(u32::MAX, async move {
+            *o.borrow_mut() = sweep_stray_locks(&fab, &l, &f).await.expect("sweep");
+        });
+        sim.run();
+        swept = *out.borrow();
+    }
     let mut ledger = BankLedger::default();
-    for l in ledgers.borrow().iter() {
-        ledger.merge(l);
+    for (_, l) in ledgers.borrow().iter() {
+        ledger.merge(&l.borrow());
     }
 
     // Inspect through verbs, as a separate compute node would.
@@ -151,6 +268,11 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
     let violations = out.borrow().clone();
     let stats = stats.borrow().clone();
     SimBankReport {
+        recoveries,
+        survivor_commits_during_recovery: window_commits,
+        recovery_window_ns: window_ns,
+        stray_locks_swept: swept,
+        in_doubt: ledger.in_doubt.len(),
         committed: ledger.committed,
         aborted: ledger.aborted,
         violations,

@@ -6,7 +6,8 @@ use clap::Args;
 use tandem_bench::cluster::{Backend, MemoryServers};
 use tandem_bench::compare::alternate;
 use tandem_bench::runner::{run, RunConfig, RunResult};
-use tandem_bench::sim_bank::{self, SimBankConfig};
+use tandem_bench::sim_bank::{self, Faults, SimBankConfig};
+use tandem_dkvs::recovery::RecoveryBugs;
 use tandem_bench::workload::WorkloadSpec;
 use tandem_bench::fabric_bench;
 use tandem_dkvs::{BugSwitches, Layout, Mode};
@@ -295,22 +296,67 @@ pub struct SimBankArgs {
     /// Seeds to run, starting at --seed.
     #[arg(long, default_value_t = 1)]
     seeds: u64,
+    /// Crash this compute node (0-based) at --crash-at-ns; recovery then runs.
+    #[arg(long)]
+    crash_node: Option<u16>,
+    #[arg(long, default_value_t = 50_000)]
+    crash_at_ns: u64,
+    /// Simulated failure-detection delay.
+    #[arg(long, default_value_t = 20_000)]
+    detect_ns: u64,
+    /// Declare the node failed without crashing it.
+    #[arg(long)]
+    false_positive: bool,
+    /// Crash the first recovery coordinator this long after it starts.
+    #[arg(long)]
+    crash_recovery_after_ns: Option<u64>,
+    /// Transactions per coordinator.
+    #[arg(long)]
+    txs: Option<u32>,
 }
 
 pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
     let mut bugs = BugSwitches::default();
+    let mut recovery_bugs = RecoveryBugs::default();
     for b in &a.inject_bug {
-        let one = BugSwitches::parse(b)?;
-        bugs.complicit_abort |= one.complicit_abort;
-        bugs.covert_locks |= one.covert_locks;
-        bugs.relaxed_locks |= one.relaxed_locks;
+        match b.as_str() {
+            "always-roll-back" => recovery_bugs.always_roll_back = true,
+            "skip-log-recovery" => recovery_bugs.skip_log_recovery = true,
+            other => {
+                let one = BugSwitches::parse(other)
+                    .map_err(|e| format!("{e}, or a recovery bug: always-roll-back, skip-log-recovery"))?;
+                bugs.complicit_abort |= one.complicit_abort;
+                bugs.covert_locks |= one.covert_locks;
+                bugs.relaxed_locks |= one.relaxed_locks;
+            }
+        }
+    }
+    if a.crash_node.is_none() && (a.false_positive || a.crash_recovery_after_ns.is_some() || recovery_bugs != RecoveryBugs::default()) {
+        return Err("--false-positive, --crash-recovery-after-ns and recovery bugs need --crash-node".into());
     }
     let mut failures = 0;
     for seed in a.seed..a.seed.saturating_add(a.seeds.max(1)) {
         let mut cfg = SimBankConfig::new(a.store, seed);
         cfg.bugs = bugs;
         cfg.hot_sibling_pair = a.hot_sibling_pair;
-        cfg.bank.customers = a.customers.unwrap_or(if a.hot_sibling_pair { 24 } else { cfg.bank.customers });
+        cfg.bank.customers = a.customers.unwrap_or(if a.hot_sibling_pair || a.crash_node.is_some() { 24 } else { cfg.bank.customers });
+        if let Some(n) = a.txs {
+            cfg.txs_per_coordinator = n;
+        } else if a.crash_node.is_some() {
+            cfg.txs_per_coordinator = 60;
+        }
+        if let Some(node) = a.crash_node {
+            if node >= cfg.compute_nodes {
+                return Err(format!("--crash-node must be below {}", cfg.compute_nodes));
+            }
+            cfg.faults = Faults {
+                crash: Some((node, a.crash_at_ns)),
+                false_positive: a.false_positive,
+                crash_recovery_after_ns: a.crash_recovery_after_ns,
+                detect_ns: a.detect_ns,
+                recovery_bugs,
+            };
+        }
         let r = sim_bank::run(&cfg);
         eprintln!(
             "seed {seed}: {} committed, {} aborted, {} verbs, {:.3} ms simulated: {}",
@@ -320,6 +366,13 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
             r.sim_time_ns as f64 / 1e6,
             if r.violations.is_empty() { "all invariants hold".to_string() } else { format!("{} VIOLATIONS", r.violations.len()) }
         );
+        for rep in &r.recoveries {
+            eprintln!(
+                "  recovery: {} logs, {} rolled forward, {} rolled back, {} already done, {} locks released, {} replicas restored; {} stray locks swept; {} survivor commits in the {:.1} us window; {} in doubt",
+                rep.logs_found, rep.rolled_forward, rep.rolled_back, rep.already_done, rep.locks_released, rep.replicas_restored,
+                r.stray_locks_swept, r.survivor_commits_during_recovery, r.recovery_window_ns as f64 / 1e3, r.in_doubt
+            );
+        }
         for v in &r.violations {
             eprintln!("  {v}");
         }

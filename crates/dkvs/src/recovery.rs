@@ -60,6 +60,12 @@ pub enum Decision {
 pub struct RecoveryBugs {
     /// Roll back with the old version instead of a fresh one.
     pub reuse_old_version: bool,
+    /// Roll back every logged transaction still holding a lock, even one
+    /// that updated every replica and may have acknowledged (violates Cor3).
+    pub always_roll_back: bool,
+    /// Skip log recovery and go straight to invalidation and notification, so
+    /// logged transactions' locks get stolen (violates Cor2 and Cor4).
+    pub skip_log_recovery: bool,
 }
 
 pub struct RecoveryCoordinator<F: Fabric> {
@@ -142,7 +148,10 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     /// invalidate their logs. The caller notifies `failed_ids` afterwards.
     pub async fn recover(&mut self, failed: &[u16]) -> Result<RecoveryReport, VerbError> {
         let mut report = RecoveryReport { coordinators: failed.len(), ..Default::default() };
-        let records: Vec<LogRecord> = self.read_logs(failed).await?.into_iter().flatten().collect();
+        let mut records: Vec<LogRecord> = self.read_logs(failed).await?.into_iter().flatten().collect();
+        if self.bugs.skip_log_recovery {
+            records.clear();
+        }
         report.logs_found = records.len();
 
         // One round: every primary's lock+version and every replica's version.
@@ -173,7 +182,11 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 }
                 versions.push(vs);
             }
-            decisions.push((Self::decide(rec, &locks, &versions), locks));
+            let mut d = Self::decide(rec, &locks, &versions);
+            if self.bugs.always_roll_back && d == Decision::RollForward {
+                d = Decision::RollBack;
+            }
+            decisions.push((d, locks));
         }
 
         // Restore every replica of every rolled-back object before any unlock.
@@ -273,4 +286,54 @@ mod tests {
         // A later transaction of the same coordinator (other seq) is not this record's.
         assert_eq!(RC::decide(&r, &[LockWord::owned(7, 4).0, w], &[vec![10, 10], vec![10, 10]]), Decision::RollForward);
     }
+}
+
+/// The background scan of DESIGN.md §4.5: release, with CAS, every primary
+/// lock still owned by a coordinator in `failed`. Only safe once log recovery
+/// has finished for those coordinators: what is left are NotLogged stray locks,
+/// whose transactions wrote nothing. Used before recycling coordinator ids and
+/// to clear locks nobody touched. Returns the number of locks released.
+pub async fn sweep_stray_locks<F: Fabric>(
+    fabric: &F,
+    layout: &Layout,
+    failed: &crate::FailedIds,
+) -> Result<usize, VerbError> {
+    const CHUNK_BYTES: u64 = 64 * 1024;
+    let qps: Vec<F::Qp> = (0..fabric.memory_nodes()).map(|m| fabric.queue_pair(m as MemNodeId)).collect();
+    let mut released = 0;
+    for tl in &layout.tables {
+        let slot = tl.slot_bytes as u64;
+        let per_chunk = (CHUNK_BYTES / slot).max(1);
+        for p in 0..tl.partitions {
+            let primary = tl.replicas[p as usize][0];
+            let total = tl.slots_per_partition() as u64;
+            let mut s = 0;
+            while s < total {
+                let n = per_chunk.min(total - s);
+                let base = tl.slot_addr(p, 0, s as u32);
+                let r = qps[primary as usize].post(vec![Verb::read(base, (n * slot) as u32)]).await;
+                let bytes = r.into_iter().next().expect("one completion")?.into_bytes();
+                let mut cas = Vec::new();
+                let mut expected = Vec::new();
+                for i in 0..n {
+                    let w = LockWord(word_at(&bytes, (i * slot) as usize));
+                    if w.is_locked() && failed.contains(w.owner()) {
+                        cas.push(Verb::cas(base + i * slot + LOCK_OFF, w.0, 0));
+                        expected.push(w.0);
+                    }
+                }
+                if !cas.is_empty() {
+                    let r = qps[primary as usize].post(cas).await;
+                    for (c, w) in r.into_iter().zip(expected) {
+                        // A lost race means a live coordinator stole it first: fine.
+                        if c?.old_value() == w {
+                            released += 1;
+                        }
+                    }
+                }
+                s += n;
+            }
+        }
+    }
+    Ok(released)
 }
