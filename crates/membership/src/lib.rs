@@ -1,0 +1,14 @@
+//! The membership service of Pandora (`pandora.txt` §3.1.2, §3.2.2 steps 1, 2
+//! and 4; DESIGN.md §4.5): it hands out coordinator ids, detects failed compute
+//! nodes by heartbeat timeout, drives active-link termination and recovery,
+//! and publishes `failed_ids` only after recovery finished.
+//!
+//! It is a sans-IO state machine, `step(now, event) -> commands`, in the style
+//! of raft-rs and openraft's engine: time comes in as an argument and every
+//! effect (revoking, recovering, notifying) goes out as a [`Command`] for a
+//! runtime to execute. The same code runs under the simulator and in the
+//! `tandem membership` process.
+
+mod membership;
+
+pub use membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
