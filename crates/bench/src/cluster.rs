@@ -33,10 +33,31 @@ impl Backend {
         Backend::Inline(InlineCluster::new(nodes))
     }
 
+    /// In-process memory nodes whose batches yield once, so coordinators
+    /// interleave at verb boundaries and a crash can cut a transaction.
+    pub fn inline_yielding(memory_nodes: usize, region_bytes: u64, seed: u64) -> Backend {
+        match Self::inline(memory_nodes, region_bytes, seed) {
+            Backend::Inline(c) => Backend::Inline(c.yielding(true)),
+            tcp => tcp,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Inline(_) => "sim",
             Backend::Tcp(_) => "tcp",
+        }
+    }
+
+    /// Active-link termination of `compute` on every memory node; returns once
+    /// every memory node acknowledged (`pandora.txt` §3.2.2 step 2, Cor1).
+    pub async fn revoke(&self, compute: ComputeNodeId) -> std::io::Result<()> {
+        match self {
+            Backend::Inline(c) => {
+                c.revoke(compute);
+                Ok(())
+            }
+            Backend::Tcp(c) => c.revoke(compute).await,
         }
     }
 

@@ -2,25 +2,48 @@
 //! (one thread each, many coordinator tasks per thread), measure, and check
 //! the store afterwards.
 //!
+//! The embedded membership service (`tandem_membership::Membership`, driven
+//! by a thread of its own) hands out coordinator ids, takes heartbeats, and on
+//! a timeout revokes the node, runs log recovery and publishes `failed_ids`.
+//! A run may crash one compute node mid-way: its thread drops every
+//! coordinator task at its current await point and stops heartbeating.
+//!
 //! Timing uses the wall clock here, in the harness, never in protocol code.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
+use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryCoordinator};
 use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, StoreConfig};
+use tandem_membership::{Command, Event, Membership, MembershipConfig};
 use tandem_fabric::Fabric;
 use tandem_sim::Rng;
 
 use crate::cluster::{AnyFabric, Backend};
-use crate::workload::{Outcome, WorkloadSpec};
+use crate::workload::{Outcome, OutcomeHandle, WorkloadSpec};
+
+/// Node id under which the membership service itself joins (its recovery
+/// coordinator needs a coordinator id and a fabric handle of its own).
+const MEMBERSHIP_NODE: u16 = u16::MAX - 2;
+/// Node id of the post-run inspection.
+const CHECKER_NODE: u16 = u16::MAX;
+
+/// Crash one compute node during the measured interval.
+#[derive(Clone, Debug)]
+pub struct CrashPlan {
+    /// 0-based compute node index.
+    pub node: u16,
+    /// Time after the measurement started.
+    pub after: Duration,
+}
 
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -40,6 +63,9 @@ pub struct RunConfig {
     pub progress_every: Duration,
     /// Inspect the whole store afterwards (replicas, locks, workload check).
     pub check: bool,
+    pub crash: Option<CrashPlan>,
+    /// Heartbeat timeout of the failure detector (DESIGN.md §4.5: 5 ms).
+    pub heartbeat_timeout: Duration,
 }
 
 impl RunConfig {
@@ -58,14 +84,19 @@ impl RunConfig {
             progress: false,
             progress_every: Duration::from_secs(1),
             check: true,
+            crash: None,
+            heartbeat_timeout: Duration::from_millis(5),
         }
     }
 
     pub fn store_config(&self) -> StoreConfig {
         let mut s = StoreConfig::new(self.mode, self.memory_nodes, self.replicas, self.workload.tables());
         s.partitions_per_table = 64;
+        // Coordinator ids are 1..log_slots: one log slot per id. Twice the
+        // coordinators, so failed ids need recycling (a stray-lock scan) only
+        // after many failures.
         let coordinators = self.compute_nodes as u32 * self.coordinators as u32;
-        s.log_slots = (coordinators + 1).max(64);
+        s.log_slots = (2 * coordinators + 8).max(64);
         s.bugs = self.bugs;
         s
     }
@@ -78,6 +109,14 @@ impl RunConfig {
         if self.compute_nodes as u32 * self.coordinators as u32 > 60_000 {
             return Err("at most 60000 coordinators in total (16-bit coordinator ids)".into());
         }
+        if let Some(c) = &self.crash {
+            if c.node >= self.compute_nodes || self.compute_nodes < 2 {
+                return Err("a crash needs a surviving compute node: --crash-node must be below --compute-nodes (at least 2)".into());
+            }
+            if c.after >= self.duration {
+                return Err("the crash must happen within the measured duration".into());
+            }
+        }
         Ok(())
     }
 }
@@ -88,6 +127,31 @@ pub struct Latency {
     pub p99: u64,
     pub p999: u64,
     pub mean: f64,
+}
+
+/// What happened between a crash and the end of its recovery (`tandem recovery`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RecoveryTimeline {
+    pub crashed_node: u16,
+    /// Crash to failure declared by the heartbeat timeout.
+    pub detect_us: f64,
+    /// Revocation on every memory node, until every acknowledgement.
+    pub link_termination_us: f64,
+    /// Log recovery, including log invalidation.
+    pub log_recovery_us: f64,
+    /// Crash to `failed_ids` published (stealing may start).
+    pub total_us: f64,
+    pub logs_found: usize,
+    pub rolled_forward: usize,
+    pub rolled_back: usize,
+    /// Stray locks stolen by surviving coordinators (PILL) during the run.
+    pub stray_locks_stolen: u64,
+    /// Stray locks nobody touched, released by the post-run scan.
+    pub stray_locks_swept: usize,
+    /// Survivors' committed throughput before the crash and between crash and recovery end.
+    pub survivors_tps_before: f64,
+    pub survivors_tps_during_recovery: f64,
+    pub survivors_commits_during_recovery: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -108,6 +172,7 @@ pub struct RunResult {
     pub errors: Vec<String>,
     pub check_passed: Option<bool>,
     pub violations: Vec<String>,
+    pub recovery: Option<RecoveryTimeline>,
 }
 
 struct Control {
@@ -115,6 +180,16 @@ struct Control {
     measuring: AtomicBool,
     committed: AtomicU64,
     aborted: AtomicU64,
+    /// Measured commits per compute node.
+    committed_by_node: Vec<AtomicU64>,
+    crash: Vec<AtomicBool>,
+    base: Instant,
+}
+
+impl Control {
+    fn now_ns(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
 }
 
 struct ThreadResult {
@@ -122,6 +197,20 @@ struct ThreadResult {
     stats: CoordinatorStats,
     outcome: Outcome,
     errors: Vec<String>,
+}
+
+/// Timestamps the membership thread records while handling one node's failure.
+#[derive(Default, Clone)]
+struct FailureLog {
+    detected_ns: u64,
+    revoked_ns: u64,
+    recovered_ns: u64,
+    notified_ns: u64,
+    committed_at_notify: Vec<u64>,
+    logs_found: usize,
+    rolled_forward: usize,
+    rolled_back: usize,
+    swept: usize,
 }
 
 /// Run a future on a fresh single-threaded runtime with a `LocalSet`.
@@ -151,7 +240,7 @@ async fn load_with<F: Fabric>(f: &F, layout: &Arc<Layout>, spec: &WorkloadSpec) 
 /// Inspect the store: replica agreement, stray locks, and the workload check.
 pub fn check(backend: &Backend, layout: &Arc<Layout>, spec: &WorkloadSpec, outcome: &Outcome) -> Result<Vec<String>, String> {
     block_on_local(async {
-        let fabric = backend.join(u16::MAX).await.map_err(|e| format!("checker cannot join: {e}"))?;
+        let fabric = backend.join(CHECKER_NODE).await.map_err(|e| format!("checker cannot join: {e}"))?;
         match fabric {
             AnyFabric::Inline(f) => check_with(&f, layout, spec, outcome).await,
             AnyFabric::Tcp(f) => check_with(&f, layout, spec, outcome).await,
@@ -172,6 +261,27 @@ async fn check_with<F: Fabric>(f: &F, layout: &Layout, spec: &WorkloadSpec, outc
     Ok(v)
 }
 
+
+/// Give the calling thread (a heartbeat sender or the failure detector)
+/// real-time priority where the OS allows it, as a deployment would pin or
+/// prioritise them: on two shared cores a normal thread can wait longer than
+/// a 5 ms timeout to be scheduled, which is a false positive. Both threads
+/// sleep almost all the time. Without the privilege this is a no-op.
+fn prioritise_current_thread() -> bool {
+    #[cfg(target_os = "linux")]
+    unsafe {
+        let param = libc::sched_param { sched_priority: 10 };
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
+fn new_hist() -> Histogram<u64> {
+    Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds")
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn drive<F: Fabric>(
     fabric: F,
     store: StoreConfig,
@@ -179,20 +289,22 @@ async fn drive<F: Fabric>(
     ctl: Arc<Control>,
     spec: WorkloadSpec,
     cn: u16,
-    coordinators: u16,
+    ids: Vec<u16>,
     seed: u64,
+    failed: FailedIds,
 ) -> ThreadResult {
-    let node = ComputeNode::new(fabric, &store, layout, FailedIds::new());
+    let node = ComputeNode::new(fabric, &store, layout, failed);
     let mut seeds = Rng::new(seed ^ ((cn as u64) << 40));
     let errors: Rc<RefCell<Vec<String>>> = Rc::default();
+    let mut outcomes: Vec<OutcomeHandle> = Vec::new();
     let mut handles = Vec::new();
-    for k in 0..coordinators {
-        let id = 1 + cn * coordinators + k;
+    for &id in &ids {
         let mut coord = node.coordinator(id);
         let mut client = spec.client(id as u32, seeds.next_u64());
+        outcomes.push(client.handle());
         let (ctl, errors) = (ctl.clone(), errors.clone());
         handles.push(tokio::task::spawn_local(async move {
-            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+            let mut hist = new_hist();
             while !ctl.stop.load(Ordering::Relaxed) {
                 let t0 = Instant::now();
                 let r = client.run_one(&mut coord).await;
@@ -200,6 +312,7 @@ async fn drive<F: Fabric>(
                 match r {
                     Ok(true) if measuring => {
                         ctl.committed.fetch_add(1, Ordering::Relaxed);
+                        ctl.committed_by_node[cn as usize].fetch_add(1, Ordering::Relaxed);
                         let _ = hist.record((t0.elapsed().as_micros() as u64).max(1));
                     }
                     Ok(false) if measuring => {
@@ -215,50 +328,224 @@ async fn drive<F: Fabric>(
                 // fabric completes verbs at once, so nothing else would yield).
                 tokio::task::yield_now().await;
             }
-            (hist, coord.stats.clone(), client.outcome())
+            (hist, coord.stats.clone())
         }));
     }
-    let mut out = ThreadResult {
-        hist: Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds"),
-        stats: CoordinatorStats::default(),
-        outcome: Outcome::empty(&spec),
-        errors: Vec::new(),
+    let work = async {
+        let mut hist = new_hist();
+        let mut stats = CoordinatorStats::default();
+        for h in handles {
+            let (hh, st) = h.await.expect("coordinator task panicked");
+            hist.add(&hh).expect("same histogram bounds");
+            stats.merge(&st);
+        }
+        (hist, stats)
     };
-    for h in handles {
-        let (hist, stats, outcome) = h.await.expect("coordinator task panicked");
-        out.hist.add(&hist).expect("same histogram bounds");
-        out.stats.merge(&stats);
-        out.outcome.merge(&outcome);
+    let crashed = async {
+        while !ctl.crash[cn as usize].load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+    };
+    // A crash returns here at once; the caller then drops the LocalSet, and with
+    // it every coordinator task wherever it is (mid-transaction included).
+    let (hist, stats) = tokio::select! {
+        r = work => r,
+        _ = crashed => (new_hist(), CoordinatorStats::default()),
+    };
+    let mut outcome = Outcome::empty(&spec);
+    for h in &outcomes {
+        outcome.merge(&h.outcome());
     }
-    out.errors = errors.borrow().clone();
-    out
+    let errors = errors.borrow().clone();
+    ThreadResult { hist, stats, outcome, errors }
+}
+
+/// The membership service's thread: ticks the failure detector and carries
+/// out its commands (revoke, recover, notify, scan).
+async fn membership_loop(
+    backend: Backend,
+    layout: Arc<Layout>,
+    ctl: Arc<Control>,
+    membership: Arc<Mutex<Membership>>,
+    failed: FailedIds,
+    logs: Arc<Mutex<BTreeMap<u16, FailureLog>>>,
+) -> Result<(), String> {
+    let mut swept_total = 0;
+    let rc_id = {
+        let mut m = membership.lock().expect("membership lock");
+        match m.step(ctl.now_ns(), Event::Join { node: MEMBERSHIP_NODE, coordinators: 1 }).pop() {
+            Some(Command::AssignIds { ids, .. }) => ids[0],
+            other => return Err(format!("membership cannot get its own coordinator id: {other:?}")),
+        }
+    };
+    let fabric = backend.join(MEMBERSHIP_NODE).await.map_err(|e| format!("membership cannot join: {e}"))?;
+    let tick = Duration::from_micros(100);
+    while !ctl.stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(tick).await;
+        let mut queue: std::collections::VecDeque<Command> = {
+            let mut m = membership.lock().expect("membership lock");
+            // The membership node itself runs here: it never times out.
+            m.step(ctl.now_ns(), Event::Heartbeat { node: MEMBERSHIP_NODE });
+            m.step(ctl.now_ns(), Event::Tick).into()
+        };
+        // In order: NotifyFailed must not wait behind a stray-lock scan.
+        while let Some(cmd) = queue.pop_front() {
+            let next = match cmd {
+                Command::Revoke { node } => {
+                    logs.lock().unwrap().entry(node).or_default().detected_ns = ctl.now_ns();
+                    backend.revoke(node).await.map_err(|e| format!("revocation of node {node} failed: {e}"))?;
+                    logs.lock().unwrap().entry(node).or_default().revoked_ns = ctl.now_ns();
+                    Event::RevokeAcked { node }
+                }
+                Command::Recover { node, ids, .. } => {
+                    // The embedded service runs the recovery coordinator itself.
+                    let report = match &fabric {
+                        AnyFabric::Inline(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover(&ids).await,
+                        AnyFabric::Tcp(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover(&ids).await,
+                    }
+                    .map_err(|e| format!("log recovery of node {node} failed: {e}"))?;
+                    let mut ls = logs.lock().unwrap();
+                    let l = ls.entry(node).or_default();
+                    l.recovered_ns = ctl.now_ns();
+                    l.logs_found += report.logs_found;
+                    l.rolled_forward += report.rolled_forward;
+                    l.rolled_back += report.rolled_back;
+                    Event::RecoveryDone { node }
+                }
+                Command::NotifyFailed { ids } => {
+                    for &id in &ids {
+                        failed.insert(id);
+                    }
+                    let now = ctl.now_ns();
+                    let counts: Vec<u64> = ctl.committed_by_node.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+                    let owner = membership.lock().expect("membership lock").owner_of(ids[0]);
+                    if let Some(node) = owner {
+                        let mut ls = logs.lock().unwrap();
+                        let l = ls.entry(node).or_default();
+                        l.notified_ns = now;
+                        l.committed_at_notify = counts;
+                    }
+                    continue;
+                }
+                Command::ScanStrayLocks { ids } => {
+                    let swept = match &fabric {
+                        AnyFabric::Inline(f) => sweep_stray_locks(f, &layout, &failed).await,
+                        AnyFabric::Tcp(f) => sweep_stray_locks(f, &layout, &failed).await,
+                    }
+                    .map_err(|e| format!("stray-lock scan failed: {e}"))?;
+                    swept_total += swept;
+                    Event::ScanDone { ids }
+                }
+                Command::AssignIds { .. } | Command::Reject { .. } => continue,
+            };
+            let more = membership.lock().expect("membership lock").step(ctl.now_ns(), next);
+            queue.extend(more);
+        }
+    }
+    // Stray locks nobody touched (NotLogged transactions of the failed node).
+    if failed.count() > 0 {
+        let swept = match &fabric {
+            AnyFabric::Inline(f) => sweep_stray_locks(f, &layout, &failed).await,
+            AnyFabric::Tcp(f) => sweep_stray_locks(f, &layout, &failed).await,
+        }
+        .map_err(|e| format!("stray-lock scan failed: {e}"))?;
+        swept_total += swept;
+    }
+    for l in logs.lock().unwrap().values_mut() {
+        l.swept = swept_total;
+    }
+    Ok(())
 }
 
 /// Load, run and (optionally) check. The backend must be fresh (empty).
 pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     cfg.validate()?;
+    if cfg.crash.is_some() && cfg.mode != Mode::Pandora {
+        return Err(format!(
+            "crash recovery is built for pandora only so far; {} recovery (DESIGN.md §4.4: {}) is not implemented yet",
+            cfg.mode,
+            if cfg.mode == Mode::Ford { "stop-the-world lock scan" } else { "recovery from lock logs" }
+        ));
+    }
     let store = cfg.store_config();
     let layout = Arc::new(Layout::new(&store)?);
     load(backend, &layout, &cfg.workload)?;
 
+    let n = cfg.compute_nodes as usize;
     let ctl = Arc::new(Control {
         stop: AtomicBool::new(false),
         measuring: AtomicBool::new(false),
         committed: AtomicU64::new(0),
         aborted: AtomicU64::new(0),
+        committed_by_node: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        crash: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        base: Instant::now(),
     });
+    let membership = Arc::new(Mutex::new(Membership::new(MembershipConfig {
+        heartbeat_timeout_ns: cfg.heartbeat_timeout.as_nanos() as u64,
+        id_space: store.log_slots,
+        ..MembershipConfig::default()
+    })));
+    let failed = FailedIds::new();
+    let failure_logs: Arc<Mutex<BTreeMap<u16, FailureLog>>> = Arc::default();
+    let heartbeat_every = (cfg.heartbeat_timeout / 5).max(Duration::from_micros(100));
+
+    let membership_thread = {
+        let (backend, layout, ctl, m, failed, log) =
+            (backend.clone(), layout.clone(), ctl.clone(), membership.clone(), failed.clone(), failure_logs.clone());
+        std::thread::Builder::new()
+            .name("membership".into())
+            .spawn(move || {
+                prioritise_current_thread();
+                block_on_local(membership_loop(backend, layout, ctl, m, failed, log))
+            })
+            .map_err(|e| e.to_string())?
+    };
+
     let mut threads = Vec::new();
+    let mut heartbeats = Vec::new();
     for cn in 0..cfg.compute_nodes {
+        // Heartbeats come from a thread of their own, as in a real compute
+        // server: on two shared cores a busy worker can be descheduled for
+        // longer than the timeout, while a sleeping thread is woken promptly.
+        // That thread also joins, so the failure detector's clock for this node
+        // starts only once its heartbeats can flow. A crash stops it.
+        let (hb_ctl, hb_m, coords) = (ctl.clone(), membership.clone(), cfg.coordinators);
+        let (ids_tx, ids_rx) = std::sync::mpsc::channel();
+        heartbeats.push(
+            std::thread::Builder::new()
+                .name(format!("heartbeat-{}", cn + 1))
+                .spawn(move || {
+                    prioritise_current_thread();
+                    let joined = hb_m.lock().expect("membership lock").step(hb_ctl.now_ns(), Event::Join { node: cn + 1, coordinators: coords });
+                    let admitted = matches!(joined.last(), Some(Command::AssignIds { .. }));
+                    let _ = ids_tx.send(joined);
+                    while admitted && !hb_ctl.stop.load(Ordering::Relaxed) && !hb_ctl.crash[cn as usize].load(Ordering::Relaxed) {
+                        std::thread::sleep(heartbeat_every);
+                        let now = hb_ctl.now_ns();
+                        hb_m.lock().expect("membership lock").step(now, Event::Heartbeat { node: cn + 1 });
+                    }
+                })
+                .map_err(|e| e.to_string())?,
+        );
+        let ids = match ids_rx.recv().map_err(|_| "a heartbeat thread died".to_string())?.pop() {
+            Some(Command::AssignIds { ids, .. }) => ids,
+            other => return Err(format!("compute node {} was not admitted: {other:?}", cn + 1)),
+        };
         let (backend, store, layout, ctl, spec) = (backend.clone(), store.clone(), layout.clone(), ctl.clone(), cfg.workload.clone());
-        let (coords, seed) = (cfg.coordinators, cfg.seed);
+        let (failed, seed) = (failed.clone(), cfg.seed);
         threads.push(
             std::thread::Builder::new()
                 .name(format!("compute-{}", cn + 1))
                 .spawn(move || {
                     block_on_local(async move {
                         match backend.join(cn + 1).await {
-                            Ok(AnyFabric::Inline(f)) => Ok(drive(f, store, layout, ctl, spec, cn, coords, seed).await),
-                            Ok(AnyFabric::Tcp(f)) => Ok(drive(f, store, layout, ctl, spec, cn, coords, seed).await),
+                            Ok(AnyFabric::Inline(f)) => {
+                                Ok(drive(f, store, layout, ctl, spec, cn, ids, seed, failed).await)
+                            }
+                            Ok(AnyFabric::Tcp(f)) => {
+                                Ok(drive(f, store, layout, ctl, spec, cn, ids, seed, failed).await)
+                            }
                             Err(e) => Err(format!("compute node {} cannot join: {e}", cn + 1)),
                         }
                     })
@@ -271,10 +558,25 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     ctl.measuring.store(true, Ordering::SeqCst);
     let start = Instant::now();
     let mut last = (start, 0u64);
+    let mut crash_at: Option<(u64, Vec<u64>, f64)> = None;
     while start.elapsed() < cfg.duration {
         let left = cfg.duration.saturating_sub(start.elapsed());
-        std::thread::sleep(left.min(if cfg.progress { cfg.progress_every } else { left }));
-        if cfg.progress {
+        let mut nap = left.min(if cfg.progress { cfg.progress_every } else { left });
+        if let (Some(c), None) = (&cfg.crash, &crash_at) {
+            nap = nap.min(c.after.saturating_sub(start.elapsed()));
+        }
+        std::thread::sleep(nap);
+        if let (Some(c), None) = (&cfg.crash, &crash_at) {
+            if start.elapsed() >= c.after {
+                let counts: Vec<u64> = ctl.committed_by_node.iter().map(|x| x.load(Ordering::SeqCst)).collect();
+                ctl.crash[c.node as usize].store(true, Ordering::SeqCst);
+                crash_at = Some((ctl.now_ns(), counts, start.elapsed().as_secs_f64()));
+                if cfg.progress {
+                    eprintln!("  [{:>5.1}s] CRASH compute node {} (its coordinators stop mid-transaction)", start.elapsed().as_secs_f64(), c.node + 1);
+                }
+            }
+        }
+        if cfg.progress && last.0.elapsed() >= cfg.progress_every.mul_f64(0.99) {
             let now = Instant::now();
             let c = ctl.committed.load(Ordering::Relaxed);
             let a = ctl.aborted.load(Ordering::Relaxed);
@@ -294,19 +596,62 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     let elapsed = start.elapsed().as_secs_f64();
     ctl.stop.store(true, Ordering::SeqCst);
 
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+    let mut hist = new_hist();
     let mut stats = CoordinatorStats::default();
     let mut outcome = Outcome::empty(&cfg.workload);
     let mut errors = Vec::new();
-    for t in threads {
+    for (cn, t) in threads.into_iter().enumerate() {
         let r = t.join().map_err(|_| "a compute thread panicked".to_string())??;
         hist.add(&r.hist).expect("same bounds");
         stats.merge(&r.stats);
         outcome.merge(&r.outcome);
-        errors.extend(r.errors);
+        let crashed = cfg.crash.as_ref().is_some_and(|c| c.node as usize == cn);
+        if !crashed {
+            errors.extend(r.errors);
+        }
     }
+    for h in heartbeats {
+        h.join().map_err(|_| "a heartbeat thread panicked".to_string())?;
+    }
+    membership_thread.join().map_err(|_| "the membership thread panicked".to_string())??;
     let committed = ctl.committed.load(Ordering::SeqCst);
     let aborted = ctl.aborted.load(Ordering::SeqCst);
+    let logs = failure_logs.lock().unwrap().clone();
+    let crashed_node = cfg.crash.as_ref().map(|c| c.node + 1);
+    for (node, _) in logs.iter().filter(|(n, _)| Some(**n) != crashed_node) {
+        errors.push(format!(
+            "compute node {node} was declared failed without crashing (a failure-detector false positive; raise the heartbeat timeout on a loaded machine)"
+        ));
+    }
+    let fl = crashed_node.and_then(|n| logs.get(&n).cloned()).unwrap_or_default();
+    let recovery = match (&cfg.crash, &crash_at) {
+        (Some(c), Some((crash_ns, before, crash_s))) => {
+            if fl.notified_ns == 0 {
+                errors.push(format!("compute node {} crashed but recovery did not finish before the run ended", c.node + 1));
+                None
+            } else {
+                let survivors = |v: &[u64]| -> u64 { v.iter().enumerate().filter(|(i, _)| *i != c.node as usize).map(|(_, x)| x).sum() };
+                let during = survivors(&fl.committed_at_notify).saturating_sub(survivors(before));
+                let window_s = (fl.notified_ns - crash_ns) as f64 / 1e9;
+                Some(RecoveryTimeline {
+                    crashed_node: c.node + 1,
+                    detect_us: (fl.detected_ns.saturating_sub(*crash_ns)) as f64 / 1e3,
+                    link_termination_us: (fl.revoked_ns - fl.detected_ns) as f64 / 1e3,
+                    log_recovery_us: (fl.recovered_ns - fl.revoked_ns) as f64 / 1e3,
+                    total_us: window_s * 1e6,
+                    logs_found: fl.logs_found,
+                    rolled_forward: fl.rolled_forward,
+                    rolled_back: fl.rolled_back,
+                    stray_locks_stolen: stats.locks_stolen,
+                    stray_locks_swept: fl.swept,
+                    survivors_tps_before: survivors(before) as f64 / crash_s.max(1e-9),
+                    survivors_tps_during_recovery: during as f64 / window_s.max(1e-9),
+                    survivors_commits_during_recovery: during,
+                })
+            }
+        }
+        _ => None,
+    };
     let (check_passed, violations) = if cfg.check {
         let v = check(backend, &layout, &cfg.workload, &outcome)?;
         (Some(v.is_empty()), v)
@@ -335,5 +680,6 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         errors,
         check_passed,
         violations,
+        recovery,
     })
 }

@@ -7,7 +7,9 @@ use tandem_dkvs::loader::{LoadError, Loader};
 use tandem_dkvs::{Coordinator, TableSpec, TxError};
 use tandem_fabric::Fabric;
 use tandem_workloads::bank::{self, BankClient, BankLedger, BankSpec};
-use tandem_workloads::micro::{self, MicroClient, MicroSpec};
+use tandem_workloads::micro::{self, MicroClient, MicroLedger, MicroSpec};
+use std::cell::RefCell;
+use std::rc::Rc;
 
 #[derive(Clone, Debug)]
 pub enum WorkloadSpec {
@@ -47,7 +49,7 @@ impl WorkloadSpec {
     /// Check the final live contents (per table) against the clients' outcomes.
     pub fn verify(&self, live: &[BTreeMap<u64, Vec<u8>>], outcome: &Outcome) -> Vec<String> {
         match (self, outcome) {
-            (WorkloadSpec::Micro(m), Outcome::Micro { writes_committed }) => micro::verify(m, &live[0], *writes_committed),
+            (WorkloadSpec::Micro(m), Outcome::Micro(l)) => micro::verify(m, &live[0], l),
             (WorkloadSpec::Bank(b), Outcome::Bank(ledger)) => bank::verify(b, &live[0], &live[1], ledger),
             _ => vec!["workload and outcome do not match".into()],
         }
@@ -62,21 +64,21 @@ pub enum Client {
 /// What the clients saw acknowledged, merged across all of them.
 #[derive(Clone, Debug)]
 pub enum Outcome {
-    Micro { writes_committed: u64 },
+    Micro(MicroLedger),
     Bank(BankLedger),
 }
 
 impl Outcome {
     pub fn empty(spec: &WorkloadSpec) -> Outcome {
         match spec {
-            WorkloadSpec::Micro(_) => Outcome::Micro { writes_committed: 0 },
+            WorkloadSpec::Micro(_) => Outcome::Micro(MicroLedger::default()),
             WorkloadSpec::Bank(_) => Outcome::Bank(BankLedger::default()),
         }
     }
 
     pub fn merge(&mut self, o: &Outcome) {
         match (self, o) {
-            (Outcome::Micro { writes_committed: a }, Outcome::Micro { writes_committed: b }) => *a += b,
+            (Outcome::Micro(a), Outcome::Micro(b)) => a.merge(b),
             (Outcome::Bank(a), Outcome::Bank(b)) => a.merge(b),
             _ => panic!("merging outcomes of different workloads"),
         }
@@ -91,10 +93,25 @@ impl Client {
         }
     }
 
+    /// A handle on the client's ledger that outlives the client (and its task).
+    pub fn handle(&self) -> OutcomeHandle {
+        match self {
+            Client::Micro(c) => OutcomeHandle::Micro(c.ledger.clone()),
+            Client::Bank(c) => OutcomeHandle::Bank(c.ledger.clone()),
+        }
+    }
+}
+
+pub enum OutcomeHandle {
+    Micro(Rc<RefCell<MicroLedger>>),
+    Bank(Rc<RefCell<BankLedger>>),
+}
+
+impl OutcomeHandle {
     pub fn outcome(&self) -> Outcome {
         match self {
-            Client::Micro(c) => Outcome::Micro { writes_committed: c.writes_committed },
-            Client::Bank(c) => Outcome::Bank(c.ledger.borrow().clone()),
+            OutcomeHandle::Micro(l) => Outcome::Micro(l.borrow().clone()),
+            OutcomeHandle::Bank(l) => Outcome::Bank(l.borrow().clone()),
         }
     }
 }

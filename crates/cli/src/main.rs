@@ -32,6 +32,8 @@ enum Command {
     MemoryServer(memory_server::MemoryServerArgs),
     /// Replay one seeded simulation of the bank workload and check every invariant.
     SimBank(bench_cmd::SimBankArgs),
+    /// Crash one compute node mid-run and measure detection, link termination and log recovery.
+    Recovery(bench_cmd::RecoveryArgs),
 }
 
 fn main() {
@@ -43,6 +45,7 @@ fn main() {
         Command::FabricBench(a) => bench_cmd::fabric_bench(a),
         Command::MemoryServer(a) => memory_server::run(a),
         Command::SimBank(a) => bench_cmd::sim_bank(a),
+        Command::Recovery(a) => bench_cmd::recovery(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -5,21 +5,59 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+/// These tests start real processes and measure real time (a 5 ms failure
+/// detector among them): run them one at a time so they do not starve each
+/// other on a small machine.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn tandem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tandem"))
 }
 
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[test]
 fn demo_runs_and_passes_its_consistency_check() {
+    let _serial = serial();
     let out = tandem().args(["demo", "--duration", "1", "--coordinators", "8", "--customers", "2000"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "demo failed:\n{err}");
     assert!(err.contains("consistency    passed"), "{err}");
     assert!(err.contains("tx/s"), "progress and summary are printed:\n{err}");
+    assert!(err.contains("CRASH compute node 2"), "the demo crashes a compute node mid-run:\n{err}");
+    assert!(err.contains("the survivor kept committing"), "{err}");
+}
+
+#[test]
+fn recovery_experiment_reports_every_phase_in_json() {
+    let _serial = serial();
+    for fabric in ["sim", "tcp"] {
+        let dir = std::env::temp_dir().join(format!("tandem-rec-{}-{fabric}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("recovery.json");
+        let out = tandem()
+            .args(["recovery", "--fabric", fabric, "--coordinators", "8", "--keys", "5000", "--duration", "1.2", "--crash-after", "0.4"])
+            .args(["--timeout-ms", "20", "--json", json.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{fabric}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let r = &v["recovery"];
+        for f in ["detect_us", "link_termination_us", "log_recovery_us", "total_us", "stray_locks_stolen"] {
+            assert!(r[f].is_number(), "{fabric}: missing {f}: {r}");
+        }
+        assert!(r["total_us"].as_f64().unwrap() >= r["detect_us"].as_f64().unwrap());
+        assert!(r["survivors_commits_during_recovery"].as_u64().unwrap() > 0, "{fabric}: survivors kept committing");
+        assert_eq!(v["check_passed"], true);
+    }
 }
 
 #[test]
 fn bench_over_tcp_with_real_memory_server_processes_writes_json() {
+    let _serial = serial();
     let dir = std::env::temp_dir().join(format!("tandem-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("bench.json");
@@ -47,6 +85,7 @@ fn bench_over_tcp_with_real_memory_server_processes_writes_json() {
 
 #[test]
 fn memory_server_survives_garbage_and_serves_a_bench_afterwards() {
+    let _serial = serial();
     let secret = "00000000deadbeef";
     let mut child = tandem()
         .args(["memory-server", "--listen", "127.0.0.1:0", "--mem", "64M", "--secret", secret])
@@ -78,6 +117,7 @@ fn memory_server_survives_garbage_and_serves_a_bench_afterwards() {
 
 #[test]
 fn bad_input_gets_a_clear_error() {
+    let _serial = serial();
     let out = tandem().args(["bench", "--store", "pandora,fast"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown store mode 'fast'"));
@@ -89,6 +129,7 @@ fn bad_input_gets_a_clear_error() {
 
 #[test]
 fn sim_bank_replay_command_runs_a_seed() {
+    let _serial = serial();
     let out = tandem().args(["sim-bank", "--store", "ford", "--seed", "3"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");

@@ -152,6 +152,13 @@ impl LogRecord {
         out
     }
 
+    /// Whether `b` starts with a valid-state header (the length may exceed `b`).
+    pub fn header_plausible(b: &[u8]) -> bool {
+        b.len() >= HEADER_BYTES
+            && u64::from_le_bytes(b[0..8].try_into().unwrap()) == STATE_VALID as u64
+            && u32::from_le_bytes(b[8..12].try_into().unwrap()) == MAGIC
+    }
+
     /// Decode a record from the start of a log slot. `None` if the slot holds
     /// no record, an invalidated one, or a torn/corrupt one.
     pub fn decode(b: &[u8]) -> Option<LogRecord> {

@@ -102,22 +102,40 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         Ok(results)
     }
 
-    /// Read the newest valid log record of each coordinator (f+1 reads each).
+    /// Read the newest valid log record of each coordinator: f+1 reads of the
+    /// slot's first `LOG_PROBE_BYTES` (enough for typical records), and a
+    /// second read only for the records that are longer.
     pub async fn read_logs(&self, failed: &[u16]) -> Result<Vec<Option<LogRecord>>, VerbError> {
+        const LOG_PROBE_BYTES: u32 = 1024;
         let half = (self.layout.log_slot_bytes / 2) as u32;
+        let probe = LOG_PROBE_BYTES.min(half);
         let mut posts = Vec::new();
         let mut owner = Vec::new();
         for (i, &c) in failed.iter().enumerate() {
             for n in self.layout.log_nodes(c) {
-                posts.push((n, vec![Verb::read(self.layout.log_addr(c), half)]));
-                owner.push(i);
+                posts.push((n, vec![Verb::read(self.layout.log_addr(c), probe)]));
+                owner.push((i, n));
             }
         }
-        let results = self.round(posts).await?;
+        let mut slots: Vec<Vec<u8>> =
+            self.round(posts).await?.into_iter().map(|mut r| r.remove(0).expect("checked").into_bytes()).collect();
+        // Records longer than the probe: fetch them whole.
+        let mut long = Vec::new();
+        let mut long_idx = Vec::new();
+        for (k, b) in slots.iter().enumerate() {
+            let len = u32::from_le_bytes(b[12..16].try_into().expect("header")) as usize;
+            if LogRecord::header_plausible(b) && len > b.len() && len <= half as usize {
+                let (i, n) = owner[k];
+                long.push((n, vec![Verb::read(self.layout.log_addr(failed[i]), len as u32)]));
+                long_idx.push(k);
+            }
+        }
+        for (k, mut r) in long_idx.into_iter().zip(self.round(long).await?) {
+            slots[k] = r.remove(0).expect("checked").into_bytes();
+        }
         let mut out: Vec<Option<LogRecord>> = vec![None; failed.len()];
-        for (k, mut r) in results.into_iter().enumerate() {
-            let bytes = r.remove(0).expect("checked").into_bytes();
-            let i = owner[k];
+        for (k, bytes) in slots.into_iter().enumerate() {
+            let i = owner[k].0;
             if let Some(rec) = LogRecord::decode(&bytes) {
                 // A record in c's slot is c's; anything else is garbage from a
                 // previous owner of the slot index and is ignored.

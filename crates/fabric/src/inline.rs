@@ -4,8 +4,10 @@
 //! to measure pure protocol cost (DESIGN.md §3, "sim ... the default for the
 //! single-process demo"; delays and faults off).
 
-use std::future::{ready, Ready};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use crate::memory::{MemoryNode, RegionKey};
 use crate::verb::{Completion, ComputeNodeId, MemNodeId, Verb};
@@ -15,11 +17,20 @@ use crate::{Fabric, QueuePair};
 #[derive(Clone)]
 pub struct InlineCluster {
     nodes: Arc<Vec<Arc<MemoryNode>>>,
+    yield_per_batch: bool,
 }
 
 impl InlineCluster {
     pub fn new(nodes: Vec<Arc<MemoryNode>>) -> Self {
-        InlineCluster { nodes: Arc::new(nodes) }
+        InlineCluster { nodes: Arc::new(nodes), yield_per_batch: false }
+    }
+
+    /// Make every batch's completion yield to the executor once, so tasks
+    /// interleave at every verb boundary (and a crash can land mid-transaction)
+    /// although verbs still execute at post time.
+    pub fn yielding(mut self, on: bool) -> Self {
+        self.yield_per_batch = on;
+        self
     }
 
     pub fn with_nodes(count: usize, size_bytes: u64, seed: u64) -> Self {
@@ -33,7 +44,14 @@ impl InlineCluster {
     /// Register `compute` on every memory node and hand out its fabric handle.
     pub fn join(&self, compute: ComputeNodeId) -> InlineFabric {
         let keys = self.nodes.iter().map(|n| n.register(compute)).collect();
-        InlineFabric { nodes: self.nodes.clone(), compute, keys: Arc::new(keys) }
+        InlineFabric { nodes: self.nodes.clone(), compute, keys: Arc::new(keys), yield_per_batch: self.yield_per_batch }
+    }
+
+    /// Active-link termination of `compute` on every memory node.
+    pub fn revoke(&self, compute: ComputeNodeId) {
+        for n in self.nodes.iter() {
+            n.revoke(compute);
+        }
     }
 }
 
@@ -42,6 +60,7 @@ pub struct InlineFabric {
     nodes: Arc<Vec<Arc<MemoryNode>>>,
     compute: ComputeNodeId,
     keys: Arc<Vec<RegionKey>>,
+    yield_per_batch: bool,
 }
 
 #[derive(Clone)]
@@ -50,12 +69,19 @@ pub struct InlineQp {
     mem: MemNodeId,
     compute: ComputeNodeId,
     key: RegionKey,
+    yield_per_batch: bool,
 }
 
 impl Fabric for InlineFabric {
     type Qp = InlineQp;
     fn queue_pair(&self, mem: MemNodeId) -> InlineQp {
-        InlineQp { node: self.nodes[mem as usize].clone(), mem, compute: self.compute, key: self.keys[mem as usize] }
+        InlineQp {
+            node: self.nodes[mem as usize].clone(),
+            mem,
+            compute: self.compute,
+            key: self.keys[mem as usize],
+            yield_per_batch: self.yield_per_batch,
+        }
     }
     fn memory_nodes(&self) -> usize {
         self.nodes.len()
@@ -66,11 +92,30 @@ impl Fabric for InlineFabric {
 }
 
 impl QueuePair for InlineQp {
-    type Pending = Ready<Vec<Completion>>;
+    type Pending = InlinePending;
     fn post(&self, batch: Vec<Verb>) -> Self::Pending {
-        ready(batch.iter().map(|v| self.node.execute(self.compute, self.key, v)).collect())
+        let done = batch.iter().map(|v| self.node.execute(self.compute, self.key, v)).collect();
+        InlinePending { done: Some(done), yield_first: self.yield_per_batch }
     }
     fn memory_node(&self) -> MemNodeId {
         self.mem
+    }
+}
+
+/// Completions of a batch that already executed; optionally yields once first.
+pub struct InlinePending {
+    done: Option<Vec<Completion>>,
+    yield_first: bool,
+}
+
+impl Future for InlinePending {
+    type Output = Vec<Completion>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<Completion>> {
+        if self.yield_first {
+            self.yield_first = false;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(self.done.take().expect("polled after completion"))
     }
 }

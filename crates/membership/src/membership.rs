@@ -85,20 +85,33 @@ pub struct Membership {
     recycled: BTreeSet<u16>,
     failed_ids: BTreeSet<u16>,
     scanning: bool,
+    last_tick_ns: Option<u64>,
+    /// Ticks at which the detector itself had been paused (see `detect`).
+    pub pauses_detected: u64,
 }
 
 impl Membership {
     pub fn new(cfg: MembershipConfig) -> Self {
         assert!(cfg.id_space >= 2 && cfg.id_space <= 1 << 16, "id space must be 2..=65536");
-        Membership { cfg, nodes: BTreeMap::new(), next_id: 1, recycled: BTreeSet::new(), failed_ids: BTreeSet::new(), scanning: false }
+        Membership { cfg, nodes: BTreeMap::new(), next_id: 1, recycled: BTreeSet::new(), failed_ids: BTreeSet::new(), scanning: false, last_tick_ns: None, pauses_detected: 0 }
     }
 
     pub fn status(&self, node: NodeId) -> Option<NodeStatus> {
         self.nodes.get(&node).map(|n| n.status)
     }
 
+    /// When `node`'s last heartbeat arrived.
+    pub fn last_heartbeat_ns(&self, node: NodeId) -> Option<u64> {
+        self.nodes.get(&node).map(|n| n.last_heartbeat_ns)
+    }
+
     pub fn failed_ids(&self) -> &BTreeSet<u16> {
         &self.failed_ids
+    }
+
+    /// The node that was given coordinator id `id`, most recently.
+    pub fn owner_of(&self, id: u16) -> Option<NodeId> {
+        self.nodes.iter().filter(|(_, n)| n.ids.contains(&id)).map(|(k, _)| *k).last()
     }
 
     pub fn ids_of(&self, node: NodeId) -> &[u16] {
@@ -197,6 +210,22 @@ impl Membership {
 
     fn detect(&mut self, now_ns: u64, out: &mut Vec<Command>) {
         let timeout = self.cfg.heartbeat_timeout_ns;
+        // If the detector itself did not run for half a timeout (its process
+        // was descheduled or paused), silence proves nothing: heartbeats may
+        // be queued behind the pause. Give every node a fresh timeout rather
+        // than declare them all failed. (Safety never rests on the detector:
+        // a false positive is fenced off by revocation. This is accuracy.)
+        let paused = self.last_tick_ns.is_some_and(|t| now_ns.saturating_sub(t) > timeout / 2);
+        self.last_tick_ns = Some(now_ns);
+        if paused {
+            self.pauses_detected += 1;
+            for n in self.nodes.values_mut() {
+                if n.status == NodeStatus::Alive {
+                    n.last_heartbeat_ns = n.last_heartbeat_ns.max(now_ns);
+                }
+            }
+            return;
+        }
         let late: Vec<NodeId> = self
             .nodes
             .iter()
@@ -285,6 +314,24 @@ mod tests {
         m.step(105, Event::Heartbeat { node: 1 });
         assert_eq!(m.status(1), Some(NodeStatus::Failed));
         assert!(matches!(m.step(106, Event::Join { node: 1, coordinators: 2 })[0], Command::Reject { .. }));
+    }
+
+    #[test]
+    fn a_paused_detector_does_not_declare_everyone_failed() {
+        let mut m = m();
+        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        assert_eq!(m.step(40, Event::Tick), vec![]);
+        // The detector stalls from 40 to 500: node 1's heartbeats could not be seen.
+        assert_eq!(m.step(500, Event::Tick), vec![], "a pause gives a grace period");
+        assert_eq!(m.pauses_detected, 1);
+        // Ticking normally again, a node that stays silent is declared failed.
+        let mut t = 500;
+        let mut revoked = false;
+        while t < 700 && !revoked {
+            t += 20;
+            revoked = m.step(t, Event::Tick) == vec![Command::Revoke { node: 1 }];
+        }
+        assert!(revoked && t > 600, "declared at {t}");
     }
 
     #[test]
