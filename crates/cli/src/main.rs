@@ -5,6 +5,7 @@ mod args;
 mod bench_cmd;
 mod demo;
 mod memory_server;
+mod procs_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -34,6 +35,12 @@ enum Command {
     SimBank(bench_cmd::SimBankArgs),
     /// Crash one compute node mid-run and measure detection, link termination and log recovery.
     Recovery(bench_cmd::RecoveryArgs),
+    /// Run the membership service: coordinator ids, failure detection, recovery, failed-ids.
+    Membership(procs_cmd::MembershipArgs),
+    /// Run a compute server (micro workload) against memory servers and a membership service.
+    ComputeServer(procs_cmd::ComputeServerArgs),
+    /// After a multi-process run: release the crashed servers' stray locks and check the store.
+    CheckCluster(procs_cmd::CheckClusterArgs),
 }
 
 fn main() {
@@ -46,6 +53,9 @@ fn main() {
         Command::MemoryServer(a) => memory_server::run(a),
         Command::SimBank(a) => bench_cmd::sim_bank(a),
         Command::Recovery(a) => bench_cmd::recovery(a),
+        Command::Membership(a) => procs_cmd::membership(a),
+        Command::ComputeServer(a) => procs_cmd::compute_server(a),
+        Command::CheckCluster(a) => procs_cmd::check_cluster(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

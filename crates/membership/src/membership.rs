@@ -32,6 +32,9 @@ pub enum NodeStatus {
     Recovering,
     /// Recovered; its ids are in `failed_ids`.
     Failed,
+    /// Left cleanly: every transaction finished, no lock held. Its ids are
+    /// retired (not reused: a conservative choice).
+    Left,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +42,8 @@ pub enum Event {
     /// A compute node asks for `coordinators` ids.
     Join { node: NodeId, coordinators: u16 },
     Heartbeat { node: NodeId },
+    /// A compute node shuts down cleanly after its last transaction.
+    Leave { node: NodeId },
     /// Time passed (the runtime calls this periodically).
     Tick,
     /// Every memory node acknowledged the revocation of `node`.
@@ -138,6 +143,13 @@ impl Membership {
                 }
             }
             Event::Tick => self.detect(now_ns, &mut out),
+            Event::Leave { node } => {
+                if let Some(n) = self.nodes.get_mut(&node) {
+                    if n.status == NodeStatus::Alive && n.recovering_for.is_empty() {
+                        n.status = NodeStatus::Left;
+                    }
+                }
+            }
             Event::RevokeAcked { node } => {
                 if let Some(n) = self.nodes.get_mut(&node) {
                     if n.status == NodeStatus::Revoking {
@@ -264,7 +276,7 @@ impl Membership {
     fn check_invariants(&self) {
         let mut seen = BTreeSet::new();
         for n in self.nodes.values() {
-            if n.status == NodeStatus::Failed {
+            if matches!(n.status, NodeStatus::Failed | NodeStatus::Left) {
                 continue;
             }
             for id in &n.ids {
@@ -314,6 +326,17 @@ mod tests {
         m.step(105, Event::Heartbeat { node: 1 });
         assert_eq!(m.status(1), Some(NodeStatus::Failed));
         assert!(matches!(m.step(106, Event::Join { node: 1, coordinators: 2 })[0], Command::Reject { .. }));
+    }
+
+    #[test]
+    fn a_node_that_leaves_cleanly_is_not_declared_failed() {
+        let mut m = m();
+        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        m.step(10, Event::Leave { node: 1 });
+        for t in (20..400).step_by(20) {
+            assert_eq!(m.step(t, Event::Tick), vec![]);
+        }
+        assert_eq!(m.status(1), Some(NodeStatus::Left));
     }
 
     #[test]

@@ -1,0 +1,185 @@
+//! `tandem membership`, `tandem compute-server`, `tandem check-cluster`: the
+//! roles of a multi-process Pandora deployment (memory servers are
+//! `tandem memory-server`). All speak TCP on loopback by default.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use tandem_bench::procs::{self, ComputeServerConfig, MembershipServerConfig};
+use tandem_dkvs::{Mode, StoreConfig};
+use tandem_fabric::tcp::TcpCluster;
+use tandem_workloads::micro::{KeyChooser, MicroSpec};
+
+use crate::args::{parse_addrs, secret_from, write_json};
+
+/// What every process must agree on to compute the same layout.
+#[derive(Args, Clone)]
+pub struct ClusterArgs {
+    /// Memory servers, comma-separated, in node-id order.
+    #[arg(long)]
+    memory: String,
+    /// Admin secret of the memory servers (hex; default $TANDEM_SECRET).
+    #[arg(long)]
+    secret: Option<String>,
+    #[arg(long, default_value_t = 2)]
+    replicas: u16,
+    /// micro: number of keys.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Coordinator-id space = log slots per memory node.
+    #[arg(long, default_value_t = 1024)]
+    log_slots: u32,
+}
+
+impl ClusterArgs {
+    fn cluster(&self) -> Result<TcpCluster, String> {
+        let addrs = parse_addrs(&self.memory)?;
+        let secret = secret_from(self.secret.as_deref())?.ok_or("--secret or $TANDEM_SECRET is required")?;
+        Ok(TcpCluster::new(addrs, secret))
+    }
+    fn micro(&self, write_ratio: f64) -> Result<MicroSpec, String> {
+        let m = MicroSpec { keys: self.keys, write_ratio, ops_per_tx: 2, chooser: KeyChooser::Uniform };
+        m.validate()?;
+        Ok(m)
+    }
+    fn store(&self) -> Result<StoreConfig, String> {
+        let n = parse_addrs(&self.memory)?.len() as u16;
+        let mut s = StoreConfig::new(Mode::Pandora, n, self.replicas, self.micro(0.5)?.tables());
+        s.partitions_per_table = 64;
+        s.log_slots = self.log_slots;
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+#[derive(Args)]
+pub struct MembershipArgs {
+    #[arg(long, default_value = "127.0.0.1:7300")]
+    listen: String,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Heartbeat timeout in milliseconds.
+    #[arg(long, default_value_t = 5.0)]
+    timeout_ms: f64,
+    /// Load the micro dataset before admitting compute servers.
+    #[arg(long)]
+    load: bool,
+}
+
+pub fn membership(a: MembershipArgs) -> Result<(), String> {
+    let memory = a.cluster.cluster()?;
+    let store = a.cluster.store()?;
+    if a.load {
+        let n = procs::load_micro(&memory, &store, &a.cluster.micro(0.5)?)?;
+        eprintln!("membership: loaded {n} keys");
+    }
+    if !(a.timeout_ms.is_finite() && a.timeout_ms > 0.0) {
+        return Err("--timeout-ms must be positive".into());
+    }
+    let listener = TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+    println!("listening on {}", listener.local_addr().map_err(|e| e.to_string())?);
+    procs::run_membership_server(MembershipServerConfig {
+        listener,
+        memory,
+        store,
+        heartbeat_timeout: Duration::from_secs_f64(a.timeout_ms / 1e3),
+    })
+}
+
+#[derive(Args)]
+pub struct ComputeServerArgs {
+    #[arg(long)]
+    membership: SocketAddr,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// This compute node's id (1..65000, unique in the cluster).
+    #[arg(long)]
+    node: u16,
+    #[arg(long, default_value_t = 16)]
+    coordinators: u16,
+    #[arg(long, default_value_t = 0.5)]
+    write_ratio: f64,
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Heartbeat interval in milliseconds (a fifth of the detector's timeout).
+    #[arg(long, default_value_t = 1.0)]
+    heartbeat_ms: f64,
+    /// Record acknowledged writes here (survives kill -9), for check-cluster.
+    #[arg(long)]
+    ledger: Option<PathBuf>,
+    #[arg(long)]
+    json: Option<String>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
+    if a.node == 0 || a.node > 65_000 {
+        return Err("--node must be between 1 and 65000".into());
+    }
+    if !(a.duration.is_finite() && a.duration > 0.0 && a.heartbeat_ms > 0.0) {
+        return Err("--duration and --heartbeat-ms must be positive".into());
+    }
+    let r = procs::run_compute_server(ComputeServerConfig {
+        node: a.node,
+        membership: a.membership,
+        memory: a.cluster.cluster()?,
+        store: a.cluster.store()?,
+        micro: a.cluster.micro(a.write_ratio)?,
+        coordinators: a.coordinators,
+        duration: Duration::from_secs_f64(a.duration),
+        heartbeat_every: Duration::from_secs_f64(a.heartbeat_ms / 1e3),
+        ledger: a.ledger,
+        seed: a.seed,
+    })?;
+    eprintln!("compute node {}: {} committed, {} aborted, {} stray locks stolen", r.node, r.committed, r.aborted, r.locks_stolen);
+    for e in &r.errors {
+        eprintln!("  error: {e}");
+    }
+    if let Some(p) = &a.json {
+        write_json(p, &r)?;
+    }
+    if r.errors.is_empty() {
+        Ok(())
+    } else {
+        Err("coordinators hit errors".into())
+    }
+}
+
+#[derive(Args)]
+pub struct CheckClusterArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Ledger files of every compute server that ran, comma-separated.
+    #[arg(long)]
+    ledgers: String,
+    /// Ledgers of compute servers that crashed: their stray locks are released first.
+    #[arg(long, default_value = "")]
+    failed: String,
+}
+
+pub fn check_cluster(a: CheckClusterArgs) -> Result<(), String> {
+    let split = |s: &str| -> Vec<PathBuf> { s.split(',').filter(|x| !x.is_empty()).map(PathBuf::from).collect() };
+    let ledger = procs::read_ledgers(&split(&a.ledgers))?;
+    let mut failed = Vec::new();
+    for p in split(&a.failed) {
+        failed.extend(procs::read_ids(&p)?);
+    }
+    let v = procs::check_cluster(&a.cluster.cluster()?, &a.cluster.store()?, &a.cluster.micro(0.5)?, &ledger, &failed)?;
+    eprintln!(
+        "check-cluster: {} acknowledged writes, {} in doubt; {}",
+        ledger.writes_committed,
+        ledger.in_doubt,
+        if v.is_empty() { "replicas identical, no lock held, counters consistent".to_string() } else { format!("{} VIOLATIONS", v.len()) }
+    );
+    for x in &v {
+        eprintln!("  {x}");
+    }
+    if v.is_empty() {
+        Ok(())
+    } else {
+        Err("the cluster failed its check".into())
+    }
+}
