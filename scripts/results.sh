@@ -31,5 +31,17 @@ done
 run $T bench --store pandora,ford,traditional --workload bank --fabric sim \
     --rounds 3 --duration 2 --json $OUT/bank-sim.json
 
+# Issue 3: recovery. Log recovery vs coordinators per compute node (paper Table 2),
+# over TCP with memory-server processes; 5 ms heartbeat timeout (20 ms at 512,
+# where two loaded cores otherwise produce false positives).
+for c in 1 8 64 512; do
+  t=5; [ "$c" = 512 ] && t=20
+  run $T recovery --fabric tcp --coordinators $c --timeout-ms $t --json $OUT/recovery-tcp-c$c.json
+done
+# Recovery time independent of dataset size (in-process fabric: loading 4 M keys over TCP is slow here).
+for k in 500000 4000000; do
+  run $T recovery --fabric sim --coordinators 64 --keys $k --json $OUT/recovery-sim-k$k.json
+done
+
 python3 scripts/render_results.py "$OUT" > docs/RESULTS.md
 echo "wrote docs/RESULTS.md" >&2
