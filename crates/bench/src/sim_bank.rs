@@ -4,7 +4,7 @@
 //! invariant. The same seed always takes the same steps; a failing seed is
 //! replayed with the command in [`SimBankReport::replay`].
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -94,18 +94,24 @@ impl SimBankConfig {
     }
 
     fn bug_flag(&self) -> String {
-        let b = self.bugs;
-        let names: Vec<&str> = [(b.complicit_abort, "complicit-abort"), (b.covert_locks, "covert-locks"), (b.relaxed_locks, "relaxed-locks")]
-            .iter()
-            .filter(|(on, _)| *on)
-            .map(|(_, n)| *n)
-            .collect();
+        let names = self.bugs.names();
+        let defaults = BankSpec::default();
         let mut flags: String = names.iter().map(|n| format!(" --inject-bug {n}")).collect();
         if self.hot_sibling_pair {
             flags.push_str(" --hot-sibling-pair");
         }
+        if self.bank.receipt_chance != defaults.receipt_chance {
+            flags.push_str(&format!(" --receipt-chance {}", self.bank.receipt_chance));
+        }
         flags + &self.faults.flags()
     }
+}
+
+/// Stop-the-world control for the baselines' recovery: coordinators wait
+/// while `paused`; `active` counts transactions in flight per compute node.
+struct Gate {
+    paused: Cell<bool>,
+    active: RefCell<Vec<usize>>,
 }
 
 #[derive(Debug, Default)]
@@ -160,6 +166,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         (c, 0.5)
     });
     let mut fabrics = Vec::new();
+    let gate = Rc::new(Gate { paused: Cell::new(false), active: RefCell::new(vec![0; cfg.compute_nodes as usize]) });
     for cn in 0..cfg.compute_nodes {
         let node = ComputeNode::new(cluster.join(cn + 1), &store, layout.clone(), failed.clone());
         fabrics.push(node.fabric().clone());
@@ -170,9 +177,17 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
             client.hot_customer = hot;
             let (stats, n, faulty) = (stats.clone(), cfg.txs_per_coordinator, cfg.faults.crash.is_some());
             ledgers.borrow_mut().push((cn, client.ledger.clone()));
+            let (gate, h) = (gate.clone(), sim.handle());
             sim.spawn(cn as u32, async move {
                 for _ in 0..n {
-                    if let Err(e) = client.run_one(&mut coord).await {
+                    // FORD-style recovery stops the world: wait while paused.
+                    while gate.paused.get() {
+                        h.sleep(1_000).await;
+                    }
+                    gate.active.borrow_mut()[cn as usize] += 1;
+                    let r = client.run_one(&mut coord).await;
+                    gate.active.borrow_mut()[cn as usize] -= 1;
+                    if let Err(e) = r {
                         // Only a node declared failed loses access; the ledger
                         // keeps the in-doubt transaction.
                         assert!(faulty, "unexpected error without faults: {e}");
@@ -202,6 +217,12 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         // (3) log recovery on a survivor, re-run from scratch if its coordinator crashes,
         // (4) notify: only now do the victims' ids enter failed_ids.
         let survivor = (0..cfg.compute_nodes).find(|&n| n != victim).expect("a survivor");
+        if cfg.mode != Mode::Pandora {
+            // Locks name no owner: stop the world and let the survivors drain.
+            gate.paused.set(true);
+            let g = gate.clone();
+            sim.run_while(|| g.active.borrow().iter().enumerate().any(|(n, &a)| n != victim as usize && a > 0));
+        }
         let mut attempt = 0u16;
         let first_rc_id = 1 + cfg.compute_nodes * cfg.coordinators_per_node;
         loop {
@@ -209,11 +230,16 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
             let (d, f, l, ids, fab) = (done.clone(), failed.clone(), layout.clone(), victims.clone(), fabrics[survivor as usize].clone());
             let rc_id = first_rc_id + attempt;
             let rc_tag = 10_000 + attempt as u32;
-            let bugs = cfg.faults.recovery_bugs;
+            let (bugs, mode) = (cfg.faults.recovery_bugs, cfg.mode);
             sim.spawn(rc_tag, async move {
                 let mut rc = RecoveryCoordinator::new(&fab, l, rc_id);
                 rc.bugs = bugs;
-                let report = rc.recover(&ids).await.expect("recovery verbs fail only if the survivor is revoked");
+                let report = match mode {
+                    Mode::Pandora => rc.recover(&ids).await,
+                    Mode::Ford => rc.recover_ford(&ids).await.map(baseline_report),
+                    Mode::Traditional => rc.recover_traditional(&ids).await.map(baseline_report),
+                }
+                .expect("recovery verbs fail only if the survivor is revoked");
                 for id in ids {
                     f.insert(id);
                 }
@@ -229,6 +255,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
             }
             sim.run_while(|| done.borrow().is_none());
             recoveries.push(done.borrow_mut().take().expect("recovery finished"));
+            gate.paused.set(false);
             break;
         }
         window_commits = survivors_committed() - before;
@@ -279,5 +306,18 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         sim_time_ns: sim.now_ns(),
         stats,
         replay: format!("cargo run --release -- sim-bank --store {} --seed {}{}", cfg.mode, cfg.seed, cfg.bug_flag()),
+    }
+}
+
+/// Baseline recovery reported in the same shape as pandora's.
+fn baseline_report(b: tandem_dkvs::recovery::BaselineReport) -> RecoveryReport {
+    RecoveryReport {
+        coordinators: 0,
+        logs_found: b.locks_found,
+        rolled_forward: b.rolled_forward,
+        rolled_back: b.rolled_back,
+        already_done: 0,
+        locks_released: b.locks_released,
+        replicas_restored: b.replicas_restored,
     }
 }

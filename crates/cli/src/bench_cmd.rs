@@ -322,6 +322,9 @@ pub struct SimBankArgs {
     /// Transactions per coordinator.
     #[arg(long)]
     txs: Option<u32>,
+    /// Probability that a debit inserts a receipt.
+    #[arg(long)]
+    receipt_chance: Option<f64>,
 }
 
 pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
@@ -334,9 +337,7 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
             other => {
                 let one = BugSwitches::parse(other)
                     .map_err(|e| format!("{e}, or a recovery bug: always-roll-back, skip-log-recovery"))?;
-                bugs.complicit_abort |= one.complicit_abort;
-                bugs.covert_locks |= one.covert_locks;
-                bugs.relaxed_locks |= one.relaxed_locks;
+                bugs = bugs.union(one);
             }
         }
     }
@@ -349,6 +350,12 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
         cfg.bugs = bugs;
         cfg.hot_sibling_pair = a.hot_sibling_pair;
         cfg.bank.customers = a.customers.unwrap_or(if a.hot_sibling_pair || a.crash_node.is_some() { 24 } else { cfg.bank.customers });
+        if let Some(p) = a.receipt_chance {
+            if !(0.0..=1.0).contains(&p) {
+                return Err("--receipt-chance must be in [0, 1]".into());
+            }
+            cfg.bank.receipt_chance = p;
+        }
         if let Some(n) = a.txs {
             cfg.txs_per_coordinator = n;
         } else if a.crash_node.is_some() {

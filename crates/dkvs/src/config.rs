@@ -65,10 +65,12 @@ pub struct BugSwitches {
     pub covert_locks: bool,
     /// C1 "relaxed locks": validation is posted before the pending lock CASes complete.
     pub relaxed_locks: bool,
+    /// C2 "missing actions" (ford/traditional): inserts are not undo-logged.
+    pub missing_insert_undo: bool,
 }
 
 impl BugSwitches {
-    pub const NAMES: [&'static str; 3] = ["complicit-abort", "covert-locks", "relaxed-locks"];
+    pub const NAMES: [&'static str; 4] = ["complicit-abort", "covert-locks", "relaxed-locks", "missing-insert-undo"];
 
     pub fn parse(name: &str) -> Result<BugSwitches, String> {
         let mut b = BugSwitches::default();
@@ -76,9 +78,26 @@ impl BugSwitches {
             "complicit-abort" => b.complicit_abort = true,
             "covert-locks" => b.covert_locks = true,
             "relaxed-locks" => b.relaxed_locks = true,
+            "missing-insert-undo" => b.missing_insert_undo = true,
             other => return Err(format!("unknown bug '{other}' (known: {})", Self::NAMES.join(", "))),
         }
         Ok(b)
+    }
+
+    /// Both sets of switches.
+    pub fn union(self, o: BugSwitches) -> BugSwitches {
+        BugSwitches {
+            complicit_abort: self.complicit_abort || o.complicit_abort,
+            covert_locks: self.covert_locks || o.covert_locks,
+            relaxed_locks: self.relaxed_locks || o.relaxed_locks,
+            missing_insert_undo: self.missing_insert_undo || o.missing_insert_undo,
+        }
+    }
+
+    /// The names of the switches that are on.
+    pub fn names(&self) -> Vec<&'static str> {
+        let on = [self.complicit_abort, self.covert_locks, self.relaxed_locks, self.missing_insert_undo];
+        Self::NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
     }
 
     pub fn any(&self) -> bool {

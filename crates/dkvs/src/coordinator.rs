@@ -105,6 +105,10 @@ struct WriteEntry<F: Fabric> {
     new_value: Option<Vec<u8>>,
     /// Locked to update a live key, but the key turned out deleted.
     found_deleted: bool,
+    /// Version this write will commit with (0 until chosen). FORD and
+    /// traditional modes choose it at lock time so their undo entries carry
+    /// it; pandora chooses at commit.
+    new_version: u64,
 }
 
 impl<F: Fabric> WriteEntry<F> {
@@ -477,6 +481,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             final_live: expect_live,
             new_value: None,
             found_deleted: false,
+            new_version: 0,
         });
         Ok(self.writes.len() - 1)
     }
@@ -548,7 +553,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             w.found_deleted = true;
         }
         if self.c.node.mode != Mode::Pandora {
-            self.post_undo(i);
+            self.writes[i].new_version = self.c.next_version();
+            // "Missing actions" (FORD's C2 bug): inserts were not undo-logged.
+            if !(self.c.node.bugs.missing_insert_undo && self.writes[i].expect_empty) {
+                self.post_undo(i);
+            }
         }
         Ok(())
     }
@@ -574,7 +583,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
     /// FORD: write the undo image of write entry `i` to every replica of its object.
     fn post_undo(&mut self, i: usize) {
-        let entry = self.log_entry(&self.writes[i], OpKind::Update, 0);
+        // The undo image of a slot that was empty is "no key here": recovery
+        // rolls such an insert back to a tombstone.
+        let op = if self.writes[i].expect_empty { OpKind::Insert } else { OpKind::Update };
+        let entry = self.log_entry(&self.writes[i], op, self.writes[i].new_version);
         let rec = LogRecord { coordinator: self.c.id, tx_seq: self.seq, entries: vec![entry] }.encode();
         let half = self.c.node.layout.log_slot_bytes / 2;
         let base = self.c.node.layout.log_addr(self.c.id);
@@ -638,7 +650,13 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             return Err(self.abort_with(AbortReason::StaleRead).await);
         }
         let dirty: Vec<usize> = (0..self.writes.len()).filter(|&i| self.writes[i].op().is_some()).collect();
-        let versions: Vec<u64> = dirty.iter().map(|_| self.c.next_version()).collect();
+        let versions: Vec<u64> = dirty
+            .iter()
+            .map(|&i| match self.writes[i].new_version {
+                0 => self.c.next_version(),
+                v => v,
+            })
+            .collect();
 
         // Logging (pandora) and validation share one round, after all locks are held.
         let mut log_pending = Vec::new();

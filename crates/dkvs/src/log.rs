@@ -189,6 +189,25 @@ impl LogRecord {
     }
 }
 
+impl LogRecord {
+    /// Records appended back to back from the start of an area (FORD's undo
+    /// entries, traditional's lock-log entries), up to the first invalid one.
+    pub fn decode_all(b: &[u8]) -> Vec<LogRecord> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while pos + HEADER_BYTES <= b.len() {
+            match LogRecord::decode(&b[pos..]) {
+                Some(r) => {
+                    pos += r.encoded_len();
+                    out.push(r);
+                }
+                None => break,
+            }
+        }
+        out
+    }
+}
+
 /// The 8 bytes that invalidate a record (written at the slot's offset 0).
 pub fn invalid_state_word() -> u64 {
     STATE_INVALID as u64

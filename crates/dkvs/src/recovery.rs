@@ -24,13 +24,14 @@
 //! Locks of `c` not covered by a logged transaction are NotLogged stray locks;
 //! they are left for PILL stealing once `c` is in `failed_ids` (Cor4).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::future::join_all;
 use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::layout::Layout;
-use crate::log::{invalid_state_word, LogRecord, OpKind};
+use crate::log::{invalid_state_word, LogEntry, LogRecord, OpKind};
 use crate::slot::{encode_body, make_version, LockWord, KEY_OFF, LOCK_OFF, VERSION_OFF};
 
 /// What log recovery did.
@@ -354,4 +355,172 @@ pub async fn sweep_stray_locks<F: Fabric>(
         }
     }
     Ok(released)
+}
+
+/// What baseline (ford / traditional) recovery did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BaselineReport {
+    /// Slots whose lock word was read (the whole store for ford's scan).
+    pub slots_scanned: u64,
+    pub locks_found: usize,
+    pub rolled_forward: usize,
+    pub rolled_back: usize,
+    pub locks_released: usize,
+    pub replicas_restored: usize,
+}
+
+impl<F: Fabric> RecoveryCoordinator<F> {
+    /// Records in the area at `offset` of coordinator `c`'s log slot on `n`.
+    async fn read_area(&self, c: u16, nodes: &[MemNodeId], offset: u64) -> Result<Vec<LogRecord>, VerbError> {
+        let half = (self.layout.log_slot_bytes / 2) as u32;
+        let posts = nodes.iter().map(|&n| (n, vec![Verb::read(self.layout.log_addr(c) + offset, half)])).collect();
+        let mut out = Vec::new();
+        for mut r in self.round(posts).await? {
+            out.extend(LogRecord::decode_all(&r.remove(0).expect("checked").into_bytes()).into_iter().filter(|x| x.coordinator == c));
+        }
+        Ok(out)
+    }
+
+    /// The current transaction's undo entries of coordinator `c` (its newest
+    /// sequence number), keyed by primary slot address. An entry exists only
+    /// for a lock the transaction acquired (FORD writes it after the lock).
+    async fn undo_entries(&self, c: u16) -> Result<(u64, BTreeMap<(MemNodeId, u64), LogEntry>), VerbError> {
+        let all: Vec<MemNodeId> = (0..self.layout.memory_nodes).collect();
+        let recs = self.read_area(c, &all, 0).await?;
+        let seq = recs.iter().map(|r| r.tx_seq).max().unwrap_or(0);
+        let mut map = BTreeMap::new();
+        for r in recs.into_iter().filter(|r| r.tx_seq == seq) {
+            for e in r.entries {
+                map.insert(e.replicas[0], e);
+            }
+        }
+        Ok((seq, map))
+    }
+
+    /// FORD's stop-the-world recovery. The caller has paused every live
+    /// coordinator and let in-flight transactions drain, so every lock still
+    /// set belongs to a failed coordinator (locks name no owner). Scan every
+    /// primary for locks, then decide each failed transaction from its undo
+    /// entries with the rule of DESIGN.md §4.5.
+    pub async fn recover_ford(&mut self, failed: &[u16]) -> Result<BaselineReport, VerbError> {
+        let mut report = BaselineReport::default();
+        let mut locked = BTreeSet::new();
+        for tl in &self.layout.tables {
+            let slot = tl.slot_bytes as u64;
+            let per_chunk = (64 * 1024 / slot).max(1);
+            for p in 0..tl.partitions {
+                let primary = tl.replicas[p as usize][0];
+                let total = tl.slots_per_partition() as u64;
+                let mut s = 0;
+                while s < total {
+                    let n = per_chunk.min(total - s);
+                    let base = tl.slot_addr(p, 0, s as u32);
+                    let bytes = self.round(vec![(primary, vec![Verb::read(base, (n * slot) as u32)])]).await?.remove(0).remove(0);
+                    let bytes = bytes.expect("checked").into_bytes();
+                    for i in 0..n {
+                        if word_at(&bytes, (i * slot) as usize) != 0 {
+                            locked.insert((primary, base + i * slot));
+                        }
+                    }
+                    report.slots_scanned += n;
+                    s += n;
+                }
+            }
+        }
+        report.locks_found = locked.len();
+        self.finish_baseline(failed, locked, &mut report).await?;
+        Ok(report)
+    }
+
+    /// Traditional logging's recovery: the lock logs name every object a
+    /// failed coordinator may have locked, so no scan is needed; live
+    /// coordinators are paused and drained as for ford (locks name no owner).
+    pub async fn recover_traditional(&mut self, failed: &[u16]) -> Result<BaselineReport, VerbError> {
+        let mut report = BaselineReport::default();
+        let mut candidates = BTreeSet::new();
+        let half = self.layout.log_slot_bytes / 2;
+        for &c in failed {
+            let recs = self.read_area(c, &self.layout.log_nodes(c), half).await?;
+            let seq = recs.iter().map(|r| r.tx_seq).max().unwrap_or(0);
+            for r in recs.into_iter().filter(|r| r.tx_seq == seq) {
+                for e in r.entries {
+                    candidates.insert(e.replicas[0]);
+                }
+            }
+        }
+        let posts: Vec<_> = candidates.iter().map(|&(n, a)| (n, vec![Verb::read(a + LOCK_OFF, 8)])).collect();
+        let results = self.round(posts).await?;
+        let mut locked = BTreeSet::new();
+        for (k, mut r) in candidates.iter().zip(results) {
+            if word_at(&r.remove(0).expect("checked").into_bytes(), 0) != 0 {
+                locked.insert(*k);
+            }
+        }
+        report.slots_scanned = candidates.len() as u64;
+        report.locks_found = locked.len();
+        self.finish_baseline(failed, locked, &mut report).await?;
+        Ok(report)
+    }
+
+    /// Decide, restore, unlock and invalidate, given the locked primaries.
+    async fn finish_baseline(&mut self, failed: &[u16], mut locked: BTreeSet<(MemNodeId, u64)>, report: &mut BaselineReport) -> Result<(), VerbError> {
+        let mut restores = Vec::new();
+        for &c in failed {
+            let (_, undo) = self.undo_entries(c).await?;
+            if undo.is_empty() {
+                continue;
+            }
+            // Versions on every replica of every object the transaction acquired.
+            let entries: Vec<&LogEntry> = undo.values().collect();
+            let posts: Vec<_> = entries
+                .iter()
+                .flat_map(|e| e.replicas.iter().map(|&(n, a)| (n, vec![Verb::read(a + VERSION_OFF, 8)])))
+                .collect();
+            let mut vs = self.round(posts).await?.into_iter();
+            let all_new = entries.iter().all(|e| {
+                e.replicas.iter().all(|_| word_at(&vs.next().expect("one per replica").remove(0).expect("checked").into_bytes(), 0) == e.new_version)
+            });
+            let held = entries.iter().filter(|e| locked.contains(&e.replicas[0])).count();
+            let decision = if held == 0 {
+                Decision::Nothing
+            } else if held < entries.len() || all_new {
+                Decision::RollForward
+            } else {
+                Decision::RollBack
+            };
+            match decision {
+                Decision::Nothing => continue,
+                Decision::RollForward => report.rolled_forward += 1,
+                Decision::RollBack => {
+                    report.rolled_back += 1;
+                    for e in &entries {
+                        self.version_counter += 1;
+                        let version = make_version(self.id, self.version_counter);
+                        let flags = if e.op == OpKind::Insert { 0 } else { e.old_flags };
+                        let body = encode_body(e.key, flags, &e.old_value, self.layout.table(e.table).value_bytes);
+                        for &(n, a) in &e.replicas {
+                            restores.push((n, vec![Verb::write(a + KEY_OFF, body.clone()), Verb::write_u64(a + VERSION_OFF, version)]));
+                            report.replicas_restored += 1;
+                        }
+                    }
+                }
+            }
+        }
+        self.round(restores).await?;
+        // Every lock left is a failed coordinator's: release them all.
+        let unlocks: Vec<_> = std::mem::take(&mut locked).into_iter().map(|(n, a)| (n, vec![Verb::write_u64(a + LOCK_OFF, 0)])).collect();
+        report.locks_released = unlocks.len();
+        self.round(unlocks).await?;
+        // Invalidate the failed coordinators' undo and lock-log areas.
+        let half = self.layout.log_slot_bytes / 2;
+        let mut inval = Vec::new();
+        for &c in failed {
+            for n in 0..self.layout.memory_nodes {
+                inval.push((n, vec![Verb::write_u64(self.layout.log_addr(c), invalid_state_word())]));
+                inval.push((n, vec![Verb::write_u64(self.layout.log_addr(c) + half, invalid_state_word())]));
+            }
+        }
+        self.round(inval).await?;
+        Ok(())
+    }
 }
