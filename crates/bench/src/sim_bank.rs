@@ -71,6 +71,9 @@ impl Faults {
         if self.recovery_bugs.skip_log_recovery {
             f += " --inject-bug skip-log-recovery";
         }
+        if self.recovery_bugs.lost_decision {
+            f += " --inject-bug lost-decision";
+        }
         f
     }
 }
@@ -99,6 +102,9 @@ impl SimBankConfig {
         let mut flags: String = names.iter().map(|n| format!(" --inject-bug {n}")).collect();
         if self.hot_sibling_pair {
             flags.push_str(" --hot-sibling-pair");
+        }
+        if self.bank.retries != defaults.retries {
+            flags.push_str(&format!(" --retries {}", self.bank.retries));
         }
         if self.bank.receipt_chance != defaults.receipt_chance {
             flags.push_str(&format!(" --receipt-chance {}", self.bank.receipt_chance));

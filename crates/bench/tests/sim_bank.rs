@@ -227,3 +227,35 @@ fn missing_insert_undo_is_caught_by_the_crash_tests() {
         eprintln!("{mode} missing-insert-undo caught at seed {seed}: {v}\n  replay: {replay}");
     }
 }
+
+/// FORD's C2 "lost decision": deciding from the newest undo entries instead
+/// of the lock log's current transaction rolls an object back to the undo
+/// image of an earlier, aborted transaction. Retried transactions (same
+/// objects) and quick verdicts make that window reachable.
+#[test]
+fn lost_decision_is_caught_by_the_crash_tests() {
+    use tandem_dkvs::recovery::RecoveryBugs;
+    let retrying = |seed| {
+        let mut cfg = crash_cfg(Mode::Traditional, seed);
+        cfg.bank.retries = 3;
+        cfg.faults.detect_ns = cfg.faults.detect_ns.min(3_000);
+        cfg
+    };
+    // The fixed protocol passes this configuration ...
+    for seed in 0..seeds() * 4 {
+        assert_recovers(&retrying(seed));
+    }
+    // ... and the mutant fails it.
+    let mut caught = None;
+    for seed in 0..600 {
+        let mut cfg = retrying(seed);
+        cfg.faults.recovery_bugs = RecoveryBugs { lost_decision: true, ..Default::default() };
+        let r = run(&cfg);
+        if !r.violations.is_empty() {
+            caught = Some((seed, r.violations[0].clone(), r.replay));
+            break;
+        }
+    }
+    let (seed, v, replay) = caught.expect("lost decision not caught in 600 seeds");
+    eprintln!("lost decision caught at seed {seed}: {v}\n  replay: {replay}");
+}

@@ -115,7 +115,7 @@ pub fn workload_from(name: &str, a: &BenchArgs) -> Result<WorkloadSpec, String> 
             if a.customers < 2 {
                 return Err("--customers must be at least 2".into());
             }
-            Ok(WorkloadSpec::Bank(BankSpec { customers: a.customers, initial_balance: 1_000, receipt_capacity: 1_000_000, drain_chance: 0.01, receipt_chance: 0.02 }))
+            Ok(WorkloadSpec::Bank(BankSpec { customers: a.customers, initial_balance: 1_000, receipt_capacity: 1_000_000, drain_chance: 0.01, receipt_chance: 0.02, retries: 0 }))
         }
         other => Err(format!("unknown workload '{other}' (expected micro or bank)")),
     }
@@ -325,6 +325,9 @@ pub struct SimBankArgs {
     /// Probability that a debit inserts a receipt.
     #[arg(long)]
     receipt_chance: Option<f64>,
+    /// Retry aborted transactions this often with the same arguments.
+    #[arg(long)]
+    retries: Option<u32>,
 }
 
 pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
@@ -334,9 +337,10 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
         match b.as_str() {
             "always-roll-back" => recovery_bugs.always_roll_back = true,
             "skip-log-recovery" => recovery_bugs.skip_log_recovery = true,
+            "lost-decision" => recovery_bugs.lost_decision = true,
             other => {
                 let one = BugSwitches::parse(other)
-                    .map_err(|e| format!("{e}, or a recovery bug: always-roll-back, skip-log-recovery"))?;
+                    .map_err(|e| format!("{e}, or a recovery bug: always-roll-back, skip-log-recovery, lost-decision"))?;
                 bugs = bugs.union(one);
             }
         }
@@ -355,6 +359,9 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
                 return Err("--receipt-chance must be in [0, 1]".into());
             }
             cfg.bank.receipt_chance = p;
+        }
+        if let Some(r) = a.retries {
+            cfg.bank.retries = r;
         }
         if let Some(n) = a.txs {
             cfg.txs_per_coordinator = n;

@@ -33,7 +33,7 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
     if !(a.duration.is_finite() && a.duration > 0.0) {
         return Err("--duration must be a positive number of seconds".into());
     }
-    let spec = BankSpec { customers: a.customers.max(2), initial_balance: 1_000, receipt_capacity: 1_000_000, drain_chance: 0.01, receipt_chance: 0.02 };
+    let spec = BankSpec { customers: a.customers.max(2), initial_balance: 1_000, receipt_capacity: 1_000_000, drain_chance: 0.01, receipt_chance: 0.02, retries: 0 };
     let mut cfg = RunConfig::new(a.store, WorkloadSpec::Bank(spec.clone()));
     cfg.coordinators = a.coordinators;
     cfg.duration = Duration::from_secs_f64(a.duration);

@@ -67,6 +67,9 @@ pub struct RecoveryBugs {
     /// Skip log recovery and go straight to invalidation and notification, so
     /// logged transactions' locks get stolen (violates Cor2 and Cor4).
     pub skip_log_recovery: bool,
+    /// Traditional mode: decide from the newest undo entries instead of the
+    /// lock log's current transaction (FORD's C2 "lost decision").
+    pub lost_decision: bool,
 }
 
 pub struct RecoveryCoordinator<F: Fabric> {
@@ -384,10 +387,10 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     /// The current transaction's undo entries of coordinator `c` (its newest
     /// sequence number), keyed by primary slot address. An entry exists only
     /// for a lock the transaction acquired (FORD writes it after the lock).
-    async fn undo_entries(&self, c: u16) -> Result<(u64, BTreeMap<(MemNodeId, u64), LogEntry>), VerbError> {
+    async fn undo_entries(&self, c: u16, only_seq: Option<u64>) -> Result<(u64, BTreeMap<(MemNodeId, u64), LogEntry>), VerbError> {
         let all: Vec<MemNodeId> = (0..self.layout.memory_nodes).collect();
         let recs = self.read_area(c, &all, 0).await?;
-        let seq = recs.iter().map(|r| r.tx_seq).max().unwrap_or(0);
+        let seq = only_seq.unwrap_or_else(|| recs.iter().map(|r| r.tx_seq).max().unwrap_or(0));
         let mut map = BTreeMap::new();
         for r in recs.into_iter().filter(|r| r.tx_seq == seq) {
             for e in r.entries {
@@ -428,7 +431,11 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             }
         }
         report.locks_found = locked.len();
-        self.finish_baseline(failed, locked, &mut report).await?;
+        // FORD knows no current transaction: the newest undo entries may be
+        // those of an aborted transaction (FORD never invalidates them), the
+        // "lost decision" that FORD's C2 design leaves in (DESIGN.md §4.7).
+        let seqs = vec![None; failed.len()];
+        self.finish_baseline(failed, &seqs, locked, &mut report).await?;
         Ok(report)
     }
 
@@ -439,9 +446,14 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         let mut report = BaselineReport::default();
         let mut candidates = BTreeSet::new();
         let half = self.layout.log_slot_bytes / 2;
+        let mut seqs = Vec::new();
         for &c in failed {
             let recs = self.read_area(c, &self.layout.log_nodes(c), half).await?;
             let seq = recs.iter().map(|r| r.tx_seq).max().unwrap_or(0);
+            // The lock log names the current transaction (written before its
+            // first lock): only its undo entries count, never those of an
+            // earlier, aborted one (the "lost decision" fix).
+            seqs.push(if self.bugs.lost_decision { None } else { Some(seq) });
             for r in recs.into_iter().filter(|r| r.tx_seq == seq) {
                 for e in r.entries {
                     candidates.insert(e.replicas[0]);
@@ -458,15 +470,21 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         }
         report.slots_scanned = candidates.len() as u64;
         report.locks_found = locked.len();
-        self.finish_baseline(failed, locked, &mut report).await?;
+        self.finish_baseline(failed, &seqs, locked, &mut report).await?;
         Ok(report)
     }
 
     /// Decide, restore, unlock and invalidate, given the locked primaries.
-    async fn finish_baseline(&mut self, failed: &[u16], mut locked: BTreeSet<(MemNodeId, u64)>, report: &mut BaselineReport) -> Result<(), VerbError> {
+    async fn finish_baseline(
+        &mut self,
+        failed: &[u16],
+        seqs: &[Option<u64>],
+        mut locked: BTreeSet<(MemNodeId, u64)>,
+        report: &mut BaselineReport,
+    ) -> Result<(), VerbError> {
         let mut restores = Vec::new();
-        for &c in failed {
-            let (_, undo) = self.undo_entries(c).await?;
+        for (&c, &seq) in failed.iter().zip(seqs) {
+            let (_, undo) = self.undo_entries(c, seq).await?;
             if undo.is_empty() {
                 continue;
             }

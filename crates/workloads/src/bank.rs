@@ -43,11 +43,13 @@ pub struct BankSpec {
     pub drain_chance: f64,
     /// Probability that a debit also inserts a receipt.
     pub receipt_chance: f64,
+    /// How often an aborted transaction is retried with the same arguments.
+    pub retries: u32,
 }
 
 impl Default for BankSpec {
     fn default() -> Self {
-        BankSpec { customers: 16, initial_balance: 1_000, receipt_capacity: 4_096, drain_chance: 0.3, receipt_chance: 0.1 }
+        BankSpec { customers: 16, initial_balance: 1_000, receipt_capacity: 4_096, drain_chance: 0.3, receipt_chance: 0.1, retries: 0 }
     }
 }
 
@@ -143,6 +145,9 @@ pub struct BankClient {
     client_id: u32,
     rng: Rng,
     next_receipt: u32,
+    /// Arguments of an aborted transaction to run again, and retries left.
+    retry: Option<(u64, u64, u64, i64)>,
+    retries_left: u32,
     /// This client's acknowledged live receipts, for O(1) random choice.
     receipt_pool: Vec<u64>,
     /// `Some((c, p))`: with probability `p` a debit draws from customer `c`,
@@ -160,23 +165,30 @@ enum Outcome {
 
 impl BankClient {
     pub fn new(spec: BankSpec, client_id: u32, seed: u64) -> Self {
-        BankClient { spec, client_id, rng: Rng::new(seed), next_receipt: 0, receipt_pool: Vec::new(), hot_customer: None, ledger: Rc::default() }
+        BankClient { retry: None, retries_left: spec.retries, spec, client_id, rng: Rng::new(seed), next_receipt: 0, receipt_pool: Vec::new(), hot_customer: None, ledger: Rc::default() }
     }
 
     /// Run one randomly chosen transaction to its end. `Err` only for errors
     /// that are not aborts (revocation, unreachable memory).
     pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
         let n = self.spec.accounts();
-        let roll = self.rng.below(100);
-        let from = match self.hot_customer {
-            Some((c, p)) if self.rng.chance(p) => 2 * c + self.rng.below(2),
-            _ => self.rng.below(n),
+        // Applications retry aborted transactions with the same arguments;
+        // a retry locks the same objects in the same order.
+        let (roll, from, to, amount) = match self.retry.take() {
+            Some(args) => args,
+            None => {
+                let roll = self.rng.below(100);
+                let from = match self.hot_customer {
+                    Some((c, p)) if self.rng.chance(p) => 2 * c + self.rng.below(2),
+                    _ => self.rng.below(n),
+                };
+                let mut to = self.rng.below(n - 1);
+                if to >= from {
+                    to += 1;
+                }
+                (roll, from, to, 1 + self.rng.below(self.spec.initial_balance as u64) as i64)
+            }
         };
-        let mut to = self.rng.below(n - 1);
-        if to >= from {
-            to += 1;
-        }
-        let amount = 1 + self.rng.below(self.spec.initial_balance as u64) as i64;
         let result = if roll < 45 {
             self.debit(coord, from, to, amount, false).await
         } else if roll < 75 {
@@ -188,11 +200,18 @@ impl BankClient {
         };
         match result {
             Ok(Outcome::Committed) => {
+                self.retries_left = self.spec.retries;
                 self.ledger.borrow_mut().committed += 1;
                 Ok(true)
             }
             Ok(Outcome::UserAborted) => Ok(false),
             Err(TxError::Aborted(_)) => {
+                if self.retries_left > 0 {
+                    self.retries_left -= 1;
+                    self.retry = Some((roll, from, to, amount));
+                } else {
+                    self.retries_left = self.spec.retries;
+                }
                 let mut l = self.ledger.borrow_mut();
                 l.pending = None;
                 l.aborted += 1;
