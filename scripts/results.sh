@@ -43,5 +43,12 @@ for k in 500000 4000000; do
   run $T recovery --fabric sim --coordinators 64 --keys $k --json $OUT/recovery-sim-k$k.json
 done
 
+# Baselines' recovery: ford scans every lock word with the world stopped; traditional reads its lock logs.
+for k in 100000 1000000; do
+  run $T recovery --store ford --fabric sim --coordinators 64 --keys $k --json $OUT/recovery-ford-k$k.json
+done
+run $T recovery --store traditional --fabric sim --coordinators 64 --keys 1000000 --json $OUT/recovery-traditional-k1000000.json
+run $T recovery --store pandora --fabric sim --coordinators 64 --keys 1000000 --json $OUT/recovery-pandora-k1000000.json
+
 python3 scripts/render_results.py "$OUT" > docs/RESULTS.md
 echo "wrote docs/RESULTS.md" >&2

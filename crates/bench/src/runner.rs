@@ -148,6 +148,10 @@ pub struct RecoveryTimeline {
     pub stray_locks_stolen: u64,
     /// Stray locks nobody touched, released by the post-run scan.
     pub stray_locks_swept: usize,
+    /// ford/traditional: slots whose lock word recovery read (ford scans the whole store).
+    pub slots_scanned: u64,
+    /// ford/traditional: how long every live coordinator was paused.
+    pub world_stopped_us: f64,
     /// Survivors' committed throughput before the crash and between crash and recovery end.
     pub survivors_tps_before: f64,
     pub survivors_tps_during_recovery: f64,
@@ -183,6 +187,10 @@ struct Control {
     /// Measured commits per compute node.
     committed_by_node: Vec<AtomicU64>,
     crash: Vec<AtomicBool>,
+    /// Stop-the-world recovery (ford, traditional): no new transaction starts.
+    paused: AtomicBool,
+    /// Transactions in flight per compute node.
+    active: Vec<AtomicU64>,
     base: Instant,
 }
 
@@ -211,6 +219,8 @@ struct FailureLog {
     rolled_forward: usize,
     rolled_back: usize,
     swept: usize,
+    slots_scanned: u64,
+    world_stopped_ns: u64,
 }
 
 /// Run a future on a fresh single-threaded runtime with a `LocalSet`.
@@ -306,8 +316,13 @@ async fn drive<F: Fabric>(
         handles.push(tokio::task::spawn_local(async move {
             let mut hist = new_hist();
             while !ctl.stop.load(Ordering::Relaxed) {
+                while ctl.paused.load(Ordering::Relaxed) && !ctl.stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_micros(100)).await;
+                }
                 let t0 = Instant::now();
+                ctl.active[cn as usize].fetch_add(1, Ordering::SeqCst);
                 let r = client.run_one(&mut coord).await;
+                ctl.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
                 let measuring = ctl.measuring.load(Ordering::Relaxed);
                 match r {
                     Ok(true) if measuring => {
@@ -362,7 +377,9 @@ async fn drive<F: Fabric>(
 
 /// The membership service's thread: ticks the failure detector and carries
 /// out its commands (revoke, recover, notify, scan).
+#[allow(clippy::too_many_arguments)]
 async fn membership_loop(
+    mode: Mode,
     backend: Backend,
     layout: Arc<Layout>,
     ctl: Arc<Control>,
@@ -399,17 +416,42 @@ async fn membership_loop(
                 }
                 Command::Recover { node, ids, .. } => {
                     // The embedded service runs the recovery coordinator itself.
-                    let report = match &fabric {
-                        AnyFabric::Inline(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover(&ids).await,
-                        AnyFabric::Tcp(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover(&ids).await,
-                    }
-                    .map_err(|e| format!("log recovery of node {node} failed: {e}"))?;
+                    let (found, fwd, back, scanned, stopped_ns) = match mode {
+                        Mode::Pandora => {
+                            let r = match &fabric {
+                                AnyFabric::Inline(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover(&ids).await,
+                                AnyFabric::Tcp(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover(&ids).await,
+                            }
+                            .map_err(|e| format!("log recovery of node {node} failed: {e}"))?;
+                            (r.logs_found, r.rolled_forward, r.rolled_back, 0, 0)
+                        }
+                        Mode::Ford | Mode::Traditional => {
+                            // Locks name no owner: stop the world, let every live
+                            // coordinator's transaction finish, then recover.
+                            let stop_at = ctl.now_ns();
+                            ctl.paused.store(true, Ordering::SeqCst);
+                            while ctl.active.iter().enumerate().any(|(n, a)| n + 1 != node as usize && a.load(Ordering::SeqCst) > 0) {
+                                tokio::time::sleep(Duration::from_micros(50)).await;
+                            }
+                            let r = match (&fabric, mode) {
+                                (AnyFabric::Inline(f), Mode::Ford) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover_ford(&ids).await,
+                                (AnyFabric::Tcp(f), Mode::Ford) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover_ford(&ids).await,
+                                (AnyFabric::Inline(f), _) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover_traditional(&ids).await,
+                                (AnyFabric::Tcp(f), _) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover_traditional(&ids).await,
+                            }
+                            .map_err(|e| format!("{mode} recovery of node {node} failed: {e}"))?;
+                            ctl.paused.store(false, Ordering::SeqCst);
+                            (r.locks_found, r.rolled_forward, r.rolled_back, r.slots_scanned, ctl.now_ns() - stop_at)
+                        }
+                    };
                     let mut ls = logs.lock().unwrap();
                     let l = ls.entry(node).or_default();
                     l.recovered_ns = ctl.now_ns();
-                    l.logs_found += report.logs_found;
-                    l.rolled_forward += report.rolled_forward;
-                    l.rolled_back += report.rolled_back;
+                    l.logs_found += found;
+                    l.rolled_forward += fwd;
+                    l.rolled_back += back;
+                    l.slots_scanned += scanned;
+                    l.world_stopped_ns += stopped_ns;
                     Event::RecoveryDone { node }
                 }
                 Command::NotifyFailed { ids } => {
@@ -460,13 +502,6 @@ async fn membership_loop(
 /// Load, run and (optionally) check. The backend must be fresh (empty).
 pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     cfg.validate()?;
-    if cfg.crash.is_some() && cfg.mode != Mode::Pandora {
-        return Err(format!(
-            "crash recovery is built for pandora only so far; {} recovery (DESIGN.md §4.4: {}) is not implemented yet",
-            cfg.mode,
-            if cfg.mode == Mode::Ford { "stop-the-world lock scan" } else { "recovery from lock logs" }
-        ));
-    }
     let store = cfg.store_config();
     let layout = Arc::new(Layout::new(&store)?);
     load(backend, &layout, &cfg.workload)?;
@@ -479,6 +514,8 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         aborted: AtomicU64::new(0),
         committed_by_node: (0..n).map(|_| AtomicU64::new(0)).collect(),
         crash: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        paused: AtomicBool::new(false),
+        active: (0..n).map(|_| AtomicU64::new(0)).collect(),
         base: Instant::now(),
     });
     let membership = Arc::new(Mutex::new(Membership::new(MembershipConfig {
@@ -491,13 +528,14 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     let heartbeat_every = (cfg.heartbeat_timeout / 5).max(Duration::from_micros(100));
 
     let membership_thread = {
+        let mode = cfg.mode;
         let (backend, layout, ctl, m, failed, log) =
             (backend.clone(), layout.clone(), ctl.clone(), membership.clone(), failed.clone(), failure_logs.clone());
         std::thread::Builder::new()
             .name("membership".into())
             .spawn(move || {
                 prioritise_current_thread();
-                block_on_local(membership_loop(backend, layout, ctl, m, failed, log))
+                block_on_local(membership_loop(mode, backend, layout, ctl, m, failed, log))
             })
             .map_err(|e| e.to_string())?
     };
@@ -644,6 +682,8 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
                     rolled_back: fl.rolled_back,
                     stray_locks_stolen: stats.locks_stolen,
                     stray_locks_swept: fl.swept,
+                    slots_scanned: fl.slots_scanned,
+                    world_stopped_us: fl.world_stopped_ns as f64 / 1e3,
                     survivors_tps_before: survivors(before) as f64 / crash_s.max(1e-9),
                     survivors_tps_during_recovery: during as f64 / window_s.max(1e-9),
                     survivors_commits_during_recovery: during,

@@ -412,7 +412,7 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
 
 #[derive(Args)]
 pub struct RecoveryArgs {
-    /// Store whose recovery to measure (pandora; ford and traditional recovery are not built yet).
+    /// Store whose recovery to measure: pandora (non-blocking), ford (stop the world, scan), traditional (stop the world, lock logs).
     #[arg(long, default_value = "pandora")]
     store: Mode,
     /// micro or bank.
@@ -524,6 +524,9 @@ pub fn print_recovery(t: &tandem_bench::runner::RecoveryTimeline) {
     eprintln!("  log_recovery_us        {:>10.0}   ({} logs: {} rolled forward, {} rolled back)", t.log_recovery_us, t.logs_found, t.rolled_forward, t.rolled_back);
     eprintln!("  total_us               {:>10.0}   (crash to failed-ids published)", t.total_us);
     eprintln!("  stray_locks_stolen     {:>10}   (+{} released by the post-run scan)", t.stray_locks_stolen, t.stray_locks_swept);
+    if t.slots_scanned > 0 || t.world_stopped_us > 0.0 {
+        eprintln!("  world_stopped_us       {:>10.0}   ({} lock words read)", t.world_stopped_us, t.slots_scanned);
+    }
     eprintln!(
         "  survivors              {:>10.0} tx/s before the crash, {:.0} tx/s during recovery ({} commits)",
         t.survivors_tps_before, t.survivors_tps_during_recovery, t.survivors_commits_during_recovery

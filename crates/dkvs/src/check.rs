@@ -27,19 +27,16 @@ pub async fn snapshot<F: Fabric>(fabric: &F, layout: &Layout, table: TableId) ->
     let tl = layout.table(table);
     let qps: Vec<F::Qp> = (0..fabric.memory_nodes()).map(|m| fabric.queue_pair(m as MemNodeId)).collect();
     let slot_bytes = tl.slot_bytes as u64;
-    let slots_per_chunk = (CHUNK_BYTES / slot_bytes).max(1);
     let mut partitions = Vec::new();
     for p in 0..tl.partitions {
         let mut per_replica = Vec::new();
         for (r, &n) in tl.replicas[p as usize].iter().enumerate() {
             let total = tl.slots_per_partition() as u64;
-            let mut pend = Vec::new();
-            let mut s = 0;
-            while s < total {
-                let cnt = slots_per_chunk.min(total - s);
-                pend.push(qps[n as usize].post(vec![Verb::read(tl.slot_addr(p, r, s as u32), (cnt * slot_bytes) as u32)]));
-                s += cnt;
-            }
+            let pend: Vec<_> = tl
+                .scan_reads(p, r, CHUNK_BYTES)
+                .into_iter()
+                .map(|(addr, cnt)| qps[n as usize].post(vec![Verb::read(addr, cnt * slot_bytes as u32)]))
+                .collect();
             let mut slots = Vec::with_capacity(total as usize);
             for res in join_all(pend).await {
                 let bytes = res.into_iter().next().unwrap()?.into_bytes();

@@ -57,6 +57,15 @@ impl TableLayout {
         let b = ((h >> 20) % self.buckets_per_partition as u64) as u32;
         (p, b)
     }
+    /// Partition `p`'s slots on replica `replica_idx`, cut into reads of at
+    /// most `max_bytes`: `(address, slots in the read)`, in slot order. For
+    /// whole-store scans (inspection, stray-lock sweeps, FORD's recovery).
+    pub fn scan_reads(&self, p: u32, replica_idx: usize, max_bytes: u64) -> Vec<(u64, u32)> {
+        let per = (max_bytes / self.slot_bytes as u64).max(1) as u32;
+        let total = self.slots_per_partition();
+        (0..total).step_by(per as usize).map(|s| (self.slot_addr(p, replica_idx, s), per.min(total - s))).collect()
+    }
+
     /// Address of slot `slot` of partition `p` on its `i`-th replica.
     pub fn slot_addr(&self, p: u32, replica_idx: usize, slot: u32) -> u64 {
         self.base[p as usize][replica_idx] + slot as u64 * self.slot_bytes as u64

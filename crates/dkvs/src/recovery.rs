@@ -81,6 +81,9 @@ pub struct RecoveryCoordinator<F: Fabric> {
     pub bugs: RecoveryBugs,
 }
 
+/// Bytes per read when scanning whole partitions.
+const SCAN_READ_BYTES: u64 = 64 * 1024;
+
 fn first_error(rs: &[Completion]) -> Option<VerbError> {
     rs.iter().find_map(|r| r.as_ref().err().copied())
 }
@@ -320,24 +323,18 @@ pub async fn sweep_stray_locks<F: Fabric>(
     layout: &Layout,
     failed: &crate::FailedIds,
 ) -> Result<usize, VerbError> {
-    const CHUNK_BYTES: u64 = 64 * 1024;
     let qps: Vec<F::Qp> = (0..fabric.memory_nodes()).map(|m| fabric.queue_pair(m as MemNodeId)).collect();
     let mut released = 0;
     for tl in &layout.tables {
         let slot = tl.slot_bytes as u64;
-        let per_chunk = (CHUNK_BYTES / slot).max(1);
         for p in 0..tl.partitions {
             let primary = tl.replicas[p as usize][0];
-            let total = tl.slots_per_partition() as u64;
-            let mut s = 0;
-            while s < total {
-                let n = per_chunk.min(total - s);
-                let base = tl.slot_addr(p, 0, s as u32);
-                let r = qps[primary as usize].post(vec![Verb::read(base, (n * slot) as u32)]).await;
+            for (base, n) in tl.scan_reads(p, 0, SCAN_READ_BYTES) {
+                let r = qps[primary as usize].post(vec![Verb::read(base, n * slot as u32)]).await;
                 let bytes = r.into_iter().next().expect("one completion")?.into_bytes();
                 let mut cas = Vec::new();
                 let mut expected = Vec::new();
-                for i in 0..n {
+                for i in 0..n as u64 {
                     let w = LockWord(word_at(&bytes, (i * slot) as usize));
                     if w.is_locked() && failed.contains(w.owner()) {
                         cas.push(Verb::cas(base + i * slot + LOCK_OFF, w.0, 0));
@@ -353,7 +350,6 @@ pub async fn sweep_stray_locks<F: Fabric>(
                         }
                     }
                 }
-                s += n;
             }
         }
     }
@@ -410,23 +406,17 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         let mut locked = BTreeSet::new();
         for tl in &self.layout.tables {
             let slot = tl.slot_bytes as u64;
-            let per_chunk = (64 * 1024 / slot).max(1);
             for p in 0..tl.partitions {
                 let primary = tl.replicas[p as usize][0];
-                let total = tl.slots_per_partition() as u64;
-                let mut s = 0;
-                while s < total {
-                    let n = per_chunk.min(total - s);
-                    let base = tl.slot_addr(p, 0, s as u32);
-                    let bytes = self.round(vec![(primary, vec![Verb::read(base, (n * slot) as u32)])]).await?.remove(0).remove(0);
-                    let bytes = bytes.expect("checked").into_bytes();
-                    for i in 0..n {
+                for (base, n) in tl.scan_reads(p, 0, SCAN_READ_BYTES) {
+                    let mut r = self.round(vec![(primary, vec![Verb::read(base, n * slot as u32)])]).await?;
+                    let bytes = r.remove(0).remove(0).expect("checked").into_bytes();
+                    for i in 0..n as u64 {
                         if word_at(&bytes, (i * slot) as usize) != 0 {
                             locked.insert((primary, base + i * slot));
                         }
                     }
-                    report.slots_scanned += n;
-                    s += n;
+                    report.slots_scanned += n as u64;
                 }
             }
         }
