@@ -259,3 +259,22 @@ fn lost_decision_is_caught_by_the_crash_tests() {
     let (seed, v, replay) = caught.expect("lost decision not caught in 600 seeds");
     eprintln!("lost decision caught at seed {seed}: {v}\n  replay: {replay}");
 }
+
+/// FORD's C2 "logging without locking": an undo image taken before the lock
+/// can be stale, and rolling back to it erases a commit made in between.
+#[test]
+fn logging_without_locking_is_caught_by_the_crash_tests() {
+    let mut caught = None;
+    for seed in 0..1500 {
+        let mut cfg = crash_cfg(Mode::Traditional, seed);
+        cfg.faults.detect_ns = cfg.faults.detect_ns.min(3_000);
+        cfg.bugs = BugSwitches { logging_without_locking: true, ..Default::default() };
+        let r = run(&cfg);
+        if !r.violations.is_empty() {
+            caught = Some((seed, r.violations[0].clone(), r.replay));
+            break;
+        }
+    }
+    let (seed, v, replay) = caught.expect("logging without locking not caught in 1500 seeds");
+    eprintln!("logging without locking caught at seed {seed}: {v}\n  replay: {replay}");
+}

@@ -67,10 +67,15 @@ pub struct BugSwitches {
     pub relaxed_locks: bool,
     /// C2 "missing actions" (ford/traditional): inserts are not undo-logged.
     pub missing_insert_undo: bool,
+    /// C2 "logging without locking" (ford/traditional): a write to an object
+    /// read earlier posts its undo entry with the pre-lock image, alongside
+    /// the lock CAS instead of after it.
+    pub logging_without_locking: bool,
 }
 
 impl BugSwitches {
-    pub const NAMES: [&'static str; 4] = ["complicit-abort", "covert-locks", "relaxed-locks", "missing-insert-undo"];
+    pub const NAMES: [&'static str; 5] =
+        ["complicit-abort", "covert-locks", "relaxed-locks", "missing-insert-undo", "logging-without-locking"];
 
     pub fn parse(name: &str) -> Result<BugSwitches, String> {
         let mut b = BugSwitches::default();
@@ -79,6 +84,7 @@ impl BugSwitches {
             "covert-locks" => b.covert_locks = true,
             "relaxed-locks" => b.relaxed_locks = true,
             "missing-insert-undo" => b.missing_insert_undo = true,
+            "logging-without-locking" => b.logging_without_locking = true,
             other => return Err(format!("unknown bug '{other}' (known: {})", Self::NAMES.join(", "))),
         }
         Ok(b)
@@ -91,12 +97,13 @@ impl BugSwitches {
             covert_locks: self.covert_locks || o.covert_locks,
             relaxed_locks: self.relaxed_locks || o.relaxed_locks,
             missing_insert_undo: self.missing_insert_undo || o.missing_insert_undo,
+            logging_without_locking: self.logging_without_locking || o.logging_without_locking,
         }
     }
 
     /// The names of the switches that are on.
     pub fn names(&self) -> Vec<&'static str> {
-        let on = [self.complicit_abort, self.covert_locks, self.relaxed_locks, self.missing_insert_undo];
+        let on = [self.complicit_abort, self.covert_locks, self.relaxed_locks, self.missing_insert_undo, self.logging_without_locking];
         Self::NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
     }
 

@@ -105,6 +105,8 @@ struct WriteEntry<F: Fabric> {
     new_value: Option<Vec<u8>>,
     /// Locked to update a live key, but the key turned out deleted.
     found_deleted: bool,
+    /// Undo entry already posted (only by the logging-without-locking bug).
+    undo_posted: bool,
     /// Version this write will commit with (0 until chosen). FORD and
     /// traditional modes choose it at lock time so their undo entries carry
     /// it; pandora chooses at commit.
@@ -482,8 +484,29 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             new_value: None,
             found_deleted: false,
             new_version: 0,
+            undo_posted: false,
         });
-        Ok(self.writes.len() - 1)
+        let i = self.writes.len() - 1;
+        if self.c.node.bugs.logging_without_locking && self.c.node.mode != Mode::Pandora {
+            // FORD's C2 bug: log the object before its lock is known to be held,
+            // with the image read earlier, unprotected by any lock.
+            if let Some(r) = self.find_read(t, key) {
+                let r = &self.reads[r];
+                let image = SlotImage {
+                    lock: LockWord::UNLOCKED,
+                    version: r.version,
+                    key,
+                    flags: if r.value.is_some() { FLAG_LIVE } else { 0 },
+                    value: r.value.clone().unwrap_or_default(),
+                };
+                self.writes[i].image = Some(image);
+                self.writes[i].new_version = self.c.next_version();
+                self.post_undo(i);
+                self.writes[i].undo_posted = true;
+                self.writes[i].image = None;
+            }
+        }
+        Ok(i)
     }
 
     /// Consume the lock completion of write entry `i` (stealing a stray lock
@@ -552,7 +575,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             w.final_live = false;
             w.found_deleted = true;
         }
-        if self.c.node.mode != Mode::Pandora {
+        if self.c.node.mode != Mode::Pandora && !self.writes[i].undo_posted {
             self.writes[i].new_version = self.c.next_version();
             // "Missing actions" (FORD's C2 bug): inserts were not undo-logged.
             if !(self.c.node.bugs.missing_insert_undo && self.writes[i].expect_empty) {
