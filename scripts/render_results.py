@@ -216,10 +216,24 @@ printed on failure, e.g. `cargo run --release -- sim-bank --store pandora --seed
 
 Crash tests (`pandora_recovers_from_compute_crashes_at_random_verb_boundaries`,
 `pandora_survives_failure_detector_false_positives`,
-`recovery_is_idempotent_when_the_recovery_coordinator_crashes_midway`) pass on
-every seed, and each recovery mutant fails them within a fixed budget
-(`recovery_mutants_are_caught`): skipping log recovery (locks of logged
-transactions get stolen: 60 seeds), and always rolling back (an acknowledged
-commit is undone: 200 seeds). Replay a failing crash seed with the printed
-command, e.g. `cargo run --release -- sim-bank --store pandora --seed 54 --crash-node 0 --crash-at-ns 86560 --detect-ns 937 --inject-bug skip-log-recovery`.
+`recovery_is_idempotent_when_the_recovery_coordinator_crashes_midway`,
+`ford_and_traditional_recover_from_compute_crashes`) pass on every seed: every
+acknowledged commit visible, every acknowledged abort invisible, in-doubt
+transactions all-or-nothing, money conserved, replicas identical, no lock left.
+Each mutant below fails them within a fixed seed budget (the first seed that
+catches it is deterministic):
+
+| mutant | mode | paper Table 1 | caught by | budget |
+|---|---|---|---|---|
+| inserts not undo-logged | traditional, ford | C2 missing actions | replicas differ / receipt without its transfer | 400 |
+| decide from the newest undo entries, not the lock log's transaction | traditional | C2 lost decision | money not conserved | 600 |
+| undo image taken before the lock | traditional | C2 logging without locking | account differs from its acknowledged commits | 1500 |
+| skip log recovery (steal logged locks) | pandora | violates Cor2/Cor4 | money not conserved | 60 |
+| roll back transactions that may have acknowledged | pandora | violates Cor3 | account differs from its acknowledged commits | 200 |
+
+In pandora mode the two C2 bugs that FORD's logs suffer from cannot arise: the
+log is written after every lock is held and names its transaction in the lock
+words it compares against (`pandora.txt` §3.1.4). Replay a failing crash seed
+with the printed command, e.g.
+`cargo run --release -- sim-bank --store traditional --seed 90 --retries 3 --crash-node 0 --crash-at-ns 119925 --detect-ns 781 --inject-bug lost-decision`.
 """)

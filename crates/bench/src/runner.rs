@@ -22,7 +22,7 @@ use serde::Serialize;
 use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryCoordinator};
-use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, StoreConfig};
+use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, OnStray, StoreConfig};
 use tandem_membership::{Command, Event, Membership, MembershipConfig};
 use tandem_fabric::Fabric;
 use tandem_sim::Rng;
@@ -66,6 +66,8 @@ pub struct RunConfig {
     pub crash: Option<CrashPlan>,
     /// Heartbeat timeout of the failure detector (DESIGN.md §4.5: 5 ms).
     pub heartbeat_timeout: Duration,
+    /// Abort at once on a lock held by someone else, or stall and retry.
+    pub on_stray: OnStray,
 }
 
 impl RunConfig {
@@ -86,6 +88,7 @@ impl RunConfig {
             check: true,
             crash: None,
             heartbeat_timeout: Duration::from_millis(5),
+            on_stray: OnStray::Abort,
         }
     }
 
@@ -98,6 +101,7 @@ impl RunConfig {
         let coordinators = self.compute_nodes as u32 * self.coordinators as u32;
         s.log_slots = (2 * coordinators + 8).max(64);
         s.bugs = self.bugs;
+        s.on_stray = self.on_stray;
         s
     }
 

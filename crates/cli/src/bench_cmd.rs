@@ -10,7 +10,7 @@ use tandem_bench::sim_bank::{self, Faults, SimBankConfig};
 use tandem_dkvs::recovery::RecoveryBugs;
 use tandem_bench::workload::WorkloadSpec;
 use tandem_bench::fabric_bench;
-use tandem_dkvs::{BugSwitches, Layout, Mode};
+use tandem_dkvs::{BugSwitches, Layout, Mode, OnStray};
 use tandem_workloads::bank::BankSpec;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 use tandem_workloads::Zipf;
@@ -88,6 +88,9 @@ pub struct BenchArgs {
     /// mistaken for crashes (`tandem recovery` and the demo use 5 ms).
     #[arg(long, default_value_t = 100.0)]
     heartbeat_timeout_ms: f64,
+    /// On a lock held by another coordinator: abort, or stall until it is released or stealable.
+    #[arg(long, default_value = "abort")]
+    on_stray: OnStray,
     /// Write results as JSON.
     #[arg(long)]
     json: Option<String>,
@@ -190,6 +193,7 @@ pub fn bench(a: BenchArgs) -> Result<(), String> {
         return Err("--heartbeat-timeout-ms must be positive".into());
     }
     template.heartbeat_timeout = Duration::from_secs_f64(a.heartbeat_timeout_ms / 1e3);
+    template.on_stray = a.on_stray;
     template.validate()?;
     let layout = Layout::new(&template.store_config())?;
     let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
@@ -444,6 +448,9 @@ pub struct RecoveryArgs {
     customers: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// On a lock held by another coordinator (e.g. the crashed one's): abort, or stall until recovery.
+    #[arg(long, default_value = "abort")]
+    on_stray: OnStray,
     #[arg(long)]
     json: Option<String>,
 }
@@ -470,6 +477,7 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
         seed: a.seed,
         no_check: false,
         heartbeat_timeout_ms: a.timeout_ms,
+        on_stray: a.on_stray,
         json: None,
     };
     let workload = workload_from(&a.workload, &wl)?;
@@ -488,6 +496,7 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
         return Err("--timeout-ms must be positive".into());
     }
     cfg.heartbeat_timeout = Duration::from_secs_f64(a.timeout_ms / 1e3);
+    cfg.on_stray = a.on_stray;
     cfg.validate()?;
     let layout = Layout::new(&cfg.store_config())?;
     let region = layout.region_bytes.iter().copied().max().unwrap_or(0);

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use tandem_bench::procs::{self, ComputeServerConfig, MembershipServerConfig};
+use tandem_bench::procs::{self, ComputeServerConfig, MembershipServerConfig, ZkState};
 use tandem_dkvs::{Mode, StoreConfig};
 use tandem_fabric::tcp::TcpCluster;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
@@ -63,20 +63,51 @@ pub struct MembershipArgs {
     /// Heartbeat timeout in milliseconds.
     #[arg(long, default_value_t = 5.0)]
     timeout_ms: f64,
-    /// Load the micro dataset before admitting compute servers.
+    /// Load the micro dataset before admitting compute servers (skipped when
+    /// the state is resumed from ZooKeeper: the cluster is running).
     #[arg(long)]
     load: bool,
+    /// Keep the membership state in ZooKeeper (`host:port[,host:port...]`),
+    /// as Pandora does: a restarted membership process resumes from it.
+    #[arg(long)]
+    zookeeper: Option<String>,
+    /// The znode holding the state (one per cluster).
+    #[arg(long, default_value = "/tandem/membership")]
+    zk_path: String,
+    /// After resuming from ZooKeeper, milliseconds compute servers get to
+    /// reconnect before their silence counts.
+    #[arg(long, default_value_t = 1000.0)]
+    restore_grace_ms: f64,
 }
 
 pub fn membership(a: MembershipArgs) -> Result<(), String> {
     let memory = a.cluster.cluster()?;
     let store = a.cluster.store()?;
-    if a.load {
-        let n = procs::load_micro(&memory, &store, &a.cluster.micro(0.5)?)?;
-        eprintln!("membership: loaded {n} keys");
-    }
     if !(a.timeout_ms.is_finite() && a.timeout_ms > 0.0) {
         return Err("--timeout-ms must be positive".into());
+    }
+    if !(a.restore_grace_ms.is_finite() && a.restore_grace_ms >= 0.0) {
+        return Err("--restore-grace-ms must not be negative".into());
+    }
+    let zookeeper = match &a.zookeeper {
+        Some(hosts) => {
+            let cluster = parse_addrs(&a.cluster.memory)?.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+            let z = ZkState::open(hosts, &a.zk_path, &cluster)?;
+            eprintln!(
+                "membership: state in ZooKeeper {}: {}",
+                z.describe(),
+                if z.restored().is_some() { "found, resuming" } else { "none yet, starting afresh" }
+            );
+            Some(z)
+        }
+        None => None,
+    };
+    let resumed = zookeeper.as_ref().is_some_and(|z| z.restored().is_some());
+    if a.load && resumed {
+        eprintln!("membership: the cluster is running (state resumed from ZooKeeper); skipping --load");
+    } else if a.load {
+        let n = procs::load_micro(&memory, &store, &a.cluster.micro(0.5)?)?;
+        eprintln!("membership: loaded {n} keys");
     }
     let listener = TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
     println!("listening on {}", listener.local_addr().map_err(|e| e.to_string())?);
@@ -85,6 +116,8 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
         memory,
         store,
         heartbeat_timeout: Duration::from_secs_f64(a.timeout_ms / 1e3),
+        zookeeper,
+        restore_grace: Duration::from_secs_f64(a.restore_grace_ms / 1e3),
     })
 }
 

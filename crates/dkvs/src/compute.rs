@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tandem_fabric::Fabric;
 
-use crate::config::{BugSwitches, Mode, StoreConfig, TableId};
+use crate::config::{BugSwitches, Mode, OnStray, StoreConfig, TableId};
 use crate::coordinator::Coordinator;
 use crate::failed_ids::FailedIds;
 use crate::layout::Layout;
@@ -23,6 +23,7 @@ pub struct ComputeNode<F: Fabric> {
     pub(crate) layout: Arc<Layout>,
     pub(crate) mode: Mode,
     pub(crate) bugs: BugSwitches,
+    pub(crate) on_stray: OnStray,
     pub(crate) failed: FailedIds,
     /// (table, key) → slot index in its partition. Slots never change owner, so
     /// an entry never goes stale.
@@ -36,6 +37,7 @@ impl<F: Fabric> ComputeNode<F> {
             layout,
             mode: cfg.mode,
             bugs: cfg.bugs,
+            on_stray: cfg.on_stray,
             failed,
             addr_cache: RefCell::new(HashMap::default()),
         })

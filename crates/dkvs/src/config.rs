@@ -45,6 +45,29 @@ impl FromStr for Mode {
 
 pub type TableId = u32;
 
+/// What a transaction does when it meets a lock held by another coordinator
+/// (`pandora.txt` §6.4, "sensitivity to stalls"; `--on-stray`). Until recovery
+/// has published a failed coordinator's ids, its stray locks look live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnStray {
+    /// Abort at once (the default, as FORD and Pandora do).
+    Abort,
+    /// Re-try the read or the lock CAS, up to `max_retries` round trips,
+    /// until the lock is released or stealable; then abort.
+    Stall { max_retries: u32 },
+}
+
+impl FromStr for OnStray {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "abort" => Ok(OnStray::Abort),
+            "stall" => Ok(OnStray::Stall { max_retries: 100_000 }),
+            other => Err(format!("unknown --on-stray '{other}' (expected abort or stall)")),
+        }
+    }
+}
+
 /// A table: u64 keys, fixed-size values, hash-partitioned.
 #[derive(Clone, Debug)]
 pub struct TableSpec {
@@ -126,6 +149,7 @@ pub struct StoreConfig {
     pub log_slot_bytes: u64,
     /// Log slots per memory node; coordinator `c` uses slot `c % log_slots`.
     pub log_slots: u32,
+    pub on_stray: OnStray,
     pub bugs: BugSwitches,
 }
 
@@ -139,6 +163,7 @@ impl StoreConfig {
             tables,
             log_slot_bytes: 32 * 1024,
             log_slots: 1024,
+            on_stray: OnStray::Abort,
             bugs: BugSwitches::default(),
         }
     }

@@ -29,7 +29,7 @@ use futures::future::join_all;
 use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::compute::ComputeNode;
-use crate::config::{Mode, TableId};
+use crate::config::{Mode, OnStray, TableId};
 use crate::error::{AbortReason, TxError};
 use crate::layout::{TableLayout, ASSOC, MAX_PROBE_BUCKETS};
 use crate::log::{invalid_state_word, LogEntry, LogRecord, OpKind};
@@ -43,6 +43,8 @@ pub struct CoordinatorStats {
     pub aborts_by_reason: HashMap<AbortReason, u64>,
     pub verbs: u64,
     pub locks_stolen: u64,
+    /// Round trips spent waiting on locks (`OnStray::Stall`).
+    pub stall_retries: u64,
 }
 
 impl CoordinatorStats {
@@ -54,6 +56,7 @@ impl CoordinatorStats {
         }
         self.verbs += o.verbs;
         self.locks_stolen += o.locks_stolen;
+        self.stall_retries += o.stall_retries;
     }
 }
 
@@ -219,6 +222,18 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         self.seq
     }
 
+    /// Under `OnStray::Stall`, whether to wait one more round trip.
+    fn may_stall(&mut self, retries: &mut u32) -> bool {
+        match self.c.node.on_stray {
+            OnStray::Stall { max_retries } if *retries < max_retries => {
+                *retries += 1;
+                self.c.stats.stall_retries += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// A lock blocks us unless it is our own (pandora words name their owner).
     fn blocks(&self, w: LockWord) -> bool {
         !(self.c.node.mode == Mode::Pandora && w == self.lock_word) && self.c.blocks(w)
@@ -324,9 +339,18 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             Located::Absent { part, slot: Some(slot), image } => (part, slot, image),
             Located::Absent { slot: None, .. } => return Ok(None),
         };
-        let image = image.expect("located slot has an image");
-        if self.blocks(image.lock) {
-            return Err(self.abort_with(AbortReason::ReadLocked).await);
+        let mut image = image.expect("located slot has an image");
+        let mut retries = 0;
+        while self.blocks(image.lock) {
+            if !self.may_stall(&mut retries) {
+                return Err(self.abort_with(AbortReason::ReadLocked).await);
+            }
+            let (mem, addr) = self.primary_addr(t, part, slot);
+            let bytes = self.c.post(mem, vec![Verb::read(addr, self.table(t).slot_bytes)]).await.remove(0);
+            match bytes {
+                Ok(b) => image = SlotImage::decode(&b.into_bytes()),
+                Err(e) => return Err(self.fail(e)),
+            }
         }
         let value = image.is_live().then(|| image.value.clone());
         self.reads.push(ReadEntry { table: t, key, part, slot, version: image.version, value: value.clone() });
@@ -535,8 +559,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let mut results = pending.await;
         // What the last CAS compared against: 0 first, then the stray word we try to steal.
         let mut expected = LockWord::UNLOCKED;
+        let mut stalls = 0;
         // Bounded: each retry means another stealer won a stray lock meanwhile.
-        for attempt in 0..=4 {
+        let mut attempt = 0;
+        loop {
             if let Some(e) = first_error(&results) {
                 return Err(Err(e));
             }
@@ -549,11 +575,21 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             }
             // PILL: a lock owned by a failed coordinator is stray and may be stolen.
             let stray = self.c.node.mode == Mode::Pandora && old.is_locked() && self.c.node.failed.contains(old.owner());
-            if !stray || attempt == 4 {
+            if stray && attempt < 4 {
+                attempt += 1;
+                expected = old;
+            } else if !old.is_locked() && attempt < 4 {
+                // Released while we tried to steal it: take it from unlocked.
+                attempt += 1;
+                expected = LockWord::UNLOCKED;
+            } else if !stray && old.is_locked() && self.may_stall(&mut stalls) {
+                // Wait for the holder (perhaps a failed coordinator not yet
+                // recovered): try the CAS from unlocked again.
+                expected = LockWord::UNLOCKED;
+            } else {
                 return Err(Ok(AbortReason::LockConflict));
             }
-            expected = old;
-            results = self.c.post(mem, vec![Verb::cas(addr + LOCK_OFF, old.0, self.lock_word.0), Verb::read(addr, slot_bytes)]).await;
+            results = self.c.post(mem, vec![Verb::cas(addr + LOCK_OFF, expected.0, self.lock_word.0), Verb::read(addr, slot_bytes)]).await;
         }
         self.writes[i].lock = LockState::Acquired;
         let image = SlotImage::decode(&results[1].clone().unwrap().into_bytes());

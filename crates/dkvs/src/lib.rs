@@ -20,7 +20,7 @@ pub mod recovery;
 pub mod slot;
 
 pub use compute::ComputeNode;
-pub use config::{BugSwitches, Mode, StoreConfig, TableId, TableSpec};
+pub use config::{BugSwitches, Mode, OnStray, StoreConfig, TableId, TableSpec};
 pub use coordinator::{Coordinator, CoordinatorStats, Transaction};
 pub use error::{AbortReason, TxError};
 pub use failed_ids::FailedIds;

@@ -278,3 +278,38 @@ fn ford_mode_never_steals_owner_less_locks() {
     });
     assert_eq!(*out.borrow(), Some(TxError::Aborted(AbortReason::LockConflict)), "a FORD lock names no owner");
 }
+
+/// `--on-stray stall`: a transaction that meets a stray lock waits instead of
+/// aborting, and proceeds (stealing it) once recovery publishes the owner.
+#[test]
+fn stalled_transactions_proceed_once_the_owner_is_declared_failed() {
+    let mut w = world(Mode::Pandora, 8, SimFabricConfig::default());
+    w.store.on_stray = tandem_dkvs::OnStray::Stall { max_retries: 1_000_000 };
+    let failed = FailedIds::new();
+    let mk = |id: u16| ComputeNode::new(w.cluster.join(id), &w.store, w.layout.clone(), failed.clone());
+    let (dead, live) = (mk(1), mk(2));
+    run_task(&w, 1, async move {
+        let mut c1 = dead.coordinator(1);
+        let mut tx = c1.begin();
+        tx.read_for_update(0, 2).await.unwrap();
+        std::mem::forget(tx); // crashed holding the lock
+    });
+    let out = Rc::new(RefCell::new(Vec::new()));
+    let o = out.clone();
+    w.sim.spawn(2, async move {
+        let mut c2 = live.coordinator(2);
+        let mut tx = c2.begin();
+        let r = tx.read(0, 2).await.map(|v| v.is_some());
+        o.borrow_mut().push(format!("read {r:?}"));
+        let r = tx.read_for_update(0, 2).await.map(|_| ());
+        o.borrow_mut().push(format!("rfu {r:?}"));
+        let r = tx.commit().await;
+        o.borrow_mut().push(format!("commit {r:?} stalled {}", c2.stats.stall_retries > 0));
+    });
+    // The stalled transaction waits; nothing completes while the owner looks alive.
+    w.sim.run_until(w.sim.now_ns() + 200_000);
+    assert!(out.borrow().is_empty(), "{:?}", out.borrow());
+    failed.insert(1);
+    w.sim.run();
+    assert_eq!(*out.borrow(), vec!["read Ok(true)", "rfu Ok(())", "commit Ok(()) stalled true"]);
+}

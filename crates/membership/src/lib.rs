@@ -11,4 +11,4 @@
 
 mod membership;
 
-pub use membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
+pub use membership::{Command, Event, Membership, MembershipConfig, MembershipState, NodeState, NodeStatus};

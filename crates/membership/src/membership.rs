@@ -2,6 +2,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::{Deserialize, Serialize};
+
 pub type NodeId = u16;
 
 #[derive(Clone, Debug)]
@@ -15,15 +17,20 @@ pub struct MembershipConfig {
     /// Fraction of ids in use (live or failed) above which failed ids are
     /// recycled after a stray-lock scan.
     pub recycle_threshold: f64,
+    /// After [`Membership::restore`], a node that was alive gets this long on
+    /// top of a fresh heartbeat timeout to reconnect to the restarted service
+    /// before its silence counts.
+    pub restore_grace_ns: u64,
 }
 
 impl Default for MembershipConfig {
     fn default() -> Self {
-        MembershipConfig { heartbeat_timeout_ns: 5_000_000, id_space: 1024, recycle_threshold: 0.95 }
+        MembershipConfig { heartbeat_timeout_ns: 5_000_000, id_space: 1024, recycle_threshold: 0.95, restore_grace_ns: 0 }
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum NodeStatus {
     Alive,
     /// Declared failed; waiting for every memory node to revoke its access.
@@ -72,6 +79,26 @@ pub enum Command {
     ScanStrayLocks { ids: Vec<u16> },
 }
 
+/// The durable part of a [`Membership`] (`pandora.txt` §3.2.4: what a
+/// replicated failure detector keeps in ZooKeeper). Everything a restarted
+/// service needs so that no coordinator id is ever handed out twice and no
+/// failure is forgotten: id allocation, failed and recycled ids, and every
+/// node's ids and status. Heartbeat times are not in it: they are renewed on
+/// restore, and who runs which recovery is decided anew.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipState {
+    pub next_id: u32,
+    pub recycled: BTreeSet<u16>,
+    pub failed_ids: BTreeSet<u16>,
+    pub nodes: BTreeMap<NodeId, NodeState>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeState {
+    pub ids: Vec<u16>,
+    pub status: NodeStatus,
+}
+
 #[derive(Clone, Debug)]
 struct Node {
     ids: Vec<u16>,
@@ -93,12 +120,113 @@ pub struct Membership {
     last_tick_ns: Option<u64>,
     /// Ticks at which the detector itself had been paused (see `detect`).
     pub pauses_detected: u64,
+    /// Bumped by every change of the durable state ([`MembershipState`]).
+    durable_epoch: u64,
 }
 
 impl Membership {
     pub fn new(cfg: MembershipConfig) -> Self {
         assert!(cfg.id_space >= 2 && cfg.id_space <= 1 << 16, "id space must be 2..=65536");
-        Membership { cfg, nodes: BTreeMap::new(), next_id: 1, recycled: BTreeSet::new(), failed_ids: BTreeSet::new(), scanning: false, last_tick_ns: None, pauses_detected: 0 }
+        Membership {
+            cfg,
+            nodes: BTreeMap::new(),
+            next_id: 1,
+            recycled: BTreeSet::new(),
+            failed_ids: BTreeSet::new(),
+            scanning: false,
+            last_tick_ns: None,
+            pauses_detected: 0,
+            durable_epoch: 0,
+        }
+    }
+
+    /// The durable state, to be stored before the commands of the step that
+    /// changed it take effect (see [`Membership::durable_epoch`]).
+    pub fn snapshot(&self) -> MembershipState {
+        MembershipState {
+            next_id: self.next_id,
+            recycled: self.recycled.clone(),
+            failed_ids: self.failed_ids.clone(),
+            nodes: self.nodes.iter().map(|(&k, n)| (k, NodeState { ids: n.ids.clone(), status: n.status })).collect(),
+        }
+    }
+
+    /// A counter that changes exactly when [`Membership::snapshot`] would
+    /// return something new: a runtime that persists the state compares it
+    /// with the epoch it last stored instead of comparing snapshots.
+    pub fn durable_epoch(&self) -> u64 {
+        self.durable_epoch
+    }
+
+    /// A service restarted from stored state at time `now_ns`. Every node
+    /// that was alive gets a fresh heartbeat timeout from `now_ns` (plus
+    /// `cfg.restore_grace_ns`, time to reconnect), so a restart does not
+    /// declare everyone failed. Revocations and recoveries that were under
+    /// way are not resumed by this: call [`Membership::reissue_after_restore`]
+    /// and execute its commands.
+    pub fn restore(cfg: MembershipConfig, state: MembershipState, now_ns: u64) -> Result<Self, String> {
+        let mut m = Membership::new(cfg);
+        let space = m.cfg.id_space;
+        if state.next_id < 1 || state.next_id > space {
+            return Err(format!("stored next id {} is outside the id space 1..{space}", state.next_id));
+        }
+        let valid = |id: &u16| *id >= 1 && (*id as u32) < state.next_id;
+        if let Some(id) = state.recycled.iter().chain(&state.failed_ids).find(|id| !valid(id)) {
+            return Err(format!("stored id {id} was never handed out (next id {})", state.next_id));
+        }
+        if !state.recycled.is_disjoint(&state.failed_ids) {
+            return Err("a stored id is both failed and free".into());
+        }
+        let mut live = BTreeSet::new();
+        for (node, n) in &state.nodes {
+            if let Some(id) = n.ids.iter().find(|id| !valid(id)) {
+                return Err(format!("node {node} holds id {id}, which was never handed out"));
+            }
+            if matches!(n.status, NodeStatus::Failed | NodeStatus::Left) {
+                continue;
+            }
+            for id in &n.ids {
+                if !live.insert(*id) || state.recycled.contains(id) || state.failed_ids.contains(id) {
+                    return Err(format!("stored id {id} of node {node} is also held elsewhere, free or failed"));
+                }
+            }
+        }
+        let fresh = now_ns.saturating_add(m.cfg.restore_grace_ns);
+        m.nodes = state
+            .nodes
+            .into_iter()
+            .map(|(k, n)| (k, Node { ids: n.ids, last_heartbeat_ns: fresh, status: n.status, recovering_for: Vec::new() }))
+            .collect();
+        m.next_id = state.next_id;
+        m.recycled = state.recycled;
+        m.failed_ids = state.failed_ids;
+        m.check_invariants();
+        Ok(m)
+    }
+
+    /// After [`Membership::restore`]: the work the previous incarnation may
+    /// have left half done, to run again from the start (every step is
+    /// idempotent, DESIGN.md §4.5): revoke every node that was being revoked,
+    /// recover every node that was being recovered, and rescan for
+    /// recyclable ids if that was due. A crash between storing a step's state
+    /// and acting on its commands loses nothing this way.
+    pub fn reissue_after_restore(&mut self) -> Vec<Command> {
+        let mut out = Vec::new();
+        let (revoking, recovering): (Vec<NodeId>, Vec<NodeId>) = {
+            let of = |s: NodeStatus| self.nodes.iter().filter(move |(_, n)| n.status == s).map(|(k, _)| *k);
+            (of(NodeStatus::Revoking).collect(), of(NodeStatus::Recovering).collect())
+        };
+        for node in revoking {
+            out.push(Command::Revoke { node });
+        }
+        for node in recovering {
+            if !self.nodes.values().any(|n| n.recovering_for.contains(&node)) {
+                let ids = self.nodes[&node].ids.clone();
+                self.start_recovery(node, ids, &mut out);
+            }
+        }
+        self.maybe_recycle(&mut out);
+        out
     }
 
     pub fn status(&self, node: NodeId) -> Option<NodeStatus> {
@@ -147,6 +275,7 @@ impl Membership {
                 if let Some(n) = self.nodes.get_mut(&node) {
                     if n.status == NodeStatus::Alive && n.recovering_for.is_empty() {
                         n.status = NodeStatus::Left;
+                        self.durable_epoch += 1;
                     }
                 }
             }
@@ -154,6 +283,7 @@ impl Membership {
                 if let Some(n) = self.nodes.get_mut(&node) {
                     if n.status == NodeStatus::Revoking {
                         n.status = NodeStatus::Recovering;
+                        self.durable_epoch += 1;
                         let ids = n.ids.clone();
                         self.start_recovery(node, ids, &mut out);
                     }
@@ -163,6 +293,7 @@ impl Membership {
                 if let Some(n) = self.nodes.get_mut(&node) {
                     if n.status == NodeStatus::Recovering {
                         n.status = NodeStatus::Failed;
+                        self.durable_epoch += 1;
                         let ids = n.ids.clone();
                         self.failed_ids.extend(ids.iter().copied());
                         for r in self.nodes.values_mut() {
@@ -179,6 +310,7 @@ impl Membership {
                     // The id's locks are gone and its log invalidated: reusable.
                     if self.failed_ids.remove(&id) {
                         self.recycled.insert(id);
+                        self.durable_epoch += 1;
                     }
                 }
             }
@@ -217,6 +349,7 @@ impl Membership {
             ids.push(id);
         }
         self.nodes.insert(node, Node { ids: ids.clone(), last_heartbeat_ns: now_ns, status: NodeStatus::Alive, recovering_for: Vec::new() });
+        self.durable_epoch += 1;
         out.push(Command::AssignIds { node, ids });
     }
 
@@ -247,6 +380,7 @@ impl Membership {
         for node in late {
             let n = self.nodes.get_mut(&node).expect("listed");
             n.status = NodeStatus::Revoking;
+            self.durable_epoch += 1;
             let orphaned = std::mem::take(&mut n.recovering_for);
             out.push(Command::Revoke { node });
             // It was recovering others: re-run their recovery from the start elsewhere.
@@ -293,7 +427,7 @@ mod tests {
     use super::*;
 
     fn m() -> Membership {
-        Membership::new(MembershipConfig { heartbeat_timeout_ns: 100, id_space: 64, recycle_threshold: 0.95 })
+        Membership::new(MembershipConfig { heartbeat_timeout_ns: 100, id_space: 64, recycle_threshold: 0.95, restore_grace_ns: 0 })
     }
 
     #[test]
@@ -375,7 +509,7 @@ mod tests {
 
     #[test]
     fn failed_ids_are_recycled_only_after_a_stray_lock_scan() {
-        let mut m = Membership::new(MembershipConfig { heartbeat_timeout_ns: 10, id_space: 21, recycle_threshold: 0.5 });
+        let mut m = Membership::new(MembershipConfig { heartbeat_timeout_ns: 10, id_space: 21, recycle_threshold: 0.5, restore_grace_ns: 0 });
         m.step(0, Event::Join { node: 1, coordinators: 8 });
         m.step(0, Event::Join { node: 2, coordinators: 4 });
         m.step(5, Event::Heartbeat { node: 2 });
@@ -391,6 +525,157 @@ mod tests {
         match &m.step(15, Event::Join { node: 3, coordinators: 9 })[0] {
             Command::AssignIds { ids, .. } => assert_eq!(ids.len(), 9),
             c => panic!("{c:?}"),
+        }
+    }
+
+    fn cfg(timeout: u64, grace: u64) -> MembershipConfig {
+        MembershipConfig { heartbeat_timeout_ns: timeout, id_space: 64, recycle_threshold: 0.95, restore_grace_ns: grace }
+    }
+
+    /// Through JSON, as the `tandem membership` process stores it.
+    fn reload(m: &Membership, cfg: MembershipConfig, now: u64) -> Membership {
+        let json = serde_json::to_string(&m.snapshot()).unwrap();
+        Membership::restore(cfg, serde_json::from_str(&json).unwrap(), now).unwrap()
+    }
+
+    #[test]
+    fn a_restored_service_keeps_ids_failures_and_statuses() {
+        let mut m = Membership::new(cfg(100, 0));
+        m.step(0, Event::Join { node: 1, coordinators: 3 });
+        m.step(0, Event::Join { node: 2, coordinators: 2 });
+        m.step(0, Event::Join { node: 3, coordinators: 1 });
+        m.step(90, Event::Heartbeat { node: 2 });
+        m.step(90, Event::Leave { node: 3 });
+        m.step(101, Event::Tick);
+        m.step(102, Event::RevokeAcked { node: 1 });
+        m.step(103, Event::RecoveryDone { node: 1 });
+        let mut r = reload(&m, cfg(100, 0), 5_000);
+        assert_eq!(r.snapshot(), m.snapshot());
+        assert_eq!(r.failed_ids().iter().copied().collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!((r.status(1), r.status(2), r.status(3)), (Some(NodeStatus::Failed), Some(NodeStatus::Alive), Some(NodeStatus::Left)));
+        // Ids are never handed out twice, a retried join gets the same ids,
+        // and a failed node stays failed.
+        assert_eq!(r.step(5_000, Event::Join { node: 4, coordinators: 2 }), vec![Command::AssignIds { node: 4, ids: vec![7, 8] }]);
+        assert_eq!(r.step(5_000, Event::Join { node: 2, coordinators: 2 }), vec![Command::AssignIds { node: 2, ids: vec![4, 5] }]);
+        assert!(matches!(r.step(5_000, Event::Join { node: 1, coordinators: 3 })[0], Command::Reject { .. }));
+        assert_eq!(r.owner_of(1), Some(1));
+        assert!(r.reissue_after_restore().is_empty(), "nothing was under way");
+    }
+
+    #[test]
+    fn after_a_restore_every_alive_node_gets_a_fresh_timeout_and_the_grace() {
+        let mut m = Membership::new(cfg(100, 0));
+        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        m.step(0, Event::Join { node: 2, coordinators: 1 });
+        // Restored long after the last heartbeat it knew of: nobody is failed yet.
+        let mut r = reload(&m, cfg(100, 0), 1_000);
+        for t in (1_000..=1_100).step_by(20) {
+            assert_eq!(r.step(t, Event::Tick), vec![], "at {t}");
+            r.step(t, Event::Heartbeat { node: 2 });
+        }
+        // Node 1 never came back: one timeout after the restore it is revoked.
+        assert_eq!(r.step(1_101, Event::Tick), vec![Command::Revoke { node: 1 }]);
+        assert_eq!(r.status(2), Some(NodeStatus::Alive));
+        // With a grace period, silence counts only after grace + timeout.
+        let mut g = reload(&m, cfg(100, 500), 1_000);
+        let mut t = 1_000;
+        while t < 1_600 {
+            assert_eq!(g.step(t, Event::Tick), vec![], "at {t}");
+            t += 20;
+        }
+        assert_eq!(g.step(1_620, Event::Tick).len(), 2, "both silent nodes are revoked after the grace");
+    }
+
+    #[test]
+    fn revocations_and_recoveries_under_way_are_reissued_after_a_restore() {
+        let mut m = Membership::new(cfg(100, 0));
+        for n in 1..=3 {
+            m.step(0, Event::Join { node: n, coordinators: 2 });
+        }
+        m.step(90, Event::Heartbeat { node: 3 });
+        // Nodes 1 and 2 are declared failed; 1's revocation is acknowledged,
+        // then the service crashes before either finishes.
+        assert_eq!(m.step(101, Event::Tick), vec![Command::Revoke { node: 1 }, Command::Revoke { node: 2 }]);
+        assert_eq!(m.step(102, Event::RevokeAcked { node: 1 }), vec![Command::Recover { node: 1, ids: vec![1, 2], on: Some(3) }]);
+        let mut r = reload(&m, cfg(100, 0), 200);
+        assert_eq!((r.status(1), r.status(2)), (Some(NodeStatus::Recovering), Some(NodeStatus::Revoking)));
+        assert!(r.failed_ids().is_empty(), "nothing is published before recovery");
+        let cmds = r.reissue_after_restore();
+        assert_eq!(cmds, vec![Command::Revoke { node: 2 }, Command::Recover { node: 1, ids: vec![1, 2], on: Some(3) }]);
+        // And the procedure goes on from there.
+        assert_eq!(r.step(201, Event::RecoveryDone { node: 1 }), vec![Command::NotifyFailed { ids: vec![1, 2] }]);
+        assert_eq!(r.step(202, Event::RevokeAcked { node: 2 }), vec![Command::Recover { node: 2, ids: vec![3, 4], on: Some(3) }]);
+        assert_eq!(r.step(203, Event::RecoveryDone { node: 2 }), vec![Command::NotifyFailed { ids: vec![3, 4] }]);
+        assert_eq!(r.failed_ids().len(), 4);
+    }
+
+    #[test]
+    fn a_recycling_scan_that_was_due_is_reissued_after_a_restore() {
+        let c = MembershipConfig { heartbeat_timeout_ns: 10, id_space: 21, recycle_threshold: 0.5, restore_grace_ns: 0 };
+        let mut m = Membership::new(c.clone());
+        m.step(0, Event::Join { node: 1, coordinators: 8 });
+        m.step(0, Event::Join { node: 2, coordinators: 4 });
+        m.step(5, Event::Heartbeat { node: 2 });
+        m.step(11, Event::Tick);
+        m.step(11, Event::RevokeAcked { node: 1 });
+        let ids: Vec<u16> = (1..=8).collect();
+        assert_eq!(m.step(12, Event::RecoveryDone { node: 1 })[1], Command::ScanStrayLocks { ids: ids.clone() });
+        // Crash before the scan answered: the restarted service scans again.
+        let mut r = reload(&m, c, 100);
+        assert_eq!(r.reissue_after_restore(), vec![Command::ScanStrayLocks { ids: ids.clone() }]);
+        r.step(101, Event::ScanDone { ids });
+        assert!(r.failed_ids().is_empty());
+    }
+
+    #[test]
+    fn a_corrupt_state_is_refused() {
+        let mut m = Membership::new(cfg(100, 0));
+        m.step(0, Event::Join { node: 1, coordinators: 2 });
+        let good = m.snapshot();
+        let mut s = good.clone();
+        s.failed_ids.insert(1); // a live id cannot be failed
+        assert!(Membership::restore(cfg(100, 0), s, 0).is_err());
+        let mut s = good.clone();
+        s.next_id = 1_000; // outside the id space
+        assert!(Membership::restore(cfg(100, 0), s, 0).is_err());
+        let mut s = good.clone();
+        s.nodes.get_mut(&1).unwrap().ids.push(9); // never handed out
+        assert!(Membership::restore(cfg(100, 0), s, 0).is_err());
+        let mut s = good;
+        s.nodes.insert(2, NodeState { ids: vec![2], status: NodeStatus::Alive }); // held twice
+        assert!(Membership::restore(cfg(100, 0), s, 0).is_err());
+    }
+
+    /// The durable epoch moves exactly when the snapshot does, over random
+    /// event sequences: a runtime that persists on epoch changes misses none.
+    #[test]
+    fn the_durable_epoch_moves_exactly_when_the_durable_state_does() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..50 {
+            let mut m = Membership::new(MembershipConfig { heartbeat_timeout_ns: 50, id_space: 32, recycle_threshold: 0.3, restore_grace_ns: 0 });
+            let mut t = 0;
+            for _ in 0..300 {
+                t += rnd(20);
+                let node = 1 + rnd(8) as u16;
+                let ev = match rnd(8) {
+                    0 => Event::Join { node, coordinators: 1 + rnd(3) as u16 },
+                    1 | 2 => Event::Heartbeat { node },
+                    3 => Event::Leave { node },
+                    4 => Event::RevokeAcked { node },
+                    5 => Event::RecoveryDone { node },
+                    6 => Event::ScanDone { ids: m.failed_ids().iter().copied().collect() },
+                    _ => Event::Tick,
+                };
+                let (before, epoch) = (m.snapshot(), m.durable_epoch());
+                m.step(t, ev.clone());
+                assert_eq!(m.snapshot() != before, m.durable_epoch() != epoch, "{ev:?}");
+            }
         }
     }
 }
