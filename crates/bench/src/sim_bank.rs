@@ -51,6 +51,8 @@ pub struct Faults {
     pub detect_ns: u64,
     /// Test-only recovery bugs (to prove the crash tests can fail).
     pub recovery_bugs: RecoveryBugs,
+    /// Lose memory node `.0` at simulated time `.1` (DESIGN.md §4.6).
+    pub memory_failure: Option<(u16, u64)>,
 }
 
 impl Faults {
@@ -73,6 +75,9 @@ impl Faults {
         }
         if self.recovery_bugs.lost_decision {
             f += " --inject-bug lost-decision";
+        }
+        if let Some((m, at)) = self.memory_failure {
+            f += &format!(" --fail-memory-node {m} --fail-memory-at-ns {at}");
         }
         f
     }
@@ -136,6 +141,10 @@ pub struct SimBankReport {
     pub recovery_window_ns: u64,
     pub stray_locks_swept: usize,
     pub in_doubt: usize,
+    /// Slots copied onto the replacement memory node.
+    pub slots_rereplicated: u64,
+    /// Commits acknowledged while the failed memory node's partitions ran on one copy.
+    pub commits_while_degraded: u64,
 }
 
 /// Run one seed to completion and check every invariant.
@@ -172,16 +181,19 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         (c, 0.5)
     });
     let mut fabrics = Vec::new();
+    let mut views = Vec::new();
     let gate = Rc::new(Gate { paused: Cell::new(false), active: RefCell::new(vec![0; cfg.compute_nodes as usize]) });
     for cn in 0..cfg.compute_nodes {
         let node = ComputeNode::new(cluster.join(cn + 1), &store, layout.clone(), failed.clone());
         fabrics.push(node.fabric().clone());
+        views.push(node.memory_view().clone());
         for k in 0..cfg.coordinators_per_node {
             let id = 1 + cn * cfg.coordinators_per_node + k;
             let mut coord = node.coordinator(id);
             let mut client = BankClient::new(cfg.bank.clone(), id as u32, seeds.next_u64());
             client.hot_customer = hot;
-            let (stats, n, faulty) = (stats.clone(), cfg.txs_per_coordinator, cfg.faults.crash.is_some());
+            let (stats, n, faulty) =
+                (stats.clone(), cfg.txs_per_coordinator, cfg.faults.crash.is_some() || cfg.faults.memory_failure.is_some());
             ledgers.borrow_mut().push((cn, client.ledger.clone()));
             let (gate, h) = (gate.clone(), sim.handle());
             sim.spawn(cn as u32, async move {
@@ -267,6 +279,43 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         window_commits = survivors_committed() - before;
         window_ns = sim.now_ns() - crash_ns;
     }
+    let (mut rereplicated, mut degraded_commits) = (0, 0);
+    if let Some((m, at)) = cfg.faults.memory_failure {
+        let committed = || -> u64 { ledgers.borrow().iter().map(|(_, l)| l.borrow().committed).sum() };
+        let drain = |gate: &Rc<Gate>| {
+            gate.paused.set(true);
+            let g = gate.clone();
+            sim.run_while(|| g.active.borrow().iter().any(|&a| a > 0));
+        };
+        sim.run_until(at);
+        cluster.nodes()[m as usize].fail();
+        // The membership service notices, pauses new transactions and lets
+        // in-flight ones decide for themselves (commit on live replicas or abort).
+        sim.run_until(sim.now_ns() + 5_000);
+        drain(&gate);
+        // Compute nodes recompute primaries and run on the surviving copies.
+        for v in &views {
+            v.set_down(m, true);
+        }
+        gate.paused.set(false);
+        let before = committed();
+        sim.run_until(sim.now_ns() + 60_000);
+        degraded_commits = committed() - before;
+        // Re-replicate onto a replacement node, with the world paused.
+        drain(&gate);
+        cluster.nodes()[m as usize].replace_with_empty();
+        let (fab, l, v, out) = (cluster.join(u16::MAX - 3), layout.clone(), views[0].clone(), Rc::new(RefCell::new(None)));
+        let o = out.clone();
+        sim.spawn(u32::MAX - 1, async move {
+            *o.borrow_mut() = Some(tandem_dkvs::repair::rereplicate(&fab, &l, m, &v).await.expect("re-replication"));
+        });
+        sim.run_while(|| out.borrow().is_none());
+        rereplicated = out.borrow().expect("done");
+        for v in &views {
+            v.set_down(m, false);
+        }
+        gate.paused.set(false);
+    }
     sim.run();
     if cfg.faults.crash.is_some() {
         // The background scan: NotLogged stray locks nobody touched.
@@ -305,6 +354,8 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         survivor_commits_during_recovery: window_commits,
         recovery_window_ns: window_ns,
         stray_locks_swept: swept,
+        slots_rereplicated: rereplicated,
+        commits_while_degraded: degraded_commits,
         in_doubt: ledger.in_doubt.len(),
         committed: ledger.committed,
         aborted: ledger.aborted,

@@ -278,3 +278,27 @@ fn logging_without_locking_is_caught_by_the_crash_tests() {
     let (seed, v, replay) = caught.expect("logging without locking not caught in 1500 seeds");
     eprintln!("logging without locking caught at seed {seed}: {v}\n  replay: {replay}");
 }
+
+// ---- Memory-node failure (DESIGN.md §4.6) ----
+
+/// Lose a memory node mid-commit: in-flight transactions commit on the live
+/// replicas or abort, compute nodes run on the surviving copies, and
+/// re-replication onto a replacement restores f+1 identical replicas.
+#[test]
+fn memory_node_loss_mid_commit_is_survived_and_rereplicated() {
+    for mode in Mode::ALL {
+        let mut degraded = 0;
+        for seed in 0..seeds() {
+            let mut cfg = SimBankConfig::new(mode, seed);
+            cfg.bank.customers = 24;
+            cfg.txs_per_coordinator = 60;
+            let mut rng = Rng::new(seed ^ 0x3E3);
+            cfg.faults.memory_failure = Some((rng.below(3) as u16, rng.range_inclusive(20_000, 120_000)));
+            let r = run(&cfg);
+            assert!(r.violations.is_empty(), "{mode} seed {seed}: {}\nreplay: {}", r.violations.join("\n"), r.replay);
+            assert!(r.slots_rereplicated > 0, "{mode} seed {seed}: nothing re-replicated");
+            degraded += r.commits_while_degraded;
+        }
+        assert!(degraded > 0, "{mode}: nothing committed while running on one copy");
+    }
+}

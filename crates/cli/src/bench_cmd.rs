@@ -332,6 +332,11 @@ pub struct SimBankArgs {
     /// Retry aborted transactions this often with the same arguments.
     #[arg(long)]
     retries: Option<u32>,
+    /// Lose this memory node (0-based) at --fail-memory-at-ns; it is re-replicated later.
+    #[arg(long)]
+    fail_memory_node: Option<u16>,
+    #[arg(long, default_value_t = 50_000)]
+    fail_memory_at_ns: u64,
 }
 
 pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
@@ -382,7 +387,18 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
                 crash_recovery_after_ns: a.crash_recovery_after_ns,
                 detect_ns: a.detect_ns,
                 recovery_bugs,
+                memory_failure: None,
             };
+        }
+        if let Some(m) = a.fail_memory_node {
+            if m >= cfg.memory_nodes {
+                return Err(format!("--fail-memory-node must be below {}", cfg.memory_nodes));
+            }
+            cfg.faults.memory_failure = Some((m, a.fail_memory_at_ns));
+            if a.crash_node.is_none() {
+                cfg.bank.customers = a.customers.unwrap_or(24);
+                cfg.txs_per_coordinator = a.txs.unwrap_or(60);
+            }
         }
         let r = sim_bank::run(&cfg);
         eprintln!(
@@ -393,6 +409,14 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
             r.sim_time_ns as f64 / 1e6,
             if r.violations.is_empty() { "all invariants hold".to_string() } else { format!("{} VIOLATIONS", r.violations.len()) }
         );
+        if r.slots_rereplicated > 0 {
+            let mf = r.stats.aborts_by_reason.get(&tandem_dkvs::AbortReason::MemoryNodeFailed).copied().unwrap_or(0);
+            eprintln!("  memory-node loss: {mf} transactions aborted by it");
+            eprintln!(
+                "  memory-node loss: {} commits while running on one copy; {} slots re-replicated onto the replacement",
+                r.commits_while_degraded, r.slots_rereplicated
+            );
+        }
         for rep in &r.recoveries {
             eprintln!(
                 "  recovery: {} logs, {} rolled forward, {} rolled back, {} already done, {} locks released, {} replicas restored; {} stray locks swept; {} survivor commits in the {:.1} us window; {} in doubt",

@@ -25,6 +25,8 @@ pub struct ComputeNode<F: Fabric> {
     pub(crate) bugs: BugSwitches,
     pub(crate) on_stray: OnStray,
     pub(crate) failed: FailedIds,
+    /// Memory nodes this compute node has been told are down (DESIGN.md §4.6).
+    pub(crate) memory: MemoryView,
     /// (table, key) → slot index in its partition. Slots never change owner, so
     /// an entry never goes stale.
     addr_cache: RefCell<HashMap<(TableId, u64), u32, BuildHasherDefault<KeyHasher>>>,
@@ -38,6 +40,7 @@ impl<F: Fabric> ComputeNode<F> {
             mode: cfg.mode,
             bugs: cfg.bugs,
             on_stray: cfg.on_stray,
+            memory: MemoryView::default(),
             failed,
             addr_cache: RefCell::new(HashMap::default()),
         })
@@ -53,6 +56,12 @@ impl<F: Fabric> ComputeNode<F> {
 
     pub fn failed_ids(&self) -> &FailedIds {
         &self.failed
+    }
+
+    /// The memory nodes this compute node considers down; the membership
+    /// service updates it, and primaries are recomputed from it.
+    pub fn memory_view(&self) -> &MemoryView {
+        &self.memory
     }
 
     pub fn fabric(&self) -> &F {
@@ -99,5 +108,27 @@ impl Hasher for KeyHasher {
     }
     fn write_u64(&mut self, v: u64) {
         self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+    }
+}
+
+/// Which memory nodes are down, as this compute node was told (up to 64).
+/// The primary of a partition is its first replica not in this set.
+#[derive(Clone, Default)]
+pub struct MemoryView {
+    down: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl MemoryView {
+    pub fn set_down(&self, node: tandem_fabric::MemNodeId, down: bool) {
+        use std::sync::atomic::Ordering;
+        let bit = 1u64 << node;
+        if down {
+            self.down.fetch_or(bit, Ordering::SeqCst);
+        } else {
+            self.down.fetch_and(!bit, Ordering::SeqCst);
+        }
+    }
+    pub fn is_down(&self, node: tandem_fabric::MemNodeId) -> bool {
+        self.down.load(std::sync::atomic::Ordering::SeqCst) & (1u64 << node) != 0
     }
 }

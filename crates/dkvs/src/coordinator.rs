@@ -175,6 +175,7 @@ impl<F: Fabric> Coordinator<F> {
             undo_pending: Vec::new(),
             undo_cursor: HashMap::new(),
             lock_log_cursor: 0,
+            logged: false,
             finished: false,
         }
     }
@@ -210,6 +211,8 @@ pub struct Transaction<'c, F: Fabric> {
     /// Next free offset in this coordinator's undo area, per memory node.
     undo_cursor: HashMap<MemNodeId, u64>,
     lock_log_cursor: u64,
+    /// A log record of this transaction is (or may be) on its log nodes.
+    logged: bool,
     finished: bool,
 }
 
@@ -256,16 +259,19 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         Ok(())
     }
 
+    /// The primary is the first replica not known to be down (DESIGN.md §4.2, §4.6).
     fn primary_addr(&self, t: TableId, part: u32, slot: u32) -> (MemNodeId, u64) {
         let tl = self.table(t);
-        (tl.replicas[part as usize][0], tl.slot_addr(part, 0, slot))
+        let reps = &tl.replicas[part as usize];
+        let r = reps.iter().position(|&n| !self.c.node.memory.is_down(n)).unwrap_or(0);
+        (reps[r], tl.slot_addr(part, r, slot))
     }
 
     /// Find `key`; a fabric error ends the transaction.
     async fn locate(&mut self, t: TableId, key: u64) -> Result<Located, TxError> {
         match self.probe(t, key).await {
             Ok(l) => Ok(l),
-            Err(e) => Err(self.fail(e)),
+            Err(e) => Err(self.fail(e).await),
         }
     }
 
@@ -349,7 +355,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let bytes = self.c.post(mem, vec![Verb::read(addr, self.table(t).slot_bytes)]).await.remove(0);
             match bytes {
                 Ok(b) => image = SlotImage::decode(&b.into_bytes()),
-                Err(e) => return Err(self.fail(e)),
+                Err(e) => return Err(self.fail(e).await),
             }
         }
         let value = image.is_live().then(|| image.value.clone());
@@ -539,7 +545,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         match self.try_resolve_lock(i).await {
             Ok(()) => Ok(()),
             Err(Ok(reason)) => Err(self.abort_with(reason).await),
-            Err(Err(e)) => Err(self.fail(e)),
+            Err(Err(e)) => Err(self.fail(e).await),
         }
     }
 
@@ -688,7 +694,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let pendings: Vec<_> = nodes.iter().map(|&n| self.c.post(n, vec![Verb::write(addr, rec.clone())])).collect();
         for r in join_all(pendings).await {
             if let Some(e) = first_error(&r) {
-                return Err(self.fail(e));
+                return Err(self.fail(e).await);
             }
         }
         Ok(())
@@ -719,7 +725,6 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
         // Logging (pandora) and validation share one round, after all locks are held.
         let mut log_pending = Vec::new();
-        let mut logged = false;
         if self.c.node.mode == Mode::Pandora && !dirty.is_empty() {
             let entries: Vec<LogEntry> = dirty
                 .iter()
@@ -734,9 +739,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let addr = self.c.node.layout.log_addr(self.c.id);
             for k in 0..self.c.log_nodes.len() {
                 let n = self.c.log_nodes[k];
-                log_pending.push(self.c.post(n, vec![Verb::write(addr, bytes.clone())]));
+                if !self.c.node.memory.is_down(n) {
+                    log_pending.push(self.c.post(n, vec![Verb::write(addr, bytes.clone())]));
+                }
             }
-            logged = true;
+            self.logged = true;
         }
         let validation = match early_validation {
             Some(v) => v,
@@ -747,19 +754,16 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             futures::join!(join_all(log_pending), join_all(validation.into_iter().map(|(_, p)| p)), join_all(undo));
         for r in log_results.iter().chain(undo_results.iter()) {
             if let Some(e) = first_error(r) {
-                return Err(self.fail(e));
+                return Err(self.fail(e).await);
             }
         }
         let checks: Vec<usize> = self.validation_targets();
         if self.self_locked_reads_changed() {
-            if logged {
-                self.invalidate_log().await?;
-            }
             return Err(self.abort_with(AbortReason::ValidationFailed).await);
         }
         for (k, r) in validation_results.iter().enumerate() {
             if let Some(e) = first_error(r) {
-                return Err(self.fail(e));
+                return Err(self.fail(e).await);
             }
             let bytes = r[0].as_ref().unwrap();
             let VerbOutputBytes(b) = VerbOutputBytes::from(bytes);
@@ -768,9 +772,6 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let read = &self.reads[checks[k]];
             let locked = !self.c.node.bugs.covert_locks && self.blocks(lock);
             if version != read.version || locked {
-                if logged {
-                    self.invalidate_log().await?;
-                }
                 return Err(self.abort_with(AbortReason::ValidationFailed).await);
             }
         }
@@ -785,15 +786,29 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let body = encode_body(w.key, if w.final_live { FLAG_LIVE } else { 0 }, &value, tl.value_bytes);
             let nodes = tl.replicas[w.part as usize].clone();
             for (r, n) in nodes.into_iter().enumerate() {
+                if self.c.node.memory.is_down(n) {
+                    continue;
+                }
                 let addr = self.table(w.table).slot_addr(w.part, r, w.slot);
                 let batch = vec![Verb::write(addr + KEY_OFF, body.clone()), Verb::write_u64(addr + VERSION_OFF, version)];
-                commit_pending.push(self.c.post(n, batch));
+                commit_pending.push((i, self.c.post(n, batch)));
             }
         }
-        for r in join_all(commit_pending).await {
-            if let Some(e) = first_error(&r) {
-                return Err(self.fail(e));
+        let (owners, pendings): (Vec<usize>, Vec<_>) = commit_pending.into_iter().unzip();
+        let mut written = vec![false; self.writes.len()];
+        for (i, r) in owners.into_iter().zip(join_all(pendings).await) {
+            match first_error(&r) {
+                None => written[i] = true,
+                Some(VerbError::Unavailable) => {}
+                Some(e) => return Err(self.fail(e).await),
             }
+        }
+        // DESIGN.md §4.6: committed if every live replica is updated; a
+        // replica that became unreachable mid-commit is not live. An object
+        // with no reachable replica left is lost: report it.
+        if dirty.iter().any(|&i| !written[i]) {
+            self.finished = true;
+            return Err(TxError::Unavailable);
         }
         for &i in &dirty {
             let w = &self.writes[i];
@@ -845,18 +860,6 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             .collect()
     }
 
-    async fn invalidate_log(&mut self) -> Result<(), TxError> {
-        let addr = self.c.node.layout.log_addr(self.c.id);
-        let nodes = self.c.log_nodes.clone();
-        let p: Vec<_> = nodes.iter().map(|&n| self.c.post(n, vec![Verb::write_u64(addr, invalid_state_word())])).collect();
-        for r in join_all(p).await {
-            if let Some(e) = first_error(&r) {
-                return Err(self.fail(e));
-            }
-        }
-        Ok(())
-    }
-
     /// Post the unlocks of the locks this transaction holds.
     fn release_locks(&mut self, complicit: bool) -> Vec<Pending<F>> {
         let mut out = Vec::new();
@@ -895,23 +898,43 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 }
             }
         }
+        if self.logged {
+            // Invalidate first: recovery must never act on an aborted record.
+            let addr = self.c.node.layout.log_addr(self.c.id);
+            let nodes = self.c.log_nodes.clone();
+            let p: Vec<_> = nodes.iter().map(|&n| self.c.post(n, vec![Verb::write_u64(addr, invalid_state_word())])).collect();
+            for r in join_all(p).await {
+                if first_error(&r) == Some(VerbError::Revoked) {
+                    self.finished = true;
+                    return TxError::Revoked;
+                }
+            }
+            self.logged = false;
+        }
         let complicit = self.c.node.bugs.complicit_abort;
         let releases = self.release_locks(complicit);
         let results = join_all(releases).await;
         self.finished = true;
-        if let Some(e) = results.iter().find_map(|r| first_error(r)) {
-            return self.fail(e);
+        // A lock on an unreachable memory node is gone with it.
+        if results.iter().any(|r| first_error(r) == Some(VerbError::Revoked)) {
+            return TxError::Revoked;
         }
         self.c.stats.aborted += 1;
         *self.c.stats.aborts_by_reason.entry(reason).or_default() += 1;
         TxError::Aborted(reason)
     }
 
-    /// A fabric error ends the transaction without cleanup: if access was
-    /// revoked this node has been declared failed and recovery owns its locks.
-    fn fail(&mut self, e: VerbError) -> TxError {
-        self.finished = true;
-        TxError::from(e)
+    /// A fabric error ends the transaction. If access was revoked this node
+    /// has been declared failed: no cleanup, recovery owns its locks. If a
+    /// memory node is unreachable, the transaction has not committed (commit
+    /// handles its own writes): abort, releasing what the live nodes hold
+    /// (DESIGN.md §4.6: each compute node decides its own transactions).
+    async fn fail(&mut self, e: VerbError) -> TxError {
+        if e == VerbError::Revoked || self.finished {
+            self.finished = true;
+            return TxError::from(e);
+        }
+        self.abort_with(AbortReason::MemoryNodeFailed).await
     }
 
 

@@ -23,6 +23,8 @@ pub enum AbortReason {
     TableFull,
     /// The application asked to abort.
     User,
+    /// A memory node failed under the transaction before it could commit.
+    MemoryNodeFailed,
 }
 
 impl AbortReason {
@@ -36,6 +38,7 @@ impl AbortReason {
             AbortReason::LogFull => "log-full",
             AbortReason::TableFull => "table-full",
             AbortReason::User => "user",
+            AbortReason::MemoryNodeFailed => "memory-node-failed",
         }
     }
 }

@@ -17,9 +17,10 @@ pub mod layout;
 pub mod loader;
 pub mod log;
 pub mod recovery;
+pub mod repair;
 pub mod slot;
 
-pub use compute::ComputeNode;
+pub use compute::{ComputeNode, MemoryView};
 pub use config::{BugSwitches, Mode, OnStray, StoreConfig, TableId, TableSpec};
 pub use coordinator::{Coordinator, CoordinatorStats, Transaction};
 pub use error::{AbortReason, TxError};

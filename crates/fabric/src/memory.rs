@@ -67,6 +67,15 @@ impl MemoryNode {
         self.failed.store(true, Ordering::SeqCst);
     }
 
+    /// Bring the node back as an empty replacement: memory zeroed, serving
+    /// again, region keys kept (the replacement of DESIGN.md §4.6 in place).
+    pub fn replace_with_empty(&self) {
+        for w in self.words.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
+        self.failed.store(false, Ordering::SeqCst);
+    }
+
     pub fn is_failed(&self) -> bool {
         self.failed.load(Ordering::SeqCst)
     }
