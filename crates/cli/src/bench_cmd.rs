@@ -169,6 +169,11 @@ pub fn print_run(r: &RunResult) {
             None => "skipped",
         }
     );
+    for n in &r.false_positives {
+        eprintln!(
+            "    note: compute node {n} was declared failed without crashing (a failure-detector false positive on this loaded machine); it was fenced off and recovered, and stopped working"
+        );
+    }
     for v in r.violations.iter().take(5) {
         eprintln!("    violation: {v}");
     }

@@ -39,12 +39,15 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
     cfg.duration = Duration::from_secs_f64(a.duration);
     cfg.progress = true;
     cfg.progress_every = Duration::from_millis(500);
-    // Compute node 2 crashes at 40 % of the run: the failure detector (5 ms
-    // heartbeat timeout) fences it off and recovery runs. With pandora node 1
+    // Compute node 2 crashes at 40 % of the run: the failure detector
+    // (heartbeat timeout) fences it off and recovery runs. With pandora node 1
     // keeps committing throughout; the baselines stop the world to recover.
     let crash = !a.no_crash;
     if crash {
         cfg.crash = Some(CrashPlan { node: 1, after: cfg.duration.mul_f64(0.4) });
+        // 10 ms rather than the 5 ms default: the demo shares two cores with its
+        // own load generator, and a heartbeat thread can be held off for ~5 ms.
+        cfg.heartbeat_timeout = Duration::from_millis(10);
     }
     cfg.validate()?;
     let layout = Layout::new(&cfg.store_config())?;
@@ -105,6 +108,11 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
         );
     } else if crash {
         eprintln!("  crash          recovery did not complete");
+    }
+    for n in &r.false_positives {
+        eprintln!(
+            "  note           compute node {n} was declared failed without crashing (a failure-detector false positive: this machine held its heartbeat thread off); it was fenced off and recovered like a crash"
+        );
     }
     let ok = r.check_passed == Some(true) && r.errors.is_empty() && (!crash || r.recovery.is_some());
     eprintln!(
