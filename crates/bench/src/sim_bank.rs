@@ -12,6 +12,7 @@ use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryBugs, RecoveryCoordinator, RecoveryReport};
 use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, StoreConfig};
+use tandem_membership::{Command, Event, Membership, MembershipConfig};
 use tandem_fabric::sim::{SimCluster, SimFabricConfig};
 use tandem_sim::{Rng, Sim};
 use tandem_workloads::bank::{self, BankClient, BankLedger, BankSpec, ACCOUNTS, RECEIPTS};
@@ -42,8 +43,11 @@ pub struct SimBankConfig {
 #[derive(Clone, Debug, Default)]
 pub struct Faults {
     /// Crash compute node `.0` (0-based) at simulated time `.1`, verbs in flight or not.
+    /// Detection is the membership service's heartbeat failure detector,
+    /// running in the simulator with a timeout of `detect_ns` (at least 2 µs).
     pub crash: Option<(u16, u64)>,
-    /// Do not actually crash it: declare a slow-but-alive node failed.
+    /// Do not actually crash it: only its heartbeats stop (a slow-but-alive
+    /// node), and the failure detector declares it failed anyway.
     pub false_positive: bool,
     /// Crash the first recovery coordinator this long after it starts, then
     /// re-run recovery from the start on another node.
@@ -118,6 +122,10 @@ impl SimBankConfig {
     }
 }
 
+/// Task tags: heartbeat senders and the failure detector.
+const HEARTBEAT_TAG: u32 = 20_000;
+const DETECTOR_TAG: u32 = 30_000;
+
 /// Stop-the-world control for the baselines' recovery: coordinators wait
 /// while `paused`; `active` counts transactions in flight per compute node.
 struct Gate {
@@ -182,20 +190,45 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
     });
     let mut fabrics = Vec::new();
     let mut views = Vec::new();
+    let fd_timeout_ns = cfg.faults.detect_ns.max(2_000);
+    let membership = Rc::new(RefCell::new(Membership::new(MembershipConfig {
+        heartbeat_timeout_ns: fd_timeout_ns,
+        id_space: store.log_slots,
+        ..MembershipConfig::default()
+    })));
+    let with_fd = cfg.faults.crash.is_some();
+    // Client tasks still running per compute node: a node leaves when they end.
+    let running: Rc<RefCell<Vec<u16>>> = Rc::new(RefCell::new(vec![cfg.coordinators_per_node; cfg.compute_nodes as usize]));
     let gate = Rc::new(Gate { paused: Cell::new(false), active: RefCell::new(vec![0; cfg.compute_nodes as usize]) });
     for cn in 0..cfg.compute_nodes {
         let node = ComputeNode::new(cluster.join(cn + 1), &store, layout.clone(), failed.clone());
         fabrics.push(node.fabric().clone());
         views.push(node.memory_view().clone());
+        let ids = match membership.borrow_mut().step(sim.now_ns(), Event::Join { node: cn + 1, coordinators: cfg.coordinators_per_node }).pop() {
+            Some(Command::AssignIds { ids, .. }) => ids,
+            other => panic!("compute node {} not admitted: {other:?}", cn + 1),
+        };
+        if with_fd {
+            // Heartbeats from a task of the node's own (tag HEARTBEAT_TAG + cn):
+            // crashing the node stops them; stopping only them is a slow node.
+            let (m, h, running) = (membership.clone(), sim.handle(), running.clone());
+            sim.spawn(HEARTBEAT_TAG + cn as u32, async move {
+                while running.borrow()[cn as usize] > 0 {
+                    m.borrow_mut().step(h.now_ns(), Event::Heartbeat { node: cn + 1 });
+                    h.sleep(fd_timeout_ns / 4).await;
+                }
+                m.borrow_mut().step(h.now_ns(), Event::Leave { node: cn + 1 });
+            });
+        }
         for k in 0..cfg.coordinators_per_node {
-            let id = 1 + cn * cfg.coordinators_per_node + k;
+            let id = ids[k as usize];
             let mut coord = node.coordinator(id);
             let mut client = BankClient::new(cfg.bank.clone(), id as u32, seeds.next_u64());
             client.hot_customer = hot;
             let (stats, n, faulty) =
                 (stats.clone(), cfg.txs_per_coordinator, cfg.faults.crash.is_some() || cfg.faults.memory_failure.is_some());
             ledgers.borrow_mut().push((cn, client.ledger.clone()));
-            let (gate, h) = (gate.clone(), sim.handle());
+            let (gate, h, running) = (gate.clone(), sim.handle(), running.clone());
             sim.spawn(cn as u32, async move {
                 for _ in 0..n {
                     // FORD-style recovery stops the world: wait while paused.
@@ -213,6 +246,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
                     }
                 }
                 stats.borrow_mut().merge(&coord.stats);
+                running.borrow_mut()[cn as usize] -= 1;
             });
         }
     }
@@ -222,16 +256,34 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         let survivors_committed = || -> u64 {
             ledgers.borrow().iter().filter(|(cn, _)| *cn != victim).map(|(_, l)| l.borrow().committed).sum()
         };
+        // The failure detector: ticks the membership state machine.
+        let declared: Rc<RefCell<Vec<u16>>> = Rc::default();
+        let (m, h, d) = (membership.clone(), sim.handle(), declared.clone());
+        sim.spawn(DETECTOR_TAG, async move {
+            while d.borrow().is_empty() {
+                h.sleep(fd_timeout_ns / 8).await;
+                for c in m.borrow_mut().step(h.now_ns(), Event::Tick) {
+                    if let Command::Revoke { node } = c {
+                        d.borrow_mut().push(node);
+                    }
+                }
+            }
+        });
         sim.run_until(at);
         let crash_ns = sim.now_ns();
+        sim.crash(HEARTBEAT_TAG + victim as u32);
         if !cfg.faults.false_positive {
             sim.crash(victim as u32);
         }
         let before = survivors_committed();
-        // (1) detection, (2) active-link termination on every memory node.
-        sim.run_until(crash_ns + cfg.faults.detect_ns);
+        // (1) detection by heartbeat timeout, (2) active-link termination on every memory node.
+        sim.run_while(|| declared.borrow().is_empty());
+        assert_eq!(*declared.borrow(), vec![victim + 1], "seed {}: the detector must declare exactly the victim", cfg.seed);
         cluster.revoke(victim + 1);
-        let victims: Vec<u16> = (0..cfg.coordinators_per_node).map(|k| 1 + victim * cfg.coordinators_per_node + k).collect();
+        let victims: Vec<u16> = match membership.borrow_mut().step(sim.now_ns(), Event::RevokeAcked { node: victim + 1 }).pop() {
+            Some(Command::Recover { ids, .. }) => ids,
+            other => panic!("expected a recovery order, got {other:?}"),
+        };
         // (3) log recovery on a survivor, re-run from scratch if its coordinator crashes,
         // (4) notify: only now do the victims' ids enter failed_ids.
         let survivor = (0..cfg.compute_nodes).find(|&n| n != victim).expect("a survivor");
@@ -273,6 +325,10 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
             }
             sim.run_while(|| done.borrow().is_none());
             recoveries.push(done.borrow_mut().take().expect("recovery finished"));
+            // (4) the membership publishes the failed ids (the recovery task
+            // already added them to this process's shared failed_ids).
+            let published = membership.borrow_mut().step(sim.now_ns(), Event::RecoveryDone { node: victim + 1 });
+            assert!(published.contains(&Command::NotifyFailed { ids: victims.clone() }), "{published:?}");
             gate.paused.set(false);
             break;
         }
