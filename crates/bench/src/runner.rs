@@ -23,7 +23,7 @@ use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryCoordinator};
 use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, OnStray, StoreConfig};
-use tandem_membership::{Command, Event, Membership, MembershipConfig};
+use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
 use tandem_fabric::Fabric;
 use tandem_sim::Rng;
 
@@ -437,7 +437,11 @@ async fn membership_loop(
                             // coordinator's transaction finish, then recover.
                             let stop_at = ctl.now_ns();
                             ctl.paused.store(true, Ordering::SeqCst);
-                            while ctl.active.iter().enumerate().any(|(n, a)| n + 1 != node as usize && a.load(Ordering::SeqCst) > 0) {
+                            // Only live nodes drain: a crashed node's transactions never finish.
+                            let alive = |n: usize| membership.lock().expect("membership lock").status(n as u16 + 1) == Some(NodeStatus::Alive);
+                            while !ctl.stop.load(Ordering::SeqCst)
+                                && ctl.active.iter().enumerate().any(|(n, a)| a.load(Ordering::SeqCst) > 0 && alive(n))
+                            {
                                 tokio::time::sleep(Duration::from_micros(50)).await;
                             }
                             let r = match (&fabric, mode) {
@@ -673,6 +677,12 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         (Some(c), Some((crash_ns, before, crash_s))) => {
             if fl.notified_ns == 0 {
                 errors.push(format!("compute node {} crashed but recovery did not finish before the run ended", c.node + 1));
+                None
+            } else if fl.detected_ns < *crash_ns {
+                errors.push(format!(
+                    "compute node {} was declared failed before it crashed (a failure-detector false positive): no crash timeline",
+                    c.node + 1
+                ));
                 None
             } else {
                 let survivors = |v: &[u64]| -> u64 { v.iter().enumerate().filter(|(i, _)| *i != c.node as usize).map(|(_, x)| x).sum() };

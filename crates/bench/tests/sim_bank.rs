@@ -168,6 +168,15 @@ fn recovery_is_idempotent_when_the_recovery_coordinator_crashes_midway() {
     }
 }
 
+/// The first seed below `budget` whose run violates an invariant, with its
+/// first violation and replay command.
+fn first_violation(budget: u64, cfg_for: impl Fn(u64) -> SimBankConfig) -> Option<(u64, String, String)> {
+    (0..budget).find_map(|seed| {
+        let r = run(&cfg_for(seed));
+        r.violations.first().map(|v| (seed, v.clone(), r.replay.clone()))
+    })
+}
+
 /// The crash tests can fail: each recovery mutant is caught within a budget.
 fn recovery_bug_is_caught(bugs: tandem_dkvs::recovery::RecoveryBugs, budget: u64) {
     for seed in 0..budget {
@@ -212,18 +221,13 @@ fn ford_and_traditional_recover_from_compute_crashes() {
 #[test]
 fn missing_insert_undo_is_caught_by_the_crash_tests() {
     for mode in [Mode::Traditional, Mode::Ford] {
-        let mut caught = None;
-        for seed in 0..400 {
+        let (seed, v, replay) = first_violation(400, |seed| {
             let mut cfg = crash_cfg(mode, seed);
             cfg.bank.receipt_chance = 0.6;
             cfg.bugs = BugSwitches { missing_insert_undo: true, ..Default::default() };
-            let r = run(&cfg);
-            if !r.violations.is_empty() {
-                caught = Some((seed, r.violations[0].clone(), r.replay));
-                break;
-            }
-        }
-        let (seed, v, replay) = caught.unwrap_or_else(|| panic!("{mode}: missing-insert-undo not caught in 400 seeds"));
+            cfg
+        })
+        .unwrap_or_else(|| panic!("{mode}: missing-insert-undo not caught in 400 seeds"));
         eprintln!("{mode} missing-insert-undo caught at seed {seed}: {v}\n  replay: {replay}");
     }
 }
@@ -246,17 +250,12 @@ fn lost_decision_is_caught_by_the_crash_tests() {
         assert_recovers(&retrying(seed));
     }
     // ... and the mutant fails it.
-    let mut caught = None;
-    for seed in 0..600 {
+    let (seed, v, replay) = first_violation(600, |seed| {
         let mut cfg = retrying(seed);
         cfg.faults.recovery_bugs = RecoveryBugs { lost_decision: true, ..Default::default() };
-        let r = run(&cfg);
-        if !r.violations.is_empty() {
-            caught = Some((seed, r.violations[0].clone(), r.replay));
-            break;
-        }
-    }
-    let (seed, v, replay) = caught.expect("lost decision not caught in 600 seeds");
+        cfg
+    })
+    .expect("lost decision not caught in 600 seeds");
     eprintln!("lost decision caught at seed {seed}: {v}\n  replay: {replay}");
 }
 
@@ -264,18 +263,13 @@ fn lost_decision_is_caught_by_the_crash_tests() {
 /// can be stale, and rolling back to it erases a commit made in between.
 #[test]
 fn logging_without_locking_is_caught_by_the_crash_tests() {
-    let mut caught = None;
-    for seed in 0..1500 {
+    let (seed, v, replay) = first_violation(1500, |seed| {
         let mut cfg = crash_cfg(Mode::Traditional, seed);
         cfg.faults.detect_ns = cfg.faults.detect_ns.min(3_000);
         cfg.bugs = BugSwitches { logging_without_locking: true, ..Default::default() };
-        let r = run(&cfg);
-        if !r.violations.is_empty() {
-            caught = Some((seed, r.violations[0].clone(), r.replay));
-            break;
-        }
-    }
-    let (seed, v, replay) = caught.expect("logging without locking not caught in 1500 seeds");
+        cfg
+    })
+    .expect("logging without locking not caught in 1500 seeds");
     eprintln!("logging without locking caught at seed {seed}: {v}\n  replay: {replay}");
 }
 

@@ -139,6 +139,25 @@ fn sim_bank_replay_command_runs_a_seed() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("replay: cargo run --release -- sim-bank"));
 }
 
+/// Commits per 100 ms of a compute server's JSON report.
+fn read_timeline(json: &std::path::Path) -> Vec<u64> {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    v["timeline_100ms"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+}
+
+/// Post-run: the dead node's stray locks released, replicas identical,
+/// counters consistent with both compute servers' ledgers.
+fn assert_cluster_checks_out(common: &[&str], live: &std::path::Path, dead: &std::path::Path, membership_log: &str) {
+    let out = tandem()
+        .args(["check-cluster", "--ledgers", &format!("{},{}", live.display(), dead.display()), "--failed", dead.to_str().unwrap()])
+        .args(common)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}\nmembership log:\n{membership_log}");
+    assert!(err.contains("counters consistent"), "{err}");
+}
+
 /// A child process killed when the test ends, however it ends.
 struct Proc(std::process::Child);
 impl Drop for Proc {
@@ -224,19 +243,11 @@ fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committ
     let log = std::fs::read_to_string(&mlog).unwrap_or_default();
     assert!(log.contains("compute node 1 left") && !log.contains("compute node 1 missed"), "a clean exit is not a crash:\n{log}");
     // The survivor committed in every 100 ms bucket after the kill (crash at ~1 s).
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j1).unwrap()).unwrap();
-    let timeline: Vec<u64> = v["timeline_100ms"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let timeline = read_timeline(&j1);
     assert!(timeline.len() >= 25, "{timeline:?}");
     assert!(timeline[11..25].iter().all(|&c| c > 0), "the survivor kept committing through recovery: {timeline:?}");
     // Post-run: stray locks of the dead node released, replicas identical, counters consistent.
-    let out = tandem()
-        .args(["check-cluster", "--ledgers", &format!("{},{}", l1.display(), l2.display()), "--failed", l2.to_str().unwrap()])
-        .args(common)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}\nmembership log:\n{log}");
-    assert!(err.contains("counters consistent"), "{err}");
+    assert_cluster_checks_out(&common, &l1, &l2, &log);
 }
 
 /// A standalone ZooKeeper from `scripts/zookeeper.sh` on a free loopback
@@ -366,18 +377,10 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
     assert!(!log.contains("compute node 1 missed"), "no false positive on the survivor:\n{log}");
     assert!(log.contains("compute node 1 left"), "{log}");
     // The survivor committed through the membership outage and the recovery.
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j1).unwrap()).unwrap();
-    let timeline: Vec<u64> = v["timeline_100ms"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let timeline = read_timeline(&j1);
     assert!(timeline.len() >= 35, "{timeline:?}");
     assert!(timeline[3..35].iter().all(|&c| c > 0), "the survivor kept committing (membership killed at {killed_at:?}, rejoined by {rejoined_at:?}): {timeline:?}");
-    let out = tandem()
-        .args(["check-cluster", "--ledgers", &format!("{},{}", l1.display(), l2.display()), "--failed", l2.to_str().unwrap()])
-        .args(common)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}\nmembership log:\n{log}");
-    assert!(err.contains("counters consistent"), "{err}");
+    assert_cluster_checks_out(&common, &l1, &l2, &log);
     eprintln!("membership outage: killed at {killed_at:?}, both compute servers rejoined by {rejoined_at:?}; total {:?}", t0.elapsed());
     let _ = std::fs::remove_dir_all(&dir);
 }
