@@ -477,6 +477,12 @@ fn serve_compute(conn: TcpStream, shared: Arc<Shared>) {
 }
 
 async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layout>, timeout: Duration, reissued: Vec<Command>) -> Result<(), String> {
+    // Versions the recovery coordinator mints must never repeat: every
+    // recovery or retirement takes its own block of the 48-bit counter.
+    // (Across a restart from ZooKeeper the id comes back and the counter
+    // restarts; seeding it from the durable state is still to do.)
+    const RC_VERSION_BLOCK: u64 = 1 << 24;
+    let mut rc_versions = 0u64;
     // A resumed service gets its own id back (a retried join of a live node).
     let rc_id = match shared.step_durably(Event::Join { node: MEMBERSHIP_NODE, coordinators: 1 }).await?.pop() {
         Some(Command::AssignIds { ids, .. }) => ids[0],
@@ -504,7 +510,9 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
                 }
                 Command::Recover { node, ids, .. } => {
                     let t = Instant::now();
+                    rc_versions += RC_VERSION_BLOCK;
                     let report = RecoveryCoordinator::new(&fabric, layout.clone(), rc_id)
+                        .with_version_counter(rc_versions)
                         .recover(&ids)
                         .await
                         .map_err(|e| format!("log recovery of node {node} failed: {e}"))?;
@@ -535,6 +543,18 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
                 }
                 Command::ScanStrayLocks { ids } => {
                     let n = sweep_stray_locks(&fabric, &layout, &failed_ids).await.map_err(|e| format!("stray-lock scan failed: {e}"))?;
+                    // No version minted by a recycled id may survive its reuse.
+                    rc_versions += RC_VERSION_BLOCK;
+                    let retired = RecoveryCoordinator::new(&fabric, layout.clone(), rc_id)
+                        .with_version_counter(rc_versions)
+                        .retire_versions(&ids)
+                        .await
+                        .map_err(|e| format!("retiring the versions of recycled ids failed: {e}"))?;
+                    let Some(retired) = retired else {
+                        eprintln!("membership: objects of the failed ids stayed locked; their ids are not recycled yet");
+                        continue;
+                    };
+                    eprintln!("membership: rewrote {retired} versions minted by ids about to be recycled");
                     eprintln!("membership: released {n} stray locks; {} ids can be reused", ids.len());
                     // Joiners must not be told these are failed once they can be handed out again.
                     shared.subscribers.lock().unwrap().published.retain(|id| !ids.contains(id));

@@ -395,6 +395,10 @@ async fn membership_loop(
     logs: Arc<Mutex<BTreeMap<u16, FailureLog>>>,
 ) -> Result<(), String> {
     let mut swept_total = 0;
+    // Versions the membership's recovery coordinator mints must never repeat:
+    // every recovery gets its own block of the 48-bit counter.
+    const RC_VERSION_BLOCK: u64 = 1 << 24;
+    let mut rc_versions = 0u64;
     let rc_id = {
         let mut m = membership.lock().expect("membership lock");
         match m.step(ctl.now_ns(), Event::Join { node: MEMBERSHIP_NODE, coordinators: 1 }).pop() {
@@ -422,12 +426,13 @@ async fn membership_loop(
                     Event::RevokeAcked { node }
                 }
                 Command::Recover { node, ids, .. } => {
+                    rc_versions += RC_VERSION_BLOCK;
                     // The embedded service runs the recovery coordinator itself.
                     let (found, fwd, back, scanned, stopped_ns) = match mode {
                         Mode::Pandora => {
                             let r = match &fabric {
-                                AnyFabric::Inline(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover(&ids).await,
-                                AnyFabric::Tcp(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover(&ids).await,
+                                AnyFabric::Inline(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover(&ids).await,
+                                AnyFabric::Tcp(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover(&ids).await,
                             }
                             .map_err(|e| format!("log recovery of node {node} failed: {e}"))?;
                             (r.logs_found, r.rolled_forward, r.rolled_back, 0, 0)
@@ -445,10 +450,10 @@ async fn membership_loop(
                                 tokio::time::sleep(Duration::from_micros(50)).await;
                             }
                             let r = match (&fabric, mode) {
-                                (AnyFabric::Inline(f), Mode::Ford) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover_ford(&ids).await,
-                                (AnyFabric::Tcp(f), Mode::Ford) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover_ford(&ids).await,
-                                (AnyFabric::Inline(f), _) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover_traditional(&ids).await,
-                                (AnyFabric::Tcp(f), _) => RecoveryCoordinator::new(f, layout.clone(), rc_id).recover_traditional(&ids).await,
+                                (AnyFabric::Inline(f), Mode::Ford) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover_ford(&ids).await,
+                                (AnyFabric::Tcp(f), Mode::Ford) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover_ford(&ids).await,
+                                (AnyFabric::Inline(f), _) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover_traditional(&ids).await,
+                                (AnyFabric::Tcp(f), _) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover_traditional(&ids).await,
                             }
                             .map_err(|e| format!("{mode} recovery of node {node} failed: {e}"))?;
                             ctl.paused.store(false, Ordering::SeqCst);
@@ -487,6 +492,16 @@ async fn membership_loop(
                     }
                     .map_err(|e| format!("stray-lock scan failed: {e}"))?;
                     swept_total += swept;
+                    // No version minted by a recycled id may survive its reuse.
+                    rc_versions += RC_VERSION_BLOCK;
+                    let retired = match &fabric {
+                        AnyFabric::Inline(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).retire_versions(&ids).await,
+                        AnyFabric::Tcp(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).retire_versions(&ids).await,
+                    }
+                    .map_err(|e| format!("retiring the versions of recycled ids failed: {e}"))?;
+                    if retired.is_none() {
+                        continue; // ids stay failed; a later scan may retry
+                    }
                     Event::ScanDone { ids }
                 }
                 Command::AssignIds { .. } | Command::Reject { .. } => continue,

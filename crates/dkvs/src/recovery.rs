@@ -532,3 +532,73 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         Ok(())
     }
 }
+
+impl<F: Fabric> RecoveryCoordinator<F> {
+    /// Continue minting versions after `counter` (one recovery coordinator's
+    /// versions must never repeat across recoveries).
+    pub fn with_version_counter(mut self, counter: u64) -> Self {
+        self.version_counter = counter;
+        self
+    }
+
+    pub fn version_counter(&self) -> u64 {
+        self.version_counter
+    }
+
+    /// Before coordinator ids are recycled: rewrite, under a lock, the version
+    /// of every object whose version was minted by one of `ids`, with a fresh
+    /// version of this recovery coordinator. Validation compares versions for
+    /// equality only, so once a recycled id mints again, an old version of its
+    /// previous owner must no longer exist anywhere (no ABA). Objects locked by
+    /// live transactions are retried; after a bounded number of passes,
+    /// `Ok(None)`: the ids must not be recycled yet.
+    pub async fn retire_versions(&mut self, ids: &[u16]) -> Result<Option<usize>, VerbError> {
+        let owned_by_ids = |v: u64| v != 0 && ids.contains(&((v >> 48) as u16));
+        let mut rewritten = 0;
+        for _pass in 0..16 {
+            let mut pending = Vec::new();
+            for tl in &self.layout.tables {
+                let slot = tl.slot_bytes as u64;
+                for p in 0..tl.partitions {
+                    let reps = &tl.replicas[p as usize];
+                    for (base, n) in tl.scan_reads(p, 0, SCAN_READ_BYTES) {
+                        let mut r = self.round(vec![(reps[0], vec![Verb::read(base, n * slot as u32)])]).await?;
+                        let bytes = r.remove(0).remove(0).expect("checked").into_bytes();
+                        for i in 0..n as u64 {
+                            if owned_by_ids(word_at(&bytes, (i * slot + VERSION_OFF) as usize)) {
+                                let first = (base - tl.slot_addr(p, 0, 0)) / slot;
+                                pending.push((tl.spec.id, p, (first + i) as u32));
+                            }
+                        }
+                    }
+                }
+            }
+            if pending.is_empty() {
+                return Ok(Some(rewritten));
+            }
+            for (t, p, s) in pending {
+                let tl = self.layout.table(t);
+                let reps = tl.replicas[p as usize].clone();
+                let primary = tl.slot_addr(p, 0, s);
+                self.version_counter += 1;
+                let word = LockWord::owned(self.id, self.version_counter).0;
+                let mut r = self.round(vec![(reps[0], vec![Verb::cas(primary + LOCK_OFF, 0, word), Verb::read(primary + VERSION_OFF, 8)])]).await?;
+                let mut res = r.remove(0).into_iter();
+                let old_lock = res.next().expect("cas").expect("checked").old_value();
+                let version = word_at(&res.next().expect("read").expect("checked").into_bytes(), 0);
+                if old_lock != 0 {
+                    continue; // a live transaction holds it: next pass
+                }
+                if owned_by_ids(version) {
+                    self.version_counter += 1;
+                    let fresh = make_version(self.id, self.version_counter);
+                    let writes = reps.iter().enumerate().map(|(r, &n)| (n, vec![Verb::write_u64(tl.slot_addr(p, r, s) + VERSION_OFF, fresh)])).collect();
+                    self.round(writes).await?;
+                    rewritten += 1;
+                }
+                self.round(vec![(reps[0], vec![Verb::cas(primary + LOCK_OFF, word, 0)])]).await?;
+            }
+        }
+        Ok(None)
+    }
+}
