@@ -22,7 +22,7 @@ use serde::Serialize;
 use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryCoordinator};
-use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, OnStray, StoreConfig};
+use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, MemoryView, Mode, OnStray, StoreConfig};
 use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
 use tandem_fabric::Fabric;
 use tandem_sim::Rng;
@@ -35,6 +35,31 @@ use crate::workload::{Outcome, OutcomeHandle, WorkloadSpec};
 const MEMBERSHIP_NODE: u16 = u16::MAX - 2;
 /// Node id of the post-run inspection.
 const CHECKER_NODE: u16 = u16::MAX;
+
+/// Lose one memory node during the measured interval (in-process fabric).
+#[derive(Clone, Debug)]
+pub struct MemoryFailurePlan {
+    pub node: u16,
+    /// Time after the measurement started.
+    pub after: Duration,
+    /// How long to run on the surviving copies before re-replicating.
+    pub degraded_for: Duration,
+}
+
+/// What happened around a memory-node loss (DESIGN.md §4.6).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MemoryFailureTimeline {
+    pub failed_node: u16,
+    /// New transactions paused while in-flight ones decided and primaries moved.
+    pub reconfigure_pause_us: f64,
+    /// New transactions paused while the replacement was filled.
+    pub rereplicate_pause_us: f64,
+    pub slots_copied: u64,
+    pub tps_before: f64,
+    pub tps_degraded: f64,
+    pub tps_after: f64,
+    pub aborted_by_failure: u64,
+}
 
 /// Crash one compute node during the measured interval.
 #[derive(Clone, Debug)]
@@ -64,6 +89,7 @@ pub struct RunConfig {
     /// Inspect the whole store afterwards (replicas, locks, workload check).
     pub check: bool,
     pub crash: Option<CrashPlan>,
+    pub fail_memory: Option<MemoryFailurePlan>,
     /// Heartbeat timeout of the failure detector (DESIGN.md §4.5: 5 ms).
     pub heartbeat_timeout: Duration,
     /// Abort at once on a lock held by someone else, or stall and retry.
@@ -87,6 +113,7 @@ impl RunConfig {
             progress_every: Duration::from_secs(1),
             check: true,
             crash: None,
+            fail_memory: None,
             heartbeat_timeout: Duration::from_millis(5),
             on_stray: OnStray::Abort,
         }
@@ -112,6 +139,14 @@ impl RunConfig {
         }
         if self.compute_nodes as u32 * self.coordinators as u32 > 60_000 {
             return Err("at most 60000 coordinators in total (16-bit coordinator ids)".into());
+        }
+        if let Some(f) = &self.fail_memory {
+            if f.node >= self.memory_nodes || self.replicas < 2 {
+                return Err("a memory-node failure needs --replicas 2 or more and a node below --memory-nodes".into());
+            }
+            if self.crash.is_some() {
+                return Err("inject either a compute crash or a memory-node failure, not both".into());
+            }
         }
         if let Some(c) = &self.crash {
             if c.node >= self.compute_nodes || self.compute_nodes < 2 {
@@ -181,6 +216,7 @@ pub struct RunResult {
     pub check_passed: Option<bool>,
     pub violations: Vec<String>,
     pub recovery: Option<RecoveryTimeline>,
+    pub memory_failure: Option<MemoryFailureTimeline>,
     /// Compute nodes the failure detector declared failed although they had
     /// not crashed (fenced off and recovered safely; their share of the run is lost).
     pub false_positives: Vec<u16>,
@@ -198,6 +234,8 @@ struct Control {
     paused: AtomicBool,
     /// Transactions in flight per compute node.
     active: Vec<AtomicU64>,
+    /// Each compute node's view of down memory nodes.
+    views: Vec<MemoryView>,
     base: Instant,
 }
 
@@ -310,7 +348,7 @@ async fn drive<F: Fabric>(
     seed: u64,
     failed: FailedIds,
 ) -> ThreadResult {
-    let node = ComputeNode::new(fabric, &store, layout, failed);
+    let node = ComputeNode::with_memory_view(fabric, &store, layout, failed, ctl.views[cn as usize].clone());
     let mut seeds = Rng::new(seed ^ ((cn as u64) << 40));
     let errors: Rc<RefCell<Vec<String>>> = Rc::default();
     let mut outcomes: Vec<OutcomeHandle> = Vec::new();
@@ -542,6 +580,7 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         crash: (0..n).map(|_| AtomicBool::new(false)).collect(),
         paused: AtomicBool::new(false),
         active: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        views: (0..n).map(|_| MemoryView::default()).collect(),
         base: Instant::now(),
     });
     let membership = Arc::new(Mutex::new(Membership::new(MembershipConfig {
@@ -623,6 +662,13 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     let start = Instant::now();
     let mut last = (start, 0u64);
     let mut crash_at: Option<(u64, Vec<u64>, f64)> = None;
+    let mut memory_timeline: Option<MemoryFailureTimeline> = None;
+    if let Some(f) = &cfg.fail_memory {
+        // Runs the whole reconfiguration from this thread, as the membership
+        // service would, while compute threads keep running.
+        std::thread::sleep(f.after);
+        memory_timeline = Some(fail_memory_node(cfg, f, backend, &layout, &ctl, start)?);
+    }
     while start.elapsed() < cfg.duration {
         let left = cfg.duration.saturating_sub(start.elapsed());
         let mut nap = left.min(if cfg.progress { cfg.progress_every } else { left });
@@ -659,6 +705,7 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     ctl.measuring.store(false, Ordering::SeqCst);
     let elapsed = start.elapsed().as_secs_f64();
     ctl.stop.store(true, Ordering::SeqCst);
+    let mut memory_failure = memory_timeline;
 
     let mut hist = new_hist();
     let mut stats = CoordinatorStats::default();
@@ -682,6 +729,9 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         h.join().map_err(|_| "a heartbeat thread panicked".to_string())?;
     }
     membership_thread.join().map_err(|_| "the membership thread panicked".to_string())??;
+    if let Some(m) = memory_failure.as_mut() {
+        m.aborted_by_failure = stats.aborts_by_reason.get(&tandem_dkvs::AbortReason::MemoryNodeFailed).copied().unwrap_or(0);
+    }
     let committed = ctl.committed.load(Ordering::SeqCst);
     let aborted = ctl.aborted.load(Ordering::SeqCst);
     let logs = failure_logs.lock().unwrap().clone();
@@ -753,6 +803,74 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         check_passed,
         violations,
         recovery,
+        memory_failure,
         false_positives,
+    })
+}
+
+/// Pause new transactions and wait until every node's in-flight ones ended.
+fn pause_and_drain(ctl: &Control) {
+    ctl.paused.store(true, Ordering::SeqCst);
+    while ctl.active.iter().any(|a| a.load(Ordering::SeqCst) > 0) {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// DESIGN.md §4.6 on real threads: lose memory node `f.node`; in-flight
+/// transactions decide (commit on live replicas, or abort); new ones wait
+/// while every compute node moves its primaries; run degraded; then pause
+/// again and re-replicate onto a replacement, restoring f+1.
+fn fail_memory_node(
+    cfg: &RunConfig,
+    f: &MemoryFailurePlan,
+    backend: &Backend,
+    layout: &Arc<Layout>,
+    ctl: &Control,
+    start: Instant,
+) -> Result<MemoryFailureTimeline, String> {
+    let Backend::Inline(cluster) = backend else {
+        return Err("memory-node failure injection needs the in-process fabric (--fabric sim)".into());
+    };
+    let committed = || ctl.committed.load(Ordering::SeqCst);
+    let tps_before = committed() as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    cluster.nodes()[f.node as usize].fail();
+    let t = Instant::now();
+    pause_and_drain(ctl);
+    for v in &ctl.views {
+        v.set_down(f.node, true);
+    }
+    ctl.paused.store(false, Ordering::SeqCst);
+    let reconfigure_pause_us = t.elapsed().as_secs_f64() * 1e6;
+    let c0 = committed();
+    let t_degraded = Instant::now();
+    std::thread::sleep(f.degraded_for);
+    let tps_degraded = (committed() - c0) as f64 / t_degraded.elapsed().as_secs_f64();
+    let t = Instant::now();
+    pause_and_drain(ctl);
+    cluster.nodes()[f.node as usize].replace_with_empty();
+    let view = ctl.views[0].clone();
+    let copied = block_on_local(async {
+        let fabric = cluster.join(MEMBERSHIP_NODE - 1);
+        tandem_dkvs::repair::rereplicate(&fabric, layout, f.node, &view).await
+    })
+    .map_err(|e| format!("re-replication failed: {e}"))?;
+    for v in &ctl.views {
+        v.set_down(f.node, false);
+    }
+    ctl.paused.store(false, Ordering::SeqCst);
+    let rereplicate_pause_us = t.elapsed().as_secs_f64() * 1e6;
+    let c1 = committed();
+    let t_after = Instant::now();
+    std::thread::sleep(cfg.duration.saturating_sub(start.elapsed()).min(Duration::from_millis(300)));
+    let tps_after = (committed() - c1) as f64 / t_after.elapsed().as_secs_f64().max(1e-9);
+    Ok(MemoryFailureTimeline {
+        failed_node: f.node,
+        reconfigure_pause_us,
+        rereplicate_pause_us,
+        slots_copied: copied,
+        tps_before,
+        tps_degraded,
+        tps_after,
+        aborted_by_failure: 0,
     })
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Args;
 use tandem_bench::cluster::{Backend, MemoryServers};
 use tandem_bench::compare::alternate;
-use tandem_bench::runner::{run, CrashPlan, RunConfig, RunResult};
+use tandem_bench::runner::{run, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
 use tandem_bench::sim_bank::{self, Faults, SimBankConfig};
 use tandem_dkvs::recovery::RecoveryBugs;
 use tandem_bench::workload::WorkloadSpec;
@@ -480,6 +480,12 @@ pub struct RecoveryArgs {
     /// On a lock held by another coordinator (e.g. the crashed one's): abort, or stall until recovery.
     #[arg(long, default_value = "abort")]
     on_stray: OnStray,
+    /// Instead of a compute crash, lose this memory node (0-based; in-process fabric only),
+    /// run on the surviving copies for --degraded-for seconds, then re-replicate.
+    #[arg(long)]
+    fail_memory_node: Option<u16>,
+    #[arg(long, default_value_t = 0.5)]
+    degraded_for: f64,
     #[arg(long)]
     json: Option<String>,
 }
@@ -517,10 +523,14 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
     cfg.seed = a.seed;
     cfg.progress = true;
     cfg.progress_every = Duration::from_millis(250);
-    if a.crash_node == 0 || a.crash_node > a.compute_nodes {
-        return Err(format!("--crash-node must be between 1 and {}", a.compute_nodes));
+    if let Some(m) = a.fail_memory_node {
+        cfg.fail_memory = Some(MemoryFailurePlan { node: m, after: secs(a.crash_after, "crash-after")?, degraded_for: secs(a.degraded_for, "degraded-for")? });
+    } else {
+        if a.crash_node == 0 || a.crash_node > a.compute_nodes {
+            return Err(format!("--crash-node must be between 1 and {}", a.compute_nodes));
+        }
+        cfg.crash = Some(CrashPlan { node: a.crash_node - 1, after: secs(a.crash_after, "crash-after")? });
     }
-    cfg.crash = Some(CrashPlan { node: a.crash_node - 1, after: secs(a.crash_after, "crash-after")? });
     if !(a.timeout_ms.is_finite() && a.timeout_ms > 0.0) {
         return Err("--timeout-ms must be positive".into());
     }
@@ -541,6 +551,17 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
     );
     let r = run(&cfg, &backend)?;
     print_run(&r);
+    if let Some(m) = &r.memory_failure {
+        eprintln!("memory node {} lost:", m.failed_node);
+        eprintln!("  reconfigure_pause_us   {:>10.0}   (in-flight transactions decided, primaries moved; {} aborted by the loss)", m.reconfigure_pause_us, m.aborted_by_failure);
+        eprintln!("  degraded               {:>10.0} tx/s on the surviving copies (before: {:.0} tx/s)", m.tps_degraded, m.tps_before);
+        eprintln!("  rereplicate_pause_us   {:>10.0}   ({} slots copied onto the replacement)", m.rereplicate_pause_us, m.slots_copied);
+        eprintln!("  after                  {:>10.0} tx/s with f+1 copies again", m.tps_after);
+        if let Some(path) = &a.json {
+            write_json(path, &r)?;
+        }
+        return if r.check_passed == Some(false) || !r.errors.is_empty() { Err("the run failed its post-run check or hit errors".into()) } else { Ok(()) };
+    }
     let Some(t) = &r.recovery else {
         return Err(format!("no recovery happened: {}", r.errors.join("; ")));
     };

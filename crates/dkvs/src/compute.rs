@@ -34,13 +34,19 @@ pub struct ComputeNode<F: Fabric> {
 
 impl<F: Fabric> ComputeNode<F> {
     pub fn new(fabric: F, cfg: &StoreConfig, layout: Arc<Layout>, failed: FailedIds) -> Rc<Self> {
+        Self::with_memory_view(fabric, cfg, layout, failed, MemoryView::default())
+    }
+
+    /// A compute node whose view of down memory nodes the caller (the
+    /// membership runtime) updates from another thread.
+    pub fn with_memory_view(fabric: F, cfg: &StoreConfig, layout: Arc<Layout>, failed: FailedIds, memory: MemoryView) -> Rc<Self> {
         Rc::new(ComputeNode {
             fabric,
             layout,
             mode: cfg.mode,
             bugs: cfg.bugs,
             on_stray: cfg.on_stray,
-            memory: MemoryView::default(),
+            memory,
             failed,
             addr_cache: RefCell::new(HashMap::default()),
         })
