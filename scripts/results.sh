@@ -53,5 +53,8 @@ done
 retry $T recovery --store traditional --fabric sim --coordinators 64 --keys 1000000 --json $OUT/recovery-traditional-k1000000.json
 retry $T recovery --store pandora --fabric sim --coordinators 64 --keys 1000000 --json $OUT/recovery-pandora-k1000000.json
 
+# Memory-node loss on real threads (in-process fabric): pause, move primaries, run degraded, re-replicate.
+retry $T recovery --fail-memory-node 1 --coordinators 16 --keys 100000 --duration 2.5 --json $OUT/memfail.json
+
 python3 scripts/render_results.py "$OUT" > docs/RESULTS.md
 echo "wrote docs/RESULTS.md" >&2
