@@ -139,6 +139,14 @@ fn sim_bank_replay_command_runs_a_seed() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("replay: cargo run --release -- sim-bank"));
 }
 
+/// `n` memory-server processes on loopback; their addresses, comma-separated.
+fn memory_servers(n: usize, secret: &str) -> (Vec<Proc>, String) {
+    let (procs, addrs): (Vec<Proc>, Vec<String>) = (0..n)
+        .map(|_| spawn_announcing(&["memory-server", "--listen", "127.0.0.1:0", "--mem", "64M", "--secret", secret], None))
+        .unzip();
+    (procs, addrs.join(","))
+}
+
 /// Commits per 100 ms of a compute server's JSON report.
 fn read_timeline(json: &std::path::Path) -> Vec<u64> {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
@@ -188,14 +196,7 @@ fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committ
     let dir = std::env::temp_dir().join(format!("tandem-kill9-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret = "00000000c0ffee01";
-    let mut servers = Vec::new();
-    let mut addrs = Vec::new();
-    for _ in 0..3 {
-        let (p, a) = spawn_announcing(&["memory-server", "--listen", "127.0.0.1:0", "--mem", "64M", "--secret", secret], None);
-        servers.push(p);
-        addrs.push(a);
-    }
-    let memory = addrs.join(",");
+    let (_servers, memory) = memory_servers(3, secret);
     let common = ["--memory", memory.as_str(), "--secret", secret, "--keys", "20000"];
     let mlog = dir.join("membership.log");
     // 20 ms: this test shares two cores with everything else CI runs.
@@ -316,14 +317,7 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
     let dir = std::env::temp_dir().join(format!("tandem-zkkill9-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret = "00000000c0ffee02";
-    let mut servers = Vec::new();
-    let mut addrs = Vec::new();
-    for _ in 0..3 {
-        let (p, a) = spawn_announcing(&["memory-server", "--listen", "127.0.0.1:0", "--mem", "64M", "--secret", secret], None);
-        servers.push(p);
-        addrs.push(a);
-    }
-    let memory = addrs.join(",");
+    let (_servers, memory) = memory_servers(3, secret);
     let common = ["--memory", memory.as_str(), "--secret", secret, "--keys", "20000"];
     let zk_addr = format!("127.0.0.1:{}", zk.port);
     let membership = |listen: &str, log: &std::path::Path| {
