@@ -230,8 +230,9 @@ struct Control {
     /// Measured commits per compute node.
     committed_by_node: Vec<AtomicU64>,
     crash: Vec<AtomicBool>,
-    /// Stop-the-world recovery (ford, traditional): no new transaction starts.
-    paused: AtomicBool,
+    /// Pauses in force (ford/traditional recovery, memory reconfiguration):
+    /// no new transaction starts while positive.
+    paused: AtomicU64,
     /// Transactions in flight per compute node.
     active: Vec<AtomicU64>,
     /// Each compute node's view of down memory nodes.
@@ -361,12 +362,18 @@ async fn drive<F: Fabric>(
         handles.push(tokio::task::spawn_local(async move {
             let mut hist = new_hist();
             while !ctl.stop.load(Ordering::Relaxed) {
-                while ctl.paused.load(Ordering::Relaxed) && !ctl.stop.load(Ordering::Relaxed) {
+                // Announce first, then check: a drainer that saw no activity
+                // can then be sure nobody starts behind its back.
+                ctl.active[cn as usize].fetch_add(1, Ordering::SeqCst);
+                if ctl.paused.load(Ordering::SeqCst) > 0 {
+                    ctl.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
                     tokio::time::sleep(Duration::from_micros(100)).await;
+                    continue;
                 }
                 let t0 = Instant::now();
-                ctl.active[cn as usize].fetch_add(1, Ordering::SeqCst);
                 let r = client.run_one(&mut coord).await;
+                // Drained means quiet: the last commit's unlocks have landed.
+                coord.quiesce().await;
                 ctl.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
                 let measuring = ctl.measuring.load(Ordering::Relaxed);
                 match r {
@@ -479,7 +486,7 @@ async fn membership_loop(
                             // Locks name no owner: stop the world, let every live
                             // coordinator's transaction finish, then recover.
                             let stop_at = ctl.now_ns();
-                            ctl.paused.store(true, Ordering::SeqCst);
+                            ctl.paused.fetch_add(1, Ordering::SeqCst);
                             // Only live nodes drain: a crashed node's transactions never finish.
                             let alive = |n: usize| membership.lock().expect("membership lock").status(n as u16 + 1) == Some(NodeStatus::Alive);
                             while !ctl.stop.load(Ordering::SeqCst)
@@ -494,7 +501,7 @@ async fn membership_loop(
                                 (AnyFabric::Tcp(f), _) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover_traditional(&ids).await,
                             }
                             .map_err(|e| format!("{mode} recovery of node {node} failed: {e}"))?;
-                            ctl.paused.store(false, Ordering::SeqCst);
+                            ctl.paused.fetch_sub(1, Ordering::SeqCst);
                             (r.locks_found, r.rolled_forward, r.rolled_back, r.slots_scanned, ctl.now_ns() - stop_at)
                         }
                     };
@@ -578,7 +585,7 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         aborted: AtomicU64::new(0),
         committed_by_node: (0..n).map(|_| AtomicU64::new(0)).collect(),
         crash: (0..n).map(|_| AtomicBool::new(false)).collect(),
-        paused: AtomicBool::new(false),
+        paused: AtomicU64::new(0),
         active: (0..n).map(|_| AtomicU64::new(0)).collect(),
         views: (0..n).map(|_| MemoryView::default()).collect(),
         base: Instant::now(),
@@ -810,7 +817,7 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
 
 /// Pause new transactions and wait until every node's in-flight ones ended.
 fn pause_and_drain(ctl: &Control) {
-    ctl.paused.store(true, Ordering::SeqCst);
+    ctl.paused.fetch_add(1, Ordering::SeqCst);
     while ctl.active.iter().any(|a| a.load(Ordering::SeqCst) > 0) {
         std::thread::sleep(Duration::from_micros(50));
     }
@@ -839,7 +846,7 @@ fn fail_memory_node(
     for v in &ctl.views {
         v.set_down(f.node, true);
     }
-    ctl.paused.store(false, Ordering::SeqCst);
+    ctl.paused.fetch_sub(1, Ordering::SeqCst);
     let reconfigure_pause_us = t.elapsed().as_secs_f64() * 1e6;
     let c0 = committed();
     let t_degraded = Instant::now();
@@ -857,7 +864,7 @@ fn fail_memory_node(
     for v in &ctl.views {
         v.set_down(f.node, false);
     }
-    ctl.paused.store(false, Ordering::SeqCst);
+    ctl.paused.fetch_sub(1, Ordering::SeqCst);
     let rereplicate_pause_us = t.elapsed().as_secs_f64() * 1e6;
     let c1 = committed();
     let t_after = Instant::now();

@@ -80,6 +80,9 @@ impl Faults {
         if self.recovery_bugs.lost_decision {
             f += " --inject-bug lost-decision";
         }
+        if self.recovery_bugs.trust_undo_images {
+            f += " --inject-bug trust-undo-images";
+        }
         if let Some((m, at)) = self.memory_failure {
             f += &format!(" --fail-memory-node {m} --fail-memory-at-ns {at}");
         }
@@ -121,6 +124,9 @@ impl SimBankConfig {
         flags + &self.faults.flags()
     }
 }
+
+/// Compute-node ids of recovery-coordinator attempts.
+const RC_NODE_BASE: u16 = 60_000;
 
 /// Task tags: heartbeat senders and the failure detector.
 const HEARTBEAT_TAG: u32 = 20_000;
@@ -237,6 +243,8 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
                     }
                     gate.active.borrow_mut()[cn as usize] += 1;
                     let r = client.run_one(&mut coord).await;
+                    // Drained means quiet: the last commit's unlocks have landed.
+                    coord.quiesce().await;
                     gate.active.borrow_mut()[cn as usize] -= 1;
                     if let Err(e) = r {
                         // Only a node declared failed loses access; the ledger
@@ -286,7 +294,6 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         };
         // (3) log recovery on a survivor, re-run from scratch if its coordinator crashes,
         // (4) notify: only now do the victims' ids enter failed_ids.
-        let survivor = (0..cfg.compute_nodes).find(|&n| n != victim).expect("a survivor");
         if cfg.mode != Mode::Pandora {
             // Locks name no owner: stop the world and let the survivors drain.
             gate.paused.set(true);
@@ -297,7 +304,10 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         let first_rc_id = 1 + cfg.compute_nodes * cfg.coordinators_per_node;
         loop {
             let done: Rc<RefCell<Option<RecoveryReport>>> = Rc::default();
-            let (d, f, l, ids, fab) = (done.clone(), failed.clone(), layout.clone(), victims.clone(), fabrics[survivor as usize].clone());
+            // Each attempt joins as its own compute node, so a crashed attempt
+            // can be fenced off like any failed node before the next one runs.
+            let rc_node = RC_NODE_BASE + attempt;
+            let (d, f, l, ids, fab) = (done.clone(), failed.clone(), layout.clone(), victims.clone(), cluster.join(rc_node));
             let rc_id = first_rc_id + attempt;
             let rc_tag = 10_000 + attempt as u32;
             let (bugs, mode) = (cfg.faults.recovery_bugs, cfg.mode);
@@ -319,6 +329,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
                 sim.run_until(sim.now_ns() + after);
                 if done.borrow().is_none() {
                     sim.crash(rc_tag);
+                    cluster.revoke(rc_node);
                     attempt += 1;
                     continue;
                 }

@@ -352,9 +352,10 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
             "always-roll-back" => recovery_bugs.always_roll_back = true,
             "skip-log-recovery" => recovery_bugs.skip_log_recovery = true,
             "lost-decision" => recovery_bugs.lost_decision = true,
+            "trust-undo-images" => recovery_bugs.trust_undo_images = true,
             other => {
                 let one = BugSwitches::parse(other)
-                    .map_err(|e| format!("{e}, or a recovery bug: always-roll-back, skip-log-recovery, lost-decision"))?;
+                    .map_err(|e| format!("{e}, or a recovery bug: always-roll-back, skip-log-recovery, lost-decision, trust-undo-images"))?;
                 bugs = bugs.union(one);
             }
         }
@@ -396,6 +397,9 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
             };
         }
         if let Some(m) = a.fail_memory_node {
+            if a.crash_node.is_some() {
+                return Err("inject either --crash-node or --fail-memory-node, not both".into());
+            }
             if m >= cfg.memory_nodes {
                 return Err(format!("--fail-memory-node must be below {}", cfg.memory_nodes));
             }

@@ -67,6 +67,8 @@ pub struct Coordinator<F: Fabric> {
     qps: Vec<F::Qp>,
     /// The f+1 memory nodes holding this coordinator's log.
     log_nodes: Vec<MemNodeId>,
+    /// Unlocks of the last committed transaction, not yet known to have landed.
+    unlocks_in_flight: Vec<Pending<F>>,
     tx_seq: u64,
     version_counter: u64,
     pub stats: CoordinatorStats,
@@ -147,7 +149,7 @@ impl<F: Fabric> Coordinator<F> {
         );
         let qps = (0..node.fabric.memory_nodes()).map(|m| node.fabric.queue_pair(m as MemNodeId)).collect();
         let log_nodes = node.layout.log_nodes(id);
-        Coordinator { node, id, qps, log_nodes, tx_seq: 0, version_counter: 0, stats: CoordinatorStats::default() }
+        Coordinator { node, id, qps, log_nodes, unlocks_in_flight: Vec::new(), tx_seq: 0, version_counter: 0, stats: CoordinatorStats::default() }
     }
 
     pub fn id(&self) -> u16 {
@@ -156,6 +158,13 @@ impl<F: Fabric> Coordinator<F> {
 
     pub fn mode(&self) -> Mode {
         self.node.mode
+    }
+
+    /// Wait until the last committed transaction's unlocks have landed. A
+    /// stop-the-world recovery (ford, traditional) must not start while a
+    /// live coordinator's unlock is in flight: its lock would look stray.
+    pub async fn quiesce(&mut self) {
+        join_all(std::mem::take(&mut self.unlocks_in_flight)).await;
     }
 
     /// Begin a transaction. It must end with `commit` or `abort`; dropping it
@@ -176,6 +185,7 @@ impl<F: Fabric> Coordinator<F> {
             undo_cursor: HashMap::new(),
             lock_log_cursor: 0,
             logged: false,
+            log_full: false,
             finished: false,
         }
     }
@@ -213,6 +223,8 @@ pub struct Transaction<'c, F: Fabric> {
     lock_log_cursor: u64,
     /// A log record of this transaction is (or may be) on its log nodes.
     logged: bool,
+    /// An undo entry did not fit the undo area (ford/traditional): abort at commit.
+    log_full: bool,
     finished: bool,
 }
 
@@ -659,9 +671,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         for n in nodes {
             let cur = self.undo_cursor.entry(n).or_insert(0);
             if *cur + rec.len() as u64 > half {
-                // The undo area is full: wrap. Recovery in ford mode only needs the
-                // entries of objects still locked, and those are the newest.
-                *cur = 0;
+                // The undo area is full: the transaction aborts at commit
+                // (LogFull) rather than overwrite its own earlier entries.
+                self.log_full = true;
+                continue;
             }
             let addr = base + *cur;
             *cur += rec.len() as u64;
@@ -686,7 +699,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let rec = LogRecord { coordinator: self.c.id, tx_seq: self.seq, entries: vec![entry] }.encode();
         let half = self.c.node.layout.log_slot_bytes / 2;
         if self.lock_log_cursor + rec.len() as u64 > half {
-            self.lock_log_cursor = 0;
+            // Never overwrite this transaction's own lock log.
+            return Err(self.abort_with(AbortReason::LogFull).await);
         }
         let addr = self.c.node.layout.log_addr(self.c.id) + half + self.lock_log_cursor;
         self.lock_log_cursor += rec.len() as u64;
@@ -710,11 +724,20 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         for i in 0..self.writes.len() {
             self.resolve_lock(i).await?;
         }
+        if self.log_full {
+            return Err(self.abort_with(AbortReason::LogFull).await);
+        }
         if self.writes.iter().any(|w| w.found_deleted && w.new_value.is_some() && !w.final_live) {
             // A pipelined blind write met a key deleted since it was cached.
             return Err(self.abort_with(AbortReason::StaleRead).await);
         }
-        let dirty: Vec<usize> = (0..self.writes.len()).filter(|&i| self.writes[i].op().is_some()).collect();
+        // A locked entry that turned into a no-op (insert then delete, a key
+        // found deleted) still gets its new version in ford/traditional modes:
+        // its undo entry announced it, and recovery's "every replica has the
+        // new version" test must hold once the transaction is acknowledged.
+        let dirty: Vec<usize> = (0..self.writes.len())
+            .filter(|&i| self.writes[i].op().is_some() || (self.writes[i].new_version != 0 && self.writes[i].image.is_some()))
+            .collect();
         let versions: Vec<u64> = dirty
             .iter()
             .map(|&i| match self.writes[i].new_version {
@@ -818,8 +841,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             }
         }
         // Acknowledged; unlock in the background (the next batch on each queue
-        // pair is ordered behind it).
-        self.release_locks(false);
+        // pair is ordered behind it). `Coordinator::quiesce` waits for them.
+        self.c.unlocks_in_flight = self.release_locks(false);
         self.finished = true;
         self.c.stats.committed += 1;
         Ok(())

@@ -68,8 +68,12 @@ pub struct RecoveryBugs {
     /// logged transactions' locks get stolen (violates Cor2 and Cor4).
     pub skip_log_recovery: bool,
     /// Traditional mode: decide from the newest undo entries instead of the
-    /// lock log's current transaction (FORD's C2 "lost decision").
+    /// lock log's current transaction, and trust them (FORD's C2 "lost decision").
     pub lost_decision: bool,
+    /// ford/traditional: treat a locked object as the undo entry's without
+    /// checking that its version is that entry's old or new one (FORD's
+    /// recovery trusts its undo images).
+    pub trust_undo_images: bool,
 }
 
 pub struct RecoveryCoordinator<F: Fabric> {
@@ -485,10 +489,25 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 .flat_map(|e| e.replicas.iter().map(|&(n, a)| (n, vec![Verb::read(a + VERSION_OFF, 8)])))
                 .collect();
             let mut vs = self.round(posts).await?.into_iter();
-            let all_new = entries.iter().all(|e| {
-                e.replicas.iter().all(|_| word_at(&vs.next().expect("one per replica").remove(0).expect("checked").into_bytes(), 0) == e.new_version)
-            });
-            let held = entries.iter().filter(|e| locked.contains(&e.replicas[0])).count();
+            let versions: Vec<Vec<u64>> = entries
+                .iter()
+                .map(|e| {
+                    e.replicas.iter().map(|_| word_at(&vs.next().expect("one per replica").remove(0).expect("checked").into_bytes(), 0)).collect()
+                })
+                .collect();
+            let all_new = entries.iter().zip(&versions).all(|(e, v)| v.iter().all(|&x| x == e.new_version));
+            // Locks name no owner: a locked object is this transaction's only if
+            // its primary still carries this transaction's old or new version.
+            // Otherwise it released the object and another failed coordinator
+            // (same node) locked it since: never restore over that.
+            let held = entries
+                .iter()
+                .zip(&versions)
+                .filter(|(e, v)| {
+                    let ours = v[0] == e.old_version || v[0] == e.new_version;
+                    locked.contains(&e.replicas[0]) && (ours || self.bugs.trust_undo_images || self.bugs.lost_decision)
+                })
+                .count();
             let decision = if held == 0 {
                 Decision::Nothing
             } else if held < entries.len() || all_new {
