@@ -372,9 +372,14 @@ async fn drive<F: Fabric>(
                 }
                 let t0 = Instant::now();
                 let r = client.run_one(&mut coord).await;
-                // Drained means quiet: the last commit's unlocks have landed.
-                coord.quiesce().await;
-                ctl.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
+                // Drained means quiet: the transaction counts as active until
+                // its unlocks land, without holding up the next one.
+                let unlocks = coord.take_unlocks();
+                let c2 = ctl.clone();
+                tokio::task::spawn_local(async move {
+                    unlocks.await;
+                    c2.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
+                });
                 let measuring = ctl.measuring.load(Ordering::Relaxed);
                 match r {
                     Ok(true) if measuring => {

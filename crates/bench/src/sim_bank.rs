@@ -243,9 +243,13 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
                     }
                     gate.active.borrow_mut()[cn as usize] += 1;
                     let r = client.run_one(&mut coord).await;
-                    // Drained means quiet: the last commit's unlocks have landed.
-                    coord.quiesce().await;
-                    gate.active.borrow_mut()[cn as usize] -= 1;
+                    // Drained means quiet: the transaction counts as active
+                    // until its unlocks land, without holding up the next one.
+                    let (unlocks, g) = (coord.take_unlocks(), gate.clone());
+                    h.spawn(cn as u32, async move {
+                        unlocks.await;
+                        g.active.borrow_mut()[cn as usize] -= 1;
+                    });
                     if let Err(e) = r {
                         // Only a node declared failed loses access; the ledger
                         // keeps the in-doubt transaction.

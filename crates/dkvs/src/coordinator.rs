@@ -167,6 +167,15 @@ impl<F: Fabric> Coordinator<F> {
         join_all(std::mem::take(&mut self.unlocks_in_flight)).await;
     }
 
+    /// The last committed transaction's unlocks, for a runtime that tracks
+    /// them without delaying the next transaction (see `quiesce`).
+    pub fn take_unlocks(&mut self) -> impl std::future::Future<Output = ()> + 'static {
+        let u = std::mem::take(&mut self.unlocks_in_flight);
+        async move {
+            join_all(u).await;
+        }
+    }
+
     /// Begin a transaction. It must end with `commit` or `abort`; dropping it
     /// mid-way leaves its locks held, exactly as a crash would.
     pub fn begin(&mut self) -> Transaction<'_, F> {
