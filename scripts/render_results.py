@@ -237,10 +237,15 @@ catches it is deterministic):
 | mutant | mode | paper Table 1 | caught by | budget |
 |---|---|---|---|---|
 | inserts not undo-logged | traditional, ford | C2 missing actions | replicas differ / receipt without its transfer | 400 |
-| decide from the newest undo entries, not the lock log's transaction | traditional | C2 lost decision | money not conserved | 600 |
-| undo image taken before the lock | traditional | C2 logging without locking | account differs from its acknowledged commits | 1500 |
-| skip log recovery (steal logged locks) | pandora | violates Cor2/Cor4 | money not conserved | 60 |
+| decide from the newest undo entries, not the lock log's transaction, and trust them | traditional | C2 lost decision | money not conserved | 1000 |
+| undo image taken before the lock (with recovery trusting undo images, as FORD's does) | traditional | C2 logging without locking | money not conserved | 1500 |
+| skip log recovery (steal logged locks) | pandora | violates Cor2/Cor4 | money not conserved | 300 |
 | roll back transactions that may have acknowledged | pandora | violates Cor3 | account differs from its acknowledged commits | 200 |
+
+Traditional recovery restores an object only while it still carries the undo
+entry's old or new version; with that check, the logging-without-locking bug
+alone is harmless (the test shows it passes every seed), so the mutant also
+turns the check off, as FORD's recovery lacks it.
 
 In pandora mode the two C2 bugs that FORD's logs suffer from cannot arise: the
 log is written after every lock is held and names its transaction in the lock

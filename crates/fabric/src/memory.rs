@@ -2,7 +2,7 @@
 //! of every backend (`pandora.txt` §2.1: memory servers run no transactional
 //! logic, only verbs, setup and link termination).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::verb::{Completion, ComputeNodeId, Verb, VerbError, VerbOutput};
 
@@ -17,6 +17,10 @@ pub struct MemoryNode {
     words: Box<[AtomicU64]>,
     /// Current key of each compute node; 0 means no access.
     keys: Box<[AtomicU64]>,
+    /// Verbs of each compute node executing right now. Revocation waits for
+    /// them: once `revoke` returns, nothing of that node executes any more
+    /// (Cor1), even a verb that passed its key check a moment before.
+    executing: Box<[AtomicU32]>,
     key_counter: AtomicU64,
     key_salt: u64,
     failed: AtomicBool,
@@ -32,6 +36,7 @@ impl MemoryNode {
         MemoryNode {
             words: words.into_boxed_slice(),
             keys: keys.into_boxed_slice(),
+            executing: (0..KEY_SLOTS).map(|_| AtomicU32::new(0)).collect::<Vec<_>>().into_boxed_slice(),
             key_counter: AtomicU64::new(1),
             key_salt,
             failed: AtomicBool::new(false),
@@ -56,6 +61,10 @@ impl MemoryNode {
     /// Active-link termination: every later verb of `compute` fails with `Revoked`.
     pub fn revoke(&self, compute: ComputeNodeId) {
         self.keys[compute as usize].store(0, Ordering::SeqCst);
+        // A verb that saw the old key may still be running on another thread.
+        while self.executing[compute as usize].load(Ordering::SeqCst) > 0 {
+            std::hint::spin_loop();
+        }
     }
 
     pub fn is_authorized(&self, compute: ComputeNodeId, key: RegionKey) -> bool {
@@ -85,10 +94,14 @@ impl MemoryNode {
         if self.is_failed() {
             return Err(VerbError::Unavailable);
         }
-        if !self.is_authorized(compute, key) {
-            return Err(VerbError::Revoked);
-        }
-        self.execute_unchecked(verb)
+        // Announce, then check the key: `revoke` stores the new key, then waits
+        // for announced verbs, so a verb either sees the revocation or is
+        // waited for.
+        let executing = &self.executing[compute as usize];
+        executing.fetch_add(1, Ordering::SeqCst);
+        let result = if self.is_authorized(compute, key) { self.execute_unchecked(verb) } else { Err(VerbError::Revoked) };
+        executing.fetch_sub(1, Ordering::SeqCst);
+        result
     }
 
     /// Execute a verb without access control: for the node's own setup path
@@ -214,5 +227,39 @@ mod tests {
         m.revoke(1);
         assert_eq!(m.execute(1, k, &Verb::write_u64(0, 7)), Err(VerbError::Revoked));
         assert_eq!(m.load_u64(0), 0, "a revoked write does not execute");
+    }
+}
+
+#[cfg(test)]
+mod revocation_race {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Cor1 with real threads: once `revoke` returns, no verb of the revoked
+    /// node executes, not even one that passed its key check just before.
+    #[test]
+    fn nothing_executes_after_revoke_returns() {
+        for round in 0..200 {
+            let m = Arc::new(MemoryNode::new(64, round));
+            let k = m.register(1);
+            let stop = Arc::new(AtomicBool::new(false));
+            let writer = {
+                let (m, stop) = (m.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut i = 1u64;
+                    while !stop.load(Ordering::SeqCst) {
+                        let _ = m.execute(1, k, &Verb::write_u64(0, i));
+                        i += 1;
+                    }
+                })
+            };
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            m.revoke(1);
+            let after = m.load_u64(0);
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            assert_eq!(m.load_u64(0), after, "round {round}: a write landed after revoke returned");
+            stop.store(true, Ordering::SeqCst);
+            writer.join().unwrap();
+        }
     }
 }
