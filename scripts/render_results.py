@@ -251,5 +251,5 @@ In pandora mode the two C2 bugs that FORD's logs suffer from cannot arise: the
 log is written after every lock is held and names its transaction in the lock
 words it compares against (`pandora.txt` §3.1.4). Replay a failing crash seed
 with the printed command, e.g.
-`cargo run --release -- sim-bank --store traditional --seed 90 --retries 3 --crash-node 0 --crash-at-ns 119925 --detect-ns 781 --inject-bug lost-decision`.
+`cargo run --release -- sim-bank --store traditional --seed 683 --retries 3 --crash-node 1 --crash-at-ns 108621 --detect-ns 3000 --inject-bug lost-decision` (the same command without `--inject-bug` holds every invariant).
 """)
