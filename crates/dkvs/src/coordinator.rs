@@ -160,15 +160,11 @@ impl<F: Fabric> Coordinator<F> {
         self.node.mode
     }
 
-    /// Wait until the last committed transaction's unlocks have landed. A
-    /// stop-the-world recovery (ford, traditional) must not start while a
-    /// live coordinator's unlock is in flight: its lock would look stray.
-    pub async fn quiesce(&mut self) {
-        join_all(std::mem::take(&mut self.unlocks_in_flight)).await;
-    }
-
-    /// The last committed transaction's unlocks, for a runtime that tracks
-    /// them without delaying the next transaction (see `quiesce`).
+    /// The last committed transaction's unlocks, as a future that completes
+    /// once they have landed. A stop-the-world recovery (ford, traditional)
+    /// must not start while a live coordinator's unlock is in flight (its lock
+    /// would look stray), so runtimes count a transaction as active until
+    /// this completes, without delaying the next transaction.
     pub fn take_unlocks(&mut self) -> impl std::future::Future<Output = ()> + 'static {
         let u = std::mem::take(&mut self.unlocks_in_flight);
         async move {
@@ -850,7 +846,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             }
         }
         // Acknowledged; unlock in the background (the next batch on each queue
-        // pair is ordered behind it). `Coordinator::quiesce` waits for them.
+        // pair is ordered behind it). `Coordinator::take_unlocks` hands them out.
         self.c.unlocks_in_flight = self.release_locks(false);
         self.finished = true;
         self.c.stats.committed += 1;

@@ -92,6 +92,15 @@ fn read_write_insert_delete_round_trip_with_typed_errors() {
     }
 }
 
+/// Coordinator `id` of `node` locks `key` and "crashes": its transaction is
+/// abandoned mid-way, its lock left held, exactly as a crash leaves it.
+async fn crash_holding_lock(node: &Rc<ComputeNode<SimFabric>>, id: u16, key: u64) {
+    let mut c = node.coordinator(id);
+    let mut tx = c.begin();
+    tx.read_for_update(0, key).await.unwrap();
+    std::mem::forget(tx);
+}
+
 fn pad(v: u64) -> Vec<u8> {
     let mut b = v.to_le_bytes().to_vec();
     b.resize(16, 0);
@@ -211,11 +220,8 @@ fn stray_locks_of_failed_coordinators_are_ignored_by_reads_and_stolen_by_writes(
     let out = Rc::new(RefCell::new(Vec::new()));
     let (o, f) = (out.clone(), failed.clone());
     run_task(&w, 1, async move {
-        // Coordinator 1 locks key 2 and "crashes": its transaction is dropped mid-way.
-        let mut c1 = dead.coordinator(1);
-        let mut tx = c1.begin();
-        tx.read_for_update(0, 2).await.unwrap();
-        std::mem::forget(tx);
+        // Coordinator 1 locks key 2 and "crashes".
+        crash_holding_lock(&dead, 1, 2).await;
         let mut c2 = live.coordinator(2);
         // While 1 is considered alive, its lock blocks readers and writers.
         let mut tx = c2.begin();
@@ -268,10 +274,7 @@ fn ford_mode_never_steals_owner_less_locks() {
     let out = Rc::new(RefCell::new(None));
     let o = out.clone();
     run_task(&w, 1, async move {
-        let mut c1 = dead.coordinator(1);
-        let mut tx = c1.begin();
-        tx.read_for_update(0, 2).await.unwrap();
-        std::mem::forget(tx);
+        crash_holding_lock(&dead, 1, 2).await;
         let mut c2 = live.coordinator(2);
         let mut tx = c2.begin();
         *o.borrow_mut() = tx.read_for_update(0, 2).await.err();
@@ -289,10 +292,7 @@ fn stalled_transactions_proceed_once_the_owner_is_declared_failed() {
     let mk = |id: u16| ComputeNode::new(w.cluster.join(id), &w.store, w.layout.clone(), failed.clone());
     let (dead, live) = (mk(1), mk(2));
     run_task(&w, 1, async move {
-        let mut c1 = dead.coordinator(1);
-        let mut tx = c1.begin();
-        tx.read_for_update(0, 2).await.unwrap();
-        std::mem::forget(tx); // crashed holding the lock
+        crash_holding_lock(&dead, 1, 2).await;
     });
     let out = Rc::new(RefCell::new(Vec::new()));
     let o = out.clone();
