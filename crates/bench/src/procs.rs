@@ -145,6 +145,21 @@ impl Shared {
             None
         }
     }
+    /// A fresh block of recovery-coordinator versions, durable before it is used.
+    async fn reserve_version_block(&self) -> Result<u64, String> {
+        let (block, ack) = {
+            let mut m = self.m.lock().unwrap();
+            let block = m.reserve_version_block();
+            (block, self.save(&m, true))
+        };
+        if let Some(ack) = ack {
+            ack.await.unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into()))?;
+        }
+        if block >= (1u64 << 48) / (1 << 24) {
+            return Err("the recovery coordinator ran out of version blocks".into());
+        }
+        Ok(block)
+    }
     /// Step; the commands come back once ZooKeeper holds everything they rest on.
     async fn step_durably(&self, event: Event) -> Result<Vec<Command>, String> {
         let (cmds, ack) = {
@@ -478,11 +493,10 @@ fn serve_compute(conn: TcpStream, shared: Arc<Shared>) {
 
 async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layout>, timeout: Duration, reissued: Vec<Command>) -> Result<(), String> {
     // Versions the recovery coordinator mints must never repeat: every
-    // recovery or retirement takes its own block of the 48-bit counter.
-    // (Across a restart from ZooKeeper the id comes back and the counter
-    // restarts; seeding it from the durable state is still to do.)
+    // recovery or retirement takes its own block of the 48-bit counter,
+    // reserved in the durable state before use, so a service resumed from
+    // ZooKeeper (same recovery-coordinator id) continues after it.
     const RC_VERSION_BLOCK: u64 = 1 << 24;
-    let mut rc_versions = 0u64;
     // A resumed service gets its own id back (a retried join of a live node).
     let rc_id = match shared.step_durably(Event::Join { node: MEMBERSHIP_NODE, coordinators: 1 }).await?.pop() {
         Some(Command::AssignIds { ids, .. }) => ids[0],
@@ -510,7 +524,7 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
                 }
                 Command::Recover { node, ids, .. } => {
                     let t = Instant::now();
-                    rc_versions += RC_VERSION_BLOCK;
+                    let rc_versions = shared.reserve_version_block().await? * RC_VERSION_BLOCK;
                     let report = RecoveryCoordinator::new(&fabric, layout.clone(), rc_id)
                         .with_version_counter(rc_versions)
                         .recover(&ids)
@@ -544,7 +558,7 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
                 Command::ScanStrayLocks { ids } => {
                     let n = sweep_stray_locks(&fabric, &layout, &failed_ids).await.map_err(|e| format!("stray-lock scan failed: {e}"))?;
                     // No version minted by a recycled id may survive its reuse.
-                    rc_versions += RC_VERSION_BLOCK;
+                    let rc_versions = shared.reserve_version_block().await? * RC_VERSION_BLOCK;
                     let retired = RecoveryCoordinator::new(&fabric, layout.clone(), rc_id)
                         .with_version_counter(rc_versions)
                         .retire_versions(&ids)

@@ -91,6 +91,11 @@ pub struct MembershipState {
     pub recycled: BTreeSet<u16>,
     pub failed_ids: BTreeSet<u16>,
     pub nodes: BTreeMap<NodeId, NodeState>,
+    /// Version blocks handed to recovery coordinators so far (see
+    /// [`Membership::reserve_version_block`]). A state stored before this
+    /// field existed reads as 0.
+    #[serde(default)]
+    pub version_blocks: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +127,7 @@ pub struct Membership {
     pub pauses_detected: u64,
     /// Bumped by every change of the durable state ([`MembershipState`]).
     durable_epoch: u64,
+    version_blocks: u64,
 }
 
 impl Membership {
@@ -137,6 +143,7 @@ impl Membership {
             last_tick_ns: None,
             pauses_detected: 0,
             durable_epoch: 0,
+            version_blocks: 0,
         }
     }
 
@@ -148,7 +155,20 @@ impl Membership {
             recycled: self.recycled.clone(),
             failed_ids: self.failed_ids.clone(),
             nodes: self.nodes.iter().map(|(&k, n)| (k, NodeState { ids: n.ids.clone(), status: n.status })).collect(),
+            version_blocks: self.version_blocks,
         }
+    }
+
+    /// Reserve the next block of versions for a recovery coordinator run by
+    /// this service (roll-backs and version retirement mint fresh versions,
+    /// which must never repeat, DESIGN.md §4.2). Returns the block's number,
+    /// starting at 1. The reservation is part of the durable state: store it
+    /// before minting from the block, so a restarted service never hands the
+    /// same block out again.
+    pub fn reserve_version_block(&mut self) -> u64 {
+        self.version_blocks += 1;
+        self.durable_epoch += 1;
+        self.version_blocks
     }
 
     /// A counter that changes exactly when [`Membership::snapshot`] would
@@ -200,6 +220,7 @@ impl Membership {
         m.next_id = state.next_id;
         m.recycled = state.recycled;
         m.failed_ids = state.failed_ids;
+        m.version_blocks = state.version_blocks;
         m.check_invariants();
         Ok(m)
     }
@@ -549,8 +570,12 @@ mod tests {
         m.step(101, Event::Tick);
         m.step(102, Event::RevokeAcked { node: 1 });
         m.step(103, Event::RecoveryDone { node: 1 });
+        let epoch = m.durable_epoch();
+        assert_eq!((m.reserve_version_block(), m.reserve_version_block()), (1, 2));
+        assert!(m.durable_epoch() > epoch, "a reserved version block is durable state");
         let mut r = reload(&m, cfg(100, 0), 5_000);
         assert_eq!(r.snapshot(), m.snapshot());
+        assert_eq!(r.reserve_version_block(), 3, "a restored service never hands out a version block twice");
         assert_eq!(r.failed_ids().iter().copied().collect::<Vec<_>>(), vec![1, 2, 3]);
         assert_eq!((r.status(1), r.status(2), r.status(3)), (Some(NodeStatus::Failed), Some(NodeStatus::Alive), Some(NodeStatus::Left)));
         // Ids are never handed out twice, a retried join gets the same ids,
