@@ -21,11 +21,30 @@ pub struct MembershipConfig {
     /// top of a fresh heartbeat timeout to reconnect to the restarted service
     /// before its silence counts.
     pub restore_grace_ns: u64,
+    /// Failure-detector replicas that receive heartbeats (`pandora.txt`
+    /// §3.2.4, the distributed FD): compute nodes send every heartbeat to all
+    /// of them, and a node is declared failed only when fewer than a majority
+    /// received one within the timeout. 1 (the default) is the standalone FD.
+    pub fd_replicas: u8,
+    /// Which of the `fd_replicas` this state machine runs on: its own
+    /// [`Event::Heartbeat`]s count for this replica; the others report
+    /// theirs with [`Event::Relay`].
+    pub self_replica: u8,
 }
+
+/// At most this many failure-detector replicas.
+pub const MAX_FD_REPLICAS: u8 = 7;
 
 impl Default for MembershipConfig {
     fn default() -> Self {
-        MembershipConfig { heartbeat_timeout_ns: 5_000_000, id_space: 1024, recycle_threshold: 0.95, restore_grace_ns: 0 }
+        MembershipConfig {
+            heartbeat_timeout_ns: 5_000_000,
+            id_space: 1024,
+            recycle_threshold: 0.95,
+            restore_grace_ns: 0,
+            fd_replicas: 1,
+            self_replica: 0,
+        }
     }
 }
 
@@ -48,7 +67,13 @@ pub enum NodeStatus {
 pub enum Event {
     /// A compute node asks for `coordinators` ids.
     Join { node: NodeId, coordinators: u16 },
+    /// A heartbeat from `node` reached this replica.
     Heartbeat { node: NodeId },
+    /// Failure-detector replica `replica` reports the nodes it received
+    /// heartbeats from since its previous report. Replicas report on every
+    /// tick of their own, even with nothing to report: a replica that stops
+    /// reporting stops counting towards the majority.
+    Relay { replica: u8, nodes: Vec<NodeId> },
     /// A compute node shuts down cleanly after its last transaction.
     Leave { node: NodeId },
     /// Time passed (the runtime calls this periodically).
@@ -107,7 +132,8 @@ pub struct NodeState {
 #[derive(Clone, Debug)]
 struct Node {
     ids: Vec<u16>,
-    last_heartbeat_ns: u64,
+    /// When a heartbeat last reached each failure-detector replica.
+    seen_ns: [u64; MAX_FD_REPLICAS as usize],
     status: NodeStatus,
     /// Node whose recovery this node is running, if any.
     recovering_for: Vec<NodeId>,
@@ -128,11 +154,18 @@ pub struct Membership {
     /// Bumped by every change of the durable state ([`MembershipState`]).
     durable_epoch: u64,
     version_blocks: u64,
+    /// When each failure-detector replica last reported (this one: always now).
+    reported_ns: [Option<u64>; MAX_FD_REPLICAS as usize],
+    /// Ticks on which fewer than a majority of replicas were reporting, so
+    /// no verdict could be taken.
+    pub quorum_lost_ticks: u64,
 }
 
 impl Membership {
     pub fn new(cfg: MembershipConfig) -> Self {
         assert!(cfg.id_space >= 2 && cfg.id_space <= 1 << 16, "id space must be 2..=65536");
+        assert!((1..=MAX_FD_REPLICAS).contains(&cfg.fd_replicas), "1..={MAX_FD_REPLICAS} failure-detector replicas");
+        assert!(cfg.self_replica < cfg.fd_replicas, "self_replica must name one of the replicas");
         Membership {
             cfg,
             nodes: BTreeMap::new(),
@@ -144,6 +177,8 @@ impl Membership {
             pauses_detected: 0,
             durable_epoch: 0,
             version_blocks: 0,
+            reported_ns: [None; MAX_FD_REPLICAS as usize],
+            quorum_lost_ticks: 0,
         }
     }
 
@@ -215,12 +250,14 @@ impl Membership {
         m.nodes = state
             .nodes
             .into_iter()
-            .map(|(k, n)| (k, Node { ids: n.ids, last_heartbeat_ns: fresh, status: n.status, recovering_for: Vec::new() }))
+            .map(|(k, n)| (k, Node { ids: n.ids, seen_ns: [fresh; MAX_FD_REPLICAS as usize], status: n.status, recovering_for: Vec::new() }))
             .collect();
         m.next_id = state.next_id;
         m.recycled = state.recycled;
         m.failed_ids = state.failed_ids;
         m.version_blocks = state.version_blocks;
+        // The other replicas get the same grace to start reporting to us.
+        m.reported_ns = [Some(fresh); MAX_FD_REPLICAS as usize];
         m.check_invariants();
         Ok(m)
     }
@@ -254,9 +291,22 @@ impl Membership {
         self.nodes.get(&node).map(|n| n.status)
     }
 
-    /// When `node`'s last heartbeat arrived.
+    /// When `node`'s last heartbeat arrived, at any replica.
     pub fn last_heartbeat_ns(&self, node: NodeId) -> Option<u64> {
-        self.nodes.get(&node).map(|n| n.last_heartbeat_ns)
+        self.nodes.get(&node).map(|n| n.seen_ns[..self.cfg.fd_replicas as usize].iter().copied().max().unwrap_or(0))
+    }
+
+    fn majority(&self) -> usize {
+        self.cfg.fd_replicas as usize / 2 + 1
+    }
+
+    fn heard(&mut self, now_ns: u64, node: NodeId, replica: u8) {
+        if let Some(n) = self.nodes.get_mut(&node) {
+            if n.status == NodeStatus::Alive {
+                let t = &mut n.seen_ns[replica as usize];
+                *t = (*t).max(now_ns);
+            }
+        }
     }
 
     pub fn failed_ids(&self) -> &BTreeSet<u16> {
@@ -284,10 +334,13 @@ impl Membership {
         let mut out = Vec::new();
         match event {
             Event::Join { node, coordinators } => self.join(now_ns, node, coordinators, &mut out),
-            Event::Heartbeat { node } => {
-                if let Some(n) = self.nodes.get_mut(&node) {
-                    if n.status == NodeStatus::Alive {
-                        n.last_heartbeat_ns = n.last_heartbeat_ns.max(now_ns);
+            Event::Heartbeat { node } => self.heard(now_ns, node, self.cfg.self_replica),
+            Event::Relay { replica, nodes } => {
+                // A report from an unknown replica (misconfiguration) counts for nothing.
+                if replica < self.cfg.fd_replicas && replica != self.cfg.self_replica {
+                    self.reported_ns[replica as usize] = Some(now_ns);
+                    for node in nodes {
+                        self.heard(now_ns, node, replica);
                     }
                 }
             }
@@ -369,7 +422,7 @@ impl Membership {
             self.recycled.remove(&id);
             ids.push(id);
         }
-        self.nodes.insert(node, Node { ids: ids.clone(), last_heartbeat_ns: now_ns, status: NodeStatus::Alive, recovering_for: Vec::new() });
+        self.nodes.insert(node, Node { ids: ids.clone(), seen_ns: [now_ns; MAX_FD_REPLICAS as usize], status: NodeStatus::Alive, recovering_for: Vec::new() });
         self.durable_epoch += 1;
         out.push(Command::AssignIds { node, ids });
     }
@@ -387,15 +440,36 @@ impl Membership {
             self.pauses_detected += 1;
             for n in self.nodes.values_mut() {
                 if n.status == NodeStatus::Alive {
-                    n.last_heartbeat_ns = n.last_heartbeat_ns.max(now_ns);
+                    for t in n.seen_ns.iter_mut() {
+                        *t = (*t).max(now_ns);
+                    }
                 }
+            }
+            for r in self.reported_ns.iter_mut().flatten() {
+                *r = (*r).max(now_ns);
             }
             return;
         }
+        // The distributed FD (`pandora.txt` §3.2.4): only replicas that are
+        // themselves reporting can vouch for or against a node, and with
+        // fewer than a majority of them reporting no verdict is taken (a
+        // minority cannot tell a dead node from its own isolation).
+        let replicas = self.cfg.fd_replicas as usize;
+        let reporting: Vec<usize> = (0..replicas)
+            .filter(|&r| r == self.cfg.self_replica as usize || self.reported_ns[r].is_some_and(|t| now_ns.saturating_sub(t) <= timeout))
+            .collect();
+        if reporting.len() < self.majority() {
+            self.quorum_lost_ticks += 1;
+            return;
+        }
+        let majority = self.majority();
         let late: Vec<NodeId> = self
             .nodes
             .iter()
-            .filter(|(_, n)| n.status == NodeStatus::Alive && now_ns.saturating_sub(n.last_heartbeat_ns) > timeout)
+            .filter(|(_, n)| {
+                let heard_by = reporting.iter().filter(|&&r| now_ns.saturating_sub(n.seen_ns[r]) <= timeout).count();
+                n.status == NodeStatus::Alive && heard_by < majority
+            })
             .map(|(id, _)| *id)
             .collect();
         for node in late {
@@ -448,7 +522,7 @@ mod tests {
     use super::*;
 
     fn m() -> Membership {
-        Membership::new(MembershipConfig { heartbeat_timeout_ns: 100, id_space: 64, recycle_threshold: 0.95, restore_grace_ns: 0 })
+        Membership::new(MembershipConfig { heartbeat_timeout_ns: 100, id_space: 64, recycle_threshold: 0.95, restore_grace_ns: 0, ..MembershipConfig::default() })
     }
 
     #[test]
@@ -530,7 +604,7 @@ mod tests {
 
     #[test]
     fn failed_ids_are_recycled_only_after_a_stray_lock_scan() {
-        let mut m = Membership::new(MembershipConfig { heartbeat_timeout_ns: 10, id_space: 21, recycle_threshold: 0.5, restore_grace_ns: 0 });
+        let mut m = Membership::new(MembershipConfig { heartbeat_timeout_ns: 10, id_space: 21, recycle_threshold: 0.5, restore_grace_ns: 0, ..MembershipConfig::default() });
         m.step(0, Event::Join { node: 1, coordinators: 8 });
         m.step(0, Event::Join { node: 2, coordinators: 4 });
         m.step(5, Event::Heartbeat { node: 2 });
@@ -550,7 +624,7 @@ mod tests {
     }
 
     fn cfg(timeout: u64, grace: u64) -> MembershipConfig {
-        MembershipConfig { heartbeat_timeout_ns: timeout, id_space: 64, recycle_threshold: 0.95, restore_grace_ns: grace }
+        MembershipConfig { heartbeat_timeout_ns: timeout, id_space: 64, recycle_threshold: 0.95, restore_grace_ns: grace, ..MembershipConfig::default() }
     }
 
     /// Through JSON, as the `tandem membership` process stores it.
@@ -636,7 +710,7 @@ mod tests {
 
     #[test]
     fn a_recycling_scan_that_was_due_is_reissued_after_a_restore() {
-        let c = MembershipConfig { heartbeat_timeout_ns: 10, id_space: 21, recycle_threshold: 0.5, restore_grace_ns: 0 };
+        let c = MembershipConfig { heartbeat_timeout_ns: 10, id_space: 21, recycle_threshold: 0.5, restore_grace_ns: 0, ..MembershipConfig::default() };
         let mut m = Membership::new(c.clone());
         m.step(0, Event::Join { node: 1, coordinators: 8 });
         m.step(0, Event::Join { node: 2, coordinators: 4 });
@@ -683,7 +757,7 @@ mod tests {
             seed % n
         };
         for _ in 0..50 {
-            let mut m = Membership::new(MembershipConfig { heartbeat_timeout_ns: 50, id_space: 32, recycle_threshold: 0.3, restore_grace_ns: 0 });
+            let mut m = Membership::new(MembershipConfig { heartbeat_timeout_ns: 50, id_space: 32, recycle_threshold: 0.3, restore_grace_ns: 0, ..MembershipConfig::default() });
             let mut t = 0;
             for _ in 0..300 {
                 t += rnd(20);
@@ -700,6 +774,71 @@ mod tests {
                 let (before, epoch) = (m.snapshot(), m.durable_epoch());
                 m.step(t, ev.clone());
                 assert_eq!(m.snapshot() != before, m.durable_epoch() != epoch, "{ev:?}");
+            }
+        }
+    }
+
+    fn three_replicas(on: u8) -> MembershipConfig {
+        MembershipConfig { heartbeat_timeout_ns: 100, id_space: 64, fd_replicas: 3, self_replica: on, ..MembershipConfig::default() }
+    }
+
+    // Reference: pandora.txt §3.2.4 — a node is considered failed only when it
+    // is disconnected from the majority of failure-detector replicas.
+    #[test]
+    fn a_node_heard_by_a_majority_of_replicas_lives_and_one_heard_by_a_minority_fails() {
+        let mut m = Membership::new(three_replicas(0));
+        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        m.step(0, Event::Join { node: 2, coordinators: 1 });
+        for t in (20..=400).step_by(20) {
+            // Node 1 reaches only replica 2 (a minority), node 2 only replicas 1 and 2.
+            m.step(t, Event::Relay { replica: 1, nodes: vec![2] });
+            m.step(t, Event::Relay { replica: 2, nodes: vec![1, 2] });
+            let cmds = m.step(t, Event::Tick);
+            if t <= 100 {
+                assert!(cmds.is_empty(), "nobody is late yet at {t}");
+            } else if t == 120 {
+                assert_eq!(cmds, vec![Command::Revoke { node: 1 }], "node 1 reached one replica of three");
+            } else {
+                assert!(cmds.is_empty(), "node 2 reached two replicas of three at {t}: {cmds:?}");
+            }
+        }
+        assert_eq!(m.status(2), Some(NodeStatus::Alive));
+    }
+
+    #[test]
+    fn a_replica_that_stops_reporting_stops_vouching_and_without_a_majority_no_verdict_is_taken() {
+        let mut m = Membership::new(three_replicas(0));
+        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        // Only the other two replicas hear node 1; both report until 200.
+        for t in (20..=200).step_by(20) {
+            m.step(t, Event::Relay { replica: 1, nodes: vec![1] });
+            m.step(t, Event::Relay { replica: 2, nodes: vec![1] });
+            assert!(m.step(t, Event::Tick).is_empty());
+        }
+        // Both followers go silent: this replica alone is a minority, so it
+        // may not declare node 1 failed, however long the silence lasts.
+        for t in (220..=1_000).step_by(20) {
+            assert!(m.step(t, Event::Tick).is_empty(), "a minority took a verdict at {t}");
+        }
+        assert!(m.quorum_lost_ticks > 0);
+        // One follower comes back without having heard node 1: a majority
+        // reports, and it did not hear node 1.
+        m.step(1_020, Event::Relay { replica: 1, nodes: vec![] });
+        assert_eq!(m.step(1_020, Event::Tick), vec![Command::Revoke { node: 1 }]);
+    }
+
+    #[test]
+    fn reports_from_unknown_replicas_count_for_nothing() {
+        let mut m = Membership::new(three_replicas(1));
+        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        for t in (20..=300).step_by(20) {
+            m.step(t, Event::Relay { replica: 0, nodes: vec![] });
+            m.step(t, Event::Relay { replica: 1, nodes: vec![1] }); // claims to be us: ignored
+            m.step(t, Event::Relay { replica: 9, nodes: vec![1] }); // no such replica: ignored
+            let cmds = m.step(t, Event::Tick);
+            assert_eq!(cmds.is_empty(), t <= 100, "at {t}: {cmds:?}");
+            if !cmds.is_empty() {
+                break;
             }
         }
     }
