@@ -9,3 +9,4 @@ pub mod procs;
 pub mod runner;
 pub mod sim_bank;
 pub mod workload;
+pub mod zk;

@@ -2,12 +2,24 @@
 //! compute servers, beside `tandem memory-server` processes, talking over TCP.
 //! A crash is `kill -9`.
 //!
-//! Membership protocol: JSON lines on one TCP connection per compute server.
-//! - compute → membership: `{"join":{"node":N,"coordinators":C}}`, then
-//!   `{"heartbeat":N}` every timeout/5 from a thread of its own, and
-//!   `{"leave":N}` on a clean shutdown;
-//! - membership → compute: `{"assign":[ids]}` or `{"reject":"why"}`, and later
-//!   `{"failed":[ids]}` pushes (only after log recovery, DESIGN.md §4.5 step 4).
+//! Membership protocol: JSON lines over TCP.
+//! - compute → membership, on its join connection:
+//!   `{"join":{"node":N,"coordinators":C}}`, and `{"leave":N}` on a clean
+//!   shutdown; on a heartbeat connection to every membership replica:
+//!   `{"heartbeat":N}` every timeout/5 from a thread of its own;
+//! - membership → compute: `{"assign":[ids]}`, `{"reject":"why"}` or, from a
+//!   replica that does not lead, `{"notleader":"addr"}`; later
+//!   `{"failed":[ids]}` pushes (only after log recovery, DESIGN.md §4.5 step 4);
+//! - follower replica → leader: `{"relay":{"replica":R,"nodes":[N...]}}`
+//!   every tick: the nodes it heard from since its last relay.
+//!
+//! Membership replicas (`pandora.txt` §3.2.4, the distributed FD): with
+//! `--zookeeper` and several replicas, the one holding ZooKeeper's leader
+//! znode runs the [`Membership`] state machine and acts; every replica
+//! receives heartbeats, and the leader declares a node failed only when
+//! fewer than a majority of replicas heard it ([`Event::Relay`]). When the
+//! leader dies, its znode expires with its session and another replica takes
+//! over from the state in ZooKeeper.
 //!
 //! A compute server whose membership connection drops keeps running
 //! transactions and rejoins with bounded backoff: the service answers a
@@ -33,7 +45,6 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,9 +52,8 @@ use serde::{Deserialize, Serialize};
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryCoordinator};
 use tandem_dkvs::{ComputeNode, FailedIds, Layout, StoreConfig};
 use tandem_fabric::tcp::TcpCluster;
-use tandem_membership::{Command, Event, Membership, MembershipConfig, MembershipState, NodeStatus};
-use tokio::sync::{mpsc, oneshot};
-use zookeeper_client as zk;
+use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
+use crate::zk::{Ack, ZkState};
 use tandem_sim::Rng;
 use tandem_workloads::micro::{MicroClient, MicroLedger, MicroSpec};
 
@@ -58,6 +68,7 @@ enum ToMembership {
     Join { node: u16, coordinators: u16 },
     Heartbeat(u16),
     Leave(u16),
+    Relay { replica: u8, nodes: Vec<u16> },
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -65,6 +76,8 @@ enum ToMembership {
 enum FromMembership {
     Assign(Vec<u16>),
     Reject(String),
+    /// This replica does not lead; the leader it knows of, if any.
+    NotLeader(Option<String>),
     Failed(Vec<u16>),
 }
 
@@ -75,7 +88,8 @@ fn send_line<T: Serialize>(w: &mut TcpStream, msg: &T) -> std::io::Result<()> {
 }
 
 pub struct MembershipServerConfig {
-    pub listener: TcpListener,
+    /// This process's replica: it serves the listener from the start.
+    pub replica: Arc<Replica>,
     pub memory: TcpCluster,
     pub store: StoreConfig,
     pub heartbeat_timeout: Duration,
@@ -86,8 +100,77 @@ pub struct MembershipServerConfig {
     pub restore_grace: Duration,
 }
 
-/// ZooKeeper's acknowledgement of one state write.
-type Ack = oneshot::Receiver<Result<(), String>>;
+/// One failure-detector replica: the listener, served from the start. Until
+/// it leads, it answers joins with the leader's address, collects the
+/// heartbeats it receives and relays them to the leader every tick; once it
+/// leads, everything goes to its [`Membership`].
+pub struct Replica {
+    pub index: u8,
+    pub count: u8,
+    leader: std::sync::OnceLock<Arc<Shared>>,
+    /// The leader's address, as the leader znode says.
+    leader_addr: Mutex<Option<String>>,
+    /// Nodes heard from since the last relay.
+    heard: Mutex<BTreeSet<u16>>,
+}
+
+impl Replica {
+    /// Serve `listener` as replica `index` of `count`; relay every `tick`.
+    pub fn start(listener: TcpListener, index: u8, count: u8, tick: Duration) -> Arc<Replica> {
+        let r = Arc::new(Replica { index, count, leader: Default::default(), leader_addr: Mutex::new(None), heard: Mutex::new(BTreeSet::new()) });
+        let acceptor = r.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let replica = acceptor.clone();
+                std::thread::spawn(move || serve_compute(conn, replica));
+            }
+        });
+        if count > 1 {
+            let relay = r.clone();
+            std::thread::spawn(move || relay.relay_loop(tick));
+        }
+        r
+    }
+
+    /// Record who leads (what the leader znode holds).
+    pub fn set_leader(&self, addr: &str) {
+        *self.leader_addr.lock().unwrap() = Some(addr.to_string());
+    }
+
+    fn relay_loop(&self, tick: Duration) {
+        let mut conn: Option<(String, TcpStream)> = None;
+        while self.leader.get().is_none() {
+            std::thread::sleep(tick);
+            let Some(addr) = self.leader_addr.lock().unwrap().clone() else { continue };
+            if conn.as_ref().is_some_and(|(a, _)| *a != addr) {
+                conn = None; // a new leader
+            }
+            if conn.is_none() {
+                match addr.parse::<SocketAddr>().map_err(|e| e.to_string()).and_then(|a| TcpStream::connect_timeout(&a, tick).map_err(|e| e.to_string())) {
+                    Ok(c) => {
+                        let _ = c.set_nodelay(true);
+                        conn = Some((addr, c));
+                    }
+                    Err(e) => {
+                        log::debug!("membership replica {}: cannot reach the leader at {addr}: {e}", self.index);
+                        continue;
+                    }
+                }
+            }
+            // Relaying to the leader is hearing from it: the service's own
+            // node (its recovery coordinator) is vouched for by every replica
+            // connected to it.
+            let mut heard = std::mem::take(&mut *self.heard.lock().unwrap());
+            heard.insert(MEMBERSHIP_NODE);
+            let nodes: Vec<u16> = heard.into_iter().collect();
+            let (_, c) = conn.as_mut().expect("connected above");
+            if send_line(c, &ToMembership::Relay { replica: self.index, nodes }).is_err() {
+                conn = None;
+            }
+        }
+    }
+}
 
 struct Shared {
     m: Mutex<Membership>,
@@ -182,198 +265,6 @@ fn wait_blocking(ack: Option<Ack>) -> Result<(), String> {
     }
 }
 
-/// What the znode holds: the membership state, and which cluster it belongs to
-/// (a state is never applied to another cluster's memory servers).
-#[derive(Serialize, Deserialize)]
-struct ZkRecord {
-    cluster: String,
-    state: MembershipState,
-}
-
-struct ZkWrite {
-    /// `None`: a barrier, acknowledged once every write before it is.
-    data: Option<Vec<u8>>,
-    done: oneshot::Sender<Result<(), String>>,
-}
-
-/// The membership state in a ZooKeeper znode (`pandora.txt` §3.2.4). A
-/// thread of its own runs the client (`zookeeper-client` on a tokio
-/// current-thread runtime) and applies writes in the order they were queued,
-/// each a compare-and-set on the znode version: a second membership process
-/// writing the same znode makes the other's next write fail, and a failed
-/// write stops the service that issued it.
-pub struct ZkState {
-    hosts: String,
-    path: String,
-    restored: Option<MembershipState>,
-    tx: mpsc::UnboundedSender<ZkWrite>,
-    cluster: String,
-    fatal: Arc<Mutex<Option<String>>>,
-}
-
-impl ZkState {
-    /// Connect to `hosts` (`host:port[,host:port...]`) and read `path`.
-    /// `cluster` names the memory servers; a state stored for another
-    /// cluster is refused.
-    pub fn open(hosts: &str, path: &str, cluster: &str) -> Result<ZkState, String> {
-        if !path.starts_with('/') || path.ends_with('/') {
-            return Err(format!("ZooKeeper path '{path}' must start with '/' and not end with it"));
-        }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (init_tx, init_rx) = std_mpsc::channel();
-        let fatal: Arc<Mutex<Option<String>>> = Arc::default();
-        let (h, p, c, f) = (hosts.to_string(), path.to_string(), cluster.to_string(), fatal.clone());
-        std::thread::Builder::new()
-            .name("zookeeper".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(rt) => rt,
-                    Err(e) => return drop(init_tx.send(Err(e.to_string()))),
-                };
-                rt.block_on(zk_writer(h, p, c, init_tx, rx, f));
-            })
-            .map_err(|e| e.to_string())?;
-        let restored = init_rx.recv().map_err(|_| "the ZooKeeper thread died".to_string())??;
-        Ok(ZkState { hosts: hosts.to_string(), path: path.to_string(), restored, tx, cluster: cluster.to_string(), fatal })
-    }
-
-    /// The state found in ZooKeeper when opened, if any.
-    pub fn restored(&self) -> Option<&MembershipState> {
-        self.restored.as_ref()
-    }
-
-    pub fn describe(&self) -> String {
-        format!("{}{}", self.hosts, self.path)
-    }
-
-    /// Queue a write of `state` (or, with `None`, a barrier); the receiver
-    /// answers once ZooKeeper acknowledged it and every write before it.
-    fn write(&self, state: Option<&MembershipState>) -> Ack {
-        let (done, ack) = oneshot::channel();
-        let data = match state.map(|s| serde_json::to_vec(&ZkRecord { cluster: self.cluster.clone(), state: s.clone() })).transpose() {
-            Ok(data) => data,
-            Err(e) => {
-                let _ = done.send(Err(e.to_string()));
-                return ack;
-            }
-        };
-        if let Err(mpsc::error::SendError(w)) = self.tx.send(ZkWrite { data, done }) {
-            let _ = w.done.send(Err("the ZooKeeper writer stopped".into()));
-        }
-        ack
-    }
-
-    /// Why writing stopped, once it has.
-    fn fatal(&self) -> Option<String> {
-        self.fatal.lock().unwrap().clone()
-    }
-}
-
-async fn zk_writer(
-    hosts: String,
-    path: String,
-    cluster: String,
-    init: std_mpsc::Sender<Result<Option<MembershipState>, String>>,
-    mut rx: mpsc::UnboundedReceiver<ZkWrite>,
-    fatal: Arc<Mutex<Option<String>>>,
-) {
-    let connect = zk::Client::connector().with_session_timeout(Duration::from_secs(6)).connect(&hosts);
-    let client = match tokio::time::timeout(Duration::from_secs(10), connect).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => return drop(init.send(Err(format!("cannot connect to ZooKeeper at {hosts}: {e}")))),
-        Err(_) => return drop(init.send(Err(format!("cannot connect to ZooKeeper at {hosts}: timed out")))),
-    };
-    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    let mut version = match client.get_data(&path).await {
-        Ok((data, stat)) => match serde_json::from_slice::<ZkRecord>(&data) {
-            Ok(r) if r.cluster == cluster => {
-                let _ = init.send(Ok(Some(r.state)));
-                Some(stat.version)
-            }
-            Ok(r) => {
-                return drop(init.send(Err(format!(
-                    "ZooKeeper {hosts}{path} holds the membership state of another cluster (memory servers {}); use another --zk-path",
-                    r.cluster
-                ))))
-            }
-            Err(e) => return drop(init.send(Err(format!("ZooKeeper {hosts}{path} holds no membership state: {e}")))),
-        },
-        Err(zk::Error::NoNode) => {
-            // Created with the first write; its parent now.
-            let parent = &path[..path.rfind('/').unwrap_or(0)];
-            if !parent.is_empty() {
-                if let Err(e) = client.mkdir(parent, &options).await {
-                    return drop(init.send(Err(format!("cannot create {parent} in ZooKeeper at {hosts}: {e}"))));
-                }
-            }
-            let _ = init.send(Ok(None));
-            None
-        }
-        Err(e) => return drop(init.send(Err(format!("cannot read {path} from ZooKeeper at {hosts}: {e}")))),
-    };
-    while let Some(first) = rx.recv().await {
-        // Writes queued meanwhile carry newer states: the last one covers them all.
-        let mut batch = vec![first];
-        while let Ok(w) = rx.try_recv() {
-            batch.push(w);
-        }
-        let stopped = fatal.lock().unwrap().clone();
-        let result = match (stopped, batch.iter().rev().find_map(|w| w.data.as_ref())) {
-            (Some(e), _) => Err(e),
-            (None, None) => Ok(()), // barriers only: everything before them is acknowledged
-            (None, Some(data)) => {
-                let r = zk_put(&client, &path, data, &options, &mut version).await;
-                if let Err(e) = &r {
-                    eprintln!("membership: {e}; stopping");
-                    *fatal.lock().unwrap() = Some(e.clone());
-                }
-                r
-            }
-        };
-        for w in batch {
-            let _ = w.done.send(result.clone());
-        }
-    }
-}
-
-/// One compare-and-set write of the znode (a create if there is none yet).
-/// A lost connection leaves the outcome unknown: read back and decide.
-async fn zk_put(client: &zk::Client, path: &str, data: &[u8], options: &zk::CreateOptions<'_>, version: &mut Option<i32>) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = match *version {
-            None => client.create(path, data, options).await.map(|(stat, _)| stat.version),
-            Some(v) => client.set_data(path, data, Some(v)).await.map(|stat| stat.version),
-        };
-        match r {
-            Ok(v) => {
-                *version = Some(v);
-                return Ok(());
-            }
-            Err(zk::Error::BadVersion) | Err(zk::Error::NodeExists) => {
-                return Err(format!("another membership process wrote {path} in ZooKeeper (CAS on version {version:?} failed)"))
-            }
-            Err(e @ (zk::Error::ConnectionLoss | zk::Error::Timeout)) if Instant::now() < deadline => {
-                log::warn!("membership: ZooKeeper write of {path}: {e}; checking what it holds");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                match client.get_data(path).await {
-                    // Our write went through before the connection dropped.
-                    Ok((held, stat)) if held == data && Some(stat.version) != *version => {
-                        *version = Some(stat.version);
-                        return Ok(());
-                    }
-                    Ok((_, stat)) if Some(stat.version) == *version => continue,
-                    Err(zk::Error::NoNode) if version.is_none() => continue,
-                    Err(zk::Error::ConnectionLoss | zk::Error::Timeout) => continue,
-                    Ok(_) => return Err(format!("another membership process wrote {path} in ZooKeeper")),
-                    Err(e) => return Err(format!("cannot read {path} back from ZooKeeper: {e}")),
-                }
-            }
-            Err(e) => return Err(format!("cannot write {path} to ZooKeeper: {e}")),
-        }
-    }
-}
-
 /// Serve forever: admit compute servers, detect failures, recover, notify.
 pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> {
     let layout = Arc::new(Layout::new(&cfg.store)?);
@@ -381,10 +272,12 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
         heartbeat_timeout_ns: cfg.heartbeat_timeout.as_nanos() as u64,
         id_space: cfg.store.log_slots,
         restore_grace_ns: cfg.restore_grace.as_nanos() as u64,
+        fd_replicas: cfg.replica.count,
+        self_replica: cfg.replica.index,
         ..MembershipConfig::default()
     };
     let base = Instant::now();
-    let (m, reissued) = match cfg.zookeeper.as_ref().and_then(|z| z.restored.clone()) {
+    let (m, reissued) = match cfg.zookeeper.as_ref().and_then(|z| z.restored().cloned()) {
         Some(state) => {
             let mut m = Membership::restore(mcfg, state, 0).map_err(|e| format!("the state in ZooKeeper is unusable: {e}"))?;
             let reissued = m.reissue_after_restore();
@@ -405,36 +298,51 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
     };
     // A resumed service writes its state once at start (the version moves
     // on): a previous incarnation that is still running fails its next write.
-    let resumed = cfg.zookeeper.as_ref().is_some_and(|z| z.restored.is_some());
+    let resumed = cfg.zookeeper.as_ref().is_some_and(|z| z.restored().is_some());
     let saved_epoch = AtomicU64::new(if resumed { u64::MAX } else { m.durable_epoch() });
     // Failed ids in a resumed state are durable: announce them to every joiner
     // (a crash may have cut their broadcast short).
     let subscribers = Subscribers { conns: Vec::new(), published: m.failed_ids().clone() };
     let shared = Arc::new(Shared { m: Mutex::new(m), subscribers: Mutex::new(subscribers), base, zookeeper: cfg.zookeeper, saved_epoch });
-    let acceptor = {
-        let shared = shared.clone();
-        std::thread::spawn(move || {
-            for conn in cfg.listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let shared = shared.clone();
-                std::thread::spawn(move || serve_compute(conn, shared));
-            }
-        })
-    };
-    let result = block_on_local(detector_loop(shared, cfg.memory, layout, cfg.heartbeat_timeout, reissued));
-    drop(acceptor);
-    result
+    if cfg.replica.leader.set(shared.clone()).is_err() {
+        return Err("this membership replica already leads".into());
+    }
+    block_on_local(detector_loop(shared, cfg.memory, layout, cfg.heartbeat_timeout, reissued))
 }
 
-fn serve_compute(conn: TcpStream, shared: Arc<Shared>) {
+fn serve_compute(conn: TcpStream, replica: Arc<Replica>) {
     let _ = conn.set_nodelay(true);
     let Ok(mut writer) = conn.try_clone() else { return };
     for line in BufReader::new(conn).lines() {
         let Ok(line) = line else { return };
-        match serde_json::from_str::<ToMembership>(&line) {
+        let msg = serde_json::from_str::<ToMembership>(&line);
+        let Some(shared) = replica.leader.get() else {
+            // Not leading (yet): collect heartbeats for the leader, send joiners there.
+            match msg {
+                Ok(ToMembership::Heartbeat(node)) => {
+                    replica.heard.lock().unwrap().insert(node);
+                }
+                Ok(ToMembership::Join { .. }) => {
+                    let leader = replica.leader_addr.lock().unwrap().clone();
+                    if send_line(&mut writer, &FromMembership::NotLeader(leader)).is_err() {
+                        return;
+                    }
+                }
+                Ok(ToMembership::Leave(_) | ToMembership::Relay { .. }) => {}
+                Err(e) => {
+                    log::warn!("membership: bad message ({e}); closing the connection");
+                    return;
+                }
+            }
+            continue;
+        };
+        match msg {
             Ok(ToMembership::Heartbeat(node)) => {
                 // Heartbeats are not durable: they never wait for ZooKeeper.
                 shared.m.lock().unwrap().step(shared.now(), Event::Heartbeat { node });
+            }
+            Ok(ToMembership::Relay { replica, nodes }) => {
+                shared.m.lock().unwrap().step(shared.now(), Event::Relay { replica, nodes });
             }
             Ok(ToMembership::Leave(node)) => {
                 let ack = {
@@ -512,13 +420,29 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
     let mut detected: BTreeMap<u16, Instant> = BTreeMap::new();
     let tick = (timeout / 20).max(Duration::from_micros(100));
     // Work a previous incarnation left half done goes first.
+    let mut restored_revokes: BTreeSet<u16> = reissued.iter().filter_map(|c| if let Command::Revoke { node } = c { Some(*node) } else { None }).collect();
     let mut queue: std::collections::VecDeque<Command> = reissued.into();
     loop {
         while let Some(cmd) = queue.pop_front() {
             let next = match cmd {
                 Command::Revoke { node } => {
                     detected.insert(node, Instant::now());
-                    eprintln!("membership: compute node {node} missed its heartbeats; revoking its access");
+                    if restored_revokes.remove(&node) {
+                        eprintln!("membership: compute node {node} was declared failed before the restart; revoking its access again");
+                        memory.revoke(node).await.map_err(|e| format!("revocation of node {node} failed: {e}"))?;
+                        queue.extend(shared.step_durably(Event::RevokeAcked { node }).await?);
+                        continue;
+                    }
+                    let views = shared.m.lock().unwrap().replica_views(node, shared.now());
+                    let views: Vec<String> = views
+                        .iter()
+                        .enumerate()
+                        .map(|(r, v)| match v {
+                            (Some(ago), Some(heard)) => format!("replica {r}: reported {} us ago, had heard it {} us before", ago / 1000, heard / 1000),
+                            _ => format!("replica {r}: not reporting"),
+                        })
+                        .collect();
+                    eprintln!("membership: compute node {node} missed its heartbeats ({}); revoking its access", views.join("; "));
                     memory.revoke(node).await.map_err(|e| format!("revocation of node {node} failed: {e}"))?;
                     Event::RevokeAcked { node }
                 }
@@ -600,7 +524,8 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
 
 pub struct ComputeServerConfig {
     pub node: u16,
-    pub membership: SocketAddr,
+    /// Every membership replica (one without replication).
+    pub membership: Vec<SocketAddr>,
     pub memory: TcpCluster,
     pub store: StoreConfig,
     pub micro: MicroSpec,
@@ -625,22 +550,64 @@ pub struct ComputeServerReport {
 /// Join, run the micro workload for `duration`, report.
 pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerReport, String> {
     let layout = Arc::new(Layout::new(&cfg.store)?);
-    let (conn, lines, ids) = join_membership(cfg.membership, cfg.node, cfg.coordinators).map_err(|e| match e {
-        JoinError::Unreachable(e) | JoinError::Refused(e) => e,
-    })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Heartbeats to every membership replica (`pandora.txt` §3.2.4: to reach
+    // a majority), each from a thread of its own on a connection of its own,
+    // so a replica that is down or slow delays no other. They start before
+    // the join: its answer waits for ZooKeeper, and the detector's clock for
+    // this node starts when the join is stepped, not when it is answered.
+    for addr in cfg.membership.clone() {
+        let (stop, node, every) = (stop.clone(), cfg.node, cfg.heartbeat_every);
+        std::thread::spawn(move || {
+            crate::runner::prioritise_current_thread();
+            let mut conn: Option<TcpStream> = None;
+            while !stop.load(Ordering::Relaxed) {
+                if conn.is_none() {
+                    match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+                        Ok(c) => {
+                            let _ = c.set_nodelay(true);
+                            conn = Some(c);
+                        }
+                        Err(e) => {
+                            log::debug!("compute node {node}: cannot reach membership replica {addr}: {e}");
+                            std::thread::sleep(Duration::from_millis(50));
+                            continue;
+                        }
+                    }
+                }
+                if let Some(c) = conn.as_mut() {
+                    if send_line(c, &ToMembership::Heartbeat(node)).is_err() {
+                        conn = None;
+                    }
+                }
+                std::thread::sleep(every);
+            }
+        });
+    }
+    // The service may be starting or electing a leader: retry for a while.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let (conn, lines, ids) = loop {
+        match join_membership(&cfg.membership, cfg.node, cfg.coordinators) {
+            Ok(joined) => break joined,
+            Err(JoinError::Unreachable(e)) if Instant::now() < give_up => {
+                log::info!("compute node {}: {e}; retrying", cfg.node);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(JoinError::Unreachable(e) | JoinError::Refused(e)) => return Err(e),
+        }
+    };
     eprintln!("compute node {}: coordinators {:?}", cfg.node, ids);
     if let Some(p) = &cfg.ledger {
         std::fs::write(p.with_extension("ids"), serde_json::to_string(&ids).map_err(|e| e.to_string())?)
             .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }
     let failed = FailedIds::new();
-    let stop = Arc::new(AtomicBool::new(false));
     let link = Arc::new(MembershipLink { conn: Mutex::new(Some(conn)), lost: Mutex::new(None), is_lost: AtomicBool::new(false) });
     // Failure notices (stray locks of these coordinators may now be stolen),
     // and rejoining when the membership service goes away.
     {
         let (failed, stop, link, ids) = (failed.clone(), stop.clone(), link.clone(), ids.clone());
-        let (addr, node, coordinators) = (cfg.membership, cfg.node, cfg.coordinators);
+        let (addrs, node, coordinators) = (cfg.membership.clone(), cfg.node, cfg.coordinators);
         std::thread::spawn(move || {
             let mut lines = lines;
             loop {
@@ -659,7 +626,7 @@ pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerRepor
                     return;
                 }
                 eprintln!("compute node {node}: lost the membership service; rejoining");
-                match rejoin_membership(addr, node, coordinators, &ids, &stop) {
+                match rejoin_membership(&addrs, node, coordinators, &ids, &stop) {
                     Ok(Some((conn, more))) => {
                         eprintln!("compute node {node}: rejoined the membership service");
                         *link.conn.lock().unwrap() = Some(conn);
@@ -673,23 +640,6 @@ pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerRepor
                         return;
                     }
                 }
-            }
-        });
-    }
-    // Heartbeats from a thread of their own, on whichever connection is current.
-    {
-        let (stop, node, every, link) = (stop.clone(), cfg.node, cfg.heartbeat_every, link.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let mut conn = link.conn.lock().unwrap();
-                if let Some(w) = conn.as_mut() {
-                    if send_line(w, &ToMembership::Heartbeat(node)).is_err() {
-                        // The reader notices too, and rejoins.
-                        let _ = w.shutdown(std::net::Shutdown::Both);
-                    }
-                }
-                drop(conn);
-                std::thread::sleep(every);
             }
         });
     }
@@ -801,8 +751,20 @@ enum JoinError {
 
 type Lines = std::io::Lines<BufReader<TcpStream>>;
 
-/// Connect and join: the connection, its reader positioned after the answer, the ids.
-fn join_membership(addr: SocketAddr, node: u16, coordinators: u16) -> Result<(TcpStream, Lines, Vec<u16>), JoinError> {
+/// Join through whichever replica leads: the connection, its reader
+/// positioned after the answer, the ids.
+fn join_membership(addrs: &[SocketAddr], node: u16, coordinators: u16) -> Result<(TcpStream, Lines, Vec<u16>), JoinError> {
+    let mut why = Vec::new();
+    for &addr in addrs {
+        match join_one(addr, node, coordinators) {
+            Err(JoinError::Unreachable(e)) => why.push(e),
+            other => return other,
+        }
+    }
+    Err(JoinError::Unreachable(why.join("; ")))
+}
+
+fn join_one(addr: SocketAddr, node: u16, coordinators: u16) -> Result<(TcpStream, Lines, Vec<u16>), JoinError> {
     let unreachable = |e: std::io::Error| JoinError::Unreachable(format!("cannot reach membership at {addr}: {e}"));
     let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(unreachable)?;
     let _ = conn.set_nodelay(true);
@@ -816,6 +778,11 @@ fn join_membership(addr: SocketAddr, node: u16, coordinators: u16) -> Result<(Tc
     match serde_json::from_str::<FromMembership>(&first) {
         Ok(FromMembership::Assign(ids)) => Ok((conn, lines, ids)),
         Ok(FromMembership::Reject(why)) => Err(JoinError::Refused(format!("membership rejected compute node {node}: {why}"))),
+        // A replica that does not lead (yet): try the others, and retry.
+        Ok(FromMembership::NotLeader(leader)) => Err(JoinError::Unreachable(format!(
+            "membership replica {addr} does not lead (leader: {})",
+            leader.as_deref().unwrap_or("being elected")
+        ))),
         Ok(FromMembership::Failed(_)) => Err(JoinError::Refused("membership answered a join with a failure notice".into())),
         Err(e) => Err(JoinError::Refused(format!("membership answered a join with '{first}': {e}"))),
     }
@@ -825,12 +792,12 @@ fn join_membership(addr: SocketAddr, node: u16, coordinators: u16) -> Result<(Tc
 /// `stop`: `Ok(None)`). A live node's retried join gets the same ids; other
 /// ids mean the service lost its state, and a refusal means this node was
 /// declared failed: either way this compute server must stop (`Err`).
-fn rejoin_membership(addr: SocketAddr, node: u16, coordinators: u16, ids: &[u16], stop: &AtomicBool) -> Result<Option<(TcpStream, Lines)>, String> {
+fn rejoin_membership(addrs: &[SocketAddr], node: u16, coordinators: u16, ids: &[u16], stop: &AtomicBool) -> Result<Option<(TcpStream, Lines)>, String> {
     let mut backoff = Duration::from_millis(5);
     let mut attempts = 0u64;
     while !stop.load(Ordering::SeqCst) {
         attempts += 1;
-        match join_membership(addr, node, coordinators) {
+        match join_membership(addrs, node, coordinators) {
             Ok((conn, lines, again)) if again == ids => return Ok(Some((conn, lines))),
             Ok((_, _, other)) => {
                 return Err(format!("the membership service answered the rejoin with ids {other:?}, not {ids:?}: it lost its state; stopping"))

@@ -323,7 +323,7 @@ async fn check_with<F: Fabric>(f: &F, layout: &Layout, spec: &WorkloadSpec, outc
 /// prioritise them: on two shared cores a normal thread can wait longer than
 /// a 5 ms timeout to be scheduled, which is a false positive. Both threads
 /// sleep almost all the time. Without the privilege this is a no-op.
-fn prioritise_current_thread() -> bool {
+pub(crate) fn prioritise_current_thread() -> bool {
     #[cfg(target_os = "linux")]
     unsafe {
         let param = libc::sched_param { sched_priority: 10 };

@@ -2,12 +2,13 @@
 //! roles of a multi-process Pandora deployment (memory servers are
 //! `tandem memory-server`). All speak TCP on loopback by default.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use tandem_bench::procs::{self, ComputeServerConfig, MembershipServerConfig, ZkState};
+use tandem_bench::procs::{self, ComputeServerConfig, MembershipServerConfig, Replica};
+use tandem_bench::zk::{Campaign, ZkState};
 use tandem_dkvs::{Mode, StoreConfig};
 use tandem_fabric::tcp::TcpCluster;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
@@ -74,6 +75,17 @@ pub struct MembershipArgs {
     /// The znode holding the state (one per cluster).
     #[arg(long, default_value = "/tandem/membership")]
     zk_path: String,
+    /// Every membership replica's listen address, comma-separated, this
+    /// one's (`--listen`) among them (`pandora.txt` §3.2.4, the distributed
+    /// failure detector; needs --zookeeper). Compute servers heartbeat to all
+    /// of them; the one holding ZooKeeper's leader znode acts, and declares a
+    /// node failed only when fewer than a majority of replicas heard it.
+    #[arg(long)]
+    fd_replicas: Option<String>,
+    /// ZooKeeper session timeout in milliseconds: how soon a dead leader's
+    /// znode expires and another replica takes over.
+    #[arg(long, default_value_t = 2000)]
+    zk_session_ms: u64,
     /// After resuming from ZooKeeper, milliseconds compute servers get to
     /// reconnect before their silence counts.
     #[arg(long, default_value_t = 1000.0)]
@@ -89,10 +101,33 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
     if !(a.restore_grace_ms.is_finite() && a.restore_grace_ms >= 0.0) {
         return Err("--restore-grace-ms must not be negative".into());
     }
+    let replicas = match &a.fd_replicas {
+        None => vec![a.listen.clone()],
+        Some(list) => list.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect(),
+    };
+    let index = replicas.iter().position(|r| *r == a.listen).ok_or_else(|| format!("--listen {} is not among --fd-replicas {}", a.listen, replicas.join(",")))?;
+    if replicas.len() > tandem_membership::MAX_FD_REPLICAS as usize {
+        return Err(format!("at most {} membership replicas", tandem_membership::MAX_FD_REPLICAS));
+    }
+    if replicas.len() > 1 && a.zookeeper.is_none() {
+        return Err("--fd-replicas needs --zookeeper: the replicas elect their leader and share their state there".into());
+    }
+    let listener = TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("listening on {local}");
+    let timeout = Duration::from_secs_f64(a.timeout_ms / 1e3);
+    let replica = Replica::start(listener, index as u8, replicas.len() as u8, (timeout / 5).max(Duration::from_micros(200)));
     let zookeeper = match &a.zookeeper {
         Some(hosts) => {
             let cluster = parse_addrs(&a.cluster.memory)?.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
-            let z = ZkState::open(hosts, &a.zk_path, &cluster)?;
+            let campaign = (replicas.len() > 1).then(|| {
+                let r = replica.clone();
+                Campaign { me: local.to_string(), on_leader: Box::new(move |who: &str| r.set_leader(who)) }
+            });
+            let z = ZkState::open(hosts, &a.zk_path, &cluster, Duration::from_millis(a.zk_session_ms), campaign)?;
+            if replicas.len() > 1 {
+                eprintln!("membership: replica {index} of {} leads", replicas.len());
+            }
             eprintln!(
                 "membership: state in ZooKeeper {}: {}",
                 z.describe(),
@@ -109,13 +144,11 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
         let n = procs::load_micro(&memory, &store, &a.cluster.micro(0.5)?)?;
         eprintln!("membership: loaded {n} keys");
     }
-    let listener = TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
-    println!("listening on {}", listener.local_addr().map_err(|e| e.to_string())?);
     procs::run_membership_server(MembershipServerConfig {
-        listener,
+        replica,
         memory,
         store,
-        heartbeat_timeout: Duration::from_secs_f64(a.timeout_ms / 1e3),
+        heartbeat_timeout: timeout,
         zookeeper,
         restore_grace: Duration::from_secs_f64(a.restore_grace_ms / 1e3),
     })
@@ -123,8 +156,9 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
 
 #[derive(Args)]
 pub struct ComputeServerArgs {
+    /// The membership service: every replica's address, comma-separated.
     #[arg(long)]
-    membership: SocketAddr,
+    membership: String,
     #[command(flatten)]
     cluster: ClusterArgs,
     /// This compute node's id (1..65000, unique in the cluster).
@@ -157,7 +191,7 @@ pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
     }
     let r = procs::run_compute_server(ComputeServerConfig {
         node: a.node,
-        membership: a.membership,
+        membership: parse_addrs(&a.membership)?,
         memory: a.cluster.cluster()?,
         store: a.cluster.store()?,
         micro: a.cluster.micro(a.write_ratio)?,

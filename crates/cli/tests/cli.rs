@@ -379,6 +379,124 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 3 (`pandora.txt` §3.2.4, the distributed failure detector): three
+/// membership replicas elect a leader in ZooKeeper; compute servers heartbeat
+/// to all three. `kill -9` the leader: another replica takes over from the
+/// state in ZooKeeper and the compute servers rejoin it. Then `kill -9` a
+/// compute server: the two surviving replicas (a majority) stop hearing it,
+/// and the new leader recovers it, while the survivor, heard by both, is
+/// never suspected and keeps committing throughout.
+#[test]
+fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majority() {
+    let _serial = serial();
+    let zk = match ZooKeeper::start("replicas") {
+        Ok(zk) => zk,
+        Err(why) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPED: ZooKeeper cannot be installed here: {why}");
+            return;
+        }
+        Err(why) => panic!("CI must exercise the ZooKeeper path, but ZooKeeper cannot be installed: {why}"),
+    };
+    let t0 = std::time::Instant::now();
+    let dir = std::env::temp_dir().join(format!("tandem-fdreplicas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = "00000000c0ffee03";
+    let (_servers, memory) = memory_servers(3, secret);
+    let common = ["--memory", memory.as_str(), "--secret", secret, "--keys", "20000"];
+    let zk_addr = format!("127.0.0.1:{}", zk.port);
+    let ports: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()))
+        .collect();
+    let all = ports.join(",");
+    let logs: Vec<std::path::PathBuf> = (0..3).map(|i| dir.join(format!("membership{i}.log"))).collect();
+    let mut replicas: Vec<Option<Proc>> = (0..3)
+        .map(|i| {
+            let mut a = vec!["membership", "--listen", ports[i].as_str(), "--fd-replicas", all.as_str(), "--load", "--timeout-ms", "20"];
+            a.extend(["--zookeeper", zk_addr.as_str(), "--zk-session-ms", "2000"]);
+            a.extend(common);
+            Some(spawn_announcing(&a, Some(&logs[i])).0)
+        })
+        .collect();
+    let leader_of = |exclude: Option<usize>| -> Option<usize> {
+        (0..3).filter(|&i| Some(i) != exclude).find(|&i| std::fs::read_to_string(&logs[i]).unwrap_or_default().contains("leads"))
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(15);
+    let first = loop {
+        if let Some(i) = leader_of(None) {
+            break i;
+        }
+        assert!(std::time::Instant::now() < until, "no replica became the leader");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let compute = |node: &str, ledger: &std::path::Path, err: &std::path::Path, json: Option<&std::path::Path>| {
+        let mut c = tandem();
+        c.args(["compute-server", "--membership", &all, "--node", node, "--coordinators", "8", "--duration", "6"])
+            .args(["--heartbeat-ms", "2", "--ledger", ledger.to_str().unwrap()])
+            .args(common)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(err).unwrap()));
+        if let Some(j) = json {
+            c.args(["--json", j.to_str().unwrap()]);
+        }
+        Proc(c.spawn().unwrap())
+    };
+    let (l1, l2, j1, e1, e2) = (dir.join("c1.ledger"), dir.join("c2.ledger"), dir.join("c1.json"), dir.join("c1.err"), dir.join("c2.err"));
+    let mut survivor = compute("1", &l1, &e1, Some(&j1));
+    let mut victim = compute("2", &l2, &e2, None);
+    let log = wait_for_log(&logs[first], &["compute node 1 joined", "compute node 2 joined"], Duration::from_secs(10));
+    assert!(log.contains("compute node 2 joined"), "{log}");
+    std::thread::sleep(Duration::from_millis(500));
+    // kill -9 the leader; one of the two others must take over.
+    let mut dead = replicas[first].take().unwrap();
+    dead.0.kill().unwrap();
+    let _ = dead.0.wait();
+    let killed_at = t0.elapsed();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        if let Some(i) = leader_of(Some(first)) {
+            break i;
+        }
+        assert!(std::time::Instant::now() < until, "no replica took over from the killed leader");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let log2 = wait_for_log(&logs[second], &["compute node 1 rejoined", "compute node 2 rejoined"], Duration::from_secs(10));
+    assert!(log2.contains("found, resuming") && log2.contains("2 compute nodes alive"), "{log2}");
+    assert!(log2.contains("compute node 1 rejoined") && log2.contains("compute node 2 rejoined"), "{log2}");
+    let took_over_at = t0.elapsed();
+    std::thread::sleep(Duration::from_millis(300));
+    victim.0.kill().unwrap();
+    let _ = victim.0.wait();
+    let status = survivor.0.wait().unwrap();
+    let err1 = std::fs::read_to_string(&e1).unwrap_or_default();
+    assert!(status.success(), "survivor failed:\n{err1}");
+    // Normally the replica that took over does the rest; should it lose
+    // ZooKeeper in turn (a busy machine), the third takes over: read both.
+    let survivors_log = || (0..3).filter(|&i| i != first).map(|i| std::fs::read_to_string(&logs[i]).unwrap_or_default()).collect::<Vec<_>>().join("\n");
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let mut log = survivors_log();
+    while !(log.contains("published") && log.contains("compute node 1 left")) && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+        log = survivors_log();
+    }
+    assert!(log.contains("compute node 2 missed its heartbeats") && log.contains("recovered node 2"), "{log}");
+    assert!(log.contains("failed ids of node 2 published"), "{log}");
+    assert!(!log.contains("compute node 1 missed"), "no false positive on the survivor:\n{log}");
+    let third = (0..3).find(|&i| i != first && i != second).unwrap();
+    let follower_log = std::fs::read_to_string(&logs[third]).unwrap_or_default();
+    assert!(follower_log.contains("following the leader"), "{follower_log}");
+    assert!(log.contains("compute node 2 missed its heartbeats (replica"), "the detector names what each replica heard:\n{log}");
+    let timeline = read_timeline(&j1);
+    assert!(timeline.len() >= 50, "{timeline:?}");
+    assert!(
+        timeline[5..50].iter().all(|&c| c > 0),
+        "the survivor kept committing (leader killed at {killed_at:?}, new leader by {took_over_at:?}): {timeline:?}"
+    );
+    assert_cluster_checks_out(&common, &l1, &l2, &log);
+    eprintln!("leader killed at {killed_at:?}; a replica took over and both compute servers rejoined by {took_over_at:?}; total {:?}", t0.elapsed());
+    drop(replicas);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// DESIGN.md §4.6 on real threads: lose a memory node mid-run, run on the
 /// surviving copies, re-replicate, and the store still checks out.
 #[test]

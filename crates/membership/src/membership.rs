@@ -296,6 +296,19 @@ impl Membership {
         self.nodes.get(&node).map(|n| n.seen_ns[..self.cfg.fd_replicas as usize].iter().copied().max().unwrap_or(0))
     }
 
+    /// For each failure-detector replica: how long before `now_ns` it last
+    /// reported, and how long before that report it had heard `node` (for
+    /// operators: why a node was declared failed).
+    pub fn replica_views(&self, node: NodeId, now_ns: u64) -> Vec<(Option<u64>, Option<u64>)> {
+        (0..self.cfg.fd_replicas as usize)
+            .map(|r| {
+                let at = if r == self.cfg.self_replica as usize { Some(now_ns) } else { self.reported_ns[r] };
+                let heard = self.nodes.get(&node).and_then(|n| at.map(|a| a.saturating_sub(n.seen_ns[r])));
+                (at.map(|a| now_ns.saturating_sub(a)), heard)
+            })
+            .collect()
+    }
+
     fn majority(&self) -> usize {
         self.cfg.fd_replicas as usize / 2 + 1
     }
@@ -462,12 +475,16 @@ impl Membership {
             self.quorum_lost_ticks += 1;
             return;
         }
+        // A replica vouches for a node if, as of its latest report, it had
+        // heard the node within the timeout: a replica that just went quiet
+        // abstains instead of voting against everyone.
+        let as_of: Vec<u64> = (0..replicas).map(|r| if r == self.cfg.self_replica as usize { now_ns } else { self.reported_ns[r].unwrap_or(0) }).collect();
         let majority = self.majority();
         let late: Vec<NodeId> = self
             .nodes
             .iter()
             .filter(|(_, n)| {
-                let heard_by = reporting.iter().filter(|&&r| now_ns.saturating_sub(n.seen_ns[r]) <= timeout).count();
+                let heard_by = reporting.iter().filter(|&&r| as_of[r].saturating_sub(n.seen_ns[r]) <= timeout).count();
                 n.status == NodeStatus::Alive && heard_by < majority
             })
             .map(|(id, _)| *id)
@@ -841,5 +858,31 @@ mod tests {
                 break;
             }
         }
+    }
+
+    #[test]
+    fn a_replica_that_dies_abstains_and_the_others_keep_vouching() {
+        let mut m = Membership::new(three_replicas(0));
+        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        // Every replica hears node 1 until replica 2 dies at 200; then
+        // replicas 0 and 1 (a majority) still do.
+        for t in (20..=2_000).step_by(20) {
+            m.step(t, Event::Heartbeat { node: 1 });
+            m.step(t, Event::Relay { replica: 1, nodes: vec![1] });
+            if t <= 200 {
+                m.step(t, Event::Relay { replica: 2, nodes: vec![1] });
+            }
+            assert!(m.step(t, Event::Tick).is_empty(), "false positive at {t}");
+        }
+        // Node 1 dies: the two live replicas stop hearing it.
+        for t in (2_020..=2_200).step_by(20) {
+            m.step(t, Event::Relay { replica: 1, nodes: vec![] });
+            let cmds = m.step(t, Event::Tick);
+            assert_eq!(cmds.is_empty(), t <= 2_100, "at {t}: {cmds:?}");
+            if !cmds.is_empty() {
+                return;
+            }
+        }
+        panic!("the dead node was never declared failed");
     }
 }
