@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod compare;
 pub mod fabric_bench;
+pub mod plot;
 pub mod procs;
 pub mod runner;
 pub mod sim_bank;

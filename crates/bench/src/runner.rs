@@ -59,6 +59,42 @@ pub struct MemoryFailureTimeline {
     pub tps_degraded: f64,
     pub tps_after: f64,
     pub aborted_by_failure: u64,
+    /// Seconds after the measurement started: the loss, primaries moved,
+    /// re-replication started, f+1 copies again.
+    #[serde(skip)]
+    pub marks: Vec<(f64, String)>,
+}
+
+/// Committed transactions per 10 ms bucket over the measured interval, and
+/// what happened when (`pandora.txt` Figs. 8-12: throughput through a failure).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Timeline {
+    pub bucket_ms: u64,
+    pub committed: Vec<u64>,
+    /// (seconds after the measurement started, what happened)
+    pub events: Vec<(f64, String)>,
+}
+
+impl Timeline {
+    /// Throughput per bucket in transactions per second.
+    pub fn tps(&self) -> Vec<f64> {
+        self.committed.iter().map(|&c| c as f64 * 1000.0 / self.bucket_ms as f64).collect()
+    }
+}
+
+/// Count `committed` every `bucket` while `measuring` holds.
+fn sample_timeline(ctl: Arc<Control>, bucket: Duration) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut last = ctl.committed.load(Ordering::Relaxed);
+    let mut next = Instant::now() + bucket;
+    while ctl.measuring.load(Ordering::Relaxed) {
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        next += bucket;
+        let c = ctl.committed.load(Ordering::Relaxed);
+        out.push(c - last);
+        last = c;
+    }
+    out
 }
 
 /// Crash one compute node during the measured interval.
@@ -217,6 +253,7 @@ pub struct RunResult {
     pub violations: Vec<String>,
     pub recovery: Option<RecoveryTimeline>,
     pub memory_failure: Option<MemoryFailureTimeline>,
+    pub timeline: Timeline,
     /// Compute nodes the failure detector declared failed although they had
     /// not crashed (fenced off and recovered safely; their share of the run is lost).
     pub false_positives: Vec<u16>,
@@ -672,6 +709,12 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     std::thread::sleep(cfg.warmup);
     ctl.measuring.store(true, Ordering::SeqCst);
     let start = Instant::now();
+    let start_ns = ctl.now_ns();
+    const BUCKET: Duration = Duration::from_millis(10);
+    let sampler = {
+        let ctl = ctl.clone();
+        std::thread::Builder::new().name("timeline".into()).spawn(move || sample_timeline(ctl, BUCKET)).map_err(|e| e.to_string())?
+    };
     let mut last = (start, 0u64);
     let mut crash_at: Option<(u64, Vec<u64>, f64)> = None;
     let mut memory_timeline: Option<MemoryFailureTimeline> = None;
@@ -716,6 +759,7 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     }
     ctl.measuring.store(false, Ordering::SeqCst);
     let elapsed = start.elapsed().as_secs_f64();
+    let timeline_counts = sampler.join().map_err(|_| "the timeline sampler panicked".to_string())?;
     ctl.stop.store(true, Ordering::SeqCst);
     let mut memory_failure = memory_timeline;
 
@@ -786,6 +830,26 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         }
         _ => None,
     };
+    let at = |ns: u64| ns.saturating_sub(start_ns) as f64 / 1e9;
+    let mut events = Vec::new();
+    if let (Some(c), Some((_, _, crash_s))) = (&cfg.crash, &crash_at) {
+        events.push((*crash_s, format!("compute node {} crashes", c.node + 1)));
+        if fl.detected_ns > 0 {
+            events.push((at(fl.detected_ns), "failure detected".to_string()));
+        }
+        if fl.notified_ns > 0 {
+            events.push((at(fl.notified_ns), "recovered".to_string()));
+        }
+    }
+    for n in &false_positives {
+        if let Some(l) = logs.get(n) {
+            events.push((at(l.detected_ns), format!("node {n} suspected (false positive)")));
+        }
+    }
+    if let Some(m) = &memory_failure {
+        events.extend(m.marks.iter().cloned());
+    }
+    let timeline = Timeline { bucket_ms: BUCKET.as_millis() as u64, committed: timeline_counts, events };
     let (check_passed, violations) = if cfg.check {
         let v = check(backend, &layout, &cfg.workload, &outcome)?;
         (Some(v.is_empty()), v)
@@ -816,6 +880,7 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         violations,
         recovery,
         memory_failure,
+        timeline,
         false_positives,
     })
 }
@@ -845,6 +910,7 @@ fn fail_memory_node(
     };
     let committed = || ctl.committed.load(Ordering::SeqCst);
     let tps_before = committed() as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    let mut marks = vec![(start.elapsed().as_secs_f64(), format!("memory node {} lost", f.node))];
     cluster.nodes()[f.node as usize].fail();
     let t = Instant::now();
     pause_and_drain(ctl);
@@ -853,11 +919,13 @@ fn fail_memory_node(
     }
     ctl.paused.fetch_sub(1, Ordering::SeqCst);
     let reconfigure_pause_us = t.elapsed().as_secs_f64() * 1e6;
+    marks.push((start.elapsed().as_secs_f64(), "primaries moved".into()));
     let c0 = committed();
     let t_degraded = Instant::now();
     std::thread::sleep(f.degraded_for);
     let tps_degraded = (committed() - c0) as f64 / t_degraded.elapsed().as_secs_f64();
     let t = Instant::now();
+    marks.push((start.elapsed().as_secs_f64(), "re-replication".into()));
     pause_and_drain(ctl);
     cluster.nodes()[f.node as usize].replace_with_empty();
     let view = ctl.views[0].clone();
@@ -871,6 +939,7 @@ fn fail_memory_node(
     }
     ctl.paused.fetch_sub(1, Ordering::SeqCst);
     let rereplicate_pause_us = t.elapsed().as_secs_f64() * 1e6;
+    marks.push((start.elapsed().as_secs_f64(), "f+1 copies again".into()));
     let c1 = committed();
     let t_after = Instant::now();
     std::thread::sleep(cfg.duration.saturating_sub(start.elapsed()).min(Duration::from_millis(300)));
@@ -884,5 +953,6 @@ fn fail_memory_node(
         tps_degraded,
         tps_after,
         aborted_by_failure: 0,
+        marks,
     })
 }

@@ -492,6 +492,10 @@ pub struct RecoveryArgs {
     degraded_for: f64,
     #[arg(long)]
     json: Option<String>,
+    /// Write the throughput timeline (10 ms buckets, failure, detection and
+    /// recovery marked) as FIGURE.svg and FIGURE.png.
+    #[arg(long)]
+    figure: Option<std::path::PathBuf>,
 }
 
 pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
@@ -555,6 +559,11 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
     );
     let r = run(&cfg, &backend)?;
     print_run(&r);
+    if let Some(stem) = &a.figure {
+        let title = format!("{} on {} ({}): {} x {} coordinators", a.store, a.workload, a.fabric.fabric, a.compute_nodes, a.coordinators);
+        let (svg, png) = write_timeline_figure(stem, &title, &r)?;
+        eprintln!("figure: {} and {}", svg.display(), png.display());
+    }
     if let Some(m) = &r.memory_failure {
         eprintln!("memory node {} lost:", m.failed_node);
         eprintln!("  reconfigure_pause_us   {:>10.0}   (in-flight transactions decided, primaries moved; {} aborted by the loss)", m.reconfigure_pause_us, m.aborted_by_failure);
@@ -578,6 +587,14 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
         return Err("the run failed its post-run check or hit errors (see above)".into());
     }
     Ok(())
+}
+
+/// The run's throughput timeline with its events, as SVG and PNG.
+pub fn write_timeline_figure(stem: &std::path::Path, title: &str, r: &tandem_bench::runner::RunResult) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
+    use tandem_bench::plot::{timeline_svg, write_figure, Series};
+    let tps = r.timeline.tps();
+    let svg = timeline_svg(title, r.timeline.bucket_ms, &[Series { label: "committed (all compute nodes)", tps: &tps }], &r.timeline.events);
+    write_figure(stem, &svg)
 }
 
 pub fn print_recovery(t: &tandem_bench::runner::RecoveryTimeline) {

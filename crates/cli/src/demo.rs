@@ -27,6 +27,9 @@ pub struct DemoArgs {
     /// Do not crash a compute node mid-run.
     #[arg(long)]
     no_crash: bool,
+    /// Where to write the throughput-timeline figure (FIGURE.svg, FIGURE.png).
+    #[arg(long, default_value = "target/demo/timeline")]
+    figure: std::path::PathBuf,
 }
 
 pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
@@ -113,6 +116,11 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
         eprintln!(
             "  note           compute node {n} was declared failed without crashing (a failure-detector false positive: this machine held its heartbeat thread off); it was fenced off and recovered like a crash"
         );
+    }
+    let title = format!("tandem demo: {} store, compute node 2 {}", a.store, if crash { "crashed mid-run" } else { "no crash" });
+    match crate::bench_cmd::write_timeline_figure(&a.figure, &title, &r) {
+        Ok((svg, png)) => eprintln!("  figure         throughput timeline: {} (and {})", png.display(), svg.display()),
+        Err(e) => eprintln!("  figure         not written: {e}"),
     }
     let ok = r.check_passed == Some(true) && r.errors.is_empty() && (!crash || r.recovery.is_some());
     eprintln!(

@@ -1,0 +1,250 @@
+//! Figures for results: throughput over time with failure, detection and
+//! recovery marked (the shape of `pandora.txt` Figs. 8-14), and bar charts
+//! for comparisons. Each figure is written as SVG (hand-built, readable in any
+//! browser) and as PNG (the same SVG rasterised by `resvg`, with an embedded
+//! DejaVu Sans so text renders on machines without fonts).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// One line of a timeline figure: throughput per bucket.
+pub struct Series<'a> {
+    pub label: &'a str,
+    /// Transactions per second, one value per bucket.
+    pub tps: &'a [f64],
+}
+
+const W: f64 = 900.0;
+const H: f64 = 420.0;
+const LEFT: f64 = 80.0;
+const RIGHT: f64 = 20.0;
+const TOP: f64 = 50.0;
+const BOTTOM: f64 = 60.0;
+const COLORS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"];
+const MARK_COLORS: [&str; 4] = ["#d62728", "#ff7f0e", "#2ca02c", "#7f7f7f"];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// A round axis maximum and its tick step.
+fn nice_max(v: f64) -> (f64, f64) {
+    if v <= 0.0 || !v.is_finite() {
+        return (1.0, 0.25);
+    }
+    let mag = 10f64.powf(v.log10().floor());
+    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+        if v <= m * mag {
+            let top = m * mag;
+            return (top, top / 5.0);
+        }
+    }
+    (10.0 * mag, 2.0 * mag)
+}
+
+fn fmt_si(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0}k", v / 1e3)
+    } else if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn header(title: &str) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="DejaVu Sans, sans-serif"><rect width="100%" height="100%" fill="white"/><text x="{}" y="28" font-size="17" text-anchor="middle" font-weight="bold">{}</text>"#,
+        W / 2.0,
+        esc(title)
+    );
+    s
+}
+
+/// Throughput over time: one polyline per series (bucket `bucket_ms` wide),
+/// vertical markers for events at `(seconds, label)`.
+pub fn timeline_svg(title: &str, bucket_ms: u64, series: &[Series], events: &[(f64, String)]) -> String {
+    let buckets = series.iter().map(|s| s.tps.len()).max().unwrap_or(0).max(1);
+    let t_max = buckets as f64 * bucket_ms as f64 / 1000.0;
+    let peak = series.iter().flat_map(|s| s.tps.iter().copied()).fold(0.0, f64::max);
+    let (y_max, y_step) = nice_max(peak * 1.1);
+    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
+    let x = |t: f64| LEFT + pw * t / t_max;
+    let y = |v: f64| TOP + ph * (1.0 - v / y_max);
+    let mut s = header(title);
+    // Axes and grid.
+    let mut v = 0.0;
+    while v <= y_max + 1e-9 {
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#e0e0e0"/><text x="{2}" y="{3:.1}" font-size="12" text-anchor="end">{4}</text>"##,
+            y(v),
+            W - RIGHT,
+            LEFT - 6.0,
+            y(v) + 4.0,
+            fmt_si(v)
+        );
+        v += y_step;
+    }
+    let (_, t_step) = nice_max(t_max);
+    let t_step = t_step.max(0.01);
+    let mut t = 0.0;
+    while t <= t_max + 1e-9 {
+        let _ = write!(s, r#"<text x="{:.1}" y="{}" font-size="12" text-anchor="middle">{}</text>"#, x(t), H - BOTTOM + 18.0, fmt_si(t));
+        t += t_step;
+    }
+    let _ = write!(
+        s,
+        r##"<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{0}" stroke="black"/><line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><text x="{2}" y="{3}" font-size="13" text-anchor="middle">time since measurement start (s)</text><text x="18" y="{4}" font-size="13" text-anchor="middle" transform="rotate(-90 18 {4})">committed tx/s ({5} ms buckets)</text>"##,
+        H - BOTTOM,
+        W - RIGHT,
+        LEFT + pw / 2.0,
+        H - 14.0,
+        TOP + ph / 2.0,
+        bucket_ms
+    );
+    // Events: vertical dashed lines, labels staggered so they do not overlap.
+    for (k, (at, label)) in events.iter().enumerate() {
+        let c = MARK_COLORS[k % MARK_COLORS.len()];
+        let ex = x(at.clamp(0.0, t_max));
+        let _ = write!(
+            s,
+            r#"<line x1="{ex:.1}" y1="{TOP}" x2="{ex:.1}" y2="{0}" stroke="{c}" stroke-dasharray="5,4" stroke-width="1.5"/><text x="{1:.1}" y="{2:.1}" font-size="12" fill="{c}">{3}</text>"#,
+            H - BOTTOM,
+            ex + 4.0,
+            TOP + 14.0 + 15.0 * k as f64,
+            esc(label)
+        );
+    }
+    for (k, se) in series.iter().enumerate() {
+        let c = COLORS[k % COLORS.len()];
+        let mut pts = String::new();
+        for (i, &v) in se.tps.iter().enumerate() {
+            let t = (i as f64 + 0.5) * bucket_ms as f64 / 1000.0;
+            let _ = write!(pts, "{:.1},{:.1} ", x(t), y(v));
+        }
+        let _ = write!(s, r#"<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="1.5"/>"#);
+        let ly = TOP + 14.0 + 16.0 * k as f64;
+        let _ = write!(
+            s,
+            r#"<line x1="{0}" y1="{1:.1}" x2="{2}" y2="{1:.1}" stroke="{c}" stroke-width="3"/><text x="{3}" y="{4:.1}" font-size="12" text-anchor="end">{5}</text>"#,
+            W - RIGHT - 30.0,
+            ly - 4.0,
+            W - RIGHT - 8.0,
+            W - RIGHT - 36.0,
+            ly,
+            esc(se.label)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// A bar chart: one bar per `(label, value)`, annotated with the value.
+pub fn bars_svg(title: &str, unit: &str, bars: &[(String, f64)]) -> String {
+    let n = bars.len().max(1) as f64;
+    let peak = bars.iter().map(|b| b.1).fold(0.0, f64::max);
+    let (y_max, y_step) = nice_max(peak * 1.1);
+    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
+    let y = |v: f64| TOP + ph * (1.0 - v / y_max);
+    let mut s = header(title);
+    let mut v = 0.0;
+    while v <= y_max + 1e-9 {
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#e0e0e0"/><text x="{2}" y="{3:.1}" font-size="12" text-anchor="end">{4}</text>"##,
+            y(v),
+            W - RIGHT,
+            LEFT - 6.0,
+            y(v) + 4.0,
+            fmt_si(v)
+        );
+        v += y_step;
+    }
+    let slot = pw / n;
+    for (k, (label, value)) in bars.iter().enumerate() {
+        let bx = LEFT + slot * k as f64 + slot * 0.15;
+        let bw = slot * 0.7;
+        let _ = write!(
+            s,
+            r#"<rect x="{bx:.1}" y="{0:.1}" width="{bw:.1}" height="{1:.1}" fill="{2}"/><text x="{3:.1}" y="{4:.1}" font-size="12" text-anchor="middle">{5}</text><text x="{3:.1}" y="{6}" font-size="12" text-anchor="middle">{7}</text>"#,
+            y(*value),
+            (H - BOTTOM) - y(*value),
+            COLORS[k % COLORS.len()],
+            bx + bw / 2.0,
+            y(*value) - 5.0,
+            fmt_si(*value),
+            H - BOTTOM + 18.0,
+            esc(label)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{0}" stroke="black"/><line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><text x="18" y="{2}" font-size="13" text-anchor="middle" transform="rotate(-90 18 {2})">{3}</text>"##,
+        H - BOTTOM,
+        W - RIGHT,
+        TOP + ph / 2.0,
+        esc(unit)
+    );
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Rasterise an SVG built here into PNG bytes.
+pub fn svg_to_png(svg: &str) -> Result<Vec<u8>, String> {
+    let mut opt = resvg::usvg::Options::default();
+    let db = opt.fontdb_mut();
+    db.load_font_data(dejavu::sans::regular().to_vec());
+    db.load_font_data(dejavu::sans::bold().to_vec());
+    db.set_sans_serif_family("DejaVu Sans");
+    let tree = resvg::usvg::Tree::from_str(svg, &opt).map_err(|e| format!("bad SVG: {e}"))?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).ok_or("empty figure")?;
+    resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    pixmap.encode_png().map_err(|e| e.to_string())
+}
+
+/// Write `<stem>.svg` and `<stem>.png`; returns both paths.
+pub fn write_figure(stem: &Path, svg: &str) -> Result<(PathBuf, PathBuf), String> {
+    if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let (svg_path, png_path) = (stem.with_extension("svg"), stem.with_extension("png"));
+    std::fs::write(&svg_path, svg).map_err(|e| format!("cannot write {}: {e}", svg_path.display()))?;
+    let png = svg_to_png(svg)?;
+    std::fs::write(&png_path, png).map_err(|e| format!("cannot write {}: {e}", png_path.display()))?;
+    Ok((svg_path, png_path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeline_renders_to_svg_and_png_with_its_events() {
+        let tps: Vec<f64> = (0..100).map(|i| if (40..45).contains(&i) { 500.0 } else { 1000.0 }).collect();
+        let svg = timeline_svg("recovery", 10, &[Series { label: "pandora", tps: &tps }], &[(0.4, "crash".into()), (0.45, "recovered".into())]);
+        assert!(svg.contains("crash") && svg.contains("recovered") && svg.contains("polyline"));
+        let png = svg_to_png(&svg).unwrap();
+        assert_eq!(&png[1..4], b"PNG");
+        // Text is drawn (the embedded font is found): a figure with a long
+        // title has more dark pixels than the same without.
+        let dark = |svg: &str| {
+            let p = resvg::tiny_skia::Pixmap::decode_png(&svg_to_png(svg).unwrap()).unwrap();
+            p.pixels().iter().filter(|c| c.red() < 100 && c.green() < 100 && c.blue() < 100).count()
+        };
+        assert!(dark(&bars_svg("A long title that must be drawn", "tx/s", &[])) > dark(&bars_svg("", "tx/s", &[])) + 100);
+    }
+
+    #[test]
+    fn bars_carry_their_labels_and_values() {
+        let svg = bars_svg("compare", "tx/s", &[("tandem".into(), 120_000.0), ("postgres".into(), 9_000.0)]);
+        assert!(svg.contains("tandem") && svg.contains("120k") && svg.contains("9k"));
+    }
+}
