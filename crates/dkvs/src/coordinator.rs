@@ -242,8 +242,14 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         self.seq
     }
 
-    /// Under `OnStray::Stall`, whether to wait one more round trip.
+    /// Under `OnStray::Stall`, whether to wait one more round trip. Only a
+    /// transaction that holds no lock (and has no lock CAS in flight) waits:
+    /// a waiter then never blocks another waiter, so stalling cannot deadlock
+    /// live transactions (two writers each waiting for the other's lock).
     fn may_stall(&mut self, retries: &mut u32) -> bool {
+        if self.writes.iter().any(|w| matches!(w.lock, LockState::Acquired | LockState::Pending(_))) {
+            return false;
+        }
         match self.c.node.on_stray {
             OnStray::Stall { max_retries } if *retries < max_retries => {
                 *retries += 1;
