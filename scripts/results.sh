@@ -2,7 +2,7 @@
 # Regenerates docs/RESULTS.md from fresh measurements on this machine.
 # Every figure in that file comes from one of the commands below, run here in
 # one go; comparisons are ratios measured within one alternating run.
-#   usage: scripts/results.sh            (about 5 minutes on 2 cores)
+#   usage: scripts/results.sh            (about 20 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q
@@ -57,4 +57,12 @@ retry $T recovery --store pandora --fabric sim --coordinators 64 --keys 1000000 
 retry $T recovery --fail-memory-node 1 --coordinators 16 --keys 100000 --duration 2.5 --json $OUT/memfail.json
 
 python3 scripts/render_results.py "$OUT" > docs/RESULTS.md
+
+# Issue 5: the paper's experiments, one command each; each writes
+# docs/results/NAME.json, docs/figures/NAME.{svg,png} and its section of docs/RESULTS.md.
+run $T experiment all
+# Side by side with the stores users would pick instead (real servers from Debian).
+run bash scripts/peers.sh start all
+run $T compare --workload smallbank --duration 5 --json docs/results/compare-smallbank.json --markdown docs/RESULTS.md
+run $T compare --workload micro --duration 5 --json docs/results/compare-micro.json --markdown docs/RESULTS.md
 echo "wrote docs/RESULTS.md" >&2

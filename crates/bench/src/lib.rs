@@ -4,10 +4,12 @@
 
 pub mod cluster;
 pub mod compare;
+pub mod experiment;
 pub mod fabric_bench;
 pub mod plot;
 pub mod procs;
 pub mod runner;
 pub mod sim_bank;
+pub mod sim_workload;
 pub mod workload;
 pub mod zk;

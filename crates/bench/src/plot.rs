@@ -146,6 +146,80 @@ pub fn timeline_svg(title: &str, bucket_ms: u64, series: &[Series], events: &[(f
     s
 }
 
+/// Lines over a categorical x axis (`xs` labels, evenly spaced), one per
+/// `(label, values)` series; `None` leaves a gap.
+pub fn lines_svg(title: &str, x_label: &str, y_label: &str, xs: &[String], series: &[(String, Vec<Option<f64>>)]) -> String {
+    let peak = series.iter().flat_map(|s| s.1.iter().flatten().copied()).fold(0.0, f64::max);
+    let (y_max, y_step) = nice_max(peak * 1.1);
+    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
+    let n = xs.len().max(1) as f64;
+    let x = |i: usize| LEFT + pw * (i as f64 + 0.5) / n;
+    let y = |v: f64| TOP + ph * (1.0 - v / y_max);
+    let mut s = header(title);
+    let mut v = 0.0;
+    while v <= y_max + 1e-9 {
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#e0e0e0"/><text x="{2}" y="{3:.1}" font-size="12" text-anchor="end">{4}</text>"##,
+            y(v),
+            W - RIGHT,
+            LEFT - 6.0,
+            y(v) + 4.0,
+            fmt_si(v)
+        );
+        v += y_step;
+    }
+    for (i, l) in xs.iter().enumerate() {
+        let _ = write!(s, r#"<text x="{:.1}" y="{}" font-size="12" text-anchor="middle">{}</text>"#, x(i), H - BOTTOM + 18.0, esc(l));
+    }
+    let _ = write!(
+        s,
+        r##"<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{0}" stroke="black"/><line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><text x="{2}" y="{3}" font-size="13" text-anchor="middle">{4}</text><text x="18" y="{5}" font-size="13" text-anchor="middle" transform="rotate(-90 18 {5})">{6}</text>"##,
+        H - BOTTOM,
+        W - RIGHT,
+        LEFT + pw / 2.0,
+        H - 14.0,
+        esc(x_label),
+        TOP + ph / 2.0,
+        esc(y_label)
+    );
+    for (k, (label, vals)) in series.iter().enumerate() {
+        let c = COLORS[k % COLORS.len()];
+        let mut pts = String::new();
+        for (i, v) in vals.iter().enumerate() {
+            if let Some(v) = v {
+                let _ = write!(pts, "{:.1},{:.1} ", x(i), y(*v));
+                let _ = write!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"/>"#, x(i), y(*v));
+            }
+        }
+        let _ = write!(s, r#"<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="1.5"/>"#);
+        let ly = TOP + 14.0 + 16.0 * k as f64;
+        let _ = write!(
+            s,
+            r#"<line x1="{0}" y1="{1:.1}" x2="{2}" y2="{1:.1}" stroke="{c}" stroke-width="3"/><text x="{3}" y="{4:.1}" font-size="12" text-anchor="end">{5}</text>"#,
+            LEFT + 40.0,
+            ly - 4.0,
+            LEFT + 62.0,
+            LEFT + 120.0,
+            ly,
+            esc(label)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Several panels stacked vertically into one SVG.
+pub fn stack_svg(panels: &[String]) -> String {
+    let mut s = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{}" viewBox="0 0 {W} {}">"#, H * panels.len() as f64, H * panels.len() as f64);
+    for (k, p) in panels.iter().enumerate() {
+        let inner = p.trim().trim_end_matches("</svg>");
+        let _ = write!(s, r#"<g transform="translate(0 {})">{}</svg></g>"#, H * k as f64, inner);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
 /// A bar chart: one bar per `(label, value)`, annotated with the value.
 pub fn bars_svg(title: &str, unit: &str, bars: &[(String, f64)]) -> String {
     let n = bars.len().max(1) as f64;

@@ -125,6 +125,9 @@ pub struct RunConfig {
     /// Inspect the whole store afterwards (replicas, locks, workload check).
     pub check: bool,
     pub crash: Option<CrashPlan>,
+    /// Further compute crashes after `crash` (the MTTF experiment); the
+    /// recovery timeline is reported for `crash` only.
+    pub more_crashes: Vec<CrashPlan>,
     pub fail_memory: Option<MemoryFailurePlan>,
     /// Heartbeat timeout of the failure detector (DESIGN.md §4.5: 5 ms).
     pub heartbeat_timeout: Duration,
@@ -149,6 +152,7 @@ impl RunConfig {
             progress_every: Duration::from_secs(1),
             check: true,
             crash: None,
+            more_crashes: Vec::new(),
             fail_memory: None,
             heartbeat_timeout: Duration::from_millis(5),
             on_stray: OnStray::Abort,
@@ -190,6 +194,17 @@ impl RunConfig {
             }
             if c.after >= self.duration {
                 return Err("the crash must happen within the measured duration".into());
+            }
+        }
+        if !self.more_crashes.is_empty() {
+            let mut nodes: Vec<u16> = self.crash.iter().chain(&self.more_crashes).map(|c| c.node).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            if self.crash.is_none() || nodes.len() != 1 + self.more_crashes.len() || nodes.len() >= self.compute_nodes as usize {
+                return Err("more crashes need a first crash, distinct nodes and at least one survivor".into());
+            }
+            if self.more_crashes.iter().any(|c| c.node >= self.compute_nodes || c.after >= self.duration) {
+                return Err("every crash must name a compute node and happen within the measured duration".into());
             }
         }
         Ok(())
@@ -254,6 +269,8 @@ pub struct RunResult {
     pub recovery: Option<RecoveryTimeline>,
     pub memory_failure: Option<MemoryFailureTimeline>,
     pub timeline: Timeline,
+    /// Crashed compute nodes whose recovery finished (1-based).
+    pub recovered_nodes: Vec<u16>,
     /// Compute nodes the failure detector declared failed although they had
     /// not crashed (fenced off and recovered safely; their share of the run is lost).
     pub false_positives: Vec<u16>,
@@ -717,6 +734,9 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     };
     let mut last = (start, 0u64);
     let mut crash_at: Option<(u64, Vec<u64>, f64)> = None;
+    let mut pending_crashes: Vec<CrashPlan> = cfg.more_crashes.clone();
+    pending_crashes.sort_by_key(|c| c.after);
+    let mut more_crash_events: Vec<(f64, String)> = Vec::new();
     let mut memory_timeline: Option<MemoryFailureTimeline> = None;
     if let Some(f) = &cfg.fail_memory {
         // Runs the whole reconfiguration from this thread, as the membership
@@ -730,6 +750,9 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         if let (Some(c), None) = (&cfg.crash, &crash_at) {
             nap = nap.min(c.after.saturating_sub(start.elapsed()));
         }
+        if let Some(c) = pending_crashes.first() {
+            nap = nap.min(c.after.saturating_sub(start.elapsed()));
+        }
         std::thread::sleep(nap);
         if let (Some(c), None) = (&cfg.crash, &crash_at) {
             if start.elapsed() >= c.after {
@@ -739,6 +762,14 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
                 if cfg.progress {
                     eprintln!("  [{:>5.1}s] CRASH compute node {} (its coordinators stop mid-transaction)", start.elapsed().as_secs_f64(), c.node + 1);
                 }
+            }
+        }
+        while pending_crashes.first().is_some_and(|c| start.elapsed() >= c.after) {
+            let c = pending_crashes.remove(0);
+            ctl.crash[c.node as usize].store(true, Ordering::SeqCst);
+            more_crash_events.push((start.elapsed().as_secs_f64(), format!("compute node {} crashes", c.node + 1)));
+            if cfg.progress {
+                eprintln!("  [{:>5.1}s] CRASH compute node {}", start.elapsed().as_secs_f64(), c.node + 1);
             }
         }
         if cfg.progress && last.0.elapsed() >= cfg.progress_every.mul_f64(0.99) {
@@ -792,7 +823,9 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     let aborted = ctl.aborted.load(Ordering::SeqCst);
     let logs = failure_logs.lock().unwrap().clone();
     let crashed_node = cfg.crash.as_ref().map(|c| c.node + 1);
-    let false_positives: Vec<u16> = logs.keys().copied().filter(|n| Some(*n) != crashed_node).collect();
+    let crashed: Vec<u16> = cfg.crash.iter().chain(&cfg.more_crashes).map(|c| c.node + 1).collect();
+    let false_positives: Vec<u16> = logs.keys().copied().filter(|n| !crashed.contains(n)).collect();
+    let recovered_nodes: Vec<u16> = crashed.iter().copied().filter(|n| logs.get(n).is_some_and(|l| l.notified_ns > 0)).collect();
     let fl = crashed_node.and_then(|n| logs.get(&n).cloned()).unwrap_or_default();
     let recovery = match (&cfg.crash, &crash_at) {
         (Some(c), Some((crash_ns, before, crash_s))) => {
@@ -849,6 +882,7 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     if let Some(m) = &memory_failure {
         events.extend(m.marks.iter().cloned());
     }
+    events.extend(more_crash_events);
     let timeline = Timeline { bucket_ms: BUCKET.as_millis() as u64, committed: timeline_counts, events };
     let (check_passed, violations) = if cfg.check {
         let v = check(backend, &layout, &cfg.workload, &outcome)?;
@@ -881,6 +915,7 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         recovery,
         memory_failure,
         timeline,
+        recovered_nodes,
         false_positives,
     })
 }

@@ -129,18 +129,24 @@ async fn zk_writer(
     mut rx: mpsc::UnboundedReceiver<ZkWrite>,
     fatal: Arc<Mutex<Option<String>>>,
 ) {
-    let connect = zk::Client::connector().with_session_timeout(session).connect(&hosts);
-    let client = match tokio::time::timeout(Duration::from_secs(10), connect).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => return drop(init.send(Err(format!("cannot connect to ZooKeeper at {hosts}: {e}")))),
-        Err(_) => return drop(init.send(Err(format!("cannot connect to ZooKeeper at {hosts}: timed out")))),
-    };
     let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    if let Some(c) = campaign {
-        if let Err(e) = campaign_for_leader(&client, &path, &options, &c).await {
-            return drop(init.send(Err(format!("leader election in ZooKeeper at {hosts}: {e}"))));
+    // A follower whose session expires (it was paused longer than the
+    // session timeout) is no worse off than a fresh one: connect again and
+    // keep campaigning. A leader never gets here (its expiry is fatal below).
+    let client = loop {
+        let connect = zk::Client::connector().with_session_timeout(session).connect(&hosts);
+        let client = match tokio::time::timeout(Duration::from_secs(10), connect).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return drop(init.send(Err(format!("cannot connect to ZooKeeper at {hosts}: {e}")))),
+            Err(_) => return drop(init.send(Err(format!("cannot connect to ZooKeeper at {hosts}: timed out")))),
+        };
+        let Some(c) = &campaign else { break client };
+        match campaign_for_leader(&client, &path, &options, c).await {
+            Ok(()) => break client,
+            Err(e) if client.state().is_terminated() => eprintln!("membership: {e} while following; reconnecting to ZooKeeper"),
+            Err(e) => return drop(init.send(Err(format!("leader election in ZooKeeper at {hosts}: {e}")))),
         }
-    }
+    };
     let mut session_state = client.state_watcher();
     let mut version = match client.get_data(&path).await {
         Ok((data, stat)) => match serde_json::from_slice::<ZkRecord>(&data) {

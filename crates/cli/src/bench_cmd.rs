@@ -35,7 +35,7 @@ pub struct BenchArgs {
     /// Store(s) to run, comma-separated: pandora, ford, traditional.
     #[arg(long, default_value = "pandora")]
     store: String,
-    /// micro or bank.
+    /// micro, smallbank, tatp, tpcc, or bank (the bug-hunting bank).
     #[arg(long, default_value = "micro")]
     workload: String,
     #[command(flatten)]
@@ -49,9 +49,12 @@ pub struct BenchArgs {
     /// Coordinators per compute node.
     #[arg(long, default_value_t = 16)]
     coordinators: u16,
-    /// micro: number of keys.
+    /// micro: number of keys; smallbank: accounts; tatp: subscribers.
     #[arg(long, default_value_t = 100_000)]
     keys: u64,
+    /// tpcc: warehouses (1-4 fit this machine).
+    #[arg(long, default_value_t = 1)]
+    warehouses: u64,
     /// micro: fraction of accessed objects written.
     #[arg(long, default_value_t = 0.5)]
     write_ratio: f64,
@@ -120,7 +123,9 @@ pub fn workload_from(name: &str, a: &BenchArgs) -> Result<WorkloadSpec, String> 
             }
             Ok(WorkloadSpec::Bank(BankSpec { customers: a.customers, initial_balance: 1_000, receipt_capacity: 1_000_000, drain_chance: 0.01, receipt_chance: 0.02, retries: 0 }))
         }
-        other => Err(format!("unknown workload '{other}' (expected micro or bank)")),
+        "smallbank" | "tatp" => WorkloadSpec::from_name(name, Some(a.keys)),
+        "tpcc" => WorkloadSpec::from_name(name, Some(a.warehouses)),
+        other => Err(format!("unknown workload '{other}' (expected micro, smallbank, tatp, tpcc or bank)")),
     }
 }
 
@@ -452,7 +457,7 @@ pub struct RecoveryArgs {
     /// Store whose recovery to measure: pandora (non-blocking), ford (stop the world, scan), traditional (stop the world, lock logs).
     #[arg(long, default_value = "pandora")]
     store: Mode,
-    /// micro or bank.
+    /// micro, smallbank, tatp, tpcc, or bank.
     #[arg(long, default_value = "micro")]
     workload: String,
     #[command(flatten)]
@@ -460,8 +465,12 @@ pub struct RecoveryArgs {
     /// Coordinators per compute node.
     #[arg(long, default_value_t = 64)]
     coordinators: u16,
+    /// micro: keys; smallbank: accounts; tatp: subscribers.
     #[arg(long, default_value_t = 100_000)]
     keys: u64,
+    /// tpcc: warehouses.
+    #[arg(long, default_value_t = 1)]
+    warehouses: u64,
     #[arg(long, default_value_t = 2)]
     compute_nodes: u16,
     /// Compute node to crash (1-based).
@@ -508,6 +517,7 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
         compute_nodes: a.compute_nodes,
         coordinators: a.coordinators,
         keys: a.keys,
+        warehouses: a.warehouses,
         write_ratio: a.write_ratio,
         ops_per_tx: 2,
         zipf: None,

@@ -3,7 +3,10 @@
 
 mod args;
 mod bench_cmd;
+mod compare_cmd;
 mod demo;
+mod litmus_cmd;
+mod experiment_cmd;
 mod memory_server;
 mod procs_cmd;
 
@@ -27,8 +30,12 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Benchmark one or more stores on a workload, alternating them in rounds.
     Bench(bench_cmd::BenchArgs),
+    /// Run one workload against Tandem, PostgreSQL, Redis and etcd (start them with scripts/peers.sh).
+    Compare(compare_cmd::CompareArgs),
     /// Measure the raw verbs/s ceiling of a fabric.
     FabricBench(bench_cmd::FabricBenchArgs),
+    /// Run one of the paper's experiments (or all): JSON, figure, and its section of docs/RESULTS.md.
+    Experiment(experiment_cmd::ExperimentArgs),
     /// Run a memory server: a passive region served over TCP.
     MemoryServer(memory_server::MemoryServerArgs),
     /// Replay one seeded simulation of the bank workload and check every invariant.
@@ -41,6 +48,8 @@ enum Command {
     ComputeServer(procs_cmd::ComputeServerArgs),
     /// After a multi-process run: release the crashed servers' stray locks and check the store.
     CheckCluster(procs_cmd::CheckClusterArgs),
+    /// DART: litmus tests, assertions and a strict-serializability history check against a store.
+    Litmus(litmus_cmd::LitmusArgs),
 }
 
 fn main() {
@@ -49,13 +58,16 @@ fn main() {
     let result = match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench_cmd::bench(a),
+        Command::Compare(a) => compare_cmd::run(a),
         Command::FabricBench(a) => bench_cmd::fabric_bench(a),
+        Command::Experiment(a) => experiment_cmd::run(a),
         Command::MemoryServer(a) => memory_server::run(a),
         Command::SimBank(a) => bench_cmd::sim_bank(a),
         Command::Recovery(a) => bench_cmd::recovery(a),
         Command::Membership(a) => procs_cmd::membership(a),
         Command::ComputeServer(a) => procs_cmd::compute_server(a),
         Command::CheckCluster(a) => procs_cmd::check_cluster(a),
+        Command::Litmus(a) => litmus_cmd::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -21,9 +21,15 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 #[test]
 fn demo_runs_and_passes_its_consistency_check() {
     let _serial = serial();
-    let out = tandem().args(["demo", "--duration", "1", "--coordinators", "8", "--customers", "2000"]).output().unwrap();
+    let fig = std::env::temp_dir().join(format!("tandem-demo-fig-{}", std::process::id()));
+    let out = tandem().args(["demo", "--duration", "1", "--coordinators", "8", "--accounts", "20000", "--figure", fig.to_str().unwrap()]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "demo failed:\n{err}");
+    // The throughput-timeline figure, as SVG and PNG, with the crash marked.
+    let svg = std::fs::read_to_string(fig.with_extension("svg")).unwrap();
+    assert!(svg.contains("compute node 2 crashes") && svg.contains("recovered"), "{svg}");
+    assert_eq!(&std::fs::read(fig.with_extension("png")).unwrap()[1..4], b"PNG");
+    assert!(err.contains(&format!("{}", fig.with_extension("png").display())), "the figure's path is printed:\n{err}");
     assert!(err.contains("consistency    passed"), "{err}");
     assert!(err.contains("tx/s"), "progress and summary are printed:\n{err}");
     assert!(err.contains("CRASH compute node 2"), "the demo crashes a compute node mid-run:\n{err}");

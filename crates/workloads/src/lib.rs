@@ -2,7 +2,13 @@
 //! computed from application state (DESIGN.md §6).
 
 pub mod bank;
+pub mod ledger;
 pub mod micro;
+pub mod smallbank;
+pub mod tatp;
+pub mod tpcc;
+#[cfg(test)]
+mod testkit;
 mod zipf;
 
 pub use zipf::Zipf;

@@ -1,0 +1,72 @@
+//! `tandem experiment NAME [--quick]`: one of the paper's experiments
+//! (`pandora.txt` §6). Writes its JSON, its figure (SVG and PNG) and its
+//! section of `RESULTS.md` (between `<!-- experiment NAME -->` markers, so
+//! each experiment can be re-run alone).
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use tandem_bench::experiment::{self, NAMES};
+use tandem_bench::plot::write_figure;
+
+#[derive(Args)]
+pub struct ExperimentArgs {
+    /// table2, pill-overhead, mttf, failover-compute, failover-memory, stalls,
+    /// traditional-overhead, ford-scan, or all.
+    name: String,
+    /// A scaled-down run that takes seconds (smoke test; not for RESULTS).
+    #[arg(long)]
+    quick: bool,
+    /// Directory holding RESULTS.md, results/ (JSON) and figures/
+    /// (default: docs, or target/experiments-quick with --quick).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub fn run(a: ExperimentArgs) -> Result<(), String> {
+    let names: Vec<&str> = if a.name == "all" { NAMES.to_vec() } else { vec![a.name.as_str()] };
+    if let Some(bad) = names.iter().find(|n| !NAMES.contains(n)) {
+        return Err(format!("unknown experiment '{bad}' (expected one of {}, or all)", NAMES.join(", ")));
+    }
+    let out = a.out.clone().unwrap_or_else(|| PathBuf::from(if a.quick { "target/experiments-quick" } else { "docs" }));
+    for name in names {
+        let t = std::time::Instant::now();
+        eprintln!("experiment {name}{}:", if a.quick { " (quick)" } else { "" });
+        let progress = |line: &str| eprintln!("{line}");
+        let e = experiment::run(name, a.quick, &progress)?;
+        let json_path = out.join("results").join(format!("{name}.json"));
+        std::fs::create_dir_all(json_path.parent().expect("has a parent")).map_err(|err| format!("cannot create {}: {err}", out.display()))?;
+        std::fs::write(&json_path, serde_json::to_string_pretty(&e.json).map_err(|err| err.to_string())?).map_err(|err| format!("cannot write {}: {err}", json_path.display()))?;
+        let (svg, png) = write_figure(&out.join("figures").join(name), &e.figure_svg)?;
+        let section = format!(
+            "### {name}\n\n`{}` ({:.0} s on this machine). Data: [`results/{name}.json`](results/{name}.json).\n\n![{name}](figures/{name}.png)\n\n{}",
+            e.command,
+            t.elapsed().as_secs_f64(),
+            e.markdown
+        );
+        let results = out.join("RESULTS.md");
+        update_section(&results, name, &section)?;
+        eprintln!("  wrote {}, {}, {} and its section of {}", json_path.display(), svg.display(), png.display(), results.display());
+    }
+    Ok(())
+}
+
+/// Replace the text between this experiment's markers (or append it under
+/// the experiments heading).
+pub fn update_section(path: &Path, name: &str, section: &str) -> Result<(), String> {
+    let (open, close) = (format!("<!-- experiment {name} -->"), format!("<!-- /experiment {name} -->"));
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let block = format!("{open}\n{}\n{close}", section.trim_end());
+    let new = match (old.find(&open), old.find(&close)) {
+        (Some(i), Some(j)) if j > i => format!("{}{block}{}", &old[..i], &old[j + close.len()..]),
+        _ => {
+            let heading = "## Experiments (issue 5): `tandem experiment NAME`";
+            let mut s = old.trim_end().to_string();
+            if !s.contains(heading) {
+                s += &format!("\n\n{heading}\n\nEach section below is written by its command; `scripts/results.sh` runs them all.");
+            }
+            format!("{s}\n\n{block}\n")
+        }
+    };
+    std::fs::write(path, new).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}

@@ -1,0 +1,170 @@
+//! `tandem litmus`: DART's litmus tests against a store (DESIGN.md §5,
+//! `pandora.txt` §5, thesis ch. 5). Thin: flags in, `tandem_dart::campaign`
+//! does the work; every violation prints the command that replays it.
+
+use std::time::Duration;
+
+use clap::Args;
+use tandem_dart::campaign::{self, CampaignConfig, FabricKind, StoreKind};
+use tandem_dart::history::write_json_lines;
+use tandem_dart::pg_store::Isolation;
+
+use crate::args::{random_secret, write_json};
+
+#[derive(Args)]
+pub struct LitmusArgs {
+    /// pandora, ford, traditional or postgres.
+    #[arg(long, default_value = "pandora")]
+    store: String,
+    /// sim (seeded, with crash injection) or tcp (memory-server processes); Tandem stores only.
+    #[arg(long, default_value = "sim")]
+    fabric: String,
+    /// PostgreSQL isolation level: serializable, repeatable-read or read-committed.
+    #[arg(long, default_value = "serializable")]
+    isolation: String,
+    /// all, 1, 2, 3, ext, or test names (comma-separated).
+    #[arg(long, default_value = "all")]
+    tests: String,
+    /// Instances of each test's objects.
+    #[arg(long, default_value_t = 2)]
+    instances: u32,
+    /// First seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Number of runs (seeds). Default 20 unless --duration is given.
+    #[arg(long)]
+    seeds: Option<u64>,
+    /// Run for this many seconds (with --seeds: whichever ends first).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Fraction of simulated runs that crash a compute node at a random verb boundary.
+    #[arg(long)]
+    crash_rate: Option<f64>,
+    /// Re-inject a bug (complicit-abort, covert-locks, relaxed-locks, missing-insert-undo,
+    /// logging-without-locking, or a recovery bug: lost-decision, trust-undo-images,
+    /// always-roll-back, skip-log-recovery); repeatable.
+    #[arg(long)]
+    inject_bug: Vec<String>,
+    /// Write the history (JSON lines) of the first violating run, else of the first run.
+    #[arg(long)]
+    history: Option<String>,
+    /// Write the report as JSON.
+    #[arg(long)]
+    json: Option<String>,
+    /// PostgreSQL connection URL (`bash scripts/postgres.sh start` serves the default).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:54329/postgres")]
+    postgres: String,
+    #[arg(long, default_value_t = 2)]
+    compute_nodes: u16,
+    /// Clients (coordinators; PostgreSQL connections) per compute node.
+    #[arg(long, default_value_t = 4)]
+    clients: u16,
+    /// Transactions per client per run.
+    #[arg(long, default_value_t = 60)]
+    txs: u64,
+    /// Probability that a transaction is an assert.
+    #[arg(long, default_value_t = 0.2)]
+    assert_chance: f64,
+    /// Skip the history checker (assertions only).
+    #[arg(long)]
+    no_history_check: bool,
+    /// Worker threads for simulated runs (default: all cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Stop at the first violating run.
+    #[arg(long)]
+    stop_at_first: bool,
+}
+
+pub fn run(a: LitmusArgs) -> Result<(), String> {
+    let fabric = match a.fabric.as_str() {
+        "sim" => FabricKind::Sim,
+        "tcp" => FabricKind::Tcp,
+        o => return Err(format!("unknown --fabric '{o}' (expected sim or tcp)")),
+    };
+    let isolation: Isolation = a.isolation.parse()?;
+    let store = match a.store.as_str() {
+        "postgres" => StoreKind::Postgres { url: a.postgres.clone(), isolation },
+        m => StoreKind::Tandem(m.parse().map_err(|e: String| format!("{e}, or postgres"))?),
+    };
+    let tandem_sim = matches!(store, StoreKind::Tandem(_)) && fabric == FabricKind::Sim;
+    if let Some(r) = a.crash_rate {
+        if !(0.0..=1.0).contains(&r) {
+            return Err("--crash-rate must be in [0, 1]".into());
+        }
+        if r > 0.0 && !tandem_sim {
+            return Err("--crash-rate needs a Tandem store on --fabric sim (crashes over tcp and in PostgreSQL are not injected)".into());
+        }
+    }
+    if !a.inject_bug.is_empty() && !matches!(store, StoreKind::Tandem(_)) {
+        return Err("--inject-bug applies to Tandem stores only".into());
+    }
+    if a.duration.is_some_and(|d| !(d > 0.0)) {
+        return Err("--duration must be positive".into());
+    }
+    let mut cfg = CampaignConfig::new(store.clone());
+    cfg.fabric = fabric;
+    cfg.tests = a.tests.clone();
+    cfg.instances = a.instances;
+    cfg.first_seed = a.seed;
+    cfg.duration = a.duration.map(Duration::from_secs_f64);
+    cfg.seeds = match (a.seeds, a.duration) {
+        (Some(n), _) => Some(n.max(1)),
+        (None, Some(_)) => None,
+        (None, None) => Some(20),
+    };
+    cfg.crash_rate = a.crash_rate.unwrap_or(if tandem_sim { 0.5 } else { 0.0 });
+    cfg.bug_names = a.inject_bug.clone();
+    cfg.compute_nodes = a.compute_nodes.max(1);
+    cfg.clients_per_node = a.clients.max(1);
+    cfg.txs_per_client = a.txs.max(1);
+    cfg.assert_chance = a.assert_chance.clamp(0.0, 1.0);
+    cfg.check_history = !a.no_history_check;
+    cfg.jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    cfg.progress = Some(Duration::from_secs(2));
+    cfg.stop_at_first = a.stop_at_first;
+    if let StoreKind::Postgres { url, .. } = &store {
+        // Fail fast, with the fix in the message.
+        tandem_dart::pg_store::connect(url)?;
+    }
+    if fabric == FabricKind::Tcp {
+        if !matches!(store, StoreKind::Tandem(_)) {
+            return Err("--fabric tcp applies to Tandem stores".into());
+        }
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
+        cfg.tcp = Some(std::sync::Arc::new(move |count, bytes| {
+            let servers = tandem_bench::cluster::MemoryServers::spawn(&exe, count, bytes, random_secret())
+                .map_err(|e| format!("cannot start memory servers: {e}"))?;
+            let cluster = servers.cluster();
+            Ok((cluster, Box::new(servers) as Box<dyn std::any::Any>))
+        }));
+    }
+    let rep = campaign::run(&cfg)?;
+    for v in &rep.violations {
+        println!("VIOLATION [{}] seed {}: {}\n  replay: {}", v.test, v.seed, v.description, v.replay);
+    }
+    println!(
+        "litmus {} ({}{}): {} runs, {} transactions ({} committed, {} aborted, {} unknown), {} asserts checked, {} crashes, {} violations, {:.0} tx/s checked",
+        rep.store,
+        rep.fabric,
+        rep.isolation.as_ref().map(|i| format!(", {i}")).unwrap_or_default(),
+        rep.runs,
+        rep.transactions,
+        rep.committed,
+        rep.aborted,
+        rep.unknown,
+        rep.asserts_checked,
+        rep.crashes,
+        rep.violation_count,
+        rep.transactions_per_s
+    );
+    if let Some(path) = &a.history {
+        let h = rep.first_violating_history.as_ref().or(rep.first_history.as_ref()).cloned().unwrap_or_default();
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| format!("cannot write {path}: {e}"))?);
+        write_json_lines(&mut f, &h).map_err(|e| format!("cannot write {path}: {e}"))?;
+    }
+    if let Some(path) = &a.json {
+        write_json(path, &rep)?;
+    }
+    Ok(())
+}

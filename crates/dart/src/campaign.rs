@@ -1,0 +1,327 @@
+//! A DART campaign: many runs (seeds, or as many as fit in a duration)
+//! against one store, aggregated into the report DESIGN.md §5 asks for —
+//! runs, transactions, crashes, violations, each with the command that
+//! replays it — plus the throughput of checked litmus transactions.
+//!
+//! Simulated runs are independent and single-threaded, so `jobs` worker
+//! threads run seeds side by side; results are ordered by seed, so the
+//! report does not depend on the thread count.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tandem_dkvs::recovery::RecoveryBugs;
+use tandem_dkvs::{BugSwitches, Mode};
+use tandem_sim::Rng;
+
+use crate::history::TxRecord;
+use crate::pg_store::Isolation;
+use crate::report::RunReport;
+use crate::suite::Suite;
+
+#[derive(Clone, Debug)]
+pub enum StoreKind {
+    Tandem(Mode),
+    Postgres { url: String, isolation: Isolation },
+}
+
+impl StoreKind {
+    pub fn name(&self) -> String {
+        match self {
+            StoreKind::Tandem(m) => m.to_string(),
+            StoreKind::Postgres { .. } => "postgres".into(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FabricKind {
+    Sim,
+    Tcp,
+}
+
+/// Test-only bug switches by name: the names of `BugSwitches::parse` and
+/// `tandem sim-bank`'s recovery bugs.
+pub fn parse_bugs(names: &[String]) -> Result<(BugSwitches, RecoveryBugs), String> {
+    let (mut bugs, mut rec) = (BugSwitches::default(), RecoveryBugs::default());
+    for n in names {
+        match n.as_str() {
+            "always-roll-back" => rec.always_roll_back = true,
+            "skip-log-recovery" => rec.skip_log_recovery = true,
+            "lost-decision" => rec.lost_decision = true,
+            "trust-undo-images" => rec.trust_undo_images = true,
+            other => {
+                let one = BugSwitches::parse(other)
+                    .map_err(|e| format!("{e}, or a recovery bug: always-roll-back, skip-log-recovery, lost-decision, trust-undo-images"))?;
+                bugs = bugs.union(one);
+            }
+        }
+    }
+    Ok((bugs, rec))
+}
+
+#[derive(Clone)]
+pub struct CampaignConfig {
+    pub store: StoreKind,
+    pub fabric: FabricKind,
+    /// The `--tests` selector and instances per test.
+    pub tests: String,
+    pub instances: u32,
+    pub first_seed: u64,
+    /// Number of runs; with `duration`, the cap (if any) on runs.
+    pub seeds: Option<u64>,
+    pub duration: Option<Duration>,
+    /// Fraction of runs that crash a compute node (sim only).
+    pub crash_rate: f64,
+    pub bug_names: Vec<String>,
+    pub compute_nodes: u16,
+    pub clients_per_node: u16,
+    pub txs_per_client: u64,
+    pub assert_chance: f64,
+    pub check_history: bool,
+    /// Worker threads for simulated runs.
+    pub jobs: usize,
+    /// Print a progress line to stderr every this often (None: quiet).
+    pub progress: Option<Duration>,
+    /// Stop at the first violating run.
+    pub stop_at_first: bool,
+    /// Starts fresh memory servers for each `--fabric tcp` run.
+    pub tcp: Option<crate::tcp_run::TcpServers>,
+}
+
+impl CampaignConfig {
+    pub fn new(store: StoreKind) -> Self {
+        CampaignConfig {
+            store,
+            fabric: FabricKind::Sim,
+            tests: "all".into(),
+            instances: 2,
+            first_seed: 0,
+            seeds: Some(10),
+            duration: None,
+            crash_rate: 0.5,
+            bug_names: Vec::new(),
+            compute_nodes: 2,
+            clients_per_node: 4,
+            txs_per_client: 60,
+            assert_chance: 0.2,
+            check_history: true,
+            jobs: 1,
+            progress: None,
+            stop_at_first: false,
+            tcp: None,
+        }
+    }
+
+    /// Whether run `seed` crashes a compute node (decided by the seed alone).
+    pub fn crashes(&self, seed: u64) -> bool {
+        self.fabric == FabricKind::Sim && matches!(self.store, StoreKind::Tandem(_)) && Rng::new(seed ^ 0xC7A5).chance(self.crash_rate)
+    }
+
+    /// The command that replays run `seed` exactly (sim) or re-runs it (tcp, postgres).
+    pub fn replay(&self, seed: u64) -> String {
+        let mut c = format!("cargo run --release -- litmus --store {}", self.store.name());
+        match &self.store {
+            StoreKind::Postgres { url, isolation } => c += &format!(" --isolation {isolation} --postgres {url}"),
+            StoreKind::Tandem(_) => c += if self.fabric == FabricKind::Sim { " --fabric sim" } else { " --fabric tcp" },
+        }
+        c += &format!(" --tests {} --instances {} --seed {seed} --seeds 1", self.tests, self.instances);
+        if self.fabric == FabricKind::Sim && matches!(self.store, StoreKind::Tandem(_)) {
+            c += &format!(" --crash-rate {}", if self.crashes(seed) { 1 } else { 0 });
+        }
+        let d = CampaignConfig::new(self.store.clone());
+        if self.compute_nodes != d.compute_nodes {
+            c += &format!(" --compute-nodes {}", self.compute_nodes);
+        }
+        if self.clients_per_node != d.clients_per_node {
+            c += &format!(" --clients {}", self.clients_per_node);
+        }
+        if self.txs_per_client != d.txs_per_client {
+            c += &format!(" --txs {}", self.txs_per_client);
+        }
+        for b in &self.bug_names {
+            c += &format!(" --inject-bug {b}");
+        }
+        c
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ViolationReport {
+    pub test: String,
+    pub seed: u64,
+    pub description: String,
+    pub replay: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CampaignReport {
+    pub store: String,
+    pub fabric: String,
+    pub isolation: Option<String>,
+    pub tests: String,
+    pub injected_bugs: Vec<String>,
+    pub runs: u64,
+    pub transactions: u64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub unknown: u64,
+    pub asserts_checked: u64,
+    pub crashes: u64,
+    pub violation_count: usize,
+    pub violations: Vec<ViolationReport>,
+    pub elapsed_s: f64,
+    /// Litmus and assert transactions run and checked (assertions and, when
+    /// on, the history checker) per second of wall time.
+    pub transactions_per_s: f64,
+    #[serde(skip)]
+    pub first_violating_history: Option<Vec<TxRecord>>,
+    #[serde(skip)]
+    pub first_history: Option<Vec<TxRecord>>,
+}
+
+/// Run one seed with whichever harness the config names.
+pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<RunReport, String> {
+    let (bugs, recovery_bugs) = parse_bugs(&cfg.bug_names)?;
+    match (&cfg.store, cfg.fabric) {
+        (StoreKind::Tandem(mode), FabricKind::Sim) => {
+            let mut c = crate::sim_run::SimRunConfig::new(*mode, suite.clone(), seed);
+            c.bugs = bugs;
+            c.recovery_bugs = recovery_bugs;
+            c.compute_nodes = cfg.compute_nodes;
+            c.clients_per_node = cfg.clients_per_node;
+            c.txs_per_client = cfg.txs_per_client;
+            c.assert_chance = cfg.assert_chance;
+            c.check_history = cfg.check_history;
+            c.crash = cfg.crashes(seed);
+            Ok(crate::sim_run::run(&c))
+        }
+        (StoreKind::Tandem(mode), FabricKind::Tcp) => {
+            let servers = cfg.tcp.clone().ok_or("--fabric tcp needs a way to start memory servers")?;
+            let c = crate::tcp_run::TcpRunConfig {
+                mode: *mode,
+                bugs,
+                suite: suite.clone(),
+                seed,
+                compute_nodes: cfg.compute_nodes,
+                clients_per_node: cfg.clients_per_node,
+                txs_per_client: cfg.txs_per_client,
+                assert_chance: cfg.assert_chance,
+                check_history: cfg.check_history,
+            };
+            crate::tcp_run::run(&c, &servers)
+        }
+        (StoreKind::Postgres { url, isolation }, _) => {
+            let c = crate::pg_run::PgRunConfig {
+                url: url.clone(),
+                isolation: *isolation,
+                suite: suite.clone(),
+                seed,
+                clients: cfg.compute_nodes as u32 * cfg.clients_per_node as u32,
+                txs_per_client: cfg.txs_per_client,
+                assert_chance: cfg.assert_chance,
+                check_history: cfg.check_history,
+            };
+            crate::pg_run::run(&c)
+        }
+    }
+}
+
+/// Run the campaign.
+pub fn run(cfg: &CampaignConfig) -> Result<CampaignReport, String> {
+    let suite = Arc::new(Suite::parse(&cfg.tests, cfg.instances)?);
+    parse_bugs(&cfg.bug_names)?;
+    if !(0.0..=1.0).contains(&cfg.crash_rate) {
+        return Err("--crash-rate must be in [0, 1]".into());
+    }
+    if cfg.seeds.is_none() && cfg.duration.is_none() {
+        return Err("give --seeds or --duration".into());
+    }
+    let start = Instant::now();
+    let next = AtomicU64::new(cfg.first_seed);
+    let stop = AtomicBool::new(false);
+    let results: Mutex<Vec<(u64, Result<RunReport, String>)>> = Mutex::default();
+    let done_tx = AtomicU64::new(0);
+    let done_runs = AtomicU64::new(0);
+    let last_progress = Mutex::new(Instant::now());
+    // Only simulated runs are independent of each other and of the machine.
+    let jobs = if cfg.fabric == FabricKind::Sim && matches!(cfg.store, StoreKind::Tandem(_)) { cfg.jobs.max(1) } else { 1 };
+    let end_seed = cfg.seeds.map(|n| cfg.first_seed.saturating_add(n));
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                if stop.load(Ordering::Relaxed) || cfg.duration.is_some_and(|d| start.elapsed() >= d) {
+                    return;
+                }
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if end_seed.is_some_and(|e| seed >= e) {
+                    return;
+                }
+                let r = run_one(cfg, &suite, seed);
+                let bad = r.as_ref().map(|r| !r.violations.is_empty()).unwrap_or(true);
+                if bad && cfg.stop_at_first || r.is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                done_tx.fetch_add(r.as_ref().map(|r| r.transactions()).unwrap_or(0), Ordering::Relaxed);
+                done_runs.fetch_add(1, Ordering::Relaxed);
+                results.lock().expect("results").push((seed, r));
+                if let Some(every) = cfg.progress {
+                    let mut last = last_progress.lock().expect("progress");
+                    if last.elapsed() >= every {
+                        *last = Instant::now();
+                        let bad = results.lock().expect("results").iter().filter(|(_, r)| r.as_ref().map_or(true, |r| !r.violations.is_empty())).count();
+                        eprintln!(
+                            "litmus: {} runs, {} transactions, {bad} violating runs, {:.0} tx/s",
+                            done_runs.load(Ordering::Relaxed),
+                            done_tx.load(Ordering::Relaxed),
+                            done_tx.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+                        );
+                    }
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().expect("results");
+    results.sort_by_key(|(s, _)| *s);
+    let mut rep = CampaignReport {
+        store: cfg.store.name(),
+        fabric: match (&cfg.store, cfg.fabric) {
+            (StoreKind::Postgres { .. }, _) => "postgres".into(),
+            (_, FabricKind::Sim) => "sim".into(),
+            (_, FabricKind::Tcp) => "tcp".into(),
+        },
+        isolation: match &cfg.store {
+            StoreKind::Postgres { isolation, .. } => Some(isolation.to_string()),
+            _ => None,
+        },
+        tests: cfg.tests.clone(),
+        injected_bugs: cfg.bug_names.clone(),
+        ..CampaignReport::default()
+    };
+    for (seed, r) in results {
+        let mut r = r.map_err(|e| format!("run {seed}: {e}"))?;
+        rep.runs += 1;
+        rep.transactions += r.transactions();
+        rep.committed += r.committed;
+        rep.aborted += r.aborted;
+        rep.unknown += r.unknown;
+        rep.asserts_checked += r.asserts_checked;
+        rep.crashes += r.crashes as u64;
+        let replay = cfg.replay(seed);
+        if !r.violations.is_empty() && rep.first_violating_history.is_none() {
+            rep.first_violating_history = Some(r.history.clone());
+        }
+        for (test, description) in r.violations.drain(..) {
+            rep.violations.push(ViolationReport { test, seed, description, replay: replay.clone() });
+        }
+        if rep.first_history.is_none() {
+            rep.first_history = Some(std::mem::take(&mut r.history));
+        }
+    }
+    rep.violation_count = rep.violations.len();
+    rep.elapsed_s = start.elapsed().as_secs_f64();
+    rep.transactions_per_s = rep.transactions as f64 / rep.elapsed_s.max(1e-9);
+    Ok(rep)
+}

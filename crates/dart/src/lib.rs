@@ -1,0 +1,37 @@
+//! DART: black-box litmus testing of transactional stores with recovery
+//! (`pandora.txt` §5, thesis ch. 5; DESIGN.md §5).
+//!
+//! - [`store`]: the [`TransactionalStore`] trait DART tests through, with
+//!   adapters for Tandem ([`tandem_store`]) and PostgreSQL ([`pg_store`]).
+//! - [`litmus`], [`suite`]: litmus tests 1–3 and extended variants, each with
+//!   scalable application-centric assertions.
+//! - [`client`], [`recorder`], [`history`]: clients that run litmus and assert
+//!   transactions recurrently and record the history.
+//! - [`checker`]: Adya's DSG plus real-time edges; G0, G1a, G1b, G1c, G2.
+//! - Harnesses: [`sim_run`] (seeded simulation, compute crashes at random
+//!   verb boundaries, membership-driven recovery), [`tcp_run`] (memory-server
+//!   processes), [`pg_run`] (PostgreSQL); [`campaign`] runs many and reports.
+
+pub mod board;
+pub mod campaign;
+pub mod checker;
+pub mod client;
+pub mod gate;
+pub mod history;
+pub mod litmus;
+pub mod pg_run;
+pub mod pg_store;
+pub mod recorder;
+pub mod report;
+pub mod sim_run;
+pub mod store;
+pub mod suite;
+pub mod tandem_store;
+pub mod tcp_run;
+pub mod tripwire;
+pub mod value;
+
+pub use checker::{Anomaly, AnomalyKind, Checker};
+pub use store::{StoreTx, TransactionalStore, TxFailure};
+pub use suite::Suite;
+pub use value::Value;

@@ -1,0 +1,87 @@
+//! A transaction wrapper that records every operation into the client's
+//! history as it happens (thesis §2.5: the history H; DESIGN.md §5 "record
+//! invocation and completion times").
+//!
+//! Writes are recorded *before* they are issued (a crash may let a posted
+//! write land without its response), reads after they return. The record
+//! lives in the client's shared log, outside the client task, so a crash
+//! that drops the task mid-transaction leaves it behind as `unknown`.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::history::{Op, TxRecord};
+use crate::store::{StoreTx, TxFailure};
+use crate::value::Value;
+
+/// Everything one client observed; shared with the harness.
+#[derive(Debug, Default)]
+pub struct ClientLog {
+    pub records: Vec<TxRecord>,
+    /// Assertion failures: (test name, description).
+    pub violations: Vec<(String, String)>,
+    pub committed: u64,
+    pub aborted: u64,
+    pub unknown: u64,
+    /// Assertion transactions that committed (and so were checked).
+    pub asserts_checked: u64,
+}
+
+pub type SharedLog = Rc<RefCell<ClientLog>>;
+
+/// An open transaction plus the index of its record in the log.
+pub struct Rec<T: StoreTx> {
+    pub tx: T,
+    log: SharedLog,
+    idx: usize,
+    record: bool,
+}
+
+impl<T: StoreTx> Rec<T> {
+    pub fn new(tx: T, log: SharedLog, idx: usize, record: bool) -> Self {
+        Rec { tx, log, idx, record }
+    }
+
+    /// The transaction, to end it.
+    pub fn into_tx(self) -> T {
+        self.tx
+    }
+
+    fn push(&self, op: Op) {
+        if self.record {
+            self.log.borrow_mut().records[self.idx].ops.push(op);
+        }
+    }
+
+    pub async fn read(&mut self, key: u64) -> Result<Option<Value>, TxFailure> {
+        let v = self.tx.read(key).await?;
+        self.push(Op::read(key, v));
+        Ok(v)
+    }
+
+    /// A write refused with the transaction still open took no effect: un-record it.
+    fn settle(&self, r: Result<(), TxFailure>) -> Result<(), TxFailure> {
+        if matches!(r, Err(TxFailure::NotFound | TxFailure::AlreadyExists)) && self.record {
+            self.log.borrow_mut().records[self.idx].ops.pop();
+        }
+        r
+    }
+
+    pub async fn write(&mut self, key: u64, value: Value) -> Result<(), TxFailure> {
+        self.push(Op::write(key, Some(value)));
+        let r = self.tx.write(key, value).await;
+        self.settle(r)
+    }
+
+    pub async fn insert(&mut self, key: u64, value: Value) -> Result<(), TxFailure> {
+        self.push(Op::write(key, Some(value)));
+        let r = self.tx.insert(key, value).await;
+        self.settle(r)
+    }
+
+    pub async fn delete(&mut self, key: u64) -> Result<(), TxFailure> {
+        self.push(Op::write(key, None));
+        let r = self.tx.delete(key).await;
+        self.settle(r)
+    }
+}

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# The peer systems `tandem compare` measures Tandem against, each a real server
+# from Debian's packages on loopback, with its data under target/peers/:
+#   postgres  PostgreSQL (package `postgresql`), one server, through scripts/postgres.sh
+#   redis     Redis (package `redis-server`), one server, no replication, no AOF, no RDB
+#   etcd      etcd (package `etcd-server`, plus `etcd-client` for etcdctl), 3 members, Raft
+#
+#   usage: scripts/peers.sh install|start|stop|status [postgres|redis|etcd|all]   (default all)
+#     install  install the Debian packages that are missing
+#     start    install if needed, start the servers, wait until each answers (idempotent)
+#     stop     stop the servers (data is kept; `start` resumes them)
+#     status   print each server's state; exit 1 if any named one is not running
+#
+#   PEERS_DIR         data directory (default target/peers)
+#   PEERS_PG_PORT     PostgreSQL port (default 55432; user postgres, database postgres, trust auth on loopback)
+#   PEERS_REDIS_PORT  Redis port (default 56379)
+#   PEERS_REDIS_AOF   on: append-only file with appendfsync everysec (default off)
+#   PEERS_ETCD_PORT   client port of member 1 (default 52379); member i listens on +10*(i-1), peers on +1
+#
+# Exit status 3 means a server is not installed and cannot be (no apt-get, or
+# not root): callers may skip on that, and only on that.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DIR="${PEERS_DIR:-$PWD/target/peers}"
+PG_PORT="${PEERS_PG_PORT:-55432}"
+REDIS_PORT="${PEERS_REDIS_PORT:-56379}"
+ETCD_PORT="${PEERS_ETCD_PORT:-52379}"
+
+die() { echo "peers.sh: $1" >&2; exit "${2:-1}"; }
+say() { echo "peers.sh: $*" >&2; }
+
+apt_install() {
+    # $1: what is missing (for messages); rest: packages.
+    local what="$1"
+    shift
+    command -v apt-get >/dev/null || die "$what is not installed and there is no apt-get to install it" 3
+    [ "$(id -u)" -eq 0 ] || die "$what is not installed; run 'apt-get install $*' as root" 3
+    say "installing Debian's $*"
+    export DEBIAN_FRONTEND=noninteractive
+    local log
+    log="$(mktemp)"
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@"; } >"$log" 2>&1; then
+        cat "$log" >&2
+        rm -f "$log"
+        die "apt-get install $* failed" 3
+    fi
+    rm -f "$log"
+}
+
+# Debian never starts the packaged services here (no systemd); ours run on our
+# own ports, so a packaged service that does run is left alone.
+
+# ---------------------------------------------------------------- PostgreSQL
+# scripts/postgres.sh (DART's PostgreSQL fixture) does the work, on our own
+# port and data directory, so a comparison never shares (or drops) the tables
+# of another tool. It runs with fsync=off and synchronous_commit=off; `tandem
+# compare` reads both settings from the server and reports them.
+pg() { PG_PORT="$PG_PORT" PG_DIR="$DIR/postgres" bash scripts/postgres.sh "$@"; }
+pg_install() { pg install; }
+pg_start() { pg start; }
+pg_stop() { pg stop; }
+pg_status() { pg status; }
+
+# --------------------------------------------------------------------- Redis
+redis_install() {
+    command -v redis-server >/dev/null && command -v redis-cli >/dev/null && return 0
+    apt_install Redis redis-server redis-tools
+}
+
+redis_ready() {
+    command -v redis-cli >/dev/null || return 1
+    [ "$(timeout 2 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null || true)" = PONG ]
+}
+
+redis_start() {
+    redis_install
+    local data="$DIR/redis"
+    if redis_ready; then
+        say "Redis already answers on 127.0.0.1:$REDIS_PORT"
+        return 0
+    fi
+    mkdir -p "$data"
+    local aof=(--appendonly no)
+    [ "${PEERS_REDIS_AOF:-off}" = on ] && aof=(--appendonly yes --appendfsync everysec)
+    # No RDB snapshots either: a background save forking mid-run would be noise.
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --protected-mode no --dir "$data" \
+        --save "" "${aof[@]}" --daemonize yes --pidfile "$data/redis.pid" --logfile "$data/redis.log" ||
+        die "redis-server failed to start (log: $data/redis.log)"
+    for _ in $(seq 1 100); do
+        if redis_ready; then
+            say "Redis answers on 127.0.0.1:$REDIS_PORT (data in $data)"
+            return 0
+        fi
+        sleep 0.1
+    done
+    tail -20 "$data/redis.log" >&2 || true
+    die "Redis did not answer on 127.0.0.1:$REDIS_PORT within 10 s"
+}
+
+redis_stop() {
+    local pidfile="$DIR/redis/redis.pid" pid
+    [ -f "$pidfile" ] || return 0
+    pid="$(cat "$pidfile")"
+    if kill -0 "$pid" 2>/dev/null; then
+        timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || kill "$pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+        say "stopped Redis on 127.0.0.1:$REDIS_PORT"
+    fi
+    rm -f "$pidfile"
+}
+
+redis_status() {
+    if redis_ready; then echo "redis on 127.0.0.1:$REDIS_PORT: running"; else echo "redis on 127.0.0.1:$REDIS_PORT: not running"; return 1; fi
+}
+
+# ---------------------------------------------------------------------- etcd
+etcd_client_port() { echo $((ETCD_PORT + 10 * ($1 - 1))); }
+etcd_peer_port() { echo $((ETCD_PORT + 10 * ($1 - 1) + 1)); }
+etcd_endpoints() {
+    local e="" i
+    for i in 1 2 3; do e="$e${e:+,}http://127.0.0.1:$(etcd_client_port "$i")"; done
+    echo "$e"
+}
+
+etcd_install() {
+    command -v etcd >/dev/null && command -v etcdctl >/dev/null && return 0
+    apt_install etcd etcd-server etcd-client
+}
+
+etcd_member_pid() {
+    local pidfile="$DIR/etcd/m$1.pid" pid
+    [ -f "$pidfile" ] || return 1
+    pid="$(cat "$pidfile")"
+    kill -0 "$pid" 2>/dev/null || return 1
+    echo "$pid"
+}
+
+etcd_ready() {
+    command -v etcdctl >/dev/null || return 1
+    ETCDCTL_API=3 timeout 5 etcdctl --endpoints "$(etcd_endpoints)" --command-timeout=2s endpoint health >/dev/null 2>&1
+}
+
+etcd_start() {
+    etcd_install
+    local data="$DIR/etcd" i cluster="" state=new
+    if etcd_ready; then
+        say "etcd already answers on $(etcd_endpoints)"
+        return 0
+    fi
+    mkdir -p "$data"
+    for i in 1 2 3; do cluster="$cluster${cluster:+,}m$i=http://127.0.0.1:$(etcd_peer_port "$i")"; done
+    [ -d "$data/m1/member" ] && state=existing
+    for i in 1 2 3; do
+        etcd_member_pid "$i" >/dev/null && continue
+        local c p
+        c="$(etcd_client_port "$i")"
+        p="$(etcd_peer_port "$i")"
+        # A fresh session (setsid) so that the members outlive the caller's job control.
+        setsid etcd --name "m$i" --data-dir "$data/m$i" \
+            --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
+            --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
+            --initial-cluster "$cluster" --initial-cluster-state "$state" --initial-cluster-token tandem-peers \
+            --logger zap --log-outputs stderr >"$data/m$i.log" 2>&1 </dev/null &
+        echo $! >"$data/m$i.pid"
+    done
+    for _ in $(seq 1 300); do
+        if etcd_ready; then
+            say "etcd (3 members) answers on $(etcd_endpoints) (data in $data)"
+            return 0
+        fi
+        for i in 1 2 3; do
+            etcd_member_pid "$i" >/dev/null || { tail -20 "$data/m$i.log" >&2; die "etcd member m$i exited during start-up (log: $data/m$i.log)"; }
+        done
+        sleep 0.1
+    done
+    die "etcd did not become healthy on $(etcd_endpoints) within 30 s (logs: $data/m*.log)"
+}
+
+etcd_stop() {
+    local i pid stopped=0
+    for i in 1 2 3; do
+        if pid="$(etcd_member_pid "$i")"; then
+            kill "$pid" 2>/dev/null || true
+            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+            kill -9 "$pid" 2>/dev/null || true
+            stopped=1
+        fi
+        rm -f "$DIR/etcd/m$i.pid"
+    done
+    [ "$stopped" -eq 0 ] || say "stopped etcd on $(etcd_endpoints)"
+}
+
+etcd_status() {
+    if etcd_ready; then echo "etcd on $(etcd_endpoints): running"; else echo "etcd on $(etcd_endpoints): not running"; return 1; fi
+}
+
+# ---------------------------------------------------------------------- main
+action="${1:-}"
+which="${2:-all}"
+case "$which" in
+    all) systems=(postgres redis etcd) ;;
+    postgres | redis | etcd) systems=("$which") ;;
+    *) die "unknown system '$which' (expected postgres, redis, etcd or all)" 2 ;;
+esac
+prefix() { case "$1" in postgres) echo pg ;; *) echo "$1" ;; esac; }
+
+mkdir -p "$DIR"
+rc=0
+for s in "${systems[@]}"; do
+    p="$(prefix "$s")"
+    case "$action" in
+        install) "${p}_install" ;;
+        start) "${p}_start" ;;
+        stop) "${p}_stop" ;;
+        status) "${p}_status" || rc=1 ;;
+        *) die "usage: $0 install|start|stop|status [postgres|redis|etcd|all]" 2 ;;
+    esac
+done
+exit "$rc"
