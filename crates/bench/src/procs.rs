@@ -550,98 +550,12 @@ pub struct ComputeServerReport {
 /// Join, run the micro workload for `duration`, report.
 pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerReport, String> {
     let layout = Arc::new(Layout::new(&cfg.store)?);
-    let stop = Arc::new(AtomicBool::new(false));
-    // Heartbeats to every membership replica (`pandora.txt` §3.2.4: to reach
-    // a majority), each from a thread of its own on a connection of its own,
-    // so a replica that is down or slow delays no other. They start before
-    // the join: its answer waits for ZooKeeper, and the detector's clock for
-    // this node starts when the join is stepped, not when it is answered.
-    for addr in cfg.membership.clone() {
-        let (stop, node, every) = (stop.clone(), cfg.node, cfg.heartbeat_every);
-        std::thread::spawn(move || {
-            crate::runner::prioritise_current_thread();
-            let mut conn: Option<TcpStream> = None;
-            while !stop.load(Ordering::Relaxed) {
-                if conn.is_none() {
-                    match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
-                        Ok(c) => {
-                            let _ = c.set_nodelay(true);
-                            conn = Some(c);
-                        }
-                        Err(e) => {
-                            log::debug!("compute node {node}: cannot reach membership replica {addr}: {e}");
-                            std::thread::sleep(Duration::from_millis(50));
-                            continue;
-                        }
-                    }
-                }
-                if let Some(c) = conn.as_mut() {
-                    if send_line(c, &ToMembership::Heartbeat(node)).is_err() {
-                        conn = None;
-                    }
-                }
-                std::thread::sleep(every);
-            }
-        });
-    }
-    // The service may be starting or electing a leader: retry for a while.
-    let give_up = Instant::now() + Duration::from_secs(10);
-    let (conn, lines, ids) = loop {
-        match join_membership(&cfg.membership, cfg.node, cfg.coordinators) {
-            Ok(joined) => break joined,
-            Err(JoinError::Unreachable(e)) if Instant::now() < give_up => {
-                log::info!("compute node {}: {e}; retrying", cfg.node);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(JoinError::Unreachable(e) | JoinError::Refused(e)) => return Err(e),
-        }
-    };
+    let session = MembershipSession::join(&cfg.membership, cfg.node, cfg.coordinators, cfg.heartbeat_every)?;
+    let (ids, failed, link, stop) = (session.ids.clone(), session.failed.clone(), session.link.clone(), session.stop.clone());
     eprintln!("compute node {}: coordinators {:?}", cfg.node, ids);
     if let Some(p) = &cfg.ledger {
         std::fs::write(p.with_extension("ids"), serde_json::to_string(&ids).map_err(|e| e.to_string())?)
             .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    }
-    let failed = FailedIds::new();
-    let link = Arc::new(MembershipLink { conn: Mutex::new(Some(conn)), lost: Mutex::new(None), is_lost: AtomicBool::new(false) });
-    // Failure notices (stray locks of these coordinators may now be stolen),
-    // and rejoining when the membership service goes away.
-    {
-        let (failed, stop, link, ids) = (failed.clone(), stop.clone(), link.clone(), ids.clone());
-        let (addrs, node, coordinators) = (cfg.membership.clone(), cfg.node, cfg.coordinators);
-        std::thread::spawn(move || {
-            let mut lines = lines;
-            loop {
-                for line in &mut lines {
-                    let Ok(line) = line else { break };
-                    if let Ok(FromMembership::Failed(ids)) = serde_json::from_str(&line) {
-                        for id in ids {
-                            failed.insert(id);
-                        }
-                    }
-                }
-                if let Some(c) = link.conn.lock().unwrap().take() {
-                    let _ = c.shutdown(std::net::Shutdown::Both);
-                }
-                if stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                eprintln!("compute node {node}: lost the membership service; rejoining");
-                match rejoin_membership(&addrs, node, coordinators, &ids, &stop) {
-                    Ok(Some((conn, more))) => {
-                        eprintln!("compute node {node}: rejoined the membership service");
-                        *link.conn.lock().unwrap() = Some(conn);
-                        lines = more;
-                    }
-                    Ok(None) => return,
-                    Err(why) => {
-                        eprintln!("compute node {node}: {why}");
-                        *link.lost.lock().unwrap() = Some(why);
-                        link.is_lost.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                }
-            }
-        });
     }
     let ledger = match &cfg.ledger {
         Some(p) => Some(Arc::new(std::fs::File::create(p).map_err(|e| format!("cannot create ledger {}: {e}", p.display()))?)),
@@ -713,24 +627,155 @@ pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerRepor
         let errors = errors.borrow().clone();
         Ok::<_, String>(ComputeServerReport { node: cfg.node, committed: committed.load(Ordering::SeqCst), aborted, locks_stolen: stolen, timeline_100ms: timeline, errors })
     });
-    stop.store(true, Ordering::SeqCst);
     if result.as_ref().is_ok_and(|r| r.errors.is_empty()) {
-        // Every transaction finished: leave, so silence is not taken for a
-        // crash (waiting a little if a rejoin is under way).
+        session.leave();
+    } else {
+        stop.store(true, Ordering::SeqCst);
+    }
+    result
+}
+
+/// A compute node's membership: its coordinator ids, the failed ids the
+/// service announces, heartbeats to every replica from threads of their own,
+/// and rejoining (same ids) when the service goes away. Dropping it without
+/// [`MembershipSession::leave`] looks like a crash to the service.
+pub struct MembershipSession {
+    pub node: u16,
+    pub ids: Vec<u16>,
+    /// Coordinators whose stray locks may be stolen (PILL).
+    pub failed: FailedIds,
+    link: Arc<MembershipLink>,
+    stop: Arc<AtomicBool>,
+}
+
+impl MembershipSession {
+    /// Start heartbeats, join through whichever replica leads (retrying for
+    /// up to 10 s while the service starts or elects a leader), and follow
+    /// its failure notices.
+    pub fn join(membership: &[SocketAddr], node: u16, coordinators: u16, heartbeat_every: Duration) -> Result<MembershipSession, String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        // Heartbeats to every membership replica (`pandora.txt` §3.2.4: to reach
+        // a majority), each from a thread of its own on a connection of its own,
+        // so a replica that is down or slow delays no other. They start before
+        // the join: its answer waits for ZooKeeper, and the detector's clock for
+        // this node starts when the join is stepped, not when it is answered.
+        for addr in membership.to_vec() {
+            let (stop, every) = (stop.clone(), heartbeat_every);
+            std::thread::spawn(move || {
+                crate::runner::prioritise_current_thread();
+                let mut conn: Option<TcpStream> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    if conn.is_none() {
+                        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+                            Ok(c) => {
+                                let _ = c.set_nodelay(true);
+                                conn = Some(c);
+                            }
+                            Err(e) => {
+                                log::debug!("compute node {node}: cannot reach membership replica {addr}: {e}");
+                                std::thread::sleep(Duration::from_millis(50));
+                                continue;
+                            }
+                        }
+                    }
+                    if let Some(c) = conn.as_mut() {
+                        if send_line(c, &ToMembership::Heartbeat(node)).is_err() {
+                            conn = None;
+                        }
+                    }
+                    std::thread::sleep(every);
+                }
+            });
+        }
+        // The service may be starting or electing a leader: retry for a while.
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let (conn, lines, ids) = loop {
+            match join_membership(membership, node, coordinators) {
+                Ok(joined) => break joined,
+                Err(JoinError::Unreachable(e)) if Instant::now() < give_up => {
+                    log::info!("compute node {}: {e}; retrying", node);
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(JoinError::Unreachable(e) | JoinError::Refused(e)) => return Err(e),
+            }
+        };
+        let failed = FailedIds::new();
+        let link = Arc::new(MembershipLink { conn: Mutex::new(Some(conn)), lost: Mutex::new(None), is_lost: AtomicBool::new(false) });
+        // Failure notices (stray locks of these coordinators may now be stolen),
+        // and rejoining when the membership service goes away.
+        {
+            let (failed, stop, link, ids) = (failed.clone(), stop.clone(), link.clone(), ids.clone());
+            let addrs = membership.to_vec();
+            std::thread::spawn(move || {
+                let mut lines = lines;
+                loop {
+                    for line in &mut lines {
+                        let Ok(line) = line else { break };
+                        if let Ok(FromMembership::Failed(ids)) = serde_json::from_str(&line) {
+                            for id in ids {
+                                failed.insert(id);
+                            }
+                        }
+                    }
+                    if let Some(c) = link.conn.lock().unwrap().take() {
+                        let _ = c.shutdown(std::net::Shutdown::Both);
+                    }
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    eprintln!("compute node {node}: lost the membership service; rejoining");
+                    match rejoin_membership(&addrs, node, coordinators, &ids, &stop) {
+                        Ok(Some((conn, more))) => {
+                            eprintln!("compute node {node}: rejoined the membership service");
+                            *link.conn.lock().unwrap() = Some(conn);
+                            lines = more;
+                        }
+                        Ok(None) => return,
+                        Err(why) => {
+                            eprintln!("compute node {node}: {why}");
+                            *link.lost.lock().unwrap() = Some(why);
+                            link.is_lost.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        Ok(MembershipSession { node, ids, failed, link, stop })
+    }
+
+    /// Why this node must stop, once the service refused it or lost its ids.
+    pub fn lost(&self) -> Option<String> {
+        if self.link.is_lost.load(Ordering::Relaxed) {
+            Some(self.link.lost.lock().unwrap().clone().unwrap_or_default())
+        } else {
+            None
+        }
+    }
+
+    /// Every transaction finished: leave, so the silence that follows is not
+    /// taken for a crash (waiting a little if a rejoin is under way).
+    pub fn leave(self) {
+        self.stop.store(true, Ordering::SeqCst);
         let until = Instant::now() + Duration::from_secs(2);
         loop {
-            if let Some(w) = link.conn.lock().unwrap().as_mut() {
-                let _ = send_line(w, &ToMembership::Leave(cfg.node));
+            if let Some(w) = self.link.conn.lock().unwrap().as_mut() {
+                let _ = send_line(w, &ToMembership::Leave(self.node));
                 break;
             }
-            if Instant::now() > until || link.is_lost.load(Ordering::SeqCst) {
-                eprintln!("compute node {}: not connected to the membership service; it will take this exit for a crash", cfg.node);
+            if Instant::now() > until || self.link.is_lost.load(Ordering::SeqCst) {
+                eprintln!("compute node {}: not connected to the membership service; it will take this exit for a crash", self.node);
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    result
+}
+
+impl Drop for MembershipSession {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
 }
 
 /// The compute server's side of its membership connection.
