@@ -196,14 +196,17 @@ fn mttf(quick: bool, progress: &dyn Fn(&str)) -> Result<(Value, String, String),
     let mut events_all = Vec::new();
     for (label, period) in periods {
         let mut cfg = RunConfig::new(Mode::Pandora, workload("micro", quick)?);
-        cfg.compute_nodes = 5;
+        cfg.compute_nodes = 4;
         cfg.coordinators = 8;
+        // As in the paper, failed coordinators come back (on the failed node's resources).
+        cfg.respawn = true;
         cfg.duration = Duration::from_secs_f64(duration);
         cfg.heartbeat_timeout = Duration::from_millis(10);
         let mut crashes = 0;
         if let Some(p) = period {
             let n = ((duration / p).round() as u16).saturating_sub(1).max(1);
-            let mut plans: Vec<CrashPlan> = (0..n).map(|k| CrashPlan { node: k + 1, after: Duration::from_secs_f64(p * (k as f64 + 1.0)) }).collect();
+            // Nodes 2, 3, 4 crash in turn (each one's replacement takes over its load).
+            let mut plans: Vec<CrashPlan> = (0..n.min(3)).map(|k| CrashPlan { node: k + 1, after: Duration::from_secs_f64(p * (k as f64 + 1.0)) }).collect();
             crashes = plans.len();
             cfg.crash = Some(plans.remove(0));
             cfg.more_crashes = plans;
@@ -211,17 +214,22 @@ fn mttf(quick: bool, progress: &dyn Fn(&str)) -> Result<(Value, String, String),
         progress(&format!("  mttf: {label}"));
         let r = run_failure(&cfg, progress)?;
         events_all.extend(r.timeline.events.iter().filter(|e| e.1.contains("crash")).cloned());
-        rows.push(json!({"label": label, "throughput_tps": r.throughput_tps, "crashes": crashes, "recoveries": r.recovered_nodes.len(), "check": check_str(&r)}));
+        // Within one run (runs differ by more than failures cost on two shared
+        // cores): throughput after the earliest crash time over before it.
+        let tps = r.timeline.tps();
+        let split = ((duration / 4.0) * 1000.0 / r.timeline.bucket_ms as f64) as usize;
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let within = if split > 0 && split < tps.len() { mean(&tps[split..]) / mean(&tps[..split]).max(1e-9) } else { 0.0 };
+        rows.push(json!({"label": label, "throughput_tps": r.throughput_tps, "after_over_before": within, "crashes": crashes, "recoveries": r.recovered_nodes.len(), "check": check_str(&r)}));
         series_tps.push((label.to_string(), smooth(&r.timeline.tps(), 10)));
     }
     let series: Vec<Series> = series_tps.iter().map(|(l, t)| Series { label: l, tps: t }).collect();
     let svg = timeline_svg("Pandora throughput while compute nodes fail (paper Fig. 7), 100 ms moving average", 10, &series, &events_all);
-    let base = rows[0]["throughput_tps"].as_f64().unwrap_or(1.0).max(1e-9);
-    let mut md = String::from("Micro, 5 compute nodes × 8 coordinators; one more compute node crashes every MTTF (it stays down). \n\n| run | crashes | recoveries | tx/s | ratio to no failures | check |\n|---|---:|---:|---:|---:|---|\n");
+    let mut md = String::from("Micro, 4 compute nodes × 8 coordinators; a compute node crashes every MTTF, and once it is recovered a replacement node (fresh coordinator ids) starts on its resources, as the paper re-spawns failed coordinators.\n\n| run | crashes | recoveries | tx/s | after / before the first crash time (same run) | check |\n|---|---:|---:|---:|---:|---|\n");
     for r in &rows {
-        md += &format!("| {} | {} | {} | {:.0} | {:.3} | {} |\n", r["label"].as_str().unwrap_or(""), r["crashes"], r["recoveries"], r["throughput_tps"].as_f64().unwrap_or(0.0), r["throughput_tps"].as_f64().unwrap_or(0.0) / base, r["check"].as_str().unwrap_or(""));
+        md += &format!("| {} | {} | {} | {:.0} | {:.3} | {} |\n", r["label"].as_str().unwrap_or(""), r["crashes"], r["recoveries"], r["throughput_tps"].as_f64().unwrap_or(0.0), r["after_over_before"].as_f64().unwrap_or(0.0), r["check"].as_str().unwrap_or(""));
     }
-    md += "\nThe paper (Fig. 7) re-spawns the failed coordinators, so its throughput stays flat (0.911 vs 0.901–0.912 MTps): recovery itself costs nothing measurable. Here crashed nodes stay down, so throughput falls with the load that died, but recovery never stops the survivors (no bucket of the figure drops to zero at a crash). The scaled-down periods (a run of seconds, not 30 s with MTTF 1–10 s) keep CI and regeneration short.\n";
+    md += "\nThe paper (Fig. 7): 0.911 MTps without failures vs 0.901–0.912 with MTTF 10 s, 2 s, 1 s — PILL costs nothing measurable under failures. Here runs are seconds long and MTTF a fraction of the run (to keep regeneration short), and runs differ from each other by several percent on two shared cores, so compare each run with itself: throughput after the first crash time over before it, which the no-failure run calibrates. Each crash costs the crashed node's in-flight work and its share of throughput until its replacement joins, milliseconds after the crash.\n";
     Ok((json!({"rows": rows}), svg, md))
 }
 
@@ -238,14 +246,17 @@ fn smooth(v: &[f64], k: usize) -> Vec<f64> {
 fn failover(quick: bool, memory: bool, progress: &dyn Fn(&str)) -> Result<(Value, String, String), String> {
     let mut panels = Vec::new();
     let mut rows = Vec::new();
-    let stores: &[Mode] = if memory { &[Mode::Pandora] } else { &[Mode::Pandora, Mode::Ford] };
+    // (store, start a replacement node once the crashed one is recovered)
+    let stores: &[(Mode, bool)] = if memory { &[(Mode::Pandora, false)] } else { &[(Mode::Pandora, false), (Mode::Pandora, true), (Mode::Ford, false)] };
     let workloads: &[&str] = if quick { &["micro", "smallbank"] } else { &WORKLOADS };
     for &wl in workloads {
         let mut lines = Vec::new();
         let mut events = Vec::new();
-        for &mode in stores {
+        for &(mode, respawn) in stores {
+            let label = if respawn { format!("{mode} (reuse)") } else { mode.to_string() };
             let mut cfg = RunConfig::new(mode, workload(wl, quick)?);
             cfg.coordinators = 16;
+            cfg.respawn = respawn;
             cfg.duration = Duration::from_secs_f64(if quick { 0.8 } else { 2.0 });
             cfg.heartbeat_timeout = Duration::from_millis(10);
             if memory {
@@ -253,13 +264,16 @@ fn failover(quick: bool, memory: bool, progress: &dyn Fn(&str)) -> Result<(Value
             } else {
                 cfg.crash = Some(CrashPlan { node: 1, after: cfg.duration.mul_f64(0.4) });
             }
-            progress(&format!("  {}: {wl}, {mode}", if memory { "failover-memory" } else { "failover-compute" }));
+            progress(&format!("  {}: {wl}, {label}", if memory { "failover-memory" } else { "failover-compute" }));
             let r = run_failure(&cfg, progress)?;
             if events.is_empty() {
                 events = r.timeline.events.iter().map(|(t, e)| (*t, format!("{mode}: {e}"))).collect();
             }
-            lines.push((mode.to_string(), smooth(&r.timeline.tps(), 3)));
-            rows.push(json!({"workload": wl, "store": mode.to_string(), "throughput_tps": r.throughput_tps, "recovery": r.recovery, "memory_failure": r.memory_failure, "check": check_str(&r)}));
+            if respawn {
+                events.extend(r.timeline.events.iter().filter(|(_, e)| e.contains("replaces")).map(|(t, e)| (*t, format!("{label}: {e}"))));
+            }
+            lines.push((label.clone(), smooth(&r.timeline.tps(), 3)));
+            rows.push(json!({"workload": wl, "store": label, "throughput_tps": r.throughput_tps, "recovery": r.recovery, "memory_failure": r.memory_failure, "check": check_str(&r)}));
         }
         let series: Vec<Series> = lines.iter().map(|(l, t)| Series { label: l, tps: t }).collect();
         panels.push(timeline_svg(&format!("{wl}: {}", if memory { "memory node 1 lost, re-replicated" } else { "compute node 2 crashes" }), 10, &series, &events));
@@ -298,7 +312,7 @@ fn failover(quick: bool, memory: bool, progress: &dyn Fn(&str)) -> Result<(Value
                 r["check"].as_str().unwrap_or("")
             );
         }
-        md += "\nPaper (Figs. 8–11): pandora's throughput drops to the surviving share and never to zero; the baseline stops for seconds. Here the survivor's rate during recovery matches or exceeds its rate before (on two cores the crashed node's CPU goes to the survivor), while ford's stop-the-world pause shows as a gap whose length grows with the store (see ford-scan). The crashed node's coordinators are not re-spawned (the paper's 'reuse' line).\n";
+        md += "\nPaper (Figs. 8–11): pandora's throughput drops to the surviving share and never to zero; the baseline stops for seconds. Here the survivor's rate during recovery matches or exceeds its rate before (on two cores the crashed node's CPU goes to the survivor), while ford's stop-the-world pause shows as a gap whose length grows with the store (see ford-scan). The 'pandora (reuse)' line starts a replacement compute node (fresh coordinator ids) on the crashed node's resources as soon as recovery publishes, as the paper's Fig. 8 'reuse' line, and its throughput returns to the pre-crash level; without reuse the survivor carries the load alone.\n";
     }
     Ok((json!({"rows": rows}), stack_svg(&panels), md))
 }

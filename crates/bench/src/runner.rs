@@ -128,6 +128,10 @@ pub struct RunConfig {
     /// Further compute crashes after `crash` (the MTTF experiment); the
     /// recovery timeline is reported for `crash` only.
     pub more_crashes: Vec<CrashPlan>,
+    /// Once a crashed node is recovered, start a replacement compute node
+    /// (fresh node id and coordinator ids) on its resources (`pandora.txt`
+    /// Fig. 8, "reuse": the failed coordinators come back).
+    pub respawn: bool,
     pub fail_memory: Option<MemoryFailurePlan>,
     /// Heartbeat timeout of the failure detector (DESIGN.md §4.5: 5 ms).
     pub heartbeat_timeout: Duration,
@@ -153,6 +157,7 @@ impl RunConfig {
             check: true,
             crash: None,
             more_crashes: Vec::new(),
+            respawn: false,
             fail_memory: None,
             heartbeat_timeout: Duration::from_millis(5),
             on_stray: OnStray::Abort,
@@ -165,7 +170,8 @@ impl RunConfig {
         // Coordinator ids are 1..log_slots: one log slot per id. Twice the
         // coordinators, so failed ids need recycling (a stray-lock scan) only
         // after many failures.
-        let coordinators = self.compute_nodes as u32 * self.coordinators as u32;
+        let replacements = if self.respawn { self.crash.iter().count() + self.more_crashes.len() } else { 0 };
+        let coordinators = (self.compute_nodes as u32 + replacements as u32) * self.coordinators as u32;
         s.log_slots = (2 * coordinators + 8).max(64);
         s.bugs = self.bugs;
         s.on_stray = self.on_stray;
@@ -636,7 +642,9 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     let layout = Arc::new(Layout::new(&store)?);
     load(backend, &layout, &cfg.workload)?;
 
-    let n = cfg.compute_nodes as usize;
+    // Slots for replacement nodes (`respawn`) after the initial ones.
+    let planned_crashes = cfg.crash.iter().count() + cfg.more_crashes.len();
+    let n = cfg.compute_nodes as usize + if cfg.respawn { planned_crashes } else { 0 };
     let ctl = Arc::new(Control {
         stop: AtomicBool::new(false),
         measuring: AtomicBool::new(false),
@@ -671,17 +679,19 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
             .map_err(|e| e.to_string())?
     };
 
-    let mut threads = Vec::new();
-    let mut heartbeats = Vec::new();
-    for cn in 0..cfg.compute_nodes {
+    type NodeThreads = (std::thread::JoinHandle<Result<ThreadResult, String>>, std::thread::JoinHandle<()>);
+    // Start compute node `cn` (0-based; its node id is cn + 1): it joins the
+    // membership, heartbeats, and runs one client per coordinator.
+    let spawn_node = |cn: u16| -> Result<NodeThreads, String> {
         // Heartbeats come from a thread of their own, as in a real compute
         // server: on two shared cores a busy worker can be descheduled for
         // longer than the timeout, while a sleeping thread is woken promptly.
         // That thread also joins, so the failure detector's clock for this node
         // starts only once its heartbeats can flow. A crash stops it.
         let (hb_ctl, hb_m, coords) = (ctl.clone(), membership.clone(), cfg.coordinators);
+        let (backend, store, layout) = (backend.clone(), store.clone(), layout.clone());
         let (ids_tx, ids_rx) = std::sync::mpsc::channel();
-        heartbeats.push(
+        let heartbeat =
             std::thread::Builder::new()
                 .name(format!("heartbeat-{}", cn + 1))
                 .spawn(move || {
@@ -695,15 +705,14 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
                         hb_m.lock().expect("membership lock").step(now, Event::Heartbeat { node: cn + 1 });
                     }
                 })
-                .map_err(|e| e.to_string())?,
-        );
+                .map_err(|e| e.to_string())?;
         let ids = match ids_rx.recv().map_err(|_| "a heartbeat thread died".to_string())?.pop() {
             Some(Command::AssignIds { ids, .. }) => ids,
             other => return Err(format!("compute node {} was not admitted: {other:?}", cn + 1)),
         };
-        let (backend, store, layout, ctl, spec) = (backend.clone(), store.clone(), layout.clone(), ctl.clone(), cfg.workload.clone());
+        let (ctl, spec) = (ctl.clone(), cfg.workload.clone());
         let (failed, seed) = (failed.clone(), cfg.seed);
-        threads.push(
+        let compute =
             std::thread::Builder::new()
                 .name(format!("compute-{}", cn + 1))
                 .spawn(move || {
@@ -719,10 +728,19 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
                         }
                     })
                 })
-                .map_err(|e| e.to_string())?,
-        );
+                .map_err(|e| e.to_string())?;
+        Ok((compute, heartbeat))
+        };
+    let mut threads = Vec::new();
+    let mut heartbeats = Vec::new();
+    for cn in 0..cfg.compute_nodes {
+        let (compute, heartbeat) = spawn_node(cn)?;
+        threads.push((cn, compute));
+        heartbeats.push(heartbeat);
     }
-
+    // Crashed nodes waiting for a replacement (respawn), and the next free slot.
+    let mut to_replace: Vec<u16> = Vec::new();
+    let mut next_slot = cfg.compute_nodes;
     std::thread::sleep(cfg.warmup);
     ctl.measuring.store(true, Ordering::SeqCst);
     let start = Instant::now();
@@ -753,20 +771,43 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         if let Some(c) = pending_crashes.first() {
             nap = nap.min(c.after.saturating_sub(start.elapsed()));
         }
+        if cfg.respawn && !to_replace.is_empty() {
+            nap = nap.min(Duration::from_millis(1));
+        }
         std::thread::sleep(nap);
         if let (Some(c), None) = (&cfg.crash, &crash_at) {
             if start.elapsed() >= c.after {
                 let counts: Vec<u64> = ctl.committed_by_node.iter().map(|x| x.load(Ordering::SeqCst)).collect();
                 ctl.crash[c.node as usize].store(true, Ordering::SeqCst);
                 crash_at = Some((ctl.now_ns(), counts, start.elapsed().as_secs_f64()));
+                to_replace.push(c.node + 1);
                 if cfg.progress {
                     eprintln!("  [{:>5.1}s] CRASH compute node {} (its coordinators stop mid-transaction)", start.elapsed().as_secs_f64(), c.node + 1);
                 }
             }
         }
+        if cfg.respawn {
+            // A recovered node's resources come back as a fresh compute node.
+            let recovered: Vec<u16> = {
+                let logs = failure_logs.lock().unwrap();
+                to_replace.iter().copied().filter(|n| logs.get(n).is_some_and(|l| l.notified_ns > 0)).collect()
+            };
+            for dead in recovered {
+                to_replace.retain(|&x| x != dead);
+                let (compute, heartbeat) = spawn_node(next_slot)?;
+                threads.push((next_slot, compute));
+                heartbeats.push(heartbeat);
+                more_crash_events.push((start.elapsed().as_secs_f64(), format!("node {} replaces node {dead}", next_slot + 1)));
+                if cfg.progress {
+                    eprintln!("  [{:>5.1}s] compute node {} starts on the resources of node {dead}", start.elapsed().as_secs_f64(), next_slot + 1);
+                }
+                next_slot += 1;
+            }
+        }
         while pending_crashes.first().is_some_and(|c| start.elapsed() >= c.after) {
             let c = pending_crashes.remove(0);
             ctl.crash[c.node as usize].store(true, Ordering::SeqCst);
+            to_replace.push(c.node + 1);
             more_crash_events.push((start.elapsed().as_secs_f64(), format!("compute node {} crashes", c.node + 1)));
             if cfg.progress {
                 eprintln!("  [{:>5.1}s] CRASH compute node {}", start.elapsed().as_secs_f64(), c.node + 1);
@@ -803,7 +844,7 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     // (its verbs fail with "access revoked") and recovered like a crashed
     // one, which is the point of active-link termination (Cor1).
     let declared: Vec<u16> = failure_logs.lock().unwrap().keys().copied().collect();
-    for (cn, t) in threads.into_iter().enumerate() {
+    for (cn, t) in threads {
         let r = t.join().map_err(|_| "a compute thread panicked".to_string())??;
         hist.add(&r.hist).expect("same bounds");
         stats.merge(&r.stats);
