@@ -58,6 +58,29 @@ retry $T recovery --fail-memory-node 1 --coordinators 16 --keys 100000 --duratio
 
 python3 scripts/render_results.py "$OUT" > docs/RESULTS.md
 
+# Issue 4: DART. A million litmus transactions on correct pandora with crashes, the baselines,
+# each of FORD's six bugs (the budgets of crates/dart/tests/mutants.rs), and PostgreSQL.
+run $T litmus --store pandora --seeds 2500 --crash-rate 0.5 --jobs 2 --json $OUT/dart-long.json
+run $T litmus --store ford --seeds 300 --crash-rate 0.5 --json $OUT/dart-ford.json
+run $T litmus --store traditional --seeds 300 --crash-rate 0.5 --json $OUT/dart-traditional.json
+bug() { # store bug tests instances crash-rate txs budget [extra bug]
+  local extra=""; [ -n "${8:-}" ] && extra="--inject-bug $8"
+  run $T litmus --store $1 --inject-bug $2 $extra --tests $3 --instances $4 --crash-rate $5 --txs $6 --seeds $7 \
+      --stop-at-first --json $OUT/dart-bug-$2-$1.json || true   # a caught bug exits non-zero
+}
+bug pandora complicit-abort litmus-1 1 0 60 80
+bug ford complicit-abort litmus-1 1 0 60 80
+bug ford covert-locks 2 2 0 60 10
+bug ford relaxed-locks 2 2 0 60 40
+bug ford missing-insert-undo litmus-1-insert-delete 1 1 30 60
+bug traditional lost-decision 3 1 1 60 20
+bug traditional logging-without-locking 3 1 1 60 100 trust-undo-images
+bash scripts/postgres.sh start
+for iso in serializable repeatable-read read-committed; do
+  run $T litmus --store postgres --isolation $iso --seeds 20 --json $OUT/dart-pg-$iso.json || true
+done
+python3 scripts/render_dart.py "$OUT" >> docs/RESULTS.md
+
 # Issue 5: the paper's experiments, one command each; each writes
 # docs/results/NAME.json, docs/figures/NAME.{svg,png} and its section of docs/RESULTS.md.
 run $T experiment all

@@ -269,6 +269,10 @@ pub struct RunResult {
     pub latency_us: Latency,
     pub verbs_per_commit: f64,
     pub aborts_by_reason: BTreeMap<String, u64>,
+    /// SmallBank, TATP, TPC-C: acknowledged commits per transaction type over
+    /// the whole run (warm-up included), and application rollbacks.
+    pub committed_by_type: BTreeMap<String, u64>,
+    pub rolled_back_by_application: u64,
     pub errors: Vec<String>,
     pub check_passed: Option<bool>,
     pub violations: Vec<String>,
@@ -950,6 +954,8 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         },
         verbs_per_commit: stats.verbs as f64 / stats.committed.max(1) as f64,
         aborts_by_reason: stats.aborts_by_reason.iter().map(|(r, n)| (r.name().to_string(), *n)).collect(),
+        committed_by_type: outcome.ledger().map(|l| l.committed_by_type.iter().map(|(k, v)| (k.to_string(), *v)).collect()).unwrap_or_default(),
+        rolled_back_by_application: outcome.ledger().map(|l| l.rolled_back).unwrap_or(0),
         errors,
         check_passed,
         violations,

@@ -174,6 +174,11 @@ pub fn print_run(r: &RunResult) {
             None => "skipped",
         }
     );
+    if !r.committed_by_type.is_empty() {
+        let total: u64 = r.committed_by_type.values().sum::<u64>().max(1);
+        let mix: Vec<String> = r.committed_by_type.iter().map(|(k, v)| format!("{k} {v} ({:.0}%)", 100.0 * *v as f64 / total as f64)).collect();
+        eprintln!("    commits by type: {}; application rollbacks {}", mix.join(", "), r.rolled_back_by_application);
+    }
     for n in &r.false_positives {
         eprintln!(
             "    note: compute node {n} was declared failed without crashing (a failure-detector false positive on this loaded machine); it was fenced off and recovered, and stopped working"
