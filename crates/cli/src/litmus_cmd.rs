@@ -8,6 +8,8 @@ use clap::Args;
 use tandem_dart::campaign::{self, CampaignConfig, FabricKind, StoreKind};
 use tandem_dart::history::write_json_lines;
 use tandem_dart::pg_store::Isolation;
+use tandem_dart::proc_run::ProcSetup;
+use tandem_dkvs::Mode;
 
 use crate::args::{random_secret, write_json};
 
@@ -37,7 +39,8 @@ pub struct LitmusArgs {
     /// Run for this many seconds (with --seeds: whichever ends first).
     #[arg(long)]
     duration: Option<f64>,
-    /// Fraction of simulated runs that crash a compute node at a random verb boundary.
+    /// Fraction of runs that crash a compute node: simulated runs at a random verb boundary;
+    /// with --fabric tcp (pandora), every compute node is a process and one gets kill -9.
     #[arg(long)]
     crash_rate: Option<f64>,
     /// Re-inject a bug (complicit-abort, covert-locks, relaxed-locks, missing-insert-undo,
@@ -74,6 +77,9 @@ pub struct LitmusArgs {
     /// Stop at the first violating run.
     #[arg(long)]
     stop_at_first: bool,
+    /// --fabric tcp with --crash-rate: the membership's heartbeat timeout in milliseconds.
+    #[arg(long, default_value_t = 50.0)]
+    detect_ms: f64,
 }
 
 pub fn run(a: LitmusArgs) -> Result<(), String> {
@@ -92,8 +98,9 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         if !(0.0..=1.0).contains(&r) {
             return Err("--crash-rate must be in [0, 1]".into());
         }
-        if r > 0.0 && !tandem_sim {
-            return Err("--crash-rate needs a Tandem store on --fabric sim (crashes over tcp and in PostgreSQL are not injected)".into());
+        let pandora_tcp = matches!(store, StoreKind::Tandem(Mode::Pandora)) && fabric == FabricKind::Tcp;
+        if r > 0.0 && !tandem_sim && !pandora_tcp {
+            return Err("--crash-rate needs a Tandem store on --fabric sim, or pandora on --fabric tcp (kill -9 of compute-server processes; PostgreSQL crashes are not injected)".into());
         }
     }
     if !a.inject_bug.is_empty() && !matches!(store, StoreKind::Tandem(_)) {
@@ -132,6 +139,13 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
             return Err("--fabric tcp applies to Tandem stores".into());
         }
         let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
+        if cfg.crash_rate > 0.0 {
+            // Every compute node a `tandem litmus-worker` process; a kill -9 on the runs the seed picks.
+            if campaign::parse_bugs(&a.inject_bug)?.1 != Default::default() {
+                return Err("recovery bugs cannot be injected over processes (the membership process runs recovery); use --fabric sim".into());
+            }
+            cfg.procs = Some(ProcSetup { exe: exe.clone(), detect_ms: a.detect_ms });
+        }
         cfg.tcp = Some(std::sync::Arc::new(move |count, bytes| {
             let servers = tandem_bench::cluster::MemoryServers::spawn(&exe, count, bytes, random_secret())
                 .map_err(|e| format!("cannot start memory servers: {e}"))?;

@@ -6,6 +6,7 @@ mod bench_cmd;
 mod compare_cmd;
 mod demo;
 mod litmus_cmd;
+mod litmus_worker_cmd;
 mod experiment_cmd;
 mod memory_server;
 mod procs_cmd;
@@ -50,6 +51,9 @@ enum Command {
     CheckCluster(procs_cmd::CheckClusterArgs),
     /// DART: litmus tests, assertions and a strict-serializability history check against a store.
     Litmus(litmus_cmd::LitmusArgs),
+    /// One compute-server process of `tandem litmus --fabric tcp --crash-rate R` (internal).
+    #[command(hide = true)]
+    LitmusWorker(litmus_worker_cmd::LitmusWorkerArgs),
 }
 
 fn main() {
@@ -68,6 +72,7 @@ fn main() {
         Command::ComputeServer(a) => procs_cmd::compute_server(a),
         Command::CheckCluster(a) => procs_cmd::check_cluster(a),
         Command::Litmus(a) => litmus_cmd::run(a),
+        Command::LitmusWorker(a) => litmus_worker_cmd::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

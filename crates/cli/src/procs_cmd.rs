@@ -32,6 +32,11 @@ pub struct ClusterArgs {
     /// Coordinator-id space = log slots per memory node.
     #[arg(long, default_value_t = 1024)]
     log_slots: u32,
+    /// Lay the store out for DART's litmus table of this capacity instead of
+    /// micro (`tandem litmus --fabric tcp --crash-rate R` starts the
+    /// membership process with it, so recovery reads the right places).
+    #[arg(long, hide = true)]
+    litmus_keys: Option<u64>,
 }
 
 impl ClusterArgs {
@@ -47,6 +52,11 @@ impl ClusterArgs {
     }
     fn store(&self) -> Result<StoreConfig, String> {
         let n = parse_addrs(&self.memory)?.len() as u16;
+        if let Some(keys) = self.litmus_keys {
+            let s = tandem_dart::proc_run::litmus_store(Mode::Pandora, n, self.replicas, self.log_slots, keys);
+            s.validate()?;
+            return Ok(s);
+        }
         let mut s = StoreConfig::new(Mode::Pandora, n, self.replicas, self.micro(0.5)?.tables());
         s.partitions_per_table = 64;
         s.log_slots = self.log_slots;

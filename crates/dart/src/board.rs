@@ -18,6 +18,9 @@ pub const MAX_PAIRS: u32 = 1 << 16;
 struct Inner {
     floors: HashMap<(u32, u32), i64>,
     pairs: HashMap<u32, u32>,
+    /// Pair numbers start here: worker processes that share no board get
+    /// disjoint ranges, so their fresh pairs never collide.
+    pair_base: u32,
 }
 
 #[derive(Clone, Default)]
@@ -34,6 +37,25 @@ impl Board {
         *f = (*f).max(x);
     }
 
+    /// A board whose pairs are numbered from `base` (one worker process's range).
+    pub fn with_pair_base(base: u32) -> Board {
+        assert!(base < MAX_PAIRS, "pair base {base} out of range");
+        Board(Arc::new(Mutex::new(Inner { pair_base: base, ..Inner::default() })))
+    }
+
+    /// The number of the `i`-th pair of this board.
+    pub fn pair(&self, i: u32) -> u32 {
+        (self.0.lock().expect("board").pair_base + i) % MAX_PAIRS
+    }
+
+    /// Make at least `n` pairs of `test` known (a checker that did not hand
+    /// them out, after the run).
+    pub fn note_pairs(&self, test: u32, n: u32) {
+        let mut b = self.0.lock().expect("board");
+        let p = b.pairs.entry(test).or_insert(0);
+        *p = (*p).max(n.min(MAX_PAIRS));
+    }
+
     /// Pairs of `test` handed out so far.
     pub fn pairs(&self, test: u32) -> u32 {
         self.0.lock().expect("board").pairs.get(&test).copied().unwrap_or(0)
@@ -42,9 +64,10 @@ impl Board {
     /// A fresh pair of `test` (wraps around after [`MAX_PAIRS`]).
     pub fn new_pair(&self, test: u32) -> u32 {
         let mut b = self.0.lock().expect("board");
+        let base = b.pair_base;
         let n = b.pairs.entry(test).or_insert(0);
         let p = *n % MAX_PAIRS;
         *n = (*n + 1).min(MAX_PAIRS);
-        p
+        (base + p) % MAX_PAIRS
     }
 }

@@ -73,7 +73,7 @@ pub struct CampaignConfig {
     /// Number of runs; with `duration`, the cap (if any) on runs.
     pub seeds: Option<u64>,
     pub duration: Option<Duration>,
-    /// Fraction of runs that crash a compute node (sim only).
+    /// Fraction of runs that crash a compute node (sim, or tcp with `procs`).
     pub crash_rate: f64,
     pub bug_names: Vec<String>,
     pub compute_nodes: u16,
@@ -89,6 +89,9 @@ pub struct CampaignConfig {
     pub stop_at_first: bool,
     /// Starts fresh memory servers for each `--fabric tcp` run.
     pub tcp: Option<crate::tcp_run::TcpServers>,
+    /// `--fabric tcp` with every compute node a process (`kill -9` on the
+    /// runs `crash_rate` picks): [`crate::proc_run`]. Pandora only.
+    pub procs: Option<crate::proc_run::ProcSetup>,
 }
 
 impl CampaignConfig {
@@ -112,12 +115,19 @@ impl CampaignConfig {
             progress: None,
             stop_at_first: false,
             tcp: None,
+            procs: None,
         }
     }
 
     /// Whether run `seed` crashes a compute node (decided by the seed alone).
     pub fn crashes(&self, seed: u64) -> bool {
-        self.fabric == FabricKind::Sim && matches!(self.store, StoreKind::Tandem(_)) && Rng::new(seed ^ 0xC7A5).chance(self.crash_rate)
+        self.injects_crashes() && Rng::new(seed ^ 0xC7A5).chance(self.crash_rate)
+    }
+
+    /// Whether runs may crash a compute node: simulated ones, and tcp runs
+    /// with compute-node processes.
+    pub fn injects_crashes(&self) -> bool {
+        matches!(self.store, StoreKind::Tandem(_)) && (self.fabric == FabricKind::Sim || self.procs.is_some())
     }
 
     /// The command that replays run `seed` exactly (sim) or re-runs it (tcp, postgres).
@@ -128,7 +138,7 @@ impl CampaignConfig {
             StoreKind::Tandem(_) => c += if self.fabric == FabricKind::Sim { " --fabric sim" } else { " --fabric tcp" },
         }
         c += &format!(" --tests {} --instances {} --seed {seed} --seeds 1", self.tests, self.instances);
-        if self.fabric == FabricKind::Sim && matches!(self.store, StoreKind::Tandem(_)) {
+        if self.injects_crashes() {
             c += &format!(" --crash-rate {}", if self.crashes(seed) { 1 } else { 0 });
         }
         let d = CampaignConfig::new(self.store.clone());
@@ -197,6 +207,29 @@ pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<Ru
             c.check_history = cfg.check_history;
             c.crash = cfg.crashes(seed);
             Ok(crate::sim_run::run(&c))
+        }
+        (StoreKind::Tandem(mode), FabricKind::Tcp) if cfg.procs.is_some() => {
+            if *mode != Mode::Pandora {
+                return Err(format!("{mode}: crashes over processes need pandora (the membership process runs pandora's log recovery)"));
+            }
+            if recovery_bugs != RecoveryBugs::default() {
+                return Err("recovery bugs cannot be injected into the membership process".into());
+            }
+            let c = crate::proc_run::ProcRunConfig {
+                setup: cfg.procs.clone().expect("checked"),
+                bug_names: cfg.bug_names.clone(),
+                suite: suite.clone(),
+                tests: cfg.tests.clone(),
+                instances: cfg.instances,
+                seed,
+                workers: cfg.compute_nodes,
+                clients_per_worker: cfg.clients_per_node,
+                txs_per_client: cfg.txs_per_client,
+                assert_chance: cfg.assert_chance,
+                check_history: cfg.check_history,
+                kill: cfg.crashes(seed),
+            };
+            crate::proc_run::run(&c)
         }
         (StoreKind::Tandem(mode), FabricKind::Tcp) => {
             let servers = cfg.tcp.clone().ok_or("--fabric tcp needs a way to start memory servers")?;

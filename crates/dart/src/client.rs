@@ -58,6 +58,14 @@ impl Client {
         Client { spec, rng, suite, log: Rc::new(RefCell::new(ClientLog::default())), board, clock, seq: 0 }
     }
 
+    /// Journal every event to `j` as well (a worker process that may be
+    /// killed; needs `record`).
+    pub fn with_journal(self, j: Arc<crate::journal::Journal>) -> Client {
+        assert!(self.spec.record, "a journal needs a recorded history");
+        self.log.borrow_mut().journal = Some(j);
+        self
+    }
+
     /// The log the harness keeps (it outlives a crashed client task).
     pub fn log(&self) -> SharedLog {
         self.log.clone()
@@ -126,6 +134,9 @@ impl Client {
             // Unknown until it completes: a crash that drops this task leaves it so.
             l.unknown += 1;
             if record {
+                if let Some(j) = &l.journal {
+                    j.invoke(me, self.spec.id, invoke);
+                }
                 l.records.push(TxRecord::new(me, self.spec.id, invoke));
             }
             l.records.len().wrapping_sub(1)
@@ -172,6 +183,9 @@ impl Client {
             let r = &mut l.records[idx];
             r.outcome = outcome;
             r.complete_ns = (outcome != Outcome::Unknown).then_some(complete);
+            if let Some(j) = &l.journal {
+                j.complete(&l.records[idx]);
+            }
         }
         match outcome {
             Outcome::Committed => l.committed += 1,
@@ -185,8 +199,14 @@ impl Client {
             }
             if let Some(seen) = seen {
                 l.asserts_checked += 1;
+                if let Some(j) = &l.journal {
+                    j.checked(me);
+                }
                 if let Some(why) = test.verdict(inst, &seen, floor) {
                     let what = format!("{why} (assert {} invoked at {invoke} ns)", crate::checker::fmt_tx(me));
+                    if let Some(j) = &l.journal {
+                        j.violation(&test.name, &what);
+                    }
                     l.violations.push((test.name.clone(), what));
                 }
             }

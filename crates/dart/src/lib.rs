@@ -10,7 +10,9 @@
 //! - [`checker`]: Adya's DSG plus real-time edges; G0, G1a, G1b, G1c, G2.
 //! - Harnesses: [`sim_run`] (seeded simulation, compute crashes at random
 //!   verb boundaries, membership-driven recovery), [`tcp_run`] (memory-server
-//!   processes), [`pg_run`] (PostgreSQL); [`campaign`] runs many and reports.
+//!   processes), [`proc_run`] (every compute node a process, `kill -9` of
+//!   one, recovery by the membership process; histories in a [`journal`]),
+//!   [`pg_run`] (PostgreSQL); [`campaign`] runs many and reports.
 
 pub mod board;
 pub mod campaign;
@@ -18,9 +20,11 @@ pub mod checker;
 pub mod client;
 pub mod gate;
 pub mod history;
+pub mod journal;
 pub mod litmus;
 pub mod pg_run;
 pub mod pg_store;
+pub mod proc_run;
 pub mod recorder;
 pub mod report;
 pub mod sim_run;

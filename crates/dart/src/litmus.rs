@@ -71,6 +71,11 @@ impl Litmus {
         (key >> TEST_SHIFT).checked_sub(1).map(|i| i as u32)
     }
 
+    /// The instance a key belongs to (inverse of [`Litmus::key`]).
+    pub fn instance_of_key(key: u64) -> u32 {
+        ((key >> INSTANCE_SHIFT) & ((1 << (TEST_SHIFT - INSTANCE_SHIFT)) - 1)) as u32
+    }
+
     pub fn keys(&self) -> Vec<u64> {
         (0..self.instances).flat_map(|i| (0..self.vars).map(move |v| (i, v))).map(|(i, v)| self.key(i, v)).collect()
     }
@@ -104,7 +109,7 @@ impl Litmus {
                 } else if !assert && (n == 0 || rng.chance(0.5)) {
                     Some(board.new_pair(self.index))
                 } else {
-                    Some(rng.below(n as u64) as u32)
+                    Some(board.pair(rng.below(n as u64) as u32))
                 }
             }
             _ => Some(rng.below(self.instances as u64) as u32),

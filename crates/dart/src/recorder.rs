@@ -11,11 +11,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::history::{Op, TxRecord};
+use crate::journal::Journal;
 use crate::store::{StoreTx, TxFailure};
 use crate::value::Value;
 
 /// Everything one client observed; shared with the harness.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct ClientLog {
     pub records: Vec<TxRecord>,
     /// Assertion failures: (test name, description).
@@ -25,6 +26,9 @@ pub struct ClientLog {
     pub unknown: u64,
     /// Assertion transactions that committed (and so were checked).
     pub asserts_checked: u64,
+    /// Also append every event to this journal as it happens (worker
+    /// processes that may be killed; see [`crate::journal`]).
+    pub journal: Option<std::sync::Arc<Journal>>,
 }
 
 pub type SharedLog = Rc<RefCell<ClientLog>>;
@@ -49,7 +53,11 @@ impl<T: StoreTx> Rec<T> {
 
     fn push(&self, op: Op) {
         if self.record {
-            self.log.borrow_mut().records[self.idx].ops.push(op);
+            let mut l = self.log.borrow_mut();
+            if let Some(j) = &l.journal {
+                j.op(l.records[self.idx].id, &op);
+            }
+            l.records[self.idx].ops.push(op);
         }
     }
 
@@ -62,7 +70,11 @@ impl<T: StoreTx> Rec<T> {
     /// A write refused with the transaction still open took no effect: un-record it.
     fn settle(&self, r: Result<(), TxFailure>) -> Result<(), TxFailure> {
         if matches!(r, Err(TxFailure::NotFound | TxFailure::AlreadyExists)) && self.record {
-            self.log.borrow_mut().records[self.idx].ops.pop();
+            let mut l = self.log.borrow_mut();
+            if let Some(j) = &l.journal {
+                j.unop(l.records[self.idx].id);
+            }
+            l.records[self.idx].ops.pop();
         }
         r
     }

@@ -5,8 +5,8 @@
 //! empty store), as processes (`tandem litmus --fabric tcp`) or in-process
 //! servers (tests). Real time is the wall clock of this process.
 //!
-//! Not yet: crash injection over TCP (a compute node dropped mid-run, or a
-//! `kill -9` of a compute-server process) — the simulator covers crashes.
+//! No crashes here: `kill -9` of compute-server processes is
+//! [`crate::proc_run`] (`--fabric tcp --crash-rate R`).
 
 use std::any::Any;
 use std::rc::Rc;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tandem_dkvs::loader::Loader;
-use tandem_dkvs::{BugSwitches, ComputeNode, FailedIds, Layout, Mode, StoreConfig, TableSpec};
+use tandem_dkvs::{BugSwitches, ComputeNode, FailedIds, Layout, Mode};
 use tandem_fabric::tcp::TcpCluster;
 
 use crate::board::Board;
@@ -22,7 +22,6 @@ use crate::client::{Client, ClientSpec};
 use crate::report::RunReport;
 use crate::suite::Suite;
 use crate::tandem_store::{TandemStore, LITMUS_TABLE};
-use crate::value::VALUE_BYTES;
 
 /// Starts `count` memory servers of `bytes` each; returns their cluster and
 /// a guard that stops them when dropped.
@@ -49,16 +48,8 @@ const REPLICAS: u16 = 2;
 
 pub fn run(cfg: &TcpRunConfig, servers: &TcpServers) -> Result<RunReport, String> {
     let clients = cfg.compute_nodes as u32 * cfg.clients_per_node as u32;
-    let table = TableSpec {
-        id: LITMUS_TABLE,
-        name: "litmus".into(),
-        value_size: VALUE_BYTES,
-        capacity: cfg.suite.key_count(cfg.txs_per_client * clients as u64).max(1),
-    };
-    let mut store = StoreConfig::new(cfg.mode, MEMORY_NODES, REPLICAS, vec![table]);
-    store.partitions_per_table = 4;
-    store.log_slots = LOG_SLOTS;
-    store.log_slot_bytes = 8 * 1024;
+    let capacity = cfg.suite.key_count(cfg.txs_per_client * clients as u64).max(1);
+    let mut store = crate::proc_run::litmus_store(cfg.mode, MEMORY_NODES, REPLICAS, LOG_SLOTS, capacity);
     store.bugs = cfg.bugs;
     if clients + 2 >= LOG_SLOTS {
         return Err(format!("at most {} clients over tcp", LOG_SLOTS - 3));

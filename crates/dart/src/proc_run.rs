@@ -1,0 +1,473 @@
+//! One DART run against Tandem as OS processes, with a `kill -9` of a compute
+//! server mid-run (`pandora.txt` §5: "we randomly inject crashes after any
+//! operation"; DESIGN.md §5 "over processes: kill -9 a compute server at
+//! random times"; recovery as in §3.2 and DESIGN.md §4.5).
+//!
+//! The parent (`tandem litmus --fabric tcp --crash-rate R`) starts three
+//! `tandem memory-server` processes and a `tandem membership` process whose
+//! layout describes the litmus table (`--litmus-keys`), loads the litmus
+//! objects, and starts one `tandem litmus-worker` process per compute node.
+//! A worker joins the membership service (coordinator ids, heartbeats,
+//! failed-id notices), runs DART clients on its ids and appends its history
+//! to a [`Journal`] as it goes. On a run the seed picks to crash, the parent
+//! counts the victim's invocations in its journal and sends it SIGKILL after
+//! a seeded number of them, waits until the membership service has detected
+//! the silence, revoked the victim, recovered its logs and published its
+//! failed ids (its stderr says so), and lets the survivors finish. Then it
+//! joins as a fresh compute node that knows the failed ids, asserts every
+//! instance once more, and checks the merged history: the killed worker's
+//! transactions without a completion line have an unknown outcome.
+//!
+//! Real time is `CLOCK_REALTIME` since the run began, shared by every process
+//! on the machine (the checker's real-time edges compare across workers). A
+//! run is re-run, not replayed: the seed fixes the victim and how many
+//! transactions it starts before the kill, not the interleaving.
+//!
+//! Only pandora: the membership process runs pandora's log recovery (ford's
+//! and traditional's stop-the-world recovery exists only in the simulator),
+//! and its recovery-bug switches cannot be set from outside.
+
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tandem_bench::cluster::MemoryServers;
+use tandem_bench::procs::MembershipSession;
+use tandem_dkvs::loader::Loader;
+use tandem_dkvs::{ComputeNode, FailedIds, Layout, Mode, StoreConfig, TableSpec};
+use tandem_fabric::tcp::TcpCluster;
+use tandem_sim::Rng;
+
+use crate::board::{Board, MAX_PAIRS};
+use crate::client::{Client, ClientSpec};
+use crate::history::{Outcome, TxRecord};
+use crate::journal::{self, Journal};
+use crate::litmus::{Litmus, Pattern};
+use crate::report::RunReport;
+use crate::suite::Suite;
+use crate::tandem_store::{TandemStore, LITMUS_TABLE};
+use crate::value::VALUE_BYTES;
+
+/// Memory nodes, replicas and log slots (= the coordinator-id space) of a run.
+pub const MEMORY_NODES: u16 = 3;
+pub const REPLICAS: u16 = 2;
+pub const LOG_SLOTS: u32 = 64;
+
+/// The store every process of a litmus cluster computes the same layout from
+/// (the membership process too: `tandem membership --litmus-keys`). Bug
+/// switches do not change the layout.
+pub fn litmus_store(mode: Mode, memory_nodes: u16, replicas: u16, log_slots: u32, capacity: u64) -> StoreConfig {
+    let table = TableSpec { id: LITMUS_TABLE, name: "litmus".into(), value_size: VALUE_BYTES, capacity: capacity.max(1) };
+    let mut store = StoreConfig::new(mode, memory_nodes, replicas, vec![table]);
+    store.partitions_per_table = 4;
+    store.log_slots = log_slots;
+    store.log_slot_bytes = 8 * 1024;
+    store
+}
+
+/// Everything a `tandem litmus-worker` process needs (passed as one JSON argument).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerConfig {
+    pub membership: Vec<SocketAddr>,
+    pub memory: Vec<SocketAddr>,
+    /// Compute-node id (membership and fabric), 1-based.
+    pub node: u16,
+    pub clients: u16,
+    /// DART client ids are `client_base..client_base + clients`.
+    pub client_base: u32,
+    /// First insert/delete pair number of this worker.
+    pub pair_base: u32,
+    pub txs: u64,
+    pub seed: u64,
+    pub tests: String,
+    pub instances: u32,
+    pub bugs: Vec<String>,
+    pub capacity: u64,
+    pub assert_chance: f64,
+    /// `CLOCK_REALTIME` ns at which the run began: history times count from it.
+    pub epoch_ns: u64,
+    pub heartbeat_us: u64,
+    pub journal: PathBuf,
+}
+
+fn wall_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// The body of `tandem litmus-worker`: join, run every client to its end,
+/// leave. The journal is the output; the return value is a one-line summary.
+pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
+    let suite = Arc::new(Suite::parse(&cfg.tests, cfg.instances)?);
+    let (bugs, _) = crate::campaign::parse_bugs(&cfg.bugs)?;
+    let mut store = litmus_store(Mode::Pandora, cfg.memory.len() as u16, REPLICAS, LOG_SLOTS, cfg.capacity);
+    store.bugs = bugs;
+    let layout = Arc::new(Layout::new(&store)?);
+    let journal = Arc::new(Journal::create(&cfg.journal)?);
+    let session = MembershipSession::join(&cfg.membership, cfg.node, cfg.clients, Duration::from_micros(cfg.heartbeat_us.max(100)))?;
+    journal.ids(&session.ids);
+    let memory = TcpCluster::new(cfg.memory.clone(), secret);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let local = tokio::task::LocalSet::new();
+    let logs = local.block_on(&rt, async {
+        let keys = memory.register(cfg.node).await.map_err(|e| format!("register compute node {}: {e}", cfg.node))?;
+        let fabric = memory.connect(cfg.node, &keys).await.map_err(|e| format!("connect compute node {}: {e}", cfg.node))?;
+        let node = ComputeNode::new(fabric, &store, layout.clone(), session.failed.clone());
+        let epoch = cfg.epoch_ns;
+        let clock: Rc<dyn Fn() -> u64> = Rc::new(move || wall_ns().saturating_sub(epoch));
+        let board = Board::with_pair_base(cfg.pair_base);
+        let mut seeds = Rng::new(cfg.seed ^ 0x7C9 ^ ((cfg.node as u64) << 40));
+        let (mut logs, mut tasks) = (Vec::new(), Vec::new());
+        for (k, &id) in session.ids.iter().enumerate() {
+            let mut session = TandemStore::new(node.coordinator(id));
+            let spec = ClientSpec { id: cfg.client_base + k as u32, seed: seeds.next_u64(), assert_chance: cfg.assert_chance, record: true };
+            let mut client = Client::new(spec, suite.clone(), board.clone(), clock.clone()).with_journal(journal.clone());
+            logs.push(client.log());
+            let n = cfg.txs;
+            tasks.push(tokio::task::spawn_local(async move {
+                client.run(&mut session, n).await;
+                session.settle();
+            }));
+        }
+        for t in tasks {
+            t.await.map_err(|e| format!("client task failed: {e}"))?;
+        }
+        // Let the last unlocks land before leaving.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok::<_, String>(logs)
+    })?;
+    session.leave();
+    let (mut c, mut a, mut u) = (0, 0, 0);
+    for l in &logs {
+        let l = l.borrow();
+        (c, a, u) = (c + l.committed, a + l.aborted, u + l.unknown);
+    }
+    Ok(format!("litmus worker {}: {c} committed, {a} aborted, {u} unknown", cfg.node))
+}
+
+/// How the parent starts processes.
+#[derive(Clone, Debug)]
+pub struct ProcSetup {
+    /// The `tandem` binary (memory-server, membership, litmus-worker).
+    pub exe: PathBuf,
+    /// The membership's heartbeat timeout.
+    pub detect_ms: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProcRunConfig {
+    pub setup: ProcSetup,
+    pub bug_names: Vec<String>,
+    pub suite: Arc<Suite>,
+    /// The `--tests` selector and instances the suite came from (for workers).
+    pub tests: String,
+    pub instances: u32,
+    pub seed: u64,
+    pub workers: u16,
+    pub clients_per_worker: u16,
+    pub txs_per_client: u64,
+    pub assert_chance: f64,
+    pub check_history: bool,
+    /// `kill -9` one worker in this run (which and when follows from the seed).
+    pub kill: bool,
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+struct Kid(Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn fresh_secret() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
+        return u64::from_le_bytes(b) | 1;
+    }
+    (wall_ns() ^ ((std::process::id() as u64) << 32)) | 1
+}
+
+/// The membership process's stderr, line by line as it comes.
+type MembershipLog = Arc<Mutex<Vec<String>>>;
+
+/// The membership process: its address and its stderr lines.
+fn spawn_membership(exe: &Path, memory: &[SocketAddr], secret: u64, capacity: u64, detect_ms: f64) -> Result<(Kid, SocketAddr, MembershipLog), String> {
+    let mem = memory.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
+    let mut child = Command::new(exe)
+        .args(["membership", "--listen", "127.0.0.1:0", "--memory", &mem, "--replicas", &REPLICAS.to_string()])
+        .args(["--log-slots", &LOG_SLOTS.to_string(), "--litmus-keys", &capacity.to_string(), "--timeout-ms", &detect_ms.to_string()])
+        .env("TANDEM_SECRET", format!("{secret:016x}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start the membership process: {e}"))?;
+    let (stdout, stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    let kid = Kid(child);
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                lines.lock().expect("membership log").push(l);
+            }
+        });
+    }
+    let mut out = BufReader::new(stdout);
+    let mut first = String::new();
+    out.read_line(&mut first).map_err(|e| format!("membership process: {e}"))?;
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| format!("the membership process did not announce its address (said '{}'; stderr: {:?})", first.trim(), lines.lock().expect("log")))?;
+    std::thread::spawn(move || for _ in out.lines() {});
+    Ok((kid, addr, lines))
+}
+
+/// Count the `invoke` lines appended to a journal since the last call.
+struct InvokeCounter {
+    path: PathBuf,
+    offset: u64,
+    invokes: u64,
+}
+
+impl InvokeCounter {
+    fn poll(&mut self) -> u64 {
+        if let Ok(mut f) = std::fs::File::open(&self.path) {
+            let mut buf = Vec::new();
+            if f.seek(SeekFrom::Start(self.offset)).is_ok() && f.read_to_end(&mut buf).is_ok() {
+                let whole = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                self.invokes += buf[..whole].split(|&b| b == b'\n').filter(|l| l.starts_with(b"{\"invoke\"")).count() as u64;
+                self.offset += whole as u64;
+            }
+        }
+        self.invokes
+    }
+}
+
+/// Run one seed. Harness failures (a process that will not start, a recovery
+/// that never comes) are errors; what DART finds goes into the report.
+pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
+    let workers = cfg.workers.max(1);
+    let clients = workers as u32 * cfg.clients_per_worker as u32;
+    // Ids: every worker's coordinators, the final checker's, the membership's own.
+    if clients + 3 >= LOG_SLOTS {
+        return Err(format!("at most {} clients over processes", LOG_SLOTS - 4));
+    }
+    // Each worker numbers its fresh insert/delete pairs in a range of its own.
+    let pairs_per_worker = cfg.txs_per_client * cfg.clients_per_worker as u64;
+    if pairs_per_worker * workers as u64 > MAX_PAIRS as u64 {
+        return Err(format!("at most {MAX_PAIRS} transactions over all workers (insert/delete pair numbers)"));
+    }
+    let pairs_per_worker = pairs_per_worker as u32;
+    let capacity = cfg.suite.key_count(cfg.txs_per_client * clients as u64).max(1);
+    let (bugs, _) = crate::campaign::parse_bugs(&cfg.bug_names)?;
+    let mut store = litmus_store(Mode::Pandora, MEMORY_NODES, REPLICAS, LOG_SLOTS, capacity);
+    store.bugs = bugs;
+    let layout = Arc::new(Layout::new(&store)?);
+    let region = *layout.region_bytes.iter().max().expect("memory nodes");
+    let secret = fresh_secret();
+    let servers = MemoryServers::spawn(&cfg.setup.exe, MEMORY_NODES as usize, region, secret).map_err(|e| format!("cannot start memory servers: {e}"))?;
+    let memory = servers.cluster();
+    let (mut membership, maddr, mlog) = spawn_membership(&cfg.setup.exe, &servers.addrs, secret, capacity, cfg.setup.detect_ms)?;
+    let dir = std::env::temp_dir().join(format!("tandem-litmus-{}-{}", std::process::id(), cfg.seed));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let keys = memory.register(u16::MAX - 1).await.map_err(|e| format!("register the loader: {e}"))?;
+        let fab = memory.connect(u16::MAX - 1, &keys).await.map_err(|e| format!("connect the loader: {e}"))?;
+        let mut loader = Loader::new(&fab, layout.clone());
+        for t in &cfg.suite.tests {
+            for (k, v) in t.initial() {
+                loader.put(LITMUS_TABLE, k, &v.encode()).await.map_err(|e| e.to_string())?;
+            }
+        }
+        loader.finish().await.map_err(|e| e.to_string()).map(|_| ())
+    })?;
+
+    let epoch_ns = wall_ns();
+    let heartbeat_us = ((cfg.setup.detect_ms * 1e3) / 10.0).max(200.0) as u64;
+    let mut kids = Vec::new();
+    let mut journals = Vec::new();
+    for w in 0..workers {
+        let journal = dir.join(format!("worker-{}.jsonl", w + 1));
+        let wc = WorkerConfig {
+            membership: vec![maddr],
+            memory: servers.addrs.clone(),
+            node: w + 1,
+            clients: cfg.clients_per_worker,
+            client_base: w as u32 * cfg.clients_per_worker as u32,
+            pair_base: w as u32 * pairs_per_worker,
+            txs: cfg.txs_per_client,
+            seed: cfg.seed,
+            tests: cfg.tests.clone(),
+            instances: cfg.instances,
+            bugs: cfg.bug_names.clone(),
+            capacity,
+            assert_chance: cfg.assert_chance,
+            epoch_ns,
+            heartbeat_us,
+            journal: journal.clone(),
+        };
+        let err = std::fs::File::create(dir.join(format!("worker-{}.err", w + 1))).map_err(|e| e.to_string())?;
+        let child = Command::new(&cfg.setup.exe)
+            .args(["litmus-worker", "--config", &serde_json::to_string(&wc).map_err(|e| e.to_string())?])
+            .env("TANDEM_SECRET", format!("{secret:016x}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(err))
+            .spawn()
+            .map_err(|e| format!("cannot start litmus worker {}: {e}", w + 1))?;
+        kids.push(Kid(child));
+        journals.push(journal);
+    }
+
+    let mut report = RunReport::default();
+    let mut victim: Option<(u16, u64)> = None;
+    if cfg.kill {
+        let mut rng = Rng::new(cfg.seed ^ 0xC7A5_0009);
+        let v = rng.below(workers as u64) as u16;
+        let total = cfg.clients_per_worker as u64 * cfg.txs_per_client;
+        let target = rng.range_inclusive(1, (total * 3 / 4).max(1));
+        let mut counter = InvokeCounter { path: journals[v as usize].clone(), offset: 0, invokes: 0 };
+        let give_up = Instant::now() + Duration::from_secs(60);
+        loop {
+            if counter.poll() >= target {
+                kids[v as usize].0.kill().map_err(|e| format!("kill -9 of worker {}: {e}", v + 1))?;
+                let _ = kids[v as usize].0.wait();
+                victim = Some((v + 1, counter.poll()));
+                break;
+            }
+            if kids[v as usize].0.try_wait().map_err(|e| e.to_string())?.is_some() || Instant::now() > give_up {
+                break; // It finished first: a run without a crash.
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+    if let Some((node, at)) = victim {
+        report.crashes = 1;
+        report.crash_note = Some(format!("kill -9 of worker {node} after {at} invocations"));
+        // The survivors' PILL needs the failed ids; the final check needs the logs recovered.
+        let needle = format!("failed ids of node {node} published");
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while !mlog.lock().expect("log").iter().any(|l| l.contains(&needle)) {
+            if Instant::now() > give_up {
+                return Err(format!("the membership service never published the recovery of node {node}: {:?}", mlog.lock().expect("log")));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let give_up = Instant::now() + Duration::from_secs(120);
+    for (w, k) in kids.iter_mut().enumerate() {
+        if victim.is_some_and(|(n, _)| n as usize == w + 1) {
+            continue;
+        }
+        let status = loop {
+            if let Some(s) = k.0.try_wait().map_err(|e| e.to_string())? {
+                break s;
+            }
+            if Instant::now() > give_up {
+                return Err(format!("litmus worker {} did not finish in 120 s", w + 1));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        if !status.success() {
+            let err = std::fs::read_to_string(dir.join(format!("worker-{}.err", w + 1))).unwrap_or_default();
+            report.violations.push(("harness".into(), format!("litmus worker {} exited with {status}: {}", w + 1, err.trim())));
+        }
+    }
+
+    // Fold the journals.
+    let mut failed_ids = Vec::new();
+    for (w, path) in journals.iter().enumerate() {
+        let c = journal::read(path)?;
+        if victim.is_some_and(|(n, _)| n as usize == w + 1) {
+            failed_ids.extend(c.ids.iter().copied());
+        }
+        for r in &c.records {
+            match r.outcome {
+                Outcome::Committed => report.committed += 1,
+                Outcome::Aborted => report.aborted += 1,
+                Outcome::Unknown => report.unknown += 1,
+            }
+        }
+        report.asserts_checked += c.asserts_checked;
+        report.violations.extend(c.violations);
+        report.history.extend(c.records);
+    }
+
+    // The final check: a fresh compute node that knows the failed ids.
+    let board = Board::default();
+    note_pairs(&cfg.suite, &board, &report.history);
+    let session = MembershipSession::join(&[maddr], workers + 1, 1, Duration::from_micros(heartbeat_us))?;
+    let failed: FailedIds = session.failed.clone();
+    for &id in &failed_ids {
+        failed.insert(id);
+    }
+    let log = local.block_on(&rt, async {
+        let keys = memory.register(workers + 1).await.map_err(|e| format!("register the checker: {e}"))?;
+        let fab = memory.connect(workers + 1, &keys).await.map_err(|e| format!("connect the checker: {e}"))?;
+        let node = ComputeNode::new(fab, &store, layout.clone(), failed.clone());
+        let mut s = TandemStore::new(node.coordinator(session.ids[0]));
+        let clock: Rc<dyn Fn() -> u64> = Rc::new(move || wall_ns().saturating_sub(epoch_ns));
+        let spec = ClientSpec { id: clients, seed: cfg.seed, assert_chance: 1.0, record: cfg.check_history };
+        let mut client = Client::new(spec, cfg.suite.clone(), board.clone(), clock);
+        let log = client.log();
+        if let Err(e) = client.final_check(&mut s, 20).await {
+            log.borrow_mut().violations.push(("final-check".into(), e));
+        }
+        s.settle();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        Ok::<_, String>(log)
+    })?;
+    session.leave();
+    report.absorb(&[log]);
+    if cfg.check_history {
+        report.check_history(&cfg.suite);
+    }
+    if let Some((node, _)) = victim {
+        let needle = format!("membership: recovered node {node} ");
+        if let Some(l) = mlog.lock().expect("log").iter().find(|l| l.starts_with(&needle)) {
+            let note = format!("{}; {}", report.crash_note.take().unwrap_or_default(), l.trim_start_matches("membership: "));
+            eprintln!("litmus seed {}: {note}", cfg.seed);
+            report.crash_note = Some(note);
+        }
+    }
+    // Recoveries the membership ran (a falsely suspected survivor counts too).
+    let recoveries = mlog.lock().expect("log").iter().filter(|l| l.contains("published")).count();
+    if recoveries as u32 > report.crashes {
+        report.crash_note = Some(format!("{}; {recoveries} recoveries (a survivor was suspected too)", report.crash_note.take().unwrap_or_default()));
+    }
+    let _ = membership.0.kill();
+    drop(servers);
+    if report.violations.is_empty() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        let note = format!("{}; journals in {}", report.crash_note.take().unwrap_or_else(|| "no kill".into()), dir.display());
+        for v in &mut report.violations {
+            v.1 += &format!(" [{note}]");
+        }
+        report.crash_note = Some(note);
+    }
+    Ok(report)
+}
+
+/// Make the insert/delete pairs the workers used known to the final check's board.
+fn note_pairs(suite: &Suite, board: &Board, history: &[TxRecord]) {
+    for r in history {
+        for op in &r.ops {
+            let Some(t) = Litmus::index_of_key(op.key) else { continue };
+            if suite.tests.get(t as usize).is_some_and(|x| x.pattern == Pattern::InsertDelete) {
+                board.note_pairs(t, Litmus::instance_of_key(op.key) + 1);
+            }
+        }
+    }
+}
