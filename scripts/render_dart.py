@@ -22,6 +22,11 @@ for mode in ["ford", "traditional"]:
     r = load(f"dart-{mode}.json")
     print(f"- {mode}: `tandem litmus --store {mode} --seeds 300 --crash-rate 0.5`: {r['transactions']:,} transactions, "
           f"{r['crashes']} crashes, {r['violation_count']} violations.")
+p = load("dart-procs.json")
+print(f"- over real processes (`tandem litmus --store pandora --fabric tcp --crash-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60`: "
+      f"memory-server, membership and litmus-worker processes, one worker `kill -9`ed per run, histories journaled to files): "
+      f"{p['transactions']:,} transactions ({p['unknown']} with unknown outcome), {p['crashes']} kills, each recovered by the membership process, "
+      f"{p['violation_count']} violations.")
 print("\n### FORD's six bugs: which litmus test catches each (next to the paper's Table 1)\n")
 print("Each row is `tandem litmus --store STORE --inject-bug BUG --tests T --instances I --seeds BUDGET --stop-at-first` "
       "(crashes in every run where the bug needs one); seeds are fixed, so the first catching seed is deterministic. "

@@ -63,6 +63,8 @@ python3 scripts/render_results.py "$OUT" > docs/RESULTS.md
 run $T litmus --store pandora --seeds 2500 --crash-rate 0.5 --jobs 2 --json $OUT/dart-long.json
 run $T litmus --store ford --seeds 300 --crash-rate 0.5 --json $OUT/dart-ford.json
 run $T litmus --store traditional --seeds 300 --crash-rate 0.5 --json $OUT/dart-traditional.json
+# Over real processes: memory servers, membership, litmus-worker processes; one kill -9 per run.
+run $T litmus --store pandora --fabric tcp --crash-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60 --json $OUT/dart-procs.json
 bug() { # store bug tests instances crash-rate txs budget [extra bug]
   local extra=""; [ -n "${8:-}" ] && extra="--inject-bug $8"
   run $T litmus --store $1 --inject-bug $2 $extra --tests $3 --instances $4 --crash-rate $5 --txs $6 --seeds $7 \
