@@ -11,6 +11,8 @@ OUT=target/results
 mkdir -p "$OUT"
 
 run() { echo "+ $*" >&2; "$@"; }
+# Measure Tandem on a quiet machine: no peer servers running (they are started for `compare` at the end).
+bash scripts/peers.sh stop all >/dev/null 2>&1 || true
 # Recovery runs measure real time on two shared cores; a run spoiled by a
 # failure-detector false positive exits non-zero and is run again (at most 3 times).
 retry() { for i in 1 2 3; do if run "$@"; then return 0; fi; echo "  (attempt $i failed; running again)" >&2; done; return 1; }
@@ -90,4 +92,5 @@ run $T experiment all
 run bash scripts/peers.sh start all
 run $T compare --workload smallbank --duration 5 --json docs/results/compare-smallbank.json --markdown docs/RESULTS.md
 run $T compare --workload micro --duration 5 --json docs/results/compare-micro.json --markdown docs/RESULTS.md
+bash scripts/peers.sh stop all >/dev/null 2>&1 || true
 echo "wrote docs/RESULTS.md" >&2
