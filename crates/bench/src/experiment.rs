@@ -397,7 +397,14 @@ fn traditional_overhead(quick: bool, progress: &dyn Fn(&str)) -> Result<(Value, 
         for s in &cmp.summary {
             bars.push((format!("{wl}/{}", s.store), s.throughput_ratio));
         }
-        rows.push(json!({"workload": wl, "summary": cmp.summary}));
+        // Keep what went wrong in any run (the summary only says whether all passed).
+        let problems: Vec<Value> = cmp
+            .runs
+            .iter()
+            .filter(|r| r.check_passed == Some(false) || !r.errors.is_empty() || !r.false_positives.is_empty())
+            .map(|r| json!({"store": r.store, "violations": r.violations, "errors": r.errors, "false_positives": r.false_positives}))
+            .collect();
+        rows.push(json!({"workload": wl, "summary": cmp.summary, "problems": problems}));
     }
     let svg = bars_svg("Throughput relative to ford, per workload (alternating rounds)", "throughput / ford", &bars);
     let mut md = String::from("2 compute nodes × 16 coordinators, in-process fabric, alternating rounds (ford, pandora, traditional, ...), medians.\n\n| workload | pandora / ford | traditional / ford | verbs/commit ford · pandora · traditional | checks |\n|---|---:|---:|---|---|\n");
