@@ -39,6 +39,10 @@ pub struct SimWorkloadConfig {
     /// Crash compute node `.0` (0-based) `.1` simulated ns after the clients start
     /// (loading takes simulated time too; it is not counted).
     pub crash: Option<(u16, u64)>,
+    /// With `crash`: do not crash the node, only stop its heartbeats (a
+    /// slow-but-alive node the detector declares failed; DESIGN.md §4.5
+    /// "false positives must be safe"). Its verbs fail once it is revoked.
+    pub false_positive: bool,
     /// Heartbeat timeout of the failure detector (at least 2 µs).
     pub detect_ns: u64,
     /// Test-only recovery bugs (to prove the crash tests can fail).
@@ -61,6 +65,7 @@ impl SimWorkloadConfig {
             txs_per_coordinator: 40,
             fabric: SimFabricConfig::default(),
             crash: None,
+            false_positive: false,
             detect_ns: 20_000,
             recovery_bugs: RecoveryBugs::default(),
             log_slot_bytes: 32 * 1024,
@@ -82,7 +87,7 @@ impl SimWorkloadConfig {
             s += &format!(" bug {b}");
         }
         if let Some((n, at)) = self.crash {
-            s += &format!(" crash node {n} at {at} ns (detect {} ns)", self.detect_ns);
+            s += &format!(" {} node {n} at {at} ns (detect {} ns)", if self.false_positive { "falsely suspect" } else { "crash" }, self.detect_ns);
         }
         if self.recovery_bugs != RecoveryBugs::default() {
             s += &format!(" {:?}", self.recovery_bugs);
@@ -224,7 +229,9 @@ pub fn run(cfg: &SimWorkloadConfig) -> SimWorkloadReport {
             panic!("{}: compute node {victim} finished before the crash at {at} ns; crash earlier or run longer", cfg.describe());
         }
         sim.crash(HEARTBEAT_TAG + victim as u32);
-        sim.crash(victim as u32);
+        if !cfg.false_positive {
+            sim.crash(victim as u32);
+        }
         sim.run_while(|| declared.borrow().is_empty());
         assert_eq!(*declared.borrow(), vec![victim + 1], "seed {}: the detector must declare exactly the victim", cfg.seed);
         cluster.revoke(victim + 1);

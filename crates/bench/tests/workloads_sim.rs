@@ -84,6 +84,24 @@ fn bug_is_caught(what: &str, budget: u64, cfg: impl Fn(u64) -> SimWorkloadConfig
     panic!("{what}: no violation in {budget} seeds");
 }
 
+/// DESIGN.md §4.5: false positives must be safe. The suspected node keeps
+/// running until it is revoked; its verbs then fail, and recovery treats it
+/// as crashed. Every mode, SmallBank and TPC-C.
+#[test]
+fn false_positives_are_safe_in_every_mode() {
+    for mode in [Mode::Pandora, Mode::Ford, Mode::Traditional] {
+        for (w, txs, n) in [(smallbank as fn() -> WorkloadSpec, 60, 4), (tpcc as fn() -> WorkloadSpec, 40, 3)] {
+            for seed in 0..seeds(n) {
+                let mut cfg = crashing(mode, w(), seed, txs);
+                cfg.false_positive = true;
+                let r = run(&cfg);
+                assert_clean(&r);
+                assert!(r.recovered, "{}", r.replay);
+            }
+        }
+    }
+}
+
 // ---- SmallBank ----
 
 #[test]
