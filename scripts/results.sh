@@ -93,4 +93,5 @@ run bash scripts/peers.sh start all
 run $T compare --workload smallbank --duration 5 --json docs/results/compare-smallbank.json --markdown docs/RESULTS.md
 run $T compare --workload micro --duration 5 --json docs/results/compare-micro.json --markdown docs/RESULTS.md
 bash scripts/peers.sh stop all >/dev/null 2>&1 || true
+bash scripts/postgres.sh stop >/dev/null 2>&1 || true
 echo "wrote docs/RESULTS.md" >&2
