@@ -418,11 +418,14 @@ async fn drive<F: Fabric>(
     let errors: Rc<RefCell<Vec<String>>> = Rc::default();
     let mut outcomes: Vec<OutcomeHandle> = Vec::new();
     let mut handles = Vec::new();
+    // Unlocks still landing; awaited before the node stops, so no lock is
+    // left behind and `active` drains to zero (a stop-the-world drain waits for it).
+    let unlocking: Rc<RefCell<Vec<tokio::task::JoinHandle<()>>>> = Rc::default();
     for &id in &ids {
         let mut coord = node.coordinator(id);
         let mut client = spec.client(id as u32, seeds.next_u64());
         outcomes.push(client.handle());
-        let (ctl, errors) = (ctl.clone(), errors.clone());
+        let (ctl, errors, unlocking) = (ctl.clone(), errors.clone(), unlocking.clone());
         handles.push(tokio::task::spawn_local(async move {
             let mut hist = new_hist();
             while !ctl.stop.load(Ordering::Relaxed) {
@@ -440,10 +443,15 @@ async fn drive<F: Fabric>(
                 // its unlocks land, without holding up the next one.
                 let unlocks = coord.take_unlocks();
                 let c2 = ctl.clone();
-                tokio::task::spawn_local(async move {
+                let h = tokio::task::spawn_local(async move {
                     unlocks.await;
                     c2.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
                 });
+                {
+                    let mut u = unlocking.borrow_mut();
+                    u.retain(|h| !h.is_finished());
+                    u.push(h);
+                }
                 let measuring = ctl.measuring.load(Ordering::Relaxed);
                 match r {
                     Ok(true) if measuring => {
@@ -474,6 +482,10 @@ async fn drive<F: Fabric>(
             let (hh, st) = h.await.expect("coordinator task panicked");
             hist.add(&hh).expect("same histogram bounds");
             stats.merge(&st);
+        }
+        let pending: Vec<_> = unlocking.borrow_mut().drain(..).collect();
+        for h in pending {
+            let _ = h.await;
         }
         (hist, stats)
     };
@@ -556,11 +568,16 @@ async fn membership_loop(
                             // coordinator's transaction finish, then recover.
                             let stop_at = ctl.now_ns();
                             ctl.paused.fetch_add(1, Ordering::SeqCst);
-                            // Only live nodes drain: a crashed node's transactions never finish.
+                            // Only live nodes drain: a crashed node's transactions never finish
+                            // (and a falsely suspected one is revoked: its verbs no longer land).
+                            // The end of the run does not cut the drain short: recovering
+                            // owner-less locks beside a live transaction would release its locks.
                             let alive = |n: usize| membership.lock().expect("membership lock").status(n as u16 + 1) == Some(NodeStatus::Alive);
-                            while !ctl.stop.load(Ordering::SeqCst)
-                                && ctl.active.iter().enumerate().any(|(n, a)| a.load(Ordering::SeqCst) > 0 && alive(n))
-                            {
+                            let give_up = Instant::now() + Duration::from_secs(30);
+                            while ctl.active.iter().enumerate().any(|(n, a)| a.load(Ordering::SeqCst) > 0 && alive(n)) {
+                                if Instant::now() > give_up {
+                                    return Err(format!("{mode} recovery of node {node}: live transactions did not drain in 30 s"));
+                                }
                                 tokio::time::sleep(Duration::from_micros(50)).await;
                             }
                             let r = match (&fabric, mode) {
