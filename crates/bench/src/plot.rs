@@ -67,18 +67,9 @@ fn header(title: &str) -> String {
     s
 }
 
-/// Throughput over time: one polyline per series (bucket `bucket_ms` wide),
-/// vertical markers for events at `(seconds, label)`.
-pub fn timeline_svg(title: &str, bucket_ms: u64, series: &[Series], events: &[(f64, String)]) -> String {
-    let buckets = series.iter().map(|s| s.tps.len()).max().unwrap_or(0).max(1);
-    let t_max = buckets as f64 * bucket_ms as f64 / 1000.0;
-    let peak = series.iter().flat_map(|s| s.tps.iter().copied()).fold(0.0, f64::max);
-    let (y_max, y_step) = nice_max(peak * 1.1);
-    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
-    let x = |t: f64| LEFT + pw * t / t_max;
-    let y = |v: f64| TOP + ph * (1.0 - v / y_max);
-    let mut s = header(title);
-    // Axes and grid.
+/// Horizontal grid lines with their y-axis labels, 0..=y_max every y_step.
+fn y_grid(s: &mut String, y_max: f64, y_step: f64) {
+    let y = |v: f64| TOP + (H - TOP - BOTTOM) * (1.0 - v / y_max);
     let mut v = 0.0;
     while v <= y_max + 1e-9 {
         let _ = write!(
@@ -92,6 +83,21 @@ pub fn timeline_svg(title: &str, bucket_ms: u64, series: &[Series], events: &[(f
         );
         v += y_step;
     }
+}
+
+/// Throughput over time: one polyline per series (bucket `bucket_ms` wide),
+/// vertical markers for events at `(seconds, label)`.
+pub fn timeline_svg(title: &str, bucket_ms: u64, series: &[Series], events: &[(f64, String)]) -> String {
+    let buckets = series.iter().map(|s| s.tps.len()).max().unwrap_or(0).max(1);
+    let t_max = buckets as f64 * bucket_ms as f64 / 1000.0;
+    let peak = series.iter().flat_map(|s| s.tps.iter().copied()).fold(0.0, f64::max);
+    let (y_max, y_step) = nice_max(peak * 1.1);
+    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
+    let x = |t: f64| LEFT + pw * t / t_max;
+    let y = |v: f64| TOP + ph * (1.0 - v / y_max);
+    let mut s = header(title);
+    // Axes and grid.
+    y_grid(&mut s, y_max, y_step);
     let (_, t_step) = nice_max(t_max);
     let t_step = t_step.max(0.01);
     let mut t = 0.0;
@@ -156,19 +162,7 @@ pub fn lines_svg(title: &str, x_label: &str, y_label: &str, xs: &[String], serie
     let x = |i: usize| LEFT + pw * (i as f64 + 0.5) / n;
     let y = |v: f64| TOP + ph * (1.0 - v / y_max);
     let mut s = header(title);
-    let mut v = 0.0;
-    while v <= y_max + 1e-9 {
-        let _ = write!(
-            s,
-            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#e0e0e0"/><text x="{2}" y="{3:.1}" font-size="12" text-anchor="end">{4}</text>"##,
-            y(v),
-            W - RIGHT,
-            LEFT - 6.0,
-            y(v) + 4.0,
-            fmt_si(v)
-        );
-        v += y_step;
-    }
+    y_grid(&mut s, y_max, y_step);
     for (i, l) in xs.iter().enumerate() {
         let _ = write!(s, r#"<text x="{:.1}" y="{}" font-size="12" text-anchor="middle">{}</text>"#, x(i), H - BOTTOM + 18.0, esc(l));
     }
@@ -228,19 +222,7 @@ pub fn bars_svg(title: &str, unit: &str, bars: &[(String, f64)]) -> String {
     let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
     let y = |v: f64| TOP + ph * (1.0 - v / y_max);
     let mut s = header(title);
-    let mut v = 0.0;
-    while v <= y_max + 1e-9 {
-        let _ = write!(
-            s,
-            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#e0e0e0"/><text x="{2}" y="{3:.1}" font-size="12" text-anchor="end">{4}</text>"##,
-            y(v),
-            W - RIGHT,
-            LEFT - 6.0,
-            y(v) + 4.0,
-            fmt_si(v)
-        );
-        v += y_step;
-    }
+    y_grid(&mut s, y_max, y_step);
     let slot = pw / n;
     for (k, (label, value)) in bars.iter().enumerate() {
         let bx = LEFT + slot * k as f64 + slot * 0.15;

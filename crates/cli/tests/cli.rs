@@ -285,6 +285,21 @@ impl ZooKeeper {
     }
 }
 
+impl ZooKeeper {
+    /// Start one, or (only outside CI, where ZooKeeper cannot be installed)
+    /// print why the test is skipped. CI must exercise the ZooKeeper path.
+    fn start_or_skip(tag: &str) -> Option<ZooKeeper> {
+        match ZooKeeper::start(tag) {
+            Ok(zk) => Some(zk),
+            Err(why) if std::env::var_os("CI").is_none() => {
+                eprintln!("SKIPPED: ZooKeeper cannot be installed here: {why}");
+                None
+            }
+            Err(why) => panic!("CI must exercise the ZooKeeper path, but ZooKeeper cannot be installed: {why}"),
+        }
+    }
+}
+
 impl Drop for ZooKeeper {
     fn drop(&mut self) {
         let _ = Command::new("bash").arg(Self::script()).arg("stop").env("ZK_PORT", self.port.to_string()).env("ZK_DIR", &self.dir).output();
@@ -311,14 +326,7 @@ fn wait_for_log(path: &std::path::Path, what: &[&str], timeout: Duration) -> Str
 #[test]
 fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookeeper() {
     let _serial = serial();
-    let zk = match ZooKeeper::start("membership") {
-        Ok(zk) => zk,
-        Err(why) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIPPED: ZooKeeper cannot be installed here: {why}");
-            return;
-        }
-        Err(why) => panic!("CI must exercise the ZooKeeper path, but ZooKeeper cannot be installed: {why}"),
-    };
+    let Some(zk) = ZooKeeper::start_or_skip("membership") else { return };
     let t0 = std::time::Instant::now();
     let dir = std::env::temp_dir().join(format!("tandem-zkkill9-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -395,14 +403,7 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
 #[test]
 fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majority() {
     let _serial = serial();
-    let zk = match ZooKeeper::start("replicas") {
-        Ok(zk) => zk,
-        Err(why) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIPPED: ZooKeeper cannot be installed here: {why}");
-            return;
-        }
-        Err(why) => panic!("CI must exercise the ZooKeeper path, but ZooKeeper cannot be installed: {why}"),
-    };
+    let Some(zk) = ZooKeeper::start_or_skip("replicas") else { return };
     let t0 = std::time::Instant::now();
     let dir = std::env::temp_dir().join(format!("tandem-fdreplicas-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -320,18 +320,7 @@ impl TxClient {
         let rng = &mut self.rng;
         match &self.workload {
             PeerWorkload::SmallBank(s) => {
-                let mut roll = rng.below(100);
-                let kind = smallbank::MIX
-                    .iter()
-                    .position(|(_, p)| {
-                        if roll < *p {
-                            true
-                        } else {
-                            roll -= p;
-                            false
-                        }
-                    })
-                    .expect("mix sums to 100");
+                let kind = tandem_workloads::pick_from_mix(rng, &smallbank::MIX);
                 let name = smallbank::MIX[kind].0;
                 let (reads, logic) = match kind {
                     0 => {

@@ -12,3 +12,17 @@ mod testkit;
 mod zipf;
 
 pub use zipf::Zipf;
+
+/// Draw a transaction type from a mix of `(name, percent)` entries summing to
+/// 100: one `rng.below(100)` draw, so every client (and the peers of `tandem
+/// compare`) consumes its random stream identically.
+pub fn pick_from_mix(rng: &mut tandem_sim::Rng, mix: &[(&str, u64)]) -> usize {
+    let mut roll = rng.below(100);
+    for (k, (_, p)) in mix.iter().enumerate() {
+        if roll < *p {
+            return k;
+        }
+        roll -= p;
+    }
+    panic!("transaction mix does not sum to 100")
+}

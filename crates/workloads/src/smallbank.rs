@@ -161,16 +161,7 @@ impl SmallBankClient {
     /// Run one transaction of FORD's mix. `Ok(true)` committed, `Ok(false)`
     /// aborted by the store or rolled back by the application.
     pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
-        let mut roll = self.rng.below(100);
-        let kind = MIX.iter().position(|(_, p)| {
-            if roll < *p {
-                true
-            } else {
-                roll -= p;
-                false
-            }
-        });
-        let r = match kind.expect("mix sums to 100") {
+        let r = match crate::pick_from_mix(&mut self.rng, &MIX) {
             0 => self.amalgamate(coord).await,
             1 => self.balance(coord).await,
             2 => self.add(coord, CHECKING, DEPOSIT_CHECKING_CENTS, "DepositChecking").await,

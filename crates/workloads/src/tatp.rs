@@ -277,18 +277,7 @@ impl TatpClient {
     /// Run one transaction of FORD's mix. `Ok(true)` committed, `Ok(false)`
     /// aborted by the store or rolled back as TATP specifies.
     pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
-        let mut roll = self.rng.below(100);
-        let kind = MIX
-            .iter()
-            .position(|(_, p)| {
-                if roll < *p {
-                    true
-                } else {
-                    roll -= p;
-                    false
-                }
-            })
-            .expect("mix sums to 100");
+        let kind = crate::pick_from_mix(&mut self.rng, &MIX);
         let s = self.spec.subscriber(&mut self.rng);
         let mut tx = coord.begin();
         let body = match kind {
@@ -552,7 +541,7 @@ mod default_scale {
 
     /// TATP's default 100 000 subscribers load, run and pass the check (slow: `-- --ignored`).
     #[test]
-    #[ignore]
+    #[ignore = "full default scale (seconds of loading); .ci/run runs it with -- --ignored"]
     fn default_scale_loads_runs_and_checks() {
         let spec = TatpSpec::default();
         let clients: Vec<TatpClient> = (0..4).map(|i| TatpClient::new(spec.clone(), i)).collect();

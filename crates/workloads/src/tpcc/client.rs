@@ -91,18 +91,7 @@ impl TpccClient {
     /// aborted by the store, rolled back (invalid item) or refused (capacity).
     pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
         self.clock += 1;
-        let mut roll = self.rng.below(100);
-        let kind = MIX
-            .iter()
-            .position(|(_, p)| {
-                if roll < *p {
-                    true
-                } else {
-                    roll -= p;
-                    false
-                }
-            })
-            .expect("mix sums to 100");
+        let kind = crate::pick_from_mix(&mut self.rng, &MIX);
         if kind == 3 {
             return self.delivery(coord).await;
         }

@@ -655,7 +655,7 @@ mod default_scale {
     /// TPC-C's full default scale loads, runs and passes its check (slow:
     /// `cargo test --release -p tandem-workloads -- --ignored`).
     #[test]
-    #[ignore]
+    #[ignore = "full default scale (seconds of loading); .ci/run runs it with -- --ignored"]
     fn default_scale_loads_runs_and_checks() {
         let spec = TpccSpec::default();
         let t = std::time::Instant::now();
