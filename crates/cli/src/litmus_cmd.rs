@@ -24,10 +24,11 @@ pub struct LitmusArgs {
     /// PostgreSQL isolation level: serializable, repeatable-read or read-committed.
     #[arg(long, default_value = "serializable")]
     isolation: String,
-    /// all, 1, 2, 3, ext, or test names (comma-separated).
-    #[arg(long, default_value = "all")]
+    /// mix (each run either every test, or one test on one hot instance), all, 1, 2, 3, ext,
+    /// or test names (comma-separated).
+    #[arg(long, default_value = "mix")]
     tests: String,
-    /// Instances of each test's objects.
+    /// Instances of each test's objects (mix: of its broad runs).
     #[arg(long, default_value_t = 2)]
     instances: u32,
     /// First seed.
@@ -43,9 +44,22 @@ pub struct LitmusArgs {
     /// with --fabric tcp (pandora), every compute node is a process and one gets kill -9.
     #[arg(long)]
     crash_rate: Option<f64>,
+    /// Simulated crash points: weighted (toward the protocol's windows: between the replica
+    /// writes of a commit, before unlocks, after logging, inside log recovery, around the
+    /// publication of failed ids) or uniform (after any verb).
+    #[arg(long, default_value = "weighted")]
+    crash_points: String,
+    /// Slow every simulated recovery coordinator by this many ns per doorbell, so live
+    /// coordinators meet the failed node's locks while recovery is under way.
+    #[arg(long)]
+    slow_recovery_ns: Option<u64>,
+    /// Skip the replica check (fail each memory node in turn and re-read every key).
+    #[arg(long)]
+    no_replica_check: bool,
     /// Re-inject a bug (complicit-abort, covert-locks, relaxed-locks, missing-insert-undo,
     /// logging-without-locking, or a recovery bug: lost-decision, trust-undo-images,
-    /// always-roll-back, skip-log-recovery); repeatable.
+    /// always-roll-back, skip-log-recovery, restore-one-replica, invalidate-logs-first, or a
+    /// deployment bug: publish-before-recovery); repeatable.
     #[arg(long)]
     inject_bug: Vec<String>,
     /// Write the history (JSON lines) of the first violating run, else of the first run.
@@ -120,7 +134,10 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         (None, Some(_)) => None,
         (None, None) => Some(20),
     };
-    cfg.crash_rate = a.crash_rate.unwrap_or(if tandem_sim { 0.5 } else { 0.0 });
+    cfg.crash_rate = a.crash_rate.unwrap_or(if tandem_sim { campaign::DEFAULT_CRASH_RATE } else { 0.0 });
+    cfg.crash_points = a.crash_points.parse()?;
+    cfg.slow_recovery_ns = a.slow_recovery_ns;
+    cfg.replica_check = !a.no_replica_check;
     cfg.bug_names = a.inject_bug.clone();
     cfg.compute_nodes = a.compute_nodes.max(1);
     cfg.clients_per_node = a.clients.max(1);
@@ -141,8 +158,9 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
         if cfg.crash_rate > 0.0 {
             // Every compute node a `tandem litmus-worker` process; a kill -9 on the runs the seed picks.
-            if campaign::parse_bugs(&a.inject_bug)?.1 != Default::default() {
-                return Err("recovery bugs cannot be injected over processes (the membership process runs recovery); use --fabric sim".into());
+            let injected = campaign::parse_bugs(&a.inject_bug)?;
+            if injected.recovery != Default::default() || injected.deployment != Default::default() {
+                return Err("recovery and deployment bugs cannot be injected over processes (the membership process runs recovery); use --fabric sim".into());
             }
             cfg.procs = Some(ProcSetup { exe: exe.clone(), detect_ms: a.detect_ms });
         }

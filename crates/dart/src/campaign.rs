@@ -18,6 +18,8 @@ use tandem_sim::Rng;
 
 use crate::history::TxRecord;
 use crate::pg_store::Isolation;
+use crate::plan::CrashPoints;
+use crate::sim_run::DeploymentBugs;
 use crate::report::RunReport;
 use crate::suite::Suite;
 
@@ -42,25 +44,56 @@ pub enum FabricKind {
     Tcp,
 }
 
-/// Test-only bug switches by name: the names of `BugSwitches::parse` and
-/// `tandem sim-bank`'s recovery bugs.
-pub fn parse_bugs(names: &[String]) -> Result<(BugSwitches, RecoveryBugs), String> {
-    let (mut bugs, mut rec) = (BugSwitches::default(), RecoveryBugs::default());
-    for n in names {
-        match n.as_str() {
-            "always-roll-back" => rec.always_roll_back = true,
-            "skip-log-recovery" => rec.skip_log_recovery = true,
-            "lost-decision" => rec.lost_decision = true,
-            "trust-undo-images" => rec.trust_undo_images = true,
-            other => {
-                let one = BugSwitches::parse(other)
-                    .map_err(|e| format!("{e}, or a recovery bug: always-roll-back, skip-log-recovery, lost-decision, trust-undo-images"))?;
-                bugs = bugs.union(one);
-            }
-        }
-    }
-    Ok((bugs, rec))
+/// Test-only bugs by name: the store's ([`BugSwitches::parse`]), the
+/// recovery coordinator's, and the deployment's (the harness plays the
+/// membership service).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InjectedBugs {
+    pub store: BugSwitches,
+    pub recovery: RecoveryBugs,
+    pub deployment: DeploymentBugs,
 }
+
+pub const RECOVERY_BUG_NAMES: [&str; 6] =
+    ["always-roll-back", "skip-log-recovery", "lost-decision", "trust-undo-images", "restore-one-replica", "invalidate-logs-first"];
+
+fn recovery_bug(rec: &mut RecoveryBugs, name: &str) -> bool {
+    let flag = match name {
+        "always-roll-back" => &mut rec.always_roll_back,
+        "skip-log-recovery" => &mut rec.skip_log_recovery,
+        "lost-decision" => &mut rec.lost_decision,
+        "trust-undo-images" => &mut rec.trust_undo_images,
+        "restore-one-replica" => &mut rec.restore_one_replica,
+        "invalidate-logs-first" => &mut rec.invalidate_logs_first,
+        _ => return false,
+    };
+    *flag = true;
+    true
+}
+
+pub fn parse_bugs(names: &[String]) -> Result<InjectedBugs, String> {
+    let mut b = InjectedBugs::default();
+    for n in names {
+        if recovery_bug(&mut b.recovery, n) {
+            continue;
+        }
+        if n == "publish-before-recovery" {
+            b.deployment.publish_before_recovery = true;
+            continue;
+        }
+        let one = BugSwitches::parse(n).map_err(|e| {
+            format!("{e}, or a recovery bug: {}, or a deployment bug: publish-before-recovery", RECOVERY_BUG_NAMES.join(", "))
+        })?;
+        b.store = b.store.union(one);
+    }
+    Ok(b)
+}
+
+/// The default `--tests`: see [`CampaignConfig::run_tests`].
+pub const MIX: &str = "mix";
+
+/// Fraction of simulated runs that crash a compute node, by default.
+pub const DEFAULT_CRASH_RATE: f64 = 0.5;
 
 #[derive(Clone)]
 pub struct CampaignConfig {
@@ -75,6 +108,13 @@ pub struct CampaignConfig {
     pub duration: Option<Duration>,
     /// Fraction of runs that crash a compute node (sim, or tcp with `procs`).
     pub crash_rate: f64,
+    /// Where simulated crashes land (uniform over verbs, or weighted toward
+    /// the protocol's windows).
+    pub crash_points: CrashPoints,
+    /// Slow every simulated recovery coordinator by this much per doorbell.
+    pub slow_recovery_ns: Option<u64>,
+    /// Simulated runs: fail each memory node in turn and compare replicas.
+    pub replica_check: bool,
     pub bug_names: Vec<String>,
     pub compute_nodes: u16,
     pub clients_per_node: u16,
@@ -99,12 +139,15 @@ impl CampaignConfig {
         CampaignConfig {
             store,
             fabric: FabricKind::Sim,
-            tests: "all".into(),
+            tests: MIX.into(),
             instances: 2,
             first_seed: 0,
             seeds: Some(10),
             duration: None,
-            crash_rate: 0.5,
+            crash_rate: DEFAULT_CRASH_RATE,
+            crash_points: CrashPoints::default(),
+            slow_recovery_ns: None,
+            replica_check: true,
             bug_names: Vec::new(),
             compute_nodes: 2,
             clients_per_node: 4,
@@ -117,6 +160,23 @@ impl CampaignConfig {
             tcp: None,
             procs: None,
         }
+    }
+
+    /// The tests (selector, instances) run `seed` runs. `--tests mix` (the
+    /// default) alternates broad runs (every test, `instances` each) with
+    /// targeted ones: a single test on one hot instance, where conflicts,
+    /// aborts and crashes meet on the same objects (the paper's targeted
+    /// tests, `pandora.txt` §5.1).
+    pub fn run_tests(&self, seed: u64) -> (String, u32) {
+        if self.tests != MIX {
+            return (self.tests.clone(), self.instances);
+        }
+        let mut rng = Rng::new(seed ^ 0x7E57_5E1E);
+        if rng.chance(0.5) {
+            return ("all".into(), self.instances);
+        }
+        let names = Suite::names();
+        (names[rng.below(names.len() as u64) as usize].to_string(), 1)
     }
 
     /// Whether run `seed` crashes a compute node (decided by the seed alone).
@@ -137,7 +197,8 @@ impl CampaignConfig {
             StoreKind::Postgres { url, isolation } => c += &format!(" --isolation {isolation} --postgres {url}"),
             StoreKind::Tandem(_) => c += if self.fabric == FabricKind::Sim { " --fabric sim" } else { " --fabric tcp" },
         }
-        c += &format!(" --tests {} --instances {} --seed {seed} --seeds 1", self.tests, self.instances);
+        let (tests, instances) = self.run_tests(seed);
+        c += &format!(" --tests {tests} --instances {instances} --seed {seed} --seeds 1");
         if self.injects_crashes() {
             c += &format!(" --crash-rate {}", if self.crashes(seed) { 1 } else { 0 });
         }
@@ -150,6 +211,15 @@ impl CampaignConfig {
         }
         if self.txs_per_client != d.txs_per_client {
             c += &format!(" --txs {}", self.txs_per_client);
+        }
+        if self.crash_points != d.crash_points {
+            c += &format!(" --crash-points {}", self.crash_points);
+        }
+        if let Some(ns) = self.slow_recovery_ns {
+            c += &format!(" --slow-recovery-ns {ns}");
+        }
+        if !self.replica_check {
+            c += " --no-replica-check";
         }
         for b in &self.bug_names {
             c += &format!(" --inject-bug {b}");
@@ -194,12 +264,25 @@ pub struct CampaignReport {
 
 /// Run one seed with whichever harness the config names.
 pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<RunReport, String> {
-    let (bugs, recovery_bugs) = parse_bugs(&cfg.bug_names)?;
+    let (tests, instances) = cfg.run_tests(seed);
+    let mixed;
+    let suite = if cfg.tests == MIX {
+        mixed = Arc::new(Suite::parse(&tests, instances)?);
+        &mixed
+    } else {
+        suite
+    };
+    let injected = parse_bugs(&cfg.bug_names)?;
+    let (bugs, recovery_bugs) = (injected.store, injected.recovery);
     match (&cfg.store, cfg.fabric) {
         (StoreKind::Tandem(mode), FabricKind::Sim) => {
             let mut c = crate::sim_run::SimRunConfig::new(*mode, suite.clone(), seed);
             c.bugs = bugs;
             c.recovery_bugs = recovery_bugs;
+            c.deployment_bugs = injected.deployment;
+            c.crash_points = cfg.crash_points;
+            c.slow_recovery_ns = cfg.slow_recovery_ns;
+            c.replica_check = cfg.replica_check;
             c.compute_nodes = cfg.compute_nodes;
             c.clients_per_node = cfg.clients_per_node;
             c.txs_per_client = cfg.txs_per_client;
@@ -212,15 +295,15 @@ pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<Ru
             if *mode != Mode::Pandora {
                 return Err(format!("{mode}: crashes over processes need pandora (the membership process runs pandora's log recovery)"));
             }
-            if recovery_bugs != RecoveryBugs::default() {
-                return Err("recovery bugs cannot be injected into the membership process".into());
+            if recovery_bugs != RecoveryBugs::default() || injected.deployment != DeploymentBugs::default() {
+                return Err("recovery and deployment bugs cannot be injected into the membership process".into());
             }
             let c = crate::proc_run::ProcRunConfig {
                 setup: cfg.procs.clone().expect("checked"),
                 bug_names: cfg.bug_names.clone(),
                 suite: suite.clone(),
-                tests: cfg.tests.clone(),
-                instances: cfg.instances,
+                tests,
+                instances,
                 seed,
                 workers: cfg.compute_nodes,
                 clients_per_worker: cfg.clients_per_node,
@@ -264,7 +347,8 @@ pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<Ru
 
 /// Run the campaign.
 pub fn run(cfg: &CampaignConfig) -> Result<CampaignReport, String> {
-    let suite = Arc::new(Suite::parse(&cfg.tests, cfg.instances)?);
+    let selector = if cfg.tests == MIX { "all" } else { cfg.tests.as_str() };
+    let suite = Arc::new(Suite::parse(selector, cfg.instances)?);
     parse_bugs(&cfg.bug_names)?;
     if !(0.0..=1.0).contains(&cfg.crash_rate) {
         return Err("--crash-rate must be in [0, 1]".into());

@@ -103,7 +103,7 @@ fn wall_ns() -> u64 {
 /// leave. The journal is the output; the return value is a one-line summary.
 pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
     let suite = Arc::new(Suite::parse(&cfg.tests, cfg.instances)?);
-    let (bugs, _) = crate::campaign::parse_bugs(&cfg.bugs)?;
+    let bugs = crate::campaign::parse_bugs(&cfg.bugs)?.store;
     let mut store = litmus_store(Mode::Pandora, cfg.memory.len() as u16, REPLICAS, LOG_SLOTS, cfg.capacity);
     store.bugs = bugs;
     let layout = Arc::new(Layout::new(&store)?);
@@ -268,7 +268,7 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     }
     let pairs_per_worker = pairs_per_worker as u32;
     let capacity = cfg.suite.key_count(cfg.txs_per_client * clients as u64).max(1);
-    let (bugs, _) = crate::campaign::parse_bugs(&cfg.bug_names)?;
+    let bugs = crate::campaign::parse_bugs(&cfg.bug_names)?.store;
     let mut store = litmus_store(Mode::Pandora, MEMORY_NODES, REPLICAS, LOG_SLOTS, capacity);
     store.bugs = bugs;
     let layout = Arc::new(Layout::new(&store)?);

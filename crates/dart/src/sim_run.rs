@@ -1,18 +1,21 @@
-//! One seeded DART run against Tandem on the simulated fabric (DESIGN.md §5:
-//! "crash injection after any operation (sim: drop a compute node at a verb
-//! boundary)"; `pandora.txt` §5 "we randomly inject crashes after any
-//! operation"; recovery as in §3.2 and DESIGN.md §4.5).
+//! One seeded DART run against Tandem on the simulated fabric (`pandora.txt`
+//! §5 "we randomly inject crashes after any operation"; recovery as in §3.2
+//! and DESIGN.md §4.5).
 //!
 //! Several compute nodes, each with several coordinators; every coordinator
 //! is one [`Client`] session running litmus and assert transactions. With a
-//! crash planned, the harness plays the deployment around the store, as
-//! `tandem_bench::sim_bank` does: the membership failure detector ticks in the
-//! simulator, the victim's tasks are dropped at a random simulated time (its
-//! posted verbs stay in flight), its access is revoked on every memory node,
-//! ford/traditional stop the world and drain, the recovery coordinator runs,
-//! and only then do the victim's ids enter `failed_ids`. Afterwards stray
-//! locks are swept, a fresh session asserts every instance once more, and
-//! the history goes through the [`Checker`]. The same seed replays exactly.
+//! crash planned ([`CrashPlan`]), the harness plays the deployment around the
+//! store, as `tandem_bench::sim_bank` does: the membership failure detector
+//! ticks in the simulator, the victim's tasks are dropped at the planned verb
+//! boundary (its posted verbs stay in flight), its access is revoked on every
+//! memory node, ford/traditional stop the world and drain, the recovery
+//! coordinator runs (perhaps slowly, perhaps crashing once and re-run from
+//! scratch on a fresh, fenced node), and only then do the victim's ids enter
+//! `failed_ids`. Afterwards stray locks are swept, the [`replica_check`]
+//! fails each memory node in turn (also right after recovery, or mid-run
+//! when nothing crashes), a fresh session asserts every instance once more,
+//! and the history goes through the [`Checker`](crate::Checker). The same
+//! seed replays exactly.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -20,19 +23,22 @@ use std::sync::Arc;
 
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryBugs, RecoveryCoordinator};
-use tandem_dkvs::{BugSwitches, ComputeNode, FailedIds, Layout, Mode, StoreConfig, TableSpec};
-use tandem_fabric::sim::{SimCluster, SimFabricConfig};
+use tandem_dkvs::{BugSwitches, ComputeNode, FailedIds, Layout, MemoryView, Mode, StoreConfig, TableSpec};
+use tandem_fabric::sim::{SimCluster, SimFabric, SimFabricConfig};
 use tandem_membership::{Command, Event, Membership, MembershipConfig};
 use tandem_sim::{Rng, Sim};
 
 use crate::board::Board;
 use crate::client::{Client, ClientSpec};
 use crate::gate::Gate;
-use crate::report::RunReport;
+use crate::plan::{CrashPlan, CrashPoints, RecovererCrash};
 use crate::recorder::SharedLog;
+use crate::replica_check;
+use crate::report::RunReport;
+use crate::slow::SlowFabric;
 use crate::suite::Suite;
 use crate::tandem_store::{SimPause, TandemStore, LITMUS_TABLE};
-use crate::tripwire::{Tripwire, TripwireFabric};
+use crate::tripwire::{Tripwire, TripwireFabric, Window};
 use crate::value::VALUE_BYTES;
 
 /// Task tags (compute node `n` runs under tag `n`).
@@ -40,12 +46,28 @@ const HEARTBEAT_TAG: u32 = 20_000;
 const DETECTOR_TAG: u32 = 30_000;
 const RECOVERY_TAG: u32 = 40_000;
 const CHECK_TAG: u32 = u32::MAX - 1;
-/// Fabric ids of the helpers.
+/// Fabric ids of the helpers (recovery attempt `a` joins as `RECOVERY_NODE + a`).
 const LOADER_NODE: u16 = 0;
 const RECOVERY_NODE: u16 = 60_000;
+const REPLICA_CHECK_NODE: u16 = u16::MAX - 2;
 const SWEEP_NODE: u16 = u16::MAX - 1;
 const CHECK_NODE: u16 = u16::MAX;
 const LOG_SLOTS: u32 = 64;
+/// Coordinator ids of the helpers, above the clients'.
+const CHECK_ID: u16 = (LOG_SLOTS - 1) as u16;
+const REPLICA_CHECK_ID: u16 = (LOG_SLOTS - 2) as u16;
+/// Recovery attempt `a` uses id `RECOVERY_ID - a`.
+const RECOVERY_ID: u16 = (LOG_SLOTS - 3) as u16;
+const RECOVERY_ATTEMPTS: u16 = 3;
+
+/// Test-only bugs of the deployment around the store (the membership
+/// service's side of recovery, which this harness plays).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeploymentBugs {
+    /// Publish the failed ids when recovery starts instead of when it ends,
+    /// so PILL stealing overlaps log recovery (pandora).
+    pub publish_before_recovery: bool,
+}
 
 #[derive(Clone, Debug)]
 pub struct SimRunConfig {
@@ -53,6 +75,7 @@ pub struct SimRunConfig {
     pub mode: Mode,
     pub bugs: BugSwitches,
     pub recovery_bugs: RecoveryBugs,
+    pub deployment_bugs: DeploymentBugs,
     pub suite: Arc<Suite>,
     pub compute_nodes: u16,
     pub clients_per_node: u16,
@@ -62,6 +85,11 @@ pub struct SimRunConfig {
     pub assert_chance: f64,
     /// Crash one compute node in this run (when and which follows from the seed).
     pub crash: bool,
+    pub crash_points: CrashPoints,
+    /// Slow every crash run's recovery coordinator by this much per doorbell.
+    pub slow_recovery_ns: Option<u64>,
+    /// Run the replica check (after the run, and once during it).
+    pub replica_check: bool,
     /// Run the history checker (the assertions run regardless).
     pub check_history: bool,
     pub fabric: SimFabricConfig,
@@ -74,6 +102,7 @@ impl SimRunConfig {
             mode,
             bugs: BugSwitches::default(),
             recovery_bugs: RecoveryBugs::default(),
+            deployment_bugs: DeploymentBugs::default(),
             suite,
             compute_nodes: 2,
             clients_per_node: 4,
@@ -82,257 +111,414 @@ impl SimRunConfig {
             txs_per_client: 60,
             assert_chance: 0.2,
             crash: false,
+            crash_points: CrashPoints::default(),
+            slow_recovery_ns: None,
+            replica_check: true,
             check_history: true,
             fabric: SimFabricConfig::default(),
         }
     }
-}
 
-/// The crash a seed plans: which node, when, and how fast the detector is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CrashPlan {
-    pub node: u16,
-    pub at_ns: u64,
-    pub detect_ns: u64,
-    /// Crash right after the victim's first doorbell at or after `at_ns`
-    /// (its verbs in flight), rather than exactly at `at_ns`.
-    pub after_post: bool,
-}
-
-impl CrashPlan {
-    /// Somewhere in the busy part of the run (about 30 µs of simulated time
-    /// per transaction of a client), at whatever verb boundary that falls on;
-    /// a quick or a slow verdict, so revocation races the victim's verbs in flight.
-    pub fn for_seed(cfg: &SimRunConfig) -> CrashPlan {
-        let mut rng = Rng::new(cfg.seed ^ 0xDA27_C4A5);
-        let busy_ns = (cfg.txs_per_client * 30_000).max(4_000);
-        let at_ns = rng.range_inclusive(1_000, busy_ns * 3 / 4);
-        let detect_ns = if rng.chance(0.5) { 400 + rng.below(1_600) } else { 20_000 };
-        CrashPlan { node: rng.below(cfg.compute_nodes as u64) as u16, at_ns, detect_ns, after_post: rng.chance(0.75) }
+    pub fn plan(&self) -> Option<CrashPlan> {
+        self.crash.then(|| CrashPlan::for_seed(self.seed, self.compute_nodes, self.txs_per_client, self.crash_points, self.slow_recovery_ns))
     }
+}
+
+/// Everything the harness shares with the tasks it spawns.
+struct Harness<'c> {
+    cfg: &'c SimRunConfig,
+    sim: Sim,
+    cluster: SimCluster,
+    store: StoreConfig,
+    layout: Arc<Layout>,
+    membership: Rc<RefCell<Membership>>,
+    failed: FailedIds,
+    gate: Rc<Gate>,
+    /// Clients still running, per compute node.
+    running: Rc<RefCell<Vec<u16>>>,
+    board: Board,
+    logs: Vec<SharedLog>,
+    clock: Rc<dyn Fn() -> u64>,
+    wires: Vec<Tripwire>,
+    /// The replica check's session and the memory view it fails nodes in.
+    replicas: Option<(TandemStore<SimFabric>, MemoryView)>,
+    /// The crashed compute node (0-based), once crashed.
+    crashed: Option<usize>,
+    report: RunReport,
 }
 
 /// Run one seed to completion.
 pub fn run(cfg: &SimRunConfig) -> RunReport {
-    let table = TableSpec { id: LITMUS_TABLE, name: "litmus".into(), value_size: VALUE_BYTES, capacity: cfg.suite.key_count(cfg.txs_per_client * (cfg.compute_nodes as u64 * cfg.clients_per_node as u64)).max(1) };
-    let mut store = StoreConfig::new(cfg.mode, cfg.memory_nodes, cfg.replicas, vec![table]);
-    store.partitions_per_table = 4;
-    store.log_slots = LOG_SLOTS;
-    store.log_slot_bytes = 8 * 1024;
-    store.bugs = cfg.bugs;
-    let clients = cfg.compute_nodes as u32 * cfg.clients_per_node as u32;
-    assert!(clients + 4 < LOG_SLOTS, "too many clients for {LOG_SLOTS} log slots");
-    let layout = Arc::new(Layout::new(&store).expect("valid DART store config"));
-    let sim = Sim::new(cfg.seed);
-    let region = *layout.region_bytes.iter().max().expect("memory nodes");
-    let cluster = SimCluster::with_nodes(sim.handle(), cfg.memory_nodes as usize, region, cfg.fabric.clone());
-    let mut report = RunReport::default();
-
-    // Load the initial objects of every test.
-    let (fab, l, suite) = (cluster.join(LOADER_NODE), layout.clone(), cfg.suite.clone());
-    sim.spawn(u32::MAX, async move {
-        let mut loader = Loader::new(&fab, l);
-        for t in &suite.tests {
-            for (k, v) in t.initial() {
-                loader.put(LITMUS_TABLE, k, &v.encode()).await.expect("load");
-            }
-        }
-        loader.finish().await.expect("load");
-    });
-    sim.run();
-
-    let plan = cfg.crash.then(|| CrashPlan::for_seed(cfg));
+    let plan = cfg.plan();
     let fd_timeout_ns = plan.map_or(20_000, |p| p.detect_ns.max(400));
-    let membership = Rc::new(RefCell::new(Membership::new(MembershipConfig {
-        heartbeat_timeout_ns: fd_timeout_ns,
-        id_space: LOG_SLOTS,
-        ..MembershipConfig::default()
-    })));
-    let failed = FailedIds::new();
-    let gate = Rc::new(Gate::new(cfg.compute_nodes as usize));
-    let running: Rc<RefCell<Vec<u16>>> = Rc::new(RefCell::new(vec![cfg.clients_per_node; cfg.compute_nodes as usize]));
-    let board = Board::default();
-    let mut logs: Vec<SharedLog> = Vec::new();
-    let mut seeds = Rng::new(cfg.seed ^ 0xC11E);
-    let h = sim.handle();
-    let clock: Rc<dyn Fn() -> u64> = Rc::new(move || h.now_ns());
-    let wires: Vec<Tripwire> = (0..cfg.compute_nodes).map(|_| Tripwire::default()).collect();
-    for cn in 0..cfg.compute_nodes {
-        let fabric = TripwireFabric::new(cluster.join(cn + 1), wires[cn as usize].clone());
-        let node = ComputeNode::new(fabric, &store, layout.clone(), failed.clone());
-        let ids = match membership.borrow_mut().step(sim.now_ns(), Event::Join { node: cn + 1, coordinators: cfg.clients_per_node }).pop() {
-            Some(Command::AssignIds { ids, .. }) => ids,
-            other => panic!("compute node {} not admitted: {other:?}", cn + 1),
-        };
-        if let Some(plan) = plan {
-            // Heartbeats from a task of the node itself: the crash stops them.
-            // They (and the detector's ticks) start shortly before the planned
-            // crash: before it there is nothing to detect, and sub-µs
-            // heartbeats over the whole run would dominate the simulation.
-            let (m, h, running) = (membership.clone(), sim.handle(), running.clone());
-            let start_ns = plan.at_ns.saturating_sub(2 * fd_timeout_ns);
-            sim.spawn(HEARTBEAT_TAG + cn as u32, async move {
-                h.sleep(start_ns).await;
-                while running.borrow()[cn as usize] > 0 {
-                    m.borrow_mut().step(h.now_ns(), Event::Heartbeat { node: cn + 1 });
-                    h.sleep(fd_timeout_ns / 4).await;
-                }
-                m.borrow_mut().step(h.now_ns(), Event::Leave { node: cn + 1 });
-            });
-        }
-        for (k, &id) in ids.iter().enumerate() {
-            let pause = SimPause { gate: gate.clone(), sim: sim.handle(), node: cn as usize, tag: cn as u32 };
-            let mut session = TandemStore::with_pause(node.coordinator(id), pause);
-            let spec = ClientSpec {
-                id: cn as u32 * cfg.clients_per_node as u32 + k as u32,
-                seed: seeds.next_u64(),
-                assert_chance: cfg.assert_chance,
-                record: cfg.check_history,
-            };
-            let mut client = Client::new(spec, cfg.suite.clone(), board.clone(), clock.clone());
-            logs.push(client.log());
-            let (n, running) = (cfg.txs_per_client, running.clone());
-            sim.spawn(cn as u32, async move {
-                client.run(&mut session, n).await;
-                session.settle();
-                running.borrow_mut()[cn as usize] -= 1;
-            });
-        }
+    let mut h = Harness::new(cfg, fd_timeout_ns);
+    h.load();
+    h.spawn_nodes(plan, fd_timeout_ns);
+    match plan {
+        Some(plan) => h.crash_run(plan, fd_timeout_ns),
+        None => h.quiet_run(),
     }
-
-    if let Some(plan) = plan {
-        let ctx = CrashCtx { wire: &wires[plan.node as usize], sim: &sim, cluster: &cluster, layout: &layout, membership: &membership, gate: &gate, failed: &failed, running: &running };
-        match crash_and_recover(cfg, plan, fd_timeout_ns, &ctx) {
-            Ok(true) => {
-                report.crashes = 1;
-                report.crash_note = Some(format!("compute node {} crashed at {} ns", plan.node, plan.at_ns));
-            }
-            Ok(false) => {}
-            Err(e) => report.violations.push(("recovery".into(), e)),
-        }
+    h.sim.run();
+    if h.report.crashes > 0 {
+        h.sweep();
     }
-    sim.run();
-    if report.crashes > 0 {
-        // The background scan: NotLogged stray locks nobody touched (DESIGN.md §4.5).
-        let (fab, l, f) = (cluster.join(SWEEP_NODE), layout.clone(), failed.clone());
-        sim.spawn(u32::MAX, async move {
-            sweep_stray_locks(&fab, &l, &f).await.expect("sweep");
-        });
-        sim.run();
-    }
-
-    // A fresh session asserts every instance of the quiet, recovered store.
-    let checker_node = ComputeNode::new(cluster.join(CHECK_NODE), &store, layout.clone(), failed.clone());
-    let mut session = TandemStore::new(checker_node.coordinator((LOG_SLOTS - 1) as u16));
-    let spec = ClientSpec { id: clients, seed: cfg.seed, assert_chance: 1.0, record: cfg.check_history };
-    let mut client = Client::new(spec, cfg.suite.clone(), board.clone(), clock.clone());
-    logs.push(client.log());
-    let outcome: Rc<RefCell<Option<Result<(), String>>>> = Rc::default();
-    let o = outcome.clone();
-    sim.spawn(CHECK_TAG, async move {
-        let r = client.final_check(&mut session, 20).await;
-        session.settle();
-        *o.borrow_mut() = Some(r);
-    });
-    sim.run();
-    match outcome.borrow_mut().take() {
-        Some(Ok(())) => {}
-        Some(Err(e)) => report.violations.push(("final-check".into(), e)),
-        None => report.violations.push(("final-check".into(), "the final check never finished (stuck)".into())),
-    }
-
-    report.absorb(&logs);
+    h.check_replicas("after the run");
+    h.final_check();
+    let mut report = std::mem::take(&mut h.report);
+    report.absorb(&h.logs);
     if cfg.check_history {
         report.check_history(&cfg.suite);
     }
-    report.sim_time_ns = sim.now_ns();
+    report.sim_time_ns = h.sim.now_ns();
     report
 }
 
-struct CrashCtx<'a> {
-    wire: &'a Tripwire,
-    sim: &'a Sim,
-    cluster: &'a SimCluster,
-    layout: &'a Arc<Layout>,
-    membership: &'a Rc<RefCell<Membership>>,
-    gate: &'a Rc<Gate>,
-    failed: &'a FailedIds,
-    running: &'a Rc<RefCell<Vec<u16>>>,
-}
+impl<'c> Harness<'c> {
+    fn new(cfg: &'c SimRunConfig, fd_timeout_ns: u64) -> Self {
+        let clients = cfg.compute_nodes as u32 * cfg.clients_per_node as u32;
+        let capacity = cfg.suite.key_count(cfg.txs_per_client * clients as u64).max(1);
+        let table = TableSpec { id: LITMUS_TABLE, name: "litmus".into(), value_size: VALUE_BYTES, capacity };
+        let mut store = StoreConfig::new(cfg.mode, cfg.memory_nodes, cfg.replicas, vec![table]);
+        store.partitions_per_table = 4;
+        store.log_slots = LOG_SLOTS;
+        store.log_slot_bytes = 8 * 1024;
+        store.bugs = cfg.bugs;
+        assert!(clients < (RECOVERY_ID - RECOVERY_ATTEMPTS) as u32, "too many clients for {LOG_SLOTS} log slots");
+        let layout = Arc::new(Layout::new(&store).expect("valid DART store config"));
+        let sim = Sim::new(cfg.seed);
+        let region = *layout.region_bytes.iter().max().expect("memory nodes");
+        let cluster = SimCluster::with_nodes(sim.handle(), cfg.memory_nodes as usize, region, cfg.fabric.clone());
+        let membership = Membership::new(MembershipConfig { heartbeat_timeout_ns: fd_timeout_ns, id_space: LOG_SLOTS, ..MembershipConfig::default() });
+        let sh = sim.handle();
+        let clock: Rc<dyn Fn() -> u64> = Rc::new(move || sh.now_ns());
+        Harness {
+            cfg,
+            cluster,
+            store,
+            layout,
+            membership: Rc::new(RefCell::new(membership)),
+            failed: FailedIds::new(),
+            gate: Rc::new(Gate::new(cfg.compute_nodes as usize)),
+            running: Rc::new(RefCell::new(vec![cfg.clients_per_node; cfg.compute_nodes as usize])),
+            board: Board::default(),
+            logs: Vec::new(),
+            clock: clock.clone(),
+            wires: (0..cfg.compute_nodes).map(|_| Tripwire::new(clock.clone())).collect(),
+            replicas: None,
+            crashed: None,
+            report: RunReport::default(),
+            sim,
+        }
+    }
 
-/// Crash `plan.node` at `plan.at_ns` and drive detection, link termination,
-/// (stop-the-world drain,) recovery and notification. `Ok(false)` if the
-/// victim had already finished by then.
-fn crash_and_recover(cfg: &SimRunConfig, plan: CrashPlan, fd_timeout_ns: u64, ctx: &CrashCtx<'_>) -> Result<bool, String> {
-    let sim = ctx.sim;
-    let victim = plan.node;
-    let declared: Rc<RefCell<Vec<u16>>> = Rc::default();
-    let (m, h, d, running) = (ctx.membership.clone(), sim.handle(), declared.clone(), ctx.running.clone());
-    let start_ns = plan.at_ns.saturating_sub(fd_timeout_ns / 2);
-    sim.spawn(DETECTOR_TAG, async move {
-        h.sleep(start_ns).await;
-        // The failure detector ticks until it declares someone, or everyone left.
-        while d.borrow().is_empty() && running.borrow().iter().any(|&r| r > 0) {
-            h.sleep(fd_timeout_ns / 8).await;
-            for c in m.borrow_mut().step(h.now_ns(), Event::Tick) {
-                if let Command::Revoke { node } = c {
-                    d.borrow_mut().push(node);
+    /// Load the initial objects of every test.
+    fn load(&self) {
+        let (fab, l, suite) = (self.cluster.join(LOADER_NODE), self.layout.clone(), self.cfg.suite.clone());
+        self.sim.spawn(u32::MAX, async move {
+            let mut loader = Loader::new(&fab, l);
+            for t in &suite.tests {
+                for (k, v) in t.initial() {
+                    loader.put(LITMUS_TABLE, k, &v.encode()).await.expect("load");
                 }
             }
-        }
-    });
-    sim.run_until(plan.at_ns);
-    if plan.after_post {
-        ctx.wire.arm();
-        let r = ctx.running.clone();
-        // Between two simulator steps the posting task is parked on its verbs.
-        sim.run_while(|| !ctx.wire.tripped() && r.borrow()[victim as usize] > 0);
+            loader.finish().await.expect("load");
+        });
+        self.sim.run();
     }
-    if ctx.running.borrow()[victim as usize] == 0 {
-        return Ok(false);
-    }
-    sim.crash(HEARTBEAT_TAG + victim as u32);
-    sim.crash(victim as u32);
-    // (1) detection by heartbeat timeout, (2) active-link termination.
-    sim.run_while(|| declared.borrow().is_empty());
-    if *declared.borrow() != vec![victim + 1] {
-        return Err(format!("the detector declared {:?}, expected compute node {}", declared.borrow(), victim + 1));
-    }
-    ctx.cluster.revoke(victim + 1);
-    let ids: Vec<u16> = match ctx.membership.borrow_mut().step(sim.now_ns(), Event::RevokeAcked { node: victim + 1 }).pop() {
-        Some(Command::Recover { ids, .. }) => ids,
-        other => return Err(format!("expected a recovery order, got {other:?}")),
-    };
-    if cfg.mode != Mode::Pandora {
-        // Owner-less locks: stop the world and let the survivors drain.
-        ctx.gate.paused.set(true);
-        let g = ctx.gate.clone();
-        sim.run_while(|| g.busy_except(Some(victim as usize)));
-    }
-    // (3) log recovery on a fresh node, (4) notify: only now may stealing start.
-    let done: Rc<RefCell<Option<Result<(), String>>>> = Rc::default();
-    let (d, f, l, fab) = (done.clone(), ctx.failed.clone(), ctx.layout.clone(), ctx.cluster.join(RECOVERY_NODE));
-    let rc_id = (LOG_SLOTS - 2) as u16;
-    let (bugs, mode) = (cfg.recovery_bugs, cfg.mode);
-    sim.spawn(RECOVERY_TAG, async move {
-        let mut rc = RecoveryCoordinator::new(&fab, l, rc_id);
-        rc.bugs = bugs;
-        let r = match mode {
-            Mode::Pandora => rc.recover(&ids).await.map(|_| ()),
-            Mode::Ford => rc.recover_ford(&ids).await.map(|_| ()),
-            Mode::Traditional => rc.recover_traditional(&ids).await.map(|_| ()),
-        };
-        if r.is_ok() {
-            for id in ids {
-                f.insert(id);
+
+    fn spawn_nodes(&mut self, plan: Option<CrashPlan>, fd_timeout_ns: u64) {
+        let mut seeds = Rng::new(self.cfg.seed ^ 0xC11E);
+        for cn in 0..self.cfg.compute_nodes {
+            let fabric = TripwireFabric::new(self.cluster.join(cn + 1), self.wires[cn as usize].clone());
+            let node = ComputeNode::new(fabric, &self.store, self.layout.clone(), self.failed.clone());
+            let join = Event::Join { node: cn + 1, coordinators: self.cfg.clients_per_node };
+            let ids = match self.membership.borrow_mut().step(self.sim.now_ns(), join).pop() {
+                Some(Command::AssignIds { ids, .. }) => ids,
+                other => panic!("compute node {} not admitted: {other:?}", cn + 1),
+            };
+            if let Some(plan) = plan {
+                self.spawn_heartbeats(cn, plan.at_ns.saturating_sub(2 * fd_timeout_ns), fd_timeout_ns);
+            }
+            for (k, &id) in ids.iter().enumerate() {
+                let pause = SimPause { gate: self.gate.clone(), sim: self.sim.handle(), node: cn as usize, tag: cn as u32 };
+                let mut session = TandemStore::with_pause(node.coordinator(id), pause);
+                let spec = ClientSpec {
+                    id: cn as u32 * self.cfg.clients_per_node as u32 + k as u32,
+                    seed: seeds.next_u64(),
+                    assert_chance: self.cfg.assert_chance,
+                    record: self.cfg.check_history,
+                };
+                let mut client = Client::new(spec, self.cfg.suite.clone(), self.board.clone(), self.clock.clone());
+                self.logs.push(client.log());
+                let (n, running) = (self.cfg.txs_per_client, self.running.clone());
+                self.sim.spawn(cn as u32, async move {
+                    client.run(&mut session, n).await;
+                    session.settle();
+                    running.borrow_mut()[cn as usize] -= 1;
+                });
             }
         }
-        *d.borrow_mut() = Some(r.map_err(|e| format!("recovery failed: {e:?}")));
-    });
-    sim.run_while(|| done.borrow().is_none());
-    let r = done.borrow_mut().take().unwrap_or_else(|| Err("recovery never finished".into()));
-    r?;
-    ctx.membership.borrow_mut().step(sim.now_ns(), Event::RecoveryDone { node: victim + 1 });
-    ctx.gate.paused.set(false);
-    Ok(true)
+    }
+
+    /// Heartbeats from a task of the node itself: the crash stops them. They
+    /// (and the detector's ticks) start shortly before the planned crash:
+    /// before it there is nothing to detect, and sub-µs heartbeats over the
+    /// whole run would dominate the simulation.
+    fn spawn_heartbeats(&self, cn: u16, start_ns: u64, fd_timeout_ns: u64) {
+        let (m, h, running) = (self.membership.clone(), self.sim.handle(), self.running.clone());
+        self.sim.spawn(HEARTBEAT_TAG + cn as u32, async move {
+            h.sleep(start_ns).await;
+            while running.borrow()[cn as usize] > 0 {
+                m.borrow_mut().step(h.now_ns(), Event::Heartbeat { node: cn + 1 });
+                h.sleep(fd_timeout_ns / 4).await;
+            }
+            m.borrow_mut().step(h.now_ns(), Event::Leave { node: cn + 1 });
+        });
+    }
+
+    /// No crash: one replica check at a random point of the busy run.
+    fn quiet_run(&mut self) {
+        let busy_ns = self.cfg.txs_per_client * 30_000;
+        let at = Rng::new(self.cfg.seed ^ 0x4E91).range_inclusive(busy_ns / 4, busy_ns * 3 / 4);
+        self.sim.run_until(at);
+        self.check_replicas(&format!("at {at} ns"));
+    }
+
+    fn crash_run(&mut self, plan: CrashPlan, fd_timeout_ns: u64) {
+        match self.crash_and_recover(plan, fd_timeout_ns) {
+            Ok(true) => {
+                self.report.crashes = 1;
+                self.report.crash_note = Some(plan.describe());
+                // Right after recovery: every replica must be whole again.
+                self.check_replicas("right after recovery");
+            }
+            Ok(false) => {}
+            Err(e) => self.report.violations.push(("recovery".into(), format!("{e} ({})", plan.describe()))),
+        }
+    }
+
+    /// Pause every session, let in-flight transactions (of all nodes but
+    /// `except`) finish, and wait for their unlocks.
+    fn drain(&self, except: Option<usize>) {
+        self.gate.paused.set(true);
+        let g = self.gate.clone();
+        self.sim.run_while(|| g.busy_except(except));
+    }
+
+    /// On a quiet store: fail each memory node in turn, logically, and re-read
+    /// every key from the replica that takes over.
+    fn check_replicas(&mut self, when: &str) {
+        if !self.cfg.replica_check {
+            return;
+        }
+        let was_paused = self.gate.paused.get();
+        self.drain(self.crashed);
+        let (mut store, view) = self.replicas.take().unwrap_or_else(|| {
+            let view = MemoryView::default();
+            let fab = self.cluster.join(REPLICA_CHECK_NODE);
+            let node = ComputeNode::with_memory_view(fab, &self.store, self.layout.clone(), self.failed.clone(), view.clone());
+            (TandemStore::new(node.coordinator(REPLICA_CHECK_ID)), view)
+        });
+        let keys = replica_check::keys_now(&self.cfg.suite, &self.board);
+        let (suite, nodes, v) = (self.cfg.suite.clone(), self.cfg.memory_nodes, view.clone());
+        let out: Rc<RefCell<Option<(Result<(), String>, TandemStore<SimFabric>)>>> = Rc::default();
+        let o = out.clone();
+        self.sim.spawn(CHECK_TAG, async move {
+            let fail = |m: u16, down: bool| v.set_down(m, down);
+            let r = replica_check::fail_each_memory_node(&mut store, &fail, &suite, &keys, nodes).await;
+            *o.borrow_mut() = Some((r, store));
+        });
+        self.sim.run_while(|| out.borrow().is_none());
+        self.gate.paused.set(was_paused);
+        let Some((r, store)) = out.borrow_mut().take() else {
+            self.report.violations.push(("replica-check".into(), format!("the replica check never finished ({when})")));
+            return;
+        };
+        self.replicas = Some((store, view));
+        if let Err(e) = r {
+            self.report.violations.push(("replica-check".into(), format!("{e} ({when})")));
+        }
+    }
+
+    /// The background scan: NotLogged stray locks nobody touched (DESIGN.md §4.5).
+    fn sweep(&self) {
+        let (fab, l, f) = (self.cluster.join(SWEEP_NODE), self.layout.clone(), self.failed.clone());
+        self.sim.spawn(u32::MAX, async move {
+            sweep_stray_locks(&fab, &l, &f).await.expect("sweep");
+        });
+        self.sim.run();
+    }
+
+    /// A fresh session asserts every instance of the quiet, recovered store.
+    fn final_check(&mut self) {
+        let clients = self.cfg.compute_nodes as u32 * self.cfg.clients_per_node as u32;
+        let node = ComputeNode::new(self.cluster.join(CHECK_NODE), &self.store, self.layout.clone(), self.failed.clone());
+        let mut session = TandemStore::new(node.coordinator(CHECK_ID));
+        let spec = ClientSpec { id: clients, seed: self.cfg.seed, assert_chance: 1.0, record: self.cfg.check_history };
+        let mut client = Client::new(spec, self.cfg.suite.clone(), self.board.clone(), self.clock.clone());
+        self.logs.push(client.log());
+        let outcome: Rc<RefCell<Option<Result<(), String>>>> = Rc::default();
+        let o = outcome.clone();
+        self.sim.spawn(CHECK_TAG, async move {
+            let r = client.final_check(&mut session, 20).await;
+            session.settle();
+            *o.borrow_mut() = Some(r);
+        });
+        self.sim.run();
+        let outcome = outcome.borrow_mut().take();
+        match outcome {
+            Some(Ok(())) => {}
+            Some(Err(e)) => self.report.violations.push(("final-check".into(), e)),
+            None => self.report.violations.push(("final-check".into(), "the final check never finished (stuck)".into())),
+        }
+    }
+}
+
+impl Harness<'_> {
+    /// Crash the victim as planned and drive detection, link termination,
+    /// recovery and notification. `Ok(false)` if the victim had already
+    /// finished by then.
+    fn crash_and_recover(&mut self, plan: CrashPlan, fd_timeout_ns: u64) -> Result<bool, String> {
+        let declared = self.spawn_detector(plan.at_ns.saturating_sub(fd_timeout_ns / 2), fd_timeout_ns);
+        if !self.crash_victim(plan) {
+            return Ok(false);
+        }
+        let victim = plan.node;
+        // (1) detection by heartbeat timeout, (2) active-link termination.
+        self.sim.run_while(|| declared.borrow().is_empty());
+        if *declared.borrow() != vec![victim + 1] {
+            return Err(format!("the detector declared {:?}, expected compute node {}", declared.borrow(), victim + 1));
+        }
+        self.cluster.revoke(victim + 1);
+        let ids: Vec<u16> = match self.membership.borrow_mut().step(self.sim.now_ns(), Event::RevokeAcked { node: victim + 1 }).pop() {
+            Some(Command::Recover { ids, .. }) => ids,
+            other => return Err(format!("expected a recovery order, got {other:?}")),
+        };
+        if self.cfg.deployment_bugs.publish_before_recovery {
+            self.publish(&ids);
+        }
+        // (3) log recovery, (4) notify: only now may stealing start.
+        self.recover(plan, &ids)?;
+        self.membership.borrow_mut().step(self.sim.now_ns(), Event::RecoveryDone { node: victim + 1 });
+        Ok(true)
+    }
+
+    /// The failure detector ticks until it declares someone, or everyone left.
+    fn spawn_detector(&self, start_ns: u64, fd_timeout_ns: u64) -> Rc<RefCell<Vec<u16>>> {
+        let declared: Rc<RefCell<Vec<u16>>> = Rc::default();
+        let (m, h, d, running) = (self.membership.clone(), self.sim.handle(), declared.clone(), self.running.clone());
+        self.sim.spawn(DETECTOR_TAG, async move {
+            h.sleep(start_ns).await;
+            while d.borrow().is_empty() && running.borrow().iter().any(|&r| r > 0) {
+                h.sleep(fd_timeout_ns / 8).await;
+                for c in m.borrow_mut().step(h.now_ns(), Event::Tick) {
+                    if let Command::Revoke { node } = c {
+                        d.borrow_mut().push(node);
+                    }
+                }
+            }
+        });
+        declared
+    }
+
+    /// Drop the victim's tasks at the planned point; false if it had finished.
+    fn crash_victim(&mut self, plan: CrashPlan) -> bool {
+        let v = plan.node as usize;
+        self.sim.run_until(plan.at_ns);
+        if let Some(window) = plan.window {
+            let wire = &self.wires[v];
+            wire.arm(window, plan.wire_seed);
+            let r = self.running.clone();
+            // Between two simulator steps the posting task is parked on its verbs.
+            self.sim.run_while(|| !wire.tripped() && r.borrow()[v] > 0);
+        }
+        if self.running.borrow()[v] == 0 {
+            return false;
+        }
+        self.crashed = Some(v);
+        self.sim.crash(HEARTBEAT_TAG + v as u32);
+        self.sim.crash(v as u32);
+        true
+    }
+
+    fn publish(&self, ids: &[u16]) {
+        for &id in ids {
+            self.failed.insert(id);
+        }
+    }
+
+    /// Log recovery until one attempt completes and its ids are published.
+    /// The planned crash of the recovery coordinator hits the first attempt;
+    /// the membership then fences that attempt's node and re-issues recovery.
+    fn recover(&mut self, plan: CrashPlan, ids: &[u16]) -> Result<(), String> {
+        let mut crash = plan.recoverer;
+        for attempt in 0..RECOVERY_ATTEMPTS {
+            let this = crash.take();
+            if self.cfg.mode != Mode::Pandora {
+                // Owner-less locks: stop the world and let the survivors drain.
+                self.drain(Some(plan.node as usize));
+            }
+            let during = match this {
+                Some(RecovererCrash::During(w)) => Some(w),
+                _ => None,
+            };
+            let finished = self.recovery_attempt(attempt, ids, during, plan)?;
+            if std::env::var("DART_DEBUG").is_ok() { eprintln!("seed {} attempt {attempt} {:?} finished {finished} plan {}", self.cfg.seed, this, plan.describe()); }
+            if !finished || this == Some(RecovererCrash::BeforePublication) {
+                self.fence_recoverer(attempt, plan);
+                continue;
+            }
+            self.publish(ids);
+            self.gate.paused.set(false);
+            if this == Some(RecovererCrash::AfterPublication) {
+                // Survivors steal stray locks until the membership notices.
+                self.fence_recoverer(attempt, plan);
+                continue;
+            }
+            return Ok(());
+        }
+        Err("recovery never finished".into())
+    }
+
+    /// The membership notices a crashed recovery coordinator after its
+    /// detection timeout (its verbs in flight land meanwhile), fences its
+    /// node, and re-issues recovery.
+    fn fence_recoverer(&self, attempt: u16, plan: CrashPlan) {
+        self.sim.run_until(self.sim.now_ns() + plan.detect_ns.max(400));
+        self.cluster.revoke(RECOVERY_NODE + attempt);
+    }
+
+    /// One recovery coordinator on a node of its own, slowed and crashed as
+    /// planned. `Ok(false)` if it crashed before finishing.
+    fn recovery_attempt(&self, attempt: u16, ids: &[u16], crash: Option<Window>, plan: CrashPlan) -> Result<bool, String> {
+        let wire = Tripwire::new(self.clock.clone());
+        if let Some(w) = crash {
+            wire.arm(w, plan.wire_seed ^ 0x5EC0);
+        }
+        let slow = SlowFabric::new(self.cluster.join(RECOVERY_NODE + attempt), self.sim.handle(), plan.slow_recovery_ns);
+        let fab = TripwireFabric::new(slow, wire.clone());
+        let done: Rc<RefCell<Option<Result<(), String>>>> = Rc::default();
+        let (d, l, ids) = (done.clone(), self.layout.clone(), ids.to_vec());
+        let (bugs, mode, id, tag) = (self.cfg.recovery_bugs, self.cfg.mode, RECOVERY_ID - attempt, RECOVERY_TAG + attempt as u32);
+        self.sim.spawn(tag, async move {
+            let mut rc = RecoveryCoordinator::new(&fab, l, id);
+            rc.bugs = bugs;
+            let r = match mode {
+                Mode::Pandora => rc.recover(&ids).await.map(|r| if std::env::var("DART_DEBUG").is_ok() { eprintln!("{r:?}") }),
+                Mode::Ford => rc.recover_ford(&ids).await.map(|_| ()),
+                Mode::Traditional => rc.recover_traditional(&ids).await.map(|_| ()),
+            };
+            *d.borrow_mut() = Some(r.map_err(|e| format!("recovery failed: {e:?}")));
+        });
+        self.sim.run_while(|| done.borrow().is_none() && !wire.tripped());
+        if done.borrow().is_none() {
+            if wire.tripped() {
+                self.sim.crash(tag);
+                return Ok(false);
+            }
+            return Err("recovery never finished".into());
+        }
+        let r = done.borrow_mut().take().expect("checked");
+        r.map(|()| true)
+    }
 }

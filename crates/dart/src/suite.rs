@@ -46,6 +46,11 @@ impl Suite {
         Ok(Suite { tests })
     }
 
+    /// The name of every test in the catalog.
+    pub fn names() -> Vec<&'static str> {
+        CATALOG.iter().map(|c| c.1).collect()
+    }
+
     /// Every key any test may hold (the store's capacity), if the run
     /// creates at most `max_new_pairs` insert/delete pairs per test.
     pub fn key_count(&self, max_new_pairs: u64) -> u64 {

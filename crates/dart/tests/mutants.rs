@@ -26,6 +26,9 @@ fn caught(mode: Mode, bugs: &[&str], tests: &str, instances: u32, crash: bool, t
     c.bug_names = bugs.iter().map(|b| b.to_string()).collect();
     c.stop_at_first = true;
     c.jobs = 1;
+    // The litmus test and its assertions must catch it (the replica check,
+    // tests/blindspots.rs, often sees these bugs first).
+    c.replica_check = false;
     let rep = campaign::run(&c).expect("campaign runs");
     let v = rep.violations.first().unwrap_or_else(|| panic!("{mode} {bugs:?}: no violation in {budget} seeds of --tests {tests}"));
     eprintln!("{mode} {bugs:?}: caught at seed {} by {}: {}\n  replay: {}", v.seed, v.test, v.description, v.replay);

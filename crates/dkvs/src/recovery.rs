@@ -74,6 +74,13 @@ pub struct RecoveryBugs {
     /// checking that its version is that entry's old or new one (FORD's
     /// recovery trusts its undo images).
     pub trust_undo_images: bool,
+    /// Roll back only the primary replica of each object (replicas diverge;
+    /// invisible until a memory node fails).
+    pub restore_one_replica: bool,
+    /// Pandora: invalidate the logs before restoring and unlocking, so a
+    /// recovery coordinator that crashes in between leaves a re-run nothing
+    /// to recover from (breaks idempotence, §3.2.3).
+    pub invalidate_logs_first: bool,
 }
 
 pub struct RecoveryCoordinator<F: Fabric> {
@@ -181,6 +188,9 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         if self.bugs.skip_log_recovery {
             records.clear();
         }
+        if self.bugs.invalidate_logs_first {
+            self.invalidate_logs(failed).await?;
+        }
         report.logs_found = records.len();
 
         // One round: every primary's lock+version and every replica's version.
@@ -235,7 +245,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 let flags = if e.op == OpKind::Insert { 0 } else { e.old_flags };
                 let value_bytes = self.layout.table(e.table).value_bytes;
                 let body = encode_body(e.key, flags, &e.old_value, value_bytes);
-                for &(n, addr) in &e.replicas {
+                for &(n, addr) in self.restored(e) {
                     restores.push((n, vec![Verb::write(addr + KEY_OFF, body.clone()), Verb::write_u64(addr + VERSION_OFF, version)]));
                     report.replicas_restored += 1;
                 }
@@ -266,6 +276,11 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         self.round(unlocks).await?;
 
         // Invalidate last: until here, re-running finds the same records.
+        self.invalidate_logs(failed).await?;
+        Ok(report)
+    }
+
+    async fn invalidate_logs(&self, failed: &[u16]) -> Result<(), VerbError> {
         let mut invalidations = Vec::new();
         for &c in failed {
             for n in self.layout.log_nodes(c) {
@@ -273,7 +288,16 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             }
         }
         self.round(invalidations).await?;
-        Ok(report)
+        Ok(())
+    }
+
+    /// The replicas a roll-back restores: all of them, unless a bug says otherwise.
+    fn restored<'e>(&self, e: &'e LogEntry) -> &'e [(MemNodeId, u64)] {
+        if self.bugs.restore_one_replica {
+            &e.replicas[..1]
+        } else {
+            &e.replicas
+        }
     }
 }
 
@@ -525,7 +549,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                         let version = make_version(self.id, self.version_counter);
                         let flags = if e.op == OpKind::Insert { 0 } else { e.old_flags };
                         let body = encode_body(e.key, flags, &e.old_value, self.layout.table(e.table).value_bytes);
-                        for &(n, a) in &e.replicas {
+                        for &(n, a) in self.restored(e) {
                             restores.push((n, vec![Verb::write(a + KEY_OFF, body.clone()), Verb::write_u64(a + VERSION_OFF, version)]));
                             report.replicas_restored += 1;
                         }
