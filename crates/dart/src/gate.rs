@@ -21,8 +21,19 @@ impl Gate {
         Gate { paused: Cell::new(false), active: RefCell::new(vec![0; compute_nodes]) }
     }
 
-    /// Whether any compute node other than `except` has a transaction in flight.
-    pub fn busy_except(&self, except: Option<usize>) -> bool {
-        self.active.borrow().iter().enumerate().any(|(n, &a)| Some(n) != except && a > 0)
+    /// Whether any compute node has a transaction in flight.
+    pub fn busy(&self) -> bool {
+        self.active.borrow().iter().any(|&a| a > 0)
+    }
+
+    /// A compute node joins (it is the next index).
+    pub fn add_node(&self) {
+        self.active.borrow_mut().push(0);
+    }
+
+    /// A compute node crashed: its transactions are no longer in flight
+    /// anywhere but in recovery's hands.
+    pub fn crashed(&self, node: usize) {
+        self.active.borrow_mut()[node] = 0;
     }
 }

@@ -13,8 +13,11 @@
 //! too: between its restores, before its unlocks, at any of its doorbells,
 //! or around the publication of the failed ids (just before, so recovery is
 //! re-run from scratch; or just after, so the re-run overlaps live
-//! coordinators stealing the failed node's locks). A quarter of the crash
-//! runs get a slow recovery coordinator ([`crate::slow`]).
+//! coordinators stealing the failed node's locks). A quarter of the crashes
+//! get a slow recovery coordinator ([`crate::slow`]). A weighted run crashes
+//! up to three times: after each recovery a replacement compute node joins
+//! with fresh coordinator ids (the paper's "reuse", Fig. 8), so later crashes
+//! meet stray locks, replacements and recovered state.
 
 use tandem_sim::Rng;
 
@@ -63,9 +66,10 @@ pub enum RecovererCrash {
     AfterPublication,
 }
 
-/// The crash a seed plans: which node, when, where, and how recovery goes.
+/// One crash a seed plans: which node, when, where, and how recovery goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CrashPlan {
+    /// Index into the compute nodes still running at `at_ns` (modulo their number).
     pub node: u16,
     pub at_ns: u64,
     pub detect_ns: u64,
@@ -122,31 +126,45 @@ fn recoverer_crash(rng: &mut Rng) -> RecovererCrash {
     }
 }
 
+/// How many crashes a weighted run plans.
+const CRASHES: [(u32, usize); 3] = [(40, 1), (35, 2), (25, 3)];
+pub const MAX_CRASHES: usize = 3;
+
+/// The crashes a seed plans, in time order: somewhere in the busy part of
+/// the run (about 30 µs of simulated time per transaction of a client), with
+/// a quick or a slow verdict, so revocation races the victim's verbs in
+/// flight. `slow_recovery_ns` forces a slow recovery coordinator on every crash.
+pub fn plans_for_seed(seed: u64, txs_per_client: u64, points: CrashPoints, slow_recovery_ns: Option<u64>) -> Vec<CrashPlan> {
+    let mut rng = Rng::new(seed ^ 0xDA27_C4A5);
+    let busy_ns = (txs_per_client * 30_000).max(4_000);
+    let n = if points == CrashPoints::Weighted { pick(&mut rng, &CRASHES) } else { 1 };
+    let mut plans: Vec<CrashPlan> = (0..n).map(|_| CrashPlan::draw(&mut rng, busy_ns, points)).collect();
+    plans.sort_by_key(|p| p.at_ns);
+    // One detector timeout per run (the membership's), quick or slow as
+    // the first crash's window suggests.
+    let quick = rng.chance(if matches!(plans[0].window, None | Some(Window::AnyVerb)) { 0.5 } else { 0.2 });
+    let detect_ns = if quick { 400 + rng.below(1_600) } else { 20_000 };
+    for p in &mut plans {
+        p.detect_ns = detect_ns;
+        if let Some(ns) = slow_recovery_ns {
+            p.slow_recovery_ns = ns;
+        }
+    }
+    plans
+}
+
 impl CrashPlan {
-    /// Somewhere in the busy part of the run (about 30 µs of simulated time
-    /// per transaction of a client); a quick or a slow verdict, so revocation
-    /// races the victim's verbs in flight. `slow_recovery_ns` forces a slow
-    /// recovery coordinator on every crash.
-    pub fn for_seed(seed: u64, compute_nodes: u16, txs_per_client: u64, points: CrashPoints, slow_recovery_ns: Option<u64>) -> CrashPlan {
-        let mut rng = Rng::new(seed ^ 0xDA27_C4A5);
-        let busy_ns = (txs_per_client * 30_000).max(4_000);
+    fn draw(rng: &mut Rng, busy_ns: u64, points: CrashPoints) -> CrashPlan {
         let at_ns = rng.range_inclusive(1_000, busy_ns * 3 / 4);
-        let node = rng.below(compute_nodes as u64) as u16;
+        let node = rng.below(1 << 15) as u16;
         let window = match points {
             CrashPoints::Uniform => rng.chance(0.75).then_some(Window::AnyVerb),
-            CrashPoints::Weighted => pick(&mut rng, &VICTIM_WINDOWS),
+            CrashPoints::Weighted => pick(rng, &VICTIM_WINDOWS),
         };
-        // A quick verdict races revocation against the verbs in flight; in a
-        // protocol window, they mostly land first (as over a real network).
-        let quick = rng.chance(if matches!(window, None | Some(Window::AnyVerb)) { 0.5 } else { 0.2 });
-        let detect_ns = if quick { 400 + rng.below(1_600) } else { 20_000 };
-        let mut plan = CrashPlan { node, at_ns, detect_ns, window, recoverer: None, slow_recovery_ns: 0, wire_seed: rng.next_u64() };
+        let mut plan = CrashPlan { node, at_ns, detect_ns: 0, window, recoverer: None, slow_recovery_ns: 0, wire_seed: rng.next_u64() };
         if points == CrashPoints::Weighted {
-            plan.recoverer = rng.chance(0.35).then(|| recoverer_crash(&mut rng));
+            plan.recoverer = rng.chance(0.35).then(|| recoverer_crash(rng));
             plan.slow_recovery_ns = if rng.chance(0.25) { rng.range_inclusive(5_000, 50_000) } else { 0 };
-        }
-        if let Some(ns) = slow_recovery_ns {
-            plan.slow_recovery_ns = ns;
         }
         plan
     }
@@ -157,7 +175,7 @@ impl CrashPlan {
             None => format!("at {} ns", self.at_ns),
             Some(w) => format!("at its first doorbell {w:?} after {} ns", self.at_ns),
         };
-        let mut s = format!("compute node {} crashed {at}", self.node);
+        let mut s = format!("a compute node crashed {at}");
         if let Some(r) = self.recoverer {
             s += &format!("; the recovery coordinator crashed {r:?}");
         }
@@ -174,7 +192,7 @@ mod tests {
 
     #[test]
     fn weighted_plans_reach_every_window_and_uniform_ones_none() {
-        let plans: Vec<CrashPlan> = (0..400).map(|s| CrashPlan::for_seed(s, 2, 60, CrashPoints::Weighted, None)).collect();
+        let plans: Vec<CrashPlan> = (0..300).flat_map(|s| plans_for_seed(s, 60, CrashPoints::Weighted, None)).collect();
         for (_, w) in VICTIM_WINDOWS {
             assert!(plans.iter().any(|p| p.window == w), "{w:?}");
         }
@@ -186,9 +204,12 @@ mod tests {
             assert!(plans.iter().any(same), "{r:?}");
         }
         assert!(plans.iter().any(|p| p.slow_recovery_ns > 0));
-        let uniform = (0..100).map(|s| CrashPlan::for_seed(s, 2, 60, CrashPoints::Uniform, None));
-        assert!(uniform.clone().all(|p| p.recoverer.is_none() && p.slow_recovery_ns == 0));
-        assert!(uniform.into_iter().all(|p| matches!(p.window, None | Some(Window::AnyVerb))));
-        assert_eq!(CrashPlan::for_seed(3, 2, 60, CrashPoints::Uniform, Some(7)).slow_recovery_ns, 7);
+        assert!((0..100).any(|s| plans_for_seed(s, 60, CrashPoints::Weighted, None).len() == MAX_CRASHES));
+        for s in 0..100 {
+            let u = plans_for_seed(s, 60, CrashPoints::Uniform, None);
+            assert_eq!(u.len(), 1);
+            assert!(u[0].recoverer.is_none() && u[0].slow_recovery_ns == 0 && matches!(u[0].window, None | Some(Window::AnyVerb)));
+        }
+        assert_eq!(plans_for_seed(3, 60, CrashPoints::Uniform, Some(7))[0].slow_recovery_ns, 7);
     }
 }

@@ -31,7 +31,7 @@ use tandem_sim::{Rng, Sim};
 use crate::board::Board;
 use crate::client::{Client, ClientSpec};
 use crate::gate::Gate;
-use crate::plan::{CrashPlan, CrashPoints, RecovererCrash};
+use crate::plan::{plans_for_seed, CrashPlan, CrashPoints, RecovererCrash, MAX_CRASHES};
 use crate::recorder::SharedLog;
 use crate::replica_check;
 use crate::report::RunReport;
@@ -41,8 +41,7 @@ use crate::tandem_store::{SimPause, TandemStore, LITMUS_TABLE};
 use crate::tripwire::{Tripwire, TripwireFabric, Window};
 use crate::value::VALUE_BYTES;
 
-/// Task tags (compute node `n` runs under tag `n`).
-const HEARTBEAT_TAG: u32 = 20_000;
+/// Task tags (compute node `n`, 0-based, runs under tag `n`).
 const DETECTOR_TAG: u32 = 30_000;
 const RECOVERY_TAG: u32 = 40_000;
 const CHECK_TAG: u32 = u32::MAX - 1;
@@ -53,6 +52,8 @@ const REPLICA_CHECK_NODE: u16 = u16::MAX - 2;
 const SWEEP_NODE: u16 = u16::MAX - 1;
 const CHECK_NODE: u16 = u16::MAX;
 const LOG_SLOTS: u32 = 64;
+/// Client id of the final check (above every node's clients).
+const CHECK_CLIENT: u32 = 1 << 20;
 /// Coordinator ids of the helpers, above the clients'.
 const CHECK_ID: u16 = (LOG_SLOTS - 1) as u16;
 const REPLICA_CHECK_ID: u16 = (LOG_SLOTS - 2) as u16;
@@ -119,8 +120,37 @@ impl SimRunConfig {
         }
     }
 
-    pub fn plan(&self) -> Option<CrashPlan> {
-        self.crash.then(|| CrashPlan::for_seed(self.seed, self.compute_nodes, self.txs_per_client, self.crash_points, self.slow_recovery_ns))
+    /// The crashes of this run, in time order (none without `crash`).
+    pub fn plans(&self) -> Vec<CrashPlan> {
+        if !self.crash {
+            return Vec::new();
+        }
+        plans_for_seed(self.seed, self.txs_per_client, self.crash_points, self.slow_recovery_ns)
+    }
+}
+
+/// The compute nodes of a run (original and replacements), by 0-based index.
+#[derive(Default)]
+struct Nodes {
+    /// Clients still running.
+    running: Vec<u16>,
+    crashed: Vec<bool>,
+    /// Finished and told the membership so.
+    left: Vec<bool>,
+    /// Crashed and declared failed.
+    declared: Vec<bool>,
+}
+
+impl Nodes {
+    /// Nodes with clients running (not crashed).
+    fn live(&self) -> Vec<usize> {
+        (0..self.running.len()).filter(|&n| self.running[n] > 0 && !self.crashed[n]).collect()
+    }
+
+    /// Whether the detector has anything left to watch: a running node, or
+    /// a crashed one not declared yet.
+    fn watched(&self) -> bool {
+        (0..self.running.len()).any(|n| if self.crashed[n] { !self.declared[n] } else { self.running[n] > 0 })
     }
 }
 
@@ -134,29 +164,34 @@ struct Harness<'c> {
     membership: Rc<RefCell<Membership>>,
     failed: FailedIds,
     gate: Rc<Gate>,
-    /// Clients still running, per compute node.
-    running: Rc<RefCell<Vec<u16>>>,
+    nodes: Rc<RefCell<Nodes>>,
     board: Board,
     logs: Vec<SharedLog>,
     clock: Rc<dyn Fn() -> u64>,
     wires: Vec<Tripwire>,
     /// The replica check's session and the memory view it fails nodes in.
     replicas: Option<(TandemStore<SimFabric>, MemoryView)>,
-    /// The crashed compute node (0-based), once crashed.
-    crashed: Option<usize>,
+    /// Seeds the clients of every node.
+    client_seeds: Rng,
     report: RunReport,
 }
 
 /// Run one seed to completion.
 pub fn run(cfg: &SimRunConfig) -> RunReport {
-    let plan = cfg.plan();
-    let fd_timeout_ns = plan.map_or(20_000, |p| p.detect_ns.max(400));
+    let plans = cfg.plans();
+    let fd_timeout_ns = plans.first().map_or(20_000, |p| p.detect_ns.max(400));
     let mut h = Harness::new(cfg, fd_timeout_ns);
     h.load();
-    h.spawn_nodes(plan, fd_timeout_ns);
-    match plan {
-        Some(plan) => h.crash_run(plan, fd_timeout_ns),
-        None => h.quiet_run(),
+    for _ in 0..cfg.compute_nodes {
+        h.spawn_node(cfg.txs_per_client);
+    }
+    if plans.is_empty() {
+        h.quiet_run();
+    }
+    for plan in plans {
+        if !h.crash_run(plan, fd_timeout_ns) {
+            break;
+        }
     }
     h.sim.run();
     if h.report.crashes > 0 {
@@ -175,7 +210,7 @@ pub fn run(cfg: &SimRunConfig) -> RunReport {
 
 impl<'c> Harness<'c> {
     fn new(cfg: &'c SimRunConfig, fd_timeout_ns: u64) -> Self {
-        let clients = cfg.compute_nodes as u32 * cfg.clients_per_node as u32;
+        let clients = (cfg.compute_nodes as u32 + MAX_CRASHES as u32) * cfg.clients_per_node as u32;
         let capacity = cfg.suite.key_count(cfg.txs_per_client * clients as u64).max(1);
         let table = TableSpec { id: LITMUS_TABLE, name: "litmus".into(), value_size: VALUE_BYTES, capacity };
         let mut store = StoreConfig::new(cfg.mode, cfg.memory_nodes, cfg.replicas, vec![table]);
@@ -198,14 +233,14 @@ impl<'c> Harness<'c> {
             layout,
             membership: Rc::new(RefCell::new(membership)),
             failed: FailedIds::new(),
-            gate: Rc::new(Gate::new(cfg.compute_nodes as usize)),
-            running: Rc::new(RefCell::new(vec![cfg.clients_per_node; cfg.compute_nodes as usize])),
+            gate: Rc::new(Gate::new(0)),
+            nodes: Rc::default(),
             board: Board::default(),
             logs: Vec::new(),
             clock: clock.clone(),
-            wires: (0..cfg.compute_nodes).map(|_| Tripwire::new(clock.clone())).collect(),
+            wires: Vec::new(),
             replicas: None,
-            crashed: None,
+            client_seeds: Rng::new(cfg.seed ^ 0xC11E),
             report: RunReport::default(),
             sim,
         }
@@ -226,54 +261,45 @@ impl<'c> Harness<'c> {
         self.sim.run();
     }
 
-    fn spawn_nodes(&mut self, plan: Option<CrashPlan>, fd_timeout_ns: u64) {
-        let mut seeds = Rng::new(self.cfg.seed ^ 0xC11E);
-        for cn in 0..self.cfg.compute_nodes {
-            let fabric = TripwireFabric::new(self.cluster.join(cn + 1), self.wires[cn as usize].clone());
-            let node = ComputeNode::new(fabric, &self.store, self.layout.clone(), self.failed.clone());
-            let join = Event::Join { node: cn + 1, coordinators: self.cfg.clients_per_node };
-            let ids = match self.membership.borrow_mut().step(self.sim.now_ns(), join).pop() {
-                Some(Command::AssignIds { ids, .. }) => ids,
-                other => panic!("compute node {} not admitted: {other:?}", cn + 1),
-            };
-            if let Some(plan) = plan {
-                self.spawn_heartbeats(cn, plan.at_ns.saturating_sub(2 * fd_timeout_ns), fd_timeout_ns);
-            }
-            for (k, &id) in ids.iter().enumerate() {
-                let pause = SimPause { gate: self.gate.clone(), sim: self.sim.handle(), node: cn as usize, tag: cn as u32 };
-                let mut session = TandemStore::with_pause(node.coordinator(id), pause);
-                let spec = ClientSpec {
-                    id: cn as u32 * self.cfg.clients_per_node as u32 + k as u32,
-                    seed: seeds.next_u64(),
-                    assert_chance: self.cfg.assert_chance,
-                    record: self.cfg.check_history,
-                };
-                let mut client = Client::new(spec, self.cfg.suite.clone(), self.board.clone(), self.clock.clone());
-                self.logs.push(client.log());
-                let (n, running) = (self.cfg.txs_per_client, self.running.clone());
-                self.sim.spawn(cn as u32, async move {
-                    client.run(&mut session, n).await;
-                    session.settle();
-                    running.borrow_mut()[cn as usize] -= 1;
-                });
-            }
+    /// A compute node joins (the next index) and its clients run `txs` each.
+    fn spawn_node(&mut self, txs: u64) {
+        let cn = self.nodes.borrow().running.len();
+        let clients = self.cfg.clients_per_node;
+        let wire = Tripwire::new(self.clock.clone());
+        let fabric = TripwireFabric::new(self.cluster.join(cn as u16 + 1), wire.clone());
+        self.wires.push(wire);
+        let node = ComputeNode::new(fabric, &self.store, self.layout.clone(), self.failed.clone());
+        let join = Event::Join { node: cn as u16 + 1, coordinators: clients };
+        let ids = match self.membership.borrow_mut().step(self.sim.now_ns(), join).pop() {
+            Some(Command::AssignIds { ids, .. }) => ids,
+            other => panic!("compute node {} not admitted: {other:?}", cn + 1),
+        };
+        {
+            let mut n = self.nodes.borrow_mut();
+            n.running.push(clients);
+            n.crashed.push(false);
+            n.left.push(false);
+            n.declared.push(false);
         }
-    }
-
-    /// Heartbeats from a task of the node itself: the crash stops them. They
-    /// (and the detector's ticks) start shortly before the planned crash:
-    /// before it there is nothing to detect, and sub-µs heartbeats over the
-    /// whole run would dominate the simulation.
-    fn spawn_heartbeats(&self, cn: u16, start_ns: u64, fd_timeout_ns: u64) {
-        let (m, h, running) = (self.membership.clone(), self.sim.handle(), self.running.clone());
-        self.sim.spawn(HEARTBEAT_TAG + cn as u32, async move {
-            h.sleep(start_ns).await;
-            while running.borrow()[cn as usize] > 0 {
-                m.borrow_mut().step(h.now_ns(), Event::Heartbeat { node: cn + 1 });
-                h.sleep(fd_timeout_ns / 4).await;
-            }
-            m.borrow_mut().step(h.now_ns(), Event::Leave { node: cn + 1 });
-        });
+        self.gate.add_node();
+        for (k, &id) in ids.iter().enumerate() {
+            let pause = SimPause { gate: self.gate.clone(), sim: self.sim.handle(), node: cn, tag: cn as u32 };
+            let mut session = TandemStore::with_pause(node.coordinator(id), pause);
+            let spec = ClientSpec {
+                id: cn as u32 * clients as u32 + k as u32,
+                seed: self.client_seeds.next_u64(),
+                assert_chance: self.cfg.assert_chance,
+                record: self.cfg.check_history,
+            };
+            let mut client = Client::new(spec, self.cfg.suite.clone(), self.board.clone(), self.clock.clone());
+            self.logs.push(client.log());
+            let nodes = self.nodes.clone();
+            self.sim.spawn(cn as u32, async move {
+                client.run(&mut session, txs).await;
+                session.settle();
+                nodes.borrow_mut().running[cn] -= 1;
+            });
+        }
     }
 
     /// No crash: one replica check at a random point of the busy run.
@@ -284,25 +310,35 @@ impl<'c> Harness<'c> {
         self.check_replicas(&format!("at {at} ns"));
     }
 
-    fn crash_run(&mut self, plan: CrashPlan, fd_timeout_ns: u64) {
+    /// One planned crash and its recovery; then a replacement node joins
+    /// (weighted crash points). False if the run is over for crashes.
+    fn crash_run(&mut self, plan: CrashPlan, fd_timeout_ns: u64) -> bool {
         match self.crash_and_recover(plan, fd_timeout_ns) {
             Ok(true) => {
-                self.report.crashes = 1;
-                self.report.crash_note = Some(plan.describe());
+                self.report.crashes += 1;
+                let note = self.report.crash_note.take().map_or(String::new(), |n| n + "; then ");
+                self.report.crash_note = Some(note + &plan.describe());
                 // Right after recovery: every replica must be whole again.
                 self.check_replicas("right after recovery");
+                if self.cfg.crash_points == CrashPoints::Weighted {
+                    self.spawn_node(self.cfg.txs_per_client / 2);
+                }
+                true
             }
-            Ok(false) => {}
-            Err(e) => self.report.violations.push(("recovery".into(), format!("{e} ({})", plan.describe()))),
+            Ok(false) => false,
+            Err(e) => {
+                self.report.violations.push(("recovery".into(), format!("{e} ({})", plan.describe())));
+                false
+            }
         }
     }
 
-    /// Pause every session, let in-flight transactions (of all nodes but
-    /// `except`) finish, and wait for their unlocks.
-    fn drain(&self, except: Option<usize>) {
+    /// Pause every session, let in-flight transactions finish, and wait for
+    /// their unlocks (a crashed node's are recovery's business).
+    fn drain(&self) {
         self.gate.paused.set(true);
         let g = self.gate.clone();
-        self.sim.run_while(|| g.busy_except(except));
+        self.sim.run_while(|| g.busy());
     }
 
     /// On a quiet store: fail each memory node in turn, logically, and re-read
@@ -312,7 +348,7 @@ impl<'c> Harness<'c> {
             return;
         }
         let was_paused = self.gate.paused.get();
-        self.drain(self.crashed);
+        self.drain();
         let (mut store, view) = self.replicas.take().unwrap_or_else(|| {
             let view = MemoryView::default();
             let fab = self.cluster.join(REPLICA_CHECK_NODE);
@@ -351,10 +387,9 @@ impl<'c> Harness<'c> {
 
     /// A fresh session asserts every instance of the quiet, recovered store.
     fn final_check(&mut self) {
-        let clients = self.cfg.compute_nodes as u32 * self.cfg.clients_per_node as u32;
         let node = ComputeNode::new(self.cluster.join(CHECK_NODE), &self.store, self.layout.clone(), self.failed.clone());
         let mut session = TandemStore::new(node.coordinator(CHECK_ID));
-        let spec = ClientSpec { id: clients, seed: self.cfg.seed, assert_chance: 1.0, record: self.cfg.check_history };
+        let spec = ClientSpec { id: CHECK_CLIENT, seed: self.cfg.seed, assert_chance: 1.0, record: self.cfg.check_history };
         let mut client = Client::new(spec, self.cfg.suite.clone(), self.board.clone(), self.clock.clone());
         self.logs.push(client.log());
         let outcome: Rc<RefCell<Option<Result<(), String>>>> = Rc::default();
@@ -380,16 +415,17 @@ impl Harness<'_> {
     /// finished by then.
     fn crash_and_recover(&mut self, plan: CrashPlan, fd_timeout_ns: u64) -> Result<bool, String> {
         let declared = self.spawn_detector(plan.at_ns.saturating_sub(fd_timeout_ns / 2), fd_timeout_ns);
-        if !self.crash_victim(plan) {
+        let Some(victim) = self.crash_victim(plan) else {
             return Ok(false);
-        }
-        let victim = plan.node;
+        };
+        let victim = victim as u16;
         // (1) detection by heartbeat timeout, (2) active-link termination.
         self.sim.run_while(|| declared.borrow().is_empty());
         if *declared.borrow() != vec![victim + 1] {
             return Err(format!("the detector declared {:?}, expected compute node {}", declared.borrow(), victim + 1));
         }
         self.cluster.revoke(victim + 1);
+        self.nodes.borrow_mut().declared[victim as usize] = true;
         let ids: Vec<u16> = match self.membership.borrow_mut().step(self.sim.now_ns(), Event::RevokeAcked { node: victim + 1 }).pop() {
             Some(Command::Recover { ids, .. }) => ids,
             other => return Err(format!("expected a recovery order, got {other:?}")),
@@ -403,13 +439,19 @@ impl Harness<'_> {
         Ok(true)
     }
 
-    /// The failure detector ticks until it declares someone, or everyone left.
+    /// The failure detector ticks until it declares someone, or everyone
+    /// left. Before each tick, every running node heartbeats (a crashed one
+    /// cannot) and every finished one leaves. It starts shortly before the
+    /// crash: before it there is nothing to detect, and sub-µs heartbeats
+    /// over the whole run would dominate the simulation (its first tick
+    /// after a pause grants everyone a fresh timeout).
     fn spawn_detector(&self, start_ns: u64, fd_timeout_ns: u64) -> Rc<RefCell<Vec<u16>>> {
         let declared: Rc<RefCell<Vec<u16>>> = Rc::default();
-        let (m, h, d, running) = (self.membership.clone(), self.sim.handle(), declared.clone(), self.running.clone());
+        let (m, h, d, nodes) = (self.membership.clone(), self.sim.handle(), declared.clone(), self.nodes.clone());
         self.sim.spawn(DETECTOR_TAG, async move {
-            h.sleep(start_ns).await;
-            while d.borrow().is_empty() && running.borrow().iter().any(|&r| r > 0) {
+            h.sleep(start_ns.saturating_sub(h.now_ns())).await;
+            while d.borrow().is_empty() && nodes.borrow().watched() {
+                heartbeats(&mut m.borrow_mut(), &mut nodes.borrow_mut(), h.now_ns());
                 h.sleep(fd_timeout_ns / 8).await;
                 for c in m.borrow_mut().step(h.now_ns(), Event::Tick) {
                     if let Command::Revoke { node } = c {
@@ -421,24 +463,29 @@ impl Harness<'_> {
         declared
     }
 
-    /// Drop the victim's tasks at the planned point; false if it had finished.
-    fn crash_victim(&mut self, plan: CrashPlan) -> bool {
-        let v = plan.node as usize;
+    /// Drop the victim's tasks at the planned point; `None` if no node was
+    /// running by then. Returns the victim's index.
+    fn crash_victim(&mut self, plan: CrashPlan) -> Option<usize> {
         self.sim.run_until(plan.at_ns);
+        let live = self.nodes.borrow().live();
+        let v = *live.get(plan.node as usize % live.len().max(1))?;
+        let wire = &self.wires[v];
         if let Some(window) = plan.window {
-            let wire = &self.wires[v];
             wire.arm(window, plan.wire_seed);
-            let r = self.running.clone();
+            let n = self.nodes.clone();
             // Between two simulator steps the posting task is parked on its verbs.
-            self.sim.run_while(|| !wire.tripped() && r.borrow()[v] > 0);
+            self.sim.run_while(|| !wire.tripped() && n.borrow().running[v] > 0);
         }
-        if self.running.borrow()[v] == 0 {
-            return false;
+        // A tripped wire swallowed a doorbell: the node is dead even if its
+        // clients finished in the same step.
+        if !wire.tripped() && self.nodes.borrow().running[v] == 0 {
+            wire.disarm();
+            return None;
         }
-        self.crashed = Some(v);
-        self.sim.crash(HEARTBEAT_TAG + v as u32);
+        self.nodes.borrow_mut().crashed[v] = true;
+        self.gate.crashed(v);
         self.sim.crash(v as u32);
-        true
+        Some(v)
     }
 
     fn publish(&self, ids: &[u16]) {
@@ -456,14 +503,13 @@ impl Harness<'_> {
             let this = crash.take();
             if self.cfg.mode != Mode::Pandora {
                 // Owner-less locks: stop the world and let the survivors drain.
-                self.drain(Some(plan.node as usize));
+                self.drain();
             }
             let during = match this {
                 Some(RecovererCrash::During(w)) => Some(w),
                 _ => None,
             };
             let finished = self.recovery_attempt(attempt, ids, during, plan)?;
-            if std::env::var("DART_DEBUG").is_ok() { eprintln!("seed {} attempt {attempt} {:?} finished {finished} plan {}", self.cfg.seed, this, plan.describe()); }
             if !finished || this == Some(RecovererCrash::BeforePublication) {
                 self.fence_recoverer(attempt, plan);
                 continue;
@@ -504,7 +550,7 @@ impl Harness<'_> {
             let mut rc = RecoveryCoordinator::new(&fab, l, id);
             rc.bugs = bugs;
             let r = match mode {
-                Mode::Pandora => rc.recover(&ids).await.map(|r| if std::env::var("DART_DEBUG").is_ok() { eprintln!("{r:?}") }),
+                Mode::Pandora => rc.recover(&ids).await.map(|_| ()),
                 Mode::Ford => rc.recover_ford(&ids).await.map(|_| ()),
                 Mode::Traditional => rc.recover_traditional(&ids).await.map(|_| ()),
             };
@@ -520,5 +566,21 @@ impl Harness<'_> {
         }
         let r = done.borrow_mut().take().expect("checked");
         r.map(|()| true)
+    }
+}
+
+/// Heartbeats of the running nodes, and the leave of the finished ones.
+fn heartbeats(m: &mut Membership, nodes: &mut Nodes, now_ns: u64) {
+    for n in 0..nodes.running.len() {
+        let node = n as u16 + 1;
+        if nodes.crashed[n] || nodes.left[n] {
+            continue;
+        }
+        if nodes.running[n] > 0 {
+            m.step(now_ns, Event::Heartbeat { node });
+        } else {
+            nodes.left[n] = true;
+            m.step(now_ns, Event::Leave { node });
+        }
     }
 }

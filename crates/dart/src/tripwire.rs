@@ -113,6 +113,9 @@ impl Tripwire {
         s.rounds = 0;
         s.last_post_ns = None;
     }
+    pub fn disarm(&self) {
+        self.0.borrow_mut().armed = None;
+    }
     pub fn tripped(&self) -> bool {
         self.0.borrow().tripped.get()
     }
