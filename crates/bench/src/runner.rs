@@ -1029,8 +1029,8 @@ fn fail_memory_node(
     cluster.nodes()[f.node as usize].replace_with_empty();
     let view = ctl.views[0].clone();
     let copied = block_on_local(async {
-        let fabric = cluster.join(MEMBERSHIP_NODE - 1);
-        tandem_dkvs::repair::rereplicate(&fabric, layout, f.node, &view).await
+        let fabric = cluster.join(MEMBERSHIP_NODE - 1).map_err(|e| e.to_string())?;
+        tandem_dkvs::repair::rereplicate(&fabric, layout, f.node, &view).await.map_err(|e| e.to_string())
     })
     .map_err(|e| format!("re-replication failed: {e}"))?;
     for v in &ctl.views {

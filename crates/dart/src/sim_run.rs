@@ -129,7 +129,7 @@ pub fn run(cfg: &SimRunConfig) -> RunReport {
     let mut report = RunReport::default();
 
     // Load the initial objects of every test.
-    let (fab, l, suite) = (cluster.join(LOADER_NODE), layout.clone(), cfg.suite.clone());
+    let (fab, l, suite) = (cluster.join(LOADER_NODE).expect("a fresh compute-node id"), layout.clone(), cfg.suite.clone());
     sim.spawn(u32::MAX, async move {
         let mut loader = Loader::new(&fab, l);
         for t in &suite.tests {
@@ -158,7 +158,7 @@ pub fn run(cfg: &SimRunConfig) -> RunReport {
     let clock: Rc<dyn Fn() -> u64> = Rc::new(move || h.now_ns());
     let wires: Vec<Tripwire> = (0..cfg.compute_nodes).map(|_| Tripwire::default()).collect();
     for cn in 0..cfg.compute_nodes {
-        let fabric = TripwireFabric::new(cluster.join(cn + 1), wires[cn as usize].clone());
+        let fabric = TripwireFabric::new(cluster.join(cn + 1).expect("a fresh compute-node id"), wires[cn as usize].clone());
         let node = ComputeNode::new(fabric, &store, layout.clone(), failed.clone());
         let ids = match membership.borrow_mut().step(sim.now_ns(), Event::Join { node: cn + 1, coordinators: cfg.clients_per_node }).pop() {
             Some(Command::AssignIds { ids, .. }) => ids,
@@ -214,7 +214,7 @@ pub fn run(cfg: &SimRunConfig) -> RunReport {
     sim.run();
     if report.crashes > 0 {
         // The background scan: NotLogged stray locks nobody touched (DESIGN.md §4.5).
-        let (fab, l, f) = (cluster.join(SWEEP_NODE), layout.clone(), failed.clone());
+        let (fab, l, f) = (cluster.join(SWEEP_NODE).expect("a fresh compute-node id"), layout.clone(), failed.clone());
         sim.spawn(u32::MAX, async move {
             sweep_stray_locks(&fab, &l, &f).await.expect("sweep");
         });
@@ -222,7 +222,7 @@ pub fn run(cfg: &SimRunConfig) -> RunReport {
     }
 
     // A fresh session asserts every instance of the quiet, recovered store.
-    let checker_node = ComputeNode::new(cluster.join(CHECK_NODE), &store, layout.clone(), failed.clone());
+    let checker_node = ComputeNode::new(cluster.join(CHECK_NODE).expect("a fresh compute-node id"), &store, layout.clone(), failed.clone());
     let mut session = TandemStore::new(checker_node.coordinator((LOG_SLOTS - 1) as u16));
     let spec = ClientSpec { id: clients, seed: cfg.seed, assert_chance: 1.0, record: cfg.check_history };
     let mut client = Client::new(spec, cfg.suite.clone(), board.clone(), clock.clone());
@@ -311,7 +311,7 @@ fn crash_and_recover(cfg: &SimRunConfig, plan: CrashPlan, fd_timeout_ns: u64, ct
     }
     // (3) log recovery on a fresh node, (4) notify: only now may stealing start.
     let done: Rc<RefCell<Option<Result<(), String>>>> = Rc::default();
-    let (d, f, l, fab) = (done.clone(), ctx.failed.clone(), ctx.layout.clone(), ctx.cluster.join(RECOVERY_NODE));
+    let (d, f, l, fab) = (done.clone(), ctx.failed.clone(), ctx.layout.clone(), ctx.cluster.join(RECOVERY_NODE).expect("a fresh compute-node id"));
     let rc_id = (LOG_SLOTS - 2) as u16;
     let (bugs, mode) = (cfg.recovery_bugs, cfg.mode);
     sim.spawn(RECOVERY_TAG, async move {
