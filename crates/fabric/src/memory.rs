@@ -35,6 +35,9 @@ pub struct MemoryNode {
     /// registers after its revocation would otherwise act under ids that
     /// are already in everyone's failed-ids).
     fenced: Box<[AtomicBool]>,
+    /// Test-only bug switch: registration ignores `fenced` (the behaviour
+    /// before fencing was permanent), so simulations can show what it cost.
+    revocable_fencing: AtomicBool,
     /// Verbs of each compute node executing right now. Revocation waits for
     /// them: once `revoke` returns, nothing of that node executes any more
     /// (Cor1), even a verb that passed its key check a moment before.
@@ -55,6 +58,7 @@ impl MemoryNode {
             words: words.into_boxed_slice(),
             keys: keys.into_boxed_slice(),
             fenced: (0..KEY_SLOTS).map(|_| AtomicBool::new(false)).collect::<Vec<_>>().into_boxed_slice(),
+            revocable_fencing: AtomicBool::new(false),
             executing: (0..KEY_SLOTS).map(|_| AtomicU32::new(0)).collect::<Vec<_>>().into_boxed_slice(),
             key_counter: AtomicU64::new(1),
             key_salt,
@@ -102,7 +106,14 @@ impl MemoryNode {
 
     /// Whether `compute` was ever revoked here.
     pub fn is_fenced(&self, compute: ComputeNodeId) -> bool {
-        self.fenced[compute as usize].load(Ordering::SeqCst)
+        self.fenced[compute as usize].load(Ordering::SeqCst) && !self.revocable_fencing.load(Ordering::Relaxed)
+    }
+
+    /// Test-only bug switch: let a revoked incarnation register again (the
+    /// old behaviour), to show that the simulations catch what it causes.
+    #[doc(hidden)]
+    pub fn inject_revocable_fencing(&self, on: bool) {
+        self.revocable_fencing.store(on, Ordering::SeqCst);
     }
 
     pub fn is_authorized(&self, compute: ComputeNodeId, key: RegionKey) -> bool {

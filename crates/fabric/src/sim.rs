@@ -86,6 +86,14 @@ impl SimCluster {
         Ok(SimFabric { net: self.net.clone(), compute, keys: Rc::new(keys) })
     }
 
+    /// A fabric handle from keys registered one memory node at a time
+    /// (`MemoryNode::register`), so a simulation can let registration and
+    /// revocation interleave as messages would.
+    pub fn connect(&self, compute: ComputeNodeId, keys: Vec<RegionKey>) -> SimFabric {
+        assert_eq!(keys.len(), self.net.nodes.len(), "one key per memory node");
+        SimFabric { net: self.net.clone(), compute, keys: Rc::new(keys) }
+    }
+
     /// Active-link termination of `compute` on every memory node.
     pub fn revoke(&self, compute: ComputeNodeId) {
         for n in &self.net.nodes {
