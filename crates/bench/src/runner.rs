@@ -935,6 +935,7 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     ctl.measuring.store(false, Ordering::SeqCst);
     let elapsed = start.elapsed().as_secs_f64();
     let timeline_counts = sampler.join().map_err(|_| "the timeline sampler panicked".to_string())?;
+    await_recoveries(&ctl, &membership, next_slot);
     ctl.stop.store(true, Ordering::SeqCst);
     let mut memory_failure = memory_timeline;
 
@@ -1069,6 +1070,25 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         incarnations_started: (next_slot - cfg.compute_nodes) as usize,
         fenced_acks,
     })
+}
+
+/// Before the run stops: let the detector declare and recover every crashed
+/// node, and finish recoveries under way (bounded: 10 s). On a loaded machine
+/// the detector may be paused often; a run must not end with a crashed
+/// node's locks neither recovered nor swept.
+fn await_recoveries(ctl: &Control, membership: &Mutex<Membership>, nodes: u16) {
+    let pending = || {
+        let m = membership.lock().expect("membership lock");
+        (1..=nodes).any(|n| match m.status(n) {
+            Some(NodeStatus::Revoking | NodeStatus::Recovering) => true,
+            Some(NodeStatus::Alive) => ctl.crash[n as usize - 1].load(Ordering::SeqCst),
+            _ => false,
+        })
+    };
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while pending() && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// A compute node's heartbeat thread. Heartbeats come from a thread of their

@@ -443,23 +443,27 @@ impl Membership {
     fn detect(&mut self, now_ns: u64, out: &mut Vec<Command>) {
         let timeout = self.cfg.heartbeat_timeout_ns;
         // If the detector itself did not run for half a timeout (its process
-        // was descheduled or paused), silence proves nothing: heartbeats may
-        // be queued behind the pause. Give every node a fresh timeout rather
-        // than declare them all failed. (Safety never rests on the detector:
-        // a false positive is fenced off by revocation. This is accuracy.)
-        let paused = self.last_tick_ns.is_some_and(|t| now_ns.saturating_sub(t) > timeout / 2);
+        // was descheduled or paused), silence during the pause proves
+        // nothing: heartbeats may be queued behind it. The pause does not
+        // count against anyone: every last-heard time moves forward by its
+        // length. Silence while the detector runs still accumulates, so a
+        // crashed node is declared even on a machine that pauses the
+        // detector again and again (a fresh timeout per pause would never
+        // declare it). (Safety never rests on the detector: a false positive
+        // is fenced off for good by revocation. This is accuracy.)
+        let gap = self.last_tick_ns.map_or(0, |t| now_ns.saturating_sub(t));
         self.last_tick_ns = Some(now_ns);
-        if paused {
+        if gap > timeout / 2 {
             self.pauses_detected += 1;
             for n in self.nodes.values_mut() {
                 if n.status == NodeStatus::Alive {
                     for t in n.seen_ns.iter_mut() {
-                        *t = (*t).max(now_ns);
+                        *t = t.saturating_add(gap).min(now_ns);
                     }
                 }
             }
             for r in self.reported_ns.iter_mut().flatten() {
-                *r = (*r).max(now_ns);
+                *r = r.saturating_add(gap).min(now_ns);
             }
             return;
         }
@@ -600,7 +604,33 @@ mod tests {
             t += 20;
             revoked = m.step(t, Event::Tick) == vec![Command::Revoke { node: 1 }];
         }
-        assert!(revoked && t > 600, "declared at {t}");
+        // The pause (40..500) does not count: 40 ns of silence before it, so
+        // the timeout runs out 60 ns after it.
+        assert!(revoked && t > 560 && t <= 600, "declared at {t}");
+    }
+
+    /// A detector paused again and again (a loaded machine) still declares a
+    /// crashed node: only the pauses are discounted, not the silence between.
+    #[test]
+    fn a_detector_paused_repeatedly_still_declares_a_silent_node() {
+        let mut m = m();
+        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        m.step(0, Event::Join { node: 2, coordinators: 1 });
+        let mut t = 0;
+        let mut declared = None;
+        // Every 10 ns tick is followed by a 60 ns pause (longer than half the timeout).
+        while t < 5_000 && declared.is_none() {
+            t += 10;
+            m.step(t, Event::Heartbeat { node: 2 });
+            if m.step(t, Event::Tick).contains(&Command::Revoke { node: 1 }) {
+                declared = Some(t);
+            }
+            t += 60;
+            m.step(t, Event::Heartbeat { node: 2 });
+            m.step(t, Event::Tick);
+        }
+        assert!(declared.is_some(), "node 1 never declared on a pausing detector");
+        assert_eq!(m.status(2), Some(NodeStatus::Alive), "the heartbeating node is never declared");
     }
 
     #[test]
