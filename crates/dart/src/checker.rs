@@ -13,7 +13,9 @@
 //!   it. Instead of n² edges, completions are threaded on a chain of time
 //!   nodes: `T → τ(complete T) → τ(next) → … → U` iff `complete T < invoke U`.
 //!
-//! Blind writes and deletes carry no `prev`, so they add `wr` edges only:
+//! A write or delete that read the key first names the version it replaced
+//! (a write in its value's `prev`, a delete in its op's `prev`), so both add
+//! `ww` and `rw` edges. Blind writes carry no `prev` and add `wr` edges only:
 //! every edge the checker adds is a real dependency (or a path of them), so a
 //! reported cycle is a real one, but cycles through blind versions can be
 //! missed (their tests rely on their assertions instead).
@@ -28,7 +30,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 
 use crate::history::{Outcome, TxRecord};
-use crate::value::{Value, LOADER_TX, PREV_UNKNOWN};
+use crate::value::{Value, LOADER_TX};
 
 /// Bound on anomalies reported per history.
 pub const MAX_ANOMALIES: usize = 20;
@@ -341,14 +343,15 @@ impl<'h> Checker<'h> {
         // (key, writer of the version replaced) -> transactions that replaced it.
         let mut succ: HashMap<(u64, u64), Vec<usize>> = HashMap::new();
         for (n, &i) in nodes.iter().enumerate() {
-            let mut last: HashMap<u64, Option<Value>> = HashMap::new();
+            // The version each key's last write or delete replaced.
+            let mut last: HashMap<u64, Option<u64>> = HashMap::new();
             for op in h[i].ops.iter().filter(|o| !o.is_read()) {
-                last.insert(op.key, op.value);
+                last.insert(op.key, op.replaced());
             }
-            for (key, v) in last {
-                if let Some(v) = v.filter(|v| v.prev != PREV_UNKNOWN) {
-                    succ.entry((key, v.prev)).or_default().push(n);
-                    if let Some(&p) = node_of.get(&v.prev) {
+            for (key, prev) in last {
+                if let Some(prev) = prev {
+                    succ.entry((key, prev)).or_default().push(n);
+                    if let Some(&p) = node_of.get(&prev) {
                         g.add(p, n, Edge::Ww, key);
                     }
                 }

@@ -11,7 +11,7 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::value::Value;
+use crate::value::{Value, PREV_UNKNOWN};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -22,23 +22,39 @@ pub enum Outcome {
 }
 
 /// One operation: `f` is `r` or `w`; a `w` with no value is a delete, an `r`
-/// with no value read an absent key.
+/// with no value read an absent key. A delete's `prev` names the writer of
+/// the version it removed, when the transaction read that version first
+/// (a write carries the same in its value's `prev`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Op {
     pub f: String,
     pub key: u64,
     pub value: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<u64>,
 }
 
 impl Op {
     pub fn read(key: u64, value: Option<Value>) -> Op {
-        Op { f: "r".into(), key, value }
+        Op { f: "r".into(), key, value, prev: None }
     }
     pub fn write(key: u64, value: Option<Value>) -> Op {
-        Op { f: "w".into(), key, value }
+        Op { f: "w".into(), key, value, prev: None }
+    }
+    /// A delete of the version `prev` wrote ([`PREV_UNKNOWN`]: a blind delete).
+    pub fn delete(key: u64, prev: u64) -> Op {
+        Op { f: "w".into(), key, value: None, prev: (prev != PREV_UNKNOWN).then_some(prev) }
     }
     pub fn is_read(&self) -> bool {
         self.f == "r"
+    }
+    /// For a write or delete: the writer of the version it replaced, if the
+    /// transaction read it first (`None`: a blind write).
+    pub fn replaced(&self) -> Option<u64> {
+        match self.value {
+            Some(v) => Some(v.prev).filter(|&p| p != PREV_UNKNOWN),
+            None => self.prev,
+        }
     }
 }
 

@@ -3,7 +3,10 @@
 //! invocation and completion times").
 //!
 //! Writes are recorded *before* they are issued (a crash may let a posted
-//! write land without its response), reads after they return. The record
+//! write land without its response), reads after they return. A write or
+//! delete of a key the transaction read names the version read as the one it
+//! replaces (its predecessor), so the checker has the `ww` and `rw` edges of
+//! read-modify-writes and deletes; blind writes name none. The record
 //! lives in the client's shared log, outside the client task, so a crash
 //! that drops the task mid-transaction leaves it behind as `unknown`.
 
@@ -13,7 +16,7 @@ use std::rc::Rc;
 use crate::history::{Op, TxRecord};
 use crate::journal::Journal;
 use crate::store::{StoreTx, TxFailure};
-use crate::value::Value;
+use crate::value::{Value, PREV_UNKNOWN};
 
 /// Everything one client observed; shared with the harness.
 #[derive(Default)]
@@ -39,11 +42,26 @@ pub struct Rec<T: StoreTx> {
     log: SharedLog,
     idx: usize,
     record: bool,
+    /// Per key, the writer of the version this transaction's first access
+    /// saw: `None` if it was absent or the first access was a blind write.
+    first_seen: Vec<(u64, Option<u64>)>,
 }
 
 impl<T: StoreTx> Rec<T> {
     pub fn new(tx: T, log: SharedLog, idx: usize, record: bool) -> Self {
-        Rec { tx, log, idx, record }
+        Rec { tx, log, idx, record, first_seen: Vec::new() }
+    }
+
+    /// The writer of the version of `key` this transaction read before
+    /// touching it otherwise ([`PREV_UNKNOWN`] if none).
+    fn predecessor(&self, key: u64) -> u64 {
+        self.first_seen.iter().find(|(k, _)| *k == key).and_then(|&(_, w)| w).unwrap_or(PREV_UNKNOWN)
+    }
+
+    fn first_access(&mut self, key: u64, writer: Option<u64>) {
+        if !self.first_seen.iter().any(|(k, _)| *k == key) {
+            self.first_seen.push((key, writer));
+        }
     }
 
     /// The transaction, to end it.
@@ -64,6 +82,7 @@ impl<T: StoreTx> Rec<T> {
     pub async fn read(&mut self, key: u64) -> Result<Option<Value>, TxFailure> {
         let v = self.tx.read(key).await?;
         self.push(Op::read(key, v));
+        self.first_access(key, v.map(|v| v.writer));
         Ok(v)
     }
 
@@ -79,20 +98,27 @@ impl<T: StoreTx> Rec<T> {
         r
     }
 
-    pub async fn write(&mut self, key: u64, value: Value) -> Result<(), TxFailure> {
+    /// Overwrite `key`; `value.prev`, if unknown, becomes the version read.
+    pub async fn write(&mut self, key: u64, mut value: Value) -> Result<(), TxFailure> {
+        if value.prev == PREV_UNKNOWN {
+            value.prev = self.predecessor(key);
+        }
+        self.first_access(key, None);
         self.push(Op::write(key, Some(value)));
         let r = self.tx.write(key, value).await;
         self.settle(r)
     }
 
     pub async fn insert(&mut self, key: u64, value: Value) -> Result<(), TxFailure> {
+        self.first_access(key, None);
         self.push(Op::write(key, Some(value)));
         let r = self.tx.insert(key, value).await;
         self.settle(r)
     }
 
     pub async fn delete(&mut self, key: u64) -> Result<(), TxFailure> {
-        self.push(Op::write(key, None));
+        self.push(Op::delete(key, self.predecessor(key)));
+        self.first_access(key, None);
         let r = self.tx.delete(key).await;
         self.settle(r)
     }

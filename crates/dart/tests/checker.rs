@@ -105,6 +105,28 @@ fn g2_write_skew_and_lost_update() {
 }
 
 #[test]
+fn g2_lost_update_through_a_delete() {
+    // Issue 9 (seed 212): two transactions read the same version of a pair;
+    // one deletes both keys, the other overwrites both. The delete names the
+    // version it removed, so the two anti-depend on each other.
+    let v1 = |k| rw(k, 1, 1, PREV_UNKNOWN);
+    let h = vec![
+        tx(1, 0, 10, Committed, vec![w(X, 1, 1, PREV_UNKNOWN), w(Y, 1, 1, PREV_UNKNOWN)]),
+        tx(2, 20, 40, Committed, vec![v1(X), v1(Y), Op::delete(X, 1), Op::delete(Y, 1)]),
+        tx(3, 20, 40, Committed, vec![v1(X), v1(Y), w(X, 3, 3, 1), w(Y, 3, 3, 1)]),
+    ];
+    assert_eq!(kinds(&h), vec![AnomalyKind::G2]);
+    // Serial, it is fine; a blind delete adds no edge.
+    let mut ok = h.clone();
+    (ok[2].invoke_ns, ok[2].complete_ns) = (50, Some(60));
+    ok[2].ops = vec![w(X, 3, 3, PREV_UNKNOWN), w(Y, 3, 3, PREV_UNKNOWN)];
+    assert_eq!(kinds(&ok), vec![]);
+    let mut blind = h.clone();
+    blind[1].ops = vec![Op::delete(X, PREV_UNKNOWN), Op::delete(Y, PREV_UNKNOWN)];
+    assert_eq!(kinds(&blind), vec![]);
+}
+
+#[test]
 fn real_time_violations_are_strict_serializability_violations() {
     // A stale read after the write completed: serializable, not strict.
     let h = vec![
