@@ -505,12 +505,12 @@ impl Membership {
             for n in self.nodes.values_mut() {
                 if n.status == NodeStatus::Alive {
                     for t in n.seen_ns.iter_mut() {
-                        *t = t.saturating_add(gap).min(now_ns);
+                        *t = discount_pause(*t, gap, now_ns);
                     }
                 }
             }
             for r in self.reported_ns.iter_mut().flatten() {
-                *r = r.saturating_add(gap).min(now_ns);
+                *r = discount_pause(*r, gap, now_ns);
             }
             return;
         }
@@ -585,6 +585,12 @@ impl Membership {
     }
 }
 
+/// A last-heard time moved forward by a detector pause of `gap`, never past
+/// now, and never backwards (a restore's grace lies in the future).
+fn discount_pause(t: u64, gap: u64, now_ns: u64) -> u64 {
+    t.max(t.saturating_add(gap).min(now_ns))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -654,6 +660,13 @@ mod tests {
         // The pause (40..500) does not count: 40 ns of silence before it, so
         // the timeout runs out 60 ns after it.
         assert!(revoked && t > 560 && t <= 600, "declared at {t}");
+    }
+
+    #[test]
+    fn a_pause_never_shortens_a_grace_that_lies_in_the_future() {
+        assert_eq!(discount_pause(1_000, 50, 500), 1_000);
+        assert_eq!(discount_pause(100, 50, 500), 150);
+        assert_eq!(discount_pause(480, 50, 500), 500);
     }
 
     /// A detector paused again and again (a loaded machine) still declares a
