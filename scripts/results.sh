@@ -85,6 +85,13 @@ for iso in serializable repeatable-read read-committed; do
 done
 python3 scripts/render_dart.py "$OUT" >> docs/RESULTS.md
 
+# Issue 9: false suspicion. The demo scenario 100 times with random stalls, crashes and a competing
+# load; the seeded simulation of the same faults, and the old bug re-injected.
+run $T soak --runs 100 --json $OUT/soak.json
+run $T sim-suspicion --seeds 1000 --json $OUT/sim-suspicion.json
+run $T sim-suspicion --seeds 1000 --inject-bug revocable-fencing --json $OUT/sim-suspicion-revocable.json || true
+python3 scripts/render_fencing.py "$OUT" >> docs/RESULTS.md
+
 # Issue 5: the paper's experiments, one command each; each writes
 # docs/results/NAME.json, docs/figures/NAME.{svg,png} and its section of docs/RESULTS.md.
 run $T experiment all

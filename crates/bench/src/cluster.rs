@@ -65,7 +65,7 @@ impl Backend {
     /// Over TCP this must run inside a tokio `LocalSet`.
     pub async fn join(&self, compute: ComputeNodeId) -> std::io::Result<AnyFabric> {
         match self {
-            Backend::Inline(c) => Ok(AnyFabric::Inline(c.join(compute))),
+            Backend::Inline(c) => Ok(AnyFabric::Inline(c.join(compute).map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?)),
             Backend::Tcp(c) => {
                 let keys = c.register(compute).await?;
                 Ok(AnyFabric::Tcp(c.connect(compute, &keys).await?))

@@ -10,6 +10,7 @@ pub mod plot;
 pub mod procs;
 pub mod runner;
 pub mod sim_bank;
+pub mod sim_suspicion;
 pub mod sim_workload;
 pub mod workload;
 pub mod zk;

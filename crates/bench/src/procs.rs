@@ -6,10 +6,14 @@
 //! - compute → membership, on its join connection:
 //!   `{"join":{"node":N,"coordinators":C}}`, and `{"leave":N}` on a clean
 //!   shutdown; on a heartbeat connection to every membership replica:
-//!   `{"heartbeat":N}` every timeout/5 from a thread of its own;
-//! - membership → compute: `{"assign":[ids]}`, `{"reject":"why"}` or, from a
+//!   `{"heartbeat":N}` every few ms from a thread of its own; a fenced node
+//!   asks for a node id to come back under with `{"incarnation":{"of":N}}`;
+//! - membership → compute: `{"assign":[ids]}`, `{"reject":"why"}`,
+//!   `{"fenced":"why"}` (this node was declared failed: come back as a new
+//!   incarnation), `{"node":M}` (the new incarnation's node id) or, from a
 //!   replica that does not lead, `{"notleader":"addr"}`; later
-//!   `{"failed":[ids]}` pushes (only after log recovery, DESIGN.md §4.5 step 4);
+//!   `{"failed":[ids]}` pushes (only after log recovery, DESIGN.md §4.5 step
+//!   4), and `{"fenced":"why"}` to a connected node once its access is revoked;
 //! - follower replica → leader: `{"relay":{"replica":R,"nodes":[N...]}}`
 //!   every tick: the nodes it heard from since its last relay.
 //!
@@ -24,40 +28,46 @@
 //! A compute server whose membership connection drops keeps running
 //! transactions and rejoins with bounded backoff: the service answers a
 //! retried join of a live node with the same ids. If it answers with other ids
-//! (it restarted without its state) or refuses, the compute server stops.
+//! (it restarted without its state), the compute server stops; if it says the
+//! node was declared failed, the node comes back as a new incarnation
+//! ([`compute`], issue 9).
 //!
 //! With `--zookeeper` the membership service keeps its durable state
-//! ([`MembershipState`]) in a znode, as Pandora does (`pandora.txt` §3.2.4):
-//! every step that changes it is written (compare-and-set on the znode
-//! version) before anyone can observe its effect, so a membership process
-//! restarted after `kill -9` resumes where the crashed one stopped.
+//! ([`MembershipState`](tandem_membership::MembershipState)) in a znode, as
+//! Pandora does (`pandora.txt` §3.2.4): every step that changes it is written
+//! (compare-and-set on the znode version) before anyone can observe its
+//! effect, so a membership process restarted after `kill -9` resumes where
+//! the crashed one stopped.
 //!
-//! A compute server records its acknowledged writes in a ledger file (one
-//! 16-byte record per coordinator: committed writes, writes in doubt), updated
-//! around every transaction with `pwrite`, so the file survives `kill -9` and
-//! the post-run check knows what was acknowledged.
+//! Node ids: operators choose `1..FIRST_INCARNATION_ID` for compute servers;
+//! the membership hands out `FIRST_INCARNATION_ID..=LAST_INCARNATION_ID` to
+//! new incarnations; `0` loads, `u16::MAX - 2` is the membership's recovery
+//! coordinator, `u16::MAX` is `check-cluster`.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
-use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryCoordinator};
-use tandem_dkvs::{ComputeNode, FailedIds, Layout, StoreConfig};
+use tandem_dkvs::{FailedIds, Layout, StoreConfig};
 use tandem_fabric::tcp::TcpCluster;
 use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
-use crate::zk::{Ack, ZkState};
-use tandem_sim::Rng;
-use tandem_workloads::micro::{MicroClient, MicroLedger, MicroSpec};
 
+use crate::zk::{Ack, ZkState};
 use crate::runner::block_on_local;
+
+mod check;
+mod compute;
+mod session;
+pub mod wait;
+
+pub use check::{check_cluster, classify_locks, load_micro, read_ledgers, ClusterCheck};
+pub use compute::{fenced_ids, read_ids, read_incarnations, run_compute_server, ComputeServerConfig, ComputeServerReport, Incarnation};
+pub use session::{new_incarnation, JoinError, MembershipSession, Stop, StopSignal};
 
 /// The node id the membership server joins under for its recovery coordinator.
 const MEMBERSHIP_NODE: u16 = u16::MAX - 2;
@@ -69,6 +79,8 @@ enum ToMembership {
     Heartbeat(u16),
     Leave(u16),
     Relay { replica: u8, nodes: Vec<u16> },
+    /// A fenced compute node asks for a node id to come back under.
+    Incarnation { of: u16 },
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -79,6 +91,11 @@ enum FromMembership {
     /// This replica does not lead; the leader it knows of, if any.
     NotLeader(Option<String>),
     Failed(Vec<u16>),
+    /// This node was declared failed (a join of a failed node is answered
+    /// with it, and a node connected when its revocation completes is told).
+    Fenced(String),
+    /// The node id for a new incarnation.
+    Node(u16),
 }
 
 fn send_line<T: Serialize>(w: &mut TcpStream, msg: &T) -> std::io::Result<()> {
@@ -112,12 +129,14 @@ pub struct Replica {
     leader_addr: Mutex<Option<String>>,
     /// Nodes heard from since the last relay.
     heard: Mutex<BTreeSet<u16>>,
+    /// How regularly each node's heartbeats arrived here.
+    gaps: Mutex<BTreeMap<u16, Gaps>>,
 }
 
 impl Replica {
     /// Serve `listener` as replica `index` of `count`; relay every `tick`.
     pub fn start(listener: TcpListener, index: u8, count: u8, tick: Duration) -> Arc<Replica> {
-        let r = Arc::new(Replica { index, count, leader: Default::default(), leader_addr: Mutex::new(None), heard: Mutex::new(BTreeSet::new()) });
+        let r = Arc::new(Replica { index, count, leader: Default::default(), leader_addr: Mutex::new(None), heard: Mutex::new(BTreeSet::new()), gaps: Mutex::default() });
         let acceptor = r.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
@@ -185,7 +204,8 @@ struct Shared {
 /// (one lock: a joiner's catch-up notice and a broadcast never interleave,
 /// and no announcement falls between them).
 struct Subscribers {
-    conns: Vec<TcpStream>,
+    /// Each admitted compute node's connection.
+    conns: Vec<(u16, TcpStream)>,
     /// Failed ids published (after they were durable), minus recycled ones.
     published: BTreeSet<u16>,
 }
@@ -199,16 +219,26 @@ impl Shared {
         let mut subs = self.subscribers.lock().unwrap();
         subs.published.extend(ids.iter().copied());
         let msg = FromMembership::Failed(ids.to_vec());
-        subs.conns.retain_mut(|w| send_line(w, &msg).is_ok());
+        subs.conns.retain_mut(|(_, w)| send_line(w, &msg).is_ok());
+    }
+    /// Tell `node`, if it is still connected, that it was declared failed
+    /// and fenced off: it stops and comes back as a new incarnation.
+    fn tell_fenced(&self, node: u16) {
+        let msg = FromMembership::Fenced(format!("compute node {node} was declared failed and its access revoked"));
+        let mut subs = self.subscribers.lock().unwrap();
+        for (_, w) in subs.conns.iter_mut().filter(|(n, _)| *n == node) {
+            let _ = send_line(w, &msg);
+        }
+        subs.conns.retain(|(n, _)| *n != node);
     }
     /// Admit a compute server to the announcements; tell it every failed id
     /// announced so far (later ones reach it by [`Shared::publish_failed`]).
-    fn subscribe(&self, mut w: TcpStream) -> std::io::Result<()> {
+    fn subscribe(&self, node: u16, mut w: TcpStream) -> std::io::Result<()> {
         let mut subs = self.subscribers.lock().unwrap();
         if !subs.published.is_empty() {
             send_line(&mut w, &FromMembership::Failed(subs.published.iter().copied().collect()))?;
         }
-        subs.conns.push(w);
+        subs.conns.push((node, w));
         Ok(())
     }
     /// Called with `m` locked after a step. If the step changed the durable
@@ -315,87 +345,153 @@ fn serve_compute(conn: TcpStream, replica: Arc<Replica>) {
     let Ok(mut writer) = conn.try_clone() else { return };
     for line in BufReader::new(conn).lines() {
         let Ok(line) = line else { return };
-        let msg = serde_json::from_str::<ToMembership>(&line);
-        let Some(shared) = replica.leader.get() else {
-            // Not leading (yet): collect heartbeats for the leader, send joiners there.
-            match msg {
-                Ok(ToMembership::Heartbeat(node)) => {
-                    replica.heard.lock().unwrap().insert(node);
-                }
-                Ok(ToMembership::Join { .. }) => {
-                    let leader = replica.leader_addr.lock().unwrap().clone();
-                    if send_line(&mut writer, &FromMembership::NotLeader(leader)).is_err() {
-                        return;
-                    }
-                }
-                Ok(ToMembership::Leave(_) | ToMembership::Relay { .. }) => {}
-                Err(e) => {
-                    log::warn!("membership: bad message ({e}); closing the connection");
-                    return;
-                }
-            }
-            continue;
-        };
-        match msg {
-            Ok(ToMembership::Heartbeat(node)) => {
-                // Heartbeats are not durable: they never wait for ZooKeeper.
-                shared.m.lock().unwrap().step(shared.now(), Event::Heartbeat { node });
-            }
-            Ok(ToMembership::Relay { replica, nodes }) => {
-                shared.m.lock().unwrap().step(shared.now(), Event::Relay { replica, nodes });
-            }
-            Ok(ToMembership::Leave(node)) => {
-                let ack = {
-                    let mut m = shared.m.lock().unwrap();
-                    m.step(shared.now(), Event::Leave { node });
-                    shared.save(&m, false)
-                };
-                if let Err(e) = wait_blocking(ack) {
-                    eprintln!("membership: cannot record that compute node {node} left: {e}");
-                    return;
-                }
-                eprintln!("membership: compute node {node} left");
-            }
-            Ok(ToMembership::Join { node, coordinators }) => {
-                let (reply, rejoin, ack) = {
-                    let mut m = shared.m.lock().unwrap();
-                    let rejoin = m.status(node) == Some(NodeStatus::Alive);
-                    let cmds = m.step(shared.now(), Event::Join { node, coordinators });
-                    (cmds.into_iter().next(), rejoin, shared.save(&m, true))
-                };
-                // The ids go out only once ZooKeeper holds them (a retried
-                // join waits for the first one's write): a restarted service
-                // must never hand them to anyone else.
-                if let Err(e) = wait_blocking(ack) {
-                    eprintln!("membership: cannot record the join of compute node {node}: {e}");
-                    return;
-                }
-                let msg = match reply {
-                    Some(Command::AssignIds { ids, .. }) => FromMembership::Assign(ids),
-                    Some(Command::Reject { reason, .. }) => FromMembership::Reject(reason),
-                    other => FromMembership::Reject(format!("unexpected {other:?}")),
-                };
-                let admitted = matches!(msg, FromMembership::Assign(_));
-                if send_line(&mut writer, &msg).is_err() {
-                    return;
-                }
-                if admitted {
-                    if rejoin {
-                        eprintln!("membership: compute node {node} rejoined");
-                    } else {
-                        eprintln!("membership: compute node {node} joined with {coordinators} coordinators");
-                    }
-                    let Ok(w) = writer.try_clone() else { return };
-                    if shared.subscribe(w).is_err() {
-                        return;
-                    }
-                }
-            }
+        let msg = match serde_json::from_str::<ToMembership>(&line) {
+            Ok(msg) => msg,
             Err(e) => {
                 log::warn!("membership: bad message from a compute server ({e}); closing it");
                 return;
             }
+        };
+        if let ToMembership::Heartbeat(node) = msg {
+            replica.gaps.lock().unwrap().entry(node).or_default().heard();
         }
+        let keep = match replica.leader.get() {
+            None => serve_as_follower(&replica, &mut writer, msg),
+            Some(shared) => serve_as_leader(shared, &replica, &mut writer, msg),
+        };
+        if !keep {
+            return;
+        }
+    }
+}
+
+/// Not leading (yet): collect heartbeats for the leader, send joiners there.
+/// `false`: close the connection.
+fn serve_as_follower(replica: &Replica, writer: &mut TcpStream, msg: ToMembership) -> bool {
+    match msg {
+        ToMembership::Heartbeat(node) => {
+            replica.heard.lock().unwrap().insert(node);
+            true
+        }
+        ToMembership::Join { .. } | ToMembership::Incarnation { .. } => {
+            let leader = replica.leader_addr.lock().unwrap().clone();
+            send_line(writer, &FromMembership::NotLeader(leader)).is_ok()
+        }
+        ToMembership::Leave(_) | ToMembership::Relay { .. } => true,
+    }
+}
+
+/// `false`: close the connection.
+fn serve_as_leader(shared: &Shared, replica: &Replica, writer: &mut TcpStream, msg: ToMembership) -> bool {
+    match msg {
+        ToMembership::Heartbeat(node) => {
+            // Heartbeats are not durable: they never wait for ZooKeeper.
+            shared.m.lock().unwrap().step(shared.now(), Event::Heartbeat { node });
+        }
+        ToMembership::Relay { replica, nodes } => {
+            shared.m.lock().unwrap().step(shared.now(), Event::Relay { replica, nodes });
+        }
+        ToMembership::Leave(node) => {
+            let ack = {
+                let mut m = shared.m.lock().unwrap();
+                m.step(shared.now(), Event::Leave { node });
+                shared.save(&m, false)
+            };
+            if let Err(e) = wait_blocking(ack) {
+                eprintln!("membership: cannot record that compute node {node} left: {e}");
+                return false;
+            }
+            let gaps = replica.gaps.lock().unwrap().remove(&node).unwrap_or_default();
+            eprintln!("membership: compute node {node} left ({gaps})");
+        }
+        ToMembership::Join { node, coordinators } => return answer_join(shared, writer, node, coordinators),
+        ToMembership::Incarnation { of } => return answer_incarnation(shared, writer, of),
+    }
+    true
+}
+
+/// Step a join; answer with the ids once they are durable, and admit the
+/// node to the failure notices. A node known as failed (or gone) is told it
+/// is fenced: it must come back under a new node id.
+fn answer_join(shared: &Shared, writer: &mut TcpStream, node: u16, coordinators: u16) -> bool {
+    let (reply, known, ack) = {
+        let mut m = shared.m.lock().unwrap();
+        let known = m.status(node);
+        let cmds = m.step(shared.now(), Event::Join { node, coordinators });
+        (cmds.into_iter().next(), known, shared.save(&m, true))
+    };
+    // The ids go out only once ZooKeeper holds them (a retried join waits
+    // for the first one's write): a restarted service must never hand them
+    // to anyone else.
+    if let Err(e) = wait_blocking(ack) {
+        eprintln!("membership: cannot record the join of compute node {node}: {e}");
+        return false;
+    }
+    let msg = match reply {
+        Some(Command::AssignIds { ids, .. }) => FromMembership::Assign(ids),
+        Some(Command::Reject { reason, .. }) if known.is_some_and(|s| s != NodeStatus::Alive) => FromMembership::Fenced(reason),
+        Some(Command::Reject { reason, .. }) => FromMembership::Reject(reason),
+        other => FromMembership::Reject(format!("unexpected {other:?}")),
+    };
+    let admitted = matches!(msg, FromMembership::Assign(_));
+    if send_line(writer, &msg).is_err() {
+        return false;
+    }
+    if !admitted {
+        return true;
+    }
+    if known == Some(NodeStatus::Alive) {
+        eprintln!("membership: compute node {node} rejoined");
+    } else {
+        eprintln!("membership: compute node {node} joined with {coordinators} coordinators");
+    }
+    writer.try_clone().and_then(|w| shared.subscribe(node, w)).is_ok()
+}
+
+/// A fenced node asks for a node id to come back under (durable first).
+fn answer_incarnation(shared: &Shared, writer: &mut TcpStream, of: u16) -> bool {
+    let (id, ack) = {
+        let mut m = shared.m.lock().unwrap();
+        let id = m.new_incarnation();
+        (id, shared.save(&m, true))
+    };
+    if let Err(e) = wait_blocking(ack) {
+        eprintln!("membership: cannot record a new incarnation of compute node {of}: {e}");
+        return false;
+    }
+    let msg = match id {
+        Some(id) => {
+            eprintln!("membership: compute node {of} comes back as compute node {id}");
+            FromMembership::Node(id)
+        }
+        None => FromMembership::Reject("no node ids are left for new incarnations".into()),
+    };
+    send_line(writer, &msg).is_ok()
+}
+
+/// Heartbeats of one compute node as this replica received them: how
+/// regular they were (to choose a detector timeout from, issue 9).
+#[derive(Default)]
+struct Gaps {
+    last: Option<Instant>,
+    count: u64,
+    largest: Duration,
+}
+
+impl Gaps {
+    fn heard(&mut self) {
+        let now = Instant::now();
+        if let Some(t) = self.last {
+            self.largest = self.largest.max(now - t);
+        }
+        self.last = Some(now);
+        self.count += 1;
+    }
+}
+
+impl std::fmt::Display for Gaps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} heartbeats here, largest gap {:.1} ms", self.count, self.largest.as_secs_f64() * 1e3)
     }
 }
 
@@ -418,6 +514,8 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
         failed_ids.insert(id);
     }
     let mut detected: BTreeMap<u16, Instant> = BTreeMap::new();
+    // Failed ids whose stray locks the last idle sweep released.
+    let mut swept = BTreeSet::new();
     let tick = (timeout / 20).max(Duration::from_micros(100));
     // Work a previous incarnation left half done goes first.
     let mut restored_revokes: BTreeSet<u16> = reissued.iter().filter_map(|c| if let Command::Revoke { node } = c { Some(*node) } else { None }).collect();
@@ -430,6 +528,7 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
                     if restored_revokes.remove(&node) {
                         eprintln!("membership: compute node {node} was declared failed before the restart; revoking its access again");
                         memory.revoke(node).await.map_err(|e| format!("revocation of node {node} failed: {e}"))?;
+                        shared.tell_fenced(node);
                         queue.extend(shared.step_durably(Event::RevokeAcked { node }).await?);
                         continue;
                     }
@@ -444,6 +543,7 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
                         .collect();
                     eprintln!("membership: compute node {node} missed its heartbeats ({}); revoking its access", views.join("; "));
                     memory.revoke(node).await.map_err(|e| format!("revocation of node {node} failed: {e}"))?;
+                    shared.tell_fenced(node);
                     Event::RevokeAcked { node }
                 }
                 Command::Recover { node, ids, .. } => {
@@ -507,6 +607,7 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
         if let Some(e) = shared.zookeeper.as_ref().and_then(|z| z.fatal()) {
             return Err(e);
         }
+        sweep_when_idle(&shared, &fabric, &layout, &mut swept).await?;
         tokio::time::sleep(tick).await;
         let (cmds, ack) = {
             let mut m = shared.m.lock().unwrap();
@@ -522,394 +623,27 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
     }
 }
 
-pub struct ComputeServerConfig {
-    pub node: u16,
-    /// Every membership replica (one without replication).
-    pub membership: Vec<SocketAddr>,
-    pub memory: TcpCluster,
-    pub store: StoreConfig,
-    pub micro: MicroSpec,
-    pub coordinators: u16,
-    pub duration: Duration,
-    pub heartbeat_every: Duration,
-    pub ledger: Option<PathBuf>,
-    pub seed: u64,
+/// The failed ids to sweep now, if no compute node is left to steal their
+/// stray locks (none alive, none being declared failed) and some failed
+/// since the last sweep (`swept`).
+fn idle_sweep_due(m: &Membership, swept: &BTreeSet<u16>) -> Option<BTreeSet<u16>> {
+    let busy = |s: NodeStatus| matches!(s, NodeStatus::Alive | NodeStatus::Revoking | NodeStatus::Recovering);
+    let idle = !m.nodes().any(|(n, s)| n != MEMBERSHIP_NODE && busy(s));
+    (idle && !m.failed_ids().is_subset(swept)).then(|| m.failed_ids().clone())
 }
 
-#[derive(Serialize, Debug)]
-pub struct ComputeServerReport {
-    pub node: u16,
-    pub committed: u64,
-    pub aborted: u64,
-    pub locks_stolen: u64,
-    /// Commits per 100 ms since the start.
-    pub timeline_100ms: Vec<u64>,
-    pub errors: Vec<String>,
-}
-
-/// Join, run the micro workload for `duration`, report.
-pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerReport, String> {
-    let layout = Arc::new(Layout::new(&cfg.store)?);
-    let session = MembershipSession::join(&cfg.membership, cfg.node, cfg.coordinators, cfg.heartbeat_every)?;
-    let (ids, failed, link, stop) = (session.ids.clone(), session.failed.clone(), session.link.clone(), session.stop.clone());
-    eprintln!("compute node {}: coordinators {:?}", cfg.node, ids);
-    if let Some(p) = &cfg.ledger {
-        std::fs::write(p.with_extension("ids"), serde_json::to_string(&ids).map_err(|e| e.to_string())?)
-            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+/// When no compute node is left, nobody steals the stray locks of failed
+/// coordinators (legitimate until stolen or swept, DESIGN.md §4.5): release
+/// them, as the background scan does, once per new set of failed ids.
+async fn sweep_when_idle<F: tandem_fabric::Fabric>(shared: &Shared, fabric: &F, layout: &Layout, swept: &mut BTreeSet<u16>) -> Result<(), String> {
+    let Some(ids) = idle_sweep_due(&shared.m.lock().unwrap(), swept) else { return Ok(()) };
+    let failed = FailedIds::new();
+    for &id in &ids {
+        failed.insert(id);
     }
-    let ledger = match &cfg.ledger {
-        Some(p) => Some(Arc::new(std::fs::File::create(p).map_err(|e| format!("cannot create ledger {}: {e}", p.display()))?)),
-        None => None,
-    };
-    let committed = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let result = block_on_local(async {
-        let keys = cfg.memory.register(cfg.node).await.map_err(|e| format!("cannot register with memory servers: {e}"))?;
-        let fabric = cfg.memory.connect(cfg.node, &keys).await.map_err(|e| format!("cannot connect to memory servers: {e}"))?;
-        let node = ComputeNode::new(fabric, &cfg.store, layout.clone(), failed.clone());
-        let mut seeds = Rng::new(cfg.seed ^ cfg.node as u64);
-        let errors: Rc<RefCell<Vec<String>>> = Rc::default();
-        let aborted = Rc::new(RefCell::new(0u64));
-        let mut tasks = Vec::new();
-        for (k, &id) in ids.iter().enumerate() {
-            let mut coord = node.coordinator(id);
-            let mut client = MicroClient::new(cfg.micro.clone(), seeds.next_u64());
-            let (ledger, committed, errors, aborted, link) = (ledger.clone(), committed.clone(), errors.clone(), aborted.clone(), link.clone());
-            let (deadline, ops) = (start + cfg.duration, cfg.micro.ops_per_tx as u64);
-            tasks.push(tokio::task::spawn_local(async move {
-                let record = |l: &MicroLedger, pending: u64| {
-                    if let Some(f) = &ledger {
-                        let mut b = [0u8; 16];
-                        b[..8].copy_from_slice(&l.writes_committed.to_le_bytes());
-                        b[8..].copy_from_slice(&(l.in_doubt + pending).to_le_bytes());
-                        let _ = f.write_at(&b, 16 * k as u64);
-                    }
-                };
-                while Instant::now() < deadline {
-                    if link.is_lost.load(Ordering::Relaxed) {
-                        // The service no longer vouches for our ids: stop.
-                        let why = link.lost.lock().unwrap().clone().unwrap_or_default();
-                        errors.borrow_mut().push(format!("coordinator {id}: {why}"));
-                        return coord.stats.locks_stolen;
-                    }
-                    // Before: this transaction's writes are in doubt until it answers.
-                    record(&client.ledger.borrow(), ops);
-                    match client.run_one(&mut coord).await {
-                        Ok(true) => {
-                            committed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(false) => *aborted.borrow_mut() += 1,
-                        Err(e) => {
-                            errors.borrow_mut().push(format!("coordinator {id}: {e}"));
-                            record(&client.ledger.borrow(), 0);
-                            return coord.stats.locks_stolen;
-                        }
-                    }
-                    record(&client.ledger.borrow(), 0);
-                }
-                coord.stats.locks_stolen
-            }));
-        }
-        // Sample the commit count every 100 ms for the timeline.
-        let mut timeline = Vec::new();
-        let mut last = 0;
-        while Instant::now() < start + cfg.duration {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let c = committed.load(Ordering::Relaxed);
-            timeline.push(c - last);
-            last = c;
-        }
-        let mut stolen = 0;
-        for t in tasks {
-            stolen += t.await.map_err(|e| e.to_string())?;
-        }
-        let aborted = *aborted.borrow();
-        let errors = errors.borrow().clone();
-        Ok::<_, String>(ComputeServerReport { node: cfg.node, committed: committed.load(Ordering::SeqCst), aborted, locks_stolen: stolen, timeline_100ms: timeline, errors })
-    });
-    if result.as_ref().is_ok_and(|r| r.errors.is_empty()) {
-        session.leave();
-    } else {
-        stop.store(true, Ordering::SeqCst);
-    }
-    result
+    let n = sweep_stray_locks(fabric, layout, &failed).await.map_err(|e| format!("stray-lock scan failed: {e}"))?;
+    eprintln!("membership: no compute node is left; released {n} stray locks of {} failed coordinators", ids.len());
+    *swept = ids;
+    Ok(())
 }
 
-/// A compute node's membership: its coordinator ids, the failed ids the
-/// service announces, heartbeats to every replica from threads of their own,
-/// and rejoining (same ids) when the service goes away. Dropping it without
-/// [`MembershipSession::leave`] looks like a crash to the service.
-pub struct MembershipSession {
-    pub node: u16,
-    pub ids: Vec<u16>,
-    /// Coordinators whose stray locks may be stolen (PILL).
-    pub failed: FailedIds,
-    link: Arc<MembershipLink>,
-    stop: Arc<AtomicBool>,
-}
-
-impl MembershipSession {
-    /// Start heartbeats, join through whichever replica leads (retrying for
-    /// up to 10 s while the service starts or elects a leader), and follow
-    /// its failure notices.
-    pub fn join(membership: &[SocketAddr], node: u16, coordinators: u16, heartbeat_every: Duration) -> Result<MembershipSession, String> {
-        let stop = Arc::new(AtomicBool::new(false));
-        // Heartbeats to every membership replica (`pandora.txt` §3.2.4: to reach
-        // a majority), each from a thread of its own on a connection of its own,
-        // so a replica that is down or slow delays no other. They start before
-        // the join: its answer waits for ZooKeeper, and the detector's clock for
-        // this node starts when the join is stepped, not when it is answered.
-        for addr in membership.to_vec() {
-            let (stop, every) = (stop.clone(), heartbeat_every);
-            std::thread::spawn(move || {
-                crate::runner::prioritise_current_thread();
-                let mut conn: Option<TcpStream> = None;
-                while !stop.load(Ordering::Relaxed) {
-                    if conn.is_none() {
-                        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
-                            Ok(c) => {
-                                let _ = c.set_nodelay(true);
-                                conn = Some(c);
-                            }
-                            Err(e) => {
-                                log::debug!("compute node {node}: cannot reach membership replica {addr}: {e}");
-                                std::thread::sleep(Duration::from_millis(50));
-                                continue;
-                            }
-                        }
-                    }
-                    if let Some(c) = conn.as_mut() {
-                        if send_line(c, &ToMembership::Heartbeat(node)).is_err() {
-                            conn = None;
-                        }
-                    }
-                    std::thread::sleep(every);
-                }
-            });
-        }
-        // The service may be starting or electing a leader: retry for a while.
-        let give_up = Instant::now() + Duration::from_secs(10);
-        let (conn, lines, ids) = loop {
-            match join_membership(membership, node, coordinators) {
-                Ok(joined) => break joined,
-                Err(JoinError::Unreachable(e)) if Instant::now() < give_up => {
-                    log::info!("compute node {}: {e}; retrying", node);
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(JoinError::Unreachable(e) | JoinError::Refused(e)) => return Err(e),
-            }
-        };
-        let failed = FailedIds::new();
-        let link = Arc::new(MembershipLink { conn: Mutex::new(Some(conn)), lost: Mutex::new(None), is_lost: AtomicBool::new(false) });
-        // Failure notices (stray locks of these coordinators may now be stolen),
-        // and rejoining when the membership service goes away.
-        {
-            let (failed, stop, link, ids) = (failed.clone(), stop.clone(), link.clone(), ids.clone());
-            let addrs = membership.to_vec();
-            std::thread::spawn(move || {
-                let mut lines = lines;
-                loop {
-                    for line in &mut lines {
-                        let Ok(line) = line else { break };
-                        if let Ok(FromMembership::Failed(ids)) = serde_json::from_str(&line) {
-                            for id in ids {
-                                failed.insert(id);
-                            }
-                        }
-                    }
-                    if let Some(c) = link.conn.lock().unwrap().take() {
-                        let _ = c.shutdown(std::net::Shutdown::Both);
-                    }
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    eprintln!("compute node {node}: lost the membership service; rejoining");
-                    match rejoin_membership(&addrs, node, coordinators, &ids, &stop) {
-                        Ok(Some((conn, more))) => {
-                            eprintln!("compute node {node}: rejoined the membership service");
-                            *link.conn.lock().unwrap() = Some(conn);
-                            lines = more;
-                        }
-                        Ok(None) => return,
-                        Err(why) => {
-                            eprintln!("compute node {node}: {why}");
-                            *link.lost.lock().unwrap() = Some(why);
-                            link.is_lost.store(true, Ordering::SeqCst);
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-        Ok(MembershipSession { node, ids, failed, link, stop })
-    }
-
-    /// Why this node must stop, once the service refused it or lost its ids.
-    pub fn lost(&self) -> Option<String> {
-        if self.link.is_lost.load(Ordering::Relaxed) {
-            Some(self.link.lost.lock().unwrap().clone().unwrap_or_default())
-        } else {
-            None
-        }
-    }
-
-    /// Every transaction finished: leave, so the silence that follows is not
-    /// taken for a crash (waiting a little if a rejoin is under way).
-    pub fn leave(self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let until = Instant::now() + Duration::from_secs(2);
-        loop {
-            if let Some(w) = self.link.conn.lock().unwrap().as_mut() {
-                let _ = send_line(w, &ToMembership::Leave(self.node));
-                break;
-            }
-            if Instant::now() > until || self.link.is_lost.load(Ordering::SeqCst) {
-                eprintln!("compute node {}: not connected to the membership service; it will take this exit for a crash", self.node);
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for MembershipSession {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
-
-/// The compute server's side of its membership connection.
-struct MembershipLink {
-    /// The current connection (writes: heartbeats, leave); `None` while rejoining.
-    conn: Mutex<Option<TcpStream>>,
-    /// Why this compute server must stop: the service refused it or lost its ids.
-    lost: Mutex<Option<String>>,
-    is_lost: AtomicBool,
-}
-
-enum JoinError {
-    /// Worth retrying: the service is down or went away mid-join.
-    Unreachable(String),
-    /// The service answered, with a no.
-    Refused(String),
-}
-
-type Lines = std::io::Lines<BufReader<TcpStream>>;
-
-/// Join through whichever replica leads: the connection, its reader
-/// positioned after the answer, the ids.
-fn join_membership(addrs: &[SocketAddr], node: u16, coordinators: u16) -> Result<(TcpStream, Lines, Vec<u16>), JoinError> {
-    let mut why = Vec::new();
-    for &addr in addrs {
-        match join_one(addr, node, coordinators) {
-            Err(JoinError::Unreachable(e)) => why.push(e),
-            other => return other,
-        }
-    }
-    Err(JoinError::Unreachable(why.join("; ")))
-}
-
-fn join_one(addr: SocketAddr, node: u16, coordinators: u16) -> Result<(TcpStream, Lines, Vec<u16>), JoinError> {
-    let unreachable = |e: std::io::Error| JoinError::Unreachable(format!("cannot reach membership at {addr}: {e}"));
-    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(unreachable)?;
-    let _ = conn.set_nodelay(true);
-    send_line(&mut conn, &ToMembership::Join { node, coordinators }).map_err(unreachable)?;
-    let mut lines = BufReader::new(conn.try_clone().map_err(unreachable)?).lines();
-    let first = match lines.next() {
-        Some(Ok(l)) => l,
-        Some(Err(e)) => return Err(unreachable(e)),
-        None => return Err(JoinError::Unreachable(format!("membership at {addr} closed the connection"))),
-    };
-    match serde_json::from_str::<FromMembership>(&first) {
-        Ok(FromMembership::Assign(ids)) => Ok((conn, lines, ids)),
-        Ok(FromMembership::Reject(why)) => Err(JoinError::Refused(format!("membership rejected compute node {node}: {why}"))),
-        // A replica that does not lead (yet): try the others, and retry.
-        Ok(FromMembership::NotLeader(leader)) => Err(JoinError::Unreachable(format!(
-            "membership replica {addr} does not lead (leader: {})",
-            leader.as_deref().unwrap_or("being elected")
-        ))),
-        Ok(FromMembership::Failed(_)) => Err(JoinError::Refused("membership answered a join with a failure notice".into())),
-        Err(e) => Err(JoinError::Refused(format!("membership answered a join with '{first}': {e}"))),
-    }
-}
-
-/// Rejoin with bounded exponential backoff until the service answers (or
-/// `stop`: `Ok(None)`). A live node's retried join gets the same ids; other
-/// ids mean the service lost its state, and a refusal means this node was
-/// declared failed: either way this compute server must stop (`Err`).
-fn rejoin_membership(addrs: &[SocketAddr], node: u16, coordinators: u16, ids: &[u16], stop: &AtomicBool) -> Result<Option<(TcpStream, Lines)>, String> {
-    let mut backoff = Duration::from_millis(5);
-    let mut attempts = 0u64;
-    while !stop.load(Ordering::SeqCst) {
-        attempts += 1;
-        match join_membership(addrs, node, coordinators) {
-            Ok((conn, lines, again)) if again == ids => return Ok(Some((conn, lines))),
-            Ok((_, _, other)) => {
-                return Err(format!("the membership service answered the rejoin with ids {other:?}, not {ids:?}: it lost its state; stopping"))
-            }
-            Err(JoinError::Refused(why)) => return Err(format!("{why}; stopping")),
-            Err(JoinError::Unreachable(e)) => {
-                if attempts == 20 {
-                    log::warn!("compute node {node}: still rejoining after 20 attempts: {e}");
-                }
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_millis(200));
-            }
-        }
-    }
-    Ok(None)
-}
-
-/// Coordinator ids a compute server recorded next to its ledger.
-pub fn read_ids(ledger: &std::path::Path) -> Result<Vec<u16>, String> {
-    let p = ledger.with_extension("ids");
-    let s = std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-    serde_json::from_str(&s).map_err(|e| format!("bad ids file {}: {e}", p.display()))
-}
-
-/// Load the micro dataset (before compute servers join).
-pub fn load_micro(memory: &TcpCluster, store: &StoreConfig, micro: &MicroSpec) -> Result<u64, String> {
-    let layout = Arc::new(Layout::new(store)?);
-    block_on_local(async {
-        let loader_node = 0;
-        let keys = memory.register(loader_node).await.map_err(|e| e.to_string())?;
-        let f = memory.connect(loader_node, &keys).await.map_err(|e| e.to_string())?;
-        let mut loader = tandem_dkvs::loader::Loader::new(&f, layout);
-        micro.load(&mut loader).await.map_err(|e| e.to_string())?;
-        loader.finish().await.map_err(|e| e.to_string())
-    })
-}
-
-/// Read ledger files written by compute servers (alive or killed) into one ledger.
-pub fn read_ledgers(paths: &[PathBuf]) -> Result<MicroLedger, String> {
-    let mut total = MicroLedger::default();
-    for p in paths {
-        let bytes = std::fs::read(p).map_err(|e| format!("cannot read ledger {}: {e}", p.display()))?;
-        for rec in bytes.chunks_exact(16) {
-            total.writes_committed += u64::from_le_bytes(rec[..8].try_into().unwrap());
-            total.in_doubt += u64::from_le_bytes(rec[8..].try_into().unwrap());
-        }
-    }
-    Ok(total)
-}
-
-/// After the compute servers are gone: release stray locks of failed
-/// coordinators, then check replicas, locks and the micro counters.
-pub fn check_cluster(memory: &TcpCluster, store: &StoreConfig, micro: &MicroSpec, ledger: &MicroLedger, failed: &[u16]) -> Result<Vec<String>, String> {
-    let layout = Arc::new(Layout::new(store)?);
-    block_on_local(async {
-        let checker = u16::MAX;
-        let keys = memory.register(checker).await.map_err(|e| e.to_string())?;
-        let f = memory.connect(checker, &keys).await.map_err(|e| e.to_string())?;
-        let ids = FailedIds::new();
-        for &id in failed {
-            ids.insert(id);
-        }
-        sweep_stray_locks(&f, &layout, &ids).await.map_err(|e| e.to_string())?;
-        let snap = tandem_dkvs::check::snapshot(&f, &layout, 0).await.map_err(|e| e.to_string())?;
-        let mut v = snap.replica_mismatches();
-        v.extend(snap.held_locks().into_iter().map(|(k, w)| format!("key {k}: lock {:#x} still held", w.0)));
-        v.extend(tandem_workloads::micro::verify(micro, &snap.live(), ledger));
-        Ok(v)
-    })
-}

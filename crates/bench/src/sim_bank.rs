@@ -174,7 +174,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
     let cluster = SimCluster::with_nodes(sim.handle(), cfg.memory_nodes as usize, region, cfg.fabric.clone());
 
     // Load.
-    let loader_fabric = cluster.join(0);
+    let loader_fabric = cluster.join(0).expect("a fresh compute-node id");
     let (l, spec) = (layout.clone(), cfg.bank.clone());
     sim.spawn(u32::MAX, async move {
         let mut loader = Loader::new(&loader_fabric, l);
@@ -207,7 +207,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
     let running: Rc<RefCell<Vec<u16>>> = Rc::new(RefCell::new(vec![cfg.coordinators_per_node; cfg.compute_nodes as usize]));
     let gate = Rc::new(Gate { paused: Cell::new(false), active: RefCell::new(vec![0; cfg.compute_nodes as usize]) });
     for cn in 0..cfg.compute_nodes {
-        let node = ComputeNode::new(cluster.join(cn + 1), &store, layout.clone(), failed.clone());
+        let node = ComputeNode::new(cluster.join(cn + 1).expect("a fresh compute-node id"), &store, layout.clone(), failed.clone());
         fabrics.push(node.fabric().clone());
         views.push(node.memory_view().clone());
         let ids = match membership.borrow_mut().step(sim.now_ns(), Event::Join { node: cn + 1, coordinators: cfg.coordinators_per_node }).pop() {
@@ -311,7 +311,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
             // Each attempt joins as its own compute node, so a crashed attempt
             // can be fenced off like any failed node before the next one runs.
             let rc_node = RC_NODE_BASE + attempt;
-            let (d, f, l, ids, fab) = (done.clone(), failed.clone(), layout.clone(), victims.clone(), cluster.join(rc_node));
+            let (d, f, l, ids, fab) = (done.clone(), failed.clone(), layout.clone(), victims.clone(), cluster.join(rc_node).expect("a fresh compute-node id"));
             let rc_id = first_rc_id + attempt;
             let rc_tag = 10_000 + attempt as u32;
             let (bugs, mode) = (cfg.faults.recovery_bugs, cfg.mode);
@@ -375,7 +375,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         // Re-replicate onto a replacement node, with the world paused.
         drain(&gate);
         cluster.nodes()[m as usize].replace_with_empty();
-        let (fab, l, v, out) = (cluster.join(u16::MAX - 3), layout.clone(), views[0].clone(), Rc::new(RefCell::new(None)));
+        let (fab, l, v, out) = (cluster.join(u16::MAX - 3).expect("a fresh compute-node id"), layout.clone(), views[0].clone(), Rc::new(RefCell::new(None)));
         let o = out.clone();
         sim.spawn(u32::MAX - 1, async move {
             *o.borrow_mut() = Some(tandem_dkvs::repair::rereplicate(&fab, &l, m, &v).await.expect("re-replication"));
@@ -390,7 +390,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
     sim.run();
     if cfg.faults.crash.is_some() {
         // The background scan: NotLogged stray locks nobody touched.
-        let (fab, l, f, out) = (cluster.join(u16::MAX - 1), layout.clone(), failed.clone(), Rc::new(RefCell::new(0)));
+        let (fab, l, f, out) = (cluster.join(u16::MAX - 1).expect("a fresh compute-node id"), layout.clone(), failed.clone(), Rc::new(RefCell::new(0)));
         let o = out.clone();
         sim.spawn(u32::MAX, async move {
             *o.borrow_mut() = sweep_stray_locks(&fab, &l, &f).await.expect("sweep");
@@ -404,7 +404,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
     }
 
     // Inspect through verbs, as a separate compute node would.
-    let checker = cluster.join(u16::MAX);
+    let checker = cluster.join(u16::MAX).expect("a fresh compute-node id");
     let out: Rc<RefCell<Vec<String>>> = Rc::default();
     let (o, l, spec, led) = (out.clone(), layout.clone(), cfg.bank.clone(), ledger.clone());
     sim.spawn(u32::MAX, async move {

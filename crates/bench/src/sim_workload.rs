@@ -139,7 +139,7 @@ pub fn run(cfg: &SimWorkloadConfig) -> SimWorkloadReport {
     let region = *layout.region_bytes.iter().max().unwrap();
     let cluster = SimCluster::with_nodes(sim.handle(), cfg.memory_nodes as usize, region, cfg.fabric.clone());
 
-    let loader_fabric = cluster.join(0);
+    let loader_fabric = cluster.join(0).expect("a fresh compute-node id");
     let (l, spec) = (layout.clone(), cfg.workload.clone());
     sim.spawn(u32::MAX, async move {
         let mut loader = Loader::new(&loader_fabric, l);
@@ -162,7 +162,7 @@ pub fn run(cfg: &SimWorkloadConfig) -> SimWorkloadReport {
     let running: Rc<RefCell<Vec<u16>>> = Rc::new(RefCell::new(vec![cfg.coordinators_per_node; cfg.compute_nodes as usize]));
     let gate = Rc::new(Gate { paused: Cell::new(false), active: RefCell::new(vec![0; cfg.compute_nodes as usize]) });
     for cn in 0..cfg.compute_nodes {
-        let node = ComputeNode::new(cluster.join(cn + 1), &store, layout.clone(), failed.clone());
+        let node = ComputeNode::new(cluster.join(cn + 1).expect("a fresh compute-node id"), &store, layout.clone(), failed.clone());
         let ids =
             match membership.borrow_mut().step(sim.now_ns(), Event::Join { node: cn + 1, coordinators: cfg.coordinators_per_node }).pop() {
                 Some(Command::AssignIds { ids, .. }) => ids,
@@ -246,7 +246,7 @@ pub fn run(cfg: &SimWorkloadConfig) -> SimWorkloadReport {
             sim.run_while(|| g.active.borrow().iter().enumerate().any(|(n, &a)| n != victim as usize && a > 0));
         }
         let done = Rc::new(Cell::new(false));
-        let (d, f, l, ids, fab) = (done.clone(), failed.clone(), layout.clone(), victims.clone(), cluster.join(RC_NODE));
+        let (d, f, l, ids, fab) = (done.clone(), failed.clone(), layout.clone(), victims.clone(), cluster.join(RC_NODE).expect("a fresh compute-node id"));
         let rc_id = 1 + cfg.compute_nodes * cfg.coordinators_per_node;
         let (bugs, mode) = (cfg.recovery_bugs, cfg.mode);
         sim.spawn(RECOVERY_TAG, async move {
@@ -274,7 +274,7 @@ pub fn run(cfg: &SimWorkloadConfig) -> SimWorkloadReport {
     let mut swept = 0;
     if cfg.crash.is_some() {
         // The background scan: NotLogged stray locks nobody touched.
-        let (fab, l, f, out) = (cluster.join(u16::MAX - 1), layout.clone(), failed.clone(), Rc::new(Cell::new(0)));
+        let (fab, l, f, out) = (cluster.join(u16::MAX - 1).expect("a fresh compute-node id"), layout.clone(), failed.clone(), Rc::new(Cell::new(0)));
         let o = out.clone();
         sim.spawn(u32::MAX, async move {
             o.set(sweep_stray_locks(&fab, &l, &f).await.expect("sweep"));
@@ -288,7 +288,7 @@ pub fn run(cfg: &SimWorkloadConfig) -> SimWorkloadReport {
     }
 
     // Inspect through verbs, as a separate compute node would.
-    let checker = cluster.join(u16::MAX);
+    let checker = cluster.join(u16::MAX).expect("a fresh compute-node id");
     let out: Rc<RefCell<Vec<String>>> = Rc::default();
     let (o, l, spec, oc, n_tables) = (out.clone(), layout.clone(), cfg.workload.clone(), outcome.clone(), tables.len() as u32);
     sim.spawn(u32::MAX, async move {

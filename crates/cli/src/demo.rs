@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tandem_bench::cluster::Backend;
-use tandem_bench::runner::{self, CrashPlan, RunConfig};
+use tandem_bench::runner::{self, CrashPlan, RunConfig, SuspectPlan};
 use tandem_bench::workload::WorkloadSpec;
 use tandem_dkvs::{Layout, Mode};
 
@@ -29,6 +29,10 @@ pub struct DemoArgs {
     /// Do not crash a compute node mid-run.
     #[arg(long)]
     no_crash: bool,
+    /// Do not provoke a false suspicion of compute node 1 (its heartbeats
+    /// stall while it keeps committing) late in the run.
+    #[arg(long)]
+    no_suspicion: bool,
     /// Where to write the throughput-timeline figure (FIGURE.svg, FIGURE.png).
     #[arg(long, default_value = "target/demo/timeline")]
     figure: std::path::PathBuf,
@@ -54,6 +58,13 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
         // own load generator, and a heartbeat thread can be held off for ~5 ms.
         cfg.heartbeat_timeout = Duration::from_millis(10);
     }
+    // Compute node 1 is falsely suspected at 70 %: its heartbeat thread stalls
+    // for 4 timeouts while its coordinators keep running. The detector fences
+    // it off for good; it stops, and comes back as a new incarnation.
+    let suspicion = !a.no_suspicion;
+    if suspicion {
+        cfg.suspect.push(SuspectPlan { node: 0, after: cfg.duration.mul_f64(0.7), pause: cfg.heartbeat_timeout * 4 });
+    }
     cfg.validate()?;
     let layout = Layout::new(&cfg.store_config())?;
     let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
@@ -74,8 +85,11 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
     if crash {
         eprintln!("  compute node 2 will crash at {:.1}s (kill -9 style: its coordinators stop mid-transaction)", a.duration * 0.4);
     }
+    if suspicion {
+        eprintln!("  compute node 1 will be falsely suspected at {:.1}s (its heartbeats stall; it keeps running)", a.duration * 0.7);
+    }
     // Batches yield at every verb, so a crash really lands mid-transaction.
-    let backend = if crash {
+    let backend = if crash || suspicion {
         Backend::inline_yielding(cfg.memory_nodes as usize, region, cfg.seed)
     } else {
         Backend::inline(cfg.memory_nodes as usize, region, cfg.seed)
@@ -109,20 +123,31 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
             if a.store == Mode::Pandora { "the survivor kept committing" } else { "the survivor, paused while the world stopped" },
             t.survivors_tps_before, t.survivors_tps_during_recovery, t.survivors_commits_during_recovery, t.stray_locks_stolen
         );
-    } else if crash {
+    } else if crash && r.recovered_nodes.is_empty() {
         eprintln!("  crash          recovery did not complete");
+    } else if crash {
+        eprintln!("  crash          compute node 2 had already been suspected, fenced and replaced before its planned crash");
     }
     for n in &r.false_positives {
         eprintln!(
-            "  note           compute node {n} was declared failed without crashing (a failure-detector false positive: this machine held its heartbeat thread off); it was fenced off and recovered like a crash"
+            "  suspicion      compute node {n} was declared failed while alive: revoked for good on every memory node, its coordinators stopped at their next verb, recovery ran, and it came back as a new incarnation"
         );
     }
-    let title = format!("tandem demo: {} store, compute node 2 {}", a.store, if crash { "crashed mid-run" } else { "no crash" });
+    eprintln!(
+        "  fencing        {} new incarnations started; {} commits acknowledged by fenced incarnations",
+        r.incarnations_started, r.fenced_acks
+    );
+    let title = format!(
+        "tandem demo: {} store, compute node 2 {}{}",
+        a.store,
+        if crash { "crashed mid-run" } else { "no crash" },
+        if suspicion { ", node 1 falsely suspected" } else { "" }
+    );
     match crate::bench_cmd::write_timeline_figure(&a.figure, &title, &r) {
         Ok((svg, png)) => eprintln!("  figure         throughput timeline: {} (and {})", png.display(), svg.display()),
         Err(e) => eprintln!("  figure         not written: {e}"),
     }
-    let ok = r.check_passed == Some(true) && r.errors.is_empty() && (!crash || r.recovery.is_some());
+    let ok = r.check_passed == Some(true) && r.errors.is_empty() && r.fenced_acks == 0 && (!crash || !r.recovered_nodes.is_empty());
     eprintln!(
         "  consistency    {}",
         if ok {

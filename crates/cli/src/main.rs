@@ -10,6 +10,7 @@ mod litmus_worker_cmd;
 mod experiment_cmd;
 mod memory_server;
 mod procs_cmd;
+mod soak_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +42,10 @@ enum Command {
     MemoryServer(memory_server::MemoryServerArgs),
     /// Replay one seeded simulation of the bank workload and check every invariant.
     SimBank(bench_cmd::SimBankArgs),
+    /// Seeded simulations of false suspicion (slow nodes, verdicts before registration, crossing messages, crashes).
+    SimSuspicion(soak_cmd::SimSuspicionArgs),
+    /// Run the demo scenario many times with random false suspicions, crashes and a competing load.
+    Soak(soak_cmd::SoakArgs),
     /// Crash one compute node mid-run and measure detection, link termination and log recovery.
     Recovery(bench_cmd::RecoveryArgs),
     /// Run the membership service: coordinator ids, failure detection, recovery, failed-ids.
@@ -67,6 +72,8 @@ fn main() {
         Command::Experiment(a) => experiment_cmd::run(a),
         Command::MemoryServer(a) => memory_server::run(a),
         Command::SimBank(a) => bench_cmd::sim_bank(a),
+        Command::SimSuspicion(a) => soak_cmd::sim_suspicion(a),
+        Command::Soak(a) => soak_cmd::soak(a),
         Command::Recovery(a) => bench_cmd::recovery(a),
         Command::Membership(a) => procs_cmd::membership(a),
         Command::ComputeServer(a) => procs_cmd::compute_server(a),

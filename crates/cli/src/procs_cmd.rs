@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use tandem_bench::procs::wait::wait_for_listeners;
 use tandem_bench::procs::{self, ComputeServerConfig, MembershipServerConfig, Replica};
 use tandem_bench::zk::{Campaign, ZkState};
 use tandem_dkvs::{Mode, StoreConfig};
@@ -37,6 +38,10 @@ pub struct ClusterArgs {
     /// membership process with it, so recovery reads the right places).
     #[arg(long, hide = true)]
     litmus_keys: Option<u64>,
+    /// Seconds to wait for peers (memory servers, the membership service)
+    /// that are not up yet, before giving up.
+    #[arg(long, default_value_t = 30.0)]
+    wait: f64,
 }
 
 impl ClusterArgs {
@@ -49,6 +54,16 @@ impl ClusterArgs {
         let m = MicroSpec { keys: self.keys, write_ratio, ops_per_tx: 2, chooser: KeyChooser::Uniform };
         m.validate()?;
         Ok(m)
+    }
+    fn patience(&self) -> Result<Duration, String> {
+        if !(self.wait.is_finite() && self.wait >= 0.0) {
+            return Err("--wait must not be negative".into());
+        }
+        Ok(Duration::from_secs_f64(self.wait))
+    }
+    /// Wait (bounded) until every memory server accepts connections.
+    fn wait_for_memory(&self, who: &str) -> Result<(), String> {
+        wait_for_listeners(who, "memory server", &parse_addrs(&self.memory)?, self.patience()?)
     }
     fn store(&self) -> Result<StoreConfig, String> {
         let n = parse_addrs(&self.memory)?.len() as u16;
@@ -123,10 +138,13 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
         return Err("--fd-replicas needs --zookeeper: the replicas elect their leader and share their state there".into());
     }
     let listener = TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+    // Listen first (compute servers may wait for it), then wait for the memory servers.
+
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     println!("listening on {local}");
     let timeout = Duration::from_secs_f64(a.timeout_ms / 1e3);
     let replica = Replica::start(listener, index as u8, replicas.len() as u8, (timeout / 5).max(Duration::from_micros(200)));
+    a.cluster.wait_for_memory("membership")?;
     let zookeeper = match &a.zookeeper {
         Some(hosts) => {
             let cluster = parse_addrs(&a.cluster.memory)?.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
@@ -171,7 +189,8 @@ pub struct ComputeServerArgs {
     membership: String,
     #[command(flatten)]
     cluster: ClusterArgs,
-    /// This compute node's id (1..65000, unique in the cluster).
+    /// This compute node's id (1..32767, unique in the cluster; new
+    /// incarnations of a fenced node get ids from the membership service).
     #[arg(long)]
     node: u16,
     #[arg(long, default_value_t = 16)]
@@ -193,8 +212,8 @@ pub struct ComputeServerArgs {
 }
 
 pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
-    if a.node == 0 || a.node > 65_000 {
-        return Err("--node must be between 1 and 65000".into());
+    if a.node == 0 || a.node >= tandem_membership::FIRST_INCARNATION_ID {
+        return Err(format!("--node must be between 1 and {}", tandem_membership::FIRST_INCARNATION_ID - 1));
     }
     if !(a.duration.is_finite() && a.duration > 0.0 && a.heartbeat_ms > 0.0) {
         return Err("--duration and --heartbeat-ms must be positive".into());
@@ -210,8 +229,17 @@ pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
         heartbeat_every: Duration::from_secs_f64(a.heartbeat_ms / 1e3),
         ledger: a.ledger,
         seed: a.seed,
+        patience: a.cluster.patience()?,
     })?;
-    eprintln!("compute node {}: {} committed, {} aborted, {} stray locks stolen", r.node, r.committed, r.aborted, r.locks_stolen);
+    let fenced = r.incarnations.iter().filter(|i| i.fenced.is_some()).count();
+    eprintln!(
+        "compute node {}: {} committed, {} aborted, {} stray locks stolen; {} incarnations ({fenced} fenced)",
+        r.node,
+        r.committed,
+        r.aborted,
+        r.locks_stolen,
+        r.incarnations.len()
+    );
     for e in &r.errors {
         eprintln!("  error: {e}");
     }
@@ -232,7 +260,8 @@ pub struct CheckClusterArgs {
     /// Ledger files of every compute server that ran, comma-separated.
     #[arg(long)]
     ledgers: String,
-    /// Ledgers of compute servers that crashed: their stray locks are released first.
+    /// Ledgers of compute servers that crashed (every incarnation's ids
+    /// count as failed; fenced incarnations of any ledger always do).
     #[arg(long, default_value = "")]
     failed: String,
 }
@@ -244,14 +273,26 @@ pub fn check_cluster(a: CheckClusterArgs) -> Result<(), String> {
     for p in split(&a.failed) {
         failed.extend(procs::read_ids(&p)?);
     }
-    let v = procs::check_cluster(&a.cluster.cluster()?, &a.cluster.store()?, &a.cluster.micro(0.5)?, &ledger, &failed)?;
+    for p in split(&a.ledgers) {
+        failed.extend(procs::fenced_ids(&p)?);
+    }
+    a.cluster.wait_for_memory("check-cluster")?;
+    let c = procs::check_cluster(&a.cluster.cluster()?, &a.cluster.store()?, &a.cluster.micro(0.5)?, &ledger, &failed)?;
+    let v = &c.violations;
     eprintln!(
         "check-cluster: {} acknowledged writes, {} in doubt; {}",
         ledger.writes_committed,
         ledger.in_doubt,
-        if v.is_empty() { "replicas identical, no lock held, counters consistent".to_string() } else { format!("{} VIOLATIONS", v.len()) }
+        if v.is_empty() {
+            "replicas identical, no lock held by a live coordinator, counters consistent".to_string()
+        } else {
+            format!("{} VIOLATIONS", v.len())
+        }
     );
-    for x in &v {
+    if c.stray_locks > 0 {
+        eprintln!("  {} stray locks of failed coordinators (legitimate until stolen or swept by the membership)", c.stray_locks);
+    }
+    for x in v {
         eprintln!("  {x}");
     }
     if v.is_empty() {

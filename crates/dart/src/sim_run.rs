@@ -45,7 +45,8 @@ use crate::value::VALUE_BYTES;
 const DETECTOR_TAG: u32 = 30_000;
 const RECOVERY_TAG: u32 = 40_000;
 const CHECK_TAG: u32 = u32::MAX - 1;
-/// Fabric ids of the helpers (recovery attempt `a` joins as `RECOVERY_NODE + a`).
+/// Fabric ids of the helpers (the run's `k`-th recovery attempt joins as
+/// `RECOVERY_NODE + k`: a fenced attempt's id never registers again).
 const LOADER_NODE: u16 = 0;
 const RECOVERY_NODE: u16 = 60_000;
 const REPLICA_CHECK_NODE: u16 = u16::MAX - 2;
@@ -57,9 +58,12 @@ const CHECK_CLIENT: u32 = 1 << 20;
 /// Coordinator ids of the helpers, above the clients'.
 const CHECK_ID: u16 = (LOG_SLOTS - 1) as u16;
 const REPLICA_CHECK_ID: u16 = (LOG_SLOTS - 2) as u16;
-/// Recovery attempt `a` uses id `RECOVERY_ID - a`.
+/// The run's `k`-th recovery attempt uses coordinator id `RECOVERY_ID - k`
+/// (each attempt mints versions of its own).
 const RECOVERY_ID: u16 = (LOG_SLOTS - 3) as u16;
+/// Attempts per recovery, and in a run.
 const RECOVERY_ATTEMPTS: u16 = 3;
+const RUN_ATTEMPTS: u16 = RECOVERY_ATTEMPTS * MAX_CRASHES as u16;
 
 /// Test-only bugs of the deployment around the store (the membership
 /// service's side of recovery, which this harness plays).
@@ -173,6 +177,8 @@ struct Harness<'c> {
     replicas: Option<(TandemStore<SimFabric>, MemoryView)>,
     /// Seeds the clients of every node.
     client_seeds: Rng,
+    /// Recovery attempts so far in the run.
+    attempts: u16,
     report: RunReport,
 }
 
@@ -218,7 +224,7 @@ impl<'c> Harness<'c> {
         store.log_slots = LOG_SLOTS;
         store.log_slot_bytes = 8 * 1024;
         store.bugs = cfg.bugs;
-        assert!(clients < (RECOVERY_ID - RECOVERY_ATTEMPTS) as u32, "too many clients for {LOG_SLOTS} log slots");
+        assert!(clients < (RECOVERY_ID - RUN_ATTEMPTS) as u32, "too many clients for {LOG_SLOTS} log slots");
         let layout = Arc::new(Layout::new(&store).expect("valid DART store config"));
         let sim = Sim::new(cfg.seed);
         let region = *layout.region_bytes.iter().max().expect("memory nodes");
@@ -241,6 +247,7 @@ impl<'c> Harness<'c> {
             wires: Vec::new(),
             replicas: None,
             client_seeds: Rng::new(cfg.seed ^ 0xC11E),
+            attempts: 0,
             report: RunReport::default(),
             sim,
         }
@@ -248,7 +255,7 @@ impl<'c> Harness<'c> {
 
     /// Load the initial objects of every test.
     fn load(&self) {
-        let (fab, l, suite) = (self.cluster.join(LOADER_NODE), self.layout.clone(), self.cfg.suite.clone());
+        let (fab, l, suite) = (self.cluster.join(LOADER_NODE).expect("a fresh compute-node id"), self.layout.clone(), self.cfg.suite.clone());
         self.sim.spawn(u32::MAX, async move {
             let mut loader = Loader::new(&fab, l);
             for t in &suite.tests {
@@ -266,7 +273,7 @@ impl<'c> Harness<'c> {
         let cn = self.nodes.borrow().running.len();
         let clients = self.cfg.clients_per_node;
         let wire = Tripwire::new(self.clock.clone());
-        let fabric = TripwireFabric::new(self.cluster.join(cn as u16 + 1), wire.clone());
+        let fabric = TripwireFabric::new(self.cluster.join(cn as u16 + 1).expect("a fresh compute-node id"), wire.clone());
         self.wires.push(wire);
         let node = ComputeNode::new(fabric, &self.store, self.layout.clone(), self.failed.clone());
         let join = Event::Join { node: cn as u16 + 1, coordinators: clients };
@@ -351,7 +358,7 @@ impl<'c> Harness<'c> {
         self.drain();
         let (mut store, view) = self.replicas.take().unwrap_or_else(|| {
             let view = MemoryView::default();
-            let fab = self.cluster.join(REPLICA_CHECK_NODE);
+            let fab = self.cluster.join(REPLICA_CHECK_NODE).expect("a fresh compute-node id");
             let node = ComputeNode::with_memory_view(fab, &self.store, self.layout.clone(), self.failed.clone(), view.clone());
             (TandemStore::new(node.coordinator(REPLICA_CHECK_ID)), view)
         });
@@ -378,7 +385,7 @@ impl<'c> Harness<'c> {
 
     /// The background scan: NotLogged stray locks nobody touched (DESIGN.md §4.5).
     fn sweep(&self) {
-        let (fab, l, f) = (self.cluster.join(SWEEP_NODE), self.layout.clone(), self.failed.clone());
+        let (fab, l, f) = (self.cluster.join(SWEEP_NODE).expect("a fresh compute-node id"), self.layout.clone(), self.failed.clone());
         self.sim.spawn(u32::MAX, async move {
             sweep_stray_locks(&fab, &l, &f).await.expect("sweep");
         });
@@ -387,7 +394,7 @@ impl<'c> Harness<'c> {
 
     /// A fresh session asserts every instance of the quiet, recovered store.
     fn final_check(&mut self) {
-        let node = ComputeNode::new(self.cluster.join(CHECK_NODE), &self.store, self.layout.clone(), self.failed.clone());
+        let node = ComputeNode::new(self.cluster.join(CHECK_NODE).expect("a fresh compute-node id"), &self.store, self.layout.clone(), self.failed.clone());
         let mut session = TandemStore::new(node.coordinator(CHECK_ID));
         let spec = ClientSpec { id: CHECK_CLIENT, seed: self.cfg.seed, assert_chance: 1.0, record: self.cfg.check_history };
         let mut client = Client::new(spec, self.cfg.suite.clone(), self.board.clone(), self.clock.clone());
@@ -499,7 +506,9 @@ impl Harness<'_> {
     /// the membership then fences that attempt's node and re-issues recovery.
     fn recover(&mut self, plan: CrashPlan, ids: &[u16]) -> Result<(), String> {
         let mut crash = plan.recoverer;
-        for attempt in 0..RECOVERY_ATTEMPTS {
+        for _ in 0..RECOVERY_ATTEMPTS {
+            let attempt = self.attempts;
+            self.attempts += 1;
             let this = crash.take();
             if self.cfg.mode != Mode::Pandora {
                 // Owner-less locks: stop the world and let the survivors drain.
@@ -541,7 +550,7 @@ impl Harness<'_> {
         if let Some(w) = crash {
             wire.arm(w, plan.wire_seed ^ 0x5EC0);
         }
-        let slow = SlowFabric::new(self.cluster.join(RECOVERY_NODE + attempt), self.sim.handle(), plan.slow_recovery_ns);
+        let slow = SlowFabric::new(self.cluster.join(RECOVERY_NODE + attempt).expect("a fresh compute-node id"), self.sim.handle(), plan.slow_recovery_ns);
         let fab = TripwireFabric::new(slow, wire.clone());
         let done: Rc<RefCell<Option<Result<(), String>>>> = Rc::default();
         let (d, l, ids) = (done.clone(), self.layout.clone(), ids.to_vec());

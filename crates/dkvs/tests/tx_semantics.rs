@@ -26,7 +26,7 @@ fn world(mode: Mode, seed: u64, fabric: SimFabricConfig) -> World {
     let layout = Arc::new(Layout::new(&store).unwrap());
     let sim = Sim::new(seed);
     let cluster = SimCluster::with_nodes(sim.handle(), 3, *layout.region_bytes.iter().max().unwrap(), fabric);
-    let (f, l) = (cluster.join(0), layout.clone());
+    let (f, l) = (cluster.join(0).expect("a fresh compute-node id"), layout.clone());
     sim.spawn(99, async move {
         let mut ld = Loader::new(&f, l);
         for k in 0..8u64 {
@@ -40,7 +40,7 @@ fn world(mode: Mode, seed: u64, fabric: SimFabricConfig) -> World {
 
 impl World {
     fn node(&self, id: u16) -> Rc<ComputeNode<SimFabric>> {
-        ComputeNode::new(self.cluster.join(id), &self.store, self.layout.clone(), FailedIds::new())
+        ComputeNode::new(self.cluster.join(id).expect("a fresh compute-node id"), &self.store, self.layout.clone(), FailedIds::new())
     }
     /// Two keys (not loaded) with the same home bucket.
     fn same_bucket_keys(&self, n: usize) -> Vec<u64> {
@@ -215,7 +215,7 @@ fn concurrent_reinserts_of_a_deleted_key_never_both_commit() {
 fn stray_locks_of_failed_coordinators_are_ignored_by_reads_and_stolen_by_writes() {
     let w = world(Mode::Pandora, 6, SimFabricConfig::default());
     let failed = FailedIds::new();
-    let mk = |id: u16| ComputeNode::new(w.cluster.join(id), &w.store, w.layout.clone(), failed.clone());
+    let mk = |id: u16| ComputeNode::new(w.cluster.join(id).expect("a fresh compute-node id"), &w.store, w.layout.clone(), failed.clone());
     let (dead, live) = (mk(1), mk(2));
     let out = Rc::new(RefCell::new(Vec::new()));
     let (o, f) = (out.clone(), failed.clone());
@@ -253,7 +253,7 @@ fn stray_locks_of_failed_coordinators_are_ignored_by_reads_and_stolen_by_writes(
         ]
     );
     // Our own unlock CAS released the stolen lock: nothing is left held.
-    let checker = w.cluster.join(u16::MAX);
+    let checker = w.cluster.join(u16::MAX).expect("a fresh compute-node id");
     let l = w.layout.clone();
     let held = Rc::new(RefCell::new(None));
     let h = held.clone();
@@ -269,7 +269,7 @@ fn ford_mode_never_steals_owner_less_locks() {
     let w = world(Mode::Ford, 6, SimFabricConfig::default());
     let failed = FailedIds::new();
     failed.insert(1);
-    let mk = |id: u16| ComputeNode::new(w.cluster.join(id), &w.store, w.layout.clone(), failed.clone());
+    let mk = |id: u16| ComputeNode::new(w.cluster.join(id).expect("a fresh compute-node id"), &w.store, w.layout.clone(), failed.clone());
     let (dead, live) = (mk(1), mk(2));
     let out = Rc::new(RefCell::new(None));
     let o = out.clone();
@@ -289,7 +289,7 @@ fn stalled_transactions_proceed_once_the_owner_is_declared_failed() {
     let mut w = world(Mode::Pandora, 8, SimFabricConfig::default());
     w.store.on_stray = tandem_dkvs::OnStray::Stall { max_retries: 1_000_000 };
     let failed = FailedIds::new();
-    let mk = |id: u16| ComputeNode::new(w.cluster.join(id), &w.store, w.layout.clone(), failed.clone());
+    let mk = |id: u16| ComputeNode::new(w.cluster.join(id).expect("a fresh compute-node id"), &w.store, w.layout.clone(), failed.clone());
     let (dead, live) = (mk(1), mk(2));
     run_task(&w, 1, async move {
         crash_holding_lock(&dead, 1, 2).await;
@@ -321,7 +321,7 @@ fn stalled_transactions_proceed_once_the_owner_is_declared_failed() {
 fn retiring_a_recycled_ids_versions_leaves_none_and_fails_stale_readers() {
     let w = world(Mode::Pandora, 9, SimFabricConfig::default());
     let (writer, reader) = (w.node(1), w.node(2));
-    let rc_fabric = w.cluster.join(900);
+    let rc_fabric = w.cluster.join(900).expect("a fresh compute-node id");
     let layout = w.layout.clone();
     let out = Rc::new(RefCell::new(Vec::new()));
     let o = out.clone();

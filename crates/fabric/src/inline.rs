@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::memory::{MemoryNode, RegionKey};
+use crate::memory::{Fenced, MemoryNode, RegionKey};
 use crate::verb::{Completion, ComputeNodeId, MemNodeId, Verb};
 use crate::{Fabric, QueuePair};
 
@@ -42,9 +42,10 @@ impl InlineCluster {
     }
 
     /// Register `compute` on every memory node and hand out its fabric handle.
-    pub fn join(&self, compute: ComputeNodeId) -> InlineFabric {
-        let keys = self.nodes.iter().map(|n| n.register(compute)).collect();
-        InlineFabric { nodes: self.nodes.clone(), compute, keys: Arc::new(keys), yield_per_batch: self.yield_per_batch }
+    /// A revoked incarnation is refused ([`Fenced`]) on every node.
+    pub fn join(&self, compute: ComputeNodeId) -> Result<InlineFabric, Fenced> {
+        let keys = self.nodes.iter().map(|n| n.register(compute)).collect::<Result<Vec<_>, _>>()?;
+        Ok(InlineFabric { nodes: self.nodes.clone(), compute, keys: Arc::new(keys), yield_per_batch: self.yield_per_batch })
     }
 
     /// Active-link termination of `compute` on every memory node.
@@ -117,5 +118,35 @@ impl Future for InlinePending {
             return Poll::Pending;
         }
         Poll::Ready(self.done.take().expect("polled after completion"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::VerbError;
+
+    #[test]
+    fn a_revoked_incarnation_cannot_register_again() {
+        let c = InlineCluster::with_nodes(3, 64, 1);
+        c.revoke(2);
+        assert!(matches!(c.join(2), Err(Fenced(2))), "revoked before it registered");
+        let f = c.join(3).unwrap();
+        let qp = f.queue_pair(1);
+        c.revoke(3);
+        assert!(matches!(c.join(3), Err(Fenced(3))), "revoked after it registered");
+        let done = ready_now(qp.post(vec![Verb::write_u64(0, 1)]));
+        assert_eq!(done, vec![Err(VerbError::Revoked)]);
+        assert_eq!(c.nodes()[1].load_u64(0), 0);
+    }
+
+    /// The inline fabric's futures are ready at once (without yielding).
+    fn ready_now<F: Future>(f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        let waker = std::task::Waker::noop();
+        match f.as_mut().poll(&mut Context::from_waker(waker)) {
+            Poll::Ready(v) => v,
+            Poll::Pending => panic!("inline verbs complete at once"),
+        }
     }
 }

@@ -24,7 +24,7 @@ pub mod tcp;
 
 mod verb;
 
-pub use memory::{MemoryNode, RegionKey};
+pub use memory::{Fenced, MemoryNode, RegionKey};
 pub use verb::{Completion, ComputeNodeId, MemNodeId, Verb, VerbError, VerbOutput};
 
 use std::future::Future;

@@ -9,6 +9,19 @@ use crate::verb::{Completion, ComputeNodeId, Verb, VerbError, VerbOutput};
 /// A region key, issued to one compute node (like an RDMA rkey). Zero is never issued.
 pub type RegionKey = u64;
 
+/// Registration refused: this compute-node incarnation was revoked. It must
+/// rejoin under a new identity (new node id, new coordinator ids).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fenced(pub ComputeNodeId);
+
+impl std::fmt::Display for Fenced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "compute node {} was revoked (fenced) and cannot register again; rejoin as a new incarnation", self.0)
+    }
+}
+
+impl std::error::Error for Fenced {}
+
 const KEY_SLOTS: usize = 1 << 16;
 
 /// The memory of one memory node: a byte-addressed region stored as 8-byte
@@ -17,6 +30,14 @@ pub struct MemoryNode {
     words: Box<[AtomicU64]>,
     /// Current key of each compute node; 0 means no access.
     keys: Box<[AtomicU64]>,
+    /// Compute-node incarnations revoked here, for good: fencing cannot be
+    /// undone by a later registration (a falsely suspected node that
+    /// registers after its revocation would otherwise act under ids that
+    /// are already in everyone's failed-ids).
+    fenced: Box<[AtomicBool]>,
+    /// Test-only bug switch: registration ignores `fenced` (the behaviour
+    /// before fencing was permanent), so simulations can show what it cost.
+    revocable_fencing: AtomicBool,
     /// Verbs of each compute node executing right now. Revocation waits for
     /// them: once `revoke` returns, nothing of that node executes any more
     /// (Cor1), even a verb that passed its key check a moment before.
@@ -36,6 +57,8 @@ impl MemoryNode {
         MemoryNode {
             words: words.into_boxed_slice(),
             keys: keys.into_boxed_slice(),
+            fenced: (0..KEY_SLOTS).map(|_| AtomicBool::new(false)).collect::<Vec<_>>().into_boxed_slice(),
+            revocable_fencing: AtomicBool::new(false),
             executing: (0..KEY_SLOTS).map(|_| AtomicU32::new(0)).collect::<Vec<_>>().into_boxed_slice(),
             key_counter: AtomicU64::new(1),
             key_salt,
@@ -47,24 +70,50 @@ impl MemoryNode {
         self.words.len() as u64 * 8
     }
 
-    /// Issue (or re-issue) a region key to `compute`; an older key stops working.
-    pub fn register(&self, compute: ComputeNodeId) -> RegionKey {
+    /// Issue (or re-issue) a region key to `compute`; an older key stops
+    /// working. A revoked incarnation gets none ([`Fenced`]), whenever its
+    /// registration arrives: before, during or after the revocation.
+    pub fn register(&self, compute: ComputeNodeId) -> Result<RegionKey, Fenced> {
+        if self.is_fenced(compute) {
+            return Err(Fenced(compute));
+        }
         let n = self.key_counter.fetch_add(1, Ordering::Relaxed);
         // A bijective mix keeps keys distinct and non-sequential; never zero.
         let mut k = (n ^ self.key_salt).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         k ^= k >> 29;
         let key = k.max(1);
         self.keys[compute as usize].store(key, Ordering::SeqCst);
-        key
+        // A revocation that raced with us either saw our key (and cleared it)
+        // or set `fenced` before we looked again: take the key back. Nobody
+        // holds it yet, so no verb can have used it.
+        if self.is_fenced(compute) {
+            let _ = self.keys[compute as usize].compare_exchange(key, 0, Ordering::SeqCst, Ordering::SeqCst);
+            return Err(Fenced(compute));
+        }
+        Ok(key)
     }
 
-    /// Active-link termination: every later verb of `compute` fails with `Revoked`.
+    /// Active-link termination, for good: every later verb of `compute`
+    /// fails with `Revoked`, and it can never register again.
     pub fn revoke(&self, compute: ComputeNodeId) {
+        self.fenced[compute as usize].store(true, Ordering::SeqCst);
         self.keys[compute as usize].store(0, Ordering::SeqCst);
         // A verb that saw the old key may still be running on another thread.
         while self.executing[compute as usize].load(Ordering::SeqCst) > 0 {
             std::hint::spin_loop();
         }
+    }
+
+    /// Whether `compute` was ever revoked here.
+    pub fn is_fenced(&self, compute: ComputeNodeId) -> bool {
+        self.fenced[compute as usize].load(Ordering::SeqCst) && !self.revocable_fencing.load(Ordering::Relaxed)
+    }
+
+    /// Test-only bug switch: let a revoked incarnation register again (the
+    /// old behaviour), to show that the simulations catch what it causes.
+    #[doc(hidden)]
+    pub fn inject_revocable_fencing(&self, on: bool) {
+        self.revocable_fencing.store(on, Ordering::SeqCst);
     }
 
     pub fn is_authorized(&self, compute: ComputeNodeId, key: RegionKey) -> bool {
@@ -201,7 +250,7 @@ mod tests {
     #[test]
     fn verbs_do_what_they_say_and_bad_addresses_are_errors() {
         let m = MemoryNode::new(64, 5);
-        let k = m.register(3);
+        let k = m.register(3).unwrap();
         assert_eq!(m.execute(3, k, &Verb::write(4, vec![1, 2, 3, 4, 5, 6, 7])), Ok(VerbOutput::Write));
         assert_eq!(m.execute(3, k, &Verb::read(4, 7)), Ok(VerbOutput::Read(vec![1, 2, 3, 4, 5, 6, 7])));
         assert_eq!(m.execute(3, k, &Verb::cas(16, 0, 9)), Ok(VerbOutput::Cas(0)));
@@ -220,13 +269,41 @@ mod tests {
     fn keys_gate_access_and_revocation_is_final() {
         let m = MemoryNode::new(64, 5);
         assert_eq!(m.execute(1, 0, &Verb::read(0, 8)), Err(VerbError::Revoked));
-        let k = m.register(1);
+        let k = m.register(1).unwrap();
         assert_eq!(m.execute(1, k ^ 1, &Verb::read(0, 8)), Err(VerbError::Revoked));
         assert_eq!(m.execute(2, k, &Verb::read(0, 8)), Err(VerbError::Revoked), "a key is per compute node");
         assert!(m.execute(1, k, &Verb::read(0, 8)).is_ok());
         m.revoke(1);
         assert_eq!(m.execute(1, k, &Verb::write_u64(0, 7)), Err(VerbError::Revoked));
         assert_eq!(m.load_u64(0), 0, "a revoked write does not execute");
+        // Fencing is for good: registering again gets no key, the old one stays dead.
+        assert_eq!(m.register(1), Err(Fenced(1)));
+        assert_eq!(m.execute(1, k, &Verb::read(0, 8)), Err(VerbError::Revoked));
+        // A node revoked before it ever registered (a verdict between join and
+        // registration) is refused too; other nodes are unaffected.
+        m.revoke(4);
+        assert_eq!(m.register(4), Err(Fenced(4)));
+        assert!(m.register(5).is_ok());
+    }
+
+    /// Registration and revocation racing on real threads: whatever the
+    /// interleaving, a key handed out is never usable after `revoke` returned.
+    #[test]
+    fn a_registration_racing_a_revocation_never_yields_a_live_key() {
+        for round in 0..2000u64 {
+            let m = std::sync::Arc::new(MemoryNode::new(64, round));
+            let id = (round % 1000) as ComputeNodeId + 1;
+            let reg = {
+                let m = m.clone();
+                std::thread::spawn(move || m.register(id))
+            };
+            m.revoke(id);
+            if let Ok(k) = reg.join().unwrap() {
+                assert_eq!(m.execute(id, k, &Verb::write_u64(0, 1)), Err(VerbError::Revoked), "round {round}");
+            }
+            assert_eq!(m.load_u64(0), 0);
+            assert!(m.register(id).is_err());
+        }
     }
 }
 
@@ -241,7 +318,7 @@ mod revocation_race {
     fn nothing_executes_after_revoke_returns() {
         for round in 0..200 {
             let m = Arc::new(MemoryNode::new(64, round));
-            let k = m.register(1);
+            let k = m.register(1).unwrap();
             let stop = Arc::new(AtomicBool::new(false));
             let writer = {
                 let (m, stop) = (m.clone(), stop.clone());

@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 
 use tandem_sim::{oneshot, OneshotReceiver, SimHandle};
 
-use crate::memory::{MemoryNode, RegionKey};
+use crate::memory::{Fenced, MemoryNode, RegionKey};
 use crate::verb::{Completion, ComputeNodeId, MemNodeId, Verb, VerbError, VerbOutput};
 use crate::{Fabric, QueuePair};
 
@@ -80,8 +80,17 @@ impl SimCluster {
     }
 
     /// Register `compute` on every memory node and hand out its fabric handle.
-    pub fn join(&self, compute: ComputeNodeId) -> SimFabric {
-        let keys = self.net.nodes.iter().map(|n| n.register(compute)).collect();
+    /// A revoked incarnation is refused ([`Fenced`]) on every node.
+    pub fn join(&self, compute: ComputeNodeId) -> Result<SimFabric, Fenced> {
+        let keys = self.net.nodes.iter().map(|n| n.register(compute)).collect::<Result<Vec<_>, _>>()?;
+        Ok(SimFabric { net: self.net.clone(), compute, keys: Rc::new(keys) })
+    }
+
+    /// A fabric handle from keys registered one memory node at a time
+    /// (`MemoryNode::register`), so a simulation can let registration and
+    /// revocation interleave as messages would.
+    pub fn connect(&self, compute: ComputeNodeId, keys: Vec<RegionKey>) -> SimFabric {
+        assert_eq!(keys.len(), self.net.nodes.len(), "one key per memory node");
         SimFabric { net: self.net.clone(), compute, keys: Rc::new(keys) }
     }
 
@@ -294,7 +303,7 @@ mod tests {
         for seed in 0..20 {
             let sim = Sim::new(seed);
             let c = cluster(&sim, SimFabricConfig { delay_ns_min: 1, delay_ns_max: 5_000, ..Default::default() });
-            let f = c.join(1);
+            let f = c.join(1).unwrap();
             let qp = f.queue_pair(0);
             let olds = Rc::new(RefCell::new(Vec::new()));
             let mut pendings = Vec::new();
@@ -320,7 +329,7 @@ mod tests {
         for seed in 0..50 {
             let sim = Sim::new(seed);
             let c = cluster(&sim, SimFabricConfig { delay_ns_min: 1, delay_ns_max: 5_000, ..Default::default() });
-            let f = c.join(1);
+            let f = c.join(1).unwrap();
             let (a, b) = (f.queue_pair(0), f.queue_pair(0));
             let _p1 = a.post(vec![Verb::write_u64(0, 1)]);
             let _p2 = b.post(vec![Verb::write_u64(0, 2)]);
@@ -336,7 +345,7 @@ mod tests {
         for seed in 0..200 {
             let sim = Sim::new(seed);
             let c = cluster(&sim, SimFabricConfig { delay_ns_min: 1, delay_ns_max: 3_000, tear_reads: true, tear_gap_ns_max: 2_000, tear_writes: false });
-            let f = c.join(1);
+            let f = c.join(1).unwrap();
             let (r, w) = (f.queue_pair(0), f.queue_pair(0));
             let read = r.post(vec![Verb::read(0, 32)]);
             let _w = w.post(vec![Verb::write(0, vec![7u8; 32])]);
@@ -363,7 +372,7 @@ mod tests {
             let sim = Sim::new(seed);
             let cfg = SimFabricConfig { delay_ns_min: 100, delay_ns_max: 200, tear_reads: false, tear_gap_ns_max: 500, tear_writes: true };
             let c = cluster(&sim, cfg);
-            let f = c.join(4);
+            let f = c.join(4).unwrap();
             let qp = f.queue_pair(0);
             let _w = qp.post(vec![Verb::write(0, vec![9u8; 64])]);
             // Revoke mid-write: the words not yet written never land.
@@ -384,7 +393,7 @@ mod tests {
     fn completions_on_one_queue_pair_arrive_in_posting_order() {
         let sim = Sim::new(5);
         let c = cluster(&sim, SimFabricConfig { delay_ns_min: 1, delay_ns_max: 10_000, ..Default::default() });
-        let qp = c.join(1).queue_pair(0);
+        let qp = c.join(1).unwrap().queue_pair(0);
         let order = Rc::new(RefCell::new(Vec::new()));
         for i in 0..30 {
             let p = qp.post(vec![Verb::read(0, 8)]);
@@ -403,7 +412,7 @@ mod tests {
     fn verbs_in_flight_execute_after_the_poster_crashes_until_revoked() {
         let sim = Sim::new(3);
         let c = cluster(&sim, SimFabricConfig::fixed(1_000));
-        let f = c.join(9);
+        let f = c.join(9).unwrap();
         let qp = f.queue_pair(1);
         sim.spawn(9, async move {
             let _ = qp.post(vec![Verb::write_u64(0, 5)]).await;
@@ -419,5 +428,23 @@ mod tests {
         c.revoke(9);
         sim.run();
         assert_eq!(c.nodes()[1].load_u64(8), 0, "revocation before execution stops it");
+    }
+
+    #[test]
+    fn a_revoked_incarnation_cannot_register_again_even_with_verbs_in_flight() {
+        let sim = Sim::new(4);
+        let c = cluster(&sim, SimFabricConfig::fixed(1_000));
+        // Judged before it ever registered (the verdict between join and registration).
+        c.revoke(7);
+        assert!(matches!(c.join(7), Err(Fenced(7))));
+        // Registered, a verb in flight, revoked, then registering again: refused,
+        // and the verb in flight does not land after the revocation.
+        let f = c.join(8).unwrap();
+        let _late = f.queue_pair(0).post(vec![Verb::write_u64(0, 9)]);
+        c.revoke(8);
+        assert!(matches!(c.join(8), Err(Fenced(8))));
+        sim.run();
+        assert_eq!(c.nodes()[0].load_u64(0), 0);
+        assert!(c.join(9).is_ok(), "other incarnations are unaffected");
     }
 }

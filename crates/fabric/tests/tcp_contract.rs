@@ -154,12 +154,16 @@ fn after_revocation_verbs_complete_with_revoked_and_do_not_execute() {
         // The revoked key cannot open a new connection.
         let err = c.connect(3, &keys3).await.expect_err("revoked key accepted");
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
-        // A re-issued key works; the old connection stays cut off.
-        let fresh = c.register(3).await.unwrap();
-        let f3b = c.connect(3, &fresh).await.unwrap();
-        assert_eq!(f3b.queue_pair(0).post(vec![Verb::read(0, 8)]).await, vec![Ok(VerbOutput::Read(1u64.to_le_bytes().to_vec()))]);
+        // Fencing is for good: the revoked incarnation cannot register again,
+        // and its old connection stays cut off.
+        let err = c.register(3).await.expect_err("a revoked incarnation got a fresh key");
+        assert!(tandem_fabric::tcp::is_fenced(&err), "{err}");
         assert_eq!(qp3.post(vec![Verb::write_u64(0, 7)]).await, vec![Err(VerbError::Revoked)]);
         assert_eq!(s.node().load_u64(0), 1);
+        // A node revoked before it ever registered (a verdict between join and
+        // registration) is refused as well.
+        c.revoke(5).await.unwrap();
+        assert!(tandem_fabric::tcp::is_fenced(&c.register(5).await.expect_err("registered after its revocation")));
     });
 }
 

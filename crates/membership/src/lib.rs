@@ -11,4 +11,4 @@
 
 mod membership;
 
-pub use membership::{MAX_FD_REPLICAS, Command, Event, Membership, MembershipConfig, MembershipState, NodeState, NodeStatus};
+pub use membership::{FIRST_INCARNATION_ID, LAST_INCARNATION_ID, MAX_FD_REPLICAS, Command, Event, Membership, MembershipConfig, MembershipState, NodeState, NodeStatus};

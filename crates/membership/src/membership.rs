@@ -35,6 +35,14 @@ pub struct MembershipConfig {
 /// At most this many failure-detector replicas.
 pub const MAX_FD_REPLICAS: u8 = 7;
 
+/// Node ids from here to [`LAST_INCARNATION_ID`] are handed out by the
+/// service to new incarnations of fenced compute nodes
+/// ([`Membership::new_incarnation`]); operators choose ids below it.
+pub const FIRST_INCARNATION_ID: NodeId = 0x8000;
+/// The last node id [`Membership::new_incarnation`] hands out (ids above are
+/// reserved for the service's own recovery coordinator, loaders and checkers).
+pub const LAST_INCARNATION_ID: NodeId = 65_000;
+
 impl Default for MembershipConfig {
     fn default() -> Self {
         MembershipConfig {
@@ -121,6 +129,10 @@ pub struct MembershipState {
     /// field existed reads as 0.
     #[serde(default)]
     pub version_blocks: u64,
+    /// Node ids handed out to new incarnations so far (see
+    /// [`Membership::new_incarnation`]); 0 in a state stored before this field existed.
+    #[serde(default)]
+    pub incarnations: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,6 +166,7 @@ pub struct Membership {
     /// Bumped by every change of the durable state ([`MembershipState`]).
     durable_epoch: u64,
     version_blocks: u64,
+    incarnations: u32,
     /// When each failure-detector replica last reported (this one: always now).
     reported_ns: [Option<u64>; MAX_FD_REPLICAS as usize],
     /// Ticks on which fewer than a majority of replicas were reporting, so
@@ -177,6 +190,7 @@ impl Membership {
             pauses_detected: 0,
             durable_epoch: 0,
             version_blocks: 0,
+            incarnations: 0,
             reported_ns: [None; MAX_FD_REPLICAS as usize],
             quorum_lost_ticks: 0,
         }
@@ -191,7 +205,31 @@ impl Membership {
             failed_ids: self.failed_ids.clone(),
             nodes: self.nodes.iter().map(|(&k, n)| (k, NodeState { ids: n.ids.clone(), status: n.status })).collect(),
             version_blocks: self.version_blocks,
+            incarnations: self.incarnations,
         }
+    }
+
+    /// A node id for a new incarnation of a fenced compute node (issue 9;
+    /// `pandora.txt` §3.2.2, Fig. 8 "reuse": a suspected node comes back as
+    /// someone new, with new coordinator ids and new memory keys). The id was
+    /// never handed out before and lies in
+    /// `FIRST_INCARNATION_ID..=LAST_INCARNATION_ID`, where operators choose no
+    /// ids, so it collides with no other compute node. `None` once that range
+    /// is used up. Like [`Membership::reserve_version_block`], the allocation
+    /// is durable state: store it before handing the id out.
+    pub fn new_incarnation(&mut self) -> Option<NodeId> {
+        let id = FIRST_INCARNATION_ID as u32 + self.incarnations;
+        if id > LAST_INCARNATION_ID as u32 {
+            return None;
+        }
+        self.incarnations += 1;
+        self.durable_epoch += 1;
+        Some(id as NodeId)
+    }
+
+    /// Every known node and its status.
+    pub fn nodes(&self) -> impl Iterator<Item = (NodeId, NodeStatus)> + '_ {
+        self.nodes.iter().map(|(&k, n)| (k, n.status))
     }
 
     /// Reserve the next block of versions for a recovery coordinator run by
@@ -256,6 +294,7 @@ impl Membership {
         m.recycled = state.recycled;
         m.failed_ids = state.failed_ids;
         m.version_blocks = state.version_blocks;
+        m.incarnations = state.incarnations;
         // The other replicas get the same grace to start reporting to us.
         m.reported_ns = [Some(fresh); MAX_FD_REPLICAS as usize];
         m.check_invariants();
@@ -407,10 +446,18 @@ impl Membership {
     }
 
     fn join(&mut self, now_ns: u64, node: NodeId, coordinators: u16, out: &mut Vec<Command>) {
+        let incarnation_ids = FIRST_INCARNATION_ID as u32..=LAST_INCARNATION_ID as u32;
+        if incarnation_ids.contains(&(node as u32)) && node as u32 >= FIRST_INCARNATION_ID as u32 + self.incarnations {
+            let reason = format!("node id {node} was not handed out by this service (ids from {FIRST_INCARNATION_ID} to {LAST_INCARNATION_ID} are reserved for new incarnations)");
+            out.push(Command::Reject { node, reason });
+            return;
+        }
         if let Some(n) = self.nodes.get(&node) {
             if n.status == NodeStatus::Alive {
                 // A retried join: answer with the same ids.
                 out.push(Command::AssignIds { node, ids: n.ids.clone() });
+            } else if n.status == NodeStatus::Left {
+                out.push(Command::Reject { node, reason: format!("compute node {node} left; rejoin under a new node id") });
             } else {
                 out.push(Command::Reject { node, reason: format!("compute node {node} was declared failed; rejoin under a new node id") });
             }
@@ -443,23 +490,27 @@ impl Membership {
     fn detect(&mut self, now_ns: u64, out: &mut Vec<Command>) {
         let timeout = self.cfg.heartbeat_timeout_ns;
         // If the detector itself did not run for half a timeout (its process
-        // was descheduled or paused), silence proves nothing: heartbeats may
-        // be queued behind the pause. Give every node a fresh timeout rather
-        // than declare them all failed. (Safety never rests on the detector:
-        // a false positive is fenced off by revocation. This is accuracy.)
-        let paused = self.last_tick_ns.is_some_and(|t| now_ns.saturating_sub(t) > timeout / 2);
+        // was descheduled or paused), silence during the pause proves
+        // nothing: heartbeats may be queued behind it. The pause does not
+        // count against anyone: every last-heard time moves forward by its
+        // length. Silence while the detector runs still accumulates, so a
+        // crashed node is declared even on a machine that pauses the
+        // detector again and again (a fresh timeout per pause would never
+        // declare it). (Safety never rests on the detector: a false positive
+        // is fenced off for good by revocation. This is accuracy.)
+        let gap = self.last_tick_ns.map_or(0, |t| now_ns.saturating_sub(t));
         self.last_tick_ns = Some(now_ns);
-        if paused {
+        if gap > timeout / 2 {
             self.pauses_detected += 1;
             for n in self.nodes.values_mut() {
                 if n.status == NodeStatus::Alive {
                     for t in n.seen_ns.iter_mut() {
-                        *t = (*t).max(now_ns);
+                        *t = discount_pause(*t, gap, now_ns);
                     }
                 }
             }
             for r in self.reported_ns.iter_mut().flatten() {
-                *r = (*r).max(now_ns);
+                *r = discount_pause(*r, gap, now_ns);
             }
             return;
         }
@@ -534,6 +585,12 @@ impl Membership {
     }
 }
 
+/// A last-heard time moved forward by a detector pause of `gap`, never past
+/// now, and never backwards (a restore's grace lies in the future).
+fn discount_pause(t: u64, gap: u64, now_ns: u64) -> u64 {
+    t.max(t.saturating_add(gap).min(now_ns))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,7 +657,40 @@ mod tests {
             t += 20;
             revoked = m.step(t, Event::Tick) == vec![Command::Revoke { node: 1 }];
         }
-        assert!(revoked && t > 600, "declared at {t}");
+        // The pause (40..500) does not count: 40 ns of silence before it, so
+        // the timeout runs out 60 ns after it.
+        assert!(revoked && t > 560 && t <= 600, "declared at {t}");
+    }
+
+    #[test]
+    fn a_pause_never_shortens_a_grace_that_lies_in_the_future() {
+        assert_eq!(discount_pause(1_000, 50, 500), 1_000);
+        assert_eq!(discount_pause(100, 50, 500), 150);
+        assert_eq!(discount_pause(480, 50, 500), 500);
+    }
+
+    /// A detector paused again and again (a loaded machine) still declares a
+    /// crashed node: only the pauses are discounted, not the silence between.
+    #[test]
+    fn a_detector_paused_repeatedly_still_declares_a_silent_node() {
+        let mut m = m();
+        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        m.step(0, Event::Join { node: 2, coordinators: 1 });
+        let mut t = 0;
+        let mut declared = None;
+        // Every 10 ns tick is followed by a 60 ns pause (longer than half the timeout).
+        while t < 5_000 && declared.is_none() {
+            t += 10;
+            m.step(t, Event::Heartbeat { node: 2 });
+            if m.step(t, Event::Tick).contains(&Command::Revoke { node: 1 }) {
+                declared = Some(t);
+            }
+            t += 60;
+            m.step(t, Event::Heartbeat { node: 2 });
+            m.step(t, Event::Tick);
+        }
+        assert!(declared.is_some(), "node 1 never declared on a pausing detector");
+        assert_eq!(m.status(2), Some(NodeStatus::Alive), "the heartbeating node is never declared");
     }
 
     #[test]
@@ -638,6 +728,42 @@ mod tests {
             Command::AssignIds { ids, .. } => assert_eq!(ids.len(), 9),
             c => panic!("{c:?}"),
         }
+    }
+
+    /// Issue 9: a fenced node comes back under a node id the service hands
+    /// out, one no operator chose and nobody held before, kept across a restart.
+    #[test]
+    fn new_incarnations_get_fresh_node_ids_that_survive_a_restart() {
+        let mut m = m();
+        m.step(0, Event::Join { node: 1, coordinators: 2 });
+        let epoch = m.durable_epoch();
+        assert_eq!(m.new_incarnation(), Some(FIRST_INCARNATION_ID));
+        assert!(m.durable_epoch() > epoch, "an allocated node id is durable state");
+        assert_eq!(m.new_incarnation(), Some(FIRST_INCARNATION_ID + 1));
+        // An allocated id joins like any node; one never handed out is refused.
+        assert_eq!(m.step(1, Event::Join { node: FIRST_INCARNATION_ID, coordinators: 2 }), vec![Command::AssignIds { node: FIRST_INCARNATION_ID, ids: vec![3, 4] }]);
+        match &m.step(1, Event::Join { node: FIRST_INCARNATION_ID + 2, coordinators: 1 })[0] {
+            Command::Reject { reason, .. } => assert!(reason.contains("not handed out"), "{reason}"),
+            c => panic!("{c:?}"),
+        }
+        // Ids above the range (the service's own node, checkers) are not affected.
+        assert!(matches!(m.step(1, Event::Join { node: LAST_INCARNATION_ID + 1, coordinators: 1 })[0], Command::AssignIds { .. }));
+        let mut r = Membership::restore(cfg(100, 0), serde_json::from_str(&serde_json::to_string(&m.snapshot()).unwrap()).unwrap(), 10).unwrap();
+        assert_eq!(r.new_incarnation(), Some(FIRST_INCARNATION_ID + 2), "a restored service never hands a node id out twice");
+        // A state stored before incarnations existed reads as none handed out.
+        let old = r#"{"next_id":1,"recycled":[],"failed_ids":[],"nodes":{}}"#;
+        let mut o = Membership::restore(cfg(100, 0), serde_json::from_str(old).unwrap(), 0).unwrap();
+        assert_eq!(o.new_incarnation(), Some(FIRST_INCARNATION_ID));
+    }
+
+    #[test]
+    fn the_incarnation_range_runs_out_cleanly() {
+        let mut m = m();
+        let n = (LAST_INCARNATION_ID - FIRST_INCARNATION_ID) as usize + 1;
+        let ids: Vec<NodeId> = std::iter::from_fn(|| m.new_incarnation()).collect();
+        assert_eq!(ids.len(), n);
+        assert_eq!(*ids.last().unwrap(), LAST_INCARNATION_ID);
+        assert_eq!(m.new_incarnation(), None);
     }
 
     fn cfg(timeout: u64, grace: u64) -> MembershipConfig {

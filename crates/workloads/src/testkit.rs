@@ -39,13 +39,13 @@ pub fn run_inline<C>(
     let store = StoreConfig::new(Mode::Pandora, 3, 2, tables);
     let layout = Arc::new(Layout::new(&store).expect("layout"));
     let cluster = InlineCluster::with_nodes(3, *layout.region_bytes.iter().max().unwrap(), 1);
-    let fab = cluster.join(0);
+    let fab = cluster.join(0).expect("a fresh compute-node id");
     block_on(async {
         let mut loader = Loader::new(&fab, layout.clone());
         load(&mut loader).await.expect("load");
         loader.finish().await.expect("load");
     });
-    let node = ComputeNode::new(cluster.join(1), &store, layout.clone(), FailedIds::new());
+    let node = ComputeNode::new(cluster.join(1).expect("a fresh compute-node id"), &store, layout.clone(), FailedIds::new());
     let mut coords: Vec<_> = (0..clients.len()).map(|i| node.coordinator(i as u16 + 1)).collect();
     let mut committed = 0;
     for _ in 0..rounds {
@@ -55,7 +55,7 @@ pub fn run_inline<C>(
             }
         }
     }
-    let checker = cluster.join(2);
+    let checker = cluster.join(2).expect("a fresh compute-node id");
     let live = (0..n_tables).map(|t| block_on(snapshot(&checker, &layout, t)).expect("snapshot").live()).collect();
     (live, committed)
 }

@@ -21,7 +21,7 @@ use std::task::Poll;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::memory::RegionKey;
+use crate::memory::{Fenced, RegionKey};
 use crate::tcp::qp::TcpQp;
 use crate::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg, FRAME_HEADER_BYTES};
 use crate::verb::{ComputeNodeId, MemNodeId};
@@ -41,13 +41,15 @@ impl TcpCluster {
     }
 
     /// Issue `compute` a region key on every memory server (keys in memory-node
-    /// order). Re-registering replaces the old keys, which cuts off every
+    /// order). A revoked incarnation is refused: the error wraps [`Fenced`]
+    /// (see [`is_fenced`]). Re-registering replaces the old keys, which cuts off every
     /// connection made with them: register once per compute node, then let
     /// each of its threads [`connect`](Self::connect) with the same keys.
     pub async fn register(&self, compute: ComputeNodeId) -> io::Result<Vec<RegionKey>> {
         let calls = self.addrs.iter().map(|&addr| async move {
             match admin_call(addr, self.secret, ClientMsg::Register { compute }).await? {
                 ServerMsg::Registered { key } => Ok(key),
+                ServerMsg::Reject { reason: RejectReason::Fenced } => Err(io::Error::new(io::ErrorKind::PermissionDenied, Fenced(compute))),
                 other => Err(unexpected(addr, &other)),
             }
         });
@@ -190,7 +192,7 @@ fn unexpected(addr: SocketAddr, msg: &ServerMsg) -> io::Error {
     match msg {
         ServerMsg::Reject { reason } => {
             let kind = match reason {
-                RejectReason::BadKey | RejectReason::BadSecret => io::ErrorKind::PermissionDenied,
+                RejectReason::BadKey | RejectReason::BadSecret | RejectReason::Fenced => io::ErrorKind::PermissionDenied,
                 RejectReason::Busy => io::ErrorKind::ConnectionRefused,
                 RejectReason::Protocol => io::ErrorKind::InvalidData,
             };
@@ -222,4 +224,9 @@ async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
     })
     .await;
     outs.into_iter().flatten().collect()
+}
+
+/// Whether `e` is a registration refused because the incarnation was revoked.
+pub fn is_fenced(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Fenced>())
 }

@@ -22,6 +22,6 @@ mod qp;
 mod server;
 pub mod wire;
 
-pub use client::{TcpCluster, TcpFabric};
+pub use client::{is_fenced, TcpCluster, TcpFabric};
 pub use qp::{TcpPending, TcpQp};
 pub use server::{serve, MemoryServerHandle};

@@ -397,11 +397,16 @@ fn admin_loop(
             }
         }
         let answer = match ClientMsg::decode(body) {
-            Ok(ClientMsg::Register { compute }) => {
-                let key = shared.node.register(compute);
-                log::info!("memory server: registered compute node {compute}");
-                ServerMsg::Registered { key }
-            }
+            Ok(ClientMsg::Register { compute }) => match shared.node.register(compute) {
+                Ok(key) => {
+                    log::info!("memory server: registered compute node {compute}");
+                    ServerMsg::Registered { key }
+                }
+                Err(e) => {
+                    log::warn!("memory server: refused registration: {e}");
+                    ServerMsg::Reject { reason: RejectReason::Fenced }
+                }
+            },
             Ok(ClientMsg::Revoke { compute }) => {
                 // The ack leaves only after the key is dead: every verb the
                 // poller executes from now on fails with `Revoked`.

@@ -121,6 +121,9 @@ pub enum RejectReason {
     Protocol = 3,
     /// The server is at its connection limit.
     Busy = 4,
+    /// `Register` of a compute-node incarnation that was revoked: fencing is
+    /// for good, the node must rejoin under a new identity.
+    Fenced = 5,
 }
 
 impl RejectReason {
@@ -130,6 +133,7 @@ impl RejectReason {
             2 => RejectReason::BadSecret,
             3 => RejectReason::Protocol,
             4 => RejectReason::Busy,
+            5 => RejectReason::Fenced,
             other => return Err(FrameError::UnknownRejectReason(other)),
         })
     }
@@ -614,6 +618,7 @@ mod tests {
             ServerMsg::Reject { reason: RejectReason::BadSecret },
             ServerMsg::Reject { reason: RejectReason::Protocol },
             ServerMsg::Reject { reason: RejectReason::Busy },
+            ServerMsg::Reject { reason: RejectReason::Fenced },
         ]
     }
 

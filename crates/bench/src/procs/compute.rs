@@ -1,0 +1,389 @@
+//! `tandem compute-server` (DESIGN.md §4.1, issue 9): register with the
+//! memory servers first, then join the membership and heartbeat, and run the
+//! micro workload. A compute server that is fenced (a verb came back
+//! `Revoked`, its ids were published as failed, it was told so, or its
+//! rejoin was refused) aborts its in-flight transactions (outcomes in
+//! doubt), stops issuing verbs, and comes back as a new incarnation: a node
+//! id from the membership, new coordinator ids, new keys (`pandora.txt`
+//! §3.2.2, Fig. 8 "reuse"). It keeps running the workload for the rest of
+//! its duration.
+//!
+//! The ledger (one 16-byte record per coordinator slot: committed writes,
+//! writes in doubt, cumulative over incarnations) is updated around every
+//! transaction with `pwrite`, so it survives `kill -9`. Next to it, the ids
+//! file lists every incarnation: node id, coordinator ids, and why it was
+//! fenced; `check-cluster` counts fenced incarnations' ids as failed.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tandem_dkvs::{ComputeNode, Coordinator, Layout, StoreConfig, TxError};
+use tandem_fabric::tcp::{is_fenced, TcpCluster, TcpFabric};
+use tandem_sim::Rng;
+use tandem_workloads::micro::{MicroClient, MicroLedger, MicroSpec};
+use tokio::sync::watch;
+
+use super::session::{new_incarnation, JoinError, MembershipSession, Stop, StopSignal};
+use super::wait::wait_for_listeners;
+use crate::runner::block_on_local;
+
+pub struct ComputeServerConfig {
+    pub node: u16,
+    /// Every membership replica (one without replication).
+    pub membership: Vec<SocketAddr>,
+    pub memory: TcpCluster,
+    pub store: StoreConfig,
+    pub micro: MicroSpec,
+    pub coordinators: u16,
+    pub duration: Duration,
+    pub heartbeat_every: Duration,
+    pub ledger: Option<PathBuf>,
+    pub seed: u64,
+    /// How long to wait for the memory servers and the membership service.
+    pub patience: Duration,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ComputeServerReport {
+    pub node: u16,
+    pub committed: u64,
+    pub aborted: u64,
+    pub locks_stolen: u64,
+    /// Commits per 100 ms since the workload started.
+    pub timeline_100ms: Vec<u64>,
+    pub errors: Vec<String>,
+    /// Every incarnation, the first under `node`.
+    pub incarnations: Vec<Incarnation>,
+}
+
+/// One incarnation of a compute node, as the ids file records it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Incarnation {
+    pub node: u16,
+    /// Its coordinator ids (empty if it was fenced before it joined).
+    pub ids: Vec<u16>,
+    /// Why it was fenced, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fenced: Option<String>,
+}
+
+/// Register, join, run the micro workload for `duration` (as new
+/// incarnations after every fencing), leave, report.
+pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerReport, String> {
+    let layout = Arc::new(Layout::new(&cfg.store)?);
+    let ledger = Ledger::create(cfg.ledger.as_deref())?;
+    let mut seeds = Rng::new(cfg.seed ^ cfg.node as u64);
+    let clients = (0..cfg.coordinators).map(|_| MicroClient::new(cfg.micro.clone(), seeds.next_u64())).collect();
+    let who = format!("compute node {}", cfg.node);
+    wait_for_listeners(&who, "memory server", &cfg.memory.addrs, cfg.patience)?;
+    let server = Rc::new(Server { cfg, layout, ledger, tally: Tally::default() });
+    block_on_local(server.run(clients))
+}
+
+struct Server {
+    cfg: ComputeServerConfig,
+    layout: Arc<Layout>,
+    ledger: Ledger,
+    tally: Tally,
+}
+
+/// Totals over every coordinator of every incarnation.
+#[derive(Default)]
+struct Tally {
+    committed: Cell<u64>,
+    aborted: Cell<u64>,
+    stolen: Cell<u64>,
+    errors: RefCell<Vec<String>>,
+}
+
+/// Why an incarnation could not start.
+enum Start {
+    Fenced(String),
+    Failed(String),
+}
+
+/// How an incarnation ended.
+enum End {
+    /// The run's duration is over.
+    Deadline,
+    Fenced(String),
+    /// Every coordinator stopped on an error (recorded in the tally).
+    Stopped,
+}
+
+impl Server {
+    async fn run(self: Rc<Self>, mut clients: Vec<MicroClient>) -> Result<ComputeServerReport, String> {
+        let mut node = self.cfg.node;
+        let mut incarnations: Vec<Incarnation> = Vec::new();
+        let mut timeline = None;
+        loop {
+            let (session, fabric) = match self.start_incarnation(node).await {
+                Ok(started) => started,
+                Err(Start::Fenced(why)) => {
+                    eprintln!("compute node {node}: fenced before it started ({why}); coming back as a new incarnation");
+                    incarnations.push(Incarnation { node, ids: Vec::new(), fenced: Some(why) });
+                    self.ledger.write_ids(&incarnations)?;
+                    node = self.next_node(node).await?;
+                    continue;
+                }
+                Err(Start::Failed(e)) => return Err(e),
+            };
+            let sampler = timeline.get_or_insert_with(|| Sampler::start(self.clone()));
+            incarnations.push(Incarnation { node, ids: session.ids.clone(), fenced: None });
+            self.ledger.write_ids(&incarnations)?;
+            eprintln!("compute node {node}: coordinators {:?}", session.ids);
+            let end;
+            (clients, end) = self.clone().run_incarnation(&session, fabric, clients, sampler.deadline).await;
+            match end {
+                End::Deadline => {
+                    tokio::task::spawn_blocking(move || session.leave()).await.map_err(|e| e.to_string())?;
+                    break;
+                }
+                End::Stopped => break,
+                End::Fenced(why) => {
+                    eprintln!("compute node {node}: fenced ({why}); in-flight transactions aborted (outcomes in doubt); coming back as a new incarnation");
+                    incarnations.last_mut().expect("pushed above").fenced = Some(why);
+                    self.ledger.write_ids(&incarnations)?;
+                    drop(session);
+                    if Instant::now() >= sampler.deadline {
+                        break;
+                    }
+                    node = self.next_node(node).await?;
+                }
+            }
+        }
+        let timeline_100ms = match timeline {
+            Some(s) => s.task.await.map_err(|e| e.to_string())?,
+            None => Vec::new(),
+        };
+        let t = &self.tally;
+        Ok(ComputeServerReport {
+            node: self.cfg.node,
+            committed: t.committed.get(),
+            aborted: t.aborted.get(),
+            locks_stolen: t.stolen.get(),
+            timeline_100ms,
+            errors: t.errors.borrow().clone(),
+            incarnations,
+        })
+    }
+
+    /// Register with the memory servers, connect, then join the membership
+    /// (heartbeats start with the join): the detector can judge this node
+    /// only once it holds keys that a revocation takes away.
+    async fn start_incarnation(&self, node: u16) -> Result<(MembershipSession, TcpFabric), Start> {
+        let memory = &self.cfg.memory;
+        let servers = memory.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
+        let keys = match memory.register(node).await {
+            Ok(keys) => keys,
+            Err(e) if is_fenced(&e) => return Err(Start::Fenced(format!("the memory servers refuse compute node {node}: it was fenced"))),
+            Err(e) => return Err(Start::Failed(format!("compute node {node} cannot register with the memory servers {servers}: {e}"))),
+        };
+        let fabric = memory.connect(node, &keys).await.map_err(|e| Start::Failed(format!("compute node {node} cannot connect to the memory servers {servers}: {e}")))?;
+        let c = &self.cfg;
+        let (addrs, coordinators, every, patience) = (c.membership.clone(), c.coordinators, c.heartbeat_every, c.patience);
+        let joined = tokio::task::spawn_blocking(move || MembershipSession::join_within(&addrs, node, coordinators, every, patience))
+            .await
+            .map_err(|e| Start::Failed(e.to_string()))?;
+        match joined {
+            Ok(session) => Ok((session, fabric)),
+            Err(JoinError::Fenced(why)) => Err(Start::Fenced(why)),
+            Err(e) => Err(Start::Failed(e.to_string())),
+        }
+    }
+
+    /// A node id from the membership service to come back under.
+    async fn next_node(&self, of: u16) -> Result<u16, String> {
+        let (addrs, patience) = (self.cfg.membership.clone(), self.cfg.patience);
+        let node = tokio::task::spawn_blocking(move || new_incarnation(&addrs, of, patience)).await.map_err(|e| e.to_string())??;
+        eprintln!("compute node {of}: comes back as compute node {node}");
+        Ok(node)
+    }
+
+    /// Drive one coordinator per client until the deadline or a stop; the
+    /// clients come back (their ledgers go on in the next incarnation).
+    async fn run_incarnation(self: Rc<Self>, session: &MembershipSession, fabric: TcpFabric, clients: Vec<MicroClient>, deadline: Instant) -> (Vec<MicroClient>, End) {
+        let compute = ComputeNode::new(fabric, &self.cfg.store, self.layout.clone(), session.failed.clone());
+        let (stop, _) = watch::channel(None);
+        let stop = Rc::new(stop);
+        let watcher = tokio::task::spawn_local(watch_session(session.signal(), stop.clone(), deadline));
+        let mut tasks = Vec::new();
+        for (k, (client, &id)) in clients.into_iter().zip(&session.ids).enumerate() {
+            let driver = Driver { server: self.clone(), slot: k, stop: stop.clone(), deadline };
+            tasks.push(tokio::task::spawn_local(driver.drive(compute.coordinator(id), client)));
+        }
+        let mut back = Vec::new();
+        for t in tasks {
+            back.push(t.await.expect("a coordinator task panicked"));
+        }
+        watcher.abort();
+        let end = match stop.borrow().clone() {
+            Some(Stop::Fenced(why)) => End::Fenced(why),
+            Some(Stop::Lost(why)) => {
+                self.tally.errors.borrow_mut().push(format!("compute node {}: {why}", session.node));
+                End::Stopped
+            }
+            None if Instant::now() >= deadline => End::Deadline,
+            None => End::Stopped,
+        };
+        (back, end)
+    }
+}
+
+/// Pass the session's verdict (fenced, or lost) on to the coordinators.
+async fn watch_session(signal: StopSignal, stop: Rc<watch::Sender<Option<Stop>>>, deadline: Instant) {
+    while Instant::now() < deadline {
+        if let Some(why) = signal.get() {
+            stop_with(&stop, why);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The first reason sticks.
+fn stop_with(stop: &watch::Sender<Option<Stop>>, why: Stop) {
+    stop.send_if_modified(|s| s.is_none() && s.replace(why).is_none());
+}
+
+/// One coordinator's loop.
+struct Driver {
+    server: Rc<Server>,
+    slot: usize,
+    stop: Rc<watch::Sender<Option<Stop>>>,
+    deadline: Instant,
+}
+
+impl Driver {
+    async fn drive(self, mut coord: Coordinator<TcpFabric>, mut client: MicroClient) -> MicroClient {
+        let (tally, ops) = (&self.server.tally, self.server.cfg.micro.ops_per_tx as u64);
+        let mut stop = self.stop.subscribe();
+        while Instant::now() < self.deadline && stop.borrow().is_none() {
+            // Before: this transaction's writes are in doubt until it answers.
+            self.record(&client, ops);
+            // Fenced: abort in flight (as a crash would), stop issuing verbs.
+            let fenced = stop.wait_for(|s| matches!(s, Some(Stop::Fenced(_))));
+            let outcome = tokio::select! {
+                r = client.run_one(&mut coord) => Some(r),
+                _ = fenced => None,
+            };
+            match outcome {
+                None => abort_in_flight(&client),
+                Some(Ok(true)) => tally.committed.set(tally.committed.get() + 1),
+                Some(Ok(false)) => tally.aborted.set(tally.aborted.get() + 1),
+                Some(Err(TxError::Revoked)) => stop_with(&self.stop, Stop::Fenced(format!("coordinator {}: a verb came back Revoked", coord.id()))),
+                Some(Err(e)) => {
+                    tally.errors.borrow_mut().push(format!("coordinator {}: {e}", coord.id()));
+                    self.record(&client, 0);
+                    break;
+                }
+            }
+            self.record(&client, 0);
+        }
+        tally.stolen.set(tally.stolen.get() + coord.stats.locks_stolen);
+        client
+    }
+
+    fn record(&self, client: &MicroClient, pending: u64) {
+        self.server.ledger.record(self.slot, &client.ledger.borrow(), pending);
+    }
+}
+
+/// A transaction dropped mid-flight: the writes of a commit under way are in doubt.
+fn abort_in_flight(client: &MicroClient) {
+    let mut l = client.ledger.borrow_mut();
+    let pending = std::mem::take(&mut l.pending);
+    l.in_doubt += pending;
+}
+
+/// Samples the commit count every 100 ms from the first incarnation's start
+/// to the deadline.
+struct Sampler {
+    deadline: Instant,
+    task: tokio::task::JoinHandle<Vec<u64>>,
+}
+
+impl Sampler {
+    fn start(server: Rc<Server>) -> Sampler {
+        let deadline = Instant::now() + server.cfg.duration;
+        let task = tokio::task::spawn_local(async move {
+            let (mut timeline, mut last) = (Vec::new(), 0);
+            while Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let c = server.tally.committed.get();
+                timeline.push(c - last);
+                last = c;
+            }
+            timeline
+        });
+        Sampler { deadline, task }
+    }
+}
+
+/// The ledger file and the ids file next to it.
+struct Ledger {
+    file: Option<std::fs::File>,
+    path: Option<PathBuf>,
+}
+
+impl Ledger {
+    fn create(path: Option<&Path>) -> Result<Ledger, String> {
+        let file = match path {
+            Some(p) => Some(std::fs::File::create(p).map_err(|e| format!("cannot create ledger {}: {e}", p.display()))?),
+            None => None,
+        };
+        Ok(Ledger { file, path: path.map(Path::to_path_buf) })
+    }
+
+    /// Slot `k`'s acknowledged writes, and its writes in doubt plus `pending`.
+    fn record(&self, k: usize, l: &MicroLedger, pending: u64) {
+        if let Some(f) = &self.file {
+            let mut b = [0u8; 16];
+            b[..8].copy_from_slice(&l.writes_committed.to_le_bytes());
+            b[8..].copy_from_slice(&(l.in_doubt + pending).to_le_bytes());
+            let _ = f.write_at(&b, 16 * k as u64);
+        }
+    }
+
+    /// Replace the ids file (atomically: a `kill -9` leaves the old or the new one).
+    fn write_ids(&self, incarnations: &[Incarnation]) -> Result<(), String> {
+        let Some(p) = &self.path else { return Ok(()) };
+        let (ids, tmp) = (p.with_extension("ids"), p.with_extension("ids.tmp"));
+        let json = serde_json::to_string(incarnations).map_err(|e| e.to_string())?;
+        std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &ids)).map_err(|e| format!("cannot write {}: {e}", ids.display()))
+    }
+}
+
+/// Every incarnation a compute server recorded next to its ledger. An ids
+/// file written before incarnations existed (a bare list of ids) reads as
+/// one incarnation of node 0.
+pub fn read_incarnations(ledger: &Path) -> Result<Vec<Incarnation>, String> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum IdsFile {
+        Incarnations(Vec<Incarnation>),
+        Ids(Vec<u16>),
+    }
+    let p = ledger.with_extension("ids");
+    let s = std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    match serde_json::from_str(&s).map_err(|e| format!("bad ids file {}: {e}", p.display()))? {
+        IdsFile::Incarnations(v) => Ok(v),
+        IdsFile::Ids(ids) => Ok(vec![Incarnation { node: 0, ids, fenced: None }]),
+    }
+}
+
+/// Coordinator ids of every incarnation a compute server recorded next to its ledger.
+pub fn read_ids(ledger: &Path) -> Result<Vec<u16>, String> {
+    Ok(read_incarnations(ledger)?.into_iter().flat_map(|i| i.ids).collect())
+}
+
+/// Coordinator ids of the fenced incarnations recorded next to a ledger.
+pub fn fenced_ids(ledger: &Path) -> Result<Vec<u16>, String> {
+    Ok(read_incarnations(ledger)?.into_iter().filter(|i| i.fenced.is_some()).flat_map(|i| i.ids).collect())
+}
