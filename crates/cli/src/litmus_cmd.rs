@@ -56,6 +56,10 @@ pub struct LitmusArgs {
     /// Skip the replica check (fail each memory node in turn and re-read every key).
     #[arg(long)]
     no_replica_check: bool,
+    /// Simulated pandora runs: abort or stall on locks of other coordinators (default: a
+    /// quarter of the runs stall).
+    #[arg(long)]
+    on_stray: Option<String>,
     /// Re-inject a bug (complicit-abort, covert-locks, relaxed-locks, missing-insert-undo,
     /// logging-without-locking, or a recovery bug: lost-decision, trust-undo-images,
     /// always-roll-back, skip-log-recovery, restore-one-replica, invalidate-logs-first, or a
@@ -138,6 +142,12 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
     cfg.crash_points = a.crash_points.parse()?;
     cfg.slow_recovery_ns = a.slow_recovery_ns;
     cfg.replica_check = !a.no_replica_check;
+    cfg.on_stray = match a.on_stray.as_deref() {
+        None => None,
+        Some("abort") => Some(tandem_dkvs::OnStray::Abort),
+        Some("stall") => Some(campaign::STALL),
+        Some(o) => return Err(format!("unknown --on-stray '{o}' (expected abort or stall)")),
+    };
     cfg.bug_names = a.inject_bug.clone();
     cfg.compute_nodes = a.compute_nodes.max(1);
     cfg.clients_per_node = a.clients.max(1);

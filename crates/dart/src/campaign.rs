@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tandem_dkvs::recovery::RecoveryBugs;
-use tandem_dkvs::{BugSwitches, Mode};
+use tandem_dkvs::{BugSwitches, Mode, OnStray};
 use tandem_sim::Rng;
 
 use crate::history::TxRecord;
@@ -89,6 +89,9 @@ pub fn parse_bugs(names: &[String]) -> Result<InjectedBugs, String> {
     Ok(b)
 }
 
+/// `--on-stray stall` in simulated runs: wait out a recovery of ~1 ms.
+pub const STALL: OnStray = OnStray::Stall { max_retries: 2_000 };
+
 /// The default `--tests`: see [`CampaignConfig::run_tests`].
 pub const MIX: &str = "mix";
 
@@ -115,6 +118,9 @@ pub struct CampaignConfig {
     pub slow_recovery_ns: Option<u64>,
     /// Simulated runs: fail each memory node in turn and compare replicas.
     pub replica_check: bool,
+    /// Simulated runs: abort or stall on locks of other coordinators; `None`
+    /// mixes (a quarter of the pandora runs stall).
+    pub on_stray: Option<OnStray>,
     pub bug_names: Vec<String>,
     pub compute_nodes: u16,
     pub clients_per_node: u16,
@@ -148,6 +154,7 @@ impl CampaignConfig {
             crash_points: CrashPoints::default(),
             slow_recovery_ns: None,
             replica_check: true,
+            on_stray: None,
             bug_names: Vec::new(),
             compute_nodes: 2,
             clients_per_node: 4,
@@ -179,6 +186,17 @@ impl CampaignConfig {
         }
         let names = Suite::names();
         (names[rng.below(names.len() as u64) as usize].to_string(), 1)
+    }
+
+    /// What run `seed`'s transactions do on another coordinator's lock.
+    /// Only pandora stalls: ford and traditional recovery stop the world and
+    /// wait for in-flight transactions, which would wait for recovery.
+    pub fn run_on_stray(&self, seed: u64) -> OnStray {
+        match (self.on_stray, &self.store) {
+            (Some(o), _) => o,
+            (None, StoreKind::Tandem(Mode::Pandora)) if Rng::new(seed ^ 0x57A1).chance(0.25) => STALL,
+            _ => OnStray::Abort,
+        }
     }
 
     /// Whether run `seed` crashes a compute node (decided by the seed alone).
@@ -222,6 +240,9 @@ impl CampaignConfig {
         }
         if !self.replica_check {
             c += " --no-replica-check";
+        }
+        if self.run_on_stray(seed) != OnStray::Abort {
+            c += " --on-stray stall";
         }
         for b in &self.bug_names {
             c += &format!(" --inject-bug {b}");
@@ -285,6 +306,7 @@ pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<Ru
             c.crash_points = cfg.crash_points;
             c.slow_recovery_ns = cfg.slow_recovery_ns;
             c.replica_check = cfg.replica_check;
+            c.on_stray = cfg.run_on_stray(seed);
             c.compute_nodes = cfg.compute_nodes;
             c.clients_per_node = cfg.clients_per_node;
             c.txs_per_client = cfg.txs_per_client;
@@ -352,6 +374,9 @@ pub fn run(cfg: &CampaignConfig) -> Result<CampaignReport, String> {
     let selector = if cfg.tests == MIX { "all" } else { cfg.tests.as_str() };
     let suite = Arc::new(Suite::parse(selector, cfg.instances)?);
     parse_bugs(&cfg.bug_names)?;
+    if cfg.on_stray.is_some_and(|o| o != OnStray::Abort) && !matches!(cfg.store, StoreKind::Tandem(Mode::Pandora)) {
+        return Err("--on-stray stall needs pandora (ford and traditional recovery wait for in-flight transactions)".into());
+    }
     if !(0.0..=1.0).contains(&cfg.crash_rate) {
         return Err("--crash-rate must be in [0, 1]".into());
     }

@@ -164,7 +164,7 @@ impl CrashPlan {
         let mut plan = CrashPlan { node, at_ns, detect_ns: 0, window, recoverer: None, slow_recovery_ns: 0, wire_seed: rng.next_u64() };
         if points == CrashPoints::Weighted {
             plan.recoverer = rng.chance(0.35).then(|| recoverer_crash(rng));
-            plan.slow_recovery_ns = if rng.chance(0.25) { rng.range_inclusive(5_000, 50_000) } else { 0 };
+            plan.slow_recovery_ns = if rng.chance(0.25) { rng.range_inclusive(20_000, 250_000) } else { 0 };
         }
         plan
     }

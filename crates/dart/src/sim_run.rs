@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryBugs, RecoveryCoordinator};
-use tandem_dkvs::{BugSwitches, ComputeNode, FailedIds, Layout, MemoryView, Mode, StoreConfig, TableSpec};
+use tandem_dkvs::{BugSwitches, ComputeNode, FailedIds, Layout, MemoryView, Mode, OnStray, StoreConfig, TableSpec};
 use tandem_fabric::sim::{SimCluster, SimFabric, SimFabricConfig};
 use tandem_membership::{Command, Event, Membership, MembershipConfig};
 use tandem_sim::{Rng, Sim};
@@ -95,6 +95,9 @@ pub struct SimRunConfig {
     pub slow_recovery_ns: Option<u64>,
     /// Run the replica check (after the run, and once during it).
     pub replica_check: bool,
+    /// What live transactions do on a lock of another coordinator: abort,
+    /// or stall (pandora: they then wait out a recovery under way).
+    pub on_stray: OnStray,
     /// Run the history checker (the assertions run regardless).
     pub check_history: bool,
     pub fabric: SimFabricConfig,
@@ -119,6 +122,7 @@ impl SimRunConfig {
             crash_points: CrashPoints::default(),
             slow_recovery_ns: None,
             replica_check: true,
+            on_stray: OnStray::Abort,
             check_history: true,
             fabric: SimFabricConfig::default(),
         }
@@ -224,6 +228,7 @@ impl<'c> Harness<'c> {
         store.log_slots = LOG_SLOTS;
         store.log_slot_bytes = 8 * 1024;
         store.bugs = cfg.bugs;
+        store.on_stray = cfg.on_stray;
         assert!(clients < (RECOVERY_ID - RUN_ATTEMPTS) as u32, "too many clients for {LOG_SLOTS} log slots");
         let layout = Arc::new(Layout::new(&store).expect("valid DART store config"));
         let sim = Sim::new(cfg.seed);

@@ -94,11 +94,20 @@ pub struct BugSwitches {
     /// read earlier posts its undo entry with the pre-lock image, alongside
     /// the lock CAS instead of after it.
     pub logging_without_locking: bool,
+    /// Not FORD's (pandora): a coordinator that stalled [`LEASE_STALLS`]
+    /// round trips on a lock (`OnStray::Stall`) presumes its owner dead, as
+    /// a lock lease would: it reads through and steals that lock word from
+    /// then on. Pandora treats only locks of failed ids so (PILL); with a
+    /// quick recovery the lock is gone before the lease ends.
+    pub lock_lease: bool,
 }
 
+/// Round trips of stalling after which the lock-lease bug steals a lock.
+pub const LEASE_STALLS: u32 = 128;
+
 impl BugSwitches {
-    pub const NAMES: [&'static str; 5] =
-        ["complicit-abort", "covert-locks", "relaxed-locks", "missing-insert-undo", "logging-without-locking"];
+    pub const NAMES: [&'static str; 6] =
+        ["complicit-abort", "covert-locks", "relaxed-locks", "missing-insert-undo", "logging-without-locking", "lock-lease"];
 
     pub fn parse(name: &str) -> Result<BugSwitches, String> {
         let mut b = BugSwitches::default();
@@ -108,6 +117,7 @@ impl BugSwitches {
             "relaxed-locks" => b.relaxed_locks = true,
             "missing-insert-undo" => b.missing_insert_undo = true,
             "logging-without-locking" => b.logging_without_locking = true,
+            "lock-lease" => b.lock_lease = true,
             other => return Err(format!("unknown bug '{other}' (known: {})", Self::NAMES.join(", "))),
         }
         Ok(b)
@@ -121,12 +131,20 @@ impl BugSwitches {
             relaxed_locks: self.relaxed_locks || o.relaxed_locks,
             missing_insert_undo: self.missing_insert_undo || o.missing_insert_undo,
             logging_without_locking: self.logging_without_locking || o.logging_without_locking,
+            lock_lease: self.lock_lease || o.lock_lease,
         }
     }
 
     /// The names of the switches that are on.
     pub fn names(&self) -> Vec<&'static str> {
-        let on = [self.complicit_abort, self.covert_locks, self.relaxed_locks, self.missing_insert_undo, self.logging_without_locking];
+        let on = [
+            self.complicit_abort,
+            self.covert_locks,
+            self.relaxed_locks,
+            self.missing_insert_undo,
+            self.logging_without_locking,
+            self.lock_lease,
+        ];
         Self::NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
     }
 

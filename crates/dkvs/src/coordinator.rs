@@ -29,7 +29,7 @@ use futures::future::join_all;
 use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::compute::ComputeNode;
-use crate::config::{Mode, OnStray, TableId};
+use crate::config::{Mode, OnStray, TableId, LEASE_STALLS};
 use crate::error::{AbortReason, TxError};
 use crate::layout::{TableLayout, ASSOC, MAX_PROBE_BUCKETS};
 use crate::log::{invalid_state_word, LogEntry, LogRecord, OpKind};
@@ -72,6 +72,8 @@ pub struct Coordinator<F: Fabric> {
     tx_seq: u64,
     version_counter: u64,
     pub stats: CoordinatorStats,
+    /// Lock words outwaited under the lock-lease bug (empty otherwise).
+    presumed_dead: Vec<u64>,
 }
 
 type Pending<F> = <<F as Fabric>::Qp as QueuePair>::Pending;
@@ -149,7 +151,17 @@ impl<F: Fabric> Coordinator<F> {
         );
         let qps = (0..node.fabric.memory_nodes()).map(|m| node.fabric.queue_pair(m as MemNodeId)).collect();
         let log_nodes = node.layout.log_nodes(id);
-        Coordinator { node, id, qps, log_nodes, unlocks_in_flight: Vec::new(), tx_seq: 0, version_counter: 0, stats: CoordinatorStats::default() }
+        Coordinator {
+            node,
+            id,
+            qps,
+            log_nodes,
+            unlocks_in_flight: Vec::new(),
+            tx_seq: 0,
+            version_counter: 0,
+            stats: CoordinatorStats::default(),
+            presumed_dead: Vec::new(),
+        }
     }
 
     pub fn id(&self) -> u16 {
@@ -208,8 +220,20 @@ impl<F: Fabric> Coordinator<F> {
     /// Whether a lock word blocks us: locked, and (pandora) not owned by a failed coordinator.
     fn blocks(&self, w: LockWord) -> bool {
         match self.node.mode {
-            Mode::Pandora => w.is_locked() && !self.node.failed.contains(w.owner()),
+            Mode::Pandora => w.is_locked() && !self.node.failed.contains(w.owner()) && !self.outwaited(w),
             Mode::Ford | Mode::Traditional => w.is_locked(),
+        }
+    }
+
+    /// The lock-lease bug: a lock word this coordinator stalled on for a
+    /// lease counts as stray from then on.
+    fn outwaited(&self, w: LockWord) -> bool {
+        self.presumed_dead.contains(&w.0)
+    }
+
+    fn note_wait(&mut self, w: LockWord, stalls: u32) {
+        if self.node.bugs.lock_lease && self.node.mode == Mode::Pandora && stalls >= LEASE_STALLS && !self.outwaited(w) {
+            self.presumed_dead.push(w.0);
         }
     }
 }
@@ -374,12 +398,18 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             if !self.may_stall(&mut retries) {
                 return Err(self.abort_with(AbortReason::ReadLocked).await);
             }
+            self.c.note_wait(image.lock, retries);
             let (mem, addr) = self.primary_addr(t, part, slot);
             let bytes = self.c.post(mem, vec![Verb::read(addr, self.table(t).slot_bytes)]).await.remove(0);
             match bytes {
                 Ok(b) => image = SlotImage::decode(&b.into_bytes()),
                 Err(e) => return Err(self.fail(e).await),
             }
+        }
+        if !image.is_empty() && !image.holds(key) {
+            // Stalled on the empty slot of an absent key, which another key's
+            // insert then took: it is neither `key` nor its phantom guard.
+            return Err(self.abort_with(AbortReason::ReadLocked).await);
         }
         let value = image.is_live().then(|| image.value.clone());
         self.reads.push(ReadEntry { table: t, key, part, slot, version: image.version, value: value.clone() });
@@ -603,7 +633,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 break;
             }
             // PILL: a lock owned by a failed coordinator is stray and may be stolen.
-            let stray = self.c.node.mode == Mode::Pandora && old.is_locked() && self.c.node.failed.contains(old.owner());
+            let stray = self.c.node.mode == Mode::Pandora && old.is_locked() && (self.c.node.failed.contains(old.owner()) || self.c.outwaited(old));
             if stray && attempt < 4 {
                 attempt += 1;
                 expected = old;
@@ -612,6 +642,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 attempt += 1;
                 expected = LockWord::UNLOCKED;
             } else if !stray && old.is_locked() && self.may_stall(&mut stalls) {
+                self.c.note_wait(old, stalls);
                 // Wait for the holder (perhaps a failed coordinator not yet
                 // recovered): try the CAS from unlocked again.
                 expected = LockWord::UNLOCKED;
