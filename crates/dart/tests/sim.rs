@@ -61,6 +61,30 @@ fn the_mutant_configurations_pass_without_the_bug() {
     assert_clean(&crash_campaign(Mode::Traditional, "3", 1), 20);
 }
 
+/// Stalling pandora (`--on-stray stall`, `pandora.txt` §6.4) with slow
+/// recoveries: live transactions wait out recovery under way.
+#[test]
+fn pandora_passes_with_stalls_and_slow_recoveries() {
+    let mut c = crash_campaign(Mode::Pandora, "all", 2);
+    c.on_stray = Some(campaign::STALL);
+    c.slow_recovery_ns = Some(200_000);
+    assert_clean(&c, 100);
+}
+
+/// Regression (found by DART in stall mode): a read that stalled on the
+/// empty slot of an absent key, locked by another key's insert, returned
+/// that key's value once the insert committed (G1a on seeds 0, 3, 10).
+#[test]
+fn a_read_that_stalls_on_an_insert_of_another_key_sees_its_own_key() {
+    let mut c = CampaignConfig::new(StoreKind::Tandem(Mode::Pandora));
+    c.tests = "litmus-1-insert-delete".into();
+    c.seeds = Some(11);
+    c.crash_rate = 0.0;
+    c.on_stray = Some(campaign::STALL);
+    let rep = campaign::run(&c).expect("campaign runs");
+    assert_eq!(rep.violation_count, 0, "{:?}", rep.violations.first());
+}
+
 #[test]
 fn a_seed_replays_identically() {
     let mut c = crash_campaign(Mode::Pandora, "all", 2);
