@@ -8,8 +8,10 @@
 //! - [`client`], [`recorder`], [`history`]: clients that run litmus and assert
 //!   transactions recurrently and record the history.
 //! - [`checker`]: Adya's DSG plus real-time edges; G0, G1a, G1b, G1c, G2.
-//! - Harnesses: [`sim_run`] (seeded simulation, compute crashes at random
-//!   verb boundaries, membership-driven recovery), [`tcp_run`] (memory-server
+//! - Harnesses: [`sim_run`] (seeded simulation, compute crashes at verb
+//!   boundaries weighted toward the protocol's windows ([`plan`],
+//!   [`tripwire`]), membership-driven recovery that may crash or run slowly
+//!   ([`slow`]), the [`replica_check`]), [`tcp_run`] (memory-server
 //!   processes), [`proc_run`] (every compute node a process, `kill -9` of
 //!   one, recovery by the membership process; histories in a [`journal`]),
 //!   [`pg_run`] (PostgreSQL); [`campaign`] runs many and reports.

@@ -88,12 +88,14 @@ pub struct SimRunConfig {
     pub replicas: u16,
     pub txs_per_client: u64,
     pub assert_chance: f64,
-    /// Crash one compute node in this run (when and which follows from the seed).
+    /// Crash compute nodes in this run (how many, which, when and where
+    /// follow from the seed and `crash_points`).
     pub crash: bool,
     pub crash_points: CrashPoints,
     /// Slow every crash run's recovery coordinator by this much per doorbell.
     pub slow_recovery_ns: Option<u64>,
-    /// Run the replica check (after the run, and once during it).
+    /// Run the replica check (after the run, and during it: right after
+    /// each recovery, or once at a random point of a run without crashes).
     pub replica_check: bool,
     /// What live transactions do on a lock of another coordinator: abort,
     /// or stall (pandora: they then wait out a recovery under way).
