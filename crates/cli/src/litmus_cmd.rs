@@ -40,8 +40,9 @@ pub struct LitmusArgs {
     /// Run for this many seconds (with --seeds: whichever ends first).
     #[arg(long)]
     duration: Option<f64>,
-    /// Fraction of runs that crash a compute node: simulated runs at a random verb boundary;
-    /// with --fabric tcp (pandora), every compute node is a process and one gets kill -9.
+    /// Fraction of runs that crash compute nodes (default 0.8 on sim): simulated runs at verb
+    /// boundaries (weighted: 1-3 crashes, each followed by a replacement node); with --fabric
+    /// tcp (pandora), every compute node is a process and one gets kill -9.
     #[arg(long)]
     crash_rate: Option<f64>,
     /// Simulated crash points: weighted (toward the protocol's windows: between the replica
@@ -61,7 +62,7 @@ pub struct LitmusArgs {
     #[arg(long)]
     on_stray: Option<String>,
     /// Re-inject a bug (complicit-abort, covert-locks, relaxed-locks, missing-insert-undo,
-    /// logging-without-locking, or a recovery bug: lost-decision, trust-undo-images,
+    /// logging-without-locking, lock-lease, or a recovery bug: lost-decision, trust-undo-images,
     /// always-roll-back, skip-log-recovery, restore-one-replica, invalidate-logs-first, or a
     /// deployment bug: publish-before-recovery); repeatable.
     #[arg(long)]

@@ -164,6 +164,9 @@ impl Nodes {
     }
 }
 
+/// What the replica check's task hands back: its verdict and its session.
+type CheckOutcome = (Result<(), String>, TandemStore<SimFabric>);
+
 /// Everything the harness shares with the tasks it spawns.
 struct Harness<'c> {
     cfg: &'c SimRunConfig,
@@ -363,15 +366,10 @@ impl<'c> Harness<'c> {
         }
         let was_paused = self.gate.paused.get();
         self.drain();
-        let (mut store, view) = self.replicas.take().unwrap_or_else(|| {
-            let view = MemoryView::default();
-            let fab = self.cluster.join(REPLICA_CHECK_NODE).expect("a fresh compute-node id");
-            let node = ComputeNode::with_memory_view(fab, &self.store, self.layout.clone(), self.failed.clone(), view.clone());
-            (TandemStore::new(node.coordinator(REPLICA_CHECK_ID)), view)
-        });
+        let (mut store, view) = self.replicas.take().unwrap_or_else(|| self.replica_session());
         let keys = replica_check::keys_now(&self.cfg.suite, &self.board);
         let (suite, nodes, v) = (self.cfg.suite.clone(), self.cfg.memory_nodes, view.clone());
-        let out: Rc<RefCell<Option<(Result<(), String>, TandemStore<SimFabric>)>>> = Rc::default();
+        let out: Rc<RefCell<Option<CheckOutcome>>> = Rc::default();
         let o = out.clone();
         self.sim.spawn(CHECK_TAG, async move {
             let fail = |m: u16, down: bool| v.set_down(m, down);
@@ -380,14 +378,25 @@ impl<'c> Harness<'c> {
         });
         self.sim.run_while(|| out.borrow().is_none());
         self.gate.paused.set(was_paused);
-        let Some((r, store)) = out.borrow_mut().take() else {
-            self.report.violations.push(("replica-check".into(), format!("the replica check never finished ({when})")));
-            return;
+        let outcome = out.borrow_mut().take();
+        let r = match outcome {
+            Some((r, store)) => {
+                self.replicas = Some((store, view));
+                r
+            }
+            None => Err("the replica check never finished".into()),
         };
-        self.replicas = Some((store, view));
         if let Err(e) = r {
             self.report.violations.push(("replica-check".into(), format!("{e} ({when})")));
         }
+    }
+
+    /// A session whose own memory view can mark memory nodes down.
+    fn replica_session(&self) -> (TandemStore<SimFabric>, MemoryView) {
+        let view = MemoryView::default();
+        let fab = self.cluster.join(REPLICA_CHECK_NODE).expect("a fresh compute-node id");
+        let node = ComputeNode::with_memory_view(fab, &self.store, self.layout.clone(), self.failed.clone(), view.clone());
+        (TandemStore::new(node.coordinator(REPLICA_CHECK_ID)), view)
     }
 
     /// The background scan: NotLogged stray locks nobody touched (DESIGN.md §4.5).
@@ -457,8 +466,8 @@ impl Harness<'_> {
     /// left. Before each tick, every running node heartbeats (a crashed one
     /// cannot) and every finished one leaves. It starts shortly before the
     /// crash: before it there is nothing to detect, and sub-µs heartbeats
-    /// over the whole run would dominate the simulation (its first tick
-    /// after a pause grants everyone a fresh timeout).
+    /// over the whole run would dominate the simulation (the membership
+    /// discounts the detector's own pause between two crashes).
     fn spawn_detector(&self, start_ns: u64, fd_timeout_ns: u64) -> Rc<RefCell<Vec<u16>>> {
         let declared: Rc<RefCell<Vec<u16>>> = Rc::default();
         let (m, h, d, nodes) = (self.membership.clone(), self.sim.handle(), declared.clone(), self.nodes.clone());
