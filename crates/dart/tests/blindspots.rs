@@ -9,6 +9,7 @@
 //! | replica check | `restore-one-replica` | replica check | runs that read primaries only |
 //! | weighted crash points | `invalidate-logs-first`, `missing-insert-undo` | weighted | uniform, 300 seeds |
 //! | slow recovery | `lock-lease` (stalling pandora) | `--slow-recovery-ns 200000` | quick recovery, 100 seeds |
+//! | publication of failed ids | `publish-before-recovery` | default campaign | — |
 //!
 //! Seeds are fixed, so every run here is deterministic.
 
@@ -121,4 +122,12 @@ fn slow_recovery_catches_a_coordinator_that_outwaits_a_lock() {
     let mut quick = slow.clone();
     quick.slow_recovery_ns = Some(0);
     assert_eq!(run(&quick).violation_count, 0, "a quick recovery hides it");
+}
+
+/// The membership side of recovery: failed ids published when recovery
+/// starts let live coordinators steal locks of transactions that recovery
+/// has yet to roll back.
+#[test]
+fn publishing_failed_ids_before_recovery_is_caught() {
+    first(&defaults(Mode::Pandora, &["publish-before-recovery"], 300)).expect("publish-before-recovery caught");
 }
