@@ -31,3 +31,18 @@ if bug:
     print(" The same seeds with the old behaviour re-injected (`--inject-bug revocable-fencing`): **%d of %d seeds"
           " caught** (lost money and commits by fenced incarnations)." % (bug["violation_count"], bug["seeds"]))
 print()
+
+rows = []
+for name in sorted(os.listdir(out)):
+    if name.startswith("dart-default-") and name.endswith(".json"):
+        d = json.load(open(os.path.join(out, name)))
+        seeds = [v["seed"] for v in d["violations"]]
+        rows.append((d["store"], " + ".join(d["injected_bugs"]), min(seeds) if seeds else None, d["runs"]))
+if rows:
+    print("**DART's default campaign against FORD's six bugs** (`tandem litmus --store S --inject-bug B --seeds 300"
+          " --stop-at-first`: no `--tests`, default crash rate, weighted crash points, replica check, slow recovery):\n")
+    print("| store | injected bug | first seed caught | runs executed before stopping |")
+    print("|---|---|---|---|")
+    for store, bug, seed, runs in rows:
+        print("| %s | %s | %s | %d |" % (store, bug, "**not caught**" if seed is None else seed, runs))
+    print()

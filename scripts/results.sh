@@ -90,6 +90,15 @@ python3 scripts/render_dart.py "$OUT" >> docs/RESULTS.md
 run $T soak --runs 100 --json $OUT/soak.json
 run $T sim-suspicion --seeds 1000 --json $OUT/sim-suspicion.json
 run $T sim-suspicion --seeds 1000 --inject-bug revocable-fencing --json $OUT/sim-suspicion-revocable.json || true
+# DART's default campaign (no --tests, default crash rate) against each of FORD's six bugs, in the mode where it lives.
+default_bug() { # store bug [extra bug]
+  local extra=""; [ -n "${3:-}" ] && extra="--inject-bug $3"
+  run $T litmus --store $1 --inject-bug $2 $extra --seeds 300 --stop-at-first --json $OUT/dart-default-$1-$2.json || true
+}
+for s in pandora ford; do default_bug $s complicit-abort; default_bug $s covert-locks; default_bug $s relaxed-locks; done
+default_bug ford missing-insert-undo
+default_bug traditional lost-decision
+default_bug traditional logging-without-locking trust-undo-images
 python3 scripts/render_fencing.py "$OUT" >> docs/RESULTS.md
 
 # Issue 5: the paper's experiments, one command each; each writes
