@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tandem_bench::procs::{self, ComputeServerConfig, ComputeServerReport, MembershipServerConfig, Replica};
+use tandem_bench::procs::{self, ComputeServerConfig, ComputeServerReport, MembershipServerConfig, MembershipSession, Replica};
 use tandem_bench::runner::block_on_local;
 use tandem_dkvs::{Mode, StoreConfig};
 use tandem_fabric::tcp::{MemoryServerHandle, TcpCluster};
@@ -115,8 +115,14 @@ fn a_node_fenced_before_it_starts_never_joins_and_comes_back_under_a_new_node_id
     let ledger = c.dir.join("c5.ledger");
     let r = procs::run_compute_server(c.compute(5, 1.0, &ledger)).unwrap();
     assert_came_back(&r, "refuse compute node 5");
-    assert!(r.incarnations[0].ids.is_empty(), "it registered before joining, so it never joined as node 5: {:?}", r.incarnations);
+    assert!(r.incarnations[0].ids.is_empty(), "{:?}", r.incarnations);
     assert_eq!(r.incarnations[1].node, FIRST_INCARNATION_ID);
+    // It registered before joining, so the membership never met node 5: a
+    // join under 5 now is a first join, not the rejoin of a failed node.
+    match MembershipSession::join_within(&[c.membership], 5, 1, Duration::from_millis(5), Duration::from_secs(5)) {
+        Ok(s) => assert!(s.ids.len() == 1),
+        Err(e) => panic!("node 5 joined the membership before it registered: {e}"),
+    }
     assert!(r.committed > 0);
     let check = c.check_settled(&[ledger]);
     assert!(check.violations.is_empty(), "{:?}", check.violations);
