@@ -645,6 +645,10 @@ async fn detector_loop(
                     eprintln!("membership: released {n} stray locks; {} ids can be reused", ids.len());
                     // Joiners must not be told these are failed once they can be handed out again.
                     shared.subscribers.lock().unwrap().published.retain(|id| !ids.contains(id));
+                    // Nor may a later scan release the locks of their next owners.
+                    for &id in &ids {
+                        failed_ids.remove(id);
+                    }
                     Event::ScanDone { ids }
                 }
                 Command::AssignIds { .. } | Command::Reject { .. } => continue,
