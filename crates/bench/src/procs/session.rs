@@ -125,8 +125,8 @@ impl MembershipSession {
 
     /// Every transaction finished: leave, so the silence that follows is not
     /// taken for a crash (waiting a little if a rejoin is under way).
+    /// Heartbeats stop only once the leave is on its way: no silence before it.
     pub fn leave(self) {
-        self.stop.store(true, Ordering::SeqCst);
         let until = Instant::now() + Duration::from_secs(2);
         loop {
             if let Some(w) = self.link.conn.lock().unwrap().as_mut() {
@@ -139,6 +139,7 @@ impl MembershipSession {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
