@@ -131,12 +131,16 @@ pub struct Replica {
     heard: Mutex<BTreeSet<u16>>,
     /// How regularly each node's heartbeats arrived here.
     gaps: Mutex<BTreeMap<u16, Gaps>>,
+    /// Open heartbeat connections (by connection number): the detector looks
+    /// for heartbeats waiting in them before a verdict.
+    heartbeat_conns: Mutex<BTreeMap<u64, (u16, TcpStream)>>,
+    next_conn: AtomicU64,
 }
 
 impl Replica {
     /// Serve `listener` as replica `index` of `count`; relay every `tick`.
     pub fn start(listener: TcpListener, index: u8, count: u8, tick: Duration) -> Arc<Replica> {
-        let r = Arc::new(Replica { index, count, leader: Default::default(), leader_addr: Mutex::new(None), heard: Mutex::new(BTreeSet::new()), gaps: Mutex::default() });
+        let r = Arc::new(Replica { index, count, leader: Default::default(), leader_addr: Mutex::new(None), heard: Mutex::new(BTreeSet::new()), gaps: Mutex::default(), heartbeat_conns: Mutex::default(), next_conn: AtomicU64::new(0) });
         let acceptor = r.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
@@ -150,6 +154,14 @@ impl Replica {
             std::thread::spawn(move || relay.relay_loop(tick));
         }
         r
+    }
+
+    /// Nodes whose heartbeats arrived here but wait unread in the kernel (a
+    /// reader thread not scheduled yet, on a loaded machine): they count as
+    /// heard now, so the detector judges senders, not its own readers.
+    pub fn unread_heartbeats(&self) -> BTreeSet<u16> {
+        let conns = self.heartbeat_conns.lock().unwrap();
+        conns.values().filter(|(_, c)| bytes_waiting(c) > 0).map(|(n, _)| *n).collect()
     }
 
     /// Record who leads (what the leader znode holds).
@@ -181,6 +193,7 @@ impl Replica {
             // node (its recovery coordinator) is vouched for by every replica
             // connected to it.
             let mut heard = std::mem::take(&mut *self.heard.lock().unwrap());
+            heard.extend(self.unread_heartbeats());
             heard.insert(MEMBERSHIP_NODE);
             let nodes: Vec<u16> = heard.into_iter().collect();
             let (_, c) = conn.as_mut().expect("connected above");
@@ -337,12 +350,36 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
     if cfg.replica.leader.set(shared.clone()).is_err() {
         return Err("this membership replica already leads".into());
     }
-    block_on_local(detector_loop(shared, cfg.memory, layout, cfg.heartbeat_timeout, reissued))
+    block_on_local(detector_loop(shared, cfg.replica, cfg.memory, layout, cfg.heartbeat_timeout, reissued))
+}
+
+/// Bytes received on `c` and not read yet (`FIONREAD`).
+fn bytes_waiting(c: &TcpStream) -> i32 {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer; the fd is open (we hold `c`).
+    let r = unsafe { libc::ioctl(c.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
+    if r == 0 {
+        n
+    } else {
+        0
+    }
+}
+
+/// Forgets a heartbeat connection when its reader thread ends.
+struct HeartbeatConn<'a>(&'a Replica, u64);
+
+impl Drop for HeartbeatConn<'_> {
+    fn drop(&mut self) {
+        self.0.heartbeat_conns.lock().unwrap().remove(&self.1);
+    }
 }
 
 fn serve_compute(conn: TcpStream, replica: Arc<Replica>) {
     let _ = conn.set_nodelay(true);
     let Ok(mut writer) = conn.try_clone() else { return };
+    let id = replica.next_conn.fetch_add(1, Ordering::Relaxed);
+    let _forget = HeartbeatConn(&replica, id);
     for line in BufReader::new(conn).lines() {
         let Ok(line) = line else { return };
         let msg = match serde_json::from_str::<ToMembership>(&line) {
@@ -354,6 +391,11 @@ fn serve_compute(conn: TcpStream, replica: Arc<Replica>) {
         };
         if let ToMembership::Heartbeat(node) = msg {
             replica.gaps.lock().unwrap().entry(node).or_default().heard();
+            if let std::collections::btree_map::Entry::Vacant(e) = replica.heartbeat_conns.lock().unwrap().entry(id) {
+                if let Ok(c) = writer.try_clone() {
+                    e.insert((node, c));
+                }
+            }
         }
         let keep = match replica.leader.get() {
             None => serve_as_follower(&replica, &mut writer, msg),
@@ -495,7 +537,14 @@ impl std::fmt::Display for Gaps {
     }
 }
 
-async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layout>, timeout: Duration, reissued: Vec<Command>) -> Result<(), String> {
+async fn detector_loop(
+    shared: Arc<Shared>,
+    replica: Arc<Replica>,
+    memory: TcpCluster,
+    layout: Arc<Layout>,
+    timeout: Duration,
+    reissued: Vec<Command>,
+) -> Result<(), String> {
     // Versions the recovery coordinator mints must never repeat: every
     // recovery or retirement takes its own block of the 48-bit counter,
     // reserved in the durable state before use, so a service resumed from
@@ -596,6 +645,10 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
                     eprintln!("membership: released {n} stray locks; {} ids can be reused", ids.len());
                     // Joiners must not be told these are failed once they can be handed out again.
                     shared.subscribers.lock().unwrap().published.retain(|id| !ids.contains(id));
+                    // Nor may a later scan release the locks of their next owners.
+                    for &id in &ids {
+                        failed_ids.remove(id);
+                    }
                     Event::ScanDone { ids }
                 }
                 Command::AssignIds { .. } | Command::Reject { .. } => continue,
@@ -610,8 +663,11 @@ async fn detector_loop(shared: Arc<Shared>, memory: TcpCluster, layout: Arc<Layo
         sweep_when_idle(&shared, &fabric, &layout, &mut swept).await?;
         tokio::time::sleep(tick).await;
         let (cmds, ack) = {
+            let unread = replica.unread_heartbeats();
             let mut m = shared.m.lock().unwrap();
-            m.step(shared.now(), Event::Heartbeat { node: MEMBERSHIP_NODE });
+            for node in unread.into_iter().chain([MEMBERSHIP_NODE]) {
+                m.step(shared.now(), Event::Heartbeat { node });
+            }
             let cmds = m.step(shared.now(), Event::Tick);
             let ack = shared.save(&m, !cmds.is_empty());
             (cmds, ack)
@@ -647,3 +703,53 @@ async fn sweep_when_idle<F: tandem_fabric::Fabric>(shared: &Shared, fabric: &F, 
     Ok(())
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A heartbeat that reached the kernel counts before a reader thread
+    /// got to it (a loaded machine): the detector judges the sender.
+    #[test]
+    fn heartbeats_waiting_unread_count_as_heard() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let replica = Replica::start(TcpListener::bind("127.0.0.1:0").unwrap(), 0, 1, Duration::from_millis(10));
+        let mut sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (received, _) = listener.accept().unwrap();
+        replica.heartbeat_conns.lock().unwrap().insert(1, (4, received));
+        assert!(replica.unread_heartbeats().is_empty(), "nothing sent yet");
+        send_line(&mut sender, &ToMembership::Heartbeat(4)).unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        while replica.unread_heartbeats().is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(replica.unread_heartbeats(), BTreeSet::from([4]));
+    }
+
+    /// The membership sweeps stray locks only when no compute node is left
+    /// to steal them, and once per new set of failed ids.
+    #[test]
+    fn stray_locks_are_swept_when_no_compute_node_is_left() {
+        let mut m = Membership::new(MembershipConfig { heartbeat_timeout_ns: 100, ..MembershipConfig::default() });
+        m.step(0, Event::Join { node: MEMBERSHIP_NODE, coordinators: 1 });
+        m.step(0, Event::Join { node: 1, coordinators: 2 });
+        m.step(0, Event::Join { node: 2, coordinators: 2 });
+        let none = BTreeSet::new();
+        assert_eq!(idle_sweep_due(&m, &none), None, "nothing failed");
+        // Node 1 fails and is recovered while node 2 lives: node 2 steals.
+        for t in (10..=200).step_by(10) {
+            m.step(t, Event::Heartbeat { node: 2 });
+            m.step(t, Event::Heartbeat { node: MEMBERSHIP_NODE });
+            m.step(t, Event::Tick);
+        }
+        m.step(201, Event::RevokeAcked { node: 1 });
+        m.step(202, Event::RecoveryDone { node: 1 });
+        assert_eq!(m.failed_ids().len(), 2);
+        assert_eq!(idle_sweep_due(&m, &none), None, "node 2 is alive");
+        // Node 2 leaves: the membership's own node does not count.
+        m.step(203, Event::Leave { node: 2 });
+        let due = idle_sweep_due(&m, &none).expect("nobody is left");
+        assert_eq!(&due, m.failed_ids());
+        assert_eq!(idle_sweep_due(&m, &due), None, "swept already");
+    }
+}

@@ -360,9 +360,9 @@ impl Ledger {
     }
 }
 
-/// Every incarnation a compute server recorded next to its ledger. An ids
-/// file written before incarnations existed (a bare list of ids) reads as
-/// one incarnation of node 0.
+/// Every incarnation a compute server recorded next to its ledger (none if
+/// it never joined). An ids file written before incarnations existed (a
+/// bare list of ids) reads as one incarnation of node 0.
 pub fn read_incarnations(ledger: &Path) -> Result<Vec<Incarnation>, String> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -371,7 +371,12 @@ pub fn read_incarnations(ledger: &Path) -> Result<Vec<Incarnation>, String> {
         Ids(Vec<u16>),
     }
     let p = ledger.with_extension("ids");
-    let s = std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    let s = match std::fs::read_to_string(&p) {
+        Ok(s) => s,
+        // Killed before its first incarnation joined: it held no ids.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && ledger.exists() => return Ok(Vec::new()),
+        Err(e) => return Err(format!("cannot read {}: {e}", p.display())),
+    };
     match serde_json::from_str(&s).map_err(|e| format!("bad ids file {}: {e}", p.display()))? {
         IdsFile::Incarnations(v) => Ok(v),
         IdsFile::Ids(ids) => Ok(vec![Incarnation { node: 0, ids, fenced: None }]),

@@ -125,8 +125,8 @@ impl MembershipSession {
 
     /// Every transaction finished: leave, so the silence that follows is not
     /// taken for a crash (waiting a little if a rejoin is under way).
+    /// Heartbeats stop only once the leave is on its way: no silence before it.
     pub fn leave(self) {
-        self.stop.store(true, Ordering::SeqCst);
         let until = Instant::now() + Duration::from_secs(2);
         loop {
             if let Some(w) = self.link.conn.lock().unwrap().as_mut() {
@@ -139,6 +139,7 @@ impl MembershipSession {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
@@ -378,4 +379,33 @@ fn rejoin_membership(addrs: &[SocketAddr], node: u16, coordinators: u16, ids: &[
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notices(ids: Vec<u16>) -> Notices {
+        let link = Arc::new(MembershipLink { conn: Mutex::new(None), stopped: Mutex::new(None), is_stopped: AtomicBool::new(false) });
+        Notices { node: 1, coordinators: 2, ids, addrs: Vec::new(), failed: FailedIds::new(), link, stop: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// A node learns it was fenced from its own ids among the published
+    /// failed ids, or from being told; others' failures only open their
+    /// stray locks to stealing.
+    #[test]
+    fn own_ids_published_as_failed_or_a_fenced_notice_fence_the_node() {
+        let n = notices(vec![3, 4]);
+        n.on_notice(r#"{"failed":[1,2]}"#);
+        assert!(n.failed.contains(1) && n.failed.contains(2));
+        assert_eq!(n.link.stopped(), None, "someone else failed");
+        n.on_notice(r#"{"failed":[4]}"#);
+        assert!(matches!(n.link.stopped(), Some(Stop::Fenced(why)) if why.contains("coordinator 4")));
+        let n = notices(vec![3, 4]);
+        n.on_notice(r#"{"fenced":"compute node 1 was declared failed and its access revoked"}"#);
+        assert!(matches!(n.link.stopped(), Some(Stop::Fenced(why)) if why.contains("declared failed")));
+        // The first reason sticks.
+        n.on_notice(r#"{"failed":[3]}"#);
+        assert!(matches!(n.link.stopped(), Some(Stop::Fenced(why)) if why.contains("declared failed")));
+    }
 }

@@ -32,7 +32,7 @@ impl Waiting {
         if Instant::now() >= self.until {
             return Err(format!("{what} did not answer within {:.0} s: {why}", self.patience.as_secs_f64()));
         }
-        if self.last_said.map_or(true, |t| t.elapsed() >= Duration::from_secs(1)) {
+        if !matches!(self.last_said, Some(t) if t.elapsed() < Duration::from_secs(1)) {
             let left = self.until.saturating_duration_since(Instant::now()).as_secs_f64();
             eprintln!("{}: waiting for {what} ({why}); giving up in {left:.0} s", self.who);
             self.last_said = Some(Instant::now());

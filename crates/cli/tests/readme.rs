@@ -1,0 +1,128 @@
+//! The README's multi-process command blocks, extracted from README.md and
+//! run as written with bash, so the README cannot rot (issue 9): every
+//! `check-cluster` in them must pass. They use the README's fixed loopback
+//! ports (7300-7303, 7401-7403).
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The ```sh blocks of README.md that start compute servers, in order.
+fn multi_process_blocks() -> Vec<String> {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let mut blocks = Vec::new();
+    let mut current: Option<Vec<&str>> = None;
+    for line in readme.lines() {
+        match (&mut current, line.trim_end()) {
+            (None, "```sh") => current = Some(Vec::new()),
+            (Some(b), "```") => {
+                let block = b.join("\n");
+                if block.contains("compute-server") {
+                    blocks.push(block);
+                }
+                current = None;
+            }
+            (Some(b), l) => b.push(l),
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+/// Runs in a process group of its own; on drop, the whole group is killed
+/// (servers a failed block left running) and ZooKeeper is stopped.
+struct Run {
+    child: Child,
+    dir: PathBuf,
+    zk_port: u16,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-9", "--", &format!("-{}", self.child.id())]).stderr(Stdio::null()).status();
+        let _ = self.child.wait();
+        let _ = Command::new("bash").arg("scripts/zookeeper.sh").arg("stop").current_dir(&self.dir).env("ZK_PORT", self.zk_port.to_string()).output();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Wait (bounded) until nothing listens on the README's ports: another run
+/// of these blocks may be finishing.
+fn wait_for_readme_ports() {
+    let until = Instant::now() + Duration::from_secs(60);
+    for port in [7300, 7301, 7302, 7303, 7401, 7402, 7403] {
+        while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "127.0.0.1:{port} stays in use; the README blocks need it");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Whether ZooKeeper can run here (`scripts/zookeeper.sh install`; exit 3:
+/// it cannot be installed). Under CI it must.
+fn zookeeper_available(dir: &Path) -> bool {
+    let out = Command::new("bash").arg("scripts/zookeeper.sh").arg("install").current_dir(dir).output().unwrap();
+    match out.status.code() {
+        Some(0) => true,
+        Some(3) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPED the ZooKeeper block: {}", String::from_utf8_lossy(&out.stderr));
+            false
+        }
+        _ => panic!("scripts/zookeeper.sh install failed:\n{}", String::from_utf8_lossy(&out.stderr)),
+    }
+}
+
+#[test]
+fn the_readme_multi_process_blocks_run_as_written_and_the_cluster_checks_out() {
+    let mut blocks = multi_process_blocks();
+    assert!(blocks.len() >= 2, "README.md lost its multi-process blocks: {blocks:?}");
+    assert!(blocks.iter().all(|b| b.contains("check-cluster")), "every multi-process block ends in check-cluster: {blocks:?}");
+    // A fresh directory laid out as the README expects: ./target/release/tandem, scripts/.
+    let dir = std::env::temp_dir().join(format!("tandem-readme-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("target/release")).unwrap();
+    std::fs::create_dir_all(dir.join("scripts")).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tandem"), dir.join("target/release/tandem")).unwrap();
+    std::fs::copy(workspace().join("scripts/zookeeper.sh"), dir.join("scripts/zookeeper.sh")).unwrap();
+    if !zookeeper_available(&dir) {
+        blocks.retain(|b| !b.contains("--zookeeper"));
+    }
+    std::fs::write(dir.join("readme.sh"), blocks.join("\n")).unwrap();
+    wait_for_readme_ports();
+    let zk_port = free_port();
+    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+    let child = Command::new("bash")
+        .args(["-e", "readme.sh"])
+        .current_dir(&dir)
+        .env("ZK_PORT", zk_port.to_string())
+        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut run = Run { child, dir: dir.clone(), zk_port };
+    let until = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(s) = run.child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > until {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log = std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(status.is_some_and(|s| s.success()), "the README blocks failed ({status:?}):\n{log}");
+    let passed = log.matches("counters consistent").count();
+    assert_eq!(passed, blocks.len(), "one passing check-cluster per block:\n{log}");
+    drop(run);
+    let _ = std::fs::remove_dir_all(&dir);
+}
