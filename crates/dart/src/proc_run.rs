@@ -108,13 +108,15 @@ pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
     store.bugs = bugs;
     let layout = Arc::new(Layout::new(&store)?);
     let journal = Arc::new(Journal::create(&cfg.journal)?);
-    let session = MembershipSession::join(&cfg.membership, cfg.node, cfg.clients, Duration::from_micros(cfg.heartbeat_us.max(100)))?;
-    journal.ids(&session.ids);
     let memory = TcpCluster::new(cfg.memory.clone(), secret);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let local = tokio::task::LocalSet::new();
+    // Register first, then join: the detector never judges a worker that
+    // holds no keys yet (and a revoked id can never register again anyway).
+    let keys = local.block_on(&rt, memory.register(cfg.node)).map_err(|e| format!("register compute node {}: {e}", cfg.node))?;
+    let session = MembershipSession::join(&cfg.membership, cfg.node, cfg.clients, Duration::from_micros(cfg.heartbeat_us.max(100)))?;
+    journal.ids(&session.ids);
     let logs = local.block_on(&rt, async {
-        let keys = memory.register(cfg.node).await.map_err(|e| format!("register compute node {}: {e}", cfg.node))?;
         let fabric = memory.connect(cfg.node, &keys).await.map_err(|e| format!("connect compute node {}: {e}", cfg.node))?;
         let node = ComputeNode::new(fabric, &store, layout.clone(), session.failed.clone());
         let epoch = cfg.epoch_ns;
