@@ -403,22 +403,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         ledger.merge(&l.borrow());
     }
 
-    // Inspect through verbs, as a separate compute node would.
-    let checker = cluster.join(u16::MAX).expect("a fresh compute-node id");
-    let out: Rc<RefCell<Vec<String>>> = Rc::default();
-    let (o, l, spec, led) = (out.clone(), layout.clone(), cfg.bank.clone(), ledger.clone());
-    sim.spawn(u32::MAX, async move {
-        let accounts = snapshot(&checker, &l, ACCOUNTS).await.expect("inspect accounts");
-        let receipts = snapshot(&checker, &l, RECEIPTS).await.expect("inspect receipts");
-        let mut v = o.borrow_mut();
-        for s in [&accounts, &receipts] {
-            v.extend(s.replica_mismatches());
-            v.extend(s.held_locks().into_iter().map(|(k, w)| format!("table {} key {k}: lock {:#x} still held", s.table, w.0)));
-        }
-        v.extend(bank::verify(&spec, &accounts.live(), &receipts.live(), &led));
-    });
-    sim.run();
-    let violations = out.borrow().clone();
+    let violations = inspect_bank(&sim, &cluster, &layout, &cfg.bank, &ledger);
     let stats = stats.borrow().clone();
     SimBankReport {
         recoveries,
@@ -435,6 +420,30 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         stats,
         replay: format!("cargo run --release -- sim-bank --store {} --seed {}{}", cfg.mode, cfg.seed, cfg.bug_flag()),
     }
+}
+
+/// The end-of-run inspection of a bank simulation, through verbs as a
+/// separate compute node (`u16::MAX`) would: identical replicas, no lock
+/// held, and the bank's exact ledger check. Runs the simulation until the
+/// inspection finished (other tasks may still be live).
+pub(crate) fn inspect_bank(sim: &Sim, cluster: &SimCluster, layout: &Arc<Layout>, spec: &BankSpec, ledger: &BankLedger) -> Vec<String> {
+    let checker = cluster.join(u16::MAX).expect("the checker's id is fresh");
+    let out: Rc<RefCell<Option<Vec<String>>>> = Rc::default();
+    let (o, l, spec, led) = (out.clone(), layout.clone(), spec.clone(), ledger.clone());
+    sim.spawn(u32::MAX, async move {
+        let accounts = snapshot(&checker, &l, ACCOUNTS).await.expect("inspect accounts");
+        let receipts = snapshot(&checker, &l, RECEIPTS).await.expect("inspect receipts");
+        let mut v = Vec::new();
+        for s in [&accounts, &receipts] {
+            v.extend(s.replica_mismatches());
+            v.extend(s.held_locks().into_iter().map(|(k, w)| format!("table {} key {k}: lock {:#x} still held", s.table, w.0)));
+        }
+        v.extend(bank::verify(&spec, &accounts.live(), &receipts.live(), &led));
+        *o.borrow_mut() = Some(v);
+    });
+    sim.run_while(|| out.borrow().is_none());
+    let v = out.borrow_mut().take().expect("the inspection finished");
+    v
 }
 
 /// Baseline recovery reported in the same shape as pandora's.

@@ -23,7 +23,6 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryCoordinator};
 use tandem_dkvs::{ComputeNode, FailedIds, Layout, Mode, StoreConfig};
@@ -31,7 +30,7 @@ use tandem_fabric::sim::{SimCluster, SimFabric, SimFabricConfig};
 use tandem_fabric::{Fenced, RegionKey};
 use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
 use tandem_sim::{Rng, Sim, SimHandle};
-use tandem_workloads::bank::{self, BankClient, BankLedger, BankSpec, ACCOUNTS, RECEIPTS};
+use tandem_workloads::bank::{BankClient, BankLedger, BankSpec};
 
 /// A heartbeat stall of whatever incarnation runs on machine `slot`.
 #[derive(Clone, Debug)]
@@ -150,7 +149,6 @@ pub struct SuspicionReport {
 const MEMBERSHIP_TAG: u32 = 1 << 30;
 const RC_NODE: u16 = u16::MAX - 2;
 const SWEEP_NODE: u16 = u16::MAX - 1;
-const CHECK_NODE: u16 = u16::MAX;
 
 /// Everything the simulated processes share.
 struct World {
@@ -470,22 +468,8 @@ fn finish(w: &Rc<World>, sim: &Sim) -> SuspicionReport {
     for l in w.ledgers.borrow().iter() {
         ledger.merge(&l.borrow());
     }
-    let checker = w.cluster.join(CHECK_NODE).expect("fresh id");
-    let out: Rc<RefCell<Vec<String>>> = Rc::default();
-    let (o, l, spec, led) = (out.clone(), w.layout.clone(), w.cfg.bank.clone(), ledger.clone());
-    sim.spawn(u32::MAX, async move {
-        let accounts = snapshot(&checker, &l, ACCOUNTS).await.expect("inspect accounts");
-        let receipts = snapshot(&checker, &l, RECEIPTS).await.expect("inspect receipts");
-        let mut v = o.borrow_mut();
-        for s in [&accounts, &receipts] {
-            v.extend(s.replica_mismatches());
-            v.extend(s.held_locks().into_iter().map(|(k, w)| format!("table {} key {k}: lock {:#x} still held", s.table, w.0)));
-        }
-        v.extend(bank::verify(&spec, &accounts.live(), &receipts.live(), &led));
-    });
-    sim.run_while(|| sim.live_tasks_of(u32::MAX) > 0);
     let mut violations = w.violations.borrow().clone();
-    violations.extend(out.borrow().iter().cloned());
+    violations.extend(crate::sim_bank::inspect_bank(sim, &w.cluster, &w.layout, &w.cfg.bank, &ledger));
     if w.fenced_acks.get() > 0 {
         violations.push(format!("{} commits acknowledged by transactions begun after their node's revocation", w.fenced_acks.get()));
     }
