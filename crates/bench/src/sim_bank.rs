@@ -57,6 +57,9 @@ pub struct Faults {
     pub recovery_bugs: RecoveryBugs,
     /// Lose memory node `.0` at simulated time `.1` (DESIGN.md §4.6).
     pub memory_failure: Option<(u16, u64)>,
+    /// When the crash happens, also stall the heartbeats of this compute node
+    /// (0-based): a slow node whose clients keep running, suspected alongside.
+    pub suspect_too: Option<u16>,
 }
 
 impl Faults {
@@ -86,6 +89,9 @@ impl Faults {
         if let Some((m, at)) = self.memory_failure {
             f += &format!(" --fail-memory-node {m} --fail-memory-at-ns {at}");
         }
+        if let Some(n) = self.suspect_too {
+            f += &format!(" --suspect-too {n}");
+        }
         f
     }
 }
@@ -112,6 +118,9 @@ impl SimBankConfig {
         let names = self.bugs.names();
         let defaults = BankSpec::default();
         let mut flags: String = names.iter().map(|n| format!(" --inject-bug {n}")).collect();
+        if self.compute_nodes != 2 {
+            flags.push_str(&format!(" --compute-nodes {}", self.compute_nodes));
+        }
         if self.hot_sibling_pair {
             flags.push_str(" --hot-sibling-pair");
         }
@@ -203,6 +212,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         ..MembershipConfig::default()
     })));
     let with_fd = cfg.faults.crash.is_some();
+    let faulty = cfg.faults.crash.is_some() || cfg.faults.memory_failure.is_some();
     // Client tasks still running per compute node: a node leaves when they end.
     let running: Rc<RefCell<Vec<u16>>> = Rc::new(RefCell::new(vec![cfg.coordinators_per_node; cfg.compute_nodes as usize]));
     let gate = Rc::new(Gate { paused: Cell::new(false), active: RefCell::new(vec![0; cfg.compute_nodes as usize]) });
@@ -231,8 +241,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
             let mut coord = node.coordinator(id);
             let mut client = BankClient::new(cfg.bank.clone(), id as u32, seeds.next_u64());
             client.hot_customer = hot;
-            let (stats, n, faulty) =
-                (stats.clone(), cfg.txs_per_coordinator, cfg.faults.crash.is_some() || cfg.faults.memory_failure.is_some());
+            let (stats, n) = (stats.clone(), cfg.txs_per_coordinator);
             ledgers.borrow_mut().push((cn, client.ledger.clone()));
             let (gate, h, running) = (gate.clone(), sim.handle(), running.clone());
             sim.spawn(cn as u32, async move {
@@ -265,87 +274,32 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
     let mut recoveries = Vec::new();
     let (mut window_commits, mut window_ns, mut swept) = (0, 0, 0);
     if let Some((victim, at)) = cfg.faults.crash {
+        let w = World { cfg, sim: &sim, cluster: &cluster, membership: membership.clone(), gate: gate.clone(), failed: failed.clone(), layout: layout.clone(), next_rc: Cell::new(0) };
+        let expected: Vec<u16> = std::iter::once(victim).chain(cfg.faults.suspect_too).map(|n| n + 1).collect();
+        let declared = w.spawn_detector(fd_timeout_ns, expected.clone(), running.clone());
         let survivors_committed = || -> u64 {
-            ledgers.borrow().iter().filter(|(cn, _)| *cn != victim).map(|(_, l)| l.borrow().committed).sum()
+            ledgers.borrow().iter().filter(|(cn, _)| !expected.contains(&(cn + 1))).map(|(_, l)| l.borrow().committed).sum()
         };
-        // The failure detector: ticks the membership state machine.
-        let declared: Rc<RefCell<Vec<u16>>> = Rc::default();
-        let (m, h, d) = (membership.clone(), sim.handle(), declared.clone());
-        sim.spawn(DETECTOR_TAG, async move {
-            while d.borrow().is_empty() {
-                h.sleep(fd_timeout_ns / 8).await;
-                for c in m.borrow_mut().step(h.now_ns(), Event::Tick) {
-                    if let Command::Revoke { node } = c {
-                        d.borrow_mut().push(node);
-                    }
-                }
-            }
-        });
         sim.run_until(at);
         let crash_ns = sim.now_ns();
         sim.crash(HEARTBEAT_TAG + victim as u32);
         if !cfg.faults.false_positive {
             sim.crash(victim as u32);
         }
-        let before = survivors_committed();
-        // (1) detection by heartbeat timeout, (2) active-link termination on every memory node.
-        sim.run_while(|| declared.borrow().is_empty());
-        assert_eq!(*declared.borrow(), vec![victim + 1], "seed {}: the detector must declare exactly the victim", cfg.seed);
-        cluster.revoke(victim + 1);
-        let victims: Vec<u16> = match membership.borrow_mut().step(sim.now_ns(), Event::RevokeAcked { node: victim + 1 }).pop() {
-            Some(Command::Recover { ids, .. }) => ids,
-            other => panic!("expected a recovery order, got {other:?}"),
-        };
-        // (3) log recovery on a survivor, re-run from scratch if its coordinator crashes,
-        // (4) notify: only now do the victims' ids enter failed_ids.
-        if cfg.mode != Mode::Pandora {
-            // Locks name no owner: stop the world and let the survivors drain.
-            gate.paused.set(true);
-            let g = gate.clone();
-            sim.run_while(|| g.active.borrow().iter().enumerate().any(|(n, &a)| n != victim as usize && a > 0));
+        if let Some(slow) = cfg.faults.suspect_too {
+            // Alive and slow: only its heartbeats stall, its clients run on.
+            sim.crash(HEARTBEAT_TAG + slow as u32);
         }
-        let mut attempt = 0u16;
-        let first_rc_id = 1 + cfg.compute_nodes * cfg.coordinators_per_node;
-        loop {
-            let done: Rc<RefCell<Option<RecoveryReport>>> = Rc::default();
-            // Each attempt joins as its own compute node, so a crashed attempt
-            // can be fenced off like any failed node before the next one runs.
-            let rc_node = RC_NODE_BASE + attempt;
-            let (d, f, l, ids, fab) = (done.clone(), failed.clone(), layout.clone(), victims.clone(), cluster.join(rc_node).expect("a fresh compute-node id"));
-            let rc_id = first_rc_id + attempt;
-            let rc_tag = 10_000 + attempt as u32;
-            let (bugs, mode) = (cfg.faults.recovery_bugs, cfg.mode);
-            sim.spawn(rc_tag, async move {
-                let mut rc = RecoveryCoordinator::new(&fab, l, rc_id);
-                rc.bugs = bugs;
-                let report = match mode {
-                    Mode::Pandora => rc.recover(&ids).await,
-                    Mode::Ford => rc.recover_ford(&ids).await.map(baseline_report),
-                    Mode::Traditional => rc.recover_traditional(&ids).await.map(baseline_report),
-                }
-                .expect("recovery verbs fail only if the survivor is revoked");
-                for id in ids {
-                    f.insert(id);
-                }
-                *d.borrow_mut() = Some(report);
-            });
-            if let (0, Some(after)) = (attempt, cfg.faults.crash_recovery_after_ns) {
-                sim.run_until(sim.now_ns() + after);
-                if done.borrow().is_none() {
-                    sim.crash(rc_tag);
-                    cluster.revoke(rc_node);
-                    attempt += 1;
-                    continue;
-                }
-            }
-            sim.run_while(|| done.borrow().is_none());
-            recoveries.push(done.borrow_mut().take().expect("recovery finished"));
-            // (4) the membership publishes the failed ids (the recovery task
-            // already added them to this process's shared failed_ids).
-            let published = membership.borrow_mut().step(sim.now_ns(), Event::RecoveryDone { node: victim + 1 });
-            assert!(published.contains(&Command::NotifyFailed { ids: victims.clone() }), "{published:?}");
-            gate.paused.set(false);
-            break;
+        let before = survivors_committed();
+        // (1) detection by heartbeat timeout: whoever the detector declares is
+        // fenced and recovered, one after the other, until every silent node is.
+        sim.run_while(|| !expected.iter().all(|n| declared.borrow().contains(n)) && running.borrow().iter().any(|&r| r > 0));
+        let all: Vec<u16> = declared.borrow().clone();
+        for n in &expected {
+            assert!(all.contains(n), "seed {}: the detector never declared silent node {n}", cfg.seed);
+        }
+        for &node in &all {
+            recoveries.push(w.fence_and_recover(node, &all));
         }
         window_commits = survivors_committed() - before;
         window_ns = sim.now_ns() - crash_ns;
@@ -444,6 +398,106 @@ pub(crate) fn inspect_bank(sim: &Sim, cluster: &SimCluster, layout: &Arc<Layout>
     sim.run_while(|| out.borrow().is_none());
     let v = out.borrow_mut().take().expect("the inspection finished");
     v
+}
+
+/// What the membership's detect → revoke → recover → notify pipeline touches.
+struct World<'a> {
+    cfg: &'a SimBankConfig,
+    sim: &'a Sim,
+    cluster: &'a SimCluster,
+    membership: Rc<RefCell<Membership>>,
+    gate: Rc<Gate>,
+    failed: FailedIds,
+    layout: Arc<Layout>,
+    /// Recovery-coordinator attempts so far (each is a compute node of its own).
+    next_rc: Cell<u16>,
+}
+
+impl World<'_> {
+    /// The failure detector ticks the membership state machine until every
+    /// node in `expected` is declared (or the clients are done); it records
+    /// every node it declares, expected or not.
+    fn spawn_detector(&self, fd_timeout_ns: u64, expected: Vec<u16>, running: Rc<RefCell<Vec<u16>>>) -> Rc<RefCell<Vec<u16>>> {
+        let declared: Rc<RefCell<Vec<u16>>> = Rc::default();
+        let (m, h, d) = (self.membership.clone(), self.sim.handle(), declared.clone());
+        self.sim.spawn(DETECTOR_TAG, async move {
+            while !expected.iter().all(|n| d.borrow().contains(n)) && running.borrow().iter().any(|&r| r > 0) {
+                h.sleep(fd_timeout_ns / 8).await;
+                for c in m.borrow_mut().step(h.now_ns(), Event::Tick) {
+                    if let Command::Revoke { node } = c {
+                        d.borrow_mut().push(node);
+                    }
+                }
+            }
+        });
+        declared
+    }
+
+    /// (2) revoke `node` on every memory node, (3) run log recovery on a
+    /// survivor (re-run from scratch if its coordinator crashes), (4) only
+    /// then publish its ids in failed_ids. `declared` nodes are not drained.
+    fn fence_and_recover(&self, node: u16, declared: &[u16]) -> RecoveryReport {
+        let (cfg, sim) = (self.cfg, self.sim);
+        self.cluster.revoke(node);
+        let victims: Vec<u16> = match self.membership.borrow_mut().step(sim.now_ns(), Event::RevokeAcked { node }).pop() {
+            Some(Command::Recover { ids, .. }) => ids,
+            other => panic!("expected a recovery order for node {node}, got {other:?}"),
+        };
+        if cfg.mode != Mode::Pandora {
+            // Locks name no owner: stop the world and let the others drain.
+            self.gate.paused.set(true);
+            let g = self.gate.clone();
+            sim.run_while(|| g.active.borrow().iter().enumerate().any(|(n, &a)| !declared.contains(&(n as u16 + 1)) && a > 0));
+        }
+        let report = self.recover_ids(&victims);
+        let published = self.membership.borrow_mut().step(sim.now_ns(), Event::RecoveryDone { node });
+        assert!(published.contains(&Command::NotifyFailed { ids: victims.clone() }), "{published:?}");
+        self.gate.paused.set(false);
+        report
+    }
+
+    /// Recover `ids`; the run's first recovery coordinator may crash
+    /// (`crash_recovery_after_ns`), and then another one starts over.
+    fn recover_ids(&self, victims: &[u16]) -> RecoveryReport {
+        let (cfg, sim) = (self.cfg, self.sim);
+        let first_rc_id = 1 + cfg.compute_nodes * cfg.coordinators_per_node;
+        loop {
+            let done: Rc<RefCell<Option<RecoveryReport>>> = Rc::default();
+            // Each attempt joins as its own compute node, so a crashed attempt
+            // can be fenced off like any failed node before the next one runs.
+            let rc_node = RC_NODE_BASE + self.next_rc.get();
+            self.next_rc.set(self.next_rc.get() + 1);
+            let fab = self.cluster.join(rc_node).expect("a fresh compute-node id");
+            let (d, f, l, ids) = (done.clone(), self.failed.clone(), self.layout.clone(), victims.to_vec());
+            let rc_id = first_rc_id + rc_node - RC_NODE_BASE;
+            let rc_tag = 10_000 + (rc_node - RC_NODE_BASE) as u32;
+            let (bugs, mode) = (cfg.faults.recovery_bugs, cfg.mode);
+            sim.spawn(rc_tag, async move {
+                let mut rc = RecoveryCoordinator::new(&fab, l, rc_id);
+                rc.bugs = bugs;
+                let report = match mode {
+                    Mode::Pandora => rc.recover(&ids).await,
+                    Mode::Ford => rc.recover_ford(&ids).await.map(baseline_report),
+                    Mode::Traditional => rc.recover_traditional(&ids).await.map(baseline_report),
+                }
+                .expect("recovery verbs fail only if the survivor is revoked");
+                for id in ids {
+                    f.insert(id);
+                }
+                *d.borrow_mut() = Some(report);
+            });
+            if let (RC_NODE_BASE, Some(after)) = (rc_node, cfg.faults.crash_recovery_after_ns) {
+                sim.run_until(sim.now_ns() + after);
+                if done.borrow().is_none() {
+                    sim.crash(rc_tag);
+                    self.cluster.revoke(rc_node);
+                    continue;
+                }
+            }
+            sim.run_while(|| done.borrow().is_none());
+            return done.borrow_mut().take().expect("recovery finished");
+        }
+    }
 }
 
 /// Baseline recovery reported in the same shape as pandora's.

@@ -158,6 +158,30 @@ fn pandora_survives_failure_detector_false_positives() {
     }
 }
 
+/// Issue 9: a crash and a slow node suspected in one run, in every mode.
+/// Both are fenced and recovered; a third node keeps committing while they
+/// are (liveness), and every check holds (safety). With two compute nodes,
+/// both are suspected and nobody is left, and the checks still hold.
+#[test]
+fn a_crash_and_a_slow_suspected_node_are_both_fenced_and_recovered() {
+    for mode in [Mode::Pandora, Mode::Ford, Mode::Traditional] {
+        for seed in 0..seeds().min(12) {
+            for nodes in [2, 3] {
+                let mut cfg = crash_cfg(mode, seed);
+                cfg.compute_nodes = nodes;
+                let victim = cfg.faults.crash.expect("a crash").0;
+                cfg.faults.suspect_too = Some(1 - victim);
+                let r = run(&cfg);
+                assert!(r.violations.is_empty(), "{mode} seed {seed}: {}\nreplay: {}", r.violations.join("\n"), r.replay);
+                assert_eq!(r.recoveries.len(), 2, "replay: {}", r.replay);
+                if nodes == 3 && mode == Mode::Pandora {
+                    assert!(r.survivor_commits_during_recovery > 0, "the third node must commit on: {}", r.replay);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn recovery_is_idempotent_when_the_recovery_coordinator_crashes_midway() {
     let mut rng = Rng::new(99);

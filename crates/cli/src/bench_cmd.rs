@@ -338,6 +338,13 @@ pub struct SimBankArgs {
     /// Crash the first recovery coordinator this long after it starts.
     #[arg(long)]
     crash_recovery_after_ns: Option<u64>,
+    /// At the crash, also stall this compute node's heartbeats (0-based): a
+    /// slow node, suspected alongside, whose clients keep running.
+    #[arg(long)]
+    suspect_too: Option<u16>,
+    /// Compute nodes (4 coordinators each).
+    #[arg(long, default_value_t = 2)]
+    compute_nodes: u16,
     /// Transactions per coordinator.
     #[arg(long)]
     txs: Option<u32>,
@@ -370,12 +377,21 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
             }
         }
     }
-    if a.crash_node.is_none() && (a.false_positive || a.crash_recovery_after_ns.is_some() || recovery_bugs != RecoveryBugs::default()) {
-        return Err("--false-positive, --crash-recovery-after-ns and recovery bugs need --crash-node".into());
+    if a.crash_node.is_none()
+        && (a.false_positive || a.crash_recovery_after_ns.is_some() || a.suspect_too.is_some() || recovery_bugs != RecoveryBugs::default())
+    {
+        return Err("--false-positive, --suspect-too, --crash-recovery-after-ns and recovery bugs need --crash-node".into());
+    }
+    if !(1..=8).contains(&a.compute_nodes) {
+        return Err("--compute-nodes must be between 1 and 8".into());
+    }
+    if a.suspect_too.is_some_and(|n| n >= a.compute_nodes || Some(n) == a.crash_node) {
+        return Err("--suspect-too must name another compute node, below --compute-nodes".into());
     }
     let mut failures = 0;
     for seed in a.seed..a.seed.saturating_add(a.seeds.max(1)) {
         let mut cfg = SimBankConfig::new(a.store, seed);
+        cfg.compute_nodes = a.compute_nodes;
         cfg.bugs = bugs;
         cfg.hot_sibling_pair = a.hot_sibling_pair;
         cfg.bank.customers = a.customers.unwrap_or(if a.hot_sibling_pair || a.crash_node.is_some() { 24 } else { cfg.bank.customers });
@@ -404,6 +420,7 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
                 detect_ns: a.detect_ns,
                 recovery_bugs,
                 memory_failure: None,
+                suspect_too: a.suspect_too,
             };
         }
         if let Some(m) = a.fail_memory_node {
