@@ -133,19 +133,26 @@ async fn zk_writer(
     // A follower whose session expires (it was paused longer than the
     // session timeout) is no worse off than a fresh one: connect again and
     // keep campaigning. A leader never gets here (its expiry is fatal below).
+    let mut failing_since = None;
     let client = loop {
-        let connect = zk::Client::connector().with_session_timeout(session).connect(&hosts);
-        let client = match tokio::time::timeout(Duration::from_secs(10), connect).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return drop(init.send(Err(format!("cannot connect to ZooKeeper at {hosts}: {e}")))),
-            Err(_) => return drop(init.send(Err(format!("cannot connect to ZooKeeper at {hosts}: timed out")))),
+        let client = match connect_patiently(&hosts, session).await {
+            Ok(c) => c,
+            Err(e) => return drop(init.send(Err(e))),
         };
         let Some(c) = &campaign else { break client };
-        match campaign_for_leader(&client, &path, &options, c).await {
+        // A slow ZooKeeper (a loaded machine) fails a round with a timeout:
+        // start over with a fresh session; a persistent failure shows up as
+        // a connect that gives up.
+        let why = match campaign_for_leader(&client, &path, &options, c).await {
             Ok(()) => break client,
-            Err(e) if client.state().is_terminated() => eprintln!("membership: {e} while following; reconnecting to ZooKeeper"),
-            Err(e) => return drop(init.send(Err(format!("leader election in ZooKeeper at {hosts}: {e}")))),
+            Err(e) => format!("leader election in ZooKeeper at {hosts}: {e}"),
+        };
+        let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() > ZK_CONNECT_PATIENCE {
+            return drop(init.send(Err(format!("{why} (failing for {} s)", ZK_CONNECT_PATIENCE.as_secs()))));
         }
+        eprintln!("membership: {why}; reconnecting to ZooKeeper");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let mut session_state = client.state_watcher();
     let mut version = match client.get_data(&path).await {
@@ -213,6 +220,33 @@ async fn zk_writer(
         for w in batch {
             let _ = w.done.send(result.clone());
         }
+    }
+}
+
+/// How long a membership replica keeps trying to reach ZooKeeper.
+const ZK_CONNECT_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Connect to ZooKeeper, retrying for [`ZK_CONNECT_PATIENCE`]: at start-up
+/// it may not listen yet, and on a loaded machine a connect attempt (or a
+/// follower's reconnect after its session expired) can time out.
+async fn connect_patiently(hosts: &str, session: Duration) -> Result<zk::Client, String> {
+    let give_up = tokio::time::Instant::now() + ZK_CONNECT_PATIENCE;
+    let mut said = false;
+    loop {
+        let connect = zk::Client::connector().with_session_timeout(session).connect(hosts);
+        let why = match tokio::time::timeout(Duration::from_secs(10), connect).await {
+            Ok(Ok(c)) => return Ok(c),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "timed out".to_string(),
+        };
+        if tokio::time::Instant::now() >= give_up {
+            return Err(format!("cannot connect to ZooKeeper at {hosts} (tried for {} s): {why}", ZK_CONNECT_PATIENCE.as_secs()));
+        }
+        if !said {
+            eprintln!("membership: waiting for ZooKeeper at {hosts} ({why}); retrying for up to {} s", ZK_CONNECT_PATIENCE.as_secs());
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

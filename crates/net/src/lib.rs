@@ -1,0 +1,13 @@
+//! The message-passing runtime shared by DDP, HEAL, Kite and ZAB
+//! (DESIGN.md §7.1).
+//!
+//! - [`protocol`]: the sans-IO [`Protocol`] trait. A node is a value with
+//!   `step(now, input, out)`; durability is a [`Command::Persist`] whose
+//!   [`Input::PersistDone`] gates whatever depends on it.
+//! - [`sim`]: the deterministic simulated network and NVM, on `crates/sim`.
+
+pub mod protocol;
+pub mod sim;
+
+pub use protocol::{land, Command, Config, Durable, Input, NodeFactory, NodeId, Nvm, Protocol, SessionId, Token};
+pub use sim::{Harness, NetStats, SimNet, SimNetConfig, CLIENT_RETRY_NS};

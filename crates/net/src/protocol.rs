@@ -1,0 +1,132 @@
+//! The sans-IO protocol surface (DESIGN.md §7.1): a node is a value with
+//! `step(now, input, out)`. It never reads a clock, draws randomness or
+//! touches a socket; the host (simulator or process) feeds it inputs and
+//! carries out its commands.
+//!
+//! **Durability is a command.** A node asks for a record to be made durable
+//! with [`Command::Persist`] and learns it landed from [`Input::PersistDone`].
+//! An output that a model makes depend on durability is emitted only in the
+//! step that handles the last `PersistDone` (or acknowledgement) it waits for.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+
+/// A node of the replicated store (a process in deployments).
+pub type NodeId = u16;
+/// A client session: closed loop, one outstanding request at a time.
+pub type SessionId = u64;
+/// Names a persist or a timer so its completion can be matched.
+pub type Token = u64;
+
+/// A configuration: who is a member, in which epoch (Hermes-style, bumped
+/// by the configuration manager on every membership change).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub epoch: u64,
+    pub members: Vec<NodeId>,
+}
+
+impl Config {
+    pub fn new(epoch: u64, members: Vec<NodeId>) -> Self {
+        Config { epoch, members }
+    }
+
+    /// Members other than `me`.
+    pub fn others(&self, me: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+        self.members.iter().copied().filter(move |&m| m != me)
+    }
+}
+
+/// What the host hands a node.
+#[derive(Debug)]
+pub enum Input<P: Protocol> {
+    /// A client request from `session`; `req` numbers it within the session.
+    Client { session: SessionId, req: u64, op: P::Op },
+    Recv { from: NodeId, msg: P::Msg },
+    /// The persist named `token` is durable.
+    PersistDone { token: Token },
+    Timer { token: Token },
+    /// A new configuration from the configuration manager.
+    Config(Config),
+}
+
+/// What a node asks the host to do.
+#[derive(Debug)]
+pub enum Command<P: Protocol> {
+    Send { to: NodeId, msg: P::Msg },
+    /// To every other member of the node's current configuration.
+    Broadcast { msg: P::Msg },
+    /// Make `record` durable; answer with `PersistDone { token }`.
+    Persist { token: Token, record: P::Record },
+    Reply { session: SessionId, req: u64, result: P::Reply },
+    /// Deliver `Timer { token }` at `at_ns` (host time).
+    SetTimer { token: Token, at_ns: u64 },
+}
+
+impl<P: Protocol> Clone for Input<P> {
+    fn clone(&self) -> Self {
+        match self {
+            Input::Client { session, req, op } => Input::Client { session: *session, req: *req, op: op.clone() },
+            Input::Recv { from, msg } => Input::Recv { from: *from, msg: msg.clone() },
+            Input::PersistDone { token } => Input::PersistDone { token: *token },
+            Input::Timer { token } => Input::Timer { token: *token },
+            Input::Config(c) => Input::Config(c.clone()),
+        }
+    }
+}
+
+impl<P: Protocol> Clone for Command<P> {
+    fn clone(&self) -> Self {
+        match self {
+            Command::Send { to, msg } => Command::Send { to: *to, msg: msg.clone() },
+            Command::Broadcast { msg } => Command::Broadcast { msg: msg.clone() },
+            Command::Persist { token, record } => Command::Persist { token: *token, record: record.clone() },
+            Command::Reply { session, req, result } => Command::Reply { session: *session, req: *req, result: result.clone() },
+            Command::SetTimer { token, at_ns } => Command::SetTimer { token: *token, at_ns: *at_ns },
+        }
+    }
+}
+
+/// A record a node persists. The NVM is a set of slots; a record names the
+/// slot it is written to, and [`Durable::land`] says how a landing record
+/// combines with what the slot holds (by default it overwrites it). Slots
+/// keep the NVM bounded by the data, not by the number of writes.
+pub trait Durable: Clone + Debug {
+    type Slot: Ord + Clone + Debug;
+    fn slot(&self) -> Self::Slot;
+    fn land(slot: &mut Self, new: Self) {
+        *slot = new;
+    }
+}
+
+/// A node's non-volatile memory: what survives a crash.
+pub type Nvm<R> = BTreeMap<<R as Durable>::Slot, R>;
+
+/// Write `record` into `nvm` the way a landing persist does.
+pub fn land<R: Durable>(nvm: &mut Nvm<R>, record: R) {
+    match nvm.get_mut(&record.slot()) {
+        Some(old) => R::land(old, record),
+        None => {
+            nvm.insert(record.slot(), record);
+        }
+    }
+}
+
+/// A message-passing protocol as a sans-IO state machine.
+pub trait Protocol: Sized {
+    type Msg: Clone + Debug;
+    type Op: Clone + Debug;
+    type Reply: Clone + Debug;
+    type Record: Durable;
+
+    /// Handle one input at host time `now_ns`, appending commands to `out`.
+    fn step(&mut self, now_ns: u64, input: Input<Self>, out: &mut Vec<Command<Self>>);
+}
+
+/// Builds nodes: fresh at start, or rebuilt from NVM after a crash.
+pub trait NodeFactory<P: Protocol> {
+    fn start(&self, id: NodeId, config: &Config) -> P;
+    /// A node restarting after a crash: its volatile state is gone, `nvm`
+    /// is what its persists left.
+    fn recover(&self, id: NodeId, config: &Config, nvm: &Nvm<P::Record>) -> P;
+}

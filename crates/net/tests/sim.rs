@@ -1,0 +1,217 @@
+//! The simulated network and NVM on a toy protocol: a node persists each
+//! put, copies it to every other member, and replies once all of them
+//! acknowledged having persisted it.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use tandem_net::*;
+use tandem_sim::Rng;
+
+#[derive(Clone, Debug)]
+struct Put {
+    key: u64,
+    #[allow(dead_code)]
+    value: u64,
+}
+
+impl Durable for Put {
+    type Slot = u64;
+    fn slot(&self) -> u64 {
+        self.key
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Msg {
+    Copy(Put, u64),
+    Ack(u64),
+}
+
+struct Copier {
+    me: NodeId,
+    config: Config,
+    next: u64,
+    /// Per local put: (session, req, acks and own persist still missing).
+    pending: BTreeMap<u64, (SessionId, u64, usize)>,
+    recovered: usize,
+}
+
+impl Protocol for Copier {
+    type Msg = Msg;
+    type Op = Put;
+    type Reply = ();
+    type Record = Put;
+
+    fn step(&mut self, _now: u64, input: Input<Self>, out: &mut Vec<Command<Self>>) {
+        match input {
+            Input::Client { session, req, op } => {
+                let id = self.next;
+                self.next += 1;
+                self.pending.insert(id, (session, req, self.config.members.len()));
+                out.push(Command::Persist { token: id, record: op.clone() });
+                out.push(Command::Broadcast { msg: Msg::Copy(op, id) });
+            }
+            Input::Recv { from, msg: Msg::Copy(put, id) } => {
+                out.push(Command::Persist { token: (from as u64 + 1) << 48 | id, record: put });
+            }
+            Input::PersistDone { token } if token >> 48 == 0 => self.count(token, out),
+            Input::PersistDone { token } => out.push(Command::Send { to: ((token >> 48) - 1) as NodeId, msg: Msg::Ack(token & 0xFFFF_FFFF_FFFF) }),
+            Input::Recv { msg: Msg::Ack(id), .. } => self.count(id, out),
+            Input::Timer { .. } | Input::Config(_) => {}
+        }
+    }
+}
+
+impl Copier {
+    fn count(&mut self, id: u64, out: &mut Vec<Command<Self>>) {
+        let Some(p) = self.pending.get_mut(&id) else { return };
+        p.2 -= 1;
+        if p.2 == 0 {
+            let (session, req, _) = self.pending.remove(&id).unwrap();
+            out.push(Command::Reply { session, req, result: () });
+        }
+        let _ = self.me;
+    }
+}
+
+struct Factory;
+impl NodeFactory<Copier> for Factory {
+    fn start(&self, me: NodeId, config: &Config) -> Copier {
+        Copier { me, config: config.clone(), next: 0, pending: BTreeMap::new(), recovered: 0 }
+    }
+    fn recover(&self, me: NodeId, config: &Config, nvm: &Nvm<Put>) -> Copier {
+        Copier { recovered: nvm.len(), ..self.start(me, config) }
+    }
+}
+
+#[derive(Default)]
+struct Log {
+    done: Vec<(SessionId, u64, u64)>,
+    lost: Vec<(SessionId, u64)>,
+}
+
+struct Clients {
+    log: Rc<RefCell<Log>>,
+    ops: u64,
+}
+
+impl Harness<Copier> for Clients {
+    fn next_op(&mut self, session: SessionId, _now: u64, rng: &mut Rng) -> Option<Put> {
+        if self.ops == 0 {
+            return None;
+        }
+        self.ops -= 1;
+        Some(Put { key: rng.below(8), value: session })
+    }
+    fn completed(&mut self, session: SessionId, req: u64, _n: NodeId, _r: &(), now: u64, _nvm: &[Nvm<Put>]) {
+        self.log.borrow_mut().done.push((session, req, now));
+    }
+    fn lost(&mut self, session: SessionId, req: u64, _now: u64) {
+        self.log.borrow_mut().lost.push((session, req));
+    }
+}
+
+fn net(seed: u64, cfg: SimNetConfig, sessions: u64, ops: u64) -> (SimNet<Copier, Factory>, Rc<RefCell<Log>>) {
+    let log = Rc::new(RefCell::new(Log::default()));
+    let h = Box::new(Clients { log: log.clone(), ops });
+    (SimNet::new(seed, cfg, Config::new(1, vec![0, 1, 2]), Factory, h, sessions), log)
+}
+
+#[test]
+fn one_put_takes_the_modelled_time() {
+    let cfg = SimNetConfig { jitter_ns: 0, ..SimNetConfig::default() };
+    let (n, log) = net(1, cfg, 1, 1);
+    n.start_clients();
+    n.run_for(1_000_000);
+    // client input (cpu) → copy travels (link) → follower cpu → persist → cpu
+    // → ack travels (link) → coordinator cpu: 200+500+200+400+200+500+200,
+    // and the second ack, arriving with the first, waits one more cpu slot.
+    assert_eq!(log.borrow().done, vec![(0, 0, 2_400)]);
+    let s = n.stats();
+    assert_eq!((s.messages_sent, s.persists, s.replies), (4, 3, 1));
+}
+
+#[test]
+fn a_seed_replays_identically_and_seeds_differ() {
+    let cfg = SimNetConfig { drop: 0.0, duplicate: 0.1, delay: 0.2, delay_ns: 3_000, ..SimNetConfig::default() };
+    let run = |seed| {
+        let (n, log) = net(seed, cfg.clone(), 6, 300);
+        n.start_clients();
+        n.run_for(10_000_000);
+        let done = log.borrow().done.clone();
+        (done, n.stats().duplicated)
+    };
+    assert_eq!(run(7), run(7));
+    assert_ne!(run(7).0, run(8).0);
+    assert!(run(7).1 > 0, "duplicates were injected");
+}
+
+#[test]
+fn nvm_pressure_queues_persists() {
+    // One persist slot: a node's persists run one after another.
+    // A cheap CPU, so that the NVM is the bottleneck.
+    let many = SimNetConfig { cpu_ns: 20, ..SimNetConfig::default() };
+    let one = SimNetConfig { persist_slots: 1, ..many.clone() };
+    let elapsed = |cfg: SimNetConfig| {
+        let (n, log) = net(3, cfg, 12, 240);
+        n.start_clients();
+        n.run_for(100_000_000);
+        assert_eq!(log.borrow().done.len(), 240);
+        let end = log.borrow().done.iter().map(|d| d.2).max().unwrap();
+        end
+    };
+    let (slow, fast) = (elapsed(one), elapsed(many));
+    assert!(slow > fast * 11 / 10, "one slot {slow} ns vs sixteen {fast} ns");
+}
+
+#[test]
+fn a_crash_keeps_nvm_loses_the_rest_and_a_restart_recovers_from_it() {
+    let (n, log) = net(5, SimNetConfig::default(), 6, 100_000);
+    n.start_clients();
+    n.run_for(50_000);
+    let before = n.nvm(1).len();
+    n.crash(1);
+    assert!(!n.is_up(1));
+    assert!(n.nvm(1).len() >= before, "the NVM survives the crash");
+    n.run_for(50_000);
+    // Puts coordinated by the crashed node are lost to their clients; the
+    // others wait for an ack that never comes (the toy has no epochs).
+    assert!(!log.borrow().lost.is_empty());
+    n.restart(1, &Config::new(2, vec![0, 1, 2]));
+    assert_eq!(n.with_node(1, |p| p.unwrap().recovered), n.nvm(1).len());
+    assert!(n.stats().crashes == 1 && n.stats().restarts == 1);
+}
+
+#[test]
+fn in_flight_persists_land_or_not_when_the_cluster_loses_power() {
+    let mut landed = 0;
+    let mut lost = 0;
+    for seed in 0..20 {
+        let cfg = SimNetConfig { persist_ns: 5_000, ..SimNetConfig::default() };
+        let (n, _) = net(seed, cfg, 12, 100_000);
+        n.start_clients();
+        n.run_for(20_000);
+        n.crash_all();
+        let s = n.stats();
+        landed += s.persists - s.persists_lost;
+        lost += s.persists_lost;
+    }
+    assert!(lost > 0 && landed > 0, "landed {landed}, lost {lost}");
+}
+
+#[test]
+fn drops_and_partitions_stop_messages() {
+    let (n, log) = net(9, SimNetConfig { drop: 1.0, ..SimNetConfig::default() }, 1, 1);
+    n.start_clients();
+    n.run_for(1_000_000);
+    assert!(log.borrow().done.is_empty());
+    assert_eq!(n.stats().dropped, 2);
+    let (n, log) = net(9, SimNetConfig::default(), 1, 1);
+    n.partition(0, 2, true);
+    n.start_clients();
+    n.run_for(1_000_000);
+    assert!(log.borrow().done.is_empty(), "node 2 never got the copy");
+    n.partition(0, 2, false);
+}
