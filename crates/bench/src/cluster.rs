@@ -122,6 +122,16 @@ impl MemoryServers {
     pub fn pids(&self) -> Vec<u32> {
         self.children.iter().map(|c| c.id()).collect()
     }
+
+    /// `kill -9` memory server `i` and reap it: a real memory-node failure
+    /// (its clients' connections break and their verbs complete with
+    /// `Unavailable`). The others keep running until drop.
+    pub fn kill(&mut self, i: usize) -> std::io::Result<()> {
+        let n = self.children.len();
+        let child = self.children.get_mut(i).ok_or_else(|| std::io::Error::other(format!("no memory server {i} (there are {n})")))?;
+        child.kill()?;
+        child.wait().map(|_| ())
+    }
 }
 
 impl Drop for MemoryServers {

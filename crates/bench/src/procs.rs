@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryCoordinator};
+use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryBugs, RecoveryCoordinator};
 use tandem_dkvs::{FailedIds, Layout, StoreConfig};
 use tandem_fabric::tcp::TcpCluster;
 use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
@@ -115,6 +115,9 @@ pub struct MembershipServerConfig {
     /// After resuming from ZooKeeper: how long compute servers get to
     /// reconnect before their silence counts.
     pub restore_grace: Duration,
+    /// Test-only: recovery bugs the log recovery re-injects (`tandem
+    /// membership --inject-bug`, DART's process runs); default none.
+    pub recovery_bugs: RecoveryBugs,
 }
 
 /// One failure-detector replica: the listener, served from the start. Until
@@ -350,7 +353,8 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
     if cfg.replica.leader.set(shared.clone()).is_err() {
         return Err("this membership replica already leads".into());
     }
-    block_on_local(detector_loop(shared, cfg.replica, cfg.memory, layout, cfg.heartbeat_timeout, reissued))
+    let recovery = Recovery { layout, bugs: cfg.recovery_bugs };
+    block_on_local(detector_loop(shared, cfg.replica, cfg.memory, recovery, cfg.heartbeat_timeout, reissued))
 }
 
 /// Bytes received on `c` and not read yet (`FIONREAD`).
@@ -537,14 +541,21 @@ impl std::fmt::Display for Gaps {
     }
 }
 
+/// What log recovery works from: the layout, and the test-only bug switches.
+struct Recovery {
+    layout: Arc<Layout>,
+    bugs: RecoveryBugs,
+}
+
 async fn detector_loop(
     shared: Arc<Shared>,
     replica: Arc<Replica>,
     memory: TcpCluster,
-    layout: Arc<Layout>,
+    recovery: Recovery,
     timeout: Duration,
     reissued: Vec<Command>,
 ) -> Result<(), String> {
+    let Recovery { layout, bugs: recovery_bugs } = recovery;
     // Versions the recovery coordinator mints must never repeat: every
     // recovery or retirement takes its own block of the 48-bit counter,
     // reserved in the durable state before use, so a service resumed from
@@ -598,8 +609,9 @@ async fn detector_loop(
                 Command::Recover { node, ids, .. } => {
                     let t = Instant::now();
                     let rc_versions = shared.reserve_version_block().await? * RC_VERSION_BLOCK;
-                    let report = RecoveryCoordinator::new(&fabric, layout.clone(), rc_id)
-                        .with_version_counter(rc_versions)
+                    let mut rc = RecoveryCoordinator::new(&fabric, layout.clone(), rc_id).with_version_counter(rc_versions);
+                    rc.bugs = recovery_bugs;
+                    let report = rc
                         .recover(&ids)
                         .await
                         .map_err(|e| format!("log recovery of node {node} failed: {e}"))?;

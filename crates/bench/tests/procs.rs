@@ -48,6 +48,7 @@ fn cluster(tag: &str) -> Cluster {
         heartbeat_timeout: TIMEOUT,
         zookeeper: None,
         restore_grace: Duration::ZERO,
+        recovery_bugs: Default::default(),
     };
     std::thread::spawn(move || procs::run_membership_server(cfg));
     let dir = std::env::temp_dir().join(format!("tandem-procs-{tag}-{}", std::process::id()));

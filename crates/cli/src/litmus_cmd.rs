@@ -54,7 +54,8 @@ pub struct LitmusArgs {
     /// coordinators meet the failed node's locks while recovery is under way.
     #[arg(long)]
     slow_recovery_ns: Option<u64>,
-    /// Skip the replica check (fail each memory node in turn and re-read every key).
+    /// Skip the replica check (fail each memory node in turn and re-read every key; over
+    /// processes also kill -9 one memory server and re-read every key from the survivors).
     #[arg(long)]
     no_replica_check: bool,
     /// Simulated pandora runs: abort or stall on locks of other coordinators (default: a
@@ -64,7 +65,8 @@ pub struct LitmusArgs {
     /// Re-inject a bug (complicit-abort, covert-locks, relaxed-locks, missing-insert-undo,
     /// logging-without-locking, lock-lease, or a recovery bug: lost-decision, trust-undo-images,
     /// always-roll-back, skip-log-recovery, restore-one-replica, invalidate-logs-first, or a
-    /// deployment bug: publish-before-recovery); repeatable.
+    /// deployment bug: publish-before-recovery); repeatable. Over processes a recovery bug is
+    /// injected into the membership process's log recovery.
     #[arg(long)]
     inject_bug: Vec<String>,
     /// Write the history (JSON lines) of the first violating run, else of the first run.
@@ -169,9 +171,9 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
         if cfg.crash_rate > 0.0 {
             // Every compute node a `tandem litmus-worker` process; a kill -9 on the runs the seed picks.
-            let injected = campaign::parse_bugs(&a.inject_bug)?;
-            if injected.recovery != Default::default() || injected.deployment != Default::default() {
-                return Err("recovery and deployment bugs cannot be injected over processes (the membership process runs recovery); use --fabric sim".into());
+            // Recovery bugs go to the membership process, which runs log recovery.
+            if campaign::parse_bugs(&a.inject_bug)?.deployment != Default::default() {
+                return Err("deployment bugs cannot be injected over processes; use --fabric sim".into());
             }
             cfg.procs = Some(ProcSetup { exe: exe.clone(), detect_ms: a.detect_ms });
         }

@@ -118,9 +118,14 @@ pub struct MembershipArgs {
     /// reconnect before their silence counts.
     #[arg(long, default_value_t = 1000.0)]
     restore_grace_ms: f64,
+    /// Test-only: re-inject a recovery bug into log recovery (DART's process
+    /// runs pass `tandem litmus --inject-bug restore-one-replica` etc. on).
+    #[arg(long, hide = true)]
+    inject_bug: Vec<String>,
 }
 
 pub fn membership(a: MembershipArgs) -> Result<(), String> {
+    let recovery_bugs = recovery_bugs(&a.inject_bug)?;
     let memory = a.cluster.cluster()?;
     let store = a.cluster.store()?;
     if !(a.timeout_ms.is_finite() && a.timeout_ms > 0.0) {
@@ -182,7 +187,21 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
         heartbeat_timeout: timeout,
         zookeeper,
         restore_grace: Duration::from_secs_f64(a.restore_grace_ms / 1e3),
+        recovery_bugs,
     })
+}
+
+/// `--inject-bug` of the membership: recovery bugs only (the others live in
+/// the compute servers).
+fn recovery_bugs(names: &[String]) -> Result<tandem_dkvs::recovery::RecoveryBugs, String> {
+    let bugs = tandem_dart::campaign::parse_bugs(names)?;
+    if bugs.store != Default::default() || bugs.deployment != Default::default() {
+        return Err(format!("the membership takes recovery bugs only ({}), not {names:?}", tandem_dart::campaign::RECOVERY_BUG_NAMES.join(", ")));
+    }
+    if !names.is_empty() {
+        eprintln!("membership: log recovery re-injects {}", names.join(", "));
+    }
+    Ok(bugs.recovery)
 }
 
 #[derive(Args)]

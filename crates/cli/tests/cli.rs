@@ -134,6 +134,9 @@ fn bad_input_gets_a_clear_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("replicas must be between 1 and"));
     let out = tandem().args(["memory-server", "--mem", "12Q"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("size suffix"));
+    // The membership's hidden --inject-bug (DART's process runs) takes recovery bugs only.
+    let out = tandem().args(["membership", "--memory", "127.0.0.1:9", "--secret", "1", "--inject-bug", "covert-locks"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the membership takes recovery bugs only"), "{out:?}");
 }
 
 #[test]

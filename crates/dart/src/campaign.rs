@@ -116,7 +116,8 @@ pub struct CampaignConfig {
     pub crash_points: CrashPoints,
     /// Slow every simulated recovery coordinator by this much per doorbell.
     pub slow_recovery_ns: Option<u64>,
-    /// Simulated runs: fail each memory node in turn and compare replicas.
+    /// After each simulated or process run: fail each memory node in turn and
+    /// compare replicas (over processes also a real `kill -9` of one).
     pub replica_check: bool,
     /// Simulated runs: abort or stall on locks of other coordinators; `None`
     /// mixes (a quarter of the pandora runs stall).
@@ -319,8 +320,8 @@ pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<Ru
             if *mode != Mode::Pandora {
                 return Err(format!("{mode}: crashes over processes need pandora (the membership process runs pandora's log recovery)"));
             }
-            if recovery_bugs != RecoveryBugs::default() || injected.deployment != DeploymentBugs::default() {
-                return Err("recovery and deployment bugs cannot be injected into the membership process".into());
+            if injected.deployment != DeploymentBugs::default() {
+                return Err("deployment bugs cannot be injected into the membership process (recovery bugs can)".into());
             }
             let c = crate::proc_run::ProcRunConfig {
                 setup: cfg.procs.clone().expect("checked"),
@@ -335,6 +336,8 @@ pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<Ru
                 assert_chance: cfg.assert_chance,
                 check_history: cfg.check_history,
                 kill: cfg.crashes(seed),
+                replica_check: cfg.replica_check,
+                corrupt_one_backup: false,
             };
             crate::proc_run::run(&c)
         }

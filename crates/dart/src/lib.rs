@@ -13,7 +13,8 @@
 //!   [`tripwire`]), membership-driven recovery that may crash or run slowly
 //!   ([`slow`]), the [`replica_check`]), [`tcp_run`] (memory-server
 //!   processes), [`proc_run`] (every compute node a process, `kill -9` of
-//!   one, recovery by the membership process; histories in a [`journal`]),
+//!   one, recovery by the membership process; histories in a [`journal`];
+//!   the replica check with a real memory-server kill, [`proc_replicas`]),
 //!   [`pg_run`] (PostgreSQL); [`campaign`] runs many and reports.
 
 pub mod board;
@@ -27,6 +28,7 @@ pub mod litmus;
 pub mod pg_run;
 pub mod pg_store;
 pub mod plan;
+pub mod proc_replicas;
 pub mod proc_run;
 pub mod recorder;
 pub mod replica_check;

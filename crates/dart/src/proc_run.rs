@@ -18,14 +18,22 @@
 //! instance once more, and checks the merged history: the killed worker's
 //! transactions without a completion line have an unknown outcome.
 //!
+//! Then, unless `replica_check` is off, the [`crate::proc_replicas`] check:
+//! that checker fails each memory node in turn in its own memory view and
+//! re-reads every key, then the parent `kill -9`s one memory-server process
+//! (the seed picks it) and the checker re-reads every key from the replicas
+//! that take over. The crash note says which server died.
+//!
 //! Real time is `CLOCK_REALTIME` since the run began, shared by every process
 //! on the machine (the checker's real-time edges compare across workers). A
 //! run is re-run, not replayed: the seed fixes the victim and how many
 //! transactions it starts before the kill, not the interleaving.
 //!
 //! Only pandora: the membership process runs pandora's log recovery (ford's
-//! and traditional's stop-the-world recovery exists only in the simulator),
-//! and its recovery-bug switches cannot be set from outside.
+//! and traditional's stop-the-world recovery exists only in the simulator).
+//! Recovery bugs among `bug_names` (`--inject-bug restore-one-replica`, ...)
+//! go to the membership process (its hidden `--inject-bug`); the others to
+//! the workers.
 
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::net::SocketAddr;
@@ -39,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use tandem_bench::cluster::MemoryServers;
 use tandem_bench::procs::MembershipSession;
 use tandem_dkvs::loader::Loader;
-use tandem_dkvs::{ComputeNode, FailedIds, Layout, Mode, StoreConfig, TableSpec};
+use tandem_dkvs::{ComputeNode, FailedIds, Layout, MemoryView, Mode, StoreConfig, TableSpec};
 use tandem_fabric::tcp::TcpCluster;
 use tandem_sim::Rng;
 
@@ -48,6 +56,9 @@ use crate::client::{Client, ClientSpec};
 use crate::history::{Outcome, TxRecord};
 use crate::journal::{self, Journal};
 use crate::litmus::{Litmus, Pattern};
+use crate::proc_replicas;
+use crate::recorder::SharedLog;
+use crate::replica_check;
 use crate::report::RunReport;
 use crate::suite::Suite;
 use crate::tandem_store::{TandemStore, LITMUS_TABLE};
@@ -176,6 +187,12 @@ pub struct ProcRunConfig {
     pub check_history: bool,
     /// `kill -9` one worker in this run (which and when follows from the seed).
     pub kill: bool,
+    /// After the final check, the replica check (logical failover of each
+    /// memory node, then a real `kill -9` of one memory server).
+    pub replica_check: bool,
+    /// Test hook: before the replica check, overwrite one live key's value in
+    /// its backup replica only, so the check must report diverging replicas.
+    pub corrupt_one_backup: bool,
 }
 
 /// A child process killed (SIGKILL) and reaped when dropped.
@@ -200,11 +217,14 @@ fn fresh_secret() -> u64 {
 type MembershipLog = Arc<Mutex<Vec<String>>>;
 
 /// The membership process: its address and its stderr lines.
-fn spawn_membership(exe: &Path, memory: &[SocketAddr], secret: u64, capacity: u64, detect_ms: f64) -> Result<(Kid, SocketAddr, MembershipLog), String> {
+/// Its log recovery re-injects the recovery bugs among `bugs`.
+fn spawn_membership(exe: &Path, memory: &[SocketAddr], secret: u64, capacity: u64, detect_ms: f64, bugs: &[String]) -> Result<(Kid, SocketAddr, MembershipLog), String> {
     let mem = memory.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
+    let recovery_bugs = bugs.iter().filter(|b| crate::campaign::RECOVERY_BUG_NAMES.contains(&b.as_str()));
     let mut child = Command::new(exe)
         .args(["membership", "--listen", "127.0.0.1:0", "--memory", &mem, "--replicas", &REPLICAS.to_string()])
         .args(["--log-slots", &LOG_SLOTS.to_string(), "--litmus-keys", &capacity.to_string(), "--timeout-ms", &detect_ms.to_string()])
+        .args(recovery_bugs.flat_map(|b| ["--inject-bug", b.as_str()]))
         .env("TANDEM_SECRET", format!("{secret:016x}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -276,9 +296,9 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     let layout = Arc::new(Layout::new(&store)?);
     let region = *layout.region_bytes.iter().max().expect("memory nodes");
     let secret = fresh_secret();
-    let servers = MemoryServers::spawn(&cfg.setup.exe, MEMORY_NODES as usize, region, secret).map_err(|e| format!("cannot start memory servers: {e}"))?;
+    let mut servers = MemoryServers::spawn(&cfg.setup.exe, MEMORY_NODES as usize, region, secret).map_err(|e| format!("cannot start memory servers: {e}"))?;
     let memory = servers.cluster();
-    let (mut membership, maddr, mlog) = spawn_membership(&cfg.setup.exe, &servers.addrs, secret, capacity, cfg.setup.detect_ms)?;
+    let (mut membership, maddr, mlog) = spawn_membership(&cfg.setup.exe, &servers.addrs, secret, capacity, cfg.setup.detect_ms, &cfg.bug_names)?;
     let dir = std::env::temp_dir().join(format!("tandem-litmus-{}-{}", std::process::id(), cfg.seed));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -414,39 +434,50 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     for &id in &failed_ids {
         failed.insert(id);
     }
-    let log = local.block_on(&rt, async {
-        let keys = memory.register(workers + 1).await.map_err(|e| format!("register the checker: {e}"))?;
-        let fab = memory.connect(workers + 1, &keys).await.map_err(|e| format!("connect the checker: {e}"))?;
-        let node = ComputeNode::new(fab, &store, layout.clone(), failed.clone());
-        let mut s = TandemStore::new(node.coordinator(session.ids[0]));
-        let clock: Rc<dyn Fn() -> u64> = Rc::new(move || wall_ns().saturating_sub(epoch_ns));
-        let spec = ClientSpec { id: clients, seed: cfg.seed, assert_chance: 1.0, record: cfg.check_history };
-        let mut client = Client::new(spec, cfg.suite.clone(), board.clone(), clock);
-        let log = client.log();
-        if let Err(e) = client.final_check(&mut s, 20).await {
-            log.borrow_mut().violations.push(("final-check".into(), e));
-        }
-        s.settle();
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        Ok::<_, String>(log)
-    })?;
+    let check = FinalCheck {
+        cfg,
+        memory: &memory,
+        store: &store,
+        layout: layout.clone(),
+        failed,
+        node: workers + 1,
+        coordinator: session.ids[0],
+        client: clients,
+        board,
+        epoch_ns,
+    };
+    let (log, replicas) = local.block_on(&rt, check.run(&mut servers))?;
     session.leave();
     report.absorb(&[log]);
+    let replica_notes = replicas.map(|o| {
+        report.violations.extend(o.violations.into_iter().map(|v| ("replica-check".to_string(), v)));
+        o.notes
+    });
     if cfg.check_history {
         report.check_history(&cfg.suite);
     }
     if let Some((node, _)) = victim {
         let needle = format!("membership: recovered node {node} ");
         if let Some(l) = mlog.lock().expect("log").iter().find(|l| l.starts_with(&needle)) {
-            let note = format!("{}; {}", report.crash_note.take().unwrap_or_default(), l.trim_start_matches("membership: "));
-            eprintln!("litmus seed {}: {note}", cfg.seed);
-            report.crash_note = Some(note);
+            add_note(&mut report, l.trim_start_matches("membership: "));
         }
     }
     // Recoveries the membership ran (a falsely suspected survivor counts too).
     let recoveries = mlog.lock().expect("log").iter().filter(|l| l.contains("published")).count();
     if recoveries as u32 > report.crashes {
-        report.crash_note = Some(format!("{}; {recoveries} recoveries (a survivor was suspected too)", report.crash_note.take().unwrap_or_default()));
+        add_note(&mut report, &format!("{recoveries} recoveries (a survivor was suspected too)"));
+    }
+    if let Err(e) = recovery_bugs_taken(&cfg.bug_names, &mlog) {
+        report.violations.push(("harness".into(), e));
+    }
+    if let Some(notes) = replica_notes {
+        if victim.is_none() {
+            add_note(&mut report, "no worker killed");
+        }
+        notes.iter().for_each(|n| add_note(&mut report, n));
+    }
+    if let Some(note) = &report.crash_note {
+        eprintln!("litmus seed {}: {note}", cfg.seed);
     }
     let _ = membership.0.kill();
     drop(servers);
@@ -460,6 +491,78 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
         report.crash_note = Some(note);
     }
     Ok(report)
+}
+
+/// The final check: a fresh compute node that knows the failed ids.
+struct FinalCheck<'a> {
+    cfg: &'a ProcRunConfig,
+    memory: &'a TcpCluster,
+    store: &'a StoreConfig,
+    layout: Arc<Layout>,
+    failed: FailedIds,
+    /// Its compute-node id, coordinator id and DART client id.
+    node: u16,
+    coordinator: u16,
+    client: u32,
+    board: Board,
+    epoch_ns: u64,
+}
+
+impl FinalCheck<'_> {
+    /// Assert every instance, then run the replica check (if configured),
+    /// which kills one of `servers`.
+    async fn run(&self, servers: &mut MemoryServers) -> Result<(SharedLog, Option<proc_replicas::Outcome>), String> {
+        let keys = self.memory.register(self.node).await.map_err(|e| format!("register the checker: {e}"))?;
+        let fab = self.memory.connect(self.node, &keys).await.map_err(|e| format!("connect the checker: {e}"))?;
+        let view = MemoryView::default();
+        let node = ComputeNode::with_memory_view(fab.clone(), self.store, self.layout.clone(), self.failed.clone(), view.clone());
+        let mut s = TandemStore::new(node.coordinator(self.coordinator));
+        let epoch_ns = self.epoch_ns;
+        let clock: Rc<dyn Fn() -> u64> = Rc::new(move || wall_ns().saturating_sub(epoch_ns));
+        let spec = ClientSpec { id: self.client, seed: self.cfg.seed, assert_chance: 1.0, record: self.cfg.check_history };
+        let mut client = Client::new(spec, self.cfg.suite.clone(), self.board.clone(), clock);
+        let log = client.log();
+        if let Err(e) = client.final_check(&mut s, 20).await {
+            log.borrow_mut().violations.push(("final-check".into(), e));
+        }
+        s.settle();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if !self.cfg.replica_check {
+            return Ok((log, None));
+        }
+        let check = proc_replicas::ReplicaCheck {
+            suite: &self.cfg.suite,
+            layout: &self.layout,
+            keys: replica_check::keys_now(&self.cfg.suite, &self.board),
+            view,
+            fabric: fab,
+            victim: proc_replicas::victim(&self.layout, self.cfg.seed),
+            corrupt_one_backup: self.cfg.corrupt_one_backup,
+        };
+        let outcome = check.run(&mut s, servers).await?;
+        s.settle();
+        Ok((log, Some(outcome)))
+    }
+}
+
+/// The membership process said its log recovery re-injects the recovery
+/// bugs among `bugs` (an injection that did not take would pass silently).
+fn recovery_bugs_taken(bugs: &[String], mlog: &MembershipLog) -> Result<(), String> {
+    let wanted: Vec<&str> = bugs.iter().map(String::as_str).filter(|b| crate::campaign::RECOVERY_BUG_NAMES.contains(b)).collect();
+    let said = mlog.lock().expect("log").iter().find_map(|l| l.strip_prefix("membership: log recovery re-injects ").map(str::to_string));
+    match said {
+        _ if wanted.is_empty() => Ok(()),
+        Some(s) if wanted.iter().all(|b| s.split(", ").any(|x| x == *b)) => Ok(()),
+        _ => Err(format!("the membership process never confirmed injecting {}", wanted.join(", "))),
+    }
+}
+
+/// Append `note` to the run's crash note.
+fn add_note(report: &mut RunReport, note: &str) {
+    report.crash_note = Some(match report.crash_note.take() {
+        Some(n) if !n.is_empty() => format!("{n}; {note}"),
+        _ => note.to_string(),
+    });
 }
 
 /// Make the insert/delete pairs the workers used known to the final check's board.

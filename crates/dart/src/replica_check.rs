@@ -5,6 +5,11 @@
 //! session's own view marks it down, DESIGN.md §4.6: the primary becomes the
 //! first live replica), re-reads every key from the replica that takes over,
 //! and demands the value it read with every node up.
+//!
+//! [`crate::sim_run`] runs it after every run (and mid-run); over processes,
+//! [`crate::proc_replicas`] runs it after [`crate::proc_run`]'s final check
+//! and then makes one failure real: `kill -9` of a memory-server process,
+//! and every key re-read from the replicas that take over.
 
 use crate::board::Board;
 use crate::store::{StoreTx, TransactionalStore, TxFailure};
@@ -26,11 +31,24 @@ pub async fn fail_each_memory_node<S: TransactionalStore>(
     memory_nodes: u16,
 ) -> Result<(), String> {
     let up = read_all(store, keys).await?;
+    fail_each_against(store, fail, suite, keys, &up, memory_nodes).await
+}
+
+/// [`fail_each_memory_node`] against `up`, a read of `keys` taken with
+/// every node up (the process run reuses it after a real kill).
+pub async fn fail_each_against<S: TransactionalStore>(
+    store: &mut S,
+    fail: &dyn Fn(u16, bool),
+    suite: &Suite,
+    keys: &[u64],
+    up: &[Option<Value>],
+    memory_nodes: u16,
+) -> Result<(), String> {
     for m in 0..memory_nodes {
         fail(m, true);
         let failover = read_all(store, keys).await;
         fail(m, false);
-        compare(suite, keys, &up, &failover?, m)?;
+        compare(suite, keys, up, &failover?, m)?;
     }
     Ok(())
 }
