@@ -366,6 +366,11 @@ impl<P: Protocol + 'static, F: NodeFactory<P>> SimNet<P, F> {
         self.world.borrow_mut().clients_stopped = true;
     }
 
+    /// Every session has issued its last operation and had it answered.
+    pub fn clients_done(&self) -> bool {
+        self.world.borrow().sessions.iter().all(|s| s.done && s.outstanding.is_none())
+    }
+
     /// Sessions with an operation outstanding.
     pub fn outstanding(&self) -> usize {
         self.world.borrow().sessions.iter().filter(|s| s.outstanding.is_some()).count()

@@ -1,0 +1,39 @@
+//! History checkers for Tandem's message-passing stores (DDP now, HEAL and
+//! Kite later): DESIGN.md §7.6 ("Checkers"), for the invariants of
+//! `specs/ddp.md` §13 — chiefly §13.2 (per consistency model, crash-free
+//! runs) and the generic §13.1 G2 (no thin air) and G6 (convergence).
+//!
+//! - [`history`]: [`HistOp`], one client operation; histories are JSON
+//!   lines ([`read_jsonl`], [`write_jsonl`]) so other tools can read them.
+//! - [`linearizable`]: per-key linearizability of a read/write register
+//!   (Wing–Gong search with Lowe's just-in-time linearization and
+//!   memoization, P-compositional, as Porcupine does), with a state budget
+//!   that reports `Undecided` rather than hang ("Lin", §13.2); an
+//!   O(n log n) zone pre-check finds most violations first, with tiny
+//!   witnesses the search then confirms.
+//! - [`convergence`]: after quiescence every node holds the same value of
+//!   every key, and it is a written value (G6, "Eventual", G2).
+//! - [`session`]: read-your-writes and monotonic reads per session, against
+//!   a version order the caller supplies ("Causal" C1', §13.3).
+//! - [`thin_air`]: every value read was written, by a write invoked before
+//!   the read completed (G2).
+//!
+//! Every checker returns `Result<Stats, Violation>`; a [`Violation`] names
+//! the key at fault and carries the smallest failing piece of history the
+//! checker found. Printing the seed that replays it is the caller's job.
+
+pub mod convergence;
+pub mod history;
+pub mod linearizable;
+pub mod session;
+pub mod thin_air;
+pub mod verdict;
+mod wgl;
+mod zones;
+
+pub use convergence::{check_convergence, FinalStates};
+pub use history::{parse_jsonl, read_jsonl, to_jsonl, write_jsonl, HistOp, OpKind};
+pub use linearizable::{check_key, check_linearizable, check_linearizable_with, LinConfig};
+pub use session::{check_session, check_sessions, version_order, VersionOrder};
+pub use thin_air::check_no_thin_air;
+pub use verdict::{Stats, Violation, ViolationKind};

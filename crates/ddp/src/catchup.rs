@@ -1,0 +1,136 @@
+//! Restart: a node rebuilds what its NVM holds, then catches up by a full
+//! copy from every other member (HEAL, the next issue, replaces the copy).
+//! Until the copy is in, it parks client operations. A version that was
+//! not validated where it came from stays invalid here until a VAL or a
+//! replay validates it, so a restart never serves an unvalidated version.
+
+use tandem_net::{Command, Config, NodeFactory, NodeId, Nvm};
+
+use crate::model::Model;
+use crate::node::{Bugs, DdpNode, Out, Params};
+use crate::types::{Msg, Record, Ts, Version};
+
+impl DdpNode {
+    pub(crate) fn on_copy_req(&mut self, from: NodeId, out: &mut Out) {
+        let read = self.rules.read;
+        let versions = (self.keys.iter())
+            .filter_map(|(&k, s)| s.version(k).map(|v| (v, s.write.is_none() && read.holds(s.c_ok(), s.p_ok()))))
+            .collect();
+        out.push(Command::Send { to: from, msg: Msg::CopyResp { versions } });
+    }
+
+    pub(crate) fn on_copy_resp(&mut self, from: NodeId, versions: Vec<(Version, bool)>, out: &mut Out) {
+        if self.ready || !self.copy_from.remove(&from) {
+            return;
+        }
+        for (v, valid) in versions {
+            self.adopt(v, valid, out);
+        }
+        self.check_ready(out);
+    }
+
+    /// Take a copied version if it is newer; trust its validity only then.
+    fn adopt(&mut self, v: Version, valid: bool, out: &mut Out) {
+        let now = self.now;
+        let s = self.key(v.key);
+        if v.ts > s.ts {
+            s.ts = v.ts;
+            s.value = Some(v.value);
+            s.invalid_since = now;
+            self.unsettled.insert(v.key);
+            if self.rules.persist != crate::model::PersistIssue::AtScope {
+                self.persist_version(v, out);
+            }
+        }
+        let s = self.key(v.key);
+        if valid && v.ts == s.ts {
+            s.val_c = s.val_c.max(v.ts);
+            s.val_p = s.val_p.max(v.ts);
+        }
+    }
+
+    /// After a reconfiguration: ask the members for a copy once, and stop
+    /// waiting for members that left.
+    pub(crate) fn copy_after_reconfigure(&mut self, out: &mut Out) {
+        if self.ready {
+            return;
+        }
+        if !self.copy_asked {
+            self.copy_asked = true;
+            self.copy_from = self.config.others(self.me).collect();
+            for &o in &self.copy_from {
+                out.push(Command::Send { to: o, msg: Msg::CopyReq });
+            }
+        }
+        let members = self.config.members.clone();
+        self.copy_from.retain(|m| members.contains(m));
+        self.check_ready(out);
+    }
+
+    /// Ask again the members whose copy has not come (lost messages).
+    pub(crate) fn retry_copy(&mut self, out: &mut Out) {
+        if !self.ready && self.copy_asked {
+            for &o in &self.copy_from {
+                out.push(Command::Send { to: o, msg: Msg::CopyReq });
+            }
+        }
+    }
+
+    fn check_ready(&mut self, out: &mut Out) {
+        if !self.copy_from.is_empty() || !self.copy_asked {
+            return;
+        }
+        self.ready = true;
+        let keys: Vec<_> = self.keys.keys().copied().collect();
+        for k in keys {
+            self.settle(k, out);
+        }
+        for (session, req, op) in std::mem::take(&mut self.parked) {
+            self.step_client(session, req, op, out);
+        }
+    }
+
+    /// Rebuild from NVM: every version there, none validated yet.
+    fn load(&mut self, nvm: &Nvm<Record>) {
+        for r in nvm.values() {
+            let versions: Vec<Version> = match r {
+                Record::Key(v) => vec![*v],
+                Record::Scope { scope, versions } => {
+                    self.scopes_done.insert(*scope);
+                    versions.clone()
+                }
+            };
+            for v in versions {
+                let s = self.key(v.key);
+                if v.ts > s.ts {
+                    s.ts = v.ts;
+                    s.value = Some(v.value);
+                }
+                s.nvm = s.nvm.max(v.ts);
+                self.unsettled.insert(v.key);
+            }
+        }
+        self.ready = false;
+    }
+}
+
+/// Builds DDP nodes of one model.
+#[derive(Clone, Debug)]
+pub struct DdpFactory {
+    pub model: Model,
+    pub params: Params,
+    pub bugs: Bugs,
+}
+
+impl NodeFactory<DdpNode> for DdpFactory {
+    fn start(&self, id: NodeId, config: &Config) -> DdpNode {
+        DdpNode::new(id, self.model, self.params, self.bugs, config.clone())
+    }
+
+    fn recover(&self, id: NodeId, config: &Config, nvm: &Nvm<Record>) -> DdpNode {
+        let mut n = self.start(id, config);
+        n.load(nvm);
+        let _ = Ts::ZERO;
+        n
+    }
+}

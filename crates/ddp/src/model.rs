@@ -1,0 +1,199 @@
+//! The 25 ⟨consistency, persistency⟩ models and the rules each one fixes
+//! (spec `ddp.md` §7.4 and the table of §9.0). The engine reads a [`Rules`]
+//! value, never the model name: one engine, 25 protocols.
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Consistency {
+    Lin,
+    Re,
+    Trans,
+    Causal,
+    Eventual,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Persistency {
+    Strict,
+    Synch,
+    Re,
+    Scope,
+    Eventual,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Model {
+    pub c: Consistency,
+    pub p: Persistency,
+}
+
+impl Consistency {
+    pub const ALL: [Consistency; 5] = [Consistency::Lin, Consistency::Re, Consistency::Trans, Consistency::Causal, Consistency::Eventual];
+    pub fn name(self) -> &'static str {
+        match self {
+            Consistency::Lin => "lin",
+            Consistency::Re => "re",
+            Consistency::Trans => "trans",
+            Consistency::Causal => "causal",
+            Consistency::Eventual => "eventual",
+        }
+    }
+}
+
+impl Persistency {
+    pub const ALL: [Persistency; 5] = [Persistency::Strict, Persistency::Synch, Persistency::Re, Persistency::Scope, Persistency::Eventual];
+    pub fn name(self) -> &'static str {
+        match self {
+            Persistency::Strict => "strict",
+            Persistency::Synch => "synch",
+            Persistency::Re => "re",
+            Persistency::Scope => "scope",
+            Persistency::Eventual => "eventual",
+        }
+    }
+}
+
+impl fmt::Display for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.c.name(), self.p.name())
+    }
+}
+
+impl Model {
+    pub const LIN_SYNCH: Model = Model { c: Consistency::Lin, p: Persistency::Synch };
+
+    pub fn all() -> Vec<Model> {
+        Consistency::ALL.iter().flat_map(|&c| Persistency::ALL.iter().map(move |&p| Model { c, p })).collect()
+    }
+
+    /// Models the engine runs today (the INV/ACK/VAL family).
+    pub fn implemented(self) -> bool {
+        matches!(self.c, Consistency::Lin | Consistency::Re)
+    }
+
+    /// `lin-synch`, `causal-eventual`, …; `re` alone is ambiguous, so the
+    /// consistency part comes first and the persistency part last.
+    pub fn parse(name: &str) -> Result<Model, String> {
+        let lower = name.trim().to_ascii_lowercase();
+        for c in Consistency::ALL {
+            for p in Persistency::ALL {
+                if lower == format!("{}-{}", c.name(), p.name()) {
+                    return Ok(Model { c, p });
+                }
+            }
+        }
+        Err(format!("unknown model '{name}': expected CONSISTENCY-PERSISTENCY with consistency lin|re|trans|causal|eventual and persistency strict|synch|re|scope|eventual (e.g. lin-synch), or all"))
+    }
+
+    /// A comma-separated list, or `all`.
+    pub fn parse_list(list: &str) -> Result<Vec<Model>, String> {
+        if list.trim().eq_ignore_ascii_case("all") {
+            return Ok(Model::all());
+        }
+        list.split(',').map(Model::parse).collect()
+    }
+
+    pub fn rules(self) -> Rules {
+        Rules::of(self)
+    }
+}
+
+/// When a follower acknowledges an INV.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckMode {
+    /// One ACK once the version is applied and persisted (Synch).
+    Combined,
+    /// ACK_c at apply, ACK_p once persisted (Strict, RE-p).
+    Split,
+    /// ACK_c at apply only; persistence is not acknowledged per write.
+    ConsistencyOnly,
+}
+
+/// When a node issues the persist of a version it applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PersistIssue {
+    /// On receipt, before and independent of apply (Strict).
+    OnReceipt,
+    /// When it applies the version (Synch, RE-p).
+    AtApply,
+    /// All writes of a scope at once, when its `[PERSIST]s` arrives (Scope).
+    AtScope,
+    /// Lazily, by a periodic write-back of dirty keys (Eventual-p).
+    Lazy,
+}
+
+/// What a write's completion waits for: C = every replica applied it,
+/// P = every replica (and the coordinator) persisted it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    Immediate,
+    C,
+    P,
+    CP,
+}
+
+impl Gate {
+    pub fn holds(self, c: bool, p: bool) -> bool {
+        match self {
+            Gate::Immediate => true,
+            Gate::C => c,
+            Gate::P => p,
+            Gate::CP => c && p,
+        }
+    }
+}
+
+/// The per-model rules of the INV/ACK/VAL family (spec §9.0 rows 1–10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    pub ack: AckMode,
+    pub persist: PersistIssue,
+    /// When the coordinator replies to the client's write.
+    pub reply: Gate,
+    /// Which VALs are sent: VAL_c when C holds, VAL_p when P holds. With
+    /// `combined_val`, one VAL (c and p) once both hold (Synch).
+    pub val_c: bool,
+    pub val_p: bool,
+    pub combined_val: bool,
+    /// What a node needs before it serves the newest version of a key. In
+    /// this family a node applies on INV, so a VAL_p validates apply too.
+    pub read: Gate,
+}
+
+impl Rules {
+    fn of(m: Model) -> Rules {
+        use Persistency as P;
+        let lin = m.c == Consistency::Lin;
+        let base = Rules { ack: AckMode::ConsistencyOnly, persist: PersistIssue::Lazy, reply: Gate::C, val_c: true, val_p: false, combined_val: false, read: Gate::C };
+        match m.p {
+            // Rows 1 and 6: two ACKs, two VALs; the write waits for every persist.
+            P::Strict => Rules { ack: AckMode::Split, persist: PersistIssue::OnReceipt, reply: if lin { Gate::CP } else { Gate::P }, val_p: true, ..base },
+            // Rows 2 and 7: one ACK after apply and persist, one VAL.
+            P::Synch => Rules {
+                ack: AckMode::Combined,
+                persist: PersistIssue::AtApply,
+                reply: if lin { Gate::CP } else { Gate::Immediate },
+                val_c: false,
+                combined_val: true,
+                read: Gate::CP,
+                ..base
+            },
+            // Rows 3 and 8: reads wait for VAL_p (persisted everywhere).
+            P::Re => Rules {
+                ack: if lin { AckMode::Split } else { AckMode::Combined },
+                persist: PersistIssue::AtApply,
+                reply: if lin { Gate::C } else { Gate::Immediate },
+                val_c: false,
+                val_p: lin,
+                combined_val: !lin,
+                read: if lin { Gate::P } else { Gate::CP },
+                ..base
+            },
+            // Rows 4 and 9: per-write consistency round; persistence per scope.
+            P::Scope => Rules { persist: PersistIssue::AtScope, reply: if lin { Gate::C } else { Gate::Immediate }, ..base },
+            // Rows 5 and 10: persistence is lazy and never awaited.
+            P::Eventual => Rules { reply: if lin { Gate::C } else { Gate::Immediate }, ..base },
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! One DDP node: the engine shared by every model, driven by [`Rules`].
+//! The write path lives in `write.rs`, scopes in `scope.rs`, catch-up and
+//! recovery in `catchup.rs`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use tandem_net::{Command, Config, Input, NodeId, Protocol, SessionId, Token};
+
+use crate::model::{Gate, Model, PersistIssue, Rules};
+use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, Value, Version};
+
+/// Timers of the engine (host nanoseconds).
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    /// Period of the housekeeping tick.
+    pub tick_ns: u64,
+    /// A coordinator re-sends an INV (or `[PERSIST]s`) not acknowledged for this long.
+    pub retry_ns: u64,
+    /// A node replays a key that stayed invalid this long (its VAL was lost
+    /// or its coordinator died), with the same timestamp (Hermes).
+    pub replay_ns: u64,
+    /// Eventual persistency writes dirty keys back this often.
+    pub lazy_ns: u64,
+}
+
+impl Params {
+    /// For the simulator's microsecond-scale network.
+    pub const SIM: Params = Params { tick_ns: 10_000, retry_ns: 40_000, replay_ns: 100_000, lazy_ns: 20_000 };
+    /// For processes over TCP on one machine.
+    pub const TCP: Params = Params { tick_ns: 2_000_000, retry_ns: 20_000_000, replay_ns: 50_000_000, lazy_ns: 5_000_000 };
+}
+
+/// Test-only protocol bugs, each breaking one rule (the checkers must catch them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bugs {
+    /// The coordinator replies once all but one ACK are in.
+    pub reply_before_last_ack: bool,
+    /// VAL (and ACK) that certify persistence go out before the local persist.
+    pub val_before_persist: bool,
+    /// Reads are served while the key is invalid.
+    pub read_in_invalid: bool,
+    /// `[ACK_p]s` is sent before the scope's record is persisted.
+    pub early_scope_ack: bool,
+}
+
+impl Bugs {
+    pub const NAMES: [&'static str; 4] = ["reply-before-last-ack", "val-before-persist", "read-in-invalid", "early-scope-ack"];
+
+    pub fn parse(names: &[String]) -> Result<Bugs, String> {
+        let mut b = Bugs::default();
+        for n in names {
+            match n.as_str() {
+                "reply-before-last-ack" => b.reply_before_last_ack = true,
+                "val-before-persist" => b.val_before_persist = true,
+                "read-in-invalid" => b.read_in_invalid = true,
+                "early-scope-ack" => b.early_scope_ack = true,
+                other => return Err(format!("unknown DDP bug '{other}' (known: {})", Bugs::NAMES.join(", "))),
+            }
+        }
+        Ok(b)
+    }
+}
+
+/// A write this node coordinates (or replays, without a client).
+#[derive(Clone, Debug)]
+pub(crate) struct CoordWrite {
+    pub client: Option<(SessionId, u64)>,
+    pub ts: Ts,
+    pub value: Value,
+    pub scope: Option<ScopeId>,
+    pub acks_c: BTreeSet<NodeId>,
+    pub acks_p: BTreeSet<NodeId>,
+    pub local_p: bool,
+    pub replied: bool,
+    pub c_sent: bool,
+    pub p_sent: bool,
+    pub sent_at: u64,
+}
+
+/// A key at one node (spec §7.2).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct KeyState {
+    pub ts: Ts,
+    pub value: Option<Value>,
+    /// Newest ts a VAL_c (or VAL) validated here; `val_p` likewise for persistence.
+    pub val_c: Ts,
+    pub val_p: Ts,
+    /// Newest ts persisted here.
+    pub nvm: Ts,
+    pub write: Option<CoordWrite>,
+    /// Reads stalled until the key validates.
+    pub stalled: Vec<(SessionId, u64)>,
+    /// Client operations waiting for this node's own write on the key.
+    pub deferred: VecDeque<(SessionId, u64, Op)>,
+    /// ACKs for persistence owed once `nvm` reaches their ts: (to, ts, epoch, c).
+    pub owed: Vec<(NodeId, Ts, u64, bool)>,
+    pub invalid_since: u64,
+}
+
+impl KeyState {
+    pub fn c_ok(&self) -> bool {
+        self.val_c.max(self.val_p) >= self.ts
+    }
+    pub fn p_ok(&self) -> bool {
+        self.val_p >= self.ts
+    }
+    pub fn version(&self, key: Key) -> Option<Version> {
+        self.value.map(|value| Version { key, ts: self.ts, value })
+    }
+}
+
+/// What a persist's landing completes.
+#[derive(Clone, Debug)]
+pub(crate) enum Wait {
+    Key { key: Key, ts: Ts },
+    /// A follower's scope record; `[ACK_p]s` goes to `to`.
+    Scope { scope: ScopeId, to: NodeId },
+    LocalScope { scope: ScopeId },
+}
+
+/// A `Persist(s)` this node coordinates.
+#[derive(Clone, Debug)]
+pub(crate) struct ScopePersist {
+    pub client: (SessionId, u64),
+    pub versions: Vec<Version>,
+    pub acks: BTreeSet<NodeId>,
+    pub local: bool,
+    pub sent_at: u64,
+}
+
+pub struct DdpNode {
+    pub(crate) me: NodeId,
+    pub(crate) model: Model,
+    pub(crate) rules: Rules,
+    pub(crate) params: Params,
+    pub(crate) bugs: Bugs,
+    pub(crate) config: Config,
+    pub(crate) keys: HashMap<Key, KeyState>,
+    /// Keys with a write in progress here or invalid here.
+    pub(crate) unsettled: BTreeSet<Key>,
+    pub(crate) next_token: Token,
+    pub(crate) waits: HashMap<Token, Wait>,
+    /// The versions written here in each open scope.
+    pub(crate) open_scopes: HashMap<ScopeId, Vec<Version>>,
+    pub(crate) scope_persists: BTreeMap<ScopeId, ScopePersist>,
+    /// Scopes whose record landed here (to re-ACK duplicates).
+    pub(crate) scopes_done: BTreeSet<ScopeId>,
+    pub(crate) dirty: BTreeSet<Key>,
+    /// False after a restart until the full copy is in.
+    pub(crate) ready: bool,
+    pub(crate) copy_from: BTreeSet<NodeId>,
+    pub(crate) copy_asked: bool,
+    pub(crate) parked: VecDeque<(SessionId, u64, Op)>,
+    pub(crate) tick_armed: bool,
+    pub(crate) last_lazy: u64,
+    pub(crate) now: u64,
+}
+
+pub(crate) type Out = Vec<Command<DdpNode>>;
+
+impl Protocol for DdpNode {
+    type Msg = Msg;
+    type Op = Op;
+    type Reply = Reply;
+    type Record = Record;
+
+    fn step(&mut self, now: u64, input: Input<Self>, out: &mut Out) {
+        self.now = now;
+        self.arm_tick(out);
+        match input {
+            Input::Client { session, req, op } => self.client(session, req, op, out),
+            Input::Recv { from, msg } => self.recv(from, msg, out),
+            Input::PersistDone { token } => self.persisted(token, out),
+            Input::Timer { .. } => self.tick(out),
+            Input::Config(c) => self.reconfigure(c, out),
+        }
+    }
+}
+
+impl DdpNode {
+    pub fn new(me: NodeId, model: Model, params: Params, bugs: Bugs, config: Config) -> Self {
+        DdpNode {
+            me,
+            model,
+            rules: model.rules(),
+            params,
+            bugs,
+            config,
+            keys: HashMap::new(),
+            unsettled: BTreeSet::new(),
+            next_token: 1,
+            waits: HashMap::new(),
+            open_scopes: HashMap::new(),
+            scope_persists: BTreeMap::new(),
+            scopes_done: BTreeSet::new(),
+            dirty: BTreeSet::new(),
+            ready: true,
+            copy_from: BTreeSet::new(),
+            copy_asked: false,
+            parked: VecDeque::new(),
+            tick_armed: false,
+            last_lazy: 0,
+            now: 0,
+        }
+    }
+
+    pub fn model(&self) -> Model {
+        self.model
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready
+    }
+
+    /// Ready, nothing in progress, every key validated here.
+    pub fn is_settled(&self) -> bool {
+        self.ready && self.unsettled.is_empty() && self.scope_persists.is_empty()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// This node's newest version of every key (volatile state).
+    pub fn snapshot(&self) -> BTreeMap<Key, (Ts, Option<Value>)> {
+        self.keys.iter().map(|(&k, s)| (k, (s.ts, s.value))).collect()
+    }
+
+    /// Keys whose newest version is validated here (spec §13.1 G4).
+    pub fn valid_versions(&self) -> BTreeMap<Key, Ts> {
+        self.keys.iter().filter(|(_, s)| self.rules.read.holds(s.c_ok(), s.p_ok())).map(|(&k, s)| (k, s.ts)).collect()
+    }
+
+    pub(crate) fn key(&mut self, key: Key) -> &mut KeyState {
+        self.keys.entry(key).or_default()
+    }
+
+    pub(crate) fn token(&mut self, wait: Wait) -> Token {
+        let t = self.next_token;
+        self.next_token += 1;
+        self.waits.insert(t, wait);
+        t
+    }
+
+    fn arm_tick(&mut self, out: &mut Out) {
+        if !self.tick_armed {
+            self.tick_armed = true;
+            out.push(Command::SetTimer { token: 0, at_ns: self.now + self.params.tick_ns });
+        }
+    }
+
+    fn client(&mut self, session: SessionId, req: u64, op: Op, out: &mut Out) {
+        if !self.ready {
+            self.parked.push_back((session, req, op));
+            return;
+        }
+        self.step_client(session, req, op, out);
+    }
+
+    pub(crate) fn step_client(&mut self, session: SessionId, req: u64, op: Op, out: &mut Out) {
+        match op {
+            Op::Read { key } => self.read(session, req, key, out),
+            Op::Write { key, value, scope } => self.start_write(session, req, key, value, scope, out),
+            Op::Persist { scope, writes } => self.persist_scope(session, req, scope, writes, out),
+        }
+    }
+
+    /// Serve a read now if the model allows it, else stall it on the key.
+    pub(crate) fn read(&mut self, session: SessionId, req: u64, key: Key, out: &mut Out) {
+        let (read_gate, bug) = (self.rules.read, self.bugs.read_in_invalid);
+        let s = self.key(key);
+        let busy = s.write.as_ref().is_some_and(|w| w.ts == s.ts);
+        if bug || (!busy && read_gate.holds(s.c_ok(), s.p_ok())) {
+            let result = Reply::Read { value: s.value, ts: s.ts };
+            out.push(Command::Reply { session, req, result });
+        } else {
+            s.stalled.push((session, req));
+        }
+    }
+
+    /// Serve the reads stalled on `key` if it is readable now.
+    pub(crate) fn serve_stalled(&mut self, key: Key, out: &mut Out) {
+        let stalled = std::mem::take(&mut self.key(key).stalled);
+        for (session, req) in stalled {
+            self.read(session, req, key, out);
+        }
+    }
+
+    fn recv(&mut self, from: NodeId, msg: Msg, out: &mut Out) {
+        match msg {
+            Msg::Inv { v, epoch, .. } => self.on_inv(from, v, epoch, out),
+            Msg::Ack { key, ts, epoch, c, p } => self.on_ack(from, key, ts, epoch, c, p, out),
+            Msg::Val { key, ts, c, p } => self.on_val(key, ts, c, p, out),
+            Msg::ScopePersist { scope, versions, epoch } => self.on_scope_persist(from, scope, versions, epoch, out),
+            Msg::ScopeAck { scope, epoch } => self.on_scope_ack(from, scope, epoch, out),
+            Msg::CopyReq => self.on_copy_req(from, out),
+            Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),
+        }
+    }
+
+    fn persisted(&mut self, token: Token, out: &mut Out) {
+        match self.waits.remove(&token) {
+            Some(Wait::Key { key, ts }) => self.key_persisted(key, ts, out),
+            Some(Wait::Scope { scope, to }) => self.scope_record_landed(scope, Some(to), out),
+            Some(Wait::LocalScope { scope }) => self.scope_record_landed(scope, None, out),
+            None => {}
+        }
+    }
+
+    /// Housekeeping: retransmit, replay, write back lazily.
+    fn tick(&mut self, out: &mut Out) {
+        self.tick_armed = false;
+        self.arm_tick(out);
+        self.retry_writes(out);
+        self.retry_scopes(out);
+        self.retry_copy(out);
+        if self.rules.persist == PersistIssue::Lazy && self.now >= self.last_lazy + self.params.lazy_ns {
+            self.last_lazy = self.now;
+            self.write_back(out);
+        }
+    }
+
+    /// Eventual persistency: persist the newest version of every dirty key.
+    fn write_back(&mut self, out: &mut Out) {
+        for key in std::mem::take(&mut self.dirty) {
+            if let Some(v) = self.keys.get(&key).and_then(|s| s.version(key)) {
+                self.persist_version(v, out);
+            }
+        }
+    }
+
+    pub(crate) fn persist_version(&mut self, v: Version, out: &mut Out) {
+        let token = self.token(Wait::Key { key: v.key, ts: v.ts });
+        out.push(Command::Persist { token, record: Record::Key(v) });
+    }
+
+    /// Whether the write gate `g` of the model is a persistence gate.
+    pub(crate) fn tracks_p(&self) -> bool {
+        self.rules.val_p || self.rules.combined_val || matches!(self.rules.reply, Gate::P | Gate::CP)
+    }
+}

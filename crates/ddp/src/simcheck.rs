@@ -1,0 +1,507 @@
+//! Seeded simulations of one model with fault injection, and every check
+//! the model promises (spec §13): the durability gates in every step (G1,
+//! S-1, RP-1, SC-1, G5d), linearizability (Lin; RE with each write ending
+//! at its VAL, R3), and after a whole-cluster crash the persistency
+//! promises (S-2, RP-2, SC-2, SC-3, G2). What a model does not promise is
+//! measured, not asserted: acknowledged writes lost, reads that vanished.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+
+use tandem_check::{HistOp, OpKind};
+use tandem_net::{Command, Config, Harness, Input, NetStats, NodeId, Nvm, SessionId, SimNet, SimNetConfig};
+use tandem_sim::Rng;
+
+use crate::catchup::DdpFactory;
+use crate::model::{Consistency, Gate, Model, Persistency};
+use crate::node::{Bugs, DdpNode, Params};
+use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Slot, Ts, Value};
+
+/// Which crash a run injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Crash {
+    None,
+    /// One node crashes, the others go on, it restarts and catches up (F2).
+    One,
+    /// Every node crashes at once and restarts from its NVM (F1).
+    All,
+}
+
+impl Crash {
+    pub fn parse(s: &str) -> Result<Crash, String> {
+        match s {
+            "none" => Ok(Crash::None),
+            "one" => Ok(Crash::One),
+            "all" => Ok(Crash::All),
+            other => Err(format!("unknown crash '{other}' (none, one, all)")),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Crash::None => "none",
+            Crash::One => "one",
+            Crash::All => "all",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CheckConfig {
+    pub model: Model,
+    pub seed: u64,
+    pub nodes: u16,
+    pub sessions: u64,
+    pub keys: u64,
+    /// Operations per session.
+    pub ops: u64,
+    pub read_ratio: f64,
+    /// Chance that a session closes its scope (Scope persistency).
+    pub persist_ratio: f64,
+    pub crash: Crash,
+    /// Drop, duplicate and delay messages.
+    pub net_faults: bool,
+    pub bugs: Bugs,
+}
+
+impl CheckConfig {
+    pub fn new(model: Model, seed: u64) -> Self {
+        CheckConfig { model, seed, nodes: 5, sessions: 10, keys: 6, ops: 120, read_ratio: 0.5, persist_ratio: 0.15, crash: Crash::None, net_faults: true, bugs: Bugs::default() }
+    }
+
+    pub fn replay(&self) -> String {
+        let mut s = format!("tandem ddp check --model {} --seed {} --crash {}", self.model, self.seed, self.crash.name());
+        if !self.net_faults {
+            s += " --no-net-faults";
+        }
+        for (on, name) in [
+            (self.bugs.reply_before_last_ack, "reply-before-last-ack"),
+            (self.bugs.val_before_persist, "val-before-persist"),
+            (self.bugs.read_in_invalid, "read-in-invalid"),
+            (self.bugs.early_scope_ack, "early-scope-ack"),
+        ] {
+            if on {
+                s += &format!(" --inject-bug {name}");
+            }
+        }
+        s
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CheckReport {
+    pub model: String,
+    pub seed: u64,
+    pub completed: u64,
+    pub violations: Vec<String>,
+    /// Acknowledged writes whose version (or a newer one) did not survive the crash.
+    pub lost_acked_writes: u64,
+    /// Versions returned by reads that did not survive the crash.
+    pub vanished_reads: u64,
+    pub replay: String,
+    pub stats: NetStats,
+    pub sim_ns: u64,
+}
+
+/// The client workload and the observer of every step.
+struct Rec {
+    model: Model,
+    cfg: CheckConfig,
+    left: Vec<u64>,
+    /// Per session: its open scope and the writes invoked in it.
+    scope: Vec<(u64, u32)>,
+    ops: Vec<HistOp>,
+    index: HashMap<(SessionId, u64), usize>,
+    /// Persist requests: the scope and how many writes it holds.
+    persists: HashMap<(SessionId, u64), (ScopeId, u32)>,
+    /// Every write's key, ts (once its INV was seen) and scope.
+    writes: HashMap<Value, (Key, Option<Ts>, ScopeId)>,
+    acked: Vec<(Key, Ts)>,
+    reads: Vec<(Key, Ts)>,
+    scopes_done: Vec<ScopeId>,
+    val_time: HashMap<(Key, Ts), u64>,
+    configs: Vec<Vec<NodeId>>,
+    /// Nodes that were never down: the durability gates are checked on them.
+    steady: Vec<bool>,
+    violations: Vec<String>,
+}
+
+type Shared = Rc<RefCell<Rec>>;
+
+/// Forwards the simulator's calls to the shared recorder.
+struct Hook(Shared);
+
+impl Harness<DdpNode> for Hook {
+    fn next_op(&mut self, session: SessionId, _now: u64, rng: &mut Rng) -> Option<Op> {
+        self.0.borrow_mut().next_op(session, rng)
+    }
+    fn invoked(&mut self, session: SessionId, req: u64, node: NodeId, op: &Op, now: u64) {
+        self.0.borrow_mut().invoked(session, req, node, op, now)
+    }
+    fn completed(&mut self, session: SessionId, req: u64, _node: NodeId, r: &Reply, now: u64, _nvm: &[Nvm<Record>]) {
+        self.0.borrow_mut().completed(session, req, r, now)
+    }
+    fn on_step(&mut self, node: NodeId, now: u64, input: &Input<DdpNode>, out: &[Command<DdpNode>], nvm: &[Nvm<Record>]) {
+        self.0.borrow_mut().on_step(node, now, input, out, nvm)
+    }
+}
+
+fn nvm_ts(nvm: &Nvm<Record>, key: Key) -> Ts {
+    match nvm.get(&Slot::Key(key)) {
+        Some(Record::Key(v)) => v.ts,
+        _ => Ts::ZERO,
+    }
+}
+
+impl Rec {
+    fn next_op(&mut self, session: SessionId, rng: &mut Rng) -> Option<Op> {
+        let s = session as usize;
+        if self.left[s] == 0 {
+            return None;
+        }
+        self.left[s] -= 1;
+        let (seq, writes) = self.scope[s];
+        if self.model.p == Persistency::Scope && rng.chance(self.cfg.persist_ratio) {
+            self.scope[s] = (seq + 1, 0);
+            return Some(Op::Persist { scope: seq, writes });
+        }
+        let key = rng.below(self.cfg.keys);
+        if rng.chance(self.cfg.read_ratio) {
+            return Some(Op::Read { key });
+        }
+        self.scope[s].1 += 1;
+        let value = (session + 1) << 32 | self.left[s];
+        self.writes.insert(value, (key, None, ScopeId { session, seq }));
+        Some(Op::Write { key, value, scope: seq })
+    }
+
+    fn invoked(&mut self, session: SessionId, req: u64, node: NodeId, op: &Op, now: u64) {
+        let kind = match *op {
+            Op::Read { key } => OpKind::Read { key, value: None },
+            Op::Write { key, value, .. } => OpKind::Write { key, value },
+            Op::Persist { scope, writes } => {
+                self.persists.insert((session, req), (ScopeId { session, seq: scope }, writes));
+                return;
+            }
+        };
+        self.index.insert((session, req), self.ops.len());
+        self.ops.push(HistOp { session, node, kind, invoke_ns: now, complete_ns: None, ok: true });
+    }
+
+    fn completed(&mut self, session: SessionId, req: u64, r: &Reply, now: u64) {
+        if let Reply::Persisted { .. } = r {
+            let (scope, _) = self.persists[&(session, req)];
+            self.scopes_done.push(scope);
+            return;
+        }
+        let Some(&i) = self.index.get(&(session, req)) else { return };
+        let op = &mut self.ops[i];
+        op.complete_ns = Some(now);
+        match (&mut op.kind, r) {
+            (OpKind::Read { key, value }, Reply::Read { value: v, ts }) => {
+                *value = *v;
+                self.reads.push((*key, *ts));
+            }
+            (OpKind::Write { key, .. }, Reply::Written { ts }) => self.acked.push((*key, *ts)),
+            _ => self.violations.push(format!("session {session} req {req}: reply {r:?} does not answer its request")),
+        }
+    }
+}
+
+impl Rec {
+    /// The durability-gating trace invariants (spec §13 G1, S-1, RP-1,
+    /// SC-1, G5d), checked on the nodes that were never down.
+    fn on_step(&mut self, node: NodeId, now: u64, input: &Input<DdpNode>, out: &[Command<DdpNode>], nvm: &[Nvm<Record>]) {
+        if let Input::Config(c) = input {
+            self.configs[node as usize] = c.members.clone();
+        }
+        for c in out {
+            match c {
+                Command::Send { msg: Msg::Ack { key, ts, p: true, .. }, .. } if nvm_ts(&nvm[node as usize], *key) < *ts => {
+                    self.violations.push(format!("G1: node {node} sent ACK_p for key {key} {ts:?} before persisting it (t={now})"));
+                }
+                Command::Broadcast { msg: Msg::Inv { v, scope, .. } } => {
+                    if let Some(w) = self.writes.get_mut(&v.value) {
+                        w.1 = Some(v.ts);
+                    }
+                    let _ = scope;
+                }
+                Command::Broadcast { msg: Msg::Val { key, ts, p, .. } } => {
+                    self.val_time.entry((*key, *ts)).or_insert(now);
+                    if *p {
+                        self.everywhere(node, *key, *ts, nvm, "G5d: VAL_p", now);
+                    }
+                }
+                Command::Reply { session, req, result } => self.check_reply(node, *session, *req, result, nvm, now),
+                _ => {}
+            }
+        }
+    }
+
+    fn check_reply(&mut self, node: NodeId, session: SessionId, req: u64, r: &Reply, nvm: &[Nvm<Record>], now: u64) {
+        let rules = self.model.rules();
+        match r {
+            Reply::Written { ts } if matches!(rules.reply, Gate::P | Gate::CP) => {
+                let key = self.ops[self.index[&(session, req)]].key();
+                self.everywhere(node, key, *ts, nvm, "S-1: write acknowledged", now);
+            }
+            Reply::Read { ts, .. } if matches!(rules.read, Gate::P | Gate::CP) && *ts != Ts::ZERO => {
+                let key = self.ops[self.index[&(session, req)]].key();
+                self.everywhere(node, key, *ts, nvm, "RP-1: read returned", now);
+            }
+            Reply::Persisted { seq } if self.model.p == Persistency::Scope && self.persists[&(session, req)].1 > 0 => {
+                let scope = ScopeId { session, seq: *seq };
+                let members = self.configs[node as usize].clone();
+                for m in members.into_iter().filter(|&m| self.steady[m as usize]) {
+                    if !nvm[m as usize].contains_key(&Slot::Scope(scope)) {
+                        self.violations.push(format!("SC-1: scope {scope:?} reported durable by node {node} while node {m} had not persisted it (t={now})"));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Every steady member of `node`'s configuration has persisted `key` at `ts` or newer.
+    fn everywhere(&mut self, node: NodeId, key: Key, ts: Ts, nvm: &[Nvm<Record>], what: &str, now: u64) {
+        for &m in &self.configs[node as usize] {
+            let have = nvm_ts(&nvm[m as usize], key);
+            if self.steady[m as usize] && have < ts {
+                self.violations.push(format!("{what} key {key} {ts:?} at node {node} while node {m} had persisted only {have:?} (t={now})"));
+                return;
+            }
+        }
+    }
+}
+
+/// Simulated time a run may take before it counts as stuck (G6).
+const LIMIT_NS: u64 = 2_000_000_000;
+
+struct Run {
+    cfg: CheckConfig,
+    net: SimNet<DdpNode, DdpFactory>,
+    rec: Shared,
+    epoch: u64,
+    rng: Rng,
+    report: CheckReport,
+}
+
+/// Run one seeded simulation of `cfg.model` and every check it promises.
+pub fn run(cfg: &CheckConfig) -> CheckReport {
+    let mut r = Run::new(cfg);
+    if !cfg.model.implemented() {
+        r.report.violations.push(format!("model {} is not implemented yet (Lin and RE consistency are)", cfg.model));
+        return r.report;
+    }
+    r.net.start_clients();
+    let target = cfg.sessions * cfg.ops * r.rng.range_inclusive(20, 60) / 100;
+    r.run_until_completed(target);
+    let mut crash_at = None;
+    match cfg.crash {
+        Crash::None => {}
+        Crash::One => r.crash_one(),
+        Crash::All => crash_at = Some(r.crash_all()),
+    }
+    r.finish(crash_at);
+    r.report
+}
+
+impl Run {
+    fn new(cfg: &CheckConfig) -> Run {
+        let members: Vec<NodeId> = (0..cfg.nodes).collect();
+        let rec = Rec {
+            model: cfg.model,
+            cfg: cfg.clone(),
+            left: vec![cfg.ops; cfg.sessions as usize],
+            scope: vec![(0, 0); cfg.sessions as usize],
+            ops: Vec::new(),
+            index: HashMap::new(),
+            persists: HashMap::new(),
+            writes: HashMap::new(),
+            acked: Vec::new(),
+            reads: Vec::new(),
+            scopes_done: Vec::new(),
+            val_time: HashMap::new(),
+            configs: vec![members.clone(); cfg.nodes as usize],
+            steady: vec![true; cfg.nodes as usize],
+            violations: Vec::new(),
+        };
+        let rec = Rc::new(RefCell::new(rec));
+        let net_cfg = if cfg.net_faults {
+            SimNetConfig { drop: 0.01, duplicate: 0.01, delay: 0.05, delay_ns: 5_000, ..SimNetConfig::default() }
+        } else {
+            SimNetConfig::default()
+        };
+        let factory = DdpFactory { model: cfg.model, params: Params::SIM, bugs: cfg.bugs };
+        let net = SimNet::new(cfg.seed, net_cfg, Config::new(1, members), factory, Box::new(Hook(rec.clone())), cfg.sessions);
+        let report = CheckReport { model: cfg.model.to_string(), seed: cfg.seed, replay: cfg.replay(), ..CheckReport::default() };
+        Run { cfg: cfg.clone(), net, rec, epoch: 1, rng: Rng::new(cfg.seed ^ 0xDD9_C4EC), report }
+    }
+
+    fn completed(&self) -> u64 {
+        self.rec.borrow().ops.iter().filter(|o| o.complete_ns.is_some()).count() as u64
+    }
+
+    fn run_until_completed(&self, target: u64) {
+        self.net.run_while(LIMIT_NS, |_| self.completed() < target);
+    }
+
+    fn config(&mut self, members: Vec<NodeId>) -> Config {
+        self.epoch += 1;
+        Config::new(self.epoch, members)
+    }
+
+    /// F2: one node crashes; the manager drops it, later it restarts,
+    /// rejoins and catches up while the others serve.
+    fn crash_one(&mut self) {
+        let victim = self.rng.below(self.cfg.nodes as u64) as NodeId;
+        self.net.crash(victim);
+        self.rec.borrow_mut().steady[victim as usize] = false;
+        self.net.run_for(20_000);
+        let without: Vec<NodeId> = (0..self.cfg.nodes).filter(|&n| n != victim).collect();
+        let c = self.config(without);
+        self.net.announce(&c);
+        self.net.run_for(50_000);
+        let c = self.config((0..self.cfg.nodes).collect());
+        self.net.restart(victim, &c);
+        self.net.announce(&c);
+    }
+
+    /// F1: every node crashes at once, restarts from NVM and reconciles.
+    /// Returns how many operations had been invoked before the crash.
+    fn crash_all(&mut self) -> usize {
+        self.net.stop_clients();
+        self.net.crash_all();
+        let before = self.rec.borrow().ops.len();
+        self.rec.borrow_mut().steady.iter_mut().for_each(|s| *s = false);
+        self.net.run_for(10_000);
+        let c = self.config((0..self.cfg.nodes).collect());
+        for n in 0..self.cfg.nodes {
+            self.net.restart(n, &c);
+        }
+        self.net.announce(&c);
+        let nodes = self.cfg.nodes;
+        let settled = self.net.run_while(LIMIT_NS, |net| !(0..nodes).all(|n| net.with_node(n, |p| p.is_some_and(|p| p.is_settled()))));
+        if !settled {
+            self.report.violations.push("G6: the cluster did not recover from the whole-cluster crash".into());
+        }
+        let recovered = self.net.with_node(0, |p| p.expect("up").snapshot());
+        self.check_recovered(&recovered);
+        self.net.start_clients();
+        before
+    }
+}
+
+impl Run {
+    /// After F1: what must survive did, what did not is counted (spec §13.3).
+    fn check_recovered(&mut self, recovered: &BTreeMap<Key, (Ts, Option<Value>)>) {
+        let m = self.cfg.model;
+        let (c, p) = (m.c, m.p);
+        let must_keep_acked = p == Persistency::Strict || (c == Consistency::Lin && p == Persistency::Synch);
+        let must_keep_read = matches!(p, Persistency::Strict | Persistency::Re | Persistency::Synch);
+        let at = |k: &Key| recovered.get(k).map_or(Ts::ZERO, |v| v.0);
+        let rec = self.rec.borrow();
+        let mut v = Vec::new();
+        for (k, (_, value)) in recovered {
+            if let Some(x) = value {
+                if rec.writes.get(x).is_none_or(|w| w.0 != *k) {
+                    v.push(format!("G2: key {k} recovered value {x}, which no write wrote"));
+                }
+            }
+        }
+        let lost: Vec<_> = rec.acked.iter().filter(|(k, ts)| at(k) < *ts).collect();
+        let vanished: Vec<_> = rec.reads.iter().filter(|(k, ts)| at(k) < *ts).collect();
+        self.report.lost_acked_writes = lost.len() as u64;
+        self.report.vanished_reads = vanished.len() as u64;
+        if let (true, Some((k, ts))) = (must_keep_acked, lost.first()) {
+            v.push(format!("S-2: {} acknowledged writes lost in the crash, e.g. key {k} {ts:?} (recovered {:?})", lost.len(), at(k)));
+        }
+        if let (true, Some((k, ts))) = (must_keep_read, vanished.first()) {
+            v.push(format!("RP-2: {} versions that reads returned vanished in the crash, e.g. key {k} {ts:?} (recovered {:?})", vanished.len(), at(k)));
+        }
+        if p == Persistency::Scope {
+            v.extend(scope_violations(&rec, recovered));
+        }
+        drop(rec);
+        self.report.violations.extend(v);
+    }
+
+    /// Let the clients finish, quiesce, and run the end-of-run checks.
+    fn finish(&mut self, crash_at: Option<usize>) {
+        let done = self.net.run_while(LIMIT_NS, |net| !net.clients_done());
+        if !done {
+            self.report.violations.push(format!("G6: {} operations still outstanding after {} ms simulated", self.net.outstanding(), LIMIT_NS / 1_000_000));
+        }
+        let nodes = self.cfg.nodes;
+        let until = self.net.now_ns() + 10_000_000;
+        self.net.run_while(until, |net| !(0..nodes).all(|n| net.with_node(n, |p| p.is_none_or(|p| p.is_settled()))));
+        self.check_convergence();
+        self.check_history(crash_at);
+        let rec = self.rec.borrow();
+        self.report.violations.extend(rec.violations.iter().take(20).cloned());
+        self.report.completed = rec.ops.iter().filter(|o| o.complete_ns.is_some()).count() as u64;
+        self.report.stats = self.net.stats();
+        self.report.sim_ns = self.net.now_ns();
+    }
+
+    /// G6/G4 after quiescence: every live node holds the same versions.
+    fn check_convergence(&mut self) {
+        let snaps: Vec<_> = (0..self.cfg.nodes).filter_map(|n| self.net.with_node(n, |p| p.map(|p| (n, p.snapshot())))).collect();
+        for (n, s) in &snaps[1..] {
+            if let Some((k, a)) = snaps[0].1.iter().find(|(k, a)| s.get(k) != Some(a)) {
+                self.report.violations.push(format!("G6: after quiescence node {} has key {k} at {a:?} but node {n} at {:?}", snaps[0].0, s.get(k)));
+                return;
+            }
+        }
+    }
+
+    /// Linearizability (Lin), or R3 (RE: each write ends at its VAL).
+    fn check_history(&mut self, crash_at: Option<usize>) {
+        let m = self.cfg.model;
+        let across_f1 = matches!(m.p, Persistency::Strict | Persistency::Synch) && m.c == Consistency::Lin;
+        let rec = self.rec.borrow();
+        let upto = match crash_at {
+            Some(n) if !across_f1 => n,
+            _ => rec.ops.len(),
+        };
+        let mut ops: Vec<HistOp> = rec.ops[..upto].to_vec();
+        if m.c == Consistency::Re {
+            for o in ops.iter_mut() {
+                if let OpKind::Write { key, value } = o.kind {
+                    let ts = rec.writes.get(&value).and_then(|w| w.1);
+                    o.complete_ns = ts.and_then(|ts| rec.val_time.get(&(key, ts)).copied()).or(o.complete_ns.filter(|_| false));
+                }
+            }
+        }
+        drop(rec);
+        if let Err(e) = tandem_check::check_linearizable(&ops) {
+            let what = if m.c == Consistency::Re { "R3 (writes ending at their VAL)" } else { "linearizability" };
+            self.report.violations.push(format!("{what}: {e}"));
+        }
+    }
+}
+
+/// SC-2 (every completed scope survives in full, or superseded) and SC-3
+/// (no scope survives in part).
+fn scope_violations(rec: &Rec, recovered: &BTreeMap<Key, (Ts, Option<Value>)>) -> Vec<String> {
+    let at = |k: &Key| recovered.get(k).map_or(Ts::ZERO, |v| v.0);
+    let mut by_scope: BTreeMap<ScopeId, Vec<(Key, Ts, Value)>> = BTreeMap::new();
+    for (&value, &(k, ts, scope)) in &rec.writes {
+        if let Some(ts) = ts {
+            by_scope.entry(scope).or_default().push((k, ts, value));
+        }
+    }
+    let mut v = Vec::new();
+    for scope in &rec.scopes_done {
+        if let Some((k, ts, _)) = by_scope.get(scope).into_iter().flatten().find(|(k, ts, _)| at(k) < *ts) {
+            v.push(format!("SC-2: completed scope {scope:?} lost its write to key {k} {ts:?} (recovered {:?})", at(k)));
+        }
+    }
+    for (scope, writes) in &by_scope {
+        let present = writes.iter().any(|(k, _, value)| recovered.get(k).and_then(|r| r.1) == Some(*value));
+        if let Some((k, ts, _)) = writes.iter().find(|(k, ts, _)| present && at(k) < *ts) {
+            v.push(format!("SC-3: scope {scope:?} survived in part: its write to key {k} {ts:?} is missing (recovered {:?})", at(k)));
+        }
+    }
+    v
+}
