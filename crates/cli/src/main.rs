@@ -4,6 +4,7 @@
 mod args;
 mod bench_cmd;
 mod compare_cmd;
+mod ddp_cmd;
 mod demo;
 mod litmus_cmd;
 mod litmus_worker_cmd;
@@ -54,6 +55,8 @@ enum Command {
     ComputeServer(procs_cmd::ComputeServerArgs),
     /// After a multi-process run: release the crashed servers' stray locks and check the store.
     CheckCluster(procs_cmd::CheckClusterArgs),
+    /// DDP: leaderless replication for consistency x persistency models (seeded simulation checks).
+    Ddp(ddp_cmd::DdpArgs),
     /// DART: litmus tests, assertions and a strict-serializability history check against a store.
     Litmus(litmus_cmd::LitmusArgs),
     /// One compute-server process of `tandem litmus --fabric tcp --crash-rate R` (internal).
@@ -78,6 +81,7 @@ fn main() {
         Command::Membership(a) => procs_cmd::membership(a),
         Command::ComputeServer(a) => procs_cmd::compute_server(a),
         Command::CheckCluster(a) => procs_cmd::check_cluster(a),
+        Command::Ddp(a) => ddp_cmd::run(a),
         Command::Litmus(a) => litmus_cmd::run(a),
         Command::LitmusWorker(a) => litmus_worker_cmd::run(a),
     };

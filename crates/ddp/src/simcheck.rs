@@ -61,18 +61,23 @@ pub struct CheckConfig {
     pub crash: Crash,
     /// Drop, duplicate and delay messages.
     pub net_faults: bool,
+    /// NVM persist latency (the paper's 400 ns by default).
+    pub persist_ns: u64,
     pub bugs: Bugs,
 }
 
 impl CheckConfig {
     pub fn new(model: Model, seed: u64) -> Self {
-        CheckConfig { model, seed, nodes: 5, sessions: 10, keys: 6, ops: 120, read_ratio: 0.5, persist_ratio: 0.15, crash: Crash::None, net_faults: true, bugs: Bugs::default() }
+        CheckConfig { model, seed, nodes: 5, sessions: 10, keys: 6, ops: 120, read_ratio: 0.5, persist_ratio: 0.15, crash: Crash::None, net_faults: true, persist_ns: 400, bugs: Bugs::default() }
     }
 
     pub fn replay(&self) -> String {
         let mut s = format!("tandem ddp check --model {} --seed {} --crash {}", self.model, self.seed, self.crash.name());
         if !self.net_faults {
             s += " --no-net-faults";
+        }
+        if self.persist_ns != 400 {
+            s += &format!(" --persist-ns {}", self.persist_ns);
         }
         for (on, name) in [
             (self.bugs.reply_before_last_ack, "reply-before-last-ack"),
@@ -327,11 +332,8 @@ impl Run {
             violations: Vec::new(),
         };
         let rec = Rc::new(RefCell::new(rec));
-        let net_cfg = if cfg.net_faults {
-            SimNetConfig { drop: 0.01, duplicate: 0.01, delay: 0.05, delay_ns: 5_000, ..SimNetConfig::default() }
-        } else {
-            SimNetConfig::default()
-        };
+        let base = SimNetConfig { persist_ns: cfg.persist_ns, ..SimNetConfig::default() };
+        let net_cfg = if cfg.net_faults { SimNetConfig { drop: 0.01, duplicate: 0.01, delay: 0.05, delay_ns: 5_000, ..base } } else { base };
         let factory = DdpFactory { model: cfg.model, params: Params::SIM, bugs: cfg.bugs };
         let net = SimNet::new(cfg.seed, net_cfg, Config::new(1, members), factory, Box::new(Hook(rec.clone())), cfg.sessions);
         let report = CheckReport { model: cfg.model.to_string(), seed: cfg.seed, replay: cfg.replay(), ..CheckReport::default() };
@@ -435,10 +437,11 @@ impl Run {
         let nodes = self.cfg.nodes;
         let until = self.net.now_ns() + 10_000_000;
         self.net.run_while(until, |net| !(0..nodes).all(|n| net.with_node(n, |p| p.is_none_or(|p| p.is_settled()))));
+        let traced: Vec<String> = self.rec.borrow().violations.iter().take(20).cloned().collect();
+        self.report.violations.splice(0..0, traced);
         self.check_convergence();
         self.check_history(crash_at);
         let rec = self.rec.borrow();
-        self.report.violations.extend(rec.violations.iter().take(20).cloned());
         self.report.completed = rec.ops.iter().filter(|o| o.complete_ns.is_some()).count() as u64;
         self.report.stats = self.net.stats();
         self.report.sim_ns = self.net.now_ns();
