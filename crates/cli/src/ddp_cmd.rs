@@ -19,6 +19,10 @@ pub struct DdpArgs {
 enum DdpCommand {
     /// Seeded simulations with message faults and crashes; every promise of each model checked.
     Check(CheckArgs),
+    /// The configuration manager of a `tandem node` deployment (heartbeats, leases, epochs).
+    Manager(crate::node_cmd::ManagerArgs),
+    /// Closed-loop client sessions against `tandem node` processes, recording a history.
+    Load(crate::node_cmd::LoadArgs),
 }
 
 #[derive(Args)]
@@ -61,6 +65,8 @@ struct ModelReport {
 pub fn run(a: DdpArgs) -> Result<(), String> {
     match a.command {
         DdpCommand::Check(c) => check(c),
+        DdpCommand::Manager(m) => crate::node_cmd::manager(m),
+        DdpCommand::Load(l) => crate::node_cmd::load(l),
     }
 }
 

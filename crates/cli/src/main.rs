@@ -10,6 +10,7 @@ mod litmus_cmd;
 mod litmus_worker_cmd;
 mod experiment_cmd;
 mod memory_server;
+mod node_cmd;
 mod procs_cmd;
 mod soak_cmd;
 
@@ -57,6 +58,8 @@ enum Command {
     CheckCluster(procs_cmd::CheckClusterArgs),
     /// DDP: leaderless replication for consistency x persistency models (seeded simulation checks).
     Ddp(ddp_cmd::DdpArgs),
+    /// One replica of a message-passing store (DDP) as a process: TCP to its peers, NVM in a file.
+    Node(node_cmd::NodeArgs),
     /// DART: litmus tests, assertions and a strict-serializability history check against a store.
     Litmus(litmus_cmd::LitmusArgs),
     /// One compute-server process of `tandem litmus --fabric tcp --crash-rate R` (internal).
@@ -82,6 +85,7 @@ fn main() {
         Command::ComputeServer(a) => procs_cmd::compute_server(a),
         Command::CheckCluster(a) => procs_cmd::check_cluster(a),
         Command::Ddp(a) => ddp_cmd::run(a),
+        Command::Node(a) => node_cmd::node(a),
         Command::Litmus(a) => litmus_cmd::run(a),
         Command::LitmusWorker(a) => litmus_worker_cmd::run(a),
     };

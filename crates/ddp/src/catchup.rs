@@ -52,7 +52,7 @@ impl DdpNode {
     /// After a reconfiguration: ask the members for a copy once, and stop
     /// waiting for members that left.
     pub(crate) fn copy_after_reconfigure(&mut self, out: &mut Out) {
-        if self.ready {
+        if self.ready || !self.config.members.contains(&self.me) {
             return;
         }
         if !self.copy_asked {

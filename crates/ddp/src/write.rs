@@ -270,6 +270,11 @@ impl DdpNode {
     /// count, so every write in progress is re-broadcast (Hermes replay).
     pub(crate) fn reconfigure(&mut self, config: Config, out: &mut Out) {
         let new_epoch = config.epoch != self.config.epoch;
+        if !config.members.contains(&self.me) {
+            // Removed (crashed, or suspected while slow): stop serving; if
+            // re-added later, catch up by a copy first.
+            (self.ready, self.copy_asked) = (false, false);
+        }
         self.config = config;
         if new_epoch {
             let writes: Vec<Key> = self.keys.iter().filter(|(_, s)| s.write.is_some()).map(|(&k, _)| k).collect();

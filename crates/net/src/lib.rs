@@ -6,8 +6,14 @@
 //!   [`Input::PersistDone`] gates whatever depends on it.
 //! - [`sim`]: the deterministic simulated network and NVM, on `crates/sim`.
 
+pub mod client;
+pub mod host;
+pub mod links;
+pub mod manager;
+pub mod nvm_file;
 pub mod protocol;
 pub mod sim;
+pub mod wire;
 
 pub use protocol::{land, Command, Config, Durable, Input, NodeFactory, NodeId, Nvm, Protocol, SessionId, Token};
 pub use sim::{Harness, NetStats, SimNet, SimNetConfig, CLIENT_RETRY_NS};

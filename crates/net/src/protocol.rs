@@ -20,7 +20,7 @@ pub type Token = u64;
 
 /// A configuration: who is a member, in which epoch (Hermes-style, bumped
 /// by the configuration manager on every membership change).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Config {
     pub epoch: u64,
     pub members: Vec<NodeId>,

@@ -1,0 +1,171 @@
+//! `tandem node` (one replica as a process) and the DDP deployment
+//! commands: `tandem ddp manager` and `tandem ddp load`.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use tandem_ddp::load::{Load, LoadConfig};
+use tandem_ddp::{Bugs, DdpFactory, Model, Params};
+use tandem_net::host::{self, HostConfig};
+use tandem_net::manager::{self, ManagerConfig};
+
+use crate::args::{parse_addrs, secret_from};
+
+#[derive(Args)]
+pub struct NodeArgs {
+    /// The replicated store: ddp.
+    #[arg(long, default_value = "ddp")]
+    system: String,
+    /// The DDP model, e.g. lin-synch.
+    #[arg(long, default_value = "lin-synch")]
+    model: String,
+    /// This node's id: its position in --peers.
+    #[arg(long)]
+    id: u16,
+    /// Every node's address, in id order (this one's included).
+    #[arg(long)]
+    peers: String,
+    /// The configuration manager (`tandem ddp manager`); without one the membership is static.
+    #[arg(long)]
+    manager: Option<String>,
+    /// The NVM file (created if absent; recovered from if not).
+    #[arg(long)]
+    nvm: PathBuf,
+    /// NVM file capacity.
+    #[arg(long, default_value = "64M")]
+    nvm_size: String,
+    /// Flush the NVM file to the device before acknowledging a persist (machine-crash durability).
+    #[arg(long)]
+    fsync: bool,
+    /// Cluster secret (hex); else TANDEM_SECRET.
+    #[arg(long)]
+    secret: Option<String>,
+    #[arg(long, default_value_t = 5)]
+    heartbeat_ms: u64,
+    #[arg(long, default_value_t = 200)]
+    lease_ms: u64,
+    /// Test-only protocol bug (see `tandem ddp check --help`).
+    #[arg(long = "inject-bug", hide = true)]
+    bugs: Vec<String>,
+}
+
+fn secret(flag: Option<&str>) -> Result<u64, String> {
+    secret_from(flag)?.ok_or_else(|| "a cluster secret is needed: --secret HEX or TANDEM_SECRET".to_string())
+}
+
+pub fn node(a: NodeArgs) -> Result<(), String> {
+    if a.system != "ddp" {
+        return Err(format!("unknown --system '{}': ddp", a.system));
+    }
+    let model = Model::parse(&a.model)?;
+    if !model.implemented() {
+        return Err(format!("model {model} is not implemented yet"));
+    }
+    let peers = parse_addrs(&a.peers)?;
+    let me = *peers.get(a.id as usize).ok_or_else(|| format!("--id {} is not a position in --peers ({} nodes)", a.id, peers.len()))?;
+    let manager = a.manager.as_deref().map(|m| m.parse::<SocketAddr>().map_err(|e| format!("--manager {m}: {e}"))).transpose()?;
+    let listener = TcpListener::bind(me).map_err(|e| format!("node {}: cannot listen on {me}: {e}", a.id))?;
+    let cfg = HostConfig {
+        id: a.id,
+        peers: peers.iter().enumerate().map(|(i, &p)| (i as u16, p)).collect(),
+        manager,
+        secret: secret(a.secret.as_deref())?,
+        nvm: a.nvm.clone(),
+        nvm_bytes: crate::args::parse_size(&a.nvm_size)?,
+        fsync: a.fsync,
+        heartbeat: Duration::from_millis(a.heartbeat_ms),
+        lease: Duration::from_millis(a.lease_ms),
+    };
+    println!("node {} ({model}) listening on {me}", a.id);
+    let factory = DdpFactory { model, params: Params::TCP, bugs: Bugs::parse(&a.bugs)? };
+    host::run(cfg, listener, factory).map_err(|e| format!("node {}: {e}", a.id))
+}
+
+#[derive(Args)]
+pub struct ManagerArgs {
+    #[arg(long)]
+    listen: String,
+    /// Number of nodes (ids 0..N), all members at start.
+    #[arg(long, default_value_t = 5)]
+    nodes: u16,
+    #[arg(long)]
+    secret: Option<String>,
+    /// Lease of each heartbeat; a node silent this long (plus 25 %) is removed.
+    #[arg(long, default_value_t = 200)]
+    lease_ms: u64,
+}
+
+pub fn manager(a: ManagerArgs) -> Result<(), String> {
+    let listener = TcpListener::bind(&a.listen).map_err(|e| format!("manager: cannot listen on {}: {e}", a.listen))?;
+    println!("manager listening on {}", listener.local_addr().map_err(|e| e.to_string())?);
+    let lease = a.lease_ms * 1_000_000;
+    let cfg = ManagerConfig { lease_ns: lease, margin_ns: lease / 4, ..ManagerConfig::default() };
+    let members: Vec<u16> = (0..a.nodes).collect();
+    manager::serve(listener, secret(a.secret.as_deref())?, &members, cfg).map_err(|e| e.to_string())
+}
+
+#[derive(Args)]
+pub struct LoadArgs {
+    /// Node addresses.
+    #[arg(long)]
+    nodes: String,
+    #[arg(long)]
+    secret: Option<String>,
+    #[arg(long, default_value_t = 20)]
+    sessions: u64,
+    #[arg(long, default_value_t = 0)]
+    first_session: u64,
+    #[arg(long, default_value_t = 1000)]
+    keys: u64,
+    #[arg(long, default_value_t = 0.5)]
+    read_ratio: f64,
+    /// Seconds.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the history (JSON lines) here.
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// Check the history for linearizability (Lin models).
+    #[arg(long)]
+    check_lin: bool,
+}
+
+pub fn load(a: LoadArgs) -> Result<(), String> {
+    if !(0.0..=1.0).contains(&a.read_ratio) {
+        return Err("--read-ratio must be in [0, 1]".into());
+    }
+    let cfg = LoadConfig {
+        nodes: parse_addrs(&a.nodes)?,
+        secret: secret(a.secret.as_deref())?,
+        sessions: a.sessions,
+        first_session: a.first_session,
+        keys: a.keys.max(1),
+        read_ratio: a.read_ratio,
+        seed: a.seed,
+        timeout: Duration::from_secs(2),
+    };
+    let epoch = Instant::now();
+    let load = Load::start(&cfg, epoch);
+    let mut last = 0;
+    while epoch.elapsed().as_secs_f64() < a.duration {
+        std::thread::sleep(Duration::from_secs(1).min(Duration::from_secs_f64((a.duration - epoch.elapsed().as_secs_f64()).max(0.0))));
+        let now = load.completed.load(std::sync::atomic::Ordering::Relaxed);
+        eprintln!("  {:.0} s: {} ops/s", epoch.elapsed().as_secs_f64(), now - last);
+        last = now;
+    }
+    let ops = load.stop();
+    let done = ops.iter().filter(|o| o.complete_ns.is_some()).count();
+    println!("{done} operations completed, {} unknown, {:.0} ops/s", ops.len() - done, done as f64 / a.duration);
+    if let Some(p) = &a.history {
+        tandem_check::write_jsonl(p, &ops)?;
+    }
+    if a.check_lin {
+        let s = tandem_check::check_linearizable(&ops).map_err(|v| format!("history not linearizable: {v}"))?;
+        println!("linearizable: {} keys, {} operations checked", s.keys, s.ops);
+    }
+    Ok(())
+}

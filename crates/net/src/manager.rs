@@ -1,0 +1,164 @@
+//! The configuration manager (DESIGN.md §7.1, HEAL §IV): nodes heartbeat
+//! it; it grants each heartbeat a lease and announces `Config { epoch,
+//! members }` whenever a node joins or stops heartbeating. Sans-IO, like
+//! the protocols: the host feeds it heartbeats and ticks.
+//!
+//! **Leases make removal safe.** A node serves clients only while it holds
+//! a lease, counted from when it *sent* the heartbeat that earned it. The
+//! manager removes a node only once `lease_ns` (plus a margin) has passed
+//! since that node's last heartbeat reached it, so by then the node's
+//! lease has run out: a falsely suspected node, alive and slow, stops
+//! serving before the others stop waiting for it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::protocol::{Config, NodeId};
+
+#[derive(Clone, Copy, Debug)]
+pub struct ManagerConfig {
+    /// How long a heartbeat's lease lasts at the node.
+    pub lease_ns: u64,
+    /// Extra silence before removal, beyond the lease.
+    pub margin_ns: u64,
+    /// Members at start are given this long to send their first heartbeat.
+    pub startup_ns: u64,
+}
+
+impl Default for ManagerConfig {
+    /// Suits processes on one loaded two-core machine (heartbeats every few ms).
+    fn default() -> Self {
+        ManagerConfig { lease_ns: 200_000_000, margin_ns: 50_000_000, startup_ns: 2_000_000_000 }
+    }
+}
+
+pub struct Manager {
+    cfg: ManagerConfig,
+    epoch: u64,
+    members: BTreeSet<NodeId>,
+    last_heard: BTreeMap<NodeId, u64>,
+}
+
+impl Manager {
+    /// Start with `members` in epoch 1; each has `startup_ns` to heartbeat.
+    pub fn new(cfg: ManagerConfig, members: &[NodeId], now_ns: u64) -> Self {
+        let heard = now_ns + cfg.startup_ns;
+        Manager { cfg, epoch: 1, members: members.iter().copied().collect(), last_heard: members.iter().map(|&m| (m, heard)).collect() }
+    }
+
+    pub fn config(&self) -> Config {
+        Config::new(self.epoch, self.members.iter().copied().collect())
+    }
+
+    /// A heartbeat from `node`: its lease is granted (the host answers it);
+    /// a node that is not a member joins, in a new epoch (returned).
+    pub fn heartbeat(&mut self, now_ns: u64, node: NodeId) -> Option<Config> {
+        self.last_heard.insert(node, now_ns);
+        if self.members.insert(node) {
+            self.epoch += 1;
+            return Some(self.config());
+        }
+        None
+    }
+
+    /// Remove members silent past their lease; a new epoch if any was.
+    pub fn tick(&mut self, now_ns: u64) -> Option<Config> {
+        let limit = self.cfg.lease_ns + self.cfg.margin_ns;
+        let silent: Vec<NodeId> = self.members.iter().copied().filter(|m| now_ns.saturating_sub(self.last_heard[m]) > limit).collect();
+        if silent.is_empty() {
+            return None;
+        }
+        for m in silent {
+            self.members.remove(&m);
+        }
+        self.epoch += 1;
+        Some(self.config())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_member_leaves_only_after_its_lease_and_comes_back_in_a_new_epoch() {
+        let cfg = ManagerConfig { lease_ns: 100, margin_ns: 10, startup_ns: 0 };
+        let mut m = Manager::new(cfg, &[0, 1, 2], 0);
+        m.heartbeat(50, 0);
+        m.heartbeat(50, 1);
+        assert_eq!(m.tick(109), None, "node 2 may still hold a lease");
+        let c = m.tick(111).expect("node 2 removed");
+        assert_eq!((c.epoch, c.members), (2, vec![0, 1]));
+        let c = m.heartbeat(120, 2).expect("node 2 rejoins");
+        assert_eq!((c.epoch, c.members), (3, vec![0, 1, 2]));
+        assert_eq!(m.heartbeat(121, 2), None);
+    }
+}
+
+/// The manager as a process: nodes connect with `Hello::ToManager`, it
+/// answers each heartbeat with a lease and tells every node each new
+/// configuration. Runs in the calling thread.
+pub fn serve(listener: std::net::TcpListener, secret: u64, members: &[NodeId], cfg: ManagerConfig) -> std::io::Result<()> {
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    use std::time::{Duration, Instant};
+
+    use crate::wire::{frame, FromManager};
+
+    let (tx, rx) = channel::<ManagerEvent>();
+    std::thread::spawn(move || accept_nodes(listener, secret, tx));
+    let start = Instant::now();
+    let now = || start.elapsed().as_nanos() as u64;
+    let mut m = Manager::new(cfg, members, now());
+    let mut links: BTreeMap<NodeId, std::sync::mpsc::Sender<Vec<u8>>> = BTreeMap::new();
+    eprintln!("manager: epoch 1, members {members:?}");
+    loop {
+        let announce = match rx.recv_timeout(Duration::from_millis(2)) {
+            Ok(ManagerEvent::Link(node, w)) => {
+                let _ = w.send(frame(&FromManager::Config(m.config())));
+                links.insert(node, w);
+                None
+            }
+            Ok(ManagerEvent::Beat(node, seq)) => {
+                let joined = m.heartbeat(now(), node);
+                if let Some(w) = links.get(&node) {
+                    let _ = w.send(frame(&FromManager::Lease { seq }));
+                }
+                joined
+            }
+            Err(RecvTimeoutError::Timeout) => m.tick(now()),
+            Err(RecvTimeoutError::Disconnected) => return Ok(()),
+        };
+        if let Some(c) = announce {
+            eprintln!("manager: epoch {}, members {:?}", c.epoch, c.members);
+            for w in links.values() {
+                let _ = w.send(frame(&FromManager::Config(c.clone())));
+            }
+        }
+    }
+}
+
+enum ManagerEvent {
+    Link(NodeId, std::sync::mpsc::Sender<Vec<u8>>),
+    Beat(NodeId, u64),
+}
+
+fn accept_nodes(listener: std::net::TcpListener, secret: u64, tx: std::sync::mpsc::Sender<ManagerEvent>) {
+    use crate::wire::{Frames, Heartbeat, Hello};
+    for s in listener.incoming().flatten() {
+        let tx = tx.clone();
+        std::thread::spawn(move || -> std::io::Result<()> {
+            s.set_nodelay(true)?;
+            let mut frames = Frames::new(s.try_clone()?);
+            let Some(Hello::ToManager { node, secret: theirs }) = frames.next::<Hello>()? else { return Ok(()) };
+            if theirs != secret {
+                return Ok(());
+            }
+            let _ = tx.send(ManagerEvent::Link(node, crate::links::spawn_writer(s)));
+            while let Some(Heartbeat { seq }) = frames.next()? {
+                if tx.send(ManagerEvent::Beat(node, seq)).is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,106 @@
+//! The TCP wire format shared by nodes, clients and the configuration
+//! manager: every stream opens with a [`Hello`] naming its role and the
+//! cluster secret, then carries length-prefixed bincode frames. Writers
+//! append many frames to one buffer and send it with one write
+//! (coalescing, as Hermes packs messages).
+
+use std::io::{self, BufReader, Read};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{Config, NodeId, SessionId};
+
+/// Refuse frames larger than this (a corrupt or hostile stream).
+pub const MAX_FRAME: usize = 64 << 20;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Hello {
+    /// Node `node` will send protocol messages on this stream.
+    Peer { node: NodeId, secret: u64 },
+    /// A client session stream.
+    Client { secret: u64 },
+    /// Node `node` talks to the configuration manager.
+    ToManager { node: NodeId, secret: u64 },
+}
+
+impl Hello {
+    pub fn secret(&self) -> u64 {
+        match *self {
+            Hello::Peer { secret, .. } | Hello::Client { secret } | Hello::ToManager { secret, .. } => secret,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClientReq<Op> {
+    pub session: SessionId,
+    pub req: u64,
+    pub op: Op,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClientResp<R> {
+    pub session: SessionId,
+    pub req: u64,
+    pub result: R,
+}
+
+/// Node → manager.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub seq: u64,
+}
+
+/// Manager → node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum FromManager {
+    /// The heartbeat `seq` earned a lease.
+    Lease { seq: u64 },
+    Config(Config),
+}
+
+/// Append one frame (`u32` length, then the bincode of `v`) to `buf`.
+pub fn put<T: Serialize>(buf: &mut Vec<u8>, v: &T) {
+    let at = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    bincode::serialize_into(&mut *buf, v).expect("serializing into a Vec cannot fail");
+    let len = (buf.len() - at - 4) as u32;
+    buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// One frame as bytes.
+pub fn frame<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut b = Vec::new();
+    put(&mut b, v);
+    b
+}
+
+/// Reads frames from a stream.
+pub struct Frames<R: Read> {
+    r: BufReader<R>,
+    buf: Vec<u8>,
+}
+
+impl<R: Read> Frames<R> {
+    pub fn new(r: R) -> Self {
+        Frames { r: BufReader::with_capacity(256 << 10, r), buf: Vec::new() }
+    }
+
+    /// The next frame, or None at a clean end of stream.
+    pub fn next<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
+        let mut len = [0u8; 4];
+        match self.r.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_FRAME {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds {MAX_FRAME}")));
+        }
+        self.buf.resize(len, 0);
+        self.r.read_exact(&mut self.buf)?;
+        bincode::deserialize(&self.buf).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+}

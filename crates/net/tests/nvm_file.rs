@@ -1,0 +1,387 @@
+//! Tests of the memory-mapped NVM store (`tandem_net::nvm_file`).
+
+use std::fs::{self, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tandem_net::nvm_file::{Durability, NvmFile, FRAME_HEADER};
+use tandem_net::{land, Durable, Nvm};
+
+/// A test record: a versioned key-value entry (landing keeps the highest
+/// version, like DDP) or an epoch (landing overwrites).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum Rec {
+    Kv { key: u32, version: u64, value: Vec<u8> },
+    Epoch(u64),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Slot {
+    Kv(u32),
+    Epoch,
+}
+
+impl Durable for Rec {
+    type Slot = Slot;
+    fn slot(&self) -> Slot {
+        match self {
+            Rec::Kv { key, .. } => Slot::Kv(*key),
+            Rec::Epoch(_) => Slot::Epoch,
+        }
+    }
+    fn land(slot: &mut Self, new: Self) {
+        match (&*slot, &new) {
+            (Rec::Kv { version: old, .. }, Rec::Kv { version, .. }) if version <= old => {}
+            _ => *slot = new,
+        }
+    }
+}
+
+fn kv(key: u32, version: u64, len: usize) -> Rec {
+    Rec::Kv { key, version, value: vec![(version % 251) as u8; len] }
+}
+
+/// The image that landing `records` in order yields.
+fn expected(records: &[Rec]) -> Nvm<Rec> {
+    let mut nvm = Nvm::new();
+    for r in records {
+        land(&mut nvm, r.clone());
+    }
+    nvm
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("tandem-nvm-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    fn file(&self) -> PathBuf {
+        self.0.join("nvm")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Open `path` and append `records`, returning each frame's start offset.
+fn write_all(path: &Path, capacity: u64, records: &[Rec]) -> Vec<usize> {
+    let (mut nvm, _) = NvmFile::<Rec>::open(path, capacity).unwrap();
+    records
+        .iter()
+        .map(|r| {
+            let at = nvm.used();
+            nvm.append(r).unwrap();
+            at
+        })
+        .collect()
+}
+
+fn reopen(path: &Path, capacity: u64) -> Nvm<Rec> {
+    let (store, image) = NvmFile::<Rec>::open(path, capacity).unwrap();
+    assert_eq!(store.image(), &image);
+    image
+}
+
+/// Overwrite `bytes` at `offset` of the file at `path`.
+fn poke(path: &Path, offset: usize, bytes: &[u8]) {
+    let mut f = OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(offset as u64)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+fn mixed_records(n: u64) -> Vec<Rec> {
+    (0..n)
+        .map(|i| if i % 17 == 0 { Rec::Epoch(i) } else { kv((i * 7 % 50) as u32, i, (i % 40) as usize) })
+        .collect()
+}
+
+#[test]
+fn round_trip_rebuilds_the_landed_image() {
+    let dir = TempDir::new("round-trip");
+    let records = mixed_records(5000);
+    {
+        let (mut store, image) = NvmFile::<Rec>::open(dir.file(), 1 << 20).unwrap();
+        assert!(image.is_empty());
+        for r in &records {
+            store.append(r).unwrap();
+        }
+        assert_eq!(store.image(), &expected(&records));
+        assert_eq!(store.compactions(), 0);
+    }
+    assert_eq!(reopen(&dir.file(), 1 << 20), expected(&records));
+    // Reopening twice changes nothing, and appends continue after the log.
+    let more = kv(999, 1, 3);
+    {
+        let (mut store, _) = NvmFile::<Rec>::open(dir.file(), 1 << 20).unwrap();
+        store.append(&more).unwrap();
+    }
+    let mut all = records.clone();
+    all.push(more);
+    assert_eq!(reopen(&dir.file(), 1 << 20), expected(&all));
+}
+
+#[test]
+fn replay_respects_land() {
+    let dir = TempDir::new("land");
+    let records = vec![kv(1, 10, 4), kv(1, 3, 8), Rec::Epoch(7), Rec::Epoch(2), kv(2, 1, 1), kv(1, 9, 2)];
+    write_all(&dir.file(), 4096, &records);
+    let image = reopen(&dir.file(), 4096);
+    assert_eq!(image[&Slot::Kv(1)], kv(1, 10, 4), "an older version must not regress the slot");
+    assert_eq!(image[&Slot::Epoch], Rec::Epoch(2), "Epoch lands by overwriting");
+    assert_eq!(image, expected(&records));
+}
+
+/// Write 200 records, damage the last frame with `damage(path, start,
+/// end)`, and check that reopening yields the first 199 — and that the
+/// store then continues cleanly.
+fn check_torn_tail(name: &str, damage: impl Fn(&Path, usize, usize)) {
+    let dir = TempDir::new(name);
+    let records = mixed_records(200);
+    let starts = write_all(&dir.file(), 1 << 16, &records);
+    let last = *starts.last().unwrap();
+    let end = {
+        let (store, _) = NvmFile::<Rec>::open(dir.file(), 1 << 16).unwrap();
+        store.used()
+    };
+    damage(&dir.file(), last, end);
+    let (mut store, image) = NvmFile::<Rec>::open(dir.file(), 1 << 16).unwrap();
+    assert_eq!(image, expected(&records[..199]), "{name}");
+    assert_eq!(store.used(), last, "{name}: the tail is the torn frame's start");
+    let next = kv(7, 1_000_000, 1);
+    store.append(&next).unwrap();
+    drop(store);
+    let mut want = records[..199].to_vec();
+    want.push(next);
+    assert_eq!(reopen(&dir.file(), 1 << 16), expected(&want), "{name}");
+}
+
+#[test]
+fn torn_tail_partial_payload_is_dropped() {
+    // The last frame's payload was only half written (the rest still zero).
+    check_torn_tail("torn-payload", |path, start, end| {
+        let half = start + FRAME_HEADER + (end - start - FRAME_HEADER) / 2;
+        poke(path, half, &vec![0; end - half]);
+    });
+}
+
+#[test]
+fn torn_tail_zero_checksum_is_dropped() {
+    check_torn_tail("torn-crc", |path, start, _| poke(path, start + 4, &[0; 4]));
+}
+
+#[test]
+fn torn_tail_garbage_payload_is_dropped() {
+    check_torn_tail("torn-garbage", |path, start, _| poke(path, start + FRAME_HEADER, &[0xAB; 3]));
+}
+
+#[test]
+fn torn_tail_header_only_is_dropped() {
+    // Only the header landed: its payload bytes are all zero.
+    check_torn_tail("torn-header", |path, start, end| poke(path, start + FRAME_HEADER, &vec![0; end - start - FRAME_HEADER]));
+}
+
+#[test]
+fn corrupt_middle_frame_hides_everything_after_it_for_good() {
+    let dir = TempDir::new("middle");
+    let records: Vec<Rec> = (0..100).map(|i| kv(i as u32, 1, 30)).collect();
+    let starts = write_all(&dir.file(), 1 << 16, &records);
+    poke(&dir.file(), starts[40] + FRAME_HEADER, &[0xFF]);
+    assert_eq!(reopen(&dir.file(), 1 << 16), expected(&records[..40]));
+    // A short frame now sits where frame 40 was; frames 41.. were zeroed at
+    // the reopen and must never come back.
+    let short = Rec::Epoch(1);
+    {
+        let (mut store, _) = NvmFile::<Rec>::open(dir.file(), 1 << 16).unwrap();
+        store.append(&short).unwrap();
+    }
+    let mut want = records[..40].to_vec();
+    want.push(short);
+    assert_eq!(reopen(&dir.file(), 1 << 16), expected(&want));
+}
+
+#[test]
+fn compaction_keeps_a_small_file_going() {
+    let dir = TempDir::new("compact");
+    let records: Vec<Rec> = (0..20_000u64).map(|i| kv((i % 8) as u32, i, 16)).collect();
+    let compactions = {
+        let (mut store, _) = NvmFile::<Rec>::open(dir.file(), 4096).unwrap();
+        for r in &records {
+            store.append(r).unwrap();
+        }
+        assert_eq!(store.image(), &expected(&records));
+        assert!(!dir.0.join("nvm.tmp").exists());
+        store.compactions()
+    };
+    assert!(compactions > 100, "expected many compactions, got {compactions}");
+    assert_eq!(fs::metadata(dir.file()).unwrap().len(), 4096);
+    assert_eq!(reopen(&dir.file(), 4096), expected(&records));
+}
+
+#[test]
+fn too_small_for_the_live_image_is_a_clear_error() {
+    let dir = TempDir::new("full");
+    let (mut store, _) = NvmFile::<Rec>::open(dir.file(), 4096).unwrap();
+    let mut appended = Vec::new();
+    let err = loop {
+        let r = kv(appended.len() as u32, 1, 32);
+        match store.append(&r) {
+            Ok(()) => appended.push(r),
+            Err(e) => break e,
+        }
+        assert!(appended.len() < 1000, "a 4 KiB file cannot hold 1000 distinct slots");
+    };
+    let msg = err.to_string();
+    assert!(msg.contains(&dir.file().display().to_string()), "{msg}");
+    assert!(msg.contains("capacity 4096"), "{msg}");
+    assert!(msg.contains("live image"), "{msg}");
+    // The failed append changed nothing, in memory or on disk.
+    assert_eq!(store.image(), &expected(&appended));
+    drop(store);
+    assert_eq!(reopen(&dir.file(), 4096), expected(&appended));
+}
+
+#[test]
+fn machine_durability_round_trips() {
+    let dir = TempDir::new("machine");
+    let records = mixed_records(300);
+    {
+        let (mut store, _) = NvmFile::<Rec>::open_with(dir.file(), 4096, Durability::Machine).unwrap();
+        let start = Instant::now();
+        for r in &records {
+            store.append(r).unwrap();
+        }
+        store.flush().unwrap();
+        let secs = start.elapsed().as_secs_f64();
+        let rate = records.len() as f64 / secs;
+        println!("nvm_file: {} Machine-durable appends ({} compactions) = {rate:.0} appends/s", records.len(), store.compactions());
+    }
+    assert_eq!(reopen(&dir.file(), 4096), expected(&records));
+}
+
+#[test]
+fn reopen_grows_but_never_shrinks() {
+    let dir = TempDir::new("grow");
+    let records = mixed_records(100);
+    write_all(&dir.file(), 8192, &records);
+    let (store, image) = NvmFile::<Rec>::open(dir.file(), 4096).unwrap();
+    assert_eq!((store.capacity(), &image), (8192, &expected(&records)));
+    drop(store);
+    let (store, image) = NvmFile::<Rec>::open(dir.file(), 1 << 16).unwrap();
+    assert_eq!((store.capacity(), image), (1 << 16, expected(&records)));
+}
+
+#[test]
+fn a_foreign_file_is_rejected() {
+    let dir = TempDir::new("foreign");
+    fs::write(dir.file(), b"hello, this is not an NVM file").unwrap();
+    let err = NvmFile::<Rec>::open(dir.file(), 4096).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+    let mut contents = String::new();
+    fs::File::open(dir.file()).unwrap().read_to_string(&mut contents).unwrap();
+    assert_eq!(contents, "hello, this is not an NVM file", "a foreign file is left alone");
+}
+
+/// Environment variable that turns `kill_child_helper` into the child.
+const CHILD_ENV: &str = "TANDEM_NVM_KILL_CHILD";
+/// Records the child writes per slot cycle (slot = i % SLOTS).
+const SLOTS: u64 = 64;
+
+/// The child side of `sigkill_loses_nothing_that_was_appended`: append
+/// `kv(i % SLOTS, i)` forever (to a small, compacting file), reporting
+/// progress on stdout, until the parent kills it. A no-op as a normal test.
+#[test]
+fn kill_child_helper() {
+    let Ok(path) = std::env::var(CHILD_ENV) else { return };
+    let (mut store, _) = NvmFile::<Rec>::open(&path, 16 * 1024).unwrap();
+    let mut out = std::io::stdout().lock();
+    for i in 0..50_000_000u64 {
+        store.append(&kv((i % SLOTS) as u32, i, 8)).unwrap();
+        if i % 1000 == 999 {
+            writeln!(out, "appended {}", i + 1).unwrap();
+            out.flush().unwrap();
+        }
+    }
+    panic!("the parent never killed the child");
+}
+
+#[test]
+fn sigkill_loses_nothing_that_was_appended() {
+    let dir = TempDir::new("sigkill");
+    for round in 0..3u64 {
+        let _ = fs::remove_file(dir.file());
+        let reported = run_and_kill(&dir.file(), 20_000 + round * 7_919);
+        let image = reopen(&dir.file(), 16 * 1024);
+        // The image is the landing of a prefix 0..n of the child's appends,
+        // n ≥ what the child reported as appended.
+        let n = image.values().map(|r| if let Rec::Kv { version, .. } = r { *version + 1 } else { 0 }).max().unwrap();
+        assert!(n >= reported, "round {round}: reported {reported} appends, recovered only {n}");
+        let prefix: Vec<Rec> = (0..n).map(|i| kv((i % SLOTS) as u32, i, 8)).collect();
+        assert_eq!(image, expected(&prefix), "round {round}");
+    }
+}
+
+/// Spawn the child on `path`, SIGKILL it once it reports `at_least`
+/// appends, and return the last count it reported.
+fn run_and_kill(path: &Path, at_least: u64) -> u64 {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe)
+        .args(["--exact", "kill_child_helper", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reported = 0;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        if let Some(n) = line.unwrap().strip_prefix("appended ") {
+            reported = n.parse().unwrap();
+            if reported >= at_least {
+                break;
+            }
+        }
+    }
+    child.kill().unwrap(); // SIGKILL on Unix
+    child.wait().unwrap();
+    assert!(reported >= at_least, "the child exited early after {reported} appends");
+    reported
+}
+
+#[test]
+fn measure_one_million_appends() {
+    let dir = TempDir::new("measure");
+    let n = 1_000_000u64;
+    let (mut store, _) = NvmFile::<Rec>::open(dir.file(), 64 << 20).unwrap();
+    let start = Instant::now();
+    for i in 0..n {
+        store.append(&kv((i % 1024) as u32, i, 8)).unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "nvm_file: {n} appends ({} B used, {} compactions) in {secs:.3} s = {:.0} appends/s",
+        store.used(),
+        store.compactions(),
+        n as f64 / secs
+    );
+    let (mut small, _) = NvmFile::<Rec>::open(dir.0.join("small"), 1 << 20).unwrap();
+    let start = Instant::now();
+    for i in 0..n {
+        small.append(&kv((i % 1024) as u32, i, 8)).unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "nvm_file: {n} appends into 1 MiB ({} compactions) in {secs:.3} s = {:.0} appends/s",
+        small.compactions(),
+        n as f64 / secs
+    );
+}
