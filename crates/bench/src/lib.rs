@@ -2,6 +2,7 @@
 //! runs with invariant checks (tests and replays), and benchmarks over the
 //! inline (in-process) and tcp (memory-server processes) fabrics.
 
+pub mod ddp_bench;
 pub mod cluster;
 pub mod compare;
 pub mod experiment;

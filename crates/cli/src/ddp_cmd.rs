@@ -19,6 +19,8 @@ pub struct DdpArgs {
 enum DdpCommand {
     /// Seeded simulations with message faults and crashes; every promise of each model checked.
     Check(CheckArgs),
+    /// Throughput of the models in simulated time (YCSB), normalized to lin-synch from the same run.
+    Bench(BenchArgs),
     /// The configuration manager of a `tandem node` deployment (heartbeats, leases, epochs).
     Manager(crate::node_cmd::ManagerArgs),
     /// Closed-loop client sessions against `tandem node` processes, recording a history.
@@ -65,6 +67,7 @@ struct ModelReport {
 pub fn run(a: DdpArgs) -> Result<(), String> {
     match a.command {
         DdpCommand::Check(c) => check(c),
+        DdpCommand::Bench(b) => bench(b),
         DdpCommand::Manager(m) => crate::node_cmd::manager(m),
         DdpCommand::Load(l) => crate::node_cmd::load(l),
     }
@@ -133,4 +136,65 @@ fn print_model(r: &ModelReport) {
     for v in r.violations.iter().take(3) {
         println!("    {v}");
     }
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Models: `all` or a list; lin-synch is always measured as the baseline.
+    #[arg(long, default_value = "all")]
+    models: String,
+    /// ycsb-a, ycsb-b, ycsb-c or ycsb-w (95 % writes).
+    #[arg(long, default_value = "ycsb-a")]
+    workload: String,
+    /// Only sim today (processes: `tandem ddp load`).
+    #[arg(long, default_value = "sim")]
+    net: String,
+    #[arg(long, default_value_t = 1000)]
+    records: u64,
+    /// Uniform instead of Zipfian keys.
+    #[arg(long)]
+    uniform: bool,
+    /// Clients per node (5 nodes).
+    #[arg(long, default_value_t = 20)]
+    clients: u64,
+    #[arg(long, default_value_t = 1000)]
+    rtt_ns: u64,
+    #[arg(long, default_value_t = 400)]
+    persist_ns: u64,
+    /// Simulated time measured per model, after a 10 % warm-up.
+    #[arg(long, default_value_t = 1_000_000)]
+    measure_ns: u64,
+    #[arg(long)]
+    json: Option<String>,
+}
+
+fn bench(a: BenchArgs) -> Result<(), String> {
+    use tandem_bench::ddp_bench::{run_models, DdpBenchConfig};
+    if a.net != "sim" {
+        return Err(format!("--net {}: only sim is measured here; over processes use `tandem node` and `tandem ddp load`", a.net));
+    }
+    let mut models: Vec<Model> = Model::parse_list(&a.models)?.into_iter().filter(|m| m.implemented()).collect();
+    if !models.contains(&Model::LIN_SYNCH) {
+        models.insert(0, Model::LIN_SYNCH);
+    }
+    let workload = tandem_workloads::ycsb::Ycsb::new(&a.workload, a.records, a.uniform)?;
+    let cfg = DdpBenchConfig { clients_per_node: a.clients.max(1), rtt_ns: a.rtt_ns, persist_ns: a.persist_ns, measure_ns: a.measure_ns.max(10_000), warmup_ns: a.measure_ns / 10, ..DdpBenchConfig::paper(workload) };
+    println!("{} on 5 nodes, {} clients each, rtt {} ns, persist {} ns, {} records{}", a.workload, cfg.clients_per_node, a.rtt_ns, a.persist_ns, a.records, if a.uniform { " uniform" } else { " zipfian" });
+    println!("{:<16} {:>12} {:>8} {:>10} {:>10} {:>8} {:>14}", "model", "ops/s(sim)", "vs l-s", "read us", "write us", "msg/op", "sim msgs/s");
+    let results = run_models(&cfg, &models, |r| {
+        println!(
+            "{:<16} {:>12.0} {:>8.2} {:>10.2} {:>10.2} {:>8.2} {:>14.0}",
+            r.model,
+            r.throughput_ops,
+            r.normalized.unwrap_or(f64::NAN),
+            r.read_latency_us,
+            r.write_latency_us,
+            r.messages_per_op,
+            r.sim_messages_per_s
+        )
+    });
+    if let Some(p) = &a.json {
+        write_json(p, &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "sim", "rtt_ns": a.rtt_ns, "persist_ns": a.persist_ns, "clients_per_node": cfg.clients_per_node, "models": results }))?;
+    }
+    Ok(())
 }

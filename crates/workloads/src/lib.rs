@@ -7,6 +7,7 @@ pub mod micro;
 pub mod smallbank;
 pub mod tatp;
 pub mod tpcc;
+pub mod ycsb;
 #[cfg(test)]
 mod testkit;
 mod zipf;

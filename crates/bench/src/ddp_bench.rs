@@ -1,0 +1,161 @@
+//! DDP throughput in simulated time (spec `ddp.md` §12.5): five nodes,
+//! every key on all five, closed-loop clients bound to a home node, YCSB
+//! operations; each model reported normalized to ⟨Lin, Synch⟩ of the same
+//! run. Also how fast the simulator itself moves messages (wall clock).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Instant;
+
+use serde::Serialize;
+use tandem_ddp::{DdpFactory, DdpNode, Model, Op, Params, Persistency, Record, Reply};
+use tandem_net::{Config, Harness, NodeId, Nvm, SessionId, SimNet, SimNetConfig};
+use tandem_sim::Rng;
+use tandem_workloads::ycsb::{Ycsb, YcsbOp};
+
+#[derive(Clone, Debug)]
+pub struct DdpBenchConfig {
+    pub workload: Ycsb,
+    pub nodes: u16,
+    pub clients_per_node: u64,
+    /// Network round trip (the paper's 1 µs); one way is half.
+    pub rtt_ns: u64,
+    pub persist_ns: u64,
+    pub cpu_ns: u64,
+    pub warmup_ns: u64,
+    pub measure_ns: u64,
+    /// Writes per scope under Scope persistency (the paper's 10).
+    pub scope_writes: u32,
+    pub seed: u64,
+}
+
+impl DdpBenchConfig {
+    pub fn paper(workload: Ycsb) -> Self {
+        DdpBenchConfig { workload, nodes: 5, clients_per_node: 20, rtt_ns: 1_000, persist_ns: 400, cpu_ns: 200, warmup_ns: 100_000, measure_ns: 1_000_000, scope_writes: 10, seed: 1 }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelResult {
+    pub model: String,
+    pub throughput_ops: f64,
+    /// Throughput over ⟨Lin, Synch⟩'s in the same run (None if it did not run).
+    pub normalized: Option<f64>,
+    pub read_latency_us: f64,
+    pub write_latency_us: f64,
+    pub messages_per_op: f64,
+    /// Protocol messages the simulator moved per wall-clock second.
+    pub sim_messages_per_s: f64,
+}
+
+/// Closed-loop YCSB sessions; counts and latencies after the warm-up.
+struct Clients {
+    ycsb: Ycsb,
+    scope: bool,
+    scope_writes: u32,
+    warmup_ns: u64,
+    /// Per session: invoke time, whether a read, open scope and writes in it.
+    state: Vec<(u64, bool, u64, u32)>,
+    next_value: u64,
+    done: u64,
+    lat: [(u64, u64); 2],
+}
+
+impl Clients {
+    fn next_op(&mut self, session: SessionId, now: u64, rng: &mut Rng) -> Option<Op> {
+        let s = &mut self.state[session as usize];
+        s.0 = now;
+        if self.scope && s.3 >= self.scope_writes {
+            let op = Op::Persist { scope: s.2, writes: s.3 };
+            (s.2, s.3, s.1) = (s.2 + 1, 0, false);
+            return Some(op);
+        }
+        self.next_value += 1;
+        Some(match self.ycsb.next(rng) {
+            YcsbOp::Read(key) => {
+                s.1 = true;
+                Op::Read { key }
+            }
+            YcsbOp::Update(key) => {
+                (s.1, s.3) = (false, s.3 + 1);
+                Op::Write { key, value: self.next_value, scope: s.2 }
+            }
+        })
+    }
+
+    fn completed(&mut self, session: SessionId, _req: u64, _node: NodeId, r: &Reply, now: u64, _nvm: &[Nvm<Record>]) {
+        let (at, read, ..) = self.state[session as usize];
+        if at < self.warmup_ns || matches!(r, Reply::Persisted { .. } | Reply::ScopeLost { .. }) {
+            return;
+        }
+        self.done += 1;
+        let l = &mut self.lat[usize::from(!read)];
+        l.0 += now - at;
+        l.1 += 1;
+    }
+}
+
+/// Simulate `model` under `cfg` and measure it.
+pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
+    let sessions = cfg.clients_per_node * cfg.nodes as u64;
+    let clients = Clients {
+        ycsb: cfg.workload.clone(),
+        scope: model.p == Persistency::Scope,
+        scope_writes: cfg.scope_writes,
+        warmup_ns: cfg.warmup_ns,
+        state: vec![(0, false, 0, 0); sessions as usize],
+        next_value: 0,
+        done: 0,
+        lat: [(0, 0); 2],
+    };
+    let net_cfg = SimNetConfig { link_ns: cfg.rtt_ns / 2, jitter_ns: cfg.rtt_ns / 20, cpu_ns: cfg.cpu_ns, persist_ns: cfg.persist_ns, ..SimNetConfig::default() };
+    let factory = DdpFactory { model, params: Params::SIM, bugs: Default::default() };
+    let config = Config::new(1, (0..cfg.nodes).collect());
+    let clients = Rc::new(RefCell::new(clients));
+    let net = SimNet::new(cfg.seed, net_cfg, config, factory, Box::new(Hook(clients.clone())), sessions);
+    let wall = Instant::now();
+    net.start_clients();
+    net.run_for(cfg.warmup_ns + cfg.measure_ns);
+    let secs = wall.elapsed().as_secs_f64();
+    let stats = net.stats();
+    net.stop_clients();
+    let c = clients.borrow();
+    let avg = |l: (u64, u64)| if l.1 == 0 { 0.0 } else { l.0 as f64 / l.1 as f64 / 1_000.0 };
+    ModelResult {
+        model: model.to_string(),
+        throughput_ops: c.done as f64 * 1e9 / cfg.measure_ns as f64,
+        normalized: None,
+        read_latency_us: avg(c.lat[0]),
+        write_latency_us: avg(c.lat[1]),
+        messages_per_op: stats.messages_sent as f64 / stats.replies.max(1) as f64,
+        sim_messages_per_s: stats.messages_sent as f64 / secs.max(1e-9),
+    }
+}
+
+/// The simulator's handle on the clients the caller keeps.
+struct Hook(Rc<RefCell<Clients>>);
+
+impl Harness<DdpNode> for Hook {
+    fn next_op(&mut self, session: SessionId, now: u64, rng: &mut Rng) -> Option<Op> {
+        self.0.borrow_mut().next_op(session, now, rng)
+    }
+    fn completed(&mut self, session: SessionId, req: u64, node: NodeId, r: &Reply, now: u64, nvm: &[Nvm<Record>]) {
+        self.0.borrow_mut().completed(session, req, node, r, now, nvm)
+    }
+}
+
+/// Every model, normalized to ⟨Lin, Synch⟩ (run first if it is listed).
+pub fn run_models(cfg: &DdpBenchConfig, models: &[Model], progress: impl Fn(&ModelResult)) -> Vec<ModelResult> {
+    let base = models.contains(&Model::LIN_SYNCH).then(|| run_model(cfg, Model::LIN_SYNCH));
+    let mut out = Vec::new();
+    for &m in models {
+        let mut r = match (&base, m == Model::LIN_SYNCH) {
+            (Some(b), true) => b.clone(),
+            _ => run_model(cfg, m),
+        };
+        r.normalized = base.as_ref().map(|b| r.throughput_ops / b.throughput_ops.max(1e-9));
+        progress(&r);
+        out.push(r);
+    }
+    out
+}
