@@ -126,3 +126,49 @@ fn the_readme_multi_process_blocks_run_as_written_and_the_cluster_checks_out() {
     drop(run);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The README's DDP block (five `tandem node` processes, a manager, a load
+/// with a kill -9 and a rejoin) runs as written and its history checks out.
+#[test]
+fn the_readme_ddp_block_runs_as_written() {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let block = readme.split("```sh\n").filter_map(|b| b.split("\n```").next()).find(|b| b.contains("ddp manager")).expect("README.md has its DDP block").to_string();
+    let dir = std::env::temp_dir().join(format!("tandem-readme-ddp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("target/release")).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tandem"), dir.join("target/release/tandem")).unwrap();
+    std::fs::write(dir.join("readme.sh"), &block).unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    for port in 7500..=7505 {
+        while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "127.0.0.1:{port} stays in use; the README's DDP block needs it");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+    let child = Command::new("bash")
+        .args(["-e", "readme.sh"])
+        .current_dir(&dir)
+        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut run = Run { child, dir: dir.clone(), zk_port: 0 };
+    let until = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = run.child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > until {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stdout = std::fs::read_to_string(&out).unwrap_or_default();
+    let log = std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(status.is_some_and(|s| s.success()), "the README's DDP block failed ({status:?}):\n{stdout}\n{log}");
+    assert!(stdout.contains("linearizable:"), "{stdout}\n{log}");
+    drop(run);
+    let _ = std::fs::remove_dir_all(&dir);
+}
