@@ -10,6 +10,7 @@ mod litmus_cmd;
 mod litmus_worker_cmd;
 mod experiment_cmd;
 mod memory_server;
+mod net_cmd;
 mod node_cmd;
 mod procs_cmd;
 mod soak_cmd;
@@ -58,6 +59,8 @@ enum Command {
     CheckCluster(procs_cmd::CheckClusterArgs),
     /// DDP: leaderless replication for consistency x persistency models (seeded simulation checks).
     Ddp(ddp_cmd::DdpArgs),
+    /// The message-passing runtime's own ceiling: two processes echoing messages.
+    Net(net_cmd::NetArgs),
     /// One replica of a message-passing store (DDP) as a process: TCP to its peers, NVM in a file.
     Node(node_cmd::NodeArgs),
     /// DART: litmus tests, assertions and a strict-serializability history check against a store.
@@ -86,6 +89,7 @@ fn main() {
         Command::CheckCluster(a) => procs_cmd::check_cluster(a),
         Command::Ddp(a) => ddp_cmd::run(a),
         Command::Node(a) => node_cmd::node(a),
+        Command::Net(a) => net_cmd::run(a),
         Command::Litmus(a) => litmus_cmd::run(a),
         Command::LitmusWorker(a) => litmus_worker_cmd::run(a),
     };

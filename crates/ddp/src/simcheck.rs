@@ -149,6 +149,9 @@ impl Harness<DdpNode> for Hook {
     fn on_step(&mut self, node: NodeId, now: u64, input: &Input<DdpNode>, out: &[Command<DdpNode>], nvm: &[Nvm<Record>]) {
         self.0.borrow_mut().on_step(node, now, input, out, nvm)
     }
+    fn traces(&self) -> bool {
+        true
+    }
 }
 
 fn nvm_ts(nvm: &Nvm<Record>, key: Key) -> Ts {

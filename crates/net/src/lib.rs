@@ -7,6 +7,7 @@
 //! - [`sim`]: the deterministic simulated network and NVM, on `crates/sim`.
 
 pub mod client;
+pub mod echo;
 pub mod host;
 pub mod links;
 pub mod manager;

@@ -67,8 +67,12 @@ pub trait Harness<P: Protocol> {
     fn completed(&mut self, session: SessionId, req: u64, node: NodeId, result: &P::Reply, now_ns: u64, nvm: &[Nvm<P::Record>]);
     /// The node serving `req` crashed before replying: outcome unknown.
     fn lost(&mut self, _session: SessionId, _req: u64, _now_ns: u64) {}
-    /// Every step of every node, with its commands (trace invariants).
+    /// Every step of every node, with its commands (trace invariants);
+    /// called only if [`Harness::traces`] says so (it costs a copy per input).
     fn on_step(&mut self, _node: NodeId, _now_ns: u64, _input: &Input<P>, _out: &[Command<P>], _nvm: &[Nvm<P::Record>]) {}
+    fn traces(&self) -> bool {
+        false
+    }
 }
 
 /// Counters of a run.
@@ -116,6 +120,8 @@ struct World<P: Protocol> {
     next_persist: u64,
     rng: Rng,
     clients_stopped: bool,
+    /// The commands of the step being carried out (reused).
+    out: Vec<Command<P>>,
 }
 
 impl<P: Protocol + 'static> World<P> {
@@ -157,13 +163,18 @@ impl<P: Protocol + 'static> World<P> {
         if let Input::Config(c) = &input {
             node.config = c.clone();
         }
-        let mut out = Vec::new();
-        proto.step(now, input.clone(), &mut out);
+        let mut out = std::mem::take(&mut self.out);
+        if self.harness.traces() {
+            proto.step(now, input.clone(), &mut out);
+            self.harness.on_step(n, now, &input, &out, &self.nvm);
+        } else {
+            proto.step(now, input, &mut out);
+        }
         self.stats.steps += 1;
-        self.harness.on_step(n, now, &input, &out, &self.nvm);
-        for c in out {
+        for c in out.drain(..) {
             self.execute(n, inc, c);
         }
+        self.out = out;
     }
 
     fn execute(&mut self, n: NodeId, inc: u64, c: Command<P>) {
@@ -343,6 +354,7 @@ impl<P: Protocol + 'static, F: NodeFactory<P>> SimNet<P, F> {
                 next_persist: 0,
                 rng: Rng::new(seed ^ 0x7E7_5EED),
                 clients_stopped: false,
+                out: Vec::new(),
             })
         });
         SimNet { sim, world, factory }

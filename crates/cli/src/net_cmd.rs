@@ -1,0 +1,107 @@
+//! `tandem net echo`: the message-passing runtime's ceiling between two
+//! processes on this machine (the physical limit DDP over TCP is compared with).
+
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use tandem_net::echo::{Echo, EchoFactory};
+use tandem_net::host::{self, HostConfig};
+
+use crate::args::{parse_addrs, write_json};
+
+#[derive(Args)]
+pub struct NetArgs {
+    #[command(subcommand)]
+    command: NetCommand,
+}
+
+#[derive(Subcommand)]
+enum NetCommand {
+    /// Two processes bounce small messages through the runtime: messages per second.
+    Echo(EchoArgs),
+    /// The far side of `tandem net echo` (internal).
+    #[command(hide = true)]
+    EchoPeer(PeerArgs),
+}
+
+#[derive(Args)]
+pub struct EchoArgs {
+    /// Messages in flight.
+    #[arg(long, default_value_t = 2000)]
+    window: u64,
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    #[arg(long)]
+    json: Option<String>,
+}
+
+#[derive(Args)]
+pub struct PeerArgs {
+    #[arg(long)]
+    peers: String,
+    #[arg(long)]
+    dir: String,
+}
+
+const SECRET: u64 = 0xEC40;
+
+fn host_cfg(id: u16, peers: &[std::net::SocketAddr], dir: &str) -> HostConfig {
+    HostConfig {
+        id,
+        peers: peers.iter().enumerate().map(|(i, &a)| (i as u16, a)).collect(),
+        manager: None,
+        secret: SECRET,
+        nvm: std::path::Path::new(dir).join(format!("echo{id}.nvm")),
+        nvm_bytes: 1 << 20,
+        fsync: false,
+        heartbeat: Duration::from_millis(5),
+        lease: Duration::from_millis(200),
+    }
+}
+
+pub fn run(a: NetArgs) -> Result<(), String> {
+    match a.command {
+        NetCommand::Echo(e) => echo(e),
+        NetCommand::EchoPeer(p) => {
+            let peers = parse_addrs(&p.peers)?;
+            let l = TcpListener::bind(peers[1]).map_err(|e| e.to_string())?;
+            let factory = EchoFactory { window: 0, received: Arc::default() };
+            host::run::<Echo, _>(host_cfg(1, &peers, &p.dir), l, factory).map_err(|e| e.to_string())
+        }
+    }
+}
+
+fn echo(a: EchoArgs) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("tandem-echo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let l0 = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let a1 = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?;
+    let peers = vec![l0.local_addr().map_err(|e| e.to_string())?, a1];
+    let list = format!("{},{}", peers[0], peers[1]);
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe).args(["net", "echo-peer", "--peers", &list, "--dir", dir.to_str().unwrap_or(".")]).stdout(Stdio::null()).spawn().map_err(|e| e.to_string())?;
+    let received = Arc::new(AtomicU64::new(0));
+    let node = host::spawn::<Echo, _>(host_cfg(0, &peers, dir.to_str().unwrap_or(".")), l0, EchoFactory { window: a.window, received: received.clone() });
+    // Warm up, then measure.
+    std::thread::sleep(Duration::from_millis(500));
+    let (start, before) = (Instant::now(), received.load(Ordering::Relaxed));
+    std::thread::sleep(Duration::from_secs_f64(a.seconds));
+    let msgs = 2 * (received.load(Ordering::Relaxed) - before);
+    let rate = msgs as f64 / start.elapsed().as_secs_f64();
+    node.stop();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("echo between two processes: {rate:.0} messages/s ({} in flight)", a.window);
+    if let Some(p) = &a.json {
+        write_json(p, &serde_json::json!({ "system": "net", "window": a.window, "messages_per_s": rate }))?;
+    }
+    if msgs == 0 {
+        return Err("no message came back: the echo peer did not start".into());
+    }
+    Ok(())
+}
