@@ -227,16 +227,16 @@ pub fn bars_svg(title: &str, unit: &str, bars: &[(String, f64)]) -> String {
     for (k, (label, value)) in bars.iter().enumerate() {
         let bx = LEFT + slot * k as f64 + slot * 0.15;
         let bw = slot * 0.7;
+        // A zero bar is no rectangle (renderers reject a zero height), only its labels.
+        let height = (H - BOTTOM) - y(*value);
+        if height > 0.05 {
+            let _ = write!(s, r#"<rect x="{bx:.1}" y="{:.1}" width="{bw:.1}" height="{height:.1}" fill="{}"/>"#, y(*value), COLORS[k % COLORS.len()]);
+        }
+        let (cx, top, base) = (bx + bw / 2.0, y(*value) - 5.0, H - BOTTOM + 18.0);
         let _ = write!(
             s,
-            r#"<rect x="{bx:.1}" y="{0:.1}" width="{bw:.1}" height="{1:.1}" fill="{2}"/><text x="{3:.1}" y="{4:.1}" font-size="12" text-anchor="middle">{5}</text><text x="{3:.1}" y="{6}" font-size="12" text-anchor="middle">{7}</text>"#,
-            y(*value),
-            (H - BOTTOM) - y(*value),
-            COLORS[k % COLORS.len()],
-            bx + bw / 2.0,
-            y(*value) - 5.0,
+            r#"<text x="{cx:.1}" y="{top:.1}" font-size="12" text-anchor="middle">{}</text><text x="{cx:.1}" y="{base}" font-size="12" text-anchor="middle">{}</text>"#,
             fmt_si(*value),
-            H - BOTTOM + 18.0,
             esc(label)
         );
     }

@@ -14,6 +14,9 @@ use tandem_dkvs::{Layout, Mode};
 
 #[derive(Args)]
 pub struct DemoArgs {
+    /// Which system: pandora (the transactional store; default) or ddp (the consistency x persistency models).
+    #[arg(default_value = "pandora")]
+    system: String,
     /// pandora, ford or traditional.
     #[arg(long, default_value = "pandora")]
     store: Mode,
@@ -163,6 +166,11 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
 }
 
 pub fn run(a: DemoArgs) -> Result<(), String> {
+    match a.system.as_str() {
+        "pandora" => {}
+        "ddp" => return crate::ddp_demo::run(&a.figure.with_file_name("ddp")),
+        other => return Err(format!("unknown demo '{other}': pandora or ddp")),
+    }
     if run_demo(&a)? {
         Ok(())
     } else {

@@ -5,6 +5,7 @@ mod args;
 mod bench_cmd;
 mod compare_cmd;
 mod ddp_cmd;
+mod ddp_demo;
 mod demo;
 mod litmus_cmd;
 mod litmus_worker_cmd;

@@ -153,3 +153,23 @@ fn lin_synch_restarts_all_five_from_their_nvm_files() {
     check(&load.stop(), &c.dir);
     let _ = std::fs::remove_dir_all(&c.dir);
 }
+
+/// `tandem demo ddp`: every model keeps its promises through whole-cluster
+/// crashes, the weaker ones visibly lose what they never promised, and the
+/// figure is written.
+#[test]
+fn the_ddp_demo_shows_the_trade_off() {
+    let dir = std::env::temp_dir().join(format!("tandem-ddp-demo-{}", std::process::id()));
+    let fig = dir.join("timeline");
+    let out = tandem().args(["demo", "ddp", "--figure", fig.to_str().unwrap()]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let row = |m: &str| stdout.lines().find(|l| l.starts_with(&format!("{m} "))).unwrap_or_else(|| panic!("no {m} row:\n{stdout}")).to_string();
+    let lost = |m: &str| row(m).split_whitespace().nth(2).unwrap().parse::<u64>().unwrap();
+    assert_eq!(lost("lin-synch"), 0, "{stdout}");
+    assert_eq!(lost("lin-strict"), 0, "{stdout}");
+    assert!(lost("lin-scope") > 0 && lost("re-eventual") > 0, "{stdout}");
+    assert!(!stdout.contains("BROKEN"), "{stdout}");
+    assert!(dir.join("ddp.svg").exists() && dir.join("ddp.png").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
