@@ -11,6 +11,7 @@
 //! are not built yet; [`Model::implemented`] says so and the CLI refuses them.
 
 pub mod catchup;
+pub mod explore;
 pub mod load;
 pub mod model;
 pub mod simcheck;

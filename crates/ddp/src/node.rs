@@ -128,6 +128,7 @@ pub(crate) struct ScopePersist {
     pub sent_at: u64,
 }
 
+#[derive(Clone)]
 pub struct DdpNode {
     pub(crate) me: NodeId,
     pub(crate) model: Model,
