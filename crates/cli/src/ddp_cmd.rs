@@ -34,7 +34,8 @@ pub struct CheckArgs {
     /// none, one (a node crashes and rejoins), all (whole-cluster crash), or mix (each in turn).
     #[arg(long, default_value = "mix")]
     crash: String,
-    /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack).
+    /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
+    /// causal-early-apply).
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
     /// A reliable network: no drops, duplicates or extra delays.
@@ -78,7 +79,7 @@ fn check(a: CheckArgs) -> Result<(), String> {
     if !skipped.is_empty() {
         let names: Vec<String> = skipped.iter().map(|m| m.to_string()).collect();
         if !all {
-            return Err(format!("not implemented yet: {} (Lin and RE consistency are)", names.join(", ")));
+            return Err(format!("not implemented yet: {} (all but Transactional consistency are)", names.join(", ")));
         }
         eprintln!("skipping {} models not implemented yet: {}", names.len(), names.join(", "));
     }

@@ -8,7 +8,7 @@ use tandem_net::{Command, Config, NodeFactory, NodeId, Nvm};
 
 use crate::model::Model;
 use crate::node::{Bugs, DdpNode, Out, Params};
-use crate::types::{Msg, Record, Ts, Version};
+use crate::types::{Msg, Record, Version};
 
 impl DdpNode {
     pub(crate) fn on_copy_req(&mut self, from: NodeId, out: &mut Out) {
@@ -77,6 +77,9 @@ impl DdpNode {
     }
 
     fn check_ready(&mut self, out: &mut Out) {
+        if self.rules.upd.is_some() {
+            return self.upd_check_ready(out);
+        }
         if !self.copy_from.is_empty() || !self.copy_asked {
             return;
         }
@@ -130,7 +133,9 @@ impl NodeFactory<DdpNode> for DdpFactory {
     fn recover(&self, id: NodeId, config: &Config, nvm: &Nvm<Record>) -> DdpNode {
         let mut n = self.start(id, config);
         n.load(nvm);
-        let _ = Ts::ZERO;
+        if n.rules.upd.is_some() {
+            n.upd_loaded();
+        }
         n
     }
 }

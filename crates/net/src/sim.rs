@@ -69,6 +69,9 @@ pub trait Harness<P: Protocol> {
     fn lost(&mut self, _session: SessionId, _req: u64, _now_ns: u64) {}
     /// Every step of every node, with its commands (trace invariants).
     fn on_step(&mut self, _node: NodeId, _now_ns: u64, _input: &Input<P>, _out: &[Command<P>], _nvm: &[Nvm<P::Record>]) {}
+    /// After every step of every node (and its `on_step`): the node itself,
+    /// for invariants over its state or what it records about the step.
+    fn observe(&mut self, _node: NodeId, _now_ns: u64, _proto: &P, _nvm: &[Nvm<P::Record>]) {}
 }
 
 /// Counters of a run.
@@ -161,6 +164,7 @@ impl<P: Protocol + 'static> World<P> {
         proto.step(now, input.clone(), &mut out);
         self.stats.steps += 1;
         self.harness.on_step(n, now, &input, &out, &self.nvm);
+        self.harness.observe(n, now, proto, &self.nvm);
         for c in out {
             self.execute(n, inc, c);
         }
