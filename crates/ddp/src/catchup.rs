@@ -8,14 +8,15 @@ use tandem_net::{Command, Config, NodeFactory, NodeId, Nvm};
 
 use crate::model::Model;
 use crate::node::{Bugs, DdpNode, Out, Params};
-use crate::types::{Msg, Record, Ts, Version};
+use crate::types::{Msg, Record, Version};
 
 impl DdpNode {
     pub(crate) fn on_copy_req(&mut self, from: NodeId, out: &mut Out) {
         let read = self.rules.read;
-        let versions = (self.keys.iter())
+        let mut versions: Vec<(Version, bool)> = (self.keys.iter())
             .filter_map(|(&k, s)| s.version(k).map(|v| (v, s.write.is_none() && read.holds(s.c_ok(), s.p_ok()))))
             .collect();
+        versions.sort_by_key(|v| v.0.key); // key order: a seed replays the same steps
         out.push(Command::Send { to: from, msg: Msg::CopyResp { versions } });
     }
 
@@ -77,11 +78,15 @@ impl DdpNode {
     }
 
     fn check_ready(&mut self, out: &mut Out) {
+        if self.rules.upd.is_some() {
+            return self.upd_check_ready(out);
+        }
         if !self.copy_from.is_empty() || !self.copy_asked {
             return;
         }
         self.ready = true;
-        let keys: Vec<_> = self.keys.keys().copied().collect();
+        let mut keys: Vec<_> = self.keys.keys().copied().collect();
+        keys.sort_unstable();
         for k in keys {
             self.settle(k, out);
         }
@@ -130,7 +135,9 @@ impl NodeFactory<DdpNode> for DdpFactory {
     fn recover(&self, id: NodeId, config: &Config, nvm: &Nvm<Record>) -> DdpNode {
         let mut n = self.start(id, config);
         n.load(nvm);
-        let _ = Ts::ZERO;
+        if n.rules.upd.is_some() {
+            n.upd_loaded();
+        }
         n
     }
 }

@@ -25,6 +25,9 @@ pub struct ExploreConfig {
     pub nodes: u16,
     /// The client script: (node, op); each op is its own session.
     pub script: Vec<(NodeId, Op)>,
+    /// `after[i] = Some(j)`: op `i` is invoked only once op `j` completed
+    /// (the same client, closed loop).
+    pub after: Vec<Option<usize>>,
     pub drops: u8,
     pub duplicates: u8,
     pub crashes: u8,
@@ -35,16 +38,27 @@ pub struct ExploreConfig {
 }
 
 impl ExploreConfig {
-    /// Three nodes, two concurrent writes to one key and two reads, with
-    /// one loss, one duplicate, one crash and two timer firings.
-    pub fn small(model: Model) -> Self {
+    /// Three nodes, two concurrent writes to one key and two reads, and one
+    /// fault of the given kind ("loss", "duplicate" or "crash") plus one
+    /// timer firing (a retransmission or a replay).
+    pub fn small(model: Model, fault: &str) -> Self {
         let script = vec![
-            (0, Op::Write { key: 1, value: 10, scope: 0 }),
-            (1, Op::Write { key: 1, value: 20, scope: 0 }),
-            (2, Op::Read { key: 1 }),
-            (1, Op::Read { key: 1 }),
+            (0, Op::Write { key: 1, value: 10, scope: 0, after: Default::default() }),
+            (1, Op::Write { key: 1, value: 20, scope: 0, after: Default::default() }),
+            (2, Op::Read { key: 1, after: Default::default() }),
+            (0, Op::Read { key: 1, after: Default::default() }),
         ];
-        ExploreConfig { model, nodes: 3, script, drops: 1, duplicates: 1, crashes: 1, timers: 2, max_states: 2_000_000, bugs: Bugs::default() }
+        let (drops, duplicates, crashes) = match fault {
+            "loss" => (1, 0, 0),
+            "duplicate" => (0, 1, 0),
+            "crash" => (0, 0, 1),
+            _ => (0, 0, 0),
+        };
+        // The client at node 0 reads after its own write; a retransmission
+        // timer only where a message may be lost.
+        let after = vec![None, None, None, Some(0)];
+        let timers = u8::from(fault == "loss");
+        ExploreConfig { model, nodes: 3, script, after, drops, duplicates, crashes, timers, max_states: 5_000_000, bugs: Bugs::default() }
     }
 }
 
@@ -74,6 +88,15 @@ enum Action {
 enum Wire {
     Msg(NodeId, NodeId, Msg),
     Config(NodeId, Config),
+}
+
+impl Wire {
+    fn link(&self) -> (NodeId, NodeId) {
+        match self {
+            Wire::Msg(from, to, _) => (*from, *to),
+            Wire::Config(to, _) => (NodeId::MAX, *to),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -110,9 +133,16 @@ impl World {
         }
     }
 
-    fn actions(&self) -> Vec<Action> {
-        let mut a: Vec<Action> = (0..self.invoked.len()).filter(|&i| !self.invoked[i]).map(Action::Invoke).collect();
+    fn actions(&self, after: &[Option<usize>]) -> Vec<Action> {
+        let done = |j: usize| self.history.iter().any(|h| h.session == j as SessionId && h.complete_ns.is_some());
+        let ready = |i: usize| !self.invoked[i] && after.get(i).copied().flatten().is_none_or(done);
+        let mut a: Vec<Action> = (0..self.invoked.len()).filter(|&i| ready(i)).map(Action::Invoke).collect();
         for (i, w) in self.wire.iter().enumerate() {
+            // Links are FIFO here (the seeded simulator covers reordering):
+            // only the oldest item of each link may be delivered.
+            if self.wire[..i].iter().any(|x| x.link() == w.link()) {
+                continue;
+            }
             a.push(Action::Deliver(i));
             if let Wire::Msg(..) = w {
                 if self.budgets[0] > 0 {
@@ -123,7 +153,8 @@ impl World {
                 }
             }
         }
-        a.extend((0..self.persists.len()).map(Action::Land));
+        // A node's persists land in the order it issued them.
+        a.extend((0..self.persists.len()).filter(|&i| !self.persists[..i].iter().any(|p| p.0 == self.persists[i].0)).map(Action::Land));
         for n in 0..self.nodes.len() as NodeId {
             if self.nodes[n as usize].is_some() {
                 if self.budgets[3] > 0 {
@@ -145,7 +176,7 @@ impl World {
                 self.invoked[i] = true;
                 let (node, op) = script[i].clone();
                 let kind = match op {
-                    Op::Read { key } => OpKind::Read { key, value: None },
+                    Op::Read { key, .. } => OpKind::Read { key, value: None },
                     Op::Write { key, value, .. } => OpKind::Write { key, value },
                     Op::Persist { .. } => return Err("the explorer's scripts hold reads and writes only".into()),
                 };
@@ -272,7 +303,8 @@ impl World {
         let mut wire: Vec<String> = self.wire.iter().map(|w| format!("{w:?}")).collect();
         wire.sort();
         wire.hash(&mut h);
-        let mut persists: Vec<String> = self.persists.iter().map(|p| format!("{p:?}")).collect();
+        // Tokens are numbered per path; what a persist writes is what counts.
+        let mut persists: Vec<String> = self.persists.iter().map(|p| format!("{:?}{:?}", p.0, p.2)).collect();
         persists.sort();
         persists.hash(&mut h);
         (self.invoked.clone(), self.budgets).hash(&mut h);
@@ -310,7 +342,7 @@ pub fn explore(cfg: &ExploreConfig) -> ExploreReport {
         if seen.len() >= cfg.max_states {
             return report;
         }
-        let actions = w.actions();
+        let actions = w.actions(&cfg.after);
         if actions.is_empty() {
             report.final_histories += 1;
             if let Err(v) = tandem_check::check_linearizable(&w.history) {

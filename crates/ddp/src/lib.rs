@@ -3,12 +3,22 @@
 //! `tandem-net` (DESIGN.md §7.2).
 //!
 //! - [`model`]: the models and the rules each fixes (spec §7.4, §9.0).
-//! - [`node`]: the engine ([`DdpNode`]); `write.rs` the INV/ACK/VAL path,
-//!   `scope.rs` scopes, `catchup.rs` restart and full-copy catch-up.
+//! - [`node`]: the engine ([`DdpNode`]), for two families of protocols:
+//!   - INV/ACK/VAL (Lin and RE consistency, spec §9.0 rows 1–10):
+//!     `write.rs`;
+//!   - UPD (Causal and Eventual consistency, rows 16–25): `update.rs`
+//!     (client side, and the decisions on the spec's open points 5–8, 12,
+//!     22, 23), `upd_apply.rs` (receipt, causal buffering, apply, persist),
+//!     `upd_sync.rs` (anti-entropy, catch-up), [`vector`] (update ids and
+//!     dependency vectors);
 //!
-//! Implemented today: Lin and RE consistency with all five persistency
-//! models (spec §9.0 rows 1–10). Trans, Causal and Eventual consistency
-//! are not built yet; [`Model::implemented`] says so and the CLI refuses them.
+//!   and for both `scope.rs` (scopes) and `catchup.rs` (restart, full-copy
+//!   catch-up, recovery from NVM).
+//! - [`simcheck`]: seeded simulations with faults and crashes, checking
+//!   every promise of a model (spec §13).
+//!
+//! Implemented: every model but Transactional consistency (rows 11–15);
+//! [`Model::implemented`] says so and the CLI refuses those.
 
 pub mod catchup;
 pub mod explore;
@@ -18,9 +28,14 @@ pub mod simcheck;
 pub mod node;
 mod scope;
 pub mod types;
+mod upd_apply;
+mod upd_sync;
+mod update;
+pub mod vector;
 mod write;
 
 pub use catchup::DdpFactory;
 pub use model::{Consistency, Model, Persistency, Rules};
 pub use node::{Bugs, DdpNode, Params};
-pub use types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, Value, Version};
+pub use types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, Upd, Value, Version};
+pub use vector::{Origin, UpdId, Vector};

@@ -67,9 +67,10 @@ impl Model {
         Consistency::ALL.iter().flat_map(|&c| Persistency::ALL.iter().map(move |&p| Model { c, p })).collect()
     }
 
-    /// Models the engine runs today (the INV/ACK/VAL family).
+    /// Models the engine runs today: the INV/ACK/VAL family (Lin, RE) and
+    /// the UPD family (Causal, Eventual); Transactional is not built yet.
     pub fn implemented(self) -> bool {
-        matches!(self.c, Consistency::Lin | Consistency::Re)
+        self.c != Consistency::Trans
     }
 
     /// `lin-synch`, `causal-eventual`, …; `re` alone is ambiguous, so the
@@ -144,9 +145,68 @@ impl Gate {
     }
 }
 
-/// The per-model rules of the INV/ACK/VAL family (spec §9.0 rows 1–10).
+/// When a follower may apply an UPD (spec §7.4 `apply_at`, open point 7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DepGate {
+    /// Eventual consistency: on arrival.
+    None,
+    /// Causal with Scope or Eventual persistency: once its cauhist is applied here.
+    Applied,
+    /// Causal with Strict, Synch or RE-p: once its cauhist is persisted here (§8.1.2).
+    Persisted,
+}
+
+/// What a read of the UPD family returns (spec §7.4 `READ_OK`, open point 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdRead {
+    /// The latest visible version, at once (Strict, Scope, Eventual-p).
+    Latest,
+    /// The latest persisted version (Synch), at once once the session's
+    /// causal past is persisted here (Causal) or, for Eventual, the
+    /// session's own newer write.
+    Persisted,
+    /// The latest visible version once it is persisted here (RE-p, §8.6).
+    LatestPersisted,
+}
+
+/// The per-model rules of the UPD family (spec §9.0 rows 16–25).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpdRules {
+    /// Causal: UPDs carry a cauhist and sessions a causal past.
+    pub causal: bool,
+    pub gate: DepGate,
+    pub read: UpdRead,
+    /// UPDs go out with the write; else lazily, batched per tick (Eventual).
+    pub eager: bool,
+    /// Strict: followers ACK_p each UPD and the write waits for all of them.
+    pub strict: bool,
+}
+
+impl UpdRules {
+    fn of(m: Model) -> UpdRules {
+        use Persistency as P;
+        let causal = m.c == Consistency::Causal;
+        let gate = match (causal, m.p) {
+            (false, _) => DepGate::None,
+            (true, P::Strict | P::Synch | P::Re) => DepGate::Persisted,
+            (true, _) => DepGate::Applied,
+        };
+        let read = match m.p {
+            P::Synch => UpdRead::Persisted,
+            P::Re => UpdRead::LatestPersisted,
+            _ => UpdRead::Latest,
+        };
+        UpdRules { causal, gate, read, eager: causal || m.p == P::Strict, strict: m.p == P::Strict }
+    }
+}
+
+/// The per-model rules. The fields describe the INV/ACK/VAL family (spec
+/// §9.0 rows 1–10); `upd` is set for the UPD family (rows 16–25), which
+/// reads of the other fields only `persist` and `reply` (`read` is
+/// `Immediate`: it has no VALs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rules {
+    pub upd: Option<UpdRules>,
     pub ack: AckMode,
     pub persist: PersistIssue,
     /// When the coordinator replies to the client's write.
@@ -164,8 +224,11 @@ pub struct Rules {
 impl Rules {
     fn of(m: Model) -> Rules {
         use Persistency as P;
+        if matches!(m.c, Consistency::Causal | Consistency::Eventual) {
+            return Rules::upd(m);
+        }
         let lin = m.c == Consistency::Lin;
-        let base = Rules { ack: AckMode::ConsistencyOnly, persist: PersistIssue::Lazy, reply: Gate::C, val_c: true, val_p: false, combined_val: false, read: Gate::C };
+        let base = Rules { upd: None, ack: AckMode::ConsistencyOnly, persist: PersistIssue::Lazy, reply: Gate::C, val_c: true, val_p: false, combined_val: false, read: Gate::C };
         match m.p {
             // Rows 1 and 6: two ACKs, two VALs; the write waits for every persist.
             P::Strict => Rules { ack: AckMode::Split, persist: PersistIssue::OnReceipt, reply: if lin { Gate::CP } else { Gate::P }, val_p: true, ..base },
@@ -195,5 +258,19 @@ impl Rules {
             // Rows 5 and 10: persistence is lazy and never awaited.
             P::Eventual => Rules { reply: if lin { Gate::C } else { Gate::Immediate }, ..base },
         }
+    }
+
+    /// Rows 16–25: the persist issue point, and Strict's reply after every ACK_p.
+    fn upd(m: Model) -> Rules {
+        use Persistency as P;
+        let persist = match m.p {
+            P::Strict => PersistIssue::OnReceipt,
+            P::Synch | P::Re => PersistIssue::AtApply,
+            P::Scope => PersistIssue::AtScope,
+            P::Eventual => PersistIssue::Lazy,
+        };
+        let reply = if m.p == P::Strict { Gate::P } else { Gate::Immediate };
+        let upd = Some(UpdRules::of(m));
+        Rules { upd, ack: AckMode::ConsistencyOnly, persist, reply, val_c: false, val_p: false, combined_val: false, read: Gate::Immediate }
     }
 }

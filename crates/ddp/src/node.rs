@@ -1,6 +1,8 @@
 //! One DDP node: the engine shared by every model, driven by [`Rules`].
-//! The write path lives in `write.rs`, scopes in `scope.rs`, catch-up and
-//! recovery in `catchup.rs`.
+//! The INV/ACK/VAL write path lives in `write.rs`, the UPD family in
+//! `update.rs` (client side), `upd_apply.rs` (receipt, apply, persist) and
+//! `upd_sync.rs` (anti-entropy, catch-up); scopes in `scope.rs`, catch-up
+//! and recovery in `catchup.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -8,6 +10,8 @@ use tandem_net::{Command, Config, Input, NodeId, Protocol, SessionId, Token};
 
 use crate::model::{Gate, Model, PersistIssue, Rules};
 use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, Value, Version};
+use crate::update::UpdState;
+use crate::vector::UpdId;
 
 /// Timers of the engine (host nanoseconds).
 #[derive(Clone, Copy, Debug)]
@@ -41,10 +45,14 @@ pub struct Bugs {
     pub read_in_invalid: bool,
     /// `[ACK_p]s` is sent before the scope's record is persisted.
     pub early_scope_ack: bool,
+    /// Causal: a follower applies an UPD on arrival, before its cauhist.
+    pub causal_early_apply: bool,
 }
 
 impl Bugs {
-    pub const NAMES: [&'static str; 4] = ["reply-before-last-ack", "val-before-persist", "read-in-invalid", "early-scope-ack"];
+    /// In the UPD family, `reply-before-last-ack` and `val-before-persist`
+    /// break Strict's ACK_p, and `read-in-invalid` lets reads skip their wait.
+    pub const NAMES: [&'static str; 5] = ["reply-before-last-ack", "val-before-persist", "read-in-invalid", "early-scope-ack", "causal-early-apply"];
 
     pub fn parse(names: &[String]) -> Result<Bugs, String> {
         let mut b = Bugs::default();
@@ -54,6 +62,7 @@ impl Bugs {
                 "val-before-persist" => b.val_before_persist = true,
                 "read-in-invalid" => b.read_in_invalid = true,
                 "early-scope-ack" => b.early_scope_ack = true,
+                "causal-early-apply" => b.causal_early_apply = true,
                 other => return Err(format!("unknown DDP bug '{other}' (known: {})", Bugs::NAMES.join(", "))),
             }
         }
@@ -95,6 +104,10 @@ pub(crate) struct KeyState {
     /// ACKs for persistence owed once `nvm` reaches their ts: (to, ts, epoch, c).
     pub owed: Vec<(NodeId, Ts, u64, bool)>,
     pub invalid_since: u64,
+    /// UPD family: the id of the version `ts`, and the newest version
+    /// persisted here that this node applied (what Synch reads return).
+    pub id: Option<UpdId>,
+    pub durable: Option<(Ts, Value, Option<UpdId>)>,
 }
 
 impl KeyState {
@@ -116,6 +129,10 @@ pub(crate) enum Wait {
     /// A follower's scope record; `[ACK_p]s` goes to `to`.
     Scope { scope: ScopeId, to: NodeId },
     LocalScope { scope: ScopeId },
+    /// UPD family: a version (and its id) this node persists.
+    Upd { v: Version, id: Option<UpdId> },
+    /// UPD family: a version adopted from a copy while catching up.
+    Adopt { v: Version, id: Option<UpdId> },
 }
 
 /// A `Persist(s)` this node coordinates.
@@ -155,6 +172,8 @@ pub struct DdpNode {
     pub(crate) tick_armed: bool,
     pub(crate) last_lazy: u64,
     pub(crate) now: u64,
+    /// The UPD family's state (unused by the INV family).
+    pub(crate) upd: UpdState,
 }
 
 pub(crate) type Out = Vec<Command<DdpNode>>;
@@ -167,6 +186,7 @@ impl Protocol for DdpNode {
 
     fn step(&mut self, now: u64, input: Input<Self>, out: &mut Out) {
         self.now = now;
+        self.upd.applied_now.clear();
         self.arm_tick(out);
         match input {
             Input::Client { session, req, op } => self.client(session, req, op, out),
@@ -175,11 +195,17 @@ impl Protocol for DdpNode {
             Input::Timer { .. } => self.tick(out),
             Input::Config(c) => self.reconfigure(c, out),
         }
+        if self.rules.upd.is_some() {
+            // Whatever this step applied or persisted may release buffered
+            // updates and waiting operations.
+            self.upd_progress(out);
+        }
     }
 }
 
 impl DdpNode {
     pub fn new(me: NodeId, model: Model, params: Params, bugs: Bugs, config: Config) -> Self {
+        let upd = UpdState::new(me, config.epoch);
         DdpNode {
             me,
             model,
@@ -202,6 +228,7 @@ impl DdpNode {
             tick_armed: false,
             last_lazy: 0,
             now: 0,
+            upd,
         }
     }
 
@@ -213,9 +240,17 @@ impl DdpNode {
         self.ready
     }
 
-    /// Ready, nothing in progress, every key validated here.
+    /// Ready, nothing in progress, every key validated here (UPD family:
+    /// every update known applied everywhere, nothing buffered or waiting).
     pub fn is_settled(&self) -> bool {
-        self.ready && self.unsettled.is_empty() && self.scope_persists.is_empty()
+        self.ready && self.unsettled.is_empty() && self.scope_persists.is_empty() && self.upd.is_quiet()
+    }
+
+    /// The versions this node applied in its last step, in order (UPD
+    /// family, including updates last-writer-wins made no-ops): the trace
+    /// the causal checks (spec §13.2 C1) read.
+    pub fn applied_now(&self) -> &[Version] {
+        &self.upd.applied_now
     }
 
     pub fn config(&self) -> &Config {
@@ -259,9 +294,12 @@ impl DdpNode {
     }
 
     pub(crate) fn step_client(&mut self, session: SessionId, req: u64, op: Op, out: &mut Out) {
+        if self.rules.upd.is_some() {
+            return self.upd_client(session, req, op, out);
+        }
         match op {
-            Op::Read { key } => self.read(session, req, key, out),
-            Op::Write { key, value, scope } => self.start_write(session, req, key, value, scope, out),
+            Op::Read { key, .. } => self.read(session, req, key, out),
+            Op::Write { key, value, scope, .. } => self.start_write(session, req, key, value, scope, out),
             Op::Persist { scope, writes } => self.persist_scope(session, req, scope, writes, out),
         }
     }
@@ -272,7 +310,7 @@ impl DdpNode {
         let s = self.key(key);
         let busy = s.write.as_ref().is_some_and(|w| w.ts == s.ts);
         if bug || (!busy && read_gate.holds(s.c_ok(), s.p_ok())) {
-            let result = Reply::Read { value: s.value, ts: s.ts };
+            let result = Reply::Read { value: s.value, ts: s.ts, id: None };
             out.push(Command::Reply { session, req, result });
         } else {
             s.stalled.push((session, req));
@@ -288,14 +326,20 @@ impl DdpNode {
     }
 
     fn recv(&mut self, from: NodeId, msg: Msg, out: &mut Out) {
+        let upd = self.rules.upd.is_some();
         match msg {
             Msg::Inv { v, epoch, .. } => self.on_inv(from, v, epoch, out),
+            Msg::Ack { key, ts, epoch, .. } if upd => self.on_upd_ack(from, key, ts, epoch, out),
             Msg::Ack { key, ts, epoch, c, p } => self.on_ack(from, key, ts, epoch, c, p, out),
             Msg::Val { key, ts, c, p } => self.on_val(key, ts, c, p, out),
             Msg::ScopePersist { scope, versions, epoch } => self.on_scope_persist(from, scope, versions, epoch, out),
             Msg::ScopeAck { scope, epoch } => self.on_scope_ack(from, scope, epoch, out),
+            Msg::Upd { upds } => self.on_upd(upds, out),
+            Msg::UpdSync { applied } => self.on_upd_sync(from, applied),
+            Msg::CopyReq if upd => self.on_upd_copy_req(from, out),
             Msg::CopyReq => self.on_copy_req(from, out),
             Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),
+            Msg::UpdCopy { versions, applied, ready } => self.on_upd_copy(from, versions, applied, ready, out),
         }
     }
 
@@ -304,6 +348,8 @@ impl DdpNode {
             Some(Wait::Key { key, ts }) => self.key_persisted(key, ts, out),
             Some(Wait::Scope { scope, to }) => self.scope_record_landed(scope, Some(to), out),
             Some(Wait::LocalScope { scope }) => self.scope_record_landed(scope, None, out),
+            Some(Wait::Upd { v, id }) => self.upd_landed(v, id, out),
+            Some(Wait::Adopt { v, id }) => self.adopt_landed(v, id, out),
             None => {}
         }
     }
@@ -315,6 +361,9 @@ impl DdpNode {
         self.retry_writes(out);
         self.retry_scopes(out);
         self.retry_copy(out);
+        if self.rules.upd.is_some() {
+            self.upd_tick(out);
+        }
         if self.rules.persist == PersistIssue::Lazy && self.now >= self.last_lazy + self.params.lazy_ns {
             self.last_lazy = self.now;
             self.write_back(out);
@@ -331,7 +380,11 @@ impl DdpNode {
     }
 
     pub(crate) fn persist_version(&mut self, v: Version, out: &mut Out) {
-        let token = self.token(Wait::Key { key: v.key, ts: v.ts });
+        let wait = match self.rules.upd {
+            Some(_) => Wait::Upd { v, id: self.keys.get(&v.key).filter(|s| s.ts == v.ts).and_then(|s| s.id) },
+            None => Wait::Key { key: v.key, ts: v.ts },
+        };
+        let token = self.token(wait);
         out.push(Command::Persist { token, record: Record::Key(v) });
     }
 

@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use tandem_net::{Durable, NodeId, SessionId};
 
+use crate::vector::{UpdId, Vector};
+
 pub type Key = u64;
 pub type Value = u64;
 
@@ -25,24 +27,39 @@ pub struct ScopeId {
     pub seq: u64,
 }
 
-/// What a client asks.
+/// What a client asks. `after` is the session's causal past (Causal
+/// consistency; empty otherwise): the client merges into it the update id
+/// of every reply, and the serving node waits until it has applied that
+/// much (so a session may move to another node).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
-    Read { key: Key },
+    Read {
+        key: Key,
+        #[serde(default)]
+        after: Vector,
+    },
     /// `scope`: the session's open scope (the client numbers its scopes;
     /// ignored unless the model has Scope persistency).
-    Write { key: Key, value: Value, scope: u64 },
+    Write {
+        key: Key,
+        value: Value,
+        scope: u64,
+        #[serde(default)]
+        after: Vector,
+    },
     /// Close scope `scope`, in which the session wrote `writes` times, and
     /// wait until it is durable everywhere (Scope persistency; elsewhere it
     /// returns at once).
     Persist { scope: u64, writes: u32 },
 }
 
-/// What a node answers.
+/// What a node answers. `id` names the update read or written (UPD
+/// family; `None` for the INV family and for versions older than the last
+/// whole-cluster restart).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
-    Read { value: Option<Value>, ts: Ts },
-    Written { ts: Ts },
+    Read { value: Option<Value>, ts: Ts, id: Option<UpdId> },
+    Written { ts: Ts, id: Option<UpdId> },
     /// The scope `seq` of the session is durable at every replica.
     Persisted { seq: u64 },
     /// The scope's writes are not all known here (its coordinator crashed
@@ -59,6 +76,16 @@ pub struct Version {
     pub value: Value,
 }
 
+/// An update of the UPD family: a version, its id and, under Causal
+/// consistency, its cauhist as a vector (`deps`); `scope` under Scope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upd {
+    pub id: UpdId,
+    pub v: Version,
+    pub deps: Vector,
+    pub scope: Option<ScopeId>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Msg {
     /// Invalidate `key` and apply `v` (INV + data).
@@ -73,10 +100,19 @@ pub enum Msg {
     ScopePersist { scope: ScopeId, versions: Vec<Version>, epoch: u64 },
     /// `[ACK_p]s`.
     ScopeAck { scope: ScopeId, epoch: u64 },
+    /// UPD (+cauhist), one or a batch (Eventual sends them lazily, batched).
+    /// Its ACK_p (Strict) is an `Ack` with `p` only.
+    Upd { upds: Vec<Upd> },
+    /// Anti-entropy: the updates the sender applied (for resends and log
+    /// garbage collection; not in the paper, which assumes reliable links).
+    UpdSync { applied: Vector },
     /// A restarted node asks for a full copy (until HEAL replaces it).
     CopyReq,
     /// Every version the sender holds, and whether it is validated there.
     CopyResp { versions: Vec<(Version, bool)> },
+    /// The UPD family's copy: every version the sender applied, with its
+    /// update id, the sender's applied vector, and whether it was serving.
+    UpdCopy { versions: Vec<(Version, Option<UpdId>)>, applied: Vector, ready: bool },
 }
 
 /// What a node persists. A key's slot keeps its newest version; a scope's

@@ -14,7 +14,7 @@ impl DdpNode {
     pub(crate) fn start_write(&mut self, session: SessionId, req: u64, key: Key, value: Value, scope: u64, out: &mut Out) {
         let s = self.key(key);
         if s.write.is_some() || !s.c_ok() {
-            s.deferred.push_back((session, req, Op::Write { key, value, scope }));
+            s.deferred.push_back((session, req, Op::Write { key, value, scope, after: Default::default() }));
             return;
         }
         let ts = Ts { version: s.ts.version + 1, node: self.me };
@@ -40,7 +40,7 @@ impl DdpNode {
         }
         out.push(Command::Broadcast { msg: Msg::Inv { v: Version { key, ts, value }, epoch, scope } });
         if let (Some((session, req)), Gate::Immediate) = (client, self.rules.reply) {
-            out.push(Command::Reply { session, req, result: Reply::Written { ts } });
+            out.push(Command::Reply { session, req, result: Reply::Written { ts, id: None } });
             self.key(key).write.as_mut().expect("just begun").replied = true;
         }
         self.try_complete(key, out);
@@ -142,7 +142,7 @@ impl DdpNode {
         self.send_vals(key, &mut w, c, p, superseded, out);
         if let (Some((session, req)), false) = (w.client, w.replied) {
             if self.rules.reply.holds(c, p) {
-                out.push(Command::Reply { session, req, result: Reply::Written { ts: w.ts } });
+                out.push(Command::Reply { session, req, result: Reply::Written { ts: w.ts, id: None } });
                 w.replied = true;
             }
         }
@@ -211,7 +211,7 @@ impl DdpNode {
                 break;
             }
             let Some((session, req, op)) = s.deferred.pop_front() else { break };
-            if let Op::Write { key, value, scope } = op {
+            if let Op::Write { key, value, scope, .. } = op {
                 self.start_write(session, req, key, value, scope, out);
             }
         }
@@ -277,7 +277,8 @@ impl DdpNode {
         }
         self.config = config;
         if new_epoch {
-            let writes: Vec<Key> = self.keys.iter().filter(|(_, s)| s.write.is_some()).map(|(&k, _)| k).collect();
+            let mut writes: Vec<Key> = self.keys.iter().filter(|(_, s)| s.write.is_some()).map(|(&k, _)| k).collect();
+            writes.sort_unstable();
             for key in writes {
                 let w = self.key(key).write.as_mut().expect("a write");
                 w.acks_c.clear();
@@ -286,6 +287,9 @@ impl DdpNode {
                 self.try_complete(key, out);
             }
             self.reconfigure_scopes(out);
+        }
+        if self.rules.upd.is_some() {
+            self.upd_reconfigure(new_epoch, out);
         }
         self.copy_after_reconfigure(out);
     }

@@ -70,6 +70,10 @@ pub trait Harness<P: Protocol> {
     /// Every step of every node, with its commands (trace invariants);
     /// called only if [`Harness::traces`] says so (it costs a copy per input).
     fn on_step(&mut self, _node: NodeId, _now_ns: u64, _input: &Input<P>, _out: &[Command<P>], _nvm: &[Nvm<P::Record>]) {}
+    /// After every step of every node (and its `on_step`): the node itself,
+    /// for invariants over its state or what it records about the step;
+    /// called only if [`Harness::traces`] says so.
+    fn observe(&mut self, _node: NodeId, _now_ns: u64, _proto: &P, _nvm: &[Nvm<P::Record>]) {}
     fn traces(&self) -> bool {
         false
     }
@@ -167,6 +171,7 @@ impl<P: Protocol + 'static> World<P> {
         if self.harness.traces() {
             proto.step(now, input.clone(), &mut out);
             self.harness.on_step(n, now, &input, &out, &self.nvm);
+            self.harness.observe(n, now, proto, &self.nvm);
         } else {
             proto.step(now, input, &mut out);
         }

@@ -1,0 +1,214 @@
+//! Keeping the UPD family's replicas in step, and catching a node up.
+//!
+//! - **Anti-entropy** (not in the paper, whose links are reliable): each
+//!   node tells the others its applied vector when it changes (and every
+//!   `retry_ns` anyway); updates a member lacks are sent again, by their
+//!   origin after `retry_ns`, by anyone after three times that (the origin
+//!   may be gone); an update leaves a node's log once every member has it.
+//! - **Catch-up** (as `catchup.rs` for the INV family): a restarted node
+//!   asks every member for a copy of its applied state and vector. If some
+//!   member was serving (one node restarted, F2), the node keeps only the
+//!   serving members' state and drops what its NVM alone held (writes that
+//!   never left it: the models allow losing them, Strict's acknowledged
+//!   writes are on every member). After a whole-cluster crash (F1) nobody
+//!   serves: the state is the union of every NVM, newest version per key,
+//!   and a new causal era starts (the ids of the old one died with the
+//!   volatile state; sessions start over with an empty past). Under Synch
+//!   and RE-p each NVM is causally closed, so their union is too. The node
+//!   serves once every adopted version is persisted here.
+
+use tandem_net::{Command, NodeId};
+
+use crate::model::PersistIssue;
+use crate::node::{DdpNode, Out, Wait};
+use crate::types::{Key, Msg, Record, Ts, Upd, Version};
+use crate::update::CopyIn;
+use crate::vector::{UpdId, Vector};
+
+/// At most this many updates go to one member in one resend.
+const RESEND_MAX: usize = 64;
+
+impl DdpNode {
+    pub(crate) fn upd_tick(&mut self, out: &mut Out) {
+        self.flush_outbox(out);
+        self.gossip(out);
+        self.resend_log(out);
+        self.retry_strict(out);
+    }
+
+    /// Eventual: broadcast the queued UPDs as one batch.
+    pub(crate) fn flush_outbox(&mut self, out: &mut Out) {
+        if !self.upd.outbox.is_empty() {
+            out.push(Command::Broadcast { msg: Msg::Upd { upds: std::mem::take(&mut self.upd.outbox) } });
+        }
+    }
+
+    fn gossip(&mut self, out: &mut Out) {
+        let (last, at) = &self.upd.gossiped;
+        if !self.ready || (*last == self.upd.applied && self.now < at + self.params.retry_ns) {
+            return;
+        }
+        self.upd.gossiped = (self.upd.applied.clone(), self.now);
+        out.push(Command::Broadcast { msg: Msg::UpdSync { applied: self.upd.applied.clone() } });
+    }
+
+    pub(crate) fn on_upd_sync(&mut self, from: NodeId, applied: Vector) {
+        self.upd.peers.insert(from, applied);
+        self.gc_log();
+    }
+
+    /// Forget the updates every other member has applied.
+    fn gc_log(&mut self) {
+        let others: Vec<NodeId> = self.config.others(self.me).collect();
+        let peers = &self.upd.peers;
+        self.upd.log.retain(|&id, _| !others.iter().all(|o| peers.get(o).is_some_and(|v| v.contains(id))));
+    }
+
+    /// Send each member the logged updates it lacks and that waited long enough.
+    fn resend_log(&mut self, out: &mut Out) {
+        let (now, retry, me) = (self.now, self.params.retry_ns, self.me);
+        let others: Vec<NodeId> = self.config.others(me).collect();
+        let mut resent = Vec::new();
+        for o in others {
+            let have = self.upd.peers.get(&o);
+            let due = |id: &UpdId, at: u64| !have.is_some_and(|v| v.contains(*id)) && now >= at + if id.origin.node == me { retry } else { 3 * retry };
+            let upds: Vec<Upd> = self.upd.log.iter().filter(|(id, (_, at))| due(id, *at)).take(RESEND_MAX).map(|(_, (u, _))| u.clone()).collect();
+            if !upds.is_empty() {
+                resent.extend(upds.iter().map(|u| u.id));
+                out.push(Command::Send { to: o, msg: Msg::Upd { upds } });
+            }
+        }
+        for id in resent {
+            if let Some(e) = self.upd.log.get_mut(&id) {
+                e.1 = now;
+            }
+        }
+    }
+
+    /// Strict: send the UPD again to members whose ACK_p has not come.
+    fn retry_strict(&mut self, out: &mut Out) {
+        let (now, retry) = (self.now, self.params.retry_ns);
+        let others: Vec<NodeId> = self.config.others(self.me).collect();
+        for w in self.upd.strict.values_mut().filter(|w| now >= w.sent_at + retry) {
+            w.sent_at = now;
+            for &o in others.iter().filter(|o| !w.acks.contains(o)) {
+                out.push(Command::Send { to: o, msg: Msg::Upd { upds: vec![w.upd.clone()] } });
+            }
+        }
+    }
+
+    /// A new configuration: ACK_ps of the old epoch no longer count (asked
+    /// again), and what departed members applied no longer matters.
+    pub(crate) fn upd_reconfigure(&mut self, new_epoch: bool, out: &mut Out) {
+        let members = self.config.members.clone();
+        self.upd.peers.retain(|p, _| members.contains(p));
+        self.gc_log();
+        if !new_epoch {
+            return;
+        }
+        for w in self.upd.strict.values_mut() {
+            w.acks.clear();
+            w.sent_at = 0;
+        }
+        self.retry_strict(out);
+        for (k, ts) in self.upd.strict.keys().copied().collect::<Vec<_>>() {
+            self.try_strict(k, ts, out);
+        }
+    }
+
+    pub(crate) fn on_upd_copy_req(&mut self, from: NodeId, out: &mut Out) {
+        let mut versions: Vec<_> = self.keys.iter().filter_map(|(&k, s)| s.version(k).map(|v| (v, s.id))).collect();
+        versions.sort_unstable_by_key(|(v, _)| v.key);
+        let msg = Msg::UpdCopy { versions, applied: self.upd.applied.clone(), ready: self.ready };
+        out.push(Command::Send { to: from, msg });
+    }
+
+    pub(crate) fn on_upd_copy(&mut self, from: NodeId, versions: Vec<(Version, Option<UpdId>)>, applied: Vector, ready: bool, out: &mut Out) {
+        if self.ready || !self.copy_from.remove(&from) {
+            return;
+        }
+        self.upd.copies.push(CopyIn { versions, applied, ready });
+        self.upd_check_ready(out);
+    }
+
+    /// Once every copy is in, adopt them; serve once they are persisted.
+    pub(crate) fn upd_check_ready(&mut self, out: &mut Out) {
+        if self.ready || !self.copy_from.is_empty() || !self.copy_asked || self.upd.adopting.is_some() {
+            return;
+        }
+        self.adopt_copies(out);
+        self.finish_adopting(out);
+    }
+
+    fn adopt_copies(&mut self, out: &mut Out) {
+        let copies = std::mem::take(&mut self.upd.copies);
+        let rejoin = copies.iter().any(|c| c.ready);
+        if rejoin {
+            for s in self.keys.values_mut() {
+                (s.ts, s.value, s.id, s.durable) = (Ts::ZERO, None, None, None);
+            }
+        }
+        for c in copies.into_iter().filter(|c| c.ready || !rejoin) {
+            self.upd.applied.merge(&c.applied);
+            for (v, id) in c.versions {
+                let s = self.key(v.key);
+                if v.ts > s.ts {
+                    (s.ts, s.value, s.id) = (v.ts, Some(v.value), id);
+                }
+            }
+        }
+        self.upd.adopting = Some(0);
+        // In key order: the order of persists is part of a seeded run.
+        let mut keys: Vec<Key> = self.keys.keys().copied().collect();
+        keys.sort_unstable();
+        for k in keys {
+            self.make_durable(k, out);
+        }
+    }
+
+    /// Persist the adopted version of `k` unless it is durable already.
+    fn make_durable(&mut self, k: Key, out: &mut Out) {
+        let scoped = self.rules.persist == PersistIssue::AtScope;
+        let s = self.key(k);
+        let Some(v) = s.version(k) else { return };
+        if s.nvm >= v.ts {
+            if s.durable.is_none_or(|d| d.0 < v.ts) {
+                s.durable = Some((v.ts, v.value, s.id));
+            }
+        } else if !scoped {
+            let id = s.id;
+            let token = self.token(Wait::Adopt { v, id });
+            out.push(Command::Persist { token, record: Record::Key(v) });
+            *self.upd.adopting.as_mut().expect("adopting") += 1;
+        }
+    }
+
+    pub(crate) fn adopt_landed(&mut self, v: Version, id: Option<UpdId>, out: &mut Out) {
+        self.upd_landed(v, id, out);
+        if let Some(n) = self.upd.adopting.as_mut() {
+            *n -= 1;
+        }
+        self.finish_adopting(out);
+    }
+
+    fn finish_adopting(&mut self, out: &mut Out) {
+        if self.upd.adopting != Some(0) {
+            return;
+        }
+        self.upd.adopting = None;
+        self.ready = true;
+        for (session, req, op) in std::mem::take(&mut self.parked) {
+            self.step_client(session, req, op, out);
+        }
+    }
+
+    /// After `load`: the NVM's versions are this era's base state, durable,
+    /// with no update ids; nothing is unsettled in the INV family's sense.
+    pub(crate) fn upd_loaded(&mut self) {
+        self.unsettled.clear();
+        for s in self.keys.values_mut() {
+            s.durable = s.value.filter(|_| s.nvm >= s.ts).map(|v| (s.ts, v, None));
+        }
+    }
+}
+

@@ -1,0 +1,297 @@
+//! The UPD family: Causal and Eventual consistency with the five
+//! persistency models (spec `ddp.md` §8.3, §8.4, §8.6, §9.4, §9.5; the
+//! table of §9.0 rows 16–25; DESIGN.md §7.2). This file is the client side
+//! (reads, writes, operations that wait); `upd_apply.rs` receives, applies
+//! and persists updates, `upd_sync.rs` keeps replicas in step
+//! (anti-entropy) and catches a restarted node up.
+//!
+//! A write is applied at its coordinator, answered (Strict: after every
+//! ACK_p and its own persist) and sent as an UPD carrying its id, its
+//! Lamport timestamp (last writer wins, so replicas converge) and, under
+//! Causal consistency, its cauhist. Decisions on the spec's open points:
+//!
+//! - **5, Synch reads.** Causal-Synch: the latest *persisted* version, once
+//!   the session's causal past is persisted here. So read-your-writes and
+//!   monotonic reads hold and reads return only persisted versions (C3): a
+//!   read right after the session's own write waits for its persist.
+//!   Eventual-Synch: the latest persisted version, or the session's own
+//!   newer write to the key at this node (read-your-writes without waiting,
+//!   which is why such a read can vanish in a crash, spec §13.4).
+//! - **6, cauhist.** A [`Vector`]: one sequence number per origin (a node
+//!   incarnation), meaning all of that origin's updates up to it; it
+//!   over-approximates the session's reads and writes. The client carries
+//!   its vector in each operation and merges the id of every reply, so a
+//!   session can move to another node: its operations wait there until the
+//!   node has applied (Synch reads: persisted) that much.
+//! - **7, buffering.** A follower applies an origin's updates in order, each
+//!   once its cauhist is *persisted* here (Strict, Synch, RE-p, §8.1.2) or
+//!   *applied* here (Scope, Eventual-p). The coordinator applies its own
+//!   write at once (the session's past is applied here), but under Synch and
+//!   RE-p issues its persist only once the write's cauhist is persisted
+//!   here, so every node's NVM stays causally closed at every instant (C2).
+//! - **8, RE-p.** Local, as the paper's §5.3 protocol: a read waits until the
+//!   latest visible version of the key is persisted at this node.
+//! - **12, Eventual.** Last writer wins by timestamp. UPDs are sent lazily:
+//!   queued and broadcast as one batch per housekeeping tick (10 µs in
+//!   simulation), or at once when [`BATCH`] are queued; eagerly under Strict,
+//!   whose writes wait for them; `Persist(s)` flushes the queue first.
+//! - **22, Causal-Scope.** As §6.1.2 (Table 4 "Rd Opt"): reads and writes do
+//!   not stall; only `Persist(s)` waits, until the scope is durable at every
+//!   replica. Scopes survive all or nothing (SC-2, SC-3), but the persisted
+//!   state need not be causally closed: a completed scope may have read
+//!   from a scope that never completed.
+//! - **23, monotonic reads.** Per session (with read-your-writes), across
+//!   nodes thanks to the session's vector; not system-wide.
+//!
+//! Links drop and duplicate messages, which the paper does not consider:
+//! every node keeps the updates it applied until every member is known to
+//! have applied them, and nodes exchange their applied vectors so missing
+//! updates are sent again (by their origin, or by anyone if it is slow or
+//! gone).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use tandem_net::{Command, NodeId, SessionId};
+
+use crate::model::{UpdRead, UpdRules};
+use crate::node::{DdpNode, Out};
+use crate::types::{Key, Op, Reply, ScopeId, Ts, Upd, Value, Version};
+use crate::vector::{Origin, UpdId, Vector};
+
+/// Eventual consistency flushes its queued UPDs at this many.
+pub const BATCH: usize = 16;
+
+/// A Strict write waiting for every ACK_p and its own persist.
+#[derive(Clone, Debug)]
+pub(crate) struct StrictWrite {
+    pub client: (SessionId, u64),
+    pub upd: Upd,
+    pub acks: BTreeSet<NodeId>,
+    pub sent_at: u64,
+}
+
+/// A copy a catching-up node received.
+#[derive(Clone, Debug)]
+pub(crate) struct CopyIn {
+    pub versions: Vec<(Version, Option<UpdId>)>,
+    pub applied: Vector,
+    pub ready: bool,
+}
+
+/// What a read returns: timestamp, value, update id.
+type Seen = (Ts, Option<Value>, Option<UpdId>);
+
+/// A node's state for the UPD family.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct UpdState {
+    /// This incarnation's origin and its last sequence number.
+    pub origin: Origin,
+    pub seq: u64,
+    /// Per origin, the prefix of its updates applied here...
+    pub applied: Vector,
+    /// ...and those applied beyond it (Eventual applies on arrival).
+    pub extra: BTreeMap<Origin, BTreeSet<u64>>,
+    /// Applied here, not durable here yet (Causal with a persisted gate).
+    pub undurable: BTreeMap<Origin, BTreeMap<u64, (Key, Ts)>>,
+    /// Received, waiting for their turn or their cauhist.
+    pub buffer: BTreeMap<UpdId, Upd>,
+    /// Applied here, not yet known applied everywhere (resends), with when
+    /// each was last sent.
+    pub log: BTreeMap<UpdId, (Upd, u64)>,
+    /// Each member's applied vector, as it last told.
+    pub peers: BTreeMap<NodeId, Vector>,
+    pub gossiped: (Vector, u64),
+    /// Lazily sent UPDs (Eventual).
+    pub outbox: Vec<Upd>,
+    /// Own writes whose persist waits for their cauhist to be persisted here.
+    pub held: Vec<Upd>,
+    pub strict: BTreeMap<(Key, Ts), StrictWrite>,
+    /// Client operations waiting for this node to catch up with them.
+    pub waiting: VecDeque<(SessionId, u64, Op)>,
+    /// Newest version whose persist was issued, per key.
+    pub issued: HashMap<Key, Ts>,
+    /// Eventual-Synch: each session's own writes not yet persisted here.
+    pub own: HashMap<(SessionId, Key), Seen>,
+    pub copies: Vec<CopyIn>,
+    /// While catching up: adopted versions still being persisted.
+    pub adopting: Option<usize>,
+    /// The versions applied in the current step (the C1 trace).
+    pub applied_now: Vec<Version>,
+}
+
+impl UpdState {
+    pub fn new(me: NodeId, epoch: u64) -> Self {
+        UpdState { origin: Origin { node: me, since: epoch }, ..UpdState::default() }
+    }
+
+    /// Nothing buffered, unsent, unacknowledged or waiting here.
+    pub fn is_quiet(&self) -> bool {
+        self.buffer.is_empty() && self.log.is_empty() && self.outbox.is_empty() && self.held.is_empty() && self.strict.is_empty() && self.waiting.is_empty()
+    }
+
+    pub fn knows_applied(&self, id: UpdId) -> bool {
+        self.applied.contains(id) || self.extra.get(&id.origin).is_some_and(|x| x.contains(&id.seq))
+    }
+
+    /// The prefix of `o`'s updates both applied and durable here.
+    pub fn persisted_upto(&self, o: Origin) -> u64 {
+        let first_missing = self.undurable.get(&o).and_then(|m| m.keys().next()).map_or(u64::MAX, |s| s - 1);
+        self.applied.get(o).min(first_missing)
+    }
+
+    pub fn persisted_covers(&self, deps: &Vector) -> bool {
+        deps.covered_by(|o| self.persisted_upto(o))
+    }
+}
+
+impl DdpNode {
+    pub(crate) fn upd_rules(&self) -> UpdRules {
+        self.rules.upd.expect("a UPD-family model")
+    }
+
+    pub(crate) fn upd_client(&mut self, session: SessionId, req: u64, op: Op, out: &mut Out) {
+        if !self.upd_try(session, req, &op, out) {
+            self.upd.waiting.push_back((session, req, op));
+        }
+    }
+
+    /// Serve `op` if its gates hold; false: it waits.
+    fn upd_try(&mut self, session: SessionId, req: u64, op: &Op, out: &mut Out) -> bool {
+        match op {
+            Op::Read { key, after } => self.upd_read(session, req, *key, after, out),
+            Op::Write { after, .. } if !self.upd.applied.covers(after) => false,
+            Op::Write { key, value, scope, after } => {
+                self.upd_write(session, req, Version { key: *key, ts: Ts::ZERO, value: *value }, *scope, after.clone(), out);
+                true
+            }
+            Op::Persist { scope, writes } => {
+                self.flush_outbox(out);
+                self.persist_scope(session, req, *scope, *writes, out);
+                true
+            }
+        }
+    }
+
+    /// Retry the waiting operations until none more can go.
+    pub(crate) fn retry_waiting(&mut self, out: &mut Out) {
+        loop {
+            let waiting = std::mem::take(&mut self.upd.waiting);
+            let before = waiting.len();
+            for (session, req, op) in waiting {
+                if !self.upd_try(session, req, &op, out) {
+                    self.upd.waiting.push_back((session, req, op));
+                }
+            }
+            if self.upd.waiting.len() == before {
+                return;
+            }
+        }
+    }
+
+    /// A read: wait until the session's causal past is here (persisted, for
+    /// Synch reads), then return what the model's read rule says.
+    fn upd_read(&mut self, session: SessionId, req: u64, key: Key, after: &Vector, out: &mut Out) -> bool {
+        let (rule, skip) = (self.upd_rules().read, self.bugs.read_in_invalid);
+        let past_here = match rule {
+            UpdRead::Persisted => self.upd.persisted_covers(after),
+            _ => self.upd.applied.covers(after),
+        };
+        if !past_here && !skip {
+            return false;
+        }
+        let s = self.key(key);
+        let (ts, value, id) = match rule {
+            UpdRead::Latest => (s.ts, s.value, s.id),
+            UpdRead::LatestPersisted if s.nvm < s.ts && !skip => return false,
+            UpdRead::LatestPersisted => (s.ts, s.value, s.id),
+            UpdRead::Persisted => self.persisted_read(session, key),
+        };
+        out.push(Command::Reply { session, req, result: Reply::Read { value, ts, id } });
+        true
+    }
+
+    /// Synch: the newest version persisted here, or under Eventual the
+    /// session's own newer write (read-your-writes, open point 5).
+    fn persisted_read(&mut self, session: SessionId, key: Key) -> Seen {
+        let durable = self.key(key).durable.map_or((Ts::ZERO, None, None), |(ts, v, id)| (ts, Some(v), id));
+        match self.upd.own.get(&(session, key)) {
+            Some(&own) if own.0 > durable.0 => own,
+            Some(_) => {
+                self.upd.own.remove(&(session, key));
+                durable
+            }
+            None => durable,
+        }
+    }
+
+    /// A client write: apply it here, send its UPD, reply (Strict: later).
+    fn upd_write(&mut self, session: SessionId, req: u64, mut v: Version, scope: u64, after: Vector, out: &mut Out) {
+        let r = self.upd_rules();
+        v.ts = Ts { version: self.key(v.key).ts.version + 1, node: self.me };
+        self.upd.seq += 1;
+        let id = UpdId { origin: self.upd.origin, seq: self.upd.seq };
+        let scope = self.scope_of(ScopeId { session, seq: scope }, v);
+        let u = Upd { id, v, deps: if r.causal { after } else { Vector::default() }, scope };
+        if r.strict {
+            self.persist_once(v, Some(id), out);
+        }
+        self.apply_upd(&u, out);
+        self.send_upd(u.clone(), out);
+        if r.strict {
+            let w = StrictWrite { client: (session, req), upd: u, acks: BTreeSet::new(), sent_at: self.now };
+            self.upd.strict.insert((v.key, v.ts), w);
+            self.try_strict(v.key, v.ts, out);
+            return;
+        }
+        if r.read == UpdRead::Persisted && !r.causal {
+            self.upd.own.insert((session, v.key), (v.ts, Some(v.value), Some(id)));
+        }
+        out.push(Command::Reply { session, req, result: Reply::Written { ts: v.ts, id: Some(id) } });
+    }
+
+    /// Send an UPD now (Causal, Strict) or queue it (Eventual).
+    fn send_upd(&mut self, u: Upd, out: &mut Out) {
+        if self.upd_rules().eager {
+            out.push(Command::Broadcast { msg: crate::types::Msg::Upd { upds: vec![u] } });
+            return;
+        }
+        self.upd.outbox.push(u);
+        if self.upd.outbox.len() >= BATCH {
+            self.flush_outbox(out);
+        }
+    }
+
+    /// Reply to a Strict write once every member's ACK_p and the local
+    /// persist are in (spec §9.0 rows 16, 21).
+    pub(crate) fn try_strict(&mut self, key: Key, ts: Ts, out: &mut Out) {
+        let Some(w) = self.upd.strict.get(&(key, ts)) else { return };
+        let local = self.keys.get(&key).is_some_and(|s| s.nvm >= ts) || self.bugs.val_before_persist;
+        let missing = self.config.others(self.me).filter(|o| !w.acks.contains(o)).count();
+        if local && missing <= usize::from(self.bugs.reply_before_last_ack) {
+            let (session, req) = w.client;
+            out.push(Command::Reply { session, req, result: Reply::Written { ts, id: Some(w.upd.id) } });
+            self.upd.strict.remove(&(key, ts));
+        }
+    }
+
+    /// An ACK_p (a `p`-only ACK) for a Strict write this node coordinates.
+    pub(crate) fn on_upd_ack(&mut self, from: NodeId, key: Key, ts: Ts, epoch: u64, out: &mut Out) {
+        if epoch != self.config.epoch {
+            return;
+        }
+        if let Some(w) = self.upd.strict.get_mut(&(key, ts)) {
+            w.acks.insert(from);
+            self.try_strict(key, ts, out);
+        }
+    }
+
+    /// After any step: apply what the buffer allows, issue the persists
+    /// that waited, serve the operations that waited.
+    pub(crate) fn upd_progress(&mut self, out: &mut Out) {
+        self.drain_buffer(out);
+        self.release_held(out);
+        if self.ready {
+            self.retry_waiting(out);
+        }
+    }
+}
