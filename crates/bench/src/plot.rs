@@ -233,9 +233,11 @@ pub fn bars_svg(title: &str, unit: &str, bars: &[(String, f64)]) -> String {
             let _ = write!(s, r#"<rect x="{bx:.1}" y="{:.1}" width="{bw:.1}" height="{height:.1}" fill="{}"/>"#, y(*value), COLORS[k % COLORS.len()]);
         }
         let (cx, top, base) = (bx + bw / 2.0, y(*value) - 5.0, H - BOTTOM + 18.0);
+        // Many bars: smaller type, labels slanted so that they do not overlap.
+        let (size, slant) = if bars.len() > 10 { (10, format!(r#" transform="rotate(-30 {cx:.1} {base})" text-anchor="end""#)) } else { (12, r#" text-anchor="middle""#.to_string()) };
         let _ = write!(
             s,
-            r#"<text x="{cx:.1}" y="{top:.1}" font-size="12" text-anchor="middle">{}</text><text x="{cx:.1}" y="{base}" font-size="12" text-anchor="middle">{}</text>"#,
+            r#"<text x="{cx:.1}" y="{top:.1}" font-size="{size}" text-anchor="middle">{}</text><text x="{cx:.1}" y="{base}" font-size="{size}"{slant}>{}</text>"#,
             fmt_si(*value),
             esc(label)
         );

@@ -61,10 +61,10 @@ fn crash_model(model: Model, normalized: f64) -> Row {
 }
 
 fn print_rows(rows: &[Row]) {
-    println!("{:<14} {:>12} {:>14} {:>16} {:>11}", "model", "vs lin-synch", "acked lost", "reads vanished", "promises");
+    println!("{:<18} {:>12} {:>14} {:>16} {:>11}", "model", "vs lin-synch", "acked lost", "reads vanished", "promises");
     for r in rows {
         let ok = if r.violations.is_empty() { "kept" } else { "BROKEN" };
-        println!("{:<14} {:>12.2} {:>14} {:>16} {:>11}", r.model.to_string(), r.normalized, r.lost, r.vanished, ok);
+        println!("{:<18} {:>12.2} {:>14} {:>16} {:>11}", r.model.to_string(), r.normalized, r.lost, r.vanished, ok);
     }
     println!("(losses over {CRASHES} seeded runs with a whole-cluster crash each; stronger models lose nothing they acknowledged)");
 }
