@@ -101,6 +101,15 @@ default_bug traditional lost-decision
 default_bug traditional logging-without-locking trust-undo-images
 python3 scripts/render_fencing.py "$OUT" >> docs/RESULTS.md
 
+# Issue 10: DDP models in simulated time, their checks, and the runtime's ceiling over TCP.
+run $T ddp bench --models all --workload ycsb-a --json $OUT/ddp-bench-a.json
+run $T ddp bench --models all --workload ycsb-b --json $OUT/ddp-bench-b.json
+run $T ddp bench --models lin-synch --clients 2 --json $OUT/ddp-bench-10clients.json
+run $T ddp bench --models lin-synch --rtt-ns 2000 --json $OUT/ddp-bench-rtt2us.json
+run $T ddp check --seeds 100 --json $OUT/ddp-check.json
+run $T net echo --json $OUT/net-echo.json
+python3 scripts/render_ddp.py "$OUT" >> docs/RESULTS.md
+
 # Issue 5: the paper's experiments, one command each; each writes
 # docs/results/NAME.json, docs/figures/NAME.{svg,png} and its section of docs/RESULTS.md.
 run $T experiment all

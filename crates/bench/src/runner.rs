@@ -806,6 +806,17 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     let mut to_replace: Vec<u16> = Vec::new();
     let mut replaced: std::collections::BTreeSet<u16> = std::collections::BTreeSet::new();
     let mut next_slot = cfg.compute_nodes;
+    // Which incarnation replaced which node (1-based): a planned crash hits
+    // the node's current incarnation, even if a false suspicion replaced it.
+    let mut successor: std::collections::HashMap<u16, u16> = std::collections::HashMap::new();
+    let current = |successor: &std::collections::HashMap<u16, u16>, mut n: u16| {
+        while let Some(&s) = successor.get(&n) {
+            n = s;
+        }
+        n
+    };
+    let mut crash_target: Option<u16> = None;
+    let mut crashed_targets: Vec<u16> = Vec::new();
     std::thread::sleep(cfg.warmup);
     ctl.measuring.store(true, Ordering::SeqCst);
     let start = Instant::now();
@@ -848,11 +859,15 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         if let (Some(c), None) = (&cfg.crash, &crash_at) {
             if start.elapsed() >= c.after {
                 let counts: Vec<u64> = ctl.committed_by_node.iter().map(|x| x.load(Ordering::SeqCst)).collect();
-                ctl.crash[c.node as usize].store(true, Ordering::SeqCst);
+                let target = current(&successor, c.node + 1);
+                ctl.crash[target as usize - 1].store(true, Ordering::SeqCst);
                 crash_at = Some((ctl.now_ns(), counts, start.elapsed().as_secs_f64()));
-                to_replace.push(c.node + 1);
+                crash_target = Some(target);
+                to_replace.push(target);
+                crashed_targets.push(target);
                 if cfg.progress {
-                    eprintln!("  [{:>5.1}s] CRASH compute node {} (its coordinators stop mid-transaction)", start.elapsed().as_secs_f64(), c.node + 1);
+                    let was = if target != c.node + 1 { format!(", the incarnation that replaced node {}", c.node + 1) } else { String::new() };
+                    eprintln!("  [{:>5.1}s] CRASH compute node {target}{was} (its coordinators stop mid-transaction)", start.elapsed().as_secs_f64());
                 }
             }
         }
@@ -882,6 +897,7 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
                 }
             };
             replaced.insert(dead);
+            successor.insert(dead, next_slot + 1);
             to_replace.retain(|&x| x != dead);
             threads.push((next_slot, compute));
             heartbeats.push(heartbeat);
@@ -909,11 +925,13 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         }
         while pending_crashes.first().is_some_and(|c| start.elapsed() >= c.after) {
             let c = pending_crashes.remove(0);
-            ctl.crash[c.node as usize].store(true, Ordering::SeqCst);
-            to_replace.push(c.node + 1);
-            more_crash_events.push((start.elapsed().as_secs_f64(), format!("compute node {} crashes", c.node + 1)));
+            let target = current(&successor, c.node + 1);
+            ctl.crash[target as usize - 1].store(true, Ordering::SeqCst);
+            to_replace.push(target);
+            crashed_targets.push(target);
+            more_crash_events.push((start.elapsed().as_secs_f64(), format!("compute node {target} crashes")));
             if cfg.progress {
-                eprintln!("  [{:>5.1}s] CRASH compute node {}", start.elapsed().as_secs_f64(), c.node + 1);
+                eprintln!("  [{:>5.1}s] CRASH compute node {target}", start.elapsed().as_secs_f64());
             }
         }
         if cfg.progress && last.0.elapsed() >= cfg.progress_every.mul_f64(0.99) {
@@ -971,15 +989,15 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
         errors.push(format!("{fenced_acks} commits acknowledged by fenced incarnations (transactions begun after their node's revocation)"));
     }
     let logs = failure_logs.lock().unwrap().clone();
-    let crashed_node = cfg.crash.as_ref().map(|c| c.node + 1);
-    let crashed: Vec<u16> = cfg.crash.iter().chain(&cfg.more_crashes).map(|c| c.node + 1).collect();
+    let crashed_node = crash_target;
+    let crashed: Vec<u16> = crashed_targets.clone();
     let false_positives: Vec<u16> = logs.keys().copied().filter(|n| !crashed.contains(n)).collect();
     let recovered_nodes: Vec<u16> = crashed.iter().copied().filter(|n| logs.get(n).is_some_and(|l| l.notified_ns > 0)).collect();
     let fl = crashed_node.and_then(|n| logs.get(&n).cloned()).unwrap_or_default();
-    let recovery = match (&cfg.crash, &crash_at) {
-        (Some(c), Some((crash_ns, before, crash_s))) => {
+    let recovery = match (crash_target, &crash_at) {
+        (Some(target), Some((crash_ns, before, crash_s))) => {
             if fl.notified_ns == 0 {
-                errors.push(format!("compute node {} crashed but recovery did not finish before the run ended", c.node + 1));
+                errors.push(format!("compute node {target} crashed but recovery did not finish before the run ended"));
                 None
             } else if fl.detected_ns < *crash_ns {
                 // Suspected (and fenced, recovered, replaced) before the planned
@@ -987,11 +1005,11 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
                 // but there is no crash timeline to report.
                 None
             } else {
-                let survivors = |v: &[u64]| -> u64 { v.iter().enumerate().filter(|(i, _)| *i != c.node as usize).map(|(_, x)| x).sum() };
+                let survivors = |v: &[u64]| -> u64 { v.iter().enumerate().filter(|(i, _)| *i + 1 != target as usize).map(|(_, x)| x).sum() };
                 let during = survivors(&fl.committed_at_notify).saturating_sub(survivors(before));
                 let window_s = (fl.notified_ns - crash_ns) as f64 / 1e9;
                 Some(RecoveryTimeline {
-                    crashed_node: c.node + 1,
+                    crashed_node: target,
                     detect_us: (fl.detected_ns.saturating_sub(*crash_ns)) as f64 / 1e3,
                     link_termination_us: (fl.revoked_ns - fl.detected_ns) as f64 / 1e3,
                     log_recovery_us: (fl.recovered_ns - fl.revoked_ns) as f64 / 1e3,
@@ -1013,8 +1031,8 @@ pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
     };
     let at = |ns: u64| ns.saturating_sub(start_ns) as f64 / 1e9;
     let mut events = Vec::new();
-    if let (Some(c), Some((_, _, crash_s))) = (&cfg.crash, &crash_at) {
-        events.push((*crash_s, format!("compute node {} crashes", c.node + 1)));
+    if let (Some(target), Some((_, _, crash_s))) = (crash_target, &crash_at) {
+        events.push((*crash_s, format!("compute node {target} crashes")));
         if fl.detected_ns > 0 {
             events.push((at(fl.detected_ns), "failure detected".to_string()));
         }
