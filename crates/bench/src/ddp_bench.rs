@@ -31,7 +31,7 @@ pub struct DdpBenchConfig {
 
 impl DdpBenchConfig {
     pub fn paper(workload: Ycsb) -> Self {
-        DdpBenchConfig { workload, nodes: 5, clients_per_node: 20, rtt_ns: 1_000, persist_ns: 400, cpu_ns: 200, warmup_ns: 100_000, measure_ns: 1_000_000, scope_writes: 10, seed: 1 }
+        DdpBenchConfig { workload, nodes: 5, clients_per_node: 20, rtt_ns: 1_000, persist_ns: 400, cpu_ns: 200, warmup_ns: 1_000_000, measure_ns: 10_000_000, scope_writes: 10, seed: 1 }
     }
 }
 

@@ -166,7 +166,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 400)]
     persist_ns: u64,
     /// Simulated time measured per model, after a 10 % warm-up.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 10_000_000)]
     measure_ns: u64,
     #[arg(long)]
     json: Option<String>,

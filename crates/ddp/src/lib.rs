@@ -22,6 +22,7 @@
 
 pub mod catchup;
 pub mod explore;
+mod fast_hash;
 pub mod load;
 pub mod model;
 pub mod simcheck;

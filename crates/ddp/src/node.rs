@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use tandem_net::{Command, Config, Input, NodeId, Protocol, SessionId, Token};
 
+use crate::fast_hash::FastMap;
 use crate::model::{Gate, Model, PersistIssue, Rules};
 use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, Value, Version};
 use crate::update::UpdState;
@@ -153,11 +154,11 @@ pub struct DdpNode {
     pub(crate) params: Params,
     pub(crate) bugs: Bugs,
     pub(crate) config: Config,
-    pub(crate) keys: HashMap<Key, KeyState>,
+    pub(crate) keys: FastMap<Key, KeyState>,
     /// Keys with a write in progress here or invalid here.
     pub(crate) unsettled: BTreeSet<Key>,
     pub(crate) next_token: Token,
-    pub(crate) waits: HashMap<Token, Wait>,
+    pub(crate) waits: FastMap<Token, Wait>,
     /// The versions written here in each open scope.
     pub(crate) open_scopes: HashMap<ScopeId, Vec<Version>>,
     pub(crate) scope_persists: BTreeMap<ScopeId, ScopePersist>,
@@ -213,10 +214,10 @@ impl DdpNode {
             params,
             bugs,
             config,
-            keys: HashMap::new(),
+            keys: FastMap::default(),
             unsettled: BTreeSet::new(),
             next_token: 1,
-            waits: HashMap::new(),
+            waits: FastMap::default(),
             open_scopes: HashMap::new(),
             scope_persists: BTreeMap::new(),
             scopes_done: BTreeSet::new(),

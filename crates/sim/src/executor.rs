@@ -6,6 +6,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -49,14 +50,18 @@ struct Task {
 struct TaskWaker {
     id: TaskId,
     ready: Arc<Mutex<VecDeque<TaskId>>>,
+    /// Set after every push to `ready`: lets the executor skip the lock
+    /// when nothing was woken (most events wake no task).
+    woken: Arc<AtomicBool>,
 }
 
 impl Wake for TaskWaker {
     fn wake(self: Arc<Self>) {
-        self.ready.lock().unwrap().push_back(self.id);
+        self.wake_by_ref();
     }
     fn wake_by_ref(self: &Arc<Self>) {
         self.ready.lock().unwrap().push_back(self.id);
+        self.woken.store(true, AtomicOrdering::Release);
     }
 }
 
@@ -66,6 +71,7 @@ struct Inner {
     events: RefCell<BinaryHeap<Event>>,
     rng: RefCell<Rng>,
     ready: Arc<Mutex<VecDeque<TaskId>>>,
+    woken: Arc<AtomicBool>,
     tasks: RefCell<Vec<Option<Task>>>,
     free_ids: RefCell<Vec<TaskId>>,
     steps: Cell<u64>,
@@ -91,6 +97,7 @@ impl Sim {
             events: RefCell::new(BinaryHeap::new()),
             rng: RefCell::new(Rng::new(seed)),
             ready: Arc::new(Mutex::new(VecDeque::new())),
+            woken: Arc::new(AtomicBool::new(false)),
             tasks: RefCell::new(Vec::new()),
             free_ids: RefCell::new(Vec::new()),
             steps: Cell::new(0),
@@ -142,6 +149,9 @@ impl Sim {
 
     /// Poll every ready task until none is ready.
     fn drain_ready(&self) {
+        if !self.handle.inner.woken.swap(false, AtomicOrdering::Acquire) {
+            return;
+        }
         loop {
             let next = self.handle.inner.ready.lock().unwrap().pop_front();
             let Some(id) = next else { return };
@@ -153,7 +163,7 @@ impl Sim {
                 }
             };
             let Some(mut fut) = fut else { continue };
-            let waker = Waker::from(Arc::new(TaskWaker { id, ready: self.handle.inner.ready.clone() }));
+            let waker = Waker::from(Arc::new(TaskWaker { id, ready: self.handle.inner.ready.clone(), woken: self.handle.inner.woken.clone() }));
             let mut cx = Context::from_waker(&waker);
             self.handle.inner.steps.set(self.handle.inner.steps.get() + 1);
             match fut.as_mut().poll(&mut cx) {
@@ -258,6 +268,7 @@ impl SimHandle {
             }
         };
         self.inner.ready.lock().unwrap().push_back(id);
+        self.inner.woken.store(true, AtomicOrdering::Release);
         id
     }
 
