@@ -203,6 +203,41 @@ pub fn lines_svg(title: &str, x_label: &str, y_label: &str, xs: &[String], serie
     s
 }
 
+/// A heat map: `rows` x `cols` cells, each annotated with its value
+/// (`None`: not measured, grey); darker is larger.
+pub fn heatmap_svg(title: &str, rows: &[String], cols: &[String], values: &[Vec<Option<f64>>]) -> String {
+    let peak = values.iter().flatten().flatten().copied().fold(0.0, f64::max).max(1e-9);
+    let (pw, ph) = (W - LEFT - RIGHT - 60.0, H - TOP - BOTTOM);
+    let (cw, ch) = (pw / cols.len().max(1) as f64, ph / rows.len().max(1) as f64);
+    let mut s = header(title);
+    for (r, row) in values.iter().enumerate() {
+        let _ = write!(s, r#"<text x="{:.1}" y="{:.1}" font-size="13" text-anchor="end">{}</text>"#, LEFT + 50.0, TOP + ch * (r as f64 + 0.55), esc(&rows[r]));
+        for (c, v) in row.iter().enumerate() {
+            let (x, y) = (LEFT + 60.0 + cw * c as f64, TOP + ch * r as f64);
+            let (fill, label) = match v {
+                Some(v) => {
+                    let t = v / peak;
+                    (format!("rgb({},{},{})", (255.0 - 200.0 * t) as u8, (255.0 - 120.0 * t) as u8, 255), format!("{v:.2}"))
+                }
+                None => ("#dddddd".to_string(), "n/a".to_string()),
+            };
+            let _ = write!(
+                s,
+                r#"<rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{fill}" stroke="white"/><text x="{:.1}" y="{:.1}" font-size="14" text-anchor="middle">{label}</text>"#,
+                cw,
+                ch,
+                x + cw / 2.0,
+                y + ch / 2.0 + 5.0
+            );
+        }
+    }
+    for (c, col) in cols.iter().enumerate() {
+        let _ = write!(s, r#"<text x="{:.1}" y="{}" font-size="13" text-anchor="middle">{}</text>"#, LEFT + 60.0 + cw * (c as f64 + 0.5), H - BOTTOM + 18.0, esc(col));
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
 /// Several panels stacked vertically into one SVG.
 pub fn stack_svg(panels: &[String]) -> String {
     let mut s = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{}" viewBox="0 0 {W} {}">"#, H * panels.len() as f64, H * panels.len() as f64);
