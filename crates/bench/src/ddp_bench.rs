@@ -56,6 +56,8 @@ struct Clients {
     warmup_ns: u64,
     /// Per session: invoke time, whether a read, open scope and writes in it.
     state: Vec<(u64, bool, u64, u32)>,
+    /// Per session: its causal past (Causal models carry it in every op).
+    past: Vec<tandem_ddp::Vector>,
     next_value: u64,
     done: u64,
     lat: [(u64, u64); 2],
@@ -74,16 +76,19 @@ impl Clients {
         Some(match self.ycsb.next(rng) {
             YcsbOp::Read(key) => {
                 s.1 = true;
-                Op::Read { key, after: Default::default() }
+                Op::Read { key, after: self.past[session as usize].clone() }
             }
             YcsbOp::Update(key) => {
                 (s.1, s.3) = (false, s.3 + 1);
-                Op::Write { key, value: self.next_value, scope: s.2, after: Default::default() }
+                Op::Write { key, value: self.next_value, scope: s.2, after: self.past[session as usize].clone() }
             }
         })
     }
 
     fn completed(&mut self, session: SessionId, _req: u64, _node: NodeId, r: &Reply, now: u64, _nvm: &[Nvm<Record>]) {
+        if let Reply::Read { id: Some(id), .. } | Reply::Written { id: Some(id), .. } = r {
+            self.past[session as usize].add(*id);
+        }
         let (at, read, ..) = self.state[session as usize];
         if at < self.warmup_ns || matches!(r, Reply::Persisted { .. } | Reply::ScopeLost { .. }) {
             return;
@@ -104,6 +109,7 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         scope_writes: cfg.scope_writes,
         warmup_ns: cfg.warmup_ns,
         state: vec![(0, false, 0, 0); sessions as usize],
+        past: vec![tandem_ddp::Vector::default(); sessions as usize],
         next_value: 0,
         done: 0,
         lat: [(0, 0); 2],

@@ -60,6 +60,8 @@ fn session(cfg: &LoadConfig, id: u64, home: usize, epoch: Instant, stop: &Atomic
     let mut node = home % cfg.nodes.len();
     let mut client: Option<Client<Op, Reply>> = None;
     let mut n = 0u64;
+    // The session's causal past (Causal models): every reply's update id.
+    let mut past = crate::vector::Vector::default();
     while !stop.load(Ordering::Relaxed) {
         let c = match client.as_mut() {
             Some(c) => c,
@@ -75,16 +77,19 @@ fn session(cfg: &LoadConfig, id: u64, home: usize, epoch: Instant, stop: &Atomic
         n += 1;
         let key = rng.below(cfg.keys);
         let (op, kind) = if rng.chance(cfg.read_ratio) {
-            (Op::Read { key, after: Default::default() }, OpKind::Read { key, value: None })
+            (Op::Read { key, after: past.clone() }, OpKind::Read { key, value: None })
         } else {
             let value = (id + 1) << 32 | n;
-            (Op::Write { key, value, scope: 0, after: Default::default() }, OpKind::Write { key, value })
+            (Op::Write { key, value, scope: 0, after: past.clone() }, OpKind::Write { key, value })
         };
         let invoke_ns = epoch.elapsed().as_nanos() as u64;
         let mut h = HistOp { session: id, node: node as u16, kind, invoke_ns, complete_ns: None, ok: true };
         match c.call(op) {
             Ok(r) => {
                 h.complete_ns = Some(epoch.elapsed().as_nanos() as u64);
+                if let Reply::Read { id: Some(id), .. } | Reply::Written { id: Some(id), .. } = &r {
+                    past.add(*id);
+                }
                 if let (OpKind::Read { value, .. }, Reply::Read { value: v, .. }) = (&mut h.kind, r) {
                     *value = v;
                 }
