@@ -74,11 +74,11 @@ impl Clients {
         Some(match self.ycsb.next(rng) {
             YcsbOp::Read(key) => {
                 s.1 = true;
-                Op::Read { key, after: Default::default() }
+                Op::read(key)
             }
             YcsbOp::Update(key) => {
                 (s.1, s.3) = (false, s.3 + 1);
-                Op::Write { key, value: self.next_value, scope: s.2, after: Default::default() }
+                Op::write(key, self.next_value, s.2)
             }
         })
     }

@@ -104,6 +104,7 @@ impl DdpNode {
                     self.scopes_done.insert(*scope);
                     versions.clone()
                 }
+                Record::Tx { .. } => self.load_tx(r),
             };
             for v in versions {
                 let s = self.key(v.key);

@@ -75,10 +75,10 @@ fn session(cfg: &LoadConfig, id: u64, home: usize, epoch: Instant, stop: &Atomic
         n += 1;
         let key = rng.below(cfg.keys);
         let (op, kind) = if rng.chance(cfg.read_ratio) {
-            (Op::Read { key, after: Default::default() }, OpKind::Read { key, value: None })
+            (Op::read(key), OpKind::Read { key, value: None })
         } else {
             let value = (id + 1) << 32 | n;
-            (Op::Write { key, value, scope: 0, after: Default::default() }, OpKind::Write { key, value })
+            (Op::write(key, value, 0), OpKind::Write { key, value })
         };
         let invoke_ns = epoch.elapsed().as_nanos() as u64;
         let mut h = HistOp { session: id, node: node as u16, kind, invoke_ns, complete_ns: None, ok: true };
