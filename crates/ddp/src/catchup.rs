@@ -113,7 +113,9 @@ impl DdpNode {
                     s.value = Some(v.value);
                 }
                 s.nvm = s.nvm.max(v.ts);
-                self.unsettled.insert(v.key);
+                if self.rules.trans.is_none() || self.rules.read != crate::model::Gate::Immediate {
+                    self.unsettled.insert(v.key); // Trans: committed versions need no replay (but RE-p's VAL_p)
+                }
             }
         }
         self.ready = false;

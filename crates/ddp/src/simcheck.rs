@@ -300,7 +300,7 @@ impl Rec {
                 self.tx_step(node, now, c, nvm);
             }
             match c {
-                Command::Send { msg: Msg::Ack { key, ts, p: true, .. }, .. } if nvm_ts(&nvm[node as usize], *key) < *ts => {
+                Command::Send { msg: Msg::Ack { key, ts, p: true, .. }, .. } if trans::durable_ts(&nvm[node as usize], *key, false) < *ts => {
                     self.violations.push(format!("G1: node {node} sent ACK_p for key {key} {ts:?} before persisting it (t={now})"));
                 }
                 Command::Broadcast { msg: Msg::Inv { v, .. } } => {

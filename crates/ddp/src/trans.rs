@@ -355,7 +355,8 @@ impl DdpNode {
             Self::answer(out, id.session, req, Reply::Read { value: Some(v.value), ts: v.ts, id: None });
             return true;
         }
-        match self.access(id, key, false, true, out) {
+        let access = if self.bugs.read_in_invalid { Access::Go } else { self.access(id, key, false, true, out) };
+        match access {
             Access::Wait => return false,
             Access::Squashed => return self.aborted(id, req, out),
             Access::Go => {}

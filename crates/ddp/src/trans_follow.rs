@@ -41,12 +41,14 @@ impl DdpNode {
     /// (Strict: persist it in the transaction's record, then ACK_p).
     pub(crate) fn on_txinv(&mut self, from: NodeId, hdr: TxHdr, v: Version, epoch: u64, out: &mut Out) {
         let (id, ack) = (hdr.id, TxAck::Write { key: v.key, ts: v.ts });
-        if self.known_vote(id).is_some() {
-            return self.tx_ack(from, id, ack, epoch, out);
+        match self.known_vote(id) {
+            Some(Vote::Committed) => return,
+            Some(vote) => return self.tx_ack(from, id, TxAck::Vote(vote), epoch, out),
+            None => {}
         }
         let h = self.trans.here.entry(id).or_insert_with(|| TxHere::new(hdr));
         if !h.prepared && self.hold_write(id, v, out) == Access::Squashed {
-            return self.tx_ack(from, id, ack, epoch, out);
+            return; // the coordinator has the refusal
         }
         if self.trans_rules().strict && !self.bugs.val_before_persist {
             let then = Then::AckWrite { to: from, key: v.key, ts: v.ts, epoch };
