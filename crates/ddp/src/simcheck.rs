@@ -118,6 +118,12 @@ pub struct CheckReport {
     pub replay: String,
     pub stats: NetStats,
     pub sim_ns: u64,
+    /// Transactional consistency: transactions whose End answered
+    /// Committed, squashed ones (Aborted answers), and committed ones whose
+    /// client got no answer (the coordinator crashed; settled by members).
+    pub tx_committed: u64,
+    pub tx_aborted: u64,
+    pub tx_unanswered_commits: u64,
 }
 
 /// The client workload and the observer of every step.
@@ -560,6 +566,7 @@ impl Run {
         self.check_history(crash_at);
         let rec = self.rec.borrow();
         self.report.completed = rec.ops.iter().filter(|o| o.complete_ns.is_some()).count() as u64;
+        (self.report.tx_committed, self.report.tx_aborted, self.report.tx_unanswered_commits) = rec.txs.counts();
         self.report.stats = self.net.stats();
         self.report.sim_ns = self.net.now_ns();
     }

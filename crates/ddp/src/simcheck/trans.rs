@@ -56,9 +56,17 @@ pub(super) struct Txs {
     /// Per session: writes of its committed transactions in its open scope.
     scope_writes: Vec<u32>,
     pub crash_ns: Option<u64>,
+    aborted: u64,
 }
 
 impl Txs {
+    /// Committed and answered, squashed, committed but not answered.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let done = self.log.values().filter(|l| l.completed).count() as u64;
+        let unanswered = self.committed_at.keys().filter(|id| self.log.get(id).is_some_and(|l| !l.completed)).count() as u64;
+        (done, self.aborted, unanswered)
+    }
+
     pub fn new(sessions: usize) -> Self {
         let z = vec![0; sessions];
         Txs { cur: vec![None; sessions], next_seq: z.clone(), next_value: z, scope_writes: vec![0; sessions], ..Txs::default() }
@@ -147,7 +155,10 @@ impl Rec {
                 self.txs.scope_writes[s] += log.writes.len() as u32;
                 self.txs.cur[s] = None;
             }
-            Reply::Aborted { .. } => self.restart(s),
+            Reply::Aborted { .. } => {
+                self.txs.aborted += 1;
+                self.restart(s);
+            }
             _ => {}
         }
     }
@@ -406,4 +417,39 @@ fn cycle(edges: &BTreeMap<TxId, BTreeSet<TxId>>) -> Option<Vec<TxId>> {
         }
     }
     (!indeg.is_empty()).then(|| indeg.into_keys().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tx(txs: &mut Txs, session: u64, reads: &[(Key, Option<Value>)], writes: &[(Key, u64, Value)], at: u64) {
+        let id = TxId { session, seq: 0 };
+        let writes = writes.iter().map(|&(k, v, x)| (k, (Ts { version: v, node: session as u16 }, x))).collect();
+        for (_, &(_, x)) in &writes {
+            txs.writer.insert(x, id);
+        }
+        txs.log.insert(id, TxLog { reads: reads.to_vec(), writes, completed: true });
+        txs.committed_at.insert(id, at);
+    }
+
+    #[test]
+    fn write_skew_is_a_cycle() {
+        let mut txs = Txs::new(2);
+        tx(&mut txs, 0, &[(1, None)], &[(2, 1, 20)], 10);
+        tx(&mut txs, 1, &[(2, None)], &[(1, 1, 10)], 11);
+        let e = serializable(&txs, None).unwrap_err();
+        assert!(e.contains("cycle"), "{e}");
+    }
+
+    #[test]
+    fn serial_transactions_pass_and_dirty_reads_fail() {
+        let mut txs = Txs::new(3);
+        tx(&mut txs, 0, &[(1, None)], &[(1, 1, 10), (2, 1, 20)], 10);
+        tx(&mut txs, 1, &[(1, Some(10)), (2, Some(20))], &[(2, 2, 21)], 11);
+        assert_eq!(serializable(&txs, None), Ok(()));
+        // A reader of a transaction that never committed.
+        txs.committed_at.remove(&TxId { session: 0, seq: 0 });
+        assert!(serializable(&txs, None).unwrap_err().contains("G1a/G1b"));
+    }
 }
