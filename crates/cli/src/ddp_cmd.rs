@@ -206,7 +206,10 @@ fn bench(a: BenchArgs) -> Result<(), String> {
             r.write_latency_us,
             r.messages_per_op,
             r.sim_messages_per_s
-        )
+        );
+        if let Some(a) = r.tx_abort_ratio {
+            println!("{:<16} {:.0}% of transaction attempts squashed and restarted", "", 100.0 * a);
+        }
     });
     if let Some(p) = &a.json {
         write_json(p, &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "sim", "rtt_ns": a.rtt_ns, "persist_ns": a.persist_ns, "clients_per_node": cfg.clients_per_node, "models": results }))?;

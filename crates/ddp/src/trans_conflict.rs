@@ -18,10 +18,15 @@ impl DdpNode {
         self.trans.here.values().filter(|h| h.hdr.id != id && hit(h)).map(|h| (h.hdr, h.prepared)).collect()
     }
 
-    /// Conflict detection for `id`'s access to `key` here. An operation
-    /// (`op`) waits for a prepared holder; an ENDX waits for an older one
-    /// and is squashed by a younger one. An unprepared holder and `id`:
-    /// the younger is squashed.
+    /// Conflict detection for `id`'s access to `key` here (wound-wait).
+    /// An operation (`op`: a client's read or write, an INV) waits for a
+    /// prepared holder or an older unprepared one, and wounds (squashes) a
+    /// younger unprepared one. An ENDX never waits for an unprepared
+    /// holder: the younger of the two is squashed; and it waits for an
+    /// older prepared holder, while a younger one squashes it (wait-die).
+    /// Waits thus run from younger to older unprepared transactions and
+    /// from older to younger prepared ones, never from a prepared one to
+    /// an unprepared one: no cycle, no deadlock.
     pub(crate) fn access(&mut self, id: TxId, key: Key, write: bool, op: bool, out: &mut Out) -> Access {
         if self.bugs.skip_conflict_check {
             return Access::Go;
@@ -29,14 +34,14 @@ impl DdpNode {
         let me = self.trans.here[&id].hdr;
         for (other, prepared) in self.holders(id, key, write) {
             let older = me.older_than(&other);
-            if prepared && (op || older) {
-                return Access::Wait;
+            match (prepared, op, older) {
+                (true, true, _) | (true, false, true) | (false, true, false) => return Access::Wait,
+                (false, _, true) => self.refuse(other.id, out),
+                (true, false, false) | (false, false, false) => {
+                    self.refuse(id, out);
+                    return Access::Squashed;
+                }
             }
-            if prepared || !older {
-                self.refuse(id, out);
-                return Access::Squashed;
-            }
-            self.refuse(other.id, out);
         }
         Access::Go
     }
