@@ -85,6 +85,8 @@ fn session(cfg: &LoadConfig, id: u64, home: usize, epoch: Instant, stop: &Atomic
         match c.call(op) {
             Ok(r) => {
                 h.complete_ns = Some(epoch.elapsed().as_nanos() as u64);
+                // Refused (a plain write under Transactional consistency): no effect.
+                h.ok = !matches!(r, Reply::Error { .. } | Reply::Aborted { .. });
                 if let (OpKind::Read { value, .. }, Reply::Read { value: v, .. }) = (&mut h.kind, r) {
                     *value = v;
                 }

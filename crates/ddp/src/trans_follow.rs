@@ -94,7 +94,10 @@ impl DdpNode {
             return h.owed.push((e.from, e.epoch));
         }
         match self.prepare_check(id, &e.writes, &e.reads, out) {
-            Access::Wait => return self.trans.postponed.push(e),
+            Access::Wait => {
+                self.trans.postponed.retain(|p| (p.hdr.id, p.from) != (id, e.from)); // a re-sent ENDX
+                return self.trans.postponed.push(e);
+            }
             Access::Squashed => return self.tx_ack(e.from, id, TxAck::Vote(Vote::Refused), e.epoch, out),
             Access::Go => {}
         }
