@@ -151,7 +151,7 @@ impl DdpNode {
             Some((to, epoch)) => Then::AckDone { to, epoch },
             None => Then::Delivered,
         };
-        if r.read_persisted {
+        if r.read_persisted && !writes.is_empty() {
             return self.persist_tx(id, TxPhase::Committed, writes.to_vec(), then, out);
         }
         if r.lazy && !writes.is_empty() {
@@ -164,7 +164,7 @@ impl DdpNode {
 
     /// Tell every member the decision, until each acknowledged it.
     fn deliver(&mut self, hdr: TxHdr, commit: bool, writes: Vec<Version>, out: &mut Out) {
-        let local = !(commit && self.trans_rules().read_persisted);
+        let local = !(commit && self.trans_rules().read_persisted && !writes.is_empty());
         let writes = if commit { writes } else { Vec::new() };
         let msg = Msg::TxOutcome { tx: hdr, commit, writes: writes.clone(), epoch: self.config.epoch };
         out.push(Command::Broadcast { msg });
