@@ -43,7 +43,7 @@ pub struct CheckArgs {
     #[arg(long, default_value = "mix")]
     crash: String,
     /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
-    /// causal-early-apply, skip-conflict-check).
+    /// causal-early-apply, skip-conflict-check, commit-before-persist).
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
     /// A reliable network: no drops, duplicates or extra delays.

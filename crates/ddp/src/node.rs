@@ -50,6 +50,8 @@ pub struct Bugs {
     pub causal_early_apply: bool,
     /// Trans: no conflict detection or validation at all.
     pub skip_conflict_check: bool,
+    /// Trans (Strict, Synch): End commits without persisting the decision.
+    pub commit_before_persist: bool,
 }
 
 impl Bugs {
@@ -59,7 +61,7 @@ impl Bugs {
     /// write) with one vote (ACK_p) missing, `val-before-persist` ACKs INITX
     /// and votes before persisting, and `read-in-invalid` lets reads return
     /// another transaction's uncommitted write (read-uncommitted).
-    pub const NAMES: [&'static str; 6] = ["reply-before-last-ack", "val-before-persist", "read-in-invalid", "early-scope-ack", "causal-early-apply", "skip-conflict-check"];
+    pub const NAMES: [&'static str; 7] = ["reply-before-last-ack", "val-before-persist", "read-in-invalid", "early-scope-ack", "causal-early-apply", "skip-conflict-check", "commit-before-persist"];
 
     pub fn parse(names: &[String]) -> Result<Bugs, String> {
         let mut b = Bugs::default();
@@ -71,6 +73,7 @@ impl Bugs {
                 "early-scope-ack" => b.early_scope_ack = true,
                 "causal-early-apply" => b.causal_early_apply = true,
                 "skip-conflict-check" => b.skip_conflict_check = true,
+                "commit-before-persist" => b.commit_before_persist = true,
                 other => return Err(format!("unknown DDP bug '{other}' (known: {})", Bugs::NAMES.join(", "))),
             }
         }

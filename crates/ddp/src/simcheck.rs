@@ -97,6 +97,8 @@ impl CheckConfig {
             (self.bugs.read_in_invalid, "read-in-invalid"),
             (self.bugs.early_scope_ack, "early-scope-ack"),
             (self.bugs.causal_early_apply, "causal-early-apply"),
+            (self.bugs.skip_conflict_check, "skip-conflict-check"),
+            (self.bugs.commit_before_persist, "commit-before-persist"),
         ] {
             if on {
                 s += &format!(" --inject-bug {name}");

@@ -100,7 +100,7 @@ impl DdpNode {
         if c.saw_abort {
             return self.decide(id, false, out);
         }
-        if !self.trans_rules().durable {
+        if !self.trans_rules().durable || self.bugs.commit_before_persist {
             return self.decide(id, true, out);
         }
         self.trans.coord.get_mut(&id).expect("checked").phase = Phase::Deciding;

@@ -93,6 +93,13 @@ fn mutants_are_caught() {
         assert!(v.lines().any(|l| l.starts_with(expect)), "{model} with {bug} (seed {seed}): expected {expect}, got {v}");
         eprintln!("{model} with {bug}: caught at seed {seed}: {}", v.lines().next().unwrap_or(""));
     }
+    // An End answered before the decision is durable shows only after a
+    // whole-cluster crash: completed transactions are lost (T-3).
+    for model in ["trans-synch", "trans-strict"] {
+        let found = caught(model, Crash::All, "commit-before-persist", 400, 20);
+        let (seed, v) = found.unwrap_or_else(|| panic!("{model} with commit-before-persist: no violation in 20 seeds"));
+        assert!(v.lines().any(|l| l.starts_with("T-3")), "{model} with commit-before-persist (seed {seed}): expected T-3, got {v}");
+    }
 }
 
 /// Spec §13.4: the weaker models really lose what they do not promise to
