@@ -200,7 +200,7 @@ impl Rec {
                     self.violations.push(format!("G1: node {node} voted Prepared for {tx:?} before persisting its writes (t={now})"));
                 }
             }
-            Msg::TxAck { tx, ack: TxAck::Init, .. } if self.durable() && phase(tx).is_none() && self.txs.committed_at.get(tx).is_none() => {
+            Msg::TxAck { tx, ack: TxAck::Init, .. } if self.durable() && phase(tx).is_none() && !self.txs.committed_at.contains_key(tx) => {
                 self.violations.push(format!("G1: node {node} ACKed INITX of {tx:?} before persisting it (t={now})"));
             }
             Msg::TxAck { tx, ack: TxAck::Write { key, ts }, .. } if self.model.p == Persistency::Strict => {
@@ -350,51 +350,68 @@ pub(super) fn tx_recovery_violations(rec: &Rec, recovered: &BTreeMap<Key, (Ts, O
 /// write, is a violation.
 fn serializable(txs: &Txs, upto: Option<u64>) -> Result<(), String> {
     let committed: BTreeSet<TxId> = txs.committed_at.iter().filter(|(_, &t)| upto.is_none_or(|u| t < u)).map(|(&id, _)| id).collect();
-    let mut versions: BTreeMap<Key, Vec<(Ts, TxId)>> = BTreeMap::new();
-    for id in &committed {
-        for (&k, &(ts, _)) in &txs.log.get(id).map(|l| l.writes.clone()).unwrap_or_default() {
-            versions.entry(k).or_default().push((ts, *id));
-        }
-    }
-    let mut edges: BTreeMap<TxId, BTreeSet<TxId>> = committed.iter().map(|&id| (id, BTreeSet::new())).collect();
-    let mut edge = |a: TxId, b: TxId| {
-        if a != b {
-            edges.entry(a).or_default().insert(b);
-        }
-    };
-    for (k, vs) in versions.iter_mut() {
-        vs.sort();
-        if let Some(w) = vs.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(format!("serializability: key {k} has two committed versions at {:?} ({:?}, {:?})", w[0].0, w[0].1, w[1].1));
-        }
-        vs.windows(2).for_each(|w| edge(w[0].1, w[1].1));
+    let versions = committed_versions(txs, &committed)?;
+    let mut edges: Edges = committed.iter().map(|&id| (id, BTreeSet::new())).collect();
+    for vs in versions.values() {
+        vs.windows(2).for_each(|w| add_edge(&mut edges, w[0].1, w[1].1));
     }
     for &id in &committed {
-        for &(k, value) in &txs.log.get(&id).map(|l| l.reads.clone()).unwrap_or_default() {
-            let vs = versions.get(&k).map(Vec::as_slice).unwrap_or_default();
-            let pos = match value.map(|x| (x, txs.writer.get(&x).copied())) {
-                None => None,
-                Some((_, Some(w))) if w == id => continue,
-                Some((x, Some(w))) => {
-                    let final_write = txs.log.get(&w).and_then(|l| l.writes.get(&k)).filter(|f| f.1 == x);
-                    let Some(&(ts, _)) = final_write.filter(|_| committed.contains(&w)) else {
-                        return Err(format!("serializability (G1a/G1b): committed {id:?} read key {k} value {x} of {w:?}, not a committed final write"));
-                    };
-                    edge(w, id);
-                    vs.iter().position(|v| v.0 == ts)
-                }
-                Some((x, None)) => return Err(format!("serializability: {id:?} read key {k} value {x}, which no transaction wrote")),
-            };
-            let next = pos.map_or(0, |p| p + 1);
-            if let Some(&(_, n)) = vs.get(next) {
-                edge(id, n);
-            }
+        for &(k, value) in txs.log.get(&id).map(|l| l.reads.as_slice()).unwrap_or_default() {
+            read_edges(txs, &committed, &versions, &mut edges, id, k, value)?;
         }
     }
     match cycle(&edges) {
         Some(c) => Err(format!("serializability: the committed transactions' DSG has a cycle through {} of them, e.g. {:?}", c.len(), &c[..c.len().min(4)])),
         None => Ok(()),
     }
+}
+
+type Edges = BTreeMap<TxId, BTreeSet<TxId>>;
+type Versions = BTreeMap<Key, Vec<(Ts, TxId)>>;
+
+fn add_edge(edges: &mut Edges, a: TxId, b: TxId) {
+    if a != b {
+        edges.entry(a).or_default().insert(b);
+    }
+}
+
+/// Each key's committed versions in timestamp order (no two at one ts).
+fn committed_versions(txs: &Txs, committed: &BTreeSet<TxId>) -> Result<Versions, String> {
+    let mut versions = Versions::new();
+    for id in committed {
+        for (&k, &(ts, _)) in txs.log.get(id).map(|l| &l.writes).into_iter().flatten() {
+            versions.entry(k).or_default().push((ts, *id));
+        }
+    }
+    for (k, vs) in versions.iter_mut() {
+        vs.sort();
+        if let Some(w) = vs.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(format!("serializability: key {k} has two committed versions at {:?} ({:?}, {:?})", w[0].0, w[0].1, w[1].1));
+        }
+    }
+    Ok(versions)
+}
+
+/// The wr and rw edges of `id`'s read of `value` from key `k`.
+fn read_edges(txs: &Txs, committed: &BTreeSet<TxId>, versions: &Versions, edges: &mut Edges, id: TxId, k: Key, value: Option<Value>) -> Result<(), String> {
+    let vs = versions.get(&k).map(Vec::as_slice).unwrap_or_default();
+    let pos = match value.map(|x| (x, txs.writer.get(&x).copied())) {
+        None => None,
+        Some((_, Some(w))) if w == id => return Ok(()),
+        Some((x, Some(w))) => {
+            let last = txs.log.get(&w).and_then(|l| l.writes.get(&k)).filter(|f| f.1 == x && committed.contains(&w));
+            let Some(&(ts, _)) = last else {
+                return Err(format!("serializability (G1a/G1b): committed {id:?} read key {k} value {x} of {w:?}, not a committed final write"));
+            };
+            add_edge(edges, w, id);
+            vs.iter().position(|v| v.0 == ts)
+        }
+        Some((x, None)) => return Err(format!("serializability: {id:?} read key {k} value {x}, which no transaction wrote")),
+    };
+    if let Some(&(_, n)) = vs.get(pos.map_or(0, |p| p + 1)) {
+        add_edge(edges, id, n);
+    }
+    Ok(())
 }
 
 /// The transactions left on a cycle after removing every one without
@@ -425,8 +442,8 @@ mod tests {
 
     fn tx(txs: &mut Txs, session: u64, reads: &[(Key, Option<Value>)], writes: &[(Key, u64, Value)], at: u64) {
         let id = TxId { session, seq: 0 };
-        let writes = writes.iter().map(|&(k, v, x)| (k, (Ts { version: v, node: session as u16 }, x))).collect();
-        for (_, &(_, x)) in &writes {
+        let writes: BTreeMap<Key, (Ts, Value)> = writes.iter().map(|&(k, v, x)| (k, (Ts { version: v, node: session as u16 }, x))).collect();
+        for &(_, x) in writes.values() {
             txs.writer.insert(x, id);
         }
         txs.log.insert(id, TxLog { reads: reads.to_vec(), writes, completed: true });
