@@ -2,13 +2,23 @@
 //! every key on all five, closed-loop clients bound to a home node, YCSB
 //! operations; each model reported normalized to ⟨Lin, Synch⟩ of the same
 //! run. Also how fast the simulator itself moves messages (wall clock).
+//!
+//! Under Transactional consistency a client groups its requests in
+//! transactions of [`DdpBenchConfig::tx_requests`] (the paper's 5, §12.2):
+//! Begin, the 5 reads and writes, End. A squashed transaction restarts with
+//! the same requests, so they count as done only when it commits (the
+//! paper's "a request will not be satisfied until the transaction restarts
+//! and completes"); read latency is per read reply, write latency per
+//! write, Begin and End reply (End is where a transaction's writes complete).
+//! Under Trans-Scope a client closes its scope every second transaction
+//! (10 requests).
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
 
 use serde::Serialize;
-use tandem_ddp::{DdpFactory, DdpNode, Model, Op, Params, Persistency, Record, Reply};
+use tandem_ddp::{Consistency, DdpFactory, DdpNode, Model, Op, Params, Persistency, Record, Reply};
 use tandem_net::{Config, Harness, NodeId, Nvm, SessionId, SimNet, SimNetConfig};
 use tandem_sim::Rng;
 use tandem_workloads::ycsb::{Ycsb, YcsbOp};
@@ -26,12 +36,14 @@ pub struct DdpBenchConfig {
     pub measure_ns: u64,
     /// Writes per scope under Scope persistency (the paper's 10).
     pub scope_writes: u32,
+    /// Requests per transaction under Transactional consistency (the paper's 5).
+    pub tx_requests: usize,
     pub seed: u64,
 }
 
 impl DdpBenchConfig {
     pub fn paper(workload: Ycsb) -> Self {
-        DdpBenchConfig { workload, nodes: 5, clients_per_node: 20, rtt_ns: 1_000, persist_ns: 400, cpu_ns: 200, warmup_ns: 1_000_000, measure_ns: 10_000_000, scope_writes: 10, seed: 1 }
+        DdpBenchConfig { workload, nodes: 5, clients_per_node: 20, rtt_ns: 1_000, persist_ns: 400, cpu_ns: 200, warmup_ns: 1_000_000, measure_ns: 10_000_000, scope_writes: 10, tx_requests: 5, seed: 1 }
     }
 }
 
@@ -46,6 +58,21 @@ pub struct ModelResult {
     pub messages_per_op: f64,
     /// Protocol messages the simulator moved per wall-clock second.
     pub sim_messages_per_s: f64,
+    /// Transactional consistency: squashed attempts over all attempts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_abort_ratio: Option<f64>,
+}
+
+/// A client's transaction (Transactional consistency).
+#[derive(Clone, Debug, Default)]
+struct TxClient {
+    seq: u64,
+    plan: Vec<YcsbOp>,
+    pos: usize,
+    begun: bool,
+    /// Keys written, and transactions committed, in the open scope.
+    scope_keys: u32,
+    scope_txs: u32,
 }
 
 /// Closed-loop YCSB sessions; counts and latencies after the warm-up.
@@ -61,10 +88,20 @@ struct Clients {
     next_value: u64,
     done: u64,
     lat: [(u64, u64); 2],
+    /// Transactional consistency: requests per transaction, each client's
+    /// transaction, commits and squashes.
+    tx_requests: Option<usize>,
+    txs: Vec<TxClient>,
+    commits: u64,
+    aborts: u64,
 }
 
 impl Clients {
     fn next_op(&mut self, session: SessionId, now: u64, rng: &mut Rng) -> Option<Op> {
+        if let Some(n) = self.tx_requests {
+            self.state[session as usize].0 = now;
+            return Some(self.next_tx_op(session, n, rng));
+        }
         let s = &mut self.state[session as usize];
         s.0 = now;
         if self.scope && s.3 >= self.scope_writes {
@@ -76,13 +113,59 @@ impl Clients {
         Some(match self.ycsb.next(rng) {
             YcsbOp::Read(key) => {
                 s.1 = true;
-                Op::Read { key, after: self.past[session as usize].clone() }
+                Op::Read { key, after: self.past[session as usize].clone(), tx: None }
             }
             YcsbOp::Update(key) => {
                 (s.1, s.3) = (false, s.3 + 1);
-                Op::Write { key, value: self.next_value, scope: s.2, after: self.past[session as usize].clone() }
+                Op::Write { key, value: self.next_value, scope: s.2, after: self.past[session as usize].clone(), tx: None }
             }
         })
+    }
+
+    /// Begin, the transaction's next request, or End; a Persist every
+    /// second transaction under Scope.
+    fn next_tx_op(&mut self, session: SessionId, n: usize, rng: &mut Rng) -> Op {
+        let (st, t) = (&mut self.state[session as usize], &mut self.txs[session as usize]);
+        if t.plan.is_empty() {
+            if self.scope && t.scope_txs >= 2 {
+                let op = Op::Persist { scope: st.2, writes: t.scope_keys };
+                (st.2, st.1, t.scope_keys, t.scope_txs) = (st.2 + 1, false, 0, 0);
+                return op;
+            }
+            t.plan = (0..n).map(|_| self.ycsb.next(rng)).collect();
+            (t.pos, t.begun) = (0, false);
+        }
+        st.1 = false;
+        if !t.begun {
+            t.begun = true;
+            return Op::Begin { tx: t.seq };
+        }
+        let Some(&op) = t.plan.get(t.pos) else { return Op::End { tx: t.seq } };
+        t.pos += 1;
+        self.next_value += 1;
+        match op {
+            YcsbOp::Read(key) => {
+                st.1 = true;
+                Op::Read { key, after: Default::default(), tx: Some(t.seq) }
+            }
+            YcsbOp::Update(key) => Op::Write { key, value: self.next_value, scope: st.2, after: Default::default(), tx: Some(t.seq) },
+        }
+    }
+
+    /// A transaction committed (its requests are done) or was squashed (it restarts).
+    fn tx_outcome(&mut self, session: SessionId, r: &Reply, counted: bool) {
+        let t = &mut self.txs[session as usize];
+        let committed = matches!(r, Reply::Committed { .. });
+        if committed {
+            let keys: std::collections::BTreeSet<u64> = t.plan.iter().filter_map(|o| if let YcsbOp::Update(k) = o { Some(*k) } else { None }).collect();
+            (t.scope_keys, t.scope_txs) = (t.scope_keys + keys.len() as u32, t.scope_txs + 1);
+            t.plan.clear();
+        }
+        (t.seq, t.pos, t.begun) = (t.seq + 1, 0, false);
+        if counted {
+            self.done += if committed { t_len(self.tx_requests) } else { 0 };
+            if committed { self.commits += 1 } else { self.aborts += 1 }
+        }
     }
 
     fn completed(&mut self, session: SessionId, _req: u64, _node: NodeId, r: &Reply, now: u64, _nvm: &[Nvm<Record>]) {
@@ -90,14 +173,23 @@ impl Clients {
             self.past[session as usize].add(*id);
         }
         let (at, read, ..) = self.state[session as usize];
+        if let Reply::Committed { .. } | Reply::Aborted { .. } = r {
+            self.tx_outcome(session, r, at >= self.warmup_ns);
+        }
         if at < self.warmup_ns || matches!(r, Reply::Persisted { .. } | Reply::ScopeLost { .. }) {
             return;
         }
-        self.done += 1;
+        if self.tx_requests.is_none() {
+            self.done += 1;
+        }
         let l = &mut self.lat[usize::from(!read)];
         l.0 += now - at;
         l.1 += 1;
     }
+}
+
+fn t_len(n: Option<usize>) -> u64 {
+    n.unwrap_or(1) as u64
 }
 
 /// Simulate `model` under `cfg` and measure it.
@@ -113,6 +205,10 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         next_value: 0,
         done: 0,
         lat: [(0, 0); 2],
+        tx_requests: (model.c == Consistency::Trans).then_some(cfg.tx_requests.max(1)),
+        txs: vec![TxClient::default(); sessions as usize],
+        commits: 0,
+        aborts: 0,
     };
     let net_cfg = SimNetConfig { link_ns: cfg.rtt_ns / 2, jitter_ns: cfg.rtt_ns / 20, cpu_ns: cfg.cpu_ns, persist_ns: cfg.persist_ns, ..SimNetConfig::default() };
     let factory = DdpFactory { model, params: Params::SIM, bugs: Default::default() };
@@ -135,6 +231,7 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         write_latency_us: avg(c.lat[1]),
         messages_per_op: stats.messages_sent as f64 / stats.replies.max(1) as f64,
         sim_messages_per_s: stats.messages_sent as f64 / secs.max(1e-9),
+        tx_abort_ratio: c.tx_requests.map(|_| c.aborts as f64 / (c.commits + c.aborts).max(1) as f64),
     }
 }
 

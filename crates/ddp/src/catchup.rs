@@ -104,6 +104,7 @@ impl DdpNode {
                     self.scopes_done.insert(*scope);
                     versions.clone()
                 }
+                Record::Tx { .. } => self.load_tx(r),
             };
             for v in versions {
                 let s = self.key(v.key);
@@ -112,7 +113,9 @@ impl DdpNode {
                     s.value = Some(v.value);
                 }
                 s.nvm = s.nvm.max(v.ts);
-                self.unsettled.insert(v.key);
+                if self.rules.trans.is_none() || self.rules.read != crate::model::Gate::Immediate {
+                    self.unsettled.insert(v.key); // Trans: committed versions need no replay (but RE-p's VAL_p)
+                }
             }
         }
         self.ready = false;

@@ -77,10 +77,10 @@ fn session(cfg: &LoadConfig, id: u64, home: usize, epoch: Instant, stop: &Atomic
         n += 1;
         let key = rng.below(cfg.keys);
         let (op, kind) = if rng.chance(cfg.read_ratio) {
-            (Op::Read { key, after: past.clone() }, OpKind::Read { key, value: None })
+            (Op::Read { key, after: past.clone(), tx: None }, OpKind::Read { key, value: None })
         } else {
             let value = (id + 1) << 32 | n;
-            (Op::Write { key, value, scope: 0, after: past.clone() }, OpKind::Write { key, value })
+            (Op::Write { key, value, scope: 0, after: past.clone(), tx: None }, OpKind::Write { key, value })
         };
         let invoke_ns = epoch.elapsed().as_nanos() as u64;
         let mut h = HistOp { session: id, node: node as u16, kind, invoke_ns, complete_ns: None, ok: true };
@@ -90,6 +90,8 @@ fn session(cfg: &LoadConfig, id: u64, home: usize, epoch: Instant, stop: &Atomic
                 if let Reply::Read { id: Some(id), .. } | Reply::Written { id: Some(id), .. } = &r {
                     past.add(*id);
                 }
+                // Refused (a plain write under Transactional consistency): no effect.
+                h.ok = !matches!(r, Reply::Error { .. } | Reply::Aborted { .. });
                 if let (OpKind::Read { value, .. }, Reply::Read { value: v, .. }) = (&mut h.kind, r) {
                     *value = v;
                 }

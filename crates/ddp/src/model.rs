@@ -67,10 +67,10 @@ impl Model {
         Consistency::ALL.iter().flat_map(|&c| Persistency::ALL.iter().map(move |&p| Model { c, p })).collect()
     }
 
-    /// Models the engine runs today: the INV/ACK/VAL family (Lin, RE) and
-    /// the UPD family (Causal, Eventual); Transactional is not built yet.
+    /// Models the engine runs: all 25 (the INV/ACK/VAL family for Lin and
+    /// RE, the UPD family for Causal and Eventual, transactions for Trans).
     pub fn implemented(self) -> bool {
-        self.c != Consistency::Trans
+        true
     }
 
     /// `lin-synch`, `causal-eventual`, …; `re` alone is ambiguous, so the
@@ -200,13 +200,41 @@ impl UpdRules {
     }
 }
 
+/// The per-model rules of Transactional consistency (spec §9.0 rows
+/// 11–15, §8.7, §9.3; the decisions are in `trans.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransRules {
+    /// Strict, Synch: INITX is persisted before its ACK, a follower persists
+    /// the transaction's writes before it votes at ENDX, and the decider
+    /// persists the commit before End replies.
+    pub durable: bool,
+    /// Strict: a follower persists each write on its INV and ACK_p's it;
+    /// the write replies after every ACK_p and the local persist.
+    pub strict: bool,
+    /// RE-p: every node persists a committed transaction at once and
+    /// ACK_p's it; the decider sends VAL_p; reads wait for it.
+    pub read_persisted: bool,
+    /// Eventual-p: committed transactions are persisted lazily.
+    pub lazy: bool,
+}
+
+impl TransRules {
+    fn of(p: Persistency) -> TransRules {
+        use Persistency as P;
+        TransRules { durable: matches!(p, P::Strict | P::Synch), strict: p == P::Strict, read_persisted: p == P::Re, lazy: p == P::Eventual }
+    }
+}
+
 /// The per-model rules. The fields describe the INV/ACK/VAL family (spec
 /// §9.0 rows 1–10); `upd` is set for the UPD family (rows 16–25), which
 /// reads of the other fields only `persist` and `reply` (`read` is
-/// `Immediate`: it has no VALs).
+/// `Immediate`: it has no VALs); `trans` for Transactional consistency
+/// (rows 11–15), whose keys use the INV family's VALs only to validate
+/// versions after a crash under RE-p (a replay, as re-re does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rules {
     pub upd: Option<UpdRules>,
+    pub trans: Option<TransRules>,
     pub ack: AckMode,
     pub persist: PersistIssue,
     /// When the coordinator replies to the client's write.
@@ -227,8 +255,11 @@ impl Rules {
         if matches!(m.c, Consistency::Causal | Consistency::Eventual) {
             return Rules::upd(m);
         }
+        if m.c == Consistency::Trans {
+            return Rules::trans(m);
+        }
         let lin = m.c == Consistency::Lin;
-        let base = Rules { upd: None, ack: AckMode::ConsistencyOnly, persist: PersistIssue::Lazy, reply: Gate::C, val_c: true, val_p: false, combined_val: false, read: Gate::C };
+        let base = Rules { upd: None, trans: None, ack: AckMode::ConsistencyOnly, persist: PersistIssue::Lazy, reply: Gate::C, val_c: true, val_p: false, combined_val: false, read: Gate::C };
         match m.p {
             // Rows 1 and 6: two ACKs, two VALs; the write waits for every persist.
             P::Strict => Rules { ack: AckMode::Split, persist: PersistIssue::OnReceipt, reply: if lin { Gate::CP } else { Gate::P }, val_p: true, ..base },
@@ -271,6 +302,16 @@ impl Rules {
         };
         let reply = if m.p == P::Strict { Gate::P } else { Gate::Immediate };
         let upd = Some(UpdRules::of(m));
-        Rules { upd, ack: AckMode::ConsistencyOnly, persist, reply, val_c: false, val_p: false, combined_val: false, read: Gate::Immediate }
+        Rules { upd, trans: None, ack: AckMode::ConsistencyOnly, persist, reply, val_c: false, val_p: false, combined_val: false, read: Gate::Immediate }
+    }
+
+    /// Rows 11–15. The INV-family fields serve the replay that validates a
+    /// key after a crash (RE-p: reads wait until it is persisted
+    /// everywhere) and say whether versions adopted from a copy are persisted.
+    fn trans(m: Model) -> Rules {
+        let persist = if m.p == Persistency::Scope { PersistIssue::AtScope } else { PersistIssue::AtApply };
+        let read = if m.p == Persistency::Re { Gate::P } else { Gate::Immediate };
+        let trans = Some(TransRules::of(m.p));
+        Rules { upd: None, trans, ack: AckMode::Combined, persist, reply: Gate::Immediate, val_c: false, val_p: false, combined_val: true, read }
     }
 }

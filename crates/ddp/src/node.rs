@@ -10,7 +10,8 @@ use tandem_net::{Command, Config, Input, NodeId, Protocol, SessionId, Token};
 
 use crate::fast_hash::FastMap;
 use crate::model::{Gate, Model, PersistIssue, Rules};
-use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, Value, Version};
+use crate::trans::TransState;
+use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, TxId, Value, Version};
 use crate::update::UpdState;
 use crate::vector::UpdId;
 
@@ -48,12 +49,20 @@ pub struct Bugs {
     pub early_scope_ack: bool,
     /// Causal: a follower applies an UPD on arrival, before its cauhist.
     pub causal_early_apply: bool,
+    /// Trans: no conflict detection or validation at all.
+    pub skip_conflict_check: bool,
+    /// Trans (Strict, Synch): End commits without persisting the decision.
+    pub commit_before_persist: bool,
 }
 
 impl Bugs {
     /// In the UPD family, `reply-before-last-ack` and `val-before-persist`
     /// break Strict's ACK_p, and `read-in-invalid` lets reads skip their wait.
-    pub const NAMES: [&'static str; 5] = ["reply-before-last-ack", "val-before-persist", "read-in-invalid", "early-scope-ack", "causal-early-apply"];
+    /// Under Trans, `reply-before-last-ack` commits (and answers a Strict
+    /// write) with one vote (ACK_p) missing, `val-before-persist` ACKs INITX
+    /// and votes before persisting, and `read-in-invalid` lets reads return
+    /// another transaction's uncommitted write (read-uncommitted).
+    pub const NAMES: [&'static str; 7] = ["reply-before-last-ack", "val-before-persist", "read-in-invalid", "early-scope-ack", "causal-early-apply", "skip-conflict-check", "commit-before-persist"];
 
     pub fn parse(names: &[String]) -> Result<Bugs, String> {
         let mut b = Bugs::default();
@@ -64,6 +73,8 @@ impl Bugs {
                 "read-in-invalid" => b.read_in_invalid = true,
                 "early-scope-ack" => b.early_scope_ack = true,
                 "causal-early-apply" => b.causal_early_apply = true,
+                "skip-conflict-check" => b.skip_conflict_check = true,
+                "commit-before-persist" => b.commit_before_persist = true,
                 other => return Err(format!("unknown DDP bug '{other}' (known: {})", Bugs::NAMES.join(", "))),
             }
         }
@@ -134,6 +145,27 @@ pub(crate) enum Wait {
     Upd { v: Version, id: Option<UpdId> },
     /// UPD family: a version adopted from a copy while catching up.
     Adopt { v: Version, id: Option<UpdId> },
+    /// A transaction's record; `committed`: the versions it makes durable.
+    Tx { id: TxId, committed: Vec<(Key, Ts)>, then: Then },
+}
+
+/// What the landing of a transaction's record completes (`trans.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Then {
+    /// A follower's ACK of INITX, of a Strict write (ACK_p), of an outcome (RE-p: ACK_p).
+    AckInit { to: NodeId, epoch: u64 },
+    AckWrite { to: NodeId, key: Key, ts: Ts, epoch: u64 },
+    AckDone { to: NodeId, epoch: u64 },
+    /// The prepared record: the votes owed, and the decider's own part.
+    Prepared,
+    /// The coordinator's INITX record; its Strict write.
+    LocalInit,
+    LocalWrite { key: Key, ts: Ts },
+    /// The commit record (Strict, Synch): decide.
+    Decided,
+    /// RE-p: the decider's committed record (VAL_p needs it).
+    Delivered,
+    Lazy,
 }
 
 /// A `Persist(s)` this node coordinates.
@@ -175,6 +207,8 @@ pub struct DdpNode {
     pub(crate) now: u64,
     /// The UPD family's state (unused by the INV family).
     pub(crate) upd: UpdState,
+    /// Transactional consistency's state.
+    pub(crate) trans: TransState,
 }
 
 pub(crate) type Out = Vec<Command<DdpNode>>;
@@ -200,6 +234,10 @@ impl Protocol for DdpNode {
             // Whatever this step applied or persisted may release buffered
             // updates and waiting operations.
             self.upd_progress(out);
+        }
+        if self.rules.trans.is_some() {
+            // ...and a decision may release waiting operations and votes.
+            self.trans_progress(out);
         }
     }
 }
@@ -230,6 +268,7 @@ impl DdpNode {
             last_lazy: 0,
             now: 0,
             upd,
+            trans: TransState::default(),
         }
     }
 
@@ -244,7 +283,7 @@ impl DdpNode {
     /// Ready, nothing in progress, every key validated here (UPD family:
     /// every update known applied everywhere, nothing buffered or waiting).
     pub fn is_settled(&self) -> bool {
-        self.ready && self.unsettled.is_empty() && self.scope_persists.is_empty() && self.upd.is_quiet()
+        self.ready && self.unsettled.is_empty() && self.scope_persists.is_empty() && self.upd.is_quiet() && self.trans.is_quiet()
     }
 
     /// The versions this node applied in its last step, in order (UPD
@@ -295,13 +334,23 @@ impl DdpNode {
     }
 
     pub(crate) fn step_client(&mut self, session: SessionId, req: u64, op: Op, out: &mut Out) {
+        if let Op::Begin { .. } | Op::End { .. } = op {
+            if self.rules.trans.is_none() {
+                let msg = format!("{} has no transactions (Transactional consistency has)", self.model);
+                return out.push(Command::Reply { session, req, result: Reply::Error { msg } });
+            }
+        }
         if self.rules.upd.is_some() {
             return self.upd_client(session, req, op, out);
+        }
+        if self.rules.trans.is_some() {
+            return self.trans_client(session, req, op, out);
         }
         match op {
             Op::Read { key, .. } => self.read(session, req, key, out),
             Op::Write { key, value, scope, .. } => self.start_write(session, req, key, value, scope, out),
             Op::Persist { scope, writes } => self.persist_scope(session, req, scope, writes, out),
+            Op::Begin { .. } | Op::End { .. } => unreachable!("answered above"),
         }
     }
 
@@ -341,6 +390,13 @@ impl DdpNode {
             Msg::CopyReq => self.on_copy_req(from, out),
             Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),
             Msg::UpdCopy { versions, applied, ready } => self.on_upd_copy(from, versions, applied, ready, out),
+            _ if self.rules.trans.is_none() => {}
+            Msg::InitX { tx, epoch } => self.on_initx(from, tx, epoch, out),
+            Msg::TxInv { tx, v, epoch } => self.on_txinv(from, tx, v, epoch, out),
+            Msg::EndX { tx, writes, reads, epoch } => self.on_endx(from, tx, writes, reads, epoch, out),
+            Msg::TxAck { tx, ack, epoch } => self.on_txack(from, tx, ack, epoch, out),
+            Msg::TxOutcome { tx, commit, writes, epoch } => self.on_outcome(from, tx, commit, writes, epoch, out),
+            Msg::TxValP { writes, .. } => self.on_valp(&writes, out),
         }
     }
 
@@ -351,6 +407,7 @@ impl DdpNode {
             Some(Wait::LocalScope { scope }) => self.scope_record_landed(scope, None, out),
             Some(Wait::Upd { v, id }) => self.upd_landed(v, id, out),
             Some(Wait::Adopt { v, id }) => self.adopt_landed(v, id, out),
+            Some(Wait::Tx { id, committed, then }) => self.tx_landed(id, committed, then, out),
             None => {}
         }
     }
@@ -364,6 +421,9 @@ impl DdpNode {
         self.retry_copy(out);
         if self.rules.upd.is_some() {
             self.upd_tick(out);
+        }
+        if self.rules.trans.is_some() {
+            self.trans_tick(out);
         }
         if self.rules.persist == PersistIssue::Lazy && self.now >= self.last_lazy + self.params.lazy_ns {
             self.last_lazy = self.now;

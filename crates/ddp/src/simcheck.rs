@@ -8,7 +8,8 @@
 //! crash the persistency promises (S-2, RP-2, SC-2, SC-3, G2, C2 of each
 //! NVM). What a model does not promise is measured, not asserted:
 //! acknowledged writes lost, reads that vanished. The causal checks are in
-//! `simcheck/causal.rs`.
+//! `simcheck/causal.rs`; the transactional client and checks (G1a, T-1,
+//! T-2, serializability, T-3) in `simcheck/trans.rs`.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -25,7 +26,9 @@ use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Slot, Ts, Value};
 use crate::vector::Vector;
 
 mod causal;
+mod trans;
 use causal::Past;
+use trans::Txs;
 
 /// Which crash a run injects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +97,8 @@ impl CheckConfig {
             (self.bugs.read_in_invalid, "read-in-invalid"),
             (self.bugs.early_scope_ack, "early-scope-ack"),
             (self.bugs.causal_early_apply, "causal-early-apply"),
+            (self.bugs.skip_conflict_check, "skip-conflict-check"),
+            (self.bugs.commit_before_persist, "commit-before-persist"),
         ] {
             if on {
                 s += &format!(" --inject-bug {name}");
@@ -116,6 +121,12 @@ pub struct CheckReport {
     pub replay: String,
     pub stats: NetStats,
     pub sim_ns: u64,
+    /// Transactional consistency: transactions whose End answered
+    /// Committed, squashed ones (Aborted answers), and committed ones whose
+    /// client got no answer (the coordinator crashed; settled by members).
+    pub tx_committed: u64,
+    pub tx_aborted: u64,
+    pub tx_unanswered_commits: u64,
 }
 
 /// The client workload and the observer of every step.
@@ -145,6 +156,8 @@ struct Rec {
     /// Per node, the newest version of each key it applied, as its apply
     /// trace shows; `None` while it is down or catching up.
     seen: Vec<Option<HashMap<Key, Ts>>>,
+    /// Transactional consistency: the sessions' transactions (`simcheck/trans.rs`).
+    txs: Txs,
 }
 
 type Shared = Rc<RefCell<Rec>>;
@@ -182,6 +195,9 @@ fn nvm_ts(nvm: &Nvm<Record>, key: Key) -> Ts {
 
 impl Rec {
     fn next_op(&mut self, session: SessionId, rng: &mut Rng) -> Option<Op> {
+        if self.model.c == Consistency::Trans {
+            return self.next_tx_op(session, rng);
+        }
         let s = session as usize;
         if self.left[s] == 0 {
             return None;
@@ -195,13 +211,13 @@ impl Rec {
         let key = rng.below(self.cfg.keys);
         let after = if self.model.c == Consistency::Causal { self.past[s].after.clone() } else { Vector::default() };
         if rng.chance(self.cfg.read_ratio) {
-            return Some(Op::Read { key, after });
+            return Some(Op::Read { key, after, tx: None });
         }
         self.scope[s].1 += 1;
         let value = (session + 1) << 32 | self.left[s];
         self.writes.insert(value, (key, None, ScopeId { session, seq }));
         self.deps.insert(value, self.past[s].since.clone());
-        Some(Op::Write { key, value, scope: seq, after })
+        Some(Op::Write { key, value, scope: seq, after, tx: None })
     }
 
     fn invoked(&mut self, session: SessionId, req: u64, node: NodeId, op: &Op, now: u64) {
@@ -212,12 +228,16 @@ impl Rec {
                 self.persists.insert((session, req), (ScopeId { session, seq: scope }, writes));
                 return;
             }
+            Op::Begin { .. } | Op::End { .. } => return,
         };
         self.index.insert((session, req), self.ops.len());
         self.ops.push(HistOp { session, node, kind, invoke_ns: now, complete_ns: None, ok: true });
     }
 
     fn completed(&mut self, session: SessionId, req: u64, r: &Reply, now: u64) {
+        if self.model.c == Consistency::Trans && self.tx_reply(session, req, r, now) {
+            return;
+        }
         if let Reply::Persisted { .. } = r {
             let (scope, _) = self.persists[&(session, req)];
             self.scopes_done.push(scope);
@@ -254,6 +274,30 @@ impl Rec {
 }
 
 impl Rec {
+    /// A reply under Transactional consistency; false: a Persist's, handled as for any model.
+    fn tx_reply(&mut self, session: SessionId, req: u64, r: &Reply, now: u64) -> bool {
+        if let Reply::Error { msg } = r {
+            self.violations.push(format!("session {session} req {req}: refused: {msg}"));
+        }
+        let i = self.index.get(&(session, req)).copied();
+        let kind = i.map(|i| match self.ops[i].kind {
+            OpKind::Read { key, .. } => (key, None),
+            OpKind::Write { key, value } => (key, Some(value)),
+        });
+        self.tx_completed(session, r, kind);
+        if let Some(op) = i.map(|i| &mut self.ops[i]) {
+            op.complete_ns = Some(now);
+            match (&mut op.kind, r) {
+                (OpKind::Read { value, .. }, Reply::Read { value: v, .. }) => *value = *v,
+                (_, Reply::Aborted { .. }) => op.ok = false,
+                _ => {}
+            }
+        }
+        !matches!(r, Reply::Persisted { .. } | Reply::ScopeLost { .. })
+    }
+}
+
+impl Rec {
     /// The durability-gating trace invariants (spec §13 G1, S-1, RP-1,
     /// SC-1, G5d), checked on the nodes that were never down.
     fn on_step(&mut self, node: NodeId, now: u64, input: &Input<DdpNode>, out: &[Command<DdpNode>], nvm: &[Nvm<Record>]) {
@@ -261,8 +305,11 @@ impl Rec {
             self.configs[node as usize] = c.members.clone();
         }
         for c in out {
+            if self.model.c == Consistency::Trans {
+                self.tx_step(node, now, c, nvm);
+            }
             match c {
-                Command::Send { msg: Msg::Ack { key, ts, p: true, .. }, .. } if nvm_ts(&nvm[node as usize], *key) < *ts => {
+                Command::Send { msg: Msg::Ack { key, ts, p: true, .. }, .. } if trans::durable_ts(&nvm[node as usize], *key, false) < *ts => {
                     self.violations.push(format!("G1: node {node} sent ACK_p for key {key} {ts:?} before persisting it (t={now})"));
                 }
                 Command::Broadcast { msg: Msg::Inv { v, .. } } => {
@@ -295,6 +342,9 @@ impl Rec {
     }
 
     fn check_reply(&mut self, node: NodeId, session: SessionId, req: u64, r: &Reply, nvm: &[Nvm<Record>], now: u64) {
+        if self.model.c == Consistency::Trans && self.check_tx_reply(node, session, req, r, nvm, now) {
+            return;
+        }
         let rules = self.model.rules();
         match r {
             Reply::Written { ts, .. } if matches!(rules.reply, Gate::P | Gate::CP) => {
@@ -327,7 +377,7 @@ impl Rec {
     /// Every steady member of `node`'s configuration has persisted `key` at `ts` or newer.
     fn everywhere(&mut self, node: NodeId, key: Key, ts: Ts, nvm: &[Nvm<Record>], what: &str, now: u64) {
         for &m in &self.configs[node as usize] {
-            let have = nvm_ts(&nvm[m as usize], key);
+            let have = trans::durable_ts(&nvm[m as usize], key, false);
             if self.steady[m as usize] && have < ts {
                 self.violations.push(format!("{what} key {key} {ts:?} at node {node} while node {m} had persisted only {have:?} (t={now})"));
                 return;
@@ -352,7 +402,7 @@ struct Run {
 pub fn run(cfg: &CheckConfig) -> CheckReport {
     let mut r = Run::new(cfg);
     if !cfg.model.implemented() {
-        r.report.violations.push(format!("model {} is not implemented yet (all but Transactional consistency are)", cfg.model));
+        r.report.violations.push(format!("model {} is not implemented yet", cfg.model));
         return r.report;
     }
     r.net.start_clients();
@@ -390,6 +440,7 @@ impl Run {
             past: vec![Past::default(); cfg.sessions as usize],
             deps: HashMap::new(),
             seen: vec![None; cfg.nodes as usize],
+            txs: Txs::new(cfg.sessions as usize),
         };
         let rec = Rc::new(RefCell::new(rec));
         let base = SimNetConfig { persist_ns: cfg.persist_ns, ..SimNetConfig::default() };
@@ -434,6 +485,7 @@ impl Run {
     fn crash_all(&mut self) -> usize {
         self.net.stop_clients();
         self.net.crash_all();
+        self.mark_durable_commits();
         let before = self.rec.borrow().ops.len();
         self.rec.borrow_mut().steady.iter_mut().for_each(|s| *s = false);
         self.check_closed_nvms();
@@ -462,7 +514,9 @@ impl Run {
     fn check_recovered(&mut self, recovered: &BTreeMap<Key, (Ts, Option<Value>)>) {
         let m = self.cfg.model;
         let (c, p) = (m.c, m.p);
-        let must_keep_acked = p == Persistency::Strict || (c == Consistency::Lin && p == Persistency::Synch);
+        let trans = c == Consistency::Trans;
+        // Trans: "acked" writes are those of completed transactions (T-3).
+        let must_keep_acked = p == Persistency::Strict || (matches!(c, Consistency::Lin | Consistency::Trans) && p == Persistency::Synch);
         // The UPD family's reads do not wait under Strict, and Eventual-Synch
         // reads may return the session's own unpersisted write (open point 5).
         let must_keep_read = match m.rules().upd {
@@ -484,13 +538,17 @@ impl Run {
         self.report.lost_acked_writes = lost.len() as u64;
         self.report.vanished_reads = vanished.len() as u64;
         if let (true, Some((k, ts))) = (must_keep_acked, lost.first()) {
-            v.push(format!("S-2: {} acknowledged writes lost in the crash, e.g. key {k} {ts:?} (recovered {:?})", lost.len(), at(k)));
+            let what = if trans { "T-3: writes of completed transactions" } else { "S-2: acknowledged writes" };
+            v.push(format!("{what}: {} lost in the crash, e.g. key {k} {ts:?} (recovered {:?})", lost.len(), at(k)));
         }
         if let (true, Some((k, ts))) = (must_keep_read, vanished.first()) {
             v.push(format!("RP-2: {} versions that reads returned vanished in the crash, e.g. key {k} {ts:?} (recovered {:?})", vanished.len(), at(k)));
         }
         if p == Persistency::Scope {
             v.extend(scope_violations(&rec, recovered));
+        }
+        if trans {
+            v.extend(trans::tx_recovery_violations(&rec, recovered));
         }
         drop(rec);
         self.report.violations.extend(v);
@@ -511,6 +569,7 @@ impl Run {
         self.check_history(crash_at);
         let rec = self.rec.borrow();
         self.report.completed = rec.ops.iter().filter(|o| o.complete_ns.is_some()).count() as u64;
+        (self.report.tx_committed, self.report.tx_aborted, self.report.tx_unanswered_commits) = rec.txs.counts();
         self.report.stats = self.net.stats();
         self.report.sim_ns = self.net.now_ns();
     }
@@ -532,6 +591,9 @@ impl Run {
         let m = self.cfg.model;
         if m.rules().upd.is_some() {
             return self.check_upd_history(crash_at);
+        }
+        if m.c == Consistency::Trans {
+            return self.check_tx_history();
         }
         let across_f1 = matches!(m.p, Persistency::Strict | Persistency::Synch) && m.c == Consistency::Lin;
         let rec = self.rec.borrow();
@@ -562,7 +624,7 @@ fn scope_violations(rec: &Rec, recovered: &BTreeMap<Key, (Ts, Option<Value>)>) -
     let at = |k: &Key| recovered.get(k).map_or(Ts::ZERO, |v| v.0);
     let mut by_scope: BTreeMap<ScopeId, Vec<(Key, Ts, Value)>> = BTreeMap::new();
     for (&value, &(k, ts, scope)) in &rec.writes {
-        if let Some(ts) = ts {
+        if let (Some(ts), true) = (ts, rec.in_scope(value)) {
             by_scope.entry(scope).or_default().push((k, ts, value));
         }
     }

@@ -27,16 +27,43 @@ pub struct ScopeId {
     pub seq: u64,
 }
 
+/// A transaction: its session and the session's number for it (a restart
+/// after a squash is a new transaction, with a new number).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TxId {
+    pub session: SessionId,
+    pub seq: u64,
+}
+
+/// What every transactional message carries about its transaction: its
+/// coordinator (to vote to, and to notice it is gone) and its age (older
+/// transactions win conflicts, `trans.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TxHdr {
+    pub id: TxId,
+    pub coord: NodeId,
+    pub born: u64,
+}
+
+impl TxHdr {
+    pub fn older_than(&self, o: &TxHdr) -> bool {
+        (self.born, self.id) < (o.born, o.id)
+    }
+}
+
 /// What a client asks. `after` is the session's causal past (Causal
 /// consistency; empty otherwise): the client merges into it the update id
 /// of every reply, and the serving node waits until it has applied that
-/// much (so a session may move to another node).
+/// much (so a session may move to another node). `tx` names the session's
+/// open transaction (Transactional consistency; the other families ignore it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
     Read {
         key: Key,
         #[serde(default)]
         after: Vector,
+        #[serde(default)]
+        tx: Option<u64>,
     },
     /// `scope`: the session's open scope (the client numbers its scopes;
     /// ignored unless the model has Scope persistency).
@@ -46,11 +73,26 @@ pub enum Op {
         scope: u64,
         #[serde(default)]
         after: Vector,
+        #[serde(default)]
+        tx: Option<u64>,
     },
     /// Close scope `scope`, in which the session wrote `writes` times, and
     /// wait until it is durable everywhere (Scope persistency; elsewhere it
     /// returns at once).
     Persist { scope: u64, writes: u32 },
+    /// Init Xaction: open transaction `tx` of the session at this node.
+    Begin { tx: u64 },
+    /// End Xaction: commit transaction `tx`.
+    End { tx: u64 },
+}
+
+impl Op {
+    pub fn read(key: Key) -> Op {
+        Op::Read { key, after: Vector::default(), tx: None }
+    }
+    pub fn write(key: Key, value: Value, scope: u64) -> Op {
+        Op::Write { key, value, scope, after: Vector::default(), tx: None }
+    }
 }
 
 /// What a node answers. `id` names the update read or written (UPD
@@ -66,6 +108,16 @@ pub enum Reply {
     /// and the session moved): it was not persisted, and none of its
     /// writes is made durable as part of it.
     ScopeLost { seq: u64 },
+    /// Transaction `tx` is open here (Init Xaction).
+    Begun { tx: u64 },
+    /// Transaction `tx` committed (End Xaction).
+    Committed { tx: u64 },
+    /// Transaction `tx` was squashed (a conflict, or its coordinator
+    /// crashed): none of its writes takes effect; the client restarts it.
+    Aborted { tx: u64 },
+    /// The model does not take this operation (Begin or End outside
+    /// Transactional consistency, a plain write under it).
+    Error { msg: String },
 }
 
 /// A version of a key as messages and records carry it.
@@ -113,20 +165,86 @@ pub enum Msg {
     /// The UPD family's copy: every version the sender applied, with its
     /// update id, the sender's applied vector, and whether it was serving.
     UpdCopy { versions: Vec<(Version, Option<UpdId>)>, applied: Vector, ready: bool },
+    /// INITX: a transaction begins at its coordinator.
+    InitX { tx: TxHdr, epoch: u64 },
+    /// INV of a transactional write (held by the transaction, not visible).
+    TxInv { tx: TxHdr, v: Version, epoch: u64 },
+    /// ENDX: the transaction's final writes and the versions it read, from
+    /// its coordinator or from a node settling it after the coordinator died.
+    EndX { tx: TxHdr, writes: Vec<Version>, reads: Vec<(Key, Ts)>, epoch: u64 },
+    /// The answer to INITX, TxInv, EndX (a vote) and TxOutcome.
+    TxAck { tx: TxId, ack: TxAck, epoch: u64 },
+    /// The decision; a commit carries the writes (so a node that missed the
+    /// INVs, or joined since, installs them).
+    TxOutcome { tx: TxHdr, commit: bool, writes: Vec<Version>, epoch: u64 },
+    /// VAL_p (RE persistency): the transaction's writes are durable everywhere.
+    TxValP { tx: TxId, writes: Vec<(Key, Ts)> },
+}
+
+/// A node's vote on a transaction at ENDX.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Vote {
+    /// It holds every write (persisted, under Strict and Synch) and will not squash it.
+    Prepared,
+    /// It squashed the transaction (a conflict, a stale read or write).
+    Refused,
+    /// It knows the decision.
+    Committed,
+    Aborted,
+}
+
+/// What a `TxAck` acknowledges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TxAck {
+    /// INITX (persisted, under Strict and Synch).
+    Init,
+    /// A TxInv; under Strict, once persisted (ACK_p).
+    Write { key: Key, ts: Ts },
+    Vote(Vote),
+    /// The outcome (installed; under RE persistency, persisted: ACK_p).
+    Done,
+}
+
+/// How far a transaction's record got at a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TxPhase {
+    /// INITX persisted.
+    Begun,
+    /// Writes held, not decided: recovery ignores them (undo is free).
+    Prepared,
+    /// Decided: recovery installs every write (redo), all or nothing.
+    Committed,
 }
 
 /// What a node persists. A key's slot keeps its newest version; a scope's
-/// record holds all of the scope's writes, so a scope lands all or nothing.
+/// record holds all of the scope's writes, so a scope lands all or nothing;
+/// a transaction's record likewise holds all of its writes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Record {
     Key(Version),
     Scope { scope: ScopeId, versions: Vec<Version> },
+    Tx { tx: TxId, phase: TxPhase, versions: Vec<Version> },
+}
+
+impl Record {
+    /// The newest version of `key` this record makes durable as committed
+    /// data (`prepared`: also a transaction's undecided writes).
+    pub fn ts_of(&self, key: Key, prepared: bool) -> Option<Ts> {
+        let vs = match self {
+            Record::Key(v) => return (v.key == key).then_some(v.ts),
+            Record::Scope { versions, .. } => versions,
+            Record::Tx { phase, versions, .. } if *phase == TxPhase::Committed || prepared => versions,
+            Record::Tx { .. } => return None,
+        };
+        vs.iter().filter(|v| v.key == key).map(|v| v.ts).max()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Slot {
     Key(Key),
     Scope(ScopeId),
+    Tx(TxId),
 }
 
 impl Durable for Record {
@@ -135,14 +253,26 @@ impl Durable for Record {
         match self {
             Record::Key(v) => Slot::Key(v.key),
             Record::Scope { scope, .. } => Slot::Scope(*scope),
+            Record::Tx { tx, .. } => Slot::Tx(*tx),
         }
     }
     /// A persist of an older version landing after a newer one does not
-    /// regress the key (spec §7.3).
+    /// regress the key (spec §7.3); a transaction's records merge (the
+    /// furthest phase, the newest version of each key).
     fn land(slot: &mut Self, new: Self) {
-        match (&*slot, &new) {
+        match (&mut *slot, new) {
             (Record::Key(old), Record::Key(v)) if old.ts >= v.ts => {}
-            _ => *slot = new,
+            (Record::Tx { phase, versions, .. }, Record::Tx { phase: p, versions: vs, .. }) => {
+                *phase = (*phase).max(p);
+                for v in vs {
+                    match versions.iter_mut().find(|o| o.key == v.key) {
+                        Some(o) if o.ts >= v.ts => {}
+                        Some(o) => *o = v,
+                        None => versions.push(v),
+                    }
+                }
+            }
+            (s, new) => *s = new,
         }
     }
 }

@@ -158,9 +158,9 @@ impl DdpNode {
     /// Serve `op` if its gates hold; false: it waits.
     fn upd_try(&mut self, session: SessionId, req: u64, op: &Op, out: &mut Out) -> bool {
         match op {
-            Op::Read { key, after } => self.upd_read(session, req, *key, after, out),
+            Op::Read { key, after, .. } => self.upd_read(session, req, *key, after, out),
             Op::Write { after, .. } if !self.upd.applied.covers(after) => false,
-            Op::Write { key, value, scope, after } => {
+            Op::Write { key, value, scope, after, .. } => {
                 self.upd_write(session, req, Version { key: *key, ts: Ts::ZERO, value: *value }, *scope, after.clone(), out);
                 true
             }
@@ -169,6 +169,7 @@ impl DdpNode {
                 self.persist_scope(session, req, *scope, *writes, out);
                 true
             }
+            Op::Begin { .. } | Op::End { .. } => unreachable!("answered by step_client"),
         }
     }
 

@@ -14,7 +14,7 @@ impl DdpNode {
     pub(crate) fn start_write(&mut self, session: SessionId, req: u64, key: Key, value: Value, scope: u64, out: &mut Out) {
         let s = self.key(key);
         if s.write.is_some() || !s.c_ok() {
-            s.deferred.push_back((session, req, Op::Write { key, value, scope, after: Default::default() }));
+            s.deferred.push_back((session, req, Op::write(key, value, scope)));
             return;
         }
         let ts = Ts { version: s.ts.version + 1, node: self.me };
@@ -290,6 +290,9 @@ impl DdpNode {
         }
         if self.rules.upd.is_some() {
             self.upd_reconfigure(new_epoch, out);
+        }
+        if self.rules.trans.is_some() {
+            self.trans_reconfigure(new_epoch, out);
         }
         self.copy_after_reconfigure(out);
     }

@@ -55,9 +55,9 @@ fn an_update_waits_until_its_cauhist_is_persisted_and_reads_return_persisted_ver
     // A read that has seen d1 waits; one that has not gets the persisted (initial) version.
     let mut past = Vector::default();
     past.add(d1.id);
-    let out = step(&mut f, 3, Input::Client { session: 7, req: 0, op: Op::Read { key: 1, after: past } });
+    let out = step(&mut f, 3, Input::Client { session: 7, req: 0, op: Op::Read { key: 1, after: past, tx: None } });
     assert!(replies(&out).is_empty());
-    let out = step(&mut f, 3, Input::Client { session: 8, req: 0, op: Op::Read { key: 1, after: Vector::default() } });
+    let out = step(&mut f, 3, Input::Client { session: 8, req: 0, op: Op::read(1) });
     assert_eq!(replies(&out), vec![Reply::Read { value: None, ts: Ts::ZERO, id: None }]);
 
     // d1 lands: the waiting read gets it, and d2 is applied and persisted.

@@ -79,11 +79,26 @@ fn mutants_are_caught() {
         ("causal-synch", "read-in-invalid", "C1'", 400),
         ("eventual-re", "read-in-invalid", "RP-1'", 400),
         ("causal-scope", "early-scope-ack", "SC-1", 2_000),
+        // Transactions: End before every vote, read-uncommitted, votes and
+        // INITX ACKs before their persist, no conflict detection.
+        ("trans-synch", "reply-before-last-ack", "T-2", 400),
+        ("trans-strict", "reply-before-last-ack", "T-2", 400),
+        ("trans-eventual", "read-in-invalid", "G1a", 400),
+        ("trans-re", "read-in-invalid", "G1a", 400),
+        ("trans-synch", "val-before-persist", "G1", 400),
+        ("trans-scope", "skip-conflict-check", "serializability", 400),
     ] {
         let found = caught(model, Crash::None, bug, persist_ns, 20);
         let (seed, v) = found.unwrap_or_else(|| panic!("{model} with {bug}: no violation in 20 seeds"));
         assert!(v.lines().any(|l| l.starts_with(expect)), "{model} with {bug} (seed {seed}): expected {expect}, got {v}");
         eprintln!("{model} with {bug}: caught at seed {seed}: {}", v.lines().next().unwrap_or(""));
+    }
+    // An End answered before the decision is durable shows only after a
+    // whole-cluster crash: completed transactions are lost (T-3).
+    for model in ["trans-synch", "trans-strict"] {
+        let found = caught(model, Crash::All, "commit-before-persist", 400, 20);
+        let (seed, v) = found.unwrap_or_else(|| panic!("{model} with commit-before-persist: no violation in 20 seeds"));
+        assert!(v.lines().any(|l| l.starts_with("T-3")), "{model} with commit-before-persist (seed {seed}): expected T-3, got {v}");
     }
 }
 
@@ -102,6 +117,9 @@ fn weaker_models_show_the_losses_they_allow() {
         ("causal-synch", true, false),
         ("causal-re", true, false),
         ("eventual-synch", true, true),
+        ("trans-re", true, false),
+        ("trans-scope", true, true),
+        ("trans-eventual", true, true),
     ] {
         let m = Model::parse(model).unwrap();
         let (mut lost, mut vanished) = (0, 0);
