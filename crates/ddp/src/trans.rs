@@ -96,8 +96,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tandem_net::{Command, NodeId, SessionId};
 
 use crate::model::TransRules;
-use crate::node::{DdpNode, Out};
-use crate::types::{Key, Msg, Op, Reply, Ts, TxHdr, TxId, Value, Version};
+use crate::node::{DdpNode, Out, Then};
+use crate::types::{Key, Msg, Op, Reply, Ts, TxHdr, TxId, TxPhase, Value, Version};
 
 /// Where a transaction this node coordinates (or settles) stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -292,7 +292,7 @@ impl DdpNode {
         (c.client, c.local) = (Some((id.session, req)), !r.durable);
         self.trans.coord.insert(id, c);
         if r.durable {
-            self.persist_tx(id, crate::types::TxPhase::Begun, Vec::new(), crate::node::Then::LocalInit, out);
+            self.persist_tx(id, TxPhase::Begun, Vec::new(), Then::LocalInit, out);
         }
         out.push(Command::Broadcast { msg: Msg::InitX { tx: hdr, epoch } });
         self.try_init(id, out);
@@ -393,7 +393,7 @@ impl DdpNode {
         }
         (c.client, c.strict, c.local, c.sent_at) = (Some((id.session, req)), Some((v.key, v.ts)), false, self.now);
         c.acks.clear();
-        self.persist_tx(id, crate::types::TxPhase::Prepared, vec![v], crate::node::Then::LocalWrite { key: v.key, ts: v.ts }, out);
+        self.persist_tx(id, TxPhase::Prepared, vec![v], Then::LocalWrite { key: v.key, ts: v.ts }, out);
         true
     }
 
@@ -437,7 +437,7 @@ impl DdpNode {
             return true;
         }
         if durable {
-            self.persist_tx(id, crate::types::TxPhase::Prepared, writes.clone(), crate::node::Then::Prepared, out);
+            self.persist_tx(id, TxPhase::Prepared, writes.clone(), Then::Prepared, out);
         }
         out.push(Command::Broadcast { msg: Msg::EndX { tx: hdr, writes, reads, epoch: self.config.epoch } });
         self.try_end(id, out);

@@ -6,7 +6,7 @@ use tandem_net::{Command, NodeId};
 
 use crate::node::{DdpNode, Out, Then, Wait};
 use crate::trans::{Delivery, Phase};
-use crate::types::{Key, Msg, Record, Reply, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote};
+use crate::types::{Key, Msg, Record, Reply, ScopeId, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote};
 
 impl DdpNode {
     /// Persist `id`'s record (merged with what its slot holds); `then` says
@@ -126,7 +126,7 @@ impl DdpNode {
         if commit {
             for v in &writes {
                 if let Some(&scope) = c.scopes.get(&v.key) {
-                    self.scope_of(crate::types::ScopeId { session: id.session, seq: scope }, *v);
+                    self.scope_of(ScopeId { session: id.session, seq: scope }, *v);
                 }
             }
             self.install(id, &writes, None, out);

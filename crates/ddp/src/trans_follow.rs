@@ -8,7 +8,7 @@ use tandem_net::{Command, NodeId};
 
 use crate::node::{DdpNode, Out, Then};
 use crate::trans::{Access, CoordTx, EndReq, Phase, TxHere};
-use crate::types::{Msg, Record, TxAck, TxHdr, TxId, TxPhase, Version, Vote};
+use crate::types::{Key, Msg, Record, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote};
 
 impl DdpNode {
     /// The decision or refusal this node knows for `id`, as a vote.
@@ -74,7 +74,7 @@ impl DdpNode {
         a
     }
 
-    pub(crate) fn on_endx(&mut self, from: NodeId, hdr: TxHdr, writes: Vec<Version>, reads: Vec<(crate::types::Key, crate::types::Ts)>, epoch: u64, out: &mut Out) {
+    pub(crate) fn on_endx(&mut self, from: NodeId, hdr: TxHdr, writes: Vec<Version>, reads: Vec<(Key, Ts)>, epoch: u64, out: &mut Out) {
         self.end_request(EndReq { from, hdr, writes, reads, epoch }, out);
     }
 
