@@ -42,6 +42,22 @@ struct Run {
     zk_port: u16,
 }
 
+impl Run {
+    /// The script's exit status, or None if it ran past `limit`.
+    fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            if Instant::now() > until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 impl Drop for Run {
     fn drop(&mut self) {
         let _ = Command::new("kill").args(["-9", "--", &format!("-{}", self.child.id())]).stderr(Stdio::null()).status();
@@ -109,16 +125,7 @@ fn the_readme_multi_process_blocks_run_as_written_and_the_cluster_checks_out() {
         .spawn()
         .unwrap();
     let mut run = Run { child, dir: dir.clone(), zk_port };
-    let until = Instant::now() + Duration::from_secs(240);
-    let status = loop {
-        if let Some(s) = run.child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > until {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = run.wait(Duration::from_secs(240));
     let log = std::fs::read_to_string(&err).unwrap_or_default();
     assert!(status.is_some_and(|s| s.success()), "the README blocks failed ({status:?}):\n{log}");
     let passed = log.matches("counters consistent").count();
@@ -155,16 +162,7 @@ fn the_readme_ddp_block_runs_as_written() {
         .spawn()
         .unwrap();
     let mut run = Run { child, dir: dir.clone(), zk_port: 0 };
-    let until = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = run.child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > until {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = run.wait(Duration::from_secs(120));
     let stdout = std::fs::read_to_string(&out).unwrap_or_default();
     let log = std::fs::read_to_string(&err).unwrap_or_default();
     assert!(status.is_some_and(|s| s.success()), "the README's DDP block failed ({status:?}):\n{stdout}\n{log}");

@@ -32,16 +32,8 @@ impl DdpNode {
 
     /// Take a copied version if it is newer; trust its validity only then.
     fn adopt(&mut self, v: Version, valid: bool, out: &mut Out) {
-        let now = self.now;
-        let s = self.key(v.key);
-        if v.ts > s.ts {
-            s.ts = v.ts;
-            s.value = Some(v.value);
-            s.invalid_since = now;
-            self.unsettled.insert(v.key);
-            if self.rules.persist != crate::model::PersistIssue::AtScope {
-                self.persist_version(v, out);
-            }
+        if self.apply_newer(v) && self.rules.persist != crate::model::PersistIssue::AtScope {
+            self.persist_version(v, out);
         }
         let s = self.key(v.key);
         if valid && v.ts == s.ts {

@@ -58,16 +58,25 @@ impl DdpNode {
     }
 
     pub(crate) fn on_inv(&mut self, from: NodeId, v: Version, epoch: u64, out: &mut Out) {
-        let now = self.now;
-        let s = self.key(v.key);
-        if v.ts > s.ts {
-            s.ts = v.ts;
-            s.value = Some(v.value);
-            s.invalid_since = now;
-            self.unsettled.insert(v.key);
+        if self.apply_newer(v) {
             self.issue_persist(v, out);
         }
         self.acknowledge(from, v.key, v.ts, epoch, out);
+    }
+
+    /// Apply `v` if it is newer than the key's version (the key turns
+    /// invalid until validated); whether it was.
+    pub(crate) fn apply_newer(&mut self, v: Version) -> bool {
+        let now = self.now;
+        let s = self.key(v.key);
+        if v.ts <= s.ts {
+            return false;
+        }
+        s.ts = v.ts;
+        s.value = Some(v.value);
+        s.invalid_since = now;
+        self.unsettled.insert(v.key);
+        true
     }
 
     /// ACK every INV (Hermes), as the model's ACK mode says.
