@@ -85,7 +85,7 @@ fn echo(a: EchoArgs) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe).args(["net", "echo-peer", "--peers", &list, "--dir", dir.to_str().unwrap_or(".")]).stdout(Stdio::null()).spawn().map_err(|e| e.to_string())?;
     let received = Arc::new(AtomicU64::new(0));
-    let node = host::spawn::<Echo, _>(host_cfg(0, &peers, dir.to_str().unwrap_or(".")), l0, EchoFactory { window: a.window, received: received.clone() });
+    let node = host::spawn::<Echo, _>(host_cfg(0, &peers, dir.to_str().unwrap_or(".")), l0, EchoFactory { window: a.window, received: received.clone() }).map_err(|e| e.to_string())?;
     // Warm up, then measure.
     std::thread::sleep(Duration::from_millis(500));
     let (start, before) = (Instant::now(), received.load(Ordering::Relaxed));

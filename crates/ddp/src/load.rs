@@ -1,18 +1,23 @@
 //! Closed-loop client sessions against `tandem node` processes over TCP,
-//! recording a history (crates/check's JSON lines) as they go. A session
-//! whose node stops answering records its operation as unknown and moves
-//! to the next node, as a real client would.
+//! recording a history (crates/check's JSON lines) as they go. Each
+//! session has one request outstanding, as the papers run them; one thread
+//! drives up to [`SESSIONS_PER_DRIVER`] sessions over one stream per node
+//! (`tandem_net::client::Mux`), so the load itself costs little CPU. A
+//! session whose node stops answering records its operation as unknown
+//! and moves to the next node, as a real client would.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_check::{HistOp, OpKind};
-use tandem_net::client::Client;
+use tandem_net::client::{Mux, MuxEvent};
 use tandem_sim::Rng;
 
 use crate::types::{Op, Reply};
+use crate::vector::Vector;
 
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
@@ -28,6 +33,12 @@ pub struct LoadConfig {
     pub timeout: Duration,
 }
 
+/// Sessions one driver thread carries.
+pub const SESSIONS_PER_DRIVER: u64 = 128;
+
+/// How long a session waits before trying another node it could not reach.
+const RETRY_NS: u64 = 20_000_000;
+
 /// A running load; `stop` ends it and returns the history.
 pub struct Load {
     stop: Arc<AtomicBool>,
@@ -39,10 +50,12 @@ impl Load {
     pub fn start(cfg: &LoadConfig, epoch: Instant) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let completed = Arc::new(AtomicU64::new(0));
-        let threads = (0..cfg.sessions)
-            .map(|i| {
+        let drivers = cfg.sessions.div_ceil(SESSIONS_PER_DRIVER).max(1);
+        let threads = (0..drivers)
+            .map(|d| {
+                let ids: Vec<u64> = (0..cfg.sessions).filter(|i| i % drivers == d).collect();
                 let (cfg, stop, done) = (cfg.clone(), stop.clone(), completed.clone());
-                std::thread::spawn(move || session(&cfg, cfg.first_session + i, i as usize, epoch, &stop, &done))
+                std::thread::spawn(move || Driver::new(&cfg, &ids, epoch).run(&stop, &done))
             })
             .collect();
         Load { stop, threads, completed }
@@ -54,56 +67,148 @@ impl Load {
     }
 }
 
-fn session(cfg: &LoadConfig, id: u64, home: usize, epoch: Instant, stop: &AtomicBool, done: &AtomicU64) -> Vec<HistOp> {
-    let mut rng = Rng::new(cfg.seed ^ id.wrapping_mul(0x9E37_79B9));
-    let mut ops = Vec::new();
-    let mut node = home % cfg.nodes.len();
-    let mut client: Option<Client<Op, Reply>> = None;
-    let mut n = 0u64;
-    // The session's causal past (Causal models): every reply's update id.
-    let mut past = crate::vector::Vector::default();
-    while !stop.load(Ordering::Relaxed) {
-        let c = match client.as_mut() {
-            Some(c) => c,
-            None => match Client::connect(cfg.nodes[node], cfg.secret, id, cfg.timeout) {
-                Ok(c) => client.insert(c),
-                Err(_) => {
-                    node = (node + 1) % cfg.nodes.len();
-                    std::thread::sleep(Duration::from_millis(20));
-                    continue;
-                }
-            },
-        };
-        n += 1;
-        let key = rng.below(cfg.keys);
-        let (op, kind) = if rng.chance(cfg.read_ratio) {
-            (Op::Read { key, after: past.clone(), tx: None }, OpKind::Read { key, value: None })
-        } else {
-            let value = (id + 1) << 32 | n;
-            (Op::Write { key, value, scope: 0, after: past.clone(), tx: None }, OpKind::Write { key, value })
-        };
-        let invoke_ns = epoch.elapsed().as_nanos() as u64;
-        let mut h = HistOp { session: id, node: node as u16, kind, invoke_ns, complete_ns: None, ok: true };
-        match c.call(op) {
-            Ok(r) => {
-                h.complete_ns = Some(epoch.elapsed().as_nanos() as u64);
-                if let Reply::Read { id: Some(id), .. } | Reply::Written { id: Some(id), .. } = &r {
-                    past.add(*id);
-                }
-                // Refused (a plain write under Transactional consistency): no effect.
-                h.ok = !matches!(r, Reply::Error { .. } | Reply::Aborted { .. });
-                if let (OpKind::Read { value, .. }, Reply::Read { value: v, .. }) = (&mut h.kind, r) {
-                    *value = v;
-                }
-                done.fetch_add(1, Ordering::Relaxed);
+struct Session {
+    id: u64,
+    node: usize,
+    rng: Rng,
+    n: u64,
+    /// The session's causal past (Causal models): every reply's update id.
+    past: Vector,
+    next_req: u64,
+    /// The call in flight: its request number, history entry and deadline.
+    pending: Option<(u64, HistOp, u64)>,
+    /// Do not call before this (after failing to reach a node).
+    wake_at: u64,
+}
+
+struct Driver {
+    cfg: LoadConfig,
+    mux: Mux<Op, Reply>,
+    sessions: Vec<Session>,
+    by_id: HashMap<u64, usize>,
+    epoch: Instant,
+    ops: Vec<HistOp>,
+}
+
+impl Driver {
+    fn new(cfg: &LoadConfig, ids: &[u64], epoch: Instant) -> Driver {
+        let sessions: Vec<Session> = ids
+            .iter()
+            .map(|&i| {
+                let id = cfg.first_session + i;
+                let rng = Rng::new(cfg.seed ^ id.wrapping_mul(0x9E37_79B9));
+                Session { id, node: i as usize % cfg.nodes.len(), rng, n: 0, past: Vector::default(), next_req: 0, pending: None, wake_at: 0 }
+            })
+            .collect();
+        let by_id = sessions.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+        let mux = Mux::new(cfg.nodes.clone(), cfg.secret, cfg.timeout).expect("an event loop for the load");
+        Driver { cfg: cfg.clone(), mux, sessions, by_id, epoch, ops: Vec::new() }
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn run(mut self, stop: &AtomicBool, done: &AtomicU64) -> Vec<HistOp> {
+        let mut events = Vec::new();
+        let mut next_sweep = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let now = self.now();
+            if now >= next_sweep {
+                self.expire(now);
+                next_sweep = now + 5_000_000;
             }
-            Err(_) => {
-                // Unknown outcome; try the next node.
-                client = None;
-                node = (node + 1) % cfg.nodes.len();
+            for i in 0..self.sessions.len() {
+                if self.sessions[i].pending.is_none() && self.sessions[i].wake_at <= now {
+                    self.call(i, now);
+                }
+            }
+            events.clear();
+            if self.mux.poll(Duration::from_millis(1), &mut events).is_err() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            for ev in events.drain(..) {
+                self.on_event(ev, done);
             }
         }
-        ops.push(h);
+        let mut ops = self.ops;
+        ops.extend(self.sessions.into_iter().filter_map(|s| s.pending.map(|p| p.1)));
+        ops
     }
-    ops
+
+    /// Start session `i`'s next operation.
+    fn call(&mut self, i: usize, now: u64) {
+        let (read_ratio, keys, timeout) = (self.cfg.read_ratio, self.cfg.keys, self.cfg.timeout.as_nanos() as u64);
+        let s = &mut self.sessions[i];
+        s.n += 1;
+        let key = s.rng.below(keys);
+        let (op, kind) = if s.rng.chance(read_ratio) {
+            (Op::Read { key, after: s.past.clone(), tx: None }, OpKind::Read { key, value: None })
+        } else {
+            let value = (s.id + 1) << 32 | s.n;
+            (Op::Write { key, value, scope: 0, after: s.past.clone(), tx: None }, OpKind::Write { key, value })
+        };
+        let req = s.next_req;
+        s.next_req += 1;
+        let h = HistOp { session: s.id, node: s.node as u16, kind, invoke_ns: now, complete_ns: None, ok: true };
+        if self.mux.send(s.node, s.id, req, op).is_ok() {
+            s.pending = Some((req, h, now + timeout));
+        } else {
+            // Never sent: no effect, nothing to record. Try the next node later.
+            s.node = (s.node + 1) % self.cfg.nodes.len();
+            s.wake_at = now + RETRY_NS;
+        }
+    }
+
+    fn on_event(&mut self, ev: MuxEvent<Reply>, done: &AtomicU64) {
+        match ev {
+            MuxEvent::Reply { session, req, result, .. } => {
+                let Some(&i) = self.by_id.get(&session) else { return };
+                if self.sessions[i].pending.as_ref().is_some_and(|p| p.0 == req) {
+                    let now = self.now();
+                    self.complete(i, result, now);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            MuxEvent::Lost { node } => {
+                for i in 0..self.sessions.len() {
+                    if self.sessions[i].node == node && self.sessions[i].pending.is_some() {
+                        self.give_up(i);
+                    }
+                }
+            }
+        }
+    }
+
+    fn complete(&mut self, i: usize, r: Reply, now: u64) {
+        let s = &mut self.sessions[i];
+        let (_, mut h, _) = s.pending.take().expect("checked by the caller");
+        h.complete_ns = Some(now);
+        if let Reply::Read { id: Some(id), .. } | Reply::Written { id: Some(id), .. } = &r {
+            s.past.add(*id);
+        }
+        // Refused (a plain write under Transactional consistency): no effect.
+        h.ok = !matches!(r, Reply::Error { .. } | Reply::Aborted { .. });
+        if let (OpKind::Read { value, .. }, Reply::Read { value: v, .. }) = (&mut h.kind, r) {
+            *value = v;
+        }
+        self.ops.push(h);
+    }
+
+    /// Session `i`'s call has an unknown outcome; it moves to the next node.
+    fn give_up(&mut self, i: usize) {
+        let s = &mut self.sessions[i];
+        if let Some((_, h, _)) = s.pending.take() {
+            self.ops.push(h);
+        }
+        s.node = (s.node + 1) % self.cfg.nodes.len();
+    }
+
+    fn expire(&mut self, now: u64) {
+        for i in 0..self.sessions.len() {
+            if self.sessions[i].pending.as_ref().is_some_and(|p| p.2 <= now) {
+                self.give_up(i);
+            }
+        }
+    }
 }

@@ -48,3 +48,91 @@ impl<Op: Serialize, R: DeserializeOwned> Client<Op, R> {
         }
     }
 }
+
+/// What [`Mux::poll`] found.
+#[derive(Debug)]
+pub enum MuxEvent<R> {
+    Reply { node: usize, session: SessionId, req: u64, result: R },
+    /// The stream to node `node` closed: its sessions' calls have unknown outcomes.
+    Lost { node: usize },
+}
+
+/// Many closed-loop sessions driven by one thread over one stream per node
+/// (the load generator): requests queued between two polls leave in one
+/// write per node, and replies are matched to sessions by the caller.
+pub struct Mux<Op, R> {
+    poll: mio::Poll,
+    events: mio::Events,
+    nodes: Vec<SocketAddr>,
+    secret: u64,
+    timeout: Duration,
+    conns: Vec<Option<crate::conn::Conn>>,
+    _types: std::marker::PhantomData<(Op, R)>,
+}
+
+impl<Op: Serialize, R: DeserializeOwned> Mux<Op, R> {
+    pub fn new(nodes: Vec<SocketAddr>, secret: u64, timeout: Duration) -> io::Result<Self> {
+        let conns = nodes.iter().map(|_| None).collect();
+        Ok(Mux { poll: mio::Poll::new()?, events: mio::Events::with_capacity(256), nodes, secret, timeout, conns, _types: std::marker::PhantomData })
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Queue a request to `node`, connecting first if needed (Err: the
+    /// node cannot be reached).
+    pub fn send(&mut self, node: usize, session: SessionId, req: u64, op: Op) -> io::Result<()> {
+        if self.conns[node].is_none() {
+            let addr = self.nodes[node];
+            let mut c = crate::conn::Conn::connect(addr, self.timeout).map_err(|e| io::Error::new(e.kind(), format!("cannot reach node at {addr}: {e}")))?;
+            c.register(self.poll.registry(), mio::Token(node))?;
+            c.queue(&Hello::Client { secret: self.secret });
+            self.conns[node] = Some(c);
+        }
+        self.conns[node].as_mut().expect("connected above").queue(&ClientReq { session, req, op });
+        Ok(())
+    }
+
+    /// Write what is queued, wait up to `wait` for replies, and append
+    /// them (and streams lost) to `out`.
+    pub fn poll(&mut self, wait: Duration, out: &mut Vec<MuxEvent<R>>) -> io::Result<()> {
+        for node in 0..self.conns.len() {
+            if self.conns[node].as_mut().is_some_and(|c| c.flush().is_err()) {
+                self.lose(node, out);
+            }
+        }
+        match self.poll.poll(&mut self.events, Some(wait)) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+            r => r?,
+        }
+        let ready: Vec<usize> = self.events.iter().map(|e| e.token().0).collect();
+        for node in ready {
+            let Some(c) = self.conns[node].as_mut() else { continue };
+            let mut bad = false;
+            let end = c.read_frames(|b| match crate::conn::decode::<ClientResp<R>>(b) {
+                Ok(r) => out.push(MuxEvent::Reply { node, session: r.session, req: r.req, result: r.result }),
+                Err(_) => bad = true,
+            });
+            if bad || !matches!(end, Ok(crate::conn::ReadEnd::Open)) || c.flush().is_err() {
+                self.lose(node, out);
+            }
+        }
+        Ok(())
+    }
+
+    fn lose(&mut self, node: usize, out: &mut Vec<MuxEvent<R>>) {
+        if let Some(mut c) = self.conns[node].take() {
+            let _ = self.poll.registry().deregister(&mut c.stream);
+            out.push(MuxEvent::Lost { node });
+        }
+    }
+}
+
+/// Ask the node at `addr` what it has done so far (messages, requests, persists).
+pub fn node_stats(addr: SocketAddr, secret: u64, timeout: Duration) -> io::Result<crate::wire::NodeStats> {
+    let mut w = TcpStream::connect_timeout(&addr, timeout)?;
+    w.set_read_timeout(Some(timeout))?;
+    w.write_all(&frame(&Hello::Stats { secret }))?;
+    Frames::new(w).next()?.ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, format!("node at {addr} closed before its stats")))
+}

@@ -25,6 +25,8 @@ impl Durable for NoRecord {
     fn slot(&self) {}
 }
 
+const RESEND_NS: u64 = 100_000_000;
+
 /// Node 0 keeps `window` messages in flight to node 1, which sends each back.
 pub struct Echo {
     me: NodeId,
@@ -40,17 +42,20 @@ impl Protocol for Echo {
     type Reply = ();
     type Record = NoRecord;
 
-    fn step(&mut self, _now: u64, input: Input<Self>, out: &mut Vec<Command<Self>>) {
+    fn step(&mut self, now: u64, input: Input<Self>, out: &mut Vec<Command<Self>>) {
         match input {
             Input::Recv { from, msg } => {
+                self.started = true;
                 self.received.fetch_add(1, Ordering::Relaxed);
                 out.push(Command::Send { to: from, msg });
             }
-            Input::Config(_) if self.me == 0 && !self.started => {
-                self.started = true;
+            // Until the first message comes back (the peer may not be up
+            // yet, and a link that is down drops), send the window again.
+            Input::Config(_) | Input::Timer { .. } if self.me == 0 && !self.started => {
                 for seq in 0..self.window {
                     out.push(Command::Send { to: 1, msg: Ping { seq, key: seq } });
                 }
+                out.push(Command::SetTimer { token: 0, at_ns: now + RESEND_NS });
             }
             _ => {}
         }

@@ -7,8 +7,10 @@
 //! - [`sim`]: the deterministic simulated network and NVM, on `crates/sim`.
 
 pub mod client;
+pub mod conn;
 pub mod echo;
 pub mod host;
+mod host_io;
 pub mod links;
 pub mod manager;
 pub mod nvm_file;

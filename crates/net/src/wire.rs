@@ -22,12 +22,14 @@ pub enum Hello {
     Client { secret: u64 },
     /// Node `node` talks to the configuration manager.
     ToManager { node: NodeId, secret: u64 },
+    /// Ask a node for its [`NodeStats`] (one frame back).
+    Stats { secret: u64 },
 }
 
 impl Hello {
     pub fn secret(&self) -> u64 {
         match *self {
-            Hello::Peer { secret, .. } | Hello::Client { secret } | Hello::ToManager { secret, .. } => secret,
+            Hello::Peer { secret, .. } | Hello::Client { secret } | Hello::ToManager { secret, .. } | Hello::Stats { secret } => secret,
         }
     }
 }
@@ -44,6 +46,20 @@ pub struct ClientResp<R> {
     pub session: SessionId,
     pub req: u64,
     pub result: R,
+}
+
+/// What a node has done since it started (`Hello::Stats`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Protocol messages sent to peers, and received from them.
+    pub sent: u64,
+    pub received: u64,
+    /// Client requests taken and replies sent.
+    pub requests: u64,
+    pub replies: u64,
+    pub persists: u64,
+    /// TCP writes to peers (each carries the messages coalesced since the last).
+    pub peer_writes: u64,
 }
 
 /// Node → manager.

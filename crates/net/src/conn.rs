@@ -1,0 +1,164 @@
+//! One non-blocking TCP stream of an event loop (the node host and the
+//! pipelined client): bytes read are cut into frames (`wire.rs`), bytes to
+//! send wait in a buffer until the socket takes them. Many frames queued
+//! between two flushes leave in one `write` (coalescing).
+
+use std::io::{self, ErrorKind, Read, Write};
+
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::wire::{put, MAX_FRAME};
+
+/// Bytes read per `read` call.
+const CHUNK: usize = 64 << 10;
+
+pub struct Conn {
+    pub stream: TcpStream,
+    inbuf: Vec<u8>,
+    /// Bytes of `inbuf` already cut into frames.
+    consumed: usize,
+    out: Vec<u8>,
+    /// Bytes of `out` already written.
+    written: usize,
+    /// A non-blocking connect not yet known to have succeeded.
+    pub connecting: bool,
+}
+
+/// What a read found besides frames.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReadEnd {
+    /// The socket has nothing more for now.
+    Open,
+    /// The peer closed the stream, or it broke.
+    Closed,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream) -> Conn {
+        let _ = stream.set_nodelay(true);
+        Conn { stream, inbuf: Vec::with_capacity(CHUNK), consumed: 0, out: Vec::new(), written: 0, connecting: false }
+    }
+
+    /// Connect without blocking the loop longer than `timeout`.
+    pub fn connect(addr: std::net::SocketAddr, timeout: std::time::Duration) -> io::Result<Conn> {
+        let s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        s.set_nonblocking(true)?;
+        Ok(Conn::new(TcpStream::from_std(s)))
+    }
+
+    /// Start connecting without blocking; the stream becomes writable once
+    /// it is connected (then call [`Conn::connected`]).
+    pub fn start_connect(addr: std::net::SocketAddr) -> io::Result<Conn> {
+        let mut c = Conn::new(TcpStream::connect(addr)?);
+        c.connecting = true;
+        Ok(c)
+    }
+
+    /// After a writable event on a connecting stream: did the connect
+    /// succeed? Err if it failed.
+    pub fn connected(&mut self) -> io::Result<bool> {
+        if !self.connecting {
+            return Ok(true);
+        }
+        if let Some(e) = self.stream.take_error()? {
+            return Err(e);
+        }
+        match self.stream.peer_addr() {
+            Ok(_) => {
+                self.connecting = false;
+                let _ = self.stream.set_nodelay(true);
+                Ok(true)
+            }
+            Err(e) if e.kind() == ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn register(&mut self, r: &Registry, t: Token) -> io::Result<()> {
+        r.register(&mut self.stream, t, Interest::READABLE | Interest::WRITABLE)
+    }
+
+    /// Queue one frame.
+    pub fn queue<T: Serialize>(&mut self, v: &T) {
+        put(&mut self.out, v);
+    }
+
+    /// Queue bytes that are already framed.
+    pub fn queue_bytes(&mut self, b: &[u8]) {
+        self.out.extend_from_slice(b);
+    }
+
+    /// Bytes waiting to be written.
+    pub fn pending(&self) -> usize {
+        self.out.len() - self.written
+    }
+
+    /// Write what the socket takes; Err if the stream broke.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.connecting {
+            return Ok(());
+        }
+        while self.written < self.out.len() {
+            match self.stream.write(&self.out[self.written..]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.written == self.out.len() {
+            self.out.clear();
+            self.written = 0;
+        }
+        Ok(())
+    }
+
+    /// Read everything the socket holds and hand each whole frame to `f`.
+    pub fn read_frames(&mut self, mut f: impl FnMut(&[u8])) -> io::Result<ReadEnd> {
+        let mut chunk = [0u8; CHUNK];
+        let end = loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => break ReadEnd::Closed,
+                Ok(n) => {
+                    self.inbuf.extend_from_slice(&chunk[..n]);
+                    self.cut(&mut f)?;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break ReadEnd::Open,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break ReadEnd::Closed,
+            }
+        };
+        Ok(end)
+    }
+
+    /// Hand every whole frame in the buffer to `f`, keep the partial tail.
+    fn cut(&mut self, f: &mut impl FnMut(&[u8])) -> io::Result<()> {
+        loop {
+            let rest = &self.inbuf[self.consumed..];
+            if rest.len() < 4 {
+                break;
+            }
+            let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+            if len > MAX_FRAME {
+                return Err(io::Error::new(ErrorKind::InvalidData, format!("frame of {len} bytes exceeds {MAX_FRAME}")));
+            }
+            if rest.len() < 4 + len {
+                break;
+            }
+            f(&rest[4..4 + len]);
+            self.consumed += 4 + len;
+        }
+        self.inbuf.drain(..self.consumed);
+        self.consumed = 0;
+        Ok(())
+    }
+}
+
+/// Decode one frame's payload.
+pub fn decode<T: DeserializeOwned>(b: &[u8]) -> io::Result<T> {
+    bincode::deserialize(b).map_err(|e| io::Error::new(ErrorKind::InvalidData, e))
+}
