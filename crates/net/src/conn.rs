@@ -17,9 +17,11 @@ const CHUNK: usize = 64 << 10;
 
 pub struct Conn {
     pub stream: TcpStream,
+    /// Read buffer (all of it initialized): bytes `consumed..filled` are
+    /// read and not yet cut into frames.
     inbuf: Vec<u8>,
-    /// Bytes of `inbuf` already cut into frames.
     consumed: usize,
+    filled: usize,
     out: Vec<u8>,
     /// Bytes of `out` already written.
     written: usize,
@@ -39,7 +41,7 @@ pub enum ReadEnd {
 impl Conn {
     pub fn new(stream: TcpStream) -> Conn {
         let _ = stream.set_nodelay(true);
-        Conn { stream, inbuf: Vec::with_capacity(CHUNK), consumed: 0, out: Vec::new(), written: 0, connecting: false }
+        Conn { stream, inbuf: vec![0; CHUNK], consumed: 0, filled: 0, out: Vec::new(), written: 0, connecting: false }
     }
 
     /// Connect without blocking the loop longer than `timeout`.
@@ -118,43 +120,58 @@ impl Conn {
     }
 
     /// Read everything the socket holds and hand each whole frame to `f`.
+    /// A short read means the socket was drained (its next bytes raise a
+    /// new readiness edge), so it ends the loop without one more `read`.
     pub fn read_frames(&mut self, mut f: impl FnMut(&[u8])) -> io::Result<ReadEnd> {
-        let mut chunk = [0u8; CHUNK];
-        let end = loop {
-            match self.stream.read(&mut chunk) {
-                Ok(0) => break ReadEnd::Closed,
+        loop {
+            self.make_room();
+            let room = self.inbuf.len() - self.filled;
+            match self.stream.read(&mut self.inbuf[self.filled..]) {
+                Ok(0) => return Ok(ReadEnd::Closed),
                 Ok(n) => {
-                    self.inbuf.extend_from_slice(&chunk[..n]);
+                    self.filled += n;
                     self.cut(&mut f)?;
+                    if n < room {
+                        return Ok(ReadEnd::Open);
+                    }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break ReadEnd::Open,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(ReadEnd::Open),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => break ReadEnd::Closed,
+                Err(_) => return Ok(ReadEnd::Closed),
             }
-        };
-        Ok(end)
+        }
+    }
+
+    /// Move the unread tail to the front, and grow the buffer when the
+    /// tail is a frame bigger than what is left.
+    fn make_room(&mut self) {
+        if self.consumed > 0 {
+            self.inbuf.copy_within(self.consumed..self.filled, 0);
+            self.filled -= self.consumed;
+            self.consumed = 0;
+        }
+        if self.inbuf.len() - self.filled < CHUNK / 4 {
+            self.inbuf.resize(self.inbuf.len() + CHUNK, 0);
+        }
     }
 
     /// Hand every whole frame in the buffer to `f`, keep the partial tail.
     fn cut(&mut self, f: &mut impl FnMut(&[u8])) -> io::Result<()> {
         loop {
-            let rest = &self.inbuf[self.consumed..];
+            let rest = &self.inbuf[self.consumed..self.filled];
             if rest.len() < 4 {
-                break;
+                return Ok(());
             }
             let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
             if len > MAX_FRAME {
                 return Err(io::Error::new(ErrorKind::InvalidData, format!("frame of {len} bytes exceeds {MAX_FRAME}")));
             }
             if rest.len() < 4 + len {
-                break;
+                return Ok(());
             }
             f(&rest[4..4 + len]);
             self.consumed += 4 + len;
         }
-        self.inbuf.drain(..self.consumed);
-        self.consumed = 0;
-        Ok(())
     }
 }
 

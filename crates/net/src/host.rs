@@ -99,6 +99,7 @@ pub(crate) struct Host<P: Wire> {
     local: VecDeque<Input<P>>,
     out: Vec<Command<P>>,
     start: Instant,
+    clock: u64,
     lease_until: u64,
     /// Heartbeats sent and not yet answered: (seq, sent at).
     beats: VecDeque<(u64, u64)>,
@@ -126,7 +127,7 @@ impl<P: Wire> Host<P> {
         let manager = cfg.manager.map(|a| Link::new(a, Hello::ToManager { node: cfg.id, secret: cfg.secret }));
         let mut h = Host {
             cfg, proto, nvm, config, poll, listener, stop, inbound: HashMap::new(), next_conn: 0, peers, manager,
-            sessions: HashMap::new(), timers: BinaryHeap::new(), local: VecDeque::new(), out: Vec::new(), start: Instant::now(),
+            sessions: HashMap::new(), timers: BinaryHeap::new(), local: VecDeque::new(), out: Vec::new(), start: Instant::now(), clock: 0,
             lease_until: 0, beats: VecDeque::new(), next_beat: 0, parked: VecDeque::new(), unsynced: Vec::new(), stats: NodeStats::default(),
         };
         h.register_listener()?;
@@ -137,15 +138,23 @@ impl<P: Wire> Host<P> {
         Ok(h)
     }
 
+    /// The time of this round of the loop (read once per round: inputs
+    /// of one round share it).
     pub(crate) fn now(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+        self.clock
+    }
+
+    fn tick(&mut self) {
+        self.clock = self.start.elapsed().as_nanos() as u64;
     }
 
     fn run(&mut self) -> io::Result<()> {
         let mut events = mio::Events::with_capacity(1024);
         while !self.stop.load(Ordering::Relaxed) {
+            self.tick();
             let wait = self.next_deadline().saturating_sub(self.now());
             self.poll_once(&mut events, Duration::from_nanos(wait))?;
+            self.tick();
             self.fire_timers();
             self.heartbeat();
             self.sync_nvm()?;
