@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use tandem_ddp::load::{Load, LoadConfig};
+use tandem_ddp::ycsb_session::SessionPlan;
+use tandem_workloads::ycsb::Ycsb;
 use tandem_ddp::{Bugs, DdpFactory, Model, Params};
 use tandem_net::host::{self, HostConfig};
 use tandem_net::manager::{self, ManagerConfig};
@@ -117,10 +119,18 @@ pub struct LoadArgs {
     sessions: u64,
     #[arg(long, default_value_t = 0)]
     first_session: u64,
-    #[arg(long, default_value_t = 1000)]
-    keys: u64,
-    #[arg(long, default_value_t = 0.5)]
-    read_ratio: f64,
+    /// ycsb-a, ycsb-b, ycsb-c or ycsb-w (Zipfian keys unless --uniform).
+    #[arg(long, default_value = "ycsb-a")]
+    workload: String,
+    /// Records (keys).
+    #[arg(long, visible_alias = "keys", default_value_t = 1000)]
+    records: u64,
+    #[arg(long)]
+    uniform: bool,
+    /// The cluster's model: its scopes and transactions shape the sessions
+    /// (Scope: a persist every 10 writes; Trans: transactions of 5 requests).
+    #[arg(long, default_value = "lin-synch")]
+    model: String,
     /// Seconds.
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
@@ -135,16 +145,13 @@ pub struct LoadArgs {
 }
 
 pub fn load(a: LoadArgs) -> Result<(), String> {
-    if !(0.0..=1.0).contains(&a.read_ratio) {
-        return Err("--read-ratio must be in [0, 1]".into());
-    }
+    let plan = SessionPlan::paper(Ycsb::new(&a.workload, a.records, a.uniform)?, Model::parse(&a.model)?);
     let cfg = LoadConfig {
         nodes: parse_addrs(&a.nodes)?,
         secret: secret(a.secret.as_deref())?,
         sessions: a.sessions,
         first_session: a.first_session,
-        keys: a.keys.max(1),
-        read_ratio: a.read_ratio,
+        plan,
         seed: a.seed,
         timeout: Duration::from_secs(2),
     };
@@ -157,9 +164,10 @@ pub fn load(a: LoadArgs) -> Result<(), String> {
         eprintln!("  {:.0} s: {} ops/s", epoch.elapsed().as_secs_f64(), now - last);
         last = now;
     }
+    let requests = load.completed.load(std::sync::atomic::Ordering::Relaxed);
     let ops = load.stop();
     let done = ops.iter().filter(|o| o.complete_ns.is_some()).count();
-    println!("{done} operations completed, {} unknown, {:.0} ops/s", ops.len() - done, done as f64 / a.duration);
+    println!("{requests} requests completed, {:.0} per second; history: {done} operations completed, {} unknown (transactional requests are not recorded)", requests as f64 / a.duration, ops.len() - done);
     if let Some(p) = &a.history {
         tandem_check::write_jsonl(p, &ops)?;
     }

@@ -81,7 +81,7 @@ impl Cluster {
     }
 
     fn load(&self, sessions: u64, epoch: Instant) -> Load {
-        let cfg = LoadConfig { nodes: self.peers.clone(), secret: u64::from_str_radix(SECRET, 16).unwrap(), sessions, first_session: 0, keys: 50, read_ratio: 0.5, seed: 7, timeout: Duration::from_secs(2) };
+        let cfg = LoadConfig { nodes: self.peers.clone(), secret: u64::from_str_radix(SECRET, 16).unwrap(), sessions, first_session: 0, plan: tandem_ddp::ycsb_session::SessionPlan::uniform(50, 0.5), seed: 7, timeout: Duration::from_secs(2) };
         Load::start(&cfg, epoch)
     }
 }

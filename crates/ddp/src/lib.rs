@@ -20,6 +20,8 @@
 //!
 //!   and for all `scope.rs` (scopes) and `catchup.rs` (restart, full-copy
 //!   catch-up, recovery from NVM).
+//! - [`ycsb_session`]: what a YCSB client session asks next (scopes and
+//!   transactions as the model needs), and [`load`]: such sessions over TCP.
 //! - [`simcheck`]: seeded simulations with faults and crashes, checking
 //!   every promise of a model (spec §13).
 //!
@@ -43,6 +45,7 @@ mod upd_sync;
 mod update;
 pub mod vector;
 mod write;
+pub mod ycsb_session;
 
 pub use catchup::DdpFactory;
 pub use model::{Consistency, Model, Persistency, Rules};

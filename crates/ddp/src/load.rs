@@ -17,7 +17,7 @@ use tandem_net::client::{Mux, MuxEvent};
 use tandem_sim::Rng;
 
 use crate::types::{Op, Reply};
-use crate::vector::Vector;
+use crate::ycsb_session::{SessionPlan, YcsbSession};
 
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
@@ -26,8 +26,9 @@ pub struct LoadConfig {
     pub sessions: u64,
     /// Session ids start here (unique across load generators).
     pub first_session: u64,
-    pub keys: u64,
-    pub read_ratio: f64,
+    /// What each session asks (YCSB mix and key choice; scopes and
+    /// transactions as the model needs them).
+    pub plan: SessionPlan,
     pub seed: u64,
     /// How long a call may take before its outcome counts as unknown.
     pub timeout: Duration,
@@ -72,11 +73,10 @@ struct Session {
     node: usize,
     rng: Rng,
     n: u64,
-    /// The session's causal past (Causal models): every reply's update id.
-    past: Vector,
+    ycsb: YcsbSession,
     next_req: u64,
     /// The call in flight: its request number, history entry and deadline.
-    pending: Option<(u64, HistOp, u64)>,
+    pending: Option<(u64, Option<HistOp>, u64)>,
     /// Do not call before this (after failing to reach a node).
     wake_at: u64,
 }
@@ -97,7 +97,7 @@ impl Driver {
             .map(|&i| {
                 let id = cfg.first_session + i;
                 let rng = Rng::new(cfg.seed ^ id.wrapping_mul(0x9E37_79B9));
-                Session { id, node: i as usize % cfg.nodes.len(), rng, n: 0, past: Vector::default(), next_req: 0, pending: None, wake_at: 0 }
+                Session { id, node: i as usize % cfg.nodes.len(), rng, n: 0, ycsb: YcsbSession::default(), next_req: 0, pending: None, wake_at: 0 }
             })
             .collect();
         let by_id = sessions.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
@@ -132,29 +132,31 @@ impl Driver {
             }
         }
         let mut ops = self.ops;
-        ops.extend(self.sessions.into_iter().filter_map(|s| s.pending.map(|p| p.1)));
+        ops.extend(self.sessions.into_iter().filter_map(|s| s.pending.and_then(|p| p.1)));
         ops
     }
 
-    /// Start session `i`'s next operation.
+    /// Start session `i`'s next operation. Reads and writes outside
+    /// transactions go into the history; transactional requests, scope
+    /// persists, Begin and End do not (their checks run in simulation).
     fn call(&mut self, i: usize, now: u64) {
-        let (read_ratio, keys, timeout) = (self.cfg.read_ratio, self.cfg.keys, self.cfg.timeout.as_nanos() as u64);
+        let timeout = self.cfg.timeout.as_nanos() as u64;
         let s = &mut self.sessions[i];
         s.n += 1;
-        let key = s.rng.below(keys);
-        let (op, kind) = if s.rng.chance(read_ratio) {
-            (Op::Read { key, after: s.past.clone(), tx: None }, OpKind::Read { key, value: None })
-        } else {
-            let value = (s.id + 1) << 32 | s.n;
-            (Op::Write { key, value, scope: 0, after: s.past.clone(), tx: None }, OpKind::Write { key, value })
+        let op = s.ycsb.next_op(&self.cfg.plan, &mut s.rng, (s.id + 1) << 32 | s.n);
+        let kind = match op {
+            Op::Read { key, tx: None, .. } => Some(OpKind::Read { key, value: None }),
+            Op::Write { key, value, tx: None, .. } => Some(OpKind::Write { key, value }),
+            _ => None,
         };
         let req = s.next_req;
         s.next_req += 1;
-        let h = HistOp { session: s.id, node: s.node as u16, kind, invoke_ns: now, complete_ns: None, ok: true };
+        let h = kind.map(|kind| HistOp { session: s.id, node: s.node as u16, kind, invoke_ns: now, complete_ns: None, ok: true });
         if self.mux.send(s.node, s.id, req, op).is_ok() {
             s.pending = Some((req, h, now + timeout));
         } else {
             // Never sent: no effect, nothing to record. Try the next node later.
+            s.ycsb.on_reply(&self.cfg.plan, &Reply::Aborted { tx: 0 });
             s.node = (s.node + 1) % self.cfg.nodes.len();
             s.wake_at = now + RETRY_NS;
         }
@@ -166,8 +168,8 @@ impl Driver {
                 let Some(&i) = self.by_id.get(&session) else { return };
                 if self.sessions[i].pending.as_ref().is_some_and(|p| p.0 == req) {
                     let now = self.now();
-                    self.complete(i, result, now);
-                    done.fetch_add(1, Ordering::Relaxed);
+                    let n = self.complete(i, result, now);
+                    done.fetch_add(n, Ordering::Relaxed);
                 }
             }
             MuxEvent::Lost { node } => {
@@ -180,26 +182,29 @@ impl Driver {
         }
     }
 
-    fn complete(&mut self, i: usize, r: Reply, now: u64) {
+    /// Session `i`'s reply; returns the YCSB requests it completes.
+    fn complete(&mut self, i: usize, r: Reply, now: u64) -> u64 {
         let s = &mut self.sessions[i];
-        let (_, mut h, _) = s.pending.take().expect("checked by the caller");
+        let (_, h, _) = s.pending.take().expect("checked by the caller");
+        let done = s.ycsb.on_reply(&self.cfg.plan, &r);
+        let Some(mut h) = h else { return done };
         h.complete_ns = Some(now);
-        if let Reply::Read { id: Some(id), .. } | Reply::Written { id: Some(id), .. } = &r {
-            s.past.add(*id);
-        }
         // Refused (a plain write under Transactional consistency): no effect.
         h.ok = !matches!(r, Reply::Error { .. } | Reply::Aborted { .. });
         if let (OpKind::Read { value, .. }, Reply::Read { value: v, .. }) = (&mut h.kind, r) {
             *value = v;
         }
         self.ops.push(h);
+        done
     }
 
     /// Session `i`'s call has an unknown outcome; it moves to the next node.
     fn give_up(&mut self, i: usize) {
         let s = &mut self.sessions[i];
         if let Some((_, h, _)) = s.pending.take() {
-            self.ops.push(h);
+            self.ops.extend(h);
+            // An open transaction died with its coordinator's stream: restart it.
+            s.ycsb.on_reply(&self.cfg.plan, &Reply::Aborted { tx: 0 });
         }
         s.node = (s.node + 1) % self.cfg.nodes.len();
     }
