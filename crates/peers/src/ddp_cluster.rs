@@ -63,7 +63,20 @@ pub struct TandemRun {
 
 impl DdpCluster {
     /// Start five nodes of `model` with NVM files under `dir` (emptied first).
+    /// A port taken between choosing it and binding it fails a node at
+    /// start-up: then the cluster is started again on new ports (3 attempts).
     pub fn start(exe: &Path, model: &str, fsync: bool, dir: &Path) -> Result<DdpCluster, String> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::start_once(exe, model, fsync, dir) {
+                Err(e) if e.contains("cannot listen") => last = e,
+                r => return r,
+            }
+        }
+        Err(last)
+    }
+
+    fn start_once(exe: &Path, model: &str, fsync: bool, dir: &Path) -> Result<DdpCluster, String> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let addrs = (0..NODES).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;

@@ -133,7 +133,7 @@ impl KvPeer for EtcdKv {
         let n = members["members"].as_array().map_or(0, |m| m.len());
         let disk = if self.fsync { "WAL fsync'd before a commit is acknowledged (etcd's default)".to_string() } else { Self::no_fsync_method() };
         let fsyncs = match self.wal_fsyncs() {
-            Some((c, us)) => format!("; member 1 reports {c} WAL fsyncs, mean {us:.0} µs"),
+            Some((c, us)) => format!("; member 1 reports {c} WAL fsyncs, mean {us:.1} µs"),
             None => String::new(),
         };
         Ok(format!(
