@@ -91,6 +91,9 @@ fn check_seconds(v: f64, what: &str) -> Result<(), String> {
 impl CompareArgs {
     fn ddp(&self) -> Result<tandem_peers::ddp_compare::DdpCompareConfig, String> {
         use tandem_peers::ddp_compare::{DdpCompareConfig, Fsync, WORKLOADS};
+        if self.accounts.is_some() {
+            return Err("--accounts is for --system pandora; --system ddp takes --records".into());
+        }
         let workloads = match self.workload.as_deref().unwrap_or("both") {
             "both" => WORKLOADS.iter().map(|w| w.to_string()).collect(),
             w => vec![w.to_string()],

@@ -51,6 +51,18 @@ fn new_secret() -> u64 {
     (t ^ (u64::from(std::process::id()) << 32)) | 1
 }
 
+/// One measured run of a cluster.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    pub clients: u64,
+    pub records: u64,
+    pub read_ratio: f64,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub seed: u64,
+    pub progress: bool,
+}
+
 pub struct TandemRun {
     pub counts: Counts,
     pub elapsed_s: f64,
@@ -123,24 +135,26 @@ impl DdpCluster {
         Ok(())
     }
 
-    /// Write every record about three times over (uniform keys), as the
-    /// peers are loaded before they are measured. Sessions `clients..2*clients`:
+    /// Write records until five writes per record were made (uniform keys:
+    /// about 99 % of them written), as the peers are loaded before they are
+    /// measured; the rest read as absent and are counted. Sessions `clients..2*clients`:
     /// write values carry the session id, so they stay unique in the history.
     fn preload(&self, clients: u64, records: u64, seed: u64, epoch: Instant) -> Vec<HistOp> {
         let load = Load::start(&self.load_config(clients, clients, records, 0.0, seed ^ 0x5eed), epoch);
         let until = Instant::now() + PRELOAD_LIMIT;
-        while load.completed.load(Ordering::Relaxed) < 3 * records && Instant::now() < until {
+        while load.completed.load(Ordering::Relaxed) < 5 * records && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(10));
         }
         load.stop()
     }
 
     /// Preload, then `clients` sessions for a warm-up and a measured interval.
-    pub fn run(&self, clients: u64, records: u64, read_ratio: f64, warmup: Duration, duration: Duration, seed: u64, progress: bool) -> TandemRun {
+    pub fn run(&self, spec: &RunSpec) -> TandemRun {
+        let RunSpec { clients, records, duration, progress, .. } = *spec;
         let epoch = Instant::now();
-        let mut history = self.preload(clients, records, seed, epoch);
-        let load = Load::start(&self.load_config(clients, 0, records, read_ratio, seed), epoch);
-        std::thread::sleep(warmup);
+        let mut history = self.preload(clients, records, spec.seed, epoch);
+        let load = Load::start(&self.load_config(clients, 0, records, spec.read_ratio, spec.seed), epoch);
+        std::thread::sleep(spec.warmup);
         let t0 = epoch.elapsed();
         let mut last = (t0, load.completed.load(Ordering::Relaxed));
         while epoch.elapsed() - t0 < duration {

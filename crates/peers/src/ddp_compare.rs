@@ -19,7 +19,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use tandem_workloads::ycsb::Ycsb;
 
-use crate::ddp_cluster::{DdpCluster, TandemRun, NODES};
+use crate::ddp_cluster::{DdpCluster, RunSpec, TandemRun, NODES};
 use crate::kv::{EtcdKv, KvPeer, RedisKv};
 use crate::kv_driver::{drive, Counts, KvDriveConfig};
 use crate::system::Endpoints;
@@ -153,6 +153,10 @@ pub struct DdpComparison {
     pub fsync: Fsync,
     pub seed: u64,
     pub nodes: usize,
+    /// Every process (nodes, servers, clients) shares these cores.
+    pub cores: usize,
+    /// The 1-minute load average when the run started (other work on the machine).
+    pub load_average_at_start: Option<f64>,
     pub workloads: Vec<WorkloadResult>,
 }
 
@@ -225,7 +229,8 @@ fn run_tandem(cfg: &DdpCompareConfig, w: &Ycsb, model: &str, fsync: bool) -> Res
         eprintln!("compare: {} on {}, {} clients, {:.1}s warm-up + {:.1}s measured", id, w.name, cfg.clients, cfg.warmup.as_secs_f64(), cfg.duration.as_secs_f64());
     }
     let cluster = DdpCluster::start(&cfg.tandem_exe, model, fsync, &cfg.nvm_dir.join(&id))?;
-    let r: TandemRun = cluster.run(cfg.clients as u64, cfg.records, w.read_ratio, cfg.warmup, cfg.duration, cfg.seed, cfg.progress);
+    let spec = RunSpec { clients: cfg.clients as u64, records: cfg.records, read_ratio: w.read_ratio, warmup: cfg.warmup, duration: cfg.duration, seed: cfg.seed, progress: cfg.progress };
+    let r: TandemRun = cluster.run(&spec);
     drop(cluster);
     let mut out = row(id, tandem_durability(model, fsync), cfg, TANDEM_VALUE_BYTES, &r.counts, r.elapsed_s, &r.hist);
     if r.failed > 0 {
@@ -289,6 +294,7 @@ pub fn compare_ddp(cfg: &DdpCompareConfig) -> Result<DdpComparison, String> {
     for peer in pairs.iter().flat_map(|p| &p.peers) {
         peer.durability().map_err(|e| format!("{} is not reachable on {} ({e}); start the peers with `{PEERS_SCRIPT}`", peer.id(), peer.endpoint()))?;
     }
+    let load_average_at_start = std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok());
     let workloads = cfg.workloads.iter().map(|w| run_workload(cfg, w, &pairs)).collect::<Result<Vec<_>, _>>()?;
     Ok(DdpComparison {
         records: cfg.records,
@@ -301,6 +307,8 @@ pub fn compare_ddp(cfg: &DdpCompareConfig) -> Result<DdpComparison, String> {
         fsync: cfg.fsync,
         seed: cfg.seed,
         nodes: NODES,
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        load_average_at_start,
         workloads,
     })
 }
@@ -322,6 +330,10 @@ fn header(c: &DdpComparison) -> String {
         s += &format!(", Tandem's {} bytes (tandem_ddp::load writes 8-byte values)", c.tandem_value_bytes);
     } else {
         s += " (Tandem's too)";
+    }
+    s += &format!("; every process on {} cores", c.cores);
+    if let Some(l) = c.load_average_at_start {
+        s += &format!(" (load average {l:.1} at the start)");
     }
     s + "\n"
 }
@@ -375,6 +387,9 @@ pub fn render_markdown(c: &DdpComparison, command: &str) -> String {
             }
             if r.unconfirmed_writes > 0 {
                 notes.push(format!("{} writes unconfirmed", r.unconfirmed_writes));
+            }
+            if r.missing_reads > 0 {
+                notes.push(format!("{} reads found no value ({:.2} %)", r.missing_reads, 100.0 * r.missing_reads as f64 / r.reads.max(1) as f64));
             }
             notes.extend(r.errors.iter().take(2).cloned());
             s += &format!("| {} | {} | {:.0} | {} | {} | {} |\n", w.workload, r.id, r.ops_per_s, r.p50_us, r.p99_us, notes.join("; "));
