@@ -7,7 +7,7 @@
 #   redis-repl  Redis primary plus 2 replicas (`replicaof`, asynchronous), no AOF, no RDB
 #   etcd-nofsync  a second 3-member etcd without WAL fsync: `--unsafe-no-fsync` where `etcd --help`
 #             lists it, otherwise its data directories on tmpfs (/dev/shm); the mode is written to
-#             $PEERS_DIR/etcd-nofsync/mode and printed
+#             $PEERS_DIR/etcd-nofsync/mode and printed; `stop` deletes its tmpfs data
 #
 #   usage: scripts/peers.sh install|start|stop|status [postgres|redis|etcd|redis-repl|etcd-nofsync|ddp|all]
 #     (default all; ddp = the three that `tandem compare --system ddp` uses: etcd, etcd-nofsync, redis-repl)
@@ -237,6 +237,8 @@ etcd_stop() {
         rm -f "$ETCD_STATE/m$i.pid"
     done
     [ "$stopped" -eq 0 ] || say "stopped $ETCD_NAME on $(etcd_endpoints)"
+    # Data on tmpfs is memory (WAL segments are preallocated, 64 MB each): give it back.
+    if [ "$ETCD_DATA" != "$ETCD_STATE" ] && [ -d "$ETCD_DATA" ]; then rm -rf "$ETCD_DATA"; fi
 }
 
 etcd_status() {

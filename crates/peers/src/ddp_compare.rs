@@ -228,13 +228,17 @@ fn run_tandem(cfg: &DdpCompareConfig, w: &Ycsb, model: &str, fsync: bool) -> Res
     if cfg.progress {
         eprintln!("compare: {} on {}, {} clients, {:.1}s warm-up + {:.1}s measured", id, w.name, cfg.clients, cfg.warmup.as_secs_f64(), cfg.duration.as_secs_f64());
     }
-    let cluster = DdpCluster::start(&cfg.tandem_exe, model, fsync, &cfg.nvm_dir.join(&id))?;
+    let dir = cfg.nvm_dir.join(&id);
+    let cluster = DdpCluster::start(&cfg.tandem_exe, model, fsync, &dir)?;
     let spec = RunSpec { clients: cfg.clients as u64, records: cfg.records, read_ratio: w.read_ratio, warmup: cfg.warmup, duration: cfg.duration, seed: cfg.seed, progress: cfg.progress };
     let r: TandemRun = cluster.run(&spec);
     drop(cluster);
     let mut out = row(id, tandem_durability(model, fsync), cfg, TANDEM_VALUE_BYTES, &r.counts, r.elapsed_s, &r.hist);
     if r.failed > 0 {
-        out.errors.push(format!("{} operations failed or got no reply", r.failed));
+        out.errors.push(format!("{} operations failed or got no reply (node logs in {})", r.failed, dir.display()));
+    } else {
+        // 64 MB of NVM file per node: kept only when something went wrong.
+        let _ = std::fs::remove_dir_all(&dir);
     }
     if cfg.check && model.starts_with("lin-") {
         let t = std::time::Instant::now();
