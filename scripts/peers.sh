@@ -4,8 +4,13 @@
 #   postgres  PostgreSQL (package `postgresql`), one server, through scripts/postgres.sh
 #   redis     Redis (package `redis-server`), one server, no replication, no AOF, no RDB
 #   etcd      etcd (package `etcd-server`, plus `etcd-client` for etcdctl), 3 members, Raft
+#   redis-repl  Redis primary plus 2 replicas (`replicaof`, asynchronous), no AOF, no RDB
+#   etcd-nofsync  a second 3-member etcd without WAL fsync: `--unsafe-no-fsync` where `etcd --help`
+#             lists it, otherwise its data directories on tmpfs (/dev/shm); the mode is written to
+#             $PEERS_DIR/etcd-nofsync/mode and printed; `stop` deletes its tmpfs data
 #
-#   usage: scripts/peers.sh install|start|stop|status [postgres|redis|etcd|all]   (default all)
+#   usage: scripts/peers.sh install|start|stop|status [postgres|redis|etcd|redis-repl|etcd-nofsync|ddp|all]
+#     (default all; ddp = the three that `tandem compare --system ddp` uses: etcd, etcd-nofsync, redis-repl)
 #     install  install the Debian packages that are missing
 #     start    install if needed, start the servers, wait until each answers (idempotent)
 #     stop     stop the servers (data is kept; `start` resumes them)
@@ -16,6 +21,9 @@
 #   PEERS_REDIS_PORT  Redis port (default 56379)
 #   PEERS_REDIS_AOF   on: append-only file with appendfsync everysec (default off)
 #   PEERS_ETCD_PORT   client port of member 1 (default 52379); member i listens on +10*(i-1), peers on +1
+#   PEERS_REDIS_REPL_PORT   primary's port of redis-repl (default 56380); replicas on +1 and +2
+#   PEERS_ETCD_NOFSYNC_PORT client port of etcd-nofsync's member 1 (default 52479), laid out as etcd's
+#   PEERS_TMPFS       tmpfs for etcd-nofsync's data when the flag is missing (default /dev/shm)
 #
 # Exit status 3 means a server is not installed and cannot be (no apt-get, or
 # not root): callers may skip on that, and only on that.
@@ -25,7 +33,12 @@ cd "$(dirname "$0")/.."
 DIR="${PEERS_DIR:-$PWD/target/peers}"
 PG_PORT="${PEERS_PG_PORT:-55432}"
 REDIS_PORT="${PEERS_REDIS_PORT:-56379}"
-ETCD_PORT="${PEERS_ETCD_PORT:-52379}"
+ETCD_FSYNC_PORT="${PEERS_ETCD_PORT:-52379}"
+ETCD_NOFSYNC_PORT="${PEERS_ETCD_NOFSYNC_PORT:-52479}"
+REPL_PORT="${PEERS_REDIS_REPL_PORT:-56380}"
+TMPFS="${PEERS_TMPFS:-/dev/shm}"
+# The etcd cluster the etcd_* functions act on (set by use_etcd).
+ETCD_PORT="$ETCD_FSYNC_PORT" ETCD_NAME=etcd ETCD_STATE="$DIR/etcd" ETCD_DATA="$DIR/etcd" ETCD_EXTRA=()
 
 die() { echo "peers.sh: $1" >&2; exit "${2:-1}"; }
 say() { echo "peers.sh: $*" >&2; }
@@ -129,8 +142,40 @@ etcd_install() {
     apt_install etcd etcd-server etcd-client
 }
 
+# Select the cluster: `etcd` (WAL fsync'd, etcd's default) or `etcd-nofsync`.
+use_etcd() {
+    ETCD_NAME="$1"
+    ETCD_STATE="$DIR/$1"
+    ETCD_DATA="$ETCD_STATE"
+    ETCD_EXTRA=()
+    case "$1" in
+        etcd) ETCD_PORT="$ETCD_FSYNC_PORT" ;;
+        etcd-nofsync)
+            ETCD_PORT="$ETCD_NOFSYNC_PORT"
+            if [ -f "$ETCD_STATE/mode" ] && [ "$(cat "$ETCD_STATE/mode")" = tmpfs ]; then
+                ETCD_DATA="$TMPFS/tandem-etcd-nofsync-$ETCD_PORT"
+            fi
+            ;;
+    esac
+}
+
+# etcd-nofsync: the flag where this etcd has it, else the data on tmpfs (fsync there writes to no device).
+etcd_nofsync_mode() {
+    mkdir -p "$ETCD_STATE"
+    if etcd --help 2>&1 | grep -q -- '--unsafe-no-fsync'; then
+        echo unsafe-no-fsync >"$ETCD_STATE/mode"
+        ETCD_EXTRA=(--unsafe-no-fsync)
+    else
+        [ "$(stat -f -c %T "$TMPFS" 2>/dev/null)" = tmpfs ] ||
+            die "etcd $(etcd --version | head -1 | awk '{print $3}') has no --unsafe-no-fsync and $TMPFS is not a tmpfs (set PEERS_TMPFS)"
+        echo tmpfs >"$ETCD_STATE/mode"
+        ETCD_DATA="$TMPFS/tandem-etcd-nofsync-$ETCD_PORT"
+    fi
+    say "etcd-nofsync: $(cat "$ETCD_STATE/mode")${ETCD_EXTRA[*]:+ flag}$([ "$ETCD_DATA" = "$ETCD_STATE" ] || echo " (data in $ETCD_DATA)")"
+}
+
 etcd_member_pid() {
-    local pidfile="$DIR/etcd/m$1.pid" pid
+    local pidfile="$ETCD_STATE/m$1.pid" pid
     [ -f "$pidfile" ] || return 1
     pid="$(cat "$pidfile")"
     kill -0 "$pid" 2>/dev/null || return 1
@@ -144,38 +189,40 @@ etcd_ready() {
 
 etcd_start() {
     etcd_install
-    local data="$DIR/etcd" i cluster="" state=new
+    local i cluster="" state=new
     if etcd_ready; then
-        say "etcd already answers on $(etcd_endpoints)"
+        say "$ETCD_NAME already answers on $(etcd_endpoints)"
         return 0
     fi
-    mkdir -p "$data"
+    mkdir -p "$ETCD_STATE"
+    if [ "$ETCD_NAME" = etcd-nofsync ]; then etcd_nofsync_mode; fi
+    mkdir -p "$ETCD_DATA"
     for i in 1 2 3; do cluster="$cluster${cluster:+,}m$i=http://127.0.0.1:$(etcd_peer_port "$i")"; done
-    [ -d "$data/m1/member" ] && state=existing
+    [ -d "$ETCD_DATA/m1/member" ] && state=existing
     for i in 1 2 3; do
         etcd_member_pid "$i" >/dev/null && continue
         local c p
         c="$(etcd_client_port "$i")"
         p="$(etcd_peer_port "$i")"
         # A fresh session (setsid) so that the members outlive the caller's job control.
-        setsid etcd --name "m$i" --data-dir "$data/m$i" \
+        setsid etcd --name "m$i" --data-dir "$ETCD_DATA/m$i" "${ETCD_EXTRA[@]}" \
             --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
             --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
-            --initial-cluster "$cluster" --initial-cluster-state "$state" --initial-cluster-token tandem-peers \
-            --logger zap --log-outputs stderr >"$data/m$i.log" 2>&1 </dev/null &
-        echo $! >"$data/m$i.pid"
+            --initial-cluster "$cluster" --initial-cluster-state "$state" --initial-cluster-token "tandem-$ETCD_NAME" \
+            --logger zap --log-outputs stderr >"$ETCD_STATE/m$i.log" 2>&1 </dev/null &
+        echo $! >"$ETCD_STATE/m$i.pid"
     done
     for _ in $(seq 1 300); do
         if etcd_ready; then
-            say "etcd (3 members) answers on $(etcd_endpoints) (data in $data)"
+            say "$ETCD_NAME (3 members) answers on $(etcd_endpoints) (data in $ETCD_DATA)"
             return 0
         fi
         for i in 1 2 3; do
-            etcd_member_pid "$i" >/dev/null || { tail -20 "$data/m$i.log" >&2; die "etcd member m$i exited during start-up (log: $data/m$i.log)"; }
+            etcd_member_pid "$i" >/dev/null || { tail -20 "$ETCD_STATE/m$i.log" >&2; die "$ETCD_NAME member m$i exited during start-up (log: $ETCD_STATE/m$i.log)"; }
         done
         sleep 0.1
     done
-    die "etcd did not become healthy on $(etcd_endpoints) within 30 s (logs: $data/m*.log)"
+    die "$ETCD_NAME did not become healthy on $(etcd_endpoints) within 30 s (logs: $ETCD_STATE/m*.log)"
 }
 
 etcd_stop() {
@@ -187,35 +234,103 @@ etcd_stop() {
             kill -9 "$pid" 2>/dev/null || true
             stopped=1
         fi
-        rm -f "$DIR/etcd/m$i.pid"
+        rm -f "$ETCD_STATE/m$i.pid"
     done
-    [ "$stopped" -eq 0 ] || say "stopped etcd on $(etcd_endpoints)"
+    [ "$stopped" -eq 0 ] || say "stopped $ETCD_NAME on $(etcd_endpoints)"
+    # Data on tmpfs is memory (WAL segments are preallocated, 64 MB each): give it back.
+    if [ "$ETCD_DATA" != "$ETCD_STATE" ] && [ -d "$ETCD_DATA" ]; then rm -rf "$ETCD_DATA"; fi
 }
 
 etcd_status() {
-    if etcd_ready; then echo "etcd on $(etcd_endpoints): running"; else echo "etcd on $(etcd_endpoints): not running"; return 1; fi
+    if etcd_ready; then echo "$ETCD_NAME on $(etcd_endpoints): running"; else echo "$ETCD_NAME on $(etcd_endpoints): not running"; return 1; fi
+}
+
+# ------------------------------------------------------ Redis with replicas
+# A primary and two replicas (`replicaof`, asynchronous replication), each its own
+# server on its own port, no AOF, no RDB: every copy is in memory only.
+repl_port() { echo $((REPL_PORT + $1)); } # 0: primary, 1-2: replicas
+
+repl_ping() { [ "$(timeout 2 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null || true)" = PONG ]; }
+
+repl_ready() {
+    command -v redis-cli >/dev/null || return 1
+    local n
+    n="$(timeout 2 redis-cli -h 127.0.0.1 -p "$(repl_port 0)" info replication 2>/dev/null | tr -d '\r' | sed -n 's/^connected_slaves://p')"
+    [ "${n:-0}" -ge 2 ]
+}
+
+repl_start() {
+    redis_install
+    local i port data
+    if repl_ready; then
+        say "Redis with 2 replicas already answers on 127.0.0.1:$(repl_port 0)"
+        return 0
+    fi
+    for i in 0 1 2; do
+        port="$(repl_port "$i")"
+        data="$DIR/redis-repl/s$i"
+        repl_ping "$port" && continue
+        mkdir -p "$data"
+        local role=()
+        [ "$i" -gt 0 ] && role=(--replicaof 127.0.0.1 "$(repl_port 0)")
+        redis-server --port "$port" --bind 127.0.0.1 --protected-mode no --dir "$data" \
+            --save "" --appendonly no "${role[@]}" --daemonize yes --pidfile "$data/redis.pid" --logfile "$data/redis.log" ||
+            die "redis-server (redis-repl s$i) failed to start (log: $data/redis.log)"
+    done
+    for _ in $(seq 1 200); do
+        if repl_ready; then
+            say "Redis primary on 127.0.0.1:$(repl_port 0), replicas on $(repl_port 1) and $(repl_port 2) (data in $DIR/redis-repl)"
+            return 0
+        fi
+        sleep 0.1
+    done
+    tail -5 "$DIR"/redis-repl/s*/redis.log >&2 || true
+    die "Redis primary on 127.0.0.1:$(repl_port 0) did not see 2 replicas within 20 s"
+}
+
+repl_stop() {
+    local i pidfile pid stopped=0
+    for i in 2 1 0; do
+        pidfile="$DIR/redis-repl/s$i/redis.pid"
+        [ -f "$pidfile" ] || continue
+        pid="$(cat "$pidfile")"
+        if kill -0 "$pid" 2>/dev/null; then
+            timeout 5 redis-cli -h 127.0.0.1 -p "$(repl_port "$i")" shutdown nosave >/dev/null 2>&1 || kill "$pid" 2>/dev/null || true
+            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+            kill -9 "$pid" 2>/dev/null || true
+            stopped=1
+        fi
+        rm -f "$pidfile"
+    done
+    [ "$stopped" -eq 0 ] || say "stopped Redis with replicas on 127.0.0.1:$(repl_port 0)-$(repl_port 2)"
+}
+
+repl_status() {
+    if repl_ready; then echo "redis-repl on 127.0.0.1:$(repl_port 0) (+2 replicas): running"; else echo "redis-repl on 127.0.0.1:$(repl_port 0): not running"; return 1; fi
 }
 
 # ---------------------------------------------------------------------- main
 action="${1:-}"
 which="${2:-all}"
 case "$which" in
-    all) systems=(postgres redis etcd) ;;
-    postgres | redis | etcd) systems=("$which") ;;
-    *) die "unknown system '$which' (expected postgres, redis, etcd or all)" 2 ;;
+    all) systems=(postgres redis etcd redis-repl etcd-nofsync) ;;
+    ddp) systems=(etcd etcd-nofsync redis-repl) ;;
+    postgres | redis | etcd | redis-repl | etcd-nofsync) systems=("$which") ;;
+    *) die "unknown system '$which' (expected postgres, redis, etcd, redis-repl, etcd-nofsync, ddp or all)" 2 ;;
 esac
-prefix() { case "$1" in postgres) echo pg ;; *) echo "$1" ;; esac; }
+prefix() { case "$1" in postgres) echo pg ;; redis-repl) echo repl ;; etcd*) echo etcd ;; *) echo "$1" ;; esac; }
 
 mkdir -p "$DIR"
 rc=0
 for s in "${systems[@]}"; do
     p="$(prefix "$s")"
+    case "$s" in etcd*) use_etcd "$s" ;; esac
     case "$action" in
         install) "${p}_install" ;;
         start) "${p}_start" ;;
         stop) "${p}_stop" ;;
         status) "${p}_status" || rc=1 ;;
-        *) die "usage: $0 install|start|stop|status [postgres|redis|etcd|all]" 2 ;;
+        *) die "usage: $0 install|start|stop|status [postgres|redis|etcd|redis-repl|etcd-nofsync|ddp|all]" 2 ;;
     esac
 done
 exit "$rc"

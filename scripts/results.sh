@@ -117,6 +117,8 @@ run $T experiment all
 run bash scripts/peers.sh start all
 run $T compare --workload smallbank --duration 5 --json docs/results/compare-smallbank.json --markdown docs/RESULTS.md
 run $T compare --workload micro --duration 5 --json docs/results/compare-micro.json --markdown docs/RESULTS.md
+# Issue 10: DDP's node processes beside etcd (with and without WAL fsync) and Redis with replicas.
+run $T compare --system ddp --workload both --duration 5 --json docs/results/compare-ddp.json --markdown docs/RESULTS.md
 bash scripts/peers.sh stop all >/dev/null 2>&1 || true
 bash scripts/postgres.sh stop >/dev/null 2>&1 || true
 echo "wrote docs/RESULTS.md" >&2

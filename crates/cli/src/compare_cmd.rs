@@ -1,5 +1,8 @@
 //! `tandem compare`: Tandem against PostgreSQL, Redis and etcd on the same
-//! workload (the servers come from `scripts/peers.sh start`).
+//! workload (the servers come from `scripts/peers.sh start`). `--system
+//! pandora` (the default): Pandora transactions on SmallBank or micro;
+//! `--system ddp`: DDP's node processes on YCSB against etcd and Redis with
+//! replicas (`scripts/peers.sh start ddp`).
 
 use std::time::Duration;
 
@@ -14,18 +17,23 @@ use crate::args::write_json;
 
 #[derive(Args)]
 pub struct CompareArgs {
-    /// smallbank or micro.
-    #[arg(long, default_value = "smallbank")]
-    workload: String,
+    /// pandora (transactions vs PostgreSQL, Redis, etcd) or ddp (YCSB: lin-synch vs etcd,
+    /// eventual-eventual vs Redis with replicas).
+    #[arg(long, default_value = "pandora")]
+    system: String,
+    /// pandora: smallbank (default) or micro. ddp: ycsb-a, ycsb-b or both (default).
+    #[arg(long)]
+    workload: Option<String>,
     /// Systems to run, comma-separated, in order: tandem, postgres, redis, etcd.
     #[arg(long, default_value = "tandem,postgres,redis,etcd")]
     systems: String,
-    /// Concurrent clients per system (Tandem: coordinators over two compute threads).
-    #[arg(long, default_value_t = 16)]
-    clients: usize,
-    /// Measured seconds per system.
-    #[arg(long, default_value_t = 5.0)]
-    duration: f64,
+    /// Concurrent clients per system (pandora: coordinators over two compute threads;
+    /// ddp: client sessions). Default 16.
+    #[arg(long)]
+    clients: Option<usize>,
+    /// Measured seconds per system (default: pandora 5, ddp 3).
+    #[arg(long)]
+    duration: Option<f64>,
     /// Unmeasured seconds before each system's measurement.
     #[arg(long, default_value_t = 0.5)]
     warmup: f64,
@@ -37,6 +45,22 @@ pub struct CompareArgs {
     write_ratio: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// ddp: YCSB records (keys).
+    #[arg(long, default_value_t = 1000)]
+    records: u64,
+    /// ddp: the peers' value size in bytes (Tandem's load writes 8-byte values).
+    #[arg(long, default_value_t = 8)]
+    value_size: usize,
+    /// ddp: which equal-durability pairings with etcd to run: off (etcd without WAL fsync
+    /// vs Tandem's memory-mapped NVM), on (both fsync), or both.
+    #[arg(long, default_value = "both")]
+    fsync: String,
+    /// ddp: directory for the nodes' NVM files (on a real disk, for --fsync to mean it).
+    #[arg(long, default_value = "target/compare-ddp")]
+    nvm_dir: std::path::PathBuf,
+    /// ddp: skip the linearizability check of lin-synch's histories.
+    #[arg(long)]
+    no_check: bool,
     /// Write results as JSON.
     #[arg(long)]
     json: Option<String>,
@@ -47,7 +71,53 @@ pub struct CompareArgs {
 }
 
 pub fn run(a: CompareArgs) -> Result<(), String> {
-    let workload = match a.workload.as_str() {
+    check_seconds(a.duration.unwrap_or(0.0), "duration")?;
+    check_seconds(a.warmup, "warmup")?;
+    match a.system.as_str() {
+        "pandora" => run_pandora(a),
+        "ddp" => crate::compare_ddp::run(a.ddp()?, a.json.as_deref(), a.markdown.as_deref()),
+        other => Err(format!("unknown --system '{other}' (expected pandora or ddp)")),
+    }
+}
+
+fn check_seconds(v: f64, what: &str) -> Result<(), String> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(format!("--{what} must be a non-negative number of seconds"))
+    }
+}
+
+impl CompareArgs {
+    fn ddp(&self) -> Result<tandem_peers::ddp_compare::DdpCompareConfig, String> {
+        use tandem_peers::ddp_compare::{DdpCompareConfig, Fsync, WORKLOADS};
+        if self.accounts.is_some() {
+            return Err("--accounts is for --system pandora; --system ddp takes --records".into());
+        }
+        let workloads = match self.workload.as_deref().unwrap_or("both") {
+            "both" => WORKLOADS.iter().map(|w| w.to_string()).collect(),
+            w => vec![w.to_string()],
+        };
+        Ok(DdpCompareConfig {
+            workloads,
+            records: self.records,
+            value_size: self.value_size,
+            clients: self.clients.unwrap_or(16),
+            warmup: Duration::from_secs_f64(self.warmup),
+            duration: Duration::from_secs_f64(self.duration.unwrap_or(3.0)),
+            fsync: Fsync::parse(&self.fsync)?,
+            seed: self.seed,
+            tandem_exe: std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?,
+            nvm_dir: self.nvm_dir.clone(),
+            endpoints: Endpoints::from_env()?,
+            check: !self.no_check,
+            progress: true,
+        })
+    }
+}
+
+fn run_pandora(a: CompareArgs) -> Result<(), String> {
+    let workload = match a.workload.as_deref().unwrap_or("smallbank") {
         "smallbank" => {
             let s = a.accounts.map(SmallBankSpec::scaled).unwrap_or_default();
             s.validate()?;
@@ -60,17 +130,12 @@ pub fn run(a: CompareArgs) -> Result<(), String> {
         }
         other => return Err(format!("unknown workload '{other}' (expected smallbank or micro)")),
     };
-    for (v, what) in [(a.duration, "duration"), (a.warmup, "warmup")] {
-        if !(v.is_finite() && v >= 0.0) {
-            return Err(format!("--{what} must be a non-negative number of seconds"));
-        }
-    }
     let cfg = CompareConfig {
         workload,
         systems: parse_systems(&a.systems)?,
-        clients: a.clients,
+        clients: a.clients.unwrap_or(16),
         warmup: Duration::from_secs_f64(a.warmup),
-        duration: Duration::from_secs_f64(a.duration),
+        duration: Duration::from_secs_f64(a.duration.unwrap_or(5.0)),
         seed: a.seed,
         tandem_exe: std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?,
         endpoints: Endpoints::from_env()?,

@@ -4,6 +4,7 @@
 mod args;
 mod bench_cmd;
 mod compare_cmd;
+mod compare_ddp;
 mod ddp_cmd;
 mod ddp_demo;
 mod demo;

@@ -28,11 +28,11 @@ pub struct EtcdSystem {
     ports: [u16; 3],
 }
 
-fn agent() -> ureq::Agent {
+pub(crate) fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new().timeout(Duration::from_secs(20)).max_idle_connections_per_host(4).build()
 }
 
-fn b64(s: &str) -> String {
+pub(crate) fn b64(s: &str) -> String {
     B64.encode(s.as_bytes())
 }
 
@@ -43,14 +43,14 @@ fn unb64(v: &Value) -> Result<String, String> {
 }
 
 /// The key after every key starting with `prefix` (etcd's prefix range end).
-fn prefix_end(prefix: &str) -> String {
+pub(crate) fn prefix_end(prefix: &str) -> String {
     let mut b = prefix.as_bytes().to_vec();
     *b.last_mut().expect("non-empty prefix") += 1;
     String::from_utf8(b).expect("ascii prefix")
 }
 
 /// int64 fields come back as JSON strings; absent means 0.
-fn int(v: &Value) -> i64 {
+pub(crate) fn int(v: &Value) -> i64 {
     match v {
         Value::String(s) => s.parse().unwrap_or(0),
         Value::Number(n) => n.as_i64().unwrap_or(0),
@@ -58,7 +58,7 @@ fn int(v: &Value) -> i64 {
     }
 }
 
-fn post(agent: &ureq::Agent, url: &str, body: &Value) -> Result<Value, String> {
+pub(crate) fn post(agent: &ureq::Agent, url: &str, body: &Value) -> Result<Value, String> {
     let r = agent.post(url).send_json(body).map_err(|e| e.to_string())?;
     r.into_json::<Value>().map_err(|e| e.to_string())
 }

@@ -12,10 +12,16 @@
 //! | `postgres_peer`, `redis_peer`, `etcd_peer` | one peer each |
 //! | `driver` | client threads, warm-up, measured interval, latency histogram |
 //! | `compare` | Tandem plus the peers back to back, ratios, report |
+//! | `kv`, `kv_driver` | etcd and Redis (with replicas) as plain key-value stores, driven by YCSB |
+//! | `ddp_cluster`, `ddp_compare` | `tandem compare --system ddp`: five `tandem node` processes against them |
 
 pub mod compare;
+pub mod ddp_cluster;
+pub mod ddp_compare;
 pub mod driver;
 pub mod etcd_peer;
+pub mod kv;
+pub mod kv_driver;
 pub mod postgres_peer;
 pub mod redis_peer;
 pub mod system;

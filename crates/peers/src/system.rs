@@ -40,6 +40,10 @@ pub struct Endpoints {
     pub redis_port: u16,
     /// Client ports of the three etcd members.
     pub etcd_ports: [u16; 3],
+    /// The same for the etcd cluster without WAL fsync (`peers.sh start etcd-nofsync`).
+    pub etcd_nofsync_ports: [u16; 3],
+    /// The primary of Redis with two replicas (`peers.sh start redis-repl`).
+    pub redis_repl_port: u16,
 }
 
 impl Endpoints {
@@ -51,10 +55,13 @@ impl Endpoints {
             }
         };
         let etcd = port("PEERS_ETCD_PORT", 52379)?;
+        let nofsync = port("PEERS_ETCD_NOFSYNC_PORT", 52479)?;
         Ok(Endpoints {
             postgres_port: port("PEERS_PG_PORT", 55432)?,
             redis_port: port("PEERS_REDIS_PORT", 56379)?,
             etcd_ports: [etcd, etcd + 10, etcd + 20],
+            etcd_nofsync_ports: [nofsync, nofsync + 10, nofsync + 20],
+            redis_repl_port: port("PEERS_REDIS_REPL_PORT", 56380)?,
         })
     }
 }
