@@ -3,6 +3,8 @@
 //! inline (in-process) and tcp (memory-server processes) fabrics.
 
 pub mod ddp_bench;
+pub mod ddp_procs;
+pub mod ddp_tcp;
 pub mod cluster;
 pub mod compare;
 pub mod experiment;

@@ -48,6 +48,9 @@ pub struct CompareArgs {
     /// ddp: YCSB records (keys).
     #[arg(long, default_value_t = 1000)]
     records: u64,
+    /// ddp: uniform keys instead of YCSB's Zipfian (θ = 0.99), for every system.
+    #[arg(long)]
+    uniform: bool,
     /// ddp: the peers' value size in bytes (Tandem's load writes 8-byte values).
     #[arg(long, default_value_t = 8)]
     value_size: usize,
@@ -101,6 +104,7 @@ impl CompareArgs {
         Ok(DdpCompareConfig {
             workloads,
             records: self.records,
+            uniform: self.uniform,
             value_size: self.value_size,
             clients: self.clients.unwrap_or(16),
             warmup: Duration::from_secs_f64(self.warmup),

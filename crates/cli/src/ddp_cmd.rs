@@ -157,36 +157,48 @@ fn print_model(r: &ModelReport) {
 pub struct BenchArgs {
     /// Models: `all` or a list; lin-synch is always measured as the baseline.
     #[arg(long, default_value = "all")]
-    models: String,
+    pub(crate) models: String,
     /// ycsb-a, ycsb-b, ycsb-c or ycsb-w (95 % writes).
     #[arg(long, default_value = "ycsb-a")]
-    workload: String,
-    /// Only sim today (processes: `tandem ddp load`).
+    pub(crate) workload: String,
+    /// sim (simulated time, the paper's parameters) or tcp (five `tandem node`
+    /// processes on loopback, beside the runtime's echo ceiling).
     #[arg(long, default_value = "sim")]
-    net: String,
+    pub(crate) net: String,
     #[arg(long, default_value_t = 1000)]
-    records: u64,
+    pub(crate) records: u64,
     /// Uniform instead of Zipfian keys.
     #[arg(long)]
-    uniform: bool,
+    pub(crate) uniform: bool,
     /// Clients per node (5 nodes).
     #[arg(long, default_value_t = 20)]
-    clients: u64,
+    pub(crate) clients: u64,
     #[arg(long, default_value_t = 1000)]
-    rtt_ns: u64,
+    pub(crate) rtt_ns: u64,
     #[arg(long, default_value_t = 400)]
-    persist_ns: u64,
+    pub(crate) persist_ns: u64,
     /// Simulated time measured per model, after a 10 % warm-up.
     #[arg(long, default_value_t = 10_000_000)]
-    measure_ns: u64,
+    pub(crate) measure_ns: u64,
+    /// tcp: seconds measured per model and round (after a 1 s warm-up).
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) seconds: f64,
+    /// tcp: rounds; every model runs once per round, medians are reported.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) rounds: u32,
+    /// tcp: nodes flush their NVM file to the device before a persist completes.
     #[arg(long)]
-    json: Option<String>,
+    pub(crate) fsync: bool,
+    #[arg(long)]
+    pub(crate) json: Option<String>,
 }
 
 fn bench(a: BenchArgs) -> Result<(), String> {
     use tandem_bench::ddp_bench::{run_models, DdpBenchConfig};
-    if a.net != "sim" {
-        return Err(format!("--net {}: only sim is measured here; over processes use `tandem node` and `tandem ddp load`", a.net));
+    match a.net.as_str() {
+        "sim" => {}
+        "tcp" => return crate::ddp_tcp_cmd::bench_tcp(&a),
+        other => return Err(format!("--net {other}: expected sim or tcp")),
     }
     let mut models: Vec<Model> = Model::parse_list(&a.models)?.into_iter().filter(|m| m.implemented()).collect();
     if !models.contains(&Model::LIN_SYNCH) {

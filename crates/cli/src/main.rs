@@ -7,6 +7,7 @@ mod compare_cmd;
 mod compare_ddp;
 mod ddp_cmd;
 mod ddp_demo;
+mod ddp_tcp_cmd;
 mod demo;
 mod litmus_cmd;
 mod litmus_worker_cmd;

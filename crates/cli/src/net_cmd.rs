@@ -76,6 +76,17 @@ pub fn run(a: NetArgs) -> Result<(), String> {
 }
 
 fn echo(a: EchoArgs) -> Result<(), String> {
+    let rate = echo_rate(a.window, a.seconds)?;
+    println!("echo between two processes: {rate:.0} messages/s ({} in flight)", a.window);
+    if let Some(p) = &a.json {
+        write_json(p, &serde_json::json!({ "system": "net", "window": a.window, "messages_per_s": rate }))?;
+    }
+    Ok(())
+}
+
+/// Messages per second two processes bounce through the runtime, with
+/// `window` in flight, measured for `seconds` after a warm-up.
+pub fn echo_rate(window: u64, seconds: f64) -> Result<f64, String> {
     let dir = std::env::temp_dir().join(format!("tandem-echo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let l0 = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
@@ -83,25 +94,21 @@ fn echo(a: EchoArgs) -> Result<(), String> {
     let peers = vec![l0.local_addr().map_err(|e| e.to_string())?, a1];
     let list = format!("{},{}", peers[0], peers[1]);
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe).args(["net", "echo-peer", "--peers", &list, "--dir", dir.to_str().unwrap_or(".")]).stdout(Stdio::null()).spawn().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe).args(["net", "echo-peer", "--peers", &list, "--dir", dir.to_str().unwrap_or(".")]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
     let received = Arc::new(AtomicU64::new(0));
-    let node = host::spawn::<Echo, _>(host_cfg(0, &peers, dir.to_str().unwrap_or(".")), l0, EchoFactory { window: a.window, received: received.clone() }).map_err(|e| e.to_string())?;
+    let node = host::spawn::<Echo, _>(host_cfg(0, &peers, dir.to_str().unwrap_or(".")), l0, EchoFactory { window, received: received.clone() }).map_err(|e| e.to_string())?;
     // Warm up, then measure.
     std::thread::sleep(Duration::from_millis(500));
     let (start, before) = (Instant::now(), received.load(Ordering::Relaxed));
-    std::thread::sleep(Duration::from_secs_f64(a.seconds));
+    std::thread::sleep(Duration::from_secs_f64(seconds));
     let msgs = 2 * (received.load(Ordering::Relaxed) - before);
     let rate = msgs as f64 / start.elapsed().as_secs_f64();
     node.stop();
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
-    println!("echo between two processes: {rate:.0} messages/s ({} in flight)", a.window);
-    if let Some(p) = &a.json {
-        write_json(p, &serde_json::json!({ "system": "net", "window": a.window, "messages_per_s": rate }))?;
-    }
     if msgs == 0 {
         return Err("no message came back: the echo peer did not start".into());
     }
-    Ok(())
+    Ok(rate)
 }

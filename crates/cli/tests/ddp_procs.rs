@@ -173,3 +173,31 @@ fn the_ddp_demo_shows_the_trade_off() {
     assert!(dir.join("ddp.svg").exists() && dir.join("ddp.png").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tandem ddp bench --net tcp`: every model runs on five real processes,
+/// is counted by the nodes themselves, and sits beside the echo ceiling;
+/// transactions and scopes are driven too (their requests complete).
+#[test]
+fn the_tcp_bench_measures_models_on_processes_beside_the_echo_ceiling() {
+    let dir = std::env::temp_dir().join(format!("tandem-ddp-tcpbench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("tcp.json");
+    let out = tandem()
+        .args(["ddp", "bench", "--net", "tcp", "--models", "lin-synch,trans-synch,causal-scope", "--seconds", "0.5", "--clients", "4", "--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(v["echo_messages_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    let models = v["models"].as_array().unwrap();
+    assert_eq!(models.len(), 3, "{v}");
+    for m in models {
+        assert!(m["throughput_ops"].as_f64().unwrap() > 0.0, "{m}");
+        assert!(m["messages_per_s"].as_f64().unwrap() > 0.0, "{m}");
+        assert!(m["node_cpu_us_per_op"].as_f64().unwrap() > 0.0, "{m}");
+    }
+    assert_eq!(models[0]["normalized"].as_f64(), Some(1.0));
+    let bad = tandem().args(["ddp", "bench", "--net", "rdma"]).output().unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("expected sim or tcp"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -115,6 +115,10 @@ impl Conn {
         if self.written == self.out.len() {
             self.out.clear();
             self.written = 0;
+        } else if self.written > self.out.len() / 2 {
+            // A stream that never drains completely must not grow forever.
+            self.out.drain(..self.written);
+            self.written = 0;
         }
         Ok(())
     }

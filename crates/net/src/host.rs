@@ -117,7 +117,10 @@ const PEER_BACKLOG: usize = 64 << 20;
 
 impl<P: Wire> Host<P> {
     fn open<F: NodeFactory<P>>(cfg: HostConfig, listener: TcpListener, factory: &F, poll: Poll, stop: Arc<AtomicBool>) -> io::Result<Self> {
-        let (nvm, image) = NvmFile::<P::Record>::open(&cfg.nvm, cfg.nvm_bytes)?;
+        let (mut nvm, image) = NvmFile::<P::Record>::open(&cfg.nvm, cfg.nvm_bytes)?;
+        if cfg.fsync {
+            nvm.sync_appended()?;
+        }
         let config = Config::new(0, cfg.peers.iter().map(|p| p.0).collect());
         let proto = if image.is_empty() { factory.start(cfg.id, &config) } else { factory.recover(cfg.id, &config, &image) };
         eprintln!("node {}: {} from {} ({} slots)", cfg.id, if image.is_empty() { "started" } else { "recovered" }, cfg.nvm.display(), image.len());
@@ -312,7 +315,7 @@ impl<P: Wire> Host<P> {
     /// With `fsync`: make this round's persists durable, then complete them.
     fn sync_nvm(&mut self) -> io::Result<()> {
         while !self.unsynced.is_empty() {
-            self.nvm.flush()?;
+            self.nvm.sync_appended()?;
             for token in std::mem::take(&mut self.unsynced) {
                 self.step(Input::PersistDone { token });
             }

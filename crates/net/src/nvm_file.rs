@@ -100,6 +100,9 @@ pub struct NvmFile<R: Durable> {
     image: Nvm<R>,
     durability: Durability,
     compactions: u64,
+    /// What [`NvmFile::sync_appended`] made durable: the tail it reached,
+    /// in the file of which compaction.
+    synced: (usize, u64),
     /// Reused serialization buffer.
     scratch: Vec<u8>,
 }
@@ -134,6 +137,7 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
             image: image.clone(),
             durability,
             compactions: 0,
+            synced: (0, u64::MAX),
             scratch: Vec::new(),
         };
         if durability == Durability::Machine {
@@ -173,6 +177,21 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
         self.map.flush().map_err(|e| annotate(&self.path, e))?;
         self.file.sync_all().map_err(|e| annotate(&self.path, e))?;
         sync_dir(&self.path)
+    }
+
+    /// Group commit under [`Durability::Process`]: make every frame
+    /// appended since the last call survive a machine crash, by an msync of
+    /// just those pages (of the whole file after a compaction, or the
+    /// first time).
+    pub fn sync_appended(&mut self) -> io::Result<()> {
+        let (at, file) = self.synced;
+        if file != self.compactions {
+            self.flush()?;
+        } else if self.tail > at {
+            self.map.flush_range(at, self.tail - at).map_err(|e| annotate(&self.path, e))?;
+        }
+        self.synced = (self.tail, self.compactions);
+        Ok(())
     }
 
     /// The current durability mode.
@@ -417,7 +436,9 @@ fn map_file(path: &Path, file: &File) -> io::Result<MmapMut> {
     // SAFETY: the mapping is only accessed through `NvmFile`, which owns
     // it; the file is private to this store (one opener per path, see the
     // module docs), so no one truncates or writes it behind our back.
-    unsafe { MmapMut::map_mut(file) }.map_err(|e| annotate(path, e))
+    // Populated at once: the pages are zeroed here, not one page fault at a
+    // time on the persist path as the log's tail moves on.
+    unsafe { memmap2::MmapOptions::new().populate().map_mut(file) }.map_err(|e| annotate(path, e))
 }
 
 /// fsync the directory holding `path`, making a create or rename durable.

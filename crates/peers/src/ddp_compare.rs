@@ -9,8 +9,8 @@
 //!   with `WAIT 2` after every write.
 //!
 //! Each row states its system's durability in words (for the peers, as the
-//! running servers report it). Keys are chosen uniformly for every system:
-//! `tandem_ddp::load` draws keys uniformly and writes 8-byte values.
+//! running servers report it). Every system gets the same key choice
+//! (YCSB's Zipfian, or uniform); Tandem's values are 8 bytes.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,7 +19,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use tandem_workloads::ycsb::Ycsb;
 
-use crate::ddp_cluster::{DdpCluster, RunSpec, TandemRun, NODES};
+use crate::ddp_cluster::{self, DdpCluster, RunSpec, TandemRun, NODES};
 use crate::kv::{EtcdKv, KvPeer, RedisKv};
 use crate::kv_driver::{drive, Counts, KvDriveConfig};
 use crate::system::Endpoints;
@@ -63,6 +63,8 @@ pub struct DdpCompareConfig {
     /// From [`WORKLOADS`].
     pub workloads: Vec<String>,
     pub records: u64,
+    /// Uniform keys instead of YCSB's Zipfian (θ = 0.99).
+    pub uniform: bool,
     pub value_size: usize,
     pub clients: usize,
     pub warmup: Duration,
@@ -144,6 +146,8 @@ pub struct WorkloadResult {
 #[derive(Clone, Debug, Serialize)]
 pub struct DdpComparison {
     pub records: u64,
+    /// Uniform keys instead of YCSB's Zipfian (θ = 0.99).
+    pub uniform: bool,
     pub value_size: usize,
     pub tandem_value_bytes: usize,
     pub key_choice: String,
@@ -230,8 +234,8 @@ fn run_tandem(cfg: &DdpCompareConfig, w: &Ycsb, model: &str, fsync: bool) -> Res
     }
     let dir = cfg.nvm_dir.join(&id);
     let cluster = DdpCluster::start(&cfg.tandem_exe, model, fsync, &dir)?;
-    let spec = RunSpec { clients: cfg.clients as u64, records: cfg.records, read_ratio: w.read_ratio, warmup: cfg.warmup, duration: cfg.duration, seed: cfg.seed, progress: cfg.progress };
-    let r: TandemRun = cluster.run(&spec);
+    let spec = RunSpec { clients: cfg.clients as u64, records: cfg.records, workload: w.clone(), warmup: cfg.warmup, duration: cfg.duration, seed: cfg.seed, progress: cfg.progress };
+    let r: TandemRun = ddp_cluster::run(&cluster, &spec);
     drop(cluster);
     let mut out = row(id, tandem_durability(model, fsync), cfg, TANDEM_VALUE_BYTES, &r.counts, r.elapsed_s, &r.hist);
     if r.failed > 0 {
@@ -276,8 +280,8 @@ fn ratio(rows: &[Row], tandem: &str, peer: &str, goal: Option<f64>) -> Option<Ra
 }
 
 fn run_workload(cfg: &DdpCompareConfig, name: &str, pairs: &[Pairing]) -> Result<WorkloadResult, String> {
-    // Uniform keys for every system: that is what tandem_ddp::load draws.
-    let w = Ycsb::new(name, cfg.records, true)?;
+    // The same key choice for every system (YCSB's Zipfian unless --uniform).
+    let w = Ycsb::new(name, cfg.records, cfg.uniform)?;
     let (mut rows, mut ratios) = (Vec::new(), Vec::new());
     for p in pairs {
         let tid = tandem_id(p.model, p.fsync);
@@ -302,9 +306,10 @@ pub fn compare_ddp(cfg: &DdpCompareConfig) -> Result<DdpComparison, String> {
     let workloads = cfg.workloads.iter().map(|w| run_workload(cfg, w, &pairs)).collect::<Result<Vec<_>, _>>()?;
     Ok(DdpComparison {
         records: cfg.records,
+        uniform: cfg.uniform,
         value_size: cfg.value_size,
         tandem_value_bytes: TANDEM_VALUE_BYTES,
-        key_choice: "uniform".into(),
+        key_choice: if cfg.uniform { "uniform" } else { "zipfian (0.99)" }.into(),
         clients: cfg.clients,
         warmup_s: cfg.warmup.as_secs_f64(),
         duration_s: cfg.duration.as_secs_f64(),
@@ -327,8 +332,8 @@ fn goal_text(r: &Ratio) -> String {
 
 fn header(c: &DdpComparison) -> String {
     let mut s = format!(
-        "YCSB, {} records, uniform keys, {} clients per system, {:.1}s measured after {:.1}s warm-up, systems run back to back; peers' values {} bytes",
-        c.records, c.clients, c.duration_s, c.warmup_s, c.value_size
+        "YCSB, {} records, {} keys, {} clients per system, {:.1}s measured after {:.1}s warm-up, systems run back to back; peers' values {} bytes",
+        c.records, c.key_choice, c.clients, c.duration_s, c.warmup_s, c.value_size
     );
     if c.value_size != c.tandem_value_bytes {
         s += &format!(", Tandem's {} bytes (tandem_ddp::load writes 8-byte values)", c.tandem_value_bytes);

@@ -1,0 +1,64 @@
+//! `tandem ddp bench --net tcp`: the models over five real node processes,
+//! beside the runtime's own ceiling (`tandem net echo`) from the same run.
+
+use std::time::Duration;
+
+use tandem_bench::ddp_tcp::{run_tcp_models, TcpBenchConfig, TcpModelResult};
+use tandem_ddp::Model;
+use tandem_workloads::ycsb::Ycsb;
+
+use crate::args::write_json;
+use crate::ddp_cmd::BenchArgs;
+
+/// Messages in flight for the echo ceiling.
+const ECHO_WINDOW: u64 = 2000;
+
+pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
+    if !(a.seconds.is_finite() && a.seconds > 0.0) {
+        return Err("--seconds must be a positive number".into());
+    }
+    let mut models: Vec<Model> = Model::parse_list(&a.models)?;
+    if !models.contains(&Model::LIN_SYNCH) {
+        models.insert(0, Model::LIN_SYNCH);
+    }
+    let cfg = TcpBenchConfig {
+        workload: Ycsb::new(&a.workload, a.records, a.uniform)?,
+        clients_per_node: a.clients.max(1),
+        warmup: Duration::from_secs(1),
+        measure: Duration::from_secs_f64(a.seconds),
+        rounds: a.rounds.max(1),
+        fsync: a.fsync,
+        exe: std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?,
+        dir: std::env::temp_dir().join(format!("tandem-ddp-tcp-{}", std::process::id())),
+        seed: 1,
+    };
+    println!("{} over 5 `tandem node` processes on loopback, {} sessions each, {} records{}{}, {} round(s) of {:.1} s per model", a.workload, cfg.clients_per_node, a.records, if a.uniform { " uniform" } else { " zipfian" }, if a.fsync { ", --fsync" } else { "" }, cfg.rounds, a.seconds);
+    let echo = crate::net_cmd::echo_rate(ECHO_WINDOW, a.seconds)?;
+    println!("runtime ceiling: echo between two processes {echo:.0} messages/s ({ECHO_WINDOW} in flight)");
+    let results = run_tcp_models(&cfg, &models, |m, r, ops| eprintln!("  round {}: {m}: {ops:.0} ops/s", r + 1))?;
+    let _ = std::fs::remove_dir_all(&cfg.dir);
+    print_table(&results, echo);
+    if let Some(p) = &a.json {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        write_json(p, &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "tcp", "records": a.records, "uniform": a.uniform, "fsync": a.fsync, "clients_per_node": cfg.clients_per_node, "seconds": a.seconds, "rounds": cfg.rounds, "cores": cores, "echo_messages_per_s": echo, "models": results }))?;
+    }
+    Ok(())
+}
+
+fn print_table(results: &[TcpModelResult], echo: f64) {
+    println!("{:<16} {:>10} {:>8} {:>8} {:>12} {:>9} {:>10} {:>10}", "model", "ops/s", "vs l-s", "msg/op", "msgs/s", "vs echo", "msg/write", "cpu us/op");
+    for r in results {
+        println!(
+            "{:<16} {:>10.0} {:>8.2} {:>8.2} {:>12.0} {:>8.1}% {:>10.1} {:>10.1}",
+            r.model,
+            r.throughput_ops,
+            r.normalized.unwrap_or(f64::NAN),
+            r.messages_per_op,
+            r.messages_per_s,
+            100.0 * r.messages_per_s / echo,
+            r.messages_per_write,
+            r.node_cpu_us_per_op
+        );
+    }
+    println!("(msgs/s: protocol messages between nodes; client requests and replies are not counted)");
+}
