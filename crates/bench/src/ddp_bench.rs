@@ -32,6 +32,8 @@ pub struct DdpBenchConfig {
     pub rtt_ns: u64,
     pub persist_ns: u64,
     pub cpu_ns: u64,
+    /// Worker cores per node (the paper's 20, Table 5).
+    pub cores: usize,
     pub warmup_ns: u64,
     pub measure_ns: u64,
     /// Writes per scope under Scope persistency (the paper's 10).
@@ -43,7 +45,7 @@ pub struct DdpBenchConfig {
 
 impl DdpBenchConfig {
     pub fn paper(workload: Ycsb) -> Self {
-        DdpBenchConfig { workload, nodes: 5, clients_per_node: 20, rtt_ns: 1_000, persist_ns: 400, cpu_ns: 200, warmup_ns: 1_000_000, measure_ns: 10_000_000, scope_writes: 10, tx_requests: 5, seed: 1 }
+        DdpBenchConfig { workload, nodes: 5, clients_per_node: 20, rtt_ns: 1_000, persist_ns: 400, cpu_ns: 200, cores: tandem_net::PAPER_CORES, warmup_ns: 1_000_000, measure_ns: 10_000_000, scope_writes: 10, tx_requests: 5, seed: 1 }
     }
 }
 
@@ -210,7 +212,7 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         commits: 0,
         aborts: 0,
     };
-    let net_cfg = SimNetConfig { link_ns: cfg.rtt_ns / 2, jitter_ns: cfg.rtt_ns / 20, cpu_ns: cfg.cpu_ns, persist_ns: cfg.persist_ns, ..SimNetConfig::default() };
+    let net_cfg = SimNetConfig { link_ns: cfg.rtt_ns / 2, jitter_ns: cfg.rtt_ns / 20, cpu_ns: cfg.cpu_ns, cores: cfg.cores, persist_ns: cfg.persist_ns, ..SimNetConfig::default() };
     let factory = DdpFactory { model, params: Params::SIM, bugs: Default::default() };
     let config = Config::new(1, (0..cfg.nodes).collect());
     let clients = Rc::new(RefCell::new(clients));

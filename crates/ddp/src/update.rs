@@ -53,6 +53,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use tandem_net::{Command, NodeId, SessionId};
 
+use crate::fast_hash::FastMap;
 use crate::model::{UpdRead, UpdRules};
 use crate::node::{DdpNode, Out};
 use crate::types::{Key, Op, Reply, ScopeId, Ts, Upd, Value, Version};
@@ -93,6 +94,8 @@ pub(crate) struct UpdState {
     pub extra: BTreeMap<Origin, BTreeSet<u64>>,
     /// Applied here, not durable here yet (Causal with a persisted gate).
     pub undurable: BTreeMap<Origin, BTreeMap<u64, (Key, Ts)>>,
+    /// The same updates by key (a landing persist finds its own at once).
+    pub undurable_keys: FastMap<Key, Vec<(UpdId, Ts)>>,
     /// Received, waiting for their turn or their cauhist.
     pub buffer: BTreeMap<UpdId, Upd>,
     /// Applied here, not yet known applied everywhere (resends), with when
@@ -131,6 +134,28 @@ impl UpdState {
 
     pub fn knows_applied(&self, id: UpdId) -> bool {
         self.applied.contains(id) || self.extra.get(&id.origin).is_some_and(|x| x.contains(&id.seq))
+    }
+
+    /// `key` is durable here up to `nvm`: its updates up to it are no
+    /// longer undurable.
+    pub fn now_durable(&mut self, key: Key, nvm: Ts) {
+        let Some(ids) = self.undurable_keys.get_mut(&key) else { return };
+        let undurable = &mut self.undurable;
+        ids.retain(|&(id, ts)| {
+            if ts > nvm {
+                return true;
+            }
+            if let Some(m) = undurable.get_mut(&id.origin) {
+                m.remove(&id.seq);
+                if m.is_empty() {
+                    undurable.remove(&id.origin);
+                }
+            }
+            false
+        });
+        if ids.is_empty() {
+            self.undurable_keys.remove(&key);
+        }
     }
 
     /// The prefix of `o`'s updates both applied and durable here.
