@@ -107,6 +107,7 @@ impl DdpNode {
         if r.gate == DepGate::Persisted && !durable {
             self.upd.undurable.entry(u.id.origin).or_default().insert(u.id.seq, (u.v.key, u.v.ts));
             self.upd.undurable_keys.entry(u.v.key).or_default().push((u.id, u.v.ts));
+            self.upd.touched();
         }
         match self.rules.persist {
             // Strict persisted it on receipt (or at the write).
@@ -140,6 +141,7 @@ impl DdpNode {
             }
         }
         upd.applied.raise(o, upto);
+        upd.touched();
     }
 
     /// Persist `v` unless this or a newer version of its key is persisted

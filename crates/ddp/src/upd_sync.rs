@@ -161,6 +161,7 @@ impl DdpNode {
         }
         for c in copies.into_iter().filter(|c| c.ready || !rejoin) {
             self.upd.applied.merge(&c.applied);
+            self.upd.touched();
             for (v, id) in c.versions {
                 let s = self.key(v.key);
                 if v.ts > s.ts {

@@ -96,6 +96,9 @@ pub(crate) struct UpdState {
     pub undurable: BTreeMap<Origin, BTreeMap<u64, (Key, Ts)>>,
     /// The same updates by key (a landing persist finds its own at once).
     pub undurable_keys: FastMap<Key, Vec<(UpdId, Ts)>>,
+    /// `persisted_upto` of every origin, until `applied` or `undurable`
+    /// changes (operations that wait ask it on every step).
+    pub persisted_memo: std::cell::RefCell<Option<Vector>>,
     /// Received, waiting for their turn or their cauhist.
     pub buffer: BTreeMap<UpdId, Upd>,
     /// Applied here, not yet known applied everywhere (resends), with when
@@ -140,6 +143,7 @@ impl UpdState {
     /// longer undurable.
     pub fn now_durable(&mut self, key: Key, nvm: Ts) {
         let Some(ids) = self.undurable_keys.get_mut(&key) else { return };
+        *self.persisted_memo.get_mut() = None;
         let undurable = &mut self.undurable;
         ids.retain(|&(id, ts)| {
             if ts > nvm {
@@ -165,7 +169,18 @@ impl UpdState {
     }
 
     pub fn persisted_covers(&self, deps: &Vector) -> bool {
-        deps.covered_by(|o| self.persisted_upto(o))
+        let mut memo = self.persisted_memo.borrow_mut();
+        let upto = memo.get_or_insert_with(|| {
+            let mut v = Vector::default();
+            self.applied.iter().for_each(|(o, _)| v.raise(o, self.persisted_upto(o)));
+            v
+        });
+        deps.covered_by(|o| upto.get(o))
+    }
+
+    /// `applied` or `undurable` changed.
+    pub fn touched(&mut self) {
+        *self.persisted_memo.get_mut() = None;
     }
 }
 
