@@ -102,11 +102,8 @@ default_bug traditional logging-without-locking trust-undo-images
 python3 scripts/render_fencing.py "$OUT" >> docs/RESULTS.md
 
 # Issue 10: DDP models in simulated time, their checks, and the runtime's ceiling over TCP.
-run $T ddp bench --models all --workload ycsb-a --json $OUT/ddp-bench-a.json
-run $T ddp bench --models all --workload ycsb-b --json $OUT/ddp-bench-b.json
-run $T ddp bench --models lin-synch --clients 2 --json $OUT/ddp-bench-10clients.json
-run $T ddp bench --models lin-synch --rtt-ns 2000 --json $OUT/ddp-bench-rtt2us.json
-run $T ddp check --seeds 100 --json $OUT/ddp-check.json
+# (scripts/results_ddp.sh regenerates this part alone; here only its runs.)
+CARGO_TARGET_DIR=target run bash scripts/results_ddp.sh --runs-only
 run $T net echo --json $OUT/net-echo.json
 python3 scripts/render_ddp.py "$OUT" >> docs/RESULTS.md
 

@@ -32,6 +32,8 @@ pub struct DdpBenchConfig {
     pub rtt_ns: u64,
     pub persist_ns: u64,
     pub cpu_ns: u64,
+    /// Worker cores per node (DESIGN.md's 1; the paper's servers have 20, Table 5).
+    pub cores: usize,
     pub warmup_ns: u64,
     pub measure_ns: u64,
     /// Writes per scope under Scope persistency (the paper's 10).
@@ -43,7 +45,7 @@ pub struct DdpBenchConfig {
 
 impl DdpBenchConfig {
     pub fn paper(workload: Ycsb) -> Self {
-        DdpBenchConfig { workload, nodes: 5, clients_per_node: 20, rtt_ns: 1_000, persist_ns: 400, cpu_ns: 200, warmup_ns: 1_000_000, measure_ns: 10_000_000, scope_writes: 10, tx_requests: 5, seed: 1 }
+        DdpBenchConfig { workload, nodes: 5, clients_per_node: 20, rtt_ns: 1_000, persist_ns: 400, cpu_ns: 200, cores: 1, warmup_ns: 1_000_000, measure_ns: 10_000_000, scope_writes: 10, tx_requests: 5, seed: 1 }
     }
 }
 
@@ -210,7 +212,7 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         commits: 0,
         aborts: 0,
     };
-    let net_cfg = SimNetConfig { link_ns: cfg.rtt_ns / 2, jitter_ns: cfg.rtt_ns / 20, cpu_ns: cfg.cpu_ns, persist_ns: cfg.persist_ns, ..SimNetConfig::default() };
+    let net_cfg = SimNetConfig { link_ns: cfg.rtt_ns / 2, jitter_ns: cfg.rtt_ns / 20, cpu_ns: cfg.cpu_ns, cores: cfg.cores, persist_ns: cfg.persist_ns, ..SimNetConfig::default() };
     let factory = DdpFactory { model, params: Params::SIM, bugs: Default::default() };
     let config = Config::new(1, (0..cfg.nodes).collect());
     let clients = Rc::new(RefCell::new(clients));
@@ -285,7 +287,7 @@ pub fn heatmap_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentRes
     let rows: Vec<String> = Consistency::ALL.iter().map(|c| c.name().to_string()).collect();
     let cols: Vec<String> = Persistency::ALL.iter().map(|p| p.name().to_string()).collect();
     let svg = crate::plot::heatmap_svg("Throughput relative to lin-synch, YCSB-A (rows: consistency, columns: persistency)", &rows, &cols, &grid);
-    let mut md = String::from("5 nodes, 20 clients per node, 1 µs round trip, 400 ns persists, 200 ns CPU per input, YCSB-A (1000 records, Zipfian), simulated time; each cell is throughput over lin-synch's in the same run (n/a: not built yet).\n\n| consistency \\\\ persistency | strict | synch | re | scope | eventual |\n|---|---:|---:|---:|---:|---:|\n");
+    let mut md = format!("5 nodes of {} core(s), 20 clients per node, 1 µs round trip, 400 ns persists, 200 ns CPU per input, YCSB-A (1000 records, Zipfian), simulated time; each cell is throughput over lin-synch's in the same run (n/a: not built yet).\n\n| consistency \\\\ persistency | strict | synch | re | scope | eventual |\n|---|---:|---:|---:|---:|---:|\n", cfg.cores);
     for (r, row) in rows.iter().zip(&grid) {
         md += &format!("| {r} | {} |\n", row.iter().map(|v| v.map_or("n/a".into(), |v| format!("{v:.2}"))).collect::<Vec<_>>().join(" | "));
     }
@@ -298,7 +300,7 @@ pub fn heatmap_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentRes
 /// `tandem experiment ddp-sweeps`: throughput of three models against
 /// clients per node, network round trip and read ratio (paper §8.2).
 pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
-    let models = [Model::LIN_SYNCH, Model::parse("causal-synch")?, Model::parse("eventual-eventual")?];
+    let models = [Model::LIN_SYNCH, Model::parse("causal-synch")?, Model::parse("causal-eventual")?, Model::parse("eventual-eventual")?];
     let sweep = |xs: &[(String, DdpBenchConfig)]| -> Vec<(String, Vec<Option<f64>>)> {
         models.iter().map(|&m| (m.to_string(), xs.iter().map(|(label, cfg)| {
             let r = run_model(cfg, m);
@@ -309,15 +311,20 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
     let base = paper_cfg("ycsb-a", quick)?;
     let clients: Vec<(String, DdpBenchConfig)> = [2u64, 10, 20, 30].iter().map(|&c| (format!("{}", c * 5), DdpBenchConfig { clients_per_node: c, ..base.clone() })).collect();
     let rtts: Vec<(String, DdpBenchConfig)> = [500u64, 1000, 2000].iter().map(|&r| (format!("{} µs", r as f64 / 1000.0), DdpBenchConfig { rtt_ns: r, ..base.clone() })).collect();
+    let many = |xs: &[(String, DdpBenchConfig)]| xs.iter().map(|(l, c)| (l.clone(), DdpBenchConfig { cores: tandem_net::PAPER_CORES, ..c.clone() })).collect::<Vec<_>>();
+    let (clients20, rtts20) = (many(&clients), many(&rtts));
     let mut mixes = Vec::new();
     for w in ["ycsb-w", "ycsb-a", "ycsb-b", "ycsb-c"] {
         mixes.push((w.to_string(), paper_cfg(w, quick)?));
     }
     let (c, r, m) = (sweep(&clients), sweep(&rtts), sweep(&mixes));
+    let (c20, r20) = (sweep(&clients20), sweep(&rtts20));
     let names = |xs: &[(String, DdpBenchConfig)]| xs.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
     let svg = crate::plot::stack_svg(&[
-        crate::plot::lines_svg("Throughput vs clients (YCSB-A)", "clients (5 nodes)", "M ops/s (simulated)", &names(&clients), &c),
-        crate::plot::lines_svg("Throughput vs network round trip (YCSB-A, 100 clients)", "round trip", "M ops/s (simulated)", &names(&rtts), &r),
+        crate::plot::lines_svg("Throughput vs clients (YCSB-A, 1 core per node)", "clients (5 nodes)", "M ops/s (simulated)", &names(&clients), &c),
+        crate::plot::lines_svg("Throughput vs network round trip (YCSB-A, 100 clients, 1 core per node)", "round trip", "M ops/s (simulated)", &names(&rtts), &r),
+        crate::plot::lines_svg("Throughput vs clients (YCSB-A, 20 cores per node)", "clients (5 nodes)", "M ops/s (simulated)", &names(&clients20), &c20),
+        crate::plot::lines_svg("Throughput vs network round trip (YCSB-A, 100 clients, 20 cores per node)", "round trip", "M ops/s (simulated)", &names(&rtts20), &r20),
         crate::plot::lines_svg("Throughput vs read ratio (100 clients)", "workload (reads: W 5 %, A 50 %, B 95 %, C 100 %)", "M ops/s (simulated)", &names(&mixes), &m),
     ]);
     let table = |title: &str, xs: &[(String, DdpBenchConfig)], ys: &[(String, Vec<Option<f64>>)]| {
@@ -327,10 +334,12 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
         }
         t
     };
-    let mut md = String::from("Simulated M ops/s, paper parameters otherwise. In this model throughput is bound by the per-input CPU cost (200 ns at each node), so clients and round trip matter little, unlike the paper's Fig. 7 (lin-synch at 10 clients 2.2x its throughput at 100; at 2 µs 0.88x at 1 µs).\n");
-    md += &table("Clients:", &clients, &c);
-    md += &table("Round trip:", &rtts, &r);
-    md += &table("Read ratio:", &mixes, &m);
-    let json = serde_json::json!({ "clients": c, "rtt": r, "read_ratio": m });
+    let mut md = String::from("Simulated M ops/s, paper parameters otherwise (5 nodes, 200 ns CPU per input, closed-loop clients with one request outstanding), with DESIGN.md's one core per node and with the paper's 20. Paper (§8.2): lin-synch at 10 clients 2.2x its throughput at 100, at 2 µs 0.88x at 1 µs; causal-synch and causal-eventual flat. docs/DDP.md explains the gap.\n");
+    md += &table("Clients, 1 core per node:", &clients, &c);
+    md += &table("Round trip, 1 core per node:", &rtts, &r);
+    md += &table("Clients, 20 cores per node:", &clients20, &c20);
+    md += &table("Round trip, 20 cores per node:", &rtts20, &r20);
+    md += &table("Read ratio, 1 core per node:", &mixes, &m);
+    let json = serde_json::json!({ "clients": c, "rtt": r, "clients_20_cores": c20, "rtt_20_cores": r20, "read_ratio": m });
     Ok((json, svg, md))
 }

@@ -177,6 +177,10 @@ pub struct BenchArgs {
     pub(crate) rtt_ns: u64,
     #[arg(long, default_value_t = 400)]
     pub(crate) persist_ns: u64,
+    /// sim: worker cores per node, each taking 200 ns per input (DESIGN.md's
+    /// model is 1; the paper's servers have 20, see docs/DDP.md).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) cores: usize,
     /// Simulated time measured per model, after a 10 % warm-up.
     #[arg(long, default_value_t = 10_000_000)]
     pub(crate) measure_ns: u64,
@@ -205,8 +209,8 @@ fn bench(a: BenchArgs) -> Result<(), String> {
         models.insert(0, Model::LIN_SYNCH);
     }
     let workload = tandem_workloads::ycsb::Ycsb::new(&a.workload, a.records, a.uniform)?;
-    let cfg = DdpBenchConfig { clients_per_node: a.clients.max(1), rtt_ns: a.rtt_ns, persist_ns: a.persist_ns, measure_ns: a.measure_ns.max(10_000), warmup_ns: a.measure_ns / 10, ..DdpBenchConfig::paper(workload) };
-    println!("{} on 5 nodes, {} clients each, rtt {} ns, persist {} ns, {} records{}", a.workload, cfg.clients_per_node, a.rtt_ns, a.persist_ns, a.records, if a.uniform { " uniform" } else { " zipfian" });
+    let cfg = DdpBenchConfig { clients_per_node: a.clients.max(1), rtt_ns: a.rtt_ns, persist_ns: a.persist_ns, cores: a.cores.max(1), measure_ns: a.measure_ns.max(10_000), warmup_ns: a.measure_ns / 10, ..DdpBenchConfig::paper(workload) };
+    println!("{} on 5 nodes of {} cores, {} clients each, rtt {} ns, persist {} ns, {} records{}", a.workload, cfg.cores, cfg.clients_per_node, a.rtt_ns, a.persist_ns, a.records, if a.uniform { " uniform" } else { " zipfian" });
     println!("{:<16} {:>12} {:>8} {:>10} {:>10} {:>8} {:>14}", "model", "ops/s(sim)", "vs l-s", "read us", "write us", "msg/op", "sim msgs/s");
     let results = run_models(&cfg, &models, |r| {
         println!(
@@ -224,7 +228,7 @@ fn bench(a: BenchArgs) -> Result<(), String> {
         }
     });
     if let Some(p) = &a.json {
-        write_json(p, &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "sim", "rtt_ns": a.rtt_ns, "persist_ns": a.persist_ns, "clients_per_node": cfg.clients_per_node, "models": results }))?;
+        write_json(p, &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "sim", "rtt_ns": a.rtt_ns, "persist_ns": a.persist_ns, "cores": cfg.cores, "clients_per_node": cfg.clients_per_node, "models": results }))?;
     }
     Ok(())
 }

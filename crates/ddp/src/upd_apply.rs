@@ -46,11 +46,35 @@ impl DdpNode {
         if !self.ready {
             return;
         }
-        while let Some(id) = self.upd.buffer.values().find(|u| self.may_apply(u)).map(|u| u.id) {
+        while let Some(id) = self.next_applicable() {
             let u = self.upd.buffer.remove(&id).expect("found");
             if !self.upd.knows_applied(id) {
                 self.apply_upd(&u, out);
             }
+        }
+    }
+
+    /// The first buffered update (in id order) that may apply now. Under
+    /// Causal an origin's updates apply in order, so past its applied
+    /// prefix only the next one can (or one already applied out of order):
+    /// one look per origin instead of a scan of the whole buffer.
+    fn next_applicable(&self) -> Option<UpdId> {
+        let scan_all = !self.upd_rules().causal || self.bugs.causal_early_apply;
+        let mut from = self.upd.buffer.keys().next().copied()?;
+        loop {
+            let o = from.origin;
+            let head = UpdId { origin: o, seq: self.upd.applied.get(o) + 1 };
+            let mut of_origin = self.upd.buffer.range(from..).take_while(|(id, _)| id.origin == o);
+            let found = if scan_all || self.upd.extra.contains_key(&o) {
+                of_origin.find(|(_, u)| self.may_apply(u))
+            } else {
+                of_origin.take_while(|(id, _)| id.seq <= head.seq).find(|(_, u)| self.may_apply(u))
+            };
+            if let Some((&id, _)) = found {
+                return Some(id);
+            }
+            let next_origin = UpdId { origin: o, seq: u64::MAX };
+            from = *self.upd.buffer.range((std::ops::Bound::Excluded(next_origin), std::ops::Bound::Unbounded)).next()?.0;
         }
     }
 
@@ -82,6 +106,8 @@ impl DdpNode {
         self.upd.log.insert(u.id, (u.clone(), now));
         if r.gate == DepGate::Persisted && !durable {
             self.upd.undurable.entry(u.id.origin).or_default().insert(u.id.seq, (u.v.key, u.v.ts));
+            self.upd.undurable_keys.entry(u.v.key).or_default().push((u.id, u.v.ts));
+            self.upd.touched();
         }
         match self.rules.persist {
             // Strict persisted it on receipt (or at the write).
@@ -115,6 +141,7 @@ impl DdpNode {
             }
         }
         upd.applied.raise(o, upto);
+        upd.touched();
     }
 
     /// Persist `v` unless this or a newer version of its key is persisted
@@ -156,10 +183,7 @@ impl DdpNode {
         for (to, ts, epoch, _) in due {
             out.push(Command::Send { to, msg: Msg::Ack { key: v.key, ts, epoch, c: false, p: true } });
         }
-        for m in self.upd.undurable.values_mut() {
-            m.retain(|_, (k, ts)| !(*k == v.key && *ts <= nvm));
-        }
-        self.upd.undurable.retain(|_, m| !m.is_empty());
+        self.upd.now_durable(v.key, nvm);
         let strict: Vec<_> = self.upd.strict.keys().filter(|(k, ts)| *k == v.key && *ts <= nvm).copied().collect();
         for (k, ts) in strict {
             self.try_strict(k, ts, out);

@@ -58,10 +58,21 @@ impl DdpNode {
     }
 
     /// Forget the updates every other member has applied.
+    /// Vectors name prefixes, so per origin that is a prefix of the log.
     fn gc_log(&mut self) {
         let others: Vec<NodeId> = self.config.others(self.me).collect();
         let peers = &self.upd.peers;
-        self.upd.log.retain(|&id, _| !others.iter().all(|o| peers.get(o).is_some_and(|v| v.contains(id))));
+        let everywhere = |o| others.iter().map(|p| peers.get(p).map_or(0, |v| v.get(o))).min().unwrap_or(u64::MAX);
+        let mut next = self.upd.log.keys().next().copied();
+        while let Some(first) = next {
+            let upto = UpdId { origin: first.origin, seq: everywhere(first.origin) };
+            let gone: Vec<UpdId> = if upto < first { Vec::new() } else { self.upd.log.range(first..=upto).map(|(&id, _)| id).collect() };
+            for id in gone {
+                self.upd.log.remove(&id);
+            }
+            let after = UpdId { origin: first.origin, seq: u64::MAX };
+            next = self.upd.log.range((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)).next().map(|(&id, _)| id);
+        }
     }
 
     /// Send each member the logged updates it lacks and that waited long enough.
@@ -150,6 +161,7 @@ impl DdpNode {
         }
         for c in copies.into_iter().filter(|c| c.ready || !rejoin) {
             self.upd.applied.merge(&c.applied);
+            self.upd.touched();
             for (v, id) in c.versions {
                 let s = self.key(v.key);
                 if v.ts > s.ts {

@@ -53,6 +53,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use tandem_net::{Command, NodeId, SessionId};
 
+use crate::fast_hash::FastMap;
 use crate::model::{UpdRead, UpdRules};
 use crate::node::{DdpNode, Out};
 use crate::types::{Key, Op, Reply, ScopeId, Ts, Upd, Value, Version};
@@ -93,6 +94,11 @@ pub(crate) struct UpdState {
     pub extra: BTreeMap<Origin, BTreeSet<u64>>,
     /// Applied here, not durable here yet (Causal with a persisted gate).
     pub undurable: BTreeMap<Origin, BTreeMap<u64, (Key, Ts)>>,
+    /// The same updates by key (a landing persist finds its own at once).
+    pub undurable_keys: FastMap<Key, Vec<(UpdId, Ts)>>,
+    /// `persisted_upto` of every origin, until `applied` or `undurable`
+    /// changes (operations that wait ask it on every step).
+    pub persisted_memo: std::cell::RefCell<Option<Vector>>,
     /// Received, waiting for their turn or their cauhist.
     pub buffer: BTreeMap<UpdId, Upd>,
     /// Applied here, not yet known applied everywhere (resends), with when
@@ -133,6 +139,29 @@ impl UpdState {
         self.applied.contains(id) || self.extra.get(&id.origin).is_some_and(|x| x.contains(&id.seq))
     }
 
+    /// `key` is durable here up to `nvm`: its updates up to it are no
+    /// longer undurable.
+    pub fn now_durable(&mut self, key: Key, nvm: Ts) {
+        let Some(ids) = self.undurable_keys.get_mut(&key) else { return };
+        *self.persisted_memo.get_mut() = None;
+        let undurable = &mut self.undurable;
+        ids.retain(|&(id, ts)| {
+            if ts > nvm {
+                return true;
+            }
+            if let Some(m) = undurable.get_mut(&id.origin) {
+                m.remove(&id.seq);
+                if m.is_empty() {
+                    undurable.remove(&id.origin);
+                }
+            }
+            false
+        });
+        if ids.is_empty() {
+            self.undurable_keys.remove(&key);
+        }
+    }
+
     /// The prefix of `o`'s updates both applied and durable here.
     pub fn persisted_upto(&self, o: Origin) -> u64 {
         let first_missing = self.undurable.get(&o).and_then(|m| m.keys().next()).map_or(u64::MAX, |s| s - 1);
@@ -140,7 +169,18 @@ impl UpdState {
     }
 
     pub fn persisted_covers(&self, deps: &Vector) -> bool {
-        deps.covered_by(|o| self.persisted_upto(o))
+        let mut memo = self.persisted_memo.borrow_mut();
+        let upto = memo.get_or_insert_with(|| {
+            let mut v = Vector::default();
+            self.applied.iter().for_each(|(o, _)| v.raise(o, self.persisted_upto(o)));
+            v
+        });
+        deps.covered_by(|o| upto.get(o))
+    }
+
+    /// `applied` or `undurable` changed.
+    pub fn touched(&mut self) {
+        *self.persisted_memo.get_mut() = None;
     }
 }
 

@@ -19,4 +19,4 @@ pub mod sim;
 pub mod wire;
 
 pub use protocol::{land, Command, Config, Durable, Input, NodeFactory, NodeId, Nvm, Protocol, SessionId, Token};
-pub use sim::{Harness, NetStats, SimNet, SimNetConfig, CLIENT_RETRY_NS};
+pub use sim::{Harness, NetStats, SimNet, SimNetConfig, CLIENT_RETRY_NS, PAPER_CORES};

@@ -1,11 +1,15 @@
-//! The deterministic simulated network and NVM (DESIGN.md §7.1), on the
-//! seeded clock and event queue of `crates/sim`. Same seed, same steps.
+//! The deterministic simulated network and NVM (DESIGN.md §7.1), on a
+//! seeded RNG and a typed `(time, sequence)` event queue of `crates/sim`.
+//! Same seed, same steps.
 //!
 //! What it models, in simulated nanoseconds:
 //! - a one-way latency per message (`link_ns` plus up to `jitter_ns`, so
 //!   messages on one link may overtake each other);
-//! - a CPU cost per input at the receiving node (`cpu_ns`): a node handles
-//!   one input at a time, so load queues up;
+//! - a CPU cost per input at the receiving node (`cpu_ns`) on one of the
+//!   node's `cores` worker cores: an input waits for the first free core,
+//!   so up to `cores` inputs of a node are handled at once and load beyond
+//!   that queues up (every input costs the same, so a node still finishes
+//!   its inputs in arrival order);
 //! - NVM persists that take `persist_ns` with at most `persist_slots` in
 //!   flight per node (NVM pressure queues persists);
 //! - faults: drop, duplicate, extra delay (reorder), partitions between
@@ -18,9 +22,8 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::rc::{Rc, Weak};
 
-use tandem_sim::{Rng, Sim, SimHandle};
+use tandem_sim::{Rng, TimedQueue};
 
 use crate::protocol::{land, Command, Config, Input, NodeFactory, NodeId, Nvm, Protocol, SessionId, Token};
 
@@ -30,6 +33,8 @@ pub struct SimNetConfig {
     pub link_ns: u64,
     pub jitter_ns: u64,
     pub cpu_ns: u64,
+    /// Worker cores per node, each handling one input at a time.
+    pub cores: usize,
     pub persist_ns: u64,
     pub persist_slots: usize,
     pub drop: f64,
@@ -39,14 +44,21 @@ pub struct SimNetConfig {
     pub delay_ns: u64,
 }
 
+/// Worker cores per server in the DDP paper's simulated machines (§7,
+/// Table 5: "20 out-of-order cores" per server).
+pub const PAPER_CORES: usize = 20;
+
 impl Default for SimNetConfig {
     /// The DDP paper's parameters (Table 5): 1 µs round trip, NVM persist
-    /// 400 ns; a 200 ns per-message CPU cost; no faults.
+    /// 400 ns with 16 NVM banks (2 channels x 8); a 200 ns CPU cost per
+    /// input on one core per node (DESIGN.md §7.1; the paper's servers have
+    /// [`PAPER_CORES`], a sensitivity docs/DDP.md reports); no faults.
     fn default() -> Self {
         SimNetConfig {
             link_ns: 500,
             jitter_ns: 50,
             cpu_ns: 200,
+            cores: 1,
             persist_ns: 400,
             persist_slots: 16,
             drop: 0.0,
@@ -98,10 +110,20 @@ struct Node<P: Protocol> {
     proto: Option<P>,
     /// Bumped by every crash: events of an earlier incarnation are void.
     incarnation: u64,
-    busy_until: u64,
+    /// When each worker core is free again.
+    cores: Vec<u64>,
     config: Config,
     running: BTreeMap<u64, (Token, P::Record)>,
     queued: VecDeque<(Token, P::Record)>,
+}
+
+impl<P: Protocol> Node<P> {
+    /// Take the first free core from `now` for `cpu` ns; when it is done.
+    fn occupy(&mut self, now: u64, cpu: u64) -> u64 {
+        let core = (0..self.cores.len()).min_by_key(|&c| self.cores[c]).expect("a node has a core");
+        self.cores[core] = now.max(self.cores[core]) + cpu;
+        self.cores[core]
+    }
 }
 
 struct Session {
@@ -111,9 +133,22 @@ struct Session {
     done: bool,
 }
 
+/// What the simulator has scheduled.
+enum Event<P: Protocol> {
+    /// A message reaches `to`.
+    Deliver { from: NodeId, to: NodeId, msg: P::Msg },
+    /// Node `n` (incarnation `inc`) has spent its CPU on `input`: step.
+    Step { n: NodeId, inc: u64, input: Input<P> },
+    Timer { n: NodeId, inc: u64, token: Token },
+    /// Persist `pid` of node `n` lands.
+    Landed { n: NodeId, inc: u64, pid: u64 },
+    /// A session whose node crashed issues again.
+    Issue { session: SessionId },
+}
+
 struct World<P: Protocol> {
-    me: Weak<RefCell<World<P>>>,
-    h: SimHandle,
+    now: u64,
+    queue: TimedQueue<Event<P>>,
     cfg: SimNetConfig,
     nodes: Vec<Node<P>>,
     nvm: Vec<Nvm<P::Record>>,
@@ -128,37 +163,55 @@ struct World<P: Protocol> {
     out: Vec<Command<P>>,
 }
 
-impl<P: Protocol + 'static> World<P> {
-    fn schedule(&self, at_ns: u64, f: impl FnOnce(&mut World<P>) + 'static) {
-        let w = self.me.clone();
-        self.h.schedule_at(at_ns, move || {
-            if let Some(w) = w.upgrade() {
-                f(&mut w.borrow_mut());
-            }
-        });
+impl<P: Protocol> World<P> {
+    fn schedule(&mut self, at_ns: u64, ev: Event<P>) {
+        self.queue.push(at_ns.max(self.now), ev);
+    }
+
+    /// Run the earliest event; false if none is due by `deadline`.
+    fn run_next(&mut self, deadline: u64) -> bool {
+        match self.queue.peek_time() {
+            Some(t) if t <= deadline => {}
+            _ => return false,
+        }
+        let (t, ev) = self.queue.pop().expect("peeked");
+        self.now = t;
+        match ev {
+            Event::Deliver { from, to, msg } => self.deliver(from, to, msg),
+            Event::Step { n, inc, input } => self.process(n, inc, input),
+            Event::Timer { n, inc, token } => self.arrive(n, Some(inc), Input::Timer { token }),
+            Event::Landed { n, inc, pid } => self.persist_landed(n, inc, pid),
+            Event::Issue { session } => self.issue(session),
+        }
+        true
     }
 
     fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.rng.chance(p)
     }
 
-    /// An input reaches node `n` and waits for its CPU. `inc` pins it to an
+    /// An input reaches node `n` and waits for a core. `inc` pins it to an
     /// incarnation (timers, persists); messages reach whoever is up.
     fn arrive(&mut self, n: NodeId, inc: Option<u64>, input: Input<P>) {
-        let cpu = self.cfg.cpu_ns;
-        let now = self.h.now_ns();
+        let (cpu, now) = (self.cfg.cpu_ns, self.now);
         let node = &mut self.nodes[n as usize];
         if node.proto.is_none() || inc.is_some_and(|i| i != node.incarnation) {
             return;
         }
-        node.busy_until = now.max(node.busy_until) + cpu;
-        let (at, inc) = (node.busy_until, node.incarnation);
-        self.schedule(at, move |w| w.process(n, inc, input));
+        let (at, inc) = (node.occupy(now, cpu), node.incarnation);
+        self.schedule(at, Event::Step { n, inc, input });
+    }
+
+    fn deliver(&mut self, from: NodeId, to: NodeId, msg: P::Msg) {
+        if self.live(to) {
+            self.stats.messages_delivered += 1;
+        }
+        self.arrive(to, None, Input::Recv { from, msg });
     }
 
     /// Node `n` handles one input and the host carries out its commands.
     fn process(&mut self, n: NodeId, inc: u64, input: Input<P>) {
-        let now = self.h.now_ns();
+        let now = self.now;
         let node = &mut self.nodes[n as usize];
         if node.incarnation != inc {
             return;
@@ -185,20 +238,30 @@ impl<P: Protocol + 'static> World<P> {
     fn execute(&mut self, n: NodeId, inc: u64, c: Command<P>) {
         match c {
             Command::Send { to, msg } => self.send(n, to, msg),
-            Command::Broadcast { msg } => {
-                let others: Vec<NodeId> = self.nodes[n as usize].config.others(n).collect();
-                for to in others {
-                    self.send(n, to, msg.clone());
-                }
-            }
+            Command::Broadcast { msg } => self.broadcast(n, msg),
             Command::Persist { token, record } => {
                 self.stats.persists += 1;
                 self.nodes[n as usize].queued.push_back((token, record));
                 self.start_persists(n);
             }
             Command::Reply { session, req, result } => self.reply(n, session, req, result),
-            Command::SetTimer { token, at_ns } => self.schedule(at_ns, move |w| w.arrive(n, Some(inc), Input::Timer { token })),
+            Command::SetTimer { token, at_ns } => self.schedule(at_ns, Event::Timer { n, inc, token }),
         }
+    }
+
+    /// To every other member of `n`'s configuration (the last one gets `msg` itself).
+    fn broadcast(&mut self, n: NodeId, msg: P::Msg) {
+        let members = self.nodes[n as usize].config.members.len();
+        let last = (0..members).rev().find(|&i| self.nodes[n as usize].config.members[i] != n);
+        let Some(last) = last else { return };
+        for i in 0..last {
+            let to = self.nodes[n as usize].config.members[i];
+            if to != n {
+                self.send(n, to, msg.clone());
+            }
+        }
+        let to = self.nodes[n as usize].config.members[last];
+        self.send(n, to, msg);
     }
 
     fn send(&mut self, from: NodeId, to: NodeId, msg: P::Msg) {
@@ -207,38 +270,34 @@ impl<P: Protocol + 'static> World<P> {
             self.stats.dropped += 1;
             return;
         }
-        let copies = if self.chance(self.cfg.duplicate) { 2 } else { 1 };
-        self.stats.duplicated += copies - 1;
-        for _ in 0..copies {
-            let mut delay = self.cfg.link_ns + self.rng.below(self.cfg.jitter_ns + 1);
-            if self.chance(self.cfg.delay) {
-                delay += self.rng.below(self.cfg.delay_ns + 1);
-            }
-            let msg = msg.clone();
-            self.schedule(self.h.now_ns() + delay, move |w| {
-                if w.nodes[to as usize].proto.is_some() {
-                    w.stats.messages_delivered += 1;
-                }
-                w.arrive(to, None, Input::Recv { from, msg });
-            });
+        if self.chance(self.cfg.duplicate) {
+            self.stats.duplicated += 1;
+            self.put_on_wire(from, to, msg.clone());
         }
+        self.put_on_wire(from, to, msg);
+    }
+
+    fn put_on_wire(&mut self, from: NodeId, to: NodeId, msg: P::Msg) {
+        let mut delay = self.cfg.link_ns + self.rng.below(self.cfg.jitter_ns + 1);
+        if self.chance(self.cfg.delay) {
+            delay += self.rng.below(self.cfg.delay_ns + 1);
+        }
+        self.schedule(self.now + delay, Event::Deliver { from, to, msg });
     }
 
     /// Start queued persists of node `n` while it has free NVM slots.
     fn start_persists(&mut self, n: NodeId) {
-        let (slots, at) = (self.cfg.persist_slots, self.h.now_ns() + self.cfg.persist_ns);
-        let node = &mut self.nodes[n as usize];
-        while node.running.len() < slots {
-            let Some(p) = node.queued.pop_front() else { break };
+        let (slots, at) = (self.cfg.persist_slots, self.now + self.cfg.persist_ns);
+        loop {
+            let node = &mut self.nodes[n as usize];
+            if node.running.len() >= slots {
+                return;
+            }
+            let Some(p) = node.queued.pop_front() else { return };
             let (pid, inc) = (self.next_persist, node.incarnation);
             self.next_persist += 1;
             node.running.insert(pid, p);
-            let w = self.me.clone();
-            self.h.schedule_at(at, move || {
-                if let Some(w) = w.upgrade() {
-                    w.borrow_mut().persist_landed(n, inc, pid);
-                }
-            });
+            self.schedule(at, Event::Landed { n, inc, pid });
         }
     }
 
@@ -253,7 +312,7 @@ impl<P: Protocol + 'static> World<P> {
     }
 
     fn reply(&mut self, n: NodeId, session: SessionId, req: u64, result: P::Reply) {
-        let now = self.h.now_ns();
+        let now = self.now;
         let Some(s) = self.sessions.get_mut(session as usize) else { return };
         if s.outstanding.map(|o| o.0) != Some(req) {
             return; // a late or repeated reply: the client no longer waits for it
@@ -276,7 +335,7 @@ impl<P: Protocol + 'static> World<P> {
             return;
         }
         let Some(home) = (0..count).map(|i| (s.home + i) % count).find(|&m| self.live(m)) else { return };
-        let now = self.h.now_ns();
+        let now = self.now;
         let Some(op) = self.harness.next_op(session, now, &mut self.rng) else {
             self.sessions[session as usize].done = true;
             return;
@@ -291,7 +350,7 @@ impl<P: Protocol + 'static> World<P> {
     }
 
     fn crash(&mut self, n: NodeId) {
-        let now = self.h.now_ns();
+        let now = self.now;
         let node = &mut self.nodes[n as usize];
         if node.proto.take().is_none() {
             return;
@@ -314,7 +373,7 @@ impl<P: Protocol + 'static> World<P> {
             self.sessions[session as usize].outstanding = None;
             self.harness.lost(session, req, now);
             // The client notices the broken connection and moves on.
-            self.schedule(now + CLIENT_RETRY_NS, move |w| w.issue(session));
+            self.schedule(now + CLIENT_RETRY_NS, Event::Issue { session });
         }
     }
 }
@@ -324,49 +383,45 @@ pub const CLIENT_RETRY_NS: u64 = 5_000;
 
 /// A simulated cluster of `P` nodes with closed-loop client sessions.
 pub struct SimNet<P: Protocol, F: NodeFactory<P>> {
-    sim: Sim,
-    world: Rc<RefCell<World<P>>>,
+    world: RefCell<World<P>>,
     factory: F,
 }
 
-impl<P: Protocol + 'static, F: NodeFactory<P>> SimNet<P, F> {
+impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
     /// `nodes` nodes, all members of `config`, and `sessions` client
     /// sessions bound round robin to a home node.
     pub fn new(seed: u64, cfg: SimNetConfig, config: Config, factory: F, harness: Box<dyn Harness<P>>, sessions: u64) -> Self {
-        let sim = Sim::new(seed);
         let count = config.members.iter().max().map_or(0, |&m| m as usize + 1);
         let nodes = (0..count as NodeId)
             .map(|id| Node {
                 proto: config.members.contains(&id).then(|| factory.start(id, &config)),
                 incarnation: 0,
-                busy_until: 0,
+                cores: vec![0; cfg.cores.max(1)],
                 config: config.clone(),
                 running: BTreeMap::new(),
                 queued: VecDeque::new(),
             })
             .collect();
-        let world = Rc::new_cyclic(|me| {
-            RefCell::new(World {
-                me: me.clone(),
-                h: sim.handle(),
-                cfg,
-                nodes,
-                nvm: vec![Nvm::<P::Record>::new(); count],
-                sessions: (0..sessions).map(|s| Session { home: (s % count as u64) as NodeId, next_req: 0, outstanding: None, done: false }).collect(),
-                harness,
-                blocked: BTreeSet::new(),
-                stats: NetStats::default(),
-                next_persist: 0,
-                rng: Rng::new(seed ^ 0x7E7_5EED),
-                clients_stopped: false,
-                out: Vec::new(),
-            })
+        let world = RefCell::new(World {
+            now: 0,
+            queue: TimedQueue::default(),
+            cfg,
+            nodes,
+            nvm: vec![Nvm::<P::Record>::new(); count],
+            sessions: (0..sessions).map(|s| Session { home: (s % count as u64) as NodeId, next_req: 0, outstanding: None, done: false }).collect(),
+            harness,
+            blocked: BTreeSet::new(),
+            stats: NetStats::default(),
+            next_persist: 0,
+            rng: Rng::new(seed ^ 0x7E7_5EED),
+            clients_stopped: false,
+            out: Vec::new(),
         });
-        SimNet { sim, world, factory }
+        SimNet { world, factory }
     }
 
     pub fn now_ns(&self) -> u64 {
-        self.sim.now_ns()
+        self.world.borrow().now
     }
 
     /// Every session issues its first operation.
@@ -393,15 +448,22 @@ impl<P: Protocol + 'static, F: NodeFactory<P>> SimNet<P, F> {
         self.world.borrow().sessions.iter().filter(|s| s.outstanding.is_some()).count()
     }
 
+    /// Run every event due in the next `ns`; the clock then stands at the
+    /// end (or at the last event, if nothing more is scheduled).
     pub fn run_for(&self, ns: u64) {
-        self.sim.run_until(self.sim.now_ns() + ns);
+        let mut w = self.world.borrow_mut();
+        let deadline = w.now + ns;
+        while w.run_next(deadline) {}
+        if !w.queue.is_empty() {
+            w.now = deadline;
+        }
     }
 
     /// Run while `keep_going` holds (checked after every event) and
     /// simulated time is below `limit_ns`. True if `keep_going` turned false.
     pub fn run_while(&self, limit_ns: u64, mut keep_going: impl FnMut(&Self) -> bool) -> bool {
         while keep_going(self) {
-            if self.sim.now_ns() >= limit_ns || !self.sim.step() {
+            if self.now_ns() >= limit_ns || !self.world.borrow_mut().run_next(u64::MAX) {
                 return !keep_going(self);
             }
         }
@@ -425,12 +487,12 @@ impl<P: Protocol + 'static, F: NodeFactory<P>> SimNet<P, F> {
     pub fn restart(&self, n: NodeId, config: &Config) {
         let mut w = self.world.borrow_mut();
         let proto = self.factory.recover(n, config, &w.nvm[n as usize]);
-        let now = self.sim.now_ns();
+        let now = w.now;
         let node = &mut w.nodes[n as usize];
         assert!(node.proto.is_none(), "node {n} restarted while up");
         node.proto = Some(proto);
         node.config = config.clone();
-        node.busy_until = now;
+        node.cores.iter_mut().for_each(|c| *c = now);
         w.stats.restarts += 1;
         // Sessions parked while no node was up take their next step.
         for s in 0..w.sessions.len() as SessionId {

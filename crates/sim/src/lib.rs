@@ -13,8 +13,10 @@
 
 mod executor;
 mod oneshot;
+mod queue;
 mod rng;
 
 pub use executor::{NodeTag, Sim, SimHandle, Sleep, TaskId};
 pub use oneshot::{oneshot, OneshotReceiver, OneshotSender};
+pub use queue::TimedQueue;
 pub use rng::Rng;
