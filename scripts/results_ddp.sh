@@ -3,7 +3,7 @@
 # runs, the checks, the section rendered by scripts/render_ddp.py and spliced
 # in place of the old one, then `tandem experiment ddp-heatmap` and
 # `ddp-sweeps` (which rewrite their own sections and figures).
-#   usage: scripts/results_ddp.sh        (about 5 minutes on 2 cores)
+#   usage: scripts/results_ddp.sh [--runs-only|--render-only]   (about 10 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
@@ -21,10 +21,11 @@ ddp_runs() {
   run $T ddp bench --models lin-synch,causal-synch,causal-eventual --clients 2 --cores 20 --json $OUT/ddp-bench-10clients-20cores.json
   run $T ddp bench --models lin-synch,causal-synch,causal-eventual --rtt-ns 2000 --cores 20 --json $OUT/ddp-bench-rtt2us-20cores.json
   run $T ddp bench --net tcp --models all --workload ycsb-a --seconds 2 --json $OUT/ddp-tcp-a.json
+  run $T ddp bench --models lin-synch --measure-ns 50000000 --json $OUT/ddp-simspeed.json
   run $T ddp check --seeds 100 --json $OUT/ddp-check.json
 }
 if [ "${1:-}" = "--runs-only" ]; then ddp_runs; exit 0; fi
-ddp_runs
+[ "${1:-}" = "--render-only" ] || ddp_runs
 [ -f $OUT/net-echo.json ] || run $T net echo --json $OUT/net-echo.json
 python3 scripts/render_ddp.py "$OUT" > $OUT/ddp-section.md
 python3 - "$OUT/ddp-section.md" <<'PY'
@@ -35,6 +36,7 @@ start = doc.index("## Issue 10")
 end = doc.index("\n## ", start + 1) + 1
 open("docs/RESULTS.md", "w").write(doc[:start] + new + doc[end:])
 PY
+[ "${1:-}" = "--render-only" ] && exit 0
 run $T experiment ddp-heatmap
 run $T experiment ddp-sweeps
 echo "wrote the DDP part of docs/RESULTS.md" >&2

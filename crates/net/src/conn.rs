@@ -183,3 +183,68 @@ impl Conn {
 pub fn decode<T: DeserializeOwned>(b: &[u8]) -> io::Result<T> {
     bincode::deserialize(b).map_err(|e| io::Error::new(ErrorKind::InvalidData, e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream whose peer reads slowly never drains completely while its
+    /// writer keeps up with the reader; what was written must still leave
+    /// the buffer (it once grew without bound, and every growth copied it).
+    #[test]
+    fn a_stream_that_never_drains_keeps_only_what_is_pending() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut b = vec![0u8; 64 << 10];
+            let mut total = 0;
+            while let Ok(n) = s.read(&mut b) {
+                if n == 0 {
+                    break;
+                }
+                total += n;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            total
+        });
+        let mut c = Conn::connect(addr, std::time::Duration::from_secs(1)).unwrap();
+        let frame = vec![7u8; 16 << 10];
+        let mut queued = 0;
+        while queued < 48 << 20 {
+            if c.pending() < 64 << 10 {
+                c.queue_bytes(&frame);
+                queued += frame.len();
+            }
+            c.flush().unwrap();
+            assert!(c.out.len() <= 2 * c.pending(), "buffer {} bytes for {} pending", c.out.len(), c.pending());
+        }
+        drop(c);
+        assert!(reader.join().unwrap() > 0);
+    }
+
+    #[test]
+    fn frames_split_across_reads_are_cut_whole() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut w = std::net::TcpStream::connect(addr).unwrap();
+        let (s, _) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        let mut c = Conn::new(TcpStream::from_std(s));
+        let mut bytes = Vec::new();
+        for i in 0..1000u64 {
+            put(&mut bytes, &vec![i; (i % 50) as usize]);
+        }
+        let mut got: Vec<Vec<u64>> = Vec::new();
+        for piece in bytes.chunks(777) {
+            w.write_all(piece).unwrap();
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            c.read_frames(|b| got.push(decode(b).unwrap())).unwrap();
+        }
+        while got.len() < 1000 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            c.read_frames(|b| got.push(decode(b).unwrap())).unwrap();
+        }
+        assert!(got.iter().enumerate().all(|(i, v)| v.len() == i % 50 && v.iter().all(|&x| x == i as u64)));
+    }
+}
