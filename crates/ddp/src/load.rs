@@ -110,7 +110,6 @@ impl Driver {
     }
 
     fn run(mut self, stop: &AtomicBool, done: &AtomicU64) -> Vec<HistOp> {
-        let mut events = Vec::new();
         let mut next_sweep = 0;
         while !stop.load(Ordering::Relaxed) {
             let now = self.now();
@@ -123,13 +122,28 @@ impl Driver {
                     self.call(i, now);
                 }
             }
-            events.clear();
-            if self.mux.poll(Duration::from_millis(1), &mut events).is_err() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            for ev in events.drain(..) {
-                self.on_event(ev, done);
-            }
+            self.round(done);
+        }
+        self.finish(done)
+    }
+
+    /// Write what is queued, then take the replies that arrived.
+    fn round(&mut self, done: &AtomicU64) {
+        let mut events = Vec::new();
+        if self.mux.poll(Duration::from_millis(1), &mut events).is_err() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for ev in events {
+            self.on_event(ev, done);
+        }
+    }
+
+    /// Stopped: no new calls; the calls in flight get up to the timeout to
+    /// complete, so a history ends with outcomes, not unknowns.
+    fn finish(mut self, done: &AtomicU64) -> Vec<HistOp> {
+        let deadline = self.now() + self.cfg.timeout.as_nanos() as u64;
+        while self.sessions.iter().any(|s| s.pending.is_some()) && self.now() < deadline {
+            self.round(done);
         }
         let mut ops = self.ops;
         ops.extend(self.sessions.into_iter().filter_map(|s| s.pending.and_then(|p| p.1)));

@@ -2,9 +2,10 @@
 //! memory-mapped file (DESIGN.md §7.1).
 //!
 //! [`NvmFile::append`] is what a `Persist` does: it writes one frame at the
-//! tail of the mapped region and lands the record in an in-memory [`Nvm`]
-//! mirror ([`NvmFile::image`]). [`NvmFile::open`] replays the valid frames
-//! through [`land`] to rebuild the image after a crash.
+//! tail of the mapped region, and nothing else (no in-memory mirror to
+//! keep up on the persist path). [`NvmFile::open`] replays the valid frames
+//! through [`land`] to rebuild the image after a crash; compaction and
+//! [`NvmFile::image`] replay the same way.
 //!
 //! # File format
 //!
@@ -89,15 +90,14 @@ pub enum Durability {
     Machine,
 }
 
-/// A log-structured, memory-mapped store of `R` records with an
-/// in-memory [`Nvm`] mirror. See the module documentation.
+/// A log-structured, memory-mapped store of `R` records. See the module
+/// documentation.
 pub struct NvmFile<R: Durable> {
     path: PathBuf,
     file: File,
     map: MmapMut,
     /// Offset just past the last complete frame.
     tail: usize,
-    image: Nvm<R>,
     durability: Durability,
     compactions: u64,
     /// What [`NvmFile::sync_appended`] made durable: the tail it reached,
@@ -105,6 +105,7 @@ pub struct NvmFile<R: Durable> {
     synced: (usize, u64),
     /// Reused serialization buffer.
     scratch: Vec<u8>,
+    _records: std::marker::PhantomData<R>,
 }
 
 impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
@@ -134,11 +135,11 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
             file,
             map,
             tail,
-            image: image.clone(),
             durability,
             compactions: 0,
             synced: (0, u64::MAX),
             scratch: Vec::new(),
+            _records: std::marker::PhantomData,
         };
         if durability == Durability::Machine {
             store.flush()?;
@@ -147,8 +148,8 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
     }
 
     /// Persist `record`: write its frame at the tail (compacting first if
-    /// it does not fit), msync it under [`Durability::Machine`], and land
-    /// it in the image. On error nothing has changed.
+    /// it does not fit), and msync it under [`Durability::Machine`]. On
+    /// error nothing has changed.
     pub fn append(&mut self, record: &R) -> io::Result<()> {
         self.scratch.clear();
         encode_into(&mut self.scratch, record).map_err(|e| annotate(&self.path, e))?;
@@ -161,14 +162,13 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
             self.map.flush_range(self.tail, frame_len).map_err(|e| annotate(&self.path, e))?;
         }
         self.tail += frame_len;
-        land(&mut self.image, record.clone());
         Ok(())
     }
 
-    /// The live image: every appended record landed, without reading the
-    /// file.
-    pub fn image(&self) -> &Nvm<R> {
-        &self.image
+    /// The live image: every appended record landed (replayed from the
+    /// mapped log; what a restart would recover).
+    pub fn image(&self) -> io::Result<Nvm<R>> {
+        replay::<R>(&self.path, &self.map).map(|r| r.0)
     }
 
     /// Make everything appended so far survive a machine crash: msync the
@@ -232,10 +232,11 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
     /// Rewrite the image into a fresh file so that a frame of `frame_len`
     /// bytes fits after it, or fail without changing anything.
     fn compact(&mut self, frame_len: usize) -> io::Result<()> {
-        let body = encode_image(&self.path, &self.image)?;
+        let image = self.image()?;
+        let body = encode_image(&self.path, &image)?;
         let live = FILE_HEADER + body.len();
         if live + frame_len > self.map.len() {
-            return Err(self.full_error(live, frame_len));
+            return Err(self.full_error(live, image.len(), frame_len));
         }
         let (file, map) = create_fresh(&self.path, self.map.len(), &body, self.durability)?;
         self.file = file;
@@ -246,13 +247,13 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
     }
 
     /// The error for "the live image plus the new frame exceed the file".
-    fn full_error(&self, live: usize, frame_len: usize) -> io::Error {
+    fn full_error(&self, live: usize, slots: usize, frame_len: usize) -> io::Error {
         let msg = format!(
             "NVM file {} is full: capacity {} bytes cannot hold the live image ({} bytes, {} slots) plus a {}-byte frame",
             self.path.display(),
             self.map.len(),
             live,
-            self.image.len(),
+            slots,
             frame_len
         );
         io::Error::other(msg)
@@ -265,7 +266,6 @@ impl<R: Durable> std::fmt::Debug for NvmFile<R> {
             .field("path", &self.path)
             .field("capacity", &self.map.len())
             .field("used", &self.tail)
-            .field("slots", &self.image.len())
             .field("durability", &self.durability)
             .field("compactions", &self.compactions)
             .finish()
