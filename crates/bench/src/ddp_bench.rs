@@ -3,15 +3,13 @@
 //! operations; each model reported normalized to ⟨Lin, Synch⟩ of the same
 //! run. Also how fast the simulator itself moves messages (wall clock).
 //!
-//! Under Transactional consistency a client groups its requests in
-//! transactions of [`DdpBenchConfig::tx_requests`] (the paper's 5, §12.2):
-//! Begin, the 5 reads and writes, End. A squashed transaction restarts with
-//! the same requests, so they count as done only when it commits (the
-//! paper's "a request will not be satisfied until the transaction restarts
-//! and completes"); read latency is per read reply, write latency per
-//! write, Begin and End reply (End is where a transaction's writes complete).
-//! Under Trans-Scope a client closes its scope every second transaction
-//! (10 requests).
+//! Sessions are `tandem_ddp::ycsb_session`'s: under Transactional
+//! consistency a client groups its requests in transactions of
+//! [`DdpBenchConfig::tx_requests`] (the paper's 5, §12.2), which count as
+//! done only when they commit (the paper's "a request will not be satisfied
+//! until the transaction restarts and completes"); read latency is per read
+//! reply, write latency per write, Begin and End reply. Under Scope a client
+//! closes its scope every [`DdpBenchConfig::scope_writes`] writes.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -21,7 +19,8 @@ use serde::Serialize;
 use tandem_ddp::{Consistency, DdpFactory, DdpNode, Model, Op, Params, Persistency, Record, Reply};
 use tandem_net::{Config, Harness, NodeId, Nvm, SessionId, SimNet, SimNetConfig};
 use tandem_sim::Rng;
-use tandem_workloads::ycsb::{Ycsb, YcsbOp};
+use tandem_ddp::ycsb_session::{SessionPlan, YcsbSession};
+use tandem_workloads::ycsb::Ycsb;
 
 #[derive(Clone, Debug)]
 pub struct DdpBenchConfig {
@@ -65,124 +64,41 @@ pub struct ModelResult {
     pub tx_abort_ratio: Option<f64>,
 }
 
-/// A client's transaction (Transactional consistency).
-#[derive(Clone, Debug, Default)]
-struct TxClient {
-    seq: u64,
-    plan: Vec<YcsbOp>,
-    pos: usize,
-    begun: bool,
-    /// Keys written, and transactions committed, in the open scope.
-    scope_keys: u32,
-    scope_txs: u32,
-}
-
-/// Closed-loop YCSB sessions; counts and latencies after the warm-up.
+/// Closed-loop YCSB sessions (`tandem_ddp::ycsb_session`, the same the
+/// TCP load runs); counts and latencies after the warm-up.
 struct Clients {
-    ycsb: Ycsb,
-    scope: bool,
-    scope_writes: u32,
+    plan: SessionPlan,
+    sessions: Vec<YcsbSession>,
     warmup_ns: u64,
-    /// Per session: invoke time, whether a read, open scope and writes in it.
-    state: Vec<(u64, bool, u64, u32)>,
-    /// Per session: its causal past (Causal models carry it in every op).
-    past: Vec<tandem_ddp::Vector>,
+    /// Per session: invoke time of the call in flight, and whether a read.
+    calls: Vec<(u64, bool)>,
     next_value: u64,
     done: u64,
     lat: [(u64, u64); 2],
-    /// Transactional consistency: requests per transaction, each client's
-    /// transaction, commits and squashes.
-    tx_requests: Option<usize>,
-    txs: Vec<TxClient>,
     commits: u64,
     aborts: u64,
 }
 
 impl Clients {
     fn next_op(&mut self, session: SessionId, now: u64, rng: &mut Rng) -> Option<Op> {
-        if let Some(n) = self.tx_requests {
-            self.state[session as usize].0 = now;
-            return Some(self.next_tx_op(session, n, rng));
-        }
-        let s = &mut self.state[session as usize];
-        s.0 = now;
-        if self.scope && s.3 >= self.scope_writes {
-            let op = Op::Persist { scope: s.2, writes: s.3 };
-            (s.2, s.3, s.1) = (s.2 + 1, 0, false);
-            return Some(op);
-        }
         self.next_value += 1;
-        Some(match self.ycsb.next(rng) {
-            YcsbOp::Read(key) => {
-                s.1 = true;
-                Op::Read { key, after: self.past[session as usize].clone(), tx: None }
-            }
-            YcsbOp::Update(key) => {
-                (s.1, s.3) = (false, s.3 + 1);
-                Op::Write { key, value: self.next_value, scope: s.2, after: self.past[session as usize].clone(), tx: None }
-            }
-        })
-    }
-
-    /// Begin, the transaction's next request, or End; a Persist every
-    /// second transaction under Scope.
-    fn next_tx_op(&mut self, session: SessionId, n: usize, rng: &mut Rng) -> Op {
-        let (st, t) = (&mut self.state[session as usize], &mut self.txs[session as usize]);
-        if t.plan.is_empty() {
-            if self.scope && t.scope_txs >= 2 {
-                let op = Op::Persist { scope: st.2, writes: t.scope_keys };
-                (st.2, st.1, t.scope_keys, t.scope_txs) = (st.2 + 1, false, 0, 0);
-                return op;
-            }
-            t.plan = (0..n).map(|_| self.ycsb.next(rng)).collect();
-            (t.pos, t.begun) = (0, false);
-        }
-        st.1 = false;
-        if !t.begun {
-            t.begun = true;
-            return Op::Begin { tx: t.seq };
-        }
-        let Some(&op) = t.plan.get(t.pos) else { return Op::End { tx: t.seq } };
-        t.pos += 1;
-        self.next_value += 1;
-        match op {
-            YcsbOp::Read(key) => {
-                st.1 = true;
-                Op::Read { key, after: Default::default(), tx: Some(t.seq) }
-            }
-            YcsbOp::Update(key) => Op::Write { key, value: self.next_value, scope: st.2, after: Default::default(), tx: Some(t.seq) },
-        }
-    }
-
-    /// A transaction committed (its requests are done) or was squashed (it restarts).
-    fn tx_outcome(&mut self, session: SessionId, r: &Reply, counted: bool) {
-        let t = &mut self.txs[session as usize];
-        let committed = matches!(r, Reply::Committed { .. });
-        if committed {
-            let keys: std::collections::BTreeSet<u64> = t.plan.iter().filter_map(|o| if let YcsbOp::Update(k) = o { Some(*k) } else { None }).collect();
-            (t.scope_keys, t.scope_txs) = (t.scope_keys + keys.len() as u32, t.scope_txs + 1);
-            t.plan.clear();
-        }
-        (t.seq, t.pos, t.begun) = (t.seq + 1, 0, false);
-        if counted {
-            self.done += if committed { t_len(self.tx_requests) } else { 0 };
-            if committed { self.commits += 1 } else { self.aborts += 1 }
-        }
+        let op = self.sessions[session as usize].next_op(&self.plan, rng, self.next_value);
+        self.calls[session as usize] = (now, matches!(op, Op::Read { .. }));
+        Some(op)
     }
 
     fn completed(&mut self, session: SessionId, _req: u64, _node: NodeId, r: &Reply, now: u64, _nvm: &[Nvm<Record>]) {
-        if let Reply::Read { id: Some(id), .. } | Reply::Written { id: Some(id), .. } = r {
-            self.past[session as usize].add(*id);
-        }
-        let (at, read, ..) = self.state[session as usize];
-        if let Reply::Committed { .. } | Reply::Aborted { .. } = r {
-            self.tx_outcome(session, r, at >= self.warmup_ns);
-        }
-        if at < self.warmup_ns || matches!(r, Reply::Persisted { .. } | Reply::ScopeLost { .. }) {
+        let (at, read) = self.calls[session as usize];
+        let requests = self.sessions[session as usize].on_reply(&self.plan, r);
+        if at < self.warmup_ns {
             return;
         }
-        if self.tx_requests.is_none() {
-            self.done += 1;
+        self.done += requests;
+        match r {
+            Reply::Committed { .. } => self.commits += 1,
+            Reply::Aborted { .. } => self.aborts += 1,
+            Reply::Persisted { .. } | Reply::ScopeLost { .. } => return,
+            _ => {}
         }
         let l = &mut self.lat[usize::from(!read)];
         l.0 += now - at;
@@ -190,25 +106,23 @@ impl Clients {
     }
 }
 
-fn t_len(n: Option<usize>) -> u64 {
-    n.unwrap_or(1) as u64
-}
-
 /// Simulate `model` under `cfg` and measure it.
 pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
     let sessions = cfg.clients_per_node * cfg.nodes as u64;
-    let clients = Clients {
+    let plan = SessionPlan {
         ycsb: cfg.workload.clone(),
-        scope: model.p == Persistency::Scope,
-        scope_writes: cfg.scope_writes,
+        scope_writes: (model.p == Persistency::Scope).then_some(cfg.scope_writes),
+        tx_requests: (model.c == Consistency::Trans).then_some(cfg.tx_requests.max(1)),
+    };
+    let tx = plan.tx_requests.is_some();
+    let clients = Clients {
+        plan,
+        sessions: vec![YcsbSession::default(); sessions as usize],
         warmup_ns: cfg.warmup_ns,
-        state: vec![(0, false, 0, 0); sessions as usize],
-        past: vec![tandem_ddp::Vector::default(); sessions as usize],
+        calls: vec![(0, false); sessions as usize],
         next_value: 0,
         done: 0,
         lat: [(0, 0); 2],
-        tx_requests: (model.c == Consistency::Trans).then_some(cfg.tx_requests.max(1)),
-        txs: vec![TxClient::default(); sessions as usize],
         commits: 0,
         aborts: 0,
     };
@@ -233,7 +147,7 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         write_latency_us: avg(c.lat[1]),
         messages_per_op: stats.messages_sent as f64 / stats.replies.max(1) as f64,
         sim_messages_per_s: stats.messages_sent as f64 / secs.max(1e-9),
-        tx_abort_ratio: c.tx_requests.map(|_| c.aborts as f64 / (c.commits + c.aborts).max(1) as f64),
+        tx_abort_ratio: tx.then(|| c.aborts as f64 / (c.commits + c.aborts).max(1) as f64),
     }
 }
 
