@@ -197,6 +197,11 @@ fn the_tcp_bench_measures_models_on_processes_beside_the_echo_ceiling() {
         assert!(m["node_cpu_us_per_op"].as_f64().unwrap() > 0.0, "{m}");
     }
     assert_eq!(models[0]["normalized"].as_f64(), Some(1.0));
+    // --fsync: persists complete only after the syncer thread flushed them (group commit).
+    let out = tandem().args(["ddp", "bench", "--net", "tcp", "--models", "lin-synch", "--seconds", "0.5", "--clients", "4", "--fsync", "--json", json.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(v["fsync"].as_bool().unwrap() && v["models"][0]["throughput_ops"].as_f64().unwrap() > 0.0, "{v}");
     let bad = tandem().args(["ddp", "bench", "--net", "rdma"]).output().unwrap();
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("expected sim or tcp"));
     let _ = std::fs::remove_dir_all(&dir);

@@ -23,6 +23,7 @@ use mio::{Poll, Waker};
 use crate::host_io::{Inbound, Link, WAKER};
 use crate::links::Wire;
 use crate::nvm_file::NvmFile;
+use crate::syncer::Syncer;
 use crate::protocol::{Command, Config, Input, NodeFactory, NodeId, SessionId, Token};
 use crate::wire::{ClientResp, FromManager, Hello, NodeStats};
 
@@ -35,7 +36,8 @@ pub struct HostConfig {
     pub secret: u64,
     pub nvm: PathBuf,
     pub nvm_bytes: u64,
-    /// Flush the NVM file to the device after every round (machine crashes).
+    /// A persist completes only once the NVM file is flushed to the device
+    /// (machine crashes); a syncer thread does it, one batch at a time.
     pub fsync: bool,
     pub heartbeat: Duration,
     /// Must equal the manager's lease.
@@ -60,8 +62,9 @@ impl NodeHandle {
 /// `listener`, in the calling thread, until the process ends.
 pub fn run<P: Wire, F: NodeFactory<P>>(cfg: HostConfig, listener: TcpListener, factory: F) -> io::Result<()> {
     let poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stop = Arc::new(AtomicBool::new(false));
-    Host::open(cfg, listener, &factory, poll, stop)?.run()
+    Host::open(cfg, listener, &factory, poll, waker, stop)?.run()
 }
 
 /// Run a node on a thread of this process; the handle stops it.
@@ -69,9 +72,9 @@ pub fn spawn<P: Wire, F: NodeFactory<P> + Send + 'static>(cfg: HostConfig, liste
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
+    let (s, w) = (stop.clone(), waker.clone());
     std::thread::Builder::new().name(format!("node-{}", cfg.id)).spawn(move || {
-        if let Err(e) = Host::open(cfg, listener, &factory, poll, s).and_then(|mut h| h.run()) {
+        if let Err(e) = Host::open(cfg, listener, &factory, poll, w, s).and_then(|mut h| h.run()) {
             eprintln!("node: {e}");
         }
     })?;
@@ -106,8 +109,13 @@ pub(crate) struct Host<P: Wire> {
     next_beat: u64,
     /// Client requests waiting for a lease.
     parked: VecDeque<Input<P>>,
-    /// With `fsync`: persists appended but not yet flushed to the device.
+    /// With `fsync`: persists appended in this round, not yet in a sync;
+    /// the batches a sync is flushing (numbered from 1); the file's
+    /// compaction count the syncer flushes.
     unsynced: Vec<Token>,
+    syncing: VecDeque<(u64, Vec<Token>)>,
+    next_batch: u64,
+    syncer: Option<(Syncer, u64)>,
     pub(crate) stats: NodeStats,
 }
 
@@ -116,11 +124,14 @@ pub(crate) struct Host<P: Wire> {
 const PEER_BACKLOG: usize = 64 << 20;
 
 impl<P: Wire> Host<P> {
-    fn open<F: NodeFactory<P>>(cfg: HostConfig, listener: TcpListener, factory: &F, poll: Poll, stop: Arc<AtomicBool>) -> io::Result<Self> {
+    fn open<F: NodeFactory<P>>(cfg: HostConfig, listener: TcpListener, factory: &F, poll: Poll, waker: Arc<Waker>, stop: Arc<AtomicBool>) -> io::Result<Self> {
         let (mut nvm, image) = NvmFile::<P::Record>::open(&cfg.nvm, cfg.nvm_bytes)?;
-        if cfg.fsync {
+        let syncer = if cfg.fsync {
             nvm.sync_appended()?;
-        }
+            Some((Syncer::spawn(nvm.file_handle()?, waker, format!("node {}", cfg.id)), nvm.compactions()))
+        } else {
+            None
+        };
         let config = Config::new(0, cfg.peers.iter().map(|p| p.0).collect());
         let proto = if image.is_empty() { factory.start(cfg.id, &config) } else { factory.recover(cfg.id, &config, &image) };
         eprintln!("node {}: {} from {} ({} slots)", cfg.id, if image.is_empty() { "started" } else { "recovered" }, cfg.nvm.display(), image.len());
@@ -131,7 +142,7 @@ impl<P: Wire> Host<P> {
         let mut h = Host {
             cfg, proto, nvm, config, poll, listener, stop, inbound: HashMap::new(), next_conn: 0, peers, manager,
             sessions: HashMap::new(), timers: BinaryHeap::new(), local: VecDeque::new(), out: Vec::new(), start: Instant::now(), clock: 0,
-            lease_until: 0, beats: VecDeque::new(), next_beat: 0, parked: VecDeque::new(), unsynced: Vec::new(), stats: NodeStats::default(),
+            lease_until: 0, beats: VecDeque::new(), next_beat: 0, parked: VecDeque::new(), unsynced: Vec::new(), syncing: VecDeque::new(), next_batch: 1, syncer, stats: NodeStats::default(),
         };
         h.register_listener()?;
         if h.cfg.manager.is_none() {
@@ -312,14 +323,40 @@ impl<P: Wire> Host<P> {
         }
     }
 
-    /// With `fsync`: make this round's persists durable, then complete them.
+    /// With `fsync`: complete the batches the syncer made durable, then
+    /// hand it the persists since if no sync is in flight (group commit).
     fn sync_nvm(&mut self) -> io::Result<()> {
-        while !self.unsynced.is_empty() {
-            self.nvm.sync_appended()?;
-            for token in std::mem::take(&mut self.unsynced) {
-                self.step(Input::PersistDone { token });
-            }
+        if self.syncer.is_none() {
+            return Ok(());
+        }
+        for token in self.synced()? {
+            self.step(Input::PersistDone { token });
+        }
+        let Some((syncer, _)) = &self.syncer else { return Ok(()) };
+        if self.syncing.is_empty() && !self.unsynced.is_empty() {
+            syncer.request(self.next_batch);
+            self.syncing.push_back((self.next_batch, std::mem::take(&mut self.unsynced)));
+            self.next_batch += 1;
         }
         Ok(())
+    }
+
+    /// The persists now durable.
+    fn synced(&mut self) -> io::Result<Vec<Token>> {
+        let Some((syncer, file)) = &mut self.syncer else { return Ok(Vec::new()) };
+        if self.nvm.compactions() != *file {
+            // A compaction wrote a new file: flush it (and its directory)
+            // here, which covers every persist so far.
+            self.nvm.sync_appended()?;
+            syncer.use_file(self.nvm.file_handle()?);
+            *file = self.nvm.compactions();
+            return Ok(self.syncing.drain(..).flat_map(|b| b.1).chain(self.unsynced.drain(..)).collect());
+        }
+        let done = syncer.done();
+        let mut ready = Vec::new();
+        while self.syncing.front().is_some_and(|b| b.0 <= done) {
+            ready.extend(self.syncing.pop_front().expect("checked").1);
+        }
+        Ok(ready)
     }
 }

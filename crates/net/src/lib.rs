@@ -16,6 +16,7 @@ pub mod manager;
 pub mod nvm_file;
 pub mod protocol;
 pub mod sim;
+mod syncer;
 pub mod wire;
 
 pub use protocol::{land, Command, Config, Durable, Input, NodeFactory, NodeId, Nvm, Protocol, SessionId, Token};

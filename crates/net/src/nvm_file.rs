@@ -225,6 +225,11 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
     }
 
     /// How many compactions this store has run since it was opened.
+    /// Another handle on the current file (to flush it from another thread).
+    pub fn file_handle(&self) -> io::Result<File> {
+        self.file.try_clone().map_err(|e| annotate(&self.path, e))
+    }
+
     pub fn compactions(&self) -> u64 {
         self.compactions
     }

@@ -183,7 +183,7 @@ fn tandem_id(model: &str, fsync: bool) -> String {
 }
 
 fn tandem_durability(model: &str, fsync: bool) -> String {
-    let disk = if fsync { "msync'd to the device before the persist counts (--fsync): survives a power loss" } else { "memory-mapped, no fsync: survives kill -9 of any or all processes, not a power loss" };
+    let disk = if fsync { "flushed to the device (fdatasync, group commit) before the persist counts (--fsync): survives a power loss" } else { "memory-mapped, no fsync: survives kill -9 of any or all processes, not a power loss" };
     match model {
         "lin-synch" => format!("Tandem ⟨Lin, Synch⟩, {NODES} node processes, every key on all {NODES}: a write is acknowledged once all {NODES} applied it and appended it to their NVM file ({disk})"),
         _ => format!("Tandem ⟨Eventual, Eventual⟩, {NODES} node processes: a write is acknowledged by its coordinator at once, replicated in batches and persisted lazily to the NVM files ({disk}); an acknowledged write is lost if its node crashes before sending it"),
