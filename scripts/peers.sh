@@ -259,6 +259,8 @@ repl_ready() {
     [ "${n:-0}" -ge 2 ]
 }
 
+repl_install() { redis_install; }
+
 repl_start() {
     redis_install
     local i port data
