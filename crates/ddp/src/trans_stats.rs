@@ -111,3 +111,11 @@ impl DdpNode {
         let _ = std::fs::write(path, format!("{s:?}\nheld (here, outcomes, refused): {held:?} clock {}\noldest coord: {coord:?}\nwaiting: {waiting:?}\npostponed {}\n", self.trans.clock, self.trans.postponed.len()));
     }
 }
+
+impl DdpNode {
+    /// Transactions and decisions this node holds (bounded on a long run).
+    pub fn trans_memory(&self) -> usize {
+        let t = &self.trans;
+        t.coord.len() + t.here.len() + t.outcomes.len() + t.refused.len() + t.learnt.len() + t.deliveries.len()
+    }
+}
