@@ -44,7 +44,7 @@
 //!   transactions' reads and writes, every node sees every write (INV,
 //!   ENDX) and, at ENDX, the transaction's reads. A conflict with an
 //!   *unprepared* transaction squashes the younger of the two (wound-wait,
-//!   ages from the coordinator's clock at `Begin`); with a *prepared* one,
+//!   ages from a Lamport clock ticked at `Begin`, advanced by INITX); with a *prepared* one,
 //!   the access waits for its decision (an operation), or at ENDX the
 //!   older waits and the younger is squashed (wait-die), so waits run from
 //!   older to younger prepared transactions and cannot deadlock. ENDX also
@@ -87,9 +87,11 @@
 //!   committed version (with the same waits); a plain write is refused with
 //!   `Reply::Error` (a write must belong to a transaction).
 //!
-//! The state grows with the number of transactions: every node remembers
-//! each decision and refusal (for late votes and settlers), and NVM holds a
-//! record per transaction (like a scope's); neither is collected yet.
+//! Bounded state (`trans_idle.rs`): a coordinator squashes a transaction
+//! whose client went quiet (`Params::idle_ns`); decisions and refusals are
+//! forgotten `Params::forget_ns` after they were learnt, and a member drops
+//! an unprepared transaction it heard nothing about for as long. NVM still
+//! holds a record per transaction (like a scope's), not collected.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
