@@ -136,6 +136,11 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
     net.run_for(cfg.warmup_ns + cfg.measure_ns);
     let secs = wall.elapsed().as_secs_f64();
     let stats = net.stats();
+    if model.c == Consistency::Trans && std::env::var_os("TANDEM_DDP_STATS").is_some() {
+        for n in 0..cfg.nodes {
+            net.with_node(n, |d| d.map(|d| eprintln!("{model} node {n}: {:?}", d.trans_stats())));
+        }
+    }
     net.stop_clients();
     let c = clients.borrow();
     let avg = |l: (u64, u64)| if l.1 == 0 { 0.0 } else { l.0 as f64 / l.1 as f64 / 1_000.0 };

@@ -118,7 +118,8 @@ const TIMER_JUMP: u64 = 1 << 40;
 impl World {
     fn new(cfg: &ExploreConfig) -> World {
         let config = Config::new(1, (0..cfg.nodes).collect());
-        let params = Params { tick_ns: 1, retry_ns: 1, replay_ns: 1, lazy_ns: 1 };
+        // Timers jump the clock: no idle squash, nothing forgotten.
+        let params = Params { tick_ns: 1, retry_ns: 1, replay_ns: 1, lazy_ns: 1, idle_ns: u64::MAX, forget_ns: u64::MAX };
         let nodes = (0..cfg.nodes).map(|n| Some(DdpNode::new(n, cfg.model, params, cfg.bugs, config.clone()))).collect();
         World {
             nodes,

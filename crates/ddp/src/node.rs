@@ -27,13 +27,22 @@ pub struct Params {
     pub replay_ns: u64,
     /// Eventual persistency writes dirty keys back this often.
     pub lazy_ns: u64,
+    /// Transactional consistency: a coordinator squashes an open
+    /// transaction whose client sent nothing for this long (its session
+    /// vanished or moved), so it cannot hold its keys forever.
+    pub idle_ns: u64,
+    /// Transactional consistency: a node forgets a decision or refusal
+    /// this long after learning it (no message about the transaction is
+    /// still in flight by then), and a member squashes an unprepared
+    /// transaction it heard nothing about for this long.
+    pub forget_ns: u64,
 }
 
 impl Params {
     /// For the simulator's microsecond-scale network.
-    pub const SIM: Params = Params { tick_ns: 10_000, retry_ns: 40_000, replay_ns: 100_000, lazy_ns: 20_000 };
+    pub const SIM: Params = Params { tick_ns: 10_000, retry_ns: 40_000, replay_ns: 100_000, lazy_ns: 20_000, idle_ns: 2_000_000, forget_ns: 10_000_000 };
     /// For processes over TCP on one machine.
-    pub const TCP: Params = Params { tick_ns: 2_000_000, retry_ns: 20_000_000, replay_ns: 50_000_000, lazy_ns: 5_000_000 };
+    pub const TCP: Params = Params { tick_ns: 2_000_000, retry_ns: 20_000_000, replay_ns: 50_000_000, lazy_ns: 5_000_000, idle_ns: 200_000_000, forget_ns: 2_000_000_000 };
 }
 
 /// Test-only protocol bugs, each breaking one rule (the checkers must catch them).
@@ -221,6 +230,7 @@ impl Protocol for DdpNode {
 
     fn step(&mut self, now: u64, input: Input<Self>, out: &mut Out) {
         self.now = now;
+        let first = out.len();
         self.upd.applied_now.clear();
         self.arm_tick(out);
         match input {
@@ -238,6 +248,7 @@ impl Protocol for DdpNode {
         if self.rules.trans.is_some() {
             // ...and a decision may release waiting operations and votes.
             self.trans_progress(out);
+            self.count_sent(out, first);
         }
     }
 }
@@ -391,7 +402,10 @@ impl DdpNode {
             Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),
             Msg::UpdCopy { versions, applied, ready } => self.on_upd_copy(from, versions, applied, ready, out),
             _ if self.rules.trans.is_none() => {}
-            Msg::InitX { tx, epoch } => self.on_initx(from, tx, epoch, out),
+            Msg::InitX { tx, epoch } => {
+                self.saw_age(&tx);
+                self.on_initx(from, tx, epoch, out)
+            }
             Msg::TxInv { tx, v, epoch } => self.on_txinv(from, tx, v, epoch, out),
             Msg::EndX { tx, writes, reads, epoch } => self.on_endx(from, tx, writes, reads, epoch, out),
             Msg::TxAck { tx, ack, epoch } => self.on_txack(from, tx, ack, epoch, out),

@@ -44,7 +44,7 @@
 //!   transactions' reads and writes, every node sees every write (INV,
 //!   ENDX) and, at ENDX, the transaction's reads. A conflict with an
 //!   *unprepared* transaction squashes the younger of the two (wound-wait,
-//!   ages from the coordinator's clock at `Begin`); with a *prepared* one,
+//!   ages from a Lamport clock ticked at `Begin`, advanced by INITX); with a *prepared* one,
 //!   the access waits for its decision (an operation), or at ENDX the
 //!   older waits and the younger is squashed (wait-die), so waits run from
 //!   older to younger prepared transactions and cannot deadlock. ENDX also
@@ -87,9 +87,11 @@
 //!   committed version (with the same waits); a plain write is refused with
 //!   `Reply::Error` (a write must belong to a transaction).
 //!
-//! The state grows with the number of transactions: every node remembers
-//! each decision and refusal (for late votes and settlers), and NVM holds a
-//! record per transaction (like a scope's); neither is collected yet.
+//! Bounded state (`trans_idle.rs`): a coordinator squashes a transaction
+//! whose client went quiet (`Params::idle_ns`); decisions and refusals are
+//! forgotten `Params::forget_ns` after they were learnt, and a member drops
+//! an unprepared transaction it heard nothing about for as long. NVM still
+//! holds a record per transaction (like a scope's), not collected.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
@@ -97,6 +99,7 @@ use tandem_net::{Command, NodeId, SessionId};
 
 use crate::model::TransRules;
 use crate::node::{DdpNode, Out, Then};
+use crate::trans_stats::{Squash, TransStats};
 use crate::types::{Key, Msg, Op, Reply, Ts, TxHdr, TxId, TxPhase, Value, Version};
 
 /// Where a transaction this node coordinates (or settles) stands.
@@ -135,11 +138,13 @@ pub(crate) struct CoordTx {
     /// Scope persistency: the scope of each key written.
     pub scopes: BTreeMap<Key, u64>,
     pub sent_at: u64,
+    /// When its client's last operation arrived (the idle timeout).
+    pub last_op: u64,
 }
 
 impl CoordTx {
     pub fn new(hdr: TxHdr, phase: Phase, now: u64) -> Self {
-        CoordTx { hdr, client: None, settling: false, phase, acks: BTreeSet::new(), local: true, strict: None, saw_commit: false, saw_abort: false, scopes: BTreeMap::new(), sent_at: now }
+        CoordTx { hdr, client: None, settling: false, phase, acks: BTreeSet::new(), local: true, strict: None, saw_commit: false, saw_abort: false, scopes: BTreeMap::new(), sent_at: now, last_op: now }
     }
 }
 
@@ -156,11 +161,13 @@ pub(crate) struct TxHere {
     pub durable: bool,
     /// Votes owed once the prepared record lands: (to, epoch).
     pub owed: Vec<(NodeId, u64)>,
+    /// When this node last heard of it (a member's silence timeout).
+    pub heard: u64,
 }
 
 impl TxHere {
-    pub fn new(hdr: TxHdr) -> Self {
-        TxHere { hdr, writes: BTreeMap::new(), reads: BTreeMap::new(), prepared: false, durable: false, owed: Vec::new() }
+    pub fn new(hdr: TxHdr, now: u64) -> Self {
+        TxHere { hdr, writes: BTreeMap::new(), reads: BTreeMap::new(), prepared: false, durable: false, owed: Vec::new(), heard: now }
     }
 }
 
@@ -195,6 +202,8 @@ pub(crate) struct TransState {
     pub outcomes: HashMap<TxId, bool>,
     /// Transactions this node squashed: it votes `Refused` for them.
     pub refused: HashSet<TxId>,
+    /// When each decision or refusal was learnt, oldest first (to forget them).
+    pub learnt: VecDeque<(u64, TxId)>,
     pub deliveries: BTreeMap<TxId, Delivery>,
     /// Client operations waiting behind a prepared transaction (or VAL_p).
     pub waiting: VecDeque<(SessionId, u64, Op)>,
@@ -202,6 +211,10 @@ pub(crate) struct TransState {
     /// Eventual-p: committed transactions not yet persisted here.
     pub lazy: Vec<(TxId, Vec<Version>)>,
     pub last_lazy: u64,
+    pub stats: TransStats,
+    pub last_dump: u64,
+    /// Lamport clock of transaction ages: the newest `born` seen here.
+    pub clock: u64,
 }
 
 impl TransState {
@@ -229,6 +242,7 @@ impl DdpNode {
 
     pub(crate) fn trans_client(&mut self, session: SessionId, req: u64, op: Op, out: &mut Out) {
         if !self.trans_try(session, req, &op, out) {
+            self.trans.stats.op_waits += 1;
             self.trans.waiting.push_back((session, req, op));
         }
     }
@@ -274,6 +288,14 @@ impl DdpNode {
         }
     }
 
+    /// Its client is still there (the idle timeout starts over).
+    fn touch(&mut self, id: TxId) {
+        let now = self.now;
+        if let Some(c) = self.trans.coord.get_mut(&id) {
+            c.last_op = now;
+        }
+    }
+
     /// The transaction is open here, in its read/write phase.
     fn tx_open(&self, id: TxId) -> bool {
         self.trans.coord.get(&id).is_some_and(|c| c.phase == Phase::Active && !c.settling)
@@ -283,11 +305,13 @@ impl DdpNode {
     fn tx_begin(&mut self, id: TxId, req: u64, out: &mut Out) -> bool {
         let stale: Vec<TxId> = self.trans.coord.keys().filter(|t| t.session == id.session && **t != id && self.tx_open(**t)).copied().collect();
         for t in stale {
+            self.count_squash(Squash::Left);
             self.decide(t, false, out); // the session left it
         }
+        self.trans.stats.begun += 1;
         let (r, now, epoch) = (self.trans_rules(), self.now, self.config.epoch);
-        let hdr = TxHdr { id, coord: self.me, born: now };
-        self.trans.here.insert(id, TxHere::new(hdr));
+        let hdr = TxHdr { id, coord: self.me, born: self.age() };
+        self.trans.here.insert(id, TxHere::new(hdr, now));
         let mut c = CoordTx::new(hdr, Phase::Init, now);
         (c.client, c.local) = (Some((id.session, req)), !r.durable);
         self.trans.coord.insert(id, c);
@@ -297,6 +321,20 @@ impl DdpNode {
         out.push(Command::Broadcast { msg: Msg::InitX { tx: hdr, epoch } });
         self.try_init(id, out);
         true
+    }
+
+    /// A new transaction's age: the next tick of the Lamport clock, so
+    /// ages compare across nodes whose clocks do not (processes' do not).
+    /// A restart is young again: keeping its age (no starvation) squashed
+    /// more in the simulated bench (96% of attempts instead of 93%).
+    fn age(&mut self) -> u64 {
+        self.trans.clock += 1;
+        self.trans.clock
+    }
+
+    /// Another node's transaction: its age advances the clock.
+    pub(crate) fn saw_age(&mut self, hdr: &TxHdr) {
+        self.trans.clock = self.trans.clock.max(hdr.born);
     }
 
     /// Begin replies once every member ACKed INITX (and it landed here).
@@ -351,6 +389,7 @@ impl DdpNode {
         if !self.tx_open(id) {
             return self.aborted(id, req, out);
         }
+        self.touch(id);
         if let Some(v) = self.trans.here.get(&id).and_then(|h| h.writes.get(&key)).copied() {
             Self::answer(out, id.session, req, Reply::Read { value: Some(v.value), ts: v.ts, id: None });
             return true;
@@ -373,6 +412,7 @@ impl DdpNode {
         if !self.tx_open(id) {
             return self.aborted(id, req, out);
         }
+        self.touch(id);
         match self.access(id, v.key, true, true, out) {
             Access::Wait => return false,
             Access::Squashed => return self.aborted(id, req, out),

@@ -118,7 +118,8 @@ impl DdpNode {
         let writes = self.tx_writes(id);
         self.trans.here.remove(&id);
         let Some(c) = self.trans.coord.remove(&id) else { return };
-        self.trans.outcomes.insert(id, commit);
+        self.learn(id, Some(commit));
+        *if commit { &mut self.trans.stats.committed } else { &mut self.trans.stats.aborted } += 1;
         if let Some((session, req)) = c.client {
             let result = if commit { Reply::Committed { tx: id.seq } } else { Reply::Aborted { tx: id.seq } };
             Self::answer(out, session, req, result);
@@ -199,7 +200,7 @@ impl DdpNode {
     /// A decision reached this node.
     pub(crate) fn on_outcome(&mut self, from: NodeId, hdr: TxHdr, commit: bool, writes: Vec<Version>, epoch: u64, out: &mut Out) {
         let id = hdr.id;
-        let known = self.trans.outcomes.insert(id, commit).is_some();
+        let known = self.learn(id, Some(commit));
         self.trans.here.remove(&id);
         if let Some(c) = self.trans.coord.remove(&id) {
             if let Some((session, req)) = c.client {

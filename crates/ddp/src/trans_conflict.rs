@@ -7,6 +7,7 @@ use tandem_net::Command;
 
 use crate::node::{DdpNode, Out};
 use crate::trans::Access;
+use crate::trans_stats::Squash;
 use crate::types::{Key, Msg, Ts, TxAck, TxHdr, TxId, Version, Vote};
 
 impl DdpNode {
@@ -34,10 +35,17 @@ impl DdpNode {
         let me = self.trans.here[&id].hdr;
         for (other, prepared) in self.holders(id, key, write) {
             let older = me.older_than(&other);
+            if other.id.session == id.session {
+                self.trans.stats.same_session += 1;
+            }
             match (prepared, op, older) {
                 (true, true, _) | (true, false, true) | (false, true, false) => return Access::Wait,
-                (false, _, true) => self.refuse(other.id, out),
+                (false, _, true) => {
+                    self.count_squash(Squash::Wounded);
+                    self.refuse(other.id, out);
+                }
                 (true, false, false) | (false, false, false) => {
+                    self.count_squash(Squash::Died);
                     self.refuse(id, out);
                     return Access::Squashed;
                 }
@@ -51,7 +59,7 @@ impl DdpNode {
     /// aborts it).
     pub(crate) fn refuse(&mut self, id: TxId, out: &mut Out) {
         let Some(h) = self.trans.here.remove(&id) else { return };
-        self.trans.refused.insert(id);
+        self.learn(id, None);
         match self.trans.coord.get(&id) {
             Some(c) if !c.settling => self.decide(id, false, out),
             _ => {
@@ -67,6 +75,7 @@ impl DdpNode {
         let stale_write = writes.iter().any(|v| self.installed(v.key).0 >= v.ts);
         let stale_read = reads.iter().any(|&(k, ts)| self.installed(k).0 > ts);
         if (stale_write || stale_read) && !self.bugs.skip_conflict_check {
+            self.count_squash(Squash::StaleEnd);
             self.refuse(id, out);
             return Access::Squashed;
         }

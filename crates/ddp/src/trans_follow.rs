@@ -7,7 +7,8 @@
 use tandem_net::{Command, NodeId};
 
 use crate::node::{DdpNode, Out, Then};
-use crate::trans::{Access, CoordTx, EndReq, Phase, TxHere};
+use crate::trans::{Access, CoordTx, EndReq, Phase};
+use crate::trans_stats::Squash;
 use crate::types::{Key, Msg, Record, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote};
 
 impl DdpNode {
@@ -30,7 +31,7 @@ impl DdpNode {
         if self.known_vote(id).is_some() {
             return self.tx_ack(from, id, TxAck::Init, epoch, out);
         }
-        self.trans.here.entry(id).or_insert_with(|| TxHere::new(hdr));
+        self.hear(hdr);
         if self.trans_rules().durable && !self.bugs.val_before_persist {
             return self.persist_tx(id, TxPhase::Begun, Vec::new(), Then::AckInit { to: from, epoch }, out);
         }
@@ -46,7 +47,7 @@ impl DdpNode {
             Some(vote) => return self.tx_ack(from, id, TxAck::Vote(vote), epoch, out),
             None => {}
         }
-        let h = self.trans.here.entry(id).or_insert_with(|| TxHere::new(hdr));
+        let h = self.hear(hdr);
         if !h.prepared && self.hold_write(id, v, out) == Access::Squashed {
             return; // the coordinator has the refusal
         }
@@ -61,6 +62,7 @@ impl DdpNode {
     /// squashed, or behind a prepared holder (ENDX will check it again).
     fn hold_write(&mut self, id: TxId, v: Version, out: &mut Out) -> Access {
         if self.installed(v.key).0 >= v.ts && !self.bugs.skip_conflict_check {
+            self.count_squash(Squash::StaleInv);
             self.refuse(id, out);
             return Access::Squashed;
         }
@@ -86,7 +88,7 @@ impl DdpNode {
             return self.tx_ack(e.from, id, TxAck::Vote(vote), e.epoch, out);
         }
         let durable = self.trans_rules().durable && !self.bugs.val_before_persist;
-        let h = self.trans.here.entry(id).or_insert_with(|| TxHere::new(e.hdr));
+        let h = self.hear(e.hdr);
         if h.prepared {
             if h.durable || !durable {
                 return self.tx_ack(e.from, id, TxAck::Vote(Vote::Prepared), e.epoch, out);
@@ -95,6 +97,7 @@ impl DdpNode {
         }
         match self.prepare_check(id, &e.writes, &e.reads, out) {
             Access::Wait => {
+                self.trans.stats.end_waits += 1;
                 self.trans.postponed.retain(|p| (p.hdr.id, p.from) != (id, e.from)); // a re-sent ENDX
                 return self.trans.postponed.push(e);
             }
@@ -164,6 +167,7 @@ impl DdpNode {
             c.sent_at = now;
             for &o in others.iter().filter(|o| !c.acks.contains(o)) {
                 out.push(Command::Send { to: o, msg: msg.clone() });
+                self.trans.stats.resent += 1;
             }
         }
         let epoch = self.config.epoch;
@@ -172,12 +176,16 @@ impl DdpNode {
             let msg = Msg::TxOutcome { tx: d.hdr, commit: d.commit, writes: d.writes.clone(), epoch };
             for &o in others.iter().filter(|o| !d.acks.contains(o)) {
                 out.push(Command::Send { to: o, msg: msg.clone() });
+                self.trans.stats.resent += 1;
             }
         }
     }
 
     /// Housekeeping: retransmit, settle orphans, persist lazily.
     pub(crate) fn trans_tick(&mut self, out: &mut Out) {
+        self.dump_stats();
+        self.squash_idle(out);
+        self.forget(out);
         self.trans_retry(false, out);
         self.settle_orphans(out);
         if self.trans_rules().lazy && self.now >= self.trans.last_lazy + self.params.lazy_ns {
@@ -223,6 +231,7 @@ impl DdpNode {
             .collect();
         for (id, prepared) in orphans {
             if !prepared {
+                self.count_squash(Squash::Orphan);
                 self.refuse(id, out);
                 continue;
             }
@@ -240,7 +249,7 @@ impl DdpNode {
     pub(crate) fn load_tx(&mut self, r: &Record) -> Vec<Version> {
         match r {
             Record::Tx { tx, phase: TxPhase::Committed, versions } => {
-                self.trans.outcomes.insert(*tx, true);
+                self.learn(*tx, Some(true));
                 versions.clone()
             }
             _ => Vec::new(),
