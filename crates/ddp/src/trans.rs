@@ -212,7 +212,6 @@ pub(crate) struct TransState {
     pub lazy: Vec<(TxId, Vec<Version>)>,
     pub last_lazy: u64,
     pub stats: TransStats,
-    pub last_dump: u64,
     /// Lamport clock of transaction ages: the newest `born` seen here.
     pub clock: u64,
 }

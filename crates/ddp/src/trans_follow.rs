@@ -183,7 +183,6 @@ impl DdpNode {
 
     /// Housekeeping: retransmit, settle orphans, persist lazily.
     pub(crate) fn trans_tick(&mut self, out: &mut Out) {
-        self.dump_stats();
         self.squash_idle(out);
         self.forget(out);
         self.trans_retry(false, out);

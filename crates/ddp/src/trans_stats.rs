@@ -1,8 +1,7 @@
 //! Counters of Transactional consistency (`trans.rs`): what a node's
 //! transactions cost and why they were squashed. Tests and the simulator
-//! read them with [`DdpNode::trans_stats`]; a `tandem node` process writes
-//! them every second to `$TANDEM_DDP_STATS/node<id>.stats` when that
-//! variable names a directory (a debugging aid for `ddp bench --net tcp`).
+//! read them with [`DdpNode::trans_stats`] (the protocol does no I/O of
+//! its own: counters leave a node only through whoever runs it).
 
 use std::collections::BTreeMap;
 
@@ -91,24 +90,6 @@ impl DdpNode {
             };
             *self.trans.stats.sent.entry(kind(m)).or_default() += n;
         }
-    }
-
-    /// Every second, when `TANDEM_DDP_STATS` names a directory: write the
-    /// counters there (one file per node, overwritten).
-    pub(crate) fn dump_stats(&mut self) {
-        if self.now < self.trans.last_dump + 1_000_000_000 {
-            return;
-        }
-        self.trans.last_dump = self.now;
-        let Some(dir) = std::env::var_os("TANDEM_DDP_STATS") else { return };
-        let path = std::path::Path::new(&dir).join(format!("node{}.stats", self.me));
-        let s = &self.trans.stats;
-        let held = (self.trans.here.len(), self.trans.outcomes.len(), self.trans.refused.len());
-        let mut coord: Vec<_> = self.trans.coord.values().map(|c| (c.hdr.born, c.hdr.id, c.phase, c.client, self.now - c.sent_at)).collect();
-        coord.sort_by_key(|c| (c.0, c.1));
-        coord.truncate(5);
-        let waiting: Vec<_> = self.trans.waiting.iter().take(5).collect();
-        let _ = std::fs::write(path, format!("{s:?}\nheld (here, outcomes, refused): {held:?} clock {}\noldest coord: {coord:?}\nwaiting: {waiting:?}\npostponed {}\n", self.trans.clock, self.trans.postponed.len()));
     }
 }
 
