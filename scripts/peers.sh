@@ -42,6 +42,11 @@ ETCD_PORT="$ETCD_FSYNC_PORT" ETCD_NAME=etcd ETCD_STATE="$DIR/etcd" ETCD_DATA="$D
 
 die() { echo "peers.sh: $1" >&2; exit "${2:-1}"; }
 say() { echo "peers.sh: $*" >&2; }
+# Wait up to 5 s for process $1 to exit after it was asked to, then kill it.
+reap() {
+    for _ in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$1" 2>/dev/null || true
+}
 
 apt_install() {
     # $1: what is missing (for messages); rest: packages.
@@ -117,8 +122,7 @@ redis_stop() {
     pid="$(cat "$pidfile")"
     if kill -0 "$pid" 2>/dev/null; then
         timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || kill "$pid" 2>/dev/null || true
-        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$pid" 2>/dev/null || true
+        reap "$pid"
         say "stopped Redis on 127.0.0.1:$REDIS_PORT"
     fi
     rm -f "$pidfile"
@@ -230,8 +234,7 @@ etcd_stop() {
     for i in 1 2 3; do
         if pid="$(etcd_member_pid "$i")"; then
             kill "$pid" 2>/dev/null || true
-            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-            kill -9 "$pid" 2>/dev/null || true
+            reap "$pid"
             stopped=1
         fi
         rm -f "$ETCD_STATE/m$i.pid"
@@ -298,8 +301,7 @@ repl_stop() {
         pid="$(cat "$pidfile")"
         if kill -0 "$pid" 2>/dev/null; then
             timeout 5 redis-cli -h 127.0.0.1 -p "$(repl_port "$i")" shutdown nosave >/dev/null 2>&1 || kill "$pid" 2>/dev/null || true
-            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-            kill -9 "$pid" 2>/dev/null || true
+            reap "$pid"
             stopped=1
         fi
         rm -f "$pidfile"

@@ -115,8 +115,7 @@ impl DdpCluster {
         let mut t = NodeStats::default();
         for a in &self.addrs {
             let s = tandem_net::client::node_stats(*a, self.secret, Duration::from_secs(2)).map_err(|e| format!("stats of node at {a}: {e}"))?;
-            (t.sent, t.received, t.requests, t.replies, t.persists, t.peer_writes) =
-                (t.sent + s.sent, t.received + s.received, t.requests + s.requests, t.replies + s.replies, t.persists + s.persists, t.peer_writes + s.peer_writes);
+            t += s;
         }
         Ok(t)
     }

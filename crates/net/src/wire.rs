@@ -62,6 +62,17 @@ pub struct NodeStats {
     pub peer_writes: u64,
 }
 
+impl std::ops::AddAssign for NodeStats {
+    fn add_assign(&mut self, o: NodeStats) {
+        self.sent += o.sent;
+        self.received += o.received;
+        self.requests += o.requests;
+        self.replies += o.replies;
+        self.persists += o.persists;
+        self.peer_writes += o.peer_writes;
+    }
+}
+
 /// Node → manager.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Heartbeat {

@@ -146,8 +146,6 @@ pub struct WorkloadResult {
 #[derive(Clone, Debug, Serialize)]
 pub struct DdpComparison {
     pub records: u64,
-    /// Uniform keys instead of YCSB's Zipfian (θ = 0.99).
-    pub uniform: bool,
     pub value_size: usize,
     pub tandem_value_bytes: usize,
     pub key_choice: String,
@@ -306,7 +304,6 @@ pub fn compare_ddp(cfg: &DdpCompareConfig) -> Result<DdpComparison, String> {
     let workloads = cfg.workloads.iter().map(|w| run_workload(cfg, w, &pairs)).collect::<Result<Vec<_>, _>>()?;
     Ok(DdpComparison {
         records: cfg.records,
-        uniform: cfg.uniform,
         value_size: cfg.value_size,
         tandem_value_bytes: TANDEM_VALUE_BYTES,
         key_choice: if cfg.uniform { "uniform" } else { "zipfian (0.99)" }.into(),
