@@ -39,11 +39,17 @@ pub struct CheckArgs {
     /// Seeds per model and crash kind.
     #[arg(long, default_value_t = 20)]
     seeds: u64,
-    /// none, one (a node crashes and rejoins), all (whole-cluster crash), or mix (each in turn).
+    /// none, one (a node crashes and rejoins), all (whole-cluster crash), buddy (a second member crashes
+    /// while the first recovers), again (the recovering node crashes again), two (a second node crashes
+    /// while the first is away), mix (none, one, all) or recovery (one, buddy, again, two).
     #[arg(long, default_value = "mix")]
     crash: String,
+    /// How a restarted node catches up: full-copy, or heal (HEAL: lin-strict, lin-synch, lin-re).
+    #[arg(long, default_value = "full-copy")]
+    recovery: String,
     /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
-    /// causal-early-apply, skip-conflict-check, commit-before-persist).
+    /// causal-early-apply, skip-conflict-check, commit-before-persist, heal-trim-early, heal-no-ts-compare,
+    /// heal-online-early, heal-no-shadow).
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
     /// A reliable network: no drops, duplicates or extra delays.
@@ -68,6 +74,9 @@ struct ModelReport {
     /// Transactional consistency: committed (answered), squashed, committed but unanswered.
     #[serde(skip_serializing_if = "Option::is_none")]
     transactions: Option<[u64; 3]>,
+    /// HEAL: recoveries that ran HEAL's steps, and that fell back to a full copy.
+    heal_recoveries: u64,
+    heal_fallbacks: u64,
 }
 
 pub fn run(a: DdpArgs) -> Result<(), String> {
@@ -81,10 +90,23 @@ pub fn run(a: DdpArgs) -> Result<(), String> {
 }
 
 fn crashes(name: &str) -> Result<Vec<Crash>, String> {
-    if name == "mix" {
-        return Ok(vec![Crash::None, Crash::One, Crash::All]);
+    match name {
+        "mix" => Ok(vec![Crash::None, Crash::One, Crash::All]),
+        "recovery" => Ok(vec![Crash::One, Crash::Buddy, Crash::Again, Crash::Two]),
+        _ => Ok(vec![Crash::parse(name).map_err(|e| format!("{e}, mix or recovery"))?]),
     }
-    Ok(vec![Crash::parse(name).map_err(|e| format!("{e}, or mix"))?])
+}
+
+/// `--recovery`: whether restarted nodes use HEAL (only where it is implemented).
+fn heal_recovery(name: &str, models: &[Model]) -> Result<bool, String> {
+    match name {
+        "full-copy" => Ok(false),
+        "heal" => match models.iter().find(|m| !tandem_ddp::HealOpts::supports(**m)) {
+            Some(m) => Err(format!("HEAL recovers lin-strict, lin-synch and lin-re; not {m} (use --recovery full-copy)")),
+            None => Ok(true),
+        },
+        other => Err(format!("unknown --recovery '{other}': full-copy or heal")),
+    }
 }
 
 fn check(a: CheckArgs) -> Result<(), String> {
@@ -100,18 +122,20 @@ fn check(a: CheckArgs) -> Result<(), String> {
     }
     let bugs = Bugs::parse(&a.bugs)?;
     let crashes = crashes(&a.crash)?;
+    let heal = heal_recovery(&a.recovery, &models)?;
     let mut reports = Vec::new();
     let mut last = Instant::now();
     for m in models {
         let mut rep = ModelReport { model: m.to_string(), ..ModelReport::default() };
         for &crash in &crashes {
             for seed in a.seed..a.seed.saturating_add(a.seeds) {
-                let cfg = CheckConfig { crash, bugs, net_faults: !a.no_net_faults, persist_ns: a.persist_ns, ..CheckConfig::new(m, seed) };
+                let cfg = CheckConfig { crash, bugs, heal, net_faults: !a.no_net_faults, persist_ns: a.persist_ns, ..CheckConfig::new(m, seed) };
                 let r = simcheck::run(&cfg);
                 rep.runs += 1;
                 rep.completed += r.completed;
                 rep.lost_acked_writes += r.lost_acked_writes;
                 rep.vanished_reads += r.vanished_reads;
+                (rep.heal_recoveries, rep.heal_fallbacks) = (rep.heal_recoveries + r.heal_recoveries, rep.heal_fallbacks + r.heal_fallbacks);
                 if m.c == tandem_ddp::Consistency::Trans {
                     let t = rep.transactions.get_or_insert([0; 3]);
                     (t[0], t[1], t[2]) = (t[0] + r.tx_committed, t[1] + r.tx_aborted, t[2] + r.tx_unanswered_commits);
@@ -147,6 +171,9 @@ fn print_model(r: &ModelReport) {
     if let Some([done, aborted, unanswered]) = r.transactions {
         let share = 100.0 * aborted as f64 / (done + aborted).max(1) as f64;
         println!("    transactions: {done} committed, {aborted} squashed and restarted ({share:.0}% of attempts), {unanswered} committed without an answer (coordinator crashed)");
+    }
+    if r.heal_recoveries + r.heal_fallbacks > 0 {
+        println!("    HEAL: {} recoveries by the Buddy's catch-up, {} by the full-copy fallback", r.heal_recoveries, r.heal_fallbacks);
     }
     for v in r.violations.iter().take(3) {
         println!("    {v}");

@@ -6,6 +6,7 @@
 
 use tandem_net::{Command, Config, NodeFactory, NodeId, Nvm};
 
+use crate::heal::{Heal, HealOpts};
 use crate::model::Model;
 use crate::node::{Bugs, DdpNode, Out, Params};
 use crate::types::{Msg, Record, Version};
@@ -45,7 +46,7 @@ impl DdpNode {
     /// After a reconfiguration: ask the members for a copy once, and stop
     /// waiting for members that left.
     pub(crate) fn copy_after_reconfigure(&mut self, out: &mut Out) {
-        if self.ready || !self.config.members.contains(&self.me) {
+        if self.ready || !self.config.members.contains(&self.me) || self.heal_owns_catchup() {
             return;
         }
         if !self.copy_asked {
@@ -76,9 +77,14 @@ impl DdpNode {
         if !self.copy_from.is_empty() || !self.copy_asked {
             return;
         }
+        self.become_ready(out);
+        self.heal_copy_done(out);
+    }
+
+    /// Serve clients: settle every key, run the parked operations.
+    pub(crate) fn become_ready(&mut self, out: &mut Out) {
         self.ready = true;
-        let mut keys: Vec<_> = self.keys.keys().copied().collect();
-        keys.sort_unstable();
+        let keys: Vec<_> = self.unsettled.iter().copied().collect();
         for k in keys {
             self.settle(k, out);
         }
@@ -91,7 +97,8 @@ impl DdpNode {
     fn load(&mut self, nvm: &Nvm<Record>) {
         for r in nvm.values() {
             let versions: Vec<Version> = match r {
-                Record::Key(v) => vec![*v],
+                Record::Key(v) | Record::Rollback { to: Some(v), .. } => vec![*v],
+                Record::Rollback { to: None, .. } | Record::Gdp { .. } => continue,
                 Record::Scope { scope, versions } => {
                     self.scopes_done.insert(*scope);
                     versions.clone()
@@ -120,15 +127,23 @@ pub struct DdpFactory {
     pub model: Model,
     pub params: Params,
     pub bugs: Bugs,
+    /// Recover a restarted node with HEAL instead of a full copy.
+    pub heal: Option<HealOpts>,
 }
 
 impl NodeFactory<DdpNode> for DdpFactory {
     fn start(&self, id: NodeId, config: &Config) -> DdpNode {
-        DdpNode::new(id, self.model, self.params, self.bugs, config.clone())
+        let mut n = DdpNode::new(id, self.model, self.params, self.bugs, config.clone());
+        n.heal = self.heal.map(|opts| Box::new(Heal::new(opts, &config.members)));
+        n
     }
 
     fn recover(&self, id: NodeId, config: &Config, nvm: &Nvm<Record>) -> DdpNode {
         let mut n = self.start(id, config);
+        if n.heal.is_some() {
+            n.heal_load(nvm);
+            return n;
+        }
         n.load(nvm);
         if n.rules.upd.is_some() {
             n.upd_loaded();

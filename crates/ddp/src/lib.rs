@@ -30,6 +30,8 @@
 pub mod catchup;
 pub mod explore;
 mod fast_hash;
+pub mod heal;
+pub mod heal_rr;
 pub mod load;
 pub mod model;
 pub mod simcheck;
@@ -50,6 +52,7 @@ mod write;
 pub mod ycsb_session;
 
 pub use catchup::DdpFactory;
+pub use heal::{CatchUpResp, HealOpts};
 pub use model::{Consistency, Model, Persistency, Rules};
 pub use node::{Bugs, DdpNode, Params};
 pub use trans_stats::{Squash, TransStats};

@@ -62,6 +62,16 @@ pub struct Bugs {
     pub skip_conflict_check: bool,
     /// Trans (Strict, Synch): End commits without persisting the decision.
     pub commit_before_persist: bool,
+    /// HEAL: `MissedUpdates` is dropped when the away node rejoins, before
+    /// its recovery has read it.
+    pub heal_trim_early: bool,
+    /// HEAL: the Buddy marks every Partially_persisted entry committed.
+    pub heal_no_ts_compare: bool,
+    /// HEAL: the recovering node goes online before it applied the answer.
+    pub heal_online_early: bool,
+    /// HEAL: the recovering node ignores the writes it should follow as a
+    /// ShadowReplica (it ACKs them unapplied), taking the Buddy's answer as complete.
+    pub heal_no_shadow: bool,
 }
 
 impl Bugs {
@@ -71,7 +81,19 @@ impl Bugs {
     /// write) with one vote (ACK_p) missing, `val-before-persist` ACKs INITX
     /// and votes before persisting, and `read-in-invalid` lets reads return
     /// another transaction's uncommitted write (read-uncommitted).
-    pub const NAMES: [&'static str; 7] = ["reply-before-last-ack", "val-before-persist", "read-in-invalid", "early-scope-ack", "causal-early-apply", "skip-conflict-check", "commit-before-persist"];
+    pub const NAMES: [&'static str; 11] = [
+        "reply-before-last-ack",
+        "val-before-persist",
+        "read-in-invalid",
+        "early-scope-ack",
+        "causal-early-apply",
+        "skip-conflict-check",
+        "commit-before-persist",
+        "heal-trim-early",
+        "heal-no-ts-compare",
+        "heal-online-early",
+        "heal-no-shadow",
+    ];
 
     pub fn parse(names: &[String]) -> Result<Bugs, String> {
         let mut b = Bugs::default();
@@ -84,6 +106,10 @@ impl Bugs {
                 "causal-early-apply" => b.causal_early_apply = true,
                 "skip-conflict-check" => b.skip_conflict_check = true,
                 "commit-before-persist" => b.commit_before_persist = true,
+                "heal-trim-early" => b.heal_trim_early = true,
+                "heal-no-ts-compare" => b.heal_no_ts_compare = true,
+                "heal-online-early" => b.heal_online_early = true,
+                "heal-no-shadow" => b.heal_no_shadow = true,
                 other => return Err(format!("unknown DDP bug '{other}' (known: {})", Bugs::NAMES.join(", "))),
             }
         }
@@ -156,6 +182,8 @@ pub(crate) enum Wait {
     Adopt { v: Version, id: Option<UpdId> },
     /// A transaction's record; `committed`: the versions it makes durable.
     Tx { id: TxId, committed: Vec<(Key, Ts)>, then: Then },
+    /// HEAL: a version the recovering node applies from its Buddy's answer.
+    HealApply { key: Key, ts: Ts },
 }
 
 /// What the landing of a transaction's record completes (`trans.rs`).
@@ -218,6 +246,8 @@ pub struct DdpNode {
     pub(crate) upd: UpdState,
     /// Transactional consistency's state.
     pub(crate) trans: TransState,
+    /// HEAL's state (None: a restarted node catches up by full copy).
+    pub(crate) heal: Option<Box<crate::heal::Heal>>,
 }
 
 pub(crate) type Out = Vec<Command<DdpNode>>;
@@ -280,6 +310,7 @@ impl DdpNode {
             now: 0,
             upd,
             trans: TransState::default(),
+            heal: None,
         }
     }
 
@@ -289,6 +320,11 @@ impl DdpNode {
 
     pub fn is_ready(&self) -> bool {
         self.ready
+    }
+
+    /// HEAL's state on this node (None without HEAL).
+    pub fn heal(&self) -> Option<&crate::heal::Heal> {
+        self.heal.as_deref()
     }
 
     /// Ready, nothing in progress, every key validated here (UPD family:
@@ -400,6 +436,12 @@ impl DdpNode {
             Msg::CopyReq if upd => self.on_upd_copy_req(from, out),
             Msg::CopyReq => self.on_copy_req(from, out),
             Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),
+            Msg::RecovStart { epoch } => self.on_recov_start(from, epoch, out),
+            Msg::RecovStartAck { epoch, online } => self.on_recov_start_ack(from, epoch, online, out),
+            Msg::CatchUpReq { epoch, partial } => self.on_catchup_req(from, epoch, partial, out),
+            Msg::CatchUpResp { epoch, resp } => self.on_catchup_resp(from, epoch, *resp, out),
+            Msg::RecovEnd => self.on_recov_end(from, out),
+            Msg::RecovEndAck => self.on_recov_end_ack(from),
             Msg::UpdCopy { versions, applied, ready } => self.on_upd_copy(from, versions, applied, ready, out),
             _ if self.rules.trans.is_none() => {}
             Msg::InitX { tx, epoch } => {
@@ -422,6 +464,7 @@ impl DdpNode {
             Some(Wait::Upd { v, id }) => self.upd_landed(v, id, out),
             Some(Wait::Adopt { v, id }) => self.adopt_landed(v, id, out),
             Some(Wait::Tx { id, committed, then }) => self.tx_landed(id, committed, then, out),
+            Some(Wait::HealApply { key, ts }) => self.heal_apply_landed(key, ts, out),
             None => {}
         }
     }
@@ -433,6 +476,7 @@ impl DdpNode {
         self.retry_writes(out);
         self.retry_scopes(out);
         self.retry_copy(out);
+        self.heal_tick(out);
         if self.rules.upd.is_some() {
             self.upd_tick(out);
         }

@@ -38,6 +38,13 @@ pub enum Crash {
     One,
     /// Every node crashes at once and restarts from its NVM (F1).
     All,
+    /// One node crashes; while it recovers another member crashes too
+    /// (its Buddy, or another live node; HEAL spec §2.9 TL4/TL5).
+    Buddy,
+    /// One node crashes and crashes again while it recovers.
+    Again,
+    /// A second node crashes while the first is away; both recover (TL2).
+    Two,
 }
 
 impl Crash {
@@ -46,7 +53,10 @@ impl Crash {
             "none" => Ok(Crash::None),
             "one" => Ok(Crash::One),
             "all" => Ok(Crash::All),
-            other => Err(format!("unknown crash '{other}' (none, one, all)")),
+            "buddy" => Ok(Crash::Buddy),
+            "again" => Ok(Crash::Again),
+            "two" => Ok(Crash::Two),
+            other => Err(format!("unknown crash '{other}' (none, one, all, buddy, again, two)")),
         }
     }
     pub fn name(self) -> &'static str {
@@ -54,6 +64,9 @@ impl Crash {
             Crash::None => "none",
             Crash::One => "one",
             Crash::All => "all",
+            Crash::Buddy => "buddy",
+            Crash::Again => "again",
+            Crash::Two => "two",
         }
     }
 }
@@ -76,11 +89,13 @@ pub struct CheckConfig {
     /// NVM persist latency (the paper's 400 ns by default).
     pub persist_ns: u64,
     pub bugs: Bugs,
+    /// Restarted nodes recover with HEAL (else by full copy).
+    pub heal: bool,
 }
 
 impl CheckConfig {
     pub fn new(model: Model, seed: u64) -> Self {
-        CheckConfig { model, seed, nodes: 5, sessions: 10, keys: 6, ops: 120, read_ratio: 0.5, persist_ratio: 0.15, crash: Crash::None, net_faults: true, persist_ns: 400, bugs: Bugs::default() }
+        CheckConfig { model, seed, nodes: 5, sessions: 10, keys: 6, ops: 120, read_ratio: 0.5, persist_ratio: 0.15, crash: Crash::None, net_faults: true, persist_ns: 400, bugs: Bugs::default(), heal: false }
     }
 
     pub fn replay(&self) -> String {
@@ -91,6 +106,9 @@ impl CheckConfig {
         if self.persist_ns != 400 {
             s += &format!(" --persist-ns {}", self.persist_ns);
         }
+        if self.heal {
+            s += " --recovery heal";
+        }
         for (on, name) in [
             (self.bugs.reply_before_last_ack, "reply-before-last-ack"),
             (self.bugs.val_before_persist, "val-before-persist"),
@@ -99,6 +117,10 @@ impl CheckConfig {
             (self.bugs.causal_early_apply, "causal-early-apply"),
             (self.bugs.skip_conflict_check, "skip-conflict-check"),
             (self.bugs.commit_before_persist, "commit-before-persist"),
+            (self.bugs.heal_trim_early, "heal-trim-early"),
+            (self.bugs.heal_no_ts_compare, "heal-no-ts-compare"),
+            (self.bugs.heal_online_early, "heal-online-early"),
+            (self.bugs.heal_no_shadow, "heal-no-shadow"),
         ] {
             if on {
                 s += &format!(" --inject-bug {name}");
@@ -127,6 +149,9 @@ pub struct CheckReport {
     pub tx_committed: u64,
     pub tx_aborted: u64,
     pub tx_unanswered_commits: u64,
+    /// HEAL: recoveries that ended by HEAL's steps, and by the full-copy fallback.
+    pub heal_recoveries: u64,
+    pub heal_fallbacks: u64,
 }
 
 /// The client workload and the observer of every step.
@@ -413,6 +438,9 @@ pub fn run(cfg: &CheckConfig) -> CheckReport {
         Crash::None => {}
         Crash::One => r.crash_one(),
         Crash::All => crash_at = Some(r.crash_all()),
+        Crash::Buddy => r.crash_during_recovery(false),
+        Crash::Again => r.crash_during_recovery(true),
+        Crash::Two => r.crash_two(),
     }
     r.finish(crash_at);
     r.report
@@ -448,7 +476,8 @@ impl Run {
         // re-eventual seed in 20 came out undecided, not violated).
         let base = SimNetConfig { persist_ns: cfg.persist_ns, cores: 1, ..SimNetConfig::default() };
         let net_cfg = if cfg.net_faults { SimNetConfig { drop: 0.01, duplicate: 0.01, delay: 0.05, delay_ns: 5_000, ..base } } else { base };
-        let factory = DdpFactory { model: cfg.model, params: Params::SIM, bugs: cfg.bugs };
+        let heal = cfg.heal.then(crate::heal::HealOpts::default);
+        let factory = DdpFactory { model: cfg.model, params: Params::SIM, bugs: cfg.bugs, heal };
         let net = SimNet::new(cfg.seed, net_cfg, Config::new(1, members), factory, Box::new(Hook(rec.clone())), cfg.sessions);
         let report = CheckReport { model: cfg.model.to_string(), seed: cfg.seed, replay: cfg.replay(), ..CheckReport::default() };
         Run { cfg: cfg.clone(), net, rec, epoch: 1, rng: Rng::new(cfg.seed ^ 0xDD9_C4EC), report }
@@ -471,16 +500,56 @@ impl Run {
     /// rejoins and catches up while the others serve.
     fn crash_one(&mut self) {
         let victim = self.rng.below(self.cfg.nodes as u64) as NodeId;
-        self.net.crash(victim);
-        self.rec.borrow_mut().steady[victim as usize] = false;
+        self.crash_away(&[victim]);
+        self.rejoin(&[victim]);
+    }
+
+    /// Crash `nodes` (the ones not down yet), let the others notice, and run
+    /// the EFN (execution with fewer nodes) for a while.
+    fn crash_away(&mut self, nodes: &[NodeId]) {
+        for &n in nodes {
+            if self.net.is_up(n) {
+                self.net.crash(n);
+            }
+            self.rec.borrow_mut().steady[n as usize] = false;
+        }
         self.net.run_for(20_000);
-        let without: Vec<NodeId> = (0..self.cfg.nodes).filter(|&n| n != victim).collect();
-        let c = self.config(without);
+        let members: Vec<NodeId> = (0..self.cfg.nodes).filter(|n| self.net.is_up(*n)).collect();
+        let c = self.config(members);
         self.net.announce(&c);
         self.net.run_for(50_000);
+    }
+
+    /// Restart `nodes` from their NVM in a configuration with every node.
+    fn rejoin(&mut self, nodes: &[NodeId]) {
         let c = self.config((0..self.cfg.nodes).collect());
-        self.net.restart(victim, &c);
+        for &n in nodes {
+            self.net.restart(n, &c);
+        }
         self.net.announce(&c);
+    }
+
+    /// One node crashes and rejoins; a few microseconds into its recovery a
+    /// member crashes (`again`: the recovering node itself); both rejoin.
+    fn crash_during_recovery(&mut self, again: bool) {
+        let nodes = self.cfg.nodes as u64;
+        let victim = self.rng.below(nodes) as NodeId;
+        self.crash_away(&[victim]);
+        self.rejoin(&[victim]);
+        self.net.run_for(self.rng.range_inclusive(0, 6_000));
+        let second = if again { victim } else { (victim + 1 + self.rng.below(nodes - 1) as NodeId) % nodes as NodeId };
+        self.crash_away(&[second]);
+        self.rejoin(&[second]);
+    }
+
+    /// TL2: a second node crashes during the first one's absence.
+    fn crash_two(&mut self) {
+        let nodes = self.cfg.nodes as u64;
+        let a = self.rng.below(nodes) as NodeId;
+        let b = (a + 1 + self.rng.below(nodes - 1) as NodeId) % nodes as NodeId;
+        self.crash_away(&[a]);
+        self.crash_away(&[a, b]);
+        self.rejoin(&[a, b]);
     }
 
     /// F1: every node crashes at once, restarts from NVM and reconciles.
@@ -569,12 +638,35 @@ impl Run {
         let traced: Vec<String> = self.rec.borrow().violations.iter().take(20).cloned().collect();
         self.report.violations.splice(0..0, traced);
         self.check_convergence();
+        if self.cfg.heal {
+            self.check_heal();
+        }
         self.check_history(crash_at);
         let rec = self.rec.borrow();
         self.report.completed = rec.ops.iter().filter(|o| o.complete_ns.is_some()).count() as u64;
         (self.report.tx_committed, self.report.tx_aborted, self.report.tx_unanswered_commits) = rec.txs.counts();
         self.report.stats = self.net.stats();
         self.report.sim_ns = self.net.now_ns();
+    }
+
+    /// HEAL after quiescence (spec §4.3 C9): every recovery ended and every
+    /// `MissedUpdates` is empty again; count how recoveries ended.
+    fn check_heal(&mut self) {
+        for n in 0..self.cfg.nodes {
+            let state = self.net.with_node(n, |p| p.and_then(|p| p.heal().map(|h| (h.rr.is_some(), h.missed.len(), h.missed.absent.clone(), h.last.clone()))));
+            let Some((recovering, missed, absent, last)) = state else { continue };
+            if recovering {
+                self.report.violations.push(format!("C10: node {n} never finished its recovery"));
+            }
+            if missed > 0 || !absent.is_empty() {
+                self.report.violations.push(format!("C9: after every recovery node {n} still holds {missed} missed updates (waiting for {absent:?})"));
+            }
+            match last {
+                Some(t) if t.full_copy => self.report.heal_fallbacks += 1,
+                Some(_) => self.report.heal_recoveries += 1,
+                None => {}
+            }
+        }
     }
 
     /// G6/G4 after quiescence: every live node holds the same versions.

@@ -179,6 +179,19 @@ pub enum Msg {
     TxOutcome { tx: TxHdr, commit: bool, writes: Vec<Version>, epoch: u64 },
     /// VAL_p (RE persistency): the transaction's writes are durable everywhere.
     TxValP { tx: TxId, writes: Vec<(Key, Ts)> },
+    /// HEAL `Recov_start`: the recovering node (a ShadowReplica since
+    /// configuration `epoch`) starts its recovery.
+    RecovStart { epoch: u64 },
+    /// HEAL `Recov_start_ACK`; `online`: the sender serves clients and has
+    /// recorded every update since the recovering node left (it can be the Buddy).
+    RecovStartAck { epoch: u64, online: bool },
+    /// HEAL `CatchUp_req` to the Buddy: the Partially_persisted list.
+    CatchUpReq { epoch: u64, partial: Vec<(Key, Ts)> },
+    /// HEAL `CatchUp_resp`: the marked list and the Buddy's Missed_updates.
+    CatchUpResp { epoch: u64, resp: Box<crate::heal::CatchUpResp> },
+    /// HEAL `Recov_end`; acknowledged (`RecovEndAck`) so that no buffer leaks.
+    RecovEnd,
+    RecovEndAck,
 }
 
 /// A node's vote on a transaction at ENDX.
@@ -224,6 +237,12 @@ pub enum Record {
     Key(Version),
     Scope { scope: ScopeId, versions: Vec<Version> },
     Tx { tx: TxId, phase: TxPhase, versions: Vec<Version> },
+    /// HEAL's GDP flag: version `ts` of `key` (or a newer one) reached
+    /// the Global Durability Point as this node saw it.
+    Gdp { key: Key, ts: Ts },
+    /// HEAL: the key's slot held `over`, an update that never committed;
+    /// it now holds `to` (None: no version). Lands only over `over` or older.
+    Rollback { key: Key, to: Option<Version>, over: Ts },
 }
 
 impl Record {
@@ -232,6 +251,8 @@ impl Record {
     pub fn ts_of(&self, key: Key, prepared: bool) -> Option<Ts> {
         let vs = match self {
             Record::Key(v) => return (v.key == key).then_some(v.ts),
+            Record::Rollback { to, .. } => return to.filter(|v| v.key == key).map(|v| v.ts),
+            Record::Gdp { .. } => return None,
             Record::Scope { versions, .. } => versions,
             Record::Tx { phase, versions, .. } if *phase == TxPhase::Committed || prepared => versions,
             Record::Tx { .. } => return None,
@@ -245,6 +266,7 @@ pub enum Slot {
     Key(Key),
     Scope(ScopeId),
     Tx(TxId),
+    Gdp(Key),
 }
 
 impl Durable for Record {
@@ -252,6 +274,8 @@ impl Durable for Record {
     fn slot(&self) -> Slot {
         match self {
             Record::Key(v) => Slot::Key(v.key),
+            Record::Rollback { key, .. } => Slot::Key(*key),
+            Record::Gdp { key, .. } => Slot::Gdp(*key),
             Record::Scope { scope, .. } => Slot::Scope(*scope),
             Record::Tx { tx, .. } => Slot::Tx(*tx),
         }
@@ -262,6 +286,9 @@ impl Durable for Record {
     fn land(slot: &mut Self, new: Self) {
         match (&mut *slot, new) {
             (Record::Key(old), Record::Key(v)) if old.ts >= v.ts => {}
+            (Record::Gdp { ts, .. }, Record::Gdp { ts: new, .. }) if *ts >= new => {}
+            (Record::Key(old), Record::Rollback { over, to, .. }) if old.ts > over && to.is_none_or(|v| v.ts <= old.ts) => {}
+            (s, Record::Rollback { to: Some(v), .. }) => *s = Record::Key(v),
             (Record::Tx { phase, versions, .. }, Record::Tx { phase: p, versions: vs, .. }) => {
                 *phase = (*phase).max(p);
                 for v in vs {

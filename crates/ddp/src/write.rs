@@ -58,6 +58,12 @@ impl DdpNode {
     }
 
     pub(crate) fn on_inv(&mut self, from: NodeId, v: Version, epoch: u64, out: &mut Out) {
+        if self.heal.is_some() && epoch > self.config.epoch {
+            return; // HEAL (spec O-1): nothing of a configuration not installed here yet
+        }
+        if self.bugs.heal_no_shadow && self.heal.as_ref().is_some_and(|h| h.rr.is_some()) {
+            return out.push(Command::Send { to: from, msg: Msg::Ack { key: v.key, ts: v.ts, epoch, c: true, p: true } });
+        }
         if self.apply_newer(v) {
             self.issue_persist(v, out);
         }
@@ -164,6 +170,7 @@ impl DdpNode {
 
     fn send_vals(&mut self, key: Key, w: &mut CoordWrite, c: bool, p: bool, superseded: bool, out: &mut Out) {
         let r = self.rules;
+        let newly_p = !w.p_sent;
         let val = |c, p| Command::Broadcast { msg: Msg::Val { key, ts: w.ts, c, p } };
         if r.combined_val {
             if c && p && !w.c_sent {
@@ -195,6 +202,9 @@ impl DdpNode {
             if w.p_sent {
                 s.val_p = s.val_p.max(w.ts);
             }
+            if w.p_sent && newly_p {
+                self.reached_gdp(key, w.ts); // CGDP
+            }
         }
     }
 
@@ -208,6 +218,9 @@ impl DdpNode {
         }
         if p {
             s.val_p = s.val_p.max(ts);
+        }
+        if p && ts == s.ts {
+            self.reached_gdp(key, ts); // FGDP
         }
         self.settle(key, out);
     }
@@ -303,6 +316,7 @@ impl DdpNode {
         if self.rules.trans.is_some() {
             self.trans_reconfigure(new_epoch, out);
         }
+        self.heal_reconfigure(out);
         self.copy_after_reconfigure(out);
     }
 }

@@ -1,0 +1,264 @@
+//! HEAL (`heal.txt`, spec `heal.md` §2): online incremental recovery of a
+//! crashed node for ⟨Lin, X⟩, on the INV/ACK/VAL engine. This file is the
+//! live nodes' side: GDP flags in NVM, the `MissedUpdates` buffer, and the
+//! answers to `Recov_start`, `CatchUp_req` and `Recov_end`. The recovering
+//! node (ShadowReplica, Partially_persisted list, Buddy) is `heal_rr.rs`.
+//!
+//! Open points settled (spec §6):
+//! - O-1: every live node keeps recording from the configuration that drops
+//!   a node until that node's `Recov_end`. A follower takes no INV of a
+//!   configuration it has not installed yet, so an update of the EFN
+//!   reaches its GDP only where recording is on. `Recov_start_ACK` goes out
+//!   only from the recovering node's configuration on (every older write
+//!   was completed or replayed to it by then), and the Buddy ships the
+//!   versions it holds unvalidated beside its buffer (`pending`): a write
+//!   whose VAL reaches the Buddy after it answered is already at the
+//!   recovering node.
+//! - O-3: the cap counts entries; on overflow the buffer is dropped and the
+//!   recovering node falls back to a full copy.
+//! - O-8: `CatchUp_req` carries `(key, ts)` only; the Buddy answers an
+//!   unmarked entry with its own version of the key, so the recovering node
+//!   never needs an older version its NVM slot overwrote.
+//! - O-9: `Recov_end` is acknowledged and resent until every member has it.
+//! - GDP flags are written lazily, on the tick: a clear flag only costs a
+//!   check at the Buddy, a flag set early would lose data, so flags are
+//!   never written before the GDP and may lag it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use tandem_net::{Command, NodeId};
+
+use crate::fast_hash::FastMap;
+use crate::node::{DdpNode, Out};
+use crate::types::{Key, Msg, Record, Ts, Version};
+
+/// How HEAL is configured on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealOpts {
+    /// Entries `MissedUpdates` may hold before it is discarded (spec O-3).
+    pub missed_cap: usize,
+    /// The paper's "modeled 256 GB" mode (§IX-A): every update is a fresh
+    /// entry, as if every EFN update touched a distinct key.
+    pub distinct: bool,
+}
+
+impl HealOpts {
+    /// The models HEAL recovers here: ⟨Lin, Strict | Synch | RE⟩ (Event and
+    /// Scope need the second gap closed, spec §2.10).
+    pub fn supports(m: crate::Model) -> bool {
+        use crate::Persistency as P;
+        m.c == crate::Consistency::Lin && matches!(m.p, P::Strict | P::Synch | P::Re)
+    }
+}
+
+impl Default for HealOpts {
+    fn default() -> Self {
+        HealOpts { missed_cap: 1 << 20, distinct: false }
+    }
+}
+
+/// The Buddy's answer (`CatchUp_resp`, spec §2.11).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatchUpResp {
+    /// Partially_persisted entries the Buddy holds at the same ts: globally committed.
+    pub marked: Vec<(Key, Ts)>,
+    /// The other entries, with the Buddy's own version of the key (None: it
+    /// has none) and whether that version is validated there.
+    pub unmarked: Vec<(Key, Ts, Option<(Version, bool)>)>,
+    /// The Buddy's `MissedUpdates`.
+    pub missed: Vec<Version>,
+    /// Versions the Buddy applied but has not seen validated (spec O-1).
+    pub pending: Vec<Version>,
+    /// The buffer overflowed: recover by a full copy.
+    pub overflowed: bool,
+}
+
+/// `MissedUpdates` (spec §2.3): the latest committed update per key, kept
+/// while some node is away (from the configuration that drops it to its
+/// `Recov_end`).
+#[derive(Clone, Debug, Default)]
+pub struct MissedUpdates {
+    pub map: FastMap<Key, Version>,
+    /// The distinct-keys mode's entries.
+    pub log: Vec<Version>,
+    /// Nodes dropped from the configuration whose `Recov_end` has not come.
+    pub absent: BTreeSet<NodeId>,
+    pub overflowed: bool,
+    /// Most entries held at once (the paper's Table VI, in entries).
+    pub peak: usize,
+}
+
+impl MissedUpdates {
+    pub fn len(&self) -> usize {
+        self.map.len() + self.log.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn record(&mut self, v: Version, opts: &HealOpts) {
+        if self.absent.is_empty() || self.overflowed {
+            return;
+        }
+        if opts.distinct {
+            self.log.push(v);
+        } else if self.map.get(&v.key).is_none_or(|o| o.ts < v.ts) {
+            self.map.insert(v.key, v);
+        }
+        if self.len() > opts.missed_cap {
+            self.clear();
+            self.overflowed = true;
+        }
+        self.peak = self.peak.max(self.len());
+    }
+
+    fn clear(&mut self) {
+        self.map = FastMap::default();
+        self.log = Vec::new();
+    }
+
+    fn snapshot(&self) -> Vec<Version> {
+        let mut v: Vec<Version> = self.map.values().copied().chain(self.log.iter().copied()).collect();
+        v.sort_by_key(|v| (v.key, v.ts));
+        v
+    }
+}
+
+/// A node's HEAL state (both roles).
+#[derive(Clone, Debug)]
+pub struct Heal {
+    pub opts: HealOpts,
+    pub missed: MissedUpdates,
+    /// Every node ever configured.
+    universe: BTreeSet<NodeId>,
+    /// GDP flags not yet written (written on the tick).
+    flags: BTreeMap<Key, Ts>,
+    /// Away nodes this node recorded for since they left (it can be their Buddy).
+    covers: BTreeSet<NodeId>,
+    /// `Recov_start`s from configurations not installed here yet.
+    early_starts: Vec<(NodeId, u64)>,
+    /// The recovering node's state (while this node recovers).
+    pub rr: Option<crate::heal_rr::Rr>,
+    /// What the last recovery of this node took (for the experiments).
+    pub last: Option<crate::heal_rr::Timeline>,
+}
+
+impl Heal {
+    pub fn new(opts: HealOpts, members: &[NodeId]) -> Heal {
+        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None }
+    }
+}
+
+impl Heal {
+    /// Flag `key@ts` as globally durable (written on the next tick).
+    pub(crate) fn flag(&mut self, key: Key, ts: Ts) {
+        let f = self.flags.entry(key).or_insert(ts);
+        *f = (*f).max(ts);
+    }
+}
+
+impl DdpNode {
+    fn heal_mut(&mut self) -> Option<&mut Heal> {
+        self.heal.as_deref_mut()
+    }
+
+    /// The update `key@ts` reached this node's GDP (CGDP at its coordinator,
+    /// FGDP at a follower): flag it and record it while a node is away.
+    pub(crate) fn reached_gdp(&mut self, key: Key, ts: Ts) {
+        let Some(value) = self.keys.get(&key).filter(|s| s.ts == ts).and_then(|s| s.value) else { return };
+        let Some(h) = self.heal_mut() else { return };
+        h.flag(key, ts);
+        let opts = h.opts;
+        h.missed.record(Version { key, ts, value }, &opts);
+    }
+
+    /// Write the GDP flags gathered since the last tick.
+    pub(crate) fn heal_tick(&mut self, out: &mut Out) {
+        let Some(h) = self.heal_mut() else { return };
+        let flags = std::mem::take(&mut h.flags);
+        for (key, ts) in flags {
+            out.push(Command::Persist { token: 0, record: Record::Gdp { key, ts } });
+        }
+        self.rr_tick(out);
+    }
+
+    /// A configuration: nodes it drops are away until their `Recov_end`.
+    pub(crate) fn heal_reconfigure(&mut self, out: &mut Out) {
+        let (members, epoch, trim_early) = (self.config.members.clone(), self.config.epoch, self.bugs.heal_trim_early);
+        let online = self.heal_online();
+        let Some(h) = self.heal_mut() else { return };
+        h.universe.extend(members.iter().copied());
+        let away: Vec<NodeId> = h.universe.iter().copied().filter(|n| !members.contains(n) && !h.missed.absent.contains(n)).collect();
+        if online && !h.missed.overflowed {
+            h.covers.extend(away.iter().copied());
+        }
+        h.missed.absent.extend(away);
+        if trim_early && h.missed.absent.iter().all(|n| members.contains(n)) {
+            // Mutant: the buffer is dropped when the node rejoins, before
+            // its recovery has read it.
+            h.missed.clear();
+        }
+        let due: Vec<NodeId> = h.early_starts.iter().filter(|s| s.1 <= epoch).map(|s| s.0).collect();
+        h.early_starts.retain(|s| s.1 > epoch);
+        for rr in due {
+            self.on_recov_start(rr, epoch, out);
+        }
+        self.rr_reconfigure(out);
+    }
+
+    /// Serving clients, not recovering itself.
+    pub(crate) fn heal_online(&self) -> bool {
+        self.ready && self.heal.as_ref().is_some_and(|h| h.rr.is_none())
+    }
+
+    pub(crate) fn on_recov_start(&mut self, rr: NodeId, epoch: u64, out: &mut Out) {
+        let (mine, online) = (self.config.epoch, self.heal_online());
+        let Some(h) = self.heal_mut() else { return };
+        if epoch > mine {
+            // Answer from that configuration on (spec O-1).
+            h.early_starts.push((rr, epoch));
+            return;
+        }
+        let buddy = online && h.covers.contains(&rr) && !h.missed.overflowed;
+        out.push(Command::Send { to: rr, msg: Msg::RecovStartAck { epoch, online: buddy } });
+    }
+
+    /// The Buddy's three-way comparison (spec §2.6 step 2), plus what it
+    /// holds unvalidated and its buffer.
+    pub(crate) fn on_catchup_req(&mut self, rr: NodeId, epoch: u64, partial: Vec<(Key, Ts)>, out: &mut Out) {
+        if self.heal.is_none() {
+            return;
+        }
+        let mut resp = CatchUpResp::default();
+        for (key, t_in) in partial {
+            let cur = self.keys.get(&key).and_then(|s| s.version(key).map(|v| (v, self.rules.read.holds(s.c_ok(), s.p_ok()))));
+            match cur {
+                Some((v, _)) if v.ts == t_in || self.bugs.heal_no_ts_compare => resp.marked.push((key, t_in)),
+                cur => resp.unmarked.push((key, t_in, cur)),
+            }
+        }
+        resp.pending = self.unvalidated();
+        let h = self.heal.as_ref().expect("checked");
+        (resp.missed, resp.overflowed) = (h.missed.snapshot(), h.missed.overflowed);
+        out.push(Command::Send { to: rr, msg: Msg::CatchUpResp { epoch, resp: Box::new(resp) } });
+    }
+
+    /// Versions applied here and not yet validated, in key order.
+    fn unvalidated(&self) -> Vec<Version> {
+        let read = self.rules.read;
+        self.unsettled.iter().filter_map(|&k| self.keys.get(&k).filter(|s| !read.holds(s.c_ok(), s.p_ok())).and_then(|s| s.version(k))).collect()
+    }
+
+    pub(crate) fn on_recov_end(&mut self, rr: NodeId, out: &mut Out) {
+        let Some(h) = self.heal_mut() else { return };
+        h.missed.absent.remove(&rr);
+        h.covers.remove(&rr);
+        if h.missed.absent.is_empty() {
+            h.missed.clear();
+            h.missed.overflowed = false;
+        }
+        out.push(Command::Send { to: rr, msg: Msg::RecovEndAck });
+    }
+}

@@ -1,0 +1,310 @@
+//! HEAL's recovering node (RR, spec §2.6 and §2.12): it restarts from the
+//! GDP-flagged part of its NVM, holds the rest aside as its
+//! Partially_persisted list, and follows the others' writes as a
+//! ShadowReplica (it applies, persists and ACKs, and serves no client)
+//! while it runs the three steps: `Recov_start` to every member and their
+//! ACKs; `CatchUp_req` to its Buddy and the answer; apply, go online,
+//! `Recov_end`. A configuration change during the steps restarts them
+//! (a new Buddy if the old one left, spec §2.9). If no member can be the
+//! Buddy (all restarted, or every buffer overflowed) it falls back to the
+//! full copy.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tandem_net::{Command, NodeId, Nvm};
+
+use crate::heal::CatchUpResp;
+use crate::node::{DdpNode, Out, Wait};
+use crate::types::{Key, Msg, Record, Ts, Version};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Restarted, not in the configuration yet.
+    Restored,
+    /// `Recov_start` sent; waiting for every `Recov_start_ACK`.
+    Starting,
+    /// `CatchUp_req` sent to the Buddy.
+    CatchingUp,
+    /// Applying the answer to NVM (the critical path).
+    Applying,
+    /// Recovering by a full copy instead.
+    FullCopy,
+    /// Online; `Recov_end` sent, waiting for its ACKs.
+    Ending,
+}
+
+/// When each step of the last recovery happened (simulated or host ns) and
+/// what it moved (spec §5.3: Start_to_ACK, CatchUp_to_Resp, Apply_to_end).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Timeline {
+    /// The configuration that re-added the node (the recovery starts).
+    pub start_ns: u64,
+    pub acks_ns: u64,
+    pub req_ns: u64,
+    pub resp_ns: u64,
+    pub online_ns: u64,
+    pub partial: usize,
+    pub marked: usize,
+    pub missed: usize,
+    pub pending: usize,
+    /// Restarts of the steps (configuration changes during recovery).
+    pub attempts: u32,
+    pub full_copy: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Rr {
+    pub phase: Phase,
+    epoch: u64,
+    partial: BTreeMap<Key, Version>,
+    acks: BTreeMap<NodeId, bool>,
+    buddy: Option<NodeId>,
+    applying: usize,
+    end_acks: BTreeSet<NodeId>,
+    sent_at: u64,
+    pub timeline: Timeline,
+}
+
+impl DdpNode {
+    /// Rebuild from NVM for HEAL: GDP-flagged versions are committed and
+    /// valid; the others wait for the Buddy's verdict (spec §2.6, O-7).
+    pub(crate) fn heal_load(&mut self, nvm: &Nvm<Record>) {
+        let flags: BTreeMap<Key, Ts> = nvm.values().filter_map(|r| if let Record::Gdp { key, ts } = r { Some((*key, *ts)) } else { None }).collect();
+        let mut partial = BTreeMap::new();
+        for r in nvm.values() {
+            let v = match r {
+                Record::Key(v) | Record::Rollback { to: Some(v), .. } => *v,
+                _ => continue,
+            };
+            if flags.get(&v.key).is_some_and(|&f| f >= v.ts) {
+                let s = self.key(v.key);
+                (s.ts, s.value, s.val_c, s.val_p, s.nvm) = (v.ts, Some(v.value), v.ts, v.ts, v.ts);
+            } else {
+                partial.insert(v.key, v);
+            }
+        }
+        self.ready = false;
+        let timeline = Timeline { partial: partial.len(), ..Timeline::default() };
+        let rr = Rr { phase: Phase::Restored, epoch: 0, partial, acks: BTreeMap::new(), buddy: None, applying: 0, end_acks: BTreeSet::new(), sent_at: 0, timeline };
+        self.heal.as_mut().expect("HEAL node").rr = Some(rr);
+    }
+
+    fn rr(&mut self) -> Option<&mut Rr> {
+        self.heal.as_mut().and_then(|h| h.rr.as_mut())
+    }
+
+    /// HEAL runs this node's catch-up (the engine's full copy stays idle).
+    pub(crate) fn heal_owns_catchup(&self) -> bool {
+        self.heal.as_ref().and_then(|h| h.rr.as_ref()).is_some_and(|r| r.phase != Phase::FullCopy)
+    }
+
+    /// Step 1 (again, after a configuration change mid-way).
+    pub(crate) fn rr_reconfigure(&mut self, out: &mut Out) {
+        let (me, epoch, now) = (self.me, self.config.epoch, self.now);
+        let member = self.config.members.contains(&me);
+        let others: Vec<NodeId> = self.config.others(me).collect();
+        let Some(rr) = self.rr() else { return };
+        if !member || !matches!(rr.phase, Phase::Restored | Phase::Starting | Phase::CatchingUp) || rr.epoch == epoch {
+            if rr.phase == Phase::Ending {
+                self.rr_check_end();
+            }
+            return;
+        }
+        if rr.phase == Phase::Restored {
+            rr.timeline.start_ns = now;
+        }
+        rr.timeline.attempts += 1;
+        (rr.phase, rr.epoch, rr.sent_at, rr.buddy) = (Phase::Starting, epoch, now, None);
+        rr.acks.clear();
+        for o in others {
+            out.push(Command::Send { to: o, msg: Msg::RecovStart { epoch } });
+        }
+        self.rr_check_acks(out);
+    }
+
+    pub(crate) fn on_recov_start_ack(&mut self, from: NodeId, epoch: u64, online: bool, out: &mut Out) {
+        let Some(rr) = self.rr().filter(|r| r.phase == Phase::Starting && r.epoch == epoch) else { return };
+        rr.acks.insert(from, online);
+        self.rr_check_acks(out);
+    }
+
+    /// Step 2 once every member answered: `CatchUp_req` to the Buddy, the
+    /// first member after this node (ring order) that can be one.
+    fn rr_check_acks(&mut self, out: &mut Out) {
+        let (me, now, early) = (self.me, self.now, self.bugs.heal_online_early);
+        let others: Vec<NodeId> = self.config.others(me).collect();
+        let Some(rr) = self.rr() else { return };
+        if !others.iter().all(|o| rr.acks.contains_key(o)) {
+            return;
+        }
+        let ring = others.iter().filter(|&&o| o > me).chain(others.iter().filter(|&&o| o < me));
+        let Some(&buddy) = ring.into_iter().find(|o| rr.acks[o]) else { return self.rr_full_copy(out) };
+        rr.timeline.acks_ns = now;
+        rr.timeline.req_ns = now;
+        (rr.phase, rr.buddy, rr.sent_at) = (Phase::CatchingUp, Some(buddy), now);
+        let partial: Vec<(Key, Ts)> = rr.partial.values().map(|v| (v.key, v.ts)).collect();
+        out.push(Command::Send { to: buddy, msg: Msg::CatchUpReq { epoch: rr.epoch, partial } });
+        if early {
+            // Mutant: online before the Buddy's answer is applied.
+            self.rr_online(out);
+        }
+    }
+
+    /// Step 3: apply the marked entries, the Buddy's version of the others,
+    /// its buffer and its unvalidated versions (only what is newer here).
+    pub(crate) fn on_catchup_resp(&mut self, from: NodeId, epoch: u64, resp: CatchUpResp, out: &mut Out) {
+        let now = self.now;
+        let Some(rr) = self.rr().filter(|r| r.buddy == Some(from) && r.epoch == epoch && matches!(r.phase, Phase::CatchingUp | Phase::Ending)) else { return };
+        if resp.overflowed {
+            return self.rr_full_copy(out);
+        }
+        let t = &mut rr.timeline;
+        (t.resp_ns, t.marked, t.missed, t.pending) = (now, resp.marked.len(), resp.missed.len(), resp.pending.len());
+        let early = rr.phase == Phase::Ending;
+        if !early {
+            rr.phase = Phase::Applying;
+        }
+        let partial = std::mem::take(&mut rr.partial);
+        for (key, _) in &resp.marked {
+            if let Some(&v) = partial.get(key) {
+                self.rr_apply(v, true, out);
+                self.heal.as_mut().expect("HEAL").flag(v.key, v.ts);
+            }
+        }
+        for (key, t_in, cur) in resp.unmarked {
+            self.rr_rollback(key, t_in, cur, out);
+        }
+        for v in resp.missed {
+            self.rr_apply(v, true, out);
+        }
+        for v in resp.pending {
+            self.rr_apply(v, false, out);
+        }
+        self.rr_applied(out);
+    }
+
+    /// An entry that never committed (or was superseded): the slot takes
+    /// the newest of the Buddy's version and what this node holds, or none.
+    fn rr_rollback(&mut self, key: Key, t_in: Ts, cur: Option<(Version, bool)>, out: &mut Out) {
+        if let Some((v, valid)) = cur {
+            self.rr_take(v, valid);
+        }
+        let to = self.keys.get(&key).and_then(|s| s.version(key));
+        self.rr_persist(Record::Rollback { key, to, over: t_in }, out);
+    }
+
+    /// Take `v` if newer, into DRAM and NVM.
+    fn rr_apply(&mut self, v: Version, valid: bool, out: &mut Out) {
+        if self.rr_take(v, valid) && self.keys[&v.key].nvm < v.ts {
+            self.rr_persist(Record::Key(v), out);
+        }
+    }
+
+    /// Take `v` into DRAM if newer (validated if `valid`); whether it was.
+    fn rr_take(&mut self, v: Version, valid: bool) -> bool {
+        let newer = self.apply_newer(v);
+        let s = self.key(v.key);
+        if valid && s.ts == v.ts {
+            (s.val_c, s.val_p) = (s.val_c.max(v.ts), s.val_p.max(v.ts));
+        }
+        newer
+    }
+
+    fn rr_persist(&mut self, record: Record, out: &mut Out) {
+        let (key, ts) = match &record {
+            Record::Key(v) => (v.key, v.ts),
+            Record::Rollback { key, to, .. } => (*key, to.map_or(Ts::ZERO, |v| v.ts)),
+            _ => unreachable!("HEAL applies keys"),
+        };
+        let token = self.token(Wait::HealApply { key, ts });
+        self.rr().expect("recovering").applying += 1;
+        out.push(Command::Persist { token, record });
+    }
+
+    pub(crate) fn heal_apply_landed(&mut self, key: Key, ts: Ts, out: &mut Out) {
+        if ts > Ts::ZERO {
+            self.key_persisted(key, ts, out);
+        }
+        if let Some(rr) = self.rr() {
+            rr.applying = rr.applying.saturating_sub(1);
+        }
+        self.rr_applied(out);
+    }
+
+    fn rr_applied(&mut self, out: &mut Out) {
+        if self.rr().is_some_and(|r| r.phase == Phase::Applying && r.applying == 0) {
+            self.rr_online(out);
+        }
+    }
+
+    /// Online: serve clients, tell every member (`Recov_end`).
+    fn rr_online(&mut self, out: &mut Out) {
+        self.rr_end(out);
+        self.become_ready(out);
+    }
+
+    fn rr_end(&mut self, out: &mut Out) {
+        let (now, others): (u64, Vec<NodeId>) = (self.now, self.config.others(self.me).collect());
+        let Some(rr) = self.rr() else { return };
+        (rr.phase, rr.sent_at, rr.timeline.online_ns) = (Phase::Ending, now, now);
+        for o in others {
+            out.push(Command::Send { to: o, msg: Msg::RecovEnd });
+        }
+        self.rr_check_end();
+    }
+
+    pub(crate) fn on_recov_end_ack(&mut self, from: NodeId) {
+        if let Some(rr) = self.rr().filter(|r| r.phase == Phase::Ending) {
+            rr.end_acks.insert(from);
+        }
+        self.rr_check_end();
+    }
+
+    /// Every member has the `Recov_end`: the recovery is over.
+    fn rr_check_end(&mut self) {
+        let others: Vec<NodeId> = self.config.others(self.me).collect();
+        let Some(h) = self.heal.as_mut() else { return };
+        if h.rr.as_ref().is_some_and(|r| r.phase == Phase::Ending && others.iter().all(|o| r.end_acks.contains(o))) {
+            h.last = h.rr.take().map(|r| r.timeline);
+        }
+    }
+
+    /// No Buddy: the Partially_persisted entries become unvalidated
+    /// versions (as a plain restart has them) and the full copy runs.
+    fn rr_full_copy(&mut self, out: &mut Out) {
+        let Some(rr) = self.rr() else { return };
+        rr.phase = Phase::FullCopy;
+        rr.timeline.full_copy = true;
+        let partial = std::mem::take(&mut rr.partial);
+        for v in partial.into_values() {
+            self.apply_newer(v);
+            self.key(v.key).nvm = v.ts;
+        }
+        self.copy_asked = false;
+        self.copy_after_reconfigure(out);
+    }
+
+    /// The full copy finished (the node is ready): end the recovery as HEAL does.
+    pub(crate) fn heal_copy_done(&mut self, out: &mut Out) {
+        if self.rr().is_some_and(|r| r.phase == Phase::FullCopy) {
+            self.rr_end(out);
+        }
+    }
+
+    /// Resend what is unanswered.
+    pub(crate) fn rr_tick(&mut self, out: &mut Out) {
+        let (now, retry, others): (u64, u64, Vec<NodeId>) = (self.now, self.params.retry_ns, self.config.others(self.me).collect());
+        let Some(rr) = self.rr().filter(|r| now >= r.sent_at + retry) else { return };
+        rr.sent_at = now;
+        let epoch = rr.epoch;
+        match rr.phase {
+            Phase::Starting => out.extend(others.iter().filter(|o| !rr.acks.contains_key(o)).map(|&o| Command::Send { to: o, msg: Msg::RecovStart { epoch } })),
+            Phase::CatchingUp => {
+                let partial = rr.partial.values().map(|v| (v.key, v.ts)).collect();
+                out.push(Command::Send { to: rr.buddy.expect("chosen"), msg: Msg::CatchUpReq { epoch, partial } });
+            }
+            Phase::Ending => out.extend(others.iter().filter(|o| !rr.end_acks.contains(o)).map(|&o| Command::Send { to: o, msg: Msg::RecovEnd })),
+            _ => {}
+        }
+    }
+}
