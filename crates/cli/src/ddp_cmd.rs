@@ -49,7 +49,7 @@ pub struct CheckArgs {
     recovery: String,
     /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
     /// causal-early-apply, skip-conflict-check, commit-before-persist, heal-trim-early, heal-no-ts-compare,
-    /// heal-online-early, heal-no-shadow).
+    /// heal-online-early, heal-no-shadow, heal-no-pending).
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
     /// A reliable network: no drops, duplicates or extra delays.
@@ -129,7 +129,10 @@ fn check(a: CheckArgs) -> Result<(), String> {
         let mut rep = ModelReport { model: m.to_string(), ..ModelReport::default() };
         for &crash in &crashes {
             for seed in a.seed..a.seed.saturating_add(a.seeds) {
-                let cfg = CheckConfig { crash, bugs, heal, net_faults: !a.no_net_faults, persist_ns: a.persist_ns, ..CheckConfig::new(m, seed) };
+                let mut cfg = CheckConfig { crash, bugs, net_faults: !a.no_net_faults, persist_ns: a.persist_ns, ..CheckConfig::new(m, seed) };
+                if heal {
+                    cfg = cfg.with_heal();
+                }
                 let r = simcheck::run(&cfg);
                 rep.runs += 1;
                 rep.completed += r.completed;

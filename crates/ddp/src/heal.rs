@@ -68,8 +68,9 @@ pub struct CatchUpResp {
     pub unmarked: Vec<(Key, Ts, Option<(Version, bool)>)>,
     /// The Buddy's `MissedUpdates`.
     pub missed: Vec<Version>,
-    /// Versions the Buddy applied but has not seen validated (spec O-1).
-    pub pending: Vec<Version>,
+    /// Versions the Buddy applied that have not reached their GDP there
+    /// (spec O-1), and whether each is validated for consistency.
+    pub pending: Vec<(Version, bool)>,
     /// The buffer overflowed: recover by a full copy.
     pub overflowed: bool,
 }
@@ -137,6 +138,10 @@ pub struct Heal {
     flags: BTreeMap<Key, Ts>,
     /// Away nodes this node recorded for since they left (it can be their Buddy).
     covers: BTreeSet<NodeId>,
+    /// Keys whose newest version here has not reached its GDP yet.
+    ungdp: std::collections::HashSet<Key>,
+    /// Nodes recovering (`Recov_start` seen, `Recov_end` not yet).
+    recovering: BTreeSet<NodeId>,
     /// `Recov_start`s from configurations not installed here yet.
     early_starts: Vec<(NodeId, u64)>,
     /// The recovering node's state (while this node recovers).
@@ -147,7 +152,7 @@ pub struct Heal {
 
 impl Heal {
     pub fn new(opts: HealOpts, members: &[NodeId]) -> Heal {
-        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None }
+        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), recovering: BTreeSet::new(), ungdp: Default::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None }
     }
 }
 
@@ -169,6 +174,7 @@ impl DdpNode {
     pub(crate) fn reached_gdp(&mut self, key: Key, ts: Ts) {
         let Some(value) = self.keys.get(&key).filter(|s| s.ts == ts).and_then(|s| s.value) else { return };
         let Some(h) = self.heal_mut() else { return };
+        h.ungdp.remove(&key);
         h.flag(key, ts);
         let opts = h.opts;
         h.missed.record(Version { key, ts, value }, &opts);
@@ -213,9 +219,15 @@ impl DdpNode {
         self.ready && self.heal.as_ref().is_some_and(|h| h.rr.is_none())
     }
 
+    /// Mutant `heal-no-shadow`: `n` recovers and is left out of writes.
+    pub(crate) fn heal_shadow(&self, n: NodeId) -> bool {
+        self.bugs.heal_no_shadow && self.heal.as_ref().is_some_and(|h| h.recovering.contains(&n))
+    }
+
     pub(crate) fn on_recov_start(&mut self, rr: NodeId, epoch: u64, out: &mut Out) {
         let (mine, online) = (self.config.epoch, self.heal_online());
         let Some(h) = self.heal_mut() else { return };
+        h.recovering.insert(rr);
         if epoch > mine {
             // Answer from that configuration on (spec O-1).
             h.early_starts.push((rr, epoch));
@@ -239,22 +251,35 @@ impl DdpNode {
                 cur => resp.unmarked.push((key, t_in, cur)),
             }
         }
-        resp.pending = self.unvalidated();
+        if !self.bugs.heal_no_pending {
+            resp.pending = self.unvalidated();
+        }
         let h = self.heal.as_ref().expect("checked");
         (resp.missed, resp.overflowed) = (h.missed.snapshot(), h.missed.overflowed);
         out.push(Command::Send { to: rr, msg: Msg::CatchUpResp { epoch, resp: Box::new(resp) } });
     }
 
-    /// Versions applied here and not yet validated, in key order.
-    fn unvalidated(&self) -> Vec<Version> {
-        let read = self.rules.read;
-        self.unsettled.iter().filter_map(|&k| self.keys.get(&k).filter(|s| !read.holds(s.c_ok(), s.p_ok())).and_then(|s| s.version(k))).collect()
+    /// A version of `key` was applied here: it has not reached its GDP.
+    pub(crate) fn heal_applied(&mut self, key: Key) {
+        if let Some(h) = self.heal_mut() {
+            h.ungdp.insert(key);
+        }
+    }
+
+    /// Versions applied here that have not reached their GDP here, in key
+    /// order, and whether each is validated for consistency (VAL_c).
+    fn unvalidated(&self) -> Vec<(Version, bool)> {
+        let h = self.heal.as_ref().expect("HEAL");
+        let mut v: Vec<(Version, bool)> = h.ungdp.iter().filter_map(|&k| self.keys.get(&k).and_then(|s| s.version(k).map(|v| (v, s.c_ok())))).collect();
+        v.sort_by_key(|(v, _)| v.key);
+        v
     }
 
     pub(crate) fn on_recov_end(&mut self, rr: NodeId, out: &mut Out) {
         let Some(h) = self.heal_mut() else { return };
         h.missed.absent.remove(&rr);
         h.covers.remove(&rr);
+        h.recovering.remove(&rr);
         if h.missed.absent.is_empty() {
             h.missed.clear();
             h.missed.overflowed = false;

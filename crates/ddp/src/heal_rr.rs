@@ -177,8 +177,12 @@ impl DdpNode {
         for v in resp.missed {
             self.rr_apply(v, true, out);
         }
-        for v in resp.pending {
+        for (v, c) in resp.pending {
             self.rr_apply(v, false, out);
+            let s = self.key(v.key);
+            if c && s.ts == v.ts {
+                s.val_c = s.val_c.max(v.ts); // consistency only: its GDP is still to come
+            }
         }
         self.rr_applied(out);
     }

@@ -69,9 +69,12 @@ pub struct Bugs {
     pub heal_no_ts_compare: bool,
     /// HEAL: the recovering node goes online before it applied the answer.
     pub heal_online_early: bool,
-    /// HEAL: the recovering node ignores the writes it should follow as a
-    /// ShadowReplica (it ACKs them unapplied), taking the Buddy's answer as complete.
+    /// HEAL: no ShadowReplica: members leave a recovering node out of their
+    /// writes until its `Recov_end`, and it takes the Buddy's answer as complete.
     pub heal_no_shadow: bool,
+    /// HEAL: the Buddy ships only its buffer, not the versions it holds
+    /// unvalidated (spec O-1: a VAL that reaches it after it answered).
+    pub heal_no_pending: bool,
 }
 
 impl Bugs {
@@ -81,7 +84,7 @@ impl Bugs {
     /// write) with one vote (ACK_p) missing, `val-before-persist` ACKs INITX
     /// and votes before persisting, and `read-in-invalid` lets reads return
     /// another transaction's uncommitted write (read-uncommitted).
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "reply-before-last-ack",
         "val-before-persist",
         "read-in-invalid",
@@ -93,6 +96,7 @@ impl Bugs {
         "heal-no-ts-compare",
         "heal-online-early",
         "heal-no-shadow",
+        "heal-no-pending",
     ];
 
     pub fn parse(names: &[String]) -> Result<Bugs, String> {
@@ -110,6 +114,7 @@ impl Bugs {
                 "heal-no-ts-compare" => b.heal_no_ts_compare = true,
                 "heal-online-early" => b.heal_online_early = true,
                 "heal-no-shadow" => b.heal_no_shadow = true,
+                "heal-no-pending" => b.heal_no_pending = true,
                 other => return Err(format!("unknown DDP bug '{other}' (known: {})", Bugs::NAMES.join(", "))),
             }
         }

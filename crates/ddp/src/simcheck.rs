@@ -30,6 +30,9 @@ mod trans;
 use causal::Past;
 use trans::Txs;
 
+/// Keys of a HEAL run (`CheckConfig::with_heal`).
+pub const HEAL_KEYS: u64 = 40;
+
 /// Which crash a run injects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Crash {
@@ -98,6 +101,14 @@ impl CheckConfig {
         CheckConfig { model, seed, nodes: 5, sessions: 10, keys: 6, ops: 120, read_ratio: 0.5, persist_ratio: 0.15, crash: Crash::None, net_faults: true, persist_ns: 400, bugs: Bugs::default(), heal: false }
     }
 
+    /// A HEAL run: restarted nodes recover with HEAL, over more keys (so
+    /// that some keys are written only while a node is away).
+    pub fn with_heal(mut self) -> Self {
+        self.heal = true;
+        self.keys = HEAL_KEYS;
+        self
+    }
+
     pub fn replay(&self) -> String {
         let mut s = format!("tandem ddp check --model {} --seed {} --crash {}", self.model, self.seed, self.crash.name());
         if !self.net_faults {
@@ -121,6 +132,7 @@ impl CheckConfig {
             (self.bugs.heal_no_ts_compare, "heal-no-ts-compare"),
             (self.bugs.heal_online_early, "heal-online-early"),
             (self.bugs.heal_no_shadow, "heal-no-shadow"),
+            (self.bugs.heal_no_pending, "heal-no-pending"),
         ] {
             if on {
                 s += &format!(" --inject-bug {name}");
@@ -183,6 +195,8 @@ struct Rec {
     seen: Vec<Option<HashMap<Key, Ts>>>,
     /// Transactional consistency: the sessions' transactions (`simcheck/trans.rs`).
     txs: Txs,
+    /// Per node: whether it served clients after its last step.
+    online: Vec<bool>,
 }
 
 type Shared = Rc<RefCell<Rec>>;
@@ -204,7 +218,9 @@ impl Harness<DdpNode> for Hook {
         self.0.borrow_mut().on_step(node, now, input, out, nvm)
     }
     fn observe(&mut self, node: NodeId, now: u64, p: &DdpNode, nvm: &[Nvm<Record>]) {
-        self.0.borrow_mut().observe(node, now, p, nvm)
+        let mut rec = self.0.borrow_mut();
+        rec.check_online(node, now, p);
+        rec.observe(node, now, p, nvm)
     }
     fn traces(&self) -> bool {
         true
@@ -219,6 +235,23 @@ fn nvm_ts(nvm: &Nvm<Record>, key: Key) -> Ts {
 }
 
 impl Rec {
+    /// C11 (HEAL spec §4.3), for any catch-up: a node that comes back
+    /// online holds every write acknowledged so far (Lin: a write is acked
+    /// once every member has it, so one the node missed came by catch-up).
+    fn check_online(&mut self, node: NodeId, now: u64, p: &DdpNode) {
+        let n = node as usize;
+        let (was, is) = (self.online[n], p.is_ready());
+        self.online[n] = is;
+        if was || !is || self.model.c != Consistency::Lin || self.cfg.crash == Crash::All {
+            return;
+        }
+        let snap = p.snapshot();
+        let at = |k: &Key| snap.get(k).map_or(Ts::ZERO, |v| v.0);
+        if let Some((k, ts)) = self.acked.iter().find(|(k, ts)| at(k) < *ts) {
+            self.violations.push(format!("C11: node {node} came back online holding key {k} at {:?}, older than {ts:?} acknowledged before (t={now})", at(k)));
+        }
+    }
+
     fn next_op(&mut self, session: SessionId, rng: &mut Rng) -> Option<Op> {
         if self.model.c == Consistency::Trans {
             return self.next_tx_op(session, rng);
@@ -469,6 +502,7 @@ impl Run {
             deps: HashMap::new(),
             seen: vec![None; cfg.nodes as usize],
             txs: Txs::new(cfg.sessions as usize),
+            online: vec![true; cfg.nodes as usize],
         };
         let rec = Rc::new(RefCell::new(rec));
         // One core per node: the checks' histories stay within what the

@@ -35,6 +35,7 @@ impl DdpNode {
         let w = CoordWrite { client, ts, value, scope, acks_c: Default::default(), acks_p: Default::default(), local_p: persisted, replied: false, c_sent: false, p_sent: false, sent_at: now };
         s.write = Some(w);
         self.unsettled.insert(key);
+        self.heal_applied(key);
         if !persisted {
             self.issue_persist(Version { key, ts, value }, out);
         }
@@ -62,7 +63,7 @@ impl DdpNode {
             return; // HEAL (spec O-1): nothing of a configuration not installed here yet
         }
         if self.bugs.heal_no_shadow && self.heal.as_ref().is_some_and(|h| h.rr.is_some()) {
-            return out.push(Command::Send { to: from, msg: Msg::Ack { key: v.key, ts: v.ts, epoch, c: true, p: true } });
+            return; // mutant: no ShadowReplica
         }
         if self.apply_newer(v) {
             self.issue_persist(v, out);
@@ -82,6 +83,7 @@ impl DdpNode {
         s.value = Some(v.value);
         s.invalid_since = now;
         self.unsettled.insert(v.key);
+        self.heal_applied(v.key);
         true
     }
 
@@ -139,7 +141,7 @@ impl DdpNode {
 
     /// Which of the write's gates hold: (C, P).
     fn gates(&self, w: &CoordWrite) -> (bool, bool) {
-        let others: Vec<NodeId> = self.config.others(self.me).collect();
+        let others: Vec<NodeId> = self.config.others(self.me).filter(|&o| !self.heal_shadow(o)).collect();
         let missing = |acks: &std::collections::BTreeSet<NodeId>| others.iter().filter(|o| !acks.contains(o)).count();
         let slack = usize::from(self.bugs.reply_before_last_ack);
         let c = missing(&w.acks_c) <= slack;

@@ -155,6 +155,8 @@ struct World<P: Protocol> {
     sessions: Vec<Session>,
     harness: Box<dyn Harness<P>>,
     blocked: BTreeSet<(NodeId, NodeId)>,
+    /// Extra one-way latency of slow directed links.
+    slow: BTreeMap<(NodeId, NodeId), u64>,
     stats: NetStats,
     next_persist: u64,
     rng: Rng,
@@ -278,7 +280,7 @@ impl<P: Protocol> World<P> {
     }
 
     fn put_on_wire(&mut self, from: NodeId, to: NodeId, msg: P::Msg) {
-        let mut delay = self.cfg.link_ns + self.rng.below(self.cfg.jitter_ns + 1);
+        let mut delay = self.cfg.link_ns + self.rng.below(self.cfg.jitter_ns + 1) + self.slow.get(&(from, to)).copied().unwrap_or(0);
         if self.chance(self.cfg.delay) {
             delay += self.rng.below(self.cfg.delay_ns + 1);
         }
@@ -411,6 +413,7 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
             sessions: (0..sessions).map(|s| Session { home: (s % count as u64) as NodeId, next_req: 0, outstanding: None, done: false }).collect(),
             harness,
             blocked: BTreeSet::new(),
+            slow: BTreeMap::new(),
             stats: NetStats::default(),
             next_persist: 0,
             rng: Rng::new(seed ^ 0x7E7_5EED),
@@ -523,6 +526,12 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
                 w.blocked.remove(&pair);
             }
         }
+    }
+
+    /// Messages from `from` to `to` take `extra_ns` longer (0: back to normal):
+    /// a slow link, whose messages arrive late rather than never.
+    pub fn slow_link(&self, from: NodeId, to: NodeId, extra_ns: u64) {
+        self.world.borrow_mut().slow.insert((from, to), extra_ns);
     }
 
     pub fn set_faults(&self, f: impl FnOnce(&mut SimNetConfig)) {
