@@ -77,6 +77,8 @@ struct ModelReport {
     /// HEAL: recoveries that ran HEAL's steps, and that fell back to a full copy.
     heal_recoveries: u64,
     heal_fallbacks: u64,
+    /// Crashes (buddy, again) that hit a node still recovering.
+    mid_recovery_crashes: u64,
 }
 
 pub fn run(a: DdpArgs) -> Result<(), String> {
@@ -139,6 +141,7 @@ fn check(a: CheckArgs) -> Result<(), String> {
                 rep.lost_acked_writes += r.lost_acked_writes;
                 rep.vanished_reads += r.vanished_reads;
                 (rep.heal_recoveries, rep.heal_fallbacks) = (rep.heal_recoveries + r.heal_recoveries, rep.heal_fallbacks + r.heal_fallbacks);
+                rep.mid_recovery_crashes += r.mid_recovery_crashes;
                 if m.c == tandem_ddp::Consistency::Trans {
                     let t = rep.transactions.get_or_insert([0; 3]);
                     (t[0], t[1], t[2]) = (t[0] + r.tx_committed, t[1] + r.tx_aborted, t[2] + r.tx_unanswered_commits);
@@ -176,7 +179,7 @@ fn print_model(r: &ModelReport) {
         println!("    transactions: {done} committed, {aborted} squashed and restarted ({share:.0}% of attempts), {unanswered} committed without an answer (coordinator crashed)");
     }
     if r.heal_recoveries + r.heal_fallbacks > 0 {
-        println!("    HEAL: {} recoveries by the Buddy's catch-up, {} by the full-copy fallback", r.heal_recoveries, r.heal_fallbacks);
+        println!("    HEAL: {} recoveries by the Buddy's catch-up, {} by the full-copy fallback; {} crashes hit a recovery in progress", r.heal_recoveries, r.heal_fallbacks, r.mid_recovery_crashes);
     }
     for v in r.violations.iter().take(3) {
         println!("    {v}");

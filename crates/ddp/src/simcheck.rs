@@ -164,6 +164,8 @@ pub struct CheckReport {
     /// HEAL: recoveries that ended by HEAL's steps, and by the full-copy fallback.
     pub heal_recoveries: u64,
     pub heal_fallbacks: u64,
+    /// Crashes (`buddy`, `again`) that hit while a node was still recovering.
+    pub mid_recovery_crashes: u64,
 }
 
 /// The client workload and the observer of every step.
@@ -572,6 +574,8 @@ impl Run {
         self.rejoin(&[victim]);
         self.net.run_for(self.rng.range_inclusive(0, 6_000));
         let second = if again { victim } else { (victim + 1 + self.rng.below(nodes - 1) as NodeId) % nodes as NodeId };
+        let recovering = self.net.with_node(victim, |p| p.is_some_and(|p| !p.is_ready() || p.heal().is_some_and(|h| h.rr.is_some())));
+        self.report.mid_recovery_crashes += u64::from(recovering);
         self.crash_away(&[second]);
         self.rejoin(&[second]);
     }
