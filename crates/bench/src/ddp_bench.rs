@@ -127,7 +127,7 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         aborts: 0,
     };
     let net_cfg = SimNetConfig { link_ns: cfg.rtt_ns / 2, jitter_ns: cfg.rtt_ns / 20, cpu_ns: cfg.cpu_ns, cores: cfg.cores, persist_ns: cfg.persist_ns, ..SimNetConfig::default() };
-    let factory = DdpFactory { model, params: Params::SIM, bugs: Default::default(), heal: None };
+    let factory = DdpFactory::new(model, Params::SIM);
     let config = Config::new(1, (0..cfg.nodes).collect());
     let clients = Rc::new(RefCell::new(clients));
     let net = SimNet::new(cfg.seed, net_cfg, config, factory, Box::new(Hook(clients.clone())), sessions);

@@ -12,6 +12,7 @@ mod demo;
 mod litmus_cmd;
 mod litmus_worker_cmd;
 mod experiment_cmd;
+mod heal_cmd;
 mod memory_server;
 mod net_cmd;
 mod node_cmd;
@@ -62,6 +63,8 @@ enum Command {
     CheckCluster(procs_cmd::CheckClusterArgs),
     /// DDP: leaderless replication for consistency x persistency models (seeded simulation checks).
     Ddp(ddp_cmd::DdpArgs),
+    /// HEAL: recover a crashed replica while the others serve, against the full copy.
+    Heal(heal_cmd::HealArgs),
     /// The message-passing runtime's own ceiling: two processes echoing messages.
     Net(net_cmd::NetArgs),
     /// One replica of a message-passing store (DDP) as a process: TCP to its peers, NVM in a file.
@@ -91,6 +94,7 @@ fn main() {
         Command::ComputeServer(a) => procs_cmd::compute_server(a),
         Command::CheckCluster(a) => procs_cmd::check_cluster(a),
         Command::Ddp(a) => ddp_cmd::run(a),
+        Command::Heal(a) => heal_cmd::run(a),
         Command::Node(a) => node_cmd::node(a),
         Command::Net(a) => net_cmd::run(a),
         Command::Litmus(a) => litmus_cmd::run(a),

@@ -81,7 +81,7 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
         lease: Duration::from_millis(a.lease_ms),
     };
     println!("node {} ({model}) listening on {me}", a.id);
-    let factory = DdpFactory { model, params: Params::TCP, bugs: Bugs::parse(&a.bugs)?, heal: None };
+    let factory = DdpFactory { bugs: Bugs::parse(&a.bugs)?, ..DdpFactory::new(model, Params::TCP) };
     host::run(cfg, listener, factory).map_err(|e| format!("node {}: {e}", a.id))
 }
 

@@ -21,10 +21,17 @@ impl DdpNode {
         out.push(Command::Send { to: from, msg: Msg::CopyResp { versions } });
     }
 
+    /// The first of `nodes` after this node in ring order.
+    pub(crate) fn ring_next(&self, nodes: impl Iterator<Item = NodeId>) -> Option<NodeId> {
+        let me = self.me;
+        nodes.min_by_key(|&n| (n < me, n))
+    }
+
     pub(crate) fn on_copy_resp(&mut self, from: NodeId, versions: Vec<(Version, bool)>, out: &mut Out) {
         if self.ready || !self.copy_from.remove(&from) {
             return;
         }
+        self.copy_got = true;
         for (v, valid) in versions {
             self.adopt(v, valid, out);
         }
@@ -49,21 +56,27 @@ impl DdpNode {
         if self.ready || !self.config.members.contains(&self.me) || self.heal_owns_catchup() {
             return;
         }
-        if !self.copy_asked {
+        let members = self.config.members.clone();
+        self.copy_from.retain(|m| members.contains(m));
+        let source_left = self.copy_from_one && self.copy_asked && self.copy_from.is_empty() && !self.copy_got;
+        if !self.copy_asked || source_left {
             self.copy_asked = true;
-            self.copy_from = self.config.others(self.me).collect();
+            self.copy_retry = (self.now + self.params.bulk_ns, self.params.bulk_ns);
+            let others = self.config.others(self.me);
+            self.copy_from = if self.copy_from_one { self.ring_next(others).into_iter().collect() } else { others.collect() };
             for &o in &self.copy_from {
                 out.push(Command::Send { to: o, msg: Msg::CopyReq });
             }
         }
-        let members = self.config.members.clone();
-        self.copy_from.retain(|m| members.contains(m));
         self.check_ready(out);
     }
 
-    /// Ask again the members whose copy has not come (lost messages).
+    /// Ask again the members whose copy has not come (lost messages),
+    /// waiting twice as long each time: a large copy takes a while, and
+    /// every request makes the source build it again.
     pub(crate) fn retry_copy(&mut self, out: &mut Out) {
-        if !self.ready && self.copy_asked {
+        if !self.ready && self.copy_asked && self.now >= self.copy_retry.0 {
+            self.copy_retry = (self.now + self.copy_retry.1 * 2, self.copy_retry.1 * 2);
             for &o in &self.copy_from {
                 out.push(Command::Send { to: o, msg: Msg::CopyReq });
             }
@@ -129,12 +142,24 @@ pub struct DdpFactory {
     pub bugs: Bugs,
     /// Recover a restarted node with HEAL instead of a full copy.
     pub heal: Option<HealOpts>,
+    /// The full copy comes from one member (Hermes-style, the HEAL paper's
+    /// State-of-the-art baseline) instead of every member. Lin and RE only:
+    /// after a whole-cluster crash each node's NVM holds part of the newest state.
+    pub copy_from_one: bool,
+}
+
+impl DdpFactory {
+    /// Full-copy recovery from every member, no test bugs.
+    pub fn new(model: Model, params: Params) -> DdpFactory {
+        DdpFactory { model, params, bugs: Bugs::default(), heal: None, copy_from_one: false }
+    }
 }
 
 impl NodeFactory<DdpNode> for DdpFactory {
     fn start(&self, id: NodeId, config: &Config) -> DdpNode {
         let mut n = DdpNode::new(id, self.model, self.params, self.bugs, config.clone());
         n.heal = self.heal.map(|opts| Box::new(Heal::new(opts, &config.members)));
+        n.copy_from_one = self.copy_from_one;
         n
     }
 

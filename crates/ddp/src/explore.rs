@@ -119,7 +119,7 @@ impl World {
     fn new(cfg: &ExploreConfig) -> World {
         let config = Config::new(1, (0..cfg.nodes).collect());
         // Timers jump the clock: no idle squash, nothing forgotten.
-        let params = Params { tick_ns: 1, retry_ns: 1, replay_ns: 1, lazy_ns: 1, idle_ns: u64::MAX, forget_ns: u64::MAX };
+        let params = Params { tick_ns: 1, retry_ns: 1, replay_ns: 1, lazy_ns: 1, idle_ns: u64::MAX, forget_ns: u64::MAX, bulk_ns: 1 };
         let nodes = (0..cfg.nodes).map(|n| Some(DdpNode::new(n, cfg.model, params, cfg.bugs, config.clone()))).collect();
         World {
             nodes,

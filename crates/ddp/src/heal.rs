@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use tandem_net::{Command, NodeId};
+use tandem_net::{Command, NodeId, NO_ANSWER};
 
 use crate::fast_hash::FastMap;
 use crate::node::{DdpNode, Out};
@@ -165,6 +165,25 @@ impl Heal {
 }
 
 impl DdpNode {
+    /// A store that exists before the run: keys `0..records` at version 1
+    /// of node 0, committed and persisted everywhere. Returns the NVM
+    /// records that go with it (with GDP flags under HEAL).
+    pub fn preload(&mut self, records: u64) -> Vec<Record> {
+        let ts = Ts { version: 1, node: 0 };
+        let heal = self.heal.is_some();
+        let mut nvm = Vec::with_capacity(records as usize * if heal { 2 } else { 1 });
+        self.keys.reserve(records as usize);
+        for key in 0..records {
+            let s = self.key(key);
+            (s.ts, s.value, s.val_c, s.val_p, s.nvm) = (ts, Some(key), ts, ts, ts);
+            nvm.push(Record::Key(Version { key, ts, value: key }));
+            if heal {
+                nvm.push(Record::Gdp { key, ts });
+            }
+        }
+        nvm
+    }
+
     fn heal_mut(&mut self) -> Option<&mut Heal> {
         self.heal.as_deref_mut()
     }
@@ -185,7 +204,7 @@ impl DdpNode {
         let Some(h) = self.heal_mut() else { return };
         let flags = std::mem::take(&mut h.flags);
         for (key, ts) in flags {
-            out.push(Command::Persist { token: 0, record: Record::Gdp { key, ts } });
+            out.push(Command::Persist { token: NO_ANSWER, record: Record::Gdp { key, ts } });
         }
         self.rr_tick(out);
     }

@@ -62,6 +62,8 @@ pub struct Rr {
     applying: usize,
     end_acks: BTreeSet<NodeId>,
     sent_at: u64,
+    /// Wait before resending (doubles: the Buddy's answer may be large).
+    wait: u64,
     pub timeline: Timeline,
 }
 
@@ -85,7 +87,7 @@ impl DdpNode {
         }
         self.ready = false;
         let timeline = Timeline { partial: partial.len(), ..Timeline::default() };
-        let rr = Rr { phase: Phase::Restored, epoch: 0, partial, acks: BTreeMap::new(), buddy: None, applying: 0, end_acks: BTreeSet::new(), sent_at: 0, timeline };
+        let rr = Rr { phase: Phase::Restored, epoch: 0, partial, acks: BTreeMap::new(), buddy: None, applying: 0, end_acks: BTreeSet::new(), sent_at: 0, wait: 0, timeline };
         self.heal.as_mut().expect("HEAL node").rr = Some(rr);
     }
 
@@ -100,7 +102,7 @@ impl DdpNode {
 
     /// Step 1 (again, after a configuration change mid-way).
     pub(crate) fn rr_reconfigure(&mut self, out: &mut Out) {
-        let (me, epoch, now) = (self.me, self.config.epoch, self.now);
+        let (me, epoch, now, retry) = (self.me, self.config.epoch, self.now, self.params.retry_ns);
         let member = self.config.members.contains(&me);
         let others: Vec<NodeId> = self.config.others(me).collect();
         let Some(rr) = self.rr() else { return };
@@ -114,7 +116,7 @@ impl DdpNode {
             rr.timeline.start_ns = now;
         }
         rr.timeline.attempts += 1;
-        (rr.phase, rr.epoch, rr.sent_at, rr.buddy) = (Phase::Starting, epoch, now, None);
+        (rr.phase, rr.epoch, rr.sent_at, rr.buddy, rr.wait) = (Phase::Starting, epoch, now, None, retry);
         rr.acks.clear();
         for o in others {
             out.push(Command::Send { to: o, msg: Msg::RecovStart { epoch } });
@@ -131,17 +133,18 @@ impl DdpNode {
     /// Step 2 once every member answered: `CatchUp_req` to the Buddy, the
     /// first member after this node (ring order) that can be one.
     fn rr_check_acks(&mut self, out: &mut Out) {
-        let (me, now, early) = (self.me, self.now, self.bugs.heal_online_early);
+        let (me, now, early, bulk) = (self.me, self.now, self.bugs.heal_online_early, self.params.bulk_ns);
         let others: Vec<NodeId> = self.config.others(me).collect();
         let Some(rr) = self.rr() else { return };
         if !others.iter().all(|o| rr.acks.contains_key(o)) {
             return;
         }
-        let ring = others.iter().filter(|&&o| o > me).chain(others.iter().filter(|&&o| o < me));
-        let Some(&buddy) = ring.into_iter().find(|o| rr.acks[o]) else { return self.rr_full_copy(out) };
+        let able: Vec<NodeId> = others.iter().copied().filter(|o| rr.acks[o]).collect();
+        let Some(buddy) = self.ring_next(able.into_iter()) else { return self.rr_full_copy(out) };
+        let rr = self.rr().expect("recovering");
         rr.timeline.acks_ns = now;
         rr.timeline.req_ns = now;
-        (rr.phase, rr.buddy, rr.sent_at) = (Phase::CatchingUp, Some(buddy), now);
+        (rr.phase, rr.buddy, rr.sent_at, rr.wait) = (Phase::CatchingUp, Some(buddy), now, bulk);
         let partial: Vec<(Key, Ts)> = rr.partial.values().map(|v| (v.key, v.ts)).collect();
         out.push(Command::Send { to: buddy, msg: Msg::CatchUpReq { epoch: rr.epoch, partial } });
         if early {
@@ -284,7 +287,7 @@ impl DdpNode {
             self.apply_newer(v);
             self.key(v.key).nvm = v.ts;
         }
-        self.copy_asked = false;
+        (self.copy_asked, self.copy_got) = (false, false);
         self.copy_after_reconfigure(out);
     }
 
@@ -297,9 +300,9 @@ impl DdpNode {
 
     /// Resend what is unanswered.
     pub(crate) fn rr_tick(&mut self, out: &mut Out) {
-        let (now, retry, others): (u64, u64, Vec<NodeId>) = (self.now, self.params.retry_ns, self.config.others(self.me).collect());
-        let Some(rr) = self.rr().filter(|r| now >= r.sent_at + retry) else { return };
-        rr.sent_at = now;
+        let (now, others): (u64, Vec<NodeId>) = (self.now, self.config.others(self.me).collect());
+        let Some(rr) = self.rr().filter(|r| now >= r.sent_at + r.wait) else { return };
+        (rr.sent_at, rr.wait) = (now, rr.wait * 2);
         let epoch = rr.epoch;
         match rr.phase {
             Phase::Starting => out.extend(others.iter().filter(|o| !rr.acks.contains_key(o)).map(|&o| Command::Send { to: o, msg: Msg::RecovStart { epoch } })),

@@ -36,13 +36,18 @@ pub struct Params {
     /// still in flight by then), and a member squashes an unprepared
     /// transaction it heard nothing about for this long.
     pub forget_ns: u64,
+    /// A catch-up request (full copy, HEAL's `CatchUp_req`) is resent after
+    /// this long, then twice as long each time: building and applying a
+    /// large answer takes a while, and every request makes the source build
+    /// it again.
+    pub bulk_ns: u64,
 }
 
 impl Params {
     /// For the simulator's microsecond-scale network.
-    pub const SIM: Params = Params { tick_ns: 10_000, retry_ns: 40_000, replay_ns: 100_000, lazy_ns: 20_000, idle_ns: 2_000_000, forget_ns: 10_000_000 };
+    pub const SIM: Params = Params { tick_ns: 10_000, retry_ns: 40_000, replay_ns: 100_000, lazy_ns: 20_000, idle_ns: 2_000_000, forget_ns: 10_000_000, bulk_ns: 5_000_000 };
     /// For processes over TCP on one machine.
-    pub const TCP: Params = Params { tick_ns: 2_000_000, retry_ns: 20_000_000, replay_ns: 50_000_000, lazy_ns: 5_000_000, idle_ns: 200_000_000, forget_ns: 2_000_000_000 };
+    pub const TCP: Params = Params { tick_ns: 2_000_000, retry_ns: 20_000_000, replay_ns: 50_000_000, lazy_ns: 5_000_000, idle_ns: 200_000_000, forget_ns: 2_000_000_000, bulk_ns: 2_000_000_000 };
 }
 
 /// Test-only protocol bugs, each breaking one rule (the checkers must catch them).
@@ -243,6 +248,11 @@ pub struct DdpNode {
     pub(crate) ready: bool,
     pub(crate) copy_from: BTreeSet<NodeId>,
     pub(crate) copy_asked: bool,
+    /// A copy came in (with `copy_from_one`: ask another member if the source leaves first).
+    pub(crate) copy_got: bool,
+    /// When to ask for the copy again, and the wait before that (doubling).
+    pub(crate) copy_retry: (u64, u64),
+    pub(crate) copy_from_one: bool,
     pub(crate) parked: VecDeque<(SessionId, u64, Op)>,
     pub(crate) tick_armed: bool,
     pub(crate) last_lazy: u64,
@@ -262,6 +272,17 @@ impl Protocol for DdpNode {
     type Op = Op;
     type Reply = Reply;
     type Record = Record;
+
+    fn weight(msg: &Msg) -> u64 {
+        let n = match msg {
+            Msg::CopyResp { versions } => versions.len(),
+            Msg::UpdCopy { versions, .. } => versions.len(),
+            Msg::CatchUpReq { partial, .. } => partial.len(),
+            Msg::CatchUpResp { resp, .. } => resp.marked.len() + resp.unmarked.len() + resp.missed.len() + resp.pending.len(),
+            _ => 1,
+        };
+        n.max(1) as u64
+    }
 
     fn step(&mut self, now: u64, input: Input<Self>, out: &mut Out) {
         self.now = now;
@@ -309,6 +330,9 @@ impl DdpNode {
             ready: true,
             copy_from: BTreeSet::new(),
             copy_asked: false,
+            copy_got: false,
+            copy_retry: (0, 0),
+            copy_from_one: false,
             parked: VecDeque::new(),
             tick_armed: false,
             last_lazy: 0,

@@ -513,7 +513,7 @@ impl Run {
         let base = SimNetConfig { persist_ns: cfg.persist_ns, cores: 1, ..SimNetConfig::default() };
         let net_cfg = if cfg.net_faults { SimNetConfig { drop: 0.01, duplicate: 0.01, delay: 0.05, delay_ns: 5_000, ..base } } else { base };
         let heal = cfg.heal.then(crate::heal::HealOpts::default);
-        let factory = DdpFactory { model: cfg.model, params: Params::SIM, bugs: cfg.bugs, heal };
+        let factory = DdpFactory { bugs: cfg.bugs, heal, ..DdpFactory::new(cfg.model, Params::SIM) };
         let net = SimNet::new(cfg.seed, net_cfg, Config::new(1, members), factory, Box::new(Hook(rec.clone())), cfg.sessions);
         let report = CheckReport { model: cfg.model.to_string(), seed: cfg.seed, replay: cfg.replay(), ..CheckReport::default() };
         Run { cfg: cfg.clone(), net, rec, epoch: 1, rng: Rng::new(cfg.seed ^ 0xDD9_C4EC), report }

@@ -253,7 +253,9 @@ impl DdpNode {
             match &s.write {
                 Some(w) if self.now >= w.sent_at + self.params.retry_ns => self.resend(key, out),
                 Some(_) => {}
-                None if self.now >= s.invalid_since + self.replay_delay() => self.replay(key, out),
+                // A node catching up leaves replays to the others: its copy
+                // validates (or supersedes) what its NVM held.
+                None if self.ready && self.now >= s.invalid_since + self.replay_delay() => self.replay(key, out),
                 None => {}
             }
         }
@@ -297,7 +299,7 @@ impl DdpNode {
         if !config.members.contains(&self.me) {
             // Removed (crashed, or suspected while slow): stop serving; if
             // re-added later, catch up by a copy first.
-            (self.ready, self.copy_asked) = (false, false);
+            (self.ready, self.copy_asked, self.copy_got) = (false, false, false);
         }
         self.config = config;
         if new_epoch {

@@ -78,7 +78,7 @@ struct Script {
 
 impl Script {
     fn new(bugs: Bugs) -> Script {
-        let factory = DdpFactory { model: Model::LIN_SYNCH, params: Params::SIM, bugs, heal: Some(HealOpts::default()) };
+        let factory = DdpFactory { bugs, heal: Some(HealOpts::default()), ..DdpFactory::new(Model::LIN_SYNCH, Params::SIM) };
         let net = SimNet::new(7, SimNetConfig::default(), Config::new(1, (0..5).collect()), factory, Box::new(Scripted), 0);
         Script { net, epoch: 1, req: 0 }
     }

@@ -310,7 +310,7 @@ impl<P: Wire> Host<P> {
         self.stats.persists += 1;
         if self.cfg.fsync {
             self.unsynced.push(token); // done once flushed to the device
-        } else {
+        } else if token != crate::protocol::NO_ANSWER {
             self.local.push_back(Input::PersistDone { token });
         }
     }
@@ -329,7 +329,7 @@ impl<P: Wire> Host<P> {
         if self.syncer.is_none() {
             return Ok(());
         }
-        for token in self.synced()? {
+        for token in self.synced()?.into_iter().filter(|&t| t != crate::protocol::NO_ANSWER) {
             self.step(Input::PersistDone { token });
         }
         let Some((syncer, _)) = &self.syncer else { return Ok(()) };

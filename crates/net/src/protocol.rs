@@ -56,7 +56,8 @@ pub enum Command<P: Protocol> {
     Send { to: NodeId, msg: P::Msg },
     /// To every other member of the node's current configuration.
     Broadcast { msg: P::Msg },
-    /// Make `record` durable; answer with `PersistDone { token }`.
+    /// Make `record` durable; answer with `PersistDone { token }`, unless
+    /// `token` is [`NO_ANSWER`] (a persist nothing waits for).
     Persist { token: Token, record: P::Record },
     Reply { session: SessionId, req: u64, result: P::Reply },
     /// Deliver `Timer { token }` at `at_ns` (host time).
@@ -113,6 +114,9 @@ pub fn land<R: Durable>(nvm: &mut Nvm<R>, record: R) {
 }
 
 /// A message-passing protocol as a sans-IO state machine.
+/// The token of a persist whose landing nothing waits for: no `PersistDone`.
+pub const NO_ANSWER: Token = 0;
+
 pub trait Protocol: Sized {
     type Msg: Clone + Debug;
     type Op: Clone + Debug;
@@ -121,6 +125,12 @@ pub trait Protocol: Sized {
 
     /// Handle one input at host time `now_ns`, appending commands to `out`.
     fn step(&mut self, now_ns: u64, input: Input<Self>, out: &mut Vec<Command<Self>>);
+
+    /// How many entries `msg` carries: the simulator charges CPU per entry
+    /// at both ends, so a bulk transfer (a full copy) costs what it moves.
+    fn weight(_msg: &Self::Msg) -> u64 {
+        1
+    }
 }
 
 /// Builds nodes: fresh at start, or rebuilt from NVM after a crash.

@@ -195,7 +195,8 @@ impl<P: Protocol> World<P> {
     /// An input reaches node `n` and waits for a core. `inc` pins it to an
     /// incarnation (timers, persists); messages reach whoever is up.
     fn arrive(&mut self, n: NodeId, inc: Option<u64>, input: Input<P>) {
-        let (cpu, now) = (self.cfg.cpu_ns, self.now);
+        let weight = if let Input::Recv { msg, .. } = &input { P::weight(msg) } else { 1 };
+        let (cpu, now) = (self.cfg.cpu_ns * weight.max(1), self.now);
         let node = &mut self.nodes[n as usize];
         if node.proto.is_none() || inc.is_some_and(|i| i != node.incarnation) {
             return;
@@ -268,6 +269,12 @@ impl<P: Protocol> World<P> {
 
     fn send(&mut self, from: NodeId, to: NodeId, msg: P::Msg) {
         self.stats.messages_sent += 1;
+        let weight = P::weight(&msg);
+        if weight > 1 {
+            // Building a bulk message takes the sender's CPU too.
+            let (cpu, now) = (self.cfg.cpu_ns, self.now);
+            self.nodes[from as usize].occupy(now, cpu * (weight - 1));
+        }
         if self.blocked.contains(&(from, to)) || self.chance(self.cfg.drop) {
             self.stats.dropped += 1;
             return;
@@ -309,7 +316,9 @@ impl<P: Protocol> World<P> {
         }
         let Some((token, record)) = self.nodes[n as usize].running.remove(&pid) else { return };
         land(&mut self.nvm[n as usize], record);
-        self.arrive(n, Some(inc), Input::PersistDone { token });
+        if token != crate::protocol::NO_ANSWER {
+            self.arrive(n, Some(inc), Input::PersistDone { token });
+        }
         self.start_persists(n);
     }
 
@@ -544,6 +553,19 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
 
     pub fn stats(&self) -> NetStats {
         self.world.borrow().stats.clone()
+    }
+
+    /// Land `records` in node `n`'s NVM (a store that exists before the run).
+    pub fn seed_nvm(&self, n: NodeId, records: impl IntoIterator<Item = P::Record>) {
+        let mut w = self.world.borrow_mut();
+        for r in records {
+            land(&mut w.nvm[n as usize], r);
+        }
+    }
+
+    /// Change node `n` itself (preloading its store before the run).
+    pub fn with_node_mut<R>(&self, n: NodeId, f: impl FnOnce(Option<&mut P>) -> R) -> R {
+        f(self.world.borrow_mut().nodes[n as usize].proto.as_mut())
     }
 
     pub fn nvm(&self, n: NodeId) -> Nvm<P::Record> {

@@ -1,0 +1,14 @@
+//! HEAL (`heal.txt`, DESIGN.md §7.3): online incremental recovery of a
+//! crashed replica of the leaderless store.
+//!
+//! The protocol itself lives in the DDP engine it extends
+//! (`tandem_ddp::heal` for the live nodes and the Buddy,
+//! `tandem_ddp::heal_rr` for the recovering node): its GDP points and
+//! per-key states are the engine's. This crate runs recoveries and
+//! measures them against the baselines:
+//! - [`recover`]: one recovery in simulated time, HEAL or the full copy,
+//!   beside the failure-free Baseline.
+
+pub mod recover;
+
+pub use recover::{RecoverConfig, RecoverReport, Scheme};

@@ -1,0 +1,256 @@
+//! One recovery, in simulated time (HEAL spec §5.3): five nodes serve a
+//! closed-loop 80/20 workload over a preloaded store; one node crashes,
+//! the others run without it for the downtime (the EFN), then it restarts
+//! from its NVM and catches up, by HEAL or by a full copy from one member
+//! (the paper's State-of-the-art). The same run without the failure is the
+//! Baseline. Reported: the recovery time and its phases, the throughput
+//! over time, the throughput lost against the Baseline, and the size of
+//! `MissedUpdates`.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use serde::Serialize;
+use tandem_ddp::heal_rr::Timeline;
+use tandem_ddp::{DdpFactory, DdpNode, HealOpts, Model, Op, Params, Record, Reply};
+use tandem_net::{Config, Harness, NodeId, Nvm, SessionId, SimNet, SimNetConfig};
+use tandem_sim::Rng;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Scheme {
+    /// HEAL: Buddy catch-up, ShadowReplica.
+    Heal,
+    /// Hermes-style full copy from one member (spec §3.2).
+    FullCopy,
+}
+
+impl Scheme {
+    pub fn parse(s: &str) -> Result<Vec<Scheme>, String> {
+        match s {
+            "heal" => Ok(vec![Scheme::Heal]),
+            "full-copy" => Ok(vec![Scheme::FullCopy]),
+            "both" => Ok(vec![Scheme::Heal, Scheme::FullCopy]),
+            other => Err(format!("unknown --scheme '{other}': heal, full-copy or both")),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::Heal => "heal",
+            Scheme::FullCopy => "full-copy",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RecoverConfig {
+    pub model: Model,
+    pub scheme: Scheme,
+    /// Records in the store (every node holds all of them).
+    pub records: u64,
+    /// How long the node stays away (the EFN), simulated ns.
+    pub downtime_ns: u64,
+    pub clients_per_node: u64,
+    pub read_ratio: f64,
+    /// Serving before the crash, and after the node is back, simulated ns.
+    pub before_ns: u64,
+    pub after_ns: u64,
+    /// Throughput is reported per window of this length.
+    pub window_ns: u64,
+    /// The paper's "modeled 256 GB": every EFN update is a new buffer entry.
+    pub distinct: bool,
+    /// Worker cores per node (the HEAL paper's servers: 7).
+    pub cores: usize,
+    pub seed: u64,
+}
+
+/// Cores of the HEAL paper's servers (Tab. V: Xeon E5-2450, "7 cores"). A
+/// node with one core stalls every write while it applies a bulk message;
+/// with the paper's cores the others keep following the writes.
+pub const HEAL_PAPER_CORES: usize = 7;
+
+impl RecoverConfig {
+    /// The paper's shape, scaled to simulated milliseconds (spec §5.5):
+    /// 5 nodes, 80 % reads, uniform keys, an EFN much longer than the recovery.
+    pub fn new(model: Model, scheme: Scheme, records: u64) -> RecoverConfig {
+        RecoverConfig {
+            model,
+            scheme,
+            records,
+            downtime_ns: 5_000_000,
+            clients_per_node: 20,
+            read_ratio: 0.8,
+            before_ns: 2_000_000,
+            after_ns: 2_000_000,
+            window_ns: 250_000,
+            distinct: false,
+            cores: HEAL_PAPER_CORES,
+            seed: 1,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RecoverReport {
+    pub model: String,
+    pub scheme: String,
+    pub records: u64,
+    pub downtime_us: f64,
+    /// From the configuration that re-adds the node to the node serving clients.
+    pub recovery_us: f64,
+    /// HEAL's phases (spec §5.3); zero for the full copy.
+    pub start_to_ack_us: f64,
+    pub catchup_to_resp_us: f64,
+    pub apply_to_end_us: f64,
+    /// Entries the Buddy shipped from `MissedUpdates`, and the largest buffer on any node.
+    pub missed_entries: usize,
+    pub missed_peak: usize,
+    pub partial_entries: usize,
+    pub fell_back_to_full_copy: bool,
+    /// Operations completed, with the failure and in the failure-free Baseline.
+    pub ops: u64,
+    pub baseline_ops: u64,
+    /// 1 − ops / baseline_ops (spec §5.3).
+    pub throughput_lost: f64,
+    /// Per window: (start, ms of simulated time; ops/s).
+    pub throughput: Vec<(f64, f64)>,
+    pub crash_ms: f64,
+    pub rejoin_ms: f64,
+    pub online_ms: f64,
+}
+
+/// Closed-loop sessions over uniform keys; counts completions per window.
+struct Load {
+    records: u64,
+    read_ratio: f64,
+    window_ns: u64,
+    next_value: u64,
+    done: Rc<RefCell<Vec<u64>>>,
+}
+
+impl Harness<DdpNode> for Load {
+    fn next_op(&mut self, _session: SessionId, _now: u64, rng: &mut Rng) -> Option<Op> {
+        let key = rng.below(self.records);
+        if rng.chance(self.read_ratio) {
+            return Some(Op::read(key));
+        }
+        self.next_value += 1;
+        Some(Op::write(key, self.records + self.next_value, 0))
+    }
+    fn completed(&mut self, _s: SessionId, _r: u64, _n: NodeId, _reply: &Reply, now: u64, _nvm: &[Nvm<Record>]) {
+        let w = (now / self.window_ns) as usize;
+        let mut done = self.done.borrow_mut();
+        if done.len() <= w {
+            done.resize(w + 1, 0);
+        }
+        done[w] += 1;
+    }
+}
+
+const NODES: u16 = 5;
+/// The node that fails (not 0, the preload's writer, for no reason but variety).
+const VICTIM: NodeId = 2;
+/// Failure detection before the first reconfiguration (spec §1.6 (1)→(2)).
+const DETECT_NS: u64 = 20_000;
+
+struct Run {
+    net: SimNet<DdpNode, DdpFactory>,
+    done: Rc<RefCell<Vec<u64>>>,
+    epoch: u64,
+}
+
+impl Run {
+    fn new(cfg: &RecoverConfig) -> Run {
+        let sim = SimNetConfig { cores: cfg.cores.max(1), ..SimNetConfig::default() };
+        let heal = (cfg.scheme == Scheme::Heal).then_some(HealOpts { distinct: cfg.distinct, ..HealOpts::default() });
+        let factory = DdpFactory { heal, copy_from_one: cfg.scheme == Scheme::FullCopy, ..DdpFactory::new(cfg.model, Params::SIM) };
+        let done = Rc::new(RefCell::new(Vec::new()));
+        let load = Load { records: cfg.records, read_ratio: cfg.read_ratio, window_ns: cfg.window_ns, next_value: 0, done: done.clone() };
+        let sessions = cfg.clients_per_node * u64::from(NODES);
+        let net = SimNet::new(cfg.seed, sim, Config::new(1, (0..NODES).collect()), factory, Box::new(load), sessions);
+        for n in 0..NODES {
+            let records = net.with_node_mut(n, |p| p.expect("up").preload(cfg.records));
+            net.seed_nvm(n, records);
+        }
+        Run { net, done, epoch: 1 }
+    }
+
+    fn configure(&mut self, members: Vec<NodeId>, restart: Option<NodeId>) {
+        self.epoch += 1;
+        let c = Config::new(self.epoch, members);
+        if let Some(n) = restart {
+            self.net.restart(n, &c);
+        }
+        self.net.announce(&c);
+    }
+
+    /// Operations completed in the windows before `total`.
+    fn ops_until(&self, total: u64, window_ns: u64) -> u64 {
+        self.done.borrow().iter().take((total / window_ns) as usize).sum()
+    }
+}
+
+/// Run the failure-free Baseline and the failure with `cfg.scheme`.
+pub fn run(cfg: &RecoverConfig) -> Result<RecoverReport, String> {
+    if cfg.scheme == Scheme::Heal && !HealOpts::supports(cfg.model) {
+        return Err(format!("HEAL recovers lin-strict, lin-synch and lin-re; not {}", cfg.model));
+    }
+    if cfg.records == 0 || cfg.window_ns == 0 {
+        return Err("records and the throughput window must be positive".into());
+    }
+    let mut r = Run::new(cfg);
+    r.net.start_clients();
+    r.net.run_for(cfg.before_ns);
+    let crash_ns = r.net.now_ns();
+    r.net.crash(VICTIM);
+    r.net.run_for(DETECT_NS);
+    r.configure((0..NODES).filter(|&n| n != VICTIM).collect(), None);
+    r.net.run_for(cfg.downtime_ns);
+    let rejoin_ns = r.net.now_ns();
+    r.configure((0..NODES).collect(), Some(VICTIM));
+    let limit = rejoin_ns + 100 * (cfg.downtime_ns + cfg.records * 1_000);
+    let online = r.net.run_while(limit, |net| net.with_node(VICTIM, |p| !p.is_some_and(|p| p.is_ready())));
+    let online_ns = r.net.now_ns();
+    if !online {
+        return Err(format!("node {VICTIM} did not come back online"));
+    }
+    // Measure as long after the recovery as before the crash.
+    let total = online_ns + cfg.after_ns;
+    r.net.run_for(total - online_ns);
+    let base = Run::new(cfg);
+    base.net.start_clients();
+    base.net.run_for(total);
+    Ok(report(cfg, &r, base.ops_until(total, cfg.window_ns), [crash_ns, rejoin_ns, online_ns], total))
+}
+
+fn report(cfg: &RecoverConfig, r: &Run, baseline_ops: u64, [crash, rejoin, online]: [u64; 3], total: u64) -> RecoverReport {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    let t: Timeline = r.net.with_node(VICTIM, |p| p.and_then(|p| p.heal()).and_then(|h| h.last.clone().or_else(|| h.rr.as_ref().map(|r| r.timeline.clone())))).unwrap_or_default();
+    let peak = (0..NODES).filter_map(|n| r.net.with_node(n, |p| p.and_then(|p| p.heal()).map(|h| h.missed.peak))).max().unwrap_or(0);
+    let windows = (total / cfg.window_ns) as usize;
+    let done = r.done.borrow();
+    let ops: u64 = done.iter().take(windows).sum();
+    let per_s = 1e9 / cfg.window_ns as f64;
+    let heal = cfg.scheme == Scheme::Heal && !t.full_copy;
+    RecoverReport {
+        model: cfg.model.to_string(),
+        scheme: cfg.scheme.name().into(),
+        records: cfg.records,
+        downtime_us: us(cfg.downtime_ns),
+        recovery_us: us(online - rejoin),
+        start_to_ack_us: if heal { us(t.acks_ns - t.start_ns) } else { 0.0 },
+        catchup_to_resp_us: if heal { us(t.resp_ns - t.req_ns) } else { 0.0 },
+        apply_to_end_us: if heal { us(t.online_ns - t.resp_ns) } else { 0.0 },
+        missed_entries: t.missed,
+        missed_peak: peak,
+        partial_entries: t.partial,
+        fell_back_to_full_copy: t.full_copy,
+        ops,
+        baseline_ops,
+        throughput_lost: 1.0 - ops as f64 / baseline_ops.max(1) as f64,
+        throughput: (0..windows).map(|w| ((w as u64 * cfg.window_ns) as f64 / 1e6, done.get(w).copied().unwrap_or(0) as f64 * per_s)).collect(),
+        crash_ms: crash as f64 / 1e6,
+        rejoin_ms: rejoin as f64 / 1e6,
+        online_ms: online as f64 / 1e6,
+    }
+}
+
