@@ -8,6 +8,7 @@ pub mod ddp_tcp;
 pub mod cluster;
 pub mod compare;
 pub mod experiment;
+pub mod heal_exp;
 pub mod fabric_bench;
 pub mod plot;
 pub mod procs;

@@ -58,19 +58,26 @@ impl Default for HealOpts {
     }
 }
 
+/// How far a version got at the Buddy: validated for consistency (VAL_c),
+/// and past its GDP (so valid for every read rule).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Validity {
+    pub c: bool,
+    pub gdp: bool,
+}
+
 /// The Buddy's answer (`CatchUp_resp`, spec §2.11).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CatchUpResp {
-    /// Partially_persisted entries the Buddy holds at the same ts: globally committed.
-    pub marked: Vec<(Key, Ts)>,
-    /// The other entries, with the Buddy's own version of the key (None: it
-    /// has none) and whether that version is validated there.
-    pub unmarked: Vec<(Key, Ts, Option<(Version, bool)>)>,
+    /// Partially_persisted entries the Buddy holds at the same ts: committed
+    /// (or, still in flight there, certain to be, spec O-36).
+    pub marked: Vec<(Key, Ts, Validity)>,
+    /// The other entries, with the Buddy's own version of the key (None: it has none).
+    pub unmarked: Vec<(Key, Ts, Option<(Version, Validity)>)>,
     /// The Buddy's `MissedUpdates`.
     pub missed: Vec<Version>,
-    /// Versions the Buddy applied that have not reached their GDP there
-    /// (spec O-1), and whether each is validated for consistency.
-    pub pending: Vec<(Version, bool)>,
+    /// Versions the Buddy applied that have not reached their GDP there (spec O-1).
+    pub pending: Vec<(Version, Validity)>,
     /// The buffer overflowed: recover by a full copy.
     pub overflowed: bool,
 }
@@ -233,6 +240,12 @@ impl DdpNode {
         self.rr_reconfigure(out);
     }
 
+    /// No recovery under way that involves this node: its own is over, and
+    /// every member it records for has ended its recovery.
+    pub(crate) fn heal_quiet(&self) -> bool {
+        self.heal.as_ref().is_none_or(|h| h.rr.is_none() && h.missed.absent.iter().all(|n| !self.config.members.contains(n)))
+    }
+
     /// Serving clients, not recovering itself.
     pub(crate) fn heal_online(&self) -> bool {
         self.ready && self.heal.as_ref().is_some_and(|h| h.rr.is_none())
@@ -264,9 +277,9 @@ impl DdpNode {
         }
         let mut resp = CatchUpResp::default();
         for (key, t_in) in partial {
-            let cur = self.keys.get(&key).and_then(|s| s.version(key).map(|v| (v, self.rules.read.holds(s.c_ok(), s.p_ok()))));
-            match cur {
-                Some((v, _)) if v.ts == t_in || self.bugs.heal_no_ts_compare => resp.marked.push((key, t_in)),
+            match self.known(key) {
+                Some((v, at)) if v.ts == t_in => resp.marked.push((key, t_in, at)),
+                _ if self.bugs.heal_no_ts_compare => resp.marked.push((key, t_in, Validity { c: true, gdp: true })),
                 cur => resp.unmarked.push((key, t_in, cur)),
             }
         }
@@ -285,13 +298,18 @@ impl DdpNode {
         }
     }
 
-    /// Versions applied here that have not reached their GDP here, in key
-    /// order, and whether each is validated for consistency (VAL_c).
-    fn unvalidated(&self) -> Vec<(Version, bool)> {
+    /// This node's version of `key` and how far it got here.
+    fn known(&self, key: Key) -> Option<(Version, Validity)> {
+        let gdp = self.heal.as_ref().is_some_and(|h| !h.ungdp.contains(&key));
+        self.keys.get(&key).and_then(|s| s.version(key).map(|v| (v, Validity { c: s.c_ok(), gdp })))
+    }
+
+    /// Versions applied here that have not reached their GDP here, in key order.
+    fn unvalidated(&self) -> Vec<(Version, Validity)> {
         let h = self.heal.as_ref().expect("HEAL");
-        let mut v: Vec<(Version, bool)> = h.ungdp.iter().filter_map(|&k| self.keys.get(&k).and_then(|s| s.version(k).map(|v| (v, s.c_ok())))).collect();
-        v.sort_by_key(|(v, _)| v.key);
-        v
+        let mut keys: Vec<Key> = h.ungdp.iter().copied().collect();
+        keys.sort_unstable();
+        keys.into_iter().filter_map(|k| self.known(k)).collect()
     }
 
     pub(crate) fn on_recov_end(&mut self, rr: NodeId, out: &mut Out) {

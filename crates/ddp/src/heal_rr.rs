@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tandem_net::{Command, NodeId, Nvm};
 
-use crate::heal::CatchUpResp;
+use crate::heal::{CatchUpResp, Validity};
 use crate::node::{DdpNode, Out, Wait};
 use crate::types::{Key, Msg, Record, Ts, Version};
 
@@ -168,51 +168,54 @@ impl DdpNode {
             rr.phase = Phase::Applying;
         }
         let partial = std::mem::take(&mut rr.partial);
-        for (key, _) in &resp.marked {
+        for (key, _, at) in &resp.marked {
             if let Some(&v) = partial.get(key) {
-                self.rr_apply(v, true, out);
-                self.heal.as_mut().expect("HEAL").flag(v.key, v.ts);
+                self.rr_apply(v, *at, out);
+                if at.gdp {
+                    self.heal.as_mut().expect("HEAL").flag(v.key, v.ts);
+                }
             }
         }
         for (key, t_in, cur) in resp.unmarked {
             self.rr_rollback(key, t_in, cur, out);
         }
         for v in resp.missed {
-            self.rr_apply(v, true, out);
+            self.rr_apply(v, Validity { c: true, gdp: true }, out);
         }
-        for (v, c) in resp.pending {
-            self.rr_apply(v, false, out);
-            let s = self.key(v.key);
-            if c && s.ts == v.ts {
-                s.val_c = s.val_c.max(v.ts); // consistency only: its GDP is still to come
-            }
+        for (v, at) in resp.pending {
+            self.rr_apply(v, at, out);
         }
         self.rr_applied(out);
     }
 
     /// An entry that never committed (or was superseded): the slot takes
     /// the newest of the Buddy's version and what this node holds, or none.
-    fn rr_rollback(&mut self, key: Key, t_in: Ts, cur: Option<(Version, bool)>, out: &mut Out) {
-        if let Some((v, valid)) = cur {
-            self.rr_take(v, valid);
+    fn rr_rollback(&mut self, key: Key, t_in: Ts, cur: Option<(Version, Validity)>, out: &mut Out) {
+        if let Some((v, at)) = cur {
+            self.rr_take(v, at);
         }
         let to = self.keys.get(&key).and_then(|s| s.version(key));
         self.rr_persist(Record::Rollback { key, to, over: t_in }, out);
     }
 
     /// Take `v` if newer, into DRAM and NVM.
-    fn rr_apply(&mut self, v: Version, valid: bool, out: &mut Out) {
-        if self.rr_take(v, valid) && self.keys[&v.key].nvm < v.ts {
+    fn rr_apply(&mut self, v: Version, at: Validity, out: &mut Out) {
+        if self.rr_take(v, at) && self.keys[&v.key].nvm < v.ts {
             self.rr_persist(Record::Key(v), out);
         }
     }
 
-    /// Take `v` into DRAM if newer (validated if `valid`); whether it was.
-    fn rr_take(&mut self, v: Version, valid: bool) -> bool {
+    /// Take `v` into DRAM if newer, validated as far as it got at the
+    /// Buddy (short of its GDP: for consistency at most); whether it was newer.
+    fn rr_take(&mut self, v: Version, at: Validity) -> bool {
         let newer = self.apply_newer(v);
         let s = self.key(v.key);
-        if valid && s.ts == v.ts {
-            (s.val_c, s.val_p) = (s.val_c.max(v.ts), s.val_p.max(v.ts));
+        if s.ts == v.ts && (at.c || at.gdp) {
+            s.val_c = s.val_c.max(v.ts);
+        }
+        if s.ts == v.ts && at.gdp {
+            s.val_p = s.val_p.max(v.ts);
+            self.reached_gdp(v.key, v.ts);
         }
         newer
     }
@@ -251,9 +254,9 @@ impl DdpNode {
     }
 
     fn rr_end(&mut self, out: &mut Out) {
-        let (now, others): (u64, Vec<NodeId>) = (self.now, self.config.others(self.me).collect());
+        let (now, retry, others): (u64, u64, Vec<NodeId>) = (self.now, self.params.retry_ns, self.config.others(self.me).collect());
         let Some(rr) = self.rr() else { return };
-        (rr.phase, rr.sent_at, rr.timeline.online_ns) = (Phase::Ending, now, now);
+        (rr.phase, rr.sent_at, rr.wait, rr.timeline.online_ns) = (Phase::Ending, now, retry, now);
         for o in others {
             out.push(Command::Send { to: o, msg: Msg::RecovEnd });
         }

@@ -45,7 +45,7 @@ pub struct Params {
 
 impl Params {
     /// For the simulator's microsecond-scale network.
-    pub const SIM: Params = Params { tick_ns: 10_000, retry_ns: 40_000, replay_ns: 100_000, lazy_ns: 20_000, idle_ns: 2_000_000, forget_ns: 10_000_000, bulk_ns: 5_000_000 };
+    pub const SIM: Params = Params { tick_ns: 10_000, retry_ns: 40_000, replay_ns: 100_000, lazy_ns: 20_000, idle_ns: 2_000_000, forget_ns: 10_000_000, bulk_ns: 1_000_000 };
     /// For processes over TCP on one machine.
     pub const TCP: Params = Params { tick_ns: 2_000_000, retry_ns: 20_000_000, replay_ns: 50_000_000, lazy_ns: 5_000_000, idle_ns: 200_000_000, forget_ns: 2_000_000_000, bulk_ns: 2_000_000_000 };
 }
@@ -359,7 +359,7 @@ impl DdpNode {
     /// Ready, nothing in progress, every key validated here (UPD family:
     /// every update known applied everywhere, nothing buffered or waiting).
     pub fn is_settled(&self) -> bool {
-        self.ready && self.unsettled.is_empty() && self.scope_persists.is_empty() && self.upd.is_quiet() && self.trans.is_quiet()
+        self.ready && self.unsettled.is_empty() && self.scope_persists.is_empty() && self.upd.is_quiet() && self.trans.is_quiet() && self.heal_quiet()
     }
 
     /// The versions this node applied in its last step, in order (UPD

@@ -691,10 +691,10 @@ impl Run {
     /// `MissedUpdates` is empty again; count how recoveries ended.
     fn check_heal(&mut self) {
         for n in 0..self.cfg.nodes {
-            let state = self.net.with_node(n, |p| p.and_then(|p| p.heal().map(|h| (h.rr.is_some(), h.missed.len(), h.missed.absent.clone(), h.last.clone()))));
+            let state = self.net.with_node(n, |p| p.and_then(|p| p.heal().map(|h| (h.rr.as_ref().map(|r| r.phase), h.missed.len(), h.missed.absent.clone(), h.last.clone()))));
             let Some((recovering, missed, absent, last)) = state else { continue };
-            if recovering {
-                self.report.violations.push(format!("C10: node {n} never finished its recovery"));
+            if let Some(phase) = recovering {
+                self.report.violations.push(format!("C10: node {n} never finished its recovery (stuck in {phase:?})"));
             }
             if missed > 0 || !absent.is_empty() {
                 self.report.violations.push(format!("C9: after every recovery node {n} still holds {missed} missed updates (waiting for {absent:?})"));

@@ -170,3 +170,4 @@ fn a_write_whose_val_reaches_the_buddy_after_its_answer_is_not_missed() {
     assert_eq!(at_buddy, Some(55));
     assert_eq!(at_rr, None, "mutant heal-no-pending: the Buddy's answer misses the write");
 }
+

@@ -162,7 +162,10 @@ impl Run {
     fn new(cfg: &RecoverConfig) -> Run {
         let sim = SimNetConfig { cores: cfg.cores.max(1), ..SimNetConfig::default() };
         let heal = (cfg.scheme == Scheme::Heal).then_some(HealOpts { distinct: cfg.distinct, ..HealOpts::default() });
-        let factory = DdpFactory { heal, copy_from_one: cfg.scheme == Scheme::FullCopy, ..DdpFactory::new(cfg.model, Params::SIM) };
+        // Links here lose nothing: resend a catch-up request only after far
+        // longer than the largest copy takes.
+        let params = Params { bulk_ns: 1_000_000_000, ..Params::SIM };
+        let factory = DdpFactory { heal, copy_from_one: cfg.scheme == Scheme::FullCopy, ..DdpFactory::new(cfg.model, params) };
         let done = Rc::new(RefCell::new(Vec::new()));
         let load = Load { records: cfg.records, read_ratio: cfg.read_ratio, window_ns: cfg.window_ns, next_value: 0, done: done.clone() };
         let sessions = cfg.clients_per_node * u64::from(NODES);
