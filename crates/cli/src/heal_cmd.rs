@@ -89,7 +89,9 @@ fn print_report(r: &RecoverReport) {
     if r.fell_back_to_full_copy {
         println!("    (fell back to the full copy)");
     }
-    println!("  throughput lost against the failure-free run: {:.2} % ({} vs {} ops)", 100.0 * r.throughput_lost, r.ops, r.baseline_ops);
-    let line: Vec<String> = r.throughput.iter().map(|(_, x)| format!("{:.0}", x / 1e3)).collect();
-    println!("  k ops/s per {:.2} ms: {}", r.throughput.get(1).map_or(0.0, |w| w.0), line.join(" "));
+    println!("  throughput lost against the failure-free run over {:.1} ms: {:.2} % ({} vs {} ops)", r.horizon_ms, 100.0 * r.throughput_lost, r.ops, r.baseline_ops);
+    let step = r.throughput.len().div_ceil(40).max(1);
+    let line: Vec<String> = r.throughput.iter().step_by(step).map(|(_, x)| format!("{:.1}", x / 1e6)).collect();
+    let every = r.throughput.get(step).map_or(0.0, |w| w.0);
+    println!("  M ops/s every {every:.2} ms: {}", line.join(" "));
 }

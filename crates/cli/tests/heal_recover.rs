@@ -1,0 +1,50 @@
+//! `tandem heal recover`: one recovery by HEAL and one by the full copy, in
+//! simulated time, reported as JSON; bad input refused with a clear error.
+
+use std::process::{Command, Output};
+
+fn tandem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tandem")).args(args).output().expect("run tandem")
+}
+
+fn fails_with(args: &[&str], message: &str) {
+    let out = tandem(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(stderr.contains(message), "{args:?}: expected '{message}' in:\n{stderr}");
+}
+
+#[test]
+fn heal_and_full_copy_recover_and_report_their_phases() {
+    let json = std::env::temp_dir().join(format!("heal-recover-{}.json", std::process::id()));
+    let out = tandem(&["heal", "recover", "--records", "20000", "--downtime-s", "0.002", "--clients", "5", "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let (heal, full) = (&runs[0], &runs[1]);
+    assert_eq!((heal["scheme"].as_str(), full["scheme"].as_str()), (Some("heal"), Some("full-copy")));
+    assert_eq!(heal["fell_back_to_full_copy"], false);
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap();
+    assert!(f(heal, "missed_entries") > 0.0, "the Buddy shipped nothing: {heal}");
+    let phases = f(heal, "start_to_ack_us") + f(heal, "catchup_to_resp_us") + f(heal, "apply_to_end_us");
+    assert!(phases > 0.0 && phases <= f(heal, "recovery_us") + 1.0, "phases {phases} vs recovery {}", f(heal, "recovery_us"));
+    // 20k records, about 6k keys written while the node was away: the
+    // full copy moves the whole store.
+    assert!(f(full, "recovery_us") > f(heal, "recovery_us"), "full copy {} us, HEAL {} us", f(full, "recovery_us"), f(heal, "recovery_us"));
+    for r in runs {
+        let lost = f(r, "throughput_lost");
+        assert!((0.0..1.0).contains(&lost), "throughput lost {lost}");
+    }
+    let _ = std::fs::remove_file(&json);
+}
+
+#[test]
+fn bad_input_is_refused() {
+    fails_with(&["heal", "recover", "--model", "causal-synch", "--scheme", "heal"], "HEAL recovers lin-strict, lin-synch and lin-re");
+    fails_with(&["heal", "recover", "--scheme", "leader"], "unknown --scheme 'leader'");
+    fails_with(&["heal", "recover", "--net", "tcp"], "simulated time only so far");
+    fails_with(&["heal", "recover", "--downtime-s=-1"], "--downtime-s -1");
+    fails_with(&["heal", "recover", "--downtime-s", "0"], "--downtime-s 0");
+    fails_with(&["heal", "recover", "--records", "0"], "records");
+    fails_with(&["ddp", "check", "--model", "lin-scope", "--recovery", "heal"], "not lin-scope");
+}
