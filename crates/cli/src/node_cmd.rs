@@ -9,7 +9,7 @@ use clap::Args;
 use tandem_ddp::load::{Load, LoadConfig};
 use tandem_ddp::ycsb_session::SessionPlan;
 use tandem_workloads::ycsb::Ycsb;
-use tandem_ddp::{Bugs, DdpFactory, Model, Params};
+use tandem_ddp::{Bugs, DdpFactory, HealOpts, Model, Params};
 use tandem_net::host::{self, HostConfig};
 use tandem_net::manager::{self, ManagerConfig};
 
@@ -48,6 +48,9 @@ pub struct NodeArgs {
     heartbeat_ms: u64,
     #[arg(long, default_value_t = 200)]
     lease_ms: u64,
+    /// How this node catches up when it restarts: full-copy, or heal (HEAL: lin-strict, lin-synch, lin-re).
+    #[arg(long, default_value = "full-copy")]
+    recovery: String,
     /// Test-only protocol bug (see `tandem ddp check --help`).
     #[arg(long = "inject-bug", hide = true)]
     bugs: Vec<String>,
@@ -81,7 +84,13 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
         lease: Duration::from_millis(a.lease_ms),
     };
     println!("node {} ({model}) listening on {me}", a.id);
-    let factory = DdpFactory { bugs: Bugs::parse(&a.bugs)?, ..DdpFactory::new(model, Params::TCP) };
+    let heal = match a.recovery.as_str() {
+        "full-copy" => None,
+        "heal" if HealOpts::supports(model) => Some(HealOpts::default()),
+        "heal" => return Err(format!("HEAL recovers lin-strict, lin-synch and lin-re; not {model} (use --recovery full-copy)")),
+        other => return Err(format!("unknown --recovery '{other}': full-copy or heal")),
+    };
+    let factory = DdpFactory { bugs: Bugs::parse(&a.bugs)?, heal, ..DdpFactory::new(model, Params::TCP) };
     host::run(cfg, listener, factory).map_err(|e| format!("node {}: {e}", a.id))
 }
 

@@ -30,6 +30,8 @@ struct Cluster {
     peers: Vec<SocketAddr>,
     manager: SocketAddr,
     nodes: Vec<Option<Proc>>,
+    /// Flags every node gets.
+    extra: Vec<String>,
     _manager: Proc,
 }
 
@@ -41,6 +43,11 @@ fn tandem() -> Command {
 
 impl Cluster {
     fn start(name: &str, model: &str) -> Cluster {
+        Cluster::start_with(name, model, &[])
+    }
+
+    /// Five nodes started with `extra` flags (also on every restart).
+    fn start_with(name: &str, model: &str, extra: &[&str]) -> Cluster {
         let dir = std::env::temp_dir().join(format!("tandem-ddp-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -48,7 +55,8 @@ impl Cluster {
         let log = std::fs::File::create(dir.join("manager.log")).unwrap();
         let m = tandem().args(["ddp", "manager", "--listen", &manager.to_string(), "--nodes", "5"]).stdout(Stdio::null()).stderr(log).spawn().unwrap();
         let peers: Vec<SocketAddr> = (0..5).map(|_| free_addr()).collect();
-        let mut c = Cluster { dir, peers, manager, nodes: (0..5).map(|_| None).collect(), _manager: Proc(m) };
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut c = Cluster { dir, peers, manager, nodes: (0..5).map(|_| None).collect(), extra, _manager: Proc(m) };
         for i in 0..5 {
             c.start_node(i, model);
         }
@@ -62,6 +70,7 @@ impl Cluster {
         let child = tandem()
             .args(["node", "--model", model, "--id", &i.to_string(), "--peers", &peers.join(","), "--manager", &self.manager.to_string()])
             .args(["--nvm", nvm.to_str().unwrap(), "--nvm-size", "16M"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -126,6 +135,31 @@ fn lin_synch_survives_kill_dash_nine_of_one_node_and_it_rejoins() {
     assert!(after > 100, "{after} operations after the rejoin");
     let log2 = std::fs::read_to_string(c.dir.join("node2.log")).unwrap_or_default();
     assert!(log2.contains("recovered from"), "node 2 restarted from its NVM file:\n{log2}");
+    check(&load.stop(), &c.dir);
+    let _ = std::fs::remove_dir_all(&c.dir);
+}
+
+/// HEAL over processes: the restarted node catches up from its Buddy's
+/// buffer (not a full copy) while the others serve; the history is checked.
+#[test]
+fn heal_brings_a_killed_node_back_from_its_buddy() {
+    let mut c = Cluster::start_with("heal", "lin-synch", &["--recovery", "heal"]);
+    let epoch = Instant::now();
+    let load = c.load(10, epoch);
+    wait_for("the first operations", Duration::from_secs(20), || load.completed.load(Ordering::Relaxed) > 500);
+    c.kill(2);
+    wait_for("the manager to drop node 2", Duration::from_secs(10), || c.manager_log().contains("members [0, 1, 3, 4]"));
+    let during = completed_during(&load, Duration::from_millis(800));
+    assert!(during > 100, "the four others kept serving: {during} operations while node 2 was down");
+    c.start_node(2, "lin-synch");
+    let log2 = || std::fs::read_to_string(c.dir.join("node2.log")).unwrap_or_default();
+    wait_for("node 2 to recover by HEAL", Duration::from_secs(20), || log2().contains("HEAL: recovered in"));
+    let after = completed_during(&load, Duration::from_millis(800));
+    assert!(after > 100, "{after} operations after the recovery");
+    let note = log2();
+    assert!(!note.contains("full copy"), "node 2 fell back to a full copy:\n{note}");
+    assert!(!note.contains("sent 0 missed updates"), "the Buddy had nothing for node 2, which missed 800 ms of writes:\n{note}");
+    eprintln!("{}", note.lines().find(|l| l.contains("HEAL:")).unwrap_or_default());
     check(&load.stop(), &c.dir);
     let _ = std::fs::remove_dir_all(&c.dir);
 }

@@ -239,7 +239,7 @@ impl World {
                 }
                 Command::Persist { token, record } => self.persists.push((n, token, record)),
                 Command::Reply { session, result, .. } => self.complete(session, result),
-                Command::SetTimer { .. } => {}
+                Command::SetTimer { .. } | Command::Note { .. } => {}
             }
         }
         self.check_hermes()

@@ -254,6 +254,7 @@ impl DdpNode {
     }
 
     fn rr_end(&mut self, out: &mut Out) {
+        out.extend(self.rr_note());
         let (now, retry, others): (u64, u64, Vec<NodeId>) = (self.now, self.params.retry_ns, self.config.others(self.me).collect());
         let Some(rr) = self.rr() else { return };
         (rr.phase, rr.sent_at, rr.wait, rr.timeline.online_ns) = (Phase::Ending, now, retry, now);
@@ -277,6 +278,22 @@ impl DdpNode {
         if h.rr.as_ref().is_some_and(|r| r.phase == Phase::Ending && others.iter().all(|o| r.end_acks.contains(o))) {
             h.last = h.rr.take().map(|r| r.timeline);
         }
+    }
+
+    /// What the operator sees when this node goes online.
+    fn rr_note(&self) -> Option<Command<DdpNode>> {
+        let r = self.heal.as_ref()?.rr.as_ref()?;
+        let t = &r.timeline;
+        let ms = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1e6;
+        let text = if t.full_copy {
+            format!("HEAL: no member could be the Buddy; recovered by a full copy in {:.1} ms", ms(t.start_ns, self.now))
+        } else {
+            format!(
+                "HEAL: recovered in {:.1} ms (Start_to_ACK {:.1}, CatchUp_to_Resp {:.1}, Apply_to_end {:.1}); Buddy {} sent {} missed updates and {} in flight; {} Partially_persisted entries, {} committed",
+                ms(t.start_ns, self.now), ms(t.start_ns, t.acks_ns), ms(t.req_ns, t.resp_ns), ms(t.resp_ns, self.now), r.buddy.map_or(-1, i32::from), t.missed, t.pending, t.partial, t.marked
+            )
+        };
+        Some(Command::Note { text })
     }
 
     /// No Buddy: the Partially_persisted entries become unvalidated

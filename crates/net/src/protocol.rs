@@ -62,6 +62,9 @@ pub enum Command<P: Protocol> {
     Reply { session: SessionId, req: u64, result: P::Reply },
     /// Deliver `Timer { token }` at `at_ns` (host time).
     SetTimer { token: Token, at_ns: u64 },
+    /// Something an operator should see (a recovery ended, and how): a
+    /// process host logs it, the simulator leaves it to its harness.
+    Note { text: String },
 }
 
 impl<P: Protocol> Clone for Input<P> {
@@ -84,6 +87,7 @@ impl<P: Protocol> Clone for Command<P> {
             Command::Persist { token, record } => Command::Persist { token: *token, record: record.clone() },
             Command::Reply { session, req, result } => Command::Reply { session: *session, req: *req, result: result.clone() },
             Command::SetTimer { token, at_ns } => Command::SetTimer { token: *token, at_ns: *at_ns },
+            Command::Note { text } => Command::Note { text: text.clone() },
         }
     }
 }

@@ -249,6 +249,7 @@ impl<P: Protocol> World<P> {
             }
             Command::Reply { session, req, result } => self.reply(n, session, req, result),
             Command::SetTimer { token, at_ns } => self.schedule(at_ns, Event::Timer { n, inc, token }),
+            Command::Note { .. } => {}
         }
     }
 
