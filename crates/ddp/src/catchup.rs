@@ -47,6 +47,7 @@ impl DdpNode {
         if valid && v.ts == s.ts {
             s.val_c = s.val_c.max(v.ts);
             s.val_p = s.val_p.max(v.ts);
+            self.reached_gdp(v.key, v.ts); // HEAL: a copied valid version is past its GDP
         }
     }
 

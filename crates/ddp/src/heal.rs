@@ -145,6 +145,10 @@ pub struct Heal {
     flags: BTreeMap<Key, Ts>,
     /// Away nodes this node recorded for since they left (it can be their Buddy).
     covers: BTreeSet<NodeId>,
+    /// The configuration that last dropped each away node (older `Recov_end`s are stale).
+    dropped_at: BTreeMap<NodeId, u64>,
+    /// The members of the last configuration seen.
+    members: BTreeSet<NodeId>,
     /// Keys whose newest version here has not reached its GDP yet.
     ungdp: std::collections::HashSet<Key>,
     /// Nodes recovering (`Recov_start` seen, `Recov_end` not yet).
@@ -159,7 +163,7 @@ pub struct Heal {
 
 impl Heal {
     pub fn new(opts: HealOpts, members: &[NodeId]) -> Heal {
-        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), recovering: BTreeSet::new(), ungdp: Default::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None }
+        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), dropped_at: BTreeMap::new(), members: members.iter().copied().collect(), recovering: BTreeSet::new(), ungdp: Default::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None }
     }
 }
 
@@ -218,14 +222,19 @@ impl DdpNode {
 
     /// A configuration: nodes it drops are away until their `Recov_end`.
     pub(crate) fn heal_reconfigure(&mut self, out: &mut Out) {
-        let (members, epoch, trim_early) = (self.config.members.clone(), self.config.epoch, self.bugs.heal_trim_early);
+        let (me, members, epoch, trim_early) = (self.me, self.config.members.clone(), self.config.epoch, self.bugs.heal_trim_early);
         let online = self.heal_online();
         let Some(h) = self.heal_mut() else { return };
         h.universe.extend(members.iter().copied());
-        let away: Vec<NodeId> = h.universe.iter().copied().filter(|n| !members.contains(n) && !h.missed.absent.contains(n)).collect();
+        let away: Vec<NodeId> = h.universe.iter().copied().filter(|n| !members.contains(n) && !h.missed.absent.contains(n) && *n != me).collect();
         if online && !h.missed.overflowed {
             h.covers.extend(away.iter().copied());
         }
+        let dropped: Vec<NodeId> = h.universe.iter().copied().filter(|n| !members.contains(n) && (h.members.contains(n) || !h.dropped_at.contains_key(n))).collect();
+        for n in dropped {
+            h.dropped_at.insert(n, epoch);
+        }
+        h.members = members.iter().copied().collect();
         h.missed.absent.extend(away);
         if trim_early && h.missed.absent.iter().all(|n| members.contains(n)) {
             // Mutant: the buffer is dropped when the node rejoins, before
@@ -266,7 +275,16 @@ impl DdpNode {
             return;
         }
         let buddy = online && h.covers.contains(&rr) && !h.missed.overflowed;
-        out.push(Command::Send { to: rr, msg: Msg::RecovStartAck { epoch, online: buddy } });
+        let inflight = self.inflight_of(rr);
+        out.push(Command::Send { to: rr, msg: Msg::RecovStartAck { epoch, online: buddy, inflight } });
+    }
+
+    /// Versions `rr` coordinated that this node holds short of their GDP.
+    fn inflight_of(&self, rr: NodeId) -> Vec<(Version, Validity)> {
+        let h = self.heal.as_ref().expect("HEAL");
+        let mut keys: Vec<Key> = h.ungdp.iter().copied().filter(|k| self.keys.get(k).is_some_and(|s| s.ts.node == rr)).collect();
+        keys.sort_unstable();
+        keys.into_iter().filter_map(|k| self.known(k)).collect()
     }
 
     /// The Buddy's three-way comparison (spec §2.6 step 2), plus what it
@@ -312,8 +330,11 @@ impl DdpNode {
         keys.into_iter().filter_map(|k| self.known(k)).collect()
     }
 
-    pub(crate) fn on_recov_end(&mut self, rr: NodeId, out: &mut Out) {
+    pub(crate) fn on_recov_end(&mut self, rr: NodeId, epoch: u64, out: &mut Out) {
         let Some(h) = self.heal_mut() else { return };
+        if h.dropped_at.get(&rr).is_some_and(|&d| epoch < d) {
+            return; // from a recovery before the node's last absence
+        }
         h.missed.absent.remove(&rr);
         h.covers.remove(&rr);
         h.recovering.remove(&rr);
@@ -321,6 +342,6 @@ impl DdpNode {
             h.missed.clear();
             h.missed.overflowed = false;
         }
-        out.push(Command::Send { to: rr, msg: Msg::RecovEndAck });
+        out.push(Command::Send { to: rr, msg: Msg::RecovEndAck { epoch } });
     }
 }

@@ -91,6 +91,14 @@ impl DdpNode {
         self.heal.as_mut().expect("HEAL node").rr = Some(rr);
     }
 
+    /// A node dropped while alive (slow, partitioned) catches up like a
+    /// restarted one when re-added, keeping what it holds.
+    pub(crate) fn heal_dropped(&mut self) {
+        if let Some(h) = self.heal.as_mut().filter(|h| h.rr.is_none()) {
+            h.rr = Some(Rr { phase: Phase::Restored, epoch: 0, partial: BTreeMap::new(), acks: BTreeMap::new(), buddy: None, applying: 0, end_acks: BTreeSet::new(), sent_at: 0, wait: 0, timeline: Timeline::default() });
+        }
+    }
+
     fn rr(&mut self) -> Option<&mut Rr> {
         self.heal.as_mut().and_then(|h| h.rr.as_mut())
     }
@@ -106,7 +114,12 @@ impl DdpNode {
         let member = self.config.members.contains(&me);
         let others: Vec<NodeId> = self.config.others(me).collect();
         let Some(rr) = self.rr() else { return };
-        if !member || !matches!(rr.phase, Phase::Restored | Phase::Starting | Phase::CatchingUp) || rr.epoch == epoch {
+        if !member {
+            // Dropped (while recovering, or while slow): start over once re-added.
+            (rr.phase, rr.epoch) = (Phase::Restored, 0);
+            return;
+        }
+        if !matches!(rr.phase, Phase::Restored | Phase::Starting | Phase::CatchingUp) || rr.epoch == epoch {
             if rr.phase == Phase::Ending {
                 self.rr_check_end();
             }
@@ -124,9 +137,14 @@ impl DdpNode {
         self.rr_check_acks(out);
     }
 
-    pub(crate) fn on_recov_start_ack(&mut self, from: NodeId, epoch: u64, online: bool, out: &mut Out) {
+    pub(crate) fn on_recov_start_ack(&mut self, from: NodeId, epoch: u64, online: bool, inflight: Vec<(Version, Validity)>, out: &mut Out) {
         let Some(rr) = self.rr().filter(|r| r.phase == Phase::Starting && r.epoch == epoch) else { return };
         rr.acks.insert(from, online);
+        // Own writes still in flight elsewhere: hold them (unvalidated) so
+        // that no timestamp of theirs is issued again (they may commit by replay).
+        for (v, at) in inflight {
+            self.rr_apply(v, at, out);
+        }
         self.rr_check_acks(out);
     }
 
@@ -157,6 +175,9 @@ impl DdpNode {
     /// its buffer and its unvalidated versions (only what is newer here).
     pub(crate) fn on_catchup_resp(&mut self, from: NodeId, epoch: u64, resp: CatchUpResp, out: &mut Out) {
         let now = self.now;
+        if self.config.epoch != epoch {
+            return; // an answer for an earlier attempt
+        }
         let Some(rr) = self.rr().filter(|r| r.buddy == Some(from) && r.epoch == epoch && matches!(r.phase, Phase::CatchingUp | Phase::Ending)) else { return };
         if resp.overflowed {
             return self.rr_full_copy(out);
@@ -200,15 +221,19 @@ impl DdpNode {
 
     /// Take `v` if newer, into DRAM and NVM.
     fn rr_apply(&mut self, v: Version, at: Validity, out: &mut Out) {
-        if self.rr_take(v, at) && self.keys[&v.key].nvm < v.ts {
+        self.rr_take(v, at);
+        let s = &self.keys[&v.key];
+        if s.ts == v.ts && s.nvm < v.ts {
+            // Not durable here yet (perhaps a shadow INV's persist still in
+            // flight): the node goes online only once it is.
             self.rr_persist(Record::Key(v), out);
         }
     }
 
     /// Take `v` into DRAM if newer, validated as far as it got at the
-    /// Buddy (short of its GDP: for consistency at most); whether it was newer.
-    fn rr_take(&mut self, v: Version, at: Validity) -> bool {
-        let newer = self.apply_newer(v);
+    /// Buddy (short of its GDP: for consistency at most).
+    fn rr_take(&mut self, v: Version, at: Validity) {
+        self.apply_newer(v);
         let s = self.key(v.key);
         if s.ts == v.ts && (at.c || at.gdp) {
             s.val_c = s.val_c.max(v.ts);
@@ -217,7 +242,6 @@ impl DdpNode {
             s.val_p = s.val_p.max(v.ts);
             self.reached_gdp(v.key, v.ts);
         }
-        newer
     }
 
     fn rr_persist(&mut self, record: Record, out: &mut Out) {
@@ -258,14 +282,15 @@ impl DdpNode {
         let (now, retry, others): (u64, u64, Vec<NodeId>) = (self.now, self.params.retry_ns, self.config.others(self.me).collect());
         let Some(rr) = self.rr() else { return };
         (rr.phase, rr.sent_at, rr.wait, rr.timeline.online_ns) = (Phase::Ending, now, retry, now);
+        let epoch = rr.epoch;
         for o in others {
-            out.push(Command::Send { to: o, msg: Msg::RecovEnd });
+            out.push(Command::Send { to: o, msg: Msg::RecovEnd { epoch } });
         }
         self.rr_check_end();
     }
 
-    pub(crate) fn on_recov_end_ack(&mut self, from: NodeId) {
-        if let Some(rr) = self.rr().filter(|r| r.phase == Phase::Ending) {
+    pub(crate) fn on_recov_end_ack(&mut self, from: NodeId, epoch: u64) {
+        if let Some(rr) = self.rr().filter(|r| r.phase == Phase::Ending && r.epoch == epoch) {
             rr.end_acks.insert(from);
         }
         self.rr_check_end();
@@ -330,7 +355,7 @@ impl DdpNode {
                 let partial = rr.partial.values().map(|v| (v.key, v.ts)).collect();
                 out.push(Command::Send { to: rr.buddy.expect("chosen"), msg: Msg::CatchUpReq { epoch, partial } });
             }
-            Phase::Ending => out.extend(others.iter().filter(|o| !rr.end_acks.contains(o)).map(|&o| Command::Send { to: o, msg: Msg::RecovEnd })),
+            Phase::Ending => out.extend(others.iter().filter(|o| !rr.end_acks.contains(o)).map(|&o| Command::Send { to: o, msg: Msg::RecovEnd { epoch } })),
             _ => {}
         }
     }

@@ -279,6 +279,7 @@ impl Protocol for DdpNode {
             Msg::UpdCopy { versions, .. } => versions.len(),
             Msg::CatchUpReq { partial, .. } => partial.len(),
             Msg::CatchUpResp { resp, .. } => resp.marked.len() + resp.unmarked.len() + resp.missed.len() + resp.pending.len(),
+            Msg::RecovStartAck { inflight, .. } => inflight.len(),
             _ => 1,
         };
         n.max(1) as u64
@@ -466,11 +467,11 @@ impl DdpNode {
             Msg::CopyReq => self.on_copy_req(from, out),
             Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),
             Msg::RecovStart { epoch } => self.on_recov_start(from, epoch, out),
-            Msg::RecovStartAck { epoch, online } => self.on_recov_start_ack(from, epoch, online, out),
+            Msg::RecovStartAck { epoch, online, inflight } => self.on_recov_start_ack(from, epoch, online, inflight, out),
             Msg::CatchUpReq { epoch, partial } => self.on_catchup_req(from, epoch, partial, out),
             Msg::CatchUpResp { epoch, resp } => self.on_catchup_resp(from, epoch, *resp, out),
-            Msg::RecovEnd => self.on_recov_end(from, out),
-            Msg::RecovEndAck => self.on_recov_end_ack(from),
+            Msg::RecovEnd { epoch } => self.on_recov_end(from, epoch, out),
+            Msg::RecovEndAck { epoch } => self.on_recov_end_ack(from, epoch),
             Msg::UpdCopy { versions, applied, ready } => self.on_upd_copy(from, versions, applied, ready, out),
             _ if self.rules.trans.is_none() => {}
             Msg::InitX { tx, epoch } => {

@@ -183,15 +183,20 @@ pub enum Msg {
     /// configuration `epoch`) starts its recovery.
     RecovStart { epoch: u64 },
     /// HEAL `Recov_start_ACK`; `online`: the sender serves clients and has
-    /// recorded every update since the recovering node left (it can be the Buddy).
-    RecovStartAck { epoch: u64, online: bool },
+    /// recorded every update since the recovering node left (it can be the
+    /// Buddy); `inflight`: versions the recovering node coordinated that the
+    /// sender holds short of their GDP (they may still commit by a replay,
+    /// so the recovering node must not issue their timestamps again).
+    RecovStartAck { epoch: u64, online: bool, inflight: Vec<(Version, crate::heal::Validity)> },
     /// HEAL `CatchUp_req` to the Buddy: the Partially_persisted list.
     CatchUpReq { epoch: u64, partial: Vec<(Key, Ts)> },
     /// HEAL `CatchUp_resp`: the marked list and the Buddy's Missed_updates.
     CatchUpResp { epoch: u64, resp: Box<crate::heal::CatchUpResp> },
-    /// HEAL `Recov_end`; acknowledged (`RecovEndAck`) so that no buffer leaks.
-    RecovEnd,
-    RecovEndAck,
+    /// HEAL `Recov_end` of the recovery that ran in configuration `epoch`;
+    /// acknowledged (`RecovEndAck`) so that no buffer leaks. A member ignores
+    /// one older than the configuration that last dropped the sender.
+    RecovEnd { epoch: u64 },
+    RecovEndAck { epoch: u64 },
 }
 
 /// A node's vote on a transaction at ENDX.

@@ -300,6 +300,7 @@ impl DdpNode {
             // Removed (crashed, or suspected while slow): stop serving; if
             // re-added later, catch up by a copy first.
             (self.ready, self.copy_asked, self.copy_got) = (false, false, false);
+            self.heal_dropped();
         }
         self.config = config;
         if new_epoch {
