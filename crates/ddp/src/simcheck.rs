@@ -247,6 +247,10 @@ impl Rec {
         if was || !is || self.model.c != Consistency::Lin || self.cfg.crash == Crash::All {
             return;
         }
+        if self.cfg.heal {
+            // From here on its durability gates are checked like any node's.
+            self.steady[n] = true;
+        }
         let snap = p.snapshot();
         let at = |k: &Key| snap.get(k).map_or(Ts::ZERO, |v| v.0);
         if let Some((k, ts)) = self.acked.iter().find(|(k, ts)| at(k) < *ts) {
