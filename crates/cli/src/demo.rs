@@ -14,7 +14,8 @@ use tandem_dkvs::{Layout, Mode};
 
 #[derive(Args)]
 pub struct DemoArgs {
-    /// Which system: pandora (the transactional store; default) or ddp (the consistency x persistency models).
+    /// Which system: pandora (the transactional store; default), ddp (the consistency x persistency
+    /// models) or heal (a replica killed and recovered online, on processes).
     #[arg(default_value = "pandora")]
     system: String,
     /// pandora, ford or traditional.
@@ -169,7 +170,8 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     match a.system.as_str() {
         "pandora" => {}
         "ddp" => return crate::ddp_demo::run(&a.figure.with_file_name("ddp")),
-        other => return Err(format!("unknown demo '{other}': pandora or ddp")),
+        "heal" => return crate::heal_demo::run(&a.figure.with_file_name("heal")),
+        other => return Err(format!("unknown demo '{other}': pandora, ddp or heal")),
     }
     if run_demo(&a)? {
         Ok(())

@@ -13,6 +13,7 @@ mod litmus_cmd;
 mod litmus_worker_cmd;
 mod experiment_cmd;
 mod heal_cmd;
+mod heal_demo;
 mod memory_server;
 mod net_cmd;
 mod node_cmd;
