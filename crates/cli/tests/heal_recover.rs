@@ -48,3 +48,14 @@ fn bad_input_is_refused() {
     fails_with(&["heal", "recover", "--records", "0"], "records");
     fails_with(&["ddp", "check", "--model", "lin-scope", "--recovery", "heal"], "not lin-scope");
 }
+
+/// `tandem demo heal`: a node process killed and recovered by HEAL while
+/// the others serve; the demo fails unless the history is linearizable and
+/// the node recovered from its Buddy.
+#[test]
+fn the_heal_demo_recovers_a_killed_process() {
+    let out = tandem(&["demo", "heal", "--figure", std::env::temp_dir().join(format!("heal-demo-{}", std::process::id())).to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("HEAL: recovered in") && stdout.contains("linearizable"), "{stdout}");
+}
