@@ -45,7 +45,7 @@ impl Cluster {
             Command::Broadcast { msg } => (0..3).filter(|&o| o != n).for_each(|o| self.queue.push_back((o, Input::Recv { from: n, msg: msg.clone() }))),
             Command::Persist { token, .. } => self.queue.push_back((n, Input::PersistDone { token })),
             Command::Reply { session, result, .. } => self.replies.push((session, result)),
-            Command::SetTimer { .. } => {}
+            Command::SetTimer { .. } | Command::Note { .. } => {}
         }
     }
 

@@ -119,7 +119,7 @@ pub fn land<R: Durable>(nvm: &mut Nvm<R>, record: R) {
 
 /// A message-passing protocol as a sans-IO state machine.
 /// The token of a persist whose landing nothing waits for: no `PersistDone`.
-pub const NO_ANSWER: Token = 0;
+pub const NO_ANSWER: Token = Token::MAX;
 
 pub trait Protocol: Sized {
     type Msg: Clone + Debug;
