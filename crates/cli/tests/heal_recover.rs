@@ -40,7 +40,7 @@ fn heal_and_full_copy_recover_and_report_their_phases() {
 
 #[test]
 fn bad_input_is_refused() {
-    fails_with(&["heal", "recover", "--model", "causal-synch", "--scheme", "heal"], "HEAL recovers lin-strict, lin-synch and lin-re");
+    fails_with(&["heal", "recover", "--model", "causal-synch", "--scheme", "heal"], "HEAL recovers lin-strict, lin-synch, lin-re and lin-eventual");
     fails_with(&["heal", "recover", "--scheme", "leader"], "unknown --scheme 'leader'");
     fails_with(&["heal", "recover", "--net", "tcp"], "simulated time only so far");
     fails_with(&["heal", "recover", "--downtime-s=-1"], "--downtime-s -1");

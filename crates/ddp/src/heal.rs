@@ -44,11 +44,11 @@ pub struct HealOpts {
 }
 
 impl HealOpts {
-    /// The models HEAL recovers here: ⟨Lin, Strict | Synch | RE⟩ (Event and
-    /// Scope need the second gap closed, spec §2.10).
+    /// The models HEAL recovers here: ⟨Lin, Strict | Synch | RE | Event⟩
+    /// (Event with a lazy GDP, `heal_lazy.rs`; Scope not yet).
     pub fn supports(m: crate::Model) -> bool {
         use crate::Persistency as P;
-        m.c == crate::Consistency::Lin && matches!(m.p, P::Strict | P::Synch | P::Re)
+        m.c == crate::Consistency::Lin && matches!(m.p, P::Strict | P::Synch | P::Re | P::Eventual)
     }
 }
 
@@ -151,6 +151,8 @@ pub struct Heal {
     members: BTreeSet<NodeId>,
     /// Keys whose newest version here has not reached its GDP yet.
     ungdp: std::collections::HashSet<Key>,
+    /// ⟨Lin, Event⟩: versions coordinated here waiting for their lazy GDP (`heal_lazy.rs`).
+    pub(crate) lazy: FastMap<Key, crate::heal_lazy::LazyWrite>,
     /// Nodes recovering (`Recov_start` seen, `Recov_end` not yet).
     recovering: BTreeSet<NodeId>,
     /// `Recov_start`s from configurations not installed here yet.
@@ -163,11 +165,15 @@ pub struct Heal {
 
 impl Heal {
     pub fn new(opts: HealOpts, members: &[NodeId]) -> Heal {
-        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), dropped_at: BTreeMap::new(), members: members.iter().copied().collect(), recovering: BTreeSet::new(), ungdp: Default::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None }
+        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), dropped_at: BTreeMap::new(), members: members.iter().copied().collect(), recovering: BTreeSet::new(), ungdp: Default::default(), lazy: FastMap::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None }
     }
 }
 
 impl Heal {
+    pub(crate) fn ungdp_keys(&self) -> impl Iterator<Item = Key> + '_ {
+        self.ungdp.iter().copied()
+    }
+
     /// Flag `key@ts` as globally durable (written on the next tick).
     pub(crate) fn flag(&mut self, key: Key, ts: Ts) {
         let f = self.flags.entry(key).or_insert(ts);
@@ -218,6 +224,7 @@ impl DdpNode {
             out.push(Command::Persist { token: NO_ANSWER, record: Record::Gdp { key, ts } });
         }
         self.rr_tick(out);
+        self.lazy_tick(out);
     }
 
     /// A configuration: nodes it drops are away until their `Recov_end`.

@@ -32,6 +32,7 @@ pub mod explore;
 mod fast_hash;
 pub mod heal;
 pub mod heal_rr;
+mod heal_lazy;
 pub mod load;
 pub mod model;
 pub mod simcheck;

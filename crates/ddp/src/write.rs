@@ -110,6 +110,9 @@ impl DdpNode {
 
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_ack(&mut self, from: NodeId, key: Key, ts: Ts, epoch: u64, c: bool, p: bool, out: &mut Out) {
+        if p && !c && self.heal_lazy() && self.lazy_ack(from, key, ts, out) {
+            return;
+        }
         if epoch != self.config.epoch {
             return;
         }
@@ -136,6 +139,7 @@ impl DdpNode {
         for (to, ts, epoch, c) in due {
             out.push(Command::Send { to, msg: Msg::Ack { key, ts, epoch, c, p: true } });
         }
+        self.lazy_persisted(key, ts, out);
         self.try_complete(key, out);
     }
 
@@ -185,6 +189,7 @@ impl DdpNode {
             if c && !w.c_sent {
                 if r.val_c && !superseded {
                     out.push(val(true, false));
+                    self.lazy_track(key, w.ts);
                 }
                 w.c_sent = true;
             }

@@ -19,7 +19,7 @@ fn heal_cfg(model: &str, seed: u64, crash: Crash) -> CheckConfig {
 
 #[test]
 fn heal_recovers_through_every_fault_without_violations() {
-    for model in ["lin-synch", "lin-strict", "lin-re"] {
+    for model in ["lin-synch", "lin-strict", "lin-re", "lin-eventual"] {
         for crash in [Crash::One, Crash::Buddy, Crash::Again, Crash::Two] {
             let mut mid = 0;
             for seed in 0..seeds() {
@@ -78,7 +78,11 @@ struct Script {
 
 impl Script {
     fn new(bugs: Bugs) -> Script {
-        let factory = DdpFactory { bugs, heal: Some(HealOpts::default()), ..DdpFactory::new(Model::LIN_SYNCH, Params::SIM) };
+        Script::of(Model::LIN_SYNCH, bugs)
+    }
+
+    fn of(model: Model, bugs: Bugs) -> Script {
+        let factory = DdpFactory { bugs, heal: Some(HealOpts::default()), ..DdpFactory::new(model, Params::SIM) };
         let net = SimNet::new(7, SimNetConfig::default(), Config::new(1, (0..5).collect()), factory, Box::new(Scripted), 0);
         Script { net, epoch: 1, req: 0 }
     }
@@ -221,4 +225,30 @@ fn a_node_dropped_while_alive_rejoins_through_heal() {
         assert!(ready && missed == 0 && absent.is_empty(), "node {n}: ready {ready}, {missed} missed updates kept for {absent:?}");
     }
     assert!(s.recovered_by_heal(3));
+}
+
+/// Spec §2.10's second gap, under ⟨Lin, Event⟩: node 4 applied a committed
+/// write but crashed before its lazy write-back. The lazy GDP completes
+/// without it during the EFN, so the write reaches the Buddy's
+/// `MissedUpdates`; and since every other version reached its GDP, the
+/// Buddy's answer stays small (without the lazy GDP nothing ever reaches
+/// one, and the Buddy ships its whole store as unvalidated versions).
+#[test]
+fn event_a_committed_write_the_crashed_node_never_persisted_comes_back() {
+    let mut s = Script::of(Model::parse("lin-eventual").unwrap(), Bugs::default());
+    for k in 0..50 {
+        s.write((k % 4) as NodeId, k, 100 + k);
+    }
+    s.net.run_for(300_000);
+    s.write(0, 7, 777);
+    s.net.run_for(3_000); // committed (VAL_c), well before node 4's write-back
+    s.net.crash(4);
+    s.configure((0..4).collect(), None);
+    s.net.run_for(100_000);
+    s.configure((0..5).collect(), Some(4));
+    s.net.run_for(300_000);
+    assert!(s.recovered_by_heal(4));
+    assert_eq!(s.value(4, 7), Some(777), "the committed write came back");
+    let t = s.net.with_node(4, |p| p.unwrap().heal().unwrap().last.clone().unwrap());
+    assert!(t.missed >= 1 && t.pending < 10, "the Buddy shipped {} missed updates and {} unvalidated versions (of 50 keys)", t.missed, t.pending);
 }

@@ -198,7 +198,7 @@ impl Run {
 /// Run the failure-free Baseline and the failure with `cfg.scheme`.
 pub fn run(cfg: &RecoverConfig) -> Result<RecoverReport, String> {
     if cfg.scheme == Scheme::Heal && !HealOpts::supports(cfg.model) {
-        return Err(format!("HEAL recovers lin-strict, lin-synch and lin-re; not {}", cfg.model));
+        return Err(format!("HEAL recovers lin-strict, lin-synch, lin-re and lin-eventual; not {}", cfg.model));
     }
     if cfg.records == 0 || cfg.window_ns == 0 {
         return Err("records and the throughput window must be positive".into());
