@@ -27,45 +27,61 @@ pub fn run(figure: &Path) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("tandem-demo-heal-{}", std::process::id()));
     println!("HEAL demo: 5 `tandem node --recovery heal` processes (lin-synch) and a configuration manager on loopback; 20 sessions, 80 % reads, 1000 keys");
     let mut c = HealCluster::start(&exe, "lin-synch", &dir)?;
-    let epoch = Instant::now();
-    let load = Load::start(&c.load_config(20, SessionPlan::uniform(1000, 0.8), 7), epoch);
+    let load = Load::start(&c.load_config(20, SessionPlan::uniform(1000, 0.8), 7), Instant::now());
     c.wait_for("the first operations", Duration::from_secs(30), |_| load.completed.load(Ordering::Relaxed) > 100)?;
+    let run = drive(&mut c, &load)?;
+    let ops = load.stop();
+    let svg = timeline_svg("HEAL demo: lin-synch, node 2 killed and recovered (ops/s per 100 ms)", BUCKET.as_millis() as u64, &[Series { label: "ops/s", tps: &run.tps }], &run.events);
+    let (svg_path, _) = write_figure(figure, &svg)?;
+    println!("figure: {}", svg_path.display());
+    summarize(&c, &run.tps, run.online, &ops)
+}
+
+/// What the run saw: ops/s per bucket, the events, the recovery's line.
+struct Run {
+    tps: Vec<f64>,
+    events: Vec<(f64, String)>,
+    online: Option<String>,
+}
+
+/// Sample the throughput; kill node 2, restart it, watch for its recovery.
+fn drive(c: &mut HealCluster, load: &Load) -> Result<Run, String> {
     let start = Instant::now();
-    let (mut tps, mut events) = (Vec::new(), Vec::new());
+    let mut r = Run { tps: Vec::new(), events: Vec::new(), online: None };
     let mut last = load.completed.load(Ordering::Relaxed);
-    let (mut killed, mut restarted, mut online) = (false, false, None);
+    let (mut killed, mut restarted) = (false, false);
     while start.elapsed().as_secs_f64() < END_S {
         std::thread::sleep(BUCKET);
         let now = load.completed.load(Ordering::Relaxed);
-        tps.push((now - last) as f64 / BUCKET.as_secs_f64());
+        r.tps.push((now - last) as f64 / BUCKET.as_secs_f64());
         last = now;
         let t = start.elapsed().as_secs_f64();
+        let mut event = |what: String| {
+            println!("  {t:.1} s: {what}");
+            r.events.push((t, what));
+        };
         if !killed && t >= KILL_S {
             c.kill(VICTIM);
-            (killed, _) = (true, events.push((t, format!("kill -9 node {VICTIM}"))));
-            println!("  {t:.1} s: kill -9 node {VICTIM}");
+            killed = true;
+            event(format!("kill -9 node {VICTIM}"));
         }
         if !restarted && t >= RESTART_S {
             c.start_node(VICTIM)?;
-            (restarted, _) = (true, events.push((t, format!("node {VICTIM} restarts from its NVM file"))));
-            println!("  {t:.1} s: node {VICTIM} restarts from its NVM file");
+            restarted = true;
+            event(format!("node {VICTIM} restarts from its NVM file"));
         }
-        if restarted && online.is_none() {
+        if restarted && r.online.is_none() {
             if let Some(line) = c.node_log(VICTIM).lines().find(|l| l.contains("HEAL:")) {
-                events.push((t, "recovered (HEAL)".into()));
                 println!("  {t:.1} s: {line}");
-                online = Some(line.to_string());
+                r.events.push((t, "recovered (HEAL)".into()));
+                r.online = Some(line.to_string());
             }
         }
-        if tps.len() % 5 == 0 {
-            println!("  {t:.1} s: {:.0} ops/s", tps[tps.len() - 5..].iter().sum::<f64>() / 5.0);
+        if r.tps.len() % 5 == 0 {
+            println!("  {t:.1} s: {:.0} ops/s", r.tps[r.tps.len() - 5..].iter().sum::<f64>() / 5.0);
         }
     }
-    let ops = load.stop();
-    let svg = timeline_svg("HEAL demo: lin-synch, node 2 killed and recovered (ops/s per 100 ms)", BUCKET.as_millis() as u64, &[Series { label: "ops/s", tps: &tps }], &events);
-    let (svg_path, _) = write_figure(figure, &svg)?;
-    println!("figure: {}", svg_path.display());
-    summarize(&c, &tps, online, &ops)
+    Ok(r)
 }
 
 fn summarize(c: &HealCluster, tps: &[f64], online: Option<String>, ops: &[tandem_check::HistOp]) -> Result<(), String> {
