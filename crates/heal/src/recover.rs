@@ -108,6 +108,8 @@ pub struct RecoverReport {
     pub missed_peak: usize,
     pub partial_entries: usize,
     pub fell_back_to_full_copy: bool,
+    /// The buffer kept every update (the Redundant ablation, the paper's "modeled 256 GB").
+    pub distinct: bool,
     /// Operations completed, with the failure and in the failure-free Baseline.
     pub ops: u64,
     pub baseline_ops: u64,
@@ -250,6 +252,7 @@ fn report(cfg: &RecoverConfig, r: &Run, baseline_ops: u64, [crash, rejoin, onlin
         missed_peak: peak,
         partial_entries: t.partial,
         fell_back_to_full_copy: t.full_copy,
+        distinct: cfg.distinct,
         ops,
         baseline_ops,
         throughput_lost: 1.0 - ops as f64 / baseline_ops.max(1) as f64,
