@@ -35,7 +35,8 @@ impl Drop for DdpCluster {
     }
 }
 
-fn free_addr() -> Result<SocketAddr, String> {
+/// A loopback port free right now.
+pub(crate) fn free_addr() -> Result<SocketAddr, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free loopback port: {e}"))?;
     l.local_addr().map_err(|e| e.to_string())
 }

@@ -3,7 +3,9 @@
 //! file; a node can be `kill -9`ed and restarted from its file. Used by
 //! `tandem demo heal`.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
+
+use crate::ddp_procs::free_addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,11 +33,6 @@ impl Drop for HealCluster {
             let _ = c.wait();
         }
     }
-}
-
-fn free_addr() -> Result<SocketAddr, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free loopback port: {e}"))?;
-    l.local_addr().map_err(|e| e.to_string())
 }
 
 impl HealCluster {

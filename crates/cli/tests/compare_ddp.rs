@@ -5,23 +5,10 @@
 //! row operations, and bad input a clear error. A peer that cannot be installed (peers.sh exit 3)
 //! skips the run, except under `$CI`.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem")).args(args).current_dir(workspace()).output().expect("run tandem")
-}
-
-fn fails_with(args: &[&str], message: &str) {
-    let out = tandem(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{args:?} succeeded");
-    assert!(stderr.contains(message), "{args:?}: expected '{message}' in:\n{stderr}");
-}
+mod common;
+use common::{fails_with, tandem, workspace};
 
 #[test]
 fn bad_input_is_refused_before_anything_runs() {

@@ -119,16 +119,22 @@ fn check(ops: &[tandem_check::HistOp], dir: &Path) {
     eprintln!("{done} operations, {} unknown: linearizable", ops.len() - done);
 }
 
-#[test]
-fn lin_synch_survives_kill_dash_nine_of_one_node_and_it_rejoins() {
-    let mut c = Cluster::start("one", "lin-synch");
-    let epoch = Instant::now();
-    let load = c.load(10, epoch);
+/// Ten sessions; `kill -9` node 2 once they run; the manager drops it and
+/// the four others keep serving.
+fn kill_node_2_under_load(c: &mut Cluster) -> Load {
+    let load = c.load(10, Instant::now());
     wait_for("the first operations", Duration::from_secs(20), || load.completed.load(Ordering::Relaxed) > 500);
     c.kill(2);
     wait_for("the manager to drop node 2", Duration::from_secs(10), || c.manager_log().contains("members [0, 1, 3, 4]"));
     let during = completed_during(&load, Duration::from_millis(800));
     assert!(during > 100, "the four others kept serving: {during} operations while node 2 was down");
+    load
+}
+
+#[test]
+fn lin_synch_survives_kill_dash_nine_of_one_node_and_it_rejoins() {
+    let mut c = Cluster::start("one", "lin-synch");
+    let load = kill_node_2_under_load(&mut c);
     c.start_node(2, "lin-synch");
     wait_for("node 2 to rejoin", Duration::from_secs(20), || c.manager_log().matches("members [0, 1, 2, 3, 4]").count() >= 2);
     let after = completed_during(&load, Duration::from_millis(800));
@@ -144,13 +150,7 @@ fn lin_synch_survives_kill_dash_nine_of_one_node_and_it_rejoins() {
 #[test]
 fn heal_brings_a_killed_node_back_from_its_buddy() {
     let mut c = Cluster::start_with("heal", "lin-synch", &["--recovery", "heal"]);
-    let epoch = Instant::now();
-    let load = c.load(10, epoch);
-    wait_for("the first operations", Duration::from_secs(20), || load.completed.load(Ordering::Relaxed) > 500);
-    c.kill(2);
-    wait_for("the manager to drop node 2", Duration::from_secs(10), || c.manager_log().contains("members [0, 1, 3, 4]"));
-    let during = completed_during(&load, Duration::from_millis(800));
-    assert!(during > 100, "the four others kept serving: {during} operations while node 2 was down");
+    let load = kill_node_2_under_load(&mut c);
     c.start_node(2, "lin-synch");
     let log2 = || std::fs::read_to_string(c.dir.join("node2.log")).unwrap_or_default();
     wait_for("node 2 to recover by HEAL", Duration::from_secs(20), || log2().contains("HEAL: recovered in"));

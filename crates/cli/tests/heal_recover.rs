@@ -1,18 +1,8 @@
 //! `tandem heal recover`: one recovery by HEAL and one by the full copy, in
 //! simulated time, reported as JSON; bad input refused with a clear error.
 
-use std::process::{Command, Output};
-
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem")).args(args).output().expect("run tandem")
-}
-
-fn fails_with(args: &[&str], message: &str) {
-    let out = tandem(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{args:?} succeeded");
-    assert!(stderr.contains(message), "{args:?}: expected '{message}' in:\n{stderr}");
-}
+mod common;
+use common::{fails_with, tandem};
 
 #[test]
 fn heal_and_full_copy_recover_and_report_their_phases() {
