@@ -7,8 +7,13 @@
 //! per-key states are the engine's. This crate runs recoveries and
 //! measures them against the baselines:
 //! - [`recover`]: one recovery in simulated time, HEAL or the full copy,
-//!   beside the failure-free Baseline.
+//!   beside the failure-free Baseline;
+//! - [`leader`] and [`leader_sync`]: the leader-based baseline (heal.txt
+//!   §II-C), a ZooKeeper-style store on the same runtime, and its recovery.
 
+pub mod leader;
+pub mod leader_sync;
 pub mod recover;
 
+pub use leader::{LeaderFactory, LeaderNode, LeaderParams};
 pub use recover::{RecoverConfig, RecoverReport, Scheme};

@@ -12,9 +12,12 @@ use std::rc::Rc;
 
 use serde::Serialize;
 use tandem_ddp::heal_rr::Timeline;
-use tandem_ddp::{DdpFactory, DdpNode, HealOpts, Model, Op, Params, Record, Reply};
-use tandem_net::{Config, Harness, NodeId, Nvm, SessionId, SimNet, SimNetConfig};
+use tandem_ddp::{DdpFactory, DdpNode, HealOpts, Model, Op, Params, Reply};
+use tandem_net::{Config, Harness, NodeFactory, NodeId, Nvm, Protocol, SessionId, SimNet, SimNetConfig};
 use tandem_sim::Rng;
+
+use crate::leader::{LeaderFactory, LeaderNode, LeaderParams};
+use crate::leader_sync::SyncStats;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Scheme {
@@ -22,6 +25,8 @@ pub enum Scheme {
     Heal,
     /// Hermes-style full copy from one member (spec §3.2).
     FullCopy,
+    /// The leader-based store and its recovery (heal.txt §II-C, spec §3.3).
+    Leader,
 }
 
 impl Scheme {
@@ -29,14 +34,17 @@ impl Scheme {
         match s {
             "heal" => Ok(vec![Scheme::Heal]),
             "full-copy" => Ok(vec![Scheme::FullCopy]),
+            "leader" => Ok(vec![Scheme::Leader]),
             "both" => Ok(vec![Scheme::Heal, Scheme::FullCopy]),
-            other => Err(format!("unknown --scheme '{other}': heal, full-copy or both")),
+            "all" => Ok(vec![Scheme::Heal, Scheme::FullCopy, Scheme::Leader]),
+            other => Err(format!("unknown --scheme '{other}': heal, full-copy, leader, both (heal and full-copy) or all")),
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             Scheme::Heal => "heal",
             Scheme::FullCopy => "full-copy",
+            Scheme::Leader => "leader",
         }
     }
 }
@@ -108,6 +116,9 @@ pub struct RecoverReport {
     pub missed_peak: usize,
     pub partial_entries: usize,
     pub fell_back_to_full_copy: bool,
+    /// The leader-based scheme: how the leader brought the node back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader: Option<SyncStats>,
     /// The buffer kept every update (the Redundant ablation, the paper's "modeled 256 GB").
     pub distinct: bool,
     /// Operations completed, with the failure and in the failure-free Baseline.
@@ -132,7 +143,7 @@ struct Load {
     done: Rc<RefCell<Vec<u64>>>,
 }
 
-impl Harness<DdpNode> for Load {
+impl<P: Protocol<Op = Op, Reply = Reply>> Harness<P> for Load {
     fn next_op(&mut self, _session: SessionId, _now: u64, rng: &mut Rng) -> Option<Op> {
         let key = rng.below(self.records);
         if rng.chance(self.read_ratio) {
@@ -141,7 +152,7 @@ impl Harness<DdpNode> for Load {
         self.next_value += 1;
         Some(Op::write(key, self.records + self.next_value, 0))
     }
-    fn completed(&mut self, _s: SessionId, _r: u64, _n: NodeId, _reply: &Reply, now: u64, _nvm: &[Nvm<Record>]) {
+    fn completed(&mut self, _s: SessionId, _r: u64, _n: NodeId, _reply: &Reply, now: u64, _nvm: &[Nvm<P::Record>]) {
         let w = (now / self.window_ns) as usize;
         let mut done = self.done.borrow_mut();
         if done.len() <= w {
@@ -152,25 +163,54 @@ impl Harness<DdpNode> for Load {
 }
 
 const NODES: u16 = 5;
-/// The node that fails (not 0, the preload's writer, for no reason but variety).
+/// The node that fails (not 0, the preload's writer and the leader-based
+/// scheme's leader).
 const VICTIM: NodeId = 2;
 /// Failure detection before the first reconfiguration (spec §1.6 (1)→(2)).
 const DETECT_NS: u64 = 20_000;
 
-struct Run {
-    net: SimNet<DdpNode, DdpFactory>,
+/// A store whose recovery is measured: HEAL's and the full copy's DDP
+/// nodes, or the leader-based baseline's.
+pub trait Recoverable: Protocol<Op = Op, Reply = Reply> + 'static {
+    /// The preloaded store, in DRAM; returns what its NVM holds.
+    fn preload(&mut self, records: u64) -> Vec<Self::Record>;
+    fn is_ready(&self) -> bool;
+    /// Where the node stands, for an error message.
+    fn describe(&self) -> String {
+        String::new()
+    }
+}
+
+impl Recoverable for DdpNode {
+    fn preload(&mut self, records: u64) -> Vec<Self::Record> {
+        DdpNode::preload(self, records)
+    }
+    fn is_ready(&self) -> bool {
+        DdpNode::is_ready(self)
+    }
+}
+
+impl Recoverable for LeaderNode {
+    fn preload(&mut self, records: u64) -> Vec<Self::Record> {
+        LeaderNode::preload(self, records)
+    }
+    fn is_ready(&self) -> bool {
+        LeaderNode::is_ready(self)
+    }
+    fn describe(&self) -> String {
+        LeaderNode::describe(self)
+    }
+}
+
+struct Run<P: Recoverable, F: NodeFactory<P>> {
+    net: SimNet<P, F>,
     done: Rc<RefCell<Vec<u64>>>,
     epoch: u64,
 }
 
-impl Run {
-    fn new(cfg: &RecoverConfig) -> Run {
+impl<P: Recoverable, F: NodeFactory<P>> Run<P, F> {
+    fn new(cfg: &RecoverConfig, factory: F) -> Self {
         let sim = SimNetConfig { cores: cfg.cores.max(1), ..SimNetConfig::default() };
-        let heal = (cfg.scheme == Scheme::Heal).then_some(HealOpts { distinct: cfg.distinct, ..HealOpts::default() });
-        // Links here lose nothing: resend a catch-up request only after far
-        // longer than the largest copy takes.
-        let params = Params { bulk_ns: 1_000_000_000, ..Params::SIM };
-        let factory = DdpFactory { heal, copy_from_one: cfg.scheme == Scheme::FullCopy, ..DdpFactory::new(cfg.model, params) };
         let done = Rc::new(RefCell::new(Vec::new()));
         let load = Load { records: cfg.records, read_ratio: cfg.read_ratio, window_ns: cfg.window_ns, next_value: 0, done: done.clone() };
         let sessions = cfg.clients_per_node * u64::from(NODES);
@@ -197,6 +237,24 @@ impl Run {
     }
 }
 
+/// The DDP engine for HEAL or the full copy.
+fn ddp_factory(cfg: &RecoverConfig) -> DdpFactory {
+    let heal = (cfg.scheme == Scheme::Heal).then_some(HealOpts { distinct: cfg.distinct, ..HealOpts::default() });
+    // Links here lose nothing: resend a catch-up request only after far
+    // longer than the largest copy takes.
+    let params = Params { bulk_ns: 1_000_000_000, ..Params::SIM };
+    DdpFactory { heal, copy_from_one: cfg.scheme == Scheme::FullCopy, ..DdpFactory::new(cfg.model, params) }
+}
+
+/// When the node crashed, rejoined and came back online, and the horizon.
+struct Times {
+    crash: u64,
+    rejoin: u64,
+    online: u64,
+    total: u64,
+    baseline_ops: u64,
+}
+
 /// Run the failure-free Baseline and the failure with `cfg.scheme`.
 pub fn run(cfg: &RecoverConfig) -> Result<RecoverReport, String> {
     if cfg.scheme == Scheme::Heal && !HealOpts::supports(cfg.model) {
@@ -205,62 +263,97 @@ pub fn run(cfg: &RecoverConfig) -> Result<RecoverReport, String> {
     if cfg.records == 0 || cfg.window_ns == 0 {
         return Err("records and the throughput window must be positive".into());
     }
-    let mut r = Run::new(cfg);
+    if cfg.scheme == Scheme::Leader {
+        let factory = || LeaderFactory { params: LeaderParams::default() };
+        let (r, times) = simulate(cfg, factory)?;
+        let stats = r.net.with_node(0, |p| p.and_then(|p| p.last_sync().cloned()));
+        let done = r.done.borrow().clone();
+        return Ok(report(cfg, &done, times, RecoveryDetail::Leader(stats)));
+    }
+    let (r, times) = simulate(cfg, || ddp_factory(cfg))?;
+    let detail = RecoveryDetail::Ddp(ddp_detail(&r.net));
+    let done = r.done.borrow().clone();
+    Ok(report(cfg, &done, times, detail))
+}
+
+/// Crash `VICTIM`, serve without it for the downtime, re-add it and run
+/// until it serves again and past the horizon; then the Baseline.
+fn simulate<P: Recoverable, F: NodeFactory<P>>(cfg: &RecoverConfig, factory: impl Fn() -> F) -> Result<(Run<P, F>, Times), String> {
+    let mut r = Run::new(cfg, factory());
     r.net.start_clients();
     r.net.run_for(cfg.before_ns);
-    let crash_ns = r.net.now_ns();
+    let crash = r.net.now_ns();
     r.net.crash(VICTIM);
     r.net.run_for(DETECT_NS);
     r.configure((0..NODES).filter(|&n| n != VICTIM).collect(), None);
     r.net.run_for(cfg.downtime_ns);
-    let rejoin_ns = r.net.now_ns();
+    let rejoin = r.net.now_ns();
     r.configure((0..NODES).collect(), Some(VICTIM));
-    let limit = rejoin_ns + 100 * (cfg.downtime_ns + cfg.records * 1_000);
+    let limit = rejoin + 20 * (cfg.downtime_ns + cfg.records * 1_000);
     let online = r.net.run_while(limit, |net| net.with_node(VICTIM, |p| !p.is_some_and(|p| p.is_ready())));
-    let online_ns = r.net.now_ns();
     if !online {
-        return Err(format!("node {VICTIM} did not come back online"));
+        let state: Vec<String> = (0..NODES).filter_map(|n| r.net.with_node(n, |p| p.map(|p| p.describe()))).filter(|s| !s.is_empty()).collect();
+        return Err(format!("node {VICTIM} did not come back online{}", state.iter().map(|s| format!("\n  {s}")).collect::<String>()));
     }
-    // One horizon for both schemes (and the Baseline), so their losses compare.
-    let total = (rejoin_ns + cfg.after_ns.max(cfg.records * 400)).max(online_ns + 1_000_000);
-    r.net.run_for(total - online_ns);
-    let base = Run::new(cfg);
+    let online = r.net.now_ns();
+    // One horizon for every scheme (and the Baseline), so their losses compare.
+    let total = (rejoin + cfg.after_ns.max(cfg.records * 400)).max(online + 1_000_000);
+    r.net.run_for(total - online);
+    let base = Run::new(cfg, factory());
     base.net.start_clients();
     base.net.run_for(total);
-    Ok(report(cfg, &r, base.ops_until(total, cfg.window_ns), [crash_ns, rejoin_ns, online_ns], total))
+    let baseline_ops = base.ops_until(total, cfg.window_ns);
+    Ok((r, Times { crash, rejoin, online, total, baseline_ops }))
 }
 
-fn report(cfg: &RecoverConfig, r: &Run, baseline_ops: u64, [crash, rejoin, online]: [u64; 3], total: u64) -> RecoverReport {
+/// What each scheme tells about its recovery.
+enum RecoveryDetail {
+    Ddp((Timeline, usize)),
+    Leader(Option<SyncStats>),
+}
+
+/// The recovering node's HEAL timeline and the largest `MissedUpdates` on any node.
+fn ddp_detail(net: &SimNet<DdpNode, DdpFactory>) -> (Timeline, usize) {
+    let t = net.with_node(VICTIM, |p| p.and_then(|p| p.heal()).and_then(|h| h.last.clone().or_else(|| h.rr.as_ref().map(|r| r.timeline.clone())))).unwrap_or_default();
+    let peak = (0..NODES).filter_map(|n| net.with_node(n, |p| p.and_then(|p| p.heal()).map(|h| h.missed.peak))).max().unwrap_or(0);
+    (t, peak)
+}
+
+fn report(cfg: &RecoverConfig, done: &[u64], t: Times, detail: RecoveryDetail) -> RecoverReport {
     let us = |ns: u64| ns as f64 / 1000.0;
-    let t: Timeline = r.net.with_node(VICTIM, |p| p.and_then(|p| p.heal()).and_then(|h| h.last.clone().or_else(|| h.rr.as_ref().map(|r| r.timeline.clone())))).unwrap_or_default();
-    let peak = (0..NODES).filter_map(|n| r.net.with_node(n, |p| p.and_then(|p| p.heal()).map(|h| h.missed.peak))).max().unwrap_or(0);
-    let windows = (total / cfg.window_ns) as usize;
-    let done = r.done.borrow();
+    let windows = (t.total / cfg.window_ns) as usize;
     let ops: u64 = done.iter().take(windows).sum();
     let per_s = 1e9 / cfg.window_ns as f64;
-    let heal = cfg.scheme == Scheme::Heal && !t.full_copy;
-    RecoverReport {
+    let mut r = RecoverReport {
         model: cfg.model.to_string(),
         scheme: cfg.scheme.name().into(),
         records: cfg.records,
         downtime_us: us(cfg.downtime_ns),
-        recovery_us: us(online - rejoin),
-        start_to_ack_us: if heal { us(t.acks_ns - t.start_ns) } else { 0.0 },
-        catchup_to_resp_us: if heal { us(t.resp_ns - t.req_ns) } else { 0.0 },
-        apply_to_end_us: if heal { us(t.online_ns - t.resp_ns) } else { 0.0 },
-        missed_entries: t.missed,
-        missed_peak: peak,
-        partial_entries: t.partial,
-        fell_back_to_full_copy: t.full_copy,
+        recovery_us: us(t.online - t.rejoin),
         distinct: cfg.distinct,
         ops,
-        baseline_ops,
-        throughput_lost: 1.0 - ops as f64 / baseline_ops.max(1) as f64,
-        horizon_ms: total as f64 / 1e6,
+        baseline_ops: t.baseline_ops,
+        throughput_lost: 1.0 - ops as f64 / t.baseline_ops.max(1) as f64,
+        horizon_ms: t.total as f64 / 1e6,
         throughput: (0..windows).map(|w| ((w as u64 * cfg.window_ns) as f64 / 1e6, done.get(w).copied().unwrap_or(0) as f64 * per_s)).collect(),
-        crash_ms: crash as f64 / 1e6,
-        rejoin_ms: rejoin as f64 / 1e6,
-        online_ms: online as f64 / 1e6,
+        crash_ms: t.crash as f64 / 1e6,
+        rejoin_ms: t.rejoin as f64 / 1e6,
+        online_ms: t.online as f64 / 1e6,
+        ..RecoverReport::default()
+    };
+    match detail {
+        RecoveryDetail::Ddp((tl, peak)) => {
+            if cfg.scheme == Scheme::Heal && !tl.full_copy {
+                r.start_to_ack_us = us(tl.acks_ns - tl.start_ns);
+                r.catchup_to_resp_us = us(tl.resp_ns - tl.req_ns);
+                r.apply_to_end_us = us(tl.online_ns - tl.resp_ns);
+            }
+            (r.missed_entries, r.missed_peak, r.partial_entries, r.fell_back_to_full_copy) = (tl.missed, peak, tl.partial, tl.full_copy);
+        }
+        RecoveryDetail::Leader(stats) => {
+            r.missed_entries = stats.as_ref().map_or(0, |s| (s.scanned + s.buffered) as usize);
+            r.leader = stats;
+        }
     }
+    r
 }
-
