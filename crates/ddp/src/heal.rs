@@ -41,7 +41,14 @@ pub struct HealOpts {
     /// The paper's "modeled 256 GB" mode (§IX-A): every update is a fresh
     /// entry, as if every EFN update touched a distinct key.
     pub distinct: bool,
+    /// The Reactive ablation (spec §3.3): the Buddy reads what the node
+    /// missed back from its NVM log when asked, this long per entry, instead
+    /// of answering from the buffer it prepared in DRAM. 0: HEAL's way.
+    pub reactive_read_ns: u64,
 }
+
+/// The timer a Reactive Buddy's NVM scan ends on (the tick's is 0).
+pub(crate) const SCAN_TOKEN: tandem_net::Token = 1;
 
 impl HealOpts {
     /// The models HEAL recovers here: ⟨Lin, Strict | Synch | RE | Event⟩
@@ -54,7 +61,7 @@ impl HealOpts {
 
 impl Default for HealOpts {
     fn default() -> Self {
-        HealOpts { missed_cap: 1 << 20, distinct: false }
+        HealOpts { missed_cap: 1 << 20, distinct: false, reactive_read_ns: 0 }
     }
 }
 
@@ -161,11 +168,13 @@ pub struct Heal {
     pub rr: Option<crate::heal_rr::Rr>,
     /// What the last recovery of this node took (for the experiments).
     pub last: Option<crate::heal_rr::Timeline>,
+    /// Reactive ablation: answers waiting for their NVM scan (due, to whom, what).
+    scans: Vec<(u64, NodeId, Msg)>,
 }
 
 impl Heal {
     pub fn new(opts: HealOpts, members: &[NodeId]) -> Heal {
-        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), dropped_at: BTreeMap::new(), members: members.iter().copied().collect(), recovering: BTreeSet::new(), ungdp: Default::default(), lazy: FastMap::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None }
+        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), dropped_at: BTreeMap::new(), members: members.iter().copied().collect(), recovering: BTreeSet::new(), ungdp: Default::default(), lazy: FastMap::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None, scans: Vec::new() }
     }
 }
 
@@ -311,9 +320,26 @@ impl DdpNode {
         if !self.bugs.heal_no_pending {
             resp.pending = self.unvalidated();
         }
-        let h = self.heal.as_ref().expect("checked");
+        let h = self.heal.as_mut().expect("checked");
         (resp.missed, resp.overflowed) = (h.missed.snapshot(), h.missed.overflowed);
-        out.push(Command::Send { to: rr, msg: Msg::CatchUpResp { epoch, resp: Box::new(resp) } });
+        let msg = Msg::CatchUpResp { epoch, resp: Box::new(resp) };
+        match h.opts.reactive_read_ns {
+            0 => out.push(Command::Send { to: rr, msg }),
+            ns => {
+                let due = self.now + ns * <DdpNode as tandem_net::Protocol>::weight(&msg);
+                h.scans.push((due, rr, msg));
+                out.push(Command::SetTimer { token: SCAN_TOKEN, at_ns: due });
+            }
+        }
+    }
+
+    /// Reactive ablation: send the answers whose NVM scan is over.
+    pub(crate) fn heal_scanned(&mut self, out: &mut Out) {
+        let now = self.now;
+        let Some(h) = self.heal.as_mut() else { return };
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut h.scans).into_iter().partition(|s| s.0 <= now);
+        h.scans = later;
+        out.extend(due.into_iter().map(|(_, to, msg)| Command::Send { to, msg }));
     }
 
     /// A version of `key` was applied here: it has not reached its GDP.

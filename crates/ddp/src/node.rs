@@ -294,6 +294,7 @@ impl Protocol for DdpNode {
             Input::Client { session, req, op } => self.client(session, req, op, out),
             Input::Recv { from, msg } => self.recv(from, msg, out),
             Input::PersistDone { token } => self.persisted(token, out),
+            Input::Timer { token: crate::heal::SCAN_TOKEN } => self.heal_scanned(out),
             Input::Timer { .. } => self.tick(out),
             Input::Config(c) => self.reconfigure(c, out),
         }

@@ -70,6 +70,9 @@ pub struct RecoverConfig {
     pub distinct: bool,
     /// Worker cores per node (the HEAL paper's servers: 7).
     pub cores: usize,
+    /// HEAL's Reactive ablation: the Buddy reads the missed updates back
+    /// from NVM when asked, this long per entry (0: from its DRAM buffer).
+    pub reactive_read_ns: u64,
     pub seed: u64,
 }
 
@@ -94,6 +97,7 @@ impl RecoverConfig {
             window_ns: 250_000,
             distinct: false,
             cores: HEAL_PAPER_CORES,
+            reactive_read_ns: 0,
             seed: 1,
         }
     }
@@ -239,7 +243,7 @@ impl<P: Recoverable, F: NodeFactory<P>> Run<P, F> {
 
 /// The DDP engine for HEAL or the full copy.
 fn ddp_factory(cfg: &RecoverConfig) -> DdpFactory {
-    let heal = (cfg.scheme == Scheme::Heal).then_some(HealOpts { distinct: cfg.distinct, ..HealOpts::default() });
+    let heal = (cfg.scheme == Scheme::Heal).then_some(HealOpts { distinct: cfg.distinct, reactive_read_ns: cfg.reactive_read_ns, ..HealOpts::default() });
     // Links here lose nothing: resend a catch-up request only after far
     // longer than the largest copy takes.
     let params = Params { bulk_ns: 1_000_000_000, ..Params::SIM };
