@@ -42,7 +42,7 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
         by_size.push((one(Model::LIN_SYNCH, Scheme::Heal, n, quick, progress)?, one(Model::LIN_SYNCH, Scheme::FullCopy, n, quick, progress)?));
     }
     let mut by_model = Vec::new();
-    for m in ["lin-strict", "lin-synch", "lin-re", "lin-eventual"] {
+    for m in ["lin-strict", "lin-synch", "lin-re", "lin-eventual", "lin-scope"] {
         let m = Model::parse(m)?;
         match by_size.iter().find(|(h, _)| h.records == mid && h.model == m.to_string()) {
             Some(pair) => by_model.push(pair.clone()),

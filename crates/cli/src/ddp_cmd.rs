@@ -44,7 +44,7 @@ pub struct CheckArgs {
     /// while the first is away), mix (none, one, all) or recovery (one, buddy, again, two).
     #[arg(long, default_value = "mix")]
     crash: String,
-    /// How a restarted node catches up: full-copy, or heal (HEAL: lin-strict, lin-synch, lin-re, lin-eventual).
+    /// How a restarted node catches up: full-copy, or heal (HEAL: the Lin models).
     #[arg(long, default_value = "full-copy")]
     recovery: String,
     /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
@@ -104,7 +104,7 @@ fn heal_recovery(name: &str, models: &[Model]) -> Result<bool, String> {
     match name {
         "full-copy" => Ok(false),
         "heal" => match models.iter().find(|m| !tandem_ddp::HealOpts::supports(**m)) {
-            Some(m) => Err(format!("HEAL recovers lin-strict, lin-synch, lin-re and lin-eventual; not {m} (use --recovery full-copy)")),
+            Some(m) => Err(format!("HEAL recovers the Lin models (lin-strict, lin-synch, lin-re, lin-eventual, lin-scope); not {m} (use --recovery full-copy)")),
             None => Ok(true),
         },
         other => Err(format!("unknown --recovery '{other}': full-copy or heal")),

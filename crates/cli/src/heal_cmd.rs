@@ -20,7 +20,7 @@ enum HealCommand {
 
 #[derive(Args)]
 pub struct RecoverArgs {
-    /// lin-strict, lin-synch, lin-re or lin-eventual (HEAL); the full copy takes any INV-family model.
+    /// A Lin model for HEAL (lin-strict, lin-synch, lin-re, lin-eventual, lin-scope); the full copy takes any INV-family model.
     #[arg(long, default_value = "lin-synch")]
     model: String,
     /// heal, full-copy (from one member, the paper's State-of-the-art), leader (the leader-based store,

@@ -48,7 +48,7 @@ pub struct NodeArgs {
     heartbeat_ms: u64,
     #[arg(long, default_value_t = 200)]
     lease_ms: u64,
-    /// How this node catches up when it restarts: full-copy, or heal (HEAL: lin-strict, lin-synch, lin-re, lin-eventual).
+    /// How this node catches up when it restarts: full-copy, or heal (HEAL: the Lin models).
     #[arg(long, default_value = "full-copy")]
     recovery: String,
     /// Test-only protocol bug (see `tandem ddp check --help`).
@@ -87,7 +87,7 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
     let heal = match a.recovery.as_str() {
         "full-copy" => None,
         "heal" if HealOpts::supports(model) => Some(HealOpts::default()),
-        "heal" => return Err(format!("HEAL recovers lin-strict, lin-synch, lin-re and lin-eventual; not {model} (use --recovery full-copy)")),
+        "heal" => return Err(format!("HEAL recovers the Lin models (lin-strict, lin-synch, lin-re, lin-eventual, lin-scope); not {model} (use --recovery full-copy)")),
         other => return Err(format!("unknown --recovery '{other}': full-copy or heal")),
     };
     let factory = DdpFactory { bugs: Bugs::parse(&a.bugs)?, heal, ..DdpFactory::new(model, Params::TCP) };

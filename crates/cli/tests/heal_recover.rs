@@ -30,13 +30,13 @@ fn heal_and_full_copy_recover_and_report_their_phases() {
 
 #[test]
 fn bad_input_is_refused() {
-    fails_with(&["heal", "recover", "--model", "causal-synch", "--scheme", "heal"], "HEAL recovers lin-strict, lin-synch, lin-re and lin-eventual");
+    fails_with(&["heal", "recover", "--model", "causal-synch", "--scheme", "heal"], "HEAL recovers the Lin models");
     fails_with(&["heal", "recover", "--scheme", "leader"], "unknown --scheme 'leader'");
     fails_with(&["heal", "recover", "--net", "tcp"], "simulated time only so far");
     fails_with(&["heal", "recover", "--downtime-s=-1"], "--downtime-s -1");
     fails_with(&["heal", "recover", "--downtime-s", "0"], "--downtime-s 0");
     fails_with(&["heal", "recover", "--records", "0"], "records");
-    fails_with(&["ddp", "check", "--model", "lin-scope", "--recovery", "heal"], "not lin-scope");
+    fails_with(&["ddp", "check", "--model", "re-scope", "--recovery", "heal"], "not re-scope");
 }
 
 /// `tandem demo heal`: a node process killed and recovered by HEAL while

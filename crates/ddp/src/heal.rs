@@ -51,11 +51,11 @@ pub struct HealOpts {
 pub(crate) const SCAN_TOKEN: tandem_net::Token = 1;
 
 impl HealOpts {
-    /// The models HEAL recovers here: ⟨Lin, Strict | Synch | RE | Event⟩
-    /// (Event with a lazy GDP, `heal_lazy.rs`; Scope not yet).
+    /// The models HEAL recovers: ⟨Lin, X⟩ for all five persistency models
+    /// (Event with a lazy GDP, `heal_lazy.rs`; Scope's GDP at the scope's
+    /// persist, `scope.rs`).
     pub fn supports(m: crate::Model) -> bool {
-        use crate::Persistency as P;
-        m.c == crate::Consistency::Lin && matches!(m.p, P::Strict | P::Synch | P::Re | P::Eventual)
+        m.c == crate::Consistency::Lin
     }
 }
 

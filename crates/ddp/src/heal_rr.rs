@@ -73,11 +73,7 @@ impl DdpNode {
     pub(crate) fn heal_load(&mut self, nvm: &Nvm<Record>) {
         let flags: BTreeMap<Key, Ts> = nvm.values().filter_map(|r| if let Record::Gdp { key, ts } = r { Some((*key, *ts)) } else { None }).collect();
         let mut partial = BTreeMap::new();
-        for r in nvm.values() {
-            let v = match r {
-                Record::Key(v) | Record::Rollback { to: Some(v), .. } => *v,
-                _ => continue,
-            };
+        for v in newest_durable(nvm) {
             if flags.get(&v.key).is_some_and(|&f| f >= v.ts) {
                 let s = self.key(v.key);
                 (s.ts, s.value, s.val_c, s.val_p, s.nvm) = (v.ts, Some(v.value), v.ts, v.ts, v.ts);
@@ -359,4 +355,23 @@ impl DdpNode {
             _ => {}
         }
     }
+}
+
+/// The newest version of every key the NVM holds: in its own slot, or in a
+/// persisted scope (Scope persistency writes whole scopes). A flag covers
+/// only versions this node persisted, so the newest is the one it names.
+fn newest_durable(nvm: &Nvm<Record>) -> Vec<Version> {
+    let mut newest: BTreeMap<Key, Version> = BTreeMap::new();
+    let versions = nvm.values().flat_map(|r| match r {
+        Record::Key(v) | Record::Rollback { to: Some(v), .. } => std::slice::from_ref(v),
+        Record::Scope { versions, .. } => versions.as_slice(),
+        _ => &[],
+    });
+    for v in versions {
+        let e = newest.entry(v.key).or_insert(*v);
+        if v.ts > e.ts {
+            *e = *v;
+        }
+    }
+    newest.into_values().collect()
 }

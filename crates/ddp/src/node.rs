@@ -462,6 +462,7 @@ impl DdpNode {
             Msg::Val { key, ts, c, p } => self.on_val(key, ts, c, p, out),
             Msg::ScopePersist { scope, versions, epoch } => self.on_scope_persist(from, scope, versions, epoch, out),
             Msg::ScopeAck { scope, epoch } => self.on_scope_ack(from, scope, epoch, out),
+            Msg::ScopeVal { versions } => versions.into_iter().for_each(|(key, ts)| self.reached_gdp(key, ts)),
             Msg::Upd { upds } => self.on_upd(upds, out),
             Msg::UpdSync { applied } => self.on_upd_sync(from, applied),
             Msg::CopyReq if upd => self.on_upd_copy_req(from, out),

@@ -91,8 +91,22 @@ impl DdpNode {
         if sp.local && self.config.others(self.me).all(|o| sp.acks.contains(&o)) {
             let (session, req) = sp.client;
             out.push(Command::Reply { session, req, result: Reply::Persisted { seq: scope.seq } });
-            self.scope_persists.remove(&scope);
+            let sp = self.scope_persists.remove(&scope).expect("checked");
+            self.scope_gdp(sp.versions, out);
         }
+    }
+
+    /// HEAL: a scope persisted everywhere puts its writes past their GDP
+    /// here (CGDP) and at the followers (`[VAL_P]sc`, FGDP).
+    fn scope_gdp(&mut self, versions: Vec<Version>, out: &mut Out) {
+        if self.heal.is_none() {
+            return;
+        }
+        let versions: Vec<_> = versions.into_iter().map(|v| (v.key, v.ts)).collect();
+        for &(key, ts) in &versions {
+            self.reached_gdp(key, ts);
+        }
+        out.push(Command::Broadcast { msg: Msg::ScopeVal { versions } });
     }
 
     pub(crate) fn retry_scopes(&mut self, out: &mut Out) {

@@ -65,7 +65,7 @@ fn kind(m: &Msg) -> &'static str {
         Msg::TxAck { .. } => "txack",
         Msg::TxOutcome { .. } => "outcome",
         Msg::TxValP { .. } => "valp",
-        Msg::ScopePersist { .. } | Msg::ScopeAck { .. } => "scope",
+        Msg::ScopePersist { .. } | Msg::ScopeAck { .. } | Msg::ScopeVal { .. } => "scope",
         _ => "other",
     }
 }

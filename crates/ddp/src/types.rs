@@ -152,6 +152,9 @@ pub enum Msg {
     ScopePersist { scope: ScopeId, versions: Vec<Version>, epoch: u64 },
     /// `[ACK_p]s`.
     ScopeAck { scope: ScopeId, epoch: u64 },
+    /// HEAL under Scope (`[VAL_P]sc`): every member persisted the scope, so
+    /// its writes are past their GDP (the followers' FGDP).
+    ScopeVal { versions: Vec<(Key, Ts)> },
     /// UPD (+cauhist), one or a batch (Eventual sends them lazily, batched).
     /// Its ACK_p (Strict) is an `Ack` with `p` only.
     Upd { upds: Vec<Upd> },

@@ -19,7 +19,7 @@ fn heal_cfg(model: &str, seed: u64, crash: Crash) -> CheckConfig {
 
 #[test]
 fn heal_recovers_through_every_fault_without_violations() {
-    for model in ["lin-synch", "lin-strict", "lin-re", "lin-eventual"] {
+    for model in ["lin-synch", "lin-strict", "lin-re", "lin-eventual", "lin-scope"] {
         for crash in [Crash::One, Crash::Buddy, Crash::Again, Crash::Two] {
             let mut mid = 0;
             for seed in 0..seeds() {
@@ -90,6 +90,11 @@ impl Script {
     fn write(&mut self, at: NodeId, key: u64, value: u64) {
         self.req += 1;
         self.net.inject(at, Input::Client { session: 900, req: self.req, op: Op::write(key, value, 0) });
+    }
+
+    fn op(&mut self, at: NodeId, op: Op) {
+        self.req += 1;
+        self.net.inject(at, Input::Client { session: 900, req: self.req, op });
     }
 
     fn configure(&mut self, members: Vec<NodeId>, restart: Option<NodeId>) {
@@ -251,4 +256,48 @@ fn event_a_committed_write_the_crashed_node_never_persisted_comes_back() {
     assert_eq!(s.value(4, 7), Some(777), "the committed write came back");
     let t = s.net.with_node(4, |p| p.unwrap().heal().unwrap().last.clone().unwrap());
     assert!(t.missed >= 1 && t.pending < 10, "the Buddy shipped {} missed updates and {} unvalidated versions (of 50 keys)", t.missed, t.pending);
+}
+
+/// Scope persistency: 50 keys written and persisted in scope 1, then key 7
+/// written in scope 2 at node 0 (committed, answered). Node 4 crashes
+/// before scope 2 is persisted anywhere, so its NVM never had the write.
+/// `persist_during_downtime`: node 0 persists scope 2 while node 4 is away.
+fn scope_gap(bugs: Bugs, persist_during_downtime: bool) -> (Option<u64>, tandem_ddp::heal_rr::Timeline) {
+    let mut s = Script::of(Model::parse("lin-scope").unwrap(), bugs);
+    for k in 0..50 {
+        s.op(0, Op::write(k, 100 + k, 1));
+        s.net.run_for(5_000);
+    }
+    s.op(0, Op::Persist { scope: 1, writes: 50 });
+    s.net.run_for(300_000);
+    s.op(0, Op::write(7, 777, 2));
+    s.net.run_for(5_000); // committed (VAL_c) everywhere, persisted nowhere
+    s.net.crash(4);
+    s.configure((0..4).collect(), None);
+    s.net.run_for(50_000);
+    if persist_during_downtime {
+        s.op(0, Op::Persist { scope: 2, writes: 1 });
+    }
+    s.net.run_for(50_000);
+    s.configure((0..5).collect(), Some(4));
+    s.net.run_for(300_000);
+    assert!(s.recovered_by_heal(4));
+    let t = s.net.with_node(4, |p| p.unwrap().heal().unwrap().last.clone().unwrap());
+    (s.value(4, 7), t)
+}
+
+#[test]
+fn scope_a_committed_write_of_a_scope_never_persisted_comes_back() {
+    let (v, t) = scope_gap(Bugs::default(), false);
+    assert_eq!(v, Some(777), "the committed write came back (timeline {t:?})");
+    assert!(t.pending >= 1 && t.pending < 10, "the Buddy shipped it as one of a few unvalidated versions: {t:?}");
+    let (v, _) = scope_gap(Bugs::parse(&["heal-no-pending".to_string()]).unwrap(), false);
+    assert_eq!(v, Some(107), "without the Buddy's unvalidated versions the node ends with the old value");
+}
+
+#[test]
+fn scope_a_scope_persisted_during_the_downtime_enters_missed_updates() {
+    let (v, t) = scope_gap(Bugs::default(), true);
+    assert_eq!(v, Some(777));
+    assert!(t.missed >= 1 && t.pending < 10, "scope 2's write reached its GDP without node 4 and was buffered: {t:?}");
 }

@@ -138,25 +138,40 @@ pub struct RecoverReport {
     pub online_ms: f64,
 }
 
-/// Closed-loop sessions over uniform keys; counts completions per window.
+/// Closed-loop sessions over uniform keys; counts completed reads and
+/// writes per window. Under Scope persistency a session closes its scope
+/// every `scope_writes` writes (the DDP paper's 10).
 struct Load {
     records: u64,
     read_ratio: f64,
     window_ns: u64,
     next_value: u64,
+    scope_writes: Option<u32>,
+    /// Per session: its open scope and the writes in it.
+    scopes: std::collections::HashMap<SessionId, (u64, u32)>,
     done: Rc<RefCell<Vec<u64>>>,
 }
 
 impl<P: Protocol<Op = Op, Reply = Reply>> Harness<P> for Load {
-    fn next_op(&mut self, _session: SessionId, _now: u64, rng: &mut Rng) -> Option<Op> {
+    fn next_op(&mut self, session: SessionId, _now: u64, rng: &mut Rng) -> Option<Op> {
+        let (scope, writes) = self.scopes.entry(session).or_insert((1, 0));
+        if self.scope_writes.is_some_and(|n| *writes >= n) {
+            let op = Op::Persist { scope: *scope, writes: *writes };
+            (*scope, *writes) = (*scope + 1, 0);
+            return Some(op);
+        }
         let key = rng.below(self.records);
         if rng.chance(self.read_ratio) {
             return Some(Op::read(key));
         }
+        *writes += 1;
         self.next_value += 1;
-        Some(Op::write(key, self.records + self.next_value, 0))
+        Some(Op::write(key, self.records + self.next_value, *scope))
     }
-    fn completed(&mut self, _s: SessionId, _r: u64, _n: NodeId, _reply: &Reply, now: u64, _nvm: &[Nvm<P::Record>]) {
+    fn completed(&mut self, _s: SessionId, _r: u64, _n: NodeId, reply: &Reply, now: u64, _nvm: &[Nvm<P::Record>]) {
+        if !matches!(reply, Reply::Read { .. } | Reply::Written { .. }) {
+            return;
+        }
         let w = (now / self.window_ns) as usize;
         let mut done = self.done.borrow_mut();
         if done.len() <= w {
@@ -170,6 +185,8 @@ const NODES: u16 = 5;
 /// The node that fails (not 0, the preload's writer and the leader-based
 /// scheme's leader).
 const VICTIM: NodeId = 2;
+/// Writes per scope under Scope persistency (the DDP paper's 10, §12.2).
+const SCOPE_WRITES: u32 = 10;
 /// Failure detection before the first reconfiguration (spec §1.6 (1)→(2)).
 const DETECT_NS: u64 = 20_000;
 
@@ -216,7 +233,9 @@ impl<P: Recoverable, F: NodeFactory<P>> Run<P, F> {
     fn new(cfg: &RecoverConfig, factory: F) -> Self {
         let sim = SimNetConfig { cores: cfg.cores.max(1), ..SimNetConfig::default() };
         let done = Rc::new(RefCell::new(Vec::new()));
-        let load = Load { records: cfg.records, read_ratio: cfg.read_ratio, window_ns: cfg.window_ns, next_value: 0, done: done.clone() };
+        let scoped = cfg.model.p == tandem_ddp::Persistency::Scope && cfg.scheme != Scheme::Leader;
+        let scope_writes = scoped.then_some(SCOPE_WRITES);
+        let load = Load { records: cfg.records, read_ratio: cfg.read_ratio, window_ns: cfg.window_ns, next_value: 0, scope_writes, scopes: Default::default(), done: done.clone() };
         let sessions = cfg.clients_per_node * u64::from(NODES);
         let net = SimNet::new(cfg.seed, sim, Config::new(1, (0..NODES).collect()), factory, Box::new(load), sessions);
         for n in 0..NODES {
@@ -262,7 +281,7 @@ struct Times {
 /// Run the failure-free Baseline and the failure with `cfg.scheme`.
 pub fn run(cfg: &RecoverConfig) -> Result<RecoverReport, String> {
     if cfg.scheme == Scheme::Heal && !HealOpts::supports(cfg.model) {
-        return Err(format!("HEAL recovers lin-strict, lin-synch, lin-re and lin-eventual; not {}", cfg.model));
+        return Err(format!("HEAL recovers the Lin models (lin-strict, lin-synch, lin-re, lin-eventual, lin-scope); not {}", cfg.model));
     }
     if cfg.records == 0 || cfg.window_ns == 0 {
         return Err("records and the throughput window must be positive".into());
