@@ -54,14 +54,15 @@ pub enum LeaderMsg {
     Commit { upto: Zxid },
     /// A restarted follower asks to be brought up to date from `zxid`.
     LastZxid { zxid: Zxid },
-    /// A batch of logged writes, in order.
-    Sync { entries: Vec<Entry> },
+    /// The logged writes in `(from, upto]`, in order (with `dedup`, only
+    /// the last of each key).
+    Sync { from: Zxid, upto: Zxid, entries: Vec<Entry> },
     /// The follower has logged everything up to `upto`.
     BatchDone { upto: Zxid },
     /// The follower is in sync: from now on it takes proposals. `rest` are
-    /// the last committed writes it lacks, `pending` the proposals not yet
-    /// committed.
-    Join { rest: Vec<Entry>, pending: Vec<(Entry, Origin)>, committed: Zxid },
+    /// the last committed writes it lacks (up to `upto`), `pending` the
+    /// proposals not yet committed.
+    Join { rest: Vec<Entry>, upto: Zxid, pending: Vec<(Entry, Origin)>, committed: Zxid },
 }
 
 /// What a node's NVM holds: the preloaded snapshot, one slot per key, and
@@ -96,6 +97,14 @@ pub struct LeaderParams {
     pub nvm_read_ns: u64,
     /// A restarted follower asks again after this long without an answer.
     pub retry_ns: u64,
+    /// The Fig. 9 ablations, each removing one of the costs HEAL removes:
+    /// ship only the last write of each key (no redundant copies), scan a
+    /// buffer in DRAM instead of the NVM log, and let the follower take
+    /// proposals from the start of its sync (a shadow replica) instead of
+    /// chasing the writes in rounds.
+    pub dedup: bool,
+    pub dram: bool,
+    pub shadow: bool,
     /// Mutant: the follower joins without the writes committed during its
     /// sync (a test must catch it).
     pub bug_join_early: bool,
@@ -103,7 +112,7 @@ pub struct LeaderParams {
 
 impl Default for LeaderParams {
     fn default() -> Self {
-        LeaderParams { batch: usize::MAX, nvm_read_ns: 169, retry_ns: 1_000_000_000, bug_join_early: false }
+        LeaderParams { batch: usize::MAX, nvm_read_ns: 169, retry_ns: 1_000_000_000, dedup: false, dram: false, shadow: false, bug_join_early: false }
     }
 }
 
@@ -293,9 +302,9 @@ impl LeaderNode {
                 self.apply_committed(out);
             }
             LeaderMsg::LastZxid { zxid } => self.on_last_zxid(from, zxid, out),
-            LeaderMsg::Sync { entries } => self.on_sync(entries, out),
+            LeaderMsg::Sync { from, upto, entries } => self.on_sync(from, upto, entries, out),
             LeaderMsg::BatchDone { upto } => self.on_batch_done(from, upto, out),
-            LeaderMsg::Join { rest, pending, committed } => self.on_join(rest, pending, committed, out),
+            LeaderMsg::Join { rest, upto, pending, committed } => self.on_join(rest, upto, pending, committed, out),
         }
     }
 
@@ -320,7 +329,7 @@ impl Protocol for LeaderNode {
 
     fn weight(msg: &LeaderMsg) -> u64 {
         match msg {
-            LeaderMsg::Sync { entries } => entries.len().max(1) as u64,
+            LeaderMsg::Sync { entries, .. } => entries.len().max(1) as u64,
             LeaderMsg::Join { rest, pending, .. } => (rest.len() + pending.len()).max(1) as u64,
             _ => 1,
         }

@@ -73,6 +73,8 @@ pub struct RecoverConfig {
     /// HEAL's Reactive ablation: the Buddy reads the missed updates back
     /// from NVM when asked, this long per entry (0: from its DRAM buffer).
     pub reactive_read_ns: u64,
+    /// The leader-based scheme's knobs (its Fig. 9 ablations).
+    pub leader: LeaderParams,
     pub seed: u64,
 }
 
@@ -98,6 +100,7 @@ impl RecoverConfig {
             distinct: false,
             cores: HEAL_PAPER_CORES,
             reactive_read_ns: 0,
+            leader: LeaderParams::default(),
             seed: 1,
         }
     }
@@ -287,11 +290,13 @@ pub fn run(cfg: &RecoverConfig) -> Result<RecoverReport, String> {
         return Err("records and the throughput window must be positive".into());
     }
     if cfg.scheme == Scheme::Leader {
-        let factory = || LeaderFactory { params: LeaderParams::default() };
+        let factory = || LeaderFactory { params: cfg.leader.clone() };
         let (r, times) = simulate(cfg, factory)?;
         let stats = r.net.with_node(0, |p| p.and_then(|p| p.last_sync().cloned()));
         let done = r.done.borrow().clone();
-        return Ok(report(cfg, &done, times, RecoveryDetail::Leader(stats)));
+        let mut rep = report(cfg, &done, times, RecoveryDetail::Leader(stats));
+        rep.scheme = leader_label(&cfg.leader);
+        return Ok(rep);
     }
     let (r, times) = simulate(cfg, || ddp_factory(cfg))?;
     let detail = RecoveryDetail::Ddp(ddp_detail(&r.net));
@@ -374,9 +379,19 @@ fn report(cfg: &RecoverConfig, done: &[u64], t: Times, detail: RecoveryDetail) -
             (r.missed_entries, r.missed_peak, r.partial_entries, r.fell_back_to_full_copy) = (tl.missed, peak, tl.partial, tl.full_copy);
         }
         RecoveryDetail::Leader(stats) => {
-            r.missed_entries = stats.as_ref().map_or(0, |s| (s.scanned + s.buffered) as usize);
+            r.missed_entries = stats.as_ref().map_or(0, |s| s.shipped as usize);
             r.leader = stats;
         }
     }
     r
+}
+
+/// "leader", or "leader without" the costs its ablations remove.
+pub fn leader_label(p: &LeaderParams) -> String {
+    let removed: Vec<&str> = [(p.dedup, "redundant copies"), (p.dram, "NVM scan"), (p.shadow, "idle follower")].iter().filter(|r| r.0).map(|r| r.1).collect();
+    if removed.is_empty() {
+        "leader".into()
+    } else {
+        format!("leader without {}", removed.join(", "))
+    }
 }

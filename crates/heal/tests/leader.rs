@@ -115,6 +115,29 @@ fn a_follower_brought_back_by_the_leader_converges_and_keeps_every_acked_write()
     }
 }
 
+/// The Fig. 9 ablations change how the follower is brought back, never
+/// what it ends with.
+#[test]
+fn each_ablation_of_the_leader_recovery_is_still_correct() {
+    let base = LeaderParams { batch: 64, ..LeaderParams::default() };
+    let variants = [
+        ("dedup", LeaderParams { dedup: true, ..base.clone() }),
+        ("dram", LeaderParams { dram: true, ..base.clone() }),
+        ("shadow", LeaderParams { shadow: true, ..base.clone() }),
+        ("all three", LeaderParams { dedup: true, dram: true, shadow: true, ..base.clone() }),
+    ];
+    for (name, params) in variants {
+        for seed in 0..4 {
+            let (net, acked) = kill_and_recover(params.clone(), seed);
+            check(&net, &acked.borrow()).unwrap_or_else(|e| panic!("{name} seed {seed}: {e}"));
+            let s = net.with_node(0, |p| p.and_then(|p| p.last_sync().cloned())).expect("synced");
+            assert_eq!(params.dram, s.scan_ns == 0, "{name}: {s:?}");
+            assert!(!params.shadow || (s.rounds == 0 && s.buffered == 0), "{name}: a shadow replica needs no rounds: {s:?}");
+            assert!(!params.dedup || s.shipped < s.scanned + s.buffered, "{name}: dedup ships fewer: {s:?}");
+        }
+    }
+}
+
 #[test]
 fn a_follower_that_joins_without_the_writes_of_its_sync_is_caught() {
     let mutant = LeaderParams { batch: 64, bug_join_early: true, ..LeaderParams::default() };
@@ -130,5 +153,6 @@ fn the_leader_scheme_reports_its_scan_rounds_and_redundant_copies() {
     let l = r.leader.as_ref().expect("leader stats");
     assert!(r.recovery_us > 0.0 && l.scanned > 0 && l.scan_ns == l.scanned * LeaderParams::default().nvm_read_ns);
     assert_eq!(r.missed_entries as u64, l.scanned + l.buffered);
+    assert_eq!(l.shipped, l.scanned + l.buffered);
     assert!(r.baseline_ops > 0 && r.ops > 0);
 }
