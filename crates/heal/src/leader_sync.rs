@@ -241,7 +241,7 @@ impl LeaderNode {
                 j.landing.insert(e.zxid);
                 out.push(Command::Persist { token: e.zxid, record: crate::leader::LeaderRecord::Log(e) });
             }
-            self.applied = upto;
+            self.applied = self.applied.max(upto);
         }
         self.commit_to = self.commit_to.max(self.applied);
         self.apply_committed(out); // a shadow replica's proposals past the sync
@@ -264,7 +264,9 @@ impl LeaderNode {
         if self.ready || self.joining.is_none() {
             return;
         }
-        self.on_sync(self.applied, upto, rest, out);
+        if upto > self.applied {
+            self.on_sync(self.applied, upto, rest, out);
+        }
         self.joining = None;
         self.ready = true;
         for (entry, origin) in pending {
