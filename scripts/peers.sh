@@ -46,9 +46,14 @@ ETCD_PORT="$ETCD_FSYNC_PORT" ETCD_NAME=etcd ETCD_STATE="$DIR/etcd" ETCD_DATA="$D
 
 die() { echo "peers.sh: $1" >&2; exit "${2:-1}"; }
 say() { echo "peers.sh: $*" >&2; }
+# Process $1 runs (a zombie waiting for init to reap it does not).
+alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]
+}
 # Wait up to 5 s for process $1 to exit after it was asked to, then kill it.
 reap() {
-    for _ in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 500); do alive "$1" || break; sleep 0.01; done
     kill -9 "$1" 2>/dev/null || true
 }
 
@@ -186,7 +191,7 @@ etcd_member_pid() {
     local pidfile="$ETCD_STATE/m$1.pid" pid
     [ -f "$pidfile" ] || return 1
     pid="$(cat "$pidfile")"
-    kill -0 "$pid" 2>/dev/null || return 1
+    alive "$pid" || return 1
     echo "$pid"
 }
 

@@ -37,6 +37,12 @@ PIDFILE="$DIR/zookeeper.pid"
 
 die() { echo "zookeeper.sh: $1" >&2; exit "${2:-1}"; }
 
+# Process $1 runs (a zombie waiting for init to reap it does not).
+alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]
+}
+
 install() {
     [ -f "$JAR" ] && command -v java >/dev/null && return 0
     command -v apt-get >/dev/null || die "ZooKeeper is not installed and there is no apt-get to install it" 3
@@ -155,7 +161,7 @@ member_pid() {
     local pidfile="$EDIR/m$1/zookeeper.pid" pid
     [ -f "$pidfile" ] || return 1
     pid="$(cat "$pidfile")"
-    kill -0 "$pid" 2>/dev/null || return 1
+    alive "$pid" || return 1
     echo "$pid"
 }
 
@@ -230,7 +236,7 @@ kill_member() {
     local pid
     if pid="$(member_pid "$1")"; then
         kill -9 "$pid" 2>/dev/null || true
-        for _ in $(seq 1 500); do kill -0 "$pid" 2>/dev/null || break; sleep 0.01; done
+        for _ in $(seq 1 500); do alive "$pid" || break; sleep 0.01; done
     fi
     rm -f "$EDIR/m$1/zookeeper.pid"
 }
@@ -248,7 +254,7 @@ stop_ensemble() {
     for i in 1 2 3; do
         if pid="$(member_pid "$i")"; then
             kill "$pid" 2>/dev/null || true
-            for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+            for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.1; done
             kill -9 "$pid" 2>/dev/null || true
             stopped=1
         fi
