@@ -23,7 +23,8 @@
 #                     +10*(i-1), for its quorum on +1 and for leader election on +2
 #   ZK_ENSEMBLE_DIR   data and logs (default target/zookeeper/ensemble-$ZK_ENSEMBLE_PORT); member i in m$i
 #   The four-letter words srvr, mntr, stat and ruok are enabled (`srvr` prints `Zxid:` and `Mode:`);
-#   the members log at INFO (m$i/zookeeper.log shows how a follower synced: DIFF, SNAP or TRUNC).
+#   the members log at INFO, four-letter words aside (m$i/zookeeper.log shows how a follower synced:
+#   DIFF, SNAP or TRUNC).
 #
 # Exit status 3 means ZooKeeper is not installed and cannot be (no apt-get, or
 # not root): callers may skip on that, and only on that.
@@ -199,6 +200,7 @@ launch_member() {
     [ -f "$d/zoo.cfg" ] || write_member_cfg "$1"
     setsid java -Xmx512m \
         -Dorg.slf4j.simpleLogger.defaultLogLevel=info -Dorg.slf4j.simpleLogger.showDateTime=true \
+        -Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=warn \
         -Dzookeeper.log.dir="$d" -Dzookeeper.admin.enableServer=false \
         -cp "$(classpath)" org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg" \
         >>"$d/zookeeper.log" 2>&1 </dev/null &

@@ -37,7 +37,7 @@ pub struct HealPeersArgs {
     /// heal-peers: writes per second, before, during and after the downtime (default 500; 100 with --quick).
     #[arg(long)]
     rate: Option<f64>,
-    /// heal-peers: runs per system, medians reported (default 3; 1 with --quick).
+    /// heal-peers: runs per system, medians reported (default 5; 1 with --quick).
     #[arg(long)]
     runs: Option<usize>,
     /// heal-peers: keys written (default 10000).

@@ -133,17 +133,36 @@ impl Peer for ZkEnsemble {
     fn notes(&mut self, m: usize) -> Result<Notes, String> {
         wait_script(self.restarting.take())?;
         let log = log_since(&self.log(m), self.log_from);
-        let how = [("Getting a diff from the leader", "DIFF"), ("Getting a snapshot from leader", "SNAP"), ("Truncating log", "TRUNC")]
-            .iter()
-            .find(|(line, _)| log.contains(line))
-            .map_or("sync mode not in the log", |(_, mode)| mode);
-        Ok(Notes { how: format!("{how} from the leader"), extra: json!({ "sync": how }) })
+        let modes: Vec<&str> = log.lines().filter_map(sync_mode).collect();
+        let failures = failed_syncs(&log);
+        let how = match (modes.last(), failures.len()) {
+            (None, _) => "sync mode not in the log".to_string(),
+            (Some(mode), 0) => format!("{mode} from the leader"),
+            (Some(mode), n) => format!("{mode} from the leader, at attempt {} ({n} failed)", modes.len().max(n + 1)),
+        };
+        Ok(Notes { how, extra: json!({ "sync": modes.last(), "sync_attempts": modes, "failed_attempts": failures }) })
     }
 
     fn stop(&mut self) {
         let _ = wait_script(self.restarting.take());
         let _ = self.script(&["stop-ensemble"]);
     }
+}
+
+/// The sync mode a follower's log line announces (Learner.syncWithLeader).
+fn sync_mode(line: &str) -> Option<&'static str> {
+    [("Getting a diff from the leader", "DIFF"), ("Getting a snapshot from leader", "SNAP"), ("Truncating log", "TRUNC")]
+        .iter()
+        .find(|(text, _)| line.contains(text))
+        .map(|(_, mode)| *mode)
+}
+
+/// Why each failed attempt to follow the leader failed: the exception
+/// logged after "Exception when following the leader".
+fn failed_syncs(log: &str) -> Vec<String> {
+    let lines: Vec<&str> = log.lines().collect();
+    let failed = lines.iter().enumerate().filter(|(_, l)| l.contains("Exception when following the leader"));
+    failed.map(|(i, _)| lines.get(i + 1).map_or("?", |l| l.trim()).to_string()).collect()
 }
 
 impl Drop for ZkEnsemble {
@@ -191,5 +210,22 @@ impl Writer for ZkWriter {
             r => r.map(drop),
         };
         r.map_err(|e| format!("ZooKeeper write {path}: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_tells_the_sync_mode_and_the_failed_attempts() {
+        let log = "9 [QuorumPeer] INFO Learner - Getting a diff from the leader 0x1000069c0\n\
+                   10 [QuorumPeer] WARN Learner - Exception when following the leader\n\
+                   java.lang.NullPointerException: Cannot read field \"hdr\" because \"pif\" is null\n\
+                   \tat org.apache.zookeeper.server.quorum.Learner.syncWithLeader(Learner.java:655)\n\
+                   11 [QuorumPeer] INFO Learner - Getting a snapshot from leader 0x100006afb\n";
+        let modes: Vec<&str> = log.lines().filter_map(sync_mode).collect();
+        assert_eq!(modes, ["DIFF", "SNAP"]);
+        assert_eq!(failed_syncs(log), ["java.lang.NullPointerException: Cannot read field \"hdr\" because \"pif\" is null"]);
     }
 }
