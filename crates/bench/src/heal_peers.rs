@@ -460,11 +460,16 @@ fn figure(results: &[SystemResult]) -> String {
     let mut bars = Vec::new();
     for r in results {
         if let Some(m) = r.median {
-            bars.push((format!("{} caught up (b)", r.system), m.caught_up_ms));
-            bars.push((format!("{} net (b − a)", r.system), m.net_ms));
+            let name = match r.system.as_str() {
+                "heal" => "HEAL",
+                "zookeeper" => "ZooKeeper",
+                other => other,
+            };
+            bars.push((format!("{name} (b)"), m.caught_up_ms));
+            bars.push((format!("{name} (b − a)"), m.net_ms));
         }
     }
-    bars_svg("Follower catch-up after the same downtime and write rate (median)", "ms from the restart", &bars)
+    bars_svg("A follower's catch-up: (b) caught up, (b − a) net of start-up (medians)", "ms from the restart", &bars)
 }
 
 fn markdown(o: &Options, results: &[SystemResult], ratios: &[Ratio]) -> String {
