@@ -15,6 +15,10 @@
 #     start    install if needed, start the servers, wait until each answers (idempotent)
 #     stop     stop the servers (data is kept; `start` resumes them)
 #     status   print each server's state; exit 1 if any named one is not running
+#   usage: scripts/peers.sh kill-member|start-member etcd|etcd-nofsync N
+#     kill-member   kill -9 member N (1-3) of that etcd cluster
+#     start-member  start member N again from its data directory and return at once
+#                   (it rejoins the cluster; poll its endpoint for its state)
 #
 #   PEERS_DIR         data directory (default target/peers)
 #   PEERS_PG_PORT     PostgreSQL port (default 55432; user postgres, database postgres, trust auth on loopback)
@@ -42,9 +46,14 @@ ETCD_PORT="$ETCD_FSYNC_PORT" ETCD_NAME=etcd ETCD_STATE="$DIR/etcd" ETCD_DATA="$D
 
 die() { echo "peers.sh: $1" >&2; exit "${2:-1}"; }
 say() { echo "peers.sh: $*" >&2; }
+# Process $1 runs (a zombie waiting for init to reap it does not).
+alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]
+}
 # Wait up to 5 s for process $1 to exit after it was asked to, then kill it.
 reap() {
-    for _ in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 500); do alive "$1" || break; sleep 0.01; done
     kill -9 "$1" 2>/dev/null || true
 }
 
@@ -182,7 +191,7 @@ etcd_member_pid() {
     local pidfile="$ETCD_STATE/m$1.pid" pid
     [ -f "$pidfile" ] || return 1
     pid="$(cat "$pidfile")"
-    kill -0 "$pid" 2>/dev/null || return 1
+    alive "$pid" || return 1
     echo "$pid"
 }
 
@@ -191,9 +200,53 @@ etcd_ready() {
     ETCDCTL_API=3 timeout 5 etcdctl --endpoints "$(etcd_endpoints)" --command-timeout=2s endpoint health >/dev/null 2>&1
 }
 
+etcd_cluster() {
+    local i cluster=""
+    for i in 1 2 3; do cluster="$cluster${cluster:+,}m$i=http://127.0.0.1:$(etcd_peer_port "$i")"; done
+    echo "$cluster"
+}
+
+# Launch member $1 of cluster $2 (--initial-cluster), state $3 (new or existing).
+etcd_launch() {
+    local i="$1" c p
+    c="$(etcd_client_port "$i")"
+    p="$(etcd_peer_port "$i")"
+    # A fresh session (setsid) so that the members outlive the caller's job control.
+    setsid etcd --name "m$i" --data-dir "$ETCD_DATA/m$i" "${ETCD_EXTRA[@]}" \
+        --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
+        --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
+        --initial-cluster "$2" --initial-cluster-state "$3" --initial-cluster-token "tandem-$ETCD_NAME" \
+        --logger zap --log-outputs stderr >>"$ETCD_STATE/m$i.log" 2>&1 </dev/null &
+    echo $! >"$ETCD_STATE/m$i.pid"
+}
+
+etcd_check_member() {
+    case "$1" in 1 | 2 | 3) ;; *) die "member must be 1, 2 or 3, not '${1:-}'" 2 ;; esac
+}
+
+etcd_kill_member() {
+    etcd_check_member "$1"
+    local pid
+    if pid="$(etcd_member_pid "$1")"; then
+        kill -9 "$pid" 2>/dev/null || true
+        reap "$pid"
+    fi
+    rm -f "$ETCD_STATE/m$1.pid"
+}
+
+etcd_start_member() {
+    etcd_check_member "$1"
+    etcd_install
+    etcd_member_pid "$1" >/dev/null && return 0
+    [ -d "$ETCD_DATA/m$1/member" ] || die "$ETCD_NAME member m$1 has no data in $ETCD_DATA/m$1 (run 'start $ETCD_NAME' first)"
+    # The nofsync cluster's flag, if it runs with one.
+    [ "$ETCD_NAME" = etcd-nofsync ] && [ "$(cat "$ETCD_STATE/mode" 2>/dev/null)" = unsafe-no-fsync ] && ETCD_EXTRA=(--unsafe-no-fsync)
+    etcd_launch "$1" "$(etcd_cluster)" existing
+}
+
 etcd_start() {
     etcd_install
-    local i cluster="" state=new
+    local i cluster state=new
     if etcd_ready; then
         say "$ETCD_NAME already answers on $(etcd_endpoints)"
         return 0
@@ -201,20 +254,12 @@ etcd_start() {
     mkdir -p "$ETCD_STATE"
     if [ "$ETCD_NAME" = etcd-nofsync ]; then etcd_nofsync_mode; fi
     mkdir -p "$ETCD_DATA"
-    for i in 1 2 3; do cluster="$cluster${cluster:+,}m$i=http://127.0.0.1:$(etcd_peer_port "$i")"; done
+    cluster="$(etcd_cluster)"
     [ -d "$ETCD_DATA/m1/member" ] && state=existing
     for i in 1 2 3; do
         etcd_member_pid "$i" >/dev/null && continue
-        local c p
-        c="$(etcd_client_port "$i")"
-        p="$(etcd_peer_port "$i")"
-        # A fresh session (setsid) so that the members outlive the caller's job control.
-        setsid etcd --name "m$i" --data-dir "$ETCD_DATA/m$i" "${ETCD_EXTRA[@]}" \
-            --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
-            --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
-            --initial-cluster "$cluster" --initial-cluster-state "$state" --initial-cluster-token "tandem-$ETCD_NAME" \
-            --logger zap --log-outputs stderr >"$ETCD_STATE/m$i.log" 2>&1 </dev/null &
-        echo $! >"$ETCD_STATE/m$i.pid"
+        : >"$ETCD_STATE/m$i.log"
+        etcd_launch "$i" "$cluster" "$state"
     done
     for _ in $(seq 1 300); do
         if etcd_ready; then
@@ -316,6 +361,15 @@ repl_status() {
 # ---------------------------------------------------------------------- main
 action="${1:-}"
 which="${2:-all}"
+case "$action" in
+    kill-member | start-member)
+        case "$which" in etcd | etcd-nofsync) ;; *) die "$action takes etcd or etcd-nofsync, not '$which'" 2 ;; esac
+        mkdir -p "$DIR"
+        use_etcd "$which"
+        "etcd_${action//-/_}" "${3:-}"
+        exit 0
+        ;;
+esac
 case "$which" in
     all) systems=(postgres redis etcd redis-repl etcd-nofsync) ;;
     ddp) systems=(etcd etcd-nofsync redis-repl) ;;
@@ -334,7 +388,7 @@ for s in "${systems[@]}"; do
         start) "${p}_start" ;;
         stop) "${p}_stop" ;;
         status) "${p}_status" || rc=1 ;;
-        *) die "usage: $0 install|start|stop|status [postgres|redis|etcd|redis-repl|etcd-nofsync|ddp|all]" 2 ;;
+        *) die "usage: $0 install|start|stop|status [postgres|redis|etcd|redis-repl|etcd-nofsync|ddp|all], or kill-member|start-member etcd|etcd-nofsync N" 2 ;;
     esac
 done
 exit "$rc"

@@ -110,6 +110,9 @@ python3 scripts/render_ddp.py "$OUT" >> docs/RESULTS.md
 # Issue 5: the paper's experiments, one command each; each writes
 # docs/results/NAME.json, docs/figures/NAME.{svg,png} and its section of docs/RESULTS.md.
 run $T experiment all
+# Issue 11: a follower's catch-up, HEAL against a real ZooKeeper ensemble and etcd cluster
+# (it starts and stops its own servers, on ports of their own; about 6 minutes).
+run $T experiment heal-peers
 # Side by side with the stores users would pick instead (real servers from Debian).
 run bash scripts/peers.sh start all
 run $T compare --workload smallbank --duration 5 --json docs/results/compare-smallbank.json --markdown docs/RESULTS.md

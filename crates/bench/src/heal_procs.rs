@@ -94,6 +94,11 @@ impl HealCluster {
         std::fs::read_to_string(self.dir.join("manager.log")).unwrap_or_default()
     }
 
+    /// The cluster secret (clients and `node_stats` need it).
+    pub fn secret(&self) -> u64 {
+        self.secret
+    }
+
     pub fn load_config(&self, sessions: u64, plan: SessionPlan, seed: u64) -> LoadConfig {
         LoadConfig { nodes: self.addrs.clone(), secret: self.secret, sessions, first_session: 0, plan, seed, timeout: Duration::from_secs(2) }
     }
