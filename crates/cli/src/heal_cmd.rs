@@ -43,7 +43,7 @@ pub struct RecoverArgs {
     /// Every update during the downtime is a new buffer entry (the paper's "modeled 256 GB").
     #[arg(long)]
     distinct: bool,
-    /// Only `sim` (simulated time) today.
+    /// Only `sim` (simulated time); `tandem experiment heal-peers` times HEAL on real processes.
     #[arg(long, default_value = "sim")]
     net: String,
     #[arg(long, default_value_t = 1)]
@@ -60,7 +60,7 @@ pub fn run(a: HealArgs) -> Result<(), String> {
 
 fn recover(a: RecoverArgs) -> Result<(), String> {
     if a.net != "sim" {
-        return Err(format!("--net {}: recoveries run in simulated time only so far (--net sim)", a.net));
+        return Err(format!("--net {}: `heal recover` runs in simulated time (--net sim); for HEAL on real processes against ZooKeeper and etcd followers, run `tandem experiment heal-peers`", a.net));
     }
     if !(a.downtime_s > 0.0 && a.downtime_s <= 10.0) {
         return Err(format!("--downtime-s {}: expected a positive number of simulated seconds, at most 10", a.downtime_s));

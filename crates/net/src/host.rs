@@ -152,8 +152,8 @@ impl<P: Wire> Host<P> {
         Ok(h)
     }
 
-    /// The time of this round of the loop (read once per round: inputs
-    /// of one round share it).
+    /// The host's time, read afresh before every step (decoding a bulk
+    /// message, such as a catch-up answer, takes milliseconds of the round).
     pub(crate) fn now(&self) -> u64 {
         self.clock
     }
@@ -270,6 +270,7 @@ impl<P: Wire> Host<P> {
         self.local.push_back(input);
         let mut out = std::mem::take(&mut self.out);
         while let Some(input) = self.local.pop_front() {
+            self.tick();
             let now = self.now();
             self.proto.step(now, input, &mut out);
             for c in out.drain(..) {
