@@ -52,13 +52,17 @@ pub struct Options {
     /// Data and logs of the clusters.
     pub work: PathBuf,
     pub quick: bool,
+    /// Which systems to run (`heal`, `zookeeper`, `etcd`), and HEAL's model.
+    pub systems: Vec<String>,
+    pub model: String,
 }
 
 impl Options {
     /// The defaults (`quick`: a short downtime at a low rate, one run).
     pub fn new(quick: bool, exe: &Path, root: &Path) -> Options {
         let (downtime_s, rate, runs, warmup_s) = if quick { (2.0, 100.0, 1, 1.0) } else { (10.0, 500.0, 5, 2.0) };
-        Options { downtime_s, rate, keys: 10_000, runs, warmup_s, exe: exe.into(), root: root.into(), work: root.join("target").join(NAME), quick }
+        let systems = ["heal", "zookeeper", "etcd"].map(String::from).to_vec();
+        Options { downtime_s, rate, keys: 10_000, runs, warmup_s, exe: exe.into(), root: root.into(), work: root.join("target").join(NAME), quick, systems, model: "lin-synch".into() }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -396,10 +400,11 @@ impl SystemResult {
 pub fn run(o: &Options, progress: &dyn Fn(&str)) -> Result<ExperimentOutput, String> {
     o.validate()?;
     let mut peers: Vec<Box<dyn Peer>> = vec![
-        Box::new(heal_sys::HealSystem::new(&o.exe, &o.work.join("heal"))),
+        Box::new(heal_sys::HealSystem::new(&o.exe, &o.work.join("heal"), &o.model)),
         Box::new(zk_sys::ZkEnsemble::new(&o.root, &o.work.join("zookeeper"))),
         Box::new(etcd_sys::EtcdCluster::new(&o.root, &o.work.join("etcd"))),
     ];
+    peers.retain(|p| o.systems.iter().any(|s| s == p.name()));
     let mut results: Vec<SystemResult> = peers.iter().map(|p| SystemResult::new(p.name())).collect();
     for run in 1..=o.runs {
         for (p, r) in peers.iter_mut().zip(&mut results).filter(|(_, r)| r.skipped.is_none()) {

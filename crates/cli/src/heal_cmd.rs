@@ -24,15 +24,18 @@ pub struct RecoverArgs {
     #[arg(long, default_value = "lin-synch")]
     model: String,
     /// heal, full-copy (from one member, the paper's State-of-the-art), leader (the leader-based store,
-    /// heal.txt §II-C), both (heal and full-copy) or all.
-    #[arg(long, default_value = "both")]
-    scheme: String,
+    /// heal.txt §II-C), both (heal and full-copy) or all (default: both; heal with --net tcp).
+    #[arg(long)]
+    scheme: Option<String>,
     /// Records in the store (every node holds all of them).
     #[arg(long, default_value_t = 100_000)]
     records: u64,
-    /// How long the node stays away (simulated seconds).
-    #[arg(long, default_value_t = 0.005)]
-    downtime_s: f64,
+    /// How long the node stays away, in seconds (default: 0.005 simulated; 5 with --net tcp).
+    #[arg(long)]
+    downtime_s: Option<f64>,
+    /// With --net tcp: writes per second from 8 client threads, before, during and after the downtime.
+    #[arg(long, default_value_t = 500.0)]
+    rate: f64,
     /// Closed-loop clients per node (5 nodes).
     #[arg(long, default_value_t = 20)]
     clients: u64,
@@ -43,7 +46,8 @@ pub struct RecoverArgs {
     /// Every update during the downtime is a new buffer entry (the paper's "modeled 256 GB").
     #[arg(long)]
     distinct: bool,
-    /// Only `sim` (simulated time); `tandem experiment heal-peers` times HEAL on real processes.
+    /// sim (simulated time), or tcp: five `tandem node --recovery heal` processes and a manager on
+    /// loopback, node 2 killed with -9 and restarted from its NVM file, wall-clock times (HEAL only).
     #[arg(long, default_value = "sim")]
     net: String,
     #[arg(long, default_value_t = 1)]
@@ -59,17 +63,20 @@ pub fn run(a: HealArgs) -> Result<(), String> {
 }
 
 fn recover(a: RecoverArgs) -> Result<(), String> {
-    if a.net != "sim" {
-        return Err(format!("--net {}: `heal recover` runs in simulated time (--net sim); for HEAL on real processes against ZooKeeper and etcd followers, run `tandem experiment heal-peers`", a.net));
-    }
-    if !(a.downtime_s > 0.0 && a.downtime_s <= 10.0) {
-        return Err(format!("--downtime-s {}: expected a positive number of simulated seconds, at most 10", a.downtime_s));
-    }
     let model = Model::parse(&a.model)?;
+    match a.net.as_str() {
+        "sim" => {}
+        "tcp" => return crate::heal_tcp::recover(a.scheme.as_deref().unwrap_or("heal"), model, a.records, a.downtime_s.unwrap_or(5.0), a.rate, a.json.as_deref()),
+        other => return Err(format!("--net {other}: sim or tcp")),
+    }
+    let downtime_s = a.downtime_s.unwrap_or(0.005);
+    if !(downtime_s > 0.0 && downtime_s <= 10.0) {
+        return Err(format!("--downtime-s {downtime_s}: expected a positive number of simulated seconds, at most 10"));
+    }
     let mut reports = Vec::new();
-    for scheme in Scheme::parse(&a.scheme)? {
+    for scheme in Scheme::parse(a.scheme.as_deref().unwrap_or("both"))? {
         let mut cfg = RecoverConfig::new(model, scheme, a.records);
-        (cfg.downtime_ns, cfg.clients_per_node, cfg.distinct, cfg.seed) = ((a.downtime_s * 1e9) as u64, a.clients, a.distinct, a.seed);
+        (cfg.downtime_ns, cfg.clients_per_node, cfg.distinct, cfg.seed) = ((downtime_s * 1e9) as u64, a.clients, a.distinct, a.seed);
         for w in &a.leader_without {
             match w.as_str() {
                 "dedup" => cfg.leader.dedup = true,
@@ -78,7 +85,7 @@ fn recover(a: RecoverArgs) -> Result<(), String> {
                 other => return Err(format!("--leader-without {other}: expected dedup, dram or shadow")),
             }
         }
-        eprintln!("  {}: {} records, node 2 away for {} ms (simulated)...", scheme.name(), a.records, a.downtime_s * 1e3);
+        eprintln!("  {}: {} records, node 2 away for {} ms (simulated)...", scheme.name(), a.records, downtime_s * 1e3);
         let r = tandem_heal::recover::run(&cfg)?;
         print_report(&r);
         reports.push(r);

@@ -14,6 +14,7 @@ mod litmus_worker_cmd;
 mod experiment_cmd;
 mod heal_cmd;
 mod heal_demo;
+mod heal_tcp;
 mod memory_server;
 mod net_cmd;
 mod node_cmd;

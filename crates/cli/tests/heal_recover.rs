@@ -1,5 +1,6 @@
 //! `tandem heal recover`: one recovery by HEAL and one by the full copy, in
-//! simulated time, reported as JSON; bad input refused with a clear error.
+//! simulated time, and the leader-based one; HEAL on processes (`--net
+//! tcp`); all reported as JSON; bad input refused with a clear error.
 
 mod common;
 use common::{fails_with, tandem};
@@ -31,8 +32,10 @@ fn heal_and_full_copy_recover_and_report_their_phases() {
 #[test]
 fn bad_input_is_refused() {
     fails_with(&["heal", "recover", "--model", "causal-synch", "--scheme", "heal"], "HEAL recovers the Lin models");
-    fails_with(&["heal", "recover", "--scheme", "leader"], "unknown --scheme 'leader'");
-    fails_with(&["heal", "recover", "--net", "tcp"], "simulated time only so far");
+    fails_with(&["heal", "recover", "--scheme", "leaders"], "unknown --scheme 'leaders'");
+    fails_with(&["heal", "recover", "--net", "tcp", "--scheme", "full-copy"], "on processes only HEAL runs");
+    fails_with(&["heal", "recover", "--net", "udp"], "--net udp: sim or tcp");
+    fails_with(&["heal", "recover", "--scheme", "leader", "--leader-without", "cache"], "--leader-without cache");
     fails_with(&["heal", "recover", "--downtime-s=-1"], "--downtime-s -1");
     fails_with(&["heal", "recover", "--downtime-s", "0"], "--downtime-s 0");
     fails_with(&["heal", "recover", "--records", "0"], "records");
@@ -48,4 +51,31 @@ fn the_heal_demo_recovers_a_killed_process() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("HEAL: recovered in") && stdout.contains("linearizable"), "{stdout}");
+}
+
+#[test]
+fn the_leader_based_recovery_reports_its_scan_and_rounds() {
+    let json = std::env::temp_dir().join(format!("heal-recover-leader-{}.json", std::process::id()));
+    let out = tandem(&["heal", "recover", "--scheme", "leader", "--records", "5000", "--downtime-s", "0.001", "--clients", "5", "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let r = &v["runs"][0];
+    assert_eq!(r["scheme"], "leader");
+    assert!(r["recovery_us"].as_f64().unwrap() > 0.0 && r["leader"]["scanned"].as_u64().unwrap() > 0, "{r}");
+    let _ = std::fs::remove_file(&json);
+}
+
+/// HEAL on five node processes: node 2 killed, written past, restarted.
+#[test]
+fn heal_recovers_a_killed_node_process_and_reports_its_phases() {
+    let json = std::env::temp_dir().join(format!("heal-recover-tcp-{}.json", std::process::id()));
+    let args = ["heal", "recover", "--net", "tcp", "--downtime-s", "1", "--rate", "200", "--records", "1000", "--json", json.to_str().unwrap()];
+    let out = tandem(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let r = &v["runs"][0];
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("no {k}: {r}"));
+    assert!(f("recovery_us") > 0.0 && f("restart_to_online_us") >= f("recovery_us"), "{r}");
+    assert!(f("apply_to_end_us") > 0.0 && r["missed_entries"].as_u64().unwrap() > 0, "the Buddy sent nothing: {r}");
+    let _ = std::fs::remove_file(&json);
 }

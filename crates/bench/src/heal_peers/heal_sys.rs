@@ -24,13 +24,14 @@ const VICTIM: usize = 2;
 pub(crate) struct HealSystem {
     exe: PathBuf,
     dir: PathBuf,
+    model: String,
     c: Option<HealCluster>,
     log_from: usize,
 }
 
 impl HealSystem {
-    pub(crate) fn new(exe: &Path, dir: &Path) -> Self {
-        HealSystem { exe: exe.into(), dir: dir.into(), c: None, log_from: 0 }
+    pub(crate) fn new(exe: &Path, dir: &Path, model: &str) -> Self {
+        HealSystem { exe: exe.into(), dir: dir.into(), model: model.into(), c: None, log_from: 0 }
     }
 
     fn cluster(&self) -> &HealCluster {
@@ -51,7 +52,7 @@ impl Peer for HealSystem {
 
     fn start(&mut self) -> Result<Started, String> {
         self.c = None;
-        self.c = Some(HealCluster::start(&self.exe, "lin-synch", &self.dir)?);
+        self.c = Some(HealCluster::start(&self.exe, &self.model, &self.dir)?);
         Ok(Started::Up)
     }
 
@@ -67,7 +68,8 @@ impl Peer for HealSystem {
         let c = self.cluster();
         let up: Vec<SocketAddr> = c.addrs.iter().enumerate().filter(|&(m, _)| m != follower).map(|(_, a)| *a).collect();
         let secret = c.secret();
-        Arc::new(move |t| HealWriter::connect(up[t % up.len()], secret).map(|w| Box::new(w) as Box<dyn Writer>))
+        let scoped = self.model.ends_with("-scope");
+        Arc::new(move |t| HealWriter::connect(up[t % up.len()], secret, scoped).map(|w| Box::new(w) as Box<dyn Writer>))
     }
 
     /// HEAL has no log index: the experiment counts acknowledged writes instead.
@@ -107,7 +109,9 @@ impl Peer for HealSystem {
         } else {
             format!("HEAL: {} missed updates from its Buddy", missed.map_or("?".into(), |n| n.to_string()))
         };
-        Ok(Notes { how, extra: json!({ "heal_line": line.trim(), "missed_updates": missed, "reported_recovery_ms": reported_ms }) })
+        let phase = |name: &str| number_after(&line, &format!("{name} "));
+        let phases = json!({ "start_to_ack_ms": phase("Start_to_ACK"), "catchup_to_resp_ms": phase("CatchUp_to_Resp"), "apply_to_end_ms": phase("Apply_to_end") });
+        Ok(Notes { how, extra: json!({ "heal_line": line.trim(), "missed_updates": missed, "reported_recovery_ms": reported_ms, "phases": phases }) })
     }
 
     fn stop(&mut self) {
@@ -131,25 +135,48 @@ fn number_before(line: &str, suffix: &str) -> Option<u64> {
 /// Session ids unique in this process (a reconnect is a new session).
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1 << 20);
 
+/// Under Scope persistency a writer closes its scope every this many writes (the DDP paper's 10).
+const SCOPE_WRITES: u32 = 10;
+
 struct HealWriter {
     client: Client<Op, Reply>,
+    /// Scope persistency: the open scope and the writes in it.
+    scope: Option<(u64, u32)>,
 }
 
 impl HealWriter {
-    fn connect(addr: SocketAddr, secret: u64) -> Result<HealWriter, String> {
+    fn connect(addr: SocketAddr, secret: u64, scoped: bool) -> Result<HealWriter, String> {
         let session = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
         let client = Client::connect(addr, secret, session, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-        Ok(HealWriter { client })
+        Ok(HealWriter { client, scope: scoped.then_some((1, 0)) })
+    }
+
+    fn call(&mut self, op: Op) -> Result<Reply, String> {
+        self.client.call(op).map_err(|e| format!("node at {}: {e}", self.client.addr()))
+    }
+
+    /// Close the scope once it holds `SCOPE_WRITES` writes.
+    fn close_scope(&mut self) -> Result<(), String> {
+        let Some((seq, writes)) = self.scope.filter(|s| s.1 >= SCOPE_WRITES) else { return Ok(()) };
+        self.scope = Some((seq + 1, 0));
+        match self.call(Op::Persist { scope: seq, writes })? {
+            Reply::Persisted { .. } | Reply::ScopeLost { .. } => Ok(()),
+            other => Err(format!("node at {}: persist answered {other:?}", self.client.addr())),
+        }
     }
 }
 
 impl Writer for HealWriter {
     fn put(&mut self, key: u64, value: u64) -> Result<(), String> {
-        match self.client.call(Op::write(key, value, 0)) {
-            Ok(Reply::Written { .. }) => Ok(()),
-            Ok(other) => Err(format!("node at {}: write answered {other:?}", self.client.addr())),
-            Err(e) => Err(format!("node at {}: {e}", self.client.addr())),
+        let scope = self.scope.map_or(0, |s| s.0);
+        match self.call(Op::write(key, value, scope))? {
+            Reply::Written { .. } => {}
+            other => return Err(format!("node at {}: write answered {other:?}", self.client.addr())),
         }
+        if let Some(s) = self.scope.as_mut() {
+            s.1 += 1;
+        }
+        self.close_scope()
     }
 }
 
