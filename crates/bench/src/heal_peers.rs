@@ -263,7 +263,8 @@ enum Outcome {
 
 /// Start the cluster, run the scenario, stop the cluster.
 fn one_run(p: &mut dyn Peer, o: &Options, progress: &dyn Fn(&str)) -> Result<Outcome, String> {
-    if let Started::CannotInstall(why) = p.start()? {
+    let started = p.start().inspect_err(|_| p.stop())?; // a member that did start is stopped
+    if let Started::CannotInstall(why) = started {
         return Ok(Outcome::CannotInstall(why));
     }
     let r = scenario(p, o, progress);

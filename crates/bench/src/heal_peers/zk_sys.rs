@@ -18,8 +18,9 @@ use super::writers::{Connect, Writer};
 use super::{log_len, log_since, run_script, spawn_script, wait_script, Notes, Peer, Started};
 
 const SCRIPT: &str = "scripts/zookeeper.sh";
-/// Client port of member 1 (member i: +10·(i−1)); clear of 2181 and of `scripts/peers.sh`.
-pub(crate) const BASE_PORT: u16 = 52281;
+/// Client port of member 1 (member i: +10·(i−1)); clear of 2181, of `scripts/peers.sh`
+/// and of the ephemeral ports (32768 and up here) that client sockets draw from.
+pub(crate) const BASE_PORT: u16 = 24281;
 const PARENT: &str = "/hp";
 
 pub(crate) struct ZkEnsemble {
