@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tandem_net::{Command, NodeId, Nvm};
 
+use crate::fast_hash::FastMap;
 use crate::heal::{CatchUpResp, Validity};
 use crate::node::{DdpNode, Out, Wait};
 use crate::types::{Key, Msg, Record, Ts, Version};
@@ -71,9 +72,11 @@ impl DdpNode {
     /// Rebuild from NVM for HEAL: GDP-flagged versions are committed and
     /// valid; the others wait for the Buddy's verdict (spec §2.6, O-7).
     pub(crate) fn heal_load(&mut self, nvm: &Nvm<Record>) {
-        let flags: BTreeMap<Key, Ts> = nvm.values().filter_map(|r| if let Record::Gdp { key, ts } = r { Some((*key, *ts)) } else { None }).collect();
+        let flags: FastMap<Key, Ts> = nvm.values().filter_map(|r| if let Record::Gdp { key, ts } = r { Some((*key, *ts)) } else { None }).collect();
         let mut partial = BTreeMap::new();
-        for v in newest_durable(nvm) {
+        let newest = newest_durable(nvm);
+        self.keys.reserve(newest.len());
+        for v in newest {
             if flags.get(&v.key).is_some_and(|&f| f >= v.ts) {
                 let s = self.key(v.key);
                 (s.ts, s.value, s.val_c, s.val_p, s.nvm) = (v.ts, Some(v.value), v.ts, v.ts, v.ts);
@@ -361,7 +364,7 @@ impl DdpNode {
 /// persisted scope (Scope persistency writes whole scopes). A flag covers
 /// only versions this node persisted, so the newest is the one it names.
 fn newest_durable(nvm: &Nvm<Record>) -> Vec<Version> {
-    let mut newest: BTreeMap<Key, Version> = BTreeMap::new();
+    let mut newest: FastMap<Key, Version> = FastMap::default();
     let versions = nvm.values().flat_map(|r| match r {
         Record::Key(v) | Record::Rollback { to: Some(v), .. } => std::slice::from_ref(v),
         Record::Scope { versions, .. } => versions.as_slice(),
@@ -373,5 +376,7 @@ fn newest_durable(nvm: &Nvm<Record>) -> Vec<Version> {
             *e = *v;
         }
     }
-    newest.into_values().collect()
+    let mut newest: Vec<Version> = newest.into_values().collect();
+    newest.sort_unstable_by_key(|v| v.key);
+    newest
 }

@@ -125,7 +125,9 @@ const PEER_BACKLOG: usize = 64 << 20;
 
 impl<P: Wire> Host<P> {
     fn open<F: NodeFactory<P>>(cfg: HostConfig, listener: TcpListener, factory: &F, poll: Poll, waker: Arc<Waker>, stop: Arc<AtomicBool>) -> io::Result<Self> {
+        let opened = Instant::now();
         let (mut nvm, image) = NvmFile::<P::Record>::open(&cfg.nvm, cfg.nvm_bytes)?;
+        let load_ms = opened.elapsed().as_secs_f64() * 1e3;
         let syncer = if cfg.fsync {
             nvm.sync_appended()?;
             Some((Syncer::spawn(nvm.file_handle()?, waker, format!("node {}", cfg.id)), nvm.compactions()))
@@ -134,7 +136,9 @@ impl<P: Wire> Host<P> {
         };
         let config = Config::new(0, cfg.peers.iter().map(|p| p.0).collect());
         let proto = if image.is_empty() { factory.start(cfg.id, &config) } else { factory.recover(cfg.id, &config, &image) };
-        eprintln!("node {}: {} from {} ({} slots)", cfg.id, if image.is_empty() { "started" } else { "recovered" }, cfg.nvm.display(), image.len());
+        let how = if image.is_empty() { "started" } else { "recovered" };
+        let ready_ms = opened.elapsed().as_secs_f64() * 1e3;
+        eprintln!("node {}: {how} from {} ({} slots; file read in {load_ms:.1} ms, state rebuilt by {ready_ms:.1} ms)", cfg.id, cfg.nvm.display(), image.len());
         listener.set_nonblocking(true)?;
         let listener = mio::net::TcpListener::from_std(listener);
         let peers = cfg.peers.iter().filter(|p| p.0 != cfg.id).map(|&(n, a)| (n, Link::new(a, Hello::Peer { node: cfg.id, secret: cfg.secret }))).collect();

@@ -91,6 +91,8 @@ impl Link {
 /// Decoded frames of one read.
 enum Item<P: Wire> {
     Hello,
+    /// Peer `n` dialled us: it is up.
+    PeerHello(NodeId),
     Peer(NodeId, P::Msg),
     Client(ClientReq<P::Op>),
     StatsAsked,
@@ -199,6 +201,7 @@ impl<P: Wire> Host<P> {
         for it in items {
             match it {
                 Item::Hello => {}
+                Item::PeerHello(n) => self.peer_is_up(n),
                 Item::Peer(from, msg) => self.on_peer(from, msg),
                 Item::Client(r) => self.on_client(id, r.session, r.req, r.op),
                 Item::StatsAsked => {
@@ -216,6 +219,16 @@ impl<P: Wire> Host<P> {
         if closed {
             self.close(id, role);
         }
+    }
+
+    /// Peer `n` dialled us, so it is (back) up: dial it now rather than at
+    /// the link's next retry, or a restarted node's first answers (HEAL's
+    /// Recov_start_ACKs) are dropped for up to `RECONNECT_NS`.
+    fn peer_is_up(&mut self, n: NodeId) {
+        if let Some(l) = self.peers.get_mut(&n).filter(|l| !l.is_up()) {
+            l.retry_at = 0;
+        }
+        self.peer_link(n);
     }
 
     fn close(&mut self, id: usize, role: Role) {
@@ -261,7 +274,7 @@ fn item<P: Wire>(role: &mut Role, secret: u64, b: &[u8]) -> Item<P> {
             Ok(h) if h.secret() != secret => Item::Bad("wrong cluster secret".into()),
             Ok(Hello::Peer { node, .. }) => {
                 *role = Role::Peer(node);
-                Item::Hello
+                Item::PeerHello(node)
             }
             Ok(Hello::Client { .. }) => {
                 *role = Role::Client;

@@ -211,6 +211,24 @@ fn corrupt_middle_frame_hides_everything_after_it_for_good() {
 }
 
 #[test]
+fn stale_bytes_past_a_hole_are_zeroed_at_reopen() {
+    // Open reads only the file's data extents after the tail; bytes beyond
+    // a hole (never written, sparse) must still be found and zeroed.
+    let dir = TempDir::new("past-hole");
+    let cap: usize = 4 << 20;
+    let records: Vec<Rec> = (0..10).map(|i| kv(i, 1, 30)).collect();
+    let starts = write_all(&dir.file(), cap as u64, &records);
+    let frame = fs::read(dir.file()).unwrap()[starts[3]..starts[4]].to_vec();
+    for at in [2 << 20, cap - frame.len()] {
+        poke(&dir.file(), at, &frame);
+    }
+    assert_eq!(reopen(&dir.file(), cap as u64), expected(&records));
+    let bytes = fs::read(dir.file()).unwrap();
+    let tail = starts[9] + (starts[9] - starts[8]);
+    assert!(bytes[tail..].iter().all(|&b| b == 0), "a stale frame past the tail survived the reopen");
+}
+
+#[test]
 fn compaction_keeps_a_small_file_going() {
     let dir = TempDir::new("compact");
     let records: Vec<Rec> = (0..20_000u64).map(|i| kv((i % 8) as u32, i, 16)).collect();
