@@ -109,10 +109,10 @@ pub type Nvm<R> = BTreeMap<<R as Durable>::Slot, R>;
 
 /// Write `record` into `nvm` the way a landing persist does.
 pub fn land<R: Durable>(nvm: &mut Nvm<R>, record: R) {
-    match nvm.get_mut(&record.slot()) {
-        Some(old) => R::land(old, record),
-        None => {
-            nvm.insert(record.slot(), record);
+    match nvm.entry(record.slot()) {
+        std::collections::btree_map::Entry::Occupied(mut old) => R::land(old.get_mut(), record),
+        std::collections::btree_map::Entry::Vacant(slot) => {
+            slot.insert(record);
         }
     }
 }
