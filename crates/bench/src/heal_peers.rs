@@ -52,7 +52,7 @@ pub struct Options {
     /// Data and logs of the clusters.
     pub work: PathBuf,
     pub quick: bool,
-    /// Which systems to run (`heal`, `zookeeper`, `etcd`), and HEAL's model.
+    /// Which systems to run (`heal`, `heal-fsync`, `zookeeper`, `etcd`), and HEAL's model.
     pub systems: Vec<String>,
     pub model: String,
 }
@@ -61,7 +61,7 @@ impl Options {
     /// The defaults (`quick`: a short downtime at a low rate, one run).
     pub fn new(quick: bool, exe: &Path, root: &Path) -> Options {
         let (downtime_s, rate, runs, warmup_s) = if quick { (2.0, 100.0, 1, 1.0) } else { (10.0, 500.0, 5, 2.0) };
-        let systems = ["heal", "zookeeper", "etcd"].map(String::from).to_vec();
+        let systems = ["heal", "heal-fsync", "zookeeper", "etcd"].map(String::from).to_vec();
         Options { downtime_s, rate, keys: 10_000, runs, warmup_s, exe: exe.into(), root: root.into(), work: root.join("target").join(NAME), quick, systems, model: "lin-synch".into() }
     }
 
@@ -401,7 +401,8 @@ impl SystemResult {
 pub fn run(o: &Options, progress: &dyn Fn(&str)) -> Result<ExperimentOutput, String> {
     o.validate()?;
     let mut peers: Vec<Box<dyn Peer>> = vec![
-        Box::new(heal_sys::HealSystem::new(&o.exe, &o.work.join("heal"), &o.model)),
+        Box::new(heal_sys::HealSystem::new(&o.exe, &o.work.join("heal"), &o.model, false)),
+        Box::new(heal_sys::HealSystem::new(&o.exe, &o.work.join("heal-fsync"), &o.model, true)),
         Box::new(zk_sys::ZkEnsemble::new(&o.root, &o.work.join("zookeeper"))),
         Box::new(etcd_sys::EtcdCluster::new(&o.root, &o.work.join("etcd"))),
     ];
@@ -427,21 +428,42 @@ pub fn run(o: &Options, progress: &dyn Fn(&str)) -> Result<ExperimentOutput, Str
     Ok(ExperimentOutput { name: NAME.into(), command: o.command(), json, figure_svg: figure(&results), markdown: markdown(o, &results, &ratios) })
 }
 
-/// Per peer system: its median times over HEAL's (how many times HEAL is faster).
+/// Per peer system and HEAL variant: the peer's median times over HEAL's
+/// (how many times HEAL is faster).
 #[derive(Debug, Serialize)]
 pub struct Ratio {
     pub system: String,
+    /// `heal` or `heal-fsync`.
+    pub heal: String,
     pub caught_up: f64,
     pub net: f64,
 }
 
+fn is_heal(system: &str) -> bool {
+    system.starts_with("heal")
+}
+
 fn ratios(results: &[SystemResult]) -> Vec<Ratio> {
-    let Some(heal) = results.iter().find(|r| r.system == "heal").and_then(|r| r.median) else { return Vec::new() };
-    results
-        .iter()
-        .filter(|r| r.system != "heal")
-        .filter_map(|r| r.median.map(|m| Ratio { system: r.system.clone(), caught_up: m.caught_up_ms / heal.caught_up_ms, net: m.net_ms / heal.net_ms.max(0.001) }))
-        .collect()
+    let mut out = Vec::new();
+    for h in results.iter().filter(|r| is_heal(&r.system)) {
+        let Some(hm) = h.median else { continue };
+        for r in results.iter().filter(|r| !is_heal(&r.system)) {
+            if let Some(m) = r.median {
+                out.push(Ratio { system: r.system.clone(), heal: h.system.clone(), caught_up: m.caught_up_ms / hm.caught_up_ms, net: m.net_ms / hm.net_ms.max(0.001) });
+            }
+        }
+    }
+    out
+}
+
+/// How a HEAL variant is named in tables and figures.
+fn heal_label(system: &str) -> &str {
+    match system {
+        "heal" => "HEAL",
+        "heal-fsync" => "HEAL+fsync",
+        "zookeeper" => "ZooKeeper",
+        other => other,
+    }
 }
 
 fn table(results: &[SystemResult], ratios: &[Ratio]) -> String {
@@ -457,7 +479,7 @@ fn table(results: &[SystemResult], ratios: &[Ratio]) -> String {
         }
     }
     for x in ratios {
-        t += &format!("{} / HEAL: {:.1}x caught up, {:.1}x net of start-up\n", x.system, x.caught_up, x.net);
+        t += &format!("{} / {}: {:.1}x caught up, {:.1}x net of start-up\n", x.system, heal_label(&x.heal), x.caught_up, x.net);
     }
     t
 }
@@ -466,11 +488,7 @@ fn figure(results: &[SystemResult]) -> String {
     let mut bars = Vec::new();
     for r in results {
         if let Some(m) = r.median {
-            let name = match r.system.as_str() {
-                "heal" => "HEAL",
-                "zookeeper" => "ZooKeeper",
-                other => other,
-            };
+            let name = heal_label(&r.system);
             bars.push((format!("{name} (b)"), m.caught_up_ms));
             bars.push((format!("{name} (b − a)"), m.net_ms));
         }
@@ -490,7 +508,7 @@ fn markdown(o: &Options, results: &[SystemResult], ratios: &[Ratio]) -> String {
     md += &medians_table(results);
     md += &verdict(ratios);
     md += &zk_failures(results);
-    md += "\nTwo shared cores make single runs noisy: compare the rows, not only the medians. And the systems are not set up alike, so read the ratios with this in mind: ZooKeeper (3.8, Debian's, ZooKeeper's sample settings, JVM defaults with a 512 MB heap) and etcd (3.4, Debian's, its defaults) are 3 members and fsync their logs to this machine's disk, as they do by default; HEAL is 5 replicas (the paper's degree) plus a configuration manager, and persists to an NVM file that is a memory-mapped file here (it survives a `kill -9`, not a power cut). HEAL's (b) includes the node reaching the configuration manager and being added back. ZooKeeper's behind is in zxids, etcd's in Raft entries, HEAL's in acknowledged writes; HEAL's Buddy ships the latest version of each key written meanwhile (`missed_updates` in the JSON), ZooKeeper and etcd every entry (or, for ZooKeeper, a whole snapshot when it judges the log too long: SNAP).\n";
+    md += "\nTwo shared cores make single runs noisy: compare the rows, not only the medians. And the systems are not set up alike, so read the ratios with this in mind: ZooKeeper (3.8, Debian's, ZooKeeper's sample settings, JVM defaults with a 512 MB heap) and etcd (3.4, Debian's, its defaults) are 3 members and fsync their logs to this machine's disk, as they do by default; HEAL is 5 replicas (the paper's degree) plus a configuration manager, and persists to an NVM file that is a memory-mapped file here: plain HEAL's persists survive a `kill -9`, not a power cut (the paper's NVM would survive both); HEAL+fsync (`tandem node --fsync`) flushes them to this machine's disk before they count (group commit), as ZooKeeper and etcd do. HEAL's (b) includes the node reaching the configuration manager and being added back. ZooKeeper's behind is in zxids, etcd's in Raft entries, HEAL's in acknowledged writes; HEAL's Buddy ships the latest version of each key written meanwhile (`missed_updates` in the JSON), ZooKeeper and etcd every entry (or, for ZooKeeper, a whole snapshot when it judges the log too long: SNAP).\n";
     md
 }
 
@@ -552,8 +570,8 @@ fn verdict(ratios: &[Ratio]) -> String {
     for x in ratios {
         let met = |v: f64| if v >= 10.0 { "met" } else { "missed" };
         md += &format!(
-            "- {} / HEAL: **{:.1}x** on (b) caught up, **{:.1}x** on (b) − (a); the issue's goal of at least 10x: {} on (b), {} on (b) − (a).\n",
-            x.system, x.caught_up, x.net, met(x.caught_up), met(x.net)
+            "- {} / {}: **{:.1}x** on (b) caught up, **{:.1}x** on (b) − (a); the issue's goal of at least 10x: {} on (b), {} on (b) − (a).\n",
+            x.system, heal_label(&x.heal), x.caught_up, x.net, met(x.caught_up), met(x.net)
         );
     }
     md

@@ -24,6 +24,8 @@ pub struct HealCluster {
     pub dir: PathBuf,
     nodes: Vec<Option<Child>>,
     manager_proc: Child,
+    /// Nodes run with `--fsync`: a persist is on the device before it counts.
+    fsync: bool,
 }
 
 impl Drop for HealCluster {
@@ -38,6 +40,12 @@ impl Drop for HealCluster {
 impl HealCluster {
     /// Start the manager and five nodes of `model` (NVM files under `dir`, emptied first).
     pub fn start(exe: &Path, model: &str, dir: &Path) -> Result<HealCluster, String> {
+        Self::start_with(exe, model, dir, false)
+    }
+
+    /// [`HealCluster::start`], with every node's persists flushed to the
+    /// device (`tandem node --fsync`) if `fsync`.
+    pub fn start_with(exe: &Path, model: &str, dir: &Path, fsync: bool) -> Result<HealCluster, String> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let secret = (std::process::id() as u64) << 20 | 0xC0FFEE;
@@ -50,7 +58,7 @@ impl HealCluster {
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
         let addrs = (0..NODES).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
-        let mut c = HealCluster { model: model.into(), addrs, exe: exe.into(), manager, secret, dir: dir.into(), nodes: (0..NODES).map(|_| None).collect(), manager_proc };
+        let mut c = HealCluster { model: model.into(), addrs, exe: exe.into(), manager, secret, dir: dir.into(), nodes: (0..NODES).map(|_| None).collect(), manager_proc, fsync };
         for i in 0..NODES {
             c.start_node(i)?;
         }
@@ -66,6 +74,7 @@ impl HealCluster {
             .arg("--nvm")
             .arg(self.dir.join(format!("node{i}.nvm")))
             .args(["--secret", &format!("{:x}", self.secret)])
+            .args(self.fsync.then_some("--fsync"))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

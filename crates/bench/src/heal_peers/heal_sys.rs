@@ -4,6 +4,8 @@
 //! NVM file loaded): `node_stats` gets a reply. It has caught up when it
 //! goes online, which it logs (`HEAL: recovered in …`): by then it holds
 //! every write acknowledged before, from its NVM and its Buddy.
+//! `heal-fsync` is the same with `tandem node --fsync`: every persist is
+//! flushed to the device before it counts, as ZooKeeper and etcd fsync.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,11 +29,12 @@ pub(crate) struct HealSystem {
     model: String,
     c: Option<HealCluster>,
     log_from: usize,
+    fsync: bool,
 }
 
 impl HealSystem {
-    pub(crate) fn new(exe: &Path, dir: &Path, model: &str) -> Self {
-        HealSystem { exe: exe.into(), dir: dir.into(), model: model.into(), c: None, log_from: 0 }
+    pub(crate) fn new(exe: &Path, dir: &Path, model: &str, fsync: bool) -> Self {
+        HealSystem { exe: exe.into(), dir: dir.into(), model: model.into(), c: None, log_from: 0, fsync }
     }
 
     fn cluster(&self) -> &HealCluster {
@@ -47,12 +50,16 @@ impl HealSystem {
 
 impl Peer for HealSystem {
     fn name(&self) -> &'static str {
-        "heal"
+        if self.fsync {
+            "heal-fsync"
+        } else {
+            "heal"
+        }
     }
 
     fn start(&mut self) -> Result<Started, String> {
         self.c = None;
-        self.c = Some(HealCluster::start(&self.exe, &self.model, &self.dir)?);
+        self.c = Some(HealCluster::start_with(&self.exe, &self.model, &self.dir, self.fsync)?);
         Ok(Started::Up)
     }
 
