@@ -21,12 +21,14 @@
 #                   (it rejoins the cluster; poll its endpoint for its state)
 #
 #   PEERS_DIR         data directory (default target/peers)
-#   PEERS_PG_PORT     PostgreSQL port (default 55432; user postgres, database postgres, trust auth on loopback)
-#   PEERS_REDIS_PORT  Redis port (default 56379)
+#   (Every default port is below 32768, Linux's ephemeral range: a client
+#   socket once took an etcd peer port at 52480 between two runs.)
+#   PEERS_PG_PORT     PostgreSQL port (default 25432; user postgres, database postgres, trust auth on loopback)
+#   PEERS_REDIS_PORT  Redis port (default 26379)
 #   PEERS_REDIS_AOF   on: append-only file with appendfsync everysec (default off)
-#   PEERS_ETCD_PORT   client port of member 1 (default 52379); member i listens on +10*(i-1), peers on +1
-#   PEERS_REDIS_REPL_PORT   primary's port of redis-repl (default 56380); replicas on +1 and +2
-#   PEERS_ETCD_NOFSYNC_PORT client port of etcd-nofsync's member 1 (default 52479), laid out as etcd's
+#   PEERS_ETCD_PORT   client port of member 1 (default 22379); member i listens on +10*(i-1), peers on +1
+#   PEERS_REDIS_REPL_PORT   primary's port of redis-repl (default 26380); replicas on +1 and +2
+#   PEERS_ETCD_NOFSYNC_PORT client port of etcd-nofsync's member 1 (default 22479), laid out as etcd's
 #   PEERS_TMPFS       tmpfs for etcd-nofsync's data when the flag is missing (default /dev/shm)
 #
 # Exit status 3 means a server is not installed and cannot be (no apt-get, or
@@ -35,11 +37,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DIR="${PEERS_DIR:-$PWD/target/peers}"
-PG_PORT="${PEERS_PG_PORT:-55432}"
-REDIS_PORT="${PEERS_REDIS_PORT:-56379}"
-ETCD_FSYNC_PORT="${PEERS_ETCD_PORT:-52379}"
-ETCD_NOFSYNC_PORT="${PEERS_ETCD_NOFSYNC_PORT:-52479}"
-REPL_PORT="${PEERS_REDIS_REPL_PORT:-56380}"
+PG_PORT="${PEERS_PG_PORT:-25432}"
+REDIS_PORT="${PEERS_REDIS_PORT:-26379}"
+ETCD_FSYNC_PORT="${PEERS_ETCD_PORT:-22379}"
+ETCD_NOFSYNC_PORT="${PEERS_ETCD_NOFSYNC_PORT:-22479}"
+REPL_PORT="${PEERS_REDIS_REPL_PORT:-26380}"
 TMPFS="${PEERS_TMPFS:-/dev/shm}"
 # The etcd cluster the etcd_* functions act on (set by use_etcd).
 ETCD_PORT="$ETCD_FSYNC_PORT" ETCD_NAME=etcd ETCD_STATE="$DIR/etcd" ETCD_DATA="$DIR/etcd" ETCD_EXTRA=()
@@ -255,13 +257,21 @@ etcd_start() {
     if [ "$ETCD_NAME" = etcd-nofsync ]; then etcd_nofsync_mode; fi
     mkdir -p "$ETCD_DATA"
     cluster="$(etcd_cluster)"
+    # Data laid out for other ports (an older default) names peers that are
+    # not there: its members would wait for them forever. Start it afresh.
+    if [ -d "$ETCD_DATA/m1/member" ] && [ "$(cat "$ETCD_STATE/cluster" 2>/dev/null)" != "$cluster" ]; then
+        say "$ETCD_NAME: the data in $ETCD_DATA is for another cluster ($(cat "$ETCD_STATE/cluster" 2>/dev/null || echo 'ports unknown')); starting a fresh one"
+        rm -rf "$ETCD_DATA/m1" "$ETCD_DATA/m2" "$ETCD_DATA/m3"
+    fi
+    echo "$cluster" >"$ETCD_STATE/cluster"
     [ -d "$ETCD_DATA/m1/member" ] && state=existing
     for i in 1 2 3; do
         etcd_member_pid "$i" >/dev/null && continue
         : >"$ETCD_STATE/m$i.log"
         etcd_launch "$i" "$cluster" "$state"
     done
-    for _ in $(seq 1 300); do
+    local deadline=$((SECONDS + 30))
+    while [ "$SECONDS" -lt "$deadline" ]; do
         if etcd_ready; then
             say "$ETCD_NAME (3 members) answers on $(etcd_endpoints) (data in $ETCD_DATA)"
             return 0

@@ -11,7 +11,7 @@
 #     status   exit 0 if the server on $PG_PORT accepts connections
 #     url      print the connection URL
 #
-#   PG_PORT  port (default 54329, away from a system server's 5432)
+#   PG_PORT  port (default 25329, away from a system server's 5432)
 #   PG_DIR   data directory (default target/postgres/$PG_PORT)
 #
 # The cluster trusts loopback connections (user postgres, no password): it is
@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PORT="${PG_PORT:-54329}"
+PORT="${PG_PORT:-25329}"
 DIR="${PG_DIR:-$PWD/target/postgres/$PORT}"
 URL="postgres://postgres@127.0.0.1:$PORT/postgres"
 
@@ -125,5 +125,5 @@ case "${1:-}" in
     stop) stop ;;
     status) status ;;
     url) echo "$URL" ;;
-    *) die "usage: $0 install|start|stop|status|url (port: \$PG_PORT, default 54329)" 2 ;;
+    *) die "usage: $0 install|start|stop|status|url (port: \$PG_PORT, default 25329)" 2 ;;
 esac

@@ -19,7 +19,7 @@
 #     kill-member N    kill -9 member N (1-3)
 #     start-member N   start member N again from its data and return at once (poll `srvr` for its state)
 #
-#   ZK_ENSEMBLE_PORT  client port of member 1 (default 52281); member i listens for clients on
+#   ZK_ENSEMBLE_PORT  client port of member 1 (default 24281); member i listens for clients on
 #                     +10*(i-1), for its quorum on +1 and for leader election on +2
 #   ZK_ENSEMBLE_DIR   data and logs (default target/zookeeper/ensemble-$ZK_ENSEMBLE_PORT); member i in m$i
 #   The four-letter words srvr, mntr, stat and ruok are enabled (`srvr` prints `Zxid:` and `Mode:`);
@@ -154,7 +154,7 @@ status() {
 }
 
 # ------------------------------------------------------------- the ensemble
-EPORT="${ZK_ENSEMBLE_PORT:-52281}"
+EPORT="${ZK_ENSEMBLE_PORT:-24281}"
 EDIR="${ZK_ENSEMBLE_DIR:-$PWD/target/zookeeper/ensemble-$EPORT}"
 member_port() { echo $((EPORT + 10 * ($1 - 1) + ${2:-0})); } # $2: 0 client, 1 quorum, 2 election
 

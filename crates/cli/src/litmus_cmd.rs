@@ -76,7 +76,7 @@ pub struct LitmusArgs {
     #[arg(long)]
     json: Option<String>,
     /// PostgreSQL connection URL (`bash scripts/postgres.sh start` serves the default).
-    #[arg(long, default_value = "postgres://postgres@127.0.0.1:54329/postgres")]
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:25329/postgres")]
     postgres: String,
     #[arg(long, default_value_t = 2)]
     compute_nodes: u16,

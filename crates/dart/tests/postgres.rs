@@ -11,7 +11,7 @@ use std::sync::Once;
 use tandem_dart::campaign::{self, CampaignConfig, CampaignReport, StoreKind};
 use tandem_dart::pg_store::Isolation;
 
-const URL: &str = "postgres://postgres@127.0.0.1:54329/postgres";
+const URL: &str = "postgres://postgres@127.0.0.1:25329/postgres";
 
 fn server() {
     static START: Once = Once::new();

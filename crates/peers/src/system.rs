@@ -54,14 +54,14 @@ impl Endpoints {
                 Err(_) => Ok(default),
             }
         };
-        let etcd = port("PEERS_ETCD_PORT", 52379)?;
-        let nofsync = port("PEERS_ETCD_NOFSYNC_PORT", 52479)?;
+        let etcd = port("PEERS_ETCD_PORT", 22379)?;
+        let nofsync = port("PEERS_ETCD_NOFSYNC_PORT", 22479)?;
         Ok(Endpoints {
-            postgres_port: port("PEERS_PG_PORT", 55432)?,
-            redis_port: port("PEERS_REDIS_PORT", 56379)?,
+            postgres_port: port("PEERS_PG_PORT", 25432)?,
+            redis_port: port("PEERS_REDIS_PORT", 26379)?,
             etcd_ports: [etcd, etcd + 10, etcd + 20],
             etcd_nofsync_ports: [nofsync, nofsync + 10, nofsync + 20],
-            redis_repl_port: port("PEERS_REDIS_REPL_PORT", 56380)?,
+            redis_repl_port: port("PEERS_REDIS_REPL_PORT", 26380)?,
         })
     }
 }

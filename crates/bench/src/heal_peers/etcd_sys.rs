@@ -18,7 +18,7 @@ use super::{log_len, log_since, run_script, spawn_script, wait_script, Notes, Pe
 
 const SCRIPT: &str = "scripts/peers.sh";
 /// Client port of member 1 (member i: +10·(i−1), its peer port +1); clear of
-/// the clusters `tandem compare` uses (52379, 52479) and below the ephemeral
+/// the clusters `tandem compare` uses (22379, 22479) and below the ephemeral
 /// ports (32768 and up here): a client socket once took a member's peer port.
 pub(crate) const BASE_PORT: u16 = 24579;
 
