@@ -61,12 +61,12 @@ fn secret(flag: Option<&str>) -> Result<u64, String> {
 }
 
 /// Turn transparent huge pages off for this server process. mimalloc
-/// advises its arenas for huge pages, and with the kernel's default
-/// `defrag=madvise` the first touch of each 2 MiB region stalls on
+/// advises its arenas for huge pages, and with `defrag=madvise` (the
+/// kernel default, and this machine's) the first touch of each 2 MiB region stalls on
 /// zeroing (and compacting) a whole huge page. A restarted node allocates
 /// as it loads its NVM file and applies its Buddy's answer: measured with
 /// `tandem heal recover --net tcp --records 10000 --downtime-s 4`, the
-/// HEAL apply phase took 7–36 ms with huge pages and 1.5 ms without
+/// HEAL apply phase took 7–37 ms with huge pages and 1.5 ms without
 /// (perf: `clear_page_erms` under `do_huge_pmd_anonymous_page`).
 fn no_huge_pages() {
     // SAFETY: prctl with integer arguments only; it sets a flag on this
