@@ -53,7 +53,12 @@ fn three_followers_fall_behind_and_catch_up() {
         }
         let r = &s["runs"][0];
         let ms = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{name}: no {k} in {r}"));
-        assert!(ms("answer_ms") > 0.0 && ms("caught_up_ms") > 0.0 && ms("net_ms") > 0.0, "{name}: {r}");
+        assert!(ms("answer_ms") > 0.0 && ms("caught_up_ms") > 0.0, "{name}: {r}");
+        // HEAL's shadow phase always separates answering from catching up.
+        // A peer follower this little behind can catch up between two polls
+        // of the watch: it is then seen answering and caught up at once.
+        let least_net = if name.starts_with("heal") { f64::MIN_POSITIVE } else { 0.0 };
+        assert!(ms("net_ms") >= least_net, "{name}: {r}");
         assert!(ms("caught_up_ms") >= ms("answer_ms"), "{name}: caught up before it answered: {r}");
         assert!(r["downtime_rate"].as_f64().unwrap() > 50.0, "{name}: the writes did not keep their rate: {r}");
         assert_lagged(name, r);
