@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use tandem_ddp::simcheck::{self, CheckConfig, Crash};
-use tandem_ddp::{Bugs, Model};
+use tandem_ddp::{Bugs, HealOpts, Model};
 
 use crate::args::write_json;
 
@@ -44,7 +44,8 @@ pub struct CheckArgs {
     /// while the first is away), mix (none, one, all) or recovery (one, buddy, again, two).
     #[arg(long, default_value = "mix")]
     crash: String,
-    /// How a restarted node catches up: full-copy, or heal (HEAL: the Lin models).
+    /// How a restarted node catches up: full-copy, heal (HEAL: the Lin models), or heal-no-shadow
+    /// (HEAL's ablation without the shadow replica: it chases its Buddy in rounds, then hands over).
     #[arg(long, default_value = "full-copy")]
     recovery: String,
     /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
@@ -77,6 +78,8 @@ struct ModelReport {
     /// HEAL: recoveries that ran HEAL's steps, and that fell back to a full copy.
     heal_recoveries: u64,
     heal_fallbacks: u64,
+    /// The `CatchUp_req` rounds of those recoveries.
+    heal_rounds: u64,
     /// Crashes (buddy, again) that hit a node still recovering.
     mid_recovery_crashes: u64,
 }
@@ -99,15 +102,18 @@ fn crashes(name: &str) -> Result<Vec<Crash>, String> {
     }
 }
 
-/// `--recovery`: whether restarted nodes use HEAL (only where it is implemented).
-fn heal_recovery(name: &str, models: &[Model]) -> Result<bool, String> {
-    match name {
-        "full-copy" => Ok(false),
-        "heal" => match models.iter().find(|m| !tandem_ddp::HealOpts::supports(**m)) {
-            Some(m) => Err(format!("HEAL recovers the Lin models (lin-strict, lin-synch, lin-re, lin-eventual, lin-scope); not {m} (use --recovery full-copy)")),
-            None => Ok(true),
-        },
-        other => Err(format!("unknown --recovery '{other}': full-copy or heal")),
+/// `--recovery`: whether restarted nodes use HEAL (only where it is
+/// implemented), or its NoShadow ablation.
+fn heal_recovery(name: &str, models: &[Model]) -> Result<Option<HealOpts>, String> {
+    let opts = match name {
+        "full-copy" => return Ok(None),
+        "heal" => HealOpts::default(),
+        "heal-no-shadow" => HealOpts { no_shadow: true, ..HealOpts::default() },
+        other => return Err(format!("unknown --recovery '{other}': full-copy, heal or heal-no-shadow")),
+    };
+    match models.iter().find(|m| !HealOpts::supports(**m)) {
+        Some(m) => Err(format!("HEAL recovers the Lin models (lin-strict, lin-synch, lin-re, lin-eventual, lin-scope); not {m} (use --recovery full-copy)")),
+        None => Ok(Some(opts)),
     }
 }
 
@@ -132,15 +138,15 @@ fn check(a: CheckArgs) -> Result<(), String> {
         for &crash in &crashes {
             for seed in a.seed..a.seed.saturating_add(a.seeds) {
                 let mut cfg = CheckConfig { crash, bugs, net_faults: !a.no_net_faults, persist_ns: a.persist_ns, ..CheckConfig::new(m, seed) };
-                if heal {
-                    cfg = cfg.with_heal();
+                if let Some(opts) = heal {
+                    cfg = cfg.with_heal_opts(opts);
                 }
                 let r = simcheck::run(&cfg);
                 rep.runs += 1;
                 rep.completed += r.completed;
                 rep.lost_acked_writes += r.lost_acked_writes;
                 rep.vanished_reads += r.vanished_reads;
-                (rep.heal_recoveries, rep.heal_fallbacks) = (rep.heal_recoveries + r.heal_recoveries, rep.heal_fallbacks + r.heal_fallbacks);
+                (rep.heal_recoveries, rep.heal_fallbacks, rep.heal_rounds) = (rep.heal_recoveries + r.heal_recoveries, rep.heal_fallbacks + r.heal_fallbacks, rep.heal_rounds + r.heal_rounds);
                 rep.mid_recovery_crashes += r.mid_recovery_crashes;
                 if m.c == tandem_ddp::Consistency::Trans {
                     let t = rep.transactions.get_or_insert([0; 3]);
@@ -179,7 +185,7 @@ fn print_model(r: &ModelReport) {
         println!("    transactions: {done} committed, {aborted} squashed and restarted ({share:.0}% of attempts), {unanswered} committed without an answer (coordinator crashed)");
     }
     if r.heal_recoveries + r.heal_fallbacks > 0 {
-        println!("    HEAL: {} recoveries by the Buddy's catch-up, {} by the full-copy fallback; {} crashes hit a recovery in progress", r.heal_recoveries, r.heal_fallbacks, r.mid_recovery_crashes);
+        println!("    HEAL: {} recoveries by the Buddy's catch-up ({} CatchUp_req rounds), {} by the full-copy fallback; {} crashes hit a recovery in progress", r.heal_recoveries, r.heal_rounds, r.heal_fallbacks, r.mid_recovery_crashes);
     }
     for v in r.violations.iter().take(3) {
         println!("    {v}");

@@ -46,6 +46,10 @@ pub struct RecoverArgs {
     /// Every update during the downtime is a new buffer entry (the paper's "modeled 256 GB").
     #[arg(long)]
     distinct: bool,
+    /// HEAL's NoShadow ablation: the restarted node takes no writes until it has chased its Buddy's
+    /// buffer down in rounds; only the last round runs with it as a shadow replica.
+    #[arg(long)]
+    no_shadow: bool,
     /// sim (simulated time), or tcp: five `tandem node --recovery heal` processes and a manager on
     /// loopback, node 2 killed with -9 and restarted from its NVM file, wall-clock times (HEAL only).
     #[arg(long, default_value = "sim")]
@@ -66,6 +70,7 @@ fn recover(a: RecoverArgs) -> Result<(), String> {
     let model = Model::parse(&a.model)?;
     match a.net.as_str() {
         "sim" => {}
+        "tcp" if a.distinct || a.no_shadow || !a.leader_without.is_empty() => return Err("--distinct, --no-shadow and --leader-without are simulated ablations: use them with --net sim".into()),
         "tcp" => return crate::heal_tcp::recover(a.scheme.as_deref().unwrap_or("heal"), model, a.records, a.downtime_s.unwrap_or(5.0), a.rate, a.json.as_deref()),
         other => return Err(format!("--net {other}: sim or tcp")),
     }
@@ -76,7 +81,7 @@ fn recover(a: RecoverArgs) -> Result<(), String> {
     let mut reports = Vec::new();
     for scheme in Scheme::parse(a.scheme.as_deref().unwrap_or("both"))? {
         let mut cfg = RecoverConfig::new(model, scheme, a.records);
-        (cfg.downtime_ns, cfg.clients_per_node, cfg.distinct, cfg.seed) = ((downtime_s * 1e9) as u64, a.clients, a.distinct, a.seed);
+        (cfg.downtime_ns, cfg.clients_per_node, cfg.distinct, cfg.no_shadow, cfg.seed) = ((downtime_s * 1e9) as u64, a.clients, a.distinct, a.no_shadow, a.seed);
         for w in &a.leader_without {
             match w.as_str() {
                 "dedup" => cfg.leader.dedup = true,
@@ -106,7 +111,7 @@ fn print_report(r: &RecoverReport) {
     println!("  recovery {:.1} us", r.recovery_us);
     if r.scheme == "heal" && !r.fell_back_to_full_copy {
         println!("    Start_to_ACK {:.1} us, CatchUp_to_Resp {:.1} us, Apply_to_end {:.1} us", r.start_to_ack_us, r.catchup_to_resp_us, r.apply_to_end_us);
-        println!("    MissedUpdates: {} entries shipped (largest buffer {}), Partially_persisted: {}", r.missed_entries, r.missed_peak, r.partial_entries);
+        println!("    MissedUpdates: {} entries shipped in {} round(s) (largest buffer {}), Partially_persisted: {}", r.missed_entries, r.rounds, r.missed_peak, r.partial_entries);
     }
     if let Some(l) = &r.leader {
         println!("    leader's log scan: {} entries from zxid {} ({} distinct keys, {} redundant) in {:.1} us", l.scanned, l.from_zxid, l.distinct_keys, l.scanned - l.distinct_keys, l.scan_ns as f64 / 1e3);

@@ -45,6 +45,10 @@ pub struct HealOpts {
     /// missed back from its NVM log when asked, this long per entry, instead
     /// of answering from the buffer it prepared in DRAM. 0: HEAL's way.
     pub reactive_read_ns: u64,
+    /// The NoShadow ablation (spec §3.3, `heal_noshadow.rs`): the recovering
+    /// node takes no part in writes until it has chased its Buddy's buffer
+    /// down in rounds; only the last round runs with it as a ShadowReplica.
+    pub no_shadow: bool,
 }
 
 /// The timer a Reactive Buddy's NVM scan ends on (the tick's is 0).
@@ -61,7 +65,7 @@ impl HealOpts {
 
 impl Default for HealOpts {
     fn default() -> Self {
-        HealOpts { missed_cap: 1 << 20, distinct: false, reactive_read_ns: 0 }
+        HealOpts { missed_cap: 1 << 20, distinct: false, reactive_read_ns: 0, no_shadow: false }
     }
 }
 
@@ -87,16 +91,23 @@ pub struct CatchUpResp {
     pub pending: Vec<(Version, Validity)>,
     /// The buffer overflowed: recover by a full copy.
     pub overflowed: bool,
+    /// The round it answers, and how many updates the Buddy had recorded
+    /// when it answered (the next round's `after`).
+    pub round: u32,
+    pub seq: u64,
 }
 
 /// `MissedUpdates` (spec §2.3): the latest committed update per key, kept
 /// while some node is away (from the configuration that drops it to its
-/// `Recov_end`).
+/// `Recov_end`). Each entry carries the count of updates recorded when it
+/// was (HEAL-NoShadow's rounds ask for what came after their last answer).
 #[derive(Clone, Debug, Default)]
 pub struct MissedUpdates {
-    pub map: FastMap<Key, Version>,
+    pub map: FastMap<Key, (Version, u64)>,
     /// The distinct-keys mode's entries.
-    pub log: Vec<Version>,
+    pub log: Vec<(Version, u64)>,
+    /// Updates recorded so far (never reset).
+    pub seq: u64,
     /// Nodes dropped from the configuration whose `Recov_end` has not come.
     pub absent: BTreeSet<NodeId>,
     pub overflowed: bool,
@@ -117,10 +128,11 @@ impl MissedUpdates {
         if self.absent.is_empty() || self.overflowed {
             return;
         }
+        self.seq += 1;
         if opts.distinct {
-            self.log.push(v);
-        } else if self.map.get(&v.key).is_none_or(|o| o.ts < v.ts) {
-            self.map.insert(v.key, v);
+            self.log.push((v, self.seq));
+        } else if self.map.get(&v.key).is_none_or(|o| o.0.ts < v.ts) {
+            self.map.insert(v.key, (v, self.seq));
         }
         if self.len() > opts.missed_cap {
             self.clear();
@@ -134,8 +146,9 @@ impl MissedUpdates {
         self.log = Vec::new();
     }
 
-    fn snapshot(&self) -> Vec<Version> {
-        let mut v: Vec<Version> = self.map.values().copied().chain(self.log.iter().copied()).collect();
+    /// The entries recorded after the `after`-th update.
+    fn snapshot(&self, after: u64) -> Vec<Version> {
+        let mut v: Vec<Version> = self.map.values().chain(self.log.iter()).filter(|e| e.1 > after).map(|e| e.0).collect();
         v.sort_by_key(|v| (v.key, v.ts));
         v
     }
@@ -160,8 +173,9 @@ pub struct Heal {
     ungdp: std::collections::HashSet<Key>,
     /// ⟨Lin, Event⟩: versions coordinated here waiting for their lazy GDP (`heal_lazy.rs`).
     pub(crate) lazy: FastMap<Key, crate::heal_lazy::LazyWrite>,
-    /// Nodes recovering (`Recov_start` seen, `Recov_end` not yet).
-    recovering: BTreeSet<NodeId>,
+    /// HEAL-NoShadow: recovering nodes left out of writes, with the
+    /// configuration of their `Recov_start` (until their `ShadowStart`).
+    pub(crate) excluded: BTreeMap<NodeId, u64>,
     /// `Recov_start`s from configurations not installed here yet.
     early_starts: Vec<(NodeId, u64)>,
     /// The recovering node's state (while this node recovers).
@@ -174,7 +188,7 @@ pub struct Heal {
 
 impl Heal {
     pub fn new(opts: HealOpts, members: &[NodeId]) -> Heal {
-        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), dropped_at: BTreeMap::new(), members: members.iter().copied().collect(), recovering: BTreeSet::new(), ungdp: Default::default(), lazy: FastMap::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None, scans: Vec::new() }
+        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), dropped_at: BTreeMap::new(), members: members.iter().copied().collect(), excluded: BTreeMap::new(), ungdp: Default::default(), lazy: FastMap::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None, scans: Vec::new() }
     }
 }
 
@@ -276,19 +290,18 @@ impl DdpNode {
         self.ready && self.heal.as_ref().is_some_and(|h| h.rr.is_none())
     }
 
-    /// Mutant `heal-no-shadow`: `n` recovers and is left out of writes.
-    pub(crate) fn heal_shadow(&self, n: NodeId) -> bool {
-        self.bugs.heal_no_shadow && self.heal.as_ref().is_some_and(|h| h.recovering.contains(&n))
-    }
-
     pub(crate) fn on_recov_start(&mut self, rr: NodeId, epoch: u64, out: &mut Out) {
-        let (mine, online) = (self.config.epoch, self.heal_online());
+        let (mine, online, exclude) = (self.config.epoch, self.heal_online(), self.bugs.heal_no_shadow);
         let Some(h) = self.heal_mut() else { return };
-        h.recovering.insert(rr);
         if epoch > mine {
             // Answer from that configuration on (spec O-1).
             h.early_starts.push((rr, epoch));
             return;
+        }
+        if h.opts.no_shadow || exclude {
+            // NoShadow (or its mutant, which never hands over): writes go without it.
+            let e = h.excluded.entry(rr).or_insert(epoch);
+            *e = (*e).max(epoch);
         }
         let buddy = online && h.covers.contains(&rr) && !h.missed.overflowed;
         let inflight = self.inflight_of(rr);
@@ -305,11 +318,11 @@ impl DdpNode {
 
     /// The Buddy's three-way comparison (spec §2.6 step 2), plus what it
     /// holds unvalidated and its buffer.
-    pub(crate) fn on_catchup_req(&mut self, rr: NodeId, epoch: u64, partial: Vec<(Key, Ts)>, out: &mut Out) {
+    pub(crate) fn on_catchup_req(&mut self, rr: NodeId, epoch: u64, partial: Vec<(Key, Ts)>, (round, after): (u32, u64), out: &mut Out) {
         if self.heal.is_none() {
             return;
         }
-        let mut resp = CatchUpResp::default();
+        let mut resp = CatchUpResp { round, ..CatchUpResp::default() };
         for (key, t_in) in partial {
             match self.known(key) {
                 Some((v, at)) if v.ts == t_in => resp.marked.push((key, t_in, at)),
@@ -321,7 +334,7 @@ impl DdpNode {
             resp.pending = self.unvalidated();
         }
         let h = self.heal.as_mut().expect("checked");
-        (resp.missed, resp.overflowed) = (h.missed.snapshot(), h.missed.overflowed);
+        (resp.missed, resp.overflowed, resp.seq) = (h.missed.snapshot(after), h.missed.overflowed, h.missed.seq);
         let msg = Msg::CatchUpResp { epoch, resp: Box::new(resp) };
         match h.opts.reactive_read_ns {
             0 => out.push(Command::Send { to: rr, msg }),
@@ -350,7 +363,7 @@ impl DdpNode {
     }
 
     /// This node's version of `key` and how far it got here.
-    fn known(&self, key: Key) -> Option<(Version, Validity)> {
+    pub(crate) fn known(&self, key: Key) -> Option<(Version, Validity)> {
         let gdp = self.heal.as_ref().is_some_and(|h| !h.ungdp.contains(&key));
         self.keys.get(&key).and_then(|s| s.version(key).map(|v| (v, Validity { c: s.c_ok(), gdp })))
     }
@@ -370,7 +383,7 @@ impl DdpNode {
         }
         h.missed.absent.remove(&rr);
         h.covers.remove(&rr);
-        h.recovering.remove(&rr);
+        h.excluded.remove(&rr);
         if h.missed.absent.is_empty() {
             h.missed.clear();
             h.missed.overflowed = false;

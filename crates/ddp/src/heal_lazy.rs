@@ -28,6 +28,8 @@ pub(crate) struct LazyWrite {
     pub ts: Ts,
     pub acks: BTreeSet<NodeId>,
     pub local: bool,
+    /// Members its INV did not go to (HEAL-NoShadow).
+    pub skip: Vec<NodeId>,
 }
 
 impl DdpNode {
@@ -37,13 +39,13 @@ impl DdpNode {
     }
 
     /// CGVP of a write this node coordinates: track its lazy GDP.
-    pub(crate) fn lazy_track(&mut self, key: Key, ts: Ts) {
+    pub(crate) fn lazy_track(&mut self, key: Key, ts: Ts, skip: Vec<NodeId>) {
         if !self.heal_lazy() {
             return;
         }
         let local = self.keys.get(&key).is_some_and(|s| s.nvm >= ts);
         let h = self.heal.as_mut().expect("HEAL");
-        h.lazy.insert(key, LazyWrite { ts, acks: BTreeSet::new(), local });
+        h.lazy.insert(key, LazyWrite { ts, acks: BTreeSet::new(), local, skip });
     }
 
     /// A version landed here: count it (coordinator) or say so (ACK_p).
@@ -79,7 +81,7 @@ impl DdpNode {
             h.lazy.remove(&key);
             return;
         }
-        if w.local && others.iter().all(|o| w.acks.contains(o)) {
+        if w.local && others.iter().all(|o| w.acks.contains(o) || w.skip.contains(o)) {
             let ts = w.ts;
             h.lazy.remove(&key);
             out.push(Command::Broadcast { msg: Msg::Val { key, ts, c: false, p: true } });

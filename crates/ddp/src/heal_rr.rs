@@ -28,6 +28,8 @@ pub enum Phase {
     CatchingUp,
     /// Applying the answer to NVM (the critical path).
     Applying,
+    /// HEAL-NoShadow: `ShadowStart` sent, waiting for every member's ACK.
+    Handoff,
     /// Recovering by a full copy instead.
     FullCopy,
     /// Online; `Recov_end` sent, waiting for its ACKs.
@@ -48,6 +50,10 @@ pub struct Timeline {
     pub marked: usize,
     pub missed: usize,
     pub pending: usize,
+    /// `CatchUp_req` rounds (1 but under HEAL-NoShadow) and when the
+    /// NoShadow handoff (`ShadowStart`) began.
+    pub rounds: u32,
+    pub handoff_ns: u64,
     /// Restarts of the steps (configuration changes during recovery).
     pub attempts: u32,
     pub full_copy: bool,
@@ -56,16 +62,30 @@ pub struct Timeline {
 #[derive(Clone, Debug)]
 pub struct Rr {
     pub phase: Phase,
-    epoch: u64,
+    pub(crate) epoch: u64,
     partial: BTreeMap<Key, Version>,
     acks: BTreeMap<NodeId, bool>,
-    buddy: Option<NodeId>,
+    pub(crate) buddy: Option<NodeId>,
     applying: usize,
     end_acks: BTreeSet<NodeId>,
-    sent_at: u64,
+    pub(crate) sent_at: u64,
     /// Wait before resending (doubles: the Buddy's answer may be large).
-    wait: u64,
+    pub(crate) wait: u64,
     pub timeline: Timeline,
+    pub(crate) chase: crate::heal_noshadow::Chase,
+}
+
+impl Rr {
+    fn new(partial: BTreeMap<Key, Version>) -> Rr {
+        let timeline = Timeline { partial: partial.len(), ..Timeline::default() };
+        Rr { phase: Phase::Restored, epoch: 0, partial, acks: BTreeMap::new(), buddy: None, applying: 0, end_acks: BTreeSet::new(), sent_at: 0, wait: 0, timeline, chase: Default::default() }
+    }
+
+    /// The `CatchUp_req` of the current round.
+    pub(crate) fn catchup_req(&self) -> Msg {
+        let partial = self.partial.values().map(|v| (v.key, v.ts)).collect();
+        Msg::CatchUpReq { epoch: self.epoch, partial, round: self.chase.round, after: self.chase.after }
+    }
 }
 
 impl DdpNode {
@@ -85,20 +105,18 @@ impl DdpNode {
             }
         }
         self.ready = false;
-        let timeline = Timeline { partial: partial.len(), ..Timeline::default() };
-        let rr = Rr { phase: Phase::Restored, epoch: 0, partial, acks: BTreeMap::new(), buddy: None, applying: 0, end_acks: BTreeSet::new(), sent_at: 0, wait: 0, timeline };
-        self.heal.as_mut().expect("HEAL node").rr = Some(rr);
+        self.heal.as_mut().expect("HEAL node").rr = Some(Rr::new(partial));
     }
 
     /// A node dropped while alive (slow, partitioned) catches up like a
     /// restarted one when re-added, keeping what it holds.
     pub(crate) fn heal_dropped(&mut self) {
         if let Some(h) = self.heal.as_mut().filter(|h| h.rr.is_none()) {
-            h.rr = Some(Rr { phase: Phase::Restored, epoch: 0, partial: BTreeMap::new(), acks: BTreeMap::new(), buddy: None, applying: 0, end_acks: BTreeSet::new(), sent_at: 0, wait: 0, timeline: Timeline::default() });
+            h.rr = Some(Rr::new(BTreeMap::new()));
         }
     }
 
-    fn rr(&mut self) -> Option<&mut Rr> {
+    pub(crate) fn rr(&mut self) -> Option<&mut Rr> {
         self.heal.as_mut().and_then(|h| h.rr.as_mut())
     }
 
@@ -118,7 +136,7 @@ impl DdpNode {
             (rr.phase, rr.epoch) = (Phase::Restored, 0);
             return;
         }
-        if !matches!(rr.phase, Phase::Restored | Phase::Starting | Phase::CatchingUp) || rr.epoch == epoch {
+        if !matches!(rr.phase, Phase::Restored | Phase::Starting | Phase::CatchingUp | Phase::Handoff) || rr.epoch == epoch {
             if rr.phase == Phase::Ending {
                 self.rr_check_end();
             }
@@ -159,11 +177,11 @@ impl DdpNode {
         let able: Vec<NodeId> = others.iter().copied().filter(|o| rr.acks[o]).collect();
         let Some(buddy) = self.ring_next(able.into_iter()) else { return self.rr_full_copy(out) };
         let rr = self.rr().expect("recovering");
-        rr.timeline.acks_ns = now;
-        rr.timeline.req_ns = now;
+        let t = &mut rr.timeline;
+        (t.acks_ns, t.req_ns, t.marked, t.missed, t.pending, t.rounds) = (now, now, 0, 0, 0, 1);
         (rr.phase, rr.buddy, rr.sent_at, rr.wait) = (Phase::CatchingUp, Some(buddy), now, bulk);
-        let partial: Vec<(Key, Ts)> = rr.partial.values().map(|v| (v.key, v.ts)).collect();
-        out.push(Command::Send { to: buddy, msg: Msg::CatchUpReq { epoch: rr.epoch, partial } });
+        rr.chase = crate::heal_noshadow::Chase::first();
+        out.push(Command::Send { to: buddy, msg: rr.catchup_req() });
         if early {
             // Mutant: online before the Buddy's answer is applied.
             self.rr_online(out);
@@ -177,12 +195,16 @@ impl DdpNode {
         if self.config.epoch != epoch {
             return; // an answer for an earlier attempt
         }
-        let Some(rr) = self.rr().filter(|r| r.buddy == Some(from) && r.epoch == epoch && matches!(r.phase, Phase::CatchingUp | Phase::Ending)) else { return };
+        let Some(rr) = self.rr().filter(|r| r.buddy == Some(from) && r.epoch == epoch && r.chase.round == resp.round && matches!(r.phase, Phase::CatchingUp | Phase::Ending)) else { return };
         if resp.overflowed {
             return self.rr_full_copy(out);
         }
+        rr.chase.answered(resp.seq, resp.missed.len() + resp.pending.len());
         let t = &mut rr.timeline;
-        (t.resp_ns, t.marked, t.missed, t.pending) = (now, resp.marked.len(), resp.missed.len(), resp.pending.len());
+        t.resp_ns = now;
+        t.marked += resp.marked.len();
+        t.missed += resp.missed.len();
+        t.pending += resp.pending.len();
         let early = rr.phase == Phase::Ending;
         if !early {
             rr.phase = Phase::Applying;
@@ -219,7 +241,7 @@ impl DdpNode {
     }
 
     /// Take `v` if newer, into DRAM and NVM.
-    fn rr_apply(&mut self, v: Version, at: Validity, out: &mut Out) {
+    pub(crate) fn rr_apply(&mut self, v: Version, at: Validity, out: &mut Out) {
         self.rr_take(v, at);
         let s = &self.keys[&v.key];
         if s.ts == v.ts && s.nvm < v.ts {
@@ -266,12 +288,12 @@ impl DdpNode {
 
     fn rr_applied(&mut self, out: &mut Out) {
         if self.rr().is_some_and(|r| r.phase == Phase::Applying && r.applying == 0) {
-            self.rr_online(out);
+            self.rr_round_done(out);
         }
     }
 
     /// Online: serve clients, tell every member (`Recov_end`).
-    fn rr_online(&mut self, out: &mut Out) {
+    pub(crate) fn rr_online(&mut self, out: &mut Out) {
         self.rr_end(out);
         self.become_ready(out);
     }
@@ -350,10 +372,8 @@ impl DdpNode {
         let epoch = rr.epoch;
         match rr.phase {
             Phase::Starting => out.extend(others.iter().filter(|o| !rr.acks.contains_key(o)).map(|&o| Command::Send { to: o, msg: Msg::RecovStart { epoch } })),
-            Phase::CatchingUp => {
-                let partial = rr.partial.values().map(|v| (v.key, v.ts)).collect();
-                out.push(Command::Send { to: rr.buddy.expect("chosen"), msg: Msg::CatchUpReq { epoch, partial } });
-            }
+            Phase::CatchingUp => out.push(Command::Send { to: rr.buddy.expect("chosen"), msg: rr.catchup_req() }),
+            Phase::Handoff => out.extend(others.iter().filter(|o| !rr.chase.shadow_acks.contains(o)).map(|&o| Command::Send { to: o, msg: Msg::ShadowStart { epoch } })),
             Phase::Ending => out.extend(others.iter().filter(|o| !rr.end_acks.contains(o)).map(|&o| Command::Send { to: o, msg: Msg::RecovEnd { epoch } })),
             _ => {}
         }

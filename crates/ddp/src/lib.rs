@@ -33,6 +33,7 @@ mod fast_hash;
 pub mod heal;
 pub mod heal_rr;
 mod heal_lazy;
+mod heal_noshadow;
 pub mod load;
 pub mod model;
 pub mod simcheck;

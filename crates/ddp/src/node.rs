@@ -141,6 +141,8 @@ pub(crate) struct CoordWrite {
     pub c_sent: bool,
     pub p_sent: bool,
     pub sent_at: u64,
+    /// Members the INV did not go to (HEAL-NoShadow: a node catching up).
+    pub skip: Vec<NodeId>,
 }
 
 /// A key at one node (spec §7.2).
@@ -223,6 +225,8 @@ pub(crate) struct ScopePersist {
     pub acks: BTreeSet<NodeId>,
     pub local: bool,
     pub sent_at: u64,
+    /// Members it did not go to (HEAL-NoShadow: a node catching up).
+    pub skip: Vec<NodeId>,
 }
 
 #[derive(Clone)]
@@ -279,7 +283,7 @@ impl Protocol for DdpNode {
             Msg::UpdCopy { versions, .. } => versions.len(),
             Msg::CatchUpReq { partial, .. } => partial.len(),
             Msg::CatchUpResp { resp, .. } => resp.marked.len() + resp.unmarked.len() + resp.missed.len() + resp.pending.len(),
-            Msg::RecovStartAck { inflight, .. } => inflight.len(),
+            Msg::RecovStartAck { inflight, .. } | Msg::ShadowStartAck { inflight, .. } => inflight.len(),
             _ => 1,
         };
         n.max(1) as u64
@@ -470,10 +474,12 @@ impl DdpNode {
             Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),
             Msg::RecovStart { epoch } => self.on_recov_start(from, epoch, out),
             Msg::RecovStartAck { epoch, online, inflight } => self.on_recov_start_ack(from, epoch, online, inflight, out),
-            Msg::CatchUpReq { epoch, partial } => self.on_catchup_req(from, epoch, partial, out),
+            Msg::CatchUpReq { epoch, partial, round, after } => self.on_catchup_req(from, epoch, partial, (round, after), out),
             Msg::CatchUpResp { epoch, resp } => self.on_catchup_resp(from, epoch, *resp, out),
             Msg::RecovEnd { epoch } => self.on_recov_end(from, epoch, out),
             Msg::RecovEndAck { epoch } => self.on_recov_end_ack(from, epoch),
+            Msg::ShadowStart { epoch } => self.on_shadow_start(from, epoch, out),
+            Msg::ShadowStartAck { epoch, inflight } => self.on_shadow_start_ack(from, epoch, inflight, out),
             Msg::UpdCopy { versions, applied, ready } => self.on_upd_copy(from, versions, applied, ready, out),
             _ if self.rules.trans.is_none() => {}
             Msg::InitX { tx, epoch } => {

@@ -38,9 +38,9 @@ impl DdpNode {
         }
         let token = self.token(Wait::LocalScope { scope });
         out.push(Command::Persist { token, record: Record::Scope { scope, versions: versions.clone() } });
-        let epoch = self.config.epoch;
-        out.push(Command::Broadcast { msg: Msg::ScopePersist { scope, versions: versions.clone(), epoch } });
-        let sp = ScopePersist { client: (session, req), versions, acks: Default::default(), local: false, sent_at: self.now };
+        let (epoch, skip) = (self.config.epoch, self.heal_skip());
+        self.send_to_peers(Msg::ScopePersist { scope, versions: versions.clone(), epoch }, &skip, out);
+        let sp = ScopePersist { client: (session, req), versions, acks: Default::default(), local: false, sent_at: self.now, skip };
         self.scope_persists.insert(scope, sp);
     }
 
@@ -88,7 +88,7 @@ impl DdpNode {
 
     fn try_complete_scope(&mut self, scope: ScopeId, out: &mut Out) {
         let Some(sp) = self.scope_persists.get(&scope) else { return };
-        if sp.local && self.config.others(self.me).all(|o| sp.acks.contains(&o)) {
+        if sp.local && self.config.others(self.me).all(|o| sp.acks.contains(&o) || sp.skip.contains(&o)) {
             let (session, req) = sp.client;
             out.push(Command::Reply { session, req, result: Reply::Persisted { seq: scope.seq } });
             let sp = self.scope_persists.remove(&scope).expect("checked");
@@ -114,7 +114,7 @@ impl DdpNode {
         let others: Vec<NodeId> = self.config.others(self.me).collect();
         for (&scope, sp) in self.scope_persists.iter_mut().filter(|(_, sp)| now >= sp.sent_at + retry) {
             sp.sent_at = now;
-            for &o in others.iter().filter(|o| !sp.acks.contains(o)) {
+            for &o in others.iter().filter(|o| !sp.acks.contains(o) && !sp.skip.contains(o)) {
                 out.push(Command::Send { to: o, msg: Msg::ScopePersist { scope, versions: sp.versions.clone(), epoch } });
             }
         }

@@ -92,19 +92,24 @@ pub struct CheckConfig {
     /// NVM persist latency (the paper's 400 ns by default).
     pub persist_ns: u64,
     pub bugs: Bugs,
-    /// Restarted nodes recover with HEAL (else by full copy).
-    pub heal: bool,
+    /// Restarted nodes recover with HEAL, so configured (else by full copy).
+    pub heal: Option<crate::heal::HealOpts>,
 }
 
 impl CheckConfig {
     pub fn new(model: Model, seed: u64) -> Self {
-        CheckConfig { model, seed, nodes: 5, sessions: 10, keys: 6, ops: 120, read_ratio: 0.5, persist_ratio: 0.15, crash: Crash::None, net_faults: true, persist_ns: 400, bugs: Bugs::default(), heal: false }
+        CheckConfig { model, seed, nodes: 5, sessions: 10, keys: 6, ops: 120, read_ratio: 0.5, persist_ratio: 0.15, crash: Crash::None, net_faults: true, persist_ns: 400, bugs: Bugs::default(), heal: None }
     }
 
     /// A HEAL run: restarted nodes recover with HEAL, over more keys (so
     /// that some keys are written only while a node is away).
-    pub fn with_heal(mut self) -> Self {
-        self.heal = true;
+    pub fn with_heal(self) -> Self {
+        self.with_heal_opts(crate::heal::HealOpts::default())
+    }
+
+    /// A HEAL run with these options (HEAL-NoShadow: `no_shadow`).
+    pub fn with_heal_opts(mut self, opts: crate::heal::HealOpts) -> Self {
+        self.heal = Some(opts);
         self.keys = HEAL_KEYS;
         self
     }
@@ -117,8 +122,10 @@ impl CheckConfig {
         if self.persist_ns != 400 {
             s += &format!(" --persist-ns {}", self.persist_ns);
         }
-        if self.heal {
-            s += " --recovery heal";
+        match self.heal {
+            Some(h) if h.no_shadow => s += " --recovery heal-no-shadow",
+            Some(_) => s += " --recovery heal",
+            None => {}
         }
         for (on, name) in [
             (self.bugs.reply_before_last_ack, "reply-before-last-ack"),
@@ -164,6 +171,8 @@ pub struct CheckReport {
     /// HEAL: recoveries that ended by HEAL's steps, and by the full-copy fallback.
     pub heal_recoveries: u64,
     pub heal_fallbacks: u64,
+    /// `CatchUp_req` rounds of those recoveries (one each but under HEAL-NoShadow).
+    pub heal_rounds: u64,
     /// Crashes (`buddy`, `again`) that hit while a node was still recovering.
     pub mid_recovery_crashes: u64,
 }
@@ -247,7 +256,7 @@ impl Rec {
         if was || !is || self.model.c != Consistency::Lin || self.cfg.crash == Crash::All {
             return;
         }
-        if self.cfg.heal {
+        if self.cfg.heal.is_some() {
             // From here on its durability gates are checked like any node's.
             self.steady[n] = true;
         }
@@ -516,7 +525,7 @@ impl Run {
         // re-eventual seed in 20 came out undecided, not violated).
         let base = SimNetConfig { persist_ns: cfg.persist_ns, cores: 1, ..SimNetConfig::default() };
         let net_cfg = if cfg.net_faults { SimNetConfig { drop: 0.01, duplicate: 0.01, delay: 0.05, delay_ns: 5_000, ..base } } else { base };
-        let heal = cfg.heal.then(crate::heal::HealOpts::default);
+        let heal = cfg.heal;
         let factory = DdpFactory { bugs: cfg.bugs, heal, ..DdpFactory::new(cfg.model, Params::SIM) };
         let net = SimNet::new(cfg.seed, net_cfg, Config::new(1, members), factory, Box::new(Hook(rec.clone())), cfg.sessions);
         let report = CheckReport { model: cfg.model.to_string(), seed: cfg.seed, replay: cfg.replay(), ..CheckReport::default() };
@@ -680,7 +689,7 @@ impl Run {
         let traced: Vec<String> = self.rec.borrow().violations.iter().take(20).cloned().collect();
         self.report.violations.splice(0..0, traced);
         self.check_convergence();
-        if self.cfg.heal {
+        if self.cfg.heal.is_some() {
             self.check_heal();
         }
         self.check_history(crash_at);
@@ -705,7 +714,10 @@ impl Run {
             }
             match last {
                 Some(t) if t.full_copy => self.report.heal_fallbacks += 1,
-                Some(_) => self.report.heal_recoveries += 1,
+                Some(t) => {
+                    self.report.heal_recoveries += 1;
+                    self.report.heal_rounds += u64::from(t.rounds);
+                }
                 None => {}
             }
         }

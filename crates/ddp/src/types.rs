@@ -192,7 +192,9 @@ pub enum Msg {
     /// so the recovering node must not issue their timestamps again).
     RecovStartAck { epoch: u64, online: bool, inflight: Vec<(Version, crate::heal::Validity)> },
     /// HEAL `CatchUp_req` to the Buddy: the Partially_persisted list.
-    CatchUpReq { epoch: u64, partial: Vec<(Key, Ts)> },
+    /// HEAL-NoShadow asks in rounds: `round` counts them, `after` is the
+    /// Buddy's record count its last answer reached (0: everything).
+    CatchUpReq { epoch: u64, partial: Vec<(Key, Ts)>, round: u32, after: u64 },
     /// HEAL `CatchUp_resp`: the marked list and the Buddy's Missed_updates.
     CatchUpResp { epoch: u64, resp: Box<crate::heal::CatchUpResp> },
     /// HEAL `Recov_end` of the recovery that ran in configuration `epoch`;
@@ -200,6 +202,12 @@ pub enum Msg {
     /// one older than the configuration that last dropped the sender.
     RecovEnd { epoch: u64 },
     RecovEndAck { epoch: u64 },
+    /// HEAL-NoShadow: the recovering node has chased its Buddy until the
+    /// rounds stopped shrinking; from now on the receiver sends it its writes.
+    ShadowStart { epoch: u64 },
+    /// The receiver includes the recovering node in writes from now on;
+    /// `inflight`: the writes it coordinates that went out without it.
+    ShadowStartAck { epoch: u64, inflight: Vec<(Version, crate::heal::Validity)> },
 }
 
 /// A node's vote on a transaction at ENDX.

@@ -32,14 +32,15 @@ impl DdpNode {
         }
         s.ts = ts;
         s.value = Some(value);
-        let w = CoordWrite { client, ts, value, scope, acks_c: Default::default(), acks_p: Default::default(), local_p: persisted, replied: false, c_sent: false, p_sent: false, sent_at: now };
-        s.write = Some(w);
+        let skip = self.heal_skip();
+        let w = CoordWrite { client, ts, value, scope, acks_c: Default::default(), acks_p: Default::default(), local_p: persisted, replied: false, c_sent: false, p_sent: false, sent_at: now, skip: skip.clone() };
+        self.key(key).write = Some(w);
         self.unsettled.insert(key);
         self.heal_applied(key);
         if !persisted {
             self.issue_persist(Version { key, ts, value }, out);
         }
-        out.push(Command::Broadcast { msg: Msg::Inv { v: Version { key, ts, value }, epoch, scope } });
+        self.send_to_peers(Msg::Inv { v: Version { key, ts, value }, epoch, scope }, &skip, out);
         if let (Some((session, req)), Gate::Immediate) = (client, self.rules.reply) {
             out.push(Command::Reply { session, req, result: Reply::Written { ts, id: None } });
             self.key(key).write.as_mut().expect("just begun").replied = true;
@@ -61,9 +62,6 @@ impl DdpNode {
     pub(crate) fn on_inv(&mut self, from: NodeId, v: Version, epoch: u64, out: &mut Out) {
         if self.heal.is_some() && epoch > self.config.epoch {
             return; // HEAL (spec O-1): nothing of a configuration not installed here yet
-        }
-        if self.bugs.heal_no_shadow && self.heal.as_ref().is_some_and(|h| h.rr.is_some()) {
-            return; // mutant: no ShadowReplica
         }
         if self.apply_newer(v) {
             self.issue_persist(v, out);
@@ -145,7 +143,7 @@ impl DdpNode {
 
     /// Which of the write's gates hold: (C, P).
     fn gates(&self, w: &CoordWrite) -> (bool, bool) {
-        let others: Vec<NodeId> = self.config.others(self.me).filter(|&o| !self.heal_shadow(o)).collect();
+        let others: Vec<NodeId> = self.config.others(self.me).filter(|o| !w.skip.contains(o)).collect();
         let missing = |acks: &std::collections::BTreeSet<NodeId>| others.iter().filter(|o| !acks.contains(o)).count();
         let slack = usize::from(self.bugs.reply_before_last_ack);
         let c = missing(&w.acks_c) <= slack;
@@ -189,7 +187,7 @@ impl DdpNode {
             if c && !w.c_sent {
                 if r.val_c && !superseded {
                     out.push(val(true, false));
-                    self.lazy_track(key, w.ts);
+                    self.lazy_track(key, w.ts, w.skip.clone());
                 }
                 w.c_sent = true;
             }
@@ -273,7 +271,7 @@ impl DdpNode {
         let w = self.key(key).write.as_mut().expect("a write");
         w.sent_at = now;
         let v = Version { key, ts: w.ts, value: w.value };
-        for o in others {
+        for o in others.into_iter().filter(|o| !w.skip.contains(o)) {
             if !w.acks_c.contains(&o) || (tracks_p && !w.acks_p.contains(&o)) {
                 out.push(Command::Send { to: o, msg: Msg::Inv { v, epoch, scope: w.scope } });
             }

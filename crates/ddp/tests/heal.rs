@@ -12,20 +12,40 @@ fn seeds() -> u64 {
 }
 
 fn heal_cfg(model: &str, seed: u64, crash: Crash) -> CheckConfig {
-    let mut cfg = CheckConfig::new(Model::parse(model).unwrap(), seed).with_heal();
+    heal_cfg_with(model, seed, crash, HealOpts::default())
+}
+
+fn heal_cfg_with(model: &str, seed: u64, crash: Crash, opts: HealOpts) -> CheckConfig {
+    let mut cfg = CheckConfig::new(Model::parse(model).unwrap(), seed).with_heal_opts(opts);
     cfg.crash = crash;
     cfg
 }
 
 #[test]
 fn heal_recovers_through_every_fault_without_violations() {
+    every_fault(HealOpts::default(), seeds());
+}
+
+/// The NoShadow ablation (`heal_noshadow.rs`) keeps every promise too: its
+/// chase rounds and its handoff run under the same faults.
+#[test]
+fn heal_no_shadow_recovers_through_every_fault_without_violations() {
+    let rounds = every_fault(HealOpts { no_shadow: true, ..HealOpts::default() }, seeds().div_ceil(2));
+    assert!(rounds.0 > rounds.1, "NoShadow never asked more than once: {} rounds for {} recoveries", rounds.0, rounds.1);
+}
+
+/// Every model under every recovery fault; returns the `CatchUp_req`
+/// rounds and the recoveries.
+fn every_fault(opts: HealOpts, seeds: u64) -> (u64, u64) {
+    let mut rounds = (0, 0);
     for model in ["lin-synch", "lin-strict", "lin-re", "lin-eventual", "lin-scope"] {
         for crash in [Crash::One, Crash::Buddy, Crash::Again, Crash::Two] {
             let mut mid = 0;
-            for seed in 0..seeds() {
-                let cfg = heal_cfg(model, seed, crash);
+            for seed in 0..seeds {
+                let cfg = heal_cfg_with(model, seed, crash, opts);
                 let r = run(&cfg);
                 mid += r.mid_recovery_crashes;
+                rounds = (rounds.0 + r.heal_rounds, rounds.1 + r.heal_recoveries);
                 assert!(r.violations.is_empty(), "{}\nreplay: {}", r.violations.join("\n"), r.replay);
                 assert!(r.heal_recoveries > 0 && r.heal_fallbacks == 0, "{model} {crash:?} seed {seed}: HEAL did not run ({} recoveries, {} fallbacks)", r.heal_recoveries, r.heal_fallbacks);
                 assert!(r.completed > cfg.sessions * cfg.ops / 2, "{model} seed {seed}: only {} completed", r.completed);
@@ -35,6 +55,7 @@ fn heal_recovers_through_every_fault_without_violations() {
             }
         }
     }
+    rounds
 }
 
 #[test]

@@ -73,6 +73,9 @@ pub struct RecoverConfig {
     /// HEAL's Reactive ablation: the Buddy reads the missed updates back
     /// from NVM when asked, this long per entry (0: from its DRAM buffer).
     pub reactive_read_ns: u64,
+    /// HEAL's NoShadow ablation: the node takes no writes until it has
+    /// chased its Buddy down in rounds.
+    pub no_shadow: bool,
     /// The leader-based scheme's knobs (its Fig. 9 ablations).
     pub leader: LeaderParams,
     pub seed: u64,
@@ -100,6 +103,7 @@ impl RecoverConfig {
             distinct: false,
             cores: HEAL_PAPER_CORES,
             reactive_read_ns: 0,
+            no_shadow: false,
             leader: LeaderParams::default(),
             seed: 1,
         }
@@ -122,6 +126,8 @@ pub struct RecoverReport {
     pub missed_entries: usize,
     pub missed_peak: usize,
     pub partial_entries: usize,
+    /// `CatchUp_req` rounds (more than 1 only under NoShadow).
+    pub rounds: u32,
     pub fell_back_to_full_copy: bool,
     /// The leader-based scheme: how the leader brought the node back.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -265,7 +271,7 @@ impl<P: Recoverable, F: NodeFactory<P>> Run<P, F> {
 
 /// The DDP engine for HEAL or the full copy.
 fn ddp_factory(cfg: &RecoverConfig) -> DdpFactory {
-    let heal = (cfg.scheme == Scheme::Heal).then_some(HealOpts { distinct: cfg.distinct, reactive_read_ns: cfg.reactive_read_ns, ..HealOpts::default() });
+    let heal = (cfg.scheme == Scheme::Heal).then_some(HealOpts { distinct: cfg.distinct, reactive_read_ns: cfg.reactive_read_ns, no_shadow: cfg.no_shadow, ..HealOpts::default() });
     // Links here lose nothing: resend a catch-up request only after far
     // longer than the largest copy takes.
     let params = Params { bulk_ns: 1_000_000_000, ..Params::SIM };
@@ -376,7 +382,7 @@ fn report(cfg: &RecoverConfig, done: &[u64], t: Times, detail: RecoveryDetail) -
                 r.catchup_to_resp_us = us(tl.resp_ns - tl.req_ns);
                 r.apply_to_end_us = us(tl.online_ns - tl.resp_ns);
             }
-            (r.missed_entries, r.missed_peak, r.partial_entries, r.fell_back_to_full_copy) = (tl.missed, peak, tl.partial, tl.full_copy);
+            (r.missed_entries, r.missed_peak, r.partial_entries, r.rounds, r.fell_back_to_full_copy) = (tl.missed, peak, tl.partial, tl.rounds, tl.full_copy);
         }
         RecoveryDetail::Leader(stats) => {
             r.missed_entries = stats.as_ref().map_or(0, |s| s.shipped as usize);
