@@ -176,6 +176,10 @@ pub struct Heal {
     /// HEAL-NoShadow: recovering nodes left out of writes, with the
     /// configuration of their `Recov_start` (until their `ShadowStart`).
     pub(crate) excluded: BTreeMap<NodeId, u64>,
+    /// The latest configuration whose `ShadowStart` or `Recov_end` each
+    /// node sent: a `Recov_start` of it or older (resent, duplicated) must
+    /// not leave the node out again.
+    pub(crate) included_from: BTreeMap<NodeId, u64>,
     /// `Recov_start`s from configurations not installed here yet.
     early_starts: Vec<(NodeId, u64)>,
     /// The recovering node's state (while this node recovers).
@@ -188,13 +192,20 @@ pub struct Heal {
 
 impl Heal {
     pub fn new(opts: HealOpts, members: &[NodeId]) -> Heal {
-        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), dropped_at: BTreeMap::new(), members: members.iter().copied().collect(), excluded: BTreeMap::new(), ungdp: Default::default(), lazy: FastMap::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None, scans: Vec::new() }
+        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), dropped_at: BTreeMap::new(), members: members.iter().copied().collect(), excluded: BTreeMap::new(), included_from: BTreeMap::new(), ungdp: Default::default(), lazy: FastMap::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None, scans: Vec::new() }
     }
 }
 
 impl Heal {
     pub(crate) fn ungdp_keys(&self) -> impl Iterator<Item = Key> + '_ {
         self.ungdp.iter().copied()
+    }
+
+    /// `rr` takes part in writes from configuration `epoch` on.
+    pub(crate) fn include(&mut self, rr: NodeId, epoch: u64) {
+        self.excluded.remove(&rr);
+        let i = self.included_from.entry(rr).or_insert(epoch);
+        *i = (*i).max(epoch);
     }
 
     /// Flag `key@ts` as globally durable (written on the next tick).
@@ -298,7 +309,7 @@ impl DdpNode {
             h.early_starts.push((rr, epoch));
             return;
         }
-        if h.opts.no_shadow || exclude {
+        if (h.opts.no_shadow || exclude) && h.included_from.get(&rr).is_none_or(|&i| i < epoch) {
             // NoShadow (or its mutant, which never hands over): writes go without it.
             let e = h.excluded.entry(rr).or_insert(epoch);
             *e = (*e).max(epoch);
@@ -383,7 +394,7 @@ impl DdpNode {
         }
         h.missed.absent.remove(&rr);
         h.covers.remove(&rr);
-        h.excluded.remove(&rr);
+        h.include(rr, epoch);
         if h.missed.absent.is_empty() {
             h.missed.clear();
             h.missed.overflowed = false;

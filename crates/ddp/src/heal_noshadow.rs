@@ -88,7 +88,7 @@ impl DdpNode {
         if h.excluded.get(&rr).is_some_and(|&e| e > epoch) {
             return; // from an attempt before its latest `Recov_start`
         }
-        h.excluded.remove(&rr);
+        h.include(rr, epoch);
         let mut keys: Vec<Key> = self.unsettled.iter().copied().filter(|k| self.keys[k].write.as_ref().is_some_and(|w| w.skip.contains(&rr))).collect();
         keys.sort_unstable();
         let inflight: Vec<(Version, Validity)> = keys.into_iter().filter_map(|k| self.known(k)).collect();
