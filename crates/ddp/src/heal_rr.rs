@@ -92,12 +92,14 @@ impl DdpNode {
     /// Rebuild from NVM for HEAL: GDP-flagged versions are committed and
     /// valid; the others wait for the Buddy's verdict (spec §2.6, O-7).
     pub(crate) fn heal_load(&mut self, nvm: &Nvm<Record>) {
-        let flags: FastMap<Key, Ts> = nvm.values().filter_map(|r| if let Record::Gdp { key, ts } = r { Some((*key, *ts)) } else { None }).collect();
+        // GDP slots sort by key, as `newest` does: walk both in step.
+        let mut flags = nvm.values().filter_map(|r| if let Record::Gdp { key, ts } = r { Some((*key, *ts)) } else { None }).peekable();
         let mut partial = BTreeMap::new();
         let newest = newest_durable(nvm);
         self.keys.reserve(newest.len());
         for v in newest {
-            if flags.get(&v.key).is_some_and(|&f| f >= v.ts) {
+            while flags.next_if(|f| f.0 < v.key).is_some() {}
+            if flags.peek().is_some_and(|&(k, f)| k == v.key && f >= v.ts) {
                 let s = self.key(v.key);
                 (s.ts, s.value, s.val_c, s.val_p, s.nvm) = (v.ts, Some(v.value), v.ts, v.ts, v.ts);
             } else {
@@ -384,13 +386,19 @@ impl DdpNode {
 /// persisted scope (Scope persistency writes whole scopes). A flag covers
 /// only versions this node persisted, so the newest is the one it names.
 fn newest_durable(nvm: &Nvm<Record>) -> Vec<Version> {
+    let (mut own, mut scoped) = (Vec::new(), Vec::new());
+    for r in nvm.values() {
+        match r {
+            Record::Key(v) | Record::Rollback { to: Some(v), .. } => own.push(*v),
+            Record::Scope { versions, .. } => scoped.extend_from_slice(versions),
+            _ => {}
+        }
+    }
+    if scoped.is_empty() {
+        return own; // one per key slot, in key order (slots sort by key)
+    }
     let mut newest: FastMap<Key, Version> = FastMap::default();
-    let versions = nvm.values().flat_map(|r| match r {
-        Record::Key(v) | Record::Rollback { to: Some(v), .. } => std::slice::from_ref(v),
-        Record::Scope { versions, .. } => versions.as_slice(),
-        _ => &[],
-    });
-    for v in versions {
+    for v in own.iter().chain(&scoped) {
         let e = newest.entry(v.key).or_insert(*v);
         if v.ts > e.ts {
             *e = *v;
