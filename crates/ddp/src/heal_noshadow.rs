@@ -43,6 +43,8 @@ pub(crate) struct Chase {
     before: usize,
     /// The handoff is done: this round's answer completes the recovery.
     pub last_round: bool,
+    /// No member could be the Buddy: after the handoff, the full copy.
+    pub then_copy: bool,
     pub shadow_acks: BTreeSet<NodeId>,
 }
 
@@ -115,17 +117,20 @@ impl DdpNode {
         }
         let others: Vec<NodeId> = self.config.others(self.me).collect();
         let rr = self.rr().expect("recovering");
-        if others.iter().all(|o| rr.chase.shadow_acks.contains(o)) {
-            rr.chase.last_round = true;
-            self.rr_next_round(out);
+        if !others.iter().all(|o| rr.chase.shadow_acks.contains(o)) {
+            return;
         }
+        if rr.chase.then_copy {
+            return self.rr_start_copy(out);
+        }
+        rr.chase.last_round = true;
+        self.rr_next_round(out);
     }
 
     /// The RR applied an answer: online (HEAL, or the last round), hand
     /// over, or ask again.
     pub(crate) fn rr_round_done(&mut self, out: &mut Out) {
-        let (no_shadow, epoch, now, retry) = (self.heal.as_ref().is_some_and(|h| h.opts.no_shadow), self.config.epoch, self.now, self.params.retry_ns);
-        let others: Vec<NodeId> = self.config.others(self.me).collect();
+        let (no_shadow, epoch) = (self.heal.as_ref().is_some_and(|h| h.opts.no_shadow), self.config.epoch);
         let Some(rr) = self.rr() else { return };
         if !no_shadow || rr.chase.last_round {
             return self.rr_online(out);
@@ -138,6 +143,14 @@ impl DdpNode {
         if !rr.chase.handoff_due() {
             return self.rr_next_round(out);
         }
+        self.rr_handoff(out);
+    }
+
+    /// Ask every member to take this node into writes (`ShadowStart`).
+    pub(crate) fn rr_handoff(&mut self, out: &mut Out) {
+        let (now, retry) = (self.now, self.params.retry_ns);
+        let others: Vec<NodeId> = self.config.others(self.me).collect();
+        let Some(rr) = self.rr() else { return };
         (rr.phase, rr.sent_at, rr.wait, rr.timeline.handoff_ns) = (Phase::Handoff, now, retry, now);
         rr.chase.shadow_acks.clear();
         let epoch = rr.epoch;

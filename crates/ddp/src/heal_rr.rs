@@ -246,10 +246,14 @@ impl DdpNode {
     pub(crate) fn rr_apply(&mut self, v: Version, at: Validity, out: &mut Out) {
         self.rr_take(v, at);
         let s = &self.keys[&v.key];
-        if s.ts == v.ts && s.nvm < v.ts {
-            // Not durable here yet (perhaps a shadow INV's persist still in
-            // flight): the node goes online only once it is.
-            self.rr_persist(Record::Key(v), out);
+        if s.nvm < v.ts {
+            // Neither `v` nor a newer version is durable here yet (a shadow
+            // INV's persist may be in flight, or under Event its write-back
+            // not due): persist what DRAM holds (`v` or newer), and go
+            // online only once it landed. Under NoShadow `v`'s own gates do
+            // not wait for this node.
+            let cur = s.version(v.key).filter(|c| c.ts >= v.ts).unwrap_or(v);
+            self.rr_persist(Record::Key(cur), out);
         }
     }
 
@@ -347,14 +351,26 @@ impl DdpNode {
     /// No Buddy: the Partially_persisted entries become unvalidated
     /// versions (as a plain restart has them) and the full copy runs.
     fn rr_full_copy(&mut self, out: &mut Out) {
+        let no_shadow = self.heal.as_ref().is_some_and(|h| h.opts.no_shadow);
         let Some(rr) = self.rr() else { return };
-        rr.phase = Phase::FullCopy;
         rr.timeline.full_copy = true;
         let partial = std::mem::take(&mut rr.partial);
         for v in partial.into_values() {
             self.apply_newer(v);
             self.key(v.key).nvm = v.ts;
         }
+        if no_shadow {
+            // The members left it out of writes: take it back in first, or
+            // the writes after the copy skip it.
+            self.rr().expect("recovering").chase.then_copy = true;
+            return self.rr_handoff(out);
+        }
+        self.rr_start_copy(out);
+    }
+
+    pub(crate) fn rr_start_copy(&mut self, out: &mut Out) {
+        let Some(rr) = self.rr() else { return };
+        rr.phase = Phase::FullCopy;
         (self.copy_asked, self.copy_got) = (false, false);
         self.copy_after_reconfigure(out);
     }

@@ -348,3 +348,34 @@ fn a_late_duplicate_recov_start_does_not_exclude_a_node_back_online() {
     assert_eq!(s.value(1, 3), Some(31));
     assert_eq!(s.value(4, 3), Some(31), "node 1 left node 4 out of its write");
 }
+
+/// HEAL-NoShadow when no member can be the Buddy (every buffer overflowed):
+/// the node falls back to the full copy, and the members, which left it
+/// out of writes at its `Recov_start`, must take it back in before that
+/// copy is taken, or the writes between the copy and its `Recov_end` skip
+/// it for good.
+#[test]
+fn no_shadow_hands_over_before_the_full_copy_fallback() {
+    let opts = HealOpts { no_shadow: true, missed_cap: 2, ..HealOpts::default() };
+    let mut s = Script::with(Model::LIN_SYNCH, Bugs::default(), opts);
+    s.net.crash(4);
+    s.configure((0..4).collect(), None);
+    for k in 0..5 {
+        s.write(1, k, 100 + k);
+    }
+    s.net.run_for(50_000);
+    s.configure((0..5).collect(), Some(4));
+    // Keys written once each, so that a write node 4 misses is never
+    // overwritten by one it gets.
+    for i in 0..100u16 {
+        s.write(1 + i % 3, 10 + u64::from(i), 1000 + u64::from(i));
+        s.net.run_for(500);
+    }
+    s.net.run_for(1_000_000);
+    let full_copy = s.net.with_node(4, |p| p.and_then(|p| p.heal()).and_then(|h| h.last.clone()).is_some_and(|t| t.full_copy));
+    assert!(full_copy, "node 4 fell back to the full copy");
+    for k in 10..110 {
+        let values: Vec<Option<u64>> = (0..5).map(|n| s.value(n, k)).collect();
+        assert!(values.iter().all(|v| *v == values[0]), "replicas diverge on key {k}: {values:?}");
+    }
+}
