@@ -151,7 +151,7 @@ impl DdpNode {
         let (now, retry) = (self.now, self.params.retry_ns);
         let others: Vec<NodeId> = self.config.others(self.me).collect();
         let Some(rr) = self.rr() else { return };
-        (rr.phase, rr.sent_at, rr.wait, rr.timeline.handoff_ns) = (Phase::Handoff, now, retry, now);
+        (rr.phase, rr.sent_at, rr.wait) = (Phase::Handoff, now, retry);
         rr.chase.shadow_acks.clear();
         let epoch = rr.epoch;
         out.extend(others.into_iter().map(|o| Command::Send { to: o, msg: Msg::ShadowStart { epoch } }));

@@ -50,10 +50,8 @@ pub struct Timeline {
     pub marked: usize,
     pub missed: usize,
     pub pending: usize,
-    /// `CatchUp_req` rounds (1 but under HEAL-NoShadow) and when the
-    /// NoShadow handoff (`ShadowStart`) began.
+    /// `CatchUp_req` rounds (1 but under HEAL-NoShadow).
     pub rounds: u32,
-    pub handoff_ns: u64,
     /// Restarts of the steps (configuration changes during recovery).
     pub attempts: u32,
     pub full_copy: bool,
