@@ -1,0 +1,360 @@
+//! The operational persistency machine (spec §2.8 B): per-thread L1 caches
+//! at 64-byte line granularity, a directory, NVM, and the persists in
+//! flight between them, with a cycle cost model (thesis Table 3.1).
+//!
+//! Memory is sequentially consistent: every access sees the latest value,
+//! the machine executes one access at a time in time order. What the
+//! machine decides is *persistence*: a dirty line reaches NVM only when it
+//! is written back (eviction, or another thread's access) or when a
+//! [`Policy`] persists it. A crash keeps NVM and any per-line prefix of the
+//! persists issued but not yet acknowledged (spec §7.4: completed but
+//! unacknowledged persists may land; the NVM controller is FIFO per line).
+
+use tandem_sim::Rng;
+
+use crate::policy::{Cause, Policy};
+use crate::trace::{EventId, Kind, Sync, Trace};
+
+pub const LINE_WORDS: u64 = 8;
+/// `writer` of a word nobody wrote: poison (an unallocated node's field).
+pub const UNWRITTEN: u32 = 0;
+/// `writer` of a word written before the run (the prefilled structure).
+pub const INITIAL: u32 = 1;
+const NONE: u8 = u8::MAX;
+
+pub fn writer_of(e: EventId) -> u32 {
+    e as u32 + 2
+}
+
+/// The event that wrote a word, if a traced event did.
+pub fn event_of(writer: u32) -> Option<EventId> {
+    (writer >= 2).then(|| writer as usize - 2)
+}
+
+/// The machine's parameters. [`Config::thesis`] is Table 3.1; [`Config::check`]
+/// shrinks caches and tables so small runs exercise every mechanism.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub threads: usize,
+    pub words: u64,
+    pub l1_sets: usize,
+    pub l1_ways: usize,
+    pub hit: u64,
+    pub llc: u64,
+    /// A line fetched from another core's L1.
+    pub c2c: u64,
+    /// NVM write latency: 120 cycles cached mode, 350 uncached (Table 3.1).
+    pub nvm: u64,
+    pub epoch_bits: u32,
+    pub ret_size: usize,
+    pub ret_watermark: usize,
+    /// Up to this many extra cycles on every access and persist (seeded),
+    /// so different seeds interleave threads and persists differently.
+    pub jitter: u64,
+    /// Chance per access that a thread is delayed by 50 accesses' worth of
+    /// cycles (a preempted or slow core).
+    pub slow: f64,
+    pub seed: u64,
+    /// Record the trace the checker reads (off for benchmarks).
+    pub record: bool,
+    pub mutant: Option<crate::Mutant>,
+}
+
+impl Config {
+    pub fn thesis(threads: usize, words: u64) -> Config {
+        Config {
+            threads,
+            words,
+            l1_sets: 64,
+            l1_ways: 8,
+            hit: 2,
+            llc: 15,
+            c2c: 15,
+            nvm: 120,
+            epoch_bits: 8,
+            ret_size: 32,
+            ret_watermark: 28,
+            jitter: 0,
+            slow: 0.0,
+            seed: 0,
+            record: false,
+            mutant: None,
+        }
+    }
+
+    /// Small caches, a 4-entry RET and 4-bit epochs: evictions, RET
+    /// pressure and epoch overflow all happen within a few dozen operations.
+    pub fn check(threads: usize, words: u64, seed: u64) -> Config {
+        Config { l1_sets: 4, l1_ways: 2, epoch_bits: 4, ret_size: 4, ret_watermark: 3, jitter: 40, slow: 0.02, seed, record: true, ..Config::thesis(threads, words) }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Way {
+    pub line: u64,
+    pub valid: bool,
+    pub dirty: bool,
+    /// LRP: written by a release. Epoch policies: unused.
+    pub released: bool,
+    /// LRP: min-epoch. Epoch policies: the epoch of the last write.
+    pub epoch: u64,
+    lru: u64,
+}
+
+/// One write-back on its way to NVM: a snapshot of the line when it was
+/// taken, issued at `issue` (it can land from then on), acknowledged at `done`.
+#[derive(Clone, Debug)]
+pub struct Persist {
+    pub line: u64,
+    pub issue: u64,
+    pub done: u64,
+    pub issuer: usize,
+    pub words: [u64; LINE_WORDS as usize],
+    pub writers: [u32; LINE_WORDS as usize],
+    waited: bool,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Stats {
+    pub accesses: u64,
+    pub persists: u64,
+    /// Persists some core stalled for (the thesis's "write-backs on the critical path").
+    pub critical: u64,
+    pub stall: u64,
+    pub engine_scans: u64,
+    pub ret_persists: u64,
+    pub epoch_overflows: u64,
+    pub evictions: u64,
+    pub downgrades: u64,
+}
+
+/// The machine state every policy acts on.
+pub struct Core {
+    pub cfg: Config,
+    pub rng: Rng,
+    pub clock: Vec<u64>,
+    pub now: u64,
+    pub l1: Vec<Vec<Way>>,
+    lru_tick: u64,
+    /// The core holding the line dirty (M), if any.
+    pub owner: Vec<u8>,
+    sharers: Vec<u64>,
+    /// I4: requests for the line wait until this time (its write-back persisted).
+    pub blocked_until: Vec<u64>,
+    /// When the line's last issued persist is acknowledged (per-line FIFO).
+    pub line_done: Vec<u64>,
+    /// When everything a core has issued is acknowledged (pending-persists == 0).
+    pub pending: Vec<u64>,
+    pub mem: Vec<u64>,
+    pub writer: Vec<u32>,
+    pub nvm: Vec<u64>,
+    pub nvm_writer: Vec<u32>,
+    pub inflight: Vec<Persist>,
+    min_done: u64,
+    pub stats: Stats,
+    pub trace: Trace,
+}
+
+impl Core {
+    pub fn new(cfg: Config) -> Core {
+        let lines = cfg.words.div_ceil(LINE_WORDS) as usize;
+        let words = (lines as u64 * LINE_WORDS) as usize;
+        Core {
+            rng: Rng::new(cfg.seed ^ 0x9e37_79b9),
+            clock: vec![0; cfg.threads],
+            now: 0,
+            l1: vec![vec![Way::default(); cfg.l1_sets * cfg.l1_ways]; cfg.threads],
+            lru_tick: 0,
+            owner: vec![NONE; lines],
+            sharers: vec![0; lines],
+            blocked_until: vec![0; lines],
+            line_done: vec![0; lines],
+            pending: vec![0; cfg.threads],
+            mem: vec![0; words],
+            writer: vec![UNWRITTEN; words],
+            nvm: vec![0; words],
+            nvm_writer: vec![UNWRITTEN; words],
+            inflight: Vec::new(),
+            min_done: u64::MAX,
+            stats: Stats::default(),
+            trace: Trace::new(),
+            cfg,
+        }
+    }
+
+    pub fn mutant(&self, m: crate::Mutant) -> bool {
+        self.cfg.mutant == Some(m)
+    }
+
+    fn jitter(&mut self) -> u64 {
+        if self.cfg.jitter == 0 {
+            0
+        } else {
+            self.rng.below(self.cfg.jitter + 1)
+        }
+    }
+
+    /// Persists acknowledged by `t` reach NVM.
+    pub fn advance(&mut self, t: u64) {
+        self.now = t;
+        if self.min_done > t {
+            return;
+        }
+        let (mem, wr) = (&mut self.nvm, &mut self.nvm_writer);
+        let mut min_done = u64::MAX;
+        self.inflight.retain(|p| {
+            if p.done > t {
+                min_done = min_done.min(p.done);
+                return true;
+            }
+            let base = (p.line * LINE_WORDS) as usize;
+            mem[base..base + LINE_WORDS as usize].copy_from_slice(&p.words);
+            wr[base..base + LINE_WORDS as usize].copy_from_slice(&p.writers);
+            false
+        });
+        self.min_done = min_done;
+    }
+
+    /// Issue a persist of `line`'s current contents by core `by` at time
+    /// `at` (now or later); returns when NVM acknowledges it.
+    pub fn persist_at(&mut self, by: usize, line: u64, at: u64) -> u64 {
+        let base = (line * LINE_WORDS) as usize;
+        let mut words = [0; LINE_WORDS as usize];
+        let mut writers = [0; LINE_WORDS as usize];
+        words.copy_from_slice(&self.mem[base..base + LINE_WORDS as usize]);
+        writers.copy_from_slice(&self.writer[base..base + LINE_WORDS as usize]);
+        let at = at.max(self.now);
+        let done = (at + self.cfg.nvm + self.jitter()).max(self.line_done[line as usize] + 1);
+        self.line_done[line as usize] = done;
+        self.pending[by] = self.pending[by].max(done);
+        self.min_done = self.min_done.min(done);
+        self.inflight.push(Persist { line, issue: at, done, issuer: by, words, writers, waited: false });
+        self.stats.persists += 1;
+        done
+    }
+
+    pub fn persist(&mut self, by: usize, line: u64) -> u64 {
+        self.persist_at(by, line, self.now)
+    }
+
+    /// Core `t` stalls until `until`; persists acknowledged by then that it
+    /// waited for count as on the critical path.
+    pub fn stall(&mut self, t: usize, until: u64) {
+        if until <= self.clock[t] {
+            return;
+        }
+        self.stats.stall += until - self.clock[t];
+        let from = self.clock[t];
+        for p in self.inflight.iter_mut().filter(|p| !p.waited && p.done > from && p.done <= until) {
+            p.waited = true;
+            self.stats.critical += 1;
+        }
+        self.clock[t] = until;
+        // Whatever the stalled core does next, it does at its new time.
+        self.now = self.now.max(until);
+    }
+
+    pub fn way(&self, t: usize, line: u64) -> Option<usize> {
+        let set = (line as usize % self.cfg.l1_sets) * self.cfg.l1_ways;
+        (set..set + self.cfg.l1_ways).find(|&i| self.l1[t][i].valid && self.l1[t][i].line == line)
+    }
+
+    /// The dirty lines in `t`'s L1.
+    pub fn dirty(&self, t: usize) -> impl Iterator<Item = (usize, Way)> + '_ {
+        self.l1[t].iter().copied().enumerate().filter(|(_, w)| w.valid && w.dirty)
+    }
+
+    /// The line is no longer dirty in `t`'s L1 (its contents are on their way to NVM).
+    pub fn clean(&mut self, t: usize, way: usize) {
+        let w = &mut self.l1[t][way];
+        w.dirty = false;
+        w.released = false;
+        let line = w.line as usize;
+        if self.owner[line] == t as u8 {
+            self.owner[line] = NONE;
+        }
+    }
+
+    fn drop_line(&mut self, t: usize, line: u64) {
+        if let Some(i) = self.way(t, line) {
+            self.l1[t][i].valid = false;
+        }
+        self.sharers[line as usize] &= !(1 << t);
+    }
+
+    /// Bring `line` into `t`'s L1 for a read or a write: coherence with
+    /// other cores, I4, eviction, and the access's cost. Returns the way.
+    pub fn access(&mut self, pol: &mut dyn Policy, t: usize, line: u64, write: bool) -> usize {
+        self.stats.accesses += 1;
+        let mut cost = self.cfg.hit;
+        let owner = self.owner[line as usize];
+        if owner != NONE && owner as usize != t {
+            cost = self.cfg.c2c;
+            self.stats.downgrades += 1;
+            let until = pol.write_back(self, owner as usize, line, Cause::Downgrade(t));
+            self.stall(t, until);
+        }
+        if write {
+            let others = self.sharers[line as usize] & !(1 << t);
+            for o in (0..self.cfg.threads).filter(|o| others >> o & 1 == 1) {
+                self.drop_line(o, line);
+            }
+        }
+        let blocked = self.blocked_until[line as usize];
+        self.stall(t, blocked);
+        let way = match self.way(t, line) {
+            Some(i) => i,
+            None => {
+                cost = cost.max(self.cfg.llc);
+                self.fill(pol, t, line)
+            }
+        };
+        self.sharers[line as usize] |= 1 << t;
+        self.lru_tick += 1;
+        self.l1[t][way].lru = self.lru_tick;
+        let slow = if self.rng.chance(self.cfg.slow) { 50 * self.cfg.llc } else { 0 };
+        self.clock[t] += cost + self.jitter() + slow;
+        way
+    }
+
+    /// A free or least-recently-used way for `line`, evicting its occupant.
+    fn fill(&mut self, pol: &mut dyn Policy, t: usize, line: u64) -> usize {
+        let set = (line as usize % self.cfg.l1_sets) * self.cfg.l1_ways;
+        let ways = set..set + self.cfg.l1_ways;
+        let victim = ways.clone().find(|&i| !self.l1[t][i].valid).unwrap_or_else(|| ways.min_by_key(|&i| self.l1[t][i].lru).unwrap());
+        let old = self.l1[t][victim];
+        if old.valid {
+            if old.dirty {
+                self.stats.evictions += 1;
+                let until = pol.write_back(self, t, old.line, Cause::Evict);
+                self.stall(t, until);
+            }
+            self.drop_line(t, old.line);
+        }
+        self.l1[t][victim] = Way { line, valid: true, ..Way::default() };
+        victim
+    }
+
+    /// Mark the way dirty and owned by `t` after a write.
+    pub fn dirty_way(&mut self, t: usize, way: usize) {
+        self.l1[t][way].dirty = true;
+        self.owner[self.l1[t][way].line as usize] = t as u8;
+    }
+
+    pub fn record(&mut self, t: usize, addr: u64, kind: Kind, sync: Sync) -> Option<EventId> {
+        if !self.cfg.record {
+            return None;
+        }
+        let id = match kind {
+            Kind::Write => self.trace.write(t as u32, addr, sync),
+            Kind::Read { from } => self.trace.read(t as u32, addr, sync, from),
+            Kind::Rmw { from } => self.trace.rmw(t as u32, addr, sync, from),
+        };
+        Some(id)
+    }
+
+    /// The write event that produced `addr`'s current value, if traced.
+    pub fn source(&self, addr: u64) -> Option<EventId> {
+        event_of(self.writer[addr as usize])
+    }
+}

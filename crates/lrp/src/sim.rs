@@ -1,0 +1,284 @@
+//! The machine's memory operations, the simulated threads' handle on it
+//! ([`SimMem`]), and the seeded scheduler that interleaves them.
+//!
+//! Threads are `async` bodies written against [`PMem`]; every access is an
+//! await point. The scheduler always runs the thread whose clock is
+//! earliest (ties by thread index), so the machine executes accesses in
+//! time order; seeded jitter on costs and latencies (and an occasional slow
+//! core) makes each seed a different interleaving and persist order.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use crate::machine::{writer_of, Config, Core, Persist, INITIAL, LINE_WORDS};
+use crate::policy::{Barrier, Epochs, Eager, Nop, Policy};
+use crate::pmem::{noop_waker, PMem};
+use crate::trace::{EventId, Kind, Sync};
+use crate::PolicyKind;
+
+fn acquire(s: Sync) -> bool {
+    matches!(s, Sync::Acquire | Sync::AcqRel)
+}
+
+fn release(s: Sync) -> bool {
+    matches!(s, Sync::Release | Sync::AcqRel)
+}
+
+pub fn policy(kind: PolicyKind, threads: usize) -> Box<dyn Policy> {
+    match kind {
+        PolicyKind::Nop => Box::new(Nop),
+        PolicyKind::Eager => Box::new(Eager),
+        PolicyKind::Sb => Box::new(Epochs::new(Barrier::Sb, threads)),
+        PolicyKind::Bb => Box::new(Epochs::new(Barrier::Bb, threads)),
+        PolicyKind::Arp => Box::new(Epochs::new(Barrier::Arp, threads)),
+        PolicyKind::Lrp => Box::new(crate::lrp_policy::Lrp::new(threads)),
+    }
+}
+
+/// The crash-relevant state after one step: the time, and how much of the
+/// trace and of the persist log existed.
+#[derive(Clone, Copy, Debug)]
+pub struct Step {
+    pub time: u64,
+    pub events: usize,
+    pub persists: usize,
+}
+
+/// A core plus the policy that runs it.
+pub struct Machine {
+    pub core: Core,
+    pub policy: Box<dyn Policy>,
+    kind: PolicyKind,
+    /// Every persist issued (recorded runs only), in issue order.
+    pub log: Vec<Persist>,
+    pub steps: Vec<Step>,
+    arena: Vec<(u64, u64)>,
+    next_free: u64,
+    last: Vec<Option<EventId>>,
+}
+
+const CHUNK: u64 = 64;
+
+impl Machine {
+    pub fn new(cfg: Config, kind: PolicyKind) -> Machine {
+        let threads = cfg.threads;
+        Machine { policy: policy(kind, threads), kind, core: Core::new(cfg), log: Vec::new(), steps: Vec::new(), arena: vec![(0, 0); threads], next_free: LINE_WORDS, last: vec![None; threads] }
+    }
+
+    fn begin(&mut self, t: usize) {
+        let now = self.core.clock[t];
+        self.core.advance(now);
+    }
+
+    fn end(&mut self) {
+        if self.core.cfg.record {
+            let fresh = self.core.stats.persists as usize - self.log.len();
+            let start = self.core.inflight.len() - fresh.min(self.core.inflight.len());
+            self.log.extend(self.core.inflight[start..].iter().cloned());
+        }
+    }
+
+    pub fn load(&mut self, t: usize, addr: u64, sync: Sync) -> u64 {
+        self.begin(t);
+        let line = addr / LINE_WORDS;
+        let (c, p) = (&mut self.core, &mut *self.policy);
+        if acquire(sync) {
+            p.before_acquire(c, t);
+        }
+        p.on_access(c, t, line);
+        c.access(p, t, line, false);
+        let v = c.mem[addr as usize];
+        let from = c.source(addr);
+        c.record(t, addr, Kind::Read { from }, sync);
+        if acquire(sync) {
+            p.after_acquire(c, t, line, false);
+        }
+        self.end();
+        v
+    }
+
+    pub fn store(&mut self, t: usize, addr: u64, val: u64, sync: Sync) {
+        self.begin(t);
+        self.write(t, addr, val, sync, None);
+        self.end();
+    }
+
+    /// The write half of a store or a successful RMW (`from`: what it read).
+    fn write(&mut self, t: usize, addr: u64, val: u64, sync: Sync, from: Option<Option<EventId>>) {
+        let line = addr / LINE_WORDS;
+        let (c, p) = (&mut self.core, &mut *self.policy);
+        if release(sync) {
+            p.before_release(c, t);
+        }
+        if from.is_some() && acquire(sync) {
+            p.before_acquire(c, t);
+        }
+        p.on_access(c, t, line);
+        let way = c.access(p, t, line, true);
+        p.on_write(c, t, way, release(sync));
+        c.mem[addr as usize] = val;
+        let kind = match from {
+            Some(from) => Kind::Rmw { from },
+            None => Kind::Write,
+        };
+        let e = c.record(t, addr, kind, sync);
+        c.writer[addr as usize] = e.map(writer_of).unwrap_or(INITIAL);
+        c.dirty_way(t, way);
+        self.last[t] = e;
+        if release(sync) {
+            p.after_release(c, t, line);
+        }
+        if from.is_some() && acquire(sync) {
+            p.after_acquire(c, t, line, true);
+        }
+    }
+
+    pub fn cas(&mut self, t: usize, addr: u64, old: u64, new: u64, sync: Sync) -> Result<u64, u64> {
+        self.begin(t);
+        let cur = self.core.mem[addr as usize];
+        let r = if cur == old {
+            let from = self.core.source(addr);
+            self.write(t, addr, new, sync, Some(from));
+            Ok(old)
+        } else {
+            self.failed_cas(t, addr, sync);
+            Err(cur)
+        };
+        self.end();
+        r
+    }
+
+    /// A CAS that does not write: a read that still takes the line exclusive.
+    fn failed_cas(&mut self, t: usize, addr: u64, sync: Sync) {
+        let line = addr / LINE_WORDS;
+        let (c, p) = (&mut self.core, &mut *self.policy);
+        if acquire(sync) {
+            p.before_acquire(c, t);
+        }
+        p.on_access(c, t, line);
+        c.access(p, t, line, true);
+        let from = c.source(addr);
+        c.record(t, addr, Kind::Read { from }, sync);
+        if acquire(sync) {
+            p.after_acquire(c, t, line, false);
+        }
+    }
+
+    /// A block from `t`'s arena (per-thread chunks, as a real allocator has).
+    pub fn alloc(&mut self, t: usize, words: u64) -> u64 {
+        let (next, end) = &mut self.arena[t];
+        if *next + words > *end {
+            let size = CHUNK.max(words.next_multiple_of(LINE_WORDS));
+            *next = self.next_free;
+            *end = *next + size;
+            self.next_free += size;
+            assert!(self.next_free <= self.core.cfg.words, "simulated heap of {} words exhausted; raise its size", self.core.cfg.words);
+        }
+        let at = *next;
+        *next += words;
+        at
+    }
+
+    /// Everything written so far becomes the durable initial state: the
+    /// prefilled structure, before the measured or checked run starts.
+    pub fn settle(&mut self) {
+        let c = &mut self.core;
+        for (w, m) in c.writer.iter_mut().zip(&c.mem) {
+            if *w != 0 || *m != 0 {
+                *w = INITIAL;
+            }
+        }
+        let cfg = c.cfg.clone();
+        let mem = std::mem::take(&mut c.mem);
+        let writer = std::mem::take(&mut c.writer);
+        let mut fresh = Core::new(cfg);
+        fresh.nvm.clone_from(&mem);
+        fresh.nvm_writer.clone_from(&writer);
+        fresh.mem = mem;
+        fresh.writer = writer;
+        self.core = fresh;
+        self.policy = policy(self.kind, self.core.cfg.threads);
+        self.log.clear();
+        self.steps.clear();
+        self.last.fill(None);
+        self.arena.fill((0, 0));
+    }
+
+    pub fn kind(&self) -> PolicyKind {
+        self.kind
+    }
+}
+
+/// A simulated thread's handle on the shared machine.
+#[derive(Clone)]
+pub struct SimMem {
+    pub m: Rc<RefCell<Machine>>,
+    pub t: usize,
+}
+
+/// Pending once, then ready: hands control back to the scheduler.
+struct Yield(bool);
+
+impl Future for Yield {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            Poll::Pending
+        }
+    }
+}
+
+impl PMem for SimMem {
+    async fn load(&self, addr: u64, sync: Sync) -> u64 {
+        Yield(false).await;
+        self.m.borrow_mut().load(self.t, addr, sync)
+    }
+    async fn store(&self, addr: u64, val: u64, sync: Sync) {
+        Yield(false).await;
+        self.m.borrow_mut().store(self.t, addr, val, sync)
+    }
+    async fn cas(&self, addr: u64, old: u64, new: u64, sync: Sync) -> Result<u64, u64> {
+        Yield(false).await;
+        self.m.borrow_mut().cas(self.t, addr, old, new, sync)
+    }
+    fn alloc(&self, words: u64) -> u64 {
+        self.m.borrow_mut().alloc(self.t, words)
+    }
+    fn last_write(&self) -> Option<EventId> {
+        self.m.borrow().last[self.t]
+    }
+}
+
+pub type Body = Pin<Box<dyn Future<Output = ()>>>;
+
+/// Run the thread bodies to completion, earliest clock first, one access
+/// per step; `record` keeps a [`Step`] after each.
+pub fn run(m: &Rc<RefCell<Machine>>, mut bodies: Vec<Option<Body>>) {
+    let waker = noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let done = Cell::new(0);
+    while done.get() < bodies.len() {
+        let t = {
+            let mb = m.borrow();
+            (0..bodies.len()).filter(|&t| bodies[t].is_some()).min_by_key(|&t| mb.core.clock[t]).unwrap()
+        };
+        if bodies[t].as_mut().unwrap().as_mut().poll(&mut cx).is_ready() {
+            bodies[t] = None;
+            done.set(done.get() + 1);
+        }
+        let mut mb = m.borrow_mut();
+        if mb.core.cfg.record {
+            let step = Step { time: mb.core.clock.iter().copied().min().unwrap_or(0), events: mb.core.trace.events.len(), persists: mb.log.len() };
+            mb.steps.push(step);
+        }
+    }
+    let mut mb = m.borrow_mut();
+    let end = mb.core.clock.iter().copied().max().unwrap_or(0);
+    mb.core.advance(end);
+}
