@@ -10,10 +10,10 @@
 //! - `bench`: the Synchrobench-style cost measurement (spec §4.5).
 
 pub mod axiom;
-pub mod bench;
 pub mod check;
 pub mod cut;
 pub mod lfd;
+pub mod litmus;
 pub mod lrp_policy;
 pub mod machine;
 pub mod pmem;
@@ -61,7 +61,8 @@ impl PolicyKind {
     }
 }
 
-/// Deliberate bugs (spec §5.2): M1–M9 in LRP's mechanism, and four in the
+/// Deliberate bugs (spec §5.2): M1–M9 and litmus 6's coalescing in LRP's
+/// mechanism, and four in the
 /// data structures. The checker must catch each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Mutant {
@@ -83,6 +84,8 @@ pub enum Mutant {
     ScanCompare,
     /// M9: a plain write to a clean line does not set min-epoch.
     NoMinEpoch,
+    /// Litmus 6: a release to a dirty line coalesces into it instead of persisting it first.
+    CoalesceRelease,
     /// List insert links with a plain CAS instead of a release.
     ListRelaxedLink,
     /// Queue enqueue links with a plain CAS.
@@ -94,7 +97,7 @@ pub enum Mutant {
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::ReleasesFirst,
         Mutant::ReleaseOrder,
         Mutant::DowngradeNoWait,
@@ -104,6 +107,7 @@ impl Mutant {
         Mutant::RetOverflow,
         Mutant::ScanCompare,
         Mutant::NoMinEpoch,
+        Mutant::CoalesceRelease,
         Mutant::ListRelaxedLink,
         Mutant::QueueRelaxedLink,
         Mutant::BstEarlyPublish,
@@ -121,6 +125,7 @@ impl Mutant {
             Mutant::RetOverflow => "m7-ret-overflow",
             Mutant::ScanCompare => "m8-scan-compare",
             Mutant::NoMinEpoch => "m9-no-min-epoch",
+            Mutant::CoalesceRelease => "coalesce-release",
             Mutant::ListRelaxedLink => "list-relaxed-link",
             Mutant::QueueRelaxedLink => "queue-relaxed-link",
             Mutant::BstEarlyPublish => "bst-early-publish",
@@ -134,6 +139,6 @@ impl Mutant {
 
     /// A bug in LRP's mechanism (only observable under `--policy lrp`).
     pub fn is_mechanism(self) -> bool {
-        Mutant::ALL[..9].contains(&self)
+        Mutant::ALL[..10].contains(&self)
     }
 }

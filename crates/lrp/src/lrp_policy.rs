@@ -144,6 +144,11 @@ impl Policy for Lrp {
         self.next_epoch(c, t);
         // A release never coalesces into a line holding an earlier write.
         let w = c.l1[t][way];
+        if w.dirty && c.mutant(Mutant::CoalesceRelease) {
+            c.l1[t][way].released = true;
+            self.track_release(c, t, w.line);
+            return;
+        }
         if w.dirty {
             if w.released {
                 self.persist_released(c, t, way);

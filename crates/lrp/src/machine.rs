@@ -288,7 +288,9 @@ impl Core {
         self.stats.accesses += 1;
         let mut cost = self.cfg.hit;
         let owner = self.owner[line as usize];
-        if owner != NONE && owner as usize != t {
+        let forwarded = owner != NONE && owner as usize != t;
+        if forwarded {
+            // Served by the owning core (I2 decides the wait), not the directory.
             cost = self.cfg.c2c;
             self.stats.downgrades += 1;
             let until = pol.write_back(self, owner as usize, line, Cause::Downgrade(t));
@@ -300,11 +302,14 @@ impl Core {
                 self.drop_line(o, line);
             }
         }
-        let blocked = self.blocked_until[line as usize];
-        self.stall(t, blocked);
         let way = match self.way(t, line) {
             Some(i) => i,
             None => {
+                if !forwarded {
+                    // I4: the directory holds requests while the line's write-back persists.
+                    let blocked = self.blocked_until[line as usize];
+                    self.stall(t, blocked);
+                }
                 cost = cost.max(self.cfg.llc);
                 self.fill(pol, t, line)
             }

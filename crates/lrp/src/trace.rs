@@ -93,4 +93,21 @@ impl Trace {
     pub fn writes(&self) -> Vec<EventId> {
         (0..self.events.len()).filter(|&e| self.events[e].writes()).collect()
     }
+
+    /// One event in words, for witnesses: `e12 (thread 0, release RMW of word 40)`.
+    pub fn describe(&self, e: EventId) -> String {
+        let ev = &self.events[e];
+        let sync = match ev.sync {
+            Sync::Plain => "plain",
+            Sync::Acquire => "acquire",
+            Sync::Release => "release",
+            Sync::AcqRel => "acq-rel",
+        };
+        let kind = match ev.kind {
+            Kind::Read { .. } => "read",
+            Kind::Write => "write",
+            Kind::Rmw { .. } => "RMW",
+        };
+        format!("e{e} (thread {}, {sync} {kind} of word {})", ev.thread, ev.addr)
+    }
 }

@@ -11,9 +11,11 @@ use crate::machine::UNWRITTEN;
 use crate::trace::EventId;
 use crate::{Mutant, PMem};
 
+pub mod bst;
 pub mod hash;
 pub mod list;
 pub mod queue;
+pub mod skiplist;
 
 /// An update (Synchrobench: 1:1 inserts and deletes; for the queue, enqueue and dequeue).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
