@@ -55,7 +55,8 @@ impl CheckOpts {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Violation {
     pub seed: u64,
-    pub step: usize,
+    /// The crash time (machine cycles).
+    pub time: u64,
     pub level: &'static str,
     pub detail: String,
     pub replay: String,
@@ -142,7 +143,8 @@ pub fn check_seed(o: &CheckOpts, seed: u64) -> SeedResult {
         LfdKind::List => check_run::<crate::lfd::list::List>(o, seed),
         LfdKind::Hash => check_run::<crate::lfd::hash::Hash>(o, seed),
         LfdKind::Queue => check_run::<crate::lfd::queue::Queue>(o, seed),
-        LfdKind::Bst | LfdKind::Skiplist => unimplemented!("{} is not built yet", o.lfd.name()),
+        LfdKind::Bst => check_run::<crate::lfd::bst::Bst>(o, seed),
+        LfdKind::Skiplist => check_run::<crate::lfd::skiplist::Skiplist>(o, seed),
     }
 }
 
@@ -150,10 +152,10 @@ fn check_run<L: Lfd>(o: &CheckOpts, seed: u64) -> SeedResult {
     let (run, lfd) = execute::<L>(o, seed);
     let mut crash = Crash::new(&run, o.threads, seed);
     let mut res = SeedResult::default();
-    for step in 0..run.steps.len() {
+    for time in crash.times() {
         res.crash_points += 1;
-        if let Err((level, detail)) = crash.at_step(step, o.images_per_point, &mut res.images, |c| c.levels(&lfd)) {
-            res.violation = Some(Violation { seed, step, level, detail, replay: o.replay_command(seed) });
+        if let Err((level, detail)) = crash.at_time(time, o.images_per_point, &mut res.images, |c| c.levels(&lfd)) {
+            res.violation = Some(Violation { seed, time, level, detail, replay: o.replay_command(seed) });
             break;
         }
     }
@@ -188,12 +190,26 @@ impl<'a> Crash<'a> {
         writer[base..base + p.words.len()].copy_from_slice(&p.writers);
     }
 
+    /// Every crash time that gives a different set of images: after each
+    /// step, and around each persist's issue and acknowledgement (a crash
+    /// can happen in the middle of a stall, not only between accesses).
+    pub(crate) fn times(&self) -> Vec<u64> {
+        let mut t: Vec<u64> = self.run.steps.iter().map(|s| s.time).collect();
+        for p in &self.run.log {
+            t.extend([p.issue, p.done - 1]);
+        }
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+
     /// The persists that may land at time `now`, grouped per line in issue
-    /// order (each line's NVM controller is FIFO, so a line keeps a prefix).
-    fn in_flight(&self, now: u64, issued: usize) -> Vec<Vec<usize>> {
+    /// order (each line's NVM controller is FIFO, so a line keeps a prefix:
+    /// one not issued yet holds back those after it).
+    fn in_flight(&self, now: u64) -> Vec<Vec<usize>> {
         let mut lines: Vec<(u64, Vec<usize>)> = Vec::new();
         let mut blocked = Vec::new();
-        for (i, p) in self.run.log[..issued].iter().enumerate() {
+        for (i, p) in self.run.log.iter().enumerate() {
             if p.done <= now || blocked.contains(&p.line) {
                 continue;
             }
@@ -209,16 +225,16 @@ impl<'a> Crash<'a> {
         lines.into_iter().map(|(_, v)| v).collect()
     }
 
-    /// Visit the images of crash point `step`: all of them when there are
-    /// at most `cap`, else `cap` of them (none landed, all landed, random).
-    pub(crate) fn at_step<E>(&mut self, step: usize, cap: usize, images: &mut u64, mut visit: impl FnMut(&mut Self) -> Result<(), E>) -> Result<(), E> {
-        let s = self.run.steps[step];
-        while self.landed < self.by_done.len() && self.run.log[self.by_done[self.landed]].done <= s.time {
+    /// Visit the images of a crash at `time` (times must come in order): all
+    /// of them when there are at most `cap`, else `cap` of them (none
+    /// landed, all landed, random).
+    pub(crate) fn at_time<E>(&mut self, time: u64, cap: usize, images: &mut u64, mut visit: impl FnMut(&mut Self) -> Result<(), E>) -> Result<(), E> {
+        while self.landed < self.by_done.len() && self.run.log[self.by_done[self.landed]].done <= time {
             let p = &self.run.log[self.by_done[self.landed]];
             Self::apply(&mut self.nvm, &mut self.writer, p);
             self.landed += 1;
         }
-        let flight = self.in_flight(s.time, s.persists);
+        let flight = self.in_flight(time);
         let total: u64 = flight.iter().try_fold(1u64, |acc, v| acc.checked_mul(v.len() as u64 + 1)).unwrap_or(u64::MAX);
         let count = total.min(cap as u64);
         let mut choice = vec![0usize; flight.len()];

@@ -114,20 +114,31 @@ fn execute(p: &Program, policy: PolicyKind, mutant: Option<Mutant>, seed: u64) -
 pub fn explore(p: &Program, policy: PolicyKind, mutant: Option<Mutant>, seeds: std::ops::Range<u64>, cap: usize, mut visit: impl FnMut(&Trace, &BTreeSet<EventId>, bool)) -> Outcomes {
     let mut out = Outcomes::default();
     for seed in seeds {
-        let run = execute(p, policy, mutant, seed);
-        let mut crash = Crash::new(&run, p.threads.len(), seed);
+        let (_, images) = explore_seed(p, policy, mutant, seed, cap, &mut out.crash_images, &mut visit);
         out.runs += 1;
-        for step in 0..run.steps.len() {
-            let _ = crash.at_step::<()>(step, cap, &mut out.crash_images, |c| {
-                let values: Vec<u64> = p.watch.iter().map(|&a| c.nvm[a as usize]).collect();
-                let verdict = c.rp_legal();
-                visit(&run.trace, &c.present_writes(), verdict.is_ok());
-                out.images.entry(values).or_insert(verdict);
-                Ok(())
-            });
+        for (values, verdict) in images {
+            out.images.entry(values).or_insert(verdict);
         }
     }
     out
+}
+
+/// One execution of `p` and the images its crash points reach.
+pub fn explore_seed(p: &Program, policy: PolicyKind, mutant: Option<Mutant>, seed: u64, cap: usize, count: &mut u64, mut visit: impl FnMut(&Trace, &BTreeSet<EventId>, bool)) -> (Trace, BTreeMap<Vec<u64>, Result<(), String>>) {
+    let run = execute(p, policy, mutant, seed);
+    let mut crash = Crash::new(&run, p.threads.len(), seed);
+    let mut images = BTreeMap::new();
+    for time in crash.times() {
+        let _ = crash.at_time::<()>(time, cap, count, |c| {
+            let values: Vec<u64> = p.watch.iter().map(|&a| c.nvm[a as usize]).collect();
+            let verdict = c.rp_legal();
+            visit(&run.trace, &c.present_writes(), verdict.is_ok());
+            images.entry(values).or_insert(verdict);
+            Ok(())
+        });
+    }
+    drop(crash);
+    (run.trace, images)
 }
 
 /// A random program: `threads` threads of up to `ops` instructions on

@@ -183,6 +183,14 @@ impl Policy for Epochs {
             _ => {}
         }
     }
+    /// The thesis places no barrier after an acquire (its LFDs' RMWs are
+    /// releases); an acquire-only RMW's write must still persist before the
+    /// writes after it (rule 2), so a barrier follows it.
+    fn after_acquire(&mut self, c: &mut Core, t: usize, _line: u64, rmw: bool) {
+        if rmw && self.kind != Barrier::Arp {
+            self.barrier(c, t);
+        }
+    }
     fn on_access(&mut self, c: &mut Core, t: usize, line: u64) {
         let done = c.line_done[line as usize];
         if done > c.now {

@@ -205,7 +205,7 @@ impl Skiplist {
     /// Walk one upper level: written, sorted, tall enough, ending at the
     /// tail; a node that has left level 0 must be marked (deleted) on both.
     fn recover_level(&self, img: &Image, level: usize, bottom: &HashSet<u64>) -> Result<(), String> {
-        let mut prev_key = 0;
+        let (mut prev_key, mut prev_marked) = (0, false);
         let mut at = img.get(next(self.head, level))?;
         if marked(at) {
             return Err(format!("the head's level-{level} link is marked"));
@@ -218,13 +218,17 @@ impl Skiplist {
                 return Err(format!("level {level} ends in null before the tail (after key {prev_key})"));
             }
             let (key, h, link) = (img.get(at + KEY)?, img.get(at + HEIGHT)?, img.get(next(at, level))?);
-            if key <= prev_key || h <= level as u64 {
+            // A node deleted at this level may still sit before a newer node
+            // with its key (a search can link past it before it is snipped).
+            let tie_ok = key == prev_key && (prev_marked || marked(link));
+            if (key <= prev_key && !tie_ok) || h <= level as u64 {
                 return Err(format!("level {level}: key {key} (height {h}) after {prev_key}"));
             }
-            if !bottom.contains(&at) && !(marked(link) && marked(img.get(next(at, 0))?)) {
+            let allowed = bottom.contains(&at) || (marked(link) && marked(img.get(next(at, 0))?));
+            if !allowed {
                 return Err(format!("level {level} links key {key}, which is neither on level 0 nor deleted"));
             }
-            prev_key = key;
+            (prev_key, prev_marked) = (key, marked(link));
             at = unmarked(link);
         }
         Err(format!("level {level} has a cycle"))
