@@ -351,3 +351,26 @@ pub fn check(o: &CheckOpts, first: u64, seeds: u64, mut progress: impl FnMut(u64
     r.images_per_second = r.images as f64 / r.seconds.max(1e-9);
     r
 }
+
+/// A seed's history around the words of a violation, for reading by hand:
+/// every access to their lines and every persist of those lines.
+pub fn explain(o: &CheckOpts, seed: u64, words: &[u64]) -> String {
+    let run = match o.lfd {
+        LfdKind::List => execute::<crate::lfd::list::List>(o, seed).0,
+        LfdKind::Hash => execute::<crate::lfd::hash::Hash>(o, seed).0,
+        LfdKind::Queue => execute::<crate::lfd::queue::Queue>(o, seed).0,
+        LfdKind::Bst => execute::<crate::lfd::bst::Bst>(o, seed).0,
+        LfdKind::Skiplist => execute::<crate::lfd::skiplist::Skiplist>(o, seed).0,
+    };
+    let line = |a: u64| a / crate::machine::LINE_WORDS;
+    let lines: Vec<u64> = words.iter().map(|&w| line(w)).collect();
+    let mut out = String::new();
+    for (e, ev) in run.trace.events.iter().enumerate().filter(|(_, ev)| lines.contains(&line(ev.addr))) {
+        out += &format!("{} from {:?}\n", run.trace.describe(e), ev.read_from());
+    }
+    for p in run.log.iter().filter(|p| lines.contains(&p.line)) {
+        let writers: Vec<_> = p.writers.iter().map(|&w| crate::machine::event_of(w)).collect();
+        out += &format!("persist line {} by core {} issued {} done {}: writers {:?}\n", p.line, p.issuer, p.issue, p.done, writers);
+    }
+    out
+}

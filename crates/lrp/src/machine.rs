@@ -153,6 +153,8 @@ pub struct Core {
     min_done: u64,
     pub stats: Stats,
     pub trace: Trace,
+    /// The current access stalled (set by [`Core::stall`]).
+    pub stalled: bool,
 }
 
 impl Core {
@@ -178,6 +180,7 @@ impl Core {
             min_done: u64::MAX,
             stats: Stats::default(),
             trace: Trace::new(),
+            stalled: false,
             cfg,
         }
     }
@@ -244,6 +247,7 @@ impl Core {
             return;
         }
         self.stats.stall += until - self.clock[t];
+        self.stalled = true;
         let from = self.clock[t];
         for p in self.inflight.iter_mut().filter(|p| !p.waited && p.done > from && p.done <= until) {
             p.waited = true;
@@ -302,14 +306,17 @@ impl Core {
                 self.drop_line(o, line);
             }
         }
-        let way = match self.way(t, line) {
+        let held = self.way(t, line);
+        let upgrade = write && held.is_some_and(|w| !self.l1[t][w].dirty);
+        if !forwarded && (held.is_none() || upgrade) {
+            // I4: the directory holds requests (misses, and upgrades of a
+            // clean copy to M) while the line's write-back persists.
+            let blocked = self.blocked_until[line as usize];
+            self.stall(t, blocked);
+        }
+        let way = match held {
             Some(i) => i,
             None => {
-                if !forwarded {
-                    // I4: the directory holds requests while the line's write-back persists.
-                    let blocked = self.blocked_until[line as usize];
-                    self.stall(t, blocked);
-                }
                 cost = cost.max(self.cfg.llc);
                 self.fill(pol, t, line)
             }

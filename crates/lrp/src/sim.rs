@@ -71,6 +71,7 @@ impl Machine {
     fn begin(&mut self, t: usize) {
         let now = self.core.clock[t];
         self.core.advance(now);
+        self.core.stalled = false;
     }
 
     fn end(&mut self) {
@@ -81,7 +82,16 @@ impl Machine {
         }
     }
 
-    pub fn load(&mut self, t: usize, addr: u64, sync: Sync) -> u64 {
+    /// An access takes effect when its core stops waiting: if getting the
+    /// line stalled the core, the access is retried at its new time (others
+    /// run in between), so no core sees a value before it is written.
+    fn retry<T>(&mut self, r: Option<T>) -> Option<T> {
+        self.end();
+        r
+    }
+
+    /// A load, or None if the core stalled first (retry it).
+    pub fn load(&mut self, t: usize, addr: u64, sync: Sync) -> Option<u64> {
         self.begin(t);
         let line = addr / LINE_WORDS;
         let (c, p) = (&mut self.core, &mut *self.policy);
@@ -90,81 +100,75 @@ impl Machine {
         }
         p.on_access(c, t, line);
         c.access(p, t, line, false);
+        if c.stalled {
+            return self.retry(None);
+        }
         let v = c.mem[addr as usize];
         let from = c.source(addr);
         c.record(t, addr, Kind::Read { from }, sync);
         if acquire(sync) {
             p.after_acquire(c, t, line, false);
         }
-        self.end();
-        v
+        self.retry(Some(v))
     }
 
-    pub fn store(&mut self, t: usize, addr: u64, val: u64, sync: Sync) {
+    /// A store, or None if the core stalled first (retry it).
+    pub fn store(&mut self, t: usize, addr: u64, val: u64, sync: Sync) -> Option<()> {
         self.begin(t);
-        self.write(t, addr, val, sync, None);
-        self.end();
+        let r = self.write(t, addr, sync, false, |_| Some(val));
+        self.retry(r.map(|_| ()))
     }
 
-    /// The write half of a store or a successful RMW (`from`: what it read).
-    fn write(&mut self, t: usize, addr: u64, val: u64, sync: Sync, from: Option<Option<EventId>>) {
+    /// Compare-and-swap, or None if the core stalled first (retry it).
+    pub fn cas(&mut self, t: usize, addr: u64, old: u64, new: u64, sync: Sync) -> Option<Result<u64, u64>> {
+        self.begin(t);
+        let r = self.write(t, addr, sync, true, |cur| (cur == old).then_some(new));
+        self.retry(r.map(|(cur, wrote)| if wrote { Ok(cur) } else { Err(cur) }))
+    }
+
+    /// Get `addr`'s line exclusive and write `f(current)` if it is Some (a
+    /// store, or a CAS that succeeds; a failed CAS is a read). None if the
+    /// core stalled before the write could happen.
+    fn write(&mut self, t: usize, addr: u64, sync: Sync, rmw: bool, f: impl FnOnce(u64) -> Option<u64>) -> Option<(u64, bool)> {
         let line = addr / LINE_WORDS;
+        let acq = rmw && acquire(sync);
         let (c, p) = (&mut self.core, &mut *self.policy);
         if release(sync) {
             p.before_release(c, t);
         }
-        if from.is_some() && acquire(sync) {
+        if acq {
             p.before_acquire(c, t);
         }
         p.on_access(c, t, line);
         let way = c.access(p, t, line, true);
-        p.on_write(c, t, way, release(sync));
-        c.mem[addr as usize] = val;
-        let kind = match from {
-            Some(from) => Kind::Rmw { from },
-            None => Kind::Write,
+        if c.stalled {
+            return None;
+        }
+        let cur = c.mem[addr as usize];
+        let from = c.source(addr);
+        let Some(val) = f(cur) else {
+            c.record(t, addr, Kind::Read { from }, sync);
+            if acq {
+                p.after_acquire(c, t, line, false);
+            }
+            return Some((cur, false));
         };
-        let e = c.record(t, addr, kind, sync);
+        p.on_write(c, t, way, release(sync));
+        if c.stalled {
+            return None;
+        }
+        c.mem[addr as usize] = val;
+        let e = c.record(t, addr, if rmw { Kind::Rmw { from } } else { Kind::Write }, sync);
         c.writer[addr as usize] = e.map(writer_of).unwrap_or(INITIAL);
         c.dirty_way(t, way);
         self.last[t] = e;
         if release(sync) {
             p.after_release(c, t, line);
         }
-        if from.is_some() && acquire(sync) {
+        if acq {
             p.after_acquire(c, t, line, true);
         }
-    }
-
-    pub fn cas(&mut self, t: usize, addr: u64, old: u64, new: u64, sync: Sync) -> Result<u64, u64> {
-        self.begin(t);
-        let cur = self.core.mem[addr as usize];
-        let r = if cur == old {
-            let from = self.core.source(addr);
-            self.write(t, addr, new, sync, Some(from));
-            Ok(old)
-        } else {
-            self.failed_cas(t, addr, sync);
-            Err(cur)
-        };
-        self.end();
-        r
-    }
-
-    /// A CAS that does not write: a read that still takes the line exclusive.
-    fn failed_cas(&mut self, t: usize, addr: u64, sync: Sync) {
-        let line = addr / LINE_WORDS;
-        let (c, p) = (&mut self.core, &mut *self.policy);
-        if acquire(sync) {
-            p.before_acquire(c, t);
-        }
-        p.on_access(c, t, line);
-        c.access(p, t, line, true);
-        let from = c.source(addr);
-        c.record(t, addr, Kind::Read { from }, sync);
-        if acquire(sync) {
-            p.after_acquire(c, t, line, false);
-        }
+        Some((cur, true))
     }
 
     /// A block from `t`'s arena (per-thread chunks, as a real allocator has).
@@ -236,16 +240,28 @@ impl Future for Yield {
 
 impl PMem for SimMem {
     async fn load(&self, addr: u64, sync: Sync) -> u64 {
-        Yield(false).await;
-        self.m.borrow_mut().load(self.t, addr, sync)
+        loop {
+            Yield(false).await;
+            if let Some(v) = self.m.borrow_mut().load(self.t, addr, sync) {
+                return v;
+            }
+        }
     }
     async fn store(&self, addr: u64, val: u64, sync: Sync) {
-        Yield(false).await;
-        self.m.borrow_mut().store(self.t, addr, val, sync)
+        loop {
+            Yield(false).await;
+            if let Some(v) = self.m.borrow_mut().store(self.t, addr, val, sync) {
+                return v;
+            }
+        }
     }
     async fn cas(&self, addr: u64, old: u64, new: u64, sync: Sync) -> Result<u64, u64> {
-        Yield(false).await;
-        self.m.borrow_mut().cas(self.t, addr, old, new, sync)
+        loop {
+            Yield(false).await;
+            if let Some(v) = self.m.borrow_mut().cas(self.t, addr, old, new, sync) {
+                return v;
+            }
+        }
     }
     fn alloc(&self, words: u64) -> u64 {
         self.m.borrow_mut().alloc(self.t, words)
