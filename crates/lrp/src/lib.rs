@@ -10,6 +10,7 @@
 //! - `bench`: the Synchrobench-style cost measurement (spec §4.5).
 
 pub mod axiom;
+pub mod bench;
 pub mod check;
 pub mod cut;
 pub mod lfd;

@@ -73,7 +73,8 @@ impl Config {
             nvm: 120,
             epoch_bits: 8,
             ret_size: 32,
-            ret_watermark: 28,
+            // Not given by the thesis (spec §7.5); `experiment lrp` sweeps it.
+            ret_watermark: 4,
             jitter: 0,
             slow: 0.0,
             seed: 0,
@@ -114,6 +115,15 @@ pub struct Persist {
     waited: bool,
 }
 
+/// Why a core stalls (for the stall breakdown).
+#[derive(Clone, Copy, Debug)]
+pub enum Why {
+    Downgrade,
+    Directory,
+    Evict,
+    Policy,
+}
+
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Stats {
     pub accesses: u64,
@@ -121,6 +131,13 @@ pub struct Stats {
     /// Persists some core stalled for (the thesis's "write-backs on the critical path").
     pub critical: u64,
     pub stall: u64,
+    /// Stall cycles by cause: a request waiting for another core's line (I2),
+    /// the directory holding a line (I4), an eviction (I1), and the
+    /// policy's own waits (barriers, fences, I3, epoch conflicts).
+    pub stall_downgrade: u64,
+    pub stall_directory: u64,
+    pub stall_evict: u64,
+    pub stall_policy: u64,
     pub engine_scans: u64,
     pub ret_persists: u64,
     pub epoch_overflows: u64,
@@ -143,6 +160,8 @@ pub struct Core {
     pub blocked_until: Vec<u64>,
     /// When the line's last issued persist is acknowledged (per-line FIFO).
     pub line_done: Vec<u64>,
+    /// When the line's last scheduled persist is issued (its snapshot is final).
+    pub line_issue: Vec<u64>,
     /// When everything a core has issued is acknowledged (pending-persists == 0).
     pub pending: Vec<u64>,
     pub mem: Vec<u64>,
@@ -171,6 +190,7 @@ impl Core {
             sharers: vec![0; lines],
             blocked_until: vec![0; lines],
             line_done: vec![0; lines],
+            line_issue: vec![0; lines],
             pending: vec![0; cfg.threads],
             mem: vec![0; words],
             writer: vec![UNWRITTEN; words],
@@ -229,6 +249,7 @@ impl Core {
         let at = at.max(self.now);
         let done = (at + self.cfg.nvm + self.jitter()).max(self.line_done[line as usize] + 1);
         self.line_done[line as usize] = done;
+        self.line_issue[line as usize] = at;
         self.pending[by] = self.pending[by].max(done);
         self.min_done = self.min_done.min(done);
         self.inflight.push(Persist { line, issue: at, done, issuer: by, words, writers, waited: false });
@@ -243,10 +264,21 @@ impl Core {
     /// Core `t` stalls until `until`; persists acknowledged by then that it
     /// waited for count as on the critical path.
     pub fn stall(&mut self, t: usize, until: u64) {
+        self.stall_for(t, until, Why::Policy);
+    }
+
+    pub fn stall_for(&mut self, t: usize, until: u64, why: Why) {
         if until <= self.clock[t] {
             return;
         }
-        self.stats.stall += until - self.clock[t];
+        let d = until - self.clock[t];
+        self.stats.stall += d;
+        *match why {
+            Why::Downgrade => &mut self.stats.stall_downgrade,
+            Why::Directory => &mut self.stats.stall_directory,
+            Why::Evict => &mut self.stats.stall_evict,
+            Why::Policy => &mut self.stats.stall_policy,
+        } += d;
         self.stalled = true;
         let from = self.clock[t];
         for p in self.inflight.iter_mut().filter(|p| !p.waited && p.done > from && p.done <= until) {
@@ -298,7 +330,7 @@ impl Core {
             cost = self.cfg.c2c;
             self.stats.downgrades += 1;
             let until = pol.write_back(self, owner as usize, line, Cause::Downgrade(t));
-            self.stall(t, until);
+            self.stall_for(t, until, Why::Downgrade);
         }
         if write {
             let others = self.sharers[line as usize] & !(1 << t);
@@ -312,7 +344,7 @@ impl Core {
             // I4: the directory holds requests (misses, and upgrades of a
             // clean copy to M) while the line's write-back persists.
             let blocked = self.blocked_until[line as usize];
-            self.stall(t, blocked);
+            self.stall_for(t, blocked, Why::Directory);
         }
         let way = match held {
             Some(i) => i,
@@ -339,7 +371,7 @@ impl Core {
             if old.dirty {
                 self.stats.evictions += 1;
                 let until = pol.write_back(self, t, old.line, Cause::Evict);
-                self.stall(t, until);
+                self.stall_for(t, until, Why::Evict);
             }
             self.drop_line(t, old.line);
         }

@@ -144,12 +144,17 @@ impl Epochs {
         start
     }
 
+    /// SB waits for everything before it. BB and ARP close the epoch and,
+    /// as Joshi et al.'s proactive flushing does, start persisting it in
+    /// the background, after the epochs before it.
     fn barrier(&mut self, c: &mut Core, t: usize) {
         if self.kind == Barrier::Sb {
             let done = self.flush(c, t, u64::MAX);
             c.stall(t, done);
         } else {
-            self.epoch[t] += 1;
+            let closed = self.epoch[t];
+            self.flush(c, t, closed);
+            self.epoch[t] = self.epoch[t].max(closed + 1);
         }
     }
 }
@@ -200,12 +205,17 @@ impl Policy for Epochs {
             }
         }
     }
+    /// Writing a line that holds an older epoch: that epoch must persist
+    /// first; a line whose persist is scheduled but not issued yet waits
+    /// until its snapshot is taken.
     fn on_write(&mut self, c: &mut Core, t: usize, way: usize, _release: bool) {
         let w = c.l1[t][way];
         if w.dirty && w.epoch < self.epoch[t] {
             let done = self.flush(c, t, w.epoch);
             c.stall(t, done);
         }
+        let issue = c.line_issue[w.line as usize];
+        c.stall(t, issue);
         c.l1[t][way].epoch = self.epoch[t];
     }
     fn write_back(&mut self, c: &mut Core, owner: usize, line: u64, cause: Cause) -> u64 {

@@ -25,6 +25,12 @@ async fn node<M: PMem>(m: &M, key: u64, next: u64) -> u64 {
 }
 
 impl Chain {
+    /// Write a head sentinel at `head` (allocated by the caller) pointing at `tail`.
+    pub async fn init_head<M: PMem>(m: &M, head: u64, tail: u64) {
+        m.store(head + KEY, 0, Plain).await;
+        m.store(head + NEXT, tail, Plain).await;
+    }
+
     pub async fn create<M: PMem>(m: &M, tail: Option<u64>, mutant: Option<Mutant>) -> Chain {
         let tail = match tail {
             Some(t) => t,

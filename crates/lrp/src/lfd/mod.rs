@@ -102,6 +102,11 @@ pub trait Lfd: Copy + 'static {
     const KIND: LfdKind;
     /// Lay out the empty structure (before the run: part of the initial image).
     async fn create<M: PMem>(m: &M, mutant: Option<Mutant>) -> Self;
+    /// The same, for a structure meant to hold about `size` keys (the hash
+    /// set sizes its bucket array by it).
+    async fn create_sized<M: PMem>(m: &M, mutant: Option<Mutant>, _size: usize) -> Self {
+        Self::create(m, mutant).await
+    }
     async fn apply<M: PMem>(&self, m: &M, op: Op) -> Outcome;
     /// Null recovery: the abstract state of a crash image (sorted keys, or
     /// the queue front to back), or why the image is not well-formed.
