@@ -11,6 +11,7 @@ mod ddp_tcp_cmd;
 mod demo;
 mod litmus_cmd;
 mod litmus_worker_cmd;
+mod lrp_cmd;
 mod experiment_cmd;
 mod heal_cmd;
 mod heal_demo;
@@ -73,6 +74,8 @@ enum Command {
     Node(node_cmd::NodeArgs),
     /// DART: litmus tests, assertions and a strict-serializability history check against a store.
     Litmus(litmus_cmd::LitmusArgs),
+    /// Release persistency: crash-check log-free data structures per persistency policy, or count their cost.
+    Lrp(lrp_cmd::LrpArgs),
     /// One compute-server process of `tandem litmus --fabric tcp --crash-rate R` (internal).
     #[command(hide = true)]
     LitmusWorker(litmus_worker_cmd::LitmusWorkerArgs),
@@ -101,6 +104,7 @@ fn main() {
         Command::Net(a) => net_cmd::run(a),
         Command::Litmus(a) => litmus_cmd::run(a),
         Command::LitmusWorker(a) => litmus_worker_cmd::run(a),
+        Command::Lrp(a) => lrp_cmd::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -164,3 +164,112 @@ pub fn random_program(rng: &mut Rng, threads: usize, ops: usize, words: u64) -> 
     }
     Program { threads: code, watch: (0..words).map(addr).collect(), tweak: None }
 }
+
+/// The RP-legal images of one execution, each as the surviving write of
+/// every watched word (None: its initial value); None if there are more
+/// than 4096 candidates. Writes to other words survive as needed.
+pub fn legal_survivor_images(t: &Trace, watch: &[u64]) -> Option<BTreeSet<Vec<Option<EventId>>>> {
+    let p = crate::persist_order(t, crate::Model::Rp);
+    let per: Vec<Vec<EventId>> = watch.iter().map(|&a| t.writes().into_iter().filter(|&w| t.events[w].addr == a).collect()).collect();
+    let total: usize = per.iter().map(|w| w.len() + 1).product();
+    if total > 4096 {
+        return None;
+    }
+    let watched: BTreeSet<EventId> = per.iter().flatten().copied().collect();
+    let mut out = BTreeSet::new();
+    for mut k in 0..total {
+        let survived: Vec<usize> = per
+            .iter()
+            .map(|w| {
+                let c = k % (w.len() + 1);
+                k /= w.len() + 1;
+                c
+            })
+            .collect();
+        let held: BTreeSet<EventId> = per.iter().zip(&survived).flat_map(|(w, &c)| w[..c].iter().copied()).collect();
+        if !held.iter().any(|&w| watched.iter().any(|&a| !held.contains(&a) && p.before(a, w))) {
+            out.insert(per.iter().zip(&survived).map(|(w, &c)| c.checked_sub(1).map(|i| w[i])).collect());
+        }
+    }
+    Some(out)
+}
+
+/// The differential of spec §5.2 over random programs: how many of the
+/// RP-legal images the LRP machine reaches, and whether it ever reaches an
+/// illegal one.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Differential {
+    pub executions: u64,
+    pub reached: u64,
+    pub legal: u64,
+    pub reached_illegal: u64,
+}
+
+pub fn differential(rng_seed: u64, programs: usize, seeds: u64) -> Differential {
+    let mut rng = Rng::new(rng_seed);
+    let mut d = Differential::default();
+    for _ in 0..programs {
+        let p = random_program(&mut rng, 2, 5, 3);
+        for seed in 0..seeds {
+            let mut reached = BTreeSet::new();
+            let mut count = 0;
+            let (trace, _) = explore_seed(&p, PolicyKind::Lrp, None, seed, 4096, &mut count, |t, present, _| {
+                reached.insert(p.watch.iter().map(|&a| present.iter().rev().copied().find(|&e| t.events[e].addr == a)).collect::<Vec<_>>());
+            });
+            let Some(legal) = legal_survivor_images(&trace, &p.watch) else { continue };
+            d.executions += 1;
+            d.reached += reached.len() as u64;
+            d.legal += legal.len() as u64;
+            d.reached_illegal += reached.difference(&legal).count() as u64;
+        }
+    }
+    d
+}
+
+/// A program that exposes `m` (a mechanism mutant) within a few seeds; the
+/// ones random programs find are hunted with `random_program` instead.
+pub fn mutant_program(m: Mutant) -> Option<Program> {
+    use Instr::*;
+    use Sync::*;
+    let big_ret = |c: &mut Config| (c.ret_size, c.ret_watermark) = (8, 6);
+    match m {
+        // M2: three releases in a RET big enough to hold them; evicting the
+        // third persists the other two newest first.
+        Mutant::ReleaseOrder => Some(Program { tweak: Some(big_ret), ..Program::new(vec![vec![Store(8, 1, Release), Store(16, 1, Release), Store(24, 1, Release), Fill(3, 2)]], &[8, 16, 24]) }),
+        // M6: x keeps min-epoch 14 past the wrap of 4-bit epochs.
+        Mutant::EpochWrap => {
+            let mut t0: Vec<_> = (1..=14).map(|i| Store(32, i, Release)).collect();
+            t0.insert(13, Store(8, 1, Plain));
+            t0.extend([Store(24, 1, Release), Store(16, 1, Release), Fill(2, 2)]);
+            Some(Program { tweak: Some(big_ret), ..Program::new(vec![t0], &[32, 8, 24, 16]) })
+        }
+        // M7: five releases in a 4-entry RET; the dropped one is evicted.
+        Mutant::RetOverflow => {
+            let t0 = vec![Store(32, 1, Plain), Store(8, 1, Release), Store(16, 1, Release), Store(24, 1, Release), Store(64, 1, Release), Store(72, 1, Release), Fill(1, 2)];
+            Some(Program::new(vec![t0], &[32, 8, 16, 24, 64, 72]))
+        }
+        _ => None,
+    }
+}
+
+/// Hunt mechanism mutant `m`: its own program if it has one, else random
+/// programs (3 threads, up to 6 accesses on 4 words, 20 seeds each). The
+/// number of executions until an illegal image, or None within `budget`.
+pub fn hunt(m: Mutant, budget: u64) -> Option<u64> {
+    let caught = |p: &Program, seed: u64| explore(p, PolicyKind::Lrp, Some(m), seed..seed + 1, 64, |_, _, _| {}).illegal().next().is_some();
+    if let Some(p) = mutant_program(m) {
+        return (0..budget).find(|&s| caught(&p, s)).map(|s| s + 1);
+    }
+    let mut rng = Rng::new(7);
+    let mut runs = 0;
+    while runs < budget {
+        let p = random_program(&mut rng, 3, 6, 4);
+        for seed in 0..20 {
+            runs += 1;
+            if caught(&p, seed) {
+                return Some(runs);
+            }
+        }
+    }
+    None
+}

@@ -6,8 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+
 use tandem_lrp::cut::Cut;
-use tandem_lrp::litmus::{explore, explore_seed, random_program, Program};
+use tandem_lrp::litmus::{differential, explore, random_program};
 use tandem_lrp::{persist_order, EventId, Model, PolicyKind, Sync, Trace};
 use tandem_sim::Rng;
 
@@ -71,52 +72,12 @@ fn every_policy_agrees_with_the_closure_and_the_rp_policies_stay_legal() {
     }
 }
 
-/// The legal images of one execution, each as the surviving write of every
-/// watched word (None: its initial value).
-fn legal_images(t: &Trace, watch: &[u64]) -> Option<BTreeSet<Vec<Option<EventId>>>> {
-    let p = persist_order(t, Model::Rp);
-    let per: Vec<Vec<EventId>> = watch.iter().map(|&a| t.writes().into_iter().filter(|&w| t.events[w].addr == a).collect()).collect();
-    let total: usize = per.iter().map(|w| w.len() + 1).product();
-    if total > 4096 {
-        return None;
-    }
-    let mut out = BTreeSet::new();
-    for mut k in 0..total {
-        let survived: Vec<usize> = per.iter().map(|w| {
-            let c = k % (w.len() + 1);
-            k /= w.len() + 1;
-            c
-        }).collect();
-        let held: BTreeSet<EventId> = per.iter().zip(&survived).flat_map(|(w, &c)| w[..c].iter().copied()).collect();
-        let watched: BTreeSet<EventId> = per.iter().flatten().copied().collect();
-        let needs_missing = held.iter().any(|&w| watched.iter().any(|&a| !held.contains(&a) && p.before(a, w)));
-        if !needs_missing {
-            out.insert(per.iter().zip(&survived).map(|(w, &c)| c.checked_sub(1).map(|i| w[i])).collect());
-        }
-    }
-    Some(out)
-}
-
 #[test]
 fn lrp_reaches_a_strict_subset_of_the_legal_images() {
-    let mut rng = Rng::new(9);
-    let (mut reached_total, mut legal_total, mut runs) = (0usize, 0usize, 0);
-    for _ in 0..80 {
-        let p: Program = random_program(&mut rng, 2, 5, 3);
-        for seed in 0..4 {
-            let mut reached = BTreeSet::new();
-            let mut count = 0;
-            let (trace, _) = explore_seed(&p, PolicyKind::Lrp, None, seed, 4096, &mut count, |t, present, _| {
-                reached.insert(p.watch.iter().map(|&a| present.iter().rev().copied().find(|&e| t.events[e].addr == a)).collect::<Vec<_>>());
-            });
-            let Some(legal) = legal_images(&trace, &p.watch) else { continue };
-            assert!(reached.is_subset(&legal), "reached {reached:?} not within legal {legal:?}");
-            reached_total += reached.len();
-            legal_total += legal.len();
-            runs += 1;
-        }
-    }
-    eprintln!("LRP reached {reached_total} of {legal_total} RP-legal images ({:.1} %) over {runs} executions", 100.0 * reached_total as f64 / legal_total as f64);
-    assert!(reached_total < legal_total, "the machine is stricter than the model somewhere");
-    assert!(reached_total * 4 > legal_total, "but not by much");
+    let d = differential(9, 80, 4);
+    eprintln!("LRP reached {} of {} RP-legal images ({:.1} %) over {} executions", d.reached, d.legal, 100.0 * d.reached as f64 / d.legal as f64, d.executions);
+    assert_eq!(d.reached_illegal, 0);
+    assert!(d.executions > 200);
+    assert!(d.reached < d.legal, "the machine is stricter than the model somewhere");
+    assert!(d.reached * 4 > d.legal, "but not by much");
 }
