@@ -18,8 +18,8 @@ use crate::workload::WorkloadSpec;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 
 /// Experiment names, in the order `docs/RESULTS.md` lists them.
-pub const NAMES: [&str; 11] =
-    ["table2", "pill-overhead", "mttf", "failover-compute", "failover-memory", "stalls", "traditional-overhead", "ford-scan", "ddp-heatmap", "ddp-sweeps", "heal-recovery"];
+pub const NAMES: [&str; 12] =
+    ["table2", "pill-overhead", "mttf", "failover-compute", "failover-memory", "stalls", "traditional-overhead", "ford-scan", "ddp-heatmap", "ddp-sweeps", "heal-recovery", "lrp"];
 
 /// The four workloads of the paper's evaluation.
 const WORKLOADS: [&str; 4] = ["micro", "smallbank", "tatp", "tpcc"];
@@ -50,6 +50,7 @@ pub fn run(name: &str, quick: bool, progress: &dyn Fn(&str)) -> Result<Experimen
         "ddp-heatmap" => crate::ddp_bench::heatmap_experiment(quick, progress)?,
         "ddp-sweeps" => crate::ddp_bench::sweeps_experiment(quick, progress)?,
         "heal-recovery" => crate::heal_exp::experiment(quick, progress)?,
+        "lrp" => crate::lrp_exp::experiment(quick, progress)?,
         other => return Err(format!("unknown experiment '{other}' (expected one of {})", NAMES.join(", "))),
     };
     Ok(ExperimentOutput { name: name.to_string(), command, json, figure_svg, markdown })

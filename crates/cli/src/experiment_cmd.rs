@@ -13,7 +13,7 @@ use tandem_bench::plot::write_figure;
 #[derive(Args)]
 pub struct ExperimentArgs {
     /// table2, pill-overhead, mttf, failover-compute, failover-memory, stalls,
-    /// traditional-overhead, ford-scan, ddp-heatmap, ddp-sweeps, heal-recovery,
+    /// traditional-overhead, ford-scan, ddp-heatmap, ddp-sweeps, heal-recovery, lrp,
     /// heal-peers (not part of all), or all.
     name: String,
     /// A scaled-down run that takes seconds (smoke test; not for RESULTS).

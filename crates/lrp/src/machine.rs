@@ -138,6 +138,8 @@ pub struct Stats {
     pub stall_directory: u64,
     pub stall_evict: u64,
     pub stall_policy: u64,
+    /// Cycles waiting behind another core's transaction on the same line (contention, not persistency).
+    pub queued: u64,
     pub engine_scans: u64,
     pub ret_persists: u64,
     pub epoch_overflows: u64,
@@ -162,6 +164,9 @@ pub struct Core {
     pub line_done: Vec<u64>,
     /// When the line's last scheduled persist is issued (its snapshot is final).
     pub line_issue: Vec<u64>,
+    /// When the directory finishes the line's last coherence transaction:
+    /// it serves one transaction per line at a time.
+    line_busy: Vec<u64>,
     /// When everything a core has issued is acknowledged (pending-persists == 0).
     pub pending: Vec<u64>,
     pub mem: Vec<u64>,
@@ -191,6 +196,7 @@ impl Core {
             blocked_until: vec![0; lines],
             line_done: vec![0; lines],
             line_issue: vec![0; lines],
+            line_busy: vec![0; lines],
             pending: vec![0; cfg.threads],
             mem: vec![0; words],
             writer: vec![UNWRITTEN; words],
@@ -325,6 +331,16 @@ impl Core {
         let mut cost = self.cfg.hit;
         let owner = self.owner[line as usize];
         let forwarded = owner != NONE && owner as usize != t;
+        let held = self.way(t, line);
+        let transaction = forwarded || held.is_none() || (write && held.is_some_and(|w| !self.l1[t][w].dirty));
+        let busy = self.line_busy[line as usize];
+        if transaction && busy > self.clock[t] {
+            // Queued behind another core's transaction: no retry needed, as
+            // every other access to the line queues behind this one in turn.
+            self.stats.queued += busy - self.clock[t];
+            self.clock[t] = busy;
+            self.now = self.now.max(busy);
+        }
         if forwarded {
             // Served by the owning core (I2 decides the wait), not the directory.
             cost = self.cfg.c2c;
@@ -358,6 +374,9 @@ impl Core {
         self.l1[t][way].lru = self.lru_tick;
         let slow = if self.rng.chance(self.cfg.slow) { 50 * self.cfg.llc } else { 0 };
         self.clock[t] += cost + self.jitter() + slow;
+        if transaction {
+            self.line_busy[line as usize] = self.clock[t];
+        }
         way
     }
 

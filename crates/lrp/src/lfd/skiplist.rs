@@ -21,7 +21,8 @@ use super::{marked, unmarked, Image, Lfd, LfdKind, Op, Outcome, MARK};
 use crate::trace::Sync::{Acquire, Plain, Release};
 use crate::{Mutant, PMem};
 
-pub const MAX_LEVEL: usize = 8;
+/// Levels: log2 of a million keys, so the top level stays short at 1M keys.
+pub const MAX_LEVEL: usize = 20;
 
 const KEY: u64 = 0;
 const HEIGHT: u64 = 1;
