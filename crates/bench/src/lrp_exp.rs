@@ -24,20 +24,52 @@ struct Scale {
     ops: usize,
     list_ops: usize,
     thread_sweep: &'static [usize],
+    sizes: &'static [usize],
     check_seeds: u64,
 }
 
 fn scale(quick: bool) -> Scale {
     if quick {
-        Scale { threads: 8, size: 4096, ops: 20, list_ops: 5, thread_sweep: &[1, 8], check_seeds: 10 }
+        Scale { threads: 8, size: 4096, ops: 20, list_ops: 5, thread_sweep: &[1, 8], sizes: &[1024, 4096], check_seeds: 10 }
     } else {
-        Scale { threads: 32, size: 65536, ops: 100, list_ops: 25, thread_sweep: &[1, 2, 4, 8, 16, 32], check_seeds: 200 }
+        Scale { threads: 32, size: 65536, ops: 100, list_ops: 25, thread_sweep: &[1, 2, 4, 8, 16, 32], sizes: &[8192, 65536, 1 << 20], check_seeds: 200 }
     }
 }
 
 fn run_cost(s: &Scale, lfd: LfdKind, policy: PolicyKind, threads: usize, nvm: u64, watermark: usize) -> BenchResult {
+    run_sized(s, lfd, policy, threads, s.size, nvm, watermark)
+}
+
+fn run_sized(s: &Scale, lfd: LfdKind, policy: PolicyKind, threads: usize, size: usize, nvm: u64, watermark: usize) -> BenchResult {
     let ops = if lfd == LfdKind::List { s.list_ops } else { s.ops };
-    bench(&BenchOpts { lfd, policy, threads, size: s.size, ops, nvm, ret_watermark: watermark, seed: 1 })
+    bench(&BenchOpts { lfd, policy, threads, size, ops, nvm, ret_watermark: watermark, seed: 1 })
+}
+
+/// LRP and BB over NOP as the structure grows (the thesis: no significant change).
+fn size_sweep(s: &Scale, progress: &dyn Fn(&str)) -> Vec<(LfdKind, PolicyKind, Vec<f64>)> {
+    let mut out = Vec::new();
+    for lfd in [LfdKind::Hash, LfdKind::Bst] {
+        let nops: Vec<f64> = s.sizes.iter().map(|&n| run_sized(s, lfd, PolicyKind::Nop, s.threads, n, 120, 4).cycles.max(1) as f64).collect();
+        for p in [PolicyKind::Lrp, PolicyKind::Bb] {
+            let v: Vec<f64> = s.sizes.iter().zip(&nops).map(|(&n, &nop)| run_sized(s, lfd, p, s.threads, n, 120, 4).cycles as f64 / nop).collect();
+            progress(&format!("  lrp: {} {} over NOP by size {:?}: {v:.2?}", lfd.name(), p.name(), s.sizes));
+            out.push((lfd, p, v));
+        }
+    }
+    out
+}
+
+/// The same structures on real atomics and two OS threads (wall clock).
+fn volatile_baseline(s: &Scale, progress: &dyn Fn(&str)) -> Vec<(LfdKind, f64)> {
+    LfdKind::ALL
+        .into_iter()
+        .map(|lfd| {
+            let ops = if lfd == LfdKind::List { 200 } else { 20_000 };
+            let r = tandem_lrp::bench::volatile(lfd, 2, s.size, ops, 1);
+            progress(&format!("  lrp: {} on real atomics: {r:.0} ops/s", lfd.name()));
+            (lfd, r)
+        })
+        .collect()
 }
 
 /// Cycles of every policy per structure, normalised to NOP.
@@ -98,6 +130,8 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
     let uncached = cost_table(&s, 350, progress);
     let threads = thread_sweep(&s, progress);
     let watermarks = watermark_sweep(&s, progress);
+    let sizes = size_sweep(&s, progress);
+    let volatile = volatile_baseline(&s, progress);
     let checks = crash_checks(&s, progress);
     let mutants = mutant_hunts(progress);
     let diff = differential(9, if quick { 20 } else { 80 }, 4);
@@ -107,10 +141,13 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
         "cached": cost_json(&cached), "uncached": cost_json(&uncached),
         "threads": threads.iter().map(|(l, p, v)| json!({"lfd": l.name(), "policy": p.name(), "threads": s.thread_sweep, "overhead_pct": v})).collect::<Vec<_>>(),
         "ret_watermark": watermarks.iter().map(|(l, v)| json!({"lfd": l.name(), "watermarks": WATERMARKS, "lrp_over_nop": v})).collect::<Vec<_>>(),
+        "sizes": sizes.iter().map(|(l, p, v)| json!({"lfd": l.name(), "policy": p.name(), "sizes": s.sizes, "over_nop": v})).collect::<Vec<_>>(),
+        "volatile_ops_per_s_2_threads": volatile.iter().map(|(l, r)| json!({"lfd": l.name(), "ops_per_s": r})).collect::<Vec<_>>(),
         "checks": checks, "mutants": mutants, "differential": diff,
     });
     let svg = figure(&s, &cached, &uncached, &threads);
-    let md = markdown(&s, &cached, &uncached, &threads, &watermarks, &checks, &mutants, &diff);
+    let mut md = markdown(&s, &cached, &uncached, &threads, &watermarks, &checks, &mutants, &diff);
+    md += &extra_markdown(&s, &sizes, &volatile);
     Ok((json, svg, md))
 }
 
@@ -287,4 +324,15 @@ fn check_markdown(checks: &[Value], mutants: &[Value], diff: &tandem_lrp::litmus
         100.0 * (1.0 - diff.reached as f64 / diff.legal.max(1) as f64)
     );
     md
+}
+
+fn extra_markdown(s: &Scale, sizes: &[(LfdKind, PolicyKind, Vec<f64>)], volatile: &[(LfdKind, f64)]) -> String {
+    let cols: Vec<String> = s.sizes.iter().map(|n| format!("{}K", n / 1024)).collect();
+    let mut md = format!("\n**Size** (the thesis: no significant change from 8K to 1M). Over NOP, cached, {} threads:\n\n| structure | policy | {} |\n|---|---|{}\n", s.threads, cols.join(" | "), "---|".repeat(cols.len()));
+    for (l, p, v) in sizes {
+        md += &format!("| {} | {} | {} |\n", l.name(), p.name(), v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" | "));
+    }
+    md += &format!("\n**Volatile baseline**: the same code on real `AtomicU64`s, 2 OS threads, {} keys (wall clock on this 2-core machine): ", s.size);
+    md += &volatile.iter().map(|(l, r)| format!("{} {:.2} M ops/s", l.name(), r / 1e6)).collect::<Vec<_>>().join(", ");
+    md + ".\n"
 }

@@ -56,6 +56,9 @@ pub struct CheckArgs {
     /// list-relaxed-link, queue-relaxed-link, bst-early-publish, list-unlink-unmarked).
     #[arg(long)]
     mutant: Option<String>,
+    /// Check this many random crash points per seed instead of every one (for long runs: large --ops).
+    #[arg(long)]
+    crash_points: Option<usize>,
     /// On a violation, print the accesses to and persists of the witness's lines.
     #[arg(long)]
     explain: bool,
@@ -87,6 +90,9 @@ pub struct BenchArgs {
     ret_watermark: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also run each structure on real atomics and OS threads (no persistency): wall-clock ops/s.
+    #[arg(long)]
+    volatile: bool,
     #[arg(long)]
     json: Option<String>,
 }
@@ -122,14 +128,14 @@ fn validate_threads(t: usize) -> Result<(), String> {
 
 fn run_check(a: CheckArgs) -> Result<(), String> {
     validate_threads(a.threads)?;
-    if a.keys == 0 || a.ops == 0 || a.seeds == 0 || a.images_per_point == 0 {
-        return Err("--keys, --ops, --seeds and --images-per-point must be positive".into());
+    if a.keys == 0 || a.ops == 0 || a.seeds == 0 || a.images_per_point == 0 || a.crash_points == Some(0) {
+        return Err("--keys, --ops, --seeds, --images-per-point and --crash-points must be positive".into());
     }
     let mutant = a.mutant.as_deref().map(Mutant::parse).transpose()?;
     let mut reports = Vec::new();
     for lfd in lfds(&a.lfd)? {
         for policy in policies(&a.policy, &PolicyKind::ALL)? {
-            let o = CheckOpts { lfd, policy, threads: a.threads, ops: a.ops, keys: a.keys, prefill: a.prefill, mutant, images_per_point: a.images_per_point };
+            let o = CheckOpts { lfd, policy, threads: a.threads, ops: a.ops, keys: a.keys, prefill: a.prefill, mutant, images_per_point: a.images_per_point, sample: a.crash_points };
             let r = check_one(&o, &a)?;
             reports.push(r);
         }
@@ -206,6 +212,10 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
                 r.wall_seconds
             );
             results.push(r);
+        }
+        if a.volatile {
+            let ops_s = tandem_lrp::bench::volatile(lfd, a.threads, size, ops, a.seed);
+            println!("{:<9} {:<6} real atomics, {} OS threads: {:.0} ops/s (wall clock)", lfd.name(), "atomic", a.threads, ops_s);
         }
     }
     if let Some(path) = &a.json {

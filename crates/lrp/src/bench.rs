@@ -115,3 +115,46 @@ fn prefill<L: Lfd>(m: &Rc<RefCell<Machine>>, o: &BenchOpts, rng: &mut Rng) -> L 
     run(m, vec![Some(body)]);
     slot.take().expect("prefill ran")
 }
+
+/// The volatile baseline: the same structure and workload on real atomics
+/// and OS threads (no persistency at all), in operations per second of
+/// wall-clock time on this machine.
+pub fn volatile(lfd: LfdKind, threads: usize, size: usize, ops: usize, seed: u64) -> f64 {
+    match lfd {
+        LfdKind::List => volatile_lfd::<crate::lfd::list::List>(threads, size, ops, seed),
+        LfdKind::Hash => volatile_lfd::<crate::lfd::hash::Hash>(threads, size, ops, seed),
+        LfdKind::Queue => volatile_lfd::<crate::lfd::queue::Queue>(threads, size, ops, seed),
+        LfdKind::Bst => volatile_lfd::<crate::lfd::bst::Bst>(threads, size, ops, seed),
+        LfdKind::Skiplist => volatile_lfd::<crate::lfd::skiplist::Skiplist>(threads, size, ops, seed),
+    }
+}
+
+fn volatile_lfd<L: Lfd + Send + Sync>(threads: usize, size: usize, ops: usize, seed: u64) -> f64 {
+    use crate::pmem::{block_on, Atomics, Heap};
+    let o = BenchOpts { lfd: L::KIND, policy: PolicyKind::Nop, threads, size, ops, nvm: 0, ret_watermark: 0, seed };
+    let heap = Heap::new(heap_words(&o), crate::machine::LINE_WORDS);
+    let mut rng = Rng::new(seed);
+    let lfd = block_on(async {
+        let m = Atomics(heap.clone());
+        let lfd = L::create_sized(&m, None, size).await;
+        for k in prefill_keys(&o, &mut rng) {
+            lfd.apply(&m, Op::Insert(k)).await;
+        }
+        lfd
+    });
+    let range = 2 * size as u64;
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let (m, mut rng) = (Atomics(heap.clone()), rng.fork());
+            s.spawn(move || {
+                for _ in 0..ops {
+                    let key = 1 + rng.below(range);
+                    let op = if rng.chance(0.5) { Op::Insert(key) } else { Op::Delete(key) };
+                    block_on(lfd.apply(&m, op));
+                }
+            });
+        }
+    });
+    (threads * ops) as f64 / started.elapsed().as_secs_f64()
+}

@@ -35,11 +35,13 @@ pub struct CheckOpts {
     pub mutant: Option<Mutant>,
     /// At most this many images per crash point (all of them if fewer).
     pub images_per_point: usize,
+    /// Check this many random crash points per seed instead of all of them (long runs).
+    pub sample: Option<usize>,
 }
 
 impl CheckOpts {
     pub fn new(lfd: LfdKind, policy: PolicyKind) -> CheckOpts {
-        CheckOpts { lfd, policy, threads: 3, ops: 12, keys: 8, prefill: 4, mutant: None, images_per_point: 32 }
+        CheckOpts { lfd, policy, threads: 3, ops: 12, keys: 8, prefill: 4, mutant: None, images_per_point: 32, sample: None }
     }
 
     /// The command that replays one seed.
@@ -47,6 +49,9 @@ impl CheckOpts {
         let mut c = format!("tandem lrp check --lfd {} --policy {} --threads {} --ops {} --keys {} --prefill {} --seed {seed} --seeds 1", self.lfd.name(), self.policy.name(), self.threads, self.ops, self.keys, self.prefill);
         if let Some(m) = self.mutant {
             c += &format!(" --mutant {}", m.name());
+        }
+        if let Some(n) = self.sample {
+            c += &format!(" --crash-points {n}");
         }
         c
     }
@@ -152,7 +157,17 @@ fn check_run<L: Lfd>(o: &CheckOpts, seed: u64) -> SeedResult {
     let (run, lfd) = execute::<L>(o, seed);
     let mut crash = Crash::new(&run, o.threads, seed);
     let mut res = SeedResult::default();
-    for time in crash.times() {
+    let mut times = crash.times();
+    if let Some(n) = o.sample.filter(|&n| n < times.len()) {
+        let mut rng = Rng::new(seed ^ 0x5a3f);
+        for i in 0..n {
+            let j = i + rng.below((times.len() - i) as u64) as usize;
+            times.swap(i, j);
+        }
+        times.truncate(n);
+        times.sort_unstable();
+    }
+    for time in times {
         res.crash_points += 1;
         if let Err((level, detail)) = crash.at_time(time, o.images_per_point, &mut res.images, |c| c.levels(&lfd)) {
             res.violation = Some(Violation { seed, time, level, detail, replay: o.replay_command(seed) });

@@ -38,13 +38,10 @@ pub fn policy(kind: PolicyKind, threads: usize) -> Box<dyn Policy> {
     }
 }
 
-/// The crash-relevant state after one step: the time, and how much of the
-/// trace and of the persist log existed.
+/// When one step (one scheduling of a thread) ended: a crash point.
 #[derive(Clone, Copy, Debug)]
 pub struct Step {
     pub time: u64,
-    pub events: usize,
-    pub persists: usize,
 }
 
 /// A core plus the policy that runs it.
@@ -290,7 +287,8 @@ pub fn run(m: &Rc<RefCell<Machine>>, mut bodies: Vec<Option<Body>>) {
         }
         let mut mb = m.borrow_mut();
         if mb.core.cfg.record {
-            let step = Step { time: mb.core.clock.iter().copied().min().unwrap_or(0), events: mb.core.trace.events.len(), persists: mb.log.len() };
+            let running = (0..bodies.len()).filter(|&t| bodies[t].is_some());
+            let step = Step { time: running.map(|t| mb.core.clock[t]).min().unwrap_or(mb.core.clock[t]) };
             mb.steps.push(step);
         }
     }
