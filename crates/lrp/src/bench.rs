@@ -44,9 +44,16 @@ pub struct BenchResult {
 }
 
 fn heap_words(o: &BenchOpts) -> u64 {
-    let nodes = (o.size + o.threads * o.ops) as u64;
-    let per_node = if o.lfd == LfdKind::Skiplist { 12 } else { 4 };
-    (nodes * per_node + 2 * o.size as u64) * 5 / 4 + o.threads as u64 * 1024 + 65536
+    // Words per key: a node (the BST allocates a leaf and an internal node;
+    // skiplist nodes average two levels), plus the hash set's bucket heads.
+    let per_key = match o.lfd {
+        LfdKind::List | LfdKind::Queue => 2,
+        LfdKind::Hash => 4,
+        LfdKind::Bst => 8,
+        LfdKind::Skiplist => 10,
+    };
+    let keys = (o.size + o.threads * o.ops) as u64;
+    keys * per_key * 3 / 2 + o.threads as u64 * 1024 + 65536
 }
 
 /// The prefill keys, in an order that keeps prefilling cheap: descending

@@ -328,19 +328,14 @@ impl Core {
     /// other cores, I4, eviction, and the access's cost. Returns the way.
     pub fn access(&mut self, pol: &mut dyn Policy, t: usize, line: u64, write: bool) -> usize {
         self.stats.accesses += 1;
-        let mut cost = self.cfg.hit;
         let owner = self.owner[line as usize];
         let forwarded = owner != NONE && owner as usize != t;
         let held = self.way(t, line);
         let transaction = forwarded || held.is_none() || (write && held.is_some_and(|w| !self.l1[t][w].dirty));
-        let busy = self.line_busy[line as usize];
-        if transaction && busy > self.clock[t] {
-            // Queued behind another core's transaction: no retry needed, as
-            // every other access to the line queues behind this one in turn.
-            self.stats.queued += busy - self.clock[t];
-            self.clock[t] = busy;
-            self.now = self.now.max(busy);
+        if transaction {
+            self.queue_behind(t, line);
         }
+        let mut cost = self.cfg.hit;
         if forwarded {
             // Served by the owning core (I2 decides the wait), not the directory.
             cost = self.cfg.c2c;
@@ -349,14 +344,9 @@ impl Core {
             self.stall_for(t, until, Why::Downgrade);
         }
         if write {
-            let others = self.sharers[line as usize] & !(1 << t);
-            for o in (0..self.cfg.threads).filter(|o| others >> o & 1 == 1) {
-                self.drop_line(o, line);
-            }
+            self.invalidate_others(t, line);
         }
-        let held = self.way(t, line);
-        let upgrade = write && held.is_some_and(|w| !self.l1[t][w].dirty);
-        if !forwarded && (held.is_none() || upgrade) {
+        if transaction && !forwarded {
             // I4: the directory holds requests (misses, and upgrades of a
             // clean copy to M) while the line's write-back persists.
             let blocked = self.blocked_until[line as usize];
@@ -378,6 +368,25 @@ impl Core {
             self.line_busy[line as usize] = self.clock[t];
         }
         way
+    }
+
+    /// The directory serves one transaction per line at a time: wait for
+    /// the one in progress. No retry is needed, as every other access to
+    /// the line queues behind this one in turn.
+    fn queue_behind(&mut self, t: usize, line: u64) {
+        let busy = self.line_busy[line as usize];
+        if busy > self.clock[t] {
+            self.stats.queued += busy - self.clock[t];
+            self.clock[t] = busy;
+            self.now = self.now.max(busy);
+        }
+    }
+
+    fn invalidate_others(&mut self, t: usize, line: u64) {
+        let others = self.sharers[line as usize] & !(1 << t);
+        for o in (0..self.cfg.threads).filter(|o| others >> o & 1 == 1) {
+            self.drop_line(o, line);
+        }
     }
 
     /// A free or least-recently-used way for `line`, evicting its occupant.
