@@ -109,21 +109,26 @@ impl Lrp {
         }
     }
 
+    /// Record a release in the RET. At the watermark (counting this one),
+    /// the oldest *earlier* release is persisted: this one's value is not
+    /// written yet, so it cannot be persisted here.
     fn track_release(&mut self, c: &mut Core, t: usize, line: u64) {
-        self.ret[t].push_back((self.epoch[t], line));
         if c.mutant(Mutant::RetOverflow) {
+            self.ret[t].push_back((self.epoch[t], line));
             if self.ret[t].len() > c.cfg.ret_size {
                 self.ret[t].pop_front();
             }
             return;
         }
-        if self.ret[t].len() >= c.cfg.ret_watermark {
-            let (_, oldest) = self.ret[t][0];
-            c.stats.ret_persists += 1;
-            if let Some(way) = c.way(t, oldest) {
-                self.persist_released(c, t, way);
+        if self.ret[t].len() + 1 >= c.cfg.ret_watermark {
+            if let Some(&(_, oldest)) = self.ret[t].front() {
+                c.stats.ret_persists += 1;
+                if let Some(way) = c.way(t, oldest) {
+                    self.persist_released(c, t, way);
+                }
             }
         }
+        self.ret[t].push_back((self.epoch[t], line));
     }
 }
 
@@ -160,6 +165,7 @@ impl Policy for Lrp {
         c.l1[t][way].epoch = self.epoch[t];
         c.l1[t][way].released = true;
         self.track_release(c, t, w.line);
+        debug_assert!(!c.stalled, "LRP's write hooks change state: they must not stall (the access would be retried)");
     }
 
     fn after_acquire(&mut self, c: &mut Core, t: usize, line: u64, rmw: bool) {

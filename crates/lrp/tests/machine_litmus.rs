@@ -111,3 +111,18 @@ fn an_acquire_rmw_persists_before_what_follows_it() {
     let o = run(&p, PolicyKind::Lrp, Some(Mutant::NoI3));
     assert!(matches!(o.images.get(&vec![1, 1, 1]), Some(Err(_))), "without I3, z persists before the RMW: {:?}", o.images);
 }
+
+/// Every RET watermark keeps RP, down to 1 (persist the previous release at
+/// each new one): the release being made must not be "persisted" before its
+/// value is written (found in review; MP failed at watermark 1).
+#[test]
+fn every_ret_watermark_keeps_rp() {
+    let tweaks: [fn(&mut tandem_lrp::machine::Config); 3] = [|c| c.ret_watermark = 1, |c| c.ret_watermark = 2, |c| (c.ret_size, c.ret_watermark) = (32, 28)];
+    for tweak in tweaks {
+        let mut p = mp();
+        p.tweak = Some(tweak);
+        let o = run(&p, PolicyKind::Lrp, None);
+        assert_legal(&o, "LRP with a tweaked RET");
+        assert!(o.reachable(&[1, 1, 1]));
+    }
+}
