@@ -232,7 +232,7 @@ fn markdown(
 }
 
 fn cost_markdown(title: &str, t: &[(LfdKind, Vec<BenchResult>)]) -> String {
-    let mut md = format!("**{title}.** Execution time over NOP, and the share of write-backs a core stalled for (critical path):\n\n| structure | LRP | BB | SB | eager | LRP critical | BB critical |\n|---|---|---|---|---|---|---|\n");
+    let mut md = format!("**{title}.** Execution time over NOP, and the share of write-backs on the critical path of the core that did them (it stalled for them):\n\n| structure | LRP | BB | SB | eager | LRP critical | BB critical |\n|---|---|---|---|---|---|---|\n");
     for (l, rs) in t {
         md += &format!(
             "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} % | {:.0} % |\n",

@@ -23,6 +23,12 @@ pub enum Model {
     /// Strict persistency (§1.5): writes persist in the order they become
     /// visible: program order, and a write before every read of it.
     Strict,
+    /// Buffered epoch persistency (§1.5): persist barriers (`Kind::Fence`)
+    /// split each thread into epochs; writes of different epochs of a thread
+    /// persist in epoch order, and a read of another thread's write orders
+    /// that write's epoch (and those before it) before the reader's epoch
+    /// (and those after it).
+    Bep,
 }
 
 /// A persist order over a trace's events, transitively closed.
@@ -85,6 +91,9 @@ pub fn persist_order(t: &Trace, model: Model) -> PersistOrder {
     if model == Model::Arp {
         arp_edges(t, &mut p);
     }
+    if model == Model::Bep {
+        bep_edges(t, &mut p);
+    }
     p.close();
     p
 }
@@ -101,7 +110,27 @@ fn edge(t: &Trace, model: Model, a: EventId, b: EventId) -> bool {
                 || (po && ea.writes() && eb.writes() && ea.addr == eb.addr) // rule 4
         }
         Model::Strict => t.po(a, b) || eb.read_from() == Some(a),
-        Model::Arp => false,
+        Model::Arp | Model::Bep => false,
+    }
+}
+
+/// BEP: epoch order within a thread, and across threads through reads.
+fn bep_edges(t: &Trace, p: &mut PersistOrder) {
+    let epoch = t.epochs();
+    let writes = t.writes();
+    for &a in &writes {
+        for &b in writes.iter().filter(|&&b| t.po(a, b) && epoch[a] < epoch[b]) {
+            p.add(a, b);
+        }
+    }
+    for (r, ev) in t.events.iter().enumerate() {
+        let Some(w) = ev.read_from().filter(|&w| t.events[w].thread != ev.thread) else { continue };
+        let source = writes.iter().filter(|&&a| t.events[a].thread == t.events[w].thread && epoch[a] <= epoch[w]);
+        for &a in source {
+            for &b in writes.iter().filter(|&&b| t.events[b].thread == ev.thread && epoch[b] >= epoch[r]) {
+                p.add(a, b);
+            }
+        }
     }
 }
 

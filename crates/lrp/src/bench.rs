@@ -38,7 +38,7 @@ pub struct BenchResult {
     /// Execution time: cycles until the last core finished.
     pub cycles: u64,
     pub stats: Stats,
-    /// Share of write-backs some core stalled for.
+    /// Share of write-backs their own core stalled for.
     pub critical_share: f64,
     pub wall_seconds: f64,
 }

@@ -1,7 +1,7 @@
 //! Release persistency (RP, thesis ch. 3; digest `../shared/specs/lrp.md`)
 //! and the models and mechanisms it is measured against:
 //! - `axiom`, `cut`: the axiomatic side (spec §1.3, §2.8 A): persist order
-//!   under RP, ARP and strict persistency, legal crash images and witnesses;
+//!   under RP, ARP, BEP and strict persistency, legal crash images and witnesses;
 //! - `machine`, `policy`, `lrp_policy`, `sim`: the operational machine
 //!   (spec §2.8 B) with NOP, Eager, SB, BB, ARP and LRP, and the seeded
 //!   scheduler;

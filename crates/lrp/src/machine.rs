@@ -128,7 +128,8 @@ pub enum Why {
 pub struct Stats {
     pub accesses: u64,
     pub persists: u64,
-    /// Persists some core stalled for (the thesis's "write-backs on the critical path").
+    /// Persists their own core stalled for (the thesis's "write-backs on the
+    /// critical path of the processor doing the write-back").
     pub critical: u64,
     pub stall: u64,
     /// Stall cycles by cause: a request waiting for another core's line (I2),
@@ -267,8 +268,8 @@ impl Core {
         self.persist_at(by, line, self.now)
     }
 
-    /// Core `t` stalls until `until`; persists acknowledged by then that it
-    /// waited for count as on the critical path.
+    /// Core `t` stalls until `until`; its own persists acknowledged by then
+    /// count as on its critical path.
     pub fn stall(&mut self, t: usize, until: u64) {
         self.stall_for(t, until, Why::Policy);
     }
@@ -287,7 +288,8 @@ impl Core {
         } += d;
         self.stalled = true;
         let from = self.clock[t];
-        for p in self.inflight.iter_mut().filter(|p| !p.waited && p.done > from && p.done <= until) {
+        // On the critical path of the core that did the write-back (thesis Fig. 3.5).
+        for p in self.inflight.iter_mut().filter(|p| p.issuer == t && !p.waited && p.done > from && p.done <= until) {
             p.waited = true;
             self.stats.critical += 1;
         }
@@ -421,6 +423,7 @@ impl Core {
             Kind::Write => self.trace.write(t as u32, addr, sync),
             Kind::Read { from } => self.trace.read(t as u32, addr, sync, from),
             Kind::Rmw { from } => self.trace.rmw(t as u32, addr, sync, from),
+            Kind::Fence => self.trace.fence(t as u32),
         };
         Some(id)
     }

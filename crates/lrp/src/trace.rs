@@ -20,6 +20,8 @@ pub enum Kind {
     Write,
     /// A read-modify-write (one event: its read and its write are atomic).
     Rmw { from: Option<EventId> },
+    /// An explicit persist barrier (epoch persistency's; `addr` unused).
+    Fence,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,14 +45,14 @@ impl Event {
 
     /// An acquire: a read or RMW with acquire semantics.
     pub fn is_acquire(&self) -> bool {
-        !matches!(self.kind, Kind::Write) && matches!(self.sync, Sync::Acquire | Sync::AcqRel)
+        matches!(self.kind, Kind::Read { .. } | Kind::Rmw { .. }) && matches!(self.sync, Sync::Acquire | Sync::AcqRel)
     }
 
     /// The write it read from, if it reads.
     pub fn read_from(&self) -> Option<EventId> {
         match self.kind {
             Kind::Read { from } | Kind::Rmw { from } => from,
-            Kind::Write => None,
+            Kind::Write | Kind::Fence => None,
         }
     }
 }
@@ -84,6 +86,27 @@ impl Trace {
         self.push(thread, addr, Kind::Rmw { from }, sync)
     }
 
+    /// A persist barrier: it ends the thread's epoch (for `Model::Bep`).
+    pub fn fence(&mut self, thread: u32) -> EventId {
+        self.push(thread, 0, Kind::Fence, Sync::Plain)
+    }
+
+    /// Each event's epoch: the persist barriers before it on its thread.
+    pub fn epochs(&self) -> Vec<u32> {
+        let mut count = std::collections::HashMap::new();
+        self.events
+            .iter()
+            .map(|e| {
+                let c = count.entry(e.thread).or_insert(0u32);
+                let epoch = *c;
+                if e.kind == Kind::Fence {
+                    *c += 1;
+                }
+                epoch
+            })
+            .collect()
+    }
+
     /// `a` precedes `b` in program order.
     pub fn po(&self, a: EventId, b: EventId) -> bool {
         a < b && self.events[a].thread == self.events[b].thread
@@ -107,6 +130,7 @@ impl Trace {
             Kind::Read { .. } => "read",
             Kind::Write => "write",
             Kind::Rmw { .. } => "RMW",
+            Kind::Fence => return format!("e{e} (thread {}, persist barrier)", ev.thread),
         };
         format!("e{e} (thread {}, {sync} {kind} of word {})", ev.thread, ev.addr)
     }

@@ -95,3 +95,27 @@ fn plain_reads_do_not_order_persists() {
     assert!(!persist_order(&t, Model::Rp).before(x, z));
     assert!(persist_order(&t, Model::Strict).before(x, z));
 }
+
+/// BEP (§1.5): barriers order epochs of a thread both ways (unlike RP's
+/// one-way release), and a read orders the writer's epoch before the
+/// reader's. With barriers around the release and after the acquire, MP is
+/// ordered as under RP, and the write after the release is ordered too.
+#[test]
+fn bep_orders_whole_epochs() {
+    let mut t = Trace::new();
+    let x = t.write(0, 1, Sync::Plain);
+    t.fence(0);
+    let y = t.write(0, 2, Sync::Release);
+    t.fence(0);
+    let w = t.write(0, 4, Sync::Plain);
+    t.read(1, 2, Sync::Acquire, Some(y));
+    t.fence(1);
+    let z = t.write(1, 3, Sync::Plain);
+    let bep = persist_order(&t, Model::Bep);
+    assert!(bep.before(x, y) && bep.before(y, w) && bep.before(y, z) && bep.before(x, z));
+    assert!(!bep.before(w, z) && !bep.before(z, w), "the reader's epoch follows y's epoch, not later ones");
+    let rp = persist_order(&t, Model::Rp);
+    assert!(rp.before(x, y) && rp.before(y, z) && !rp.before(y, w), "RP's release is one-way");
+    assert_eq!(bep.check(&t, &set(&[w])), Err(Witness { missing: x, present: w }));
+    assert!(rp.check(&t, &set(&[w])).is_ok());
+}
