@@ -174,7 +174,7 @@ fn mutant_hunts(progress: &dyn Fn(&str)) -> Vec<Value> {
     let mut out = Vec::new();
     for m in Mutant::ALL {
         let v = if m.is_mechanism() {
-            let runs = hunt(m, 1200);
+            let runs = hunt(m, 2000);
             json!({"mutant": m.name(), "kind": "mechanism", "executions_to_catch": runs})
         } else {
             let lfd = match m {
@@ -309,7 +309,7 @@ fn check_markdown(checks: &[Value], mutants: &[Value], diff: &tandem_lrp::litmus
     md += "**Mutants** (spec §5.2). Mechanism mutants: executions (program × seed) until an illegal image; data-structure mutants: violating seeds of 20 under LRP:\n\n| mutant | caught |\n|---|---|\n";
     for m in mutants {
         let caught = match m["kind"].as_str() {
-            Some("mechanism") => m["executions_to_catch"].as_u64().map_or("NOT CAUGHT in 1200".into(), |n| format!("after {n} execution(s)")),
+            Some("mechanism") => m["executions_to_catch"].as_u64().map_or("NOT CAUGHT in 2000".into(), |n| format!("after {n} execution(s)")),
             _ => format!("{} of 20 seeds on the {} ({} level)", m["violating_seeds_of_20"], m["lfd"].as_str().unwrap_or("?"), m["level"].as_str().unwrap_or("-")),
         };
         md += &format!("| {} | {caught} |\n", m["mutant"].as_str().unwrap_or("?"));

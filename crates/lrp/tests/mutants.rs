@@ -8,7 +8,7 @@ use tandem_lrp::litmus::{explore, hunt, mutant_program};
 use tandem_lrp::{Mutant, PolicyKind};
 
 /// Executions (program × seed) a mechanism mutant may take to be caught.
-const BUDGET: u64 = 1200;
+const BUDGET: u64 = 2000;
 
 #[test]
 fn every_mechanism_mutant_is_caught() {
