@@ -2,7 +2,7 @@
 # Regenerates docs/RESULTS.md from fresh measurements on this machine.
 # Every figure in that file comes from one of the commands below, run here in
 # one go; comparisons are ratios measured within one alternating run.
-#   usage: scripts/results.sh            (about 20 minutes on 2 cores)
+#   usage: scripts/results.sh            (about 25 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q
