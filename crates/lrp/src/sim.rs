@@ -79,10 +79,11 @@ impl Machine {
         }
     }
 
-    /// An access takes effect when its core stops waiting: if getting the
-    /// line stalled the core, the access is retried at its new time (others
-    /// run in between), so no core sees a value before it is written.
-    fn retry<T>(&mut self, r: Option<T>) -> Option<T> {
+    /// End an access attempt. An access takes effect when its core stops
+    /// waiting: if getting the line stalled the core, the attempt returns
+    /// None and is retried at the core's new time (others run in between),
+    /// so no core sees a value before it is written.
+    fn finish<T>(&mut self, r: Option<T>) -> Option<T> {
         self.end();
         r
     }
@@ -98,7 +99,7 @@ impl Machine {
         p.on_access(c, t, line);
         c.access(p, t, line, false);
         if c.stalled {
-            return self.retry(None);
+            return self.finish(None);
         }
         let v = c.mem[addr as usize];
         let from = c.source(addr);
@@ -106,21 +107,21 @@ impl Machine {
         if acquire(sync) {
             p.after_acquire(c, t, line, false);
         }
-        self.retry(Some(v))
+        self.finish(Some(v))
     }
 
     /// A store, or None if the core stalled first (retry it).
     pub fn store(&mut self, t: usize, addr: u64, val: u64, sync: Sync) -> Option<()> {
         self.begin(t);
         let r = self.write(t, addr, sync, false, |_| Some(val));
-        self.retry(r.map(|_| ()))
+        self.finish(r.map(|_| ()))
     }
 
     /// Compare-and-swap, or None if the core stalled first (retry it).
     pub fn cas(&mut self, t: usize, addr: u64, old: u64, new: u64, sync: Sync) -> Option<Result<u64, u64>> {
         self.begin(t);
         let r = self.write(t, addr, sync, true, |cur| (cur == old).then_some(new));
-        self.retry(r.map(|(cur, wrote)| if wrote { Ok(cur) } else { Err(cur) }))
+        self.finish(r.map(|(cur, wrote)| if wrote { Ok(cur) } else { Err(cur) }))
     }
 
     /// Get `addr`'s line exclusive and write `f(current)` if it is Some (a
@@ -206,10 +207,6 @@ impl Machine {
         self.steps.clear();
         self.last.fill(None);
         self.arena.fill((0, 0));
-    }
-
-    pub fn kind(&self) -> PolicyKind {
-        self.kind
     }
 }
 
