@@ -25,6 +25,9 @@
 pub mod convergence;
 pub mod history;
 pub mod linearizable;
+pub mod rc;
+mod rc_hb;
+pub mod rc_history;
 pub mod session;
 pub mod thin_air;
 pub mod verdict;
@@ -33,6 +36,8 @@ mod zones;
 
 pub use convergence::{check_convergence, FinalStates};
 pub use history::{parse_jsonl, read_jsonl, to_jsonl, write_jsonl, HistOp, OpKind};
+pub use rc::{check_rc, RcReport, RcViolation, RcViolationKind};
+pub use rc_history::{parse_rc_jsonl, rc_to_jsonl, Class, RcKind, RcOp, Version};
 pub use linearizable::{check_key, check_linearizable, check_linearizable_with, LinConfig};
 pub use session::{check_session, check_sessions, version_order, VersionOrder};
 pub use thin_air::check_no_thin_air;

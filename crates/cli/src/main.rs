@@ -11,6 +11,7 @@ mod ddp_tcp_cmd;
 mod demo;
 mod litmus_cmd;
 mod litmus_worker_cmd;
+mod kite_cmd;
 mod lrp_cmd;
 mod experiment_cmd;
 mod heal_cmd;
@@ -76,6 +77,8 @@ enum Command {
     Litmus(litmus_cmd::LitmusArgs),
     /// Release persistency: crash-check log-free data structures per persistency policy, or count their cost.
     Lrp(lrp_cmd::LrpArgs),
+    /// Kite: release consistency over a leaderless replicated KVS (seeded simulation checks).
+    Kite(kite_cmd::KiteArgs),
     /// One compute-server process of `tandem litmus --fabric tcp --crash-rate R` (internal).
     #[command(hide = true)]
     LitmusWorker(litmus_worker_cmd::LitmusWorkerArgs),
@@ -105,6 +108,7 @@ fn main() {
         Command::Litmus(a) => litmus_cmd::run(a),
         Command::LitmusWorker(a) => litmus_worker_cmd::run(a),
         Command::Lrp(a) => lrp_cmd::run(a),
+        Command::Kite(a) => kite_cmd::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -488,6 +488,17 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
         self.world.borrow_mut().crash(n);
     }
 
+    /// Node `n` stops, as under SIGSTOP, until `until_ns`: alive, with its
+    /// state, but it handles no input before then; what arrives meanwhile
+    /// (messages, timers, persists) queues and is handled after it wakes,
+    /// in arrival order. Its peers see a slow node, not a silent one.
+    pub fn pause(&self, n: NodeId, until_ns: u64) {
+        let mut w = self.world.borrow_mut();
+        for core in w.nodes[n as usize].cores.iter_mut() {
+            *core = (*core).max(until_ns);
+        }
+    }
+
     /// Crash every node at the same instant (a power failure).
     pub fn crash_all(&self) {
         let count = self.world.borrow().nodes.len() as NodeId;
