@@ -37,7 +37,7 @@ pub struct CheckArgs {
     /// Simulated microseconds with clients running, per seed.
     #[arg(long, default_value_t = 3000)]
     run_us: u64,
-    /// Faults: "seed" (drawn from each seed), "none", or a comma list of lossy, partition, sleep, crash.
+    /// Faults: "seed" (drawn from each seed), "none", or a comma list of lossy, partition, sleep, crash, slow (one node's outgoing links).
     #[arg(long, default_value = "seed")]
     faults: String,
     /// A deliberate bug: no-release-barrier, skip-delinquency-check, accept-lower-ballot, no-write-back,
@@ -70,7 +70,8 @@ fn parse_faults(s: &str) -> Result<Option<Faults>, String> {
             "partition" => f.partition = true,
             "sleep" => f.sleep = true,
             "crash" => f.crash = true,
-            other => return Err(format!("--faults: unknown fault {other:?} (lossy, partition, sleep, crash, none or seed)")),
+            "slow" => f.slow = true,
+            other => return Err(format!("--faults: unknown fault {other:?} (lossy, partition, sleep, crash, slow, none or seed)")),
         }
     }
     Ok(Some(f))

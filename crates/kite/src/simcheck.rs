@@ -59,16 +59,20 @@ pub struct Faults {
     pub partition: bool,
     pub sleep: bool,
     pub crash: bool,
+    /// One node's outgoing links get slow (tens of µs, below the time-out)
+    /// to all but one other node: an asymmetric, congested path.
+    pub slow: bool,
 }
 
 impl Faults {
     pub fn from_seed(seed: u64) -> Faults {
         let mut rng = Rng::new(seed ^ 0xFA17);
-        Faults { lossy: rng.chance(0.5), partition: rng.chance(0.4), sleep: rng.chance(0.5), crash: rng.chance(0.3) }
+        let (lossy, partition, sleep, crash) = (rng.chance(0.5), rng.chance(0.4), rng.chance(0.5), rng.chance(0.3));
+        Faults { lossy, partition, sleep, crash, slow: rng.chance(0.4) }
     }
 
     pub fn describe(&self) -> String {
-        let names = [(self.lossy, "drop+dup+reorder"), (self.partition, "partition"), (self.sleep, "sleep"), (self.crash, "crash")];
+        let names = [(self.lossy, "drop+dup+reorder"), (self.partition, "partition"), (self.sleep, "sleep"), (self.crash, "crash"), (self.slow, "slow")];
         let on: Vec<&str> = names.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         if on.is_empty() {
             "none".into()
@@ -274,6 +278,12 @@ fn inject(net: &Net, seed: u64, f: Faults, opts: &CheckOpts) {
     if f.partition && a != b {
         net.partition(a, b, true);
     }
+    let slow = (victim + 1) % n as NodeId;
+    let fast = (slow + 1) % n as NodeId;
+    let slow_to: Vec<NodeId> = (0..n as NodeId).filter(|&to| to != slow && to != fast).collect();
+    if f.slow {
+        slow_links(net, slow, &slow_to, opts.cfg.timeout_ns / 8);
+    }
     if f.sleep {
         net.pause(victim, net.now_ns() + 2 * opts.cfg.timeout_ns + rng.below(opts.cfg.timeout_ns));
     }
@@ -286,6 +296,9 @@ fn inject(net: &Net, seed: u64, f: Faults, opts: &CheckOpts) {
     net.set_faults(|c| (c.drop, c.duplicate, c.delay) = (0.0, 0.0, 0.0));
     if f.partition && a != b {
         net.partition(a, b, false);
+    }
+    if f.slow {
+        slow_links(net, slow, &slow_to, 0);
     }
     net.run_for(run - net.now_ns().min(run));
 }
@@ -311,6 +324,13 @@ fn stuck_ops(net: &Net, nodes: u16) -> String {
     }
     v.truncate(12);
     v.join("; ")
+}
+
+/// Every message `from` sends to `to` takes `extra_ns` longer.
+fn slow_links(net: &Net, from: NodeId, to: &[NodeId], extra_ns: u64) {
+    for &t in to {
+        net.slow_link(from, t, extra_ns);
+    }
 }
 
 fn sum_stats(net: &Net, nodes: u16) -> KiteStats {

@@ -25,7 +25,7 @@ fn caught(m: Mutant, faults: Option<Faults>) {
 
 #[test]
 fn release_without_barrier_is_caught() {
-    caught(Mutant::NoReleaseBarrier, Some(Faults { lossy: true, ..Faults::default() }));
+    caught(Mutant::NoReleaseBarrier, Some(Faults { partition: true, ..Faults::default() }));
 }
 
 #[test]
@@ -40,7 +40,7 @@ fn paxos_accepting_lower_ballot_is_caught() {
 
 #[test]
 fn abd_without_write_back_is_caught() {
-    caught(Mutant::NoWriteBack, None);
+    caught(Mutant::NoWriteBack, Some(Faults { slow: true, ..Faults::default() }));
 }
 
 #[test]
