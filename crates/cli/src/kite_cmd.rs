@@ -4,7 +4,9 @@
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
-use tandem_kite::simcheck::{check, rc_history_of, CheckOpts, Faults};
+use tandem_check::rc_to_jsonl;
+use tandem_kite::lfd::{LfdKind, LfdWorkload};
+use tandem_kite::simcheck::{check_with, run_with, CheckOpts, Faults, RandomMix, Summary, Workload};
 use tandem_kite::{KiteConfig, Mutant};
 
 use crate::args::write_json;
@@ -44,6 +46,15 @@ pub struct CheckArgs {
     /// no-slow-path-refresh.
     #[arg(long)]
     mutant: Option<String>,
+    /// The workload: "mix" (every operation on random keys), or a data structure on Kite's API: ts (Treiber
+    /// stack), msq (Michael-Scott queue), hml (Harris-Michael list), or all (each of the four).
+    #[arg(long, default_value = "mix")]
+    workload: String,
+    /// Data structures: how many, and data fields per node (the paper's -4 / -32).
+    #[arg(long, default_value_t = 4)]
+    structures: u64,
+    #[arg(long, default_value_t = 4)]
+    fields: u64,
     /// Write the history of the first violating seed (or of the last seed) as JSON lines.
     #[arg(long)]
     history: Option<String>,
@@ -93,34 +104,63 @@ fn options(a: &CheckArgs) -> Result<CheckOpts, String> {
     Ok(CheckOpts { nodes: a.nodes, sessions: a.sessions, run_ns: a.run_us * 1000, faults: parse_faults(&a.faults)?, cfg, ..base })
 }
 
+fn workloads(s: &str) -> Result<Vec<Option<LfdKind>>, String> {
+    match s {
+        "mix" => Ok(vec![None]),
+        "all" => Ok([None].into_iter().chain(LfdKind::ALL.map(Some)).collect()),
+        _ => s.split(',').map(|w| if w == "mix" { Ok(None) } else { LfdKind::parse(w).map(Some) }).collect(),
+    }
+}
+
 fn run_check(a: CheckArgs) -> Result<(), String> {
     let opts = options(&a)?;
+    if a.structures == 0 || a.fields == 0 || a.fields > 32 {
+        return Err("--structures must be positive and --fields 1..=32".into());
+    }
+    let mut summaries = Vec::new();
+    for w in workloads(&a.workload)? {
+        let work = |seed| -> Box<dyn Workload> {
+            match w {
+                None => Box::new(RandomMix::new(opts.mix, opts.sessions)),
+                Some(kind) => Box::new(LfdWorkload::new(kind, a.structures, a.fields, opts.sessions, seed)),
+            }
+        };
+        summaries.push(check_one(&a, &opts, w.map_or("mix", |k| k.name()), work)?);
+    }
+    if let Some(path) = &a.json {
+        let one = summaries.len() == 1;
+        if one { write_json(path, &summaries[0])? } else { write_json(path, &summaries)? }
+    }
+    let violations: u64 = summaries.iter().map(|s| s.violation_count).sum();
+    if violations > 0 {
+        return Err(format!("{violations} seed(s) violated release consistency, a data structure's invariants, or never completed"));
+    }
+    Ok(())
+}
+
+fn check_one(a: &CheckArgs, opts: &CheckOpts, name: &'static str, work: impl Fn(u64) -> Box<dyn Workload>) -> Result<Summary, String> {
     let started = Instant::now();
     let mut last = Instant::now();
-    let summary = check(&opts, a.seed, a.seeds, |r| {
+    let mut summary = check_with(opts, a.seed, a.seeds, &work, |r| {
         if r.violation.is_some() || last.elapsed().as_secs_f64() >= 1.0 {
             let verdict = if r.violation.is_some() { "VIOLATION" } else { "ok" };
             eprintln!("  seed {} [{}]: {} ops, {verdict} ({:.1} s)", r.seed, r.faults.describe(), r.ops, started.elapsed().as_secs_f64());
             last = Instant::now();
         }
     });
+    summary.workload = name;
     println!(
-        "kite check: {} seeds, {} operations, {} violation(s); slow releases {}, epoch bumps {}, write time-outs {}, Paxos retries {}",
+        "kite check {name}: {} seeds, {} operations, {} violation(s); slow releases {}, epoch bumps {}, write time-outs {}, Paxos retries {}",
         summary.seeds, summary.ops, summary.violation_count, summary.stats.slow_releases, summary.stats.epoch_bumps,
         summary.stats.write_timeouts, summary.stats.paxos_retries
     );
     if let Some(v) = summary.violations.first() {
         println!("  first: seed {} [{}]: {}\n  replay: {}", v.seed, v.faults, v.detail, v.replay);
     }
-    if let Some(path) = &a.json {
-        write_json(path, &summary)?;
-    }
     if let Some(path) = &a.history {
         let seed = summary.violations.first().map_or(a.seed + a.seeds - 1, |v| v.seed);
-        std::fs::write(path, rc_history_of(seed, &opts)).map_err(|e| format!("cannot write {path}: {e}"))?;
+        let h = rc_to_jsonl(&run_with(seed, opts, work(seed)).history);
+        std::fs::write(path, h).map_err(|e| format!("cannot write {path}: {e}"))?;
     }
-    if summary.violation_count > 0 {
-        return Err(format!("{} seed(s) violated release consistency or never completed", summary.violation_count));
-    }
-    Ok(())
+    Ok(summary)
 }

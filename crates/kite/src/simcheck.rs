@@ -111,8 +111,43 @@ pub struct RunReport {
     pub stats: KiteStats,
 }
 
-struct Recorder {
+/// The client side of a check run: which operation each session issues
+/// next and what it learns from the answers.
+pub trait Workload {
+    /// `None`: the session is done.
+    fn next(&mut self, s: SessionId, now: u64, rng: &mut Rng) -> Option<Op>;
+    fn done(&mut self, _s: SessionId, _reply: &Reply, _now: u64) {}
+    /// The session's node crashed: the answer will never come.
+    fn lost(&mut self, _s: SessionId, _now: u64) {}
+    /// Sessions stop at their next clean point.
+    fn stop(&mut self);
+    /// After the run, with `state(key)` the newest value a replica holds:
+    /// the workload's own invariants (a summary line, or what failed).
+    fn verify(&self, _state: &dyn Fn(Key) -> Value) -> Result<String, String> {
+        Ok(String::new())
+    }
+}
+
+/// A random mix of every operation (see [`Mix`]).
+pub struct RandomMix {
     mix: Mix,
+    /// Per session: the last value it saw on each CAS key.
+    seen: Vec<std::collections::BTreeMap<Key, Value>>,
+    /// Per session: the key of its outstanding operation.
+    last: Vec<Key>,
+    next_value: u64,
+    stopped: bool,
+}
+
+impl RandomMix {
+    pub fn new(mix: Mix, sessions: u64) -> RandomMix {
+        let n = sessions as usize;
+        RandomMix { mix, seen: vec![Default::default(); n], last: vec![0; n], next_value: 0, stopped: false }
+    }
+}
+
+struct Recorder {
+    work: Box<dyn Workload>,
     ops: Vec<RcOp>,
     /// Per session: index of its outstanding op in `ops`.
     open: Vec<Option<usize>>,
@@ -120,13 +155,32 @@ struct Recorder {
     /// node crashed reconnects elsewhere as a new session (Kite binds a
     /// session to one worker; its per-key order holds only there).
     name: Vec<u64>,
-    /// Per session: the last value it saw on each CAS key.
-    seen: Vec<std::collections::BTreeMap<Key, Value>>,
-    next_value: u64,
     invariant: Option<String>,
 }
 
-impl Recorder {
+impl Workload for RandomMix {
+    fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    fn done(&mut self, s: SessionId, reply: &Reply, _now: u64) {
+        if let Reply::CasFail { value, .. } | Reply::Rmw { new: value, .. } = reply {
+            let key = self.last[s as usize];
+            self.seen[s as usize].insert(key, *value);
+        }
+    }
+
+    fn next(&mut self, s: SessionId, _now: u64, rng: &mut Rng) -> Option<Op> {
+        if self.stopped {
+            return None;
+        }
+        let op = self.pick(s, rng);
+        self.last[s as usize] = op.key();
+        Some(op)
+    }
+}
+
+impl RandomMix {
     fn pick(&mut self, s: SessionId, rng: &mut Rng) -> Op {
         let m = self.mix;
         self.next_value += 1;
@@ -178,8 +232,8 @@ pub fn completed(op: &RcKind, reply: &Reply) -> RcKind {
 struct Hook(Rc<RefCell<Recorder>>);
 
 impl tandem_net::Harness<KiteNode> for Hook {
-    fn next_op(&mut self, s: SessionId, _now: u64, rng: &mut Rng) -> Option<Op> {
-        Some(self.0.borrow_mut().pick(s, rng))
+    fn next_op(&mut self, s: SessionId, now: u64, rng: &mut Rng) -> Option<Op> {
+        self.0.borrow_mut().work.next(s, now, rng)
     }
 
     fn invoked(&mut self, s: SessionId, _req: u64, node: NodeId, op: &Op, now: u64) {
@@ -202,15 +256,14 @@ impl tandem_net::Harness<KiteNode> for Hook {
         if let (RcKind::CasFail { expected, .. }, RcKind::CasFail { expected: e, .. }) = (kind, &mut done) {
             *e = expected;
         }
-        if let RcKind::CasFail { key, value, .. } | RcKind::Rmw { key, new: value, .. } = done {
-            r.seen[s as usize].insert(key, value);
-        }
         r.ops[i].kind = done;
         r.ops[i].complete_ns = Some(now);
+        r.work.done(s, reply, now);
     }
 
-    fn lost(&mut self, s: SessionId, _req: u64, _now: u64) {
+    fn lost(&mut self, s: SessionId, _req: u64, now: u64) {
         let mut r = self.0.borrow_mut();
+        r.work.lost(s, now);
         let sessions = r.open.len() as u64;
         r.name[s as usize] += sessions;
         if let Some(i) = r.open[s as usize].take() {
@@ -231,25 +284,26 @@ impl tandem_net::Harness<KiteNode> for Hook {
     }
 }
 
-/// Run one seeded check: faults during the middle of the run, then none;
-/// every request must complete and the history must be release consistent.
+/// Run one seeded check of the random mix.
 pub fn run_seed(seed: u64, opts: &CheckOpts) -> RunReport {
+    run_with(seed, opts, Box::new(RandomMix::new(opts.mix, opts.sessions)))
+}
+
+/// Run one seeded check of `work`: faults during the middle of the run,
+/// then none; every request must complete, the history must be release
+/// consistent and the workload's own invariants must hold.
+pub fn run_with(seed: u64, opts: &CheckOpts, work: Box<dyn Workload>) -> RunReport {
     let faults = opts.faults.unwrap_or_else(|| Faults::from_seed(seed));
-    let rec = Rc::new(RefCell::new(Recorder {
-        mix: opts.mix,
-        ops: Vec::new(),
-        open: vec![None; opts.sessions as usize],
-        name: (0..opts.sessions).collect(),
-        seen: vec![Default::default(); opts.sessions as usize],
-        next_value: 0,
-        invariant: None,
-    }));
+    let n = opts.sessions as usize;
+    let rec = Recorder { work, ops: Vec::new(), open: vec![None; n], name: (0..opts.sessions).collect(), invariant: None };
+    let rec = Rc::new(RefCell::new(rec));
     let config = Config::new(1, (0..opts.nodes).collect());
     let net = SimNet::new(seed, SimNetConfig::default(), config, KiteFactory(opts.cfg), Box::new(Hook(rec.clone())), opts.sessions);
     net.start_clients();
     inject(&net, seed, faults, opts);
-    net.stop_clients();
+    rec.borrow_mut().work.stop();
     let drained = net.run_while(opts.run_ns * 20, |n| n.outstanding() > 0);
+    net.run_for(opts.cfg.timeout_ns * 2); // let acknowledgements settle
     let stats = sum_stats(&net, opts.nodes);
     let r = rec.borrow();
     let mut violation = r.invariant.clone();
@@ -260,7 +314,23 @@ pub fn run_seed(seed: u64, opts: &CheckOpts) -> RunReport {
     if violation.is_none() {
         violation = tandem_check::check_rc(&r.ops).err().map(|v| v.to_string());
     }
+    if violation.is_none() {
+        violation = r.work.verify(&|k| newest(&net, opts.nodes, k)).err();
+    }
     RunReport { seed, faults, ops: r.ops.len(), history: r.ops.clone(), violation, stats }
+}
+
+/// The newest value of `k` on any live replica.
+fn newest(net: &Net, nodes: u16, k: Key) -> Value {
+    let mut best = (Version::default(), 0);
+    for n in 0..nodes {
+        net.with_node(n, |p| {
+            if let Some(ks) = p.and_then(|p| p.keys.get(&k)) {
+                best = best.max((ks.version, ks.value));
+            }
+        });
+    }
+    best.1
 }
 
 type Net = SimNet<KiteNode, KiteFactory>;
@@ -372,6 +442,7 @@ pub struct Found {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Summary {
     pub system: &'static str,
+    pub workload: &'static str,
     pub mutant: Option<&'static str>,
     pub seeds: u64,
     pub ops: u64,
@@ -380,11 +451,23 @@ pub struct Summary {
     pub stats: KiteStats,
 }
 
-/// Run seeds `first..first + seeds`; `progress(seed, report)` after each.
-pub fn check(opts: &CheckOpts, first: u64, seeds: u64, mut progress: impl FnMut(&RunReport)) -> Summary {
+/// Run seeds `first..first + seeds` of the random mix; `progress` after each.
+pub fn check(opts: &CheckOpts, first: u64, seeds: u64, progress: impl FnMut(&RunReport)) -> Summary {
+    check_with(opts, first, seeds, |_| Box::new(RandomMix::new(opts.mix, opts.sessions)), progress)
+}
+
+/// Run seeds of the workload `work(seed)` builds.
+pub fn check_with(
+    opts: &CheckOpts,
+    first: u64,
+    seeds: u64,
+    work: impl Fn(u64) -> Box<dyn Workload>,
+    mut progress: impl FnMut(&RunReport),
+) -> Summary {
     let mutant = opts.cfg.mutant;
     let mut s = Summary {
         system: "kite",
+        workload: "mix",
         mutant: mutant.map(|m| m.name()),
         seeds,
         ops: 0,
@@ -393,7 +476,7 @@ pub fn check(opts: &CheckOpts, first: u64, seeds: u64, mut progress: impl FnMut(
         stats: Default::default(),
     };
     for seed in first..first + seeds {
-        let r = run_seed(seed, opts);
+        let r = run_with(seed, opts, work(seed));
         s.ops += r.ops as u64;
         add_stats(&mut s.stats, &r.stats);
         if let Some(detail) = &r.violation {
@@ -404,9 +487,4 @@ pub fn check(opts: &CheckOpts, first: u64, seeds: u64, mut progress: impl FnMut(
         progress(&r);
     }
     s
-}
-
-/// The history of seed `seed` as JSON lines (`tandem_check::rc_history`).
-pub fn rc_history_of(seed: u64, opts: &CheckOpts) -> String {
-    tandem_check::rc_to_jsonl(&run_seed(seed, opts).history)
 }
