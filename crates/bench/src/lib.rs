@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod compare;
 pub mod experiment;
 pub mod heal_exp;
+pub mod kite_bench;
 pub mod lrp_exp;
 pub mod heal_peers;
 pub mod heal_procs;

@@ -108,11 +108,14 @@ pub struct LeaderParams {
     /// Mutant: the follower joins without the writes committed during its
     /// sync (a test must catch it).
     pub bug_join_early: bool,
+    /// No log in NVM: a proposal counts as logged when it arrives (the
+    /// in-memory ZAB the Kite paper measures Kite against, DESIGN.md §7.5).
+    pub volatile: bool,
 }
 
 impl Default for LeaderParams {
     fn default() -> Self {
-        LeaderParams { batch: usize::MAX, nvm_read_ns: 169, retry_ns: 1_000_000_000, dedup: false, dram: false, shadow: false, bug_join_early: false }
+        LeaderParams { batch: usize::MAX, nvm_read_ns: 169, retry_ns: 1_000_000_000, dedup: false, dram: false, shadow: false, bug_join_early: false, volatile: false }
     }
 }
 
@@ -231,6 +234,9 @@ impl LeaderNode {
             out.push(Command::Send { to: f, msg: LeaderMsg::Proposal { entry, origin } });
         }
         self.log.push(entry);
+        if self.params.volatile {
+            return self.on_ack(self.me, entry.zxid, out);
+        }
         out.push(Command::Persist { token: entry.zxid, record: LeaderRecord::Log(entry) });
     }
 
@@ -240,6 +246,9 @@ impl LeaderNode {
             return;
         }
         self.pending.insert(entry.zxid, (entry, origin));
+        if self.params.volatile {
+            return out.push(Command::Send { to: self.leader(), msg: LeaderMsg::Ack { zxid: entry.zxid } });
+        }
         out.push(Command::Persist { token: entry.zxid, record: LeaderRecord::Log(entry) });
     }
 

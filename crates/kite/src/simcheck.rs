@@ -411,7 +411,8 @@ fn sum_stats(net: &Net, nodes: u16) -> KiteStats {
     t
 }
 
-fn add_stats(t: &mut KiteStats, s: &KiteStats) {
+/// Add `s` to `t`.
+pub fn add_stats(t: &mut KiteStats, s: &KiteStats) {
     t.slow_releases += s.slow_releases;
     t.slow_reads += s.slow_reads;
     t.slow_writes += s.slow_writes;
