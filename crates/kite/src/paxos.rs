@@ -27,7 +27,6 @@ pub struct Rmw {
     pub kind: RmwKind,
     pub id: RmwId,
     pub acq: AcqId,
-    pub e0: u64,
     pub round: u32,
     pub attempt: u32,
     pub stage: Stage,
@@ -108,13 +107,13 @@ impl KiteNode {
             _ => unreachable!("not an RMW: {op:?}"),
         };
         if self.own_bit() {
-            self.bump_epoch(self.epoch);
+            self.bump_epoch();
         }
         let me = self.me;
         let sess = self.sess(s);
         (sess.rmw_seq, sess.acq_seq) = (sess.rmw_seq + 1, sess.acq_seq + 1);
         let (id, acq) = (RmwId { node: me, session: s, seq: sess.rmw_seq }, AcqId { session: s, seq: sess.acq_seq });
-        let r = Rmw { key, kind, id, acq, e0: self.epoch, round: 1, attempt: 0, stage: Stage::Queued };
+        let r = Rmw { key, kind, id, acq, round: 1, attempt: 0, stage: Stage::Queued };
         let queue = self.rmw_queue.entry(key).or_default();
         queue.push_back(s);
         if queue.len() == 1 {
@@ -211,11 +210,13 @@ impl KiteNode {
     fn after_propose(&mut self, now: u64, s: SessionId, r: Box<Rmw>, out: &mut Out) {
         let mut r = Some(r);
         let rm = r.as_mut().expect("an rmw");
-        if let Stage::Propose(g) = &rm.stage {
+        if let Stage::Propose(g) = &mut rm.stage {
+            // The propose is the RMW's acquire: a slow release naming this
+            // node may have reached it only during the propose, and be
+            // known to no replica of the quorum but this one.
+            g.delinquent |= self.own_bit();
             if g.delinquent {
-                // The propose is the RMW's acquire: bump at once.
-                self.on_delinquent(rm.e0, rm.acq, out);
-                rm.e0 = self.epoch;
+                self.on_delinquent(rm.acq, out);
             }
         }
         if self.settled(now, s, &mut r, out) {
@@ -237,7 +238,7 @@ impl KiteNode {
                     RmwKind::Cas { expected, new } if expected == old => new,
                     RmwKind::Cas { .. } => return self.cas_failed(now, s, rm, out),
                 };
-                let rec = RmwRec { id: rm.id, old, old_version: version, new };
+                let rec = RmwRec { id: rm.id, old, old_version: version, new, dm: 0 };
                 rm.stage = Stage::Barrier { slot, ballot, rec, help: false };
             }
         }
@@ -251,7 +252,6 @@ impl KiteNode {
         let Stage::Propose(g) = &r.stage else { unreachable!() };
         let a = Acquire {
             key: r.key,
-            e0: r.e0,
             acq: r.acq,
             rid: 0,
             write_back: false,
@@ -275,13 +275,15 @@ impl KiteNode {
             self.sess(s).op = Some(Active::Rmw(r));
             return;
         }
-        let dm = if help { 0 } else { self.sess(s).missing };
-        if dm != 0 {
-            self.stats.slow_releases += 1;
+        let mut rec = rec;
+        if !help {
+            // The DM-set rides in the value, so a helper carries it too.
+            rec.dm = self.sess(s).missing;
+            self.stats.slow_releases += (rec.dm != 0) as u64;
         }
         let rid = self.fresh_id();
         r.stage = Stage::Accept { g: Gather::new(rid, slot, ballot), rec, help };
-        let msg = Msg::Accept { rid, key: r.key, slot, ballot, rec, dm };
+        let msg = Msg::Accept { rid, key: r.key, slot, ballot, rec };
         self.sess(s).op = Some(Active::Rmw(r));
         self.start_round(now, s, rid, msg, out);
     }

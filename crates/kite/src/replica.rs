@@ -52,8 +52,8 @@ impl KiteNode {
                 let delinquent = self.tell_delinquent(from, acq);
                 rep(rid, Rep::Prop(self.on_propose(key, slot, ballot, id, delinquent)))
             }
-            Msg::Accept { rid, key, slot, ballot, rec, dm } => {
-                self.mark_delinquent(dm);
+            Msg::Accept { rid, key, slot, ballot, rec } => {
+                self.mark_delinquent(rec.dm);
                 rep(rid, Rep::Acc(self.on_accept(key, slot, ballot, rec)))
             }
             Msg::Ping => Some(Msg::Pong),

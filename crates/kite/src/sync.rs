@@ -42,7 +42,6 @@ pub enum RelStage {
 #[derive(Debug)]
 pub struct Acquire {
     pub key: Key,
-    pub e0: u64,
     pub acq: AcqId,
     pub rid: u64,
     pub write_back: bool,
@@ -123,16 +122,18 @@ impl KiteNode {
         true
     }
 
-    pub fn bump_epoch(&mut self, e0: u64) {
-        if self.epoch <= e0 {
-            self.epoch += 1;
-            self.stats.epoch_bumps += 1;
-        }
+    /// Every key goes out of epoch. Always a bump, never "unless someone
+    /// bumped since this operation began" (kite.md §2.8's shortcut): a key
+    /// refreshed since that bump may hold a value older than the writes
+    /// the new DM-set covers (tests/scenarios.rs).
+    pub fn bump_epoch(&mut self) {
+        self.epoch += 1;
+        self.stats.epoch_bumps += 1;
     }
 
     pub fn acquire(&mut self, now: u64, s: SessionId, key: Key, out: &mut Out) {
         if self.own_bit() {
-            self.bump_epoch(self.epoch);
+            self.bump_epoch();
         }
         let sess = self.sess(s);
         sess.acq_seq += 1;
@@ -140,7 +141,6 @@ impl KiteNode {
         let rid = self.fresh_id();
         let op = Acquire {
             key,
-            e0: self.epoch,
             acq,
             rid,
             write_back: false,
@@ -197,7 +197,7 @@ impl KiteNode {
         self.apply(a.key, version, value);
         a.delinquent |= self.own_bit();
         if a.delinquent {
-            self.on_delinquent(a.e0, a.acq, out);
+            self.on_delinquent(a.acq, out);
         }
         let result = match a.cas_fail {
             true => Reply::CasFail { value, version, local: false },
@@ -208,11 +208,11 @@ impl KiteNode {
 
     /// Told it is delinquent: bump the epoch first, then ask for the bit to
     /// be reset (Lemma 2.6).
-    pub fn on_delinquent(&mut self, e0: u64, acq: AcqId, out: &mut Out) {
+    pub fn on_delinquent(&mut self, acq: AcqId, out: &mut Out) {
         if self.mutant(Mutant::SkipDelinquencyCheck) {
             return;
         }
-        self.bump_epoch(e0);
+        self.bump_epoch();
         let others = self.others();
         self.send_to(others, &Msg::ResetBit { acq }, out);
     }

@@ -81,6 +81,9 @@ pub struct RmwRec {
     pub old: Value,
     pub old_version: Version,
     pub new: Value,
+    /// The proposer's DM-set (its release side): every acceptor of this
+    /// value marks these machines delinquent, whoever sends the accept.
+    pub dm: Mask,
 }
 
 impl RmwRec {
@@ -116,8 +119,8 @@ pub enum Msg {
     /// Best effort, after the acquirer bumped its epoch (Lemma 2.6).
     ResetBit { acq: AcqId },
     Propose { rid: u64, key: Key, slot: u32, ballot: Ballot, id: RmwId, acq: AcqId },
-    /// The DM-set rides on the accept (its release side).
-    Accept { rid: u64, key: Key, slot: u32, ballot: Ballot, rec: RmwRec, dm: Mask },
+    /// The DM-set rides in `rec` (its release side).
+    Accept { rid: u64, key: Key, slot: u32, ballot: Ballot, rec: RmwRec },
     /// Probes a suspected node; its `Pong` brings it back into broadcasts.
     Ping,
     Pong,

@@ -1,0 +1,190 @@
+//! Hand-scheduled interleavings on five Kite nodes (sans-IO: the test is
+//! the network). Each reproduces a bug found in review: it failed before
+//! the fix named in its doc, and passes after.
+
+use tandem_kite::node::TICK;
+use tandem_kite::{KiteConfig, KiteNode, Msg, Op, Reply};
+use tandem_net::{Command, Config, Input, NodeId, Protocol, SessionId};
+
+struct Cluster {
+    nodes: Vec<KiteNode>,
+    now: u64,
+    wire: Vec<(NodeId, NodeId, Msg)>,
+    replies: Vec<(NodeId, SessionId, Reply)>,
+}
+
+impl Cluster {
+    fn new(n: u16) -> Cluster {
+        let config = Config::new(1, (0..n).collect());
+        let nodes = (0..n).map(|i| KiteNode::new(i, &config, KiteConfig::default())).collect();
+        Cluster { nodes, now: 1, wire: Vec::new(), replies: Vec::new() }
+    }
+
+    fn step(&mut self, node: NodeId, input: Input<KiteNode>) {
+        self.now += 10;
+        let mut out = Vec::new();
+        self.nodes[node as usize].step(self.now, input, &mut out);
+        for c in out {
+            match c {
+                Command::Send { to, msg } => self.wire.push((node, to, msg)),
+                Command::Reply { session, result, .. } => self.replies.push((node, session, result)),
+                _ => {}
+            }
+        }
+    }
+
+    fn client(&mut self, node: NodeId, session: SessionId, op: Op) {
+        self.step(node, Input::Client { session, req: 0, op });
+    }
+
+    /// Deliver in-flight messages matching `f`, and what they cause, until
+    /// none matches.
+    fn deliver(&mut self, f: impl Fn(NodeId, NodeId, &Msg) -> bool) {
+        while let Some(i) = self.wire.iter().position(|(a, b, m)| f(*a, *b, m)) {
+            let (from, to, msg) = self.wire.remove(i);
+            self.step(to, Input::Recv { from, msg });
+        }
+    }
+
+    /// Time passes beyond every time-out; each node ticks.
+    fn time_out(&mut self) {
+        self.now += 10_000_000;
+        for n in 0..self.nodes.len() as NodeId {
+            self.step(n, Input::Timer { token: TICK });
+        }
+    }
+
+    fn reply(&mut self, session: SessionId) -> Option<Reply> {
+        let i = self.replies.iter().position(|r| r.1 == session)?;
+        Some(self.replies.remove(i).2)
+    }
+
+    fn value(&mut self, session: SessionId) -> u64 {
+        match self.reply(session) {
+            Some(Reply::Value { value, .. }) => value,
+            r => panic!("session {session}: expected a value, got {r:?}"),
+        }
+    }
+}
+
+const K: u64 = 1; // a data key
+const F: u64 = 2; // a flag / RMW key
+
+/// Node 0's session 0 writes K (node 4 misses it and is timed out, so it
+/// is delinquent for session 0's next release).
+fn write_missing_node_4(c: &mut Cluster) {
+    c.client(0, 0, Op::Write(K, 7));
+    assert!(matches!(c.reply(0), Some(Reply::Written { .. })));
+    c.deliver(|_, to, m| to != 4 && matches!(m, Msg::Write { .. } | Msg::WriteAck { .. }));
+    c.wire.retain(|(_, to, _)| *to != 4);
+    c.time_out();
+    c.wire.retain(|(_, to, m)| !(*to == 4 && matches!(m, Msg::Write { .. })));
+    c.deliver(|_, _, m| matches!(m, Msg::Ping | Msg::Pong)); // node 4 is back in broadcasts
+}
+
+/// An RMW whose propose starts before the slow release naming its node
+/// arrives there, and whose quorum misses every replica that could flag
+/// it, must still learn it is delinquent from its own bit.
+/// Fixed by the own-bit check after the propose (review finding 3).
+#[test]
+fn rmw_checks_its_own_bit_after_the_propose() {
+    let mut c = Cluster::new(5);
+    write_missing_node_4(&mut c);
+    c.client(4, 40, Op::Faa(F, 1)); // its proposes wait on the wire
+    let held: Vec<_> = c.wire.drain(..).collect();
+    c.client(0, 0, Op::Release(F, 100));
+    c.deliver(|_, _, m| matches!(m, Msg::ReadTs { .. } | Msg::Rep { .. }) && !matches!(m, Msg::Rep { rep: tandem_kite::types::Rep::Value { .. }, .. }));
+    // The DM-set {4} reaches a quorum {0, 1, 4}; the value reaches {0, 2, 3}.
+    c.deliver(|_, to, m| matches!(m, Msg::SlowRelease { .. }) && (to == 1 || to == 4));
+    c.deliver(|from, to, m| matches!(m, Msg::Rep { .. }) && to == 0 && (from == 1 || from == 4));
+    c.deliver(|_, to, m| matches!(m, Msg::Write { .. } | Msg::WriteAck { .. }) && (to == 2 || to == 3 || to == 0));
+    assert!(matches!(c.reply(0), Some(Reply::Written { .. })), "the release completes");
+    c.wire.retain(|(from, to, _)| *from == 4 || *to == 4);
+    // Node 4's FAA now reaches {2, 3}: it reads the release, unflagged.
+    c.wire.extend(held.into_iter().filter(|(_, to, _)| *to == 2 || *to == 3));
+    c.deliver(|from, to, _| [2, 3, 4].contains(&from) && [2, 3, 4].contains(&to));
+    match c.reply(40) {
+        Some(Reply::Rmw { old, .. }) => assert_eq!(old, 100, "the FAA read the release"),
+        r => panic!("FAA: {r:?}"),
+    }
+    c.client(4, 40, Op::Read(K));
+    c.deliver(|from, to, _| [2, 3, 4].contains(&from) && [2, 3, 4].contains(&to));
+    assert_eq!(c.value(40), 7, "a read after the FAA that read the release sees the write before it");
+}
+
+/// A helper that commits another proposer's accepted RMW must carry its
+/// DM-set (review finding 2).
+#[test]
+fn helped_rmw_keeps_its_dm_set() {
+    let mut c = Cluster::new(5);
+    write_missing_node_4(&mut c);
+    c.client(0, 0, Op::Faa(F, 1));
+    c.deliver(|from, to, m| (matches!(m, Msg::Propose { .. }) && to != 4) || (matches!(m, Msg::Rep { .. }) && from != 4 && to == 0));
+    // Its accept (DM-set {4}) reaches node 1 only.
+    c.deliver(|_, to, m| matches!(m, Msg::Accept { .. }) && to == 1);
+    c.wire.clear();
+    // Node 3 proposes on F with {1, 2, 3}, finds the accepted value at 1, helps it.
+    c.client(3, 30, Op::Faa(F, 1));
+    let q = |n: NodeId| [1, 2, 3].contains(&n);
+    c.deliver(|from, to, _| q(from) && q(to));
+    c.wire.clear();
+    // Node 4 acquires F with {2, 3, 4}, reading the helped value.
+    c.client(4, 40, Op::Acquire(F));
+    let q = |n: NodeId| [2, 3, 4].contains(&n);
+    c.deliver(|from, to, _| q(from) && q(to));
+    assert_eq!(c.value(40), 1, "the acquire reads node 0's FAA");
+    c.client(4, 40, Op::Read(K));
+    c.deliver(|from, to, _| q(from) && q(to));
+    assert_eq!(c.value(40), 7, "a read after that acquire sees the write before the FAA");
+}
+
+/// Node 0's session `s` writes `key` missing node 4, then releases `flag`:
+/// the DM-set {4} goes to `dm_to`, the value to `value_to` (with node 0).
+fn slow_release(c: &mut Cluster, s: SessionId, key: u64, flag: u64, dm_to: &[NodeId], value_to: &[NodeId]) {
+    c.client(0, s, Op::Write(key, 7));
+    assert!(matches!(c.reply(s), Some(Reply::Written { .. })));
+    c.deliver(|_, to, m| to != 4 && matches!(m, Msg::Write { .. } | Msg::WriteAck { .. }));
+    c.wire.retain(|(_, to, _)| *to != 4);
+    c.time_out();
+    c.wire.retain(|(_, to, m)| !(*to == 4 && matches!(m, Msg::Write { .. })));
+    c.deliver(|_, _, m| matches!(m, Msg::Ping | Msg::Pong));
+    c.client(0, s, Op::Release(flag, 100));
+    c.deliver(|from, to, m| matches!(m, Msg::ReadTs { .. }) || (to == 0 && from != 4 && matches!(m, Msg::Rep { .. })));
+    let dm: Vec<NodeId> = dm_to.to_vec();
+    c.deliver(|from, to, m| (matches!(m, Msg::SlowRelease { .. }) && dm.contains(&to)) || (to == 0 && dm.contains(&from) && matches!(m, Msg::Rep { .. })));
+    let v: Vec<NodeId> = value_to.to_vec();
+    c.deliver(|from, to, m| (matches!(m, Msg::Write { .. }) && v.contains(&to)) || (to == 0 && v.contains(&from) && matches!(m, Msg::WriteAck { .. })));
+    assert!(matches!(c.reply(s), Some(Reply::Written { .. })), "the release completes");
+    c.wire.retain(|(from, _, _)| *from != 0);
+}
+
+/// An acquire told it is delinquent must bump the epoch even if another
+/// session bumped it since the acquire started: a key refreshed in
+/// between may be stale again (review finding 1; fixed by bumping always).
+#[test]
+fn delinquent_acquire_bumps_even_after_a_concurrent_bump() {
+    const F2: u64 = 3;
+    let mut c = Cluster::new(5);
+    // An old DM-set {4} reaches 1, 2, 3 (not 4).
+    slow_release(&mut c, 9, 5, F2, &[1, 2, 3], &[1, 2]);
+    c.client(4, 40, Op::Acquire(F)); // A: its reads wait on the wire
+    let held: Vec<_> = c.wire.drain(..).collect();
+    // B: told delinquent by 1 and 2, bumps the epoch, resets those bits.
+    c.client(4, 41, Op::Acquire(F2));
+    let q = |n: NodeId| [1, 2, 4].contains(&n);
+    c.deliver(|from, to, _| q(from) && q(to));
+    c.value(41);
+    // C: refreshes K on the slow path (value 0), back in epoch.
+    c.client(4, 42, Op::Read(K));
+    c.deliver(|from, to, _| q(from) && q(to));
+    assert_eq!(c.value(42), 0);
+    c.wire.clear();
+    // A new DM-set {4} and the release of F reach 1, 2, 3 and 1, 2.
+    slow_release(&mut c, 0, K, F, &[1, 2, 3], &[1, 2]);
+    c.wire.extend(held.into_iter().filter(|(_, to, _)| *to == 1 || *to == 2));
+    c.deliver(|from, to, _| q(from) && q(to));
+    assert_eq!(c.value(40), 100, "A reads the release");
+    c.client(4, 40, Op::Read(K));
+    c.deliver(|from, to, _| q(from) && q(to));
+    assert_eq!(c.value(40), 7, "a read after A sees the write before the release");
+}
