@@ -302,18 +302,19 @@ impl KiteNode {
         if count >= q {
             self.rounds.remove(&rid);
         }
-        self.on_session_rep(now, s, rid, rep, count >= q, out);
+        self.on_session_rep(now, s, rid, from, rep, count >= q, out);
     }
 
     /// Route a round's reply to the session's operation; `done`: this reply
     /// completes a majority.
-    fn on_session_rep(&mut self, now: u64, s: SessionId, rid: u64, rep: Rep, done: bool, out: &mut Out) {
+    #[allow(clippy::too_many_arguments)]
+    fn on_session_rep(&mut self, now: u64, s: SessionId, rid: u64, from: NodeId, rep: Rep, done: bool, out: &mut Out) {
         let Some(op) = self.sess(s).op.take() else { return };
         match op {
             Active::Slow(o) => self.slow_rep(now, s, o, rid, rep, done, out),
             Active::Release(r) => self.release_rep(now, s, r, rid, rep, done, out),
-            Active::Acquire(a) => self.acquire_rep(now, s, a, rid, rep, done, out),
-            Active::Rmw(r) => self.rmw_rep(now, s, r, rid, rep, done, out),
+            Active::Acquire(a) => self.acquire_rep(now, s, a, rid, from, rep, done, out),
+            Active::Rmw(r) => self.rmw_rep(now, s, r, rid, from, rep, done, out),
         }
     }
 
@@ -331,7 +332,7 @@ impl KiteNode {
         self.writes.insert(wid, track);
         self.arm_tick(now, out);
         if notify && self.quorum() == 1 {
-            self.on_session_rep(now, s, wid, Rep::Ack { delinquent: false }, true, out);
+            self.on_session_rep(now, s, wid, self.me, Rep::Ack { delinquent: false }, true, out);
         }
         if expected == 0 {
             self.write_done(now, wid, out);
@@ -347,7 +348,7 @@ impl KiteNode {
         t.acked |= bit(from);
         if t.notify && t.acked.count_ones() == q {
             let s = t.session;
-            self.on_session_rep(now, s, wid, Rep::Ack { delinquent: false }, true, out);
+            self.on_session_rep(now, s, wid, self.me, Rep::Ack { delinquent: false }, true, out);
         }
         let t = &self.writes[&wid];
         if t.acked & t.expected == t.expected {

@@ -9,7 +9,7 @@
 //! for the session's earlier writes (the barrier) and carries its DM-set.
 //! The commit is tracked until every replica has it, like a write.
 
-use tandem_net::SessionId;
+use tandem_net::{NodeId, SessionId};
 
 use crate::node::{Active, KiteNode, Mutant, Out};
 use crate::sync::Acquire;
@@ -57,25 +57,27 @@ pub struct Gather {
     /// This RMW is already committed, in this slot.
     pub mine: Option<(u32, RmwRec)>,
     pub too_high: bool,
-    pub delinquent: bool,
+    /// Acceptors whose counted replies said this machine is delinquent.
+    pub flagged: Mask,
 }
 
 impl Gather {
     fn new(rid: u64, slot: u32, ballot: Ballot) -> Gather {
         let base = (Version::default(), 0);
-        Gather { rid, slot, ballot, base, accepted: None, nack: None, committed: None, mine: None, too_high: false, delinquent: false }
+        Gather { rid, slot, ballot, base, accepted: None, nack: None, committed: None, mine: None, too_high: false, flagged: 0 }
     }
 
-    fn absorb(&mut self, rep: PaxosRep, me: RmwId) {
+    fn absorb(&mut self, from: NodeId, rep: PaxosRep, me: RmwId) {
+        let flag = |d: bool| if d { bit(from) } else { 0 };
         match rep {
             PaxosRep::Ack { version, value, delinquent } => {
-                self.delinquent |= delinquent;
+                self.flagged |= flag(delinquent);
                 if version > self.base.0 {
                     self.base = (version, value);
                 }
             }
             PaxosRep::Accepted { ballot, rec, delinquent } => {
-                self.delinquent |= delinquent;
+                self.flagged |= flag(delinquent);
                 if self.accepted.map_or(true, |(b, _)| ballot > b) {
                     self.accepted = Some((ballot, rec));
                 }
@@ -124,6 +126,11 @@ impl KiteNode {
     }
 
     fn propose(&mut self, now: u64, s: SessionId, mut r: Box<Rmw>, out: &mut Out) {
+        // Each attempt is a new acquire: an old attempt's reset-bit must
+        // not match a bit this one set.
+        let sess = self.sess(s);
+        sess.acq_seq += 1;
+        r.acq = AcqId { session: s, seq: sess.acq_seq };
         let slot = self.key(r.key).last_committed + 1;
         let (rid, ballot) = (self.fresh_id(), (r.round, self.me));
         let msg = Msg::Propose { rid, key: r.key, slot, ballot, id: r.id, acq: r.acq };
@@ -140,17 +147,17 @@ impl KiteNode {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn rmw_rep(&mut self, now: u64, s: SessionId, mut r: Box<Rmw>, rid: u64, rep: Rep, done: bool, out: &mut Out) {
+    pub fn rmw_rep(&mut self, now: u64, s: SessionId, mut r: Box<Rmw>, rid: u64, from: NodeId, rep: Rep, done: bool, out: &mut Out) {
         let id = r.id;
         match (&mut r.stage, rep) {
             (Stage::Propose(g), Rep::Prop(p)) if g.rid == rid => {
-                g.absorb(p, id);
+                g.absorb(from, p, id);
                 if done {
                     return self.after_propose(now, s, r, out);
                 }
             }
             (Stage::Accept { g, .. }, Rep::Acc(p)) if g.rid == rid => {
-                g.absorb(p, id);
+                g.absorb(from, p, id);
                 if done {
                     return self.after_accept(now, s, r, out);
                 }
@@ -170,9 +177,9 @@ impl KiteNode {
         let (Stage::Propose(g) | Stage::Accept { g, .. }) = &rm.stage else { return false };
         let (key, mine, committed, nack, too_high) = (rm.key, g.mine, g.committed, g.nack, g.too_high);
         if let Some((slot, rec)) = mine {
-            self.apply_commit(key, slot, rec);
-            let rm = r.take().expect("an rmw");
-            self.rmw_complete(now, s, rm, slot, rec, out);
+            // Committed by a helper, maybe at a minority so far: commit it
+            // again and complete once a majority has it.
+            self.commit(now, s, r.take().expect("an rmw"), slot, rec, false, out);
             return true;
         }
         if let Some((slot, rec)) = committed {
@@ -214,9 +221,8 @@ impl KiteNode {
             // The propose is the RMW's acquire: a slow release naming this
             // node may have reached it only during the propose, and be
             // known to no replica of the quorum but this one.
-            g.delinquent |= self.own_bit();
-            if g.delinquent {
-                self.on_delinquent(rm.acq, out);
+            if self.own_bit() || g.flagged != 0 {
+                self.on_delinquent(rm.acq, g.flagged, out);
             }
         }
         if self.settled(now, s, &mut r, out) {
@@ -257,6 +263,7 @@ impl KiteNode {
             write_back: false,
             best: g.base,
             n_best: 0,
+            flagged: 0,
             delinquent: false,
             cas_fail: true,
         };
@@ -293,12 +300,19 @@ impl KiteNode {
         if self.settled(now, s, &mut r, out) {
             return;
         }
-        let mut rm = r.expect("an rmw");
+        let rm = r.expect("an rmw");
         let Stage::Accept { ref g, rec, help } = rm.stage else { unreachable!() };
         let slot = g.slot;
         if !help {
             self.sess(s).missing = 0; // the DM-set reached a majority
         }
+        self.commit(now, s, rm, slot, rec, help, out);
+    }
+
+    /// Apply the commit here and send it to every replica, tracked; the
+    /// RMW goes on once a majority has it.
+    #[allow(clippy::too_many_arguments)]
+    fn commit(&mut self, now: u64, s: SessionId, mut rm: Box<Rmw>, slot: u32, rec: RmwRec, help: bool, out: &mut Out) {
         self.apply_commit(rm.key, slot, rec);
         let wid = self.fresh_id();
         let msg = Msg::Commit { wid, key: rm.key, slot, rec };

@@ -352,7 +352,7 @@ fn inject(net: &Net, seed: u64, f: Faults, opts: &CheckOpts) {
     let fast = (slow + 1) % n as NodeId;
     let slow_to: Vec<NodeId> = (0..n as NodeId).filter(|&to| to != slow && to != fast).collect();
     if f.slow {
-        slow_links(net, slow, &slow_to, opts.cfg.timeout_ns / 8);
+        slow_links(net, slow, &slow_to, opts.cfg.timeout_ns / 2);
     }
     if f.sleep {
         net.pause(victim, net.now_ns() + 2 * opts.cfg.timeout_ns + rng.below(opts.cfg.timeout_ns));

@@ -13,7 +13,7 @@
 //! completing (every key goes out of epoch) and only then asks for its
 //! bit to be reset.
 
-use tandem_net::SessionId;
+use tandem_net::{NodeId, SessionId};
 
 use crate::node::{Active, Bit, KiteNode, Mutant, Out};
 use crate::types::*;
@@ -47,6 +47,8 @@ pub struct Acquire {
     pub write_back: bool,
     pub best: (Version, Value),
     pub n_best: u32,
+    /// Replicas whose counted replies said this machine is delinquent.
+    pub flagged: Mask,
     pub delinquent: bool,
     /// A strong CAS whose comparison failed ends as this acquire.
     pub cas_fail: bool,
@@ -146,6 +148,7 @@ impl KiteNode {
             write_back: false,
             best: (Version::default(), 0),
             n_best: 0,
+            flagged: 0,
             delinquent: false,
             cas_fail: false,
         };
@@ -154,21 +157,21 @@ impl KiteNode {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn acquire_rep(&mut self, now: u64, s: SessionId, mut a: Acquire, rid: u64, rep: Rep, done: bool, out: &mut Out) {
+    pub fn acquire_rep(&mut self, now: u64, s: SessionId, mut a: Acquire, rid: u64, from: NodeId, rep: Rep, done: bool, out: &mut Out) {
         if rid != a.rid {
             self.sess(s).op = Some(Active::Acquire(a));
             return;
         }
         match rep {
             Rep::Value { version, value, delinquent } => {
-                a.delinquent |= delinquent;
+                a.flagged |= if delinquent { bit(from) } else { 0 };
                 if version > a.best.0 {
                     (a.best, a.n_best) = ((version, value), 1);
                 } else if version == a.best.0 {
                     a.n_best += 1;
                 }
             }
-            Rep::Ack { delinquent } => a.delinquent |= delinquent,
+            Rep::Ack { delinquent } => a.flagged |= if delinquent { bit(from) } else { 0 },
             _ => {}
         }
         if !done {
@@ -195,9 +198,9 @@ impl KiteNode {
     fn acquire_done(&mut self, s: SessionId, mut a: Acquire, out: &mut Out) {
         let (version, value) = a.best;
         self.apply(a.key, version, value);
-        a.delinquent |= self.own_bit();
+        a.delinquent |= a.flagged != 0 || self.own_bit();
         if a.delinquent {
-            self.on_delinquent(a.acq, out);
+            self.on_delinquent(a.acq, a.flagged, out);
         }
         let result = match a.cas_fail {
             true => Reply::CasFail { value, version, local: false },
@@ -208,12 +211,14 @@ impl KiteNode {
 
     /// Told it is delinquent: bump the epoch first, then ask for the bit to
     /// be reset (Lemma 2.6).
-    pub fn on_delinquent(&mut self, acq: AcqId, out: &mut Out) {
+    /// The reset-bit goes only to `flagged`, the replicas whose counted
+    /// replies told this acquire: a replica its late request reaches after
+    /// a newer slow release must keep that bit (tests/scenarios.rs).
+    pub fn on_delinquent(&mut self, acq: AcqId, flagged: Mask, out: &mut Out) {
         if self.mutant(Mutant::SkipDelinquencyCheck) {
             return;
         }
         self.bump_epoch();
-        let others = self.others();
-        self.send_to(others, &Msg::ResetBit { acq }, out);
+        self.send_to(flagged & self.others(), &Msg::ResetBit { acq }, out);
     }
 }

@@ -5,7 +5,7 @@ use tandem_kite::simcheck::{check, CheckOpts, Faults};
 use tandem_kite::{KiteConfig, Mutant};
 
 /// Seeds tried per mutant before giving up.
-const BUDGET: u64 = 40;
+const BUDGET: u64 = 60;
 
 fn first_caught(m: Mutant, faults: Option<Faults>) -> Option<(u64, String)> {
     let base = CheckOpts::default();

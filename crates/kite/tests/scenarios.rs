@@ -188,3 +188,73 @@ fn delinquent_acquire_bumps_even_after_a_concurrent_bump() {
     c.deliver(|from, to, _| q(from) && q(to));
     assert_eq!(c.value(40), 7, "a read after A sees the write before the release");
 }
+
+/// An RMW that learns another node already committed it must not complete
+/// before a majority has the commit (review finding 4).
+#[test]
+fn rmw_committed_by_a_helper_completes_after_a_majority() {
+    let mut c = Cluster::new(5);
+    let q012 = |n: NodeId| [0, 1, 2].contains(&n);
+    c.client(0, 0, Op::Faa(F, 1));
+    c.deliver(|from, to, m| q012(from) && q012(to) && !matches!(m, Msg::Accept { .. }));
+    c.deliver(|_, to, m| matches!(m, Msg::Accept { .. }) && (to == 1 || to == 2));
+    c.wire.clear(); // the accept's acks are lost
+    // Node 1 helps node 0's value with {1, 2, 3}; its commits are lost.
+    c.client(1, 10, Op::Faa(F, 1));
+    let q123 = |n: NodeId| [1, 2, 3].contains(&n);
+    c.deliver(|from, to, m| q123(from) && q123(to) && !matches!(m, Msg::Commit { .. }));
+    c.wire.retain(|(from, _, m)| *from != 1 || !matches!(m, Msg::Commit { .. }));
+    c.wire.retain(|(from, to, _)| !(*from == 1 && [2, 3].contains(to)) && !(*to == 1 && [2, 3].contains(from)));
+    // Node 0 retries its accept: 1 says "committed (yours)", 2 says "higher ballot".
+    c.time_out();
+    let retry = |m: &Msg| matches!(m, Msg::Accept { .. } | Msg::Rep { .. } | Msg::Commit { .. } | Msg::WriteAck { .. });
+    c.deliver(|from, to, m| retry(m) && q012(from) && q012(to));
+    let done = c.reply(0);
+    assert!(matches!(done, Some(Reply::Rmw { .. })), "the FAA completes: {done:?}");
+    if let Some(Reply::Rmw { new, .. }) = done {
+        // Completed: then an acquire by anyone must see it.
+        c.wire.clear();
+        c.client(4, 40, Op::Acquire(F));
+        let q234 = |n: NodeId| [2, 3, 4].contains(&n);
+        c.deliver(|from, to, _| q234(from) && q234(to));
+        assert_eq!(c.value(40), new, "an acquire after the FAA completed sees it");
+    }
+}
+
+/// A reset-bit goes only to the replicas whose counted replies said
+/// "delinquent": sent to all, it can clear a bit a later slow release set
+/// at a replica the acquire's late read reached after it (review finding 5).
+#[test]
+fn reset_bit_clears_only_what_the_acquire_saw() {
+    const F2: u64 = 3;
+    let mut c = Cluster::new(5);
+    slow_release(&mut c, 9, 5, F2, &[1, 2, 3], &[1, 2]);
+    // Ax on node 4: told delinquent by 1 and 2; its read to 3 and its
+    // reset-bit to 3 are late.
+    c.client(4, 40, Op::Acquire(F2));
+    let q = |n: NodeId| [1, 2, 4].contains(&n);
+    c.deliver(|from, to, _| q(from) && q(to));
+    c.value(40);
+    let held: Vec<_> = c.wire.iter().filter(|(f, t, _)| *f == 4 && *t == 3).cloned().collect();
+    c.wire.clear();
+    c.client(4, 41, Op::Read(K)); // refreshed after the bump: 0
+    c.deliver(|from, to, _| q(from) && q(to));
+    assert_eq!(c.value(41), 0);
+    c.wire.clear();
+    // A new DM-set {4} reaches 1 and 3; the release of F reaches 1 and 2.
+    slow_release(&mut c, 0, K, F, &[1, 3], &[1, 2]);
+    let (reads, resets): (Vec<_>, Vec<_>) = held.into_iter().partition(|m| matches!(m.2, Msg::Read { .. }));
+    c.wire.extend(reads);
+    c.deliver(|_, to, m| to == 3 && matches!(m, Msg::Read { .. }));
+    c.wire.clear();
+    c.wire.extend(resets);
+    c.deliver(|_, to, _| to == 3);
+    // Ay on node 4 reads F with {2, 3, 4}, then K.
+    let q = |n: NodeId| [2, 3, 4].contains(&n);
+    c.client(4, 40, Op::Acquire(F));
+    c.deliver(|from, to, _| q(from) && q(to));
+    assert_eq!(c.value(40), 100, "Ay reads the release");
+    c.client(4, 40, Op::Read(K));
+    c.deliver(|from, to, _| q(from) && q(to));
+    assert_eq!(c.value(40), 7, "a read after Ay sees the write before the release");
+}
