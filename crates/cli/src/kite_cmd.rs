@@ -39,11 +39,13 @@ pub struct CheckArgs {
     /// Simulated microseconds with clients running, per seed.
     #[arg(long, default_value_t = 3000)]
     run_us: u64,
-    /// Faults: "seed" (drawn from each seed), "none", or a comma list of lossy, partition, sleep, crash, slow (one node's outgoing links).
+    /// Faults: "seed" (drawn from each seed), "none", or a comma list of lossy, partition, sleep, crash, slow (one node's outgoing links), straggle (a few messages
+    /// very late).
     #[arg(long, default_value = "seed")]
     faults: String,
     /// A deliberate bug: no-release-barrier, skip-delinquency-check, accept-lower-ballot, no-write-back,
-    /// no-slow-path-refresh.
+    /// no-slow-path-refresh; or a regression of a review finding: helper-drops-dm, no-own-bit-after-propose,
+    /// complete-on-mine, reset-all.
     #[arg(long)]
     mutant: Option<String>,
     /// The workload: "mix" (every operation on random keys), or a data structure on Kite's API: ts (Treiber
@@ -82,7 +84,8 @@ fn parse_faults(s: &str) -> Result<Option<Faults>, String> {
             "sleep" => f.sleep = true,
             "crash" => f.crash = true,
             "slow" => f.slow = true,
-            other => return Err(format!("--faults: unknown fault {other:?} (lossy, partition, sleep, crash, slow, none or seed)")),
+            "straggle" => f.straggle = true,
+            other => return Err(format!("--faults: unknown fault {other:?} (lossy, partition, sleep, crash, slow, straggle, none or seed)")),
         }
     }
     Ok(Some(f))

@@ -12,6 +12,7 @@
 //! runs it in the seeded simulator under faults and checks the history.
 
 pub mod node;
+pub mod explore;
 pub mod lfd;
 pub mod paxos;
 pub mod relaxed;

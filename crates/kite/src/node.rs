@@ -53,15 +53,29 @@ pub enum Mutant {
     NoWriteBack,
     /// An out-of-epoch relaxed access is served locally.
     NoSlowPathRefresh,
+    // Regressions of bugs a review found (tests/scenarios.rs reproduces
+    // each by hand; these ask whether the seeded simulations would have).
+    /// A helper's accept drops the proposer's DM-set.
+    HelperDropsDm,
+    /// An RMW checks its own delinquency bit only when it is issued.
+    NoOwnBitAfterPropose,
+    /// An RMW told "committed (yours)" completes at once.
+    CompleteOnMine,
+    /// A reset-bit goes to every replica.
+    ResetAll,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 5] = [
+    pub const ALL: [Mutant; 9] = [
         Mutant::NoReleaseBarrier,
         Mutant::SkipDelinquencyCheck,
         Mutant::AcceptLowerBallot,
         Mutant::NoWriteBack,
         Mutant::NoSlowPathRefresh,
+        Mutant::HelperDropsDm,
+        Mutant::NoOwnBitAfterPropose,
+        Mutant::CompleteOnMine,
+        Mutant::ResetAll,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -71,6 +85,10 @@ impl Mutant {
             Mutant::AcceptLowerBallot => "accept-lower-ballot",
             Mutant::NoWriteBack => "no-write-back",
             Mutant::NoSlowPathRefresh => "no-slow-path-refresh",
+            Mutant::HelperDropsDm => "helper-drops-dm",
+            Mutant::NoOwnBitAfterPropose => "no-own-bit-after-propose",
+            Mutant::CompleteOnMine => "complete-on-mine",
+            Mutant::ResetAll => "reset-all",
         }
     }
 

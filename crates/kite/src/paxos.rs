@@ -176,6 +176,11 @@ impl KiteNode {
         let rm = r.as_mut().expect("an rmw");
         let (Stage::Propose(g) | Stage::Accept { g, .. }) = &rm.stage else { return false };
         let (key, mine, committed, nack, too_high) = (rm.key, g.mine, g.committed, g.nack, g.too_high);
+        if let Some((slot, rec)) = mine.filter(|_| self.mutant(Mutant::CompleteOnMine)) {
+            self.apply_commit(key, slot, rec);
+            self.rmw_complete(now, s, r.take().expect("an rmw"), slot, rec, out);
+            return true;
+        }
         if let Some((slot, rec)) = mine {
             // Committed by a helper, maybe at a minority so far: commit it
             // again and complete once a majority has it.
@@ -221,7 +226,8 @@ impl KiteNode {
             // The propose is the RMW's acquire: a slow release naming this
             // node may have reached it only during the propose, and be
             // known to no replica of the quorum but this one.
-            if self.own_bit() || g.flagged != 0 {
+            let own = !self.mutant(Mutant::NoOwnBitAfterPropose) && self.own_bit();
+            if own || g.flagged != 0 {
                 self.on_delinquent(rm.acq, g.flagged, out);
             }
         }
@@ -283,6 +289,9 @@ impl KiteNode {
             return;
         }
         let mut rec = rec;
+        if help && self.mutant(Mutant::HelperDropsDm) {
+            rec.dm = 0;
+        }
         if !help {
             // The DM-set rides in the value, so a helper carries it too.
             rec.dm = self.sess(s).missing;

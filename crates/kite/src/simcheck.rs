@@ -62,17 +62,22 @@ pub struct Faults {
     /// One node's outgoing links get slow (tens of µs, below the time-out)
     /// to all but one other node: an asymmetric, congested path.
     pub slow: bool,
+    /// A few messages arrive very late (up to three time-outs): a
+    /// straggler from a lost-and-retransmitted packet or a stalled queue,
+    /// overtaken by whole rounds sent after it.
+    pub straggle: bool,
 }
 
 impl Faults {
     pub fn from_seed(seed: u64) -> Faults {
         let mut rng = Rng::new(seed ^ 0xFA17);
         let (lossy, partition, sleep, crash) = (rng.chance(0.5), rng.chance(0.4), rng.chance(0.5), rng.chance(0.3));
-        Faults { lossy, partition, sleep, crash, slow: rng.chance(0.4) }
+        let (slow, straggle) = (rng.chance(0.4), rng.chance(0.5));
+        Faults { lossy, partition, sleep, crash, slow, straggle }
     }
 
     pub fn describe(&self) -> String {
-        let names = [(self.lossy, "drop+dup+reorder"), (self.partition, "partition"), (self.sleep, "sleep"), (self.crash, "crash"), (self.slow, "slow")];
+        let names = [(self.lossy, "drop+dup+reorder"), (self.partition, "partition"), (self.sleep, "sleep"), (self.crash, "crash"), (self.slow, "slow"), (self.straggle, "straggle")];
         let on: Vec<&str> = names.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         if on.is_empty() {
             "none".into()
@@ -204,7 +209,7 @@ impl RandomMix {
 }
 
 /// The history entry of `op` before its reply (versions unknown).
-fn pending(op: &Op) -> RcKind {
+pub fn pending(op: &Op) -> RcKind {
     let z = Version::default();
     match *op {
         Op::Read(key) => RcKind::Read { key, value: 0, version: z },
@@ -344,6 +349,10 @@ fn inject(net: &Net, seed: u64, f: Faults, opts: &CheckOpts) {
     let (a, b) = (rng.below(n) as NodeId, rng.below(n) as NodeId);
     if f.lossy {
         net.set_faults(|c| (c.drop, c.duplicate, c.delay, c.delay_ns) = (0.01, 0.01, 0.05, 20_000));
+    }
+    if f.straggle {
+        let late = 3 * opts.cfg.timeout_ns;
+        net.set_faults(|c| (c.delay, c.delay_ns) = (0.03, late));
     }
     if f.partition && a != b {
         net.partition(a, b, true);

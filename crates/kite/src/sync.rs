@@ -219,6 +219,7 @@ impl KiteNode {
             return;
         }
         self.bump_epoch();
-        self.send_to(flagged & self.others(), &Msg::ResetBit { acq }, out);
+        let to = if self.mutant(Mutant::ResetAll) { self.others() } else { flagged & self.others() };
+        self.send_to(to, &Msg::ResetBit { acq }, out);
     }
 }

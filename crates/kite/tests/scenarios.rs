@@ -2,8 +2,15 @@
 //! the network). Each reproduces a bug found in review: it failed before
 //! the fix named in its doc, and passes after.
 
+use std::cell::Cell;
+
 use tandem_kite::node::TICK;
-use tandem_kite::{KiteConfig, KiteNode, Msg, Op, Reply};
+use tandem_kite::{KiteConfig, KiteNode, Msg, Mutant, Op, Reply};
+
+thread_local! {
+    /// The bug planted in every node of the scenario (None: the protocol).
+    static MUTANT: Cell<Option<Mutant>> = const { Cell::new(None) };
+}
 use tandem_net::{Command, Config, Input, NodeId, Protocol, SessionId};
 
 struct Cluster {
@@ -16,7 +23,8 @@ struct Cluster {
 impl Cluster {
     fn new(n: u16) -> Cluster {
         let config = Config::new(1, (0..n).collect());
-        let nodes = (0..n).map(|i| KiteNode::new(i, &config, KiteConfig::default())).collect();
+        let cfg = KiteConfig { mutant: MUTANT.with(|m| m.get()), ..KiteConfig::default() };
+        let nodes = (0..n).map(|i| KiteNode::new(i, &config, cfg)).collect();
         Cluster { nodes, now: 1, wire: Vec::new(), replies: Vec::new() }
     }
 
@@ -207,8 +215,11 @@ fn rmw_committed_by_a_helper_completes_after_a_majority() {
     c.wire.retain(|(from, to, _)| !(*from == 1 && [2, 3].contains(to)) && !(*to == 1 && [2, 3].contains(from)));
     // Node 0 retries its accept: 1 says "committed (yours)", 2 says "higher ballot".
     c.time_out();
-    let retry = |m: &Msg| matches!(m, Msg::Accept { .. } | Msg::Rep { .. } | Msg::Commit { .. } | Msg::WriteAck { .. });
-    c.deliver(|from, to, m| retry(m) && q012(from) && q012(to));
+    // Only node 0's messages and the answers to them (not node 1's
+    // retransmitted commits).
+    let to_0 = |m: &Msg| matches!(m, Msg::Rep { .. } | Msg::WriteAck { .. });
+    let from_0 = |m: &Msg| matches!(m, Msg::Accept { .. } | Msg::Commit { .. });
+    c.deliver(|from, to, m| q012(from) && q012(to) && ((from == 0 && from_0(m)) || (to == 0 && to_0(m))));
     let done = c.reply(0);
     assert!(matches!(done, Some(Reply::Rmw { .. })), "the FAA completes: {done:?}");
     if let Some(Reply::Rmw { new, .. }) = done {
@@ -257,4 +268,22 @@ fn reset_bit_clears_only_what_the_acquire_saw() {
     c.client(4, 40, Op::Read(K));
     c.deliver(|from, to, _| q(from) && q(to));
     assert_eq!(c.value(40), 7, "a read after Ay sees the write before the release");
+}
+
+/// Each scenario fails with its finding planted back as a mutant: the
+/// scenario reproduces that bug, and the mutant is that bug.
+#[test]
+fn each_scenario_fails_with_its_bug_planted() {
+    let cases: [(fn(), Mutant); 4] = [
+        (rmw_checks_its_own_bit_after_the_propose, Mutant::NoOwnBitAfterPropose),
+        (helped_rmw_keeps_its_dm_set, Mutant::HelperDropsDm),
+        (rmw_committed_by_a_helper_completes_after_a_majority, Mutant::CompleteOnMine),
+        (reset_bit_clears_only_what_the_acquire_saw, Mutant::ResetAll),
+    ];
+    for (scenario, mutant) in cases {
+        MUTANT.with(|m| m.set(Some(mutant)));
+        let failed = std::panic::catch_unwind(scenario).is_err();
+        MUTANT.with(|m| m.set(None));
+        assert!(failed, "the scenario passed with {} planted", mutant.name());
+    }
 }
