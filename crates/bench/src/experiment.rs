@@ -18,8 +18,22 @@ use crate::workload::WorkloadSpec;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 
 /// Experiment names, in the order `docs/RESULTS.md` lists them.
-pub const NAMES: [&str; 12] =
-    ["table2", "pill-overhead", "mttf", "failover-compute", "failover-memory", "stalls", "traditional-overhead", "ford-scan", "ddp-heatmap", "ddp-sweeps", "heal-recovery", "lrp"];
+pub const NAMES: [&str; 14] = [
+    "table2",
+    "pill-overhead",
+    "mttf",
+    "failover-compute",
+    "failover-memory",
+    "stalls",
+    "traditional-overhead",
+    "ford-scan",
+    "ddp-heatmap",
+    "ddp-sweeps",
+    "heal-recovery",
+    "lrp",
+    "kite-throughput",
+    "kite-sleep",
+];
 
 /// The four workloads of the paper's evaluation.
 const WORKLOADS: [&str; 4] = ["micro", "smallbank", "tatp", "tpcc"];
@@ -51,6 +65,8 @@ pub fn run(name: &str, quick: bool, progress: &dyn Fn(&str)) -> Result<Experimen
         "ddp-sweeps" => crate::ddp_bench::sweeps_experiment(quick, progress)?,
         "heal-recovery" => crate::heal_exp::experiment(quick, progress)?,
         "lrp" => crate::lrp_exp::experiment(quick, progress)?,
+        "kite-throughput" => crate::kite_exp::throughput(quick, progress)?,
+        "kite-sleep" => crate::kite_exp::sleep(quick, progress)?,
         other => return Err(format!("unknown experiment '{other}' (expected one of {})", NAMES.join(", "))),
     };
     Ok(ExperimentOutput { name: name.to_string(), command, json, figure_svg, markdown })

@@ -172,6 +172,8 @@ struct Load<O> {
     next_value: u64,
     done: u64,
     lat_ns: Vec<u64>,
+    /// Completions per (time bucket, serving node), if a timeline is kept.
+    buckets: Option<(u64, Vec<Vec<u64>>)>,
 }
 
 struct Hook<O>(Rc<RefCell<Load<O>>>);
@@ -188,8 +190,14 @@ where
         Some((l.map)(c, key, l.next_value))
     }
 
-    fn completed(&mut self, s: SessionId, _req: u64, _node: NodeId, _r: &P::Reply, now: u64, _nvm: &[Nvm<P::Record>]) {
+    fn completed(&mut self, s: SessionId, _req: u64, node: NodeId, _r: &P::Reply, now: u64, _nvm: &[Nvm<P::Record>]) {
         let mut l = self.0.borrow_mut();
+        if let Some((width, b)) = &mut l.buckets {
+            let i = (now / *width) as usize;
+            if let Some(row) = b.get_mut(i) {
+                row[node as usize] += 1;
+            }
+        }
         let (warm, end) = (l.opts.warmup_ns, l.opts.warmup_ns + l.opts.measure_ns);
         if (warm..end).contains(&now) {
             l.done += 1;
@@ -201,7 +209,7 @@ where
 
 fn run<P: Protocol + 'static, F: NodeFactory<P>>(o: &KiteBenchOpts, system: System, factory: F, map: Box<dyn Fn(Class, u64, u64) -> P::Op>) -> (SystemResult, SimNet<P, F>) {
     let sessions = o.sessions_per_node * o.nodes as u64;
-    let load = Load { opts: o.clone(), map, invoked: vec![0; sessions as usize], next_value: 0, done: 0, lat_ns: Vec::new() };
+    let load = Load { opts: o.clone(), map, invoked: vec![0; sessions as usize], next_value: 0, done: 0, lat_ns: Vec::new(), buckets: None };
     let load = Rc::new(RefCell::new(load));
     let cfg = SimNetConfig { link_ns: o.rtt_ns / 2, jitter_ns: o.rtt_ns / 20, cpu_ns: o.cpu_ns, cores: o.cores, ..SimNetConfig::default() };
     let net = SimNet::new(o.seed, cfg, Config::new(1, (0..o.nodes).collect()), factory, Box::new(Hook(load.clone())), sessions);
@@ -242,3 +250,52 @@ pub fn bench_system(o: &KiteBenchOpts, system: System) -> SystemResult {
     r.kite = (system == System::Kite).then_some(total);
     r
 }
+
+/// Throughput over time with one replica asleep (the paper's Fig. 8).
+#[derive(Clone, Debug, Serialize)]
+pub struct Timeline {
+    pub bucket_us: f64,
+    pub sleeper: NodeId,
+    pub sleep_from_us: f64,
+    pub sleep_for_us: f64,
+    pub timeout_us: f64,
+    /// Per bucket: requests completed per second by each node.
+    pub per_node_ops: Vec<Vec<f64>>,
+}
+
+/// Kite under `o` for `total_ns`; node `sleeper` is stopped (SIGSTOP-like:
+/// its inputs queue) from `from_ns` for `for_ns`.
+pub fn sleep_timeline(o: &KiteBenchOpts, cfg: KiteConfig, sleeper: NodeId, from_ns: u64, for_ns: u64, total_ns: u64, bucket_ns: u64) -> Timeline {
+    let sessions = o.sessions_per_node * o.nodes as u64;
+    let rows = (total_ns / bucket_ns) as usize + 1;
+    let map: Box<dyn Fn(Class, u64, u64) -> tandem_kite::Op> = Box::new(|c, k, v| kite_op(System::Kite, c, k, v));
+    let load = Load {
+        opts: KiteBenchOpts { warmup_ns: 0, measure_ns: total_ns, ..o.clone() },
+        map,
+        invoked: vec![0; sessions as usize],
+        next_value: 0,
+        done: 0,
+        lat_ns: Vec::new(),
+        buckets: Some((bucket_ns, vec![vec![0; o.nodes as usize]; rows])),
+    };
+    let load = Rc::new(RefCell::new(load));
+    let net_cfg = SimNetConfig { link_ns: o.rtt_ns / 2, jitter_ns: o.rtt_ns / 20, cpu_ns: o.cpu_ns, cores: o.cores, ..SimNetConfig::default() };
+    let net = SimNet::new(o.seed, net_cfg, Config::new(1, (0..o.nodes).collect()), KiteFactory(cfg), Box::new(Hook(load.clone())), sessions);
+    net.start_clients();
+    net.run_for(from_ns);
+    net.pause(sleeper, from_ns + for_ns);
+    net.run_for(total_ns - from_ns);
+    net.stop_clients();
+    let l = load.borrow();
+    let per_s = 1e9 / bucket_ns as f64;
+    let per_node_ops = l.buckets.as_ref().map(|b| b.1.iter().take(rows - 1).map(|r| r.iter().map(|&c| c as f64 * per_s).collect()).collect()).unwrap_or_default();
+    Timeline {
+        bucket_us: bucket_ns as f64 / 1e3,
+        sleeper,
+        sleep_from_us: from_ns as f64 / 1e3,
+        sleep_for_us: for_ns as f64 / 1e3,
+        timeout_us: cfg.timeout_ns as f64 / 1e3,
+        per_node_ops,
+    }
+}
+

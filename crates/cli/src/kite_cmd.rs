@@ -9,6 +9,8 @@ use tandem_kite::lfd::{LfdKind, LfdWorkload};
 use tandem_kite::simcheck::{check_with, run_with, CheckOpts, Faults, RandomMix, Summary, Workload};
 use tandem_kite::{KiteConfig, Mutant};
 
+use tandem_bench::kite_bench::{bench_system, KiteBenchOpts, System, SystemResult};
+
 use crate::args::write_json;
 
 #[derive(Args)]
@@ -22,6 +24,40 @@ enum KiteCommand {
     /// Seeded simulations with faults (drop, duplicate, reorder, partition, a sleeping node, a crashed node),
     /// every history checked for release consistency; exits non-zero on a violation.
     Check(CheckArgs),
+    /// Throughput of Kite, ES, ABD, Paxos and ZAB on the same simulated cluster and workload, one after the other.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Share of requests that write (RMWs included, as the paper counts).
+    #[arg(long, default_value_t = 0.05)]
+    write_ratio: f64,
+    /// Share of reads and writes that are acquires and releases.
+    #[arg(long, default_value_t = 0.05)]
+    sync_ratio: f64,
+    /// Share of requests that are RMWs (FAA).
+    #[arg(long, default_value_t = 0.0)]
+    rmw_ratio: f64,
+    /// sim (simulated time); tcp (node processes) is not built yet.
+    #[arg(long, default_value = "sim")]
+    net: String,
+    /// Comma-separated systems (kite, es, abd, paxos, zab), or all.
+    #[arg(long, default_value = "all")]
+    systems: String,
+    #[arg(long, default_value_t = 5)]
+    nodes: u16,
+    #[arg(long, default_value_t = 40)]
+    sessions_per_node: u64,
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Simulated microseconds measured (after a fifth as much warm-up).
+    #[arg(long, default_value_t = 1000)]
+    measure_us: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    json: Option<String>,
 }
 
 #[derive(Args)]
@@ -67,6 +103,7 @@ pub struct CheckArgs {
 pub fn run(a: KiteArgs) -> Result<(), String> {
     match a.command {
         KiteCommand::Check(c) => run_check(c),
+        KiteCommand::Bench(b) => run_bench(b),
     }
 }
 
@@ -166,4 +203,58 @@ fn check_one(a: &CheckArgs, opts: &CheckOpts, name: &'static str, work: impl Fn(
         std::fs::write(path, h).map_err(|e| format!("cannot write {path}: {e}"))?;
     }
     Ok(summary)
+}
+
+fn ratio(name: &str, v: f64) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("--{name} {v}: a share between 0 and 1"))
+    }
+}
+
+fn run_bench(a: BenchArgs) -> Result<(), String> {
+    if a.net != "sim" {
+        return Err(format!("--net {}: only sim is built so far (node processes over TCP are issue 12's next step)", a.net));
+    }
+    if !(3..=9).contains(&a.nodes) || a.sessions_per_node == 0 || a.keys == 0 || a.measure_us == 0 {
+        return Err("--nodes 3..=9; --sessions-per-node, --keys and --measure-us positive".into());
+    }
+    let (w, r) = (ratio("write-ratio", a.write_ratio)?, ratio("rmw-ratio", a.rmw_ratio)?);
+    if r > w {
+        return Err(format!("--rmw-ratio {r} exceeds --write-ratio {w}: RMWs count as writes"));
+    }
+    let systems: Vec<System> = match a.systems.as_str() {
+        "all" => System::ALL.to_vec(),
+        s => s.split(',').map(|x| System::parse(x.trim())).collect::<Result<_, _>>()?,
+    };
+    let o = KiteBenchOpts {
+        nodes: a.nodes,
+        sessions_per_node: a.sessions_per_node,
+        keys: a.keys,
+        write_ratio: w,
+        sync_ratio: ratio("sync-ratio", a.sync_ratio)?,
+        rmw_ratio: r,
+        measure_ns: a.measure_us * 1000,
+        warmup_ns: a.measure_us * 200,
+        seed: a.seed,
+        ..KiteBenchOpts::default()
+    };
+    println!("{:<6} {:>14} {:>9} {:>9} {:>10} {:>9}", "system", "ops/s (sim)", "p50 us", "p99 us", "msgs/op", "x ES");
+    let mut results = Vec::new();
+    for s in systems {
+        let started = Instant::now();
+        let r = bench_system(&o, s);
+        let es = results.iter().find(|x: &&SystemResult| x.system == "es").map(|x| x.throughput_ops);
+        let vs_es = es.map_or("-".to_string(), |e| format!("{:.2}", r.throughput_ops / e));
+        println!(
+            "{:<6} {:>14.0} {:>9.2} {:>9.2} {:>10.2} {:>9}  ({:.1} s)",
+            r.system, r.throughput_ops, r.latency_us.p50, r.latency_us.p99, r.messages_per_op, vs_es, started.elapsed().as_secs_f64()
+        );
+        results.push(r);
+    }
+    if let Some(path) = &a.json {
+        write_json(path, &serde_json::json!({ "options": o, "results": results }))?;
+    }
+    Ok(())
 }

@@ -36,7 +36,7 @@ pub struct KiteConfig {
 
 impl Default for KiteConfig {
     fn default() -> Self {
-        KiteConfig { timeout_ns: 1_000_000, retry_ns: 100_000, backoff_ns: 2_000, mutant: None }
+        KiteConfig { timeout_ns: 1_000_000, retry_ns: 500_000, backoff_ns: 2_000, mutant: None }
     }
 }
 
@@ -142,6 +142,8 @@ pub struct Sess {
     /// Machines that missed one of the session's writes: the DM-set of its
     /// next release.
     pub missing: Mask,
+    /// Per machine: the node's stamp when it last joined `missing`.
+    pub missing_at: [u64; 32],
     pub acq_seq: u64,
     pub rmw_seq: u64,
 }
@@ -167,6 +169,8 @@ pub struct Track {
     pub sent_ns: u64,
     /// Tell the session when a majority has it (release, commit).
     pub notify: bool,
+    /// Replicas it was not sent to (suspected at the time).
+    pub skipped: Mask,
 }
 
 /// Counters of what the fast/slow path and Paxos did.
@@ -206,6 +210,12 @@ pub struct KiteNode {
     /// One local RMW per key at a time; the others queue (kite.md §2.4).
     pub rmw_queue: BTreeMap<Key, VecDeque<SessionId>>,
     pub next_id: u64,
+    /// Orders "a write became done without machine m" against "a DM-set
+    /// naming m reached a majority" (see [`KiteNode::dm_to_publish`]).
+    pub stamp: u64,
+    /// Per machine: the stamp at which the last DM-set naming it that
+    /// reached a majority was sent.
+    pub published: [u64; 32],
     pub tick_armed: bool,
     pub rng: Rng,
     pub stats: KiteStats,
@@ -231,6 +241,8 @@ impl KiteNode {
             suspected: 0,
             rmw_queue: BTreeMap::new(),
             next_id: 1,
+            stamp: 0,
+            published: [0; 32],
             tick_armed: false,
             rng: Rng::new(0x4B17E ^ me as u64),
             stats: KiteStats::default(),
@@ -341,12 +353,10 @@ impl KiteNode {
     /// it. Replicas suspected now are recorded as missing it at once.
     pub fn send_tracked(&mut self, now: u64, s: SessionId, wid: u64, msg: Msg, notify: bool, out: &mut Out) {
         let expected = self.others() & !self.suspected;
-        let missing = self.others() & self.suspected;
+        let skipped = self.others() & self.suspected;
         self.send_to(self.targets(), &msg, out);
-        let sess = self.sess(s);
-        sess.live.insert(wid);
-        sess.missing |= missing;
-        let track = Track { session: s, msg, acked: bit(self.me), expected, born_ns: now, sent_ns: now, notify };
+        self.sess(s).live.insert(wid);
+        let track = Track { session: s, msg, acked: bit(self.me), expected, born_ns: now, sent_ns: now, notify, skipped };
         self.writes.insert(wid, track);
         self.arm_tick(now, out);
         if notify && self.quorum() == 1 {
@@ -383,6 +393,7 @@ impl KiteNode {
             self.writes.insert(wid, t);
             return;
         }
+        self.record_missing(t.session, t.skipped);
         self.unlive(now, t.session, wid, out);
     }
 
@@ -473,8 +484,53 @@ impl KiteNode {
         let missed = t.expected & !t.acked;
         self.stats.write_timeouts += 1;
         self.suspected |= missed;
-        self.sess(t.session).missing |= missed;
+        self.record_missing(t.session, missed | t.skipped);
         self.unlive(now, t.session, wid, out);
+    }
+
+    /// A write of session `s` is done (at a majority) without `missed`.
+    fn record_missing(&mut self, s: SessionId, missed: Mask) {
+        if missed == 0 {
+            return;
+        }
+        self.stamp += 1;
+        let stamp = self.stamp;
+        let sess = self.sess(s);
+        sess.missing |= missed;
+        for m in (0..32).filter(|m| missed & (1 << m) != 0) {
+            sess.missing_at[m] = stamp;
+        }
+    }
+
+    /// The DM-set session `s`'s release must publish: the machines it
+    /// recorded as missing, less those a DM-set of another session of this
+    /// node already brought to a majority after the write was done. Safe
+    /// (docs/KITE.md): the bit such a DM-set set stays until that machine
+    /// acquires, bumps its epoch and resets it, and a key it refreshes
+    /// after that bump reads a majority that has the write.
+    pub fn dm_to_publish(&mut self, s: SessionId) -> Mask {
+        let published = self.published;
+        let sess = self.sess(s);
+        let missing = sess.missing;
+        for m in (0..32).filter(|&m| missing & (1 << m) != 0) {
+            if published[m] > sess.missing_at[m] {
+                sess.missing &= !(1 << m);
+            }
+        }
+        sess.missing
+    }
+
+    /// A DM-set sent at `stamp` reached a majority.
+    pub fn dm_published(&mut self, dm: Mask, stamp: u64) {
+        for m in (0..32).filter(|m| dm & (1 << m) != 0) {
+            self.published[m] = self.published[m].max(stamp);
+        }
+    }
+
+    /// A stamp for a DM-set about to be sent.
+    pub fn dm_stamp(&mut self) -> u64 {
+        self.stamp += 1;
+        self.stamp
     }
 
     fn on_client(&mut self, now: u64, s: SessionId, req: u64, op: Op, out: &mut Out) {

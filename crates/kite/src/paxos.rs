@@ -29,6 +29,8 @@ pub struct Rmw {
     pub acq: AcqId,
     pub round: u32,
     pub attempt: u32,
+    /// The stamp of the DM-set its accept carries.
+    pub dm_stamp: u64,
     pub stage: Stage,
 }
 
@@ -115,7 +117,7 @@ impl KiteNode {
         let sess = self.sess(s);
         (sess.rmw_seq, sess.acq_seq) = (sess.rmw_seq + 1, sess.acq_seq + 1);
         let (id, acq) = (RmwId { node: me, session: s, seq: sess.rmw_seq }, AcqId { session: s, seq: sess.acq_seq });
-        let r = Rmw { key, kind, id, acq, round: 1, attempt: 0, stage: Stage::Queued };
+        let r = Rmw { key, kind, id, acq, dm_stamp: 0, round: 1, attempt: 0, stage: Stage::Queued };
         let queue = self.rmw_queue.entry(key).or_default();
         queue.push_back(s);
         if queue.len() == 1 {
@@ -294,7 +296,8 @@ impl KiteNode {
         }
         if !help {
             // The DM-set rides in the value, so a helper carries it too.
-            rec.dm = self.sess(s).missing;
+            rec.dm = self.dm_to_publish(s);
+            r.dm_stamp = self.dm_stamp();
             self.stats.slow_releases += (rec.dm != 0) as u64;
         }
         let rid = self.fresh_id();
@@ -313,6 +316,7 @@ impl KiteNode {
         let Stage::Accept { ref g, rec, help } = rm.stage else { unreachable!() };
         let slot = g.slot;
         if !help {
+            self.dm_published(rec.dm, rm.dm_stamp);
             self.sess(s).missing = 0; // the DM-set reached a majority
         }
         self.commit(now, s, rm, slot, rec, help, out);

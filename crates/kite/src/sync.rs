@@ -27,6 +27,8 @@ pub struct Release {
     pub r1_done: bool,
     pub max: Version,
     pub stage: RelStage,
+    /// The DM-set being published and its stamp.
+    pub dm: (Mask, u64),
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -57,7 +59,7 @@ pub struct Acquire {
 impl KiteNode {
     pub fn release(&mut self, now: u64, s: SessionId, key: Key, value: Value, out: &mut Out) {
         let r1 = self.fresh_id();
-        let op = Release { key, value, r1, r1_done: false, max: Version::default(), stage: RelStage::Wait };
+        let op = Release { key, value, r1, r1_done: false, max: Version::default(), stage: RelStage::Wait, dm: (0, 0) };
         self.sess(s).op = Some(Active::Release(op));
         self.start_round(now, s, r1, Msg::ReadTs { rid: r1, key }, out);
     }
@@ -70,7 +72,10 @@ impl KiteNode {
                 r.r1_done |= done;
                 return self.release_advance(now, s, r, out);
             }
-            (RelStage::Slow { rid: x }, _) if rid == *x && done => return self.value_round(now, s, r, out),
+            (RelStage::Slow { rid: x }, _) if rid == *x && done => {
+                self.dm_published(r.dm.0, r.dm.1);
+                return self.value_round(now, s, r, out);
+            }
             (&RelStage::Value { wid, version }, _) if rid == wid && done => {
                 return self.reply(s, Reply::Written { version }, out);
             }
@@ -86,7 +91,7 @@ impl KiteNode {
             self.sess(s).op = Some(Active::Release(r));
             return;
         }
-        let dm = self.sess(s).missing;
+        let dm = self.dm_to_publish(s);
         if dm == 0 {
             return self.value_round(now, s, r, out);
         }
@@ -94,6 +99,7 @@ impl KiteNode {
         let rid = self.fresh_id();
         let mut r = r;
         r.stage = RelStage::Slow { rid };
+        r.dm = (dm, self.dm_stamp());
         self.sess(s).op = Some(Active::Release(r));
         self.start_round(now, s, rid, Msg::SlowRelease { rid, dm }, out);
     }
