@@ -63,10 +63,13 @@ pub enum Mutant {
     CompleteOnMine,
     /// A reset-bit goes to every replica.
     ResetAll,
+    /// A DM-set counts as published if any earlier one named the machine,
+    /// even one sent before the write was done.
+    StaleCover,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 9] = [
+    pub const ALL: [Mutant; 10] = [
         Mutant::NoReleaseBarrier,
         Mutant::SkipDelinquencyCheck,
         Mutant::AcceptLowerBallot,
@@ -76,6 +79,7 @@ impl Mutant {
         Mutant::NoOwnBitAfterPropose,
         Mutant::CompleteOnMine,
         Mutant::ResetAll,
+        Mutant::StaleCover,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -89,6 +93,7 @@ impl Mutant {
             Mutant::NoOwnBitAfterPropose => "no-own-bit-after-propose",
             Mutant::CompleteOnMine => "complete-on-mine",
             Mutant::ResetAll => "reset-all",
+            Mutant::StaleCover => "stale-cover",
         }
     }
 
@@ -510,10 +515,11 @@ impl KiteNode {
     /// after that bump reads a majority that has the write.
     pub fn dm_to_publish(&mut self, s: SessionId) -> Mask {
         let published = self.published;
+        let stale = self.mutant(Mutant::StaleCover);
         let sess = self.sess(s);
         let missing = sess.missing;
         for m in (0..32).filter(|&m| missing & (1 << m) != 0) {
-            if published[m] > sess.missing_at[m] {
+            if published[m] > sess.missing_at[m] || (stale && published[m] > 0) {
                 sess.missing &= !(1 << m);
             }
         }

@@ -47,3 +47,8 @@ fn abd_without_write_back_is_caught() {
 fn slow_path_without_refresh_is_caught() {
     caught(Mutant::NoSlowPathRefresh, Some(Faults { sleep: true, ..Faults::default() }));
 }
+
+#[test]
+fn stale_dm_cover_is_caught() {
+    caught(Mutant::StaleCover, Some(Faults { partition: true, ..Faults::default() }));
+}
