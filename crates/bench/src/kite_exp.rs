@@ -29,7 +29,7 @@ fn opts(quick: bool) -> KiteBenchOpts {
     KiteBenchOpts { measure_ns, warmup_ns: measure_ns / 5, ..KiteBenchOpts::default() }
 }
 
-fn find<'a>(rs: &'a [SystemResult], s: System, w: f64) -> &'a SystemResult {
+fn find(rs: &[SystemResult], s: System, w: f64) -> &SystemResult {
     rs.iter().find(|r| r.system == s.name() && r.write_ratio == w).expect("measured")
 }
 
@@ -115,6 +115,21 @@ fn markdown(o: &KiteBenchOpts, rs: &[SystemResult], vs: &[(f64, f64, Vec<f64>)],
     md += &ratio_row("Kite / ZAB", |w| t(System::Kite, w) / t(System::Zab, w), |i| PAPER[3][i] / PAPER[4][i]);
     md += &ratio_row("ABD / ES", |w| t(System::Abd, w) / t(System::Es, w), |i| PAPER[1][i] / PAPER[0][i]);
     md += &ratio_row("Paxos / ZAB", |w| t(System::Paxos, w) / t(System::Zab, w), |i| PAPER[2][i] / PAPER[4][i]);
+    md += &format!(
+        "\n**What holds.** Kite reaches {:.0}–{:.0} % of ES's throughput (the paper: 69–88 %): it pays the same extra rounds for its \
+         releases and acquires, and nothing for relaxed operations. ABD/ES climbs with the write ratio as in the paper.\n\n\
+         **What does not.** This machine charges CPU only for messages *received*, and sessions are closed loop with one request \
+         each. The in-memory ZAB then serves reads locally as fast as ES at low write ratios (ZAB/ES {:.2} at 1 % writes, the \
+         paper's 0.22); it only falls behind where its leader saturates. The paper's ZAB is 3–4× below ES even at 1 % writes, \
+         which this model does not reproduce: whatever throttles it there (the leader's send side, the in-order commit pipeline, \
+         reads waiting behind their session's writes in an asynchronous window) costs nothing here. So Kite/ZAB reaches {:.1}× \
+         only at 100 % writes (paper 3–5×), and Paxos/ZAB stays at or below 1 (paper 1.44 at 100 % writes). These are not tuned: \
+         the network, CPU and session model are DESIGN.md §7.1's, shared with DDP and HEAL.\n",
+        100.0 * t(System::Kite, 0.01) / t(System::Es, 0.01),
+        100.0 * t(System::Kite, 1.0) / t(System::Es, 1.0),
+        t(System::Zab, 0.01) / t(System::Es, 0.01),
+        t(System::Kite, 1.0) / t(System::Zab, 1.0)
+    );
     md += "\nFig. 5 (Kite with more synchronization, over Kite at 5 % sync; RMWs capped at the write ratio):\n\n";
     md += &format!("| variant | {} |\n|---|{}\n", head.join(" | "), "---|".repeat(WRITES.len()));
     for (sync, rmw, v) in vs {

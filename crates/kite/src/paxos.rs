@@ -80,14 +80,14 @@ impl Gather {
             }
             PaxosRep::Accepted { ballot, rec, delinquent } => {
                 self.flagged |= flag(delinquent);
-                if self.accepted.map_or(true, |(b, _)| ballot > b) {
+                if !self.accepted.is_some_and(|(b, _)| ballot <= b) {
                     self.accepted = Some((ballot, rec));
                 }
             }
             PaxosRep::Nack { promised } => self.nack = self.nack.max(Some(promised)),
             PaxosRep::Committed { slot, rec } if rec.id == me => self.mine = Some((slot, rec)),
             PaxosRep::Committed { slot, rec } => {
-                if self.committed.map_or(true, |(s, _)| slot > s) {
+                if !self.committed.is_some_and(|(s, _)| slot <= s) {
                     self.committed = Some((slot, rec));
                 }
             }

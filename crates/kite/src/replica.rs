@@ -8,7 +8,7 @@ use crate::node::{Bit, KiteNode, Mutant, Out};
 use crate::types::*;
 
 /// Kite keeps nothing durable (kite.md §1.1: durability is out of scope).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum NoRecord {}
 
 impl Durable for NoRecord {

@@ -212,7 +212,8 @@ fn rmw_committed_by_a_helper_completes_after_a_majority() {
     let q123 = |n: NodeId| [1, 2, 3].contains(&n);
     c.deliver(|from, to, m| q123(from) && q123(to) && !matches!(m, Msg::Commit { .. }));
     c.wire.retain(|(from, _, m)| *from != 1 || !matches!(m, Msg::Commit { .. }));
-    c.wire.retain(|(from, to, _)| !(*from == 1 && [2, 3].contains(to)) && !(*to == 1 && [2, 3].contains(from)));
+    let between_1_and_23 = |a: NodeId, b: NodeId| a == 1 && [2, 3].contains(&b);
+    c.wire.retain(|(from, to, _)| !between_1_and_23(*from, *to) && !between_1_and_23(*to, *from));
     // Node 0 retries its accept: 1 says "committed (yours)", 2 says "higher ballot".
     c.time_out();
     // Only node 0's messages and the answers to them (not node 1's
