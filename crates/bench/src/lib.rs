@@ -11,6 +11,7 @@ pub mod experiment;
 pub mod heal_exp;
 pub mod kite_bench;
 pub mod kite_exp;
+pub mod kite_procs;
 pub mod lrp_exp;
 pub mod heal_peers;
 pub mod heal_procs;

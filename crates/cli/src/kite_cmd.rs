@@ -24,8 +24,44 @@ enum KiteCommand {
     /// Seeded simulations with faults (drop, duplicate, reorder, partition, a sleeping node, a crashed node),
     /// every history checked for release consistency; exits non-zero on a violation.
     Check(CheckArgs),
-    /// Throughput of Kite, ES, ABD, Paxos and ZAB on the same simulated cluster and workload, one after the other.
+    /// Throughput of Kite, ES, ABD, Paxos and ZAB on the same simulated cluster and workload, one after the other
+    /// (--net tcp: Kite and ES as node processes on loopback).
     Bench(BenchArgs),
+    /// Node processes on loopback under the checked random mix, with kill -9 and SIGSTOP faults; the history goes
+    /// through the release-consistency checker; exits non-zero on a violation.
+    Load(LoadArgs),
+}
+
+#[derive(Args)]
+pub struct LoadArgs {
+    #[arg(long, default_value_t = 5)]
+    nodes: usize,
+    #[arg(long, default_value_t = 40)]
+    sessions_per_node: u64,
+    #[arg(long, default_value_t = 5.0)]
+    duration_s: f64,
+    /// SIGSTOP node NODE FROM_S seconds into the run, SIGCONT it FOR_S later (repeatable).
+    #[arg(long, value_name = "NODE:FROM_S:FOR_S")]
+    sleep: Vec<String>,
+    /// kill -9 node NODE AT_S seconds into the run (repeatable).
+    #[arg(long, value_name = "NODE:AT_S")]
+    kill: Vec<String>,
+    /// Kite's write time-out on every node, in ms (default: the paper's 1 ms).
+    #[arg(long)]
+    timeout_ms: Option<f64>,
+    /// A call unanswered this long has an unknown outcome; its session moves to the next node.
+    #[arg(long, default_value_t = 3.0)]
+    client_timeout_s: f64,
+    /// A deliberate bug on every node (see `tandem kite check --help`).
+    #[arg(long)]
+    mutant: Option<String>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the history as JSON lines.
+    #[arg(long)]
+    history: Option<String>,
+    #[arg(long)]
+    json: Option<String>,
 }
 
 #[derive(Args)]
@@ -39,9 +75,18 @@ pub struct BenchArgs {
     /// Share of requests that are RMWs (FAA).
     #[arg(long, default_value_t = 0.0)]
     rmw_ratio: f64,
-    /// sim (simulated time); tcp (node processes) is not built yet.
+    /// sim (simulated time), or tcp (node processes on loopback; kite and es only).
     #[arg(long, default_value = "sim")]
     net: String,
+    /// tcp: seconds measured, after --warmup-s.
+    #[arg(long, default_value_t = 5.0)]
+    measure_s: f64,
+    #[arg(long, default_value_t = 1.0)]
+    warmup_s: f64,
+    /// tcp: Kite's write time-out on every node, in ms. Default 20: with the paper's 1 ms, loaded cores make writes
+    /// time out spuriously, and the slow path (epoch bumps, quorum reads) takes over.
+    #[arg(long)]
+    timeout_ms: Option<f64>,
     /// Comma-separated systems (kite, es, abd, paxos, zab), or all.
     #[arg(long, default_value = "all")]
     systems: String,
@@ -104,6 +149,7 @@ pub fn run(a: KiteArgs) -> Result<(), String> {
     match a.command {
         KiteCommand::Check(c) => run_check(c),
         KiteCommand::Bench(b) => run_bench(b),
+        KiteCommand::Load(l) => run_load(l),
     }
 }
 
@@ -214,8 +260,13 @@ fn ratio(name: &str, v: f64) -> Result<f64, String> {
 }
 
 fn run_bench(a: BenchArgs) -> Result<(), String> {
-    if a.net != "sim" {
-        return Err(format!("--net {}: only sim is built so far (node processes over TCP are issue 12's next step)", a.net));
+    match a.net.as_str() {
+        "sim" => {}
+        "tcp" => return run_bench_tcp(a),
+        other => return Err(format!("--net {other}: sim or tcp")),
+    }
+    if a.timeout_ms.is_some() {
+        return Err("--timeout-ms is for --net tcp (the simulation runs the paper's 1 ms)".into());
     }
     if !(3..=9).contains(&a.nodes) || a.sessions_per_node == 0 || a.keys == 0 || a.measure_us == 0 {
         return Err("--nodes 3..=9; --sessions-per-node, --keys and --measure-us positive".into());
@@ -257,4 +308,100 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
         write_json(path, &serde_json::json!({ "options": o, "results": results }))?;
     }
     Ok(())
+}
+
+fn work_dir(what: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("tandem-kite-{what}-{}", std::process::id()))
+}
+
+fn exe() -> Result<std::path::PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))
+}
+
+/// Kite's time-out for benchmarks over TCP (see `--timeout-ms`).
+const TCP_TIMEOUT_MS: f64 = 20.0;
+
+/// `tandem kite bench --net tcp`: for each system, five node processes and
+/// closed-loop sessions of the paper's mix.
+fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
+    use tandem_bench::kite_procs::{bench_tcp, BenchMix, LoadOpts, NodeOpts};
+    if !(3..=9).contains(&a.nodes) || a.sessions_per_node == 0 || a.keys == 0 || a.measure_s.is_nan() || a.measure_s <= 0.0 || a.warmup_s.is_nan() || a.warmup_s < 0.0 {
+        return Err("--nodes 3..=9; --sessions-per-node, --keys and --measure-s positive".into());
+    }
+    let (w, r) = (ratio("write-ratio", a.write_ratio)?, ratio("rmw-ratio", a.rmw_ratio)?);
+    if r > w {
+        return Err(format!("--rmw-ratio {r} exceeds --write-ratio {w}: RMWs count as writes"));
+    }
+    let systems: Vec<System> = match a.systems.as_str() {
+        "all" => vec![System::Kite, System::Es],
+        s => s.split(',').map(|x| System::parse(x.trim())).collect::<Result<_, _>>()?,
+    };
+    if let Some(s) = systems.iter().find(|s| !matches!(s, System::Kite | System::Es)) {
+        return Err(format!("--net tcp runs kite and es; {} only in simulation (--net sim)", s.name()));
+    }
+    let timeout_ms = a.timeout_ms.unwrap_or(TCP_TIMEOUT_MS);
+    let node = NodeOpts { timeout_ms: Some(timeout_ms), mutant: None };
+    let o = LoadOpts { sessions_per_node: a.sessions_per_node, warmup_s: a.warmup_s, duration_s: a.measure_s, seed: a.seed, ..LoadOpts::default() };
+    let (exe, dir) = (exe()?, work_dir("bench"));
+    println!("{:<6} {:>14} {:>9} {:>9} {:>10} {:>12} {:>9}", "system", "ops/s (tcp)", "p50 us", "p99 us", "msgs/op", "cpu us/op", "x ES");
+    let mut results: Vec<SystemResult> = Vec::new();
+    for s in systems {
+        let mix = BenchMix { system: s, keys: a.keys, write_ratio: w, sync_ratio: ratio("sync-ratio", a.sync_ratio)?, rmw_ratio: r };
+        let started = Instant::now();
+        let (res, rep) = bench_tcp(&exe, &dir, a.nodes as usize, &node, mix, &o)?;
+        let es = results.iter().find(|x| x.system == "es").map(|x| x.throughput_ops);
+        let vs_es = es.map_or("-".to_string(), |e| format!("{:.2}", res.throughput_ops / e));
+        println!(
+            "{:<6} {:>14.0} {:>9.1} {:>9.1} {:>10.2} {:>12.1} {:>9}  ({:.1} s)",
+            res.system, res.throughput_ops, res.latency_us.p50, res.latency_us.p99, res.messages_per_op, rep.node_cpu_us_per_op, vs_es, started.elapsed().as_secs_f64()
+        );
+        results.push(res);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(path) = &a.json {
+        let options = serde_json::json!({
+            "net": "tcp", "nodes": a.nodes, "sessions_per_node": a.sessions_per_node, "keys": a.keys, "write_ratio": w,
+            "sync_ratio": a.sync_ratio, "rmw_ratio": r, "warmup_s": a.warmup_s, "measure_s": a.measure_s,
+            "timeout_ms": timeout_ms, "seed": a.seed,
+        });
+        write_json(path, &serde_json::json!({ "options": options, "results": results }))?;
+    }
+    Ok(())
+}
+
+/// `tandem kite load`: the checked random mix on node processes with faults.
+fn run_load(a: LoadArgs) -> Result<(), String> {
+    use tandem_bench::kite_procs::{checked_load, Fault, LoadOpts, NodeOpts};
+    if !(3..=9).contains(&a.nodes) || a.sessions_per_node == 0 || a.duration_s.is_nan() || a.duration_s <= 0.0 {
+        return Err("--nodes 3..=9; --sessions-per-node and --duration-s positive".into());
+    }
+    if let Some(m) = &a.mutant {
+        Mutant::parse(m).ok_or_else(|| format!("--mutant {m}: unknown (see `tandem kite check --help`)"))?;
+    }
+    let mut faults: Vec<Fault> = a.sleep.iter().map(|s| Fault::parse_sleep(s)).collect::<Result<_, _>>()?;
+    faults.extend(a.kill.iter().map(|s| Fault::parse_kill(s)).collect::<Result<Vec<_>, _>>()?);
+    let node = NodeOpts { timeout_ms: a.timeout_ms, mutant: a.mutant.clone() };
+    let o = LoadOpts { sessions_per_node: a.sessions_per_node, duration_s: a.duration_s, client_timeout_s: a.client_timeout_s, faults, seed: a.seed, ..LoadOpts::default() };
+    let dir = work_dir("load");
+    let r = checked_load(&exe()?, &dir, a.nodes, &node, &o)?;
+    println!(
+        "kite load: {} nodes, {} sessions, {:.1} s: {:.0} ops/s, p50 {:.0} us, p99 {:.0} us; {} history ops ({} unknown), {} session moves",
+        r.nodes, r.sessions, r.seconds, r.throughput_ops, r.latency_us.p50, r.latency_us.p99, r.ops, r.pending_ops, r.moves
+    );
+    for (t, row) in r.timeline_per_node.iter().enumerate().filter(|(t, _)| t % 5 == 4) {
+        eprintln!("  {:.1} s: per node ops/s (last 100 ms) {:?}", (t + 1) as f64 / 10.0, row.iter().map(|c| c * 10).collect::<Vec<_>>());
+    }
+    if let Some(p) = &a.history {
+        std::fs::write(p, rc_to_jsonl(&r.history)).map_err(|e| format!("cannot write {p}: {e}"))?;
+    }
+    if let Some(p) = &a.json {
+        write_json(p, &r)?;
+    }
+    match &r.violation {
+        None => {
+            println!("release consistent: 0 violations");
+            Ok(())
+        }
+        Some(v) => Err(format!("the history violates release consistency (node logs in {}):\n{v}", dir.display())),
+    }
 }

@@ -71,7 +71,7 @@ enum Command {
     Heal(heal_cmd::HealArgs),
     /// The message-passing runtime's own ceiling: two processes echoing messages.
     Net(net_cmd::NetArgs),
-    /// One replica of a message-passing store (DDP) as a process: TCP to its peers, NVM in a file.
+    /// One replica of a message-passing store (DDP or Kite) as a process: TCP to its peers, NVM in a file.
     Node(node_cmd::NodeArgs),
     /// DART: litmus tests, assertions and a strict-serializability history check against a store.
     Litmus(litmus_cmd::LitmusArgs),

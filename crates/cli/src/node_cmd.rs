@@ -17,10 +17,10 @@ use crate::args::{parse_addrs, secret_from};
 
 #[derive(Args)]
 pub struct NodeArgs {
-    /// The replicated store: ddp.
+    /// The replicated store: ddp, or kite (release consistency; keeps nothing durable, --nvm is still needed).
     #[arg(long, default_value = "ddp")]
     system: String,
-    /// The DDP model, e.g. lin-synch.
+    /// The DDP model, e.g. lin-synch (ddp only).
     #[arg(long, default_value = "lin-synch")]
     model: String,
     /// This node's id: its position in --peers.
@@ -54,6 +54,12 @@ pub struct NodeArgs {
     /// Test-only protocol bug (see `tandem ddp check --help`).
     #[arg(long = "inject-bug", hide = true)]
     bugs: Vec<String>,
+    /// Kite: the write time-out in ms (the retransmission period is half of it); default 1 ms, the paper's.
+    #[arg(long)]
+    timeout_ms: Option<f64>,
+    /// Kite: a deliberate protocol bug (see `tandem kite check --help`), for tests of the checks.
+    #[arg(long, hide = true)]
+    mutant: Option<String>,
 }
 
 fn secret(flag: Option<&str>) -> Result<u64, String> {
@@ -79,13 +85,34 @@ fn no_huge_pages() {
 
 pub fn node(a: NodeArgs) -> Result<(), String> {
     no_huge_pages();
-    if a.system != "ddp" {
-        return Err(format!("unknown --system '{}': ddp", a.system));
+    match a.system.as_str() {
+        "ddp" => {}
+        "kite" => return kite_node(a),
+        other => return Err(format!("unknown --system '{other}': ddp or kite")),
+    }
+    if a.timeout_ms.is_some() || a.mutant.is_some() {
+        return Err("--timeout-ms and --mutant are Kite's (--system kite)".into());
     }
     let model = Model::parse(&a.model)?;
     if !model.implemented() {
         return Err(format!("model {model} is not implemented yet"));
     }
+    let (cfg, listener) = host_config(&a)?;
+    let me = cfg.peers[a.id as usize].1;
+    println!("node {} ({model}) listening on {me}", a.id);
+    let heal = match a.recovery.as_str() {
+        "full-copy" => None,
+        "heal" if HealOpts::supports(model) => Some(HealOpts::default()),
+        "heal" => return Err(format!("HEAL recovers the Lin models (lin-strict, lin-synch, lin-re, lin-eventual, lin-scope); not {model} (use --recovery full-copy)")),
+        other => return Err(format!("unknown --recovery '{other}': full-copy or heal")),
+    };
+    let factory = DdpFactory { bugs: Bugs::parse(&a.bugs)?, heal, ..DdpFactory::new(model, Params::TCP) };
+    host::run(cfg, listener, factory).map_err(|e| format!("node {}: {e}", a.id))
+}
+
+/// The host configuration shared by every system: listen on our --peers
+/// address, static membership unless --manager.
+fn host_config(a: &NodeArgs) -> Result<(HostConfig, TcpListener), String> {
     let peers = parse_addrs(&a.peers)?;
     let me = *peers.get(a.id as usize).ok_or_else(|| format!("--id {} is not a position in --peers ({} nodes)", a.id, peers.len()))?;
     let manager = a.manager.as_deref().map(|m| m.parse::<SocketAddr>().map_err(|e| format!("--manager {m}: {e}"))).transpose()?;
@@ -101,15 +128,30 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
         heartbeat: Duration::from_millis(a.heartbeat_ms),
         lease: Duration::from_millis(a.lease_ms),
     };
-    println!("node {} ({model}) listening on {me}", a.id);
-    let heal = match a.recovery.as_str() {
-        "full-copy" => None,
-        "heal" if HealOpts::supports(model) => Some(HealOpts::default()),
-        "heal" => return Err(format!("HEAL recovers the Lin models (lin-strict, lin-synch, lin-re, lin-eventual, lin-scope); not {model} (use --recovery full-copy)")),
-        other => return Err(format!("unknown --recovery '{other}': full-copy or heal")),
-    };
-    let factory = DdpFactory { bugs: Bugs::parse(&a.bugs)?, heal, ..DdpFactory::new(model, Params::TCP) };
-    host::run(cfg, listener, factory).map_err(|e| format!("node {}: {e}", a.id))
+    Ok((cfg, listener))
+}
+
+/// `tandem node --system kite`: one Kite replica (crash-stop: nothing is
+/// recovered from the NVM file, which only the host needs).
+fn kite_node(a: NodeArgs) -> Result<(), String> {
+    if !a.bugs.is_empty() || a.recovery != "full-copy" {
+        return Err("--inject-bug and --recovery are DDP's; Kite has --mutant".into());
+    }
+    let mut kcfg = tandem_kite::KiteConfig::default();
+    if let Some(ms) = a.timeout_ms {
+        if !(ms > 0.0 && ms.is_finite()) {
+            return Err(format!("--timeout-ms {ms}: must be positive"));
+        }
+        kcfg.timeout_ns = (ms * 1e6) as u64;
+        kcfg.retry_ns = kcfg.timeout_ns / 2;
+    }
+    if let Some(m) = &a.mutant {
+        kcfg.mutant = Some(tandem_kite::Mutant::parse(m).ok_or_else(|| format!("--mutant {m}: unknown (see `tandem kite check --help`)"))?);
+    }
+    let (cfg, listener) = host_config(&a)?;
+    let me = cfg.peers[a.id as usize].1;
+    println!("node {} (kite, time-out {} us) listening on {me}", a.id, kcfg.timeout_ns / 1000);
+    host::run(cfg, listener, tandem_kite::simcheck::KiteFactory(kcfg)).map_err(|e| format!("node {}: {e}", a.id))
 }
 
 #[derive(Args)]

@@ -83,8 +83,13 @@ impl KiteNode {
             self.sess(s).op = Some(Active::Slow(op));
             return;
         }
+        let (me, epoch) = (self.me, self.epoch);
         let ks = self.key(op.key);
         ks.epoch = ks.epoch.max(op.e0);
+        if ks.epoch > epoch {
+            let e = format!("node {me}: key {} epoch {} > machine epoch {epoch}", op.key, ks.epoch);
+            self.invariant.get_or_insert(e);
+        }
         match op.write {
             Some(v) => {
                 let version = Version(op.best.0.max(self.key(op.key).version).0 + 1, self.me, 0);
