@@ -309,6 +309,8 @@ impl BenchMix {
 pub enum Gen {
     /// The simulator's random mix of every operation, recorded and checked.
     Checked(Mix),
+    /// Any workload (e.g. data-structure programs), recorded and checked.
+    Work(Box<dyn Workload>),
     /// The benchmark mix, not recorded.
     Bench(BenchMix),
 }
@@ -422,7 +424,7 @@ struct Load<'a> {
     total: u64,
     system: &'static str,
     mux: Mux<Op, Reply>,
-    mix: Option<RandomMix>,
+    mix: Option<Box<dyn Workload>>,
     bench: Option<BenchMix>,
     rng: Rng,
     sess: Vec<Sess>,
@@ -451,7 +453,8 @@ impl<'a> Load<'a> {
         let (warm_ns, end_ns) = ((o.warmup_s * 1e9) as u64, ((o.warmup_s + o.duration_s) * 1e9) as u64);
         let mux = Mux::new(cluster.addrs.clone(), cluster.secret, Duration::from_secs(1)).map_err(|e| e.to_string())?;
         let (mix, system, bench) = match gen {
-            Gen::Checked(m) => (Some(RandomMix::new(m, total)), "kite", None),
+            Gen::Checked(m) => (Some(Box::new(RandomMix::new(m, total)) as Box<dyn Workload>), "kite", None),
+            Gen::Work(w) => (Some(w), "kite", None),
             Gen::Bench(b) => {
                 b.op(&mut Rng::new(0), 0)?;
                 (None, b.system.name(), Some(b))

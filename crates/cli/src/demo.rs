@@ -171,7 +171,8 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         "pandora" => {}
         "ddp" => return crate::ddp_demo::run(&a.figure.with_file_name("ddp")),
         "heal" => return crate::heal_demo::run(&a.figure.with_file_name("heal")),
-        other => return Err(format!("unknown demo '{other}': pandora, ddp or heal")),
+        "kite" => return crate::kite_demo::run(&a.figure.with_file_name("kite")),
+        other => return Err(format!("unknown demo '{other}': pandora, ddp, heal or kite")),
     }
     if run_demo(&a)? {
         Ok(())

@@ -12,6 +12,7 @@ mod demo;
 mod litmus_cmd;
 mod litmus_worker_cmd;
 mod kite_cmd;
+mod kite_demo;
 mod lrp_cmd;
 mod experiment_cmd;
 mod heal_cmd;

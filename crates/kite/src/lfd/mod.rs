@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 
 use crate::types::*;
 
-pub use workload::{LfdBug, LfdKind, LfdLog, LfdWorkload};
+pub use workload::{Both, LfdBug, LfdKind, LfdLog, LfdWorkload};
 
 /// The call was lost with its node (crash): the operation's outcome is
 /// unknown and the session starts over elsewhere.

@@ -123,6 +123,11 @@ pub struct LfdWorkload {
     pub fields: u64,
     /// List elements are 1..=elems.
     pub elems: u64,
+    /// Structure ids are `first..first + structures` (two workloads can
+    /// share a store).
+    pub first: u64,
+    /// Sessions this workload runs (others get `None` at once).
+    pub runs: fn(SessionId) -> bool,
     pub bug: Option<LfdBug>,
     seed: u64,
     chans: Vec<Rc<Chan>>,
@@ -139,6 +144,8 @@ impl LfdWorkload {
             structures,
             fields,
             elems: 16,
+            first: 0,
+            runs: |_| true,
             bug: None,
             seed,
             chans: (0..n).map(|_| Rc::new(Chan::default())).collect(),
@@ -155,6 +162,7 @@ impl LfdWorkload {
             structures: self.structures,
             fields: self.fields,
             elems: self.elems,
+            first: self.first,
             bug: self.bug,
             stopping: self.stopping.clone(),
             log: self.log.clone(),
@@ -169,6 +177,7 @@ struct Ctx {
     structures: u64,
     fields: u64,
     elems: u64,
+    first: u64,
     bug: Option<LfdBug>,
     stopping: Rc<Cell<bool>>,
     log: Rc<RefCell<LfdLog>>,
@@ -177,7 +186,7 @@ struct Ctx {
 async fn session(c: Ctx, api: Api, s: SessionId, mut rng: Rng) {
     let mut count = 0;
     while !c.stopping.get() {
-        let st = rng.below(c.structures);
+        let st = c.first + rng.below(c.structures);
         count += 1;
         match c.kind {
             LfdKind::List => list_op(&c, &api, s, st, node_id(s, count), &mut rng).await,
@@ -240,6 +249,9 @@ async fn list_op(c: &Ctx, api: &Api, s: SessionId, l: u64, node: u64, rng: &mut 
 
 impl Workload for LfdWorkload {
     fn next(&mut self, s: SessionId, now: u64, _rng: &mut Rng) -> Option<Op> {
+        if !(self.runs)(s) {
+            return None;
+        }
         let chan = self.chans[s as usize].clone();
         chan.now.set(now);
         if self.programs[s as usize].is_none() {
@@ -293,7 +305,7 @@ impl LfdWorkload {
     fn verify_pushes(&self, log: &LfdLog, state: &dyn Fn(Key) -> Value) -> Result<String, String> {
         let limit = log.ops.len() + 1;
         let mut present = BTreeSet::new();
-        for st in 0..self.structures {
+        for st in self.first..self.first + self.structures {
             let ids = match self.kind {
                 LfdKind::Stack => stack::walk(st, state, limit)?,
                 _ => queue::walk(st, state, limit)?,
@@ -323,7 +335,7 @@ impl LfdWorkload {
     /// outnumber its successful deletes (by one at most).
     fn verify_lists(&self, log: &LfdLog, state: &dyn Fn(Key) -> Value) -> Result<String, String> {
         let limit = log.ops.len() + 2;
-        for l in 0..self.structures {
+        for l in self.first..self.first + self.structures {
             let elems = list::walk(l, state, limit)?;
             if elems.windows(2).any(|w| w[0] >= w[1]) {
                 return Err(format!("list {l} is not strictly sorted: {elems:?}"));
@@ -372,4 +384,26 @@ fn fifo(log: &LfdLog) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Two workloads on one store: even sessions run `a`, odd ones `b`.
+pub struct Both(pub LfdWorkload, pub LfdWorkload);
+
+impl Workload for Both {
+    fn next(&mut self, s: SessionId, now: u64, rng: &mut Rng) -> Option<Op> {
+        if s % 2 == 0 { self.0.next(s, now, rng) } else { self.1.next(s, now, rng) }
+    }
+    fn done(&mut self, s: SessionId, reply: &Reply, now: u64) {
+        if s % 2 == 0 { self.0.done(s, reply, now) } else { self.1.done(s, reply, now) }
+    }
+    fn lost(&mut self, s: SessionId, now: u64) {
+        if s % 2 == 0 { self.0.lost(s, now) } else { self.1.lost(s, now) }
+    }
+    fn stop(&mut self) {
+        self.0.stop();
+        self.1.stop();
+    }
+    fn verify(&self, state: &dyn Fn(Key) -> Value) -> Result<String, String> {
+        Ok(format!("{}; {}", self.0.verify(state)?, self.1.verify(state)?))
+    }
 }
