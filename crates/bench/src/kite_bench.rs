@@ -115,7 +115,7 @@ pub struct SystemResult {
 
 /// What a request is, before a system maps it to its own operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Class {
+pub enum Class {
     Read,
     Write,
     Acquire,
@@ -124,11 +124,17 @@ enum Class {
 }
 
 fn draw(o: &KiteBenchOpts, rng: &mut Rng) -> Class {
-    if rng.unit_f64() < o.rmw_ratio {
+    draw_class(o.write_ratio, o.sync_ratio, o.rmw_ratio, rng)
+}
+
+/// One request of the paper's mix (kite.md §5.1): an RMW with probability
+/// `rmw`; otherwise a write with the rest of `write`, and sync with `sync`.
+pub fn draw_class(write: f64, sync: f64, rmw: f64, rng: &mut Rng) -> Class {
+    if rng.unit_f64() < rmw {
         return Class::Rmw;
     }
-    let w = ((o.write_ratio - o.rmw_ratio) / (1.0 - o.rmw_ratio).max(1e-9)).clamp(0.0, 1.0);
-    let sync = rng.unit_f64() < o.sync_ratio;
+    let w = ((write - rmw) / (1.0 - rmw).max(1e-9)).clamp(0.0, 1.0);
+    let sync = rng.unit_f64() < sync;
     match (rng.unit_f64() < w, sync) {
         (true, true) => Class::Release,
         (true, false) => Class::Write,
@@ -137,7 +143,8 @@ fn draw(o: &KiteBenchOpts, rng: &mut Rng) -> Class {
     }
 }
 
-fn kite_op(system: System, c: Class, key: u64, value: u64) -> tandem_kite::Op {
+/// `c` as `system` runs it on a Kite node (not ZAB).
+pub fn kite_op(system: System, c: Class, key: u64, value: u64) -> tandem_kite::Op {
     use tandem_kite::Op;
     let c = match (system, c) {
         (System::Es, Class::Acquire) => Class::Read,

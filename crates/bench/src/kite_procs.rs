@@ -33,7 +33,7 @@ use tandem_net::wire::NodeStats;
 use tandem_sim::Rng;
 
 use crate::ddp_procs::free_addr;
-use crate::kite_bench::{Latency, System, SystemResult};
+use crate::kite_bench::{draw_class, kite_op, Latency, System, SystemResult};
 
 /// How long the cluster may take to serve its first operation.
 const START_LIMIT: Duration = Duration::from_secs(30);
@@ -251,7 +251,7 @@ impl Fault {
     }
 }
 
-/// The bench mix of `kite_bench` (copied: its mapping is private there).
+/// The bench mix of `kite_bench`.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct BenchMix {
     pub system: System,
@@ -261,47 +261,16 @@ pub struct BenchMix {
     pub rmw_ratio: f64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Class {
-    Read,
-    Write,
-    Acquire,
-    Release,
-    Rmw,
-}
-
 impl BenchMix {
-    fn draw(&self, rng: &mut Rng) -> Class {
-        if rng.unit_f64() < self.rmw_ratio {
-            return Class::Rmw;
-        }
-        let w = ((self.write_ratio - self.rmw_ratio) / (1.0 - self.rmw_ratio).max(1e-9)).clamp(0.0, 1.0);
-        let sync = rng.unit_f64() < self.sync_ratio;
-        match (rng.unit_f64() < w, sync) {
-            (true, true) => Class::Release,
-            (true, false) => Class::Write,
-            (false, true) => Class::Acquire,
-            (false, false) => Class::Read,
-        }
-    }
-
-    /// Kite runs every class as itself; ES runs every op relaxed.
+    /// Kite runs every class as itself, ES every op relaxed, ABD every op
+    /// as a release or acquire, Paxos its writes as RMWs (`kite_bench`'s
+    /// mapping); ZAB is not a Kite node.
     fn op(&self, rng: &mut Rng, value: u64) -> Result<Op, String> {
-        let (c, key) = (self.draw(rng), rng.below(self.keys));
-        let c = match (self.system, c) {
-            (System::Kite, c) => c,
-            (System::Es, Class::Acquire) => Class::Read,
-            (System::Es, Class::Release | Class::Rmw) => Class::Write,
-            (System::Es, c) => c,
-            (s, _) => return Err(format!("system {} does not run over tcp (kite and es do)", s.name())),
-        };
-        Ok(match c {
-            Class::Read => Op::Read(key),
-            Class::Write => Op::Write(key, value),
-            Class::Acquire => Op::Acquire(key),
-            Class::Release => Op::Release(key, value),
-            Class::Rmw => Op::Faa(key, 1),
-        })
+        if self.system == System::Zab {
+            return Err("zab does not run over tcp (kite, es, abd and paxos do)".into());
+        }
+        let (c, key) = (draw_class(self.write_ratio, self.sync_ratio, self.rmw_ratio, rng), rng.below(self.keys));
+        Ok(kite_op(self.system, c, key, value))
     }
 }
 

@@ -75,7 +75,7 @@ pub struct BenchArgs {
     /// Share of requests that are RMWs (FAA).
     #[arg(long, default_value_t = 0.0)]
     rmw_ratio: f64,
-    /// sim (simulated time), or tcp (node processes on loopback; kite and es only).
+    /// sim (simulated time), or tcp (node processes on loopback; kite, es, abd and paxos).
     #[arg(long, default_value = "sim")]
     net: String,
     /// tcp: seconds measured, after --warmup-s.
@@ -333,11 +333,11 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
         return Err(format!("--rmw-ratio {r} exceeds --write-ratio {w}: RMWs count as writes"));
     }
     let systems: Vec<System> = match a.systems.as_str() {
-        "all" => vec![System::Kite, System::Es],
+        "all" => vec![System::Kite, System::Es, System::Abd, System::Paxos],
         s => s.split(',').map(|x| System::parse(x.trim())).collect::<Result<_, _>>()?,
     };
-    if let Some(s) = systems.iter().find(|s| !matches!(s, System::Kite | System::Es)) {
-        return Err(format!("--net tcp runs kite and es; {} only in simulation (--net sim)", s.name()));
+    if let Some(s) = systems.iter().find(|s| **s == System::Zab) {
+        return Err(format!("--net tcp runs kite, es, abd and paxos; {} only in simulation (--net sim)", s.name()));
     }
     let timeout_ms = a.timeout_ms.unwrap_or(TCP_TIMEOUT_MS);
     let node = NodeOpts { timeout_ms: Some(timeout_ms), mutant: None };
