@@ -68,10 +68,11 @@ fn kite_processes_stay_release_consistent_under_sleep_and_kill9() {
 
 /// The same run with a deliberate bug: an acquire ignores being told it is
 /// delinquent, which only matters once a write timed out on the stopped
-/// node. Not a gate (a race must happen); run with `--ignored` to see the
-/// checker catch it (it did in each run tried, see the report).
+/// node. Not a gate: a race must happen, and it did in 9 of 10 runs on 2
+/// cores; the same mutant is caught deterministically in simulation
+/// (`crates/kite/tests/mutants.rs`). Run with `--ignored` to see it here.
 #[test]
-#[ignore]
+#[ignore = "timing-dependent (caught 9 of 10 runs); the simulation test in crates/kite/tests/mutants.rs is the gate"]
 fn kite_mutant_skip_delinquency_check_is_caught() {
     let r = faulty_run("mutant", NodeOpts { mutant: Some("skip-delinquency-check".into()), ..NodeOpts::default() });
     eprintln!("{:?}", r.violation);

@@ -272,7 +272,6 @@ impl KiteNode {
             best: g.base,
             n_best: 0,
             flagged: 0,
-            delinquent: false,
             cas_fail: true,
         };
         self.next_rmw(now, r.key, out);

@@ -51,7 +51,6 @@ pub struct Acquire {
     pub n_best: u32,
     /// Replicas whose counted replies said this machine is delinquent.
     pub flagged: Mask,
-    pub delinquent: bool,
     /// A strong CAS whose comparison failed ends as this acquire.
     pub cas_fail: bool,
 }
@@ -155,7 +154,6 @@ impl KiteNode {
             best: (Version::default(), 0),
             n_best: 0,
             flagged: 0,
-            delinquent: false,
             cas_fail: false,
         };
         self.sess(s).op = Some(Active::Acquire(op));
@@ -201,11 +199,11 @@ impl KiteNode {
         self.start_round(now, s, rid, Msg::WriteBack { rid, key, version, value, acq }, out);
     }
 
-    fn acquire_done(&mut self, s: SessionId, mut a: Acquire, out: &mut Out) {
+    fn acquire_done(&mut self, s: SessionId, a: Acquire, out: &mut Out) {
         let (version, value) = a.best;
         self.apply(a.key, version, value);
-        a.delinquent |= a.flagged != 0 || self.own_bit();
-        if a.delinquent {
+        let own = self.own_bit();
+        if own || a.flagged != 0 {
             self.on_delinquent(a.acq, a.flagged, out);
         }
         let result = match a.cas_fail {
