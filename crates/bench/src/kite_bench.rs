@@ -10,18 +10,20 @@
 //! - `abd`: every read an acquire, every write a release;
 //! - `paxos`: writes as Paxos RMWs, reads as ABD acquires;
 //! - `zab`: the leader-based log of `tandem_heal::leader` without NVM (the
-//!   in-memory ZAB of the Kite paper): writes and RMWs through the leader
-//!   in zxid order, reads local.
+//!   in-memory ZAB of the Kite paper, behind Kite's API: [`crate::kite_zab`]):
+//!   writes, releases and RMWs through the leader in zxid order, reads and
+//!   acquires local.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
 use serde::Serialize;
-use tandem_heal::leader::{LeaderFactory, LeaderNode, LeaderParams};
 use tandem_kite::simcheck::KiteFactory;
 use tandem_kite::{KiteConfig, KiteNode};
 use tandem_net::{Config, Harness, NodeFactory, NodeId, Nvm, Protocol, SessionId, SimNet, SimNetConfig};
 use tandem_sim::Rng;
+
+use crate::kite_zab::{ZabFactory, ZabNode};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -143,7 +145,7 @@ pub fn draw_class(write: f64, sync: f64, rmw: f64, rng: &mut Rng) -> Class {
     }
 }
 
-/// `c` as `system` runs it on a Kite node (not ZAB).
+/// `c` as `system` runs it, in Kite's API (ZAB's adapter takes it too).
 pub fn kite_op(system: System, c: Class, key: u64, value: u64) -> tandem_kite::Op {
     use tandem_kite::Op;
     let c = match (system, c) {
@@ -153,6 +155,8 @@ pub fn kite_op(system: System, c: Class, key: u64, value: u64) -> tandem_kite::O
         (System::Abd, Class::Write | Class::Rmw) => Class::Release,
         (System::Paxos, Class::Read) => Class::Acquire,
         (System::Paxos, Class::Write | Class::Release) => Class::Rmw,
+        (System::Zab, Class::Acquire) => Class::Read,
+        (System::Zab, Class::Release | Class::Rmw) => Class::Write,
         (_, c) => c,
     };
     match c {
@@ -161,13 +165,6 @@ pub fn kite_op(system: System, c: Class, key: u64, value: u64) -> tandem_kite::O
         Class::Acquire => Op::Acquire(key),
         Class::Release => Op::Release(key, value),
         Class::Rmw => Op::Faa(key, 1),
-    }
-}
-
-fn zab_op(c: Class, key: u64, value: u64) -> tandem_ddp::Op {
-    match c {
-        Class::Read | Class::Acquire => tandem_ddp::Op::read(key),
-        _ => tandem_ddp::Op::write(key, value, 0),
     }
 }
 
@@ -243,12 +240,10 @@ fn run<P: Protocol + 'static, F: NodeFactory<P>>(o: &KiteBenchOpts, system: Syst
 
 /// Run `system` under `o` in simulated time.
 pub fn bench_system(o: &KiteBenchOpts, system: System) -> SystemResult {
-    if system == System::Zab {
-        let factory = LeaderFactory { params: LeaderParams { volatile: true, ..LeaderParams::default() } };
-        let (r, _net) = run::<LeaderNode, _>(o, system, factory, Box::new(zab_op));
-        return r;
-    }
     let map = Box::new(move |c, k, v| kite_op(system, c, k, v));
+    if system == System::Zab {
+        return run::<ZabNode, _>(o, system, ZabFactory::default(), map).0;
+    }
     let (mut r, net) = run::<KiteNode, _>(o, system, KiteFactory(KiteConfig::default()), map);
     let mut total = tandem_kite::KiteStats::default();
     for n in 0..o.nodes {

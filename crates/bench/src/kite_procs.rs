@@ -48,6 +48,8 @@ pub struct KiteCluster {
     nodes: Vec<Option<Child>>,
     /// Stopped with SIGSTOP and not continued yet.
     stopped: Vec<bool>,
+    /// `kite` or `zab`.
+    system: &'static str,
 }
 
 impl Drop for KiteCluster {
@@ -71,6 +73,9 @@ pub struct NodeOpts {
     pub timeout_ms: Option<f64>,
     /// A deliberate bug (`--mutant`), for showing the checks can fail.
     pub mutant: Option<String>,
+    /// Run the ZAB baseline (`--system zab`, [`crate::kite_zab`]) instead of
+    /// Kite; the two options above are Kite's.
+    pub zab: bool,
 }
 
 fn new_secret() -> u64 {
@@ -97,13 +102,13 @@ impl KiteCluster {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let addrs = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
         let peers = addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-        let mut c = KiteCluster { addrs, secret: new_secret(), dir: dir.to_path_buf(), nodes: Vec::new(), stopped: vec![false; n] };
+        let mut c = KiteCluster { addrs, secret: new_secret(), dir: dir.to_path_buf(), nodes: Vec::new(), stopped: vec![false; n], system: if opts.zab { "zab" } else { "kite" } };
         for i in 0..n {
             let log = std::fs::File::create(dir.join(format!("node{i}.log"))).map_err(|e| e.to_string())?;
             let mut cmd = Command::new(exe);
-            cmd.args(["node", "--system", "kite", "--id", &i.to_string(), "--peers", &peers]);
+            cmd.args(["node", "--system", if opts.zab { "zab" } else { "kite" }, "--id", &i.to_string(), "--peers", &peers]);
             cmd.arg("--nvm").arg(dir.join(format!("node{i}.nvm"))).args(["--nvm-size", "64K", "--secret", &format!("{:x}", c.secret)]);
-            if let Some(t) = opts.timeout_ms {
+            if let Some(t) = opts.timeout_ms.filter(|_| !opts.zab) {
                 cmd.args(["--timeout-ms", &t.to_string()]);
             }
             if let Some(m) = &opts.mutant {
@@ -128,9 +133,20 @@ impl KiteCluster {
         (0..self.len()).map(|i| std::fs::read_to_string(self.dir.join(format!("node{i}.log"))).unwrap_or_default()).collect::<Vec<_>>().join("")
     }
 
-    /// Every node answers one read (each node: Kite reads are local, so
-    /// one node serving says nothing about the others).
+    /// Every node answers a release (each node: Kite reads are local, so
+    /// one node serving says nothing about the others). ZAB first answers
+    /// a local read on every node, then waits out the hosts' redial period
+    /// before its first write: its followers do not resync while live, so
+    /// a proposal sent on a link not yet up would stall one for good.
     fn wait_serving(&mut self) -> Result<(), String> {
+        if self.system == "zab" {
+            self.wait_answer(Op::Read(u64::MAX))?;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self.wait_answer(Op::Release(u64::MAX, 0))
+    }
+
+    fn wait_answer(&mut self, op: Op) -> Result<(), String> {
         let mut mux: Mux<Op, Reply> = Mux::new(self.addrs.clone(), self.secret, Duration::from_secs(1)).map_err(|e| e.to_string())?;
         let until = Instant::now() + START_LIMIT;
         let mut todo: Vec<usize> = (0..self.len()).collect();
@@ -138,15 +154,14 @@ impl KiteCluster {
         let mut session = 1u64 << 40;
         while !todo.is_empty() {
             if let Some(i) = self.nodes.iter_mut().position(|c| c.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))) {
-                return Err(format!("tandem node {i} (kite) exited at start-up:\n{}", self.node_logs()));
+                return Err(format!("tandem node {i} ({}) exited at start-up:\n{}", self.system, self.node_logs()));
             }
             if Instant::now() > until {
-                return Err(format!("the kite cluster did not serve within {START_LIMIT:?} (nodes {todo:?} silent):\n{}", self.node_logs()));
+                return Err(format!("the {} cluster did not serve within {START_LIMIT:?} (nodes {todo:?} silent):\n{}", self.system, self.node_logs()));
             }
             for &n in &todo {
-                // A relaxed read is served locally, a release needs a majority.
                 session += 1;
-                let _ = mux.send(n, session, 0, Op::Release(u64::MAX, 0));
+                let _ = mux.send(n, session, 0, op);
             }
             events.clear();
             let _ = mux.poll(Duration::from_millis(50), &mut events);
@@ -263,14 +278,11 @@ pub struct BenchMix {
 
 impl BenchMix {
     /// Kite runs every class as itself, ES every op relaxed, ABD every op
-    /// as a release or acquire, Paxos its writes as RMWs (`kite_bench`'s
-    /// mapping); ZAB is not a Kite node.
-    fn op(&self, rng: &mut Rng, value: u64) -> Result<Op, String> {
-        if self.system == System::Zab {
-            return Err("zab does not run over tcp (kite, es, abd and paxos do)".into());
-        }
+    /// as a release or acquire, Paxos its writes as RMWs, ZAB its reads
+    /// local and its writes through the leader (`kite_bench`'s mapping).
+    fn op(&self, rng: &mut Rng, value: u64) -> Op {
         let (c, key) = (draw_class(self.write_ratio, self.sync_ratio, self.rmw_ratio, rng), rng.below(self.keys));
-        Ok(kite_op(self.system, c, key, value))
+        kite_op(self.system, c, key, value)
     }
 }
 
@@ -424,10 +436,7 @@ impl<'a> Load<'a> {
         let (mix, system, bench) = match gen {
             Gen::Checked(m) => (Some(Box::new(RandomMix::new(m, total)) as Box<dyn Workload>), "kite", None),
             Gen::Work(w) => (Some(w), "kite", None),
-            Gen::Bench(b) => {
-                b.op(&mut Rng::new(0), 0)?;
-                (None, b.system.name(), Some(b))
-            }
+            Gen::Bench(b) => (None, b.system.name(), Some(b)),
         };
         let sess = (0..total).map(|i| Sess { node: i as usize % n, name: i, next_req: 0, call: None, wake_at: 0, completed: 0, last_done_ns: 0 }).collect();
         let stats0 = (cluster.stats(), cluster.cpu_seconds());
@@ -547,7 +556,7 @@ impl<'a> Load<'a> {
             },
             (None, Some(b)) => {
                 self.next_value += 1;
-                b.op(&mut self.rng, self.next_value)?
+                b.op(&mut self.rng, self.next_value)
             }
             (None, None) => unreachable!("one generator"),
         };
@@ -696,6 +705,7 @@ fn unknown_outcome(h: &mut RcOp) {
 /// `tandem kite bench --net tcp`: one cluster per system, the bench mix.
 pub fn bench_tcp(exe: &Path, dir: &Path, nodes: usize, node: &NodeOpts, mix: BenchMix, o: &LoadOpts) -> Result<(SystemResult, LoadReport), String> {
     let d = dir.join(mix.system.name());
+    let node = &NodeOpts { zab: mix.system == System::Zab, ..node.clone() };
     let mut cluster = KiteCluster::start(exe, nodes, node, &d)?;
     let r = run_load(&mut cluster, Gen::Bench(mix), o)?;
     drop(cluster);

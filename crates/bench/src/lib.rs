@@ -12,6 +12,7 @@ pub mod heal_exp;
 pub mod kite_bench;
 pub mod kite_exp;
 pub mod kite_procs;
+pub mod kite_zab;
 pub mod lrp_exp;
 pub mod heal_peers;
 pub mod heal_procs;

@@ -25,7 +25,7 @@ enum KiteCommand {
     /// every history checked for release consistency; exits non-zero on a violation.
     Check(CheckArgs),
     /// Throughput of Kite, ES, ABD, Paxos and ZAB on the same simulated cluster and workload, one after the other
-    /// (--net tcp: Kite and ES as node processes on loopback).
+    /// (--net tcp: each as node processes on loopback).
     Bench(BenchArgs),
     /// Node processes on loopback under the checked random mix, with kill -9 and SIGSTOP faults; the history goes
     /// through the release-consistency checker; exits non-zero on a violation.
@@ -75,7 +75,7 @@ pub struct BenchArgs {
     /// Share of requests that are RMWs (FAA).
     #[arg(long, default_value_t = 0.0)]
     rmw_ratio: f64,
-    /// sim (simulated time), or tcp (node processes on loopback; kite, es, abd and paxos).
+    /// sim (simulated time), or tcp (node processes on loopback, one cluster per system).
     #[arg(long, default_value = "sim")]
     net: String,
     /// tcp: seconds measured, after --warmup-s.
@@ -333,14 +333,11 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
         return Err(format!("--rmw-ratio {r} exceeds --write-ratio {w}: RMWs count as writes"));
     }
     let systems: Vec<System> = match a.systems.as_str() {
-        "all" => vec![System::Kite, System::Es, System::Abd, System::Paxos],
+        "all" => System::ALL.to_vec(),
         s => s.split(',').map(|x| System::parse(x.trim())).collect::<Result<_, _>>()?,
     };
-    if let Some(s) = systems.iter().find(|s| **s == System::Zab) {
-        return Err(format!("--net tcp runs kite, es, abd and paxos; {} only in simulation (--net sim)", s.name()));
-    }
     let timeout_ms = a.timeout_ms.unwrap_or(TCP_TIMEOUT_MS);
-    let node = NodeOpts { timeout_ms: Some(timeout_ms), mutant: None };
+    let node = NodeOpts { timeout_ms: Some(timeout_ms), ..NodeOpts::default() };
     let o = LoadOpts { sessions_per_node: a.sessions_per_node, warmup_s: a.warmup_s, duration_s: a.measure_s, seed: a.seed, ..LoadOpts::default() };
     let (exe, dir) = (exe()?, work_dir("bench"));
     println!("{:<6} {:>14} {:>9} {:>9} {:>10} {:>12} {:>9}", "system", "ops/s (tcp)", "p50 us", "p99 us", "msgs/op", "cpu us/op", "x ES");
@@ -380,7 +377,7 @@ fn run_load(a: LoadArgs) -> Result<(), String> {
     }
     let mut faults: Vec<Fault> = a.sleep.iter().map(|s| Fault::parse_sleep(s)).collect::<Result<_, _>>()?;
     faults.extend(a.kill.iter().map(|s| Fault::parse_kill(s)).collect::<Result<Vec<_>, _>>()?);
-    let node = NodeOpts { timeout_ms: a.timeout_ms, mutant: a.mutant.clone() };
+    let node = NodeOpts { timeout_ms: a.timeout_ms, mutant: a.mutant.clone(), zab: false };
     let o = LoadOpts { sessions_per_node: a.sessions_per_node, duration_s: a.duration_s, client_timeout_s: a.client_timeout_s, faults, seed: a.seed, ..LoadOpts::default() };
     let dir = work_dir("load");
     let r = checked_load(&exe()?, &dir, a.nodes, &node, &o)?;

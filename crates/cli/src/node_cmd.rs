@@ -17,7 +17,8 @@ use crate::args::{parse_addrs, secret_from};
 
 #[derive(Args)]
 pub struct NodeArgs {
-    /// The replicated store: ddp, or kite (release consistency; keeps nothing durable, --nvm is still needed).
+    /// The replicated store: ddp; kite (release consistency); or zab (the in-memory ZAB baseline of Kite's
+    /// benchmarks, node 0 leads, Kite's client API). Kite and zab keep nothing durable (--nvm is still needed).
     #[arg(long, default_value = "ddp")]
     system: String,
     /// The DDP model, e.g. lin-synch (ddp only).
@@ -88,7 +89,8 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
     match a.system.as_str() {
         "ddp" => {}
         "kite" => return kite_node(a),
-        other => return Err(format!("unknown --system '{other}': ddp or kite")),
+        "zab" => return zab_node(a),
+        other => return Err(format!("unknown --system '{other}': ddp, kite or zab")),
     }
     if a.timeout_ms.is_some() || a.mutant.is_some() {
         return Err("--timeout-ms and --mutant are Kite's (--system kite)".into());
@@ -152,6 +154,19 @@ fn kite_node(a: NodeArgs) -> Result<(), String> {
     let me = cfg.peers[a.id as usize].1;
     println!("node {} (kite, time-out {} us) listening on {me}", a.id, kcfg.timeout_ns / 1000);
     host::run(cfg, listener, tandem_kite::simcheck::KiteFactory(kcfg)).map_err(|e| format!("node {}: {e}", a.id))
+}
+
+/// `tandem node --system zab`: one member of the in-memory ZAB ensemble
+/// that `tandem kite bench` measures Kite against (node 0 is the leader;
+/// no leader election, so a dead leader stops writes).
+fn zab_node(a: NodeArgs) -> Result<(), String> {
+    if !a.bugs.is_empty() || a.recovery != "full-copy" || a.timeout_ms.is_some() || a.mutant.is_some() {
+        return Err("--inject-bug and --recovery are DDP's, --timeout-ms and --mutant Kite's; zab takes none".into());
+    }
+    let (cfg, listener) = host_config(&a)?;
+    let me = cfg.peers[a.id as usize].1;
+    println!("node {} (zab, {}) listening on {me}", a.id, if a.id == 0 { "leader" } else { "follower" });
+    host::run(cfg, listener, tandem_bench::kite_zab::ZabFactory::default()).map_err(|e| format!("node {}: {e}", a.id))
 }
 
 #[derive(Args)]

@@ -82,12 +82,12 @@ fn kite_mutant_skip_delinquency_check_is_caught() {
 #[test]
 fn node_rejects_unknown_systems() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["node", "--system", "zab", "--id", "0", "--peers", "127.0.0.1:1", "--nvm", "/nonexistent/x", "--secret", "1"])
+        .args(["node", "--system", "raft", "--id", "0", "--peers", "127.0.0.1:1", "--nvm", "/nonexistent/x", "--secret", "1"])
         .output()
         .expect("run tandem");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("unknown --system 'zab': ddp or kite"), "{stderr}");
+    assert!(stderr.contains("unknown --system 'raft': ddp, kite or zab"), "{stderr}");
 }
 
 /// `tandem demo kite`: stacks and queues on five processes, one stopped
@@ -107,4 +107,24 @@ fn the_kite_demo_keeps_serving_while_a_replica_sleeps() {
     }
     assert!(dir.join("kite.svg").exists() && dir.join("kite.png").exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The ZAB baseline as processes (`tandem node --system zab`) serves the
+/// benchmark mix: writes through node 0, the leader, from every node.
+#[test]
+fn zab_processes_serve_the_bench_mix() {
+    use tandem_bench::kite_bench::System;
+    use tandem_bench::kite_procs::{bench_tcp, BenchMix};
+    let dir = std::env::temp_dir().join(format!("tandem-zab-test-{}", std::process::id()));
+    let exe = Path::new(env!("CARGO_BIN_EXE_tandem"));
+    let mix = BenchMix { system: System::Zab, keys: 1000, write_ratio: 0.5, sync_ratio: 0.05, rmw_ratio: 0.0 };
+    let o = LoadOpts { sessions_per_node: 10, warmup_s: 0.2, duration_s: 1.0, ..LoadOpts::default() };
+    let (res, rep) = bench_tcp(exe, &dir, 3, &NodeOpts::default(), mix, &o).expect("zab runs over tcp");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(res.system, "zab");
+    assert!(res.throughput_ops > 100.0, "{res:?}");
+    // Every node's sessions completed (a follower's writes reach the leader and back).
+    assert!(rep.sessions_end.iter().all(|s| s.1 > 0), "{:?}", rep.sessions_end);
+    // A write costs a forward, proposals, acks and commits: more than one message per op on average.
+    assert!(rep.messages_per_op > 1.0, "{res:?}");
 }

@@ -29,7 +29,7 @@ use crate::leader_sync::{Joining, SyncStats, Syncs};
 pub type Zxid = u64;
 
 /// One logged write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     pub zxid: Zxid,
     pub key: Key,
@@ -37,14 +37,14 @@ pub struct Entry {
 }
 
 /// Who to answer once a write commits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Origin {
     pub node: NodeId,
     pub session: SessionId,
     pub req: u64,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum LeaderMsg {
     /// A follower hands a client's write to the leader.
     Forward { origin: Origin, key: Key, value: Value },
@@ -67,7 +67,7 @@ pub enum LeaderMsg {
 
 /// What a node's NVM holds: the preloaded snapshot, one slot per key, and
 /// the log, one slot per `zxid`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum LeaderRecord {
     Snap { key: Key, value: Value },
     Log(Entry),
