@@ -21,6 +21,7 @@
 #
 #   ZK_ENSEMBLE_PORT  client port of member 1 (default 24281); member i listens for clients on
 #                     +10*(i-1), for its quorum on +1 and for leader election on +2
+#   ZK_FORCE_SYNC     yes (ZooKeeper's default: fsync the transaction log before acknowledging) or no
 #   ZK_ENSEMBLE_DIR   data and logs (default target/zookeeper/ensemble-$ZK_ENSEMBLE_PORT); member i in m$i
 #   The four-letter words srvr, mntr, stat and ruok are enabled (`srvr` prints `Zxid:` and `Mode:`);
 #   the members log at INFO, four-letter words aside (m$i/zookeeper.log shows how a follower synced:
@@ -198,7 +199,7 @@ write_member_cfg() {
 launch_member() {
     local d="$EDIR/m$1"
     [ -f "$d/zoo.cfg" ] || write_member_cfg "$1"
-    setsid java -Xmx512m \
+    setsid java -Xmx512m -Dzookeeper.forceSync="${ZK_FORCE_SYNC:-yes}" \
         -Dorg.slf4j.simpleLogger.defaultLogLevel=info -Dorg.slf4j.simpleLogger.showDateTime=true \
         -Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=warn \
         -Dzookeeper.log.dir="$d" -Dzookeeper.admin.enableServer=false \

@@ -11,10 +11,10 @@
 //! answers at all, (b) it has caught up. (b) − (a) is the catch-up net of
 //! the process start-up (a JVM's, for ZooKeeper).
 
-mod etcd_sys;
+pub(crate) mod etcd_sys;
 mod heal_sys;
-mod writers;
-mod zk_sys;
+pub(crate) mod writers;
+pub(crate) mod zk_sys;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

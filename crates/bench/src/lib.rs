@@ -10,6 +10,7 @@ pub mod compare;
 pub mod experiment;
 pub mod heal_exp;
 pub mod kite_bench;
+pub mod kite_compare;
 pub mod kite_exp;
 pub mod kite_procs;
 pub mod kite_zab;

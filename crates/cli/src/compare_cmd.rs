@@ -2,7 +2,8 @@
 //! workload (the servers come from `scripts/peers.sh start`). `--system
 //! pandora` (the default): Pandora transactions on SmallBank or micro;
 //! `--system ddp`: DDP's node processes on YCSB against etcd and Redis with
-//! replicas (`scripts/peers.sh start ddp`).
+//! replicas (`scripts/peers.sh start ddp`); `--system kite`: Kite's node
+//! processes against 3-member ZooKeeper and etcd clusters it starts itself.
 
 use std::time::Duration;
 
@@ -17,16 +18,17 @@ use crate::args::write_json;
 
 #[derive(Args)]
 pub struct CompareArgs {
-    /// pandora (transactions vs PostgreSQL, Redis, etcd) or ddp (YCSB: lin-synch vs etcd,
-    /// eventual-eventual vs Redis with replicas).
+    /// pandora (transactions vs PostgreSQL, Redis, etcd), ddp (YCSB: lin-synch vs etcd,
+    /// eventual-eventual vs Redis with replicas) or kite (Kite's mix vs ZooKeeper and etcd).
     #[arg(long, default_value = "pandora")]
     system: String,
     /// pandora: smallbank (default) or micro. ddp: ycsb-a, ycsb-b or both (default).
     #[arg(long)]
     workload: Option<String>,
-    /// Systems to run, comma-separated, in order: tandem, postgres, redis, etcd.
-    #[arg(long, default_value = "tandem,postgres,redis,etcd")]
-    systems: String,
+    /// Systems to run, comma-separated, in order. pandora: tandem, postgres, redis, etcd (the default);
+    /// kite: kite, zookeeper, etcd (the default).
+    #[arg(long)]
+    systems: Option<String>,
     /// Concurrent clients per system (pandora: coordinators over two compute threads;
     /// ddp: client sessions). Default 16.
     #[arg(long)]
@@ -40,14 +42,24 @@ pub struct CompareArgs {
     /// smallbank: accounts (hot set 4 %, default 100 000); micro: keys (default 100 000).
     #[arg(long)]
     accounts: Option<u64>,
-    /// micro: fraction of accessed objects written.
-    #[arg(long, default_value_t = 0.5)]
-    write_ratio: f64,
+    /// micro: fraction of accessed objects written (default 0.5). kite: share of requests that write,
+    /// RMWs included (default 0.05).
+    #[arg(long)]
+    write_ratio: Option<f64>,
+    /// kite: share of reads and writes that are acquires and releases.
+    #[arg(long, default_value_t = 0.05)]
+    sync_ratio: f64,
+    /// kite: share of requests that are RMWs (FAA; the peers' compare-and-set).
+    #[arg(long, default_value_t = 0.0)]
+    rmw_ratio: f64,
+    /// kite: Kite node processes (the peers have 3 members).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// ddp: YCSB records (keys).
-    #[arg(long, default_value_t = 1000)]
-    records: u64,
+    /// ddp: YCSB records (default 1000). kite: keys, each written once before a peer's run (default 10 000).
+    #[arg(long)]
+    records: Option<u64>,
     /// ddp: uniform keys instead of YCSB's Zipfian (θ = 0.99), for every system.
     #[arg(long)]
     uniform: bool,
@@ -55,9 +67,10 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 8)]
     value_size: usize,
     /// ddp: which equal-durability pairings with etcd to run: off (etcd without WAL fsync
-    /// vs Tandem's memory-mapped NVM), on (both fsync), or both.
-    #[arg(long, default_value = "both")]
-    fsync: String,
+    /// vs Tandem's memory-mapped NVM), on (both fsync), or both (the default).
+    /// kite: the peers without fsync (off, the default: Kite keeps data in memory only), with it (on), or both.
+    #[arg(long)]
+    fsync: Option<String>,
     /// ddp: directory for the nodes' NVM files (on a real disk, for --fsync to mean it).
     #[arg(long, default_value = "target/compare-ddp")]
     nvm_dir: std::path::PathBuf,
@@ -79,7 +92,8 @@ pub fn run(a: CompareArgs) -> Result<(), String> {
     match a.system.as_str() {
         "pandora" => run_pandora(a),
         "ddp" => crate::compare_ddp::run(a.ddp()?, a.json.as_deref(), a.markdown.as_deref()),
-        other => Err(format!("unknown --system '{other}' (expected pandora or ddp)")),
+        "kite" => crate::compare_kite::run(a.kite()?, a.json.as_deref(), a.markdown.as_deref()),
+        other => Err(format!("unknown --system '{other}' (expected pandora, ddp or kite)")),
     }
 }
 
@@ -103,18 +117,51 @@ impl CompareArgs {
         };
         Ok(DdpCompareConfig {
             workloads,
-            records: self.records,
+            records: self.records.unwrap_or(1000),
             uniform: self.uniform,
             value_size: self.value_size,
             clients: self.clients.unwrap_or(16),
             warmup: Duration::from_secs_f64(self.warmup),
             duration: Duration::from_secs_f64(self.duration.unwrap_or(3.0)),
-            fsync: Fsync::parse(&self.fsync)?,
+            fsync: Fsync::parse(self.fsync.as_deref().unwrap_or("both"))?,
             seed: self.seed,
             tandem_exe: std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?,
             nvm_dir: self.nvm_dir.clone(),
             endpoints: Endpoints::from_env()?,
             check: !self.no_check,
+            progress: true,
+        })
+    }
+}
+
+impl CompareArgs {
+    fn kite(&self) -> Result<tandem_bench::kite_compare::KiteCompareConfig, String> {
+        if self.accounts.is_some() || self.workload.is_some() {
+            return Err("--accounts and --workload are not --system kite's (it takes --records, --write-ratio, --sync-ratio, --rmw-ratio)".into());
+        }
+        let fsync = match self.fsync.as_deref().unwrap_or("off") {
+            "off" => vec![false],
+            "on" => vec![true],
+            "both" => vec![false, true],
+            other => return Err(format!("unknown --fsync '{other}' (expected off, on or both)")),
+        };
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
+        let root = tandem_bench::heal_peers::find_root(&exe)?;
+        Ok(tandem_bench::kite_compare::KiteCompareConfig {
+            keys: self.records.unwrap_or(10_000),
+            clients: self.clients.unwrap_or(48),
+            nodes: self.nodes,
+            write_ratio: self.write_ratio.unwrap_or(0.05),
+            sync_ratio: self.sync_ratio,
+            rmw_ratio: self.rmw_ratio,
+            warmup_s: self.warmup,
+            duration_s: self.duration.unwrap_or(5.0),
+            fsync,
+            systems: self.systems.as_deref().unwrap_or("kite,zookeeper,etcd").split(',').map(|s| s.trim().to_string()).collect(),
+            seed: self.seed,
+            exe,
+            work: root.join("target").join("compare-kite"),
+            root,
             progress: true,
         })
     }
@@ -128,7 +175,7 @@ fn run_pandora(a: CompareArgs) -> Result<(), String> {
             PeerWorkload::SmallBank(s)
         }
         "micro" => {
-            let m = MicroSpec { keys: a.accounts.unwrap_or(MicroSpec::default().keys), write_ratio: a.write_ratio, ..MicroSpec::default() };
+            let m = MicroSpec { keys: a.accounts.unwrap_or(MicroSpec::default().keys), write_ratio: a.write_ratio.unwrap_or(0.5), ..MicroSpec::default() };
             m.validate()?;
             PeerWorkload::Micro(m)
         }
@@ -136,7 +183,7 @@ fn run_pandora(a: CompareArgs) -> Result<(), String> {
     };
     let cfg = CompareConfig {
         workload,
-        systems: parse_systems(&a.systems)?,
+        systems: parse_systems(a.systems.as_deref().unwrap_or("tandem,postgres,redis,etcd"))?,
         clients: a.clients.unwrap_or(16),
         warmup: Duration::from_secs_f64(a.warmup),
         duration: Duration::from_secs_f64(a.duration.unwrap_or(5.0)),

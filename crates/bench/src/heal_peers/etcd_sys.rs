@@ -23,6 +23,8 @@ const SCRIPT: &str = "scripts/peers.sh";
 pub(crate) const BASE_PORT: u16 = 24579;
 
 pub(crate) struct EtcdCluster {
+    /// `etcd` (WAL fsync'd, etcd's default) or `etcd-nofsync`, as `scripts/peers.sh` names them.
+    cluster: &'static str,
     root: PathBuf,
     dir: PathBuf,
     probe: ureq::Agent,
@@ -33,11 +35,18 @@ pub(crate) struct EtcdCluster {
 impl EtcdCluster {
     pub(crate) fn new(root: &Path, dir: &Path) -> Self {
         let probe = ureq::AgentBuilder::new().timeout(Duration::from_millis(500)).build();
-        EtcdCluster { root: root.into(), dir: dir.into(), probe, restarting: None, log_from: 0 }
+        EtcdCluster { cluster: "etcd", root: root.into(), dir: dir.into(), probe, restarting: None, log_from: 0 }
+    }
+
+    /// The cluster without WAL fsync (`scripts/peers.sh`'s `etcd-nofsync`), on the same ports.
+    pub(crate) fn without_fsync(mut self) -> Self {
+        self.cluster = "etcd-nofsync";
+        self
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
-        vec![("PEERS_DIR", self.dir.display().to_string()), ("PEERS_ETCD_PORT", BASE_PORT.to_string())]
+        let port = if self.cluster == "etcd" { "PEERS_ETCD_PORT" } else { "PEERS_ETCD_NOFSYNC_PORT" };
+        vec![("PEERS_DIR", self.dir.display().to_string()), (port, BASE_PORT.to_string())]
     }
 
     fn script(&self, args: &[&str]) -> Result<(), super::ScriptError> {
@@ -45,7 +54,7 @@ impl EtcdCluster {
     }
 
     fn log(&self, m: usize) -> PathBuf {
-        self.dir.join("etcd").join(format!("m{}.log", m + 1))
+        self.dir.join(self.cluster).join(format!("m{}.log", m + 1))
     }
 
     /// `/v3/maintenance/status` of member `m` (`None` if it does not answer).
@@ -60,7 +69,7 @@ impl EtcdCluster {
     }
 }
 
-fn client_port(m: usize) -> u16 {
+pub(crate) fn client_port(m: usize) -> u16 {
     BASE_PORT + 10 * m as u16
 }
 
@@ -75,9 +84,9 @@ impl Peer for EtcdCluster {
     }
 
     fn start(&mut self) -> Result<Started, String> {
-        let _ = self.script(&["stop", "etcd"]);
+        let _ = self.script(&["stop", self.cluster]);
         let _ = std::fs::remove_dir_all(&self.dir);
-        if let Err(e) = self.script(&["start", "etcd"]) {
+        if let Err(e) = self.script(&["start", self.cluster]) {
             return e.started();
         }
         Ok(Started::Up)
@@ -114,12 +123,12 @@ impl Peer for EtcdCluster {
     }
 
     fn kill(&mut self, m: usize) -> Result<(), String> {
-        self.script(&["kill-member", "etcd", &(m + 1).to_string()]).map_err(String::from)
+        self.script(&["kill-member", self.cluster, &(m + 1).to_string()]).map_err(String::from)
     }
 
     fn restart(&mut self, m: usize) -> Result<(), String> {
         self.log_from = log_len(&self.log(m));
-        self.restarting = Some(spawn_script(&self.root, SCRIPT, &["start-member", "etcd", &(m + 1).to_string()], &self.env())?);
+        self.restarting = Some(spawn_script(&self.root, SCRIPT, &["start-member", self.cluster, &(m + 1).to_string()], &self.env())?);
         Ok(())
     }
 
@@ -143,7 +152,7 @@ impl Peer for EtcdCluster {
 
     fn stop(&mut self) {
         let _ = wait_script(self.restarting.take());
-        let _ = self.script(&["stop", "etcd"]);
+        let _ = self.script(&["stop", self.cluster]);
     }
 }
 
@@ -153,6 +162,11 @@ impl Drop for EtcdCluster {
     }
 }
 
+/// The etcd key of `key`.
+pub(crate) fn etcd_key(key: u64) -> String {
+    format!("hp/k{key}")
+}
+
 struct EtcdWriter {
     agent: ureq::Agent,
     url: String,
@@ -160,7 +174,7 @@ struct EtcdWriter {
 
 impl Writer for EtcdWriter {
     fn put(&mut self, key: u64, value: u64) -> Result<(), String> {
-        let body = json!({ "key": B64.encode(format!("hp/k{key}")), "value": B64.encode(value.to_le_bytes()) });
+        let body = json!({ "key": B64.encode(etcd_key(key)), "value": B64.encode(value.to_le_bytes()) });
         self.agent.post(&self.url).send_json(body).map(drop).map_err(|e| format!("etcd put on {}: {e}", self.url))
     }
 }

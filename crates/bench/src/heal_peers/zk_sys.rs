@@ -28,15 +28,24 @@ pub(crate) struct ZkEnsemble {
     dir: PathBuf,
     restarting: Option<Child>,
     log_from: u64,
+    /// fsync the transaction log before acknowledging (`forceSync`, ZooKeeper's default).
+    force_sync: bool,
 }
 
 impl ZkEnsemble {
     pub(crate) fn new(root: &Path, dir: &Path) -> Self {
-        ZkEnsemble { root: root.into(), dir: dir.into(), restarting: None, log_from: 0 }
+        ZkEnsemble { root: root.into(), dir: dir.into(), restarting: None, log_from: 0, force_sync: true }
+    }
+
+    /// An ensemble whose members do not fsync their transaction log (`forceSync=no`).
+    pub(crate) fn without_fsync(mut self) -> Self {
+        self.force_sync = false;
+        self
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
-        vec![("ZK_ENSEMBLE_PORT", BASE_PORT.to_string()), ("ZK_ENSEMBLE_DIR", self.dir.display().to_string())]
+        let sync = if self.force_sync { "yes" } else { "no" };
+        vec![("ZK_ENSEMBLE_PORT", BASE_PORT.to_string()), ("ZK_ENSEMBLE_DIR", self.dir.display().to_string()), ("ZK_FORCE_SYNC", sync.to_string())]
     }
 
     fn script(&self, args: &[&str]) -> Result<(), super::ScriptError> {
@@ -48,12 +57,12 @@ impl ZkEnsemble {
     }
 }
 
-fn port(m: usize) -> u16 {
+pub(crate) fn port(m: usize) -> u16 {
     BASE_PORT + 10 * m as u16
 }
 
 /// The reply to four-letter word `word` from the member on `port` ("" if none).
-fn four(port: u16, word: &str) -> String {
+pub(crate) fn four(port: u16, word: &str) -> String {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else { return String::new() };
     let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
@@ -172,14 +181,19 @@ impl Drop for ZkEnsemble {
     }
 }
 
+/// The znode of `key`.
+pub(crate) fn path(key: u64) -> String {
+    format!("{PARENT}/k{key}")
+}
+
 /// One ZooKeeper session, on a runtime of its own.
-struct ZkWriter {
+pub(crate) struct ZkWriter {
     rt: tokio::runtime::Runtime,
     client: zk::Client,
 }
 
 impl ZkWriter {
-    fn connect(port: u16) -> Result<ZkWriter, String> {
+    pub(crate) fn connect(port: u16) -> Result<ZkWriter, String> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
         let hosts = format!("127.0.0.1:{port}");
         let connect = zk::Client::connector().with_session_timeout(Duration::from_secs(10)).connect(&hosts);
@@ -199,9 +213,32 @@ impl ZkWriter {
     }
 }
 
+impl ZkWriter {
+    /// The data of `path` and its version (what a conditional set compares).
+    pub(crate) fn get(&self, path: &str) -> Result<(Vec<u8>, i32), String> {
+        let (data, stat) = self.rt.block_on(self.client.get_data(path)).map_err(|e| format!("ZooKeeper get {path}: {e}"))?;
+        Ok((data, stat.version))
+    }
+
+    /// `sync`: the member catches up with the leader before this session's next read.
+    pub(crate) fn sync(&self, path: &str) -> Result<(), String> {
+        self.rt.block_on(self.client.sync(path)).map_err(|e| format!("ZooKeeper sync {path}: {e}"))
+    }
+
+    /// Set `path` to `data` if its version is `version` (any version: `None`);
+    /// `Ok(false)`: the version did not match.
+    pub(crate) fn set(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<bool, String> {
+        match self.rt.block_on(self.client.set_data(path, data, version)) {
+            Ok(_) => Ok(true),
+            Err(zk::Error::BadVersion) => Ok(false),
+            Err(e) => Err(format!("ZooKeeper set {path}: {e}")),
+        }
+    }
+}
+
 impl Writer for ZkWriter {
     fn put(&mut self, key: u64, value: u64) -> Result<(), String> {
-        let path = format!("{PARENT}/k{key}");
+        let path = path(key);
         let data = value.to_le_bytes();
         let r = match self.rt.block_on(self.client.set_data(&path, &data, None)) {
             Err(zk::Error::NoNode) => {
