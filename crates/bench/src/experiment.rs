@@ -18,7 +18,7 @@ use crate::workload::WorkloadSpec;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 
 /// Experiment names, in the order `docs/RESULTS.md` lists them.
-pub const NAMES: [&str; 15] = [
+pub const NAMES: [&str; 16] = [
     "table2",
     "pill-overhead",
     "mttf",
@@ -34,6 +34,7 @@ pub const NAMES: [&str; 15] = [
     "kite-throughput",
     "kite-sleep",
     "kite-lfd",
+    "kite-tcp",
 ];
 
 /// The four workloads of the paper's evaluation.
@@ -69,6 +70,7 @@ pub fn run(name: &str, quick: bool, progress: &dyn Fn(&str)) -> Result<Experimen
         "kite-throughput" => crate::kite_exp::throughput(quick, progress)?,
         "kite-sleep" => crate::kite_exp::sleep(quick, progress)?,
         "kite-lfd" => crate::kite_exp::lfd(quick, progress)?,
+        "kite-tcp" => crate::kite_exp::tcp(quick, progress)?,
         other => return Err(format!("unknown experiment '{other}' (expected one of {})", NAMES.join(", "))),
     };
     Ok(ExperimentOutput { name: name.to_string(), command, json, figure_svg, markdown })

@@ -341,7 +341,7 @@ fn etcd_durability(fsync: bool, dir: &std::path::Path) -> String {
     let version = ureq::get(&format!("http://127.0.0.1:{}/version", client_port(0))).call().ok().and_then(|r| r.into_json::<Value>().ok()).and_then(|v| v["etcdserver"].as_str().map(String::from));
     let how = match std::fs::read_to_string(dir.join("etcd-nofsync").join("mode")).unwrap_or_default().trim() {
         "unsafe-no-fsync" => "--unsafe-no-fsync",
-        "tmpfs" => "its data on tmpfs, where fsync reaches no device (this etcd has no --unsafe-no-fsync)",
+        "tmpfs" => "its data on tmpfs, where fsync reaches no device; this etcd has no --unsafe-no-fsync",
         _ => "?",
     };
     let disk = if fsync { "the WAL is fsync'd before a commit is acknowledged (etcd's default): survives a power loss".to_string() } else { format!("no WAL fsync ({how}): survives kill -9, not a power loss") };

@@ -1,6 +1,7 @@
-//! `tandem experiment kite-throughput` and `kite-sleep`: Kite's results
-//! (`specs/kite.md` §5) as ratios on one simulated cluster, beside the
-//! paper's, and the seeded correctness checks behind them.
+//! `tandem experiment kite-throughput`, `kite-sleep` and `kite-lfd`:
+//! Kite's results (`specs/kite.md` §5) as ratios on one simulated cluster,
+//! beside the paper's, and the seeded correctness checks behind them;
+//! `kite-tcp`: the same ratios over node processes on loopback.
 
 use serde_json::{json, Value};
 use tandem_kite::lfd::{LfdKind, LfdWorkload};
@@ -8,6 +9,7 @@ use tandem_kite::simcheck::{check_with, CheckOpts, Faults, RandomMix, Workload};
 use tandem_kite::KiteConfig;
 
 use crate::kite_bench::{bench_system, sleep_timeline, KiteBenchOpts, System, SystemResult};
+use crate::kite_procs::{bench_tcp, BenchMix, LoadOpts, NodeOpts};
 use crate::plot::lines_svg;
 
 type ExperimentResult = Result<(Value, String, String), String>;
@@ -96,9 +98,22 @@ pub fn throughput(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
     Ok((json, svg, markdown(&o, &rs, &vs, &cs)))
 }
 
-fn ratio_row(name: &str, ours: impl Fn(f64) -> f64, paper: impl Fn(usize) -> f64) -> String {
-    let cells: Vec<String> = WRITES.iter().enumerate().map(|(i, &w)| format!("{:.2} ({:.2})", ours(w), paper(i))).collect();
+/// One row of ratios at `writes` (each one of [`WRITES`]), ours (the paper's).
+fn ratio_row(writes: &[f64], name: &str, ours: impl Fn(f64) -> f64, paper: impl Fn(usize) -> f64) -> String {
+    let at = |w: f64| WRITES.iter().position(|&x| x == w).expect("one of the paper's write ratios");
+    let cells: Vec<String> = writes.iter().map(|&w| format!("{:.2} ({:.2})", ours(w), paper(at(w)))).collect();
     format!("| {name} | {} |\n", cells.join(" | "))
+}
+
+/// The four ratios the issue names, at `writes`: this run's (the paper's Fig. 4).
+fn ratio_table(writes: &[f64], t: impl Fn(System, f64) -> f64) -> String {
+    let head: Vec<String> = writes.iter().map(|w| format!("{:.0}% writes", w * 100.0)).collect();
+    let mut md = format!("| ratio | {} |\n|---|{}\n", head.join(" | "), "---|".repeat(writes.len()));
+    md += &ratio_row(writes, "Kite / ES", |w| t(System::Kite, w) / t(System::Es, w), |i| PAPER[3][i] / PAPER[0][i]);
+    md += &ratio_row(writes, "Kite / ZAB", |w| t(System::Kite, w) / t(System::Zab, w), |i| PAPER[3][i] / PAPER[4][i]);
+    md += &ratio_row(writes, "ABD / ES", |w| t(System::Abd, w) / t(System::Es, w), |i| PAPER[1][i] / PAPER[0][i]);
+    md += &ratio_row(writes, "Paxos / ZAB", |w| t(System::Paxos, w) / t(System::Zab, w), |i| PAPER[2][i] / PAPER[4][i]);
+    md + &ratio_row(writes, "ZAB / ES", |w| t(System::Zab, w) / t(System::Es, w), |i| PAPER[4][i] / PAPER[0][i])
 }
 
 fn markdown(o: &KiteBenchOpts, rs: &[SystemResult], vs: &[(f64, f64, Vec<f64>)], cs: &[Value]) -> String {
@@ -110,11 +125,7 @@ fn markdown(o: &KiteBenchOpts, rs: &[SystemResult], vs: &[(f64, f64, Vec<f64>)],
         o.rtt_ns as f64 / 1e3, o.cpu_ns, o.sessions_per_node, o.keys, o.measure_ns as f64 / 1e6
     );
     let head: Vec<String> = WRITES.iter().map(|w| format!("{:.0}% writes", w * 100.0)).collect();
-    md += &format!("| ratio | {} |\n|---|{}\n", head.join(" | "), "---|".repeat(WRITES.len()));
-    md += &ratio_row("Kite / ES", |w| t(System::Kite, w) / t(System::Es, w), |i| PAPER[3][i] / PAPER[0][i]);
-    md += &ratio_row("Kite / ZAB", |w| t(System::Kite, w) / t(System::Zab, w), |i| PAPER[3][i] / PAPER[4][i]);
-    md += &ratio_row("ABD / ES", |w| t(System::Abd, w) / t(System::Es, w), |i| PAPER[1][i] / PAPER[0][i]);
-    md += &ratio_row("Paxos / ZAB", |w| t(System::Paxos, w) / t(System::Zab, w), |i| PAPER[2][i] / PAPER[4][i]);
+    md += &ratio_table(&WRITES, t);
     md += &format!(
         "\n**What holds.** Kite reaches {:.0}–{:.0} % of ES's throughput (the paper: 69–88 %): it pays the same extra rounds for its \
          releases and acquires, and nothing for relaxed operations. ABD/ES climbs with the write ratio as in the paper.\n\n\
@@ -247,4 +258,48 @@ pub fn lfd(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
         );
     }
     Ok((json!({"rows": rows}), svg, md))
+}
+
+/// Kite's write time-out over TCP (`kite bench --net tcp`'s default).
+const TCP_TIMEOUT_MS: f64 = 20.0;
+
+/// `tandem experiment kite-tcp`: Fig. 4's ratios over real processes:
+/// for each write ratio, each system as five `tandem node` processes on
+/// loopback (a fresh cluster per run), 40 sessions per node, 1 M keys.
+pub fn tcp(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
+    let dir = std::env::temp_dir().join(format!("tandem-kite-tcp-{}", std::process::id()));
+    let writes: &[f64] = if quick { &[0.05, 1.0] } else { &[0.01, 0.05, 0.2, 0.5, 1.0] };
+    let o = LoadOpts { warmup_s: 0.5, duration_s: if quick { 0.5 } else { 2.0 }, ..LoadOpts::default() };
+    let node = NodeOpts { timeout_ms: Some(TCP_TIMEOUT_MS), ..NodeOpts::default() };
+    let mut rs: Vec<(SystemResult, f64)> = Vec::new();
+    for &w in writes {
+        for s in System::ALL {
+            let mix = BenchMix { system: s, keys: 1_000_000, write_ratio: w, sync_ratio: 0.05, rmw_ratio: 0.0 };
+            let (r, rep) = bench_tcp(&exe, &dir, 5, &node, mix, &o)?;
+            progress(&format!("  kite-tcp: {:>3.0}% writes {:<5} {:>9.0} ops/s, {:.1} µs node CPU/op", w * 100.0, s.name(), r.throughput_ops, rep.node_cpu_us_per_op));
+            rs.push((r, rep.node_cpu_us_per_op));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let t = |s: System, w: f64| rs.iter().find(|(r, _)| r.system == s.name() && r.write_ratio == w).map_or(0.0, |(r, _)| r.throughput_ops);
+    let xs: Vec<String> = writes.iter().map(|w| format!("{:.0}%", w * 100.0)).collect();
+    let series: Vec<(String, Vec<Option<f64>>)> = System::ALL.iter().map(|&s| (s.name().to_string(), writes.iter().map(|&w| Some(t(s, w) / 1e3)).collect())).collect();
+    let svg = lines_svg("Kite and its baselines vs write ratio (5% sync; 5 node processes on loopback)", "write ratio", "K requests/s", &xs, &series);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut md = format!(
+        "The same five systems as `kite-throughput`, each as five `tandem node` processes on loopback TCP (a fresh cluster per run; \
+         ZAB: `--system zab`, node 0 leads), 40 closed-loop sessions per node from one client process, 1 M keys, uniform, 5 % sync, \
+         {:.1} s measured after {:.1} s; Kite's time-out {TCP_TIMEOUT_MS} ms. Every process shares this machine's {cores} cores. \
+         Each cell: this run's ratio (the paper's Fig. 4 ratio).\n\n",
+        o.duration_s, o.warmup_s
+    );
+    md += &ratio_table(writes, t);
+    md += "\n| write % | system | ops/s | p50 µs | p99 µs | messages/op | node CPU µs/op |\n|---|---|---|---|---|---|---|\n";
+    for (r, cpu) in &rs {
+        md += &format!("| {:.0} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {cpu:.1} |\n", r.write_ratio * 100.0, r.system, r.throughput_ops, r.latency_us.p50, r.latency_us.p99, r.messages_per_op);
+    }
+    let json = json!({"options": o, "nodes": 5, "keys": 1_000_000, "timeout_ms": TCP_TIMEOUT_MS, "cores": cores,
+                      "results": rs.iter().map(|(r, cpu)| json!({"result": r, "node_cpu_us_per_op": cpu})).collect::<Vec<_>>()});
+    Ok((json, svg, md))
 }

@@ -14,7 +14,7 @@ use tandem_bench::plot::write_figure;
 pub struct ExperimentArgs {
     /// table2, pill-overhead, mttf, failover-compute, failover-memory, stalls,
     /// traditional-overhead, ford-scan, ddp-heatmap, ddp-sweeps, heal-recovery, lrp,
-    /// kite-throughput, kite-sleep, kite-lfd,
+    /// kite-throughput, kite-sleep, kite-lfd, kite-tcp (node processes),
     /// heal-peers (not part of all), or all.
     name: String,
     /// A scaled-down run that takes seconds (smoke test; not for RESULTS).

@@ -172,6 +172,10 @@ pub struct Track {
     pub expected: Mask,
     pub born_ns: u64,
     pub sent_ns: u64,
+    /// Retransmissions so far: each waits twice as long as the one before
+    /// (up to 16 retry periods), so acks that are late, not lost, on a
+    /// loaded host are not answered with ever more copies.
+    pub resends: u32,
     /// Tell the session when a majority has it (release, commit).
     pub notify: bool,
     /// Replicas it was not sent to (suspected at the time).
@@ -364,7 +368,7 @@ impl KiteNode {
         let skipped = self.others() & self.suspected;
         self.send_to(self.targets(), &msg, out);
         self.sess(s).live.insert(wid);
-        let track = Track { session: s, msg, acked: bit(self.me), expected, born_ns: now, sent_ns: now, notify, skipped };
+        let track = Track { session: s, msg, acked: bit(self.me), expected, born_ns: now, sent_ns: now, resends: 0, notify, skipped };
         self.writes.insert(wid, track);
         self.arm_tick(now, out);
         if notify && self.quorum() == 1 {
@@ -470,8 +474,8 @@ impl KiteNode {
         for (&wid, t) in self.writes.iter_mut() {
             if t.acked.count_ones() >= q && now >= t.born_ns + timeout {
                 expired.push(wid);
-            } else if now >= t.sent_ns + retry {
-                t.sent_ns = now;
+            } else if now >= t.sent_ns + (retry << t.resends.min(4)) {
+                (t.sent_ns, t.resends) = (now, t.resends + 1);
                 let to = if t.acked.count_ones() >= q { t.expected } else { all };
                 resend.push((to & !t.acked, t.msg.clone()));
             }
