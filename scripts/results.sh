@@ -119,6 +119,9 @@ run $T compare --workload smallbank --duration 5 --json docs/results/compare-sma
 run $T compare --workload micro --duration 5 --json docs/results/compare-micro.json --markdown docs/RESULTS.md
 # Issue 10: DDP's node processes beside etcd (with and without WAL fsync) and Redis with replicas.
 run $T compare --system ddp --workload both --duration 5 --json docs/results/compare-ddp.json --markdown docs/RESULTS.md
+# Issue 12: Kite's node processes beside a 3-member ZooKeeper and etcd, without and with fsync
+# (it starts and stops its own servers; about 3 minutes).
+run $T compare --system kite --fsync both --warmup 5 --duration 10 --json docs/results/compare-kite.json --markdown docs/RESULTS.md
 bash scripts/peers.sh stop all >/dev/null 2>&1 || true
 bash scripts/postgres.sh stop >/dev/null 2>&1 || true
 echo "wrote docs/RESULTS.md" >&2
