@@ -360,6 +360,45 @@ pub struct LoadReport {
 
 const BUCKET_NS: u64 = 100_000_000;
 
+/// The run's history, in chunks of a fixed size: a `Vec` doubling its
+/// hundreds of megabytes stalled the one client thread (every node's
+/// throughput dipped at once when the history passed 2^18 and 2^19
+/// entries in `demo kite`); chunks are never copied until the end.
+#[derive(Default)]
+struct History {
+    chunks: Vec<Vec<RcOp>>,
+}
+
+const CHUNK: usize = 1 << 14;
+
+impl History {
+    /// Append `op`; its index.
+    fn push(&mut self, op: RcOp) -> usize {
+        if self.chunks.last().map_or(true, |c| c.len() == CHUNK) {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        self.chunks.last_mut().expect("pushed above").push(op);
+        (self.chunks.len() - 1) * CHUNK + self.chunks.last().map_or(0, Vec::len) - 1
+    }
+
+    fn into_vec(self) -> Vec<RcOp> {
+        self.chunks.concat()
+    }
+}
+
+impl std::ops::Index<usize> for History {
+    type Output = RcOp;
+    fn index(&self, i: usize) -> &RcOp {
+        &self.chunks[i / CHUNK][i % CHUNK]
+    }
+}
+
+impl std::ops::IndexMut<usize> for History {
+    fn index_mut(&mut self, i: usize) -> &mut RcOp {
+        &mut self.chunks[i / CHUNK][i % CHUNK]
+    }
+}
+
 /// Run `gen` with `o`'s sessions on `cluster`, injecting `o.faults`:
 /// set up, then loop (faults due, time-outs, issue, poll, replies) until
 /// the end and the drain, then check and report.
@@ -410,7 +449,7 @@ struct Load<'a> {
     rng: Rng,
     sess: Vec<Sess>,
     by_name: HashMap<u64, usize>,
-    hist: Vec<RcOp>,
+    hist: History,
     lat: Vec<u64>,
     timeline: Vec<Vec<u64>>,
     measured: u64,
@@ -450,7 +489,7 @@ impl<'a> Load<'a> {
             rng: Rng::new(o.seed ^ 0x6B17E),
             sess,
             by_name: (0..total).map(|i| (i, i as usize)).collect(),
-            hist: Vec::new(),
+            hist: History::default(),
             lat: Vec::new(),
             timeline: vec![vec![0; n]; (end_ns / BUCKET_NS) as usize + 1],
             measured: 0,
@@ -573,8 +612,7 @@ impl<'a> Load<'a> {
             return Ok(());
         }
         let h = self.mix.is_some().then(|| {
-            self.hist.push(RcOp { session: s.name, node: s.node as u16, kind: invoked(&op), invoke_ns: now, complete_ns: None });
-            self.hist.len() - 1
+            self.hist.push(RcOp { session: s.name, node: s.node as u16, kind: invoked(&op), invoke_ns: now, complete_ns: None })
         });
         s.call = Some((req, h, now));
         Ok(())
@@ -633,8 +671,9 @@ impl<'a> Load<'a> {
         let pct = |q: f64| lat.get(((lat.len() as f64 * q) as usize).min(lat.len().saturating_sub(1))).map_or(0.0, |&v| v as f64 / 1e3);
         let latency_us = Latency { p50: pct(0.5), p99: pct(0.99), p999: pct(0.999) };
         let checked = self.mix.is_some();
-        let violation = if checked { tandem_check::check_rc(&self.hist).err().map(|v| v.to_string()) } else { None };
-        let pending_ops = self.hist.iter().filter(|h| h.complete_ns.is_none()).count();
+        let hist = std::mem::take(&mut self.hist).into_vec();
+        let violation = if checked { tandem_check::check_rc(&hist).err().map(|v| v.to_string()) } else { None };
+        let pending_ops = hist.iter().filter(|h| h.complete_ns.is_none()).count();
         let replies = stats1.replies.saturating_sub(s0.replies).max(1) as f64;
         LoadReport {
             system: self.system,
@@ -644,7 +683,7 @@ impl<'a> Load<'a> {
             throughput_ops: self.measured as f64 / self.o.duration_s,
             latency_us,
             completed: self.sess.iter().map(|s| s.completed).sum(),
-            ops: self.hist.len(),
+            ops: hist.len(),
             pending_ops,
             moves: self.moves,
             violation_count: violation.is_some() as u64,
@@ -655,7 +694,7 @@ impl<'a> Load<'a> {
             messages_per_op: stats1.sent.saturating_sub(s0.sent) as f64 / replies,
             node_cpu_us_per_op: 1e6 * (cpu1 - c0).max(0.0) / replies,
             seconds: now as f64 / 1e9,
-            history: self.hist,
+            history: hist,
         }
     }
 }

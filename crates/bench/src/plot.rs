@@ -86,8 +86,14 @@ fn y_grid(s: &mut String, y_max: f64, y_step: f64) {
 }
 
 /// Throughput over time: one polyline per series (bucket `bucket_ms` wide),
-/// vertical markers for events at `(seconds, label)`.
+/// vertical markers for events at `(seconds, label)`; the y axis counts
+/// committed transactions (see [`timeline_svg_of`]).
 pub fn timeline_svg(title: &str, bucket_ms: u64, series: &[Series], events: &[(f64, String)]) -> String {
+    timeline_svg_of(title, "committed tx/s", bucket_ms, series, events)
+}
+
+/// [`timeline_svg`] with the y axis counting `unit` (e.g. "Kite calls/s").
+pub fn timeline_svg_of(title: &str, unit: &str, bucket_ms: u64, series: &[Series], events: &[(f64, String)]) -> String {
     let buckets = series.iter().map(|s| s.tps.len()).max().unwrap_or(0).max(1);
     let t_max = buckets as f64 * bucket_ms as f64 / 1000.0;
     let peak = series.iter().flat_map(|s| s.tps.iter().copied()).fold(0.0, f64::max);
@@ -107,13 +113,14 @@ pub fn timeline_svg(title: &str, bucket_ms: u64, series: &[Series], events: &[(f
     }
     let _ = write!(
         s,
-        r##"<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{0}" stroke="black"/><line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><text x="{2}" y="{3}" font-size="13" text-anchor="middle">time since measurement start (s)</text><text x="18" y="{4}" font-size="13" text-anchor="middle" transform="rotate(-90 18 {4})">committed tx/s ({5} ms buckets)</text>"##,
+        r##"<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{0}" stroke="black"/><line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><text x="{2}" y="{3}" font-size="13" text-anchor="middle">time since measurement start (s)</text><text x="18" y="{4}" font-size="13" text-anchor="middle" transform="rotate(-90 18 {4})">{6} ({5} ms buckets)</text>"##,
         H - BOTTOM,
         W - RIGHT,
         LEFT + pw / 2.0,
         H - 14.0,
         TOP + ph / 2.0,
-        bucket_ms
+        bucket_ms,
+        unit
     );
     // Events: vertical dashed lines, labels staggered so they do not overlap.
     for (k, (at, label)) in events.iter().enumerate() {

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tandem_bench::heal_procs::HealCluster;
-use tandem_bench::plot::{timeline_svg, write_figure, Series};
+use tandem_bench::plot::{timeline_svg_of, write_figure, Series};
 use tandem_ddp::load::Load;
 use tandem_ddp::ycsb_session::SessionPlan;
 
@@ -31,7 +31,7 @@ pub fn run(figure: &Path) -> Result<(), String> {
     c.wait_for("the first operations", Duration::from_secs(30), |_| load.completed.load(Ordering::Relaxed) > 100)?;
     let run = drive(&mut c, &load)?;
     let ops = load.stop();
-    let svg = timeline_svg("HEAL demo: lin-synch, node 2 killed and recovered (ops/s per 100 ms)", BUCKET.as_millis() as u64, &[Series { label: "ops/s", tps: &run.tps }], &run.events);
+    let svg = timeline_svg_of("HEAL demo: lin-synch, node 2 killed and recovered (ops/s per 100 ms)", "ops/s", BUCKET.as_millis() as u64, &[Series { label: "ops/s", tps: &run.tps }], &run.events);
     let (svg_path, _) = write_figure(figure, &svg)?;
     println!("figure: {}", svg_path.display());
     summarize(&c, &run.tps, run.online, &ops)

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use tandem_bench::kite_procs::{run_load, Fault, Gen, KiteCluster, LoadOpts, NodeOpts};
-use tandem_bench::plot::{timeline_svg, write_figure, Series};
+use tandem_bench::plot::{timeline_svg_of, write_figure, Series};
 use tandem_kite::lfd::{Both, LfdKind, LfdWorkload};
 
 const SLEEPER: usize = 1;
@@ -38,7 +38,7 @@ pub fn run(figure: &Path) -> Result<(), String> {
     let labels: Vec<String> = (0..nodes).map(|n| if n == SLEEPER { format!("node {n} (stopped 1.5-3 s)") } else { format!("node {n}") }).collect();
     let series: Vec<Series> = (0..nodes).map(|n| Series { label: &labels[n], tps: &per_node[n] }).collect();
     let events = vec![(1.5, format!("SIGSTOP node {SLEEPER}")), (3.0, format!("SIGCONT node {SLEEPER}"))];
-    let svg = timeline_svg("Kite demo: stacks and queues, one replica stopped (Kite calls/s per replica)", 100, &series, &events);
+    let svg = timeline_svg_of("Kite demo: stacks and queues, one replica stopped (Kite calls/s per replica)", "Kite calls/s", 100, &series, &events);
     let (svg_path, _) = write_figure(figure, &svg)?;
     println!("  figure: {}", svg_path.display());
     summarize(&r, &logs, &per_node)
