@@ -5,7 +5,7 @@
 use serde::Serialize;
 use tandem_dkvs::Mode;
 
-use crate::runner::{RunConfig, RunResult};
+use tandem_cluster::runner::{RunConfig, RunResult};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct StoreSummary {

@@ -10,11 +10,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tandem_dkvs::{Layout, Mode, OnStray};
 
-use crate::cluster::Backend;
+use tandem_cluster::backend::Backend;
 use crate::compare;
 use crate::plot::{bars_svg, lines_svg, stack_svg, timeline_svg, Series};
-use crate::runner::{self, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
-use crate::workload::WorkloadSpec;
+use tandem_cluster::runner::{self, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
+use tandem_cluster::workload::WorkloadSpec;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 
 /// Experiment names, in the order `docs/RESULTS.md` lists them.

@@ -12,8 +12,8 @@ use serde::Serialize;
 use tandem_fabric::{Fabric, QueuePair, Verb};
 use tandem_sim::Rng;
 
-use crate::cluster::{AnyFabric, Backend};
-use crate::runner::block_on_local;
+use tandem_cluster::backend::{AnyFabric, Backend};
+use tandem_cluster::runner::block_on_local;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct FabricBenchResult {

@@ -5,7 +5,6 @@
 pub mod ddp_bench;
 pub mod ddp_procs;
 pub mod ddp_tcp;
-pub mod cluster;
 pub mod compare;
 pub mod experiment;
 pub mod heal_exp;
@@ -19,10 +18,6 @@ pub mod heal_peers;
 pub mod heal_procs;
 pub mod fabric_bench;
 pub mod plot;
-pub mod procs;
-pub mod runner;
 pub mod sim_bank;
 pub mod sim_suspicion;
 pub mod sim_workload;
-pub mod workload;
-pub mod zk;

@@ -22,7 +22,7 @@ use tandem_fabric::sim::{SimCluster, SimFabricConfig};
 use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
 use tandem_sim::{Rng, Sim};
 
-use crate::workload::{Outcome, OutcomeHandle, WorkloadSpec};
+use tandem_cluster::workload::{Outcome, OutcomeHandle, WorkloadSpec};
 
 #[derive(Clone, Debug)]
 pub struct SimWorkloadConfig {

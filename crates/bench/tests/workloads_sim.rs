@@ -5,7 +5,7 @@
 //! fail). `TANDEM_SIM_SEEDS=N` raises the seed count of the passing runs.
 
 use tandem_bench::sim_workload::{run, SimWorkloadConfig, SimWorkloadReport};
-use tandem_bench::workload::WorkloadSpec;
+use tandem_cluster::workload::WorkloadSpec;
 use tandem_dkvs::{BugSwitches, Mode};
 use tandem_workloads::smallbank::SmallBankSpec;
 use tandem_workloads::tatp::TatpSpec;

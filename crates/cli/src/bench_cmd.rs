@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use clap::Args;
-use tandem_bench::cluster::{Backend, MemoryServers};
+use tandem_cluster::backend::{Backend, MemoryServers};
 use tandem_bench::compare::alternate;
-use tandem_bench::runner::{run, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
+use tandem_cluster::runner::{run, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
 use tandem_bench::sim_bank::{self, Faults, SimBankConfig};
 use tandem_dkvs::recovery::RecoveryBugs;
-use tandem_bench::workload::WorkloadSpec;
+use tandem_cluster::workload::WorkloadSpec;
 use tandem_bench::fabric_bench;
 use tandem_dkvs::{BugSwitches, Layout, Mode, OnStray};
 use tandem_workloads::bank::BankSpec;
@@ -622,14 +622,14 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
 }
 
 /// The run's throughput timeline with its events, as SVG and PNG.
-pub fn write_timeline_figure(stem: &std::path::Path, title: &str, r: &tandem_bench::runner::RunResult) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
+pub fn write_timeline_figure(stem: &std::path::Path, title: &str, r: &tandem_cluster::runner::RunResult) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
     use tandem_bench::plot::{timeline_svg, write_figure, Series};
     let tps = r.timeline.tps();
     let svg = timeline_svg(title, r.timeline.bucket_ms, &[Series { label: "committed (all compute nodes)", tps: &tps }], &r.timeline.events);
     write_figure(stem, &svg)
 }
 
-pub fn print_recovery(t: &tandem_bench::runner::RecoveryTimeline) {
+pub fn print_recovery(t: &tandem_cluster::runner::RecoveryTimeline) {
     eprintln!("recovery of compute node {}:", t.crashed_node);
     eprintln!("  detect_us              {:>10.0}   (heartbeat timeout)", t.detect_us);
     eprintln!("  link_termination_us    {:>10.0}   (revoked on every memory node, all acks)", t.link_termination_us);

@@ -178,7 +178,7 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
             cfg.procs = Some(ProcSetup { exe: exe.clone(), detect_ms: a.detect_ms });
         }
         cfg.tcp = Some(std::sync::Arc::new(move |count, bytes| {
-            let servers = tandem_bench::cluster::MemoryServers::spawn(&exe, count, bytes, random_secret())
+            let servers = tandem_cluster::backend::MemoryServers::spawn(&exe, count, bytes, random_secret())
                 .map_err(|e| format!("cannot start memory servers: {e}"))?;
             let cluster = servers.cluster();
             Ok((cluster, Box::new(servers) as Box<dyn std::any::Any>))

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use tandem_bench::procs::wait::wait_for_listeners;
-use tandem_bench::procs::{self, ComputeServerConfig, MembershipServerConfig, Replica};
-use tandem_bench::zk::{Campaign, ZkState};
+use tandem_cluster::procs::wait::wait_for_listeners;
+use tandem_cluster::procs::{self, ComputeServerConfig, MembershipServerConfig, Replica};
+use tandem_cluster::zk::{Campaign, ZkState};
 use tandem_dkvs::{Mode, StoreConfig};
 use tandem_fabric::tcp::TcpCluster;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};

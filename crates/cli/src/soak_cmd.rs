@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde::Serialize;
-use tandem_bench::cluster::Backend;
-use tandem_bench::runner::{self, CrashPlan, RunConfig, RunResult, SuspectPlan};
+use tandem_cluster::backend::Backend;
+use tandem_cluster::runner::{self, CrashPlan, RunConfig, RunResult, SuspectPlan};
 use tandem_bench::sim_suspicion::{self, FencingBugs, SuspicionConfig};
-use tandem_bench::workload::WorkloadSpec;
+use tandem_cluster::workload::WorkloadSpec;
 use tandem_dkvs::{Layout, Mode};
 use tandem_sim::Rng;
 

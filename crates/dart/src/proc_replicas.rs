@@ -26,7 +26,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tandem_bench::cluster::MemoryServers;
+use tandem_cluster::backend::MemoryServers;
 use tandem_dkvs::check::snapshot;
 use tandem_dkvs::slot::{encode_body, KEY_OFF};
 use tandem_dkvs::{Layout, MemoryView};

@@ -44,8 +44,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use tandem_bench::cluster::MemoryServers;
-use tandem_bench::procs::MembershipSession;
+use tandem_cluster::backend::MemoryServers;
+use tandem_cluster::procs::MembershipSession;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::{ComputeNode, FailedIds, Layout, MemoryView, Mode, StoreConfig, TableSpec};
 use tandem_fabric::tcp::TcpCluster;

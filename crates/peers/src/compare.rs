@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
-use tandem_bench::cluster::{Backend, MemoryServers};
-use tandem_bench::runner::{run, RunConfig};
-use tandem_bench::workload::WorkloadSpec;
+use tandem_cluster::backend::{Backend, MemoryServers};
+use tandem_cluster::runner::{run, RunConfig};
+use tandem_cluster::workload::WorkloadSpec;
 use tandem_dkvs::{Layout, Mode};
 
 use crate::driver::{drive, DriveConfig};

@@ -1,7 +1,7 @@
 //! Drive one peer system: `clients` threads, one connection each, one
 //! transaction at a time, for a warm-up and then a measured interval. An
 //! aborted transaction is counted and the client draws its next one, exactly
-//! as a Tandem coordinator does in `tandem_bench::runner`.
+//! as a Tandem coordinator does in `tandem_cluster::runner`.
 //!
 //! Timing uses the wall clock: this is a harness, not protocol code.
 

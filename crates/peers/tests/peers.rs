@@ -22,7 +22,7 @@ use tandem_peers::workload::PeerWorkload;
 use tandem_workloads::smallbank::SmallBankSpec;
 
 /// `memory-server --listen ADDR --mem BYTES`, secret in $TANDEM_SECRET (as
-/// `tandem_bench::cluster::MemoryServers::spawn` starts it).
+/// `tandem_cluster::backend::MemoryServers::spawn` starts it).
 fn memory_server(args: &[String]) -> Result<(), String> {
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let listen = flag("--listen").unwrap_or_else(|| "127.0.0.1:0".into());

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tandem_bench::procs::{self, ComputeServerConfig, ComputeServerReport, MembershipServerConfig, MembershipSession, Replica};
-use tandem_bench::runner::block_on_local;
+use tandem_cluster::procs::{self, ComputeServerConfig, ComputeServerReport, MembershipServerConfig, MembershipSession, Replica};
+use tandem_cluster::runner::block_on_local;
 use tandem_dkvs::{Mode, StoreConfig};
 use tandem_fabric::tcp::{MemoryServerHandle, TcpCluster};
 use tandem_fabric::MemoryNode;

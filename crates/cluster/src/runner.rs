@@ -27,7 +27,7 @@ use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus
 use tandem_fabric::Fabric;
 use tandem_sim::Rng;
 
-use crate::cluster::{AnyFabric, Backend};
+use crate::backend::{AnyFabric, Backend};
 use crate::workload::{Outcome, OutcomeHandle, WorkloadSpec};
 
 /// Node id under which the membership service itself joins (its recovery

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use tandem_bench::cluster::Backend;
-use tandem_bench::runner::{self, CrashPlan, RunConfig, SuspectPlan};
-use tandem_bench::workload::WorkloadSpec;
+use tandem_cluster::backend::Backend;
+use tandem_cluster::runner::{self, CrashPlan, RunConfig, SuspectPlan};
+use tandem_cluster::workload::WorkloadSpec;
 use tandem_dkvs::{Layout, Mode};
 
 #[test]
