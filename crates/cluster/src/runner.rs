@@ -30,6 +30,9 @@ use tandem_sim::Rng;
 use crate::backend::{AnyFabric, Backend};
 use crate::workload::{Outcome, OutcomeHandle, WorkloadSpec};
 
+mod steps;
+pub use steps::run;
+
 /// Node id under which the membership service itself joins (its recovery
 /// coordinator needs a coordinator id and a fabric handle of its own).
 const MEMBERSHIP_NODE: u16 = u16::MAX - 2;
@@ -341,6 +344,26 @@ struct Control {
 }
 
 impl Control {
+    /// Nothing running yet, for `slots` compute nodes (incarnations).
+    fn new(slots: usize) -> Control {
+        let zeros = || (0..slots).map(|_| AtomicU64::new(0)).collect();
+        Control {
+            stop: AtomicBool::new(false),
+            measuring: AtomicBool::new(false),
+            committed: AtomicU64::new(0),
+            aborted: AtomicU64::new(0),
+            committed_by_node: zeros(),
+            crash: (0..slots).map(|_| AtomicBool::new(false)).collect(),
+            paused: AtomicU64::new(0),
+            active: zeros(),
+            views: (0..slots).map(|_| MemoryView::default()).collect(),
+            revoked_at_ns: zeros(),
+            stalled_until_ns: zeros(),
+            fenced_acks: AtomicU64::new(0),
+            base: Instant::now(),
+        }
+    }
+
     fn now_ns(&self) -> u64 {
         self.base.elapsed().as_nanos() as u64
     }
@@ -706,389 +729,6 @@ async fn membership_loop(
     Ok(())
 }
 
-/// Load, run and (optionally) check. The backend must be fresh (empty).
-pub fn run(cfg: &RunConfig, backend: &Backend) -> Result<RunResult, String> {
-    cfg.validate()?;
-    let store = cfg.store_config();
-    let layout = Arc::new(Layout::new(&store)?);
-    load(backend, &layout, &cfg.workload)?;
-
-    // Slots for new incarnations after the initial nodes: replacements of
-    // crashed nodes (`respawn`) and of falsely suspected ones (always).
-    let planned_crashes = cfg.crash.iter().count() + cfg.more_crashes.len();
-    let n = cfg.compute_nodes as usize + if cfg.respawn { planned_crashes } else { 0 } + REJOIN_SLOTS;
-    let ctl = Arc::new(Control {
-        stop: AtomicBool::new(false),
-        measuring: AtomicBool::new(false),
-        committed: AtomicU64::new(0),
-        aborted: AtomicU64::new(0),
-        committed_by_node: (0..n).map(|_| AtomicU64::new(0)).collect(),
-        crash: (0..n).map(|_| AtomicBool::new(false)).collect(),
-        paused: AtomicU64::new(0),
-        active: (0..n).map(|_| AtomicU64::new(0)).collect(),
-        views: (0..n).map(|_| MemoryView::default()).collect(),
-        revoked_at_ns: (0..n).map(|_| AtomicU64::new(0)).collect(),
-        stalled_until_ns: (0..n).map(|_| AtomicU64::new(0)).collect(),
-        fenced_acks: AtomicU64::new(0),
-        base: Instant::now(),
-    });
-    let membership = Arc::new(Mutex::new(Membership::new(MembershipConfig {
-        heartbeat_timeout_ns: cfg.heartbeat_timeout.as_nanos() as u64,
-        id_space: store.log_slots,
-        ..MembershipConfig::default()
-    })));
-    let failed = FailedIds::new();
-    let failure_logs: Arc<Mutex<BTreeMap<u16, FailureLog>>> = Arc::default();
-    let heartbeat_every = (cfg.heartbeat_timeout / 5).max(Duration::from_micros(100));
-
-    let membership_thread = {
-        let mode = cfg.mode;
-        let (backend, layout, ctl, m, failed, log) =
-            (backend.clone(), layout.clone(), ctl.clone(), membership.clone(), failed.clone(), failure_logs.clone());
-        std::thread::Builder::new()
-            .name("membership".into())
-            .spawn(move || {
-                prioritise_current_thread();
-                block_on_local(membership_loop(mode, backend, layout, ctl, m, failed, log))
-            })
-            .map_err(|e| e.to_string())?
-    };
-
-    type NodeThreads = (std::thread::JoinHandle<Result<ThreadResult, String>>, std::thread::JoinHandle<()>);
-    // Start compute node `cn` (0-based; its node id, i.e. its incarnation, is
-    // cn + 1): it registers with the memory nodes, then joins the membership
-    // and heartbeats, then runs one client per coordinator. Registering first
-    // means the detector never judges a node that has no keys yet; and a
-    // verdict that still crosses a registration is safe, since a revoked
-    // incarnation can never register again.
-    let spawn_node = |cn: u16| -> Result<NodeThreads, String> {
-        let node = cn + 1;
-        let (reg_tx, reg_rx) = std::sync::mpsc::channel::<bool>();
-        let (joined_tx, joined_rx) = std::sync::mpsc::channel::<Vec<Command>>();
-        let (ids_tx, ids_rx) = std::sync::mpsc::channel::<Vec<u16>>();
-        let heartbeat = spawn_heartbeat(node, ctl.clone(), membership.clone(), cfg.coordinators, heartbeat_every, reg_rx, joined_tx)?;
-        let (backend, store, layout) = (backend.clone(), store.clone(), layout.clone());
-        let (ctl, spec) = (ctl.clone(), cfg.workload.clone());
-        let (failed, seed) = (failed.clone(), cfg.seed);
-        let compute =
-            std::thread::Builder::new()
-                .name(format!("compute-{node}"))
-                .spawn(move || {
-                    block_on_local(async move {
-                        let fabric = backend.join(node).await;
-                        let _ = reg_tx.send(fabric.is_ok());
-                        let fabric = fabric.map_err(|e| format!("compute node {node} cannot register: {e}"))?;
-                        let ids = ids_rx.recv().map_err(|_| format!("compute node {node} was not admitted"))?;
-                        Ok(match fabric {
-                            AnyFabric::Inline(f) => drive(f, store, layout, ctl, spec, cn, ids, seed, failed).await,
-                            AnyFabric::Tcp(f) => drive(f, store, layout, ctl, spec, cn, ids, seed, failed).await,
-                        })
-                    })
-                })
-                .map_err(|e| e.to_string())?;
-        match joined_rx.recv().ok().and_then(|mut c| c.pop()) {
-            Some(Command::AssignIds { ids, .. }) => {
-                let _ = ids_tx.send(ids);
-                Ok((compute, heartbeat))
-            }
-            None => Err(compute.join().map_err(|_| "a compute thread panicked".to_string())?.err().unwrap_or_default()),
-            other => Err(format!("compute node {node} was not admitted: {other:?}")),
-        }
-    };
-    let mut threads = Vec::new();
-    let mut heartbeats = Vec::new();
-    for cn in 0..cfg.compute_nodes {
-        let (compute, heartbeat) = spawn_node(cn)?;
-        threads.push((cn, compute));
-        heartbeats.push(heartbeat);
-    }
-    // Crashed nodes waiting for a replacement (respawn), and the next free slot.
-    let mut to_replace: Vec<u16> = Vec::new();
-    let mut replaced: std::collections::BTreeSet<u16> = std::collections::BTreeSet::new();
-    let mut next_slot = cfg.compute_nodes;
-    // Which incarnation replaced which node (1-based): a planned crash hits
-    // the node's current incarnation, even if a false suspicion replaced it.
-    let mut successor: std::collections::HashMap<u16, u16> = std::collections::HashMap::new();
-    let current = |successor: &std::collections::HashMap<u16, u16>, mut n: u16| {
-        while let Some(&s) = successor.get(&n) {
-            n = s;
-        }
-        n
-    };
-    let mut crash_target: Option<u16> = None;
-    let mut crashed_targets: Vec<u16> = Vec::new();
-    std::thread::sleep(cfg.warmup);
-    ctl.measuring.store(true, Ordering::SeqCst);
-    let start = Instant::now();
-    let start_ns = ctl.now_ns();
-    const BUCKET: Duration = Duration::from_millis(10);
-    let sampler = {
-        let ctl = ctl.clone();
-        std::thread::Builder::new().name("timeline".into()).spawn(move || sample_timeline(ctl, BUCKET)).map_err(|e| e.to_string())?
-    };
-    let mut last = (start, 0u64);
-    let mut crash_at: Option<(u64, Vec<u64>, f64)> = None;
-    let mut pending_crashes: Vec<CrashPlan> = cfg.more_crashes.clone();
-    pending_crashes.sort_by_key(|c| c.after);
-    let mut pending_suspects: Vec<SuspectPlan> = cfg.suspect.clone();
-    pending_suspects.sort_by_key(|p| p.after);
-    let mut more_crash_events: Vec<(f64, String)> = Vec::new();
-    let mut memory_timeline: Option<MemoryFailureTimeline> = None;
-    if let Some(f) = &cfg.fail_memory {
-        // Runs the whole reconfiguration from this thread, as the membership
-        // service would, while compute threads keep running.
-        std::thread::sleep(f.after);
-        memory_timeline = Some(fail_memory_node(cfg, f, backend, &layout, &ctl, start)?);
-    }
-    while start.elapsed() < cfg.duration {
-        let left = cfg.duration.saturating_sub(start.elapsed());
-        let mut nap = left.min(if cfg.progress { cfg.progress_every } else { left });
-        if let (Some(c), None) = (&cfg.crash, &crash_at) {
-            nap = nap.min(c.after.saturating_sub(start.elapsed()));
-        }
-        if let Some(c) = pending_crashes.first() {
-            nap = nap.min(c.after.saturating_sub(start.elapsed()));
-        }
-        if let Some(p) = pending_suspects.first() {
-            nap = nap.min(p.after.saturating_sub(start.elapsed()));
-        }
-        // Look for nodes to bring back often: a suspected node's share of
-        // the cluster is idle until its new incarnation runs.
-        nap = nap.min(Duration::from_millis(1));
-        std::thread::sleep(nap);
-        if let (Some(c), None) = (&cfg.crash, &crash_at) {
-            if start.elapsed() >= c.after {
-                let counts: Vec<u64> = ctl.committed_by_node.iter().map(|x| x.load(Ordering::SeqCst)).collect();
-                let target = current(&successor, c.node + 1);
-                ctl.crash[target as usize - 1].store(true, Ordering::SeqCst);
-                crash_at = Some((ctl.now_ns(), counts, start.elapsed().as_secs_f64()));
-                crash_target = Some(target);
-                to_replace.push(target);
-                crashed_targets.push(target);
-                if cfg.progress {
-                    let was = if target != c.node + 1 { format!(", the incarnation that replaced node {}", c.node + 1) } else { String::new() };
-                    eprintln!("  [{:>5.1}s] CRASH compute node {target}{was} (its coordinators stop mid-transaction)", start.elapsed().as_secs_f64());
-                }
-            }
-        }
-        // A recovered node comes back as a new incarnation (fresh node id,
-        // coordinator ids and keys): a crashed one if `respawn`, a falsely
-        // suspected one always (it is alive, fenced, and has stopped).
-        let recovered: Vec<u16> = {
-            let logs = failure_logs.lock().unwrap();
-            logs.iter().filter(|(n, l)| l.notified_ns > 0 && **n <= next_slot && !replaced.contains(*n)).map(|(n, _)| *n).collect()
-        };
-        for dead in recovered {
-            let crashed = to_replace.contains(&dead);
-            if crashed && !cfg.respawn {
-                continue;
-            }
-            if next_slot as usize >= n {
-                eprintln!("  [{:>5.1}s] node {dead} cannot come back: all {REJOIN_SLOTS} rejoin slots are used", start.elapsed().as_secs_f64());
-                replaced.insert(dead);
-                continue;
-            }
-            let (compute, heartbeat) = match spawn_node(next_slot) {
-                Ok(t) => t,
-                Err(e) => {
-                    // Out of coordinator ids until a stray-lock scan recycles some: try again later.
-                    eprintln!("  [{:>5.1}s] node {dead} cannot come back yet: {e}", start.elapsed().as_secs_f64());
-                    continue;
-                }
-            };
-            replaced.insert(dead);
-            successor.insert(dead, next_slot + 1);
-            to_replace.retain(|&x| x != dead);
-            threads.push((next_slot, compute));
-            heartbeats.push(heartbeat);
-            let why = if crashed { "replaces crashed" } else { "rejoins for suspected" };
-            more_crash_events.push((start.elapsed().as_secs_f64(), format!("node {} {why} node {dead}", next_slot + 1)));
-            if cfg.progress {
-                eprintln!("  [{:>5.1}s] compute node {} {why} node {dead} (new incarnation: node id, coordinator ids, keys)", start.elapsed().as_secs_f64(), next_slot + 1);
-            }
-            next_slot += 1;
-        }
-        while pending_suspects.first().is_some_and(|p| start.elapsed() >= p.after) {
-            let p = pending_suspects.remove(0);
-            if let Some(at) = ctl.stalled_until_ns.get(p.node as usize) {
-                at.store(ctl.now_ns() + p.pause.as_nanos() as u64, Ordering::SeqCst);
-                more_crash_events.push((start.elapsed().as_secs_f64(), format!("node {} stalls (heartbeats paused)", p.node + 1)));
-                if cfg.progress {
-                    eprintln!(
-                        "  [{:>5.1}s] compute node {}'s heartbeat thread stalls for {:.0} ms (alive and committing, but silent)",
-                        start.elapsed().as_secs_f64(),
-                        p.node + 1,
-                        p.pause.as_secs_f64() * 1e3
-                    );
-                }
-            }
-        }
-        while pending_crashes.first().is_some_and(|c| start.elapsed() >= c.after) {
-            let c = pending_crashes.remove(0);
-            let target = current(&successor, c.node + 1);
-            ctl.crash[target as usize - 1].store(true, Ordering::SeqCst);
-            to_replace.push(target);
-            crashed_targets.push(target);
-            more_crash_events.push((start.elapsed().as_secs_f64(), format!("compute node {target} crashes")));
-            if cfg.progress {
-                eprintln!("  [{:>5.1}s] CRASH compute node {target}", start.elapsed().as_secs_f64());
-            }
-        }
-        if cfg.progress && last.0.elapsed() >= cfg.progress_every.mul_f64(0.99) {
-            let now = Instant::now();
-            let c = ctl.committed.load(Ordering::Relaxed);
-            let a = ctl.aborted.load(Ordering::Relaxed);
-            let rate = (c - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
-            eprintln!(
-                "  [{:>5.1}s] {} {:>10} committed  {:>10.0} tx/s  abort rate {:>5.1}%",
-                start.elapsed().as_secs_f64(),
-                cfg.mode,
-                c,
-                rate,
-                100.0 * a as f64 / (a + c).max(1) as f64
-            );
-            last = (now, c);
-        }
-    }
-    ctl.measuring.store(false, Ordering::SeqCst);
-    let elapsed = start.elapsed().as_secs_f64();
-    let timeline_counts = sampler.join().map_err(|_| "the timeline sampler panicked".to_string())?;
-    await_recoveries(&ctl, &membership, next_slot);
-    ctl.stop.store(true, Ordering::SeqCst);
-    let mut memory_failure = memory_timeline;
-
-    let mut hist = new_hist();
-    let mut stats = CoordinatorStats::default();
-    let mut outcome = Outcome::empty(&cfg.workload);
-    let mut errors = Vec::new();
-    // Nodes the failure detector declared failed. A crashed node's errors are
-    // expected; so are those of a false positive: the node is fenced off
-    // (its verbs fail with "access revoked") and recovered like a crashed
-    // one, which is the point of active-link termination (Cor1).
-    let declared: Vec<u16> = failure_logs.lock().unwrap().keys().copied().collect();
-    for (cn, t) in threads {
-        let r = t.join().map_err(|_| "a compute thread panicked".to_string())??;
-        hist.add(&r.hist).expect("same bounds");
-        stats.merge(&r.stats);
-        outcome.merge(&r.outcome);
-        if !declared.contains(&(cn as u16 + 1)) {
-            errors.extend(r.errors);
-        }
-    }
-    for h in heartbeats {
-        h.join().map_err(|_| "a heartbeat thread panicked".to_string())?;
-    }
-    membership_thread.join().map_err(|_| "the membership thread panicked".to_string())??;
-    if let Some(m) = memory_failure.as_mut() {
-        m.aborted_by_failure = stats.aborts_by_reason.get(&tandem_dkvs::AbortReason::MemoryNodeFailed).copied().unwrap_or(0);
-    }
-    let committed = ctl.committed.load(Ordering::SeqCst);
-    let aborted = ctl.aborted.load(Ordering::SeqCst);
-    let fenced_acks = ctl.fenced_acks.load(Ordering::SeqCst);
-    if fenced_acks > 0 {
-        errors.push(format!("{fenced_acks} commits acknowledged by fenced incarnations (transactions begun after their node's revocation)"));
-    }
-    let logs = failure_logs.lock().unwrap().clone();
-    let crashed_node = crash_target;
-    let crashed: Vec<u16> = crashed_targets.clone();
-    let false_positives: Vec<u16> = logs.keys().copied().filter(|n| !crashed.contains(n)).collect();
-    let recovered_nodes: Vec<u16> = crashed.iter().copied().filter(|n| logs.get(n).is_some_and(|l| l.notified_ns > 0)).collect();
-    let fl = crashed_node.and_then(|n| logs.get(&n).cloned()).unwrap_or_default();
-    let recovery = match (crash_target, &crash_at) {
-        (Some(target), Some((crash_ns, before, crash_s))) => {
-            if fl.notified_ns == 0 {
-                errors.push(format!("compute node {target} crashed but recovery did not finish before the run ended"));
-                None
-            } else if fl.detected_ns < *crash_ns {
-                // Suspected (and fenced, recovered, replaced) before the planned
-                // crash: the crash hit a node that had already stopped. Safe,
-                // but there is no crash timeline to report.
-                None
-            } else {
-                let survivors = |v: &[u64]| -> u64 { v.iter().enumerate().filter(|(i, _)| *i + 1 != target as usize).map(|(_, x)| x).sum() };
-                let during = survivors(&fl.committed_at_notify).saturating_sub(survivors(before));
-                let window_s = (fl.notified_ns - crash_ns) as f64 / 1e9;
-                Some(RecoveryTimeline {
-                    crashed_node: target,
-                    detect_us: (fl.detected_ns.saturating_sub(*crash_ns)) as f64 / 1e3,
-                    link_termination_us: (fl.revoked_ns - fl.detected_ns) as f64 / 1e3,
-                    log_recovery_us: (fl.recovered_ns - fl.revoked_ns) as f64 / 1e3,
-                    total_us: window_s * 1e6,
-                    logs_found: fl.logs_found,
-                    rolled_forward: fl.rolled_forward,
-                    rolled_back: fl.rolled_back,
-                    stray_locks_stolen: stats.locks_stolen,
-                    stray_locks_swept: fl.swept,
-                    slots_scanned: fl.slots_scanned,
-                    world_stopped_us: fl.world_stopped_ns as f64 / 1e3,
-                    survivors_tps_before: survivors(before) as f64 / crash_s.max(1e-9),
-                    survivors_tps_during_recovery: during as f64 / window_s.max(1e-9),
-                    survivors_commits_during_recovery: during,
-                })
-            }
-        }
-        _ => None,
-    };
-    let at = |ns: u64| ns.saturating_sub(start_ns) as f64 / 1e9;
-    let mut events = Vec::new();
-    if let (Some(target), Some((_, _, crash_s))) = (crash_target, &crash_at) {
-        events.push((*crash_s, format!("compute node {target} crashes")));
-        if fl.detected_ns > 0 {
-            events.push((at(fl.detected_ns), "failure detected".to_string()));
-        }
-        if fl.notified_ns > 0 {
-            events.push((at(fl.notified_ns), "recovered".to_string()));
-        }
-    }
-    for n in &false_positives {
-        if let Some(l) = logs.get(n) {
-            events.push((at(l.detected_ns), format!("node {n} suspected (false positive)")));
-        }
-    }
-    if let Some(m) = &memory_failure {
-        events.extend(m.marks.iter().cloned());
-    }
-    events.extend(more_crash_events);
-    let timeline = Timeline { bucket_ms: BUCKET.as_millis() as u64, committed: timeline_counts, events };
-    let (check_passed, violations) = if cfg.check {
-        let v = check(backend, &layout, &cfg.workload, &outcome)?;
-        (Some(v.is_empty()), v)
-    } else {
-        (None, Vec::new())
-    };
-    Ok(RunResult {
-        store: cfg.mode.to_string(),
-        workload: cfg.workload.name().to_string(),
-        fabric: backend.name().to_string(),
-        compute_nodes: cfg.compute_nodes,
-        coordinators_per_node: cfg.coordinators,
-        committed,
-        aborted,
-        abort_rate: aborted as f64 / (committed + aborted).max(1) as f64,
-        duration_s: elapsed,
-        throughput_tps: committed as f64 / elapsed,
-        latency_us: Latency {
-            p50: hist.value_at_quantile(0.5),
-            p99: hist.value_at_quantile(0.99),
-            p999: hist.value_at_quantile(0.999),
-            mean: hist.mean(),
-        },
-        verbs_per_commit: stats.verbs as f64 / stats.committed.max(1) as f64,
-        aborts_by_reason: stats.aborts_by_reason.iter().map(|(r, n)| (r.name().to_string(), *n)).collect(),
-        committed_by_type: outcome.ledger().map(|l| l.committed_by_type.iter().map(|(k, v)| (k.to_string(), *v)).collect()).unwrap_or_default(),
-        rolled_back_by_application: outcome.ledger().map(|l| l.rolled_back).unwrap_or(0),
-        errors,
-        check_passed,
-        violations,
-        recovery,
-        memory_failure,
-        timeline,
-        recovered_nodes,
-        false_positives,
-        incarnations_started: (next_slot - cfg.compute_nodes) as usize,
-        fenced_acks,
-    })
-}
 
 /// Before the run stops: let the detector declare and recover every crashed
 /// node, and finish recoveries under way (bounded: 10 s). On a loaded machine
