@@ -304,7 +304,7 @@ pub fn tcp(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
          every write, just takes more of the shared CPU. Its bottleneck needs a core budget per node, which the simulated machine \
          of `kite-throughput` and the paper's machines have and this one does not; so Kite/ZAB and Paxos/ZAB here say nothing about \
          the paper's claim. ZAB's nodes also spend less CPU per operation ({:.1} µs against Kite's {:.1} at {:.0} % writes): its \
-         store is a hash map of values, Kite's keeps each key's epoch, version and Paxos state in an ordered map.\n",
+         store is one hash map of values, Kite's keeps each key's epoch, version and Paxos state besides.\n",
         t(System::Kite, lo) / t(System::Es, lo), lo * 100.0, t(System::Kite, hi) / t(System::Es, hi), hi * 100.0,
         t(System::Zab, lo) / t(System::Es, lo), lo * 100.0, cpu(System::Zab, lo), cpu(System::Kite, lo), lo * 100.0
     );

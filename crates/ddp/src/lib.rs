@@ -29,7 +29,7 @@
 
 pub mod catchup;
 pub mod explore;
-mod fast_hash;
+pub(crate) use tandem_net::fast_hash;
 pub mod heal;
 pub mod heal_rr;
 mod heal_lazy;

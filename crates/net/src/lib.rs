@@ -9,6 +9,7 @@
 pub mod client;
 pub mod conn;
 pub mod echo;
+pub mod fast_hash;
 pub mod host;
 mod host_io;
 pub mod links;

@@ -1,4 +1,4 @@
-//! A fast, deterministic hasher for the engine's integer-keyed maps (keys,
+//! A fast, deterministic hasher for the protocols' integer-keyed maps (keys,
 //! persist tokens): the default SipHash showed up as ~12 % of a simulated
 //! run. Not DoS-resistant, which keys chosen by the engine need not be.
 
