@@ -729,7 +729,6 @@ async fn membership_loop(
     Ok(())
 }
 
-
 /// Before the run stops: let the detector declare and recover every crashed
 /// node, and finish recoveries under way (bounded: 10 s). On a loaded machine
 /// the detector may be paused often; a run must not end with a crashed
