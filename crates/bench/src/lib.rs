@@ -18,6 +18,5 @@ pub mod heal_peers;
 pub mod heal_procs;
 pub mod fabric_bench;
 pub mod plot;
-pub mod sim_bank;
+pub mod sim_run;
 pub mod sim_suspicion;
-pub mod sim_workload;

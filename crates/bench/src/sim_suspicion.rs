@@ -1,5 +1,5 @@
 //! Seeded simulation of false suspicion as it really happens (DESIGN.md §4.5,
-//! "false positives must be safe"). Unlike [`crate::sim_bank`], which plays
+//! "false positives must be safe"). Unlike [`crate::sim_run`], which plays
 //! the membership service by hand around one planned fault, here the
 //! membership state machine runs as a task and carries out its own commands,
 //! and the faults are what a loaded machine really produces:
@@ -469,7 +469,7 @@ fn finish(w: &Rc<World>, sim: &Sim) -> SuspicionReport {
         ledger.merge(&l.borrow());
     }
     let mut violations = w.violations.borrow().clone();
-    violations.extend(crate::sim_bank::inspect_bank(sim, &w.cluster, &w.layout, &w.cfg.bank, &ledger));
+    violations.extend(crate::sim_run::inspect(sim, &w.cluster, &w.layout, &tandem_cluster::workload::WorkloadSpec::Bank(w.cfg.bank.clone()), &tandem_cluster::workload::Outcome::Bank(ledger.clone())));
     if w.fenced_acks.get() > 0 {
         violations.push(format!("{} commits acknowledged by transactions begun after their node's revocation", w.fenced_acks.get()));
     }

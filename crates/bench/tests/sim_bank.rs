@@ -2,7 +2,7 @@
 //! mode, with torn reads and random verb delays, checking every invariant.
 //! `TANDEM_SIM_SEEDS=N` raises the seed count (the CI default is bounded).
 
-use tandem_bench::sim_bank::{run, SimBankConfig};
+use tandem_bench::sim_run::{run, SimConfig};
 use tandem_dkvs::{BugSwitches, Mode};
 
 fn seeds() -> u64 {
@@ -12,7 +12,7 @@ fn seeds() -> u64 {
 fn all_seeds_pass(mode: Mode) {
     let mut committed = 0;
     for seed in 0..seeds() {
-        let r = run(&SimBankConfig::new(mode, seed));
+        let r = run(&SimConfig::bank(mode, seed));
         assert!(r.violations.is_empty(), "{mode} seed {seed} violated invariants:\n{}\nreplay: {}", r.violations.join("\n"), r.replay);
         committed += r.committed;
     }
@@ -35,9 +35,9 @@ fn traditional_keeps_every_invariant() {
 }
 
 /// The write-skew-concentrated configuration used to hunt relaxed locks.
-fn hot_pair(mode: Mode, seed: u64) -> SimBankConfig {
-    let mut cfg = SimBankConfig::new(mode, seed);
-    cfg.bank.customers = 24;
+fn hot_pair(mode: Mode, seed: u64) -> SimConfig {
+    let mut cfg = SimConfig::bank(mode, seed);
+    cfg.bank_mut().customers = 24;
     cfg.hot_sibling_pair = true;
     cfg
 }
@@ -56,7 +56,7 @@ fn every_mode_keeps_invariants_under_concentrated_write_skew() {
 /// Seeds are fixed, so the outcome is deterministic, not flaky.
 fn bug_is_caught(mode: Mode, bugs: BugSwitches, budget: u64) {
     for seed in 0..budget {
-        let mut cfg = if bugs.relaxed_locks { hot_pair(mode, seed) } else { SimBankConfig::new(mode, seed) };
+        let mut cfg = if bugs.relaxed_locks { hot_pair(mode, seed) } else { SimConfig::bank(mode, seed) };
         cfg.bugs = bugs;
         let r = run(&cfg);
         if !r.violations.is_empty() {
@@ -90,19 +90,19 @@ fn relaxed_locks_are_caught() {
 
 #[test]
 fn a_seed_replays_identically() {
-    let a = run(&SimBankConfig::new(Mode::Pandora, 7));
-    let b = run(&SimBankConfig::new(Mode::Pandora, 7));
+    let a = run(&SimConfig::bank(Mode::Pandora, 7));
+    let b = run(&SimConfig::bank(Mode::Pandora, 7));
     assert_eq!((a.committed, a.aborted, a.sim_time_ns, a.stats.verbs), (b.committed, b.aborted, b.sim_time_ns, b.stats.verbs));
 }
 
 // ---- Crash recovery (issue 3, DESIGN.md §4.5) ----
 
-use tandem_bench::sim_bank::Faults;
+use tandem_bench::sim_run::Faults;
 use tandem_sim::Rng;
 
-fn crash_cfg(mode: Mode, seed: u64) -> SimBankConfig {
-    let mut cfg = SimBankConfig::new(mode, seed);
-    cfg.bank.customers = 24;
+fn crash_cfg(mode: Mode, seed: u64) -> SimConfig {
+    let mut cfg = SimConfig::bank(mode, seed);
+    cfg.bank_mut().customers = 24;
     cfg.txs_per_coordinator = 60;
     let mut rng = Rng::new(seed ^ 0xC4A5);
     // Crash somewhere in the busy middle of the run, at an arbitrary verb boundary.
@@ -114,7 +114,7 @@ fn crash_cfg(mode: Mode, seed: u64) -> SimBankConfig {
     cfg
 }
 
-fn assert_recovers(cfg: &SimBankConfig) -> tandem_bench::sim_bank::SimBankReport {
+fn assert_recovers(cfg: &SimConfig) -> tandem_bench::sim_run::SimReport {
     let r = run(cfg);
     assert!(
         r.violations.is_empty(),
@@ -145,7 +145,7 @@ fn pandora_recovers_from_compute_crashes_at_random_verb_boundaries() {
     eprintln!("pandora crash sweep: {logs} logs, {back} rolled back, {fwd} rolled forward, {window} survivor commits in recovery windows");
 }
 
-fn cfg_seed(r: &tandem_bench::sim_bank::SimBankReport) -> &str {
+fn cfg_seed(r: &tandem_bench::sim_run::SimReport) -> &str {
     &r.replay
 }
 
@@ -194,7 +194,7 @@ fn recovery_is_idempotent_when_the_recovery_coordinator_crashes_midway() {
 
 /// The first seed below `budget` whose run violates an invariant, with its
 /// first violation and replay command.
-fn first_violation(budget: u64, cfg_for: impl Fn(u64) -> SimBankConfig) -> Option<(u64, String, String)> {
+fn first_violation(budget: u64, cfg_for: impl Fn(u64) -> SimConfig) -> Option<(u64, String, String)> {
     (0..budget).find_map(|seed| {
         let r = run(&cfg_for(seed));
         r.violations.first().map(|v| (seed, v.clone(), r.replay.clone()))
@@ -247,7 +247,7 @@ fn missing_insert_undo_is_caught_by_the_crash_tests() {
     for mode in [Mode::Traditional, Mode::Ford] {
         let (seed, v, replay) = first_violation(400, |seed| {
             let mut cfg = crash_cfg(mode, seed);
-            cfg.bank.receipt_chance = 0.6;
+            cfg.bank_mut().receipt_chance = 0.6;
             cfg.bugs = BugSwitches { missing_insert_undo: true, ..Default::default() };
             cfg
         })
@@ -265,7 +265,7 @@ fn lost_decision_is_caught_by_the_crash_tests() {
     use tandem_dkvs::recovery::RecoveryBugs;
     let retrying = |seed| {
         let mut cfg = crash_cfg(Mode::Traditional, seed);
-        cfg.bank.retries = 3;
+        cfg.bank_mut().retries = 3;
         cfg.faults.detect_ns = cfg.faults.detect_ns.min(3_000);
         cfg
     };
@@ -319,8 +319,8 @@ fn memory_node_loss_mid_commit_is_survived_and_rereplicated() {
     for mode in Mode::ALL {
         let mut degraded = 0;
         for seed in 0..seeds() {
-            let mut cfg = SimBankConfig::new(mode, seed);
-            cfg.bank.customers = 24;
+            let mut cfg = SimConfig::bank(mode, seed);
+            cfg.bank_mut().customers = 24;
             cfg.txs_per_coordinator = 60;
             let mut rng = Rng::new(seed ^ 0x3E3);
             cfg.faults.memory_failure = Some((rng.below(3) as u16, rng.range_inclusive(20_000, 120_000)));

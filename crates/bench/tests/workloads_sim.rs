@@ -4,61 +4,60 @@
 //! store bug within a stated seed budget (STYLE.md: every test must be able to
 //! fail). `TANDEM_SIM_SEEDS=N` raises the seed count of the passing runs.
 
-use tandem_bench::sim_workload::{run, SimWorkloadConfig, SimWorkloadReport};
+use tandem_bench::sim_run::{run, SimConfig, SimReport};
 use tandem_cluster::workload::WorkloadSpec;
 use tandem_dkvs::{BugSwitches, Mode};
-use tandem_workloads::smallbank::SmallBankSpec;
-use tandem_workloads::tatp::TatpSpec;
-use tandem_workloads::tpcc::TpccSpec;
 
 fn seeds(default: u64) -> u64 {
     std::env::var("TANDEM_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
-/// 1 000 accounts, FORD's 4 % hot set, balances small enough that
-/// SendPayment rollbacks and WriteCheck penalties happen.
-fn smallbank() -> WorkloadSpec {
-    WorkloadSpec::SmallBank(SmallBankSpec { initial_balance_cents: 1_000, ..SmallBankSpec::scaled(1_000) })
-}
-
-fn tatp() -> WorkloadSpec {
-    WorkloadSpec::Tatp(TatpSpec { subscribers: 1_000, ..TatpSpec::default() })
-}
-
-fn tpcc() -> WorkloadSpec {
-    WorkloadSpec::Tpcc(TpccSpec::tiny(1))
-}
-
 /// Simulated time one transaction takes per coordinator, roughly (for
 /// placing crashes inside the run).
-fn tx_ns(w: &WorkloadSpec) -> u64 {
-    match w {
-        WorkloadSpec::Tpcc(_) => 100_000,
-        _ => 25_000,
+fn tx_ns(preset: &str) -> u64 {
+    if preset.starts_with("tpcc") {
+        100_000
+    } else {
+        25_000
     }
 }
 
+/// One of the simulation's workload presets (`sim_run::preset`).
+fn sim(mode: Mode, preset: &str, seed: u64) -> SimConfig {
+    SimConfig::new(mode, preset, seed).expect("a preset")
+}
+
+/// When this seed's clients start (after the load, which a run without
+/// transactions measures).
+fn clients_start_ns(mode: Mode, preset: &str, seed: u64) -> u64 {
+    let mut cfg = sim(mode, preset, seed);
+    cfg.txs_per_coordinator = 0;
+    run(&cfg).clients_start_ns
+}
+
 /// A run whose compute node 1 crashes somewhere in the first half of its
-/// transactions, verbs in flight or not.
-fn crashing(mode: Mode, w: WorkloadSpec, seed: u64, txs: u32) -> SimWorkloadConfig {
-    let span = tx_ns(&w) * txs as u64 / 2;
-    let mut cfg = SimWorkloadConfig::new(mode, w, seed);
+/// transactions, verbs in flight or not; detection after 20 µs.
+fn crashing(mode: Mode, preset: &str, seed: u64, txs: u32) -> SimConfig {
+    let span = tx_ns(preset) * txs as u64 / 2;
+    let mut cfg = sim(mode, preset, seed);
     cfg.txs_per_coordinator = txs;
-    cfg.crash = Some((1, span / 10 + seed.wrapping_mul(7_919_993) % span));
+    let at = clients_start_ns(mode, preset, seed) + span / 10 + seed.wrapping_mul(7_919_993) % span;
+    cfg.faults.crash = Some((1, at));
+    cfg.faults.detect_ns = 20_000;
     cfg
 }
 
-fn assert_clean(r: &SimWorkloadReport) {
+fn assert_clean(r: &SimReport) {
     assert!(r.violations.is_empty(), "violations:\n{}\nreplay: {}", r.violations.join("\n"), r.replay);
 }
 
-fn crash_runs_keep_the_check(mode: Mode, w: fn() -> WorkloadSpec, txs: u32, n_seeds: u64) {
+fn crash_runs_keep_the_check(mode: Mode, w: &str, txs: u32, n_seeds: u64) {
     let (mut committed, mut in_doubt) = (0, 0);
     let n_seeds = seeds(n_seeds);
     for seed in 0..n_seeds {
-        let r = run(&crashing(mode, w(), seed, txs));
+        let r = run(&crashing(mode, w, seed, txs));
         assert_clean(&r);
-        assert!(r.recovered);
+        assert_eq!(r.recoveries.len(), 1, "{}", r.replay);
         committed += r.committed;
         in_doubt += r.in_doubt;
         let l = r.outcome.as_ref().and_then(|o| o.ledger()).expect("an OLTP ledger");
@@ -73,7 +72,7 @@ fn crash_runs_keep_the_check(mode: Mode, w: fn() -> WorkloadSpec, txs: u32, n_se
 }
 
 /// Find a seed in `0..budget` whose check reports a violation.
-fn bug_is_caught(what: &str, budget: u64, cfg: impl Fn(u64) -> SimWorkloadConfig) {
+fn bug_is_caught(what: &str, budget: u64, cfg: impl Fn(u64) -> SimConfig) {
     for seed in 0..budget {
         let r = run(&cfg(seed));
         if !r.violations.is_empty() {
@@ -90,13 +89,13 @@ fn bug_is_caught(what: &str, budget: u64, cfg: impl Fn(u64) -> SimWorkloadConfig
 #[test]
 fn false_positives_are_safe_in_every_mode() {
     for mode in [Mode::Pandora, Mode::Ford, Mode::Traditional] {
-        for (w, txs, n) in [(smallbank as fn() -> WorkloadSpec, 60, 4), (tpcc as fn() -> WorkloadSpec, 40, 3)] {
+        for (w, txs, n) in [("smallbank", 60, 4), ("tpcc", 40, 3)] {
             for seed in 0..seeds(n) {
-                let mut cfg = crashing(mode, w(), seed, txs);
-                cfg.false_positive = true;
+                let mut cfg = crashing(mode, w, seed, txs);
+                cfg.faults.false_positive = true;
                 let r = run(&cfg);
                 assert_clean(&r);
-                assert!(r.recovered, "{}", r.replay);
+                assert_eq!(r.recoveries.len(), 1, "{}", r.replay);
             }
         }
     }
@@ -107,7 +106,7 @@ fn false_positives_are_safe_in_every_mode() {
 #[test]
 fn smallbank_survives_a_compute_crash_in_every_mode() {
     for mode in Mode::ALL {
-        crash_runs_keep_the_check(mode, smallbank, 40, 8);
+        crash_runs_keep_the_check(mode, "smallbank", 40, 8);
     }
 }
 
@@ -115,7 +114,7 @@ fn smallbank_survives_a_compute_crash_in_every_mode() {
 fn smallbank_check_catches_complicit_abort() {
     for mode in [Mode::Pandora, Mode::Ford] {
         bug_is_caught(&format!("smallbank / {mode} / complicit abort"), 10, |seed| {
-            let mut cfg = SimWorkloadConfig::new(mode, smallbank(), seed);
+            let mut cfg = sim(mode, "smallbank", seed);
             cfg.txs_per_coordinator = 60;
             cfg.bugs = BugSwitches { complicit_abort: true, ..Default::default() };
             cfg
@@ -127,9 +126,9 @@ fn smallbank_check_catches_complicit_abort() {
 
 #[test]
 fn tatp_survives_a_compute_crash() {
-    crash_runs_keep_the_check(Mode::Pandora, tatp, 60, 8);
+    crash_runs_keep_the_check(Mode::Pandora, "tatp", 60, 8);
     for mode in [Mode::Ford, Mode::Traditional] {
-        crash_runs_keep_the_check(mode, tatp, 60, 2);
+        crash_runs_keep_the_check(mode, "tatp", 60, 2);
     }
 }
 
@@ -137,7 +136,7 @@ fn tatp_survives_a_compute_crash() {
 fn tatp_check_catches_complicit_abort() {
     bug_is_caught("tatp / pandora / complicit abort", 10, |seed| {
         // Few subscribers, so that updates of one row collide.
-        let mut cfg = SimWorkloadConfig::new(Mode::Pandora, WorkloadSpec::Tatp(TatpSpec { subscribers: 8, ..TatpSpec::default() }), seed);
+        let mut cfg = sim(Mode::Pandora, "tatp-hot", seed);
         cfg.txs_per_coordinator = 80;
         cfg.bugs = BugSwitches { complicit_abort: true, ..Default::default() };
         cfg
@@ -148,18 +147,18 @@ fn tatp_check_catches_complicit_abort() {
 
 #[test]
 fn tpcc_survives_a_compute_crash() {
-    crash_runs_keep_the_check(Mode::Pandora, tpcc, 40, 6);
+    crash_runs_keep_the_check(Mode::Pandora, "tpcc", 40, 6);
     // Remote order lines and remote payments.
-    crash_runs_keep_the_check(Mode::Pandora, || WorkloadSpec::Tpcc(TpccSpec::tiny(2)), 40, 3);
+    crash_runs_keep_the_check(Mode::Pandora, "tpcc-2", 40, 3);
     for mode in [Mode::Ford, Mode::Traditional] {
-        crash_runs_keep_the_check(mode, tpcc, 40, 2);
+        crash_runs_keep_the_check(mode, "tpcc", 40, 2);
     }
 }
 
 #[test]
 fn tpcc_check_catches_complicit_abort() {
     bug_is_caught("tpcc / pandora / complicit abort", 10, |seed| {
-        let mut cfg = SimWorkloadConfig::new(Mode::Pandora, tpcc(), seed);
+        let mut cfg = sim(Mode::Pandora, "tpcc", seed);
         cfg.txs_per_coordinator = 30;
         cfg.bugs = BugSwitches { complicit_abort: true, ..Default::default() };
         cfg

@@ -6,7 +6,7 @@ use clap::Args;
 use tandem_cluster::backend::{Backend, MemoryServers};
 use tandem_bench::compare::alternate;
 use tandem_cluster::runner::{run, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
-use tandem_bench::sim_bank::{self, Faults, SimBankConfig};
+use tandem_bench::sim_run::{self, Faults, SimConfig};
 use tandem_dkvs::recovery::RecoveryBugs;
 use tandem_cluster::workload::WorkloadSpec;
 use tandem_bench::fabric_bench;
@@ -308,6 +308,9 @@ pub fn fabric_bench(a: FabricBenchArgs) -> Result<(), String> {
 
 #[derive(Args)]
 pub struct SimBankArgs {
+    /// The simulation's workload at the simulation tests' sizes: bank (default), smallbank, tatp, tatp-hot, tpcc, tpcc-2.
+    #[arg(long, default_value = "bank")]
+    workload: String,
     #[arg(long, default_value = "pandora")]
     store: Mode,
     #[arg(long, default_value_t = 0)]
@@ -324,7 +327,7 @@ pub struct SimBankArgs {
     /// Seeds to run, starting at --seed.
     #[arg(long, default_value_t = 1)]
     seeds: u64,
-    /// Crash this compute node (0-based) at --crash-at-ns; recovery then runs.
+    /// Crash this compute node (0-based) at --crash-at-ns (simulated, loading included); recovery then runs.
     #[arg(long)]
     crash_node: Option<u16>,
     #[arg(long, default_value_t = 50_000)]
@@ -354,7 +357,7 @@ pub struct SimBankArgs {
     /// Retry aborted transactions this often with the same arguments.
     #[arg(long)]
     retries: Option<u32>,
-    /// Lose this memory node (0-based) at --fail-memory-at-ns; it is re-replicated later.
+    /// Lose this memory node (0-based) at --fail-memory-at-ns (simulated, loading included); it is re-replicated later.
     #[arg(long)]
     fail_memory_node: Option<u16>,
     #[arg(long, default_value_t = 50_000)]
@@ -388,21 +391,29 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
     if a.suspect_too.is_some_and(|n| n >= a.compute_nodes || Some(n) == a.crash_node) {
         return Err("--suspect-too must name another compute node, below --compute-nodes".into());
     }
+    sim_run::preset(&a.workload)?;
+    let bank = a.workload == "bank";
+    if !bank && (a.hot_sibling_pair || a.customers.is_some() || a.receipt_chance.is_some() || a.retries.is_some()) {
+        return Err("--hot-sibling-pair, --customers, --receipt-chance and --retries are the bank's".into());
+    }
     let mut failures = 0;
     for seed in a.seed..a.seed.saturating_add(a.seeds.max(1)) {
-        let mut cfg = SimBankConfig::new(a.store, seed);
+        let mut cfg = SimConfig::new(a.store, &a.workload, seed)?;
         cfg.compute_nodes = a.compute_nodes;
         cfg.bugs = bugs;
         cfg.hot_sibling_pair = a.hot_sibling_pair;
-        cfg.bank.customers = a.customers.unwrap_or(if a.hot_sibling_pair || a.crash_node.is_some() { 24 } else { cfg.bank.customers });
-        if let Some(p) = a.receipt_chance {
-            if !(0.0..=1.0).contains(&p) {
-                return Err("--receipt-chance must be in [0, 1]".into());
+        if bank {
+            let b = cfg.bank_mut();
+            b.customers = a.customers.unwrap_or(if a.hot_sibling_pair || a.crash_node.is_some() { 24 } else { b.customers });
+            if let Some(p) = a.receipt_chance {
+                if !(0.0..=1.0).contains(&p) {
+                    return Err("--receipt-chance must be in [0, 1]".into());
+                }
+                b.receipt_chance = p;
             }
-            cfg.bank.receipt_chance = p;
-        }
-        if let Some(r) = a.retries {
-            cfg.bank.retries = r;
+            if let Some(r) = a.retries {
+                b.retries = r;
+            }
         }
         if let Some(n) = a.txs {
             cfg.txs_per_coordinator = n;
@@ -431,12 +442,12 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
                 return Err(format!("--fail-memory-node must be below {}", cfg.memory_nodes));
             }
             cfg.faults.memory_failure = Some((m, a.fail_memory_at_ns));
-            if a.crash_node.is_none() {
-                cfg.bank.customers = a.customers.unwrap_or(24);
-                cfg.txs_per_coordinator = a.txs.unwrap_or(60);
+            if bank {
+                cfg.bank_mut().customers = a.customers.unwrap_or(24);
             }
+            cfg.txs_per_coordinator = a.txs.unwrap_or(60);
         }
-        let r = sim_bank::run(&cfg);
+        let r = sim_run::run(&cfg);
         eprintln!(
             "seed {seed}: {} committed, {} aborted, {} verbs, {:.3} ms simulated: {}",
             r.committed,

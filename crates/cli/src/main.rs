@@ -53,7 +53,7 @@ enum Command {
     Experiment(experiment_cmd::ExperimentArgs),
     /// Run a memory server: a passive region served over TCP.
     MemoryServer(memory_server::MemoryServerArgs),
-    /// Replay one seeded simulation of the bank workload and check every invariant.
+    /// Replay seeded simulations (the bank, or --workload smallbank|tatp|tpcc) with faults and check every invariant.
     SimBank(bench_cmd::SimBankArgs),
     /// Seeded simulations of false suspicion (slow nodes, verdicts before registration, crossing messages, crashes).
     SimSuspicion(soak_cmd::SimSuspicionArgs),

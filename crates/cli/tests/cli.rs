@@ -153,6 +153,25 @@ fn sim_bank_replay_command_runs_a_seed() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("replay: cargo run --release -- sim-bank"));
 }
 
+/// A crashed TPC-C simulation replays from the command its report prints:
+/// the command's run commits, verbs and ends exactly as the library's did.
+#[test]
+fn a_workload_simulation_replays_from_its_printed_command() {
+    use tandem_bench::sim_run::{run, SimConfig};
+    let _serial = serial();
+    let mut cfg = SimConfig::new(tandem_dkvs::Mode::Pandora, "tpcc", 2).unwrap();
+    cfg.faults.crash = Some((1, 900_000));
+    cfg.faults.detect_ns = 20_000;
+    let r = run(&cfg);
+    assert!(r.violations.is_empty() && r.recoveries.len() == 1, "{:?} {}", r.violations, r.replay);
+    let args: Vec<&str> = r.replay.strip_prefix("cargo run --release -- ").expect("a tandem command").split_whitespace().collect();
+    let out = tandem().args(&args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let line = format!("seed 2: {} committed, {} aborted, {} verbs, {:.3} ms simulated", r.committed, r.aborted, r.stats.verbs, r.sim_time_ns as f64 / 1e6);
+    assert!(err.contains(&line), "expected '{line}' from `{}`:\n{err}", r.replay);
+}
+
 /// `n` memory-server processes on loopback; their addresses, comma-separated.
 fn memory_servers(n: usize, secret: &str) -> (Vec<Proc>, String) {
     let (procs, addrs): (Vec<Proc>, Vec<String>) = (0..n)

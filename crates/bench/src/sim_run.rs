@@ -1,8 +1,14 @@
-//! One seeded simulation run of the bank workload (tier 2 of the test plan in
-//! STYLE.md): ≥2 compute nodes with several coordinators each, ≥3 memory nodes,
-//! replicas 2, random verb delays and torn reads, then every end-of-run
-//! invariant. The same seed always takes the same steps; a failing seed is
-//! replayed with the command in [`SimBankReport::replay`].
+//! One seeded simulation run of any workload (tier 2 of the test plan in
+//! STYLE.md): ≥2 compute nodes with several coordinators each, ≥3 memory
+//! nodes, replicas 2, random verb delays and torn reads, the faults of
+//! [`Faults`] (a compute crash or a false suspicion, the recovery of
+//! DESIGN.md §4.5 with a recovery coordinator that may crash too, a memory
+//! node lost and re-replicated), then every end-of-run invariant: the
+//! background stray-lock sweep, replica agreement, no lock left held, and
+//! the workload's own check. The same seed always takes the same steps; a
+//! failing seed is replayed with the command in [`SimReport::replay`]
+//! (`tandem sim-bank --workload W ...`). [`preset`] names the simulation's
+//! workload sizes, for the tests and the command alike.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -11,14 +17,39 @@ use std::sync::Arc;
 use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryBugs, RecoveryCoordinator, RecoveryReport};
+use tandem_cluster::workload::{Client, Outcome, OutcomeHandle, WorkloadSpec};
 use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, StoreConfig};
 use tandem_membership::{Command, Event, Membership, MembershipConfig};
 use tandem_fabric::sim::{SimCluster, SimFabricConfig};
 use tandem_sim::{Rng, Sim};
-use tandem_workloads::bank::{self, BankClient, BankLedger, BankSpec, ACCOUNTS, RECEIPTS};
+use tandem_workloads::bank::{BankSpec, ACCOUNTS};
+use tandem_workloads::smallbank::SmallBankSpec;
+use tandem_workloads::tatp::TatpSpec;
+use tandem_workloads::tpcc::TpccSpec;
+
+/// The simulation's workloads by name ([`preset`]).
+pub const PRESETS: [&str; 6] = ["bank", "smallbank", "tatp", "tatp-hot", "tpcc", "tpcc-2"];
+
+/// The workload sizes of the simulation tests, by name (also `sim-bank
+/// --workload`): small enough for hundreds of seeds, busy enough to
+/// conflict. `tatp-hot` has 8 subscribers, so updates of one row collide;
+/// `tpcc-2` has two warehouses (remote order lines and payments).
+pub fn preset(name: &str) -> Result<WorkloadSpec, String> {
+    Ok(match name {
+        "bank" => WorkloadSpec::Bank(BankSpec { customers: 6, initial_balance: 100, receipt_capacity: 2_048, ..BankSpec::default() }),
+        // 1 000 accounts, FORD's 4 % hot set, balances small enough that
+        // SendPayment rollbacks and WriteCheck penalties happen.
+        "smallbank" => WorkloadSpec::SmallBank(SmallBankSpec { initial_balance_cents: 1_000, ..SmallBankSpec::scaled(1_000) }),
+        "tatp" => WorkloadSpec::Tatp(TatpSpec { subscribers: 1_000, ..TatpSpec::default() }),
+        "tatp-hot" => WorkloadSpec::Tatp(TatpSpec { subscribers: 8, ..TatpSpec::default() }),
+        "tpcc" => WorkloadSpec::Tpcc(TpccSpec::tiny(1)),
+        "tpcc-2" => WorkloadSpec::Tpcc(TpccSpec::tiny(2)),
+        other => return Err(format!("unknown simulation workload '{other}' ({})", PRESETS.join(", "))),
+    })
+}
 
 #[derive(Clone, Debug)]
-pub struct SimBankConfig {
+pub struct SimConfig {
     pub seed: u64,
     pub mode: Mode,
     pub bugs: BugSwitches,
@@ -26,14 +57,20 @@ pub struct SimBankConfig {
     pub coordinators_per_node: u16,
     pub memory_nodes: u16,
     pub replicas: u16,
-    pub bank: BankSpec,
+    /// The [`preset`] the workload came from (named in the replay command).
+    pub preset: &'static str,
+    /// Only the bank's may be changed after [`SimConfig::new`] (its flags replay it).
+    pub workload: WorkloadSpec,
     pub txs_per_coordinator: u32,
     pub fabric: SimFabricConfig,
-    /// Concentrate debits on one customer whose two accounts have different
-    /// primaries (a same-primary pair is ordered by the queue pair, which
-    /// hides validation races). Used to hunt the relaxed-locks bug.
+    /// Bank only: concentrate debits on one customer whose two accounts
+    /// have different primaries (a same-primary pair is ordered by the
+    /// queue pair, which hides validation races). Used to hunt the
+    /// relaxed-locks bug.
     pub hot_sibling_pair: bool,
     pub faults: Faults,
+    /// Log bytes per coordinator (TPC-C's large transactions need more than the bank's).
+    pub log_slot_bytes: u64,
 }
 
 /// Compute-side faults injected into one run (DESIGN.md §4.5). The harness
@@ -42,7 +79,9 @@ pub struct SimBankConfig {
 /// adds the node's coordinators to `failed_ids`.
 #[derive(Clone, Debug, Default)]
 pub struct Faults {
-    /// Crash compute node `.0` (0-based) at simulated time `.1`, verbs in flight or not.
+    /// Crash compute node `.0` (0-based) at simulated time `.1`, counted from
+    /// the start of the simulation, loading included (see
+    /// [`SimReport::clients_start_ns`]), verbs in flight or not.
     /// Detection is the membership service's heartbeat failure detector,
     /// running in the simulator with a timeout of `detect_ns` (at least 2 µs).
     pub crash: Option<(u16, u64)>,
@@ -96,9 +135,15 @@ impl Faults {
     }
 }
 
-impl SimBankConfig {
-    pub fn new(mode: Mode, seed: u64) -> Self {
-        SimBankConfig {
+impl SimConfig {
+    /// The [`preset`] named `name` on the default cluster: 2 compute nodes
+    /// × 4 coordinators, 3 memory nodes, 2 replicas, 40 transactions per
+    /// coordinator, no faults.
+    pub fn new(mode: Mode, name: &str, seed: u64) -> Result<Self, String> {
+        let preset_name = PRESETS.into_iter().find(|p| *p == name);
+        let workload = preset(name)?;
+        let log_slot_bytes = if matches!(workload, WorkloadSpec::Bank(_)) { 8 * 1024 } else { 32 * 1024 };
+        Ok(SimConfig {
             seed,
             mode,
             bugs: BugSwitches::default(),
@@ -106,29 +151,48 @@ impl SimBankConfig {
             coordinators_per_node: 4,
             memory_nodes: 3,
             replicas: 2,
-            bank: BankSpec { customers: 6, initial_balance: 100, receipt_capacity: 2_048, ..BankSpec::default() },
+            preset: preset_name.expect("every preset is in PRESETS"),
+            workload,
             txs_per_coordinator: 40,
             fabric: SimFabricConfig::default(),
             hot_sibling_pair: false,
             faults: Faults::default(),
+            log_slot_bytes,
+        })
+    }
+
+    /// The bank preset.
+    pub fn bank(mode: Mode, seed: u64) -> Self {
+        Self::new(mode, "bank", seed).expect("a preset")
+    }
+
+    /// The bank's spec, to adjust (panics for another workload).
+    pub fn bank_mut(&mut self) -> &mut BankSpec {
+        match &mut self.workload {
+            WorkloadSpec::Bank(b) => b,
+            other => panic!("bank_mut on a {} run", other.name()),
         }
     }
 
-    fn bug_flag(&self) -> String {
-        let names = self.bugs.names();
-        let defaults = BankSpec::default();
-        let mut flags: String = names.iter().map(|n| format!(" --inject-bug {n}")).collect();
+    /// The flags of `tandem sim-bank` that replay this run.
+    fn flags(&self) -> String {
+        let mut flags = format!(" --workload {} --txs {}", self.preset, self.txs_per_coordinator);
+        flags += &self.bugs.names().iter().map(|n| format!(" --inject-bug {n}")).collect::<String>();
         if self.compute_nodes != 2 {
             flags.push_str(&format!(" --compute-nodes {}", self.compute_nodes));
         }
         if self.hot_sibling_pair {
             flags.push_str(" --hot-sibling-pair");
         }
-        if self.bank.retries != defaults.retries {
-            flags.push_str(&format!(" --retries {}", self.bank.retries));
-        }
-        if self.bank.receipt_chance != defaults.receipt_chance {
-            flags.push_str(&format!(" --receipt-chance {}", self.bank.receipt_chance));
+        if let WorkloadSpec::Bank(b) = &self.workload {
+            let defaults = BankSpec::default();
+            flags.push_str(&format!(" --customers {}", b.customers));
+            if b.retries != defaults.retries {
+                flags.push_str(&format!(" --retries {}", b.retries));
+            }
+            if b.receipt_chance != defaults.receipt_chance {
+                flags.push_str(&format!(" --receipt-chance {}", b.receipt_chance));
+            }
         }
         flags + &self.faults.flags()
     }
@@ -149,8 +213,10 @@ struct Gate {
 }
 
 #[derive(Debug, Default)]
-pub struct SimBankReport {
+pub struct SimReport {
+    /// Transactions the clients saw commit.
     pub committed: u64,
+    /// Transactions that ended without committing (aborts and the application's rollbacks).
     pub aborted: u64,
     pub violations: Vec<String>,
     pub sim_time_ns: u64,
@@ -168,14 +234,21 @@ pub struct SimBankReport {
     pub slots_rereplicated: u64,
     /// Commits acknowledged while the failed memory node's partitions ran on one copy.
     pub commits_while_degraded: u64,
+    /// When the load finished and the clients started (a seed's load does
+    /// not depend on its faults, so a run without them tells where to put them).
+    pub clients_start_ns: u64,
+    /// Simulated time from the clients' start to the end of the last transaction.
+    pub clients_ns: u64,
+    /// The merged client outcome (ledger).
+    pub outcome: Option<Outcome>,
 }
 
 /// Run one seed to completion and check every invariant.
-pub fn run(cfg: &SimBankConfig) -> SimBankReport {
-    let mut store = StoreConfig::new(cfg.mode, cfg.memory_nodes, cfg.replicas, cfg.bank.tables());
+pub fn run(cfg: &SimConfig) -> SimReport {
+    let mut store = StoreConfig::new(cfg.mode, cfg.memory_nodes, cfg.replicas, cfg.workload.tables());
     store.partitions_per_table = 12;
     store.log_slots = 64;
-    store.log_slot_bytes = 8 * 1024;
+    store.log_slot_bytes = cfg.log_slot_bytes;
     store.bugs = cfg.bugs;
     let layout = Arc::new(Layout::new(&store).expect("valid simulation config"));
     let sim = Sim::new(cfg.seed);
@@ -184,7 +257,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
 
     // Load.
     let loader_fabric = cluster.join(0).expect("a fresh compute-node id");
-    let (l, spec) = (layout.clone(), cfg.bank.clone());
+    let (l, spec) = (layout.clone(), cfg.workload.clone());
     sim.spawn(u32::MAX, async move {
         let mut loader = Loader::new(&loader_fabric, l);
         spec.load(&mut loader).await.expect("load");
@@ -193,16 +266,15 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
     sim.run();
 
     // Run the clients: every coordinator is a task owned by its compute node.
-    let ledgers: Rc<RefCell<Vec<(u16, Rc<RefCell<BankLedger>>)>>> = Rc::default();
+    let clients_start_ns = sim.now_ns();
+    let handles: Rc<RefCell<Vec<OutcomeHandle>>> = Rc::default();
+    // Commits per compute node (for the survivors' share during a recovery).
+    let commits: Rc<RefCell<Vec<u64>>> = Rc::new(RefCell::new(vec![0; cfg.compute_nodes as usize]));
+    let aborted = Rc::new(Cell::new(0u64));
     let stats: Rc<RefCell<CoordinatorStats>> = Rc::default();
     let mut seeds = Rng::new(cfg.seed ^ 0xBA4C);
     let failed = FailedIds::new();
-    let hot = cfg.hot_sibling_pair.then(|| {
-        let t = layout.table(ACCOUNTS);
-        let primary = |a: u64| t.replicas[t.home(a).0 as usize][0];
-        let c = (0..cfg.bank.customers).find(|&c| primary(2 * c) != primary(2 * c + 1)).unwrap_or(0);
-        (c, 0.5)
-    });
+    let hot = hot_customer(cfg, &layout);
     let mut fabrics = Vec::new();
     let mut views = Vec::new();
     let fd_timeout_ns = cfg.faults.detect_ns.max(2_000);
@@ -239,10 +311,13 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         for k in 0..cfg.coordinators_per_node {
             let id = ids[k as usize];
             let mut coord = node.coordinator(id);
-            let mut client = BankClient::new(cfg.bank.clone(), id as u32, seeds.next_u64());
-            client.hot_customer = hot;
+            let mut client = cfg.workload.client(id as u32, seeds.next_u64());
+            if let Client::Bank(b) = &mut client {
+                b.hot_customer = hot;
+            }
             let (stats, n) = (stats.clone(), cfg.txs_per_coordinator);
-            ledgers.borrow_mut().push((cn, client.ledger.clone()));
+            handles.borrow_mut().push(client.handle());
+            let (commits, aborted) = (commits.clone(), aborted.clone());
             let (gate, h, running) = (gate.clone(), sim.handle(), running.clone());
             sim.spawn(cn as u32, async move {
                 for _ in 0..n {
@@ -259,11 +334,15 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
                         unlocks.await;
                         g.active.borrow_mut()[cn as usize] -= 1;
                     });
-                    if let Err(e) = r {
-                        // Only a node declared failed loses access; the ledger
-                        // keeps the in-doubt transaction.
-                        assert!(faulty, "unexpected error without faults: {e}");
-                        break;
+                    match r {
+                        Ok(true) => commits.borrow_mut()[cn as usize] += 1,
+                        Ok(false) => aborted.set(aborted.get() + 1),
+                        Err(e) => {
+                            // Only a node declared failed loses access; the
+                            // ledger keeps the in-doubt transaction.
+                            assert!(faulty, "unexpected error without faults: {e}");
+                            break;
+                        }
                     }
                 }
                 stats.borrow_mut().merge(&coord.stats);
@@ -277,9 +356,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         let w = World { cfg, sim: &sim, cluster: &cluster, membership: membership.clone(), gate: gate.clone(), failed: failed.clone(), layout: layout.clone(), next_rc: Cell::new(0) };
         let expected: Vec<u16> = std::iter::once(victim).chain(cfg.faults.suspect_too).map(|n| n + 1).collect();
         let declared = w.spawn_detector(fd_timeout_ns, expected.clone(), running.clone());
-        let survivors_committed = || -> u64 {
-            ledgers.borrow().iter().filter(|(cn, _)| !expected.contains(&(cn + 1))).map(|(_, l)| l.borrow().committed).sum()
-        };
+        let survivors_committed = || -> u64 { commits.borrow().iter().enumerate().filter(|(cn, _)| !expected.contains(&(*cn as u16 + 1))).map(|(_, c)| c).sum() };
         sim.run_until(at);
         let crash_ns = sim.now_ns();
         sim.crash(HEARTBEAT_TAG + victim as u32);
@@ -306,7 +383,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
     }
     let (mut rereplicated, mut degraded_commits) = (0, 0);
     if let Some((m, at)) = cfg.faults.memory_failure {
-        let committed = || -> u64 { ledgers.borrow().iter().map(|(_, l)| l.borrow().committed).sum() };
+        let committed = || -> u64 { commits.borrow().iter().sum() };
         let drain = |gate: &Rc<Gate>| {
             gate.paused.set(true);
             let g = gate.clone();
@@ -342,6 +419,7 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         gate.paused.set(false);
     }
     sim.run();
+    let clients_ns = sim.now_ns() - clients_start_ns;
     if cfg.faults.crash.is_some() {
         // The background scan: NotLogged stray locks nobody touched.
         let (fab, l, f, out) = (cluster.join(u16::MAX - 1).expect("a fresh compute-node id"), layout.clone(), failed.clone(), Rc::new(RefCell::new(0)));
@@ -352,47 +430,71 @@ pub fn run(cfg: &SimBankConfig) -> SimBankReport {
         sim.run();
         swept = *out.borrow();
     }
-    let mut ledger = BankLedger::default();
-    for (_, l) in ledgers.borrow().iter() {
-        ledger.merge(&l.borrow());
+    let mut outcome = Outcome::empty(&cfg.workload);
+    for h in handles.borrow().iter() {
+        outcome.merge(&h.outcome());
     }
-
-    let violations = inspect_bank(&sim, &cluster, &layout, &cfg.bank, &ledger);
+    let violations = inspect(&sim, &cluster, &layout, &cfg.workload, &outcome);
     let stats = stats.borrow().clone();
-    SimBankReport {
+    let committed: u64 = commits.borrow().iter().sum();
+    SimReport {
         recoveries,
         survivor_commits_during_recovery: window_commits,
         recovery_window_ns: window_ns,
         stray_locks_swept: swept,
         slots_rereplicated: rereplicated,
         commits_while_degraded: degraded_commits,
-        in_doubt: ledger.in_doubt.len(),
-        committed: ledger.committed,
-        aborted: ledger.aborted,
+        in_doubt: in_doubt(&outcome),
+        committed,
+        aborted: aborted.get(),
         violations,
         sim_time_ns: sim.now_ns(),
         stats,
-        replay: format!("cargo run --release -- sim-bank --store {} --seed {}{}", cfg.mode, cfg.seed, cfg.bug_flag()),
+        replay: format!("cargo run --release -- sim-bank --store {} --seed {}{}", cfg.mode, cfg.seed, cfg.flags()),
+        clients_start_ns,
+        clients_ns,
+        outcome: Some(outcome),
     }
 }
 
-/// The end-of-run inspection of a bank simulation, through verbs as a
-/// separate compute node (`u16::MAX`) would: identical replicas, no lock
-/// held, and the bank's exact ledger check. Runs the simulation until the
-/// inspection finished (other tasks may still be live).
-pub(crate) fn inspect_bank(sim: &Sim, cluster: &SimCluster, layout: &Arc<Layout>, spec: &BankSpec, ledger: &BankLedger) -> Vec<String> {
+/// Bank with `hot_sibling_pair`: the customer whose two accounts have different primaries.
+fn hot_customer(cfg: &SimConfig, layout: &Layout) -> Option<(u64, f64)> {
+    let WorkloadSpec::Bank(bank) = &cfg.workload else { return None };
+    cfg.hot_sibling_pair.then(|| {
+        let t = layout.table(ACCOUNTS);
+        let primary = |a: u64| t.replicas[t.home(a).0 as usize][0];
+        let c = (0..bank.customers).find(|&c| primary(2 * c) != primary(2 * c + 1)).unwrap_or(0);
+        (c, 0.5)
+    })
+}
+
+/// Transactions in doubt at the end (their coordinator crashed mid-commit).
+fn in_doubt(o: &Outcome) -> usize {
+    match o {
+        Outcome::Bank(l) => l.in_doubt.len(),
+        _ => o.ledger().map_or(0, |l| l.in_doubt.len()),
+    }
+}
+
+/// The end-of-run inspection, through verbs as a separate compute node
+/// (`u16::MAX`) would: identical replicas and no lock held in every table,
+/// then the workload's own check against the clients' outcome (the bank's
+/// is exact). Runs the simulation until the inspection finished (other
+/// tasks may still be live).
+pub(crate) fn inspect(sim: &Sim, cluster: &SimCluster, layout: &Arc<Layout>, spec: &WorkloadSpec, outcome: &Outcome) -> Vec<String> {
     let checker = cluster.join(u16::MAX).expect("the checker's id is fresh");
     let out: Rc<RefCell<Option<Vec<String>>>> = Rc::default();
-    let (o, l, spec, led) = (out.clone(), layout.clone(), spec.clone(), ledger.clone());
+    let (o, l, spec, oc, tables) = (out.clone(), layout.clone(), spec.clone(), outcome.clone(), spec.tables().len() as u32);
     sim.spawn(u32::MAX, async move {
-        let accounts = snapshot(&checker, &l, ACCOUNTS).await.expect("inspect accounts");
-        let receipts = snapshot(&checker, &l, RECEIPTS).await.expect("inspect receipts");
         let mut v = Vec::new();
-        for s in [&accounts, &receipts] {
+        let mut live = Vec::new();
+        for t in 0..tables {
+            let s = snapshot(&checker, &l, t).await.expect("inspect");
             v.extend(s.replica_mismatches());
             v.extend(s.held_locks().into_iter().map(|(k, w)| format!("table {} key {k}: lock {:#x} still held", s.table, w.0)));
+            live.push(s.live());
         }
-        v.extend(bank::verify(&spec, &accounts.live(), &receipts.live(), &led));
+        v.extend(spec.verify(&live, &oc));
         *o.borrow_mut() = Some(v);
     });
     sim.run_while(|| out.borrow().is_none());
@@ -402,7 +504,7 @@ pub(crate) fn inspect_bank(sim: &Sim, cluster: &SimCluster, layout: &Arc<Layout>
 
 /// What the membership's detect → revoke → recover → notify pipeline touches.
 struct World<'a> {
-    cfg: &'a SimBankConfig,
+    cfg: &'a SimConfig,
     sim: &'a Sim,
     cluster: &'a SimCluster,
     membership: Rc<RefCell<Membership>>,
