@@ -81,7 +81,8 @@ pub struct SimConfig {
 pub struct Faults {
     /// Crash compute node `.0` (0-based) at simulated time `.1`, counted from
     /// the start of the simulation, loading included (see
-    /// [`SimReport::clients_start_ns`]), verbs in flight or not.
+    /// [`SimReport::clients_start_ns`]; a time before the clients start
+    /// means at their start), verbs in flight or not.
     /// Detection is the membership service's heartbeat failure detector,
     /// running in the simulator with a timeout of `detect_ns` (at least 2 µs).
     pub crash: Option<(u16, u64)>,
@@ -357,7 +358,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         let expected: Vec<u16> = std::iter::once(victim).chain(cfg.faults.suspect_too).map(|n| n + 1).collect();
         let declared = w.spawn_detector(fd_timeout_ns, expected.clone(), running.clone());
         let survivors_committed = || -> u64 { commits.borrow().iter().enumerate().filter(|(cn, _)| !expected.contains(&(*cn as u16 + 1))).map(|(_, c)| c).sum() };
-        sim.run_until(at);
+        sim.run_until(at.max(sim.now_ns())); // a time before the clients started: at their start
         let crash_ns = sim.now_ns();
         sim.crash(HEARTBEAT_TAG + victim as u32);
         if !cfg.faults.false_positive {
@@ -389,7 +390,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             let g = gate.clone();
             sim.run_while(|| g.active.borrow().iter().any(|&a| a > 0));
         };
-        sim.run_until(at);
+        sim.run_until(at.max(sim.now_ns())); // a time before the clients started: at their start
         cluster.nodes()[m as usize].fail();
         // The membership service notices, pauses new transactions and lets
         // in-flight ones decide for themselves (commit on live replicas or abort).

@@ -448,6 +448,10 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
             cfg.txs_per_coordinator = a.txs.unwrap_or(60);
         }
         let r = sim_run::run(&cfg);
+        let planned = cfg.faults.crash.map(|c| c.1).or(cfg.faults.memory_failure.map(|m| m.1));
+        if let Some(at) = planned.filter(|&at| at < r.clients_start_ns) {
+            eprintln!("  note: the fault at {at} ns came before the clients started (at {} ns, after the load): it hit at their start", r.clients_start_ns);
+        }
         eprintln!(
             "seed {seed}: {} committed, {} aborted, {} verbs, {:.3} ms simulated: {}",
             r.committed,

@@ -160,10 +160,13 @@ fn a_workload_simulation_replays_from_its_printed_command() {
     use tandem_bench::sim_run::{run, SimConfig};
     let _serial = serial();
     let mut cfg = SimConfig::new(tandem_dkvs::Mode::Pandora, "tpcc", 2).unwrap();
-    cfg.faults.crash = Some((1, 900_000));
+    // After the load (1.9 ms of simulated time for this seed), mid-run.
+    cfg.faults.crash = Some((1, 2_300_000));
     cfg.faults.detect_ns = 20_000;
     let r = run(&cfg);
+    assert!(r.clients_start_ns < 2_300_000, "the load now ends at {} ns: move the crash", r.clients_start_ns);
     assert!(r.violations.is_empty() && r.recoveries.len() == 1, "{:?} {}", r.violations, r.replay);
+    assert!(r.recoveries[0].logs_found > 0, "the crash must cut transactions: {}", r.replay);
     let args: Vec<&str> = r.replay.strip_prefix("cargo run --release -- ").expect("a tandem command").split_whitespace().collect();
     let out = tandem().args(&args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
