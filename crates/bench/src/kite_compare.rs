@@ -319,7 +319,8 @@ fn run_kite(cfg: &KiteCompareConfig) -> Result<Row, String> {
     }
     let mix = BenchMix { system: System::Kite, keys: cfg.keys, write_ratio: cfg.write_ratio, sync_ratio: cfg.sync_ratio, rmw_ratio: cfg.rmw_ratio };
     let node = NodeOpts { timeout_ms: Some(KITE_TIMEOUT_MS), ..NodeOpts::default() };
-    let o = LoadOpts { sessions_per_node: per_node, warmup_s: cfg.warmup_s, duration_s: cfg.duration_s, seed: cfg.seed, ..LoadOpts::default() };
+    let progress = cfg.progress.then(|| "kite".to_string());
+    let o = LoadOpts { sessions_per_node: per_node, warmup_s: cfg.warmup_s, duration_s: cfg.duration_s, seed: cfg.seed, progress, ..LoadOpts::default() };
     let (res, rep) = bench_tcp(&cfg.exe, &cfg.work.join("kite"), cfg.nodes, &node, mix, &o)?;
     let clients = per_node as usize * cfg.nodes;
     let ops = (res.throughput_ops * cfg.duration_s).round() as u64;

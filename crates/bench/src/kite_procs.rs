@@ -306,11 +306,13 @@ pub struct LoadOpts {
     pub client_timeout_s: f64,
     pub faults: Vec<Fault>,
     pub seed: u64,
+    /// Print a line per second on stderr under this name (long runs).
+    pub progress: Option<String>,
 }
 
 impl Default for LoadOpts {
     fn default() -> Self {
-        LoadOpts { sessions_per_node: 40, warmup_s: 0.0, duration_s: 5.0, client_timeout_s: 3.0, faults: Vec::new(), seed: 1 }
+        LoadOpts { sessions_per_node: 40, warmup_s: 0.0, duration_s: 5.0, client_timeout_s: 3.0, faults: Vec::new(), seed: 1, progress: None }
     }
 }
 
@@ -412,6 +414,7 @@ pub fn run_load(cluster: &mut KiteCluster, gen: Gen, o: &LoadOpts) -> Result<Loa
     while !l.drained() {
         l.faults_due();
         l.sweep();
+        l.progress();
         l.issue()?;
         events.clear();
         if l.mux.poll(Duration::from_millis(1), &mut events).is_err() {
@@ -464,6 +467,9 @@ struct Load<'a> {
     next_sweep: u64,
     stats0: (NodeStats, f64),
     stats_warm: Option<(NodeStats, f64)>,
+    /// Replies so far, and (next progress line at, replies then).
+    replies: u64,
+    last_progress: (u64, u64),
 }
 
 impl<'a> Load<'a> {
@@ -504,6 +510,8 @@ impl<'a> Load<'a> {
             next_sweep: 0,
             stats0,
             stats_warm: None,
+            replies: 0,
+            last_progress: (1_000_000_000, 0),
             cluster,
             o,
         })
@@ -532,6 +540,18 @@ impl<'a> Load<'a> {
                 m.stop();
             }
         }
+    }
+
+    /// With `progress`: a line per second, replies so far and their rate.
+    fn progress(&mut self) {
+        let Some(name) = &self.o.progress else { return };
+        let now = self.now();
+        if now < self.last_progress.0 || self.stopping_at.is_some() {
+            return;
+        }
+        let rate = (self.replies - self.last_progress.1) as f64;
+        eprintln!("  [{:>4.1}s] {name:<20} {:>9} ops  {rate:>9.0} ops/s", now as f64 / 1e9, self.replies);
+        self.last_progress = (self.last_progress.0 + 1_000_000_000, self.replies);
     }
 
     /// Past the end, every call answered or the client time-out passed.
@@ -630,6 +650,7 @@ impl<'a> Load<'a> {
         if let Some(m) = self.mix.as_mut() {
             m.done(i as u64, &result, now);
         }
+        self.replies += 1;
         let s = &mut self.sess[i];
         s.completed += 1;
         s.last_done_ns = now;

@@ -378,7 +378,7 @@ fn run_load(a: LoadArgs) -> Result<(), String> {
     let mut faults: Vec<Fault> = a.sleep.iter().map(|s| Fault::parse_sleep(s)).collect::<Result<_, _>>()?;
     faults.extend(a.kill.iter().map(|s| Fault::parse_kill(s)).collect::<Result<Vec<_>, _>>()?);
     let node = NodeOpts { timeout_ms: a.timeout_ms, mutant: a.mutant.clone(), zab: false };
-    let o = LoadOpts { sessions_per_node: a.sessions_per_node, duration_s: a.duration_s, client_timeout_s: a.client_timeout_s, faults, seed: a.seed, ..LoadOpts::default() };
+    let o = LoadOpts { sessions_per_node: a.sessions_per_node, duration_s: a.duration_s, client_timeout_s: a.client_timeout_s, faults, seed: a.seed, progress: Some("kite load".into()), ..LoadOpts::default() };
     let dir = work_dir("load");
     let r = checked_load(&exe()?, &dir, a.nodes, &node, &o)?;
     println!(
