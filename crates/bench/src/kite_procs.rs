@@ -415,7 +415,7 @@ pub fn run_load(cluster: &mut KiteCluster, gen: Gen, o: &LoadOpts) -> Result<Loa
         l.faults_due();
         l.sweep();
         l.progress();
-        l.issue()?;
+        l.issue();
         events.clear();
         if l.mux.poll(Duration::from_millis(1), &mut events).is_err() {
             std::thread::sleep(Duration::from_millis(1));
@@ -594,24 +594,23 @@ impl<'a> Load<'a> {
     }
 
     /// Every idle session calls its node (until the run ends).
-    fn issue(&mut self) -> Result<(), String> {
+    fn issue(&mut self) {
         let now = self.now();
         if self.stopping_at.is_some() {
-            return Ok(());
+            return;
         }
         for i in 0..self.sess.len() {
             if self.sess[i].call.is_none() && self.sess[i].wake_at <= now {
-                self.issue_one(i, now)?;
+                self.issue_one(i, now);
             }
         }
-        Ok(())
     }
 
-    fn issue_one(&mut self, i: usize, now: u64) -> Result<(), String> {
+    fn issue_one(&mut self, i: usize, now: u64) {
         let op = match (&mut self.mix, &self.bench) {
             (Some(m), _) => match m.next(i as u64, now, &mut self.rng) {
                 Some(op) => op,
-                None => return Ok(()),
+                None => return,
             },
             (None, Some(b)) => {
                 self.next_value += 1;
@@ -629,13 +628,12 @@ impl<'a> Load<'a> {
             }
             self.give_up(i, now);
             self.sess[i].wake_at = now + RETRY_NS;
-            return Ok(());
+            return;
         }
         let h = self.mix.is_some().then(|| {
             self.hist.push(RcOp { session: s.name, node: s.node as u16, kind: invoked(&op), invoke_ns: now, complete_ns: None })
         });
         s.call = Some((req, h, now));
-        Ok(())
     }
 
     fn on_reply(&mut self, session: u64, req: u64, result: Reply, now: u64) {

@@ -91,9 +91,48 @@ pub fn run(a: CompareArgs) -> Result<(), String> {
     check_seconds(a.warmup, "warmup")?;
     match a.system.as_str() {
         "pandora" => run_pandora(a),
-        "ddp" => crate::compare_ddp::run(a.ddp()?, a.json.as_deref(), a.markdown.as_deref()),
-        "kite" => crate::compare_kite::run(a.kite()?, a.json.as_deref(), a.markdown.as_deref()),
+        "ddp" => {
+            let c = tandem_peers::ddp_compare::compare_ddp(&a.ddp()?)?;
+            let out = Published { section: "compare-ddp", title: "DDP beside etcd and Redis (issue 10)", passed: c.passed() };
+            let failure = "a system hit errors or a lin-synch history was not linearizable (see above)";
+            publish(&a, &c, &tandem_peers::ddp_compare::render(&c), |cmd| tandem_peers::ddp_compare::render_markdown(&c, cmd), out, failure)
+        }
+        "kite" => {
+            use tandem_bench::kite_compare::{compare_kite, render, render_markdown};
+            let c = compare_kite(&a.kite()?)?;
+            let out = Published { section: "compare-kite", title: "Kite beside ZooKeeper and etcd (issue 12)", passed: c.passed() };
+            publish(&a, &c, &render(&c), |cmd| render_markdown(&c, cmd), out, "a system hit errors (see above)")
+        }
         other => Err(format!("unknown --system '{other}' (expected pandora, ddp or kite)")),
+    }
+}
+
+/// Where a comparison's report goes in RESULTS.md, and whether it passed.
+struct Published {
+    section: &'static str,
+    title: &'static str,
+    passed: bool,
+}
+
+/// Print `report`; write `value` as JSON (`--json`) and the section
+/// `body(command)` of RESULTS.md (`--markdown`); fail with `failure` if the
+/// comparison did not pass.
+fn publish(a: &CompareArgs, value: &impl serde::Serialize, report: &str, body: impl Fn(&str) -> String, out: Published, failure: &str) -> Result<(), String> {
+    print!("{report}");
+    if let Some(path) = &a.json {
+        write_json(path, value)?;
+        eprintln!("wrote {path}");
+    }
+    if let Some(md) = &a.markdown {
+        let cmd = std::env::args().skip(1).filter(|x| !x.starts_with("--markdown") && !x.ends_with(".md")).collect::<Vec<_>>().join(" ");
+        let section = format!("### {}: {}\n\n{}", out.section, out.title, body(&format!("tandem {cmd}")));
+        crate::experiment_cmd::update_section(md, out.section, &section)?;
+        eprintln!("wrote the {} section of {}", out.section, md.display());
+    }
+    if out.passed {
+        Ok(())
+    } else {
+        Err(failure.into())
     }
 }
 

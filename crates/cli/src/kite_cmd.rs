@@ -271,21 +271,14 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
     if !(3..=9).contains(&a.nodes) || a.sessions_per_node == 0 || a.keys == 0 || a.measure_us == 0 {
         return Err("--nodes 3..=9; --sessions-per-node, --keys and --measure-us positive".into());
     }
-    let (w, r) = (ratio("write-ratio", a.write_ratio)?, ratio("rmw-ratio", a.rmw_ratio)?);
-    if r > w {
-        return Err(format!("--rmw-ratio {r} exceeds --write-ratio {w}: RMWs count as writes"));
-    }
-    let systems: Vec<System> = match a.systems.as_str() {
-        "all" => System::ALL.to_vec(),
-        s => s.split(',').map(|x| System::parse(x.trim())).collect::<Result<_, _>>()?,
-    };
+    let (m, systems) = mix_and_systems(&a)?;
     let o = KiteBenchOpts {
         nodes: a.nodes,
         sessions_per_node: a.sessions_per_node,
         keys: a.keys,
-        write_ratio: w,
-        sync_ratio: ratio("sync-ratio", a.sync_ratio)?,
-        rmw_ratio: r,
+        write_ratio: m.write,
+        sync_ratio: m.sync,
+        rmw_ratio: m.rmw,
         measure_ns: a.measure_us * 1000,
         warmup_ns: a.measure_us * 200,
         seed: a.seed,
@@ -310,6 +303,26 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The request mix of `kite bench`.
+struct MixRatios {
+    write: f64,
+    sync: f64,
+    rmw: f64,
+}
+
+/// `--write-ratio`, `--sync-ratio`, `--rmw-ratio` (RMWs count as writes) and `--systems`.
+fn mix_and_systems(a: &BenchArgs) -> Result<(MixRatios, Vec<System>), String> {
+    let m = MixRatios { write: ratio("write-ratio", a.write_ratio)?, sync: ratio("sync-ratio", a.sync_ratio)?, rmw: ratio("rmw-ratio", a.rmw_ratio)? };
+    if m.rmw > m.write {
+        return Err(format!("--rmw-ratio {} exceeds --write-ratio {}: RMWs count as writes", m.rmw, m.write));
+    }
+    let systems = match a.systems.as_str() {
+        "all" => System::ALL.to_vec(),
+        s => s.split(',').map(|x| System::parse(x.trim())).collect::<Result<_, _>>()?,
+    };
+    Ok((m, systems))
+}
+
 fn work_dir(what: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("tandem-kite-{what}-{}", std::process::id()))
 }
@@ -328,14 +341,8 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
     if !(3..=9).contains(&a.nodes) || a.sessions_per_node == 0 || a.keys == 0 || a.measure_s.is_nan() || a.measure_s <= 0.0 || a.warmup_s.is_nan() || a.warmup_s < 0.0 {
         return Err("--nodes 3..=9; --sessions-per-node, --keys and --measure-s positive".into());
     }
-    let (w, r) = (ratio("write-ratio", a.write_ratio)?, ratio("rmw-ratio", a.rmw_ratio)?);
-    if r > w {
-        return Err(format!("--rmw-ratio {r} exceeds --write-ratio {w}: RMWs count as writes"));
-    }
-    let systems: Vec<System> = match a.systems.as_str() {
-        "all" => System::ALL.to_vec(),
-        s => s.split(',').map(|x| System::parse(x.trim())).collect::<Result<_, _>>()?,
-    };
+    let (m, systems) = mix_and_systems(&a)?;
+    let (w, r) = (m.write, m.rmw);
     let timeout_ms = a.timeout_ms.unwrap_or(TCP_TIMEOUT_MS);
     let node = NodeOpts { timeout_ms: Some(timeout_ms), ..NodeOpts::default() };
     let o = LoadOpts { sessions_per_node: a.sessions_per_node, warmup_s: a.warmup_s, duration_s: a.measure_s, seed: a.seed, ..LoadOpts::default() };
@@ -343,7 +350,7 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
     println!("{:<6} {:>14} {:>9} {:>9} {:>10} {:>12} {:>9}", "system", "ops/s (tcp)", "p50 us", "p99 us", "msgs/op", "cpu us/op", "x ES");
     let mut results: Vec<SystemResult> = Vec::new();
     for s in systems {
-        let mix = BenchMix { system: s, keys: a.keys, write_ratio: w, sync_ratio: ratio("sync-ratio", a.sync_ratio)?, rmw_ratio: r };
+        let mix = BenchMix { system: s, keys: a.keys, write_ratio: w, sync_ratio: m.sync, rmw_ratio: r };
         let started = Instant::now();
         let (res, rep) = bench_tcp(&exe, &dir, a.nodes as usize, &node, mix, &o)?;
         let es = results.iter().find(|x| x.system == "es").map(|x| x.throughput_ops);
@@ -358,7 +365,7 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
     if let Some(path) = &a.json {
         let options = serde_json::json!({
             "net": "tcp", "nodes": a.nodes, "sessions_per_node": a.sessions_per_node, "keys": a.keys, "write_ratio": w,
-            "sync_ratio": a.sync_ratio, "rmw_ratio": r, "warmup_s": a.warmup_s, "measure_s": a.measure_s,
+            "sync_ratio": m.sync, "rmw_ratio": r, "warmup_s": a.warmup_s, "measure_s": a.measure_s,
             "timeout_ms": timeout_ms, "seed": a.seed,
         });
         write_json(path, &serde_json::json!({ "options": options, "results": results }))?;

@@ -4,8 +4,6 @@
 mod args;
 mod bench_cmd;
 mod compare_cmd;
-mod compare_ddp;
-mod compare_kite;
 mod ddp_cmd;
 mod ddp_demo;
 mod ddp_tcp_cmd;
