@@ -29,7 +29,11 @@ pub struct Comparison {
 fn median_f(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 fn median_u(mut v: Vec<u64>) -> u64 {
@@ -71,7 +75,9 @@ pub fn alternate(
             median_p99_us: median_u(mine.iter().map(|r| r.latency_us.p99).collect()),
             median_verbs_per_commit: median_f(mine.iter().map(|r| r.verbs_per_commit).collect()),
             throughput_ratio: 0.0,
-            all_checks_passed: mine.iter().all(|r| r.check_passed != Some(false) && r.errors.is_empty()),
+            all_checks_passed: mine
+                .iter()
+                .all(|r| r.check_passed != Some(false) && r.errors.is_empty()),
         });
     }
     let base = summary[0].median_throughput_tps.max(f64::MIN_POSITIVE);

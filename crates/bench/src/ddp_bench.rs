@@ -16,10 +16,10 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use serde::Serialize;
+use tandem_ddp::ycsb_session::{SessionPlan, YcsbSession};
 use tandem_ddp::{Consistency, DdpFactory, DdpNode, Model, Op, Params, Persistency, Record, Reply};
 use tandem_net::{Config, Harness, NodeId, Nvm, SessionId, SimNet, SimNetConfig};
 use tandem_sim::Rng;
-use tandem_ddp::ycsb_session::{SessionPlan, YcsbSession};
 use tandem_workloads::ycsb::Ycsb;
 
 #[derive(Clone, Debug)]
@@ -44,7 +44,20 @@ pub struct DdpBenchConfig {
 
 impl DdpBenchConfig {
     pub fn paper(workload: Ycsb) -> Self {
-        DdpBenchConfig { workload, nodes: 5, clients_per_node: 20, rtt_ns: 1_000, persist_ns: 400, cpu_ns: 200, cores: 1, warmup_ns: 1_000_000, measure_ns: 10_000_000, scope_writes: 10, tx_requests: 5, seed: 1 }
+        DdpBenchConfig {
+            workload,
+            nodes: 5,
+            clients_per_node: 20,
+            rtt_ns: 1_000,
+            persist_ns: 400,
+            cpu_ns: 200,
+            cores: 1,
+            warmup_ns: 1_000_000,
+            measure_ns: 10_000_000,
+            scope_writes: 10,
+            tx_requests: 5,
+            seed: 1,
+        }
     }
 }
 
@@ -87,7 +100,15 @@ impl Clients {
         Some(op)
     }
 
-    fn completed(&mut self, session: SessionId, _req: u64, _node: NodeId, r: &Reply, now: u64, _nvm: &[Nvm<Record>]) {
+    fn completed(
+        &mut self,
+        session: SessionId,
+        _req: u64,
+        _node: NodeId,
+        r: &Reply,
+        now: u64,
+        _nvm: &[Nvm<Record>],
+    ) {
         let (at, read) = self.calls[session as usize];
         let requests = self.sessions[session as usize].on_reply(&self.plan, r);
         if at < self.warmup_ns {
@@ -126,11 +147,25 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         commits: 0,
         aborts: 0,
     };
-    let net_cfg = SimNetConfig { link_ns: cfg.rtt_ns / 2, jitter_ns: cfg.rtt_ns / 20, cpu_ns: cfg.cpu_ns, cores: cfg.cores, persist_ns: cfg.persist_ns, ..SimNetConfig::default() };
+    let net_cfg = SimNetConfig {
+        link_ns: cfg.rtt_ns / 2,
+        jitter_ns: cfg.rtt_ns / 20,
+        cpu_ns: cfg.cpu_ns,
+        cores: cfg.cores,
+        persist_ns: cfg.persist_ns,
+        ..SimNetConfig::default()
+    };
     let factory = DdpFactory::new(model, Params::SIM);
     let config = Config::new(1, (0..cfg.nodes).collect());
     let clients = Rc::new(RefCell::new(clients));
-    let net = SimNet::new(cfg.seed, net_cfg, config, factory, Box::new(Hook(clients.clone())), sessions);
+    let net = SimNet::new(
+        cfg.seed,
+        net_cfg,
+        config,
+        factory,
+        Box::new(Hook(clients.clone())),
+        sessions,
+    );
     let wall = Instant::now();
     net.start_clients();
     net.run_for(cfg.warmup_ns + cfg.measure_ns);
@@ -138,12 +173,20 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
     let stats = net.stats();
     if model.c == Consistency::Trans && std::env::var_os("TANDEM_DDP_STATS").is_some() {
         for n in 0..cfg.nodes {
-            net.with_node(n, |d| d.map(|d| eprintln!("{model} node {n}: {:?}", d.trans_stats())));
+            net.with_node(n, |d| {
+                d.map(|d| eprintln!("{model} node {n}: {:?}", d.trans_stats()))
+            });
         }
     }
     net.stop_clients();
     let c = clients.borrow();
-    let avg = |l: (u64, u64)| if l.1 == 0 { 0.0 } else { l.0 as f64 / l.1 as f64 / 1_000.0 };
+    let avg = |l: (u64, u64)| {
+        if l.1 == 0 {
+            0.0
+        } else {
+            l.0 as f64 / l.1 as f64 / 1_000.0
+        }
+    };
     ModelResult {
         model: model.to_string(),
         throughput_ops: c.done as f64 * 1e9 / cfg.measure_ns as f64,
@@ -163,21 +206,39 @@ impl Harness<DdpNode> for Hook {
     fn next_op(&mut self, session: SessionId, now: u64, rng: &mut Rng) -> Option<Op> {
         self.0.borrow_mut().next_op(session, now, rng)
     }
-    fn completed(&mut self, session: SessionId, req: u64, node: NodeId, r: &Reply, now: u64, nvm: &[Nvm<Record>]) {
-        self.0.borrow_mut().completed(session, req, node, r, now, nvm)
+    fn completed(
+        &mut self,
+        session: SessionId,
+        req: u64,
+        node: NodeId,
+        r: &Reply,
+        now: u64,
+        nvm: &[Nvm<Record>],
+    ) {
+        self.0
+            .borrow_mut()
+            .completed(session, req, node, r, now, nvm)
     }
 }
 
 /// Every model, normalized to ⟨Lin, Synch⟩ (run first if it is listed).
-pub fn run_models(cfg: &DdpBenchConfig, models: &[Model], progress: impl Fn(&ModelResult)) -> Vec<ModelResult> {
-    let base = models.contains(&Model::LIN_SYNCH).then(|| run_model(cfg, Model::LIN_SYNCH));
+pub fn run_models(
+    cfg: &DdpBenchConfig,
+    models: &[Model],
+    progress: impl Fn(&ModelResult),
+) -> Vec<ModelResult> {
+    let base = models
+        .contains(&Model::LIN_SYNCH)
+        .then(|| run_model(cfg, Model::LIN_SYNCH));
     let mut out = Vec::new();
     for &m in models {
         let mut r = match (&base, m == Model::LIN_SYNCH) {
             (Some(b), true) => b.clone(),
             _ => run_model(cfg, m),
         };
-        r.normalized = base.as_ref().map(|b| r.throughput_ops / b.throughput_ops.max(1e-9));
+        r.normalized = base
+            .as_ref()
+            .map(|b| r.throughput_ops / b.throughput_ops.max(1e-9));
         progress(&r);
         out.push(r);
     }
@@ -199,38 +260,129 @@ fn paper_cfg(workload: &str, quick: bool) -> Result<DdpBenchConfig, String> {
 pub fn heatmap_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
     use tandem_ddp::{Consistency, Persistency};
     let cfg = paper_cfg("ycsb-a", quick)?;
-    let models: Vec<Model> = Model::all().into_iter().filter(|m| m.implemented()).collect();
-    let results = run_models(&cfg, &models, |r| progress(&format!("  ddp-heatmap: {} {:.2}", r.model, r.normalized.unwrap_or(f64::NAN))));
-    let of = |c: Consistency, p: Persistency| results.iter().find(|r| r.model == Model { c, p }.to_string()).and_then(|r| r.normalized);
-    let grid: Vec<Vec<Option<f64>>> = Consistency::ALL.iter().map(|&c| Persistency::ALL.iter().map(|&p| of(c, p)).collect()).collect();
-    let rows: Vec<String> = Consistency::ALL.iter().map(|c| c.name().to_string()).collect();
-    let cols: Vec<String> = Persistency::ALL.iter().map(|p| p.name().to_string()).collect();
-    let svg = crate::plot::heatmap_svg("Throughput relative to lin-synch, YCSB-A (rows: consistency, columns: persistency)", &rows, &cols, &grid);
+    let models: Vec<Model> = Model::all()
+        .into_iter()
+        .filter(|m| m.implemented())
+        .collect();
+    let results = run_models(&cfg, &models, |r| {
+        progress(&format!(
+            "  ddp-heatmap: {} {:.2}",
+            r.model,
+            r.normalized.unwrap_or(f64::NAN)
+        ))
+    });
+    let of = |c: Consistency, p: Persistency| {
+        results
+            .iter()
+            .find(|r| r.model == Model { c, p }.to_string())
+            .and_then(|r| r.normalized)
+    };
+    let grid: Vec<Vec<Option<f64>>> = Consistency::ALL
+        .iter()
+        .map(|&c| Persistency::ALL.iter().map(|&p| of(c, p)).collect())
+        .collect();
+    let rows: Vec<String> = Consistency::ALL
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
+    let cols: Vec<String> = Persistency::ALL
+        .iter()
+        .map(|p| p.name().to_string())
+        .collect();
+    let svg = crate::plot::heatmap_svg(
+        "Throughput relative to lin-synch, YCSB-A (rows: consistency, columns: persistency)",
+        &rows,
+        &cols,
+        &grid,
+    );
     let mut md = format!("5 nodes of {} core(s), 20 clients per node, 1 µs round trip, 400 ns persists, 200 ns CPU per input, YCSB-A (1000 records, Zipfian), simulated time; each cell is throughput over lin-synch's in the same run (n/a: not built yet).\n\n| consistency \\\\ persistency | strict | synch | re | scope | eventual |\n|---|---:|---:|---:|---:|---:|\n", cfg.cores);
     for (r, row) in rows.iter().zip(&grid) {
-        md += &format!("| {r} | {} |\n", row.iter().map(|v| v.map_or("n/a".into(), |v| format!("{v:.2}"))).collect::<Vec<_>>().join(" | "));
+        md += &format!(
+            "| {r} | {} |\n",
+            row.iter()
+                .map(|v| v.map_or("n/a".into(), |v| format!("{v:.2}")))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
     }
     if let Some(ee) = of(Consistency::Eventual, Persistency::Eventual) {
-        md += &format!("\n⟨Eventual, Eventual⟩ / ⟨Lin, Synch⟩ = **{ee:.2}** (paper §8.1.2: 3.3).\n");
+        md +=
+            &format!("\n⟨Eventual, Eventual⟩ / ⟨Lin, Synch⟩ = **{ee:.2}** (paper §8.1.2: 3.3).\n");
     }
-    Ok((serde_json::to_value(&results).map_err(|e| e.to_string())?, svg, md))
+    Ok((
+        serde_json::to_value(&results).map_err(|e| e.to_string())?,
+        svg,
+        md,
+    ))
 }
 
 /// `tandem experiment ddp-sweeps`: throughput of three models against
 /// clients per node, network round trip and read ratio (paper §8.2).
 pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
-    let models = [Model::LIN_SYNCH, Model::parse("causal-synch")?, Model::parse("causal-eventual")?, Model::parse("eventual-eventual")?];
+    let models = [
+        Model::LIN_SYNCH,
+        Model::parse("causal-synch")?,
+        Model::parse("causal-eventual")?,
+        Model::parse("eventual-eventual")?,
+    ];
     let sweep = |xs: &[(String, DdpBenchConfig)]| -> Vec<(String, Vec<Option<f64>>)> {
-        models.iter().map(|&m| (m.to_string(), xs.iter().map(|(label, cfg)| {
-            let r = run_model(cfg, m);
-            progress(&format!("  ddp-sweeps: {m} at {label}: {:.0} ops/s", r.throughput_ops));
-            Some(r.throughput_ops / 1e6)
-        }).collect())).collect()
+        models
+            .iter()
+            .map(|&m| {
+                (
+                    m.to_string(),
+                    xs.iter()
+                        .map(|(label, cfg)| {
+                            let r = run_model(cfg, m);
+                            progress(&format!(
+                                "  ddp-sweeps: {m} at {label}: {:.0} ops/s",
+                                r.throughput_ops
+                            ));
+                            Some(r.throughput_ops / 1e6)
+                        })
+                        .collect(),
+                )
+            })
+            .collect()
     };
     let base = paper_cfg("ycsb-a", quick)?;
-    let clients: Vec<(String, DdpBenchConfig)> = [2u64, 10, 20, 30].iter().map(|&c| (format!("{}", c * 5), DdpBenchConfig { clients_per_node: c, ..base.clone() })).collect();
-    let rtts: Vec<(String, DdpBenchConfig)> = [500u64, 1000, 2000].iter().map(|&r| (format!("{} µs", r as f64 / 1000.0), DdpBenchConfig { rtt_ns: r, ..base.clone() })).collect();
-    let many = |xs: &[(String, DdpBenchConfig)]| xs.iter().map(|(l, c)| (l.clone(), DdpBenchConfig { cores: tandem_net::PAPER_CORES, ..c.clone() })).collect::<Vec<_>>();
+    let clients: Vec<(String, DdpBenchConfig)> = [2u64, 10, 20, 30]
+        .iter()
+        .map(|&c| {
+            (
+                format!("{}", c * 5),
+                DdpBenchConfig {
+                    clients_per_node: c,
+                    ..base.clone()
+                },
+            )
+        })
+        .collect();
+    let rtts: Vec<(String, DdpBenchConfig)> = [500u64, 1000, 2000]
+        .iter()
+        .map(|&r| {
+            (
+                format!("{} µs", r as f64 / 1000.0),
+                DdpBenchConfig {
+                    rtt_ns: r,
+                    ..base.clone()
+                },
+            )
+        })
+        .collect();
+    let many = |xs: &[(String, DdpBenchConfig)]| {
+        xs.iter()
+            .map(|(l, c)| {
+                (
+                    l.clone(),
+                    DdpBenchConfig {
+                        cores: tandem_net::PAPER_CORES,
+                        ..c.clone()
+                    },
+                )
+            })
+            .collect::<Vec<_>>()
+    };
     let (clients20, rtts20) = (many(&clients), many(&rtts));
     let mut mixes = Vec::new();
     for w in ["ycsb-w", "ycsb-a", "ycsb-b", "ycsb-c"] {
@@ -238,21 +390,63 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
     }
     let (c, r, m) = (sweep(&clients), sweep(&rtts), sweep(&mixes));
     let (c20, r20) = (sweep(&clients20), sweep(&rtts20));
-    let names = |xs: &[(String, DdpBenchConfig)]| xs.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+    let names =
+        |xs: &[(String, DdpBenchConfig)]| xs.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
     let svg = crate::plot::stack_svg(&[
-        crate::plot::lines_svg("Throughput vs clients (YCSB-A, 1 core per node)", "clients (5 nodes)", "M ops/s (simulated)", &names(&clients), &c),
-        crate::plot::lines_svg("Throughput vs network round trip (YCSB-A, 100 clients, 1 core per node)", "round trip", "M ops/s (simulated)", &names(&rtts), &r),
-        crate::plot::lines_svg("Throughput vs clients (YCSB-A, 20 cores per node)", "clients (5 nodes)", "M ops/s (simulated)", &names(&clients20), &c20),
-        crate::plot::lines_svg("Throughput vs network round trip (YCSB-A, 100 clients, 20 cores per node)", "round trip", "M ops/s (simulated)", &names(&rtts20), &r20),
-        crate::plot::lines_svg("Throughput vs read ratio (100 clients)", "workload (reads: W 5 %, A 50 %, B 95 %, C 100 %)", "M ops/s (simulated)", &names(&mixes), &m),
+        crate::plot::lines_svg(
+            "Throughput vs clients (YCSB-A, 1 core per node)",
+            "clients (5 nodes)",
+            "M ops/s (simulated)",
+            &names(&clients),
+            &c,
+        ),
+        crate::plot::lines_svg(
+            "Throughput vs network round trip (YCSB-A, 100 clients, 1 core per node)",
+            "round trip",
+            "M ops/s (simulated)",
+            &names(&rtts),
+            &r,
+        ),
+        crate::plot::lines_svg(
+            "Throughput vs clients (YCSB-A, 20 cores per node)",
+            "clients (5 nodes)",
+            "M ops/s (simulated)",
+            &names(&clients20),
+            &c20,
+        ),
+        crate::plot::lines_svg(
+            "Throughput vs network round trip (YCSB-A, 100 clients, 20 cores per node)",
+            "round trip",
+            "M ops/s (simulated)",
+            &names(&rtts20),
+            &r20,
+        ),
+        crate::plot::lines_svg(
+            "Throughput vs read ratio (100 clients)",
+            "workload (reads: W 5 %, A 50 %, B 95 %, C 100 %)",
+            "M ops/s (simulated)",
+            &names(&mixes),
+            &m,
+        ),
     ]);
-    let table = |title: &str, xs: &[(String, DdpBenchConfig)], ys: &[(String, Vec<Option<f64>>)]| {
-        let mut t = format!("\n{title}\n\n| model | {} |\n|---|{}\n", names(xs).join(" | "), "---:|".repeat(xs.len()));
-        for (name, v) in ys {
-            t += &format!("| {name} | {} |\n", v.iter().map(|x| x.map_or("-".into(), |x| format!("{x:.2}"))).collect::<Vec<_>>().join(" | "));
-        }
-        t
-    };
+    let table =
+        |title: &str, xs: &[(String, DdpBenchConfig)], ys: &[(String, Vec<Option<f64>>)]| {
+            let mut t = format!(
+                "\n{title}\n\n| model | {} |\n|---|{}\n",
+                names(xs).join(" | "),
+                "---:|".repeat(xs.len())
+            );
+            for (name, v) in ys {
+                t += &format!(
+                    "| {name} | {} |\n",
+                    v.iter()
+                        .map(|x| x.map_or("-".into(), |x| format!("{x:.2}")))
+                        .collect::<Vec<_>>()
+                        .join(" | ")
+                );
+            }
+            t
+        };
     let mut md = String::from("Simulated M ops/s, paper parameters otherwise (5 nodes, 200 ns CPU per input, closed-loop clients with one request outstanding), with DESIGN.md's one core per node and with the paper's 20. Paper (§8.2): lin-synch at 10 clients 2.2x its throughput at 100, at 2 µs 0.88x at 1 µs; causal-synch and causal-eventual flat. docs/DDP.md explains the gap.\n");
     md += &table("Clients, 1 core per node:", &clients, &c);
     md += &table("Round trip, 1 core per node:", &rtts, &r);

@@ -42,7 +42,9 @@ pub(crate) fn free_addr() -> Result<SocketAddr, String> {
 }
 
 fn new_secret() -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     (t ^ (u64::from(std::process::id()) << 32)) | 1
 }
 
@@ -63,47 +65,111 @@ impl DdpCluster {
 
     fn start_once(exe: &Path, model: &str, fsync: bool, dir: &Path) -> Result<DdpCluster, String> {
         let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let addrs = (0..NODES).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
-        let peers = addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-        let mut c = DdpCluster { model: model.into(), addrs, secret: new_secret(), dir: dir.to_path_buf(), nodes: Vec::new() };
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let addrs = (0..NODES)
+            .map(|_| free_addr())
+            .collect::<Result<Vec<_>, _>>()?;
+        let peers = addrs
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut c = DdpCluster {
+            model: model.into(),
+            addrs,
+            secret: new_secret(),
+            dir: dir.to_path_buf(),
+            nodes: Vec::new(),
+        };
         for i in 0..NODES {
-            let log = std::fs::File::create(dir.join(format!("node{i}.log"))).map_err(|e| e.to_string())?;
+            let log = std::fs::File::create(dir.join(format!("node{i}.log")))
+                .map_err(|e| e.to_string())?;
             let mut cmd = Command::new(exe);
-            cmd.args(["node", "--system", "ddp", "--model", model, "--id", &i.to_string(), "--peers", &peers]);
-            cmd.arg("--nvm").arg(dir.join(format!("node{i}.nvm"))).args(["--secret", &format!("{:x}", c.secret)]);
+            cmd.args([
+                "node",
+                "--system",
+                "ddp",
+                "--model",
+                model,
+                "--id",
+                &i.to_string(),
+                "--peers",
+                &peers,
+            ]);
+            cmd.arg("--nvm")
+                .arg(dir.join(format!("node{i}.nvm")))
+                .args(["--secret", &format!("{:x}", c.secret)]);
             if fsync {
                 cmd.arg("--fsync");
             }
-            let child = cmd.stdout(Stdio::null()).stderr(log).spawn().map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+            let child = cmd
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
             c.nodes.push(child);
         }
         c.wait_serving()?;
         Ok(c)
     }
 
-    pub fn load_config(&self, sessions: u64, first_session: u64, plan: SessionPlan, seed: u64) -> LoadConfig {
-        LoadConfig { nodes: self.addrs.clone(), secret: self.secret, sessions, first_session, plan, seed, timeout: Duration::from_secs(2) }
+    pub fn load_config(
+        &self,
+        sessions: u64,
+        first_session: u64,
+        plan: SessionPlan,
+        seed: u64,
+    ) -> LoadConfig {
+        LoadConfig {
+            nodes: self.addrs.clone(),
+            secret: self.secret,
+            sessions,
+            first_session,
+            plan,
+            seed,
+            timeout: Duration::from_secs(2),
+        }
     }
 
     fn node_logs(&self) -> String {
-        (0..NODES).map(|i| std::fs::read_to_string(self.dir.join(format!("node{i}.log"))).unwrap_or_default()).collect::<Vec<_>>().join("")
+        (0..NODES)
+            .map(|i| {
+                std::fs::read_to_string(self.dir.join(format!("node{i}.log"))).unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("")
     }
 
     fn wait_serving(&mut self) -> Result<(), String> {
         // One reading session, in transactions under Transactional consistency.
         let model = tandem_ddp::Model::parse(&self.model)?;
         let reads = tandem_workloads::ycsb::Ycsb::new("ycsb-c", 1, true)?;
-        let load = Load::start(&self.load_config(1, 1 << 20, SessionPlan::paper(reads, model), 0), Instant::now());
+        let load = Load::start(
+            &self.load_config(1, 1 << 20, SessionPlan::paper(reads, model), 0),
+            Instant::now(),
+        );
         let until = Instant::now() + START_LIMIT;
         while load.completed.load(Ordering::Relaxed) == 0 {
-            if let Some(i) = self.nodes.iter_mut().position(|c| matches!(c.try_wait(), Ok(Some(_)))) {
+            if let Some(i) = self
+                .nodes
+                .iter_mut()
+                .position(|c| matches!(c.try_wait(), Ok(Some(_))))
+            {
                 load.stop();
-                return Err(format!("tandem node {i} ({}) exited at start-up:\n{}", self.model, self.node_logs()));
+                return Err(format!(
+                    "tandem node {i} ({}) exited at start-up:\n{}",
+                    self.model,
+                    self.node_logs()
+                ));
             }
             if Instant::now() > until {
                 load.stop();
-                return Err(format!("the {} cluster served nothing within {START_LIMIT:?}:\n{}", self.model, self.node_logs()));
+                return Err(format!(
+                    "the {} cluster served nothing within {START_LIMIT:?}:\n{}",
+                    self.model,
+                    self.node_logs()
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -115,7 +181,8 @@ impl DdpCluster {
     pub fn stats(&self) -> Result<NodeStats, String> {
         let mut t = NodeStats::default();
         for a in &self.addrs {
-            let s = tandem_net::client::node_stats(*a, self.secret, Duration::from_secs(2)).map_err(|e| format!("stats of node at {a}: {e}"))?;
+            let s = tandem_net::client::node_stats(*a, self.secret, Duration::from_secs(2))
+                .map_err(|e| format!("stats of node at {a}: {e}"))?;
             t += s;
         }
         Ok(t)
@@ -130,7 +197,9 @@ impl DdpCluster {
 /// CPU seconds (user + system) process `pid` has used, from /proc (0 where
 /// there is no /proc). /proc counts in USER_HZ, 100 on Linux.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
     // Fields after the command name (which may hold spaces): state is field 3.
     let rest = stat.rsplit_once(')').map_or("", |r| r.1);
     let f: Vec<&str> = rest.split_whitespace().collect();

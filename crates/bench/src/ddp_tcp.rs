@@ -67,11 +67,29 @@ fn sample(cfg: &TcpBenchConfig, model: Model, round: u32) -> Result<Sample, Stri
     let dir = cfg.dir.join(format!("{model}-{round}"));
     let cluster = DdpCluster::start(&cfg.exe, &model.to_string(), cfg.fsync, &dir)?;
     let plan = SessionPlan::paper(cfg.workload.clone(), model);
-    let load = Load::start(&cluster.load_config(cfg.clients_per_node * NODES as u64, 0, plan, cfg.seed + round as u64), Instant::now());
+    let load = Load::start(
+        &cluster.load_config(
+            cfg.clients_per_node * NODES as u64,
+            0,
+            plan,
+            cfg.seed + round as u64,
+        ),
+        Instant::now(),
+    );
     std::thread::sleep(cfg.warmup);
-    let (s0, c0, d0, t0) = (cluster.stats()?, cluster.cpu_seconds(), load.completed.load(Ordering::Relaxed), Instant::now());
+    let (s0, c0, d0, t0) = (
+        cluster.stats()?,
+        cluster.cpu_seconds(),
+        load.completed.load(Ordering::Relaxed),
+        Instant::now(),
+    );
     std::thread::sleep(cfg.measure);
-    let (s1, c1, d1, secs) = (cluster.stats()?, cluster.cpu_seconds(), load.completed.load(Ordering::Relaxed), t0.elapsed().as_secs_f64());
+    let (s1, c1, d1, secs) = (
+        cluster.stats()?,
+        cluster.cpu_seconds(),
+        load.completed.load(Ordering::Relaxed),
+        t0.elapsed().as_secs_f64(),
+    );
     load.stop();
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
@@ -108,7 +126,11 @@ fn summarize(model: Model, samples: &[Sample]) -> TcpModelResult {
 }
 
 /// Every model in every round; `progress` sees each sample's model and ops/s.
-pub fn run_tcp_models(cfg: &TcpBenchConfig, models: &[Model], progress: impl Fn(Model, u32, f64)) -> Result<Vec<TcpModelResult>, String> {
+pub fn run_tcp_models(
+    cfg: &TcpBenchConfig,
+    models: &[Model],
+    progress: impl Fn(Model, u32, f64),
+) -> Result<Vec<TcpModelResult>, String> {
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); models.len()];
     for round in 0..cfg.rounds.max(1) {
         for (i, &m) in models.iter().enumerate() {
@@ -117,8 +139,15 @@ pub fn run_tcp_models(cfg: &TcpBenchConfig, models: &[Model], progress: impl Fn(
             samples[i].push(s);
         }
     }
-    let mut results: Vec<TcpModelResult> = models.iter().zip(&samples).map(|(&m, s)| summarize(m, s)).collect();
-    let base = results.iter().find(|r| r.model == Model::LIN_SYNCH.to_string()).map(|r| r.throughput_ops);
+    let mut results: Vec<TcpModelResult> = models
+        .iter()
+        .zip(&samples)
+        .map(|(&m, s)| summarize(m, s))
+        .collect();
+    let base = results
+        .iter()
+        .find(|r| r.model == Model::LIN_SYNCH.to_string())
+        .map(|r| r.throughput_ops);
     for r in &mut results {
         r.normalized = base.filter(|b| *b > 0.0).map(|b| r.throughput_ops / b);
     }

@@ -2,8 +2,8 @@
 //! each keeping `depth` single-verb reads in flight, for `duration`. A
 //! transactional run is judged against this number at the same depth.
 
-use std::rc::Rc;
 use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +26,14 @@ pub struct FabricBenchResult {
     pub verbs_per_s: f64,
 }
 
-async fn pump<F: Fabric>(f: F, depth: u32, read_bytes: u32, region_bytes: u64, stop: Arc<AtomicBool>, seed: u64) -> Result<u64, String> {
+async fn pump<F: Fabric>(
+    f: F,
+    depth: u32,
+    read_bytes: u32,
+    region_bytes: u64,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) -> Result<u64, String> {
     let count = Rc::new(Cell::new(0u64));
     let mut tasks = Vec::new();
     let mems = f.memory_nodes() as u64;
@@ -56,7 +63,14 @@ async fn pump<F: Fabric>(f: F, depth: u32, read_bytes: u32, region_bytes: u64, s
 }
 
 /// Measure. `region_bytes` bounds the addresses read (the smallest region).
-pub fn run(backend: &Backend, threads: u32, depth: u32, read_bytes: u32, region_bytes: u64, duration: Duration) -> Result<FabricBenchResult, String> {
+pub fn run(
+    backend: &Backend,
+    threads: u32,
+    depth: u32,
+    read_bytes: u32,
+    region_bytes: u64,
+    duration: Duration,
+) -> Result<FabricBenchResult, String> {
     if depth == 0 || threads == 0 || read_bytes == 0 || read_bytes as u64 > region_bytes {
         return Err("depth, threads and read size must be positive and fit the region".into());
     }
@@ -66,9 +80,17 @@ pub fn run(backend: &Backend, threads: u32, depth: u32, read_bytes: u32, region_
         let (backend, stop) = (backend.clone(), stop.clone());
         handles.push(std::thread::spawn(move || {
             block_on_local(async move {
-                match backend.join(1 + t as u16).await.map_err(|e| e.to_string())? {
-                    AnyFabric::Inline(f) => pump(f, depth, read_bytes, region_bytes, stop, t as u64).await,
-                    AnyFabric::Tcp(f) => pump(f, depth, read_bytes, region_bytes, stop, t as u64).await,
+                match backend
+                    .join(1 + t as u16)
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    AnyFabric::Inline(f) => {
+                        pump(f, depth, read_bytes, region_bytes, stop, t as u64).await
+                    }
+                    AnyFabric::Tcp(f) => {
+                        pump(f, depth, read_bytes, region_bytes, stop, t as u64).await
+                    }
                 }
             })
         }));
@@ -78,7 +100,9 @@ pub fn run(backend: &Backend, threads: u32, depth: u32, read_bytes: u32, region_
     stop.store(true, Ordering::SeqCst);
     let mut verbs = 0;
     for h in handles {
-        verbs += h.join().map_err(|_| "fabric bench thread panicked".to_string())??;
+        verbs += h
+            .join()
+            .map_err(|_| "fabric bench thread panicked".to_string())??;
     }
     let elapsed = start.elapsed().as_secs_f64();
     Ok(FabricBenchResult {

@@ -14,11 +14,21 @@ use crate::plot::{lines_svg, stack_svg};
 
 type ExperimentResult = Result<(serde_json::Value, String, String), String>;
 
-fn one(model: Model, scheme: Scheme, records: u64, quick: bool, progress: &dyn Fn(&str)) -> Result<RecoverReport, String> {
+fn one(
+    model: Model,
+    scheme: Scheme,
+    records: u64,
+    quick: bool,
+    progress: &dyn Fn(&str),
+) -> Result<RecoverReport, String> {
     run_one(RecoverConfig::new(model, scheme, records), quick, progress)
 }
 
-fn run_one(mut cfg: RecoverConfig, quick: bool, progress: &dyn Fn(&str)) -> Result<RecoverReport, String> {
+fn run_one(
+    mut cfg: RecoverConfig,
+    quick: bool,
+    progress: &dyn Fn(&str),
+) -> Result<RecoverReport, String> {
     let (model, scheme, records) = (cfg.model, cfg.scheme, cfg.records);
     cfg.clients_per_node = 5;
     if quick {
@@ -37,47 +47,113 @@ fn run_one(mut cfg: RecoverConfig, quick: bool, progress: &dyn Fn(&str)) -> Resu
 }
 
 pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
-    let sizes: &[u64] = if quick { &[2_000, 10_000] } else { &[10_000, 30_000, 100_000, 300_000] };
+    let sizes: &[u64] = if quick {
+        &[2_000, 10_000]
+    } else {
+        &[10_000, 30_000, 100_000, 300_000]
+    };
     let mid = sizes[sizes.len() / 2];
     let mut by_size = Vec::new();
     for &n in sizes {
-        by_size.push((one(Model::LIN_SYNCH, Scheme::Heal, n, quick, progress)?, one(Model::LIN_SYNCH, Scheme::FullCopy, n, quick, progress)?));
+        by_size.push((
+            one(Model::LIN_SYNCH, Scheme::Heal, n, quick, progress)?,
+            one(Model::LIN_SYNCH, Scheme::FullCopy, n, quick, progress)?,
+        ));
     }
     let mut by_model = Vec::new();
-    for m in ["lin-strict", "lin-synch", "lin-re", "lin-eventual", "lin-scope"] {
+    for m in [
+        "lin-strict",
+        "lin-synch",
+        "lin-re",
+        "lin-eventual",
+        "lin-scope",
+    ] {
         let m = Model::parse(m)?;
-        match by_size.iter().find(|(h, _)| h.records == mid && h.model == m.to_string()) {
+        match by_size
+            .iter()
+            .find(|(h, _)| h.records == mid && h.model == m.to_string())
+        {
             Some(pair) => by_model.push(pair.clone()),
-            None => by_model.push((one(m, Scheme::Heal, mid, quick, progress)?, one(m, Scheme::FullCopy, mid, quick, progress)?)),
+            None => by_model.push((
+                one(m, Scheme::Heal, mid, quick, progress)?,
+                one(m, Scheme::FullCopy, mid, quick, progress)?,
+            )),
         }
     }
     let leader = one(Model::LIN_SYNCH, Scheme::Leader, mid, quick, progress)?;
     let mut leader_without = Vec::new();
-    for (dedup, dram, shadow) in [(true, false, false), (false, true, false), (false, false, true), (true, true, true)] {
-        let params = LeaderParams { dedup, dram, shadow, ..LeaderParams::default() };
-        leader_without.push(run_one(RecoverConfig { leader: params, ..RecoverConfig::new(Model::LIN_SYNCH, Scheme::Leader, mid) }, quick, progress)?);
+    for (dedup, dram, shadow) in [
+        (true, false, false),
+        (false, true, false),
+        (false, false, true),
+        (true, true, true),
+    ] {
+        let params = LeaderParams {
+            dedup,
+            dram,
+            shadow,
+            ..LeaderParams::default()
+        };
+        leader_without.push(run_one(
+            RecoverConfig {
+                leader: params,
+                ..RecoverConfig::new(Model::LIN_SYNCH, Scheme::Leader, mid)
+            },
+            quick,
+            progress,
+        )?);
     }
     let svg = figure(sizes, &by_size, mid, &leader);
     // The ablations (spec §3.3): Redundant (no dedup, every EFN update
     // ships) and Reactive (the Buddy reads them back from NVM when asked).
-    let redundant = run_one(RecoverConfig { distinct: true, ..RecoverConfig::new(Model::LIN_SYNCH, Scheme::Heal, mid) }, quick, progress)?;
+    let redundant = run_one(
+        RecoverConfig {
+            distinct: true,
+            ..RecoverConfig::new(Model::LIN_SYNCH, Scheme::Heal, mid)
+        },
+        quick,
+        progress,
+    )?;
     let read_ns = LeaderParams::default().nvm_read_ns;
-    let reactive = run_one(RecoverConfig { reactive_read_ns: read_ns, ..RecoverConfig::new(Model::LIN_SYNCH, Scheme::Heal, mid) }, quick, progress)?;
-    let no_shadow = run_one(RecoverConfig { no_shadow: true, ..RecoverConfig::new(Model::LIN_SYNCH, Scheme::Heal, mid) }, quick, progress)?;
+    let reactive = run_one(
+        RecoverConfig {
+            reactive_read_ns: read_ns,
+            ..RecoverConfig::new(Model::LIN_SYNCH, Scheme::Heal, mid)
+        },
+        quick,
+        progress,
+    )?;
+    let no_shadow = run_one(
+        RecoverConfig {
+            no_shadow: true,
+            ..RecoverConfig::new(Model::LIN_SYNCH, Scheme::Heal, mid)
+        },
+        quick,
+        progress,
+    )?;
     let mut md = markdown(sizes, &by_size, &by_model, mid, quick);
     if let Some((h, _)) = by_size.iter().find(|(h, _)| h.records == mid) {
         md += &leader_markdown(h, &leader, mid);
         md += &fig9_markdown(h, &leader, &leader_without);
         md += &ablation_markdown(h, [&redundant, &reactive, &no_shadow], mid, read_ns);
     }
-    let extra = [&leader, &redundant, &reactive, &no_shadow].into_iter().chain(&leader_without);
-    let runs: Vec<&RecoverReport> = by_size.iter().chain(by_model.iter().filter(|(h, _)| h.model != "lin-synch")).flat_map(|(h, f)| [h, f]).chain(extra).collect();
+    let extra = [&leader, &redundant, &reactive, &no_shadow]
+        .into_iter()
+        .chain(&leader_without);
+    let runs: Vec<&RecoverReport> = by_size
+        .iter()
+        .chain(by_model.iter().filter(|(h, _)| h.model != "lin-synch"))
+        .flat_map(|(h, f)| [h, f])
+        .chain(extra)
+        .collect();
     Ok((json!({ "system": "heal", "runs": runs }), svg, md))
 }
 
 /// HEAL against the leader-based recovery, with the leader's phases (the paper's Fig. 9).
 fn leader_markdown(h: &RecoverReport, l: &RecoverReport, mid: u64) -> String {
-    let Some(s) = &l.leader else { return String::new() };
+    let Some(s) = &l.leader else {
+        return String::new();
+    };
     let ms = |ns: u64| ns as f64 / 1e6;
     let rest = l.recovery_us / 1e3 - ms(s.joined_ns - s.asked_ns);
     format!(
@@ -98,7 +174,16 @@ The throughput ratio does not reproduce here: this leader-based store is bound b
 /// The leader-based recovery with each of its costs removed (the paper's Fig. 9 bars).
 fn fig9_markdown(h: &RecoverReport, l: &RecoverReport, without: &[RecoverReport]) -> String {
     let mut md = String::from("\nWhere the leader-based recovery's time goes (the paper's Fig. 9 splits it the same way): the same run with one of its costs removed at a time, and with all three.\n\n| scheme | recovery | saved against the leader-based | entries shipped | throughput lost |\n|---|---:|---:|---:|---:|\n");
-    let row = |r: &RecoverReport| format!("| {} | {:.2} ms | {:.0} % | {} | {:.1} % |\n", r.scheme, r.recovery_us / 1e3, 100.0 * (1.0 - r.recovery_us / l.recovery_us.max(1e-3)), r.missed_entries, 100.0 * r.throughput_lost);
+    let row = |r: &RecoverReport| {
+        format!(
+            "| {} | {:.2} ms | {:.0} % | {} | {:.1} % |\n",
+            r.scheme,
+            r.recovery_us / 1e3,
+            100.0 * (1.0 - r.recovery_us / l.recovery_us.max(1e-3)),
+            r.missed_entries,
+            100.0 * r.throughput_lost
+        )
+    };
     md += &row(l);
     for r in without {
         md += &row(r);
@@ -108,10 +193,22 @@ fn fig9_markdown(h: &RecoverReport, l: &RecoverReport, without: &[RecoverReport]
     md
 }
 
-fn ablation_markdown(h: &RecoverReport, [redundant, reactive, no_shadow]: [&RecoverReport; 3], mid: u64, read_ns: u64) -> String {
+fn ablation_markdown(
+    h: &RecoverReport,
+    [redundant, reactive, no_shadow]: [&RecoverReport; 3],
+    mid: u64,
+    read_ns: u64,
+) -> String {
     let row = |name: &str, r: &RecoverReport| {
         let slower = r.recovery_us / h.recovery_us.max(1e-3);
-        format!("| {name} | {} | {} | {:.2} ms | {:.2} ms | {slower:.2}x | {:.1} % |\n", r.missed_entries, r.rounds, r.catchup_to_resp_us / 1e3, r.recovery_us / 1e3, 100.0 * r.throughput_lost)
+        format!(
+            "| {name} | {} | {} | {:.2} ms | {:.2} ms | {slower:.2}x | {:.1} % |\n",
+            r.missed_entries,
+            r.rounds,
+            r.catchup_to_resp_us / 1e3,
+            r.recovery_us / 1e3,
+            100.0 * r.throughput_lost
+        )
     };
     format!(
         "\nAblations (lin-synch, {mid} records; spec §3.3), each HEAL with one of its ideas taken out: Redundant keeps every update in `MissedUpdates` instead of the latest per key (the paper's \"modeled 256 GB\" mode); Reactive has the Buddy read the missed updates back from its NVM log when asked ({read_ns} ns per entry, Optane's sequential read latency, Yang et al. FAST '20) instead of answering from the buffer it prepared in DRAM; NoShadow leaves the recovering node out of writes until it has chased the Buddy's buffer down in `CatchUp_req` rounds (each asks for what was recorded after the last answer; once a round does not halve the one before, the members take it into writes and one last round ends the recovery, `crates/ddp/src/heal_noshadow.rs`).\n\n\
@@ -121,33 +218,90 @@ The paper (Fig. 9) puts the shadow replica's share of the leader-based recovery 
     )
 }
 
-fn figure(sizes: &[u64], by_size: &[(RecoverReport, RecoverReport)], mid: u64, leader: &RecoverReport) -> String {
+fn figure(
+    sizes: &[u64],
+    by_size: &[(RecoverReport, RecoverReport)],
+    mid: u64,
+    leader: &RecoverReport,
+) -> String {
     let xs: Vec<String> = sizes.iter().map(|n| format!("{}k", n / 1000)).collect();
-    let ms = |f: &dyn Fn(&(RecoverReport, RecoverReport)) -> f64| by_size.iter().map(|p| Some(f(p) / 1000.0)).collect::<Vec<_>>();
+    let ms = |f: &dyn Fn(&(RecoverReport, RecoverReport)) -> f64| {
+        by_size
+            .iter()
+            .map(|p| Some(f(p) / 1000.0))
+            .collect::<Vec<_>>()
+    };
     let size_panel = lines_svg(
         "Recovery time vs store size (lin-synch, 5 ms away, simulated)",
         "records",
         "ms (simulated)",
         &xs,
-        &[("HEAL".into(), ms(&|p| p.0.recovery_us)), ("full copy".into(), ms(&|p| p.1.recovery_us))],
+        &[
+            ("HEAL".into(), ms(&|p| p.0.recovery_us)),
+            ("full copy".into(), ms(&|p| p.1.recovery_us)),
+        ],
     );
     let (h, f) = &by_size[sizes.iter().position(|&n| n == mid).unwrap_or(0)];
-    let len = h.throughput.len().max(f.throughput.len()).max(leader.throughput.len());
+    let len = h
+        .throughput
+        .len()
+        .max(f.throughput.len())
+        .max(leader.throughput.len());
     let step = (len / 40).max(1);
-    let ts: Vec<String> = (0..len).step_by(step).map(|i| format!("{:.0}", i as f64 * h.throughput.get(1).map_or(0.25, |w| w.0))).collect();
-    let series = |r: &RecoverReport| (0..len).step_by(step).map(|i| r.throughput.get(i).map(|w| w.1 / 1e6)).collect::<Vec<_>>();
-    let time_panel = lines_svg(&format!("Throughput over one failure, {}k records (crash at 2 ms, back at 7 ms)", mid / 1000), "ms (simulated)", "M ops/s", &ts, &[("HEAL".into(), series(h)), ("full copy".into(), series(f)), ("leader-based".into(), series(leader))]);
+    let ts: Vec<String> = (0..len)
+        .step_by(step)
+        .map(|i| {
+            format!(
+                "{:.0}",
+                i as f64 * h.throughput.get(1).map_or(0.25, |w| w.0)
+            )
+        })
+        .collect();
+    let series = |r: &RecoverReport| {
+        (0..len)
+            .step_by(step)
+            .map(|i| r.throughput.get(i).map(|w| w.1 / 1e6))
+            .collect::<Vec<_>>()
+    };
+    let time_panel = lines_svg(
+        &format!(
+            "Throughput over one failure, {}k records (crash at 2 ms, back at 7 ms)",
+            mid / 1000
+        ),
+        "ms (simulated)",
+        "M ops/s",
+        &ts,
+        &[
+            ("HEAL".into(), series(h)),
+            ("full copy".into(), series(f)),
+            ("leader-based".into(), series(leader)),
+        ],
+    );
     stack_svg(&[size_panel, time_panel])
 }
 
-fn markdown(sizes: &[u64], by_size: &[(RecoverReport, RecoverReport)], by_model: &[(RecoverReport, RecoverReport)], mid: u64, quick: bool) -> String {
+fn markdown(
+    sizes: &[u64],
+    by_size: &[(RecoverReport, RecoverReport)],
+    by_model: &[(RecoverReport, RecoverReport)],
+    mid: u64,
+    quick: bool,
+) -> String {
     let mut md = format!(
         "Five nodes of 7 cores (the HEAL paper's servers), 200 ns CPU per input and per entry of a bulk message at both ends, 400 ns persists, 1 µs round trip; 25 closed-loop clients, 80 % reads, uniform keys; node 2 crashes, the others run without it for {} ms (the EFN), then it restarts from its NVM. Simulated time. Full copy: Hermes-style, from one member, the node following writes meanwhile. Throughput lost: 1 − ops / ops of the same run without the failure, both counted from the start to {} ms after the node rejoins (400 ns per record at larger stores, so every full copy ends inside it), the same horizon for both schemes.\n\n| records | HEAL recovery | full-copy recovery | full copy / HEAL | HEAL entries shipped | HEAL throughput lost | full-copy throughput lost |\n|---:|---:|---:|---:|---:|---:|---:|\n",
         if quick { 1 } else { 5 },
         if quick { 5 } else { 20 }
     );
     for (n, (h, f)) in sizes.iter().zip(by_size) {
-        md += &format!("| {n} | {:.2} ms | {:.2} ms | {:.1}x | {} | {:.1} % | {:.1} % |\n", h.recovery_us / 1e3, f.recovery_us / 1e3, f.recovery_us / h.recovery_us.max(1e-3), h.missed_entries, 100.0 * h.throughput_lost, 100.0 * f.throughput_lost);
+        md += &format!(
+            "| {n} | {:.2} ms | {:.2} ms | {:.1}x | {} | {:.1} % | {:.1} % |\n",
+            h.recovery_us / 1e3,
+            f.recovery_us / 1e3,
+            f.recovery_us / h.recovery_us.max(1e-3),
+            h.missed_entries,
+            100.0 * h.throughput_lost,
+            100.0 * f.throughput_lost
+        );
     }
     md += &format!("\nPer model at {mid} records (HEAL phases as the paper's Fig. 8 splits them; `MissedUpdates` is the largest buffer on any node, in entries):\n\n| model | Start_to_ACK | CatchUp_to_Resp | Apply_to_end | HEAL recovery | full copy | HEAL lost | full copy lost | HEAL / full-copy loss | MissedUpdates |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (h, f) in by_model {

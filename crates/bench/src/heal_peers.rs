@@ -60,9 +60,27 @@ pub struct Options {
 impl Options {
     /// The defaults (`quick`: a short downtime at a low rate, one run).
     pub fn new(quick: bool, exe: &Path, root: &Path) -> Options {
-        let (downtime_s, rate, runs, warmup_s) = if quick { (2.0, 100.0, 1, 1.0) } else { (10.0, 500.0, 5, 2.0) };
-        let systems = ["heal", "heal-fsync", "zookeeper", "etcd"].map(String::from).to_vec();
-        Options { downtime_s, rate, keys: 10_000, runs, warmup_s, exe: exe.into(), root: root.into(), work: root.join("target").join(NAME), quick, systems, model: "lin-synch".into() }
+        let (downtime_s, rate, runs, warmup_s) = if quick {
+            (2.0, 100.0, 1, 1.0)
+        } else {
+            (10.0, 500.0, 5, 2.0)
+        };
+        let systems = ["heal", "heal-fsync", "zookeeper", "etcd"]
+            .map(String::from)
+            .to_vec();
+        Options {
+            downtime_s,
+            rate,
+            keys: 10_000,
+            runs,
+            warmup_s,
+            exe: exe.into(),
+            root: root.into(),
+            work: root.join("target").join(NAME),
+            quick,
+            systems,
+            model: "lin-synch".into(),
+        }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -81,7 +99,10 @@ impl Options {
     /// The command line that reproduces this run.
     fn command(&self) -> String {
         let d = Options::new(self.quick, &self.exe, &self.root);
-        let mut c = format!("tandem experiment {NAME}{}", if self.quick { " --quick" } else { "" });
+        let mut c = format!(
+            "tandem experiment {NAME}{}",
+            if self.quick { " --quick" } else { "" }
+        );
         if self.downtime_s != d.downtime_s {
             c += &format!(" --downtime-s {}", self.downtime_s);
         }
@@ -102,7 +123,9 @@ impl Options {
 /// one above it, else one above the executable (`target/release/tandem`).
 pub fn find_root(exe: &Path) -> Result<PathBuf, String> {
     let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
-    let has_scripts = |d: &&Path| d.join("scripts/zookeeper.sh").is_file() && d.join("scripts/peers.sh").is_file();
+    let has_scripts = |d: &&Path| {
+        d.join("scripts/zookeeper.sh").is_file() && d.join("scripts/peers.sh").is_file()
+    };
     cwd.ancestors().find(has_scripts).or_else(|| exe.ancestors().find(has_scripts)).map(Path::to_path_buf).ok_or_else(|| {
         format!("{NAME} starts ZooKeeper and etcd with scripts/zookeeper.sh and scripts/peers.sh: run it from the Tandem checkout (not found above {})", cwd.display())
     })
@@ -177,7 +200,10 @@ impl ScriptError {
 
 fn script_command(root: &Path, script: &str, args: &[&str], env: &[(&str, String)]) -> Command {
     let mut c = Command::new("bash");
-    c.arg(root.join(script)).args(args).current_dir(root).stdin(Stdio::null());
+    c.arg(root.join(script))
+        .args(args)
+        .current_dir(root)
+        .stdin(Stdio::null());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -185,9 +211,23 @@ fn script_command(root: &Path, script: &str, args: &[&str], env: &[(&str, String
 }
 
 /// Run `bash script args` and wait; exit 3 means "cannot be installed".
-pub(crate) fn run_script(root: &Path, script: &str, args: &[&str], env: &[(&str, String)]) -> Result<(), ScriptError> {
-    let out = script_command(root, script, args, env).output().map_err(|e| ScriptError::Failed(format!("cannot run {script}: {e}")))?;
-    let why = || format!("`bash {script} {}` failed ({}): {}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim());
+pub(crate) fn run_script(
+    root: &Path,
+    script: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> Result<(), ScriptError> {
+    let out = script_command(root, script, args, env)
+        .output()
+        .map_err(|e| ScriptError::Failed(format!("cannot run {script}: {e}")))?;
+    let why = || {
+        format!(
+            "`bash {script} {}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    };
     match out.status.code() {
         Some(0) => Ok(()),
         Some(3) => Err(ScriptError::CannotInstall(why())),
@@ -196,8 +236,17 @@ pub(crate) fn run_script(root: &Path, script: &str, args: &[&str], env: &[(&str,
 }
 
 /// Start `bash script args` without waiting for it.
-pub(crate) fn spawn_script(root: &Path, script: &str, args: &[&str], env: &[(&str, String)]) -> Result<Child, String> {
-    script_command(root, script, args, env).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| format!("cannot run {script}: {e}"))
+pub(crate) fn spawn_script(
+    root: &Path,
+    script: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> Result<Child, String> {
+    script_command(root, script, args, env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {script}: {e}"))
 }
 
 /// Wait for a script started by [`spawn_script`]; its failure is an error.
@@ -207,7 +256,11 @@ pub(crate) fn wait_script(child: Option<Child>) -> Result<(), String> {
     if out.status.success() {
         return Ok(());
     }
-    Err(format!("restarting the follower failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
+    Err(format!(
+        "restarting the follower failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    ))
 }
 
 pub(crate) fn log_len(path: &Path) -> u64 {
@@ -279,19 +332,28 @@ fn scenario(p: &mut dyn Peer, o: &Options, progress: &dyn Fn(&str)) -> Result<Ru
     let acked_at_kill = w.acked();
     p.kill(f)?;
     let at = before.map_or(String::new(), |i| format!(" (at {})", p.fmt_index(i)));
-    progress(&format!("    {}: kill -9 {}{at}; writing {} /s for {} s", p.name(), p.member_name(f), o.rate, o.downtime_s));
+    progress(&format!(
+        "    {}: kill -9 {}{at}; writing {} /s for {} s",
+        p.name(),
+        p.member_name(f),
+        o.rate,
+        o.downtime_s
+    ));
     let downtime_rate = downtime(&w, o, progress);
     let target = p.leader_index()?;
     let acked_at_restart = w.acked();
     let t0 = Instant::now();
     p.restart(f)?;
     let watched = watch(p, f, target.unwrap_or(acked_at_restart), t0);
-    let (acked_during_catch_up, write_errors, last_error) = (w.acked() - acked_at_restart, w.errors(), w.last_error());
+    let (acked_during_catch_up, write_errors, last_error) =
+        (w.acked() - acked_at_restart, w.errors(), w.last_error());
     drop(w);
     let (answer, caught) = watched?;
     let notes = p.notes(f)?;
     let (answer_ms, caught_up_ms) = (answer.as_secs_f64() * 1e3, caught.as_secs_f64() * 1e3);
-    let failed = last_error.map_or(String::new(), |e| format!("; {write_errors} writes failed, the last: {e}"));
+    let failed = last_error.map_or(String::new(), |e| {
+        format!("; {write_errors} writes failed, the last: {e}")
+    });
     progress(&format!("    {}: restarted; answers after {answer_ms:.0} ms, caught up after {caught_up_ms:.0} ms ({}){failed}", p.name(), notes.how));
     Ok(RunResult {
         follower: p.member_name(f),
@@ -311,11 +373,26 @@ fn scenario(p: &mut dyn Peer, o: &Options, progress: &dyn Fn(&str)) -> Result<Ru
 }
 
 /// Write every key once, then start the load and let it run for the warm-up.
-fn warm_up(p: &dyn Peer, f: usize, o: &Options, progress: &dyn Fn(&str)) -> Result<Writers, String> {
-    progress(&format!("    {}: up; writing each of {} keys once", p.name(), o.keys));
+fn warm_up(
+    p: &dyn Peer,
+    f: usize,
+    o: &Options,
+    progress: &dyn Fn(&str),
+) -> Result<Writers, String> {
+    progress(&format!(
+        "    {}: up; writing each of {} keys once",
+        p.name(),
+        o.keys
+    ));
     let t = Instant::now();
     writers::preload(o.keys, p.connect(f))?;
-    progress(&format!("    {}: preloaded in {:.1} s; writing {} /s for {} s", p.name(), t.elapsed().as_secs_f64(), o.rate, o.warmup_s));
+    progress(&format!(
+        "    {}: preloaded in {:.1} s; writing {} /s for {} s",
+        p.name(),
+        t.elapsed().as_secs_f64(),
+        o.rate,
+        o.warmup_s
+    ));
     let w = Writers::start(o.rate, o.keys, p.connect(f));
     std::thread::sleep(Duration::from_secs_f64(o.warmup_s));
     Ok(w)
@@ -330,7 +407,11 @@ fn downtime(w: &Writers, o: &Options, progress: &dyn Fn(&str)) -> f64 {
         std::thread::sleep((end - Instant::now()).min(Duration::from_secs(1)));
         let now = (Instant::now(), w.acked());
         if now.0 + Duration::from_millis(100) < end {
-            progress(&format!("      {:.0} s: {:.0} writes/s", (now.0 - start).as_secs_f64(), (now.1 - last.1) as f64 / (now.0 - last.0).as_secs_f64()));
+            progress(&format!(
+                "      {:.0} s: {:.0} writes/s",
+                (now.0 - start).as_secs_f64(),
+                (now.1 - last.1) as f64 / (now.0 - last.0).as_secs_f64()
+            ));
         }
         last = now;
     }
@@ -349,7 +430,13 @@ fn watch(p: &dyn Peer, f: usize, target: u64, t0: Instant) -> Result<(Duration, 
             return Ok((answered.unwrap_or(caught), caught));
         }
         if t0.elapsed() > CATCH_UP_LIMIT {
-            return Err(format!("{}: {} did not catch up within {} s (answers: {})", p.name(), p.member_name(f), CATCH_UP_LIMIT.as_secs(), answered.is_some()));
+            return Err(format!(
+                "{}: {} did not catch up within {} s (answers: {})",
+                p.name(),
+                p.member_name(f),
+                CATCH_UP_LIMIT.as_secs(),
+                answered.is_some()
+            ));
         }
         std::thread::sleep(POLL.max(t0.elapsed() / 100));
     }
@@ -385,7 +472,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 impl SystemResult {
     fn new(system: &str) -> Self {
-        SystemResult { system: system.into(), skipped: None, runs: Vec::new(), median: None }
+        SystemResult {
+            system: system.into(),
+            skipped: None,
+            runs: Vec::new(),
+            median: None,
+        }
     }
 
     fn summarize(&mut self) {
@@ -393,7 +485,11 @@ impl SystemResult {
             return;
         }
         let m = |f: fn(&RunResult) -> f64| median(self.runs.iter().map(f).collect());
-        self.median = Some(Medians { answer_ms: m(|r| r.answer_ms), caught_up_ms: m(|r| r.caught_up_ms), net_ms: m(|r| r.net_ms) });
+        self.median = Some(Medians {
+            answer_ms: m(|r| r.answer_ms),
+            caught_up_ms: m(|r| r.caught_up_ms),
+            net_ms: m(|r| r.net_ms),
+        });
     }
 }
 
@@ -401,20 +497,38 @@ impl SystemResult {
 pub fn run(o: &Options, progress: &dyn Fn(&str)) -> Result<ExperimentOutput, String> {
     o.validate()?;
     let mut peers: Vec<Box<dyn Peer>> = vec![
-        Box::new(heal_sys::HealSystem::new(&o.exe, &o.work.join("heal"), &o.model, false)),
-        Box::new(heal_sys::HealSystem::new(&o.exe, &o.work.join("heal-fsync"), &o.model, true)),
+        Box::new(heal_sys::HealSystem::new(
+            &o.exe,
+            &o.work.join("heal"),
+            &o.model,
+            false,
+        )),
+        Box::new(heal_sys::HealSystem::new(
+            &o.exe,
+            &o.work.join("heal-fsync"),
+            &o.model,
+            true,
+        )),
         Box::new(zk_sys::ZkEnsemble::new(&o.root, &o.work.join("zookeeper"))),
         Box::new(etcd_sys::EtcdCluster::new(&o.root, &o.work.join("etcd"))),
     ];
     peers.retain(|p| o.systems.iter().any(|s| s == p.name()));
-    let mut results: Vec<SystemResult> = peers.iter().map(|p| SystemResult::new(p.name())).collect();
+    let mut results: Vec<SystemResult> =
+        peers.iter().map(|p| SystemResult::new(p.name())).collect();
     for run in 1..=o.runs {
-        for (p, r) in peers.iter_mut().zip(&mut results).filter(|(_, r)| r.skipped.is_none()) {
+        for (p, r) in peers
+            .iter_mut()
+            .zip(&mut results)
+            .filter(|(_, r)| r.skipped.is_none())
+        {
             progress(&format!("  {NAME} run {run}/{}: {}", o.runs, p.name()));
             match one_run(p.as_mut(), o, progress)? {
                 Outcome::Ran(x) => r.runs.push(x),
                 Outcome::CannotInstall(why) => {
-                    progress(&format!("    {} skipped: it cannot be installed here: {why}", p.name()));
+                    progress(&format!(
+                        "    {} skipped: it cannot be installed here: {why}",
+                        p.name()
+                    ));
                     r.skipped = Some(why);
                 }
             }
@@ -425,7 +539,13 @@ pub fn run(o: &Options, progress: &dyn Fn(&str)) -> Result<ExperimentOutput, Str
     progress(&table(&results, &ratios));
     let json = json!({ "experiment": NAME, "downtime_s": o.downtime_s, "rate": o.rate, "keys": o.keys, "runs": o.runs, "warmup_s": o.warmup_s,
         "client_threads": writers::THREADS, "systems": results, "ratios": ratios });
-    Ok(ExperimentOutput { name: NAME.into(), command: o.command(), json, figure_svg: figure(&results), markdown: markdown(o, &results, &ratios) })
+    Ok(ExperimentOutput {
+        name: NAME.into(),
+        command: o.command(),
+        json,
+        figure_svg: figure(&results),
+        markdown: markdown(o, &results, &ratios),
+    })
 }
 
 /// Per peer system and HEAL variant: the peer's median times over HEAL's
@@ -449,7 +569,12 @@ fn ratios(results: &[SystemResult]) -> Vec<Ratio> {
         let Some(hm) = h.median else { continue };
         for r in results.iter().filter(|r| !is_heal(&r.system)) {
             if let Some(m) = r.median {
-                out.push(Ratio { system: r.system.clone(), heal: h.system.clone(), caught_up: m.caught_up_ms / hm.caught_up_ms, net: m.net_ms / hm.net_ms.max(0.001) });
+                out.push(Ratio {
+                    system: r.system.clone(),
+                    heal: h.system.clone(),
+                    caught_up: m.caught_up_ms / hm.caught_up_ms,
+                    net: m.net_ms / hm.net_ms.max(0.001),
+                });
             }
         }
     }
@@ -467,19 +592,35 @@ fn heal_label(system: &str) -> &str {
 }
 
 fn table(results: &[SystemResult], ratios: &[Ratio]) -> String {
-    let mut t = format!("{:<10} {:>6} {:>14} {:>14} {:>14}  how\n", "system", "runs", "answers (a)", "caught up (b)", "net (b - a)");
+    let mut t = format!(
+        "{:<10} {:>6} {:>14} {:>14} {:>14}  how\n",
+        "system", "runs", "answers (a)", "caught up (b)", "net (b - a)"
+    );
     for r in results {
         match (&r.median, &r.skipped) {
             (Some(m), _) => {
                 let how = r.runs.last().map_or("", |x| x.how.as_str());
-                t += &format!("{:<10} {:>6} {:>11.1} ms {:>11.1} ms {:>11.1} ms  {how}\n", r.system, r.runs.len(), m.answer_ms, m.caught_up_ms, m.net_ms);
+                t += &format!(
+                    "{:<10} {:>6} {:>11.1} ms {:>11.1} ms {:>11.1} ms  {how}\n",
+                    r.system,
+                    r.runs.len(),
+                    m.answer_ms,
+                    m.caught_up_ms,
+                    m.net_ms
+                );
             }
             (None, Some(why)) => t += &format!("{:<10} skipped: {why}\n", r.system),
             (None, None) => t += &format!("{:<10} no runs\n", r.system),
         }
     }
     for x in ratios {
-        t += &format!("{} / {}: {:.1}x caught up, {:.1}x net of start-up\n", x.system, heal_label(&x.heal), x.caught_up, x.net);
+        t += &format!(
+            "{} / {}: {:.1}x caught up, {:.1}x net of start-up\n",
+            x.system,
+            heal_label(&x.heal),
+            x.caught_up,
+            x.net
+        );
     }
     t
 }
@@ -493,7 +634,11 @@ fn figure(results: &[SystemResult]) -> String {
             bars.push((format!("{name} (b − a)"), m.net_ms));
         }
     }
-    bars_svg("A follower's catch-up: (b) caught up, (b − a) net of start-up (medians)", "ms from the restart", &bars)
+    bars_svg(
+        "A follower's catch-up: (b) caught up, (b − a) net of start-up (medians)",
+        "ms from the restart",
+        &bars,
+    )
 }
 
 fn markdown(o: &Options, results: &[SystemResult], ratios: &[Ratio]) -> String {
@@ -514,12 +659,31 @@ fn markdown(o: &Options, results: &[SystemResult], ratios: &[Ratio]) -> String {
 
 /// The ZooKeeper runs whose follower failed to sync at first, and why.
 fn zk_failures(results: &[SystemResult]) -> String {
-    let Some(zk) = results.iter().find(|r| r.system == "zookeeper") else { return String::new() };
-    let failed: Vec<&RunResult> = zk.runs.iter().filter(|r| r.details["failed_attempts"].as_array().is_some_and(|a| !a.is_empty())).collect();
+    let Some(zk) = results.iter().find(|r| r.system == "zookeeper") else {
+        return String::new();
+    };
+    let failed: Vec<&RunResult> = zk
+        .runs
+        .iter()
+        .filter(|r| {
+            r.details["failed_attempts"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        })
+        .collect();
     if failed.is_empty() {
         return String::new();
     }
-    let mut why: Vec<String> = failed.iter().flat_map(|r| r.details["failed_attempts"].as_array().into_iter().flatten()).filter_map(|v| v.as_str().map(|s| format!("`{s}`"))).collect();
+    let mut why: Vec<String> = failed
+        .iter()
+        .flat_map(|r| {
+            r.details["failed_attempts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .filter_map(|v| v.as_str().map(|s| format!("`{s}`")))
+        .collect();
     why.sort();
     why.dedup();
     let mut md = format!(
@@ -538,13 +702,29 @@ fn runs_table(results: &[SystemResult]) -> String {
     let mut md = String::from("| system | run | follower | behind at restart | writes/s while it was down | (a) answers | (b) caught up | (b) − (a) | how it caught up |\n|---|---:|---|---:|---:|---:|---:|---:|---|\n");
     for r in results {
         if let Some(why) = &r.skipped {
-            md += &format!("| {} | – | skipped: cannot be installed here ({}) | | | | | | |\n", r.system, why.lines().last().unwrap_or(""));
+            md += &format!(
+                "| {} | – | skipped: cannot be installed here ({}) | | | | | | |\n",
+                r.system,
+                why.lines().last().unwrap_or("")
+            );
         }
         for (i, x) in r.runs.iter().enumerate() {
-            let unit = if x.follower_index_before.is_some() { "entries" } else { "writes" };
+            let unit = if x.follower_index_before.is_some() {
+                "entries"
+            } else {
+                "writes"
+            };
             md += &format!(
                 "| {} | {} | {} | {} {unit} | {:.0} | {:.1} ms | {:.1} ms | {:.1} ms | {} |\n",
-                r.system, i + 1, x.follower, x.behind(), x.downtime_rate, x.answer_ms, x.caught_up_ms, x.net_ms, x.how
+                r.system,
+                i + 1,
+                x.follower,
+                x.behind(),
+                x.downtime_rate,
+                x.answer_ms,
+                x.caught_up_ms,
+                x.net_ms,
+                x.how
             );
         }
     }
@@ -555,7 +735,14 @@ fn medians_table(results: &[SystemResult]) -> String {
     let mut md = String::from("\nMedians (each column its own):\n\n| system | runs | (a) answers | (b) caught up | (b) − (a) |\n|---|---:|---:|---:|---:|\n");
     for r in results {
         if let Some(m) = r.median {
-            md += &format!("| {} | {} | {:.1} ms | {:.1} ms | {:.1} ms |\n", r.system, r.runs.len(), m.answer_ms, m.caught_up_ms, m.net_ms);
+            md += &format!(
+                "| {} | {} | {:.1} ms | {:.1} ms | {:.1} ms |\n",
+                r.system,
+                r.runs.len(),
+                m.answer_ms,
+                m.caught_up_ms,
+                m.net_ms
+            );
         }
     }
     md

@@ -30,7 +30,12 @@ pub struct HealCluster {
 
 impl Drop for HealCluster {
     fn drop(&mut self) {
-        for c in self.nodes.iter_mut().flatten().chain(std::iter::once(&mut self.manager_proc)) {
+        for c in self
+            .nodes
+            .iter_mut()
+            .flatten()
+            .chain(std::iter::once(&mut self.manager_proc))
+        {
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -45,20 +50,47 @@ impl HealCluster {
 
     /// [`HealCluster::start`], with every node's persists flushed to the
     /// device (`tandem node --fsync`) if `fsync`.
-    pub fn start_with(exe: &Path, model: &str, dir: &Path, fsync: bool) -> Result<HealCluster, String> {
+    pub fn start_with(
+        exe: &Path,
+        model: &str,
+        dir: &Path,
+        fsync: bool,
+    ) -> Result<HealCluster, String> {
         let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let secret = (std::process::id() as u64) << 20 | 0xC0FFEE;
         let manager = free_addr()?;
         let log = std::fs::File::create(dir.join("manager.log")).map_err(|e| e.to_string())?;
         let manager_proc = Command::new(exe)
-            .args(["ddp", "manager", "--listen", &manager.to_string(), "--nodes", &NODES.to_string(), "--secret", &format!("{secret:x}")])
+            .args([
+                "ddp",
+                "manager",
+                "--listen",
+                &manager.to_string(),
+                "--nodes",
+                &NODES.to_string(),
+                "--secret",
+                &format!("{secret:x}"),
+            ])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-        let addrs = (0..NODES).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
-        let mut c = HealCluster { model: model.into(), addrs, exe: exe.into(), manager, secret, dir: dir.into(), nodes: (0..NODES).map(|_| None).collect(), manager_proc, fsync };
+        let addrs = (0..NODES)
+            .map(|_| free_addr())
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut c = HealCluster {
+            model: model.into(),
+            addrs,
+            exe: exe.into(),
+            manager,
+            secret,
+            dir: dir.into(),
+            nodes: (0..NODES).map(|_| None).collect(),
+            manager_proc,
+            fsync,
+        };
         for i in 0..NODES {
             c.start_node(i)?;
         }
@@ -67,10 +99,31 @@ impl HealCluster {
 
     /// Start (or restart, from its NVM file) node `i`.
     pub fn start_node(&mut self, i: usize) -> Result<(), String> {
-        let peers = self.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(i)).map_err(|e| e.to_string())?;
+        let peers = self
+            .addrs
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))
+            .map_err(|e| e.to_string())?;
         let child = Command::new(&self.exe)
-            .args(["node", "--model", &self.model, "--id", &i.to_string(), "--peers", &peers, "--manager", &self.manager.to_string(), "--recovery", "heal"])
+            .args([
+                "node",
+                "--model",
+                &self.model,
+                "--id",
+                &i.to_string(),
+                "--peers",
+                &peers,
+                "--manager",
+                &self.manager.to_string(),
+                "--recovery",
+                "heal",
+            ])
             .arg("--nvm")
             .arg(self.dir.join(format!("node{i}.nvm")))
             .args(["--secret", &format!("{:x}", self.secret)])
@@ -109,15 +162,31 @@ impl HealCluster {
     }
 
     pub fn load_config(&self, sessions: u64, plan: SessionPlan, seed: u64) -> LoadConfig {
-        LoadConfig { nodes: self.addrs.clone(), secret: self.secret, sessions, first_session: 0, plan, seed, timeout: Duration::from_secs(2) }
+        LoadConfig {
+            nodes: self.addrs.clone(),
+            secret: self.secret,
+            sessions,
+            first_session: 0,
+            plan,
+            seed,
+            timeout: Duration::from_secs(2),
+        }
     }
 
     /// Wait until `f` holds, at most `limit`.
-    pub fn wait_for(&self, what: &str, limit: Duration, mut f: impl FnMut(&Self) -> bool) -> Result<(), String> {
+    pub fn wait_for(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut f: impl FnMut(&Self) -> bool,
+    ) -> Result<(), String> {
         let until = Instant::now() + limit;
         while !f(self) {
             if Instant::now() > until {
-                return Err(format!("timed out waiting for {what} (logs in {})", self.dir.display()));
+                return Err(format!(
+                    "timed out waiting for {what} (logs in {})",
+                    self.dir.display()
+                ));
             }
             std::thread::sleep(Duration::from_millis(10));
         }

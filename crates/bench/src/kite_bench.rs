@@ -20,7 +20,9 @@ use std::rc::Rc;
 use serde::Serialize;
 use tandem_kite::simcheck::KiteFactory;
 use tandem_kite::{KiteConfig, KiteNode};
-use tandem_net::{Config, Harness, NodeFactory, NodeId, Nvm, Protocol, SessionId, SimNet, SimNetConfig};
+use tandem_net::{
+    Config, Harness, NodeFactory, NodeId, Nvm, Protocol, SessionId, SimNet, SimNetConfig,
+};
 use tandem_sim::Rng;
 
 use crate::kite_zab::{ZabFactory, ZabNode};
@@ -36,7 +38,13 @@ pub enum System {
 }
 
 impl System {
-    pub const ALL: [System; 5] = [System::Kite, System::Es, System::Abd, System::Paxos, System::Zab];
+    pub const ALL: [System; 5] = [
+        System::Kite,
+        System::Es,
+        System::Abd,
+        System::Paxos,
+        System::Zab,
+    ];
 
     pub fn name(&self) -> &'static str {
         match self {
@@ -49,7 +57,10 @@ impl System {
     }
 
     pub fn parse(s: &str) -> Result<System, String> {
-        System::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| format!("unknown system {s:?} (kite, es, abd, paxos, zab)"))
+        System::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| format!("unknown system {s:?} (kite, es, abd, paxos, zab)"))
     }
 }
 
@@ -194,7 +205,15 @@ where
         Some((l.map)(c, key, l.next_value))
     }
 
-    fn completed(&mut self, s: SessionId, _req: u64, node: NodeId, _r: &P::Reply, now: u64, _nvm: &[Nvm<P::Record>]) {
+    fn completed(
+        &mut self,
+        s: SessionId,
+        _req: u64,
+        node: NodeId,
+        _r: &P::Reply,
+        now: u64,
+        _nvm: &[Nvm<P::Record>],
+    ) {
         let mut l = self.0.borrow_mut();
         if let Some((width, b)) = &mut l.buckets {
             let i = (now / *width) as usize;
@@ -211,26 +230,60 @@ where
     }
 }
 
-fn run<P: Protocol + 'static, F: NodeFactory<P>>(o: &KiteBenchOpts, system: System, factory: F, map: Box<dyn Fn(Class, u64, u64) -> P::Op>) -> (SystemResult, SimNet<P, F>) {
+fn run<P: Protocol + 'static, F: NodeFactory<P>>(
+    o: &KiteBenchOpts,
+    system: System,
+    factory: F,
+    map: Box<dyn Fn(Class, u64, u64) -> P::Op>,
+) -> (SystemResult, SimNet<P, F>) {
     let sessions = o.sessions_per_node * o.nodes as u64;
-    let load = Load { opts: o.clone(), map, invoked: vec![0; sessions as usize], next_value: 0, done: 0, lat_ns: Vec::new(), buckets: None };
+    let load = Load {
+        opts: o.clone(),
+        map,
+        invoked: vec![0; sessions as usize],
+        next_value: 0,
+        done: 0,
+        lat_ns: Vec::new(),
+        buckets: None,
+    };
     let load = Rc::new(RefCell::new(load));
-    let cfg = SimNetConfig { link_ns: o.rtt_ns / 2, jitter_ns: o.rtt_ns / 20, cpu_ns: o.cpu_ns, cores: o.cores, ..SimNetConfig::default() };
-    let net = SimNet::new(o.seed, cfg, Config::new(1, (0..o.nodes).collect()), factory, Box::new(Hook(load.clone())), sessions);
+    let cfg = SimNetConfig {
+        link_ns: o.rtt_ns / 2,
+        jitter_ns: o.rtt_ns / 20,
+        cpu_ns: o.cpu_ns,
+        cores: o.cores,
+        ..SimNetConfig::default()
+    };
+    let net = SimNet::new(
+        o.seed,
+        cfg,
+        Config::new(1, (0..o.nodes).collect()),
+        factory,
+        Box::new(Hook(load.clone())),
+        sessions,
+    );
     net.start_clients();
     net.run_for(o.warmup_ns + o.measure_ns);
     net.stop_clients();
     let stats = net.stats();
     let mut l = load.borrow_mut();
     l.lat_ns.sort_unstable();
-    let pct = |q: f64| l.lat_ns.get(((l.lat_ns.len() as f64 * q) as usize).min(l.lat_ns.len().saturating_sub(1))).map_or(0.0, |&n| n as f64 / 1e3);
+    let pct = |q: f64| {
+        l.lat_ns
+            .get(((l.lat_ns.len() as f64 * q) as usize).min(l.lat_ns.len().saturating_sub(1)))
+            .map_or(0.0, |&n| n as f64 / 1e3)
+    };
     let result = SystemResult {
         system: system.name(),
         write_ratio: o.write_ratio,
         sync_ratio: o.sync_ratio,
         rmw_ratio: o.rmw_ratio,
         throughput_ops: l.done as f64 * 1e9 / o.measure_ns as f64,
-        latency_us: Latency { p50: pct(0.5), p99: pct(0.99), p999: pct(0.999) },
+        latency_us: Latency {
+            p50: pct(0.5),
+            p99: pct(0.99),
+            p999: pct(0.999),
+        },
         messages_per_op: stats.messages_sent as f64 / stats.replies.max(1) as f64,
         kite: None,
     };
@@ -247,7 +300,9 @@ pub fn bench_system(o: &KiteBenchOpts, system: System) -> SystemResult {
     let (mut r, net) = run::<KiteNode, _>(o, system, KiteFactory(KiteConfig::default()), map);
     let mut total = tandem_kite::KiteStats::default();
     for n in 0..o.nodes {
-        net.with_node(n, |p| p.map(|p| tandem_kite::simcheck::add_stats(&mut total, &p.stats)));
+        net.with_node(n, |p| {
+            p.map(|p| tandem_kite::simcheck::add_stats(&mut total, &p.stats))
+        });
     }
     r.kite = (system == System::Kite).then_some(total);
     r
@@ -267,12 +322,25 @@ pub struct Timeline {
 
 /// Kite under `o` for `total_ns`; node `sleeper` is stopped (SIGSTOP-like:
 /// its inputs queue) from `from_ns` for `for_ns`.
-pub fn sleep_timeline(o: &KiteBenchOpts, cfg: KiteConfig, sleeper: NodeId, from_ns: u64, for_ns: u64, total_ns: u64, bucket_ns: u64) -> Timeline {
+pub fn sleep_timeline(
+    o: &KiteBenchOpts,
+    cfg: KiteConfig,
+    sleeper: NodeId,
+    from_ns: u64,
+    for_ns: u64,
+    total_ns: u64,
+    bucket_ns: u64,
+) -> Timeline {
     let sessions = o.sessions_per_node * o.nodes as u64;
     let rows = (total_ns / bucket_ns) as usize + 1;
-    let map: Box<dyn Fn(Class, u64, u64) -> tandem_kite::Op> = Box::new(|c, k, v| kite_op(System::Kite, c, k, v));
+    let map: Box<dyn Fn(Class, u64, u64) -> tandem_kite::Op> =
+        Box::new(|c, k, v| kite_op(System::Kite, c, k, v));
     let load = Load {
-        opts: KiteBenchOpts { warmup_ns: 0, measure_ns: total_ns, ..o.clone() },
+        opts: KiteBenchOpts {
+            warmup_ns: 0,
+            measure_ns: total_ns,
+            ..o.clone()
+        },
         map,
         invoked: vec![0; sessions as usize],
         next_value: 0,
@@ -281,8 +349,21 @@ pub fn sleep_timeline(o: &KiteBenchOpts, cfg: KiteConfig, sleeper: NodeId, from_
         buckets: Some((bucket_ns, vec![vec![0; o.nodes as usize]; rows])),
     };
     let load = Rc::new(RefCell::new(load));
-    let net_cfg = SimNetConfig { link_ns: o.rtt_ns / 2, jitter_ns: o.rtt_ns / 20, cpu_ns: o.cpu_ns, cores: o.cores, ..SimNetConfig::default() };
-    let net = SimNet::new(o.seed, net_cfg, Config::new(1, (0..o.nodes).collect()), KiteFactory(cfg), Box::new(Hook(load.clone())), sessions);
+    let net_cfg = SimNetConfig {
+        link_ns: o.rtt_ns / 2,
+        jitter_ns: o.rtt_ns / 20,
+        cpu_ns: o.cpu_ns,
+        cores: o.cores,
+        ..SimNetConfig::default()
+    };
+    let net = SimNet::new(
+        o.seed,
+        net_cfg,
+        Config::new(1, (0..o.nodes).collect()),
+        KiteFactory(cfg),
+        Box::new(Hook(load.clone())),
+        sessions,
+    );
     net.start_clients();
     net.run_for(from_ns);
     net.pause(sleeper, from_ns + for_ns);
@@ -290,7 +371,16 @@ pub fn sleep_timeline(o: &KiteBenchOpts, cfg: KiteConfig, sleeper: NodeId, from_
     net.stop_clients();
     let l = load.borrow();
     let per_s = 1e9 / bucket_ns as f64;
-    let per_node_ops = l.buckets.as_ref().map(|b| b.1.iter().take(rows - 1).map(|r| r.iter().map(|&c| c as f64 * per_s).collect()).collect()).unwrap_or_default();
+    let per_node_ops = l
+        .buckets
+        .as_ref()
+        .map(|b| {
+            b.1.iter()
+                .take(rows - 1)
+                .map(|r| r.iter().map(|&c| c as f64 * per_s).collect())
+                .collect()
+        })
+        .unwrap_or_default();
     Timeline {
         bucket_us: bucket_ns as f64 / 1e3,
         sleeper,
@@ -300,4 +390,3 @@ pub fn sleep_timeline(o: &KiteBenchOpts, cfg: KiteConfig, sleeper: NodeId, from_
         per_node_ops,
     }
 }
-

@@ -76,7 +76,11 @@ pub struct KiteCompareConfig {
 impl KiteCompareConfig {
     pub fn validate(&self) -> Result<(), String> {
         let ratio = |v: f64| (0.0..=1.0).contains(&v);
-        if !ratio(self.write_ratio) || !ratio(self.sync_ratio) || !ratio(self.rmw_ratio) || self.rmw_ratio > self.write_ratio {
+        if !ratio(self.write_ratio)
+            || !ratio(self.sync_ratio)
+            || !ratio(self.rmw_ratio)
+            || self.rmw_ratio > self.write_ratio
+        {
             return Err("--write-ratio, --sync-ratio and --rmw-ratio are in [0, 1], and RMWs count as writes (rmw <= write)".into());
         }
         if self.keys == 0 || self.clients == 0 || !(3..=9).contains(&self.nodes) {
@@ -85,8 +89,14 @@ impl KiteCompareConfig {
         if !(self.duration_s > 0.0) || self.fsync.is_empty() {
             return Err("--duration must be positive".into());
         }
-        if let Some(s) = self.systems.iter().find(|s| !["kite", "zookeeper", "etcd"].contains(&s.as_str())) {
-            return Err(format!("unknown system '{s}' for --system kite (kite, zookeeper, etcd)"));
+        if let Some(s) = self
+            .systems
+            .iter()
+            .find(|s| !["kite", "zookeeper", "etcd"].contains(&s.as_str()))
+        {
+            return Err(format!(
+                "unknown system '{s}' for --system kite (kite, zookeeper, etcd)"
+            ));
         }
         Ok(())
     }
@@ -168,17 +178,29 @@ struct EtcdConn {
 
 impl EtcdConn {
     fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
-        let r = self.agent.post(&format!("{}{path}", self.base)).send_json(body).map_err(|e| format!("etcd {path}: {e}"))?;
+        let r = self
+            .agent
+            .post(&format!("{}{path}", self.base))
+            .send_json(body)
+            .map_err(|e| format!("etcd {path}: {e}"))?;
         r.into_json().map_err(|e| format!("etcd {path}: {e}"))
     }
 
     /// The key's value and `mod_revision`.
     fn range(&self, key: &str, serializable: bool) -> Result<(u64, String), String> {
-        let r = self.post("/v3/kv/range", &json!({ "key": key, "serializable": serializable }))?;
+        let r = self.post(
+            "/v3/kv/range",
+            &json!({ "key": key, "serializable": serializable }),
+        )?;
         let kv = &r["kvs"][0];
-        let bytes = B64.decode(kv["value"].as_str().unwrap_or("")).unwrap_or_default();
+        let bytes = B64
+            .decode(kv["value"].as_str().unwrap_or(""))
+            .unwrap_or_default();
         let value = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
-        Ok((value, kv["mod_revision"].as_str().unwrap_or("0").to_string()))
+        Ok((
+            value,
+            kv["mod_revision"].as_str().unwrap_or("0").to_string(),
+        ))
     }
 }
 
@@ -188,7 +210,12 @@ impl Conn for EtcdConn {
         match c {
             Class::Read => self.range(&k, true).map(|_| 0),
             Class::Acquire => self.range(&k, false).map(|_| 0),
-            Class::Write | Class::Release => self.post("/v3/kv/put", &json!({ "key": k, "value": B64.encode(value.to_le_bytes()) })).map(|_| 0),
+            Class::Write | Class::Release => self
+                .post(
+                    "/v3/kv/put",
+                    &json!({ "key": k, "value": B64.encode(value.to_le_bytes()) }),
+                )
+                .map(|_| 0),
             Class::Rmw => {
                 for retries in 0.. {
                     let (old, rev) = self.range(&k, false)?;
@@ -212,8 +239,13 @@ fn zk_connector() -> Connector {
 
 fn etcd_connector() -> Connector {
     Box::new(|t| {
-        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(10)).build();
-        Ok(Box::new(EtcdConn { agent, base: format!("http://127.0.0.1:{}", client_port(t % 3)) }) as Box<dyn Conn>)
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(10))
+            .build();
+        Ok(Box::new(EtcdConn {
+            agent,
+            base: format!("http://127.0.0.1:{}", client_port(t % 3)),
+        }) as Box<dyn Conn>)
     })
 }
 
@@ -235,10 +267,18 @@ struct ClientRun {
 
 fn client(conn: &mut dyn Conn, cfg: &KiteCompareConfig, t: usize, sh: &Shared) -> ClientRun {
     let mut rng = Rng::new(cfg.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let mut r = ClientRun { ops: 0, retries: 0, hist: Histogram::new(3).expect("3 significant digits"), error: None };
+    let mut r = ClientRun {
+        ops: 0,
+        retries: 0,
+        hist: Histogram::new(3).expect("3 significant digits"),
+        error: None,
+    };
     let mut value = (t as u64) << 40;
     while !sh.stop.load(Ordering::Relaxed) {
-        let (c, key) = (draw_class(cfg.write_ratio, cfg.sync_ratio, cfg.rmw_ratio, &mut rng), rng.below(cfg.keys));
+        let (c, key) = (
+            draw_class(cfg.write_ratio, cfg.sync_ratio, cfg.rmw_ratio, &mut rng),
+            rng.below(cfg.keys),
+        );
         value += 1;
         let t0 = Instant::now();
         match conn.run(c, key, value) {
@@ -263,11 +303,17 @@ fn measure(id: &str, cfg: &KiteCompareConfig, sh: &Shared) -> f64 {
     let (start, end) = (Instant::now(), Duration::from_secs_f64(cfg.duration_s));
     let mut last = (start, 0u64);
     while start.elapsed() < end {
-        std::thread::sleep(end.saturating_sub(start.elapsed()).min(Duration::from_secs(1)));
+        std::thread::sleep(
+            end.saturating_sub(start.elapsed())
+                .min(Duration::from_secs(1)),
+        );
         if cfg.progress {
             let (now, d) = (Instant::now(), sh.done.load(Ordering::Relaxed));
             let rate = (d - last.1) as f64 / now.duration_since(last.0).as_secs_f64().max(1e-9);
-            eprintln!("  [{:>4.1}s] {id:<20} {d:>9} ops  {rate:>9.0} ops/s", start.elapsed().as_secs_f64());
+            eprintln!(
+                "  [{:>4.1}s] {id:<20} {d:>9} ops  {rate:>9.0} ops/s",
+                start.elapsed().as_secs_f64()
+            );
             last = (now, d);
         }
     }
@@ -281,24 +327,52 @@ fn drive(id: &str, connect: &Connector, cfg: &KiteCompareConfig) -> Result<Row, 
     for t in 0..cfg.clients {
         conns.push(connect(t)?);
     }
-    let sh = Shared { stop: AtomicBool::new(false), measuring: AtomicBool::new(false), done: AtomicU64::new(0) };
+    let sh = Shared {
+        stop: AtomicBool::new(false),
+        measuring: AtomicBool::new(false),
+        done: AtomicU64::new(0),
+    };
     let (runs, secs) = std::thread::scope(|s| {
         let sh = &sh;
-        let workers: Vec<_> = conns.into_iter().enumerate().map(|(t, mut c)| s.spawn(move || client(c.as_mut(), cfg, t, sh))).collect();
+        let workers: Vec<_> = conns
+            .into_iter()
+            .enumerate()
+            .map(|(t, mut c)| s.spawn(move || client(c.as_mut(), cfg, t, sh)))
+            .collect();
         std::thread::sleep(Duration::from_secs_f64(cfg.warmup_s));
         let secs = measure(id, cfg, sh);
         sh.stop.store(true, Ordering::SeqCst);
-        (workers.into_iter().map(|w| w.join().map_err(|_| format!("a {id} client panicked"))).collect::<Result<Vec<_>, _>>(), secs)
+        (
+            workers
+                .into_iter()
+                .map(|w| w.join().map_err(|_| format!("a {id} client panicked")))
+                .collect::<Result<Vec<_>, _>>(),
+            secs,
+        )
     });
     let mut hist = Histogram::<u64>::new(3).expect("3 significant digits");
-    let mut row = Row { id: id.into(), durability: String::new(), clients: cfg.clients, ops: 0, ops_per_s: 0.0, p50_us: 0.0, p99_us: 0.0, rmw_retries: 0, errors: Vec::new() };
+    let mut row = Row {
+        id: id.into(),
+        durability: String::new(),
+        clients: cfg.clients,
+        ops: 0,
+        ops_per_s: 0.0,
+        p50_us: 0.0,
+        p99_us: 0.0,
+        rmw_retries: 0,
+        errors: Vec::new(),
+    };
     for (t, r) in runs?.into_iter().enumerate() {
         hist.add(&r.hist).expect("same bounds");
         (row.ops, row.rmw_retries) = (row.ops + r.ops, row.rmw_retries + r.retries);
-        row.errors.extend(r.error.map(|e| format!("client {t}: {e}")));
+        row.errors
+            .extend(r.error.map(|e| format!("client {t}: {e}")));
     }
     row.ops_per_s = row.ops as f64 / secs.max(1e-9);
-    (row.p50_us, row.p99_us) = (hist.value_at_quantile(0.5) as f64, hist.value_at_quantile(0.99) as f64);
+    (row.p50_us, row.p99_us) = (
+        hist.value_at_quantile(0.5) as f64,
+        hist.value_at_quantile(0.99) as f64,
+    );
     Ok(row)
 }
 
@@ -315,37 +389,90 @@ fn kite_durability(nodes: usize) -> String {
 fn run_kite(cfg: &KiteCompareConfig) -> Result<Row, String> {
     let per_node = cfg.clients.div_ceil(cfg.nodes) as u64;
     if cfg.progress {
-        eprintln!("compare: kite, {} nodes x {per_node} sessions, {:.1}s warm-up + {:.1}s measured", cfg.nodes, cfg.warmup_s, cfg.duration_s);
+        eprintln!(
+            "compare: kite, {} nodes x {per_node} sessions, {:.1}s warm-up + {:.1}s measured",
+            cfg.nodes, cfg.warmup_s, cfg.duration_s
+        );
     }
-    let mix = BenchMix { system: System::Kite, keys: cfg.keys, write_ratio: cfg.write_ratio, sync_ratio: cfg.sync_ratio, rmw_ratio: cfg.rmw_ratio };
-    let node = NodeOpts { timeout_ms: Some(KITE_TIMEOUT_MS), ..NodeOpts::default() };
+    let mix = BenchMix {
+        system: System::Kite,
+        keys: cfg.keys,
+        write_ratio: cfg.write_ratio,
+        sync_ratio: cfg.sync_ratio,
+        rmw_ratio: cfg.rmw_ratio,
+    };
+    let node = NodeOpts {
+        timeout_ms: Some(KITE_TIMEOUT_MS),
+        ..NodeOpts::default()
+    };
     let progress = cfg.progress.then(|| "kite".to_string());
-    let o = LoadOpts { sessions_per_node: per_node, warmup_s: cfg.warmup_s, duration_s: cfg.duration_s, seed: cfg.seed, progress, ..LoadOpts::default() };
+    let o = LoadOpts {
+        sessions_per_node: per_node,
+        warmup_s: cfg.warmup_s,
+        duration_s: cfg.duration_s,
+        seed: cfg.seed,
+        progress,
+        ..LoadOpts::default()
+    };
     let (res, rep) = bench_tcp(&cfg.exe, &cfg.work.join("kite"), cfg.nodes, &node, mix, &o)?;
     let clients = per_node as usize * cfg.nodes;
     let ops = (res.throughput_ops * cfg.duration_s).round() as u64;
     let mut errors = Vec::new();
     if rep.moves > 0 {
-        errors.push(format!("{} calls went unanswered past the client time-out", rep.moves));
+        errors.push(format!(
+            "{} calls went unanswered past the client time-out",
+            rep.moves
+        ));
     }
-    Ok(Row { id: "kite".into(), durability: kite_durability(cfg.nodes), clients, ops, ops_per_s: res.throughput_ops, p50_us: res.latency_us.p50, p99_us: res.latency_us.p99, rmw_retries: 0, errors })
+    Ok(Row {
+        id: "kite".into(),
+        durability: kite_durability(cfg.nodes),
+        clients,
+        ops,
+        ops_per_s: res.throughput_ops,
+        p50_us: res.latency_us.p50,
+        p99_us: res.latency_us.p99,
+        rmw_retries: 0,
+        errors,
+    })
 }
 
 fn zk_durability(fsync: bool) -> String {
-    let version = zk_sys::four(zk_sys::port(0), "srvr").lines().find_map(|l| l.strip_prefix("Zookeeper version: ")).map(|v| v.split(['-', ',']).next().unwrap_or(v).to_string());
-    let disk = if fsync { "the transaction log is fsync'd before the ACK (forceSync=yes, ZooKeeper's default): survives a power loss" } else { "forceSync=no: logged to the page cache, not fsync'd: survives kill -9, not a power loss" };
+    let version = zk_sys::four(zk_sys::port(0), "srvr")
+        .lines()
+        .find_map(|l| l.strip_prefix("Zookeeper version: "))
+        .map(|v| v.split(['-', ',']).next().unwrap_or(v).to_string());
+    let disk = if fsync {
+        "the transaction log is fsync'd before the ACK (forceSync=yes, ZooKeeper's default): survives a power loss"
+    } else {
+        "forceSync=no: logged to the page cache, not fsync'd: survives kill -9, not a power loss"
+    };
     format!("ZooKeeper {}: ZAB, 3 members (quorum 2), a write acknowledged once a quorum logged it; {disk}", version.as_deref().unwrap_or("?"))
 }
 
 /// `dir`: the cluster's `PEERS_DIR`, where `scripts/peers.sh` notes how etcd-nofsync avoids fsync.
 fn etcd_durability(fsync: bool, dir: &std::path::Path) -> String {
-    let version = ureq::get(&format!("http://127.0.0.1:{}/version", client_port(0))).call().ok().and_then(|r| r.into_json::<Value>().ok()).and_then(|v| v["etcdserver"].as_str().map(String::from));
-    let how = match std::fs::read_to_string(dir.join("etcd-nofsync").join("mode")).unwrap_or_default().trim() {
+    let version = ureq::get(&format!("http://127.0.0.1:{}/version", client_port(0)))
+        .call()
+        .ok()
+        .and_then(|r| r.into_json::<Value>().ok())
+        .and_then(|v| v["etcdserver"].as_str().map(String::from));
+    let how = match std::fs::read_to_string(dir.join("etcd-nofsync").join("mode"))
+        .unwrap_or_default()
+        .trim()
+    {
         "unsafe-no-fsync" => "--unsafe-no-fsync",
-        "tmpfs" => "its data on tmpfs, where fsync reaches no device; this etcd has no --unsafe-no-fsync",
+        "tmpfs" => {
+            "its data on tmpfs, where fsync reaches no device; this etcd has no --unsafe-no-fsync"
+        }
         _ => "?",
     };
-    let disk = if fsync { "the WAL is fsync'd before a commit is acknowledged (etcd's default): survives a power loss".to_string() } else { format!("no WAL fsync ({how}): survives kill -9, not a power loss") };
+    let disk = if fsync {
+        "the WAL is fsync'd before a commit is acknowledged (etcd's default): survives a power loss"
+            .to_string()
+    } else {
+        format!("no WAL fsync ({how}): survives kill -9, not a power loss")
+    };
     format!("etcd {}: Raft, 3 members (quorum 2), a write acknowledged once a quorum appended it; {disk}", version.as_deref().unwrap_or("?"))
 }
 
@@ -367,27 +494,38 @@ fn run_peer(cfg: &KiteCompareConfig, name: &str, fsync: bool) -> Result<Row, Str
         }
     };
     if cfg.progress {
-        eprintln!("compare: {id}: starting 3 members, writing {} keys, then {} clients, {:.1}s + {:.1}s", cfg.keys, cfg.clients, cfg.warmup_s, cfg.duration_s);
+        eprintln!(
+            "compare: {id}: starting 3 members, writing {} keys, then {} clients, {:.1}s + {:.1}s",
+            cfg.keys, cfg.clients, cfg.warmup_s, cfg.duration_s
+        );
     }
     if let Started::CannotInstall(why) = peer.start()? {
         return Err(format!("{name} is not installed and cannot be: {why}"));
     }
     preload(cfg.keys, writer).map_err(|e| format!("{id}: {e}"))?;
     let mut row = drive(&id, &connect, cfg)?;
-    row.durability = if name == "zookeeper" { zk_durability(fsync) } else { etcd_durability(fsync, &dir) };
+    row.durability = if name == "zookeeper" {
+        zk_durability(fsync)
+    } else {
+        etcd_durability(fsync, &dir)
+    };
     peer.stop();
     let _ = std::fs::remove_dir_all(&dir);
     Ok(row)
 }
 
 fn zk_writer() -> Connect {
-    std::sync::Arc::new(|t| ZkWriter::connect(zk_sys::port(t % 3)).map(|w| Box::new(w) as Box<dyn Writer>))
+    std::sync::Arc::new(|t| {
+        ZkWriter::connect(zk_sys::port(t % 3)).map(|w| Box::new(w) as Box<dyn Writer>)
+    })
 }
 
 /// Run every system in `cfg.systems`, peers once per fsync setting, and the ratios.
 pub fn compare_kite(cfg: &KiteCompareConfig) -> Result<KiteComparison, String> {
     cfg.validate()?;
-    let load_average_at_start = std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok());
+    let load_average_at_start = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok());
     let mut rows = Vec::new();
     for s in &cfg.systems {
         if s == "kite" {
@@ -403,10 +541,22 @@ pub fn compare_kite(cfg: &KiteCompareConfig) -> Result<KiteComparison, String> {
         .iter()
         .filter(|r| r.id != "kite")
         .filter_map(|r| kite.map(|k| (r, k / r.ops_per_s.max(1e-9))))
-        .map(|(r, x)| Ratio { peer: r.id.clone(), kite_over_peer: x, goal: GOAL, met: x >= GOAL })
+        .map(|(r, x)| Ratio {
+            peer: r.id.clone(),
+            kite_over_peer: x,
+            goal: GOAL,
+            met: x >= GOAL,
+        })
         .collect();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    Ok(KiteComparison { config: cfg.clone(), value_bytes: VALUE_BYTES, cores, load_average_at_start, rows, ratios })
+    Ok(KiteComparison {
+        config: cfg.clone(),
+        value_bytes: VALUE_BYTES,
+        cores,
+        load_average_at_start,
+        rows,
+        ratios,
+    })
 }
 
 fn header(c: &KiteComparison) -> String {
@@ -440,12 +590,29 @@ fn notes(r: &Row) -> String {
 /// The human-readable report.
 pub fn render(c: &KiteComparison) -> String {
     let mut s = header(c);
-    s += &format!("  {:<20} {:>10} {:>9} {:>9} {:>8}  {}\n", "system", "ops/s", "p50 us", "p99 us", "clients", "notes");
+    s += &format!(
+        "  {:<20} {:>10} {:>9} {:>9} {:>8}  {}\n",
+        "system", "ops/s", "p50 us", "p99 us", "clients", "notes"
+    );
     for r in &c.rows {
-        s += &format!("  {:<20} {:>10.0} {:>9.0} {:>9.0} {:>8}  {}\n", r.id, r.ops_per_s, r.p50_us, r.p99_us, r.clients, notes(r));
+        s += &format!(
+            "  {:<20} {:>10.0} {:>9.0} {:>9.0} {:>8}  {}\n",
+            r.id,
+            r.ops_per_s,
+            r.p50_us,
+            r.p99_us,
+            r.clients,
+            notes(r)
+        );
     }
     for r in &c.ratios {
-        s += &format!("  kite / {}: {:.2}x   goal >= {:.0}x: {}\n", r.peer, r.kite_over_peer, r.goal, if r.met { "met" } else { "NOT met" });
+        s += &format!(
+            "  kite / {}: {:.2}x   goal >= {:.0}x: {}\n",
+            r.peer,
+            r.kite_over_peer,
+            r.goal,
+            if r.met { "met" } else { "NOT met" }
+        );
     }
     s += "\nDurability:\n";
     for r in &c.rows {
@@ -472,11 +639,25 @@ pub fn render_markdown(c: &KiteComparison, command: &str) -> String {
         header(c)
     );
     for r in &c.ratios {
-        s += &format!("| kite / {} | **{:.2}x** | >= {:.0}x: {} |\n", r.peer, r.kite_over_peer, r.goal, if r.met { "met" } else { "not met" });
+        s += &format!(
+            "| kite / {} | **{:.2}x** | >= {:.0}x: {} |\n",
+            r.peer,
+            r.kite_over_peer,
+            r.goal,
+            if r.met { "met" } else { "not met" }
+        );
     }
     s += "\n| system | ops/s | p50 µs | p99 µs | clients | notes |\n|---|---|---|---|---|---|\n";
     for r in &c.rows {
-        s += &format!("| {} | {:.0} | {:.0} | {:.0} | {} | {} |\n", r.id, r.ops_per_s, r.p50_us, r.p99_us, r.clients, notes(r));
+        s += &format!(
+            "| {} | {:.0} | {:.0} | {:.0} | {} | {} |\n",
+            r.id,
+            r.ops_per_s,
+            r.p50_us,
+            r.p99_us,
+            r.clients,
+            notes(r)
+        );
     }
     s += "\n| system | durability of an acknowledged write |\n|---|---|\n";
     for r in &c.rows {

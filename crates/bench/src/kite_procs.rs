@@ -79,7 +79,9 @@ pub struct NodeOpts {
 }
 
 fn new_secret() -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     (t ^ (u64::from(std::process::id()) << 32)) | 1
 }
 
@@ -97,24 +99,56 @@ impl KiteCluster {
         Err(last)
     }
 
-    fn start_once(exe: &Path, n: usize, opts: &NodeOpts, dir: &Path) -> Result<KiteCluster, String> {
+    fn start_once(
+        exe: &Path,
+        n: usize,
+        opts: &NodeOpts,
+        dir: &Path,
+    ) -> Result<KiteCluster, String> {
         let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let addrs = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
-        let peers = addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-        let mut c = KiteCluster { addrs, secret: new_secret(), dir: dir.to_path_buf(), nodes: Vec::new(), stopped: vec![false; n], system: if opts.zab { "zab" } else { "kite" } };
+        let peers = addrs
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut c = KiteCluster {
+            addrs,
+            secret: new_secret(),
+            dir: dir.to_path_buf(),
+            nodes: Vec::new(),
+            stopped: vec![false; n],
+            system: if opts.zab { "zab" } else { "kite" },
+        };
         for i in 0..n {
-            let log = std::fs::File::create(dir.join(format!("node{i}.log"))).map_err(|e| e.to_string())?;
+            let log = std::fs::File::create(dir.join(format!("node{i}.log")))
+                .map_err(|e| e.to_string())?;
             let mut cmd = Command::new(exe);
-            cmd.args(["node", "--system", if opts.zab { "zab" } else { "kite" }, "--id", &i.to_string(), "--peers", &peers]);
-            cmd.arg("--nvm").arg(dir.join(format!("node{i}.nvm"))).args(["--nvm-size", "64K", "--secret", &format!("{:x}", c.secret)]);
+            cmd.args([
+                "node",
+                "--system",
+                if opts.zab { "zab" } else { "kite" },
+                "--id",
+                &i.to_string(),
+                "--peers",
+                &peers,
+            ]);
+            cmd.arg("--nvm")
+                .arg(dir.join(format!("node{i}.nvm")))
+                .args(["--nvm-size", "64K", "--secret", &format!("{:x}", c.secret)]);
             if let Some(t) = opts.timeout_ms.filter(|_| !opts.zab) {
                 cmd.args(["--timeout-ms", &t.to_string()]);
             }
             if let Some(m) = &opts.mutant {
                 cmd.args(["--mutant", m]);
             }
-            let child = cmd.stdout(Stdio::null()).stderr(log).spawn().map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+            let child = cmd
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
             c.nodes.push(Some(child));
         }
         c.wait_serving()?;
@@ -130,7 +164,12 @@ impl KiteCluster {
     }
 
     pub fn node_logs(&self) -> String {
-        (0..self.len()).map(|i| std::fs::read_to_string(self.dir.join(format!("node{i}.log"))).unwrap_or_default()).collect::<Vec<_>>().join("")
+        (0..self.len())
+            .map(|i| {
+                std::fs::read_to_string(self.dir.join(format!("node{i}.log"))).unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("")
     }
 
     /// Every node answers a release (each node: Kite reads are local, so
@@ -147,14 +186,23 @@ impl KiteCluster {
     }
 
     fn wait_answer(&mut self, op: Op) -> Result<(), String> {
-        let mut mux: Mux<Op, Reply> = Mux::new(self.addrs.clone(), self.secret, Duration::from_secs(1)).map_err(|e| e.to_string())?;
+        let mut mux: Mux<Op, Reply> =
+            Mux::new(self.addrs.clone(), self.secret, Duration::from_secs(1))
+                .map_err(|e| e.to_string())?;
         let until = Instant::now() + START_LIMIT;
         let mut todo: Vec<usize> = (0..self.len()).collect();
         let mut events = Vec::new();
         let mut session = 1u64 << 40;
         while !todo.is_empty() {
-            if let Some(i) = self.nodes.iter_mut().position(|c| c.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))) {
-                return Err(format!("tandem node {i} ({}) exited at start-up:\n{}", self.system, self.node_logs()));
+            if let Some(i) = self.nodes.iter_mut().position(|c| {
+                c.as_mut()
+                    .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+            }) {
+                return Err(format!(
+                    "tandem node {i} ({}) exited at start-up:\n{}",
+                    self.system,
+                    self.node_logs()
+                ));
             }
             if Instant::now() > until {
                 return Err(format!("the {} cluster did not serve within {START_LIMIT:?} (nodes {todo:?} silent):\n{}", self.system, self.node_logs()));
@@ -217,7 +265,9 @@ impl KiteCluster {
     pub fn stats(&self) -> NodeStats {
         let mut t = NodeStats::default();
         for i in (0..self.len()).filter(|&i| self.alive(i) && !self.stopped[i]) {
-            if let Ok(s) = tandem_net::client::node_stats(self.addrs[i], self.secret, Duration::from_secs(2)) {
+            if let Ok(s) =
+                tandem_net::client::node_stats(self.addrs[i], self.secret, Duration::from_secs(2))
+            {
                 t += s;
             }
         }
@@ -225,7 +275,11 @@ impl KiteCluster {
     }
 
     pub fn cpu_seconds(&self) -> f64 {
-        self.nodes.iter().flatten().map(|c| crate::ddp_procs::cpu_seconds(c.id())).sum()
+        self.nodes
+            .iter()
+            .flatten()
+            .map(|c| crate::ddp_procs::cpu_seconds(c.id()))
+            .sum()
     }
 }
 
@@ -234,7 +288,11 @@ impl KiteCluster {
 #[serde(tag = "fault", rename_all = "snake_case")]
 pub enum Fault {
     /// SIGSTOP `node` at `from_s`, SIGCONT it `for_s` later.
-    Sleep { node: usize, from_s: f64, for_s: f64 },
+    Sleep {
+        node: usize,
+        from_s: f64,
+        for_s: f64,
+    },
     /// `kill -9` `node` at `at_s`.
     Kill { node: usize, at_s: f64 },
 }
@@ -248,15 +306,25 @@ impl Fault {
             return Err(bad());
         }
         let node = f[0].parse().map_err(|_| bad())?;
-        let (from_s, for_s) = (f[1].parse().map_err(|_| bad())?, f[2].parse().map_err(|_| bad())?);
-        Ok(Fault::Sleep { node, from_s, for_s })
+        let (from_s, for_s) = (
+            f[1].parse().map_err(|_| bad())?,
+            f[2].parse().map_err(|_| bad())?,
+        );
+        Ok(Fault::Sleep {
+            node,
+            from_s,
+            for_s,
+        })
     }
 
     /// `NODE:AT_S`.
     pub fn parse_kill(s: &str) -> Result<Fault, String> {
         let bad = || format!("--kill {s}: expected NODE:AT_S");
         let (n, at) = s.split_once(':').ok_or_else(bad)?;
-        Ok(Fault::Kill { node: n.parse().map_err(|_| bad())?, at_s: at.parse().map_err(|_| bad())? })
+        Ok(Fault::Kill {
+            node: n.parse().map_err(|_| bad())?,
+            at_s: at.parse().map_err(|_| bad())?,
+        })
     }
 
     fn node(&self) -> usize {
@@ -281,7 +349,10 @@ impl BenchMix {
     /// as a release or acquire, Paxos its writes as RMWs, ZAB its reads
     /// local and its writes through the leader (`kite_bench`'s mapping).
     fn op(&self, rng: &mut Rng, value: u64) -> Op {
-        let (c, key) = (draw_class(self.write_ratio, self.sync_ratio, self.rmw_ratio, rng), rng.below(self.keys));
+        let (c, key) = (
+            draw_class(self.write_ratio, self.sync_ratio, self.rmw_ratio, rng),
+            rng.below(self.keys),
+        );
         kite_op(self.system, c, key, value)
     }
 }
@@ -312,7 +383,15 @@ pub struct LoadOpts {
 
 impl Default for LoadOpts {
     fn default() -> Self {
-        LoadOpts { sessions_per_node: 40, warmup_s: 0.0, duration_s: 5.0, client_timeout_s: 3.0, faults: Vec::new(), seed: 1, progress: None }
+        LoadOpts {
+            sessions_per_node: 40,
+            warmup_s: 0.0,
+            duration_s: 5.0,
+            client_timeout_s: 3.0,
+            faults: Vec::new(),
+            seed: 1,
+            progress: None,
+        }
     }
 }
 
@@ -423,7 +502,12 @@ pub fn run_load(cluster: &mut KiteCluster, gen: Gen, o: &LoadOpts) -> Result<Loa
         let now = l.now();
         for ev in events.drain(..) {
             match ev {
-                MuxEvent::Reply { session, req, result, .. } => l.on_reply(session, req, result, now),
+                MuxEvent::Reply {
+                    session,
+                    req,
+                    result,
+                    ..
+                } => l.on_reply(session, req, result, now),
                 MuxEvent::Lost { node } => l.on_lost(node, now),
             }
         }
@@ -476,14 +560,36 @@ impl<'a> Load<'a> {
     fn new(cluster: &'a mut KiteCluster, gen: Gen, o: &'a LoadOpts) -> Result<Load<'a>, String> {
         let n = cluster.len();
         let total = o.sessions_per_node * n as u64;
-        let (warm_ns, end_ns) = ((o.warmup_s * 1e9) as u64, ((o.warmup_s + o.duration_s) * 1e9) as u64);
-        let mux = Mux::new(cluster.addrs.clone(), cluster.secret, Duration::from_secs(1)).map_err(|e| e.to_string())?;
+        let (warm_ns, end_ns) = (
+            (o.warmup_s * 1e9) as u64,
+            ((o.warmup_s + o.duration_s) * 1e9) as u64,
+        );
+        let mux = Mux::new(
+            cluster.addrs.clone(),
+            cluster.secret,
+            Duration::from_secs(1),
+        )
+        .map_err(|e| e.to_string())?;
         let (mix, system, bench) = match gen {
-            Gen::Checked(m) => (Some(Box::new(RandomMix::new(m, total)) as Box<dyn Workload>), "kite", None),
+            Gen::Checked(m) => (
+                Some(Box::new(RandomMix::new(m, total)) as Box<dyn Workload>),
+                "kite",
+                None,
+            ),
             Gen::Work(w) => (Some(w), "kite", None),
             Gen::Bench(b) => (None, b.system.name(), Some(b)),
         };
-        let sess = (0..total).map(|i| Sess { node: i as usize % n, name: i, next_req: 0, call: None, wake_at: 0, completed: 0, last_done_ns: 0 }).collect();
+        let sess = (0..total)
+            .map(|i| Sess {
+                node: i as usize % n,
+                name: i,
+                next_req: 0,
+                call: None,
+                wake_at: 0,
+                completed: 0,
+                last_done_ns: 0,
+            })
+            .collect();
         let stats0 = (cluster.stats(), cluster.cpu_seconds());
         Ok(Load {
             n,
@@ -550,13 +656,19 @@ impl<'a> Load<'a> {
             return;
         }
         let rate = (self.replies - self.last_progress.1) as f64;
-        eprintln!("  [{:>4.1}s] {name:<20} {:>9} ops  {rate:>9.0} ops/s", now as f64 / 1e9, self.replies);
+        eprintln!(
+            "  [{:>4.1}s] {name:<20} {:>9} ops  {rate:>9.0} ops/s",
+            now as f64 / 1e9,
+            self.replies
+        );
         self.last_progress = (self.last_progress.0 + 1_000_000_000, self.replies);
     }
 
     /// Past the end, every call answered or the client time-out passed.
     fn drained(&self) -> bool {
-        self.stopping_at.is_some_and(|t| self.sess.iter().all(|s| s.call.is_none()) || self.now() >= t + self.timeout_ns)
+        self.stopping_at.is_some_and(|t| {
+            self.sess.iter().all(|s| s.call.is_none()) || self.now() >= t + self.timeout_ns
+        })
     }
 
     /// Calls unanswered past the client time-out have unknown outcomes.
@@ -567,7 +679,11 @@ impl<'a> Load<'a> {
         }
         self.next_sweep = now + 5_000_000;
         for i in 0..self.sess.len() {
-            if self.sess[i].call.as_ref().is_some_and(|c| c.2 + self.timeout_ns <= now) {
+            if self.sess[i]
+                .call
+                .as_ref()
+                .is_some_and(|c| c.2 + self.timeout_ns <= now)
+            {
                 self.give_up(i, now);
             }
         }
@@ -631,13 +747,21 @@ impl<'a> Load<'a> {
             return;
         }
         let h = self.mix.is_some().then(|| {
-            self.hist.push(RcOp { session: s.name, node: s.node as u16, kind: invoked(&op), invoke_ns: now, complete_ns: None })
+            self.hist.push(RcOp {
+                session: s.name,
+                node: s.node as u16,
+                kind: invoked(&op),
+                invoke_ns: now,
+                complete_ns: None,
+            })
         });
         s.call = Some((req, h, now));
     }
 
     fn on_reply(&mut self, session: u64, req: u64, result: Reply, now: u64) {
-        let Some(&i) = self.by_name.get(&session) else { return };
+        let Some(&i) = self.by_name.get(&session) else {
+            return;
+        };
         if !matches!(self.sess[i].call, Some((r, ..)) if r == req) {
             return;
         }
@@ -687,11 +811,22 @@ impl<'a> Load<'a> {
         let (s0, c0) = self.stats_warm.take().unwrap_or(self.stats0);
         self.lat.sort_unstable();
         let lat = &self.lat;
-        let pct = |q: f64| lat.get(((lat.len() as f64 * q) as usize).min(lat.len().saturating_sub(1))).map_or(0.0, |&v| v as f64 / 1e3);
-        let latency_us = Latency { p50: pct(0.5), p99: pct(0.99), p999: pct(0.999) };
+        let pct = |q: f64| {
+            lat.get(((lat.len() as f64 * q) as usize).min(lat.len().saturating_sub(1)))
+                .map_or(0.0, |&v| v as f64 / 1e3)
+        };
+        let latency_us = Latency {
+            p50: pct(0.5),
+            p99: pct(0.99),
+            p999: pct(0.999),
+        };
         let checked = self.mix.is_some();
         let hist = std::mem::take(&mut self.hist).into_vec();
-        let violation = if checked { tandem_check::check_rc(&hist).err().map(|v| v.to_string()) } else { None };
+        let violation = if checked {
+            tandem_check::check_rc(&hist).err().map(|v| v.to_string())
+        } else {
+            None
+        };
         let pending_ops = hist.iter().filter(|h| h.complete_ns.is_none()).count();
         let replies = stats1.replies.saturating_sub(s0.replies).max(1) as f64;
         LoadReport {
@@ -708,7 +843,11 @@ impl<'a> Load<'a> {
             violation_count: violation.is_some() as u64,
             violation,
             timeline_per_node: self.timeline,
-            sessions_end: self.sess.iter().map(|s| (s.node, s.completed, s.last_done_ns as f64 / 1e9)).collect(),
+            sessions_end: self
+                .sess
+                .iter()
+                .map(|s| (s.node, s.completed, s.last_done_ns as f64 / 1e9))
+                .collect(),
             alive: (0..self.n).map(|i| self.cluster.alive(i)).collect(),
             messages_per_op: stats1.sent.saturating_sub(s0.sent) as f64 / replies,
             node_cpu_us_per_op: 1e6 * (cpu1 - c0).max(0.0) / replies,
@@ -723,11 +862,17 @@ fn fault_plan(faults: &[Fault], warm_ns: u64) -> Vec<(u64, usize, Act)> {
     let mut plan = Vec::new();
     for f in faults {
         match *f {
-            Fault::Sleep { node, from_s, for_s } => {
+            Fault::Sleep {
+                node,
+                from_s,
+                for_s,
+            } => {
                 plan.push(((from_s * 1e9) as u64 + warm_ns, node, Act::Stop));
                 plan.push((((from_s + for_s) * 1e9) as u64 + warm_ns, node, Act::Cont));
             }
-            Fault::Kill { node, at_s } => plan.push(((at_s * 1e9) as u64 + warm_ns, node, Act::Kill)),
+            Fault::Kill { node, at_s } => {
+                plan.push(((at_s * 1e9) as u64 + warm_ns, node, Act::Kill))
+            }
         }
     }
     plan.sort_by_key(|p| p.0);
@@ -738,7 +883,13 @@ fn fault_plan(faults: &[Fault], warm_ns: u64) -> Vec<(u64, usize, Act)> {
 /// placeholder that keeps its expected value, as `simcheck` records it).
 fn invoked(op: &Op) -> RcKind {
     match *op {
-        Op::Cas { key, expected, .. } => RcKind::CasFail { key, expected, value: 0, version: Version::default(), local: false },
+        Op::Cas { key, expected, .. } => RcKind::CasFail {
+            key,
+            expected,
+            value: 0,
+            version: Version::default(),
+            local: false,
+        },
         _ => pending(op),
     }
 }
@@ -746,7 +897,9 @@ fn invoked(op: &Op) -> RcKind {
 fn answered(h: &mut RcOp, result: &Reply, now: u64) {
     let kind = h.kind;
     let mut done = completed(&kind, result);
-    if let (RcKind::CasFail { expected, .. }, RcKind::CasFail { expected: e, .. }) = (kind, &mut done) {
+    if let (RcKind::CasFail { expected, .. }, RcKind::CasFail { expected: e, .. }) =
+        (kind, &mut done)
+    {
         *e = expected;
     }
     h.kind = done;
@@ -761,9 +914,19 @@ fn unknown_outcome(h: &mut RcOp) {
 }
 
 /// `tandem kite bench --net tcp`: one cluster per system, the bench mix.
-pub fn bench_tcp(exe: &Path, dir: &Path, nodes: usize, node: &NodeOpts, mix: BenchMix, o: &LoadOpts) -> Result<(SystemResult, LoadReport), String> {
+pub fn bench_tcp(
+    exe: &Path,
+    dir: &Path,
+    nodes: usize,
+    node: &NodeOpts,
+    mix: BenchMix,
+    o: &LoadOpts,
+) -> Result<(SystemResult, LoadReport), String> {
     let d = dir.join(mix.system.name());
-    let node = &NodeOpts { zab: mix.system == System::Zab, ..node.clone() };
+    let node = &NodeOpts {
+        zab: mix.system == System::Zab,
+        ..node.clone()
+    };
     let mut cluster = KiteCluster::start(exe, nodes, node, &d)?;
     let r = run_load(&mut cluster, Gen::Bench(mix), o)?;
     drop(cluster);
@@ -782,7 +945,13 @@ pub fn bench_tcp(exe: &Path, dir: &Path, nodes: usize, node: &NodeOpts, mix: Ben
 }
 
 /// `tandem kite load`: the checked random mix with faults.
-pub fn checked_load(exe: &Path, dir: &Path, nodes: usize, node: &NodeOpts, o: &LoadOpts) -> Result<LoadReport, String> {
+pub fn checked_load(
+    exe: &Path,
+    dir: &Path,
+    nodes: usize,
+    node: &NodeOpts,
+    o: &LoadOpts,
+) -> Result<LoadReport, String> {
     let mut cluster = KiteCluster::start(exe, nodes, node, dir)?;
     let r = run_load(&mut cluster, Gen::Checked(Mix::default()), o);
     let logs = cluster.node_logs();

@@ -36,8 +36,13 @@ fn to_leader(op: Op) -> tandem_ddp::Op {
 fn to_kite(r: tandem_ddp::Reply) -> Reply {
     let version = |zxid: u64| tandem_check::Version(zxid as u32, 0, 0);
     match r {
-        tandem_ddp::Reply::Read { value, ts, .. } => Reply::Value { value: value.unwrap_or(0), version: version(ts.version) },
-        tandem_ddp::Reply::Written { ts, .. } => Reply::Written { version: version(ts.version) },
+        tandem_ddp::Reply::Read { value, ts, .. } => Reply::Value {
+            value: value.unwrap_or(0),
+            version: version(ts.version),
+        },
+        tandem_ddp::Reply::Written { ts, .. } => Reply::Written {
+            version: version(ts.version),
+        },
         // `to_leader` only makes reads and writes, which the log answers with the two above.
         other => unreachable!("the leader-based log answered a read or write with {other:?}"),
     }
@@ -45,7 +50,11 @@ fn to_kite(r: tandem_ddp::Reply) -> Reply {
 
 fn input(i: Input<ZabNode>) -> Input<LeaderNode> {
     match i {
-        Input::Client { session, req, op } => Input::Client { session, req, op: to_leader(op) },
+        Input::Client { session, req, op } => Input::Client {
+            session,
+            req,
+            op: to_leader(op),
+        },
         Input::Recv { from, msg } => Input::Recv { from, msg },
         Input::PersistDone { token } => Input::PersistDone { token },
         Input::Timer { token } => Input::Timer { token },
@@ -55,7 +64,15 @@ fn input(i: Input<ZabNode>) -> Input<LeaderNode> {
 
 fn command(c: Command<LeaderNode>) -> Command<ZabNode> {
     match c {
-        Command::Reply { session, req, result } => Command::Reply { session, req, result: to_kite(result) },
+        Command::Reply {
+            session,
+            req,
+            result,
+        } => Command::Reply {
+            session,
+            req,
+            result: to_kite(result),
+        },
         Command::Send { to, msg } => Command::Send { to, msg },
         Command::Broadcast { msg } => Command::Broadcast { msg },
         Command::Persist { token, record } => Command::Persist { token, record },
@@ -86,17 +103,28 @@ pub struct ZabFactory(LeaderFactory);
 
 impl Default for ZabFactory {
     fn default() -> Self {
-        ZabFactory(LeaderFactory { params: LeaderParams { volatile: true, ..LeaderParams::default() } })
+        ZabFactory(LeaderFactory {
+            params: LeaderParams {
+                volatile: true,
+                ..LeaderParams::default()
+            },
+        })
     }
 }
 
 impl NodeFactory<ZabNode> for ZabFactory {
     fn start(&self, id: NodeId, config: &Config) -> ZabNode {
-        ZabNode { inner: self.0.start(id, config), scratch: Vec::new() }
+        ZabNode {
+            inner: self.0.start(id, config),
+            scratch: Vec::new(),
+        }
     }
 
     fn recover(&self, id: NodeId, config: &Config, nvm: &Nvm<LeaderRecord>) -> ZabNode {
-        ZabNode { inner: self.0.recover(id, config, nvm), scratch: Vec::new() }
+        ZabNode {
+            inner: self.0.recover(id, config, nvm),
+            scratch: Vec::new(),
+        }
     }
 }
 
@@ -110,24 +138,67 @@ mod tests {
         let cfg = Config::new(1, vec![0, 1, 2]);
         let f = ZabFactory::default();
         let mut nodes: Vec<ZabNode> = (0..3).map(|i| f.start(i, &cfg)).collect();
-        let mut queue: Vec<(NodeId, Input<ZabNode>)> = vec![(1, Input::Client { session: 7, req: 0, op: Op::Release(5, 42) })];
+        let mut queue: Vec<(NodeId, Input<ZabNode>)> = vec![(
+            1,
+            Input::Client {
+                session: 7,
+                req: 0,
+                op: Op::Release(5, 42),
+            },
+        )];
         let mut replies = Vec::new();
         while let Some((at, i)) = queue.pop() {
             let mut out = Vec::new();
             nodes[at as usize].step(0, i, &mut out);
             for c in out {
                 match c {
-                    Command::Send { to, msg } => queue.insert(0, (to, Input::Recv { from: at, msg })),
-                    Command::Broadcast { msg } => (0..3).filter(|&n| n != at).for_each(|n| queue.insert(0, (n, Input::Recv { from: at, msg: msg.clone() }))),
+                    Command::Send { to, msg } => {
+                        queue.insert(0, (to, Input::Recv { from: at, msg }))
+                    }
+                    Command::Broadcast { msg } => (0..3).filter(|&n| n != at).for_each(|n| {
+                        queue.insert(
+                            0,
+                            (
+                                n,
+                                Input::Recv {
+                                    from: at,
+                                    msg: msg.clone(),
+                                },
+                            ),
+                        )
+                    }),
                     Command::Reply { result, .. } => replies.push((at, result)),
                     _ => {}
                 }
             }
         }
-        assert!(matches!(replies[..], [(1, Reply::Written { version })] if version.0 == 1), "{replies:?}");
+        assert!(
+            matches!(replies[..], [(1, Reply::Written { version })] if version.0 == 1),
+            "{replies:?}"
+        );
         let mut out = Vec::new();
-        nodes[2].step(0, Input::Client { session: 8, req: 0, op: Op::Acquire(5) }, &mut out);
-        let read: Vec<Reply> = out.into_iter().filter_map(|c| if let Command::Reply { result, .. } = c { Some(result) } else { None }).collect();
-        assert!(matches!(read[..], [Reply::Value { value: 42, .. }]), "{read:?}");
+        nodes[2].step(
+            0,
+            Input::Client {
+                session: 8,
+                req: 0,
+                op: Op::Acquire(5),
+            },
+            &mut out,
+        );
+        let read: Vec<Reply> = out
+            .into_iter()
+            .filter_map(|c| {
+                if let Command::Reply { result, .. } = c {
+                    Some(result)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert!(
+            matches!(read[..], [Reply::Value { value: 42, .. }]),
+            "{read:?}"
+        );
     }
 }

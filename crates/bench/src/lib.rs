@@ -2,21 +2,21 @@
 //! runs with invariant checks (tests and replays), and benchmarks over the
 //! inline (in-process) and tcp (memory-server processes) fabrics.
 
+pub mod compare;
 pub mod ddp_bench;
 pub mod ddp_procs;
 pub mod ddp_tcp;
-pub mod compare;
 pub mod experiment;
+pub mod fabric_bench;
 pub mod heal_exp;
+pub mod heal_peers;
+pub mod heal_procs;
 pub mod kite_bench;
 pub mod kite_compare;
 pub mod kite_exp;
 pub mod kite_procs;
 pub mod kite_zab;
 pub mod lrp_exp;
-pub mod heal_peers;
-pub mod heal_procs;
-pub mod fabric_bench;
 pub mod plot;
 pub mod sim_run;
 pub mod sim_suspicion;

@@ -16,7 +16,13 @@ use crate::plot::{bars_svg, lines_svg, stack_svg};
 
 type ExperimentResult = Result<(Value, String, String), String>;
 
-const COST_POLICIES: [PolicyKind; 5] = [PolicyKind::Nop, PolicyKind::Lrp, PolicyKind::Bb, PolicyKind::Sb, PolicyKind::Eager];
+const COST_POLICIES: [PolicyKind; 5] = [
+    PolicyKind::Nop,
+    PolicyKind::Lrp,
+    PolicyKind::Bb,
+    PolicyKind::Sb,
+    PolicyKind::Eager,
+];
 
 struct Scale {
     threads: usize,
@@ -30,29 +36,91 @@ struct Scale {
 
 fn scale(quick: bool) -> Scale {
     if quick {
-        Scale { threads: 8, size: 4096, ops: 20, list_ops: 5, thread_sweep: &[1, 8], sizes: &[1024, 4096], check_seeds: 10 }
+        Scale {
+            threads: 8,
+            size: 4096,
+            ops: 20,
+            list_ops: 5,
+            thread_sweep: &[1, 8],
+            sizes: &[1024, 4096],
+            check_seeds: 10,
+        }
     } else {
-        Scale { threads: 32, size: 65536, ops: 100, list_ops: 25, thread_sweep: &[1, 2, 4, 8, 16, 32], sizes: &[8192, 65536, 1 << 20], check_seeds: 200 }
+        Scale {
+            threads: 32,
+            size: 65536,
+            ops: 100,
+            list_ops: 25,
+            thread_sweep: &[1, 2, 4, 8, 16, 32],
+            sizes: &[8192, 65536, 1 << 20],
+            check_seeds: 200,
+        }
     }
 }
 
-fn run_cost(s: &Scale, lfd: LfdKind, policy: PolicyKind, threads: usize, nvm: u64, watermark: usize) -> BenchResult {
+fn run_cost(
+    s: &Scale,
+    lfd: LfdKind,
+    policy: PolicyKind,
+    threads: usize,
+    nvm: u64,
+    watermark: usize,
+) -> BenchResult {
     run_sized(s, lfd, policy, threads, s.size, nvm, watermark)
 }
 
-fn run_sized(s: &Scale, lfd: LfdKind, policy: PolicyKind, threads: usize, size: usize, nvm: u64, watermark: usize) -> BenchResult {
-    let ops = if lfd == LfdKind::List { s.list_ops } else { s.ops };
-    bench(&BenchOpts { lfd, policy, threads, size, ops, nvm, ret_watermark: watermark, seed: 1 })
+fn run_sized(
+    s: &Scale,
+    lfd: LfdKind,
+    policy: PolicyKind,
+    threads: usize,
+    size: usize,
+    nvm: u64,
+    watermark: usize,
+) -> BenchResult {
+    let ops = if lfd == LfdKind::List {
+        s.list_ops
+    } else {
+        s.ops
+    };
+    bench(&BenchOpts {
+        lfd,
+        policy,
+        threads,
+        size,
+        ops,
+        nvm,
+        ret_watermark: watermark,
+        seed: 1,
+    })
 }
 
 /// LRP and BB over NOP as the structure grows (the thesis: no significant change).
 fn size_sweep(s: &Scale, progress: &dyn Fn(&str)) -> Vec<(LfdKind, PolicyKind, Vec<f64>)> {
     let mut out = Vec::new();
     for lfd in [LfdKind::Hash, LfdKind::Bst] {
-        let nops: Vec<f64> = s.sizes.iter().map(|&n| run_sized(s, lfd, PolicyKind::Nop, s.threads, n, 120, 4).cycles.max(1) as f64).collect();
+        let nops: Vec<f64> = s
+            .sizes
+            .iter()
+            .map(|&n| {
+                run_sized(s, lfd, PolicyKind::Nop, s.threads, n, 120, 4)
+                    .cycles
+                    .max(1) as f64
+            })
+            .collect();
         for p in [PolicyKind::Lrp, PolicyKind::Bb] {
-            let v: Vec<f64> = s.sizes.iter().zip(&nops).map(|(&n, &nop)| run_sized(s, lfd, p, s.threads, n, 120, 4).cycles as f64 / nop).collect();
-            progress(&format!("  lrp: {} {} over NOP by size {:?}: {v:.2?}", lfd.name(), p.name(), s.sizes));
+            let v: Vec<f64> = s
+                .sizes
+                .iter()
+                .zip(&nops)
+                .map(|(&n, &nop)| run_sized(s, lfd, p, s.threads, n, 120, 4).cycles as f64 / nop)
+                .collect();
+            progress(&format!(
+                "  lrp: {} {} over NOP by size {:?}: {v:.2?}",
+                lfd.name(),
+                p.name(),
+                s.sizes
+            ));
             out.push((lfd, p, v));
         }
     }
@@ -66,7 +134,10 @@ fn volatile_baseline(s: &Scale, progress: &dyn Fn(&str)) -> Vec<(LfdKind, f64)> 
         .map(|lfd| {
             let ops = if lfd == LfdKind::List { 200 } else { 20_000 };
             let r = tandem_lrp::bench::volatile(lfd, 2, s.size, ops, 1);
-            progress(&format!("  lrp: {} on real atomics: {r:.0} ops/s", lfd.name()));
+            progress(&format!(
+                "  lrp: {} on real atomics: {r:.0} ops/s",
+                lfd.name()
+            ));
             (lfd, r)
         })
         .collect()
@@ -77,10 +148,20 @@ fn cost_table(s: &Scale, nvm: u64, progress: &dyn Fn(&str)) -> Vec<(LfdKind, Vec
     LfdKind::ALL
         .iter()
         .map(|&lfd| {
-            let rs: Vec<BenchResult> = COST_POLICIES.iter().map(|&p| run_cost(s, lfd, p, s.threads, nvm, 4)).collect();
+            let rs: Vec<BenchResult> = COST_POLICIES
+                .iter()
+                .map(|&p| run_cost(s, lfd, p, s.threads, nvm, 4))
+                .collect();
             let nop = rs[0].cycles.max(1) as f64;
-            let line: Vec<String> = rs.iter().map(|r| format!("{} {:.2}x", r.opts.policy.name(), r.cycles as f64 / nop)).collect();
-            progress(&format!("  lrp: {} nvm {nvm}: {}", lfd.name(), line.join(", ")));
+            let line: Vec<String> = rs
+                .iter()
+                .map(|r| format!("{} {:.2}x", r.opts.policy.name(), r.cycles as f64 / nop))
+                .collect();
+            progress(&format!(
+                "  lrp: {} nvm {nvm}: {}",
+                lfd.name(),
+                line.join(", ")
+            ));
             (lfd, rs)
         })
         .collect()
@@ -88,21 +169,42 @@ fn cost_table(s: &Scale, nvm: u64, progress: &dyn Fn(&str)) -> Vec<(LfdKind, Vec
 
 fn ratio(rs: &[BenchResult], p: PolicyKind) -> f64 {
     let nop = rs[0].cycles.max(1) as f64;
-    rs.iter().find(|r| r.opts.policy == p).map_or(f64::NAN, |r| r.cycles as f64 / nop)
+    rs.iter()
+        .find(|r| r.opts.policy == p)
+        .map_or(f64::NAN, |r| r.cycles as f64 / nop)
 }
 
 fn critical(rs: &[BenchResult], p: PolicyKind) -> f64 {
-    rs.iter().find(|r| r.opts.policy == p).map_or(f64::NAN, |r| 100.0 * r.critical_share)
+    rs.iter()
+        .find(|r| r.opts.policy == p)
+        .map_or(f64::NAN, |r| 100.0 * r.critical_share)
 }
 
 /// % overhead over NOP of LRP and BB as threads grow (thesis Figs. 3.7–3.8).
 fn thread_sweep(s: &Scale, progress: &dyn Fn(&str)) -> Vec<(LfdKind, PolicyKind, Vec<f64>)> {
     let mut out = Vec::new();
     for lfd in LfdKind::ALL {
-        let nops: Vec<u64> = s.thread_sweep.iter().map(|&t| run_cost(s, lfd, PolicyKind::Nop, t, 120, 4).cycles.max(1)).collect();
+        let nops: Vec<u64> = s
+            .thread_sweep
+            .iter()
+            .map(|&t| run_cost(s, lfd, PolicyKind::Nop, t, 120, 4).cycles.max(1))
+            .collect();
         for p in [PolicyKind::Lrp, PolicyKind::Bb] {
-            let v: Vec<f64> = s.thread_sweep.iter().zip(&nops).map(|(&t, &n)| 100.0 * (run_cost(s, lfd, p, t, 120, 4).cycles as f64 / n as f64 - 1.0)).collect();
-            progress(&format!("  lrp: {} {} overhead by threads {:?}: {:?}", lfd.name(), p.name(), s.thread_sweep, v.iter().map(|x| x.round()).collect::<Vec<_>>()));
+            let v: Vec<f64> = s
+                .thread_sweep
+                .iter()
+                .zip(&nops)
+                .map(|(&t, &n)| {
+                    100.0 * (run_cost(s, lfd, p, t, 120, 4).cycles as f64 / n as f64 - 1.0)
+                })
+                .collect();
+            progress(&format!(
+                "  lrp: {} {} overhead by threads {:?}: {:?}",
+                lfd.name(),
+                p.name(),
+                s.thread_sweep,
+                v.iter().map(|x| x.round()).collect::<Vec<_>>()
+            ));
             out.push((lfd, p, v));
         }
     }
@@ -116,9 +218,17 @@ fn watermark_sweep(s: &Scale, progress: &dyn Fn(&str)) -> Vec<(LfdKind, Vec<f64>
     [LfdKind::Hash, LfdKind::Bst, LfdKind::Queue]
         .into_iter()
         .map(|lfd| {
-            let nop = run_cost(s, lfd, PolicyKind::Nop, s.threads, 120, 4).cycles.max(1) as f64;
-            let v: Vec<f64> = WATERMARKS.iter().map(|&w| run_cost(s, lfd, PolicyKind::Lrp, s.threads, 120, w).cycles as f64 / nop).collect();
-            progress(&format!("  lrp: {} LRP/NOP by RET watermark {WATERMARKS:?}: {v:.2?}", lfd.name()));
+            let nop = run_cost(s, lfd, PolicyKind::Nop, s.threads, 120, 4)
+                .cycles
+                .max(1) as f64;
+            let v: Vec<f64> = WATERMARKS
+                .iter()
+                .map(|&w| run_cost(s, lfd, PolicyKind::Lrp, s.threads, 120, w).cycles as f64 / nop)
+                .collect();
+            progress(&format!(
+                "  lrp: {} LRP/NOP by RET watermark {WATERMARKS:?}: {v:.2?}",
+                lfd.name()
+            ));
             (lfd, v)
         })
         .collect()
@@ -135,7 +245,10 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
     let checks = crash_checks(&s, progress);
     let mutants = mutant_hunts(progress);
     let diff = differential(9, if quick { 20 } else { 80 }, 4);
-    progress(&format!("  lrp: differential: LRP reached {} of {} RP-legal images, {} illegal", diff.reached, diff.legal, diff.reached_illegal));
+    progress(&format!(
+        "  lrp: differential: LRP reached {} of {} RP-legal images, {} illegal",
+        diff.reached, diff.legal, diff.reached_illegal
+    ));
     let json = json!({
         "scale": { "threads": s.threads, "size": s.size, "ops_per_thread": s.ops, "list_ops_per_thread": s.list_ops },
         "cached": cost_json(&cached), "uncached": cost_json(&uncached),
@@ -146,13 +259,24 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
         "checks": checks, "mutants": mutants, "differential": diff,
     });
     let svg = figure(&s, &cached, &uncached, &threads);
-    let mut md = markdown(&s, &cached, &uncached, &threads, &watermarks, &checks, &mutants, &diff);
+    let mut md = markdown(
+        &s,
+        &cached,
+        &uncached,
+        &threads,
+        &watermarks,
+        &checks,
+        &mutants,
+        &diff,
+    );
     md += &extra_markdown(&s, &sizes, &volatile);
     Ok((json, svg, md))
 }
 
 fn cost_json(t: &[(LfdKind, Vec<BenchResult>)]) -> Value {
-    t.iter().map(|(l, rs)| json!({"lfd": l.name(), "runs": rs})).collect()
+    t.iter()
+        .map(|(l, rs)| json!({"lfd": l.name(), "runs": rs}))
+        .collect()
 }
 
 /// The crash checker per structure and policy: violating seeds, images, images/s.
@@ -161,7 +285,15 @@ fn crash_checks(s: &Scale, progress: &dyn Fn(&str)) -> Vec<Value> {
     for lfd in LfdKind::ALL {
         for p in PolicyKind::ALL {
             let r = check(&CheckOpts::new(lfd, p), 1, s.check_seeds, |_, _| {});
-            progress(&format!("  lrp: check {} {}: {} of {} seeds violate ({} images, {:.0}/s)", lfd.name(), p.name(), r.violating_seeds, r.seeds, r.images, r.images_per_second));
+            progress(&format!(
+                "  lrp: check {} {}: {} of {} seeds violate ({} images, {:.0}/s)",
+                lfd.name(),
+                p.name(),
+                r.violating_seeds,
+                r.seeds,
+                r.images,
+                r.images_per_second
+            ));
             out.push(json!({"lfd": lfd.name(), "policy": p.name(), "seeds": r.seeds, "violating_seeds": r.violating_seeds, "crash_points": r.crash_points, "images": r.images, "seconds": r.seconds, "images_per_second": r.images_per_second, "first": r.violations.first()}));
         }
     }
@@ -193,14 +325,55 @@ fn mutant_hunts(progress: &dyn Fn(&str)) -> Vec<Value> {
     out
 }
 
-fn figure(s: &Scale, cached: &[(LfdKind, Vec<BenchResult>)], uncached: &[(LfdKind, Vec<BenchResult>)], threads: &[(LfdKind, PolicyKind, Vec<f64>)]) -> String {
-    let bars = |t: &[(LfdKind, Vec<BenchResult>)]| -> Vec<(String, f64)> { t.iter().flat_map(|(l, rs)| rs.iter().skip(1).map(move |r| (format!("{} {}", l.name(), r.opts.policy.name()), ratio(rs, r.opts.policy)))).collect() };
+fn figure(
+    s: &Scale,
+    cached: &[(LfdKind, Vec<BenchResult>)],
+    uncached: &[(LfdKind, Vec<BenchResult>)],
+    threads: &[(LfdKind, PolicyKind, Vec<f64>)],
+) -> String {
+    let bars = |t: &[(LfdKind, Vec<BenchResult>)]| -> Vec<(String, f64)> {
+        t.iter()
+            .flat_map(|(l, rs)| {
+                rs.iter().skip(1).map(move |r| {
+                    (
+                        format!("{} {}", l.name(), r.opts.policy.name()),
+                        ratio(rs, r.opts.policy),
+                    )
+                })
+            })
+            .collect()
+    };
     let xs: Vec<String> = s.thread_sweep.iter().map(|t| t.to_string()).collect();
-    let series: Vec<(String, Vec<Option<f64>>)> = threads.iter().map(|(l, p, v)| (format!("{} {}", l.name(), p.name()), v.iter().map(|&x| Some(x)).collect())).collect();
+    let series: Vec<(String, Vec<Option<f64>>)> = threads
+        .iter()
+        .map(|(l, p, v)| {
+            (
+                format!("{} {}", l.name(), p.name()),
+                v.iter().map(|&x| Some(x)).collect(),
+            )
+        })
+        .collect();
     stack_svg(&[
-        bars_svg(&format!("execution time / NOP, cached NVM (120 cycles), {} threads, {} keys", s.threads, s.size), "x", &bars(cached)),
-        bars_svg("execution time / NOP, uncached NVM (350 cycles)", "x", &bars(uncached)),
-        lines_svg("overhead over NOP by threads (cached)", "threads", "% over NOP", &xs, &series),
+        bars_svg(
+            &format!(
+                "execution time / NOP, cached NVM (120 cycles), {} threads, {} keys",
+                s.threads, s.size
+            ),
+            "x",
+            &bars(cached),
+        ),
+        bars_svg(
+            "execution time / NOP, uncached NVM (350 cycles)",
+            "x",
+            &bars(uncached),
+        ),
+        lines_svg(
+            "overhead over NOP by threads (cached)",
+            "threads",
+            "% over NOP",
+            &xs,
+            &series,
+        ),
     ])
 }
 
@@ -249,16 +422,48 @@ fn cost_markdown(title: &str, t: &[(LfdKind, Vec<BenchResult>)]) -> String {
 }
 
 /// The thesis's claims, each checked against this run's numbers.
-fn claims_markdown(cached: &[(LfdKind, Vec<BenchResult>)], uncached: &[(LfdKind, Vec<BenchResult>)]) -> String {
-    let ordered: Vec<&str> = cached.iter().filter(|(_, rs)| ratio(rs, PolicyKind::Sb) > ratio(rs, PolicyKind::Bb) && ratio(rs, PolicyKind::Bb) > ratio(rs, PolicyKind::Lrp) && ratio(rs, PolicyKind::Lrp) > 1.0).map(|(l, _)| l.name()).collect();
-    let lrp_c: Vec<f64> = cached.iter().map(|(_, rs)| ratio(rs, PolicyKind::Lrp)).collect();
-    let lrp_u: Vec<f64> = uncached.iter().map(|(_, rs)| ratio(rs, PolicyKind::Lrp)).collect();
+fn claims_markdown(
+    cached: &[(LfdKind, Vec<BenchResult>)],
+    uncached: &[(LfdKind, Vec<BenchResult>)],
+) -> String {
+    let ordered: Vec<&str> = cached
+        .iter()
+        .filter(|(_, rs)| {
+            ratio(rs, PolicyKind::Sb) > ratio(rs, PolicyKind::Bb)
+                && ratio(rs, PolicyKind::Bb) > ratio(rs, PolicyKind::Lrp)
+                && ratio(rs, PolicyKind::Lrp) > 1.0
+        })
+        .map(|(l, _)| l.name())
+        .collect();
+    let lrp_c: Vec<f64> = cached
+        .iter()
+        .map(|(_, rs)| ratio(rs, PolicyKind::Lrp))
+        .collect();
+    let lrp_u: Vec<f64> = uncached
+        .iter()
+        .map(|(_, rs)| ratio(rs, PolicyKind::Lrp))
+        .collect();
     let avg = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let crit_l = avg(&cached.iter().map(|(_, rs)| critical(rs, PolicyKind::Lrp)).collect::<Vec<_>>());
-    let crit_b = avg(&cached.iter().map(|(_, rs)| critical(rs, PolicyKind::Bb)).collect::<Vec<_>>());
-    let gain = |t: &[(LfdKind, Vec<BenchResult>)], l: LfdKind| t.iter().find(|(k, _)| *k == l).map_or(f64::NAN, |(_, rs)| 100.0 * (1.0 - ratio(rs, PolicyKind::Lrp) / ratio(rs, PolicyKind::Bb)));
+    let crit_l = avg(&cached
+        .iter()
+        .map(|(_, rs)| critical(rs, PolicyKind::Lrp))
+        .collect::<Vec<_>>());
+    let crit_b = avg(&cached
+        .iter()
+        .map(|(_, rs)| critical(rs, PolicyKind::Bb))
+        .collect::<Vec<_>>());
+    let gain = |t: &[(LfdKind, Vec<BenchResult>)], l: LfdKind| {
+        t.iter().find(|(k, _)| *k == l).map_or(f64::NAN, |(_, rs)| {
+            100.0 * (1.0 - ratio(rs, PolicyKind::Lrp) / ratio(rs, PolicyKind::Bb))
+        })
+    };
     let gain_avg = |t: &[(LfdKind, Vec<BenchResult>)]| avg(&LfdKind::ALL.map(|l| gain(t, l)));
-    let min = |v: &[f64]| (v.iter().cloned().fold(f64::INFINITY, f64::min), v.iter().cloned().fold(0.0, f64::max));
+    let min = |v: &[f64]| {
+        (
+            v.iter().cloned().fold(f64::INFINITY, f64::min),
+            v.iter().cloned().fold(0.0, f64::max),
+        )
+    };
     let (cmin, cmax) = min(&lrp_c);
     let (umin, umax) = min(&lrp_u);
     format!(
@@ -281,25 +486,64 @@ fn claims_markdown(cached: &[(LfdKind, Vec<BenchResult>)], uncached: &[(LfdKind,
     )
 }
 
-fn sweeps_markdown(s: &Scale, threads: &[(LfdKind, PolicyKind, Vec<f64>)], watermarks: &[(LfdKind, Vec<f64>)]) -> String {
+fn sweeps_markdown(
+    s: &Scale,
+    threads: &[(LfdKind, PolicyKind, Vec<f64>)],
+    watermarks: &[(LfdKind, Vec<f64>)],
+) -> String {
     let cols: Vec<String> = s.thread_sweep.iter().map(|t| t.to_string()).collect();
     let mut md = format!("**Threads (thesis Figs. 3.7–3.8).** % over NOP, cached:\n\n| structure | policy | {} |\n|---|---|{}\n", cols.join(" | "), "---|".repeat(cols.len()));
     for (l, p, v) in threads {
-        md += &format!("| {} | {} | {} |\n", l.name(), p.name(), v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" | "));
+        md += &format!(
+            "| {} | {} | {} |\n",
+            l.name(),
+            p.name(),
+            v.iter()
+                .map(|x| format!("{x:.0}"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
     }
     md += &format!("\n**RET watermark** (not given by the thesis; 4 is the default). LRP over NOP, cached:\n\n| structure | {} |\n|---|{}\n", WATERMARKS.map(|w| w.to_string()).join(" | "), "---|".repeat(WATERMARKS.len()));
     for (l, v) in watermarks {
-        md += &format!("| {} | {} |\n", l.name(), v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" | "));
+        md += &format!(
+            "| {} | {} |\n",
+            l.name(),
+            v.iter()
+                .map(|x| format!("{x:.2}"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
     }
     md + "\n"
 }
 
-fn check_markdown(checks: &[Value], mutants: &[Value], diff: &tandem_lrp::litmus::Differential) -> String {
+fn check_markdown(
+    checks: &[Value],
+    mutants: &[Value],
+    diff: &tandem_lrp::litmus::Differential,
+) -> String {
     let mut md = "**Crash checking** (`tandem lrp check`: 3 threads × 12 operations on 8 keys, a crash at every step and inside every stall, up to 32 subsets of the persists in flight each, three levels). Violating seeds:\n\n| structure | lrp | sb | bb | eager | nop | arp |\n|---|---|---|---|---|---|---|\n".to_string();
     let (mut images, mut seconds) = (0.0, 0.0);
     for lfd in LfdKind::ALL {
-        let cell = |p: &str| checks.iter().find(|c| c["lfd"] == lfd.name() && c["policy"] == p).map_or("-".into(), |c| format!("{} / {}", c["violating_seeds"], c["seeds"]));
-        md += &format!("| {} | {} | {} | {} | {} | {} | {} |\n", lfd.name(), cell("lrp"), cell("sb"), cell("bb"), cell("eager"), cell("nop"), cell("arp"));
+        let cell = |p: &str| {
+            checks
+                .iter()
+                .find(|c| c["lfd"] == lfd.name() && c["policy"] == p)
+                .map_or("-".into(), |c| {
+                    format!("{} / {}", c["violating_seeds"], c["seeds"])
+                })
+        };
+        md += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            lfd.name(),
+            cell("lrp"),
+            cell("sb"),
+            cell("bb"),
+            cell("eager"),
+            cell("nop"),
+            cell("arp")
+        );
     }
     for c in checks {
         images += c["images"].as_f64().unwrap_or(0.0);
@@ -309,8 +553,17 @@ fn check_markdown(checks: &[Value], mutants: &[Value], diff: &tandem_lrp::litmus
     md += "**Mutants** (spec §5.2). Mechanism mutants: executions (program × seed) until an illegal image; data-structure mutants: violating seeds of 20 under LRP:\n\n| mutant | caught |\n|---|---|\n";
     for m in mutants {
         let caught = match m["kind"].as_str() {
-            Some("mechanism") => m["executions_to_catch"].as_u64().map_or("NOT CAUGHT in 2000".into(), |n| format!("after {n} execution(s)")),
-            _ => format!("{} of 20 seeds on the {} ({} level)", m["violating_seeds_of_20"], m["lfd"].as_str().unwrap_or("?"), m["level"].as_str().unwrap_or("-")),
+            Some("mechanism") => m["executions_to_catch"]
+                .as_u64()
+                .map_or("NOT CAUGHT in 2000".into(), |n| {
+                    format!("after {n} execution(s)")
+                }),
+            _ => format!(
+                "{} of 20 seeds on the {} ({} level)",
+                m["violating_seeds_of_20"],
+                m["lfd"].as_str().unwrap_or("?"),
+                m["level"].as_str().unwrap_or("-")
+            ),
         };
         md += &format!("| {} | {caught} |\n", m["mutant"].as_str().unwrap_or("?"));
     }
@@ -326,13 +579,29 @@ fn check_markdown(checks: &[Value], mutants: &[Value], diff: &tandem_lrp::litmus
     md
 }
 
-fn extra_markdown(s: &Scale, sizes: &[(LfdKind, PolicyKind, Vec<f64>)], volatile: &[(LfdKind, f64)]) -> String {
+fn extra_markdown(
+    s: &Scale,
+    sizes: &[(LfdKind, PolicyKind, Vec<f64>)],
+    volatile: &[(LfdKind, f64)],
+) -> String {
     let cols: Vec<String> = s.sizes.iter().map(|n| format!("{}K", n / 1024)).collect();
     let mut md = format!("\n**Size** (the thesis: no significant change from 8K to 1M). Over NOP, cached, {} threads:\n\n| structure | policy | {} |\n|---|---|{}\n", s.threads, cols.join(" | "), "---|".repeat(cols.len()));
     for (l, p, v) in sizes {
-        md += &format!("| {} | {} | {} |\n", l.name(), p.name(), v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" | "));
+        md += &format!(
+            "| {} | {} | {} |\n",
+            l.name(),
+            p.name(),
+            v.iter()
+                .map(|x| format!("{x:.2}"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
     }
     md += &format!("\n**Volatile baseline**: the same code on real `AtomicU64`s, 2 OS threads, {} keys (wall clock on this 2-core machine): ", s.size);
-    md += &volatile.iter().map(|(l, r)| format!("{} {:.2} M ops/s", l.name(), r / 1e6)).collect::<Vec<_>>().join(", ");
+    md += &volatile
+        .iter()
+        .map(|(l, r)| format!("{} {:.2} M ops/s", l.name(), r / 1e6))
+        .collect::<Vec<_>>()
+        .join(", ");
     md + ".\n"
 }

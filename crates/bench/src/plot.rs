@@ -20,11 +20,16 @@ const LEFT: f64 = 80.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 60.0;
-const COLORS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"];
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+];
 const MARK_COLORS: [&str; 4] = ["#d62728", "#ff7f0e", "#2ca02c", "#7f7f7f"];
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// A round axis maximum and its tick step.
@@ -88,15 +93,29 @@ fn y_grid(s: &mut String, y_max: f64, y_step: f64) {
 /// Throughput over time: one polyline per series (bucket `bucket_ms` wide),
 /// vertical markers for events at `(seconds, label)`; the y axis counts
 /// committed transactions (see [`timeline_svg_of`]).
-pub fn timeline_svg(title: &str, bucket_ms: u64, series: &[Series], events: &[(f64, String)]) -> String {
+pub fn timeline_svg(
+    title: &str,
+    bucket_ms: u64,
+    series: &[Series],
+    events: &[(f64, String)],
+) -> String {
     timeline_svg_of(title, "committed tx/s", bucket_ms, series, events)
 }
 
 /// [`timeline_svg`] with the y axis counting `unit` (e.g. "Kite calls/s").
-pub fn timeline_svg_of(title: &str, unit: &str, bucket_ms: u64, series: &[Series], events: &[(f64, String)]) -> String {
+pub fn timeline_svg_of(
+    title: &str,
+    unit: &str,
+    bucket_ms: u64,
+    series: &[Series],
+    events: &[(f64, String)],
+) -> String {
     let buckets = series.iter().map(|s| s.tps.len()).max().unwrap_or(0).max(1);
     let t_max = buckets as f64 * bucket_ms as f64 / 1000.0;
-    let peak = series.iter().flat_map(|s| s.tps.iter().copied()).fold(0.0, f64::max);
+    let peak = series
+        .iter()
+        .flat_map(|s| s.tps.iter().copied())
+        .fold(0.0, f64::max);
     let (y_max, y_step) = nice_max(peak * 1.1);
     let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
     let x = |t: f64| LEFT + pw * t / t_max;
@@ -108,7 +127,13 @@ pub fn timeline_svg_of(title: &str, unit: &str, bucket_ms: u64, series: &[Series
     let t_step = t_step.max(0.01);
     let mut t = 0.0;
     while t <= t_max + 1e-9 {
-        let _ = write!(s, r#"<text x="{:.1}" y="{}" font-size="12" text-anchor="middle">{}</text>"#, x(t), H - BOTTOM + 18.0, fmt_si(t));
+        let _ = write!(
+            s,
+            r#"<text x="{:.1}" y="{}" font-size="12" text-anchor="middle">{}</text>"#,
+            x(t),
+            H - BOTTOM + 18.0,
+            fmt_si(t)
+        );
         t += t_step;
     }
     let _ = write!(
@@ -142,7 +167,10 @@ pub fn timeline_svg_of(title: &str, unit: &str, bucket_ms: u64, series: &[Series
             let t = (i as f64 + 0.5) * bucket_ms as f64 / 1000.0;
             let _ = write!(pts, "{:.1},{:.1} ", x(t), y(v));
         }
-        let _ = write!(s, r#"<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="1.5"/>"#);
+        let _ = write!(
+            s,
+            r#"<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="1.5"/>"#
+        );
         let ly = TOP + 14.0 + 16.0 * k as f64;
         let _ = write!(
             s,
@@ -161,8 +189,17 @@ pub fn timeline_svg_of(title: &str, unit: &str, bucket_ms: u64, series: &[Series
 
 /// Lines over a categorical x axis (`xs` labels, evenly spaced), one per
 /// `(label, values)` series; `None` leaves a gap.
-pub fn lines_svg(title: &str, x_label: &str, y_label: &str, xs: &[String], series: &[(String, Vec<Option<f64>>)]) -> String {
-    let peak = series.iter().flat_map(|s| s.1.iter().flatten().copied()).fold(0.0, f64::max);
+pub fn lines_svg(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    xs: &[String],
+    series: &[(String, Vec<Option<f64>>)],
+) -> String {
+    let peak = series
+        .iter()
+        .flat_map(|s| s.1.iter().flatten().copied())
+        .fold(0.0, f64::max);
     let (y_max, y_step) = nice_max(peak * 1.1);
     let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
     let n = xs.len().max(1) as f64;
@@ -171,7 +208,13 @@ pub fn lines_svg(title: &str, x_label: &str, y_label: &str, xs: &[String], serie
     let mut s = header(title);
     y_grid(&mut s, y_max, y_step);
     for (i, l) in xs.iter().enumerate() {
-        let _ = write!(s, r#"<text x="{:.1}" y="{}" font-size="12" text-anchor="middle">{}</text>"#, x(i), H - BOTTOM + 18.0, esc(l));
+        let _ = write!(
+            s,
+            r#"<text x="{:.1}" y="{}" font-size="12" text-anchor="middle">{}</text>"#,
+            x(i),
+            H - BOTTOM + 18.0,
+            esc(l)
+        );
     }
     let _ = write!(
         s,
@@ -190,10 +233,18 @@ pub fn lines_svg(title: &str, x_label: &str, y_label: &str, xs: &[String], serie
         for (i, v) in vals.iter().enumerate() {
             if let Some(v) = v {
                 let _ = write!(pts, "{:.1},{:.1} ", x(i), y(*v));
-                let _ = write!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"/>"#, x(i), y(*v));
+                let _ = write!(
+                    s,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"/>"#,
+                    x(i),
+                    y(*v)
+                );
             }
         }
-        let _ = write!(s, r#"<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="1.5"/>"#);
+        let _ = write!(
+            s,
+            r#"<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="1.5"/>"#
+        );
         let ly = TOP + 14.0 + 16.0 * k as f64;
         let _ = write!(
             s,
@@ -212,19 +263,44 @@ pub fn lines_svg(title: &str, x_label: &str, y_label: &str, xs: &[String], serie
 
 /// A heat map: `rows` x `cols` cells, each annotated with its value
 /// (`None`: not measured, grey); darker is larger.
-pub fn heatmap_svg(title: &str, rows: &[String], cols: &[String], values: &[Vec<Option<f64>>]) -> String {
-    let peak = values.iter().flatten().flatten().copied().fold(0.0, f64::max).max(1e-9);
+pub fn heatmap_svg(
+    title: &str,
+    rows: &[String],
+    cols: &[String],
+    values: &[Vec<Option<f64>>],
+) -> String {
+    let peak = values
+        .iter()
+        .flatten()
+        .flatten()
+        .copied()
+        .fold(0.0, f64::max)
+        .max(1e-9);
     let (pw, ph) = (W - LEFT - RIGHT - 60.0, H - TOP - BOTTOM);
     let (cw, ch) = (pw / cols.len().max(1) as f64, ph / rows.len().max(1) as f64);
     let mut s = header(title);
     for (r, row) in values.iter().enumerate() {
-        let _ = write!(s, r#"<text x="{:.1}" y="{:.1}" font-size="13" text-anchor="end">{}</text>"#, LEFT + 50.0, TOP + ch * (r as f64 + 0.55), esc(&rows[r]));
+        let _ = write!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" font-size="13" text-anchor="end">{}</text>"#,
+            LEFT + 50.0,
+            TOP + ch * (r as f64 + 0.55),
+            esc(&rows[r])
+        );
         for (c, v) in row.iter().enumerate() {
             let (x, y) = (LEFT + 60.0 + cw * c as f64, TOP + ch * r as f64);
             let (fill, label) = match v {
                 Some(v) => {
                     let t = v / peak;
-                    (format!("rgb({},{},{})", (255.0 - 200.0 * t) as u8, (255.0 - 120.0 * t) as u8, 255), format!("{v:.2}"))
+                    (
+                        format!(
+                            "rgb({},{},{})",
+                            (255.0 - 200.0 * t) as u8,
+                            (255.0 - 120.0 * t) as u8,
+                            255
+                        ),
+                        format!("{v:.2}"),
+                    )
                 }
                 None => ("#dddddd".to_string(), "n/a".to_string()),
             };
@@ -239,7 +315,13 @@ pub fn heatmap_svg(title: &str, rows: &[String], cols: &[String], values: &[Vec<
         }
     }
     for (c, col) in cols.iter().enumerate() {
-        let _ = write!(s, r#"<text x="{:.1}" y="{}" font-size="13" text-anchor="middle">{}</text>"#, LEFT + 60.0 + cw * (c as f64 + 0.5), H - BOTTOM + 18.0, esc(col));
+        let _ = write!(
+            s,
+            r#"<text x="{:.1}" y="{}" font-size="13" text-anchor="middle">{}</text>"#,
+            LEFT + 60.0 + cw * (c as f64 + 0.5),
+            H - BOTTOM + 18.0,
+            esc(col)
+        );
     }
     s.push_str("</svg>\n");
     s
@@ -247,10 +329,19 @@ pub fn heatmap_svg(title: &str, rows: &[String], cols: &[String], values: &[Vec<
 
 /// Several panels stacked vertically into one SVG.
 pub fn stack_svg(panels: &[String]) -> String {
-    let mut s = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{}" viewBox="0 0 {W} {}">"#, H * panels.len() as f64, H * panels.len() as f64);
+    let mut s = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{}" viewBox="0 0 {W} {}">"#,
+        H * panels.len() as f64,
+        H * panels.len() as f64
+    );
     for (k, p) in panels.iter().enumerate() {
         let inner = p.trim().trim_end_matches("</svg>");
-        let _ = write!(s, r#"<g transform="translate(0 {})">{}</svg></g>"#, H * k as f64, inner);
+        let _ = write!(
+            s,
+            r#"<g transform="translate(0 {})">{}</svg></g>"#,
+            H * k as f64,
+            inner
+        );
     }
     s.push_str("</svg>\n");
     s
@@ -272,11 +363,23 @@ pub fn bars_svg(title: &str, unit: &str, bars: &[(String, f64)]) -> String {
         // A zero bar is no rectangle (renderers reject a zero height), only its labels.
         let height = (H - BOTTOM) - y(*value);
         if height > 0.05 {
-            let _ = write!(s, r#"<rect x="{bx:.1}" y="{:.1}" width="{bw:.1}" height="{height:.1}" fill="{}"/>"#, y(*value), COLORS[k % COLORS.len()]);
+            let _ = write!(
+                s,
+                r#"<rect x="{bx:.1}" y="{:.1}" width="{bw:.1}" height="{height:.1}" fill="{}"/>"#,
+                y(*value),
+                COLORS[k % COLORS.len()]
+            );
         }
         let (cx, top, base) = (bx + bw / 2.0, y(*value) - 5.0, H - BOTTOM + 18.0);
         // Many bars: smaller type, labels slanted so that they do not overlap.
-        let (size, slant) = if bars.len() > 10 { (10, format!(r#" transform="rotate(-30 {cx:.1} {base})" text-anchor="end""#)) } else { (12, r#" text-anchor="middle""#.to_string()) };
+        let (size, slant) = if bars.len() > 10 {
+            (
+                10,
+                format!(r#" transform="rotate(-30 {cx:.1} {base})" text-anchor="end""#),
+            )
+        } else {
+            (12, r#" text-anchor="middle""#.to_string())
+        };
         let _ = write!(
             s,
             r#"<text x="{cx:.1}" y="{top:.1}" font-size="{size}" text-anchor="middle">{}</text><text x="{cx:.1}" y="{base}" font-size="{size}"{slant}>{}</text>"#,
@@ -305,20 +408,28 @@ pub fn svg_to_png(svg: &str) -> Result<Vec<u8>, String> {
     db.set_sans_serif_family("DejaVu Sans");
     let tree = resvg::usvg::Tree::from_str(svg, &opt).map_err(|e| format!("bad SVG: {e}"))?;
     let size = tree.size().to_int_size();
-    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).ok_or("empty figure")?;
-    resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    let mut pixmap =
+        resvg::tiny_skia::Pixmap::new(size.width(), size.height()).ok_or("empty figure")?;
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
     pixmap.encode_png().map_err(|e| e.to_string())
 }
 
 /// Write `<stem>.svg` and `<stem>.png`; returns both paths.
 pub fn write_figure(stem: &Path, svg: &str) -> Result<(PathBuf, PathBuf), String> {
     if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     let (svg_path, png_path) = (stem.with_extension("svg"), stem.with_extension("png"));
-    std::fs::write(&svg_path, svg).map_err(|e| format!("cannot write {}: {e}", svg_path.display()))?;
+    std::fs::write(&svg_path, svg)
+        .map_err(|e| format!("cannot write {}: {e}", svg_path.display()))?;
     let png = svg_to_png(svg)?;
-    std::fs::write(&png_path, png).map_err(|e| format!("cannot write {}: {e}", png_path.display()))?;
+    std::fs::write(&png_path, png)
+        .map_err(|e| format!("cannot write {}: {e}", png_path.display()))?;
     Ok((svg_path, png_path))
 }
 
@@ -328,8 +439,18 @@ mod tests {
 
     #[test]
     fn a_timeline_renders_to_svg_and_png_with_its_events() {
-        let tps: Vec<f64> = (0..100).map(|i| if (40..45).contains(&i) { 500.0 } else { 1000.0 }).collect();
-        let svg = timeline_svg("recovery", 10, &[Series { label: "pandora", tps: &tps }], &[(0.4, "crash".into()), (0.45, "recovered".into())]);
+        let tps: Vec<f64> = (0..100)
+            .map(|i| if (40..45).contains(&i) { 500.0 } else { 1000.0 })
+            .collect();
+        let svg = timeline_svg(
+            "recovery",
+            10,
+            &[Series {
+                label: "pandora",
+                tps: &tps,
+            }],
+            &[(0.4, "crash".into()), (0.45, "recovered".into())],
+        );
         assert!(svg.contains("crash") && svg.contains("recovered") && svg.contains("polyline"));
         let png = svg_to_png(&svg).unwrap();
         assert_eq!(&png[1..4], b"PNG");
@@ -337,14 +458,24 @@ mod tests {
         // title has more dark pixels than the same without.
         let dark = |svg: &str| {
             let p = resvg::tiny_skia::Pixmap::decode_png(&svg_to_png(svg).unwrap()).unwrap();
-            p.pixels().iter().filter(|c| c.red() < 100 && c.green() < 100 && c.blue() < 100).count()
+            p.pixels()
+                .iter()
+                .filter(|c| c.red() < 100 && c.green() < 100 && c.blue() < 100)
+                .count()
         };
-        assert!(dark(&bars_svg("A long title that must be drawn", "tx/s", &[])) > dark(&bars_svg("", "tx/s", &[])) + 100);
+        assert!(
+            dark(&bars_svg("A long title that must be drawn", "tx/s", &[]))
+                > dark(&bars_svg("", "tx/s", &[])) + 100
+        );
     }
 
     #[test]
     fn bars_carry_their_labels_and_values() {
-        let svg = bars_svg("compare", "tx/s", &[("tandem".into(), 120_000.0), ("postgres".into(), 9_000.0)]);
+        let svg = bars_svg(
+            "compare",
+            "tx/s",
+            &[("tandem".into(), 120_000.0), ("postgres".into(), 9_000.0)],
+        );
         assert!(svg.contains("tandem") && svg.contains("120k") && svg.contains("9k"));
     }
 }

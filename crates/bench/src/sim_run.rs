@@ -14,13 +14,15 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use tandem_cluster::workload::{Client, Outcome, OutcomeHandle, WorkloadSpec};
 use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryBugs, RecoveryCoordinator, RecoveryReport};
-use tandem_cluster::workload::{Client, Outcome, OutcomeHandle, WorkloadSpec};
-use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, StoreConfig};
-use tandem_membership::{Command, Event, Membership, MembershipConfig};
+use tandem_dkvs::{
+    BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, StoreConfig,
+};
 use tandem_fabric::sim::{SimCluster, SimFabricConfig};
+use tandem_membership::{Command, Event, Membership, MembershipConfig};
 use tandem_sim::{Rng, Sim};
 use tandem_workloads::bank::{BankSpec, ACCOUNTS};
 use tandem_workloads::smallbank::SmallBankSpec;
@@ -36,15 +38,34 @@ pub const PRESETS: [&str; 6] = ["bank", "smallbank", "tatp", "tatp-hot", "tpcc",
 /// `tpcc-2` has two warehouses (remote order lines and payments).
 pub fn preset(name: &str) -> Result<WorkloadSpec, String> {
     Ok(match name {
-        "bank" => WorkloadSpec::Bank(BankSpec { customers: 6, initial_balance: 100, receipt_capacity: 2_048, ..BankSpec::default() }),
+        "bank" => WorkloadSpec::Bank(BankSpec {
+            customers: 6,
+            initial_balance: 100,
+            receipt_capacity: 2_048,
+            ..BankSpec::default()
+        }),
         // 1 000 accounts, FORD's 4 % hot set, balances small enough that
         // SendPayment rollbacks and WriteCheck penalties happen.
-        "smallbank" => WorkloadSpec::SmallBank(SmallBankSpec { initial_balance_cents: 1_000, ..SmallBankSpec::scaled(1_000) }),
-        "tatp" => WorkloadSpec::Tatp(TatpSpec { subscribers: 1_000, ..TatpSpec::default() }),
-        "tatp-hot" => WorkloadSpec::Tatp(TatpSpec { subscribers: 8, ..TatpSpec::default() }),
+        "smallbank" => WorkloadSpec::SmallBank(SmallBankSpec {
+            initial_balance_cents: 1_000,
+            ..SmallBankSpec::scaled(1_000)
+        }),
+        "tatp" => WorkloadSpec::Tatp(TatpSpec {
+            subscribers: 1_000,
+            ..TatpSpec::default()
+        }),
+        "tatp-hot" => WorkloadSpec::Tatp(TatpSpec {
+            subscribers: 8,
+            ..TatpSpec::default()
+        }),
         "tpcc" => WorkloadSpec::Tpcc(TpccSpec::tiny(1)),
         "tpcc-2" => WorkloadSpec::Tpcc(TpccSpec::tiny(2)),
-        other => return Err(format!("unknown simulation workload '{other}' ({})", PRESETS.join(", "))),
+        other => {
+            return Err(format!(
+                "unknown simulation workload '{other}' ({})",
+                PRESETS.join(", ")
+            ))
+        }
     })
 }
 
@@ -106,7 +127,10 @@ impl Faults {
     fn flags(&self) -> String {
         let mut f = String::new();
         if let Some((n, at)) = self.crash {
-            f += &format!(" --crash-node {n} --crash-at-ns {at} --detect-ns {}", self.detect_ns);
+            f += &format!(
+                " --crash-node {n} --crash-at-ns {at} --detect-ns {}",
+                self.detect_ns
+            );
         }
         if self.false_positive {
             f += " --false-positive";
@@ -143,7 +167,11 @@ impl SimConfig {
     pub fn new(mode: Mode, name: &str, seed: u64) -> Result<Self, String> {
         let preset_name = PRESETS.into_iter().find(|p| *p == name);
         let workload = preset(name)?;
-        let log_slot_bytes = if matches!(workload, WorkloadSpec::Bank(_)) { 8 * 1024 } else { 32 * 1024 };
+        let log_slot_bytes = if matches!(workload, WorkloadSpec::Bank(_)) {
+            8 * 1024
+        } else {
+            32 * 1024
+        };
         Ok(SimConfig {
             seed,
             mode,
@@ -177,8 +205,16 @@ impl SimConfig {
 
     /// The flags of `tandem sim-bank` that replay this run.
     fn flags(&self) -> String {
-        let mut flags = format!(" --workload {} --txs {}", self.preset, self.txs_per_coordinator);
-        flags += &self.bugs.names().iter().map(|n| format!(" --inject-bug {n}")).collect::<String>();
+        let mut flags = format!(
+            " --workload {} --txs {}",
+            self.preset, self.txs_per_coordinator
+        );
+        flags += &self
+            .bugs
+            .names()
+            .iter()
+            .map(|n| format!(" --inject-bug {n}"))
+            .collect::<String>();
         if self.compute_nodes != 2 {
             flags.push_str(&format!(" --compute-nodes {}", self.compute_nodes));
         }
@@ -246,7 +282,12 @@ pub struct SimReport {
 
 /// Run one seed to completion and check every invariant.
 pub fn run(cfg: &SimConfig) -> SimReport {
-    let mut store = StoreConfig::new(cfg.mode, cfg.memory_nodes, cfg.replicas, cfg.workload.tables());
+    let mut store = StoreConfig::new(
+        cfg.mode,
+        cfg.memory_nodes,
+        cfg.replicas,
+        cfg.workload.tables(),
+    );
     store.partitions_per_table = 12;
     store.log_slots = 64;
     store.log_slot_bytes = cfg.log_slot_bytes;
@@ -254,7 +295,12 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     let layout = Arc::new(Layout::new(&store).expect("valid simulation config"));
     let sim = Sim::new(cfg.seed);
     let region = *layout.region_bytes.iter().max().unwrap();
-    let cluster = SimCluster::with_nodes(sim.handle(), cfg.memory_nodes as usize, region, cfg.fabric.clone());
+    let cluster = SimCluster::with_nodes(
+        sim.handle(),
+        cfg.memory_nodes as usize,
+        region,
+        cfg.fabric.clone(),
+    );
 
     // Load.
     let loader_fabric = cluster.join(0).expect("a fresh compute-node id");
@@ -287,13 +333,34 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     let with_fd = cfg.faults.crash.is_some();
     let faulty = cfg.faults.crash.is_some() || cfg.faults.memory_failure.is_some();
     // Client tasks still running per compute node: a node leaves when they end.
-    let running: Rc<RefCell<Vec<u16>>> = Rc::new(RefCell::new(vec![cfg.coordinators_per_node; cfg.compute_nodes as usize]));
-    let gate = Rc::new(Gate { paused: Cell::new(false), active: RefCell::new(vec![0; cfg.compute_nodes as usize]) });
+    let running: Rc<RefCell<Vec<u16>>> = Rc::new(RefCell::new(vec![
+        cfg.coordinators_per_node;
+        cfg.compute_nodes as usize
+    ]));
+    let gate = Rc::new(Gate {
+        paused: Cell::new(false),
+        active: RefCell::new(vec![0; cfg.compute_nodes as usize]),
+    });
     for cn in 0..cfg.compute_nodes {
-        let node = ComputeNode::new(cluster.join(cn + 1).expect("a fresh compute-node id"), &store, layout.clone(), failed.clone());
+        let node = ComputeNode::new(
+            cluster.join(cn + 1).expect("a fresh compute-node id"),
+            &store,
+            layout.clone(),
+            failed.clone(),
+        );
         fabrics.push(node.fabric().clone());
         views.push(node.memory_view().clone());
-        let ids = match membership.borrow_mut().step(sim.now_ns(), Event::Join { node: cn + 1, coordinators: cfg.coordinators_per_node }).pop() {
+        let ids = match membership
+            .borrow_mut()
+            .step(
+                sim.now_ns(),
+                Event::Join {
+                    node: cn + 1,
+                    coordinators: cfg.coordinators_per_node,
+                },
+            )
+            .pop()
+        {
             Some(Command::AssignIds { ids, .. }) => ids,
             other => panic!("compute node {} not admitted: {other:?}", cn + 1),
         };
@@ -303,10 +370,12 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             let (m, h, running) = (membership.clone(), sim.handle(), running.clone());
             sim.spawn(HEARTBEAT_TAG + cn as u32, async move {
                 while running.borrow()[cn as usize] > 0 {
-                    m.borrow_mut().step(h.now_ns(), Event::Heartbeat { node: cn + 1 });
+                    m.borrow_mut()
+                        .step(h.now_ns(), Event::Heartbeat { node: cn + 1 });
                     h.sleep(fd_timeout_ns / 4).await;
                 }
-                m.borrow_mut().step(h.now_ns(), Event::Leave { node: cn + 1 });
+                m.borrow_mut()
+                    .step(h.now_ns(), Event::Leave { node: cn + 1 });
             });
         }
         for k in 0..cfg.coordinators_per_node {
@@ -354,10 +423,30 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     let mut recoveries = Vec::new();
     let (mut window_commits, mut window_ns, mut swept) = (0, 0, 0);
     if let Some((victim, at)) = cfg.faults.crash {
-        let w = World { cfg, sim: &sim, cluster: &cluster, membership: membership.clone(), gate: gate.clone(), failed: failed.clone(), layout: layout.clone(), next_rc: Cell::new(0) };
-        let expected: Vec<u16> = std::iter::once(victim).chain(cfg.faults.suspect_too).map(|n| n + 1).collect();
+        let w = World {
+            cfg,
+            sim: &sim,
+            cluster: &cluster,
+            membership: membership.clone(),
+            gate: gate.clone(),
+            failed: failed.clone(),
+            layout: layout.clone(),
+            next_rc: Cell::new(0),
+        };
+        let expected: Vec<u16> = std::iter::once(victim)
+            .chain(cfg.faults.suspect_too)
+            .map(|n| n + 1)
+            .collect();
         let declared = w.spawn_detector(fd_timeout_ns, expected.clone(), running.clone());
-        let survivors_committed = || -> u64 { commits.borrow().iter().enumerate().filter(|(cn, _)| !expected.contains(&(*cn as u16 + 1))).map(|(_, c)| c).sum() };
+        let survivors_committed = || -> u64 {
+            commits
+                .borrow()
+                .iter()
+                .enumerate()
+                .filter(|(cn, _)| !expected.contains(&(*cn as u16 + 1)))
+                .map(|(_, c)| c)
+                .sum()
+        };
         sim.run_until(at.max(sim.now_ns())); // a time before the clients started: at their start
         let crash_ns = sim.now_ns();
         sim.crash(HEARTBEAT_TAG + victim as u32);
@@ -371,10 +460,17 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         let before = survivors_committed();
         // (1) detection by heartbeat timeout: whoever the detector declares is
         // fenced and recovered, one after the other, until every silent node is.
-        sim.run_while(|| !expected.iter().all(|n| declared.borrow().contains(n)) && running.borrow().iter().any(|&r| r > 0));
+        sim.run_while(|| {
+            !expected.iter().all(|n| declared.borrow().contains(n))
+                && running.borrow().iter().any(|&r| r > 0)
+        });
         let all: Vec<u16> = declared.borrow().clone();
         for n in &expected {
-            assert!(all.contains(n), "seed {}: the detector never declared silent node {n}", cfg.seed);
+            assert!(
+                all.contains(n),
+                "seed {}: the detector never declared silent node {n}",
+                cfg.seed
+            );
         }
         for &node in &all {
             recoveries.push(w.fence_and_recover(node, &all));
@@ -407,10 +503,19 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         // Re-replicate onto a replacement node, with the world paused.
         drain(&gate);
         cluster.nodes()[m as usize].replace_with_empty();
-        let (fab, l, v, out) = (cluster.join(u16::MAX - 3).expect("a fresh compute-node id"), layout.clone(), views[0].clone(), Rc::new(RefCell::new(None)));
+        let (fab, l, v, out) = (
+            cluster.join(u16::MAX - 3).expect("a fresh compute-node id"),
+            layout.clone(),
+            views[0].clone(),
+            Rc::new(RefCell::new(None)),
+        );
         let o = out.clone();
         sim.spawn(u32::MAX - 1, async move {
-            *o.borrow_mut() = Some(tandem_dkvs::repair::rereplicate(&fab, &l, m, &v).await.expect("re-replication"));
+            *o.borrow_mut() = Some(
+                tandem_dkvs::repair::rereplicate(&fab, &l, m, &v)
+                    .await
+                    .expect("re-replication"),
+            );
         });
         sim.run_while(|| out.borrow().is_none());
         rereplicated = out.borrow().expect("done");
@@ -423,7 +528,12 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     let clients_ns = sim.now_ns() - clients_start_ns;
     if cfg.faults.crash.is_some() {
         // The background scan: NotLogged stray locks nobody touched.
-        let (fab, l, f, out) = (cluster.join(u16::MAX - 1).expect("a fresh compute-node id"), layout.clone(), failed.clone(), Rc::new(RefCell::new(0)));
+        let (fab, l, f, out) = (
+            cluster.join(u16::MAX - 1).expect("a fresh compute-node id"),
+            layout.clone(),
+            failed.clone(),
+            Rc::new(RefCell::new(0)),
+        );
         let o = out.clone();
         sim.spawn(u32::MAX, async move {
             *o.borrow_mut() = sweep_stray_locks(&fab, &l, &f).await.expect("sweep");
@@ -451,7 +561,12 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         violations,
         sim_time_ns: sim.now_ns(),
         stats,
-        replay: format!("cargo run --release -- sim-bank --store {} --seed {}{}", cfg.mode, cfg.seed, cfg.flags()),
+        replay: format!(
+            "cargo run --release -- sim-bank --store {} --seed {}{}",
+            cfg.mode,
+            cfg.seed,
+            cfg.flags()
+        ),
         clients_start_ns,
         clients_ns,
         outcome: Some(outcome),
@@ -460,11 +575,15 @@ pub fn run(cfg: &SimConfig) -> SimReport {
 
 /// Bank with `hot_sibling_pair`: the customer whose two accounts have different primaries.
 fn hot_customer(cfg: &SimConfig, layout: &Layout) -> Option<(u64, f64)> {
-    let WorkloadSpec::Bank(bank) = &cfg.workload else { return None };
+    let WorkloadSpec::Bank(bank) = &cfg.workload else {
+        return None;
+    };
     cfg.hot_sibling_pair.then(|| {
         let t = layout.table(ACCOUNTS);
         let primary = |a: u64| t.replicas[t.home(a).0 as usize][0];
-        let c = (0..bank.customers).find(|&c| primary(2 * c) != primary(2 * c + 1)).unwrap_or(0);
+        let c = (0..bank.customers)
+            .find(|&c| primary(2 * c) != primary(2 * c + 1))
+            .unwrap_or(0);
         (c, 0.5)
     })
 }
@@ -482,17 +601,33 @@ fn in_doubt(o: &Outcome) -> usize {
 /// then the workload's own check against the clients' outcome (the bank's
 /// is exact). Runs the simulation until the inspection finished (other
 /// tasks may still be live).
-pub(crate) fn inspect(sim: &Sim, cluster: &SimCluster, layout: &Arc<Layout>, spec: &WorkloadSpec, outcome: &Outcome) -> Vec<String> {
+pub(crate) fn inspect(
+    sim: &Sim,
+    cluster: &SimCluster,
+    layout: &Arc<Layout>,
+    spec: &WorkloadSpec,
+    outcome: &Outcome,
+) -> Vec<String> {
     let checker = cluster.join(u16::MAX).expect("the checker's id is fresh");
     let out: Rc<RefCell<Option<Vec<String>>>> = Rc::default();
-    let (o, l, spec, oc, tables) = (out.clone(), layout.clone(), spec.clone(), outcome.clone(), spec.tables().len() as u32);
+    let (o, l, spec, oc, tables) = (
+        out.clone(),
+        layout.clone(),
+        spec.clone(),
+        outcome.clone(),
+        spec.tables().len() as u32,
+    );
     sim.spawn(u32::MAX, async move {
         let mut v = Vec::new();
         let mut live = Vec::new();
         for t in 0..tables {
             let s = snapshot(&checker, &l, t).await.expect("inspect");
             v.extend(s.replica_mismatches());
-            v.extend(s.held_locks().into_iter().map(|(k, w)| format!("table {} key {k}: lock {:#x} still held", s.table, w.0)));
+            v.extend(
+                s.held_locks()
+                    .into_iter()
+                    .map(|(k, w)| format!("table {} key {k}: lock {:#x} still held", s.table, w.0)),
+            );
             live.push(s.live());
         }
         v.extend(spec.verify(&live, &oc));
@@ -520,11 +655,18 @@ impl World<'_> {
     /// The failure detector ticks the membership state machine until every
     /// node in `expected` is declared (or the clients are done); it records
     /// every node it declares, expected or not.
-    fn spawn_detector(&self, fd_timeout_ns: u64, expected: Vec<u16>, running: Rc<RefCell<Vec<u16>>>) -> Rc<RefCell<Vec<u16>>> {
+    fn spawn_detector(
+        &self,
+        fd_timeout_ns: u64,
+        expected: Vec<u16>,
+        running: Rc<RefCell<Vec<u16>>>,
+    ) -> Rc<RefCell<Vec<u16>>> {
         let declared: Rc<RefCell<Vec<u16>>> = Rc::default();
         let (m, h, d) = (self.membership.clone(), self.sim.handle(), declared.clone());
         self.sim.spawn(DETECTOR_TAG, async move {
-            while !expected.iter().all(|n| d.borrow().contains(n)) && running.borrow().iter().any(|&r| r > 0) {
+            while !expected.iter().all(|n| d.borrow().contains(n))
+                && running.borrow().iter().any(|&r| r > 0)
+            {
                 h.sleep(fd_timeout_ns / 8).await;
                 for c in m.borrow_mut().step(h.now_ns(), Event::Tick) {
                     if let Command::Revoke { node } = c {
@@ -542,7 +684,12 @@ impl World<'_> {
     fn fence_and_recover(&self, node: u16, declared: &[u16]) -> RecoveryReport {
         let (cfg, sim) = (self.cfg, self.sim);
         self.cluster.revoke(node);
-        let victims: Vec<u16> = match self.membership.borrow_mut().step(sim.now_ns(), Event::RevokeAcked { node }).pop() {
+        let victims: Vec<u16> = match self
+            .membership
+            .borrow_mut()
+            .step(sim.now_ns(), Event::RevokeAcked { node })
+            .pop()
+        {
             Some(Command::Recover { ids, .. }) => ids,
             other => panic!("expected a recovery order for node {node}, got {other:?}"),
         };
@@ -550,11 +697,25 @@ impl World<'_> {
             // Locks name no owner: stop the world and let the others drain.
             self.gate.paused.set(true);
             let g = self.gate.clone();
-            sim.run_while(|| g.active.borrow().iter().enumerate().any(|(n, &a)| !declared.contains(&(n as u16 + 1)) && a > 0));
+            sim.run_while(|| {
+                g.active
+                    .borrow()
+                    .iter()
+                    .enumerate()
+                    .any(|(n, &a)| !declared.contains(&(n as u16 + 1)) && a > 0)
+            });
         }
         let report = self.recover_ids(&victims);
-        let published = self.membership.borrow_mut().step(sim.now_ns(), Event::RecoveryDone { node });
-        assert!(published.contains(&Command::NotifyFailed { ids: victims.clone() }), "{published:?}");
+        let published = self
+            .membership
+            .borrow_mut()
+            .step(sim.now_ns(), Event::RecoveryDone { node });
+        assert!(
+            published.contains(&Command::NotifyFailed {
+                ids: victims.clone()
+            }),
+            "{published:?}"
+        );
         self.gate.paused.set(false);
         report
     }
@@ -571,7 +732,12 @@ impl World<'_> {
             let rc_node = RC_NODE_BASE + self.next_rc.get();
             self.next_rc.set(self.next_rc.get() + 1);
             let fab = self.cluster.join(rc_node).expect("a fresh compute-node id");
-            let (d, f, l, ids) = (done.clone(), self.failed.clone(), self.layout.clone(), victims.to_vec());
+            let (d, f, l, ids) = (
+                done.clone(),
+                self.failed.clone(),
+                self.layout.clone(),
+                victims.to_vec(),
+            );
             let rc_id = first_rc_id + rc_node - RC_NODE_BASE;
             let rc_tag = 10_000 + (rc_node - RC_NODE_BASE) as u32;
             let (bugs, mode) = (cfg.faults.recovery_bugs, cfg.mode);

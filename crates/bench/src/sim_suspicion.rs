@@ -86,7 +86,12 @@ impl SuspicionConfig {
             txs_per_coordinator: 40,
             memory_nodes: 3,
             replicas: 2,
-            bank: BankSpec { customers: 6, initial_balance: 100, receipt_capacity: 2_048, ..BankSpec::default() },
+            bank: BankSpec {
+                customers: 6,
+                initial_balance: 100,
+                receipt_capacity: 2_048,
+                ..BankSpec::default()
+            },
             fabric: SimFabricConfig::default(),
             fd_timeout_ns: 20_000,
             join_before_register: true,
@@ -110,10 +115,15 @@ impl SuspicionConfig {
         let horizon = 400_000;
         for _ in 0..1 + r.below(3) {
             let at_ns = if r.chance(0.25) { 0 } else { r.below(horizon) };
-            c.stalls.push(Stall { slot: r.below(c.compute_nodes as u64) as u16, at_ns, for_ns: c.fd_timeout_ns * (2 + r.below(4)) });
+            c.stalls.push(Stall {
+                slot: r.below(c.compute_nodes as u64) as u16,
+                at_ns,
+                for_ns: c.fd_timeout_ns * (2 + r.below(4)),
+            });
         }
         if r.chance(0.4) {
-            c.crashes.push((r.below(c.compute_nodes as u64) as u16, r.below(horizon)));
+            c.crashes
+                .push((r.below(c.compute_nodes as u64) as u16, r.below(horizon)));
         }
         c
     }
@@ -194,7 +204,18 @@ impl World {
 
     fn join(&self, node: u16) -> Option<Vec<u16>> {
         let now = self.sim.now_ns();
-        match self.membership.borrow_mut().step(now, Event::Join { node, coordinators: self.cfg.coordinators_per_node }).pop() {
+        match self
+            .membership
+            .borrow_mut()
+            .step(
+                now,
+                Event::Join {
+                    node,
+                    coordinators: self.cfg.coordinators_per_node,
+                },
+            )
+            .pop()
+        {
             Some(Command::AssignIds { ids, .. }) => Some(ids),
             _ => None,
         }
@@ -220,7 +241,10 @@ pub fn run(cfg: &SuspicionConfig) -> SuspicionReport {
     let deadline = 200_000_000;
     sim.run_while(|| sim.now_ns() < deadline && !w.machine_done.borrow().iter().all(|d| *d));
     if !w.machine_done.borrow().iter().all(|d| *d) {
-        w.violations.borrow_mut().push(format!("liveness: machines still working at {deadline} ns: {:?}", w.remaining.borrow()));
+        w.violations.borrow_mut().push(format!(
+            "liveness: machines still working at {deadline} ns: {:?}",
+            w.remaining.borrow()
+        ));
     }
     // Let revocations and recoveries under way finish.
     sim.run_while(|| sim.now_ns() < deadline * 2 && busy(&w));
@@ -230,17 +254,31 @@ pub fn run(cfg: &SuspicionConfig) -> SuspicionReport {
 }
 
 fn build_world(cfg: &SuspicionConfig, sim: &Sim) -> World {
-    let mut store = StoreConfig::new(Mode::Pandora, cfg.memory_nodes, cfg.replicas, cfg.bank.tables());
+    let mut store = StoreConfig::new(
+        Mode::Pandora,
+        cfg.memory_nodes,
+        cfg.replicas,
+        cfg.bank.tables(),
+    );
     store.partitions_per_table = 12;
     store.log_slots = 128;
     store.log_slot_bytes = 8 * 1024;
     let layout = Arc::new(Layout::new(&store).expect("valid simulation config"));
     let region = *layout.region_bytes.iter().max().unwrap();
-    let cluster = SimCluster::with_nodes(sim.handle(), cfg.memory_nodes as usize, region, cfg.fabric.clone());
+    let cluster = SimCluster::with_nodes(
+        sim.handle(),
+        cfg.memory_nodes as usize,
+        region,
+        cfg.fabric.clone(),
+    );
     for m in cluster.nodes() {
         m.inject_revocable_fencing(cfg.bugs.revocable_fencing);
     }
-    let membership = Membership::new(MembershipConfig { heartbeat_timeout_ns: cfg.fd_timeout_ns, id_space: store.log_slots, ..MembershipConfig::default() });
+    let membership = Membership::new(MembershipConfig {
+        heartbeat_timeout_ns: cfg.fd_timeout_ns,
+        id_space: store.log_slots,
+        ..MembershipConfig::default()
+    });
     let machines = cfg.compute_nodes as usize;
     World {
         cfg: cfg.clone(),
@@ -250,7 +288,13 @@ fn build_world(cfg: &SuspicionConfig, sim: &Sim) -> World {
         layout,
         membership: RefCell::new(membership),
         failed: FailedIds::new(),
-        remaining: RefCell::new(vec![vec![cfg.txs_per_coordinator; cfg.coordinators_per_node as usize]; machines]),
+        remaining: RefCell::new(vec![
+            vec![
+                cfg.txs_per_coordinator;
+                cfg.coordinators_per_node as usize
+            ];
+            machines
+        ]),
         current: RefCell::new((1..=cfg.compute_nodes).collect()),
         machine_done: RefCell::new(vec![false; machines]),
         stalled_until: RefCell::new(vec![0; machines]),
@@ -306,7 +350,12 @@ fn run_crashes(w: &Rc<World>, sim: &Sim) {
 /// ends having left cleanly or having been declared failed and recovered.
 fn busy(w: &World) -> bool {
     let m = w.membership.borrow();
-    (1..w.next_node.get()).any(|n| matches!(m.status(n), Some(NodeStatus::Alive | NodeStatus::Revoking | NodeStatus::Recovering)))
+    (1..w.next_node.get()).any(|n| {
+        matches!(
+            m.status(n),
+            Some(NodeStatus::Alive | NodeStatus::Revoking | NodeStatus::Recovering)
+        )
+    })
 }
 
 /// One incarnation of machine `slot` as node `node`: register and join (in
@@ -317,8 +366,13 @@ async fn incarnation(w: Rc<World>, slot: u16, node: u16) {
     w.incarnations.borrow_mut()[slot as usize] += 1;
     let stopped = Rc::new(Cell::new(false));
     let fabric = if w.cfg.join_before_register {
-        let Some(ids) = w.join(node) else { return rejoin(w, slot, node) };
-        w.sim.spawn(node as u32, heartbeat(w.clone(), slot, node, stopped.clone()));
+        let Some(ids) = w.join(node) else {
+            return rejoin(w, slot, node);
+        };
+        w.sim.spawn(
+            node as u32,
+            heartbeat(w.clone(), slot, node, stopped.clone()),
+        );
         w.sim.sleep(w.cfg.register_gap_ns).await;
         match w.register(node).await {
             Ok(keys) => Some((ids, keys)),
@@ -330,25 +384,46 @@ async fn incarnation(w: Rc<World>, slot: u16, node: u16) {
             Err(_) => None,
         }
         .inspect(|_| {
-            w.sim.spawn(node as u32, heartbeat(w.clone(), slot, node, stopped.clone()));
+            w.sim.spawn(
+                node as u32,
+                heartbeat(w.clone(), slot, node, stopped.clone()),
+            );
         })
     };
     let Some((ids, keys)) = fabric else {
         stopped.set(true);
         return rejoin(w, slot, node);
     };
-    let compute = ComputeNode::new(w.cluster.connect(node, keys), &w.store, w.layout.clone(), w.failed.clone());
+    let compute = ComputeNode::new(
+        w.cluster.connect(node, keys),
+        &w.store,
+        w.layout.clone(),
+        w.failed.clone(),
+    );
     let running = Rc::new(Cell::new(0u16));
     for (k, &id) in ids.iter().enumerate() {
         running.set(running.get() + 1);
-        w.sim.spawn(node as u32, coordinator(w.clone(), compute.clone(), slot, k, node, id, running.clone()));
+        w.sim.spawn(
+            node as u32,
+            coordinator(
+                w.clone(),
+                compute.clone(),
+                slot,
+                k,
+                node,
+                id,
+                running.clone(),
+            ),
+        );
     }
     while running.get() > 0 {
         w.sim.sleep(1_000).await;
     }
     stopped.set(true);
     if w.remaining.borrow()[slot as usize].iter().all(|&r| r == 0) {
-        w.membership.borrow_mut().step(w.sim.now_ns(), Event::Leave { node });
+        w.membership
+            .borrow_mut()
+            .step(w.sim.now_ns(), Event::Leave { node });
         w.machine_done.borrow_mut()[slot as usize] = true;
     } else {
         rejoin(w, slot, node);
@@ -358,7 +433,9 @@ async fn incarnation(w: Rc<World>, slot: u16, node: u16) {
 /// A fenced incarnation stops; the machine comes back under a new node id.
 fn rejoin(w: Rc<World>, slot: u16, old: u16) {
     if w.incarnations.borrow()[slot as usize] >= w.cfg.max_incarnations {
-        w.violations.borrow_mut().push(format!("machine {slot}: node {old} fenced and no incarnation left"));
+        w.violations.borrow_mut().push(format!(
+            "machine {slot}: node {old} fenced and no incarnation left"
+        ));
         w.machine_done.borrow_mut()[slot as usize] = true;
         return;
     }
@@ -376,12 +453,22 @@ async fn heartbeat(w: Rc<World>, slot: u16, node: u16, stopped: Rc<Cell<bool>>) 
             w.sim.sleep(until - w.sim.now_ns()).await;
             continue;
         }
-        w.membership.borrow_mut().step(w.sim.now_ns(), Event::Heartbeat { node });
+        w.membership
+            .borrow_mut()
+            .step(w.sim.now_ns(), Event::Heartbeat { node });
         w.sim.sleep(w.cfg.fd_timeout_ns / 4).await;
     }
 }
 
-async fn coordinator(w: Rc<World>, compute: Rc<ComputeNode<SimFabric>>, slot: u16, k: usize, node: u16, id: u16, running: Rc<Cell<u16>>) {
+async fn coordinator(
+    w: Rc<World>,
+    compute: Rc<ComputeNode<SimFabric>>,
+    slot: u16,
+    k: usize,
+    node: u16,
+    id: u16,
+    running: Rc<Cell<u16>>,
+) {
     let mut coord = compute.coordinator(id);
     let seed = w.client_seeds.borrow_mut().next_u64();
     let mut client = BankClient::new(w.cfg.bank.clone(), id as u32, seed);
@@ -408,16 +495,33 @@ async fn coordinator(w: Rc<World>, compute: Rc<ComputeNode<SimFabric>>, slot: u1
 
 /// The membership service: ticks the detector and carries out its commands.
 async fn membership_loop(w: Rc<World>) {
-    let rc_id = match w.membership.borrow_mut().step(0, Event::Join { node: RC_NODE, coordinators: 1 }).pop() {
+    let rc_id = match w
+        .membership
+        .borrow_mut()
+        .step(
+            0,
+            Event::Join {
+                node: RC_NODE,
+                coordinators: 1,
+            },
+        )
+        .pop()
+    {
         Some(Command::AssignIds { ids, .. }) => ids[0],
         other => panic!("the recovery coordinator was not admitted: {other:?}"),
     };
-    let fabric = w.cluster.join(RC_NODE).expect("the recovery node's id is fresh");
+    let fabric = w
+        .cluster
+        .join(RC_NODE)
+        .expect("the recovery node's id is fresh");
     loop {
         w.sim.sleep(w.cfg.fd_timeout_ns / 8).await;
         let now = w.sim.now_ns();
-        w.membership.borrow_mut().step(now, Event::Heartbeat { node: RC_NODE });
-        let mut queue: std::collections::VecDeque<Command> = w.membership.borrow_mut().step(now, Event::Tick).into();
+        w.membership
+            .borrow_mut()
+            .step(now, Event::Heartbeat { node: RC_NODE });
+        let mut queue: std::collections::VecDeque<Command> =
+            w.membership.borrow_mut().step(now, Event::Tick).into();
         while let Some(cmd) = queue.pop_front() {
             if let Some(next) = execute(&w, &fabric, rc_id, cmd).await {
                 queue.extend(w.membership.borrow_mut().step(w.sim.now_ns(), next));
@@ -441,8 +545,11 @@ async fn execute(w: &World, fabric: &SimFabric, rc_id: u16, cmd: Command) -> Opt
         }
         Command::Recover { node, ids, .. } => {
             let block = w.membership.borrow_mut().reserve_version_block();
-            let mut rc = RecoveryCoordinator::new(fabric, w.layout.clone(), rc_id).with_version_counter(block << 24);
-            rc.recover(&ids).await.expect("the recovery node is never revoked");
+            let mut rc = RecoveryCoordinator::new(fabric, w.layout.clone(), rc_id)
+                .with_version_counter(block << 24);
+            rc.recover(&ids)
+                .await
+                .expect("the recovery node is never revoked");
             Some(Event::RecoveryDone { node })
         }
         Command::NotifyFailed { ids } => {
@@ -469,9 +576,18 @@ fn finish(w: &Rc<World>, sim: &Sim) -> SuspicionReport {
         ledger.merge(&l.borrow());
     }
     let mut violations = w.violations.borrow().clone();
-    violations.extend(crate::sim_run::inspect(sim, &w.cluster, &w.layout, &tandem_cluster::workload::WorkloadSpec::Bank(w.cfg.bank.clone()), &tandem_cluster::workload::Outcome::Bank(ledger.clone())));
+    violations.extend(crate::sim_run::inspect(
+        sim,
+        &w.cluster,
+        &w.layout,
+        &tandem_cluster::workload::WorkloadSpec::Bank(w.cfg.bank.clone()),
+        &tandem_cluster::workload::Outcome::Bank(ledger.clone()),
+    ));
     if w.fenced_acks.get() > 0 {
-        violations.push(format!("{} commits acknowledged by transactions begun after their node's revocation", w.fenced_acks.get()));
+        violations.push(format!(
+            "{} commits acknowledged by transactions begun after their node's revocation",
+            w.fenced_acks.get()
+        ));
     }
     SuspicionReport {
         committed: ledger.committed,
@@ -479,7 +595,12 @@ fn finish(w: &Rc<World>, sim: &Sim) -> SuspicionReport {
         in_doubt: ledger.in_doubt.len(),
         violations,
         declared: w.declared.borrow().clone(),
-        rejoins: w.incarnations.borrow().iter().map(|n| n.saturating_sub(1)).sum(),
+        rejoins: w
+            .incarnations
+            .borrow()
+            .iter()
+            .map(|n| n.saturating_sub(1))
+            .sum(),
         fenced_acks: w.fenced_acks.get(),
         sim_time_ns: sim.now_ns(),
         replay: String::new(),

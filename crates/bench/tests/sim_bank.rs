@@ -6,17 +6,28 @@ use tandem_bench::sim_run::{run, SimConfig};
 use tandem_dkvs::{BugSwitches, Mode};
 
 fn seeds() -> u64 {
-    std::env::var("TANDEM_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30)
+    std::env::var("TANDEM_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30)
 }
 
 fn all_seeds_pass(mode: Mode) {
     let mut committed = 0;
     for seed in 0..seeds() {
         let r = run(&SimConfig::bank(mode, seed));
-        assert!(r.violations.is_empty(), "{mode} seed {seed} violated invariants:\n{}\nreplay: {}", r.violations.join("\n"), r.replay);
+        assert!(
+            r.violations.is_empty(),
+            "{mode} seed {seed} violated invariants:\n{}\nreplay: {}",
+            r.violations.join("\n"),
+            r.replay
+        );
         committed += r.committed;
     }
-    assert!(committed > seeds() * 50, "{mode}: too few commits ({committed}) for the run to mean anything");
+    assert!(
+        committed > seeds() * 50,
+        "{mode}: too few commits ({committed}) for the run to mean anything"
+    );
 }
 
 #[test]
@@ -47,7 +58,12 @@ fn every_mode_keeps_invariants_under_concentrated_write_skew() {
     for mode in Mode::ALL {
         for seed in 0..seeds() {
             let r = run(&hot_pair(mode, seed));
-            assert!(r.violations.is_empty(), "{mode} seed {seed}:\n{}\nreplay: {}", r.violations.join("\n"), r.replay);
+            assert!(
+                r.violations.is_empty(),
+                "{mode} seed {seed}:\n{}\nreplay: {}",
+                r.violations.join("\n"),
+                r.replay
+            );
         }
     }
 }
@@ -56,11 +72,18 @@ fn every_mode_keeps_invariants_under_concentrated_write_skew() {
 /// Seeds are fixed, so the outcome is deterministic, not flaky.
 fn bug_is_caught(mode: Mode, bugs: BugSwitches, budget: u64) {
     for seed in 0..budget {
-        let mut cfg = if bugs.relaxed_locks { hot_pair(mode, seed) } else { SimConfig::bank(mode, seed) };
+        let mut cfg = if bugs.relaxed_locks {
+            hot_pair(mode, seed)
+        } else {
+            SimConfig::bank(mode, seed)
+        };
         cfg.bugs = bugs;
         let r = run(&cfg);
         if !r.violations.is_empty() {
-            eprintln!("{mode} {bugs:?} caught at seed {seed}: {}\n  replay: {}", r.violations[0], r.replay);
+            eprintln!(
+                "{mode} {bugs:?} caught at seed {seed}: {}\n  replay: {}",
+                r.violations[0], r.replay
+            );
             return;
         }
     }
@@ -70,21 +93,42 @@ fn bug_is_caught(mode: Mode, bugs: BugSwitches, budget: u64) {
 #[test]
 fn complicit_abort_is_caught() {
     for mode in Mode::ALL {
-        bug_is_caught(mode, BugSwitches { complicit_abort: true, ..Default::default() }, 40);
+        bug_is_caught(
+            mode,
+            BugSwitches {
+                complicit_abort: true,
+                ..Default::default()
+            },
+            40,
+        );
     }
 }
 
 #[test]
 fn covert_locks_are_caught() {
     for mode in Mode::ALL {
-        bug_is_caught(mode, BugSwitches { covert_locks: true, ..Default::default() }, 40);
+        bug_is_caught(
+            mode,
+            BugSwitches {
+                covert_locks: true,
+                ..Default::default()
+            },
+            40,
+        );
     }
 }
 
 #[test]
 fn relaxed_locks_are_caught() {
     for mode in Mode::ALL {
-        bug_is_caught(mode, BugSwitches { relaxed_locks: true, ..Default::default() }, 1500);
+        bug_is_caught(
+            mode,
+            BugSwitches {
+                relaxed_locks: true,
+                ..Default::default()
+            },
+            1500,
+        );
     }
 }
 
@@ -92,7 +136,10 @@ fn relaxed_locks_are_caught() {
 fn a_seed_replays_identically() {
     let a = run(&SimConfig::bank(Mode::Pandora, 7));
     let b = run(&SimConfig::bank(Mode::Pandora, 7));
-    assert_eq!((a.committed, a.aborted, a.sim_time_ns, a.stats.verbs), (b.committed, b.aborted, b.sim_time_ns, b.stats.verbs));
+    assert_eq!(
+        (a.committed, a.aborted, a.sim_time_ns, a.stats.verbs),
+        (b.committed, b.aborted, b.sim_time_ns, b.stats.verbs)
+    );
 }
 
 // ---- Crash recovery (issue 3, DESIGN.md §4.5) ----
@@ -109,8 +156,16 @@ fn crash_cfg(mode: Mode, seed: u64) -> SimConfig {
     let at = rng.range_inclusive(20_000, 150_000);
     // Detection from instant to 20 µs: a quick verdict races the victim's
     // verbs still in flight, so revocation can cut a commit half-way.
-    let detect_ns = if rng.chance(0.5) { rng.below(4_000) } else { 20_000 };
-    cfg.faults = Faults { crash: Some((rng.below(2) as u16, at)), detect_ns, ..Default::default() };
+    let detect_ns = if rng.chance(0.5) {
+        rng.below(4_000)
+    } else {
+        20_000
+    };
+    cfg.faults = Faults {
+        crash: Some((rng.below(2) as u16, at)),
+        detect_ns,
+        ..Default::default()
+    };
     cfg
 }
 
@@ -138,10 +193,17 @@ fn pandora_recovers_from_compute_crashes_at_random_verb_boundaries() {
         back += rep.rolled_back;
         fwd += rep.rolled_forward;
         window += r.survivor_commits_during_recovery;
-        assert!(r.survivor_commits_during_recovery > 0, "seed {}: survivors must commit while recovery runs", cfg_seed(&r));
+        assert!(
+            r.survivor_commits_during_recovery > 0,
+            "seed {}: survivors must commit while recovery runs",
+            cfg_seed(&r)
+        );
     }
     // The sweep must have exercised real decisions, not only empty logs.
-    assert!(logs > 0 && back + fwd > 0, "logs {logs}, rolled back {back}, forward {fwd}");
+    assert!(
+        logs > 0 && back + fwd > 0,
+        "logs {logs}, rolled back {back}, forward {fwd}"
+    );
     eprintln!("pandora crash sweep: {logs} logs, {back} rolled back, {fwd} rolled forward, {window} survivor commits in recovery windows");
 }
 
@@ -172,10 +234,19 @@ fn a_crash_and_a_slow_suspected_node_are_both_fenced_and_recovered() {
                 let victim = cfg.faults.crash.expect("a crash").0;
                 cfg.faults.suspect_too = Some(1 - victim);
                 let r = run(&cfg);
-                assert!(r.violations.is_empty(), "{mode} seed {seed}: {}\nreplay: {}", r.violations.join("\n"), r.replay);
+                assert!(
+                    r.violations.is_empty(),
+                    "{mode} seed {seed}: {}\nreplay: {}",
+                    r.violations.join("\n"),
+                    r.replay
+                );
                 assert_eq!(r.recoveries.len(), 2, "replay: {}", r.replay);
                 if nodes == 3 && mode == Mode::Pandora {
-                    assert!(r.survivor_commits_during_recovery > 0, "the third node must commit on: {}", r.replay);
+                    assert!(
+                        r.survivor_commits_during_recovery > 0,
+                        "the third node must commit on: {}",
+                        r.replay
+                    );
                 }
             }
         }
@@ -194,10 +265,15 @@ fn recovery_is_idempotent_when_the_recovery_coordinator_crashes_midway() {
 
 /// The first seed below `budget` whose run violates an invariant, with its
 /// first violation and replay command.
-fn first_violation(budget: u64, cfg_for: impl Fn(u64) -> SimConfig) -> Option<(u64, String, String)> {
+fn first_violation(
+    budget: u64,
+    cfg_for: impl Fn(u64) -> SimConfig,
+) -> Option<(u64, String, String)> {
     (0..budget).find_map(|seed| {
         let r = run(&cfg_for(seed));
-        r.violations.first().map(|v| (seed, v.clone(), r.replay.clone()))
+        r.violations
+            .first()
+            .map(|v| (seed, v.clone(), r.replay.clone()))
     })
 }
 
@@ -208,7 +284,10 @@ fn recovery_bug_is_caught(bugs: tandem_dkvs::recovery::RecoveryBugs, budget: u64
         cfg.faults.recovery_bugs = bugs;
         let r = run(&cfg);
         if !r.violations.is_empty() {
-            eprintln!("{bugs:?} caught at seed {seed}: {}\n  replay: {}", r.violations[0], r.replay);
+            eprintln!(
+                "{bugs:?} caught at seed {seed}: {}\n  replay: {}",
+                r.violations[0], r.replay
+            );
             return;
         }
     }
@@ -218,8 +297,20 @@ fn recovery_bug_is_caught(bugs: tandem_dkvs::recovery::RecoveryBugs, budget: u64
 #[test]
 fn recovery_mutants_are_caught() {
     use tandem_dkvs::recovery::RecoveryBugs;
-    recovery_bug_is_caught(RecoveryBugs { skip_log_recovery: true, ..Default::default() }, 300);
-    recovery_bug_is_caught(RecoveryBugs { always_roll_back: true, ..Default::default() }, 200);
+    recovery_bug_is_caught(
+        RecoveryBugs {
+            skip_log_recovery: true,
+            ..Default::default()
+        },
+        300,
+    );
+    recovery_bug_is_caught(
+        RecoveryBugs {
+            always_roll_back: true,
+            ..Default::default()
+        },
+        200,
+    );
 }
 
 /// The baselines recover too: ford by a stop-the-world scan, traditional from
@@ -235,7 +326,10 @@ fn ford_and_traditional_recover_from_compute_crashes() {
             back += rep.rolled_back;
             fwd += rep.rolled_forward;
         }
-        assert!(locks > 0 && back + fwd > 0, "{mode}: locks {locks}, rolled back {back}, forward {fwd}");
+        assert!(
+            locks > 0 && back + fwd > 0,
+            "{mode}: locks {locks}, rolled back {back}, forward {fwd}"
+        );
         eprintln!("{mode} crash sweep: {locks} stray locks found, {back} rolled back, {fwd} rolled forward");
     }
 }
@@ -248,7 +342,10 @@ fn missing_insert_undo_is_caught_by_the_crash_tests() {
         let (seed, v, replay) = first_violation(400, |seed| {
             let mut cfg = crash_cfg(mode, seed);
             cfg.bank_mut().receipt_chance = 0.6;
-            cfg.bugs = BugSwitches { missing_insert_undo: true, ..Default::default() };
+            cfg.bugs = BugSwitches {
+                missing_insert_undo: true,
+                ..Default::default()
+            };
             cfg
         })
         .unwrap_or_else(|| panic!("{mode}: missing-insert-undo not caught in 400 seeds"));
@@ -276,7 +373,10 @@ fn lost_decision_is_caught_by_the_crash_tests() {
     // ... and the mutant fails it.
     let (seed, v, replay) = first_violation(1000, |seed| {
         let mut cfg = retrying(seed);
-        cfg.faults.recovery_bugs = RecoveryBugs { lost_decision: true, ..Default::default() };
+        cfg.faults.recovery_bugs = RecoveryBugs {
+            lost_decision: true,
+            ..Default::default()
+        };
         cfg
     })
     .expect("lost decision not caught in 1000 seeds");
@@ -294,7 +394,10 @@ fn logging_without_locking_is_caught_by_the_crash_tests() {
     let buggy = |seed| {
         let mut cfg = crash_cfg(Mode::Traditional, seed);
         cfg.faults.detect_ns = cfg.faults.detect_ns.min(3_000);
-        cfg.bugs = BugSwitches { logging_without_locking: true, ..Default::default() };
+        cfg.bugs = BugSwitches {
+            logging_without_locking: true,
+            ..Default::default()
+        };
         cfg
     };
     for seed in 0..seeds() * 4 {
@@ -302,7 +405,10 @@ fn logging_without_locking_is_caught_by_the_crash_tests() {
     }
     let (seed, v, replay) = first_violation(1500, |seed| {
         let mut cfg = buggy(seed);
-        cfg.faults.recovery_bugs = RecoveryBugs { trust_undo_images: true, ..Default::default() };
+        cfg.faults.recovery_bugs = RecoveryBugs {
+            trust_undo_images: true,
+            ..Default::default()
+        };
         cfg
     })
     .expect("logging without locking not caught in 1500 seeds");
@@ -323,12 +429,24 @@ fn memory_node_loss_mid_commit_is_survived_and_rereplicated() {
             cfg.bank_mut().customers = 24;
             cfg.txs_per_coordinator = 60;
             let mut rng = Rng::new(seed ^ 0x3E3);
-            cfg.faults.memory_failure = Some((rng.below(3) as u16, rng.range_inclusive(20_000, 120_000)));
+            cfg.faults.memory_failure =
+                Some((rng.below(3) as u16, rng.range_inclusive(20_000, 120_000)));
             let r = run(&cfg);
-            assert!(r.violations.is_empty(), "{mode} seed {seed}: {}\nreplay: {}", r.violations.join("\n"), r.replay);
-            assert!(r.slots_rereplicated > 0, "{mode} seed {seed}: nothing re-replicated");
+            assert!(
+                r.violations.is_empty(),
+                "{mode} seed {seed}: {}\nreplay: {}",
+                r.violations.join("\n"),
+                r.replay
+            );
+            assert!(
+                r.slots_rereplicated > 0,
+                "{mode} seed {seed}: nothing re-replicated"
+            );
             degraded += r.commits_while_degraded;
         }
-        assert!(degraded > 0, "{mode}: nothing committed while running on one copy");
+        assert!(
+            degraded > 0,
+            "{mode}: nothing committed while running on one copy"
+        );
     }
 }

@@ -9,7 +9,10 @@ use tandem_cluster::workload::WorkloadSpec;
 use tandem_dkvs::{BugSwitches, Mode};
 
 fn seeds(default: u64) -> u64 {
-    std::env::var("TANDEM_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+    std::env::var("TANDEM_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Simulated time one transaction takes per coordinator, roughly (for
@@ -48,7 +51,12 @@ fn crashing(mode: Mode, preset: &str, seed: u64, txs: u32) -> SimConfig {
 }
 
 fn assert_clean(r: &SimReport) {
-    assert!(r.violations.is_empty(), "violations:\n{}\nreplay: {}", r.violations.join("\n"), r.replay);
+    assert!(
+        r.violations.is_empty(),
+        "violations:\n{}\nreplay: {}",
+        r.violations.join("\n"),
+        r.replay
+    );
 }
 
 fn crash_runs_keep_the_check(mode: Mode, w: &str, txs: u32, n_seeds: u64) {
@@ -60,7 +68,11 @@ fn crash_runs_keep_the_check(mode: Mode, w: &str, txs: u32, n_seeds: u64) {
         assert_eq!(r.recoveries.len(), 1, "{}", r.replay);
         committed += r.committed;
         in_doubt += r.in_doubt;
-        let l = r.outcome.as_ref().and_then(|o| o.ledger()).expect("an OLTP ledger");
+        let l = r
+            .outcome
+            .as_ref()
+            .and_then(|o| o.ledger())
+            .expect("an OLTP ledger");
         eprintln!(
             "  seed {seed}: {} commits {:?}, {} aborted, {} rolled back, {} in doubt",
             r.committed, l.committed_by_type, l.aborted, l.rolled_back, r.in_doubt
@@ -68,7 +80,10 @@ fn crash_runs_keep_the_check(mode: Mode, w: &str, txs: u32, n_seeds: u64) {
     }
     eprintln!("{mode}: {committed} commits, {in_doubt} in-doubt transactions over {n_seeds} seeds");
     // The victim runs about a quarter of its transactions; conflicts abort some of the rest.
-    assert!(committed > n_seeds * txs as u64 / 2, "{mode}: too few commits ({committed}) for the runs to mean anything");
+    assert!(
+        committed > n_seeds * txs as u64 / 2,
+        "{mode}: too few commits ({committed}) for the runs to mean anything"
+    );
 }
 
 /// Find a seed in `0..budget` whose check reports a violation.
@@ -76,7 +91,10 @@ fn bug_is_caught(what: &str, budget: u64, cfg: impl Fn(u64) -> SimConfig) {
     for seed in 0..budget {
         let r = run(&cfg(seed));
         if !r.violations.is_empty() {
-            eprintln!("{what}: caught at seed {seed}: {}\n  replay: {}", r.violations[0], r.replay);
+            eprintln!(
+                "{what}: caught at seed {seed}: {}\n  replay: {}",
+                r.violations[0], r.replay
+            );
             return;
         }
     }
@@ -113,12 +131,19 @@ fn smallbank_survives_a_compute_crash_in_every_mode() {
 #[test]
 fn smallbank_check_catches_complicit_abort() {
     for mode in [Mode::Pandora, Mode::Ford] {
-        bug_is_caught(&format!("smallbank / {mode} / complicit abort"), 10, |seed| {
-            let mut cfg = sim(mode, "smallbank", seed);
-            cfg.txs_per_coordinator = 60;
-            cfg.bugs = BugSwitches { complicit_abort: true, ..Default::default() };
-            cfg
-        });
+        bug_is_caught(
+            &format!("smallbank / {mode} / complicit abort"),
+            10,
+            |seed| {
+                let mut cfg = sim(mode, "smallbank", seed);
+                cfg.txs_per_coordinator = 60;
+                cfg.bugs = BugSwitches {
+                    complicit_abort: true,
+                    ..Default::default()
+                };
+                cfg
+            },
+        );
     }
 }
 
@@ -138,7 +163,10 @@ fn tatp_check_catches_complicit_abort() {
         // Few subscribers, so that updates of one row collide.
         let mut cfg = sim(Mode::Pandora, "tatp-hot", seed);
         cfg.txs_per_coordinator = 80;
-        cfg.bugs = BugSwitches { complicit_abort: true, ..Default::default() };
+        cfg.bugs = BugSwitches {
+            complicit_abort: true,
+            ..Default::default()
+        };
         cfg
     });
 }
@@ -160,7 +188,10 @@ fn tpcc_check_catches_complicit_abort() {
     bug_is_caught("tpcc / pandora / complicit abort", 10, |seed| {
         let mut cfg = sim(Mode::Pandora, "tpcc", seed);
         cfg.txs_per_coordinator = 30;
-        cfg.bugs = BugSwitches { complicit_abort: true, ..Default::default() };
+        cfg.bugs = BugSwitches {
+            complicit_abort: true,
+            ..Default::default()
+        };
         cfg
     });
 }

@@ -66,13 +66,41 @@ impl OpKind {
 
 impl HistOp {
     /// A completed, successful read.
-    pub fn read(session: u64, node: u16, key: u64, value: Option<u64>, invoke_ns: u64, complete_ns: u64) -> HistOp {
-        HistOp { session, node, kind: OpKind::Read { key, value }, invoke_ns, complete_ns: Some(complete_ns), ok: true }
+    pub fn read(
+        session: u64,
+        node: u16,
+        key: u64,
+        value: Option<u64>,
+        invoke_ns: u64,
+        complete_ns: u64,
+    ) -> HistOp {
+        HistOp {
+            session,
+            node,
+            kind: OpKind::Read { key, value },
+            invoke_ns,
+            complete_ns: Some(complete_ns),
+            ok: true,
+        }
     }
 
     /// A completed, successful write.
-    pub fn write(session: u64, node: u16, key: u64, value: u64, invoke_ns: u64, complete_ns: u64) -> HistOp {
-        HistOp { session, node, kind: OpKind::Write { key, value }, invoke_ns, complete_ns: Some(complete_ns), ok: true }
+    pub fn write(
+        session: u64,
+        node: u16,
+        key: u64,
+        value: u64,
+        invoke_ns: u64,
+        complete_ns: u64,
+    ) -> HistOp {
+        HistOp {
+            session,
+            node,
+            kind: OpKind::Write { key, value },
+            invoke_ns,
+            complete_ns: Some(complete_ns),
+            ok: true,
+        }
     }
 
     /// This operation with no reply (outcome unknown).
@@ -111,7 +139,10 @@ impl fmt::Display for HistOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "session {} @node {}: ", self.session, self.node)?;
         match self.kind {
-            OpKind::Read { key, value: Some(v) } => write!(f, "read k{key} -> {v}")?,
+            OpKind::Read {
+                key,
+                value: Some(v),
+            } => write!(f, "read k{key} -> {v}")?,
             OpKind::Read { key, value: None } => write!(f, "read k{key} -> none")?,
             OpKind::Write { key, value } => write!(f, "write k{key} := {value}")?,
         }
@@ -131,7 +162,8 @@ pub fn parse_jsonl(reader: impl BufRead) -> Result<Vec<HistOp>, String> {
         if line.trim().is_empty() {
             continue;
         }
-        let op = serde_json::from_str(&line).map_err(|e| format!("line {}: {e}: {}", i + 1, clip(&line)))?;
+        let op = serde_json::from_str(&line)
+            .map_err(|e| format!("line {}: {e}: {}", i + 1, clip(&line)))?;
         ops.push(op);
     }
     Ok(ops)
@@ -166,5 +198,6 @@ pub fn to_jsonl(ops: &[HistOp]) -> String {
 pub fn write_jsonl(path: impl AsRef<Path>, ops: &[HistOp]) -> Result<(), String> {
     let path = path.as_ref();
     let mut file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    file.write_all(to_jsonl(ops).as_bytes()).map_err(|e| format!("{}: {e}", path.display()))
+    file.write_all(to_jsonl(ops).as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -36,9 +36,9 @@ mod zones;
 
 pub use convergence::{check_convergence, FinalStates};
 pub use history::{parse_jsonl, read_jsonl, to_jsonl, write_jsonl, HistOp, OpKind};
+pub use linearizable::{check_key, check_linearizable, check_linearizable_with, LinConfig};
 pub use rc::{check_rc, RcReport, RcViolation, RcViolationKind};
 pub use rc_history::{parse_rc_jsonl, rc_to_jsonl, Class, RcKind, RcOp, Version};
-pub use linearizable::{check_key, check_linearizable, check_linearizable_with, LinConfig};
 pub use session::{check_session, check_sessions, version_order, VersionOrder};
 pub use thin_air::check_no_thin_air;
 pub use verdict::{Stats, Violation, ViolationKind};

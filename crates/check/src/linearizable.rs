@@ -39,7 +39,11 @@ pub struct LinConfig {
 
 impl Default for LinConfig {
     fn default() -> LinConfig {
-        LinConfig { max_states: 1_000_000, shrink_limit: 200, zone_precheck: true }
+        LinConfig {
+            max_states: 1_000_000,
+            shrink_limit: 200,
+            zone_precheck: true,
+        }
     }
 }
 
@@ -76,22 +80,47 @@ pub fn check_key(key: u64, ops: &[HistOp], cfg: &LinConfig) -> Result<Stats, Vio
     let kept: Vec<HistOp> = ops.iter().filter(|o| matters(o)).cloned().collect();
     let reg: Vec<RegOp> = kept.iter().map(reg_op).collect();
     if let Some(piece) = zone_witness(&kept, &reg, cfg) {
-        return Err(not_linearizable(key, piece, kept.len(), "two values whose writes and reads cannot be ordered".into()));
+        return Err(not_linearizable(
+            key,
+            piece,
+            kept.len(),
+            "two values whose writes and reads cannot be ordered".into(),
+        ));
     }
     match search(&reg, cfg.max_states) {
-        Outcome::Linearizable { states } => Ok(Stats { keys: 1, ops: kept.len(), states }),
+        Outcome::Linearizable { states } => Ok(Stats {
+            keys: 1,
+            ops: kept.len(),
+            states,
+        }),
         Outcome::Undecided { states } => {
             let message = format!(
                 "key {key}: undecided after {states} search states over {} operations{}",
                 kept.len(),
-                if cfg.zone_precheck { " (the zone pre-check found no conflict)" } else { "" }
+                if cfg.zone_precheck {
+                    " (the zone pre-check found no conflict)"
+                } else {
+                    ""
+                }
             );
-            Err(Violation::new(ViolationKind::Undecided, Some(key), message, Vec::new()))
+            Err(Violation::new(
+                ViolationKind::Undecided,
+                Some(key),
+                message,
+                Vec::new(),
+            ))
         }
-        Outcome::Violated { prefix, stuck, states } => {
+        Outcome::Violated {
+            prefix,
+            stuck,
+            states,
+        } => {
             let piece: Vec<HistOp> = prefix.iter().map(|&i| kept[i].clone()).collect();
             let piece = shrink(narrow(piece, &kept, cfg), cfg);
-            let detail = format!("{states} search states; every attempt failed by the return of: {}", kept[stuck]);
+            let detail = format!(
+                "{states} search states; every attempt failed by the return of: {}",
+                kept[stuck]
+            );
             Err(not_linearizable(key, piece, kept.len(), detail))
         }
     }
@@ -107,7 +136,10 @@ fn not_linearizable(key: u64, piece: Vec<HistOp>, total: usize, detail: String) 
 
 /// The zone pre-check's witness, confirmed by the search and shrunk.
 fn zone_witness(kept: &[HistOp], reg: &[RegOp], cfg: &LinConfig) -> Option<Vec<HistOp>> {
-    let witness = cfg.zone_precheck.then(|| zones::find_conflict(reg)).flatten()?;
+    let witness = cfg
+        .zone_precheck
+        .then(|| zones::find_conflict(reg))
+        .flatten()?;
     let piece: Vec<HistOp> = witness.iter().map(|&i| kept[i].clone()).collect();
     violated(&piece, cfg).then(|| shrink(piece, cfg))
 }
@@ -124,8 +156,18 @@ fn matters(op: &HistOp) -> bool {
 fn reg_op(op: &HistOp) -> RegOp {
     let ret = op.complete_ns.unwrap_or(u64::MAX);
     match op.kind {
-        OpKind::Read { value, .. } => RegOp { call: op.invoke_ns, ret, write: false, value },
-        OpKind::Write { value, .. } => RegOp { call: op.invoke_ns, ret, write: true, value: Some(value) },
+        OpKind::Read { value, .. } => RegOp {
+            call: op.invoke_ns,
+            ret,
+            write: false,
+            value,
+        },
+        OpKind::Write { value, .. } => RegOp {
+            call: op.invoke_ns,
+            ret,
+            write: true,
+            value: Some(value),
+        },
     }
 }
 
@@ -156,7 +198,13 @@ fn narrow(piece: Vec<HistOp>, all: &[HistOp], cfg: &LinConfig) -> Vec<HistOp> {
 fn with_observed_writes(ops: &[HistOp], all: &[HistOp]) -> Vec<HistOp> {
     let mut out = ops.to_vec();
     for op in ops {
-        let OpKind::Read { key, value: Some(v) } = op.kind else { continue };
+        let OpKind::Read {
+            key,
+            value: Some(v),
+        } = op.kind
+        else {
+            continue;
+        };
         let write = OpKind::Write { key, value: v };
         if !out.iter().any(|o| o.kind == write) {
             out.extend(all.iter().find(|o| o.kind == write).cloned());
@@ -188,6 +236,14 @@ fn shrink(mut piece: Vec<HistOp>, cfg: &LinConfig) -> Vec<HistOp> {
 
 /// Whether `piece[i]` is a write whose value some read in `piece` returned.
 fn observed(piece: &[HistOp], i: usize) -> bool {
-    let OpKind::Write { value, .. } = piece[i].kind else { return false };
-    piece.iter().any(|o| o.kind == OpKind::Read { key: piece[i].key(), value: Some(value) })
+    let OpKind::Write { value, .. } = piece[i].kind else {
+        return false;
+    };
+    piece.iter().any(|o| {
+        o.kind
+            == OpKind::Read {
+                key: piece[i].key(),
+                value: Some(value),
+            }
+    })
 }

@@ -124,8 +124,17 @@ pub fn check_rc(ops: &[RcOp]) -> Result<RcReport, RcViolation> {
     h.check_counters()?;
     let hb = HappensBefore::build(&h)?;
     let reads_checked = hb.check_barrier(&h)?;
-    let keys = ops.iter().map(RcOp::key).collect::<std::collections::HashSet<_>>().len();
-    Ok(RcReport { ops: ops.len(), keys, sync_ops: hb.len(), reads_checked })
+    let keys = ops
+        .iter()
+        .map(RcOp::key)
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    Ok(RcReport {
+        ops: ops.len(),
+        keys,
+        sync_ops: hb.len(),
+        reads_checked,
+    })
 }
 
 /// A release-type op: its write is a release (Release, RMW).
@@ -168,7 +177,13 @@ pub(crate) struct Hist<'a> {
 impl<'a> Hist<'a> {
     /// Index `ops`; check 1's write identities on the way.
     fn new(ops: &'a [RcOp]) -> Result<Hist<'a>, RcViolation> {
-        let mut h = Hist { ops, sessions: Vec::new(), pos: vec![None; ops.len()], writes: HashMap::new(), pending: HashMap::new() };
+        let mut h = Hist {
+            ops,
+            sessions: Vec::new(),
+            pos: vec![None; ops.len()],
+            writes: HashMap::new(),
+            pending: HashMap::new(),
+        };
         h.index_sessions();
         h.index_pending();
         h.index_writes()?;
@@ -197,7 +212,9 @@ impl<'a> Hist<'a> {
                     let t = p.values.entry(value).or_insert(op.invoke_ns);
                     *t = (*t).min(op.invoke_ns);
                 }
-                RcKind::Rmw { .. } | RcKind::CasFail { .. } => p.rmw = Some(p.rmw.map_or(op.invoke_ns, |t| t.min(op.invoke_ns))),
+                RcKind::Rmw { .. } | RcKind::CasFail { .. } => {
+                    p.rmw = Some(p.rmw.map_or(op.invoke_ns, |t| t.min(op.invoke_ns)))
+                }
                 _ => {}
             }
         }
@@ -207,15 +224,29 @@ impl<'a> Hist<'a> {
     /// initial version.
     fn index_writes(&mut self) -> Result<(), RcViolation> {
         for (i, op) in self.ops.iter().enumerate().filter(|(_, o)| !o.is_pending()) {
-            let Some((version, _)) = op.kind.written() else { continue };
+            let Some((version, _)) = op.kind.written() else {
+                continue;
+            };
             let key = op.key();
             if version == Version::default() {
-                let message = format!("key {key}: a write reuses the initial version {version}: {op}");
-                return Err(self.violation(RcViolationKind::DuplicateVersion, Some(key), message, &[i]));
+                let message =
+                    format!("key {key}: a write reuses the initial version {version}: {op}");
+                return Err(self.violation(
+                    RcViolationKind::DuplicateVersion,
+                    Some(key),
+                    message,
+                    &[i],
+                ));
             }
             if let Some(&j) = self.writes.get(&(key, version)) {
-                let message = format!("key {key}: two writes have version {version} (kite.md §7 inv. 1)");
-                return Err(self.violation(RcViolationKind::DuplicateVersion, Some(key), message, &[j, i]));
+                let message =
+                    format!("key {key}: two writes have version {version} (kite.md §7 inv. 1)");
+                return Err(self.violation(
+                    RcViolationKind::DuplicateVersion,
+                    Some(key),
+                    message,
+                    &[j, i],
+                ));
             }
             self.writes.insert((key, version), i);
         }
@@ -223,15 +254,28 @@ impl<'a> Hist<'a> {
     }
 
     /// A violation whose piece is `idx` (sorted by invocation, deduplicated).
-    pub(crate) fn violation(&self, kind: RcViolationKind, key: Option<u64>, message: String, idx: &[usize]) -> RcViolation {
+    pub(crate) fn violation(
+        &self,
+        kind: RcViolationKind,
+        key: Option<u64>,
+        message: String,
+        idx: &[usize],
+    ) -> RcViolation {
         let mut idx = idx.to_vec();
         idx.sort_by_key(|&i| (self.ops[i].invoke_ns, self.ops[i].session, i));
         idx.dedup();
-        RcViolation { kind, key, message, ops: idx.iter().map(|&i| self.ops[i].clone()).collect() }
+        RcViolation {
+            kind,
+            key,
+            message,
+            ops: idx.iter().map(|&i| self.ops[i].clone()).collect(),
+        }
     }
 
     pub(crate) fn done(&self, i: usize) -> u64 {
-        self.ops[i].complete_ns.expect("only completed ops are indexed")
+        self.ops[i]
+            .complete_ns
+            .expect("only completed ops are indexed")
     }
 
     fn completed(&self) -> impl Iterator<Item = (usize, &'a RcOp)> {
@@ -240,7 +284,9 @@ impl<'a> Hist<'a> {
 
     /// Whether a pending op of `key` invoked by `by` may have written `value`.
     fn pending_explains(&self, key: u64, value: u64, by: u64) -> bool {
-        let Some(p) = self.pending.get(&key) else { return false };
+        let Some(p) = self.pending.get(&key) else {
+            return false;
+        };
         p.rmw.is_some_and(|t| t <= by) || p.values.get(&value).is_some_and(|&t| t <= by)
     }
 
@@ -255,7 +301,9 @@ impl<'a> Hist<'a> {
     /// completed, or a pending write (inv. 2).
     fn check_reads_from(&self) -> Result<(), RcViolation> {
         for (i, op) in self.completed() {
-            let Some((version, value)) = op.kind.read() else { continue };
+            let Some((version, value)) = op.kind.read() else {
+                continue;
+            };
             if version == Version::default() && value == 0 {
                 continue;
             }
@@ -269,11 +317,16 @@ impl<'a> Hist<'a> {
                     "the write of that version was invoked after the read completed".to_string()
                 }
                 _ if self.pending_explains(key, value, self.done(i)) => continue,
-                Some(w) => format!("the write of that version wrote {}", self.ops[w].kind.written().map_or(0, |x| x.1)),
+                Some(w) => format!(
+                    "the write of that version wrote {}",
+                    self.ops[w].kind.written().map_or(0, |x| x.1)
+                ),
                 None if version == Version::default() => "the initial value is 0".to_string(),
-                None => "no completed write has that version and no pending write explains it".to_string(),
+                None => "no completed write has that version and no pending write explains it"
+                    .to_string(),
             };
-            let message = format!("key {key}: {op} read {value} @{version}, but {why} (kite.md §7 inv. 2)");
+            let message =
+                format!("key {key}: {op} read {value} @{version}, but {why} (kite.md §7 inv. 2)");
             let piece: Vec<usize> = source.into_iter().chain([i]).collect();
             return Err(self.violation(RcViolationKind::ThinAir, Some(key), message, &piece));
         }
@@ -290,7 +343,11 @@ impl<'a> Hist<'a> {
                 if let Some(&(v, j)) = floor.get(&kind.key()) {
                     self.admit_in_session(i, j, v)?;
                 }
-                let top = [kind.read(), kind.written()].into_iter().flatten().map(|x| x.0).max();
+                let top = [kind.read(), kind.written()]
+                    .into_iter()
+                    .flatten()
+                    .map(|x| x.0)
+                    .max();
                 if let Some(top) = top {
                     let e = floor.entry(kind.key()).or_insert((top, i));
                     if top > e.0 {
@@ -320,7 +377,10 @@ impl<'a> Hist<'a> {
     /// least its version and writes a newer one (inv. 6, RC_Lin).
     fn check_sync_real_time(&self) -> Result<(), RcViolation> {
         let mut by_key: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-        for (i, op) in self.completed().filter(|(_, o)| o.kind.class() != Class::Relaxed) {
+        for (i, op) in self
+            .completed()
+            .filter(|(_, o)| o.kind.class() != Class::Relaxed)
+        {
             by_key.entry(op.key()).or_default().push(i);
         }
         for (key, list) in by_key {
@@ -365,7 +425,12 @@ impl<'a> Hist<'a> {
         };
         let message =
             format!("key {key}: a sync op invoked after another completed {what} its version {level} (kite.md §7 inv. 6, RC_Lin)");
-        Err(self.violation(RcViolationKind::NotLinearizable, Some(key), message, &[x, y]))
+        Err(self.violation(
+            RcViolationKind::NotLinearizable,
+            Some(key),
+            message,
+            &[x, y],
+        ))
     }
 
     /// Check 4: RMW atomicity and exactly-once as versions show them
@@ -375,12 +440,27 @@ impl<'a> Hist<'a> {
         let mut readers: HashMap<(u64, Version), usize> = HashMap::new();
         for (i, op) in self.completed() {
             match op.kind {
-                RcKind::Rmw { key, old_version, version, .. } => {
+                RcKind::Rmw {
+                    key,
+                    old_version,
+                    version,
+                    ..
+                } => {
                     self.admit_rmw(i, (old_version, version), &known[&key], &mut readers)?;
                 }
-                RcKind::CasFail { key, expected, value, .. } if expected == value => {
+                RcKind::CasFail {
+                    key,
+                    expected,
+                    value,
+                    ..
+                } if expected == value => {
                     let message = format!("key {key}: a CAS failed although it read its expected value {value} (kite.md §7 inv. 10)");
-                    return Err(self.violation(RcViolationKind::RmwAtomicity, Some(key), message, &[i]));
+                    return Err(self.violation(
+                        RcViolationKind::RmwAtomicity,
+                        Some(key),
+                        message,
+                        &[i],
+                    ));
                 }
                 _ => {}
             }
@@ -392,10 +472,15 @@ impl<'a> Hist<'a> {
     fn known_versions(&self) -> HashMap<u64, Vec<Version>> {
         let mut known: HashMap<u64, Vec<Version>> = HashMap::new();
         for op in self.ops {
-            known.entry(op.key()).or_insert_with(|| vec![Version::default()]);
+            known
+                .entry(op.key())
+                .or_insert_with(|| vec![Version::default()]);
         }
         for &(key, version) in self.writes.keys() {
-            known.get_mut(&key).expect("every key is listed").push(version);
+            known
+                .get_mut(&key)
+                .expect("every key is listed")
+                .push(version);
         }
         known.values_mut().for_each(|v| v.sort_unstable());
         known
@@ -411,7 +496,9 @@ impl<'a> Hist<'a> {
         readers: &mut HashMap<(u64, Version), usize>,
     ) -> Result<(), RcViolation> {
         let key = self.ops[i].key();
-        let fail = |message: String, piece: &[usize]| Err(self.violation(RcViolationKind::RmwAtomicity, Some(key), message, piece));
+        let fail = |message: String, piece: &[usize]| {
+            Err(self.violation(RcViolationKind::RmwAtomicity, Some(key), message, piece))
+        };
         if old >= new {
             return fail(format!("key {key}: an RMW wrote version {new}, not newer than the version {old} it read"), &[i]);
         }
@@ -420,7 +507,9 @@ impl<'a> Hist<'a> {
             return fail(message, &[j, i]);
         }
         readers.insert((key, old), i);
-        let between = known[known.partition_point(|v| *v <= old)..].first().filter(|v| **v < new);
+        let between = known[known.partition_point(|v| *v <= old)..]
+            .first()
+            .filter(|v| **v < new);
         match between {
             Some(&v) if !self.pending_rmw(key) => {
                 let message =
@@ -436,13 +525,19 @@ impl<'a> Hist<'a> {
     fn check_counters(&self) -> Result<(), RcViolation> {
         let mut keys: BTreeMap<u64, Counter> = BTreeMap::new();
         for (i, op) in self.ops.iter().enumerate() {
-            let c = keys.entry(op.key()).or_insert(Counter { counter: true, pending: false, olds: Vec::new() });
+            let c = keys.entry(op.key()).or_insert(Counter {
+                counter: true,
+                pending: false,
+                olds: Vec::new(),
+            });
             match (op.kind, op.is_pending()) {
                 (RcKind::Write { .. } | RcKind::Release { .. }, _) => c.counter = false,
                 // A CAS without a reply may have written any value.
                 (RcKind::CasFail { .. }, true) => c.counter = false,
                 (RcKind::Rmw { .. }, true) => c.pending = true,
-                (RcKind::Rmw { old, new, .. }, false) if old.checked_add(1) == Some(new) => c.olds.push((old, i)),
+                (RcKind::Rmw { old, new, .. }, false) if old.checked_add(1) == Some(new) => {
+                    c.olds.push((old, i))
+                }
                 (RcKind::Rmw { .. }, false) => c.counter = false,
                 _ => {}
             }
@@ -455,14 +550,27 @@ impl<'a> Hist<'a> {
 
     fn check_counter(&self, key: u64, mut c: Counter) -> Result<(), RcViolation> {
         c.olds.sort_unstable();
-        let fail = |message: String, piece: &[usize]| Err(self.violation(RcViolationKind::Counter, Some(key), message, piece));
+        let fail = |message: String, piece: &[usize]| {
+            Err(self.violation(RcViolationKind::Counter, Some(key), message, piece))
+        };
         if let Some(w) = c.olds.windows(2).find(|w| w[0].0 == w[1].0) {
-            return fail(format!("counter key {key}: two increments read the same count {}", w[0].0), &[w[0].1, w[1].1]);
+            return fail(
+                format!(
+                    "counter key {key}: two increments read the same count {}",
+                    w[0].0
+                ),
+                &[w[0].1, w[1].1],
+            );
         }
         if c.pending {
             return Ok(());
         }
-        match c.olds.iter().enumerate().find(|(k, (old, _))| *old != *k as u64) {
+        match c
+            .olds
+            .iter()
+            .enumerate()
+            .find(|(k, (old, _))| *old != *k as u64)
+        {
             Some((k, &(old, i))) => {
                 let n = c.olds.len();
                 fail(format!("counter key {key}: {n} increments should read 0..{n}, but count {k} is missing (next read {old})"), &[i])
@@ -483,5 +591,8 @@ struct Counter {
 
 /// The version an op leaves its key at: what it wrote, else what it read.
 fn level(kind: &RcKind) -> Version {
-    kind.written().or(kind.read()).map(|x| x.0).unwrap_or_default()
+    kind.written()
+        .or(kind.read())
+        .map(|x| x.0)
+        .unwrap_or_default()
 }

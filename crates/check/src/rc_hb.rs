@@ -106,7 +106,9 @@ impl HappensBefore {
     }
 
     fn index(h: &Hist) -> HappensBefore {
-        let mut sync: Vec<usize> = (0..h.ops.len()).filter(|&i| h.pos[i].is_some() && h.ops[i].kind.class() != Class::Relaxed).collect();
+        let mut sync: Vec<usize> = (0..h.ops.len())
+            .filter(|&i| h.pos[i].is_some() && h.ops[i].kind.class() != Class::Relaxed)
+            .collect();
         sync.sort_by_key(|&i| (h.ops[i].invoke_ns, i));
         let mut at = vec![NONE; h.ops.len()];
         for (p, &i) in sync.iter().enumerate() {
@@ -114,20 +116,40 @@ impl HappensBefore {
         }
         let mut by_complete: Vec<usize> = (0..sync.len()).collect();
         by_complete.sort_by_key(|&p| (h.done(sync[p]), p));
-        let by_session = h.sessions.iter().map(|list| list.iter().map(|&i| at[i]).filter(|&p| p != NONE).collect()).collect();
+        let by_session = h
+            .sessions
+            .iter()
+            .map(|list| list.iter().map(|&i| at[i]).filter(|&p| p != NONE).collect())
+            .collect();
         let width = h.sessions.len();
         let clocks = vec![0; sync.len() * width];
-        let mut hb = HappensBefore { sync, at, by_session, by_complete, preds: Vec::new(), width, clocks };
+        let mut hb = HappensBefore {
+            sync,
+            at,
+            by_session,
+            by_complete,
+            preds: Vec::new(),
+            width,
+            clocks,
+        };
         hb.preds = hb.find_preds(h);
         hb
     }
 
     fn find_preds(&self, h: &Hist) -> Vec<Preds> {
-        let completes: Vec<u64> = self.by_complete.iter().map(|&p| h.done(self.sync[p])).collect();
+        let completes: Vec<u64> = self
+            .by_complete
+            .iter()
+            .map(|&p| h.done(self.sync[p]))
+            .collect();
         let mut preds: Vec<Preds> = self
             .sync
             .iter()
-            .map(|&i| Preds { session: None, rf: self.rf_source(h, i), rt: completes.partition_point(|&c| c < h.ops[i].invoke_ns) })
+            .map(|&i| Preds {
+                session: None,
+                rf: self.rf_source(h, i),
+                rt: completes.partition_point(|&c| c < h.ops[i].invoke_ns),
+            })
             .collect();
         for list in &self.by_session {
             for w in list.windows(2) {
@@ -146,7 +168,9 @@ impl HappensBefore {
         let (version, value) = kind.read()?;
         let &w = h.writes.get(&(kind.key(), version))?;
         let source = &h.ops[w];
-        let rf = is_release(&source.kind) && source.kind.written() == Some((version, value)) && source.session != h.ops[i].session;
+        let rf = is_release(&source.kind)
+            && source.kind.written() == Some((version, value))
+            && source.session != h.ops[i].session;
         rf.then_some(self.at[w])
     }
 
@@ -193,7 +217,8 @@ impl HappensBefore {
 
     fn walk(&self) -> Walk {
         let m = self.sync.len();
-        let (mut succ, mut after, mut waiting) = (vec![Vec::new(); m], vec![Vec::new(); m + 1], vec![0u8; m]);
+        let (mut succ, mut after, mut waiting) =
+            (vec![Vec::new(); m], vec![Vec::new(); m + 1], vec![0u8; m]);
         for (q, pr) in self.preds.iter().enumerate() {
             for p in [pr.session, pr.rf].into_iter().flatten() {
                 succ[p].push(q);
@@ -205,7 +230,15 @@ impl HappensBefore {
             }
         }
         let ready = (0..m).rev().filter(|&q| waiting[q] == 0).collect();
-        Walk { waiting, ready, finished: vec![false; m], front: 0, time: vec![0; self.width], succ, after }
+        Walk {
+            waiting,
+            ready,
+            finished: vec![false; m],
+            front: 0,
+            time: vec![0; self.width],
+            succ,
+            after,
+        }
     }
 
     /// A release or RMW is in its own clock.
@@ -234,7 +267,11 @@ impl HappensBefore {
     /// The violation for the ops Kahn's algorithm left: walk unfinished
     /// predecessors back from one of them until an op repeats.
     fn cycle(&self, h: &Hist, walk: &Walk) -> RcViolation {
-        let start = walk.finished.iter().position(|f| !f).expect("an op is left");
+        let start = walk
+            .finished
+            .iter()
+            .position(|f| !f)
+            .expect("an op is left");
         let (mut seen, mut path, mut p) = (HashMap::new(), Vec::new(), start);
         while !seen.contains_key(&p) {
             seen.insert(p, path.len());
@@ -257,7 +294,10 @@ impl HappensBefore {
     /// not finished (`p` waits for a time node that waits for it).
     fn unfinished_pred(&self, p: usize, walk: &Walk) -> usize {
         let pr = self.preds[p];
-        let direct = [pr.session, pr.rf].into_iter().flatten().find(|&q| !walk.finished[q]);
+        let direct = [pr.session, pr.rf]
+            .into_iter()
+            .flatten()
+            .find(|&q| !walk.finished[q]);
         direct.unwrap_or_else(|| {
             debug_assert!(pr.rt > walk.front, "an unfinished op waits for something");
             self.by_complete[walk.front]
@@ -287,7 +327,14 @@ impl HappensBefore {
 
     /// Check relaxed read `r` of session `j`, whose last acquire is at
     /// position `a`, against the writes of every other session.
-    fn check_read(&self, h: &Hist, writes: &RelaxedWrites, j: usize, a: usize, r: usize) -> Result<(), RcViolation> {
+    fn check_read(
+        &self,
+        h: &Hist,
+        writes: &RelaxedWrites,
+        j: usize,
+        a: usize,
+        r: usize,
+    ) -> Result<(), RcViolation> {
         let (read, _) = h.ops[r].kind.read().expect("a relaxed read reads");
         let key = h.ops[r].key();
         for &i in writes.writers(key) {
@@ -309,12 +356,18 @@ impl HappensBefore {
     fn barrier(&self, h: &Hist, w: usize, a: usize, r: usize) -> RcViolation {
         let (i, k) = h.pos[w].expect("a completed write");
         let later = &h.sessions[i][k as usize + 1..];
-        let release = *later.iter().find(|&&x| is_release(&h.ops[x].kind)).expect("a release follows the write");
+        let release = *later
+            .iter()
+            .find(|&&x| is_release(&h.ops[x].kind))
+            .expect("a release follows the write");
         let bound = h.pos[release].expect("a completed release").1 + 1;
         let mut piece = vec![w, release, r];
         piece.extend(self.trace(h, a, i, bound));
         let (wop, rop) = (&h.ops[w], &h.ops[r]);
-        let (wv, rv) = (wop.kind.written().expect("a write").0, rop.kind.read().expect("a read").0);
+        let (wv, rv) = (
+            wop.kind.written().expect("a write").0,
+            rop.kind.read().expect("a read").0,
+        );
         let message = format!(
             "key {}: session {} read version {rv} after an acquire, but session {} wrote version {wv} before a release \
              that happens before that acquire (release barrier / load value, kite.md §7 inv. 8)",
@@ -335,7 +388,10 @@ impl HappensBefore {
                 break;
             }
             let first = self.first_in_session(h, p, s, bound);
-            p = match (first != p).then_some(first).or_else(|| self.carrier(p, s, bound)) {
+            p = match (first != p)
+                .then_some(first)
+                .or_else(|| self.carrier(p, s, bound))
+            {
                 Some(q) => q,
                 None => break,
             };
@@ -363,7 +419,9 @@ impl HappensBefore {
     fn carrier(&self, p: usize, s: usize, bound: u32) -> Option<usize> {
         let pr = self.preds[p];
         let has = |q: &usize| self.row(*q)[s] >= bound;
-        pr.rf.filter(has).or_else(|| self.by_complete[..pr.rt].iter().copied().find(has))
+        pr.rf
+            .filter(has)
+            .or_else(|| self.by_complete[..pr.rt].iter().copied().find(has))
     }
 }
 
@@ -394,10 +452,15 @@ struct RelaxedWrites {
 
 impl RelaxedWrites {
     fn index(h: &Hist) -> RelaxedWrites {
-        let mut rw = RelaxedWrites { by: HashMap::new(), writers: HashMap::new() };
+        let mut rw = RelaxedWrites {
+            by: HashMap::new(),
+            writers: HashMap::new(),
+        };
         for (s, list) in h.sessions.iter().enumerate() {
             for &i in list {
-                let RcKind::Write { key, version, .. } = h.ops[i].kind else { continue };
+                let RcKind::Write { key, version, .. } = h.ops[i].kind else {
+                    continue;
+                };
                 let k = h.pos[i].expect("a completed write").1;
                 let writes = rw.by.entry((s, key)).or_insert_with(|| {
                     rw.writers.entry(key).or_default().push(s);
@@ -407,7 +470,11 @@ impl RelaxedWrites {
                     Some(w) if w.newest >= version => (w.newest, w.by),
                     _ => (version, i),
                 };
-                writes.push(Written { index: k, newest, by });
+                writes.push(Written {
+                    index: k,
+                    newest,
+                    by,
+                });
             }
         }
         rw

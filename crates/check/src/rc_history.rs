@@ -28,7 +28,9 @@ use serde::{Deserialize, Serialize};
 /// `(v, node)` then a Paxos slot `log` (0 for a plain write; an RMW's
 /// version is its base's clock with its own slot). Ordered
 /// lexicographically; serialized as `[v, node, log]`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Version(pub u32, pub u16, pub u32);
 
 impl fmt::Display for Version {
@@ -56,22 +58,50 @@ pub struct RcOp {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum RcKind {
     /// Relaxed read: returned `value`, written at `version`.
-    Read { key: u64, value: u64, version: Version },
+    Read {
+        key: u64,
+        value: u64,
+        version: Version,
+    },
     /// Relaxed write of `value`, given `version`.
-    Write { key: u64, value: u64, version: Version },
+    Write {
+        key: u64,
+        value: u64,
+        version: Version,
+    },
     /// Acquire-read.
-    Acquire { key: u64, value: u64, version: Version },
+    Acquire {
+        key: u64,
+        value: u64,
+        version: Version,
+    },
     /// Release-write.
-    Release { key: u64, value: u64, version: Version },
+    Release {
+        key: u64,
+        value: u64,
+        version: Version,
+    },
     /// An RMW (FAA, or a CAS that succeeded) that took effect: it read
     /// `old` at `old_version` and wrote `new` at `version`. Acquire and
     /// release semantics both.
-    Rmw { key: u64, old: u64, old_version: Version, new: u64, version: Version },
+    Rmw {
+        key: u64,
+        old: u64,
+        old_version: Version,
+        new: u64,
+        version: Version,
+    },
     /// A CAS whose comparison failed: it read `value` at `version` and
     /// wrote nothing. `local`: a weak CAS that failed on the serving
     /// node's own replica, with no messages, hence no synchronization (a
     /// relaxed read); otherwise it ran through consensus (an acquire).
-    CasFail { key: u64, expected: u64, value: u64, version: Version, local: bool },
+    CasFail {
+        key: u64,
+        expected: u64,
+        value: u64,
+        version: Version,
+        local: bool,
+    },
 }
 
 /// The synchronization class of an operation (`specs/kite.md` §1.3).
@@ -109,7 +139,9 @@ impl RcKind {
     /// The write this operation made, as `(version, value)`, if any.
     pub fn written(&self) -> Option<(Version, u64)> {
         match *self {
-            RcKind::Write { value, version, .. } | RcKind::Release { value, version, .. } => Some((version, value)),
+            RcKind::Write { value, version, .. } | RcKind::Release { value, version, .. } => {
+                Some((version, value))
+            }
             RcKind::Rmw { new, version, .. } => Some((version, new)),
             _ => None,
         }
@@ -118,9 +150,13 @@ impl RcKind {
     /// The write this operation read, as `(version, value)`, if any.
     pub fn read(&self) -> Option<(Version, u64)> {
         match *self {
-            RcKind::Read { value, version, .. } | RcKind::Acquire { value, version, .. } => Some((version, value)),
+            RcKind::Read { value, version, .. } | RcKind::Acquire { value, version, .. } => {
+                Some((version, value))
+            }
             RcKind::CasFail { value, version, .. } => Some((version, value)),
-            RcKind::Rmw { old, old_version, .. } => Some((old_version, old)),
+            RcKind::Rmw {
+                old, old_version, ..
+            } => Some((old_version, old)),
             _ => None,
         }
     }
@@ -140,16 +176,45 @@ impl fmt::Display for RcOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "session {} @node {}: ", self.session, self.node)?;
         match self.kind {
-            RcKind::Read { key, value, version } => write!(f, "read k{key} -> {value} @{version}")?,
-            RcKind::Write { key, value, version } => write!(f, "write k{key} := {value} @{version}")?,
-            RcKind::Acquire { key, value, version } => write!(f, "acquire k{key} -> {value} @{version}")?,
-            RcKind::Release { key, value, version } => write!(f, "release k{key} := {value} @{version}")?,
-            RcKind::Rmw { key, old, old_version, new, version } => {
-                write!(f, "rmw k{key}: {old} @{old_version} -> {new} @{version}")?
-            }
-            RcKind::CasFail { key, expected, value, version, local } => {
+            RcKind::Read {
+                key,
+                value,
+                version,
+            } => write!(f, "read k{key} -> {value} @{version}")?,
+            RcKind::Write {
+                key,
+                value,
+                version,
+            } => write!(f, "write k{key} := {value} @{version}")?,
+            RcKind::Acquire {
+                key,
+                value,
+                version,
+            } => write!(f, "acquire k{key} -> {value} @{version}")?,
+            RcKind::Release {
+                key,
+                value,
+                version,
+            } => write!(f, "release k{key} := {value} @{version}")?,
+            RcKind::Rmw {
+                key,
+                old,
+                old_version,
+                new,
+                version,
+            } => write!(f, "rmw k{key}: {old} @{old_version} -> {new} @{version}")?,
+            RcKind::CasFail {
+                key,
+                expected,
+                value,
+                version,
+                local,
+            } => {
                 let how = if local { " (local)" } else { "" };
-                write!(f, "cas k{key} expected {expected}, failed{how}: saw {value} @{version}")?
+                write!(
+                    f,
+                    "cas k{key} expected {expected}, failed{how}: saw {value} @{version}"
+                )?
             }
         }
         match self.complete_ns {
@@ -174,5 +239,7 @@ pub fn parse_rc_jsonl(reader: impl std::io::BufRead) -> Result<Vec<RcOp>, String
 
 /// Serialize to JSON lines, one operation per line.
 pub fn rc_to_jsonl(ops: &[RcOp]) -> String {
-    ops.iter().map(|o| serde_json::to_string(o).expect("an RcOp always serializes") + "\n").collect()
+    ops.iter()
+        .map(|o| serde_json::to_string(o).expect("an RcOp always serializes") + "\n")
+        .collect()
 }

@@ -28,8 +28,15 @@ pub fn check_sessions(ops: &[HistOp], order: &VersionOrder) -> Result<Stats, Vio
 /// or the last version it read of that key (monotonic reads). Operations
 /// run in invocation order (one outstanding operation per session); those
 /// without a reply, or that failed, are skipped.
-pub fn check_session(ops: &[HistOp], session: u64, order: &VersionOrder) -> Result<Stats, Violation> {
-    let mut mine: Vec<&HistOp> = ops.iter().filter(|o| o.session == session && o.is_ok()).collect();
+pub fn check_session(
+    ops: &[HistOp],
+    session: u64,
+    order: &VersionOrder,
+) -> Result<Stats, Violation> {
+    let mut mine: Vec<&HistOp> = ops
+        .iter()
+        .filter(|o| o.session == session && o.is_ok())
+        .collect();
     mine.sort_by_key(|o| o.invoke_ns);
     let mut floors: HashMap<u64, Floors> = HashMap::new();
     for op in &mine {
@@ -44,7 +51,11 @@ pub fn check_session(ops: &[HistOp], session: u64, order: &VersionOrder) -> Resu
         }
     }
     let keys = floors.len();
-    Ok(Stats { keys, ops: mine.len(), states: 0 })
+    Ok(Stats {
+        keys,
+        ops: mine.len(),
+        states: 0,
+    })
 }
 
 /// A version's position: `None` (initial) precedes every `Some`.
@@ -60,7 +71,10 @@ struct Floors {
 impl Floors {
     /// Whether a read of rank `rank` may follow what the session did.
     fn admit(&self, read: &HistOp, rank: Rank) -> Result<(), Violation> {
-        for (what, floor) in [("its own write", &self.write), ("its earlier read", &self.read)] {
+        for (what, floor) in [
+            ("its own write", &self.write),
+            ("its earlier read", &self.read),
+        ] {
             if let Some((prev, prev_rank)) = floor {
                 if rank < *prev_rank {
                     let message = format!(
@@ -68,7 +82,12 @@ impl Floors {
                         read.session,
                         read.key()
                     );
-                    return Err(Violation::new(ViolationKind::Session, Some(read.key()), message, vec![prev.clone(), read.clone()]));
+                    return Err(Violation::new(
+                        ViolationKind::Session,
+                        Some(read.key()),
+                        message,
+                        vec![prev.clone(), read.clone()],
+                    ));
                 }
             }
         }

@@ -19,7 +19,13 @@ pub fn check_no_thin_air(ops: &[HistOp]) -> Result<Stats, Violation> {
     }
     let mut reads = 0;
     for op in ops.iter().filter(|o| o.is_ok()) {
-        let OpKind::Read { key, value: Some(v) } = op.kind else { continue };
+        let OpKind::Read {
+            key,
+            value: Some(v),
+        } = op.kind
+        else {
+            continue;
+        };
         reads += 1;
         let done = op.complete_ns.unwrap_or(u64::MAX);
         let explained = matches!(first_invoke.get(&(key, v)), Some(&t) if t <= done);
@@ -27,14 +33,26 @@ pub fn check_no_thin_air(ops: &[HistOp]) -> Result<Stats, Violation> {
             return Err(thin_air(op, key, v, ops));
         }
     }
-    let keys = ops.iter().map(|o| o.key()).collect::<std::collections::HashSet<_>>().len();
-    Ok(Stats { keys, ops: reads, states: 0 })
+    let keys = ops
+        .iter()
+        .map(|o| o.key())
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    Ok(Stats {
+        keys,
+        ops: reads,
+        states: 0,
+    })
 }
 
 /// The violation for a read of `v` from `key`, with every write of `v`
 /// (to any key) as the evidence.
 fn thin_air(read: &HistOp, key: u64, v: u64, ops: &[HistOp]) -> Violation {
-    let writes: Vec<HistOp> = ops.iter().filter(|o| matches!(o.kind, OpKind::Write { value, .. } if value == v)).cloned().collect();
+    let writes: Vec<HistOp> = ops
+        .iter()
+        .filter(|o| matches!(o.kind, OpKind::Write { value, .. } if value == v))
+        .cloned()
+        .collect();
     let why = if writes.is_empty() {
         "no write wrote that value"
     } else if !writes.iter().any(|w| w.key() == key) {

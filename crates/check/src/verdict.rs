@@ -59,9 +59,19 @@ pub struct Violation {
 }
 
 impl Violation {
-    pub(crate) fn new(kind: ViolationKind, key: Option<u64>, message: String, mut ops: Vec<HistOp>) -> Violation {
+    pub(crate) fn new(
+        kind: ViolationKind,
+        key: Option<u64>,
+        message: String,
+        mut ops: Vec<HistOp>,
+    ) -> Violation {
         ops.sort_by_key(|o| (o.invoke_ns, o.session));
-        Violation { kind, key, message, ops }
+        Violation {
+            kind,
+            key,
+            message,
+            ops,
+        }
     }
 
     /// The search ran out of budget: the history was not proved wrong.

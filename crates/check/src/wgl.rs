@@ -142,14 +142,23 @@ impl Linearized {
         let mut next = self.clone();
         let at = next.extras.binary_search(&op).unwrap_err();
         next.extras.insert(at, op);
-        let run = next.extras.iter().enumerate().take_while(|&(j, &x)| x == next.prefix + j as u32).count();
+        let run = next
+            .extras
+            .iter()
+            .enumerate()
+            .take_while(|&(j, &x)| x == next.prefix + j as u32)
+            .count();
         next.extras.drain(..run);
         next.prefix += run as u32;
         next
     }
 
     fn key(&self, value: Option<u64>) -> MemoKey {
-        MemoKey { prefix: self.prefix, extras: self.extras.as_slice().into(), value }
+        MemoKey {
+            prefix: self.prefix,
+            extras: self.extras.as_slice().into(),
+            value,
+        }
     }
 }
 
@@ -170,12 +179,24 @@ pub(crate) fn search(ops: &[RegOp], max_states: u64) -> Outcome {
     let sorted: Vec<RegOp> = order.iter().map(|&i| ops[i]).collect();
     let mut run = Search::new(&sorted);
     match run.run(max_states) {
-        Some(true) => Outcome::Linearizable { states: run.states() },
-        None => Outcome::Undecided { states: run.states() },
+        Some(true) => Outcome::Linearizable {
+            states: run.states(),
+        },
+        None => Outcome::Undecided {
+            states: run.states(),
+        },
         Some(false) => {
-            let prefix = run.prefix_before_stuck().into_iter().map(|i| order[i]).collect();
+            let prefix = run
+                .prefix_before_stuck()
+                .into_iter()
+                .map(|i| order[i])
+                .collect();
             let stuck = order[run.list.op[run.stuck as usize] as usize];
-            Outcome::Violated { states: run.states(), prefix, stuck }
+            Outcome::Violated {
+                states: run.states(),
+                prefix,
+                stuck,
+            }
         }
     }
 }
@@ -191,7 +212,13 @@ struct Search<'a> {
 
 impl<'a> Search<'a> {
     fn new(ops: &'a [RegOp]) -> Search<'a> {
-        Search { ops, list: Entries::build(ops), lin: Linearized::default(), memo: HashSet::new(), stuck: 0 }
+        Search {
+            ops,
+            list: Entries::build(ops),
+            lin: Linearized::default(),
+            memo: HashSet::new(),
+            stuck: 0,
+        }
     }
 
     fn states(&self) -> u64 {
@@ -219,7 +246,9 @@ impl<'a> Search<'a> {
                 }
             } else {
                 self.stuck = self.stuck.max(entry);
-                let Some((call, before, lin)) = calls.pop() else { return Some(false) };
+                let Some((call, before, lin)) = calls.pop() else {
+                    return Some(false);
+                };
                 (value, self.lin) = (before, lin);
                 self.list.unlift(call);
                 entry = self.list.next[call as usize];
@@ -238,8 +267,10 @@ impl<'a> Search<'a> {
 
     /// The operations whose call entry precedes the furthest stuck return.
     fn prefix_before_stuck(&self) -> Vec<usize> {
-        let mut out: Vec<usize> =
-            (1..self.stuck).filter(|&p| self.list.partner[p as usize] != NONE).map(|p| self.list.op[p as usize] as usize).collect();
+        let mut out: Vec<usize> = (1..self.stuck)
+            .filter(|&p| self.list.partner[p as usize] != NONE)
+            .map(|p| self.list.op[p as usize] as usize)
+            .collect();
         out.sort_unstable();
         out
     }

@@ -37,7 +37,13 @@ struct Cluster {
 
 impl Cluster {
     fn new() -> Cluster {
-        Cluster { s: i128::MAX, s_op: None, f: i128::MIN, f_op: None, write: None }
+        Cluster {
+            s: i128::MAX,
+            s_op: None,
+            f: i128::MIN,
+            f_op: None,
+            write: None,
+        }
     }
 
     fn add(&mut self, i: usize, op: &RegOp) {
@@ -84,7 +90,9 @@ fn clusters(ops: &[RegOp]) -> Result<Vec<Cluster>, Vec<usize>> {
         c.add(i, op);
     }
     for (i, op) in ops.iter().enumerate().filter(|(_, o)| !o.write) {
-        let Some(c) = by_value.get_mut(&op.value) else { return Err(vec![i]) };
+        let Some(c) = by_value.get_mut(&op.value) else {
+            return Err(vec![i]);
+        };
         if let Some(w) = c.write.filter(|&w| op.ret < ops[w].call) {
             return Err(vec![w, i]);
         }
@@ -102,7 +110,9 @@ fn conflicting_pair(clusters: &[Cluster]) -> Option<(usize, usize)> {
     let top2 = prefix_top2(clusters, &by_s);
     for b in 0..clusters.len() {
         let k = by_s.partition_point(|&i| clusters[i].s < clusters[b].f);
-        let Some(&(first, second)) = k.checked_sub(1).map(|k| &top2[k]) else { continue };
+        let Some(&(first, second)) = k.checked_sub(1).map(|k| &top2[k]) else {
+            continue;
+        };
         let a = if first == Some(b) { second } else { first };
         if let Some(a) = a.filter(|&a| clusters[b].s < clusters[a].f) {
             return Some((a, b));
@@ -136,7 +146,10 @@ mod tests {
 
     impl Rng {
         fn below(&mut self, n: u64) -> u64 {
-            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (self.0 >> 33) % n
         }
     }
@@ -152,9 +165,24 @@ mod tests {
                 let call = rng.below(10);
                 let ret = call + rng.below(6);
                 match i < writes {
-                    true if rng.below(6) == 0 => RegOp { call, ret: u64::MAX, write: true, value: Some(i + 1) },
-                    true => RegOp { call, ret, write: true, value: Some(i + 1) },
-                    false => RegOp { call, ret, write: false, value: Some(rng.below(writes + 1)).filter(|&v| v > 0) },
+                    true if rng.below(6) == 0 => RegOp {
+                        call,
+                        ret: u64::MAX,
+                        write: true,
+                        value: Some(i + 1),
+                    },
+                    true => RegOp {
+                        call,
+                        ret,
+                        write: true,
+                        value: Some(i + 1),
+                    },
+                    false => RegOp {
+                        call,
+                        ret,
+                        write: false,
+                        value: Some(rng.below(writes + 1)).filter(|&v| v > 0),
+                    },
                 }
             })
             .collect()
@@ -171,7 +199,11 @@ mod tests {
         for _ in 0..200_000 {
             let ops = tiny(&mut rng);
             let zone = find_conflict(&ops);
-            assert_eq!(zone.is_some(), violated(&ops), "{ops:?}: zones say {zone:?}");
+            assert_eq!(
+                zone.is_some(),
+                violated(&ops),
+                "{ops:?}: zones say {zone:?}"
+            );
             if let Some(w) = zone {
                 let piece: Vec<RegOp> = w.iter().map(|&i| ops[i]).collect();
                 assert!(violated(&piece), "{ops:?}: witness {w:?} is linearizable");
@@ -179,6 +211,9 @@ mod tests {
             }
             total += 1;
         }
-        assert!(conflicts > total / 10 && conflicts < total * 9 / 10, "{conflicts} of {total}");
+        assert!(
+            conflicts > total / 10 && conflicts < total * 9 / 10,
+            "{conflicts} of {total}"
+        );
     }
 }

@@ -34,13 +34,21 @@ fn missing_complete_ns_means_no_reply_and_blank_lines_are_skipped() {
     let ops = parse_jsonl(text.as_bytes()).unwrap();
     assert_eq!(ops.len(), 1);
     assert!(ops[0].is_pending());
-    assert_eq!(ops[0].kind, OpKind::Read { key: 3, value: None });
+    assert_eq!(
+        ops[0].kind,
+        OpKind::Read {
+            key: 3,
+            value: None
+        }
+    );
 }
 
 #[test]
 fn bad_lines_are_named() {
     let good = to_jsonl(&sample()[..1]);
-    let bad = format!("{good}{{\"session\":1,\"node\":0,\"op\":\"cas\",\"key\":1,\"invoke_ns\":1,\"ok\":true}}\n");
+    let bad = format!(
+        "{good}{{\"session\":1,\"node\":0,\"op\":\"cas\",\"key\":1,\"invoke_ns\":1,\"ok\":true}}\n"
+    );
     let err = parse_jsonl(bad.as_bytes()).unwrap_err();
     assert!(err.starts_with("line 2: "), "{err}");
     assert!(err.contains("cas"), "{err}");

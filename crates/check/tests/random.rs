@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use tandem_check::{
-    check_convergence, check_linearizable, check_linearizable_with, check_no_thin_air, check_sessions, version_order, FinalStates, HistOp,
-    LinConfig, OpKind, ViolationKind,
+    check_convergence, check_linearizable, check_linearizable_with, check_no_thin_air,
+    check_sessions, version_order, FinalStates, HistOp, LinConfig, OpKind, ViolationKind,
 };
 
 /// splitmix64: small, seeded, good enough for test histories.
@@ -45,7 +45,10 @@ struct Sim {
 /// is idle at its invocation.
 fn generate(seed: u64, n: u64, keys: u64, window: u64) -> Sim {
     let mut rng = Rng(seed);
-    let mut sim = Sim { ops: Vec::new(), versions: HashMap::new() };
+    let mut sim = Sim {
+        ops: Vec::new(),
+        versions: HashMap::new(),
+    };
     let mut busy_until: Vec<u64> = Vec::new();
     for i in 0..n {
         let at = 10 * i + 5;
@@ -64,7 +67,14 @@ fn generate(seed: u64, n: u64, keys: u64, window: u64) -> Sim {
     sim
 }
 
-fn write_op(rng: &mut Rng, sim: &mut Sim, key: u64, value: u64, invoke: u64, complete: u64) -> HistOp {
+fn write_op(
+    rng: &mut Rng,
+    sim: &mut Sim,
+    key: u64,
+    value: u64,
+    invoke: u64,
+    complete: u64,
+) -> HistOp {
     let op = HistOp::write(0, 0, key, value, invoke, complete);
     let (op, applies) = match rng.below(100) {
         0 | 1 => (op.failed(), false),
@@ -90,10 +100,13 @@ fn read_op(rng: &mut Rng, sim: &Sim, key: u64, invoke: u64, complete: u64) -> Hi
 
 /// A session idle at `invoke`, busy until `complete` (forever if `None`).
 fn idle_session(busy_until: &mut Vec<u64>, invoke: u64, complete: Option<u64>) -> u64 {
-    let s = busy_until.iter().position(|&b| b < invoke).unwrap_or_else(|| {
-        busy_until.push(0);
-        busy_until.len() - 1
-    });
+    let s = busy_until
+        .iter()
+        .position(|&b| b < invoke)
+        .unwrap_or_else(|| {
+            busy_until.push(0);
+            busy_until.len() - 1
+        });
     busy_until[s] = complete.unwrap_or(u64::MAX);
     s as u64
 }
@@ -101,10 +114,14 @@ fn idle_session(busy_until: &mut Vec<u64>, invoke: u64, complete: Option<u64>) -
 /// Change one completed read's value to another value written to its key.
 /// `None` if the history has no such read.
 fn mutate_one_read(rng: &mut Rng, ops: &mut [HistOp]) -> Option<usize> {
-    let reads: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].is_ok() && matches!(ops[i].kind, OpKind::Read { .. })).collect();
+    let reads: Vec<usize> = (0..ops.len())
+        .filter(|&i| ops[i].is_ok() && matches!(ops[i].kind, OpKind::Read { .. }))
+        .collect();
     for _ in 0..100 {
         let i = reads[rng.below(reads.len() as u64) as usize];
-        let OpKind::Read { key, value } = ops[i].kind else { unreachable!() };
+        let OpKind::Read { key, value } = ops[i].kind else {
+            unreachable!()
+        };
         let written: Vec<u64> = ops
             .iter()
             .filter(|o| !o.is_failed())
@@ -115,7 +132,10 @@ fn mutate_one_read(rng: &mut Rng, ops: &mut [HistOp]) -> Option<usize> {
             .collect();
         if !written.is_empty() {
             let v = written[rng.below(written.len() as u64) as usize];
-            ops[i].kind = OpKind::Read { key, value: Some(v) };
+            ops[i].kind = OpKind::Read {
+                key,
+                value: Some(v),
+            };
             return Some(i);
         }
     }
@@ -128,8 +148,13 @@ fn generated_histories_pass_every_checker() {
         let sim = generate(seed, 600, 3, 4);
         check_linearizable(&sim.ops).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
         check_no_thin_air(&sim.ops).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
-        check_sessions(&sim.ops, &version_order(&sim.versions)).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
-        let finals: HashMap<u64, Option<u64>> = sim.versions.iter().map(|(&k, v)| (k, v.last().copied())).collect();
+        check_sessions(&sim.ops, &version_order(&sim.versions))
+            .unwrap_or_else(|v| panic!("seed {seed}: {v}"));
+        let finals: HashMap<u64, Option<u64>> = sim
+            .versions
+            .iter()
+            .map(|(&k, v)| (k, v.last().copied()))
+            .collect();
         let nodes: FinalStates = (0..3).map(|n| (n, finals.clone())).collect();
         check_convergence(&nodes, &sim.ops).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
     }
@@ -140,9 +165,23 @@ fn a_mutated_read_is_caught_for_seed_7() {
     let mut sim = generate(7, 600, 3, 4);
     let i = mutate_one_read(&mut Rng(7_007), &mut sim.ops).unwrap();
     for zone_precheck in [true, false] {
-        let v = check_linearizable_with(&sim.ops, &LinConfig { zone_precheck, ..LinConfig::default() }).unwrap_err();
-        assert_eq!((v.kind, v.key), (ViolationKind::NotLinearizable, Some(sim.ops[i].key())), "{v}");
-        assert!(v.ops.contains(&sim.ops[i]), "the failing piece holds the mutated read: {v}");
+        let v = check_linearizable_with(
+            &sim.ops,
+            &LinConfig {
+                zone_precheck,
+                ..LinConfig::default()
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            (v.kind, v.key),
+            (ViolationKind::NotLinearizable, Some(sim.ops[i].key())),
+            "{v}"
+        );
+        assert!(
+            v.ops.contains(&sim.ops[i]),
+            "the failing piece holds the mutated read: {v}"
+        );
         assert!(v.ops.len() <= 8, "{v}");
         eprintln!("zone pre-check {zone_precheck}: {v}");
     }
@@ -151,12 +190,19 @@ fn a_mutated_read_is_caught_for_seed_7() {
 #[test]
 fn mutated_reads_are_caught_most_of_the_time() {
     let (mut caught, tries) = (0, 100);
-    let search_only = LinConfig { zone_precheck: false, ..LinConfig::default() };
+    let search_only = LinConfig {
+        zone_precheck: false,
+        ..LinConfig::default()
+    };
     for seed in 0..tries {
         let mut sim = generate(seed, 300, 2, 4);
         mutate_one_read(&mut Rng(seed ^ 0xabcd), &mut sim.ops).unwrap();
         let with_zones = check_linearizable(&sim.ops).map_err(|v| v.kind);
-        assert_eq!(with_zones, check_linearizable_with(&sim.ops, &search_only).map_err(|v| v.kind), "seed {seed}");
+        assert_eq!(
+            with_zones,
+            check_linearizable_with(&sim.ops, &search_only).map_err(|v| v.kind),
+            "seed {seed}"
+        );
         match with_zones {
             Err(ViolationKind::NotLinearizable) => caught += 1,
             Err(kind) => panic!("seed {seed}: {kind:?}"),
@@ -171,7 +217,10 @@ fn time_check(what: &str, ops: &[HistOp]) {
     let start = Instant::now();
     let stats = check_linearizable(ops).unwrap();
     let took = start.elapsed();
-    eprintln!("{what}: {} ops, {} keys, {} states in {took:?}", stats.ops, stats.keys, stats.states);
+    eprintln!(
+        "{what}: {} ops, {} keys, {} states in {took:?}",
+        stats.ops, stats.keys, stats.states
+    );
     assert!(took.as_secs() < 20, "{what} took {took:?}");
 }
 
@@ -189,9 +238,25 @@ fn twenty_thousand_ops_with_one_stale_read_fail_fast_thanks_to_zones() {
     for zone_precheck in [true, false] {
         let start = Instant::now();
         let max_states = if zone_precheck { 1_000_000 } else { 100_000 };
-        let v = check_linearizable_with(&sim.ops, &LinConfig { zone_precheck, max_states, ..LinConfig::default() }).unwrap_err();
+        let v = check_linearizable_with(
+            &sim.ops,
+            &LinConfig {
+                zone_precheck,
+                max_states,
+                ..LinConfig::default()
+            },
+        )
+        .unwrap_err();
         let took = start.elapsed();
         eprintln!("20k ops, 1 key, mutated, zone pre-check {zone_precheck}: {:?}, {} ops in the piece, in {took:?}", v.kind, v.ops.len());
-        assert_eq!(v.kind, if zone_precheck { ViolationKind::NotLinearizable } else { ViolationKind::Undecided }, "{v}");
+        assert_eq!(
+            v.kind,
+            if zone_precheck {
+                ViolationKind::NotLinearizable
+            } else {
+                ViolationKind::Undecided
+            },
+            "{v}"
+        );
     }
 }

@@ -5,7 +5,10 @@
 
 use std::collections::HashMap;
 
-use tandem_check::{check_rc, parse_rc_jsonl, rc_to_jsonl, Class, RcKind, RcOp, RcReport, RcViolation, RcViolationKind, Version};
+use tandem_check::{
+    check_rc, parse_rc_jsonl, rc_to_jsonl, Class, RcKind, RcOp, RcReport, RcViolation,
+    RcViolationKind, Version,
+};
 
 /// Keys: a data item and two flags.
 const X: u64 = 1;
@@ -17,7 +20,13 @@ fn v(n: u32) -> Version {
 }
 
 fn op(session: u64, kind: RcKind, invoke: u64, complete: u64) -> RcOp {
-    RcOp { session, node: session as u16, kind, invoke_ns: invoke, complete_ns: Some(complete) }
+    RcOp {
+        session,
+        node: session as u16,
+        kind,
+        invoke_ns: invoke,
+        complete_ns: Some(complete),
+    }
 }
 
 fn pending(mut op: RcOp) -> RcOp {
@@ -26,27 +35,98 @@ fn pending(mut op: RcOp) -> RcOp {
 }
 
 fn write(s: u64, key: u64, value: u64, version: Version, t: (u64, u64)) -> RcOp {
-    op(s, RcKind::Write { key, value, version }, t.0, t.1)
+    op(
+        s,
+        RcKind::Write {
+            key,
+            value,
+            version,
+        },
+        t.0,
+        t.1,
+    )
 }
 
 fn read(s: u64, key: u64, value: u64, version: Version, t: (u64, u64)) -> RcOp {
-    op(s, RcKind::Read { key, value, version }, t.0, t.1)
+    op(
+        s,
+        RcKind::Read {
+            key,
+            value,
+            version,
+        },
+        t.0,
+        t.1,
+    )
 }
 
 fn release(s: u64, key: u64, value: u64, version: Version, t: (u64, u64)) -> RcOp {
-    op(s, RcKind::Release { key, value, version }, t.0, t.1)
+    op(
+        s,
+        RcKind::Release {
+            key,
+            value,
+            version,
+        },
+        t.0,
+        t.1,
+    )
 }
 
 fn acquire(s: u64, key: u64, value: u64, version: Version, t: (u64, u64)) -> RcOp {
-    op(s, RcKind::Acquire { key, value, version }, t.0, t.1)
+    op(
+        s,
+        RcKind::Acquire {
+            key,
+            value,
+            version,
+        },
+        t.0,
+        t.1,
+    )
 }
 
-fn rmw(s: u64, key: u64, (old, old_version): (u64, Version), (new, version): (u64, Version), t: (u64, u64)) -> RcOp {
-    op(s, RcKind::Rmw { key, old, old_version, new, version }, t.0, t.1)
+fn rmw(
+    s: u64,
+    key: u64,
+    (old, old_version): (u64, Version),
+    (new, version): (u64, Version),
+    t: (u64, u64),
+) -> RcOp {
+    op(
+        s,
+        RcKind::Rmw {
+            key,
+            old,
+            old_version,
+            new,
+            version,
+        },
+        t.0,
+        t.1,
+    )
 }
 
-fn cas_fail(s: u64, key: u64, expected: u64, (value, version): (u64, Version), local: bool, t: (u64, u64)) -> RcOp {
-    op(s, RcKind::CasFail { key, expected, value, version, local }, t.0, t.1)
+fn cas_fail(
+    s: u64,
+    key: u64,
+    expected: u64,
+    (value, version): (u64, Version),
+    local: bool,
+    t: (u64, u64),
+) -> RcOp {
+    op(
+        s,
+        RcKind::CasFail {
+            key,
+            expected,
+            value,
+            version,
+            local,
+        },
+        t.0,
+        t.1,
+    )
 }
 
 /// The violation, asserting its kind.
@@ -63,13 +143,26 @@ fn passes(ops: &[RcOp]) -> RcReport {
 /// L1 (kite.md §1.4): S1 writes X then releases the flag; S2 acquires the
 /// flag, then reads X (returning `x`, at `xv`).
 fn l1(x: u64, xv: Version) -> Vec<RcOp> {
-    vec![write(1, X, 1, v(1), (0, 10)), release(1, F, 1, v(1), (11, 20)), acquire(2, F, 1, v(1), (21, 30)), read(2, X, x, xv, (31, 35))]
+    vec![
+        write(1, X, 1, v(1), (0, 10)),
+        release(1, F, 1, v(1), (11, 20)),
+        acquire(2, F, 1, v(1), (21, 30)),
+        read(2, X, x, xv, (31, 35)),
+    ]
 }
 
 #[test]
 fn l1_producer_consumer_passes() {
     let report = passes(&l1(1, v(1)));
-    assert_eq!(report, RcReport { ops: 4, keys: 2, sync_ops: 2, reads_checked: 1 });
+    assert_eq!(
+        report,
+        RcReport {
+            ops: 4,
+            keys: 2,
+            sync_ops: 2,
+            reads_checked: 1
+        }
+    );
 }
 
 #[test]
@@ -88,10 +181,22 @@ fn l1_passes_when_the_acquire_overlaps_the_release() {
 fn l1_stale_read_after_the_acquire_fails_barrier() {
     let v = fails(&l1(0, Version::default()), RcViolationKind::Barrier);
     assert_eq!(v.key, Some(X));
-    assert_eq!(v.ops, l1(0, Version::default()), "the whole chain W, release, acquire, R: {v}");
+    assert_eq!(
+        v.ops,
+        l1(0, Version::default()),
+        "the whole chain W, release, acquire, R: {v}"
+    );
     let shown = v.to_string();
-    assert!(shown.starts_with("Barrier: key 1: session 2 read version 0.0.0"), "{shown}");
-    assert!(shown.contains("failing piece (4 ops):\n    session 1 @node 1: write k1 := 1 @1.0.0  [0, 10]"), "{shown}");
+    assert!(
+        shown.starts_with("Barrier: key 1: session 2 read version 0.0.0"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(
+            "failing piece (4 ops):\n    session 1 @node 1: write k1 := 1 @1.0.0  [0, 10]"
+        ),
+        "{shown}"
+    );
 }
 
 /// L2 (kite.md §1.4): W(x) in S1, release f1; S2 acquires f1, releases
@@ -116,7 +221,11 @@ fn l2_transitive_chain_fresh_passes() {
 #[test]
 fn l2_transitive_chain_stale_fails_barrier_with_the_chain() {
     let v = fails(&l2(0, Version::default()), RcViolationKind::Barrier);
-    assert_eq!(v.ops.len(), 6, "W, release f1, acquire f1, release G, acquire G, R: {v}");
+    assert_eq!(
+        v.ops.len(),
+        6,
+        "W, release f1, acquire f1, release G, acquire G, R: {v}"
+    );
 }
 
 #[test]
@@ -145,7 +254,11 @@ fn l2_sequential_chain_stale_fails_barrier() {
 
 #[test]
 fn stale_read_without_an_acquire_passes() {
-    let ops = vec![write(1, X, 1, v(1), (0, 10)), release(1, F, 1, v(1), (11, 20)), read(2, X, 0, Version::default(), (30, 35))];
+    let ops = vec![
+        write(1, X, 1, v(1), (0, 10)),
+        release(1, F, 1, v(1), (11, 20)),
+        read(2, X, 0, Version::default(), (30, 35)),
+    ];
     assert_eq!(passes(&ops).reads_checked, 0);
 }
 
@@ -189,14 +302,21 @@ fn real_time_edge_to_an_acquire_of_another_flag_fails_barrier() {
 #[test]
 fn acquire_after_a_completed_release_reading_older_fails_linearizability() {
     // L3: RC_Lin, not just RC_SC.
-    let ops = vec![release(1, F, 1, v(1), (0, 10)), acquire(2, F, 0, Version::default(), (20, 30))];
+    let ops = vec![
+        release(1, F, 1, v(1), (0, 10)),
+        acquire(2, F, 0, Version::default(), (20, 30)),
+    ];
     let v = fails(&ops, RcViolationKind::NotLinearizable);
     assert_eq!((v.key, v.ops.len()), (Some(F), 2), "{v}");
 }
 
 #[test]
 fn release_after_a_completed_acquire_writing_older_fails_linearizability() {
-    let ops = vec![release(1, F, 1, v(5), (0, 10)), acquire(2, F, 1, v(5), (20, 30)), release(3, F, 2, v(3), (40, 50))];
+    let ops = vec![
+        release(1, F, 1, v(5), (0, 10)),
+        acquire(2, F, 1, v(5), (20, 30)),
+        release(3, F, 2, v(3), (40, 50)),
+    ];
     fails(&ops, RcViolationKind::NotLinearizable);
 }
 
@@ -218,8 +338,20 @@ fn happens_before_cycle_fails_linearizability() {
 #[test]
 fn two_rmws_reading_the_same_version_fail_atomicity() {
     let ops = vec![
-        rmw(1, F, (0, Version::default()), (1, Version(0, 0, 1)), (0, 10)),
-        rmw(2, F, (0, Version::default()), (5, Version(0, 0, 2)), (0, 10)),
+        rmw(
+            1,
+            F,
+            (0, Version::default()),
+            (1, Version(0, 0, 1)),
+            (0, 10),
+        ),
+        rmw(
+            2,
+            F,
+            (0, Version::default()),
+            (5, Version(0, 0, 2)),
+            (0, 10),
+        ),
     ];
     let v = fails(&ops, RcViolationKind::RmwAtomicity);
     assert!(v.message.contains("same version"), "{v}");
@@ -227,7 +359,10 @@ fn two_rmws_reading_the_same_version_fail_atomicity() {
 
 #[test]
 fn rmw_skipping_a_known_write_fails_atomicity() {
-    let ops = vec![write(1, F, 7, v(1), (0, 5)), rmw(2, F, (0, Version::default()), (1, v(2)), (10, 20))];
+    let ops = vec![
+        write(1, F, 7, v(1), (0, 5)),
+        rmw(2, F, (0, Version::default()), (1, v(2)), (10, 20)),
+    ];
     let v = fails(&ops, RcViolationKind::RmwAtomicity);
     assert!(v.message.contains("skipping the write of 1.0.0"), "{v}");
     assert_eq!(v.ops.len(), 2);
@@ -238,15 +373,26 @@ fn rmw_skipping_a_known_write_passes_with_a_pending_rmw() {
     let ops = vec![
         write(1, F, 7, v(1), (0, 5)),
         rmw(2, F, (0, Version::default()), (1, v(2)), (10, 20)),
-        pending(rmw(3, F, (0, Version::default()), (0, Version::default()), (0, 0))),
+        pending(rmw(
+            3,
+            F,
+            (0, Version::default()),
+            (0, Version::default()),
+            (0, 0),
+        )),
     ];
     passes(&ops);
 }
 
 #[test]
 fn rmw_writing_no_newer_version_fails_atomicity() {
-    let ops = vec![write(1, F, 7, v(2), (0, 5)), rmw(2, F, (7, v(2)), (8, v(1)), (10, 20))];
-    assert!(fails(&ops, RcViolationKind::RmwAtomicity).message.contains("not newer"));
+    let ops = vec![
+        write(1, F, 7, v(2), (0, 5)),
+        rmw(2, F, (7, v(2)), (8, v(1)), (10, 20)),
+    ];
+    assert!(fails(&ops, RcViolationKind::RmwAtomicity)
+        .message
+        .contains("not newer"));
 }
 
 #[test]
@@ -258,7 +404,13 @@ fn cas_failing_on_its_expected_value_fails_atomicity() {
 /// A counter: FAA by 1 from sessions 1..=3, in turn.
 fn counter() -> Vec<RcOp> {
     vec![
-        rmw(1, G, (0, Version::default()), (1, Version(0, 0, 1)), (0, 10)),
+        rmw(
+            1,
+            G,
+            (0, Version::default()),
+            (1, Version(0, 0, 1)),
+            (0, 10),
+        ),
         rmw(2, G, (1, Version(0, 0, 1)), (2, Version(0, 0, 2)), (20, 30)),
         rmw(3, G, (2, Version(0, 0, 2)), (3, Version(0, 0, 3)), (40, 50)),
         cas_fail(1, G, 0, (3, Version(0, 0, 3)), true, (60, 61)),
@@ -279,7 +431,13 @@ fn counter_with_duplicate_counts_fails() {
     let mut ops = counter();
     ops[2] = rmw(3, G, (1, Version(5, 0, 0)), (2, Version(5, 0, 1)), (40, 50));
     ops.truncate(3);
-    ops.push(pending(rmw(4, G, (0, Version::default()), (0, Version::default()), (0, 0))));
+    ops.push(pending(rmw(
+        4,
+        G,
+        (0, Version::default()),
+        (0, Version::default()),
+        (0, 0),
+    )));
     let v = fails(&ops, RcViolationKind::Counter);
     assert!(v.message.contains("same count 1"), "{v}");
     assert_eq!(v.ops.len(), 2);
@@ -295,18 +453,25 @@ fn read_of_a_never_written_value_fails_thin_air() {
 #[test]
 fn read_of_a_version_with_another_value_fails_thin_air() {
     let ops = vec![write(1, X, 1, v(1), (0, 10)), read(2, X, 2, v(1), (20, 30))];
-    assert!(fails(&ops, RcViolationKind::ThinAir).message.contains("wrote 1"));
+    assert!(fails(&ops, RcViolationKind::ThinAir)
+        .message
+        .contains("wrote 1"));
 }
 
 #[test]
 fn read_of_a_write_invoked_after_it_completed_fails_thin_air() {
     let ops = vec![read(2, X, 1, v(1), (0, 10)), write(1, X, 1, v(1), (20, 30))];
-    assert!(fails(&ops, RcViolationKind::ThinAir).message.contains("invoked after"));
+    assert!(fails(&ops, RcViolationKind::ThinAir)
+        .message
+        .contains("invoked after"));
 }
 
 #[test]
 fn initial_version_with_another_value_fails_thin_air() {
-    fails(&[acquire(1, F, 3, Version::default(), (0, 10))], RcViolationKind::ThinAir);
+    fails(
+        &[acquire(1, F, 3, Version::default(), (0, 10))],
+        RcViolationKind::ThinAir,
+    );
 }
 
 #[test]
@@ -318,12 +483,23 @@ fn pending_write_explains_a_read() {
         acquire(2, F, 9, v(4), (30, 40)),
     ];
     let report = passes(&ops);
-    assert_eq!(report, RcReport { ops: 4, keys: 2, sync_ops: 1, reads_checked: 0 });
+    assert_eq!(
+        report,
+        RcReport {
+            ops: 4,
+            keys: 2,
+            sync_ops: 1,
+            reads_checked: 0
+        }
+    );
 }
 
 #[test]
 fn pending_write_invoked_after_the_read_explains_nothing() {
-    let ops = vec![read(2, X, 7, v(3), (10, 20)), pending(write(1, X, 7, Version::default(), (30, 0)))];
+    let ops = vec![
+        read(2, X, 7, v(3), (10, 20)),
+        pending(write(1, X, 7, Version::default(), (30, 0))),
+    ];
     fails(&ops, RcViolationKind::ThinAir);
 }
 
@@ -331,20 +507,33 @@ fn pending_write_invoked_after_the_read_explains_nothing() {
 fn duplicate_versions_fail() {
     let ops = vec![write(1, X, 1, v(1), (0, 10)), write(2, X, 2, v(1), (0, 10))];
     assert_eq!(fails(&ops, RcViolationKind::DuplicateVersion).ops.len(), 2);
-    fails(&[write(1, X, 1, Version::default(), (0, 10))], RcViolationKind::DuplicateVersion);
+    fails(
+        &[write(1, X, 1, Version::default(), (0, 10))],
+        RcViolationKind::DuplicateVersion,
+    );
 }
 
 #[test]
 fn session_reading_below_its_own_write_fails() {
-    let ops = vec![write(2, X, 9, v(1), (0, 5)), write(1, X, 1, v(2), (10, 15)), read(1, X, 9, v(1), (20, 25))];
+    let ops = vec![
+        write(2, X, 9, v(1), (0, 5)),
+        write(1, X, 1, v(2), (10, 15)),
+        read(1, X, 9, v(1), (20, 25)),
+    ];
     let v = fails(&ops, RcViolationKind::SessionOrder);
     assert_eq!(v.ops, ops[1..].to_vec(), "{v}");
 }
 
 #[test]
 fn session_writing_below_what_it_read_fails() {
-    let ops = vec![write(2, X, 9, v(2), (0, 5)), read(1, X, 9, v(2), (10, 15)), write(1, X, 1, v(1), (20, 25))];
-    assert!(fails(&ops, RcViolationKind::SessionOrder).message.contains("not newer"));
+    let ops = vec![
+        write(2, X, 9, v(2), (0, 5)),
+        read(1, X, 9, v(2), (10, 15)),
+        write(1, X, 1, v(1), (20, 25)),
+    ];
+    assert!(fails(&ops, RcViolationKind::SessionOrder)
+        .message
+        .contains("not newer"));
 }
 
 #[test]
@@ -356,14 +545,22 @@ fn failed_cas_acquires_and_local_failed_cas_reads() {
         cas_fail(2, F, 5, (1, v(1)), false, (21, 30)),
         cas_fail(2, X, 5, (0, Version::default()), true, (31, 35)),
     ];
-    assert!(fails(&ops, RcViolationKind::Barrier).message.contains("session 2 read version 0.0.0"));
+    assert!(fails(&ops, RcViolationKind::Barrier)
+        .message
+        .contains("session 2 read version 0.0.0"));
 }
 
 #[test]
 fn rmws_synchronize_both_ways() {
     let ops = vec![
         write(1, X, 1, v(1), (0, 10)),
-        rmw(1, F, (0, Version::default()), (1, Version(0, 0, 1)), (11, 20)),
+        rmw(
+            1,
+            F,
+            (0, Version::default()),
+            (1, Version(0, 0, 1)),
+            (11, 20),
+        ),
         rmw(2, F, (1, Version(0, 0, 1)), (2, Version(0, 0, 2)), (15, 30)),
         read(2, X, 0, Version::default(), (31, 35)),
     ];
@@ -381,7 +578,13 @@ fn pending_ops_constrain_nothing() {
 #[test]
 fn json_lines_round_trip() {
     let mut ops = l2(1, v(1));
-    ops.push(pending(rmw(4, G, (0, Version::default()), (0, Version(1, 2, 3)), (5, 0))));
+    ops.push(pending(rmw(
+        4,
+        G,
+        (0, Version::default()),
+        (0, Version(1, 2, 3)),
+        (5, 0),
+    )));
     ops.push(cas_fail(4, G, 9, (1, v(1)), true, (300, 301)));
     let text = rc_to_jsonl(&ops);
     assert_eq!(text.lines().count(), ops.len());
@@ -399,9 +602,21 @@ fn the_format_example_passes() {
 {"session":4,"node":3,"op":"cas_fail","key":9,"expected":5,"value":1,"version":[0,0,1],"local":true,"invoke_ns":90,"complete_ns":91}
 "#;
     let ops = parse_rc_jsonl(text.as_bytes()).unwrap();
-    assert_eq!(passes(&ops), RcReport { ops: 6, keys: 3, sync_ops: 3, reads_checked: 1 });
+    assert_eq!(
+        passes(&ops),
+        RcReport {
+            ops: 6,
+            keys: 3,
+            sync_ops: 3,
+            reads_checked: 1
+        }
+    );
     let mut stale = ops.clone();
-    stale[3].kind = RcKind::Read { key: 7, value: 0, version: Version::default() };
+    stale[3].kind = RcKind::Read {
+        key: 7,
+        value: 0,
+        version: Version::default(),
+    };
     fails(&stale, RcViolationKind::Barrier);
 }
 
@@ -436,12 +651,18 @@ struct Store {
 
 impl Store {
     fn get(&self, key: u64) -> (u64, Version) {
-        self.latest.get(&key).copied().unwrap_or((0, Version::default()))
+        self.latest
+            .get(&key)
+            .copied()
+            .unwrap_or((0, Version::default()))
     }
 
     fn put(&mut self, key: u64, value: u64, version: Version) {
         self.latest.insert(key, (value, version));
-        self.history.entry(key).or_insert_with(|| vec![(0, Version::default())]).push((value, version));
+        self.history
+            .entry(key)
+            .or_insert_with(|| vec![(0, Version::default())])
+            .push((value, version));
     }
 
     /// Run op number `n` of session `s` (node `s`): returns its kind.
@@ -450,12 +671,40 @@ impl Store {
         let fresh = Version(n, s as u16, 0);
         let value = 1000 + u64::from(n);
         let kind = match rng.below(10) {
-            0..=3 => RcKind::Read { key, value: cur, version: cur_v },
-            4 | 5 => RcKind::Write { key, value, version: fresh },
-            6 => RcKind::Acquire { key, value: cur, version: cur_v },
-            7 => RcKind::Release { key, value, version: fresh },
-            8 => RcKind::Rmw { key, old: cur, old_version: cur_v, new: cur + 1, version: Version(cur_v.0, cur_v.1, cur_v.2 + 1) },
-            _ => RcKind::CasFail { key, expected: cur + 1, value: cur, version: cur_v, local: rng.below(2) == 0 },
+            0..=3 => RcKind::Read {
+                key,
+                value: cur,
+                version: cur_v,
+            },
+            4 | 5 => RcKind::Write {
+                key,
+                value,
+                version: fresh,
+            },
+            6 => RcKind::Acquire {
+                key,
+                value: cur,
+                version: cur_v,
+            },
+            7 => RcKind::Release {
+                key,
+                value,
+                version: fresh,
+            },
+            8 => RcKind::Rmw {
+                key,
+                old: cur,
+                old_version: cur_v,
+                new: cur + 1,
+                version: Version(cur_v.0, cur_v.1, cur_v.2 + 1),
+            },
+            _ => RcKind::CasFail {
+                key,
+                expected: cur + 1,
+                value: cur,
+                version: cur_v,
+                local: rng.below(2) == 0,
+            },
         };
         if let Some((version, value)) = kind.written() {
             self.put(key, value, version);
@@ -486,15 +735,33 @@ fn sequential(seed: u64, n: u32, sessions: u64, keys: u64) -> (Vec<RcOp>, Store)
 /// index of R, or `None` if the history has no such read.
 fn corrupt(ops: &mut [RcOp], store: &Store) -> Option<usize> {
     for r in 0..ops.len() {
-        let RcKind::Read { key: x, .. } = ops[r].kind else { continue };
+        let RcKind::Read { key: x, .. } = ops[r].kind else {
+            continue;
+        };
         let j = ops[r].session;
-        let is_acquire = |a: &usize| ops[*a].session == j && matches!(ops[*a].kind.class(), Class::Acquire | Class::Rmw);
-        let Some(a) = (0..r).rev().find(is_acquire) else { continue };
-        let Some(w_version) = missed_write(ops, a, x) else { continue };
-        let floor = (0..r).filter(|&k| ops[k].session == j && ops[k].key() == x).map(|k| level(&ops[k])).max().unwrap_or_default();
-        let older = store.history[&x].iter().find(|&&(_, ver)| ver >= floor && ver < w_version);
+        let is_acquire = |a: &usize| {
+            ops[*a].session == j && matches!(ops[*a].kind.class(), Class::Acquire | Class::Rmw)
+        };
+        let Some(a) = (0..r).rev().find(is_acquire) else {
+            continue;
+        };
+        let Some(w_version) = missed_write(ops, a, x) else {
+            continue;
+        };
+        let floor = (0..r)
+            .filter(|&k| ops[k].session == j && ops[k].key() == x)
+            .map(|k| level(&ops[k]))
+            .max()
+            .unwrap_or_default();
+        let older = store.history[&x]
+            .iter()
+            .find(|&&(_, ver)| ver >= floor && ver < w_version);
         if let Some(&(value, version)) = older {
-            ops[r].kind = RcKind::Read { key: x, value, version };
+            ops[r].kind = RcKind::Read {
+                key: x,
+                value,
+                version,
+            };
             return Some(r);
         }
     }
@@ -505,19 +772,29 @@ fn corrupt(ops: &mut [RcOp], store: &Store) -> Option<usize> {
 /// release that acquire-type op `a` read (if that is another session's).
 fn missed_write(ops: &[RcOp], a: usize, x: u64) -> Option<Version> {
     let (read_v, _) = ops[a].kind.read()?;
-    let rel = (0..a).find(|&k| ops[k].key() == ops[a].key() && ops[k].kind.written().map(|w| w.0) == Some(read_v))?;
+    let rel = (0..a).find(|&k| {
+        ops[k].key() == ops[a].key() && ops[k].kind.written().map(|w| w.0) == Some(read_v)
+    })?;
     let i = ops[rel].session;
-    if i == ops[a].session || !matches!(ops[rel].kind, RcKind::Release { .. } | RcKind::Rmw { .. }) {
+    if i == ops[a].session || !matches!(ops[rel].kind, RcKind::Release { .. } | RcKind::Rmw { .. })
+    {
         return None;
     }
     (0..rel)
-        .filter(|&k| ops[k].session == i && ops[k].key() == x && matches!(ops[k].kind, RcKind::Write { .. }))
+        .filter(|&k| {
+            ops[k].session == i && ops[k].key() == x && matches!(ops[k].kind, RcKind::Write { .. })
+        })
         .map(|k| ops[k].kind.written().expect("a write").0)
         .max()
 }
 
 fn level(op: &RcOp) -> Version {
-    [op.kind.read(), op.kind.written()].into_iter().flatten().map(|x| x.0).max().unwrap_or_default()
+    [op.kind.read(), op.kind.written()]
+        .into_iter()
+        .flatten()
+        .map(|x| x.0)
+        .max()
+        .unwrap_or_default()
 }
 
 #[test]
@@ -526,15 +803,29 @@ fn random_sequential_histories_pass_and_a_stale_read_fails_barrier() {
     for seed in 0..60 {
         let (mut ops, store) = sequential(seed, 300, 4, 3);
         let report = passes(&ops);
-        assert!(report.reads_checked > 0 && report.sync_ops > 0, "seed {seed}: {report:?}");
-        let Some(r) = corrupt(&mut ops, &store) else { continue };
+        assert!(
+            report.reads_checked > 0 && report.sync_ops > 0,
+            "seed {seed}: {report:?}"
+        );
+        let Some(r) = corrupt(&mut ops, &store) else {
+            continue;
+        };
         corrupted += 1;
         let v = check_rc(&ops).expect_err("a stale read after an acquire must fail");
         assert_eq!(v.kind, RcViolationKind::Barrier, "seed {seed}: {v}");
-        assert!(v.ops.contains(&ops[r]), "seed {seed}: the piece names the stale read: {v}");
-        assert_eq!(check_rc(&parse_rc_jsonl(rc_to_jsonl(&ops).as_bytes()).unwrap()).unwrap_err(), v);
+        assert!(
+            v.ops.contains(&ops[r]),
+            "seed {seed}: the piece names the stale read: {v}"
+        );
+        assert_eq!(
+            check_rc(&parse_rc_jsonl(rc_to_jsonl(&ops).as_bytes()).unwrap()).unwrap_err(),
+            v
+        );
     }
-    assert!(corrupted >= 30, "only {corrupted} of 60 seeds had a read to corrupt");
+    assert!(
+        corrupted >= 30,
+        "only {corrupted} of 60 seeds had a read to corrupt"
+    );
 }
 
 #[test]

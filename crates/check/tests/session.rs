@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use tandem_check::{check_session, check_sessions, version_order, HistOp, VersionOrder, ViolationKind};
+use tandem_check::{
+    check_session, check_sessions, version_order, HistOp, VersionOrder, ViolationKind,
+};
 
 /// Key 1's versions, oldest first: 10, 11, 12.
 fn order() -> VersionOrder {
@@ -26,7 +28,12 @@ fn session_violation(ops: &[HistOp]) -> tandem_check::Violation {
 
 #[test]
 fn reading_own_write_or_newer_passes() {
-    let ops = [w(1, 11, 0), r(1, Some(11), 10), r(1, Some(12), 20), r(1, Some(12), 30)];
+    let ops = [
+        w(1, 11, 0),
+        r(1, Some(11), 10),
+        r(1, Some(12), 20),
+        r(1, Some(12), 30),
+    ];
     let stats = check_session(&ops, 1, &order()).unwrap();
     assert_eq!((stats.keys, stats.ops), (1, 4));
 }
@@ -58,7 +65,11 @@ fn other_sessions_and_keys_do_not_constrain() {
 
 #[test]
 fn failed_and_pending_ops_are_skipped() {
-    let ops = [w(1, 12, 0).failed(), r(1, Some(11), 10), r(1, Some(10), 20).pending()];
+    let ops = [
+        w(1, 12, 0).failed(),
+        r(1, Some(11), 10),
+        r(1, Some(10), 20).pending(),
+    ];
     check_session(&ops, 1, &order()).unwrap();
 }
 

@@ -18,7 +18,12 @@ fn reason(ops: &[HistOp]) -> String {
 
 #[test]
 fn written_and_initial_values_pass() {
-    let ops = [r(1, None, 0, 5), w(1, 10, 10, 20), r(1, Some(10), 15, 18), r(1, Some(10), 30, 40)];
+    let ops = [
+        r(1, None, 0, 5),
+        w(1, 10, 10, 20),
+        r(1, Some(10), 15, 18),
+        r(1, Some(10), 30, 40),
+    ];
     assert_eq!(check_no_thin_air(&ops).unwrap().ops, 2);
 }
 

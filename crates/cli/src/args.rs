@@ -19,8 +19,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         }
         _ => (s, 1),
     };
-    let n: u64 = num.parse().map_err(|_| format!("'{s}' is not a size (e.g. 512M)"))?;
-    n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("size '{s}' is zero or too large"))
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 512M)"))?;
+    n.checked_mul(mult)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("size '{s}' is zero or too large"))
 }
 
 pub fn parse_stores(s: &str) -> Result<Vec<Mode>, String> {
@@ -33,7 +37,13 @@ pub fn parse_stores(s: &str) -> Result<Vec<Mode>, String> {
 }
 
 pub fn parse_addrs(s: &str) -> Result<Vec<SocketAddr>, String> {
-    s.split(',').map(|a| a.trim().parse::<SocketAddr>().map_err(|e| format!("bad address '{a}': {e}"))).collect()
+    s.split(',')
+        .map(|a| {
+            a.trim()
+                .parse::<SocketAddr>()
+                .map_err(|e| format!("bad address '{a}': {e}"))
+        })
+        .collect()
 }
 
 /// The admin secret shared with memory servers: `--secret`, else `TANDEM_SECRET`.
@@ -48,7 +58,9 @@ pub fn secret_from(flag: Option<&str>) -> Result<Option<u64>, String> {
             .ok()
             .filter(|&v| v != 0)
             .map(Some)
-            .ok_or_else(|| "the secret must be a non-zero hex number of up to 16 digits".to_string()),
+            .ok_or_else(|| {
+                "the secret must be a non-zero hex number of up to 16 digits".to_string()
+            }),
     }
 }
 
@@ -62,7 +74,10 @@ pub fn random_secret() -> u64 {
         }
     }
     // Fallback: time and pid; good enough to avoid accidental collisions.
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
     (t ^ ((std::process::id() as u64) << 32)) | 1
 }
 
@@ -82,8 +97,13 @@ mod tests {
         assert_eq!(parse_size("2g"), Ok(2 << 30));
         assert!(parse_size("12Q").unwrap_err().contains("suffix"));
         assert!(parse_size("0").is_err());
-        assert_eq!(parse_stores("pandora,ford").unwrap(), vec![Mode::Pandora, Mode::Ford]);
-        assert!(parse_stores("pandora,fast").unwrap_err().contains("unknown store"));
+        assert_eq!(
+            parse_stores("pandora,ford").unwrap(),
+            vec![Mode::Pandora, Mode::Ford]
+        );
+        assert!(parse_stores("pandora,fast")
+            .unwrap_err()
+            .contains("unknown store"));
         assert!(parse_addrs("127.0.0.1:1,nope").is_err());
         assert_eq!(secret_from(Some("0xff")).unwrap(), Some(255));
         assert!(secret_from(Some("zz")).is_err());

@@ -3,13 +3,13 @@
 use std::time::Duration;
 
 use clap::Args;
-use tandem_cluster::backend::{Backend, MemoryServers};
 use tandem_bench::compare::alternate;
-use tandem_cluster::runner::{run, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
-use tandem_bench::sim_run::{self, Faults, SimConfig};
-use tandem_dkvs::recovery::RecoveryBugs;
-use tandem_cluster::workload::WorkloadSpec;
 use tandem_bench::fabric_bench;
+use tandem_bench::sim_run::{self, Faults, SimConfig};
+use tandem_cluster::backend::{Backend, MemoryServers};
+use tandem_cluster::runner::{run, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
+use tandem_cluster::workload::WorkloadSpec;
+use tandem_dkvs::recovery::RecoveryBugs;
 use tandem_dkvs::{BugSwitches, Layout, Mode, OnStray};
 use tandem_workloads::bank::BankSpec;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
@@ -103,17 +103,27 @@ pub fn workload_from(name: &str, a: &BenchArgs) -> Result<WorkloadSpec, String> 
     match name {
         "micro" => {
             let chooser = match (a.zipf, a.hot_keys) {
-                (Some(_), Some(_)) => return Err("choose either --zipf or --hot-keys, not both".into()),
+                (Some(_), Some(_)) => {
+                    return Err("choose either --zipf or --hot-keys, not both".into())
+                }
                 (Some(theta), None) => {
                     if !(theta > 0.0 && theta < 1.0) {
                         return Err(format!("--zipf must be in (0, 1), got {theta}"));
                     }
                     KeyChooser::Zipf(Zipf::new(a.keys, theta))
                 }
-                (None, Some(h)) => KeyChooser::Hot { hot_keys: h, hot_fraction: a.hot_fraction },
+                (None, Some(h)) => KeyChooser::Hot {
+                    hot_keys: h,
+                    hot_fraction: a.hot_fraction,
+                },
                 (None, None) => KeyChooser::Uniform,
             };
-            let m = MicroSpec { keys: a.keys, write_ratio: a.write_ratio, ops_per_tx: a.ops_per_tx, chooser };
+            let m = MicroSpec {
+                keys: a.keys,
+                write_ratio: a.write_ratio,
+                ops_per_tx: a.ops_per_tx,
+                chooser,
+            };
             m.validate()?;
             Ok(WorkloadSpec::Micro(m))
         }
@@ -121,11 +131,20 @@ pub fn workload_from(name: &str, a: &BenchArgs) -> Result<WorkloadSpec, String> 
             if a.customers < 2 {
                 return Err("--customers must be at least 2".into());
             }
-            Ok(WorkloadSpec::Bank(BankSpec { customers: a.customers, initial_balance: 1_000, receipt_capacity: 1_000_000, drain_chance: 0.01, receipt_chance: 0.02, retries: 0 }))
+            Ok(WorkloadSpec::Bank(BankSpec {
+                customers: a.customers,
+                initial_balance: 1_000,
+                receipt_capacity: 1_000_000,
+                drain_chance: 0.01,
+                receipt_chance: 0.02,
+                retries: 0,
+            }))
         }
         "smallbank" | "tatp" => WorkloadSpec::from_name(name, Some(a.keys)),
         "tpcc" => WorkloadSpec::from_name(name, Some(a.warehouses)),
-        other => Err(format!("unknown workload '{other}' (expected micro, smallbank, tatp, tpcc or bank)")),
+        other => Err(format!(
+            "unknown workload '{other}' (expected micro, smallbank, tatp, tpcc or bank)"
+        )),
     }
 }
 
@@ -137,18 +156,30 @@ fn secs(s: f64, what: &str) -> Result<Duration, String> {
 }
 
 /// A tcp backend on fresh memory: new server processes, or (with --memory) the given ones.
-fn tcp_backend(f: &FabricArgs, nodes: u16, region_bytes: u64) -> Result<(Backend, Option<MemoryServers>), String> {
+fn tcp_backend(
+    f: &FabricArgs,
+    nodes: u16,
+    region_bytes: u64,
+) -> Result<(Backend, Option<MemoryServers>), String> {
     match &f.memory {
         Some(list) => {
             let addrs = parse_addrs(list)?;
             if addrs.len() != nodes as usize {
-                return Err(format!("--memory lists {} servers but --memory-nodes is {nodes}", addrs.len()));
+                return Err(format!(
+                    "--memory lists {} servers but --memory-nodes is {nodes}",
+                    addrs.len()
+                ));
             }
-            let secret = secret_from(f.secret.as_deref())?.ok_or("--memory needs --secret or $TANDEM_SECRET")?;
-            Ok((Backend::Tcp(tandem_fabric::tcp::TcpCluster::new(addrs, secret)), None))
+            let secret = secret_from(f.secret.as_deref())?
+                .ok_or("--memory needs --secret or $TANDEM_SECRET")?;
+            Ok((
+                Backend::Tcp(tandem_fabric::tcp::TcpCluster::new(addrs, secret)),
+                None,
+            ))
         }
         None => {
-            let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
+            let exe = std::env::current_exe()
+                .map_err(|e| format!("cannot find the tandem binary: {e}"))?;
             let servers = MemoryServers::spawn(&exe, nodes as usize, region_bytes, random_secret())
                 .map_err(|e| format!("cannot start memory servers: {e}"))?;
             Ok((Backend::Tcp(servers.cluster()), Some(servers)))
@@ -176,8 +207,16 @@ pub fn print_run(r: &RunResult) {
     );
     if !r.committed_by_type.is_empty() {
         let total: u64 = r.committed_by_type.values().sum::<u64>().max(1);
-        let mix: Vec<String> = r.committed_by_type.iter().map(|(k, v)| format!("{k} {v} ({:.0}%)", 100.0 * *v as f64 / total as f64)).collect();
-        eprintln!("    commits by type: {}; application rollbacks {}", mix.join(", "), r.rolled_back_by_application);
+        let mix: Vec<String> = r
+            .committed_by_type
+            .iter()
+            .map(|(k, v)| format!("{k} {v} ({:.0}%)", 100.0 * *v as f64 / total as f64))
+            .collect();
+        eprintln!(
+            "    commits by type: {}; application rollbacks {}",
+            mix.join(", "),
+            r.rolled_back_by_application
+        );
     }
     for n in &r.false_positives {
         eprintln!(
@@ -214,7 +253,10 @@ pub fn bench(a: BenchArgs) -> Result<(), String> {
     let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
     let rounds = a.rounds.unwrap_or(if stores.len() > 1 { 3 } else { 1 });
     if !matches!(a.fabric.fabric.as_str(), "sim" | "tcp") {
-        return Err(format!("unknown fabric '{}' (expected sim or tcp)", a.fabric.fabric));
+        return Err(format!(
+            "unknown fabric '{}' (expected sim or tcp)",
+            a.fabric.fabric
+        ));
     }
     if a.fabric.memory.is_some() && (rounds * stores.len() > 1 || a.workload != "micro") {
         eprintln!("note: reusing --memory servers across runs; each run reloads the dataset over the previous one");
@@ -240,7 +282,10 @@ pub fn bench(a: BenchArgs) -> Result<(), String> {
                 let (backend, _servers) = tcp_backend(&a.fabric, cfg.memory_nodes, region)?;
                 run(cfg, &backend)
             }
-            _ => run(cfg, &Backend::inline(cfg.memory_nodes as usize, region, cfg.seed)),
+            _ => run(
+                cfg,
+                &Backend::inline(cfg.memory_nodes as usize, region, cfg.seed),
+            ),
         },
         |round, r| {
             eprint!("round {}: ", round + 1);
@@ -260,7 +305,10 @@ pub fn bench(a: BenchArgs) -> Result<(), String> {
         write_json(path, &comparison)?;
         eprintln!("wrote {path}");
     }
-    let failed = comparison.runs.iter().any(|r| r.check_passed == Some(false) || !r.errors.is_empty());
+    let failed = comparison
+        .runs
+        .iter()
+        .any(|r| r.check_passed == Some(false) || !r.errors.is_empty());
     if failed {
         return Err("a run failed its post-run check or hit errors (see above)".into());
     }
@@ -381,20 +429,32 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
         }
     }
     if a.crash_node.is_none()
-        && (a.false_positive || a.crash_recovery_after_ns.is_some() || a.suspect_too.is_some() || recovery_bugs != RecoveryBugs::default())
+        && (a.false_positive
+            || a.crash_recovery_after_ns.is_some()
+            || a.suspect_too.is_some()
+            || recovery_bugs != RecoveryBugs::default())
     {
         return Err("--false-positive, --suspect-too, --crash-recovery-after-ns and recovery bugs need --crash-node".into());
     }
     if !(1..=8).contains(&a.compute_nodes) {
         return Err("--compute-nodes must be between 1 and 8".into());
     }
-    if a.suspect_too.is_some_and(|n| n >= a.compute_nodes || Some(n) == a.crash_node) {
+    if a.suspect_too
+        .is_some_and(|n| n >= a.compute_nodes || Some(n) == a.crash_node)
+    {
         return Err("--suspect-too must name another compute node, below --compute-nodes".into());
     }
     sim_run::preset(&a.workload)?;
     let bank = a.workload == "bank";
-    if !bank && (a.hot_sibling_pair || a.customers.is_some() || a.receipt_chance.is_some() || a.retries.is_some()) {
-        return Err("--hot-sibling-pair, --customers, --receipt-chance and --retries are the bank's".into());
+    if !bank
+        && (a.hot_sibling_pair
+            || a.customers.is_some()
+            || a.receipt_chance.is_some()
+            || a.retries.is_some())
+    {
+        return Err(
+            "--hot-sibling-pair, --customers, --receipt-chance and --retries are the bank's".into(),
+        );
     }
     let mut failures = 0;
     for seed in a.seed..a.seed.saturating_add(a.seeds.max(1)) {
@@ -404,7 +464,13 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
         cfg.hot_sibling_pair = a.hot_sibling_pair;
         if bank {
             let b = cfg.bank_mut();
-            b.customers = a.customers.unwrap_or(if a.hot_sibling_pair || a.crash_node.is_some() { 24 } else { b.customers });
+            b.customers = a
+                .customers
+                .unwrap_or(if a.hot_sibling_pair || a.crash_node.is_some() {
+                    24
+                } else {
+                    b.customers
+                });
             if let Some(p) = a.receipt_chance {
                 if !(0.0..=1.0).contains(&p) {
                     return Err("--receipt-chance must be in [0, 1]".into());
@@ -439,7 +505,10 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
                 return Err("inject either --crash-node or --fail-memory-node, not both".into());
             }
             if m >= cfg.memory_nodes {
-                return Err(format!("--fail-memory-node must be below {}", cfg.memory_nodes));
+                return Err(format!(
+                    "--fail-memory-node must be below {}",
+                    cfg.memory_nodes
+                ));
             }
             cfg.faults.memory_failure = Some((m, a.fail_memory_at_ns));
             if bank {
@@ -448,7 +517,11 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
             cfg.txs_per_coordinator = a.txs.unwrap_or(60);
         }
         let r = sim_run::run(&cfg);
-        let planned = cfg.faults.crash.map(|c| c.1).or(cfg.faults.memory_failure.map(|m| m.1));
+        let planned = cfg
+            .faults
+            .crash
+            .map(|c| c.1)
+            .or(cfg.faults.memory_failure.map(|m| m.1));
         if let Some(at) = planned.filter(|&at| at < r.clients_start_ns) {
             eprintln!("  note: the fault at {at} ns came before the clients started (at {} ns, after the load): it hit at their start", r.clients_start_ns);
         }
@@ -458,10 +531,19 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
             r.aborted,
             r.stats.verbs,
             r.sim_time_ns as f64 / 1e6,
-            if r.violations.is_empty() { "all invariants hold".to_string() } else { format!("{} VIOLATIONS", r.violations.len()) }
+            if r.violations.is_empty() {
+                "all invariants hold".to_string()
+            } else {
+                format!("{} VIOLATIONS", r.violations.len())
+            }
         );
         if r.slots_rereplicated > 0 {
-            let mf = r.stats.aborts_by_reason.get(&tandem_dkvs::AbortReason::MemoryNodeFailed).copied().unwrap_or(0);
+            let mf = r
+                .stats
+                .aborts_by_reason
+                .get(&tandem_dkvs::AbortReason::MemoryNodeFailed)
+                .copied()
+                .unwrap_or(0);
             eprintln!("  memory-node loss: {mf} transactions aborted by it");
             eprintln!(
                 "  memory-node loss: {} commits while running on one copy; {} slots re-replicated onto the replacement",
@@ -579,12 +661,22 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
     cfg.progress = true;
     cfg.progress_every = Duration::from_millis(250);
     if let Some(m) = a.fail_memory_node {
-        cfg.fail_memory = Some(MemoryFailurePlan { node: m, after: secs(a.crash_after, "crash-after")?, degraded_for: secs(a.degraded_for, "degraded-for")? });
+        cfg.fail_memory = Some(MemoryFailurePlan {
+            node: m,
+            after: secs(a.crash_after, "crash-after")?,
+            degraded_for: secs(a.degraded_for, "degraded-for")?,
+        });
     } else {
         if a.crash_node == 0 || a.crash_node > a.compute_nodes {
-            return Err(format!("--crash-node must be between 1 and {}", a.compute_nodes));
+            return Err(format!(
+                "--crash-node must be between 1 and {}",
+                a.compute_nodes
+            ));
         }
-        cfg.crash = Some(CrashPlan { node: a.crash_node - 1, after: secs(a.crash_after, "crash-after")? });
+        cfg.crash = Some(CrashPlan {
+            node: a.crash_node - 1,
+            after: secs(a.crash_after, "crash-after")?,
+        });
     }
     if !(a.timeout_ms.is_finite() && a.timeout_ms > 0.0) {
         return Err("--timeout-ms must be positive".into());
@@ -607,20 +699,36 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
     let r = run(&cfg, &backend)?;
     print_run(&r);
     if let Some(stem) = &a.figure {
-        let title = format!("{} on {} ({}): {} x {} coordinators", a.store, a.workload, a.fabric.fabric, a.compute_nodes, a.coordinators);
+        let title = format!(
+            "{} on {} ({}): {} x {} coordinators",
+            a.store, a.workload, a.fabric.fabric, a.compute_nodes, a.coordinators
+        );
         let (svg, png) = write_timeline_figure(stem, &title, &r)?;
         eprintln!("figure: {} and {}", svg.display(), png.display());
     }
     if let Some(m) = &r.memory_failure {
         eprintln!("memory node {} lost:", m.failed_node);
         eprintln!("  reconfigure_pause_us   {:>10.0}   (in-flight transactions decided, primaries moved; {} aborted by the loss)", m.reconfigure_pause_us, m.aborted_by_failure);
-        eprintln!("  degraded               {:>10.0} tx/s on the surviving copies (before: {:.0} tx/s)", m.tps_degraded, m.tps_before);
-        eprintln!("  rereplicate_pause_us   {:>10.0}   ({} slots copied onto the replacement)", m.rereplicate_pause_us, m.slots_copied);
-        eprintln!("  after                  {:>10.0} tx/s with f+1 copies again", m.tps_after);
+        eprintln!(
+            "  degraded               {:>10.0} tx/s on the surviving copies (before: {:.0} tx/s)",
+            m.tps_degraded, m.tps_before
+        );
+        eprintln!(
+            "  rereplicate_pause_us   {:>10.0}   ({} slots copied onto the replacement)",
+            m.rereplicate_pause_us, m.slots_copied
+        );
+        eprintln!(
+            "  after                  {:>10.0} tx/s with f+1 copies again",
+            m.tps_after
+        );
         if let Some(path) = &a.json {
             write_json(path, &r)?;
         }
-        return if r.check_passed == Some(false) || !r.errors.is_empty() { Err("the run failed its post-run check or hit errors".into()) } else { Ok(()) };
+        return if r.check_passed == Some(false) || !r.errors.is_empty() {
+            Err("the run failed its post-run check or hit errors".into())
+        } else {
+            Ok(())
+        };
     }
     let Some(t) = &r.recovery else {
         return Err(format!("no recovery happened: {}", r.errors.join("; ")));
@@ -637,22 +745,52 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
 }
 
 /// The run's throughput timeline with its events, as SVG and PNG.
-pub fn write_timeline_figure(stem: &std::path::Path, title: &str, r: &tandem_cluster::runner::RunResult) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
+pub fn write_timeline_figure(
+    stem: &std::path::Path,
+    title: &str,
+    r: &tandem_cluster::runner::RunResult,
+) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
     use tandem_bench::plot::{timeline_svg, write_figure, Series};
     let tps = r.timeline.tps();
-    let svg = timeline_svg(title, r.timeline.bucket_ms, &[Series { label: "committed (all compute nodes)", tps: &tps }], &r.timeline.events);
+    let svg = timeline_svg(
+        title,
+        r.timeline.bucket_ms,
+        &[Series {
+            label: "committed (all compute nodes)",
+            tps: &tps,
+        }],
+        &r.timeline.events,
+    );
     write_figure(stem, &svg)
 }
 
 pub fn print_recovery(t: &tandem_cluster::runner::RecoveryTimeline) {
     eprintln!("recovery of compute node {}:", t.crashed_node);
-    eprintln!("  detect_us              {:>10.0}   (heartbeat timeout)", t.detect_us);
-    eprintln!("  link_termination_us    {:>10.0}   (revoked on every memory node, all acks)", t.link_termination_us);
-    eprintln!("  log_recovery_us        {:>10.0}   ({} logs: {} rolled forward, {} rolled back)", t.log_recovery_us, t.logs_found, t.rolled_forward, t.rolled_back);
-    eprintln!("  total_us               {:>10.0}   (crash to failed-ids published)", t.total_us);
-    eprintln!("  stray_locks_stolen     {:>10}   (+{} released by the post-run scan)", t.stray_locks_stolen, t.stray_locks_swept);
+    eprintln!(
+        "  detect_us              {:>10.0}   (heartbeat timeout)",
+        t.detect_us
+    );
+    eprintln!(
+        "  link_termination_us    {:>10.0}   (revoked on every memory node, all acks)",
+        t.link_termination_us
+    );
+    eprintln!(
+        "  log_recovery_us        {:>10.0}   ({} logs: {} rolled forward, {} rolled back)",
+        t.log_recovery_us, t.logs_found, t.rolled_forward, t.rolled_back
+    );
+    eprintln!(
+        "  total_us               {:>10.0}   (crash to failed-ids published)",
+        t.total_us
+    );
+    eprintln!(
+        "  stray_locks_stolen     {:>10}   (+{} released by the post-run scan)",
+        t.stray_locks_stolen, t.stray_locks_swept
+    );
     if t.slots_scanned > 0 || t.world_stopped_us > 0.0 {
-        eprintln!("  world_stopped_us       {:>10.0}   ({} lock words read)", t.world_stopped_us, t.slots_scanned);
+        eprintln!(
+            "  world_stopped_us       {:>10.0}   ({} lock words read)",
+            t.world_stopped_us, t.slots_scanned
+        );
     }
     eprintln!(
         "  survivors              {:>10.0} tx/s before the crash, {:.0} tx/s during recovery ({} commits)",

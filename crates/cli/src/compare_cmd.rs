@@ -93,17 +93,42 @@ pub fn run(a: CompareArgs) -> Result<(), String> {
         "pandora" => run_pandora(a),
         "ddp" => {
             let c = tandem_peers::ddp_compare::compare_ddp(&a.ddp()?)?;
-            let out = Published { section: "compare-ddp", title: "DDP beside etcd and Redis (issue 10)", passed: c.passed() };
-            let failure = "a system hit errors or a lin-synch history was not linearizable (see above)";
-            publish(&a, &c, &tandem_peers::ddp_compare::render(&c), |cmd| tandem_peers::ddp_compare::render_markdown(&c, cmd), out, failure)
+            let out = Published {
+                section: "compare-ddp",
+                title: "DDP beside etcd and Redis (issue 10)",
+                passed: c.passed(),
+            };
+            let failure =
+                "a system hit errors or a lin-synch history was not linearizable (see above)";
+            publish(
+                &a,
+                &c,
+                &tandem_peers::ddp_compare::render(&c),
+                |cmd| tandem_peers::ddp_compare::render_markdown(&c, cmd),
+                out,
+                failure,
+            )
         }
         "kite" => {
             use tandem_bench::kite_compare::{compare_kite, render, render_markdown};
             let c = compare_kite(&a.kite()?)?;
-            let out = Published { section: "compare-kite", title: "Kite beside ZooKeeper and etcd (issue 12)", passed: c.passed() };
-            publish(&a, &c, &render(&c), |cmd| render_markdown(&c, cmd), out, "a system hit errors (see above)")
+            let out = Published {
+                section: "compare-kite",
+                title: "Kite beside ZooKeeper and etcd (issue 12)",
+                passed: c.passed(),
+            };
+            publish(
+                &a,
+                &c,
+                &render(&c),
+                |cmd| render_markdown(&c, cmd),
+                out,
+                "a system hit errors (see above)",
+            )
         }
-        other => Err(format!("unknown --system '{other}' (expected pandora, ddp or kite)")),
+        other => Err(format!(
+            "unknown --system '{other}' (expected pandora, ddp or kite)"
+        )),
     }
 }
 
@@ -117,15 +142,31 @@ struct Published {
 /// Print `report`; write `value` as JSON (`--json`) and the section
 /// `body(command)` of RESULTS.md (`--markdown`); fail with `failure` if the
 /// comparison did not pass.
-fn publish(a: &CompareArgs, value: &impl serde::Serialize, report: &str, body: impl Fn(&str) -> String, out: Published, failure: &str) -> Result<(), String> {
+fn publish(
+    a: &CompareArgs,
+    value: &impl serde::Serialize,
+    report: &str,
+    body: impl Fn(&str) -> String,
+    out: Published,
+    failure: &str,
+) -> Result<(), String> {
     print!("{report}");
     if let Some(path) = &a.json {
         write_json(path, value)?;
         eprintln!("wrote {path}");
     }
     if let Some(md) = &a.markdown {
-        let cmd = std::env::args().skip(1).filter(|x| !x.starts_with("--markdown") && !x.ends_with(".md")).collect::<Vec<_>>().join(" ");
-        let section = format!("### {}: {}\n\n{}", out.section, out.title, body(&format!("tandem {cmd}")));
+        let cmd = std::env::args()
+            .skip(1)
+            .filter(|x| !x.starts_with("--markdown") && !x.ends_with(".md"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let section = format!(
+            "### {}: {}\n\n{}",
+            out.section,
+            out.title,
+            body(&format!("tandem {cmd}"))
+        );
         crate::experiment_cmd::update_section(md, out.section, &section)?;
         eprintln!("wrote the {} section of {}", out.section, md.display());
     }
@@ -164,7 +205,8 @@ impl CompareArgs {
             duration: Duration::from_secs_f64(self.duration.unwrap_or(3.0)),
             fsync: Fsync::parse(self.fsync.as_deref().unwrap_or("both"))?,
             seed: self.seed,
-            tandem_exe: std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?,
+            tandem_exe: std::env::current_exe()
+                .map_err(|e| format!("cannot find the tandem binary: {e}"))?,
             nvm_dir: self.nvm_dir.clone(),
             endpoints: Endpoints::from_env()?,
             check: !self.no_check,
@@ -182,9 +224,14 @@ impl CompareArgs {
             "off" => vec![false],
             "on" => vec![true],
             "both" => vec![false, true],
-            other => return Err(format!("unknown --fsync '{other}' (expected off, on or both)")),
+            other => {
+                return Err(format!(
+                    "unknown --fsync '{other}' (expected off, on or both)"
+                ))
+            }
         };
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
         let root = tandem_bench::heal_peers::find_root(&exe)?;
         Ok(tandem_bench::kite_compare::KiteCompareConfig {
             keys: self.records.unwrap_or(10_000),
@@ -196,7 +243,13 @@ impl CompareArgs {
             warmup_s: self.warmup,
             duration_s: self.duration.unwrap_or(5.0),
             fsync,
-            systems: self.systems.as_deref().unwrap_or("kite,zookeeper,etcd").split(',').map(|s| s.trim().to_string()).collect(),
+            systems: self
+                .systems
+                .as_deref()
+                .unwrap_or("kite,zookeeper,etcd")
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .collect(),
             seed: self.seed,
             exe,
             work: root.join("target").join("compare-kite"),
@@ -214,11 +267,19 @@ fn run_pandora(a: CompareArgs) -> Result<(), String> {
             PeerWorkload::SmallBank(s)
         }
         "micro" => {
-            let m = MicroSpec { keys: a.accounts.unwrap_or(MicroSpec::default().keys), write_ratio: a.write_ratio.unwrap_or(0.5), ..MicroSpec::default() };
+            let m = MicroSpec {
+                keys: a.accounts.unwrap_or(MicroSpec::default().keys),
+                write_ratio: a.write_ratio.unwrap_or(0.5),
+                ..MicroSpec::default()
+            };
             m.validate()?;
             PeerWorkload::Micro(m)
         }
-        other => return Err(format!("unknown workload '{other}' (expected smallbank or micro)")),
+        other => {
+            return Err(format!(
+                "unknown workload '{other}' (expected smallbank or micro)"
+            ))
+        }
     };
     let cfg = CompareConfig {
         workload,
@@ -227,7 +288,8 @@ fn run_pandora(a: CompareArgs) -> Result<(), String> {
         warmup: Duration::from_secs_f64(a.warmup),
         duration: Duration::from_secs_f64(a.duration.unwrap_or(5.0)),
         seed: a.seed,
-        tandem_exe: std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?,
+        tandem_exe: std::env::current_exe()
+            .map_err(|e| format!("cannot find the tandem binary: {e}"))?,
         endpoints: Endpoints::from_env()?,
         progress: true,
     };
@@ -240,13 +302,35 @@ fn run_pandora(a: CompareArgs) -> Result<(), String> {
     if let Some(md) = &a.markdown {
         let name = format!("compare-{}", c.workload);
         let dir = md.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-        let bars: Vec<(String, f64)> = c.systems.iter().map(|r| (r.system.clone(), r.throughput_tps)).collect();
-        let svg = tandem_bench::plot::bars_svg(&format!("{}: committed tx/s, {} clients each, same keys and mix", c.workload, c.clients), "committed tx/s", &bars);
+        let bars: Vec<(String, f64)> = c
+            .systems
+            .iter()
+            .map(|r| (r.system.clone(), r.throughput_tps))
+            .collect();
+        let svg = tandem_bench::plot::bars_svg(
+            &format!(
+                "{}: committed tx/s, {} clients each, same keys and mix",
+                c.workload, c.clients
+            ),
+            "committed tx/s",
+            &bars,
+        );
         tandem_bench::plot::write_figure(&dir.join("figures").join(&name), &svg)?;
-        let cmd = std::env::args().skip(1).filter(|x| !x.starts_with("--markdown") && !x.ends_with(".md")).collect::<Vec<_>>().join(" ");
-        let section = format!("### {name}\n\n`tandem {cmd}`\n\n![{name}](figures/{name}.png)\n\n```\n{}```\n", render(&c));
+        let cmd = std::env::args()
+            .skip(1)
+            .filter(|x| !x.starts_with("--markdown") && !x.ends_with(".md"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let section = format!(
+            "### {name}\n\n`tandem {cmd}`\n\n![{name}](figures/{name}.png)\n\n```\n{}```\n",
+            render(&c)
+        );
         crate::experiment_cmd::update_section(md, &name, &section)?;
-        eprintln!("wrote {} and its section of {}", dir.join("figures").join(&name).display(), md.display());
+        eprintln!(
+            "wrote {} and its section of {}",
+            dir.join("figures").join(&name).display(),
+            md.display()
+        );
     }
     if !c.passed() {
         return Err("a system failed its consistency check or hit errors (see above)".into());

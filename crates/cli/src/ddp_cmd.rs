@@ -98,7 +98,9 @@ fn crashes(name: &str) -> Result<Vec<Crash>, String> {
     match name {
         "mix" => Ok(vec![Crash::None, Crash::One, Crash::All]),
         "recovery" => Ok(vec![Crash::One, Crash::Buddy, Crash::Again, Crash::Two]),
-        _ => Ok(vec![Crash::parse(name).map_err(|e| format!("{e}, mix or recovery"))?]),
+        _ => Ok(vec![
+            Crash::parse(name).map_err(|e| format!("{e}, mix or recovery"))?
+        ]),
     }
 }
 
@@ -108,8 +110,15 @@ fn heal_recovery(name: &str, models: &[Model]) -> Result<Option<HealOpts>, Strin
     let opts = match name {
         "full-copy" => return Ok(None),
         "heal" => HealOpts::default(),
-        "heal-no-shadow" => HealOpts { no_shadow: true, ..HealOpts::default() },
-        other => return Err(format!("unknown --recovery '{other}': full-copy, heal or heal-no-shadow")),
+        "heal-no-shadow" => HealOpts {
+            no_shadow: true,
+            ..HealOpts::default()
+        },
+        other => {
+            return Err(format!(
+                "unknown --recovery '{other}': full-copy, heal or heal-no-shadow"
+            ))
+        }
     };
     match models.iter().find(|m| !HealOpts::supports(**m)) {
         Some(m) => Err(format!("HEAL recovers the Lin models (lin-strict, lin-synch, lin-re, lin-eventual, lin-scope); not {m} (use --recovery full-copy)")),
@@ -120,13 +129,18 @@ fn heal_recovery(name: &str, models: &[Model]) -> Result<Option<HealOpts>, Strin
 fn check(a: CheckArgs) -> Result<(), String> {
     let all = a.model.trim().eq_ignore_ascii_case("all");
     let models = Model::parse_list(&a.model)?;
-    let (models, skipped): (Vec<Model>, Vec<Model>) = models.into_iter().partition(|m| m.implemented());
+    let (models, skipped): (Vec<Model>, Vec<Model>) =
+        models.into_iter().partition(|m| m.implemented());
     if !skipped.is_empty() {
         let names: Vec<String> = skipped.iter().map(|m| m.to_string()).collect();
         if !all {
             return Err(format!("not implemented yet: {}", names.join(", ")));
         }
-        eprintln!("skipping {} models not implemented yet: {}", names.len(), names.join(", "));
+        eprintln!(
+            "skipping {} models not implemented yet: {}",
+            names.len(),
+            names.join(", ")
+        );
     }
     let bugs = Bugs::parse(&a.bugs)?;
     let crashes = crashes(&a.crash)?;
@@ -134,10 +148,19 @@ fn check(a: CheckArgs) -> Result<(), String> {
     let mut reports = Vec::new();
     let mut last = Instant::now();
     for m in models {
-        let mut rep = ModelReport { model: m.to_string(), ..ModelReport::default() };
+        let mut rep = ModelReport {
+            model: m.to_string(),
+            ..ModelReport::default()
+        };
         for &crash in &crashes {
             for seed in a.seed..a.seed.saturating_add(a.seeds) {
-                let mut cfg = CheckConfig { crash, bugs, net_faults: !a.no_net_faults, persist_ns: a.persist_ns, ..CheckConfig::new(m, seed) };
+                let mut cfg = CheckConfig {
+                    crash,
+                    bugs,
+                    net_faults: !a.no_net_faults,
+                    persist_ns: a.persist_ns,
+                    ..CheckConfig::new(m, seed)
+                };
                 if let Some(opts) = heal {
                     cfg = cfg.with_heal_opts(opts);
                 }
@@ -146,17 +169,34 @@ fn check(a: CheckArgs) -> Result<(), String> {
                 rep.completed += r.completed;
                 rep.lost_acked_writes += r.lost_acked_writes;
                 rep.vanished_reads += r.vanished_reads;
-                (rep.heal_recoveries, rep.heal_fallbacks, rep.heal_rounds) = (rep.heal_recoveries + r.heal_recoveries, rep.heal_fallbacks + r.heal_fallbacks, rep.heal_rounds + r.heal_rounds);
+                (rep.heal_recoveries, rep.heal_fallbacks, rep.heal_rounds) = (
+                    rep.heal_recoveries + r.heal_recoveries,
+                    rep.heal_fallbacks + r.heal_fallbacks,
+                    rep.heal_rounds + r.heal_rounds,
+                );
                 rep.mid_recovery_crashes += r.mid_recovery_crashes;
                 if m.c == tandem_ddp::Consistency::Trans {
                     let t = rep.transactions.get_or_insert([0; 3]);
-                    (t[0], t[1], t[2]) = (t[0] + r.tx_committed, t[1] + r.tx_aborted, t[2] + r.tx_unanswered_commits);
+                    (t[0], t[1], t[2]) = (
+                        t[0] + r.tx_committed,
+                        t[1] + r.tx_aborted,
+                        t[2] + r.tx_unanswered_commits,
+                    );
                 }
                 if let Some(v) = r.violations.first() {
-                    rep.violations.push(format!("{v} ({} in all); replay: {}", r.violations.len(), r.replay));
+                    rep.violations.push(format!(
+                        "{v} ({} in all); replay: {}",
+                        r.violations.len(),
+                        r.replay
+                    ));
                 }
                 if last.elapsed() >= Duration::from_secs(1) {
-                    eprintln!("  {m} crash {} seed {seed}: {} ops, {} violations so far", crash.name(), rep.completed, rep.violations.len());
+                    eprintln!(
+                        "  {m} crash {} seed {seed}: {} ops, {} violations so far",
+                        crash.name(),
+                        rep.completed,
+                        rep.violations.len()
+                    );
                     last = Instant::now();
                 }
             }
@@ -166,7 +206,10 @@ fn check(a: CheckArgs) -> Result<(), String> {
         reports.push(rep);
     }
     if let Some(p) = &a.json {
-        write_json(p, &serde_json::json!({ "system": "ddp", "models": reports }))?;
+        write_json(
+            p,
+            &serde_json::json!({ "system": "ddp", "models": reports }),
+        )?;
     }
     let bad: usize = reports.iter().map(|r| r.violation_count).sum();
     if bad > 0 {
@@ -243,14 +286,37 @@ fn bench(a: BenchArgs) -> Result<(), String> {
         "tcp" => return crate::ddp_tcp_cmd::bench_tcp(&a),
         other => return Err(format!("--net {other}: expected sim or tcp")),
     }
-    let mut models: Vec<Model> = Model::parse_list(&a.models)?.into_iter().filter(|m| m.implemented()).collect();
+    let mut models: Vec<Model> = Model::parse_list(&a.models)?
+        .into_iter()
+        .filter(|m| m.implemented())
+        .collect();
     if !models.contains(&Model::LIN_SYNCH) {
         models.insert(0, Model::LIN_SYNCH);
     }
     let workload = tandem_workloads::ycsb::Ycsb::new(&a.workload, a.records, a.uniform)?;
-    let cfg = DdpBenchConfig { clients_per_node: a.clients.max(1), rtt_ns: a.rtt_ns, persist_ns: a.persist_ns, cores: a.cores.max(1), measure_ns: a.measure_ns.max(10_000), warmup_ns: a.measure_ns / 10, ..DdpBenchConfig::paper(workload) };
-    println!("{} on 5 nodes of {} cores, {} clients each, rtt {} ns, persist {} ns, {} records{}", a.workload, cfg.cores, cfg.clients_per_node, a.rtt_ns, a.persist_ns, a.records, if a.uniform { " uniform" } else { " zipfian" });
-    println!("{:<16} {:>12} {:>8} {:>10} {:>10} {:>8} {:>14}", "model", "ops/s(sim)", "vs l-s", "read us", "write us", "msg/op", "sim msgs/s");
+    let cfg = DdpBenchConfig {
+        clients_per_node: a.clients.max(1),
+        rtt_ns: a.rtt_ns,
+        persist_ns: a.persist_ns,
+        cores: a.cores.max(1),
+        measure_ns: a.measure_ns.max(10_000),
+        warmup_ns: a.measure_ns / 10,
+        ..DdpBenchConfig::paper(workload)
+    };
+    println!(
+        "{} on 5 nodes of {} cores, {} clients each, rtt {} ns, persist {} ns, {} records{}",
+        a.workload,
+        cfg.cores,
+        cfg.clients_per_node,
+        a.rtt_ns,
+        a.persist_ns,
+        a.records,
+        if a.uniform { " uniform" } else { " zipfian" }
+    );
+    println!(
+        "{:<16} {:>12} {:>8} {:>10} {:>10} {:>8} {:>14}",
+        "model", "ops/s(sim)", "vs l-s", "read us", "write us", "msg/op", "sim msgs/s"
+    );
     let results = run_models(&cfg, &models, |r| {
         println!(
             "{:<16} {:>12.0} {:>8.2} {:>10.2} {:>10.2} {:>8.2} {:>14.0}",
@@ -263,11 +329,18 @@ fn bench(a: BenchArgs) -> Result<(), String> {
             r.sim_messages_per_s
         );
         if let Some(a) = r.tx_abort_ratio {
-            println!("{:<16} {:.0}% of transaction attempts squashed and restarted", "", 100.0 * a);
+            println!(
+                "{:<16} {:.0}% of transaction attempts squashed and restarted",
+                "",
+                100.0 * a
+            );
         }
     });
     if let Some(p) = &a.json {
-        write_json(p, &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "sim", "rtt_ns": a.rtt_ns, "persist_ns": a.persist_ns, "cores": cfg.cores, "clients_per_node": cfg.clients_per_node, "models": results }))?;
+        write_json(
+            p,
+            &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "sim", "rtt_ns": a.rtt_ns, "persist_ns": a.persist_ns, "cores": cfg.cores, "clients_per_node": cfg.clients_per_node, "models": results }),
+        )?;
     }
     Ok(())
 }
@@ -290,10 +363,15 @@ fn explore(a: ExploreArgs) -> Result<(), String> {
     use tandem_ddp::explore::{explore, ExploreConfig};
     let model = Model::parse(&a.model)?;
     if model.c != tandem_ddp::Consistency::Lin {
-        return Err(format!("{model}: the explorer checks linearizability, so it takes a lin-* model"));
+        return Err(format!(
+            "{model}: the explorer checks linearizability, so it takes a lin-* model"
+        ));
     }
     if !["loss", "duplicate", "crash"].contains(&a.fault.as_str()) {
-        return Err(format!("unknown --fault '{}': loss, duplicate or crash", a.fault));
+        return Err(format!(
+            "unknown --fault '{}': loss, duplicate or crash",
+            a.fault
+        ));
     }
     let mut cfg = ExploreConfig::small(model, &a.fault);
     cfg.bugs = Bugs::parse(&a.bugs)?;

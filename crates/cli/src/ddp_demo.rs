@@ -26,45 +26,121 @@ struct Row {
 }
 
 pub fn run(figure: &Path) -> Result<(), String> {
-    let models: Vec<Model> = Model::all().into_iter().filter(|m| m.implemented()).collect();
+    let models: Vec<Model> = Model::all()
+        .into_iter()
+        .filter(|m| m.implemented())
+        .collect();
     println!("DDP demo: 5 nodes, 20 clients each, YCSB-A, 1 µs round trip, 400 ns persists (simulated time)");
     let cfg = DdpBenchConfig::paper(Ycsb::new("ycsb-a", 1000, false)?);
-    let tput = run_models(&cfg, &models, |r| eprintln!("  {}: {:.2} x lin-synch", r.model, r.normalized.unwrap_or(f64::NAN)));
-    let rows: Vec<Row> = models.iter().zip(&tput).map(|(&m, t)| crash_model(m, t.normalized.unwrap_or(0.0))).collect();
+    let tput = run_models(&cfg, &models, |r| {
+        eprintln!(
+            "  {}: {:.2} x lin-synch",
+            r.model,
+            r.normalized.unwrap_or(f64::NAN)
+        )
+    });
+    let rows: Vec<Row> = models
+        .iter()
+        .zip(&tput)
+        .map(|(&m, t)| crash_model(m, t.normalized.unwrap_or(0.0)))
+        .collect();
     print_rows(&rows);
     let panels = [
-        bars_svg("Throughput relative to lin-synch (YCSB-A)", "x", &rows.iter().map(|r| (r.model.to_string(), r.normalized)).collect::<Vec<_>>()),
-        bars_svg(&format!("Acknowledged writes lost in {CRASHES} whole-cluster crashes"), "writes", &rows.iter().map(|r| (r.model.to_string(), r.lost as f64)).collect::<Vec<_>>()),
-        bars_svg(&format!("Read versions that vanished in {CRASHES} crashes"), "reads", &rows.iter().map(|r| (r.model.to_string(), r.vanished as f64)).collect::<Vec<_>>()),
+        bars_svg(
+            "Throughput relative to lin-synch (YCSB-A)",
+            "x",
+            &rows
+                .iter()
+                .map(|r| (r.model.to_string(), r.normalized))
+                .collect::<Vec<_>>(),
+        ),
+        bars_svg(
+            &format!("Acknowledged writes lost in {CRASHES} whole-cluster crashes"),
+            "writes",
+            &rows
+                .iter()
+                .map(|r| (r.model.to_string(), r.lost as f64))
+                .collect::<Vec<_>>(),
+        ),
+        bars_svg(
+            &format!("Read versions that vanished in {CRASHES} crashes"),
+            "reads",
+            &rows
+                .iter()
+                .map(|r| (r.model.to_string(), r.vanished as f64))
+                .collect::<Vec<_>>(),
+        ),
     ];
     let (svg, png) = write_figure(figure, &stack_svg(&panels))?;
     println!("figure: {} and {}", svg.display(), png.display());
-    let broken: Vec<String> = rows.iter().flat_map(|r| r.violations.iter().map(move |v| format!("{}: {v}", r.model))).collect();
+    let broken: Vec<String> = rows
+        .iter()
+        .flat_map(|r| {
+            r.violations
+                .iter()
+                .map(move |v| format!("{}: {v}", r.model))
+        })
+        .collect();
     if !broken.is_empty() {
-        return Err(format!("a model broke its own promises:\n{}", broken.join("\n")));
+        return Err(format!(
+            "a model broke its own promises:\n{}",
+            broken.join("\n")
+        ));
     }
     Ok(())
 }
 
 /// Seeded whole-cluster crashes of `model`; its promises are checked.
 fn crash_model(model: Model, normalized: f64) -> Row {
-    let mut row = Row { model, normalized, lost: 0, vanished: 0, acked: 0, violations: Vec::new() };
+    let mut row = Row {
+        model,
+        normalized,
+        lost: 0,
+        vanished: 0,
+        acked: 0,
+        violations: Vec::new(),
+    };
     for seed in 0..CRASHES {
-        let cfg = CheckConfig { crash: Crash::All, net_faults: false, sessions: 40, keys: 200, ops: 150, ..CheckConfig::new(model, seed) };
+        let cfg = CheckConfig {
+            crash: Crash::All,
+            net_faults: false,
+            sessions: 40,
+            keys: 200,
+            ops: 150,
+            ..CheckConfig::new(model, seed)
+        };
         let r = simcheck::run(&cfg);
         row.lost += r.lost_acked_writes;
         row.vanished += r.vanished_reads;
         row.acked += r.completed;
-        row.violations.extend(r.violations.into_iter().map(|v| format!("{v} (replay: {})", r.replay)));
+        row.violations.extend(
+            r.violations
+                .into_iter()
+                .map(|v| format!("{v} (replay: {})", r.replay)),
+        );
     }
     row
 }
 
 fn print_rows(rows: &[Row]) {
-    println!("{:<18} {:>12} {:>14} {:>16} {:>11}", "model", "vs lin-synch", "acked lost", "reads vanished", "promises");
+    println!(
+        "{:<18} {:>12} {:>14} {:>16} {:>11}",
+        "model", "vs lin-synch", "acked lost", "reads vanished", "promises"
+    );
     for r in rows {
-        let ok = if r.violations.is_empty() { "kept" } else { "BROKEN" };
-        println!("{:<18} {:>12.2} {:>14} {:>16} {:>11}", r.model.to_string(), r.normalized, r.lost, r.vanished, ok);
+        let ok = if r.violations.is_empty() {
+            "kept"
+        } else {
+            "BROKEN"
+        };
+        println!(
+            "{:<18} {:>12.2} {:>14} {:>16} {:>11}",
+            r.model.to_string(),
+            r.normalized,
+            r.lost,
+            r.vanished,
+            ok
+        );
     }
     println!("(losses over {CRASHES} seeded runs with a whole-cluster crash each; stronger models lose nothing they acknowledged)");
 }

@@ -35,18 +35,26 @@ pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
     println!("{} over 5 `tandem node` processes on loopback, {} sessions each, {} records{}{}, {} round(s) of {:.1} s per model", a.workload, cfg.clients_per_node, a.records, if a.uniform { " uniform" } else { " zipfian" }, if a.fsync { ", --fsync" } else { "" }, cfg.rounds, a.seconds);
     let echo = crate::net_cmd::echo_rate(ECHO_WINDOW, a.seconds)?;
     println!("runtime ceiling: echo between two processes {echo:.0} messages/s ({ECHO_WINDOW} in flight)");
-    let results = run_tcp_models(&cfg, &models, |m, r, ops| eprintln!("  round {}: {m}: {ops:.0} ops/s", r + 1))?;
+    let results = run_tcp_models(&cfg, &models, |m, r, ops| {
+        eprintln!("  round {}: {m}: {ops:.0} ops/s", r + 1)
+    })?;
     let _ = std::fs::remove_dir_all(&cfg.dir);
     print_table(&results, echo);
     if let Some(p) = &a.json {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        write_json(p, &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "tcp", "records": a.records, "uniform": a.uniform, "fsync": a.fsync, "clients_per_node": cfg.clients_per_node, "seconds": a.seconds, "rounds": cfg.rounds, "cores": cores, "echo_messages_per_s": echo, "models": results }))?;
+        write_json(
+            p,
+            &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "tcp", "records": a.records, "uniform": a.uniform, "fsync": a.fsync, "clients_per_node": cfg.clients_per_node, "seconds": a.seconds, "rounds": cfg.rounds, "cores": cores, "echo_messages_per_s": echo, "models": results }),
+        )?;
     }
     Ok(())
 }
 
 fn print_table(results: &[TcpModelResult], echo: f64) {
-    println!("{:<16} {:>10} {:>8} {:>8} {:>12} {:>9} {:>10} {:>10}", "model", "ops/s", "vs l-s", "msg/op", "msgs/s", "vs echo", "msg/write", "cpu us/op");
+    println!(
+        "{:<16} {:>10} {:>8} {:>8} {:>12} {:>9} {:>10} {:>10}",
+        "model", "ops/s", "vs l-s", "msg/op", "msgs/s", "vs echo", "msg/write", "cpu us/op"
+    );
     for r in results {
         println!(
             "{:<16} {:>10.0} {:>8.2} {:>8.2} {:>12.0} {:>8.1}% {:>10.1} {:>10.1}",
@@ -60,5 +68,7 @@ fn print_table(results: &[TcpModelResult], echo: f64) {
             r.node_cpu_us_per_op
         );
     }
-    println!("(msgs/s: protocol messages between nodes; client requests and replies are not counted)");
+    println!(
+        "(msgs/s: protocol messages between nodes; client requests and replies are not counted)"
+    );
 }

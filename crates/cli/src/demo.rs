@@ -57,7 +57,10 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
     // keeps committing throughout; the baselines stop the world to recover.
     let crash = !a.no_crash;
     if crash {
-        cfg.crash = Some(CrashPlan { node: 1, after: cfg.duration.mul_f64(0.4) });
+        cfg.crash = Some(CrashPlan {
+            node: 1,
+            after: cfg.duration.mul_f64(0.4),
+        });
         // 10 ms rather than the 5 ms default: the demo shares two cores with its
         // own load generator, and a heartbeat thread can be held off for ~5 ms.
         cfg.heartbeat_timeout = Duration::from_millis(10);
@@ -67,7 +70,11 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
     // it off for good; it stops, and comes back as a new incarnation.
     let suspicion = !a.no_suspicion;
     if suspicion {
-        cfg.suspect.push(SuspectPlan { node: 0, after: cfg.duration.mul_f64(0.7), pause: cfg.heartbeat_timeout * 4 });
+        cfg.suspect.push(SuspectPlan {
+            node: 0,
+            after: cfg.duration.mul_f64(0.7),
+            pause: cfg.heartbeat_timeout * 4,
+        });
     }
     cfg.validate()?;
     let layout = Layout::new(&cfg.store_config())?;
@@ -85,7 +92,11 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
         "  workload: SmallBank, {} accounts (savings + checking), FORD's mix: Amalgamate 15, Balance 15, DepositChecking 15, SendPayment 25, TransactSavings 15, WriteCheck 15 %",
         a.accounts
     );
-    eprintln!("  running {:.1}s (after {:.1}s warm-up)...", a.duration, cfg.warmup.as_secs_f64());
+    eprintln!(
+        "  running {:.1}s (after {:.1}s warm-up)...",
+        a.duration,
+        cfg.warmup.as_secs_f64()
+    );
     if crash {
         eprintln!("  compute node 2 will crash at {:.1}s (kill -9 style: its coordinators stop mid-transaction)", a.duration * 0.4);
     }
@@ -100,8 +111,15 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
     };
     let r = runner::run(&cfg, &backend)?;
     eprintln!("\nsummary");
-    eprintln!("  committed      {} in {:.2}s = {:.0} tx/s", r.committed, r.duration_s, r.throughput_tps);
-    eprintln!("  aborted        {} ({:.2}% of attempts)", r.aborted, 100.0 * r.abort_rate);
+    eprintln!(
+        "  committed      {} in {:.2}s = {:.0} tx/s",
+        r.committed, r.duration_s, r.throughput_tps
+    );
+    eprintln!(
+        "  aborted        {} ({:.2}% of attempts)",
+        r.aborted,
+        100.0 * r.abort_rate
+    );
     for (reason, n) in &r.aborts_by_reason {
         eprintln!("    {reason:<18} {n}");
     }
@@ -145,13 +163,24 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
         "tandem demo: {} store, compute node 2 {}{}",
         a.store,
         if crash { "crashed mid-run" } else { "no crash" },
-        if suspicion { ", node 1 falsely suspected" } else { "" }
+        if suspicion {
+            ", node 1 falsely suspected"
+        } else {
+            ""
+        }
     );
     match crate::bench_cmd::write_timeline_figure(&a.figure, &title, &r) {
-        Ok((svg, png)) => eprintln!("  figure         throughput timeline: {} (and {})", png.display(), svg.display()),
+        Ok((svg, png)) => eprintln!(
+            "  figure         throughput timeline: {} (and {})",
+            png.display(),
+            svg.display()
+        ),
         Err(e) => eprintln!("  figure         not written: {e}"),
     }
-    let ok = r.check_passed == Some(true) && r.errors.is_empty() && r.fenced_acks == 0 && (!crash || !r.recovered_nodes.is_empty());
+    let ok = r.check_passed == Some(true)
+        && r.errors.is_empty()
+        && r.fenced_acks == 0
+        && (!crash || !r.recovered_nodes.is_empty());
     eprintln!(
         "  consistency    {}",
         if ok {
@@ -172,7 +201,11 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         "ddp" => return crate::ddp_demo::run(&a.figure.with_file_name("ddp")),
         "heal" => return crate::heal_demo::run(&a.figure.with_file_name("heal")),
         "kite" => return crate::kite_demo::run(&a.figure.with_file_name("kite")),
-        other => return Err(format!("unknown demo '{other}': pandora, ddp, heal or kite")),
+        other => {
+            return Err(format!(
+                "unknown demo '{other}': pandora, ddp, heal or kite"
+            ))
+        }
     }
     if run_demo(&a)? {
         Ok(())

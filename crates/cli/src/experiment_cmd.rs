@@ -51,7 +51,11 @@ pub struct HealPeersArgs {
 
 impl HealPeersArgs {
     fn given(&self) -> bool {
-        self.downtime_s.is_some() || self.rate.is_some() || self.runs.is_some() || self.keys.is_some() || self.json.is_some()
+        self.downtime_s.is_some()
+            || self.rate.is_some()
+            || self.runs.is_some()
+            || self.keys.is_some()
+            || self.json.is_some()
     }
 
     fn options(&self, quick: bool) -> Result<heal_peers::Options, String> {
@@ -67,28 +71,57 @@ impl HealPeersArgs {
 }
 
 pub fn run(a: ExperimentArgs) -> Result<(), String> {
-    let names: Vec<&str> = if a.name == "all" { NAMES.to_vec() } else { vec![a.name.as_str()] };
-    if let Some(bad) = names.iter().find(|n| !NAMES.contains(n) && **n != heal_peers::NAME) {
-        return Err(format!("unknown experiment '{bad}' (expected one of {}, {}, or all)", NAMES.join(", "), heal_peers::NAME));
+    let names: Vec<&str> = if a.name == "all" {
+        NAMES.to_vec()
+    } else {
+        vec![a.name.as_str()]
+    };
+    if let Some(bad) = names
+        .iter()
+        .find(|n| !NAMES.contains(n) && **n != heal_peers::NAME)
+    {
+        return Err(format!(
+            "unknown experiment '{bad}' (expected one of {}, {}, or all)",
+            NAMES.join(", "),
+            heal_peers::NAME
+        ));
     }
     if a.peers.given() && a.name != heal_peers::NAME {
-        return Err(format!("--downtime-s, --rate, --runs, --keys and --json are options of {} only", heal_peers::NAME));
+        return Err(format!(
+            "--downtime-s, --rate, --runs, --keys and --json are options of {} only",
+            heal_peers::NAME
+        ));
     }
-    let peers = if a.name == heal_peers::NAME { Some(a.peers.options(a.quick)?) } else { None };
-    let out = a.out.clone().unwrap_or_else(|| PathBuf::from(if a.quick { "target/experiments-quick" } else { "docs" }));
+    let peers = if a.name == heal_peers::NAME {
+        Some(a.peers.options(a.quick)?)
+    } else {
+        None
+    };
+    let out = a.out.clone().unwrap_or_else(|| {
+        PathBuf::from(if a.quick {
+            "target/experiments-quick"
+        } else {
+            "docs"
+        })
+    });
     for name in names {
         let t = std::time::Instant::now();
-        eprintln!("experiment {name}{}:", if a.quick { " (quick)" } else { "" });
+        eprintln!(
+            "experiment {name}{}:",
+            if a.quick { " (quick)" } else { "" }
+        );
         let progress = |line: &str| eprintln!("{line}");
         let e = match &peers {
             Some(o) => heal_peers::run(o, &progress)?,
             None => experiment::run(name, a.quick, &progress)?,
         };
         let json_path = out.join("results").join(format!("{name}.json"));
-        std::fs::create_dir_all(json_path.parent().expect("has a parent")).map_err(|err| format!("cannot create {}: {err}", out.display()))?;
+        std::fs::create_dir_all(json_path.parent().expect("has a parent"))
+            .map_err(|err| format!("cannot create {}: {err}", out.display()))?;
         let text = serde_json::to_string_pretty(&e.json).map_err(|err| err.to_string())?;
         for path in std::iter::once(&json_path).chain(a.peers.json.as_ref()) {
-            std::fs::write(path, &text).map_err(|err| format!("cannot write {}: {err}", path.display()))?;
+            std::fs::write(path, &text)
+                .map_err(|err| format!("cannot write {}: {err}", path.display()))?;
         }
         let (svg, png) = write_figure(&out.join("figures").join(name), &e.figure_svg)?;
         let section = format!(
@@ -99,7 +132,13 @@ pub fn run(a: ExperimentArgs) -> Result<(), String> {
         );
         let results = out.join("RESULTS.md");
         update_section(&results, name, &section)?;
-        eprintln!("  wrote {}, {}, {} and its section of {}", json_path.display(), svg.display(), png.display(), results.display());
+        eprintln!(
+            "  wrote {}, {}, {} and its section of {}",
+            json_path.display(),
+            svg.display(),
+            png.display(),
+            results.display()
+        );
     }
     Ok(())
 }
@@ -107,7 +146,10 @@ pub fn run(a: ExperimentArgs) -> Result<(), String> {
 /// Replace the text between this experiment's markers (or append it under
 /// the experiments heading).
 pub fn update_section(path: &Path, name: &str, section: &str) -> Result<(), String> {
-    let (open, close) = (format!("<!-- experiment {name} -->"), format!("<!-- /experiment {name} -->"));
+    let (open, close) = (
+        format!("<!-- experiment {name} -->"),
+        format!("<!-- /experiment {name} -->"),
+    );
     let old = std::fs::read_to_string(path).unwrap_or_default();
     let block = format!("{open}\n{}\n{close}", section.trim_end());
     let new = match (old.find(&open), old.find(&close)) {

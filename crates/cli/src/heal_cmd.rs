@@ -81,23 +81,49 @@ fn recover(a: RecoverArgs) -> Result<(), String> {
     let mut reports = Vec::new();
     for scheme in Scheme::parse(a.scheme.as_deref().unwrap_or("both"))? {
         let mut cfg = RecoverConfig::new(model, scheme, a.records);
-        (cfg.downtime_ns, cfg.clients_per_node, cfg.distinct, cfg.no_shadow, cfg.seed) = ((downtime_s * 1e9) as u64, a.clients, a.distinct, a.no_shadow, a.seed);
+        (
+            cfg.downtime_ns,
+            cfg.clients_per_node,
+            cfg.distinct,
+            cfg.no_shadow,
+            cfg.seed,
+        ) = (
+            (downtime_s * 1e9) as u64,
+            a.clients,
+            a.distinct,
+            a.no_shadow,
+            a.seed,
+        );
         for w in &a.leader_without {
             match w.as_str() {
                 "dedup" => cfg.leader.dedup = true,
                 "dram" => cfg.leader.dram = true,
                 "shadow" => cfg.leader.shadow = true,
-                other => return Err(format!("--leader-without {other}: expected dedup, dram or shadow")),
+                other => {
+                    return Err(format!(
+                        "--leader-without {other}: expected dedup, dram or shadow"
+                    ))
+                }
             }
         }
-        eprintln!("  {}: {} records, node 2 away for {} ms (simulated)...", scheme.name(), a.records, downtime_s * 1e3);
+        eprintln!(
+            "  {}: {} records, node 2 away for {} ms (simulated)...",
+            scheme.name(),
+            a.records,
+            downtime_s * 1e3
+        );
         let r = tandem_heal::recover::run(&cfg)?;
         print_report(&r);
         reports.push(r);
     }
     if let Some(h) = reports.iter().find(|r| r.scheme == "heal") {
         for o in reports.iter().filter(|r| r.scheme != "heal") {
-            println!("HEAL recovers {:.1}x faster than {} and loses {:.2} of its throughput loss", o.recovery_us / h.recovery_us.max(1e-3), o.scheme, h.throughput_lost / o.throughput_lost.max(1e-9));
+            println!(
+                "HEAL recovers {:.1}x faster than {} and loses {:.2} of its throughput loss",
+                o.recovery_us / h.recovery_us.max(1e-3),
+                o.scheme,
+                h.throughput_lost / o.throughput_lost.max(1e-9)
+            );
         }
     }
     if let Some(p) = &a.json {
@@ -107,10 +133,16 @@ fn recover(a: RecoverArgs) -> Result<(), String> {
 }
 
 fn print_report(r: &RecoverReport) {
-    println!("{} {}: crash at {:.2} ms, rejoined at {:.2} ms, online at {:.3} ms (simulated)", r.model, r.scheme, r.crash_ms, r.rejoin_ms, r.online_ms);
+    println!(
+        "{} {}: crash at {:.2} ms, rejoined at {:.2} ms, online at {:.3} ms (simulated)",
+        r.model, r.scheme, r.crash_ms, r.rejoin_ms, r.online_ms
+    );
     println!("  recovery {:.1} us", r.recovery_us);
     if r.scheme == "heal" && !r.fell_back_to_full_copy {
-        println!("    Start_to_ACK {:.1} us, CatchUp_to_Resp {:.1} us, Apply_to_end {:.1} us", r.start_to_ack_us, r.catchup_to_resp_us, r.apply_to_end_us);
+        println!(
+            "    Start_to_ACK {:.1} us, CatchUp_to_Resp {:.1} us, Apply_to_end {:.1} us",
+            r.start_to_ack_us, r.catchup_to_resp_us, r.apply_to_end_us
+        );
         println!("    MissedUpdates: {} entries shipped in {} round(s) (largest buffer {}), Partially_persisted: {}", r.missed_entries, r.rounds, r.missed_peak, r.partial_entries);
     }
     if let Some(l) = &r.leader {
@@ -120,9 +152,20 @@ fn print_report(r: &RecoverReport) {
     if r.fell_back_to_full_copy {
         println!("    (fell back to the full copy)");
     }
-    println!("  throughput lost against the failure-free run over {:.1} ms: {:.2} % ({} vs {} ops)", r.horizon_ms, 100.0 * r.throughput_lost, r.ops, r.baseline_ops);
+    println!(
+        "  throughput lost against the failure-free run over {:.1} ms: {:.2} % ({} vs {} ops)",
+        r.horizon_ms,
+        100.0 * r.throughput_lost,
+        r.ops,
+        r.baseline_ops
+    );
     let step = r.throughput.len().div_ceil(40).max(1);
-    let line: Vec<String> = r.throughput.iter().step_by(step).map(|(_, x)| format!("{:.1}", x / 1e6)).collect();
+    let line: Vec<String> = r
+        .throughput
+        .iter()
+        .step_by(step)
+        .map(|(_, x)| format!("{:.1}", x / 1e6))
+        .collect();
     let every = r.throughput.get(step).map_or(0.0, |w| w.0);
     println!("  M ops/s every {every:.2} ms: {}", line.join(" "));
 }

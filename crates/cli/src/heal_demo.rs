@@ -27,11 +27,25 @@ pub fn run(figure: &Path) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("tandem-demo-heal-{}", std::process::id()));
     println!("HEAL demo: 5 `tandem node --recovery heal` processes (lin-synch) and a configuration manager on loopback; 20 sessions, 80 % reads, 1000 keys");
     let mut c = HealCluster::start(&exe, "lin-synch", &dir)?;
-    let load = Load::start(&c.load_config(20, SessionPlan::uniform(1000, 0.8), 7), Instant::now());
-    c.wait_for("the first operations", Duration::from_secs(30), |_| load.completed.load(Ordering::Relaxed) > 100)?;
+    let load = Load::start(
+        &c.load_config(20, SessionPlan::uniform(1000, 0.8), 7),
+        Instant::now(),
+    );
+    c.wait_for("the first operations", Duration::from_secs(30), |_| {
+        load.completed.load(Ordering::Relaxed) > 100
+    })?;
     let run = drive(&mut c, &load)?;
     let ops = load.stop();
-    let svg = timeline_svg_of("HEAL demo: lin-synch, node 2 killed and recovered (ops/s per 100 ms)", "ops/s", BUCKET.as_millis() as u64, &[Series { label: "ops/s", tps: &run.tps }], &run.events);
+    let svg = timeline_svg_of(
+        "HEAL demo: lin-synch, node 2 killed and recovered (ops/s per 100 ms)",
+        "ops/s",
+        BUCKET.as_millis() as u64,
+        &[Series {
+            label: "ops/s",
+            tps: &run.tps,
+        }],
+        &run.events,
+    );
     let (svg_path, _) = write_figure(figure, &svg)?;
     println!("figure: {}", svg_path.display());
     summarize(&c, &run.tps, run.online, &ops)
@@ -47,7 +61,11 @@ struct Run {
 /// Sample the throughput; kill node 2, restart it, watch for its recovery.
 fn drive(c: &mut HealCluster, load: &Load) -> Result<Run, String> {
     let start = Instant::now();
-    let mut r = Run { tps: Vec::new(), events: Vec::new(), online: None };
+    let mut r = Run {
+        tps: Vec::new(),
+        events: Vec::new(),
+        online: None,
+    };
     let mut last = load.completed.load(Ordering::Relaxed);
     let (mut killed, mut restarted) = (false, false);
     while start.elapsed().as_secs_f64() < END_S {
@@ -78,20 +96,40 @@ fn drive(c: &mut HealCluster, load: &Load) -> Result<Run, String> {
             }
         }
         if r.tps.len() % 5 == 0 {
-            println!("  {t:.1} s: {:.0} ops/s", r.tps[r.tps.len() - 5..].iter().sum::<f64>() / 5.0);
+            println!(
+                "  {t:.1} s: {:.0} ops/s",
+                r.tps[r.tps.len() - 5..].iter().sum::<f64>() / 5.0
+            );
         }
     }
     Ok(r)
 }
 
-fn summarize(c: &HealCluster, tps: &[f64], online: Option<String>, ops: &[tandem_check::HistOp]) -> Result<(), String> {
+fn summarize(
+    c: &HealCluster,
+    tps: &[f64],
+    online: Option<String>,
+    ops: &[tandem_check::HistOp],
+) -> Result<(), String> {
     let avg = |from: f64, to: f64| {
-        let (a, b) = ((from / BUCKET.as_secs_f64()) as usize, ((to / BUCKET.as_secs_f64()) as usize).min(tps.len()));
+        let (a, b) = (
+            (from / BUCKET.as_secs_f64()) as usize,
+            ((to / BUCKET.as_secs_f64()) as usize).min(tps.len()),
+        );
         tps[a..b].iter().sum::<f64>() / (b - a).max(1) as f64
     };
-    let (before, away, after) = (avg(0.2, KILL_S), avg(KILL_S + 0.5, RESTART_S), avg(RESTART_S + 0.5, END_S));
+    let (before, away, after) = (
+        avg(0.2, KILL_S),
+        avg(KILL_S + 0.5, RESTART_S),
+        avg(RESTART_S + 0.5, END_S),
+    );
     println!("throughput: {before:.0} ops/s before, {away:.0} while node {VICTIM} was away, {after:.0} after it came back");
-    let line = online.ok_or_else(|| format!("node {VICTIM} never reported its recovery:\n{}", c.node_log(VICTIM)))?;
+    let line = online.ok_or_else(|| {
+        format!(
+            "node {VICTIM} never reported its recovery:\n{}",
+            c.node_log(VICTIM)
+        )
+    })?;
     if line.contains("full copy") {
         return Err(format!("node {VICTIM} fell back to a full copy: {line}"));
     }
@@ -99,7 +137,11 @@ fn summarize(c: &HealCluster, tps: &[f64], online: Option<String>, ops: &[tandem
         return Err("the cluster stopped serving".into());
     }
     let done = ops.iter().filter(|o| o.complete_ns.is_some()).count();
-    tandem_check::check_linearizable(ops).map_err(|v| format!("the history is not linearizable: {v}"))?;
-    println!("history: {done} operations completed, {} with unknown outcome; linearizable", ops.len() - done);
+    tandem_check::check_linearizable(ops)
+        .map_err(|v| format!("the history is not linearizable: {v}"))?;
+    println!(
+        "history: {done} operations completed, {} with unknown outcome; linearizable",
+        ops.len() - done
+    );
     Ok(())
 }

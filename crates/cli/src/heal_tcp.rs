@@ -11,7 +11,14 @@ use tandem_ddp::{HealOpts, Model};
 
 use crate::args::write_json;
 
-pub fn recover(scheme: &str, model: Model, keys: u64, downtime_s: f64, rate: f64, json_path: Option<&str>) -> Result<(), String> {
+pub fn recover(
+    scheme: &str,
+    model: Model,
+    keys: u64,
+    downtime_s: f64,
+    rate: f64,
+    json_path: Option<&str>,
+) -> Result<(), String> {
     if scheme != "heal" {
         return Err(format!("--scheme {scheme} --net tcp: on processes only HEAL runs (the full copy and the leader-based recovery run in simulated time, --net sim)"));
     }
@@ -29,14 +36,21 @@ pub fn recover(scheme: &str, model: Model, keys: u64, downtime_s: f64, rate: f64
     let report = report(model, keys, downtime_s, run)?;
     print(&report);
     if let Some(p) = json_path {
-        write_json(p, &json!({ "system": "heal", "net": "tcp", "runs": [report] }))?;
+        write_json(
+            p,
+            &json!({ "system": "heal", "net": "tcp", "runs": [report] }),
+        )?;
     }
     Ok(())
 }
 
 /// The run in `heal recover`'s JSON shape (`recovery_us` and each phase's `_us`).
 fn report(model: Model, keys: u64, downtime_s: f64, run: &Value) -> Result<Value, String> {
-    let ms = |k: &str| run[k].as_f64().ok_or_else(|| format!("the run reports no {k}: {run}"));
+    let ms = |k: &str| {
+        run[k]
+            .as_f64()
+            .ok_or_else(|| format!("the run reports no {k}: {run}"))
+    };
     let phase = |k: &str| run["details"]["phases"][k].as_f64().map(|x| x * 1e3);
     Ok(json!({
         "model": model.to_string(), "scheme": "heal", "net": "tcp", "records": keys, "downtime_us": downtime_s * 1e6,
@@ -51,10 +65,33 @@ fn report(model: Model, keys: u64, downtime_s: f64, run: &Value) -> Result<Value
 }
 
 fn print(r: &Value) {
-    let us = |k: &str| r[k].as_f64().map_or("?".into(), |x| format!("{:.1} ms", x / 1e3));
-    println!("{} heal (tcp): node 2 answered {} after its restart, online {} after it", r["model"].as_str().unwrap_or("?"), us("process_start_us"), us("restart_to_online_us"));
-    println!("  recovery {} (online, from the process answering)", us("recovery_us"));
-    println!("    as the node logged it: Start_to_ACK {}, CatchUp_to_Resp {}, Apply_to_end {}", us("start_to_ack_us"), us("catchup_to_resp_us"), us("apply_to_end_us"));
-    println!("    MissedUpdates: {} entries from the Buddy", r["missed_entries"]);
-    println!("  writes kept {:.0}/s while node 2 was down ({} write errors)", r["writes_per_s_during_downtime"].as_f64().unwrap_or(0.0), r["write_errors"]);
+    let us = |k: &str| {
+        r[k].as_f64()
+            .map_or("?".into(), |x| format!("{:.1} ms", x / 1e3))
+    };
+    println!(
+        "{} heal (tcp): node 2 answered {} after its restart, online {} after it",
+        r["model"].as_str().unwrap_or("?"),
+        us("process_start_us"),
+        us("restart_to_online_us")
+    );
+    println!(
+        "  recovery {} (online, from the process answering)",
+        us("recovery_us")
+    );
+    println!(
+        "    as the node logged it: Start_to_ACK {}, CatchUp_to_Resp {}, Apply_to_end {}",
+        us("start_to_ack_us"),
+        us("catchup_to_resp_us"),
+        us("apply_to_end_us")
+    );
+    println!(
+        "    MissedUpdates: {} entries from the Buddy",
+        r["missed_entries"]
+    );
+    println!(
+        "  writes kept {:.0}/s while node 2 was down ({} write errors)",
+        r["writes_per_s_during_downtime"].as_f64().unwrap_or(0.0),
+        r["write_errors"]
+    );
 }

@@ -6,7 +6,9 @@ use std::time::Instant;
 use clap::{Args, Subcommand};
 use tandem_check::rc_to_jsonl;
 use tandem_kite::lfd::{LfdKind, LfdWorkload};
-use tandem_kite::simcheck::{check_with, run_with, CheckOpts, Faults, RandomMix, Summary, Workload};
+use tandem_kite::simcheck::{
+    check_with, run_with, CheckOpts, Faults, RandomMix, Summary, Workload,
+};
 use tandem_kite::{KiteConfig, Mutant};
 
 use tandem_bench::kite_bench::{bench_system, KiteBenchOpts, System, SystemResult};
@@ -183,18 +185,36 @@ fn options(a: &CheckArgs) -> Result<CheckOpts, String> {
     }
     let mutant = match a.mutant.as_deref() {
         None => None,
-        Some(m) => Some(Mutant::parse(m).ok_or_else(|| format!("--mutant {m}: unknown (see --help)"))?),
+        Some(m) => {
+            Some(Mutant::parse(m).ok_or_else(|| format!("--mutant {m}: unknown (see --help)"))?)
+        }
     };
     let base = CheckOpts::default();
     let cfg = KiteConfig { mutant, ..base.cfg };
-    Ok(CheckOpts { nodes: a.nodes, sessions: a.sessions, run_ns: a.run_us * 1000, faults: parse_faults(&a.faults)?, cfg, ..base })
+    Ok(CheckOpts {
+        nodes: a.nodes,
+        sessions: a.sessions,
+        run_ns: a.run_us * 1000,
+        faults: parse_faults(&a.faults)?,
+        cfg,
+        ..base
+    })
 }
 
 fn workloads(s: &str) -> Result<Vec<Option<LfdKind>>, String> {
     match s {
         "mix" => Ok(vec![None]),
         "all" => Ok([None].into_iter().chain(LfdKind::ALL.map(Some)).collect()),
-        _ => s.split(',').map(|w| if w == "mix" { Ok(None) } else { LfdKind::parse(w).map(Some) }).collect(),
+        _ => s
+            .split(',')
+            .map(|w| {
+                if w == "mix" {
+                    Ok(None)
+                } else {
+                    LfdKind::parse(w).map(Some)
+                }
+            })
+            .collect(),
     }
 }
 
@@ -208,14 +228,24 @@ fn run_check(a: CheckArgs) -> Result<(), String> {
         let work = |seed| -> Box<dyn Workload> {
             match w {
                 None => Box::new(RandomMix::new(opts.mix, opts.sessions)),
-                Some(kind) => Box::new(LfdWorkload::new(kind, a.structures, a.fields, opts.sessions, seed)),
+                Some(kind) => Box::new(LfdWorkload::new(
+                    kind,
+                    a.structures,
+                    a.fields,
+                    opts.sessions,
+                    seed,
+                )),
             }
         };
         summaries.push(check_one(&a, &opts, w.map_or("mix", |k| k.name()), work)?);
     }
     if let Some(path) = &a.json {
         let one = summaries.len() == 1;
-        if one { write_json(path, &summaries[0])? } else { write_json(path, &summaries)? }
+        if one {
+            write_json(path, &summaries[0])?
+        } else {
+            write_json(path, &summaries)?
+        }
     }
     let violations: u64 = summaries.iter().map(|s| s.violation_count).sum();
     if violations > 0 {
@@ -224,13 +254,28 @@ fn run_check(a: CheckArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn check_one(a: &CheckArgs, opts: &CheckOpts, name: &'static str, work: impl Fn(u64) -> Box<dyn Workload>) -> Result<Summary, String> {
+fn check_one(
+    a: &CheckArgs,
+    opts: &CheckOpts,
+    name: &'static str,
+    work: impl Fn(u64) -> Box<dyn Workload>,
+) -> Result<Summary, String> {
     let started = Instant::now();
     let mut last = Instant::now();
     let mut summary = check_with(opts, a.seed, a.seeds, &work, |r| {
         if r.violation.is_some() || last.elapsed().as_secs_f64() >= 1.0 {
-            let verdict = if r.violation.is_some() { "VIOLATION" } else { "ok" };
-            eprintln!("  seed {} [{}]: {} ops, {verdict} ({:.1} s)", r.seed, r.faults.describe(), r.ops, started.elapsed().as_secs_f64());
+            let verdict = if r.violation.is_some() {
+                "VIOLATION"
+            } else {
+                "ok"
+            };
+            eprintln!(
+                "  seed {} [{}]: {} ops, {verdict} ({:.1} s)",
+                r.seed,
+                r.faults.describe(),
+                r.ops,
+                started.elapsed().as_secs_f64()
+            );
             last = Instant::now();
         }
     });
@@ -241,10 +286,16 @@ fn check_one(a: &CheckArgs, opts: &CheckOpts, name: &'static str, work: impl Fn(
         summary.stats.write_timeouts, summary.stats.paxos_retries
     );
     if let Some(v) = summary.violations.first() {
-        println!("  first: seed {} [{}]: {}\n  replay: {}", v.seed, v.faults, v.detail, v.replay);
+        println!(
+            "  first: seed {} [{}]: {}\n  replay: {}",
+            v.seed, v.faults, v.detail, v.replay
+        );
     }
     if let Some(path) = &a.history {
-        let seed = summary.violations.first().map_or(a.seed + a.seeds - 1, |v| v.seed);
+        let seed = summary
+            .violations
+            .first()
+            .map_or(a.seed + a.seeds - 1, |v| v.seed);
         let h = rc_to_jsonl(&run_with(seed, opts, work(seed)).history);
         std::fs::write(path, h).map_err(|e| format!("cannot write {path}: {e}"))?;
     }
@@ -284,21 +335,36 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
         seed: a.seed,
         ..KiteBenchOpts::default()
     };
-    println!("{:<6} {:>14} {:>9} {:>9} {:>10} {:>9}", "system", "ops/s (sim)", "p50 us", "p99 us", "msgs/op", "x ES");
+    println!(
+        "{:<6} {:>14} {:>9} {:>9} {:>10} {:>9}",
+        "system", "ops/s (sim)", "p50 us", "p99 us", "msgs/op", "x ES"
+    );
     let mut results = Vec::new();
     for s in systems {
         let started = Instant::now();
         let r = bench_system(&o, s);
-        let es = results.iter().find(|x: &&SystemResult| x.system == "es").map(|x| x.throughput_ops);
+        let es = results
+            .iter()
+            .find(|x: &&SystemResult| x.system == "es")
+            .map(|x| x.throughput_ops);
         let vs_es = es.map_or("-".to_string(), |e| format!("{:.2}", r.throughput_ops / e));
         println!(
             "{:<6} {:>14.0} {:>9.2} {:>9.2} {:>10.2} {:>9}  ({:.1} s)",
-            r.system, r.throughput_ops, r.latency_us.p50, r.latency_us.p99, r.messages_per_op, vs_es, started.elapsed().as_secs_f64()
+            r.system,
+            r.throughput_ops,
+            r.latency_us.p50,
+            r.latency_us.p99,
+            r.messages_per_op,
+            vs_es,
+            started.elapsed().as_secs_f64()
         );
         results.push(r);
     }
     if let Some(path) = &a.json {
-        write_json(path, &serde_json::json!({ "options": o, "results": results }))?;
+        write_json(
+            path,
+            &serde_json::json!({ "options": o, "results": results }),
+        )?;
     }
     Ok(())
 }
@@ -312,13 +378,23 @@ struct MixRatios {
 
 /// `--write-ratio`, `--sync-ratio`, `--rmw-ratio` (RMWs count as writes) and `--systems`.
 fn mix_and_systems(a: &BenchArgs) -> Result<(MixRatios, Vec<System>), String> {
-    let m = MixRatios { write: ratio("write-ratio", a.write_ratio)?, sync: ratio("sync-ratio", a.sync_ratio)?, rmw: ratio("rmw-ratio", a.rmw_ratio)? };
+    let m = MixRatios {
+        write: ratio("write-ratio", a.write_ratio)?,
+        sync: ratio("sync-ratio", a.sync_ratio)?,
+        rmw: ratio("rmw-ratio", a.rmw_ratio)?,
+    };
     if m.rmw > m.write {
-        return Err(format!("--rmw-ratio {} exceeds --write-ratio {}: RMWs count as writes", m.rmw, m.write));
+        return Err(format!(
+            "--rmw-ratio {} exceeds --write-ratio {}: RMWs count as writes",
+            m.rmw, m.write
+        ));
     }
     let systems = match a.systems.as_str() {
         "all" => System::ALL.to_vec(),
-        s => s.split(',').map(|x| System::parse(x.trim())).collect::<Result<_, _>>()?,
+        s => s
+            .split(',')
+            .map(|x| System::parse(x.trim()))
+            .collect::<Result<_, _>>()?,
     };
     Ok((m, systems))
 }
@@ -338,26 +414,63 @@ const TCP_TIMEOUT_MS: f64 = 20.0;
 /// closed-loop sessions of the paper's mix.
 fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
     use tandem_bench::kite_procs::{bench_tcp, BenchMix, LoadOpts, NodeOpts};
-    if !(3..=9).contains(&a.nodes) || a.sessions_per_node == 0 || a.keys == 0 || a.measure_s.is_nan() || a.measure_s <= 0.0 || a.warmup_s.is_nan() || a.warmup_s < 0.0 {
+    if !(3..=9).contains(&a.nodes)
+        || a.sessions_per_node == 0
+        || a.keys == 0
+        || a.measure_s.is_nan()
+        || a.measure_s <= 0.0
+        || a.warmup_s.is_nan()
+        || a.warmup_s < 0.0
+    {
         return Err("--nodes 3..=9; --sessions-per-node, --keys and --measure-s positive".into());
     }
     let (m, systems) = mix_and_systems(&a)?;
     let (w, r) = (m.write, m.rmw);
     let timeout_ms = a.timeout_ms.unwrap_or(TCP_TIMEOUT_MS);
-    let node = NodeOpts { timeout_ms: Some(timeout_ms), ..NodeOpts::default() };
-    let o = LoadOpts { sessions_per_node: a.sessions_per_node, warmup_s: a.warmup_s, duration_s: a.measure_s, seed: a.seed, ..LoadOpts::default() };
+    let node = NodeOpts {
+        timeout_ms: Some(timeout_ms),
+        ..NodeOpts::default()
+    };
+    let o = LoadOpts {
+        sessions_per_node: a.sessions_per_node,
+        warmup_s: a.warmup_s,
+        duration_s: a.measure_s,
+        seed: a.seed,
+        ..LoadOpts::default()
+    };
     let (exe, dir) = (exe()?, work_dir("bench"));
-    println!("{:<6} {:>14} {:>9} {:>9} {:>10} {:>12} {:>9}", "system", "ops/s (tcp)", "p50 us", "p99 us", "msgs/op", "cpu us/op", "x ES");
+    println!(
+        "{:<6} {:>14} {:>9} {:>9} {:>10} {:>12} {:>9}",
+        "system", "ops/s (tcp)", "p50 us", "p99 us", "msgs/op", "cpu us/op", "x ES"
+    );
     let mut results: Vec<SystemResult> = Vec::new();
     for s in systems {
-        let mix = BenchMix { system: s, keys: a.keys, write_ratio: w, sync_ratio: m.sync, rmw_ratio: r };
+        let mix = BenchMix {
+            system: s,
+            keys: a.keys,
+            write_ratio: w,
+            sync_ratio: m.sync,
+            rmw_ratio: r,
+        };
         let started = Instant::now();
         let (res, rep) = bench_tcp(&exe, &dir, a.nodes as usize, &node, mix, &o)?;
-        let es = results.iter().find(|x| x.system == "es").map(|x| x.throughput_ops);
-        let vs_es = es.map_or("-".to_string(), |e| format!("{:.2}", res.throughput_ops / e));
+        let es = results
+            .iter()
+            .find(|x| x.system == "es")
+            .map(|x| x.throughput_ops);
+        let vs_es = es.map_or("-".to_string(), |e| {
+            format!("{:.2}", res.throughput_ops / e)
+        });
         println!(
             "{:<6} {:>14.0} {:>9.1} {:>9.1} {:>10.2} {:>12.1} {:>9}  ({:.1} s)",
-            res.system, res.throughput_ops, res.latency_us.p50, res.latency_us.p99, res.messages_per_op, rep.node_cpu_us_per_op, vs_es, started.elapsed().as_secs_f64()
+            res.system,
+            res.throughput_ops,
+            res.latency_us.p50,
+            res.latency_us.p99,
+            res.messages_per_op,
+            rep.node_cpu_us_per_op,
+            vs_es,
+            started.elapsed().as_secs_f64()
         );
         results.push(res);
     }
@@ -368,7 +481,10 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
             "sync_ratio": m.sync, "rmw_ratio": r, "warmup_s": a.warmup_s, "measure_s": a.measure_s,
             "timeout_ms": timeout_ms, "seed": a.seed,
         });
-        write_json(path, &serde_json::json!({ "options": options, "results": results }))?;
+        write_json(
+            path,
+            &serde_json::json!({ "options": options, "results": results }),
+        )?;
     }
     Ok(())
 }
@@ -376,24 +492,59 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
 /// `tandem kite load`: the checked random mix on node processes with faults.
 fn run_load(a: LoadArgs) -> Result<(), String> {
     use tandem_bench::kite_procs::{checked_load, Fault, LoadOpts, NodeOpts};
-    if !(3..=9).contains(&a.nodes) || a.sessions_per_node == 0 || a.duration_s.is_nan() || a.duration_s <= 0.0 {
+    if !(3..=9).contains(&a.nodes)
+        || a.sessions_per_node == 0
+        || a.duration_s.is_nan()
+        || a.duration_s <= 0.0
+    {
         return Err("--nodes 3..=9; --sessions-per-node and --duration-s positive".into());
     }
     if let Some(m) = &a.mutant {
-        Mutant::parse(m).ok_or_else(|| format!("--mutant {m}: unknown (see `tandem kite check --help`)"))?;
+        Mutant::parse(m)
+            .ok_or_else(|| format!("--mutant {m}: unknown (see `tandem kite check --help`)"))?;
     }
-    let mut faults: Vec<Fault> = a.sleep.iter().map(|s| Fault::parse_sleep(s)).collect::<Result<_, _>>()?;
-    faults.extend(a.kill.iter().map(|s| Fault::parse_kill(s)).collect::<Result<Vec<_>, _>>()?);
-    let node = NodeOpts { timeout_ms: a.timeout_ms, mutant: a.mutant.clone(), zab: false };
-    let o = LoadOpts { sessions_per_node: a.sessions_per_node, duration_s: a.duration_s, client_timeout_s: a.client_timeout_s, faults, seed: a.seed, progress: Some("kite load".into()), ..LoadOpts::default() };
+    let mut faults: Vec<Fault> = a
+        .sleep
+        .iter()
+        .map(|s| Fault::parse_sleep(s))
+        .collect::<Result<_, _>>()?;
+    faults.extend(
+        a.kill
+            .iter()
+            .map(|s| Fault::parse_kill(s))
+            .collect::<Result<Vec<_>, _>>()?,
+    );
+    let node = NodeOpts {
+        timeout_ms: a.timeout_ms,
+        mutant: a.mutant.clone(),
+        zab: false,
+    };
+    let o = LoadOpts {
+        sessions_per_node: a.sessions_per_node,
+        duration_s: a.duration_s,
+        client_timeout_s: a.client_timeout_s,
+        faults,
+        seed: a.seed,
+        progress: Some("kite load".into()),
+        ..LoadOpts::default()
+    };
     let dir = work_dir("load");
     let r = checked_load(&exe()?, &dir, a.nodes, &node, &o)?;
     println!(
         "kite load: {} nodes, {} sessions, {:.1} s: {:.0} ops/s, p50 {:.0} us, p99 {:.0} us; {} history ops ({} unknown), {} session moves",
         r.nodes, r.sessions, r.seconds, r.throughput_ops, r.latency_us.p50, r.latency_us.p99, r.ops, r.pending_ops, r.moves
     );
-    for (t, row) in r.timeline_per_node.iter().enumerate().filter(|(t, _)| t % 5 == 4) {
-        eprintln!("  {:.1} s: per node ops/s (last 100 ms) {:?}", (t + 1) as f64 / 10.0, row.iter().map(|c| c * 10).collect::<Vec<_>>());
+    for (t, row) in r
+        .timeline_per_node
+        .iter()
+        .enumerate()
+        .filter(|(t, _)| t % 5 == 4)
+    {
+        eprintln!(
+            "  {:.1} s: per node ops/s (last 100 ms) {:?}",
+            (t + 1) as f64 / 10.0,
+            row.iter().map(|c| c * 10).collect::<Vec<_>>()
+        );
     }
     if let Some(p) = &a.history {
         std::fs::write(p, rc_to_jsonl(&r.history)).map_err(|e| format!("cannot write {p}: {e}"))?;
@@ -406,6 +557,9 @@ fn run_load(a: LoadArgs) -> Result<(), String> {
             println!("release consistent: 0 violations");
             Ok(())
         }
-        Some(v) => Err(format!("the history violates release consistency (node logs in {}):\n{v}", dir.display())),
+        Some(v) => Err(format!(
+            "the history violates release consistency (node logs in {}):\n{v}",
+            dir.display()
+        )),
     }
 }

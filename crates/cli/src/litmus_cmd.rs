@@ -111,7 +111,10 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
     };
     let isolation: Isolation = a.isolation.parse()?;
     let store = match a.store.as_str() {
-        "postgres" => StoreKind::Postgres { url: a.postgres.clone(), isolation },
+        "postgres" => StoreKind::Postgres {
+            url: a.postgres.clone(),
+            isolation,
+        },
         m => StoreKind::Tandem(m.parse().map_err(|e: String| format!("{e}, or postgres"))?),
     };
     let tandem_sim = matches!(store, StoreKind::Tandem(_)) && fabric == FabricKind::Sim;
@@ -119,7 +122,8 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         if !(0.0..=1.0).contains(&r) {
             return Err("--crash-rate must be in [0, 1]".into());
         }
-        let pandora_tcp = matches!(store, StoreKind::Tandem(Mode::Pandora)) && fabric == FabricKind::Tcp;
+        let pandora_tcp =
+            matches!(store, StoreKind::Tandem(Mode::Pandora)) && fabric == FabricKind::Tcp;
         if r > 0.0 && !tandem_sim && !pandora_tcp {
             return Err("--crash-rate needs a Tandem store on --fabric sim, or pandora on --fabric tcp (kill -9 of compute-server processes; PostgreSQL crashes are not injected)".into());
         }
@@ -141,7 +145,11 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         (None, Some(_)) => None,
         (None, None) => Some(20),
     };
-    cfg.crash_rate = a.crash_rate.unwrap_or(if tandem_sim { campaign::DEFAULT_CRASH_RATE } else { 0.0 });
+    cfg.crash_rate = a.crash_rate.unwrap_or(if tandem_sim {
+        campaign::DEFAULT_CRASH_RATE
+    } else {
+        0.0
+    });
     cfg.crash_points = a.crash_points.parse()?;
     cfg.slow_recovery_ns = a.slow_recovery_ns;
     cfg.replica_check = !a.no_replica_check;
@@ -149,7 +157,11 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         None => None,
         Some("abort") => Some(tandem_dkvs::OnStray::Abort),
         Some("stall") => Some(campaign::STALL),
-        Some(o) => return Err(format!("unknown --on-stray '{o}' (expected abort or stall)")),
+        Some(o) => {
+            return Err(format!(
+                "unknown --on-stray '{o}' (expected abort or stall)"
+            ))
+        }
     };
     cfg.bug_names = a.inject_bug.clone();
     cfg.compute_nodes = a.compute_nodes.max(1);
@@ -157,7 +169,11 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
     cfg.txs_per_client = a.txs.max(1);
     cfg.assert_chance = a.assert_chance.clamp(0.0, 1.0);
     cfg.check_history = !a.no_history_check;
-    cfg.jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    cfg.jobs = a.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
     cfg.progress = Some(Duration::from_secs(2));
     cfg.stop_at_first = a.stop_at_first;
     if let StoreKind::Postgres { url, .. } = &store {
@@ -168,25 +184,35 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         if !matches!(store, StoreKind::Tandem(_)) {
             return Err("--fabric tcp applies to Tandem stores".into());
         }
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
         if cfg.crash_rate > 0.0 {
             // Every compute node a `tandem litmus-worker` process; a kill -9 on the runs the seed picks.
             // Recovery bugs go to the membership process, which runs log recovery.
             if campaign::parse_bugs(&a.inject_bug)?.deployment != Default::default() {
-                return Err("deployment bugs cannot be injected over processes; use --fabric sim".into());
+                return Err(
+                    "deployment bugs cannot be injected over processes; use --fabric sim".into(),
+                );
             }
-            cfg.procs = Some(ProcSetup { exe: exe.clone(), detect_ms: a.detect_ms });
+            cfg.procs = Some(ProcSetup {
+                exe: exe.clone(),
+                detect_ms: a.detect_ms,
+            });
         }
         cfg.tcp = Some(std::sync::Arc::new(move |count, bytes| {
-            let servers = tandem_cluster::backend::MemoryServers::spawn(&exe, count, bytes, random_secret())
-                .map_err(|e| format!("cannot start memory servers: {e}"))?;
+            let servers =
+                tandem_cluster::backend::MemoryServers::spawn(&exe, count, bytes, random_secret())
+                    .map_err(|e| format!("cannot start memory servers: {e}"))?;
             let cluster = servers.cluster();
             Ok((cluster, Box::new(servers) as Box<dyn std::any::Any>))
         }));
     }
     let rep = campaign::run(&cfg)?;
     for v in &rep.violations {
-        println!("VIOLATION [{}] seed {}: {}\n  replay: {}", v.test, v.seed, v.description, v.replay);
+        println!(
+            "VIOLATION [{}] seed {}: {}\n  replay: {}",
+            v.test, v.seed, v.description, v.replay
+        );
     }
     println!(
         "litmus {} ({}{}): {} runs, {} transactions ({} committed, {} aborted, {} unknown), {} asserts checked, {} crashes, {} violations, {:.0} tx/s checked",
@@ -204,8 +230,15 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         rep.transactions_per_s
     );
     if let Some(path) = &a.history {
-        let h = rep.first_violating_history.as_ref().or(rep.first_history.as_ref()).cloned().unwrap_or_default();
-        let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| format!("cannot write {path}: {e}"))?);
+        let h = rep
+            .first_violating_history
+            .as_ref()
+            .or(rep.first_history.as_ref())
+            .cloned()
+            .unwrap_or_default();
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| format!("cannot write {path}: {e}"))?,
+        );
         write_json_lines(&mut f, &h).map_err(|e| format!("cannot write {path}: {e}"))?;
     }
     if let Some(path) = &a.json {

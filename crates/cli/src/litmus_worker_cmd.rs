@@ -16,7 +16,8 @@ pub struct LitmusWorkerArgs {
 }
 
 pub fn run(a: LitmusWorkerArgs) -> Result<(), String> {
-    let cfg: WorkerConfig = serde_json::from_str(&a.config).map_err(|e| format!("bad --config: {e}"))?;
+    let cfg: WorkerConfig =
+        serde_json::from_str(&a.config).map_err(|e| format!("bad --config: {e}"))?;
     let secret = secret_from(None)?.ok_or("TANDEM_SECRET is required")?;
     let summary = proc_run::worker(&cfg, secret)?;
     eprintln!("{summary}");

@@ -128,14 +128,31 @@ fn validate_threads(t: usize) -> Result<(), String> {
 
 fn run_check(a: CheckArgs) -> Result<(), String> {
     validate_threads(a.threads)?;
-    if a.keys == 0 || a.ops == 0 || a.seeds == 0 || a.images_per_point == 0 || a.crash_points == Some(0) {
-        return Err("--keys, --ops, --seeds, --images-per-point and --crash-points must be positive".into());
+    if a.keys == 0
+        || a.ops == 0
+        || a.seeds == 0
+        || a.images_per_point == 0
+        || a.crash_points == Some(0)
+    {
+        return Err(
+            "--keys, --ops, --seeds, --images-per-point and --crash-points must be positive".into(),
+        );
     }
     let mutant = a.mutant.as_deref().map(Mutant::parse).transpose()?;
     let mut reports = Vec::new();
     for lfd in lfds(&a.lfd)? {
         for policy in policies(&a.policy, &PolicyKind::ALL)? {
-            let o = CheckOpts { lfd, policy, threads: a.threads, ops: a.ops, keys: a.keys, prefill: a.prefill, mutant, images_per_point: a.images_per_point, sample: a.crash_points };
+            let o = CheckOpts {
+                lfd,
+                policy,
+                threads: a.threads,
+                ops: a.ops,
+                keys: a.keys,
+                prefill: a.prefill,
+                mutant,
+                images_per_point: a.images_per_point,
+                sample: a.crash_points,
+            };
             let r = check_one(&o, &a)?;
             reports.push(r);
         }
@@ -156,7 +173,12 @@ fn check_one(o: &CheckOpts, a: &CheckArgs) -> Result<Report, String> {
     let label = format!("{} under {}", o.lfd.name(), o.policy.name());
     let r = check(o, a.seed, a.seeds, |seed, _| {
         if last.elapsed().as_secs_f64() >= 2.0 {
-            eprintln!("  {label}: seed {seed} of {}..{} ({:.0} s)", a.seed, a.seed + a.seeds - 1, started.elapsed().as_secs_f64());
+            eprintln!(
+                "  {label}: seed {seed} of {}..{} ({:.0} s)",
+                a.seed,
+                a.seed + a.seeds - 1,
+                started.elapsed().as_secs_f64()
+            );
             last = Instant::now();
         }
     });
@@ -165,7 +187,10 @@ fn check_one(o: &CheckOpts, a: &CheckArgs) -> Result<Report, String> {
         r.seeds, r.crash_points, r.images, r.images_per_second, r.violating_seeds
     );
     if let Some(v) = r.violations.first() {
-        println!("  first: seed {} at t={} cycles, {} level: {}\n  replay: {}", v.seed, v.time, v.level, v.detail, v.replay);
+        println!(
+            "  first: seed {} at t={} cycles, {} level: {}\n  replay: {}",
+            v.seed, v.time, v.level, v.detail, v.replay
+        );
         if a.explain {
             println!("{}", explain(o, v.seed, &witness_words(&v.detail)));
         }
@@ -175,7 +200,11 @@ fn check_one(o: &CheckOpts, a: &CheckArgs) -> Result<Report, String> {
 
 /// The word addresses a violation's text names ("... of word 203 ...").
 fn witness_words(detail: &str) -> Vec<u64> {
-    detail.split("word ").skip(1).filter_map(|s| s.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).collect()
+    detail
+        .split("word ")
+        .skip(1)
+        .filter_map(|s| s.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .collect()
 }
 
 fn run_bench(a: BenchArgs) -> Result<(), String> {
@@ -187,16 +216,37 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
     if !(1..=32).contains(&a.ret_watermark) || a.nvm == 0 {
         return Err("--ret-watermark must be 1..=32 and --nvm positive".into());
     }
-    let mut pols = policies(&a.policy, &[PolicyKind::Nop, PolicyKind::Lrp, PolicyKind::Bb, PolicyKind::Sb, PolicyKind::Eager])?;
+    let mut pols = policies(
+        &a.policy,
+        &[
+            PolicyKind::Nop,
+            PolicyKind::Lrp,
+            PolicyKind::Bb,
+            PolicyKind::Sb,
+            PolicyKind::Eager,
+        ],
+    )?;
     pols.retain(|&p| p != PolicyKind::Nop);
     pols.insert(0, PolicyKind::Nop);
     let mut results: Vec<BenchResult> = Vec::new();
-    println!("{:<9} {:<6} {:>12} {:>7} {:>9} {:>9} {:>12} {:>8}", "lfd", "policy", "cycles", "x NOP", "persists", "critical", "stall", "wall s");
+    println!(
+        "{:<9} {:<6} {:>12} {:>7} {:>9} {:>9} {:>12} {:>8}",
+        "lfd", "policy", "cycles", "x NOP", "persists", "critical", "stall", "wall s"
+    );
     for lfd in lfds(&a.lfd)? {
         let ops = a.ops.unwrap_or(if lfd == LfdKind::List { 25 } else { 100 });
         let mut nop = 0;
         for &policy in &pols {
-            let r = bench(&BenchOpts { lfd, policy, threads: a.threads, size, ops, nvm: a.nvm, ret_watermark: a.ret_watermark, seed: a.seed });
+            let r = bench(&BenchOpts {
+                lfd,
+                policy,
+                threads: a.threads,
+                size,
+                ops,
+                nvm: a.nvm,
+                ret_watermark: a.ret_watermark,
+                seed: a.seed,
+            });
             if policy == PolicyKind::Nop {
                 nop = r.cycles.max(1);
             }
@@ -215,7 +265,13 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
         }
         if a.volatile {
             let ops_s = tandem_lrp::bench::volatile(lfd, a.threads, size, ops, a.seed);
-            println!("{:<9} {:<6} real atomics, {} OS threads: {:.0} ops/s (wall clock)", lfd.name(), "atomic", a.threads, ops_s);
+            println!(
+                "{:<9} {:<6} real atomics, {} OS threads: {:.0} ops/s (wall clock)",
+                lfd.name(),
+                "atomic",
+                a.threads,
+                ops_s
+            );
         }
     }
     if let Some(path) = &a.json {

@@ -8,15 +8,15 @@ mod ddp_cmd;
 mod ddp_demo;
 mod ddp_tcp_cmd;
 mod demo;
-mod litmus_cmd;
-mod litmus_worker_cmd;
-mod kite_cmd;
-mod kite_demo;
-mod lrp_cmd;
 mod experiment_cmd;
 mod heal_cmd;
 mod heal_demo;
 mod heal_tcp;
+mod kite_cmd;
+mod kite_demo;
+mod litmus_cmd;
+mod litmus_worker_cmd;
+mod lrp_cmd;
 mod memory_server;
 mod net_cmd;
 mod node_cmd;
@@ -31,7 +31,11 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "tandem", version, about = "Tandem: fault-tolerant transactional KV stores on disaggregated memory")]
+#[command(
+    name = "tandem",
+    version,
+    about = "Tandem: fault-tolerant transactional KV stores on disaggregated memory"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

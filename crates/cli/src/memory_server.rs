@@ -34,7 +34,8 @@ pub fn run(a: MemoryServerArgs) -> Result<(), String> {
             s
         }
     };
-    let listener = TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+    let listener =
+        TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let node = Arc::new(MemoryNode::new(bytes, secret.rotate_left(17)));
     // The harness that started us waits for this exact line.

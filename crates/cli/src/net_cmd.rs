@@ -52,7 +52,11 @@ const SECRET: u64 = 0xEC40;
 fn host_cfg(id: u16, peers: &[std::net::SocketAddr], dir: &str) -> HostConfig {
     HostConfig {
         id,
-        peers: peers.iter().enumerate().map(|(i, &a)| (i as u16, a)).collect(),
+        peers: peers
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| (i as u16, a))
+            .collect(),
         manager: None,
         secret: SECRET,
         nvm: std::path::Path::new(dir).join(format!("echo{id}.nvm")),
@@ -69,7 +73,10 @@ pub fn run(a: NetArgs) -> Result<(), String> {
         NetCommand::EchoPeer(p) => {
             let peers = parse_addrs(&p.peers)?;
             let l = TcpListener::bind(peers[1]).map_err(|e| e.to_string())?;
-            let factory = EchoFactory { window: 0, received: Arc::default() };
+            let factory = EchoFactory {
+                window: 0,
+                received: Arc::default(),
+            };
             host::run::<Echo, _>(host_cfg(1, &peers, &p.dir), l, factory).map_err(|e| e.to_string())
         }
     }
@@ -77,9 +84,15 @@ pub fn run(a: NetArgs) -> Result<(), String> {
 
 fn echo(a: EchoArgs) -> Result<(), String> {
     let rate = echo_rate(a.window, a.seconds)?;
-    println!("echo between two processes: {rate:.0} messages/s ({} in flight)", a.window);
+    println!(
+        "echo between two processes: {rate:.0} messages/s ({} in flight)",
+        a.window
+    );
     if let Some(p) = &a.json {
-        write_json(p, &serde_json::json!({ "system": "net", "window": a.window, "messages_per_s": rate }))?;
+        write_json(
+            p,
+            &serde_json::json!({ "system": "net", "window": a.window, "messages_per_s": rate }),
+        )?;
     }
     Ok(())
 }
@@ -90,13 +103,35 @@ pub fn echo_rate(window: u64, seconds: f64) -> Result<f64, String> {
     let dir = std::env::temp_dir().join(format!("tandem-echo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let l0 = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    let a1 = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?;
+    let a1 = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?;
     let peers = vec![l0.local_addr().map_err(|e| e.to_string())?, a1];
     let list = format!("{},{}", peers[0], peers[1]);
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe).args(["net", "echo-peer", "--peers", &list, "--dir", dir.to_str().unwrap_or(".")]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .args([
+            "net",
+            "echo-peer",
+            "--peers",
+            &list,
+            "--dir",
+            dir.to_str().unwrap_or("."),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
     let received = Arc::new(AtomicU64::new(0));
-    let node = host::spawn::<Echo, _>(host_cfg(0, &peers, dir.to_str().unwrap_or(".")), l0, EchoFactory { window, received: received.clone() }).map_err(|e| e.to_string())?;
+    let node = host::spawn::<Echo, _>(
+        host_cfg(0, &peers, dir.to_str().unwrap_or(".")),
+        l0,
+        EchoFactory {
+            window,
+            received: received.clone(),
+        },
+    )
+    .map_err(|e| e.to_string())?;
     // Warm up, then measure.
     std::thread::sleep(Duration::from_millis(500));
     let (start, before) = (Instant::now(), received.load(Ordering::Relaxed));

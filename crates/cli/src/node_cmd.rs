@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use tandem_ddp::load::{Load, LoadConfig};
 use tandem_ddp::ycsb_session::SessionPlan;
-use tandem_workloads::ycsb::Ycsb;
 use tandem_ddp::{Bugs, DdpFactory, HealOpts, Model, Params};
 use tandem_net::host::{self, HostConfig};
 use tandem_net::manager::{self, ManagerConfig};
+use tandem_workloads::ycsb::Ycsb;
 
 use crate::args::{parse_addrs, secret_from};
 
@@ -64,7 +64,8 @@ pub struct NodeArgs {
 }
 
 fn secret(flag: Option<&str>) -> Result<u64, String> {
-    secret_from(flag)?.ok_or_else(|| "a cluster secret is needed: --secret HEX or TANDEM_SECRET".to_string())
+    secret_from(flag)?
+        .ok_or_else(|| "a cluster secret is needed: --secret HEX or TANDEM_SECRET".to_string())
 }
 
 /// Turn transparent huge pages off for this server process. mimalloc
@@ -80,7 +81,10 @@ fn no_huge_pages() {
     // process's memory map, checked at every later page fault.
     let r = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
     if r != 0 {
-        eprintln!("warning: cannot turn transparent huge pages off: {}", std::io::Error::last_os_error());
+        eprintln!(
+            "warning: cannot turn transparent huge pages off: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
@@ -108,7 +112,11 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
         "heal" => return Err(format!("HEAL recovers the Lin models (lin-strict, lin-synch, lin-re, lin-eventual, lin-scope); not {model} (use --recovery full-copy)")),
         other => return Err(format!("unknown --recovery '{other}': full-copy or heal")),
     };
-    let factory = DdpFactory { bugs: Bugs::parse(&a.bugs)?, heal, ..DdpFactory::new(model, Params::TCP) };
+    let factory = DdpFactory {
+        bugs: Bugs::parse(&a.bugs)?,
+        heal,
+        ..DdpFactory::new(model, Params::TCP)
+    };
     host::run(cfg, listener, factory).map_err(|e| format!("node {}: {e}", a.id))
 }
 
@@ -116,12 +124,30 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
 /// address, static membership unless --manager.
 fn host_config(a: &NodeArgs) -> Result<(HostConfig, TcpListener), String> {
     let peers = parse_addrs(&a.peers)?;
-    let me = *peers.get(a.id as usize).ok_or_else(|| format!("--id {} is not a position in --peers ({} nodes)", a.id, peers.len()))?;
-    let manager = a.manager.as_deref().map(|m| m.parse::<SocketAddr>().map_err(|e| format!("--manager {m}: {e}"))).transpose()?;
-    let listener = TcpListener::bind(me).map_err(|e| format!("node {}: cannot listen on {me}: {e}", a.id))?;
+    let me = *peers.get(a.id as usize).ok_or_else(|| {
+        format!(
+            "--id {} is not a position in --peers ({} nodes)",
+            a.id,
+            peers.len()
+        )
+    })?;
+    let manager = a
+        .manager
+        .as_deref()
+        .map(|m| {
+            m.parse::<SocketAddr>()
+                .map_err(|e| format!("--manager {m}: {e}"))
+        })
+        .transpose()?;
+    let listener =
+        TcpListener::bind(me).map_err(|e| format!("node {}: cannot listen on {me}: {e}", a.id))?;
     let cfg = HostConfig {
         id: a.id,
-        peers: peers.iter().enumerate().map(|(i, &p)| (i as u16, p)).collect(),
+        peers: peers
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| (i as u16, p))
+            .collect(),
         manager,
         secret: secret(a.secret.as_deref())?,
         nvm: a.nvm.clone(),
@@ -148,25 +174,42 @@ fn kite_node(a: NodeArgs) -> Result<(), String> {
         kcfg.retry_ns = kcfg.timeout_ns / 2;
     }
     if let Some(m) = &a.mutant {
-        kcfg.mutant = Some(tandem_kite::Mutant::parse(m).ok_or_else(|| format!("--mutant {m}: unknown (see `tandem kite check --help`)"))?);
+        kcfg.mutant =
+            Some(tandem_kite::Mutant::parse(m).ok_or_else(|| {
+                format!("--mutant {m}: unknown (see `tandem kite check --help`)")
+            })?);
     }
     let (cfg, listener) = host_config(&a)?;
     let me = cfg.peers[a.id as usize].1;
-    println!("node {} (kite, time-out {} us) listening on {me}", a.id, kcfg.timeout_ns / 1000);
-    host::run(cfg, listener, tandem_kite::simcheck::KiteFactory(kcfg)).map_err(|e| format!("node {}: {e}", a.id))
+    println!(
+        "node {} (kite, time-out {} us) listening on {me}",
+        a.id,
+        kcfg.timeout_ns / 1000
+    );
+    host::run(cfg, listener, tandem_kite::simcheck::KiteFactory(kcfg))
+        .map_err(|e| format!("node {}: {e}", a.id))
 }
 
 /// `tandem node --system zab`: one member of the in-memory ZAB ensemble
 /// that `tandem kite bench` measures Kite against (node 0 is the leader;
 /// no leader election, so a dead leader stops writes).
 fn zab_node(a: NodeArgs) -> Result<(), String> {
-    if !a.bugs.is_empty() || a.recovery != "full-copy" || a.timeout_ms.is_some() || a.mutant.is_some() {
+    if !a.bugs.is_empty()
+        || a.recovery != "full-copy"
+        || a.timeout_ms.is_some()
+        || a.mutant.is_some()
+    {
         return Err("--inject-bug and --recovery are DDP's, --timeout-ms and --mutant Kite's; zab takes none".into());
     }
     let (cfg, listener) = host_config(&a)?;
     let me = cfg.peers[a.id as usize].1;
-    println!("node {} (zab, {}) listening on {me}", a.id, if a.id == 0 { "leader" } else { "follower" });
-    host::run(cfg, listener, tandem_bench::kite_zab::ZabFactory::default()).map_err(|e| format!("node {}: {e}", a.id))
+    println!(
+        "node {} (zab, {}) listening on {me}",
+        a.id,
+        if a.id == 0 { "leader" } else { "follower" }
+    );
+    host::run(cfg, listener, tandem_bench::kite_zab::ZabFactory::default())
+        .map_err(|e| format!("node {}: {e}", a.id))
 }
 
 #[derive(Args)]
@@ -185,10 +228,18 @@ pub struct ManagerArgs {
 
 pub fn manager(a: ManagerArgs) -> Result<(), String> {
     no_huge_pages();
-    let listener = TcpListener::bind(&a.listen).map_err(|e| format!("manager: cannot listen on {}: {e}", a.listen))?;
-    println!("manager listening on {}", listener.local_addr().map_err(|e| e.to_string())?);
+    let listener = TcpListener::bind(&a.listen)
+        .map_err(|e| format!("manager: cannot listen on {}: {e}", a.listen))?;
+    println!(
+        "manager listening on {}",
+        listener.local_addr().map_err(|e| e.to_string())?
+    );
     let lease = a.lease_ms * 1_000_000;
-    let cfg = ManagerConfig { lease_ns: lease, margin_ns: lease / 4, ..ManagerConfig::default() };
+    let cfg = ManagerConfig {
+        lease_ns: lease,
+        margin_ns: lease / 4,
+        ..ManagerConfig::default()
+    };
     let members: Vec<u16> = (0..a.nodes).collect();
     manager::serve(listener, secret(a.secret.as_deref())?, &members, cfg).map_err(|e| e.to_string())
 }
@@ -230,7 +281,10 @@ pub struct LoadArgs {
 }
 
 pub fn load(a: LoadArgs) -> Result<(), String> {
-    let plan = SessionPlan::paper(Ycsb::new(&a.workload, a.records, a.uniform)?, Model::parse(&a.model)?);
+    let plan = SessionPlan::paper(
+        Ycsb::new(&a.workload, a.records, a.uniform)?,
+        Model::parse(&a.model)?,
+    );
     let cfg = LoadConfig {
         nodes: parse_addrs(&a.nodes)?,
         secret: secret(a.secret.as_deref())?,
@@ -244,9 +298,15 @@ pub fn load(a: LoadArgs) -> Result<(), String> {
     let load = Load::start(&cfg, epoch);
     let mut last = 0;
     while epoch.elapsed().as_secs_f64() < a.duration {
-        std::thread::sleep(Duration::from_secs(1).min(Duration::from_secs_f64((a.duration - epoch.elapsed().as_secs_f64()).max(0.0))));
+        std::thread::sleep(Duration::from_secs(1).min(Duration::from_secs_f64(
+            (a.duration - epoch.elapsed().as_secs_f64()).max(0.0),
+        )));
         let now = load.completed.load(std::sync::atomic::Ordering::Relaxed);
-        eprintln!("  {:.0} s: {} ops/s", epoch.elapsed().as_secs_f64(), now - last);
+        eprintln!(
+            "  {:.0} s: {} ops/s",
+            epoch.elapsed().as_secs_f64(),
+            now - last
+        );
         last = now;
     }
     let requests = load.completed.load(std::sync::atomic::Ordering::Relaxed);
@@ -257,8 +317,12 @@ pub fn load(a: LoadArgs) -> Result<(), String> {
         tandem_check::write_jsonl(p, &ops)?;
     }
     if a.check_lin {
-        let s = tandem_check::check_linearizable(&ops).map_err(|v| format!("history not linearizable: {v}"))?;
-        println!("linearizable: {} keys, {} operations checked", s.keys, s.ops);
+        let s = tandem_check::check_linearizable(&ops)
+            .map_err(|v| format!("history not linearizable: {v}"))?;
+        println!(
+            "linearizable: {} keys, {} operations checked",
+            s.keys, s.ops
+        );
     }
     Ok(())
 }

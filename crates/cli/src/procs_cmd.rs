@@ -47,11 +47,17 @@ pub struct ClusterArgs {
 impl ClusterArgs {
     fn cluster(&self) -> Result<TcpCluster, String> {
         let addrs = parse_addrs(&self.memory)?;
-        let secret = secret_from(self.secret.as_deref())?.ok_or("--secret or $TANDEM_SECRET is required")?;
+        let secret =
+            secret_from(self.secret.as_deref())?.ok_or("--secret or $TANDEM_SECRET is required")?;
         Ok(TcpCluster::new(addrs, secret))
     }
     fn micro(&self, write_ratio: f64) -> Result<MicroSpec, String> {
-        let m = MicroSpec { keys: self.keys, write_ratio, ops_per_tx: 2, chooser: KeyChooser::Uniform };
+        let m = MicroSpec {
+            keys: self.keys,
+            write_ratio,
+            ops_per_tx: 2,
+            chooser: KeyChooser::Uniform,
+        };
         m.validate()?;
         Ok(m)
     }
@@ -63,12 +69,23 @@ impl ClusterArgs {
     }
     /// Wait (bounded) until every memory server accepts connections.
     fn wait_for_memory(&self, who: &str) -> Result<(), String> {
-        wait_for_listeners(who, "memory server", &parse_addrs(&self.memory)?, self.patience()?)
+        wait_for_listeners(
+            who,
+            "memory server",
+            &parse_addrs(&self.memory)?,
+            self.patience()?,
+        )
     }
     fn store(&self) -> Result<StoreConfig, String> {
         let n = parse_addrs(&self.memory)?.len() as u16;
         if let Some(keys) = self.litmus_keys {
-            let s = tandem_dart::proc_run::litmus_store(Mode::Pandora, n, self.replicas, self.log_slots, keys);
+            let s = tandem_dart::proc_run::litmus_store(
+                Mode::Pandora,
+                n,
+                self.replicas,
+                self.log_slots,
+                keys,
+            );
             s.validate()?;
             return Ok(s);
         }
@@ -136,38 +153,77 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
     }
     let replicas = match &a.fd_replicas {
         None => vec![a.listen.clone()],
-        Some(list) => list.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect(),
+        Some(list) => list
+            .split(',')
+            .map(|x| x.trim().to_string())
+            .filter(|x| !x.is_empty())
+            .collect(),
     };
-    let index = replicas.iter().position(|r| *r == a.listen).ok_or_else(|| format!("--listen {} is not among --fd-replicas {}", a.listen, replicas.join(",")))?;
+    let index = replicas
+        .iter()
+        .position(|r| *r == a.listen)
+        .ok_or_else(|| {
+            format!(
+                "--listen {} is not among --fd-replicas {}",
+                a.listen,
+                replicas.join(",")
+            )
+        })?;
     if replicas.len() > tandem_membership::MAX_FD_REPLICAS as usize {
-        return Err(format!("at most {} membership replicas", tandem_membership::MAX_FD_REPLICAS));
+        return Err(format!(
+            "at most {} membership replicas",
+            tandem_membership::MAX_FD_REPLICAS
+        ));
     }
     if replicas.len() > 1 && a.zookeeper.is_none() {
         return Err("--fd-replicas needs --zookeeper: the replicas elect their leader and share their state there".into());
     }
-    let listener = TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+    let listener =
+        TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
     // Listen first (compute servers may wait for it), then wait for the memory servers.
 
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     println!("listening on {local}");
     let timeout = Duration::from_secs_f64(a.timeout_ms / 1e3);
-    let replica = Replica::start(listener, index as u8, replicas.len() as u8, (timeout / 5).max(Duration::from_micros(200)));
+    let replica = Replica::start(
+        listener,
+        index as u8,
+        replicas.len() as u8,
+        (timeout / 5).max(Duration::from_micros(200)),
+    );
     a.cluster.wait_for_memory("membership")?;
     let zookeeper = match &a.zookeeper {
         Some(hosts) => {
-            let cluster = parse_addrs(&a.cluster.memory)?.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+            let cluster = parse_addrs(&a.cluster.memory)?
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
             let campaign = (replicas.len() > 1).then(|| {
                 let r = replica.clone();
-                Campaign { me: local.to_string(), on_leader: Box::new(move |who: &str| r.set_leader(who)) }
+                Campaign {
+                    me: local.to_string(),
+                    on_leader: Box::new(move |who: &str| r.set_leader(who)),
+                }
             });
-            let z = ZkState::open(hosts, &a.zk_path, &cluster, Duration::from_millis(a.zk_session_ms), campaign)?;
+            let z = ZkState::open(
+                hosts,
+                &a.zk_path,
+                &cluster,
+                Duration::from_millis(a.zk_session_ms),
+                campaign,
+            )?;
             if replicas.len() > 1 {
                 eprintln!("membership: replica {index} of {} leads", replicas.len());
             }
             eprintln!(
                 "membership: state in ZooKeeper {}: {}",
                 z.describe(),
-                if z.restored().is_some() { "found, resuming" } else { "none yet, starting afresh" }
+                if z.restored().is_some() {
+                    "found, resuming"
+                } else {
+                    "none yet, starting afresh"
+                }
             );
             Some(z)
         }
@@ -175,7 +231,9 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
     };
     let resumed = zookeeper.as_ref().is_some_and(|z| z.restored().is_some());
     if a.load && resumed {
-        eprintln!("membership: the cluster is running (state resumed from ZooKeeper); skipping --load");
+        eprintln!(
+            "membership: the cluster is running (state resumed from ZooKeeper); skipping --load"
+        );
     } else if a.load {
         let n = procs::load_micro(&memory, &store, &a.cluster.micro(0.5)?)?;
         eprintln!("membership: loaded {n} keys");
@@ -196,7 +254,10 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
 fn recovery_bugs(names: &[String]) -> Result<tandem_dkvs::recovery::RecoveryBugs, String> {
     let bugs = tandem_dart::campaign::parse_bugs(names)?;
     if bugs.store != Default::default() || bugs.deployment != Default::default() {
-        return Err(format!("the membership takes recovery bugs only ({}), not {names:?}", tandem_dart::campaign::RECOVERY_BUG_NAMES.join(", ")));
+        return Err(format!(
+            "the membership takes recovery bugs only ({}), not {names:?}",
+            tandem_dart::campaign::RECOVERY_BUG_NAMES.join(", ")
+        ));
     }
     if !names.is_empty() {
         eprintln!("membership: log recovery re-injects {}", names.join(", "));
@@ -236,7 +297,10 @@ pub struct ComputeServerArgs {
 
 pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
     if a.node == 0 || a.node >= tandem_membership::FIRST_INCARNATION_ID {
-        return Err(format!("--node must be between 1 and {}", tandem_membership::FIRST_INCARNATION_ID - 1));
+        return Err(format!(
+            "--node must be between 1 and {}",
+            tandem_membership::FIRST_INCARNATION_ID - 1
+        ));
     }
     if !(a.duration.is_finite() && a.duration > 0.0 && a.heartbeat_ms > 0.0) {
         return Err("--duration and --heartbeat-ms must be positive".into());
@@ -290,7 +354,12 @@ pub struct CheckClusterArgs {
 }
 
 pub fn check_cluster(a: CheckClusterArgs) -> Result<(), String> {
-    let split = |s: &str| -> Vec<PathBuf> { s.split(',').filter(|x| !x.is_empty()).map(PathBuf::from).collect() };
+    let split = |s: &str| -> Vec<PathBuf> {
+        s.split(',')
+            .filter(|x| !x.is_empty())
+            .map(PathBuf::from)
+            .collect()
+    };
     let ledger = procs::read_ledgers(&split(&a.ledgers))?;
     let mut failed = Vec::new();
     for p in split(&a.failed) {
@@ -300,14 +369,21 @@ pub fn check_cluster(a: CheckClusterArgs) -> Result<(), String> {
         failed.extend(procs::fenced_ids(&p)?);
     }
     a.cluster.wait_for_memory("check-cluster")?;
-    let c = procs::check_cluster(&a.cluster.cluster()?, &a.cluster.store()?, &a.cluster.micro(0.5)?, &ledger, &failed)?;
+    let c = procs::check_cluster(
+        &a.cluster.cluster()?,
+        &a.cluster.store()?,
+        &a.cluster.micro(0.5)?,
+        &ledger,
+        &failed,
+    )?;
     let v = &c.violations;
     eprintln!(
         "check-cluster: {} acknowledged writes, {} in doubt; {}",
         ledger.writes_committed,
         ledger.in_doubt,
         if v.is_empty() {
-            "replicas identical, no lock held by a live coordinator, counters consistent".to_string()
+            "replicas identical, no lock held by a live coordinator, counters consistent"
+                .to_string()
         } else {
             format!("{} VIOLATIONS", v.len())
         }

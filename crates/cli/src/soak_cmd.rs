@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde::Serialize;
+use tandem_bench::sim_suspicion::{self, FencingBugs, SuspicionConfig};
 use tandem_cluster::backend::Backend;
 use tandem_cluster::runner::{self, CrashPlan, RunConfig, RunResult, SuspectPlan};
-use tandem_bench::sim_suspicion::{self, FencingBugs, SuspicionConfig};
 use tandem_cluster::workload::WorkloadSpec;
 use tandem_dkvs::{Layout, Mode};
 use tandem_sim::Rng;
@@ -70,19 +70,30 @@ struct SoakReport {
 /// of any node (replacements included), maybe a competing load.
 fn plan(a: &SoakArgs, seed: u64) -> (RunConfig, bool) {
     let mut r = Rng::new(seed);
-    let workload = WorkloadSpec::from_name("smallbank", Some(a.accounts)).expect("smallbank exists");
+    let workload =
+        WorkloadSpec::from_name("smallbank", Some(a.accounts)).expect("smallbank exists");
     let mut cfg = RunConfig::new(Mode::Pandora, workload);
     cfg.duration = Duration::from_secs_f64(a.duration);
     cfg.heartbeat_timeout = Duration::from_millis(10);
     cfg.seed = seed;
-    let at = |r: &mut Rng, lo: f64, hi: f64| cfg.duration.mul_f64(lo + (hi - lo) * r.below(1000) as f64 / 1000.0);
+    let at = |r: &mut Rng, lo: f64, hi: f64| {
+        cfg.duration
+            .mul_f64(lo + (hi - lo) * r.below(1000) as f64 / 1000.0)
+    };
     if r.chance(0.7) {
-        cfg.crash = Some(CrashPlan { node: 1, after: at(&mut r, 0.1, 0.8) });
+        cfg.crash = Some(CrashPlan {
+            node: 1,
+            after: at(&mut r, 0.1, 0.8),
+        });
     }
     for _ in 0..1 + r.below(3) {
         let pause = cfg.heartbeat_timeout * (2 + r.below(5) as u32);
         let after = at(&mut r, 0.05, 0.8);
-        cfg.suspect.push(SuspectPlan { node: r.below(cfg.compute_nodes as u64 + 2) as u16, after, pause });
+        cfg.suspect.push(SuspectPlan {
+            node: r.below(cfg.compute_nodes as u64 + 2) as u16,
+            after,
+            pause,
+        });
     }
     (cfg, r.chance(0.5))
 }
@@ -105,9 +116,16 @@ fn competing_load(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
 fn judge(i: u32, seed: u64, cfg: &RunConfig, load: bool, r: &RunResult) -> SoakRun {
     let tail = r.timeline.committed.len() / 10;
     let commits_at_end: u64 = r.timeline.committed.iter().rev().take(tail.max(1)).sum();
-    let mut problems: Vec<String> = r.violations.iter().chain(&r.errors).take(5).cloned().collect();
+    let mut problems: Vec<String> = r
+        .violations
+        .iter()
+        .chain(&r.errors)
+        .take(5)
+        .cloned()
+        .collect();
     if commits_at_end == 0 {
-        problems.push("no commits in the last tenth of the run: throughput did not come back".into());
+        problems
+            .push("no commits in the last tenth of the run: throughput did not come back".into());
     }
     let check_passed = r.check_passed == Some(true);
     if !check_passed && problems.is_empty() {
@@ -140,7 +158,12 @@ pub fn soak(a: SoakArgs) -> Result<(), String> {
         let seed = a.seed + i as u64;
         let (cfg, load) = plan(&a, seed);
         cfg.validate()?;
-        let region = Layout::new(&cfg.store_config())?.region_bytes.iter().copied().max().unwrap_or(0);
+        let region = Layout::new(&cfg.store_config())?
+            .region_bytes
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0);
         let backend = Backend::inline_yielding(cfg.memory_nodes as usize, region, seed);
         let stop = Arc::new(AtomicBool::new(false));
         let neighbour = load.then(|| competing_load(stop.clone()));
@@ -168,7 +191,15 @@ pub fn soak(a: SoakArgs) -> Result<(), String> {
     let violations: Vec<String> = details
         .iter()
         .filter(|d| !d.problems.is_empty())
-        .map(|d| format!("run {} ({}): replay with tandem soak --runs 1 --seed {} --duration {}", d.run, d.problems.join("; "), d.seed, a.duration))
+        .map(|d| {
+            format!(
+                "run {} ({}): replay with tandem soak --runs 1 --seed {} --duration {}",
+                d.run,
+                d.problems.join("; "),
+                d.seed,
+                a.duration
+            )
+        })
         .collect();
     let report = SoakReport {
         system: "pandora",
@@ -226,23 +257,49 @@ pub fn sim_suspicion(a: SimSuspicionArgs) -> Result<(), String> {
         match b.as_str() {
             "revocable-fencing" => bugs.revocable_fencing = true,
             "ignore-own-failure" => bugs.ignore_own_failure = true,
-            other => return Err(format!("unknown bug '{other}': revocable-fencing, ignore-own-failure")),
+            other => {
+                return Err(format!(
+                    "unknown bug '{other}': revocable-fencing, ignore-own-failure"
+                ))
+            }
         }
     }
-    let mut rep = SimSuspicionReport { system: "pandora", seeds: a.seeds, committed: 0, suspected: 0, rejoins: 0, fenced_acks: 0, violation_count: 0, violations: Vec::new() };
+    let mut rep = SimSuspicionReport {
+        system: "pandora",
+        seeds: a.seeds,
+        committed: 0,
+        suspected: 0,
+        rejoins: 0,
+        fenced_acks: 0,
+        violation_count: 0,
+        violations: Vec::new(),
+    };
     let started = Instant::now();
     let mut last = Instant::now();
     for seed in a.seed..a.seed + a.seeds {
-        let r = sim_suspicion::run(&SuspicionConfig { bugs, ..SuspicionConfig::random(seed) });
+        let r = sim_suspicion::run(&SuspicionConfig {
+            bugs,
+            ..SuspicionConfig::random(seed)
+        });
         rep.committed += r.committed;
         rep.suspected += r.declared.len();
         rep.rejoins += r.rejoins as u64;
         rep.fenced_acks += r.fenced_acks;
         if let Some(v) = r.violations.first() {
-            rep.violations.push(format!("seed {seed}: {v} ({} in all); replay: {}", r.violations.len(), r.replay));
+            rep.violations.push(format!(
+                "seed {seed}: {v} ({} in all); replay: {}",
+                r.violations.len(),
+                r.replay
+            ));
         }
         if last.elapsed() >= Duration::from_secs(1) || a.seeds == 1 {
-            eprintln!("  seed {seed}: {} committed, declared {:?}, {} rejoins, {} violations", r.committed, r.declared, r.rejoins, r.violations.len());
+            eprintln!(
+                "  seed {seed}: {} committed, declared {:?}, {} rejoins, {} violations",
+                r.committed,
+                r.declared,
+                r.rejoins,
+                r.violations.len()
+            );
             last = Instant::now();
         }
     }

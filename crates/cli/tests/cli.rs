@@ -22,22 +22,56 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn demo_runs_and_passes_its_consistency_check() {
     let _serial = serial();
     let fig = std::env::temp_dir().join(format!("tandem-demo-fig-{}", std::process::id()));
-    let out = tandem().args(["demo", "--duration", "1", "--coordinators", "8", "--accounts", "20000", "--figure", fig.to_str().unwrap()]).output().unwrap();
+    let out = tandem()
+        .args([
+            "demo",
+            "--duration",
+            "1",
+            "--coordinators",
+            "8",
+            "--accounts",
+            "20000",
+            "--figure",
+            fig.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "demo failed:\n{err}");
     // The throughput-timeline figure, as SVG and PNG, with the crash marked.
     let svg = std::fs::read_to_string(fig.with_extension("svg")).unwrap();
     // Node 2 crashes (or the incarnation that replaced it, if a false
     // suspicion on a loaded machine fenced node 2 first).
-    assert!(svg.contains(" crashes") && svg.contains("recovered"), "{svg}");
+    assert!(
+        svg.contains(" crashes") && svg.contains("recovered"),
+        "{svg}"
+    );
     // The falsely suspected node 1 is fenced and comes back as a new incarnation.
-    assert!(svg.contains("node 1 suspected") && svg.contains("rejoins for suspected node 1"), "{svg}");
-    assert!(err.contains("0 commits acknowledged by fenced incarnations"), "{err}");
-    assert_eq!(&std::fs::read(fig.with_extension("png")).unwrap()[1..4], b"PNG");
-    assert!(err.contains(&format!("{}", fig.with_extension("png").display())), "the figure's path is printed:\n{err}");
+    assert!(
+        svg.contains("node 1 suspected") && svg.contains("rejoins for suspected node 1"),
+        "{svg}"
+    );
+    assert!(
+        err.contains("0 commits acknowledged by fenced incarnations"),
+        "{err}"
+    );
+    assert_eq!(
+        &std::fs::read(fig.with_extension("png")).unwrap()[1..4],
+        b"PNG"
+    );
+    assert!(
+        err.contains(&format!("{}", fig.with_extension("png").display())),
+        "the figure's path is printed:\n{err}"
+    );
     assert!(err.contains("consistency    passed"), "{err}");
-    assert!(err.contains("tx/s"), "progress and summary are printed:\n{err}");
-    assert!(err.contains("CRASH compute node"), "the demo crashes a compute node mid-run:\n{err}");
+    assert!(
+        err.contains("tx/s"),
+        "progress and summary are printed:\n{err}"
+    );
+    assert!(
+        err.contains("CRASH compute node"),
+        "the demo crashes a compute node mid-run:\n{err}"
+    );
     assert!(err.contains("the survivor kept committing"), "{err}");
 }
 
@@ -49,19 +83,41 @@ fn recovery_experiment_reports_every_phase_in_json() {
         std::fs::create_dir_all(&dir).unwrap();
         let json = dir.join("recovery.json");
         let out = tandem()
-            .args(["recovery", "--fabric", fabric, "--coordinators", "8", "--keys", "5000", "--duration", "1.2", "--crash-after", "0.4"])
+            .args([
+                "recovery",
+                "--fabric",
+                fabric,
+                "--coordinators",
+                "8",
+                "--keys",
+                "5000",
+                "--duration",
+                "1.2",
+                "--crash-after",
+                "0.4",
+            ])
             .args(["--timeout-ms", "20", "--json", json.to_str().unwrap()])
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{fabric}: {err}");
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         let r = &v["recovery"];
-        for f in ["detect_us", "link_termination_us", "log_recovery_us", "total_us", "stray_locks_stolen"] {
+        for f in [
+            "detect_us",
+            "link_termination_us",
+            "log_recovery_us",
+            "total_us",
+            "stray_locks_stolen",
+        ] {
             assert!(r[f].is_number(), "{fabric}: missing {f}: {r}");
         }
         assert!(r["total_us"].as_f64().unwrap() >= r["detect_us"].as_f64().unwrap());
-        assert!(r["survivors_commits_during_recovery"].as_u64().unwrap() > 0, "{fabric}: survivors kept committing");
+        assert!(
+            r["survivors_commits_during_recovery"].as_u64().unwrap() > 0,
+            "{fabric}: survivors kept committing"
+        );
         assert_eq!(v["check_passed"], true);
     }
 }
@@ -73,17 +129,46 @@ fn bench_over_tcp_with_real_memory_server_processes_writes_json() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("bench.json");
     let out = tandem()
-        .args(["bench", "--store", "pandora,ford", "--fabric", "tcp", "--keys", "5000", "--duration", "0.5", "--warmup", "0.1"])
-        .args(["--rounds", "1", "--coordinators", "4", "--json", json.to_str().unwrap()])
+        .args([
+            "bench",
+            "--store",
+            "pandora,ford",
+            "--fabric",
+            "tcp",
+            "--keys",
+            "5000",
+            "--duration",
+            "0.5",
+            "--warmup",
+            "0.1",
+        ])
+        .args([
+            "--rounds",
+            "1",
+            "--coordinators",
+            "4",
+            "--json",
+            json.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed:\n{err}");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
     for r in runs {
-        for field in ["store", "workload", "fabric", "committed", "aborted", "duration_s", "throughput_tps", "verbs_per_commit"] {
+        for field in [
+            "store",
+            "workload",
+            "fabric",
+            "committed",
+            "aborted",
+            "duration_s",
+            "throughput_tps",
+            "verbs_per_commit",
+        ] {
             assert!(!r[field].is_null(), "missing {field}");
         }
         assert!(r["latency_us"]["p50"].is_u64() && r["latency_us"]["p99"].is_u64());
@@ -99,58 +184,141 @@ fn memory_server_survives_garbage_and_serves_a_bench_afterwards() {
     let _serial = serial();
     let secret = "00000000deadbeef";
     let mut child = tandem()
-        .args(["memory-server", "--listen", "127.0.0.1:0", "--mem", "64M", "--secret", secret])
+        .args([
+            "memory-server",
+            "--listen",
+            "127.0.0.1:0",
+            "--mem",
+            "64M",
+            "--secret",
+            secret,
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on ").expect("announces its address").to_string();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("announces its address")
+        .to_string();
     // Garbage: random bytes, an absurd length prefix, a half frame.
-    for junk in [&b"GET / HTTP/1.1\r\n\r\n"[..], &[0xff; 64][..], &[8, 0, 0, 0, 1][..]] {
+    for junk in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &[0xff; 64][..],
+        &[8, 0, 0, 0, 1][..],
+    ] {
         let mut s = TcpStream::connect(&addr).unwrap();
         s.write_all(junk).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut buf = Vec::new();
         let _ = s.read_to_end(&mut buf); // the server closes the connection
     }
-    assert!(child.try_wait().unwrap().is_none(), "the server must still be running");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the server must still be running"
+    );
     let out = tandem()
-        .args(["bench", "--fabric", "tcp", "--memory-nodes", "1", "--replicas", "1", "--memory", &addr, "--secret", secret])
-        .args(["--keys", "2000", "--duration", "0.3", "--warmup", "0.1", "--coordinators", "2"])
+        .args([
+            "bench",
+            "--fabric",
+            "tcp",
+            "--memory-nodes",
+            "1",
+            "--replicas",
+            "1",
+            "--memory",
+            &addr,
+            "--secret",
+            secret,
+        ])
+        .args([
+            "--keys",
+            "2000",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--coordinators",
+            "2",
+        ])
         .output()
         .unwrap();
     let _ = child.kill();
     let _ = child.wait();
-    assert!(out.status.success(), "bench against the survivor failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "bench against the survivor failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn bad_input_gets_a_clear_error() {
     let _serial = serial();
-    let out = tandem().args(["bench", "--store", "pandora,fast"]).output().unwrap();
+    let out = tandem()
+        .args(["bench", "--store", "pandora,fast"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown store mode 'fast'"));
-    let out = tandem().args(["bench", "--replicas", "4"]).output().unwrap();
+    let out = tandem()
+        .args(["bench", "--replicas", "4"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("replicas must be between 1 and"));
-    let out = tandem().args(["memory-server", "--mem", "12Q"]).output().unwrap();
+    let out = tandem()
+        .args(["memory-server", "--mem", "12Q"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("size suffix"));
     // The membership's hidden --inject-bug (DART's process runs) takes recovery bugs only.
-    let out = tandem().args(["membership", "--memory", "127.0.0.1:9", "--secret", "1", "--inject-bug", "covert-locks"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("the membership takes recovery bugs only"), "{out:?}");
+    let out = tandem()
+        .args([
+            "membership",
+            "--memory",
+            "127.0.0.1:9",
+            "--secret",
+            "1",
+            "--inject-bug",
+            "covert-locks",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the membership takes recovery bugs only"),
+        "{out:?}"
+    );
 }
 
 #[test]
 fn sim_bank_replay_command_runs_a_seed() {
     let _serial = serial();
-    let out = tandem().args(["sim-bank", "--store", "ford", "--seed", "3"]).output().unwrap();
+    let out = tandem()
+        .args(["sim-bank", "--store", "ford", "--seed", "3"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("seed 3:") && err.contains("all invariants hold"), "{err}");
-    let out = tandem().args(["sim-bank", "--inject-bug", "covert-locks", "--seeds", "5"]).output().unwrap();
-    assert!(!out.status.success(), "an injected bug must fail the replay");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("replay: cargo run --release -- sim-bank"));
+    assert!(
+        err.contains("seed 3:") && err.contains("all invariants hold"),
+        "{err}"
+    );
+    let out = tandem()
+        .args(["sim-bank", "--inject-bug", "covert-locks", "--seeds", "5"])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "an injected bug must fail the replay"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("replay: cargo run --release -- sim-bank")
+    );
 }
 
 /// A crashed TPC-C simulation replays from the command its report prints:
@@ -164,41 +332,102 @@ fn a_workload_simulation_replays_from_its_printed_command() {
     cfg.faults.crash = Some((1, 2_300_000));
     cfg.faults.detect_ns = 20_000;
     let r = run(&cfg);
-    assert!(r.clients_start_ns < 2_300_000, "the load now ends at {} ns: move the crash", r.clients_start_ns);
-    assert!(r.violations.is_empty() && r.recoveries.len() == 1, "{:?} {}", r.violations, r.replay);
-    assert!(r.recoveries[0].logs_found > 0, "the crash must cut transactions: {}", r.replay);
-    let args: Vec<&str> = r.replay.strip_prefix("cargo run --release -- ").expect("a tandem command").split_whitespace().collect();
+    assert!(
+        r.clients_start_ns < 2_300_000,
+        "the load now ends at {} ns: move the crash",
+        r.clients_start_ns
+    );
+    assert!(
+        r.violations.is_empty() && r.recoveries.len() == 1,
+        "{:?} {}",
+        r.violations,
+        r.replay
+    );
+    assert!(
+        r.recoveries[0].logs_found > 0,
+        "the crash must cut transactions: {}",
+        r.replay
+    );
+    let args: Vec<&str> = r
+        .replay
+        .strip_prefix("cargo run --release -- ")
+        .expect("a tandem command")
+        .split_whitespace()
+        .collect();
     let out = tandem().args(&args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let line = format!("seed 2: {} committed, {} aborted, {} verbs, {:.3} ms simulated", r.committed, r.aborted, r.stats.verbs, r.sim_time_ns as f64 / 1e6);
-    assert!(err.contains(&line), "expected '{line}' from `{}`:\n{err}", r.replay);
+    let line = format!(
+        "seed 2: {} committed, {} aborted, {} verbs, {:.3} ms simulated",
+        r.committed,
+        r.aborted,
+        r.stats.verbs,
+        r.sim_time_ns as f64 / 1e6
+    );
+    assert!(
+        err.contains(&line),
+        "expected '{line}' from `{}`:\n{err}",
+        r.replay
+    );
 }
 
 /// `n` memory-server processes on loopback; their addresses, comma-separated.
 fn memory_servers(n: usize, secret: &str) -> (Vec<Proc>, String) {
     let (procs, addrs): (Vec<Proc>, Vec<String>) = (0..n)
-        .map(|_| spawn_announcing(&["memory-server", "--listen", "127.0.0.1:0", "--mem", "64M", "--secret", secret], None))
+        .map(|_| {
+            spawn_announcing(
+                &[
+                    "memory-server",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--mem",
+                    "64M",
+                    "--secret",
+                    secret,
+                ],
+                None,
+            )
+        })
         .unzip();
     (procs, addrs.join(","))
 }
 
 /// Commits per 100 ms of a compute server's JSON report.
 fn read_timeline(json: &std::path::Path) -> Vec<u64> {
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    v["timeline_100ms"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    v["timeline_100ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
 }
 
 /// Post-run: the dead node's stray locks released, replicas identical,
 /// counters consistent with both compute servers' ledgers.
-fn assert_cluster_checks_out(common: &[&str], live: &std::path::Path, dead: &std::path::Path, membership_log: &str) {
+fn assert_cluster_checks_out(
+    common: &[&str],
+    live: &std::path::Path,
+    dead: &std::path::Path,
+    membership_log: &str,
+) {
     let out = tandem()
-        .args(["check-cluster", "--ledgers", &format!("{},{}", live.display(), dead.display()), "--failed", dead.to_str().unwrap()])
+        .args([
+            "check-cluster",
+            "--ledgers",
+            &format!("{},{}", live.display(), dead.display()),
+            "--failed",
+            dead.to_str().unwrap(),
+        ])
         .args(common)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}\nmembership log:\n{membership_log}");
+    assert!(
+        out.status.success(),
+        "{err}\nmembership log:\n{membership_log}"
+    );
     assert!(err.contains("counters consistent"), "{err}");
 }
 
@@ -216,10 +445,21 @@ fn spawn_announcing(args: &[&str], stderr_to: Option<&std::path::Path>) -> (Proc
         Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
         None => Stdio::null(),
     };
-    let mut child = tandem().args(args).stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
+    let mut child = tandem()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("{args:?} did not announce: {line}")).to_string();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{args:?} did not announce: {line}"))
+        .to_string();
     (Proc(child), addr)
 }
 
@@ -233,32 +473,64 @@ fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committ
     std::fs::create_dir_all(&dir).unwrap();
     let secret = "00000000c0ffee01";
     let (_servers, memory) = memory_servers(3, secret);
-    let common = ["--memory", memory.as_str(), "--secret", secret, "--keys", "20000"];
+    let common = [
+        "--memory",
+        memory.as_str(),
+        "--secret",
+        secret,
+        "--keys",
+        "20000",
+    ];
     let mlog = dir.join("membership.log");
     // 20 ms: this test shares two cores with everything else CI runs.
-    let mut margs = vec!["membership", "--listen", "127.0.0.1:0", "--load", "--timeout-ms", "20"];
+    let mut margs = vec![
+        "membership",
+        "--listen",
+        "127.0.0.1:0",
+        "--load",
+        "--timeout-ms",
+        "20",
+    ];
     margs.extend(common);
     let (_membership, maddr) = spawn_announcing(&margs, Some(&mlog));
     let compute = |node: &str, ledger: &std::path::Path, json: Option<&std::path::Path>| {
         let mut c = tandem();
-        c.args(["compute-server", "--membership", &maddr, "--node", node, "--coordinators", "8", "--duration", "3"])
-            .args(["--heartbeat-ms", "2", "--ledger", ledger.to_str().unwrap()])
-            .args(common)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        c.args([
+            "compute-server",
+            "--membership",
+            &maddr,
+            "--node",
+            node,
+            "--coordinators",
+            "8",
+            "--duration",
+            "3",
+        ])
+        .args(["--heartbeat-ms", "2", "--ledger", ledger.to_str().unwrap()])
+        .args(common)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
         if let Some(j) = json {
             c.args(["--json", j.to_str().unwrap()]);
         }
         c.spawn().unwrap()
     };
-    let (l1, l2, j1) = (dir.join("c1.ledger"), dir.join("c2.ledger"), dir.join("c1.json"));
+    let (l1, l2, j1) = (
+        dir.join("c1.ledger"),
+        dir.join("c2.ledger"),
+        dir.join("c1.json"),
+    );
     let survivor = compute("1", &l1, Some(&j1));
     let mut victim = Proc(compute("2", &l2, None));
     std::thread::sleep(Duration::from_millis(1000));
     victim.0.kill().unwrap(); // SIGKILL
     let _ = victim.0.wait();
     let out = survivor.wait_with_output().unwrap();
-    assert!(out.status.success(), "survivor failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "survivor failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Recovery finished and was published.
     let mut log = String::new();
     for _ in 0..50 {
@@ -268,24 +540,43 @@ fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committ
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(log.contains("compute node 2 missed its heartbeats") && log.contains("recovered node 2"), "{log}");
+    assert!(
+        log.contains("compute node 2 missed its heartbeats") && log.contains("recovered node 2"),
+        "{log}"
+    );
     assert!(log.contains("failed ids of node 2 published"), "{log}");
-    assert!(!log.contains("compute node 1 missed"), "no false positive on the survivor:\n{log}");
+    assert!(
+        !log.contains("compute node 1 missed"),
+        "no false positive on the survivor:\n{log}"
+    );
     for _ in 0..20 {
-        if std::fs::read_to_string(&mlog).unwrap_or_default().contains("compute node 1 left") {
+        if std::fs::read_to_string(&mlog)
+            .unwrap_or_default()
+            .contains("compute node 1 left")
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let log = std::fs::read_to_string(&mlog).unwrap_or_default();
-    assert!(log.contains("compute node 1 left") && !log.contains("compute node 1 missed"), "a clean exit is not a crash:\n{log}");
+    assert!(
+        log.contains("compute node 1 left") && !log.contains("compute node 1 missed"),
+        "a clean exit is not a crash:\n{log}"
+    );
     // Nobody is left to steal node 2's stray locks: the membership sweeps them.
-    let log = wait_for_log(&mlog, &["no compute node is left; released"], Duration::from_secs(5));
+    let log = wait_for_log(
+        &mlog,
+        &["no compute node is left; released"],
+        Duration::from_secs(5),
+    );
     assert!(log.contains("no compute node is left; released"), "{log}");
     // The survivor committed in every 100 ms bucket after the kill (crash at ~1 s).
     let timeline = read_timeline(&j1);
     assert!(timeline.len() >= 25, "{timeline:?}");
-    assert!(timeline[11..25].iter().all(|&c| c > 0), "the survivor kept committing through recovery: {timeline:?}");
+    assert!(
+        timeline[11..25].iter().all(|&c| c > 0),
+        "the survivor kept committing through recovery: {timeline:?}"
+    );
     // Post-run: stray locks of the dead node released, replicas identical, counters consistent.
     assert_cluster_checks_out(&common, &l1, &l2, &log);
 }
@@ -304,11 +595,21 @@ impl ZooKeeper {
 
     /// `Err` only when ZooKeeper cannot be installed here (the script's exit 3).
     fn start(tag: &str) -> Result<ZooKeeper, String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let dir = std::env::temp_dir().join(format!("tandem-zk-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let zk = ZooKeeper { port, dir };
-        let out = Command::new("bash").arg(Self::script()).arg("start").env("ZK_PORT", port.to_string()).env("ZK_DIR", &zk.dir).output().unwrap();
+        let out = Command::new("bash")
+            .arg(Self::script())
+            .arg("start")
+            .env("ZK_PORT", port.to_string())
+            .env("ZK_DIR", &zk.dir)
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         match out.status.code() {
             Some(0) => Ok(zk),
@@ -328,14 +629,21 @@ impl ZooKeeper {
                 eprintln!("SKIPPED: ZooKeeper cannot be installed here: {why}");
                 None
             }
-            Err(why) => panic!("CI must exercise the ZooKeeper path, but ZooKeeper cannot be installed: {why}"),
+            Err(why) => panic!(
+                "CI must exercise the ZooKeeper path, but ZooKeeper cannot be installed: {why}"
+            ),
         }
     }
 }
 
 impl Drop for ZooKeeper {
     fn drop(&mut self) {
-        let _ = Command::new("bash").arg(Self::script()).arg("stop").env("ZK_PORT", self.port.to_string()).env("ZK_DIR", &self.dir).output();
+        let _ = Command::new("bash")
+            .arg(Self::script())
+            .arg("stop")
+            .env("ZK_PORT", self.port.to_string())
+            .env("ZK_DIR", &self.dir)
+            .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -359,43 +667,87 @@ fn wait_for_log(path: &std::path::Path, what: &[&str], timeout: Duration) -> Str
 #[test]
 fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookeeper() {
     let _serial = serial();
-    let Some(zk) = ZooKeeper::start_or_skip("membership") else { return };
+    let Some(zk) = ZooKeeper::start_or_skip("membership") else {
+        return;
+    };
     let t0 = std::time::Instant::now();
     let dir = std::env::temp_dir().join(format!("tandem-zkkill9-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret = "00000000c0ffee02";
     let (_servers, memory) = memory_servers(3, secret);
-    let common = ["--memory", memory.as_str(), "--secret", secret, "--keys", "20000"];
+    let common = [
+        "--memory",
+        memory.as_str(),
+        "--secret",
+        secret,
+        "--keys",
+        "20000",
+    ];
     let zk_addr = format!("127.0.0.1:{}", zk.port);
     let membership = |listen: &str, log: &std::path::Path| {
         // The same command line both times: --load must not reload a running cluster.
-        let mut a = vec!["membership", "--listen", listen, "--load", "--timeout-ms", "20", "--zookeeper", zk_addr.as_str()];
+        let mut a = vec![
+            "membership",
+            "--listen",
+            listen,
+            "--load",
+            "--timeout-ms",
+            "20",
+            "--zookeeper",
+            zk_addr.as_str(),
+        ];
         a.extend(common);
         spawn_announcing(&a, Some(log))
     };
     let (mlog1, mlog2) = (dir.join("membership1.log"), dir.join("membership2.log"));
     let (mut first, maddr) = membership("127.0.0.1:0", &mlog1);
-    let compute = |node: &str, ledger: &std::path::Path, err: &std::path::Path, json: Option<&std::path::Path>| {
+    let compute = |node: &str,
+                   ledger: &std::path::Path,
+                   err: &std::path::Path,
+                   json: Option<&std::path::Path>| {
         // The compute servers are the load, not what is tested: at a lower
         // priority they leave ZooKeeper and the replicas enough of two cores
         // (at equal priority a starved ZooKeeper expired every session).
         let mut c = Command::new("nice");
         c.args(["-n", "10", env!("CARGO_BIN_EXE_tandem")]);
-        c.args(["compute-server", "--membership", &maddr, "--node", node, "--coordinators", "8", "--duration", "4"])
-            .args(["--heartbeat-ms", "2", "--ledger", ledger.to_str().unwrap()])
-            .args(common)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(err).unwrap()));
+        c.args([
+            "compute-server",
+            "--membership",
+            &maddr,
+            "--node",
+            node,
+            "--coordinators",
+            "8",
+            "--duration",
+            "4",
+        ])
+        .args(["--heartbeat-ms", "2", "--ledger", ledger.to_str().unwrap()])
+        .args(common)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(err).unwrap()));
         if let Some(j) = json {
             c.args(["--json", j.to_str().unwrap()]);
         }
         Proc(c.spawn().unwrap())
     };
-    let (l1, l2, j1, e1, e2) = (dir.join("c1.ledger"), dir.join("c2.ledger"), dir.join("c1.json"), dir.join("c1.err"), dir.join("c2.err"));
+    let (l1, l2, j1, e1, e2) = (
+        dir.join("c1.ledger"),
+        dir.join("c2.ledger"),
+        dir.join("c1.json"),
+        dir.join("c1.err"),
+        dir.join("c2.err"),
+    );
     let mut survivor = compute("1", &l1, &e1, Some(&j1));
     let mut victim = compute("2", &l2, &e2, None);
-    let log1 = wait_for_log(&mlog1, &["compute node 1 joined", "compute node 2 joined"], Duration::from_secs(10));
-    assert!(log1.contains("none yet, starting afresh") && log1.contains("loaded 20000 keys"), "{log1}");
+    let log1 = wait_for_log(
+        &mlog1,
+        &["compute node 1 joined", "compute node 2 joined"],
+        Duration::from_secs(10),
+    );
+    assert!(
+        log1.contains("none yet, starting afresh") && log1.contains("loaded 20000 keys"),
+        "{log1}"
+    );
     std::thread::sleep(Duration::from_millis(600));
     // kill -9 the membership process; restart it on the same address.
     first.0.kill().unwrap();
@@ -403,10 +755,24 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
     let killed_at = t0.elapsed();
     let (_second, maddr2) = membership(&maddr, &mlog2);
     assert_eq!(maddr2, maddr);
-    let log2 = wait_for_log(&mlog2, &["compute node 1 rejoined", "compute node 2 rejoined"], Duration::from_secs(10));
-    assert!(log2.contains("compute node 1 rejoined") && log2.contains("compute node 2 rejoined"), "{log2}");
-    assert!(log2.contains("found, resuming") && log2.contains("resumed from ZooKeeper: 2 compute nodes alive"), "{log2}");
-    assert!(log2.contains("skipping --load") && !log2.contains("loaded"), "a running cluster is not reloaded:\n{log2}");
+    let log2 = wait_for_log(
+        &mlog2,
+        &["compute node 1 rejoined", "compute node 2 rejoined"],
+        Duration::from_secs(10),
+    );
+    assert!(
+        log2.contains("compute node 1 rejoined") && log2.contains("compute node 2 rejoined"),
+        "{log2}"
+    );
+    assert!(
+        log2.contains("found, resuming")
+            && log2.contains("resumed from ZooKeeper: 2 compute nodes alive"),
+        "{log2}"
+    );
+    assert!(
+        log2.contains("skipping --load") && !log2.contains("loaded"),
+        "a running cluster is not reloaded:\n{log2}"
+    );
     let rejoined_at = t0.elapsed();
     std::thread::sleep(Duration::from_millis(300));
     // Now kill -9 a compute server: the restarted membership must recover it.
@@ -415,11 +781,25 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
     let status = survivor.0.wait().unwrap();
     let err1 = std::fs::read_to_string(&e1).unwrap_or_default();
     assert!(status.success(), "survivor failed:\n{err1}");
-    assert!(err1.contains("lost the membership service") && err1.contains("rejoined the membership service"), "{err1}");
-    let log = wait_for_log(&mlog2, &["published", "compute node 1 left"], Duration::from_secs(5));
-    assert!(log.contains("compute node 2 missed its heartbeats") && log.contains("recovered node 2"), "{log}");
+    assert!(
+        err1.contains("lost the membership service")
+            && err1.contains("rejoined the membership service"),
+        "{err1}"
+    );
+    let log = wait_for_log(
+        &mlog2,
+        &["published", "compute node 1 left"],
+        Duration::from_secs(5),
+    );
+    assert!(
+        log.contains("compute node 2 missed its heartbeats") && log.contains("recovered node 2"),
+        "{log}"
+    );
     assert!(log.contains("failed ids of node 2 published"), "{log}");
-    assert!(!log.contains("compute node 1 missed"), "no false positive on the survivor:\n{log}");
+    assert!(
+        !log.contains("compute node 1 missed"),
+        "no false positive on the survivor:\n{log}"
+    );
     assert!(log.contains("compute node 1 left"), "{log}");
     // The survivor committed through the membership outage and the recovery.
     let timeline = read_timeline(&j1);
@@ -440,42 +820,81 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
 #[test]
 fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majority() {
     let _serial = serial();
-    let Some(zk) = ZooKeeper::start_or_skip("replicas") else { return };
+    let Some(zk) = ZooKeeper::start_or_skip("replicas") else {
+        return;
+    };
     let t0 = std::time::Instant::now();
     let dir = std::env::temp_dir().join(format!("tandem-fdreplicas-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret = "00000000c0ffee03";
     let (_servers, memory) = memory_servers(3, secret);
-    let common = ["--memory", memory.as_str(), "--secret", secret, "--keys", "20000"];
+    let common = [
+        "--memory",
+        memory.as_str(),
+        "--secret",
+        secret,
+        "--keys",
+        "20000",
+    ];
     let zk_addr = format!("127.0.0.1:{}", zk.port);
     let ports: Vec<String> = (0..3)
-        .map(|_| format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()))
+        .map(|_| {
+            format!(
+                "127.0.0.1:{}",
+                std::net::TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port()
+            )
+        })
         .collect();
     let all = ports.join(",");
-    let logs: Vec<std::path::PathBuf> = (0..3).map(|i| dir.join(format!("membership{i}.log"))).collect();
+    let logs: Vec<std::path::PathBuf> = (0..3)
+        .map(|i| dir.join(format!("membership{i}.log")))
+        .collect();
     let mut replicas: Vec<Option<Proc>> = (0..3)
         .map(|i| {
             // A 4 s ZooKeeper session: under two busy loops on two cores, 2 s sessions of idle followers
             // expired (issue 9). 100 ms: a takeover loads the machine (ZooKeeper, three replicas, rejoins) and a 20 ms
             // detector misjudged the survivor in about 1 run in 4 on a loaded two-core machine.
-            let mut a = vec!["membership", "--listen", ports[i].as_str(), "--fd-replicas", all.as_str(), "--load", "--timeout-ms", "100"];
+            let mut a = vec![
+                "membership",
+                "--listen",
+                ports[i].as_str(),
+                "--fd-replicas",
+                all.as_str(),
+                "--load",
+                "--timeout-ms",
+                "100",
+            ];
             a.extend(["--zookeeper", zk_addr.as_str(), "--zk-session-ms", "4000"]);
             a.extend(common);
             Some(spawn_announcing(&a, Some(&logs[i])).0)
         })
         .collect();
     let leader_of = |exclude: Option<usize>| -> Option<usize> {
-        (0..3).filter(|&i| Some(i) != exclude).find(|&i| std::fs::read_to_string(&logs[i]).unwrap_or_default().contains("leads"))
+        (0..3).filter(|&i| Some(i) != exclude).find(|&i| {
+            std::fs::read_to_string(&logs[i])
+                .unwrap_or_default()
+                .contains("leads")
+        })
     };
     let until = std::time::Instant::now() + Duration::from_secs(15);
     let first = loop {
         if let Some(i) = leader_of(None) {
             break i;
         }
-        assert!(std::time::Instant::now() < until, "no replica became the leader");
+        assert!(
+            std::time::Instant::now() < until,
+            "no replica became the leader"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
-    let compute = |node: &str, ledger: &std::path::Path, err: &std::path::Path, json: Option<&std::path::Path>| {
+    let compute = |node: &str,
+                   ledger: &std::path::Path,
+                   err: &std::path::Path,
+                   json: Option<&std::path::Path>| {
         // The compute servers are the load, not what is tested: at a lower
         // priority they leave ZooKeeper and the replicas enough of two cores
         // (at equal priority a starved ZooKeeper expired every session).
@@ -483,20 +902,40 @@ fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majori
         c.args(["-n", "10", env!("CARGO_BIN_EXE_tandem")]);
         // 40 s: long enough to outlast a takeover slowed by a starved ZooKeeper (the victim is killed
         // after it; a run that ended first would make node 2 leave instead of being detected).
-        c.args(["compute-server", "--membership", &all, "--node", node, "--coordinators", "8", "--duration", "40"])
-            .args(["--heartbeat-ms", "2", "--ledger", ledger.to_str().unwrap()])
-            .args(common)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(err).unwrap()));
+        c.args([
+            "compute-server",
+            "--membership",
+            &all,
+            "--node",
+            node,
+            "--coordinators",
+            "8",
+            "--duration",
+            "40",
+        ])
+        .args(["--heartbeat-ms", "2", "--ledger", ledger.to_str().unwrap()])
+        .args(common)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(err).unwrap()));
         if let Some(j) = json {
             c.args(["--json", j.to_str().unwrap()]);
         }
         Proc(c.spawn().unwrap())
     };
-    let (l1, l2, j1, e1, e2) = (dir.join("c1.ledger"), dir.join("c2.ledger"), dir.join("c1.json"), dir.join("c1.err"), dir.join("c2.err"));
+    let (l1, l2, j1, e1, e2) = (
+        dir.join("c1.ledger"),
+        dir.join("c2.ledger"),
+        dir.join("c1.json"),
+        dir.join("c1.err"),
+        dir.join("c2.err"),
+    );
     let mut survivor = compute("1", &l1, &e1, Some(&j1));
     let mut victim = compute("2", &l2, &e2, None);
-    let log = wait_for_log(&logs[first], &["compute node 1 joined", "compute node 2 joined"], Duration::from_secs(10));
+    let log = wait_for_log(
+        &logs[first],
+        &["compute node 1 joined", "compute node 2 joined"],
+        Duration::from_secs(10),
+    );
     assert!(log.contains("compute node 2 joined"), "{log}");
     std::thread::sleep(Duration::from_millis(500));
     // kill -9 the leader; one of the two others must take over.
@@ -511,13 +950,30 @@ fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majori
         if let Some(i) = leader_of(Some(first)) {
             break i;
         }
-        let logs: Vec<String> = logs.iter().map(|l| std::fs::read_to_string(l).unwrap_or_default()).collect();
-        assert!(std::time::Instant::now() < until, "no replica took over from the killed leader:\n{}", logs.join("\n"));
+        let logs: Vec<String> = logs
+            .iter()
+            .map(|l| std::fs::read_to_string(l).unwrap_or_default())
+            .collect();
+        assert!(
+            std::time::Instant::now() < until,
+            "no replica took over from the killed leader:\n{}",
+            logs.join("\n")
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
-    let log2 = wait_for_log(&logs[second], &["compute node 1 rejoined", "compute node 2 rejoined"], Duration::from_secs(10));
-    assert!(log2.contains("found, resuming") && log2.contains("2 compute nodes alive"), "{log2}");
-    assert!(log2.contains("compute node 1 rejoined") && log2.contains("compute node 2 rejoined"), "{log2}");
+    let log2 = wait_for_log(
+        &logs[second],
+        &["compute node 1 rejoined", "compute node 2 rejoined"],
+        Duration::from_secs(10),
+    );
+    assert!(
+        log2.contains("found, resuming") && log2.contains("2 compute nodes alive"),
+        "{log2}"
+    );
+    assert!(
+        log2.contains("compute node 1 rejoined") && log2.contains("compute node 2 rejoined"),
+        "{log2}"
+    );
     let took_over_at = t0.elapsed();
     std::thread::sleep(Duration::from_millis(300));
     victim.0.kill().unwrap();
@@ -527,20 +983,40 @@ fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majori
     assert!(status.success(), "survivor failed:\n{err1}");
     // Normally the replica that took over does the rest; should it lose
     // ZooKeeper in turn (a busy machine), the third takes over: read both.
-    let survivors_log = || (0..3).filter(|&i| i != first).map(|i| std::fs::read_to_string(&logs[i]).unwrap_or_default()).collect::<Vec<_>>().join("\n");
+    let survivors_log = || {
+        (0..3)
+            .filter(|&i| i != first)
+            .map(|i| std::fs::read_to_string(&logs[i]).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     let until = std::time::Instant::now() + Duration::from_secs(5);
     let mut log = survivors_log();
-    while !(log.contains("published") && log.contains("compute node 1 left")) && std::time::Instant::now() < until {
+    while !(log.contains("published") && log.contains("compute node 1 left"))
+        && std::time::Instant::now() < until
+    {
         std::thread::sleep(Duration::from_millis(20));
         log = survivors_log();
     }
-    assert!(log.contains("compute node 2 missed its heartbeats") && log.contains("recovered node 2"), "{log}");
+    assert!(
+        log.contains("compute node 2 missed its heartbeats") && log.contains("recovered node 2"),
+        "{log}"
+    );
     assert!(log.contains("failed ids of node 2 published"), "{log}");
-    assert!(!log.contains("compute node 1 missed"), "no false positive on the survivor:\n{log}");
+    assert!(
+        !log.contains("compute node 1 missed"),
+        "no false positive on the survivor:\n{log}"
+    );
     let third = (0..3).find(|&i| i != first && i != second).unwrap();
     let follower_log = std::fs::read_to_string(&logs[third]).unwrap_or_default();
-    assert!(follower_log.contains("following the leader"), "{follower_log}");
-    assert!(log.contains("compute node 2 missed its heartbeats (replica"), "the detector names what each replica heard:\n{log}");
+    assert!(
+        follower_log.contains("following the leader"),
+        "{follower_log}"
+    );
+    assert!(
+        log.contains("compute node 2 missed its heartbeats (replica"),
+        "the detector names what each replica heard:\n{log}"
+    );
     let timeline = read_timeline(&j1);
     assert!(timeline.len() >= 50, "{timeline:?}");
     assert!(
@@ -563,17 +1039,45 @@ fn memory_node_loss_is_survived_and_rereplicated_on_real_threads() {
     let json = dir.join("memfail.json");
     for store in ["pandora", "traditional"] {
         let out = tandem()
-            .args(["recovery", "--store", store, "--fail-memory-node", "0", "--coordinators", "8", "--keys", "5000"])
-            .args(["--duration", "1.5", "--crash-after", "0.3", "--degraded-for", "0.3", "--timeout-ms", "20", "--json", json.to_str().unwrap()])
+            .args([
+                "recovery",
+                "--store",
+                store,
+                "--fail-memory-node",
+                "0",
+                "--coordinators",
+                "8",
+                "--keys",
+                "5000",
+            ])
+            .args([
+                "--duration",
+                "1.5",
+                "--crash-after",
+                "0.3",
+                "--degraded-for",
+                "0.3",
+                "--timeout-ms",
+                "20",
+                "--json",
+                json.to_str().unwrap(),
+            ])
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{store}: {err}");
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         let m = &v["memory_failure"];
         assert!(m["slots_copied"].as_u64().unwrap() > 0, "{store}: {m}");
-        assert!(m["tps_degraded"].as_f64().unwrap() > 0.0, "{store}: commits continue on the surviving copies");
-        assert_eq!(v["check_passed"], true, "{store}: replicas identical again, counters consistent");
+        assert!(
+            m["tps_degraded"].as_f64().unwrap() > 0.0,
+            "{store}: commits continue on the surviving copies"
+        );
+        assert_eq!(
+            v["check_passed"], true,
+            "{store}: replicas identical again, counters consistent"
+        );
     }
 }
 
@@ -584,10 +1088,15 @@ fn memory_node_loss_is_survived_and_rereplicated_on_real_threads() {
 fn a_short_soak_passes_every_check_with_no_commit_by_a_fenced_incarnation() {
     let _serial = serial();
     let json = std::env::temp_dir().join(format!("tandem-soak-{}.json", std::process::id()));
-    let out = tandem().args(["soak", "--runs", "4", "--duration", "1", "--json"]).arg(&json).output().expect("run tandem soak");
+    let out = tandem()
+        .args(["soak", "--runs", "4", "--duration", "1", "--json"])
+        .arg(&json)
+        .output()
+        .expect("run tandem soak");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "soak failed:\n{err}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["failed_runs"], 0, "{err}");
     assert_eq!(report["fenced_acks"], 0, "{err}");
 }
@@ -597,27 +1106,76 @@ fn a_short_soak_passes_every_check_with_no_commit_by_a_fenced_incarnation() {
 #[test]
 fn a_process_whose_peer_never_comes_up_names_its_address() {
     let _serial = serial();
-    let unused = |_| format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let unused = |_| {
+        format!(
+            "127.0.0.1:{}",
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        )
+    };
     let memory: Vec<String> = (0..2).map(unused).collect();
     let memory = memory.join(",");
-    let out = tandem().args(["membership", "--listen", "127.0.0.1:0", "--memory", &memory, "--secret", "00000000000000aa", "--wait", "1"]).output().unwrap();
+    let out = tandem()
+        .args([
+            "membership",
+            "--listen",
+            "127.0.0.1:0",
+            "--memory",
+            &memory,
+            "--secret",
+            "00000000000000aa",
+            "--wait",
+            "1",
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     let first = memory.split(',').next().unwrap();
-    assert!(err.contains(&format!("waiting for memory server {first}")), "it says what it waits for:\n{err}");
-    assert!(err.contains(&format!("memory server {first} did not answer within 1 s")), "{err}");
+    assert!(
+        err.contains(&format!("waiting for memory server {first}")),
+        "it says what it waits for:\n{err}"
+    );
+    assert!(
+        err.contains(&format!("memory server {first} did not answer within 1 s")),
+        "{err}"
+    );
     // A compute server whose memory servers are up waits for the membership.
     let secret = "00000000000000ab";
     let (_servers, memory) = memory_servers(2, secret);
     let membership = unused(0);
     let out = tandem()
-        .args(["compute-server", "--membership", &membership, "--memory", &memory, "--secret", secret, "--keys", "2000", "--node", "1", "--wait", "1"])
+        .args([
+            "compute-server",
+            "--membership",
+            &membership,
+            "--memory",
+            &memory,
+            "--secret",
+            secret,
+            "--keys",
+            "2000",
+            "--node",
+            "1",
+            "--wait",
+            "1",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("waiting for the membership service") && err.contains(&format!("cannot reach membership at {membership}")), "{err}");
-    assert!(err.contains("the membership service did not answer within 1 s"), "{err}");
+    assert!(
+        err.contains("waiting for the membership service")
+            && err.contains(&format!("cannot reach membership at {membership}")),
+        "{err}"
+    );
+    assert!(
+        err.contains("the membership service did not answer within 1 s"),
+        "{err}"
+    );
 }
 
 /// Issue 9: the membership suspects a live compute-server process (stopped
@@ -633,51 +1191,145 @@ fn a_compute_server_suspected_while_alive_is_fenced_and_comes_back_as_a_new_inca
     std::fs::create_dir_all(&dir).unwrap();
     let secret = "00000000c0ffee05";
     let (_servers, memory) = memory_servers(3, secret);
-    let common = ["--memory", memory.as_str(), "--secret", secret, "--keys", "20000"];
+    let common = [
+        "--memory",
+        memory.as_str(),
+        "--secret",
+        secret,
+        "--keys",
+        "20000",
+    ];
     let mlog = dir.join("membership.log");
-    let mut margs = vec!["membership", "--listen", "127.0.0.1:0", "--load", "--timeout-ms", "100"];
+    let mut margs = vec![
+        "membership",
+        "--listen",
+        "127.0.0.1:0",
+        "--load",
+        "--timeout-ms",
+        "100",
+    ];
     margs.extend(common);
     let (_membership, maddr) = spawn_announcing(&margs, Some(&mlog));
-    let compute = |node: &str, ledger: &std::path::Path, err: &std::path::Path, json: &std::path::Path| {
-        let mut c = tandem();
-        c.args(["compute-server", "--membership", &maddr, "--node", node, "--coordinators", "8", "--duration", "4"])
-            .args(["--heartbeat-ms", "5", "--ledger", ledger.to_str().unwrap(), "--json", json.to_str().unwrap()])
+    let compute =
+        |node: &str, ledger: &std::path::Path, err: &std::path::Path, json: &std::path::Path| {
+            let mut c = tandem();
+            c.args([
+                "compute-server",
+                "--membership",
+                &maddr,
+                "--node",
+                node,
+                "--coordinators",
+                "8",
+                "--duration",
+                "4",
+            ])
+            .args([
+                "--heartbeat-ms",
+                "5",
+                "--ledger",
+                ledger.to_str().unwrap(),
+                "--json",
+                json.to_str().unwrap(),
+            ])
             .args(common)
             .stdout(Stdio::null())
             .stderr(Stdio::from(std::fs::File::create(err).unwrap()));
-        Proc(c.spawn().unwrap())
-    };
-    let (l1, l2, e2, j1, j2) = (dir.join("c1.ledger"), dir.join("c2.ledger"), dir.join("c2.err"), dir.join("c1.json"), dir.join("c2.json"));
+            Proc(c.spawn().unwrap())
+        };
+    let (l1, l2, e2, j1, j2) = (
+        dir.join("c1.ledger"),
+        dir.join("c2.ledger"),
+        dir.join("c2.err"),
+        dir.join("c1.json"),
+        dir.join("c2.json"),
+    );
     let mut other = compute("1", &l1, &dir.join("c1.err"), &j1);
     let mut stopped = compute("2", &l2, &e2, &j2);
     let log = wait_for_log(&mlog, &["compute node 2 joined"], Duration::from_secs(20));
     assert!(log.contains("compute node 2 joined"), "{log}");
     std::thread::sleep(Duration::from_millis(700));
     let pid = stopped.0.id().to_string();
-    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
     // Declared failed, revoked and recovered while it cannot run.
-    let log = wait_for_log(&mlog, &["failed ids of node 2 published"], Duration::from_secs(10));
-    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
-    assert!(log.contains("compute node 2 missed its heartbeats") && log.contains("failed ids of node 2 published"), "{log}");
+    let log = wait_for_log(
+        &mlog,
+        &["failed ids of node 2 published"],
+        Duration::from_secs(10),
+    );
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert!(
+        log.contains("compute node 2 missed its heartbeats")
+            && log.contains("failed ids of node 2 published"),
+        "{log}"
+    );
     let status = stopped.0.wait().unwrap();
     let err2 = std::fs::read_to_string(&e2).unwrap_or_default();
-    assert!(status.success(), "the fenced compute server carries on and ends cleanly:\n{err2}");
-    assert!(err2.contains("compute node 2: fenced") && err2.contains("compute node 2: comes back as compute node"), "{err2}");
+    assert!(
+        status.success(),
+        "the fenced compute server carries on and ends cleanly:\n{err2}"
+    );
+    assert!(
+        err2.contains("compute node 2: fenced")
+            && err2.contains("compute node 2: comes back as compute node"),
+        "{err2}"
+    );
     assert!(other.0.wait().unwrap().success());
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j2).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&j2).unwrap()).unwrap();
     let incarnations = report["incarnations"].as_array().unwrap();
-    assert!(incarnations.len() >= 2 && incarnations[0]["node"] == 2 && incarnations[0]["fenced"].is_string(), "{report}");
+    assert!(
+        incarnations.len() >= 2
+            && incarnations[0]["node"] == 2
+            && incarnations[0]["fenced"].is_string(),
+        "{report}"
+    );
     let last = incarnations.last().unwrap();
     let new_node = last["node"].as_u64().unwrap();
     assert!(new_node >= 32768 && last["fenced"].is_null(), "{report}");
-    let log = wait_for_log(&mlog, &[&format!("compute node {new_node} left")], Duration::from_secs(5));
-    assert!(log.contains(&format!("compute node 2 comes back as compute node {new_node}")), "{log}");
-    assert!(log.contains(&format!("compute node {new_node} joined")) && log.contains(&format!("compute node {new_node} left")), "{log}");
+    let log = wait_for_log(
+        &mlog,
+        &[&format!("compute node {new_node} left")],
+        Duration::from_secs(5),
+    );
+    assert!(
+        log.contains(&format!(
+            "compute node 2 comes back as compute node {new_node}"
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("compute node {new_node} joined"))
+            && log.contains(&format!("compute node {new_node} left")),
+        "{log}"
+    );
     // It kept committing as the new incarnation, well after it was continued.
     let timeline = read_timeline(&j2);
-    assert!(timeline.len() >= 38 && timeline[30..38].iter().sum::<u64>() > 0, "{timeline:?}");
-    let out = tandem().args(["check-cluster", "--ledgers", &format!("{},{}", l1.display(), l2.display())]).args(common).output().unwrap();
+    assert!(
+        timeline.len() >= 38 && timeline[30..38].iter().sum::<u64>() > 0,
+        "{timeline:?}"
+    );
+    let out = tandem()
+        .args([
+            "check-cluster",
+            "--ledgers",
+            &format!("{},{}", l1.display(), l2.display()),
+        ])
+        .args(common)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && err.contains("counters consistent"), "{err}\nmembership log:\n{log}");
+    assert!(
+        out.status.success() && err.contains("counters consistent"),
+        "{err}\nmembership log:\n{log}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

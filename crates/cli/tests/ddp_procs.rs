@@ -22,7 +22,10 @@ impl Drop for Proc {
 }
 
 fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
 
 struct Cluster {
@@ -53,10 +56,29 @@ impl Cluster {
         std::fs::create_dir_all(&dir).unwrap();
         let manager = free_addr();
         let log = std::fs::File::create(dir.join("manager.log")).unwrap();
-        let m = tandem().args(["ddp", "manager", "--listen", &manager.to_string(), "--nodes", "5"]).stdout(Stdio::null()).stderr(log).spawn().unwrap();
+        let m = tandem()
+            .args([
+                "ddp",
+                "manager",
+                "--listen",
+                &manager.to_string(),
+                "--nodes",
+                "5",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
         let peers: Vec<SocketAddr> = (0..5).map(|_| free_addr()).collect();
         let extra = extra.iter().map(|s| s.to_string()).collect();
-        let mut c = Cluster { dir, peers, manager, nodes: (0..5).map(|_| None).collect(), extra, _manager: Proc(m) };
+        let mut c = Cluster {
+            dir,
+            peers,
+            manager,
+            nodes: (0..5).map(|_| None).collect(),
+            extra,
+            _manager: Proc(m),
+        };
         for i in 0..5 {
             c.start_node(i, model);
         }
@@ -66,9 +88,23 @@ impl Cluster {
     fn start_node(&mut self, i: usize, model: &str) {
         let peers: Vec<String> = self.peers.iter().map(|p| p.to_string()).collect();
         let nvm = self.dir.join(format!("node{i}.nvm"));
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("node{i}.log"))).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("node{i}.log")))
+            .unwrap();
         let child = tandem()
-            .args(["node", "--model", model, "--id", &i.to_string(), "--peers", &peers.join(","), "--manager", &self.manager.to_string()])
+            .args([
+                "node",
+                "--model",
+                model,
+                "--id",
+                &i.to_string(),
+                "--peers",
+                &peers.join(","),
+                "--manager",
+                &self.manager.to_string(),
+            ])
             .args(["--nvm", nvm.to_str().unwrap(), "--nvm-size", "16M"])
             .args(&self.extra)
             .stdout(Stdio::null())
@@ -90,7 +126,15 @@ impl Cluster {
     }
 
     fn load(&self, sessions: u64, epoch: Instant) -> Load {
-        let cfg = LoadConfig { nodes: self.peers.clone(), secret: u64::from_str_radix(SECRET, 16).unwrap(), sessions, first_session: 0, plan: tandem_ddp::ycsb_session::SessionPlan::uniform(50, 0.5), seed: 7, timeout: Duration::from_secs(2) };
+        let cfg = LoadConfig {
+            nodes: self.peers.clone(),
+            secret: u64::from_str_radix(SECRET, 16).unwrap(),
+            sessions,
+            first_session: 0,
+            plan: tandem_ddp::ycsb_session::SessionPlan::uniform(50, 0.5),
+            seed: 7,
+            timeout: Duration::from_secs(2),
+        };
         Load::start(&cfg, epoch)
     }
 }
@@ -116,18 +160,30 @@ fn check(ops: &[tandem_check::HistOp], dir: &Path) {
         let _ = tandem_check::write_jsonl(dir.join("history.jsonl"), ops);
         panic!("not linearizable (history in {}): {v}", dir.display());
     }
-    eprintln!("{done} operations, {} unknown: linearizable", ops.len() - done);
+    eprintln!(
+        "{done} operations, {} unknown: linearizable",
+        ops.len() - done
+    );
 }
 
 /// Ten sessions; `kill -9` node 2 once they run; the manager drops it and
 /// the four others keep serving.
 fn kill_node_2_under_load(c: &mut Cluster) -> Load {
     let load = c.load(10, Instant::now());
-    wait_for("the first operations", Duration::from_secs(20), || load.completed.load(Ordering::Relaxed) > 500);
+    wait_for("the first operations", Duration::from_secs(20), || {
+        load.completed.load(Ordering::Relaxed) > 500
+    });
     c.kill(2);
-    wait_for("the manager to drop node 2", Duration::from_secs(10), || c.manager_log().contains("members [0, 1, 3, 4]"));
+    wait_for(
+        "the manager to drop node 2",
+        Duration::from_secs(10),
+        || c.manager_log().contains("members [0, 1, 3, 4]"),
+    );
     let during = completed_during(&load, Duration::from_millis(800));
-    assert!(during > 100, "the four others kept serving: {during} operations while node 2 was down");
+    assert!(
+        during > 100,
+        "the four others kept serving: {during} operations while node 2 was down"
+    );
     load
 }
 
@@ -136,11 +192,16 @@ fn lin_synch_survives_kill_dash_nine_of_one_node_and_it_rejoins() {
     let mut c = Cluster::start("one", "lin-synch");
     let load = kill_node_2_under_load(&mut c);
     c.start_node(2, "lin-synch");
-    wait_for("node 2 to rejoin", Duration::from_secs(20), || c.manager_log().matches("members [0, 1, 2, 3, 4]").count() >= 2);
+    wait_for("node 2 to rejoin", Duration::from_secs(20), || {
+        c.manager_log().matches("members [0, 1, 2, 3, 4]").count() >= 2
+    });
     let after = completed_during(&load, Duration::from_millis(800));
     assert!(after > 100, "{after} operations after the rejoin");
     let log2 = std::fs::read_to_string(c.dir.join("node2.log")).unwrap_or_default();
-    assert!(log2.contains("recovered from"), "node 2 restarted from its NVM file:\n{log2}");
+    assert!(
+        log2.contains("recovered from"),
+        "node 2 restarted from its NVM file:\n{log2}"
+    );
     check(&load.stop(), &c.dir);
     let _ = std::fs::remove_dir_all(&c.dir);
 }
@@ -153,13 +214,26 @@ fn heal_brings_a_killed_node_back_from_its_buddy() {
     let load = kill_node_2_under_load(&mut c);
     c.start_node(2, "lin-synch");
     let log2 = || std::fs::read_to_string(c.dir.join("node2.log")).unwrap_or_default();
-    wait_for("node 2 to recover by HEAL", Duration::from_secs(20), || log2().contains("HEAL: recovered in"));
+    wait_for("node 2 to recover by HEAL", Duration::from_secs(20), || {
+        log2().contains("HEAL: recovered in")
+    });
     let after = completed_during(&load, Duration::from_millis(800));
     assert!(after > 100, "{after} operations after the recovery");
     let note = log2();
-    assert!(!note.contains("full copy"), "node 2 fell back to a full copy:\n{note}");
-    assert!(!note.contains("sent 0 missed updates"), "the Buddy had nothing for node 2, which missed 800 ms of writes:\n{note}");
-    eprintln!("{}", note.lines().find(|l| l.contains("HEAL:")).unwrap_or_default());
+    assert!(
+        !note.contains("full copy"),
+        "node 2 fell back to a full copy:\n{note}"
+    );
+    assert!(
+        !note.contains("sent 0 missed updates"),
+        "the Buddy had nothing for node 2, which missed 800 ms of writes:\n{note}"
+    );
+    eprintln!(
+        "{}",
+        note.lines()
+            .find(|l| l.contains("HEAL:"))
+            .unwrap_or_default()
+    );
     check(&load.stop(), &c.dir);
     let _ = std::fs::remove_dir_all(&c.dir);
 }
@@ -169,7 +243,9 @@ fn lin_synch_restarts_all_five_from_their_nvm_files() {
     let mut c = Cluster::start("all", "lin-synch");
     let epoch = Instant::now();
     let load = c.load(10, epoch);
-    wait_for("the first operations", Duration::from_secs(20), || load.completed.load(Ordering::Relaxed) > 2000);
+    wait_for("the first operations", Duration::from_secs(20), || {
+        load.completed.load(Ordering::Relaxed) > 2000
+    });
     for i in 0..5 {
         c.kill(i);
     }
@@ -177,10 +253,15 @@ fn lin_synch_restarts_all_five_from_their_nvm_files() {
         c.start_node(i, "lin-synch");
     }
     let before = load.completed.load(Ordering::Relaxed);
-    wait_for("service after the restart", Duration::from_secs(30), || load.completed.load(Ordering::Relaxed) > before + 1000);
+    wait_for("service after the restart", Duration::from_secs(30), || {
+        load.completed.load(Ordering::Relaxed) > before + 1000
+    });
     for i in 0..5 {
         let log = std::fs::read_to_string(c.dir.join(format!("node{i}.log"))).unwrap_or_default();
-        assert!(log.contains("recovered from"), "node {i} restarted from its NVM file:\n{log}");
+        assert!(
+            log.contains("recovered from"),
+            "node {i} restarted from its NVM file:\n{log}"
+        );
     }
     // Lin-Synch promises non-stale reads across a whole-cluster crash (spec §13.3 Y-3):
     // the history before and after the crash is linearizable as one.
@@ -195,11 +276,31 @@ fn lin_synch_restarts_all_five_from_their_nvm_files() {
 fn the_ddp_demo_shows_the_trade_off() {
     let dir = std::env::temp_dir().join(format!("tandem-ddp-demo-{}", std::process::id()));
     let fig = dir.join("timeline");
-    let out = tandem().args(["demo", "ddp", "--figure", fig.to_str().unwrap()]).output().unwrap();
+    let out = tandem()
+        .args(["demo", "ddp", "--figure", fig.to_str().unwrap()])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let row = |m: &str| stdout.lines().find(|l| l.starts_with(&format!("{m} "))).unwrap_or_else(|| panic!("no {m} row:\n{stdout}")).to_string();
-    let lost = |m: &str| row(m).split_whitespace().nth(2).unwrap().parse::<u64>().unwrap();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = |m: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{m} ")))
+            .unwrap_or_else(|| panic!("no {m} row:\n{stdout}"))
+            .to_string()
+    };
+    let lost = |m: &str| {
+        row(m)
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
     assert_eq!(lost("lin-synch"), 0, "{stdout}");
     assert_eq!(lost("lin-strict"), 0, "{stdout}");
     assert!(lost("lin-scope") > 0 && lost("re-eventual") > 0, "{stdout}");
@@ -217,11 +318,30 @@ fn the_tcp_bench_measures_models_on_processes_beside_the_echo_ceiling() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("tcp.json");
     let out = tandem()
-        .args(["ddp", "bench", "--net", "tcp", "--models", "lin-synch,trans-synch,causal-scope", "--seconds", "0.5", "--clients", "4", "--json", json.to_str().unwrap()])
+        .args([
+            "ddp",
+            "bench",
+            "--net",
+            "tcp",
+            "--models",
+            "lin-synch,trans-synch,causal-scope",
+            "--seconds",
+            "0.5",
+            "--clients",
+            "4",
+            "--json",
+            json.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(v["echo_messages_per_s"].as_f64().unwrap() > 0.0, "{v}");
     let models = v["models"].as_array().unwrap();
     assert_eq!(models.len(), 3, "{v}");
@@ -232,11 +352,42 @@ fn the_tcp_bench_measures_models_on_processes_beside_the_echo_ceiling() {
     }
     assert_eq!(models[0]["normalized"].as_f64(), Some(1.0));
     // --fsync: persists complete only after the syncer thread flushed them (group commit).
-    let out = tandem().args(["ddp", "bench", "--net", "tcp", "--models", "lin-synch", "--seconds", "0.5", "--clients", "4", "--fsync", "--json", json.to_str().unwrap()]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert!(v["fsync"].as_bool().unwrap() && v["models"][0]["throughput_ops"].as_f64().unwrap() > 0.0, "{v}");
-    let bad = tandem().args(["ddp", "bench", "--net", "rdma"]).output().unwrap();
-    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("expected sim or tcp"));
+    let out = tandem()
+        .args([
+            "ddp",
+            "bench",
+            "--net",
+            "tcp",
+            "--models",
+            "lin-synch",
+            "--seconds",
+            "0.5",
+            "--clients",
+            "4",
+            "--fsync",
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(
+        v["fsync"].as_bool().unwrap() && v["models"][0]["throughput_ops"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    let bad = tandem()
+        .args(["ddp", "bench", "--net", "rdma"])
+        .output()
+        .unwrap();
+    assert!(
+        !bad.status.success()
+            && String::from_utf8_lossy(&bad.stderr).contains("expected sim or tcp")
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

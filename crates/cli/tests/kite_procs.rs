@@ -19,10 +19,21 @@ fn faulty_run(name: &str, node: NodeOpts) -> LoadReport {
     let o = LoadOpts {
         sessions_per_node: 20,
         duration_s: 4.0,
-        faults: vec![Fault::Sleep { node: SLEEPER, from_s: 1.0, for_s: 1.5 }, Fault::Kill { node: VICTIM, at_s: 2.0 }],
+        faults: vec![
+            Fault::Sleep {
+                node: SLEEPER,
+                from_s: 1.0,
+                for_s: 1.5,
+            },
+            Fault::Kill {
+                node: VICTIM,
+                at_s: 2.0,
+            },
+        ],
         ..LoadOpts::default()
     };
-    let r = tandem_bench::kite_procs::run_load(&mut cluster, Gen::Checked(Mix::default()), &o).expect("the load runs");
+    let r = tandem_bench::kite_procs::run_load(&mut cluster, Gen::Checked(Mix::default()), &o)
+        .expect("the load runs");
     if r.violation.is_some() {
         eprintln!("node logs:\n{}", cluster.node_logs());
     }
@@ -51,7 +62,10 @@ fn kite_processes_stay_release_consistent_under_sleep_and_kill9() {
     let rows = &r.timeline_per_node;
     for n in (0..5).filter(|&n| n != SLEEPER) {
         let during: u64 = rows[12..20].iter().map(|row| row[n]).sum();
-        assert!(during > 0, "node {n} served nothing while node {SLEEPER} slept: {rows:?}");
+        assert!(
+            during > 0,
+            "node {n} served nothing while node {SLEEPER} slept: {rows:?}"
+        );
     }
     // After the faults every session completes operations: each one's
     // last completion is in the last second of the run, and every live
@@ -61,9 +75,16 @@ fn kite_processes_stay_release_consistent_under_sleep_and_kill9() {
     }
     for n in (0..5).filter(|&n| r.alive[n]) {
         let last: u64 = rows[30..40].iter().map(|row| row[n]).sum();
-        assert!(last > 0, "node {n} served nothing in the last second: {rows:?}");
+        assert!(
+            last > 0,
+            "node {n} served nothing in the last second: {rows:?}"
+        );
     }
-    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 /// The same run with a deliberate bug: an acquire ignores being told it is
@@ -74,20 +95,45 @@ fn kite_processes_stay_release_consistent_under_sleep_and_kill9() {
 #[test]
 #[ignore = "timing-dependent (caught 9 of 10 runs); the simulation test in crates/kite/tests/mutants.rs is the gate"]
 fn kite_mutant_skip_delinquency_check_is_caught() {
-    let r = faulty_run("mutant", NodeOpts { mutant: Some("skip-delinquency-check".into()), ..NodeOpts::default() });
+    let r = faulty_run(
+        "mutant",
+        NodeOpts {
+            mutant: Some("skip-delinquency-check".into()),
+            ..NodeOpts::default()
+        },
+    );
     eprintln!("{:?}", r.violation);
-    assert_eq!(r.violation_count, 1, "the mutant went unnoticed: {} ops", r.ops);
+    assert_eq!(
+        r.violation_count, 1,
+        "the mutant went unnoticed: {} ops",
+        r.ops
+    );
 }
 
 #[test]
 fn node_rejects_unknown_systems() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["node", "--system", "raft", "--id", "0", "--peers", "127.0.0.1:1", "--nvm", "/nonexistent/x", "--secret", "1"])
+        .args([
+            "node",
+            "--system",
+            "raft",
+            "--id",
+            "0",
+            "--peers",
+            "127.0.0.1:1",
+            "--nvm",
+            "/nonexistent/x",
+            "--secret",
+            "1",
+        ])
         .output()
         .expect("run tandem");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("unknown --system 'raft': ddp, kite or zab"), "{stderr}");
+    assert!(
+        stderr.contains("unknown --system 'raft': ddp, kite or zab"),
+        "{stderr}"
+    );
 }
 
 /// `tandem demo kite`: stacks and queues on five processes, one stopped
@@ -96,14 +142,35 @@ fn node_rejects_unknown_systems() {
 fn the_kite_demo_keeps_serving_while_a_replica_sleeps() {
     let dir = std::env::temp_dir().join(format!("tandem-kite-demo-{}", std::process::id()));
     let fig = dir.join("timeline");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem")).args(["demo", "kite", "--figure", fig.to_str().unwrap()]).output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["demo", "kite", "--figure", fig.to_str().unwrap()])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("release consistency: ok; structures: ok"), "{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("release consistency: ok; structures: ok"),
+        "{stdout}"
+    );
     for n in [0, 2, 3, 4] {
-        let row = stdout.lines().find(|l| l.trim_start().starts_with(&format!("node {n}:"))).unwrap_or_else(|| panic!("no node {n} row:\n{stdout}"));
-        let during: f64 = row.split(',').nth(1).and_then(|s| s.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap();
-        assert!(during > 0.0, "node {n} stalled while node 1 slept:\n{stdout}");
+        let row = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("node {n}:")))
+            .unwrap_or_else(|| panic!("no node {n} row:\n{stdout}"));
+        let during: f64 = row
+            .split(',')
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        assert!(
+            during > 0.0,
+            "node {n} stalled while node 1 slept:\n{stdout}"
+        );
     }
     assert!(dir.join("kite.svg").exists() && dir.join("kite.png").exists());
     let _ = std::fs::remove_dir_all(&dir);
@@ -117,14 +184,30 @@ fn zab_processes_serve_the_bench_mix() {
     use tandem_bench::kite_procs::{bench_tcp, BenchMix};
     let dir = std::env::temp_dir().join(format!("tandem-zab-test-{}", std::process::id()));
     let exe = Path::new(env!("CARGO_BIN_EXE_tandem"));
-    let mix = BenchMix { system: System::Zab, keys: 1000, write_ratio: 0.5, sync_ratio: 0.05, rmw_ratio: 0.0 };
-    let o = LoadOpts { sessions_per_node: 10, warmup_s: 0.2, duration_s: 1.0, ..LoadOpts::default() };
-    let (res, rep) = bench_tcp(exe, &dir, 3, &NodeOpts::default(), mix, &o).expect("zab runs over tcp");
+    let mix = BenchMix {
+        system: System::Zab,
+        keys: 1000,
+        write_ratio: 0.5,
+        sync_ratio: 0.05,
+        rmw_ratio: 0.0,
+    };
+    let o = LoadOpts {
+        sessions_per_node: 10,
+        warmup_s: 0.2,
+        duration_s: 1.0,
+        ..LoadOpts::default()
+    };
+    let (res, rep) =
+        bench_tcp(exe, &dir, 3, &NodeOpts::default(), mix, &o).expect("zab runs over tcp");
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(res.system, "zab");
     assert!(res.throughput_ops > 100.0, "{res:?}");
     // Every node's sessions completed (a follower's writes reach the leader and back).
-    assert!(rep.sessions_end.iter().all(|s| s.1 > 0), "{:?}", rep.sessions_end);
+    assert!(
+        rep.sessions_end.iter().all(|s| s.1 > 0),
+        "{:?}",
+        rep.sessions_end
+    );
     // A write costs a forward, proposals, acks and commits: more than one message per op on average.
     assert!(rep.messages_per_op > 1.0, "{res:?}");
 }

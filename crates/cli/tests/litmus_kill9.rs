@@ -23,23 +23,54 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn litmus(extra: &[&str], json: &std::path::Path) -> (bool, String, serde_json::Value) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["litmus", "--store", "pandora", "--fabric", "tcp", "--crash-rate", "1", "--json", json.to_str().unwrap()])
+        .args([
+            "litmus",
+            "--store",
+            "pandora",
+            "--fabric",
+            "tcp",
+            "--crash-rate",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+        ])
         .args(extra)
         .output()
         .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let rep = std::fs::read_to_string(json).map(|s| serde_json::from_str(&s).unwrap()).unwrap_or(serde_json::Value::Null);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rep = std::fs::read_to_string(json)
+        .map(|s| serde_json::from_str(&s).unwrap())
+        .unwrap_or(serde_json::Value::Null);
     (out.status.success(), text, rep)
 }
 
 fn n(rep: &serde_json::Value, field: &str) -> u64 {
-    rep[field].as_u64().unwrap_or_else(|| panic!("no {field} in {rep}"))
+    rep[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {field} in {rep}"))
 }
 
 #[test]
 fn pandora_survives_kill_dash_nine_of_a_compute_server_process() {
-    let json = std::env::temp_dir().join(format!("tandem-litmus-kill9-{}.json", std::process::id()));
-    let (ok, out, rep) = litmus(&["--seeds", "10", "--compute-nodes", "2", "--clients", "4", "--txs", "60"], &json);
+    let json =
+        std::env::temp_dir().join(format!("tandem-litmus-kill9-{}.json", std::process::id()));
+    let (ok, out, rep) = litmus(
+        &[
+            "--seeds",
+            "10",
+            "--compute-nodes",
+            "2",
+            "--clients",
+            "4",
+            "--txs",
+            "60",
+        ],
+        &json,
+    );
     assert!(ok, "{out}");
     eprintln!("{out}");
     assert_eq!(n(&rep, "runs"), 10, "{out}");
@@ -51,7 +82,11 @@ fn pandora_survives_kill_dash_nine_of_a_compute_server_process() {
     assert!(n(&rep, "committed") > 3000, "{out}");
     assert!(n(&rep, "asserts_checked") > 500, "{out}");
     // Every run ended with a real memory-server kill, and every key read the same.
-    assert_eq!(out.matches("killed for the replica check").count(), 10, "{out}");
+    assert_eq!(
+        out.matches("killed for the replica check").count(),
+        10,
+        "{out}"
+    );
 }
 
 /// The process path can fail: a coordinator bug DART catches without a crash
@@ -61,19 +96,49 @@ fn pandora_survives_kill_dash_nine_of_a_compute_server_process() {
 /// processes for a deterministic test; see the replica-check tests below.
 #[test]
 fn a_bug_mutant_is_caught_through_the_worker_journals() {
-    let json = std::env::temp_dir().join(format!("tandem-litmus-kill9-mutant-{}.json", std::process::id()));
+    let json = std::env::temp_dir().join(format!(
+        "tandem-litmus-kill9-mutant-{}.json",
+        std::process::id()
+    ));
     let (ok, out, rep) = litmus(
-        &["--seeds", "3", "--tests", "2", "--compute-nodes", "2", "--clients", "4", "--txs", "40", "--inject-bug", "covert-locks", "--stop-at-first"],
+        &[
+            "--seeds",
+            "3",
+            "--tests",
+            "2",
+            "--compute-nodes",
+            "2",
+            "--clients",
+            "4",
+            "--txs",
+            "40",
+            "--inject-bug",
+            "covert-locks",
+            "--stop-at-first",
+        ],
         &json,
     );
     assert!(ok, "{out}");
     eprintln!("{out}");
-    assert!(n(&rep, "violation_count") > 0, "covert locks not caught in 3 runs:\n{out}");
-    assert!(out.contains("replay: cargo run --release -- litmus --store pandora --fabric tcp"), "{out}");
+    assert!(
+        n(&rep, "violation_count") > 0,
+        "covert locks not caught in 3 runs:\n{out}"
+    );
+    assert!(
+        out.contains("replay: cargo run --release -- litmus --store pandora --fabric tcp"),
+        "{out}"
+    );
     assert!(out.contains("--crash-rate 1"), "{out}");
     // A violating run keeps its journals for inspection and says where.
-    let dir = out.split("journals in ").nth(1).and_then(|r| r.split(']').next()).unwrap_or_else(|| panic!("no journal path in:\n{out}"));
-    assert!(std::path::Path::new(dir).join("worker-1.jsonl").exists(), "{dir}");
+    let dir = out
+        .split("journals in ")
+        .nth(1)
+        .and_then(|r| r.split(']').next())
+        .unwrap_or_else(|| panic!("no journal path in:\n{out}"));
+    assert!(
+        std::path::Path::new(dir).join("worker-1.jsonl").exists(),
+        "{dir}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -82,7 +147,10 @@ fn a_bug_mutant_is_caught_through_the_worker_journals() {
 fn proc_run(seed: u64, corrupt_one_backup: bool) -> RunReport {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let cfg = ProcRunConfig {
-        setup: ProcSetup { exe: PathBuf::from(env!("CARGO_BIN_EXE_tandem")), detect_ms: 50.0 },
+        setup: ProcSetup {
+            exe: PathBuf::from(env!("CARGO_BIN_EXE_tandem")),
+            detect_ms: 50.0,
+        },
         bug_names: Vec::new(),
         suite: Arc::new(Suite::parse("all", 2).unwrap()),
         tests: "all".into(),
@@ -101,7 +169,11 @@ fn proc_run(seed: u64, corrupt_one_backup: bool) -> RunReport {
 }
 
 fn replica_violations(rep: &RunReport) -> Vec<&str> {
-    rep.violations.iter().filter(|(t, _)| t == "replica-check").map(|(_, d)| d.as_str()).collect()
+    rep.violations
+        .iter()
+        .filter(|(t, _)| t == "replica-check")
+        .map(|(_, d)| d.as_str())
+        .collect()
 }
 
 /// The clean run passes the replica check, and the check really killed a
@@ -111,9 +183,16 @@ fn the_replica_check_kills_a_memory_server_and_the_replicas_agree() {
     for seed in [3, 4] {
         let rep = proc_run(seed, false);
         let note = rep.crash_note.clone().unwrap_or_default();
-        assert!(rep.violations.is_empty(), "seed {seed}: {:?}", rep.violations);
+        assert!(
+            rep.violations.is_empty(),
+            "seed {seed}: {:?}",
+            rep.violations
+        );
         assert!(note.contains("kill -9 of worker"), "seed {seed}: {note}");
-        assert!(note.contains("killed for the replica check ("), "seed {seed}: {note}");
+        assert!(
+            note.contains("killed for the replica check ("),
+            "seed {seed}: {note}"
+        );
         assert!(!note.contains("(0 of"), "the kill moved no read: {note}");
     }
 }
@@ -128,8 +207,20 @@ fn diverging_replicas_are_reported_by_the_replica_check_over_processes() {
     let note = rep.crash_note.clone().unwrap_or_default();
     assert!(note.contains("test hook: key "), "{note}");
     let found = replica_violations(&rep);
-    assert!(found.iter().any(|d| d.contains("replicas diverge") && d.contains("(logical failover)")), "{:?}", rep.violations);
-    assert!(found.iter().any(|d| d.contains("replicas diverge") && d.contains("killed with kill -9)")), "{:?}", rep.violations);
+    assert!(
+        found
+            .iter()
+            .any(|d| d.contains("replicas diverge") && d.contains("(logical failover)")),
+        "{:?}",
+        rep.violations
+    );
+    assert!(
+        found
+            .iter()
+            .any(|d| d.contains("replicas diverge") && d.contains("killed with kill -9)")),
+        "{:?}",
+        rep.violations
+    );
     // Nothing but the replica check sees it: the primaries are intact.
     assert_eq!(found.len(), rep.violations.len(), "{:?}", rep.violations);
     if let Some(dir) = note.split("journals in ").nth(1) {

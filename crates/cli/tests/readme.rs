@@ -60,14 +60,26 @@ impl Run {
 
 impl Drop for Run {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-9", "--", &format!("-{}", self.child.id())]).stderr(Stdio::null()).status();
+        let _ = Command::new("kill")
+            .args(["-9", "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.wait();
-        let _ = Command::new("bash").arg("scripts/zookeeper.sh").arg("stop").current_dir(&self.dir).env("ZK_PORT", self.zk_port.to_string()).output();
+        let _ = Command::new("bash")
+            .arg("scripts/zookeeper.sh")
+            .arg("stop")
+            .current_dir(&self.dir)
+            .env("ZK_PORT", self.zk_port.to_string())
+            .output();
     }
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Wait (bounded) until nothing listens on the README's ports: another run
@@ -76,7 +88,10 @@ fn wait_for_readme_ports() {
     let until = Instant::now() + Duration::from_secs(60);
     for port in [7300, 7301, 7302, 7303, 7401, 7402, 7403] {
         while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < until, "127.0.0.1:{port} stays in use; the README blocks need it");
+            assert!(
+                Instant::now() < until,
+                "127.0.0.1:{port} stays in use; the README blocks need it"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -85,29 +100,54 @@ fn wait_for_readme_ports() {
 /// Whether ZooKeeper can run here (`scripts/zookeeper.sh install`; exit 3:
 /// it cannot be installed). Under CI it must.
 fn zookeeper_available(dir: &Path) -> bool {
-    let out = Command::new("bash").arg("scripts/zookeeper.sh").arg("install").current_dir(dir).output().unwrap();
+    let out = Command::new("bash")
+        .arg("scripts/zookeeper.sh")
+        .arg("install")
+        .current_dir(dir)
+        .output()
+        .unwrap();
     match out.status.code() {
         Some(0) => true,
         Some(3) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIPPED the ZooKeeper block: {}", String::from_utf8_lossy(&out.stderr));
+            eprintln!(
+                "SKIPPED the ZooKeeper block: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             false
         }
-        _ => panic!("scripts/zookeeper.sh install failed:\n{}", String::from_utf8_lossy(&out.stderr)),
+        _ => panic!(
+            "scripts/zookeeper.sh install failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
     }
 }
 
 #[test]
 fn the_readme_multi_process_blocks_run_as_written_and_the_cluster_checks_out() {
     let mut blocks = multi_process_blocks();
-    assert!(blocks.len() >= 2, "README.md lost its multi-process blocks: {blocks:?}");
-    assert!(blocks.iter().all(|b| b.contains("check-cluster")), "every multi-process block ends in check-cluster: {blocks:?}");
+    assert!(
+        blocks.len() >= 2,
+        "README.md lost its multi-process blocks: {blocks:?}"
+    );
+    assert!(
+        blocks.iter().all(|b| b.contains("check-cluster")),
+        "every multi-process block ends in check-cluster: {blocks:?}"
+    );
     // A fresh directory laid out as the README expects: ./target/release/tandem, scripts/.
     let dir = std::env::temp_dir().join(format!("tandem-readme-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("target/release")).unwrap();
     std::fs::create_dir_all(dir.join("scripts")).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tandem"), dir.join("target/release/tandem")).unwrap();
-    std::fs::copy(workspace().join("scripts/zookeeper.sh"), dir.join("scripts/zookeeper.sh")).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_tandem"),
+        dir.join("target/release/tandem"),
+    )
+    .unwrap();
+    std::fs::copy(
+        workspace().join("scripts/zookeeper.sh"),
+        dir.join("scripts/zookeeper.sh"),
+    )
+    .unwrap();
     if !zookeeper_available(&dir) {
         blocks.retain(|b| !b.contains("--zookeeper"));
     }
@@ -124,12 +164,23 @@ fn the_readme_multi_process_blocks_run_as_written_and_the_cluster_checks_out() {
         .process_group(0)
         .spawn()
         .unwrap();
-    let mut run = Run { child, dir: dir.clone(), zk_port };
+    let mut run = Run {
+        child,
+        dir: dir.clone(),
+        zk_port,
+    };
     let status = run.wait(Duration::from_secs(240));
     let log = std::fs::read_to_string(&err).unwrap_or_default();
-    assert!(status.is_some_and(|s| s.success()), "the README blocks failed ({status:?}):\n{log}");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the README blocks failed ({status:?}):\n{log}"
+    );
     let passed = log.matches("counters consistent").count();
-    assert_eq!(passed, blocks.len(), "one passing check-cluster per block:\n{log}");
+    assert_eq!(
+        passed,
+        blocks.len(),
+        "one passing check-cluster per block:\n{log}"
+    );
     drop(run);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -139,16 +190,28 @@ fn the_readme_multi_process_blocks_run_as_written_and_the_cluster_checks_out() {
 #[test]
 fn the_readme_ddp_block_runs_as_written() {
     let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
-    let block = readme.split("```sh\n").filter_map(|b| b.split("\n```").next()).find(|b| b.contains("ddp manager")).expect("README.md has its DDP block").to_string();
+    let block = readme
+        .split("```sh\n")
+        .filter_map(|b| b.split("\n```").next())
+        .find(|b| b.contains("ddp manager"))
+        .expect("README.md has its DDP block")
+        .to_string();
     let dir = std::env::temp_dir().join(format!("tandem-readme-ddp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("target/release")).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tandem"), dir.join("target/release/tandem")).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_tandem"),
+        dir.join("target/release/tandem"),
+    )
+    .unwrap();
     std::fs::write(dir.join("readme.sh"), &block).unwrap();
     let until = Instant::now() + Duration::from_secs(60);
     for port in 7500..=7505 {
         while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < until, "127.0.0.1:{port} stays in use; the README's DDP block needs it");
+            assert!(
+                Instant::now() < until,
+                "127.0.0.1:{port} stays in use; the README's DDP block needs it"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -161,11 +224,18 @@ fn the_readme_ddp_block_runs_as_written() {
         .process_group(0)
         .spawn()
         .unwrap();
-    let mut run = Run { child, dir: dir.clone(), zk_port: 0 };
+    let mut run = Run {
+        child,
+        dir: dir.clone(),
+        zk_port: 0,
+    };
     let status = run.wait(Duration::from_secs(120));
     let stdout = std::fs::read_to_string(&out).unwrap_or_default();
     let log = std::fs::read_to_string(&err).unwrap_or_default();
-    assert!(status.is_some_and(|s| s.success()), "the README's DDP block failed ({status:?}):\n{stdout}\n{log}");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the README's DDP block failed ({status:?}):\n{stdout}\n{log}"
+    );
     assert!(stdout.contains("linearizable:"), "{stdout}\n{log}");
     drop(run);
     let _ = std::fs::remove_dir_all(&dir);

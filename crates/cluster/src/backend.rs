@@ -28,7 +28,12 @@ pub enum AnyFabric {
 impl Backend {
     pub fn inline(memory_nodes: usize, region_bytes: u64, seed: u64) -> Backend {
         let nodes = (0..memory_nodes)
-            .map(|i| Arc::new(MemoryNode::new(region_bytes, seed.wrapping_mul(0x9E37_79B9).wrapping_add(i as u64))))
+            .map(|i| {
+                Arc::new(MemoryNode::new(
+                    region_bytes,
+                    seed.wrapping_mul(0x9E37_79B9).wrapping_add(i as u64),
+                ))
+            })
             .collect();
         Backend::Inline(InlineCluster::new(nodes))
     }
@@ -65,7 +70,11 @@ impl Backend {
     /// Over TCP this must run inside a tokio `LocalSet`.
     pub async fn join(&self, compute: ComputeNodeId) -> std::io::Result<AnyFabric> {
         match self {
-            Backend::Inline(c) => Ok(AnyFabric::Inline(c.join(compute).map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?)),
+            Backend::Inline(c) => {
+                Ok(AnyFabric::Inline(c.join(compute).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::PermissionDenied, e)
+                })?))
+            }
             Backend::Tcp(c) => {
                 let keys = c.register(compute).await?;
                 Ok(AnyFabric::Tcp(c.connect(compute, &keys).await?))
@@ -84,11 +93,26 @@ pub struct MemoryServers {
 impl MemoryServers {
     /// Start `count` `tandem memory-server` processes on loopback ports chosen
     /// by the OS, each with `mem_bytes` of memory, sharing an admin secret.
-    pub fn spawn(exe: &Path, count: usize, mem_bytes: u64, secret: u64) -> std::io::Result<MemoryServers> {
-        let mut servers = MemoryServers { children: Vec::new(), addrs: Vec::new(), secret };
+    pub fn spawn(
+        exe: &Path,
+        count: usize,
+        mem_bytes: u64,
+        secret: u64,
+    ) -> std::io::Result<MemoryServers> {
+        let mut servers = MemoryServers {
+            children: Vec::new(),
+            addrs: Vec::new(),
+            secret,
+        };
         for _ in 0..count {
             let mut child = Command::new(exe)
-                .args(["memory-server", "--listen", "127.0.0.1:0", "--mem", &mem_bytes.to_string()])
+                .args([
+                    "memory-server",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--mem",
+                    &mem_bytes.to_string(),
+                ])
                 .env("TANDEM_SECRET", format!("{secret:016x}"))
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
@@ -102,7 +126,9 @@ impl MemoryServers {
             let addr = loop {
                 line.clear();
                 if reader.read_line(&mut line)? == 0 || Instant::now() > deadline {
-                    return Err(std::io::Error::other("memory server exited before announcing its address"));
+                    return Err(std::io::Error::other(
+                        "memory server exited before announcing its address",
+                    ));
                 }
                 if let Some(rest) = line.trim().strip_prefix("listening on ") {
                     break rest.parse::<SocketAddr>().map_err(std::io::Error::other)?;
@@ -128,7 +154,9 @@ impl MemoryServers {
     /// `Unavailable`). The others keep running until drop.
     pub fn kill(&mut self, i: usize) -> std::io::Result<()> {
         let n = self.children.len();
-        let child = self.children.get_mut(i).ok_or_else(|| std::io::Error::other(format!("no memory server {i} (there are {n})")))?;
+        let child = self.children.get_mut(i).ok_or_else(|| {
+            std::io::Error::other(format!("no memory server {i} (there are {n})"))
+        })?;
         child.kill()?;
         child.wait().map(|_| ())
     }

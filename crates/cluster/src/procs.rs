@@ -57,8 +57,8 @@ use tandem_dkvs::{FailedIds, Layout, StoreConfig};
 use tandem_fabric::tcp::TcpCluster;
 use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
 
-use crate::zk::{Ack, ZkState};
 use crate::runner::block_on_local;
+use crate::zk::{Ack, ZkState};
 
 mod check;
 mod compute;
@@ -66,7 +66,10 @@ mod session;
 pub mod wait;
 
 pub use check::{check_cluster, classify_locks, load_micro, read_ledgers, ClusterCheck};
-pub use compute::{fenced_ids, read_ids, read_incarnations, run_compute_server, ComputeServerConfig, ComputeServerReport, Incarnation};
+pub use compute::{
+    fenced_ids, read_ids, read_incarnations, run_compute_server, ComputeServerConfig,
+    ComputeServerReport, Incarnation,
+};
 pub use session::{new_incarnation, JoinError, MembershipSession, Stop, StopSignal};
 
 /// The node id the membership server joins under for its recovery coordinator.
@@ -75,12 +78,20 @@ const MEMBERSHIP_NODE: u16 = u16::MAX - 2;
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(rename_all = "lowercase")]
 enum ToMembership {
-    Join { node: u16, coordinators: u16 },
+    Join {
+        node: u16,
+        coordinators: u16,
+    },
     Heartbeat(u16),
     Leave(u16),
-    Relay { replica: u8, nodes: Vec<u16> },
+    Relay {
+        replica: u8,
+        nodes: Vec<u16>,
+    },
     /// A fenced compute node asks for a node id to come back under.
-    Incarnation { of: u16 },
+    Incarnation {
+        of: u16,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -143,7 +154,16 @@ pub struct Replica {
 impl Replica {
     /// Serve `listener` as replica `index` of `count`; relay every `tick`.
     pub fn start(listener: TcpListener, index: u8, count: u8, tick: Duration) -> Arc<Replica> {
-        let r = Arc::new(Replica { index, count, leader: Default::default(), leader_addr: Mutex::new(None), heard: Mutex::new(BTreeSet::new()), gaps: Mutex::default(), heartbeat_conns: Mutex::default(), next_conn: AtomicU64::new(0) });
+        let r = Arc::new(Replica {
+            index,
+            count,
+            leader: Default::default(),
+            leader_addr: Mutex::new(None),
+            heard: Mutex::new(BTreeSet::new()),
+            gaps: Mutex::default(),
+            heartbeat_conns: Mutex::default(),
+            next_conn: AtomicU64::new(0),
+        });
         let acceptor = r.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
@@ -164,7 +184,11 @@ impl Replica {
     /// heard now, so the detector judges senders, not its own readers.
     pub fn unread_heartbeats(&self) -> BTreeSet<u16> {
         let conns = self.heartbeat_conns.lock().unwrap();
-        conns.values().filter(|(_, c)| bytes_waiting(c) > 0).map(|(n, _)| *n).collect()
+        conns
+            .values()
+            .filter(|(_, c)| bytes_waiting(c) > 0)
+            .map(|(n, _)| *n)
+            .collect()
     }
 
     /// Record who leads (what the leader znode holds).
@@ -176,18 +200,27 @@ impl Replica {
         let mut conn: Option<(String, TcpStream)> = None;
         while self.leader.get().is_none() {
             std::thread::sleep(tick);
-            let Some(addr) = self.leader_addr.lock().unwrap().clone() else { continue };
+            let Some(addr) = self.leader_addr.lock().unwrap().clone() else {
+                continue;
+            };
             if conn.as_ref().is_some_and(|(a, _)| *a != addr) {
                 conn = None; // a new leader
             }
             if conn.is_none() {
-                match addr.parse::<SocketAddr>().map_err(|e| e.to_string()).and_then(|a| TcpStream::connect_timeout(&a, tick).map_err(|e| e.to_string())) {
+                match addr
+                    .parse::<SocketAddr>()
+                    .map_err(|e| e.to_string())
+                    .and_then(|a| TcpStream::connect_timeout(&a, tick).map_err(|e| e.to_string()))
+                {
                     Ok(c) => {
                         let _ = c.set_nodelay(true);
                         conn = Some((addr, c));
                     }
                     Err(e) => {
-                        log::debug!("membership replica {}: cannot reach the leader at {addr}: {e}", self.index);
+                        log::debug!(
+                            "membership replica {}: cannot reach the leader at {addr}: {e}",
+                            self.index
+                        );
                         continue;
                     }
                 }
@@ -200,7 +233,15 @@ impl Replica {
             heard.insert(MEMBERSHIP_NODE);
             let nodes: Vec<u16> = heard.into_iter().collect();
             let (_, c) = conn.as_mut().expect("connected above");
-            if send_line(c, &ToMembership::Relay { replica: self.index, nodes }).is_err() {
+            if send_line(
+                c,
+                &ToMembership::Relay {
+                    replica: self.index,
+                    nodes,
+                },
+            )
+            .is_err()
+            {
                 conn = None;
             }
         }
@@ -240,7 +281,9 @@ impl Shared {
     /// Tell `node`, if it is still connected, that it was declared failed
     /// and fenced off: it stops and comes back as a new incarnation.
     fn tell_fenced(&self, node: u16) {
-        let msg = FromMembership::Fenced(format!("compute node {node} was declared failed and its access revoked"));
+        let msg = FromMembership::Fenced(format!(
+            "compute node {node} was declared failed and its access revoked"
+        ));
         let mut subs = self.subscribers.lock().unwrap();
         for (_, w) in subs.conns.iter_mut().filter(|(n, _)| *n == node) {
             let _ = send_line(w, &msg);
@@ -252,7 +295,10 @@ impl Shared {
     fn subscribe(&self, node: u16, mut w: TcpStream) -> std::io::Result<()> {
         let mut subs = self.subscribers.lock().unwrap();
         if !subs.published.is_empty() {
-            send_line(&mut w, &FromMembership::Failed(subs.published.iter().copied().collect()))?;
+            send_line(
+                &mut w,
+                &FromMembership::Failed(subs.published.iter().copied().collect()),
+            )?;
         }
         subs.conns.push((node, w));
         Ok(())
@@ -282,7 +328,8 @@ impl Shared {
             (block, self.save(&m, true))
         };
         if let Some(ack) = ack {
-            ack.await.unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into()))?;
+            ack.await
+                .unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into()))?;
         }
         if block >= (1u64 << 48) / (1 << 24) {
             return Err("the recovery coordinator ran out of version blocks".into());
@@ -298,7 +345,8 @@ impl Shared {
             (cmds, ack)
         };
         if let Some(ack) = ack {
-            ack.await.unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into()))?;
+            ack.await
+                .unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into()))?;
         }
         Ok(cmds)
     }
@@ -307,7 +355,9 @@ impl Shared {
 fn wait_blocking(ack: Option<Ack>) -> Result<(), String> {
     match ack {
         None => Ok(()),
-        Some(ack) => ack.blocking_recv().unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into())),
+        Some(ack) => ack
+            .blocking_recv()
+            .unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into())),
     }
 }
 
@@ -325,10 +375,16 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
     let base = Instant::now();
     let (m, reissued) = match cfg.zookeeper.as_ref().and_then(|z| z.restored().cloned()) {
         Some(state) => {
-            let mut m = Membership::restore(mcfg, state, 0).map_err(|e| format!("the state in ZooKeeper is unusable: {e}"))?;
+            let mut m = Membership::restore(mcfg, state, 0)
+                .map_err(|e| format!("the state in ZooKeeper is unusable: {e}"))?;
             let reissued = m.reissue_after_restore();
             let s = m.snapshot();
-            let count = |st: NodeStatus| s.nodes.iter().filter(|(&n, x)| x.status == st && n != MEMBERSHIP_NODE).count();
+            let count = |st: NodeStatus| {
+                s.nodes
+                    .iter()
+                    .filter(|(&n, x)| x.status == st && n != MEMBERSHIP_NODE)
+                    .count()
+            };
             eprintln!(
                 "membership: resumed from ZooKeeper: {} compute nodes alive, {} being recovered, {} failed ({} failed ids), {} left; {} actions re-issued",
                 count(NodeStatus::Alive),
@@ -344,17 +400,39 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
     };
     // A resumed service writes its state once at start (the version moves
     // on): a previous incarnation that is still running fails its next write.
-    let resumed = cfg.zookeeper.as_ref().is_some_and(|z| z.restored().is_some());
+    let resumed = cfg
+        .zookeeper
+        .as_ref()
+        .is_some_and(|z| z.restored().is_some());
     let saved_epoch = AtomicU64::new(if resumed { u64::MAX } else { m.durable_epoch() });
     // Failed ids in a resumed state are durable: announce them to every joiner
     // (a crash may have cut their broadcast short).
-    let subscribers = Subscribers { conns: Vec::new(), published: m.failed_ids().clone() };
-    let shared = Arc::new(Shared { m: Mutex::new(m), subscribers: Mutex::new(subscribers), base, zookeeper: cfg.zookeeper, saved_epoch });
+    let subscribers = Subscribers {
+        conns: Vec::new(),
+        published: m.failed_ids().clone(),
+    };
+    let shared = Arc::new(Shared {
+        m: Mutex::new(m),
+        subscribers: Mutex::new(subscribers),
+        base,
+        zookeeper: cfg.zookeeper,
+        saved_epoch,
+    });
     if cfg.replica.leader.set(shared.clone()).is_err() {
         return Err("this membership replica already leads".into());
     }
-    let recovery = Recovery { layout, bugs: cfg.recovery_bugs };
-    block_on_local(detector_loop(shared, cfg.replica, cfg.memory, recovery, cfg.heartbeat_timeout, reissued))
+    let recovery = Recovery {
+        layout,
+        bugs: cfg.recovery_bugs,
+    };
+    block_on_local(detector_loop(
+        shared,
+        cfg.replica,
+        cfg.memory,
+        recovery,
+        cfg.heartbeat_timeout,
+        reissued,
+    ))
 }
 
 /// Bytes received on `c` and not read yet (`FIONREAD`).
@@ -381,7 +459,9 @@ impl Drop for HeartbeatConn<'_> {
 
 fn serve_compute(conn: TcpStream, replica: Arc<Replica>) {
     let _ = conn.set_nodelay(true);
-    let Ok(mut writer) = conn.try_clone() else { return };
+    let Ok(mut writer) = conn.try_clone() else {
+        return;
+    };
     let id = replica.next_conn.fetch_add(1, Ordering::Relaxed);
     let _forget = HeartbeatConn(&replica, id);
     for line in BufReader::new(conn).lines() {
@@ -394,8 +474,16 @@ fn serve_compute(conn: TcpStream, replica: Arc<Replica>) {
             }
         };
         if let ToMembership::Heartbeat(node) = msg {
-            replica.gaps.lock().unwrap().entry(node).or_default().heard();
-            if let std::collections::btree_map::Entry::Vacant(e) = replica.heartbeat_conns.lock().unwrap().entry(id) {
+            replica
+                .gaps
+                .lock()
+                .unwrap()
+                .entry(node)
+                .or_default()
+                .heard();
+            if let std::collections::btree_map::Entry::Vacant(e) =
+                replica.heartbeat_conns.lock().unwrap().entry(id)
+            {
                 if let Ok(c) = writer.try_clone() {
                     e.insert((node, c));
                 }
@@ -428,14 +516,27 @@ fn serve_as_follower(replica: &Replica, writer: &mut TcpStream, msg: ToMembershi
 }
 
 /// `false`: close the connection.
-fn serve_as_leader(shared: &Shared, replica: &Replica, writer: &mut TcpStream, msg: ToMembership) -> bool {
+fn serve_as_leader(
+    shared: &Shared,
+    replica: &Replica,
+    writer: &mut TcpStream,
+    msg: ToMembership,
+) -> bool {
     match msg {
         ToMembership::Heartbeat(node) => {
             // Heartbeats are not durable: they never wait for ZooKeeper.
-            shared.m.lock().unwrap().step(shared.now(), Event::Heartbeat { node });
+            shared
+                .m
+                .lock()
+                .unwrap()
+                .step(shared.now(), Event::Heartbeat { node });
         }
         ToMembership::Relay { replica, nodes } => {
-            shared.m.lock().unwrap().step(shared.now(), Event::Relay { replica, nodes });
+            shared
+                .m
+                .lock()
+                .unwrap()
+                .step(shared.now(), Event::Relay { replica, nodes });
         }
         ToMembership::Leave(node) => {
             let ack = {
@@ -447,10 +548,17 @@ fn serve_as_leader(shared: &Shared, replica: &Replica, writer: &mut TcpStream, m
                 eprintln!("membership: cannot record that compute node {node} left: {e}");
                 return false;
             }
-            let gaps = replica.gaps.lock().unwrap().remove(&node).unwrap_or_default();
+            let gaps = replica
+                .gaps
+                .lock()
+                .unwrap()
+                .remove(&node)
+                .unwrap_or_default();
             eprintln!("membership: compute node {node} left ({gaps})");
         }
-        ToMembership::Join { node, coordinators } => return answer_join(shared, writer, node, coordinators),
+        ToMembership::Join { node, coordinators } => {
+            return answer_join(shared, writer, node, coordinators)
+        }
         ToMembership::Incarnation { of } => return answer_incarnation(shared, writer, of),
     }
     true
@@ -475,7 +583,9 @@ fn answer_join(shared: &Shared, writer: &mut TcpStream, node: u16, coordinators:
     }
     let msg = match reply {
         Some(Command::AssignIds { ids, .. }) => FromMembership::Assign(ids),
-        Some(Command::Reject { reason, .. }) if known.is_some_and(|s| s != NodeStatus::Alive) => FromMembership::Fenced(reason),
+        Some(Command::Reject { reason, .. }) if known.is_some_and(|s| s != NodeStatus::Alive) => {
+            FromMembership::Fenced(reason)
+        }
         Some(Command::Reject { reason, .. }) => FromMembership::Reject(reason),
         other => FromMembership::Reject(format!("unexpected {other:?}")),
     };
@@ -491,7 +601,10 @@ fn answer_join(shared: &Shared, writer: &mut TcpStream, node: u16, coordinators:
     } else {
         eprintln!("membership: compute node {node} joined with {coordinators} coordinators");
     }
-    writer.try_clone().and_then(|w| shared.subscribe(node, w)).is_ok()
+    writer
+        .try_clone()
+        .and_then(|w| shared.subscribe(node, w))
+        .is_ok()
 }
 
 /// A fenced node asks for a node id to come back under (durable first).
@@ -537,7 +650,12 @@ impl Gaps {
 
 impl std::fmt::Display for Gaps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} heartbeats here, largest gap {:.1} ms", self.count, self.largest.as_secs_f64() * 1e3)
+        write!(
+            f,
+            "{} heartbeats here, largest gap {:.1} ms",
+            self.count,
+            self.largest.as_secs_f64() * 1e3
+        )
     }
 }
 
@@ -555,19 +673,39 @@ async fn detector_loop(
     timeout: Duration,
     reissued: Vec<Command>,
 ) -> Result<(), String> {
-    let Recovery { layout, bugs: recovery_bugs } = recovery;
+    let Recovery {
+        layout,
+        bugs: recovery_bugs,
+    } = recovery;
     // Versions the recovery coordinator mints must never repeat: every
     // recovery or retirement takes its own block of the 48-bit counter,
     // reserved in the durable state before use, so a service resumed from
     // ZooKeeper (same recovery-coordinator id) continues after it.
     const RC_VERSION_BLOCK: u64 = 1 << 24;
     // A resumed service gets its own id back (a retried join of a live node).
-    let rc_id = match shared.step_durably(Event::Join { node: MEMBERSHIP_NODE, coordinators: 1 }).await?.pop() {
+    let rc_id = match shared
+        .step_durably(Event::Join {
+            node: MEMBERSHIP_NODE,
+            coordinators: 1,
+        })
+        .await?
+        .pop()
+    {
         Some(Command::AssignIds { ids, .. }) => ids[0],
-        other => return Err(format!("membership cannot reserve its recovery coordinator id: {other:?}")),
+        other => {
+            return Err(format!(
+                "membership cannot reserve its recovery coordinator id: {other:?}"
+            ))
+        }
     };
-    let keys = memory.register(MEMBERSHIP_NODE).await.map_err(|e| format!("cannot register with the memory servers: {e}"))?;
-    let fabric = memory.connect(MEMBERSHIP_NODE, &keys).await.map_err(|e| format!("cannot connect to the memory servers: {e}"))?;
+    let keys = memory
+        .register(MEMBERSHIP_NODE)
+        .await
+        .map_err(|e| format!("cannot register with the memory servers: {e}"))?;
+    let fabric = memory
+        .connect(MEMBERSHIP_NODE, &keys)
+        .await
+        .map_err(|e| format!("cannot connect to the memory servers: {e}"))?;
     let failed_ids = FailedIds::new();
     // A resumed service's stray-lock scans cover the ids failed before the restart too.
     for &id in shared.m.lock().unwrap().failed_ids() {
@@ -578,7 +716,16 @@ async fn detector_loop(
     let mut swept = BTreeSet::new();
     let tick = (timeout / 20).max(Duration::from_micros(100));
     // Work a previous incarnation left half done goes first.
-    let mut restored_revokes: BTreeSet<u16> = reissued.iter().filter_map(|c| if let Command::Revoke { node } = c { Some(*node) } else { None }).collect();
+    let mut restored_revokes: BTreeSet<u16> = reissued
+        .iter()
+        .filter_map(|c| {
+            if let Command::Revoke { node } = c {
+                Some(*node)
+            } else {
+                None
+            }
+        })
+        .collect();
     let mut queue: std::collections::VecDeque<Command> = reissued.into();
     loop {
         while let Some(cmd) = queue.pop_front() {
@@ -587,7 +734,10 @@ async fn detector_loop(
                     detected.insert(node, Instant::now());
                     if restored_revokes.remove(&node) {
                         eprintln!("membership: compute node {node} was declared failed before the restart; revoking its access again");
-                        memory.revoke(node).await.map_err(|e| format!("revocation of node {node} failed: {e}"))?;
+                        memory
+                            .revoke(node)
+                            .await
+                            .map_err(|e| format!("revocation of node {node} failed: {e}"))?;
                         shared.tell_fenced(node);
                         queue.extend(shared.step_durably(Event::RevokeAcked { node }).await?);
                         continue;
@@ -597,19 +747,27 @@ async fn detector_loop(
                         .iter()
                         .enumerate()
                         .map(|(r, v)| match v {
-                            (Some(ago), Some(heard)) => format!("replica {r}: reported {} us ago, had heard it {} us before", ago / 1000, heard / 1000),
+                            (Some(ago), Some(heard)) => format!(
+                                "replica {r}: reported {} us ago, had heard it {} us before",
+                                ago / 1000,
+                                heard / 1000
+                            ),
                             _ => format!("replica {r}: not reporting"),
                         })
                         .collect();
                     eprintln!("membership: compute node {node} missed its heartbeats ({}); revoking its access", views.join("; "));
-                    memory.revoke(node).await.map_err(|e| format!("revocation of node {node} failed: {e}"))?;
+                    memory
+                        .revoke(node)
+                        .await
+                        .map_err(|e| format!("revocation of node {node} failed: {e}"))?;
                     shared.tell_fenced(node);
                     Event::RevokeAcked { node }
                 }
                 Command::Recover { node, ids, .. } => {
                     let t = Instant::now();
                     let rc_versions = shared.reserve_version_block().await? * RC_VERSION_BLOCK;
-                    let mut rc = RecoveryCoordinator::new(&fabric, layout.clone(), rc_id).with_version_counter(rc_versions);
+                    let mut rc = RecoveryCoordinator::new(&fabric, layout.clone(), rc_id)
+                        .with_version_counter(rc_versions);
                     rc.bugs = recovery_bugs;
                     let report = rc
                         .recover(&ids)
@@ -641,22 +799,36 @@ async fn detector_loop(
                     continue;
                 }
                 Command::ScanStrayLocks { ids } => {
-                    let n = sweep_stray_locks(&fabric, &layout, &failed_ids).await.map_err(|e| format!("stray-lock scan failed: {e}"))?;
+                    let n = sweep_stray_locks(&fabric, &layout, &failed_ids)
+                        .await
+                        .map_err(|e| format!("stray-lock scan failed: {e}"))?;
                     // No version minted by a recycled id may survive its reuse.
                     let rc_versions = shared.reserve_version_block().await? * RC_VERSION_BLOCK;
                     let retired = RecoveryCoordinator::new(&fabric, layout.clone(), rc_id)
                         .with_version_counter(rc_versions)
                         .retire_versions(&ids)
                         .await
-                        .map_err(|e| format!("retiring the versions of recycled ids failed: {e}"))?;
+                        .map_err(|e| {
+                            format!("retiring the versions of recycled ids failed: {e}")
+                        })?;
                     let Some(retired) = retired else {
                         eprintln!("membership: objects of the failed ids stayed locked; their ids are not recycled yet");
                         continue;
                     };
-                    eprintln!("membership: rewrote {retired} versions minted by ids about to be recycled");
-                    eprintln!("membership: released {n} stray locks; {} ids can be reused", ids.len());
+                    eprintln!(
+                        "membership: rewrote {retired} versions minted by ids about to be recycled"
+                    );
+                    eprintln!(
+                        "membership: released {n} stray locks; {} ids can be reused",
+                        ids.len()
+                    );
                     // Joiners must not be told these are failed once they can be handed out again.
-                    shared.subscribers.lock().unwrap().published.retain(|id| !ids.contains(id));
+                    shared
+                        .subscribers
+                        .lock()
+                        .unwrap()
+                        .published
+                        .retain(|id| !ids.contains(id));
                     // Nor may a later scan release the locks of their next owners.
                     for &id in &ids {
                         failed_ids.remove(id);
@@ -685,7 +857,8 @@ async fn detector_loop(
             (cmds, ack)
         };
         if let Some(ack) = ack {
-            ack.await.unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into()))?;
+            ack.await
+                .unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into()))?;
         }
         queue.extend(cmds);
     }
@@ -695,7 +868,12 @@ async fn detector_loop(
 /// stray locks (none alive, none being declared failed) and some failed
 /// since the last sweep (`swept`).
 fn idle_sweep_due(m: &Membership, swept: &BTreeSet<u16>) -> Option<BTreeSet<u16>> {
-    let busy = |s: NodeStatus| matches!(s, NodeStatus::Alive | NodeStatus::Revoking | NodeStatus::Recovering);
+    let busy = |s: NodeStatus| {
+        matches!(
+            s,
+            NodeStatus::Alive | NodeStatus::Revoking | NodeStatus::Recovering
+        )
+    };
     let idle = !m.nodes().any(|(n, s)| n != MEMBERSHIP_NODE && busy(s));
     (idle && !m.failed_ids().is_subset(swept)).then(|| m.failed_ids().clone())
 }
@@ -703,18 +881,29 @@ fn idle_sweep_due(m: &Membership, swept: &BTreeSet<u16>) -> Option<BTreeSet<u16>
 /// When no compute node is left, nobody steals the stray locks of failed
 /// coordinators (legitimate until stolen or swept, DESIGN.md §4.5): release
 /// them, as the background scan does, once per new set of failed ids.
-async fn sweep_when_idle<F: tandem_fabric::Fabric>(shared: &Shared, fabric: &F, layout: &Layout, swept: &mut BTreeSet<u16>) -> Result<(), String> {
-    let Some(ids) = idle_sweep_due(&shared.m.lock().unwrap(), swept) else { return Ok(()) };
+async fn sweep_when_idle<F: tandem_fabric::Fabric>(
+    shared: &Shared,
+    fabric: &F,
+    layout: &Layout,
+    swept: &mut BTreeSet<u16>,
+) -> Result<(), String> {
+    let Some(ids) = idle_sweep_due(&shared.m.lock().unwrap(), swept) else {
+        return Ok(());
+    };
     let failed = FailedIds::new();
     for &id in &ids {
         failed.insert(id);
     }
-    let n = sweep_stray_locks(fabric, layout, &failed).await.map_err(|e| format!("stray-lock scan failed: {e}"))?;
-    eprintln!("membership: no compute node is left; released {n} stray locks of {} failed coordinators", ids.len());
+    let n = sweep_stray_locks(fabric, layout, &failed)
+        .await
+        .map_err(|e| format!("stray-lock scan failed: {e}"))?;
+    eprintln!(
+        "membership: no compute node is left; released {n} stray locks of {} failed coordinators",
+        ids.len()
+    );
     *swept = ids;
     Ok(())
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -725,10 +914,19 @@ mod tests {
     #[test]
     fn heartbeats_waiting_unread_count_as_heard() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let replica = Replica::start(TcpListener::bind("127.0.0.1:0").unwrap(), 0, 1, Duration::from_millis(10));
+        let replica = Replica::start(
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+            0,
+            1,
+            Duration::from_millis(10),
+        );
         let mut sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (received, _) = listener.accept().unwrap();
-        replica.heartbeat_conns.lock().unwrap().insert(1, (4, received));
+        replica
+            .heartbeat_conns
+            .lock()
+            .unwrap()
+            .insert(1, (4, received));
         assert!(replica.unread_heartbeats().is_empty(), "nothing sent yet");
         send_line(&mut sender, &ToMembership::Heartbeat(4)).unwrap();
         let until = Instant::now() + Duration::from_secs(5);
@@ -742,16 +940,42 @@ mod tests {
     /// to steal them, and once per new set of failed ids.
     #[test]
     fn stray_locks_are_swept_when_no_compute_node_is_left() {
-        let mut m = Membership::new(MembershipConfig { heartbeat_timeout_ns: 100, ..MembershipConfig::default() });
-        m.step(0, Event::Join { node: MEMBERSHIP_NODE, coordinators: 1 });
-        m.step(0, Event::Join { node: 1, coordinators: 2 });
-        m.step(0, Event::Join { node: 2, coordinators: 2 });
+        let mut m = Membership::new(MembershipConfig {
+            heartbeat_timeout_ns: 100,
+            ..MembershipConfig::default()
+        });
+        m.step(
+            0,
+            Event::Join {
+                node: MEMBERSHIP_NODE,
+                coordinators: 1,
+            },
+        );
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 2,
+            },
+        );
+        m.step(
+            0,
+            Event::Join {
+                node: 2,
+                coordinators: 2,
+            },
+        );
         let none = BTreeSet::new();
         assert_eq!(idle_sweep_due(&m, &none), None, "nothing failed");
         // Node 1 fails and is recovered while node 2 lives: node 2 steals.
         for t in (10..=200).step_by(10) {
             m.step(t, Event::Heartbeat { node: 2 });
-            m.step(t, Event::Heartbeat { node: MEMBERSHIP_NODE });
+            m.step(
+                t,
+                Event::Heartbeat {
+                    node: MEMBERSHIP_NODE,
+                },
+            );
             m.step(t, Event::Tick);
         }
         m.step(201, Event::RevokeAcked { node: 1 });

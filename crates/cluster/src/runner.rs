@@ -22,9 +22,12 @@ use serde::Serialize;
 use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryCoordinator};
-use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, MemoryView, Mode, OnStray, StoreConfig};
-use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
+use tandem_dkvs::{
+    BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, MemoryView, Mode, OnStray,
+    StoreConfig,
+};
 use tandem_fabric::Fabric;
+use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
 use tandem_sim::Rng;
 
 use crate::backend::{AnyFabric, Backend};
@@ -83,7 +86,10 @@ pub struct Timeline {
 impl Timeline {
     /// Throughput per bucket in transactions per second.
     pub fn tps(&self) -> Vec<f64> {
-        self.committed.iter().map(|&c| c as f64 * 1000.0 / self.bucket_ms as f64).collect()
+        self.committed
+            .iter()
+            .map(|&c| c as f64 * 1000.0 / self.bucket_ms as f64)
+            .collect()
     }
 }
 
@@ -187,14 +193,24 @@ impl RunConfig {
     }
 
     pub fn store_config(&self) -> StoreConfig {
-        let mut s = StoreConfig::new(self.mode, self.memory_nodes, self.replicas, self.workload.tables());
+        let mut s = StoreConfig::new(
+            self.mode,
+            self.memory_nodes,
+            self.replicas,
+            self.workload.tables(),
+        );
         s.partitions_per_table = 64;
         // Coordinator ids are 1..log_slots: one log slot per id. Twice the
         // coordinators, so failed ids need recycling (a stray-lock scan) only
         // after many failures.
         // One rejoin's worth of ids on top; more rejoins recycle failed ids.
-        let replacements = if self.respawn { self.crash.iter().count() + self.more_crashes.len() } else { 0 } + 1;
-        let coordinators = (self.compute_nodes as u32 + replacements as u32) * self.coordinators as u32;
+        let replacements = if self.respawn {
+            self.crash.iter().count() + self.more_crashes.len()
+        } else {
+            0
+        } + 1;
+        let coordinators =
+            (self.compute_nodes as u32 + replacements as u32) * self.coordinators as u32;
         s.log_slots = (2 * coordinators + 8).max(64);
         s.bugs = self.bugs;
         s.on_stray = self.on_stray;
@@ -214,7 +230,9 @@ impl RunConfig {
                 return Err("a memory-node failure needs --replicas 2 or more and a node below --memory-nodes".into());
             }
             if self.crash.is_some() {
-                return Err("inject either a compute crash or a memory-node failure, not both".into());
+                return Err(
+                    "inject either a compute crash or a memory-node failure, not both".into(),
+                );
             }
         }
         if let Some(c) = &self.crash {
@@ -225,19 +243,47 @@ impl RunConfig {
                 return Err("the crash must happen within the measured duration".into());
             }
         }
-        let slots = self.compute_nodes as usize + REJOIN_SLOTS + if self.respawn { self.crash.iter().count() + self.more_crashes.len() } else { 0 };
-        if self.suspect.iter().any(|p| p.node as usize >= slots || p.after >= self.duration || p.pause <= self.heartbeat_timeout) {
+        let slots = self.compute_nodes as usize
+            + REJOIN_SLOTS
+            + if self.respawn {
+                self.crash.iter().count() + self.more_crashes.len()
+            } else {
+                0
+            };
+        if self.suspect.iter().any(|p| {
+            p.node as usize >= slots
+                || p.after >= self.duration
+                || p.pause <= self.heartbeat_timeout
+        }) {
             return Err(format!("a suspicion must name one of the {slots} node slots, happen within the measured duration and stall heartbeats for longer than the timeout"));
         }
         if !self.more_crashes.is_empty() {
-            let mut nodes: Vec<u16> = self.crash.iter().chain(&self.more_crashes).map(|c| c.node).collect();
+            let mut nodes: Vec<u16> = self
+                .crash
+                .iter()
+                .chain(&self.more_crashes)
+                .map(|c| c.node)
+                .collect();
             nodes.sort_unstable();
             nodes.dedup();
-            if self.crash.is_none() || nodes.len() != 1 + self.more_crashes.len() || nodes.len() >= self.compute_nodes as usize {
-                return Err("more crashes need a first crash, distinct nodes and at least one survivor".into());
+            if self.crash.is_none()
+                || nodes.len() != 1 + self.more_crashes.len()
+                || nodes.len() >= self.compute_nodes as usize
+            {
+                return Err(
+                    "more crashes need a first crash, distinct nodes and at least one survivor"
+                        .into(),
+                );
             }
-            if self.more_crashes.iter().any(|c| c.node >= self.compute_nodes || c.after >= self.duration) {
-                return Err("every crash must name a compute node and happen within the measured duration".into());
+            if self
+                .more_crashes
+                .iter()
+                .any(|c| c.node >= self.compute_nodes || c.after >= self.duration)
+            {
+                return Err(
+                    "every crash must name a compute node and happen within the measured duration"
+                        .into(),
+                );
             }
         }
         Ok(())
@@ -394,7 +440,10 @@ struct FailureLog {
 
 /// Run a future on a fresh single-threaded runtime with a `LocalSet`.
 pub fn block_on_local<T>(fut: impl std::future::Future<Output = T>) -> T {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, fut)
 }
@@ -402,7 +451,10 @@ pub fn block_on_local<T>(fut: impl std::future::Future<Output = T>) -> T {
 /// Load the workload's dataset through compute node 0.
 pub fn load(backend: &Backend, layout: &Arc<Layout>, spec: &WorkloadSpec) -> Result<u64, String> {
     block_on_local(async {
-        let fabric = backend.join(0).await.map_err(|e| format!("loader cannot join: {e}"))?;
+        let fabric = backend
+            .join(0)
+            .await
+            .map_err(|e| format!("loader cannot join: {e}"))?;
         match fabric {
             AnyFabric::Inline(f) => load_with(&f, layout, spec).await,
             AnyFabric::Tcp(f) => load_with(&f, layout, spec).await,
@@ -410,16 +462,28 @@ pub fn load(backend: &Backend, layout: &Arc<Layout>, spec: &WorkloadSpec) -> Res
     })
 }
 
-async fn load_with<F: Fabric>(f: &F, layout: &Arc<Layout>, spec: &WorkloadSpec) -> Result<u64, String> {
+async fn load_with<F: Fabric>(
+    f: &F,
+    layout: &Arc<Layout>,
+    spec: &WorkloadSpec,
+) -> Result<u64, String> {
     let mut loader = Loader::new(f, layout.clone());
     spec.load(&mut loader).await.map_err(|e| e.to_string())?;
     loader.finish().await.map_err(|e| e.to_string())
 }
 
 /// Inspect the store: replica agreement, stray locks, and the workload check.
-pub fn check(backend: &Backend, layout: &Arc<Layout>, spec: &WorkloadSpec, outcome: &Outcome) -> Result<Vec<String>, String> {
+pub fn check(
+    backend: &Backend,
+    layout: &Arc<Layout>,
+    spec: &WorkloadSpec,
+    outcome: &Outcome,
+) -> Result<Vec<String>, String> {
     block_on_local(async {
-        let fabric = backend.join(CHECKER_NODE).await.map_err(|e| format!("checker cannot join: {e}"))?;
+        let fabric = backend
+            .join(CHECKER_NODE)
+            .await
+            .map_err(|e| format!("checker cannot join: {e}"))?;
         match fabric {
             AnyFabric::Inline(f) => check_with(&f, layout, spec, outcome).await,
             AnyFabric::Tcp(f) => check_with(&f, layout, spec, outcome).await,
@@ -427,19 +491,29 @@ pub fn check(backend: &Backend, layout: &Arc<Layout>, spec: &WorkloadSpec, outco
     })
 }
 
-async fn check_with<F: Fabric>(f: &F, layout: &Layout, spec: &WorkloadSpec, outcome: &Outcome) -> Result<Vec<String>, String> {
+async fn check_with<F: Fabric>(
+    f: &F,
+    layout: &Layout,
+    spec: &WorkloadSpec,
+    outcome: &Outcome,
+) -> Result<Vec<String>, String> {
     let mut v = Vec::new();
     let mut live = Vec::new();
     for t in 0..layout.tables.len() as u32 {
-        let snap = snapshot(f, layout, t).await.map_err(|e| format!("inspection failed: {e}"))?;
+        let snap = snapshot(f, layout, t)
+            .await
+            .map_err(|e| format!("inspection failed: {e}"))?;
         v.extend(snap.replica_mismatches());
-        v.extend(snap.held_locks().into_iter().map(|(k, w)| format!("table {t} key {k}: lock {:#x} still held", w.0)));
+        v.extend(
+            snap.held_locks()
+                .into_iter()
+                .map(|(k, w)| format!("table {t} key {k}: lock {:#x} still held", w.0)),
+        );
         live.push(snap.live());
     }
     v.extend(spec.verify(&live, outcome));
     Ok(v)
 }
-
 
 /// Give the calling thread (a heartbeat sender or the failure detector)
 /// real-time priority where the OS allows it, as a deployment would pin or
@@ -472,7 +546,13 @@ async fn drive<F: Fabric>(
     seed: u64,
     failed: FailedIds,
 ) -> ThreadResult {
-    let node = ComputeNode::with_memory_view(fabric, &store, layout, failed.clone(), ctl.views[cn as usize].clone());
+    let node = ComputeNode::with_memory_view(
+        fabric,
+        &store,
+        layout,
+        failed.clone(),
+        ctl.views[cn as usize].clone(),
+    );
     let mut seeds = Rng::new(seed ^ ((cn as u64) << 40));
     let errors: Rc<RefCell<Vec<String>>> = Rc::default();
     let mut outcomes: Vec<OutcomeHandle> = Vec::new();
@@ -484,7 +564,12 @@ async fn drive<F: Fabric>(
         let mut coord = node.coordinator(id);
         let mut client = spec.client(id as u32, seeds.next_u64());
         outcomes.push(client.handle());
-        let (ctl, errors, unlocking, failed) = (ctl.clone(), errors.clone(), unlocking.clone(), failed.clone());
+        let (ctl, errors, unlocking, failed) = (
+            ctl.clone(),
+            errors.clone(),
+            unlocking.clone(),
+            failed.clone(),
+        );
         handles.push(tokio::task::spawn_local(async move {
             let mut hist = new_hist();
             while !ctl.stop.load(Ordering::Relaxed) {
@@ -574,7 +659,12 @@ async fn drive<F: Fabric>(
         outcome.merge(&h.outcome());
     }
     let errors = errors.borrow().clone();
-    ThreadResult { hist, stats, outcome, errors }
+    ThreadResult {
+        hist,
+        stats,
+        outcome,
+        errors,
+    }
 }
 
 /// The membership service's thread: ticks the failure detector and carries
@@ -596,19 +686,40 @@ async fn membership_loop(
     let mut rc_versions = 0u64;
     let rc_id = {
         let mut m = membership.lock().expect("membership lock");
-        match m.step(ctl.now_ns(), Event::Join { node: MEMBERSHIP_NODE, coordinators: 1 }).pop() {
+        match m
+            .step(
+                ctl.now_ns(),
+                Event::Join {
+                    node: MEMBERSHIP_NODE,
+                    coordinators: 1,
+                },
+            )
+            .pop()
+        {
             Some(Command::AssignIds { ids, .. }) => ids[0],
-            other => return Err(format!("membership cannot get its own coordinator id: {other:?}")),
+            other => {
+                return Err(format!(
+                    "membership cannot get its own coordinator id: {other:?}"
+                ))
+            }
         }
     };
-    let fabric = backend.join(MEMBERSHIP_NODE).await.map_err(|e| format!("membership cannot join: {e}"))?;
+    let fabric = backend
+        .join(MEMBERSHIP_NODE)
+        .await
+        .map_err(|e| format!("membership cannot join: {e}"))?;
     let tick = Duration::from_micros(100);
     while !ctl.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(tick).await;
         let mut queue: std::collections::VecDeque<Command> = {
             let mut m = membership.lock().expect("membership lock");
             // The membership node itself runs here: it never times out.
-            m.step(ctl.now_ns(), Event::Heartbeat { node: MEMBERSHIP_NODE });
+            m.step(
+                ctl.now_ns(),
+                Event::Heartbeat {
+                    node: MEMBERSHIP_NODE,
+                },
+            );
             m.step(ctl.now_ns(), Event::Tick).into()
         };
         // In order: NotifyFailed must not wait behind a stray-lock scan.
@@ -616,7 +727,10 @@ async fn membership_loop(
             let next = match cmd {
                 Command::Revoke { node } => {
                     logs.lock().unwrap().entry(node).or_default().detected_ns = ctl.now_ns();
-                    backend.revoke(node).await.map_err(|e| format!("revocation of node {node} failed: {e}"))?;
+                    backend
+                        .revoke(node)
+                        .await
+                        .map_err(|e| format!("revocation of node {node} failed: {e}"))?;
                     let now = ctl.now_ns();
                     logs.lock().unwrap().entry(node).or_default().revoked_ns = now;
                     if let Some(at) = ctl.revoked_at_ns.get(node as usize - 1) {
@@ -630,8 +744,18 @@ async fn membership_loop(
                     let (found, fwd, back, scanned, stopped_ns) = match mode {
                         Mode::Pandora => {
                             let r = match &fabric {
-                                AnyFabric::Inline(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover(&ids).await,
-                                AnyFabric::Tcp(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover(&ids).await,
+                                AnyFabric::Inline(f) => {
+                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
+                                        .with_version_counter(rc_versions)
+                                        .recover(&ids)
+                                        .await
+                                }
+                                AnyFabric::Tcp(f) => {
+                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
+                                        .with_version_counter(rc_versions)
+                                        .recover(&ids)
+                                        .await
+                                }
                             }
                             .map_err(|e| format!("log recovery of node {node} failed: {e}"))?;
                             (r.logs_found, r.rolled_forward, r.rolled_back, 0, 0)
@@ -645,23 +769,60 @@ async fn membership_loop(
                             // (and a falsely suspected one is revoked: its verbs no longer land).
                             // The end of the run does not cut the drain short: recovering
                             // owner-less locks beside a live transaction would release its locks.
-                            let alive = |n: usize| membership.lock().expect("membership lock").status(n as u16 + 1) == Some(NodeStatus::Alive);
+                            let alive = |n: usize| {
+                                membership
+                                    .lock()
+                                    .expect("membership lock")
+                                    .status(n as u16 + 1)
+                                    == Some(NodeStatus::Alive)
+                            };
                             let give_up = Instant::now() + Duration::from_secs(30);
-                            while ctl.active.iter().enumerate().any(|(n, a)| a.load(Ordering::SeqCst) > 0 && alive(n)) {
+                            while ctl
+                                .active
+                                .iter()
+                                .enumerate()
+                                .any(|(n, a)| a.load(Ordering::SeqCst) > 0 && alive(n))
+                            {
                                 if Instant::now() > give_up {
                                     return Err(format!("{mode} recovery of node {node}: live transactions did not drain in 30 s"));
                                 }
                                 tokio::time::sleep(Duration::from_micros(50)).await;
                             }
                             let r = match (&fabric, mode) {
-                                (AnyFabric::Inline(f), Mode::Ford) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover_ford(&ids).await,
-                                (AnyFabric::Tcp(f), Mode::Ford) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover_ford(&ids).await,
-                                (AnyFabric::Inline(f), _) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover_traditional(&ids).await,
-                                (AnyFabric::Tcp(f), _) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).recover_traditional(&ids).await,
+                                (AnyFabric::Inline(f), Mode::Ford) => {
+                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
+                                        .with_version_counter(rc_versions)
+                                        .recover_ford(&ids)
+                                        .await
+                                }
+                                (AnyFabric::Tcp(f), Mode::Ford) => {
+                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
+                                        .with_version_counter(rc_versions)
+                                        .recover_ford(&ids)
+                                        .await
+                                }
+                                (AnyFabric::Inline(f), _) => {
+                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
+                                        .with_version_counter(rc_versions)
+                                        .recover_traditional(&ids)
+                                        .await
+                                }
+                                (AnyFabric::Tcp(f), _) => {
+                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
+                                        .with_version_counter(rc_versions)
+                                        .recover_traditional(&ids)
+                                        .await
+                                }
                             }
                             .map_err(|e| format!("{mode} recovery of node {node} failed: {e}"))?;
                             ctl.paused.fetch_sub(1, Ordering::SeqCst);
-                            (r.locks_found, r.rolled_forward, r.rolled_back, r.slots_scanned, ctl.now_ns() - stop_at)
+                            (
+                                r.locks_found,
+                                r.rolled_forward,
+                                r.rolled_back,
+                                r.slots_scanned,
+                                ctl.now_ns() - stop_at,
+                            )
                         }
                     };
                     let mut ls = logs.lock().unwrap();
@@ -679,7 +840,11 @@ async fn membership_loop(
                         failed.insert(id);
                     }
                     let now = ctl.now_ns();
-                    let counts: Vec<u64> = ctl.committed_by_node.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+                    let counts: Vec<u64> = ctl
+                        .committed_by_node
+                        .iter()
+                        .map(|c| c.load(Ordering::SeqCst))
+                        .collect();
                     let owner = membership.lock().expect("membership lock").owner_of(ids[0]);
                     if let Some(node) = owner {
                         let mut ls = logs.lock().unwrap();
@@ -699,8 +864,18 @@ async fn membership_loop(
                     // No version minted by a recycled id may survive its reuse.
                     rc_versions += RC_VERSION_BLOCK;
                     let retired = match &fabric {
-                        AnyFabric::Inline(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).retire_versions(&ids).await,
-                        AnyFabric::Tcp(f) => RecoveryCoordinator::new(f, layout.clone(), rc_id).with_version_counter(rc_versions).retire_versions(&ids).await,
+                        AnyFabric::Inline(f) => {
+                            RecoveryCoordinator::new(f, layout.clone(), rc_id)
+                                .with_version_counter(rc_versions)
+                                .retire_versions(&ids)
+                                .await
+                        }
+                        AnyFabric::Tcp(f) => {
+                            RecoveryCoordinator::new(f, layout.clone(), rc_id)
+                                .with_version_counter(rc_versions)
+                                .retire_versions(&ids)
+                                .await
+                        }
                     }
                     .map_err(|e| format!("retiring the versions of recycled ids failed: {e}"))?;
                     if retired.is_none() {
@@ -710,7 +885,10 @@ async fn membership_loop(
                 }
                 Command::AssignIds { .. } | Command::Reject { .. } => continue,
             };
-            let more = membership.lock().expect("membership lock").step(ctl.now_ns(), next);
+            let more = membership
+                .lock()
+                .expect("membership lock")
+                .step(ctl.now_ns(), next);
             queue.extend(more);
         }
     }
@@ -768,20 +946,32 @@ fn spawn_heartbeat(
         if registered.recv() != Ok(true) {
             return;
         }
-        let cmds = m.lock().expect("membership lock").step(ctl.now_ns(), Event::Join { node, coordinators });
+        let cmds = m
+            .lock()
+            .expect("membership lock")
+            .step(ctl.now_ns(), Event::Join { node, coordinators });
         let admitted = matches!(cmds.last(), Some(Command::AssignIds { .. }));
         let _ = joined.send(cmds);
         let alive = || m.lock().expect("membership lock").status(node) == Some(NodeStatus::Alive);
-        while admitted && !ctl.stop.load(Ordering::Relaxed) && !ctl.crash[node as usize - 1].load(Ordering::Relaxed) && alive() {
+        while admitted
+            && !ctl.stop.load(Ordering::Relaxed)
+            && !ctl.crash[node as usize - 1].load(Ordering::Relaxed)
+            && alive()
+        {
             std::thread::sleep(every);
             let stalled = ctl.stalled_until_ns[node as usize - 1].load(Ordering::SeqCst);
             if stalled > ctl.now_ns() {
                 std::thread::sleep(Duration::from_nanos(stalled - ctl.now_ns().min(stalled)));
             }
-            m.lock().expect("membership lock").step(ctl.now_ns(), Event::Heartbeat { node });
+            m.lock()
+                .expect("membership lock")
+                .step(ctl.now_ns(), Event::Heartbeat { node });
         }
     };
-    std::thread::Builder::new().name(format!("heartbeat-{node}")).spawn(body).map_err(|e| e.to_string())
+    std::thread::Builder::new()
+        .name(format!("heartbeat-{node}"))
+        .spawn(body)
+        .map_err(|e| e.to_string())
 }
 
 /// Pause new transactions and wait until every node's in-flight ones ended.
@@ -805,11 +995,16 @@ fn fail_memory_node(
     start: Instant,
 ) -> Result<MemoryFailureTimeline, String> {
     let Backend::Inline(cluster) = backend else {
-        return Err("memory-node failure injection needs the in-process fabric (--fabric sim)".into());
+        return Err(
+            "memory-node failure injection needs the in-process fabric (--fabric sim)".into(),
+        );
     };
     let committed = || ctl.committed.load(Ordering::SeqCst);
     let tps_before = committed() as f64 / start.elapsed().as_secs_f64().max(1e-9);
-    let mut marks = vec![(start.elapsed().as_secs_f64(), format!("memory node {} lost", f.node))];
+    let mut marks = vec![(
+        start.elapsed().as_secs_f64(),
+        format!("memory node {} lost", f.node),
+    )];
     cluster.nodes()[f.node as usize].fail();
     let t = Instant::now();
     pause_and_drain(ctl);
@@ -829,8 +1024,12 @@ fn fail_memory_node(
     cluster.nodes()[f.node as usize].replace_with_empty();
     let view = ctl.views[0].clone();
     let copied = block_on_local(async {
-        let fabric = cluster.join(MEMBERSHIP_NODE - 1).map_err(|e| e.to_string())?;
-        tandem_dkvs::repair::rereplicate(&fabric, layout, f.node, &view).await.map_err(|e| e.to_string())
+        let fabric = cluster
+            .join(MEMBERSHIP_NODE - 1)
+            .map_err(|e| e.to_string())?;
+        tandem_dkvs::repair::rereplicate(&fabric, layout, f.node, &view)
+            .await
+            .map_err(|e| e.to_string())
     })
     .map_err(|e| format!("re-replication failed: {e}"))?;
     for v in &ctl.views {
@@ -841,7 +1040,11 @@ fn fail_memory_node(
     marks.push((start.elapsed().as_secs_f64(), "f+1 copies again".into()));
     let c1 = committed();
     let t_after = Instant::now();
-    std::thread::sleep(cfg.duration.saturating_sub(start.elapsed()).min(Duration::from_millis(300)));
+    std::thread::sleep(
+        cfg.duration
+            .saturating_sub(start.elapsed())
+            .min(Duration::from_millis(300)),
+    );
     let tps_after = (committed() - c1) as f64 / t_after.elapsed().as_secs_f64().max(1e-9);
     Ok(MemoryFailureTimeline {
         failed_node: f.node,

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use tandem_dkvs::loader::{LoadError, Loader};
 use tandem_dkvs::{Coordinator, TableSpec, TxError};
 use tandem_fabric::Fabric;
@@ -13,8 +15,6 @@ use tandem_workloads::micro::{self, MicroClient, MicroLedger, MicroSpec};
 use tandem_workloads::smallbank::{self, SmallBankClient, SmallBankSpec};
 use tandem_workloads::tatp::{self, TatpClient, TatpSpec};
 use tandem_workloads::tpcc::{self, TpccClient, TpccSpec};
-use std::cell::RefCell;
-use std::rc::Rc;
 
 #[derive(Clone, Debug)]
 pub enum WorkloadSpec {
@@ -37,7 +37,10 @@ impl WorkloadSpec {
     /// counts stay at [`TpccSpec::default`], about 0.3 GB per warehouse per replica).
     pub fn from_name(name: &str, scale: Option<u64>) -> Result<WorkloadSpec, String> {
         let spec = match name {
-            "micro" => WorkloadSpec::Micro(MicroSpec { keys: scale.unwrap_or(MicroSpec::default().keys), ..MicroSpec::default() }),
+            "micro" => WorkloadSpec::Micro(MicroSpec {
+                keys: scale.unwrap_or(MicroSpec::default().keys),
+                ..MicroSpec::default()
+            }),
             "bank" => WorkloadSpec::Bank(BankSpec {
                 customers: scale.unwrap_or(BankSpec::default().customers),
                 initial_balance: 1_000,
@@ -46,10 +49,23 @@ impl WorkloadSpec {
                 receipt_chance: 0.02,
                 retries: 0,
             }),
-            "smallbank" => WorkloadSpec::SmallBank(scale.map(SmallBankSpec::scaled).unwrap_or_default()),
-            "tatp" => WorkloadSpec::Tatp(TatpSpec { subscribers: scale.unwrap_or(TatpSpec::default().subscribers), ..TatpSpec::default() }),
-            "tpcc" => WorkloadSpec::Tpcc(TpccSpec { warehouses: scale.unwrap_or(1), ..TpccSpec::default() }),
-            other => return Err(format!("unknown workload '{other}' (expected one of {})", Self::NAMES.join(", "))),
+            "smallbank" => {
+                WorkloadSpec::SmallBank(scale.map(SmallBankSpec::scaled).unwrap_or_default())
+            }
+            "tatp" => WorkloadSpec::Tatp(TatpSpec {
+                subscribers: scale.unwrap_or(TatpSpec::default().subscribers),
+                ..TatpSpec::default()
+            }),
+            "tpcc" => WorkloadSpec::Tpcc(TpccSpec {
+                warehouses: scale.unwrap_or(1),
+                ..TpccSpec::default()
+            }),
+            other => {
+                return Err(format!(
+                    "unknown workload '{other}' (expected one of {})",
+                    Self::NAMES.join(", ")
+                ))
+            }
         };
         spec.validate()?;
         Ok(spec)
@@ -58,7 +74,9 @@ impl WorkloadSpec {
     pub fn validate(&self) -> Result<(), String> {
         match self {
             WorkloadSpec::Micro(m) => m.validate(),
-            WorkloadSpec::Bank(b) if b.customers < 2 => Err("bank needs at least 2 customers".into()),
+            WorkloadSpec::Bank(b) if b.customers < 2 => {
+                Err("bank needs at least 2 customers".into())
+            }
             WorkloadSpec::Bank(_) => Ok(()),
             WorkloadSpec::SmallBank(s) => s.validate(),
             WorkloadSpec::Tatp(t) => t.validate(),
@@ -110,14 +128,23 @@ impl WorkloadSpec {
     /// the clients' outcomes. Returns violations (empty: consistent).
     pub fn verify(&self, live: &[BTreeMap<u64, Vec<u8>>], outcome: &Outcome) -> Vec<String> {
         if live.len() != self.tables().len() {
-            return vec![format!("{}: {} tables, but {} live snapshots", self.name(), self.tables().len(), live.len())];
+            return vec![format!(
+                "{}: {} tables, but {} live snapshots",
+                self.name(),
+                self.tables().len(),
+                live.len()
+            )];
         }
         match (self, outcome) {
-            (WorkloadSpec::SmallBank(s), Outcome::SmallBank(l)) => smallbank::verify(s, &live[0], &live[1], l),
+            (WorkloadSpec::SmallBank(s), Outcome::SmallBank(l)) => {
+                smallbank::verify(s, &live[0], &live[1], l)
+            }
             (WorkloadSpec::Tatp(t), Outcome::Tatp(l)) => tatp::verify(t, live, l),
             (WorkloadSpec::Tpcc(t), Outcome::Tpcc(l)) => tpcc::verify(t, live, l),
             (WorkloadSpec::Micro(m), Outcome::Micro(l)) => micro::verify(m, &live[0], l),
-            (WorkloadSpec::Bank(b), Outcome::Bank(ledger)) => bank::verify(b, &live[0], &live[1], ledger),
+            (WorkloadSpec::Bank(b), Outcome::Bank(ledger)) => {
+                bank::verify(b, &live[0], &live[1], ledger)
+            }
             _ => vec!["workload and outcome do not match".into()],
         }
     }
@@ -156,9 +183,9 @@ impl Outcome {
         match (self, o) {
             (Outcome::Micro(a), Outcome::Micro(b)) => a.merge(b),
             (Outcome::Bank(a), Outcome::Bank(b)) => a.merge(b),
-            (Outcome::SmallBank(a), Outcome::SmallBank(b)) | (Outcome::Tatp(a), Outcome::Tatp(b)) | (Outcome::Tpcc(a), Outcome::Tpcc(b)) => {
-                a.merge(b)
-            }
+            (Outcome::SmallBank(a), Outcome::SmallBank(b))
+            | (Outcome::Tatp(a), Outcome::Tatp(b))
+            | (Outcome::Tpcc(a), Outcome::Tpcc(b)) => a.merge(b),
             _ => panic!("merging outcomes of different workloads"),
         }
     }
@@ -174,7 +201,10 @@ impl Outcome {
 }
 
 impl Client {
-    pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
+    pub async fn run_one<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+    ) -> Result<bool, TxError> {
         match self {
             Client::Micro(c) => c.run_one(coord).await,
             Client::Bank(c) => c.run_one(coord).await,

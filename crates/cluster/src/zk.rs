@@ -64,26 +64,51 @@ impl ZkState {
     ///
     /// With a `campaign`, first win the leader election (blocking until this
     /// replica leads), then read the state.
-    pub fn open(hosts: &str, path: &str, cluster: &str, session: Duration, campaign: Option<Campaign>) -> Result<ZkState, String> {
+    pub fn open(
+        hosts: &str,
+        path: &str,
+        cluster: &str,
+        session: Duration,
+        campaign: Option<Campaign>,
+    ) -> Result<ZkState, String> {
         if !path.starts_with('/') || path.ends_with('/') {
-            return Err(format!("ZooKeeper path '{path}' must start with '/' and not end with it"));
+            return Err(format!(
+                "ZooKeeper path '{path}' must start with '/' and not end with it"
+            ));
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let (init_tx, init_rx) = std_mpsc::channel();
         let fatal: Arc<Mutex<Option<String>>> = Arc::default();
-        let (h, p, c, f) = (hosts.to_string(), path.to_string(), cluster.to_string(), fatal.clone());
+        let (h, p, c, f) = (
+            hosts.to_string(),
+            path.to_string(),
+            cluster.to_string(),
+            fatal.clone(),
+        );
         std::thread::Builder::new()
             .name("zookeeper".into())
             .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
                     Ok(rt) => rt,
                     Err(e) => return drop(init_tx.send(Err(e.to_string()))),
                 };
                 rt.block_on(zk_writer(h, p, c, session, campaign, init_tx, rx, f));
             })
             .map_err(|e| e.to_string())?;
-        let restored = init_rx.recv().map_err(|_| "the ZooKeeper thread died".to_string())??;
-        Ok(ZkState { hosts: hosts.to_string(), path: path.to_string(), restored, tx, cluster: cluster.to_string(), fatal })
+        let restored = init_rx
+            .recv()
+            .map_err(|_| "the ZooKeeper thread died".to_string())??;
+        Ok(ZkState {
+            hosts: hosts.to_string(),
+            path: path.to_string(),
+            restored,
+            tx,
+            cluster: cluster.to_string(),
+            fatal,
+        })
     }
 
     /// The state found in ZooKeeper when opened, if any.
@@ -99,7 +124,15 @@ impl ZkState {
     /// answers once ZooKeeper acknowledged it and every write before it.
     pub(crate) fn write(&self, state: Option<&MembershipState>) -> Ack {
         let (done, ack) = oneshot::channel();
-        let data = match state.map(|s| serde_json::to_vec(&ZkRecord { cluster: self.cluster.clone(), state: s.clone() })).transpose() {
+        let data = match state
+            .map(|s| {
+                serde_json::to_vec(&ZkRecord {
+                    cluster: self.cluster.clone(),
+                    state: s.clone(),
+                })
+            })
+            .transpose()
+        {
             Ok(data) => data,
             Err(e) => {
                 let _ = done.send(Err(e.to_string()));
@@ -149,7 +182,10 @@ async fn zk_writer(
         };
         let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
         if since.elapsed() > ZK_CONNECT_PATIENCE {
-            return drop(init.send(Err(format!("{why} (failing for {} s)", ZK_CONNECT_PATIENCE.as_secs()))));
+            return drop(init.send(Err(format!(
+                "{why} (failing for {} s)",
+                ZK_CONNECT_PATIENCE.as_secs()
+            ))));
         }
         eprintln!("membership: {why}; reconnecting to ZooKeeper");
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -233,17 +269,25 @@ async fn connect_patiently(hosts: &str, session: Duration) -> Result<zk::Client,
     let give_up = tokio::time::Instant::now() + ZK_CONNECT_PATIENCE;
     let mut said = false;
     loop {
-        let connect = zk::Client::connector().with_session_timeout(session).connect(hosts);
+        let connect = zk::Client::connector()
+            .with_session_timeout(session)
+            .connect(hosts);
         let why = match tokio::time::timeout(Duration::from_secs(10), connect).await {
             Ok(Ok(c)) => return Ok(c),
             Ok(Err(e)) => e.to_string(),
             Err(_) => "timed out".to_string(),
         };
         if tokio::time::Instant::now() >= give_up {
-            return Err(format!("cannot connect to ZooKeeper at {hosts} (tried for {} s): {why}", ZK_CONNECT_PATIENCE.as_secs()));
+            return Err(format!(
+                "cannot connect to ZooKeeper at {hosts} (tried for {} s): {why}",
+                ZK_CONNECT_PATIENCE.as_secs()
+            ));
         }
         if !said {
-            eprintln!("membership: waiting for ZooKeeper at {hosts} ({why}); retrying for up to {} s", ZK_CONNECT_PATIENCE.as_secs());
+            eprintln!(
+                "membership: waiting for ZooKeeper at {hosts} ({why}); retrying for up to {} s",
+                ZK_CONNECT_PATIENCE.as_secs()
+            );
             said = true;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -252,12 +296,24 @@ async fn connect_patiently(hosts: &str, session: Duration) -> Result<zk::Client,
 
 /// One compare-and-set write of the znode (a create if there is none yet).
 /// A lost connection leaves the outcome unknown: read back and decide.
-async fn zk_put(client: &zk::Client, path: &str, data: &[u8], options: &zk::CreateOptions<'_>, version: &mut Option<i32>) -> Result<(), String> {
+async fn zk_put(
+    client: &zk::Client,
+    path: &str,
+    data: &[u8],
+    options: &zk::CreateOptions<'_>,
+    version: &mut Option<i32>,
+) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let r = match *version {
-            None => client.create(path, data, options).await.map(|(stat, _)| stat.version),
-            Some(v) => client.set_data(path, data, Some(v)).await.map(|stat| stat.version),
+            None => client
+                .create(path, data, options)
+                .await
+                .map(|(stat, _)| stat.version),
+            Some(v) => client
+                .set_data(path, data, Some(v))
+                .await
+                .map(|stat| stat.version),
         };
         match r {
             Ok(v) => {
@@ -291,13 +347,20 @@ async fn zk_put(client: &zk::Client, path: &str, data: &[u8], options: &zk::Crea
     }
 }
 
-
 /// Block until this replica holds the ephemeral leader znode.
-async fn campaign_for_leader(client: &zk::Client, path: &str, options: &zk::CreateOptions<'_>, c: &Campaign) -> Result<(), String> {
+async fn campaign_for_leader(
+    client: &zk::Client,
+    path: &str,
+    options: &zk::CreateOptions<'_>,
+    c: &Campaign,
+) -> Result<(), String> {
     let leader = format!("{path}-leader");
     let parent = &path[..path.rfind('/').unwrap_or(0)];
     if !parent.is_empty() {
-        client.mkdir(parent, options).await.map_err(|e| format!("cannot create {parent}: {e}"))?;
+        client
+            .mkdir(parent, options)
+            .await
+            .map_err(|e| format!("cannot create {parent}: {e}"))?;
     }
     let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
     let mut announced = String::new();
@@ -317,7 +380,10 @@ async fn campaign_for_leader(client: &zk::Client, path: &str, options: &zk::Crea
                     (c.on_leader)(&who);
                     let ev = watcher.changed().await;
                     if ev.session_state.is_terminated() {
-                        return Err(format!("the ZooKeeper session ended ({:?})", ev.session_state));
+                        return Err(format!(
+                            "the ZooKeeper session ended ({:?})",
+                            ev.session_state
+                        ));
                     }
                 }
                 Err(zk::Error::NoNode) => continue, // it just went away: run again

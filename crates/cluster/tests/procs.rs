@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tandem_cluster::procs::{self, ComputeServerConfig, ComputeServerReport, MembershipServerConfig, MembershipSession, Replica};
+use tandem_cluster::procs::{
+    self, ComputeServerConfig, ComputeServerReport, MembershipServerConfig, MembershipSession,
+    Replica,
+};
 use tandem_cluster::runner::block_on_local;
 use tandem_dkvs::{Mode, StoreConfig};
 use tandem_fabric::tcp::{MemoryServerHandle, TcpCluster};
@@ -30,10 +33,22 @@ struct Cluster {
 fn cluster(tag: &str) -> Cluster {
     let secret = 0x5eed_0009;
     let servers: Vec<MemoryServerHandle> = (0..2)
-        .map(|i| MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), Arc::new(MemoryNode::new(64 << 20, 90 + i)), secret).unwrap())
+        .map(|i| {
+            MemoryServerHandle::bind(
+                "127.0.0.1:0".parse().unwrap(),
+                Arc::new(MemoryNode::new(64 << 20, 90 + i)),
+                secret,
+            )
+            .unwrap()
+        })
         .collect();
     let memory = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), secret);
-    let micro = MicroSpec { keys: 2_000, write_ratio: 0.5, ops_per_tx: 2, chooser: KeyChooser::Uniform };
+    let micro = MicroSpec {
+        keys: 2_000,
+        write_ratio: 0.5,
+        ops_per_tx: 2,
+        chooser: KeyChooser::Uniform,
+    };
     let mut store = StoreConfig::new(Mode::Pandora, 2, 2, micro.tables());
     store.partitions_per_table = 16;
     store.validate().unwrap();
@@ -53,7 +68,14 @@ fn cluster(tag: &str) -> Cluster {
     std::thread::spawn(move || procs::run_membership_server(cfg));
     let dir = std::env::temp_dir().join(format!("tandem-procs-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    Cluster { _servers: servers, memory, store, micro, membership, dir }
+    Cluster {
+        _servers: servers,
+        memory,
+        store,
+        micro,
+        membership,
+        dir,
+    }
 }
 
 impl Cluster {
@@ -77,7 +99,10 @@ impl Cluster {
     /// failed: violations, and stray locks of failed coordinators.
     fn check(&self, ledgers: &[PathBuf]) -> procs::ClusterCheck {
         let ledger = procs::read_ledgers(ledgers).unwrap();
-        let failed: Vec<u16> = ledgers.iter().flat_map(|l| procs::fenced_ids(l).unwrap()).collect();
+        let failed: Vec<u16> = ledgers
+            .iter()
+            .flat_map(|l| procs::fenced_ids(l).unwrap())
+            .collect();
         procs::check_cluster(&self.memory, &self.store, &self.micro, &ledger, &failed).unwrap()
     }
 
@@ -100,10 +125,20 @@ fn assert_came_back(r: &ComputeServerReport, first_fenced_because: &str) {
     assert!(r.incarnations.len() >= 2, "{:?}", r.incarnations);
     let (first, last) = (&r.incarnations[0], r.incarnations.last().unwrap());
     let why = first.fenced.as_deref().unwrap_or_default();
-    assert!(why.contains(first_fenced_because), "fenced because '{why}', expected '{first_fenced_because}'");
-    assert!(last.node >= FIRST_INCARNATION_ID && last.fenced.is_none() && !last.ids.is_empty(), "{last:?}");
+    assert!(
+        why.contains(first_fenced_because),
+        "fenced because '{why}', expected '{first_fenced_because}'"
+    );
+    assert!(
+        last.node >= FIRST_INCARNATION_ID && last.fenced.is_none() && !last.ids.is_empty(),
+        "{last:?}"
+    );
     let ids: Vec<u16> = r.incarnations.iter().flat_map(|i| i.ids.clone()).collect();
-    assert!(ids.iter().all(|id| ids.iter().filter(|x| *x == id).count() == 1), "every incarnation has new coordinator ids: {ids:?}");
+    assert!(
+        ids.iter()
+            .all(|id| ids.iter().filter(|x| *x == id).count() == 1),
+        "every incarnation has new coordinator ids: {ids:?}"
+    );
 }
 
 /// Register first: a node id revoked before the compute server starts is
@@ -120,7 +155,13 @@ fn a_node_fenced_before_it_starts_never_joins_and_comes_back_under_a_new_node_id
     assert_eq!(r.incarnations[1].node, FIRST_INCARNATION_ID);
     // It registered before joining, so the membership never met node 5: a
     // join under 5 now is a first join, not the rejoin of a failed node.
-    match MembershipSession::join_within(&[c.membership], 5, 1, Duration::from_millis(5), Duration::from_secs(5)) {
+    match MembershipSession::join_within(
+        &[c.membership],
+        5,
+        1,
+        Duration::from_millis(5),
+        Duration::from_secs(5),
+    ) {
         Ok(s) => assert!(s.ids.len() == 1),
         Err(e) => panic!("node 5 joined the membership before it registered: {e}"),
     }
@@ -143,10 +184,17 @@ fn a_revoked_verb_fences_the_node_and_it_keeps_committing_as_a_new_incarnation()
     let r = run.join().unwrap().unwrap();
     assert_came_back(&r, "came back Revoked");
     let commits_after: u64 = r.timeline_100ms.iter().skip(10).sum();
-    assert!(commits_after > 0, "the new incarnation kept committing: {:?}", r.timeline_100ms);
+    assert!(
+        commits_after > 0,
+        "the new incarnation kept committing: {:?}",
+        r.timeline_100ms
+    );
     let check = c.check_settled(&[ledger]);
     assert!(check.violations.is_empty(), "{:?}", check.violations);
-    assert_eq!(check.stray_locks, 0, "with no compute node left, the membership sweeps the fenced coordinators' stray locks");
+    assert_eq!(
+        check.stray_locks, 0,
+        "with no compute node left, the membership sweeps the fenced coordinators' stray locks"
+    );
 }
 
 /// A node that left may not rejoin under its id: its join is refused as

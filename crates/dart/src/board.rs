@@ -28,7 +28,13 @@ pub struct Board(Arc<Mutex<Inner>>);
 
 impl Board {
     pub fn floor(&self, test: u32, instance: u32) -> i64 {
-        self.0.lock().expect("board").floors.get(&(test, instance)).copied().unwrap_or(0)
+        self.0
+            .lock()
+            .expect("board")
+            .floors
+            .get(&(test, instance))
+            .copied()
+            .unwrap_or(0)
     }
 
     pub fn raise_floor(&self, test: u32, instance: u32, x: i64) {
@@ -40,7 +46,10 @@ impl Board {
     /// A board whose pairs are numbered from `base` (one worker process's range).
     pub fn with_pair_base(base: u32) -> Board {
         assert!(base < MAX_PAIRS, "pair base {base} out of range");
-        Board(Arc::new(Mutex::new(Inner { pair_base: base, ..Inner::default() })))
+        Board(Arc::new(Mutex::new(Inner {
+            pair_base: base,
+            ..Inner::default()
+        })))
     }
 
     /// The number of the `i`-th pair of this board.
@@ -58,7 +67,13 @@ impl Board {
 
     /// Pairs of `test` handed out so far.
     pub fn pairs(&self, test: u32) -> u32 {
-        self.0.lock().expect("board").pairs.get(&test).copied().unwrap_or(0)
+        self.0
+            .lock()
+            .expect("board")
+            .pairs
+            .get(&test)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// A fresh pair of `test` (wraps around after [`MAX_PAIRS`]).

@@ -19,8 +19,8 @@ use tandem_sim::Rng;
 use crate::history::TxRecord;
 use crate::pg_store::Isolation;
 use crate::plan::CrashPoints;
-use crate::sim_run::DeploymentBugs;
 use crate::report::RunReport;
+use crate::sim_run::DeploymentBugs;
 use crate::suite::Suite;
 
 #[derive(Clone, Debug)]
@@ -54,8 +54,14 @@ pub struct InjectedBugs {
     pub deployment: DeploymentBugs,
 }
 
-pub const RECOVERY_BUG_NAMES: [&str; 6] =
-    ["always-roll-back", "skip-log-recovery", "lost-decision", "trust-undo-images", "restore-one-replica", "invalidate-logs-first"];
+pub const RECOVERY_BUG_NAMES: [&str; 6] = [
+    "always-roll-back",
+    "skip-log-recovery",
+    "lost-decision",
+    "trust-undo-images",
+    "restore-one-replica",
+    "invalidate-logs-first",
+];
 
 fn recovery_bug(rec: &mut RecoveryBugs, name: &str) -> bool {
     let flag = match name {
@@ -82,7 +88,10 @@ pub fn parse_bugs(names: &[String]) -> Result<InjectedBugs, String> {
             continue;
         }
         let one = BugSwitches::parse(n).map_err(|e| {
-            format!("{e}, or a recovery bug: {}, or a deployment bug: publish-before-recovery", RECOVERY_BUG_NAMES.join(", "))
+            format!(
+                "{e}, or a recovery bug: {}, or a deployment bug: publish-before-recovery",
+                RECOVERY_BUG_NAMES.join(", ")
+            )
         })?;
         b.store = b.store.union(one);
     }
@@ -195,7 +204,9 @@ impl CampaignConfig {
     pub fn run_on_stray(&self, seed: u64) -> OnStray {
         match (self.on_stray, &self.store) {
             (Some(o), _) => o,
-            (None, StoreKind::Tandem(Mode::Pandora)) if Rng::new(seed ^ 0x57A1).chance(0.25) => STALL,
+            (None, StoreKind::Tandem(Mode::Pandora)) if Rng::new(seed ^ 0x57A1).chance(0.25) => {
+                STALL
+            }
             _ => OnStray::Abort,
         }
     }
@@ -208,15 +219,27 @@ impl CampaignConfig {
     /// Whether runs may crash a compute node: simulated ones, and tcp runs
     /// with compute-node processes.
     pub fn injects_crashes(&self) -> bool {
-        matches!(self.store, StoreKind::Tandem(_)) && (self.fabric == FabricKind::Sim || self.procs.is_some())
+        matches!(self.store, StoreKind::Tandem(_))
+            && (self.fabric == FabricKind::Sim || self.procs.is_some())
     }
 
     /// The command that replays run `seed` exactly (sim) or re-runs it (tcp, postgres).
     pub fn replay(&self, seed: u64) -> String {
-        let mut c = format!("cargo run --release -- litmus --store {}", self.store.name());
+        let mut c = format!(
+            "cargo run --release -- litmus --store {}",
+            self.store.name()
+        );
         match &self.store {
-            StoreKind::Postgres { url, isolation } => c += &format!(" --isolation {isolation} --postgres {url}"),
-            StoreKind::Tandem(_) => c += if self.fabric == FabricKind::Sim { " --fabric sim" } else { " --fabric tcp" },
+            StoreKind::Postgres { url, isolation } => {
+                c += &format!(" --isolation {isolation} --postgres {url}")
+            }
+            StoreKind::Tandem(_) => {
+                c += if self.fabric == FabricKind::Sim {
+                    " --fabric sim"
+                } else {
+                    " --fabric tcp"
+                }
+            }
         }
         let (tests, instances) = self.run_tests(seed);
         c += &format!(" --tests {tests} --instances {instances} --seed {seed} --seeds 1");
@@ -342,7 +365,10 @@ pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<Ru
             crate::proc_run::run(&c)
         }
         (StoreKind::Tandem(mode), FabricKind::Tcp) => {
-            let servers = cfg.tcp.clone().ok_or("--fabric tcp needs a way to start memory servers")?;
+            let servers = cfg
+                .tcp
+                .clone()
+                .ok_or("--fabric tcp needs a way to start memory servers")?;
             let c = crate::tcp_run::TcpRunConfig {
                 mode: *mode,
                 bugs,
@@ -374,10 +400,16 @@ pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<Ru
 
 /// Run the campaign.
 pub fn run(cfg: &CampaignConfig) -> Result<CampaignReport, String> {
-    let selector = if cfg.tests == MIX { "all" } else { cfg.tests.as_str() };
+    let selector = if cfg.tests == MIX {
+        "all"
+    } else {
+        cfg.tests.as_str()
+    };
     let suite = Arc::new(Suite::parse(selector, cfg.instances)?);
     parse_bugs(&cfg.bug_names)?;
-    if cfg.on_stray.is_some_and(|o| o != OnStray::Abort) && !matches!(cfg.store, StoreKind::Tandem(Mode::Pandora)) {
+    if cfg.on_stray.is_some_and(|o| o != OnStray::Abort)
+        && !matches!(cfg.store, StoreKind::Tandem(Mode::Pandora))
+    {
         return Err("--on-stray stall needs pandora (ford and traditional recovery wait for in-flight transactions)".into());
     }
     if !(0.0..=1.0).contains(&cfg.crash_rate) {
@@ -394,12 +426,18 @@ pub fn run(cfg: &CampaignConfig) -> Result<CampaignReport, String> {
     let done_runs = AtomicU64::new(0);
     let last_progress = Mutex::new(Instant::now());
     // Only simulated runs are independent of each other and of the machine.
-    let jobs = if cfg.fabric == FabricKind::Sim && matches!(cfg.store, StoreKind::Tandem(_)) { cfg.jobs.max(1) } else { 1 };
+    let jobs = if cfg.fabric == FabricKind::Sim && matches!(cfg.store, StoreKind::Tandem(_)) {
+        cfg.jobs.max(1)
+    } else {
+        1
+    };
     let end_seed = cfg.seeds.map(|n| cfg.first_seed.saturating_add(n));
     std::thread::scope(|s| {
         for _ in 0..jobs {
             s.spawn(|| loop {
-                if stop.load(Ordering::Relaxed) || cfg.duration.is_some_and(|d| start.elapsed() >= d) {
+                if stop.load(Ordering::Relaxed)
+                    || cfg.duration.is_some_and(|d| start.elapsed() >= d)
+                {
                     return;
                 }
                 let seed = next.fetch_add(1, Ordering::Relaxed);
@@ -411,14 +449,22 @@ pub fn run(cfg: &CampaignConfig) -> Result<CampaignReport, String> {
                 if bad && cfg.stop_at_first || r.is_err() {
                     stop.store(true, Ordering::Relaxed);
                 }
-                done_tx.fetch_add(r.as_ref().map(|r| r.transactions()).unwrap_or(0), Ordering::Relaxed);
+                done_tx.fetch_add(
+                    r.as_ref().map(|r| r.transactions()).unwrap_or(0),
+                    Ordering::Relaxed,
+                );
                 done_runs.fetch_add(1, Ordering::Relaxed);
                 results.lock().expect("results").push((seed, r));
                 if let Some(every) = cfg.progress {
                     let mut last = last_progress.lock().expect("progress");
                     if last.elapsed() >= every {
                         *last = Instant::now();
-                        let bad = results.lock().expect("results").iter().filter(|(_, r)| r.as_ref().map_or(true, |r| !r.violations.is_empty())).count();
+                        let bad = results
+                            .lock()
+                            .expect("results")
+                            .iter()
+                            .filter(|(_, r)| r.as_ref().map_or(true, |r| !r.violations.is_empty()))
+                            .count();
                         eprintln!(
                             "litmus: {} runs, {} transactions, {bad} violating runs, {:.0} tx/s",
                             done_runs.load(Ordering::Relaxed),
@@ -461,7 +507,12 @@ pub fn run(cfg: &CampaignConfig) -> Result<CampaignReport, String> {
             rep.first_violating_history = Some(r.history.clone());
         }
         for (test, description) in r.violations.drain(..) {
-            rep.violations.push(ViolationReport { test, seed, description, replay: replay.clone() });
+            rep.violations.push(ViolationReport {
+                test,
+                seed,
+                description,
+                replay: replay.clone(),
+            });
         }
         if rep.first_history.is_none() {
             rep.first_history = Some(std::mem::take(&mut r.history));

@@ -206,7 +206,12 @@ fn sccs(g: &Graph, nodes: Option<&HashSet<usize>>, keep: &dyn Fn(Edge) -> bool) 
 }
 
 /// A shortest cycle through `comp[0]` inside `comp`, over edges that pass `keep`.
-fn example_cycle(g: &Graph, comp: &HashSet<usize>, start: usize, keep: &dyn Fn(Edge) -> bool) -> Vec<(usize, Edge, u64)> {
+fn example_cycle(
+    g: &Graph,
+    comp: &HashSet<usize>,
+    start: usize,
+    keep: &dyn Fn(Edge) -> bool,
+) -> Vec<(usize, Edge, u64)> {
     let mut prev: HashMap<usize, (usize, Edge, u64)> = HashMap::new();
     let mut q = VecDeque::from([start]);
     while let Some(v) = q.pop_front() {
@@ -249,7 +254,11 @@ pub struct Checker<'h> {
 impl<'h> Checker<'h> {
     pub fn new(history: &'h [TxRecord]) -> Self {
         let by_id = history.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-        Checker { history, by_id, anomalies: Vec::new() }
+        Checker {
+            history,
+            by_id,
+            anomalies: Vec::new(),
+        }
     }
 
     /// Check `history` (convenience for `Checker::new(h).run()`).
@@ -259,7 +268,12 @@ impl<'h> Checker<'h> {
 
     fn report(&mut self, kind: AnomalyKind, txs: Vec<u64>, keys: Vec<u64>, description: String) {
         if self.anomalies.len() < MAX_ANOMALIES {
-            self.anomalies.push(Anomaly { kind, txs, keys, description });
+            self.anomalies.push(Anomaly {
+                kind,
+                txs,
+                keys,
+                description,
+            });
         }
     }
 
@@ -267,7 +281,11 @@ impl<'h> Checker<'h> {
     fn written(&self, w: usize, key: u64, v: &Value) -> (Option<Option<Value>>, bool) {
         let mut last = None;
         let mut any = false;
-        for op in self.history[w].ops.iter().filter(|o| !o.is_read() && o.key == key) {
+        for op in self.history[w]
+            .ops
+            .iter()
+            .filter(|o| !o.is_read() && o.key == key)
+        {
             last = Some(op.value);
             any |= op.value.as_ref() == Some(v);
         }
@@ -302,7 +320,12 @@ impl<'h> Checker<'h> {
                             AnomalyKind::G1a,
                             vec![h[w].id, h[r].id],
                             vec![op.key],
-                            format!("{} read key {} written by aborted {}", fmt_tx(h[r].id), op.key, fmt_tx(h[w].id)),
+                            format!(
+                                "{} read key {} written by aborted {}",
+                                fmt_tx(h[r].id),
+                                op.key,
+                                fmt_tx(h[w].id)
+                            ),
                         );
                         continue;
                     }
@@ -316,13 +339,21 @@ impl<'h> Checker<'h> {
                     let (kind, what) = if any {
                         (AnomalyKind::G1b, "an intermediate write")
                     } else {
-                        (AnomalyKind::G1a, "a value that transaction never wrote (torn read)")
+                        (
+                            AnomalyKind::G1a,
+                            "a value that transaction never wrote (torn read)",
+                        )
                     };
                     self.report(
                         kind,
                         vec![h[w].id, h[r].id],
                         vec![op.key],
-                        format!("{} read key {} = {v:?}: {what} of {}", fmt_tx(h[r].id), op.key, fmt_tx(h[w].id)),
+                        format!(
+                            "{} read key {} = {v:?}: {what} of {}",
+                            fmt_tx(h[r].id),
+                            op.key,
+                            fmt_tx(h[w].id)
+                        ),
                     );
                 }
             }
@@ -333,13 +364,28 @@ impl<'h> Checker<'h> {
     fn build(&self, inc: &[bool]) -> (Graph, Vec<usize>) {
         let h = self.history;
         let nodes: Vec<usize> = (0..h.len()).filter(|&i| inc[i]).collect();
-        let node_of: HashMap<u64, usize> = nodes.iter().enumerate().map(|(n, &i)| (h[i].id, n)).collect();
+        let node_of: HashMap<u64, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(n, &i)| (h[i].id, n))
+            .collect();
         // Real-time chain: one time node per completed included transaction.
-        let mut done: Vec<(u64, usize)> =
-            nodes.iter().enumerate().filter_map(|(n, &i)| h[i].complete_ns.filter(|_| h[i].outcome == Outcome::Committed).map(|c| (c, n))).collect();
+        let mut done: Vec<(u64, usize)> = nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(n, &i)| {
+                h[i].complete_ns
+                    .filter(|_| h[i].outcome == Outcome::Committed)
+                    .map(|c| (c, n))
+            })
+            .collect();
         done.sort_unstable();
         let txs = nodes.len();
-        let mut g = Graph { adj: vec![Vec::new(); txs + done.len()], txs, edges: 0 };
+        let mut g = Graph {
+            adj: vec![Vec::new(); txs + done.len()],
+            txs,
+            edges: 0,
+        };
         // (key, writer of the version replaced) -> transactions that replaced it.
         let mut succ: HashMap<(u64, u64), Vec<usize>> = HashMap::new();
         for (n, &i) in nodes.iter().enumerate() {
@@ -366,7 +412,11 @@ impl<'h> Checker<'h> {
                 if let Some(&w) = node_of.get(&v.writer) {
                     g.add(w, n, Edge::Wr, op.key);
                 }
-                for &u in succ.get(&(op.key, v.writer)).map(|s| s.as_slice()).unwrap_or(&[]) {
+                for &u in succ
+                    .get(&(op.key, v.writer))
+                    .map(|s| s.as_slice())
+                    .unwrap_or(&[])
+                {
                     g.add(n, u, Edge::Rw, op.key);
                 }
             }
@@ -396,16 +446,30 @@ impl<'h> Checker<'h> {
             let comp: HashSet<usize> = comp.into_iter().collect();
             let ladder: [Rung<'_>; 5] = [
                 (AnomalyKind::G0, &|e| e == Edge::Ww, false),
-                (AnomalyKind::G1c, &|e| matches!(e, Edge::Ww | Edge::Wr), false),
+                (
+                    AnomalyKind::G1c,
+                    &|e| matches!(e, Edge::Ww | Edge::Wr),
+                    false,
+                ),
                 (AnomalyKind::G2, &|e| e != Edge::Rt, false),
                 (AnomalyKind::G1cRealtime, &|e| e != Edge::Rw, true),
                 (AnomalyKind::G2Realtime, &all, true),
             ];
             for (kind, keep, with_time) in ladder {
-                let sub: HashSet<usize> = comp.iter().copied().filter(|&v| with_time || v < g.txs).collect();
-                let Some(inner) = sccs(&g, Some(&sub), keep).into_iter().next() else { continue };
+                let sub: HashSet<usize> = comp
+                    .iter()
+                    .copied()
+                    .filter(|&v| with_time || v < g.txs)
+                    .collect();
+                let Some(inner) = sccs(&g, Some(&sub), keep).into_iter().next() else {
+                    continue;
+                };
                 let inner: HashSet<usize> = inner.into_iter().collect();
-                let start = *inner.iter().filter(|&&v| v < g.txs).min().expect("a cycle has a transaction");
+                let start = *inner
+                    .iter()
+                    .filter(|&&v| v < g.txs)
+                    .min()
+                    .expect("a cycle has a transaction");
                 let cycle = example_cycle(&g, &inner, start, keep);
                 let mut text = String::new();
                 let (mut txs, mut keys) = (Vec::new(), Vec::new());
@@ -427,10 +491,19 @@ impl<'h> Checker<'h> {
                 }
                 text += &fmt_tx(txs[0]);
                 let size = comp.iter().filter(|&&v| v < g.txs).count();
-                self.report(kind, txs, keys, format!("{kind} cycle among {size} transactions, e.g. {text}"));
+                self.report(
+                    kind,
+                    txs,
+                    keys,
+                    format!("{kind} cycle among {size} transactions, e.g. {text}"),
+                );
                 break;
             }
         }
-        CheckReport { nodes: g.txs, edges: g.edges, anomalies: self.anomalies }
+        CheckReport {
+            nodes: g.txs,
+            edges: g.edges,
+            anomalies: self.anomalies,
+        }
     }
 }

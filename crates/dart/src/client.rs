@@ -53,9 +53,22 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(spec: ClientSpec, suite: Arc<Suite>, board: Board, clock: Rc<dyn Fn() -> u64>) -> Client {
+    pub fn new(
+        spec: ClientSpec,
+        suite: Arc<Suite>,
+        board: Board,
+        clock: Rc<dyn Fn() -> u64>,
+    ) -> Client {
         let rng = Rng::new(spec.seed);
-        Client { spec, rng, suite, log: Rc::new(RefCell::new(ClientLog::default())), board, clock, seq: 0 }
+        Client {
+            spec,
+            rng,
+            suite,
+            log: Rc::new(RefCell::new(ClientLog::default())),
+            board,
+            clock,
+            seq: 0,
+        }
     }
 
     /// Journal every event to `j` as well (a worker process that may be
@@ -90,14 +103,22 @@ impl Client {
         let (assert, inst) = match test.pick_instance(&mut self.rng, &self.board, assert) {
             Some(i) => (assert, i),
             // Nothing to assert on yet: run a litmus transaction instead.
-            None => (false, test.pick_instance(&mut self.rng, &self.board, false).expect("a litmus transaction always finds an instance")),
+            None => (
+                false,
+                test.pick_instance(&mut self.rng, &self.board, false)
+                    .expect("a litmus transaction always finds an instance"),
+            ),
         };
         self.transact(store, t, inst, assert).await.0
     }
 
     /// After the run (and any recovery): one committed assert per test
     /// instance, retrying aborts up to `retries` times each.
-    pub async fn final_check<S: TransactionalStore>(&mut self, store: &mut S, retries: u32) -> Result<(), String> {
+    pub async fn final_check<S: TransactionalStore>(
+        &mut self,
+        store: &mut S,
+        retries: u32,
+    ) -> Result<(), String> {
         let suite = self.suite.clone();
         for (t, test) in suite.tests.iter().enumerate() {
             for inst in 0..test.instances_now(&self.board) {
@@ -105,7 +126,10 @@ impl Client {
                 for _ in 0..=retries {
                     let (step, committed) = self.transact(store, t, inst, true).await;
                     if step == Step::Stop {
-                        return Err(format!("the final check's session died on {} instance {inst}", test.name));
+                        return Err(format!(
+                            "the final check's session died on {} instance {inst}",
+                            test.name
+                        ));
                     }
                     if committed {
                         ok = true;
@@ -113,7 +137,11 @@ impl Client {
                     }
                 }
                 if !ok {
-                    return Err(format!("{} instance {inst}: the final assert aborted {} times in a quiet store", test.name, retries + 1));
+                    return Err(format!(
+                        "{} instance {inst}: the final assert aborted {} times in a quiet store",
+                        test.name,
+                        retries + 1
+                    ));
                 }
             }
         }
@@ -121,13 +149,23 @@ impl Client {
     }
 
     /// Run one transaction to its end; returns whether it committed.
-    pub async fn transact<S: TransactionalStore>(&mut self, store: &mut S, t: usize, inst: u32, assert: bool) -> (Step, bool) {
+    pub async fn transact<S: TransactionalStore>(
+        &mut self,
+        store: &mut S,
+        t: usize,
+        inst: u32,
+        assert: bool,
+    ) -> (Step, bool) {
         let suite = self.suite.clone();
         let test = &suite.tests[t];
         self.seq += 1;
         let me = ((self.spec.id as u64 + 1) << 32) | self.seq;
         let invoke = (self.clock)();
-        let floor = if assert && test.tracks_floor() { self.board.floor(t as u32, inst) } else { 0 };
+        let floor = if assert && test.tracks_floor() {
+            self.board.floor(t as u32, inst)
+        } else {
+            0
+        };
         let record = self.spec.record;
         let idx = {
             let mut l = self.log.borrow_mut();
@@ -151,9 +189,13 @@ impl Client {
             Ok(tx) => {
                 let mut rec = Rec::new(tx, self.log.clone(), idx, record);
                 let body = if assert {
-                    test.assert_reads(&mut rec, inst).await.map(|s| (End::Commit, None, Some(s)))
+                    test.assert_reads(&mut rec, inst)
+                        .await
+                        .map(|s| (End::Commit, None, Some(s)))
                 } else {
-                    test.run(&mut rec, inst, me, &mut self.rng).await.map(|(e, x)| (e, x, None))
+                    test.run(&mut rec, inst, me, &mut self.rng)
+                        .await
+                        .map(|(e, x)| (e, x, None))
                 };
                 match body {
                     Ok((End::Commit, x, seen)) => match rec.into_tx().commit().await {
@@ -203,7 +245,10 @@ impl Client {
                     j.checked(me);
                 }
                 if let Some(why) = test.verdict(inst, &seen, floor) {
-                    let what = format!("{why} (assert {} invoked at {invoke} ns)", crate::checker::fmt_tx(me));
+                    let what = format!(
+                        "{why} (assert {} invoked at {invoke} ns)",
+                        crate::checker::fmt_tx(me)
+                    );
                     if let Some(j) = &l.journal {
                         j.violation(&test.name, &what);
                     }
@@ -212,6 +257,13 @@ impl Client {
             }
             return (Step::Continue, true);
         }
-        (if outcome == Outcome::Unknown { Step::Stop } else { Step::Continue }, false)
+        (
+            if outcome == Outcome::Unknown {
+                Step::Stop
+            } else {
+                Step::Continue
+            },
+            false,
+        )
     }
 }

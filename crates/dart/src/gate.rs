@@ -18,7 +18,10 @@ pub struct Gate {
 
 impl Gate {
     pub fn new(compute_nodes: usize) -> Gate {
-        Gate { paused: Cell::new(false), active: RefCell::new(vec![0; compute_nodes]) }
+        Gate {
+            paused: Cell::new(false),
+            active: RefCell::new(vec![0; compute_nodes]),
+        }
     }
 
     /// Whether any compute node has a transaction in flight.

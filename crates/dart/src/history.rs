@@ -36,14 +36,29 @@ pub struct Op {
 
 impl Op {
     pub fn read(key: u64, value: Option<Value>) -> Op {
-        Op { f: "r".into(), key, value, prev: None }
+        Op {
+            f: "r".into(),
+            key,
+            value,
+            prev: None,
+        }
     }
     pub fn write(key: u64, value: Option<Value>) -> Op {
-        Op { f: "w".into(), key, value, prev: None }
+        Op {
+            f: "w".into(),
+            key,
+            value,
+            prev: None,
+        }
     }
     /// A delete of the version `prev` wrote ([`PREV_UNKNOWN`]: a blind delete).
     pub fn delete(key: u64, prev: u64) -> Op {
-        Op { f: "w".into(), key, value: None, prev: (prev != PREV_UNKNOWN).then_some(prev) }
+        Op {
+            f: "w".into(),
+            key,
+            value: None,
+            prev: (prev != PREV_UNKNOWN).then_some(prev),
+        }
     }
     pub fn is_read(&self) -> bool {
         self.f == "r"
@@ -72,7 +87,14 @@ pub struct TxRecord {
 
 impl TxRecord {
     pub fn new(id: u64, client: u32, invoke_ns: u64) -> TxRecord {
-        TxRecord { id, client, invoke_ns, complete_ns: None, outcome: Outcome::Unknown, ops: Vec::new() }
+        TxRecord {
+            id,
+            client,
+            invoke_ns,
+            complete_ns: None,
+            outcome: Outcome::Unknown,
+            ops: Vec::new(),
+        }
     }
 }
 
@@ -108,8 +130,17 @@ mod tests {
         let mut buf = Vec::new();
         write_json_lines(&mut buf, &[t.clone(), TxRecord::new(8, 2, 150)]).unwrap();
         let text = String::from_utf8(buf).unwrap();
-        assert!(text.lines().next().unwrap().contains("\"outcome\":\"committed\""), "{text}");
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .contains("\"outcome\":\"committed\""),
+            "{text}"
+        );
         assert!(text.contains("\"f\":\"r\""));
-        assert_eq!(read_json_lines(&text).unwrap(), vec![t, TxRecord::new(8, 2, 150)]);
+        assert_eq!(
+            read_json_lines(&text).unwrap(),
+            vec![t, TxRecord::new(8, 2, 150)]
+        );
     }
 }

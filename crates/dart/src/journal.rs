@@ -26,14 +26,28 @@ use crate::history::{Op, Outcome, TxRecord};
 enum Line {
     /// The coordinator ids the membership service assigned to the worker.
     Ids(Vec<u16>),
-    Invoke { id: u64, client: u32, invoke_ns: u64 },
-    Op { id: u64, op: Op },
+    Invoke {
+        id: u64,
+        client: u32,
+        invoke_ns: u64,
+    },
+    Op {
+        id: u64,
+        op: Op,
+    },
     /// The last op of `id` took no effect (a refused insert or delete).
-    Unop { id: u64 },
+    Unop {
+        id: u64,
+    },
     Complete(TxRecord),
     /// An assert transaction committed and its verdict was taken.
-    Checked { id: u64 },
-    Violation { test: String, what: String },
+    Checked {
+        id: u64,
+    },
+    Violation {
+        test: String,
+        what: String,
+    },
 }
 
 /// The writing end: one per worker process, shared by its clients.
@@ -48,7 +62,9 @@ impl Journal {
             .append(true)
             .open(path)
             .map_err(|e| format!("cannot open journal {}: {e}", path.display()))?;
-        Ok(Journal { file: Mutex::new(file) })
+        Ok(Journal {
+            file: Mutex::new(file),
+        })
     }
 
     fn put(&self, line: &Line) {
@@ -56,14 +72,22 @@ impl Journal {
         s.push(b'\n');
         // One write per line: a SIGKILL leaves whole lines only. A journal
         // that cannot be written makes the run unverifiable: stop loudly.
-        self.file.lock().expect("journal").write_all(&s).expect("journal write");
+        self.file
+            .lock()
+            .expect("journal")
+            .write_all(&s)
+            .expect("journal write");
     }
 
     pub fn ids(&self, ids: &[u16]) {
         self.put(&Line::Ids(ids.to_vec()));
     }
     pub fn invoke(&self, id: u64, client: u32, invoke_ns: u64) {
-        self.put(&Line::Invoke { id, client, invoke_ns });
+        self.put(&Line::Invoke {
+            id,
+            client,
+            invoke_ns,
+        });
     }
     pub fn op(&self, id: u64, op: &Op) {
         self.put(&Line::Op { id, op: op.clone() });
@@ -78,7 +102,10 @@ impl Journal {
         self.put(&Line::Checked { id });
     }
     pub fn violation(&self, test: &str, what: &str) {
-        self.put(&Line::Violation { test: test.into(), what: what.into() });
+        self.put(&Line::Violation {
+            test: test.into(),
+            what: what.into(),
+        });
     }
 }
 
@@ -99,7 +126,8 @@ pub struct JournalContents {
 /// Fold a journal file. A torn last line (impossible with one `write` per
 /// line on a local file system, but cheap to tolerate) is ignored.
 pub fn read(path: &Path) -> Result<JournalContents, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read journal {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read journal {}: {e}", path.display()))?;
     parse(&text)
 }
 
@@ -117,14 +145,31 @@ pub fn parse(text: &str) -> Result<JournalContents, String> {
         };
         match line {
             Line::Ids(ids) => c.ids = ids,
-            Line::Invoke { id, client, invoke_ns } => {
+            Line::Invoke {
+                id,
+                client,
+                invoke_ns,
+            } => {
                 c.invokes += 1;
                 order.push(id);
                 open.insert(id, TxRecord::new(id, client, invoke_ns));
             }
-            Line::Op { id, op } => open.get_mut(&id).ok_or(format!("journal line {}: op of an unknown transaction", i + 1))?.ops.push(op),
+            Line::Op { id, op } => open
+                .get_mut(&id)
+                .ok_or(format!(
+                    "journal line {}: op of an unknown transaction",
+                    i + 1
+                ))?
+                .ops
+                .push(op),
             Line::Unop { id } => {
-                open.get_mut(&id).ok_or(format!("journal line {}: unop of an unknown transaction", i + 1))?.ops.pop();
+                open.get_mut(&id)
+                    .ok_or(format!(
+                        "journal line {}: unop of an unknown transaction",
+                        i + 1
+                    ))?
+                    .ops
+                    .pop();
             }
             Line::Complete(r) => {
                 open.remove(&r.id);

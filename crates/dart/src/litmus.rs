@@ -77,14 +77,21 @@ impl Litmus {
     }
 
     pub fn keys(&self) -> Vec<u64> {
-        (0..self.instances).flat_map(|i| (0..self.vars).map(move |v| (i, v))).map(|(i, v)| self.key(i, v)).collect()
+        (0..self.instances)
+            .flat_map(|i| (0..self.vars).map(move |v| (i, v)))
+            .map(|(i, v)| self.key(i, v))
+            .collect()
     }
 
     /// Objects loaded before the run (the insert/delete test starts empty).
     pub fn initial(&self) -> Vec<(u64, Value)> {
         match self.pattern {
             Pattern::InsertDelete => Vec::new(),
-            _ => self.keys().into_iter().map(|k| (k, Value::initial(0))).collect(),
+            _ => self
+                .keys()
+                .into_iter()
+                .map(|k| (k, Value::initial(0)))
+                .collect(),
         }
     }
 
@@ -131,7 +138,13 @@ impl Litmus {
 
     /// Run one litmus transaction of this test on `instance`. Returns how it
     /// wants to end and, for litmus 3, the X it wrote (the real-time floor).
-    pub async fn run<T: StoreTx>(&self, tx: &mut Rec<T>, instance: u32, me: u64, rng: &mut Rng) -> Result<(End, Option<i64>), TxFailure> {
+    pub async fn run<T: StoreTx>(
+        &self,
+        tx: &mut Rec<T>,
+        instance: u32,
+        me: u64,
+        rng: &mut Rng,
+    ) -> Result<(End, Option<i64>), TxFailure> {
         let key = |v: u32| self.key(instance, v);
         let n = self.vars;
         match self.pattern {
@@ -139,7 +152,15 @@ impl Litmus {
                 // Blind writes in a random rotation, so instances meet in both orders.
                 let first = rng.below(n as u64) as u32;
                 for i in 0..n {
-                    tx.write(key((first + i) % n), Value { payload: me as i64, writer: me, prev: PREV_UNKNOWN }).await?;
+                    tx.write(
+                        key((first + i) % n),
+                        Value {
+                            payload: me as i64,
+                            writer: me,
+                            prev: PREV_UNKNOWN,
+                        },
+                    )
+                    .await?;
                 }
                 Ok((End::Commit, None))
             }
@@ -148,7 +169,11 @@ impl Litmus {
                 for v in 0..n {
                     seen.push(tx.read(key(v)).await?);
                 }
-                let mine = |prev: u64| Value { payload: me as i64, writer: me, prev };
+                let mine = |prev: u64| Value {
+                    payload: me as i64,
+                    writer: me,
+                    prev,
+                };
                 if seen.iter().all(|s| s.is_none()) {
                     for v in 0..n {
                         match tx.insert(key(v), mine(PREV_UNKNOWN)).await {
@@ -162,7 +187,8 @@ impl Litmus {
                         let r = if delete {
                             tx.delete(key(v)).await
                         } else {
-                            tx.write(key(v), mine(seen[v as usize].expect("present").writer)).await
+                            tx.write(key(v), mine(seen[v as usize].expect("present").writer))
+                                .await
                         };
                         match r {
                             Err(TxFailure::NotFound) => return Ok((End::Abort, None)),
@@ -187,11 +213,27 @@ impl Litmus {
                 if reset {
                     for v in 0..n {
                         if seen[v as usize].payload != 0 {
-                            tx.write(key(v), Value { payload: 0, writer: me, prev: seen[v as usize].writer }).await?;
+                            tx.write(
+                                key(v),
+                                Value {
+                                    payload: 0,
+                                    writer: me,
+                                    prev: seen[v as usize].writer,
+                                },
+                            )
+                            .await?;
                         }
                     }
                 } else if seen.iter().all(|s| s.payload == 0) {
-                    tx.write(key(target), Value { payload: 1, writer: me, prev: seen[target as usize].writer }).await?;
+                    tx.write(
+                        key(target),
+                        Value {
+                            payload: 1,
+                            writer: me,
+                            prev: seen[target as usize].writer,
+                        },
+                    )
+                    .await?;
                 }
                 Ok((End::Commit, None))
             }
@@ -200,15 +242,35 @@ impl Litmus {
                 let x = present(tx.read(key(0)).await?, self, key(0))?;
                 let y = present(tx.read(key(j)).await?, self, key(j))?;
                 let next = x.payload + 1;
-                tx.write(key(0), Value { payload: next, writer: me, prev: x.writer }).await?;
-                tx.write(key(j), Value { payload: next, writer: me, prev: y.writer }).await?;
+                tx.write(
+                    key(0),
+                    Value {
+                        payload: next,
+                        writer: me,
+                        prev: x.writer,
+                    },
+                )
+                .await?;
+                tx.write(
+                    key(j),
+                    Value {
+                        payload: next,
+                        writer: me,
+                        prev: y.writer,
+                    },
+                )
+                .await?;
                 Ok((End::Commit, Some(next)))
             }
         }
     }
 
     /// The assert transaction's reads: every object of `instance`.
-    pub async fn assert_reads<T: StoreTx>(&self, tx: &mut Rec<T>, instance: u32) -> Result<Vec<Option<Value>>, TxFailure> {
+    pub async fn assert_reads<T: StoreTx>(
+        &self,
+        tx: &mut Rec<T>,
+        instance: u32,
+    ) -> Result<Vec<Option<Value>>, TxFailure> {
         let mut seen = Vec::with_capacity(self.vars as usize);
         for v in 0..self.vars {
             seen.push(tx.read(self.key(instance, v)).await?);
@@ -228,7 +290,13 @@ impl Litmus {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let fail = |why: &str| Some(format!("{} instance {instance}: {why}; read [{}]", self.name, show()));
+        let fail = |why: &str| {
+            Some(format!(
+                "{} instance {instance}: {why}; read [{}]",
+                self.name,
+                show()
+            ))
+        };
         let all_present = seen.iter().all(|s| s.is_some());
         match self.pattern {
             Pattern::DirectWrite | Pattern::InsertDelete => {

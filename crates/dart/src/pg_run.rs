@@ -33,7 +33,11 @@ static TABLES: AtomicU64 = AtomicU64::new(0);
 
 pub fn run(cfg: &PgRunConfig) -> Result<RunReport, String> {
     let mut admin = connect(&cfg.url)?;
-    let table = format!("dart_litmus_{}_{}", std::process::id(), TABLES.fetch_add(1, Ordering::Relaxed));
+    let table = format!(
+        "dart_litmus_{}_{}",
+        std::process::id(),
+        TABLES.fetch_add(1, Ordering::Relaxed)
+    );
     let rows: Vec<_> = cfg.suite.tests.iter().flat_map(|t| t.initial()).collect();
     PgStore::create_table(&mut admin, &table, &rows)?;
     let board = Board::default();
@@ -41,26 +45,42 @@ pub fn run(cfg: &PgRunConfig) -> Result<RunReport, String> {
     let mut seeds = tandem_sim::Rng::new(cfg.seed ^ 0x9E5);
     let handles: Vec<_> = (0..cfg.clients)
         .map(|id| {
-            let (cfg, table, board, seed) = (cfg.clone(), table.clone(), board.clone(), seeds.next_u64());
+            let (cfg, table, board, seed) =
+                (cfg.clone(), table.clone(), board.clone(), seeds.next_u64());
             std::thread::spawn(move || -> Result<ClientLog, String> {
                 let mut store = PgStore::new(connect(&cfg.url)?, cfg.isolation, &table);
-                let spec = ClientSpec { id, seed, assert_chance: cfg.assert_chance, record: cfg.check_history };
+                let spec = ClientSpec {
+                    id,
+                    seed,
+                    assert_chance: cfg.assert_chance,
+                    record: cfg.check_history,
+                };
                 let clock: Rc<dyn Fn() -> u64> = Rc::new(move || start.elapsed().as_nanos() as u64);
                 let mut client = Client::new(spec, cfg.suite.clone(), board, clock);
                 let log = client.log();
                 futures::executor::block_on(client.run(&mut store, cfg.txs_per_client));
                 drop(client);
-                Ok(Rc::try_unwrap(log).map(RefCell::into_inner).unwrap_or_default())
+                Ok(Rc::try_unwrap(log)
+                    .map(RefCell::into_inner)
+                    .unwrap_or_default())
             })
         })
         .collect();
     let mut logs = Vec::new();
     for h in handles {
-        logs.push(Rc::new(RefCell::new(h.join().map_err(|_| "a client thread panicked".to_string())??)));
+        logs.push(Rc::new(RefCell::new(
+            h.join()
+                .map_err(|_| "a client thread panicked".to_string())??,
+        )));
     }
     // Every instance once more, in a quiet database.
     let mut store = PgStore::new(connect(&cfg.url)?, cfg.isolation, &table);
-    let spec = ClientSpec { id: cfg.clients, seed: cfg.seed, assert_chance: 1.0, record: cfg.check_history };
+    let spec = ClientSpec {
+        id: cfg.clients,
+        seed: cfg.seed,
+        assert_chance: 1.0,
+        record: cfg.check_history,
+    };
     let clock: Rc<dyn Fn() -> u64> = Rc::new(move || start.elapsed().as_nanos() as u64);
     let mut client = Client::new(spec, cfg.suite.clone(), board, clock);
     logs.push(client.log());

@@ -70,7 +70,11 @@ fn classify(e: postgres::Error) -> TxFailure {
         return TxFailure::Unknown(format!("connection lost: {e}"));
     }
     match e.code() {
-        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::UNIQUE_VIOLATION => {
+        Some(c)
+            if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::T_R_DEADLOCK_DETECTED
+                || *c == SqlState::UNIQUE_VIOLATION =>
+        {
             TxFailure::Aborted(format!("SQLSTATE {}", c.code()))
         }
         Some(c) => TxFailure::Aborted(format!("SQLSTATE {}: {e}", c.code())),
@@ -87,19 +91,38 @@ pub struct PgStore {
 
 impl PgStore {
     pub fn new(client: postgres::Client, isolation: Isolation, table: &str) -> Self {
-        PgStore { client, isolation, table: table.to_string() }
+        PgStore {
+            client,
+            isolation,
+            table: table.to_string(),
+        }
     }
 
     /// Create `table` afresh and load `rows`.
-    pub fn create_table(client: &mut postgres::Client, table: &str, rows: &[(u64, Value)]) -> Result<(), String> {
+    pub fn create_table(
+        client: &mut postgres::Client,
+        table: &str,
+        rows: &[(u64, Value)],
+    ) -> Result<(), String> {
         let ddl = format!(
             "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k BIGINT PRIMARY KEY, payload BIGINT NOT NULL, writer BIGINT NOT NULL, prev BIGINT NOT NULL)"
         );
-        client.batch_execute(&ddl).map_err(|e| format!("cannot create table {table}: {e}"))?;
+        client
+            .batch_execute(&ddl)
+            .map_err(|e| format!("cannot create table {table}: {e}"))?;
         let ins = format!("INSERT INTO {table} (k, payload, writer, prev) VALUES ($1, $2, $3, $4)");
         let mut tx = client.transaction().map_err(|e| e.to_string())?;
         for (k, v) in rows {
-            tx.execute(&ins, &[&(*k as i64), &v.payload, &(v.writer as i64), &(v.prev as i64)]).map_err(|e| e.to_string())?;
+            tx.execute(
+                &ins,
+                &[
+                    &(*k as i64),
+                    &v.payload,
+                    &(v.writer as i64),
+                    &(v.prev as i64),
+                ],
+            )
+            .map_err(|e| e.to_string())?;
         }
         tx.commit().map_err(|e| e.to_string())
     }
@@ -113,8 +136,16 @@ impl TransactionalStore for PgStore {
     type Tx<'a> = PgTx<'a>;
 
     async fn begin(&mut self) -> Result<PgTx<'_>, TxFailure> {
-        let tx = self.client.build_transaction().isolation_level(self.isolation.level()).start().map_err(classify)?;
-        Ok(PgTx { tx, table: &self.table })
+        let tx = self
+            .client
+            .build_transaction()
+            .isolation_level(self.isolation.level())
+            .start()
+            .map_err(classify)?;
+        Ok(PgTx {
+            tx,
+            table: &self.table,
+        })
     }
 }
 
@@ -125,14 +156,35 @@ pub struct PgTx<'a> {
 
 impl<'a> StoreTx for PgTx<'a> {
     async fn read(&mut self, key: u64) -> Result<Option<Value>, TxFailure> {
-        let q = format!("SELECT payload, writer, prev FROM {} WHERE k = $1", self.table);
+        let q = format!(
+            "SELECT payload, writer, prev FROM {} WHERE k = $1",
+            self.table
+        );
         let row = self.tx.query_opt(&q, &[&(key as i64)]).map_err(classify)?;
-        Ok(row.map(|r| Value { payload: r.get(0), writer: r.get::<_, i64>(1) as u64, prev: r.get::<_, i64>(2) as u64 }))
+        Ok(row.map(|r| Value {
+            payload: r.get(0),
+            writer: r.get::<_, i64>(1) as u64,
+            prev: r.get::<_, i64>(2) as u64,
+        }))
     }
 
     async fn write(&mut self, key: u64, v: Value) -> Result<(), TxFailure> {
-        let q = format!("UPDATE {} SET payload = $2, writer = $3, prev = $4 WHERE k = $1", self.table);
-        let n = self.tx.execute(&q, &[&(key as i64), &v.payload, &(v.writer as i64), &(v.prev as i64)]).map_err(classify)?;
+        let q = format!(
+            "UPDATE {} SET payload = $2, writer = $3, prev = $4 WHERE k = $1",
+            self.table
+        );
+        let n = self
+            .tx
+            .execute(
+                &q,
+                &[
+                    &(key as i64),
+                    &v.payload,
+                    &(v.writer as i64),
+                    &(v.prev as i64),
+                ],
+            )
+            .map_err(classify)?;
         if n == 0 {
             return Err(TxFailure::NotFound);
         }
@@ -140,8 +192,21 @@ impl<'a> StoreTx for PgTx<'a> {
     }
 
     async fn insert(&mut self, key: u64, v: Value) -> Result<(), TxFailure> {
-        let q = format!("INSERT INTO {} (k, payload, writer, prev) VALUES ($1, $2, $3, $4)", self.table);
-        self.tx.execute(&q, &[&(key as i64), &v.payload, &(v.writer as i64), &(v.prev as i64)]).map_err(classify)?;
+        let q = format!(
+            "INSERT INTO {} (k, payload, writer, prev) VALUES ($1, $2, $3, $4)",
+            self.table
+        );
+        self.tx
+            .execute(
+                &q,
+                &[
+                    &(key as i64),
+                    &v.payload,
+                    &(v.writer as i64),
+                    &(v.prev as i64),
+                ],
+            )
+            .map_err(classify)?;
         Ok(())
     }
 

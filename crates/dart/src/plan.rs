@@ -39,7 +39,9 @@ impl std::str::FromStr for CrashPoints {
         match s {
             "uniform" => Ok(CrashPoints::Uniform),
             "weighted" => Ok(CrashPoints::Weighted),
-            o => Err(format!("unknown crash points '{o}' (expected uniform or weighted)")),
+            o => Err(format!(
+                "unknown crash points '{o}' (expected uniform or weighted)"
+            )),
         }
     }
 }
@@ -121,7 +123,9 @@ const RECOVERY_ROUNDS: u64 = 6;
 
 fn recoverer_crash(rng: &mut Rng) -> RecovererCrash {
     match pick(rng, &RECOVERER_CRASHES) {
-        RecovererCrash::During(Window::BeforeRound(_)) => RecovererCrash::During(Window::BeforeRound(rng.range_inclusive(2, RECOVERY_ROUNDS) as u32)),
+        RecovererCrash::During(Window::BeforeRound(_)) => RecovererCrash::During(
+            Window::BeforeRound(rng.range_inclusive(2, RECOVERY_ROUNDS) as u32),
+        ),
         c => c,
     }
 }
@@ -134,16 +138,35 @@ pub const MAX_CRASHES: usize = 3;
 /// the run (about 30 µs of simulated time per transaction of a client), with
 /// a quick or a slow verdict, so revocation races the victim's verbs in
 /// flight. `slow_recovery_ns` forces a slow recovery coordinator on every crash.
-pub fn plans_for_seed(seed: u64, txs_per_client: u64, points: CrashPoints, slow_recovery_ns: Option<u64>) -> Vec<CrashPlan> {
+pub fn plans_for_seed(
+    seed: u64,
+    txs_per_client: u64,
+    points: CrashPoints,
+    slow_recovery_ns: Option<u64>,
+) -> Vec<CrashPlan> {
     let mut rng = Rng::new(seed ^ 0xDA27_C4A5);
     let busy_ns = (txs_per_client * 30_000).max(4_000);
-    let n = if points == CrashPoints::Weighted { pick(&mut rng, &CRASHES) } else { 1 };
-    let mut plans: Vec<CrashPlan> = (0..n).map(|_| CrashPlan::draw(&mut rng, busy_ns, points)).collect();
+    let n = if points == CrashPoints::Weighted {
+        pick(&mut rng, &CRASHES)
+    } else {
+        1
+    };
+    let mut plans: Vec<CrashPlan> = (0..n)
+        .map(|_| CrashPlan::draw(&mut rng, busy_ns, points))
+        .collect();
     plans.sort_by_key(|p| p.at_ns);
     // One detector timeout per run (the membership's), quick or slow as
     // the first crash's window suggests.
-    let quick = rng.chance(if matches!(plans[0].window, None | Some(Window::AnyVerb)) { 0.5 } else { 0.2 });
-    let detect_ns = if quick { 400 + rng.below(1_600) } else { 20_000 };
+    let quick = rng.chance(if matches!(plans[0].window, None | Some(Window::AnyVerb)) {
+        0.5
+    } else {
+        0.2
+    });
+    let detect_ns = if quick {
+        400 + rng.below(1_600)
+    } else {
+        20_000
+    };
     for p in &mut plans {
         p.detect_ns = detect_ns;
         if let Some(ns) = slow_recovery_ns {
@@ -161,10 +184,22 @@ impl CrashPlan {
             CrashPoints::Uniform => rng.chance(0.75).then_some(Window::AnyVerb),
             CrashPoints::Weighted => pick(rng, &VICTIM_WINDOWS),
         };
-        let mut plan = CrashPlan { node, at_ns, detect_ns: 0, window, recoverer: None, slow_recovery_ns: 0, wire_seed: rng.next_u64() };
+        let mut plan = CrashPlan {
+            node,
+            at_ns,
+            detect_ns: 0,
+            window,
+            recoverer: None,
+            slow_recovery_ns: 0,
+            wire_seed: rng.next_u64(),
+        };
         if points == CrashPoints::Weighted {
             plan.recoverer = rng.chance(0.35).then(|| recoverer_crash(rng));
-            plan.slow_recovery_ns = if rng.chance(0.25) { rng.range_inclusive(20_000, 250_000) } else { 0 };
+            plan.slow_recovery_ns = if rng.chance(0.25) {
+                rng.range_inclusive(20_000, 250_000)
+            } else {
+                0
+            };
         }
         plan
     }
@@ -180,7 +215,10 @@ impl CrashPlan {
             s += &format!("; the recovery coordinator crashed {r:?}");
         }
         if self.slow_recovery_ns > 0 {
-            s += &format!("; recovery slowed by {} ns per doorbell", self.slow_recovery_ns);
+            s += &format!(
+                "; recovery slowed by {} ns per doorbell",
+                self.slow_recovery_ns
+            );
         }
         s
     }
@@ -192,24 +230,37 @@ mod tests {
 
     #[test]
     fn weighted_plans_reach_every_window_and_uniform_ones_none() {
-        let plans: Vec<CrashPlan> = (0..300).flat_map(|s| plans_for_seed(s, 60, CrashPoints::Weighted, None)).collect();
+        let plans: Vec<CrashPlan> = (0..300)
+            .flat_map(|s| plans_for_seed(s, 60, CrashPoints::Weighted, None))
+            .collect();
         for (_, w) in VICTIM_WINDOWS {
             assert!(plans.iter().any(|p| p.window == w), "{w:?}");
         }
         for (_, r) in RECOVERER_CRASHES {
             let same = |p: &CrashPlan| match (p.recoverer, r) {
-                (Some(RecovererCrash::During(Window::BeforeRound(n))), RecovererCrash::During(Window::BeforeRound(_))) => n >= 2,
+                (
+                    Some(RecovererCrash::During(Window::BeforeRound(n))),
+                    RecovererCrash::During(Window::BeforeRound(_)),
+                ) => n >= 2,
                 (x, r) => x == Some(r),
             };
             assert!(plans.iter().any(same), "{r:?}");
         }
         assert!(plans.iter().any(|p| p.slow_recovery_ns > 0));
-        assert!((0..100).any(|s| plans_for_seed(s, 60, CrashPoints::Weighted, None).len() == MAX_CRASHES));
+        assert!((0..100)
+            .any(|s| plans_for_seed(s, 60, CrashPoints::Weighted, None).len() == MAX_CRASHES));
         for s in 0..100 {
             let u = plans_for_seed(s, 60, CrashPoints::Uniform, None);
             assert_eq!(u.len(), 1);
-            assert!(u[0].recoverer.is_none() && u[0].slow_recovery_ns == 0 && matches!(u[0].window, None | Some(Window::AnyVerb)));
+            assert!(
+                u[0].recoverer.is_none()
+                    && u[0].slow_recovery_ns == 0
+                    && matches!(u[0].window, None | Some(Window::AnyVerb))
+            );
         }
-        assert_eq!(plans_for_seed(3, 60, CrashPoints::Uniform, Some(7))[0].slow_recovery_ns, 7);
+        assert_eq!(
+            plans_for_seed(3, 60, CrashPoints::Uniform, Some(7))[0].slow_recovery_ns,
+            7
+        );
     }
 }

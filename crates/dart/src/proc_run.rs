@@ -72,8 +72,19 @@ pub const LOG_SLOTS: u32 = 64;
 /// The store every process of a litmus cluster computes the same layout from
 /// (the membership process too: `tandem membership --litmus-keys`). Bug
 /// switches do not change the layout.
-pub fn litmus_store(mode: Mode, memory_nodes: u16, replicas: u16, log_slots: u32, capacity: u64) -> StoreConfig {
-    let table = TableSpec { id: LITMUS_TABLE, name: "litmus".into(), value_size: VALUE_BYTES, capacity: capacity.max(1) };
+pub fn litmus_store(
+    mode: Mode,
+    memory_nodes: u16,
+    replicas: u16,
+    log_slots: u32,
+    capacity: u64,
+) -> StoreConfig {
+    let table = TableSpec {
+        id: LITMUS_TABLE,
+        name: "litmus".into(),
+        value_size: VALUE_BYTES,
+        capacity: capacity.max(1),
+    };
     let mut store = StoreConfig::new(mode, memory_nodes, replicas, vec![table]);
     store.partitions_per_table = 4;
     store.log_slots = log_slots;
@@ -107,7 +118,10 @@ pub struct WorkerConfig {
 }
 
 fn wall_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 /// The body of `tandem litmus-worker`: join, run every client to its end,
@@ -115,20 +129,39 @@ fn wall_ns() -> u64 {
 pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
     let suite = Arc::new(Suite::parse(&cfg.tests, cfg.instances)?);
     let bugs = crate::campaign::parse_bugs(&cfg.bugs)?.store;
-    let mut store = litmus_store(Mode::Pandora, cfg.memory.len() as u16, REPLICAS, LOG_SLOTS, cfg.capacity);
+    let mut store = litmus_store(
+        Mode::Pandora,
+        cfg.memory.len() as u16,
+        REPLICAS,
+        LOG_SLOTS,
+        cfg.capacity,
+    );
     store.bugs = bugs;
     let layout = Arc::new(Layout::new(&store)?);
     let journal = Arc::new(Journal::create(&cfg.journal)?);
     let memory = TcpCluster::new(cfg.memory.clone(), secret);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let local = tokio::task::LocalSet::new();
     // Register first, then join: the detector never judges a worker that
     // holds no keys yet (and a revoked id can never register again anyway).
-    let keys = local.block_on(&rt, memory.register(cfg.node)).map_err(|e| format!("register compute node {}: {e}", cfg.node))?;
-    let session = MembershipSession::join(&cfg.membership, cfg.node, cfg.clients, Duration::from_micros(cfg.heartbeat_us.max(100)))?;
+    let keys = local
+        .block_on(&rt, memory.register(cfg.node))
+        .map_err(|e| format!("register compute node {}: {e}", cfg.node))?;
+    let session = MembershipSession::join(
+        &cfg.membership,
+        cfg.node,
+        cfg.clients,
+        Duration::from_micros(cfg.heartbeat_us.max(100)),
+    )?;
     journal.ids(&session.ids);
     let logs = local.block_on(&rt, async {
-        let fabric = memory.connect(cfg.node, &keys).await.map_err(|e| format!("connect compute node {}: {e}", cfg.node))?;
+        let fabric = memory
+            .connect(cfg.node, &keys)
+            .await
+            .map_err(|e| format!("connect compute node {}: {e}", cfg.node))?;
         let node = ComputeNode::new(fabric, &store, layout.clone(), session.failed.clone());
         let epoch = cfg.epoch_ns;
         let clock: Rc<dyn Fn() -> u64> = Rc::new(move || wall_ns().saturating_sub(epoch));
@@ -137,8 +170,14 @@ pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
         let (mut logs, mut tasks) = (Vec::new(), Vec::new());
         for (k, &id) in session.ids.iter().enumerate() {
             let mut session = TandemStore::new(node.coordinator(id));
-            let spec = ClientSpec { id: cfg.client_base + k as u32, seed: seeds.next_u64(), assert_chance: cfg.assert_chance, record: true };
-            let mut client = Client::new(spec, suite.clone(), board.clone(), clock.clone()).with_journal(journal.clone());
+            let spec = ClientSpec {
+                id: cfg.client_base + k as u32,
+                seed: seeds.next_u64(),
+                assert_chance: cfg.assert_chance,
+                record: true,
+            };
+            let mut client = Client::new(spec, suite.clone(), board.clone(), clock.clone())
+                .with_journal(journal.clone());
             logs.push(client.log());
             let n = cfg.txs;
             tasks.push(tokio::task::spawn_local(async move {
@@ -159,7 +198,10 @@ pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
         let l = l.borrow();
         (c, a, u) = (c + l.committed, a + l.aborted, u + l.unknown);
     }
-    Ok(format!("litmus worker {}: {c} committed, {a} aborted, {u} unknown", cfg.node))
+    Ok(format!(
+        "litmus worker {}: {c} committed, {a} aborted, {u} unknown",
+        cfg.node
+    ))
 }
 
 /// How the parent starts processes.
@@ -207,7 +249,10 @@ impl Drop for Kid {
 
 fn fresh_secret() -> u64 {
     let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
         return u64::from_le_bytes(b) | 1;
     }
     (wall_ns() ^ ((std::process::id() as u64) << 32)) | 1
@@ -218,19 +263,50 @@ type MembershipLog = Arc<Mutex<Vec<String>>>;
 
 /// The membership process: its address and its stderr lines.
 /// Its log recovery re-injects the recovery bugs among `bugs`.
-fn spawn_membership(exe: &Path, memory: &[SocketAddr], secret: u64, capacity: u64, detect_ms: f64, bugs: &[String]) -> Result<(Kid, SocketAddr, MembershipLog), String> {
-    let mem = memory.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-    let recovery_bugs = bugs.iter().filter(|b| crate::campaign::RECOVERY_BUG_NAMES.contains(&b.as_str()));
+fn spawn_membership(
+    exe: &Path,
+    memory: &[SocketAddr],
+    secret: u64,
+    capacity: u64,
+    detect_ms: f64,
+    bugs: &[String],
+) -> Result<(Kid, SocketAddr, MembershipLog), String> {
+    let mem = memory
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let recovery_bugs = bugs
+        .iter()
+        .filter(|b| crate::campaign::RECOVERY_BUG_NAMES.contains(&b.as_str()));
     let mut child = Command::new(exe)
-        .args(["membership", "--listen", "127.0.0.1:0", "--memory", &mem, "--replicas", &REPLICAS.to_string()])
-        .args(["--log-slots", &LOG_SLOTS.to_string(), "--litmus-keys", &capacity.to_string(), "--timeout-ms", &detect_ms.to_string()])
+        .args([
+            "membership",
+            "--listen",
+            "127.0.0.1:0",
+            "--memory",
+            &mem,
+            "--replicas",
+            &REPLICAS.to_string(),
+        ])
+        .args([
+            "--log-slots",
+            &LOG_SLOTS.to_string(),
+            "--litmus-keys",
+            &capacity.to_string(),
+            "--timeout-ms",
+            &detect_ms.to_string(),
+        ])
         .args(recovery_bugs.flat_map(|b| ["--inject-bug", b.as_str()]))
         .env("TANDEM_SECRET", format!("{secret:016x}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start the membership process: {e}"))?;
-    let (stdout, stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    let (stdout, stderr) = (
+        child.stdout.take().expect("piped"),
+        child.stderr.take().expect("piped"),
+    );
     let kid = Kid(child);
     let lines = Arc::new(Mutex::new(Vec::new()));
     {
@@ -243,12 +319,19 @@ fn spawn_membership(exe: &Path, memory: &[SocketAddr], secret: u64, capacity: u6
     }
     let mut out = BufReader::new(stdout);
     let mut first = String::new();
-    out.read_line(&mut first).map_err(|e| format!("membership process: {e}"))?;
+    out.read_line(&mut first)
+        .map_err(|e| format!("membership process: {e}"))?;
     let addr = first
         .trim()
         .strip_prefix("listening on ")
         .and_then(|a| a.parse().ok())
-        .ok_or_else(|| format!("the membership process did not announce its address (said '{}'; stderr: {:?})", first.trim(), lines.lock().expect("log")))?;
+        .ok_or_else(|| {
+            format!(
+                "the membership process did not announce its address (said '{}'; stderr: {:?})",
+                first.trim(),
+                lines.lock().expect("log")
+            )
+        })?;
     std::thread::spawn(move || for _ in out.lines() {});
     Ok((kid, addr, lines))
 }
@@ -266,7 +349,10 @@ impl InvokeCounter {
             let mut buf = Vec::new();
             if f.seek(SeekFrom::Start(self.offset)).is_ok() && f.read_to_end(&mut buf).is_ok() {
                 let whole = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-                self.invokes += buf[..whole].split(|&b| b == b'\n').filter(|l| l.starts_with(b"{\"invoke\"")).count() as u64;
+                self.invokes += buf[..whole]
+                    .split(|&b| b == b'\n')
+                    .filter(|l| l.starts_with(b"{\"invoke\""))
+                    .count() as u64;
                 self.offset += whole as u64;
             }
         }
@@ -286,31 +372,57 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     // Each worker numbers its fresh insert/delete pairs in a range of its own.
     let pairs_per_worker = cfg.txs_per_client * cfg.clients_per_worker as u64;
     if pairs_per_worker * workers as u64 > MAX_PAIRS as u64 {
-        return Err(format!("at most {MAX_PAIRS} transactions over all workers (insert/delete pair numbers)"));
+        return Err(format!(
+            "at most {MAX_PAIRS} transactions over all workers (insert/delete pair numbers)"
+        ));
     }
     let pairs_per_worker = pairs_per_worker as u32;
-    let capacity = cfg.suite.key_count(cfg.txs_per_client * clients as u64).max(1);
+    let capacity = cfg
+        .suite
+        .key_count(cfg.txs_per_client * clients as u64)
+        .max(1);
     let bugs = crate::campaign::parse_bugs(&cfg.bug_names)?.store;
     let mut store = litmus_store(Mode::Pandora, MEMORY_NODES, REPLICAS, LOG_SLOTS, capacity);
     store.bugs = bugs;
     let layout = Arc::new(Layout::new(&store)?);
     let region = *layout.region_bytes.iter().max().expect("memory nodes");
     let secret = fresh_secret();
-    let mut servers = MemoryServers::spawn(&cfg.setup.exe, MEMORY_NODES as usize, region, secret).map_err(|e| format!("cannot start memory servers: {e}"))?;
+    let mut servers = MemoryServers::spawn(&cfg.setup.exe, MEMORY_NODES as usize, region, secret)
+        .map_err(|e| format!("cannot start memory servers: {e}"))?;
     let memory = servers.cluster();
-    let (mut membership, maddr, mlog) = spawn_membership(&cfg.setup.exe, &servers.addrs, secret, capacity, cfg.setup.detect_ms, &cfg.bug_names)?;
-    let dir = std::env::temp_dir().join(format!("tandem-litmus-{}-{}", std::process::id(), cfg.seed));
+    let (mut membership, maddr, mlog) = spawn_membership(
+        &cfg.setup.exe,
+        &servers.addrs,
+        secret,
+        capacity,
+        cfg.setup.detect_ms,
+        &cfg.bug_names,
+    )?;
+    let dir =
+        std::env::temp_dir().join(format!("tandem-litmus-{}-{}", std::process::id(), cfg.seed));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async {
-        let keys = memory.register(u16::MAX - 1).await.map_err(|e| format!("register the loader: {e}"))?;
-        let fab = memory.connect(u16::MAX - 1, &keys).await.map_err(|e| format!("connect the loader: {e}"))?;
+        let keys = memory
+            .register(u16::MAX - 1)
+            .await
+            .map_err(|e| format!("register the loader: {e}"))?;
+        let fab = memory
+            .connect(u16::MAX - 1, &keys)
+            .await
+            .map_err(|e| format!("connect the loader: {e}"))?;
         let mut loader = Loader::new(&fab, layout.clone());
         for t in &cfg.suite.tests {
             for (k, v) in t.initial() {
-                loader.put(LITMUS_TABLE, k, &v.encode()).await.map_err(|e| e.to_string())?;
+                loader
+                    .put(LITMUS_TABLE, k, &v.encode())
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
         }
         loader.finish().await.map_err(|e| e.to_string()).map(|_| ())
@@ -340,9 +452,14 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
             heartbeat_us,
             journal: journal.clone(),
         };
-        let err = std::fs::File::create(dir.join(format!("worker-{}.err", w + 1))).map_err(|e| e.to_string())?;
+        let err = std::fs::File::create(dir.join(format!("worker-{}.err", w + 1)))
+            .map_err(|e| e.to_string())?;
         let child = Command::new(&cfg.setup.exe)
-            .args(["litmus-worker", "--config", &serde_json::to_string(&wc).map_err(|e| e.to_string())?])
+            .args([
+                "litmus-worker",
+                "--config",
+                &serde_json::to_string(&wc).map_err(|e| e.to_string())?,
+            ])
             .env("TANDEM_SECRET", format!("{secret:016x}"))
             .stdout(Stdio::null())
             .stderr(Stdio::from(err))
@@ -359,16 +476,29 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
         let v = rng.below(workers as u64) as u16;
         let total = cfg.clients_per_worker as u64 * cfg.txs_per_client;
         let target = rng.range_inclusive(1, (total * 3 / 4).max(1));
-        let mut counter = InvokeCounter { path: journals[v as usize].clone(), offset: 0, invokes: 0 };
+        let mut counter = InvokeCounter {
+            path: journals[v as usize].clone(),
+            offset: 0,
+            invokes: 0,
+        };
         let give_up = Instant::now() + Duration::from_secs(60);
         loop {
             if counter.poll() >= target {
-                kids[v as usize].0.kill().map_err(|e| format!("kill -9 of worker {}: {e}", v + 1))?;
+                kids[v as usize]
+                    .0
+                    .kill()
+                    .map_err(|e| format!("kill -9 of worker {}: {e}", v + 1))?;
                 let _ = kids[v as usize].0.wait();
                 victim = Some((v + 1, counter.poll()));
                 break;
             }
-            if kids[v as usize].0.try_wait().map_err(|e| e.to_string())?.is_some() || Instant::now() > give_up {
+            if kids[v as usize]
+                .0
+                .try_wait()
+                .map_err(|e| e.to_string())?
+                .is_some()
+                || Instant::now() > give_up
+            {
                 break; // It finished first: a run without a crash.
             }
             std::thread::sleep(Duration::from_micros(500));
@@ -380,9 +510,17 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
         // The survivors' PILL needs the failed ids; the final check needs the logs recovered.
         let needle = format!("failed ids of node {node} published");
         let give_up = Instant::now() + Duration::from_secs(20);
-        while !mlog.lock().expect("log").iter().any(|l| l.contains(&needle)) {
+        while !mlog
+            .lock()
+            .expect("log")
+            .iter()
+            .any(|l| l.contains(&needle))
+        {
             if Instant::now() > give_up {
-                return Err(format!("the membership service never published the recovery of node {node}: {:?}", mlog.lock().expect("log")));
+                return Err(format!(
+                    "the membership service never published the recovery of node {node}: {:?}",
+                    mlog.lock().expect("log")
+                ));
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -402,8 +540,16 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
             std::thread::sleep(Duration::from_millis(5));
         };
         if !status.success() {
-            let err = std::fs::read_to_string(dir.join(format!("worker-{}.err", w + 1))).unwrap_or_default();
-            report.violations.push(("harness".into(), format!("litmus worker {} exited with {status}: {}", w + 1, err.trim())));
+            let err = std::fs::read_to_string(dir.join(format!("worker-{}.err", w + 1)))
+                .unwrap_or_default();
+            report.violations.push((
+                "harness".into(),
+                format!(
+                    "litmus worker {} exited with {status}: {}",
+                    w + 1,
+                    err.trim()
+                ),
+            ));
         }
     }
 
@@ -429,7 +575,12 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     // The final check: a fresh compute node that knows the failed ids.
     let board = Board::default();
     note_pairs(&cfg.suite, &board, &report.history);
-    let session = MembershipSession::join(&[maddr], workers + 1, 1, Duration::from_micros(heartbeat_us))?;
+    let session = MembershipSession::join(
+        &[maddr],
+        workers + 1,
+        1,
+        Duration::from_micros(heartbeat_us),
+    )?;
     let failed: FailedIds = session.failed.clone();
     for &id in &failed_ids {
         failed.insert(id);
@@ -450,7 +601,11 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     session.leave();
     report.absorb(&[log]);
     let replica_notes = replicas.map(|o| {
-        report.violations.extend(o.violations.into_iter().map(|v| ("replica-check".to_string(), v)));
+        report.violations.extend(
+            o.violations
+                .into_iter()
+                .map(|v| ("replica-check".to_string(), v)),
+        );
         o.notes
     });
     if cfg.check_history {
@@ -458,14 +613,27 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     }
     if let Some((node, _)) = victim {
         let needle = format!("membership: recovered node {node} ");
-        if let Some(l) = mlog.lock().expect("log").iter().find(|l| l.starts_with(&needle)) {
+        if let Some(l) = mlog
+            .lock()
+            .expect("log")
+            .iter()
+            .find(|l| l.starts_with(&needle))
+        {
             add_note(&mut report, l.trim_start_matches("membership: "));
         }
     }
     // Recoveries the membership ran (a falsely suspected survivor counts too).
-    let recoveries = mlog.lock().expect("log").iter().filter(|l| l.contains("published")).count();
+    let recoveries = mlog
+        .lock()
+        .expect("log")
+        .iter()
+        .filter(|l| l.contains("published"))
+        .count();
     if recoveries as u32 > report.crashes {
-        add_note(&mut report, &format!("{recoveries} recoveries (a survivor was suspected too)"));
+        add_note(
+            &mut report,
+            &format!("{recoveries} recoveries (a survivor was suspected too)"),
+        );
     }
     if let Err(e) = recovery_bugs_taken(&cfg.bug_names, &mlog) {
         report.violations.push(("harness".into(), e));
@@ -484,7 +652,11 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     if report.violations.is_empty() {
         let _ = std::fs::remove_dir_all(&dir);
     } else {
-        let note = format!("{}; journals in {}", report.crash_note.take().unwrap_or_else(|| "no kill".into()), dir.display());
+        let note = format!(
+            "{}; journals in {}",
+            report.crash_note.take().unwrap_or_else(|| "no kill".into()),
+            dir.display()
+        );
         for v in &mut report.violations {
             v.1 += &format!(" [{note}]");
         }
@@ -511,15 +683,37 @@ struct FinalCheck<'a> {
 impl FinalCheck<'_> {
     /// Assert every instance, then run the replica check (if configured),
     /// which kills one of `servers`.
-    async fn run(&self, servers: &mut MemoryServers) -> Result<(SharedLog, Option<proc_replicas::Outcome>), String> {
-        let keys = self.memory.register(self.node).await.map_err(|e| format!("register the checker: {e}"))?;
-        let fab = self.memory.connect(self.node, &keys).await.map_err(|e| format!("connect the checker: {e}"))?;
+    async fn run(
+        &self,
+        servers: &mut MemoryServers,
+    ) -> Result<(SharedLog, Option<proc_replicas::Outcome>), String> {
+        let keys = self
+            .memory
+            .register(self.node)
+            .await
+            .map_err(|e| format!("register the checker: {e}"))?;
+        let fab = self
+            .memory
+            .connect(self.node, &keys)
+            .await
+            .map_err(|e| format!("connect the checker: {e}"))?;
         let view = MemoryView::default();
-        let node = ComputeNode::with_memory_view(fab.clone(), self.store, self.layout.clone(), self.failed.clone(), view.clone());
+        let node = ComputeNode::with_memory_view(
+            fab.clone(),
+            self.store,
+            self.layout.clone(),
+            self.failed.clone(),
+            view.clone(),
+        );
         let mut s = TandemStore::new(node.coordinator(self.coordinator));
         let epoch_ns = self.epoch_ns;
         let clock: Rc<dyn Fn() -> u64> = Rc::new(move || wall_ns().saturating_sub(epoch_ns));
-        let spec = ClientSpec { id: self.client, seed: self.cfg.seed, assert_chance: 1.0, record: self.cfg.check_history };
+        let spec = ClientSpec {
+            id: self.client,
+            seed: self.cfg.seed,
+            assert_chance: 1.0,
+            record: self.cfg.check_history,
+        };
         let mut client = Client::new(spec, self.cfg.suite.clone(), self.board.clone(), clock);
         let log = client.log();
         if let Err(e) = client.final_check(&mut s, 20).await {
@@ -548,12 +742,22 @@ impl FinalCheck<'_> {
 /// The membership process said its log recovery re-injects the recovery
 /// bugs among `bugs` (an injection that did not take would pass silently).
 fn recovery_bugs_taken(bugs: &[String], mlog: &MembershipLog) -> Result<(), String> {
-    let wanted: Vec<&str> = bugs.iter().map(String::as_str).filter(|b| crate::campaign::RECOVERY_BUG_NAMES.contains(b)).collect();
-    let said = mlog.lock().expect("log").iter().find_map(|l| l.strip_prefix("membership: log recovery re-injects ").map(str::to_string));
+    let wanted: Vec<&str> = bugs
+        .iter()
+        .map(String::as_str)
+        .filter(|b| crate::campaign::RECOVERY_BUG_NAMES.contains(b))
+        .collect();
+    let said = mlog.lock().expect("log").iter().find_map(|l| {
+        l.strip_prefix("membership: log recovery re-injects ")
+            .map(str::to_string)
+    });
     match said {
         _ if wanted.is_empty() => Ok(()),
         Some(s) if wanted.iter().all(|b| s.split(", ").any(|x| x == *b)) => Ok(()),
-        _ => Err(format!("the membership process never confirmed injecting {}", wanted.join(", "))),
+        _ => Err(format!(
+            "the membership process never confirmed injecting {}",
+            wanted.join(", ")
+        )),
     }
 }
 
@@ -569,8 +773,14 @@ fn add_note(report: &mut RunReport, note: &str) {
 fn note_pairs(suite: &Suite, board: &Board, history: &[TxRecord]) {
     for r in history {
         for op in &r.ops {
-            let Some(t) = Litmus::index_of_key(op.key) else { continue };
-            if suite.tests.get(t as usize).is_some_and(|x| x.pattern == Pattern::InsertDelete) {
+            let Some(t) = Litmus::index_of_key(op.key) else {
+                continue;
+            };
+            if suite
+                .tests
+                .get(t as usize)
+                .is_some_and(|x| x.pattern == Pattern::InsertDelete)
+            {
                 board.note_pairs(t, Litmus::instance_of_key(op.key) + 1);
             }
         }

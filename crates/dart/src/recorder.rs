@@ -49,13 +49,23 @@ pub struct Rec<T: StoreTx> {
 
 impl<T: StoreTx> Rec<T> {
     pub fn new(tx: T, log: SharedLog, idx: usize, record: bool) -> Self {
-        Rec { tx, log, idx, record, first_seen: Vec::new() }
+        Rec {
+            tx,
+            log,
+            idx,
+            record,
+            first_seen: Vec::new(),
+        }
     }
 
     /// The writer of the version of `key` this transaction read before
     /// touching it otherwise ([`PREV_UNKNOWN`] if none).
     fn predecessor(&self, key: u64) -> u64 {
-        self.first_seen.iter().find(|(k, _)| *k == key).and_then(|&(_, w)| w).unwrap_or(PREV_UNKNOWN)
+        self.first_seen
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|&(_, w)| w)
+            .unwrap_or(PREV_UNKNOWN)
     }
 
     fn first_access(&mut self, key: u64, writer: Option<u64>) {

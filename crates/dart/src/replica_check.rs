@@ -18,7 +18,13 @@ use crate::value::Value;
 
 /// Every key of the suite that exists or may exist now.
 pub fn keys_now(suite: &Suite, board: &Board) -> Vec<u64> {
-    suite.tests.iter().flat_map(|t| (0..t.instances_now(board)).flat_map(move |i| (0..t.vars).map(move |v| t.key(i, v)))).collect()
+    suite
+        .tests
+        .iter()
+        .flat_map(|t| {
+            (0..t.instances_now(board)).flat_map(move |i| (0..t.vars).map(move |v| t.key(i, v)))
+        })
+        .collect()
 }
 
 /// Fail each of `memory_nodes` in turn with `fail(node, down)`, re-read
@@ -54,7 +60,10 @@ pub async fn fail_each_against<S: TransactionalStore>(
 }
 
 /// Read `keys` in one read-only transaction, retrying aborts.
-pub async fn read_all<S: TransactionalStore>(store: &mut S, keys: &[u64]) -> Result<Vec<Option<Value>>, String> {
+pub async fn read_all<S: TransactionalStore>(
+    store: &mut S,
+    keys: &[u64],
+) -> Result<Vec<Option<Value>>, String> {
     let mut last = String::new();
     for _ in 0..20 {
         match try_read_all(store, keys).await {
@@ -62,10 +71,16 @@ pub async fn read_all<S: TransactionalStore>(store: &mut S, keys: &[u64]) -> Res
             Err(e) => last = e.to_string(),
         }
     }
-    Err(format!("the replica check could not read {} keys in a quiet store: {last}", keys.len()))
+    Err(format!(
+        "the replica check could not read {} keys in a quiet store: {last}",
+        keys.len()
+    ))
 }
 
-async fn try_read_all<S: TransactionalStore>(store: &mut S, keys: &[u64]) -> Result<Vec<Option<Value>>, TxFailure> {
+async fn try_read_all<S: TransactionalStore>(
+    store: &mut S,
+    keys: &[u64],
+) -> Result<Vec<Option<Value>>, TxFailure> {
     let mut tx = store.begin().await?;
     let mut out = Vec::with_capacity(keys.len());
     for &k in keys {
@@ -83,8 +98,18 @@ async fn try_read_all<S: TransactionalStore>(store: &mut S, keys: &[u64]) -> Res
 }
 
 /// Compare a failover read with the read with every node up.
-pub fn compare(suite: &Suite, keys: &[u64], up: &[Option<Value>], failover: &[Option<Value>], down: u16) -> Result<(), String> {
-    let show = |v: &Option<Value>| v.map_or("absent".into(), |v| format!("{}(by {})", v.payload, crate::checker::fmt_tx(v.writer)));
+pub fn compare(
+    suite: &Suite,
+    keys: &[u64],
+    up: &[Option<Value>],
+    failover: &[Option<Value>],
+    down: u16,
+) -> Result<(), String> {
+    let show = |v: &Option<Value>| {
+        v.map_or("absent".into(), |v| {
+            format!("{}(by {})", v.payload, crate::checker::fmt_tx(v.writer))
+        })
+    };
     for (k, (a, b)) in keys.iter().zip(up.iter().zip(failover)) {
         if a != b {
             let test = suite.test_of_key(*k).unwrap_or("?");

@@ -44,8 +44,15 @@ impl RunReport {
     /// test owning the first key involved.
     pub fn check_history(&mut self, suite: &crate::suite::Suite) {
         for a in crate::checker::Checker::check(&self.history).anomalies {
-            let test = a.keys.first().and_then(|&k| suite.test_of_key(k)).unwrap_or("history");
-            self.violations.push((test.to_string(), format!("history {}: {}", a.kind, a.description)));
+            let test = a
+                .keys
+                .first()
+                .and_then(|&k| suite.test_of_key(k))
+                .unwrap_or("history");
+            self.violations.push((
+                test.to_string(),
+                format!("history {}: {}", a.kind, a.description),
+            ));
         }
     }
 }

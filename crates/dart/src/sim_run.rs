@@ -23,7 +23,9 @@ use std::sync::Arc;
 
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryBugs, RecoveryCoordinator};
-use tandem_dkvs::{BugSwitches, ComputeNode, FailedIds, Layout, MemoryView, Mode, OnStray, StoreConfig, TableSpec};
+use tandem_dkvs::{
+    BugSwitches, ComputeNode, FailedIds, Layout, MemoryView, Mode, OnStray, StoreConfig, TableSpec,
+};
 use tandem_fabric::sim::{SimCluster, SimFabric, SimFabricConfig};
 use tandem_membership::{Command, Event, Membership, MembershipConfig};
 use tandem_sim::{Rng, Sim};
@@ -135,7 +137,12 @@ impl SimRunConfig {
         if !self.crash {
             return Vec::new();
         }
-        plans_for_seed(self.seed, self.txs_per_client, self.crash_points, self.slow_recovery_ns)
+        plans_for_seed(
+            self.seed,
+            self.txs_per_client,
+            self.crash_points,
+            self.slow_recovery_ns,
+        )
     }
 }
 
@@ -154,13 +161,21 @@ struct Nodes {
 impl Nodes {
     /// Nodes with clients running (not crashed).
     fn live(&self) -> Vec<usize> {
-        (0..self.running.len()).filter(|&n| self.running[n] > 0 && !self.crashed[n]).collect()
+        (0..self.running.len())
+            .filter(|&n| self.running[n] > 0 && !self.crashed[n])
+            .collect()
     }
 
     /// Whether the detector has anything left to watch: a running node, or
     /// a crashed one not declared yet.
     fn watched(&self) -> bool {
-        (0..self.running.len()).any(|n| if self.crashed[n] { !self.declared[n] } else { self.running[n] > 0 })
+        (0..self.running.len()).any(|n| {
+            if self.crashed[n] {
+                !self.declared[n]
+            } else {
+                self.running[n] > 0
+            }
+        })
     }
 }
 
@@ -226,20 +241,40 @@ pub fn run(cfg: &SimRunConfig) -> RunReport {
 impl<'c> Harness<'c> {
     fn new(cfg: &'c SimRunConfig, fd_timeout_ns: u64) -> Self {
         let clients = (cfg.compute_nodes as u32 + MAX_CRASHES as u32) * cfg.clients_per_node as u32;
-        let capacity = cfg.suite.key_count(cfg.txs_per_client * clients as u64).max(1);
-        let table = TableSpec { id: LITMUS_TABLE, name: "litmus".into(), value_size: VALUE_BYTES, capacity };
+        let capacity = cfg
+            .suite
+            .key_count(cfg.txs_per_client * clients as u64)
+            .max(1);
+        let table = TableSpec {
+            id: LITMUS_TABLE,
+            name: "litmus".into(),
+            value_size: VALUE_BYTES,
+            capacity,
+        };
         let mut store = StoreConfig::new(cfg.mode, cfg.memory_nodes, cfg.replicas, vec![table]);
         store.partitions_per_table = 4;
         store.log_slots = LOG_SLOTS;
         store.log_slot_bytes = 8 * 1024;
         store.bugs = cfg.bugs;
         store.on_stray = cfg.on_stray;
-        assert!(clients < (RECOVERY_ID - RUN_ATTEMPTS) as u32, "too many clients for {LOG_SLOTS} log slots");
+        assert!(
+            clients < (RECOVERY_ID - RUN_ATTEMPTS) as u32,
+            "too many clients for {LOG_SLOTS} log slots"
+        );
         let layout = Arc::new(Layout::new(&store).expect("valid DART store config"));
         let sim = Sim::new(cfg.seed);
         let region = *layout.region_bytes.iter().max().expect("memory nodes");
-        let cluster = SimCluster::with_nodes(sim.handle(), cfg.memory_nodes as usize, region, cfg.fabric.clone());
-        let membership = Membership::new(MembershipConfig { heartbeat_timeout_ns: fd_timeout_ns, id_space: LOG_SLOTS, ..MembershipConfig::default() });
+        let cluster = SimCluster::with_nodes(
+            sim.handle(),
+            cfg.memory_nodes as usize,
+            region,
+            cfg.fabric.clone(),
+        );
+        let membership = Membership::new(MembershipConfig {
+            heartbeat_timeout_ns: fd_timeout_ns,
+            id_space: LOG_SLOTS,
+            ..MembershipConfig::default()
+        });
         let sh = sim.handle();
         let clock: Rc<dyn Fn() -> u64> = Rc::new(move || sh.now_ns());
         Harness {
@@ -265,12 +300,21 @@ impl<'c> Harness<'c> {
 
     /// Load the initial objects of every test.
     fn load(&self) {
-        let (fab, l, suite) = (self.cluster.join(LOADER_NODE).expect("a fresh compute-node id"), self.layout.clone(), self.cfg.suite.clone());
+        let (fab, l, suite) = (
+            self.cluster
+                .join(LOADER_NODE)
+                .expect("a fresh compute-node id"),
+            self.layout.clone(),
+            self.cfg.suite.clone(),
+        );
         self.sim.spawn(u32::MAX, async move {
             let mut loader = Loader::new(&fab, l);
             for t in &suite.tests {
                 for (k, v) in t.initial() {
-                    loader.put(LITMUS_TABLE, k, &v.encode()).await.expect("load");
+                    loader
+                        .put(LITMUS_TABLE, k, &v.encode())
+                        .await
+                        .expect("load");
                 }
             }
             loader.finish().await.expect("load");
@@ -283,11 +327,29 @@ impl<'c> Harness<'c> {
         let cn = self.nodes.borrow().running.len();
         let clients = self.cfg.clients_per_node;
         let wire = Tripwire::new(self.clock.clone());
-        let fabric = TripwireFabric::new(self.cluster.join(cn as u16 + 1).expect("a fresh compute-node id"), wire.clone());
+        let fabric = TripwireFabric::new(
+            self.cluster
+                .join(cn as u16 + 1)
+                .expect("a fresh compute-node id"),
+            wire.clone(),
+        );
         self.wires.push(wire);
-        let node = ComputeNode::new(fabric, &self.store, self.layout.clone(), self.failed.clone());
-        let join = Event::Join { node: cn as u16 + 1, coordinators: clients };
-        let ids = match self.membership.borrow_mut().step(self.sim.now_ns(), join).pop() {
+        let node = ComputeNode::new(
+            fabric,
+            &self.store,
+            self.layout.clone(),
+            self.failed.clone(),
+        );
+        let join = Event::Join {
+            node: cn as u16 + 1,
+            coordinators: clients,
+        };
+        let ids = match self
+            .membership
+            .borrow_mut()
+            .step(self.sim.now_ns(), join)
+            .pop()
+        {
             Some(Command::AssignIds { ids, .. }) => ids,
             other => panic!("compute node {} not admitted: {other:?}", cn + 1),
         };
@@ -300,7 +362,12 @@ impl<'c> Harness<'c> {
         }
         self.gate.add_node();
         for (k, &id) in ids.iter().enumerate() {
-            let pause = SimPause { gate: self.gate.clone(), sim: self.sim.handle(), node: cn, tag: cn as u32 };
+            let pause = SimPause {
+                gate: self.gate.clone(),
+                sim: self.sim.handle(),
+                node: cn,
+                tag: cn as u32,
+            };
             let mut session = TandemStore::with_pause(node.coordinator(id), pause);
             let spec = ClientSpec {
                 id: cn as u32 * clients as u32 + k as u32,
@@ -308,7 +375,12 @@ impl<'c> Harness<'c> {
                 assert_chance: self.cfg.assert_chance,
                 record: self.cfg.check_history,
             };
-            let mut client = Client::new(spec, self.cfg.suite.clone(), self.board.clone(), self.clock.clone());
+            let mut client = Client::new(
+                spec,
+                self.cfg.suite.clone(),
+                self.board.clone(),
+                self.clock.clone(),
+            );
             self.logs.push(client.log());
             let nodes = self.nodes.clone();
             self.sim.spawn(cn as u32, async move {
@@ -333,7 +405,11 @@ impl<'c> Harness<'c> {
         match self.crash_and_recover(plan, fd_timeout_ns) {
             Ok(true) => {
                 self.report.crashes += 1;
-                let note = self.report.crash_note.take().map_or(String::new(), |n| n + "; then ");
+                let note = self
+                    .report
+                    .crash_note
+                    .take()
+                    .map_or(String::new(), |n| n + "; then ");
                 self.report.crash_note = Some(note + &plan.describe());
                 // Right after recovery: every replica must be whole again.
                 self.check_replicas("right after recovery");
@@ -344,7 +420,9 @@ impl<'c> Harness<'c> {
             }
             Ok(false) => false,
             Err(e) => {
-                self.report.violations.push(("recovery".into(), format!("{e} ({})", plan.describe())));
+                self.report
+                    .violations
+                    .push(("recovery".into(), format!("{e} ({})", plan.describe())));
                 false
             }
         }
@@ -366,14 +444,18 @@ impl<'c> Harness<'c> {
         }
         let was_paused = self.gate.paused.get();
         self.drain();
-        let (mut store, view) = self.replicas.take().unwrap_or_else(|| self.replica_session());
+        let (mut store, view) = self
+            .replicas
+            .take()
+            .unwrap_or_else(|| self.replica_session());
         let keys = replica_check::keys_now(&self.cfg.suite, &self.board);
         let (suite, nodes, v) = (self.cfg.suite.clone(), self.cfg.memory_nodes, view.clone());
         let out: Rc<RefCell<Option<CheckOutcome>>> = Rc::default();
         let o = out.clone();
         self.sim.spawn(CHECK_TAG, async move {
             let fail = |m: u16, down: bool| v.set_down(m, down);
-            let r = replica_check::fail_each_memory_node(&mut store, &fail, &suite, &keys, nodes).await;
+            let r =
+                replica_check::fail_each_memory_node(&mut store, &fail, &suite, &keys, nodes).await;
             *o.borrow_mut() = Some((r, store));
         });
         self.sim.run_while(|| out.borrow().is_none());
@@ -387,21 +469,38 @@ impl<'c> Harness<'c> {
             None => Err("the replica check never finished".into()),
         };
         if let Err(e) = r {
-            self.report.violations.push(("replica-check".into(), format!("{e} ({when})")));
+            self.report
+                .violations
+                .push(("replica-check".into(), format!("{e} ({when})")));
         }
     }
 
     /// A session whose own memory view can mark memory nodes down.
     fn replica_session(&self) -> (TandemStore<SimFabric>, MemoryView) {
         let view = MemoryView::default();
-        let fab = self.cluster.join(REPLICA_CHECK_NODE).expect("a fresh compute-node id");
-        let node = ComputeNode::with_memory_view(fab, &self.store, self.layout.clone(), self.failed.clone(), view.clone());
+        let fab = self
+            .cluster
+            .join(REPLICA_CHECK_NODE)
+            .expect("a fresh compute-node id");
+        let node = ComputeNode::with_memory_view(
+            fab,
+            &self.store,
+            self.layout.clone(),
+            self.failed.clone(),
+            view.clone(),
+        );
         (TandemStore::new(node.coordinator(REPLICA_CHECK_ID)), view)
     }
 
     /// The background scan: NotLogged stray locks nobody touched (DESIGN.md §4.5).
     fn sweep(&self) {
-        let (fab, l, f) = (self.cluster.join(SWEEP_NODE).expect("a fresh compute-node id"), self.layout.clone(), self.failed.clone());
+        let (fab, l, f) = (
+            self.cluster
+                .join(SWEEP_NODE)
+                .expect("a fresh compute-node id"),
+            self.layout.clone(),
+            self.failed.clone(),
+        );
         self.sim.spawn(u32::MAX, async move {
             sweep_stray_locks(&fab, &l, &f).await.expect("sweep");
         });
@@ -410,10 +509,27 @@ impl<'c> Harness<'c> {
 
     /// A fresh session asserts every instance of the quiet, recovered store.
     fn final_check(&mut self) {
-        let node = ComputeNode::new(self.cluster.join(CHECK_NODE).expect("a fresh compute-node id"), &self.store, self.layout.clone(), self.failed.clone());
+        let node = ComputeNode::new(
+            self.cluster
+                .join(CHECK_NODE)
+                .expect("a fresh compute-node id"),
+            &self.store,
+            self.layout.clone(),
+            self.failed.clone(),
+        );
         let mut session = TandemStore::new(node.coordinator(CHECK_ID));
-        let spec = ClientSpec { id: CHECK_CLIENT, seed: self.cfg.seed, assert_chance: 1.0, record: self.cfg.check_history };
-        let mut client = Client::new(spec, self.cfg.suite.clone(), self.board.clone(), self.clock.clone());
+        let spec = ClientSpec {
+            id: CHECK_CLIENT,
+            seed: self.cfg.seed,
+            assert_chance: 1.0,
+            record: self.cfg.check_history,
+        };
+        let mut client = Client::new(
+            spec,
+            self.cfg.suite.clone(),
+            self.board.clone(),
+            self.clock.clone(),
+        );
         self.logs.push(client.log());
         let outcome: Rc<RefCell<Option<Result<(), String>>>> = Rc::default();
         let o = outcome.clone();
@@ -427,7 +543,10 @@ impl<'c> Harness<'c> {
         match outcome {
             Some(Ok(())) => {}
             Some(Err(e)) => self.report.violations.push(("final-check".into(), e)),
-            None => self.report.violations.push(("final-check".into(), "the final check never finished (stuck)".into())),
+            None => self.report.violations.push((
+                "final-check".into(),
+                "the final check never finished (stuck)".into(),
+            )),
         }
     }
 }
@@ -437,7 +556,8 @@ impl Harness<'_> {
     /// recovery and notification. `Ok(false)` if the victim had already
     /// finished by then.
     fn crash_and_recover(&mut self, plan: CrashPlan, fd_timeout_ns: u64) -> Result<bool, String> {
-        let declared = self.spawn_detector(plan.at_ns.saturating_sub(fd_timeout_ns / 2), fd_timeout_ns);
+        let declared =
+            self.spawn_detector(plan.at_ns.saturating_sub(fd_timeout_ns / 2), fd_timeout_ns);
         let Some(victim) = self.crash_victim(plan) else {
             return Ok(false);
         };
@@ -445,11 +565,20 @@ impl Harness<'_> {
         // (1) detection by heartbeat timeout, (2) active-link termination.
         self.sim.run_while(|| declared.borrow().is_empty());
         if *declared.borrow() != vec![victim + 1] {
-            return Err(format!("the detector declared {:?}, expected compute node {}", declared.borrow(), victim + 1));
+            return Err(format!(
+                "the detector declared {:?}, expected compute node {}",
+                declared.borrow(),
+                victim + 1
+            ));
         }
         self.cluster.revoke(victim + 1);
         self.nodes.borrow_mut().declared[victim as usize] = true;
-        let ids: Vec<u16> = match self.membership.borrow_mut().step(self.sim.now_ns(), Event::RevokeAcked { node: victim + 1 }).pop() {
+        let ids: Vec<u16> = match self
+            .membership
+            .borrow_mut()
+            .step(self.sim.now_ns(), Event::RevokeAcked { node: victim + 1 })
+            .pop()
+        {
             Some(Command::Recover { ids, .. }) => ids,
             other => return Err(format!("expected a recovery order, got {other:?}")),
         };
@@ -458,7 +587,9 @@ impl Harness<'_> {
         }
         // (3) log recovery, (4) notify: only now may stealing start.
         self.recover(plan, &ids)?;
-        self.membership.borrow_mut().step(self.sim.now_ns(), Event::RecoveryDone { node: victim + 1 });
+        self.membership
+            .borrow_mut()
+            .step(self.sim.now_ns(), Event::RecoveryDone { node: victim + 1 });
         Ok(true)
     }
 
@@ -470,7 +601,12 @@ impl Harness<'_> {
     /// discounts the detector's own pause between two crashes).
     fn spawn_detector(&self, start_ns: u64, fd_timeout_ns: u64) -> Rc<RefCell<Vec<u16>>> {
         let declared: Rc<RefCell<Vec<u16>>> = Rc::default();
-        let (m, h, d, nodes) = (self.membership.clone(), self.sim.handle(), declared.clone(), self.nodes.clone());
+        let (m, h, d, nodes) = (
+            self.membership.clone(),
+            self.sim.handle(),
+            declared.clone(),
+            self.nodes.clone(),
+        );
         self.sim.spawn(DETECTOR_TAG, async move {
             h.sleep(start_ns.saturating_sub(h.now_ns())).await;
             while d.borrow().is_empty() && nodes.borrow().watched() {
@@ -497,7 +633,8 @@ impl Harness<'_> {
             wire.arm(window, plan.wire_seed);
             let n = self.nodes.clone();
             // Between two simulator steps the posting task is parked on its verbs.
-            self.sim.run_while(|| !wire.tripped() && n.borrow().running[v] > 0);
+            self.sim
+                .run_while(|| !wire.tripped() && n.borrow().running[v] > 0);
         }
         // A tripped wire swallowed a doorbell: the node is dead even if its
         // clients finished in the same step.
@@ -555,22 +692,40 @@ impl Harness<'_> {
     /// detection timeout (its verbs in flight land meanwhile), fences its
     /// node, and re-issues recovery.
     fn fence_recoverer(&self, attempt: u16, plan: CrashPlan) {
-        self.sim.run_until(self.sim.now_ns() + plan.detect_ns.max(400));
+        self.sim
+            .run_until(self.sim.now_ns() + plan.detect_ns.max(400));
         self.cluster.revoke(RECOVERY_NODE + attempt);
     }
 
     /// One recovery coordinator on a node of its own, slowed and crashed as
     /// planned. `Ok(false)` if it crashed before finishing.
-    fn recovery_attempt(&self, attempt: u16, ids: &[u16], crash: Option<Window>, plan: CrashPlan) -> Result<bool, String> {
+    fn recovery_attempt(
+        &self,
+        attempt: u16,
+        ids: &[u16],
+        crash: Option<Window>,
+        plan: CrashPlan,
+    ) -> Result<bool, String> {
         let wire = Tripwire::new(self.clock.clone());
         if let Some(w) = crash {
             wire.arm(w, plan.wire_seed ^ 0x5EC0);
         }
-        let slow = SlowFabric::new(self.cluster.join(RECOVERY_NODE + attempt).expect("a fresh compute-node id"), self.sim.handle(), plan.slow_recovery_ns);
+        let slow = SlowFabric::new(
+            self.cluster
+                .join(RECOVERY_NODE + attempt)
+                .expect("a fresh compute-node id"),
+            self.sim.handle(),
+            plan.slow_recovery_ns,
+        );
         let fab = TripwireFabric::new(slow, wire.clone());
         let done: Rc<RefCell<Option<Result<(), String>>>> = Rc::default();
         let (d, l, ids) = (done.clone(), self.layout.clone(), ids.to_vec());
-        let (bugs, mode, id, tag) = (self.cfg.recovery_bugs, self.cfg.mode, RECOVERY_ID - attempt, RECOVERY_TAG + attempt as u32);
+        let (bugs, mode, id, tag) = (
+            self.cfg.recovery_bugs,
+            self.cfg.mode,
+            RECOVERY_ID - attempt,
+            RECOVERY_TAG + attempt as u32,
+        );
         self.sim.spawn(tag, async move {
             let mut rc = RecoveryCoordinator::new(&fab, l, id);
             rc.bugs = bugs;
@@ -581,7 +736,8 @@ impl Harness<'_> {
             };
             *d.borrow_mut() = Some(r.map_err(|e| format!("recovery failed: {e:?}")));
         });
-        self.sim.run_while(|| done.borrow().is_none() && !wire.tripped());
+        self.sim
+            .run_while(|| done.borrow().is_none() && !wire.tripped());
         if done.borrow().is_none() {
             if wire.tripped() {
                 self.sim.crash(tag);

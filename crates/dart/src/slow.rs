@@ -22,7 +22,11 @@ pub struct SlowFabric<F: Fabric> {
 
 impl<F: Fabric> SlowFabric<F> {
     pub fn new(inner: F, sim: SimHandle, delay_ns: u64) -> Self {
-        SlowFabric { inner, sim, delay_ns }
+        SlowFabric {
+            inner,
+            sim,
+            delay_ns,
+        }
     }
 }
 
@@ -36,7 +40,11 @@ pub struct SlowQp<Q: QueuePair> {
 impl<F: Fabric> Fabric for SlowFabric<F> {
     type Qp = SlowQp<F::Qp>;
     fn queue_pair(&self, mem: MemNodeId) -> Self::Qp {
-        SlowQp { inner: self.inner.queue_pair(mem), sim: self.sim.clone(), delay_ns: self.delay_ns }
+        SlowQp {
+            inner: self.inner.queue_pair(mem),
+            sim: self.sim.clone(),
+            delay_ns: self.delay_ns,
+        }
     }
     fn memory_nodes(&self) -> usize {
         self.inner.memory_nodes()

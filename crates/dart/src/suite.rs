@@ -29,16 +29,26 @@ impl Suite {
         }
         let wanted: Vec<&str> = selector.split(',').map(str::trim).collect();
         for w in &wanted {
-            if !matches!(*w, "all" | "1" | "2" | "3" | "ext") && !CATALOG.iter().any(|c| c.1 == *w) {
+            if !matches!(*w, "all" | "1" | "2" | "3" | "ext") && !CATALOG.iter().any(|c| c.1 == *w)
+            {
                 let names: Vec<&str> = CATALOG.iter().map(|c| c.1).collect();
-                return Err(format!("unknown litmus test '{w}' (expected all, 1, 2, 3, ext or a name: {})", names.join(", ")));
+                return Err(format!(
+                    "unknown litmus test '{w}' (expected all, 1, 2, 3, ext or a name: {})",
+                    names.join(", ")
+                ));
             }
         }
         let tests: Vec<Litmus> = CATALOG
             .iter()
             .filter(|(sel, name, ..)| wanted.iter().any(|w| *w == "all" || w == sel || w == name))
             .enumerate()
-            .map(|(index, &(_, name, pattern, vars))| Litmus { name: name.into(), pattern, vars, instances, index: index as u32 })
+            .map(|(index, &(_, name, pattern, vars))| Litmus {
+                name: name.into(),
+                pattern,
+                vars,
+                instances,
+                index: index as u32,
+            })
             .collect();
         if tests.is_empty() {
             return Err("no litmus test selected".into());
@@ -59,7 +69,9 @@ impl Suite {
 
     /// The name of the test a key belongs to.
     pub fn test_of_key(&self, key: u64) -> Option<&str> {
-        Litmus::index_of_key(key).and_then(|i| self.tests.get(i as usize)).map(|t| t.name.as_str())
+        Litmus::index_of_key(key)
+            .and_then(|i| self.tests.get(i as usize))
+            .map(|t| t.name.as_str())
     }
 }
 
@@ -73,13 +85,21 @@ mod tests {
         assert_eq!(all.tests.len(), 7);
         assert_eq!(all.key_count(10), 3 * (2 + 2 + 3 + 4 + 3 + 4) + 2 * 10);
         let two = Suite::parse("2,ext", 1).unwrap();
-        assert_eq!(two.tests.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["litmus-2", "ext-1", "ext-2", "ext-3"]);
+        assert_eq!(
+            two.tests
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>(),
+            ["litmus-2", "ext-1", "ext-2", "ext-3"]
+        );
         for t in &all.tests {
             for k in t.keys().into_iter().chain([t.key(77, 1)]) {
                 assert_eq!(all.test_of_key(k), Some(t.name.as_str()));
             }
         }
-        assert!(Suite::parse("4", 1).unwrap_err().contains("unknown litmus test"));
+        assert!(Suite::parse("4", 1)
+            .unwrap_err()
+            .contains("unknown litmus test"));
         assert!(Suite::parse("1", 0).is_err());
     }
 }

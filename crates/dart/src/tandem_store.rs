@@ -41,11 +41,19 @@ pub struct TandemStore<F: Fabric> {
 
 impl<F: Fabric> TandemStore<F> {
     pub fn new(coord: Coordinator<F>) -> Self {
-        TandemStore { coord, pause: None, counted: false }
+        TandemStore {
+            coord,
+            pause: None,
+            counted: false,
+        }
     }
 
     pub fn with_pause(coord: Coordinator<F>, pause: SimPause) -> Self {
-        TandemStore { coord, pause: Some(pause), counted: false }
+        TandemStore {
+            coord,
+            pause: Some(pause),
+            counted: false,
+        }
     }
 
     pub fn coordinator(&self) -> &Coordinator<F> {
@@ -74,7 +82,9 @@ impl<F: Fabric> TandemStore<F> {
 fn failure(e: TxError, committing: bool) -> TxFailure {
     match e {
         // A pipelined write's missing key surfaces at commit, which aborts.
-        TxError::NotFound | TxError::AlreadyExists if committing => TxFailure::Aborted(e.to_string()),
+        TxError::NotFound | TxError::AlreadyExists if committing => {
+            TxFailure::Aborted(e.to_string())
+        }
         TxError::NotFound => TxFailure::NotFound,
         TxError::AlreadyExists => TxFailure::AlreadyExists,
         TxError::Aborted(r) => TxFailure::Aborted(r.name().to_string()),
@@ -97,7 +107,9 @@ impl<F: Fabric> TransactionalStore for TandemStore<F> {
             p.gate.active.borrow_mut()[p.node] += 1;
             self.counted = true;
         }
-        Ok(TandemTx { tx: self.coord.begin() })
+        Ok(TandemTx {
+            tx: self.coord.begin(),
+        })
     }
 }
 
@@ -108,20 +120,33 @@ pub struct TandemTx<'a, F: Fabric> {
 
 impl<'a, F: Fabric> StoreTx for TandemTx<'a, F> {
     async fn read(&mut self, key: u64) -> Result<Option<Value>, TxFailure> {
-        let v = self.tx.read(LITMUS_TABLE, key).await.map_err(|e| failure(e, false))?;
+        let v = self
+            .tx
+            .read(LITMUS_TABLE, key)
+            .await
+            .map_err(|e| failure(e, false))?;
         Ok(v.and_then(|b| Value::decode(&b)))
     }
 
     async fn write(&mut self, key: u64, value: Value) -> Result<(), TxFailure> {
-        self.tx.write(LITMUS_TABLE, key, &value.encode()).await.map_err(|e| failure(e, false))
+        self.tx
+            .write(LITMUS_TABLE, key, &value.encode())
+            .await
+            .map_err(|e| failure(e, false))
     }
 
     async fn insert(&mut self, key: u64, value: Value) -> Result<(), TxFailure> {
-        self.tx.insert(LITMUS_TABLE, key, &value.encode()).await.map_err(|e| failure(e, false))
+        self.tx
+            .insert(LITMUS_TABLE, key, &value.encode())
+            .await
+            .map_err(|e| failure(e, false))
     }
 
     async fn delete(&mut self, key: u64) -> Result<(), TxFailure> {
-        self.tx.delete(LITMUS_TABLE, key).await.map_err(|e| failure(e, false))
+        self.tx
+            .delete(LITMUS_TABLE, key)
+            .await
+            .map_err(|e| failure(e, false))
     }
 
     async fn commit(self) -> Result<(), TxFailure> {

@@ -25,7 +25,8 @@ use crate::tandem_store::{TandemStore, LITMUS_TABLE};
 
 /// Starts `count` memory servers of `bytes` each; returns their cluster and
 /// a guard that stops them when dropped.
-pub type TcpServers = Arc<dyn Fn(usize, u64) -> Result<(TcpCluster, Box<dyn Any>), String> + Send + Sync>;
+pub type TcpServers =
+    Arc<dyn Fn(usize, u64) -> Result<(TcpCluster, Box<dyn Any>), String> + Send + Sync>;
 
 const LOG_SLOTS: u32 = 64;
 
@@ -48,8 +49,12 @@ const REPLICAS: u16 = 2;
 
 pub fn run(cfg: &TcpRunConfig, servers: &TcpServers) -> Result<RunReport, String> {
     let clients = cfg.compute_nodes as u32 * cfg.clients_per_node as u32;
-    let capacity = cfg.suite.key_count(cfg.txs_per_client * clients as u64).max(1);
-    let mut store = crate::proc_run::litmus_store(cfg.mode, MEMORY_NODES, REPLICAS, LOG_SLOTS, capacity);
+    let capacity = cfg
+        .suite
+        .key_count(cfg.txs_per_client * clients as u64)
+        .max(1);
+    let mut store =
+        crate::proc_run::litmus_store(cfg.mode, MEMORY_NODES, REPLICAS, LOG_SLOTS, capacity);
     store.bugs = cfg.bugs;
     if clients + 2 >= LOG_SLOTS {
         return Err(format!("at most {} clients over tcp", LOG_SLOTS - 3));
@@ -57,21 +62,33 @@ pub fn run(cfg: &TcpRunConfig, servers: &TcpServers) -> Result<RunReport, String
     let layout = Arc::new(Layout::new(&store)?);
     let region = *layout.region_bytes.iter().max().expect("memory nodes");
     let (cluster, _guard) = servers(MEMORY_NODES as usize, region)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let join = |node: u16| {
             let cluster = cluster.clone();
             async move {
-                let keys = cluster.register(node).await.map_err(|e| format!("register compute node {node}: {e}"))?;
-                cluster.connect(node, &keys).await.map_err(|e| format!("connect compute node {node}: {e}"))
+                let keys = cluster
+                    .register(node)
+                    .await
+                    .map_err(|e| format!("register compute node {node}: {e}"))?;
+                cluster
+                    .connect(node, &keys)
+                    .await
+                    .map_err(|e| format!("connect compute node {node}: {e}"))
             }
         };
         let fab = join(u16::MAX - 1).await?;
         let mut loader = Loader::new(&fab, layout.clone());
         for t in &cfg.suite.tests {
             for (k, v) in t.initial() {
-                loader.put(LITMUS_TABLE, k, &v.encode()).await.map_err(|e| e.to_string())?;
+                loader
+                    .put(LITMUS_TABLE, k, &v.encode())
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
         }
         loader.finish().await.map_err(|e| e.to_string())?;
@@ -82,11 +99,17 @@ pub fn run(cfg: &TcpRunConfig, servers: &TcpServers) -> Result<RunReport, String
         let mut logs = Vec::new();
         let mut tasks = Vec::new();
         for cn in 0..cfg.compute_nodes {
-            let node = ComputeNode::new(join(cn + 1).await?, &store, layout.clone(), failed.clone());
+            let node =
+                ComputeNode::new(join(cn + 1).await?, &store, layout.clone(), failed.clone());
             for k in 0..cfg.clients_per_node {
                 let id = cn as u32 * cfg.clients_per_node as u32 + k as u32;
                 let mut session = TandemStore::new(node.coordinator(1 + id as u16));
-                let spec = ClientSpec { id, seed: seeds.next_u64(), assert_chance: cfg.assert_chance, record: cfg.check_history };
+                let spec = ClientSpec {
+                    id,
+                    seed: seeds.next_u64(),
+                    assert_chance: cfg.assert_chance,
+                    record: cfg.check_history,
+                };
                 let mut client = Client::new(spec, cfg.suite.clone(), board.clone(), clock.clone());
                 logs.push(client.log());
                 let n = cfg.txs_per_client;
@@ -99,9 +122,19 @@ pub fn run(cfg: &TcpRunConfig, servers: &TcpServers) -> Result<RunReport, String
         for t in tasks {
             t.await.map_err(|e| format!("client task failed: {e}"))?;
         }
-        let node = ComputeNode::new(join(u16::MAX).await?, &store, layout.clone(), failed.clone());
+        let node = ComputeNode::new(
+            join(u16::MAX).await?,
+            &store,
+            layout.clone(),
+            failed.clone(),
+        );
         let mut session = TandemStore::new(node.coordinator((LOG_SLOTS - 1) as u16));
-        let spec = ClientSpec { id: clients, seed: cfg.seed, assert_chance: 1.0, record: cfg.check_history };
+        let spec = ClientSpec {
+            id: clients,
+            seed: cfg.seed,
+            assert_chance: 1.0,
+            record: cfg.check_history,
+        };
         let mut client = Client::new(spec, cfg.suite.clone(), board.clone(), clock.clone());
         logs.push(client.log());
         let mut report = RunReport::default();

@@ -38,10 +38,16 @@ pub enum Shape {
 impl Shape {
     pub fn of(batch: &[Verb]) -> Shape {
         match batch {
-            [Verb::Write { data: body, .. }, Verb::Write { data: version, .. }] if body.len() > 8 && version.len() == 8 => Shape::ReplicaWrite,
+            [Verb::Write { data: body, .. }, Verb::Write { data: version, .. }]
+                if body.len() > 8 && version.len() == 8 =>
+            {
+                Shape::ReplicaWrite
+            }
             [Verb::Cas { new, .. }, Verb::Read { .. }] if *new != 0 => Shape::Lock,
             [Verb::Cas { new: 0, .. }] => Shape::Unlock,
-            [Verb::Write { data, .. }] if data.len() == 8 && data.iter().all(|&b| b == 0) => Shape::Unlock,
+            [Verb::Write { data, .. }] if data.len() == 8 && data.iter().all(|&b| b == 0) => {
+                Shape::Unlock
+            }
             [Verb::Write { data, .. }] if data.len() > 8 => Shape::Log,
             _ => Shape::Other,
         }
@@ -103,7 +109,13 @@ pub struct Tripwire(Rc<RefCell<State>>);
 impl Tripwire {
     /// A wire that tells rounds apart by `clock` (the simulator's).
     pub fn new(clock: Rc<dyn Fn() -> u64>) -> Tripwire {
-        Tripwire(Rc::new(RefCell::new(State { armed: None, clock, rounds: 0, last_post_ns: None, tripped: Cell::new(false) })))
+        Tripwire(Rc::new(RefCell::new(State {
+            armed: None,
+            clock,
+            rounds: 0,
+            last_post_ns: None,
+            tripped: Cell::new(false),
+        })))
     }
 
     /// Trip at the next doorbell in `window` (draws from `seed`).
@@ -131,7 +143,9 @@ impl Tripwire {
         s.last_post_ns = Some(now);
         s.rounds += new_round as u32;
         let round = s.rounds;
-        let Some((window, rng)) = s.armed.as_mut() else { return true };
+        let Some((window, rng)) = s.armed.as_mut() else {
+            return true;
+        };
         if window.trips(shape, round, new_round, rng) {
             let before = window.before();
             s.armed = None;
@@ -163,7 +177,10 @@ pub struct TripwireQp<Q: QueuePair> {
 impl<F: Fabric> Fabric for TripwireFabric<F> {
     type Qp = TripwireQp<F::Qp>;
     fn queue_pair(&self, mem: MemNodeId) -> Self::Qp {
-        TripwireQp { inner: self.inner.queue_pair(mem), wire: self.wire.clone() }
+        TripwireQp {
+            inner: self.inner.queue_pair(mem),
+            wire: self.wire.clone(),
+        }
     }
     fn memory_nodes(&self) -> usize {
         self.inner.memory_nodes()
@@ -209,8 +226,14 @@ mod tests {
 
     #[test]
     fn shapes_follow_the_verbs() {
-        assert_eq!(Shape::of(&[Verb::write(8, vec![1; 40]), Verb::write_u64(16, 5)]), Shape::ReplicaWrite);
-        assert_eq!(Shape::of(&[Verb::cas(0, 0, 9), Verb::read(0, 64)]), Shape::Lock);
+        assert_eq!(
+            Shape::of(&[Verb::write(8, vec![1; 40]), Verb::write_u64(16, 5)]),
+            Shape::ReplicaWrite
+        );
+        assert_eq!(
+            Shape::of(&[Verb::cas(0, 0, 9), Verb::read(0, 64)]),
+            Shape::Lock
+        );
         assert_eq!(Shape::of(&[Verb::cas(0, 9, 0)]), Shape::Unlock);
         assert_eq!(Shape::of(&[Verb::write_u64(0, 0)]), Shape::Unlock);
         assert_eq!(Shape::of(&[Verb::write(0, vec![1; 100])]), Shape::Log);
@@ -237,7 +260,11 @@ mod tests {
         // Rounds are the doorbells of one instant.
         let (w, t) = wire();
         w.arm(Window::BeforeRound(2), 1);
-        assert!(w.before_post(&[Verb::read(0, 8)]) && w.before_post(&[Verb::read(8, 8)]) && !w.tripped());
+        assert!(
+            w.before_post(&[Verb::read(0, 8)])
+                && w.before_post(&[Verb::read(8, 8)])
+                && !w.tripped()
+        );
         t.set(5);
         assert!(!w.before_post(&[Verb::read(0, 8)]) && w.tripped());
     }

@@ -34,7 +34,11 @@ pub struct Value {
 impl Value {
     /// The version loaded before the run.
     pub fn initial(payload: i64) -> Value {
-        Value { payload, writer: LOADER_TX, prev: LOADER_TX }
+        Value {
+            payload,
+            writer: LOADER_TX,
+            prev: LOADER_TX,
+        }
     }
 
     pub fn encode(&self) -> [u8; VALUE_BYTES as usize] {
@@ -51,7 +55,11 @@ impl Value {
             return None;
         }
         let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        Some(Value { payload: w(0) as i64, writer: w(8), prev: w(16) })
+        Some(Value {
+            payload: w(0) as i64,
+            writer: w(8),
+            prev: w(16),
+        })
     }
 }
 
@@ -61,9 +69,20 @@ mod tests {
 
     #[test]
     fn values_round_trip_and_short_buffers_are_rejected() {
-        let v = Value { payload: -7, writer: 42, prev: PREV_UNKNOWN };
+        let v = Value {
+            payload: -7,
+            writer: 42,
+            prev: PREV_UNKNOWN,
+        };
         assert_eq!(Value::decode(&v.encode()), Some(v));
         assert_eq!(Value::decode(&[0u8; 23]), None);
-        assert_eq!(Value::initial(3), Value { payload: 3, writer: LOADER_TX, prev: LOADER_TX });
+        assert_eq!(
+            Value::initial(3),
+            Value {
+                payload: 3,
+                writer: LOADER_TX,
+                prev: LOADER_TX
+            }
+        );
     }
 }

@@ -34,7 +34,10 @@ fn run(c: &CampaignConfig) -> CampaignReport {
 fn first(c: &CampaignConfig) -> Option<(u64, String)> {
     let rep = run(c);
     rep.violations.first().map(|v| {
-        eprintln!("{:?}: seed {} [{}] {}", c.bug_names, v.seed, v.test, v.description);
+        eprintln!(
+            "{:?}: seed {} [{}] {}",
+            c.bug_names, v.seed, v.test, v.description
+        );
         (v.seed, v.test.clone())
     })
 }
@@ -52,9 +55,16 @@ fn a_lost_update_through_a_delete_is_a_g2_cycle() {
     c.crash_rate = 0.0;
     c.bug_names = vec!["complicit-abort".into()];
     let rep = run(&c);
-    let v = rep.violations.first().expect("seed 212 reports a violation");
+    let v = rep
+        .violations
+        .first()
+        .expect("seed 212 reports a violation");
     assert_eq!(v.test, "litmus-1-insert-delete", "{}", v.description);
-    assert!(v.description.contains("G2") && v.description.contains("-rw("), "{}", v.description);
+    assert!(
+        v.description.contains("G2") && v.description.contains("-rw("),
+        "{}",
+        v.description
+    );
 }
 
 /// FORD's six bugs, each in the mode where it lives, as `tandem litmus
@@ -73,10 +83,14 @@ fn the_default_campaign_catches_fords_six_bugs() {
         (Mode::Ford, &["relaxed-locks"]),
         (Mode::Ford, &["missing-insert-undo"]),
         (Mode::Traditional, &["lost-decision"]),
-        (Mode::Traditional, &["logging-without-locking", "trust-undo-images"]),
+        (
+            Mode::Traditional,
+            &["logging-without-locking", "trust-undo-images"],
+        ),
     ];
     for (mode, bugs) in six {
-        let (seed, test) = first(&defaults(mode, bugs, 300)).unwrap_or_else(|| panic!("{mode} {bugs:?}: not caught in 300 seeds"));
+        let (seed, test) = first(&defaults(mode, bugs, 300))
+            .unwrap_or_else(|| panic!("{mode} {bugs:?}: not caught in 300 seeds"));
         eprintln!("| {mode} | {} | {seed} | {test} |", bugs.join(" + "));
     }
 }
@@ -91,7 +105,11 @@ fn the_replica_check_catches_a_recovery_that_restores_one_replica() {
     let mut blind = c.clone();
     blind.replica_check = false;
     blind.seeds = Some(100.max(seed + 1));
-    assert_eq!(run(&blind).violation_count, 0, "only the replica check can see it");
+    assert_eq!(
+        run(&blind).violation_count,
+        0,
+        "only the replica check can see it"
+    );
 }
 
 /// Bugs whose window uniform crash points do not reach in 300 seeds:
@@ -100,12 +118,19 @@ fn the_replica_check_catches_a_recovery_that_restores_one_replica() {
 /// (harmful when a crash lands between the replica writes of an insert).
 #[test]
 fn weighted_crash_points_reach_windows_that_uniform_ones_miss() {
-    for (mode, bug) in [(Mode::Pandora, "invalidate-logs-first"), (Mode::Ford, "missing-insert-undo")] {
+    for (mode, bug) in [
+        (Mode::Pandora, "invalidate-logs-first"),
+        (Mode::Ford, "missing-insert-undo"),
+    ] {
         let c = defaults(mode, &[bug], 300);
         first(&c).unwrap_or_else(|| panic!("{bug}: weighted crash points miss it"));
         let mut uniform = c.clone();
         uniform.crash_points = CrashPoints::Uniform;
-        assert_eq!(run(&uniform).violation_count, 0, "{bug}: uniform crash points caught it after all");
+        assert_eq!(
+            run(&uniform).violation_count,
+            0,
+            "{bug}: uniform crash points caught it after all"
+        );
     }
 }
 
@@ -129,5 +154,6 @@ fn slow_recovery_catches_a_coordinator_that_outwaits_a_lock() {
 /// has yet to roll back.
 #[test]
 fn publishing_failed_ids_before_recovery_is_caught() {
-    first(&defaults(Mode::Pandora, &["publish-before-recovery"], 300)).expect("publish-before-recovery caught");
+    first(&defaults(Mode::Pandora, &["publish-before-recovery"], 300))
+        .expect("publish-before-recovery caught");
 }

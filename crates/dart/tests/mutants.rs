@@ -16,7 +16,15 @@ use tandem_dart::campaign::{self, CampaignConfig, StoreKind};
 use tandem_dkvs::Mode;
 
 /// Run seeds `0..budget` until the first violation; return (seed, test).
-fn caught(mode: Mode, bugs: &[&str], tests: &str, instances: u32, crash: bool, txs: u64, budget: u64) -> (u64, String) {
+fn caught(
+    mode: Mode,
+    bugs: &[&str],
+    tests: &str,
+    instances: u32,
+    crash: bool,
+    txs: u64,
+    budget: u64,
+) -> (u64, String) {
     let mut c = CampaignConfig::new(StoreKind::Tandem(mode));
     c.tests = tests.into();
     c.instances = instances;
@@ -30,8 +38,13 @@ fn caught(mode: Mode, bugs: &[&str], tests: &str, instances: u32, crash: bool, t
     // tests/blindspots.rs, often sees these bugs first).
     c.replica_check = false;
     let rep = campaign::run(&c).expect("campaign runs");
-    let v = rep.violations.first().unwrap_or_else(|| panic!("{mode} {bugs:?}: no violation in {budget} seeds of --tests {tests}"));
-    eprintln!("{mode} {bugs:?}: caught at seed {} by {}: {}\n  replay: {}", v.seed, v.test, v.description, v.replay);
+    let v = rep.violations.first().unwrap_or_else(|| {
+        panic!("{mode} {bugs:?}: no violation in {budget} seeds of --tests {tests}")
+    });
+    eprintln!(
+        "{mode} {bugs:?}: caught at seed {} by {}: {}\n  replay: {}",
+        v.seed, v.test, v.description, v.replay
+    );
     (v.seed, v.test.clone())
 }
 
@@ -61,7 +74,15 @@ fn relaxed_locks_are_caught_by_litmus_2() {
 
 #[test]
 fn missing_insert_undo_is_caught_by_litmus_1_insert_delete_with_crashes() {
-    let (_, test) = caught(Mode::Ford, &["missing-insert-undo"], "litmus-1-insert-delete", 1, true, 30, 60);
+    let (_, test) = caught(
+        Mode::Ford,
+        &["missing-insert-undo"],
+        "litmus-1-insert-delete",
+        1,
+        true,
+        30,
+        60,
+    );
     assert_eq!(test, "litmus-1-insert-delete");
 }
 
@@ -73,6 +94,14 @@ fn lost_decision_is_caught_by_litmus_3_with_crashes() {
 
 #[test]
 fn logging_without_locking_is_caught_by_litmus_3_with_crashes() {
-    let (_, test) = caught(Mode::Traditional, &["logging-without-locking", "trust-undo-images"], "3", 1, true, 60, 100);
+    let (_, test) = caught(
+        Mode::Traditional,
+        &["logging-without-locking", "trust-undo-images"],
+        "3",
+        1,
+        true,
+        60,
+        100,
+    );
     assert_eq!(test, "litmus-3");
 }

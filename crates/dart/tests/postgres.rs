@@ -29,7 +29,10 @@ fn server() {
 
 fn campaign(isolation: Isolation, tests: &str, runs: u64) -> CampaignReport {
     server();
-    let mut c = CampaignConfig::new(StoreKind::Postgres { url: URL.into(), isolation });
+    let mut c = CampaignConfig::new(StoreKind::Postgres {
+        url: URL.into(),
+        isolation,
+    });
     c.tests = tests.into();
     c.instances = 1;
     c.seeds = Some(runs);
@@ -53,18 +56,27 @@ fn campaign(isolation: Isolation, tests: &str, runs: u64) -> CampaignReport {
 fn serializable_passes_every_litmus_test() {
     let rep = campaign(Isolation::Serializable, "all", 2);
     assert_eq!(rep.violation_count, 0, "{:?}", rep.violations.first());
-    assert!(rep.committed > 500 && rep.aborted > 0, "too little contention to mean anything: {rep:?}");
+    assert!(
+        rep.committed > 500 && rep.aborted > 0,
+        "too little contention to mean anything: {rep:?}"
+    );
 }
 
 #[test]
 fn repeatable_read_shows_write_skew_in_litmus_2() {
     let rep = campaign(Isolation::RepeatableRead, "2", 10);
-    let v = rep.violations.first().expect("REPEATABLE READ (snapshot isolation) must show write skew within 10 runs");
+    let v = rep
+        .violations
+        .first()
+        .expect("REPEATABLE READ (snapshot isolation) must show write skew within 10 runs");
     assert_eq!(v.test, "litmus-2", "{}", v.description);
 }
 
 #[test]
 fn read_committed_is_flagged() {
     let rep = campaign(Isolation::ReadCommitted, "all", 10);
-    assert!(rep.violation_count > 0, "READ COMMITTED must be flagged within 10 runs");
+    assert!(
+        rep.violation_count > 0,
+        "READ COMMITTED must be flagged within 10 runs"
+    );
 }

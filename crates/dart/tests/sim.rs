@@ -9,7 +9,10 @@ use tandem_dart::history::write_json_lines;
 use tandem_dkvs::Mode;
 
 fn seeds() -> u64 {
-    std::env::var("TANDEM_DART_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30)
+    std::env::var("TANDEM_DART_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30)
 }
 
 fn crash_campaign(mode: Mode, tests: &str, instances: u32) -> CampaignConfig {
@@ -24,14 +27,46 @@ fn crash_campaign(mode: Mode, tests: &str, instances: u32) -> CampaignConfig {
 
 fn assert_clean(c: &CampaignConfig, commits_per_run_min: u64) {
     let rep = campaign::run(c).expect("campaign runs");
-    let first = rep.violations.first().map(|v| format!("[{}] {}\n  replay: {}", v.test, v.description, v.replay));
-    assert_eq!(rep.violation_count, 0, "{} {}: {}", rep.store, c.tests, first.unwrap_or_default());
-    assert!(rep.crashes * 2 > rep.runs, "{}: only {} of {} runs crashed", rep.store, rep.crashes, rep.runs);
-    assert!(rep.committed > rep.runs * commits_per_run_min && rep.asserts_checked > rep.runs * commits_per_run_min / 10, "{}: too little happened: {rep:?}", rep.store);
-    assert!(rep.unknown > 0, "{}: no crash ever cut a transaction", rep.store);
+    let first = rep
+        .violations
+        .first()
+        .map(|v| format!("[{}] {}\n  replay: {}", v.test, v.description, v.replay));
+    assert_eq!(
+        rep.violation_count,
+        0,
+        "{} {}: {}",
+        rep.store,
+        c.tests,
+        first.unwrap_or_default()
+    );
+    assert!(
+        rep.crashes * 2 > rep.runs,
+        "{}: only {} of {} runs crashed",
+        rep.store,
+        rep.crashes,
+        rep.runs
+    );
+    assert!(
+        rep.committed > rep.runs * commits_per_run_min
+            && rep.asserts_checked > rep.runs * commits_per_run_min / 10,
+        "{}: too little happened: {rep:?}",
+        rep.store
+    );
+    assert!(
+        rep.unknown > 0,
+        "{}: no crash ever cut a transaction",
+        rep.store
+    );
     eprintln!(
         "{} [{}]: {} runs, {} tx, {} crashes, {} unknown, {} asserts, {:.0} tx/s",
-        rep.store, c.tests, rep.runs, rep.transactions, rep.crashes, rep.unknown, rep.asserts_checked, rep.transactions_per_s
+        rep.store,
+        c.tests,
+        rep.runs,
+        rep.transactions,
+        rep.crashes,
+        rep.unknown,
+        rep.asserts_checked,
+        rep.transactions_per_s
     );
 }
 
@@ -97,6 +132,9 @@ fn a_seed_replays_identically() {
         buf
     };
     assert_eq!(a.crashes, 1);
-    assert_eq!((a.transactions, a.committed, a.unknown), (b.transactions, b.committed, b.unknown));
+    assert_eq!(
+        (a.transactions, a.committed, a.unknown),
+        (b.transactions, b.committed, b.unknown)
+    );
     assert_eq!(text(&a.first_history), text(&b.first_history));
 }

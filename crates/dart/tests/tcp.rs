@@ -15,7 +15,13 @@ fn in_process_servers() -> TcpServers {
     Arc::new(|count, bytes| {
         let secret = 0x5EC2E7;
         let servers: Vec<MemoryServerHandle> = (0..count)
-            .map(|i| MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), Arc::new(MemoryNode::new(bytes, i as u64)), secret))
+            .map(|i| {
+                MemoryServerHandle::bind(
+                    "127.0.0.1:0".parse().unwrap(),
+                    Arc::new(MemoryNode::new(bytes, i as u64)),
+                    secret,
+                )
+            })
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?;
         let cluster = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), secret);
@@ -33,8 +39,16 @@ fn every_mode_passes_over_tcp() {
         c.txs_per_client = 40;
         c.tcp = Some(in_process_servers());
         let rep = campaign::run(&c).expect("tcp campaign");
-        assert_eq!(rep.violation_count, 0, "{mode}: {:?}", rep.violations.first());
+        assert_eq!(
+            rep.violation_count,
+            0,
+            "{mode}: {:?}",
+            rep.violations.first()
+        );
         assert!(rep.committed > 300, "{mode}: {rep:?}");
-        eprintln!("{mode} over tcp: {} tx, {} committed, {:.0} tx/s", rep.transactions, rep.committed, rep.transactions_per_s);
+        eprintln!(
+            "{mode} over tcp: {} tx, {} committed, {:.0} tx/s",
+            rep.transactions, rep.committed, rep.transactions_per_s
+        );
     }
 }

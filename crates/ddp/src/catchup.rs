@@ -15,10 +15,16 @@ impl DdpNode {
     pub(crate) fn on_copy_req(&mut self, from: NodeId, out: &mut Out) {
         let read = self.rules.read;
         let mut versions: Vec<(Version, bool)> = (self.keys.iter())
-            .filter_map(|(&k, s)| s.version(k).map(|v| (v, s.write.is_none() && read.holds(s.c_ok(), s.p_ok()))))
+            .filter_map(|(&k, s)| {
+                s.version(k)
+                    .map(|v| (v, s.write.is_none() && read.holds(s.c_ok(), s.p_ok())))
+            })
             .collect();
         versions.sort_by_key(|v| v.0.key); // key order: a seed replays the same steps
-        out.push(Command::Send { to: from, msg: Msg::CopyResp { versions } });
+        out.push(Command::Send {
+            to: from,
+            msg: Msg::CopyResp { versions },
+        });
     }
 
     /// The first of `nodes` after this node in ring order.
@@ -27,7 +33,12 @@ impl DdpNode {
         nodes.min_by_key(|&n| (n < me, n))
     }
 
-    pub(crate) fn on_copy_resp(&mut self, from: NodeId, versions: Vec<(Version, bool)>, out: &mut Out) {
+    pub(crate) fn on_copy_resp(
+        &mut self,
+        from: NodeId,
+        versions: Vec<(Version, bool)>,
+        out: &mut Out,
+    ) {
         if self.ready || !self.copy_from.remove(&from) {
             return;
         }
@@ -59,14 +70,22 @@ impl DdpNode {
         }
         let members = self.config.members.clone();
         self.copy_from.retain(|m| members.contains(m));
-        let source_left = self.copy_from_one && self.copy_asked && self.copy_from.is_empty() && !self.copy_got;
+        let source_left =
+            self.copy_from_one && self.copy_asked && self.copy_from.is_empty() && !self.copy_got;
         if !self.copy_asked || source_left {
             self.copy_asked = true;
             self.copy_retry = (self.now + self.params.bulk_ns, self.params.bulk_ns);
             let others = self.config.others(self.me);
-            self.copy_from = if self.copy_from_one { self.ring_next(others).into_iter().collect() } else { others.collect() };
+            self.copy_from = if self.copy_from_one {
+                self.ring_next(others).into_iter().collect()
+            } else {
+                others.collect()
+            };
             for &o in &self.copy_from {
-                out.push(Command::Send { to: o, msg: Msg::CopyReq });
+                out.push(Command::Send {
+                    to: o,
+                    msg: Msg::CopyReq,
+                });
             }
         }
         self.check_ready(out);
@@ -79,7 +98,10 @@ impl DdpNode {
         if !self.ready && self.copy_asked && self.now >= self.copy_retry.0 {
             self.copy_retry = (self.now + self.copy_retry.1 * 2, self.copy_retry.1 * 2);
             for &o in &self.copy_from {
-                out.push(Command::Send { to: o, msg: Msg::CopyReq });
+                out.push(Command::Send {
+                    to: o,
+                    msg: Msg::CopyReq,
+                });
             }
         }
     }
@@ -152,14 +174,22 @@ pub struct DdpFactory {
 impl DdpFactory {
     /// Full-copy recovery from every member, no test bugs.
     pub fn new(model: Model, params: Params) -> DdpFactory {
-        DdpFactory { model, params, bugs: Bugs::default(), heal: None, copy_from_one: false }
+        DdpFactory {
+            model,
+            params,
+            bugs: Bugs::default(),
+            heal: None,
+            copy_from_one: false,
+        }
     }
 }
 
 impl NodeFactory<DdpNode> for DdpFactory {
     fn start(&self, id: NodeId, config: &Config) -> DdpNode {
         let mut n = DdpNode::new(id, self.model, self.params, self.bugs, config.clone());
-        n.heal = self.heal.map(|opts| Box::new(Heal::new(opts, &config.members)));
+        n.heal = self
+            .heal
+            .map(|opts| Box::new(Heal::new(opts, &config.members)));
         n.copy_from_one = self.copy_from_one;
         n
     }

@@ -58,7 +58,18 @@ impl ExploreConfig {
         // timer only where a message may be lost.
         let after = vec![None, None, None, Some(0)];
         let timers = u8::from(fault == "loss");
-        ExploreConfig { model, nodes: 3, script, after, drops, duplicates, crashes, timers, max_states: 5_000_000, bugs: Bugs::default() }
+        ExploreConfig {
+            model,
+            nodes: 3,
+            script,
+            after,
+            drops,
+            duplicates,
+            crashes,
+            timers,
+            max_states: 5_000_000,
+            bugs: Bugs::default(),
+        }
     }
 }
 
@@ -119,8 +130,18 @@ impl World {
     fn new(cfg: &ExploreConfig) -> World {
         let config = Config::new(1, (0..cfg.nodes).collect());
         // Timers jump the clock: no idle squash, nothing forgotten.
-        let params = Params { tick_ns: 1, retry_ns: 1, replay_ns: 1, lazy_ns: 1, idle_ns: u64::MAX, forget_ns: u64::MAX, bulk_ns: 1 };
-        let nodes = (0..cfg.nodes).map(|n| Some(DdpNode::new(n, cfg.model, params, cfg.bugs, config.clone()))).collect();
+        let params = Params {
+            tick_ns: 1,
+            retry_ns: 1,
+            replay_ns: 1,
+            lazy_ns: 1,
+            idle_ns: u64::MAX,
+            forget_ns: u64::MAX,
+            bulk_ns: 1,
+        };
+        let nodes = (0..cfg.nodes)
+            .map(|n| Some(DdpNode::new(n, cfg.model, params, cfg.bugs, config.clone())))
+            .collect();
         World {
             nodes,
             nvm: vec![Nvm::new(); cfg.nodes as usize],
@@ -135,9 +156,16 @@ impl World {
     }
 
     fn actions(&self, after: &[Option<usize>]) -> Vec<Action> {
-        let done = |j: usize| self.history.iter().any(|h| h.session == j as SessionId && h.complete_ns.is_some());
+        let done = |j: usize| {
+            self.history
+                .iter()
+                .any(|h| h.session == j as SessionId && h.complete_ns.is_some())
+        };
         let ready = |i: usize| !self.invoked[i] && after.get(i).copied().flatten().is_none_or(done);
-        let mut a: Vec<Action> = (0..self.invoked.len()).filter(|&i| ready(i)).map(Action::Invoke).collect();
+        let mut a: Vec<Action> = (0..self.invoked.len())
+            .filter(|&i| ready(i))
+            .map(Action::Invoke)
+            .collect();
         for (i, w) in self.wire.iter().enumerate() {
             // Links are FIFO here (the seeded simulator covers reordering):
             // only the oldest item of each link may be delivered.
@@ -155,7 +183,11 @@ impl World {
             }
         }
         // A node's persists land in the order it issued them.
-        a.extend((0..self.persists.len()).filter(|&i| !self.persists[..i].iter().any(|p| p.0 == self.persists[i].0)).map(Action::Land));
+        a.extend(
+            (0..self.persists.len())
+                .filter(|&i| !self.persists[..i].iter().any(|p| p.0 == self.persists[i].0))
+                .map(Action::Land),
+        );
         for n in 0..self.nodes.len() as NodeId {
             if self.nodes[n as usize].is_some() {
                 if self.budgets[3] > 0 {
@@ -181,8 +213,22 @@ impl World {
                     Op::Write { key, value, .. } => OpKind::Write { key, value },
                     _ => return Err("the explorer's scripts hold reads and writes only".into()),
                 };
-                self.history.push(HistOp { session: i as SessionId, node, kind, invoke_ns: self.tick, complete_ns: None, ok: true });
-                self.step(node, Input::Client { session: i as SessionId, req: 0, op })
+                self.history.push(HistOp {
+                    session: i as SessionId,
+                    node,
+                    kind,
+                    invoke_ns: self.tick,
+                    complete_ns: None,
+                    ok: true,
+                });
+                self.step(
+                    node,
+                    Input::Client {
+                        session: i as SessionId,
+                        req: 0,
+                        op,
+                    },
+                )
             }
             Action::Deliver(i) => match self.wire.remove(i) {
                 Wire::Msg(from, to, msg) => self.step(to, Input::Recv { from, msg }),
@@ -218,15 +264,21 @@ impl World {
         self.budgets[2] -= 1;
         self.nodes[n as usize] = None;
         self.persists.retain(|p| p.0 != n);
-        self.wire.retain(|w| !matches!(w, Wire::Msg(_, to, _) | Wire::Config(to, _) if *to == n));
-        let alive: Vec<NodeId> = (0..self.nodes.len() as NodeId).filter(|&m| self.nodes[m as usize].is_some()).collect();
+        self.wire
+            .retain(|w| !matches!(w, Wire::Msg(_, to, _) | Wire::Config(to, _) if *to == n));
+        let alive: Vec<NodeId> = (0..self.nodes.len() as NodeId)
+            .filter(|&m| self.nodes[m as usize].is_some())
+            .collect();
         let c = Config::new(2, alive.clone());
-        self.wire.extend(alive.into_iter().map(|m| Wire::Config(m, c.clone())));
+        self.wire
+            .extend(alive.into_iter().map(|m| Wire::Config(m, c.clone())));
         Ok(())
     }
 
     fn step(&mut self, n: NodeId, input: Input<DdpNode>) -> Result<(), String> {
-        let Some(node) = self.nodes[n as usize].as_mut() else { return Ok(()) };
+        let Some(node) = self.nodes[n as usize].as_mut() else {
+            return Ok(());
+        };
         let mut out = Vec::new();
         node.step(self.clock, input, &mut out);
         let others: Vec<NodeId> = node.config().others(n).collect();
@@ -235,10 +287,13 @@ impl World {
                 Command::Send { to, msg } => self.wire.push(Wire::Msg(n, to, msg)),
                 Command::Broadcast { msg } => {
                     self.check_val(n, &msg, &others)?;
-                    self.wire.extend(others.iter().map(|&to| Wire::Msg(n, to, msg.clone())));
+                    self.wire
+                        .extend(others.iter().map(|&to| Wire::Msg(n, to, msg.clone())));
                 }
                 Command::Persist { token, record } => self.persists.push((n, token, record)),
-                Command::Reply { session, result, .. } => self.complete(session, result),
+                Command::Reply {
+                    session, result, ..
+                } => self.complete(session, result),
                 Command::SetTimer { .. } | Command::Note { .. } => {}
             }
         }
@@ -246,7 +301,9 @@ impl World {
     }
 
     fn complete(&mut self, session: SessionId, r: Reply) {
-        let Some(h) = self.history.iter_mut().find(|h| h.session == session) else { return };
+        let Some(h) = self.history.iter_mut().find(|h| h.session == session) else {
+            return;
+        };
         h.complete_ns = Some(self.tick);
         if let (OpKind::Read { value, .. }, Reply::Read { value: v, .. }) = (&mut h.kind, r) {
             *value = v;
@@ -266,12 +323,18 @@ impl World {
     /// ts at least the write's; a VAL for persistence finds it in every
     /// member's NVM.
     fn check_val(&self, n: NodeId, msg: &Msg, others: &[NodeId]) -> Result<(), String> {
-        let Msg::Val { key, ts, c, p } = *msg else { return Ok(()) };
+        let Msg::Val { key, ts, c, p } = *msg else {
+            return Ok(());
+        };
         for &o in others {
-            let Some(node) = &self.nodes[o as usize] else { continue };
+            let Some(node) = &self.nodes[o as usize] else {
+                continue;
+            };
             let have = node.keys.get(&key).map_or(Ts::ZERO, |s| s.ts);
             if c && have < ts {
-                return Err(format!("G5b: node {n} sends VAL_c for key {key} {ts:?} while node {o} holds {have:?}"));
+                return Err(format!(
+                    "G5b: node {n} sends VAL_c for key {key} {ts:?} while node {o} holds {have:?}"
+                ));
             }
             if p && nvm_ts(&self.nvm[o as usize], key) < ts {
                 return Err(format!("G5d: node {n} sends VAL_p for key {key} {ts:?} while node {o} persisted only {:?}", nvm_ts(&self.nvm[o as usize], key)));
@@ -282,12 +345,26 @@ impl World {
 
     /// G4 (Hermes `HConsistent`): live nodes where a key is valid agree on its ts.
     fn check_hermes(&self) -> Result<(), String> {
-        let valid: Vec<(NodeId, std::collections::BTreeMap<Key, Ts>)> =
-            self.nodes.iter().enumerate().filter_map(|(n, x)| x.as_ref().filter(|x| x.is_ready()).map(|x| (n as NodeId, x.valid_versions()))).collect();
+        let valid: Vec<(NodeId, std::collections::BTreeMap<Key, Ts>)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(n, x)| {
+                x.as_ref()
+                    .filter(|x| x.is_ready())
+                    .map(|x| (n as NodeId, x.valid_versions()))
+            })
+            .collect();
         for (a, va) in &valid {
             for (b, vb) in &valid {
-                if let Some((k, ta)) = va.iter().find(|(k, ta)| vb.get(k).is_some_and(|tb| tb != *ta)) {
-                    return Err(format!("G4: key {k} is valid at node {a} with {ta:?} and at node {b} with {:?}", vb[k]));
+                if let Some((k, ta)) = va
+                    .iter()
+                    .find(|(k, ta)| vb.get(k).is_some_and(|tb| tb != *ta))
+                {
+                    return Err(format!(
+                        "G4: key {k} is valid at node {a} with {ta:?} and at node {b} with {:?}",
+                        vb[k]
+                    ));
                 }
             }
         }
@@ -305,7 +382,11 @@ impl World {
         wire.sort();
         wire.hash(&mut h);
         // Tokens are numbered per path; what a persist writes is what counts.
-        let mut persists: Vec<String> = self.persists.iter().map(|p| format!("{:?}{:?}", p.0, p.2)).collect();
+        let mut persists: Vec<String> = self
+            .persists
+            .iter()
+            .map(|p| format!("{:?}{:?}", p.0, p.2))
+            .collect();
         persists.sort();
         persists.hash(&mut h);
         (self.invoked.clone(), self.budgets).hash(&mut h);
@@ -322,8 +403,24 @@ fn node_fingerprint(n: Option<&DdpNode>, h: &mut DefaultHasher) {
     let mut keys: Vec<_> = n.keys.iter().collect();
     keys.sort_by_key(|k| *k.0);
     for (k, s) in keys {
-        let w = s.write.as_ref().map(|w| (w.ts, &w.acks_c, &w.acks_p, w.local_p, w.replied, w.c_sent, w.p_sent, w.client));
-        (k, s.ts, s.value, s.val_c, s.val_p, s.nvm, w, &s.stalled, s.deferred.len(), &s.owed).hash(h);
+        let w = s.write.as_ref().map(|w| {
+            (
+                w.ts, &w.acks_c, &w.acks_p, w.local_p, w.replied, w.c_sent, w.p_sent, w.client,
+            )
+        });
+        (
+            k,
+            s.ts,
+            s.value,
+            s.val_c,
+            s.val_p,
+            s.nvm,
+            w,
+            &s.stalled,
+            s.deferred.len(),
+            &s.owed,
+        )
+            .hash(h);
     }
     let mut waits: Vec<String> = n.waits.values().map(|w| format!("{w:?}")).collect();
     waits.sort();

@@ -65,7 +65,12 @@ impl HealOpts {
 
 impl Default for HealOpts {
     fn default() -> Self {
-        HealOpts { missed_cap: 1 << 20, distinct: false, reactive_read_ns: 0, no_shadow: false }
+        HealOpts {
+            missed_cap: 1 << 20,
+            distinct: false,
+            reactive_read_ns: 0,
+            no_shadow: false,
+        }
     }
 }
 
@@ -148,7 +153,13 @@ impl MissedUpdates {
 
     /// The entries recorded after the `after`-th update.
     fn snapshot(&self, after: u64) -> Vec<Version> {
-        let mut v: Vec<Version> = self.map.values().chain(self.log.iter()).filter(|e| e.1 > after).map(|e| e.0).collect();
+        let mut v: Vec<Version> = self
+            .map
+            .values()
+            .chain(self.log.iter())
+            .filter(|e| e.1 > after)
+            .map(|e| e.0)
+            .collect();
         v.sort_by_key(|v| (v.key, v.ts));
         v
     }
@@ -192,7 +203,23 @@ pub struct Heal {
 
 impl Heal {
     pub fn new(opts: HealOpts, members: &[NodeId]) -> Heal {
-        Heal { opts, missed: MissedUpdates::default(), universe: members.iter().copied().collect(), covers: BTreeSet::new(), dropped_at: BTreeMap::new(), members: members.iter().copied().collect(), excluded: BTreeMap::new(), included_from: BTreeMap::new(), ungdp: Default::default(), lazy: FastMap::default(), flags: BTreeMap::new(), early_starts: Vec::new(), rr: None, last: None, scans: Vec::new() }
+        Heal {
+            opts,
+            missed: MissedUpdates::default(),
+            universe: members.iter().copied().collect(),
+            covers: BTreeSet::new(),
+            dropped_at: BTreeMap::new(),
+            members: members.iter().copied().collect(),
+            excluded: BTreeMap::new(),
+            included_from: BTreeMap::new(),
+            ungdp: Default::default(),
+            lazy: FastMap::default(),
+            flags: BTreeMap::new(),
+            early_starts: Vec::new(),
+            rr: None,
+            last: None,
+            scans: Vec::new(),
+        }
     }
 }
 
@@ -220,14 +247,21 @@ impl DdpNode {
     /// of node 0, committed and persisted everywhere. Returns the NVM
     /// records that go with it (with GDP flags under HEAL).
     pub fn preload(&mut self, records: u64) -> Vec<Record> {
-        let ts = Ts { version: 1, node: 0 };
+        let ts = Ts {
+            version: 1,
+            node: 0,
+        };
         let heal = self.heal.is_some();
         let mut nvm = Vec::with_capacity(records as usize * if heal { 2 } else { 1 });
         self.keys.reserve(records as usize);
         for key in 0..records {
             let s = self.key(key);
             (s.ts, s.value, s.val_c, s.val_p, s.nvm) = (ts, Some(key), ts, ts, ts);
-            nvm.push(Record::Key(Version { key, ts, value: key }));
+            nvm.push(Record::Key(Version {
+                key,
+                ts,
+                value: key,
+            }));
             if heal {
                 nvm.push(Record::Gdp { key, ts });
             }
@@ -242,7 +276,14 @@ impl DdpNode {
     /// The update `key@ts` reached this node's GDP (CGDP at its coordinator,
     /// FGDP at a follower): flag it and record it while a node is away.
     pub(crate) fn reached_gdp(&mut self, key: Key, ts: Ts) {
-        let Some(value) = self.keys.get(&key).filter(|s| s.ts == ts).and_then(|s| s.value) else { return };
+        let Some(value) = self
+            .keys
+            .get(&key)
+            .filter(|s| s.ts == ts)
+            .and_then(|s| s.value)
+        else {
+            return;
+        };
         let Some(h) = self.heal_mut() else { return };
         h.ungdp.remove(&key);
         h.flag(key, ts);
@@ -255,7 +296,10 @@ impl DdpNode {
         let Some(h) = self.heal_mut() else { return };
         let flags = std::mem::take(&mut h.flags);
         for (key, ts) in flags {
-            out.push(Command::Persist { token: NO_ANSWER, record: Record::Gdp { key, ts } });
+            out.push(Command::Persist {
+                token: NO_ANSWER,
+                record: Record::Gdp { key, ts },
+            });
         }
         self.rr_tick(out);
         self.lazy_tick(out);
@@ -263,15 +307,32 @@ impl DdpNode {
 
     /// A configuration: nodes it drops are away until their `Recov_end`.
     pub(crate) fn heal_reconfigure(&mut self, out: &mut Out) {
-        let (me, members, epoch, trim_early) = (self.me, self.config.members.clone(), self.config.epoch, self.bugs.heal_trim_early);
+        let (me, members, epoch, trim_early) = (
+            self.me,
+            self.config.members.clone(),
+            self.config.epoch,
+            self.bugs.heal_trim_early,
+        );
         let online = self.heal_online();
         let Some(h) = self.heal_mut() else { return };
         h.universe.extend(members.iter().copied());
-        let away: Vec<NodeId> = h.universe.iter().copied().filter(|n| !members.contains(n) && !h.missed.absent.contains(n) && *n != me).collect();
+        let away: Vec<NodeId> = h
+            .universe
+            .iter()
+            .copied()
+            .filter(|n| !members.contains(n) && !h.missed.absent.contains(n) && *n != me)
+            .collect();
         if online && !h.missed.overflowed {
             h.covers.extend(away.iter().copied());
         }
-        let dropped: Vec<NodeId> = h.universe.iter().copied().filter(|n| !members.contains(n) && (h.members.contains(n) || !h.dropped_at.contains_key(n))).collect();
+        let dropped: Vec<NodeId> = h
+            .universe
+            .iter()
+            .copied()
+            .filter(|n| {
+                !members.contains(n) && (h.members.contains(n) || !h.dropped_at.contains_key(n))
+            })
+            .collect();
         for n in dropped {
             h.dropped_at.insert(n, epoch);
         }
@@ -282,7 +343,12 @@ impl DdpNode {
             // its recovery has read it.
             h.missed.clear();
         }
-        let due: Vec<NodeId> = h.early_starts.iter().filter(|s| s.1 <= epoch).map(|s| s.0).collect();
+        let due: Vec<NodeId> = h
+            .early_starts
+            .iter()
+            .filter(|s| s.1 <= epoch)
+            .map(|s| s.0)
+            .collect();
         h.early_starts.retain(|s| s.1 > epoch);
         for rr in due {
             self.on_recov_start(rr, epoch, out);
@@ -293,7 +359,13 @@ impl DdpNode {
     /// No recovery under way that involves this node: its own is over, and
     /// every member it records for has ended its recovery.
     pub(crate) fn heal_quiet(&self) -> bool {
-        self.heal.as_ref().is_none_or(|h| h.rr.is_none() && h.missed.absent.iter().all(|n| !self.config.members.contains(n)))
+        self.heal.as_ref().is_none_or(|h| {
+            h.rr.is_none()
+                && h.missed
+                    .absent
+                    .iter()
+                    .all(|n| !self.config.members.contains(n))
+        })
     }
 
     /// Serving clients, not recovering itself.
@@ -302,7 +374,11 @@ impl DdpNode {
     }
 
     pub(crate) fn on_recov_start(&mut self, rr: NodeId, epoch: u64, out: &mut Out) {
-        let (mine, online, exclude) = (self.config.epoch, self.heal_online(), self.bugs.heal_no_shadow);
+        let (mine, online, exclude) = (
+            self.config.epoch,
+            self.heal_online(),
+            self.bugs.heal_no_shadow,
+        );
         let Some(h) = self.heal_mut() else { return };
         if epoch > mine {
             // Answer from that configuration on (spec O-1).
@@ -316,28 +392,53 @@ impl DdpNode {
         }
         let buddy = online && h.covers.contains(&rr) && !h.missed.overflowed;
         let inflight = self.inflight_of(rr);
-        out.push(Command::Send { to: rr, msg: Msg::RecovStartAck { epoch, online: buddy, inflight } });
+        out.push(Command::Send {
+            to: rr,
+            msg: Msg::RecovStartAck {
+                epoch,
+                online: buddy,
+                inflight,
+            },
+        });
     }
 
     /// Versions `rr` coordinated that this node holds short of their GDP.
     fn inflight_of(&self, rr: NodeId) -> Vec<(Version, Validity)> {
         let h = self.heal.as_ref().expect("HEAL");
-        let mut keys: Vec<Key> = h.ungdp.iter().copied().filter(|k| self.keys.get(k).is_some_and(|s| s.ts.node == rr)).collect();
+        let mut keys: Vec<Key> = h
+            .ungdp
+            .iter()
+            .copied()
+            .filter(|k| self.keys.get(k).is_some_and(|s| s.ts.node == rr))
+            .collect();
         keys.sort_unstable();
         keys.into_iter().filter_map(|k| self.known(k)).collect()
     }
 
     /// The Buddy's three-way comparison (spec §2.6 step 2), plus what it
     /// holds unvalidated and its buffer.
-    pub(crate) fn on_catchup_req(&mut self, rr: NodeId, epoch: u64, partial: Vec<(Key, Ts)>, (round, after): (u32, u64), out: &mut Out) {
+    pub(crate) fn on_catchup_req(
+        &mut self,
+        rr: NodeId,
+        epoch: u64,
+        partial: Vec<(Key, Ts)>,
+        (round, after): (u32, u64),
+        out: &mut Out,
+    ) {
         if self.heal.is_none() {
             return;
         }
-        let mut resp = CatchUpResp { round, ..CatchUpResp::default() };
+        let mut resp = CatchUpResp {
+            round,
+            ..CatchUpResp::default()
+        };
         for (key, t_in) in partial {
             match self.known(key) {
                 Some((v, at)) if v.ts == t_in => resp.marked.push((key, t_in, at)),
-                _ if self.bugs.heal_no_ts_compare => resp.marked.push((key, t_in, Validity { c: true, gdp: true })),
+                _ if self.bugs.heal_no_ts_compare => {
+                    resp.marked
+                        .push((key, t_in, Validity { c: true, gdp: true }))
+                }
                 cur => resp.unmarked.push((key, t_in, cur)),
             }
         }
@@ -345,14 +446,21 @@ impl DdpNode {
             resp.pending = self.unvalidated();
         }
         let h = self.heal.as_mut().expect("checked");
-        (resp.missed, resp.overflowed, resp.seq) = (h.missed.snapshot(after), h.missed.overflowed, h.missed.seq);
-        let msg = Msg::CatchUpResp { epoch, resp: Box::new(resp) };
+        (resp.missed, resp.overflowed, resp.seq) =
+            (h.missed.snapshot(after), h.missed.overflowed, h.missed.seq);
+        let msg = Msg::CatchUpResp {
+            epoch,
+            resp: Box::new(resp),
+        };
         match h.opts.reactive_read_ns {
             0 => out.push(Command::Send { to: rr, msg }),
             ns => {
                 let due = self.now + ns * <DdpNode as tandem_net::Protocol>::weight(&msg);
                 h.scans.push((due, rr, msg));
-                out.push(Command::SetTimer { token: SCAN_TOKEN, at_ns: due });
+                out.push(Command::SetTimer {
+                    token: SCAN_TOKEN,
+                    at_ns: due,
+                });
             }
         }
     }
@@ -361,9 +469,14 @@ impl DdpNode {
     pub(crate) fn heal_scanned(&mut self, out: &mut Out) {
         let now = self.now;
         let Some(h) = self.heal.as_mut() else { return };
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut h.scans).into_iter().partition(|s| s.0 <= now);
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut h.scans)
+            .into_iter()
+            .partition(|s| s.0 <= now);
         h.scans = later;
-        out.extend(due.into_iter().map(|(_, to, msg)| Command::Send { to, msg }));
+        out.extend(
+            due.into_iter()
+                .map(|(_, to, msg)| Command::Send { to, msg }),
+        );
     }
 
     /// A version of `key` was applied here: it has not reached its GDP.
@@ -376,7 +489,9 @@ impl DdpNode {
     /// This node's version of `key` and how far it got here.
     pub(crate) fn known(&self, key: Key) -> Option<(Version, Validity)> {
         let gdp = self.heal.as_ref().is_some_and(|h| !h.ungdp.contains(&key));
-        self.keys.get(&key).and_then(|s| s.version(key).map(|v| (v, Validity { c: s.c_ok(), gdp })))
+        self.keys
+            .get(&key)
+            .and_then(|s| s.version(key).map(|v| (v, Validity { c: s.c_ok(), gdp })))
     }
 
     /// Versions applied here that have not reached their GDP here, in key order.
@@ -399,6 +514,9 @@ impl DdpNode {
             h.missed.clear();
             h.missed.overflowed = false;
         }
-        out.push(Command::Send { to: rr, msg: Msg::RecovEndAck { epoch } });
+        out.push(Command::Send {
+            to: rr,
+            msg: Msg::RecovEndAck { epoch },
+        });
     }
 }

@@ -35,7 +35,10 @@ pub(crate) struct LazyWrite {
 impl DdpNode {
     /// HEAL under Eventual persistency (the INV family).
     pub(crate) fn heal_lazy(&self) -> bool {
-        self.heal.is_some() && self.rules.persist == PersistIssue::Lazy && self.rules.upd.is_none() && self.rules.trans.is_none()
+        self.heal.is_some()
+            && self.rules.persist == PersistIssue::Lazy
+            && self.rules.upd.is_none()
+            && self.rules.trans.is_none()
     }
 
     /// CGVP of a write this node coordinates: track its lazy GDP.
@@ -45,7 +48,15 @@ impl DdpNode {
         }
         let local = self.keys.get(&key).is_some_and(|s| s.nvm >= ts);
         let h = self.heal.as_mut().expect("HEAL");
-        h.lazy.insert(key, LazyWrite { ts, acks: BTreeSet::new(), local, skip });
+        h.lazy.insert(
+            key,
+            LazyWrite {
+                ts,
+                acks: BTreeSet::new(),
+                local,
+                skip,
+            },
+        );
     }
 
     /// A version landed here: count it (coordinator) or say so (ACK_p).
@@ -53,18 +64,39 @@ impl DdpNode {
         if !self.heal_lazy() {
             return;
         }
-        if let Some(w) = self.heal.as_mut().and_then(|h| h.lazy.get_mut(&key)).filter(|w| w.ts <= ts) {
+        if let Some(w) = self
+            .heal
+            .as_mut()
+            .and_then(|h| h.lazy.get_mut(&key))
+            .filter(|w| w.ts <= ts)
+        {
             w.local = true;
             return self.lazy_check(key, out);
         }
         if ts.node != self.me && self.keys.get(&key).is_some_and(|s| s.ts == ts) {
-            out.push(Command::Send { to: ts.node, msg: Msg::Ack { key, ts, epoch: self.config.epoch, c: false, p: true } });
+            out.push(Command::Send {
+                to: ts.node,
+                msg: Msg::Ack {
+                    key,
+                    ts,
+                    epoch: self.config.epoch,
+                    c: false,
+                    p: true,
+                },
+            });
         }
     }
 
     /// A member's ACK_p for a version coordinated here (true: it was one).
     pub(crate) fn lazy_ack(&mut self, from: NodeId, key: Key, ts: Ts, out: &mut Out) -> bool {
-        let Some(w) = self.heal.as_mut().and_then(|h| h.lazy.get_mut(&key)).filter(|w| w.ts == ts) else { return false };
+        let Some(w) = self
+            .heal
+            .as_mut()
+            .and_then(|h| h.lazy.get_mut(&key))
+            .filter(|w| w.ts == ts)
+        else {
+            return false;
+        };
         w.acks.insert(from);
         self.lazy_check(key, out);
         true
@@ -81,10 +113,21 @@ impl DdpNode {
             h.lazy.remove(&key);
             return;
         }
-        if w.local && others.iter().all(|o| w.acks.contains(o) || w.skip.contains(o)) {
+        if w.local
+            && others
+                .iter()
+                .all(|o| w.acks.contains(o) || w.skip.contains(o))
+        {
             let ts = w.ts;
             h.lazy.remove(&key);
-            out.push(Command::Broadcast { msg: Msg::Val { key, ts, c: false, p: true } });
+            out.push(Command::Broadcast {
+                msg: Msg::Val {
+                    key,
+                    ts,
+                    c: false,
+                    p: true,
+                },
+            });
             let s = self.key(key);
             s.val_p = s.val_p.max(ts);
             self.reached_gdp(key, ts);
@@ -97,7 +140,14 @@ impl DdpNode {
         if !self.heal_lazy() {
             return;
         }
-        let mut keys: Vec<Key> = self.heal.as_ref().expect("HEAL").lazy.keys().copied().collect();
+        let mut keys: Vec<Key> = self
+            .heal
+            .as_ref()
+            .expect("HEAL")
+            .lazy
+            .keys()
+            .copied()
+            .collect();
         keys.sort_unstable();
         for key in keys {
             self.lazy_check(key, out);
@@ -105,9 +155,20 @@ impl DdpNode {
         let mut waiting: Vec<Key> = self.heal.as_ref().expect("HEAL").ungdp_keys().collect();
         waiting.sort_unstable();
         for key in waiting {
-            let Some(&s) = self.keys.get(&key).map(|s| (s.ts, s.nvm)).as_ref() else { continue };
+            let Some(&s) = self.keys.get(&key).map(|s| (s.ts, s.nvm)).as_ref() else {
+                continue;
+            };
             if s.1 >= s.0 && s.0.node != self.me {
-                out.push(Command::Send { to: s.0.node, msg: Msg::Ack { key, ts: s.0, epoch: self.config.epoch, c: false, p: true } });
+                out.push(Command::Send {
+                    to: s.0.node,
+                    msg: Msg::Ack {
+                        key,
+                        ts: s.0,
+                        epoch: self.config.epoch,
+                        c: false,
+                        p: true,
+                    },
+                });
             }
         }
     }

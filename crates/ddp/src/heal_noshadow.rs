@@ -50,7 +50,10 @@ pub(crate) struct Chase {
 
 impl Chase {
     pub fn first() -> Chase {
-        Chase { round: 1, ..Chase::default() }
+        Chase {
+            round: 1,
+            ..Chase::default()
+        }
     }
 
     pub fn answered(&mut self, seq: u64, shipped: usize) {
@@ -60,7 +63,9 @@ impl Chase {
     /// Stop chasing: the last answer shipped nothing, did not halve the
     /// one before, or the rounds ran out.
     fn handoff_due(&self) -> bool {
-        self.shipped == 0 || (self.round >= 2 && 2 * self.shipped > self.before) || self.round >= MAX_ROUNDS
+        self.shipped == 0
+            || (self.round >= 2 && 2 * self.shipped > self.before)
+            || self.round >= MAX_ROUNDS
     }
 }
 
@@ -68,7 +73,12 @@ impl DdpNode {
     /// Members a write or a scope leaves out now (HEAL-NoShadow).
     pub(crate) fn heal_skip(&self) -> Vec<NodeId> {
         match self.heal.as_ref() {
-            Some(h) if !h.excluded.is_empty() => h.excluded.keys().copied().filter(|n| *n != self.me && self.config.members.contains(n)).collect(),
+            Some(h) if !h.excluded.is_empty() => h
+                .excluded
+                .keys()
+                .copied()
+                .filter(|n| *n != self.me && self.config.members.contains(n))
+                .collect(),
             _ => Vec::new(),
         }
     }
@@ -79,7 +89,10 @@ impl DdpNode {
             return out.push(Command::Broadcast { msg });
         }
         for o in self.config.others(self.me).filter(|o| !skip.contains(o)) {
-            out.push(Command::Send { to: o, msg: msg.clone() });
+            out.push(Command::Send {
+                to: o,
+                msg: msg.clone(),
+            });
         }
     }
 
@@ -91,10 +104,24 @@ impl DdpNode {
             return; // from an attempt before its latest `Recov_start`
         }
         h.include(rr, epoch);
-        let mut keys: Vec<Key> = self.unsettled.iter().copied().filter(|k| self.keys[k].write.as_ref().is_some_and(|w| w.skip.contains(&rr))).collect();
+        let mut keys: Vec<Key> = self
+            .unsettled
+            .iter()
+            .copied()
+            .filter(|k| {
+                self.keys[k]
+                    .write
+                    .as_ref()
+                    .is_some_and(|w| w.skip.contains(&rr))
+            })
+            .collect();
         keys.sort_unstable();
-        let inflight: Vec<(Version, Validity)> = keys.into_iter().filter_map(|k| self.known(k)).collect();
-        out.push(Command::Send { to: rr, msg: Msg::ShadowStartAck { epoch, inflight } });
+        let inflight: Vec<(Version, Validity)> =
+            keys.into_iter().filter_map(|k| self.known(k)).collect();
+        out.push(Command::Send {
+            to: rr,
+            msg: Msg::ShadowStartAck { epoch, inflight },
+        });
         self.unskip_scopes(rr, out);
     }
 
@@ -102,15 +129,37 @@ impl DdpNode {
     /// too (once online, it must hold every scope reported durable).
     fn unskip_scopes(&mut self, rr: NodeId, out: &mut Out) {
         let epoch = self.config.epoch;
-        for (&scope, sp) in self.scope_persists.iter_mut().filter(|(_, sp)| sp.skip.contains(&rr)) {
+        for (&scope, sp) in self
+            .scope_persists
+            .iter_mut()
+            .filter(|(_, sp)| sp.skip.contains(&rr))
+        {
             sp.skip.retain(|&n| n != rr);
-            out.push(Command::Send { to: rr, msg: Msg::ScopePersist { scope, versions: sp.versions.clone(), epoch } });
+            out.push(Command::Send {
+                to: rr,
+                msg: Msg::ScopePersist {
+                    scope,
+                    versions: sp.versions.clone(),
+                    epoch,
+                },
+            });
         }
     }
 
     /// The RR: a member includes it now; after the last, ask the last round.
-    pub(crate) fn on_shadow_start_ack(&mut self, from: NodeId, epoch: u64, inflight: Vec<(Version, Validity)>, out: &mut Out) {
-        let Some(rr) = self.rr().filter(|r| r.phase == Phase::Handoff && r.epoch == epoch) else { return };
+    pub(crate) fn on_shadow_start_ack(
+        &mut self,
+        from: NodeId,
+        epoch: u64,
+        inflight: Vec<(Version, Validity)>,
+        out: &mut Out,
+    ) {
+        let Some(rr) = self
+            .rr()
+            .filter(|r| r.phase == Phase::Handoff && r.epoch == epoch)
+        else {
+            return;
+        };
         rr.chase.shadow_acks.insert(from);
         for (v, at) in inflight {
             self.rr_apply(v, at, out);
@@ -130,7 +179,10 @@ impl DdpNode {
     /// The RR applied an answer: online (HEAL, or the last round), hand
     /// over, or ask again.
     pub(crate) fn rr_round_done(&mut self, out: &mut Out) {
-        let (no_shadow, epoch) = (self.heal.as_ref().is_some_and(|h| h.opts.no_shadow), self.config.epoch);
+        let (no_shadow, epoch) = (
+            self.heal.as_ref().is_some_and(|h| h.opts.no_shadow),
+            self.config.epoch,
+        );
         let Some(rr) = self.rr() else { return };
         if !no_shadow || rr.chase.last_round {
             return self.rr_online(out);
@@ -154,7 +206,10 @@ impl DdpNode {
         (rr.phase, rr.sent_at, rr.wait) = (Phase::Handoff, now, retry);
         rr.chase.shadow_acks.clear();
         let epoch = rr.epoch;
-        out.extend(others.into_iter().map(|o| Command::Send { to: o, msg: Msg::ShadowStart { epoch } }));
+        out.extend(others.into_iter().map(|o| Command::Send {
+            to: o,
+            msg: Msg::ShadowStart { epoch },
+        }));
     }
 
     fn rr_next_round(&mut self, out: &mut Out) {
@@ -163,6 +218,9 @@ impl DdpNode {
         rr.chase.round += 1;
         rr.timeline.rounds += 1;
         (rr.phase, rr.sent_at, rr.wait) = (Phase::CatchingUp, now, bulk);
-        out.push(Command::Send { to: rr.buddy.expect("chosen"), msg: rr.catchup_req() });
+        out.push(Command::Send {
+            to: rr.buddy.expect("chosen"),
+            msg: rr.catchup_req(),
+        });
     }
 }

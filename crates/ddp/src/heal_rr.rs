@@ -75,14 +75,34 @@ pub struct Rr {
 
 impl Rr {
     fn new(partial: BTreeMap<Key, Version>) -> Rr {
-        let timeline = Timeline { partial: partial.len(), ..Timeline::default() };
-        Rr { phase: Phase::Restored, epoch: 0, partial, acks: BTreeMap::new(), buddy: None, applying: 0, end_acks: BTreeSet::new(), sent_at: 0, wait: 0, timeline, chase: Default::default() }
+        let timeline = Timeline {
+            partial: partial.len(),
+            ..Timeline::default()
+        };
+        Rr {
+            phase: Phase::Restored,
+            epoch: 0,
+            partial,
+            acks: BTreeMap::new(),
+            buddy: None,
+            applying: 0,
+            end_acks: BTreeSet::new(),
+            sent_at: 0,
+            wait: 0,
+            timeline,
+            chase: Default::default(),
+        }
     }
 
     /// The `CatchUp_req` of the current round.
     pub(crate) fn catchup_req(&self) -> Msg {
         let partial = self.partial.values().map(|v| (v.key, v.ts)).collect();
-        Msg::CatchUpReq { epoch: self.epoch, partial, round: self.chase.round, after: self.chase.after }
+        Msg::CatchUpReq {
+            epoch: self.epoch,
+            partial,
+            round: self.chase.round,
+            after: self.chase.after,
+        }
     }
 }
 
@@ -91,7 +111,16 @@ impl DdpNode {
     /// valid; the others wait for the Buddy's verdict (spec §2.6, O-7).
     pub(crate) fn heal_load(&mut self, nvm: &Nvm<Record>) {
         // GDP slots sort by key, as `newest` does: walk both in step.
-        let mut flags = nvm.values().filter_map(|r| if let Record::Gdp { key, ts } = r { Some((*key, *ts)) } else { None }).peekable();
+        let mut flags = nvm
+            .values()
+            .filter_map(|r| {
+                if let Record::Gdp { key, ts } = r {
+                    Some((*key, *ts))
+                } else {
+                    None
+                }
+            })
+            .peekable();
         let mut partial = BTreeMap::new();
         let newest = newest_durable(nvm);
         self.keys.reserve(newest.len());
@@ -122,7 +151,10 @@ impl DdpNode {
 
     /// HEAL runs this node's catch-up (the engine's full copy stays idle).
     pub(crate) fn heal_owns_catchup(&self) -> bool {
-        self.heal.as_ref().and_then(|h| h.rr.as_ref()).is_some_and(|r| r.phase != Phase::FullCopy)
+        self.heal
+            .as_ref()
+            .and_then(|h| h.rr.as_ref())
+            .is_some_and(|r| r.phase != Phase::FullCopy)
     }
 
     /// Step 1 (again, after a configuration change mid-way).
@@ -136,7 +168,11 @@ impl DdpNode {
             (rr.phase, rr.epoch) = (Phase::Restored, 0);
             return;
         }
-        if !matches!(rr.phase, Phase::Restored | Phase::Starting | Phase::CatchingUp | Phase::Handoff) || rr.epoch == epoch {
+        if !matches!(
+            rr.phase,
+            Phase::Restored | Phase::Starting | Phase::CatchingUp | Phase::Handoff
+        ) || rr.epoch == epoch
+        {
             if rr.phase == Phase::Ending {
                 self.rr_check_end();
             }
@@ -146,16 +182,32 @@ impl DdpNode {
             rr.timeline.start_ns = now;
         }
         rr.timeline.attempts += 1;
-        (rr.phase, rr.epoch, rr.sent_at, rr.buddy, rr.wait) = (Phase::Starting, epoch, now, None, retry);
+        (rr.phase, rr.epoch, rr.sent_at, rr.buddy, rr.wait) =
+            (Phase::Starting, epoch, now, None, retry);
         rr.acks.clear();
         for o in others {
-            out.push(Command::Send { to: o, msg: Msg::RecovStart { epoch } });
+            out.push(Command::Send {
+                to: o,
+                msg: Msg::RecovStart { epoch },
+            });
         }
         self.rr_check_acks(out);
     }
 
-    pub(crate) fn on_recov_start_ack(&mut self, from: NodeId, epoch: u64, online: bool, inflight: Vec<(Version, Validity)>, out: &mut Out) {
-        let Some(rr) = self.rr().filter(|r| r.phase == Phase::Starting && r.epoch == epoch) else { return };
+    pub(crate) fn on_recov_start_ack(
+        &mut self,
+        from: NodeId,
+        epoch: u64,
+        online: bool,
+        inflight: Vec<(Version, Validity)>,
+        out: &mut Out,
+    ) {
+        let Some(rr) = self
+            .rr()
+            .filter(|r| r.phase == Phase::Starting && r.epoch == epoch)
+        else {
+            return;
+        };
         rr.acks.insert(from, online);
         // Own writes still in flight elsewhere: hold them (unvalidated) so
         // that no timestamp of theirs is issued again (they may commit by replay).
@@ -168,20 +220,30 @@ impl DdpNode {
     /// Step 2 once every member answered: `CatchUp_req` to the Buddy, the
     /// first member after this node (ring order) that can be one.
     fn rr_check_acks(&mut self, out: &mut Out) {
-        let (me, now, early, bulk) = (self.me, self.now, self.bugs.heal_online_early, self.params.bulk_ns);
+        let (me, now, early, bulk) = (
+            self.me,
+            self.now,
+            self.bugs.heal_online_early,
+            self.params.bulk_ns,
+        );
         let others: Vec<NodeId> = self.config.others(me).collect();
         let Some(rr) = self.rr() else { return };
         if !others.iter().all(|o| rr.acks.contains_key(o)) {
             return;
         }
         let able: Vec<NodeId> = others.iter().copied().filter(|o| rr.acks[o]).collect();
-        let Some(buddy) = self.ring_next(able.into_iter()) else { return self.rr_full_copy(out) };
+        let Some(buddy) = self.ring_next(able.into_iter()) else {
+            return self.rr_full_copy(out);
+        };
         let rr = self.rr().expect("recovering");
         let t = &mut rr.timeline;
         (t.acks_ns, t.req_ns, t.marked, t.missed, t.pending, t.rounds) = (now, now, 0, 0, 0, 1);
         (rr.phase, rr.buddy, rr.sent_at, rr.wait) = (Phase::CatchingUp, Some(buddy), now, bulk);
         rr.chase = crate::heal_noshadow::Chase::first();
-        out.push(Command::Send { to: buddy, msg: rr.catchup_req() });
+        out.push(Command::Send {
+            to: buddy,
+            msg: rr.catchup_req(),
+        });
         if early {
             // Mutant: online before the Buddy's answer is applied.
             self.rr_online(out);
@@ -190,16 +252,30 @@ impl DdpNode {
 
     /// Step 3: apply the marked entries, the Buddy's version of the others,
     /// its buffer and its unvalidated versions (only what is newer here).
-    pub(crate) fn on_catchup_resp(&mut self, from: NodeId, epoch: u64, resp: CatchUpResp, out: &mut Out) {
+    pub(crate) fn on_catchup_resp(
+        &mut self,
+        from: NodeId,
+        epoch: u64,
+        resp: CatchUpResp,
+        out: &mut Out,
+    ) {
         let now = self.now;
         if self.config.epoch != epoch {
             return; // an answer for an earlier attempt
         }
-        let Some(rr) = self.rr().filter(|r| r.buddy == Some(from) && r.epoch == epoch && r.chase.round == resp.round && matches!(r.phase, Phase::CatchingUp | Phase::Ending)) else { return };
+        let Some(rr) = self.rr().filter(|r| {
+            r.buddy == Some(from)
+                && r.epoch == epoch
+                && r.chase.round == resp.round
+                && matches!(r.phase, Phase::CatchingUp | Phase::Ending)
+        }) else {
+            return;
+        };
         if resp.overflowed {
             return self.rr_full_copy(out);
         }
-        rr.chase.answered(resp.seq, resp.missed.len() + resp.pending.len());
+        rr.chase
+            .answered(resp.seq, resp.missed.len() + resp.pending.len());
         let t = &mut rr.timeline;
         t.resp_ns = now;
         t.marked += resp.marked.len();
@@ -237,7 +313,14 @@ impl DdpNode {
             self.rr_take(v, at);
         }
         let to = self.keys.get(&key).and_then(|s| s.version(key));
-        self.rr_persist(Record::Rollback { key, to, over: t_in }, out);
+        self.rr_persist(
+            Record::Rollback {
+                key,
+                to,
+                over: t_in,
+            },
+            out,
+        );
     }
 
     /// Take `v` if newer, into DRAM and NVM.
@@ -291,7 +374,10 @@ impl DdpNode {
     }
 
     fn rr_applied(&mut self, out: &mut Out) {
-        if self.rr().is_some_and(|r| r.phase == Phase::Applying && r.applying == 0) {
+        if self
+            .rr()
+            .is_some_and(|r| r.phase == Phase::Applying && r.applying == 0)
+        {
             self.rr_round_done(out);
         }
     }
@@ -304,18 +390,28 @@ impl DdpNode {
 
     fn rr_end(&mut self, out: &mut Out) {
         out.extend(self.rr_note());
-        let (now, retry, others): (u64, u64, Vec<NodeId>) = (self.now, self.params.retry_ns, self.config.others(self.me).collect());
+        let (now, retry, others): (u64, u64, Vec<NodeId>) = (
+            self.now,
+            self.params.retry_ns,
+            self.config.others(self.me).collect(),
+        );
         let Some(rr) = self.rr() else { return };
         (rr.phase, rr.sent_at, rr.wait, rr.timeline.online_ns) = (Phase::Ending, now, retry, now);
         let epoch = rr.epoch;
         for o in others {
-            out.push(Command::Send { to: o, msg: Msg::RecovEnd { epoch } });
+            out.push(Command::Send {
+                to: o,
+                msg: Msg::RecovEnd { epoch },
+            });
         }
         self.rr_check_end();
     }
 
     pub(crate) fn on_recov_end_ack(&mut self, from: NodeId, epoch: u64) {
-        if let Some(rr) = self.rr().filter(|r| r.phase == Phase::Ending && r.epoch == epoch) {
+        if let Some(rr) = self
+            .rr()
+            .filter(|r| r.phase == Phase::Ending && r.epoch == epoch)
+        {
             rr.end_acks.insert(from);
         }
         self.rr_check_end();
@@ -325,7 +421,9 @@ impl DdpNode {
     fn rr_check_end(&mut self) {
         let others: Vec<NodeId> = self.config.others(self.me).collect();
         let Some(h) = self.heal.as_mut() else { return };
-        if h.rr.as_ref().is_some_and(|r| r.phase == Phase::Ending && others.iter().all(|o| r.end_acks.contains(o))) {
+        if h.rr.as_ref().is_some_and(|r| {
+            r.phase == Phase::Ending && others.iter().all(|o| r.end_acks.contains(o))
+        }) {
             h.last = h.rr.take().map(|r| r.timeline);
         }
     }
@@ -336,7 +434,10 @@ impl DdpNode {
         let t = &r.timeline;
         let ms = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1e6;
         let text = if t.full_copy {
-            format!("HEAL: no member could be the Buddy; recovered by a full copy in {:.1} ms", ms(t.start_ns, self.now))
+            format!(
+                "HEAL: no member could be the Buddy; recovered by a full copy in {:.1} ms",
+                ms(t.start_ns, self.now)
+            )
         } else {
             format!(
                 "HEAL: recovered in {:.1} ms (Start_to_ACK {:.1}, CatchUp_to_Resp {:.1}, Apply_to_end {:.1}); Buddy {} sent {} missed updates and {} in flight; {} Partially_persisted entries, {} committed",
@@ -383,14 +484,37 @@ impl DdpNode {
     /// Resend what is unanswered.
     pub(crate) fn rr_tick(&mut self, out: &mut Out) {
         let (now, others): (u64, Vec<NodeId>) = (self.now, self.config.others(self.me).collect());
-        let Some(rr) = self.rr().filter(|r| now >= r.sent_at + r.wait) else { return };
+        let Some(rr) = self.rr().filter(|r| now >= r.sent_at + r.wait) else {
+            return;
+        };
         (rr.sent_at, rr.wait) = (now, rr.wait * 2);
         let epoch = rr.epoch;
         match rr.phase {
-            Phase::Starting => out.extend(others.iter().filter(|o| !rr.acks.contains_key(o)).map(|&o| Command::Send { to: o, msg: Msg::RecovStart { epoch } })),
-            Phase::CatchingUp => out.push(Command::Send { to: rr.buddy.expect("chosen"), msg: rr.catchup_req() }),
-            Phase::Handoff => out.extend(others.iter().filter(|o| !rr.chase.shadow_acks.contains(o)).map(|&o| Command::Send { to: o, msg: Msg::ShadowStart { epoch } })),
-            Phase::Ending => out.extend(others.iter().filter(|o| !rr.end_acks.contains(o)).map(|&o| Command::Send { to: o, msg: Msg::RecovEnd { epoch } })),
+            Phase::Starting => out.extend(others.iter().filter(|o| !rr.acks.contains_key(o)).map(
+                |&o| Command::Send {
+                    to: o,
+                    msg: Msg::RecovStart { epoch },
+                },
+            )),
+            Phase::CatchingUp => out.push(Command::Send {
+                to: rr.buddy.expect("chosen"),
+                msg: rr.catchup_req(),
+            }),
+            Phase::Handoff => out.extend(
+                others
+                    .iter()
+                    .filter(|o| !rr.chase.shadow_acks.contains(o))
+                    .map(|&o| Command::Send {
+                        to: o,
+                        msg: Msg::ShadowStart { epoch },
+                    }),
+            ),
+            Phase::Ending => out.extend(others.iter().filter(|o| !rr.end_acks.contains(o)).map(
+                |&o| Command::Send {
+                    to: o,
+                    msg: Msg::RecovEnd { epoch },
+                },
+            )),
             _ => {}
         }
     }

@@ -31,14 +31,14 @@ pub mod catchup;
 pub mod explore;
 pub(crate) use tandem_net::fast_hash;
 pub mod heal;
-pub mod heal_rr;
 mod heal_lazy;
 mod heal_noshadow;
+pub mod heal_rr;
 pub mod load;
 pub mod model;
-pub mod simcheck;
 pub mod node;
 mod scope;
+pub mod simcheck;
 mod trans;
 mod trans_commit;
 mod trans_conflict;
@@ -58,5 +58,8 @@ pub use heal::{CatchUpResp, HealOpts};
 pub use model::{Consistency, Model, Persistency, Rules};
 pub use node::{Bugs, DdpNode, Params};
 pub use trans_stats::{Squash, TransStats};
-pub use types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, TxAck, TxHdr, TxId, TxPhase, Upd, Value, Version, Vote};
+pub use types::{
+    Key, Msg, Op, Record, Reply, ScopeId, Ts, TxAck, TxHdr, TxId, TxPhase, Upd, Value, Version,
+    Vote,
+};
 pub use vector::{Origin, UpdId, Vector};

@@ -59,12 +59,19 @@ impl Load {
                 std::thread::spawn(move || Driver::new(&cfg, &ids, epoch).run(&stop, &done))
             })
             .collect();
-        Load { stop, threads, completed }
+        Load {
+            stop,
+            threads,
+            completed,
+        }
     }
 
     pub fn stop(self) -> Vec<HistOp> {
         self.stop.store(true, Ordering::Relaxed);
-        self.threads.into_iter().flat_map(|t| t.join().unwrap_or_default()).collect()
+        self.threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap_or_default())
+            .collect()
     }
 }
 
@@ -97,12 +104,33 @@ impl Driver {
             .map(|&i| {
                 let id = cfg.first_session + i;
                 let rng = Rng::new(cfg.seed ^ id.wrapping_mul(0x9E37_79B9));
-                Session { id, node: i as usize % cfg.nodes.len(), rng, n: 0, ycsb: YcsbSession::default(), next_req: 0, pending: None, wake_at: 0 }
+                Session {
+                    id,
+                    node: i as usize % cfg.nodes.len(),
+                    rng,
+                    n: 0,
+                    ycsb: YcsbSession::default(),
+                    next_req: 0,
+                    pending: None,
+                    wake_at: 0,
+                }
             })
             .collect();
-        let by_id = sessions.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
-        let mux = Mux::new(cfg.nodes.clone(), cfg.secret, cfg.timeout).expect("an event loop for the load");
-        Driver { cfg: cfg.clone(), mux, sessions, by_id, epoch, ops: Vec::new() }
+        let by_id = sessions
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.id, i))
+            .collect();
+        let mux = Mux::new(cfg.nodes.clone(), cfg.secret, cfg.timeout)
+            .expect("an event loop for the load");
+        Driver {
+            cfg: cfg.clone(),
+            mux,
+            sessions,
+            by_id,
+            epoch,
+            ops: Vec::new(),
+        }
     }
 
     fn now(&self) -> u64 {
@@ -130,7 +158,11 @@ impl Driver {
     /// Write what is queued, then take the replies that arrived.
     fn round(&mut self, done: &AtomicU64) {
         let mut events = Vec::new();
-        if self.mux.poll(Duration::from_millis(1), &mut events).is_err() {
+        if self
+            .mux
+            .poll(Duration::from_millis(1), &mut events)
+            .is_err()
+        {
             std::thread::sleep(Duration::from_millis(1));
         }
         for ev in events {
@@ -146,7 +178,11 @@ impl Driver {
             self.round(done);
         }
         let mut ops = self.ops;
-        ops.extend(self.sessions.into_iter().filter_map(|s| s.pending.and_then(|p| p.1)));
+        ops.extend(
+            self.sessions
+                .into_iter()
+                .filter_map(|s| s.pending.and_then(|p| p.1)),
+        );
         ops
     }
 
@@ -157,15 +193,29 @@ impl Driver {
         let timeout = self.cfg.timeout.as_nanos() as u64;
         let s = &mut self.sessions[i];
         s.n += 1;
-        let op = s.ycsb.next_op(&self.cfg.plan, &mut s.rng, (s.id + 1) << 32 | s.n);
+        let op = s
+            .ycsb
+            .next_op(&self.cfg.plan, &mut s.rng, (s.id + 1) << 32 | s.n);
         let kind = match op {
             Op::Read { key, tx: None, .. } => Some(OpKind::Read { key, value: None }),
-            Op::Write { key, value, tx: None, .. } => Some(OpKind::Write { key, value }),
+            Op::Write {
+                key,
+                value,
+                tx: None,
+                ..
+            } => Some(OpKind::Write { key, value }),
             _ => None,
         };
         let req = s.next_req;
         s.next_req += 1;
-        let h = kind.map(|kind| HistOp { session: s.id, node: s.node as u16, kind, invoke_ns: now, complete_ns: None, ok: true });
+        let h = kind.map(|kind| HistOp {
+            session: s.id,
+            node: s.node as u16,
+            kind,
+            invoke_ns: now,
+            complete_ns: None,
+            ok: true,
+        });
         if self.mux.send(s.node, s.id, req, op).is_ok() {
             s.pending = Some((req, h, now + timeout));
         } else {
@@ -178,9 +228,20 @@ impl Driver {
 
     fn on_event(&mut self, ev: MuxEvent<Reply>, done: &AtomicU64) {
         match ev {
-            MuxEvent::Reply { session, req, result, .. } => {
-                let Some(&i) = self.by_id.get(&session) else { return };
-                if self.sessions[i].pending.as_ref().is_some_and(|p| p.0 == req) {
+            MuxEvent::Reply {
+                session,
+                req,
+                result,
+                ..
+            } => {
+                let Some(&i) = self.by_id.get(&session) else {
+                    return;
+                };
+                if self.sessions[i]
+                    .pending
+                    .as_ref()
+                    .is_some_and(|p| p.0 == req)
+                {
                     let now = self.now();
                     let n = self.complete(i, result, now);
                     done.fetch_add(n, Ordering::Relaxed);
@@ -225,7 +286,11 @@ impl Driver {
 
     fn expire(&mut self, now: u64) {
         for i in 0..self.sessions.len() {
-            if self.sessions[i].pending.as_ref().is_some_and(|p| p.2 <= now) {
+            if self.sessions[i]
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.2 <= now)
+            {
                 self.give_up(i);
             }
         }

@@ -29,7 +29,13 @@ pub struct Model {
 }
 
 impl Consistency {
-    pub const ALL: [Consistency; 5] = [Consistency::Lin, Consistency::Re, Consistency::Trans, Consistency::Causal, Consistency::Eventual];
+    pub const ALL: [Consistency; 5] = [
+        Consistency::Lin,
+        Consistency::Re,
+        Consistency::Trans,
+        Consistency::Causal,
+        Consistency::Eventual,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             Consistency::Lin => "lin",
@@ -42,7 +48,13 @@ impl Consistency {
 }
 
 impl Persistency {
-    pub const ALL: [Persistency; 5] = [Persistency::Strict, Persistency::Synch, Persistency::Re, Persistency::Scope, Persistency::Eventual];
+    pub const ALL: [Persistency; 5] = [
+        Persistency::Strict,
+        Persistency::Synch,
+        Persistency::Re,
+        Persistency::Scope,
+        Persistency::Eventual,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             Persistency::Strict => "strict",
@@ -61,10 +73,16 @@ impl fmt::Display for Model {
 }
 
 impl Model {
-    pub const LIN_SYNCH: Model = Model { c: Consistency::Lin, p: Persistency::Synch };
+    pub const LIN_SYNCH: Model = Model {
+        c: Consistency::Lin,
+        p: Persistency::Synch,
+    };
 
     pub fn all() -> Vec<Model> {
-        Consistency::ALL.iter().flat_map(|&c| Persistency::ALL.iter().map(move |&p| Model { c, p })).collect()
+        Consistency::ALL
+            .iter()
+            .flat_map(|&c| Persistency::ALL.iter().map(move |&p| Model { c, p }))
+            .collect()
     }
 
     /// Models the engine runs: all 25 (the INV/ACK/VAL family for Lin and
@@ -196,7 +214,13 @@ impl UpdRules {
             P::Re => UpdRead::LatestPersisted,
             _ => UpdRead::Latest,
         };
-        UpdRules { causal, gate, read, eager: causal || m.p == P::Strict, strict: m.p == P::Strict }
+        UpdRules {
+            causal,
+            gate,
+            read,
+            eager: causal || m.p == P::Strict,
+            strict: m.p == P::Strict,
+        }
     }
 }
 
@@ -221,7 +245,12 @@ pub struct TransRules {
 impl TransRules {
     fn of(p: Persistency) -> TransRules {
         use Persistency as P;
-        TransRules { durable: matches!(p, P::Strict | P::Synch), strict: p == P::Strict, read_persisted: p == P::Re, lazy: p == P::Eventual }
+        TransRules {
+            durable: matches!(p, P::Strict | P::Synch),
+            strict: p == P::Strict,
+            read_persisted: p == P::Re,
+            lazy: p == P::Eventual,
+        }
     }
 }
 
@@ -259,10 +288,26 @@ impl Rules {
             return Rules::trans(m);
         }
         let lin = m.c == Consistency::Lin;
-        let base = Rules { upd: None, trans: None, ack: AckMode::ConsistencyOnly, persist: PersistIssue::Lazy, reply: Gate::C, val_c: true, val_p: false, combined_val: false, read: Gate::C };
+        let base = Rules {
+            upd: None,
+            trans: None,
+            ack: AckMode::ConsistencyOnly,
+            persist: PersistIssue::Lazy,
+            reply: Gate::C,
+            val_c: true,
+            val_p: false,
+            combined_val: false,
+            read: Gate::C,
+        };
         match m.p {
             // Rows 1 and 6: two ACKs, two VALs; the write waits for every persist.
-            P::Strict => Rules { ack: AckMode::Split, persist: PersistIssue::OnReceipt, reply: if lin { Gate::CP } else { Gate::P }, val_p: true, ..base },
+            P::Strict => Rules {
+                ack: AckMode::Split,
+                persist: PersistIssue::OnReceipt,
+                reply: if lin { Gate::CP } else { Gate::P },
+                val_p: true,
+                ..base
+            },
             // Rows 2 and 7: one ACK after apply and persist, one VAL.
             P::Synch => Rules {
                 ack: AckMode::Combined,
@@ -275,7 +320,11 @@ impl Rules {
             },
             // Rows 3 and 8: reads wait for VAL_p (persisted everywhere).
             P::Re => Rules {
-                ack: if lin { AckMode::Split } else { AckMode::Combined },
+                ack: if lin {
+                    AckMode::Split
+                } else {
+                    AckMode::Combined
+                },
                 persist: PersistIssue::AtApply,
                 reply: if lin { Gate::C } else { Gate::Immediate },
                 val_c: false,
@@ -285,9 +334,16 @@ impl Rules {
                 ..base
             },
             // Rows 4 and 9: per-write consistency round; persistence per scope.
-            P::Scope => Rules { persist: PersistIssue::AtScope, reply: if lin { Gate::C } else { Gate::Immediate }, ..base },
+            P::Scope => Rules {
+                persist: PersistIssue::AtScope,
+                reply: if lin { Gate::C } else { Gate::Immediate },
+                ..base
+            },
             // Rows 5 and 10: persistence is lazy and never awaited.
-            P::Eventual => Rules { reply: if lin { Gate::C } else { Gate::Immediate }, ..base },
+            P::Eventual => Rules {
+                reply: if lin { Gate::C } else { Gate::Immediate },
+                ..base
+            },
         }
     }
 
@@ -300,18 +356,50 @@ impl Rules {
             P::Scope => PersistIssue::AtScope,
             P::Eventual => PersistIssue::Lazy,
         };
-        let reply = if m.p == P::Strict { Gate::P } else { Gate::Immediate };
+        let reply = if m.p == P::Strict {
+            Gate::P
+        } else {
+            Gate::Immediate
+        };
         let upd = Some(UpdRules::of(m));
-        Rules { upd, trans: None, ack: AckMode::ConsistencyOnly, persist, reply, val_c: false, val_p: false, combined_val: false, read: Gate::Immediate }
+        Rules {
+            upd,
+            trans: None,
+            ack: AckMode::ConsistencyOnly,
+            persist,
+            reply,
+            val_c: false,
+            val_p: false,
+            combined_val: false,
+            read: Gate::Immediate,
+        }
     }
 
     /// Rows 11–15. The INV-family fields serve the replay that validates a
     /// key after a crash (RE-p: reads wait until it is persisted
     /// everywhere) and say whether versions adopted from a copy are persisted.
     fn trans(m: Model) -> Rules {
-        let persist = if m.p == Persistency::Scope { PersistIssue::AtScope } else { PersistIssue::AtApply };
-        let read = if m.p == Persistency::Re { Gate::P } else { Gate::Immediate };
+        let persist = if m.p == Persistency::Scope {
+            PersistIssue::AtScope
+        } else {
+            PersistIssue::AtApply
+        };
+        let read = if m.p == Persistency::Re {
+            Gate::P
+        } else {
+            Gate::Immediate
+        };
         let trans = Some(TransRules::of(m.p));
-        Rules { upd: None, trans, ack: AckMode::Combined, persist, reply: Gate::Immediate, val_c: false, val_p: false, combined_val: true, read }
+        Rules {
+            upd: None,
+            trans,
+            ack: AckMode::Combined,
+            persist,
+            reply: Gate::Immediate,
+            val_c: false,
+            val_p: false,
+            combined_val: true,
+            read,
+        }
     }
 }

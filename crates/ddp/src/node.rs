@@ -45,9 +45,25 @@ pub struct Params {
 
 impl Params {
     /// For the simulator's microsecond-scale network.
-    pub const SIM: Params = Params { tick_ns: 10_000, retry_ns: 40_000, replay_ns: 100_000, lazy_ns: 20_000, idle_ns: 2_000_000, forget_ns: 10_000_000, bulk_ns: 1_000_000 };
+    pub const SIM: Params = Params {
+        tick_ns: 10_000,
+        retry_ns: 40_000,
+        replay_ns: 100_000,
+        lazy_ns: 20_000,
+        idle_ns: 2_000_000,
+        forget_ns: 10_000_000,
+        bulk_ns: 1_000_000,
+    };
     /// For processes over TCP on one machine.
-    pub const TCP: Params = Params { tick_ns: 2_000_000, retry_ns: 20_000_000, replay_ns: 50_000_000, lazy_ns: 5_000_000, idle_ns: 200_000_000, forget_ns: 2_000_000_000, bulk_ns: 2_000_000_000 };
+    pub const TCP: Params = Params {
+        tick_ns: 2_000_000,
+        retry_ns: 20_000_000,
+        replay_ns: 50_000_000,
+        lazy_ns: 5_000_000,
+        idle_ns: 200_000_000,
+        forget_ns: 2_000_000_000,
+        bulk_ns: 2_000_000_000,
+    };
 }
 
 /// Test-only protocol bugs, each breaking one rule (the checkers must catch them).
@@ -120,7 +136,12 @@ impl Bugs {
                 "heal-online-early" => b.heal_online_early = true,
                 "heal-no-shadow" => b.heal_no_shadow = true,
                 "heal-no-pending" => b.heal_no_pending = true,
-                other => return Err(format!("unknown DDP bug '{other}' (known: {})", Bugs::NAMES.join(", "))),
+                other => {
+                    return Err(format!(
+                        "unknown DDP bug '{other}' (known: {})",
+                        Bugs::NAMES.join(", ")
+                    ))
+                }
             }
         }
         Ok(b)
@@ -177,39 +198,78 @@ impl KeyState {
         self.val_p >= self.ts
     }
     pub fn version(&self, key: Key) -> Option<Version> {
-        self.value.map(|value| Version { key, ts: self.ts, value })
+        self.value.map(|value| Version {
+            key,
+            ts: self.ts,
+            value,
+        })
     }
 }
 
 /// What a persist's landing completes.
 #[derive(Clone, Debug)]
 pub(crate) enum Wait {
-    Key { key: Key, ts: Ts },
+    Key {
+        key: Key,
+        ts: Ts,
+    },
     /// A follower's scope record; `[ACK_p]s` goes to `to`.
-    Scope { scope: ScopeId, to: NodeId },
-    LocalScope { scope: ScopeId },
+    Scope {
+        scope: ScopeId,
+        to: NodeId,
+    },
+    LocalScope {
+        scope: ScopeId,
+    },
     /// UPD family: a version (and its id) this node persists.
-    Upd { v: Version, id: Option<UpdId> },
+    Upd {
+        v: Version,
+        id: Option<UpdId>,
+    },
     /// UPD family: a version adopted from a copy while catching up.
-    Adopt { v: Version, id: Option<UpdId> },
+    Adopt {
+        v: Version,
+        id: Option<UpdId>,
+    },
     /// A transaction's record; `committed`: the versions it makes durable.
-    Tx { id: TxId, committed: Vec<(Key, Ts)>, then: Then },
+    Tx {
+        id: TxId,
+        committed: Vec<(Key, Ts)>,
+        then: Then,
+    },
     /// HEAL: a version the recovering node applies from its Buddy's answer.
-    HealApply { key: Key, ts: Ts },
+    HealApply {
+        key: Key,
+        ts: Ts,
+    },
 }
 
 /// What the landing of a transaction's record completes (`trans.rs`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Then {
     /// A follower's ACK of INITX, of a Strict write (ACK_p), of an outcome (RE-p: ACK_p).
-    AckInit { to: NodeId, epoch: u64 },
-    AckWrite { to: NodeId, key: Key, ts: Ts, epoch: u64 },
-    AckDone { to: NodeId, epoch: u64 },
+    AckInit {
+        to: NodeId,
+        epoch: u64,
+    },
+    AckWrite {
+        to: NodeId,
+        key: Key,
+        ts: Ts,
+        epoch: u64,
+    },
+    AckDone {
+        to: NodeId,
+        epoch: u64,
+    },
     /// The prepared record: the votes owed, and the decider's own part.
     Prepared,
     /// The coordinator's INITX record; its Strict write.
     LocalInit,
-    LocalWrite { key: Key, ts: Ts },
+    LocalWrite {
+        key: Key,
+        ts: Ts,
+    },
     /// The commit record (Strict, Synch): decide.
     Decided,
     /// RE-p: the decider's committed record (VAL_p needs it).
@@ -282,8 +342,12 @@ impl Protocol for DdpNode {
             Msg::CopyResp { versions } => versions.len(),
             Msg::UpdCopy { versions, .. } => versions.len(),
             Msg::CatchUpReq { partial, .. } => partial.len(),
-            Msg::CatchUpResp { resp, .. } => resp.marked.len() + resp.unmarked.len() + resp.missed.len() + resp.pending.len(),
-            Msg::RecovStartAck { inflight, .. } | Msg::ShadowStartAck { inflight, .. } => inflight.len(),
+            Msg::CatchUpResp { resp, .. } => {
+                resp.marked.len() + resp.unmarked.len() + resp.missed.len() + resp.pending.len()
+            }
+            Msg::RecovStartAck { inflight, .. } | Msg::ShadowStartAck { inflight, .. } => {
+                inflight.len()
+            }
             _ => 1,
         };
         n.max(1) as u64
@@ -298,7 +362,9 @@ impl Protocol for DdpNode {
             Input::Client { session, req, op } => self.client(session, req, op, out),
             Input::Recv { from, msg } => self.recv(from, msg, out),
             Input::PersistDone { token } => self.persisted(token, out),
-            Input::Timer { token: crate::heal::SCAN_TOKEN } => self.heal_scanned(out),
+            Input::Timer {
+                token: crate::heal::SCAN_TOKEN,
+            } => self.heal_scanned(out),
             Input::Timer { .. } => self.tick(out),
             Input::Config(c) => self.reconfigure(c, out),
         }
@@ -365,7 +431,12 @@ impl DdpNode {
     /// Ready, nothing in progress, every key validated here (UPD family:
     /// every update known applied everywhere, nothing buffered or waiting).
     pub fn is_settled(&self) -> bool {
-        self.ready && self.unsettled.is_empty() && self.scope_persists.is_empty() && self.upd.is_quiet() && self.trans.is_quiet() && self.heal_quiet()
+        self.ready
+            && self.unsettled.is_empty()
+            && self.scope_persists.is_empty()
+            && self.upd.is_quiet()
+            && self.trans.is_quiet()
+            && self.heal_quiet()
     }
 
     /// The versions this node applied in its last step, in order (UPD
@@ -381,12 +452,19 @@ impl DdpNode {
 
     /// This node's newest version of every key (volatile state).
     pub fn snapshot(&self) -> BTreeMap<Key, (Ts, Option<Value>)> {
-        self.keys.iter().map(|(&k, s)| (k, (s.ts, s.value))).collect()
+        self.keys
+            .iter()
+            .map(|(&k, s)| (k, (s.ts, s.value)))
+            .collect()
     }
 
     /// Keys whose newest version is validated here (spec §13.1 G4).
     pub fn valid_versions(&self) -> BTreeMap<Key, Ts> {
-        self.keys.iter().filter(|(_, s)| self.rules.read.holds(s.c_ok(), s.p_ok())).map(|(&k, s)| (k, s.ts)).collect()
+        self.keys
+            .iter()
+            .filter(|(_, s)| self.rules.read.holds(s.c_ok(), s.p_ok()))
+            .map(|(&k, s)| (k, s.ts))
+            .collect()
     }
 
     pub(crate) fn key(&mut self, key: Key) -> &mut KeyState {
@@ -403,7 +481,10 @@ impl DdpNode {
     fn arm_tick(&mut self, out: &mut Out) {
         if !self.tick_armed {
             self.tick_armed = true;
-            out.push(Command::SetTimer { token: 0, at_ns: self.now + self.params.tick_ns });
+            out.push(Command::SetTimer {
+                token: 0,
+                at_ns: self.now + self.params.tick_ns,
+            });
         }
     }
 
@@ -418,8 +499,15 @@ impl DdpNode {
     pub(crate) fn step_client(&mut self, session: SessionId, req: u64, op: Op, out: &mut Out) {
         if let Op::Begin { .. } | Op::End { .. } = op {
             if self.rules.trans.is_none() {
-                let msg = format!("{} has no transactions (Transactional consistency has)", self.model);
-                return out.push(Command::Reply { session, req, result: Reply::Error { msg } });
+                let msg = format!(
+                    "{} has no transactions (Transactional consistency has)",
+                    self.model
+                );
+                return out.push(Command::Reply {
+                    session,
+                    req,
+                    result: Reply::Error { msg },
+                });
             }
         }
         if self.rules.upd.is_some() {
@@ -430,7 +518,9 @@ impl DdpNode {
         }
         match op {
             Op::Read { key, .. } => self.read(session, req, key, out),
-            Op::Write { key, value, scope, .. } => self.start_write(session, req, key, value, scope, out),
+            Op::Write {
+                key, value, scope, ..
+            } => self.start_write(session, req, key, value, scope, out),
             Op::Persist { scope, writes } => self.persist_scope(session, req, scope, writes, out),
             Op::Begin { .. } | Op::End { .. } => unreachable!("answered above"),
         }
@@ -442,8 +532,16 @@ impl DdpNode {
         let s = self.key(key);
         let busy = s.write.as_ref().is_some_and(|w| w.ts == s.ts);
         if bug || (!busy && read_gate.holds(s.c_ok(), s.p_ok())) {
-            let result = Reply::Read { value: s.value, ts: s.ts, id: None };
-            out.push(Command::Reply { session, req, result });
+            let result = Reply::Read {
+                value: s.value,
+                ts: s.ts,
+                id: None,
+            };
+            out.push(Command::Reply {
+                session,
+                req,
+                result,
+            });
         } else {
             s.stalled.push((session, req));
         }
@@ -462,34 +560,71 @@ impl DdpNode {
         match msg {
             Msg::Inv { v, epoch, .. } => self.on_inv(from, v, epoch, out),
             Msg::Ack { key, ts, epoch, .. } if upd => self.on_upd_ack(from, key, ts, epoch, out),
-            Msg::Ack { key, ts, epoch, c, p } => self.on_ack(from, key, ts, epoch, c, p, out),
+            Msg::Ack {
+                key,
+                ts,
+                epoch,
+                c,
+                p,
+            } => self.on_ack(from, key, ts, epoch, c, p, out),
             Msg::Val { key, ts, c, p } => self.on_val(key, ts, c, p, out),
-            Msg::ScopePersist { scope, versions, epoch } => self.on_scope_persist(from, scope, versions, epoch, out),
+            Msg::ScopePersist {
+                scope,
+                versions,
+                epoch,
+            } => self.on_scope_persist(from, scope, versions, epoch, out),
             Msg::ScopeAck { scope, epoch } => self.on_scope_ack(from, scope, epoch, out),
-            Msg::ScopeVal { versions } => versions.into_iter().for_each(|(key, ts)| self.reached_gdp(key, ts)),
+            Msg::ScopeVal { versions } => versions
+                .into_iter()
+                .for_each(|(key, ts)| self.reached_gdp(key, ts)),
             Msg::Upd { upds } => self.on_upd(upds, out),
             Msg::UpdSync { applied } => self.on_upd_sync(from, applied),
             Msg::CopyReq if upd => self.on_upd_copy_req(from, out),
             Msg::CopyReq => self.on_copy_req(from, out),
             Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),
             Msg::RecovStart { epoch } => self.on_recov_start(from, epoch, out),
-            Msg::RecovStartAck { epoch, online, inflight } => self.on_recov_start_ack(from, epoch, online, inflight, out),
-            Msg::CatchUpReq { epoch, partial, round, after } => self.on_catchup_req(from, epoch, partial, (round, after), out),
+            Msg::RecovStartAck {
+                epoch,
+                online,
+                inflight,
+            } => self.on_recov_start_ack(from, epoch, online, inflight, out),
+            Msg::CatchUpReq {
+                epoch,
+                partial,
+                round,
+                after,
+            } => self.on_catchup_req(from, epoch, partial, (round, after), out),
             Msg::CatchUpResp { epoch, resp } => self.on_catchup_resp(from, epoch, *resp, out),
             Msg::RecovEnd { epoch } => self.on_recov_end(from, epoch, out),
             Msg::RecovEndAck { epoch } => self.on_recov_end_ack(from, epoch),
             Msg::ShadowStart { epoch } => self.on_shadow_start(from, epoch, out),
-            Msg::ShadowStartAck { epoch, inflight } => self.on_shadow_start_ack(from, epoch, inflight, out),
-            Msg::UpdCopy { versions, applied, ready } => self.on_upd_copy(from, versions, applied, ready, out),
+            Msg::ShadowStartAck { epoch, inflight } => {
+                self.on_shadow_start_ack(from, epoch, inflight, out)
+            }
+            Msg::UpdCopy {
+                versions,
+                applied,
+                ready,
+            } => self.on_upd_copy(from, versions, applied, ready, out),
             _ if self.rules.trans.is_none() => {}
             Msg::InitX { tx, epoch } => {
                 self.saw_age(&tx);
                 self.on_initx(from, tx, epoch, out)
             }
             Msg::TxInv { tx, v, epoch } => self.on_txinv(from, tx, v, epoch, out),
-            Msg::EndX { tx, writes, reads, epoch } => self.on_endx(from, tx, writes, reads, epoch, out),
+            Msg::EndX {
+                tx,
+                writes,
+                reads,
+                epoch,
+            } => self.on_endx(from, tx, writes, reads, epoch, out),
             Msg::TxAck { tx, ack, epoch } => self.on_txack(from, tx, ack, epoch, out),
-            Msg::TxOutcome { tx, commit, writes, epoch } => self.on_outcome(from, tx, commit, writes, epoch, out),
+            Msg::TxOutcome {
+                tx,
+                commit,
+                writes,
+                epoch,
+            } => self.on_outcome(from, tx, commit, writes, epoch, out),
             Msg::TxValP { writes, .. } => self.on_valp(&writes, out),
         }
     }
@@ -501,7 +636,11 @@ impl DdpNode {
             Some(Wait::LocalScope { scope }) => self.scope_record_landed(scope, None, out),
             Some(Wait::Upd { v, id }) => self.upd_landed(v, id, out),
             Some(Wait::Adopt { v, id }) => self.adopt_landed(v, id, out),
-            Some(Wait::Tx { id, committed, then }) => self.tx_landed(id, committed, then, out),
+            Some(Wait::Tx {
+                id,
+                committed,
+                then,
+            }) => self.tx_landed(id, committed, then, out),
             Some(Wait::HealApply { key, ts }) => self.heal_apply_landed(key, ts, out),
             None => {}
         }
@@ -521,7 +660,9 @@ impl DdpNode {
         if self.rules.trans.is_some() {
             self.trans_tick(out);
         }
-        if self.rules.persist == PersistIssue::Lazy && self.now >= self.last_lazy + self.params.lazy_ns {
+        if self.rules.persist == PersistIssue::Lazy
+            && self.now >= self.last_lazy + self.params.lazy_ns
+        {
             self.last_lazy = self.now;
             self.write_back(out);
         }
@@ -538,15 +679,30 @@ impl DdpNode {
 
     pub(crate) fn persist_version(&mut self, v: Version, out: &mut Out) {
         let wait = match self.rules.upd {
-            Some(_) => Wait::Upd { v, id: self.keys.get(&v.key).filter(|s| s.ts == v.ts).and_then(|s| s.id) },
-            None => Wait::Key { key: v.key, ts: v.ts },
+            Some(_) => Wait::Upd {
+                v,
+                id: self
+                    .keys
+                    .get(&v.key)
+                    .filter(|s| s.ts == v.ts)
+                    .and_then(|s| s.id),
+            },
+            None => Wait::Key {
+                key: v.key,
+                ts: v.ts,
+            },
         };
         let token = self.token(wait);
-        out.push(Command::Persist { token, record: Record::Key(v) });
+        out.push(Command::Persist {
+            token,
+            record: Record::Key(v),
+        });
     }
 
     /// Whether the write gate `g` of the model is a persistence gate.
     pub(crate) fn tracks_p(&self) -> bool {
-        self.rules.val_p || self.rules.combined_val || matches!(self.rules.reply, Gate::P | Gate::CP)
+        self.rules.val_p
+            || self.rules.combined_val
+            || matches!(self.rules.reply, Gate::P | Gate::CP)
     }
 }

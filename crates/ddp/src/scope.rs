@@ -20,43 +20,100 @@ impl DdpNode {
     }
 
     /// The client's `Persist`: close the scope and persist it everywhere.
-    pub(crate) fn persist_scope(&mut self, session: SessionId, req: u64, seq: u64, writes: u32, out: &mut Out) {
+    pub(crate) fn persist_scope(
+        &mut self,
+        session: SessionId,
+        req: u64,
+        seq: u64,
+        writes: u32,
+        out: &mut Out,
+    ) {
         if self.model.p != Persistency::Scope {
-            out.push(Command::Reply { session, req, result: Reply::Persisted { seq } });
+            out.push(Command::Reply {
+                session,
+                req,
+                result: Reply::Persisted { seq },
+            });
             return;
         }
         let scope = ScopeId { session, seq };
         let versions = self.open_scopes.remove(&scope).unwrap_or_default();
         if versions.len() != writes as usize {
             // Some writes went through a coordinator that crashed.
-            out.push(Command::Reply { session, req, result: Reply::ScopeLost { seq } });
+            out.push(Command::Reply {
+                session,
+                req,
+                result: Reply::ScopeLost { seq },
+            });
             return;
         }
         if versions.is_empty() {
-            out.push(Command::Reply { session, req, result: Reply::Persisted { seq } });
+            out.push(Command::Reply {
+                session,
+                req,
+                result: Reply::Persisted { seq },
+            });
             return;
         }
         let token = self.token(Wait::LocalScope { scope });
-        out.push(Command::Persist { token, record: Record::Scope { scope, versions: versions.clone() } });
+        out.push(Command::Persist {
+            token,
+            record: Record::Scope {
+                scope,
+                versions: versions.clone(),
+            },
+        });
         let (epoch, skip) = (self.config.epoch, self.heal_skip());
-        self.send_to_peers(Msg::ScopePersist { scope, versions: versions.clone(), epoch }, &skip, out);
-        let sp = ScopePersist { client: (session, req), versions, acks: Default::default(), local: false, sent_at: self.now, skip };
+        self.send_to_peers(
+            Msg::ScopePersist {
+                scope,
+                versions: versions.clone(),
+                epoch,
+            },
+            &skip,
+            out,
+        );
+        let sp = ScopePersist {
+            client: (session, req),
+            versions,
+            acks: Default::default(),
+            local: false,
+            sent_at: self.now,
+            skip,
+        };
         self.scope_persists.insert(scope, sp);
     }
 
-    pub(crate) fn on_scope_persist(&mut self, from: NodeId, scope: ScopeId, versions: Vec<Version>, epoch: u64, out: &mut Out) {
-        let ack = Command::Send { to: from, msg: Msg::ScopeAck { scope, epoch } };
+    pub(crate) fn on_scope_persist(
+        &mut self,
+        from: NodeId,
+        scope: ScopeId,
+        versions: Vec<Version>,
+        epoch: u64,
+        out: &mut Out,
+    ) {
+        let ack = Command::Send {
+            to: from,
+            msg: Msg::ScopeAck { scope, epoch },
+        };
         if self.scopes_done.contains(&scope) || self.bugs.early_scope_ack {
             out.push(ack);
             if self.scopes_done.contains(&scope) {
                 return;
             }
         }
-        if self.waits.values().any(|w| matches!(w, Wait::Scope { scope: s, .. } if *s == scope)) {
+        if self
+            .waits
+            .values()
+            .any(|w| matches!(w, Wait::Scope { scope: s, .. } if *s == scope))
+        {
             return; // already persisting it; the landing answers
         }
         let token = self.token(Wait::Scope { scope, to: from });
-        out.push(Command::Persist { token, record: Record::Scope { scope, versions } });
+        out.push(Command::Persist {
+            token,
+            record: Record::Scope { scope, versions },
+        });
     }
 
     pub(crate) fn on_scope_ack(&mut self, from: NodeId, scope: ScopeId, epoch: u64, out: &mut Out) {
@@ -70,11 +127,22 @@ impl DdpNode {
     }
 
     /// A scope record landed here; a follower tells the coordinator `to`.
-    pub(crate) fn scope_record_landed(&mut self, scope: ScopeId, to: Option<NodeId>, out: &mut Out) {
+    pub(crate) fn scope_record_landed(
+        &mut self,
+        scope: ScopeId,
+        to: Option<NodeId>,
+        out: &mut Out,
+    ) {
         self.scopes_done.insert(scope);
         match to {
             Some(to) if !self.bugs.early_scope_ack => {
-                out.push(Command::Send { to, msg: Msg::ScopeAck { scope, epoch: self.config.epoch } });
+                out.push(Command::Send {
+                    to,
+                    msg: Msg::ScopeAck {
+                        scope,
+                        epoch: self.config.epoch,
+                    },
+                });
             }
             Some(_) => {}
             None => {
@@ -87,10 +155,21 @@ impl DdpNode {
     }
 
     fn try_complete_scope(&mut self, scope: ScopeId, out: &mut Out) {
-        let Some(sp) = self.scope_persists.get(&scope) else { return };
-        if sp.local && self.config.others(self.me).all(|o| sp.acks.contains(&o) || sp.skip.contains(&o)) {
+        let Some(sp) = self.scope_persists.get(&scope) else {
+            return;
+        };
+        if sp.local
+            && self
+                .config
+                .others(self.me)
+                .all(|o| sp.acks.contains(&o) || sp.skip.contains(&o))
+        {
             let (session, req) = sp.client;
-            out.push(Command::Reply { session, req, result: Reply::Persisted { seq: scope.seq } });
+            out.push(Command::Reply {
+                session,
+                req,
+                result: Reply::Persisted { seq: scope.seq },
+            });
             let sp = self.scope_persists.remove(&scope).expect("checked");
             self.scope_gdp(sp.versions, out);
         }
@@ -106,16 +185,32 @@ impl DdpNode {
         for &(key, ts) in &versions {
             self.reached_gdp(key, ts);
         }
-        out.push(Command::Broadcast { msg: Msg::ScopeVal { versions } });
+        out.push(Command::Broadcast {
+            msg: Msg::ScopeVal { versions },
+        });
     }
 
     pub(crate) fn retry_scopes(&mut self, out: &mut Out) {
         let (now, retry, epoch) = (self.now, self.params.retry_ns, self.config.epoch);
         let others: Vec<NodeId> = self.config.others(self.me).collect();
-        for (&scope, sp) in self.scope_persists.iter_mut().filter(|(_, sp)| now >= sp.sent_at + retry) {
+        for (&scope, sp) in self
+            .scope_persists
+            .iter_mut()
+            .filter(|(_, sp)| now >= sp.sent_at + retry)
+        {
             sp.sent_at = now;
-            for &o in others.iter().filter(|o| !sp.acks.contains(o) && !sp.skip.contains(o)) {
-                out.push(Command::Send { to: o, msg: Msg::ScopePersist { scope, versions: sp.versions.clone(), epoch } });
+            for &o in others
+                .iter()
+                .filter(|o| !sp.acks.contains(o) && !sp.skip.contains(o))
+            {
+                out.push(Command::Send {
+                    to: o,
+                    msg: Msg::ScopePersist {
+                        scope,
+                        versions: sp.versions.clone(),
+                        epoch,
+                    },
+                });
             }
         }
     }

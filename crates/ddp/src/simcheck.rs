@@ -16,7 +16,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use tandem_check::{HistOp, OpKind};
-use tandem_net::{Command, Config, Harness, Input, NetStats, NodeId, Nvm, SessionId, SimNet, SimNetConfig};
+use tandem_net::{
+    Command, Config, Harness, Input, NetStats, NodeId, Nvm, SessionId, SimNet, SimNetConfig,
+};
 use tandem_sim::Rng;
 
 use crate::catchup::DdpFactory;
@@ -59,7 +61,9 @@ impl Crash {
             "buddy" => Ok(Crash::Buddy),
             "again" => Ok(Crash::Again),
             "two" => Ok(Crash::Two),
-            other => Err(format!("unknown crash '{other}' (none, one, all, buddy, again, two)")),
+            other => Err(format!(
+                "unknown crash '{other}' (none, one, all, buddy, again, two)"
+            )),
         }
     }
     pub fn name(self) -> &'static str {
@@ -98,7 +102,21 @@ pub struct CheckConfig {
 
 impl CheckConfig {
     pub fn new(model: Model, seed: u64) -> Self {
-        CheckConfig { model, seed, nodes: 5, sessions: 10, keys: 6, ops: 120, read_ratio: 0.5, persist_ratio: 0.15, crash: Crash::None, net_faults: true, persist_ns: 400, bugs: Bugs::default(), heal: None }
+        CheckConfig {
+            model,
+            seed,
+            nodes: 5,
+            sessions: 10,
+            keys: 6,
+            ops: 120,
+            read_ratio: 0.5,
+            persist_ratio: 0.15,
+            crash: Crash::None,
+            net_faults: true,
+            persist_ns: 400,
+            bugs: Bugs::default(),
+            heal: None,
+        }
     }
 
     /// A HEAL run: restarted nodes recover with HEAL, over more keys (so
@@ -115,7 +133,12 @@ impl CheckConfig {
     }
 
     pub fn replay(&self) -> String {
-        let mut s = format!("tandem ddp check --model {} --seed {} --crash {}", self.model, self.seed, self.crash.name());
+        let mut s = format!(
+            "tandem ddp check --model {} --seed {} --crash {}",
+            self.model,
+            self.seed,
+            self.crash.name()
+        );
         if !self.net_faults {
             s += " --no-net-faults";
         }
@@ -222,10 +245,25 @@ impl Harness<DdpNode> for Hook {
     fn invoked(&mut self, session: SessionId, req: u64, node: NodeId, op: &Op, now: u64) {
         self.0.borrow_mut().invoked(session, req, node, op, now)
     }
-    fn completed(&mut self, session: SessionId, req: u64, _node: NodeId, r: &Reply, now: u64, _nvm: &[Nvm<Record>]) {
+    fn completed(
+        &mut self,
+        session: SessionId,
+        req: u64,
+        _node: NodeId,
+        r: &Reply,
+        now: u64,
+        _nvm: &[Nvm<Record>],
+    ) {
         self.0.borrow_mut().completed(session, req, r, now)
     }
-    fn on_step(&mut self, node: NodeId, now: u64, input: &Input<DdpNode>, out: &[Command<DdpNode>], nvm: &[Nvm<Record>]) {
+    fn on_step(
+        &mut self,
+        node: NodeId,
+        now: u64,
+        input: &Input<DdpNode>,
+        out: &[Command<DdpNode>],
+        nvm: &[Nvm<Record>],
+    ) {
         self.0.borrow_mut().on_step(node, now, input, out, nvm)
     }
     fn observe(&mut self, node: NodeId, now: u64, p: &DdpNode, nvm: &[Nvm<Record>]) {
@@ -282,15 +320,30 @@ impl Rec {
             return Some(Op::Persist { scope: seq, writes });
         }
         let key = rng.below(self.cfg.keys);
-        let after = if self.model.c == Consistency::Causal { self.past[s].after.clone() } else { Vector::default() };
+        let after = if self.model.c == Consistency::Causal {
+            self.past[s].after.clone()
+        } else {
+            Vector::default()
+        };
         if rng.chance(self.cfg.read_ratio) {
-            return Some(Op::Read { key, after, tx: None });
+            return Some(Op::Read {
+                key,
+                after,
+                tx: None,
+            });
         }
         self.scope[s].1 += 1;
         let value = (session + 1) << 32 | self.left[s];
-        self.writes.insert(value, (key, None, ScopeId { session, seq }));
+        self.writes
+            .insert(value, (key, None, ScopeId { session, seq }));
         self.deps.insert(value, self.past[s].since.clone());
-        Some(Op::Write { key, value, scope: seq, after, tx: None })
+        Some(Op::Write {
+            key,
+            value,
+            scope: seq,
+            after,
+            tx: None,
+        })
     }
 
     fn invoked(&mut self, session: SessionId, req: u64, node: NodeId, op: &Op, now: u64) {
@@ -298,13 +351,29 @@ impl Rec {
             Op::Read { key, .. } => OpKind::Read { key, value: None },
             Op::Write { key, value, .. } => OpKind::Write { key, value },
             Op::Persist { scope, writes } => {
-                self.persists.insert((session, req), (ScopeId { session, seq: scope }, writes));
+                self.persists.insert(
+                    (session, req),
+                    (
+                        ScopeId {
+                            session,
+                            seq: scope,
+                        },
+                        writes,
+                    ),
+                );
                 return;
             }
             Op::Begin { .. } | Op::End { .. } => return,
         };
         self.index.insert((session, req), self.ops.len());
-        self.ops.push(HistOp { session, node, kind, invoke_ns: now, complete_ns: None, ok: true });
+        self.ops.push(HistOp {
+            session,
+            node,
+            kind,
+            invoke_ns: now,
+            complete_ns: None,
+            ok: true,
+        });
     }
 
     fn completed(&mut self, session: SessionId, req: u64, r: &Reply, now: u64) {
@@ -316,7 +385,9 @@ impl Rec {
             self.scopes_done.push(scope);
             return;
         }
-        let Some(&i) = self.index.get(&(session, req)) else { return };
+        let Some(&i) = self.index.get(&(session, req)) else {
+            return;
+        };
         let op = &mut self.ops[i];
         op.complete_ns = Some(now);
         let past = &mut self.past[session as usize];
@@ -341,7 +412,9 @@ impl Rec {
                     past.after.add(*id);
                 }
             }
-            _ => self.violations.push(format!("session {session} req {req}: reply {r:?} does not answer its request")),
+            _ => self.violations.push(format!(
+                "session {session} req {req}: reply {r:?} does not answer its request"
+            )),
         }
     }
 }
@@ -350,7 +423,8 @@ impl Rec {
     /// A reply under Transactional consistency; false: a Persist's, handled as for any model.
     fn tx_reply(&mut self, session: SessionId, req: u64, r: &Reply, now: u64) -> bool {
         if let Reply::Error { msg } = r {
-            self.violations.push(format!("session {session} req {req}: refused: {msg}"));
+            self.violations
+                .push(format!("session {session} req {req}: refused: {msg}"));
         }
         let i = self.index.get(&(session, req)).copied();
         let kind = i.map(|i| match self.ops[i].kind {
@@ -373,7 +447,14 @@ impl Rec {
 impl Rec {
     /// The durability-gating trace invariants (spec §13 G1, S-1, RP-1,
     /// SC-1, G5d), checked on the nodes that were never down.
-    fn on_step(&mut self, node: NodeId, now: u64, input: &Input<DdpNode>, out: &[Command<DdpNode>], nvm: &[Nvm<Record>]) {
+    fn on_step(
+        &mut self,
+        node: NodeId,
+        now: u64,
+        input: &Input<DdpNode>,
+        out: &[Command<DdpNode>],
+        nvm: &[Nvm<Record>],
+    ) {
         if let Input::Config(c) = input {
             self.configs[node as usize] = c.members.clone();
         }
@@ -382,40 +463,73 @@ impl Rec {
                 self.tx_step(node, now, c, nvm);
             }
             match c {
-                Command::Send { msg: Msg::Ack { key, ts, p: true, .. }, .. } if trans::durable_ts(&nvm[node as usize], *key, false) < *ts => {
+                Command::Send {
+                    msg:
+                        Msg::Ack {
+                            key, ts, p: true, ..
+                        },
+                    ..
+                } if trans::durable_ts(&nvm[node as usize], *key, false) < *ts => {
                     self.violations.push(format!("G1: node {node} sent ACK_p for key {key} {ts:?} before persisting it (t={now})"));
                 }
-                Command::Broadcast { msg: Msg::Inv { v, .. } } => {
+                Command::Broadcast {
+                    msg: Msg::Inv { v, .. },
+                } => {
                     if let Some(w) = self.writes.get_mut(&v.value) {
                         w.1 = Some(v.ts);
                     }
                 }
-                Command::Broadcast { msg: Msg::Upd { upds } } | Command::Send { msg: Msg::Upd { upds }, .. } => {
+                Command::Broadcast {
+                    msg: Msg::Upd { upds },
+                }
+                | Command::Send {
+                    msg: Msg::Upd { upds },
+                    ..
+                } => {
                     for u in upds {
                         if let Some(w) = self.writes.get_mut(&u.v.value) {
                             w.1 = Some(u.v.ts);
                         }
                     }
                 }
-                Command::Persist { record: Record::Key(v), .. } if self.closed_nvm() && self.seen[node as usize].is_some() => {
+                Command::Persist {
+                    record: Record::Key(v),
+                    ..
+                } if self.closed_nvm() && self.seen[node as usize].is_some() => {
                     if let Some((k, t)) = self.missing_dep(v, &nvm[node as usize]) {
                         self.violations.push(format!("C2: node {node} persisted key {} {:?} before its dependency key {k} {t:?} was durable there (t={now})", v.key, v.ts));
                     }
                 }
-                Command::Broadcast { msg: Msg::Val { key, ts, p, .. } } => {
+                Command::Broadcast {
+                    msg: Msg::Val { key, ts, p, .. },
+                } => {
                     self.val_time.entry((*key, *ts)).or_insert(now);
                     if *p {
                         self.everywhere(node, *key, *ts, nvm, "G5d: VAL_p", now);
                     }
                 }
-                Command::Reply { session, req, result } => self.check_reply(node, *session, *req, result, nvm, now),
+                Command::Reply {
+                    session,
+                    req,
+                    result,
+                } => self.check_reply(node, *session, *req, result, nvm, now),
                 _ => {}
             }
         }
     }
 
-    fn check_reply(&mut self, node: NodeId, session: SessionId, req: u64, r: &Reply, nvm: &[Nvm<Record>], now: u64) {
-        if self.model.c == Consistency::Trans && self.check_tx_reply(node, session, req, r, nvm, now) {
+    fn check_reply(
+        &mut self,
+        node: NodeId,
+        session: SessionId,
+        req: u64,
+        r: &Reply,
+        nvm: &[Nvm<Record>],
+        now: u64,
+    ) {
+        if self.model.c == Consistency::Trans
+            && self.check_tx_reply(node, session, req, r, nvm, now)
+        {
             return;
         }
         let rules = self.model.rules();
@@ -424,17 +538,31 @@ impl Rec {
                 let key = self.ops[self.index[&(session, req)]].key();
                 self.everywhere(node, key, *ts, nvm, "S-1: write acknowledged", now);
             }
-            Reply::Read { ts, .. } if matches!(rules.read, Gate::P | Gate::CP) && *ts != Ts::ZERO => {
+            Reply::Read { ts, .. }
+                if matches!(rules.read, Gate::P | Gate::CP) && *ts != Ts::ZERO =>
+            {
                 let key = self.ops[self.index[&(session, req)]].key();
                 self.everywhere(node, key, *ts, nvm, "RP-1: read returned", now);
             }
-            Reply::Read { ts, .. } if self.reads_persisted() && nvm_ts(&nvm[node as usize], self.ops[self.index[&(session, req)]].key()) < *ts => {
+            Reply::Read { ts, .. }
+                if self.reads_persisted()
+                    && nvm_ts(
+                        &nvm[node as usize],
+                        self.ops[self.index[&(session, req)]].key(),
+                    ) < *ts =>
+            {
                 let key = self.ops[self.index[&(session, req)]].key();
-                let what = if self.model.p == Persistency::Re { "RP-1'" } else { "C3" };
+                let what = if self.model.p == Persistency::Re {
+                    "RP-1'"
+                } else {
+                    "C3"
+                };
                 let have = nvm_ts(&nvm[node as usize], key);
                 self.violations.push(format!("{what}: node {node} returned key {key} {ts:?} to a read while it had persisted only {have:?} (t={now})"));
             }
-            Reply::Persisted { seq } if self.model.p == Persistency::Scope && self.persists[&(session, req)].1 > 0 => {
+            Reply::Persisted { seq }
+                if self.model.p == Persistency::Scope && self.persists[&(session, req)].1 > 0 =>
+            {
                 let scope = ScopeId { session, seq: *seq };
                 let members = self.configs[node as usize].clone();
                 for m in members.into_iter().filter(|&m| self.steady[m as usize]) {
@@ -448,7 +576,15 @@ impl Rec {
     }
 
     /// Every steady member of `node`'s configuration has persisted `key` at `ts` or newer.
-    fn everywhere(&mut self, node: NodeId, key: Key, ts: Ts, nvm: &[Nvm<Record>], what: &str, now: u64) {
+    fn everywhere(
+        &mut self,
+        node: NodeId,
+        key: Key,
+        ts: Ts,
+        nvm: &[Nvm<Record>],
+        what: &str,
+        now: u64,
+    ) {
         for &m in &self.configs[node as usize] {
             let have = trans::durable_ts(&nvm[m as usize], key, false);
             if self.steady[m as usize] && have < ts {
@@ -475,7 +611,9 @@ struct Run {
 pub fn run(cfg: &CheckConfig) -> CheckReport {
     let mut r = Run::new(cfg);
     if !cfg.model.implemented() {
-        r.report.violations.push(format!("model {} is not implemented yet", cfg.model));
+        r.report
+            .violations
+            .push(format!("model {} is not implemented yet", cfg.model));
         return r.report;
     }
     r.net.start_clients();
@@ -523,17 +661,59 @@ impl Run {
         // One core per node: the checks' histories stay within what the
         // linearizability search decides in its budget (with 20 cores one
         // re-eventual seed in 20 came out undecided, not violated).
-        let base = SimNetConfig { persist_ns: cfg.persist_ns, cores: 1, ..SimNetConfig::default() };
-        let net_cfg = if cfg.net_faults { SimNetConfig { drop: 0.01, duplicate: 0.01, delay: 0.05, delay_ns: 5_000, ..base } } else { base };
+        let base = SimNetConfig {
+            persist_ns: cfg.persist_ns,
+            cores: 1,
+            ..SimNetConfig::default()
+        };
+        let net_cfg = if cfg.net_faults {
+            SimNetConfig {
+                drop: 0.01,
+                duplicate: 0.01,
+                delay: 0.05,
+                delay_ns: 5_000,
+                ..base
+            }
+        } else {
+            base
+        };
         let heal = cfg.heal;
-        let factory = DdpFactory { bugs: cfg.bugs, heal, ..DdpFactory::new(cfg.model, Params::SIM) };
-        let net = SimNet::new(cfg.seed, net_cfg, Config::new(1, members), factory, Box::new(Hook(rec.clone())), cfg.sessions);
-        let report = CheckReport { model: cfg.model.to_string(), seed: cfg.seed, replay: cfg.replay(), ..CheckReport::default() };
-        Run { cfg: cfg.clone(), net, rec, epoch: 1, rng: Rng::new(cfg.seed ^ 0xDD9_C4EC), report }
+        let factory = DdpFactory {
+            bugs: cfg.bugs,
+            heal,
+            ..DdpFactory::new(cfg.model, Params::SIM)
+        };
+        let net = SimNet::new(
+            cfg.seed,
+            net_cfg,
+            Config::new(1, members),
+            factory,
+            Box::new(Hook(rec.clone())),
+            cfg.sessions,
+        );
+        let report = CheckReport {
+            model: cfg.model.to_string(),
+            seed: cfg.seed,
+            replay: cfg.replay(),
+            ..CheckReport::default()
+        };
+        Run {
+            cfg: cfg.clone(),
+            net,
+            rec,
+            epoch: 1,
+            rng: Rng::new(cfg.seed ^ 0xDD9_C4EC),
+            report,
+        }
     }
 
     fn completed(&self) -> u64 {
-        self.rec.borrow().ops.iter().filter(|o| o.complete_ns.is_some()).count() as u64
+        self.rec
+            .borrow()
+            .ops
+            .iter()
+            .filter(|o| o.complete_ns.is_some())
+            .count() as u64
     }
 
     fn run_until_completed(&self, target: u64) {
@@ -586,8 +766,14 @@ impl Run {
         self.crash_away(&[victim]);
         self.rejoin(&[victim]);
         self.net.run_for(self.rng.range_inclusive(0, 6_000));
-        let second = if again { victim } else { (victim + 1 + self.rng.below(nodes - 1) as NodeId) % nodes as NodeId };
-        let recovering = self.net.with_node(victim, |p| p.is_some_and(|p| !p.is_ready() || p.heal().is_some_and(|h| h.rr.is_some())));
+        let second = if again {
+            victim
+        } else {
+            (victim + 1 + self.rng.below(nodes - 1) as NodeId) % nodes as NodeId
+        };
+        let recovering = self.net.with_node(victim, |p| {
+            p.is_some_and(|p| !p.is_ready() || p.heal().is_some_and(|h| h.rr.is_some()))
+        });
         self.report.mid_recovery_crashes += u64::from(recovering);
         self.crash_away(&[second]);
         self.rejoin(&[second]);
@@ -610,10 +796,18 @@ impl Run {
         self.net.crash_all();
         self.mark_durable_commits();
         let before = self.rec.borrow().ops.len();
-        self.rec.borrow_mut().steady.iter_mut().for_each(|s| *s = false);
+        self.rec
+            .borrow_mut()
+            .steady
+            .iter_mut()
+            .for_each(|s| *s = false);
         self.check_closed_nvms();
         // A new causal era: the ids sessions hold died with the volatile state.
-        self.rec.borrow_mut().past.iter_mut().for_each(|p| *p = Past::default());
+        self.rec
+            .borrow_mut()
+            .past
+            .iter_mut()
+            .for_each(|p| *p = Past::default());
         self.net.run_for(10_000);
         let c = self.config((0..self.cfg.nodes).collect());
         for n in 0..self.cfg.nodes {
@@ -621,9 +815,13 @@ impl Run {
         }
         self.net.announce(&c);
         let nodes = self.cfg.nodes;
-        let settled = self.net.run_while(LIMIT_NS, |net| !(0..nodes).all(|n| net.with_node(n, |p| p.is_some_and(|p| p.is_settled()))));
+        let settled = self.net.run_while(LIMIT_NS, |net| {
+            !(0..nodes).all(|n| net.with_node(n, |p| p.is_some_and(|p| p.is_settled())))
+        });
         if !settled {
-            self.report.violations.push("G6: the cluster did not recover from the whole-cluster crash".into());
+            self.report
+                .violations
+                .push("G6: the cluster did not recover from the whole-cluster crash".into());
         }
         let recovered = self.net.with_node(0, |p| p.expect("up").snapshot());
         self.check_recovered(&recovered);
@@ -639,12 +837,18 @@ impl Run {
         let (c, p) = (m.c, m.p);
         let trans = c == Consistency::Trans;
         // Trans: "acked" writes are those of completed transactions (T-3).
-        let must_keep_acked = p == Persistency::Strict || (matches!(c, Consistency::Lin | Consistency::Trans) && p == Persistency::Synch);
+        let must_keep_acked = p == Persistency::Strict
+            || (matches!(c, Consistency::Lin | Consistency::Trans) && p == Persistency::Synch);
         // The UPD family's reads do not wait under Strict, and Eventual-Synch
         // reads may return the session's own unpersisted write (open point 5).
         let must_keep_read = match m.rules().upd {
-            None => matches!(p, Persistency::Strict | Persistency::Re | Persistency::Synch),
-            Some(_) => p == Persistency::Re || (c == Consistency::Causal && p == Persistency::Synch),
+            None => matches!(
+                p,
+                Persistency::Strict | Persistency::Re | Persistency::Synch
+            ),
+            Some(_) => {
+                p == Persistency::Re || (c == Consistency::Causal && p == Persistency::Synch)
+            }
         };
         let at = |k: &Key| recovered.get(k).map_or(Ts::ZERO, |v| v.0);
         let rec = self.rec.borrow();
@@ -652,7 +856,9 @@ impl Run {
         for (k, (_, value)) in recovered {
             if let Some(x) = value {
                 if rec.writes.get(x).is_none_or(|w| w.0 != *k) {
-                    v.push(format!("G2: key {k} recovered value {x}, which no write wrote"));
+                    v.push(format!(
+                        "G2: key {k} recovered value {x}, which no write wrote"
+                    ));
                 }
             }
         }
@@ -661,8 +867,16 @@ impl Run {
         self.report.lost_acked_writes = lost.len() as u64;
         self.report.vanished_reads = vanished.len() as u64;
         if let (true, Some((k, ts))) = (must_keep_acked, lost.first()) {
-            let what = if trans { "T-3: writes of completed transactions" } else { "S-2: acknowledged writes" };
-            v.push(format!("{what}: {} lost in the crash, e.g. key {k} {ts:?} (recovered {:?})", lost.len(), at(k)));
+            let what = if trans {
+                "T-3: writes of completed transactions"
+            } else {
+                "S-2: acknowledged writes"
+            };
+            v.push(format!(
+                "{what}: {} lost in the crash, e.g. key {k} {ts:?} (recovered {:?})",
+                lost.len(),
+                at(k)
+            ));
         }
         if let (true, Some((k, ts))) = (must_keep_read, vanished.first()) {
             v.push(format!("RP-2: {} versions that reads returned vanished in the crash, e.g. key {k} {ts:?} (recovered {:?})", vanished.len(), at(k)));
@@ -681,12 +895,25 @@ impl Run {
     fn finish(&mut self, crash_at: Option<usize>) {
         let done = self.net.run_while(LIMIT_NS, |net| !net.clients_done());
         if !done {
-            self.report.violations.push(format!("G6: {} operations still outstanding after {} ms simulated", self.net.outstanding(), LIMIT_NS / 1_000_000));
+            self.report.violations.push(format!(
+                "G6: {} operations still outstanding after {} ms simulated",
+                self.net.outstanding(),
+                LIMIT_NS / 1_000_000
+            ));
         }
         let nodes = self.cfg.nodes;
         let until = self.net.now_ns() + 10_000_000;
-        self.net.run_while(until, |net| !(0..nodes).all(|n| net.with_node(n, |p| p.is_none_or(|p| p.is_settled()))));
-        let traced: Vec<String> = self.rec.borrow().violations.iter().take(20).cloned().collect();
+        self.net.run_while(until, |net| {
+            !(0..nodes).all(|n| net.with_node(n, |p| p.is_none_or(|p| p.is_settled())))
+        });
+        let traced: Vec<String> = self
+            .rec
+            .borrow()
+            .violations
+            .iter()
+            .take(20)
+            .cloned()
+            .collect();
         self.report.violations.splice(0..0, traced);
         self.check_convergence();
         if self.cfg.heal.is_some() {
@@ -695,7 +922,11 @@ impl Run {
         self.check_history(crash_at);
         let rec = self.rec.borrow();
         self.report.completed = rec.ops.iter().filter(|o| o.complete_ns.is_some()).count() as u64;
-        (self.report.tx_committed, self.report.tx_aborted, self.report.tx_unanswered_commits) = rec.txs.counts();
+        (
+            self.report.tx_committed,
+            self.report.tx_aborted,
+            self.report.tx_unanswered_commits,
+        ) = rec.txs.counts();
         self.report.stats = self.net.stats();
         self.report.sim_ns = self.net.now_ns();
     }
@@ -704,10 +935,25 @@ impl Run {
     /// `MissedUpdates` is empty again; count how recoveries ended.
     fn check_heal(&mut self) {
         for n in 0..self.cfg.nodes {
-            let state = self.net.with_node(n, |p| p.and_then(|p| p.heal().map(|h| (h.rr.as_ref().map(|r| r.phase), h.missed.len(), h.missed.absent.clone(), h.last.clone()))));
-            let Some((recovering, missed, absent, last)) = state else { continue };
+            let state = self.net.with_node(n, |p| {
+                p.and_then(|p| {
+                    p.heal().map(|h| {
+                        (
+                            h.rr.as_ref().map(|r| r.phase),
+                            h.missed.len(),
+                            h.missed.absent.clone(),
+                            h.last.clone(),
+                        )
+                    })
+                })
+            });
+            let Some((recovering, missed, absent, last)) = state else {
+                continue;
+            };
             if let Some(phase) = recovering {
-                self.report.violations.push(format!("C10: node {n} never finished its recovery (stuck in {phase:?})"));
+                self.report.violations.push(format!(
+                    "C10: node {n} never finished its recovery (stuck in {phase:?})"
+                ));
             }
             if missed > 0 || !absent.is_empty() {
                 self.report.violations.push(format!("C9: after every recovery node {n} still holds {missed} missed updates (waiting for {absent:?})"));
@@ -725,10 +971,16 @@ impl Run {
 
     /// G6/G4 after quiescence: every live node holds the same versions.
     fn check_convergence(&mut self) {
-        let snaps: Vec<_> = (0..self.cfg.nodes).filter_map(|n| self.net.with_node(n, |p| p.map(|p| (n, p.snapshot())))).collect();
+        let snaps: Vec<_> = (0..self.cfg.nodes)
+            .filter_map(|n| self.net.with_node(n, |p| p.map(|p| (n, p.snapshot()))))
+            .collect();
         for (n, s) in &snaps[1..] {
             if let Some((k, a)) = snaps[0].1.iter().find(|(k, a)| s.get(k) != Some(a)) {
-                self.report.violations.push(format!("G6: after quiescence node {} has key {k} at {a:?} but node {n} at {:?}", snaps[0].0, s.get(k)));
+                self.report.violations.push(format!(
+                    "G6: after quiescence node {} has key {k} at {a:?} but node {n} at {:?}",
+                    snaps[0].0,
+                    s.get(k)
+                ));
                 return;
             }
         }
@@ -744,7 +996,8 @@ impl Run {
         if m.c == Consistency::Trans {
             return self.check_tx_history();
         }
-        let across_f1 = matches!(m.p, Persistency::Strict | Persistency::Synch) && m.c == Consistency::Lin;
+        let across_f1 =
+            matches!(m.p, Persistency::Strict | Persistency::Synch) && m.c == Consistency::Lin;
         let rec = self.rec.borrow();
         let upto = match crash_at {
             Some(n) if !across_f1 => n,
@@ -755,13 +1008,19 @@ impl Run {
             for o in ops.iter_mut() {
                 if let OpKind::Write { key, value } = o.kind {
                     let ts = rec.writes.get(&value).and_then(|w| w.1);
-                    o.complete_ns = ts.and_then(|ts| rec.val_time.get(&(key, ts)).copied()).or(o.complete_ns.filter(|_| false));
+                    o.complete_ns = ts
+                        .and_then(|ts| rec.val_time.get(&(key, ts)).copied())
+                        .or(o.complete_ns.filter(|_| false));
                 }
             }
         }
         drop(rec);
         if let Err(e) = tandem_check::check_linearizable(&ops) {
-            let what = if m.c == Consistency::Re { "R3 (writes ending at their VAL)" } else { "linearizability" };
+            let what = if m.c == Consistency::Re {
+                "R3 (writes ending at their VAL)"
+            } else {
+                "linearizability"
+            };
             self.report.violations.push(format!("{what}: {e}"));
         }
     }
@@ -779,12 +1038,22 @@ fn scope_violations(rec: &Rec, recovered: &BTreeMap<Key, (Ts, Option<Value>)>) -
     }
     let mut v = Vec::new();
     for scope in &rec.scopes_done {
-        if let Some((k, ts, _)) = by_scope.get(scope).into_iter().flatten().find(|(k, ts, _)| at(k) < *ts) {
-            v.push(format!("SC-2: completed scope {scope:?} lost its write to key {k} {ts:?} (recovered {:?})", at(k)));
+        if let Some((k, ts, _)) = by_scope
+            .get(scope)
+            .into_iter()
+            .flatten()
+            .find(|(k, ts, _)| at(k) < *ts)
+        {
+            v.push(format!(
+                "SC-2: completed scope {scope:?} lost its write to key {k} {ts:?} (recovered {:?})",
+                at(k)
+            ));
         }
     }
     for (scope, writes) in &by_scope {
-        let present = writes.iter().any(|(k, _, value)| recovered.get(k).and_then(|r| r.1) == Some(*value));
+        let present = writes
+            .iter()
+            .any(|(k, _, value)| recovered.get(k).and_then(|r| r.1) == Some(*value));
         if let Some((k, ts, _)) = writes.iter().find(|(k, ts, _)| present && at(k) < *ts) {
             v.push(format!("SC-3: scope {scope:?} survived in part: its write to key {k} {ts:?} is missing (recovered {:?})", at(k)));
         }

@@ -144,7 +144,20 @@ pub(crate) struct CoordTx {
 
 impl CoordTx {
     pub fn new(hdr: TxHdr, phase: Phase, now: u64) -> Self {
-        CoordTx { hdr, client: None, settling: false, phase, acks: BTreeSet::new(), local: true, strict: None, saw_commit: false, saw_abort: false, scopes: BTreeMap::new(), sent_at: now, last_op: now }
+        CoordTx {
+            hdr,
+            client: None,
+            settling: false,
+            phase,
+            acks: BTreeSet::new(),
+            local: true,
+            strict: None,
+            saw_commit: false,
+            saw_abort: false,
+            scopes: BTreeMap::new(),
+            sent_at: now,
+            last_op: now,
+        }
     }
 }
 
@@ -167,7 +180,15 @@ pub(crate) struct TxHere {
 
 impl TxHere {
     pub fn new(hdr: TxHdr, now: u64) -> Self {
-        TxHere { hdr, writes: BTreeMap::new(), reads: BTreeMap::new(), prepared: false, durable: false, owed: Vec::new(), heard: now }
+        TxHere {
+            hdr,
+            writes: BTreeMap::new(),
+            reads: BTreeMap::new(),
+            prepared: false,
+            durable: false,
+            owed: Vec::new(),
+            heard: now,
+        }
     }
 }
 
@@ -218,7 +239,12 @@ pub(crate) struct TransState {
 
 impl TransState {
     pub fn is_quiet(&self) -> bool {
-        self.coord.is_empty() && self.here.is_empty() && self.deliveries.is_empty() && self.waiting.is_empty() && self.postponed.is_empty() && self.lazy.is_empty()
+        self.coord.is_empty()
+            && self.here.is_empty()
+            && self.deliveries.is_empty()
+            && self.waiting.is_empty()
+            && self.postponed.is_empty()
+            && self.lazy.is_empty()
     }
 }
 
@@ -236,7 +262,11 @@ impl DdpNode {
     }
 
     pub(crate) fn answer(out: &mut Out, session: SessionId, req: u64, result: Reply) {
-        out.push(Command::Reply { session, req, result });
+        out.push(Command::Reply {
+            session,
+            req,
+            result,
+        });
     }
 
     pub(crate) fn trans_client(&mut self, session: SessionId, req: u64, op: Op, out: &mut Out) {
@@ -252,8 +282,26 @@ impl DdpNode {
         match *op {
             Op::Begin { tx } => self.tx_begin(id(tx), req, out),
             Op::Read { key, tx: None, .. } => self.plain_read(session, req, key, out),
-            Op::Read { key, tx: Some(tx), .. } => self.tx_read(id(tx), req, key, out),
-            Op::Write { key, value, scope, tx: Some(tx), .. } => self.tx_write(id(tx), req, Version { key, ts: Ts::ZERO, value }, scope, out),
+            Op::Read {
+                key, tx: Some(tx), ..
+            } => self.tx_read(id(tx), req, key, out),
+            Op::Write {
+                key,
+                value,
+                scope,
+                tx: Some(tx),
+                ..
+            } => self.tx_write(
+                id(tx),
+                req,
+                Version {
+                    key,
+                    ts: Ts::ZERO,
+                    value,
+                },
+                scope,
+                out,
+            ),
             Op::Write { tx: None, .. } => {
                 let msg = "under Transactional consistency a write belongs to a transaction (Begin, Write with tx, End)".to_string();
                 Self::answer(out, session, req, Reply::Error { msg });
@@ -297,19 +345,32 @@ impl DdpNode {
 
     /// The transaction is open here, in its read/write phase.
     fn tx_open(&self, id: TxId) -> bool {
-        self.trans.coord.get(&id).is_some_and(|c| c.phase == Phase::Active && !c.settling)
+        self.trans
+            .coord
+            .get(&id)
+            .is_some_and(|c| c.phase == Phase::Active && !c.settling)
     }
 
     /// Init Xaction: register the transaction everywhere (INITX).
     fn tx_begin(&mut self, id: TxId, req: u64, out: &mut Out) -> bool {
-        let stale: Vec<TxId> = self.trans.coord.keys().filter(|t| t.session == id.session && **t != id && self.tx_open(**t)).copied().collect();
+        let stale: Vec<TxId> = self
+            .trans
+            .coord
+            .keys()
+            .filter(|t| t.session == id.session && **t != id && self.tx_open(**t))
+            .copied()
+            .collect();
         for t in stale {
             self.count_squash(Squash::Left);
             self.decide(t, false, out); // the session left it
         }
         self.trans.stats.begun += 1;
         let (r, now, epoch) = (self.trans_rules(), self.now, self.config.epoch);
-        let hdr = TxHdr { id, coord: self.me, born: self.age() };
+        let hdr = TxHdr {
+            id,
+            coord: self.me,
+            born: self.age(),
+        };
         self.trans.here.insert(id, TxHere::new(hdr, now));
         let mut c = CoordTx::new(hdr, Phase::Init, now);
         (c.client, c.local) = (Some((id.session, req)), !r.durable);
@@ -317,7 +378,9 @@ impl DdpNode {
         if r.durable {
             self.persist_tx(id, TxPhase::Begun, Vec::new(), Then::LocalInit, out);
         }
-        out.push(Command::Broadcast { msg: Msg::InitX { tx: hdr, epoch } });
+        out.push(Command::Broadcast {
+            msg: Msg::InitX { tx: hdr, epoch },
+        });
         self.try_init(id, out);
         true
     }
@@ -338,7 +401,9 @@ impl DdpNode {
 
     /// Begin replies once every member ACKed INITX (and it landed here).
     pub(crate) fn try_init(&mut self, id: TxId, out: &mut Out) {
-        let Some(c) = self.trans.coord.get(&id) else { return };
+        let Some(c) = self.trans.coord.get(&id) else {
+            return;
+        };
         if c.phase != Phase::Init || !c.local || self.missing(&c.acks) > 0 {
             return;
         }
@@ -351,7 +416,10 @@ impl DdpNode {
 
     /// Members of the configuration (but this node) not in `acks`.
     pub(crate) fn missing(&self, acks: &BTreeSet<NodeId>) -> usize {
-        self.config.others(self.me).filter(|o| !acks.contains(o)).count()
+        self.config
+            .others(self.me)
+            .filter(|o| !acks.contains(o))
+            .count()
     }
 
     /// A read outside transactions: the latest committed version.
@@ -367,21 +435,37 @@ impl DdpNode {
     fn serve_read(&mut self, session: SessionId, req: u64, key: Key, out: &mut Out) -> bool {
         let (rp, bug) = (self.trans_rules().read_persisted, self.bugs.read_in_invalid);
         if let Some(v) = self.uncommitted(key).filter(|_| bug) {
-            Self::answer(out, session, req, Reply::Read { value: Some(v.value), ts: v.ts, id: None });
+            Self::answer(
+                out,
+                session,
+                req,
+                Reply::Read {
+                    value: Some(v.value),
+                    ts: v.ts,
+                    id: None,
+                },
+            );
             return true;
         }
         let s = self.key(key);
         if rp && !s.p_ok() {
             return false;
         }
-        let result = Reply::Read { value: s.value, ts: s.ts, id: None };
+        let result = Reply::Read {
+            value: s.value,
+            ts: s.ts,
+            id: None,
+        };
         Self::answer(out, session, req, result);
         true
     }
 
     /// Test-only: another transaction's write of `key` held here.
     fn uncommitted(&self, key: Key) -> Option<Version> {
-        self.trans.here.values().find_map(|h| h.writes.get(&key).copied())
+        self.trans
+            .here
+            .values()
+            .find_map(|h| h.writes.get(&key).copied())
     }
 
     fn tx_read(&mut self, id: TxId, req: u64, key: Key, out: &mut Out) -> bool {
@@ -389,11 +473,30 @@ impl DdpNode {
             return self.aborted(id, req, out);
         }
         self.touch(id);
-        if let Some(v) = self.trans.here.get(&id).and_then(|h| h.writes.get(&key)).copied() {
-            Self::answer(out, id.session, req, Reply::Read { value: Some(v.value), ts: v.ts, id: None });
+        if let Some(v) = self
+            .trans
+            .here
+            .get(&id)
+            .and_then(|h| h.writes.get(&key))
+            .copied()
+        {
+            Self::answer(
+                out,
+                id.session,
+                req,
+                Reply::Read {
+                    value: Some(v.value),
+                    ts: v.ts,
+                    id: None,
+                },
+            );
             return true;
         }
-        let access = if self.bugs.read_in_invalid { Access::Go } else { self.access(id, key, false, true, out) };
+        let access = if self.bugs.read_in_invalid {
+            Access::Go
+        } else {
+            self.access(id, key, false, true, out)
+        };
         match access {
             Access::Wait => return false,
             Access::Squashed => return self.aborted(id, req, out),
@@ -403,7 +506,13 @@ impl DdpNode {
             return false;
         }
         let ts = self.key(key).ts;
-        self.trans.here.get_mut(&id).expect("open").reads.entry(key).or_insert(ts);
+        self.trans
+            .here
+            .get_mut(&id)
+            .expect("open")
+            .reads
+            .entry(key)
+            .or_insert(ts);
         true
     }
 
@@ -420,27 +529,50 @@ impl DdpNode {
         let base = self.key(v.key).ts;
         let h = self.trans.here.get_mut(&id).expect("open");
         let prev = h.writes.get(&v.key).map_or(base, |w| w.ts);
-        v.ts = Ts { version: prev.version + 1, node: self.me };
+        v.ts = Ts {
+            version: prev.version + 1,
+            node: self.me,
+        };
         h.writes.insert(v.key, v);
         let (hdr, epoch, strict) = (h.hdr, self.config.epoch, self.trans_rules().strict);
         let c = self.trans.coord.get_mut(&id).expect("open");
         c.scopes.insert(v.key, scope);
-        out.push(Command::Broadcast { msg: Msg::TxInv { tx: hdr, v, epoch } });
+        out.push(Command::Broadcast {
+            msg: Msg::TxInv { tx: hdr, v, epoch },
+        });
         if !strict {
             Self::answer(out, id.session, req, Reply::Written { ts: v.ts, id: None });
             return true;
         }
-        (c.client, c.strict, c.local, c.sent_at) = (Some((id.session, req)), Some((v.key, v.ts)), false, self.now);
+        (c.client, c.strict, c.local, c.sent_at) = (
+            Some((id.session, req)),
+            Some((v.key, v.ts)),
+            false,
+            self.now,
+        );
         c.acks.clear();
-        self.persist_tx(id, TxPhase::Prepared, vec![v], Then::LocalWrite { key: v.key, ts: v.ts }, out);
+        self.persist_tx(
+            id,
+            TxPhase::Prepared,
+            vec![v],
+            Then::LocalWrite {
+                key: v.key,
+                ts: v.ts,
+            },
+            out,
+        );
         true
     }
 
     /// Strict: the write replies once every member ACK_p'd it and it landed here.
     pub(crate) fn try_strict_write(&mut self, id: TxId, out: &mut Out) {
         let slack = usize::from(self.bugs.reply_before_last_ack);
-        let Some(c) = self.trans.coord.get(&id) else { return };
-        let (Some((_, ts)), true) = (c.strict, c.local || self.bugs.val_before_persist) else { return };
+        let Some(c) = self.trans.coord.get(&id) else {
+            return;
+        };
+        let (Some((_, ts)), true) = (c.strict, c.local || self.bugs.val_before_persist) else {
+            return;
+        };
         if self.missing(&c.acks) > slack {
             return;
         }
@@ -469,7 +601,8 @@ impl DdpNode {
         let reads: Vec<(Key, Ts)> = h.reads.iter().map(|(&k, &t)| (k, t)).collect();
         let durable = self.trans_rules().durable;
         let c = self.trans.coord.get_mut(&id).expect("open");
-        (c.client, c.phase, c.local, c.sent_at) = (Some((id.session, req)), Phase::Ending, !durable, self.now);
+        (c.client, c.phase, c.local, c.sent_at) =
+            (Some((id.session, req)), Phase::Ending, !durable, self.now);
         c.acks.clear();
         if writes.is_empty() {
             self.decide(id, true, out); // its reads are protected here
@@ -478,18 +611,30 @@ impl DdpNode {
         if durable {
             self.persist_tx(id, TxPhase::Prepared, writes.clone(), Then::Prepared, out);
         }
-        out.push(Command::Broadcast { msg: Msg::EndX { tx: hdr, writes, reads, epoch: self.config.epoch } });
+        out.push(Command::Broadcast {
+            msg: Msg::EndX {
+                tx: hdr,
+                writes,
+                reads,
+                epoch: self.config.epoch,
+            },
+        });
         self.try_end(id, out);
         true
     }
 
     /// A version of `key` held by a prepared transaction here.
     pub(crate) fn prepared_writer(&self, key: Key) -> bool {
-        self.trans.here.values().any(|h| h.prepared && h.writes.contains_key(&key))
+        self.trans
+            .here
+            .values()
+            .any(|h| h.prepared && h.writes.contains_key(&key))
     }
 
     /// The installed (committed) value of `key` here.
     pub(crate) fn installed(&self, key: Key) -> (Ts, Option<Value>) {
-        self.keys.get(&key).map_or((Ts::ZERO, None), |s| (s.ts, s.value))
+        self.keys
+            .get(&key)
+            .map_or((Ts::ZERO, None), |s| (s.ts, s.value))
     }
 }

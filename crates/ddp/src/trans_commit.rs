@@ -6,42 +6,92 @@ use tandem_net::{Command, NodeId};
 
 use crate::node::{DdpNode, Out, Then, Wait};
 use crate::trans::{Delivery, Phase};
-use crate::types::{Key, Msg, Record, Reply, ScopeId, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote};
+use crate::types::{
+    Key, Msg, Record, Reply, ScopeId, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote,
+};
 
 impl DdpNode {
     /// Persist `id`'s record (merged with what its slot holds); `then` says
     /// what its landing completes.
-    pub(crate) fn persist_tx(&mut self, id: TxId, phase: TxPhase, versions: Vec<Version>, then: Then, out: &mut Out) {
-        let committed = if phase == TxPhase::Committed { versions.iter().map(|v| (v.key, v.ts)).collect() } else { Vec::new() };
-        let token = self.token(Wait::Tx { id, committed, then });
-        out.push(Command::Persist { token, record: Record::Tx { tx: id, phase, versions } });
+    pub(crate) fn persist_tx(
+        &mut self,
+        id: TxId,
+        phase: TxPhase,
+        versions: Vec<Version>,
+        then: Then,
+        out: &mut Out,
+    ) {
+        let committed = if phase == TxPhase::Committed {
+            versions.iter().map(|v| (v.key, v.ts)).collect()
+        } else {
+            Vec::new()
+        };
+        let token = self.token(Wait::Tx {
+            id,
+            committed,
+            then,
+        });
+        out.push(Command::Persist {
+            token,
+            record: Record::Tx {
+                tx: id,
+                phase,
+                versions,
+            },
+        });
     }
 
     /// A transaction record landed here.
-    pub(crate) fn tx_landed(&mut self, id: TxId, committed: Vec<(Key, Ts)>, then: Then, out: &mut Out) {
+    pub(crate) fn tx_landed(
+        &mut self,
+        id: TxId,
+        committed: Vec<(Key, Ts)>,
+        then: Then,
+        out: &mut Out,
+    ) {
         for (key, ts) in committed {
             self.key_persisted(key, ts, out); // the INV family's replay may wait on it
         }
-        let ack = |to, ack, epoch| Command::Send { to, msg: Msg::TxAck { tx: id, ack, epoch } };
+        let ack = |to, ack, epoch| Command::Send {
+            to,
+            msg: Msg::TxAck { tx: id, ack, epoch },
+        };
         match then {
             Then::AckInit { to, epoch } => out.push(ack(to, TxAck::Init, epoch)),
-            Then::AckWrite { to, key, ts, epoch } => out.push(ack(to, TxAck::Write { key, ts }, epoch)),
+            Then::AckWrite { to, key, ts, epoch } => {
+                out.push(ack(to, TxAck::Write { key, ts }, epoch))
+            }
             Then::AckDone { to, epoch } => out.push(ack(to, TxAck::Done, epoch)),
             Then::Prepared => self.prepared_landed(id, out),
             Then::LocalInit => {
-                if let Some(c) = self.trans.coord.get_mut(&id).filter(|c| c.phase == Phase::Init) {
+                if let Some(c) = self
+                    .trans
+                    .coord
+                    .get_mut(&id)
+                    .filter(|c| c.phase == Phase::Init)
+                {
                     c.local = true;
                 }
                 self.try_init(id, out);
             }
             Then::LocalWrite { key, ts } => {
-                if let Some(c) = self.trans.coord.get_mut(&id).filter(|c| c.strict == Some((key, ts))) {
+                if let Some(c) = self
+                    .trans
+                    .coord
+                    .get_mut(&id)
+                    .filter(|c| c.strict == Some((key, ts)))
+                {
                     c.local = true;
                 }
                 self.try_strict_write(id, out);
             }
             Then::Decided => {
-                if self.trans.coord.get(&id).is_some_and(|c| c.phase == Phase::Deciding) {
+                if self
+                    .trans
+                    .coord
+                    .get(&id)
+                    .is_some_and(|c| c.phase == Phase::Deciding)
+                {
                     self.decide(id, true, out);
                 }
             }
@@ -61,10 +111,22 @@ impl DdpNode {
         if let Some(h) = self.trans.here.get_mut(&id) {
             h.durable = true;
             for (to, epoch) in std::mem::take(&mut h.owed) {
-                out.push(Command::Send { to, msg: Msg::TxAck { tx: id, ack: TxAck::Vote(Vote::Prepared), epoch } });
+                out.push(Command::Send {
+                    to,
+                    msg: Msg::TxAck {
+                        tx: id,
+                        ack: TxAck::Vote(Vote::Prepared),
+                        epoch,
+                    },
+                });
             }
         }
-        if let Some(c) = self.trans.coord.get_mut(&id).filter(|c| c.phase == Phase::Ending) {
+        if let Some(c) = self
+            .trans
+            .coord
+            .get_mut(&id)
+            .filter(|c| c.phase == Phase::Ending)
+        {
             c.local = true;
             self.try_end(id, out);
         }
@@ -72,7 +134,9 @@ impl DdpNode {
 
     /// A vote for a transaction this node decides.
     pub(crate) fn on_vote(&mut self, from: NodeId, id: TxId, vote: Vote, out: &mut Out) {
-        let Some(c) = self.trans.coord.get_mut(&id) else { return };
+        let Some(c) = self.trans.coord.get_mut(&id) else {
+            return;
+        };
         match vote {
             Vote::Prepared if c.phase == Phase::Ending => {}
             Vote::Prepared => return,
@@ -89,7 +153,14 @@ impl DdpNode {
     /// Decide once the votes allow it: a settler needs every member's vote.
     pub(crate) fn try_end(&mut self, id: TxId, out: &mut Out) {
         let slack = usize::from(self.bugs.reply_before_last_ack);
-        let Some(c) = self.trans.coord.get(&id).filter(|c| c.phase == Phase::Ending) else { return };
+        let Some(c) = self
+            .trans
+            .coord
+            .get(&id)
+            .filter(|c| c.phase == Phase::Ending)
+        else {
+            return;
+        };
         let all = self.missing(&c.acks) <= if c.settling { 0 } else { slack };
         if c.saw_commit {
             return self.decide(id, true, out);
@@ -110,24 +181,44 @@ impl DdpNode {
 
     /// The writes a transaction holds here.
     fn tx_writes(&self, id: TxId) -> Vec<Version> {
-        self.trans.here.get(&id).map(|h| h.writes.values().copied().collect()).unwrap_or_default()
+        self.trans
+            .here
+            .get(&id)
+            .map(|h| h.writes.values().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Decide `id` here: answer its client, install a commit, deliver.
     pub(crate) fn decide(&mut self, id: TxId, commit: bool, out: &mut Out) {
         let writes = self.tx_writes(id);
         self.trans.here.remove(&id);
-        let Some(c) = self.trans.coord.remove(&id) else { return };
+        let Some(c) = self.trans.coord.remove(&id) else {
+            return;
+        };
         self.learn(id, Some(commit));
-        *if commit { &mut self.trans.stats.committed } else { &mut self.trans.stats.aborted } += 1;
+        *if commit {
+            &mut self.trans.stats.committed
+        } else {
+            &mut self.trans.stats.aborted
+        } += 1;
         if let Some((session, req)) = c.client {
-            let result = if commit { Reply::Committed { tx: id.seq } } else { Reply::Aborted { tx: id.seq } };
+            let result = if commit {
+                Reply::Committed { tx: id.seq }
+            } else {
+                Reply::Aborted { tx: id.seq }
+            };
             Self::answer(out, session, req, result);
         }
         if commit {
             for v in &writes {
                 if let Some(&scope) = c.scopes.get(&v.key) {
-                    self.scope_of(ScopeId { session: id.session, seq: scope }, *v);
+                    self.scope_of(
+                        ScopeId {
+                            session: id.session,
+                            seq: scope,
+                        },
+                        *v,
+                    );
                 }
             }
             self.install(id, &writes, None, out);
@@ -137,7 +228,13 @@ impl DdpNode {
 
     /// Make committed writes visible here and durable as the model says;
     /// `ack`: the decider, told once that is done.
-    pub(crate) fn install(&mut self, id: TxId, writes: &[Version], ack: Option<(NodeId, u64)>, out: &mut Out) {
+    pub(crate) fn install(
+        &mut self,
+        id: TxId,
+        writes: &[Version],
+        ack: Option<(NodeId, u64)>,
+        out: &mut Out,
+    ) {
         let (r, now) = (self.trans_rules(), self.now);
         for v in writes {
             let s = self.key(v.key);
@@ -159,7 +256,14 @@ impl DdpNode {
             self.trans.lazy.push((id, writes.to_vec()));
         }
         if let Some((to, epoch)) = ack {
-            out.push(Command::Send { to, msg: Msg::TxAck { tx: id, ack: TxAck::Done, epoch } });
+            out.push(Command::Send {
+                to,
+                msg: Msg::TxAck {
+                    tx: id,
+                    ack: TxAck::Done,
+                    epoch,
+                },
+            });
         }
     }
 
@@ -167,23 +271,42 @@ impl DdpNode {
     fn deliver(&mut self, hdr: TxHdr, commit: bool, writes: Vec<Version>, out: &mut Out) {
         let local = !(commit && self.trans_rules().read_persisted && !writes.is_empty());
         let writes = if commit { writes } else { Vec::new() };
-        let msg = Msg::TxOutcome { tx: hdr, commit, writes: writes.clone(), epoch: self.config.epoch };
+        let msg = Msg::TxOutcome {
+            tx: hdr,
+            commit,
+            writes: writes.clone(),
+            epoch: self.config.epoch,
+        };
         out.push(Command::Broadcast { msg });
-        let d = Delivery { hdr, commit, writes, acks: Default::default(), local, sent_at: self.now };
+        let d = Delivery {
+            hdr,
+            commit,
+            writes,
+            acks: Default::default(),
+            local,
+            sent_at: self.now,
+        };
         self.trans.deliveries.insert(hdr.id, d);
         self.try_delivery(hdr.id, out);
     }
 
     /// Every member has the decision (RE-p: persisted it; then VAL_p).
     pub(crate) fn try_delivery(&mut self, id: TxId, out: &mut Out) {
-        let Some(d) = self.trans.deliveries.get(&id) else { return };
+        let Some(d) = self.trans.deliveries.get(&id) else {
+            return;
+        };
         if !d.local || self.missing(&d.acks) > 0 {
             return;
         }
         let d = self.trans.deliveries.remove(&id).expect("checked");
         if d.commit && self.trans_rules().read_persisted {
             let writes: Vec<(Key, Ts)> = d.writes.iter().map(|v| (v.key, v.ts)).collect();
-            out.push(Command::Broadcast { msg: Msg::TxValP { tx: id, writes: writes.clone() } });
+            out.push(Command::Broadcast {
+                msg: Msg::TxValP {
+                    tx: id,
+                    writes: writes.clone(),
+                },
+            });
             self.on_valp(&writes, out);
         }
     }
@@ -198,19 +321,38 @@ impl DdpNode {
     }
 
     /// A decision reached this node.
-    pub(crate) fn on_outcome(&mut self, from: NodeId, hdr: TxHdr, commit: bool, writes: Vec<Version>, epoch: u64, out: &mut Out) {
+    pub(crate) fn on_outcome(
+        &mut self,
+        from: NodeId,
+        hdr: TxHdr,
+        commit: bool,
+        writes: Vec<Version>,
+        epoch: u64,
+        out: &mut Out,
+    ) {
         let id = hdr.id;
         let known = self.learn(id, Some(commit));
         self.trans.here.remove(&id);
         if let Some(c) = self.trans.coord.remove(&id) {
             if let Some((session, req)) = c.client {
-                let result = if commit { Reply::Committed { tx: id.seq } } else { Reply::Aborted { tx: id.seq } };
+                let result = if commit {
+                    Reply::Committed { tx: id.seq }
+                } else {
+                    Reply::Aborted { tx: id.seq }
+                };
                 Self::answer(out, session, req, result);
             }
         }
         if commit && (!known || self.trans_rules().read_persisted) {
             return self.install(id, &writes, Some((from, epoch)), out);
         }
-        out.push(Command::Send { to: from, msg: Msg::TxAck { tx: id, ack: TxAck::Done, epoch } });
+        out.push(Command::Send {
+            to: from,
+            msg: Msg::TxAck {
+                tx: id,
+                ack: TxAck::Done,
+                epoch,
+            },
+        });
     }
 }

@@ -15,8 +15,15 @@ impl DdpNode {
     /// reading (`write` false) or writing `key`: those that wrote it, and
     /// for a write those that read it.
     fn holders(&self, id: TxId, key: Key, write: bool) -> Vec<(TxHdr, bool)> {
-        let hit = |h: &crate::trans::TxHere| h.writes.contains_key(&key) || (write && h.reads.contains_key(&key));
-        self.trans.here.values().filter(|h| h.hdr.id != id && hit(h)).map(|h| (h.hdr, h.prepared)).collect()
+        let hit = |h: &crate::trans::TxHere| {
+            h.writes.contains_key(&key) || (write && h.reads.contains_key(&key))
+        };
+        self.trans
+            .here
+            .values()
+            .filter(|h| h.hdr.id != id && hit(h))
+            .map(|h| (h.hdr, h.prepared))
+            .collect()
     }
 
     /// Conflict detection for `id`'s access to `key` here (wound-wait).
@@ -28,7 +35,14 @@ impl DdpNode {
     /// Waits thus run from younger to older unprepared transactions and
     /// from older to younger prepared ones, never from a prepared one to
     /// an unprepared one: no cycle, no deadlock.
-    pub(crate) fn access(&mut self, id: TxId, key: Key, write: bool, op: bool, out: &mut Out) -> Access {
+    pub(crate) fn access(
+        &mut self,
+        id: TxId,
+        key: Key,
+        write: bool,
+        op: bool,
+        out: &mut Out,
+    ) -> Access {
         if self.bugs.skip_conflict_check {
             return Access::Go;
         }
@@ -39,7 +53,9 @@ impl DdpNode {
                 self.trans.stats.same_session += 1;
             }
             match (prepared, op, older) {
-                (true, true, _) | (true, false, true) | (false, true, false) => return Access::Wait,
+                (true, true, _) | (true, false, true) | (false, true, false) => {
+                    return Access::Wait
+                }
                 (false, _, true) => {
                     self.count_squash(Squash::Wounded);
                     self.refuse(other.id, out);
@@ -58,20 +74,35 @@ impl DdpNode {
     /// will vote `Refused`; the coordinator learns it (or is this node, and
     /// aborts it).
     pub(crate) fn refuse(&mut self, id: TxId, out: &mut Out) {
-        let Some(h) = self.trans.here.remove(&id) else { return };
+        let Some(h) = self.trans.here.remove(&id) else {
+            return;
+        };
         self.learn(id, None);
         match self.trans.coord.get(&id) {
             Some(c) if !c.settling => self.decide(id, false, out),
             _ => {
-                let msg = Msg::TxAck { tx: id, ack: TxAck::Vote(Vote::Refused), epoch: self.config.epoch };
-                out.push(Command::Send { to: h.hdr.coord, msg });
+                let msg = Msg::TxAck {
+                    tx: id,
+                    ack: TxAck::Vote(Vote::Refused),
+                    epoch: self.config.epoch,
+                };
+                out.push(Command::Send {
+                    to: h.hdr.coord,
+                    msg,
+                });
             }
         }
     }
 
     /// ENDX at a member: validate `id`'s reads and writes against what is
     /// installed here, then detect conflicts with every one of them.
-    pub(crate) fn prepare_check(&mut self, id: TxId, writes: &[Version], reads: &[(Key, Ts)], out: &mut Out) -> Access {
+    pub(crate) fn prepare_check(
+        &mut self,
+        id: TxId,
+        writes: &[Version],
+        reads: &[(Key, Ts)],
+        out: &mut Out,
+    ) -> Access {
         let stale_write = writes.iter().any(|v| self.installed(v.key).0 >= v.ts);
         let stale_read = reads.iter().any(|&(k, ts)| self.installed(k).0 > ts);
         if (stale_write || stale_read) && !self.bugs.skip_conflict_check {
@@ -79,7 +110,10 @@ impl DdpNode {
             self.refuse(id, out);
             return Access::Squashed;
         }
-        let keys = writes.iter().map(|v| (v.key, true)).chain(reads.iter().map(|&(k, _)| (k, false)));
+        let keys = writes
+            .iter()
+            .map(|v| (v.key, true))
+            .chain(reads.iter().map(|&(k, _)| (k, false)));
         for (key, write) in keys.collect::<Vec<_>>() {
             match self.access(id, key, write, false, out) {
                 Access::Go => {}

@@ -22,7 +22,10 @@ impl DdpNode {
     }
 
     fn tx_ack(&self, to: NodeId, id: TxId, ack: TxAck, epoch: u64, out: &mut Out) {
-        out.push(Command::Send { to, msg: Msg::TxAck { tx: id, ack, epoch } });
+        out.push(Command::Send {
+            to,
+            msg: Msg::TxAck { tx: id, ack, epoch },
+        });
     }
 
     /// INITX: know the transaction (and, Strict and Synch, persist that first).
@@ -33,15 +36,34 @@ impl DdpNode {
         }
         self.hear(hdr);
         if self.trans_rules().durable && !self.bugs.val_before_persist {
-            return self.persist_tx(id, TxPhase::Begun, Vec::new(), Then::AckInit { to: from, epoch }, out);
+            return self.persist_tx(
+                id,
+                TxPhase::Begun,
+                Vec::new(),
+                Then::AckInit { to: from, epoch },
+                out,
+            );
         }
         self.tx_ack(from, id, TxAck::Init, epoch, out);
     }
 
     /// A transactional INV: hold the write here unless it conflicts
     /// (Strict: persist it in the transaction's record, then ACK_p).
-    pub(crate) fn on_txinv(&mut self, from: NodeId, hdr: TxHdr, v: Version, epoch: u64, out: &mut Out) {
-        let (id, ack) = (hdr.id, TxAck::Write { key: v.key, ts: v.ts });
+    pub(crate) fn on_txinv(
+        &mut self,
+        from: NodeId,
+        hdr: TxHdr,
+        v: Version,
+        epoch: u64,
+        out: &mut Out,
+    ) {
+        let (id, ack) = (
+            hdr.id,
+            TxAck::Write {
+                key: v.key,
+                ts: v.ts,
+            },
+        );
         match self.known_vote(id) {
             Some(Vote::Committed) => return,
             Some(vote) => return self.tx_ack(from, id, TxAck::Vote(vote), epoch, out),
@@ -52,7 +74,12 @@ impl DdpNode {
             return; // the coordinator has the refusal
         }
         if self.trans_rules().strict && !self.bugs.val_before_persist {
-            let then = Then::AckWrite { to: from, key: v.key, ts: v.ts, epoch };
+            let then = Then::AckWrite {
+                to: from,
+                key: v.key,
+                ts: v.ts,
+                epoch,
+            };
             return self.persist_tx(id, TxPhase::Prepared, vec![v], then, out);
         }
         self.tx_ack(from, id, ack, epoch, out);
@@ -76,8 +103,25 @@ impl DdpNode {
         a
     }
 
-    pub(crate) fn on_endx(&mut self, from: NodeId, hdr: TxHdr, writes: Vec<Version>, reads: Vec<(Key, Ts)>, epoch: u64, out: &mut Out) {
-        self.end_request(EndReq { from, hdr, writes, reads, epoch }, out);
+    pub(crate) fn on_endx(
+        &mut self,
+        from: NodeId,
+        hdr: TxHdr,
+        writes: Vec<Version>,
+        reads: Vec<(Key, Ts)>,
+        epoch: u64,
+        out: &mut Out,
+    ) {
+        self.end_request(
+            EndReq {
+                from,
+                hdr,
+                writes,
+                reads,
+                epoch,
+            },
+            out,
+        );
     }
 
     /// ENDX: vote, prepare (Strict, Synch: persist the writes, then vote),
@@ -98,10 +142,14 @@ impl DdpNode {
         match self.prepare_check(id, &e.writes, &e.reads, out) {
             Access::Wait => {
                 self.trans.stats.end_waits += 1;
-                self.trans.postponed.retain(|p| (p.hdr.id, p.from) != (id, e.from)); // a re-sent ENDX
+                self.trans
+                    .postponed
+                    .retain(|p| (p.hdr.id, p.from) != (id, e.from)); // a re-sent ENDX
                 return self.trans.postponed.push(e);
             }
-            Access::Squashed => return self.tx_ack(e.from, id, TxAck::Vote(Vote::Refused), e.epoch, out),
+            Access::Squashed => {
+                return self.tx_ack(e.from, id, TxAck::Vote(Vote::Refused), e.epoch, out)
+            }
             Access::Go => {}
         }
         let h = self.trans.here.get_mut(&id).expect("checked");
@@ -115,19 +163,36 @@ impl DdpNode {
         self.persist_tx(id, TxPhase::Prepared, e.writes, Then::Prepared, out);
     }
 
-    pub(crate) fn on_txack(&mut self, from: NodeId, id: TxId, ack: TxAck, epoch: u64, out: &mut Out) {
+    pub(crate) fn on_txack(
+        &mut self,
+        from: NodeId,
+        id: TxId,
+        ack: TxAck,
+        epoch: u64,
+        out: &mut Out,
+    ) {
         if epoch != self.config.epoch {
             return;
         }
         match ack {
             TxAck::Init => {
-                if let Some(c) = self.trans.coord.get_mut(&id).filter(|c| c.phase == Phase::Init) {
+                if let Some(c) = self
+                    .trans
+                    .coord
+                    .get_mut(&id)
+                    .filter(|c| c.phase == Phase::Init)
+                {
                     c.acks.insert(from);
                 }
                 self.try_init(id, out);
             }
             TxAck::Write { key, ts } => {
-                if let Some(c) = self.trans.coord.get_mut(&id).filter(|c| c.strict == Some((key, ts))) {
+                if let Some(c) = self
+                    .trans
+                    .coord
+                    .get_mut(&id)
+                    .filter(|c| c.strict == Some((key, ts)))
+                {
                     c.acks.insert(from);
                 }
                 self.try_strict_write(id, out);
@@ -148,8 +213,19 @@ impl DdpNode {
         let h = self.trans.here.get(&c.hdr.id);
         match (c.phase, c.strict) {
             (Phase::Init, _) => Some(Msg::InitX { tx: c.hdr, epoch }),
-            (Phase::Active, Some((key, _))) => h.and_then(|h| h.writes.get(&key)).map(|&v| Msg::TxInv { tx: c.hdr, v, epoch }),
-            (Phase::Ending, _) => h.map(|h| Msg::EndX { tx: c.hdr, writes: h.writes.values().copied().collect(), reads: h.reads.iter().map(|(&k, &t)| (k, t)).collect(), epoch }),
+            (Phase::Active, Some((key, _))) => {
+                h.and_then(|h| h.writes.get(&key)).map(|&v| Msg::TxInv {
+                    tx: c.hdr,
+                    v,
+                    epoch,
+                })
+            }
+            (Phase::Ending, _) => h.map(|h| Msg::EndX {
+                tx: c.hdr,
+                writes: h.writes.values().copied().collect(),
+                reads: h.reads.iter().map(|(&k, &t)| (k, t)).collect(),
+                epoch,
+            }),
             _ => None,
         }
     }
@@ -166,16 +242,32 @@ impl DdpNode {
             let c = self.trans.coord.get_mut(&id).expect("listed");
             c.sent_at = now;
             for &o in others.iter().filter(|o| !c.acks.contains(o)) {
-                out.push(Command::Send { to: o, msg: msg.clone() });
+                out.push(Command::Send {
+                    to: o,
+                    msg: msg.clone(),
+                });
                 self.trans.stats.resent += 1;
             }
         }
         let epoch = self.config.epoch;
-        for d in self.trans.deliveries.values_mut().filter(|d| due(d.sent_at)) {
+        for d in self
+            .trans
+            .deliveries
+            .values_mut()
+            .filter(|d| due(d.sent_at))
+        {
             d.sent_at = now;
-            let msg = Msg::TxOutcome { tx: d.hdr, commit: d.commit, writes: d.writes.clone(), epoch };
+            let msg = Msg::TxOutcome {
+                tx: d.hdr,
+                commit: d.commit,
+                writes: d.writes.clone(),
+                epoch,
+            };
             for &o in others.iter().filter(|o| !d.acks.contains(o)) {
-                out.push(Command::Send { to: o, msg: msg.clone() });
+                out.push(Command::Send {
+                    to: o,
+                    msg: msg.clone(),
+                });
                 self.trans.stats.resent += 1;
             }
         }
@@ -205,7 +297,10 @@ impl DdpNode {
         }
         if new_epoch {
             self.trans.coord.values_mut().for_each(|c| c.acks.clear());
-            self.trans.deliveries.values_mut().for_each(|d| d.acks.clear());
+            self.trans
+                .deliveries
+                .values_mut()
+                .for_each(|d| d.acks.clear());
             self.trans_retry(true, out);
             for id in self.trans.coord.keys().copied().collect::<Vec<_>>() {
                 self.try_init(id, out);
@@ -225,7 +320,9 @@ impl DdpNode {
     fn settle_orphans(&mut self, out: &mut Out) {
         let members = &self.config.members;
         let orphans: Vec<(TxId, bool)> = (self.trans.here.values())
-            .filter(|h| !members.contains(&h.hdr.coord) && !self.trans.coord.contains_key(&h.hdr.id))
+            .filter(|h| {
+                !members.contains(&h.hdr.coord) && !self.trans.coord.contains_key(&h.hdr.id)
+            })
             .map(|h| (h.hdr.id, h.prepared))
             .collect();
         for (id, prepared) in orphans {
@@ -237,7 +334,12 @@ impl DdpNode {
             let h = &self.trans.here[&id];
             let mut c = CoordTx::new(h.hdr, Phase::Ending, self.now);
             (c.settling, c.local) = (true, h.durable || !self.trans_rules().durable);
-            let msg = Msg::EndX { tx: h.hdr, writes: h.writes.values().copied().collect(), reads: h.reads.iter().map(|(&k, &t)| (k, t)).collect(), epoch: self.config.epoch };
+            let msg = Msg::EndX {
+                tx: h.hdr,
+                writes: h.writes.values().copied().collect(),
+                reads: h.reads.iter().map(|(&k, &t)| (k, t)).collect(),
+                epoch: self.config.epoch,
+            };
             self.trans.coord.insert(id, c);
             out.push(Command::Broadcast { msg });
             self.try_end(id, out);
@@ -247,7 +349,11 @@ impl DdpNode {
     /// Recovery: a committed transaction's record is installed whole.
     pub(crate) fn load_tx(&mut self, r: &Record) -> Vec<Version> {
         match r {
-            Record::Tx { tx, phase: TxPhase::Committed, versions } => {
+            Record::Tx {
+                tx,
+                phase: TxPhase::Committed,
+                versions,
+            } => {
                 self.learn(*tx, Some(true));
                 versions.clone()
             }

@@ -26,7 +26,11 @@ impl DdpNode {
     /// A message about `hdr`'s transaction: hold it here (from now on).
     pub(crate) fn hear(&mut self, hdr: TxHdr) -> &mut TxHere {
         let now = self.now;
-        let h = self.trans.here.entry(hdr.id).or_insert_with(|| TxHere::new(hdr, now));
+        let h = self
+            .trans
+            .here
+            .entry(hdr.id)
+            .or_insert_with(|| TxHere::new(hdr, now));
         h.heard = now;
         h
     }
@@ -39,7 +43,12 @@ impl DdpNode {
         let (now, p) = (self.now, self.params);
         let busy = |s| self.trans.waiting.iter().any(|w| w.0 == s);
         let idle: Vec<TxId> = (self.trans.coord.values())
-            .filter(|c| c.phase == Phase::Active && !c.settling && c.client.is_none() && !busy(c.hdr.id.session))
+            .filter(|c| {
+                c.phase == Phase::Active
+                    && !c.settling
+                    && c.client.is_none()
+                    && !busy(c.hdr.id.session)
+            })
             .filter(|c| now >= c.last_op.saturating_add(p.idle_ns))
             .map(|c| c.hdr.id)
             .collect();
@@ -48,7 +57,11 @@ impl DdpNode {
             self.decide(id, false, out);
         }
         let silent: Vec<TxId> = (self.trans.here.values())
-            .filter(|h| !h.prepared && !self.trans.coord.contains_key(&h.hdr.id) && now >= h.heard.saturating_add(p.forget_ns))
+            .filter(|h| {
+                !h.prepared
+                    && !self.trans.coord.contains_key(&h.hdr.id)
+                    && now >= h.heard.saturating_add(p.forget_ns)
+            })
             .map(|h| h.hdr.id)
             .collect();
         for id in silent {

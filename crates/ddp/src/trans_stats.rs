@@ -97,6 +97,11 @@ impl DdpNode {
     /// Transactions and decisions this node holds (bounded on a long run).
     pub fn trans_memory(&self) -> usize {
         let t = &self.trans;
-        t.coord.len() + t.here.len() + t.outcomes.len() + t.refused.len() + t.learnt.len() + t.deliveries.len()
+        t.coord.len()
+            + t.here.len()
+            + t.outcomes.len()
+            + t.refused.len()
+            + t.learnt.len()
+            + t.deliveries.len()
     }
 }

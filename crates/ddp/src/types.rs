@@ -10,14 +10,19 @@ pub type Value = u64;
 
 /// A version: Lamport `(version, node)`, compared lexicographically
 /// (spec §14.1, HEAL §II-B). `Ts::ZERO` is the initial, absent value.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Ts {
     pub version: u64,
     pub node: NodeId,
 }
 
 impl Ts {
-    pub const ZERO: Ts = Ts { version: 0, node: 0 };
+    pub const ZERO: Ts = Ts {
+        version: 0,
+        node: 0,
+    };
 }
 
 /// A scope: ordered within its session only (DESIGN.md §7.2).
@@ -29,7 +34,9 @@ pub struct ScopeId {
 
 /// A transaction: its session and the session's number for it (a restart
 /// after a squash is a new transaction, with a new number).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct TxId {
     pub session: SessionId,
     pub seq: u64,
@@ -88,10 +95,20 @@ pub enum Op {
 
 impl Op {
     pub fn read(key: Key) -> Op {
-        Op::Read { key, after: Vector::default(), tx: None }
+        Op::Read {
+            key,
+            after: Vector::default(),
+            tx: None,
+        }
     }
     pub fn write(key: Key, value: Value, scope: u64) -> Op {
-        Op::Write { key, value, scope, after: Vector::default(), tx: None }
+        Op::Write {
+            key,
+            value,
+            scope,
+            after: Vector::default(),
+            tx: None,
+        }
     }
 }
 
@@ -100,24 +117,43 @@ impl Op {
 /// whole-cluster restart).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
-    Read { value: Option<Value>, ts: Ts, id: Option<UpdId> },
-    Written { ts: Ts, id: Option<UpdId> },
+    Read {
+        value: Option<Value>,
+        ts: Ts,
+        id: Option<UpdId>,
+    },
+    Written {
+        ts: Ts,
+        id: Option<UpdId>,
+    },
     /// The scope `seq` of the session is durable at every replica.
-    Persisted { seq: u64 },
+    Persisted {
+        seq: u64,
+    },
     /// The scope's writes are not all known here (its coordinator crashed
     /// and the session moved): it was not persisted, and none of its
     /// writes is made durable as part of it.
-    ScopeLost { seq: u64 },
+    ScopeLost {
+        seq: u64,
+    },
     /// Transaction `tx` is open here (Init Xaction).
-    Begun { tx: u64 },
+    Begun {
+        tx: u64,
+    },
     /// Transaction `tx` committed (End Xaction).
-    Committed { tx: u64 },
+    Committed {
+        tx: u64,
+    },
     /// Transaction `tx` was squashed (a conflict, or its coordinator
     /// crashed): none of its writes takes effect; the client restarts it.
-    Aborted { tx: u64 },
+    Aborted {
+        tx: u64,
+    },
     /// The model does not take this operation (Begin or End outside
     /// Transactional consistency, a plain write under it).
-    Error { msg: String },
+    Error {
+        msg: String,
+    },
 }
 
 /// A version of a key as messages and records carry it.
@@ -141,73 +177,154 @@ pub struct Upd {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Msg {
     /// Invalidate `key` and apply `v` (INV + data).
-    Inv { v: Version, epoch: u64, scope: Option<ScopeId> },
+    Inv {
+        v: Version,
+        epoch: u64,
+        scope: Option<ScopeId>,
+    },
     /// `c`: applied; `p`: persisted (ACK, ACK_c, ACK_p).
-    Ack { key: Key, ts: Ts, epoch: u64, c: bool, p: bool },
+    Ack {
+        key: Key,
+        ts: Ts,
+        epoch: u64,
+        c: bool,
+        p: bool,
+    },
     /// `c`: every replica applied `ts`; `p`: and persisted it (VAL, VAL_c, VAL_p).
-    Val { key: Key, ts: Ts, c: bool, p: bool },
+    Val {
+        key: Key,
+        ts: Ts,
+        c: bool,
+        p: bool,
+    },
     /// `[PERSIST]s`: persist the writes of `scope`. It lists them, so a
     /// follower needs no buffer and a node that joined mid-scope can too
     /// (a deviation from the paper's count: more bytes, no waiting).
-    ScopePersist { scope: ScopeId, versions: Vec<Version>, epoch: u64 },
+    ScopePersist {
+        scope: ScopeId,
+        versions: Vec<Version>,
+        epoch: u64,
+    },
     /// `[ACK_p]s`.
-    ScopeAck { scope: ScopeId, epoch: u64 },
+    ScopeAck {
+        scope: ScopeId,
+        epoch: u64,
+    },
     /// HEAL under Scope (`[VAL_P]sc`): every member persisted the scope, so
     /// its writes are past their GDP (the followers' FGDP).
-    ScopeVal { versions: Vec<(Key, Ts)> },
+    ScopeVal {
+        versions: Vec<(Key, Ts)>,
+    },
     /// UPD (+cauhist), one or a batch (Eventual sends them lazily, batched).
     /// Its ACK_p (Strict) is an `Ack` with `p` only.
-    Upd { upds: Vec<Upd> },
+    Upd {
+        upds: Vec<Upd>,
+    },
     /// Anti-entropy: the updates the sender applied (for resends and log
     /// garbage collection; not in the paper, which assumes reliable links).
-    UpdSync { applied: Vector },
+    UpdSync {
+        applied: Vector,
+    },
     /// A restarted node asks for a full copy (until HEAL replaces it).
     CopyReq,
     /// Every version the sender holds, and whether it is validated there.
-    CopyResp { versions: Vec<(Version, bool)> },
+    CopyResp {
+        versions: Vec<(Version, bool)>,
+    },
     /// The UPD family's copy: every version the sender applied, with its
     /// update id, the sender's applied vector, and whether it was serving.
-    UpdCopy { versions: Vec<(Version, Option<UpdId>)>, applied: Vector, ready: bool },
+    UpdCopy {
+        versions: Vec<(Version, Option<UpdId>)>,
+        applied: Vector,
+        ready: bool,
+    },
     /// INITX: a transaction begins at its coordinator.
-    InitX { tx: TxHdr, epoch: u64 },
+    InitX {
+        tx: TxHdr,
+        epoch: u64,
+    },
     /// INV of a transactional write (held by the transaction, not visible).
-    TxInv { tx: TxHdr, v: Version, epoch: u64 },
+    TxInv {
+        tx: TxHdr,
+        v: Version,
+        epoch: u64,
+    },
     /// ENDX: the transaction's final writes and the versions it read, from
     /// its coordinator or from a node settling it after the coordinator died.
-    EndX { tx: TxHdr, writes: Vec<Version>, reads: Vec<(Key, Ts)>, epoch: u64 },
+    EndX {
+        tx: TxHdr,
+        writes: Vec<Version>,
+        reads: Vec<(Key, Ts)>,
+        epoch: u64,
+    },
     /// The answer to INITX, TxInv, EndX (a vote) and TxOutcome.
-    TxAck { tx: TxId, ack: TxAck, epoch: u64 },
+    TxAck {
+        tx: TxId,
+        ack: TxAck,
+        epoch: u64,
+    },
     /// The decision; a commit carries the writes (so a node that missed the
     /// INVs, or joined since, installs them).
-    TxOutcome { tx: TxHdr, commit: bool, writes: Vec<Version>, epoch: u64 },
+    TxOutcome {
+        tx: TxHdr,
+        commit: bool,
+        writes: Vec<Version>,
+        epoch: u64,
+    },
     /// VAL_p (RE persistency): the transaction's writes are durable everywhere.
-    TxValP { tx: TxId, writes: Vec<(Key, Ts)> },
+    TxValP {
+        tx: TxId,
+        writes: Vec<(Key, Ts)>,
+    },
     /// HEAL `Recov_start`: the recovering node (a ShadowReplica since
     /// configuration `epoch`) starts its recovery.
-    RecovStart { epoch: u64 },
+    RecovStart {
+        epoch: u64,
+    },
     /// HEAL `Recov_start_ACK`; `online`: the sender serves clients and has
     /// recorded every update since the recovering node left (it can be the
     /// Buddy); `inflight`: versions the recovering node coordinated that the
     /// sender holds short of their GDP (they may still commit by a replay,
     /// so the recovering node must not issue their timestamps again).
-    RecovStartAck { epoch: u64, online: bool, inflight: Vec<(Version, crate::heal::Validity)> },
+    RecovStartAck {
+        epoch: u64,
+        online: bool,
+        inflight: Vec<(Version, crate::heal::Validity)>,
+    },
     /// HEAL `CatchUp_req` to the Buddy: the Partially_persisted list.
     /// HEAL-NoShadow asks in rounds: `round` counts them, `after` is the
     /// Buddy's record count its last answer reached (0: everything).
-    CatchUpReq { epoch: u64, partial: Vec<(Key, Ts)>, round: u32, after: u64 },
+    CatchUpReq {
+        epoch: u64,
+        partial: Vec<(Key, Ts)>,
+        round: u32,
+        after: u64,
+    },
     /// HEAL `CatchUp_resp`: the marked list and the Buddy's Missed_updates.
-    CatchUpResp { epoch: u64, resp: Box<crate::heal::CatchUpResp> },
+    CatchUpResp {
+        epoch: u64,
+        resp: Box<crate::heal::CatchUpResp>,
+    },
     /// HEAL `Recov_end` of the recovery that ran in configuration `epoch`;
     /// acknowledged (`RecovEndAck`) so that no buffer leaks. A member ignores
     /// one older than the configuration that last dropped the sender.
-    RecovEnd { epoch: u64 },
-    RecovEndAck { epoch: u64 },
+    RecovEnd {
+        epoch: u64,
+    },
+    RecovEndAck {
+        epoch: u64,
+    },
     /// HEAL-NoShadow: the recovering node has chased its Buddy until the
     /// rounds stopped shrinking; from now on the receiver sends it its writes.
-    ShadowStart { epoch: u64 },
+    ShadowStart {
+        epoch: u64,
+    },
     /// The receiver includes the recovering node in writes from now on;
     /// `inflight`: the writes it coordinates that went out without it.
-    ShadowStartAck { epoch: u64, inflight: Vec<(Version, crate::heal::Validity)> },
+    ShadowStartAck {
+        epoch: u64,
+        inflight: Vec<(Version, crate::heal::Validity)>,
+    },
 }
 
 /// A node's vote on a transaction at ENDX.
@@ -228,7 +345,10 @@ pub enum TxAck {
     /// INITX (persisted, under Strict and Synch).
     Init,
     /// A TxInv; under Strict, once persisted (ACK_p).
-    Write { key: Key, ts: Ts },
+    Write {
+        key: Key,
+        ts: Ts,
+    },
     Vote(Vote),
     /// The outcome (installed; under RE persistency, persisted: ACK_p).
     Done,
@@ -251,14 +371,28 @@ pub enum TxPhase {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Record {
     Key(Version),
-    Scope { scope: ScopeId, versions: Vec<Version> },
-    Tx { tx: TxId, phase: TxPhase, versions: Vec<Version> },
+    Scope {
+        scope: ScopeId,
+        versions: Vec<Version>,
+    },
+    Tx {
+        tx: TxId,
+        phase: TxPhase,
+        versions: Vec<Version>,
+    },
     /// HEAL's GDP flag: version `ts` of `key` (or a newer one) reached
     /// the Global Durability Point as this node saw it.
-    Gdp { key: Key, ts: Ts },
+    Gdp {
+        key: Key,
+        ts: Ts,
+    },
     /// HEAL: the key's slot held `over`, an update that never committed;
     /// it now holds `to` (None: no version). Lands only over `over` or older.
-    Rollback { key: Key, to: Option<Version>, over: Ts },
+    Rollback {
+        key: Key,
+        to: Option<Version>,
+        over: Ts,
+    },
 }
 
 impl Record {
@@ -270,7 +404,9 @@ impl Record {
             Record::Rollback { to, .. } => return to.filter(|v| v.key == key).map(|v| v.ts),
             Record::Gdp { .. } => return None,
             Record::Scope { versions, .. } => versions,
-            Record::Tx { phase, versions, .. } if *phase == TxPhase::Committed || prepared => versions,
+            Record::Tx {
+                phase, versions, ..
+            } if *phase == TxPhase::Committed || prepared => versions,
             Record::Tx { .. } => return None,
         };
         vs.iter().filter(|v| v.key == key).map(|v| v.ts).max()
@@ -303,9 +439,19 @@ impl Durable for Record {
         match (&mut *slot, new) {
             (Record::Key(old), Record::Key(v)) if old.ts >= v.ts => {}
             (Record::Gdp { ts, .. }, Record::Gdp { ts: new, .. }) if *ts >= new => {}
-            (Record::Key(old), Record::Rollback { over, to, .. }) if old.ts > over && to.is_none_or(|v| v.ts <= old.ts) => {}
+            (Record::Key(old), Record::Rollback { over, to, .. })
+                if old.ts > over && to.is_none_or(|v| v.ts <= old.ts) => {}
             (s, Record::Rollback { to: Some(v), .. }) => *s = Record::Key(v),
-            (Record::Tx { phase, versions, .. }, Record::Tx { phase: p, versions: vs, .. }) => {
+            (
+                Record::Tx {
+                    phase, versions, ..
+                },
+                Record::Tx {
+                    phase: p,
+                    versions: vs,
+                    ..
+                },
+            ) => {
                 *phase = (*phase).max(p);
                 for v in vs {
                     match versions.iter_mut().find(|o| o.key == v.key) {

@@ -35,7 +35,16 @@ impl DdpNode {
         }
         let s = self.key(v.key);
         if s.nvm >= v.ts || early {
-            out.push(Command::Send { to, msg: Msg::Ack { key: v.key, ts: v.ts, epoch, c: false, p: true } });
+            out.push(Command::Send {
+                to,
+                msg: Msg::Ack {
+                    key: v.key,
+                    ts: v.ts,
+                    epoch,
+                    c: false,
+                    p: true,
+                },
+            });
         } else {
             s.owed.push((to, v.ts, epoch, false));
         }
@@ -63,18 +72,38 @@ impl DdpNode {
         let mut from = self.upd.buffer.keys().next().copied()?;
         loop {
             let o = from.origin;
-            let head = UpdId { origin: o, seq: self.upd.applied.get(o) + 1 };
-            let mut of_origin = self.upd.buffer.range(from..).take_while(|(id, _)| id.origin == o);
+            let head = UpdId {
+                origin: o,
+                seq: self.upd.applied.get(o) + 1,
+            };
+            let mut of_origin = self
+                .upd
+                .buffer
+                .range(from..)
+                .take_while(|(id, _)| id.origin == o);
             let found = if scan_all || self.upd.extra.contains_key(&o) {
                 of_origin.find(|(_, u)| self.may_apply(u))
             } else {
-                of_origin.take_while(|(id, _)| id.seq <= head.seq).find(|(_, u)| self.may_apply(u))
+                of_origin
+                    .take_while(|(id, _)| id.seq <= head.seq)
+                    .find(|(_, u)| self.may_apply(u))
             };
             if let Some((&id, _)) = found {
                 return Some(id);
             }
-            let next_origin = UpdId { origin: o, seq: u64::MAX };
-            from = *self.upd.buffer.range((std::ops::Bound::Excluded(next_origin), std::ops::Bound::Unbounded)).next()?.0;
+            let next_origin = UpdId {
+                origin: o,
+                seq: u64::MAX,
+            };
+            from = *self
+                .upd
+                .buffer
+                .range((
+                    std::ops::Bound::Excluded(next_origin),
+                    std::ops::Bound::Unbounded,
+                ))
+                .next()?
+                .0;
         }
     }
 
@@ -105,8 +134,16 @@ impl DdpNode {
         self.upd.applied_now.push(u.v);
         self.upd.log.insert(u.id, (u.clone(), now));
         if r.gate == DepGate::Persisted && !durable {
-            self.upd.undurable.entry(u.id.origin).or_default().insert(u.id.seq, (u.v.key, u.v.ts));
-            self.upd.undurable_keys.entry(u.v.key).or_default().push((u.id, u.v.ts));
+            self.upd
+                .undurable
+                .entry(u.id.origin)
+                .or_default()
+                .insert(u.id.seq, (u.v.key, u.v.ts));
+            self.upd
+                .undurable_keys
+                .entry(u.v.key)
+                .or_default()
+                .push((u.id, u.v.ts));
             self.upd.touched();
         }
         match self.rules.persist {
@@ -116,7 +153,9 @@ impl DdpNode {
                 self.dirty.insert(u.v.key);
             }
             // Own writes persist once their cauhist is persisted here (C2).
-            PersistIssue::AtApply if mine && !self.upd.persisted_covers(&u.deps) => self.upd.held.push(u.clone()),
+            PersistIssue::AtApply if mine && !self.upd.persisted_covers(&u.deps) => {
+                self.upd.held.push(u.clone())
+            }
             PersistIssue::AtApply => self.persist_once(u.v, Some(u.id), out),
         }
     }
@@ -152,7 +191,10 @@ impl DdpNode {
         if v.ts > issued.max(nvm) {
             self.upd.issued.insert(v.key, v.ts);
             let token = self.token(Wait::Upd { v, id });
-            out.push(Command::Persist { token, record: Record::Key(v) });
+            out.push(Command::Persist {
+                token,
+                record: Record::Key(v),
+            });
         }
     }
 
@@ -178,13 +220,30 @@ impl DdpNode {
             s.durable = Some((v.ts, v.value, id));
         }
         let nvm = s.nvm;
-        let (due, still): (Vec<_>, Vec<_>) = std::mem::take(&mut s.owed).into_iter().partition(|o| o.1 <= nvm);
+        let (due, still): (Vec<_>, Vec<_>) = std::mem::take(&mut s.owed)
+            .into_iter()
+            .partition(|o| o.1 <= nvm);
         s.owed = still;
         for (to, ts, epoch, _) in due {
-            out.push(Command::Send { to, msg: Msg::Ack { key: v.key, ts, epoch, c: false, p: true } });
+            out.push(Command::Send {
+                to,
+                msg: Msg::Ack {
+                    key: v.key,
+                    ts,
+                    epoch,
+                    c: false,
+                    p: true,
+                },
+            });
         }
         self.upd.now_durable(v.key, nvm);
-        let strict: Vec<_> = self.upd.strict.keys().filter(|(k, ts)| *k == v.key && *ts <= nvm).copied().collect();
+        let strict: Vec<_> = self
+            .upd
+            .strict
+            .keys()
+            .filter(|(k, ts)| *k == v.key && *ts <= nvm)
+            .copied()
+            .collect();
         for (k, ts) in strict {
             self.try_strict(k, ts, out);
         }

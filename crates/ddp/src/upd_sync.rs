@@ -39,7 +39,11 @@ impl DdpNode {
     /// Eventual: broadcast the queued UPDs as one batch.
     pub(crate) fn flush_outbox(&mut self, out: &mut Out) {
         if !self.upd.outbox.is_empty() {
-            out.push(Command::Broadcast { msg: Msg::Upd { upds: std::mem::take(&mut self.upd.outbox) } });
+            out.push(Command::Broadcast {
+                msg: Msg::Upd {
+                    upds: std::mem::take(&mut self.upd.outbox),
+                },
+            });
         }
     }
 
@@ -49,7 +53,11 @@ impl DdpNode {
             return;
         }
         self.upd.gossiped = (self.upd.applied.clone(), self.now);
-        out.push(Command::Broadcast { msg: Msg::UpdSync { applied: self.upd.applied.clone() } });
+        out.push(Command::Broadcast {
+            msg: Msg::UpdSync {
+                applied: self.upd.applied.clone(),
+            },
+        });
     }
 
     pub(crate) fn on_upd_sync(&mut self, from: NodeId, applied: Vector) {
@@ -62,16 +70,41 @@ impl DdpNode {
     fn gc_log(&mut self) {
         let others: Vec<NodeId> = self.config.others(self.me).collect();
         let peers = &self.upd.peers;
-        let everywhere = |o| others.iter().map(|p| peers.get(p).map_or(0, |v| v.get(o))).min().unwrap_or(u64::MAX);
+        let everywhere = |o| {
+            others
+                .iter()
+                .map(|p| peers.get(p).map_or(0, |v| v.get(o)))
+                .min()
+                .unwrap_or(u64::MAX)
+        };
         let mut next = self.upd.log.keys().next().copied();
         while let Some(first) = next {
-            let upto = UpdId { origin: first.origin, seq: everywhere(first.origin) };
-            let gone: Vec<UpdId> = if upto < first { Vec::new() } else { self.upd.log.range(first..=upto).map(|(&id, _)| id).collect() };
+            let upto = UpdId {
+                origin: first.origin,
+                seq: everywhere(first.origin),
+            };
+            let gone: Vec<UpdId> = if upto < first {
+                Vec::new()
+            } else {
+                self.upd
+                    .log
+                    .range(first..=upto)
+                    .map(|(&id, _)| id)
+                    .collect()
+            };
             for id in gone {
                 self.upd.log.remove(&id);
             }
-            let after = UpdId { origin: first.origin, seq: u64::MAX };
-            next = self.upd.log.range((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)).next().map(|(&id, _)| id);
+            let after = UpdId {
+                origin: first.origin,
+                seq: u64::MAX,
+            };
+            next = self
+                .upd
+                .log
+                .range((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(&id, _)| id);
         }
     }
 
@@ -82,11 +115,30 @@ impl DdpNode {
         let mut resent = Vec::new();
         for o in others {
             let have = self.upd.peers.get(&o);
-            let due = |id: &UpdId, at: u64| !have.is_some_and(|v| v.contains(*id)) && now >= at + if id.origin.node == me { retry } else { 3 * retry };
-            let upds: Vec<Upd> = self.upd.log.iter().filter(|(id, (_, at))| due(id, *at)).take(RESEND_MAX).map(|(_, (u, _))| u.clone()).collect();
+            let due = |id: &UpdId, at: u64| {
+                !have.is_some_and(|v| v.contains(*id))
+                    && now
+                        >= at
+                            + if id.origin.node == me {
+                                retry
+                            } else {
+                                3 * retry
+                            }
+            };
+            let upds: Vec<Upd> = self
+                .upd
+                .log
+                .iter()
+                .filter(|(id, (_, at))| due(id, *at))
+                .take(RESEND_MAX)
+                .map(|(_, (u, _))| u.clone())
+                .collect();
             if !upds.is_empty() {
                 resent.extend(upds.iter().map(|u| u.id));
-                out.push(Command::Send { to: o, msg: Msg::Upd { upds } });
+                out.push(Command::Send {
+                    to: o,
+                    msg: Msg::Upd { upds },
+                });
             }
         }
         for id in resent {
@@ -100,10 +152,20 @@ impl DdpNode {
     fn retry_strict(&mut self, out: &mut Out) {
         let (now, retry) = (self.now, self.params.retry_ns);
         let others: Vec<NodeId> = self.config.others(self.me).collect();
-        for w in self.upd.strict.values_mut().filter(|w| now >= w.sent_at + retry) {
+        for w in self
+            .upd
+            .strict
+            .values_mut()
+            .filter(|w| now >= w.sent_at + retry)
+        {
             w.sent_at = now;
             for &o in others.iter().filter(|o| !w.acks.contains(o)) {
-                out.push(Command::Send { to: o, msg: Msg::Upd { upds: vec![w.upd.clone()] } });
+                out.push(Command::Send {
+                    to: o,
+                    msg: Msg::Upd {
+                        upds: vec![w.upd.clone()],
+                    },
+                });
             }
         }
     }
@@ -128,23 +190,46 @@ impl DdpNode {
     }
 
     pub(crate) fn on_upd_copy_req(&mut self, from: NodeId, out: &mut Out) {
-        let mut versions: Vec<_> = self.keys.iter().filter_map(|(&k, s)| s.version(k).map(|v| (v, s.id))).collect();
+        let mut versions: Vec<_> = self
+            .keys
+            .iter()
+            .filter_map(|(&k, s)| s.version(k).map(|v| (v, s.id)))
+            .collect();
         versions.sort_unstable_by_key(|(v, _)| v.key);
-        let msg = Msg::UpdCopy { versions, applied: self.upd.applied.clone(), ready: self.ready };
+        let msg = Msg::UpdCopy {
+            versions,
+            applied: self.upd.applied.clone(),
+            ready: self.ready,
+        };
         out.push(Command::Send { to: from, msg });
     }
 
-    pub(crate) fn on_upd_copy(&mut self, from: NodeId, versions: Vec<(Version, Option<UpdId>)>, applied: Vector, ready: bool, out: &mut Out) {
+    pub(crate) fn on_upd_copy(
+        &mut self,
+        from: NodeId,
+        versions: Vec<(Version, Option<UpdId>)>,
+        applied: Vector,
+        ready: bool,
+        out: &mut Out,
+    ) {
         if self.ready || !self.copy_from.remove(&from) {
             return;
         }
-        self.upd.copies.push(CopyIn { versions, applied, ready });
+        self.upd.copies.push(CopyIn {
+            versions,
+            applied,
+            ready,
+        });
         self.upd_check_ready(out);
     }
 
     /// Once every copy is in, adopt them; serve once they are persisted.
     pub(crate) fn upd_check_ready(&mut self, out: &mut Out) {
-        if self.ready || !self.copy_from.is_empty() || !self.copy_asked || self.upd.adopting.is_some() {
+        if self.ready
+            || !self.copy_from.is_empty()
+            || !self.copy_asked
+            || self.upd.adopting.is_some()
+        {
             return;
         }
         self.adopt_copies(out);
@@ -190,7 +275,10 @@ impl DdpNode {
         } else if !scoped {
             let id = s.id;
             let token = self.token(Wait::Adopt { v, id });
-            out.push(Command::Persist { token, record: Record::Key(v) });
+            out.push(Command::Persist {
+                token,
+                record: Record::Key(v),
+            });
             *self.upd.adopting.as_mut().expect("adopting") += 1;
         }
     }
@@ -223,4 +311,3 @@ impl DdpNode {
         }
     }
 }
-

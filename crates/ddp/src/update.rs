@@ -127,22 +127,39 @@ pub(crate) struct UpdState {
 
 impl UpdState {
     pub fn new(me: NodeId, epoch: u64) -> Self {
-        UpdState { origin: Origin { node: me, since: epoch }, ..UpdState::default() }
+        UpdState {
+            origin: Origin {
+                node: me,
+                since: epoch,
+            },
+            ..UpdState::default()
+        }
     }
 
     /// Nothing buffered, unsent, unacknowledged or waiting here.
     pub fn is_quiet(&self) -> bool {
-        self.buffer.is_empty() && self.log.is_empty() && self.outbox.is_empty() && self.held.is_empty() && self.strict.is_empty() && self.waiting.is_empty()
+        self.buffer.is_empty()
+            && self.log.is_empty()
+            && self.outbox.is_empty()
+            && self.held.is_empty()
+            && self.strict.is_empty()
+            && self.waiting.is_empty()
     }
 
     pub fn knows_applied(&self, id: UpdId) -> bool {
-        self.applied.contains(id) || self.extra.get(&id.origin).is_some_and(|x| x.contains(&id.seq))
+        self.applied.contains(id)
+            || self
+                .extra
+                .get(&id.origin)
+                .is_some_and(|x| x.contains(&id.seq))
     }
 
     /// `key` is durable here up to `nvm`: its updates up to it are no
     /// longer undurable.
     pub fn now_durable(&mut self, key: Key, nvm: Ts) {
-        let Some(ids) = self.undurable_keys.get_mut(&key) else { return };
+        let Some(ids) = self.undurable_keys.get_mut(&key) else {
+            return;
+        };
         *self.persisted_memo.get_mut() = None;
         let undurable = &mut self.undurable;
         ids.retain(|&(id, ts)| {
@@ -164,7 +181,11 @@ impl UpdState {
 
     /// The prefix of `o`'s updates both applied and durable here.
     pub fn persisted_upto(&self, o: Origin) -> u64 {
-        let first_missing = self.undurable.get(&o).and_then(|m| m.keys().next()).map_or(u64::MAX, |s| s - 1);
+        let first_missing = self
+            .undurable
+            .get(&o)
+            .and_then(|m| m.keys().next())
+            .map_or(u64::MAX, |s| s - 1);
         self.applied.get(o).min(first_missing)
     }
 
@@ -172,7 +193,9 @@ impl UpdState {
         let mut memo = self.persisted_memo.borrow_mut();
         let upto = memo.get_or_insert_with(|| {
             let mut v = Vector::default();
-            self.applied.iter().for_each(|(o, _)| v.raise(o, self.persisted_upto(o)));
+            self.applied
+                .iter()
+                .for_each(|(o, _)| v.raise(o, self.persisted_upto(o)));
             v
         });
         deps.covered_by(|o| upto.get(o))
@@ -200,8 +223,25 @@ impl DdpNode {
         match op {
             Op::Read { key, after, .. } => self.upd_read(session, req, *key, after, out),
             Op::Write { after, .. } if !self.upd.applied.covers(after) => false,
-            Op::Write { key, value, scope, after, .. } => {
-                self.upd_write(session, req, Version { key: *key, ts: Ts::ZERO, value: *value }, *scope, after.clone(), out);
+            Op::Write {
+                key,
+                value,
+                scope,
+                after,
+                ..
+            } => {
+                self.upd_write(
+                    session,
+                    req,
+                    Version {
+                        key: *key,
+                        ts: Ts::ZERO,
+                        value: *value,
+                    },
+                    *scope,
+                    after.clone(),
+                    out,
+                );
                 true
             }
             Op::Persist { scope, writes } => {
@@ -231,7 +271,14 @@ impl DdpNode {
 
     /// A read: wait until the session's causal past is here (persisted, for
     /// Synch reads), then return what the model's read rule says.
-    fn upd_read(&mut self, session: SessionId, req: u64, key: Key, after: &Vector, out: &mut Out) -> bool {
+    fn upd_read(
+        &mut self,
+        session: SessionId,
+        req: u64,
+        key: Key,
+        after: &Vector,
+        out: &mut Out,
+    ) -> bool {
         let (rule, skip) = (self.upd_rules().read, self.bugs.read_in_invalid);
         let past_here = match rule {
             UpdRead::Persisted => self.upd.persisted_covers(after),
@@ -247,14 +294,21 @@ impl DdpNode {
             UpdRead::LatestPersisted => (s.ts, s.value, s.id),
             UpdRead::Persisted => self.persisted_read(session, key),
         };
-        out.push(Command::Reply { session, req, result: Reply::Read { value, ts, id } });
+        out.push(Command::Reply {
+            session,
+            req,
+            result: Reply::Read { value, ts, id },
+        });
         true
     }
 
     /// Synch: the newest version persisted here, or under Eventual the
     /// session's own newer write (read-your-writes, open point 5).
     fn persisted_read(&mut self, session: SessionId, key: Key) -> Seen {
-        let durable = self.key(key).durable.map_or((Ts::ZERO, None, None), |(ts, v, id)| (ts, Some(v), id));
+        let durable = self
+            .key(key)
+            .durable
+            .map_or((Ts::ZERO, None, None), |(ts, v, id)| (ts, Some(v), id));
         match self.upd.own.get(&(session, key)) {
             Some(&own) if own.0 > durable.0 => own,
             Some(_) => {
@@ -266,34 +320,75 @@ impl DdpNode {
     }
 
     /// A client write: apply it here, send its UPD, reply (Strict: later).
-    fn upd_write(&mut self, session: SessionId, req: u64, mut v: Version, scope: u64, after: Vector, out: &mut Out) {
+    fn upd_write(
+        &mut self,
+        session: SessionId,
+        req: u64,
+        mut v: Version,
+        scope: u64,
+        after: Vector,
+        out: &mut Out,
+    ) {
         let r = self.upd_rules();
-        v.ts = Ts { version: self.key(v.key).ts.version + 1, node: self.me };
+        v.ts = Ts {
+            version: self.key(v.key).ts.version + 1,
+            node: self.me,
+        };
         self.upd.seq += 1;
-        let id = UpdId { origin: self.upd.origin, seq: self.upd.seq };
-        let scope = self.scope_of(ScopeId { session, seq: scope }, v);
-        let u = Upd { id, v, deps: if r.causal { after } else { Vector::default() }, scope };
+        let id = UpdId {
+            origin: self.upd.origin,
+            seq: self.upd.seq,
+        };
+        let scope = self.scope_of(
+            ScopeId {
+                session,
+                seq: scope,
+            },
+            v,
+        );
+        let u = Upd {
+            id,
+            v,
+            deps: if r.causal { after } else { Vector::default() },
+            scope,
+        };
         if r.strict {
             self.persist_once(v, Some(id), out);
         }
         self.apply_upd(&u, out);
         self.send_upd(u.clone(), out);
         if r.strict {
-            let w = StrictWrite { client: (session, req), upd: u, acks: BTreeSet::new(), sent_at: self.now };
+            let w = StrictWrite {
+                client: (session, req),
+                upd: u,
+                acks: BTreeSet::new(),
+                sent_at: self.now,
+            };
             self.upd.strict.insert((v.key, v.ts), w);
             self.try_strict(v.key, v.ts, out);
             return;
         }
         if r.read == UpdRead::Persisted && !r.causal {
-            self.upd.own.insert((session, v.key), (v.ts, Some(v.value), Some(id)));
+            self.upd
+                .own
+                .insert((session, v.key), (v.ts, Some(v.value), Some(id)));
         }
-        out.push(Command::Reply { session, req, result: Reply::Written { ts: v.ts, id: Some(id) } });
+        out.push(Command::Reply {
+            session,
+            req,
+            result: Reply::Written {
+                ts: v.ts,
+                id: Some(id),
+            },
+        });
     }
 
     /// Send an UPD now (Causal, Strict) or queue it (Eventual).
     fn send_upd(&mut self, u: Upd, out: &mut Out) {
         if self.upd_rules().eager {
-            out.push(Command::Broadcast { msg: crate::types::Msg::Upd { upds: vec![u] } });
+            out.push(Command::Broadcast {
+                msg: crate::types::Msg::Upd { upds: vec![u] },
+            });
             return;
         }
         self.upd.outbox.push(u);
@@ -305,12 +400,26 @@ impl DdpNode {
     /// Reply to a Strict write once every member's ACK_p and the local
     /// persist are in (spec §9.0 rows 16, 21).
     pub(crate) fn try_strict(&mut self, key: Key, ts: Ts, out: &mut Out) {
-        let Some(w) = self.upd.strict.get(&(key, ts)) else { return };
-        let local = self.keys.get(&key).is_some_and(|s| s.nvm >= ts) || self.bugs.val_before_persist;
-        let missing = self.config.others(self.me).filter(|o| !w.acks.contains(o)).count();
+        let Some(w) = self.upd.strict.get(&(key, ts)) else {
+            return;
+        };
+        let local =
+            self.keys.get(&key).is_some_and(|s| s.nvm >= ts) || self.bugs.val_before_persist;
+        let missing = self
+            .config
+            .others(self.me)
+            .filter(|o| !w.acks.contains(o))
+            .count();
         if local && missing <= usize::from(self.bugs.reply_before_last_ack) {
             let (session, req) = w.client;
-            out.push(Command::Reply { session, req, result: Reply::Written { ts, id: Some(w.upd.id) } });
+            out.push(Command::Reply {
+                session,
+                req,
+                result: Reply::Written {
+                    ts,
+                    id: Some(w.upd.id),
+                },
+            });
             self.upd.strict.remove(&(key, ts));
         }
     }

@@ -9,7 +9,9 @@ use tandem_net::NodeId;
 /// lost its sequence counter (and messages of its last life may still be on
 /// the wire), so it starts a new origin, named by the configuration epoch it
 /// started in. A sequence number therefore never names two updates.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Origin {
     pub node: NodeId,
     pub since: u64,
@@ -30,7 +32,9 @@ pub struct Vector(Vec<(Origin, u64)>);
 
 impl Vector {
     pub fn get(&self, o: Origin) -> u64 {
-        self.0.binary_search_by_key(&o, |e| e.0).map_or(0, |i| self.0[i].1)
+        self.0
+            .binary_search_by_key(&o, |e| e.0)
+            .map_or(0, |i| self.0[i].1)
     }
 
     /// Raise `o` to at least `n`.
@@ -89,7 +93,11 @@ mod tests {
         y.raise(B2, 1);
         assert!(!x.covers(&y) && !y.covers(&x));
         y.merge(&x);
-        assert!(y.covers(&x) && y.contains(UpdId { origin: B2, seq: 1 }) && !y.contains(UpdId { origin: A, seq: 3 }));
+        assert!(
+            y.covers(&x)
+                && y.contains(UpdId { origin: B2, seq: 1 })
+                && !y.contains(UpdId { origin: A, seq: 3 })
+        );
         assert!(x.covers(&Vector::default()));
     }
 }

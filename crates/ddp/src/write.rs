@@ -11,19 +11,45 @@ use crate::types::{Key, Msg, Op, Reply, ScopeId, Ts, Value, Version};
 
 impl DdpNode {
     /// A client write: start it now if the key is settled here, else defer it.
-    pub(crate) fn start_write(&mut self, session: SessionId, req: u64, key: Key, value: Value, scope: u64, out: &mut Out) {
+    pub(crate) fn start_write(
+        &mut self,
+        session: SessionId,
+        req: u64,
+        key: Key,
+        value: Value,
+        scope: u64,
+        out: &mut Out,
+    ) {
         let s = self.key(key);
         if s.write.is_some() || !s.c_ok() {
-            s.deferred.push_back((session, req, Op::write(key, value, scope)));
+            s.deferred
+                .push_back((session, req, Op::write(key, value, scope)));
             return;
         }
-        let ts = Ts { version: s.ts.version + 1, node: self.me };
-        let scope = self.scope_of(ScopeId { session, seq: scope }, Version { key, ts, value });
+        let ts = Ts {
+            version: s.ts.version + 1,
+            node: self.me,
+        };
+        let scope = self.scope_of(
+            ScopeId {
+                session,
+                seq: scope,
+            },
+            Version { key, ts, value },
+        );
         self.begin(key, ts, value, Some((session, req)), scope, out);
     }
 
     /// Apply `ts` locally and broadcast its INV; `client` is None for a replay.
-    fn begin(&mut self, key: Key, ts: Ts, value: Value, client: Option<(SessionId, u64)>, scope: Option<ScopeId>, out: &mut Out) {
+    fn begin(
+        &mut self,
+        key: Key,
+        ts: Ts,
+        value: Value,
+        client: Option<(SessionId, u64)>,
+        scope: Option<ScopeId>,
+        out: &mut Out,
+    ) {
         let (now, epoch) = (self.now, self.config.epoch);
         let s = self.key(key);
         let persisted = s.nvm >= ts;
@@ -33,16 +59,41 @@ impl DdpNode {
         s.ts = ts;
         s.value = Some(value);
         let skip = self.heal_skip();
-        let w = CoordWrite { client, ts, value, scope, acks_c: Default::default(), acks_p: Default::default(), local_p: persisted, replied: false, c_sent: false, p_sent: false, sent_at: now, skip: skip.clone() };
+        let w = CoordWrite {
+            client,
+            ts,
+            value,
+            scope,
+            acks_c: Default::default(),
+            acks_p: Default::default(),
+            local_p: persisted,
+            replied: false,
+            c_sent: false,
+            p_sent: false,
+            sent_at: now,
+            skip: skip.clone(),
+        };
         self.key(key).write = Some(w);
         self.unsettled.insert(key);
         self.heal_applied(key);
         if !persisted {
             self.issue_persist(Version { key, ts, value }, out);
         }
-        self.send_to_peers(Msg::Inv { v: Version { key, ts, value }, epoch, scope }, &skip, out);
+        self.send_to_peers(
+            Msg::Inv {
+                v: Version { key, ts, value },
+                epoch,
+                scope,
+            },
+            &skip,
+            out,
+        );
         if let (Some((session, req)), Gate::Immediate) = (client, self.rules.reply) {
-            out.push(Command::Reply { session, req, result: Reply::Written { ts, id: None } });
+            out.push(Command::Reply {
+                session,
+                req,
+                result: Reply::Written { ts, id: None },
+            });
             self.key(key).write.as_mut().expect("just begun").replied = true;
         }
         self.try_complete(key, out);
@@ -90,7 +141,16 @@ impl DdpNode {
         let (mode, early) = (self.rules.ack, self.bugs.val_before_persist);
         let s = self.key(key);
         let durable = s.nvm >= ts || early;
-        let ack = |c, p| Command::Send { to, msg: Msg::Ack { key, ts, epoch, c, p } };
+        let ack = |c, p| Command::Send {
+            to,
+            msg: Msg::Ack {
+                key,
+                ts,
+                epoch,
+                c,
+                p,
+            },
+        };
         match mode {
             AckMode::ConsistencyOnly => out.push(ack(true, false)),
             AckMode::Split => {
@@ -107,14 +167,25 @@ impl DdpNode {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn on_ack(&mut self, from: NodeId, key: Key, ts: Ts, epoch: u64, c: bool, p: bool, out: &mut Out) {
+    pub(crate) fn on_ack(
+        &mut self,
+        from: NodeId,
+        key: Key,
+        ts: Ts,
+        epoch: u64,
+        c: bool,
+        p: bool,
+        out: &mut Out,
+    ) {
         if p && !c && self.heal_lazy() && self.lazy_ack(from, key, ts, out) {
             return;
         }
         if epoch != self.config.epoch {
             return;
         }
-        let Some(w) = self.key(key).write.as_mut().filter(|w| w.ts == ts) else { return };
+        let Some(w) = self.key(key).write.as_mut().filter(|w| w.ts == ts) else {
+            return;
+        };
         if c {
             w.acks_c.insert(from);
         }
@@ -132,10 +203,21 @@ impl DdpNode {
         if let Some(w) = s.write.as_mut().filter(|w| w.ts <= nvm) {
             w.local_p = true;
         }
-        let (due, still): (Vec<_>, Vec<_>) = std::mem::take(&mut s.owed).into_iter().partition(|o| o.1 <= nvm);
+        let (due, still): (Vec<_>, Vec<_>) = std::mem::take(&mut s.owed)
+            .into_iter()
+            .partition(|o| o.1 <= nvm);
         s.owed = still;
         for (to, ts, epoch, c) in due {
-            out.push(Command::Send { to, msg: Msg::Ack { key, ts, epoch, c, p: true } });
+            out.push(Command::Send {
+                to,
+                msg: Msg::Ack {
+                    key,
+                    ts,
+                    epoch,
+                    c,
+                    p: true,
+                },
+            });
         }
         self.lazy_persisted(key, ts, out);
         self.try_complete(key, out);
@@ -143,8 +225,14 @@ impl DdpNode {
 
     /// Which of the write's gates hold: (C, P).
     fn gates(&self, w: &CoordWrite) -> (bool, bool) {
-        let others: Vec<NodeId> = self.config.others(self.me).filter(|o| !w.skip.contains(o)).collect();
-        let missing = |acks: &std::collections::BTreeSet<NodeId>| others.iter().filter(|o| !acks.contains(o)).count();
+        let others: Vec<NodeId> = self
+            .config
+            .others(self.me)
+            .filter(|o| !w.skip.contains(o))
+            .collect();
+        let missing = |acks: &std::collections::BTreeSet<NodeId>| {
+            others.iter().filter(|o| !acks.contains(o)).count()
+        };
         let slack = usize::from(self.bugs.reply_before_last_ack);
         let c = missing(&w.acks_c) <= slack;
         let p = (w.local_p || self.bugs.val_before_persist) && missing(&w.acks_p) <= slack;
@@ -154,14 +242,20 @@ impl DdpNode {
     /// Send the VALs and the reply whose gates hold; finish the write when
     /// nothing more is owed.
     pub(crate) fn try_complete(&mut self, key: Key, out: &mut Out) {
-        let Some(w) = self.keys.get(&key).and_then(|s| s.write.clone()) else { return };
+        let Some(w) = self.keys.get(&key).and_then(|s| s.write.clone()) else {
+            return;
+        };
         let (c, p) = self.gates(&w);
         let superseded = self.keys[&key].ts > w.ts;
         let mut w = w;
         self.send_vals(key, &mut w, c, p, superseded, out);
         if let (Some((session, req)), false) = (w.client, w.replied) {
             if self.rules.reply.holds(c, p) {
-                out.push(Command::Reply { session, req, result: Reply::Written { ts: w.ts, id: None } });
+                out.push(Command::Reply {
+                    session,
+                    req,
+                    result: Reply::Written { ts: w.ts, id: None },
+                });
                 w.replied = true;
             }
         }
@@ -172,10 +266,25 @@ impl DdpNode {
         }
     }
 
-    fn send_vals(&mut self, key: Key, w: &mut CoordWrite, c: bool, p: bool, superseded: bool, out: &mut Out) {
+    fn send_vals(
+        &mut self,
+        key: Key,
+        w: &mut CoordWrite,
+        c: bool,
+        p: bool,
+        superseded: bool,
+        out: &mut Out,
+    ) {
         let r = self.rules;
         let newly_p = !w.p_sent;
-        let val = |c, p| Command::Broadcast { msg: Msg::Val { key, ts: w.ts, c, p } };
+        let val = |c, p| Command::Broadcast {
+            msg: Msg::Val {
+                key,
+                ts: w.ts,
+                c,
+                p,
+            },
+        };
         if r.combined_val {
             if c && p && !w.c_sent {
                 if !superseded {
@@ -237,8 +346,13 @@ impl DdpNode {
             if s.write.is_some() || !s.c_ok() {
                 break;
             }
-            let Some((session, req, op)) = s.deferred.pop_front() else { break };
-            if let Op::Write { key, value, scope, .. } = op {
+            let Some((session, req, op)) = s.deferred.pop_front() else {
+                break;
+            };
+            if let Op::Write {
+                key, value, scope, ..
+            } = op
+            {
                 self.start_write(session, req, key, value, scope, out);
             }
         }
@@ -258,29 +372,48 @@ impl DdpNode {
                 Some(_) => {}
                 // A node catching up leaves replays to the others: its copy
                 // validates (or supersedes) what its NVM held.
-                None if self.ready && self.now >= s.invalid_since + self.replay_delay() => self.replay(key, out),
+                None if self.ready && self.now >= s.invalid_since + self.replay_delay() => {
+                    self.replay(key, out)
+                }
                 None => {}
             }
         }
     }
 
     fn resend(&mut self, key: Key, out: &mut Out) {
-        let (epoch, others): (u64, Vec<NodeId>) = (self.config.epoch, self.config.others(self.me).collect());
+        let (epoch, others): (u64, Vec<NodeId>) =
+            (self.config.epoch, self.config.others(self.me).collect());
         let tracks_p = self.tracks_p();
         let now = self.now;
         let w = self.key(key).write.as_mut().expect("a write");
         w.sent_at = now;
-        let v = Version { key, ts: w.ts, value: w.value };
+        let v = Version {
+            key,
+            ts: w.ts,
+            value: w.value,
+        };
         for o in others.into_iter().filter(|o| !w.skip.contains(o)) {
             if !w.acks_c.contains(&o) || (tracks_p && !w.acks_p.contains(&o)) {
-                out.push(Command::Send { to: o, msg: Msg::Inv { v, epoch, scope: w.scope } });
+                out.push(Command::Send {
+                    to: o,
+                    msg: Msg::Inv {
+                        v,
+                        epoch,
+                        scope: w.scope,
+                    },
+                });
             }
         }
     }
 
     /// Nodes replay one after another, so usually one replay settles a key.
     fn replay_delay(&self) -> u64 {
-        let rank = self.config.members.iter().position(|&m| m == self.me).unwrap_or(0) as u64;
+        let rank = self
+            .config
+            .members
+            .iter()
+            .position(|&m| m == self.me)
+            .unwrap_or(0) as u64;
         self.params.replay_ns + rank * self.params.replay_ns / 2
     }
 
@@ -307,7 +440,12 @@ impl DdpNode {
         }
         self.config = config;
         if new_epoch {
-            let mut writes: Vec<Key> = self.keys.iter().filter(|(_, s)| s.write.is_some()).map(|(&k, _)| k).collect();
+            let mut writes: Vec<Key> = self
+                .keys
+                .iter()
+                .filter(|(_, s)| s.write.is_some())
+                .map(|(&k, _)| k)
+                .collect();
             writes.sort_unstable();
             for key in writes {
                 let w = self.key(key).write.as_mut().expect("a write");

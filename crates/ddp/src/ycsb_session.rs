@@ -45,7 +45,11 @@ impl SessionPlan {
     pub fn uniform(keys: u64, read_ratio: f64) -> SessionPlan {
         let mut ycsb = Ycsb::new("ycsb-a", keys.max(1), true).expect("a known workload with a key");
         (ycsb.name, ycsb.read_ratio) = ("uniform".into(), read_ratio);
-        SessionPlan { ycsb, scope_writes: None, tx_requests: None }
+        SessionPlan {
+            ycsb,
+            scope_writes: None,
+            tx_requests: None,
+        }
     }
 }
 
@@ -79,15 +83,28 @@ impl YcsbSession {
             return self.next_tx_op(plan, n, rng, value);
         }
         if plan.scope_writes.is_some_and(|w| self.scope_writes >= w) {
-            let op = Op::Persist { scope: self.scope, writes: self.scope_writes };
+            let op = Op::Persist {
+                scope: self.scope,
+                writes: self.scope_writes,
+            };
             (self.scope, self.scope_writes) = (self.scope + 1, 0);
             return op;
         }
         match plan.ycsb.next(rng) {
-            YcsbOp::Read(key) => Op::Read { key, after: self.past.clone(), tx: None },
+            YcsbOp::Read(key) => Op::Read {
+                key,
+                after: self.past.clone(),
+                tx: None,
+            },
             YcsbOp::Update(key) => {
                 self.scope_writes += 1;
-                Op::Write { key, value, scope: self.scope, after: self.past.clone(), tx: None }
+                Op::Write {
+                    key,
+                    value,
+                    scope: self.scope,
+                    after: self.past.clone(),
+                    tx: None,
+                }
             }
         }
     }
@@ -98,7 +115,10 @@ impl YcsbSession {
         let t = &mut self.tx;
         if t.plan.is_empty() {
             if plan.scope_writes.is_some() && t.scope_txs >= 2 {
-                let op = Op::Persist { scope: self.scope, writes: t.scope_keys };
+                let op = Op::Persist {
+                    scope: self.scope,
+                    writes: t.scope_keys,
+                };
                 (self.scope, t.scope_keys, t.scope_txs) = (self.scope + 1, 0, 0);
                 return op;
             }
@@ -109,11 +129,23 @@ impl YcsbSession {
             t.begun = true;
             return Op::Begin { tx: t.seq };
         }
-        let Some(&op) = t.plan.get(t.pos) else { return Op::End { tx: t.seq } };
+        let Some(&op) = t.plan.get(t.pos) else {
+            return Op::End { tx: t.seq };
+        };
         t.pos += 1;
         match op {
-            YcsbOp::Read(key) => Op::Read { key, after: Vector::default(), tx: Some(t.seq) },
-            YcsbOp::Update(key) => Op::Write { key, value, scope: self.scope, after: Vector::default(), tx: Some(t.seq) },
+            YcsbOp::Read(key) => Op::Read {
+                key,
+                after: Vector::default(),
+                tx: Some(t.seq),
+            },
+            YcsbOp::Update(key) => Op::Write {
+                key,
+                value,
+                scope: self.scope,
+                after: Vector::default(),
+                tx: Some(t.seq),
+            },
         }
     }
 
@@ -127,7 +159,17 @@ impl YcsbSession {
         match (plan.tx_requests, r) {
             (Some(n), Reply::Committed { .. }) => {
                 let t = &mut self.tx;
-                let keys: BTreeSet<u64> = t.plan.iter().filter_map(|o| if let YcsbOp::Update(k) = o { Some(*k) } else { None }).collect();
+                let keys: BTreeSet<u64> = t
+                    .plan
+                    .iter()
+                    .filter_map(|o| {
+                        if let YcsbOp::Update(k) = o {
+                            Some(*k)
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
                 (t.scope_keys, t.scope_txs) = (t.scope_keys + keys.len() as u32, t.scope_txs + 1);
                 t.plan.clear();
                 (t.seq, t.pos, t.begun) = (t.seq + 1, 0, false);
@@ -159,24 +201,55 @@ mod tests {
         let plan = SessionPlan::paper(Ycsb::new("ycsb-w", 100, true).unwrap(), model("lin-scope"));
         let (mut s, mut rng) = (YcsbSession::default(), Rng::new(1));
         let ops: Vec<Op> = (0..200).map(|v| s.next_op(&plan, &mut rng, v)).collect();
-        let persists: Vec<&Op> = ops.iter().filter(|o| matches!(o, Op::Persist { .. })).collect();
-        assert!(persists.len() >= 15, "{} persists in 200 ops", persists.len());
-        assert!(persists.iter().all(|o| matches!(o, Op::Persist { writes: 10, .. })));
+        let persists: Vec<&Op> = ops
+            .iter()
+            .filter(|o| matches!(o, Op::Persist { .. }))
+            .collect();
+        assert!(
+            persists.len() >= 15,
+            "{} persists in 200 ops",
+            persists.len()
+        );
+        assert!(persists
+            .iter()
+            .all(|o| matches!(o, Op::Persist { writes: 10, .. })));
     }
 
     #[test]
     fn transactions_count_their_requests_only_when_they_commit() {
-        let plan = SessionPlan::paper(Ycsb::new("ycsb-a", 100, true).unwrap(), model("trans-synch"));
+        let plan = SessionPlan::paper(
+            Ycsb::new("ycsb-a", 100, true).unwrap(),
+            model("trans-synch"),
+        );
         let (mut s, mut rng) = (YcsbSession::default(), Rng::new(1));
         assert!(matches!(s.next_op(&plan, &mut rng, 1), Op::Begin { tx: 0 }));
         assert_eq!(s.on_reply(&plan, &Reply::Begun { tx: 0 }), 0);
         for _ in 0..5 {
-            assert!(matches!(s.next_op(&plan, &mut rng, 1), Op::Read { tx: Some(0), .. } | Op::Write { tx: Some(0), .. }));
-            assert_eq!(s.on_reply(&plan, &Reply::Written { ts: Ts::ZERO, id: None }), 0);
+            assert!(matches!(
+                s.next_op(&plan, &mut rng, 1),
+                Op::Read { tx: Some(0), .. } | Op::Write { tx: Some(0), .. }
+            ));
+            assert_eq!(
+                s.on_reply(
+                    &plan,
+                    &Reply::Written {
+                        ts: Ts::ZERO,
+                        id: None
+                    }
+                ),
+                0
+            );
         }
         assert!(matches!(s.next_op(&plan, &mut rng, 1), Op::End { tx: 0 }));
-        assert_eq!(s.on_reply(&plan, &Reply::Aborted { tx: 0 }), 0, "a squash completes nothing");
-        assert!(matches!(s.next_op(&plan, &mut rng, 1), Op::Begin { tx: 1 }), "the restart is a new transaction");
+        assert_eq!(
+            s.on_reply(&plan, &Reply::Aborted { tx: 0 }),
+            0,
+            "a squash completes nothing"
+        );
+        assert!(
+            matches!(s.next_op(&plan, &mut rng, 1), Op::Begin { tx: 1 }),
+            "the restart is a new transaction"
+        );
         s.on_reply(&plan, &Reply::Begun { tx: 1 });
         (0..5).for_each(|_| drop(s.next_op(&plan, &mut rng, 1)));
         assert!(matches!(s.next_op(&plan, &mut rng, 1), Op::End { tx: 1 }));

@@ -30,13 +30,23 @@ fn lin_synch_and_lin_scope_keep_their_invariants_in_every_interleaving() {
         for fault in ["loss", "duplicate", "crash"] {
             let r = run(model, fault, Bugs::default());
             assert!(r.violation.is_none(), "{model} {fault}: {:?}", r.violation);
-            assert!(r.complete, "{model} {fault}: the state space was not exhausted: {r:?}");
+            assert!(
+                r.complete,
+                "{model} {fault}: the state space was not exhausted: {r:?}"
+            );
         }
     }
 }
 
 #[test]
 fn the_explorer_finds_a_mutant() {
-    let r = run("lin-synch", "loss", Bugs { read_in_invalid: true, ..Bugs::default() });
+    let r = run(
+        "lin-synch",
+        "loss",
+        Bugs {
+            read_in_invalid: true,
+            ..Bugs::default()
+        },
+    );
     assert!(r.violation.is_some(), "read-in-invalid not found: {r:?}");
 }

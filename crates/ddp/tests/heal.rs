@@ -8,7 +8,10 @@ use tandem_net::{Config, Harness, Input, NodeId, Nvm, SessionId, SimNet, SimNetC
 use tandem_sim::Rng;
 
 fn seeds() -> u64 {
-    std::env::var("HEAL_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20)
+    std::env::var("HEAL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20)
 }
 
 fn heal_cfg(model: &str, seed: u64, crash: Crash) -> CheckConfig {
@@ -30,15 +33,32 @@ fn heal_recovers_through_every_fault_without_violations() {
 /// chase rounds and its handoff run under the same faults.
 #[test]
 fn heal_no_shadow_recovers_through_every_fault_without_violations() {
-    let rounds = every_fault(HealOpts { no_shadow: true, ..HealOpts::default() }, seeds());
-    assert!(rounds.0 > rounds.1, "NoShadow never asked more than once: {} rounds for {} recoveries", rounds.0, rounds.1);
+    let rounds = every_fault(
+        HealOpts {
+            no_shadow: true,
+            ..HealOpts::default()
+        },
+        seeds(),
+    );
+    assert!(
+        rounds.0 > rounds.1,
+        "NoShadow never asked more than once: {} rounds for {} recoveries",
+        rounds.0,
+        rounds.1
+    );
 }
 
 /// Every model under every recovery fault; returns the `CatchUp_req`
 /// rounds and the recoveries.
 fn every_fault(opts: HealOpts, seeds: u64) -> (u64, u64) {
     let mut rounds = (0, 0);
-    for model in ["lin-synch", "lin-strict", "lin-re", "lin-eventual", "lin-scope"] {
+    for model in [
+        "lin-synch",
+        "lin-strict",
+        "lin-re",
+        "lin-eventual",
+        "lin-scope",
+    ] {
         for crash in [Crash::One, Crash::Buddy, Crash::Again, Crash::Two] {
             let mut mid = 0;
             for seed in 0..seeds {
@@ -46,12 +66,29 @@ fn every_fault(opts: HealOpts, seeds: u64) -> (u64, u64) {
                 let r = run(&cfg);
                 mid += r.mid_recovery_crashes;
                 rounds = (rounds.0 + r.heal_rounds, rounds.1 + r.heal_recoveries);
-                assert!(r.violations.is_empty(), "{}\nreplay: {}", r.violations.join("\n"), r.replay);
-                assert!(r.heal_recoveries > 0 && r.heal_fallbacks == 0, "{model} {crash:?} seed {seed}: HEAL did not run ({} recoveries, {} fallbacks)", r.heal_recoveries, r.heal_fallbacks);
-                assert!(r.completed > cfg.sessions * cfg.ops / 2, "{model} seed {seed}: only {} completed", r.completed);
+                assert!(
+                    r.violations.is_empty(),
+                    "{}\nreplay: {}",
+                    r.violations.join("\n"),
+                    r.replay
+                );
+                assert!(
+                    r.heal_recoveries > 0 && r.heal_fallbacks == 0,
+                    "{model} {crash:?} seed {seed}: HEAL did not run ({} recoveries, {} fallbacks)",
+                    r.heal_recoveries,
+                    r.heal_fallbacks
+                );
+                assert!(
+                    r.completed > cfg.sessions * cfg.ops / 2,
+                    "{model} seed {seed}: only {} completed",
+                    r.completed
+                );
             }
             if matches!(crash, Crash::Buddy | Crash::Again) {
-                assert!(mid > 0, "{model} {crash:?}: no crash hit a recovery in progress");
+                assert!(
+                    mid > 0,
+                    "{model} {crash:?}: no crash hit a recovery in progress"
+                );
             }
         }
     }
@@ -62,8 +99,16 @@ fn every_fault(opts: HealOpts, seeds: u64) -> (u64, u64) {
 fn a_whole_cluster_crash_falls_back_to_the_full_copy() {
     for seed in 0..seeds() {
         let r = run(&heal_cfg("lin-synch", seed, Crash::All));
-        assert!(r.violations.is_empty(), "{}\nreplay: {}", r.violations.join("\n"), r.replay);
-        assert!(r.heal_fallbacks > 0 && r.heal_recoveries == 0, "seed {seed}: no Buddy can exist after a whole-cluster crash");
+        assert!(
+            r.violations.is_empty(),
+            "{}\nreplay: {}",
+            r.violations.join("\n"),
+            r.replay
+        );
+        assert!(
+            r.heal_fallbacks > 0 && r.heal_recoveries == 0,
+            "seed {seed}: no Buddy can exist after a whole-cluster crash"
+        );
     }
 }
 
@@ -88,7 +133,16 @@ impl Harness<DdpNode> for Scripted {
     fn next_op(&mut self, _session: SessionId, _now: u64, _rng: &mut Rng) -> Option<Op> {
         None
     }
-    fn completed(&mut self, _s: SessionId, _r: u64, _n: NodeId, _reply: &Reply, _now: u64, _nvm: &[Nvm<tandem_ddp::Record>]) {}
+    fn completed(
+        &mut self,
+        _s: SessionId,
+        _r: u64,
+        _n: NodeId,
+        _reply: &Reply,
+        _now: u64,
+        _nvm: &[Nvm<tandem_ddp::Record>],
+    ) {
+    }
 }
 
 struct Script {
@@ -107,19 +161,48 @@ impl Script {
     }
 
     fn with(model: Model, bugs: Bugs, opts: HealOpts) -> Script {
-        let factory = DdpFactory { bugs, heal: Some(opts), ..DdpFactory::new(model, Params::SIM) };
-        let net = SimNet::new(7, SimNetConfig::default(), Config::new(1, (0..5).collect()), factory, Box::new(Scripted), 0);
-        Script { net, epoch: 1, req: 0 }
+        let factory = DdpFactory {
+            bugs,
+            heal: Some(opts),
+            ..DdpFactory::new(model, Params::SIM)
+        };
+        let net = SimNet::new(
+            7,
+            SimNetConfig::default(),
+            Config::new(1, (0..5).collect()),
+            factory,
+            Box::new(Scripted),
+            0,
+        );
+        Script {
+            net,
+            epoch: 1,
+            req: 0,
+        }
     }
 
     fn write(&mut self, at: NodeId, key: u64, value: u64) {
         self.req += 1;
-        self.net.inject(at, Input::Client { session: 900, req: self.req, op: Op::write(key, value, 0) });
+        self.net.inject(
+            at,
+            Input::Client {
+                session: 900,
+                req: self.req,
+                op: Op::write(key, value, 0),
+            },
+        );
     }
 
     fn op(&mut self, at: NodeId, op: Op) {
         self.req += 1;
-        self.net.inject(at, Input::Client { session: 900, req: self.req, op });
+        self.net.inject(
+            at,
+            Input::Client {
+                session: 900,
+                req: self.req,
+                op,
+            },
+        );
     }
 
     fn configure(&mut self, members: Vec<NodeId>, restart: Option<NodeId>) {
@@ -132,11 +215,16 @@ impl Script {
     }
 
     fn value(&self, n: NodeId, key: u64) -> Option<u64> {
-        self.net.with_node(n, |p| p.expect("up").snapshot().get(&key).and_then(|v| v.1))
+        self.net
+            .with_node(n, |p| p.expect("up").snapshot().get(&key).and_then(|v| v.1))
     }
 
     fn recovered_by_heal(&self, n: NodeId) -> bool {
-        self.net.with_node(n, |p| p.and_then(|p| p.heal()).and_then(|h| h.last.clone()).is_some_and(|t| !t.full_copy))
+        self.net.with_node(n, |p| {
+            p.and_then(|p| p.heal())
+                .and_then(|h| h.last.clone())
+                .is_some_and(|t| !t.full_copy)
+        })
     }
 }
 
@@ -171,10 +259,21 @@ fn a_partially_persisted_write_that_never_committed_is_rolled_back() {
     let (at_rr, at_others, heal) = phantom(Bugs::default());
     assert!(heal, "the node recovered by HEAL");
     assert_eq!(at_others, Some(10));
-    assert_eq!(at_rr, Some(10), "the recovered node must drop its uncommitted write");
-    let bugs = Bugs { heal_no_ts_compare: true, ..Bugs::default() };
+    assert_eq!(
+        at_rr,
+        Some(10),
+        "the recovered node must drop its uncommitted write"
+    );
+    let bugs = Bugs {
+        heal_no_ts_compare: true,
+        ..Bugs::default()
+    };
     let (at_rr, _, _) = phantom(bugs);
-    assert_eq!(at_rr, Some(99), "mutant heal-no-ts-compare: the Buddy marks the phantom committed");
+    assert_eq!(
+        at_rr,
+        Some(99),
+        "mutant heal-no-ts-compare: the Buddy marks the phantom committed"
+    );
 }
 
 /// Spec O-1: node 1 writes key 5 during the EFN; its link to the Buddy
@@ -200,11 +299,16 @@ fn a_write_whose_val_reaches_the_buddy_after_its_answer_is_not_missed() {
     let (at_rr, at_buddy) = late_val(Bugs::default());
     assert_eq!(at_buddy, Some(55));
     assert_eq!(at_rr, Some(55));
-    let (at_rr, at_buddy) = late_val(Bugs { heal_no_pending: true, ..Bugs::default() });
+    let (at_rr, at_buddy) = late_val(Bugs {
+        heal_no_pending: true,
+        ..Bugs::default()
+    });
     assert_eq!(at_buddy, Some(55));
-    assert_eq!(at_rr, None, "mutant heal-no-pending: the Buddy's answer misses the write");
+    assert_eq!(
+        at_rr, None,
+        "mutant heal-no-pending: the Buddy's answer misses the write"
+    );
 }
-
 
 /// Review finding: node 4's write ⟨2,4⟩ reaches nodes 1–3 but not the
 /// Buddy (node 0) before node 4 crashes; the Buddy rolls node 4's entry
@@ -228,7 +332,10 @@ fn a_recovered_node_never_reuses_a_timestamp_still_in_flight() {
     s.write(4, 1, 77);
     s.net.run_for(1_000_000);
     let values: Vec<Option<u64>> = (0..5).map(|n| s.value(n, 1)).collect();
-    assert!(values.iter().all(|v| *v == values[0]), "replicas diverge on key 1: {values:?}");
+    assert!(
+        values.iter().all(|v| *v == values[0]),
+        "replicas diverge on key 1: {values:?}"
+    );
     assert_eq!(values[0], Some(77), "the last write wins");
 }
 
@@ -246,13 +353,24 @@ fn a_node_dropped_while_alive_rejoins_through_heal() {
     s.net.run_for(50_000);
     s.configure((0..5).collect(), None);
     s.net.run_for(500_000);
-    assert_eq!(s.value(3, 3), Some(33), "node 3 caught up with the write it missed");
+    assert_eq!(
+        s.value(3, 3),
+        Some(33),
+        "node 3 caught up with the write it missed"
+    );
     for n in 0..5 {
         let (ready, missed, absent) = s.net.with_node(n, |p| {
             let p = p.expect("up");
-            (p.is_ready(), p.heal().unwrap().missed.len(), p.heal().unwrap().missed.absent.clone())
+            (
+                p.is_ready(),
+                p.heal().unwrap().missed.len(),
+                p.heal().unwrap().missed.absent.clone(),
+            )
         });
-        assert!(ready && missed == 0 && absent.is_empty(), "node {n}: ready {ready}, {missed} missed updates kept for {absent:?}");
+        assert!(
+            ready && missed == 0 && absent.is_empty(),
+            "node {n}: ready {ready}, {missed} missed updates kept for {absent:?}"
+        );
     }
     assert!(s.recovered_by_heal(3));
 }
@@ -279,21 +397,37 @@ fn event_a_committed_write_the_crashed_node_never_persisted_comes_back() {
     s.net.run_for(300_000);
     assert!(s.recovered_by_heal(4));
     assert_eq!(s.value(4, 7), Some(777), "the committed write came back");
-    let t = s.net.with_node(4, |p| p.unwrap().heal().unwrap().last.clone().unwrap());
-    assert!(t.missed >= 1 && t.pending < 10, "the Buddy shipped {} missed updates and {} unvalidated versions (of 50 keys)", t.missed, t.pending);
+    let t = s
+        .net
+        .with_node(4, |p| p.unwrap().heal().unwrap().last.clone().unwrap());
+    assert!(
+        t.missed >= 1 && t.pending < 10,
+        "the Buddy shipped {} missed updates and {} unvalidated versions (of 50 keys)",
+        t.missed,
+        t.pending
+    );
 }
 
 /// Scope persistency: 50 keys written and persisted in scope 1, then key 7
 /// written in scope 2 at node 0 (committed, answered). Node 4 crashes
 /// before scope 2 is persisted anywhere, so its NVM never had the write.
 /// `persist_during_downtime`: node 0 persists scope 2 while node 4 is away.
-fn scope_gap(bugs: Bugs, persist_during_downtime: bool) -> (Option<u64>, tandem_ddp::heal_rr::Timeline) {
+fn scope_gap(
+    bugs: Bugs,
+    persist_during_downtime: bool,
+) -> (Option<u64>, tandem_ddp::heal_rr::Timeline) {
     let mut s = Script::of(Model::parse("lin-scope").unwrap(), bugs);
     for k in 0..50 {
         s.op(0, Op::write(k, 100 + k, 1));
         s.net.run_for(5_000);
     }
-    s.op(0, Op::Persist { scope: 1, writes: 50 });
+    s.op(
+        0,
+        Op::Persist {
+            scope: 1,
+            writes: 50,
+        },
+    );
     s.net.run_for(300_000);
     s.op(0, Op::write(7, 777, 2));
     s.net.run_for(5_000); // committed (VAL_c) everywhere, persisted nowhere
@@ -301,30 +435,55 @@ fn scope_gap(bugs: Bugs, persist_during_downtime: bool) -> (Option<u64>, tandem_
     s.configure((0..4).collect(), None);
     s.net.run_for(50_000);
     if persist_during_downtime {
-        s.op(0, Op::Persist { scope: 2, writes: 1 });
+        s.op(
+            0,
+            Op::Persist {
+                scope: 2,
+                writes: 1,
+            },
+        );
     }
     s.net.run_for(50_000);
     s.configure((0..5).collect(), Some(4));
     s.net.run_for(300_000);
     assert!(s.recovered_by_heal(4));
-    let t = s.net.with_node(4, |p| p.unwrap().heal().unwrap().last.clone().unwrap());
+    let t = s
+        .net
+        .with_node(4, |p| p.unwrap().heal().unwrap().last.clone().unwrap());
     (s.value(4, 7), t)
 }
 
 #[test]
 fn scope_a_committed_write_of_a_scope_never_persisted_comes_back() {
     let (v, t) = scope_gap(Bugs::default(), false);
-    assert_eq!(v, Some(777), "the committed write came back (timeline {t:?})");
-    assert!(t.pending >= 1 && t.pending < 10, "the Buddy shipped it as one of a few unvalidated versions: {t:?}");
-    let (v, _) = scope_gap(Bugs::parse(&["heal-no-pending".to_string()]).unwrap(), false);
-    assert_eq!(v, Some(107), "without the Buddy's unvalidated versions the node ends with the old value");
+    assert_eq!(
+        v,
+        Some(777),
+        "the committed write came back (timeline {t:?})"
+    );
+    assert!(
+        t.pending >= 1 && t.pending < 10,
+        "the Buddy shipped it as one of a few unvalidated versions: {t:?}"
+    );
+    let (v, _) = scope_gap(
+        Bugs::parse(&["heal-no-pending".to_string()]).unwrap(),
+        false,
+    );
+    assert_eq!(
+        v,
+        Some(107),
+        "without the Buddy's unvalidated versions the node ends with the old value"
+    );
 }
 
 #[test]
 fn scope_a_scope_persisted_during_the_downtime_enters_missed_updates() {
     let (v, t) = scope_gap(Bugs::default(), true);
     assert_eq!(v, Some(777));
-    assert!(t.missed >= 1 && t.pending < 10, "scope 2's write reached its GDP without node 4 and was buffered: {t:?}");
+    assert!(
+        t.missed >= 1 && t.pending < 10,
+        "scope 2's write reached its GDP without node 4 and was buffered: {t:?}"
+    );
 }
 
 /// HEAL-NoShadow: a `Recov_start` that arrives again (duplicated by the
@@ -333,7 +492,14 @@ fn scope_a_scope_persisted_during_the_downtime_enters_missed_updates() {
 /// without the writes that skipped it.
 #[test]
 fn a_late_duplicate_recov_start_does_not_exclude_a_node_back_online() {
-    let mut s = Script::with(Model::LIN_SYNCH, Bugs::default(), HealOpts { no_shadow: true, ..HealOpts::default() });
+    let mut s = Script::with(
+        Model::LIN_SYNCH,
+        Bugs::default(),
+        HealOpts {
+            no_shadow: true,
+            ..HealOpts::default()
+        },
+    );
     s.net.crash(4);
     s.configure((0..4).collect(), None);
     s.write(1, 3, 30);
@@ -342,11 +508,21 @@ fn a_late_duplicate_recov_start_does_not_exclude_a_node_back_online() {
     s.net.run_for(400_000);
     assert!(s.recovered_by_heal(4), "node 4 recovered by HEAL-NoShadow");
     assert_eq!(s.value(4, 3), Some(30));
-    s.net.inject(1, Input::Recv { from: 4, msg: tandem_ddp::Msg::RecovStart { epoch: s.epoch } });
+    s.net.inject(
+        1,
+        Input::Recv {
+            from: 4,
+            msg: tandem_ddp::Msg::RecovStart { epoch: s.epoch },
+        },
+    );
     s.write(1, 3, 31);
     s.net.run_for(100_000);
     assert_eq!(s.value(1, 3), Some(31));
-    assert_eq!(s.value(4, 3), Some(31), "node 1 left node 4 out of its write");
+    assert_eq!(
+        s.value(4, 3),
+        Some(31),
+        "node 1 left node 4 out of its write"
+    );
 }
 
 /// HEAL-NoShadow when no member can be the Buddy (every buffer overflowed):
@@ -356,7 +532,11 @@ fn a_late_duplicate_recov_start_does_not_exclude_a_node_back_online() {
 /// it for good.
 #[test]
 fn no_shadow_hands_over_before_the_full_copy_fallback() {
-    let opts = HealOpts { no_shadow: true, missed_cap: 2, ..HealOpts::default() };
+    let opts = HealOpts {
+        no_shadow: true,
+        missed_cap: 2,
+        ..HealOpts::default()
+    };
     let mut s = Script::with(Model::LIN_SYNCH, Bugs::default(), opts);
     s.net.crash(4);
     s.configure((0..4).collect(), None);
@@ -372,10 +552,17 @@ fn no_shadow_hands_over_before_the_full_copy_fallback() {
         s.net.run_for(500);
     }
     s.net.run_for(1_000_000);
-    let full_copy = s.net.with_node(4, |p| p.and_then(|p| p.heal()).and_then(|h| h.last.clone()).is_some_and(|t| t.full_copy));
+    let full_copy = s.net.with_node(4, |p| {
+        p.and_then(|p| p.heal())
+            .and_then(|h| h.last.clone())
+            .is_some_and(|t| t.full_copy)
+    });
     assert!(full_copy, "node 4 fell back to the full copy");
     for k in 10..110 {
         let values: Vec<Option<u64>> = (0..5).map(|n| s.value(n, k)).collect();
-        assert!(values.iter().all(|v| *v == values[0]), "replicas diverge on key {k}: {values:?}");
+        assert!(
+            values.iter().all(|v| *v == values[0]),
+            "replicas diverge on key {k}: {values:?}"
+        );
     }
 }

@@ -5,7 +5,10 @@ use tandem_ddp::simcheck::{run, CheckConfig, Crash};
 use tandem_ddp::Model;
 
 fn seeds() -> u64 {
-    std::env::var("DDP_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(6)
+    std::env::var("DDP_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6)
 }
 
 fn clean(model: &str, crash: Crash) {
@@ -14,8 +17,17 @@ fn clean(model: &str, crash: Crash) {
         let mut cfg = CheckConfig::new(model, seed);
         cfg.crash = crash;
         let r = run(&cfg);
-        assert!(r.violations.is_empty(), "{model} seed {seed}: {}\nreplay: {}", r.violations.join("\n"), r.replay);
-        assert!(r.completed > cfg.sessions * cfg.ops / 2, "{model} seed {seed}: only {} completed", r.completed);
+        assert!(
+            r.violations.is_empty(),
+            "{model} seed {seed}: {}\nreplay: {}",
+            r.violations.join("\n"),
+            r.replay
+        );
+        assert!(
+            r.completed > cfg.sessions * cfg.ops / 2,
+            "{model} seed {seed}: only {} completed",
+            r.completed
+        );
     }
 }
 
@@ -44,7 +56,13 @@ fn every_implemented_model_keeps_its_promises() {
 }
 
 /// The first seed below `budget` whose run reports a violation.
-fn caught(model: &str, crash: Crash, bug: &str, persist_ns: u64, budget: u64) -> Option<(u64, String)> {
+fn caught(
+    model: &str,
+    crash: Crash,
+    bug: &str,
+    persist_ns: u64,
+    budget: u64,
+) -> Option<(u64, String)> {
     let model = Model::parse(model).unwrap();
     let bugs = tandem_ddp::Bugs::parse(&[bug.to_string()]).unwrap();
     (0..budget).find_map(|seed| {
@@ -64,7 +82,12 @@ fn mutants_are_caught() {
     // the network round trip, hence the 2 µs persists there.
     for (model, bug, expect, persist_ns) in [
         ("lin-synch", "reply-before-last-ack", "S-1", 400),
-        ("lin-eventual", "reply-before-last-ack", "linearizability", 400),
+        (
+            "lin-eventual",
+            "reply-before-last-ack",
+            "linearizability",
+            400,
+        ),
         ("lin-synch", "val-before-persist", "G1", 400),
         ("re-re", "val-before-persist", "G1", 400),
         ("lin-eventual", "read-in-invalid", "linearizability", 400),
@@ -89,16 +112,28 @@ fn mutants_are_caught() {
         ("trans-scope", "skip-conflict-check", "serializability", 400),
     ] {
         let found = caught(model, Crash::None, bug, persist_ns, 20);
-        let (seed, v) = found.unwrap_or_else(|| panic!("{model} with {bug}: no violation in 20 seeds"));
-        assert!(v.lines().any(|l| l.starts_with(expect)), "{model} with {bug} (seed {seed}): expected {expect}, got {v}");
-        eprintln!("{model} with {bug}: caught at seed {seed}: {}", v.lines().next().unwrap_or(""));
+        let (seed, v) =
+            found.unwrap_or_else(|| panic!("{model} with {bug}: no violation in 20 seeds"));
+        assert!(
+            v.lines().any(|l| l.starts_with(expect)),
+            "{model} with {bug} (seed {seed}): expected {expect}, got {v}"
+        );
+        eprintln!(
+            "{model} with {bug}: caught at seed {seed}: {}",
+            v.lines().next().unwrap_or("")
+        );
     }
     // An End answered before the decision is durable shows only after a
     // whole-cluster crash: completed transactions are lost (T-3).
     for model in ["trans-synch", "trans-strict"] {
         let found = caught(model, Crash::All, "commit-before-persist", 400, 20);
-        let (seed, v) = found.unwrap_or_else(|| panic!("{model} with commit-before-persist: no violation in 20 seeds"));
-        assert!(v.lines().any(|l| l.starts_with("T-3")), "{model} with commit-before-persist (seed {seed}): expected T-3, got {v}");
+        let (seed, v) = found.unwrap_or_else(|| {
+            panic!("{model} with commit-before-persist: no violation in 20 seeds")
+        });
+        assert!(
+            v.lines().any(|l| l.starts_with("T-3")),
+            "{model} with commit-before-persist (seed {seed}): expected T-3, got {v}"
+        );
     }
 }
 
@@ -133,11 +168,18 @@ fn weaker_models_show_the_losses_they_allow() {
             // previous one validated, so few writes are in flight per key.
             (cfg.keys, cfg.sessions) = (64, 20);
             let r = run(&cfg);
-            assert!(r.violations.is_empty(), "{model} seed {seed}: {:?}", r.violations);
+            assert!(
+                r.violations.is_empty(),
+                "{model} seed {seed}: {:?}",
+                r.violations
+            );
             lost += r.lost_acked_writes;
             vanished += r.vanished_reads;
         }
         eprintln!("{model}: {lost} acknowledged writes lost, {vanished} read versions vanished over 20 crashes");
-        assert!((lost > 0 || !acked) && (vanished > 0 || !read), "{model}: lost {lost}, vanished {vanished}");
+        assert!(
+            (lost > 0 || !acked) && (vanished > 0 || !read),
+            "{model}: lost {lost}, vanished {vanished}"
+        );
     }
 }

@@ -23,9 +23,15 @@ pub struct TableSnapshot {
 }
 
 /// Read every replica of `table` (chunked, all replicas in parallel).
-pub async fn snapshot<F: Fabric>(fabric: &F, layout: &Layout, table: TableId) -> Result<TableSnapshot, VerbError> {
+pub async fn snapshot<F: Fabric>(
+    fabric: &F,
+    layout: &Layout,
+    table: TableId,
+) -> Result<TableSnapshot, VerbError> {
     let tl = layout.table(table);
-    let qps: Vec<F::Qp> = (0..fabric.memory_nodes()).map(|m| fabric.queue_pair(m as MemNodeId)).collect();
+    let qps: Vec<F::Qp> = (0..fabric.memory_nodes())
+        .map(|m| fabric.queue_pair(m as MemNodeId))
+        .collect();
     let slot_bytes = tl.slot_bytes as u64;
     let mut partitions = Vec::new();
     for p in 0..tl.partitions {
@@ -35,7 +41,9 @@ pub async fn snapshot<F: Fabric>(fabric: &F, layout: &Layout, table: TableId) ->
             let pend: Vec<_> = tl
                 .scan_reads(p, r, CHUNK_BYTES)
                 .into_iter()
-                .map(|(addr, cnt)| qps[n as usize].post(vec![Verb::read(addr, cnt * slot_bytes as u32)]))
+                .map(|(addr, cnt)| {
+                    qps[n as usize].post(vec![Verb::read(addr, cnt * slot_bytes as u32)])
+                })
                 .collect();
             let mut slots = Vec::with_capacity(total as usize);
             for res in join_all(pend).await {
@@ -46,7 +54,11 @@ pub async fn snapshot<F: Fabric>(fabric: &F, layout: &Layout, table: TableId) ->
         }
         partitions.push(per_replica);
     }
-    Ok(TableSnapshot { table, partitions, replicas: tl.replicas.clone() })
+    Ok(TableSnapshot {
+        table,
+        partitions,
+        replicas: tl.replicas.clone(),
+    })
 }
 
 impl TableSnapshot {
@@ -71,7 +83,9 @@ impl TableSnapshot {
             for (i, primary) in part[0].iter().enumerate() {
                 for (r, rep) in part.iter().enumerate().skip(1) {
                     let b = &rep[i];
-                    if (primary.version, primary.key, primary.flags, &primary.value) != (b.version, b.key, b.flags, &b.value) {
+                    if (primary.version, primary.key, primary.flags, &primary.value)
+                        != (b.version, b.key, b.flags, &b.value)
+                    {
                         out.push(format!(
                             "table {} partition {p} slot {i}: primary (node {}) v{:#x} key {} != replica {r} (node {}) v{:#x} key {}",
                             self.table, self.replicas[p][0], primary.version, primary.key, self.replicas[p][r], b.version, b.key

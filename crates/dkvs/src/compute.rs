@@ -39,7 +39,13 @@ impl<F: Fabric> ComputeNode<F> {
 
     /// A compute node whose view of down memory nodes the caller (the
     /// membership runtime) updates from another thread.
-    pub fn with_memory_view(fabric: F, cfg: &StoreConfig, layout: Arc<Layout>, failed: FailedIds, memory: MemoryView) -> Rc<Self> {
+    pub fn with_memory_view(
+        fabric: F,
+        cfg: &StoreConfig,
+        layout: Arc<Layout>,
+        failed: FailedIds,
+        memory: MemoryView,
+    ) -> Rc<Self> {
         Rc::new(ComputeNode {
             fabric,
             layout,

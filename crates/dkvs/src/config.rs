@@ -38,7 +38,9 @@ impl FromStr for Mode {
             "pandora" => Ok(Mode::Pandora),
             "ford" => Ok(Mode::Ford),
             "traditional" => Ok(Mode::Traditional),
-            other => Err(format!("unknown store mode '{other}' (expected pandora, ford or traditional)")),
+            other => Err(format!(
+                "unknown store mode '{other}' (expected pandora, ford or traditional)"
+            )),
         }
     }
 }
@@ -62,8 +64,12 @@ impl FromStr for OnStray {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "abort" => Ok(OnStray::Abort),
-            "stall" => Ok(OnStray::Stall { max_retries: 100_000 }),
-            other => Err(format!("unknown --on-stray '{other}' (expected abort or stall)")),
+            "stall" => Ok(OnStray::Stall {
+                max_retries: 100_000,
+            }),
+            other => Err(format!(
+                "unknown --on-stray '{other}' (expected abort or stall)"
+            )),
         }
     }
 }
@@ -106,8 +112,14 @@ pub struct BugSwitches {
 pub const LEASE_STALLS: u32 = 128;
 
 impl BugSwitches {
-    pub const NAMES: [&'static str; 6] =
-        ["complicit-abort", "covert-locks", "relaxed-locks", "missing-insert-undo", "logging-without-locking", "lock-lease"];
+    pub const NAMES: [&'static str; 6] = [
+        "complicit-abort",
+        "covert-locks",
+        "relaxed-locks",
+        "missing-insert-undo",
+        "logging-without-locking",
+        "lock-lease",
+    ];
 
     pub fn parse(name: &str) -> Result<BugSwitches, String> {
         let mut b = BugSwitches::default();
@@ -118,7 +130,12 @@ impl BugSwitches {
             "missing-insert-undo" => b.missing_insert_undo = true,
             "logging-without-locking" => b.logging_without_locking = true,
             "lock-lease" => b.lock_lease = true,
-            other => return Err(format!("unknown bug '{other}' (known: {})", Self::NAMES.join(", "))),
+            other => {
+                return Err(format!(
+                    "unknown bug '{other}' (known: {})",
+                    Self::NAMES.join(", ")
+                ))
+            }
         }
         Ok(b)
     }
@@ -145,7 +162,12 @@ impl BugSwitches {
             self.logging_without_locking,
             self.lock_lease,
         ];
-        Self::NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
+        Self::NAMES
+            .iter()
+            .zip(on)
+            .filter(|(_, on)| *on)
+            .map(|(n, _)| *n)
+            .collect()
     }
 
     pub fn any(&self) -> bool {
@@ -207,10 +229,16 @@ impl StoreConfig {
         }
         for (i, t) in self.tables.iter().enumerate() {
             if t.id as usize != i {
-                return Err(format!("table '{}' has id {} but is listed at position {i}", t.name, t.id));
+                return Err(format!(
+                    "table '{}' has id {} but is listed at position {i}",
+                    t.name, t.id
+                ));
             }
             if t.value_size == 0 || t.value_size > 4096 {
-                return Err(format!("table '{}': value size must be 1..=4096 bytes", t.name));
+                return Err(format!(
+                    "table '{}': value size must be 1..=4096 bytes",
+                    t.name
+                ));
             }
             if t.capacity == 0 {
                 return Err(format!("table '{}': capacity must be positive", t.name));

@@ -33,7 +33,9 @@ use crate::config::{Mode, OnStray, TableId, LEASE_STALLS};
 use crate::error::{AbortReason, TxError};
 use crate::layout::{TableLayout, ASSOC, MAX_PROBE_BUCKETS};
 use crate::log::{invalid_state_word, LogEntry, LogRecord, OpKind};
-use crate::slot::{encode_body, make_version, LockWord, SlotImage, FLAG_LIVE, KEY_OFF, LOCK_OFF, VERSION_OFF};
+use crate::slot::{
+    encode_body, make_version, LockWord, SlotImage, FLAG_LIVE, KEY_OFF, LOCK_OFF, VERSION_OFF,
+};
 
 /// Per-coordinator counters.
 #[derive(Clone, Debug, Default)]
@@ -136,9 +138,17 @@ impl<F: Fabric> WriteEntry<F> {
 
 /// Where a key lives, as found by probing.
 enum Located {
-    Found { part: u32, slot: u32, image: SlotImage },
+    Found {
+        part: u32,
+        slot: u32,
+        image: SlotImage,
+    },
     /// Absent; `slot` is the first empty slot in probe order (None: probe bound full).
-    Absent { part: u32, slot: Option<u32>, image: Option<SlotImage> },
+    Absent {
+        part: u32,
+        slot: Option<u32>,
+        image: Option<SlotImage>,
+    },
 }
 
 impl<F: Fabric> Coordinator<F> {
@@ -149,7 +159,9 @@ impl<F: Fabric> Coordinator<F> {
             "coordinator id {id} has no log slot of its own (log_slots = {}); raise log_slots",
             node.layout.log_slots
         );
-        let qps = (0..node.fabric.memory_nodes()).map(|m| node.fabric.queue_pair(m as MemNodeId)).collect();
+        let qps = (0..node.fabric.memory_nodes())
+            .map(|m| node.fabric.queue_pair(m as MemNodeId))
+            .collect();
         let log_nodes = node.layout.log_nodes(id);
         Coordinator {
             node,
@@ -220,7 +232,9 @@ impl<F: Fabric> Coordinator<F> {
     /// Whether a lock word blocks us: locked, and (pandora) not owned by a failed coordinator.
     fn blocks(&self, w: LockWord) -> bool {
         match self.node.mode {
-            Mode::Pandora => w.is_locked() && !self.node.failed.contains(w.owner()) && !self.outwaited(w),
+            Mode::Pandora => {
+                w.is_locked() && !self.node.failed.contains(w.owner()) && !self.outwaited(w)
+            }
             Mode::Ford | Mode::Traditional => w.is_locked(),
         }
     }
@@ -232,7 +246,11 @@ impl<F: Fabric> Coordinator<F> {
     }
 
     fn note_wait(&mut self, w: LockWord, stalls: u32) {
-        if self.node.bugs.lock_lease && self.node.mode == Mode::Pandora && stalls >= LEASE_STALLS && !self.outwaited(w) {
+        if self.node.bugs.lock_lease
+            && self.node.mode == Mode::Pandora
+            && stalls >= LEASE_STALLS
+            && !self.outwaited(w)
+        {
             self.presumed_dead.push(w.0);
         }
     }
@@ -271,7 +289,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     /// a waiter then never blocks another waiter, so stalling cannot deadlock
     /// live transactions (two writers each waiting for the other's lock).
     fn may_stall(&mut self, retries: &mut u32) -> bool {
-        if self.writes.iter().any(|w| matches!(w.lock, LockState::Acquired | LockState::Pending(_))) {
+        if self
+            .writes
+            .iter()
+            .any(|w| matches!(w.lock, LockState::Acquired | LockState::Pending(_)))
+        {
             return false;
         }
         match self.c.node.on_stray {
@@ -291,7 +313,9 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
     /// Write entry holding (or claiming) this exact slot.
     fn find_write_slot(&self, t: TableId, part: u32, slot: u32) -> Option<usize> {
-        self.writes.iter().position(|w| w.table == t && w.part == part && w.slot == slot)
+        self.writes
+            .iter()
+            .position(|w| w.table == t && w.part == part && w.slot == slot)
     }
 
     fn table(&self, t: TableId) -> &TableLayout {
@@ -299,7 +323,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     }
 
     fn check_table(&self, t: TableId) -> Result<(), TxError> {
-        assert!((t as usize) < self.c.node.layout.tables.len(), "unknown table id {t}");
+        assert!(
+            (t as usize) < self.c.node.layout.tables.len(),
+            "unknown table id {t}"
+        );
         if self.finished {
             return Err(TxError::Finished);
         }
@@ -310,7 +337,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     fn primary_addr(&self, t: TableId, part: u32, slot: u32) -> (MemNodeId, u64) {
         let tl = self.table(t);
         let reps = &tl.replicas[part as usize];
-        let r = reps.iter().position(|&n| !self.c.node.memory.is_down(n)).unwrap_or(0);
+        let r = reps
+            .iter()
+            .position(|&n| !self.c.node.memory.is_down(n))
+            .unwrap_or(0);
         (reps[r], tl.slot_addr(part, r, slot))
     }
 
@@ -345,10 +375,15 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         for probe in 0..MAX_PROBE_BUCKETS.min(buckets) {
             let first = ((home + probe) % buckets) * ASSOC;
             let (mem, addr) = self.primary_addr(t, part, first);
-            let r = self.c.post(mem, vec![Verb::read(addr, slot_bytes * ASSOC)]).await;
+            let r = self
+                .c
+                .post(mem, vec![Verb::read(addr, slot_bytes * ASSOC)])
+                .await;
             let bytes = r.into_iter().next().unwrap()?.into_bytes();
             for i in 0..ASSOC {
-                let img = SlotImage::decode(&bytes[(i * slot_bytes) as usize..((i + 1) * slot_bytes) as usize]);
+                let img = SlotImage::decode(
+                    &bytes[(i * slot_bytes) as usize..((i + 1) * slot_bytes) as usize],
+                );
                 let slot = first + i;
                 debug_assert!(slot < spp);
                 if img.is_empty() {
@@ -356,19 +391,33 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                         // Claimed by one of our own inserts: the next empty slot is the key's.
                         continue;
                     }
-                    return Ok(Located::Absent { part, slot: Some(slot), image: Some(img) });
+                    return Ok(Located::Absent {
+                        part,
+                        slot: Some(slot),
+                        image: Some(img),
+                    });
                 }
                 if img.key == key {
                     self.c.node.cache_slot(t, key, slot);
-                    return Ok(Located::Found { part, slot, image: img });
+                    return Ok(Located::Found {
+                        part,
+                        slot,
+                        image: img,
+                    });
                 }
             }
         }
-        Ok(Located::Absent { part, slot: None, image: None })
+        Ok(Located::Absent {
+            part,
+            slot: None,
+            image: None,
+        })
     }
 
     fn find_write(&self, t: TableId, key: u64) -> Option<usize> {
-        self.writes.iter().position(|w| w.table == t && w.key == key)
+        self.writes
+            .iter()
+            .position(|w| w.table == t && w.key == key)
     }
 
     fn find_read(&self, t: TableId, key: u64) -> Option<usize> {
@@ -381,7 +430,13 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         if let Some(i) = self.find_write(t, key) {
             self.resolve_lock(i).await?;
             let w = &self.writes[i];
-            return Ok(if w.final_live { w.new_value.clone().or_else(|| w.image.as_ref().map(|im| im.value.clone())) } else { None });
+            return Ok(if w.final_live {
+                w.new_value
+                    .clone()
+                    .or_else(|| w.image.as_ref().map(|im| im.value.clone()))
+            } else {
+                None
+            });
         }
         if let Some(i) = self.find_read(t, key) {
             return Ok(self.reads[i].value.clone());
@@ -389,7 +444,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let loc = self.locate(t, key).await?;
         let (part, slot, image) = match loc {
             Located::Found { part, slot, image } => (part, slot, Some(image)),
-            Located::Absent { part, slot: Some(slot), image } => (part, slot, image),
+            Located::Absent {
+                part,
+                slot: Some(slot),
+                image,
+            } => (part, slot, image),
             Located::Absent { slot: None, .. } => return Ok(None),
         };
         let mut image = image.expect("located slot has an image");
@@ -400,7 +459,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             }
             self.c.note_wait(image.lock, retries);
             let (mem, addr) = self.primary_addr(t, part, slot);
-            let bytes = self.c.post(mem, vec![Verb::read(addr, self.table(t).slot_bytes)]).await.remove(0);
+            let bytes = self
+                .c
+                .post(mem, vec![Verb::read(addr, self.table(t).slot_bytes)])
+                .await
+                .remove(0);
             match bytes {
                 Ok(b) => image = SlotImage::decode(&b.into_bytes()),
                 Err(e) => return Err(self.fail(e).await),
@@ -412,7 +475,14 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             return Err(self.abort_with(AbortReason::ReadLocked).await);
         }
         let value = image.is_live().then(|| image.value.clone());
-        self.reads.push(ReadEntry { table: t, key, part, slot, version: image.version, value: value.clone() });
+        self.reads.push(ReadEntry {
+            table: t,
+            key,
+            part,
+            slot,
+            version: image.version,
+            value: value.clone(),
+        });
         Ok(value)
     }
 
@@ -428,7 +498,13 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         if !w.final_live {
             return Err(TxError::NotFound);
         }
-        Ok(w.new_value.clone().unwrap_or_else(|| w.image.as_ref().expect("locked entry has an image").value.clone()))
+        Ok(w.new_value.clone().unwrap_or_else(|| {
+            w.image
+                .as_ref()
+                .expect("locked entry has an image")
+                .value
+                .clone()
+        }))
     }
 
     /// Overwrite an existing key. The lock is pipelined: a conflict or a
@@ -438,7 +514,9 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         self.check_value(t, value);
         let i = match self.find_write(t, key) {
             Some(i) => {
-                if !self.writes[i].final_live && !matches!(self.writes[i].lock, LockState::Pending(_)) {
+                if !self.writes[i].final_live
+                    && !matches!(self.writes[i].lock, LockState::Pending(_))
+                {
                     return Err(TxError::NotFound);
                 }
                 i
@@ -472,15 +550,30 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                     }
                     // The outcome depends on the key existing: validate that at commit.
                     let v = image.version;
-                    self.reads.push(ReadEntry { table: t, key, part, slot, version: v, value: Some(image.value) });
+                    self.reads.push(ReadEntry {
+                        table: t,
+                        key,
+                        part,
+                        slot,
+                        version: v,
+                        value: Some(image.value),
+                    });
                     return Err(TxError::AlreadyExists);
                 }
                 (part, slot, false, Some(image.version))
             }
-            Located::Absent { part, slot: Some(slot), .. } => (part, slot, true, None),
-            Located::Absent { slot: None, .. } => return Err(self.abort_with(AbortReason::TableFull).await),
+            Located::Absent {
+                part,
+                slot: Some(slot),
+                ..
+            } => (part, slot, true, None),
+            Located::Absent { slot: None, .. } => {
+                return Err(self.abort_with(AbortReason::TableFull).await)
+            }
         };
-        let i = self.post_lock(t, key, part, slot, expect_empty, false).await?;
+        let i = self
+            .post_lock(t, key, part, slot, expect_empty, false)
+            .await?;
         if tombstone_version.is_some() {
             // Someone may re-insert the key meanwhile: insist on the tombstone we saw.
             self.writes[i].expect_version = tombstone_version;
@@ -510,7 +603,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
     fn check_value(&self, t: TableId, value: &[u8]) {
         let vs = self.table(t).spec.value_size as usize;
-        assert!(value.len() <= vs, "value of {} bytes exceeds table value size {vs}", value.len());
+        assert!(
+            value.len() <= vs,
+            "value of {} bytes exceeds table value size {vs}",
+            value.len()
+        );
     }
 
     /// Locate an existing key and post its lock. `NotFound` if it is not live.
@@ -521,12 +618,26 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             None => match self.locate(t, key).await? {
                 Located::Found { part, slot, image } if image.is_live() => (part, slot),
                 Located::Found { part, slot, image } => {
-                    self.reads.push(ReadEntry { table: t, key, part, slot, version: image.version, value: None });
+                    self.reads.push(ReadEntry {
+                        table: t,
+                        key,
+                        part,
+                        slot,
+                        version: image.version,
+                        value: None,
+                    });
                     return Err(TxError::NotFound);
                 }
                 Located::Absent { part, slot, image } => {
                     if let (Some(slot), Some(img)) = (slot, image) {
-                        self.reads.push(ReadEntry { table: t, key, part, slot, version: img.version, value: None });
+                        self.reads.push(ReadEntry {
+                            table: t,
+                            key,
+                            part,
+                            slot,
+                            version: img.version,
+                            value: None,
+                        });
                     }
                     return Err(TxError::NotFound);
                 }
@@ -551,7 +662,13 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let (mem, addr) = self.primary_addr(t, part, slot);
         let slot_bytes = self.table(t).slot_bytes;
         let w = self.lock_word.0;
-        let pending = self.c.post(mem, vec![Verb::cas(addr + LOCK_OFF, 0, w), Verb::read(addr, slot_bytes)]);
+        let pending = self.c.post(
+            mem,
+            vec![
+                Verb::cas(addr + LOCK_OFF, 0, w),
+                Verb::read(addr, slot_bytes),
+            ],
+        );
         let expect_version = self.find_read(t, key).map(|i| self.reads[i].version);
         self.writes.push(WriteEntry {
             table: t,
@@ -612,7 +729,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             }
             LockState::Failed => return Err(Ok(AbortReason::LockConflict)),
         };
-        let (t, part, slot) = (self.writes[i].table, self.writes[i].part, self.writes[i].slot);
+        let (t, part, slot) = (
+            self.writes[i].table,
+            self.writes[i].part,
+            self.writes[i].slot,
+        );
         let (mem, addr) = self.primary_addr(t, part, slot);
         let slot_bytes = self.table(t).slot_bytes;
         let mut results = pending.await;
@@ -633,7 +754,9 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 break;
             }
             // PILL: a lock owned by a failed coordinator is stray and may be stolen.
-            let stray = self.c.node.mode == Mode::Pandora && old.is_locked() && (self.c.node.failed.contains(old.owner()) || self.c.outwaited(old));
+            let stray = self.c.node.mode == Mode::Pandora
+                && old.is_locked()
+                && (self.c.node.failed.contains(old.owner()) || self.c.outwaited(old));
             if stray && attempt < 4 {
                 attempt += 1;
                 expected = old;
@@ -649,7 +772,16 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             } else {
                 return Err(Ok(AbortReason::LockConflict));
             }
-            results = self.c.post(mem, vec![Verb::cas(addr + LOCK_OFF, expected.0, self.lock_word.0), Verb::read(addr, slot_bytes)]).await;
+            results = self
+                .c
+                .post(
+                    mem,
+                    vec![
+                        Verb::cas(addr + LOCK_OFF, expected.0, self.lock_word.0),
+                        Verb::read(addr, slot_bytes),
+                    ],
+                )
+                .await;
         }
         self.writes[i].lock = LockState::Acquired;
         let image = SlotImage::decode(&results[1].clone().unwrap().into_bytes());
@@ -665,7 +797,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let gone = w.expect_live && image.holds(key) && !image.is_live();
         w.image = Some(image);
         if stale {
-            return Err(Ok(if w.expect_empty { AbortReason::InsertRace } else { AbortReason::StaleRead }));
+            return Err(Ok(if w.expect_empty {
+                AbortReason::InsertRace
+            } else {
+                AbortReason::StaleRead
+            }));
         }
         if gone {
             w.final_live = false;
@@ -704,12 +840,22 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     fn post_undo(&mut self, i: usize) {
         // The undo image of a slot that was empty is "no key here": recovery
         // rolls such an insert back to a tombstone.
-        let op = if self.writes[i].expect_empty { OpKind::Insert } else { OpKind::Update };
+        let op = if self.writes[i].expect_empty {
+            OpKind::Insert
+        } else {
+            OpKind::Update
+        };
         let entry = self.log_entry(&self.writes[i], op, self.writes[i].new_version);
-        let rec = LogRecord { coordinator: self.c.id, tx_seq: self.seq, entries: vec![entry] }.encode();
+        let rec = LogRecord {
+            coordinator: self.c.id,
+            tx_seq: self.seq,
+            entries: vec![entry],
+        }
+        .encode();
         let half = self.c.node.layout.log_slot_bytes / 2;
         let base = self.c.node.layout.log_addr(self.c.id);
-        let nodes: Vec<MemNodeId> = self.table(self.writes[i].table).replicas[self.writes[i].part as usize].clone();
+        let nodes: Vec<MemNodeId> =
+            self.table(self.writes[i].table).replicas[self.writes[i].part as usize].clone();
         for n in nodes {
             let cur = self.undo_cursor.entry(n).or_insert(0);
             if *cur + rec.len() as u64 > half {
@@ -726,7 +872,13 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     }
 
     /// Traditional logging: persist (table, key, slot) on the log nodes before locking.
-    async fn write_lock_log(&mut self, t: TableId, key: u64, part: u32, slot: u32) -> Result<(), TxError> {
+    async fn write_lock_log(
+        &mut self,
+        t: TableId,
+        key: u64,
+        part: u32,
+        slot: u32,
+    ) -> Result<(), TxError> {
         let tl = self.table(t);
         let entry = LogEntry {
             table: t,
@@ -735,10 +887,19 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             old_version: 0,
             new_version: 0,
             old_flags: 0,
-            replicas: tl.replicas[part as usize].iter().enumerate().map(|(r, &n)| (n, tl.slot_addr(part, r, slot))).collect(),
+            replicas: tl.replicas[part as usize]
+                .iter()
+                .enumerate()
+                .map(|(r, &n)| (n, tl.slot_addr(part, r, slot)))
+                .collect(),
             old_value: Vec::new(),
         };
-        let rec = LogRecord { coordinator: self.c.id, tx_seq: self.seq, entries: vec![entry] }.encode();
+        let rec = LogRecord {
+            coordinator: self.c.id,
+            tx_seq: self.seq,
+            entries: vec![entry],
+        }
+        .encode();
         let half = self.c.node.layout.log_slot_bytes / 2;
         if self.lock_log_cursor + rec.len() as u64 > half {
             // Never overwrite this transaction's own lock log.
@@ -747,7 +908,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let addr = self.c.node.layout.log_addr(self.c.id) + half + self.lock_log_cursor;
         self.lock_log_cursor += rec.len() as u64;
         let nodes = self.c.log_nodes.clone();
-        let pendings: Vec<_> = nodes.iter().map(|&n| self.c.post(n, vec![Verb::write(addr, rec.clone())])).collect();
+        let pendings: Vec<_> = nodes
+            .iter()
+            .map(|&n| self.c.post(n, vec![Verb::write(addr, rec.clone())]))
+            .collect();
         for r in join_all(pendings).await {
             if let Some(e) = first_error(&r) {
                 return Err(self.fail(e).await);
@@ -762,14 +926,22 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             return Err(TxError::Finished);
         }
         // Relaxed-locks bug: validation reads go out before the locks are known held.
-        let early_validation = if self.c.node.bugs.relaxed_locks { Some(self.post_validation()) } else { None };
+        let early_validation = if self.c.node.bugs.relaxed_locks {
+            Some(self.post_validation())
+        } else {
+            None
+        };
         for i in 0..self.writes.len() {
             self.resolve_lock(i).await?;
         }
         if self.log_full {
             return Err(self.abort_with(AbortReason::LogFull).await);
         }
-        if self.writes.iter().any(|w| w.found_deleted && w.new_value.is_some() && !w.final_live) {
+        if self
+            .writes
+            .iter()
+            .any(|w| w.found_deleted && w.new_value.is_some() && !w.final_live)
+        {
             // A pipelined blind write met a key deleted since it was cached.
             return Err(self.abort_with(AbortReason::StaleRead).await);
         }
@@ -778,7 +950,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         // its undo entry announced it, and recovery's "every replica has the
         // new version" test must hold once the transaction is acknowledged.
         let dirty: Vec<usize> = (0..self.writes.len())
-            .filter(|&i| self.writes[i].op().is_some() || (self.writes[i].new_version != 0 && self.writes[i].image.is_some()))
+            .filter(|&i| {
+                self.writes[i].op().is_some()
+                    || (self.writes[i].new_version != 0 && self.writes[i].image.is_some())
+            })
             .collect();
         let versions: Vec<u64> = dirty
             .iter()
@@ -796,7 +971,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 .zip(&versions)
                 .map(|(&i, &v)| self.log_entry(&self.writes[i], self.writes[i].op().unwrap(), v))
                 .collect();
-            let rec = LogRecord { coordinator: self.c.id, tx_seq: self.seq, entries };
+            let rec = LogRecord {
+                coordinator: self.c.id,
+                tx_seq: self.seq,
+                entries,
+            };
             if rec.encoded_len() as u64 > self.c.node.layout.log_slot_bytes / 2 {
                 return Err(self.abort_with(AbortReason::LogFull).await);
             }
@@ -815,8 +994,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             None => self.post_validation(),
         };
         let undo = std::mem::take(&mut self.undo_pending);
-        let (log_results, validation_results, undo_results) =
-            futures::join!(join_all(log_pending), join_all(validation.into_iter().map(|(_, p)| p)), join_all(undo));
+        let (log_results, validation_results, undo_results) = futures::join!(
+            join_all(log_pending),
+            join_all(validation.into_iter().map(|(_, p)| p)),
+            join_all(undo)
+        );
         for r in log_results.iter().chain(undo_results.iter()) {
             if let Some(e) = first_error(r) {
                 return Err(self.fail(e).await);
@@ -848,14 +1030,22 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let tl = self.table(w.table);
             let image = w.image.as_ref().unwrap();
             let value = w.new_value.clone().unwrap_or_else(|| image.value.clone());
-            let body = encode_body(w.key, if w.final_live { FLAG_LIVE } else { 0 }, &value, tl.value_bytes);
+            let body = encode_body(
+                w.key,
+                if w.final_live { FLAG_LIVE } else { 0 },
+                &value,
+                tl.value_bytes,
+            );
             let nodes = tl.replicas[w.part as usize].clone();
             for (r, n) in nodes.into_iter().enumerate() {
                 if self.c.node.memory.is_down(n) {
                     continue;
                 }
                 let addr = self.table(w.table).slot_addr(w.part, r, w.slot);
-                let batch = vec![Verb::write(addr + KEY_OFF, body.clone()), Verb::write_u64(addr + VERSION_OFF, version)];
+                let batch = vec![
+                    Verb::write(addr + KEY_OFF, body.clone()),
+                    Verb::write_u64(addr + VERSION_OFF, version),
+                ];
                 commit_pending.push((i, self.c.post(n, batch)));
             }
         }
@@ -896,7 +1086,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         (0..self.reads.len())
             .filter(|&k| {
                 let r = &self.reads[k];
-                self.find_write(r.table, r.key).is_none() && self.find_write_slot(r.table, r.part, r.slot).is_none()
+                self.find_write(r.table, r.key).is_none()
+                    && self.find_write_slot(r.table, r.part, r.slot).is_none()
             })
             .collect()
     }
@@ -909,7 +1100,12 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             self.find_write(r.table, r.key).is_none()
                 && self
                     .find_write_slot(r.table, r.part, r.slot)
-                    .is_some_and(|i| self.writes[i].image.as_ref().is_some_and(|im| im.version != r.version))
+                    .is_some_and(|i| {
+                        self.writes[i]
+                            .image
+                            .as_ref()
+                            .is_some_and(|im| im.version != r.version)
+                    })
         })
     }
 
@@ -933,7 +1129,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             if !held && !complicit {
                 continue;
             }
-            let (mem, addr) = self.primary_addr(self.writes[i].table, self.writes[i].part, self.writes[i].slot);
+            let (mem, addr) = self.primary_addr(
+                self.writes[i].table,
+                self.writes[i].part,
+                self.writes[i].slot,
+            );
             let verb = if complicit {
                 // FORD's bug: reset every write-set lock word, ours or not.
                 Verb::write_u64(addr + LOCK_OFF, 0)
@@ -958,7 +1158,9 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                     _ => unreachable!(),
                 };
                 let r = pending.await;
-                if first_error(&r).is_none() && LockWord(r[0].as_ref().unwrap().old_value()) == LockWord::UNLOCKED {
+                if first_error(&r).is_none()
+                    && LockWord(r[0].as_ref().unwrap().old_value()) == LockWord::UNLOCKED
+                {
                     self.writes[i].lock = LockState::Acquired;
                 }
             }
@@ -967,7 +1169,13 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             // Invalidate first: recovery must never act on an aborted record.
             let addr = self.c.node.layout.log_addr(self.c.id);
             let nodes = self.c.log_nodes.clone();
-            let p: Vec<_> = nodes.iter().map(|&n| self.c.post(n, vec![Verb::write_u64(addr, invalid_state_word())])).collect();
+            let p: Vec<_> = nodes
+                .iter()
+                .map(|&n| {
+                    self.c
+                        .post(n, vec![Verb::write_u64(addr, invalid_state_word())])
+                })
+                .collect();
             for r in join_all(p).await {
                 if first_error(&r) == Some(VerbError::Revoked) {
                     self.finished = true;
@@ -981,7 +1189,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let results = join_all(releases).await;
         self.finished = true;
         // A lock on an unreachable memory node is gone with it.
-        if results.iter().any(|r| first_error(r) == Some(VerbError::Revoked)) {
+        if results
+            .iter()
+            .any(|r| first_error(r) == Some(VerbError::Revoked))
+        {
             return TxError::Revoked;
         }
         self.c.stats.aborted += 1;
@@ -1001,7 +1212,6 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         }
         self.abort_with(AbortReason::MemoryNodeFailed).await
     }
-
 
     /// Abort on the application's request.
     pub async fn abort(mut self) -> TxError {

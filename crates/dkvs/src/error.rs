@@ -74,7 +74,9 @@ impl fmt::Display for TxError {
             TxError::NotFound => f.write_str("key not found"),
             TxError::AlreadyExists => f.write_str("key already exists"),
             TxError::Aborted(r) => write!(f, "aborted ({})", r.name()),
-            TxError::Revoked => f.write_str("access revoked: this compute node was declared failed"),
+            TxError::Revoked => {
+                f.write_str("access revoked: this compute node was declared failed")
+            }
             TxError::Unavailable => f.write_str("memory node unavailable"),
             TxError::Finished => f.write_str("transaction already finished"),
         }

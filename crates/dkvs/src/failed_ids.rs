@@ -13,7 +13,12 @@ pub struct FailedIds {
 
 impl Default for FailedIds {
     fn default() -> Self {
-        FailedIds { bits: (0..1024).map(|_| AtomicU64::new(0)).collect::<Vec<_>>().into() }
+        FailedIds {
+            bits: (0..1024)
+                .map(|_| AtomicU64::new(0))
+                .collect::<Vec<_>>()
+                .into(),
+        }
     }
 }
 
@@ -31,7 +36,10 @@ impl FailedIds {
         self.bits[id as usize / 64].load(Ordering::Acquire) & (1 << (id % 64)) != 0
     }
     pub fn count(&self) -> u32 {
-        self.bits.iter().map(|w| w.load(Ordering::Relaxed).count_ones()).sum()
+        self.bits
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones())
+            .sum()
     }
 }
 

@@ -63,7 +63,10 @@ impl TableLayout {
     pub fn scan_reads(&self, p: u32, replica_idx: usize, max_bytes: u64) -> Vec<(u64, u32)> {
         let per = (max_bytes / self.slot_bytes as u64).max(1) as u32;
         let total = self.slots_per_partition();
-        (0..total).step_by(per as usize).map(|s| (self.slot_addr(p, replica_idx, s), per.min(total - s))).collect()
+        (0..total)
+            .step_by(per as usize)
+            .map(|s| (self.slot_addr(p, replica_idx, s), per.min(total - s)))
+            .collect()
     }
 
     /// Address of slot `slot` of partition `p` on its `i`-th replica.
@@ -96,7 +99,9 @@ impl Layout {
     pub fn new(cfg: &StoreConfig) -> Result<Layout, String> {
         cfg.validate()?;
         let mut ring: Vec<(u64, MemNodeId)> = (0..cfg.memory_nodes)
-            .flat_map(|n| (0..VNODES).map(move |v| (mix64(RING_SALT ^ ((n as u64) << 32) ^ v as u64), n)))
+            .flat_map(|n| {
+                (0..VNODES).map(move |v| (mix64(RING_SALT ^ ((n as u64) << 32) ^ v as u64), n))
+            })
             .collect();
         ring.sort_unstable();
         let log_area = cfg.log_slot_bytes * cfg.log_slots as u64;
@@ -118,7 +123,8 @@ impl Layout {
             // plus spare buckets per partition so small tables, whose keys
             // spread less evenly, do not fill a partition.
             let slots = spec.capacity * 2 + SPARE_BUCKETS * ASSOC as u64 * partitions as u64;
-            let buckets_per_partition = (slots.div_ceil(ASSOC as u64 * partitions as u64)).max(1) as u32;
+            let buckets_per_partition =
+                (slots.div_ceil(ASSOC as u64 * partitions as u64)).max(1) as u32;
             let mut t = TableLayout {
                 spec: spec.clone(),
                 value_bytes,
@@ -129,7 +135,10 @@ impl Layout {
                 base: Vec::new(),
             };
             for p in 0..partitions {
-                let nodes = layout.place(mix64(PARTITION_SALT ^ ((spec.id as u64) << 32) ^ p as u64), cfg.replicas);
+                let nodes = layout.place(
+                    mix64(PARTITION_SALT ^ ((spec.id as u64) << 32) ^ p as u64),
+                    cfg.replicas,
+                );
                 let mut bases = Vec::new();
                 for &n in &nodes {
                     bases.push(region_bytes[n as usize]);
@@ -185,7 +194,12 @@ mod tests {
             Mode::Pandora,
             nodes,
             replicas,
-            vec![TableSpec { id: 0, name: "t".into(), value_size: 40, capacity: 10_000 }],
+            vec![TableSpec {
+                id: 0,
+                name: "t".into(),
+                value_size: 40,
+                capacity: 10_000,
+            }],
         )
     }
 
@@ -207,11 +221,17 @@ mod tests {
         }
         for (n, mut ranges) in per_node.into_iter().enumerate() {
             ranges.sort();
-            assert!(ranges.first().map(|r| r.0 >= l.log_slot_bytes * l.log_slots as u64).unwrap_or(true));
+            assert!(ranges
+                .first()
+                .map(|r| r.0 >= l.log_slot_bytes * l.log_slots as u64)
+                .unwrap_or(true));
             for w in ranges.windows(2) {
                 assert!(w[0].1 <= w[1].0, "overlap on node {n}");
             }
-            assert!(ranges.last().map(|r| r.1 <= l.region_bytes[n]).unwrap_or(true));
+            assert!(ranges
+                .last()
+                .map(|r| r.1 <= l.region_bytes[n])
+                .unwrap_or(true));
         }
     }
 
@@ -225,7 +245,10 @@ mod tests {
             primaries[r[0] as usize] += 1;
         }
         // 16 partitions over 3 nodes: each node should be primary for a fair share.
-        assert!(primaries.iter().all(|&c| c >= 2), "every node is primary for a share: {primaries:?}");
+        assert!(
+            primaries.iter().all(|&c| c >= 2),
+            "every node is primary for a share: {primaries:?}"
+        );
         assert_eq!(a.log_nodes(7).len(), 2);
     }
 

@@ -16,18 +16,35 @@ use crate::slot::{encode_slot, FLAG_LIVE, LOADED_VERSION};
 #[derive(Debug)]
 pub enum LoadError {
     /// No free slot within the probe bound: the table's capacity is too small.
-    TableFull { table: TableId, key: u64 },
-    DuplicateKey { table: TableId, key: u64 },
-    ValueTooLarge { table: TableId, key: u64, len: usize },
+    TableFull {
+        table: TableId,
+        key: u64,
+    },
+    DuplicateKey {
+        table: TableId,
+        key: u64,
+    },
+    ValueTooLarge {
+        table: TableId,
+        key: u64,
+        len: usize,
+    },
     Fabric(VerbError),
 }
 
 impl std::fmt::Display for LoadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LoadError::TableFull { table, key } => write!(f, "table {table} is full (key {key}); raise its capacity"),
-            LoadError::DuplicateKey { table, key } => write!(f, "key {key} loaded twice into table {table}"),
-            LoadError::ValueTooLarge { table, key, len } => write!(f, "value of {len} bytes for key {key} exceeds table {table}'s value size"),
+            LoadError::TableFull { table, key } => {
+                write!(f, "table {table} is full (key {key}); raise its capacity")
+            }
+            LoadError::DuplicateKey { table, key } => {
+                write!(f, "key {key} loaded twice into table {table}")
+            }
+            LoadError::ValueTooLarge { table, key, len } => write!(
+                f,
+                "value of {len} bytes for key {key} exceeds table {table}'s value size"
+            ),
             LoadError::Fabric(e) => write!(f, "fabric error while loading: {e}"),
         }
     }
@@ -53,7 +70,9 @@ pub struct Loader<F: Fabric> {
 impl<F: Fabric> Loader<F> {
     /// A loader for an empty store.
     pub fn new(fabric: &F, layout: Arc<Layout>) -> Self {
-        let qps = (0..fabric.memory_nodes()).map(|m| fabric.queue_pair(m as MemNodeId)).collect();
+        let qps = (0..fabric.memory_nodes())
+            .map(|m| fabric.queue_pair(m as MemNodeId))
+            .collect();
         Loader {
             qps,
             queued: vec![Vec::new(); layout.memory_nodes as usize],
@@ -69,13 +88,20 @@ impl<F: Fabric> Loader<F> {
     pub async fn put(&mut self, table: TableId, key: u64, value: &[u8]) -> Result<(), LoadError> {
         let tl = self.layout.table(table);
         if value.len() > tl.spec.value_size as usize {
-            return Err(LoadError::ValueTooLarge { table, key, len: value.len() });
+            return Err(LoadError::ValueTooLarge {
+                table,
+                key,
+                len: value.len(),
+            });
         }
         if !self.keys.entry(table).or_default().insert(key) {
             return Err(LoadError::DuplicateKey { table, key });
         }
         let (part, home) = tl.home(key);
-        let used = self.used.entry((table, part)).or_insert_with(|| vec![false; tl.slots_per_partition() as usize]);
+        let used = self
+            .used
+            .entry((table, part))
+            .or_insert_with(|| vec![false; tl.slots_per_partition() as usize]);
         let buckets = tl.buckets_per_partition;
         let slot = (0..MAX_PROBE_BUCKETS.min(buckets))
             .flat_map(|p| (0..ASSOC).map(move |i| ((home + p) % buckets) * ASSOC + i))

@@ -81,7 +81,10 @@ impl LogEntry {
     }
 
     fn decode(b: &[u8]) -> Option<(LogEntry, usize)> {
-        let u64_at = |i: usize| b.get(i..i + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap()));
+        let u64_at = |i: usize| {
+            b.get(i..i + 8)
+                .map(|s| u64::from_le_bytes(s.try_into().unwrap()))
+        };
         let table = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?);
         let op = OpKind::from_u8(*b.get(4)?)?;
         let nrep = *b.get(5)? as usize;
@@ -98,7 +101,8 @@ impl LogEntry {
         };
         let mut pos = 40;
         for _ in 0..nrep {
-            e.replicas.push((u64_at(pos)? as MemNodeId, u64_at(pos + 8)?));
+            e.replicas
+                .push((u64_at(pos)? as MemNodeId, u64_at(pos + 8)?));
             pos += 16;
         }
         e.old_value = b.get(pos..pos + vlen)?.to_vec();
@@ -123,7 +127,9 @@ pub fn checksum(parts: &[&[u8]]) -> u64 {
         for chunk in part.chunks(8) {
             let mut w = [0u8; 8];
             w[..chunk.len()].copy_from_slice(chunk);
-            h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+            h = (h ^ u64::from_le_bytes(w))
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(29);
         }
     }
     h ^ (h >> 32)
@@ -185,7 +191,11 @@ impl LogRecord {
             entries.push(e);
             pos += used;
         }
-        (pos == len).then_some(LogRecord { coordinator, tx_seq, entries })
+        (pos == len).then_some(LogRecord {
+            coordinator,
+            tx_seq,
+            entries,
+        })
     }
 }
 
@@ -270,7 +280,11 @@ mod tests {
         for i in 8..b.len() {
             let mut flip = b.clone();
             flip[i] ^= 0x10;
-            assert_eq!(LogRecord::decode(&flip), None, "bit flip at byte {i} must be detected");
+            assert_eq!(
+                LogRecord::decode(&flip),
+                None,
+                "bit flip at byte {i} must be detected"
+            );
         }
         assert_eq!(LogRecord::decode(&[]), None);
     }

@@ -107,12 +107,26 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     /// `id` must be a coordinator id of its own (unique, never reused), so the
     /// versions it mints collide with no one's.
     pub fn new(fabric: &F, layout: Arc<Layout>, id: u16) -> Self {
-        let qps = (0..fabric.memory_nodes()).map(|m| fabric.queue_pair(m as MemNodeId)).collect();
-        RecoveryCoordinator { layout, qps, id, version_counter: 0, bugs: RecoveryBugs::default() }
+        let qps = (0..fabric.memory_nodes())
+            .map(|m| fabric.queue_pair(m as MemNodeId))
+            .collect();
+        RecoveryCoordinator {
+            layout,
+            qps,
+            id,
+            version_counter: 0,
+            bugs: RecoveryBugs::default(),
+        }
     }
 
-    async fn round(&self, posts: Vec<(MemNodeId, Vec<Verb>)>) -> Result<Vec<Vec<Completion>>, VerbError> {
-        let pending: Vec<_> = posts.into_iter().map(|(n, b)| self.qps[n as usize].post(b)).collect();
+    async fn round(
+        &self,
+        posts: Vec<(MemNodeId, Vec<Verb>)>,
+    ) -> Result<Vec<Vec<Completion>>, VerbError> {
+        let pending: Vec<_> = posts
+            .into_iter()
+            .map(|(n, b)| self.qps[n as usize].post(b))
+            .collect();
         let results = join_all(pending).await;
         if let Some(e) = results.iter().find_map(|r| first_error(r)) {
             return Err(e);
@@ -135,8 +149,12 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 owner.push((i, n));
             }
         }
-        let mut slots: Vec<Vec<u8>> =
-            self.round(posts).await?.into_iter().map(|mut r| r.remove(0).expect("checked").into_bytes()).collect();
+        let mut slots: Vec<Vec<u8>> = self
+            .round(posts)
+            .await?
+            .into_iter()
+            .map(|mut r| r.remove(0).expect("checked").into_bytes())
+            .collect();
         // Records longer than the probe: fetch them whole.
         let mut long = Vec::new();
         let mut long_idx = Vec::new();
@@ -144,7 +162,10 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             let len = u32::from_le_bytes(b[12..16].try_into().expect("header")) as usize;
             if LogRecord::header_plausible(b) && len > b.len() && len <= half as usize {
                 let (i, n) = owner[k];
-                long.push((n, vec![Verb::read(self.layout.log_addr(failed[i]), len as u32)]));
+                long.push((
+                    n,
+                    vec![Verb::read(self.layout.log_addr(failed[i]), len as u32)],
+                ));
                 long_idx.push(k);
             }
         }
@@ -157,7 +178,9 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             if let Some(rec) = LogRecord::decode(&bytes) {
                 // A record in c's slot is c's; anything else is garbage from a
                 // previous owner of the slot index and is ignored.
-                if rec.coordinator == failed[i] && out[i].as_ref().is_none_or(|o| rec.tx_seq > o.tx_seq) {
+                if rec.coordinator == failed[i]
+                    && out[i].as_ref().is_none_or(|o| rec.tx_seq > o.tx_seq)
+                {
                     out[i] = Some(rec);
                 }
             }
@@ -173,7 +196,12 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             Decision::Nothing
         } else if held < primary_locks.len() {
             Decision::RollForward
-        } else if rec.entries.iter().zip(versions).all(|(e, vs)| vs.iter().all(|&v| v == e.new_version)) {
+        } else if rec
+            .entries
+            .iter()
+            .zip(versions)
+            .all(|(e, vs)| vs.iter().all(|&v| v == e.new_version))
+        {
             Decision::RollForward
         } else {
             Decision::RollBack
@@ -183,8 +211,16 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     /// Recover every failed coordinator: decide, roll forward or back, then
     /// invalidate their logs. The caller notifies `failed_ids` afterwards.
     pub async fn recover(&mut self, failed: &[u16]) -> Result<RecoveryReport, VerbError> {
-        let mut report = RecoveryReport { coordinators: failed.len(), ..Default::default() };
-        let mut records: Vec<LogRecord> = self.read_logs(failed).await?.into_iter().flatten().collect();
+        let mut report = RecoveryReport {
+            coordinators: failed.len(),
+            ..Default::default()
+        };
+        let mut records: Vec<LogRecord> = self
+            .read_logs(failed)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
         if self.bugs.skip_log_recovery {
             records.clear();
         }
@@ -198,7 +234,11 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         for rec in &records {
             for e in &rec.entries {
                 for (r, &(n, addr)) in e.replicas.iter().enumerate() {
-                    let (off, len) = if r == 0 { (LOCK_OFF, 16) } else { (VERSION_OFF, 8) };
+                    let (off, len) = if r == 0 {
+                        (LOCK_OFF, 16)
+                    } else {
+                        (VERSION_OFF, 8)
+                    };
                     posts.push((n, vec![Verb::read(addr + off, len)]));
                 }
             }
@@ -211,7 +251,12 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             for e in &rec.entries {
                 let mut vs = Vec::new();
                 for r in 0..e.replicas.len() {
-                    let b = results.next().expect("one result per read").remove(0).expect("checked").into_bytes();
+                    let b = results
+                        .next()
+                        .expect("one result per read")
+                        .remove(0)
+                        .expect("checked")
+                        .into_bytes();
                     if r == 0 {
                         locks.push(word_at(&b, 0));
                         vs.push(word_at(&b, 8));
@@ -242,11 +287,21 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                     make_version(self.id, self.version_counter)
                 };
                 // An insert rolls back to a tombstone of its key: the slot keeps its owner.
-                let flags = if e.op == OpKind::Insert { 0 } else { e.old_flags };
+                let flags = if e.op == OpKind::Insert {
+                    0
+                } else {
+                    e.old_flags
+                };
                 let value_bytes = self.layout.table(e.table).value_bytes;
                 let body = encode_body(e.key, flags, &e.old_value, value_bytes);
                 for &(n, addr) in self.restored(e) {
-                    restores.push((n, vec![Verb::write(addr + KEY_OFF, body.clone()), Verb::write_u64(addr + VERSION_OFF, version)]));
+                    restores.push((
+                        n,
+                        vec![
+                            Verb::write(addr + KEY_OFF, body.clone()),
+                            Verb::write_u64(addr + VERSION_OFF, version),
+                        ],
+                    ));
                     report.replicas_restored += 1;
                 }
             }
@@ -284,7 +339,13 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         let mut invalidations = Vec::new();
         for &c in failed {
             for n in self.layout.log_nodes(c) {
-                invalidations.push((n, vec![Verb::write_u64(self.layout.log_addr(c), invalid_state_word())]));
+                invalidations.push((
+                    n,
+                    vec![Verb::write_u64(
+                        self.layout.log_addr(c),
+                        invalid_state_word(),
+                    )],
+                ));
             }
         }
         self.round(invalidations).await?;
@@ -331,13 +392,35 @@ mod tests {
         let r = rec(2);
         let w = LockWord::owned(7, 3).0;
         let other = LockWord::owned(8, 1).0;
-        assert_eq!(RC::decide(&r, &[0, other], &[vec![20, 20], vec![20, 20]]), Decision::Nothing);
-        assert_eq!(RC::decide(&r, &[w, 0], &[vec![20, 20], vec![20, 20]]), Decision::RollForward);
-        assert_eq!(RC::decide(&r, &[w, w], &[vec![20, 20], vec![20, 20]]), Decision::RollForward);
-        assert_eq!(RC::decide(&r, &[w, w], &[vec![20, 20], vec![20, 10]]), Decision::RollBack);
-        assert_eq!(RC::decide(&r, &[w, w], &[vec![10, 10], vec![10, 10]]), Decision::RollBack);
+        assert_eq!(
+            RC::decide(&r, &[0, other], &[vec![20, 20], vec![20, 20]]),
+            Decision::Nothing
+        );
+        assert_eq!(
+            RC::decide(&r, &[w, 0], &[vec![20, 20], vec![20, 20]]),
+            Decision::RollForward
+        );
+        assert_eq!(
+            RC::decide(&r, &[w, w], &[vec![20, 20], vec![20, 20]]),
+            Decision::RollForward
+        );
+        assert_eq!(
+            RC::decide(&r, &[w, w], &[vec![20, 20], vec![20, 10]]),
+            Decision::RollBack
+        );
+        assert_eq!(
+            RC::decide(&r, &[w, w], &[vec![10, 10], vec![10, 10]]),
+            Decision::RollBack
+        );
         // A later transaction of the same coordinator (other seq) is not this record's.
-        assert_eq!(RC::decide(&r, &[LockWord::owned(7, 4).0, w], &[vec![10, 10], vec![10, 10]]), Decision::RollForward);
+        assert_eq!(
+            RC::decide(
+                &r,
+                &[LockWord::owned(7, 4).0, w],
+                &[vec![10, 10], vec![10, 10]]
+            ),
+            Decision::RollForward
+        );
     }
 }
 
@@ -351,14 +434,18 @@ pub async fn sweep_stray_locks<F: Fabric>(
     layout: &Layout,
     failed: &crate::FailedIds,
 ) -> Result<usize, VerbError> {
-    let qps: Vec<F::Qp> = (0..fabric.memory_nodes()).map(|m| fabric.queue_pair(m as MemNodeId)).collect();
+    let qps: Vec<F::Qp> = (0..fabric.memory_nodes())
+        .map(|m| fabric.queue_pair(m as MemNodeId))
+        .collect();
     let mut released = 0;
     for tl in &layout.tables {
         let slot = tl.slot_bytes as u64;
         for p in 0..tl.partitions {
             let primary = tl.replicas[p as usize][0];
             for (base, n) in tl.scan_reads(p, 0, SCAN_READ_BYTES) {
-                let r = qps[primary as usize].post(vec![Verb::read(base, n * slot as u32)]).await;
+                let r = qps[primary as usize]
+                    .post(vec![Verb::read(base, n * slot as u32)])
+                    .await;
                 let bytes = r.into_iter().next().expect("one completion")?.into_bytes();
                 let mut cas = Vec::new();
                 let mut expected = Vec::new();
@@ -398,12 +485,24 @@ pub struct BaselineReport {
 
 impl<F: Fabric> RecoveryCoordinator<F> {
     /// Records in the area at `offset` of coordinator `c`'s log slot on `n`.
-    async fn read_area(&self, c: u16, nodes: &[MemNodeId], offset: u64) -> Result<Vec<LogRecord>, VerbError> {
+    async fn read_area(
+        &self,
+        c: u16,
+        nodes: &[MemNodeId],
+        offset: u64,
+    ) -> Result<Vec<LogRecord>, VerbError> {
         let half = (self.layout.log_slot_bytes / 2) as u32;
-        let posts = nodes.iter().map(|&n| (n, vec![Verb::read(self.layout.log_addr(c) + offset, half)])).collect();
+        let posts = nodes
+            .iter()
+            .map(|&n| (n, vec![Verb::read(self.layout.log_addr(c) + offset, half)]))
+            .collect();
         let mut out = Vec::new();
         for mut r in self.round(posts).await? {
-            out.extend(LogRecord::decode_all(&r.remove(0).expect("checked").into_bytes()).into_iter().filter(|x| x.coordinator == c));
+            out.extend(
+                LogRecord::decode_all(&r.remove(0).expect("checked").into_bytes())
+                    .into_iter()
+                    .filter(|x| x.coordinator == c),
+            );
         }
         Ok(out)
     }
@@ -411,7 +510,11 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     /// The current transaction's undo entries of coordinator `c` (its newest
     /// sequence number), keyed by primary slot address. An entry exists only
     /// for a lock the transaction acquired (FORD writes it after the lock).
-    async fn undo_entries(&self, c: u16, only_seq: Option<u64>) -> Result<(u64, BTreeMap<(MemNodeId, u64), LogEntry>), VerbError> {
+    async fn undo_entries(
+        &self,
+        c: u16,
+        only_seq: Option<u64>,
+    ) -> Result<(u64, BTreeMap<(MemNodeId, u64), LogEntry>), VerbError> {
         let all: Vec<MemNodeId> = (0..self.layout.memory_nodes).collect();
         let recs = self.read_area(c, &all, 0).await?;
         let seq = only_seq.unwrap_or_else(|| recs.iter().map(|r| r.tx_seq).max().unwrap_or(0));
@@ -437,7 +540,9 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             for p in 0..tl.partitions {
                 let primary = tl.replicas[p as usize][0];
                 for (base, n) in tl.scan_reads(p, 0, SCAN_READ_BYTES) {
-                    let mut r = self.round(vec![(primary, vec![Verb::read(base, n * slot as u32)])]).await?;
+                    let mut r = self
+                        .round(vec![(primary, vec![Verb::read(base, n * slot as u32)])])
+                        .await?;
                     let bytes = r.remove(0).remove(0).expect("checked").into_bytes();
                     for i in 0..n as u64 {
                         if word_at(&bytes, (i * slot) as usize) != 0 {
@@ -453,14 +558,18 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         // those of an aborted transaction (FORD never invalidates them), the
         // "lost decision" that FORD's C2 design leaves in (DESIGN.md §4.7).
         let seqs = vec![None; failed.len()];
-        self.finish_baseline(failed, &seqs, locked, &mut report).await?;
+        self.finish_baseline(failed, &seqs, locked, &mut report)
+            .await?;
         Ok(report)
     }
 
     /// Traditional logging's recovery: the lock logs name every object a
     /// failed coordinator may have locked, so no scan is needed; live
     /// coordinators are paused and drained as for ford (locks name no owner).
-    pub async fn recover_traditional(&mut self, failed: &[u16]) -> Result<BaselineReport, VerbError> {
+    pub async fn recover_traditional(
+        &mut self,
+        failed: &[u16],
+    ) -> Result<BaselineReport, VerbError> {
         let mut report = BaselineReport::default();
         let mut candidates = BTreeSet::new();
         let half = self.layout.log_slot_bytes / 2;
@@ -471,14 +580,21 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             // The lock log names the current transaction (written before its
             // first lock): only its undo entries count, never those of an
             // earlier, aborted one (the "lost decision" fix).
-            seqs.push(if self.bugs.lost_decision { None } else { Some(seq) });
+            seqs.push(if self.bugs.lost_decision {
+                None
+            } else {
+                Some(seq)
+            });
             for r in recs.into_iter().filter(|r| r.tx_seq == seq) {
                 for e in r.entries {
                     candidates.insert(e.replicas[0]);
                 }
             }
         }
-        let posts: Vec<_> = candidates.iter().map(|&(n, a)| (n, vec![Verb::read(a + LOCK_OFF, 8)])).collect();
+        let posts: Vec<_> = candidates
+            .iter()
+            .map(|&(n, a)| (n, vec![Verb::read(a + LOCK_OFF, 8)]))
+            .collect();
         let results = self.round(posts).await?;
         let mut locked = BTreeSet::new();
         for (k, mut r) in candidates.iter().zip(results) {
@@ -488,7 +604,8 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         }
         report.slots_scanned = candidates.len() as u64;
         report.locks_found = locked.len();
-        self.finish_baseline(failed, &seqs, locked, &mut report).await?;
+        self.finish_baseline(failed, &seqs, locked, &mut report)
+            .await?;
         Ok(report)
     }
 
@@ -510,16 +627,35 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             let entries: Vec<&LogEntry> = undo.values().collect();
             let posts: Vec<_> = entries
                 .iter()
-                .flat_map(|e| e.replicas.iter().map(|&(n, a)| (n, vec![Verb::read(a + VERSION_OFF, 8)])))
+                .flat_map(|e| {
+                    e.replicas
+                        .iter()
+                        .map(|&(n, a)| (n, vec![Verb::read(a + VERSION_OFF, 8)]))
+                })
                 .collect();
             let mut vs = self.round(posts).await?.into_iter();
             let versions: Vec<Vec<u64>> = entries
                 .iter()
                 .map(|e| {
-                    e.replicas.iter().map(|_| word_at(&vs.next().expect("one per replica").remove(0).expect("checked").into_bytes(), 0)).collect()
+                    e.replicas
+                        .iter()
+                        .map(|_| {
+                            word_at(
+                                &vs.next()
+                                    .expect("one per replica")
+                                    .remove(0)
+                                    .expect("checked")
+                                    .into_bytes(),
+                                0,
+                            )
+                        })
+                        .collect()
                 })
                 .collect();
-            let all_new = entries.iter().zip(&versions).all(|(e, v)| v.iter().all(|&x| x == e.new_version));
+            let all_new = entries
+                .iter()
+                .zip(&versions)
+                .all(|(e, v)| v.iter().all(|&x| x == e.new_version));
             // Locks name no owner: a locked object is this transaction's only if
             // its primary still carries this transaction's old or new version.
             // Otherwise it released the object and another failed coordinator
@@ -529,7 +665,8 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 .zip(&versions)
                 .filter(|(e, v)| {
                     let ours = v[0] == e.old_version || v[0] == e.new_version;
-                    locked.contains(&e.replicas[0]) && (ours || self.bugs.trust_undo_images || self.bugs.lost_decision)
+                    locked.contains(&e.replicas[0])
+                        && (ours || self.bugs.trust_undo_images || self.bugs.lost_decision)
                 })
                 .count();
             let decision = if held == 0 {
@@ -547,10 +684,25 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                     for e in &entries {
                         self.version_counter += 1;
                         let version = make_version(self.id, self.version_counter);
-                        let flags = if e.op == OpKind::Insert { 0 } else { e.old_flags };
-                        let body = encode_body(e.key, flags, &e.old_value, self.layout.table(e.table).value_bytes);
+                        let flags = if e.op == OpKind::Insert {
+                            0
+                        } else {
+                            e.old_flags
+                        };
+                        let body = encode_body(
+                            e.key,
+                            flags,
+                            &e.old_value,
+                            self.layout.table(e.table).value_bytes,
+                        );
                         for &(n, a) in self.restored(e) {
-                            restores.push((n, vec![Verb::write(a + KEY_OFF, body.clone()), Verb::write_u64(a + VERSION_OFF, version)]));
+                            restores.push((
+                                n,
+                                vec![
+                                    Verb::write(a + KEY_OFF, body.clone()),
+                                    Verb::write_u64(a + VERSION_OFF, version),
+                                ],
+                            ));
                             report.replicas_restored += 1;
                         }
                     }
@@ -559,7 +711,10 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         }
         self.round(restores).await?;
         // Every lock left is a failed coordinator's: release them all.
-        let unlocks: Vec<_> = std::mem::take(&mut locked).into_iter().map(|(n, a)| (n, vec![Verb::write_u64(a + LOCK_OFF, 0)])).collect();
+        let unlocks: Vec<_> = std::mem::take(&mut locked)
+            .into_iter()
+            .map(|(n, a)| (n, vec![Verb::write_u64(a + LOCK_OFF, 0)]))
+            .collect();
         report.locks_released = unlocks.len();
         self.round(unlocks).await?;
         // Invalidate the failed coordinators' undo and lock-log areas.
@@ -567,8 +722,20 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         let mut inval = Vec::new();
         for &c in failed {
             for n in 0..self.layout.memory_nodes {
-                inval.push((n, vec![Verb::write_u64(self.layout.log_addr(c), invalid_state_word())]));
-                inval.push((n, vec![Verb::write_u64(self.layout.log_addr(c) + half, invalid_state_word())]));
+                inval.push((
+                    n,
+                    vec![Verb::write_u64(
+                        self.layout.log_addr(c),
+                        invalid_state_word(),
+                    )],
+                ));
+                inval.push((
+                    n,
+                    vec![Verb::write_u64(
+                        self.layout.log_addr(c) + half,
+                        invalid_state_word(),
+                    )],
+                ));
             }
         }
         self.round(inval).await?;
@@ -605,7 +772,9 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 for p in 0..tl.partitions {
                     let reps = &tl.replicas[p as usize];
                     for (base, n) in tl.scan_reads(p, 0, SCAN_READ_BYTES) {
-                        let mut r = self.round(vec![(reps[0], vec![Verb::read(base, n * slot as u32)])]).await?;
+                        let mut r = self
+                            .round(vec![(reps[0], vec![Verb::read(base, n * slot as u32)])])
+                            .await?;
                         let bytes = r.remove(0).remove(0).expect("checked").into_bytes();
                         for i in 0..n as u64 {
                             if owned_by_ids(word_at(&bytes, (i * slot + VERSION_OFF) as usize)) {
@@ -625,7 +794,15 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 let primary = tl.slot_addr(p, 0, s);
                 self.version_counter += 1;
                 let word = LockWord::owned(self.id, self.version_counter).0;
-                let mut r = self.round(vec![(reps[0], vec![Verb::cas(primary + LOCK_OFF, 0, word), Verb::read(primary + VERSION_OFF, 8)])]).await?;
+                let mut r = self
+                    .round(vec![(
+                        reps[0],
+                        vec![
+                            Verb::cas(primary + LOCK_OFF, 0, word),
+                            Verb::read(primary + VERSION_OFF, 8),
+                        ],
+                    )])
+                    .await?;
                 let mut res = r.remove(0).into_iter();
                 let old_lock = res.next().expect("cas").expect("checked").old_value();
                 let version = word_at(&res.next().expect("read").expect("checked").into_bytes(), 0);
@@ -635,11 +812,24 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 if owned_by_ids(version) {
                     self.version_counter += 1;
                     let fresh = make_version(self.id, self.version_counter);
-                    let writes = reps.iter().enumerate().map(|(r, &n)| (n, vec![Verb::write_u64(tl.slot_addr(p, r, s) + VERSION_OFF, fresh)])).collect();
+                    let writes = reps
+                        .iter()
+                        .enumerate()
+                        .map(|(r, &n)| {
+                            (
+                                n,
+                                vec![Verb::write_u64(tl.slot_addr(p, r, s) + VERSION_OFF, fresh)],
+                            )
+                        })
+                        .collect();
                     self.round(writes).await?;
                     rewritten += 1;
                 }
-                self.round(vec![(reps[0], vec![Verb::cas(primary + LOCK_OFF, word, 0)])]).await?;
+                self.round(vec![(
+                    reps[0],
+                    vec![Verb::cas(primary + LOCK_OFF, word, 0)],
+                )])
+                .await?;
             }
         }
         Ok(None)

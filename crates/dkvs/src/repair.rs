@@ -18,20 +18,32 @@ const COPY_READ_BYTES: u64 = 64 * 1024;
 
 /// Copy every partition that `target` replicates from its first replica that
 /// `view` considers up. Returns the number of slots copied.
-pub async fn rereplicate<F: Fabric>(fabric: &F, layout: &Layout, target: MemNodeId, view: &MemoryView) -> Result<u64, VerbError> {
-    let qps: Vec<F::Qp> = (0..fabric.memory_nodes()).map(|m| fabric.queue_pair(m as MemNodeId)).collect();
+pub async fn rereplicate<F: Fabric>(
+    fabric: &F,
+    layout: &Layout,
+    target: MemNodeId,
+    view: &MemoryView,
+) -> Result<u64, VerbError> {
+    let qps: Vec<F::Qp> = (0..fabric.memory_nodes())
+        .map(|m| fabric.queue_pair(m as MemNodeId))
+        .collect();
     let mut copied = 0;
     for tl in &layout.tables {
         let slot = tl.slot_bytes as u64;
         for p in 0..tl.partitions {
             let reps = &tl.replicas[p as usize];
-            let Some(dst) = reps.iter().position(|&n| n == target) else { continue };
+            let Some(dst) = reps.iter().position(|&n| n == target) else {
+                continue;
+            };
             let Some(src) = reps.iter().position(|&n| n != target && !view.is_down(n)) else {
                 // Every other replica is down too: f+1 failures, nothing to copy from.
                 return Err(VerbError::Unavailable);
             };
             let reads = tl.scan_reads(p, src, COPY_READ_BYTES);
-            let pending: Vec<_> = reads.iter().map(|&(a, n)| qps[reps[src] as usize].post(vec![Verb::read(a, n * slot as u32)])).collect();
+            let pending: Vec<_> = reads
+                .iter()
+                .map(|&(a, n)| qps[reps[src] as usize].post(vec![Verb::read(a, n * slot as u32)]))
+                .collect();
             let mut writes = Vec::new();
             for ((a, n), r) in reads.iter().zip(join_all(pending).await) {
                 let mut bytes = r.into_iter().next().expect("one completion")?.into_bytes();

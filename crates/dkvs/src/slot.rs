@@ -71,7 +71,13 @@ pub struct SlotImage {
 impl SlotImage {
     pub fn decode(bytes: &[u8]) -> SlotImage {
         let w = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
-        SlotImage { lock: LockWord(w(0)), version: w(1), key: w(2), flags: w(3), value: bytes[32..].to_vec() }
+        SlotImage {
+            lock: LockWord(w(0)),
+            version: w(1),
+            key: w(2),
+            flags: w(3),
+            value: bytes[32..].to_vec(),
+        }
     }
     pub fn is_empty(&self) -> bool {
         self.version == 0
@@ -117,14 +123,21 @@ mod tests {
         assert_ne!(LockWord::owned(1, 1), LockWord::owned(1, 2));
         assert_ne!(LockWord::owned(1, 1), LockWord::owned(2, 1));
         assert!(!LockWord::UNLOCKED.is_locked());
-        assert_eq!(LockWord::owned(3, SEQ_MASK + 1).tx_seq(), 0, "sequence wraps within 47 bits");
+        assert_eq!(
+            LockWord::owned(3, SEQ_MASK + 1).tx_seq(),
+            0,
+            "sequence wraps within 47 bits"
+        );
     }
 
     #[test]
     fn slot_round_trips() {
         let bytes = encode_slot(make_version(2, 9), 77, FLAG_LIVE, b"hello", 8);
         let s = SlotImage::decode(&bytes);
-        assert_eq!((s.version, s.key, s.flags), (make_version(2, 9), 77, FLAG_LIVE));
+        assert_eq!(
+            (s.version, s.key, s.flags),
+            (make_version(2, 9), 77, FLAG_LIVE)
+        );
         assert_eq!(&s.value[..5], b"hello");
         assert!(s.is_live() && s.holds(77) && !s.holds(78));
         assert!(SlotImage::decode(&[0u8; 40]).is_empty());

@@ -6,7 +6,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use tandem_dkvs::loader::Loader;
-use tandem_dkvs::{AbortReason, ComputeNode, FailedIds, Layout, Mode, StoreConfig, TableSpec, TxError};
+use tandem_dkvs::{
+    AbortReason, ComputeNode, FailedIds, Layout, Mode, StoreConfig, TableSpec, TxError,
+};
 use tandem_fabric::sim::{SimCluster, SimFabric, SimFabricConfig};
 use tandem_sim::Sim;
 
@@ -18,15 +20,28 @@ struct World {
 }
 
 fn world(mode: Mode, seed: u64, fabric: SimFabricConfig) -> World {
-    let tables = vec![TableSpec { id: 0, name: "t".into(), value_size: 16, capacity: 64 }];
+    let tables = vec![TableSpec {
+        id: 0,
+        name: "t".into(),
+        value_size: 16,
+        capacity: 64,
+    }];
     let mut store = StoreConfig::new(mode, 3, 2, tables);
     store.partitions_per_table = 2;
     store.log_slots = 16;
     store.log_slot_bytes = 4096;
     let layout = Arc::new(Layout::new(&store).unwrap());
     let sim = Sim::new(seed);
-    let cluster = SimCluster::with_nodes(sim.handle(), 3, *layout.region_bytes.iter().max().unwrap(), fabric);
-    let (f, l) = (cluster.join(0).expect("a fresh compute-node id"), layout.clone());
+    let cluster = SimCluster::with_nodes(
+        sim.handle(),
+        3,
+        *layout.region_bytes.iter().max().unwrap(),
+        fabric,
+    );
+    let (f, l) = (
+        cluster.join(0).expect("a fresh compute-node id"),
+        layout.clone(),
+    );
     sim.spawn(99, async move {
         let mut ld = Loader::new(&f, l);
         for k in 0..8u64 {
@@ -35,18 +50,31 @@ fn world(mode: Mode, seed: u64, fabric: SimFabricConfig) -> World {
         ld.finish().await.unwrap();
     });
     sim.run();
-    World { sim, cluster, layout, store }
+    World {
+        sim,
+        cluster,
+        layout,
+        store,
+    }
 }
 
 impl World {
     fn node(&self, id: u16) -> Rc<ComputeNode<SimFabric>> {
-        ComputeNode::new(self.cluster.join(id).expect("a fresh compute-node id"), &self.store, self.layout.clone(), FailedIds::new())
+        ComputeNode::new(
+            self.cluster.join(id).expect("a fresh compute-node id"),
+            &self.store,
+            self.layout.clone(),
+            FailedIds::new(),
+        )
     }
     /// Two keys (not loaded) with the same home bucket.
     fn same_bucket_keys(&self, n: usize) -> Vec<u64> {
         let t = self.layout.table(0);
         let target = t.home(1000);
-        let mut v: Vec<u64> = (1000..200_000).filter(|&k| t.home(k) == target).take(n).collect();
+        let mut v: Vec<u64> = (1000..200_000)
+            .filter(|&k| t.home(k) == target)
+            .take(n)
+            .collect();
         v.sort();
         v
     }
@@ -74,7 +102,11 @@ fn read_write_insert_delete_round_trip_with_typed_errors() {
             tx.insert(0, 500, &pad(500)).await.unwrap();
             tx.delete(0, 5).await.unwrap();
             assert_eq!(tx.delete(0, 5).await, Err(TxError::NotFound));
-            assert_eq!(tx.read(0, 3).await.unwrap(), Some(pad(33)), "a transaction reads its own writes");
+            assert_eq!(
+                tx.read(0, 3).await.unwrap(),
+                Some(pad(33)),
+                "a transaction reads its own writes"
+            );
             tx.commit().await.unwrap();
             let mut tx = c.begin();
             assert_eq!(tx.read(0, 3).await.unwrap(), Some(pad(33)));
@@ -84,7 +116,11 @@ fn read_write_insert_delete_round_trip_with_typed_errors() {
             tx.insert(0, 5, &pad(55)).await.unwrap();
             tx.commit().await.unwrap();
             let mut tx = c.begin();
-            assert_eq!(tx.read(0, 5).await.unwrap(), Some(pad(55)), "re-insert after delete");
+            assert_eq!(
+                tx.read(0, 5).await.unwrap(),
+                Some(pad(55)),
+                "re-insert after delete"
+            );
             assert_eq!(tx.abort().await, TxError::Aborted(AbortReason::User));
             l.borrow_mut().push("done");
         });
@@ -150,7 +186,11 @@ fn an_aborted_insert_does_not_poison_the_address_cache() {
         tx.insert(0, k[1], &pad(2)).await.unwrap();
         tx.commit().await.unwrap();
         let mut tx = c.begin();
-        assert_eq!(tx.read(0, k[0]).await.unwrap(), None, "must not return another key's value");
+        assert_eq!(
+            tx.read(0, k[0]).await.unwrap(),
+            None,
+            "must not return another key's value"
+        );
         tx.insert(0, k[0], &pad(1)).await.unwrap();
         tx.commit().await.unwrap();
     });
@@ -176,7 +216,10 @@ fn a_blind_write_to_a_key_deleted_meanwhile_aborts() {
         tx.write(0, 6, &pad(60)).await.unwrap();
         *o.borrow_mut() = Some(tx.commit().await);
     });
-    assert_eq!(*out.borrow(), Some(Err(TxError::Aborted(AbortReason::StaleRead))));
+    assert_eq!(
+        *out.borrow(),
+        Some(Err(TxError::Aborted(AbortReason::StaleRead)))
+    );
 }
 
 #[test]
@@ -204,7 +247,10 @@ fn concurrent_reinserts_of_a_deleted_key_never_both_commit() {
                 });
             }
             w.sim.run();
-            assert!(*wins.borrow() <= 1, "{mode} seed {seed}: both re-inserts committed");
+            assert!(
+                *wins.borrow() <= 1,
+                "{mode} seed {seed}: both re-inserts committed"
+            );
         }
     }
 }
@@ -215,7 +261,14 @@ fn concurrent_reinserts_of_a_deleted_key_never_both_commit() {
 fn stray_locks_of_failed_coordinators_are_ignored_by_reads_and_stolen_by_writes() {
     let w = world(Mode::Pandora, 6, SimFabricConfig::default());
     let failed = FailedIds::new();
-    let mk = |id: u16| ComputeNode::new(w.cluster.join(id).expect("a fresh compute-node id"), &w.store, w.layout.clone(), failed.clone());
+    let mk = |id: u16| {
+        ComputeNode::new(
+            w.cluster.join(id).expect("a fresh compute-node id"),
+            &w.store,
+            w.layout.clone(),
+            failed.clone(),
+        )
+    };
     let (dead, live) = (mk(1), mk(2));
     let out = Rc::new(RefCell::new(Vec::new()));
     let (o, f) = (out.clone(), failed.clone());
@@ -225,21 +278,28 @@ fn stray_locks_of_failed_coordinators_are_ignored_by_reads_and_stolen_by_writes(
         let mut c2 = live.coordinator(2);
         // While 1 is considered alive, its lock blocks readers and writers.
         let mut tx = c2.begin();
-        o.borrow_mut().push(format!("{:?}", tx.read(0, 2).await.err()));
+        o.borrow_mut()
+            .push(format!("{:?}", tx.read(0, 2).await.err()));
         let mut tx = c2.begin();
-        o.borrow_mut().push(format!("{:?}", tx.read_for_update(0, 2).await.err()));
+        o.borrow_mut()
+            .push(format!("{:?}", tx.read_for_update(0, 2).await.err()));
         // Declared failed: reads proceed and the write steals the lock.
         f.insert(1);
         let mut tx = c2.begin();
-        o.borrow_mut().push(format!("{:?}", tx.read(0, 2).await.map(|v| v.is_some())));
+        o.borrow_mut()
+            .push(format!("{:?}", tx.read(0, 2).await.map(|v| v.is_some())));
         tx.commit().await.unwrap();
         let mut tx = c2.begin();
         tx.read_for_update(0, 2).await.unwrap();
         tx.write(0, 2, &pad(22)).await.unwrap();
         tx.commit().await.unwrap();
-        o.borrow_mut().push(format!("stolen {}", c2.stats.locks_stolen));
+        o.borrow_mut()
+            .push(format!("stolen {}", c2.stats.locks_stolen));
         let mut tx = c2.begin();
-        o.borrow_mut().push(format!("{:?}", tx.read(0, 2).await.unwrap() == Some(pad(22))));
+        o.borrow_mut().push(format!(
+            "{:?}",
+            tx.read(0, 2).await.unwrap() == Some(pad(22))
+        ));
         tx.commit().await.unwrap();
     });
     assert_eq!(
@@ -269,7 +329,14 @@ fn ford_mode_never_steals_owner_less_locks() {
     let w = world(Mode::Ford, 6, SimFabricConfig::default());
     let failed = FailedIds::new();
     failed.insert(1);
-    let mk = |id: u16| ComputeNode::new(w.cluster.join(id).expect("a fresh compute-node id"), &w.store, w.layout.clone(), failed.clone());
+    let mk = |id: u16| {
+        ComputeNode::new(
+            w.cluster.join(id).expect("a fresh compute-node id"),
+            &w.store,
+            w.layout.clone(),
+            failed.clone(),
+        )
+    };
     let (dead, live) = (mk(1), mk(2));
     let out = Rc::new(RefCell::new(None));
     let o = out.clone();
@@ -279,7 +346,11 @@ fn ford_mode_never_steals_owner_less_locks() {
         let mut tx = c2.begin();
         *o.borrow_mut() = tx.read_for_update(0, 2).await.err();
     });
-    assert_eq!(*out.borrow(), Some(TxError::Aborted(AbortReason::LockConflict)), "a FORD lock names no owner");
+    assert_eq!(
+        *out.borrow(),
+        Some(TxError::Aborted(AbortReason::LockConflict)),
+        "a FORD lock names no owner"
+    );
 }
 
 /// `--on-stray stall`: a transaction that meets a stray lock waits instead of
@@ -287,9 +358,18 @@ fn ford_mode_never_steals_owner_less_locks() {
 #[test]
 fn stalled_transactions_proceed_once_the_owner_is_declared_failed() {
     let mut w = world(Mode::Pandora, 8, SimFabricConfig::default());
-    w.store.on_stray = tandem_dkvs::OnStray::Stall { max_retries: 1_000_000 };
+    w.store.on_stray = tandem_dkvs::OnStray::Stall {
+        max_retries: 1_000_000,
+    };
     let failed = FailedIds::new();
-    let mk = |id: u16| ComputeNode::new(w.cluster.join(id).expect("a fresh compute-node id"), &w.store, w.layout.clone(), failed.clone());
+    let mk = |id: u16| {
+        ComputeNode::new(
+            w.cluster.join(id).expect("a fresh compute-node id"),
+            &w.store,
+            w.layout.clone(),
+            failed.clone(),
+        )
+    };
     let (dead, live) = (mk(1), mk(2));
     run_task(&w, 1, async move {
         crash_holding_lock(&dead, 1, 2).await;
@@ -304,14 +384,20 @@ fn stalled_transactions_proceed_once_the_owner_is_declared_failed() {
         let r = tx.read_for_update(0, 2).await.map(|_| ());
         o.borrow_mut().push(format!("rfu {r:?}"));
         let r = tx.commit().await;
-        o.borrow_mut().push(format!("commit {r:?} stalled {}", c2.stats.stall_retries > 0));
+        o.borrow_mut().push(format!(
+            "commit {r:?} stalled {}",
+            c2.stats.stall_retries > 0
+        ));
     });
     // The stalled transaction waits; nothing completes while the owner looks alive.
     w.sim.run_until(w.sim.now_ns() + 200_000);
     assert!(out.borrow().is_empty(), "{:?}", out.borrow());
     failed.insert(1);
     w.sim.run();
-    assert_eq!(*out.borrow(), vec!["read Ok(true)", "rfu Ok(())", "commit Ok(()) stalled true"]);
+    assert_eq!(
+        *out.borrow(),
+        vec!["read Ok(true)", "rfu Ok(())", "commit Ok(()) stalled true"]
+    );
 }
 
 /// Before an id is recycled, no version it minted may survive: validation
@@ -338,13 +424,26 @@ fn retiring_a_recycled_ids_versions_leaves_none_and_fails_stale_readers() {
         let mut rc = tandem_dkvs::recovery::RecoveryCoordinator::new(&rc_fabric, layout.clone(), 7);
         let n = rc.retire_versions(&[5]).await.unwrap();
         o.borrow_mut().push(format!("retired {n:?}"));
-        let snap = tandem_dkvs::check::snapshot(&rc_fabric, &layout, 0).await.unwrap();
-        let left = snap.partitions.iter().flatten().flatten().filter(|s| s.version >> 48 == 5).count();
+        let snap = tandem_dkvs::check::snapshot(&rc_fabric, &layout, 0)
+            .await
+            .unwrap();
+        let left = snap
+            .partitions
+            .iter()
+            .flatten()
+            .flatten()
+            .filter(|s| s.version >> 48 == 5)
+            .count();
         o.borrow_mut().push(format!("left {left}"));
-        o.borrow_mut().push(format!("stale reader: {:?}", stale.commit().await));
+        o.borrow_mut()
+            .push(format!("stale reader: {:?}", stale.commit().await));
     });
     assert_eq!(
         *out.borrow(),
-        vec!["retired Some(1)".to_string(), "left 0".into(), "stale reader: Err(Aborted(ValidationFailed))".into()]
+        vec![
+            "retired Some(1)".to_string(),
+            "left 0".into(),
+            "stale reader: Err(Aborted(ValidationFailed))".into()
+        ]
     );
 }

@@ -22,7 +22,10 @@ pub struct InlineCluster {
 
 impl InlineCluster {
     pub fn new(nodes: Vec<Arc<MemoryNode>>) -> Self {
-        InlineCluster { nodes: Arc::new(nodes), yield_per_batch: false }
+        InlineCluster {
+            nodes: Arc::new(nodes),
+            yield_per_batch: false,
+        }
     }
 
     /// Make every batch's completion yield to the executor once, so tasks
@@ -34,7 +37,11 @@ impl InlineCluster {
     }
 
     pub fn with_nodes(count: usize, size_bytes: u64, seed: u64) -> Self {
-        Self::new((0..count).map(|i| Arc::new(MemoryNode::new(size_bytes, seed ^ (i as u64) << 32))).collect())
+        Self::new(
+            (0..count)
+                .map(|i| Arc::new(MemoryNode::new(size_bytes, seed ^ (i as u64) << 32)))
+                .collect(),
+        )
     }
 
     pub fn nodes(&self) -> &[Arc<MemoryNode>] {
@@ -44,8 +51,17 @@ impl InlineCluster {
     /// Register `compute` on every memory node and hand out its fabric handle.
     /// A revoked incarnation is refused ([`Fenced`]) on every node.
     pub fn join(&self, compute: ComputeNodeId) -> Result<InlineFabric, Fenced> {
-        let keys = self.nodes.iter().map(|n| n.register(compute)).collect::<Result<Vec<_>, _>>()?;
-        Ok(InlineFabric { nodes: self.nodes.clone(), compute, keys: Arc::new(keys), yield_per_batch: self.yield_per_batch })
+        let keys = self
+            .nodes
+            .iter()
+            .map(|n| n.register(compute))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(InlineFabric {
+            nodes: self.nodes.clone(),
+            compute,
+            keys: Arc::new(keys),
+            yield_per_batch: self.yield_per_batch,
+        })
     }
 
     /// Active-link termination of `compute` on every memory node.
@@ -95,8 +111,14 @@ impl Fabric for InlineFabric {
 impl QueuePair for InlineQp {
     type Pending = InlinePending;
     fn post(&self, batch: Vec<Verb>) -> Self::Pending {
-        let done = batch.iter().map(|v| self.node.execute(self.compute, self.key, v)).collect();
-        InlinePending { done: Some(done), yield_first: self.yield_per_batch }
+        let done = batch
+            .iter()
+            .map(|v| self.node.execute(self.compute, self.key, v))
+            .collect();
+        InlinePending {
+            done: Some(done),
+            yield_first: self.yield_per_batch,
+        }
     }
     fn memory_node(&self) -> MemNodeId {
         self.mem
@@ -130,11 +152,17 @@ mod tests {
     fn a_revoked_incarnation_cannot_register_again() {
         let c = InlineCluster::with_nodes(3, 64, 1);
         c.revoke(2);
-        assert!(matches!(c.join(2), Err(Fenced(2))), "revoked before it registered");
+        assert!(
+            matches!(c.join(2), Err(Fenced(2))),
+            "revoked before it registered"
+        );
         let f = c.join(3).unwrap();
         let qp = f.queue_pair(1);
         c.revoke(3);
-        assert!(matches!(c.join(3), Err(Fenced(3))), "revoked after it registered");
+        assert!(
+            matches!(c.join(3), Err(Fenced(3))),
+            "revoked after it registered"
+        );
         let done = ready_now(qp.post(vec![Verb::write_u64(0, 1)]));
         assert_eq!(done, vec![Err(VerbError::Revoked)]);
         assert_eq!(c.nodes()[1].load_u64(0), 0);

@@ -24,6 +24,9 @@ impl std::error::Error for Fenced {}
 
 const KEY_SLOTS: usize = 1 << 16;
 
+/// How long `revoke` spins on a verb in flight before it sleeps instead.
+const REVOKE_SPINS: u32 = 1_000;
+
 /// The memory of one memory node: a byte-addressed region stored as 8-byte
 /// words, so CAS and FAA are real atomics and a long read really can tear.
 pub struct MemoryNode {
@@ -57,9 +60,15 @@ impl MemoryNode {
         MemoryNode {
             words: words.into_boxed_slice(),
             keys: keys.into_boxed_slice(),
-            fenced: (0..KEY_SLOTS).map(|_| AtomicBool::new(false)).collect::<Vec<_>>().into_boxed_slice(),
+            fenced: (0..KEY_SLOTS)
+                .map(|_| AtomicBool::new(false))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
             revocable_fencing: AtomicBool::new(false),
-            executing: (0..KEY_SLOTS).map(|_| AtomicU32::new(0)).collect::<Vec<_>>().into_boxed_slice(),
+            executing: (0..KEY_SLOTS)
+                .map(|_| AtomicU32::new(0))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
             key_counter: AtomicU64::new(1),
             key_salt,
             failed: AtomicBool::new(false),
@@ -87,7 +96,12 @@ impl MemoryNode {
         // or set `fenced` before we looked again: take the key back. Nobody
         // holds it yet, so no verb can have used it.
         if self.is_fenced(compute) {
-            let _ = self.keys[compute as usize].compare_exchange(key, 0, Ordering::SeqCst, Ordering::SeqCst);
+            let _ = self.keys[compute as usize].compare_exchange(
+                key,
+                0,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
             return Err(Fenced(compute));
         }
         Ok(key)
@@ -99,14 +113,25 @@ impl MemoryNode {
         self.fenced[compute as usize].store(true, Ordering::SeqCst);
         self.keys[compute as usize].store(0, Ordering::SeqCst);
         // A verb that saw the old key may still be running on another thread.
+        // Spin briefly, then sleep: the revoker may outrank that thread (the
+        // runner's membership thread is SCHED_FIFO), and on a shared core a
+        // spinning revoker keeps the verb from ever finishing, until the
+        // kernel's real-time throttling steps in about a second later.
+        let mut spins = 0u32;
         while self.executing[compute as usize].load(Ordering::SeqCst) > 0 {
-            std::hint::spin_loop();
+            if spins < REVOKE_SPINS {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
         }
     }
 
     /// Whether `compute` was ever revoked here.
     pub fn is_fenced(&self, compute: ComputeNodeId) -> bool {
-        self.fenced[compute as usize].load(Ordering::SeqCst) && !self.revocable_fencing.load(Ordering::Relaxed)
+        self.fenced[compute as usize].load(Ordering::SeqCst)
+            && !self.revocable_fencing.load(Ordering::Relaxed)
     }
 
     /// Test-only bug switch: let a revoked incarnation register again (the
@@ -148,7 +173,11 @@ impl MemoryNode {
         // waited for.
         let executing = &self.executing[compute as usize];
         executing.fetch_add(1, Ordering::SeqCst);
-        let result = if self.is_authorized(compute, key) { self.execute_unchecked(verb) } else { Err(VerbError::Revoked) };
+        let result = if self.is_authorized(compute, key) {
+            self.execute_unchecked(verb)
+        } else {
+            Err(VerbError::Revoked)
+        };
         executing.fetch_sub(1, Ordering::SeqCst);
         result
     }
@@ -166,11 +195,16 @@ impl MemoryNode {
                 self.write_bytes(*addr, data)?;
                 Ok(VerbOutput::Write)
             }
-            Verb::Cas { addr, expected, new } => {
+            Verb::Cas {
+                addr,
+                expected,
+                new,
+            } => {
                 let w = self.word(*addr)?;
-                let old = match w.compare_exchange(*expected, *new, Ordering::SeqCst, Ordering::SeqCst) {
-                    Ok(v) | Err(v) => v,
-                };
+                let old =
+                    match w.compare_exchange(*expected, *new, Ordering::SeqCst, Ordering::SeqCst) {
+                        Ok(v) | Err(v) => v,
+                    };
                 Ok(VerbOutput::Cas(old))
             }
             Verb::Faa { addr, add } => {
@@ -184,7 +218,9 @@ impl MemoryNode {
         if addr % 8 != 0 {
             return Err(VerbError::Misaligned);
         }
-        self.words.get((addr / 8) as usize).ok_or(VerbError::OutOfRange)
+        self.words
+            .get((addr / 8) as usize)
+            .ok_or(VerbError::OutOfRange)
     }
 
     fn check_range(&self, addr: u64, len: u64) -> Result<(), VerbError> {
@@ -200,7 +236,9 @@ impl MemoryNode {
         let mut pos = 0usize;
         let mut a = addr;
         while pos < out.len() {
-            let w = self.words[(a / 8) as usize].load(Ordering::SeqCst).to_le_bytes();
+            let w = self.words[(a / 8) as usize]
+                .load(Ordering::SeqCst)
+                .to_le_bytes();
             let off = (a % 8) as usize;
             let n = (8 - off).min(out.len() - pos);
             out[pos..pos + n].copy_from_slice(&w[off..off + n]);
@@ -223,7 +261,10 @@ impl MemoryNode {
                 // Release suffices for whole-word stores: readers acquire-load
                 // (SeqCst) and the protocol's store-load (Dekker) patterns go
                 // through CAS, which stays SeqCst.
-                w.store(u64::from_le_bytes(data[pos..pos + 8].try_into().unwrap()), Ordering::Release);
+                w.store(
+                    u64::from_le_bytes(data[pos..pos + 8].try_into().unwrap()),
+                    Ordering::Release,
+                );
             } else {
                 let _ = w.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |old| {
                     let mut b = old.to_le_bytes();
@@ -239,7 +280,9 @@ impl MemoryNode {
 
     /// Load one aligned word (inspection helper for checks and tests).
     pub fn load_u64(&self, addr: u64) -> u64 {
-        self.word(addr).expect("load_u64: bad address").load(Ordering::SeqCst)
+        self.word(addr)
+            .expect("load_u64: bad address")
+            .load(Ordering::SeqCst)
     }
 }
 
@@ -251,18 +294,45 @@ mod tests {
     fn verbs_do_what_they_say_and_bad_addresses_are_errors() {
         let m = MemoryNode::new(64, 5);
         let k = m.register(3).unwrap();
-        assert_eq!(m.execute(3, k, &Verb::write(4, vec![1, 2, 3, 4, 5, 6, 7])), Ok(VerbOutput::Write));
-        assert_eq!(m.execute(3, k, &Verb::read(4, 7)), Ok(VerbOutput::Read(vec![1, 2, 3, 4, 5, 6, 7])));
-        assert_eq!(m.execute(3, k, &Verb::cas(16, 0, 9)), Ok(VerbOutput::Cas(0)));
-        assert_eq!(m.execute(3, k, &Verb::cas(16, 0, 10)), Ok(VerbOutput::Cas(9)));
+        assert_eq!(
+            m.execute(3, k, &Verb::write(4, vec![1, 2, 3, 4, 5, 6, 7])),
+            Ok(VerbOutput::Write)
+        );
+        assert_eq!(
+            m.execute(3, k, &Verb::read(4, 7)),
+            Ok(VerbOutput::Read(vec![1, 2, 3, 4, 5, 6, 7]))
+        );
+        assert_eq!(
+            m.execute(3, k, &Verb::cas(16, 0, 9)),
+            Ok(VerbOutput::Cas(0))
+        );
+        assert_eq!(
+            m.execute(3, k, &Verb::cas(16, 0, 10)),
+            Ok(VerbOutput::Cas(9))
+        );
         assert_eq!(m.execute(3, k, &Verb::faa(16, 2)), Ok(VerbOutput::Faa(9)));
         assert_eq!(m.load_u64(16), 11);
-        assert_eq!(m.execute(3, k, &Verb::cas(12, 0, 1)), Err(VerbError::Misaligned));
-        assert_eq!(m.execute(3, k, &Verb::faa(64, 1)), Err(VerbError::OutOfRange));
-        assert_eq!(m.execute(3, k, &Verb::read(60, 8)), Err(VerbError::OutOfRange));
-        assert_eq!(m.execute(3, k, &Verb::read(u64::MAX - 2, 8)), Err(VerbError::OutOfRange));
+        assert_eq!(
+            m.execute(3, k, &Verb::cas(12, 0, 1)),
+            Err(VerbError::Misaligned)
+        );
+        assert_eq!(
+            m.execute(3, k, &Verb::faa(64, 1)),
+            Err(VerbError::OutOfRange)
+        );
+        assert_eq!(
+            m.execute(3, k, &Verb::read(60, 8)),
+            Err(VerbError::OutOfRange)
+        );
+        assert_eq!(
+            m.execute(3, k, &Verb::read(u64::MAX - 2, 8)),
+            Err(VerbError::OutOfRange)
+        );
         // The node still serves after errors.
-        assert_eq!(m.execute(3, k, &Verb::read(16, 8)), Ok(VerbOutput::Read(11u64.to_le_bytes().to_vec())));
+        assert_eq!(
+            m.execute(3, k, &Verb::read(16, 8)),
+            Ok(VerbOutput::Read(11u64.to_le_bytes().to_vec()))
+        );
     }
 
     #[test]
@@ -270,11 +340,21 @@ mod tests {
         let m = MemoryNode::new(64, 5);
         assert_eq!(m.execute(1, 0, &Verb::read(0, 8)), Err(VerbError::Revoked));
         let k = m.register(1).unwrap();
-        assert_eq!(m.execute(1, k ^ 1, &Verb::read(0, 8)), Err(VerbError::Revoked));
-        assert_eq!(m.execute(2, k, &Verb::read(0, 8)), Err(VerbError::Revoked), "a key is per compute node");
+        assert_eq!(
+            m.execute(1, k ^ 1, &Verb::read(0, 8)),
+            Err(VerbError::Revoked)
+        );
+        assert_eq!(
+            m.execute(2, k, &Verb::read(0, 8)),
+            Err(VerbError::Revoked),
+            "a key is per compute node"
+        );
         assert!(m.execute(1, k, &Verb::read(0, 8)).is_ok());
         m.revoke(1);
-        assert_eq!(m.execute(1, k, &Verb::write_u64(0, 7)), Err(VerbError::Revoked));
+        assert_eq!(
+            m.execute(1, k, &Verb::write_u64(0, 7)),
+            Err(VerbError::Revoked)
+        );
         assert_eq!(m.load_u64(0), 0, "a revoked write does not execute");
         // Fencing is for good: registering again gets no key, the old one stays dead.
         assert_eq!(m.register(1), Err(Fenced(1)));
@@ -299,7 +379,11 @@ mod tests {
             };
             m.revoke(id);
             if let Ok(k) = reg.join().unwrap() {
-                assert_eq!(m.execute(id, k, &Verb::write_u64(0, 1)), Err(VerbError::Revoked), "round {round}");
+                assert_eq!(
+                    m.execute(id, k, &Verb::write_u64(0, 1)),
+                    Err(VerbError::Revoked),
+                    "round {round}"
+                );
             }
             assert_eq!(m.load_u64(0), 0);
             assert!(m.register(id).is_err());
@@ -334,7 +418,11 @@ mod revocation_race {
             m.revoke(1);
             let after = m.load_u64(0);
             std::thread::sleep(std::time::Duration::from_micros(200));
-            assert_eq!(m.load_u64(0), after, "round {round}: a write landed after revoke returned");
+            assert_eq!(
+                m.load_u64(0),
+                after,
+                "round {round}: a write landed after revoke returned"
+            );
             stop.store(true, Ordering::SeqCst);
             writer.join().unwrap();
         }

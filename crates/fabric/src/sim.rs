@@ -37,14 +37,26 @@ pub struct SimFabricConfig {
 
 impl Default for SimFabricConfig {
     fn default() -> Self {
-        SimFabricConfig { delay_ns_min: 500, delay_ns_max: 3_000, tear_reads: true, tear_gap_ns_max: 400, tear_writes: true }
+        SimFabricConfig {
+            delay_ns_min: 500,
+            delay_ns_max: 3_000,
+            tear_reads: true,
+            tear_gap_ns_max: 400,
+            tear_writes: true,
+        }
     }
 }
 
 impl SimFabricConfig {
     /// No delay variance and no tearing: every verb takes exactly `delay_ns`.
     pub fn fixed(delay_ns: u64) -> Self {
-        SimFabricConfig { delay_ns_min: delay_ns, delay_ns_max: delay_ns, tear_reads: false, tear_gap_ns_max: 0, tear_writes: false }
+        SimFabricConfig {
+            delay_ns_min: delay_ns,
+            delay_ns_max: delay_ns,
+            tear_reads: false,
+            tear_gap_ns_max: 0,
+            tear_writes: false,
+        }
     }
 }
 
@@ -62,12 +74,21 @@ pub struct SimCluster {
 
 impl SimCluster {
     pub fn new(sim: SimHandle, nodes: Vec<Arc<MemoryNode>>, config: SimFabricConfig) -> Self {
-        SimCluster { net: Rc::new(Net { sim, nodes, config }) }
+        SimCluster {
+            net: Rc::new(Net { sim, nodes, config }),
+        }
     }
 
-    pub fn with_nodes(sim: SimHandle, count: usize, size_bytes: u64, config: SimFabricConfig) -> Self {
+    pub fn with_nodes(
+        sim: SimHandle,
+        count: usize,
+        size_bytes: u64,
+        config: SimFabricConfig,
+    ) -> Self {
         let salt = sim.with_rng(|r| r.next_u64());
-        let nodes = (0..count).map(|i| Arc::new(MemoryNode::new(size_bytes, salt ^ (i as u64) << 40))).collect();
+        let nodes = (0..count)
+            .map(|i| Arc::new(MemoryNode::new(size_bytes, salt ^ (i as u64) << 40)))
+            .collect();
         Self::new(sim, nodes, config)
     }
 
@@ -82,8 +103,17 @@ impl SimCluster {
     /// Register `compute` on every memory node and hand out its fabric handle.
     /// A revoked incarnation is refused ([`Fenced`]) on every node.
     pub fn join(&self, compute: ComputeNodeId) -> Result<SimFabric, Fenced> {
-        let keys = self.net.nodes.iter().map(|n| n.register(compute)).collect::<Result<Vec<_>, _>>()?;
-        Ok(SimFabric { net: self.net.clone(), compute, keys: Rc::new(keys) })
+        let keys = self
+            .net
+            .nodes
+            .iter()
+            .map(|n| n.register(compute))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SimFabric {
+            net: self.net.clone(),
+            compute,
+            keys: Rc::new(keys),
+        })
     }
 
     /// A fabric handle from keys registered one memory node at a time
@@ -91,7 +121,11 @@ impl SimCluster {
     /// revocation interleave as messages would.
     pub fn connect(&self, compute: ComputeNodeId, keys: Vec<RegionKey>) -> SimFabric {
         assert_eq!(keys.len(), self.net.nodes.len(), "one key per memory node");
-        SimFabric { net: self.net.clone(), compute, keys: Rc::new(keys) }
+        SimFabric {
+            net: self.net.clone(),
+            compute,
+            keys: Rc::new(keys),
+        }
     }
 
     /// Active-link termination of `compute` on every memory node.
@@ -146,15 +180,25 @@ type Results = Rc<RefCell<Vec<Option<Completion>>>>;
 impl SimQp {
     fn delay(&self) -> u64 {
         let c = &self.net.config;
-        self.net.sim.with_rng(|r| r.range_inclusive(c.delay_ns_min, c.delay_ns_max.max(c.delay_ns_min)))
+        self.net
+            .sim
+            .with_rng(|r| r.range_inclusive(c.delay_ns_min, c.delay_ns_max.max(c.delay_ns_min)))
     }
 
     /// Schedule a torn read: one event per 8-byte word, starting at `t`.
     /// Returns the time of the last word.
-    fn schedule_torn_read(&self, mut t: u64, addr: u64, len: u32, idx: usize, results: &Results) -> u64 {
+    fn schedule_torn_read(
+        &self,
+        mut t: u64,
+        addr: u64,
+        len: u32,
+        idx: usize,
+        results: &Results,
+    ) -> u64 {
         let node = self.net.nodes[self.mem as usize].clone();
         let (compute, key) = (self.compute, self.key);
-        let buf: Rc<RefCell<Result<Vec<u8>, VerbError>>> = Rc::new(RefCell::new(Ok(Vec::with_capacity(len as usize))));
+        let buf: Rc<RefCell<Result<Vec<u8>, VerbError>>> =
+            Rc::new(RefCell::new(Ok(Vec::with_capacity(len as usize))));
         let end = addr.saturating_add(len as u64);
         let mut a = addr;
         while a < end {
@@ -178,7 +222,10 @@ impl SimQp {
             });
             a = chunk_end;
             if !last {
-                t += 1 + self.net.sim.with_rng(|r| r.below(self.net.config.tear_gap_ns_max + 1));
+                t += 1 + self
+                    .net
+                    .sim
+                    .with_rng(|r| r.below(self.net.config.tear_gap_ns_max + 1));
             }
         }
         t
@@ -188,13 +235,21 @@ impl SimQp {
 impl SimQp {
     /// Schedule a torn write: one event per 8-byte word (ascending), from `t`.
     /// An out-of-range write fails as a whole, like any bad verb.
-    fn schedule_torn_write(&self, mut t: u64, addr: u64, data: Vec<u8>, idx: usize, results: &Results) -> u64 {
+    fn schedule_torn_write(
+        &self,
+        mut t: u64,
+        addr: u64,
+        data: Vec<u8>,
+        idx: usize,
+        results: &Results,
+    ) -> u64 {
         let node = self.net.nodes[self.mem as usize].clone();
         let (compute, key) = (self.compute, self.key);
         if addr + data.len() as u64 > node.size_bytes() {
             let results = results.clone();
             self.net.sim.schedule_at(t, move || {
-                results.borrow_mut()[idx] = Some(node.execute(compute, key, &Verb::Write { addr, data }));
+                results.borrow_mut()[idx] =
+                    Some(node.execute(compute, key, &Verb::Write { addr, data }));
             });
             return t;
         }
@@ -205,12 +260,15 @@ impl SimQp {
         while a < end {
             let chunk_end = (((a / 8) + 1) * 8).min(end);
             let last = chunk_end == end;
-            let (node, data, failed, results) = (node.clone(), data.clone(), failed.clone(), results.clone());
+            let (node, data, failed, results) =
+                (node.clone(), data.clone(), failed.clone(), results.clone());
             let (lo, hi) = ((a - addr) as usize, (chunk_end - addr) as usize);
             let ca = a;
             self.net.sim.schedule_at(t, move || {
                 if failed.get().is_none() {
-                    if let Err(e) = node.execute(compute, key, &Verb::write(ca, data[lo..hi].to_vec())) {
+                    if let Err(e) =
+                        node.execute(compute, key, &Verb::write(ca, data[lo..hi].to_vec()))
+                    {
                         failed.set(Some(e));
                     }
                 }
@@ -223,7 +281,10 @@ impl SimQp {
             });
             a = chunk_end;
             if !last {
-                t += 1 + self.net.sim.with_rng(|r| r.below(self.net.config.tear_gap_ns_max + 1));
+                t += 1 + self
+                    .net
+                    .sim
+                    .with_rng(|r| r.below(self.net.config.tear_gap_ns_max + 1));
             }
         }
         t
@@ -240,12 +301,16 @@ impl QueuePair for SimQp {
         for (idx, verb) in batch.into_iter().enumerate() {
             match verb {
                 Verb::Read { addr, len }
-                    if self.net.config.tear_reads && len > 8 && addr.checked_add(len as u64).is_some() =>
+                    if self.net.config.tear_reads
+                        && len > 8
+                        && addr.checked_add(len as u64).is_some() =>
                 {
                     t = self.schedule_torn_read(t, addr, len, idx, &results);
                 }
                 Verb::Write { addr, data }
-                    if self.net.config.tear_writes && data.len() > 8 && addr.checked_add(data.len() as u64).is_some() =>
+                    if self.net.config.tear_writes
+                        && data.len() > 8
+                        && addr.checked_add(data.len() as u64).is_some() =>
                 {
                     t = self.schedule_torn_write(t, addr, data, idx, &results);
                 }
@@ -264,7 +329,11 @@ impl QueuePair for SimQp {
         let done_at = (t + self.delay()).max(self.last_done_ns.get() + 1);
         self.last_done_ns.set(done_at);
         self.net.sim.schedule_at(done_at, move || {
-            let all = results.borrow_mut().drain(..).map(|r| r.expect("verb executed before its completion")).collect();
+            let all = results
+                .borrow_mut()
+                .drain(..)
+                .map(|r| r.expect("verb executed before its completion"))
+                .collect();
             tx.send(all);
         });
         SimPending { rx }
@@ -283,7 +352,9 @@ pub struct SimPending {
 impl Future for SimPending {
     type Output = Vec<Completion>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<Completion>> {
-        Pin::new(&mut self.rx).poll(cx).map(|r| r.expect("the simulator never drops a completion"))
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.expect("the simulator never drops a completion"))
     }
 }
 
@@ -302,7 +373,14 @@ mod tests {
         // the final value is the last write, and every CAS sees its predecessor.
         for seed in 0..20 {
             let sim = Sim::new(seed);
-            let c = cluster(&sim, SimFabricConfig { delay_ns_min: 1, delay_ns_max: 5_000, ..Default::default() });
+            let c = cluster(
+                &sim,
+                SimFabricConfig {
+                    delay_ns_min: 1,
+                    delay_ns_max: 5_000,
+                    ..Default::default()
+                },
+            );
             let f = c.join(1).unwrap();
             let qp = f.queue_pair(0);
             let olds = Rc::new(RefCell::new(Vec::new()));
@@ -328,7 +406,14 @@ mod tests {
         let mut reordered = false;
         for seed in 0..50 {
             let sim = Sim::new(seed);
-            let c = cluster(&sim, SimFabricConfig { delay_ns_min: 1, delay_ns_max: 5_000, ..Default::default() });
+            let c = cluster(
+                &sim,
+                SimFabricConfig {
+                    delay_ns_min: 1,
+                    delay_ns_max: 5_000,
+                    ..Default::default()
+                },
+            );
             let f = c.join(1).unwrap();
             let (a, b) = (f.queue_pair(0), f.queue_pair(0));
             let _p1 = a.post(vec![Verb::write_u64(0, 1)]);
@@ -336,7 +421,10 @@ mod tests {
             sim.run();
             reordered |= c.nodes()[0].load_u64(0) == 1;
         }
-        assert!(reordered, "independent queue pairs must be able to overtake each other");
+        assert!(
+            reordered,
+            "independent queue pairs must be able to overtake each other"
+        );
     }
 
     #[test]
@@ -344,7 +432,16 @@ mod tests {
         let mut torn = false;
         for seed in 0..200 {
             let sim = Sim::new(seed);
-            let c = cluster(&sim, SimFabricConfig { delay_ns_min: 1, delay_ns_max: 3_000, tear_reads: true, tear_gap_ns_max: 2_000, tear_writes: false });
+            let c = cluster(
+                &sim,
+                SimFabricConfig {
+                    delay_ns_min: 1,
+                    delay_ns_max: 3_000,
+                    tear_reads: true,
+                    tear_gap_ns_max: 2_000,
+                    tear_writes: false,
+                },
+            );
             let f = c.join(1).unwrap();
             let (r, w) = (f.queue_pair(0), f.queue_pair(0));
             let read = r.post(vec![Verb::read(0, 32)]);
@@ -370,7 +467,13 @@ mod tests {
         let mut partial = false;
         for seed in 0..100 {
             let sim = Sim::new(seed);
-            let cfg = SimFabricConfig { delay_ns_min: 100, delay_ns_max: 200, tear_reads: false, tear_gap_ns_max: 500, tear_writes: true };
+            let cfg = SimFabricConfig {
+                delay_ns_min: 100,
+                delay_ns_max: 200,
+                tear_reads: false,
+                tear_gap_ns_max: 500,
+                tear_writes: true,
+            };
             let c = cluster(&sim, cfg);
             let f = c.join(4).unwrap();
             let qp = f.queue_pair(0);
@@ -384,7 +487,10 @@ mod tests {
             partial |= words.contains(&0) && words.iter().any(|&w| w != 0);
             // Ascending: a written word is never followed by an unwritten one and then a written one.
             let first_zero = words.iter().position(|&w| w == 0).unwrap_or(8);
-            assert!(words[first_zero..].iter().all(|&w| w == 0), "seed {seed}: {words:?}");
+            assert!(
+                words[first_zero..].iter().all(|&w| w == 0),
+                "seed {seed}: {words:?}"
+            );
         }
         assert!(partial, "some cut must leave a half-written record");
     }
@@ -392,7 +498,14 @@ mod tests {
     #[test]
     fn completions_on_one_queue_pair_arrive_in_posting_order() {
         let sim = Sim::new(5);
-        let c = cluster(&sim, SimFabricConfig { delay_ns_min: 1, delay_ns_max: 10_000, ..Default::default() });
+        let c = cluster(
+            &sim,
+            SimFabricConfig {
+                delay_ns_min: 1,
+                delay_ns_max: 10_000,
+                ..Default::default()
+            },
+        );
         let qp = c.join(1).unwrap().queue_pair(0);
         let order = Rc::new(RefCell::new(Vec::new()));
         for i in 0..30 {
@@ -421,13 +534,21 @@ mod tests {
         sim.run_until(10);
         sim.crash(9);
         sim.run();
-        assert_eq!(c.nodes()[1].load_u64(0), 5, "posted verb executed after the crash");
+        assert_eq!(
+            c.nodes()[1].load_u64(0),
+            5,
+            "posted verb executed after the crash"
+        );
 
         let qp = f.queue_pair(1);
         let _late = qp.post(vec![Verb::write_u64(8, 6)]);
         c.revoke(9);
         sim.run();
-        assert_eq!(c.nodes()[1].load_u64(8), 0, "revocation before execution stops it");
+        assert_eq!(
+            c.nodes()[1].load_u64(8),
+            0,
+            "revocation before execution stops it"
+        );
     }
 
     #[test]

@@ -8,12 +8,25 @@ pub type ComputeNodeId = u16;
 /// A one-sided verb. Addresses are byte offsets into the memory node's region.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verb {
-    Read { addr: u64, len: u32 },
-    Write { addr: u64, data: Vec<u8> },
+    Read {
+        addr: u64,
+        len: u32,
+    },
+    Write {
+        addr: u64,
+        data: Vec<u8>,
+    },
     /// 8-byte compare-and-swap; completes with the old value.
-    Cas { addr: u64, expected: u64, new: u64 },
+    Cas {
+        addr: u64,
+        expected: u64,
+        new: u64,
+    },
     /// 8-byte fetch-and-add (wrapping); completes with the old value.
-    Faa { addr: u64, add: u64 },
+    Faa {
+        addr: u64,
+        add: u64,
+    },
 }
 
 impl Verb {
@@ -24,10 +37,17 @@ impl Verb {
         Verb::Write { addr, data }
     }
     pub fn write_u64(addr: u64, value: u64) -> Verb {
-        Verb::Write { addr, data: value.to_le_bytes().to_vec() }
+        Verb::Write {
+            addr,
+            data: value.to_le_bytes().to_vec(),
+        }
     }
     pub fn cas(addr: u64, expected: u64, new: u64) -> Verb {
-        Verb::Cas { addr, expected, new }
+        Verb::Cas {
+            addr,
+            expected,
+            new,
+        }
     }
     pub fn faa(addr: u64, add: u64) -> Verb {
         Verb::Faa { addr, add }

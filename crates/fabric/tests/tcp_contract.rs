@@ -21,7 +21,8 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn server(size_bytes: u64) -> MemoryServerHandle {
     let node = Arc::new(MemoryNode::new(size_bytes, 0xC0FFEE));
-    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), node, SECRET).expect("bind memory server")
+    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), node, SECRET)
+        .expect("bind memory server")
 }
 
 fn cluster(servers: &[&MemoryServerHandle]) -> TcpCluster {
@@ -30,9 +31,16 @@ fn cluster(servers: &[&MemoryServerHandle]) -> TcpCluster {
 
 /// Run `f` as a compute thread does: current_thread runtime plus LocalSet.
 fn run<F: Future>(f: F) -> F::Output {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async { tokio::time::timeout(TEST_TIMEOUT, f).await.expect("test timed out") })
+    local.block_on(&rt, async {
+        tokio::time::timeout(TEST_TIMEOUT, f)
+            .await
+            .expect("test timed out")
+    })
 }
 
 fn raw(addr: SocketAddr) -> TcpStream {
@@ -86,16 +94,35 @@ fn verbs_on_one_queue_pair_execute_in_posting_order() {
 
         // 200 batches in flight at once: each CAS succeeds only if its
         // predecessor already executed.
-        let pending: Vec<_> = (0..200u64).map(|i| qp.post(vec![Verb::cas(0, i, i + 1)])).collect();
+        let pending: Vec<_> = (0..200u64)
+            .map(|i| qp.post(vec![Verb::cas(0, i, i + 1)]))
+            .collect();
         for (i, p) in pending.into_iter().enumerate() {
-            assert_eq!(p.await, vec![Ok(VerbOutput::Cas(i as u64))], "batch {i} ran out of order");
+            assert_eq!(
+                p.await,
+                vec![Ok(VerbOutput::Cas(i as u64))],
+                "batch {i} ran out of order"
+            );
         }
         assert_eq!(s0.node().load_u64(0), 200);
 
         // Within a batch too, and on the other memory node independently.
         let qp1 = fabric.queue_pair(1);
-        let got = qp1.post(vec![Verb::write_u64(8, 5), Verb::faa(8, 1), Verb::read(8, 8)]).await;
-        assert_eq!(got, vec![Ok(VerbOutput::Write), Ok(VerbOutput::Faa(5)), Ok(VerbOutput::Read(6u64.to_le_bytes().to_vec()))]);
+        let got = qp1
+            .post(vec![
+                Verb::write_u64(8, 5),
+                Verb::faa(8, 1),
+                Verb::read(8, 8),
+            ])
+            .await;
+        assert_eq!(
+            got,
+            vec![
+                Ok(VerbOutput::Write),
+                Ok(VerbOutput::Faa(5)),
+                Ok(VerbOutput::Read(6u64.to_le_bytes().to_vec()))
+            ]
+        );
         assert_eq!((s0.node().load_u64(8), s1.node().load_u64(8)), (0, 6));
 
         // Many coordinators (tasks) pipelining on the same connection.
@@ -116,7 +143,11 @@ fn verbs_on_one_queue_pair_execute_in_posting_order() {
         }
         let mut olds = olds.take();
         olds.sort_unstable();
-        assert_eq!(olds, (0..400).collect::<Vec<u64>>(), "every FAA executed exactly once");
+        assert_eq!(
+            olds,
+            (0..400).collect::<Vec<u64>>(),
+            "every FAA executed exactly once"
+        );
 
         // A coordinator that stops waiting (its future dropped) does not
         // disturb the connection: the verbs still execute, in order.
@@ -124,7 +155,10 @@ fn verbs_on_one_queue_pair_execute_in_posting_order() {
         let p = qp.post(vec![Verb::faa(0, 1)]);
         drop(qp.post(vec![Verb::faa(0, 100)]));
         assert_eq!(p.await, vec![Ok(VerbOutput::Faa(210))]);
-        assert_eq!(qp.post(vec![Verb::read(0, 8)]).await, vec![Ok(VerbOutput::Read(311u64.to_le_bytes().to_vec()))]);
+        assert_eq!(
+            qp.post(vec![Verb::read(0, 8)]).await,
+            vec![Ok(VerbOutput::Read(311u64.to_le_bytes().to_vec()))]
+        );
         assert_eq!(qp.outstanding(), 0);
 
         assert_eq!(c.info().await.unwrap(), vec![4096, 4096]);
@@ -142,28 +176,57 @@ fn after_revocation_verbs_complete_with_revoked_and_do_not_execute() {
         let f3 = c.connect(3, &keys3).await.unwrap();
         let f4 = c.connect(4, &keys4).await.unwrap();
         let qp3 = f3.queue_pair(0);
-        assert_eq!(qp3.post(vec![Verb::write_u64(0, 1)]).await, vec![Ok(VerbOutput::Write)]);
+        assert_eq!(
+            qp3.post(vec![Verb::write_u64(0, 1)]).await,
+            vec![Ok(VerbOutput::Write)]
+        );
 
         c.revoke(3).await.unwrap();
-        let got = qp3.post(vec![Verb::write_u64(0, 99), Verb::faa(8, 1), Verb::read(0, 8)]).await;
+        let got = qp3
+            .post(vec![
+                Verb::write_u64(0, 99),
+                Verb::faa(8, 1),
+                Verb::read(0, 8),
+            ])
+            .await;
         assert_eq!(got, vec![Err(VerbError::Revoked); 3]);
-        assert_eq!((s.node().load_u64(0), s.node().load_u64(8)), (1, 0), "revoked verbs must not execute");
+        assert_eq!(
+            (s.node().load_u64(0), s.node().load_u64(8)),
+            (1, 0),
+            "revoked verbs must not execute"
+        );
 
         // Other compute nodes are unaffected.
-        assert_eq!(f4.queue_pair(0).post(vec![Verb::faa(8, 2)]).await, vec![Ok(VerbOutput::Faa(0))]);
+        assert_eq!(
+            f4.queue_pair(0).post(vec![Verb::faa(8, 2)]).await,
+            vec![Ok(VerbOutput::Faa(0))]
+        );
         // The revoked key cannot open a new connection.
-        let err = c.connect(3, &keys3).await.expect_err("revoked key accepted");
+        let err = c
+            .connect(3, &keys3)
+            .await
+            .expect_err("revoked key accepted");
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
         // Fencing is for good: the revoked incarnation cannot register again,
         // and its old connection stays cut off.
-        let err = c.register(3).await.expect_err("a revoked incarnation got a fresh key");
+        let err = c
+            .register(3)
+            .await
+            .expect_err("a revoked incarnation got a fresh key");
         assert!(tandem_fabric::tcp::is_fenced(&err), "{err}");
-        assert_eq!(qp3.post(vec![Verb::write_u64(0, 7)]).await, vec![Err(VerbError::Revoked)]);
+        assert_eq!(
+            qp3.post(vec![Verb::write_u64(0, 7)]).await,
+            vec![Err(VerbError::Revoked)]
+        );
         assert_eq!(s.node().load_u64(0), 1);
         // A node revoked before it ever registered (a verdict between join and
         // registration) is refused as well.
         c.revoke(5).await.unwrap();
-        assert!(tandem_fabric::tcp::is_fenced(&c.register(5).await.expect_err("registered after its revocation")));
+        assert!(tandem_fabric::tcp::is_fenced(
+            &c.register(5)
+                .await
+                .expect_err("registered after its revocation")
+        ));
     });
 }
 
@@ -199,9 +262,16 @@ fn bad_addresses_complete_with_errors_and_the_server_keeps_serving() {
         ];
         assert_eq!(got, expected);
         // A batch whose answer cannot fit in one frame is refused locally, per verb.
-        assert_eq!(qp.post(vec![Verb::read(0, u32::MAX), Verb::read(0, 8)]).await, vec![Err(OutOfRange); 2]);
+        assert_eq!(
+            qp.post(vec![Verb::read(0, u32::MAX), Verb::read(0, 8)])
+                .await,
+            vec![Err(OutOfRange); 2]
+        );
         assert_eq!(qp.post(vec![]).await, vec![]);
-        assert_eq!(qp.post(vec![Verb::read(56, 8)]).await, vec![Ok(VerbOutput::Read(9u64.to_le_bytes().to_vec()))]);
+        assert_eq!(
+            qp.post(vec![Verb::read(56, 8)]).await,
+            vec![Ok(VerbOutput::Read(9u64.to_le_bytes().to_vec()))]
+        );
         assert!(qp.is_connected());
     });
 }
@@ -214,7 +284,10 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
     run(async {
         let keys = c.register(1).await.unwrap();
         let good = c.connect(1, &keys).await.unwrap().queue_pair(0);
-        assert_eq!(good.post(vec![Verb::write_u64(0, 11)]).await, vec![Ok(VerbOutput::Write)]);
+        assert_eq!(
+            good.post(vec![Verb::write_u64(0, 11)]).await,
+            vec![Ok(VerbOutput::Write)]
+        );
 
         // Random bytes (then end of stream, in case they look like a short frame).
         let mut x: u64 = 0x1234_5678_9ABC_DEF1;
@@ -238,7 +311,10 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
         read_until_closed(&mut g);
 
         // A frame cut short by the end of the stream.
-        let hello = frame(ClientMsg::Hello { compute: 1, key: keys[0] });
+        let hello = frame(ClientMsg::Hello {
+            compute: 1,
+            key: keys[0],
+        });
         let mut g = raw(addr);
         g.write_all(&hello[..hello.len() / 2]).unwrap();
         g.shutdown(Shutdown::Write).unwrap();
@@ -248,12 +324,18 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
         // verbs another (a truncated verb): the connection closes, nothing executes.
         let mut g = raw(addr);
         g.write_all(&hello).unwrap();
-        let mut batch = frame(ClientMsg::Batch { req_id: 0, verbs: vec![Verb::write_u64(8, 5), Verb::write_u64(16, 5)] });
+        let mut batch = frame(ClientMsg::Batch {
+            req_id: 0,
+            verbs: vec![Verb::write_u64(8, 5), Verb::write_u64(16, 5)],
+        });
         batch.truncate(batch.len() - 3);
         let body_len = (batch.len() - 4) as u32;
         batch[..4].copy_from_slice(&body_len.to_le_bytes());
         g.write_all(&batch).unwrap();
-        assert_eq!(server_frames(&read_until_closed(&mut g)), vec![ServerMsg::HelloOk]);
+        assert_eq!(
+            server_frames(&read_until_closed(&mut g)),
+            vec![ServerMsg::HelloOk]
+        );
         assert_eq!((s.node().load_u64(8), s.node().load_u64(16)), (0, 0));
 
         // Trailing bytes after a valid message.
@@ -267,21 +349,48 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
         // A wrong key in Hello, a wrong admin secret, a batch before any Hello:
         // each gets a Reject and the connection closes.
         for (msg, reason) in [
-            (ClientMsg::Hello { compute: 1, key: keys[0] ^ 1 }, RejectReason::BadKey),
-            (ClientMsg::Admin { secret: SECRET ^ 1 }, RejectReason::BadSecret),
-            (ClientMsg::Batch { req_id: 0, verbs: vec![Verb::write_u64(0, 1)] }, RejectReason::Protocol),
+            (
+                ClientMsg::Hello {
+                    compute: 1,
+                    key: keys[0] ^ 1,
+                },
+                RejectReason::BadKey,
+            ),
+            (
+                ClientMsg::Admin { secret: SECRET ^ 1 },
+                RejectReason::BadSecret,
+            ),
+            (
+                ClientMsg::Batch {
+                    req_id: 0,
+                    verbs: vec![Verb::write_u64(0, 1)],
+                },
+                RejectReason::Protocol,
+            ),
         ] {
             let mut g = raw(addr);
             g.write_all(&frame(msg)).unwrap();
-            assert_eq!(server_frames(&read_until_closed(&mut g)), vec![ServerMsg::Reject { reason }]);
+            assert_eq!(
+                server_frames(&read_until_closed(&mut g)),
+                vec![ServerMsg::Reject { reason }]
+            );
         }
-        let err = TcpCluster::new(vec![addr], SECRET ^ 1).register(2).await.expect_err("wrong secret accepted");
+        let err = TcpCluster::new(vec![addr], SECRET ^ 1)
+            .register(2)
+            .await
+            .expect_err("wrong secret accepted");
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
 
         // The connection that was open all along, and a new one, still work.
-        assert_eq!(good.post(vec![Verb::read(0, 8)]).await, vec![Ok(VerbOutput::Read(11u64.to_le_bytes().to_vec()))]);
+        assert_eq!(
+            good.post(vec![Verb::read(0, 8)]).await,
+            vec![Ok(VerbOutput::Read(11u64.to_le_bytes().to_vec()))]
+        );
         let again = c.connect(1, &keys).await.unwrap().queue_pair(0);
-        assert_eq!(again.post(vec![Verb::faa(0, 1)]).await, vec![Ok(VerbOutput::Faa(11))]);
+        assert_eq!(
+            again.post(vec![Verb::faa(0, 1)]).await,
+            vec![Ok(VerbOutput::Faa(11))]
+        );
         assert_eq!(s.node().load_u64(0), 12);
     });
 }
@@ -298,14 +407,29 @@ fn a_data_connection_with_a_wrong_key_executes_nothing() {
         for (compute, key) in [(1, keys1[0] ^ 0x100), (2, keys1[0]), (9, 0)] {
             let mut g = raw(addr);
             let mut bytes = frame(ClientMsg::Hello { compute, key });
-            bytes.extend(frame(ClientMsg::Batch { req_id: 0, verbs: vec![Verb::write_u64(0, 0xBAD), Verb::faa(8, 1)] }));
+            bytes.extend(frame(ClientMsg::Batch {
+                req_id: 0,
+                verbs: vec![Verb::write_u64(0, 0xBAD), Verb::faa(8, 1)],
+            }));
             g.write_all(&bytes).unwrap();
             let answers = server_frames(&read_until_closed(&mut g));
-            assert!(answers.iter().all(|m| matches!(m, ServerMsg::Reject { .. })), "{answers:?}");
+            assert!(
+                answers
+                    .iter()
+                    .all(|m| matches!(m, ServerMsg::Reject { .. })),
+                "{answers:?}"
+            );
         }
-        let err = c.connect(2, &keys1).await.expect_err("another node's key accepted");
+        let err = c
+            .connect(2, &keys1)
+            .await
+            .expect_err("another node's key accepted");
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
-        assert_eq!((s.node().load_u64(0), s.node().load_u64(8)), (0, 0), "nothing executed");
+        assert_eq!(
+            (s.node().load_u64(0), s.node().load_u64(8)),
+            (0, 0),
+            "nothing executed"
+        );
     });
 }
 
@@ -328,14 +452,24 @@ fn a_lost_connection_completes_every_verb_with_unavailable() {
         assert!(matches!(wire::read_frame(&mut rd, &mut body), Ok(true)));
     });
     run(async {
-        let fabric = TcpCluster::new(vec![addr], SECRET).connect(1, &[42]).await.unwrap();
+        let fabric = TcpCluster::new(vec![addr], SECRET)
+            .connect(1, &[42])
+            .await
+            .unwrap();
         let qp = fabric.queue_pair(0);
-        let first = qp.post(vec![Verb::read(0, 8), Verb::faa(8, 1), Verb::write_u64(0, 1)]);
+        let first = qp.post(vec![
+            Verb::read(0, 8),
+            Verb::faa(8, 1),
+            Verb::write_u64(0, 1),
+        ]);
         let second = qp.post(vec![Verb::cas(0, 0, 1)]);
         assert_eq!(first.await, vec![Err(VerbError::Unavailable); 3]);
         assert_eq!(second.await, vec![Err(VerbError::Unavailable)]);
         assert!(!fabric.is_connected());
-        assert_eq!(qp.post(vec![Verb::read(0, 8), Verb::read(8, 8)]).await, vec![Err(VerbError::Unavailable); 2]);
+        assert_eq!(
+            qp.post(vec![Verb::read(0, 8), Verb::read(8, 8)]).await,
+            vec![Err(VerbError::Unavailable); 2]
+        );
     });
     fake.join().unwrap();
 
@@ -345,11 +479,17 @@ fn a_lost_connection_completes_every_verb_with_unavailable() {
     run(async {
         let keys = c.register(1).await.unwrap();
         let qp = c.connect(1, &keys).await.unwrap().queue_pair(0);
-        assert_eq!(qp.post(vec![Verb::faa(0, 1)]).await, vec![Ok(VerbOutput::Faa(0))]);
+        assert_eq!(
+            qp.post(vec![Verb::faa(0, 1)]).await,
+            vec![Ok(VerbOutput::Faa(0))]
+        );
         s.shutdown();
         let after = qp.post(vec![Verb::faa(0, 1)]).await;
         assert_eq!(after, vec![Err(VerbError::Unavailable)]);
-        assert_eq!(qp.post(vec![Verb::faa(0, 1)]).await, vec![Err(VerbError::Unavailable)]);
+        assert_eq!(
+            qp.post(vec![Verb::faa(0, 1)]).await,
+            vec![Err(VerbError::Unavailable)]
+        );
     });
 }
 

@@ -22,7 +22,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tandem_ddp::{Key, Op, Reply, Ts, Value};
-use tandem_net::{Command, Config, Durable, Input, NodeFactory, NodeId, Nvm, Protocol, SessionId, Token};
+use tandem_net::{
+    Command, Config, Durable, Input, NodeFactory, NodeId, Nvm, Protocol, SessionId, Token,
+};
 
 use crate::leader_sync::{Joining, SyncStats, Syncs};
 
@@ -47,22 +49,46 @@ pub struct Origin {
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum LeaderMsg {
     /// A follower hands a client's write to the leader.
-    Forward { origin: Origin, key: Key, value: Value },
-    Proposal { entry: Entry, origin: Origin },
-    Ack { zxid: Zxid },
+    Forward {
+        origin: Origin,
+        key: Key,
+        value: Value,
+    },
+    Proposal {
+        entry: Entry,
+        origin: Origin,
+    },
+    Ack {
+        zxid: Zxid,
+    },
     /// Every write up to `upto` is committed.
-    Commit { upto: Zxid },
+    Commit {
+        upto: Zxid,
+    },
     /// A restarted follower asks to be brought up to date from `zxid`.
-    LastZxid { zxid: Zxid },
+    LastZxid {
+        zxid: Zxid,
+    },
     /// The logged writes in `(from, upto]`, in order (with `dedup`, only
     /// the last of each key).
-    Sync { from: Zxid, upto: Zxid, entries: Vec<Entry> },
+    Sync {
+        from: Zxid,
+        upto: Zxid,
+        entries: Vec<Entry>,
+    },
     /// The follower has logged everything up to `upto`.
-    BatchDone { upto: Zxid },
+    BatchDone {
+        upto: Zxid,
+    },
     /// The follower is in sync: from now on it takes proposals. `rest` are
     /// the last committed writes it lacks (up to `upto`), `pending` the
     /// proposals not yet committed.
-    Join { rest: Vec<Entry>, upto: Zxid, pending: Vec<(Entry, Origin)>, committed: Zxid },
+    Join {
+        rest: Vec<Entry>,
+        upto: Zxid,
+        pending: Vec<(Entry, Origin)>,
+        committed: Zxid,
+    },
 }
 
 /// What a node's NVM holds: the preloaded snapshot, one slot per key, and
@@ -115,7 +141,16 @@ pub struct LeaderParams {
 
 impl Default for LeaderParams {
     fn default() -> Self {
-        LeaderParams { batch: usize::MAX, nvm_read_ns: 169, retry_ns: 1_000_000_000, dedup: false, dram: false, shadow: false, bug_join_early: false, volatile: false }
+        LeaderParams {
+            batch: usize::MAX,
+            nvm_read_ns: 169,
+            retry_ns: 1_000_000_000,
+            dedup: false,
+            dram: false,
+            shadow: false,
+            bug_join_early: false,
+            volatile: false,
+        }
     }
 }
 
@@ -160,8 +195,26 @@ pub(crate) const RETRY_TIMER: Token = (1 << 62) + 1;
 impl LeaderNode {
     fn new(me: NodeId, ensemble: usize, params: LeaderParams, config: &Config) -> LeaderNode {
         let leader = config.members.iter().min() == Some(&me);
-        let lead = leader.then(|| Lead { active: config.others(me).collect(), ..Lead::default() });
-        LeaderNode { me, ensemble, params, config: config.clone(), data: HashMap::new(), log: Vec::new(), pending: BTreeMap::new(), applied: 0, commit_to: 0, ready: true, lead, joining: None, parked: Vec::new(), now: 0 }
+        let lead = leader.then(|| Lead {
+            active: config.others(me).collect(),
+            ..Lead::default()
+        });
+        LeaderNode {
+            me,
+            ensemble,
+            params,
+            config: config.clone(),
+            data: HashMap::new(),
+            log: Vec::new(),
+            pending: BTreeMap::new(),
+            applied: 0,
+            commit_to: 0,
+            ready: true,
+            lead,
+            joining: None,
+            parked: Vec::new(),
+            now: 0,
+        }
     }
 
     /// Fill the store with `records` keys (value = key): the snapshot every node starts from.
@@ -187,8 +240,22 @@ impl LeaderNode {
 
     /// One line on where this node stands, for error messages.
     pub fn describe(&self) -> String {
-        let lead = self.lead.as_ref().map(|l| format!(", leader: zxid {} committed {} active {:?} syncing {:?}", l.zxid, l.committed, l.active, l.syncs));
-        format!("node {}: ready {}, applied {}, commit_to {}, {} pending, joining {:?}{}", self.me, self.ready, self.applied, self.commit_to, self.pending.len(), self.joining, lead.unwrap_or_default())
+        let lead = self.lead.as_ref().map(|l| {
+            format!(
+                ", leader: zxid {} committed {} active {:?} syncing {:?}",
+                l.zxid, l.committed, l.active, l.syncs
+            )
+        });
+        format!(
+            "node {}: ready {}, applied {}, commit_to {}, {} pending, joining {:?}{}",
+            self.me,
+            self.ready,
+            self.applied,
+            self.commit_to,
+            self.pending.len(),
+            self.joining,
+            lead.unwrap_or_default()
+        )
     }
 
     /// The value of `key` and the `zxid` that wrote it (0: the preload).
@@ -208,36 +275,75 @@ impl LeaderNode {
     pub(crate) fn client(&mut self, session: SessionId, req: u64, op: Op, out: &mut Out) {
         match op {
             Op::Read { key, .. } => {
-                let (value, zxid) = self.data.get(&key).map_or((None, 0), |&(v, z)| (Some(v), z));
-                out.push(Command::Reply { session, req, result: Reply::Read { value, ts: Ts { version: zxid, node: 0 }, id: None } });
+                let (value, zxid) = self
+                    .data
+                    .get(&key)
+                    .map_or((None, 0), |&(v, z)| (Some(v), z));
+                out.push(Command::Reply {
+                    session,
+                    req,
+                    result: Reply::Read {
+                        value,
+                        ts: Ts {
+                            version: zxid,
+                            node: 0,
+                        },
+                        id: None,
+                    },
+                });
             }
             Op::Write { key, value, .. } if self.ready => {
-                let origin = Origin { node: self.me, session, req };
+                let origin = Origin {
+                    node: self.me,
+                    session,
+                    req,
+                };
                 if self.lead.is_some() {
                     self.propose(origin, key, value, out);
                 } else {
-                    out.push(Command::Send { to: self.leader(), msg: LeaderMsg::Forward { origin, key, value } });
+                    out.push(Command::Send {
+                        to: self.leader(),
+                        msg: LeaderMsg::Forward { origin, key, value },
+                    });
                 }
             }
             op @ Op::Write { .. } => self.parked.push((session, req, op)),
-            _ => out.push(Command::Reply { session, req, result: Reply::Error { msg: "the leader-based baseline takes reads and writes".into() } }),
+            _ => out.push(Command::Reply {
+                session,
+                req,
+                result: Reply::Error {
+                    msg: "the leader-based baseline takes reads and writes".into(),
+                },
+            }),
         }
     }
 
     /// Leader: log the write under the next `zxid` and propose it to the followers in sync.
     fn propose(&mut self, origin: Origin, key: Key, value: Value, out: &mut Out) {
-        let Some(lead) = self.lead.as_mut() else { return };
+        let Some(lead) = self.lead.as_mut() else {
+            return;
+        };
         lead.zxid += 1;
-        let entry = Entry { zxid: lead.zxid, key, value };
+        let entry = Entry {
+            zxid: lead.zxid,
+            key,
+            value,
+        };
         lead.acks.insert(entry.zxid, (BTreeSet::new(), origin));
         for &f in &lead.active {
-            out.push(Command::Send { to: f, msg: LeaderMsg::Proposal { entry, origin } });
+            out.push(Command::Send {
+                to: f,
+                msg: LeaderMsg::Proposal { entry, origin },
+            });
         }
         self.log.push(entry);
         if self.params.volatile {
             return self.on_ack(self.me, entry.zxid, out);
         }
-        out.push(Command::Persist { token: entry.zxid, record: LeaderRecord::Log(entry) });
+        out.push(Command::Persist {
+            token: entry.zxid,
+            record: LeaderRecord::Log(entry),
+        });
     }
 
     /// Follower: log a proposal, acknowledge it once it is durable.
@@ -247,9 +353,15 @@ impl LeaderNode {
         }
         self.pending.insert(entry.zxid, (entry, origin));
         if self.params.volatile {
-            return out.push(Command::Send { to: self.leader(), msg: LeaderMsg::Ack { zxid: entry.zxid } });
+            return out.push(Command::Send {
+                to: self.leader(),
+                msg: LeaderMsg::Ack { zxid: entry.zxid },
+            });
         }
-        out.push(Command::Persist { token: entry.zxid, record: LeaderRecord::Log(entry) });
+        out.push(Command::Persist {
+            token: entry.zxid,
+            record: LeaderRecord::Log(entry),
+        });
     }
 
     fn persisted(&mut self, token: Token, out: &mut Out) {
@@ -259,31 +371,53 @@ impl LeaderNode {
         if self.lead.is_some() {
             return self.on_ack(self.me, token, out);
         }
-        out.push(Command::Send { to: self.leader(), msg: LeaderMsg::Ack { zxid: token } });
+        out.push(Command::Send {
+            to: self.leader(),
+            msg: LeaderMsg::Ack { zxid: token },
+        });
     }
 
     /// Leader: count who has `zxid` logged; commit in order on a majority of the ensemble.
     fn on_ack(&mut self, from: NodeId, zxid: Zxid, out: &mut Out) {
         let quorum = self.ensemble / 2 + 1;
-        let Some(lead) = self.lead.as_mut() else { return };
+        let Some(lead) = self.lead.as_mut() else {
+            return;
+        };
         if let Some((acks, _)) = lead.acks.get_mut(&zxid) {
             acks.insert(from);
         }
         let before = lead.committed;
-        while lead.acks.get(&(lead.committed + 1)).is_some_and(|(a, _)| a.len() >= quorum && a.contains(&self.me)) {
+        while lead
+            .acks
+            .get(&(lead.committed + 1))
+            .is_some_and(|(a, _)| a.len() >= quorum && a.contains(&self.me))
+        {
             lead.committed += 1;
             let (_, origin) = lead.acks.remove(&lead.committed).expect("checked");
             let entry = self.log[lead.committed as usize - 1];
             self.data.insert(entry.key, (entry.value, entry.zxid));
             self.applied = entry.zxid;
             if origin.node == self.me {
-                out.push(Command::Reply { session: origin.session, req: origin.req, result: Reply::Written { ts: Ts { version: entry.zxid, node: 0 }, id: None } });
+                out.push(Command::Reply {
+                    session: origin.session,
+                    req: origin.req,
+                    result: Reply::Written {
+                        ts: Ts {
+                            version: entry.zxid,
+                            node: 0,
+                        },
+                        id: None,
+                    },
+                });
             }
         }
         if lead.committed > before {
             let upto = lead.committed;
             for &f in &lead.active {
-                out.push(Command::Send { to: f, msg: LeaderMsg::Commit { upto } });
+                out.push(Command::Send {
+                    to: f,
+                    msg: LeaderMsg::Commit { upto },
+                });
             }
         }
     }
@@ -291,12 +425,24 @@ impl LeaderNode {
     /// Follower: apply committed proposals in `zxid` order; answer its own clients.
     pub(crate) fn apply_committed(&mut self, out: &mut Out) {
         while self.applied < self.commit_to {
-            let Some((entry, origin)) = self.pending.remove(&(self.applied + 1)) else { return };
+            let Some((entry, origin)) = self.pending.remove(&(self.applied + 1)) else {
+                return;
+            };
             self.data.insert(entry.key, (entry.value, entry.zxid));
             self.log.push(entry);
             self.applied = entry.zxid;
             if origin.node == self.me {
-                out.push(Command::Reply { session: origin.session, req: origin.req, result: Reply::Written { ts: Ts { version: entry.zxid, node: 0 }, id: None } });
+                out.push(Command::Reply {
+                    session: origin.session,
+                    req: origin.req,
+                    result: Reply::Written {
+                        ts: Ts {
+                            version: entry.zxid,
+                            node: 0,
+                        },
+                        id: None,
+                    },
+                });
             }
         }
     }
@@ -311,9 +457,18 @@ impl LeaderNode {
                 self.apply_committed(out);
             }
             LeaderMsg::LastZxid { zxid } => self.on_last_zxid(from, zxid, out),
-            LeaderMsg::Sync { from, upto, entries } => self.on_sync(from, upto, entries, out),
+            LeaderMsg::Sync {
+                from,
+                upto,
+                entries,
+            } => self.on_sync(from, upto, entries, out),
             LeaderMsg::BatchDone { upto } => self.on_batch_done(from, upto, out),
-            LeaderMsg::Join { rest, upto, pending, committed } => self.on_join(rest, upto, pending, committed, out),
+            LeaderMsg::Join {
+                rest,
+                upto,
+                pending,
+                committed,
+            } => self.on_join(rest, upto, pending, committed, out),
         }
     }
 

@@ -86,9 +86,19 @@ impl LeaderNode {
         if self.joining.as_ref().is_some_and(|j| j.got) {
             return;
         }
-        self.joining.get_or_insert(Joining { landing: BTreeSet::new(), got: false, ahead: BTreeMap::new() });
-        out.push(Command::Send { to: self.leader(), msg: LeaderMsg::LastZxid { zxid: self.applied } });
-        out.push(Command::SetTimer { token: RETRY_TIMER, at_ns: self.now + self.params.retry_ns });
+        self.joining.get_or_insert(Joining {
+            landing: BTreeSet::new(),
+            got: false,
+            ahead: BTreeMap::new(),
+        });
+        out.push(Command::Send {
+            to: self.leader(),
+            msg: LeaderMsg::LastZxid { zxid: self.applied },
+        });
+        out.push(Command::SetTimer {
+            token: RETRY_TIMER,
+            at_ns: self.now + self.params.retry_ns,
+        });
     }
 
     pub(crate) fn timer(&mut self, token: Token, out: &mut Out) {
@@ -105,7 +115,9 @@ impl LeaderNode {
     pub(crate) fn on_last_zxid(&mut self, f: NodeId, from_zxid: Zxid, out: &mut Out) {
         let now = self.now;
         let read_ns = self.params.nvm_read_ns;
-        let Some(lead) = self.lead.as_mut() else { return };
+        let Some(lead) = self.lead.as_mut() else {
+            return;
+        };
         if lead.syncs.by.contains_key(&f) {
             return; // a repeated request: the sync under way answers it
         }
@@ -113,23 +125,54 @@ impl LeaderNode {
         let target = lead.committed.max(from_zxid);
         let scanned = &self.log[from_zxid as usize..target as usize];
         let distinct = scanned.iter().map(|e| e.key).collect::<HashSet<_>>().len() as u64;
-        let scan_ns = if self.params.dram { 0 } else { scanned.len() as u64 * read_ns };
+        let scan_ns = if self.params.dram {
+            0
+        } else {
+            scanned.len() as u64 * read_ns
+        };
         if self.params.shadow {
             // A shadow replica: it takes every proposal from here on.
             lead.active.insert(f);
             for (&z, &(_, origin)) in &lead.acks {
-                out.push(Command::Send { to: f, msg: LeaderMsg::Proposal { entry: self.log[z as usize - 1], origin } });
+                out.push(Command::Send {
+                    to: f,
+                    msg: LeaderMsg::Proposal {
+                        entry: self.log[z as usize - 1],
+                        origin,
+                    },
+                });
             }
         }
-        let stats = SyncStats { follower: f, from_zxid, scanned: scanned.len() as u64, distinct_keys: distinct, scan_ns, asked_ns: now, ..SyncStats::default() };
-        lead.syncs.by.insert(f, Sync { sent: target, last_round: target - from_zxid, scanning: true, stats });
-        out.push(Command::SetTimer { token: scan_timer(f), at_ns: now + scan_ns });
+        let stats = SyncStats {
+            follower: f,
+            from_zxid,
+            scanned: scanned.len() as u64,
+            distinct_keys: distinct,
+            scan_ns,
+            asked_ns: now,
+            ..SyncStats::default()
+        };
+        lead.syncs.by.insert(
+            f,
+            Sync {
+                sent: target,
+                last_round: target - from_zxid,
+                scanning: true,
+                stats,
+            },
+        );
+        out.push(Command::SetTimer {
+            token: scan_timer(f),
+            at_ns: now + scan_ns,
+        });
     }
 
     /// Leader: the scan is read; ship it.
     fn scan_done(&mut self, f: NodeId, out: &mut Out) {
         let now = self.now;
-        let Some(sync) = self.lead.as_mut().and_then(|l| l.syncs.by.get_mut(&f)) else { return };
+        let Some(sync) = self.lead.as_mut().and_then(|l| l.syncs.by.get_mut(&f)) else {
+            return;
+        };
         sync.scanning = false;
         sync.stats.scanned_ns = now;
         let (from, to) = (sync.stats.from_zxid, sync.sent);
@@ -149,8 +192,19 @@ impl LeaderNode {
         let mut start = from;
         let batches: Vec<&[Entry]> = entries.chunks(self.params.batch.max(1)).collect();
         for (i, batch) in batches.iter().enumerate() {
-            let upto = if i + 1 == batches.len() { to } else { batch.last().expect("a chunk is not empty").zxid };
-            out.push(Command::Send { to: f, msg: LeaderMsg::Sync { from: start, upto, entries: batch.to_vec() } });
+            let upto = if i + 1 == batches.len() {
+                to
+            } else {
+                batch.last().expect("a chunk is not empty").zxid
+            };
+            out.push(Command::Send {
+                to: f,
+                msg: LeaderMsg::Sync {
+                    from: start,
+                    upto,
+                    entries: batch.to_vec(),
+                },
+            });
             start = upto;
         }
         count
@@ -163,7 +217,12 @@ impl LeaderNode {
             return range.to_vec();
         }
         let mut seen = HashSet::new();
-        let mut last: Vec<Entry> = range.iter().rev().filter(|e| seen.insert(e.key)).copied().collect();
+        let mut last: Vec<Entry> = range
+            .iter()
+            .rev()
+            .filter(|e| seen.insert(e.key))
+            .copied()
+            .collect();
         last.reverse();
         last
     }
@@ -175,9 +234,13 @@ impl LeaderNode {
 
     fn advance(&mut self, f: NodeId, upto: Zxid, out: &mut Out) {
         let shadow = self.params.shadow;
-        let Some(lead) = self.lead.as_mut() else { return };
+        let Some(lead) = self.lead.as_mut() else {
+            return;
+        };
         let committed = lead.committed;
-        let Some(sync) = lead.syncs.by.get_mut(&f) else { return };
+        let Some(sync) = lead.syncs.by.get_mut(&f) else {
+            return;
+        };
         if sync.scanning || upto < sync.sent {
             return;
         }
@@ -203,11 +266,21 @@ impl LeaderNode {
     /// Leader: `f` has (nearly) caught up: hand it the rest and let it take proposals.
     fn join(&mut self, f: NodeId, out: &mut Out) {
         let (now, early, shadow) = (self.now, self.params.bug_join_early, self.params.shadow);
-        let Some((sent, committed)) = self.lead.as_ref().and_then(|l| l.syncs.by.get(&f).map(|s| (s.sent, l.committed))) else { return };
+        let Some((sent, committed)) = self
+            .lead
+            .as_ref()
+            .and_then(|l| l.syncs.by.get(&f).map(|s| (s.sent, l.committed)))
+        else {
+            return;
+        };
         let end = if early || shadow { sent } else { committed };
         let rest = self.shipped(sent, end);
         // A shadow replica already has the open proposals.
-        let pending = if shadow { Vec::new() } else { self.open_proposals() };
+        let pending = if shadow {
+            Vec::new()
+        } else {
+            self.open_proposals()
+        };
         let lead = self.lead.as_mut().expect("checked");
         let mut sync = lead.syncs.by.remove(&f).expect("checked");
         lead.active.insert(f);
@@ -215,13 +288,24 @@ impl LeaderNode {
         sync.stats.shipped += rest.len() as u64;
         sync.stats.joined_ns = now;
         lead.syncs.last = Some(sync.stats);
-        out.push(Command::Send { to: f, msg: LeaderMsg::Join { rest, upto: end, pending, committed } });
+        out.push(Command::Send {
+            to: f,
+            msg: LeaderMsg::Join {
+                rest,
+                upto: end,
+                pending,
+                committed,
+            },
+        });
     }
 
     /// Leader: the proposals not committed yet, with whom to answer.
     fn open_proposals(&self) -> Vec<(Entry, crate::leader::Origin)> {
         let lead = self.lead.as_ref().expect("the leader");
-        lead.acks.iter().map(|(&z, &(_, origin))| (self.log[z as usize - 1], origin)).collect()
+        lead.acks
+            .iter()
+            .map(|(&z, &(_, origin))| (self.log[z as usize - 1], origin))
+            .collect()
     }
 
     /// Follower: log and apply a batch, in `zxid` order (batches may overtake each other).
@@ -229,7 +313,9 @@ impl LeaderNode {
         if self.ready {
             return;
         }
-        let Some(j) = self.joining.as_mut() else { return };
+        let Some(j) = self.joining.as_mut() else {
+            return;
+        };
         j.got = true;
         if from >= self.applied {
             j.ahead.insert(from, (upto, entries));
@@ -239,7 +325,10 @@ impl LeaderNode {
                 self.data.insert(e.key, (e.value, e.zxid));
                 self.log.push(e);
                 j.landing.insert(e.zxid);
-                out.push(Command::Persist { token: e.zxid, record: crate::leader::LeaderRecord::Log(e) });
+                out.push(Command::Persist {
+                    token: e.zxid,
+                    record: crate::leader::LeaderRecord::Log(e),
+                });
             }
             self.applied = self.applied.max(upto);
         }
@@ -249,18 +338,33 @@ impl LeaderNode {
 
     /// Follower: a sync entry is durable; once all are, say so.
     pub(crate) fn sync_persisted(&mut self, token: Token, out: &mut Out) {
-        let Some(j) = self.joining.as_mut() else { return };
+        let Some(j) = self.joining.as_mut() else {
+            return;
+        };
         if !j.landing.remove(&token) {
             // A proposal (a shadow replica's, or one that overtook the `Join`).
-            return out.push(Command::Send { to: self.leader(), msg: LeaderMsg::Ack { zxid: token } });
+            return out.push(Command::Send {
+                to: self.leader(),
+                msg: LeaderMsg::Ack { zxid: token },
+            });
         }
         if j.landing.is_empty() {
-            out.push(Command::Send { to: self.leader(), msg: LeaderMsg::BatchDone { upto: self.applied } });
+            out.push(Command::Send {
+                to: self.leader(),
+                msg: LeaderMsg::BatchDone { upto: self.applied },
+            });
         }
     }
 
     /// Follower: in sync; take the proposals still open and serve clients.
-    pub(crate) fn on_join(&mut self, rest: Vec<Entry>, upto: Zxid, pending: Vec<(Entry, crate::leader::Origin)>, committed: Zxid, out: &mut Out) {
+    pub(crate) fn on_join(
+        &mut self,
+        rest: Vec<Entry>,
+        upto: Zxid,
+        pending: Vec<(Entry, crate::leader::Origin)>,
+        committed: Zxid,
+        out: &mut Out,
+    ) {
         if self.ready || self.joining.is_none() {
             return;
         }
@@ -271,13 +375,18 @@ impl LeaderNode {
         self.ready = true;
         for (entry, origin) in pending {
             self.pending.entry(entry.zxid).or_insert_with(|| {
-                out.push(Command::Persist { token: entry.zxid, record: crate::leader::LeaderRecord::Log(entry) });
+                out.push(Command::Persist {
+                    token: entry.zxid,
+                    record: crate::leader::LeaderRecord::Log(entry),
+                });
                 (entry, origin)
             });
         }
         self.commit_to = self.commit_to.max(committed);
         self.apply_committed(out);
-        out.push(Command::Note { text: format!("node {} back in sync at zxid {}", self.me, self.applied) });
+        out.push(Command::Note {
+            text: format!("node {} back in sync at zxid {}", self.me, self.applied),
+        });
         for (session, req, op) in std::mem::take(&mut self.parked) {
             self.client(session, req, op, out);
         }

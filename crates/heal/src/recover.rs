@@ -13,7 +13,9 @@ use std::rc::Rc;
 use serde::Serialize;
 use tandem_ddp::heal_rr::Timeline;
 use tandem_ddp::{DdpFactory, DdpNode, HealOpts, Model, Op, Params, Reply};
-use tandem_net::{Config, Harness, NodeFactory, NodeId, Nvm, Protocol, SessionId, SimNet, SimNetConfig};
+use tandem_net::{
+    Config, Harness, NodeFactory, NodeId, Nvm, Protocol, SessionId, SimNet, SimNetConfig,
+};
 use tandem_sim::Rng;
 
 use crate::leader::{LeaderFactory, LeaderNode, LeaderParams};
@@ -165,7 +167,10 @@ impl<P: Protocol<Op = Op, Reply = Reply>> Harness<P> for Load {
     fn next_op(&mut self, session: SessionId, _now: u64, rng: &mut Rng) -> Option<Op> {
         let (scope, writes) = self.scopes.entry(session).or_insert((1, 0));
         if self.scope_writes.is_some_and(|n| *writes >= n) {
-            let op = Op::Persist { scope: *scope, writes: *writes };
+            let op = Op::Persist {
+                scope: *scope,
+                writes: *writes,
+            };
             (*scope, *writes) = (*scope + 1, 0);
             return Some(op);
         }
@@ -177,7 +182,15 @@ impl<P: Protocol<Op = Op, Reply = Reply>> Harness<P> for Load {
         self.next_value += 1;
         Some(Op::write(key, self.records + self.next_value, *scope))
     }
-    fn completed(&mut self, _s: SessionId, _r: u64, _n: NodeId, reply: &Reply, now: u64, _nvm: &[Nvm<P::Record>]) {
+    fn completed(
+        &mut self,
+        _s: SessionId,
+        _r: u64,
+        _n: NodeId,
+        reply: &Reply,
+        now: u64,
+        _nvm: &[Nvm<P::Record>],
+    ) {
         if !matches!(reply, Reply::Read { .. } | Reply::Written { .. }) {
             return;
         }
@@ -240,18 +253,40 @@ struct Run<P: Recoverable, F: NodeFactory<P>> {
 
 impl<P: Recoverable, F: NodeFactory<P>> Run<P, F> {
     fn new(cfg: &RecoverConfig, factory: F) -> Self {
-        let sim = SimNetConfig { cores: cfg.cores.max(1), ..SimNetConfig::default() };
+        let sim = SimNetConfig {
+            cores: cfg.cores.max(1),
+            ..SimNetConfig::default()
+        };
         let done = Rc::new(RefCell::new(Vec::new()));
         let scoped = cfg.model.p == tandem_ddp::Persistency::Scope && cfg.scheme != Scheme::Leader;
         let scope_writes = scoped.then_some(SCOPE_WRITES);
-        let load = Load { records: cfg.records, read_ratio: cfg.read_ratio, window_ns: cfg.window_ns, next_value: 0, scope_writes, scopes: Default::default(), done: done.clone() };
+        let load = Load {
+            records: cfg.records,
+            read_ratio: cfg.read_ratio,
+            window_ns: cfg.window_ns,
+            next_value: 0,
+            scope_writes,
+            scopes: Default::default(),
+            done: done.clone(),
+        };
         let sessions = cfg.clients_per_node * u64::from(NODES);
-        let net = SimNet::new(cfg.seed, sim, Config::new(1, (0..NODES).collect()), factory, Box::new(load), sessions);
+        let net = SimNet::new(
+            cfg.seed,
+            sim,
+            Config::new(1, (0..NODES).collect()),
+            factory,
+            Box::new(load),
+            sessions,
+        );
         for n in 0..NODES {
             let records = net.with_node_mut(n, |p| p.expect("up").preload(cfg.records));
             net.seed_nvm(n, records);
         }
-        Run { net, done, epoch: 1 }
+        Run {
+            net,
+            done,
+            epoch: 1,
+        }
     }
 
     fn configure(&mut self, members: Vec<NodeId>, restart: Option<NodeId>) {
@@ -265,17 +300,33 @@ impl<P: Recoverable, F: NodeFactory<P>> Run<P, F> {
 
     /// Operations completed in the windows before `total`.
     fn ops_until(&self, total: u64, window_ns: u64) -> u64 {
-        self.done.borrow().iter().take((total / window_ns) as usize).sum()
+        self.done
+            .borrow()
+            .iter()
+            .take((total / window_ns) as usize)
+            .sum()
     }
 }
 
 /// The DDP engine for HEAL or the full copy.
 fn ddp_factory(cfg: &RecoverConfig) -> DdpFactory {
-    let heal = (cfg.scheme == Scheme::Heal).then_some(HealOpts { distinct: cfg.distinct, reactive_read_ns: cfg.reactive_read_ns, no_shadow: cfg.no_shadow, ..HealOpts::default() });
+    let heal = (cfg.scheme == Scheme::Heal).then_some(HealOpts {
+        distinct: cfg.distinct,
+        reactive_read_ns: cfg.reactive_read_ns,
+        no_shadow: cfg.no_shadow,
+        ..HealOpts::default()
+    });
     // Links here lose nothing: resend a catch-up request only after far
     // longer than the largest copy takes.
-    let params = Params { bulk_ns: 1_000_000_000, ..Params::SIM };
-    DdpFactory { heal, copy_from_one: cfg.scheme == Scheme::FullCopy, ..DdpFactory::new(cfg.model, params) }
+    let params = Params {
+        bulk_ns: 1_000_000_000,
+        ..Params::SIM
+    };
+    DdpFactory {
+        heal,
+        copy_from_one: cfg.scheme == Scheme::FullCopy,
+        ..DdpFactory::new(cfg.model, params)
+    }
 }
 
 /// When the node crashed, rejoined and came back online, and the horizon.
@@ -296,9 +347,13 @@ pub fn run(cfg: &RecoverConfig) -> Result<RecoverReport, String> {
         return Err("records and the throughput window must be positive".into());
     }
     if cfg.scheme == Scheme::Leader {
-        let factory = || LeaderFactory { params: cfg.leader.clone() };
+        let factory = || LeaderFactory {
+            params: cfg.leader.clone(),
+        };
         let (r, times) = simulate(cfg, factory)?;
-        let stats = r.net.with_node(0, |p| p.and_then(|p| p.last_sync().cloned()));
+        let stats = r
+            .net
+            .with_node(0, |p| p.and_then(|p| p.last_sync().cloned()));
         let done = r.done.borrow().clone();
         let mut rep = report(cfg, &done, times, RecoveryDetail::Leader(stats));
         rep.scheme = leader_label(&cfg.leader);
@@ -312,7 +367,10 @@ pub fn run(cfg: &RecoverConfig) -> Result<RecoverReport, String> {
 
 /// Crash `VICTIM`, serve without it for the downtime, re-add it and run
 /// until it serves again and past the horizon; then the Baseline.
-fn simulate<P: Recoverable, F: NodeFactory<P>>(cfg: &RecoverConfig, factory: impl Fn() -> F) -> Result<(Run<P, F>, Times), String> {
+fn simulate<P: Recoverable, F: NodeFactory<P>>(
+    cfg: &RecoverConfig,
+    factory: impl Fn() -> F,
+) -> Result<(Run<P, F>, Times), String> {
     let mut r = Run::new(cfg, factory());
     r.net.start_clients();
     r.net.run_for(cfg.before_ns);
@@ -324,10 +382,18 @@ fn simulate<P: Recoverable, F: NodeFactory<P>>(cfg: &RecoverConfig, factory: imp
     let rejoin = r.net.now_ns();
     r.configure((0..NODES).collect(), Some(VICTIM));
     let limit = rejoin + 20 * (cfg.downtime_ns + cfg.records * 1_000);
-    let online = r.net.run_while(limit, |net| net.with_node(VICTIM, |p| !p.is_some_and(|p| p.is_ready())));
+    let online = r.net.run_while(limit, |net| {
+        net.with_node(VICTIM, |p| !p.is_some_and(|p| p.is_ready()))
+    });
     if !online {
-        let state: Vec<String> = (0..NODES).filter_map(|n| r.net.with_node(n, |p| p.map(|p| p.describe()))).filter(|s| !s.is_empty()).collect();
-        return Err(format!("node {VICTIM} did not come back online{}", state.iter().map(|s| format!("\n  {s}")).collect::<String>()));
+        let state: Vec<String> = (0..NODES)
+            .filter_map(|n| r.net.with_node(n, |p| p.map(|p| p.describe())))
+            .filter(|s| !s.is_empty())
+            .collect();
+        return Err(format!(
+            "node {VICTIM} did not come back online{}",
+            state.iter().map(|s| format!("\n  {s}")).collect::<String>()
+        ));
     }
     let online = r.net.now_ns();
     // One horizon for every scheme (and the Baseline), so their losses compare.
@@ -337,7 +403,16 @@ fn simulate<P: Recoverable, F: NodeFactory<P>>(cfg: &RecoverConfig, factory: imp
     base.net.start_clients();
     base.net.run_for(total);
     let baseline_ops = base.ops_until(total, cfg.window_ns);
-    Ok((r, Times { crash, rejoin, online, total, baseline_ops }))
+    Ok((
+        r,
+        Times {
+            crash,
+            rejoin,
+            online,
+            total,
+            baseline_ops,
+        },
+    ))
 }
 
 /// What each scheme tells about its recovery.
@@ -348,8 +423,19 @@ enum RecoveryDetail {
 
 /// The recovering node's HEAL timeline and the largest `MissedUpdates` on any node.
 fn ddp_detail(net: &SimNet<DdpNode, DdpFactory>) -> (Timeline, usize) {
-    let t = net.with_node(VICTIM, |p| p.and_then(|p| p.heal()).and_then(|h| h.last.clone().or_else(|| h.rr.as_ref().map(|r| r.timeline.clone())))).unwrap_or_default();
-    let peak = (0..NODES).filter_map(|n| net.with_node(n, |p| p.and_then(|p| p.heal()).map(|h| h.missed.peak))).max().unwrap_or(0);
+    let t = net
+        .with_node(VICTIM, |p| {
+            p.and_then(|p| p.heal()).and_then(|h| {
+                h.last
+                    .clone()
+                    .or_else(|| h.rr.as_ref().map(|r| r.timeline.clone()))
+            })
+        })
+        .unwrap_or_default();
+    let peak = (0..NODES)
+        .filter_map(|n| net.with_node(n, |p| p.and_then(|p| p.heal()).map(|h| h.missed.peak)))
+        .max()
+        .unwrap_or(0);
     (t, peak)
 }
 
@@ -369,7 +455,14 @@ fn report(cfg: &RecoverConfig, done: &[u64], t: Times, detail: RecoveryDetail) -
         baseline_ops: t.baseline_ops,
         throughput_lost: 1.0 - ops as f64 / t.baseline_ops.max(1) as f64,
         horizon_ms: t.total as f64 / 1e6,
-        throughput: (0..windows).map(|w| ((w as u64 * cfg.window_ns) as f64 / 1e6, done.get(w).copied().unwrap_or(0) as f64 * per_s)).collect(),
+        throughput: (0..windows)
+            .map(|w| {
+                (
+                    (w as u64 * cfg.window_ns) as f64 / 1e6,
+                    done.get(w).copied().unwrap_or(0) as f64 * per_s,
+                )
+            })
+            .collect(),
         crash_ms: t.crash as f64 / 1e6,
         rejoin_ms: t.rejoin as f64 / 1e6,
         online_ms: t.online as f64 / 1e6,
@@ -382,7 +475,13 @@ fn report(cfg: &RecoverConfig, done: &[u64], t: Times, detail: RecoveryDetail) -
                 r.catchup_to_resp_us = us(tl.resp_ns - tl.req_ns);
                 r.apply_to_end_us = us(tl.online_ns - tl.resp_ns);
             }
-            (r.missed_entries, r.missed_peak, r.partial_entries, r.rounds, r.fell_back_to_full_copy) = (tl.missed, peak, tl.partial, tl.rounds, tl.full_copy);
+            (
+                r.missed_entries,
+                r.missed_peak,
+                r.partial_entries,
+                r.rounds,
+                r.fell_back_to_full_copy,
+            ) = (tl.missed, peak, tl.partial, tl.rounds, tl.full_copy);
         }
         RecoveryDetail::Leader(stats) => {
             r.missed_entries = stats.as_ref().map_or(0, |s| s.shipped as usize);
@@ -394,7 +493,15 @@ fn report(cfg: &RecoverConfig, done: &[u64], t: Times, detail: RecoveryDetail) -
 
 /// "leader", or "leader without" the costs its ablations remove.
 pub fn leader_label(p: &LeaderParams) -> String {
-    let removed: Vec<&str> = [(p.dedup, "redundant copies"), (p.dram, "NVM scan"), (p.shadow, "idle follower")].iter().filter(|r| r.0).map(|r| r.1).collect();
+    let removed: Vec<&str> = [
+        (p.dedup, "redundant copies"),
+        (p.dram, "NVM scan"),
+        (p.shadow, "idle follower"),
+    ]
+    .iter()
+    .filter(|r| r.0)
+    .map(|r| r.1)
+    .collect();
     if removed.is_empty() {
         "leader".into()
     } else {

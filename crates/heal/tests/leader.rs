@@ -47,8 +47,18 @@ impl Harness<LeaderNode> for Load {
             a.writes.insert((session, req), w);
         }
     }
-    fn completed(&mut self, session: SessionId, req: u64, _n: NodeId, reply: &Reply, _now: u64, _nvm: &[Nvm<tandem_heal::leader::LeaderRecord>]) {
-        let Reply::Written { ts, .. } = reply else { return };
+    fn completed(
+        &mut self,
+        session: SessionId,
+        req: u64,
+        _n: NodeId,
+        reply: &Reply,
+        _now: u64,
+        _nvm: &[Nvm<tandem_heal::leader::LeaderRecord>],
+    ) {
+        let Reply::Written { ts, .. } = reply else {
+            return;
+        };
         let mut a = self.0.borrow_mut();
         let (key, value) = a.writes[&(session, req)];
         let e = a.newest.entry(key).or_insert((0, 0));
@@ -59,10 +69,23 @@ impl Harness<LeaderNode> for Load {
 }
 
 /// Kill follower 2 under load, keep writing, bring it back; then quiesce.
-fn kill_and_recover(params: LeaderParams, seed: u64) -> (SimNet<LeaderNode, LeaderFactory>, Rc<RefCell<Acked>>) {
+fn kill_and_recover(
+    params: LeaderParams,
+    seed: u64,
+) -> (SimNet<LeaderNode, LeaderFactory>, Rc<RefCell<Acked>>) {
     let acked = Rc::new(RefCell::new(Acked::default()));
-    let sim = SimNetConfig { cores: 4, ..SimNetConfig::default() };
-    let net = SimNet::new(seed, sim, Config::new(1, (0..5).collect()), LeaderFactory { params }, Box::new(Load(acked.clone())), 20);
+    let sim = SimNetConfig {
+        cores: 4,
+        ..SimNetConfig::default()
+    };
+    let net = SimNet::new(
+        seed,
+        sim,
+        Config::new(1, (0..5).collect()),
+        LeaderFactory { params },
+        Box::new(Load(acked.clone())),
+        20,
+    );
     for n in 0..5 {
         let records = net.with_node_mut(n, |p| p.expect("up").preload(KEYS));
         net.seed_nvm(n, records);
@@ -77,8 +100,14 @@ fn kill_and_recover(params: LeaderParams, seed: u64) -> (SimNet<LeaderNode, Lead
     let all = Config::new(3, (0..5).collect());
     net.restart(2, &all);
     net.announce(&all);
-    let back = net.run_while(net.now_ns() + 50_000_000, |n| n.with_node(2, |p| !p.is_some_and(|p| p.is_ready())));
-    assert!(back, "node 2 never came back: {}", net.with_node(0, |p| p.map(|p| p.describe()).unwrap_or_default()));
+    let back = net.run_while(net.now_ns() + 50_000_000, |n| {
+        n.with_node(2, |p| !p.is_some_and(|p| p.is_ready()))
+    });
+    assert!(
+        back,
+        "node 2 never came back: {}",
+        net.with_node(0, |p| p.map(|p| p.describe()).unwrap_or_default())
+    );
     net.run_for(300_000);
     net.stop_clients();
     net.run_for(2_000_000);
@@ -91,11 +120,16 @@ fn check(net: &SimNet<LeaderNode, LeaderFactory>, acked: &Acked) -> Result<(), S
     for n in 1..5 {
         let c = net.with_node(n, |p| p.expect("up").contents());
         if let Some((k, v)) = leader.iter().find(|(k, v)| c.get(k) != Some(v)) {
-            return Err(format!("node {n} has key {k} = {:?}, the leader {v}", c.get(k)));
+            return Err(format!(
+                "node {n} has key {k} = {:?}, the leader {v}",
+                c.get(k)
+            ));
         }
     }
     for (&key, &(zxid, value)) in &acked.newest {
-        let (v, z) = net.with_node(0, |p| p.expect("up").version(key)).expect("a preloaded key");
+        let (v, z) = net
+            .with_node(0, |p| p.expect("up").version(key))
+            .expect("a preloaded key");
         if z < zxid || (z == zxid && v != value) {
             return Err(format!("acknowledged write {key} = {value} (zxid {zxid}) lost: the store has {v} (zxid {z})"));
         }
@@ -106,12 +140,29 @@ fn check(net: &SimNet<LeaderNode, LeaderFactory>, acked: &Acked) -> Result<(), S
 #[test]
 fn a_follower_brought_back_by_the_leader_converges_and_keeps_every_acked_write() {
     for seed in 0..8 {
-        let (net, acked) = kill_and_recover(LeaderParams { batch: 64, ..LeaderParams::default() }, seed);
+        let (net, acked) = kill_and_recover(
+            LeaderParams {
+                batch: 64,
+                ..LeaderParams::default()
+            },
+            seed,
+        );
         check(&net, &acked.borrow()).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        let s = net.with_node(0, |p| p.and_then(|p| p.last_sync().cloned())).expect("the leader synced node 2");
-        assert!(s.scanned > s.distinct_keys, "seed {seed}: a write-heavy downtime leaves redundant log entries: {s:?}");
-        assert!(s.joined_ns > s.shipped_ns && s.shipped_ns > s.scanned_ns && s.scanned_ns >= s.asked_ns, "seed {seed}: {s:?}");
-        assert!(acked.borrow().newest.len() > 100, "the load wrote too little to test anything");
+        let s = net
+            .with_node(0, |p| p.and_then(|p| p.last_sync().cloned()))
+            .expect("the leader synced node 2");
+        assert!(
+            s.scanned > s.distinct_keys,
+            "seed {seed}: a write-heavy downtime leaves redundant log entries: {s:?}"
+        );
+        assert!(
+            s.joined_ns > s.shipped_ns && s.shipped_ns > s.scanned_ns && s.scanned_ns >= s.asked_ns,
+            "seed {seed}: {s:?}"
+        );
+        assert!(
+            acked.borrow().newest.len() > 100,
+            "the load wrote too little to test anything"
+        );
     }
 }
 
@@ -119,30 +170,78 @@ fn a_follower_brought_back_by_the_leader_converges_and_keeps_every_acked_write()
 /// what it ends with.
 #[test]
 fn each_ablation_of_the_leader_recovery_is_still_correct() {
-    let base = LeaderParams { batch: 64, ..LeaderParams::default() };
+    let base = LeaderParams {
+        batch: 64,
+        ..LeaderParams::default()
+    };
     let variants = [
-        ("dedup", LeaderParams { dedup: true, ..base.clone() }),
-        ("dram", LeaderParams { dram: true, ..base.clone() }),
-        ("shadow", LeaderParams { shadow: true, ..base.clone() }),
-        ("all three", LeaderParams { dedup: true, dram: true, shadow: true, ..base.clone() }),
+        (
+            "dedup",
+            LeaderParams {
+                dedup: true,
+                ..base.clone()
+            },
+        ),
+        (
+            "dram",
+            LeaderParams {
+                dram: true,
+                ..base.clone()
+            },
+        ),
+        (
+            "shadow",
+            LeaderParams {
+                shadow: true,
+                ..base.clone()
+            },
+        ),
+        (
+            "all three",
+            LeaderParams {
+                dedup: true,
+                dram: true,
+                shadow: true,
+                ..base.clone()
+            },
+        ),
     ];
     for (name, params) in variants {
         for seed in 0..4 {
             let (net, acked) = kill_and_recover(params.clone(), seed);
             check(&net, &acked.borrow()).unwrap_or_else(|e| panic!("{name} seed {seed}: {e}"));
-            let s = net.with_node(0, |p| p.and_then(|p| p.last_sync().cloned())).expect("synced");
+            let s = net
+                .with_node(0, |p| p.and_then(|p| p.last_sync().cloned()))
+                .expect("synced");
             assert_eq!(params.dram, s.scan_ns == 0, "{name}: {s:?}");
-            assert!(!params.shadow || (s.rounds == 0 && s.buffered == 0), "{name}: a shadow replica needs no rounds: {s:?}");
-            assert!(!params.dedup || s.shipped < s.scanned + s.buffered, "{name}: dedup ships fewer: {s:?}");
+            assert!(
+                !params.shadow || (s.rounds == 0 && s.buffered == 0),
+                "{name}: a shadow replica needs no rounds: {s:?}"
+            );
+            assert!(
+                !params.dedup || s.shipped < s.scanned + s.buffered,
+                "{name}: dedup ships fewer: {s:?}"
+            );
         }
     }
 }
 
 #[test]
 fn a_follower_that_joins_without_the_writes_of_its_sync_is_caught() {
-    let mutant = LeaderParams { batch: 64, bug_join_early: true, ..LeaderParams::default() };
-    let caught = (0..8).filter(|&seed| check(&kill_and_recover(mutant.clone(), seed).0, &Acked::default()).is_err()).count();
-    assert!(caught >= 6, "the join-early mutant was caught in only {caught} of 8 seeds");
+    let mutant = LeaderParams {
+        batch: 64,
+        bug_join_early: true,
+        ..LeaderParams::default()
+    };
+    let caught = (0..8)
+        .filter(|&seed| {
+            check(&kill_and_recover(mutant.clone(), seed).0, &Acked::default()).is_err()
+        })
+        .count();
+    assert!(
+        caught >= 6,
+        "the join-early mutant was caught in only {caught} of 8 seeds"
+    );
 }
 
 #[test]
@@ -151,7 +250,11 @@ fn the_leader_scheme_reports_its_scan_rounds_and_redundant_copies() {
     (cfg.downtime_ns, cfg.after_ns) = (1_000_000, 4_000_000);
     let r = tandem_heal::recover::run(&cfg).expect("the leader-based recovery ends");
     let l = r.leader.as_ref().expect("leader stats");
-    assert!(r.recovery_us > 0.0 && l.scanned > 0 && l.scan_ns == l.scanned * LeaderParams::default().nvm_read_ns);
+    assert!(
+        r.recovery_us > 0.0
+            && l.scanned > 0
+            && l.scan_ns == l.scanned * LeaderParams::default().nvm_read_ns
+    );
     assert_eq!(r.missed_entries as u64, l.scanned + l.buffered);
     assert_eq!(l.shipped, l.scanned + l.buffered);
     assert!(r.baseline_ops > 0 && r.ops > 0);

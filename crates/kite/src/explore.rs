@@ -34,7 +34,15 @@ pub struct ExploreOpts {
 
 impl Default for ExploreOpts {
     fn default() -> Self {
-        ExploreOpts { nodes: 5, sessions: 6, ops_per_session: 8, drop: 0.02, tick: 0.03, recut: 0.05, cfg: KiteConfig::default() }
+        ExploreOpts {
+            nodes: 5,
+            sessions: 6,
+            ops_per_session: 8,
+            drop: 0.02,
+            tick: 0.03,
+            recut: 0.05,
+            cfg: KiteConfig::default(),
+        }
     }
 }
 
@@ -69,14 +77,18 @@ impl World {
             match c {
                 Command::Send { to, msg } => self.wire.push((n, to, msg)),
                 Command::SetTimer { token, at_ns } => self.timers.push((n, token, at_ns)),
-                Command::Reply { session, result, .. } => self.answer(session, &result),
+                Command::Reply {
+                    session, result, ..
+                } => self.answer(session, &result),
                 _ => {}
             }
         }
     }
 
     fn answer(&mut self, s: SessionId, reply: &Reply) {
-        let Some(i) = self.sessions[s as usize].open.take() else { return };
+        let Some(i) = self.sessions[s as usize].open.take() else {
+            return;
+        };
         let op = &mut self.history[i];
         let expected = match op.kind {
             RcKind::CasFail { expected, .. } => Some(expected),
@@ -100,7 +112,12 @@ impl World {
             6 => Op::Acquire(FLAG),
             7 => Op::Faa(RMW, 1),
             8 => Op::Acquire(RMW),
-            _ => Op::Cas { key: RMW, expected: rng.below(3), new: v, weak: rng.chance(0.5) },
+            _ => Op::Cas {
+                key: RMW,
+                expected: rng.below(3),
+                new: v,
+                weak: rng.chance(0.5),
+            },
         }
     }
 
@@ -108,21 +125,45 @@ impl World {
         let op = self.draw(rng);
         let node = self.sessions[s].node;
         let kind = match op {
-            Op::Cas { key, expected, .. } => RcKind::CasFail { key, expected, value: 0, version: Version::default(), local: false },
+            Op::Cas { key, expected, .. } => RcKind::CasFail {
+                key,
+                expected,
+                value: 0,
+                version: Version::default(),
+                local: false,
+            },
             _ => pending(&op),
         };
-        self.history.push(RcOp { session: s as u64, node, kind, invoke_ns: self.now, complete_ns: None });
+        self.history.push(RcOp {
+            session: s as u64,
+            node,
+            kind,
+            invoke_ns: self.now,
+            complete_ns: None,
+        });
         let sess = &mut self.sessions[s];
         sess.open = Some(self.history.len() - 1);
         sess.left -= 1;
-        self.step(node, Input::Client { session: s as SessionId, req: 0, op });
+        self.step(
+            node,
+            Input::Client {
+                session: s as SessionId,
+                req: 0,
+                op,
+            },
+        );
     }
 
     /// Fire `node`'s due timers, after time jumps `by`.
     fn fire(&mut self, node: NodeId, by: u64) {
         self.now += by;
         let now = self.now;
-        let due: Vec<(NodeId, Token, u64)> = self.timers.iter().filter(|t| t.0 == node && t.2 <= now).copied().collect();
+        let due: Vec<(NodeId, Token, u64)> = self
+            .timers
+            .iter()
+            .filter(|t| t.0 == node && t.2 <= now)
+            .copied()
+            .collect();
         self.timers.retain(|t| !(t.0 == node && t.2 <= now));
         for (n, token, _) in due {
             self.step(n, Input::Timer { token });
@@ -130,7 +171,9 @@ impl World {
     }
 
     fn idle(&self) -> Vec<usize> {
-        (0..self.sessions.len()).filter(|&s| self.sessions[s].open.is_none() && self.sessions[s].left > 0).collect()
+        (0..self.sessions.len())
+            .filter(|&s| self.sessions[s].open.is_none() && self.sessions[s].left > 0)
+            .collect()
     }
 
     /// One random action: issue, deliver (or drop) a random message, or
@@ -149,7 +192,9 @@ impl World {
         }
         let cut = if faults { self.cut } else { 0 };
         let side = |n: NodeId| cut & bit(n) != 0;
-        let open: Vec<usize> = (0..self.wire.len()).filter(|&i| side(self.wire[i].0) == side(self.wire[i].1)).collect();
+        let open: Vec<usize> = (0..self.wire.len())
+            .filter(|&i| side(self.wire[i].0) == side(self.wire[i].1))
+            .collect();
         if open.is_empty() {
             self.cut = 0;
             return;
@@ -180,9 +225,26 @@ fn random_minority(nodes: u16, rng: &mut Rng) -> Mask {
 pub fn explore_seed(seed: u64, o: &ExploreOpts) -> Result<usize, String> {
     let mut rng = Rng::new(seed ^ 0xE7_1013E);
     let config = Config::new(1, (0..o.nodes).collect());
-    let nodes = (0..o.nodes).map(|i| KiteNode::new(i, &config, o.cfg)).collect();
-    let sessions = (0..o.sessions).map(|_| Session { node: rng.below(o.nodes as u64) as NodeId, left: o.ops_per_session, open: None }).collect();
-    let mut w = World { nodes, now: 1, wire: Vec::new(), timers: Vec::new(), sessions, history: Vec::new(), next_value: 0, cut: 0 };
+    let nodes = (0..o.nodes)
+        .map(|i| KiteNode::new(i, &config, o.cfg))
+        .collect();
+    let sessions = (0..o.sessions)
+        .map(|_| Session {
+            node: rng.below(o.nodes as u64) as NodeId,
+            left: o.ops_per_session,
+            open: None,
+        })
+        .collect();
+    let mut w = World {
+        nodes,
+        now: 1,
+        wire: Vec::new(),
+        timers: Vec::new(),
+        sessions,
+        history: Vec::new(),
+        next_value: 0,
+        cut: 0,
+    };
     for n in 0..o.nodes {
         w.step(n, Input::Timer { token: TICK }); // arm nothing, but start the clock
     }
@@ -197,7 +259,12 @@ pub fn explore_seed(seed: u64, o: &ExploreOpts) -> Result<usize, String> {
         }
     }
     if w.busy() {
-        let stuck: Vec<String> = w.history.iter().filter(|h| h.complete_ns.is_none()).map(|h| h.to_string()).collect();
+        let stuck: Vec<String> = w
+            .history
+            .iter()
+            .filter(|h| h.complete_ns.is_none())
+            .map(|h| h.to_string())
+            .collect();
         return Err(format!("operations never completed: {}", stuck.join("; ")));
     }
     tandem_check::check_rc(&w.history).map_err(|v| v.to_string())?;

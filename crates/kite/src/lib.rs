@@ -11,9 +11,9 @@
 //! [`node::KiteNode`] is a sans-IO [`tandem_net::Protocol`]; [`simcheck`]
 //! runs it in the seeded simulator under faults and checks the history.
 
-pub mod node;
 pub mod explore;
 pub mod lfd;
+pub mod node;
 pub mod paxos;
 pub mod relaxed;
 pub mod replica;

@@ -36,7 +36,12 @@ pub struct KiteConfig {
 
 impl Default for KiteConfig {
     fn default() -> Self {
-        KiteConfig { timeout_ns: 1_000_000, retry_ns: 500_000, backoff_ns: 2_000, mutant: None }
+        KiteConfig {
+            timeout_ns: 1_000_000,
+            retry_ns: 500_000,
+            backoff_ns: 2_000,
+            mutant: None,
+        }
     }
 }
 
@@ -130,7 +135,9 @@ pub struct KeyStore {
 
 impl Default for KeyStore {
     fn default() -> Self {
-        KeyStore { shards: (0..256).map(|_| Default::default()).collect() }
+        KeyStore {
+            shards: (0..256).map(|_| Default::default()).collect(),
+        }
     }
 }
 
@@ -302,7 +309,10 @@ impl KiteNode {
     }
 
     pub fn others(&self) -> Mask {
-        self.members.iter().filter(|&&m| m != self.me).fold(0, |a, &m| a | bit(m))
+        self.members
+            .iter()
+            .filter(|&&m| m != self.me)
+            .fold(0, |a, &m| a | bit(m))
     }
 
     pub fn key(&mut self, k: Key) -> &mut KeyState {
@@ -322,7 +332,11 @@ impl KiteNode {
         let sess = self.sess(s);
         sess.op = None;
         let req = sess.req;
-        out.push(Command::Reply { session: s, req, result });
+        out.push(Command::Reply {
+            session: s,
+            req,
+            result,
+        });
     }
 
     /// Apply a write if it is newer than what the replica holds.
@@ -347,7 +361,10 @@ impl KiteNode {
 
     pub fn send_to(&self, to: Mask, msg: &Msg, out: &mut Out) {
         for &m in self.members.iter().filter(|&&m| to & bit(m) != 0) {
-            out.push(Command::Send { to: m, msg: msg.clone() });
+            out.push(Command::Send {
+                to: m,
+                msg: msg.clone(),
+            });
         }
     }
 
@@ -356,7 +373,15 @@ impl KiteNode {
     /// `rid` comes from [`KiteNode::fresh_id`], stored by the caller first.
     pub fn start_round(&mut self, now: u64, s: SessionId, rid: u64, msg: Msg, out: &mut Out) {
         self.send_to(self.targets(), &msg, out);
-        self.rounds.insert(rid, Round { session: s, msg: msg.clone(), replied: 0, sent_ns: now });
+        self.rounds.insert(
+            rid,
+            Round {
+                session: s,
+                msg: msg.clone(),
+                replied: 0,
+                sent_ns: now,
+            },
+        );
         self.arm_tick(now, out);
         if let Some(Msg::Rep { rep, .. }) = self.serve(now, self.me, msg, out) {
             self.on_rep(now, self.me, rid, rep, out);
@@ -366,7 +391,9 @@ impl KiteNode {
     /// A reply to round `rid` from `from`: counted once per replica.
     fn on_rep(&mut self, now: u64, from: NodeId, rid: u64, rep: Rep, out: &mut Out) {
         let q = self.quorum();
-        let Some(round) = self.rounds.get_mut(&rid) else { return };
+        let Some(round) = self.rounds.get_mut(&rid) else {
+            return;
+        };
         if round.replied & bit(from) != 0 {
             return;
         }
@@ -381,8 +408,19 @@ impl KiteNode {
     /// Route a round's reply to the session's operation; `done`: this reply
     /// completes a majority.
     #[allow(clippy::too_many_arguments)]
-    fn on_session_rep(&mut self, now: u64, s: SessionId, rid: u64, from: NodeId, rep: Rep, done: bool, out: &mut Out) {
-        let Some(op) = self.sess(s).op.take() else { return };
+    fn on_session_rep(
+        &mut self,
+        now: u64,
+        s: SessionId,
+        rid: u64,
+        from: NodeId,
+        rep: Rep,
+        done: bool,
+        out: &mut Out,
+    ) {
+        let Some(op) = self.sess(s).op.take() else {
+            return;
+        };
         match op {
             Active::Slow(o) => self.slow_rep(now, s, o, rid, rep, done, out),
             Active::Release(r) => self.release_rep(now, s, r, rid, rep, done, out),
@@ -394,16 +432,42 @@ impl KiteNode {
     /// Send a write every replica must acknowledge, tracked as `wid` (from
     /// [`KiteNode::fresh_id`]) for session `s`: the next release waits for
     /// it. Replicas suspected now are recorded as missing it at once.
-    pub fn send_tracked(&mut self, now: u64, s: SessionId, wid: u64, msg: Msg, notify: bool, out: &mut Out) {
+    pub fn send_tracked(
+        &mut self,
+        now: u64,
+        s: SessionId,
+        wid: u64,
+        msg: Msg,
+        notify: bool,
+        out: &mut Out,
+    ) {
         let expected = self.others() & !self.suspected;
         let skipped = self.others() & self.suspected;
         self.send_to(self.targets(), &msg, out);
         self.sess(s).live.insert(wid);
-        let track = Track { session: s, msg, acked: bit(self.me), expected, born_ns: now, sent_ns: now, resends: 0, notify, skipped };
+        let track = Track {
+            session: s,
+            msg,
+            acked: bit(self.me),
+            expected,
+            born_ns: now,
+            sent_ns: now,
+            resends: 0,
+            notify,
+            skipped,
+        };
         self.writes.insert(wid, track);
         self.arm_tick(now, out);
         if notify && self.quorum() == 1 {
-            self.on_session_rep(now, s, wid, self.me, Rep::Ack { delinquent: false }, true, out);
+            self.on_session_rep(
+                now,
+                s,
+                wid,
+                self.me,
+                Rep::Ack { delinquent: false },
+                true,
+                out,
+            );
         }
         if expected == 0 {
             self.write_done(now, wid, out);
@@ -412,14 +476,24 @@ impl KiteNode {
 
     fn on_ack(&mut self, now: u64, from: NodeId, wid: u64, out: &mut Out) {
         let q = self.quorum();
-        let Some(t) = self.writes.get_mut(&wid) else { return };
+        let Some(t) = self.writes.get_mut(&wid) else {
+            return;
+        };
         if t.acked & bit(from) != 0 {
             return;
         }
         t.acked |= bit(from);
         if t.notify && t.acked.count_ones() == q {
             let s = t.session;
-            self.on_session_rep(now, s, wid, self.me, Rep::Ack { delinquent: false }, true, out);
+            self.on_session_rep(
+                now,
+                s,
+                wid,
+                self.me,
+                Rep::Ack { delinquent: false },
+                true,
+                out,
+            );
         }
         let t = &self.writes[&wid];
         if t.acked & t.expected == t.expected {
@@ -431,7 +505,9 @@ impl KiteNode {
     /// release, if a majority has it (with many replicas suspected, the
     /// expected ones may be fewer: it waits on, retransmitted to all).
     fn write_done(&mut self, now: u64, wid: u64, out: &mut Out) {
-        let Some(t) = self.writes.remove(&wid) else { return };
+        let Some(t) = self.writes.remove(&wid) else {
+            return;
+        };
         if t.acked.count_ones() < self.quorum() {
             self.writes.insert(wid, t);
             return;
@@ -461,14 +537,20 @@ impl KiteNode {
     pub fn arm_tick(&mut self, now: u64, out: &mut Out) {
         if !self.tick_armed {
             self.tick_armed = true;
-            out.push(Command::SetTimer { token: TICK, at_ns: now + self.cfg.retry_ns / 4 });
+            out.push(Command::SetTimer {
+                token: TICK,
+                at_ns: now + self.cfg.retry_ns / 4,
+            });
         }
     }
 
     pub fn set_backoff(&mut self, now: u64, s: SessionId, attempt: u32, out: &mut Out) {
         let base = self.cfg.backoff_ns << attempt.min(8);
         let at_ns = now + base / 2 + self.rng.below(base + 1);
-        out.push(Command::SetTimer { token: BACKOFF | s, at_ns });
+        out.push(Command::SetTimer {
+            token: BACKOFF | s,
+            at_ns,
+        });
     }
 
     /// Retransmit, time writes out, probe suspected replicas.
@@ -488,7 +570,11 @@ impl KiteNode {
         let targets = self.targets();
         let retry = self.cfg.retry_ns;
         let mut resend = Vec::new();
-        for r in self.rounds.values_mut().filter(|r| now >= r.sent_ns + retry) {
+        for r in self
+            .rounds
+            .values_mut()
+            .filter(|r| now >= r.sent_ns + retry)
+        {
             r.sent_ns = now;
             resend.push((targets & !r.replied, r.msg.clone()));
         }
@@ -499,7 +585,12 @@ impl KiteNode {
     }
 
     fn age_writes(&mut self, now: u64, out: &mut Out) {
-        let (q, timeout, retry, all) = (self.quorum(), self.cfg.timeout_ns, self.cfg.retry_ns, self.others());
+        let (q, timeout, retry, all) = (
+            self.quorum(),
+            self.cfg.timeout_ns,
+            self.cfg.retry_ns,
+            self.others(),
+        );
         let mut expired = Vec::new();
         let mut resend = Vec::new();
         for (&wid, t) in self.writes.iter_mut() {
@@ -507,7 +598,11 @@ impl KiteNode {
                 expired.push(wid);
             } else if now >= t.sent_ns + (retry << t.resends.min(4)) {
                 (t.sent_ns, t.resends) = (now, t.resends + 1);
-                let to = if t.acked.count_ones() >= q { t.expected } else { all };
+                let to = if t.acked.count_ones() >= q {
+                    t.expected
+                } else {
+                    all
+                };
                 resend.push((to & !t.acked, t.msg.clone()));
             }
         }
@@ -523,7 +618,9 @@ impl KiteNode {
     /// A write a majority acknowledged, but not every replica, in time: the
     /// ones that missed it are delinquent for the session's next release.
     fn time_out(&mut self, now: u64, wid: u64, out: &mut Out) {
-        let Some(t) = self.writes.remove(&wid) else { return };
+        let Some(t) = self.writes.remove(&wid) else {
+            return;
+        };
         let missed = t.expected & !t.acked;
         self.stats.write_timeouts += 1;
         self.suspected |= missed;
@@ -595,7 +692,10 @@ impl KiteNode {
             Msg::WriteAck { wid } => self.on_ack(now, from, wid, out),
             msg => {
                 if let Some(reply) = self.serve(now, from, msg, out) {
-                    out.push(Command::Send { to: from, msg: reply });
+                    out.push(Command::Send {
+                        to: from,
+                        msg: reply,
+                    });
                 }
             }
         }

@@ -41,9 +41,23 @@ pub enum Stage {
     Backoff,
     Propose(Gather),
     /// Promised; waiting for the session's earlier writes.
-    Barrier { slot: u32, ballot: Ballot, rec: RmwRec, help: bool },
-    Accept { g: Gather, rec: RmwRec, help: bool },
-    Commit { wid: u64, slot: u32, rec: RmwRec, help: bool },
+    Barrier {
+        slot: u32,
+        ballot: Ballot,
+        rec: RmwRec,
+        help: bool,
+    },
+    Accept {
+        g: Gather,
+        rec: RmwRec,
+        help: bool,
+    },
+    Commit {
+        wid: u64,
+        slot: u32,
+        rec: RmwRec,
+        help: bool,
+    },
 }
 
 /// What a majority of acceptors answered.
@@ -66,19 +80,38 @@ pub struct Gather {
 impl Gather {
     fn new(rid: u64, slot: u32, ballot: Ballot) -> Gather {
         let base = (Version::default(), 0);
-        Gather { rid, slot, ballot, base, accepted: None, nack: None, committed: None, mine: None, too_high: false, flagged: 0 }
+        Gather {
+            rid,
+            slot,
+            ballot,
+            base,
+            accepted: None,
+            nack: None,
+            committed: None,
+            mine: None,
+            too_high: false,
+            flagged: 0,
+        }
     }
 
     fn absorb(&mut self, from: NodeId, rep: PaxosRep, me: RmwId) {
         let flag = |d: bool| if d { bit(from) } else { 0 };
         match rep {
-            PaxosRep::Ack { version, value, delinquent } => {
+            PaxosRep::Ack {
+                version,
+                value,
+                delinquent,
+            } => {
                 self.flagged |= flag(delinquent);
                 if version > self.base.0 {
                     self.base = (version, value);
                 }
             }
-            PaxosRep::Accepted { ballot, rec, delinquent } => {
+            PaxosRep::Accepted {
+                ballot,
+                rec,
+                delinquent,
+            } => {
                 self.flagged |= flag(delinquent);
                 if !self.accepted.is_some_and(|(b, _)| ballot <= b) {
                     self.accepted = Some((ballot, rec));
@@ -100,10 +133,19 @@ impl KiteNode {
     pub fn rmw(&mut self, now: u64, s: SessionId, op: Op, out: &mut Out) {
         let (key, kind) = match op {
             Op::Faa(k, d) => (k, RmwKind::Faa(d)),
-            Op::Cas { key, expected, new, weak } => {
+            Op::Cas {
+                key,
+                expected,
+                new,
+                weak,
+            } => {
                 let ks = self.key(key);
                 if weak && ks.value != expected {
-                    let result = Reply::CasFail { value: ks.value, version: ks.version, local: true };
+                    let result = Reply::CasFail {
+                        value: ks.value,
+                        version: ks.version,
+                        local: true,
+                    };
                     return self.reply(s, result, out);
                 }
                 (key, RmwKind::Cas { expected, new })
@@ -116,8 +158,27 @@ impl KiteNode {
         let me = self.me;
         let sess = self.sess(s);
         (sess.rmw_seq, sess.acq_seq) = (sess.rmw_seq + 1, sess.acq_seq + 1);
-        let (id, acq) = (RmwId { node: me, session: s, seq: sess.rmw_seq }, AcqId { session: s, seq: sess.acq_seq });
-        let r = Rmw { key, kind, id, acq, dm_stamp: 0, round: 1, attempt: 0, stage: Stage::Queued };
+        let (id, acq) = (
+            RmwId {
+                node: me,
+                session: s,
+                seq: sess.rmw_seq,
+            },
+            AcqId {
+                session: s,
+                seq: sess.acq_seq,
+            },
+        );
+        let r = Rmw {
+            key,
+            kind,
+            id,
+            acq,
+            dm_stamp: 0,
+            round: 1,
+            attempt: 0,
+            stage: Stage::Queued,
+        };
         let queue = self.rmw_queue.entry(key).or_default();
         queue.push_back(s);
         if queue.len() == 1 {
@@ -132,10 +193,20 @@ impl KiteNode {
         // not match a bit this one set.
         let sess = self.sess(s);
         sess.acq_seq += 1;
-        r.acq = AcqId { session: s, seq: sess.acq_seq };
+        r.acq = AcqId {
+            session: s,
+            seq: sess.acq_seq,
+        };
         let slot = self.key(r.key).last_committed + 1;
         let (rid, ballot) = (self.fresh_id(), (r.round, self.me));
-        let msg = Msg::Propose { rid, key: r.key, slot, ballot, id: r.id, acq: r.acq };
+        let msg = Msg::Propose {
+            rid,
+            key: r.key,
+            slot,
+            ballot,
+            id: r.id,
+            acq: r.acq,
+        };
         r.stage = Stage::Propose(Gather::new(rid, slot, ballot));
         self.sess(s).op = Some(Active::Rmw(r));
         self.start_round(now, s, rid, msg, out);
@@ -143,13 +214,25 @@ impl KiteNode {
 
     pub fn backoff_over(&mut self, now: u64, s: SessionId, out: &mut Out) {
         match self.sess(s).op.take() {
-            Some(Active::Rmw(r)) if matches!(r.stage, Stage::Backoff) => self.propose(now, s, r, out),
+            Some(Active::Rmw(r)) if matches!(r.stage, Stage::Backoff) => {
+                self.propose(now, s, r, out)
+            }
             other => self.sess(s).op = other,
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn rmw_rep(&mut self, now: u64, s: SessionId, mut r: Box<Rmw>, rid: u64, from: NodeId, rep: Rep, done: bool, out: &mut Out) {
+    pub fn rmw_rep(
+        &mut self,
+        now: u64,
+        s: SessionId,
+        mut r: Box<Rmw>,
+        rid: u64,
+        from: NodeId,
+        rep: Rep,
+        done: bool,
+        out: &mut Out,
+    ) {
         let id = r.id;
         match (&mut r.stage, rep) {
             (Stage::Propose(g), Rep::Prop(p)) if g.rid == rid => {
@@ -164,7 +247,15 @@ impl KiteNode {
                     return self.after_accept(now, s, r, out);
                 }
             }
-            (&mut Stage::Commit { wid, slot, rec, help }, _) if wid == rid && done => {
+            (
+                &mut Stage::Commit {
+                    wid,
+                    slot,
+                    rec,
+                    help,
+                },
+                _,
+            ) if wid == rid && done => {
                 return self.after_commit(now, s, r, slot, rec, help, out);
             }
             _ => {}
@@ -176,8 +267,11 @@ impl KiteNode {
     /// or replicas lag behind): act on it; false if the attempt goes on.
     fn settled(&mut self, now: u64, s: SessionId, r: &mut Option<Box<Rmw>>, out: &mut Out) -> bool {
         let rm = r.as_mut().expect("an rmw");
-        let (Stage::Propose(g) | Stage::Accept { g, .. }) = &rm.stage else { return false };
-        let (key, mine, committed, nack, too_high) = (rm.key, g.mine, g.committed, g.nack, g.too_high);
+        let (Stage::Propose(g) | Stage::Accept { g, .. }) = &rm.stage else {
+            return false;
+        };
+        let (key, mine, committed, nack, too_high) =
+            (rm.key, g.mine, g.committed, g.nack, g.too_high);
         if let Some((slot, rec)) = mine.filter(|_| self.mutant(Mutant::CompleteOnMine)) {
             self.apply_commit(key, slot, rec);
             self.rmw_complete(now, s, r.take().expect("an rmw"), slot, rec, out);
@@ -215,7 +309,12 @@ impl KiteNode {
     fn help_laggards(&mut self, key: Key, out: &mut Out) {
         let ks = self.key(key);
         if let Some(rec) = ks.last_rec {
-            let msg = Msg::Commit { wid: 0, key, slot: ks.last_committed, rec };
+            let msg = Msg::Commit {
+                wid: 0,
+                key,
+                slot: ks.last_committed,
+                rec,
+            };
             let others = self.others();
             self.send_to(others, &msg, out);
         }
@@ -237,13 +336,27 @@ impl KiteNode {
             return;
         }
         let mut rm = r.expect("an rmw");
-        let Stage::Propose(g) = &rm.stage else { unreachable!() };
+        let Stage::Propose(g) = &rm.stage else {
+            unreachable!()
+        };
         let (slot, ballot) = (g.slot, g.ballot);
         match g.accepted {
-            Some((_, rec)) if rec.id == rm.id => rm.stage = Stage::Barrier { slot, ballot, rec, help: false },
+            Some((_, rec)) if rec.id == rm.id => {
+                rm.stage = Stage::Barrier {
+                    slot,
+                    ballot,
+                    rec,
+                    help: false,
+                }
+            }
             Some((_, rec)) => {
                 self.stats.paxos_helps += 1;
-                rm.stage = Stage::Barrier { slot, ballot, rec, help: true };
+                rm.stage = Stage::Barrier {
+                    slot,
+                    ballot,
+                    rec,
+                    help: true,
+                };
             }
             None => {
                 let (version, old) = g.base;
@@ -252,8 +365,19 @@ impl KiteNode {
                     RmwKind::Cas { expected, new } if expected == old => new,
                     RmwKind::Cas { .. } => return self.cas_failed(now, s, rm, out),
                 };
-                let rec = RmwRec { id: rm.id, old, old_version: version, new, dm: 0 };
-                rm.stage = Stage::Barrier { slot, ballot, rec, help: false };
+                let rec = RmwRec {
+                    id: rm.id,
+                    old,
+                    old_version: version,
+                    new,
+                    dm: 0,
+                };
+                rm.stage = Stage::Barrier {
+                    slot,
+                    ballot,
+                    rec,
+                    help: false,
+                };
             }
         }
         self.rmw_advance(now, s, rm, out);
@@ -263,7 +387,9 @@ impl KiteNode {
     /// value: it ends as an acquire of that value (write-back round
     /// included, so what it returns is a majority's).
     fn cas_failed(&mut self, now: u64, s: SessionId, r: Box<Rmw>, out: &mut Out) {
-        let Stage::Propose(g) = &r.stage else { unreachable!() };
+        let Stage::Propose(g) = &r.stage else {
+            unreachable!()
+        };
         let a = Acquire {
             key: r.key,
             acq: r.acq,
@@ -280,7 +406,13 @@ impl KiteNode {
 
     /// Accept once the session's earlier writes are done (release side).
     pub fn rmw_advance(&mut self, now: u64, s: SessionId, mut r: Box<Rmw>, out: &mut Out) {
-        let Stage::Barrier { slot, ballot, rec, help } = r.stage else {
+        let Stage::Barrier {
+            slot,
+            ballot,
+            rec,
+            help,
+        } = r.stage
+        else {
             self.sess(s).op = Some(Active::Rmw(r));
             return;
         };
@@ -300,8 +432,18 @@ impl KiteNode {
             self.stats.slow_releases += (rec.dm != 0) as u64;
         }
         let rid = self.fresh_id();
-        r.stage = Stage::Accept { g: Gather::new(rid, slot, ballot), rec, help };
-        let msg = Msg::Accept { rid, key: r.key, slot, ballot, rec };
+        r.stage = Stage::Accept {
+            g: Gather::new(rid, slot, ballot),
+            rec,
+            help,
+        };
+        let msg = Msg::Accept {
+            rid,
+            key: r.key,
+            slot,
+            ballot,
+            rec,
+        };
         self.sess(s).op = Some(Active::Rmw(r));
         self.start_round(now, s, rid, msg, out);
     }
@@ -312,7 +454,9 @@ impl KiteNode {
             return;
         }
         let rm = r.expect("an rmw");
-        let Stage::Accept { ref g, rec, help } = rm.stage else { unreachable!() };
+        let Stage::Accept { ref g, rec, help } = rm.stage else {
+            unreachable!()
+        };
         let slot = g.slot;
         if !help {
             self.dm_published(rec.dm, rm.dm_stamp);
@@ -324,17 +468,45 @@ impl KiteNode {
     /// Apply the commit here and send it to every replica, tracked; the
     /// RMW goes on once a majority has it.
     #[allow(clippy::too_many_arguments)]
-    fn commit(&mut self, now: u64, s: SessionId, mut rm: Box<Rmw>, slot: u32, rec: RmwRec, help: bool, out: &mut Out) {
+    fn commit(
+        &mut self,
+        now: u64,
+        s: SessionId,
+        mut rm: Box<Rmw>,
+        slot: u32,
+        rec: RmwRec,
+        help: bool,
+        out: &mut Out,
+    ) {
         self.apply_commit(rm.key, slot, rec);
         let wid = self.fresh_id();
-        let msg = Msg::Commit { wid, key: rm.key, slot, rec };
-        rm.stage = Stage::Commit { wid, slot, rec, help };
+        let msg = Msg::Commit {
+            wid,
+            key: rm.key,
+            slot,
+            rec,
+        };
+        rm.stage = Stage::Commit {
+            wid,
+            slot,
+            rec,
+            help,
+        };
         self.sess(s).op = Some(Active::Rmw(rm));
         self.send_tracked(now, s, wid, msg, true, out);
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn after_commit(&mut self, now: u64, s: SessionId, mut r: Box<Rmw>, slot: u32, rec: RmwRec, help: bool, out: &mut Out) {
+    fn after_commit(
+        &mut self,
+        now: u64,
+        s: SessionId,
+        mut r: Box<Rmw>,
+        slot: u32,
+        rec: RmwRec,
+        help: bool,
+        out: &mut Out,
+    ) {
         if help {
             r.round = 1; // a new slot: its own ballots
             return self.propose(now, s, r, out);
@@ -342,15 +514,30 @@ impl KiteNode {
         self.rmw_complete(now, s, r, slot, rec, out);
     }
 
-    fn rmw_complete(&mut self, now: u64, s: SessionId, r: Box<Rmw>, slot: u32, rec: RmwRec, out: &mut Out) {
-        let result = Reply::Rmw { old: rec.old, old_version: rec.old_version, new: rec.new, version: rec.version(slot) };
+    fn rmw_complete(
+        &mut self,
+        now: u64,
+        s: SessionId,
+        r: Box<Rmw>,
+        slot: u32,
+        rec: RmwRec,
+        out: &mut Out,
+    ) {
+        let result = Reply::Rmw {
+            old: rec.old,
+            old_version: rec.old_version,
+            new: rec.new,
+            version: rec.version(slot),
+        };
         self.reply(s, result, out);
         self.next_rmw(now, r.key, out);
     }
 
     /// This node's RMW on `key` is over: start the next queued one.
     fn next_rmw(&mut self, now: u64, key: Key, out: &mut Out) {
-        let Some(queue) = self.rmw_queue.get_mut(&key) else { return };
+        let Some(queue) = self.rmw_queue.get_mut(&key) else {
+            return;
+        };
         queue.pop_front();
         let Some(&next) = queue.front() else {
             self.rmw_queue.remove(&key);

@@ -34,7 +34,10 @@ impl KiteNode {
         let fresh = KeyState::default();
         let ks = self.keys.get(&k).unwrap_or(&fresh);
         let in_epoch = ks.epoch == self.epoch || self.mutant(Mutant::NoSlowPathRefresh);
-        in_epoch.then_some(Reply::Value { value: ks.value, version: ks.version })
+        in_epoch.then_some(Reply::Value {
+            value: ks.value,
+            version: ks.version,
+        })
     }
 
     pub fn relaxed_read(&mut self, now: u64, s: SessionId, k: Key, out: &mut Out) {
@@ -54,28 +57,74 @@ impl KiteNode {
         self.slow_start(now, s, k, Some(v), out);
     }
 
-    fn slow_start(&mut self, now: u64, s: SessionId, key: Key, write: Option<Value>, out: &mut Out) {
+    fn slow_start(
+        &mut self,
+        now: u64,
+        s: SessionId,
+        key: Key,
+        write: Option<Value>,
+        out: &mut Out,
+    ) {
         let rid = self.fresh_id();
         let msg = match write {
             Some(_) => Msg::ReadTs { rid, key },
-            None => Msg::Read { rid, key, acq: None },
+            None => Msg::Read {
+                rid,
+                key,
+                acq: None,
+            },
         };
-        let op = SlowOp { key, e0: self.epoch, rid, write, best: (Version::default(), 0) };
+        let op = SlowOp {
+            key,
+            e0: self.epoch,
+            rid,
+            write,
+            best: (Version::default(), 0),
+        };
         self.sess(s).op = Some(Active::Slow(op));
         self.start_round(now, s, rid, msg, out);
     }
 
     /// Apply a relaxed write locally, broadcast it, track its acks and
     /// reply at once (the write does not block the session).
-    fn write_out(&mut self, now: u64, s: SessionId, k: Key, version: Version, value: Value, out: &mut Out) {
+    fn write_out(
+        &mut self,
+        now: u64,
+        s: SessionId,
+        k: Key,
+        version: Version,
+        value: Value,
+        out: &mut Out,
+    ) {
         self.apply(k, version, value);
         let wid = self.fresh_id();
-        self.send_tracked(now, s, wid, Msg::Write { wid, key: k, version, value }, false, out);
+        self.send_tracked(
+            now,
+            s,
+            wid,
+            Msg::Write {
+                wid,
+                key: k,
+                version,
+                value,
+            },
+            false,
+            out,
+        );
         self.reply(s, Reply::Written { version }, out);
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn slow_rep(&mut self, now: u64, s: SessionId, mut op: SlowOp, rid: u64, rep: Rep, done: bool, out: &mut Out) {
+    pub fn slow_rep(
+        &mut self,
+        now: u64,
+        s: SessionId,
+        mut op: SlowOp,
+        rid: u64,
+        rep: Rep,
+        done: bool,
+        out: &mut Out,
+    ) {
         if rid != op.rid {
             self.sess(s).op = Some(Active::Slow(op));
             return;
@@ -83,7 +132,9 @@ impl KiteNode {
         {
             match rep {
                 Rep::Ts { version } => op.best.0 = op.best.0.max(version),
-                Rep::Value { version, value, .. } if version > op.best.0 => op.best = (version, value),
+                Rep::Value { version, value, .. } if version > op.best.0 => {
+                    op.best = (version, value)
+                }
                 _ => {}
             }
         }
@@ -95,7 +146,10 @@ impl KiteNode {
         let ks = self.key(op.key);
         ks.epoch = ks.epoch.max(op.e0);
         if ks.epoch > epoch {
-            let e = format!("node {me}: key {} epoch {} > machine epoch {epoch}", op.key, ks.epoch);
+            let e = format!(
+                "node {me}: key {} epoch {} > machine epoch {epoch}",
+                op.key, ks.epoch
+            );
             self.invariant.get_or_insert(e);
         }
         match op.write {

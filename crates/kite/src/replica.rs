@@ -22,23 +22,56 @@ impl KiteNode {
     pub fn serve(&mut self, _now: u64, from: NodeId, msg: Msg, _out: &mut Out) -> Option<Msg> {
         let rep = |rid, rep| Some(Msg::Rep { rid, rep });
         match msg {
-            Msg::Write { wid, key, version, value } => {
+            Msg::Write {
+                wid,
+                key,
+                version,
+                value,
+            } => {
                 self.apply(key, version, value);
                 Some(Msg::WriteAck { wid })
             }
-            Msg::Commit { wid, key, slot, rec } => {
+            Msg::Commit {
+                wid,
+                key,
+                slot,
+                rec,
+            } => {
                 self.apply_commit(key, slot, rec);
                 Some(Msg::WriteAck { wid })
             }
-            Msg::ReadTs { rid, key } => rep(rid, Rep::Ts { version: self.key(key).version }),
+            Msg::ReadTs { rid, key } => rep(
+                rid,
+                Rep::Ts {
+                    version: self.key(key).version,
+                },
+            ),
             Msg::Read { rid, key, acq } => {
                 let delinquent = acq.is_some_and(|a| self.tell_delinquent(from, a));
                 let ks = self.key(key);
-                rep(rid, Rep::Value { version: ks.version, value: ks.value, delinquent })
+                rep(
+                    rid,
+                    Rep::Value {
+                        version: ks.version,
+                        value: ks.value,
+                        delinquent,
+                    },
+                )
             }
-            Msg::WriteBack { rid, key, version, value, acq } => {
+            Msg::WriteBack {
+                rid,
+                key,
+                version,
+                value,
+                acq,
+            } => {
                 self.apply(key, version, value);
-                rep(rid, Rep::Ack { delinquent: self.tell_delinquent(from, acq) })
+                rep(
+                    rid,
+                    Rep::Ack {
+                        delinquent: self.tell_delinquent(from, acq),
+                    },
+                )
             }
             Msg::SlowRelease { rid, dm } => {
                 self.mark_delinquent(dm);
@@ -48,11 +81,27 @@ impl KiteNode {
                 self.reset_bit(from, acq);
                 None
             }
-            Msg::Propose { rid, key, slot, ballot, id, acq } => {
+            Msg::Propose {
+                rid,
+                key,
+                slot,
+                ballot,
+                id,
+                acq,
+            } => {
                 let delinquent = self.tell_delinquent(from, acq);
-                rep(rid, Rep::Prop(self.on_propose(key, slot, ballot, id, delinquent)))
+                rep(
+                    rid,
+                    Rep::Prop(self.on_propose(key, slot, ballot, id, delinquent)),
+                )
             }
-            Msg::Accept { rid, key, slot, ballot, rec } => {
+            Msg::Accept {
+                rid,
+                key,
+                slot,
+                ballot,
+                rec,
+            } => {
                 self.mark_delinquent(rec.dm);
                 rep(rid, Rep::Acc(self.on_accept(key, slot, ballot, rec)))
             }
@@ -98,22 +147,39 @@ impl KiteNode {
         }
     }
 
-    fn on_propose(&mut self, key: Key, slot: u32, ballot: Ballot, id: RmwId, delinquent: bool) -> PaxosRep {
+    fn on_propose(
+        &mut self,
+        key: Key,
+        slot: u32,
+        ballot: Ballot,
+        id: RmwId,
+        delinquent: bool,
+    ) -> PaxosRep {
         if let Some(done) = self.slot_settled(key, slot, id) {
             return done;
         }
         let lower_ok = self.mutant(Mutant::AcceptLowerBallot);
         let ks = self.key(key);
         if ballot < ks.promised && !lower_ok {
-            return PaxosRep::Nack { promised: ks.promised };
+            return PaxosRep::Nack {
+                promised: ks.promised,
+            };
         }
         ks.promised = ks.promised.max(ballot);
         if lower_ok {
             ks.promised = ballot;
         }
         match ks.accepted {
-            Some((ballot, rec)) => PaxosRep::Accepted { ballot, rec, delinquent },
-            None => PaxosRep::Ack { version: ks.version, value: ks.value, delinquent },
+            Some((ballot, rec)) => PaxosRep::Accepted {
+                ballot,
+                rec,
+                delinquent,
+            },
+            None => PaxosRep::Ack {
+                version: ks.version,
+                value: ks.value,
+                delinquent,
+            },
         }
     }
 
@@ -124,23 +190,36 @@ impl KiteNode {
         let lower_ok = self.mutant(Mutant::AcceptLowerBallot);
         let ks = self.key(key);
         if ballot < ks.promised && !lower_ok {
-            return PaxosRep::Nack { promised: ks.promised };
+            return PaxosRep::Nack {
+                promised: ks.promised,
+            };
         }
         ks.promised = ballot;
         ks.accepted = Some((ballot, rec));
-        PaxosRep::Ack { version: ks.version, value: ks.value, delinquent: false }
+        PaxosRep::Ack {
+            version: ks.version,
+            value: ks.value,
+            delinquent: false,
+        }
     }
 
     /// The answer when `slot` is not open for `id` at this replica: the RMW
     /// already committed, the slot is committed, or an earlier one is not.
     fn slot_settled(&mut self, key: Key, slot: u32, id: RmwId) -> Option<PaxosRep> {
-        if let Some(&(s, rec)) = self.committed.get(&(id.node, id.session)).filter(|(_, r)| r.id == id) {
+        if let Some(&(s, rec)) = self
+            .committed
+            .get(&(id.node, id.session))
+            .filter(|(_, r)| r.id == id)
+        {
             return Some(PaxosRep::Committed { slot: s, rec });
         }
         let ks = self.key(key);
         if slot <= ks.last_committed {
             let rec = ks.last_rec.expect("a committed slot has its RMW");
-            return Some(PaxosRep::Committed { slot: ks.last_committed, rec });
+            return Some(PaxosRep::Committed {
+                slot: ks.last_committed,
+                rec,
+            });
         }
         (slot > ks.last_committed + 1).then_some(PaxosRep::TooHigh)
     }
@@ -148,7 +227,10 @@ impl KiteNode {
     /// A committed RMW (kite.md §2.4 `commit_algorithm`): close the slot,
     /// apply the value if its version is newer, remember the id.
     pub fn apply_commit(&mut self, key: Key, slot: u32, rec: RmwRec) {
-        let e = self.committed.entry((rec.id.node, rec.id.session)).or_insert((slot, rec));
+        let e = self
+            .committed
+            .entry((rec.id.node, rec.id.session))
+            .or_insert((slot, rec));
         if e.1.id.seq <= rec.id.seq {
             *e = (slot, rec);
         }

@@ -44,7 +44,12 @@ pub struct Mix {
 
 impl Default for Mix {
     fn default() -> Self {
-        Mix { data: 100, flags: 3, cas: 2, counters: 2 }
+        Mix {
+            data: 100,
+            flags: 3,
+            cas: 2,
+            counters: 2,
+        }
     }
 }
 
@@ -71,13 +76,32 @@ pub struct Faults {
 impl Faults {
     pub fn from_seed(seed: u64) -> Faults {
         let mut rng = Rng::new(seed ^ 0xFA17);
-        let (lossy, partition, sleep, crash) = (rng.chance(0.5), rng.chance(0.4), rng.chance(0.5), rng.chance(0.3));
+        let (lossy, partition, sleep, crash) = (
+            rng.chance(0.5),
+            rng.chance(0.4),
+            rng.chance(0.5),
+            rng.chance(0.3),
+        );
         let (slow, straggle) = (rng.chance(0.4), rng.chance(0.5));
-        Faults { lossy, partition, sleep, crash, slow, straggle }
+        Faults {
+            lossy,
+            partition,
+            sleep,
+            crash,
+            slow,
+            straggle,
+        }
     }
 
     pub fn describe(&self) -> String {
-        let names = [(self.lossy, "drop+dup+reorder"), (self.partition, "partition"), (self.sleep, "sleep"), (self.crash, "crash"), (self.slow, "slow"), (self.straggle, "straggle")];
+        let names = [
+            (self.lossy, "drop+dup+reorder"),
+            (self.partition, "partition"),
+            (self.sleep, "sleep"),
+            (self.crash, "crash"),
+            (self.slow, "slow"),
+            (self.straggle, "straggle"),
+        ];
         let on: Vec<&str> = names.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         if on.is_empty() {
             "none".into()
@@ -100,8 +124,19 @@ pub struct CheckOpts {
 
 impl Default for CheckOpts {
     fn default() -> Self {
-        let cfg = KiteConfig { timeout_ns: 200_000, retry_ns: 20_000, ..KiteConfig::default() };
-        CheckOpts { nodes: 5, sessions: 20, mix: Mix::default(), run_ns: 3_000_000, faults: None, cfg }
+        let cfg = KiteConfig {
+            timeout_ns: 200_000,
+            retry_ns: 20_000,
+            ..KiteConfig::default()
+        };
+        CheckOpts {
+            nodes: 5,
+            sessions: 20,
+            mix: Mix::default(),
+            run_ns: 3_000_000,
+            faults: None,
+            cfg,
+        }
     }
 }
 
@@ -147,7 +182,13 @@ pub struct RandomMix {
 impl RandomMix {
     pub fn new(mix: Mix, sessions: u64) -> RandomMix {
         let n = sessions as usize;
-        RandomMix { mix, seen: vec![Default::default(); n], last: vec![0; n], next_value: 0, stopped: false }
+        RandomMix {
+            mix,
+            seen: vec![Default::default(); n],
+            last: vec![0; n],
+            next_value: 0,
+            stopped: false,
+        }
     }
 }
 
@@ -199,7 +240,12 @@ impl RandomMix {
             80..=87 => {
                 let key = CAS0 + rng.below(m.cas);
                 let expected = self.seen[s as usize].get(&key).copied().unwrap_or(0);
-                Op::Cas { key, expected, new: v, weak: rng.chance(0.5) }
+                Op::Cas {
+                    key,
+                    expected,
+                    new: v,
+                    weak: rng.chance(0.5),
+                }
             }
             88..=90 => Op::Acquire(CAS0 + rng.below(m.cas)),
             91 => Op::Release(CAS0 + rng.below(m.cas), v),
@@ -212,11 +258,33 @@ impl RandomMix {
 pub fn pending(op: &Op) -> RcKind {
     let z = Version::default();
     match *op {
-        Op::Read(key) => RcKind::Read { key, value: 0, version: z },
-        Op::Write(key, value) => RcKind::Write { key, value, version: z },
-        Op::Acquire(key) => RcKind::Acquire { key, value: 0, version: z },
-        Op::Release(key, value) => RcKind::Release { key, value, version: z },
-        Op::Faa(key, _) | Op::Cas { key, .. } => RcKind::Rmw { key, old: 0, old_version: z, new: 0, version: z },
+        Op::Read(key) => RcKind::Read {
+            key,
+            value: 0,
+            version: z,
+        },
+        Op::Write(key, value) => RcKind::Write {
+            key,
+            value,
+            version: z,
+        },
+        Op::Acquire(key) => RcKind::Acquire {
+            key,
+            value: 0,
+            version: z,
+        },
+        Op::Release(key, value) => RcKind::Release {
+            key,
+            value,
+            version: z,
+        },
+        Op::Faa(key, _) | Op::Cas { key, .. } => RcKind::Rmw {
+            key,
+            old: 0,
+            old_version: z,
+            new: 0,
+            version: z,
+        },
     }
 }
 
@@ -224,12 +292,55 @@ pub fn pending(op: &Op) -> RcKind {
 pub fn completed(op: &RcKind, reply: &Reply) -> RcKind {
     let key = op.key();
     match (*op, *reply) {
-        (RcKind::Read { .. }, Reply::Value { value, version }) => RcKind::Read { key, value, version },
-        (RcKind::Acquire { .. }, Reply::Value { value, version }) => RcKind::Acquire { key, value, version },
-        (RcKind::Write { value, .. }, Reply::Written { version }) => RcKind::Write { key, value, version },
-        (RcKind::Release { value, .. }, Reply::Written { version }) => RcKind::Release { key, value, version },
-        (_, Reply::Rmw { old, old_version, new, version }) => RcKind::Rmw { key, old, old_version, new, version },
-        (_, Reply::CasFail { value, version, local }) => RcKind::CasFail { key, expected: 0, value, version, local },
+        (RcKind::Read { .. }, Reply::Value { value, version }) => RcKind::Read {
+            key,
+            value,
+            version,
+        },
+        (RcKind::Acquire { .. }, Reply::Value { value, version }) => RcKind::Acquire {
+            key,
+            value,
+            version,
+        },
+        (RcKind::Write { value, .. }, Reply::Written { version }) => RcKind::Write {
+            key,
+            value,
+            version,
+        },
+        (RcKind::Release { value, .. }, Reply::Written { version }) => RcKind::Release {
+            key,
+            value,
+            version,
+        },
+        (
+            _,
+            Reply::Rmw {
+                old,
+                old_version,
+                new,
+                version,
+            },
+        ) => RcKind::Rmw {
+            key,
+            old,
+            old_version,
+            new,
+            version,
+        },
+        (
+            _,
+            Reply::CasFail {
+                value,
+                version,
+                local,
+            },
+        ) => RcKind::CasFail {
+            key,
+            expected: 0,
+            value,
+            version,
+            local,
+        },
         (op, reply) => panic!("reply {reply:?} does not answer {op:?}"),
     }
 }
@@ -244,21 +355,45 @@ impl tandem_net::Harness<KiteNode> for Hook {
     fn invoked(&mut self, s: SessionId, _req: u64, node: NodeId, op: &Op, now: u64) {
         let mut r = self.0.borrow_mut();
         let kind = match *op {
-            Op::Cas { expected, .. } => RcKind::CasFail { key: op.key(), expected, value: 0, version: Version::default(), local: false },
+            Op::Cas { expected, .. } => RcKind::CasFail {
+                key: op.key(),
+                expected,
+                value: 0,
+                version: Version::default(),
+                local: false,
+            },
             _ => pending(op),
         };
         let i = r.ops.len();
         let session = r.name[s as usize];
-        r.ops.push(RcOp { session, node, kind, invoke_ns: now, complete_ns: None });
+        r.ops.push(RcOp {
+            session,
+            node,
+            kind,
+            invoke_ns: now,
+            complete_ns: None,
+        });
         r.open[s as usize] = Some(i);
     }
 
-    fn completed(&mut self, s: SessionId, _req: u64, _node: NodeId, reply: &Reply, now: u64, _nvm: &[Nvm<NoRecord>]) {
+    fn completed(
+        &mut self,
+        s: SessionId,
+        _req: u64,
+        _node: NodeId,
+        reply: &Reply,
+        now: u64,
+        _nvm: &[Nvm<NoRecord>],
+    ) {
         let mut r = self.0.borrow_mut();
-        let Some(i) = r.open[s as usize].take() else { return };
+        let Some(i) = r.open[s as usize].take() else {
+            return;
+        };
         let kind = r.ops[i].kind;
         let mut done = completed(&kind, reply);
-        if let (RcKind::CasFail { expected, .. }, RcKind::CasFail { expected: e, .. }) = (kind, &mut done) {
+        if let (RcKind::CasFail { expected, .. }, RcKind::CasFail { expected: e, .. }) =
+            (kind, &mut done)
+        {
             *e = expected;
         }
         r.ops[i].kind = done;
@@ -291,7 +426,11 @@ impl tandem_net::Harness<KiteNode> for Hook {
 
 /// Run one seeded check of the random mix.
 pub fn run_seed(seed: u64, opts: &CheckOpts) -> RunReport {
-    run_with(seed, opts, Box::new(RandomMix::new(opts.mix, opts.sessions)))
+    run_with(
+        seed,
+        opts,
+        Box::new(RandomMix::new(opts.mix, opts.sessions)),
+    )
 }
 
 /// Run one seeded check of `work`: faults during the middle of the run,
@@ -300,10 +439,23 @@ pub fn run_seed(seed: u64, opts: &CheckOpts) -> RunReport {
 pub fn run_with(seed: u64, opts: &CheckOpts, work: Box<dyn Workload>) -> RunReport {
     let faults = opts.faults.unwrap_or_else(|| Faults::from_seed(seed));
     let n = opts.sessions as usize;
-    let rec = Recorder { work, ops: Vec::new(), open: vec![None; n], name: (0..opts.sessions).collect(), invariant: None };
+    let rec = Recorder {
+        work,
+        ops: Vec::new(),
+        open: vec![None; n],
+        name: (0..opts.sessions).collect(),
+        invariant: None,
+    };
     let rec = Rc::new(RefCell::new(rec));
     let config = Config::new(1, (0..opts.nodes).collect());
-    let net = SimNet::new(seed, SimNetConfig::default(), config, KiteFactory(opts.cfg), Box::new(Hook(rec.clone())), opts.sessions);
+    let net = SimNet::new(
+        seed,
+        SimNetConfig::default(),
+        config,
+        KiteFactory(opts.cfg),
+        Box::new(Hook(rec.clone())),
+        opts.sessions,
+    );
     net.start_clients();
     inject(&net, seed, faults, opts);
     rec.borrow_mut().work.stop();
@@ -314,7 +466,10 @@ pub fn run_with(seed: u64, opts: &CheckOpts, work: Box<dyn Workload>) -> RunRepo
     let mut violation = r.invariant.clone();
     if !drained {
         let stuck = stuck_ops(&net, opts.nodes);
-        violation.get_or_insert(format!("{} requests never completed after the faults stopped: {stuck}", net.outstanding()));
+        violation.get_or_insert(format!(
+            "{} requests never completed after the faults stopped: {stuck}",
+            net.outstanding()
+        ));
     }
     if violation.is_none() {
         violation = tandem_check::check_rc(&r.ops).err().map(|v| v.to_string());
@@ -322,7 +477,14 @@ pub fn run_with(seed: u64, opts: &CheckOpts, work: Box<dyn Workload>) -> RunRepo
     if violation.is_none() {
         violation = r.work.verify(&|k| newest(&net, opts.nodes, k)).err();
     }
-    RunReport { seed, faults, ops: r.ops.len(), history: r.ops.clone(), violation, stats }
+    RunReport {
+        seed,
+        faults,
+        ops: r.ops.len(),
+        history: r.ops.clone(),
+        violation,
+        stats,
+    }
 }
 
 /// The newest value of `k` on any live replica.
@@ -359,12 +521,17 @@ fn inject(net: &Net, seed: u64, f: Faults, opts: &CheckOpts) {
     }
     let slow = (victim + 1) % n as NodeId;
     let fast = (slow + 1) % n as NodeId;
-    let slow_to: Vec<NodeId> = (0..n as NodeId).filter(|&to| to != slow && to != fast).collect();
+    let slow_to: Vec<NodeId> = (0..n as NodeId)
+        .filter(|&to| to != slow && to != fast)
+        .collect();
     if f.slow {
         slow_links(net, slow, &slow_to, opts.cfg.timeout_ns / 2);
     }
     if f.sleep {
-        net.pause(victim, net.now_ns() + 2 * opts.cfg.timeout_ns + rng.below(opts.cfg.timeout_ns));
+        net.pause(
+            victim,
+            net.now_ns() + 2 * opts.cfg.timeout_ns + rng.below(opts.cfg.timeout_ns),
+        );
     }
     if f.crash {
         let dead = (victim + 1 + rng.below(n - 1) as NodeId) % n as NodeId;
@@ -397,7 +564,13 @@ fn stuck_ops(net: &Net, nodes: u16) -> String {
     for n in 0..nodes {
         net.with_node(n, |p| {
             if let Some(p) = p {
-                v.push(format!("node {n}: rounds {:?} tick {} suspected {:b} epoch {}", p.rounds.keys().collect::<Vec<_>>(), p.tick_armed, p.suspected, p.epoch));
+                v.push(format!(
+                    "node {n}: rounds {:?} tick {} suspected {:b} epoch {}",
+                    p.rounds.keys().collect::<Vec<_>>(),
+                    p.tick_armed,
+                    p.suspected,
+                    p.epoch
+                ));
             }
         });
     }
@@ -435,7 +608,9 @@ pub fn add_stats(t: &mut KiteStats, s: &KiteStats) {
 
 /// The command that replays `seed` (printed with every violation).
 pub fn replay_command(seed: u64, mutant: Option<Mutant>) -> String {
-    let m = mutant.map(|m| format!(" --mutant {}", m.name())).unwrap_or_default();
+    let m = mutant
+        .map(|m| format!(" --mutant {}", m.name()))
+        .unwrap_or_default();
     format!("tandem kite check --seed {seed}{m}")
 }
 
@@ -462,8 +637,19 @@ pub struct Summary {
 }
 
 /// Run seeds `first..first + seeds` of the random mix; `progress` after each.
-pub fn check(opts: &CheckOpts, first: u64, seeds: u64, progress: impl FnMut(&RunReport)) -> Summary {
-    check_with(opts, first, seeds, |_| Box::new(RandomMix::new(opts.mix, opts.sessions)), progress)
+pub fn check(
+    opts: &CheckOpts,
+    first: u64,
+    seeds: u64,
+    progress: impl FnMut(&RunReport),
+) -> Summary {
+    check_with(
+        opts,
+        first,
+        seeds,
+        |_| Box::new(RandomMix::new(opts.mix, opts.sessions)),
+        progress,
+    )
 }
 
 /// Run seeds of the workload `work(seed)` builds.
@@ -492,7 +678,12 @@ pub fn check_with(
         if let Some(detail) = &r.violation {
             s.violation_count += 1;
             let (faults, replay) = (r.faults.describe(), replay_command(seed, mutant));
-            s.violations.push(Found { seed, faults, detail: detail.clone(), replay });
+            s.violations.push(Found {
+                seed,
+                faults,
+                detail: detail.clone(),
+                replay,
+            });
         }
         progress(&r);
     }

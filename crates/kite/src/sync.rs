@@ -58,13 +58,30 @@ pub struct Acquire {
 impl KiteNode {
     pub fn release(&mut self, now: u64, s: SessionId, key: Key, value: Value, out: &mut Out) {
         let r1 = self.fresh_id();
-        let op = Release { key, value, r1, r1_done: false, max: Version::default(), stage: RelStage::Wait, dm: (0, 0) };
+        let op = Release {
+            key,
+            value,
+            r1,
+            r1_done: false,
+            max: Version::default(),
+            stage: RelStage::Wait,
+            dm: (0, 0),
+        };
         self.sess(s).op = Some(Active::Release(op));
         self.start_round(now, s, r1, Msg::ReadTs { rid: r1, key }, out);
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn release_rep(&mut self, now: u64, s: SessionId, mut r: Release, rid: u64, rep: Rep, done: bool, out: &mut Out) {
+    pub fn release_rep(
+        &mut self,
+        now: u64,
+        s: SessionId,
+        mut r: Release,
+        rid: u64,
+        rep: Rep,
+        done: bool,
+        out: &mut Out,
+    ) {
         match (&r.stage, rep) {
             (RelStage::Wait, Rep::Ts { version }) if rid == r.r1 => {
                 r.max = r.max.max(version);
@@ -109,7 +126,12 @@ impl KiteNode {
         let version = Version(r.max.max(self.key(r.key).version).0 + 1, self.me, 0);
         self.apply(r.key, version, r.value);
         let wid = self.fresh_id();
-        let msg = Msg::Write { wid, key: r.key, version, value: r.value };
+        let msg = Msg::Write {
+            wid,
+            key: r.key,
+            version,
+            value: r.value,
+        };
         r.stage = RelStage::Value { wid, version };
         let sess = self.sess(s);
         sess.missing = 0; // published (or there was none)
@@ -144,7 +166,10 @@ impl KiteNode {
         }
         let sess = self.sess(s);
         sess.acq_seq += 1;
-        let acq = AcqId { session: s, seq: sess.acq_seq };
+        let acq = AcqId {
+            session: s,
+            seq: sess.acq_seq,
+        };
         let rid = self.fresh_id();
         let op = Acquire {
             key,
@@ -157,17 +182,41 @@ impl KiteNode {
             cas_fail: false,
         };
         self.sess(s).op = Some(Active::Acquire(op));
-        self.start_round(now, s, rid, Msg::Read { rid, key, acq: Some(acq) }, out);
+        self.start_round(
+            now,
+            s,
+            rid,
+            Msg::Read {
+                rid,
+                key,
+                acq: Some(acq),
+            },
+            out,
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn acquire_rep(&mut self, now: u64, s: SessionId, mut a: Acquire, rid: u64, from: NodeId, rep: Rep, done: bool, out: &mut Out) {
+    pub fn acquire_rep(
+        &mut self,
+        now: u64,
+        s: SessionId,
+        mut a: Acquire,
+        rid: u64,
+        from: NodeId,
+        rep: Rep,
+        done: bool,
+        out: &mut Out,
+    ) {
         if rid != a.rid {
             self.sess(s).op = Some(Active::Acquire(a));
             return;
         }
         match rep {
-            Rep::Value { version, value, delinquent } => {
+            Rep::Value {
+                version,
+                value,
+                delinquent,
+            } => {
                 a.flagged |= if delinquent { bit(from) } else { 0 };
                 if version > a.best.0 {
                     (a.best, a.n_best) = ((version, value), 1);
@@ -196,7 +245,19 @@ impl KiteNode {
         a.write_back = true;
         let rid = a.rid;
         self.sess(s).op = Some(Active::Acquire(a));
-        self.start_round(now, s, rid, Msg::WriteBack { rid, key, version, value, acq }, out);
+        self.start_round(
+            now,
+            s,
+            rid,
+            Msg::WriteBack {
+                rid,
+                key,
+                version,
+                value,
+                acq,
+            },
+            out,
+        );
     }
 
     fn acquire_done(&mut self, s: SessionId, a: Acquire, out: &mut Out) {
@@ -207,7 +268,11 @@ impl KiteNode {
             self.on_delinquent(a.acq, a.flagged, out);
         }
         let result = match a.cas_fail {
-            true => Reply::CasFail { value, version, local: false },
+            true => Reply::CasFail {
+                value,
+                version,
+                local: false,
+            },
             false => Reply::Value { value, version },
         };
         self.reply(s, result, out);
@@ -223,7 +288,11 @@ impl KiteNode {
             return;
         }
         self.bump_epoch();
-        let to = if self.mutant(Mutant::ResetAll) { self.others() } else { flagged & self.others() };
+        let to = if self.mutant(Mutant::ResetAll) {
+            self.others()
+        } else {
+            flagged & self.others()
+        };
         self.send_to(to, &Msg::ResetBit { acq }, out);
     }
 }

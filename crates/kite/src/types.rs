@@ -29,7 +29,12 @@ pub enum Op {
     Faa(Key, Value),
     /// Compare-and-swap. A `weak` one fails on the local replica without
     /// messages when the local value differs (a hint, kite.md §3 point 5).
-    Cas { key: Key, expected: Value, new: Value, weak: bool },
+    Cas {
+        key: Key,
+        expected: Value,
+        new: Value,
+        weak: bool,
+    },
 }
 
 impl Op {
@@ -55,9 +60,18 @@ pub enum Reply {
     /// A write or a release.
     Written { version: Version },
     /// An RMW that took effect: read `old` at `old_version`, wrote `new`.
-    Rmw { old: Value, old_version: Version, new: Value, version: Version },
+    Rmw {
+        old: Value,
+        old_version: Version,
+        new: Value,
+        version: Version,
+    },
     /// A CAS whose comparison failed; `local`: on the local replica only.
-    CasFail { value: Value, version: Version, local: bool },
+    CasFail {
+        value: Value,
+        version: Version,
+        local: bool,
+    },
 }
 
 /// A Paxos ballot: `(round, node)`, compared lexicographically.
@@ -104,35 +118,89 @@ pub struct AcqId {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Msg {
     /// ES write, release value round, slow relaxed write.
-    Write { wid: u64, key: Key, version: Version, value: Value },
+    Write {
+        wid: u64,
+        key: Key,
+        version: Version,
+        value: Value,
+    },
     /// The Paxos commit; acknowledged like a write.
-    Commit { wid: u64, key: Key, slot: u32, rec: RmwRec },
-    WriteAck { wid: u64 },
+    Commit {
+        wid: u64,
+        key: Key,
+        slot: u32,
+        rec: RmwRec,
+    },
+    WriteAck {
+        wid: u64,
+    },
     /// Release round 1, slow relaxed write round 1.
-    ReadTs { rid: u64, key: Key },
+    ReadTs {
+        rid: u64,
+        key: Key,
+    },
     /// Acquire round 1 (`acq` set) or a slow relaxed read (`None`).
-    Read { rid: u64, key: Key, acq: Option<AcqId> },
+    Read {
+        rid: u64,
+        key: Key,
+        acq: Option<AcqId>,
+    },
     /// Acquire round 2; the reply reports delinquency too (kite.md L5).
-    WriteBack { rid: u64, key: Key, version: Version, value: Value, acq: AcqId },
+    WriteBack {
+        rid: u64,
+        key: Key,
+        version: Version,
+        value: Value,
+        acq: AcqId,
+    },
     /// A slow-path release publishes its DM-set before its value round.
-    SlowRelease { rid: u64, dm: Mask },
+    SlowRelease {
+        rid: u64,
+        dm: Mask,
+    },
     /// Best effort, after the acquirer bumped its epoch (Lemma 2.6).
-    ResetBit { acq: AcqId },
-    Propose { rid: u64, key: Key, slot: u32, ballot: Ballot, id: RmwId, acq: AcqId },
+    ResetBit {
+        acq: AcqId,
+    },
+    Propose {
+        rid: u64,
+        key: Key,
+        slot: u32,
+        ballot: Ballot,
+        id: RmwId,
+        acq: AcqId,
+    },
     /// The DM-set rides in `rec` (its release side).
-    Accept { rid: u64, key: Key, slot: u32, ballot: Ballot, rec: RmwRec },
+    Accept {
+        rid: u64,
+        key: Key,
+        slot: u32,
+        ballot: Ballot,
+        rec: RmwRec,
+    },
     /// Probes a suspected node; its `Pong` brings it back into broadcasts.
     Ping,
     Pong,
-    Rep { rid: u64, rep: Rep },
+    Rep {
+        rid: u64,
+        rep: Rep,
+    },
 }
 
 /// A reply to a quorum round.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Rep {
-    Ts { version: Version },
-    Value { version: Version, value: Value, delinquent: bool },
-    Ack { delinquent: bool },
+    Ts {
+        version: Version,
+    },
+    Value {
+        version: Version,
+        value: Value,
+        delinquent: bool,
+    },
+    Ack {
+        delinquent: bool,
+    },
     Prop(PaxosRep),
     Acc(PaxosRep),
 }
@@ -141,9 +209,17 @@ pub enum Rep {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PaxosRep {
     /// Promised (or accepted); for a propose, the replica's current value.
-    Ack { version: Version, value: Value, delinquent: bool },
+    Ack {
+        version: Version,
+        value: Value,
+        delinquent: bool,
+    },
     /// Promised, but a value is accepted in this slot: help it first.
-    Accepted { ballot: Ballot, rec: RmwRec, delinquent: bool },
+    Accepted {
+        ballot: Ballot,
+        rec: RmwRec,
+        delinquent: bool,
+    },
     /// A higher ballot was promised.
     Nack { promised: Ballot },
     /// The slot is already committed: here is the last committed RMW.

@@ -5,7 +5,10 @@ use tandem_kite::simcheck::{run_seed, CheckOpts, Faults};
 
 #[test]
 fn fault_free_runs_complete() {
-    let opts = CheckOpts { faults: Some(Faults::default()), ..CheckOpts::default() };
+    let opts = CheckOpts {
+        faults: Some(Faults::default()),
+        ..CheckOpts::default()
+    };
     for seed in 0..3 {
         let r = run_seed(seed, &opts);
         assert!(r.violation.is_none(), "seed {seed}: {:?}", r.violation);
@@ -18,7 +21,12 @@ fn fault_free_runs_complete() {
 fn faulty_runs_complete() {
     for seed in 0..8 {
         let r = run_seed(seed, &CheckOpts::default());
-        eprintln!("seed {seed} [{}]: {} ops {:?}", r.faults.describe(), r.ops, r.stats);
+        eprintln!(
+            "seed {seed} [{}]: {} ops {:?}",
+            r.faults.describe(),
+            r.ops,
+            r.stats
+        );
         assert!(r.violation.is_none(), "seed {seed}: {:?}", r.violation);
     }
 }

@@ -4,7 +4,10 @@ use tandem_kite::explore::{explore_seed, ExploreOpts};
 use tandem_kite::{KiteConfig, Mutant};
 
 fn seeds() -> u64 {
-    std::env::var("KITE_EXPLORE_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000)
+    std::env::var("KITE_EXPLORE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000)
 }
 
 #[test]
@@ -24,13 +27,27 @@ fn correct_protocol_passes() {
 #[test]
 fn mutants_caught_by_random_order() {
     for m in Mutant::ALL {
-        let o = ExploreOpts { cfg: KiteConfig { mutant: Some(m), ..KiteConfig::default() }, ..ExploreOpts::default() };
+        let o = ExploreOpts {
+            cfg: KiteConfig {
+                mutant: Some(m),
+                ..KiteConfig::default()
+            },
+            ..ExploreOpts::default()
+        };
         let found = (0..seeds()).find_map(|seed| explore_seed(seed, &o).err().map(|e| (seed, e)));
         let required = Mutant::ALL[..5].contains(&m);
         match found {
-            Some((seed, e)) => eprintln!("{}: caught at seed {seed}: {}", m.name(), e.lines().next().unwrap_or("")),
+            Some((seed, e)) => eprintln!(
+                "{}: caught at seed {seed}: {}",
+                m.name(),
+                e.lines().next().unwrap_or("")
+            ),
             None if required => panic!("{} survived {} seeds of random order", m.name(), seeds()),
-            None => eprintln!("{}: not caught in {} seeds (a regression the scenarios cover)", m.name(), seeds()),
+            None => eprintln!(
+                "{}: not caught in {} seeds (a regression the scenarios cover)",
+                m.name(),
+                seeds()
+            ),
         }
     }
 }

@@ -5,12 +5,26 @@ use tandem_kite::lfd::{LfdBug, LfdKind, LfdWorkload};
 use tandem_kite::simcheck::{run_with, CheckOpts, Faults};
 
 fn run(kind: LfdKind, seeds: std::ops::Range<u64>, faults: Option<Faults>) {
-    let opts = CheckOpts { faults, ..CheckOpts::default() };
+    let opts = CheckOpts {
+        faults,
+        ..CheckOpts::default()
+    };
     for seed in seeds {
         let work = LfdWorkload::new(kind, 4, 4, opts.sessions, seed);
         let r = run_with(seed, &opts, Box::new(work));
-        eprintln!("{} seed {seed} [{}]: {} calls {:?}", kind.name(), r.faults.describe(), r.ops, r.stats.paxos_retries);
-        assert!(r.violation.is_none(), "{} seed {seed}: {}", kind.name(), r.violation.unwrap());
+        eprintln!(
+            "{} seed {seed} [{}]: {} calls {:?}",
+            kind.name(),
+            r.faults.describe(),
+            r.ops,
+            r.stats.paxos_retries
+        );
+        assert!(
+            r.violation.is_none(),
+            "{} seed {seed}: {}",
+            kind.name(),
+            r.violation.unwrap()
+        );
     }
 }
 
@@ -37,18 +51,32 @@ fn structures_under_faults() {
 }
 
 fn first_caught(kind: LfdKind, bug: LfdBug) -> Option<(u64, String)> {
-    let opts = CheckOpts { faults: Some(Faults::default()), ..CheckOpts::default() };
+    let opts = CheckOpts {
+        faults: Some(Faults::default()),
+        ..CheckOpts::default()
+    };
     (1..=20).find_map(|seed| {
         let mut work = LfdWorkload::new(kind, 4, 4, opts.sessions, seed);
         work.bug = Some(bug);
-        run_with(seed, &opts, Box::new(work)).violation.map(|v| (seed, v))
+        run_with(seed, &opts, Box::new(work))
+            .violation
+            .map(|v| (seed, v))
     })
 }
 
 #[test]
 fn buggy_programs_are_caught() {
-    for (kind, bug) in [(LfdKind::Stack, LfdBug::PublishFirst), (LfdKind::Queue, LfdBug::PublishFirst), (LfdKind::List, LfdBug::UnlinkUnmarked)] {
-        let (seed, v) = first_caught(kind, bug).unwrap_or_else(|| panic!("{} with {bug:?} passed 20 seeds", kind.name()));
-        eprintln!("{} {bug:?}: caught at seed {seed}: {}", kind.name(), v.lines().next().unwrap_or(""));
+    for (kind, bug) in [
+        (LfdKind::Stack, LfdBug::PublishFirst),
+        (LfdKind::Queue, LfdBug::PublishFirst),
+        (LfdKind::List, LfdBug::UnlinkUnmarked),
+    ] {
+        let (seed, v) = first_caught(kind, bug)
+            .unwrap_or_else(|| panic!("{} with {bug:?} passed 20 seeds", kind.name()));
+        eprintln!(
+            "{} {bug:?}: caught at seed {seed}: {}",
+            kind.name(),
+            v.lines().next().unwrap_or("")
+        );
     }
 }

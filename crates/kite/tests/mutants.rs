@@ -9,7 +9,14 @@ const BUDGET: u64 = 60;
 
 fn first_caught(m: Mutant, faults: Option<Faults>) -> Option<(u64, String)> {
     let base = CheckOpts::default();
-    let opts = CheckOpts { faults, cfg: KiteConfig { mutant: Some(m), ..base.cfg }, ..base };
+    let opts = CheckOpts {
+        faults,
+        cfg: KiteConfig {
+            mutant: Some(m),
+            ..base.cfg
+        },
+        ..base
+    };
     (1..=BUDGET).find_map(|seed| {
         let s = check(&opts, seed, 1, |_| {});
         s.violations.first().map(|v| (seed, v.detail.clone()))
@@ -18,19 +25,35 @@ fn first_caught(m: Mutant, faults: Option<Faults>) -> Option<(u64, String)> {
 
 fn caught(m: Mutant, faults: Option<Faults>) {
     match first_caught(m, faults) {
-        Some((seed, detail)) => eprintln!("{}: caught at seed {seed}: {}", m.name(), detail.lines().next().unwrap_or("")),
+        Some((seed, detail)) => eprintln!(
+            "{}: caught at seed {seed}: {}",
+            m.name(),
+            detail.lines().next().unwrap_or("")
+        ),
         None => panic!("mutant {} survived {BUDGET} seeds", m.name()),
     }
 }
 
 #[test]
 fn release_without_barrier_is_caught() {
-    caught(Mutant::NoReleaseBarrier, Some(Faults { partition: true, ..Faults::default() }));
+    caught(
+        Mutant::NoReleaseBarrier,
+        Some(Faults {
+            partition: true,
+            ..Faults::default()
+        }),
+    );
 }
 
 #[test]
 fn acquire_skipping_delinquency_is_caught() {
-    caught(Mutant::SkipDelinquencyCheck, Some(Faults { sleep: true, ..Faults::default() }));
+    caught(
+        Mutant::SkipDelinquencyCheck,
+        Some(Faults {
+            sleep: true,
+            ..Faults::default()
+        }),
+    );
 }
 
 #[test]
@@ -40,15 +63,33 @@ fn paxos_accepting_lower_ballot_is_caught() {
 
 #[test]
 fn abd_without_write_back_is_caught() {
-    caught(Mutant::NoWriteBack, Some(Faults { slow: true, ..Faults::default() }));
+    caught(
+        Mutant::NoWriteBack,
+        Some(Faults {
+            slow: true,
+            ..Faults::default()
+        }),
+    );
 }
 
 #[test]
 fn slow_path_without_refresh_is_caught() {
-    caught(Mutant::NoSlowPathRefresh, Some(Faults { sleep: true, ..Faults::default() }));
+    caught(
+        Mutant::NoSlowPathRefresh,
+        Some(Faults {
+            sleep: true,
+            ..Faults::default()
+        }),
+    );
 }
 
 #[test]
 fn stale_dm_cover_is_caught() {
-    caught(Mutant::StaleCover, Some(Faults { partition: true, ..Faults::default() }));
+    caught(
+        Mutant::StaleCover,
+        Some(Faults {
+            partition: true,
+            ..Faults::default()
+        }),
+    );
 }

@@ -40,7 +40,10 @@ pub struct PersistOrder {
 
 impl PersistOrder {
     fn new(n: usize) -> PersistOrder {
-        PersistOrder { n, before: vec![false; n * n] }
+        PersistOrder {
+            n,
+            before: vec![false; n * n],
+        }
     }
 
     fn add(&mut self, a: EventId, b: EventId) {
@@ -119,15 +122,25 @@ fn bep_edges(t: &Trace, p: &mut PersistOrder) {
     let epoch = t.epochs();
     let writes = t.writes();
     for &a in &writes {
-        for &b in writes.iter().filter(|&&b| t.po(a, b) && epoch[a] < epoch[b]) {
+        for &b in writes
+            .iter()
+            .filter(|&&b| t.po(a, b) && epoch[a] < epoch[b])
+        {
             p.add(a, b);
         }
     }
     for (r, ev) in t.events.iter().enumerate() {
-        let Some(w) = ev.read_from().filter(|&w| t.events[w].thread != ev.thread) else { continue };
-        let source = writes.iter().filter(|&&a| t.events[a].thread == t.events[w].thread && epoch[a] <= epoch[w]);
+        let Some(w) = ev.read_from().filter(|&w| t.events[w].thread != ev.thread) else {
+            continue;
+        };
+        let source = writes
+            .iter()
+            .filter(|&&a| t.events[a].thread == t.events[w].thread && epoch[a] <= epoch[w]);
         for &a in source {
-            for &b in writes.iter().filter(|&&b| t.events[b].thread == ev.thread && epoch[b] >= epoch[r]) {
+            for &b in writes
+                .iter()
+                .filter(|&&b| t.events[b].thread == ev.thread && epoch[b] >= epoch[r])
+            {
                 p.add(a, b);
             }
         }
@@ -161,7 +174,11 @@ impl PersistOrder {
     /// not, the first pair (by event order) that shows it.
     pub fn check(&self, t: &Trace, image: &BTreeSet<EventId>) -> Result<(), Witness> {
         for &present in image {
-            if let Some(missing) = t.writes().into_iter().find(|&w| !image.contains(&w) && self.before(w, present)) {
+            if let Some(missing) = t
+                .writes()
+                .into_iter()
+                .find(|&w| !image.contains(&w) && self.before(w, present))
+            {
                 return Err(Witness { missing, present });
             }
         }
@@ -173,9 +190,19 @@ impl PersistOrder {
 pub fn legal_images(t: &Trace, model: Model) -> Result<Vec<BTreeSet<EventId>>, String> {
     let writes = t.writes();
     if writes.len() > 20 {
-        return Err(format!("{} writes: enumerating every image is for programs of at most 20", writes.len()));
+        return Err(format!(
+            "{} writes: enumerating every image is for programs of at most 20",
+            writes.len()
+        ));
     }
     let p = persist_order(t, model);
-    let images = (0u32..1 << writes.len()).map(|mask| writes.iter().enumerate().filter(|(i, _)| mask >> i & 1 == 1).map(|(_, &w)| w).collect::<BTreeSet<_>>());
+    let images = (0u32..1 << writes.len()).map(|mask| {
+        writes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask >> i & 1 == 1)
+            .map(|(_, &w)| w)
+            .collect::<BTreeSet<_>>()
+    });
     Ok(images.filter(|img| p.check(t, img).is_ok()).collect())
 }

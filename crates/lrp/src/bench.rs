@@ -85,7 +85,12 @@ pub fn bench(o: &BenchOpts) -> BenchResult {
 
 fn bench_lfd<L: Lfd>(o: &BenchOpts) -> BenchResult {
     let started = Instant::now();
-    let cfg = Config { nvm: o.nvm, seed: o.seed, ret_watermark: o.ret_watermark, ..Config::thesis(o.threads, heap_words(o)) };
+    let cfg = Config {
+        nvm: o.nvm,
+        seed: o.seed,
+        ret_watermark: o.ret_watermark,
+        ..Config::thesis(o.threads, heap_words(o))
+    };
     let m = Rc::new(RefCell::new(Machine::new(cfg, o.policy)));
     let mut rng = Rng::new(o.seed);
     let lfd = prefill::<L>(&m, o, &mut rng);
@@ -96,7 +101,11 @@ fn bench_lfd<L: Lfd>(o: &BenchOpts) -> BenchResult {
         let body: Body = Box::pin(async move {
             for _ in 0..ops {
                 let key = 1 + rng.below(range);
-                let op = if rng.chance(0.5) { Op::Insert(key) } else { Op::Delete(key) };
+                let op = if rng.chance(0.5) {
+                    Op::Insert(key)
+                } else {
+                    Op::Delete(key)
+                };
                 lfd.apply(&mem, op).await;
             }
         });
@@ -106,12 +115,23 @@ fn bench_lfd<L: Lfd>(o: &BenchOpts) -> BenchResult {
     let mb = m.borrow();
     let stats = mb.core.stats.clone();
     let critical_share = stats.critical as f64 / stats.persists.max(1) as f64;
-    BenchResult { opts: o.clone(), cycles: mb.core.clock.iter().copied().max().unwrap_or(0), stats, critical_share, wall_seconds: started.elapsed().as_secs_f64() }
+    BenchResult {
+        opts: o.clone(),
+        cycles: mb.core.clock.iter().copied().max().unwrap_or(0),
+        stats,
+        critical_share,
+        wall_seconds: started.elapsed().as_secs_f64(),
+    }
 }
 
 fn prefill<L: Lfd>(m: &Rc<RefCell<Machine>>, o: &BenchOpts, rng: &mut Rng) -> L {
     let slot = Rc::new(Cell::new(None));
-    let (mem, out, size, keys) = (SimMem { m: m.clone(), t: 0 }, slot.clone(), o.size, prefill_keys(o, rng));
+    let (mem, out, size, keys) = (
+        SimMem { m: m.clone(), t: 0 },
+        slot.clone(),
+        o.size,
+        prefill_keys(o, rng),
+    );
     let body: Body = Box::pin(async move {
         let lfd = L::create_sized(&mem, None, size).await;
         for k in keys {
@@ -132,13 +152,24 @@ pub fn volatile(lfd: LfdKind, threads: usize, size: usize, ops: usize, seed: u64
         LfdKind::Hash => volatile_lfd::<crate::lfd::hash::Hash>(threads, size, ops, seed),
         LfdKind::Queue => volatile_lfd::<crate::lfd::queue::Queue>(threads, size, ops, seed),
         LfdKind::Bst => volatile_lfd::<crate::lfd::bst::Bst>(threads, size, ops, seed),
-        LfdKind::Skiplist => volatile_lfd::<crate::lfd::skiplist::Skiplist>(threads, size, ops, seed),
+        LfdKind::Skiplist => {
+            volatile_lfd::<crate::lfd::skiplist::Skiplist>(threads, size, ops, seed)
+        }
     }
 }
 
 fn volatile_lfd<L: Lfd + Send + Sync>(threads: usize, size: usize, ops: usize, seed: u64) -> f64 {
     use crate::pmem::{block_on, Atomics, Heap};
-    let o = BenchOpts { lfd: L::KIND, policy: PolicyKind::Nop, threads, size, ops, nvm: 0, ret_watermark: 0, seed };
+    let o = BenchOpts {
+        lfd: L::KIND,
+        policy: PolicyKind::Nop,
+        threads,
+        size,
+        ops,
+        nvm: 0,
+        ret_watermark: 0,
+        seed,
+    };
     let heap = Heap::new(heap_words(&o), crate::machine::LINE_WORDS);
     let mut rng = Rng::new(seed);
     let lfd = block_on(async {
@@ -157,7 +188,11 @@ fn volatile_lfd<L: Lfd + Send + Sync>(threads: usize, size: usize, ops: usize, s
             s.spawn(move || {
                 for _ in 0..ops {
                     let key = 1 + rng.below(range);
-                    let op = if rng.chance(0.5) { Op::Insert(key) } else { Op::Delete(key) };
+                    let op = if rng.chance(0.5) {
+                        Op::Insert(key)
+                    } else {
+                        Op::Delete(key)
+                    };
                     block_on(lfd.apply(&m, op));
                 }
             });

@@ -41,7 +41,17 @@ pub struct CheckOpts {
 
 impl CheckOpts {
     pub fn new(lfd: LfdKind, policy: PolicyKind) -> CheckOpts {
-        CheckOpts { lfd, policy, threads: 3, ops: 12, keys: 8, prefill: 4, mutant: None, images_per_point: 32, sample: None }
+        CheckOpts {
+            lfd,
+            policy,
+            threads: 3,
+            ops: 12,
+            keys: 8,
+            prefill: 4,
+            mutant: None,
+            images_per_point: 32,
+            sample: None,
+        }
     }
 
     /// The command that replays one seed.
@@ -102,22 +112,59 @@ fn execute<L: Lfd>(o: &CheckOpts, seed: u64) -> (Run, L) {
     m.borrow_mut().settle();
     let initial = {
         let mb = m.borrow();
-        lfd.recover(&Image { words: &mb.core.nvm, writers: &mb.core.nvm_writer }).expect("the prefilled structure is well-formed")
+        lfd.recover(&Image {
+            words: &mb.core.nvm,
+            writers: &mb.core.nvm_writer,
+        })
+        .expect("the prefilled structure is well-formed")
     };
-    let (nvm, nvm_writer) = (m.borrow().core.nvm.clone(), m.borrow().core.nvm_writer.clone());
+    let (nvm, nvm_writer) = (
+        m.borrow().core.nvm.clone(),
+        m.borrow().core.nvm_writer.clone(),
+    );
     let history = Rc::new(RefCell::new(Vec::new()));
-    let bodies = (0..o.threads).map(|t| Some(thread_body(SimMem { m: m.clone(), t }, lfd, o, rng.fork(), history.clone()))).collect();
+    let bodies = (0..o.threads)
+        .map(|t| {
+            Some(thread_body(
+                SimMem { m: m.clone(), t },
+                lfd,
+                o,
+                rng.fork(),
+                history.clone(),
+            ))
+        })
+        .collect();
     run(&m, bodies);
-    let mut lin: Vec<(usize, Op, Outcome)> = history.borrow().iter().filter_map(|&(op, out): &(Op, Outcome)| out.lin.map(|e| (e, op, out))).collect();
+    let mut lin: Vec<(usize, Op, Outcome)> = history
+        .borrow()
+        .iter()
+        .filter_map(|&(op, out): &(Op, Outcome)| out.lin.map(|e| (e, op, out)))
+        .collect();
     lin.sort_unstable_by_key(|x| x.0);
     let mut mb = m.borrow_mut();
-    let run = Run { trace: std::mem::take(&mut mb.core.trace), log: std::mem::take(&mut mb.log), steps: std::mem::take(&mut mb.steps), nvm, nvm_writer, initial, lin };
+    let run = Run {
+        trace: std::mem::take(&mut mb.core.trace),
+        log: std::mem::take(&mut mb.log),
+        steps: std::mem::take(&mut mb.steps),
+        nvm,
+        nvm_writer,
+        initial,
+        lin,
+    };
     (run, lfd)
 }
 
 fn setup<L: Lfd>(m: &Rc<RefCell<Machine>>, o: &CheckOpts, rng: &mut Rng) -> L {
     let slot = Rc::new(Cell::new(None));
-    let keys: Vec<u64> = (0..o.prefill).map(|i| if o.lfd == LfdKind::Queue { 1_000_000 + i as u64 } else { 1 + rng.below(o.keys) }).collect();
+    let keys: Vec<u64> = (0..o.prefill)
+        .map(|i| {
+            if o.lfd == LfdKind::Queue {
+                1_000_000 + i as u64
+            } else {
+                1 + rng.below(o.keys)
+            }
+        })
+        .collect();
     let (mem, out, mutant) = (SimMem { m: m.clone(), t: 0 }, slot.clone(), o.mutant);
     let body: Body = Box::pin(async move {
         let lfd = L::create(&mem, mutant).await;
@@ -130,12 +177,26 @@ fn setup<L: Lfd>(m: &Rc<RefCell<Machine>>, o: &CheckOpts, rng: &mut Rng) -> L {
     slot.take().expect("setup ran")
 }
 
-fn thread_body<L: Lfd>(mem: SimMem, lfd: L, o: &CheckOpts, mut rng: Rng, history: Rc<RefCell<Vec<(Op, Outcome)>>>) -> Body {
+fn thread_body<L: Lfd>(
+    mem: SimMem,
+    lfd: L,
+    o: &CheckOpts,
+    mut rng: Rng,
+    history: Rc<RefCell<Vec<(Op, Outcome)>>>,
+) -> Body {
     let (ops, keys, t) = (o.ops, o.keys, mem.t as u64);
     Box::pin(async move {
         for i in 0..ops as u64 {
-            let key = if L::KIND == LfdKind::Queue { (t + 1) << 32 | i } else { 1 + rng.below(keys) };
-            let op = if rng.chance(0.5) { Op::Insert(key) } else { Op::Delete(key) };
+            let key = if L::KIND == LfdKind::Queue {
+                (t + 1) << 32 | i
+            } else {
+                1 + rng.below(keys)
+            };
+            let op = if rng.chance(0.5) {
+                Op::Insert(key)
+            } else {
+                Op::Delete(key)
+            };
             let out = lfd.apply(&mem, op).await;
             history.borrow_mut().push((op, out));
         }
@@ -169,8 +230,18 @@ fn check_run<L: Lfd>(o: &CheckOpts, seed: u64) -> SeedResult {
     }
     for time in times {
         res.crash_points += 1;
-        if let Err((level, detail)) = crash.at_time(time, o.images_per_point, &mut res.images, |c| c.levels(&lfd)) {
-            res.violation = Some(Violation { seed, time, level, detail, replay: o.replay_command(seed) });
+        if let Err((level, detail)) =
+            crash.at_time(time, o.images_per_point, &mut res.images, |c| {
+                c.levels(&lfd)
+            })
+        {
+            res.violation = Some(Violation {
+                seed,
+                time,
+                level,
+                detail,
+                replay: o.replay_command(seed),
+            });
             break;
         }
     }
@@ -196,7 +267,17 @@ impl<'a> Crash<'a> {
         by_done.sort_by_key(|&i| (run.log[i].done, i));
         let cut = Cut::new(&run.trace, threads);
         let survived = vec![0; cut.by_addr.len()];
-        Crash { run, cut, nvm: run.nvm.clone(), writer: run.nvm_writer.clone(), by_done, landed: 0, rng: Rng::new(seed ^ 0xc4a5), survived, scratch: Vec::new() }
+        Crash {
+            run,
+            cut,
+            nvm: run.nvm.clone(),
+            writer: run.nvm_writer.clone(),
+            by_done,
+            landed: 0,
+            rng: Rng::new(seed ^ 0xc4a5),
+            survived,
+            scratch: Vec::new(),
+        }
     }
 
     fn apply(nvm: &mut [u64], writer: &mut [u32], p: &Persist) {
@@ -243,14 +324,25 @@ impl<'a> Crash<'a> {
     /// Visit the images of a crash at `time` (times must come in order): all
     /// of them when there are at most `cap`, else `cap` of them (none
     /// landed, all landed, random).
-    pub(crate) fn at_time<E>(&mut self, time: u64, cap: usize, images: &mut u64, mut visit: impl FnMut(&mut Self) -> Result<(), E>) -> Result<(), E> {
-        while self.landed < self.by_done.len() && self.run.log[self.by_done[self.landed]].done <= time {
+    pub(crate) fn at_time<E>(
+        &mut self,
+        time: u64,
+        cap: usize,
+        images: &mut u64,
+        mut visit: impl FnMut(&mut Self) -> Result<(), E>,
+    ) -> Result<(), E> {
+        while self.landed < self.by_done.len()
+            && self.run.log[self.by_done[self.landed]].done <= time
+        {
             let p = &self.run.log[self.by_done[self.landed]];
             Self::apply(&mut self.nvm, &mut self.writer, p);
             self.landed += 1;
         }
         let flight = self.in_flight(time);
-        let total: u64 = flight.iter().try_fold(1u64, |acc, v| acc.checked_mul(v.len() as u64 + 1)).unwrap_or(u64::MAX);
+        let total: u64 = flight
+            .iter()
+            .try_fold(1u64, |acc, v| acc.checked_mul(v.len() as u64 + 1))
+            .unwrap_or(u64::MAX);
         let count = total.min(cap as u64);
         let mut choice = vec![0usize; flight.len()];
         for k in 0..count {
@@ -262,7 +354,13 @@ impl<'a> Crash<'a> {
                 }
             } else {
                 for (c, v) in choice.iter_mut().zip(&flight) {
-                    *c = if k == 0 { 0 } else if k == 1 { v.len() } else { self.rng.below(v.len() as u64 + 1) as usize };
+                    *c = if k == 0 {
+                        0
+                    } else if k == 1 {
+                        v.len()
+                    } else {
+                        self.rng.below(v.len() as u64 + 1) as usize
+                    };
                 }
             }
             *images += 1;
@@ -279,7 +377,11 @@ impl<'a> Crash<'a> {
     }
 
     /// Land the chosen prefix of each line's persists; what to undo.
-    fn land(&mut self, flight: &[Vec<usize>], choice: &[usize]) -> Vec<(usize, Vec<u64>, Vec<u32>)> {
+    fn land(
+        &mut self,
+        flight: &[Vec<usize>],
+        choice: &[usize],
+    ) -> Vec<(usize, Vec<u64>, Vec<u32>)> {
         let mut undo = Vec::new();
         for (v, &c) in flight.iter().zip(choice) {
             if c == 0 {
@@ -288,7 +390,11 @@ impl<'a> Crash<'a> {
             let p = &self.run.log[v[c - 1]];
             let base = (p.line * crate::machine::LINE_WORDS) as usize;
             let n = p.words.len();
-            undo.push((base, self.nvm[base..base + n].to_vec(), self.writer[base..base + n].to_vec()));
+            undo.push((
+                base,
+                self.nvm[base..base + n].to_vec(),
+                self.writer[base..base + n].to_vec(),
+            ));
             Self::apply(&mut self.nvm, &mut self.writer, p);
         }
         undo
@@ -297,33 +403,62 @@ impl<'a> Crash<'a> {
     fn survivors(&mut self) {
         for (i, (addr, _)) in self.cut.by_addr.iter().enumerate() {
             let w = self.writer[*addr as usize];
-            self.survived[i] = if w == INITIAL { 0 } else { self.cut.survived(event_of(w)) };
+            self.survived[i] = if w == INITIAL {
+                0
+            } else {
+                self.cut.survived(event_of(w))
+            };
         }
     }
 
     /// The writes the image holds: each word's surviving write and those
     /// before it in coherence order.
     pub(crate) fn present_writes(&self) -> std::collections::BTreeSet<crate::trace::EventId> {
-        self.cut.by_addr.iter().zip(&self.survived).flat_map(|((_, w), &k)| w[..k].iter().copied()).collect()
+        self.cut
+            .by_addr
+            .iter()
+            .zip(&self.survived)
+            .flat_map(|((_, w), &k)| w[..k].iter().copied())
+            .collect()
     }
 
     /// The image is a consistent cut under RP; else a witness in words.
     pub(crate) fn rp_legal(&mut self) -> Result<(), String> {
-        self.cut.check(&self.survived, &mut self.scratch).map_err(|(missing, present)| {
-            let t = &self.run.trace;
-            format!("{} must persist before {}, which survived without it", t.describe(missing), t.describe(present))
-        })
+        self.cut
+            .check(&self.survived, &mut self.scratch)
+            .map_err(|(missing, present)| {
+                let t = &self.run.trace;
+                format!(
+                    "{} must persist before {}, which survived without it",
+                    t.describe(missing),
+                    t.describe(present)
+                )
+            })
     }
 
     /// The three levels; the failing one's name and what it found.
     fn levels(&mut self, lfd: &impl Lfd) -> Result<(), (&'static str, String)> {
         self.rp_legal().map_err(|w| ("image", w))?;
-        let img = Image { words: &self.nvm, writers: &self.writer };
+        let img = Image {
+            words: &self.nvm,
+            writers: &self.writer,
+        };
         let recovered = lfd.recover(&img).map_err(|e| ("structure", e))?;
-        let persisted = self.run.lin.iter().filter(|(e, ..)| self.cut.present(*e, &self.survived)).map(|&(_, op, out)| (op, out));
-        let expected = replay(lfd_kind(lfd), &self.run.initial, persisted).map_err(|e| ("linearizability", e))?;
+        let persisted = self
+            .run
+            .lin
+            .iter()
+            .filter(|(e, ..)| self.cut.present(*e, &self.survived))
+            .map(|&(_, op, out)| (op, out));
+        let expected = replay(lfd_kind(lfd), &self.run.initial, persisted)
+            .map_err(|e| ("linearizability", e))?;
         if expected != recovered {
-            return Err(("linearizability", format!("the persisted operations leave {expected:?} but the image holds {recovered:?}")));
+            return Err((
+                "linearizability",
+                format!(
+                    "the persisted operations leave {expected:?} but the image holds {recovered:?}"
+                ),
+            ));
         }
         Ok(())
     }
@@ -347,9 +482,24 @@ pub struct Report {
 }
 
 /// Check `seeds` seeds from `first`; `progress` hears about each seed.
-pub fn check(o: &CheckOpts, first: u64, seeds: u64, mut progress: impl FnMut(u64, &SeedResult)) -> Report {
+pub fn check(
+    o: &CheckOpts,
+    first: u64,
+    seeds: u64,
+    mut progress: impl FnMut(u64, &SeedResult),
+) -> Report {
     let start = Instant::now();
-    let mut r = Report { opts: o.clone(), first_seed: first, seeds, crash_points: 0, images: 0, seconds: 0.0, images_per_second: 0.0, violating_seeds: 0, violations: Vec::new() };
+    let mut r = Report {
+        opts: o.clone(),
+        first_seed: first,
+        seeds,
+        crash_points: 0,
+        images: 0,
+        seconds: 0.0,
+        images_per_second: 0.0,
+        violating_seeds: 0,
+        violations: Vec::new(),
+    };
     for seed in first..first + seeds {
         let s = check_seed(o, seed);
         r.crash_points += s.crash_points;
@@ -380,12 +530,25 @@ pub fn explain(o: &CheckOpts, seed: u64, words: &[u64]) -> String {
     let line = |a: u64| a / crate::machine::LINE_WORDS;
     let lines: Vec<u64> = words.iter().map(|&w| line(w)).collect();
     let mut out = String::new();
-    for (e, ev) in run.trace.events.iter().enumerate().filter(|(_, ev)| lines.contains(&line(ev.addr))) {
+    for (e, ev) in run
+        .trace
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, ev)| lines.contains(&line(ev.addr)))
+    {
         out += &format!("{} from {:?}\n", run.trace.describe(e), ev.read_from());
     }
     for p in run.log.iter().filter(|p| lines.contains(&p.line)) {
-        let writers: Vec<_> = p.writers.iter().map(|&w| crate::machine::event_of(w)).collect();
-        out += &format!("persist line {} by core {} issued {} done {}: writers {:?}\n", p.line, p.issuer, p.issue, p.done, writers);
+        let writers: Vec<_> = p
+            .writers
+            .iter()
+            .map(|&w| crate::machine::event_of(w))
+            .collect();
+        out += &format!(
+            "persist line {} by core {} issued {} done {}: writers {:?}\n",
+            p.line, p.issuer, p.issue, p.done, writers
+        );
     }
     out
 }

@@ -35,13 +35,23 @@ const NOT_A_WRITE: (u32, u32) = (u32::MAX, u32::MAX);
 impl Cut {
     pub fn new(t: &Trace, threads: usize) -> Cut {
         let n = t.events.len();
-        let mut cut = Cut { threads, pos: vec![NOT_A_WRITE; n], need: vec![0; n * threads], extra: vec![Vec::new(); n], by_thread: vec![Vec::new(); threads], by_addr: Vec::new(), slot: vec![(0, 0); n] };
+        let mut cut = Cut {
+            threads,
+            pos: vec![NOT_A_WRITE; n],
+            need: vec![0; n * threads],
+            extra: vec![Vec::new(); n],
+            by_thread: vec![Vec::new(); threads],
+            by_addr: Vec::new(),
+            slot: vec![(0, 0); n],
+        };
         let mut acquired = vec![vec![0u32; threads]; threads];
         let mut acquired_extra: Vec<Vec<EventId>> = vec![Vec::new(); threads];
         let mut addr_index = std::collections::HashMap::new();
         for (e, ev) in t.events.iter().enumerate() {
             let th = ev.thread as usize;
-            if let Some(r) = ev.read_from().filter(|&r| ev.is_acquire() && t.events[r].is_release() && t.events[r].thread != ev.thread) {
+            if let Some(r) = ev.read_from().filter(|&r| {
+                ev.is_acquire() && t.events[r].is_release() && t.events[r].thread != ev.thread
+            }) {
                 let (rt, rp) = cut.pos[r];
                 for u in 0..threads {
                     acquired[th][u] = acquired[th][u].max(cut.need[r * threads + u]);
@@ -87,7 +97,11 @@ impl Cut {
     /// many of its writes survived (a prefix: the surviving one and those
     /// before it). Err((missing, present)): `missing` must persist before
     /// `present`, and only `present` survived.
-    pub fn check(&self, survived: &[usize], scratch: &mut Vec<u32>) -> Result<(), (EventId, EventId)> {
+    pub fn check(
+        &self,
+        survived: &[usize],
+        scratch: &mut Vec<u32>,
+    ) -> Result<(), (EventId, EventId)> {
         scratch.clear();
         scratch.resize(self.threads, u32::MAX);
         let first_lost = scratch;

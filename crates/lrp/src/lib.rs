@@ -39,7 +39,14 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 6] = [PolicyKind::Nop, PolicyKind::Sb, PolicyKind::Bb, PolicyKind::Arp, PolicyKind::Lrp, PolicyKind::Eager];
+    pub const ALL: [PolicyKind; 6] = [
+        PolicyKind::Nop,
+        PolicyKind::Sb,
+        PolicyKind::Bb,
+        PolicyKind::Arp,
+        PolicyKind::Lrp,
+        PolicyKind::Eager,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -53,7 +60,10 @@ impl PolicyKind {
     }
 
     pub fn parse(s: &str) -> Result<PolicyKind, String> {
-        PolicyKind::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| format!("unknown policy {s:?}; one of nop, sb, bb, arp, lrp, eager"))
+        PolicyKind::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown policy {s:?}; one of nop, sb, bb, arp, lrp, eager"))
     }
 
     /// It enforces RP (ARP and NOP do not).
@@ -135,7 +145,15 @@ impl Mutant {
     }
 
     pub fn parse(s: &str) -> Result<Mutant, String> {
-        Mutant::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| format!("unknown mutant {s:?}; one of {}", Mutant::ALL.map(|m| m.name()).join(", ")))
+        Mutant::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown mutant {s:?}; one of {}",
+                    Mutant::ALL.map(|m| m.name()).join(", ")
+                )
+            })
     }
 
     /// A bug in LRP's mechanism (only observable under `--policy lrp`).

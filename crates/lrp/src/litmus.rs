@@ -40,7 +40,11 @@ pub struct Program {
 
 impl Program {
     pub fn new(threads: Vec<Vec<Instr>>, watch: &[u64]) -> Program {
-        Program { threads, watch: watch.to_vec(), tweak: None }
+        Program {
+            threads,
+            watch: watch.to_vec(),
+            tweak: None,
+        }
     }
 }
 
@@ -58,7 +62,9 @@ impl Outcomes {
     }
 
     pub fn illegal(&self) -> impl Iterator<Item = (&Vec<u64>, &String)> {
-        self.images.iter().filter_map(|(v, r)| r.as_ref().err().map(|w| (v, w)))
+        self.images
+            .iter()
+            .filter_map(|(v, r)| r.as_ref().err().map(|w| (v, w)))
     }
 }
 
@@ -86,7 +92,11 @@ async fn exec(m: &SimMem, i: Instr, fills: &mut u64) {
 
 /// Execute `p` once; the run, ready for crashing.
 fn execute(p: &Program, policy: PolicyKind, mutant: Option<Mutant>, seed: u64) -> Run {
-    let mut cfg = Config::check(p.threads.len(), FILL_BASE + 64 * 64 * LINE_WORDS * p.threads.len() as u64, seed);
+    let mut cfg = Config::check(
+        p.threads.len(),
+        FILL_BASE + 64 * 64 * LINE_WORDS * p.threads.len() as u64,
+        seed,
+    );
     cfg.mutant = mutant;
     if let Some(f) = p.tweak {
         f(&mut cfg);
@@ -105,16 +115,39 @@ fn execute(p: &Program, policy: PolicyKind, mutant: Option<Mutant>, seed: u64) -
     run(&m, bodies.collect());
     let mut mb = m.borrow_mut();
     let (nvm, nvm_writer) = (vec![0; mb.core.nvm.len()], vec![0; mb.core.nvm.len()]);
-    Run { trace: std::mem::take(&mut mb.core.trace), log: std::mem::take(&mut mb.log), steps: std::mem::take(&mut mb.steps), nvm, nvm_writer, initial: Vec::new(), lin: Vec::new() }
+    Run {
+        trace: std::mem::take(&mut mb.core.trace),
+        log: std::mem::take(&mut mb.log),
+        steps: std::mem::take(&mut mb.steps),
+        nvm,
+        nvm_writer,
+        initial: Vec::new(),
+        lin: Vec::new(),
+    }
 }
 
 /// Every image of `p` over `seeds`, each crash point with up to `cap`
 /// images; `visit` also sees the trace, the writes each image holds and
 /// whether the linear-time check found it legal.
-pub fn explore(p: &Program, policy: PolicyKind, mutant: Option<Mutant>, seeds: std::ops::Range<u64>, cap: usize, mut visit: impl FnMut(&Trace, &BTreeSet<EventId>, bool)) -> Outcomes {
+pub fn explore(
+    p: &Program,
+    policy: PolicyKind,
+    mutant: Option<Mutant>,
+    seeds: std::ops::Range<u64>,
+    cap: usize,
+    mut visit: impl FnMut(&Trace, &BTreeSet<EventId>, bool),
+) -> Outcomes {
     let mut out = Outcomes::default();
     for seed in seeds {
-        let (_, images) = explore_seed(p, policy, mutant, seed, cap, &mut out.crash_images, &mut visit);
+        let (_, images) = explore_seed(
+            p,
+            policy,
+            mutant,
+            seed,
+            cap,
+            &mut out.crash_images,
+            &mut visit,
+        );
         out.runs += 1;
         for (values, verdict) in images {
             out.images.entry(values).or_insert(verdict);
@@ -124,7 +157,15 @@ pub fn explore(p: &Program, policy: PolicyKind, mutant: Option<Mutant>, seeds: s
 }
 
 /// One execution of `p` and the images its crash points reach.
-pub fn explore_seed(p: &Program, policy: PolicyKind, mutant: Option<Mutant>, seed: u64, cap: usize, count: &mut u64, mut visit: impl FnMut(&Trace, &BTreeSet<EventId>, bool)) -> (Trace, BTreeMap<Vec<u64>, Result<(), String>>) {
+pub fn explore_seed(
+    p: &Program,
+    policy: PolicyKind,
+    mutant: Option<Mutant>,
+    seed: u64,
+    cap: usize,
+    count: &mut u64,
+    mut visit: impl FnMut(&Trace, &BTreeSet<EventId>, bool),
+) -> (Trace, BTreeMap<Vec<u64>, Result<(), String>>) {
     let run = execute(p, policy, mutant, seed);
     let mut crash = Crash::new(&run, p.threads.len(), seed);
     let mut images = BTreeMap::new();
@@ -162,7 +203,11 @@ pub fn random_program(rng: &mut Rng, threads: usize, ops: usize, words: u64) -> 
             });
         }
     }
-    Program { threads: code, watch: (0..words).map(addr).collect(), tweak: None }
+    Program {
+        threads: code,
+        watch: (0..words).map(addr).collect(),
+        tweak: None,
+    }
 }
 
 /// The RP-legal images of one execution, each as the surviving write of
@@ -170,7 +215,15 @@ pub fn random_program(rng: &mut Rng, threads: usize, ops: usize, words: u64) -> 
 /// than 4096 candidates. Writes to other words survive as needed.
 pub fn legal_survivor_images(t: &Trace, watch: &[u64]) -> Option<BTreeSet<Vec<Option<EventId>>>> {
     let p = crate::persist_order(t, crate::Model::Rp);
-    let per: Vec<Vec<EventId>> = watch.iter().map(|&a| t.writes().into_iter().filter(|&w| t.events[w].addr == a).collect()).collect();
+    let per: Vec<Vec<EventId>> = watch
+        .iter()
+        .map(|&a| {
+            t.writes()
+                .into_iter()
+                .filter(|&w| t.events[w].addr == a)
+                .collect()
+        })
+        .collect();
     let total: usize = per.iter().map(|w| w.len() + 1).product();
     if total > 4096 {
         return None;
@@ -186,9 +239,22 @@ pub fn legal_survivor_images(t: &Trace, watch: &[u64]) -> Option<BTreeSet<Vec<Op
                 c
             })
             .collect();
-        let held: BTreeSet<EventId> = per.iter().zip(&survived).flat_map(|(w, &c)| w[..c].iter().copied()).collect();
-        if !held.iter().any(|&w| watched.iter().any(|&a| !held.contains(&a) && p.before(a, w))) {
-            out.insert(per.iter().zip(&survived).map(|(w, &c)| c.checked_sub(1).map(|i| w[i])).collect());
+        let held: BTreeSet<EventId> = per
+            .iter()
+            .zip(&survived)
+            .flat_map(|(w, &c)| w[..c].iter().copied())
+            .collect();
+        if !held.iter().any(|&w| {
+            watched
+                .iter()
+                .any(|&a| !held.contains(&a) && p.before(a, w))
+        }) {
+            out.insert(
+                per.iter()
+                    .zip(&survived)
+                    .map(|(w, &c)| c.checked_sub(1).map(|i| w[i]))
+                    .collect(),
+            );
         }
     }
     Some(out)
@@ -213,10 +279,31 @@ pub fn differential(rng_seed: u64, programs: usize, seeds: u64) -> Differential 
         for seed in 0..seeds {
             let mut reached = BTreeSet::new();
             let mut count = 0;
-            let (trace, _) = explore_seed(&p, PolicyKind::Lrp, None, seed, 4096, &mut count, |t, present, _| {
-                reached.insert(p.watch.iter().map(|&a| present.iter().rev().copied().find(|&e| t.events[e].addr == a)).collect::<Vec<_>>());
-            });
-            let Some(legal) = legal_survivor_images(&trace, &p.watch) else { continue };
+            let (trace, _) = explore_seed(
+                &p,
+                PolicyKind::Lrp,
+                None,
+                seed,
+                4096,
+                &mut count,
+                |t, present, _| {
+                    reached.insert(
+                        p.watch
+                            .iter()
+                            .map(|&a| {
+                                present
+                                    .iter()
+                                    .rev()
+                                    .copied()
+                                    .find(|&e| t.events[e].addr == a)
+                            })
+                            .collect::<Vec<_>>(),
+                    );
+                },
+            );
+            let Some(legal) = legal_survivor_images(&trace, &p.watch) else {
+                continue;
+            };
             d.executions += 1;
             d.reached += reached.len() as u64;
             d.legal += legal.len() as u64;
@@ -235,17 +322,39 @@ pub fn mutant_program(m: Mutant) -> Option<Program> {
     match m {
         // M2: three releases in a RET big enough to hold them; evicting the
         // third persists the other two newest first.
-        Mutant::ReleaseOrder => Some(Program { tweak: Some(big_ret), ..Program::new(vec![vec![Store(8, 1, Release), Store(16, 1, Release), Store(24, 1, Release), Fill(3, 2)]], &[8, 16, 24]) }),
+        Mutant::ReleaseOrder => Some(Program {
+            tweak: Some(big_ret),
+            ..Program::new(
+                vec![vec![
+                    Store(8, 1, Release),
+                    Store(16, 1, Release),
+                    Store(24, 1, Release),
+                    Fill(3, 2),
+                ]],
+                &[8, 16, 24],
+            )
+        }),
         // M6: x keeps min-epoch 14 past the wrap of 4-bit epochs.
         Mutant::EpochWrap => {
             let mut t0: Vec<_> = (1..=14).map(|i| Store(32, i, Release)).collect();
             t0.insert(13, Store(8, 1, Plain));
             t0.extend([Store(24, 1, Release), Store(16, 1, Release), Fill(2, 2)]);
-            Some(Program { tweak: Some(big_ret), ..Program::new(vec![t0], &[32, 8, 24, 16]) })
+            Some(Program {
+                tweak: Some(big_ret),
+                ..Program::new(vec![t0], &[32, 8, 24, 16])
+            })
         }
         // M7: five releases in a 4-entry RET; the dropped one is evicted.
         Mutant::RetOverflow => {
-            let t0 = vec![Store(32, 1, Plain), Store(8, 1, Release), Store(16, 1, Release), Store(24, 1, Release), Store(64, 1, Release), Store(72, 1, Release), Fill(1, 2)];
+            let t0 = vec![
+                Store(32, 1, Plain),
+                Store(8, 1, Release),
+                Store(16, 1, Release),
+                Store(24, 1, Release),
+                Store(64, 1, Release),
+                Store(72, 1, Release),
+                Fill(1, 2),
+            ];
             Some(Program::new(vec![t0], &[32, 8, 16, 24, 64, 72]))
         }
         _ => None,
@@ -256,7 +365,19 @@ pub fn mutant_program(m: Mutant) -> Option<Program> {
 /// programs (3 threads, up to 6 accesses on 4 words, 20 seeds each). The
 /// number of executions until an illegal image, or None within `budget`.
 pub fn hunt(m: Mutant, budget: u64) -> Option<u64> {
-    let caught = |p: &Program, seed: u64| explore(p, PolicyKind::Lrp, Some(m), seed..seed + 1, 64, |_, _, _| {}).illegal().next().is_some();
+    let caught = |p: &Program, seed: u64| {
+        explore(
+            p,
+            PolicyKind::Lrp,
+            Some(m),
+            seed..seed + 1,
+            64,
+            |_, _, _| {},
+        )
+        .illegal()
+        .next()
+        .is_some()
+    };
     if let Some(p) = mutant_program(m) {
         return (0..budget).find(|&s| caught(&p, s)).map(|s| s + 1);
     }

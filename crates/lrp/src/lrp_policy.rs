@@ -18,7 +18,10 @@ pub struct Lrp {
 
 impl Lrp {
     pub fn new(threads: usize) -> Lrp {
-        Lrp { epoch: vec![1; threads], ret: vec![VecDeque::new(); threads] }
+        Lrp {
+            epoch: vec![1; threads],
+            ret: vec![VecDeque::new(); threads],
+        }
     }
 
     /// A release starts a new epoch; on overflow every unpersisted line is
@@ -76,7 +79,11 @@ impl Lrp {
             }
         }
         let unordered = c.mutant(Mutant::ReleasesFirst);
-        let mut at = if unordered { c.now } else { c.now.max(c.pending[t]) };
+        let mut at = if unordered {
+            c.now
+        } else {
+            c.now.max(c.pending[t])
+        };
         releases.sort_unstable();
         if c.mutant(Mutant::ReleaseOrder) {
             releases.reverse();
@@ -142,7 +149,11 @@ impl Policy for Lrp {
         if !release {
             if !w.dirty {
                 let stale = c.mutant(Mutant::NoMinEpoch);
-                c.l1[t][way].epoch = if stale { (1 << c.cfg.epoch_bits) - 1 } else { self.epoch[t] };
+                c.l1[t][way].epoch = if stale {
+                    (1 << c.cfg.epoch_bits) - 1
+                } else {
+                    self.epoch[t]
+                };
             }
             return;
         }
@@ -165,7 +176,10 @@ impl Policy for Lrp {
         c.l1[t][way].epoch = self.epoch[t];
         c.l1[t][way].released = true;
         self.track_release(c, t, w.line);
-        debug_assert!(!c.stalled, "LRP's write hooks change state: they must not stall (the access would be retried)");
+        debug_assert!(
+            !c.stalled,
+            "LRP's write hooks change state: they must not stall (the access would be retried)"
+        );
     }
 
     fn after_acquire(&mut self, c: &mut Core, t: usize, line: u64, rmw: bool) {
@@ -173,7 +187,9 @@ impl Policy for Lrp {
             return;
         }
         // I3: a successful acquire-RMW waits until its write persisted.
-        let Some(way) = c.way(t, line).filter(|&w| c.l1[t][w].dirty) else { return };
+        let Some(way) = c.way(t, line).filter(|&w| c.l1[t][w].dirty) else {
+            return;
+        };
         let done = if c.l1[t][way].released {
             self.persist_released(c, t, way).1
         } else {
@@ -185,7 +201,9 @@ impl Policy for Lrp {
     }
 
     fn write_back(&mut self, c: &mut Core, owner: usize, line: u64, cause: Cause) -> u64 {
-        let Some(way) = c.way(owner, line) else { return c.now };
+        let Some(way) = c.way(owner, line) else {
+            return c.now;
+        };
         if !c.l1[owner][way].released {
             c.persist(owner, line);
             c.clean(owner, way);

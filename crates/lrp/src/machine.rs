@@ -86,7 +86,18 @@ impl Config {
     /// Small caches, a 4-entry RET and 4-bit epochs: evictions, RET
     /// pressure and epoch overflow all happen within a few dozen operations.
     pub fn check(threads: usize, words: u64, seed: u64) -> Config {
-        Config { l1_sets: 4, l1_ways: 2, epoch_bits: 4, ret_size: 4, ret_watermark: 3, jitter: 40, slow: 0.02, seed, record: true, ..Config::thesis(threads, words) }
+        Config {
+            l1_sets: 4,
+            l1_ways: 2,
+            epoch_bits: 4,
+            ret_size: 4,
+            ret_watermark: 3,
+            jitter: 40,
+            slow: 0.02,
+            seed,
+            record: true,
+            ..Config::thesis(threads, words)
+        }
     }
 }
 
@@ -259,7 +270,15 @@ impl Core {
         self.line_issue[line as usize] = at;
         self.pending[by] = self.pending[by].max(done);
         self.min_done = self.min_done.min(done);
-        self.inflight.push(Persist { line, issue: at, done, issuer: by, words, writers, waited: false });
+        self.inflight.push(Persist {
+            line,
+            issue: at,
+            done,
+            issuer: by,
+            words,
+            writers,
+            waited: false,
+        });
         self.stats.persists += 1;
         done
     }
@@ -289,7 +308,11 @@ impl Core {
         self.stalled = true;
         let from = self.clock[t];
         // On the critical path of the core that did the write-back (thesis Fig. 3.5).
-        for p in self.inflight.iter_mut().filter(|p| p.issuer == t && !p.waited && p.done > from && p.done <= until) {
+        for p in self
+            .inflight
+            .iter_mut()
+            .filter(|p| p.issuer == t && !p.waited && p.done > from && p.done <= until)
+        {
             p.waited = true;
             self.stats.critical += 1;
         }
@@ -305,7 +328,11 @@ impl Core {
 
     /// The dirty lines in `t`'s L1.
     pub fn dirty(&self, t: usize) -> impl Iterator<Item = (usize, Way)> + '_ {
-        self.l1[t].iter().copied().enumerate().filter(|(_, w)| w.valid && w.dirty)
+        self.l1[t]
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(_, w)| w.valid && w.dirty)
     }
 
     /// The line is no longer dirty in `t`'s L1 (its contents are on their way to NVM).
@@ -333,7 +360,8 @@ impl Core {
         let owner = self.owner[line as usize];
         let forwarded = owner != NONE && owner as usize != t;
         let held = self.way(t, line);
-        let transaction = forwarded || held.is_none() || (write && held.is_some_and(|w| !self.l1[t][w].dirty));
+        let transaction =
+            forwarded || held.is_none() || (write && held.is_some_and(|w| !self.l1[t][w].dirty));
         if transaction {
             self.queue_behind(t, line);
         }
@@ -364,7 +392,11 @@ impl Core {
         self.sharers[line as usize] |= 1 << t;
         self.lru_tick += 1;
         self.l1[t][way].lru = self.lru_tick;
-        let slow = if self.rng.chance(self.cfg.slow) { 50 * self.cfg.llc } else { 0 };
+        let slow = if self.rng.chance(self.cfg.slow) {
+            50 * self.cfg.llc
+        } else {
+            0
+        };
         self.clock[t] += cost + self.jitter() + slow;
         if transaction {
             self.line_busy[line as usize] = self.clock[t];
@@ -395,7 +427,10 @@ impl Core {
     fn fill(&mut self, pol: &mut dyn Policy, t: usize, line: u64) -> usize {
         let set = (line as usize % self.cfg.l1_sets) * self.cfg.l1_ways;
         let ways = set..set + self.cfg.l1_ways;
-        let victim = ways.clone().find(|&i| !self.l1[t][i].valid).unwrap_or_else(|| ways.min_by_key(|&i| self.l1[t][i].lru).unwrap());
+        let victim = ways
+            .clone()
+            .find(|&i| !self.l1[t][i].valid)
+            .unwrap_or_else(|| ways.min_by_key(|&i| self.l1[t][i].lru).unwrap());
         let old = self.l1[t][victim];
         if old.valid {
             if old.dirty {
@@ -405,7 +440,11 @@ impl Core {
             }
             self.drop_line(t, old.line);
         }
-        self.l1[t][victim] = Way { line, valid: true, ..Way::default() };
+        self.l1[t][victim] = Way {
+            line,
+            valid: true,
+            ..Way::default()
+        };
         victim
     }
 

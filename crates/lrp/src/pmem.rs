@@ -43,14 +43,20 @@ pub struct Heap {
 
 impl Heap {
     pub fn new(words: u64, reserved: u64) -> Arc<Heap> {
-        Arc::new(Heap { words: (0..words).map(|_| AtomicU64::new(0)).collect(), next: AtomicU64::new(reserved) })
+        Arc::new(Heap {
+            words: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            next: AtomicU64::new(reserved),
+        })
     }
 }
 
 impl Heap {
     /// The heap's words now (for reading a volatile run back with `recover`).
     pub fn snapshot(&self) -> Vec<u64> {
-        self.words.iter().map(|w| w.load(Ordering::Acquire)).collect()
+        self.words
+            .iter()
+            .map(|w| w.load(Ordering::Acquire))
+            .collect()
     }
 }
 
@@ -82,7 +88,10 @@ impl PMem for Atomics {
     }
     fn alloc(&self, words: u64) -> u64 {
         let at = self.0.next.fetch_add(words, Ordering::Relaxed);
-        assert!(at + words <= self.0.words.len() as u64, "volatile heap exhausted");
+        assert!(
+            at + words <= self.0.words.len() as u64,
+            "volatile heap exhausted"
+        );
         at
     }
     fn last_write(&self) -> Option<EventId> {

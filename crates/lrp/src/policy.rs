@@ -117,13 +117,23 @@ pub struct Epochs {
 
 impl Epochs {
     pub fn new(kind: Barrier, threads: usize) -> Epochs {
-        Epochs { kind, epoch: vec![1; threads], chain: vec![0; threads], dep: vec![0; threads], flag: vec![false; threads] }
+        Epochs {
+            kind,
+            epoch: vec![1; threads],
+            chain: vec![0; threads],
+            dep: vec![0; threads],
+            flag: vec![false; threads],
+        }
     }
 
     /// Persist `t`'s dirty lines of epochs up to `upto`, one epoch after
     /// another; returns when the last is acknowledged.
     fn flush(&mut self, c: &mut Core, t: usize, upto: u64) -> u64 {
-        let mut lines: Vec<(u64, usize, u64)> = c.dirty(t).filter(|(_, w)| w.epoch <= upto).map(|(i, w)| (w.epoch, i, w.line)).collect();
+        let mut lines: Vec<(u64, usize, u64)> = c
+            .dirty(t)
+            .filter(|(_, w)| w.epoch <= upto)
+            .map(|(i, w)| (w.epoch, i, w.line))
+            .collect();
         if lines.iter().any(|&(e, ..)| e == self.epoch[t]) {
             self.epoch[t] += 1;
         }
@@ -219,8 +229,14 @@ impl Policy for Epochs {
         c.l1[t][way].epoch = self.epoch[t];
     }
     fn write_back(&mut self, c: &mut Core, owner: usize, line: u64, cause: Cause) -> u64 {
-        let Some(way) = c.way(owner, line) else { return c.now };
-        let upto = if self.kind == Barrier::Sb { u64::MAX } else { c.l1[owner][way].epoch };
+        let Some(way) = c.way(owner, line) else {
+            return c.now;
+        };
+        let upto = if self.kind == Barrier::Sb {
+            u64::MAX
+        } else {
+            c.l1[owner][way].epoch
+        };
         let done = self.flush(c, owner, upto);
         match (cause, self.kind) {
             (Cause::Downgrade(req), Barrier::Bb | Barrier::Arp) => {

@@ -14,8 +14,8 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use crate::machine::{writer_of, Config, Core, Persist, INITIAL, LINE_WORDS};
-use crate::policy::{Barrier, Epochs, Eager, Nop, Policy};
 use crate::pmem::{noop_waker, PMem};
+use crate::policy::{Barrier, Eager, Epochs, Nop, Policy};
 use crate::trace::{EventId, Kind, Sync};
 use crate::PolicyKind;
 
@@ -62,7 +62,16 @@ const CHUNK: u64 = 64;
 impl Machine {
     pub fn new(cfg: Config, kind: PolicyKind) -> Machine {
         let threads = cfg.threads;
-        Machine { policy: policy(kind, threads), kind, core: Core::new(cfg), log: Vec::new(), steps: Vec::new(), arena: vec![(0, 0); threads], next_free: LINE_WORDS, last: vec![None; threads] }
+        Machine {
+            policy: policy(kind, threads),
+            kind,
+            core: Core::new(cfg),
+            log: Vec::new(),
+            steps: Vec::new(),
+            arena: vec![(0, 0); threads],
+            next_free: LINE_WORDS,
+            last: vec![None; threads],
+        }
     }
 
     fn begin(&mut self, t: usize) {
@@ -118,7 +127,14 @@ impl Machine {
     }
 
     /// Compare-and-swap, or None if the core stalled first (retry it).
-    pub fn cas(&mut self, t: usize, addr: u64, old: u64, new: u64, sync: Sync) -> Option<Result<u64, u64>> {
+    pub fn cas(
+        &mut self,
+        t: usize,
+        addr: u64,
+        old: u64,
+        new: u64,
+        sync: Sync,
+    ) -> Option<Result<u64, u64>> {
         self.begin(t);
         let r = self.write(t, addr, sync, true, |cur| (cur == old).then_some(new));
         self.finish(r.map(|(cur, wrote)| if wrote { Ok(cur) } else { Err(cur) }))
@@ -127,7 +143,14 @@ impl Machine {
     /// Get `addr`'s line exclusive and write `f(current)` if it is Some (a
     /// store, or a CAS that succeeds; a failed CAS is a read). None if the
     /// core stalled before the write could happen.
-    fn write(&mut self, t: usize, addr: u64, sync: Sync, rmw: bool, f: impl FnOnce(u64) -> Option<u64>) -> Option<(u64, bool)> {
+    fn write(
+        &mut self,
+        t: usize,
+        addr: u64,
+        sync: Sync,
+        rmw: bool,
+        f: impl FnOnce(u64) -> Option<u64>,
+    ) -> Option<(u64, bool)> {
         let line = addr / LINE_WORDS;
         let acq = rmw && acquire(sync);
         let (c, p) = (&mut self.core, &mut *self.policy);
@@ -156,7 +179,12 @@ impl Machine {
             return None;
         }
         c.mem[addr as usize] = val;
-        let e = c.record(t, addr, if rmw { Kind::Rmw { from } } else { Kind::Write }, sync);
+        let e = c.record(
+            t,
+            addr,
+            if rmw { Kind::Rmw { from } } else { Kind::Write },
+            sync,
+        );
         c.writer[addr as usize] = e.map(writer_of).unwrap_or(INITIAL);
         c.dirty_way(t, way);
         self.last[t] = e;
@@ -177,7 +205,11 @@ impl Machine {
             *next = self.next_free;
             *end = *next + size;
             self.next_free += size;
-            assert!(self.next_free <= self.core.cfg.words, "simulated heap of {} words exhausted; raise its size", self.core.cfg.words);
+            assert!(
+                self.next_free <= self.core.cfg.words,
+                "simulated heap of {} words exhausted; raise its size",
+                self.core.cfg.words
+            );
         }
         let at = *next;
         *next += words;
@@ -276,16 +308,30 @@ pub fn run(m: &Rc<RefCell<Machine>>, mut bodies: Vec<Option<Body>>) {
     while done.get() < bodies.len() {
         let t = {
             let mb = m.borrow();
-            (0..bodies.len()).filter(|&t| bodies[t].is_some()).min_by_key(|&t| mb.core.clock[t]).unwrap()
+            (0..bodies.len())
+                .filter(|&t| bodies[t].is_some())
+                .min_by_key(|&t| mb.core.clock[t])
+                .unwrap()
         };
-        if bodies[t].as_mut().unwrap().as_mut().poll(&mut cx).is_ready() {
+        if bodies[t]
+            .as_mut()
+            .unwrap()
+            .as_mut()
+            .poll(&mut cx)
+            .is_ready()
+        {
             bodies[t] = None;
             done.set(done.get() + 1);
         }
         let mut mb = m.borrow_mut();
         if mb.core.cfg.record {
             let running = (0..bodies.len()).filter(|&t| bodies[t].is_some());
-            let step = Step { time: running.map(|t| mb.core.clock[t]).min().unwrap_or(mb.core.clock[t]) };
+            let step = Step {
+                time: running
+                    .map(|t| mb.core.clock[t])
+                    .min()
+                    .unwrap_or(mb.core.clock[t]),
+            };
             mb.steps.push(step);
         }
     }

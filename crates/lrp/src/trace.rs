@@ -16,10 +16,14 @@ pub enum Sync {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// A read, and the write it read from (None: the initial value).
-    Read { from: Option<EventId> },
+    Read {
+        from: Option<EventId>,
+    },
     Write,
     /// A read-modify-write (one event: its read and its write are atomic).
-    Rmw { from: Option<EventId> },
+    Rmw {
+        from: Option<EventId>,
+    },
     /// An explicit persist barrier (epoch persistency's; `addr` unused).
     Fence,
 }
@@ -45,7 +49,8 @@ impl Event {
 
     /// An acquire: a read or RMW with acquire semantics.
     pub fn is_acquire(&self) -> bool {
-        matches!(self.kind, Kind::Read { .. } | Kind::Rmw { .. }) && matches!(self.sync, Sync::Acquire | Sync::AcqRel)
+        matches!(self.kind, Kind::Read { .. } | Kind::Rmw { .. })
+            && matches!(self.sync, Sync::Acquire | Sync::AcqRel)
     }
 
     /// The write it read from, if it reads.
@@ -70,7 +75,12 @@ impl Trace {
     }
 
     fn push(&mut self, thread: u32, addr: u64, kind: Kind, sync: Sync) -> EventId {
-        self.events.push(Event { thread, addr, kind, sync });
+        self.events.push(Event {
+            thread,
+            addr,
+            kind,
+            sync,
+        });
         self.events.len() - 1
     }
 
@@ -114,7 +124,9 @@ impl Trace {
 
     /// The writes (what a crash image is made of).
     pub fn writes(&self) -> Vec<EventId> {
-        (0..self.events.len()).filter(|&e| self.events[e].writes()).collect()
+        (0..self.events.len())
+            .filter(|&e| self.events[e].writes())
+            .collect()
     }
 
     /// One event in words, for witnesses: `e12 (thread 0, release RMW of word 40)`.
@@ -132,6 +144,9 @@ impl Trace {
             Kind::Rmw { .. } => "RMW",
             Kind::Fence => return format!("e{e} (thread {}, persist barrier)", ev.thread),
         };
-        format!("e{e} (thread {}, {sync} {kind} of word {})", ev.thread, ev.addr)
+        format!(
+            "e{e} (thread {}, {sync} {kind} of word {})",
+            ev.thread, ev.addr
+        )
     }
 }

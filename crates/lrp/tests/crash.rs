@@ -8,7 +8,10 @@ use tandem_lrp::PolicyKind;
 
 /// Seeds per (structure, policy); `LRP_SEEDS` raises it.
 fn seeds() -> u64 {
-    std::env::var("LRP_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(40)
+    std::env::var("LRP_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40)
 }
 
 fn run(lfd: LfdKind, policy: PolicyKind, seeds: u64) -> Report {
@@ -18,11 +21,29 @@ fn run(lfd: LfdKind, policy: PolicyKind, seeds: u64) -> Report {
 #[test]
 fn the_rp_policies_never_leave_an_unrecoverable_image() {
     for lfd in LfdKind::ALL {
-        for policy in [PolicyKind::Lrp, PolicyKind::Sb, PolicyKind::Bb, PolicyKind::Eager] {
+        for policy in [
+            PolicyKind::Lrp,
+            PolicyKind::Sb,
+            PolicyKind::Bb,
+            PolicyKind::Eager,
+        ] {
             let r = run(lfd, policy, seeds());
-            assert!(r.crash_points > 0 && r.images > r.crash_points, "{} {}: images were checked", lfd.name(), policy.name());
+            assert!(
+                r.crash_points > 0 && r.images > r.crash_points,
+                "{} {}: images were checked",
+                lfd.name(),
+                policy.name()
+            );
             if let Some(v) = r.violations.first() {
-                panic!("{} under {}: {} violation at t={}: {}\nreplay: {}", lfd.name(), policy.name(), v.level, v.time, v.detail, v.replay);
+                panic!(
+                    "{} under {}: {} violation at t={}: {}\nreplay: {}",
+                    lfd.name(),
+                    policy.name(),
+                    v.level,
+                    v.time,
+                    v.detail,
+                    v.replay
+                );
             }
         }
     }
@@ -33,7 +54,12 @@ fn nop_and_arp_leave_unrecoverable_images() {
     for lfd in LfdKind::ALL {
         for policy in [PolicyKind::Nop, PolicyKind::Arp] {
             let r = run(lfd, policy, 10);
-            assert!(r.violating_seeds > 0, "{} under {}: no violation in 10 seeds", lfd.name(), policy.name());
+            assert!(
+                r.violating_seeds > 0,
+                "{} under {}: no violation in 10 seeds",
+                lfd.name(),
+                policy.name()
+            );
         }
     }
 }
@@ -47,5 +73,9 @@ fn a_violation_replays_from_its_seed() {
     let again = check(&o, 3, 1, |_, _| {});
     let (a, b) = (&first.violations[0], &again.violations[0]);
     assert_eq!((a.time, &a.detail), (b.time, &b.detail));
-    assert!(a.replay.contains("--seed 3") && a.replay.contains("--policy nop") && a.replay.contains("--lfd queue"));
+    assert!(
+        a.replay.contains("--seed 3")
+            && a.replay.contains("--policy nop")
+            && a.replay.contains("--lfd queue")
+    );
 }

@@ -23,7 +23,10 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
 
@@ -48,7 +51,10 @@ fn apply_model(model: &mut BTreeSet<u64>, op: Op) -> bool {
 /// Recover the heap as it is now, every word counted as written.
 fn recover_now<T: Lfd>(t: &T, heap: &Heap) -> Result<Vec<u64>, String> {
     let words = heap.snapshot();
-    t.recover(&Image { words: &words, writers: &vec![1u32; words.len()] })
+    t.recover(&Image {
+        words: &words,
+        writers: &vec![1u32; words.len()],
+    })
 }
 
 fn sequential<T: Lfd>(seed: u64) {
@@ -60,12 +66,23 @@ fn sequential<T: Lfd>(seed: u64) {
     for i in 0..2000 {
         let op = rng.op(1, 64);
         let out = block_on(t.apply(&m, op));
-        assert_eq!(out.ok, apply_model(&mut model, op), "{:?} op {i}: {op:?}", T::KIND);
+        assert_eq!(
+            out.ok,
+            apply_model(&mut model, op),
+            "{:?} op {i}: {op:?}",
+            T::KIND
+        );
         if i % 97 == 0 {
-            assert_eq!(recover_now(&t, &heap).unwrap(), model.iter().copied().collect::<Vec<_>>());
+            assert_eq!(
+                recover_now(&t, &heap).unwrap(),
+                model.iter().copied().collect::<Vec<_>>()
+            );
         }
     }
-    assert_eq!(recover_now(&t, &heap).unwrap(), model.into_iter().collect::<Vec<_>>());
+    assert_eq!(
+        recover_now(&t, &heap).unwrap(),
+        model.into_iter().collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -96,12 +113,24 @@ fn own_range(i: usize) -> Range<u64> {
 
 /// `ops` operations; with `mix`, half of them on the thread's own keys,
 /// whose outcomes must match its model exactly.
-fn work<T: Lfd>(t: &T, m: &Atomics, w: &mut Worker, rng: &mut Lcg, i: usize, ops: usize, mix: bool) {
+fn work<T: Lfd>(
+    t: &T,
+    m: &Atomics,
+    w: &mut Worker,
+    rng: &mut Lcg,
+    i: usize,
+    ops: usize,
+    mix: bool,
+) {
     for _ in 0..ops {
         if mix && rng.next() % 2 == 0 {
             let op = rng.op(own_range(i).start, OWN);
             let out = block_on(t.apply(m, op));
-            assert_eq!(out.ok, apply_model(&mut w.own, op), "thread {i}: {op:?} on its own key");
+            assert_eq!(
+                out.ok,
+                apply_model(&mut w.own, op),
+                "thread {i}: {op:?} on its own key"
+            );
         } else {
             let op = rng.op(1, SHARED);
             let ok = block_on(t.apply(m, op)).ok as i64;
@@ -119,13 +148,26 @@ fn work<T: Lfd>(t: &T, m: &Atomics, w: &mut Worker, rng: &mut Lcg, i: usize, ops
 fn check_counts(workers: &[Worker], keys: &[u64]) {
     for k in 1..=SHARED {
         let net: i64 = workers.iter().map(|w| w.net[k as usize]).sum();
-        assert!(net == 0 || net == 1, "key {k}: {net} more successful inserts than deletes");
-        assert_eq!(net == 1, keys.contains(&k), "key {k}: net {net} but recovered {keys:?}");
+        assert!(
+            net == 0 || net == 1,
+            "key {k}: {net} more successful inserts than deletes"
+        );
+        assert_eq!(
+            net == 1,
+            keys.contains(&k),
+            "key {k}: net {net} but recovered {keys:?}"
+        );
     }
 }
 
 /// Run `work` on every thread at once, each on its own `Atomics` handle.
-fn round<T: Lfd + Send + std::marker::Sync>(t: T, heap: &Arc<Heap>, workers: &mut [Worker], rngs: &mut [Lcg], mix: bool) {
+fn round<T: Lfd + Send + std::marker::Sync>(
+    t: T,
+    heap: &Arc<Heap>,
+    workers: &mut [Worker],
+    rngs: &mut [Lcg],
+    mix: bool,
+) {
     let start = Barrier::new(THREADS);
     std::thread::scope(|s| {
         for (i, (w, rng)) in workers.iter_mut().zip(rngs.iter_mut()).enumerate() {
@@ -141,19 +183,34 @@ fn round<T: Lfd + Send + std::marker::Sync>(t: T, heap: &Arc<Heap>, workers: &mu
 fn concurrent<T: Lfd + Send + std::marker::Sync>(seed: u64) {
     let heap = Heap::new(WORDS, 8);
     let t = block_on(T::create(&Atomics(heap.clone()), None));
-    let mut workers: Vec<Worker> = (0..THREADS).map(|_| Worker { net: vec![0; SHARED as usize + 1], own: BTreeSet::new() }).collect();
+    let mut workers: Vec<Worker> = (0..THREADS)
+        .map(|_| Worker {
+            net: vec![0; SHARED as usize + 1],
+            own: BTreeSet::new(),
+        })
+        .collect();
     let mut rngs: Vec<Lcg> = (0..THREADS).map(|i| Lcg(seed * 1000 + i as u64)).collect();
     // Phase 1: everyone on the shared keys.
     round(t, &heap, &mut workers, &mut rngs, false);
-    let keys = recover_now(&t, &heap).unwrap_or_else(|e| panic!("{:?} after phase 1: {e}", T::KIND));
+    let keys =
+        recover_now(&t, &heap).unwrap_or_else(|e| panic!("{:?} after phase 1: {e}", T::KIND));
     check_counts(&workers, &keys);
     // Phase 2: shared keys mixed with keys each thread owns.
     round(t, &heap, &mut workers, &mut rngs, true);
-    let keys = recover_now(&t, &heap).unwrap_or_else(|e| panic!("{:?} after phase 2: {e}", T::KIND));
+    let keys =
+        recover_now(&t, &heap).unwrap_or_else(|e| panic!("{:?} after phase 2: {e}", T::KIND));
     check_counts(&workers, &keys);
     for (i, w) in workers.iter().enumerate() {
-        let got: Vec<u64> = keys.iter().copied().filter(|k| own_range(i).contains(k)).collect();
-        assert_eq!(got, w.own.iter().copied().collect::<Vec<_>>(), "thread {i}'s own keys");
+        let got: Vec<u64> = keys
+            .iter()
+            .copied()
+            .filter(|k| own_range(i).contains(k))
+            .collect();
+        assert_eq!(
+            got,
+            w.own.iter().copied().collect::<Vec<_>>(),
+            "thread {i}'s own keys"
+        );
     }
 }
 
@@ -205,9 +262,17 @@ impl PMem for Logged {
 /// recover to the set before or after the operation under way. The first
 /// prefix that does not, if any.
 fn crash_prefixes<T: Lfd>(mutant: Option<Mutant>, seed: u64) -> Option<String> {
-    let m = Logged { mem: Atomics(Heap::new(1 << 16, 8)), log: RefCell::new(Vec::new()) };
+    let m = Logged {
+        mem: Atomics(Heap::new(1 << 16, 8)),
+        log: RefCell::new(Vec::new()),
+    };
     let t = block_on(T::create(&m, mutant));
-    let (mut ends, mut states, mut model, mut rng) = (vec![m.log.borrow().len()], vec![Vec::new()], BTreeSet::new(), Lcg(seed));
+    let (mut ends, mut states, mut model, mut rng) = (
+        vec![m.log.borrow().len()],
+        vec![Vec::new()],
+        BTreeSet::new(),
+        Lcg(seed),
+    );
     for _ in 0..400 {
         let op = rng.op(1, 24);
         block_on(t.apply(&m, op));
@@ -225,7 +290,10 @@ fn crash_prefixes<T: Lfd>(mutant: Option<Mutant>, seed: u64) -> Option<String> {
         if op == 0 {
             continue; // still creating
         }
-        let got = t.recover(&Image { words: &words, writers: &writers });
+        let got = t.recover(&Image {
+            words: &words,
+            writers: &writers,
+        });
         let ok = |s: &Vec<u64>| matches!(&got, Ok(k) if k == s);
         if !ok(&states[op - 1]) && !states.get(op).is_some_and(ok) {
             return Some(format!("after write {i} (op {op}): {got:?}"));
@@ -244,7 +312,8 @@ fn crash_prefixes_recover() {
 
 #[test]
 fn bst_early_publish_is_caught() {
-    let bad = crash_prefixes::<Bst>(Some(Mutant::BstEarlyPublish), 1).expect("the mutant leaves no unrecoverable prefix");
+    let bad = crash_prefixes::<Bst>(Some(Mutant::BstEarlyPublish), 1)
+        .expect("the mutant leaves no unrecoverable prefix");
     assert!(bad.contains("never written"), "{bad}");
 }
 
@@ -272,7 +341,11 @@ fn recover<T: Lfd>(t: &T, words: &[u64], writers: &[u32]) -> Result<Vec<u64>, St
 
 /// The word outside `r` that links to a node inside it (mask: pointer bits).
 fn link_into(words: &[u64], r: &Range<u64>, mask: u64) -> usize {
-    (0..words.len()).find(|&a| !r.contains(&(a as u64)) && words[a] & !mask != 0 && r.contains(&(words[a] & !mask))).expect("a link into the last insert's nodes")
+    (0..words.len())
+        .find(|&a| {
+            !r.contains(&(a as u64)) && words[a] & !mask != 0 && r.contains(&(words[a] & !mask))
+        })
+        .expect("a link into the last insert's nodes")
 }
 
 fn malformed<T: Lfd>(mask: u64) {
@@ -281,17 +354,25 @@ fn malformed<T: Lfd>(mask: u64) {
     // The last insert's nodes reachable but never written.
     let mut w = writers.clone();
     w[r[2].start as usize..r[2].end as usize].fill(0);
-    assert!(recover(&t, &words, &w).unwrap_err().contains("never written"));
+    assert!(recover(&t, &words, &w)
+        .unwrap_err()
+        .contains("never written"));
     // A link into them redirected to unwritten memory, then off the heap.
     let p = link_into(&words, &r[2], mask);
     for to in [r[2].end + 8, words.len() as u64 + 64] {
         let mut bad = words.clone();
         bad[p] = to;
-        assert!(recover(&t, &bad, &writers).is_err(), "{:?}: link to {to} accepted", T::KIND);
+        assert!(
+            recover(&t, &bad, &writers).is_err(),
+            "{:?}: link to {to} accepted",
+            T::KIND
+        );
     }
     // Key 30 rewritten as 5: out of order.
     let mut bad = words.clone();
-    let at = (r[2].start..r[2].end).find(|&a| words[a as usize] == 30).unwrap();
+    let at = (r[2].start..r[2].end)
+        .find(|&a| words[a as usize] == 30)
+        .unwrap();
     bad[at as usize] = 5;
     let e = recover(&t, &bad, &writers).unwrap_err();
     assert!(e.contains("order") || e.contains("range"), "{e}");
@@ -308,13 +389,21 @@ fn bst_malformed() {
     assert!(recover(&t, &bad, &writers).unwrap_err().contains("twice"));
     // Layout: insert 30 allocated its leaf, then the internal node above it.
     let (leaf, inner) = (r[2].start, r[2].start + 4);
-    let edge = (inner + 1..inner + 3).find(|&a| words[a as usize] == leaf).unwrap() as usize;
+    let edge = (inner + 1..inner + 3)
+        .find(|&a| words[a as usize] == leaf)
+        .unwrap() as usize;
     let mut flagged = words.clone();
     flagged[edge] |= 1;
-    assert_eq!(recover(&t, &flagged, &writers).unwrap(), vec![10, 20], "a flagged leaf is deleted");
+    assert_eq!(
+        recover(&t, &flagged, &writers).unwrap(),
+        vec![10, 20],
+        "a flagged leaf is deleted"
+    );
     let mut bad = words.clone();
     bad[p] |= 1;
-    assert!(recover(&t, &bad, &writers).unwrap_err().contains("flagged edge"));
+    assert!(recover(&t, &bad, &writers)
+        .unwrap_err()
+        .contains("flagged edge"));
 }
 
 #[test]
@@ -340,7 +429,9 @@ fn skiplist_upper_levels() {
     let (b, c) = (nodes[1] as usize, nodes[2] as usize);
     let mut bad = words.clone();
     bad[b + 2] = words[c + 2];
-    assert!(recover(&t, &bad, &writers).unwrap_err().contains("neither on level 0 nor deleted"));
+    assert!(recover(&t, &bad, &writers)
+        .unwrap_err()
+        .contains("neither on level 0 nor deleted"));
     // The same, with `tall` marked on every level: a delete half done.
     for l in 0..skiplist::height(tall) {
         bad[c + 2 + l] |= 1;

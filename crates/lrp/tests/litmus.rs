@@ -25,10 +25,27 @@ fn mp_persist_under_rp_is_a_chain() {
     let (t, [x, y, z]) = mp();
     let p = persist_order(&t, Model::Rp);
     assert!(p.before(x, y) && p.before(y, z) && p.before(x, z));
-    assert_eq!(p.check(&t, &set(&[y])), Err(Witness { missing: x, present: y }), "rule 1: the release cannot persist before x");
-    assert_eq!(p.check(&t, &set(&[x, z])), Err(Witness { missing: y, present: z }), "rules 3 and 2: z after the release");
+    assert_eq!(
+        p.check(&t, &set(&[y])),
+        Err(Witness {
+            missing: x,
+            present: y
+        }),
+        "rule 1: the release cannot persist before x"
+    );
+    assert_eq!(
+        p.check(&t, &set(&[x, z])),
+        Err(Witness {
+            missing: y,
+            present: z
+        }),
+        "rules 3 and 2: z after the release"
+    );
     let images = legal_images(&t, Model::Rp).unwrap();
-    assert_eq!(images, vec![set(&[]), set(&[x]), set(&[x, y]), set(&[x, y, z])]);
+    assert_eq!(
+        images,
+        vec![set(&[]), set(&[x]), set(&[x, y]), set(&[x, y, z])]
+    );
 }
 
 /// ARP lets the release persist before the write it publishes (§1.5,
@@ -37,10 +54,25 @@ fn mp_persist_under_rp_is_a_chain() {
 fn arp_lets_the_release_persist_first() {
     let (t, [x, y, z]) = mp();
     let p = persist_order(&t, Model::Arp);
-    assert!(p.check(&t, &set(&[y])).is_ok(), "ARP: the link may persist without the node");
-    assert_eq!(p.check(&t, &set(&[y, z])), Err(Witness { missing: x, present: z }));
+    assert!(
+        p.check(&t, &set(&[y])).is_ok(),
+        "ARP: the link may persist without the node"
+    );
+    assert_eq!(
+        p.check(&t, &set(&[y, z])),
+        Err(Witness {
+            missing: x,
+            present: z
+        })
+    );
     assert_eq!(legal_images(&t, Model::Arp).unwrap().len(), 6);
-    assert!(legal_images(&t, Model::Rp).unwrap().iter().all(|img| p.check(&t, img).is_ok()), "RP is stronger than ARP");
+    assert!(
+        legal_images(&t, Model::Rp)
+            .unwrap()
+            .iter()
+            .all(|img| p.check(&t, img).is_ok()),
+        "RP is stronger than ARP"
+    );
 }
 
 /// One-way-ness (§1.6): a write after a release is not ordered after it,
@@ -55,7 +87,13 @@ fn a_write_after_a_release_may_persist_first() {
     assert!(p.check(&t, &set(&[w2])).is_ok());
     assert!(p.before(w1, rel) && !p.before(rel, w2) && !p.before(w1, w2));
     let strict = persist_order(&t, Model::Strict);
-    assert_eq!(strict.check(&t, &set(&[w2])), Err(Witness { missing: w1, present: w2 }));
+    assert_eq!(
+        strict.check(&t, &set(&[w2])),
+        Err(Witness {
+            missing: w1,
+            present: w2
+        })
+    );
 }
 
 /// Rule 4: two writes of one thread to one address persist in order.
@@ -66,7 +104,13 @@ fn same_address_writes_persist_in_program_order() {
     let b = t.write(0, 7, Sync::Plain);
     let other = t.write(0, 8, Sync::Plain);
     let p = persist_order(&t, Model::Rp);
-    assert_eq!(p.check(&t, &set(&[b])), Err(Witness { missing: a, present: b }));
+    assert_eq!(
+        p.check(&t, &set(&[b])),
+        Err(Witness {
+            missing: a,
+            present: b
+        })
+    );
     assert!(p.check(&t, &set(&[other])).is_ok());
 }
 
@@ -113,9 +157,21 @@ fn bep_orders_whole_epochs() {
     let z = t.write(1, 3, Sync::Plain);
     let bep = persist_order(&t, Model::Bep);
     assert!(bep.before(x, y) && bep.before(y, w) && bep.before(y, z) && bep.before(x, z));
-    assert!(!bep.before(w, z) && !bep.before(z, w), "the reader's epoch follows y's epoch, not later ones");
+    assert!(
+        !bep.before(w, z) && !bep.before(z, w),
+        "the reader's epoch follows y's epoch, not later ones"
+    );
     let rp = persist_order(&t, Model::Rp);
-    assert!(rp.before(x, y) && rp.before(y, z) && !rp.before(y, w), "RP's release is one-way");
-    assert_eq!(bep.check(&t, &set(&[w])), Err(Witness { missing: x, present: w }));
+    assert!(
+        rp.before(x, y) && rp.before(y, z) && !rp.before(y, w),
+        "RP's release is one-way"
+    );
+    assert_eq!(
+        bep.check(&t, &set(&[w])),
+        Err(Witness {
+            missing: x,
+            present: w
+        })
+    );
     assert!(rp.check(&t, &set(&[w])).is_ok());
 }

@@ -24,8 +24,16 @@ fn the_mutant_programs_are_legal_under_correct_lrp() {
     for m in [Mutant::ReleaseOrder, Mutant::EpochWrap, Mutant::RetOverflow] {
         let p = mutant_program(m).expect("has a program");
         let o = explore(&p, PolicyKind::Lrp, None, 0..20, 64, |_, _, _| {});
-        assert!(o.illegal().next().is_none(), "{}: illegal without the mutant", m.name());
-        assert!(o.images.len() > 2, "{}: the program reaches several images", m.name());
+        assert!(
+            o.illegal().next().is_none(),
+            "{}: illegal without the mutant",
+            m.name()
+        );
+        assert!(
+            o.images.len() > 2,
+            "{}: the program reaches several images",
+            m.name()
+        );
     }
 }
 

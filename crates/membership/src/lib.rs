@@ -11,4 +11,7 @@
 
 mod membership;
 
-pub use membership::{FIRST_INCARNATION_ID, LAST_INCARNATION_ID, MAX_FD_REPLICAS, Command, Event, Membership, MembershipConfig, MembershipState, NodeState, NodeStatus};
+pub use membership::{
+    Command, Event, Membership, MembershipConfig, MembershipState, NodeState, NodeStatus,
+    FIRST_INCARNATION_ID, LAST_INCARNATION_ID, MAX_FD_REPLICAS,
+};

@@ -105,7 +105,11 @@ pub enum Command {
     /// Run log recovery for `ids` (all of `node`'s coordinators) on
     /// `on`, a live compute node, or on the membership service itself (`None`).
     /// Re-issued from the start if the recovering node fails (idempotent).
-    Recover { node: NodeId, ids: Vec<u16>, on: Option<NodeId> },
+    Recover {
+        node: NodeId,
+        ids: Vec<u16>,
+        on: Option<NodeId>,
+    },
     /// Add `ids` to every compute node's `failed_ids`: stealing may start.
     NotifyFailed { ids: Vec<u16> },
     /// Release stray locks of these failed ids, then answer `ScanDone`.
@@ -176,9 +180,18 @@ pub struct Membership {
 
 impl Membership {
     pub fn new(cfg: MembershipConfig) -> Self {
-        assert!(cfg.id_space >= 2 && cfg.id_space <= 1 << 16, "id space must be 2..=65536");
-        assert!((1..=MAX_FD_REPLICAS).contains(&cfg.fd_replicas), "1..={MAX_FD_REPLICAS} failure-detector replicas");
-        assert!(cfg.self_replica < cfg.fd_replicas, "self_replica must name one of the replicas");
+        assert!(
+            cfg.id_space >= 2 && cfg.id_space <= 1 << 16,
+            "id space must be 2..=65536"
+        );
+        assert!(
+            (1..=MAX_FD_REPLICAS).contains(&cfg.fd_replicas),
+            "1..={MAX_FD_REPLICAS} failure-detector replicas"
+        );
+        assert!(
+            cfg.self_replica < cfg.fd_replicas,
+            "self_replica must name one of the replicas"
+        );
         Membership {
             cfg,
             nodes: BTreeMap::new(),
@@ -203,7 +216,19 @@ impl Membership {
             next_id: self.next_id,
             recycled: self.recycled.clone(),
             failed_ids: self.failed_ids.clone(),
-            nodes: self.nodes.iter().map(|(&k, n)| (k, NodeState { ids: n.ids.clone(), status: n.status })).collect(),
+            nodes: self
+                .nodes
+                .iter()
+                .map(|(&k, n)| {
+                    (
+                        k,
+                        NodeState {
+                            ids: n.ids.clone(),
+                            status: n.status,
+                        },
+                    )
+                })
+                .collect(),
             version_blocks: self.version_blocks,
             incarnations: self.incarnations,
         }
@@ -257,15 +282,30 @@ impl Membership {
     /// declare everyone failed. Revocations and recoveries that were under
     /// way are not resumed by this: call [`Membership::reissue_after_restore`]
     /// and execute its commands.
-    pub fn restore(cfg: MembershipConfig, state: MembershipState, now_ns: u64) -> Result<Self, String> {
+    pub fn restore(
+        cfg: MembershipConfig,
+        state: MembershipState,
+        now_ns: u64,
+    ) -> Result<Self, String> {
         let mut m = Membership::new(cfg);
         let space = m.cfg.id_space;
         if state.next_id < 1 || state.next_id > space {
-            return Err(format!("stored next id {} is outside the id space 1..{space}", state.next_id));
+            return Err(format!(
+                "stored next id {} is outside the id space 1..{space}",
+                state.next_id
+            ));
         }
         let valid = |id: &u16| *id >= 1 && (*id as u32) < state.next_id;
-        if let Some(id) = state.recycled.iter().chain(&state.failed_ids).find(|id| !valid(id)) {
-            return Err(format!("stored id {id} was never handed out (next id {})", state.next_id));
+        if let Some(id) = state
+            .recycled
+            .iter()
+            .chain(&state.failed_ids)
+            .find(|id| !valid(id))
+        {
+            return Err(format!(
+                "stored id {id} was never handed out (next id {})",
+                state.next_id
+            ));
         }
         if !state.recycled.is_disjoint(&state.failed_ids) {
             return Err("a stored id is both failed and free".into());
@@ -273,14 +313,19 @@ impl Membership {
         let mut live = BTreeSet::new();
         for (node, n) in &state.nodes {
             if let Some(id) = n.ids.iter().find(|id| !valid(id)) {
-                return Err(format!("node {node} holds id {id}, which was never handed out"));
+                return Err(format!(
+                    "node {node} holds id {id}, which was never handed out"
+                ));
             }
             if matches!(n.status, NodeStatus::Failed | NodeStatus::Left) {
                 continue;
             }
             for id in &n.ids {
-                if !live.insert(*id) || state.recycled.contains(id) || state.failed_ids.contains(id) {
-                    return Err(format!("stored id {id} of node {node} is also held elsewhere, free or failed"));
+                if !live.insert(*id) || state.recycled.contains(id) || state.failed_ids.contains(id)
+                {
+                    return Err(format!(
+                        "stored id {id} of node {node} is also held elsewhere, free or failed"
+                    ));
                 }
             }
         }
@@ -288,7 +333,17 @@ impl Membership {
         m.nodes = state
             .nodes
             .into_iter()
-            .map(|(k, n)| (k, Node { ids: n.ids, seen_ns: [fresh; MAX_FD_REPLICAS as usize], status: n.status, recovering_for: Vec::new() }))
+            .map(|(k, n)| {
+                (
+                    k,
+                    Node {
+                        ids: n.ids,
+                        seen_ns: [fresh; MAX_FD_REPLICAS as usize],
+                        status: n.status,
+                        recovering_for: Vec::new(),
+                    },
+                )
+            })
             .collect();
         m.next_id = state.next_id;
         m.recycled = state.recycled;
@@ -310,14 +365,26 @@ impl Membership {
     pub fn reissue_after_restore(&mut self) -> Vec<Command> {
         let mut out = Vec::new();
         let (revoking, recovering): (Vec<NodeId>, Vec<NodeId>) = {
-            let of = |s: NodeStatus| self.nodes.iter().filter(move |(_, n)| n.status == s).map(|(k, _)| *k);
-            (of(NodeStatus::Revoking).collect(), of(NodeStatus::Recovering).collect())
+            let of = |s: NodeStatus| {
+                self.nodes
+                    .iter()
+                    .filter(move |(_, n)| n.status == s)
+                    .map(|(k, _)| *k)
+            };
+            (
+                of(NodeStatus::Revoking).collect(),
+                of(NodeStatus::Recovering).collect(),
+            )
         };
         for node in revoking {
             out.push(Command::Revoke { node });
         }
         for node in recovering {
-            if !self.nodes.values().any(|n| n.recovering_for.contains(&node)) {
+            if !self
+                .nodes
+                .values()
+                .any(|n| n.recovering_for.contains(&node))
+            {
                 let ids = self.nodes[&node].ids.clone();
                 self.start_recovery(node, ids, &mut out);
             }
@@ -332,7 +399,13 @@ impl Membership {
 
     /// When `node`'s last heartbeat arrived, at any replica.
     pub fn last_heartbeat_ns(&self, node: NodeId) -> Option<u64> {
-        self.nodes.get(&node).map(|n| n.seen_ns[..self.cfg.fd_replicas as usize].iter().copied().max().unwrap_or(0))
+        self.nodes.get(&node).map(|n| {
+            n.seen_ns[..self.cfg.fd_replicas as usize]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0)
+        })
     }
 
     /// For each failure-detector replica: how long before `now_ns` it last
@@ -341,8 +414,15 @@ impl Membership {
     pub fn replica_views(&self, node: NodeId, now_ns: u64) -> Vec<(Option<u64>, Option<u64>)> {
         (0..self.cfg.fd_replicas as usize)
             .map(|r| {
-                let at = if r == self.cfg.self_replica as usize { Some(now_ns) } else { self.reported_ns[r] };
-                let heard = self.nodes.get(&node).and_then(|n| at.map(|a| a.saturating_sub(n.seen_ns[r])));
+                let at = if r == self.cfg.self_replica as usize {
+                    Some(now_ns)
+                } else {
+                    self.reported_ns[r]
+                };
+                let heard = self
+                    .nodes
+                    .get(&node)
+                    .and_then(|n| at.map(|a| a.saturating_sub(n.seen_ns[r])));
                 (at.map(|a| now_ns.saturating_sub(a)), heard)
             })
             .collect()
@@ -367,11 +447,18 @@ impl Membership {
 
     /// The node that was given coordinator id `id`, most recently.
     pub fn owner_of(&self, id: u16) -> Option<NodeId> {
-        self.nodes.iter().filter(|(_, n)| n.ids.contains(&id)).map(|(k, _)| *k).last()
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.ids.contains(&id))
+            .map(|(k, _)| *k)
+            .last()
     }
 
     pub fn ids_of(&self, node: NodeId) -> &[u16] {
-        self.nodes.get(&node).map(|n| n.ids.as_slice()).unwrap_or(&[])
+        self.nodes
+            .get(&node)
+            .map(|n| n.ids.as_slice())
+            .unwrap_or(&[])
     }
 
     fn ids_in_use(&self) -> usize {
@@ -379,7 +466,10 @@ impl Membership {
     }
 
     fn alive(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes.iter().filter(|(_, n)| n.status == NodeStatus::Alive).map(|(id, _)| *id)
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.status == NodeStatus::Alive)
+            .map(|(id, _)| *id)
     }
 
     pub fn step(&mut self, now_ns: u64, event: Event) -> Vec<Command> {
@@ -447,7 +537,9 @@ impl Membership {
 
     fn join(&mut self, now_ns: u64, node: NodeId, coordinators: u16, out: &mut Vec<Command>) {
         let incarnation_ids = FIRST_INCARNATION_ID as u32..=LAST_INCARNATION_ID as u32;
-        if incarnation_ids.contains(&(node as u32)) && node as u32 >= FIRST_INCARNATION_ID as u32 + self.incarnations {
+        if incarnation_ids.contains(&(node as u32))
+            && node as u32 >= FIRST_INCARNATION_ID as u32 + self.incarnations
+        {
             let reason = format!("node id {node} was not handed out by this service (ids from {FIRST_INCARNATION_ID} to {LAST_INCARNATION_ID} are reserved for new incarnations)");
             out.push(Command::Reject { node, reason });
             return;
@@ -455,11 +547,22 @@ impl Membership {
         if let Some(n) = self.nodes.get(&node) {
             if n.status == NodeStatus::Alive {
                 // A retried join: answer with the same ids.
-                out.push(Command::AssignIds { node, ids: n.ids.clone() });
+                out.push(Command::AssignIds {
+                    node,
+                    ids: n.ids.clone(),
+                });
             } else if n.status == NodeStatus::Left {
-                out.push(Command::Reject { node, reason: format!("compute node {node} left; rejoin under a new node id") });
+                out.push(Command::Reject {
+                    node,
+                    reason: format!("compute node {node} left; rejoin under a new node id"),
+                });
             } else {
-                out.push(Command::Reject { node, reason: format!("compute node {node} was declared failed; rejoin under a new node id") });
+                out.push(Command::Reject {
+                    node,
+                    reason: format!(
+                        "compute node {node} was declared failed; rejoin under a new node id"
+                    ),
+                });
             }
             return;
         }
@@ -467,7 +570,10 @@ impl Membership {
         if coordinators == 0 || coordinators as usize > free {
             out.push(Command::Reject {
                 node,
-                reason: format!("{coordinators} coordinator ids requested, {free} available (id space {})", self.cfg.id_space),
+                reason: format!(
+                    "{coordinators} coordinator ids requested, {free} available (id space {})",
+                    self.cfg.id_space
+                ),
             });
             return;
         }
@@ -482,7 +588,15 @@ impl Membership {
             self.recycled.remove(&id);
             ids.push(id);
         }
-        self.nodes.insert(node, Node { ids: ids.clone(), seen_ns: [now_ns; MAX_FD_REPLICAS as usize], status: NodeStatus::Alive, recovering_for: Vec::new() });
+        self.nodes.insert(
+            node,
+            Node {
+                ids: ids.clone(),
+                seen_ns: [now_ns; MAX_FD_REPLICAS as usize],
+                status: NodeStatus::Alive,
+                recovering_for: Vec::new(),
+            },
+        );
         self.durable_epoch += 1;
         out.push(Command::AssignIds { node, ids });
     }
@@ -520,7 +634,10 @@ impl Membership {
         // minority cannot tell a dead node from its own isolation).
         let replicas = self.cfg.fd_replicas as usize;
         let reporting: Vec<usize> = (0..replicas)
-            .filter(|&r| r == self.cfg.self_replica as usize || self.reported_ns[r].is_some_and(|t| now_ns.saturating_sub(t) <= timeout))
+            .filter(|&r| {
+                r == self.cfg.self_replica as usize
+                    || self.reported_ns[r].is_some_and(|t| now_ns.saturating_sub(t) <= timeout)
+            })
             .collect();
         if reporting.len() < self.majority() {
             self.quorum_lost_ticks += 1;
@@ -529,13 +646,24 @@ impl Membership {
         // A replica vouches for a node if, as of its latest report, it had
         // heard the node within the timeout: a replica that just went quiet
         // abstains instead of voting against everyone.
-        let as_of: Vec<u64> = (0..replicas).map(|r| if r == self.cfg.self_replica as usize { now_ns } else { self.reported_ns[r].unwrap_or(0) }).collect();
+        let as_of: Vec<u64> = (0..replicas)
+            .map(|r| {
+                if r == self.cfg.self_replica as usize {
+                    now_ns
+                } else {
+                    self.reported_ns[r].unwrap_or(0)
+                }
+            })
+            .collect();
         let majority = self.majority();
         let late: Vec<NodeId> = self
             .nodes
             .iter()
             .filter(|(_, n)| {
-                let heard_by = reporting.iter().filter(|&&r| as_of[r].saturating_sub(n.seen_ns[r]) <= timeout).count();
+                let heard_by = reporting
+                    .iter()
+                    .filter(|&&r| as_of[r].saturating_sub(n.seen_ns[r]) <= timeout)
+                    .count();
                 n.status == NodeStatus::Alive && heard_by < majority
             })
             .map(|(id, _)| *id)
@@ -557,7 +685,11 @@ impl Membership {
     fn start_recovery(&mut self, node: NodeId, ids: Vec<u16>, out: &mut Vec<Command>) {
         let on = self.alive().next();
         if let Some(r) = on {
-            self.nodes.get_mut(&r).expect("alive").recovering_for.push(node);
+            self.nodes
+                .get_mut(&r)
+                .expect("alive")
+                .recovering_for
+                .push(node);
         }
         out.push(Command::Recover { node, ids, on });
     }
@@ -566,7 +698,9 @@ impl Membership {
         let used = self.ids_in_use() as f64 / (self.cfg.id_space - 1) as f64;
         if !self.scanning && used > self.cfg.recycle_threshold && !self.failed_ids.is_empty() {
             self.scanning = true;
-            out.push(Command::ScanStrayLocks { ids: self.failed_ids.iter().copied().collect() });
+            out.push(Command::ScanStrayLocks {
+                ids: self.failed_ids.iter().copied().collect(),
+            });
         }
     }
 
@@ -578,10 +712,16 @@ impl Membership {
             }
             for id in &n.ids {
                 assert!(seen.insert(*id), "id {id} held by two non-failed nodes");
-                assert!(!self.recycled.contains(id) && !self.failed_ids.contains(id), "live id {id} is free or failed");
+                assert!(
+                    !self.recycled.contains(id) && !self.failed_ids.contains(id),
+                    "live id {id} is free or failed"
+                );
             }
         }
-        assert!(self.recycled.is_disjoint(&self.failed_ids), "an id is both failed and free");
+        assert!(
+            self.recycled.is_disjoint(&self.failed_ids),
+            "an id is both failed and free"
+        );
     }
 }
 
@@ -596,16 +736,65 @@ mod tests {
     use super::*;
 
     fn m() -> Membership {
-        Membership::new(MembershipConfig { heartbeat_timeout_ns: 100, id_space: 64, recycle_threshold: 0.95, restore_grace_ns: 0, ..MembershipConfig::default() })
+        Membership::new(MembershipConfig {
+            heartbeat_timeout_ns: 100,
+            id_space: 64,
+            recycle_threshold: 0.95,
+            restore_grace_ns: 0,
+            ..MembershipConfig::default()
+        })
     }
 
     #[test]
     fn ids_are_unique_and_serialized_and_a_retry_gets_the_same() {
         let mut m = m();
-        assert_eq!(m.step(0, Event::Join { node: 1, coordinators: 3 }), vec![Command::AssignIds { node: 1, ids: vec![1, 2, 3] }]);
-        assert_eq!(m.step(0, Event::Join { node: 2, coordinators: 2 }), vec![Command::AssignIds { node: 2, ids: vec![4, 5] }]);
-        assert_eq!(m.step(0, Event::Join { node: 1, coordinators: 3 }), vec![Command::AssignIds { node: 1, ids: vec![1, 2, 3] }]);
-        match &m.step(0, Event::Join { node: 3, coordinators: 100 })[0] {
+        assert_eq!(
+            m.step(
+                0,
+                Event::Join {
+                    node: 1,
+                    coordinators: 3
+                }
+            ),
+            vec![Command::AssignIds {
+                node: 1,
+                ids: vec![1, 2, 3]
+            }]
+        );
+        assert_eq!(
+            m.step(
+                0,
+                Event::Join {
+                    node: 2,
+                    coordinators: 2
+                }
+            ),
+            vec![Command::AssignIds {
+                node: 2,
+                ids: vec![4, 5]
+            }]
+        );
+        assert_eq!(
+            m.step(
+                0,
+                Event::Join {
+                    node: 1,
+                    coordinators: 3
+                }
+            ),
+            vec![Command::AssignIds {
+                node: 1,
+                ids: vec![1, 2, 3]
+            }]
+        );
+        match &m.step(
+            0,
+            Event::Join {
+                node: 3,
+                coordinators: 100,
+            },
+        )[0]
+        {
             Command::Reject { reason, .. } => assert!(reason.contains("available")),
             c => panic!("{c:?}"),
         }
@@ -614,27 +803,68 @@ mod tests {
     #[test]
     fn a_silent_node_is_revoked_then_recovered_then_published_in_that_order() {
         let mut m = m();
-        m.step(0, Event::Join { node: 1, coordinators: 2 });
-        m.step(0, Event::Join { node: 2, coordinators: 2 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 2,
+            },
+        );
+        m.step(
+            0,
+            Event::Join {
+                node: 2,
+                coordinators: 2,
+            },
+        );
         m.step(90, Event::Heartbeat { node: 2 });
         assert_eq!(m.step(100, Event::Tick), vec![]);
         // Node 1 has been silent for 101 ns: revoke first, nothing else yet.
         assert_eq!(m.step(101, Event::Tick), vec![Command::Revoke { node: 1 }]);
         assert_eq!(m.failed_ids().len(), 0, "no stealing before recovery");
-        assert_eq!(m.step(102, Event::RecoveryDone { node: 1 }), vec![], "recovery cannot finish before revocation");
-        assert_eq!(m.step(103, Event::RevokeAcked { node: 1 }), vec![Command::Recover { node: 1, ids: vec![1, 2], on: Some(2) }]);
-        assert_eq!(m.step(104, Event::RecoveryDone { node: 1 }), vec![Command::NotifyFailed { ids: vec![1, 2] }]);
+        assert_eq!(
+            m.step(102, Event::RecoveryDone { node: 1 }),
+            vec![],
+            "recovery cannot finish before revocation"
+        );
+        assert_eq!(
+            m.step(103, Event::RevokeAcked { node: 1 }),
+            vec![Command::Recover {
+                node: 1,
+                ids: vec![1, 2],
+                on: Some(2)
+            }]
+        );
+        assert_eq!(
+            m.step(104, Event::RecoveryDone { node: 1 }),
+            vec![Command::NotifyFailed { ids: vec![1, 2] }]
+        );
         assert_eq!(m.status(1), Some(NodeStatus::Failed));
         // A late heartbeat of the failed node changes nothing; it cannot rejoin under its id.
         m.step(105, Event::Heartbeat { node: 1 });
         assert_eq!(m.status(1), Some(NodeStatus::Failed));
-        assert!(matches!(m.step(106, Event::Join { node: 1, coordinators: 2 })[0], Command::Reject { .. }));
+        assert!(matches!(
+            m.step(
+                106,
+                Event::Join {
+                    node: 1,
+                    coordinators: 2
+                }
+            )[0],
+            Command::Reject { .. }
+        ));
     }
 
     #[test]
     fn a_node_that_leaves_cleanly_is_not_declared_failed() {
         let mut m = m();
-        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 1,
+            },
+        );
         m.step(10, Event::Leave { node: 1 });
         for t in (20..400).step_by(20) {
             assert_eq!(m.step(t, Event::Tick), vec![]);
@@ -645,10 +875,20 @@ mod tests {
     #[test]
     fn a_paused_detector_does_not_declare_everyone_failed() {
         let mut m = m();
-        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 1,
+            },
+        );
         assert_eq!(m.step(40, Event::Tick), vec![]);
         // The detector stalls from 40 to 500: node 1's heartbeats could not be seen.
-        assert_eq!(m.step(500, Event::Tick), vec![], "a pause gives a grace period");
+        assert_eq!(
+            m.step(500, Event::Tick),
+            vec![],
+            "a pause gives a grace period"
+        );
         assert_eq!(m.pauses_detected, 1);
         // Ticking normally again, a node that stays silent is declared failed.
         let mut t = 500;
@@ -674,57 +914,141 @@ mod tests {
     #[test]
     fn a_detector_paused_repeatedly_still_declares_a_silent_node() {
         let mut m = m();
-        m.step(0, Event::Join { node: 1, coordinators: 1 });
-        m.step(0, Event::Join { node: 2, coordinators: 1 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 1,
+            },
+        );
+        m.step(
+            0,
+            Event::Join {
+                node: 2,
+                coordinators: 1,
+            },
+        );
         let mut t = 0;
         let mut declared = None;
         // Every 10 ns tick is followed by a 60 ns pause (longer than half the timeout).
         while t < 5_000 && declared.is_none() {
             t += 10;
             m.step(t, Event::Heartbeat { node: 2 });
-            if m.step(t, Event::Tick).contains(&Command::Revoke { node: 1 }) {
+            if m.step(t, Event::Tick)
+                .contains(&Command::Revoke { node: 1 })
+            {
                 declared = Some(t);
             }
             t += 60;
             m.step(t, Event::Heartbeat { node: 2 });
             m.step(t, Event::Tick);
         }
-        assert!(declared.is_some(), "node 1 never declared on a pausing detector");
-        assert_eq!(m.status(2), Some(NodeStatus::Alive), "the heartbeating node is never declared");
+        assert!(
+            declared.is_some(),
+            "node 1 never declared on a pausing detector"
+        );
+        assert_eq!(
+            m.status(2),
+            Some(NodeStatus::Alive),
+            "the heartbeating node is never declared"
+        );
     }
 
     #[test]
     fn recovery_is_reissued_when_the_recovering_node_fails() {
         let mut m = m();
         for n in 1..=3 {
-            m.step(0, Event::Join { node: n, coordinators: 1 });
+            m.step(
+                0,
+                Event::Join {
+                    node: n,
+                    coordinators: 1,
+                },
+            );
         }
         m.step(50, Event::Heartbeat { node: 2 });
         m.step(50, Event::Heartbeat { node: 3 });
         m.step(120, Event::Tick);
-        assert_eq!(m.step(121, Event::RevokeAcked { node: 1 }), vec![Command::Recover { node: 1, ids: vec![1], on: Some(2) }]);
+        assert_eq!(
+            m.step(121, Event::RevokeAcked { node: 1 }),
+            vec![Command::Recover {
+                node: 1,
+                ids: vec![1],
+                on: Some(2)
+            }]
+        );
         m.step(140, Event::Heartbeat { node: 3 });
         // Node 2, running node 1's recovery, goes silent.
         let cmds = m.step(151, Event::Tick);
-        assert_eq!(cmds, vec![Command::Revoke { node: 2 }, Command::Recover { node: 1, ids: vec![1], on: Some(3) }]);
+        assert_eq!(
+            cmds,
+            vec![
+                Command::Revoke { node: 2 },
+                Command::Recover {
+                    node: 1,
+                    ids: vec![1],
+                    on: Some(3)
+                }
+            ]
+        );
     }
 
     #[test]
     fn failed_ids_are_recycled_only_after_a_stray_lock_scan() {
-        let mut m = Membership::new(MembershipConfig { heartbeat_timeout_ns: 10, id_space: 21, recycle_threshold: 0.5, restore_grace_ns: 0, ..MembershipConfig::default() });
-        m.step(0, Event::Join { node: 1, coordinators: 8 });
-        m.step(0, Event::Join { node: 2, coordinators: 4 });
+        let mut m = Membership::new(MembershipConfig {
+            heartbeat_timeout_ns: 10,
+            id_space: 21,
+            recycle_threshold: 0.5,
+            restore_grace_ns: 0,
+            ..MembershipConfig::default()
+        });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 8,
+            },
+        );
+        m.step(
+            0,
+            Event::Join {
+                node: 2,
+                coordinators: 4,
+            },
+        );
         m.step(5, Event::Heartbeat { node: 2 });
         m.step(11, Event::Tick);
         m.step(11, Event::RevokeAcked { node: 1 });
         let cmds = m.step(12, Event::RecoveryDone { node: 1 });
         let ids: Vec<u16> = (1..=8).collect();
-        assert_eq!(cmds, vec![Command::NotifyFailed { ids: ids.clone() }, Command::ScanStrayLocks { ids: ids.clone() }]);
+        assert_eq!(
+            cmds,
+            vec![
+                Command::NotifyFailed { ids: ids.clone() },
+                Command::ScanStrayLocks { ids: ids.clone() }
+            ]
+        );
         // Before the scan answers, failed ids are not handed out.
-        assert!(matches!(m.step(13, Event::Join { node: 3, coordinators: 9 })[0], Command::Reject { .. }));
+        assert!(matches!(
+            m.step(
+                13,
+                Event::Join {
+                    node: 3,
+                    coordinators: 9
+                }
+            )[0],
+            Command::Reject { .. }
+        ));
         m.step(14, Event::ScanDone { ids });
         assert!(m.failed_ids().is_empty());
-        match &m.step(15, Event::Join { node: 3, coordinators: 9 })[0] {
+        match &m.step(
+            15,
+            Event::Join {
+                node: 3,
+                coordinators: 9,
+            },
+        )[0]
+        {
             Command::AssignIds { ids, .. } => assert_eq!(ids.len(), 9),
             c => panic!("{c:?}"),
         }
@@ -735,24 +1059,73 @@ mod tests {
     #[test]
     fn new_incarnations_get_fresh_node_ids_that_survive_a_restart() {
         let mut m = m();
-        m.step(0, Event::Join { node: 1, coordinators: 2 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 2,
+            },
+        );
         let epoch = m.durable_epoch();
         assert_eq!(m.new_incarnation(), Some(FIRST_INCARNATION_ID));
-        assert!(m.durable_epoch() > epoch, "an allocated node id is durable state");
+        assert!(
+            m.durable_epoch() > epoch,
+            "an allocated node id is durable state"
+        );
         assert_eq!(m.new_incarnation(), Some(FIRST_INCARNATION_ID + 1));
         // An allocated id joins like any node; one never handed out is refused.
-        assert_eq!(m.step(1, Event::Join { node: FIRST_INCARNATION_ID, coordinators: 2 }), vec![Command::AssignIds { node: FIRST_INCARNATION_ID, ids: vec![3, 4] }]);
-        match &m.step(1, Event::Join { node: FIRST_INCARNATION_ID + 2, coordinators: 1 })[0] {
-            Command::Reject { reason, .. } => assert!(reason.contains("not handed out"), "{reason}"),
+        assert_eq!(
+            m.step(
+                1,
+                Event::Join {
+                    node: FIRST_INCARNATION_ID,
+                    coordinators: 2
+                }
+            ),
+            vec![Command::AssignIds {
+                node: FIRST_INCARNATION_ID,
+                ids: vec![3, 4]
+            }]
+        );
+        match &m.step(
+            1,
+            Event::Join {
+                node: FIRST_INCARNATION_ID + 2,
+                coordinators: 1,
+            },
+        )[0]
+        {
+            Command::Reject { reason, .. } => {
+                assert!(reason.contains("not handed out"), "{reason}")
+            }
             c => panic!("{c:?}"),
         }
         // Ids above the range (the service's own node, checkers) are not affected.
-        assert!(matches!(m.step(1, Event::Join { node: LAST_INCARNATION_ID + 1, coordinators: 1 })[0], Command::AssignIds { .. }));
-        let mut r = Membership::restore(cfg(100, 0), serde_json::from_str(&serde_json::to_string(&m.snapshot()).unwrap()).unwrap(), 10).unwrap();
-        assert_eq!(r.new_incarnation(), Some(FIRST_INCARNATION_ID + 2), "a restored service never hands a node id out twice");
+        assert!(matches!(
+            m.step(
+                1,
+                Event::Join {
+                    node: LAST_INCARNATION_ID + 1,
+                    coordinators: 1
+                }
+            )[0],
+            Command::AssignIds { .. }
+        ));
+        let mut r = Membership::restore(
+            cfg(100, 0),
+            serde_json::from_str(&serde_json::to_string(&m.snapshot()).unwrap()).unwrap(),
+            10,
+        )
+        .unwrap();
+        assert_eq!(
+            r.new_incarnation(),
+            Some(FIRST_INCARNATION_ID + 2),
+            "a restored service never hands a node id out twice"
+        );
         // A state stored before incarnations existed reads as none handed out.
         let old = r#"{"next_id":1,"recycled":[],"failed_ids":[],"nodes":{}}"#;
-        let mut o = Membership::restore(cfg(100, 0), serde_json::from_str(old).unwrap(), 0).unwrap();
+        let mut o =
+            Membership::restore(cfg(100, 0), serde_json::from_str(old).unwrap(), 0).unwrap();
         assert_eq!(o.new_incarnation(), Some(FIRST_INCARNATION_ID));
     }
 
@@ -767,7 +1140,13 @@ mod tests {
     }
 
     fn cfg(timeout: u64, grace: u64) -> MembershipConfig {
-        MembershipConfig { heartbeat_timeout_ns: timeout, id_space: 64, recycle_threshold: 0.95, restore_grace_ns: grace, ..MembershipConfig::default() }
+        MembershipConfig {
+            heartbeat_timeout_ns: timeout,
+            id_space: 64,
+            recycle_threshold: 0.95,
+            restore_grace_ns: grace,
+            ..MembershipConfig::default()
+        }
     }
 
     /// Through JSON, as the `tandem membership` process stores it.
@@ -779,36 +1158,122 @@ mod tests {
     #[test]
     fn a_restored_service_keeps_ids_failures_and_statuses() {
         let mut m = Membership::new(cfg(100, 0));
-        m.step(0, Event::Join { node: 1, coordinators: 3 });
-        m.step(0, Event::Join { node: 2, coordinators: 2 });
-        m.step(0, Event::Join { node: 3, coordinators: 1 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 3,
+            },
+        );
+        m.step(
+            0,
+            Event::Join {
+                node: 2,
+                coordinators: 2,
+            },
+        );
+        m.step(
+            0,
+            Event::Join {
+                node: 3,
+                coordinators: 1,
+            },
+        );
         m.step(90, Event::Heartbeat { node: 2 });
         m.step(90, Event::Leave { node: 3 });
         m.step(101, Event::Tick);
         m.step(102, Event::RevokeAcked { node: 1 });
         m.step(103, Event::RecoveryDone { node: 1 });
         let epoch = m.durable_epoch();
-        assert_eq!((m.reserve_version_block(), m.reserve_version_block()), (1, 2));
-        assert!(m.durable_epoch() > epoch, "a reserved version block is durable state");
+        assert_eq!(
+            (m.reserve_version_block(), m.reserve_version_block()),
+            (1, 2)
+        );
+        assert!(
+            m.durable_epoch() > epoch,
+            "a reserved version block is durable state"
+        );
         let mut r = reload(&m, cfg(100, 0), 5_000);
         assert_eq!(r.snapshot(), m.snapshot());
-        assert_eq!(r.reserve_version_block(), 3, "a restored service never hands out a version block twice");
-        assert_eq!(r.failed_ids().iter().copied().collect::<Vec<_>>(), vec![1, 2, 3]);
-        assert_eq!((r.status(1), r.status(2), r.status(3)), (Some(NodeStatus::Failed), Some(NodeStatus::Alive), Some(NodeStatus::Left)));
+        assert_eq!(
+            r.reserve_version_block(),
+            3,
+            "a restored service never hands out a version block twice"
+        );
+        assert_eq!(
+            r.failed_ids().iter().copied().collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert_eq!(
+            (r.status(1), r.status(2), r.status(3)),
+            (
+                Some(NodeStatus::Failed),
+                Some(NodeStatus::Alive),
+                Some(NodeStatus::Left)
+            )
+        );
         // Ids are never handed out twice, a retried join gets the same ids,
         // and a failed node stays failed.
-        assert_eq!(r.step(5_000, Event::Join { node: 4, coordinators: 2 }), vec![Command::AssignIds { node: 4, ids: vec![7, 8] }]);
-        assert_eq!(r.step(5_000, Event::Join { node: 2, coordinators: 2 }), vec![Command::AssignIds { node: 2, ids: vec![4, 5] }]);
-        assert!(matches!(r.step(5_000, Event::Join { node: 1, coordinators: 3 })[0], Command::Reject { .. }));
+        assert_eq!(
+            r.step(
+                5_000,
+                Event::Join {
+                    node: 4,
+                    coordinators: 2
+                }
+            ),
+            vec![Command::AssignIds {
+                node: 4,
+                ids: vec![7, 8]
+            }]
+        );
+        assert_eq!(
+            r.step(
+                5_000,
+                Event::Join {
+                    node: 2,
+                    coordinators: 2
+                }
+            ),
+            vec![Command::AssignIds {
+                node: 2,
+                ids: vec![4, 5]
+            }]
+        );
+        assert!(matches!(
+            r.step(
+                5_000,
+                Event::Join {
+                    node: 1,
+                    coordinators: 3
+                }
+            )[0],
+            Command::Reject { .. }
+        ));
         assert_eq!(r.owner_of(1), Some(1));
-        assert!(r.reissue_after_restore().is_empty(), "nothing was under way");
+        assert!(
+            r.reissue_after_restore().is_empty(),
+            "nothing was under way"
+        );
     }
 
     #[test]
     fn after_a_restore_every_alive_node_gets_a_fresh_timeout_and_the_grace() {
         let mut m = Membership::new(cfg(100, 0));
-        m.step(0, Event::Join { node: 1, coordinators: 1 });
-        m.step(0, Event::Join { node: 2, coordinators: 1 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 1,
+            },
+        );
+        m.step(
+            0,
+            Event::Join {
+                node: 2,
+                coordinators: 1,
+            },
+        );
         // Restored long after the last heartbeat it knew of: nobody is failed yet.
         let mut r = reload(&m, cfg(100, 0), 1_000);
         for t in (1_000..=1_100).step_by(20) {
@@ -816,7 +1281,10 @@ mod tests {
             r.step(t, Event::Heartbeat { node: 2 });
         }
         // Node 1 never came back: one timeout after the restore it is revoked.
-        assert_eq!(r.step(1_101, Event::Tick), vec![Command::Revoke { node: 1 }]);
+        assert_eq!(
+            r.step(1_101, Event::Tick),
+            vec![Command::Revoke { node: 1 }]
+        );
         assert_eq!(r.status(2), Some(NodeStatus::Alive));
         // With a grace period, silence counts only after grace + timeout.
         let mut g = reload(&m, cfg(100, 500), 1_000);
@@ -825,46 +1293,119 @@ mod tests {
             assert_eq!(g.step(t, Event::Tick), vec![], "at {t}");
             t += 20;
         }
-        assert_eq!(g.step(1_620, Event::Tick).len(), 2, "both silent nodes are revoked after the grace");
+        assert_eq!(
+            g.step(1_620, Event::Tick).len(),
+            2,
+            "both silent nodes are revoked after the grace"
+        );
     }
 
     #[test]
     fn revocations_and_recoveries_under_way_are_reissued_after_a_restore() {
         let mut m = Membership::new(cfg(100, 0));
         for n in 1..=3 {
-            m.step(0, Event::Join { node: n, coordinators: 2 });
+            m.step(
+                0,
+                Event::Join {
+                    node: n,
+                    coordinators: 2,
+                },
+            );
         }
         m.step(90, Event::Heartbeat { node: 3 });
         // Nodes 1 and 2 are declared failed; 1's revocation is acknowledged,
         // then the service crashes before either finishes.
-        assert_eq!(m.step(101, Event::Tick), vec![Command::Revoke { node: 1 }, Command::Revoke { node: 2 }]);
-        assert_eq!(m.step(102, Event::RevokeAcked { node: 1 }), vec![Command::Recover { node: 1, ids: vec![1, 2], on: Some(3) }]);
+        assert_eq!(
+            m.step(101, Event::Tick),
+            vec![Command::Revoke { node: 1 }, Command::Revoke { node: 2 }]
+        );
+        assert_eq!(
+            m.step(102, Event::RevokeAcked { node: 1 }),
+            vec![Command::Recover {
+                node: 1,
+                ids: vec![1, 2],
+                on: Some(3)
+            }]
+        );
         let mut r = reload(&m, cfg(100, 0), 200);
-        assert_eq!((r.status(1), r.status(2)), (Some(NodeStatus::Recovering), Some(NodeStatus::Revoking)));
-        assert!(r.failed_ids().is_empty(), "nothing is published before recovery");
+        assert_eq!(
+            (r.status(1), r.status(2)),
+            (Some(NodeStatus::Recovering), Some(NodeStatus::Revoking))
+        );
+        assert!(
+            r.failed_ids().is_empty(),
+            "nothing is published before recovery"
+        );
         let cmds = r.reissue_after_restore();
-        assert_eq!(cmds, vec![Command::Revoke { node: 2 }, Command::Recover { node: 1, ids: vec![1, 2], on: Some(3) }]);
+        assert_eq!(
+            cmds,
+            vec![
+                Command::Revoke { node: 2 },
+                Command::Recover {
+                    node: 1,
+                    ids: vec![1, 2],
+                    on: Some(3)
+                }
+            ]
+        );
         // And the procedure goes on from there.
-        assert_eq!(r.step(201, Event::RecoveryDone { node: 1 }), vec![Command::NotifyFailed { ids: vec![1, 2] }]);
-        assert_eq!(r.step(202, Event::RevokeAcked { node: 2 }), vec![Command::Recover { node: 2, ids: vec![3, 4], on: Some(3) }]);
-        assert_eq!(r.step(203, Event::RecoveryDone { node: 2 }), vec![Command::NotifyFailed { ids: vec![3, 4] }]);
+        assert_eq!(
+            r.step(201, Event::RecoveryDone { node: 1 }),
+            vec![Command::NotifyFailed { ids: vec![1, 2] }]
+        );
+        assert_eq!(
+            r.step(202, Event::RevokeAcked { node: 2 }),
+            vec![Command::Recover {
+                node: 2,
+                ids: vec![3, 4],
+                on: Some(3)
+            }]
+        );
+        assert_eq!(
+            r.step(203, Event::RecoveryDone { node: 2 }),
+            vec![Command::NotifyFailed { ids: vec![3, 4] }]
+        );
         assert_eq!(r.failed_ids().len(), 4);
     }
 
     #[test]
     fn a_recycling_scan_that_was_due_is_reissued_after_a_restore() {
-        let c = MembershipConfig { heartbeat_timeout_ns: 10, id_space: 21, recycle_threshold: 0.5, restore_grace_ns: 0, ..MembershipConfig::default() };
+        let c = MembershipConfig {
+            heartbeat_timeout_ns: 10,
+            id_space: 21,
+            recycle_threshold: 0.5,
+            restore_grace_ns: 0,
+            ..MembershipConfig::default()
+        };
         let mut m = Membership::new(c.clone());
-        m.step(0, Event::Join { node: 1, coordinators: 8 });
-        m.step(0, Event::Join { node: 2, coordinators: 4 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 8,
+            },
+        );
+        m.step(
+            0,
+            Event::Join {
+                node: 2,
+                coordinators: 4,
+            },
+        );
         m.step(5, Event::Heartbeat { node: 2 });
         m.step(11, Event::Tick);
         m.step(11, Event::RevokeAcked { node: 1 });
         let ids: Vec<u16> = (1..=8).collect();
-        assert_eq!(m.step(12, Event::RecoveryDone { node: 1 })[1], Command::ScanStrayLocks { ids: ids.clone() });
+        assert_eq!(
+            m.step(12, Event::RecoveryDone { node: 1 })[1],
+            Command::ScanStrayLocks { ids: ids.clone() }
+        );
         // Crash before the scan answered: the restarted service scans again.
         let mut r = reload(&m, c, 100);
-        assert_eq!(r.reissue_after_restore(), vec![Command::ScanStrayLocks { ids: ids.clone() }]);
+        assert_eq!(
+            r.reissue_after_restore(),
+            vec![Command::ScanStrayLocks { ids: ids.clone() }]
+        );
         r.step(101, Event::ScanDone { ids });
         assert!(r.failed_ids().is_empty());
     }
@@ -872,7 +1413,13 @@ mod tests {
     #[test]
     fn a_corrupt_state_is_refused() {
         let mut m = Membership::new(cfg(100, 0));
-        m.step(0, Event::Join { node: 1, coordinators: 2 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 2,
+            },
+        );
         let good = m.snapshot();
         let mut s = good.clone();
         s.failed_ids.insert(1); // a live id cannot be failed
@@ -884,7 +1431,13 @@ mod tests {
         s.nodes.get_mut(&1).unwrap().ids.push(9); // never handed out
         assert!(Membership::restore(cfg(100, 0), s, 0).is_err());
         let mut s = good;
-        s.nodes.insert(2, NodeState { ids: vec![2], status: NodeStatus::Alive }); // held twice
+        s.nodes.insert(
+            2,
+            NodeState {
+                ids: vec![2],
+                status: NodeStatus::Alive,
+            },
+        ); // held twice
         assert!(Membership::restore(cfg(100, 0), s, 0).is_err());
     }
 
@@ -900,18 +1453,29 @@ mod tests {
             seed % n
         };
         for _ in 0..50 {
-            let mut m = Membership::new(MembershipConfig { heartbeat_timeout_ns: 50, id_space: 32, recycle_threshold: 0.3, restore_grace_ns: 0, ..MembershipConfig::default() });
+            let mut m = Membership::new(MembershipConfig {
+                heartbeat_timeout_ns: 50,
+                id_space: 32,
+                recycle_threshold: 0.3,
+                restore_grace_ns: 0,
+                ..MembershipConfig::default()
+            });
             let mut t = 0;
             for _ in 0..300 {
                 t += rnd(20);
                 let node = 1 + rnd(8) as u16;
                 let ev = match rnd(8) {
-                    0 => Event::Join { node, coordinators: 1 + rnd(3) as u16 },
+                    0 => Event::Join {
+                        node,
+                        coordinators: 1 + rnd(3) as u16,
+                    },
                     1 | 2 => Event::Heartbeat { node },
                     3 => Event::Leave { node },
                     4 => Event::RevokeAcked { node },
                     5 => Event::RecoveryDone { node },
-                    6 => Event::ScanDone { ids: m.failed_ids().iter().copied().collect() },
+                    6 => Event::ScanDone {
+                        ids: m.failed_ids().iter().copied().collect(),
+                    },
                     _ => Event::Tick,
                 };
                 let (before, epoch) = (m.snapshot(), m.durable_epoch());
@@ -922,7 +1486,13 @@ mod tests {
     }
 
     fn three_replicas(on: u8) -> MembershipConfig {
-        MembershipConfig { heartbeat_timeout_ns: 100, id_space: 64, fd_replicas: 3, self_replica: on, ..MembershipConfig::default() }
+        MembershipConfig {
+            heartbeat_timeout_ns: 100,
+            id_space: 64,
+            fd_replicas: 3,
+            self_replica: on,
+            ..MembershipConfig::default()
+        }
     }
 
     // Reference: pandora.txt §3.2.4 — a node is considered failed only when it
@@ -930,19 +1500,50 @@ mod tests {
     #[test]
     fn a_node_heard_by_a_majority_of_replicas_lives_and_one_heard_by_a_minority_fails() {
         let mut m = Membership::new(three_replicas(0));
-        m.step(0, Event::Join { node: 1, coordinators: 1 });
-        m.step(0, Event::Join { node: 2, coordinators: 1 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 1,
+            },
+        );
+        m.step(
+            0,
+            Event::Join {
+                node: 2,
+                coordinators: 1,
+            },
+        );
         for t in (20..=400).step_by(20) {
             // Node 1 reaches only replica 2 (a minority), node 2 only replicas 1 and 2.
-            m.step(t, Event::Relay { replica: 1, nodes: vec![2] });
-            m.step(t, Event::Relay { replica: 2, nodes: vec![1, 2] });
+            m.step(
+                t,
+                Event::Relay {
+                    replica: 1,
+                    nodes: vec![2],
+                },
+            );
+            m.step(
+                t,
+                Event::Relay {
+                    replica: 2,
+                    nodes: vec![1, 2],
+                },
+            );
             let cmds = m.step(t, Event::Tick);
             if t <= 100 {
                 assert!(cmds.is_empty(), "nobody is late yet at {t}");
             } else if t == 120 {
-                assert_eq!(cmds, vec![Command::Revoke { node: 1 }], "node 1 reached one replica of three");
+                assert_eq!(
+                    cmds,
+                    vec![Command::Revoke { node: 1 }],
+                    "node 1 reached one replica of three"
+                );
             } else {
-                assert!(cmds.is_empty(), "node 2 reached two replicas of three at {t}: {cmds:?}");
+                assert!(
+                    cmds.is_empty(),
+                    "node 2 reached two replicas of three at {t}: {cmds:?}"
+                );
             }
         }
         assert_eq!(m.status(2), Some(NodeStatus::Alive));
@@ -951,33 +1552,87 @@ mod tests {
     #[test]
     fn a_replica_that_stops_reporting_stops_vouching_and_without_a_majority_no_verdict_is_taken() {
         let mut m = Membership::new(three_replicas(0));
-        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 1,
+            },
+        );
         // Only the other two replicas hear node 1; both report until 200.
         for t in (20..=200).step_by(20) {
-            m.step(t, Event::Relay { replica: 1, nodes: vec![1] });
-            m.step(t, Event::Relay { replica: 2, nodes: vec![1] });
+            m.step(
+                t,
+                Event::Relay {
+                    replica: 1,
+                    nodes: vec![1],
+                },
+            );
+            m.step(
+                t,
+                Event::Relay {
+                    replica: 2,
+                    nodes: vec![1],
+                },
+            );
             assert!(m.step(t, Event::Tick).is_empty());
         }
         // Both followers go silent: this replica alone is a minority, so it
         // may not declare node 1 failed, however long the silence lasts.
         for t in (220..=1_000).step_by(20) {
-            assert!(m.step(t, Event::Tick).is_empty(), "a minority took a verdict at {t}");
+            assert!(
+                m.step(t, Event::Tick).is_empty(),
+                "a minority took a verdict at {t}"
+            );
         }
         assert!(m.quorum_lost_ticks > 0);
         // One follower comes back without having heard node 1: a majority
         // reports, and it did not hear node 1.
-        m.step(1_020, Event::Relay { replica: 1, nodes: vec![] });
-        assert_eq!(m.step(1_020, Event::Tick), vec![Command::Revoke { node: 1 }]);
+        m.step(
+            1_020,
+            Event::Relay {
+                replica: 1,
+                nodes: vec![],
+            },
+        );
+        assert_eq!(
+            m.step(1_020, Event::Tick),
+            vec![Command::Revoke { node: 1 }]
+        );
     }
 
     #[test]
     fn reports_from_unknown_replicas_count_for_nothing() {
         let mut m = Membership::new(three_replicas(1));
-        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 1,
+            },
+        );
         for t in (20..=300).step_by(20) {
-            m.step(t, Event::Relay { replica: 0, nodes: vec![] });
-            m.step(t, Event::Relay { replica: 1, nodes: vec![1] }); // claims to be us: ignored
-            m.step(t, Event::Relay { replica: 9, nodes: vec![1] }); // no such replica: ignored
+            m.step(
+                t,
+                Event::Relay {
+                    replica: 0,
+                    nodes: vec![],
+                },
+            );
+            m.step(
+                t,
+                Event::Relay {
+                    replica: 1,
+                    nodes: vec![1],
+                },
+            ); // claims to be us: ignored
+            m.step(
+                t,
+                Event::Relay {
+                    replica: 9,
+                    nodes: vec![1],
+                },
+            ); // no such replica: ignored
             let cmds = m.step(t, Event::Tick);
             assert_eq!(cmds.is_empty(), t <= 100, "at {t}: {cmds:?}");
             if !cmds.is_empty() {
@@ -989,20 +1644,44 @@ mod tests {
     #[test]
     fn a_replica_that_dies_abstains_and_the_others_keep_vouching() {
         let mut m = Membership::new(three_replicas(0));
-        m.step(0, Event::Join { node: 1, coordinators: 1 });
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 1,
+            },
+        );
         // Every replica hears node 1 until replica 2 dies at 200; then
         // replicas 0 and 1 (a majority) still do.
         for t in (20..=2_000).step_by(20) {
             m.step(t, Event::Heartbeat { node: 1 });
-            m.step(t, Event::Relay { replica: 1, nodes: vec![1] });
+            m.step(
+                t,
+                Event::Relay {
+                    replica: 1,
+                    nodes: vec![1],
+                },
+            );
             if t <= 200 {
-                m.step(t, Event::Relay { replica: 2, nodes: vec![1] });
+                m.step(
+                    t,
+                    Event::Relay {
+                        replica: 2,
+                        nodes: vec![1],
+                    },
+                );
             }
             assert!(m.step(t, Event::Tick).is_empty(), "false positive at {t}");
         }
         // Node 1 dies: the two live replicas stop hearing it.
         for t in (2_020..=2_200).step_by(20) {
-            m.step(t, Event::Relay { replica: 1, nodes: vec![] });
+            m.step(
+                t,
+                Event::Relay {
+                    replica: 1,
+                    nodes: vec![],
+                },
+            );
             let cmds = m.step(t, Event::Tick);
             assert_eq!(cmds.is_empty(), t <= 2_100, "at {t}: {cmds:?}");
             if !cmds.is_empty() {

@@ -22,11 +22,24 @@ pub struct Client<Op, R> {
 
 impl<Op: Serialize, R: DeserializeOwned> Client<Op, R> {
     /// Connect session `session` (unique in the cluster) to the node at `addr`.
-    pub fn connect(addr: SocketAddr, secret: u64, session: SessionId, timeout: Duration) -> io::Result<Self> {
-        let w = TcpStream::connect_timeout(&addr, timeout).map_err(|e| io::Error::new(e.kind(), format!("cannot reach node at {addr}: {e}")))?;
+    pub fn connect(
+        addr: SocketAddr,
+        secret: u64,
+        session: SessionId,
+        timeout: Duration,
+    ) -> io::Result<Self> {
+        let w = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot reach node at {addr}: {e}")))?;
         w.set_nodelay(true)?;
         w.set_read_timeout(Some(timeout))?;
-        let mut c = Client { frames: Frames::new(w.try_clone()?), w, session, next_req: 0, addr, _types: std::marker::PhantomData };
+        let mut c = Client {
+            frames: Frames::new(w.try_clone()?),
+            w,
+            session,
+            next_req: 0,
+            addr,
+            _types: std::marker::PhantomData,
+        };
         c.w.write_all(&frame(&Hello::Client { secret }))?;
         Ok(c)
     }
@@ -39,9 +52,18 @@ impl<Op: Serialize, R: DeserializeOwned> Client<Op, R> {
     pub fn call(&mut self, op: Op) -> io::Result<R> {
         let req = self.next_req;
         self.next_req += 1;
-        self.w.write_all(&frame(&ClientReq { session: self.session, req, op }))?;
+        self.w.write_all(&frame(&ClientReq {
+            session: self.session,
+            req,
+            op,
+        }))?;
         loop {
-            let r: ClientResp<R> = self.frames.next()?.ok_or_else(|| io::Error::new(io::ErrorKind::ConnectionAborted, format!("node at {} closed the session", self.addr)))?;
+            let r: ClientResp<R> = self.frames.next()?.ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    format!("node at {} closed the session", self.addr),
+                )
+            })?;
             if r.req == req && r.session == self.session {
                 return Ok(r.result);
             }
@@ -52,7 +74,12 @@ impl<Op: Serialize, R: DeserializeOwned> Client<Op, R> {
 /// What [`Mux::poll`] found.
 #[derive(Debug)]
 pub enum MuxEvent<R> {
-    Reply { node: usize, session: SessionId, req: u64, result: R },
+    Reply {
+        node: usize,
+        session: SessionId,
+        req: u64,
+        result: R,
+    },
     /// The stream to node `node` closed: its sessions' calls have unknown outcomes.
     Lost { node: usize },
 }
@@ -73,7 +100,15 @@ pub struct Mux<Op, R> {
 impl<Op: Serialize, R: DeserializeOwned> Mux<Op, R> {
     pub fn new(nodes: Vec<SocketAddr>, secret: u64, timeout: Duration) -> io::Result<Self> {
         let conns = nodes.iter().map(|_| None).collect();
-        Ok(Mux { poll: mio::Poll::new()?, events: mio::Events::with_capacity(256), nodes, secret, timeout, conns, _types: std::marker::PhantomData })
+        Ok(Mux {
+            poll: mio::Poll::new()?,
+            events: mio::Events::with_capacity(256),
+            nodes,
+            secret,
+            timeout,
+            conns,
+            _types: std::marker::PhantomData,
+        })
     }
 
     pub fn nodes(&self) -> usize {
@@ -85,12 +120,19 @@ impl<Op: Serialize, R: DeserializeOwned> Mux<Op, R> {
     pub fn send(&mut self, node: usize, session: SessionId, req: u64, op: Op) -> io::Result<()> {
         if self.conns[node].is_none() {
             let addr = self.nodes[node];
-            let mut c = crate::conn::Conn::connect(addr, self.timeout).map_err(|e| io::Error::new(e.kind(), format!("cannot reach node at {addr}: {e}")))?;
+            let mut c = crate::conn::Conn::connect(addr, self.timeout).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot reach node at {addr}: {e}"))
+            })?;
             c.register(self.poll.registry(), mio::Token(node))?;
-            c.queue(&Hello::Client { secret: self.secret });
+            c.queue(&Hello::Client {
+                secret: self.secret,
+            });
             self.conns[node] = Some(c);
         }
-        self.conns[node].as_mut().expect("connected above").queue(&ClientReq { session, req, op });
+        self.conns[node]
+            .as_mut()
+            .expect("connected above")
+            .queue(&ClientReq { session, req, op });
         Ok(())
     }
 
@@ -98,7 +140,10 @@ impl<Op: Serialize, R: DeserializeOwned> Mux<Op, R> {
     /// them (and streams lost) to `out`.
     pub fn poll(&mut self, wait: Duration, out: &mut Vec<MuxEvent<R>>) -> io::Result<()> {
         for node in 0..self.conns.len() {
-            if self.conns[node].as_mut().is_some_and(|c| c.flush().is_err()) {
+            if self.conns[node]
+                .as_mut()
+                .is_some_and(|c| c.flush().is_err())
+            {
                 self.lose(node, out);
             }
         }
@@ -108,10 +153,17 @@ impl<Op: Serialize, R: DeserializeOwned> Mux<Op, R> {
         }
         let ready: Vec<usize> = self.events.iter().map(|e| e.token().0).collect();
         for node in ready {
-            let Some(c) = self.conns[node].as_mut() else { continue };
+            let Some(c) = self.conns[node].as_mut() else {
+                continue;
+            };
             let mut bad = false;
             let end = c.read_frames(|b| match crate::conn::decode::<ClientResp<R>>(b) {
-                Ok(r) => out.push(MuxEvent::Reply { node, session: r.session, req: r.req, result: r.result }),
+                Ok(r) => out.push(MuxEvent::Reply {
+                    node,
+                    session: r.session,
+                    req: r.req,
+                    result: r.result,
+                }),
                 Err(_) => bad = true,
             });
             if bad || !matches!(end, Ok(crate::conn::ReadEnd::Open)) || c.flush().is_err() {
@@ -130,9 +182,18 @@ impl<Op: Serialize, R: DeserializeOwned> Mux<Op, R> {
 }
 
 /// Ask the node at `addr` what it has done so far (messages, requests, persists).
-pub fn node_stats(addr: SocketAddr, secret: u64, timeout: Duration) -> io::Result<crate::wire::NodeStats> {
+pub fn node_stats(
+    addr: SocketAddr,
+    secret: u64,
+    timeout: Duration,
+) -> io::Result<crate::wire::NodeStats> {
     let mut w = TcpStream::connect_timeout(&addr, timeout)?;
     w.set_read_timeout(Some(timeout))?;
     w.write_all(&frame(&Hello::Stats { secret }))?;
-    Frames::new(w).next()?.ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, format!("node at {addr} closed before its stats")))
+    Frames::new(w).next()?.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("node at {addr} closed before its stats"),
+        )
+    })
 }

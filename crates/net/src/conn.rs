@@ -41,7 +41,15 @@ pub enum ReadEnd {
 impl Conn {
     pub fn new(stream: TcpStream) -> Conn {
         let _ = stream.set_nodelay(true);
-        Conn { stream, inbuf: vec![0; CHUNK], consumed: 0, filled: 0, out: Vec::new(), written: 0, connecting: false }
+        Conn {
+            stream,
+            inbuf: vec![0; CHUNK],
+            consumed: 0,
+            filled: 0,
+            out: Vec::new(),
+            written: 0,
+            connecting: false,
+        }
     }
 
     /// Connect without blocking the loop longer than `timeout`.
@@ -168,7 +176,10 @@ impl Conn {
             }
             let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
             if len > MAX_FRAME {
-                return Err(io::Error::new(ErrorKind::InvalidData, format!("frame of {len} bytes exceeds {MAX_FRAME}")));
+                return Err(io::Error::new(
+                    ErrorKind::InvalidData,
+                    format!("frame of {len} bytes exceeds {MAX_FRAME}"),
+                ));
             }
             if rest.len() < 4 + len {
                 return Ok(());
@@ -217,7 +228,12 @@ mod tests {
                 queued += frame.len();
             }
             c.flush().unwrap();
-            assert!(c.out.len() <= 2 * c.pending(), "buffer {} bytes for {} pending", c.out.len(), c.pending());
+            assert!(
+                c.out.len() <= 2 * c.pending(),
+                "buffer {} bytes for {} pending",
+                c.out.len(),
+                c.pending()
+            );
         }
         drop(c);
         assert!(reader.join().unwrap() > 0);
@@ -245,6 +261,9 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
             c.read_frames(|b| got.push(decode(b).unwrap())).unwrap();
         }
-        assert!(got.iter().enumerate().all(|(i, v)| v.len() == i % 50 && v.iter().all(|&x| x == i as u64)));
+        assert!(got
+            .iter()
+            .enumerate()
+            .all(|(i, v)| v.len() == i % 50 && v.iter().all(|&x| x == i as u64)));
     }
 }

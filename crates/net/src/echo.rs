@@ -53,9 +53,15 @@ impl Protocol for Echo {
             // yet, and a link that is down drops), send the window again.
             Input::Config(_) | Input::Timer { .. } if self.me == 0 && !self.started => {
                 for seq in 0..self.window {
-                    out.push(Command::Send { to: 1, msg: Ping { seq, key: seq } });
+                    out.push(Command::Send {
+                        to: 1,
+                        msg: Ping { seq, key: seq },
+                    });
                 }
-                out.push(Command::SetTimer { token: 0, at_ns: now + RESEND_NS });
+                out.push(Command::SetTimer {
+                    token: 0,
+                    at_ns: now + RESEND_NS,
+                });
             }
             _ => {}
         }
@@ -69,7 +75,12 @@ pub struct EchoFactory {
 
 impl NodeFactory<Echo> for EchoFactory {
     fn start(&self, me: NodeId, _config: &Config) -> Echo {
-        Echo { me, window: self.window, started: false, received: self.received.clone() }
+        Echo {
+            me,
+            window: self.window,
+            started: false,
+            received: self.received.clone(),
+        }
     }
     fn recover(&self, me: NodeId, config: &Config, _nvm: &Nvm<NoRecord>) -> Echo {
         self.start(me, config)

@@ -23,8 +23,8 @@ use mio::{Poll, Waker};
 use crate::host_io::{Inbound, Link, WAKER};
 use crate::links::Wire;
 use crate::nvm_file::NvmFile;
-use crate::syncer::Syncer;
 use crate::protocol::{Command, Config, Input, NodeFactory, NodeId, SessionId, Token};
+use crate::syncer::Syncer;
 use crate::wire::{ClientResp, FromManager, Hello, NodeStats};
 
 #[derive(Clone, Debug)]
@@ -60,7 +60,11 @@ impl NodeHandle {
 
 /// Recover the node from its NVM file (or start it fresh) and serve on
 /// `listener`, in the calling thread, until the process ends.
-pub fn run<P: Wire, F: NodeFactory<P>>(cfg: HostConfig, listener: TcpListener, factory: F) -> io::Result<()> {
+pub fn run<P: Wire, F: NodeFactory<P>>(
+    cfg: HostConfig,
+    listener: TcpListener,
+    factory: F,
+) -> io::Result<()> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stop = Arc::new(AtomicBool::new(false));
@@ -68,16 +72,24 @@ pub fn run<P: Wire, F: NodeFactory<P>>(cfg: HostConfig, listener: TcpListener, f
 }
 
 /// Run a node on a thread of this process; the handle stops it.
-pub fn spawn<P: Wire, F: NodeFactory<P> + Send + 'static>(cfg: HostConfig, listener: TcpListener, factory: F) -> io::Result<NodeHandle> {
+pub fn spawn<P: Wire, F: NodeFactory<P> + Send + 'static>(
+    cfg: HostConfig,
+    listener: TcpListener,
+    factory: F,
+) -> io::Result<NodeHandle> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stop = Arc::new(AtomicBool::new(false));
     let (s, w) = (stop.clone(), waker.clone());
-    std::thread::Builder::new().name(format!("node-{}", cfg.id)).spawn(move || {
-        if let Err(e) = Host::open(cfg, listener, &factory, poll, w, s).and_then(|mut h| h.run()) {
-            eprintln!("node: {e}");
-        }
-    })?;
+    std::thread::Builder::new()
+        .name(format!("node-{}", cfg.id))
+        .spawn(move || {
+            if let Err(e) =
+                Host::open(cfg, listener, &factory, poll, w, s).and_then(|mut h| h.run())
+            {
+                eprintln!("node: {e}");
+            }
+        })?;
     Ok(NodeHandle { stop, waker })
 }
 
@@ -124,29 +136,94 @@ pub(crate) struct Host<P: Wire> {
 const PEER_BACKLOG: usize = 64 << 20;
 
 impl<P: Wire> Host<P> {
-    fn open<F: NodeFactory<P>>(cfg: HostConfig, listener: TcpListener, factory: &F, poll: Poll, waker: Arc<Waker>, stop: Arc<AtomicBool>) -> io::Result<Self> {
+    fn open<F: NodeFactory<P>>(
+        cfg: HostConfig,
+        listener: TcpListener,
+        factory: &F,
+        poll: Poll,
+        waker: Arc<Waker>,
+        stop: Arc<AtomicBool>,
+    ) -> io::Result<Self> {
         let opened = Instant::now();
         let (mut nvm, image) = NvmFile::<P::Record>::open(&cfg.nvm, cfg.nvm_bytes)?;
         let load_ms = opened.elapsed().as_secs_f64() * 1e3;
         let syncer = if cfg.fsync {
             nvm.sync_appended()?;
-            Some((Syncer::spawn(nvm.file_handle()?, waker, format!("node {}", cfg.id)), nvm.compactions()))
+            Some((
+                Syncer::spawn(nvm.file_handle()?, waker, format!("node {}", cfg.id)),
+                nvm.compactions(),
+            ))
         } else {
             None
         };
         let config = Config::new(0, cfg.peers.iter().map(|p| p.0).collect());
-        let proto = if image.is_empty() { factory.start(cfg.id, &config) } else { factory.recover(cfg.id, &config, &image) };
-        let how = if image.is_empty() { "started" } else { "recovered" };
+        let proto = if image.is_empty() {
+            factory.start(cfg.id, &config)
+        } else {
+            factory.recover(cfg.id, &config, &image)
+        };
+        let how = if image.is_empty() {
+            "started"
+        } else {
+            "recovered"
+        };
         let ready_ms = opened.elapsed().as_secs_f64() * 1e3;
         eprintln!("node {}: {how} from {} ({} slots; file read in {load_ms:.1} ms, state rebuilt by {ready_ms:.1} ms)", cfg.id, cfg.nvm.display(), image.len());
         listener.set_nonblocking(true)?;
         let listener = mio::net::TcpListener::from_std(listener);
-        let peers = cfg.peers.iter().filter(|p| p.0 != cfg.id).map(|&(n, a)| (n, Link::new(a, Hello::Peer { node: cfg.id, secret: cfg.secret }))).collect();
-        let manager = cfg.manager.map(|a| Link::new(a, Hello::ToManager { node: cfg.id, secret: cfg.secret }));
+        let peers = cfg
+            .peers
+            .iter()
+            .filter(|p| p.0 != cfg.id)
+            .map(|&(n, a)| {
+                (
+                    n,
+                    Link::new(
+                        a,
+                        Hello::Peer {
+                            node: cfg.id,
+                            secret: cfg.secret,
+                        },
+                    ),
+                )
+            })
+            .collect();
+        let manager = cfg.manager.map(|a| {
+            Link::new(
+                a,
+                Hello::ToManager {
+                    node: cfg.id,
+                    secret: cfg.secret,
+                },
+            )
+        });
         let mut h = Host {
-            cfg, proto, nvm, config, poll, listener, stop, inbound: HashMap::new(), next_conn: 0, peers, manager,
-            sessions: HashMap::new(), timers: BinaryHeap::new(), local: VecDeque::new(), out: Vec::new(), start: Instant::now(), clock: 0,
-            lease_until: 0, beats: VecDeque::new(), next_beat: 0, parked: VecDeque::new(), unsynced: Vec::new(), syncing: VecDeque::new(), next_batch: 1, syncer, stats: NodeStats::default(),
+            cfg,
+            proto,
+            nvm,
+            config,
+            poll,
+            listener,
+            stop,
+            inbound: HashMap::new(),
+            next_conn: 0,
+            peers,
+            manager,
+            sessions: HashMap::new(),
+            timers: BinaryHeap::new(),
+            local: VecDeque::new(),
+            out: Vec::new(),
+            start: Instant::now(),
+            clock: 0,
+            lease_until: 0,
+            beats: VecDeque::new(),
+            next_beat: 0,
+            parked: VecDeque::new(),
+            unsynced: Vec::new(),
+            syncing: VecDeque::new(),
+            next_batch: 1,
+            syncer,
+            stats: NodeStats::default(),
         };
         h.register_listener()?;
         if h.cfg.manager.is_none() {
@@ -183,8 +260,19 @@ impl<P: Wire> Host<P> {
 
     fn next_deadline(&self) -> u64 {
         let timer = self.timers.peek().map_or(u64::MAX, |t| t.0 .0);
-        let beat = if self.manager.as_ref().is_some_and(|m| m.is_up()) { self.next_beat } else { u64::MAX };
-        let retry = self.peers.values().chain(self.manager.iter()).filter(|l| !l.is_up()).map(|l| l.retry_at).min().unwrap_or(u64::MAX);
+        let beat = if self.manager.as_ref().is_some_and(|m| m.is_up()) {
+            self.next_beat
+        } else {
+            u64::MAX
+        };
+        let retry = self
+            .peers
+            .values()
+            .chain(self.manager.iter())
+            .filter(|l| !l.is_up())
+            .map(|l| l.retry_at)
+            .min()
+            .unwrap_or(u64::MAX);
         timer.min(beat).min(retry).min(self.now() + 100_000_000)
     }
 
@@ -224,11 +312,14 @@ impl<P: Wire> Host<P> {
                     }
                     self.beats.pop_front();
                     if s == seq {
-                        self.lease_until = self.lease_until.max(at + self.cfg.lease.as_nanos() as u64);
+                        self.lease_until =
+                            self.lease_until.max(at + self.cfg.lease.as_nanos() as u64);
                     }
                 }
                 while self.leased() {
-                    let Some(input) = self.parked.pop_front() else { break };
+                    let Some(input) = self.parked.pop_front() else {
+                        break;
+                    };
                     self.step(input);
                 }
             }
@@ -248,7 +339,9 @@ impl<P: Wire> Host<P> {
 
     fn heartbeat(&mut self) {
         let now = self.now();
-        let Some(m) = self.manager.as_mut().filter(|m| m.is_up()) else { return };
+        let Some(m) = self.manager.as_mut().filter(|m| m.is_up()) else {
+            return;
+        };
         if now < self.next_beat {
             return;
         }
@@ -296,11 +389,21 @@ impl<P: Wire> Host<P> {
                 }
             }
             Command::Persist { token, record } => self.persist(token, &record),
-            Command::Reply { session, req, result } => {
-                let Some(conn) = self.sessions.get(&session) else { return };
+            Command::Reply {
+                session,
+                req,
+                result,
+            } => {
+                let Some(conn) = self.sessions.get(&session) else {
+                    return;
+                };
                 if let Some(c) = self.inbound.get_mut(conn) {
                     self.stats.replies += 1;
-                    c.conn.queue(&ClientResp { session, req, result });
+                    c.conn.queue(&ClientResp {
+                        session,
+                        req,
+                        result,
+                    });
                 }
             }
             Command::SetTimer { token, at_ns } => self.timers.push(Reverse((at_ns, token))),
@@ -310,7 +413,11 @@ impl<P: Wire> Host<P> {
 
     fn persist(&mut self, token: Token, record: &P::Record) {
         if let Err(e) = self.nvm.append(record) {
-            eprintln!("node {}: cannot persist to {}: {e}", self.cfg.id, self.cfg.nvm.display());
+            eprintln!(
+                "node {}: cannot persist to {}: {e}",
+                self.cfg.id,
+                self.cfg.nvm.display()
+            );
             std::process::exit(2);
         }
         self.stats.persists += 1;
@@ -335,13 +442,20 @@ impl<P: Wire> Host<P> {
         if self.syncer.is_none() {
             return Ok(());
         }
-        for token in self.synced()?.into_iter().filter(|&t| t != crate::protocol::NO_ANSWER) {
+        for token in self
+            .synced()?
+            .into_iter()
+            .filter(|&t| t != crate::protocol::NO_ANSWER)
+        {
             self.step(Input::PersistDone { token });
         }
-        let Some((syncer, _)) = &self.syncer else { return Ok(()) };
+        let Some((syncer, _)) = &self.syncer else {
+            return Ok(());
+        };
         if self.syncing.is_empty() && !self.unsynced.is_empty() {
             syncer.request(self.next_batch);
-            self.syncing.push_back((self.next_batch, std::mem::take(&mut self.unsynced)));
+            self.syncing
+                .push_back((self.next_batch, std::mem::take(&mut self.unsynced)));
             self.next_batch += 1;
         }
         Ok(())
@@ -349,14 +463,21 @@ impl<P: Wire> Host<P> {
 
     /// The persists now durable.
     fn synced(&mut self) -> io::Result<Vec<Token>> {
-        let Some((syncer, file)) = &mut self.syncer else { return Ok(Vec::new()) };
+        let Some((syncer, file)) = &mut self.syncer else {
+            return Ok(Vec::new());
+        };
         if self.nvm.compactions() != *file {
             // A compaction wrote a new file: flush it (and its directory)
             // here, which covers every persist so far.
             self.nvm.sync_appended()?;
             syncer.use_file(self.nvm.file_handle()?);
             *file = self.nvm.compactions();
-            return Ok(self.syncing.drain(..).flat_map(|b| b.1).chain(self.unsynced.drain(..)).collect());
+            return Ok(self
+                .syncing
+                .drain(..)
+                .flat_map(|b| b.1)
+                .chain(self.unsynced.drain(..))
+                .collect());
         }
         let done = syncer.done();
         let mut ready = Vec::new();

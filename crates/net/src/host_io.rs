@@ -52,7 +52,12 @@ pub(crate) struct Link {
 
 impl Link {
     pub(crate) fn new(addr: SocketAddr, hello: Hello) -> Link {
-        Link { addr, hello: frame(&hello), conn: None, retry_at: 0 }
+        Link {
+            addr,
+            hello: frame(&hello),
+            conn: None,
+            retry_at: 0,
+        }
     }
     pub(crate) fn is_up(&self) -> bool {
         self.conn.is_some()
@@ -101,7 +106,9 @@ enum Item<P: Wire> {
 
 impl<P: Wire> Host<P> {
     pub(crate) fn register_listener(&mut self) -> io::Result<()> {
-        self.poll.registry().register(&mut self.listener, LISTENER, Interest::READABLE)
+        self.poll
+            .registry()
+            .register(&mut self.listener, LISTENER, Interest::READABLE)
     }
 
     /// Wait up to `wait` for the streams, then handle what they carry.
@@ -116,7 +123,9 @@ impl<P: Wire> Host<P> {
                 WAKER => {}
                 LISTENER => self.accept(),
                 MANAGER => self.manager_event(),
-                Token(t) if (PEER..INBOUND).contains(&t) => self.peer_link_event((t - PEER) as NodeId),
+                Token(t) if (PEER..INBOUND).contains(&t) => {
+                    self.peer_link_event((t - PEER) as NodeId)
+                }
                 Token(t) => self.inbound_event(t - INBOUND),
             }
         }
@@ -137,7 +146,11 @@ impl<P: Wire> Host<P> {
         for (&n, l) in self.peers.iter_mut() {
             l.redial(now, r, Token(PEER + n as usize));
         }
-        if self.manager.as_mut().is_some_and(|m| m.redial(now, r, MANAGER)) {
+        if self
+            .manager
+            .as_mut()
+            .is_some_and(|m| m.redial(now, r, MANAGER))
+        {
             self.on_manager_up();
         }
     }
@@ -149,8 +162,17 @@ impl<P: Wire> Host<P> {
                     let id = self.next_conn;
                     self.next_conn += 1;
                     let mut conn = Conn::new(s);
-                    if conn.register(self.poll.registry(), Token(INBOUND + id)).is_ok() {
-                        self.inbound.insert(id, Inbound { conn, role: Role::Hello });
+                    if conn
+                        .register(self.poll.registry(), Token(INBOUND + id))
+                        .is_ok()
+                    {
+                        self.inbound.insert(
+                            id,
+                            Inbound {
+                                conn,
+                                role: Role::Hello,
+                            },
+                        );
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -166,9 +188,13 @@ impl<P: Wire> Host<P> {
     /// it is a completed connect, room to write, or the stream closing.
     fn peer_link_event(&mut self, n: NodeId) {
         let now = self.now();
-        let Some(l) = self.peers.get_mut(&n) else { return };
+        let Some(l) = self.peers.get_mut(&n) else {
+            return;
+        };
         let Some(c) = l.conn.as_mut() else { return };
-        let ok = c.connected().is_ok() && (c.connecting || c.read_frames(|_| {}).is_ok_and(|e| e == ReadEnd::Open)) && c.flush().is_ok();
+        let ok = c.connected().is_ok()
+            && (c.connecting || c.read_frames(|_| {}).is_ok_and(|e| e == ReadEnd::Open))
+            && c.flush().is_ok();
         if !ok {
             l.down(now);
         }
@@ -176,11 +202,15 @@ impl<P: Wire> Host<P> {
 
     fn manager_event(&mut self) {
         let now = self.now();
-        let Some(l) = self.manager.as_mut() else { return };
+        let Some(l) = self.manager.as_mut() else {
+            return;
+        };
         let Some(c) = l.conn.as_mut() else { return };
         let mut got = Vec::new();
         let ok = c.connected().is_ok()
-            && (c.connecting || c.read_frames(|b| got.extend(decode::<FromManager>(b).ok())).is_ok_and(|e| e == ReadEnd::Open))
+            && (c.connecting
+                || c.read_frames(|b| got.extend(decode::<FromManager>(b).ok()))
+                    .is_ok_and(|e| e == ReadEnd::Open))
             && c.flush().is_ok();
         if !ok {
             l.down(now);
@@ -192,10 +222,14 @@ impl<P: Wire> Host<P> {
 
     fn inbound_event(&mut self, id: usize) {
         let secret = self.cfg.secret;
-        let Some(ib) = self.inbound.get_mut(&id) else { return };
+        let Some(ib) = self.inbound.get_mut(&id) else {
+            return;
+        };
         let mut items: Vec<Item<P>> = Vec::new();
         let role = &mut ib.role;
-        let end = ib.conn.read_frames(|b| items.push(item::<P>(role, secret, b)));
+        let end = ib
+            .conn
+            .read_frames(|b| items.push(item::<P>(role, secret, b)));
         let role = ib.role;
         let closed = !matches!(end, Ok(ReadEnd::Open)) || ib.conn.flush().is_err();
         for it in items {

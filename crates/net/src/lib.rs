@@ -20,5 +20,8 @@ pub mod sim;
 mod syncer;
 pub mod wire;
 
-pub use protocol::{land, Command, Config, Durable, Input, NodeFactory, NodeId, Nvm, Protocol, SessionId, Token, NO_ANSWER};
+pub use protocol::{
+    land, Command, Config, Durable, Input, NodeFactory, NodeId, Nvm, Protocol, SessionId, Token,
+    NO_ANSWER,
+};
 pub use sim::{Harness, NetStats, SimNet, SimNetConfig, CLIENT_RETRY_NS, PAPER_CORES};

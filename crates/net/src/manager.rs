@@ -27,7 +27,11 @@ pub struct ManagerConfig {
 impl Default for ManagerConfig {
     /// Suits processes on one loaded two-core machine (heartbeats every few ms).
     fn default() -> Self {
-        ManagerConfig { lease_ns: 200_000_000, margin_ns: 50_000_000, startup_ns: 2_000_000_000 }
+        ManagerConfig {
+            lease_ns: 200_000_000,
+            margin_ns: 50_000_000,
+            startup_ns: 2_000_000_000,
+        }
     }
 }
 
@@ -42,7 +46,12 @@ impl Manager {
     /// Start with `members` in epoch 1; each has `startup_ns` to heartbeat.
     pub fn new(cfg: ManagerConfig, members: &[NodeId], now_ns: u64) -> Self {
         let heard = now_ns + cfg.startup_ns;
-        Manager { cfg, epoch: 1, members: members.iter().copied().collect(), last_heard: members.iter().map(|&m| (m, heard)).collect() }
+        Manager {
+            cfg,
+            epoch: 1,
+            members: members.iter().copied().collect(),
+            last_heard: members.iter().map(|&m| (m, heard)).collect(),
+        }
     }
 
     pub fn config(&self) -> Config {
@@ -63,7 +72,12 @@ impl Manager {
     /// Remove members silent past their lease; a new epoch if any was.
     pub fn tick(&mut self, now_ns: u64) -> Option<Config> {
         let limit = self.cfg.lease_ns + self.cfg.margin_ns;
-        let silent: Vec<NodeId> = self.members.iter().copied().filter(|m| now_ns.saturating_sub(self.last_heard[m]) > limit).collect();
+        let silent: Vec<NodeId> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|m| now_ns.saturating_sub(self.last_heard[m]) > limit)
+            .collect();
         if silent.is_empty() {
             return None;
         }
@@ -81,7 +95,11 @@ mod tests {
 
     #[test]
     fn a_silent_member_leaves_only_after_its_lease_and_comes_back_in_a_new_epoch() {
-        let cfg = ManagerConfig { lease_ns: 100, margin_ns: 10, startup_ns: 0 };
+        let cfg = ManagerConfig {
+            lease_ns: 100,
+            margin_ns: 10,
+            startup_ns: 0,
+        };
         let mut m = Manager::new(cfg, &[0, 1, 2], 0);
         m.heartbeat(50, 0);
         m.heartbeat(50, 1);
@@ -97,7 +115,12 @@ mod tests {
 /// The manager as a process: nodes connect with `Hello::ToManager`, it
 /// answers each heartbeat with a lease and tells every node each new
 /// configuration. Runs in the calling thread.
-pub fn serve(listener: std::net::TcpListener, secret: u64, members: &[NodeId], cfg: ManagerConfig) -> std::io::Result<()> {
+pub fn serve(
+    listener: std::net::TcpListener,
+    secret: u64,
+    members: &[NodeId],
+    cfg: ManagerConfig,
+) -> std::io::Result<()> {
     use std::sync::mpsc::{channel, RecvTimeoutError};
     use std::time::{Duration, Instant};
 
@@ -141,14 +164,24 @@ enum ManagerEvent {
     Beat(NodeId, u64),
 }
 
-fn accept_nodes(listener: std::net::TcpListener, secret: u64, tx: std::sync::mpsc::Sender<ManagerEvent>) {
+fn accept_nodes(
+    listener: std::net::TcpListener,
+    secret: u64,
+    tx: std::sync::mpsc::Sender<ManagerEvent>,
+) {
     use crate::wire::{Frames, Heartbeat, Hello};
     for s in listener.incoming().flatten() {
         let tx = tx.clone();
         std::thread::spawn(move || -> std::io::Result<()> {
             s.set_nodelay(true)?;
             let mut frames = Frames::new(s.try_clone()?);
-            let Some(Hello::ToManager { node, secret: theirs }) = frames.next::<Hello>()? else { return Ok(()) };
+            let Some(Hello::ToManager {
+                node,
+                secret: theirs,
+            }) = frames.next::<Hello>()?
+            else {
+                return Ok(());
+            };
             if theirs != secret {
                 return Ok(());
             }

@@ -120,13 +120,19 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
     /// smaller than `capacity_bytes` is grown; a larger one keeps its size
     /// (see [`NvmFile::capacity`]). Frames are replayed through [`land`]
     /// up to the first torn or corrupt one; everything after it is zeroed.
-    pub fn open_with(path: impl AsRef<Path>, capacity_bytes: u64, durability: Durability) -> io::Result<(Self, Nvm<R>)> {
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        capacity_bytes: u64,
+        durability: Durability,
+    ) -> io::Result<(Self, Nvm<R>)> {
         let path = path.as_ref().to_path_buf();
         let capacity = check_capacity(&path, capacity_bytes)?;
         remove_if_exists(&tmp_path(&path))?;
         let (file, mut map) = match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(file) => map_existing(&path, file, capacity, durability)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => create_fresh(&path, capacity, &[], durability)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                create_fresh(&path, capacity, &[], durability)?
+            }
             Err(e) => return Err(annotate(&path, e)),
         };
         let (image, tail) = replay::<R>(&path, &map)?;
@@ -160,7 +166,9 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
         }
         write_frame(&mut self.map[self.tail..], &self.scratch);
         if self.durability == Durability::Machine {
-            self.map.flush_range(self.tail, frame_len).map_err(|e| annotate(&self.path, e))?;
+            self.map
+                .flush_range(self.tail, frame_len)
+                .map_err(|e| annotate(&self.path, e))?;
         }
         self.tail += frame_len;
         Ok(())
@@ -189,7 +197,9 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
         if file != self.compactions {
             self.flush()?;
         } else if self.tail > at {
-            self.map.flush_range(at, self.tail - at).map_err(|e| annotate(&self.path, e))?;
+            self.map
+                .flush_range(at, self.tail - at)
+                .map_err(|e| annotate(&self.path, e))?;
         }
         self.synced = (self.tail, self.compactions);
         Ok(())
@@ -285,7 +295,9 @@ fn codec() -> impl Options {
 
 /// Append the encoding of `record` to `buf`.
 fn encode_into<R: Serialize>(buf: &mut Vec<u8>, record: &R) -> io::Result<()> {
-    codec().serialize_into(buf, record).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    codec()
+        .serialize_into(buf, record)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// The size of the frame holding a `payload_len`-byte payload, or an
@@ -293,7 +305,10 @@ fn encode_into<R: Serialize>(buf: &mut Vec<u8>, record: &R) -> io::Result<()> {
 fn frame_len(path: &Path, payload_len: usize) -> io::Result<usize> {
     if u32::try_from(payload_len).is_err() {
         let msg = format!("record of {payload_len} bytes is too large for a frame");
-        return Err(annotate(path, io::Error::new(io::ErrorKind::InvalidInput, msg)));
+        return Err(annotate(
+            path,
+            io::Error::new(io::ErrorKind::InvalidInput, msg),
+        ));
     }
     Ok(FRAME_HEADER + payload_len)
 }
@@ -343,10 +358,12 @@ fn replay<R: Durable + DeserializeOwned>(path: &Path, map: &[u8]) -> io::Result<
     let mut image = Nvm::new();
     let mut at = FILE_HEADER;
     while let Some(payload) = read_frame(map, at) {
-        let record = codec().deserialize::<R>(&map[payload.clone()]).map_err(|e| {
-            let msg = format!("frame at offset {at} does not decode: {e}");
-            annotate(path, io::Error::new(io::ErrorKind::InvalidData, msg))
-        })?;
+        let record = codec()
+            .deserialize::<R>(&map[payload.clone()])
+            .map_err(|e| {
+                let msg = format!("frame at offset {at} does not decode: {e}");
+                annotate(path, io::Error::new(io::ErrorKind::InvalidData, msg))
+            })?;
         land(&mut image, record);
         at = payload.end;
     }
@@ -418,7 +435,10 @@ fn check_magic(path: &Path, map: &[u8]) -> io::Result<()> {
     if map.len() >= FILE_HEADER && map[..FILE_HEADER] == MAGIC {
         return Ok(());
     }
-    let e = io::Error::new(io::ErrorKind::InvalidData, "not a Tandem NVM file (bad magic)");
+    let e = io::Error::new(
+        io::ErrorKind::InvalidData,
+        "not a Tandem NVM file (bad magic)",
+    );
     Err(annotate(path, e))
 }
 
@@ -428,14 +448,22 @@ fn check_capacity(path: &Path, capacity_bytes: u64) -> io::Result<usize> {
         Ok(c) if c >= FILE_HEADER + FRAME_HEADER => Ok(c),
         _ => {
             let msg = format!("capacity {capacity_bytes} bytes is out of range");
-            Err(annotate(path, io::Error::new(io::ErrorKind::InvalidInput, msg)))
+            Err(annotate(
+                path,
+                io::Error::new(io::ErrorKind::InvalidInput, msg),
+            ))
         }
     }
 }
 
 /// Map an existing NVM file, first growing it to `capacity` if smaller.
 /// A file without the magic is rejected untouched.
-fn map_existing(path: &Path, mut file: File, capacity: usize, durability: Durability) -> io::Result<(File, MmapMut)> {
+fn map_existing(
+    path: &Path,
+    mut file: File,
+    capacity: usize,
+    durability: Durability,
+) -> io::Result<(File, MmapMut)> {
     let mut magic = [0; FILE_HEADER];
     match file.read_exact(&mut magic) {
         Err(e) if e.kind() != io::ErrorKind::UnexpectedEof => return Err(annotate(path, e)),
@@ -443,7 +471,8 @@ fn map_existing(path: &Path, mut file: File, capacity: usize, durability: Durabi
     }
     let len = file.metadata().map_err(|e| annotate(path, e))?.len();
     if len < capacity as u64 {
-        file.set_len(capacity as u64).map_err(|e| annotate(path, e))?;
+        file.set_len(capacity as u64)
+            .map_err(|e| annotate(path, e))?;
         if durability == Durability::Machine {
             file.sync_all().map_err(|e| annotate(path, e))?;
         }
@@ -455,11 +484,22 @@ fn map_existing(path: &Path, mut file: File, capacity: usize, durability: Durabi
 /// Write a fresh file of `capacity` bytes holding `body` after the magic
 /// to `<path>.tmp`, then rename it over `path`. Under
 /// [`Durability::Machine`] the file and the rename are made durable.
-fn create_fresh(path: &Path, capacity: usize, body: &[u8], durability: Durability) -> io::Result<(File, MmapMut)> {
+fn create_fresh(
+    path: &Path,
+    capacity: usize,
+    body: &[u8],
+    durability: Durability,
+) -> io::Result<(File, MmapMut)> {
     let tmp = tmp_path(path);
-    let opts = OpenOptions::new().read(true).write(true).create(true).truncate(true).clone();
+    let opts = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .clone();
     let file = opts.open(&tmp).map_err(|e| annotate(&tmp, e))?;
-    file.set_len(capacity as u64).map_err(|e| annotate(&tmp, e))?;
+    file.set_len(capacity as u64)
+        .map_err(|e| annotate(&tmp, e))?;
     let mut map = map_file(&tmp, &file)?;
     map[..FILE_HEADER].copy_from_slice(&MAGIC);
     map[FILE_HEADER..FILE_HEADER + body.len()].copy_from_slice(body);
@@ -492,7 +532,9 @@ fn sync_dir(path: &Path) -> io::Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| annotate(dir, e))
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| annotate(dir, e))
 }
 
 /// `<path>.tmp`, where compaction builds the new file.

@@ -41,11 +41,22 @@ impl Config {
 #[derive(Debug)]
 pub enum Input<P: Protocol> {
     /// A client request from `session`; `req` numbers it within the session.
-    Client { session: SessionId, req: u64, op: P::Op },
-    Recv { from: NodeId, msg: P::Msg },
+    Client {
+        session: SessionId,
+        req: u64,
+        op: P::Op,
+    },
+    Recv {
+        from: NodeId,
+        msg: P::Msg,
+    },
     /// The persist named `token` is durable.
-    PersistDone { token: Token },
-    Timer { token: Token },
+    PersistDone {
+        token: Token,
+    },
+    Timer {
+        token: Token,
+    },
     /// A new configuration from the configuration manager.
     Config(Config),
 }
@@ -53,25 +64,49 @@ pub enum Input<P: Protocol> {
 /// What a node asks the host to do.
 #[derive(Debug)]
 pub enum Command<P: Protocol> {
-    Send { to: NodeId, msg: P::Msg },
+    Send {
+        to: NodeId,
+        msg: P::Msg,
+    },
     /// To every other member of the node's current configuration.
-    Broadcast { msg: P::Msg },
+    Broadcast {
+        msg: P::Msg,
+    },
     /// Make `record` durable; answer with `PersistDone { token }`, unless
     /// `token` is [`NO_ANSWER`] (a persist nothing waits for).
-    Persist { token: Token, record: P::Record },
-    Reply { session: SessionId, req: u64, result: P::Reply },
+    Persist {
+        token: Token,
+        record: P::Record,
+    },
+    Reply {
+        session: SessionId,
+        req: u64,
+        result: P::Reply,
+    },
     /// Deliver `Timer { token }` at `at_ns` (host time).
-    SetTimer { token: Token, at_ns: u64 },
+    SetTimer {
+        token: Token,
+        at_ns: u64,
+    },
     /// Something an operator should see (a recovery ended, and how): a
     /// process host logs it, the simulator leaves it to its harness.
-    Note { text: String },
+    Note {
+        text: String,
+    },
 }
 
 impl<P: Protocol> Clone for Input<P> {
     fn clone(&self) -> Self {
         match self {
-            Input::Client { session, req, op } => Input::Client { session: *session, req: *req, op: op.clone() },
-            Input::Recv { from, msg } => Input::Recv { from: *from, msg: msg.clone() },
+            Input::Client { session, req, op } => Input::Client {
+                session: *session,
+                req: *req,
+                op: op.clone(),
+            },
+            Input::Recv { from, msg } => Input::Recv {
+                from: *from,
+                msg: msg.clone(),
+            },
             Input::PersistDone { token } => Input::PersistDone { token: *token },
             Input::Timer { token } => Input::Timer { token: *token },
             Input::Config(c) => Input::Config(c.clone()),
@@ -82,11 +117,28 @@ impl<P: Protocol> Clone for Input<P> {
 impl<P: Protocol> Clone for Command<P> {
     fn clone(&self) -> Self {
         match self {
-            Command::Send { to, msg } => Command::Send { to: *to, msg: msg.clone() },
+            Command::Send { to, msg } => Command::Send {
+                to: *to,
+                msg: msg.clone(),
+            },
             Command::Broadcast { msg } => Command::Broadcast { msg: msg.clone() },
-            Command::Persist { token, record } => Command::Persist { token: *token, record: record.clone() },
-            Command::Reply { session, req, result } => Command::Reply { session: *session, req: *req, result: result.clone() },
-            Command::SetTimer { token, at_ns } => Command::SetTimer { token: *token, at_ns: *at_ns },
+            Command::Persist { token, record } => Command::Persist {
+                token: *token,
+                record: record.clone(),
+            },
+            Command::Reply {
+                session,
+                req,
+                result,
+            } => Command::Reply {
+                session: *session,
+                req: *req,
+                result: result.clone(),
+            },
+            Command::SetTimer { token, at_ns } => Command::SetTimer {
+                token: *token,
+                at_ns: *at_ns,
+            },
             Command::Note { text } => Command::Note { text: text.clone() },
         }
     }

@@ -25,7 +25,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use tandem_sim::{Rng, TimedQueue};
 
-use crate::protocol::{land, Command, Config, Input, NodeFactory, NodeId, Nvm, Protocol, SessionId, Token};
+use crate::protocol::{
+    land, Command, Config, Input, NodeFactory, NodeId, Nvm, Protocol, SessionId, Token,
+};
 
 /// Timing and fault knobs of a simulated run.
 #[derive(Clone, Debug)]
@@ -74,14 +76,38 @@ impl Default for SimNetConfig {
 pub trait Harness<P: Protocol> {
     /// The next operation of `session` (None: the session is done).
     fn next_op(&mut self, session: SessionId, now_ns: u64, rng: &mut Rng) -> Option<P::Op>;
-    fn invoked(&mut self, _session: SessionId, _req: u64, _node: NodeId, _op: &P::Op, _now_ns: u64) {}
+    fn invoked(
+        &mut self,
+        _session: SessionId,
+        _req: u64,
+        _node: NodeId,
+        _op: &P::Op,
+        _now_ns: u64,
+    ) {
+    }
     /// A reply; `nvm` is every node's NVM at that instant (durability gates).
-    fn completed(&mut self, session: SessionId, req: u64, node: NodeId, result: &P::Reply, now_ns: u64, nvm: &[Nvm<P::Record>]);
+    fn completed(
+        &mut self,
+        session: SessionId,
+        req: u64,
+        node: NodeId,
+        result: &P::Reply,
+        now_ns: u64,
+        nvm: &[Nvm<P::Record>],
+    );
     /// The node serving `req` crashed before replying: outcome unknown.
     fn lost(&mut self, _session: SessionId, _req: u64, _now_ns: u64) {}
     /// Every step of every node, with its commands (trace invariants);
     /// called only if [`Harness::traces`] says so (it costs a copy per input).
-    fn on_step(&mut self, _node: NodeId, _now_ns: u64, _input: &Input<P>, _out: &[Command<P>], _nvm: &[Nvm<P::Record>]) {}
+    fn on_step(
+        &mut self,
+        _node: NodeId,
+        _now_ns: u64,
+        _input: &Input<P>,
+        _out: &[Command<P>],
+        _nvm: &[Nvm<P::Record>],
+    ) {
+    }
     /// After every step of every node (and its `on_step`): the node itself,
     /// for invariants over its state or what it records about the step;
     /// called only if [`Harness::traces`] says so.
@@ -120,7 +146,9 @@ struct Node<P: Protocol> {
 impl<P: Protocol> Node<P> {
     /// Take the first free core from `now` for `cpu` ns; when it is done.
     fn occupy(&mut self, now: u64, cpu: u64) -> u64 {
-        let core = (0..self.cores.len()).min_by_key(|&c| self.cores[c]).expect("a node has a core");
+        let core = (0..self.cores.len())
+            .min_by_key(|&c| self.cores[c])
+            .expect("a node has a core");
         self.cores[core] = now.max(self.cores[core]) + cpu;
         self.cores[core]
     }
@@ -136,14 +164,32 @@ struct Session {
 /// What the simulator has scheduled.
 enum Event<P: Protocol> {
     /// A message reaches `to`.
-    Deliver { from: NodeId, to: NodeId, msg: P::Msg },
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        msg: P::Msg,
+    },
     /// Node `n` (incarnation `inc`) has spent its CPU on `input`: step.
-    Step { n: NodeId, inc: u64, input: Input<P> },
-    Timer { n: NodeId, inc: u64, token: Token },
+    Step {
+        n: NodeId,
+        inc: u64,
+        input: Input<P>,
+    },
+    Timer {
+        n: NodeId,
+        inc: u64,
+        token: Token,
+    },
     /// Persist `pid` of node `n` lands.
-    Landed { n: NodeId, inc: u64, pid: u64 },
+    Landed {
+        n: NodeId,
+        inc: u64,
+        pid: u64,
+    },
     /// A session whose node crashed issues again.
-    Issue { session: SessionId },
+    Issue {
+        session: SessionId,
+    },
 }
 
 struct World<P: Protocol> {
@@ -195,7 +241,11 @@ impl<P: Protocol> World<P> {
     /// An input reaches node `n` and waits for a core. `inc` pins it to an
     /// incarnation (timers, persists); messages reach whoever is up.
     fn arrive(&mut self, n: NodeId, inc: Option<u64>, input: Input<P>) {
-        let weight = if let Input::Recv { msg, .. } = &input { P::weight(msg) } else { 1 };
+        let weight = if let Input::Recv { msg, .. } = &input {
+            P::weight(msg)
+        } else {
+            1
+        };
         let (cpu, now) = (self.cfg.cpu_ns * weight.max(1), self.now);
         let node = &mut self.nodes[n as usize];
         if node.proto.is_none() || inc.is_some_and(|i| i != node.incarnation) {
@@ -219,7 +269,9 @@ impl<P: Protocol> World<P> {
         if node.incarnation != inc {
             return;
         }
-        let Some(proto) = node.proto.as_mut() else { return };
+        let Some(proto) = node.proto.as_mut() else {
+            return;
+        };
         if let Input::Config(c) = &input {
             node.config = c.clone();
         }
@@ -247,8 +299,14 @@ impl<P: Protocol> World<P> {
                 self.nodes[n as usize].queued.push_back((token, record));
                 self.start_persists(n);
             }
-            Command::Reply { session, req, result } => self.reply(n, session, req, result),
-            Command::SetTimer { token, at_ns } => self.schedule(at_ns, Event::Timer { n, inc, token }),
+            Command::Reply {
+                session,
+                req,
+                result,
+            } => self.reply(n, session, req, result),
+            Command::SetTimer { token, at_ns } => {
+                self.schedule(at_ns, Event::Timer { n, inc, token })
+            }
             Command::Note { .. } => {}
         }
     }
@@ -256,7 +314,9 @@ impl<P: Protocol> World<P> {
     /// To every other member of `n`'s configuration (the last one gets `msg` itself).
     fn broadcast(&mut self, n: NodeId, msg: P::Msg) {
         let members = self.nodes[n as usize].config.members.len();
-        let last = (0..members).rev().find(|&i| self.nodes[n as usize].config.members[i] != n);
+        let last = (0..members)
+            .rev()
+            .find(|&i| self.nodes[n as usize].config.members[i] != n);
         let Some(last) = last else { return };
         for i in 0..last {
             let to = self.nodes[n as usize].config.members[i];
@@ -288,7 +348,9 @@ impl<P: Protocol> World<P> {
     }
 
     fn put_on_wire(&mut self, from: NodeId, to: NodeId, msg: P::Msg) {
-        let mut delay = self.cfg.link_ns + self.rng.below(self.cfg.jitter_ns + 1) + self.slow.get(&(from, to)).copied().unwrap_or(0);
+        let mut delay = self.cfg.link_ns
+            + self.rng.below(self.cfg.jitter_ns + 1)
+            + self.slow.get(&(from, to)).copied().unwrap_or(0);
         if self.chance(self.cfg.delay) {
             delay += self.rng.below(self.cfg.delay_ns + 1);
         }
@@ -303,7 +365,9 @@ impl<P: Protocol> World<P> {
             if node.running.len() >= slots {
                 return;
             }
-            let Some(p) = node.queued.pop_front() else { return };
+            let Some(p) = node.queued.pop_front() else {
+                return;
+            };
             let (pid, inc) = (self.next_persist, node.incarnation);
             self.next_persist += 1;
             node.running.insert(pid, p);
@@ -315,7 +379,9 @@ impl<P: Protocol> World<P> {
         if self.nodes[n as usize].incarnation != inc {
             return; // the crash decided this persist's fate
         }
-        let Some((token, record)) = self.nodes[n as usize].running.remove(&pid) else { return };
+        let Some((token, record)) = self.nodes[n as usize].running.remove(&pid) else {
+            return;
+        };
         land(&mut self.nvm[n as usize], record);
         if token != crate::protocol::NO_ANSWER {
             self.arrive(n, Some(inc), Input::PersistDone { token });
@@ -325,13 +391,16 @@ impl<P: Protocol> World<P> {
 
     fn reply(&mut self, n: NodeId, session: SessionId, req: u64, result: P::Reply) {
         let now = self.now;
-        let Some(s) = self.sessions.get_mut(session as usize) else { return };
+        let Some(s) = self.sessions.get_mut(session as usize) else {
+            return;
+        };
         if s.outstanding.map(|o| o.0) != Some(req) {
             return; // a late or repeated reply: the client no longer waits for it
         }
         s.outstanding = None;
         self.stats.replies += 1;
-        self.harness.completed(session, req, n, &result, now, &self.nvm);
+        self.harness
+            .completed(session, req, n, &result, now, &self.nvm);
         self.issue(session);
     }
 
@@ -346,7 +415,12 @@ impl<P: Protocol> World<P> {
         if self.clients_stopped || s.done || s.outstanding.is_some() {
             return;
         }
-        let Some(home) = (0..count).map(|i| (s.home + i) % count).find(|&m| self.live(m)) else { return };
+        let Some(home) = (0..count)
+            .map(|i| (s.home + i) % count)
+            .find(|&m| self.live(m))
+        else {
+            return;
+        };
         let now = self.now;
         let Some(op) = self.harness.next_op(session, now, &mut self.rng) else {
             self.sessions[session as usize].done = true;
@@ -379,7 +453,11 @@ impl<P: Protocol> World<P> {
             }
         }
         let orphans: Vec<(SessionId, u64)> = (self.sessions.iter().enumerate())
-            .filter_map(|(i, s)| s.outstanding.filter(|o| o.1 == n).map(|o| (i as SessionId, o.0)))
+            .filter_map(|(i, s)| {
+                s.outstanding
+                    .filter(|o| o.1 == n)
+                    .map(|o| (i as SessionId, o.0))
+            })
             .collect();
         for (session, req) in orphans {
             self.sessions[session as usize].outstanding = None;
@@ -402,11 +480,21 @@ pub struct SimNet<P: Protocol, F: NodeFactory<P>> {
 impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
     /// `nodes` nodes, all members of `config`, and `sessions` client
     /// sessions bound round robin to a home node.
-    pub fn new(seed: u64, cfg: SimNetConfig, config: Config, factory: F, harness: Box<dyn Harness<P>>, sessions: u64) -> Self {
+    pub fn new(
+        seed: u64,
+        cfg: SimNetConfig,
+        config: Config,
+        factory: F,
+        harness: Box<dyn Harness<P>>,
+        sessions: u64,
+    ) -> Self {
         let count = config.members.iter().max().map_or(0, |&m| m as usize + 1);
         let nodes = (0..count as NodeId)
             .map(|id| Node {
-                proto: config.members.contains(&id).then(|| factory.start(id, &config)),
+                proto: config
+                    .members
+                    .contains(&id)
+                    .then(|| factory.start(id, &config)),
                 incarnation: 0,
                 cores: vec![0; cfg.cores.max(1)],
                 config: config.clone(),
@@ -420,7 +508,14 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
             cfg,
             nodes,
             nvm: vec![Nvm::<P::Record>::new(); count],
-            sessions: (0..sessions).map(|s| Session { home: (s % count as u64) as NodeId, next_req: 0, outstanding: None, done: false }).collect(),
+            sessions: (0..sessions)
+                .map(|s| Session {
+                    home: (s % count as u64) as NodeId,
+                    next_req: 0,
+                    outstanding: None,
+                    done: false,
+                })
+                .collect(),
             harness,
             blocked: BTreeSet::new(),
             slow: BTreeMap::new(),
@@ -453,12 +548,21 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
 
     /// Every session has issued its last operation and had it answered.
     pub fn clients_done(&self) -> bool {
-        self.world.borrow().sessions.iter().all(|s| s.done && s.outstanding.is_none())
+        self.world
+            .borrow()
+            .sessions
+            .iter()
+            .all(|s| s.done && s.outstanding.is_none())
     }
 
     /// Sessions with an operation outstanding.
     pub fn outstanding(&self) -> usize {
-        self.world.borrow().sessions.iter().filter(|s| s.outstanding.is_some()).count()
+        self.world
+            .borrow()
+            .sessions
+            .iter()
+            .filter(|s| s.outstanding.is_some())
+            .count()
     }
 
     /// Run every event due in the next `ns`; the clock then stands at the

@@ -29,7 +29,10 @@ pub enum Hello {
 impl Hello {
     pub fn secret(&self) -> u64 {
         match *self {
-            Hello::Peer { secret, .. } | Hello::Client { secret } | Hello::ToManager { secret, .. } | Hello::Stats { secret } => secret,
+            Hello::Peer { secret, .. }
+            | Hello::Client { secret }
+            | Hello::ToManager { secret, .. }
+            | Hello::Stats { secret } => secret,
         }
     }
 }
@@ -83,7 +86,9 @@ pub struct Heartbeat {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum FromManager {
     /// The heartbeat `seq` earned a lease.
-    Lease { seq: u64 },
+    Lease {
+        seq: u64,
+    },
     Config(Config),
 }
 
@@ -111,7 +116,10 @@ pub struct Frames<R: Read> {
 
 impl<R: Read> Frames<R> {
     pub fn new(r: R) -> Self {
-        Frames { r: BufReader::with_capacity(256 << 10, r), buf: Vec::new() }
+        Frames {
+            r: BufReader::with_capacity(256 << 10, r),
+            buf: Vec::new(),
+        }
     }
 
     /// The next frame, or None at a clean end of stream.
@@ -124,10 +132,15 @@ impl<R: Read> Frames<R> {
         }
         let len = u32::from_le_bytes(len) as usize;
         if len > MAX_FRAME {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds {MAX_FRAME}")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("frame of {len} bytes exceeds {MAX_FRAME}"),
+            ));
         }
         self.buf.resize(len, 0);
         self.r.read_exact(&mut self.buf)?;
-        bincode::deserialize(&self.buf).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        bincode::deserialize(&self.buf)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 }

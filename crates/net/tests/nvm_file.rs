@@ -14,7 +14,11 @@ use tandem_net::{land, Durable, Nvm};
 /// version, like DDP) or an epoch (landing overwrites).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Rec {
-    Kv { key: u32, version: u64, value: Vec<u8> },
+    Kv {
+        key: u32,
+        version: u64,
+        value: Vec<u8>,
+    },
     Epoch(u64),
 }
 
@@ -41,7 +45,11 @@ impl Durable for Rec {
 }
 
 fn kv(key: u32, version: u64, len: usize) -> Rec {
-    Rec::Kv { key, version, value: vec![(version % 251) as u8; len] }
+    Rec::Kv {
+        key,
+        version,
+        value: vec![(version % 251) as u8; len],
+    }
 }
 
 /// The image that landing `records` in order yields.
@@ -102,7 +110,13 @@ fn poke(path: &Path, offset: usize, bytes: &[u8]) {
 
 fn mixed_records(n: u64) -> Vec<Rec> {
     (0..n)
-        .map(|i| if i % 17 == 0 { Rec::Epoch(i) } else { kv((i * 7 % 50) as u32, i, (i % 40) as usize) })
+        .map(|i| {
+            if i % 17 == 0 {
+                Rec::Epoch(i)
+            } else {
+                kv((i * 7 % 50) as u32, i, (i % 40) as usize)
+            }
+        })
         .collect()
 }
 
@@ -134,11 +148,26 @@ fn round_trip_rebuilds_the_landed_image() {
 #[test]
 fn replay_respects_land() {
     let dir = TempDir::new("land");
-    let records = vec![kv(1, 10, 4), kv(1, 3, 8), Rec::Epoch(7), Rec::Epoch(2), kv(2, 1, 1), kv(1, 9, 2)];
+    let records = vec![
+        kv(1, 10, 4),
+        kv(1, 3, 8),
+        Rec::Epoch(7),
+        Rec::Epoch(2),
+        kv(2, 1, 1),
+        kv(1, 9, 2),
+    ];
     write_all(&dir.file(), 4096, &records);
     let image = reopen(&dir.file(), 4096);
-    assert_eq!(image[&Slot::Kv(1)], kv(1, 10, 4), "an older version must not regress the slot");
-    assert_eq!(image[&Slot::Epoch], Rec::Epoch(2), "Epoch lands by overwriting");
+    assert_eq!(
+        image[&Slot::Kv(1)],
+        kv(1, 10, 4),
+        "an older version must not regress the slot"
+    );
+    assert_eq!(
+        image[&Slot::Epoch],
+        Rec::Epoch(2),
+        "Epoch lands by overwriting"
+    );
     assert_eq!(image, expected(&records));
 }
 
@@ -157,7 +186,11 @@ fn check_torn_tail(name: &str, damage: impl Fn(&Path, usize, usize)) {
     damage(&dir.file(), last, end);
     let (mut store, image) = NvmFile::<Rec>::open(dir.file(), 1 << 16).unwrap();
     assert_eq!(image, expected(&records[..199]), "{name}");
-    assert_eq!(store.used(), last, "{name}: the tail is the torn frame's start");
+    assert_eq!(
+        store.used(),
+        last,
+        "{name}: the tail is the torn frame's start"
+    );
     let next = kv(7, 1_000_000, 1);
     store.append(&next).unwrap();
     drop(store);
@@ -182,13 +215,21 @@ fn torn_tail_zero_checksum_is_dropped() {
 
 #[test]
 fn torn_tail_garbage_payload_is_dropped() {
-    check_torn_tail("torn-garbage", |path, start, _| poke(path, start + FRAME_HEADER, &[0xAB; 3]));
+    check_torn_tail("torn-garbage", |path, start, _| {
+        poke(path, start + FRAME_HEADER, &[0xAB; 3])
+    });
 }
 
 #[test]
 fn torn_tail_header_only_is_dropped() {
     // Only the header landed: its payload bytes are all zero.
-    check_torn_tail("torn-header", |path, start, end| poke(path, start + FRAME_HEADER, &vec![0; end - start - FRAME_HEADER]));
+    check_torn_tail("torn-header", |path, start, end| {
+        poke(
+            path,
+            start + FRAME_HEADER,
+            &vec![0; end - start - FRAME_HEADER],
+        )
+    });
 }
 
 #[test]
@@ -225,7 +266,10 @@ fn stale_bytes_past_a_hole_are_zeroed_at_reopen() {
     assert_eq!(reopen(&dir.file(), cap as u64), expected(&records));
     let bytes = fs::read(dir.file()).unwrap();
     let tail = starts[9] + (starts[9] - starts[8]);
-    assert!(bytes[tail..].iter().all(|&b| b == 0), "a stale frame past the tail survived the reopen");
+    assert!(
+        bytes[tail..].iter().all(|&b| b == 0),
+        "a stale frame past the tail survived the reopen"
+    );
 }
 
 #[test]
@@ -241,7 +285,10 @@ fn compaction_keeps_a_small_file_going() {
         assert!(!dir.0.join("nvm.tmp").exists());
         store.compactions()
     };
-    assert!(compactions > 100, "expected many compactions, got {compactions}");
+    assert!(
+        compactions > 100,
+        "expected many compactions, got {compactions}"
+    );
     assert_eq!(fs::metadata(dir.file()).unwrap().len(), 4096);
     assert_eq!(reopen(&dir.file(), 4096), expected(&records));
 }
@@ -257,7 +304,10 @@ fn too_small_for_the_live_image_is_a_clear_error() {
             Ok(()) => appended.push(r),
             Err(e) => break e,
         }
-        assert!(appended.len() < 1000, "a 4 KiB file cannot hold 1000 distinct slots");
+        assert!(
+            appended.len() < 1000,
+            "a 4 KiB file cannot hold 1000 distinct slots"
+        );
     };
     let msg = err.to_string();
     assert!(msg.contains(&dir.file().display().to_string()), "{msg}");
@@ -274,7 +324,8 @@ fn machine_durability_round_trips() {
     let dir = TempDir::new("machine");
     let records = mixed_records(300);
     {
-        let (mut store, _) = NvmFile::<Rec>::open_with(dir.file(), 4096, Durability::Machine).unwrap();
+        let (mut store, _) =
+            NvmFile::<Rec>::open_with(dir.file(), 4096, Durability::Machine).unwrap();
         let start = Instant::now();
         for r in &records {
             store.append(r).unwrap();
@@ -282,7 +333,11 @@ fn machine_durability_round_trips() {
         store.flush().unwrap();
         let secs = start.elapsed().as_secs_f64();
         let rate = records.len() as f64 / secs;
-        println!("nvm_file: {} Machine-durable appends ({} compactions) = {rate:.0} appends/s", records.len(), store.compactions());
+        println!(
+            "nvm_file: {} Machine-durable appends ({} compactions) = {rate:.0} appends/s",
+            records.len(),
+            store.compactions()
+        );
     }
     assert_eq!(reopen(&dir.file(), 4096), expected(&records));
 }
@@ -306,8 +361,14 @@ fn a_foreign_file_is_rejected() {
     let err = NvmFile::<Rec>::open(dir.file(), 4096).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
     let mut contents = String::new();
-    fs::File::open(dir.file()).unwrap().read_to_string(&mut contents).unwrap();
-    assert_eq!(contents, "hello, this is not an NVM file", "a foreign file is left alone");
+    fs::File::open(dir.file())
+        .unwrap()
+        .read_to_string(&mut contents)
+        .unwrap();
+    assert_eq!(
+        contents, "hello, this is not an NVM file",
+        "a foreign file is left alone"
+    );
 }
 
 /// Environment variable that turns `kill_child_helper` into the child.
@@ -320,7 +381,9 @@ const SLOTS: u64 = 64;
 /// progress on stdout, until the parent kills it. A no-op as a normal test.
 #[test]
 fn kill_child_helper() {
-    let Ok(path) = std::env::var(CHILD_ENV) else { return };
+    let Ok(path) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let (mut store, _) = NvmFile::<Rec>::open(&path, 16 * 1024).unwrap();
     let mut out = std::io::stdout().lock();
     for i in 0..50_000_000u64 {
@@ -342,8 +405,21 @@ fn sigkill_loses_nothing_that_was_appended() {
         let image = reopen(&dir.file(), 16 * 1024);
         // The image is the landing of a prefix 0..n of the child's appends,
         // n ≥ what the child reported as appended.
-        let n = image.values().map(|r| if let Rec::Kv { version, .. } = r { *version + 1 } else { 0 }).max().unwrap();
-        assert!(n >= reported, "round {round}: reported {reported} appends, recovered only {n}");
+        let n = image
+            .values()
+            .map(|r| {
+                if let Rec::Kv { version, .. } = r {
+                    *version + 1
+                } else {
+                    0
+                }
+            })
+            .max()
+            .unwrap();
+        assert!(
+            n >= reported,
+            "round {round}: reported {reported} appends, recovered only {n}"
+        );
         let prefix: Vec<Rec> = (0..n).map(|i| kv((i % SLOTS) as u32, i, 8)).collect();
         assert_eq!(image, expected(&prefix), "round {round}");
     }
@@ -354,7 +430,12 @@ fn sigkill_loses_nothing_that_was_appended() {
 fn run_and_kill(path: &Path, at_least: u64) -> u64 {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
-        .args(["--exact", "kill_child_helper", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "kill_child_helper",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, path)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -371,7 +452,10 @@ fn run_and_kill(path: &Path, at_least: u64) -> u64 {
     }
     child.kill().unwrap(); // SIGKILL on Unix
     child.wait().unwrap();
-    assert!(reported >= at_least, "the child exited early after {reported} appends");
+    assert!(
+        reported >= at_least,
+        "the child exited early after {reported} appends"
+    );
     reported
 }
 

@@ -49,16 +49,33 @@ impl Protocol for Copier {
             Input::Client { session, req, op } => {
                 let id = self.next;
                 self.next += 1;
-                self.pending.insert(id, (session, req, self.config.members.len()));
-                out.push(Command::Persist { token: id, record: op.clone() });
-                out.push(Command::Broadcast { msg: Msg::Copy(op, id) });
+                self.pending
+                    .insert(id, (session, req, self.config.members.len()));
+                out.push(Command::Persist {
+                    token: id,
+                    record: op.clone(),
+                });
+                out.push(Command::Broadcast {
+                    msg: Msg::Copy(op, id),
+                });
             }
-            Input::Recv { from, msg: Msg::Copy(put, id) } => {
-                out.push(Command::Persist { token: (from as u64 + 1) << 48 | id, record: put });
+            Input::Recv {
+                from,
+                msg: Msg::Copy(put, id),
+            } => {
+                out.push(Command::Persist {
+                    token: (from as u64 + 1) << 48 | id,
+                    record: put,
+                });
             }
             Input::PersistDone { token } if token >> 48 == 0 => self.count(token, out),
-            Input::PersistDone { token } => out.push(Command::Send { to: ((token >> 48) - 1) as NodeId, msg: Msg::Ack(token & 0xFFFF_FFFF_FFFF) }),
-            Input::Recv { msg: Msg::Ack(id), .. } => self.count(id, out),
+            Input::PersistDone { token } => out.push(Command::Send {
+                to: ((token >> 48) - 1) as NodeId,
+                msg: Msg::Ack(token & 0xFFFF_FFFF_FFFF),
+            }),
+            Input::Recv {
+                msg: Msg::Ack(id), ..
+            } => self.count(id, out),
             Input::Timer { .. } | Input::Config(_) => {}
         }
     }
@@ -66,11 +83,17 @@ impl Protocol for Copier {
 
 impl Copier {
     fn count(&mut self, id: u64, out: &mut Vec<Command<Self>>) {
-        let Some(p) = self.pending.get_mut(&id) else { return };
+        let Some(p) = self.pending.get_mut(&id) else {
+            return;
+        };
         p.2 -= 1;
         if p.2 == 0 {
             let (session, req, _) = self.pending.remove(&id).unwrap();
-            out.push(Command::Reply { session, req, result: () });
+            out.push(Command::Reply {
+                session,
+                req,
+                result: (),
+            });
         }
         let _ = self.me;
     }
@@ -79,10 +102,19 @@ impl Copier {
 struct Factory;
 impl NodeFactory<Copier> for Factory {
     fn start(&self, me: NodeId, config: &Config) -> Copier {
-        Copier { me, config: config.clone(), next: 0, pending: BTreeMap::new(), recovered: 0 }
+        Copier {
+            me,
+            config: config.clone(),
+            next: 0,
+            pending: BTreeMap::new(),
+            recovered: 0,
+        }
     }
     fn recover(&self, me: NodeId, config: &Config, nvm: &Nvm<Put>) -> Copier {
-        Copier { recovered: nvm.len(), ..self.start(me, config) }
+        Copier {
+            recovered: nvm.len(),
+            ..self.start(me, config)
+        }
     }
 }
 
@@ -103,9 +135,20 @@ impl Harness<Copier> for Clients {
             return None;
         }
         self.ops -= 1;
-        Some(Put { key: rng.below(8), value: session })
+        Some(Put {
+            key: rng.below(8),
+            value: session,
+        })
     }
-    fn completed(&mut self, session: SessionId, req: u64, _n: NodeId, _r: &(), now: u64, _nvm: &[Nvm<Put>]) {
+    fn completed(
+        &mut self,
+        session: SessionId,
+        req: u64,
+        _n: NodeId,
+        _r: &(),
+        now: u64,
+        _nvm: &[Nvm<Put>],
+    ) {
         self.log.borrow_mut().done.push((session, req, now));
     }
     fn lost(&mut self, session: SessionId, req: u64, _now: u64) {
@@ -113,15 +156,37 @@ impl Harness<Copier> for Clients {
     }
 }
 
-fn net(seed: u64, cfg: SimNetConfig, sessions: u64, ops: u64) -> (SimNet<Copier, Factory>, Rc<RefCell<Log>>) {
+fn net(
+    seed: u64,
+    cfg: SimNetConfig,
+    sessions: u64,
+    ops: u64,
+) -> (SimNet<Copier, Factory>, Rc<RefCell<Log>>) {
     let log = Rc::new(RefCell::new(Log::default()));
-    let h = Box::new(Clients { log: log.clone(), ops });
-    (SimNet::new(seed, cfg, Config::new(1, vec![0, 1, 2]), Factory, h, sessions), log)
+    let h = Box::new(Clients {
+        log: log.clone(),
+        ops,
+    });
+    (
+        SimNet::new(
+            seed,
+            cfg,
+            Config::new(1, vec![0, 1, 2]),
+            Factory,
+            h,
+            sessions,
+        ),
+        log,
+    )
 }
 
 #[test]
 fn one_put_takes_the_modelled_time() {
-    let cfg = SimNetConfig { jitter_ns: 0, cores: 1, ..SimNetConfig::default() };
+    let cfg = SimNetConfig {
+        jitter_ns: 0,
+        cores: 1,
+        ..SimNetConfig::default()
+    };
     let (n, log) = net(1, cfg, 1, 1);
     n.start_clients();
     n.run_for(1_000_000);
@@ -136,14 +201,21 @@ fn one_put_takes_the_modelled_time() {
 #[test]
 fn a_node_with_more_cores_handles_inputs_at_once() {
     // The two acks arrive together: a second core takes the second at once.
-    let cfg = SimNetConfig { jitter_ns: 0, cores: 2, ..SimNetConfig::default() };
+    let cfg = SimNetConfig {
+        jitter_ns: 0,
+        cores: 2,
+        ..SimNetConfig::default()
+    };
     let (n, log) = net(1, cfg, 1, 1);
     n.start_clients();
     n.run_for(1_000_000);
     assert_eq!(log.borrow().done, vec![(0, 0, 2_200)]);
     // Under load, cores multiply what a node gets through in a given time.
     let done = |cores| {
-        let cfg = SimNetConfig { cores, ..SimNetConfig::default() };
+        let cfg = SimNetConfig {
+            cores,
+            ..SimNetConfig::default()
+        };
         let (n, log) = net(3, cfg, 60, 1_000_000);
         n.start_clients();
         n.run_for(200_000);
@@ -156,7 +228,13 @@ fn a_node_with_more_cores_handles_inputs_at_once() {
 
 #[test]
 fn a_seed_replays_identically_and_seeds_differ() {
-    let cfg = SimNetConfig { drop: 0.0, duplicate: 0.1, delay: 0.2, delay_ns: 3_000, ..SimNetConfig::default() };
+    let cfg = SimNetConfig {
+        drop: 0.0,
+        duplicate: 0.1,
+        delay: 0.2,
+        delay_ns: 3_000,
+        ..SimNetConfig::default()
+    };
     let run = |seed| {
         let (n, log) = net(seed, cfg.clone(), 6, 300);
         n.start_clients();
@@ -173,8 +251,14 @@ fn a_seed_replays_identically_and_seeds_differ() {
 fn nvm_pressure_queues_persists() {
     // One persist slot: a node's persists run one after another.
     // A cheap CPU, so that the NVM is the bottleneck.
-    let many = SimNetConfig { cpu_ns: 20, ..SimNetConfig::default() };
-    let one = SimNetConfig { persist_slots: 1, ..many.clone() };
+    let many = SimNetConfig {
+        cpu_ns: 20,
+        ..SimNetConfig::default()
+    };
+    let one = SimNetConfig {
+        persist_slots: 1,
+        ..many.clone()
+    };
     let elapsed = |cfg: SimNetConfig| {
         let (n, log) = net(3, cfg, 12, 240);
         n.start_clients();
@@ -184,7 +268,10 @@ fn nvm_pressure_queues_persists() {
         end
     };
     let (slow, fast) = (elapsed(one), elapsed(many));
-    assert!(slow > fast * 11 / 10, "one slot {slow} ns vs sixteen {fast} ns");
+    assert!(
+        slow > fast * 11 / 10,
+        "one slot {slow} ns vs sixteen {fast} ns"
+    );
 }
 
 #[test]
@@ -211,7 +298,11 @@ fn in_flight_persists_land_or_not_when_the_cluster_loses_power() {
     let mut lost = 0;
     for seed in 0..20 {
         // One core spreads the puts out in time, so some persist is in flight at the crash.
-        let cfg = SimNetConfig { persist_ns: 5_000, cores: 1, ..SimNetConfig::default() };
+        let cfg = SimNetConfig {
+            persist_ns: 5_000,
+            cores: 1,
+            ..SimNetConfig::default()
+        };
         let (n, _) = net(seed, cfg, 12, 100_000);
         n.start_clients();
         n.run_for(20_000);
@@ -225,7 +316,15 @@ fn in_flight_persists_land_or_not_when_the_cluster_loses_power() {
 
 #[test]
 fn drops_and_partitions_stop_messages() {
-    let (n, log) = net(9, SimNetConfig { drop: 1.0, ..SimNetConfig::default() }, 1, 1);
+    let (n, log) = net(
+        9,
+        SimNetConfig {
+            drop: 1.0,
+            ..SimNetConfig::default()
+        },
+        1,
+        1,
+    );
     n.start_clients();
     n.run_for(1_000_000);
     assert!(log.borrow().done.is_empty());

@@ -105,7 +105,9 @@ pub struct Comparison {
 
 impl Comparison {
     pub fn passed(&self) -> bool {
-        self.systems.iter().all(|s| s.check_passed && s.errors.is_empty())
+        self.systems
+            .iter()
+            .all(|s| s.check_passed && s.errors.is_empty())
     }
 }
 
@@ -127,7 +129,10 @@ pub fn parse_systems(s: &str) -> Result<Vec<String>, String> {
     let mut out: Vec<String> = Vec::new();
     for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         if !SYSTEMS.contains(&name) {
-            return Err(format!("unknown system '{name}' (expected some of {})", SYSTEMS.join(",")));
+            return Err(format!(
+                "unknown system '{name}' (expected some of {})",
+                SYSTEMS.join(",")
+            ));
         }
         if !out.iter().any(|o| o == name) {
             out.push(name.to_string());
@@ -157,7 +162,11 @@ fn run_tandem(cfg: &CompareConfig) -> Result<SystemResult, String> {
     let mut rc = RunConfig::new(Mode::Pandora, spec);
     rc.memory_nodes = 3;
     rc.replicas = 2;
-    let (nodes, coords) = if cfg.clients >= 2 && cfg.clients / 2 * 2 == cfg.clients { (2, cfg.clients / 2) } else { (1, cfg.clients) };
+    let (nodes, coords) = if cfg.clients >= 2 && cfg.clients / 2 * 2 == cfg.clients {
+        (2, cfg.clients / 2)
+    } else {
+        (1, cfg.clients)
+    };
     rc.compute_nodes = nodes;
     rc.coordinators = u16::try_from(coords).map_err(|_| "too many clients".to_string())?;
     rc.warmup = cfg.warmup;
@@ -172,16 +181,27 @@ fn run_tandem(cfg: &CompareConfig) -> Result<SystemResult, String> {
     let layout = Layout::new(&rc.store_config())?;
     let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
     let secret = {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
         (t ^ ((std::process::id() as u64) << 32)) | 1
     };
     let servers = MemoryServers::spawn(&cfg.tandem_exe, rc.memory_nodes as usize, region, secret)
-        .map_err(|e| format!("cannot start Tandem memory servers ({}): {e}", cfg.tandem_exe.display()))?;
+        .map_err(|e| {
+        format!(
+            "cannot start Tandem memory servers ({}): {e}",
+            cfg.tandem_exe.display()
+        )
+    })?;
     let r = run(&rc, &Backend::Tcp(servers.cluster()))?;
     drop(servers);
     let mut violations = r.violations.clone();
     if !r.false_positives.is_empty() {
-        violations.push(format!("compute nodes {:?} were declared failed without crashing", r.false_positives));
+        violations.push(format!(
+            "compute nodes {:?} were declared failed without crashing",
+            r.false_positives
+        ));
     }
     Ok(SystemResult {
         system: "tandem".into(),
@@ -192,7 +212,12 @@ fn run_tandem(cfg: &CompareConfig) -> Result<SystemResult, String> {
         aborts_by_reason: r.aborts_by_reason.clone(),
         duration_s: r.duration_s,
         throughput_tps: r.throughput_tps,
-        latency_us: LatencyUs { p50: r.latency_us.p50, p99: r.latency_us.p99, p999: r.latency_us.p999, mean: r.latency_us.mean },
+        latency_us: LatencyUs {
+            p50: r.latency_us.p50,
+            p99: r.latency_us.p99,
+            p999: r.latency_us.p999,
+            mean: r.latency_us.mean,
+        },
         check_passed: r.check_passed == Some(true) && r.false_positives.is_empty(),
         violations,
         errors: r.errors,
@@ -200,12 +225,21 @@ fn run_tandem(cfg: &CompareConfig) -> Result<SystemResult, String> {
     })
 }
 
-fn run_peer(sys: &dyn PeerSystem, durability: Durability, cfg: &CompareConfig) -> Result<SystemResult, String> {
+fn run_peer(
+    sys: &dyn PeerSystem,
+    durability: Durability,
+    cfg: &CompareConfig,
+) -> Result<SystemResult, String> {
     let w = &cfg.workload;
     if cfg.progress {
-        eprintln!("compare: loading {} ({} rows)", sys.name(), w.tables().iter().map(|t| t.1).sum::<u64>());
+        eprintln!(
+            "compare: loading {} ({} rows)",
+            sys.name(),
+            w.tables().iter().map(|t| t.1).sum::<u64>()
+        );
     }
-    sys.load(w).map_err(|e| format!("loading {} failed: {e}", sys.name()))?;
+    sys.load(w)
+        .map_err(|e| format!("loading {} failed: {e}", sys.name()))?;
     let dc = DriveConfig {
         clients: cfg.clients,
         warmup: cfg.warmup,
@@ -216,12 +250,21 @@ fn run_peer(sys: &dyn PeerSystem, durability: Durability, cfg: &CompareConfig) -
     let d = drive(sys, w, &dc)?;
     let mut live = Vec::new();
     for (t, n) in w.tables() {
-        live.push(sys.snapshot(t, n).map_err(|e| format!("inspecting {} failed: {e}", sys.name()))?);
+        live.push(
+            sys.snapshot(t, n)
+                .map_err(|e| format!("inspecting {} failed: {e}", sys.name()))?,
+        );
     }
     let violations = w.verify(&live, &d.ledger);
     // The ledger counts the whole run, warm-up included.
     let aborts_by_reason = match &d.ledger {
-        PeerLedger::SmallBank(l) => BTreeMap::from([("conflict (whole run)".to_string(), l.aborted), ("rolled back by SmallBank (whole run)".to_string(), l.rolled_back)]),
+        PeerLedger::SmallBank(l) => BTreeMap::from([
+            ("conflict (whole run)".to_string(), l.aborted),
+            (
+                "rolled back by SmallBank (whole run)".to_string(),
+                l.rolled_back,
+            ),
+        ]),
         PeerLedger::Micro(_) => BTreeMap::new(),
     };
     Ok(SystemResult {
@@ -263,17 +306,28 @@ pub fn compare(cfg: &CompareConfig) -> Result<Comparison, String> {
     let mut results = Vec::new();
     for name in &cfg.systems {
         if cfg.progress {
-            eprintln!("compare: {name}, {} clients, {:.1}s warm-up + {:.1}s measured", cfg.clients, cfg.warmup.as_secs_f64(), cfg.duration.as_secs_f64());
+            eprintln!(
+                "compare: {name}, {} clients, {:.1}s warm-up + {:.1}s measured",
+                cfg.clients,
+                cfg.warmup.as_secs_f64(),
+                cfg.duration.as_secs_f64()
+            );
         }
         let r = if name == "tandem" {
             run_tandem(cfg)?
         } else {
-            let (sys, d) = peers.iter().find(|(s, _)| s.name() == name).expect("probed above");
+            let (sys, d) = peers
+                .iter()
+                .find(|(s, _)| s.name() == name)
+                .expect("probed above");
             run_peer(sys.as_ref(), d.clone(), cfg)?
         };
         results.push(r);
     }
-    let tandem_tps = results.iter().find(|r| r.system == "tandem").map(|r| r.throughput_tps);
+    let tandem_tps = results
+        .iter()
+        .find(|r| r.system == "tandem")
+        .map(|r| r.throughput_tps);
     let ratios = match tandem_tps {
         Some(t) => results
             .iter()
@@ -281,7 +335,12 @@ pub fn compare(cfg: &CompareConfig) -> Result<Comparison, String> {
             .map(|r| {
                 let ratio = t / r.throughput_tps.max(1e-9);
                 let goal = goal(cfg.workload.name(), &r.system);
-                Ratio { peer: r.system.clone(), tandem_over_peer: ratio, goal, met: goal.map(|g| ratio >= g) }
+                Ratio {
+                    peer: r.system.clone(),
+                    tandem_over_peer: ratio,
+                    goal,
+                    met: goal.map(|g| ratio >= g),
+                }
             })
             .collect(),
         None => Vec::new(),
@@ -301,12 +360,19 @@ pub fn compare(cfg: &CompareConfig) -> Result<Comparison, String> {
 /// The human-readable report (stdout).
 pub fn render(c: &Comparison) -> String {
     let mut s = String::new();
-    let what = if c.workload == "smallbank" { "accounts" } else { "keys" };
+    let what = if c.workload == "smallbank" {
+        "accounts"
+    } else {
+        "keys"
+    };
     s += &format!(
         "{} ({} {what}), {} clients per system, {:.1}s measured after {:.1}s warm-up, systems run back to back\n\n",
         c.workload, c.rows, c.clients, c.duration_s, c.warmup_s
     );
-    s += &format!("{:<9} {:>12} {:>10} {:>9} {:>9} {:>8}  {}\n", "system", "committed/s", "committed", "p50 us", "p99 us", "aborts", "check");
+    s += &format!(
+        "{:<9} {:>12} {:>10} {:>9} {:>9} {:>8}  {}\n",
+        "system", "committed/s", "committed", "p50 us", "p99 us", "aborts", "check"
+    );
     for r in &c.systems {
         s += &format!(
             "{:<9} {:>12.0} {:>10} {:>9} {:>9} {:>7.1}%  {}\n",
@@ -316,7 +382,11 @@ pub fn render(c: &Comparison) -> String {
             r.latency_us.p50,
             r.latency_us.p99,
             100.0 * r.abort_rate,
-            if r.check_passed && r.errors.is_empty() { "passed" } else { "FAILED" }
+            if r.check_passed && r.errors.is_empty() {
+                "passed"
+            } else {
+                "FAILED"
+            }
         );
     }
     if !c.ratios.is_empty() {
@@ -327,12 +397,18 @@ pub fn render(c: &Comparison) -> String {
                 (Some(g), _) => format!("goal >= {g:.0}x: NOT met"),
                 _ => "no goal set".into(),
             };
-            s += &format!("  tandem / {:<9} {:>8.1}x   {goal}\n", r.peer, r.tandem_over_peer);
+            s += &format!(
+                "  tandem / {:<9} {:>8.1}x   {goal}\n",
+                r.peer, r.tandem_over_peer
+            );
         }
     }
     s += "\nDurability and replication (as the running servers report them):\n";
     for r in &c.systems {
-        s += &format!("  {:<9} {}; {}; replication: {}\n", r.system, r.durability.version, r.durability.persistence, r.durability.replication);
+        s += &format!(
+            "  {:<9} {}; {}; replication: {}\n",
+            r.system, r.durability.version, r.durability.persistence, r.durability.replication
+        );
     }
     for r in &c.systems {
         for v in r.violations.iter().take(5) {

@@ -49,7 +49,15 @@ pub struct TandemRun {
 /// measured; the rest read as absent and are counted. Sessions `clients..2*clients`:
 /// write values carry the session id, so they stay unique in the history.
 fn preload(c: &DdpCluster, clients: u64, records: u64, seed: u64, epoch: Instant) -> Vec<HistOp> {
-    let load = Load::start(&c.load_config(clients, clients, SessionPlan::uniform(records, 0.0), seed ^ 0x5eed), epoch);
+    let load = Load::start(
+        &c.load_config(
+            clients,
+            clients,
+            SessionPlan::uniform(records, 0.0),
+            seed ^ 0x5eed,
+        ),
+        epoch,
+    );
     let until = Instant::now() + PRELOAD_LIMIT;
     while load.completed.load(Ordering::Relaxed) < 5 * records && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(10));
@@ -59,10 +67,28 @@ fn preload(c: &DdpCluster, clients: u64, records: u64, seed: u64, epoch: Instant
 
 /// Preload, then `clients` sessions for a warm-up and a measured interval.
 pub fn run(c: &DdpCluster, spec: &RunSpec) -> TandemRun {
-    let RunSpec { clients, records, duration, progress, .. } = spec.clone();
+    let RunSpec {
+        clients,
+        records,
+        duration,
+        progress,
+        ..
+    } = spec.clone();
     let epoch = Instant::now();
     let mut history = preload(c, clients, records, spec.seed, epoch);
-    let load = Load::start(&c.load_config(clients, 0, SessionPlan { ycsb: spec.workload.clone(), scope_writes: None, tx_requests: None }, spec.seed), epoch);
+    let load = Load::start(
+        &c.load_config(
+            clients,
+            0,
+            SessionPlan {
+                ycsb: spec.workload.clone(),
+                scope_writes: None,
+                tx_requests: None,
+            },
+            spec.seed,
+        ),
+        epoch,
+    );
     std::thread::sleep(spec.warmup);
     let t0 = epoch.elapsed();
     let mut last = (t0, load.completed.load(Ordering::Relaxed));
@@ -71,7 +97,12 @@ pub fn run(c: &DdpCluster, spec: &RunSpec) -> TandemRun {
         let (now, d) = (epoch.elapsed(), load.completed.load(Ordering::Relaxed));
         if progress {
             let rate = (d - last.1) as f64 / (now - last.0).as_secs_f64().max(1e-9);
-            eprintln!("  [{:>4.1}s] tandem {:<17} {:>9} ops  {rate:>9.0} ops/s", (now - t0).as_secs_f64(), c.model, d);
+            eprintln!(
+                "  [{:>4.1}s] tandem {:<17} {:>9} ops  {rate:>9.0} ops/s",
+                (now - t0).as_secs_f64(),
+                c.model,
+                d
+            );
         }
         last = (now, d);
     }
@@ -86,7 +117,13 @@ pub fn run(c: &DdpCluster, spec: &RunSpec) -> TandemRun {
 
 /// Counts and latencies of the operations completed within `[t0, t1]` ns.
 fn tally(ops: &[HistOp], t0: u64, t1: u64) -> TandemRun {
-    let mut run = TandemRun { counts: Counts::default(), elapsed_s: 0.0, hist: new_hist(), failed: 0, history: Vec::new() };
+    let mut run = TandemRun {
+        counts: Counts::default(),
+        elapsed_s: 0.0,
+        hist: new_hist(),
+        failed: 0,
+        history: Vec::new(),
+    };
     for o in ops {
         let Some(done) = o.complete_ns else {
             run.failed += u64::from(o.invoke_ns <= t1);
@@ -101,7 +138,12 @@ fn tally(ops: &[HistOp], t0: u64, t1: u64) -> TandemRun {
         }
         let _ = run.hist.record(((done - o.invoke_ns) / 1000).max(1));
         match o.kind {
-            OpKind::Read { value, .. } => (run.counts.reads, run.counts.missing) = (run.counts.reads + 1, run.counts.missing + u64::from(value.is_none())),
+            OpKind::Read { value, .. } => {
+                (run.counts.reads, run.counts.missing) = (
+                    run.counts.reads + 1,
+                    run.counts.missing + u64::from(value.is_none()),
+                )
+            }
             _ => run.counts.writes += 1,
         }
     }

@@ -45,7 +45,9 @@ impl Fsync {
             "off" => Ok(Fsync::Off),
             "on" => Ok(Fsync::On),
             "both" => Ok(Fsync::Both),
-            other => Err(format!("unknown --fsync '{other}' (expected both, off or on)")),
+            other => Err(format!(
+                "unknown --fsync '{other}' (expected both, off or on)"
+            )),
         }
     }
 
@@ -85,8 +87,14 @@ impl DdpCompareConfig {
         if self.workloads.is_empty() {
             return Err("no workload".into());
         }
-        if let Some(w) = self.workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
-            return Err(format!("unknown workload '{w}' for --system ddp (expected ycsb-a, ycsb-b or both)"));
+        if let Some(w) = self
+            .workloads
+            .iter()
+            .find(|w| !WORKLOADS.contains(&w.as_str()))
+        {
+            return Err(format!(
+                "unknown workload '{w}' for --system ddp (expected ycsb-a, ycsb-b or both)"
+            ));
         }
         if self.clients == 0 {
             return Err("--clients must be at least 1".into());
@@ -164,7 +172,10 @@ pub struct DdpComparison {
 
 impl DdpComparison {
     pub fn passed(&self) -> bool {
-        self.workloads.iter().flat_map(|w| &w.rows).all(|r| r.errors.is_empty() && r.linearizable != Some(false))
+        self.workloads
+            .iter()
+            .flat_map(|w| &w.rows)
+            .all(|r| r.errors.is_empty() && r.linearizable != Some(false))
     }
 }
 
@@ -181,7 +192,11 @@ fn tandem_id(model: &str, fsync: bool) -> String {
 }
 
 fn tandem_durability(model: &str, fsync: bool) -> String {
-    let disk = if fsync { "flushed to the device (fdatasync, group commit) before the persist counts (--fsync): survives a power loss" } else { "memory-mapped, no fsync: survives kill -9 of any or all processes, not a power loss" };
+    let disk = if fsync {
+        "flushed to the device (fdatasync, group commit) before the persist counts (--fsync): survives a power loss"
+    } else {
+        "memory-mapped, no fsync: survives kill -9 of any or all processes, not a power loss"
+    };
     match model {
         "lin-synch" => format!("Tandem ⟨Lin, Synch⟩, {NODES} node processes, every key on all {NODES}: a write is acknowledged once all {NODES} applied it and appended it to their NVM file ({disk})"),
         _ => format!("Tandem ⟨Eventual, Eventual⟩, {NODES} node processes: a write is acknowledged by its coordinator at once, replicated in batches and persisted lazily to the NVM files ({disk}); an acknowledged write is lost if its node crashes before sending it"),
@@ -195,16 +210,41 @@ fn pairings(cfg: &DdpCompareConfig) -> Vec<Pairing> {
         .modes()
         .into_iter()
         .map(|fsync| {
-            let ports = if fsync { e.etcd_ports } else { e.etcd_nofsync_ports };
-            Pairing { model: "lin-synch", fsync, peers: vec![Box::new(EtcdKv::new(ports, fsync))], goal: Some(GOAL_VS_ETCD) }
+            let ports = if fsync {
+                e.etcd_ports
+            } else {
+                e.etcd_nofsync_ports
+            };
+            Pairing {
+                model: "lin-synch",
+                fsync,
+                peers: vec![Box::new(EtcdKv::new(ports, fsync))],
+                goal: Some(GOAL_VS_ETCD),
+            }
         })
         .collect();
-    let redis: Vec<Box<dyn KvPeer>> = vec![Box::new(RedisKv::new(e.redis_repl_port, false)), Box::new(RedisKv::new(e.redis_repl_port, true))];
-    out.push(Pairing { model: "eventual-eventual", fsync: false, peers: redis, goal: None });
+    let redis: Vec<Box<dyn KvPeer>> = vec![
+        Box::new(RedisKv::new(e.redis_repl_port, false)),
+        Box::new(RedisKv::new(e.redis_repl_port, true)),
+    ];
+    out.push(Pairing {
+        model: "eventual-eventual",
+        fsync: false,
+        peers: redis,
+        goal: None,
+    });
     out
 }
 
-fn row(id: String, durability: String, cfg: &DdpCompareConfig, value_bytes: usize, c: &Counts, elapsed_s: f64, hist: &Histogram<u64>) -> Row {
+fn row(
+    id: String,
+    durability: String,
+    cfg: &DdpCompareConfig,
+    value_bytes: usize,
+    c: &Counts,
+    elapsed_s: f64,
+    hist: &Histogram<u64>,
+) -> Row {
     let ops = c.reads + c.writes;
     Row {
         id,
@@ -217,8 +257,16 @@ fn row(id: String, durability: String, cfg: &DdpCompareConfig, value_bytes: usiz
         writes: c.writes,
         missing_reads: c.missing,
         unconfirmed_writes: c.unconfirmed,
-        p50_us: if ops > 0 { hist.value_at_quantile(0.5) } else { 0 },
-        p99_us: if ops > 0 { hist.value_at_quantile(0.99) } else { 0 },
+        p50_us: if ops > 0 {
+            hist.value_at_quantile(0.5)
+        } else {
+            0
+        },
+        p99_us: if ops > 0 {
+            hist.value_at_quantile(0.99)
+        } else {
+            0
+        },
         duration_s: elapsed_s,
         linearizable: None,
         errors: Vec::new(),
@@ -228,16 +276,43 @@ fn row(id: String, durability: String, cfg: &DdpCompareConfig, value_bytes: usiz
 fn run_tandem(cfg: &DdpCompareConfig, w: &Ycsb, model: &str, fsync: bool) -> Result<Row, String> {
     let id = tandem_id(model, fsync);
     if cfg.progress {
-        eprintln!("compare: {} on {}, {} clients, {:.1}s warm-up + {:.1}s measured", id, w.name, cfg.clients, cfg.warmup.as_secs_f64(), cfg.duration.as_secs_f64());
+        eprintln!(
+            "compare: {} on {}, {} clients, {:.1}s warm-up + {:.1}s measured",
+            id,
+            w.name,
+            cfg.clients,
+            cfg.warmup.as_secs_f64(),
+            cfg.duration.as_secs_f64()
+        );
     }
     let dir = cfg.nvm_dir.join(&id);
     let cluster = DdpCluster::start(&cfg.tandem_exe, model, fsync, &dir)?;
-    let spec = RunSpec { clients: cfg.clients as u64, records: cfg.records, workload: w.clone(), warmup: cfg.warmup, duration: cfg.duration, seed: cfg.seed, progress: cfg.progress };
+    let spec = RunSpec {
+        clients: cfg.clients as u64,
+        records: cfg.records,
+        workload: w.clone(),
+        warmup: cfg.warmup,
+        duration: cfg.duration,
+        seed: cfg.seed,
+        progress: cfg.progress,
+    };
     let r: TandemRun = ddp_cluster::run(&cluster, &spec);
     drop(cluster);
-    let mut out = row(id, tandem_durability(model, fsync), cfg, TANDEM_VALUE_BYTES, &r.counts, r.elapsed_s, &r.hist);
+    let mut out = row(
+        id,
+        tandem_durability(model, fsync),
+        cfg,
+        TANDEM_VALUE_BYTES,
+        &r.counts,
+        r.elapsed_s,
+        &r.hist,
+    );
     if r.failed > 0 {
-        out.errors.push(format!("{} operations failed or got no reply (node logs in {})", r.failed, dir.display()));
+        out.errors.push(format!(
+            "{} operations failed or got no reply (node logs in {})",
+            r.failed,
+            dir.display()
+        ));
     } else {
         // 64 MB of NVM file per node: kept only when something went wrong.
         let _ = std::fs::remove_dir_all(&dir);
@@ -246,7 +321,12 @@ fn run_tandem(cfg: &DdpCompareConfig, w: &Ycsb, model: &str, fsync: bool) -> Res
         let t = std::time::Instant::now();
         let verdict = tandem_check::check_linearizable(&r.history);
         if cfg.progress {
-            eprintln!("  linearizability of {} operations: {} ({:.1}s)", r.history.len(), if verdict.is_ok() { "passed" } else { "FAILED" }, t.elapsed().as_secs_f64());
+            eprintln!(
+                "  linearizability of {} operations: {} ({:.1}s)",
+                r.history.len(),
+                if verdict.is_ok() { "passed" } else { "FAILED" },
+                t.elapsed().as_secs_f64()
+            );
         }
         if let Err(v) = &verdict {
             out.errors.push(format!("history not linearizable: {v}"));
@@ -258,14 +338,39 @@ fn run_tandem(cfg: &DdpCompareConfig, w: &Ycsb, model: &str, fsync: bool) -> Res
 
 fn run_peer(cfg: &DdpCompareConfig, w: &Ycsb, peer: &dyn KvPeer) -> Result<Row, String> {
     if cfg.progress {
-        eprintln!("compare: {} on {}: loading {} records of {} bytes, then {} clients, {:.1}s + {:.1}s", peer.id(), w.name, cfg.records, cfg.value_size, cfg.clients, cfg.warmup.as_secs_f64(), cfg.duration.as_secs_f64());
+        eprintln!(
+            "compare: {} on {}: loading {} records of {} bytes, then {} clients, {:.1}s + {:.1}s",
+            peer.id(),
+            w.name,
+            cfg.records,
+            cfg.value_size,
+            cfg.clients,
+            cfg.warmup.as_secs_f64(),
+            cfg.duration.as_secs_f64()
+        );
     }
-    peer.load(cfg.records, cfg.value_size).map_err(|e| format!("loading {} failed: {e}", peer.id()))?;
-    let dc = KvDriveConfig { clients: cfg.clients, value_size: cfg.value_size, warmup: cfg.warmup, duration: cfg.duration, seed: cfg.seed, progress: cfg.progress };
+    peer.load(cfg.records, cfg.value_size)
+        .map_err(|e| format!("loading {} failed: {e}", peer.id()))?;
+    let dc = KvDriveConfig {
+        clients: cfg.clients,
+        value_size: cfg.value_size,
+        warmup: cfg.warmup,
+        duration: cfg.duration,
+        seed: cfg.seed,
+        progress: cfg.progress,
+    };
     let r = drive(peer, w, &dc)?;
     // After the run: etcd's fsync counters then include it.
     let durability = peer.durability()?;
-    let mut out = row(peer.id().to_string(), durability, cfg, cfg.value_size, &r.counts, r.elapsed_s, &r.hist);
+    let mut out = row(
+        peer.id().to_string(),
+        durability,
+        cfg,
+        cfg.value_size,
+        &r.counts,
+        r.elapsed_s,
+        &r.hist,
+    );
     out.errors = r.errors;
     Ok(out)
 }
@@ -274,10 +379,20 @@ fn ratio(rows: &[Row], tandem: &str, peer: &str, goal: Option<f64>) -> Option<Ra
     let t = rows.iter().find(|r| r.id == tandem)?;
     let p = rows.iter().find(|r| r.id == peer)?;
     let x = t.ops_per_s / p.ops_per_s.max(1e-9);
-    Some(Ratio { tandem: tandem.into(), peer: peer.into(), tandem_over_peer: x, goal, met: goal.map(|g| x >= g) })
+    Some(Ratio {
+        tandem: tandem.into(),
+        peer: peer.into(),
+        tandem_over_peer: x,
+        goal,
+        met: goal.map(|g| x >= g),
+    })
 }
 
-fn run_workload(cfg: &DdpCompareConfig, name: &str, pairs: &[Pairing]) -> Result<WorkloadResult, String> {
+fn run_workload(
+    cfg: &DdpCompareConfig,
+    name: &str,
+    pairs: &[Pairing],
+) -> Result<WorkloadResult, String> {
     // The same key choice for every system (YCSB's Zipfian unless --uniform).
     let w = Ycsb::new(name, cfg.records, cfg.uniform)?;
     let (mut rows, mut ratios) = (Vec::new(), Vec::new());
@@ -289,7 +404,12 @@ fn run_workload(cfg: &DdpCompareConfig, name: &str, pairs: &[Pairing]) -> Result
             ratios.extend(ratio(&rows, &tid, peer.id(), p.goal));
         }
     }
-    Ok(WorkloadResult { workload: name.into(), read_ratio: w.read_ratio, rows, ratios })
+    Ok(WorkloadResult {
+        workload: name.into(),
+        read_ratio: w.read_ratio,
+        rows,
+        ratios,
+    })
 }
 
 /// Run every pairing on every workload. Peers are probed first, so a
@@ -298,15 +418,32 @@ pub fn compare_ddp(cfg: &DdpCompareConfig) -> Result<DdpComparison, String> {
     cfg.validate()?;
     let pairs = pairings(cfg);
     for peer in pairs.iter().flat_map(|p| &p.peers) {
-        peer.durability().map_err(|e| format!("{} is not reachable on {} ({e}); start the peers with `{PEERS_SCRIPT}`", peer.id(), peer.endpoint()))?;
+        peer.durability().map_err(|e| {
+            format!(
+                "{} is not reachable on {} ({e}); start the peers with `{PEERS_SCRIPT}`",
+                peer.id(),
+                peer.endpoint()
+            )
+        })?;
     }
-    let load_average_at_start = std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok());
-    let workloads = cfg.workloads.iter().map(|w| run_workload(cfg, w, &pairs)).collect::<Result<Vec<_>, _>>()?;
+    let load_average_at_start = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok());
+    let workloads = cfg
+        .workloads
+        .iter()
+        .map(|w| run_workload(cfg, w, &pairs))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(DdpComparison {
         records: cfg.records,
         value_size: cfg.value_size,
         tandem_value_bytes: TANDEM_VALUE_BYTES,
-        key_choice: if cfg.uniform { "uniform" } else { "zipfian (0.99)" }.into(),
+        key_choice: if cfg.uniform {
+            "uniform"
+        } else {
+            "zipfian (0.99)"
+        }
+        .into(),
         clients: cfg.clients,
         warmup_s: cfg.warmup.as_secs_f64(),
         duration_s: cfg.duration.as_secs_f64(),
@@ -333,7 +470,10 @@ fn header(c: &DdpComparison) -> String {
         c.records, c.key_choice, c.clients, c.duration_s, c.warmup_s, c.value_size
     );
     if c.value_size != c.tandem_value_bytes {
-        s += &format!(", Tandem's {} bytes (tandem_ddp::load writes 8-byte values)", c.tandem_value_bytes);
+        s += &format!(
+            ", Tandem's {} bytes (tandem_ddp::load writes 8-byte values)",
+            c.tandem_value_bytes
+        );
     } else {
         s += " (Tandem's too)";
     }
@@ -349,19 +489,40 @@ pub fn render(c: &DdpComparison) -> String {
     let mut s = header(c);
     for w in &c.workloads {
         s += &format!("\n{} ({:.0} % reads)\n", w.workload, 100.0 * w.read_ratio);
-        s += &format!("  {:<30} {:>10} {:>9} {:>9} {:>9}  {}\n", "system", "ops/s", "p50 us", "p99 us", "missing", "notes");
+        s += &format!(
+            "  {:<30} {:>10} {:>9} {:>9} {:>9}  {}\n",
+            "system", "ops/s", "p50 us", "p99 us", "missing", "notes"
+        );
         for r in &w.rows {
             let mut notes: Vec<String> = r.errors.iter().take(3).cloned().collect();
             if r.unconfirmed_writes > 0 {
                 notes.push(format!("{} writes unconfirmed", r.unconfirmed_writes));
             }
             if let Some(l) = r.linearizable {
-                notes.push(if l { "linearizable".into() } else { "NOT linearizable".into() });
+                notes.push(if l {
+                    "linearizable".into()
+                } else {
+                    "NOT linearizable".into()
+                });
             }
-            s += &format!("  {:<30} {:>10.0} {:>9} {:>9} {:>9}  {}\n", r.id, r.ops_per_s, r.p50_us, r.p99_us, r.missing_reads, notes.join("; "));
+            s += &format!(
+                "  {:<30} {:>10.0} {:>9} {:>9} {:>9}  {}\n",
+                r.id,
+                r.ops_per_s,
+                r.p50_us,
+                r.p99_us,
+                r.missing_reads,
+                notes.join("; ")
+            );
         }
         for r in &w.ratios {
-            s += &format!("  {} / {}: {:.2}x   {}\n", r.tandem, r.peer, r.tandem_over_peer, goal_text(r));
+            s += &format!(
+                "  {} / {}: {:.2}x   {}\n",
+                r.tandem,
+                r.peer,
+                r.tandem_over_peer,
+                goal_text(r)
+            );
         }
     }
     s += "\nDurability (peers: as the running servers report it):\n";
@@ -381,7 +542,14 @@ pub fn render_markdown(c: &DdpComparison, command: &str) -> String {
     s += "| workload | Tandem | peer | Tandem / peer | goal |\n|---|---|---|---|---|\n";
     for w in &c.workloads {
         for r in &w.ratios {
-            s += &format!("| {} | {} | {} | **{:.2}x** | {} |\n", w.workload, r.tandem, r.peer, r.tandem_over_peer, goal_text(r));
+            s += &format!(
+                "| {} | {} | {} | **{:.2}x** | {} |\n",
+                w.workload,
+                r.tandem,
+                r.peer,
+                r.tandem_over_peer,
+                goal_text(r)
+            );
         }
     }
     s += "\n| workload | system | ops/s | p50 µs | p99 µs | notes |\n|---|---|---|---|---|---|\n";
@@ -389,16 +557,35 @@ pub fn render_markdown(c: &DdpComparison, command: &str) -> String {
         for r in &w.rows {
             let mut notes = Vec::new();
             if let Some(l) = r.linearizable {
-                notes.push(if l { "history linearizable" } else { "history NOT linearizable" }.to_string());
+                notes.push(
+                    if l {
+                        "history linearizable"
+                    } else {
+                        "history NOT linearizable"
+                    }
+                    .to_string(),
+                );
             }
             if r.unconfirmed_writes > 0 {
                 notes.push(format!("{} writes unconfirmed", r.unconfirmed_writes));
             }
             if r.missing_reads > 0 {
-                notes.push(format!("{} reads found no value ({:.2} %)", r.missing_reads, 100.0 * r.missing_reads as f64 / r.reads.max(1) as f64));
+                notes.push(format!(
+                    "{} reads found no value ({:.2} %)",
+                    r.missing_reads,
+                    100.0 * r.missing_reads as f64 / r.reads.max(1) as f64
+                ));
             }
             notes.extend(r.errors.iter().take(2).cloned());
-            s += &format!("| {} | {} | {:.0} | {} | {} | {} |\n", w.workload, r.id, r.ops_per_s, r.p50_us, r.p99_us, notes.join("; "));
+            s += &format!(
+                "| {} | {} | {:.0} | {} | {} | {} |\n",
+                w.workload,
+                r.id,
+                r.ops_per_s,
+                r.p50_us,
+                r.p99_us,
+                notes.join("; ")
+            );
         }
     }
     s += "\n| system | durability of an acknowledged write |\n|---|---|\n";

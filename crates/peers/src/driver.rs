@@ -42,7 +42,11 @@ pub fn client_seed(seed: u64, i: usize) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((i as u64 + 1) << 40)
 }
 
-pub fn drive(sys: &dyn PeerSystem, w: &PeerWorkload, cfg: &DriveConfig) -> Result<DriveResult, String> {
+pub fn drive(
+    sys: &dyn PeerSystem,
+    w: &PeerWorkload,
+    cfg: &DriveConfig,
+) -> Result<DriveResult, String> {
     assert!(cfg.clients > 0, "at least one client");
     let mut conns = Vec::with_capacity(cfg.clients);
     for i in 0..cfg.clients {
@@ -95,7 +99,10 @@ pub fn drive(sys: &dyn PeerSystem, w: &PeerWorkload, cfg: &DriveConfig) -> Resul
             std::thread::sleep(cfg.progress_every.map_or(left, |p| p.min(left)));
             if cfg.progress_every.is_some() {
                 let now = Instant::now();
-                let (c, a) = (committed.load(Ordering::Relaxed), aborted.load(Ordering::Relaxed));
+                let (c, a) = (
+                    committed.load(Ordering::Relaxed),
+                    aborted.load(Ordering::Relaxed),
+                );
                 eprintln!(
                     "  [{:>5.1}s] {} {:>10} committed  {:>10.0} tx/s  abort rate {:>5.1}%",
                     start.elapsed().as_secs_f64(),
@@ -114,7 +121,9 @@ pub fn drive(sys: &dyn PeerSystem, w: &PeerWorkload, cfg: &DriveConfig) -> Resul
         let mut ledger = w.empty_ledger();
         let mut errors = Vec::new();
         for h in workers {
-            let (hh, l, e) = h.join().map_err(|_| format!("a {} client thread panicked", sys.name()))?;
+            let (hh, l, e) = h
+                .join()
+                .map_err(|_| format!("a {} client thread panicked", sys.name()))?;
             hist.add(&hh).expect("same histogram bounds");
             ledger.merge(&l);
             errors.extend(e);

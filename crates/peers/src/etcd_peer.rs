@@ -29,7 +29,10 @@ pub struct EtcdSystem {
 }
 
 pub(crate) fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new().timeout(Duration::from_secs(20)).max_idle_connections_per_host(4).build()
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(20))
+        .max_idle_connections_per_host(4)
+        .build()
 }
 
 pub(crate) fn b64(s: &str) -> String {
@@ -38,7 +41,9 @@ pub(crate) fn b64(s: &str) -> String {
 
 fn unb64(v: &Value) -> Result<String, String> {
     let s = v.as_str().unwrap_or("");
-    let b = B64.decode(s).map_err(|e| format!("etcd: bad base64 {s:?}: {e}"))?;
+    let b = B64
+        .decode(s)
+        .map_err(|e| format!("etcd: bad base64 {s:?}: {e}"))?;
     String::from_utf8(b).map_err(|e| format!("etcd: bad utf-8: {e}"))
 }
 
@@ -69,7 +74,10 @@ impl EtcdSystem {
     }
 
     fn url(&self, member: usize, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.ports[member % self.ports.len()])
+        format!(
+            "http://127.0.0.1:{}{path}",
+            self.ports[member % self.ports.len()]
+        )
     }
 
     fn call(&self, path: &str, body: &Value) -> Result<Value, String> {
@@ -77,7 +85,10 @@ impl EtcdSystem {
     }
 
     fn delete_prefix(&self, prefix: &str) -> Result<i64, String> {
-        let r = self.call("/v3/kv/deleterange", &json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix))}))?;
+        let r = self.call(
+            "/v3/kv/deleterange",
+            &json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix))}),
+        )?;
         Ok(int(&r["header"]["revision"]))
     }
 }
@@ -88,7 +99,11 @@ impl PeerSystem for EtcdSystem {
     }
 
     fn endpoint(&self) -> String {
-        self.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     fn connect(&self, client: usize) -> Result<Box<dyn PeerConn>, String> {
@@ -109,7 +124,10 @@ impl PeerSystem for EtcdSystem {
         }
         // Keep the keyspace history from growing run over run.
         if rev > 1 {
-            let _ = self.call("/v3/kv/compaction", &json!({"revision": rev.to_string(), "physical": true}));
+            let _ = self.call(
+                "/v3/kv/compaction",
+                &json!({"revision": rev.to_string(), "physical": true}),
+            );
         }
         let init = w.initial_value().to_string();
         let mut batches: Vec<Vec<String>> = Vec::new();
@@ -129,14 +147,25 @@ impl PeerSystem for EtcdSystem {
                         let url = self.url(w, "/v3/kv/txn");
                         loop {
                             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(batch) = batches.get(i) else { return Ok(()) };
-                            let puts: Vec<Value> = batch.iter().map(|k| json!({"request_put": {"key": b64(k), "value": b64(init)}})).collect();
-                            post(&agent, &url, &json!({"success": puts})).map_err(|e| format!("etcd load: {e}"))?;
+                            let Some(batch) = batches.get(i) else {
+                                return Ok(());
+                            };
+                            let puts: Vec<Value> = batch
+                                .iter()
+                                .map(
+                                    |k| json!({"request_put": {"key": b64(k), "value": b64(init)}}),
+                                )
+                                .collect();
+                            post(&agent, &url, &json!({"success": puts}))
+                                .map_err(|e| format!("etcd load: {e}"))?;
                         }
                     })
                 })
                 .collect();
-            workers.into_iter().map(|h| h.join().expect("loader thread")).collect::<Result<Vec<()>, String>>()
+            workers
+                .into_iter()
+                .map(|h| h.join().expect("loader thread"))
+                .collect::<Result<Vec<()>, String>>()
         })?;
         Ok(())
     }
@@ -147,13 +176,23 @@ impl PeerSystem for EtcdSystem {
         let mut out = BTreeMap::new();
         let mut from = prefix.clone();
         loop {
-            let r = self.call("/v3/kv/range", &json!({"key": b64(&from), "range_end": end, "limit": PAGE.to_string()}))?;
+            let r = self.call(
+                "/v3/kv/range",
+                &json!({"key": b64(&from), "range_end": end, "limit": PAGE.to_string()}),
+            )?;
             let kvs = r["kvs"].as_array().cloned().unwrap_or_default();
             for kv in &kvs {
                 let k = unb64(&kv["key"])?;
                 let v = unb64(&kv["value"])?;
-                let id = k.strip_prefix(&prefix).and_then(|s| s.parse::<u64>().ok()).ok_or_else(|| format!("etcd: unexpected key {k}"))?;
-                out.insert(id, v.parse::<i64>().map_err(|_| format!("etcd: key {k} holds {v:?}"))?);
+                let id = k
+                    .strip_prefix(&prefix)
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .ok_or_else(|| format!("etcd: unexpected key {k}"))?;
+                out.insert(
+                    id,
+                    v.parse::<i64>()
+                        .map_err(|_| format!("etcd: key {k} holds {v:?}"))?,
+                );
             }
             match (r["more"].as_bool().unwrap_or(false), kvs.last()) {
                 (true, Some(last)) => from = unb64(&last["key"])? + "\0",
@@ -173,8 +212,13 @@ impl PeerSystem for EtcdSystem {
         let n = members["members"].as_array().map(|m| m.len()).unwrap_or(0);
         Ok(Durability {
             version: format!("etcd {}", version["etcdserver"].as_str().unwrap_or("?")),
-            persistence: "Raft WAL on local disk, fsync before every commit is acknowledged (etcd default)".into(),
-            replication: format!("Raft over {n} members on loopback (quorum {}), JSON gateway over HTTP/1.1", n / 2 + 1),
+            persistence:
+                "Raft WAL on local disk, fsync before every commit is acknowledged (etcd default)"
+                    .into(),
+            replication: format!(
+                "Raft over {n} members on loopback (quorum {}), JSON gateway over HTTP/1.1",
+                n / 2 + 1
+            ),
         })
     }
 }
@@ -187,18 +231,28 @@ struct EtcdConn {
 impl PeerConn for EtcdConn {
     fn execute(&mut self, plan: &TxPlan) -> Result<Executed, PeerError> {
         let names: Vec<String> = plan.reads.iter().map(|k| k.name()).collect();
-        let ranges: Vec<Value> = names.iter().map(|k| json!({"request_range": {"key": b64(k)}})).collect();
-        let r = post(&self.agent, &self.url, &json!({"success": ranges})).map_err(|e| PeerError::Failed(format!("etcd read: {e}")))?;
+        let ranges: Vec<Value> = names
+            .iter()
+            .map(|k| json!({"request_range": {"key": b64(k)}}))
+            .collect();
+        let r = post(&self.agent, &self.url, &json!({"success": ranges}))
+            .map_err(|e| PeerError::Failed(format!("etcd read: {e}")))?;
         let mut values = Vec::with_capacity(names.len());
         let mut revs = Vec::with_capacity(names.len());
         let responses = r["responses"].as_array().cloned().unwrap_or_default();
         for (i, k) in names.iter().enumerate() {
-            let kv = &responses.get(i).map(|x| x["response_range"]["kvs"][0].clone()).unwrap_or(Value::Null);
+            let kv = &responses
+                .get(i)
+                .map(|x| x["response_range"]["kvs"][0].clone())
+                .unwrap_or(Value::Null);
             if kv.is_null() {
                 return Err(PeerError::Failed(format!("etcd: key {k} missing")));
             }
             let v = unb64(&kv["value"]).map_err(PeerError::Failed)?;
-            values.push(v.parse::<i64>().map_err(|_| PeerError::Failed(format!("etcd: key {k} holds {v:?}")))?);
+            values.push(
+                v.parse::<i64>()
+                    .map_err(|_| PeerError::Failed(format!("etcd: key {k} holds {v:?}")))?,
+            );
             revs.push(int(&kv["mod_revision"]));
         }
         let decision = plan.decide(&values);
@@ -214,11 +268,21 @@ impl PeerConn for EtcdConn {
             .map(|(k, rev)| json!({"key": b64(k), "result": "EQUAL", "target": "MOD", "mod_revision": rev.to_string()}))
             .collect();
         let puts: Vec<Value> = writes.iter().map(|(k, v)| json!({"request_put": {"key": b64(&k.name()), "value": b64(&v.to_string())}})).collect();
-        match post(&self.agent, &self.url, &json!({"compare": compares, "success": puts})) {
-            Ok(r) if r["succeeded"].as_bool().unwrap_or(false) => Ok(Executed::Committed { values, decision }),
+        match post(
+            &self.agent,
+            &self.url,
+            &json!({"compare": compares, "success": puts}),
+        ) {
+            Ok(r) if r["succeeded"].as_bool().unwrap_or(false) => {
+                Ok(Executed::Committed { values, decision })
+            }
             Ok(_) => Ok(Executed::Aborted),
             // Sent, but no answer: it may have committed.
-            Err(e) => Err(PeerError::InDoubt { error: format!("etcd txn: {e}"), values, decision }),
+            Err(e) => Err(PeerError::InDoubt {
+                error: format!("etcd txn: {e}"),
+                values,
+                decision,
+            }),
         }
     }
 }

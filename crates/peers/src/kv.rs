@@ -58,11 +58,18 @@ impl EtcdKv {
     /// `fsync`: the cluster fsyncs its WAL (etcd's default); else it is the
     /// `etcd-nofsync` cluster of `scripts/peers.sh`.
     pub fn new(ports: [u16; 3], fsync: bool) -> Self {
-        EtcdKv { id: if fsync { "etcd-fsync" } else { "etcd-nofsync" }, ports, fsync }
+        EtcdKv {
+            id: if fsync { "etcd-fsync" } else { "etcd-nofsync" },
+            ports,
+            fsync,
+        }
     }
 
     fn url(&self, member: usize, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.ports[member % self.ports.len()])
+        format!(
+            "http://127.0.0.1:{}{path}",
+            self.ports[member % self.ports.len()]
+        )
     }
 
     fn call(&self, path: &str, body: &Value) -> Result<Value, String> {
@@ -70,30 +77,54 @@ impl EtcdKv {
     }
 
     fn clear(&self) -> Result<(), String> {
-        let r = self.call("/v3/kv/deleterange", &json!({"key": b64(PREFIX), "range_end": b64(&prefix_end(PREFIX))}))?;
+        let r = self.call(
+            "/v3/kv/deleterange",
+            &json!({"key": b64(PREFIX), "range_end": b64(&prefix_end(PREFIX))}),
+        )?;
         let rev = int(&r["header"]["revision"]);
         if rev > 1 {
             // Keep the history from growing run over run.
-            let _ = self.call("/v3/kv/compaction", &json!({"revision": rev.to_string(), "physical": true}));
+            let _ = self.call(
+                "/v3/kv/compaction",
+                &json!({"revision": rev.to_string(), "physical": true}),
+            );
         }
         Ok(())
     }
 
     /// WAL fsyncs so far and their mean duration, from the member's `/metrics`.
     fn wal_fsyncs(&self) -> Option<(u64, f64)> {
-        let text = agent().get(&self.url(0, "/metrics")).call().ok()?.into_string().ok()?;
-        let metric = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok());
+        let text = agent()
+            .get(&self.url(0, "/metrics"))
+            .call()
+            .ok()?
+            .into_string()
+            .ok()?;
+        let metric = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+        };
         let sum = metric("etcd_disk_wal_fsync_duration_seconds_sum")?;
         let count = metric("etcd_disk_wal_fsync_duration_seconds_count")?;
-        Some((count as u64, if count > 0.0 { sum / count * 1e6 } else { 0.0 }))
+        Some((
+            count as u64,
+            if count > 0.0 { sum / count * 1e6 } else { 0.0 },
+        ))
     }
 
     fn no_fsync_method() -> String {
-        let help = std::process::Command::new("etcd").arg("--help").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr)).unwrap_or_default();
+        let help = std::process::Command::new("etcd")
+            .arg("--help")
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr)
+            })
+            .unwrap_or_default();
         if help.contains("--unsafe-no-fsync") {
             "--unsafe-no-fsync (no WAL fsync)".into()
         } else {
-            "WAL on tmpfs (this etcd has no --unsafe-no-fsync; fsync there reaches no device)".into()
+            "WAL on tmpfs (this etcd has no --unsafe-no-fsync; fsync there reaches no device)"
+                .into()
         }
     }
 }
@@ -104,14 +135,25 @@ impl KvPeer for EtcdKv {
     }
 
     fn endpoint(&self) -> String {
-        self.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     fn connect(&self, client: usize) -> Result<Box<dyn KvConn>, String> {
         // Clients spread over the members, as etcd's own client balances them.
         let agent = agent();
-        agent.get(&self.url(client, "/version")).call().map_err(|e| format!("cannot reach {} on {}: {e}", self.id, self.url(client, "")))?;
-        Ok(Box::new(EtcdKvConn { agent, range: self.url(client, "/v3/kv/range"), put: self.url(client, "/v3/kv/put") }))
+        agent
+            .get(&self.url(client, "/version"))
+            .call()
+            .map_err(|e| format!("cannot reach {} on {}: {e}", self.id, self.url(client, "")))?;
+        Ok(Box::new(EtcdKvConn {
+            agent,
+            range: self.url(client, "/v3/kv/range"),
+            put: self.url(client, "/v3/kv/put"),
+        }))
     }
 
     fn load(&self, records: u64, size: usize) -> Result<(), String> {
@@ -121,17 +163,25 @@ impl KvPeer for EtcdKv {
         let ids: Vec<u64> = (0..records).collect();
         for batch in ids.chunks(ETCD_BATCH) {
             let puts: Vec<Value> = batch.iter().map(|&r| json!({"request_put": {"key": b64(&key(r)), "value": b64(&value(r, size))}})).collect();
-            post(&agent, &url, &json!({"success": puts})).map_err(|e| format!("{} load: {e}", self.id))?;
+            post(&agent, &url, &json!({"success": puts}))
+                .map_err(|e| format!("{} load: {e}", self.id))?;
         }
         Ok(())
     }
 
     fn durability(&self) -> Result<String, String> {
-        let v = agent().get(&self.url(0, "/version")).call().map_err(|e| format!("{} /version: {e}", self.id))?;
+        let v = agent()
+            .get(&self.url(0, "/version"))
+            .call()
+            .map_err(|e| format!("{} /version: {e}", self.id))?;
         let v: Value = v.into_json().map_err(|e| e.to_string())?;
         let members = self.call("/v3/cluster/member/list", &json!({}))?;
         let n = members["members"].as_array().map_or(0, |m| m.len());
-        let disk = if self.fsync { "WAL fsync'd before a commit is acknowledged (etcd's default)".to_string() } else { Self::no_fsync_method() };
+        let disk = if self.fsync {
+            "WAL fsync'd before a commit is acknowledged (etcd's default)".to_string()
+        } else {
+            Self::no_fsync_method()
+        };
         let fsyncs = match self.wal_fsyncs() {
             Some((c, us)) => format!("; member 1 reports {c} WAL fsyncs, mean {us:.1} µs"),
             None => String::new(),
@@ -153,12 +203,18 @@ struct EtcdKvConn {
 impl KvConn for EtcdKvConn {
     fn read(&mut self, key: &str) -> Result<bool, String> {
         // serializable = false (the default): a linearizable read, through Raft's read index.
-        let r = post(&self.agent, &self.range, &json!({"key": b64(key)})).map_err(|e| format!("etcd range: {e}"))?;
+        let r = post(&self.agent, &self.range, &json!({"key": b64(key)}))
+            .map_err(|e| format!("etcd range: {e}"))?;
         Ok(int(&r["count"]) > 0)
     }
 
     fn update(&mut self, key: &str, value: &str) -> Result<bool, String> {
-        post(&self.agent, &self.put, &json!({"key": b64(key), "value": b64(value)})).map_err(|e| format!("etcd put: {e}"))?;
+        post(
+            &self.agent,
+            &self.put,
+            &json!({"key": b64(key), "value": b64(value)}),
+        )
+        .map_err(|e| format!("etcd put: {e}"))?;
         Ok(true)
     }
 }
@@ -178,12 +234,19 @@ pub const WAIT_TIMEOUT_MS: u64 = 1_000;
 impl RedisKv {
     /// The primary of `scripts/peers.sh`'s `redis-repl`; `wait`: SET then `WAIT 2`.
     pub fn new(port: u16, wait: bool) -> Self {
-        RedisKv { id: if wait { "redis-wait2" } else { "redis-async" }, port, wait: wait.then_some((2, WAIT_TIMEOUT_MS)) }
+        RedisKv {
+            id: if wait { "redis-wait2" } else { "redis-async" },
+            port,
+            wait: wait.then_some((2, WAIT_TIMEOUT_MS)),
+        }
     }
 
     fn conn(&self) -> Result<redis::Connection, String> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).map_err(|e| e.to_string())?;
-        client.get_connection_with_timeout(Duration::from_secs(5)).map_err(|e| format!("cannot connect to Redis on 127.0.0.1:{}: {e}", self.port))
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
+            .map_err(|e| e.to_string())?;
+        client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .map_err(|e| format!("cannot connect to Redis on 127.0.0.1:{}: {e}", self.port))
     }
 }
 
@@ -192,7 +255,11 @@ fn rerr(e: redis::RedisError) -> String {
 }
 
 fn info_field(info: &str, field: &str) -> String {
-    info.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).unwrap_or("?").trim().to_string()
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or("?")
+        .trim()
+        .to_string()
 }
 
 impl KvPeer for RedisKv {
@@ -205,7 +272,10 @@ impl KvPeer for RedisKv {
     }
 
     fn connect(&self, _client: usize) -> Result<Box<dyn KvConn>, String> {
-        Ok(Box::new(RedisKvConn { conn: self.conn()?, wait: self.wait }))
+        Ok(Box::new(RedisKvConn {
+            conn: self.conn()?,
+            wait: self.wait,
+        }))
     }
 
     fn load(&self, records: u64, size: usize) -> Result<(), String> {
@@ -222,7 +292,11 @@ impl KvPeer for RedisKv {
             start = end;
         }
         // Both variants start with the replicas caught up.
-        let n: i64 = redis::cmd("WAIT").arg(2).arg(10_000).query(&mut c).map_err(rerr)?;
+        let n: i64 = redis::cmd("WAIT")
+            .arg(2)
+            .arg(10_000)
+            .query(&mut c)
+            .map_err(rerr)?;
         if n < 2 {
             return Err(format!("Redis on 127.0.0.1:{} has {n} replicas caught up, not 2 (start them with `bash scripts/peers.sh start redis-repl`)", self.port));
         }
@@ -231,16 +305,32 @@ impl KvPeer for RedisKv {
 
     fn durability(&self) -> Result<String, String> {
         let mut c = self.conn()?;
-        let server: String = redis::cmd("INFO").arg("server").query(&mut c).map_err(rerr)?;
-        let repl: String = redis::cmd("INFO").arg("replication").query(&mut c).map_err(rerr)?;
-        let persistence: String = redis::cmd("INFO").arg("persistence").query(&mut c).map_err(rerr)?;
+        let server: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut c)
+            .map_err(rerr)?;
+        let repl: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut c)
+            .map_err(rerr)?;
+        let persistence: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query(&mut c)
+            .map_err(rerr)?;
         let replicas = info_field(&repl, "connected_slaves");
-        let aof = if info_field(&persistence, "aof_enabled") == "1" { "AOF on" } else { "no AOF" };
+        let aof = if info_field(&persistence, "aof_enabled") == "1" {
+            "AOF on"
+        } else {
+            "no AOF"
+        };
         let promise = match self.wait {
             None => "a SET is acknowledged by the primary alone; replication is asynchronous, so an acknowledged write is lost if the primary crashes before sending it".to_string(),
             Some((n, t)) => format!("SET then WAIT {n} {t}: acknowledged once {n} replicas hold it, i.e. in 3 processes' memory, no disk (a machine power loss loses it; WAIT does not make failover lossless)"),
         };
-        Ok(format!("Redis {}: primary + {replicas} replicas, {aof}, no RDB; {promise}", info_field(&server, "redis_version")))
+        Ok(format!(
+            "Redis {}: primary + {replicas} replicas, {aof}, no RDB; {promise}",
+            info_field(&server, "redis_version")
+        ))
     }
 }
 
@@ -251,17 +341,33 @@ struct RedisKvConn {
 
 impl KvConn for RedisKvConn {
     fn read(&mut self, key: &str) -> Result<bool, String> {
-        let v: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(&mut self.conn).map_err(rerr)?;
+        let v: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(key)
+            .query(&mut self.conn)
+            .map_err(rerr)?;
         Ok(v.is_some())
     }
 
     fn update(&mut self, key: &str, value: &str) -> Result<bool, String> {
         let Some((n, timeout)) = self.wait else {
-            redis::cmd("SET").arg(key).arg(value).query::<()>(&mut self.conn).map_err(rerr)?;
+            redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .query::<()>(&mut self.conn)
+                .map_err(rerr)?;
             return Ok(true);
         };
         // One round trip: SET and WAIT pipelined.
-        let (acked,): (i64,) = redis::pipe().cmd("SET").arg(key).arg(value).ignore().cmd("WAIT").arg(n).arg(timeout).query(&mut self.conn).map_err(rerr)?;
+        let (acked,): (i64,) = redis::pipe()
+            .cmd("SET")
+            .arg(key)
+            .arg(value)
+            .ignore()
+            .cmd("WAIT")
+            .arg(n)
+            .arg(timeout)
+            .query(&mut self.conn)
+            .map_err(rerr)?;
         Ok(acked >= i64::from(n))
     }
 }

@@ -47,7 +47,13 @@ struct Shared {
     done: AtomicU64,
 }
 
-fn client(conn: &mut dyn KvConn, w: &Ycsb, seed: u64, size: usize, sh: &Shared) -> (Counts, Histogram<u64>, Option<String>) {
+fn client(
+    conn: &mut dyn KvConn,
+    w: &Ycsb,
+    seed: u64,
+    size: usize,
+    sh: &Shared,
+) -> (Counts, Histogram<u64>, Option<String>) {
     let mut rng = Rng::new(seed);
     let (mut c, mut hist) = (Counts::default(), new_hist());
     let mut n = seed << 20;
@@ -68,8 +74,13 @@ fn client(conn: &mut dyn KvConn, w: &Ycsb, seed: u64, size: usize, sh: &Shared) 
             let _ = hist.record((t0.elapsed().as_micros() as u64).max(1));
             sh.done.fetch_add(1, Ordering::Relaxed);
             match (read, ok) {
-                (true, found) => (c.reads, c.missing) = (c.reads + 1, c.missing + u64::from(!found)),
-                (false, confirmed) => (c.writes, c.unconfirmed) = (c.writes + 1, c.unconfirmed + u64::from(!confirmed)),
+                (true, found) => {
+                    (c.reads, c.missing) = (c.reads + 1, c.missing + u64::from(!found))
+                }
+                (false, confirmed) => {
+                    (c.writes, c.unconfirmed) =
+                        (c.writes + 1, c.unconfirmed + u64::from(!confirmed))
+                }
             }
         }
     }
@@ -87,7 +98,10 @@ fn measure(name: &str, cfg: &KvDriveConfig, sh: &Shared) -> f64 {
         if cfg.progress {
             let (now, d) = (Instant::now(), sh.done.load(Ordering::Relaxed));
             let rate = (d - last.1) as f64 / now.duration_since(last.0).as_secs_f64().max(1e-9);
-            eprintln!("  [{:>4.1}s] {name:<24} {d:>9} ops  {rate:>9.0} ops/s", start.elapsed().as_secs_f64());
+            eprintln!(
+                "  [{:>4.1}s] {name:<24} {d:>9} ops  {rate:>9.0} ops/s",
+                start.elapsed().as_secs_f64()
+            );
             last = (now, d);
         }
     }
@@ -96,24 +110,52 @@ fn measure(name: &str, cfg: &KvDriveConfig, sh: &Shared) -> f64 {
 }
 
 pub fn drive(peer: &dyn KvPeer, w: &Ycsb, cfg: &KvDriveConfig) -> Result<KvRun, String> {
-    let conns = (0..cfg.clients).map(|i| peer.connect(i)).collect::<Result<Vec<_>, _>>()?;
-    let sh = Shared { stop: AtomicBool::new(false), measuring: AtomicBool::new(false), done: AtomicU64::new(0) };
+    let conns = (0..cfg.clients)
+        .map(|i| peer.connect(i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let sh = Shared {
+        stop: AtomicBool::new(false),
+        measuring: AtomicBool::new(false),
+        done: AtomicU64::new(0),
+    };
     let sh = &sh;
     std::thread::scope(|s| {
         let workers: Vec<_> = conns
             .into_iter()
             .enumerate()
-            .map(|(i, mut conn)| s.spawn(move || client(conn.as_mut(), w, client_seed(cfg.seed, i), cfg.value_size, sh)))
+            .map(|(i, mut conn)| {
+                s.spawn(move || {
+                    client(
+                        conn.as_mut(),
+                        w,
+                        client_seed(cfg.seed, i),
+                        cfg.value_size,
+                        sh,
+                    )
+                })
+            })
             .collect();
         std::thread::sleep(cfg.warmup);
         let elapsed_s = measure(peer.id(), cfg, sh);
         sh.stop.store(true, Ordering::SeqCst);
-        let mut run = KvRun { counts: Counts::default(), elapsed_s, hist: new_hist(), errors: Vec::new() };
+        let mut run = KvRun {
+            counts: Counts::default(),
+            elapsed_s,
+            hist: new_hist(),
+            errors: Vec::new(),
+        };
         for (i, h) in workers.into_iter().enumerate() {
-            let (c, hist, err) = h.join().map_err(|_| format!("a {} client thread panicked", peer.id()))?;
+            let (c, hist, err) = h
+                .join()
+                .map_err(|_| format!("a {} client thread panicked", peer.id()))?;
             run.hist.add(&hist).expect("same histogram bounds");
             let t = &mut run.counts;
-            (t.reads, t.writes, t.missing, t.unconfirmed) = (t.reads + c.reads, t.writes + c.writes, t.missing + c.missing, t.unconfirmed + c.unconfirmed);
+            (t.reads, t.writes, t.missing, t.unconfirmed) = (
+                t.reads + c.reads,
+                t.writes + c.writes,
+                t.missing + c.missing,
+                t.unconfirmed + c.unconfirmed,
+            );
             run.errors.extend(err.map(|e| format!("client {i}: {e}")));
         }
         Ok(run)

@@ -24,8 +24,16 @@ impl PostgresSystem {
     }
 
     fn client(&self) -> Result<Client, String> {
-        let conn = format!("host=127.0.0.1 port={} user=postgres dbname=postgres connect_timeout=5", self.port);
-        Client::connect(&conn, NoTls).map_err(|e| format!("cannot connect to PostgreSQL on 127.0.0.1:{}: {e}", self.port))
+        let conn = format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres connect_timeout=5",
+            self.port
+        );
+        Client::connect(&conn, NoTls).map_err(|e| {
+            format!(
+                "cannot connect to PostgreSQL on 127.0.0.1:{}: {e}",
+                self.port
+            )
+        })
     }
 }
 
@@ -47,10 +55,22 @@ impl PeerSystem for PostgresSystem {
         let mut select = Vec::new();
         let mut update = Vec::new();
         for t in TABLES {
-            select.push(client.prepare(&format!("SELECT bal FROM {} WHERE id = $1", t.sql())).map_err(err)?);
-            update.push(client.prepare(&format!("UPDATE {} SET bal = $2 WHERE id = $1", t.sql())).map_err(err)?);
+            select.push(
+                client
+                    .prepare(&format!("SELECT bal FROM {} WHERE id = $1", t.sql()))
+                    .map_err(err)?,
+            );
+            update.push(
+                client
+                    .prepare(&format!("UPDATE {} SET bal = $2 WHERE id = $1", t.sql()))
+                    .map_err(err)?,
+            );
         }
-        Ok(Box::new(PgConn { client, select, update }))
+        Ok(Box::new(PgConn {
+            client,
+            select,
+            update,
+        }))
     }
 
     fn load(&self, w: &PeerWorkload) -> Result<(), String> {
@@ -65,7 +85,8 @@ impl PeerSystem for PostgresSystem {
                 .map_err(err)?;
             // Standard benchmark hygiene (pgbench does the same): statistics
             // and the visibility map ready, no checkpoint owed from the load.
-            c.batch_execute(&format!("VACUUM ANALYZE {}", t.sql())).map_err(err)?;
+            c.batch_execute(&format!("VACUUM ANALYZE {}", t.sql()))
+                .map_err(err)?;
         }
         c.batch_execute("CHECKPOINT").map_err(err)?;
         Ok(())
@@ -73,8 +94,13 @@ impl PeerSystem for PostgresSystem {
 
     fn snapshot(&self, table: Table, _rows: u64) -> Result<BTreeMap<u64, i64>, String> {
         let mut c = self.client()?;
-        let rows = c.query(&format!("SELECT id, bal FROM {}", table.sql()), &[]).map_err(err)?;
-        Ok(rows.iter().map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1))).collect())
+        let rows = c
+            .query(&format!("SELECT id, bal FROM {}", table.sql()), &[])
+            .map_err(err)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1)))
+            .collect())
     }
 
     fn durability(&self) -> Result<Durability, String> {
@@ -86,7 +112,10 @@ impl PeerSystem for PostgresSystem {
         let version = show(&mut c, "server_version")?;
         let fsync = show(&mut c, "fsync")?;
         let sync_commit = show(&mut c, "synchronous_commit")?;
-        let standbys = c.query_one("SELECT count(*) FROM pg_stat_replication", &[]).map_err(err)?.get::<_, i64>(0);
+        let standbys = c
+            .query_one("SELECT count(*) FROM pg_stat_replication", &[])
+            .map_err(err)?
+            .get::<_, i64>(0);
         Ok(Durability {
             version: format!("PostgreSQL {version}"),
             persistence: if fsync == "on" && sync_commit == "on" {
@@ -94,7 +123,11 @@ impl PeerSystem for PostgresSystem {
             } else {
                 format!("WAL on local disk, NOT flushed before acknowledging (fsync={fsync}, synchronous_commit={sync_commit}): a crash of the machine can lose acknowledged commits")
             },
-            replication: if standbys == 0 { "none (one server)".into() } else { format!("{standbys} streaming standbys") },
+            replication: if standbys == 0 {
+                "none (one server)".into()
+            } else {
+                format!("{standbys} streaming standbys")
+            },
         })
     }
 }
@@ -116,8 +149,19 @@ fn is_abort(e: &postgres::Error) -> bool {
 
 impl PeerConn for PgConn {
     fn execute(&mut self, plan: &TxPlan) -> Result<Executed, PeerError> {
-        let fail = |e: postgres::Error| if is_abort(&e) { Ok(Executed::Aborted) } else { Err(PeerError::Failed(format!("postgres: {e}"))) };
-        let mut tx = match self.client.build_transaction().isolation_level(IsolationLevel::Serializable).start() {
+        let fail = |e: postgres::Error| {
+            if is_abort(&e) {
+                Ok(Executed::Aborted)
+            } else {
+                Err(PeerError::Failed(format!("postgres: {e}")))
+            }
+        };
+        let mut tx = match self
+            .client
+            .build_transaction()
+            .isolation_level(IsolationLevel::Serializable)
+            .start()
+        {
             Ok(tx) => tx,
             Err(e) => return fail(e),
         };
@@ -125,14 +169,20 @@ impl PeerConn for PgConn {
         for k in &plan.reads {
             match tx.query_opt(&self.select[slot(k.table)], &[&(k.id as i64)]) {
                 Ok(Some(row)) => values.push(row.get::<_, i64>(0)),
-                Ok(None) => return Err(PeerError::Failed(format!("postgres: row {} missing", k.name()))),
+                Ok(None) => {
+                    return Err(PeerError::Failed(format!(
+                        "postgres: row {} missing",
+                        k.name()
+                    )))
+                }
                 Err(e) => return fail(e),
             }
         }
         let decision = plan.decide(&values);
         match &decision {
             Decision::Rollback => {
-                tx.rollback().map_err(|e| PeerError::Failed(format!("postgres: rollback: {e}")))?;
+                tx.rollback()
+                    .map_err(|e| PeerError::Failed(format!("postgres: rollback: {e}")))?;
                 return Ok(Executed::RolledBack);
             }
             Decision::ReadOnly => {}
@@ -147,7 +197,11 @@ impl PeerConn for PgConn {
         match tx.commit() {
             Ok(()) => Ok(Executed::Committed { values, decision }),
             Err(e) if is_abort(&e) => Ok(Executed::Aborted),
-            Err(e) => Err(PeerError::InDoubt { error: format!("postgres: {e}"), values, decision }),
+            Err(e) => Err(PeerError::InDoubt {
+                error: format!("postgres: {e}"),
+                values,
+                decision,
+            }),
         }
     }
 }

@@ -24,7 +24,8 @@ impl RedisSystem {
     }
 
     fn conn(&self) -> Result<Connection, String> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).map_err(|e| e.to_string())?;
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
+            .map_err(|e| e.to_string())?;
         client
             .get_connection_with_timeout(std::time::Duration::from_secs(5))
             .map_err(|e| format!("cannot connect to Redis on 127.0.0.1:{}: {e}", self.port))
@@ -36,7 +37,11 @@ fn err(e: redis::RedisError) -> String {
 }
 
 fn config_get(c: &mut Connection, what: &str) -> Result<String, String> {
-    let v: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(what).query(c).map_err(err)?;
+    let v: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(what)
+        .query(c)
+        .map_err(err)?;
     Ok(v.get(1).cloned().unwrap_or_default())
 }
 
@@ -62,7 +67,9 @@ impl PeerSystem for RedisSystem {
             let mut start = 0;
             while start < rows {
                 let end = (start + BATCH).min(rows);
-                let pairs: Vec<(String, i64)> = (start..end).map(|id| (format!("{}:{id}", t.prefix()), init)).collect();
+                let pairs: Vec<(String, i64)> = (start..end)
+                    .map(|id| (format!("{}:{id}", t.prefix()), init))
+                    .collect();
                 c.mset::<_, _, ()>(&pairs).map_err(err)?;
                 start = end;
             }
@@ -76,8 +83,11 @@ impl PeerSystem for RedisSystem {
         let mut start = 0;
         while start < rows {
             let end = (start + BATCH).min(rows);
-            let keys: Vec<String> = (start..end).map(|id| format!("{}:{id}", table.prefix())).collect();
-            let vals: Vec<Option<i64>> = redis::cmd("MGET").arg(&keys).query(&mut c).map_err(err)?;
+            let keys: Vec<String> = (start..end)
+                .map(|id| format!("{}:{id}", table.prefix()))
+                .collect();
+            let vals: Vec<Option<i64>> =
+                redis::cmd("MGET").arg(&keys).query(&mut c).map_err(err)?;
             for (id, v) in (start..end).zip(vals) {
                 if let Some(v) = v {
                     out.insert(id, v);
@@ -90,19 +100,47 @@ impl PeerSystem for RedisSystem {
 
     fn durability(&self) -> Result<Durability, String> {
         let mut c = self.conn()?;
-        let info: String = redis::cmd("INFO").arg("server").query(&mut c).map_err(err)?;
-        let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").trim().to_string();
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut c)
+            .map_err(err)?;
+        let version = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+            .to_string();
         let aof = config_get(&mut c, "appendonly")?;
         let fsync = config_get(&mut c, "appendfsync")?;
         let save = config_get(&mut c, "save")?;
-        let repl: String = redis::cmd("INFO").arg("replication").query(&mut c).map_err(err)?;
-        let replicas = repl.lines().find_map(|l| l.strip_prefix("connected_slaves:")).unwrap_or("0").trim().to_string();
-        let aof = if aof == "yes" { format!("AOF on (appendfsync {fsync})") } else { "AOF off".into() };
-        let rdb = if save.trim().is_empty() { "RDB snapshots off".to_string() } else { format!("RDB snapshots '{save}'") };
+        let repl: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut c)
+            .map_err(err)?;
+        let replicas = repl
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_slaves:"))
+            .unwrap_or("0")
+            .trim()
+            .to_string();
+        let aof = if aof == "yes" {
+            format!("AOF on (appendfsync {fsync})")
+        } else {
+            "AOF off".into()
+        };
+        let rdb = if save.trim().is_empty() {
+            "RDB snapshots off".to_string()
+        } else {
+            format!("RDB snapshots '{save}'")
+        };
         Ok(Durability {
             version: format!("Redis {version}"),
             persistence: format!("in memory; {aof}; {rdb}"),
-            replication: if replicas == "0" { "none (one server)".into() } else { format!("{replicas} asynchronous replicas") },
+            replication: if replicas == "0" {
+                "none (one server)".into()
+            } else {
+                format!("{replicas} asynchronous replicas")
+            },
         })
     }
 }
@@ -113,7 +151,10 @@ struct RedisConn {
 
 impl RedisConn {
     fn values(&mut self, keys: &[String]) -> Result<Vec<i64>, PeerError> {
-        let vals: Vec<Option<i64>> = redis::cmd("MGET").arg(keys).query(&mut self.conn).map_err(|e| PeerError::Failed(err(e)))?;
+        let vals: Vec<Option<i64>> = redis::cmd("MGET")
+            .arg(keys)
+            .query(&mut self.conn)
+            .map_err(|e| PeerError::Failed(err(e)))?;
         vals.into_iter()
             .zip(keys)
             .map(|(v, k)| v.ok_or_else(|| PeerError::Failed(format!("redis: key {k} missing"))))
@@ -131,12 +172,17 @@ impl PeerConn for RedisConn {
             return Ok(Executed::Committed { values, decision });
         }
         let failed = |e: redis::RedisError| PeerError::Failed(err(e));
-        redis::cmd("WATCH").arg(&keys).query::<()>(&mut self.conn).map_err(failed)?;
+        redis::cmd("WATCH")
+            .arg(&keys)
+            .query::<()>(&mut self.conn)
+            .map_err(failed)?;
         let values = self.values(&keys)?;
         let decision = plan.decide(&values);
         let writes = match &decision {
             Decision::Rollback => {
-                redis::cmd("UNWATCH").query::<()>(&mut self.conn).map_err(failed)?;
+                redis::cmd("UNWATCH")
+                    .query::<()>(&mut self.conn)
+                    .map_err(failed)?;
                 return Ok(Executed::RolledBack);
             }
             Decision::ReadOnly => Vec::new(),
@@ -154,9 +200,11 @@ impl PeerConn for RedisConn {
         match pipe.query::<Value>(&mut self.conn) {
             Ok(Value::Nil) => Ok(Executed::Aborted),
             Ok(_) => Ok(Executed::Committed { values, decision }),
-            Err(e) if e.is_io_error() || e.is_connection_dropped() => {
-                Err(PeerError::InDoubt { error: err(e), values, decision })
-            }
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => Err(PeerError::InDoubt {
+                error: err(e),
+                values,
+                decision,
+            }),
             Err(e) => Err(PeerError::Failed(err(e))),
         }
     }

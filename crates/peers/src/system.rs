@@ -50,7 +50,9 @@ impl Endpoints {
     pub fn from_env() -> Result<Endpoints, String> {
         let port = |var: &str, default: u16| -> Result<u16, String> {
             match std::env::var(var) {
-                Ok(v) => v.parse().map_err(|_| format!("${var} must be a port number, got '{v}'")),
+                Ok(v) => v
+                    .parse()
+                    .map_err(|_| format!("${var} must be a port number, got '{v}'")),
                 Err(_) => Ok(default),
             }
         };

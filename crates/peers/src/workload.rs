@@ -69,11 +69,17 @@ impl Key {
 }
 
 fn sav(id: u64) -> Key {
-    Key { table: Table::Savings, id }
+    Key {
+        table: Table::Savings,
+        id,
+    }
 }
 
 fn chk(id: u64) -> Key {
-    Key { table: Table::Checking, id }
+    Key {
+        table: Table::Checking,
+        id,
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -93,7 +99,9 @@ impl PeerWorkload {
     /// Tables and their row count (ids `0..rows`).
     pub fn tables(&self) -> Vec<(Table, u64)> {
         match self {
-            PeerWorkload::SmallBank(s) => vec![(Table::Savings, s.accounts), (Table::Checking, s.accounts)],
+            PeerWorkload::SmallBank(s) => {
+                vec![(Table::Savings, s.accounts), (Table::Checking, s.accounts)]
+            }
             PeerWorkload::Micro(m) => vec![(Table::Micro, m.keys)],
         }
     }
@@ -111,7 +119,11 @@ impl PeerWorkload {
             PeerWorkload::SmallBank(_) => PeerLedger::SmallBank(EffectLedger::default()),
             PeerWorkload::Micro(_) => PeerLedger::Micro(MicroLedger::default()),
         };
-        TxClient { workload: self.clone(), rng: Rng::new(seed), ledger }
+        TxClient {
+            workload: self.clone(),
+            rng: Rng::new(seed),
+            ledger,
+        }
     }
 
     pub fn empty_ledger(&self) -> PeerLedger {
@@ -208,7 +220,9 @@ impl TxPlan {
         assert_eq!(v.len(), self.reads.len(), "one value per key read");
         let r = &self.reads;
         match &self.logic {
-            Logic::Amalgamate => Decision::Write(vec![(r[0], 0), (r[1], 0), (r[2], v[2] + v[0] + v[1])]),
+            Logic::Amalgamate => {
+                Decision::Write(vec![(r[0], 0), (r[1], 0), (r[2], v[2] + v[0] + v[1])])
+            }
             Logic::Balance => Decision::ReadOnly,
             Logic::Add(cents) => Decision::Write(vec![(r[0], v[0] + cents)]),
             Logic::SendPayment if v[0] < smallbank::SEND_PAYMENT_CENTS => Decision::Rollback,
@@ -226,7 +240,13 @@ impl TxPlan {
                 Decision::Write(vec![(r[1], c - debit)])
             }
             Logic::Micro(w) => {
-                let writes: Vec<(Key, i64)> = r.iter().zip(v).zip(w).filter(|(_, w)| **w).map(|((k, v), _)| (*k, v + 1)).collect();
+                let writes: Vec<(Key, i64)> = r
+                    .iter()
+                    .zip(v)
+                    .zip(w)
+                    .filter(|(_, w)| **w)
+                    .map(|((k, v), _)| (*k, v + 1))
+                    .collect();
                 if writes.is_empty() {
                     Decision::ReadOnly
                 } else {
@@ -241,7 +261,10 @@ impl TxPlan {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Executed {
     /// Committed; the values read and the decision taken on them.
-    Committed { values: Vec<i64>, decision: Decision },
+    Committed {
+        values: Vec<i64>,
+        decision: Decision,
+    },
     /// The store aborted it (conflict, serialization failure, deadlock).
     Aborted,
     /// The application rolled it back.
@@ -253,7 +276,11 @@ pub enum Executed {
 pub enum PeerError {
     /// The commit was sent but its outcome is unknown (connection lost):
     /// the values read and the decision whose writes may have landed.
-    InDoubt { error: String, values: Vec<i64>, decision: Decision },
+    InDoubt {
+        error: String,
+        values: Vec<i64>,
+        decision: Decision,
+    },
     /// Nothing was committed (a broken connection before commit, a bad reply).
     Failed(String),
 }
@@ -291,7 +318,11 @@ impl TxClient {
 
     /// FORD's `get_two_accounts` (`SmallBankSpec::two_accounts`, same draws).
     fn two_accounts(s: &SmallBankSpec, rng: &mut Rng) -> (u64, u64) {
-        let n = if rng.below(100) < s.hot_percent { s.hot_accounts } else { s.accounts };
+        let n = if rng.below(100) < s.hot_percent {
+            s.hot_accounts
+        } else {
+            s.accounts
+        };
         let a = rng.below(n);
         let mut b = rng.below(n - 1);
         if b >= a {
@@ -303,7 +334,10 @@ impl TxClient {
     fn micro_pick(m: &MicroSpec, rng: &mut Rng) -> u64 {
         match &m.chooser {
             KeyChooser::Uniform => rng.below(m.keys),
-            KeyChooser::Hot { hot_keys, hot_fraction } => {
+            KeyChooser::Hot {
+                hot_keys,
+                hot_fraction,
+            } => {
                 if rng.chance(*hot_fraction) {
                     rng.below(*hot_keys)
                 } else {
@@ -331,18 +365,28 @@ impl TxClient {
                         let a = Self::account(s, rng);
                         (vec![sav(a), chk(a)], Logic::Balance)
                     }
-                    2 => (vec![chk(Self::account(s, rng))], Logic::Add(smallbank::DEPOSIT_CHECKING_CENTS)),
+                    2 => (
+                        vec![chk(Self::account(s, rng))],
+                        Logic::Add(smallbank::DEPOSIT_CHECKING_CENTS),
+                    ),
                     3 => {
                         let (a0, a1) = Self::two_accounts(s, rng);
                         (vec![chk(a0), chk(a1)], Logic::SendPayment)
                     }
-                    4 => (vec![sav(Self::account(s, rng))], Logic::Add(smallbank::TRANSACT_SAVINGS_CENTS)),
+                    4 => (
+                        vec![sav(Self::account(s, rng))],
+                        Logic::Add(smallbank::TRANSACT_SAVINGS_CENTS),
+                    ),
                     _ => {
                         let a = Self::account(s, rng);
                         (vec![sav(a), chk(a)], Logic::WriteCheck)
                     }
                 };
-                TxPlan { kind: name, reads, logic }
+                TxPlan {
+                    kind: name,
+                    reads,
+                    logic,
+                }
             }
             PeerWorkload::Micro(m) => {
                 let mut keys: Vec<u64> = Vec::new();
@@ -353,8 +397,18 @@ impl TxClient {
                     }
                 }
                 let writes: Vec<bool> = keys.iter().map(|_| rng.chance(m.write_ratio)).collect();
-                let reads = keys.into_iter().map(|id| Key { table: Table::Micro, id }).collect();
-                TxPlan { kind: "micro", reads, logic: Logic::Micro(writes) }
+                let reads = keys
+                    .into_iter()
+                    .map(|id| Key {
+                        table: Table::Micro,
+                        id,
+                    })
+                    .collect();
+                TxPlan {
+                    kind: "micro",
+                    reads,
+                    logic: Logic::Micro(writes),
+                }
             }
         }
     }
@@ -369,7 +423,11 @@ impl TxClient {
                 Decision::Write(w) => w
                     .iter()
                     .map(|(k, new)| {
-                        let i = plan.reads.iter().position(|r| r == k).expect("written keys were read");
+                        let i = plan
+                            .reads
+                            .iter()
+                            .position(|r| r == k)
+                            .expect("written keys were read");
                         ((k.table.id(), k.id, 0), new - values[i])
                     })
                     .collect(),
@@ -383,7 +441,10 @@ impl TxClient {
                 l.committed += 1;
                 *l.committed_by_type.entry(plan.kind).or_default() += 1;
                 if plan.kind == "Balance" && values[0] < 0 {
-                    l.audit_violations.push(format!("Balance saw savings {} at {}", plan.reads[0].id, values[0]));
+                    l.audit_violations.push(format!(
+                        "Balance saw savings {} at {}",
+                        plan.reads[0].id, values[0]
+                    ));
                 }
                 Ok(true)
             }
@@ -402,7 +463,14 @@ impl TxClient {
                 Ok(false)
             }
             (PeerLedger::Micro(_), Ok(Executed::Aborted | Executed::RolledBack)) => Ok(false),
-            (ledger, Err(PeerError::InDoubt { error, values, decision })) => {
+            (
+                ledger,
+                Err(PeerError::InDoubt {
+                    error,
+                    values,
+                    decision,
+                }),
+            ) => {
                 // The commit may or may not have happened: the check accepts
                 // either (never assumed absent, never assumed present).
                 match ledger {
@@ -413,7 +481,11 @@ impl TxClient {
                         }
                     }
                 }
-                Err(PeerError::InDoubt { error, values, decision })
+                Err(PeerError::InDoubt {
+                    error,
+                    values,
+                    decision,
+                })
             }
             (_, Err(e)) => Err(e),
         }
@@ -426,14 +498,39 @@ mod tests {
 
     #[test]
     fn smallbank_decisions_follow_ford() {
-        let p = TxPlan { kind: "SendPayment", reads: vec![chk(1), chk(2)], logic: Logic::SendPayment };
+        let p = TxPlan {
+            kind: "SendPayment",
+            reads: vec![chk(1), chk(2)],
+            logic: Logic::SendPayment,
+        };
         assert_eq!(p.decide(&[499, 0]), Decision::Rollback);
-        assert_eq!(p.decide(&[500, 0]), Decision::Write(vec![(chk(1), 0), (chk(2), 500)]));
-        let w = TxPlan { kind: "WriteCheck", reads: vec![sav(3), chk(3)], logic: Logic::WriteCheck };
-        assert_eq!(w.decide(&[0, 100]), Decision::Write(vec![(chk(3), -500)]), "overdraft pays the penalty");
-        assert_eq!(w.decide(&[1_000, 100]), Decision::Write(vec![(chk(3), -400)]));
-        let a = TxPlan { kind: "Amalgamate", reads: vec![sav(1), chk(1), chk(2)], logic: Logic::Amalgamate };
-        assert_eq!(a.decide(&[10, 20, 30]), Decision::Write(vec![(sav(1), 0), (chk(1), 0), (chk(2), 60)]));
+        assert_eq!(
+            p.decide(&[500, 0]),
+            Decision::Write(vec![(chk(1), 0), (chk(2), 500)])
+        );
+        let w = TxPlan {
+            kind: "WriteCheck",
+            reads: vec![sav(3), chk(3)],
+            logic: Logic::WriteCheck,
+        };
+        assert_eq!(
+            w.decide(&[0, 100]),
+            Decision::Write(vec![(chk(3), -500)]),
+            "overdraft pays the penalty"
+        );
+        assert_eq!(
+            w.decide(&[1_000, 100]),
+            Decision::Write(vec![(chk(3), -400)])
+        );
+        let a = TxPlan {
+            kind: "Amalgamate",
+            reads: vec![sav(1), chk(1), chk(2)],
+            logic: Logic::Amalgamate,
+        };
+        assert_eq!(
+            a.decide(&[10, 20, 30]),
+            Decision::Write(vec![(sav(1), 0), (chk(1), 0), (chk(2), 60)])
+        );
     }
 
     #[test]
@@ -451,9 +548,15 @@ mod tests {
         }
         for (name, pct) in smallbank::MIX {
             let got = kinds[name] as f64 / n as f64 * 100.0;
-            assert!((got - pct as f64).abs() < 1.5, "{name}: {got:.1}% of transactions, FORD's mix says {pct}%");
+            assert!(
+                (got - pct as f64).abs() < 1.5,
+                "{name}: {got:.1}% of transactions, FORD's mix says {pct}%"
+            );
         }
-        assert!(hot as f64 / n as f64 > 0.88, "about 90% of transactions stay in the hot set");
+        assert!(
+            hot as f64 / n as f64 > 0.88,
+            "about 90% of transactions stay in the hot set"
+        );
     }
 
     /// A ledger that missed a commit fails the check: the check can fail.
@@ -461,13 +564,20 @@ mod tests {
     fn verify_catches_a_lost_update() {
         let w = PeerWorkload::SmallBank(SmallBankSpec::scaled(10));
         let init = w.initial_value();
-        let mut live: Vec<BTreeMap<u64, i64>> = w.tables().iter().map(|(_, n)| (0..*n).map(|k| (k, init)).collect()).collect();
+        let mut live: Vec<BTreeMap<u64, i64>> = w
+            .tables()
+            .iter()
+            .map(|(_, n)| (0..*n).map(|k| (k, init)).collect())
+            .collect();
         let mut ledger = w.empty_ledger();
         assert!(w.verify(&live, &ledger).is_empty());
         if let PeerLedger::SmallBank(l) = &mut ledger {
             l.apply(&[((smallbank::CHECKING, 3, 0), 130)]);
         }
-        assert!(!w.verify(&live, &ledger).is_empty(), "an acknowledged deposit that is missing");
+        assert!(
+            !w.verify(&live, &ledger).is_empty(),
+            "an acknowledged deposit that is missing"
+        );
         *live[1].get_mut(&3).unwrap() += 130;
         assert!(w.verify(&live, &ledger).is_empty());
     }

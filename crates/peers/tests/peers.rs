@@ -24,13 +24,31 @@ use tandem_workloads::smallbank::SmallBankSpec;
 /// `memory-server --listen ADDR --mem BYTES`, secret in $TANDEM_SECRET (as
 /// `tandem_cluster::backend::MemoryServers::spawn` starts it).
 fn memory_server(args: &[String]) -> Result<(), String> {
-    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let listen = flag("--listen").unwrap_or_else(|| "127.0.0.1:0".into());
-    let bytes: u64 = flag("--mem").ok_or("--mem missing")?.parse().map_err(|_| "--mem takes bytes")?;
-    let secret = u64::from_str_radix(&std::env::var("TANDEM_SECRET").map_err(|_| "TANDEM_SECRET missing")?, 16).map_err(|e| e.to_string())?;
+    let bytes: u64 = flag("--mem")
+        .ok_or("--mem missing")?
+        .parse()
+        .map_err(|_| "--mem takes bytes")?;
+    let secret = u64::from_str_radix(
+        &std::env::var("TANDEM_SECRET").map_err(|_| "TANDEM_SECRET missing")?,
+        16,
+    )
+    .map_err(|e| e.to_string())?;
     let listener = std::net::TcpListener::bind(&listen).map_err(|e| e.to_string())?;
-    let node = Arc::new(tandem_fabric::MemoryNode::new(bytes, secret.rotate_left(17)));
-    println!("listening on {}", listener.local_addr().map_err(|e| e.to_string())?);
+    let node = Arc::new(tandem_fabric::MemoryNode::new(
+        bytes,
+        secret.rotate_left(17),
+    ));
+    println!(
+        "listening on {}",
+        listener.local_addr().map_err(|e| e.to_string())?
+    );
     tandem_fabric::tcp::serve(listener, node, secret).map_err(|e| e.to_string())
 }
 
@@ -46,14 +64,26 @@ enum Verdict {
 fn compare_against_every_peer() -> Result<Verdict, String> {
     let t0 = Instant::now();
     let script = workspace().join("scripts/peers.sh");
-    let out = Command::new("bash").arg(&script).arg("start").output().map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("start")
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     match out.status.code() {
         Some(0) => {}
         Some(3) if std::env::var_os("CI").is_none() => {
-            return Ok(Verdict::Skipped(format!("a peer cannot be installed here: {}", stderr.trim())));
+            return Ok(Verdict::Skipped(format!(
+                "a peer cannot be installed here: {}",
+                stderr.trim()
+            )));
         }
-        _ => return Err(format!("`bash scripts/peers.sh start` failed ({}):\n{stderr}", out.status)),
+        _ => {
+            return Err(format!(
+                "`bash scripts/peers.sh start` failed ({}):\n{stderr}",
+                out.status
+            ))
+        }
     }
     eprintln!("peers started in {:.1}s", t0.elapsed().as_secs_f64());
     let cfg = CompareConfig {
@@ -75,14 +105,26 @@ fn compare_against_every_peer() -> Result<Verdict, String> {
             problems.push(format!("{} committed no transaction", s.system));
         }
         if !s.check_passed {
-            problems.push(format!("{} failed the SmallBank check: {:?}", s.system, s.violations.iter().take(3).collect::<Vec<_>>()));
+            problems.push(format!(
+                "{} failed the SmallBank check: {:?}",
+                s.system,
+                s.violations.iter().take(3).collect::<Vec<_>>()
+            ));
         }
         if !s.errors.is_empty() {
-            problems.push(format!("{} hit errors: {:?}", s.system, s.errors.iter().take(3).collect::<Vec<_>>()));
+            problems.push(format!(
+                "{} hit errors: {:?}",
+                s.system,
+                s.errors.iter().take(3).collect::<Vec<_>>()
+            ));
         }
     }
     if c.systems.len() != 4 || c.ratios.len() != 3 {
-        problems.push(format!("expected 4 systems and 3 ratios, got {} and {}", c.systems.len(), c.ratios.len()));
+        problems.push(format!(
+            "expected 4 systems and 3 ratios, got {} and {}",
+            c.systems.len(),
+            c.ratios.len()
+        ));
     }
     eprintln!("compare took {:.1}s in all", t0.elapsed().as_secs_f64());
     if problems.is_empty() {
@@ -112,8 +154,12 @@ fn main() {
         return;
     }
     match compare_against_every_peer() {
-        Ok(Verdict::Passed) => println!("test compare_against_every_peer ... ok\n1 passed, 0 failed"),
-        Ok(Verdict::Skipped(why)) => println!("test compare_against_every_peer ... SKIPPED: {why}\n0 passed, 0 failed, 1 skipped"),
+        Ok(Verdict::Passed) => {
+            println!("test compare_against_every_peer ... ok\n1 passed, 0 failed")
+        }
+        Ok(Verdict::Skipped(why)) => println!(
+            "test compare_against_every_peer ... SKIPPED: {why}\n0 passed, 0 failed, 1 skipped"
+        ),
         Err(e) => {
             eprintln!("compare_against_every_peer FAILED:\n{e}");
             println!("test compare_against_every_peer ... FAILED\n0 passed, 1 failed");

@@ -102,7 +102,9 @@ impl Sim {
             free_ids: RefCell::new(Vec::new()),
             steps: Cell::new(0),
         });
-        Sim { handle: SimHandle { inner } }
+        Sim {
+            handle: SimHandle { inner },
+        }
     }
 
     pub fn handle(&self) -> SimHandle {
@@ -139,12 +141,24 @@ impl Sim {
 
     /// Number of live tasks.
     pub fn live_tasks(&self) -> usize {
-        self.handle.inner.tasks.borrow().iter().filter(|t| t.is_some()).count()
+        self.handle
+            .inner
+            .tasks
+            .borrow()
+            .iter()
+            .filter(|t| t.is_some())
+            .count()
     }
 
     /// Number of live tasks owned by `node`.
     pub fn live_tasks_of(&self, node: NodeTag) -> usize {
-        self.handle.inner.tasks.borrow().iter().filter(|t| t.as_ref().map(|t| t.node == node).unwrap_or(false)).count()
+        self.handle
+            .inner
+            .tasks
+            .borrow()
+            .iter()
+            .filter(|t| t.as_ref().map(|t| t.node == node).unwrap_or(false))
+            .count()
     }
 
     /// Poll every ready task until none is ready.
@@ -163,9 +177,16 @@ impl Sim {
                 }
             };
             let Some(mut fut) = fut else { continue };
-            let waker = Waker::from(Arc::new(TaskWaker { id, ready: self.handle.inner.ready.clone(), woken: self.handle.inner.woken.clone() }));
+            let waker = Waker::from(Arc::new(TaskWaker {
+                id,
+                ready: self.handle.inner.ready.clone(),
+                woken: self.handle.inner.woken.clone(),
+            }));
             let mut cx = Context::from_waker(&waker);
-            self.handle.inner.steps.set(self.handle.inner.steps.get() + 1);
+            self.handle
+                .inner
+                .steps
+                .set(self.handle.inner.steps.get() + 1);
             match fut.as_mut().poll(&mut cx) {
                 Poll::Ready(()) => {
                     let mut tasks = self.handle.inner.tasks.borrow_mut();
@@ -253,7 +274,10 @@ impl SimHandle {
     }
 
     pub fn spawn(&self, node: NodeTag, fut: impl Future<Output = ()> + 'static) -> TaskId {
-        let task = Task { node, future: Some(Box::pin(fut)) };
+        let task = Task {
+            node,
+            future: Some(Box::pin(fut)),
+        };
         let id = {
             let mut tasks = self.inner.tasks.borrow_mut();
             match self.inner.free_ids.borrow_mut().pop() {
@@ -277,7 +301,11 @@ impl SimHandle {
         let seq = self.inner.next_seq.get();
         self.inner.next_seq.set(seq + 1);
         let time_ns = time_ns.max(self.now_ns());
-        self.inner.events.borrow_mut().push(Event { time_ns, seq, action: Box::new(action) });
+        self.inner.events.borrow_mut().push(Event {
+            time_ns,
+            seq,
+            action: Box::new(action),
+        });
     }
 
     pub fn schedule_after(&self, delay_ns: u64, action: impl FnOnce() + 'static) {

@@ -17,7 +17,11 @@ pub struct OneshotSender<T>(Rc<RefCell<Slot<T>>>);
 pub struct OneshotReceiver<T>(Rc<RefCell<Slot<T>>>);
 
 pub fn oneshot<T>() -> (OneshotSender<T>, OneshotReceiver<T>) {
-    let slot = Rc::new(RefCell::new(Slot { value: None, waker: None, sender_dropped: false }));
+    let slot = Rc::new(RefCell::new(Slot {
+        value: None,
+        waker: None,
+        sender_dropped: false,
+    }));
     (OneshotSender(slot.clone()), OneshotReceiver(slot))
 }
 

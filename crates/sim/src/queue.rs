@@ -18,7 +18,12 @@ pub struct TimedQueue<E> {
 
 impl<E> Default for TimedQueue<E> {
     fn default() -> Self {
-        TimedQueue { heap: BinaryHeap::new(), slab: Vec::new(), free: Vec::new(), next_seq: 0 }
+        TimedQueue {
+            heap: BinaryHeap::new(),
+            slab: Vec::new(),
+            free: Vec::new(),
+            next_seq: 0,
+        }
     }
 }
 
@@ -42,7 +47,12 @@ impl<E> TimedQueue<E> {
     pub fn pop(&mut self) -> Option<(u64, E)> {
         let Reverse((time_ns, _, slot)) = self.heap.pop()?;
         self.free.push(slot);
-        Some((time_ns, self.slab[slot as usize].take().expect("a queued slot holds its event")))
+        Some((
+            time_ns,
+            self.slab[slot as usize]
+                .take()
+                .expect("a queued slot holds its event"),
+        ))
     }
 
     pub fn peek_time(&self) -> Option<u64> {

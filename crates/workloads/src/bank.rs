@@ -49,7 +49,14 @@ pub struct BankSpec {
 
 impl Default for BankSpec {
     fn default() -> Self {
-        BankSpec { customers: 16, initial_balance: 1_000, receipt_capacity: 4_096, drain_chance: 0.3, receipt_chance: 0.1, retries: 0 }
+        BankSpec {
+            customers: 16,
+            initial_balance: 1_000,
+            receipt_capacity: 4_096,
+            drain_chance: 0.3,
+            receipt_chance: 0.1,
+            retries: 0,
+        }
     }
 }
 
@@ -68,14 +75,26 @@ impl BankSpec {
 
     pub fn tables(&self) -> Vec<TableSpec> {
         vec![
-            TableSpec { id: ACCOUNTS, name: "accounts".into(), value_size: 8, capacity: self.accounts() },
-            TableSpec { id: RECEIPTS, name: "receipts".into(), value_size: RECEIPT_BYTES, capacity: self.receipt_capacity },
+            TableSpec {
+                id: ACCOUNTS,
+                name: "accounts".into(),
+                value_size: 8,
+                capacity: self.accounts(),
+            },
+            TableSpec {
+                id: RECEIPTS,
+                name: "receipts".into(),
+                value_size: RECEIPT_BYTES,
+                capacity: self.receipt_capacity,
+            },
         ]
     }
 
     pub async fn load<F: Fabric>(&self, loader: &mut Loader<F>) -> Result<(), LoadError> {
         for a in 0..self.accounts() {
-            loader.put(ACCOUNTS, a, &encode_balance(self.initial_balance)).await?;
+            loader
+                .put(ACCOUNTS, a, &encode_balance(self.initial_balance))
+                .await?;
         }
         Ok(())
     }
@@ -119,7 +138,8 @@ impl BankLedger {
         self.receipts_live.extend(o.receipts_live.iter().copied());
         self.committed += o.committed;
         self.aborted += o.aborted;
-        self.audit_violations.extend(o.audit_violations.iter().cloned());
+        self.audit_violations
+            .extend(o.audit_violations.iter().cloned());
         self.unknown += o.unknown;
         self.in_doubt.extend(o.in_doubt.iter().cloned());
         // A commit that never returned (the client's task was dropped by a crash).
@@ -165,12 +185,25 @@ enum Outcome {
 
 impl BankClient {
     pub fn new(spec: BankSpec, client_id: u32, seed: u64) -> Self {
-        BankClient { retry: None, retries_left: spec.retries, spec, client_id, rng: Rng::new(seed), next_receipt: 0, receipt_pool: Vec::new(), hot_customer: None, ledger: Rc::default() }
+        BankClient {
+            retry: None,
+            retries_left: spec.retries,
+            spec,
+            client_id,
+            rng: Rng::new(seed),
+            next_receipt: 0,
+            receipt_pool: Vec::new(),
+            hot_customer: None,
+            ledger: Rc::default(),
+        }
     }
 
     /// Run one randomly chosen transaction to its end. `Err` only for errors
     /// that are not aborts (revocation, unreachable memory).
-    pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
+    pub async fn run_one<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+    ) -> Result<bool, TxError> {
         let n = self.spec.accounts();
         // Applications retry aborted transactions with the same arguments;
         // a retry locks the same objects in the same order.
@@ -186,7 +219,12 @@ impl BankClient {
                 if to >= from {
                     to += 1;
                 }
-                (roll, from, to, 1 + self.rng.below(self.spec.initial_balance as u64) as i64)
+                (
+                    roll,
+                    from,
+                    to,
+                    1 + self.rng.below(self.spec.initial_balance as u64) as i64,
+                )
             }
         };
         let result = if roll < 45 {
@@ -243,23 +281,39 @@ impl BankClient {
         let sibling = from ^ 1;
         let (a, s, b);
         if locked {
-            s = if sibling == to { None } else { Some(bal(tx.read(ACCOUNTS, sibling).await?)) };
+            s = if sibling == to {
+                None
+            } else {
+                Some(bal(tx.read(ACCOUNTS, sibling).await?))
+            };
             a = decode_balance(&tx.read_for_update(ACCOUNTS, from).await?);
             b = decode_balance(&tx.read_for_update(ACCOUNTS, to).await?);
         } else {
-            s = if sibling == to { None } else { Some(bal(tx.read(ACCOUNTS, sibling).await?)) };
+            s = if sibling == to {
+                None
+            } else {
+                Some(bal(tx.read(ACCOUNTS, sibling).await?))
+            };
             a = bal(tx.read(ACCOUNTS, from).await?);
             b = bal(tx.read(ACCOUNTS, to).await?);
         }
         // When `to` is the sibling it was read (and locked) as `b`.
         let available = a + s.unwrap_or(b);
         // Often drain everything available: write skew then overdraws at once.
-        let amount = if self.rng.chance(self.spec.drain_chance) { available } else { amount.min(available) };
+        let amount = if self.rng.chance(self.spec.drain_chance) {
+            available
+        } else {
+            amount.min(available)
+        };
         if available < 0 {
             // The reads saw an overdrawn customer; if they validate, a committed
             // transaction observed a broken invariant.
             tx.commit().await?;
-            self.ledger.borrow_mut().audit_violations.push(format!("debit saw customer {} at {a}+{:?} < 0", from / 2, s));
+            self.ledger.borrow_mut().audit_violations.push(format!(
+                "debit saw customer {} at {a}+{:?} < 0",
+                from / 2,
+                s
+            ));
             return Ok(Outcome::Committed);
         }
         if amount <= 0 {
@@ -287,8 +341,15 @@ impl BankClient {
         } else {
             None
         };
-        self.commit_effect(tx, TxEffect { deltas: vec![(from, -amount), (to, amount)], receipt_added: receipt, receipt_removed: None })
-            .await?;
+        self.commit_effect(
+            tx,
+            TxEffect {
+                deltas: vec![(from, -amount), (to, amount)],
+                receipt_added: receipt,
+                receipt_removed: None,
+            },
+        )
+        .await?;
         if let Some(k) = receipt {
             self.receipt_pool.push(k);
         }
@@ -296,18 +357,28 @@ impl BankClient {
     }
 
     /// Read-only: a customer's combined balance must never be negative.
-    async fn audit<F: Fabric>(&mut self, coord: &mut Coordinator<F>, customer: u64) -> Result<Outcome, TxError> {
+    async fn audit<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+        customer: u64,
+    ) -> Result<Outcome, TxError> {
         let mut tx = coord.begin();
         let c = bal(tx.read(ACCOUNTS, 2 * customer).await?);
         let s = bal(tx.read(ACCOUNTS, 2 * customer + 1).await?);
         tx.commit().await?;
         if c + s < 0 {
-            self.ledger.borrow_mut().audit_violations.push(format!("audit saw customer {customer} at {c}+{s} < 0"));
+            self.ledger
+                .borrow_mut()
+                .audit_violations
+                .push(format!("audit saw customer {customer} at {c}+{s} < 0"));
         }
         Ok(Outcome::Committed)
     }
 
-    async fn delete_receipt<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<Outcome, TxError> {
+    async fn delete_receipt<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+    ) -> Result<Outcome, TxError> {
         if self.receipt_pool.is_empty() {
             // Nothing of ours to delete yet: audit instead, so every call runs a transaction.
             let c = self.rng.below(self.spec.customers);
@@ -318,13 +389,25 @@ impl BankClient {
         let mut tx = coord.begin();
         tx.delete(RECEIPTS, key).await?;
         self.receipt_pool.swap_remove(idx);
-        self.commit_effect(tx, TxEffect { deltas: Vec::new(), receipt_added: None, receipt_removed: Some(key) }).await?;
+        self.commit_effect(
+            tx,
+            TxEffect {
+                deltas: Vec::new(),
+                receipt_added: None,
+                receipt_removed: Some(key),
+            },
+        )
+        .await?;
         Ok(Outcome::Committed)
     }
 
     /// Commit, recording the effect as pending first so that a crash or a
     /// lost connection leaves it "in doubt" rather than forgotten.
-    async fn commit_effect<F: Fabric>(&mut self, tx: tandem_dkvs::Transaction<'_, F>, effect: TxEffect) -> Result<(), TxError> {
+    async fn commit_effect<F: Fabric>(
+        &mut self,
+        tx: tandem_dkvs::Transaction<'_, F>,
+        effect: TxEffect,
+    ) -> Result<(), TxError> {
         self.ledger.borrow_mut().pending = Some(effect);
         tx.commit().await?;
         let mut l = self.ledger.borrow_mut();
@@ -360,10 +443,16 @@ pub fn verify(
         }
     }
     if total != spec.total() {
-        v.push(format!("money not conserved: total {total}, expected {}", spec.total()));
+        v.push(format!(
+            "money not conserved: total {total}, expected {}",
+            spec.total()
+        ));
     }
     for c in 0..spec.customers {
-        let (x, y) = (accounts.get(&(2 * c)).map(|b| decode_balance(b)), accounts.get(&(2 * c + 1)).map(|b| decode_balance(b)));
+        let (x, y) = (
+            accounts.get(&(2 * c)).map(|b| decode_balance(b)),
+            accounts.get(&(2 * c + 1)).map(|b| decode_balance(b)),
+        );
         if let (Some(x), Some(y)) = (x, y) {
             if x + y < 0 {
                 v.push(format!("customer {c} is overdrawn: {x} + {y} < 0"));
@@ -381,11 +470,16 @@ pub fn verify(
         for a in 0..spec.accounts() {
             let want = spec.initial_balance + l.deltas.get(&a).copied().unwrap_or(0);
             if balance(a) != want {
-                m.push(format!("account {a}: balance {}, but acknowledged commits say {want}", balance(a)));
+                m.push(format!(
+                    "account {a}: balance {}, but acknowledged commits say {want}",
+                    balance(a)
+                ));
             }
         }
         for k in live.difference(&l.receipts_live) {
-            m.push(format!("receipt {k:#x} is live but no acknowledged commit left it so"));
+            m.push(format!(
+                "receipt {k:#x} is live but no acknowledged commit left it so"
+            ));
         }
         for k in l.receipts_live.difference(&live) {
             m.push(format!("receipt {k:#x} was acknowledged but is not live"));
@@ -407,7 +501,10 @@ pub fn verify(
         first.get_or_insert(m);
     }
     if !doubt.is_empty() {
-        v.push(format!("no combination of the {} in-doubt transactions explains the state; with none applied:", doubt.len()));
+        v.push(format!(
+            "no combination of the {} in-doubt transactions explains the state; with none applied:",
+            doubt.len()
+        ));
     }
     v.extend(first.unwrap_or_default());
     v

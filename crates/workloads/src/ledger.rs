@@ -67,7 +67,8 @@ impl EffectLedger {
         self.committed += o.committed;
         self.aborted += o.aborted;
         self.rolled_back += o.rolled_back;
-        self.audit_violations.extend(o.audit_violations.iter().cloned());
+        self.audit_violations
+            .extend(o.audit_violations.iter().cloned());
         self.capacity_refusals += o.capacity_refusals;
     }
 
@@ -85,7 +86,16 @@ impl EffectLedger {
 
     /// In-doubt transactions touching `c`, as a list of their deltas on it.
     fn doubt_deltas(&self, c: &Cell) -> Vec<i64> {
-        self.in_doubt.iter().map(|e| e.iter().filter(|(x, _)| x == c).map(|(_, d)| d).sum::<i64>()).filter(|d| *d != 0).collect()
+        self.in_doubt
+            .iter()
+            .map(|e| {
+                e.iter()
+                    .filter(|(x, _)| x == c)
+                    .map(|(_, d)| d)
+                    .sum::<i64>()
+            })
+            .filter(|d| *d != 0)
+            .collect()
     }
 
     /// Every cell the ledger mentions (acknowledged or in doubt).
@@ -110,14 +120,26 @@ impl EffectLedger {
     ) -> Vec<String> {
         let mut all: BTreeSet<Cell> = cells.into_iter().collect();
         all.extend(self.cells());
-        let touched: BTreeSet<Cell> = self.in_doubt.iter().flat_map(|e| e.iter().map(|(c, _)| *c)).collect();
+        let touched: BTreeSet<Cell> = self
+            .in_doubt
+            .iter()
+            .flat_map(|e| e.iter().map(|(c, _)| *c))
+            .collect();
         let mut v = Vec::new();
         let expect = |c: &Cell| initial(c) + self.acked(c);
         for c in all.iter().filter(|c| !touched.contains(c)) {
             match actual(c) {
                 Some(a) if a == expect(c) => {}
-                Some(a) => v.push(format!("{}: {a}, but acknowledged commits say {}", name(c), expect(c))),
-                None => v.push(format!("{}: row missing (acknowledged commits say {})", name(c), expect(c))),
+                Some(a) => v.push(format!(
+                    "{}: {a}, but acknowledged commits say {}",
+                    name(c),
+                    expect(c)
+                )),
+                None => v.push(format!(
+                    "{}: row missing (acknowledged commits say {})",
+                    name(c),
+                    expect(c)
+                )),
             }
         }
         if touched.is_empty() {
@@ -127,7 +149,8 @@ impl EffectLedger {
         if self.in_doubt.len() <= IN_DOUBT_EXACT_MAX {
             let mut first = None;
             for mask in 0u32..(1u32 << self.in_doubt.len()) {
-                let mut want: BTreeMap<Cell, i64> = touched.iter().map(|c| (*c, expect(c))).collect();
+                let mut want: BTreeMap<Cell, i64> =
+                    touched.iter().map(|c| (*c, expect(c))).collect();
                 for (i, e) in self.in_doubt.iter().enumerate() {
                     if mask & (1 << i) != 0 {
                         for (c, d) in e {
@@ -138,7 +161,13 @@ impl EffectLedger {
                 let m: Vec<String> = actuals
                     .iter()
                     .filter(|(c, a)| *a != Some(want[c]))
-                    .map(|(c, a)| format!("{}: {a:?}, but acknowledged commits say {}", name(c), want[c]))
+                    .map(|(c, a)| {
+                        format!(
+                            "{}: {a:?}, but acknowledged commits say {}",
+                            name(c),
+                            want[c]
+                        )
+                    })
                     .collect();
                 if m.is_empty() {
                     return v;
@@ -200,7 +229,10 @@ pub async fn commit_effect<F: tandem_fabric::Fabric>(
 /// aborted (`Ok(false)`); a row the transaction relied on being missing or
 /// duplicated (`NotFound`, `AlreadyExists` where the workload never expects
 /// them) is an audit violation; other errors propagate (nothing was committed).
-pub fn settle_early(ledger: &std::cell::RefCell<EffectLedger>, e: tandem_dkvs::TxError) -> Result<bool, tandem_dkvs::TxError> {
+pub fn settle_early(
+    ledger: &std::cell::RefCell<EffectLedger>,
+    e: tandem_dkvs::TxError,
+) -> Result<bool, tandem_dkvs::TxError> {
     use tandem_dkvs::TxError;
     match e {
         TxError::Aborted(_) => {
@@ -208,7 +240,10 @@ pub fn settle_early(ledger: &std::cell::RefCell<EffectLedger>, e: tandem_dkvs::T
             Ok(false)
         }
         TxError::NotFound | TxError::AlreadyExists => {
-            ledger.borrow_mut().audit_violations.push(format!("a transaction met an unexpected '{e}'"));
+            ledger
+                .borrow_mut()
+                .audit_violations
+                .push(format!("a transaction met an unexpected '{e}'"));
             Ok(false)
         }
         other => Err(other),
@@ -235,9 +270,21 @@ mod tests {
                 })
             }
         };
-        assert!(l.check([(0, 4, 0)], |_| 0, state(5, 0), name).is_empty(), "in-doubt not applied");
-        assert!(l.check([], |_| 0, state(8, -3), name).is_empty(), "in-doubt applied");
-        assert!(!l.check([], |_| 0, state(8, 0), name).is_empty(), "half an in-doubt transaction");
-        assert!(!l.check([], |_| 0, state(4, 0), name).is_empty(), "a lost update");
+        assert!(
+            l.check([(0, 4, 0)], |_| 0, state(5, 0), name).is_empty(),
+            "in-doubt not applied"
+        );
+        assert!(
+            l.check([], |_| 0, state(8, -3), name).is_empty(),
+            "in-doubt applied"
+        );
+        assert!(
+            !l.check([], |_| 0, state(8, 0), name).is_empty(),
+            "half an in-doubt transaction"
+        );
+        assert!(
+            !l.check([], |_| 0, state(4, 0), name).is_empty(),
+            "a lost update"
+        );
     }
 }

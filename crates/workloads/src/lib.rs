@@ -6,10 +6,10 @@ pub mod ledger;
 pub mod micro;
 pub mod smallbank;
 pub mod tatp;
-pub mod tpcc;
-pub mod ycsb;
 #[cfg(test)]
 mod testkit;
+pub mod tpcc;
+pub mod ycsb;
 mod zipf;
 
 pub use zipf::Zipf;

@@ -25,7 +25,10 @@ pub const VALUE_BYTES: u32 = 40;
 pub enum KeyChooser {
     Uniform,
     /// `hot_fraction` of accesses go to the first `hot_keys` keys.
-    Hot { hot_keys: u64, hot_fraction: f64 },
+    Hot {
+        hot_keys: u64,
+        hot_fraction: f64,
+    },
     Zipf(Zipf),
 }
 
@@ -41,7 +44,12 @@ pub struct MicroSpec {
 
 impl Default for MicroSpec {
     fn default() -> Self {
-        MicroSpec { keys: 100_000, write_ratio: 0.5, ops_per_tx: 2, chooser: KeyChooser::Uniform }
+        MicroSpec {
+            keys: 100_000,
+            write_ratio: 0.5,
+            ops_per_tx: 2,
+            chooser: KeyChooser::Uniform,
+        }
     }
 }
 
@@ -62,12 +70,19 @@ impl MicroSpec {
             return Err(format!("micro needs at least {} keys", self.ops_per_tx));
         }
         if !(0.0..=1.0).contains(&self.write_ratio) {
-            return Err(format!("write ratio must be in [0, 1], got {}", self.write_ratio));
+            return Err(format!(
+                "write ratio must be in [0, 1], got {}",
+                self.write_ratio
+            ));
         }
         if self.ops_per_tx == 0 {
             return Err("ops per transaction must be positive".into());
         }
-        if let KeyChooser::Hot { hot_keys, hot_fraction } = self.chooser {
+        if let KeyChooser::Hot {
+            hot_keys,
+            hot_fraction,
+        } = self.chooser
+        {
             if hot_keys == 0 || hot_keys > self.keys || !(0.0..=1.0).contains(&hot_fraction) {
                 return Err("hot set must be 1..=keys keys with a fraction in [0, 1]".into());
             }
@@ -76,7 +91,12 @@ impl MicroSpec {
     }
 
     pub fn tables(&self) -> Vec<TableSpec> {
-        vec![TableSpec { id: TABLE, name: "micro".into(), value_size: VALUE_BYTES, capacity: self.keys }]
+        vec![TableSpec {
+            id: TABLE,
+            name: "micro".into(),
+            value_size: VALUE_BYTES,
+            capacity: self.keys,
+        }]
     }
 
     pub async fn load<F: Fabric>(&self, loader: &mut Loader<F>) -> Result<(), LoadError> {
@@ -89,7 +109,10 @@ impl MicroSpec {
     fn pick(&self, rng: &mut Rng) -> u64 {
         match &self.chooser {
             KeyChooser::Uniform => rng.below(self.keys),
-            KeyChooser::Hot { hot_keys, hot_fraction } => {
+            KeyChooser::Hot {
+                hot_keys,
+                hot_fraction,
+            } => {
                 if rng.chance(*hot_fraction) {
                     rng.below(*hot_keys)
                 } else {
@@ -131,11 +154,19 @@ pub struct MicroClient {
 
 impl MicroClient {
     pub fn new(spec: MicroSpec, seed: u64) -> Self {
-        MicroClient { spec, rng: Rng::new(seed), keys: Vec::new(), ledger: Rc::default() }
+        MicroClient {
+            spec,
+            rng: Rng::new(seed),
+            keys: Vec::new(),
+            ledger: Rc::default(),
+        }
     }
 
     /// Run one transaction. `Ok(true)` committed, `Ok(false)` aborted.
-    pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
+    pub async fn run_one<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+    ) -> Result<bool, TxError> {
         self.keys.clear();
         while self.keys.len() < self.spec.ops_per_tx as usize {
             let k = self.spec.pick(&mut self.rng);
@@ -143,7 +174,11 @@ impl MicroClient {
                 self.keys.push(k);
             }
         }
-        let writes: Vec<bool> = self.keys.iter().map(|_| self.rng.chance(self.spec.write_ratio)).collect();
+        let writes: Vec<bool> = self
+            .keys
+            .iter()
+            .map(|_| self.rng.chance(self.spec.write_ratio))
+            .collect();
         let mut tx = coord.begin();
         let mut n_writes = 0;
         for (i, &k) in self.keys.iter().enumerate() {
@@ -151,7 +186,8 @@ impl MicroClient {
                 match tx.read_for_update(TABLE, k).await {
                     Ok(v) => {
                         n_writes += 1;
-                        tx.write(TABLE, k, &encode_value(k, decode_counter(&v) + 1)).await
+                        tx.write(TABLE, k, &encode_value(k, decode_counter(&v) + 1))
+                            .await
                     }
                     Err(e) => Err(e),
                 }
@@ -184,15 +220,24 @@ impl MicroClient {
 
 /// Post-run check: counters sum to the acknowledged writes, plus at most the
 /// in-doubt ones (never assumed absent, never assumed present); every key present.
-pub fn verify(spec: &MicroSpec, live: &BTreeMap<u64, Vec<u8>>, ledger: &MicroLedger) -> Vec<String> {
+pub fn verify(
+    spec: &MicroSpec,
+    live: &BTreeMap<u64, Vec<u8>>,
+    ledger: &MicroLedger,
+) -> Vec<String> {
     let mut v = Vec::new();
     if live.len() as u64 != spec.keys {
         v.push(format!("{} keys live, expected {}", live.len(), spec.keys));
     }
     let sum: u64 = live.values().map(|b| decode_counter(b)).sum();
-    let (lo, hi) = (ledger.writes_committed, ledger.writes_committed + ledger.in_doubt + ledger.pending);
+    let (lo, hi) = (
+        ledger.writes_committed,
+        ledger.writes_committed + ledger.in_doubt + ledger.pending,
+    );
     if sum < lo || sum > hi {
-        v.push(format!("write counters sum to {sum}, but acknowledged writes allow {lo}..={hi}"));
+        v.push(format!(
+            "write counters sum to {sum}, but acknowledged writes allow {lo}..={hi}"
+        ));
     }
     v
 }

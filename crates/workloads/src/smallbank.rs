@@ -42,8 +42,14 @@ pub const WRITE_CHECK_CENTS: i64 = 500;
 pub const WRITE_CHECK_PENALTY_CENTS: i64 = 100;
 
 /// Transaction names, in FORD's order, with their mix percentages.
-pub const MIX: [(&str, u64); 6] =
-    [("Amalgamate", 15), ("Balance", 15), ("DepositChecking", 15), ("SendPayment", 25), ("TransactSavings", 15), ("WriteCheck", 15)];
+pub const MIX: [(&str, u64); 6] = [
+    ("Amalgamate", 15),
+    ("Balance", 15),
+    ("DepositChecking", 15),
+    ("SendPayment", 25),
+    ("TransactSavings", 15),
+    ("WriteCheck", 15),
+];
 
 #[derive(Clone, Debug)]
 pub struct SmallBankSpec {
@@ -58,7 +64,12 @@ pub struct SmallBankSpec {
 
 impl Default for SmallBankSpec {
     fn default() -> Self {
-        SmallBankSpec { accounts: 100_000, hot_accounts: 4_000, hot_percent: 90, initial_balance_cents: 1_000_000 }
+        SmallBankSpec {
+            accounts: 100_000,
+            hot_accounts: 4_000,
+            hot_percent: 90,
+            initial_balance_cents: 1_000_000,
+        }
     }
 }
 
@@ -71,13 +82,20 @@ pub fn encode(account: u64, balance: i64) -> [u8; VALUE_BYTES as usize] {
 
 /// `(balance, account id)`.
 pub fn decode(b: &[u8]) -> (i64, u64) {
-    (i64::from_le_bytes(b[..8].try_into().expect("16-byte value")), u64::from_le_bytes(b[8..16].try_into().expect("16-byte value")))
+    (
+        i64::from_le_bytes(b[..8].try_into().expect("16-byte value")),
+        u64::from_le_bytes(b[8..16].try_into().expect("16-byte value")),
+    )
 }
 
 impl SmallBankSpec {
     /// A spec scaled to `accounts`, keeping FORD's hot-set fraction (4 %).
     pub fn scaled(accounts: u64) -> Self {
-        SmallBankSpec { accounts, hot_accounts: (accounts / 25).max(2), ..SmallBankSpec::default() }
+        SmallBankSpec {
+            accounts,
+            hot_accounts: (accounts / 25).max(2),
+            ..SmallBankSpec::default()
+        }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -85,7 +103,10 @@ impl SmallBankSpec {
             return Err("smallbank needs at least 2 accounts".into());
         }
         if self.hot_accounts < 2 || self.hot_accounts > self.accounts {
-            return Err(format!("smallbank hot set must be 2..={} accounts, got {}", self.accounts, self.hot_accounts));
+            return Err(format!(
+                "smallbank hot set must be 2..={} accounts, got {}",
+                self.accounts, self.hot_accounts
+            ));
         }
         if self.hot_percent > 100 {
             return Err("smallbank hot percentage must be 0..=100".into());
@@ -98,15 +119,27 @@ impl SmallBankSpec {
 
     pub fn tables(&self) -> Vec<TableSpec> {
         vec![
-            TableSpec { id: SAVINGS, name: "savings".into(), value_size: VALUE_BYTES, capacity: self.accounts },
-            TableSpec { id: CHECKING, name: "checking".into(), value_size: VALUE_BYTES, capacity: self.accounts },
+            TableSpec {
+                id: SAVINGS,
+                name: "savings".into(),
+                value_size: VALUE_BYTES,
+                capacity: self.accounts,
+            },
+            TableSpec {
+                id: CHECKING,
+                name: "checking".into(),
+                value_size: VALUE_BYTES,
+                capacity: self.accounts,
+            },
         ]
     }
 
     pub async fn load<F: Fabric>(&self, loader: &mut Loader<F>) -> Result<(), LoadError> {
         for t in [SAVINGS, CHECKING] {
             for a in 0..self.accounts {
-                loader.put(t, a, &encode(a, self.initial_balance_cents)).await?;
+                loader
+                    .put(t, a, &encode(a, self.initial_balance_cents))
+                    .await?;
             }
         }
         Ok(())
@@ -127,7 +160,11 @@ impl SmallBankSpec {
 
     /// FORD's `get_two_accounts`: two distinct accounts from the same set.
     fn two_accounts(&self, rng: &mut Rng) -> (u64, u64) {
-        let n = if rng.below(100) < self.hot_percent { self.hot_accounts } else { self.accounts };
+        let n = if rng.below(100) < self.hot_percent {
+            self.hot_accounts
+        } else {
+            self.accounts
+        };
         let a = rng.below(n);
         let mut b = rng.below(n - 1);
         if b >= a {
@@ -155,18 +192,31 @@ fn chk(a: u64) -> Cell {
 
 impl SmallBankClient {
     pub fn new(spec: SmallBankSpec, seed: u64) -> Self {
-        SmallBankClient { spec, rng: Rng::new(seed), ledger: Rc::default() }
+        SmallBankClient {
+            spec,
+            rng: Rng::new(seed),
+            ledger: Rc::default(),
+        }
     }
 
     /// Run one transaction of FORD's mix. `Ok(true)` committed, `Ok(false)`
     /// aborted by the store or rolled back by the application.
-    pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
+    pub async fn run_one<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+    ) -> Result<bool, TxError> {
         let r = match crate::pick_from_mix(&mut self.rng, &MIX) {
             0 => self.amalgamate(coord).await,
             1 => self.balance(coord).await,
-            2 => self.add(coord, CHECKING, DEPOSIT_CHECKING_CENTS, "DepositChecking").await,
+            2 => {
+                self.add(coord, CHECKING, DEPOSIT_CHECKING_CENTS, "DepositChecking")
+                    .await
+            }
             3 => self.send_payment(coord).await,
-            4 => self.add(coord, SAVINGS, TRANSACT_SAVINGS_CENTS, "TransactSavings").await,
+            4 => {
+                self.add(coord, SAVINGS, TRANSACT_SAVINGS_CENTS, "TransactSavings")
+                    .await
+            }
             _ => self.write_check(coord).await,
         };
         match r {
@@ -176,7 +226,12 @@ impl SmallBankClient {
     }
 
     /// Read-for-update one balance; a missing row is an audit violation.
-    async fn rmw<F: Fabric>(&self, tx: &mut tandem_dkvs::Transaction<'_, F>, t: TableId, a: u64) -> Result<i64, TxError> {
+    async fn rmw<F: Fabric>(
+        &self,
+        tx: &mut tandem_dkvs::Transaction<'_, F>,
+        t: TableId,
+        a: u64,
+    ) -> Result<i64, TxError> {
         let v = tx.read_for_update(t, a).await?;
         Ok(decode(&v).0)
     }
@@ -190,7 +245,13 @@ impl SmallBankClient {
         tx.write(SAVINGS, a0, &encode(a0, 0)).await?;
         tx.write(CHECKING, a0, &encode(a0, 0)).await?;
         tx.write(CHECKING, a1, &encode(a1, c1 + s0 + c0)).await?;
-        commit_effect(&self.ledger, tx, "Amalgamate", vec![(sav(a0), -s0), (chk(a0), -c0), (chk(a1), s0 + c0)]).await
+        commit_effect(
+            &self.ledger,
+            tx,
+            "Amalgamate",
+            vec![(sav(a0), -s0), (chk(a0), -c0), (chk(a1), s0 + c0)],
+        )
+        .await
     }
 
     async fn balance<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
@@ -202,16 +263,26 @@ impl SmallBankClient {
         if committed {
             let mut l = self.ledger.borrow_mut();
             match (s, c) {
-                (Some(s), Some(_)) if decode(&s).0 < 0 => l.audit_violations.push(format!("Balance saw savings {a} at {}", decode(&s).0)),
+                (Some(s), Some(_)) if decode(&s).0 < 0 => l
+                    .audit_violations
+                    .push(format!("Balance saw savings {a} at {}", decode(&s).0)),
                 (Some(_), Some(_)) => {}
-                _ => l.audit_violations.push(format!("Balance found account {a} missing")),
+                _ => l
+                    .audit_violations
+                    .push(format!("Balance found account {a} missing")),
             }
         }
         Ok(committed)
     }
 
     /// DepositChecking / TransactSavings: add a fixed amount to one balance.
-    async fn add<F: Fabric>(&mut self, coord: &mut Coordinator<F>, t: TableId, cents: i64, kind: &'static str) -> Result<bool, TxError> {
+    async fn add<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+        t: TableId,
+        cents: i64,
+        kind: &'static str,
+    ) -> Result<bool, TxError> {
         let a = self.spec.account(&mut self.rng);
         let mut tx = coord.begin();
         let b = self.rmw(&mut tx, t, a).await?;
@@ -219,7 +290,10 @@ impl SmallBankClient {
         commit_effect(&self.ledger, tx, kind, vec![((t, a, 0), cents)]).await
     }
 
-    async fn send_payment<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
+    async fn send_payment<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+    ) -> Result<bool, TxError> {
         let (a0, a1) = self.spec.two_accounts(&mut self.rng);
         let mut tx = coord.begin();
         let c0 = self.rmw(&mut tx, CHECKING, a0).await?;
@@ -230,25 +304,46 @@ impl SmallBankClient {
             self.ledger.borrow_mut().rolled_back += 1;
             return Ok(false);
         }
-        tx.write(CHECKING, a0, &encode(a0, c0 - SEND_PAYMENT_CENTS)).await?;
-        tx.write(CHECKING, a1, &encode(a1, c1 + SEND_PAYMENT_CENTS)).await?;
-        commit_effect(&self.ledger, tx, "SendPayment", vec![(chk(a0), -SEND_PAYMENT_CENTS), (chk(a1), SEND_PAYMENT_CENTS)]).await
+        tx.write(CHECKING, a0, &encode(a0, c0 - SEND_PAYMENT_CENTS))
+            .await?;
+        tx.write(CHECKING, a1, &encode(a1, c1 + SEND_PAYMENT_CENTS))
+            .await?;
+        commit_effect(
+            &self.ledger,
+            tx,
+            "SendPayment",
+            vec![
+                (chk(a0), -SEND_PAYMENT_CENTS),
+                (chk(a1), SEND_PAYMENT_CENTS),
+            ],
+        )
+        .await
     }
 
-    async fn write_check<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
+    async fn write_check<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+    ) -> Result<bool, TxError> {
         let a = self.spec.account(&mut self.rng);
         let mut tx = coord.begin();
         let s = match tx.read(SAVINGS, a).await? {
             Some(v) => decode(&v).0,
             None => {
                 let _ = tx.abort().await;
-                self.ledger.borrow_mut().audit_violations.push(format!("WriteCheck found savings {a} missing"));
+                self.ledger
+                    .borrow_mut()
+                    .audit_violations
+                    .push(format!("WriteCheck found savings {a} missing"));
                 return Ok(false);
             }
         };
         let c = self.rmw(&mut tx, CHECKING, a).await?;
         // FORD: overdrawing costs a penalty of 1.00.
-        let debit = if s + c < WRITE_CHECK_CENTS { WRITE_CHECK_CENTS + WRITE_CHECK_PENALTY_CENTS } else { WRITE_CHECK_CENTS };
+        let debit = if s + c < WRITE_CHECK_CENTS {
+            WRITE_CHECK_CENTS + WRITE_CHECK_PENALTY_CENTS
+        } else {
+            WRITE_CHECK_CENTS
+        };
         tx.write(CHECKING, a, &encode(a, c - debit)).await?;
         commit_effect(&self.ledger, tx, "WriteCheck", vec![(chk(a), -debit)]).await
     }
@@ -263,11 +358,18 @@ pub fn verify(
     ledger: &EffectLedger,
 ) -> Vec<String> {
     let mut v = ledger.audit_violations.clone();
-    let tables = [(SAVINGS, "savings", savings), (CHECKING, "checking", checking)];
+    let tables = [
+        (SAVINGS, "savings", savings),
+        (CHECKING, "checking", checking),
+    ];
     let mut total = 0i64;
     for (t, name, live) in tables {
         if live.len() as u64 != spec.accounts {
-            v.push(format!("{name}: {} rows live, expected {}", live.len(), spec.accounts));
+            v.push(format!(
+                "{name}: {} rows live, expected {}",
+                live.len(),
+                spec.accounts
+            ));
         }
         for (k, bytes) in live {
             let (bal, id) = decode(bytes);
@@ -289,14 +391,26 @@ pub fn verify(
         admissible = admissible.iter().flat_map(|t| [*t, t + d]).collect();
     }
     if ledger.in_doubt.len() <= 20 && !admissible.contains(&total) {
-        v.push(format!("total money {total} is not among the admissible totals {admissible:?}"));
+        v.push(format!(
+            "total money {total} is not among the admissible totals {admissible:?}"
+        ));
     }
     let cells = (0..spec.accounts).flat_map(|a| [sav(a), chk(a)]);
     let actual = |c: &Cell| {
         let live = if c.0 == SAVINGS { savings } else { checking };
         live.get(&c.1).map(|b| decode(b).0)
     };
-    let name = |c: &Cell| format!("{} {}", if c.0 == SAVINGS { "savings" } else { "checking" }, c.1);
+    let name = |c: &Cell| {
+        format!(
+            "{} {}",
+            if c.0 == SAVINGS {
+                "savings"
+            } else {
+                "checking"
+            },
+            c.1
+        )
+    };
     v.extend(ledger.check(cells, |_| spec.initial_balance_cents, actual, name));
     v
 }
@@ -307,36 +421,66 @@ mod tests {
     use crate::testkit::run_inline;
 
     fn clean_run() -> (SmallBankSpec, crate::testkit::Live, EffectLedger) {
-        let spec = SmallBankSpec { accounts: 50, hot_accounts: 5, hot_percent: 90, initial_balance_cents: 1_000 };
-        let clients: Vec<SmallBankClient> = (0..3).map(|i| SmallBankClient::new(spec.clone(), i)).collect();
+        let spec = SmallBankSpec {
+            accounts: 50,
+            hot_accounts: 5,
+            hot_percent: 90,
+            initial_balance_cents: 1_000,
+        };
+        let clients: Vec<SmallBankClient> = (0..3)
+            .map(|i| SmallBankClient::new(spec.clone(), i))
+            .collect();
         let ledgers: Vec<_> = clients.iter().map(|c| c.ledger.clone()).collect();
-        let (live, committed) =
-            run_inline(spec.tables(), async |l| spec.load(l).await, clients, 100, async |c, coord| c.run_one(coord).await);
+        let (live, committed) = run_inline(
+            spec.tables(),
+            async |l| spec.load(l).await,
+            clients,
+            100,
+            async |c, coord| c.run_one(coord).await,
+        );
         let mut ledger = EffectLedger::default();
         for l in &ledgers {
             ledger.merge(&l.borrow());
         }
-        assert!(committed > 250 && ledger.rolled_back > 0, "{committed} commits, {} rollbacks", ledger.rolled_back);
+        assert!(
+            committed > 250 && ledger.rolled_back > 0,
+            "{committed} commits, {} rollbacks",
+            ledger.rolled_back
+        );
         (spec, live, ledger)
     }
 
     #[test]
     fn a_clean_run_passes_and_a_lost_update_or_negative_savings_fails() {
         let (spec, live, ledger) = clean_run();
-        assert_eq!(verify(&spec, &live[0], &live[1], &ledger), Vec::<String>::new());
+        assert_eq!(
+            verify(&spec, &live[0], &live[1], &ledger),
+            Vec::<String>::new()
+        );
         // A lost DepositChecking: one checking balance short by its amount.
         let mut checking = live[1].clone();
-        let (k, b) = checking.iter().next().map(|(k, b)| (*k, decode(b).0)).unwrap();
+        let (k, b) = checking
+            .iter()
+            .next()
+            .map(|(k, b)| (*k, decode(b).0))
+            .unwrap();
         checking.insert(k, encode(k, b - DEPOSIT_CHECKING_CENTS).to_vec());
         let v = verify(&spec, &live[0], &checking, &ledger);
-        assert!(v.iter().any(|m| m.contains("total money")) && v.iter().any(|m| m.contains(&format!("checking {k}"))), "{v:?}");
+        assert!(
+            v.iter().any(|m| m.contains("total money"))
+                && v.iter().any(|m| m.contains(&format!("checking {k}"))),
+            "{v:?}"
+        );
         // Money moved into a negative savings balance: conserved, but forbidden.
         let (mut savings, mut checking) = (live[0].clone(), live[1].clone());
         let s = decode(&savings[&0]).0;
         savings.insert(0, encode(0, -1).to_vec());
         checking.insert(0, encode(0, decode(&checking[&0]).0 + s + 1).to_vec());
         let v = verify(&spec, &savings, &checking, &ledger);
-        assert!(v.iter().any(|m| m.contains("savings 0 is negative")), "{v:?}");
+        assert!(
+            v.iter().any(|m| m.contains("savings 0 is negative")),
+            "{v:?}"
+        );
         assert!(!v.iter().any(|m| m.contains("total money")), "{v:?}");
     }
 }

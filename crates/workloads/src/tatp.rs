@@ -78,7 +78,10 @@ pub struct TatpSpec {
 
 impl Default for TatpSpec {
     fn default() -> Self {
-        TatpSpec { subscribers: 100_000, load_seed: 0xDEAD_BEEF }
+        TatpSpec {
+            subscribers: 100_000,
+            load_seed: 0xDEAD_BEEF,
+        }
     }
 }
 
@@ -130,7 +133,13 @@ fn select_types(rng: &mut Rng) -> Vec<u64> {
     out
 }
 
-fn sub_value(s: u64, bits: u64, vlr: u32, bits_updates: u32, vlr_updates: u32) -> [u8; SUB_BYTES as usize] {
+fn sub_value(
+    s: u64,
+    bits: u64,
+    vlr: u32,
+    bits_updates: u32,
+    vlr_updates: u32,
+) -> [u8; SUB_BYTES as usize] {
     let mut v = [0u8; SUB_BYTES as usize];
     v[0..8].copy_from_slice(&sub_nbr(s).to_le_bytes());
     v[8..16].copy_from_slice(&bits.to_le_bytes());
@@ -168,7 +177,10 @@ fn cf_value(end_time: u8) -> [u8; CF_BYTES as usize] {
 impl TatpSpec {
     pub fn validate(&self) -> Result<(), String> {
         if self.subscribers == 0 || self.subscribers > 1 << 40 {
-            return Err(format!("tatp subscribers must be 1..=2^40, got {}", self.subscribers));
+            return Err(format!(
+                "tatp subscribers must be 1..=2^40, got {}",
+                self.subscribers
+            ));
         }
         Ok(())
     }
@@ -187,12 +199,18 @@ impl TatpSpec {
             }
             for sf in select_types(&mut rng) {
                 let active = rng.below(100) < 85;
-                p.special_facility.insert(sf_key(s, sf), sf_value(active, rng.below(256) as u8, 0).to_vec());
+                p.special_facility.insert(
+                    sf_key(s, sf),
+                    sf_value(active, rng.below(256) as u8, 0).to_vec(),
+                );
                 for start in [0u64, 8, 16] {
                     if rng.below(2) == 0 {
                         continue;
                     }
-                    p.call_forwarding.insert(cf_key(s, sf, start), cf_value(1 + rng.below(24) as u8).to_vec());
+                    p.call_forwarding.insert(
+                        cf_key(s, sf, start),
+                        cf_value(1 + rng.below(24) as u8).to_vec(),
+                    );
                 }
             }
         }
@@ -205,22 +223,59 @@ impl TatpSpec {
         // deleted key's slot is reused by its re-insert).
         let sf_rows = self.population().special_facility.len() as u64;
         vec![
-            TableSpec { id: SUBSCRIBER, name: "subscriber".into(), value_size: SUB_BYTES, capacity: self.subscribers },
-            TableSpec { id: ACCESS_INFO, name: "access_info".into(), value_size: AI_BYTES, capacity: self.subscribers * 4 },
-            TableSpec { id: SPECIAL_FACILITY, name: "special_facility".into(), value_size: SF_BYTES, capacity: sf_rows },
-            TableSpec { id: CALL_FORWARDING, name: "call_forwarding".into(), value_size: CF_BYTES, capacity: sf_rows * 3 },
-            TableSpec { id: SUBSCRIBER_NBR, name: "subscriber_nbr".into(), value_size: NBR_BYTES, capacity: self.subscribers },
+            TableSpec {
+                id: SUBSCRIBER,
+                name: "subscriber".into(),
+                value_size: SUB_BYTES,
+                capacity: self.subscribers,
+            },
+            TableSpec {
+                id: ACCESS_INFO,
+                name: "access_info".into(),
+                value_size: AI_BYTES,
+                capacity: self.subscribers * 4,
+            },
+            TableSpec {
+                id: SPECIAL_FACILITY,
+                name: "special_facility".into(),
+                value_size: SF_BYTES,
+                capacity: sf_rows,
+            },
+            TableSpec {
+                id: CALL_FORWARDING,
+                name: "call_forwarding".into(),
+                value_size: CF_BYTES,
+                capacity: sf_rows * 3,
+            },
+            TableSpec {
+                id: SUBSCRIBER_NBR,
+                name: "subscriber_nbr".into(),
+                value_size: NBR_BYTES,
+                capacity: self.subscribers,
+            },
         ]
     }
 
     pub async fn load<F: Fabric>(&self, loader: &mut Loader<F>) -> Result<(), LoadError> {
         let mut rng = Rng::new(self.load_seed ^ 0x5B5);
         for s in 0..self.subscribers {
-            loader.put(SUBSCRIBER, s, &sub_value(s, rng.next_u64(), rng.next_u64() as u32, 0, 0)).await?;
-            loader.put(SUBSCRIBER_NBR, sub_nbr(s), &nbr_value(s)).await?;
+            loader
+                .put(
+                    SUBSCRIBER,
+                    s,
+                    &sub_value(s, rng.next_u64(), rng.next_u64() as u32, 0, 0),
+                )
+                .await?;
+            loader
+                .put(SUBSCRIBER_NBR, sub_nbr(s), &nbr_value(s))
+                .await?;
         }
         let p = self.population();
-        for (t, rows) in [(ACCESS_INFO, &p.access_info), (SPECIAL_FACILITY, &p.special_facility), (CALL_FORWARDING, &p.call_forwarding)] {
+        for (t, rows) in [
+            (ACCESS_INFO, &p.access_info),
+            (SPECIAL_FACILITY, &p.special_facility),
+            (CALL_FORWARDING, &p.call_forwarding),
+        ] {
             for (k, v) in rows {
                 loader.put(t, *k, v).await?;
             }
@@ -271,12 +326,19 @@ impl From<TxError> for Early {
 
 impl TatpClient {
     pub fn new(spec: TatpSpec, seed: u64) -> Self {
-        TatpClient { spec, rng: Rng::new(seed), ledger: Rc::default() }
+        TatpClient {
+            spec,
+            rng: Rng::new(seed),
+            ledger: Rc::default(),
+        }
     }
 
     /// Run one transaction of FORD's mix. `Ok(true)` committed, `Ok(false)`
     /// aborted by the store or rolled back as TATP specifies.
-    pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
+    pub async fn run_one<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+    ) -> Result<bool, TxError> {
         let kind = crate::pick_from_mix(&mut self.rng, &MIX);
         let s = self.spec.subscriber(&mut self.rng);
         let mut tx = coord.begin();
@@ -300,7 +362,10 @@ impl TatpClient {
                 // A row the transaction relies on is missing or duplicated: the
                 // store lost or invented it. Roll back and report.
                 let _ = tx.abort().await;
-                self.ledger.borrow_mut().audit_violations.push(format!("{} on subscriber {s}: {e}", MIX[kind].0));
+                self.ledger
+                    .borrow_mut()
+                    .audit_violations
+                    .push(format!("{} on subscriber {s}: {e}", MIX[kind].0));
                 Ok(false)
             }
             Err(Early::Tx(e)) => settle_early(&self.ledger, e),
@@ -311,7 +376,11 @@ impl TatpClient {
         self.ledger.borrow_mut().audit_violations.push(what);
     }
 
-    async fn get_subscriber_data<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, s: u64) -> Result<Vec<(Cell, i64)>, Early> {
+    async fn get_subscriber_data<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        s: u64,
+    ) -> Result<Vec<(Cell, i64)>, Early> {
         match tx.read(SUBSCRIBER, s).await? {
             Some(v) if u64_at(&v, 0) == sub_nbr(s) && u32_at(&v, 16) == MSC_LOCATION_MAGIC => {}
             other => self.audit(format!("GetSubscriberData: subscriber {s} is {other:?}")),
@@ -319,11 +388,18 @@ impl TatpClient {
         Ok(Vec::new())
     }
 
-    async fn get_new_destination<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, s: u64) -> Result<Vec<(Cell, i64)>, Early> {
+    async fn get_new_destination<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        s: u64,
+    ) -> Result<Vec<(Cell, i64)>, Early> {
         let sf_type = 1 + self.rng.below(4);
         let start_time = self.rng.below(3) * 8;
         let end_time = self.rng.below(24) as u8;
-        let sf = tx.read(SPECIAL_FACILITY, sf_key(s, sf_type)).await?.ok_or(Early::Rollback)?;
+        let sf = tx
+            .read(SPECIAL_FACILITY, sf_key(s, sf_type))
+            .await?
+            .ok_or(Early::Rollback)?;
         if sf[0] == 0 {
             return Err(Early::Rollback);
         }
@@ -331,7 +407,9 @@ impl TatpClient {
         for st in (0..=start_time).step_by(8) {
             if let Some(cf) = tx.read(CALL_FORWARDING, cf_key(s, sf_type, st)).await? {
                 if cf[1] != CF_NUMBERX0_MAGIC {
-                    self.audit(format!("GetNewDestination: call_forwarding {s}/{sf_type}/{st} is malformed"));
+                    self.audit(format!(
+                        "GetNewDestination: call_forwarding {s}/{sf_type}/{st} is malformed"
+                    ));
                 }
                 found |= end_time < cf[0];
             }
@@ -343,16 +421,29 @@ impl TatpClient {
         }
     }
 
-    async fn get_access_data<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, s: u64) -> Result<Vec<(Cell, i64)>, Early> {
+    async fn get_access_data<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        s: u64,
+    ) -> Result<Vec<(Cell, i64)>, Early> {
         let ai_type = 1 + self.rng.below(4);
-        let v = tx.read(ACCESS_INFO, ai_key(s, ai_type)).await?.ok_or(Early::Rollback)?;
+        let v = tx
+            .read(ACCESS_INFO, ai_key(s, ai_type))
+            .await?
+            .ok_or(Early::Rollback)?;
         if v[0] != AI_DATA1_MAGIC {
-            self.audit(format!("GetAccessData: access_info {s}/{ai_type} is malformed"));
+            self.audit(format!(
+                "GetAccessData: access_info {s}/{ai_type} is malformed"
+            ));
         }
         Ok(Vec::new())
     }
 
-    async fn update_subscriber_data<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, s: u64) -> Result<Vec<(Cell, i64)>, Early> {
+    async fn update_subscriber_data<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        s: u64,
+    ) -> Result<Vec<(Cell, i64)>, Early> {
         let sf_type = 1 + self.rng.below(4);
         let (bits, data_a) = (self.rng.next_u64(), self.rng.below(256) as u8);
         let sub = tx.read_for_update(SUBSCRIBER, s).await?;
@@ -363,13 +454,36 @@ impl TatpClient {
             Err(TxError::NotFound) => return Err(Early::Rollback),
             Err(e) => return Err(e.into()),
         };
-        tx.write(SUBSCRIBER, s, &sub_value(s, bits, u32_at(&sub, 20), u32_at(&sub, 24) + 1, u32_at(&sub, 28))).await?;
-        tx.write(SPECIAL_FACILITY, k, &sf_value(sf[0] != 0, data_a, u32_at(&sf, 8) + 1)).await?;
-        Ok(vec![((SUBSCRIBER, s, F_BITS_UPDATES), 1), ((SPECIAL_FACILITY, k, F_DATA_A_UPDATES), 1)])
+        tx.write(
+            SUBSCRIBER,
+            s,
+            &sub_value(
+                s,
+                bits,
+                u32_at(&sub, 20),
+                u32_at(&sub, 24) + 1,
+                u32_at(&sub, 28),
+            ),
+        )
+        .await?;
+        tx.write(
+            SPECIAL_FACILITY,
+            k,
+            &sf_value(sf[0] != 0, data_a, u32_at(&sf, 8) + 1),
+        )
+        .await?;
+        Ok(vec![
+            ((SUBSCRIBER, s, F_BITS_UPDATES), 1),
+            ((SPECIAL_FACILITY, k, F_DATA_A_UPDATES), 1),
+        ])
     }
 
     /// Look the subscriber up by number through the index, as FORD does.
-    async fn by_number<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, s: u64) -> Result<u64, Early> {
+    async fn by_number<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        s: u64,
+    ) -> Result<u64, Early> {
         match tx.read(SUBSCRIBER_NBR, sub_nbr(s)).await? {
             Some(v) if u32_at(&v, 0) as u64 == s && u32_at(&v, 4) == NBR_MAGIC => Ok(s),
             other => {
@@ -379,20 +493,41 @@ impl TatpClient {
         }
     }
 
-    async fn update_location<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, s: u64) -> Result<Vec<(Cell, i64)>, Early> {
+    async fn update_location<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        s: u64,
+    ) -> Result<Vec<(Cell, i64)>, Early> {
         let vlr = self.rng.next_u64() as u32;
         let s = self.by_number(tx, s).await?;
         let sub = tx.read_for_update(SUBSCRIBER, s).await?;
-        tx.write(SUBSCRIBER, s, &sub_value(s, u64_at(&sub, 8), vlr, u32_at(&sub, 24), u32_at(&sub, 28) + 1)).await?;
+        tx.write(
+            SUBSCRIBER,
+            s,
+            &sub_value(
+                s,
+                u64_at(&sub, 8),
+                vlr,
+                u32_at(&sub, 24),
+                u32_at(&sub, 28) + 1,
+            ),
+        )
+        .await?;
         Ok(vec![((SUBSCRIBER, s, F_VLR_UPDATES), 1)])
     }
 
-    async fn insert_call_forwarding<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, s: u64) -> Result<Vec<(Cell, i64)>, Early> {
+    async fn insert_call_forwarding<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        s: u64,
+    ) -> Result<Vec<(Cell, i64)>, Early> {
         let sf_type = 1 + self.rng.below(4);
         let start_time = self.rng.below(3) * 8;
         let end_time = self.rng.below(24) as u8;
         let s = self.by_number(tx, s).await?;
-        tx.read(SPECIAL_FACILITY, sf_key(s, sf_type)).await?.ok_or(Early::Rollback)?;
+        tx.read(SPECIAL_FACILITY, sf_key(s, sf_type))
+            .await?
+            .ok_or(Early::Rollback)?;
         let k = cf_key(s, sf_type, start_time);
         match tx.insert(CALL_FORWARDING, k, &cf_value(end_time)).await {
             Ok(()) => Ok(vec![((CALL_FORWARDING, k, PRESENCE), 1)]),
@@ -402,7 +537,11 @@ impl TatpClient {
         }
     }
 
-    async fn delete_call_forwarding<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, s: u64) -> Result<Vec<(Cell, i64)>, Early> {
+    async fn delete_call_forwarding<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        s: u64,
+    ) -> Result<Vec<(Cell, i64)>, Early> {
         let sf_type = 1 + self.rng.below(4);
         let start_time = self.rng.below(3) * 8;
         let s = self.by_number(tx, s).await?;
@@ -418,7 +557,11 @@ impl TatpClient {
 
 /// Post-run check of TATP (see the module docs). `live` holds one map per
 /// table, in `tables()` order.
-pub fn verify(spec: &TatpSpec, live: &[BTreeMap<u64, Vec<u8>>], ledger: &EffectLedger) -> Vec<String> {
+pub fn verify(
+    spec: &TatpSpec,
+    live: &[BTreeMap<u64, Vec<u8>>],
+    ledger: &EffectLedger,
+) -> Vec<String> {
     let mut v = ledger.audit_violations.clone();
     if live.len() != 5 {
         return vec![format!("tatp has 5 tables, got {} snapshots", live.len())];
@@ -427,7 +570,12 @@ pub fn verify(spec: &TatpSpec, live: &[BTreeMap<u64, Vec<u8>>], ledger: &EffectL
     let p = spec.population();
     // Subscribers and the index: one row per subscriber, static columns intact.
     if sub.len() as u64 != spec.subscribers || nbr.len() as u64 != spec.subscribers {
-        v.push(format!("{} subscribers and {} index rows live, expected {}", sub.len(), nbr.len(), spec.subscribers));
+        v.push(format!(
+            "{} subscribers and {} index rows live, expected {}",
+            sub.len(),
+            nbr.len(),
+            spec.subscribers
+        ));
     }
     for s in 0..spec.subscribers {
         match sub.get(&s) {
@@ -435,17 +583,30 @@ pub fn verify(spec: &TatpSpec, live: &[BTreeMap<u64, Vec<u8>>], ledger: &EffectL
             other => v.push(format!("subscriber {s} is {other:?}")),
         }
         if nbr.get(&sub_nbr(s)).map(|b| b.as_slice()) != Some(&nbr_value(s)[..]) {
-            v.push(format!("subscriber_nbr of {s} is {:?}", nbr.get(&sub_nbr(s))));
+            v.push(format!(
+                "subscriber_nbr of {s} is {:?}",
+                nbr.get(&sub_nbr(s))
+            ));
         }
     }
     // access_info is never written.
     if *ai != p.access_info {
-        let diff = ai.keys().collect::<BTreeSet<_>>().symmetric_difference(&p.access_info.keys().collect()).count();
-        v.push(format!("access_info differs from its loaded contents ({diff} keys differ)"));
+        let diff = ai
+            .keys()
+            .collect::<BTreeSet<_>>()
+            .symmetric_difference(&p.access_info.keys().collect())
+            .count();
+        v.push(format!(
+            "access_info differs from its loaded contents ({diff} keys differ)"
+        ));
     }
     // special_facility: exactly the loaded rows; only data_a and its counter change.
     if sf.keys().ne(p.special_facility.keys()) {
-        v.push(format!("special_facility has {} rows, loaded {}", sf.len(), p.special_facility.len()));
+        v.push(format!(
+            "special_facility has {} rows, loaded {}",
+            sf.len(),
+            p.special_facility.len()
+        ));
     }
     for (k, b) in sf {
         if let Some(orig) = p.special_facility.get(k) {
@@ -458,10 +619,14 @@ pub fn verify(spec: &TatpSpec, live: &[BTreeMap<u64, Vec<u8>>], ledger: &EffectL
     for (k, b) in cf {
         let (s, sf_type, start) = (k >> 16, (k >> 8) & 0xFF, k & 0xFF);
         if !sf.contains_key(&sf_key(s, sf_type)) {
-            v.push(format!("call_forwarding {s}/{sf_type}/{start} has no special_facility row"));
+            v.push(format!(
+                "call_forwarding {s}/{sf_type}/{start} has no special_facility row"
+            ));
         }
         if start % 8 != 0 || start > 16 || b[0] > 24 || b[1] != CF_NUMBERX0_MAGIC {
-            v.push(format!("call_forwarding {s}/{sf_type}/{start} is malformed: {b:?}"));
+            v.push(format!(
+                "call_forwarding {s}/{sf_type}/{start} is malformed: {b:?}"
+            ));
         }
     }
     // Exact ledger: update counters and call-forwarding presence.
@@ -470,8 +635,17 @@ pub fn verify(spec: &TatpSpec, live: &[BTreeMap<u64, Vec<u8>>], ledger: &EffectL
         cells.push((SUBSCRIBER, s, F_BITS_UPDATES));
         cells.push((SUBSCRIBER, s, F_VLR_UPDATES));
     }
-    cells.extend(p.special_facility.keys().map(|k| (SPECIAL_FACILITY, *k, F_DATA_A_UPDATES)));
-    cells.extend(p.call_forwarding.keys().chain(cf.keys()).map(|k| (CALL_FORWARDING, *k, PRESENCE)));
+    cells.extend(
+        p.special_facility
+            .keys()
+            .map(|k| (SPECIAL_FACILITY, *k, F_DATA_A_UPDATES)),
+    );
+    cells.extend(
+        p.call_forwarding
+            .keys()
+            .chain(cf.keys())
+            .map(|k| (CALL_FORWARDING, *k, PRESENCE)),
+    );
     let initial = |c: &Cell| match c.2 {
         PRESENCE => p.call_forwarding.contains_key(&c.1) as i64,
         _ => 0,
@@ -483,10 +657,19 @@ pub fn verify(spec: &TatpSpec, live: &[BTreeMap<u64, Vec<u8>>], ledger: &EffectL
         _ => sf.get(&c.1).map(|b| u32_at(b, 8) as i64),
     };
     let name = |c: &Cell| match (c.0, c.2) {
-        (CALL_FORWARDING, _) => format!("call_forwarding {}/{}/{} presence", c.1 >> 16, (c.1 >> 8) & 0xFF, c.1 & 0xFF),
+        (CALL_FORWARDING, _) => format!(
+            "call_forwarding {}/{}/{} presence",
+            c.1 >> 16,
+            (c.1 >> 8) & 0xFF,
+            c.1 & 0xFF
+        ),
         (SUBSCRIBER, F_BITS_UPDATES) => format!("subscriber {} UpdateSubscriberData count", c.1),
         (SUBSCRIBER, _) => format!("subscriber {} UpdateLocation count", c.1),
-        _ => format!("special_facility {}/{} UpdateSubscriberData count", c.1 >> 8, c.1 & 0xFF),
+        _ => format!(
+            "special_facility {}/{} UpdateSubscriberData count",
+            c.1 >> 8,
+            c.1 & 0xFF
+        ),
     };
     v.extend(ledger.check(cells, initial, actual, name));
     v
@@ -499,32 +682,58 @@ mod tests {
 
     #[test]
     fn a_clean_run_passes_and_broken_states_fail() {
-        let spec = TatpSpec { subscribers: 20, ..TatpSpec::default() };
+        let spec = TatpSpec {
+            subscribers: 20,
+            ..TatpSpec::default()
+        };
         let clients: Vec<TatpClient> = (0..3).map(|i| TatpClient::new(spec.clone(), i)).collect();
         let ledgers: Vec<_> = clients.iter().map(|c| c.ledger.clone()).collect();
-        let (live, committed) =
-            run_inline(spec.tables(), async |l| spec.load(l).await, clients, 300, async |c, coord| c.run_one(coord).await);
+        let (live, committed) = run_inline(
+            spec.tables(),
+            async |l| spec.load(l).await,
+            clients,
+            300,
+            async |c, coord| c.run_one(coord).await,
+        );
         let mut ledger = EffectLedger::default();
         for l in &ledgers {
             ledger.merge(&l.borrow());
         }
         let by = |k: &str| ledger.committed_by_type.get(k).copied().unwrap_or(0);
-        assert!(committed > 500 && by("InsertCallForwarding") > 0 && by("DeleteCallForwarding") > 0, "{:?}", ledger.committed_by_type);
+        assert!(
+            committed > 500 && by("InsertCallForwarding") > 0 && by("DeleteCallForwarding") > 0,
+            "{:?}",
+            ledger.committed_by_type
+        );
         assert_eq!(verify(&spec, &live, &ledger), Vec::<String>::new());
         // A call forwarding row nobody inserted (and without its facility).
         let mut broken = live.clone();
-        let orphan = (0..4).map(|t| cf_key(0, 1 + t, 8)).find(|k| !live[2].contains_key(&(k >> 8))).expect("subscriber 0 lacks a facility");
+        let orphan = (0..4)
+            .map(|t| cf_key(0, 1 + t, 8))
+            .find(|k| !live[2].contains_key(&(k >> 8)))
+            .expect("subscriber 0 lacks a facility");
         broken[3].insert(orphan, cf_value(5).to_vec());
         let v = verify(&spec, &broken, &ledger);
-        assert!(v.iter().any(|m| m.contains("has no special_facility")) && v.iter().any(|m| m.contains("presence")), "{v:?}");
+        assert!(
+            v.iter().any(|m| m.contains("has no special_facility"))
+                && v.iter().any(|m| m.contains("presence")),
+            "{v:?}"
+        );
         // A lost UpdateLocation.
         let mut broken = live.clone();
-        let (s, b) = broken[0].iter_mut().find(|(_, b)| u32_at(b, 28) > 0).expect("an updated subscriber");
+        let (s, b) = broken[0]
+            .iter_mut()
+            .find(|(_, b)| u32_at(b, 28) > 0)
+            .expect("an updated subscriber");
         let n = u32_at(b, 28) - 1;
         b[28..32].copy_from_slice(&n.to_le_bytes());
         let s = *s;
         let v = verify(&spec, &broken, &ledger);
-        assert!(v.iter().any(|m| m.contains(&format!("subscriber {s} UpdateLocation count"))), "{v:?}");
+        assert!(
+            v.iter()
+                .any(|m| m.contains(&format!("subscriber {s} UpdateLocation count"))),
+            "{v:?}"
+        );
     }
 
     #[test]
@@ -546,7 +755,13 @@ mod default_scale {
         let spec = TatpSpec::default();
         let clients: Vec<TatpClient> = (0..4).map(|i| TatpClient::new(spec.clone(), i)).collect();
         let ledgers: Vec<_> = clients.iter().map(|c| c.ledger.clone()).collect();
-        let (live, _) = run_inline(spec.tables(), async |l| spec.load(l).await, clients, 500, async |c, coord| c.run_one(coord).await);
+        let (live, _) = run_inline(
+            spec.tables(),
+            async |l| spec.load(l).await,
+            clients,
+            500,
+            async |c, coord| c.run_one(coord).await,
+        );
         let mut ledger = EffectLedger::default();
         for l in &ledgers {
             ledger.merge(&l.borrow());

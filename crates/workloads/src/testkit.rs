@@ -9,7 +9,9 @@ use std::task::{Context, Poll, Waker};
 
 use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::{LoadError, Loader};
-use tandem_dkvs::{ComputeNode, Coordinator, FailedIds, Layout, Mode, StoreConfig, TableSpec, TxError};
+use tandem_dkvs::{
+    ComputeNode, Coordinator, FailedIds, Layout, Mode, StoreConfig, TableSpec, TxError,
+};
 use tandem_fabric::inline::{InlineCluster, InlineFabric};
 
 /// Inline verbs complete at post time, so polling to completion never waits.
@@ -45,8 +47,15 @@ pub fn run_inline<C>(
         load(&mut loader).await.expect("load");
         loader.finish().await.expect("load");
     });
-    let node = ComputeNode::new(cluster.join(1).expect("a fresh compute-node id"), &store, layout.clone(), FailedIds::new());
-    let mut coords: Vec<_> = (0..clients.len()).map(|i| node.coordinator(i as u16 + 1)).collect();
+    let node = ComputeNode::new(
+        cluster.join(1).expect("a fresh compute-node id"),
+        &store,
+        layout.clone(),
+        FailedIds::new(),
+    );
+    let mut coords: Vec<_> = (0..clients.len())
+        .map(|i| node.coordinator(i as u16 + 1))
+        .collect();
     let mut committed = 0;
     for _ in 0..rounds {
         for (c, coord) in clients.iter_mut().zip(coords.iter_mut()) {
@@ -56,6 +65,12 @@ pub fn run_inline<C>(
         }
     }
     let checker = cluster.join(2).expect("a fresh compute-node id");
-    let live = (0..n_tables).map(|t| block_on(snapshot(&checker, &layout, t)).expect("snapshot").live()).collect();
+    let live = (0..n_tables)
+        .map(|t| {
+            block_on(snapshot(&checker, &layout, t))
+                .expect("snapshot")
+                .live()
+        })
+        .collect();
     (live, committed)
 }

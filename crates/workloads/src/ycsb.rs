@@ -31,13 +31,23 @@ impl Ycsb {
             "ycsb-b" => 0.95,
             "ycsb-c" => 1.0,
             "ycsb-w" => 0.05,
-            other => return Err(format!("unknown workload '{other}' (known: {})", Ycsb::NAMES.join(", "))),
+            other => {
+                return Err(format!(
+                    "unknown workload '{other}' (known: {})",
+                    Ycsb::NAMES.join(", ")
+                ))
+            }
         };
         if records == 0 {
             return Err("a YCSB workload needs at least one record".into());
         }
         let zipf = (!uniform && records > 1).then(|| Zipf::new(records, 0.99));
-        Ok(Ycsb { name: name.to_string(), records, read_ratio, zipf })
+        Ok(Ycsb {
+            name: name.to_string(),
+            records,
+            read_ratio,
+            zipf,
+        })
     }
 
     pub fn key(&self, rng: &mut Rng) -> u64 {
@@ -65,10 +75,15 @@ mod tests {
     fn mixes_and_skew_are_as_named() {
         let mut rng = Rng::new(1);
         let a = Ycsb::new("ycsb-a", 1000, false).unwrap();
-        let reads = (0..10_000).filter(|_| matches!(a.next(&mut rng), YcsbOp::Read(_))).count();
+        let reads = (0..10_000)
+            .filter(|_| matches!(a.next(&mut rng), YcsbOp::Read(_)))
+            .count();
         assert!((4_500..5_500).contains(&reads), "{reads}");
         let hot = (0..10_000).filter(|_| a.key(&mut rng) < 10).count();
-        assert!(hot > 2_000, "zipfian: the 1 % hottest keys get {hot} of 10 000");
+        assert!(
+            hot > 2_000,
+            "zipfian: the 1 % hottest keys get {hot} of 10 000"
+        );
         let u = Ycsb::new("ycsb-w", 1000, true).unwrap();
         let hot = (0..10_000).filter(|_| u.key(&mut rng) < 10).count();
         assert!(hot < 300, "uniform: {hot}");

@@ -19,12 +19,21 @@ fn zeta(n: u64, theta: f64) -> f64 {
 impl Zipf {
     /// `theta` in (0, 1); larger is more skewed.
     pub fn new(n: u64, theta: f64) -> Zipf {
-        assert!(n > 0 && theta > 0.0 && theta < 1.0, "zipf needs n > 0 and 0 < theta < 1");
+        assert!(
+            n > 0 && theta > 0.0 && theta < 1.0,
+            "zipf needs n > 0 and 0 < theta < 1"
+        );
         let zetan = zeta(n, theta);
         let zeta2 = zeta(2.min(n), theta);
         let alpha = 1.0 / (1.0 - theta);
         let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
-        Zipf { n, theta, alpha, zetan, eta }
+        Zipf {
+            n,
+            theta,
+            alpha,
+            zetan,
+            eta,
+        }
     }
 
     pub fn sample(&self, rng: &mut Rng) -> u64 {
@@ -57,6 +66,9 @@ mod tests {
                 low += 1;
             }
         }
-        assert!(low > 2_000, "top 1% of keys should get far more than 1% of accesses, got {low}");
+        assert!(
+            low > 2_000,
+            "top 1% of keys should get far more than 1% of accesses, got {low}"
+        );
     }
 }

@@ -34,8 +34,17 @@ pub(crate) struct EtcdCluster {
 
 impl EtcdCluster {
     pub(crate) fn new(root: &Path, dir: &Path) -> Self {
-        let probe = ureq::AgentBuilder::new().timeout(Duration::from_millis(500)).build();
-        EtcdCluster { cluster: "etcd", root: root.into(), dir: dir.into(), probe, restarting: None, log_from: 0 }
+        let probe = ureq::AgentBuilder::new()
+            .timeout(Duration::from_millis(500))
+            .build();
+        EtcdCluster {
+            cluster: "etcd",
+            root: root.into(),
+            dir: dir.into(),
+            probe,
+            restarting: None,
+            log_from: 0,
+        }
     }
 
     /// The cluster without WAL fsync (`scripts/peers.sh`'s `etcd-nofsync`), on the same ports.
@@ -45,8 +54,15 @@ impl EtcdCluster {
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
-        let port = if self.cluster == "etcd" { "PEERS_ETCD_PORT" } else { "PEERS_ETCD_NOFSYNC_PORT" };
-        vec![("PEERS_DIR", self.dir.display().to_string()), (port, BASE_PORT.to_string())]
+        let port = if self.cluster == "etcd" {
+            "PEERS_ETCD_PORT"
+        } else {
+            "PEERS_ETCD_NOFSYNC_PORT"
+        };
+        vec![
+            ("PEERS_DIR", self.dir.display().to_string()),
+            (port, BASE_PORT.to_string()),
+        ]
     }
 
     fn script(&self, args: &[&str]) -> Result<(), super::ScriptError> {
@@ -60,12 +76,20 @@ impl EtcdCluster {
     /// `/v3/maintenance/status` of member `m` (`None` if it does not answer).
     fn status(&self, m: usize) -> Option<Value> {
         let url = format!("http://127.0.0.1:{}/v3/maintenance/status", client_port(m));
-        self.probe.post(&url).send_json(json!({})).ok()?.into_json().ok()
+        self.probe
+            .post(&url)
+            .send_json(json!({}))
+            .ok()?
+            .into_json()
+            .ok()
     }
 
     /// The leader's member id, as every member that answers sees it.
     fn leader_id(&self) -> Option<String> {
-        (0..3).filter_map(|m| self.status(m)).map(|s| s["leader"].as_str().unwrap_or("").to_string()).find(|l| !l.is_empty() && l != "0")
+        (0..3)
+            .filter_map(|m| self.status(m))
+            .map(|s| s["leader"].as_str().unwrap_or("").to_string())
+            .find(|l| !l.is_empty() && l != "0")
     }
 }
 
@@ -75,7 +99,9 @@ pub(crate) fn client_port(m: usize) -> u16 {
 
 /// etcd's JSON gateway sends 64-bit integers as strings.
 fn int(v: &Value) -> Option<u64> {
-    v.as_str().and_then(|s| s.parse().ok()).or_else(|| v.as_u64())
+    v.as_str()
+        .and_then(|s| s.parse().ok())
+        .or_else(|| v.as_u64())
 }
 
 impl Peer for EtcdCluster {
@@ -95,7 +121,13 @@ impl Peer for EtcdCluster {
     fn follower(&mut self) -> Result<usize, String> {
         let leader = self.leader_id().ok_or("no etcd member names a leader")?;
         (0..3)
-            .find(|&m| self.status(m).is_some_and(|s| s["header"]["member_id"].as_str().is_some_and(|id| id != leader)))
+            .find(|&m| {
+                self.status(m).is_some_and(|s| {
+                    s["header"]["member_id"]
+                        .as_str()
+                        .is_some_and(|id| id != leader)
+                })
+            })
             .ok_or_else(|| "no etcd member is a follower".into())
     }
 
@@ -106,8 +138,13 @@ impl Peer for EtcdCluster {
     fn connect(&self, follower: usize) -> Connect {
         let up: Vec<usize> = (0..3).filter(|&m| m != follower).collect();
         Arc::new(move |t| {
-            let url = format!("http://127.0.0.1:{}/v3/kv/put", client_port(up[t % up.len()]));
-            let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(10)).build();
+            let url = format!(
+                "http://127.0.0.1:{}/v3/kv/put",
+                client_port(up[t % up.len()])
+            );
+            let agent = ureq::AgentBuilder::new()
+                .timeout(Duration::from_secs(10))
+                .build();
             Ok(Box::new(EtcdWriter { agent, url }) as Box<dyn Writer>)
         })
     }
@@ -118,24 +155,38 @@ impl Peer for EtcdCluster {
 
     fn leader_index(&self) -> Result<Option<u64>, String> {
         let leader = self.leader_id().ok_or("no etcd member names a leader")?;
-        let status = (0..3).filter_map(|m| self.status(m)).find(|s| s["header"]["member_id"].as_str() == Some(&leader));
-        status.and_then(|s| int(&s["raftIndex"])).map(Some).ok_or_else(|| "the etcd leader does not answer".into())
+        let status = (0..3)
+            .filter_map(|m| self.status(m))
+            .find(|s| s["header"]["member_id"].as_str() == Some(&leader));
+        status
+            .and_then(|s| int(&s["raftIndex"]))
+            .map(Some)
+            .ok_or_else(|| "the etcd leader does not answer".into())
     }
 
     fn kill(&mut self, m: usize) -> Result<(), String> {
-        self.script(&["kill-member", self.cluster, &(m + 1).to_string()]).map_err(String::from)
+        self.script(&["kill-member", self.cluster, &(m + 1).to_string()])
+            .map_err(String::from)
     }
 
     fn restart(&mut self, m: usize) -> Result<(), String> {
         self.log_from = log_len(&self.log(m));
-        self.restarting = Some(spawn_script(&self.root, SCRIPT, &["start-member", self.cluster, &(m + 1).to_string()], &self.env())?);
+        self.restarting = Some(spawn_script(
+            &self.root,
+            SCRIPT,
+            &["start-member", self.cluster, &(m + 1).to_string()],
+            &self.env(),
+        )?);
         Ok(())
     }
 
     /// Its peer listener answers (etcd serves clients only once it has
     /// published itself through Raft, which needs it caught up).
     fn answers(&self, m: usize) -> bool {
-        self.probe.get(&format!("http://127.0.0.1:{}/version", client_port(m) + 1)).call().is_ok()
+        self.probe
+            .get(&format!("http://127.0.0.1:{}/version", client_port(m) + 1))
+            .call()
+            .is_ok()
     }
 
     fn caught_up(&self, m: usize, target: u64) -> bool {
@@ -145,9 +196,18 @@ impl Peer for EtcdCluster {
     fn notes(&mut self, m: usize) -> Result<Notes, String> {
         wait_script(self.restarting.take())?;
         let log = log_since(&self.log(m), self.log_from);
-        let snapshot = log.lines().any(|l| l.contains("snapshot") && (l.contains("receiv") || l.contains("applied")));
-        let how = if snapshot { "a snapshot from the leader" } else { "Raft log entries from the leader" };
-        Ok(Notes { how: how.into(), extra: json!({ "snapshot": snapshot }) })
+        let snapshot = log
+            .lines()
+            .any(|l| l.contains("snapshot") && (l.contains("receiv") || l.contains("applied")));
+        let how = if snapshot {
+            "a snapshot from the leader"
+        } else {
+            "Raft log entries from the leader"
+        };
+        Ok(Notes {
+            how: how.into(),
+            extra: json!({ "snapshot": snapshot }),
+        })
     }
 
     fn stop(&mut self) {
@@ -174,7 +234,12 @@ struct EtcdWriter {
 
 impl Writer for EtcdWriter {
     fn put(&mut self, key: u64, value: u64) -> Result<(), String> {
-        let body = json!({ "key": B64.encode(etcd_key(key)), "value": B64.encode(value.to_le_bytes()) });
-        self.agent.post(&self.url).send_json(body).map(drop).map_err(|e| format!("etcd put on {}: {e}", self.url))
+        let body =
+            json!({ "key": B64.encode(etcd_key(key)), "value": B64.encode(value.to_le_bytes()) });
+        self.agent
+            .post(&self.url)
+            .send_json(body)
+            .map(drop)
+            .map_err(|e| format!("etcd put on {}: {e}", self.url))
     }
 }

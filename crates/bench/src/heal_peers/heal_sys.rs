@@ -34,7 +34,14 @@ pub(crate) struct HealSystem {
 
 impl HealSystem {
     pub(crate) fn new(exe: &Path, dir: &Path, model: &str, fsync: bool) -> Self {
-        HealSystem { exe: exe.into(), dir: dir.into(), model: model.into(), c: None, log_from: 0, fsync }
+        HealSystem {
+            exe: exe.into(),
+            dir: dir.into(),
+            model: model.into(),
+            c: None,
+            log_from: 0,
+            fsync,
+        }
     }
 
     fn cluster(&self) -> &HealCluster {
@@ -44,7 +51,10 @@ impl HealSystem {
     /// The `HEAL:` line node `m` logged since its restart.
     fn heal_line(&self, m: usize) -> Option<String> {
         let log = self.cluster().node_log(m);
-        log.get(self.log_from..)?.lines().find(|l| l.contains("HEAL:")).map(str::to_string)
+        log.get(self.log_from..)?
+            .lines()
+            .find(|l| l.contains("HEAL:"))
+            .map(str::to_string)
     }
 }
 
@@ -59,7 +69,12 @@ impl Peer for HealSystem {
 
     fn start(&mut self) -> Result<Started, String> {
         self.c = None;
-        self.c = Some(HealCluster::start_with(&self.exe, &self.model, &self.dir, self.fsync)?);
+        self.c = Some(HealCluster::start_with(
+            &self.exe,
+            &self.model,
+            &self.dir,
+            self.fsync,
+        )?);
         Ok(Started::Up)
     }
 
@@ -73,10 +88,19 @@ impl Peer for HealSystem {
 
     fn connect(&self, follower: usize) -> Connect {
         let c = self.cluster();
-        let up: Vec<SocketAddr> = c.addrs.iter().enumerate().filter(|&(m, _)| m != follower).map(|(_, a)| *a).collect();
+        let up: Vec<SocketAddr> = c
+            .addrs
+            .iter()
+            .enumerate()
+            .filter(|&(m, _)| m != follower)
+            .map(|(_, a)| *a)
+            .collect();
         let secret = c.secret();
         let scoped = self.model.ends_with("-scope");
-        Arc::new(move |t| HealWriter::connect(up[t % up.len()], secret, scoped).map(|w| Box::new(w) as Box<dyn Writer>))
+        Arc::new(move |t| {
+            HealWriter::connect(up[t % up.len()], secret, scoped)
+                .map(|w| Box::new(w) as Box<dyn Writer>)
+        })
     }
 
     /// HEAL has no log index: the experiment counts acknowledged writes instead.
@@ -110,15 +134,22 @@ impl Peer for HealSystem {
     fn notes(&mut self, m: usize) -> Result<Notes, String> {
         let line = self.heal_line(m).unwrap_or_default();
         let missed = number_before(&line, " missed updates");
-        let reported_ms = number_after(&line, "recovered in ").or_else(|| number_after(&line, "full copy in "));
+        let reported_ms =
+            number_after(&line, "recovered in ").or_else(|| number_after(&line, "full copy in "));
         let how = if line.contains("full copy") {
             "full copy (no Buddy: HEAL's fallback)".to_string()
         } else {
-            format!("HEAL: {} missed updates from its Buddy", missed.map_or("?".into(), |n| n.to_string()))
+            format!(
+                "HEAL: {} missed updates from its Buddy",
+                missed.map_or("?".into(), |n| n.to_string())
+            )
         };
         let phase = |name: &str| number_after(&line, &format!("{name} "));
         let phases = json!({ "start_to_ack_ms": phase("Start_to_ACK"), "catchup_to_resp_ms": phase("CatchUp_to_Resp"), "apply_to_end_ms": phase("Apply_to_end") });
-        Ok(Notes { how, extra: json!({ "heal_line": line.trim(), "missed_updates": missed, "reported_recovery_ms": reported_ms, "phases": phases }) })
+        Ok(Notes {
+            how,
+            extra: json!({ "heal_line": line.trim(), "missed_updates": missed, "reported_recovery_ms": reported_ms, "phases": phases }),
+        })
     }
 
     fn stop(&mut self) {
@@ -129,7 +160,9 @@ impl Peer for HealSystem {
 /// The number just after `prefix` in `line`.
 fn number_after(line: &str, prefix: &str) -> Option<f64> {
     let rest = &line[line.find(prefix)? + prefix.len()..];
-    let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
     rest[..end].parse().ok()
 }
 
@@ -154,21 +187,32 @@ struct HealWriter {
 impl HealWriter {
     fn connect(addr: SocketAddr, secret: u64, scoped: bool) -> Result<HealWriter, String> {
         let session = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
-        let client = Client::connect(addr, secret, session, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-        Ok(HealWriter { client, scope: scoped.then_some((1, 0)) })
+        let client = Client::connect(addr, secret, session, Duration::from_secs(5))
+            .map_err(|e| e.to_string())?;
+        Ok(HealWriter {
+            client,
+            scope: scoped.then_some((1, 0)),
+        })
     }
 
     fn call(&mut self, op: Op) -> Result<Reply, String> {
-        self.client.call(op).map_err(|e| format!("node at {}: {e}", self.client.addr()))
+        self.client
+            .call(op)
+            .map_err(|e| format!("node at {}: {e}", self.client.addr()))
     }
 
     /// Close the scope once it holds `SCOPE_WRITES` writes.
     fn close_scope(&mut self) -> Result<(), String> {
-        let Some((seq, writes)) = self.scope.filter(|s| s.1 >= SCOPE_WRITES) else { return Ok(()) };
+        let Some((seq, writes)) = self.scope.filter(|s| s.1 >= SCOPE_WRITES) else {
+            return Ok(());
+        };
         self.scope = Some((seq + 1, 0));
         match self.call(Op::Persist { scope: seq, writes })? {
             Reply::Persisted { .. } | Reply::ScopeLost { .. } => Ok(()),
-            other => Err(format!("node at {}: persist answered {other:?}", self.client.addr())),
+            other => Err(format!(
+                "node at {}: persist answered {other:?}",
+                self.client.addr()
+            )),
         }
     }
 }
@@ -178,7 +222,12 @@ impl Writer for HealWriter {
         let scope = self.scope.map_or(0, |s| s.0);
         match self.call(Op::write(key, value, scope))? {
             Reply::Written { .. } => {}
-            other => return Err(format!("node at {}: write answered {other:?}", self.client.addr())),
+            other => {
+                return Err(format!(
+                    "node at {}: write answered {other:?}",
+                    self.client.addr()
+                ))
+            }
         }
         if let Some(s) = self.scope.as_mut() {
             s.1 += 1;

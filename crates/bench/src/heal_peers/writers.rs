@@ -48,7 +48,12 @@ impl Shared {
 impl Writers {
     /// `rate` writes per second in all, over `keys` keys.
     pub(crate) fn start(rate: f64, keys: u64, connect: Connect) -> Writers {
-        let sh = Shared { stop: Arc::default(), acked: Arc::default(), errors: Arc::default(), last_error: Arc::default() };
+        let sh = Shared {
+            stop: Arc::default(),
+            acked: Arc::default(),
+            errors: Arc::default(),
+            last_error: Arc::default(),
+        };
         let period = Duration::from_secs_f64(THREADS as f64 / rate);
         let epoch = Instant::now();
         let threads = (0..THREADS)
@@ -59,7 +64,13 @@ impl Writers {
                 std::thread::spawn(move || write_loop(t, first, period, keys, &*connect, &sh))
             })
             .collect();
-        Writers { stop: sh.stop, acked: sh.acked, errors: sh.errors, last_error: sh.last_error, threads }
+        Writers {
+            stop: sh.stop,
+            acked: sh.acked,
+            errors: sh.errors,
+            last_error: sh.last_error,
+            threads,
+        }
     }
 
     /// Writes acknowledged so far.
@@ -74,7 +85,6 @@ impl Writers {
     pub(crate) fn last_error(&self) -> Option<String> {
         self.last_error.lock().unwrap().clone()
     }
-
 }
 
 /// Dropped: stop writing (each thread finishes the write it is in).
@@ -87,7 +97,14 @@ impl Drop for Writers {
     }
 }
 
-fn write_loop(t: usize, mut next: Instant, period: Duration, keys: u64, connect: &dyn Fn(usize) -> Result<Box<dyn Writer>, String>, sh: &Shared) {
+fn write_loop(
+    t: usize,
+    mut next: Instant,
+    period: Duration,
+    keys: u64,
+    connect: &dyn Fn(usize) -> Result<Box<dyn Writer>, String>,
+    sh: &Shared,
+) {
     let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
     let mut w: Option<Box<dyn Writer>> = None;
     let mut value = (t as u64) << 48;
@@ -109,7 +126,11 @@ fn write_loop(t: usize, mut next: Instant, period: Duration, keys: u64, connect:
         }
         next += period;
         value += 1;
-        match w.as_mut().expect("connected above").put(xorshift(&mut rng) % keys, value) {
+        match w
+            .as_mut()
+            .expect("connected above")
+            .put(xorshift(&mut rng) % keys, value)
+        {
             Ok(()) => drop(sh.acked.fetch_add(1, Ordering::Relaxed)),
             Err(e) => {
                 sh.failed(e);
@@ -136,11 +157,21 @@ pub(crate) fn preload(keys: u64, connect: Connect) -> Result<(), String> {
         })
         .collect();
     // Join every thread before giving the first error.
-    let done: Vec<Result<(), String>> = threads.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a preload thread panicked".into()))).collect();
+    let done: Vec<Result<(), String>> = threads
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err("a preload thread panicked".into()))
+        })
+        .collect();
     done.into_iter().find(Result::is_err).unwrap_or(Ok(()))
 }
 
-fn preload_slice(t: usize, keys: u64, connect: &dyn Fn(usize) -> Result<Box<dyn Writer>, String>) -> Result<(), String> {
+fn preload_slice(
+    t: usize,
+    keys: u64,
+    connect: &dyn Fn(usize) -> Result<Box<dyn Writer>, String>,
+) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut w: Option<Box<dyn Writer>> = None;
     let mut key = t as u64;

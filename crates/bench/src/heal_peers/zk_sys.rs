@@ -34,7 +34,13 @@ pub(crate) struct ZkEnsemble {
 
 impl ZkEnsemble {
     pub(crate) fn new(root: &Path, dir: &Path) -> Self {
-        ZkEnsemble { root: root.into(), dir: dir.into(), restarting: None, log_from: 0, force_sync: true }
+        ZkEnsemble {
+            root: root.into(),
+            dir: dir.into(),
+            restarting: None,
+            log_from: 0,
+            force_sync: true,
+        }
     }
 
     /// An ensemble whose members do not fsync their transaction log (`forceSync=no`).
@@ -45,7 +51,11 @@ impl ZkEnsemble {
 
     fn env(&self) -> Vec<(&'static str, String)> {
         let sync = if self.force_sync { "yes" } else { "no" };
-        vec![("ZK_ENSEMBLE_PORT", BASE_PORT.to_string()), ("ZK_ENSEMBLE_DIR", self.dir.display().to_string()), ("ZK_FORCE_SYNC", sync.to_string())]
+        vec![
+            ("ZK_ENSEMBLE_PORT", BASE_PORT.to_string()),
+            ("ZK_ENSEMBLE_DIR", self.dir.display().to_string()),
+            ("ZK_FORCE_SYNC", sync.to_string()),
+        ]
     }
 
     fn script(&self, args: &[&str]) -> Result<(), super::ScriptError> {
@@ -64,7 +74,9 @@ pub(crate) fn port(m: usize) -> u16 {
 /// The reply to four-letter word `word` from the member on `port` ("" if none).
 pub(crate) fn four(port: u16, word: &str) -> String {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else { return String::new() };
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return String::new();
+    };
     let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
     let mut out = String::new();
     if s.write_all(word.as_bytes()).is_ok() {
@@ -97,7 +109,9 @@ impl Peer for ZkEnsemble {
     }
 
     fn follower(&mut self) -> Result<usize, String> {
-        (0..3).find(|&m| srvr(m).is_some_and(|s| s.0 == "follower")).ok_or_else(|| "no ZooKeeper member reports Mode: follower".into())
+        (0..3)
+            .find(|&m| srvr(m).is_some_and(|s| s.0 == "follower"))
+            .ok_or_else(|| "no ZooKeeper member reports Mode: follower".into())
     }
 
     fn member_name(&self, m: usize) -> String {
@@ -110,7 +124,9 @@ impl Peer for ZkEnsemble {
 
     fn connect(&self, follower: usize) -> Connect {
         let up: Vec<usize> = (0..3).filter(|&m| m != follower).collect();
-        Arc::new(move |t| ZkWriter::connect(port(up[t % up.len()])).map(|w| Box::new(w) as Box<dyn Writer>))
+        Arc::new(move |t| {
+            ZkWriter::connect(port(up[t % up.len()])).map(|w| Box::new(w) as Box<dyn Writer>)
+        })
     }
 
     fn follower_index(&self, m: usize) -> Option<u64> {
@@ -119,16 +135,24 @@ impl Peer for ZkEnsemble {
 
     fn leader_index(&self) -> Result<Option<u64>, String> {
         let leader = (0..3).filter_map(srvr).find(|s| s.0 == "leader");
-        leader.map(|s| Some(s.1)).ok_or_else(|| "no ZooKeeper member reports Mode: leader".into())
+        leader
+            .map(|s| Some(s.1))
+            .ok_or_else(|| "no ZooKeeper member reports Mode: leader".into())
     }
 
     fn kill(&mut self, m: usize) -> Result<(), String> {
-        self.script(&["kill-member", &(m + 1).to_string()]).map_err(String::from)
+        self.script(&["kill-member", &(m + 1).to_string()])
+            .map_err(String::from)
     }
 
     fn restart(&mut self, m: usize) -> Result<(), String> {
         self.log_from = log_len(&self.log(m));
-        self.restarting = Some(spawn_script(&self.root, SCRIPT, &["start-member", &(m + 1).to_string()], &self.env())?);
+        self.restarting = Some(spawn_script(
+            &self.root,
+            SCRIPT,
+            &["start-member", &(m + 1).to_string()],
+            &self.env(),
+        )?);
         Ok(())
     }
 
@@ -148,9 +172,15 @@ impl Peer for ZkEnsemble {
         let how = match (modes.last(), failures.len()) {
             (None, _) => "sync mode not in the log".to_string(),
             (Some(mode), 0) => format!("{mode} from the leader"),
-            (Some(mode), n) => format!("{mode} from the leader, at attempt {} ({n} failed)", modes.len().max(n + 1)),
+            (Some(mode), n) => format!(
+                "{mode} from the leader, at attempt {} ({n} failed)",
+                modes.len().max(n + 1)
+            ),
         };
-        Ok(Notes { how, extra: json!({ "sync": modes.last(), "sync_attempts": modes, "failed_attempts": failures }) })
+        Ok(Notes {
+            how,
+            extra: json!({ "sync": modes.last(), "sync_attempts": modes, "failed_attempts": failures }),
+        })
     }
 
     fn stop(&mut self) {
@@ -161,18 +191,27 @@ impl Peer for ZkEnsemble {
 
 /// The sync mode a follower's log line announces (Learner.syncWithLeader).
 fn sync_mode(line: &str) -> Option<&'static str> {
-    [("Getting a diff from the leader", "DIFF"), ("Getting a snapshot from leader", "SNAP"), ("Truncating log", "TRUNC")]
-        .iter()
-        .find(|(text, _)| line.contains(text))
-        .map(|(_, mode)| *mode)
+    [
+        ("Getting a diff from the leader", "DIFF"),
+        ("Getting a snapshot from leader", "SNAP"),
+        ("Truncating log", "TRUNC"),
+    ]
+    .iter()
+    .find(|(text, _)| line.contains(text))
+    .map(|(_, mode)| *mode)
 }
 
 /// Why each failed attempt to follow the leader failed: the exception
 /// logged after "Exception when following the leader".
 fn failed_syncs(log: &str) -> Vec<String> {
     let lines: Vec<&str> = log.lines().collect();
-    let failed = lines.iter().enumerate().filter(|(_, l)| l.contains("Exception when following the leader"));
-    failed.map(|(i, _)| lines.get(i + 1).map_or("?", |l| l.trim()).to_string()).collect()
+    let failed = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains("Exception when following the leader"));
+    failed
+        .map(|(i, _)| lines.get(i + 1).map_or("?", |l| l.trim()).to_string())
+        .collect()
 }
 
 impl Drop for ZkEnsemble {
@@ -194,9 +233,14 @@ pub(crate) struct ZkWriter {
 
 impl ZkWriter {
     pub(crate) fn connect(port: u16) -> Result<ZkWriter, String> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
         let hosts = format!("127.0.0.1:{port}");
-        let connect = zk::Client::connector().with_session_timeout(Duration::from_secs(10)).connect(&hosts);
+        let connect = zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .connect(&hosts);
         let client = rt
             .block_on(async { tokio::time::timeout(Duration::from_secs(5), connect).await })
             .map_err(|_| format!("ZooKeeper on {hosts}: connect timed out"))?
@@ -216,18 +260,28 @@ impl ZkWriter {
 impl ZkWriter {
     /// The data of `path` and its version (what a conditional set compares).
     pub(crate) fn get(&self, path: &str) -> Result<(Vec<u8>, i32), String> {
-        let (data, stat) = self.rt.block_on(self.client.get_data(path)).map_err(|e| format!("ZooKeeper get {path}: {e}"))?;
+        let (data, stat) = self
+            .rt
+            .block_on(self.client.get_data(path))
+            .map_err(|e| format!("ZooKeeper get {path}: {e}"))?;
         Ok((data, stat.version))
     }
 
     /// `sync`: the member catches up with the leader before this session's next read.
     pub(crate) fn sync(&self, path: &str) -> Result<(), String> {
-        self.rt.block_on(self.client.sync(path)).map_err(|e| format!("ZooKeeper sync {path}: {e}"))
+        self.rt
+            .block_on(self.client.sync(path))
+            .map_err(|e| format!("ZooKeeper sync {path}: {e}"))
     }
 
     /// Set `path` to `data` if its version is `version` (any version: `None`);
     /// `Ok(false)`: the version did not match.
-    pub(crate) fn set(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<bool, String> {
+    pub(crate) fn set(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: Option<i32>,
+    ) -> Result<bool, String> {
         match self.rt.block_on(self.client.set_data(path, data, version)) {
             Ok(_) => Ok(true),
             Err(zk::Error::BadVersion) => Ok(false),
@@ -243,7 +297,9 @@ impl Writer for ZkWriter {
         let r = match self.rt.block_on(self.client.set_data(&path, &data, None)) {
             Err(zk::Error::NoNode) => {
                 let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                self.rt.block_on(self.client.create(&path, &data, &options)).map(drop)
+                self.rt
+                    .block_on(self.client.create(&path, &data, &options))
+                    .map(drop)
             }
             r => r.map(drop),
         };
@@ -264,6 +320,9 @@ mod tests {
                    11 [QuorumPeer] INFO Learner - Getting a snapshot from leader 0x100006afb\n";
         let modes: Vec<&str> = log.lines().filter_map(sync_mode).collect();
         assert_eq!(modes, ["DIFF", "SNAP"]);
-        assert_eq!(failed_syncs(log), ["java.lang.NullPointerException: Cannot read field \"hdr\" because \"pif\" is null"]);
+        assert_eq!(
+            failed_syncs(log),
+            ["java.lang.NullPointerException: Cannot read field \"hdr\" because \"pif\" is null"]
+        );
     }
 }

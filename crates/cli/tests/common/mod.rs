@@ -10,7 +10,11 @@ pub fn workspace() -> PathBuf {
 
 /// Run `tandem args` from the workspace root.
 pub fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem")).args(args).current_dir(workspace()).output().expect("run tandem")
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .current_dir(workspace())
+        .output()
+        .expect("run tandem")
 }
 
 /// `tandem args` must fail, saying `message`.
@@ -18,5 +22,8 @@ pub fn fails_with(args: &[&str], message: &str) {
     let out = tandem(args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{args:?} succeeded");
-    assert!(stderr.contains(message), "{args:?}: expected '{message}' in:\n{stderr}");
+    assert!(
+        stderr.contains(message),
+        "{args:?}: expected '{message}' in:\n{stderr}"
+    );
 }

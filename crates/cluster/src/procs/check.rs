@@ -17,13 +17,27 @@ const LOADER_NODE: u16 = 0;
 const CHECKER_NODE: u16 = u16::MAX;
 
 fn servers(memory: &TcpCluster) -> String {
-    memory.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
+    memory
+        .addrs
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Load the micro dataset (before compute servers join).
-pub fn load_micro(memory: &TcpCluster, store: &StoreConfig, micro: &MicroSpec) -> Result<u64, String> {
+pub fn load_micro(
+    memory: &TcpCluster,
+    store: &StoreConfig,
+    micro: &MicroSpec,
+) -> Result<u64, String> {
     let layout = Arc::new(Layout::new(store)?);
-    let fail = |e: std::io::Error| format!("loading through the memory servers {}: {e}", servers(memory));
+    let fail = |e: std::io::Error| {
+        format!(
+            "loading through the memory servers {}: {e}",
+            servers(memory)
+        )
+    };
     block_on_local(async {
         let keys = memory.register(LOADER_NODE).await.map_err(fail)?;
         let f = memory.connect(LOADER_NODE, &keys).await.map_err(fail)?;
@@ -37,7 +51,8 @@ pub fn load_micro(memory: &TcpCluster, store: &StoreConfig, micro: &MicroSpec) -
 pub fn read_ledgers(paths: &[PathBuf]) -> Result<MicroLedger, String> {
     let mut total = MicroLedger::default();
     for p in paths {
-        let bytes = std::fs::read(p).map_err(|e| format!("cannot read ledger {}: {e}", p.display()))?;
+        let bytes =
+            std::fs::read(p).map_err(|e| format!("cannot read ledger {}: {e}", p.display()))?;
         for rec in bytes.chunks_exact(16) {
             total.writes_committed += u64::from_le_bytes(rec[..8].try_into().unwrap());
             total.in_doubt += u64::from_le_bytes(rec[8..].try_into().unwrap());
@@ -61,18 +76,36 @@ pub struct ClusterCheck {
 /// After the compute servers are gone: check replicas, locks and the micro
 /// counters, reading only. `failed`: coordinators known to have failed
 /// (their recovery done).
-pub fn check_cluster(memory: &TcpCluster, store: &StoreConfig, micro: &MicroSpec, ledger: &MicroLedger, failed: &[u16]) -> Result<ClusterCheck, String> {
+pub fn check_cluster(
+    memory: &TcpCluster,
+    store: &StoreConfig,
+    micro: &MicroSpec,
+    ledger: &MicroLedger,
+    failed: &[u16],
+) -> Result<ClusterCheck, String> {
     let layout = Arc::new(Layout::new(store)?);
-    let fail = |e: std::io::Error| format!("checking through the memory servers {}: {e}", servers(memory));
+    let fail = |e: std::io::Error| {
+        format!(
+            "checking through the memory servers {}: {e}",
+            servers(memory)
+        )
+    };
     block_on_local(async {
         let keys = memory.register(CHECKER_NODE).await.map_err(fail)?;
         let f = memory.connect(CHECKER_NODE, &keys).await.map_err(fail)?;
-        let snap = tandem_dkvs::check::snapshot(&f, &layout, 0).await.map_err(|e| e.to_string())?;
-        let mut check = ClusterCheck { violations: snap.replica_mismatches(), stray_locks: 0 };
+        let snap = tandem_dkvs::check::snapshot(&f, &layout, 0)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut check = ClusterCheck {
+            violations: snap.replica_mismatches(),
+            stray_locks: 0,
+        };
         let (stray, held) = classify_locks(snap.held_locks(), failed);
         check.stray_locks = stray;
         check.violations.extend(held);
-        check.violations.extend(tandem_workloads::micro::verify(micro, &snap.live(), ledger));
+        check
+            .violations
+            .extend(tandem_workloads::micro::verify(micro, &snap.live(), ledger));
         Ok(check)
     })
 }
@@ -80,7 +113,9 @@ pub fn check_cluster(memory: &TcpCluster, store: &StoreConfig, micro: &MicroSpec
 /// Locks of failed coordinators (counted) apart from locks of anyone else
 /// (violations: nobody is running, so no live transaction holds them).
 pub fn classify_locks(held: Vec<(u64, LockWord)>, failed: &[u16]) -> (usize, Vec<String>) {
-    let (stray, live): (Vec<_>, Vec<_>) = held.into_iter().partition(|(_, w)| failed.contains(&w.owner()));
+    let (stray, live): (Vec<_>, Vec<_>) = held
+        .into_iter()
+        .partition(|(_, w)| failed.contains(&w.owner()));
     let live = live
         .into_iter()
         .map(|(k, w)| format!("key {k}: lock {:#x} still held by coordinator {}, which is not known to have failed", w.0, w.owner()))
@@ -94,11 +129,19 @@ mod tests {
 
     #[test]
     fn locks_of_failed_coordinators_are_stray_and_others_are_violations() {
-        let held = vec![(1, LockWord::owned(5, 1)), (2, LockWord::owned(9, 3)), (3, LockWord::owned(5, 2))];
+        let held = vec![
+            (1, LockWord::owned(5, 1)),
+            (2, LockWord::owned(9, 3)),
+            (3, LockWord::owned(5, 2)),
+        ];
         let (stray, violations) = classify_locks(held.clone(), &[5]);
         assert_eq!(stray, 2);
         assert_eq!(violations.len(), 1);
-        assert!(violations[0].contains("key 2") && violations[0].contains("coordinator 9, which is not known to have failed"), "{violations:?}");
+        assert!(
+            violations[0].contains("key 2")
+                && violations[0].contains("coordinator 9, which is not known to have failed"),
+            "{violations:?}"
+        );
         let (stray, violations) = classify_locks(held, &[5, 9]);
         assert_eq!((stray, violations.len()), (3, 0));
     }

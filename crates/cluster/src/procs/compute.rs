@@ -79,10 +79,17 @@ pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerRepor
     let layout = Arc::new(Layout::new(&cfg.store)?);
     let ledger = Ledger::create(cfg.ledger.as_deref())?;
     let mut seeds = Rng::new(cfg.seed ^ cfg.node as u64);
-    let clients = (0..cfg.coordinators).map(|_| MicroClient::new(cfg.micro.clone(), seeds.next_u64())).collect();
+    let clients = (0..cfg.coordinators)
+        .map(|_| MicroClient::new(cfg.micro.clone(), seeds.next_u64()))
+        .collect();
     let who = format!("compute node {}", cfg.node);
     wait_for_listeners(&who, "memory server", &cfg.memory.addrs, cfg.patience)?;
-    let server = Rc::new(Server { cfg, layout, ledger, tally: Tally::default() });
+    let server = Rc::new(Server {
+        cfg,
+        layout,
+        ledger,
+        tally: Tally::default(),
+    });
     block_on_local(server.run(clients))
 }
 
@@ -118,7 +125,10 @@ enum End {
 }
 
 impl Server {
-    async fn run(self: Rc<Self>, mut clients: Vec<MicroClient>) -> Result<ComputeServerReport, String> {
+    async fn run(
+        self: Rc<Self>,
+        mut clients: Vec<MicroClient>,
+    ) -> Result<ComputeServerReport, String> {
         let mut node = self.cfg.node;
         let mut incarnations: Vec<Incarnation> = Vec::new();
         let mut timeline = None;
@@ -127,7 +137,11 @@ impl Server {
                 Ok(started) => started,
                 Err(Start::Fenced(why)) => {
                     eprintln!("compute node {node}: fenced before it started ({why}); coming back as a new incarnation");
-                    incarnations.push(Incarnation { node, ids: Vec::new(), fenced: Some(why) });
+                    incarnations.push(Incarnation {
+                        node,
+                        ids: Vec::new(),
+                        fenced: Some(why),
+                    });
                     self.ledger.write_ids(&incarnations)?;
                     node = self.next_node(node).await?;
                     continue;
@@ -135,14 +149,23 @@ impl Server {
                 Err(Start::Failed(e)) => return Err(e),
             };
             let sampler = timeline.get_or_insert_with(|| Sampler::start(self.clone()));
-            incarnations.push(Incarnation { node, ids: session.ids.clone(), fenced: None });
+            incarnations.push(Incarnation {
+                node,
+                ids: session.ids.clone(),
+                fenced: None,
+            });
             self.ledger.write_ids(&incarnations)?;
             eprintln!("compute node {node}: coordinators {:?}", session.ids);
             let end;
-            (clients, end) = self.clone().run_incarnation(&session, fabric, clients, sampler.deadline).await;
+            (clients, end) = self
+                .clone()
+                .run_incarnation(&session, fabric, clients, sampler.deadline)
+                .await;
             match end {
                 End::Deadline => {
-                    tokio::task::spawn_blocking(move || session.leave()).await.map_err(|e| e.to_string())?;
+                    tokio::task::spawn_blocking(move || session.leave())
+                        .await
+                        .map_err(|e| e.to_string())?;
                     break;
                 }
                 End::Stopped => break,
@@ -179,18 +202,41 @@ impl Server {
     /// only once it holds keys that a revocation takes away.
     async fn start_incarnation(&self, node: u16) -> Result<(MembershipSession, TcpFabric), Start> {
         let memory = &self.cfg.memory;
-        let servers = memory.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-        let keys = match memory.register(node).await {
-            Ok(keys) => keys,
-            Err(e) if is_fenced(&e) => return Err(Start::Fenced(format!("the memory servers refuse compute node {node}: it was fenced"))),
-            Err(e) => return Err(Start::Failed(format!("compute node {node} cannot register with the memory servers {servers}: {e}"))),
-        };
-        let fabric = memory.connect(node, &keys).await.map_err(|e| Start::Failed(format!("compute node {node} cannot connect to the memory servers {servers}: {e}")))?;
+        let servers = memory
+            .addrs
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let keys =
+            match memory.register(node).await {
+                Ok(keys) => keys,
+                Err(e) if is_fenced(&e) => {
+                    return Err(Start::Fenced(format!(
+                        "the memory servers refuse compute node {node}: it was fenced"
+                    )))
+                }
+                Err(e) => return Err(Start::Failed(format!(
+                    "compute node {node} cannot register with the memory servers {servers}: {e}"
+                ))),
+            };
+        let fabric = memory.connect(node, &keys).await.map_err(|e| {
+            Start::Failed(format!(
+                "compute node {node} cannot connect to the memory servers {servers}: {e}"
+            ))
+        })?;
         let c = &self.cfg;
-        let (addrs, coordinators, every, patience) = (c.membership.clone(), c.coordinators, c.heartbeat_every, c.patience);
-        let joined = tokio::task::spawn_blocking(move || MembershipSession::join_within(&addrs, node, coordinators, every, patience))
-            .await
-            .map_err(|e| Start::Failed(e.to_string()))?;
+        let (addrs, coordinators, every, patience) = (
+            c.membership.clone(),
+            c.coordinators,
+            c.heartbeat_every,
+            c.patience,
+        );
+        let joined = tokio::task::spawn_blocking(move || {
+            MembershipSession::join_within(&addrs, node, coordinators, every, patience)
+        })
+        .await
+        .map_err(|e| Start::Failed(e.to_string()))?;
         match joined {
             Ok(session) => Ok((session, fabric)),
             Err(JoinError::Fenced(why)) => Err(Start::Fenced(why)),
@@ -201,22 +247,43 @@ impl Server {
     /// A node id from the membership service to come back under.
     async fn next_node(&self, of: u16) -> Result<u16, String> {
         let (addrs, patience) = (self.cfg.membership.clone(), self.cfg.patience);
-        let node = tokio::task::spawn_blocking(move || new_incarnation(&addrs, of, patience)).await.map_err(|e| e.to_string())??;
+        let node = tokio::task::spawn_blocking(move || new_incarnation(&addrs, of, patience))
+            .await
+            .map_err(|e| e.to_string())??;
         eprintln!("compute node {of}: comes back as compute node {node}");
         Ok(node)
     }
 
     /// Drive one coordinator per client until the deadline or a stop; the
     /// clients come back (their ledgers go on in the next incarnation).
-    async fn run_incarnation(self: Rc<Self>, session: &MembershipSession, fabric: TcpFabric, clients: Vec<MicroClient>, deadline: Instant) -> (Vec<MicroClient>, End) {
-        let compute = ComputeNode::new(fabric, &self.cfg.store, self.layout.clone(), session.failed.clone());
+    async fn run_incarnation(
+        self: Rc<Self>,
+        session: &MembershipSession,
+        fabric: TcpFabric,
+        clients: Vec<MicroClient>,
+        deadline: Instant,
+    ) -> (Vec<MicroClient>, End) {
+        let compute = ComputeNode::new(
+            fabric,
+            &self.cfg.store,
+            self.layout.clone(),
+            session.failed.clone(),
+        );
         let (stop, _) = watch::channel(None);
         let stop = Rc::new(stop);
-        let watcher = tokio::task::spawn_local(watch_session(session.signal(), stop.clone(), deadline));
+        let watcher =
+            tokio::task::spawn_local(watch_session(session.signal(), stop.clone(), deadline));
         let mut tasks = Vec::new();
         for (k, (client, &id)) in clients.into_iter().zip(&session.ids).enumerate() {
-            let driver = Driver { server: self.clone(), slot: k, stop: stop.clone(), deadline };
-            tasks.push(tokio::task::spawn_local(driver.drive(compute.coordinator(id), client)));
+            let driver = Driver {
+                server: self.clone(),
+                slot: k,
+                stop: stop.clone(),
+                deadline,
+            };
+            tasks.push(tokio::task::spawn_local(
+                driver.drive(compute.coordinator(id), client),
+            ));
         }
         let mut back = Vec::new();
         for t in tasks {
@@ -226,7 +293,10 @@ impl Server {
         let end = match stop.borrow().clone() {
             Some(Stop::Fenced(why)) => End::Fenced(why),
             Some(Stop::Lost(why)) => {
-                self.tally.errors.borrow_mut().push(format!("compute node {}: {why}", session.node));
+                self.tally
+                    .errors
+                    .borrow_mut()
+                    .push(format!("compute node {}: {why}", session.node));
                 End::Stopped
             }
             None if Instant::now() >= deadline => End::Deadline,
@@ -237,7 +307,11 @@ impl Server {
 }
 
 /// Pass the session's verdict (fenced, or lost) on to the coordinators.
-async fn watch_session(signal: StopSignal, stop: Rc<watch::Sender<Option<Stop>>>, deadline: Instant) {
+async fn watch_session(
+    signal: StopSignal,
+    stop: Rc<watch::Sender<Option<Stop>>>,
+    deadline: Instant,
+) {
     while Instant::now() < deadline {
         if let Some(why) = signal.get() {
             stop_with(&stop, why);
@@ -261,7 +335,11 @@ struct Driver {
 }
 
 impl Driver {
-    async fn drive(self, mut coord: Coordinator<TcpFabric>, mut client: MicroClient) -> MicroClient {
+    async fn drive(
+        self,
+        mut coord: Coordinator<TcpFabric>,
+        mut client: MicroClient,
+    ) -> MicroClient {
         let (tally, ops) = (&self.server.tally, self.server.cfg.micro.ops_per_tx as u64);
         let mut stop = self.stop.subscribe();
         while Instant::now() < self.deadline && stop.borrow().is_none() {
@@ -277,21 +355,34 @@ impl Driver {
                 None => abort_in_flight(&client),
                 Some(Ok(true)) => tally.committed.set(tally.committed.get() + 1),
                 Some(Ok(false)) => tally.aborted.set(tally.aborted.get() + 1),
-                Some(Err(TxError::Revoked)) => stop_with(&self.stop, Stop::Fenced(format!("coordinator {}: a verb came back Revoked", coord.id()))),
+                Some(Err(TxError::Revoked)) => stop_with(
+                    &self.stop,
+                    Stop::Fenced(format!(
+                        "coordinator {}: a verb came back Revoked",
+                        coord.id()
+                    )),
+                ),
                 Some(Err(e)) => {
-                    tally.errors.borrow_mut().push(format!("coordinator {}: {e}", coord.id()));
+                    tally
+                        .errors
+                        .borrow_mut()
+                        .push(format!("coordinator {}: {e}", coord.id()));
                     self.record(&client, 0);
                     break;
                 }
             }
             self.record(&client, 0);
         }
-        tally.stolen.set(tally.stolen.get() + coord.stats.locks_stolen);
+        tally
+            .stolen
+            .set(tally.stolen.get() + coord.stats.locks_stolen);
         client
     }
 
     fn record(&self, client: &MicroClient, pending: u64) {
-        self.server.ledger.record(self.slot, &client.ledger.borrow(), pending);
+        self.server
+            .ledger
+            .record(self.slot, &client.ledger.borrow(), pending);
     }
 }
 
@@ -335,10 +426,16 @@ struct Ledger {
 impl Ledger {
     fn create(path: Option<&Path>) -> Result<Ledger, String> {
         let file = match path {
-            Some(p) => Some(std::fs::File::create(p).map_err(|e| format!("cannot create ledger {}: {e}", p.display()))?),
+            Some(p) => Some(
+                std::fs::File::create(p)
+                    .map_err(|e| format!("cannot create ledger {}: {e}", p.display()))?,
+            ),
             None => None,
         };
-        Ok(Ledger { file, path: path.map(Path::to_path_buf) })
+        Ok(Ledger {
+            file,
+            path: path.map(Path::to_path_buf),
+        })
     }
 
     /// Slot `k`'s acknowledged writes, and its writes in doubt plus `pending`.
@@ -356,7 +453,9 @@ impl Ledger {
         let Some(p) = &self.path else { return Ok(()) };
         let (ids, tmp) = (p.with_extension("ids"), p.with_extension("ids.tmp"));
         let json = serde_json::to_string(incarnations).map_err(|e| e.to_string())?;
-        std::fs::write(&tmp, json).and_then(|_| std::fs::rename(&tmp, &ids)).map_err(|e| format!("cannot write {}: {e}", ids.display()))
+        std::fs::write(&tmp, json)
+            .and_then(|_| std::fs::rename(&tmp, &ids))
+            .map_err(|e| format!("cannot write {}: {e}", ids.display()))
     }
 }
 
@@ -374,21 +473,34 @@ pub fn read_incarnations(ledger: &Path) -> Result<Vec<Incarnation>, String> {
     let s = match std::fs::read_to_string(&p) {
         Ok(s) => s,
         // Killed before its first incarnation joined: it held no ids.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && ledger.exists() => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && ledger.exists() => {
+            return Ok(Vec::new())
+        }
         Err(e) => return Err(format!("cannot read {}: {e}", p.display())),
     };
     match serde_json::from_str(&s).map_err(|e| format!("bad ids file {}: {e}", p.display()))? {
         IdsFile::Incarnations(v) => Ok(v),
-        IdsFile::Ids(ids) => Ok(vec![Incarnation { node: 0, ids, fenced: None }]),
+        IdsFile::Ids(ids) => Ok(vec![Incarnation {
+            node: 0,
+            ids,
+            fenced: None,
+        }]),
     }
 }
 
 /// Coordinator ids of every incarnation a compute server recorded next to its ledger.
 pub fn read_ids(ledger: &Path) -> Result<Vec<u16>, String> {
-    Ok(read_incarnations(ledger)?.into_iter().flat_map(|i| i.ids).collect())
+    Ok(read_incarnations(ledger)?
+        .into_iter()
+        .flat_map(|i| i.ids)
+        .collect())
 }
 
 /// Coordinator ids of the fenced incarnations recorded next to a ledger.
 pub fn fenced_ids(ledger: &Path) -> Result<Vec<u16>, String> {
-    Ok(read_incarnations(ledger)?.into_iter().filter(|i| i.fenced.is_some()).flat_map(|i| i.ids).collect())
+    Ok(read_incarnations(ledger)?
+        .into_iter()
+        .filter(|i| i.fenced.is_some())
+        .flat_map(|i| i.ids)
+        .collect())
 }

@@ -64,15 +64,29 @@ pub enum JoinError {
 impl std::fmt::Display for JoinError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            JoinError::Unreachable(e) | JoinError::Fenced(e) | JoinError::Refused(e) => f.write_str(e),
+            JoinError::Unreachable(e) | JoinError::Fenced(e) | JoinError::Refused(e) => {
+                f.write_str(e)
+            }
         }
     }
 }
 
 impl MembershipSession {
     /// [`MembershipSession::join_within`] 10 s.
-    pub fn join(membership: &[SocketAddr], node: u16, coordinators: u16, heartbeat_every: Duration) -> Result<MembershipSession, String> {
-        Self::join_within(membership, node, coordinators, heartbeat_every, Duration::from_secs(10)).map_err(|e| e.to_string())
+    pub fn join(
+        membership: &[SocketAddr],
+        node: u16,
+        coordinators: u16,
+        heartbeat_every: Duration,
+    ) -> Result<MembershipSession, String> {
+        Self::join_within(
+            membership,
+            node,
+            coordinators,
+            heartbeat_every,
+            Duration::from_secs(10),
+        )
+        .map_err(|e| e.to_string())
     }
 
     /// Start heartbeats, join through whichever replica leads (retrying for
@@ -89,12 +103,31 @@ impl MembershipSession {
         // They start before the join: its answer waits for ZooKeeper, and the
         // detector's clock for this node starts when the join is stepped.
         start_heartbeats(membership, node, heartbeat_every, &stop);
-        let (conn, lines, ids) = join_patiently(membership, node, coordinators, patience).inspect_err(|_| stop.store(true, Ordering::SeqCst))?;
+        let (conn, lines, ids) = join_patiently(membership, node, coordinators, patience)
+            .inspect_err(|_| stop.store(true, Ordering::SeqCst))?;
         let failed = FailedIds::new();
-        let link = Arc::new(MembershipLink { conn: Mutex::new(Some(conn)), stopped: Mutex::new(None), is_stopped: AtomicBool::new(false) });
-        let notices = Notices { node, coordinators, ids: ids.clone(), addrs: membership.to_vec(), failed: failed.clone(), link: link.clone(), stop: stop.clone() };
+        let link = Arc::new(MembershipLink {
+            conn: Mutex::new(Some(conn)),
+            stopped: Mutex::new(None),
+            is_stopped: AtomicBool::new(false),
+        });
+        let notices = Notices {
+            node,
+            coordinators,
+            ids: ids.clone(),
+            addrs: membership.to_vec(),
+            failed: failed.clone(),
+            link: link.clone(),
+            stop: stop.clone(),
+        };
         std::thread::spawn(move || notices.follow(lines));
-        Ok(MembershipSession { node, ids, failed, link, stop })
+        Ok(MembershipSession {
+            node,
+            ids,
+            failed,
+            link,
+            stop,
+        })
     }
 
     /// Why this node must stop using its ids, once it must.
@@ -151,13 +184,23 @@ impl Drop for MembershipSession {
 
 /// Ask the membership service for a node id to come back under, after
 /// compute node `of` was fenced (retrying for up to `patience`).
-pub fn new_incarnation(membership: &[SocketAddr], of: u16, patience: Duration) -> Result<u16, String> {
+pub fn new_incarnation(
+    membership: &[SocketAddr],
+    of: u16,
+    patience: Duration,
+) -> Result<u16, String> {
     let mut waiting = Waiting::new(format!("compute node {of}"), patience);
     loop {
         match ask_any(membership, &ToMembership::Incarnation { of }) {
             Ok((_, _, FromMembership::Node(id))) => return Ok(id),
-            Ok((_, _, FromMembership::Reject(why))) => return Err(format!("the membership service gave no new node id: {why}")),
-            Ok((_, _, other)) => return Err(format!("the membership service answered a request for a new node id with {other:?}")),
+            Ok((_, _, FromMembership::Reject(why))) => {
+                return Err(format!("the membership service gave no new node id: {why}"))
+            }
+            Ok((_, _, other)) => {
+                return Err(format!(
+                    "the membership service answered a request for a new node id with {other:?}"
+                ))
+            }
             Err(JoinError::Unreachable(e)) => waiting.again("the membership service", &e)?,
             Err(e) => return Err(e.to_string()),
         }
@@ -181,7 +224,9 @@ fn start_heartbeats(membership: &[SocketAddr], node: u16, every: Duration, stop:
                             conn = Some(c);
                         }
                         Err(e) => {
-                            log::debug!("compute node {node}: cannot reach membership replica {addr}: {e}");
+                            log::debug!(
+                                "compute node {node}: cannot reach membership replica {addr}: {e}"
+                            );
                             std::thread::sleep(Duration::from_millis(50));
                             continue;
                         }
@@ -200,11 +245,18 @@ fn start_heartbeats(membership: &[SocketAddr], node: u16, every: Duration, stop:
 
 /// The service may be starting, loading or electing a leader: retry for up
 /// to `patience`, saying what we wait for.
-fn join_patiently(addrs: &[SocketAddr], node: u16, coordinators: u16, patience: Duration) -> Result<(TcpStream, Lines, Vec<u16>), JoinError> {
+fn join_patiently(
+    addrs: &[SocketAddr],
+    node: u16,
+    coordinators: u16,
+    patience: Duration,
+) -> Result<(TcpStream, Lines, Vec<u16>), JoinError> {
     let mut waiting = Waiting::new(format!("compute node {node}"), patience);
     loop {
         match join_membership(addrs, node, coordinators) {
-            Err(JoinError::Unreachable(e)) => waiting.again("the membership service", &e).map_err(JoinError::Refused)?,
+            Err(JoinError::Unreachable(e)) => waiting
+                .again("the membership service", &e)
+                .map_err(JoinError::Refused)?,
             other => return other,
         }
     }
@@ -278,9 +330,12 @@ impl Notices {
                 }
                 Ok(None) => return,
                 Err(why) => {
-                    eprintln!("compute node {node}: {}", match &why {
-                        Stop::Fenced(w) | Stop::Lost(w) => w,
-                    });
+                    eprintln!(
+                        "compute node {node}: {}",
+                        match &why {
+                            Stop::Fenced(w) | Stop::Lost(w) => w,
+                        }
+                    );
                     self.link.stop_with(why);
                     return;
                 }
@@ -295,7 +350,9 @@ impl Notices {
                     self.failed.insert(id);
                 }
                 if let Some(own) = ids.iter().find(|id| self.ids.contains(id)) {
-                    self.link.stop_with(Stop::Fenced(format!("its coordinator {own} was published as failed")));
+                    self.link.stop_with(Stop::Fenced(format!(
+                        "its coordinator {own} was published as failed"
+                    )));
                 }
             }
             Ok(FromMembership::Fenced(why)) => self.link.stop_with(Stop::Fenced(why)),
@@ -308,19 +365,32 @@ type Lines = std::io::Lines<BufReader<TcpStream>>;
 
 /// Join through whichever replica leads: the connection, its reader
 /// positioned after the answer, the ids.
-fn join_membership(addrs: &[SocketAddr], node: u16, coordinators: u16) -> Result<(TcpStream, Lines, Vec<u16>), JoinError> {
+fn join_membership(
+    addrs: &[SocketAddr],
+    node: u16,
+    coordinators: u16,
+) -> Result<(TcpStream, Lines, Vec<u16>), JoinError> {
     let (conn, lines, answer) = ask_any(addrs, &ToMembership::Join { node, coordinators })?;
     match answer {
         FromMembership::Assign(ids) => Ok((conn, lines, ids)),
-        FromMembership::Reject(why) => Err(JoinError::Refused(format!("membership rejected compute node {node}: {why}"))),
-        FromMembership::Fenced(why) => Err(JoinError::Fenced(format!("membership rejected compute node {node}: {why}"))),
-        other => Err(JoinError::Refused(format!("membership answered a join with {other:?}"))),
+        FromMembership::Reject(why) => Err(JoinError::Refused(format!(
+            "membership rejected compute node {node}: {why}"
+        ))),
+        FromMembership::Fenced(why) => Err(JoinError::Fenced(format!(
+            "membership rejected compute node {node}: {why}"
+        ))),
+        other => Err(JoinError::Refused(format!(
+            "membership answered a join with {other:?}"
+        ))),
     }
 }
 
 /// Send `msg` to whichever replica leads; its connection, the reader
 /// positioned after the answer, and the answer.
-fn ask_any(addrs: &[SocketAddr], msg: &ToMembership) -> Result<(TcpStream, Lines, FromMembership), JoinError> {
+fn ask_any(
+    addrs: &[SocketAddr],
+    msg: &ToMembership,
+) -> Result<(TcpStream, Lines, FromMembership), JoinError> {
     let mut why = Vec::new();
     for &addr in addrs {
         match ask_one(addr, msg) {
@@ -331,25 +401,39 @@ fn ask_any(addrs: &[SocketAddr], msg: &ToMembership) -> Result<(TcpStream, Lines
     Err(JoinError::Unreachable(why.join("; ")))
 }
 
-fn ask_one(addr: SocketAddr, msg: &ToMembership) -> Result<(TcpStream, Lines, FromMembership), JoinError> {
-    let unreachable = |e: std::io::Error| JoinError::Unreachable(format!("cannot reach membership at {addr}: {e}"));
-    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(unreachable)?;
+fn ask_one(
+    addr: SocketAddr,
+    msg: &ToMembership,
+) -> Result<(TcpStream, Lines, FromMembership), JoinError> {
+    let unreachable = |e: std::io::Error| {
+        JoinError::Unreachable(format!("cannot reach membership at {addr}: {e}"))
+    };
+    let mut conn =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(unreachable)?;
     let _ = conn.set_nodelay(true);
     send_line(&mut conn, msg).map_err(unreachable)?;
     let mut lines = BufReader::new(conn.try_clone().map_err(unreachable)?).lines();
     let first = match lines.next() {
         Some(Ok(l)) => l,
         Some(Err(e)) => return Err(unreachable(e)),
-        None => return Err(JoinError::Unreachable(format!("membership at {addr} closed the connection"))),
+        None => {
+            return Err(JoinError::Unreachable(format!(
+                "membership at {addr} closed the connection"
+            )))
+        }
     };
     match serde_json::from_str::<FromMembership>(&first) {
         // A replica that does not lead (yet): try the others, and retry.
         Ok(FromMembership::NotLeader(leader)) => Err(JoinError::Unreachable(format!(
             "membership replica {addr} does not lead (leader: {})",
-            leader.as_deref().unwrap_or("being elected, or the service is still loading")
+            leader
+                .as_deref()
+                .unwrap_or("being elected, or the service is still loading")
         ))),
         Ok(answer) => Ok((conn, lines, answer)),
-        Err(e) => Err(JoinError::Refused(format!("membership at {addr} answered '{first}': {e}"))),
+        Err(e) => Err(JoinError::Refused(format!(
+            "membership at {addr} answered '{first}': {e}"
+        ))),
     }
 }
 
@@ -357,7 +441,13 @@ fn ask_one(addr: SocketAddr, msg: &ToMembership) -> Result<(TcpStream, Lines, Fr
 /// `stop`: `Ok(None)`). A live node's retried join gets the same ids; other
 /// ids mean the service lost its state, a refusal that this node was
 /// declared failed: either way it must stop using its ids (`Err`).
-fn rejoin_membership(addrs: &[SocketAddr], node: u16, coordinators: u16, ids: &[u16], stop: &AtomicBool) -> Result<Option<(TcpStream, Lines)>, Stop> {
+fn rejoin_membership(
+    addrs: &[SocketAddr],
+    node: u16,
+    coordinators: u16,
+    ids: &[u16],
+    stop: &AtomicBool,
+) -> Result<Option<(TcpStream, Lines)>, Stop> {
     let mut backoff = Duration::from_millis(5);
     let mut attempts = 0u64;
     while !stop.load(Ordering::SeqCst) {
@@ -386,8 +476,20 @@ mod tests {
     use super::*;
 
     fn notices(ids: Vec<u16>) -> Notices {
-        let link = Arc::new(MembershipLink { conn: Mutex::new(None), stopped: Mutex::new(None), is_stopped: AtomicBool::new(false) });
-        Notices { node: 1, coordinators: 2, ids, addrs: Vec::new(), failed: FailedIds::new(), link, stop: Arc::new(AtomicBool::new(false)) }
+        let link = Arc::new(MembershipLink {
+            conn: Mutex::new(None),
+            stopped: Mutex::new(None),
+            is_stopped: AtomicBool::new(false),
+        });
+        Notices {
+            node: 1,
+            coordinators: 2,
+            ids,
+            addrs: Vec::new(),
+            failed: FailedIds::new(),
+            link,
+            stop: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// A node learns it was fenced from its own ids among the published
@@ -400,12 +502,18 @@ mod tests {
         assert!(n.failed.contains(1) && n.failed.contains(2));
         assert_eq!(n.link.stopped(), None, "someone else failed");
         n.on_notice(r#"{"failed":[4]}"#);
-        assert!(matches!(n.link.stopped(), Some(Stop::Fenced(why)) if why.contains("coordinator 4")));
+        assert!(
+            matches!(n.link.stopped(), Some(Stop::Fenced(why)) if why.contains("coordinator 4"))
+        );
         let n = notices(vec![3, 4]);
         n.on_notice(r#"{"fenced":"compute node 1 was declared failed and its access revoked"}"#);
-        assert!(matches!(n.link.stopped(), Some(Stop::Fenced(why)) if why.contains("declared failed")));
+        assert!(
+            matches!(n.link.stopped(), Some(Stop::Fenced(why)) if why.contains("declared failed"))
+        );
         // The first reason sticks.
         n.on_notice(r#"{"failed":[3]}"#);
-        assert!(matches!(n.link.stopped(), Some(Stop::Fenced(why)) if why.contains("declared failed")));
+        assert!(
+            matches!(n.link.stopped(), Some(Stop::Fenced(why)) if why.contains("declared failed"))
+        );
     }
 }

@@ -22,7 +22,12 @@ pub struct Waiting {
 
 impl Waiting {
     pub fn new(who: impl Into<String>, patience: Duration) -> Waiting {
-        Waiting { who: who.into(), patience, until: Instant::now() + patience, last_said: None }
+        Waiting {
+            who: who.into(),
+            patience,
+            until: Instant::now() + patience,
+            last_said: None,
+        }
     }
 
     /// An attempt to reach `what` (e.g. "memory server 127.0.0.1:7401")
@@ -30,11 +35,20 @@ impl Waiting {
     /// second), pause, and return `Ok` to try again. Past it: the error.
     pub fn again(&mut self, what: &str, why: &str) -> Result<(), String> {
         if Instant::now() >= self.until {
-            return Err(format!("{what} did not answer within {:.0} s: {why}", self.patience.as_secs_f64()));
+            return Err(format!(
+                "{what} did not answer within {:.0} s: {why}",
+                self.patience.as_secs_f64()
+            ));
         }
         if !matches!(self.last_said, Some(t) if t.elapsed() < Duration::from_secs(1)) {
-            let left = self.until.saturating_duration_since(Instant::now()).as_secs_f64();
-            eprintln!("{}: waiting for {what} ({why}); giving up in {left:.0} s", self.who);
+            let left = self
+                .until
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64();
+            eprintln!(
+                "{}: waiting for {what} ({why}); giving up in {left:.0} s",
+                self.who
+            );
             self.last_said = Some(Instant::now());
         }
         std::thread::sleep(RETRY_EVERY);
@@ -44,7 +58,12 @@ impl Waiting {
 
 /// Wait until every one of `addrs` accepts a TCP connection: `what` names
 /// the role in messages ("memory server").
-pub fn wait_for_listeners(who: &str, what: &str, addrs: &[SocketAddr], patience: Duration) -> Result<(), String> {
+pub fn wait_for_listeners(
+    who: &str,
+    what: &str,
+    addrs: &[SocketAddr],
+    patience: Duration,
+) -> Result<(), String> {
     let mut waiting = Waiting::new(who, patience);
     for addr in addrs {
         loop {
@@ -67,16 +86,26 @@ mod tests {
     #[test]
     fn a_peer_that_never_listens_is_named_when_patience_runs_out() {
         // A port nobody listens on: bind, note it, close.
-        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let t = Instant::now();
-        let e = wait_for_listeners("test", "memory server", &[addr], Duration::from_millis(300)).unwrap_err();
-        assert!(e.contains(&format!("memory server {addr} did not answer within")), "{e}");
+        let e = wait_for_listeners("test", "memory server", &[addr], Duration::from_millis(300))
+            .unwrap_err();
+        assert!(
+            e.contains(&format!("memory server {addr} did not answer within")),
+            "{e}"
+        );
         assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
     fn a_peer_that_starts_late_is_waited_for() {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let late = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             let l = std::net::TcpListener::bind(addr).unwrap();

@@ -106,13 +106,19 @@ impl<'a> Run<'a> {
         let layout = Arc::new(Layout::new(&store)?);
         load(backend, &layout, &cfg.workload)?;
         let planned_crashes = cfg.crash.iter().count() + cfg.more_crashes.len();
-        let slots = cfg.compute_nodes as usize + if cfg.respawn { planned_crashes } else { 0 } + REJOIN_SLOTS;
+        let slots = cfg.compute_nodes as usize
+            + if cfg.respawn { planned_crashes } else { 0 }
+            + REJOIN_SLOTS;
         let membership = Arc::new(Mutex::new(Membership::new(MembershipConfig {
             heartbeat_timeout_ns: cfg.heartbeat_timeout.as_nanos() as u64,
             id_space: store.log_slots,
             ..MembershipConfig::default()
         })));
-        let mut faults = Faults { pending_crashes: cfg.more_crashes.clone(), pending_suspects: cfg.suspect.clone(), ..Faults::default() };
+        let mut faults = Faults {
+            pending_crashes: cfg.more_crashes.clone(),
+            pending_suspects: cfg.suspect.clone(),
+            ..Faults::default()
+        };
         faults.pending_crashes.sort_by_key(|c| c.after);
         faults.pending_suspects.sort_by_key(|p| p.after);
         let mut r = Run {
@@ -141,7 +147,11 @@ impl<'a> Run<'a> {
     fn spawn_membership(&self) -> Result<JoinHandle<Result<(), String>>, String> {
         let mode = self.cfg.mode;
         let (backend, layout, ctl) = (self.backend.clone(), self.layout.clone(), self.ctl.clone());
-        let (m, failed, log) = (self.membership.clone(), self.failed.clone(), self.failure_logs.clone());
+        let (m, failed, log) = (
+            self.membership.clone(),
+            self.failed.clone(),
+            self.failure_logs.clone(),
+        );
         std::thread::Builder::new()
             .name("membership".into())
             .spawn(move || {
@@ -162,8 +172,20 @@ impl<'a> Run<'a> {
         let (reg_tx, reg_rx) = std::sync::mpsc::channel::<bool>();
         let (joined_tx, joined_rx) = std::sync::mpsc::channel::<Vec<Command>>();
         let (ids_tx, ids_rx) = std::sync::mpsc::channel::<Vec<u16>>();
-        let heartbeat = spawn_heartbeat(node, self.ctl.clone(), self.membership.clone(), self.cfg.coordinators, self.heartbeat_every, reg_rx, joined_tx)?;
-        let (backend, store, layout) = (self.backend.clone(), self.store.clone(), self.layout.clone());
+        let heartbeat = spawn_heartbeat(
+            node,
+            self.ctl.clone(),
+            self.membership.clone(),
+            self.cfg.coordinators,
+            self.heartbeat_every,
+            reg_rx,
+            joined_tx,
+        )?;
+        let (backend, store, layout) = (
+            self.backend.clone(),
+            self.store.clone(),
+            self.layout.clone(),
+        );
         let (ctl, spec) = (self.ctl.clone(), self.cfg.workload.clone());
         let (failed, seed) = (self.failed.clone(), self.cfg.seed);
         let compute = std::thread::Builder::new()
@@ -172,11 +194,18 @@ impl<'a> Run<'a> {
                 block_on_local(async move {
                     let fabric = backend.join(node).await;
                     let _ = reg_tx.send(fabric.is_ok());
-                    let fabric = fabric.map_err(|e| format!("compute node {node} cannot register: {e}"))?;
-                    let ids = ids_rx.recv().map_err(|_| format!("compute node {node} was not admitted"))?;
+                    let fabric =
+                        fabric.map_err(|e| format!("compute node {node} cannot register: {e}"))?;
+                    let ids = ids_rx
+                        .recv()
+                        .map_err(|_| format!("compute node {node} was not admitted"))?;
                     Ok(match fabric {
-                        AnyFabric::Inline(f) => drive(f, store, layout, ctl, spec, cn, ids, seed, failed).await,
-                        AnyFabric::Tcp(f) => drive(f, store, layout, ctl, spec, cn, ids, seed, failed).await,
+                        AnyFabric::Inline(f) => {
+                            drive(f, store, layout, ctl, spec, cn, ids, seed, failed).await
+                        }
+                        AnyFabric::Tcp(f) => {
+                            drive(f, store, layout, ctl, spec, cn, ids, seed, failed).await
+                        }
                     })
                 })
             })
@@ -186,7 +215,11 @@ impl<'a> Run<'a> {
                 let _ = ids_tx.send(ids);
                 Ok((compute, heartbeat))
             }
-            None => Err(compute.join().map_err(|_| "a compute thread panicked".to_string())?.err().unwrap_or_default()),
+            None => Err(compute
+                .join()
+                .map_err(|_| "a compute thread panicked".to_string())?
+                .err()
+                .unwrap_or_default()),
             other => Err(format!("compute node {node} was not admitted: {other:?}")),
         }
     }
@@ -217,14 +250,24 @@ impl<'a> Run<'a> {
         self.start_ns = self.ctl.now_ns();
         let sampler = {
             let ctl = self.ctl.clone();
-            std::thread::Builder::new().name("timeline".into()).spawn(move || sample_timeline(ctl, BUCKET)).map_err(|e| e.to_string())?
+            std::thread::Builder::new()
+                .name("timeline".into())
+                .spawn(move || sample_timeline(ctl, BUCKET))
+                .map_err(|e| e.to_string())?
         };
         let mut memory_failure = None;
         if let Some(f) = &self.cfg.fail_memory {
             // Runs the whole reconfiguration from this thread, as the
             // membership service would, while compute threads keep running.
             std::thread::sleep(f.after);
-            memory_failure = Some(fail_memory_node(self.cfg, f, self.backend, &self.layout, &self.ctl, self.start)?);
+            memory_failure = Some(fail_memory_node(
+                self.cfg,
+                f,
+                self.backend,
+                &self.layout,
+                &self.ctl,
+                self.start,
+            )?);
         }
         let mut last = (self.start, 0u64);
         while self.start.elapsed() < self.cfg.duration {
@@ -239,10 +282,16 @@ impl<'a> Run<'a> {
         }
         self.ctl.measuring.store(false, Ordering::SeqCst);
         let elapsed = self.secs();
-        let timeline_counts = sampler.join().map_err(|_| "the timeline sampler panicked".to_string())?;
+        let timeline_counts = sampler
+            .join()
+            .map_err(|_| "the timeline sampler panicked".to_string())?;
         await_recoveries(&self.ctl, &self.membership, self.next_slot);
         self.ctl.stop.store(true, Ordering::SeqCst);
-        Ok(Measured { elapsed, timeline_counts, memory_failure })
+        Ok(Measured {
+            elapsed,
+            timeline_counts,
+            memory_failure,
+        })
     }
 
     /// How long to sleep: until the next progress line or fault, and at
@@ -251,7 +300,11 @@ impl<'a> Run<'a> {
     fn nap(&self) -> Duration {
         let (cfg, f) = (self.cfg, &self.faults);
         let left = cfg.duration.saturating_sub(self.start.elapsed());
-        let mut nap = left.min(if cfg.progress { cfg.progress_every } else { left });
+        let mut nap = left.min(if cfg.progress {
+            cfg.progress_every
+        } else {
+            left
+        });
         let until = |after: Duration| after.saturating_sub(self.start.elapsed());
         if let (Some(c), None) = (&cfg.crash, &f.crash_at) {
             nap = nap.min(until(c.after));
@@ -271,16 +324,31 @@ impl<'a> Run<'a> {
         if self.faults.crash_at.is_some() || self.start.elapsed() < c.after {
             return;
         }
-        let counts: Vec<u64> = self.ctl.committed_by_node.iter().map(|x| x.load(Ordering::SeqCst)).collect();
+        let counts: Vec<u64> = self
+            .ctl
+            .committed_by_node
+            .iter()
+            .map(|x| x.load(Ordering::SeqCst))
+            .collect();
         let target = self.faults.current(c.node + 1);
         self.ctl.crash[target as usize - 1].store(true, Ordering::SeqCst);
         let f = &mut self.faults;
-        f.crash_at = Some((self.ctl.now_ns(), counts, self.start.elapsed().as_secs_f64()));
+        f.crash_at = Some((
+            self.ctl.now_ns(),
+            counts,
+            self.start.elapsed().as_secs_f64(),
+        ));
         f.crash_target = Some(target);
         f.to_replace.push(target);
         f.crashed.push(target);
-        let was = if target != c.node + 1 { format!(", the incarnation that replaced node {}", c.node + 1) } else { String::new() };
-        self.say(&format!("CRASH compute node {target}{was} (its coordinators stop mid-transaction)"));
+        let was = if target != c.node + 1 {
+            format!(", the incarnation that replaced node {}", c.node + 1)
+        } else {
+            String::new()
+        };
+        self.say(&format!(
+            "CRASH compute node {target}{was} (its coordinators stop mid-transaction)"
+        ));
     }
 
     /// A recovered node comes back as a new incarnation (fresh node id,
@@ -289,7 +357,12 @@ impl<'a> Run<'a> {
     fn bring_back(&mut self) {
         let recovered: Vec<u16> = {
             let logs = self.failure_logs.lock().unwrap();
-            logs.iter().filter(|(n, l)| l.notified_ns > 0 && **n <= self.next_slot && !self.faults.replaced.contains(*n)).map(|(n, _)| *n).collect()
+            logs.iter()
+                .filter(|(n, l)| {
+                    l.notified_ns > 0 && **n <= self.next_slot && !self.faults.replaced.contains(*n)
+                })
+                .map(|(n, _)| *n)
+                .collect()
         };
         for dead in recovered {
             let crashed = self.faults.to_replace.contains(&dead);
@@ -303,15 +376,28 @@ impl<'a> Run<'a> {
             }
             if let Err(e) = self.start_node(self.next_slot) {
                 // Out of coordinator ids until a stray-lock scan recycles some: try again later.
-                eprintln!("  [{:>5.1}s] node {dead} cannot come back yet: {e}", self.secs());
+                eprintln!(
+                    "  [{:>5.1}s] node {dead} cannot come back yet: {e}",
+                    self.secs()
+                );
                 continue;
             }
-            let (new, why) = (self.next_slot + 1, if crashed { "replaces crashed" } else { "rejoins for suspected" });
+            let (new, why) = (
+                self.next_slot + 1,
+                if crashed {
+                    "replaces crashed"
+                } else {
+                    "rejoins for suspected"
+                },
+            );
             let f = &mut self.faults;
             f.replaced.insert(dead);
             f.successor.insert(dead, new);
             f.to_replace.retain(|&x| x != dead);
-            f.events.push((self.start.elapsed().as_secs_f64(), format!("node {new} {why} node {dead}")));
+            f.events.push((
+                self.start.elapsed().as_secs_f64(),
+                format!("node {new} {why} node {dead}"),
+            ));
             self.say(&format!("compute node {new} {why} node {dead} (new incarnation: node id, coordinator ids, keys)"));
             self.next_slot += 1;
         }
@@ -319,24 +405,44 @@ impl<'a> Run<'a> {
 
     /// Stall the heartbeats of the nodes whose false suspicion is due.
     fn stalls_due(&mut self) {
-        while self.faults.pending_suspects.first().is_some_and(|p| self.start.elapsed() >= p.after) {
+        while self
+            .faults
+            .pending_suspects
+            .first()
+            .is_some_and(|p| self.start.elapsed() >= p.after)
+        {
             let p = self.faults.pending_suspects.remove(0);
-            let Some(at) = self.ctl.stalled_until_ns.get(p.node as usize) else { continue };
-            at.store(self.ctl.now_ns() + p.pause.as_nanos() as u64, Ordering::SeqCst);
-            self.faults.events.push((self.secs(), format!("node {} stalls (heartbeats paused)", p.node + 1)));
+            let Some(at) = self.ctl.stalled_until_ns.get(p.node as usize) else {
+                continue;
+            };
+            at.store(
+                self.ctl.now_ns() + p.pause.as_nanos() as u64,
+                Ordering::SeqCst,
+            );
+            self.faults.events.push((
+                self.secs(),
+                format!("node {} stalls (heartbeats paused)", p.node + 1),
+            ));
             self.say(&format!("compute node {}'s heartbeat thread stalls for {:.0} ms (alive and committing, but silent)", p.node + 1, p.pause.as_secs_f64() * 1e3));
         }
     }
 
     /// Crash the nodes of `cfg.more_crashes` that are due.
     fn crashes_due(&mut self) {
-        while self.faults.pending_crashes.first().is_some_and(|c| self.start.elapsed() >= c.after) {
+        while self
+            .faults
+            .pending_crashes
+            .first()
+            .is_some_and(|c| self.start.elapsed() >= c.after)
+        {
             let c = self.faults.pending_crashes.remove(0);
             let target = self.faults.current(c.node + 1);
             self.ctl.crash[target as usize - 1].store(true, Ordering::SeqCst);
             self.faults.to_replace.push(target);
             self.faults.crashed.push(target);
-            self.faults.events.push((self.secs(), format!("compute node {target} crashes")));
+            self.faults
+                .events
+                .push((self.secs(), format!("compute node {target} crashes")));
             self.say(&format!("CRASH compute node {target}"));
         }
     }
@@ -348,7 +454,10 @@ impl<'a> Run<'a> {
         let a = self.ctl.aborted.load(Ordering::Relaxed);
         let rate = (c - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
         let abort = 100.0 * a as f64 / (a + c).max(1) as f64;
-        self.say(&format!("{} {c:>10} committed  {rate:>10.0} tx/s  abort rate {abort:>5.1}%", self.cfg.mode));
+        self.say(&format!(
+            "{} {c:>10} committed  {rate:>10.0} tx/s  abort rate {abort:>5.1}%",
+            self.cfg.mode
+        ));
         (now, c)
     }
 
@@ -358,10 +467,17 @@ impl<'a> Run<'a> {
     /// fenced off (its verbs fail with "access revoked") and recovered like
     /// a crashed one, which is the point of active-link termination (Cor1).
     fn drain(&mut self) -> Result<Drained, String> {
-        let mut d = Drained { hist: new_hist(), stats: CoordinatorStats::default(), outcome: Outcome::empty(&self.cfg.workload), errors: Vec::new() };
+        let mut d = Drained {
+            hist: new_hist(),
+            stats: CoordinatorStats::default(),
+            outcome: Outcome::empty(&self.cfg.workload),
+            errors: Vec::new(),
+        };
         let declared: Vec<u16> = self.failure_logs.lock().unwrap().keys().copied().collect();
         for (cn, t) in self.threads.drain(..) {
-            let r = t.join().map_err(|_| "a compute thread panicked".to_string())??;
+            let r = t
+                .join()
+                .map_err(|_| "a compute thread panicked".to_string())??;
             d.hist.add(&r.hist).expect("same bounds");
             d.stats.merge(&r.stats);
             d.outcome.merge(&r.outcome);
@@ -370,20 +486,33 @@ impl<'a> Run<'a> {
             }
         }
         for h in self.heartbeats.drain(..) {
-            h.join().map_err(|_| "a heartbeat thread panicked".to_string())?;
+            h.join()
+                .map_err(|_| "a heartbeat thread panicked".to_string())?;
         }
         if let Some(m) = self.membership_thread.take() {
-            m.join().map_err(|_| "the membership thread panicked".to_string())??;
+            m.join()
+                .map_err(|_| "the membership thread panicked".to_string())??;
         }
         Ok(d)
     }
 
     /// The planned crash's recovery, timed from the crash (`None` if there
     /// was none, or the node had been suspected and replaced before it).
-    fn recovery(&self, fl: &FailureLog, stats: &CoordinatorStats, errors: &mut Vec<String>) -> Option<RecoveryTimeline> {
-        let (Some(target), Some((crash_ns, before, crash_s))) = (self.faults.crash_target, &self.faults.crash_at) else { return None };
+    fn recovery(
+        &self,
+        fl: &FailureLog,
+        stats: &CoordinatorStats,
+        errors: &mut Vec<String>,
+    ) -> Option<RecoveryTimeline> {
+        let (Some(target), Some((crash_ns, before, crash_s))) =
+            (self.faults.crash_target, &self.faults.crash_at)
+        else {
+            return None;
+        };
         if fl.notified_ns == 0 {
-            errors.push(format!("compute node {target} crashed but recovery did not finish before the run ended"));
+            errors.push(format!(
+                "compute node {target} crashed but recovery did not finish before the run ended"
+            ));
             return None;
         }
         if fl.detected_ns < *crash_ns {
@@ -392,7 +521,13 @@ impl<'a> Run<'a> {
             // but there is no crash timeline to report.
             return None;
         }
-        let survivors = |v: &[u64]| -> u64 { v.iter().enumerate().filter(|(i, _)| *i + 1 != target as usize).map(|(_, x)| x).sum() };
+        let survivors = |v: &[u64]| -> u64 {
+            v.iter()
+                .enumerate()
+                .filter(|(i, _)| *i + 1 != target as usize)
+                .map(|(_, x)| x)
+                .sum()
+        };
         let during = survivors(&fl.committed_at_notify).saturating_sub(survivors(before));
         let window_s = (fl.notified_ns - crash_ns) as f64 / 1e9;
         Some(RecoveryTimeline {
@@ -416,11 +551,19 @@ impl<'a> Run<'a> {
 
     /// The timeline's marks: the planned crash and its recovery, false
     /// positives, the memory-node failure, the other crashes and rejoins.
-    fn events(&mut self, logs: &BTreeMap<u16, FailureLog>, fl: &FailureLog, false_positives: &[u16], memory: Option<&MemoryFailureTimeline>) -> Vec<(f64, String)> {
+    fn events(
+        &mut self,
+        logs: &BTreeMap<u16, FailureLog>,
+        fl: &FailureLog,
+        false_positives: &[u16],
+        memory: Option<&MemoryFailureTimeline>,
+    ) -> Vec<(f64, String)> {
         let start_ns = self.start_ns;
         let at = |ns: u64| ns.saturating_sub(start_ns) as f64 / 1e9;
         let mut events = Vec::new();
-        if let (Some(target), Some((_, _, crash_s))) = (self.faults.crash_target, &self.faults.crash_at) {
+        if let (Some(target), Some((_, _, crash_s))) =
+            (self.faults.crash_target, &self.faults.crash_at)
+        {
             events.push((*crash_s, format!("compute node {target} crashes")));
             if fl.detected_ns > 0 {
                 events.push((at(fl.detected_ns), "failure detected".to_string()));
@@ -431,7 +574,10 @@ impl<'a> Run<'a> {
         }
         for n in false_positives {
             if let Some(l) = logs.get(n) {
-                events.push((at(l.detected_ns), format!("node {n} suspected (false positive)")));
+                events.push((
+                    at(l.detected_ns),
+                    format!("node {n} suspected (false positive)"),
+                ));
             }
         }
         events.extend(memory.iter().flat_map(|m| m.marks.iter().cloned()));
@@ -444,21 +590,45 @@ impl<'a> Run<'a> {
         let cfg = self.cfg;
         let mut memory_failure = m.memory_failure;
         if let Some(mf) = memory_failure.as_mut() {
-            mf.aborted_by_failure = d.stats.aborts_by_reason.get(&tandem_dkvs::AbortReason::MemoryNodeFailed).copied().unwrap_or(0);
+            mf.aborted_by_failure = d
+                .stats
+                .aborts_by_reason
+                .get(&tandem_dkvs::AbortReason::MemoryNodeFailed)
+                .copied()
+                .unwrap_or(0);
         }
-        let (committed, aborted) = (self.ctl.committed.load(Ordering::SeqCst), self.ctl.aborted.load(Ordering::SeqCst));
+        let (committed, aborted) = (
+            self.ctl.committed.load(Ordering::SeqCst),
+            self.ctl.aborted.load(Ordering::SeqCst),
+        );
         let fenced_acks = self.ctl.fenced_acks.load(Ordering::SeqCst);
         if fenced_acks > 0 {
             d.errors.push(format!("{fenced_acks} commits acknowledged by fenced incarnations (transactions begun after their node's revocation)"));
         }
         let logs = self.failure_logs.lock().unwrap().clone();
         let crashed = &self.faults.crashed;
-        let false_positives: Vec<u16> = logs.keys().copied().filter(|n| !crashed.contains(n)).collect();
-        let recovered_nodes: Vec<u16> = crashed.iter().copied().filter(|n| logs.get(n).is_some_and(|l| l.notified_ns > 0)).collect();
-        let fl = self.faults.crash_target.and_then(|n| logs.get(&n).cloned()).unwrap_or_default();
+        let false_positives: Vec<u16> = logs
+            .keys()
+            .copied()
+            .filter(|n| !crashed.contains(n))
+            .collect();
+        let recovered_nodes: Vec<u16> = crashed
+            .iter()
+            .copied()
+            .filter(|n| logs.get(n).is_some_and(|l| l.notified_ns > 0))
+            .collect();
+        let fl = self
+            .faults
+            .crash_target
+            .and_then(|n| logs.get(&n).cloned())
+            .unwrap_or_default();
         let recovery = self.recovery(&fl, &d.stats, &mut d.errors);
         let events = self.events(&logs, &fl, &false_positives, memory_failure.as_ref());
-        let timeline = Timeline { bucket_ms: BUCKET.as_millis() as u64, committed: m.timeline_counts, events };
+        let timeline = Timeline {
+            bucket_ms: BUCKET.as_millis() as u64,
+            committed: m.timeline_counts,
+            events,
+        };
         let (check_passed, violations) = if cfg.check {
             let v = check(self.backend, &self.layout, &cfg.workload, &d.outcome)?;
             (Some(v.is_empty()), v)
@@ -477,10 +647,27 @@ impl<'a> Run<'a> {
             abort_rate: aborted as f64 / (committed + aborted).max(1) as f64,
             duration_s: m.elapsed,
             throughput_tps: committed as f64 / m.elapsed,
-            latency_us: Latency { p50: d.hist.value_at_quantile(0.5), p99: d.hist.value_at_quantile(0.99), p999: d.hist.value_at_quantile(0.999), mean: d.hist.mean() },
+            latency_us: Latency {
+                p50: d.hist.value_at_quantile(0.5),
+                p99: d.hist.value_at_quantile(0.99),
+                p999: d.hist.value_at_quantile(0.999),
+                mean: d.hist.mean(),
+            },
             verbs_per_commit: d.stats.verbs as f64 / d.stats.committed.max(1) as f64,
-            aborts_by_reason: d.stats.aborts_by_reason.iter().map(|(r, n)| (r.name().to_string(), *n)).collect(),
-            committed_by_type: ledger.map(|l| l.committed_by_type.iter().map(|(k, v)| (k.to_string(), *v)).collect()).unwrap_or_default(),
+            aborts_by_reason: d
+                .stats
+                .aborts_by_reason
+                .iter()
+                .map(|(r, n)| (r.name().to_string(), *n))
+                .collect(),
+            committed_by_type: ledger
+                .map(|l| {
+                    l.committed_by_type
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), *v))
+                        .collect()
+                })
+                .unwrap_or_default(),
             rolled_back_by_application: ledger.map(|l| l.rolled_back).unwrap_or(0),
             errors: d.errors,
             check_passed,

@@ -30,17 +30,23 @@ impl Rec {
     /// family (RP-1'), Causal-Synch (C3).
     pub(super) fn reads_persisted(&self) -> bool {
         let m = self.model;
-        m.rules().upd.is_some() && (m.p == Persistency::Re || (m.c == Consistency::Causal && m.p == Persistency::Synch))
+        m.rules().upd.is_some()
+            && (m.p == Persistency::Re || (m.c == Consistency::Causal && m.p == Persistency::Synch))
     }
 
     /// Causal with Synch or RE-p: every NVM is causally closed (C2).
     pub(super) fn closed_nvm(&self) -> bool {
-        self.model.c == Consistency::Causal && matches!(self.model.p, Persistency::Synch | Persistency::Re)
+        self.model.c == Consistency::Causal
+            && matches!(self.model.p, Persistency::Synch | Persistency::Re)
     }
 
     /// A direct dependency of the write of `v` that `nvm` lacks.
     pub(super) fn missing_dep(&self, v: &Version, nvm: &Nvm<Record>) -> Option<(Key, Ts)> {
-        self.deps.get(&v.value)?.iter().copied().find(|&(k, t)| nvm_ts(nvm, k) < t)
+        self.deps
+            .get(&v.value)?
+            .iter()
+            .copied()
+            .find(|&(k, t)| nvm_ts(nvm, k) < t)
     }
 
     /// C1 (spec §13.2): each update a node applies finds its direct
@@ -53,12 +59,20 @@ impl Rec {
             return;
         }
         if self.seen[n].is_none() {
-            self.seen[n] = Some(p.snapshot().into_iter().map(|(k, (ts, _))| (k, ts)).collect());
+            self.seen[n] = Some(
+                p.snapshot()
+                    .into_iter()
+                    .map(|(k, (ts, _))| (k, ts))
+                    .collect(),
+            );
             return;
         }
         for v in p.applied_now() {
             if let Some(bad) = self.c1(node, v, &nvm[n]) {
-                self.violations.push(format!("C1: node {node} applied key {} {:?} before its dependency {bad} (t={now})", v.key, v.ts));
+                self.violations.push(format!(
+                    "C1: node {node} applied key {} {:?} before its dependency {bad} (t={now})",
+                    v.key, v.ts
+                ));
             }
             let seen = self.seen[n].as_mut().expect("ready");
             let t = seen.entry(v.key).or_default();
@@ -135,4 +149,3 @@ fn version_order(rec: &Rec) -> tandem_check::VersionOrder {
     });
     tandem_check::version_order(&versions.collect())
 }
-

@@ -49,7 +49,12 @@ impl TcpCluster {
         let calls = self.addrs.iter().map(|&addr| async move {
             match admin_call(addr, self.secret, ClientMsg::Register { compute }).await? {
                 ServerMsg::Registered { key } => Ok(key),
-                ServerMsg::Reject { reason: RejectReason::Fenced } => Err(io::Error::new(io::ErrorKind::PermissionDenied, Fenced(compute))),
+                ServerMsg::Reject {
+                    reason: RejectReason::Fenced,
+                } => Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    Fenced(compute),
+                )),
                 other => Err(unexpected(addr, &other)),
             }
         });
@@ -85,21 +90,40 @@ impl TcpCluster {
     /// presenting `keys` (from [`register`](Self::register)). Fails if any
     /// server refuses its key. Must be called inside a tokio `LocalSet`: each
     /// connection's reader and writer run as local tasks of this thread.
-    pub async fn connect(&self, compute: ComputeNodeId, keys: &[RegionKey]) -> io::Result<TcpFabric> {
+    pub async fn connect(
+        &self,
+        compute: ComputeNodeId,
+        keys: &[RegionKey],
+    ) -> io::Result<TcpFabric> {
         if keys.len() != self.addrs.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{} region keys for {} memory servers", keys.len(), self.addrs.len()),
+                format!(
+                    "{} region keys for {} memory servers",
+                    keys.len(),
+                    self.addrs.len()
+                ),
             ));
         }
-        let handshakes = self.addrs.iter().zip(keys).map(|(&addr, &key)| hello(addr, compute, key));
+        let handshakes = self
+            .addrs
+            .iter()
+            .zip(keys)
+            .map(|(&addr, &key)| hello(addr, compute, key));
         let mut streams = Vec::with_capacity(keys.len());
         // Every handshake must succeed; the streams of the others close on drop.
         for s in join_all(handshakes.collect()).await {
             streams.push(s?);
         }
-        let qps: Vec<TcpQp> = streams.into_iter().enumerate().map(|(i, s)| TcpQp::start(s, i as MemNodeId)).collect();
-        Ok(TcpFabric { compute, qps: qps.into() })
+        let qps: Vec<TcpQp> = streams
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| TcpQp::start(s, i as MemNodeId))
+            .collect();
+        Ok(TcpFabric {
+            compute,
+            qps: qps.into(),
+        })
     }
 }
 
@@ -121,7 +145,10 @@ impl TcpFabric {
 
 impl std::fmt::Debug for TcpFabric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TcpFabric").field("compute", &self.compute).field("qps", &self.qps).finish()
+        f.debug_struct("TcpFabric")
+            .field("compute", &self.compute)
+            .field("qps", &self.qps)
+            .finish()
     }
 }
 
@@ -192,13 +219,21 @@ fn unexpected(addr: SocketAddr, msg: &ServerMsg) -> io::Error {
     match msg {
         ServerMsg::Reject { reason } => {
             let kind = match reason {
-                RejectReason::BadKey | RejectReason::BadSecret | RejectReason::Fenced => io::ErrorKind::PermissionDenied,
+                RejectReason::BadKey | RejectReason::BadSecret | RejectReason::Fenced => {
+                    io::ErrorKind::PermissionDenied
+                }
                 RejectReason::Busy => io::ErrorKind::ConnectionRefused,
                 RejectReason::Protocol => io::ErrorKind::InvalidData,
             };
-            io::Error::new(kind, format!("memory server {addr} rejected the request: {reason:?}"))
+            io::Error::new(
+                kind,
+                format!("memory server {addr} rejected the request: {reason:?}"),
+            )
         }
-        other => io::Error::new(io::ErrorKind::InvalidData, format!("memory server {addr} answered {other:?}")),
+        other => io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("memory server {addr} answered {other:?}"),
+        ),
     }
 }
 

@@ -52,8 +52,17 @@ const SPIN_TIME_MAX: Duration = Duration::from_micros(100);
 /// `Close` follows them.
 pub(crate) enum Work {
     /// A data connection passed its `Hello`; `stream` is its write side.
-    Open { conn: u64, compute: ComputeNodeId, key: RegionKey, stream: TcpStream },
-    Batch { conn: u64, req_id: u64, verbs: Vec<Verb> },
+    Open {
+        conn: u64,
+        compute: ComputeNodeId,
+        key: RegionKey,
+        stream: TcpStream,
+    },
+    Batch {
+        conn: u64,
+        req_id: u64,
+        verbs: Vec<Verb>,
+    },
     /// The connection ended (end of stream or framing error): answer what
     /// came before, then close it.
     Close { conn: u64 },
@@ -237,12 +246,32 @@ fn spin_for_work(queue: &WorkQueue) -> bool {
 
 fn handle(node: &MemoryNode, conns: &mut HashMap<u64, ConnOut>, dirty: &mut Vec<u64>, w: Work) {
     match w {
-        Work::Open { conn, compute, key, stream } => {
-            conns.insert(conn, ConnOut { compute, key, stream, out: Vec::new(), dirty: false });
+        Work::Open {
+            conn,
+            compute,
+            key,
+            stream,
+        } => {
+            conns.insert(
+                conn,
+                ConnOut {
+                    compute,
+                    key,
+                    stream,
+                    out: Vec::new(),
+                    dirty: false,
+                },
+            );
         }
-        Work::Batch { conn, req_id, verbs } => {
+        Work::Batch {
+            conn,
+            req_id,
+            verbs,
+        } => {
             // A connection whose writes failed is gone; its later batches are dropped.
-            let Some(c) = conns.get_mut(&conn) else { return };
+            let Some(c) = conns.get_mut(&conn) else {
+                return;
+            };
             let start = wire::begin_done(&mut c.out, req_id, verbs.len());
             for v in &verbs {
                 let done = node.execute(c.compute, c.key, v);
@@ -269,7 +298,9 @@ fn handle(node: &MemoryNode, conns: &mut HashMap<u64, ConnOut>, dirty: &mut Vec<
 
 fn flush_dirty(conns: &mut HashMap<u64, ConnOut>, dirty: &mut Vec<u64>) {
     for conn in dirty.drain(..) {
-        let Some(c) = conns.get_mut(&conn) else { continue };
+        let Some(c) = conns.get_mut(&conn) else {
+            continue;
+        };
         c.dirty = false;
         if !flush(conn, c) {
             conns.remove(&conn);
@@ -292,7 +323,10 @@ fn flush(conn: u64, c: &mut ConnOut) -> bool {
     match r {
         Ok(()) => true,
         Err(e) => {
-            log::warn!("memory server: connection {conn} (compute {}): write failed, closing: {e}", c.compute);
+            log::warn!(
+                "memory server: connection {conn} (compute {}): write failed, closing: {e}",
+                c.compute
+            );
             let _ = c.stream.shutdown(Shutdown::Both);
             false
         }

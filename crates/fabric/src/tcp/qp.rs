@@ -37,11 +37,16 @@ const READ_BUFFER_BYTES: usize = 64 << 10;
 
 /// A request's place in the connection's window of outstanding requests.
 enum Slot {
-    Waiting { verbs: usize, waker: Option<Waker> },
+    Waiting {
+        verbs: usize,
+        waker: Option<Waker>,
+    },
     Ready(Vec<Completion>),
     /// Its future was dropped before the answer came; the answer is still
     /// due (the verbs execute all the same) and will be discarded.
-    Abandoned { verbs: usize },
+    Abandoned {
+        verbs: usize,
+    },
     /// Answered and consumed (or discarded): the slot can be released.
     Gone,
 }
@@ -90,7 +95,10 @@ impl Conn {
                 return;
             }
             if !i.closed {
-                log::warn!("tcp fabric: connection to memory node {} lost: {why}", self.mem);
+                log::warn!(
+                    "tcp fabric: connection to memory node {} lost: {why}",
+                    self.mem
+                );
             }
             i.dead = true;
             i.out = Vec::new();
@@ -125,7 +133,10 @@ impl Conn {
             match slot {
                 Slot::Waiting { verbs, waker: w } => {
                     if *verbs != completions.len() {
-                        return Err(format!("{} completions for a batch of {verbs}", completions.len()));
+                        return Err(format!(
+                            "{} completions for a batch of {verbs}",
+                            completions.len()
+                        ));
                     }
                     waker = w.take();
                     *slot = Slot::Ready(completions);
@@ -133,13 +144,18 @@ impl Conn {
                 // The poster lost interest; the verbs executed all the same.
                 Slot::Abandoned { verbs } => {
                     if *verbs != completions.len() {
-                        return Err(format!("{} completions for a batch of {verbs}", completions.len()));
+                        return Err(format!(
+                            "{} completions for a batch of {verbs}",
+                            completions.len()
+                        ));
                     }
                     waker = None;
                     *slot = Slot::Gone;
                     i.pop_gone();
                 }
-                Slot::Ready(_) | Slot::Gone => return Err(format!("second answer to request {req_id}")),
+                Slot::Ready(_) | Slot::Gone => {
+                    return Err(format!("second answer to request {req_id}"))
+                }
             }
         }
         if let Some(w) = waker {
@@ -192,7 +208,9 @@ impl TcpQp {
         let (rd, wr) = stream.into_split();
         tokio::task::spawn_local(reader_task(conn.clone(), rd));
         tokio::task::spawn_local(writer_task(conn.clone(), wr));
-        TcpQp { link: Rc::new(Link(conn)) }
+        TcpQp {
+            link: Rc::new(Link(conn)),
+        }
     }
 
     /// Whether the connection is still up (a false answer is final).
@@ -202,7 +220,14 @@ impl TcpQp {
 
     /// Requests posted and not yet consumed or dropped.
     pub fn outstanding(&self) -> usize {
-        self.link.0.inner.borrow().slots.iter().filter(|s| matches!(s, Slot::Waiting { .. } | Slot::Ready(_))).count()
+        self.link
+            .0
+            .inner
+            .borrow()
+            .slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Waiting { .. } | Slot::Ready(_)))
+            .count()
     }
 }
 
@@ -238,13 +263,21 @@ impl QueuePair for TcpQp {
             let req_id = i.next_req_id;
             i.next_req_id += 1;
             wire::encode_batch(&mut i.out, req_id, &batch);
-            i.slots.push_back(Slot::Waiting { verbs: n, waker: None });
+            i.slots.push_back(Slot::Waiting {
+                verbs: n,
+                waker: None,
+            });
             (req_id, i.writer_waker.take())
         };
         if let Some(w) = writer {
             w.wake();
         }
-        TcpPending { state: PendingState::Waiting { conn: conn.clone(), req_id } }
+        TcpPending {
+            state: PendingState::Waiting {
+                conn: conn.clone(),
+                req_id,
+            },
+        }
     }
 
     fn memory_node(&self) -> MemNodeId {
@@ -265,7 +298,9 @@ pub struct TcpPending {
 
 impl TcpPending {
     fn ready(c: Vec<Completion>) -> Self {
-        TcpPending { state: PendingState::Ready(c) }
+        TcpPending {
+            state: PendingState::Ready(c),
+        }
     }
 }
 
@@ -395,12 +430,17 @@ async fn read_loop(conn: &Conn, rd: &mut OwnedReadHalf) -> String {
             let body = &buf[start + FRAME_HEADER_BYTES..start + FRAME_HEADER_BYTES + len];
             start += FRAME_HEADER_BYTES + len;
             match ServerMsg::decode(body) {
-                Ok(ServerMsg::Done { req_id, completions }) => {
+                Ok(ServerMsg::Done {
+                    req_id,
+                    completions,
+                }) => {
                     if let Err(why) = conn.complete(req_id, completions) {
                         return why;
                     }
                 }
-                Ok(ServerMsg::Reject { reason }) => return format!("server rejected the connection: {reason:?}"),
+                Ok(ServerMsg::Reject { reason }) => {
+                    return format!("server rejected the connection: {reason:?}")
+                }
                 Ok(other) => return format!("unexpected {other:?}"),
                 Err(e) => return e.to_string(),
             }
@@ -423,7 +463,10 @@ async fn read_loop(conn: &Conn, rd: &mut OwnedReadHalf) -> String {
         if buf.len() - start < need {
             buf.resize(start + need, 0);
         }
-        debug_assert!(end < buf.len(), "an incomplete frame always leaves room to read");
+        debug_assert!(
+            end < buf.len(),
+            "an incomplete frame always leaves room to read"
+        );
         match rd.read(&mut buf[end..]).await {
             Ok(0) => {
                 return "server closed the connection".to_string();

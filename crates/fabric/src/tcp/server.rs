@@ -95,7 +95,12 @@ impl MemoryServerHandle {
                 return Err(e);
             }
         };
-        Ok(MemoryServerHandle { addr, shared, acceptor: Some(acceptor), poller: Some(poller) })
+        Ok(MemoryServerHandle {
+            addr,
+            shared,
+            acceptor: Some(acceptor),
+            poller: Some(poller),
+        })
     }
 
     /// Bind `addr` (e.g. `127.0.0.1:0`) and serve `node` from background threads.
@@ -124,8 +129,12 @@ impl MemoryServerHandle {
         }
         // The acceptor is blocked in accept(): a connection of our own wakes it.
         let wake = match self.addr {
-            SocketAddr::V4(a) if a.ip().is_unspecified() => SocketAddr::from((Ipv4Addr::LOCALHOST, a.port())),
-            SocketAddr::V6(a) if a.ip().is_unspecified() => SocketAddr::from((Ipv6Addr::LOCALHOST, a.port())),
+            SocketAddr::V4(a) if a.ip().is_unspecified() => {
+                SocketAddr::from((Ipv4Addr::LOCALHOST, a.port()))
+            }
+            SocketAddr::V6(a) if a.ip().is_unspecified() => {
+                SocketAddr::from((Ipv6Addr::LOCALHOST, a.port()))
+            }
             a => a,
         };
         match TcpStream::connect_timeout(&wake, Duration::from_secs(1)) {
@@ -135,7 +144,10 @@ impl MemoryServerHandle {
                 }
             }
             // Joining would hang; the acceptor exits at its next accept.
-            Err(e) => log::warn!("memory server {}: could not wake the acceptor: {e}", self.addr),
+            Err(e) => log::warn!(
+                "memory server {}: could not wake the acceptor: {e}",
+                self.addr
+            ),
         }
         for (_, s) in self.shared.conns().drain() {
             let _ = s.shutdown(Shutdown::Both);
@@ -155,10 +167,16 @@ impl Drop for MemoryServerHandle {
 
 /// Thread names stay within Linux's 15 visible characters and carry the
 /// port, so an operator (or a test) can find a given server's poller.
-fn start(node: Arc<MemoryNode>, secret: u64, port: u16) -> io::Result<(Arc<Shared>, JoinHandle<()>)> {
+fn start(
+    node: Arc<MemoryNode>,
+    secret: u64,
+    port: u16,
+) -> io::Result<(Arc<Shared>, JoinHandle<()>)> {
     let queue = Arc::new(WorkQueue::new());
     let (q, n) = (queue.clone(), node.clone());
-    let poller = thread::Builder::new().name(format!("mempoll-{port}")).spawn(move || poller::run(q, n))?;
+    let poller = thread::Builder::new()
+        .name(format!("mempoll-{port}"))
+        .spawn(move || poller::run(q, n))?;
     queue.set_poller(poller.thread().clone());
     let shared = Arc::new(Shared {
         node,
@@ -278,10 +296,14 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
             match opened {
                 Ok(write_half) => {
                     let _ = write_half.set_write_timeout(Some(WRITE_STALL_MAX));
-                    data_loop(shared, conn, peer, compute, key, write_half, &mut rd, &mut body);
+                    data_loop(
+                        shared, conn, peer, compute, key, write_half, &mut rd, &mut body,
+                    );
                 }
                 Err(e) => {
-                    log::warn!("memory server: connection {conn} from {peer}: handshake failed: {e}");
+                    log::warn!(
+                        "memory server: connection {conn} from {peer}: handshake failed: {e}"
+                    );
                     let _ = stream.shutdown(Shutdown::Both);
                 }
             }
@@ -296,7 +318,10 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
             let _ = stream.shutdown(Shutdown::Both);
         }
         Ok(other) => {
-            log::warn!("memory server: connection {conn} from {peer}: {} before handshake", opname(&other));
+            log::warn!(
+                "memory server: connection {conn} from {peer}: {} before handshake",
+                opname(&other)
+            );
             reject(&stream, RejectReason::Protocol);
         }
         Err(e) => {
@@ -330,7 +355,15 @@ fn data_loop(
     rd: &mut BufReader<TcpStream>,
     body: &mut Vec<u8>,
 ) {
-    if !shared.queue.push(Work::Open { conn, compute, key, stream: write_half }, 0) {
+    if !shared.queue.push(
+        Work::Open {
+            conn,
+            compute,
+            key,
+            stream: write_half,
+        },
+        0,
+    ) {
         return;
     }
     loop {
@@ -350,7 +383,14 @@ fn data_loop(
         }
         match ClientMsg::decode(body) {
             Ok(ClientMsg::Batch { req_id, verbs }) => {
-                if !shared.queue.push(Work::Batch { conn, req_id, verbs }, body.len()) {
+                if !shared.queue.push(
+                    Work::Batch {
+                        conn,
+                        req_id,
+                        verbs,
+                    },
+                    body.len(),
+                ) {
                     return;
                 }
             }
@@ -404,7 +444,9 @@ fn admin_loop(
                 }
                 Err(e) => {
                     log::warn!("memory server: refused registration: {e}");
-                    ServerMsg::Reject { reason: RejectReason::Fenced }
+                    ServerMsg::Reject {
+                        reason: RejectReason::Fenced,
+                    }
                 }
             },
             Ok(ClientMsg::Revoke { compute }) => {
@@ -414,9 +456,14 @@ fn admin_loop(
                 log::info!("memory server: revoked compute node {compute}");
                 ServerMsg::Revoked
             }
-            Ok(ClientMsg::Info) => ServerMsg::Info { size_bytes: shared.node.size_bytes() },
+            Ok(ClientMsg::Info) => ServerMsg::Info {
+                size_bytes: shared.node.size_bytes(),
+            },
             Ok(other) => {
-                log::warn!("memory server: admin connection {conn} from {peer}: closing: unexpected {}", opname(&other));
+                log::warn!(
+                    "memory server: admin connection {conn} from {peer}: closing: unexpected {}",
+                    opname(&other)
+                );
                 reject(stream, RejectReason::Protocol);
                 return;
             }

@@ -70,11 +70,15 @@ pub enum FrameError {
     /// A zero length prefix: every body holds at least an opcode.
     Empty,
     /// A length prefix above [`FRAME_BYTES_MAX`].
-    Oversized { len: usize },
+    Oversized {
+        len: usize,
+    },
     /// The stream ended inside a frame, or a field runs past the body.
     Truncated,
     /// Bytes left over after the last field.
-    TrailingBytes { extra: usize },
+    TrailingBytes {
+        extra: usize,
+    },
     UnknownOpcode(u8),
     UnknownVerb(u8),
     UnknownCompletion(u8),
@@ -89,14 +93,20 @@ impl fmt::Display for FrameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FrameError::Empty => write!(f, "empty frame"),
-            FrameError::Oversized { len } => write!(f, "frame of {len} bytes exceeds {FRAME_BYTES_MAX}"),
+            FrameError::Oversized { len } => {
+                write!(f, "frame of {len} bytes exceeds {FRAME_BYTES_MAX}")
+            }
             FrameError::Truncated => write!(f, "truncated frame"),
-            FrameError::TrailingBytes { extra } => write!(f, "{extra} trailing bytes after message"),
+            FrameError::TrailingBytes { extra } => {
+                write!(f, "{extra} trailing bytes after message")
+            }
             FrameError::UnknownOpcode(op) => write!(f, "unknown opcode {op:#04x}"),
             FrameError::UnknownVerb(t) => write!(f, "unknown verb tag {t:#04x}"),
             FrameError::UnknownCompletion(t) => write!(f, "unknown completion tag {t:#04x}"),
             FrameError::UnknownRejectReason(r) => write!(f, "unknown reject reason {r:#04x}"),
-            FrameError::Version(v) => write!(f, "protocol version {v}, expected {PROTOCOL_VERSION}"),
+            FrameError::Version(v) => {
+                write!(f, "protocol version {v}, expected {PROTOCOL_VERSION}")
+            }
             FrameError::ResponseTooLarge => write!(f, "batch response would exceed one frame"),
         }
     }
@@ -143,13 +153,25 @@ impl RejectReason {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientMsg {
     /// First frame of a data connection: "I am `compute`, holding `key`".
-    Hello { compute: ComputeNodeId, key: RegionKey },
+    Hello {
+        compute: ComputeNodeId,
+        key: RegionKey,
+    },
     /// One doorbell batch; answered by one `Done` with the same `req_id`.
-    Batch { req_id: u64, verbs: Vec<Verb> },
+    Batch {
+        req_id: u64,
+        verbs: Vec<Verb>,
+    },
     /// First frame of a control connection.
-    Admin { secret: u64 },
-    Register { compute: ComputeNodeId },
-    Revoke { compute: ComputeNodeId },
+    Admin {
+        secret: u64,
+    },
+    Register {
+        compute: ComputeNodeId,
+    },
+    Revoke {
+        compute: ComputeNodeId,
+    },
     Info,
 }
 
@@ -158,14 +180,23 @@ pub enum ClientMsg {
 pub enum ServerMsg {
     HelloOk,
     /// One completion per verb of the batch `req_id`, in order.
-    Done { req_id: u64, completions: Vec<Completion> },
+    Done {
+        req_id: u64,
+        completions: Vec<Completion>,
+    },
     AdminOk,
-    Registered { key: RegionKey },
+    Registered {
+        key: RegionKey,
+    },
     /// The acknowledgement of `Revoke`: sent after the key is dead.
     Revoked,
-    Info { size_bytes: u64 },
+    Info {
+        size_bytes: u64,
+    },
     /// Sent just before the server closes the connection.
-    Reject { reason: RejectReason },
+    Reject {
+        reason: RejectReason,
+    },
 }
 
 /// Bytes `verb` takes on the wire.
@@ -217,7 +248,9 @@ pub fn end_frame(out: &mut [u8], start: usize) {
 /// Append a whole `Batch` frame, encoding straight from the caller's verbs so
 /// the client's post path copies each verb once. The caller checked [`batch_fits`].
 pub fn encode_batch(out: &mut Vec<u8>, req_id: u64, verbs: &[Verb]) {
-    out.reserve(FRAME_HEADER_BYTES + BATCH_HEAD_BYTES + verbs.iter().map(verb_bytes).sum::<usize>());
+    out.reserve(
+        FRAME_HEADER_BYTES + BATCH_HEAD_BYTES + verbs.iter().map(verb_bytes).sum::<usize>(),
+    );
     let start = begin_frame(out, OP_BATCH);
     out.extend_from_slice(&req_id.to_le_bytes());
     out.extend_from_slice(&(verbs.len() as u32).to_le_bytes());
@@ -240,7 +273,11 @@ fn encode_verb(out: &mut Vec<u8>, verb: &Verb) {
             out.extend_from_slice(&(data.len() as u32).to_le_bytes());
             out.extend_from_slice(data);
         }
-        Verb::Cas { addr, expected, new } => {
+        Verb::Cas {
+            addr,
+            expected,
+            new,
+        } => {
             out.push(VERB_CAS);
             out.extend_from_slice(&addr.to_le_bytes());
             out.extend_from_slice(&expected.to_le_bytes());
@@ -306,7 +343,11 @@ impl ClientMsg {
                 end_frame(out, start);
             }
             ClientMsg::Register { compute } | ClientMsg::Revoke { compute } => {
-                let op = if matches!(self, ClientMsg::Register { .. }) { OP_REGISTER } else { OP_REVOKE };
+                let op = if matches!(self, ClientMsg::Register { .. }) {
+                    OP_REGISTER
+                } else {
+                    OP_REVOKE
+                };
                 let start = begin_frame(out, op);
                 out.extend_from_slice(&compute.to_le_bytes());
                 end_frame(out, start);
@@ -324,7 +365,10 @@ impl ClientMsg {
         let msg = match c.u8()? {
             OP_HELLO => {
                 check_version(c.u8()?)?;
-                ClientMsg::Hello { compute: c.u16()?, key: c.u64()? }
+                ClientMsg::Hello {
+                    compute: c.u16()?,
+                    key: c.u64()?,
+                }
             }
             OP_BATCH => {
                 let req_id = c.u64()?;
@@ -370,14 +414,27 @@ fn check_version(v: u8) -> Result<(), FrameError> {
 
 fn decode_verb(c: &mut Cursor<'_>) -> Result<Verb, FrameError> {
     Ok(match c.u8()? {
-        VERB_READ => Verb::Read { addr: c.u64()?, len: c.u32()? },
+        VERB_READ => Verb::Read {
+            addr: c.u64()?,
+            len: c.u32()?,
+        },
         VERB_WRITE => {
             let addr = c.u64()?;
             let len = c.u32()? as usize;
-            Verb::Write { addr, data: c.bytes(len)?.to_vec() }
+            Verb::Write {
+                addr,
+                data: c.bytes(len)?.to_vec(),
+            }
         }
-        VERB_CAS => Verb::Cas { addr: c.u64()?, expected: c.u64()?, new: c.u64()? },
-        VERB_FAA => Verb::Faa { addr: c.u64()?, add: c.u64()? },
+        VERB_CAS => Verb::Cas {
+            addr: c.u64()?,
+            expected: c.u64()?,
+            new: c.u64()?,
+        },
+        VERB_FAA => Verb::Faa {
+            addr: c.u64()?,
+            add: c.u64()?,
+        },
         t => return Err(FrameError::UnknownVerb(t)),
     })
 }
@@ -404,7 +461,10 @@ impl ServerMsg {
     pub fn encode(&self, out: &mut Vec<u8>) {
         let start;
         match self {
-            ServerMsg::Done { req_id, completions } => {
+            ServerMsg::Done {
+                req_id,
+                completions,
+            } => {
                 start = begin_done(out, *req_id, completions.len());
                 for c in completions {
                     encode_completion(out, c);
@@ -444,14 +504,21 @@ impl ServerMsg {
                 for _ in 0..count {
                     completions.push(decode_completion(&mut c)?);
                 }
-                ServerMsg::Done { req_id, completions }
+                ServerMsg::Done {
+                    req_id,
+                    completions,
+                }
             }
             OP_HELLO_OK => ServerMsg::HelloOk,
             OP_ADMIN_OK => ServerMsg::AdminOk,
             OP_REGISTERED => ServerMsg::Registered { key: c.u64()? },
             OP_REVOKED => ServerMsg::Revoked,
-            OP_INFO_REPLY => ServerMsg::Info { size_bytes: c.u64()? },
-            OP_REJECT => ServerMsg::Reject { reason: RejectReason::from_u8(c.u8()?)? },
+            OP_INFO_REPLY => ServerMsg::Info {
+                size_bytes: c.u64()?,
+            },
+            OP_REJECT => ServerMsg::Reject {
+                reason: RejectReason::from_u8(c.u8()?)?,
+            },
             op => return Err(FrameError::UnknownOpcode(op)),
         };
         c.finish()?;
@@ -573,8 +640,14 @@ mod tests {
 
     fn client_samples() -> Vec<ClientMsg> {
         vec![
-            ClientMsg::Hello { compute: 7, key: 0xDEAD_BEEF_0123_4567 },
-            ClientMsg::Batch { req_id: 0, verbs: vec![] },
+            ClientMsg::Hello {
+                compute: 7,
+                key: 0xDEAD_BEEF_0123_4567,
+            },
+            ClientMsg::Batch {
+                req_id: 0,
+                verbs: vec![],
+            },
             ClientMsg::Batch {
                 req_id: u64::MAX,
                 verbs: vec![
@@ -595,7 +668,10 @@ mod tests {
     fn server_samples() -> Vec<ServerMsg> {
         vec![
             ServerMsg::HelloOk,
-            ServerMsg::Done { req_id: 3, completions: vec![] },
+            ServerMsg::Done {
+                req_id: 3,
+                completions: vec![],
+            },
             ServerMsg::Done {
                 req_id: 9,
                 completions: vec![
@@ -613,19 +689,35 @@ mod tests {
             ServerMsg::AdminOk,
             ServerMsg::Registered { key: 77 },
             ServerMsg::Revoked,
-            ServerMsg::Info { size_bytes: 1 << 30 },
-            ServerMsg::Reject { reason: RejectReason::BadKey },
-            ServerMsg::Reject { reason: RejectReason::BadSecret },
-            ServerMsg::Reject { reason: RejectReason::Protocol },
-            ServerMsg::Reject { reason: RejectReason::Busy },
-            ServerMsg::Reject { reason: RejectReason::Fenced },
+            ServerMsg::Info {
+                size_bytes: 1 << 30,
+            },
+            ServerMsg::Reject {
+                reason: RejectReason::BadKey,
+            },
+            ServerMsg::Reject {
+                reason: RejectReason::BadSecret,
+            },
+            ServerMsg::Reject {
+                reason: RejectReason::Protocol,
+            },
+            ServerMsg::Reject {
+                reason: RejectReason::Busy,
+            },
+            ServerMsg::Reject {
+                reason: RejectReason::Fenced,
+            },
         ]
     }
 
     /// Split an encoded frame into its checked length and body.
     fn body_of(frame: &[u8]) -> &[u8] {
         let len = frame_len(frame[..4].try_into().unwrap()).unwrap();
-        assert_eq!(len, frame.len() - 4, "length prefix covers exactly the body");
+        assert_eq!(
+            len,
+            frame.len() - 4,
+            "length prefix covers exactly the body"
+        );
         &frame[4..]
     }
 
@@ -640,7 +732,10 @@ mod tests {
             let mut r = &buf[..];
             assert!(matches!(read_frame(&mut r, &mut body), Ok(true)));
             assert_eq!(ClientMsg::decode(&body), Ok(m));
-            assert!(matches!(read_frame(&mut r, &mut body), Ok(false)), "clean end of stream");
+            assert!(
+                matches!(read_frame(&mut r, &mut body), Ok(false)),
+                "clean end of stream"
+            );
         }
         for m in server_samples() {
             let mut buf = Vec::new();
@@ -664,18 +759,33 @@ mod tests {
         }
         for (frame, is_client) in frames {
             let body = &frame[4..];
-            let decode = |b: &[u8]| if is_client { ClientMsg::decode(b).err() } else { ServerMsg::decode(b).err() };
+            let decode = |b: &[u8]| {
+                if is_client {
+                    ClientMsg::decode(b).err()
+                } else {
+                    ServerMsg::decode(b).err()
+                }
+            };
             for cut in 0..body.len() {
-                assert!(decode(&body[..cut]).is_some(), "prefix {cut} of {body:?} decoded");
+                assert!(
+                    decode(&body[..cut]).is_some(),
+                    "prefix {cut} of {body:?} decoded"
+                );
             }
             let mut longer = body.to_vec();
             longer.push(0);
-            assert_eq!(decode(&longer), Some(FrameError::TrailingBytes { extra: 1 }));
+            assert_eq!(
+                decode(&longer),
+                Some(FrameError::TrailingBytes { extra: 1 })
+            );
             // A stream that ends inside the frame is truncated, not a clean end.
             for cut in 1..frame.len() {
                 let mut r = &frame[..cut];
                 let got = read_frame(&mut r, &mut Vec::new());
-                assert!(matches!(got, Err(ReadFrameError::Frame(FrameError::Truncated))), "cut {cut}: {got:?}");
+                assert!(
+                    matches!(got, Err(ReadFrameError::Frame(FrameError::Truncated))),
+                    "cut {cut}: {got:?}"
+                );
             }
         }
     }
@@ -683,18 +793,39 @@ mod tests {
     #[test]
     fn bad_lengths_opcodes_and_tags_are_errors() {
         assert_eq!(frame_len(0u32.to_le_bytes()), Err(FrameError::Empty));
-        assert_eq!(frame_len((FRAME_BYTES_MAX as u32).to_le_bytes()), Ok(FRAME_BYTES_MAX));
+        assert_eq!(
+            frame_len((FRAME_BYTES_MAX as u32).to_le_bytes()),
+            Ok(FRAME_BYTES_MAX)
+        );
         let big = FRAME_BYTES_MAX + 1;
-        assert_eq!(frame_len((big as u32).to_le_bytes()), Err(FrameError::Oversized { len: big }));
+        assert_eq!(
+            frame_len((big as u32).to_le_bytes()),
+            Err(FrameError::Oversized { len: big })
+        );
         let mut r = &u32::MAX.to_le_bytes()[..];
-        assert!(matches!(read_frame(&mut r, &mut Vec::new()), Err(ReadFrameError::Frame(FrameError::Oversized { .. }))));
+        assert!(matches!(
+            read_frame(&mut r, &mut Vec::new()),
+            Err(ReadFrameError::Frame(FrameError::Oversized { .. }))
+        ));
 
         assert_eq!(ClientMsg::decode(&[]), Err(FrameError::Truncated));
-        assert_eq!(ClientMsg::decode(&[0x7F]), Err(FrameError::UnknownOpcode(0x7F)));
+        assert_eq!(
+            ClientMsg::decode(&[0x7F]),
+            Err(FrameError::UnknownOpcode(0x7F))
+        );
         // A server message is not a client message and vice versa.
-        assert_eq!(ClientMsg::decode(&[OP_HELLO_OK]), Err(FrameError::UnknownOpcode(OP_HELLO_OK)));
-        assert_eq!(ServerMsg::decode(&[OP_INFO]), Err(FrameError::UnknownOpcode(OP_INFO)));
-        assert_eq!(ClientMsg::decode(&[OP_HELLO, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(FrameError::Version(9)));
+        assert_eq!(
+            ClientMsg::decode(&[OP_HELLO_OK]),
+            Err(FrameError::UnknownOpcode(OP_HELLO_OK))
+        );
+        assert_eq!(
+            ServerMsg::decode(&[OP_INFO]),
+            Err(FrameError::UnknownOpcode(OP_INFO))
+        );
+        assert_eq!(
+            ClientMsg::decode(&[OP_HELLO, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            Err(FrameError::Version(9))
+        );
 
         let mut batch = vec![OP_BATCH];
         batch.extend_from_slice(&1u64.to_le_bytes());
@@ -702,7 +833,10 @@ mod tests {
         let mut bad_verb = batch.clone();
         bad_verb.push(9);
         bad_verb.extend_from_slice(&[0; 12]);
-        assert_eq!(ClientMsg::decode(&bad_verb), Err(FrameError::UnknownVerb(9)));
+        assert_eq!(
+            ClientMsg::decode(&bad_verb),
+            Err(FrameError::UnknownVerb(9))
+        );
         // A count the body cannot hold is refused before anything is reserved.
         let mut huge_count = vec![OP_BATCH];
         huge_count.extend_from_slice(&1u64.to_le_bytes());
@@ -719,8 +853,14 @@ mod tests {
         bad_done.extend_from_slice(&1u64.to_le_bytes());
         bad_done.extend_from_slice(&1u32.to_le_bytes());
         bad_done.push(0x55);
-        assert_eq!(ServerMsg::decode(&bad_done), Err(FrameError::UnknownCompletion(0x55)));
-        assert_eq!(ServerMsg::decode(&[OP_REJECT, 0]), Err(FrameError::UnknownRejectReason(0)));
+        assert_eq!(
+            ServerMsg::decode(&bad_done),
+            Err(FrameError::UnknownCompletion(0x55))
+        );
+        assert_eq!(
+            ServerMsg::decode(&[OP_REJECT, 0]),
+            Err(FrameError::UnknownRejectReason(0))
+        );
     }
 
     #[test]
@@ -729,9 +869,15 @@ mod tests {
         assert!(!batch_fits(&verbs));
         let mut buf = Vec::new();
         encode_batch(&mut buf, 1, &verbs);
-        assert_eq!(ClientMsg::decode(body_of(&buf)), Err(FrameError::ResponseTooLarge));
+        assert_eq!(
+            ClientMsg::decode(body_of(&buf)),
+            Err(FrameError::ResponseTooLarge)
+        );
 
-        let fits = vec![Verb::read(0, (FRAME_BYTES_MAX - BATCH_HEAD_BYTES - 5) as u32)];
+        let fits = vec![Verb::read(
+            0,
+            (FRAME_BYTES_MAX - BATCH_HEAD_BYTES - 5) as u32,
+        )];
         assert!(batch_fits(&fits));
         buf.clear();
         encode_batch(&mut buf, 1, &fits);
@@ -758,7 +904,15 @@ mod tests {
             body.extend((0..len).map(|_| next() as u8));
             // Bias the first byte towards real opcodes so decoding goes deep.
             if i % 2 == 0 && !body.is_empty() {
-                let ops = [OP_HELLO, OP_BATCH, OP_ADMIN, OP_REGISTER, OP_DONE, OP_REJECT, OP_INFO_REPLY];
+                let ops = [
+                    OP_HELLO,
+                    OP_BATCH,
+                    OP_ADMIN,
+                    OP_REGISTER,
+                    OP_DONE,
+                    OP_REJECT,
+                    OP_INFO_REPLY,
+                ];
                 body[0] = ops[(next() % ops.len() as u64) as usize];
             }
             let _ = ClientMsg::decode(&body);

@@ -48,7 +48,14 @@ async fn search(api: &Api, l: u64, k: Value) -> Result<(u64, u64, Value), Lost> 
 }
 
 /// Insert `k` as node `node` (data fields set to `meta`); false if present.
-pub async fn insert(api: &Api, l: u64, k: Value, node: u64, meta: Value, fields: u64) -> Result<bool, Lost> {
+pub async fn insert(
+    api: &Api,
+    l: u64,
+    k: Value,
+    node: u64,
+    meta: Value,
+    fields: u64,
+) -> Result<bool, Lost> {
     api.write(elem(l, node), k).await?;
     for f in 2..=fields + 1 {
         api.write(field(head(l), node, f), meta).await?;

@@ -69,7 +69,10 @@ impl Future for Call<'_> {
 
 impl Api {
     pub fn call(&self, op: Op) -> impl Future<Output = Result<Reply, Lost>> + '_ {
-        Call { chan: &self.0, op: Some(op) }
+        Call {
+            chan: &self.0,
+            op: Some(op),
+        }
     }
 
     /// The harness clock at the last call's answer.
@@ -101,13 +104,30 @@ impl Api {
     }
 
     /// A weak CAS (fails locally when the local value differs).
-    pub async fn cas(&self, key: Key, expected: Value, new: Value) -> Result<Result<(), CasErr>, Lost> {
-        Ok(match self.call(Op::Cas { key, expected, new, weak: true }).await? {
-            Reply::Rmw { .. } => Ok(()),
-            Reply::CasFail { value, local: true, .. } => Err(CasErr::Local(value)),
-            Reply::CasFail { value, .. } => Err(CasErr::Remote(value)),
-            r => panic!("CAS answered {r:?}"),
-        })
+    pub async fn cas(
+        &self,
+        key: Key,
+        expected: Value,
+        new: Value,
+    ) -> Result<Result<(), CasErr>, Lost> {
+        Ok(
+            match self
+                .call(Op::Cas {
+                    key,
+                    expected,
+                    new,
+                    weak: true,
+                })
+                .await?
+            {
+                Reply::Rmw { .. } => Ok(()),
+                Reply::CasFail {
+                    value, local: true, ..
+                } => Err(CasErr::Local(value)),
+                Reply::CasFail { value, .. } => Err(CasErr::Remote(value)),
+                r => panic!("CAS answered {r:?}"),
+            },
+        )
     }
 }
 

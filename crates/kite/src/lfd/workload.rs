@@ -41,7 +41,10 @@ impl LfdKind {
     }
 
     pub fn parse(s: &str) -> Result<LfdKind, String> {
-        LfdKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| format!("unknown data structure {s:?} (ts, msq, hml)"))
+        LfdKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown data structure {s:?} (ts, msq, hml)"))
     }
 }
 
@@ -58,11 +61,21 @@ pub struct LfdOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LfdOpKind {
     /// Push or enqueue of `node`.
-    Push { node: u64 },
+    Push {
+        node: u64,
+    },
     /// Pop or dequeue: the node, or `None` (empty).
-    Pop { node: Option<u64> },
-    Insert { elem: Value, ok: bool },
-    Delete { elem: Value, ok: bool },
+    Pop {
+        node: Option<u64>,
+    },
+    Insert {
+        elem: Value,
+        ok: bool,
+    },
+    Delete {
+        elem: Value,
+        ok: bool,
+    },
 }
 
 /// Every operation and what the inline checks found.
@@ -78,7 +91,13 @@ pub struct LfdLog {
 
 impl LfdLog {
     fn start(&mut self, session: SessionId, structure: u64, kind: LfdOpKind, now: u64) -> usize {
-        self.ops.push(LfdOp { session, structure, kind, invoke_ns: now, complete_ns: None });
+        self.ops.push(LfdOp {
+            session,
+            structure,
+            kind,
+            invoke_ns: now,
+            complete_ns: None,
+        });
         self.ops.len() - 1
     }
 
@@ -87,7 +106,9 @@ impl LfdLog {
         op.complete_ns = Some(now);
         let (st, s) = (op.structure, op.session);
         let Some((node, data)) = got else {
-            return self.violations.push(format!("session {s}: structure {st} was empty after the session's own push"));
+            return self.violations.push(format!(
+                "session {s}: structure {st} was empty after the session's own push"
+            ));
         };
         op.kind = LfdOpKind::Pop { node: Some(node) };
         match self.pushed.get(&node) {
@@ -98,7 +119,9 @@ impl LfdLog {
             Some(_) => {}
         }
         if let Some(j) = self.popped.insert(node, i) {
-            self.violations.push(format!("structure {st}: node {node:#x} popped twice (ops {j} and {i})"));
+            self.violations.push(format!(
+                "structure {st}: node {node:#x} popped twice (ops {j} and {i})"
+            ));
         }
     }
 }
@@ -137,7 +160,13 @@ pub struct LfdWorkload {
 }
 
 impl LfdWorkload {
-    pub fn new(kind: LfdKind, structures: u64, fields: u64, sessions: u64, seed: u64) -> LfdWorkload {
+    pub fn new(
+        kind: LfdKind,
+        structures: u64,
+        fields: u64,
+        sessions: u64,
+        seed: u64,
+    ) -> LfdWorkload {
         let n = sessions as usize;
         LfdWorkload {
             kind,
@@ -197,7 +226,10 @@ async fn session(c: Ctx, api: Api, s: SessionId, mut rng: Rng) {
 
 async fn push_pop(c: &Ctx, api: &Api, s: SessionId, st: u64, count: u64) {
     let (node, meta) = (node_id(s, count), (st << 48) | (s << 24) | count);
-    let i = c.log.borrow_mut().start(s, st, LfdOpKind::Push { node }, api.now());
+    let i = c
+        .log
+        .borrow_mut()
+        .start(s, st, LfdOpKind::Push { node }, api.now());
     c.log.borrow_mut().pushed.insert(node, (st, meta));
     let first = c.bug == Some(LfdBug::PublishFirst);
     let fields = if first { 0 } else { c.fields };
@@ -212,7 +244,10 @@ async fn push_pop(c: &Ctx, api: &Api, s: SessionId, st: u64, count: u64) {
         return; // lost with its node: outcome unknown
     }
     c.log.borrow_mut().ops[i].complete_ns = Some(api.now());
-    let j = c.log.borrow_mut().start(s, st, LfdOpKind::Pop { node: None }, api.now());
+    let j = c
+        .log
+        .borrow_mut()
+        .start(s, st, LfdOpKind::Pop { node: None }, api.now());
     let got = match c.kind {
         LfdKind::Stack => stack::pop(api, st, c.fields).await,
         _ => queue::dequeue(api, st, c.fields).await,
@@ -222,8 +257,19 @@ async fn push_pop(c: &Ctx, api: &Api, s: SessionId, st: u64, count: u64) {
     }
 }
 
-async fn write_fields(api: &Api, kind: LfdKind, st: u64, node: u64, meta: Value, fields: u64) -> Result<(), Lost> {
-    let base = if kind == LfdKind::Stack { stack::top(st) } else { queue::dummy(st) };
+async fn write_fields(
+    api: &Api,
+    kind: LfdKind,
+    st: u64,
+    node: u64,
+    meta: Value,
+    fields: u64,
+) -> Result<(), Lost> {
+    let base = if kind == LfdKind::Stack {
+        stack::top(st)
+    } else {
+        queue::dummy(st)
+    };
     for f in 1..=fields {
         api.write(super::field(base, node, f), meta).await?;
     }
@@ -233,7 +279,11 @@ async fn write_fields(api: &Api, kind: LfdKind, st: u64, node: u64, meta: Value,
 async fn list_op(c: &Ctx, api: &Api, s: SessionId, l: u64, node: u64, rng: &mut Rng) {
     let elem = 1 + rng.below(c.elems);
     let insert = rng.chance(0.5);
-    let kind = if insert { LfdOpKind::Insert { elem, ok: false } } else { LfdOpKind::Delete { elem, ok: false } };
+    let kind = if insert {
+        LfdOpKind::Insert { elem, ok: false }
+    } else {
+        LfdOpKind::Delete { elem, ok: false }
+    };
     let i = c.log.borrow_mut().start(s, l, kind, api.now());
     let r: Result<bool, Lost> = match insert {
         true => list::insert(api, l, elem, node, node, c.fields).await,
@@ -243,7 +293,11 @@ async fn list_op(c: &Ctx, api: &Api, s: SessionId, l: u64, node: u64, rng: &mut 
     if let Ok(ok) = r {
         let mut log = c.log.borrow_mut();
         log.ops[i].complete_ns = Some(api.now());
-        log.ops[i].kind = if insert { LfdOpKind::Insert { elem, ok } } else { LfdOpKind::Delete { elem, ok } };
+        log.ops[i].kind = if insert {
+            LfdOpKind::Insert { elem, ok }
+        } else {
+            LfdOpKind::Delete { elem, ok }
+        };
     }
 }
 
@@ -288,7 +342,11 @@ impl Workload for LfdWorkload {
     fn verify(&self, state: &dyn Fn(Key) -> Value) -> Result<String, String> {
         let log = self.log.borrow();
         if let Some(v) = log.violations.first() {
-            return Err(format!("{} (and {} more data-structure violations)", v, log.violations.len() - 1));
+            return Err(format!(
+                "{} (and {} more data-structure violations)",
+                v,
+                log.violations.len() - 1
+            ));
         }
         let summary = match self.kind {
             LfdKind::List => self.verify_lists(&log, state)?,
@@ -317,18 +375,33 @@ impl LfdWorkload {
                 present.insert(id);
             }
         }
-        let pending_pop = log.ops.iter().any(|o| o.complete_ns.is_none() && matches!(o.kind, LfdOpKind::Pop { .. }));
-        let done_pushes = log.ops.iter().filter(|o| o.complete_ns.is_some() && matches!(o.kind, LfdOpKind::Push { .. }));
+        let pending_pop = log
+            .ops
+            .iter()
+            .any(|o| o.complete_ns.is_none() && matches!(o.kind, LfdOpKind::Pop { .. }));
+        let done_pushes = log
+            .ops
+            .iter()
+            .filter(|o| o.complete_ns.is_some() && matches!(o.kind, LfdOpKind::Push { .. }));
         for o in done_pushes {
-            let LfdOpKind::Push { node } = o.kind else { continue };
+            let LfdOpKind::Push { node } = o.kind else {
+                continue;
+            };
             if !pending_pop && !present.contains(&node) && !log.popped.contains_key(&node) {
-                return Err(format!("structure {}: node {node:#x} was pushed and is lost", o.structure));
+                return Err(format!(
+                    "structure {}: node {node:#x} was pushed and is lost",
+                    o.structure
+                ));
             }
         }
         if self.kind == LfdKind::Queue {
             fifo(log)?;
         }
-        Ok(format!("{} ops, {} nodes left", log.ops.len(), present.len()))
+        Ok(format!(
+            "{} ops, {} nodes left",
+            log.ops.len(),
+            present.len()
+        ))
     }
 
     /// Lists: sorted, and each element there iff its successful inserts
@@ -378,7 +451,10 @@ fn fifo(log: &LfdLog) -> Result<(), String> {
         for &n in nodes.iter().rev() {
             let Some(d) = deq.get(&n) else { continue };
             if earliest_later_done < d.invoke_ns {
-                return Err(format!("queue {}: node {n:#x} dequeued after a node its enqueuer enqueued later", d.structure));
+                return Err(format!(
+                    "queue {}: node {n:#x} dequeued after a node its enqueuer enqueued later",
+                    d.structure
+                ));
             }
             earliest_later_done = earliest_later_done.min(d.complete_ns.unwrap_or(u64::MAX));
         }
@@ -391,19 +467,35 @@ pub struct Both(pub LfdWorkload, pub LfdWorkload);
 
 impl Workload for Both {
     fn next(&mut self, s: SessionId, now: u64, rng: &mut Rng) -> Option<Op> {
-        if s % 2 == 0 { self.0.next(s, now, rng) } else { self.1.next(s, now, rng) }
+        if s % 2 == 0 {
+            self.0.next(s, now, rng)
+        } else {
+            self.1.next(s, now, rng)
+        }
     }
     fn done(&mut self, s: SessionId, reply: &Reply, now: u64) {
-        if s % 2 == 0 { self.0.done(s, reply, now) } else { self.1.done(s, reply, now) }
+        if s % 2 == 0 {
+            self.0.done(s, reply, now)
+        } else {
+            self.1.done(s, reply, now)
+        }
     }
     fn lost(&mut self, s: SessionId, now: u64) {
-        if s % 2 == 0 { self.0.lost(s, now) } else { self.1.lost(s, now) }
+        if s % 2 == 0 {
+            self.0.lost(s, now)
+        } else {
+            self.1.lost(s, now)
+        }
     }
     fn stop(&mut self) {
         self.0.stop();
         self.1.stop();
     }
     fn verify(&self, state: &dyn Fn(Key) -> Value) -> Result<String, String> {
-        Ok(format!("{}; {}", self.0.verify(state)?, self.1.verify(state)?))
+        Ok(format!(
+            "{}; {}",
+            self.0.verify(state)?,
+            self.1.verify(state)?
+        ))
     }
 }

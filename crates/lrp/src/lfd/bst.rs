@@ -70,7 +70,10 @@ fn child_field(node: u64, node_key: u64, key: u64) -> u64 {
 
 fn alloc_node<M: PMem>(m: &M) -> u64 {
     let n = m.alloc(NODE_WORDS);
-    debug_assert!(n != 0 && n % NODE_WORDS == 0, "BST node at {n} is not 4-word aligned");
+    debug_assert!(
+        n != 0 && n % NODE_WORDS == 0,
+        "BST node at {n} is not 4-word aligned"
+    );
     n
 }
 
@@ -114,7 +117,16 @@ impl Bst {
     /// Descend from S's left edge to a leaf, remembering the last untagged
     /// edge passed (the one a cleanup will swing).
     async fn seek<M: PMem>(&self, m: &M, key: u64) -> Seek {
-        let mut s = Seek { ancestor: self.root, ancestor_key: INF2, successor: self.s, parent: self.s, parent_key: INF1, leaf: 0, leaf_key: 0, edge: 0 };
+        let mut s = Seek {
+            ancestor: self.root,
+            ancestor_key: INF2,
+            successor: self.s,
+            parent: self.s,
+            parent_key: INF1,
+            leaf: 0,
+            leaf_key: 0,
+            edge: 0,
+        };
         let mut edge = m.load(self.s + LEFT, Acquire).await;
         let mut at = addr(edge);
         let mut at_key = m.load(at + KEY, Plain).await;
@@ -131,7 +143,12 @@ impl Bst {
             at = addr(below);
             at_key = m.load(at + KEY, Plain).await;
         }
-        Seek { leaf: at, leaf_key: at_key, edge, ..s }
+        Seek {
+            leaf: at,
+            leaf_key: at_key,
+            edge,
+            ..s
+        }
     }
 
     /// Set the tag bit of an edge (a bit-test-and-set as a CAS loop); the
@@ -153,13 +170,23 @@ impl Bst {
     /// its flag. Whether this thread's swing did it.
     async fn cleanup<M: PMem>(&self, m: &M, key: u64, s: &Seek) -> bool {
         let ours = child_field(s.parent, s.parent_key, key);
-        let other = if ours == s.parent + LEFT { s.parent + RIGHT } else { s.parent + LEFT };
+        let other = if ours == s.parent + LEFT {
+            s.parent + RIGHT
+        } else {
+            s.parent + LEFT
+        };
         // If our side is not flagged, the flagged leaf is the other one, and
         // our side is what stays.
-        let keep = if flagged(m.load(ours, Acquire).await) { other } else { ours };
+        let keep = if flagged(m.load(ours, Acquire).await) {
+            other
+        } else {
+            ours
+        };
         let kept = Self::tag(m, keep).await;
         let swing = child_field(s.ancestor, s.ancestor_key, key);
-        m.cas(swing, s.successor, kept & !TAG, Release).await.is_ok()
+        m.cas(swing, s.successor, kept & !TAG, Release)
+            .await
+            .is_ok()
     }
 
     async fn insert<M: PMem>(&self, m: &M, key: u64) -> Outcome {
@@ -176,12 +203,24 @@ impl Bst {
                 self.cleanup(m, key, &s).await;
                 continue;
             }
-            let (left, right) = if key < s.leaf_key { (leaf, s.leaf) } else { (s.leaf, leaf) };
+            let (left, right) = if key < s.leaf_key {
+                (leaf, s.leaf)
+            } else {
+                (s.leaf, leaf)
+            };
             let inner_key = key.max(s.leaf_key);
             if !early {
                 fill(m, inner, inner_key, left, right).await;
             }
-            match m.cas(child_field(s.parent, s.parent_key, key), s.leaf, inner, Release).await {
+            match m
+                .cas(
+                    child_field(s.parent, s.parent_key, key),
+                    s.leaf,
+                    inner,
+                    Release,
+                )
+                .await
+            {
                 Ok(_) => {
                     let out = Outcome::done(m, 0);
                     if early {
@@ -214,7 +253,15 @@ impl Bst {
                 self.cleanup(m, key, &s).await;
                 continue;
             }
-            match m.cas(child_field(s.parent, s.parent_key, key), s.leaf, s.leaf | FLAG, Release).await {
+            match m
+                .cas(
+                    child_field(s.parent, s.parent_key, key),
+                    s.leaf,
+                    s.leaf | FLAG,
+                    Release,
+                )
+                .await
+            {
                 Ok(_) => {
                     let out = Outcome::done(m, 0);
                     if !self.cleanup(m, key, &s).await {
@@ -269,7 +316,10 @@ impl Lfd for Bst {
     /// bounds of the path (left `< key <=` right), flags only on edges to
     /// leaves, the sentinels in place. The keys of the unflagged user leaves.
     fn recover(&self, img: &Image) -> Result<Vec<u64>, String> {
-        if img.get(self.root + KEY)? != INF2 || img.get(self.root + LEFT)? != self.s || img.get(self.s + KEY)? != INF1 {
+        if img.get(self.root + KEY)? != INF2
+            || img.get(self.root + LEFT)? != self.s
+            || img.get(self.s + KEY)? != INF1
+        {
             return Err("the sentinel nodes R and S are not in place".into());
         }
         let mut keys = Vec::new();
@@ -280,13 +330,17 @@ impl Lfd for Bst {
         while let Some((edge, lo, hi)) = stack.pop() {
             let n = addr(edge);
             if n % NODE_WORDS != 0 || !seen.insert(n) || seen.len() > img.bound() {
-                return Err(format!("node {n} is misaligned or reachable twice (a cycle or a shared subtree)"));
+                return Err(format!(
+                    "node {n} is misaligned or reachable twice (a cycle or a shared subtree)"
+                ));
             }
             let (key, left, right) = (img.get(n + KEY)?, img.get(n + LEFT)?, img.get(n + RIGHT)?);
             match (left, right) {
                 (0, 0) => {
                     if (key as u128) >= hi || key < lo {
-                        return Err(format!("leaf {key} lies outside its subtree's range [{lo}, {hi})"));
+                        return Err(format!(
+                            "leaf {key} lies outside its subtree's range [{lo}, {hi})"
+                        ));
                     }
                     if key >= INF0 {
                         if flagged(edge) {
@@ -297,8 +351,12 @@ impl Lfd for Bst {
                         keys.push(key);
                     }
                 }
-                (0, _) | (_, 0) => return Err(format!("internal node {n} (key {key}) has one child")),
-                _ if flagged(edge) => return Err(format!("a flagged edge leads to internal node {n}")),
+                (0, _) | (_, 0) => {
+                    return Err(format!("internal node {n} (key {key}) has one child"))
+                }
+                _ if flagged(edge) => {
+                    return Err(format!("a flagged edge leads to internal node {n}"))
+                }
                 _ => {
                     // Left popped first: leaves come out in key order.
                     stack.push((right, key, hi));

@@ -20,7 +20,11 @@ pub struct Hash {
 impl Hash {
     fn bucket(&self, key: u64) -> Chain {
         let b = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % self.buckets;
-        Chain { head: self.heads + 2 * b, tail: self.tail, mutant: self.mutant }
+        Chain {
+            head: self.heads + 2 * b,
+            tail: self.tail,
+            mutant: self.mutant,
+        }
     }
 }
 
@@ -39,7 +43,12 @@ impl Lfd for Hash {
         for b in 0..buckets {
             Chain::init_head(m, heads + 2 * b, tail).await;
         }
-        Hash { heads, buckets, tail, mutant }
+        Hash {
+            heads,
+            buckets,
+            tail,
+            mutant,
+        }
     }
 
     async fn apply<M: PMem>(&self, m: &M, op: Op) -> Outcome {
@@ -52,10 +61,17 @@ impl Lfd for Hash {
     fn recover(&self, img: &Image) -> Result<Vec<u64>, String> {
         let mut keys = Vec::new();
         for b in 0..self.buckets {
-            let chain = Chain { head: self.heads + 2 * b, tail: self.tail, mutant: None };
+            let chain = Chain {
+                head: self.heads + 2 * b,
+                tail: self.tail,
+                mutant: None,
+            };
             let from = keys.len();
             chain.recover_into(img, &mut keys)?;
-            if let Some(&k) = keys[from..].iter().find(|&&k| self.bucket(k).head != chain.head) {
+            if let Some(&k) = keys[from..]
+                .iter()
+                .find(|&&k| self.bucket(k).head != chain.head)
+            {
                 return Err(format!("key {k} is in bucket {b}, not its own"));
             }
         }

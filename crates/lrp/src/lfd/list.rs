@@ -73,7 +73,11 @@ impl Chain {
 
     pub async fn insert<M: PMem>(&self, m: &M, key: u64) -> Outcome {
         let n = node(m, key, 0).await;
-        let link = if self.mutant == Some(Mutant::ListRelaxedLink) { Plain } else { Release };
+        let link = if self.mutant == Some(Mutant::ListRelaxedLink) {
+            Plain
+        } else {
+            Release
+        };
         loop {
             let (left, right) = self.search(m, key).await;
             if right != self.tail && m.load(right + KEY, Plain).await == key {
@@ -102,7 +106,10 @@ impl Chain {
                 }
                 continue;
             }
-            if m.cas(right + NEXT, next, next | MARK, Release).await.is_ok() {
+            if m.cas(right + NEXT, next, next | MARK, Release)
+                .await
+                .is_ok()
+            {
                 let out = Outcome::done(m, 0);
                 if m.cas(left + NEXT, right, next, Release).await.is_err() {
                     self.search(m, key).await;
@@ -122,7 +129,9 @@ impl Chain {
                 return Ok(());
             }
             if at == 0 {
-                return Err(format!("the list ends in null before its tail (after key {prev_key})"));
+                return Err(format!(
+                    "the list ends in null before its tail (after key {prev_key})"
+                ));
             }
             let key = img.get(at + KEY)?;
             let next = img.get(at + NEXT)?;

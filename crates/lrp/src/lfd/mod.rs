@@ -40,7 +40,11 @@ impl Outcome {
     }
 
     pub fn done<M: PMem>(m: &M, value: u64) -> Outcome {
-        Outcome { ok: true, value, lin: m.last_write() }
+        Outcome {
+            ok: true,
+            value,
+            lin: m.last_write(),
+        }
     }
 }
 
@@ -56,7 +60,9 @@ impl Image<'_> {
     pub fn get(&self, addr: u64) -> Result<u64, String> {
         match self.writers.get(addr as usize) {
             None => Err(format!("a link points outside the heap (word {addr})")),
-            Some(&UNWRITTEN) => Err(format!("word {addr} is reachable but was never written (an uninitialised node)")),
+            Some(&UNWRITTEN) => Err(format!(
+                "word {addr} is reachable but was never written (an uninitialised node)"
+            )),
             Some(_) => Ok(self.words[addr as usize]),
         }
     }
@@ -78,7 +84,13 @@ pub enum LfdKind {
 }
 
 impl LfdKind {
-    pub const ALL: [LfdKind; 5] = [LfdKind::List, LfdKind::Hash, LfdKind::Bst, LfdKind::Skiplist, LfdKind::Queue];
+    pub const ALL: [LfdKind; 5] = [
+        LfdKind::List,
+        LfdKind::Hash,
+        LfdKind::Bst,
+        LfdKind::Skiplist,
+        LfdKind::Queue,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -91,7 +103,12 @@ impl LfdKind {
     }
 
     pub fn parse(s: &str) -> Result<LfdKind, String> {
-        LfdKind::ALL.into_iter().find(|l| l.name() == s).ok_or_else(|| format!("unknown data structure {s:?}; one of list, hash, bst, skiplist, queue"))
+        LfdKind::ALL
+            .into_iter()
+            .find(|l| l.name() == s)
+            .ok_or_else(|| {
+                format!("unknown data structure {s:?}; one of list, hash, bst, skiplist, queue")
+            })
     }
 }
 
@@ -115,7 +132,11 @@ pub trait Lfd: Copy + 'static {
 
 /// The sequential specification: apply `ops` in order from `initial`,
 /// checking each outcome; the final abstract state.
-pub fn replay(kind: LfdKind, initial: &[u64], ops: impl Iterator<Item = (Op, Outcome)>) -> Result<Vec<u64>, String> {
+pub fn replay(
+    kind: LfdKind,
+    initial: &[u64],
+    ops: impl Iterator<Item = (Op, Outcome)>,
+) -> Result<Vec<u64>, String> {
     if kind == LfdKind::Queue {
         let mut q: VecDeque<u64> = initial.iter().copied().collect();
         for (op, out) in ops {
@@ -123,7 +144,12 @@ pub fn replay(kind: LfdKind, initial: &[u64], ops: impl Iterator<Item = (Op, Out
                 Op::Insert(v) => q.push_back(v),
                 Op::Delete(_) => match q.pop_front() {
                     Some(v) if out.ok && out.value == v => {}
-                    front => return Err(format!("dequeue returned {:?} but the front was {front:?}", out.ok.then_some(out.value))),
+                    front => {
+                        return Err(format!(
+                            "dequeue returned {:?} but the front was {front:?}",
+                            out.ok.then_some(out.value)
+                        ))
+                    }
                 },
             }
         }
@@ -136,7 +162,15 @@ pub fn replay(kind: LfdKind, initial: &[u64], ops: impl Iterator<Item = (Op, Out
             Op::Delete(k) => s.remove(&k),
         };
         if changed != out.ok {
-            return Err(format!("{op:?} returned {} but the set {} the key", out.ok, if changed == matches!(op, Op::Insert(_)) { "lacked" } else { "held" }));
+            return Err(format!(
+                "{op:?} returned {} but the set {} the key",
+                out.ok,
+                if changed == matches!(op, Op::Insert(_)) {
+                    "lacked"
+                } else {
+                    "held"
+                }
+            ));
         }
     }
     Ok(s.into_iter().collect())

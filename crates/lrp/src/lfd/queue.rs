@@ -26,7 +26,11 @@ async fn node<M: PMem>(m: &M, value: u64) -> u64 {
 impl Queue {
     async fn enqueue<M: PMem>(&self, m: &M, value: u64) -> Outcome {
         let n = node(m, value).await;
-        let link = if self.mutant == Some(Mutant::QueueRelaxedLink) { Plain } else { Release };
+        let link = if self.mutant == Some(Mutant::QueueRelaxedLink) {
+            Plain
+        } else {
+            Release
+        };
         loop {
             let last = m.load(self.tail, Acquire).await;
             let next = m.load(last + NEXT, Acquire).await;
@@ -77,7 +81,11 @@ impl Lfd for Queue {
         let roots = m.alloc(16);
         m.store(roots, sentinel, Plain).await;
         m.store(roots + 8, sentinel, Plain).await;
-        Queue { head: roots, tail: roots + 8, mutant }
+        Queue {
+            head: roots,
+            tail: roots + 8,
+            mutant,
+        }
     }
 
     async fn apply<M: PMem>(&self, m: &M, op: Op) -> Outcome {

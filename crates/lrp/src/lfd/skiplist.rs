@@ -81,7 +81,10 @@ impl Skiplist {
                     let succ = m.load(next(curr, level), Acquire).await;
                     if marked(succ) {
                         // `curr` is deleted at this level: unlink it here.
-                        if m.cas(next(pred, level), curr, unmarked(succ), Release).await.is_err() {
+                        if m.cas(next(pred, level), curr, unmarked(succ), Release)
+                            .await
+                            .is_err()
+                        {
                             continue 'retry;
                         }
                         curr = unmarked(succ);
@@ -125,17 +128,32 @@ impl Skiplist {
     /// Link a node already on level 0 into its levels 1..h, bottom up. Each
     /// level first points the node at the successor `find` just saw, then
     /// swings the predecessor to it. Gives up once the node is being deleted.
-    async fn link_upper<M: PMem>(&self, m: &M, n: u64, key: u64, h: usize, preds: &mut Path, succs: &mut Path) {
+    async fn link_upper<M: PMem>(
+        &self,
+        m: &M,
+        n: u64,
+        key: u64,
+        h: usize,
+        preds: &mut Path,
+        succs: &mut Path,
+    ) {
         for level in 1..h {
             loop {
                 let own = m.load(next(n, level), Acquire).await;
                 if marked(own) {
                     return;
                 }
-                if own != succs[level] && m.cas(next(n, level), own, succs[level], Release).await.is_err() {
+                if own != succs[level]
+                    && m.cas(next(n, level), own, succs[level], Release)
+                        .await
+                        .is_err()
+                {
                     continue;
                 }
-                if m.cas(next(preds[level], level), succs[level], n, Release).await.is_ok() {
+                if m.cas(next(preds[level], level), succs[level], n, Release)
+                    .await
+                    .is_ok()
+                {
                     break;
                 }
                 if !self.find(m, key, preds, succs).await || succs[0] != n {
@@ -184,9 +202,15 @@ impl Skiplist {
                 return Ok((nodes, keys));
             }
             if at == 0 {
-                return Err(format!("level 0 ends in null before the tail (after key {prev_key})"));
+                return Err(format!(
+                    "level 0 ends in null before the tail (after key {prev_key})"
+                ));
             }
-            let (key, h, link) = (img.get(at + KEY)?, img.get(at + HEIGHT)?, img.get(next(at, 0))?);
+            let (key, h, link) = (
+                img.get(at + KEY)?,
+                img.get(at + HEIGHT)?,
+                img.get(next(at, 0))?,
+            );
             if key <= prev_key {
                 return Err(format!("level 0 out of order: {key} after {prev_key}"));
             }
@@ -205,7 +229,12 @@ impl Skiplist {
 
     /// Walk one upper level: written, sorted, tall enough, ending at the
     /// tail; a node that has left level 0 must be marked (deleted) on both.
-    fn recover_level(&self, img: &Image, level: usize, bottom: &HashSet<u64>) -> Result<(), String> {
+    fn recover_level(
+        &self,
+        img: &Image,
+        level: usize,
+        bottom: &HashSet<u64>,
+    ) -> Result<(), String> {
         let (mut prev_key, mut prev_marked) = (0, false);
         let mut at = img.get(next(self.head, level))?;
         if marked(at) {
@@ -216,18 +245,28 @@ impl Skiplist {
                 return Ok(());
             }
             if at == 0 {
-                return Err(format!("level {level} ends in null before the tail (after key {prev_key})"));
+                return Err(format!(
+                    "level {level} ends in null before the tail (after key {prev_key})"
+                ));
             }
-            let (key, h, link) = (img.get(at + KEY)?, img.get(at + HEIGHT)?, img.get(next(at, level))?);
+            let (key, h, link) = (
+                img.get(at + KEY)?,
+                img.get(at + HEIGHT)?,
+                img.get(next(at, level))?,
+            );
             // A node deleted at this level may still sit before a newer node
             // with its key (a search can link past it before it is snipped).
             let tie_ok = key == prev_key && (prev_marked || marked(link));
             if (key <= prev_key && !tie_ok) || h <= level as u64 {
-                return Err(format!("level {level}: key {key} (height {h}) after {prev_key}"));
+                return Err(format!(
+                    "level {level}: key {key} (height {h}) after {prev_key}"
+                ));
             }
             let allowed = bottom.contains(&at) || (marked(link) && marked(img.get(next(at, 0))?));
             if !allowed {
-                return Err(format!("level {level} links key {key}, which is neither on level 0 nor deleted"));
+                return Err(format!(
+                    "level {level} links key {key}, which is neither on level 0 nor deleted"
+                ));
             }
             (prev_key, prev_marked) = (key, marked(link));
             at = unmarked(link);

@@ -31,7 +31,11 @@ use crate::ledger::{Cell, EffectLedger, PRESENCE};
 type Live = BTreeMap<u64, Vec<u8>>;
 
 /// The rows of `t` under warehouse `w` and district `d`, in key order.
-fn district_rows(live: &Live, w: u64, d: u64) -> std::collections::btree_map::Range<'_, u64, Vec<u8>> {
+fn district_rows(
+    live: &Live,
+    w: u64,
+    d: u64,
+) -> std::collections::btree_map::Range<'_, u64, Vec<u8>> {
     live.range(key(w, d, 0, 0)..key(w, d + 1, 0, 0))
 }
 
@@ -46,7 +50,11 @@ pub fn verify(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<Stri
         ));
     }
     if live.len() != TABLE_NAMES.len() {
-        v.push(format!("tpcc has {} tables, got {} snapshots", TABLE_NAMES.len(), live.len()));
+        v.push(format!(
+            "tpcc has {} tables, got {} snapshots",
+            TABLE_NAMES.len(),
+            live.len()
+        ));
         return v;
     }
     let t = |id: TableId| &live[id as usize];
@@ -58,7 +66,9 @@ pub fn verify(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<Stri
     for (k, b) in t(HISTORY) {
         let (w, d, _, _) = unkey(*k);
         let h = History::decode(b);
-        *paid.entry(key(h.c_w as u64, h.c_d as u64, h.c_id as u64, 0)).or_default() += h.amount;
+        *paid
+            .entry(key(h.c_w as u64, h.c_d as u64, h.c_id as u64, 0))
+            .or_default() += h.amount;
         *paid_w.entry(w).or_default() += h.amount;
         *paid_d.entry(key(w, d, 0, 0)).or_default() += h.amount;
     }
@@ -86,16 +96,24 @@ pub fn verify(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<Stri
             check_district(spec, live, w, d, &dist, &mut delivered, &mut v);
         }
         if w_ytd != d_sum {
-            v.push(format!("condition 1: W_YTD of {w} is {w_ytd}, Σ D_YTD {d_sum}"));
+            v.push(format!(
+                "condition 1: W_YTD of {w} is {w_ytd}, Σ D_YTD {d_sum}"
+            ));
         }
         if w_ytd != paid_w.get(&w).copied().unwrap_or(0) {
-            v.push(format!("condition 8: W_YTD of {w} is {w_ytd}, Σ H_AMOUNT {}", paid_w.get(&w).copied().unwrap_or(0)));
+            v.push(format!(
+                "condition 8: W_YTD of {w} is {w_ytd}, Σ H_AMOUNT {}",
+                paid_w.get(&w).copied().unwrap_or(0)
+            ));
         }
     }
     // Customers: conditions 10 and 12.
     for (k, b) in t(CUSTOMER) {
         let c = Customer::decode(b);
-        let (del, pay) = (delivered.get(k).copied().unwrap_or(0), paid.get(k).copied().unwrap_or(0));
+        let (del, pay) = (
+            delivered.get(k).copied().unwrap_or(0),
+            paid.get(k).copied().unwrap_or(0),
+        );
         if c.balance != del - pay {
             v.push(format!(
                 "condition 10: C_BALANCE of {:?} is {}, Σ delivered OL_AMOUNT − Σ H_AMOUNT = {}",
@@ -113,13 +131,21 @@ pub fn verify(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<Stri
         }
     }
     if t(CUSTOMER).len() as u64 != spec.districts() * spec.customers_per_district {
-        v.push(format!("{} customers live, loaded {}", t(CUSTOMER).len(), spec.districts() * spec.customers_per_district));
+        v.push(format!(
+            "{} customers live, loaded {}",
+            t(CUSTOMER).len(),
+            spec.districts() * spec.customers_per_district
+        ));
     }
     // Stock quantities stay within TPC-C's 10..=100 (the refill rule keeps them there).
     for (k, b) in t(STOCK) {
         let s = Stock::decode(b);
         if !(10..=100).contains(&s.quantity) {
-            v.push(format!("stock {:?}: S_QUANTITY {} outside 10..=100", unkey(*k), s.quantity));
+            v.push(format!(
+                "stock {:?}: S_QUANTITY {} outside 10..=100",
+                unkey(*k),
+                s.quantity
+            ));
         }
     }
     if t(STOCK).len() as u64 != spec.warehouses * spec.items || t(ITEM).len() as u64 != spec.items {
@@ -147,27 +173,47 @@ fn check_district(
 ) {
     let t = |id: TableId| &live[id as usize];
     let next = dist.next_o_id as u64;
-    let orders: Vec<(u64, Order)> = district_rows(t(ORDER), w, d).map(|(k, b)| (unkey(*k).2, Order::decode(b))).collect();
-    let new_orders: Vec<u64> = district_rows(t(NEW_ORDER), w, d).map(|(k, _)| unkey(*k).2).collect();
+    let orders: Vec<(u64, Order)> = district_rows(t(ORDER), w, d)
+        .map(|(k, b)| (unkey(*k).2, Order::decode(b)))
+        .collect();
+    let new_orders: Vec<u64> = district_rows(t(NEW_ORDER), w, d)
+        .map(|(k, _)| unkey(*k).2)
+        .collect();
     let max_o = orders.iter().map(|(o, _)| *o).max().unwrap_or(0);
     if next - 1 != max_o {
-        v.push(format!("condition 2: {w}/{d}: D_NEXT_O_ID − 1 = {}, max(O_ID) = {max_o}", next - 1));
+        v.push(format!(
+            "condition 2: {w}/{d}: D_NEXT_O_ID − 1 = {}, max(O_ID) = {max_o}",
+            next - 1
+        ));
     }
     if orders.len() as u64 != max_o {
-        v.push(format!("{w}/{d}: {} orders live, but order ids run to {max_o}", orders.len()));
+        v.push(format!(
+            "{w}/{d}: {} orders live, but order ids run to {max_o}",
+            orders.len()
+        ));
     }
     if let (Some(&lo), Some(&hi)) = (new_orders.first(), new_orders.last()) {
         if hi != next - 1 {
-            v.push(format!("condition 2: {w}/{d}: D_NEXT_O_ID − 1 = {}, max(NO_O_ID) = {hi}", next - 1));
+            v.push(format!(
+                "condition 2: {w}/{d}: D_NEXT_O_ID − 1 = {}, max(NO_O_ID) = {hi}",
+                next - 1
+            ));
         }
         if new_orders.len() as u64 != hi - lo + 1 {
-            v.push(format!("condition 3: {w}/{d}: {} NEW_ORDER rows, ids {lo}..={hi}", new_orders.len()));
+            v.push(format!(
+                "condition 3: {w}/{d}: {} NEW_ORDER rows, ids {lo}..={hi}",
+                new_orders.len()
+            ));
         }
     }
-    let head = t(NEW_ORDER_HEAD).get(&key(w, d, 0, 0)).map(|b| get_u32(b, 0) as u64);
+    let head = t(NEW_ORDER_HEAD)
+        .get(&key(w, d, 0, 0))
+        .map(|b| get_u32(b, 0) as u64);
     let want_head = new_orders.first().copied().unwrap_or(next);
     if head != Some(want_head) {
-        v.push(format!("{w}/{d}: new_order_head is {head:?}, oldest undelivered order {want_head}"));
+        v.push(format!(
+            "{w}/{d}: new_order_head is {head:?}, oldest undelivered order {want_head}"
+        ));
     }
     // Order lines, grouped by order.
     let mut lines: BTreeMap<u64, Vec<(u64, OrderLine)>> = BTreeMap::new();
@@ -178,21 +224,31 @@ fn check_district(
     let ol_sum: u64 = orders.iter().map(|(_, o)| o.ol_cnt as u64).sum();
     let ol_rows: u64 = lines.values().map(|l| l.len() as u64).sum();
     if ol_sum != ol_rows {
-        v.push(format!("condition 4: {w}/{d}: Σ O_OL_CNT = {ol_sum}, ORDER_LINE rows = {ol_rows}"));
+        v.push(format!(
+            "condition 4: {w}/{d}: Σ O_OL_CNT = {ol_sum}, ORDER_LINE rows = {ol_rows}"
+        ));
     }
     let mut last_order: BTreeMap<u64, u64> = BTreeMap::new();
     for (o, ord) in &orders {
         let ls = lines.get(o).map(|l| l.as_slice()).unwrap_or(&[]);
         let numbers: Vec<u64> = ls.iter().map(|(ol, _)| *ol).collect();
         if numbers != (1..=ord.ol_cnt as u64).collect::<Vec<_>>() {
-            v.push(format!("condition 6: order {w}/{d}/{o} has lines {numbers:?}, O_OL_CNT {}", ord.ol_cnt));
+            v.push(format!(
+                "condition 6: order {w}/{d}/{o} has lines {numbers:?}, O_OL_CNT {}",
+                ord.ol_cnt
+            ));
         }
         let has_no = new_orders.binary_search(o).is_ok();
         if (ord.carrier == 0) != has_no {
-            v.push(format!("condition 5: order {w}/{d}/{o}: carrier {}, NEW_ORDER row {has_no}", ord.carrier));
+            v.push(format!(
+                "condition 5: order {w}/{d}/{o}: carrier {}, NEW_ORDER row {has_no}",
+                ord.carrier
+            ));
         }
         if (ord.carrier != 0) != ls.iter().all(|(_, l)| l.delivery_d != 0)
-            || ls.iter().any(|(_, l)| (l.delivery_d != 0) != (ord.carrier != 0))
+            || ls
+                .iter()
+                .any(|(_, l)| (l.delivery_d != 0) != (ord.carrier != 0))
         {
             v.push(format!(
                 "condition 7: order {w}/{d}/{o}: carrier {} but delivery dates {:?}",
@@ -208,9 +264,13 @@ fn check_district(
         *e = (*e).max(*o);
     }
     for (c, o) in &last_order {
-        let idx = t(LAST_ORDER).get(&key(w, d, *c, 0)).map(|b| get_u32(b, 0) as u64);
+        let idx = t(LAST_ORDER)
+            .get(&key(w, d, *c, 0))
+            .map(|b| get_u32(b, 0) as u64);
         if idx != Some(*o) {
-            v.push(format!("{w}/{d}: last_order of customer {c} is {idx:?}, newest order {o}"));
+            v.push(format!(
+                "{w}/{d}: last_order of customer {c} is {idx:?}, newest order {o}"
+            ));
         }
     }
     if district_rows(t(LAST_ORDER), w, d).count() != last_order.len() {
@@ -224,10 +284,14 @@ fn check_district(
     for (l, ids) in spec.by_last(&spec.names(w, d)).iter().enumerate() {
         let got = t(CUSTOMER_BY_LAST).get(&key(w, d, l as u64, 0)).map(|b| {
             let n = get_u32(b, 0) as usize;
-            (0..n.min((b.len() - 4) / 4)).map(|j| get_u32(b, 4 + 4 * j)).collect::<Vec<u32>>()
+            (0..n.min((b.len() - 4) / 4))
+                .map(|j| get_u32(b, 4 + 4 * j))
+                .collect::<Vec<u32>>()
         });
         if got.as_ref() != Some(ids) {
-            v.push(format!("customer_by_last {w}/{d}/{l} is {got:?}, loaded {ids:?}"));
+            v.push(format!(
+                "customer_by_last {w}/{d}/{l} is {got:?}, loaded {ids:?}"
+            ));
         }
     }
 }
@@ -240,7 +304,12 @@ fn check_ledger(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<St
         cells.push((WAREHOUSE, key(w, 0, 0, 0), F_YTD));
         for d in 1..=spec.districts_per_warehouse {
             let dk = key(w, d, 0, 0);
-            cells.extend([(DISTRICT, dk, F_YTD), (DISTRICT, dk, F_NEXT_O_ID), (DISTRICT, dk, F_NEXT_H_ID), (NEW_ORDER_HEAD, dk, F_HEAD)]);
+            cells.extend([
+                (DISTRICT, dk, F_YTD),
+                (DISTRICT, dk, F_NEXT_O_ID),
+                (DISTRICT, dk, F_NEXT_H_ID),
+                (NEW_ORDER_HEAD, dk, F_HEAD),
+            ]);
             for c in 1..=c_n {
                 let ck = key(w, d, c, 0);
                 cells.extend([
@@ -253,12 +322,21 @@ fn check_ledger(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<St
         }
         for i in 1..=spec.items {
             let sk = key(w, 0, i, 0);
-            cells.extend([(STOCK, sk, F_YTD), (STOCK, sk, F_ORDER_CNT), (STOCK, sk, F_REMOTE_CNT)]);
+            cells.extend([
+                (STOCK, sk, F_YTD),
+                (STOCK, sk, F_ORDER_CNT),
+                (STOCK, sk, F_REMOTE_CNT),
+            ]);
         }
     }
     // Every row beyond the loaded ids in the growing tables must come from an acknowledged insert.
     for table in [ORDER, NEW_ORDER, HISTORY] {
-        cells.extend(live[table as usize].keys().filter(|k| unkey(**k).2 > c_n).map(|k| (table, *k, PRESENCE)));
+        cells.extend(
+            live[table as usize]
+                .keys()
+                .filter(|k| unkey(**k).2 > c_n)
+                .map(|k| (table, *k, PRESENCE)),
+        );
     }
     let initial = |c: &Cell| -> i64 {
         let (_, _, id, _) = unkey(c.1);
@@ -297,6 +375,13 @@ fn check_ledger(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<St
             _ => return None,
         })
     };
-    let name = |c: &Cell| format!("{} {:?} {}", TABLE_NAMES[c.0 as usize], unkey(c.1), field_name(c));
+    let name = |c: &Cell| {
+        format!(
+            "{} {:?} {}",
+            TABLE_NAMES[c.0 as usize],
+            unkey(c.1),
+            field_name(c)
+        )
+    };
     ledger.check(cells, initial, actual, name)
 }

@@ -61,22 +61,49 @@ pub struct TpccClient {
     pub ledger: Rc<RefCell<EffectLedger>>,
 }
 
-async fn must<F: Fabric>(tx: &mut Transaction<'_, F>, t: TableId, k: u64) -> Result<Vec<u8>, Early> {
-    tx.read(t, k).await?.ok_or_else(|| Early::Broken(format!("{} {:?} is missing", TABLE_NAMES[t as usize], unkey(k))))
+async fn must<F: Fabric>(
+    tx: &mut Transaction<'_, F>,
+    t: TableId,
+    k: u64,
+) -> Result<Vec<u8>, Early> {
+    tx.read(t, k).await?.ok_or_else(|| {
+        Early::Broken(format!(
+            "{} {:?} is missing",
+            TABLE_NAMES[t as usize],
+            unkey(k)
+        ))
+    })
 }
 
-async fn must_rfu<F: Fabric>(tx: &mut Transaction<'_, F>, t: TableId, k: u64) -> Result<Vec<u8>, Early> {
+async fn must_rfu<F: Fabric>(
+    tx: &mut Transaction<'_, F>,
+    t: TableId,
+    k: u64,
+) -> Result<Vec<u8>, Early> {
     match tx.read_for_update(t, k).await {
         Ok(v) => Ok(v),
-        Err(TxError::NotFound) => Err(Early::Broken(format!("{} {:?} is missing", TABLE_NAMES[t as usize], unkey(k)))),
+        Err(TxError::NotFound) => Err(Early::Broken(format!(
+            "{} {:?} is missing",
+            TABLE_NAMES[t as usize],
+            unkey(k)
+        ))),
         Err(e) => Err(e.into()),
     }
 }
 
-async fn must_insert<F: Fabric>(tx: &mut Transaction<'_, F>, t: TableId, k: u64, v: &[u8]) -> Result<(), Early> {
+async fn must_insert<F: Fabric>(
+    tx: &mut Transaction<'_, F>,
+    t: TableId,
+    k: u64,
+    v: &[u8],
+) -> Result<(), Early> {
     match tx.insert(t, k, v).await {
         Ok(()) => Ok(()),
-        Err(TxError::AlreadyExists) => Err(Early::Broken(format!("{} {:?} already exists", TABLE_NAMES[t as usize], unkey(k)))),
+        Err(TxError::AlreadyExists) => Err(Early::Broken(format!(
+            "{} {:?} already exists",
+            TABLE_NAMES[t as usize],
+            unkey(k)
+        ))),
         Err(e) => Err(e.into()),
     }
 }
@@ -84,12 +111,21 @@ async fn must_insert<F: Fabric>(tx: &mut Transaction<'_, F>, t: TableId, k: u64,
 impl TpccClient {
     pub fn new(spec: TpccSpec, client_id: u32, seed: u64) -> Self {
         let home_w = 1 + client_id as u64 % spec.warehouses;
-        TpccClient { spec, rng: Rng::new(seed), home_w, clock: 1, ledger: Rc::default() }
+        TpccClient {
+            spec,
+            rng: Rng::new(seed),
+            home_w,
+            clock: 1,
+            ledger: Rc::default(),
+        }
     }
 
     /// Run one transaction of the TPC-C mix. `Ok(true)` committed, `Ok(false)`
     /// aborted by the store, rolled back (invalid item) or refused (capacity).
-    pub async fn run_one<F: Fabric>(&mut self, coord: &mut Coordinator<F>) -> Result<bool, TxError> {
+    pub async fn run_one<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+    ) -> Result<bool, TxError> {
         self.clock += 1;
         let kind = crate::pick_from_mix(&mut self.rng, &MIX);
         if kind == 3 {
@@ -111,12 +147,20 @@ impl TpccClient {
     }
 
     /// Commit a body's effect, or end the transaction the way the body ended.
-    async fn finish<F: Fabric>(&mut self, tx: Transaction<'_, F>, kind: &'static str, body: Body) -> Result<bool, TxError> {
+    async fn finish<F: Fabric>(
+        &mut self,
+        tx: Transaction<'_, F>,
+        kind: &'static str,
+        body: Body,
+    ) -> Result<bool, TxError> {
         match body {
             Ok(effect) => commit_effect(&self.ledger, tx, kind, effect).await,
             Err(Early::Tx(e @ (TxError::NotFound | TxError::AlreadyExists))) => {
                 let _ = tx.abort().await;
-                self.ledger.borrow_mut().audit_violations.push(format!("{kind}: unexpected '{e}'"));
+                self.ledger
+                    .borrow_mut()
+                    .audit_violations
+                    .push(format!("{kind}: unexpected '{e}'"));
                 Ok(false)
             }
             Err(Early::Tx(e)) => settle_early(&self.ledger, e),
@@ -148,12 +192,23 @@ impl TpccClient {
     }
 
     fn customer_id(&mut self) -> u64 {
-        nurand(&mut self.rng, 1_023, C_ID, 1, self.spec.customers_per_district)
+        nurand(
+            &mut self.rng,
+            1_023,
+            C_ID,
+            1,
+            self.spec.customers_per_district,
+        )
     }
 
     /// 60 % by last name through `customer_by_last` (the middle one in
     /// first-name order, TPC-C §2.5.2.2), else by NURand id.
-    async fn pick_customer<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, w: u64, d: u64) -> Result<u64, Early> {
+    async fn pick_customer<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        w: u64,
+        d: u64,
+    ) -> Result<u64, Early> {
         if self.rng.below(100) >= 60 {
             return Ok(self.customer_id());
         }
@@ -161,7 +216,9 @@ impl TpccClient {
         let v = must(tx, CUSTOMER_BY_LAST, key(w, d, last, 0)).await?;
         let n = get_u32(&v, 0) as usize;
         if n == 0 || 4 + 4 * n > v.len() {
-            return Err(Early::Broken(format!("customer_by_last {w}/{d}/{last} holds {n} ids")));
+            return Err(Early::Broken(format!(
+                "customer_by_last {w}/{d}/{last} holds {n} ids"
+            )));
         }
         Ok(get_u32(&v, 4 + 4 * (n.div_ceil(2) - 1)) as u64)
     }
@@ -177,7 +234,11 @@ impl TpccClient {
             if lines.iter().any(|l| l.0 == i) {
                 continue;
             }
-            let supply = if self.spec.warehouses > 1 && self.rng.below(100) == 0 { self.other_warehouse(w) } else { w };
+            let supply = if self.spec.warehouses > 1 && self.rng.below(100) == 0 {
+                self.other_warehouse(w)
+            } else {
+                w
+            };
             lines.push((i, supply, self.rng.range_inclusive(1, 10) as u32));
         }
         if rollback {
@@ -194,11 +255,18 @@ impl TpccClient {
         must(tx, CUSTOMER, key(w, d, c, 0)).await?;
         dist.next_o_id += 1;
         tx.write(DISTRICT, key(w, d, 0, 0), &dist.encode()).await?;
-        let ord = Order { c_id: c as u32, ol_cnt: ol_cnt as u32, all_local, carrier: 0, entry_d: self.clock };
+        let ord = Order {
+            c_id: c as u32,
+            ol_cnt: ol_cnt as u32,
+            all_local,
+            carrier: 0,
+            entry_d: self.clock,
+        };
         must_insert(tx, ORDER, key(w, d, o, 0), &ord.encode()).await?;
         must_insert(tx, NEW_ORDER, key(w, d, o, 0), &id_value(o as u32)).await?;
         must_rfu(tx, LAST_ORDER, key(w, d, c, 0)).await?;
-        tx.write(LAST_ORDER, key(w, d, c, 0), &id_value(o as u32)).await?;
+        tx.write(LAST_ORDER, key(w, d, c, 0), &id_value(o as u32))
+            .await?;
         let mut effect: Effect = vec![
             ((DISTRICT, key(w, d, 0, 0), F_NEXT_O_ID), 1),
             ((ORDER, key(w, d, o, 0), PRESENCE), 1),
@@ -212,13 +280,21 @@ impl TpccClient {
             };
             let sk = key(supply, 0, i, 0);
             let mut s = Stock::decode(&must_rfu(tx, STOCK, sk).await?);
-            s.quantity = if s.quantity >= qty + 10 { s.quantity - qty } else { s.quantity + 91 - qty };
+            s.quantity = if s.quantity >= qty + 10 {
+                s.quantity - qty
+            } else {
+                s.quantity + 91 - qty
+            };
             s.ytd += qty as i64;
             s.order_cnt += 1;
             let remote = (supply != w) as u32;
             s.remote_cnt += remote;
             tx.write(STOCK, sk, &s.encode()).await?;
-            effect.extend([((STOCK, sk, F_YTD), qty as i64), ((STOCK, sk, F_ORDER_CNT), 1), ((STOCK, sk, F_REMOTE_CNT), remote as i64)]);
+            effect.extend([
+                ((STOCK, sk, F_YTD), qty as i64),
+                ((STOCK, sk, F_ORDER_CNT), 1),
+                ((STOCK, sk, F_REMOTE_CNT), remote as i64),
+            ]);
             let line = OrderLine {
                 i_id: i as u32,
                 supply_w: supply as u32,
@@ -235,8 +311,11 @@ impl TpccClient {
     async fn payment<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>) -> Body {
         let (w, d) = (self.home_w, self.district());
         let amount = self.rng.range_inclusive(100, 500_000) as i64;
-        let (c_w, c_d) =
-            if self.spec.warehouses > 1 && self.rng.below(100) < 15 { (self.other_warehouse(w), self.district()) } else { (w, d) };
+        let (c_w, c_d) = if self.spec.warehouses > 1 && self.rng.below(100) < 15 {
+            (self.other_warehouse(w), self.district())
+        } else {
+            (w, d)
+        };
         let mut wh = Warehouse::decode(&must_rfu(tx, WAREHOUSE, key(w, 0, 0, 0)).await?);
         let mut dist = District::decode(&must_rfu(tx, DISTRICT, key(w, d, 0, 0)).await?);
         let h = dist.next_h_id as u64;
@@ -255,7 +334,12 @@ impl TpccClient {
         cust.ytd_payment += amount;
         cust.payment_cnt += 1;
         tx.write(CUSTOMER, ck, &cust.encode()).await?;
-        let hist = History { amount, c_w: c_w as u32, c_d: c_d as u32, c_id: c as u32 };
+        let hist = History {
+            amount,
+            c_w: c_w as u32,
+            c_d: c_d as u32,
+            c_id: c as u32,
+        };
         must_insert(tx, HISTORY, key(w, d, h, 0), &hist.encode()).await?;
         Ok(vec![
             ((WAREHOUSE, key(w, 0, 0, 0), F_YTD), amount),
@@ -269,22 +353,33 @@ impl TpccClient {
     }
 
     /// TPC-C §2.6 (read-only): a customer's last order and its lines.
-    async fn order_status<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, audits: &mut Vec<String>) -> Body {
+    async fn order_status<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        audits: &mut Vec<String>,
+    ) -> Body {
         let (w, d) = (self.home_w, self.district());
         let c = self.pick_customer(tx, w, d).await?;
         must(tx, CUSTOMER, key(w, d, c, 0)).await?;
         let o = get_u32(&must(tx, LAST_ORDER, key(w, d, c, 0)).await?, 0) as u64;
         let Some(ord) = tx.read(ORDER, key(w, d, o, 0)).await? else {
-            audits.push(format!("OrderStatus: last order {o} of customer {w}/{d}/{c} is missing"));
+            audits.push(format!(
+                "OrderStatus: last order {o} of customer {w}/{d}/{c} is missing"
+            ));
             return Ok(Vec::new());
         };
         let ord = Order::decode(&ord);
         if ord.c_id as u64 != c {
-            audits.push(format!("OrderStatus: last order {o} of customer {w}/{d}/{c} belongs to customer {}", ord.c_id));
+            audits.push(format!(
+                "OrderStatus: last order {o} of customer {w}/{d}/{c} belongs to customer {}",
+                ord.c_id
+            ));
         }
         for ol in 1..=ord.ol_cnt as u64 {
             if tx.read(ORDER_LINE, key(w, d, o, ol)).await?.is_none() {
-                audits.push(format!("OrderStatus: order line {w}/{d}/{o}/{ol} is missing"));
+                audits.push(format!(
+                    "OrderStatus: order line {w}/{d}/{o}/{ol} is missing"
+                ));
             }
         }
         Ok(Vec::new())
@@ -292,14 +387,20 @@ impl TpccClient {
 
     /// TPC-C §2.8 (read-only): distinct items of the district's last 20
     /// orders whose home stock is below a threshold.
-    async fn stock_level<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, audits: &mut Vec<String>) -> Body {
+    async fn stock_level<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        audits: &mut Vec<String>,
+    ) -> Body {
         let (w, d) = (self.home_w, self.district());
         let threshold = self.rng.range_inclusive(10, 20) as u32;
         let next = District::decode(&must(tx, DISTRICT, key(w, d, 0, 0)).await?).next_o_id as u64;
         let mut items = BTreeSet::new();
         for o in next.saturating_sub(20).max(1)..next {
             let Some(ord) = tx.read(ORDER, key(w, d, o, 0)).await? else {
-                audits.push(format!("StockLevel: order {w}/{d}/{o} below D_NEXT_O_ID {next} is missing"));
+                audits.push(format!(
+                    "StockLevel: order {w}/{d}/{o} below D_NEXT_O_ID {next} is missing"
+                ));
                 continue;
             };
             for ol in 1..=Order::decode(&ord).ol_cnt as u64 {
@@ -307,7 +408,9 @@ impl TpccClient {
                     Some(l) => {
                         items.insert(OrderLine::decode(&l).i_id as u64);
                     }
-                    None => audits.push(format!("StockLevel: order line {w}/{d}/{o}/{ol} is missing")),
+                    None => audits.push(format!(
+                        "StockLevel: order line {w}/{d}/{o}/{ol} is missing"
+                    )),
                 }
             }
         }
@@ -334,14 +437,22 @@ impl TpccClient {
                 Ok(None) => {
                     let _ = tx.abort().await;
                 }
-                Ok(Some(effect)) => all &= commit_effect(&self.ledger, tx, "Delivery", effect).await?,
+                Ok(Some(effect)) => {
+                    all &= commit_effect(&self.ledger, tx, "Delivery", effect).await?
+                }
                 Err(early) => all &= self.finish(tx, "Delivery", Err(early)).await?,
             }
         }
         Ok(all)
     }
 
-    async fn deliver_one<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, w: u64, d: u64, carrier: u32) -> Result<Option<Effect>, Early> {
+    async fn deliver_one<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        w: u64,
+        d: u64,
+        carrier: u32,
+    ) -> Result<Option<Effect>, Early> {
         let hk = key(w, d, 0, 0);
         let o = get_u32(&must_rfu(tx, NEW_ORDER_HEAD, hk).await?, 0) as u64;
         let nk = key(w, d, o, 0);
@@ -349,7 +460,8 @@ impl TpccClient {
             return Ok(None);
         }
         tx.delete(NEW_ORDER, nk).await?;
-        tx.write(NEW_ORDER_HEAD, hk, &id_value(o as u32 + 1)).await?;
+        tx.write(NEW_ORDER_HEAD, hk, &id_value(o as u32 + 1))
+            .await?;
         let mut ord = Order::decode(&must_rfu(tx, ORDER, nk).await?);
         ord.carrier = carrier;
         tx.write(ORDER, nk, &ord.encode()).await?;

@@ -76,7 +76,13 @@ pub const TABLE_NAMES: [&str; 12] = [
     "last_order",
 ];
 
-pub const MIX: [(&str, u64); 5] = [("NewOrder", 45), ("Payment", 43), ("OrderStatus", 4), ("Delivery", 4), ("StockLevel", 4)];
+pub const MIX: [(&str, u64); 5] = [
+    ("NewOrder", 45),
+    ("Payment", 43),
+    ("OrderStatus", 4),
+    ("Delivery", 4),
+    ("StockLevel", 4),
+];
 
 /// Most order lines per order (TPC-C: 5..=15).
 pub const MAX_OL_CNT: u64 = 15;
@@ -121,7 +127,10 @@ impl Default for TpccSpec {
 
 /// Pack `(w, d, id, sub)` into a key (see the module docs for the layout).
 pub fn key(w: u64, d: u64, id: u64, sub: u64) -> u64 {
-    debug_assert!(w < 1 << 16 && d < 1 << 8 && id < 1 << 32 && sub < 1 << 8, "key part out of range: {w} {d} {id} {sub}");
+    debug_assert!(
+        w < 1 << 16 && d < 1 << 8 && id < 1 << 32 && sub < 1 << 8,
+        "key part out of range: {w} {d} {id} {sub}"
+    );
     w << 48 | d << 40 | id << 8 | sub
 }
 
@@ -175,7 +184,10 @@ impl Warehouse {
         b
     }
     pub fn decode(b: &[u8]) -> Self {
-        Warehouse { ytd: get_i64(b, 0), tax: get_u32(b, 8) }
+        Warehouse {
+            ytd: get_i64(b, 0),
+            tax: get_u32(b, 8),
+        }
     }
 }
 
@@ -200,7 +212,12 @@ impl District {
         b
     }
     pub fn decode(b: &[u8]) -> Self {
-        District { ytd: get_i64(b, 0), tax: get_u32(b, 8), next_o_id: get_u32(b, 12), next_h_id: get_u32(b, 16) }
+        District {
+            ytd: get_i64(b, 0),
+            tax: get_u32(b, 8),
+            next_o_id: get_u32(b, 12),
+            next_h_id: get_u32(b, 16),
+        }
     }
 }
 
@@ -267,7 +284,12 @@ impl History {
         b
     }
     pub fn decode(b: &[u8]) -> Self {
-        History { amount: get_i64(b, 0), c_w: get_u32(b, 8), c_d: get_u32(b, 12), c_id: get_u32(b, 16) }
+        History {
+            amount: get_i64(b, 0),
+            c_w: get_u32(b, 8),
+            c_d: get_u32(b, 12),
+            c_id: get_u32(b, 16),
+        }
     }
 }
 
@@ -355,7 +377,12 @@ impl Stock {
         b
     }
     pub fn decode(b: &[u8]) -> Self {
-        Stock { quantity: get_u32(b, 0), order_cnt: get_u32(b, 4), remote_cnt: get_u32(b, 8), ytd: get_i64(b, 16) }
+        Stock {
+            quantity: get_u32(b, 0),
+            order_cnt: get_u32(b, 4),
+            remote_cnt: get_u32(b, 8),
+            ytd: get_i64(b, 16),
+        }
     }
 }
 
@@ -390,15 +417,25 @@ impl TpccSpec {
 
     pub fn validate(&self) -> Result<(), String> {
         if self.warehouses == 0 || self.warehouses >= 1 << 16 {
-            return Err(format!("tpcc warehouses must be 1..65535, got {}", self.warehouses));
+            return Err(format!(
+                "tpcc warehouses must be 1..65535, got {}",
+                self.warehouses
+            ));
         }
         if self.districts_per_warehouse == 0 || self.districts_per_warehouse > 255 {
             return Err("tpcc districts per warehouse must be 1..=255".into());
         }
         if self.customers_per_district < 3 || self.items < MAX_OL_CNT + 1 {
-            return Err(format!("tpcc needs at least 3 customers per district and {} items", MAX_OL_CNT + 1));
+            return Err(format!(
+                "tpcc needs at least 3 customers per district and {} items",
+                MAX_OL_CNT + 1
+            ));
         }
-        if self.customers_per_district + self.new_orders_per_district_max.max(self.payments_per_district_max) >= 1 << 31
+        if self.customers_per_district
+            + self
+                .new_orders_per_district_max
+                .max(self.payments_per_district_max)
+            >= 1 << 31
             || self.items >= 1 << 31
         {
             return Err("tpcc ids must fit 31 bits".into());
@@ -439,7 +476,11 @@ impl TpccSpec {
         let l = self.last_names();
         (1..=self.customers_per_district)
             .map(|c| {
-                let last = if c <= l { c - 1 } else { nurand(&mut rng, 255, C_LAST, 0, l - 1) };
+                let last = if c <= l {
+                    c - 1
+                } else {
+                    nurand(&mut rng, 255, C_LAST, 0, l - 1)
+                };
                 (last as u32, rng.next_u64() as u32)
             })
             .collect()
@@ -463,7 +504,13 @@ impl TpccSpec {
         let mut m = 1;
         for w in 1..=self.warehouses {
             for d in 1..=self.districts_per_warehouse {
-                m = self.by_last(&self.names(w, d)).iter().map(|v| v.len() as u64).max().unwrap_or(1).max(m);
+                m = self
+                    .by_last(&self.names(w, d))
+                    .iter()
+                    .map(|v| v.len() as u64)
+                    .max()
+                    .unwrap_or(1)
+                    .max(m);
             }
         }
         m
@@ -476,18 +523,35 @@ impl TpccSpec {
     pub fn tables(&self) -> Vec<TableSpec> {
         let dists = self.districts();
         let orders = dists * (self.customers_per_district + self.new_orders_per_district_max);
-        let t = |id: TableId, value_size: u32, capacity: u64| TableSpec { id, name: TABLE_NAMES[id as usize].into(), value_size, capacity };
+        let t = |id: TableId, value_size: u32, capacity: u64| TableSpec {
+            id,
+            name: TABLE_NAMES[id as usize].into(),
+            value_size,
+            capacity,
+        };
         vec![
             t(WAREHOUSE, Warehouse::BYTES, self.warehouses),
             t(DISTRICT, District::BYTES, dists),
-            t(CUSTOMER, Customer::BYTES, dists * self.customers_per_district),
-            t(HISTORY, History::BYTES, dists * (self.customers_per_district + self.payments_per_district_max)),
+            t(
+                CUSTOMER,
+                Customer::BYTES,
+                dists * self.customers_per_district,
+            ),
+            t(
+                HISTORY,
+                History::BYTES,
+                dists * (self.customers_per_district + self.payments_per_district_max),
+            ),
             t(NEW_ORDER, ID_BYTES, orders),
             t(ORDER, Order::BYTES, orders),
             t(ORDER_LINE, OrderLine::BYTES, orders * MAX_OL_CNT),
             t(ITEM, ITEM_BYTES, self.items),
             t(STOCK, Stock::BYTES, self.warehouses * self.items),
-            t(CUSTOMER_BY_LAST, self.by_last_bytes(), dists * self.last_names()),
+            t(
+                CUSTOMER_BY_LAST,
+                self.by_last_bytes(),
+                dists * self.last_names(),
+            ),
             t(NEW_ORDER_HEAD, ID_BYTES, dists),
             t(LAST_ORDER, ID_BYTES, dists * self.customers_per_district),
         ]
@@ -506,16 +570,37 @@ impl TpccSpec {
         let c_n = self.customers_per_district;
         for w in 1..=self.warehouses {
             let tax = rng.range_inclusive(0, 2_000) as u32;
-            loader.put(WAREHOUSE, key(w, 0, 0, 0), &Warehouse { ytd: self.initial_w_ytd(), tax }.encode()).await?;
+            loader
+                .put(
+                    WAREHOUSE,
+                    key(w, 0, 0, 0),
+                    &Warehouse {
+                        ytd: self.initial_w_ytd(),
+                        tax,
+                    }
+                    .encode(),
+                )
+                .await?;
             for i in 1..=self.items {
-                let s = Stock { quantity: rng.range_inclusive(10, 100) as u32, ytd: 0, order_cnt: 0, remote_cnt: 0 };
+                let s = Stock {
+                    quantity: rng.range_inclusive(10, 100) as u32,
+                    ytd: 0,
+                    order_cnt: 0,
+                    remote_cnt: 0,
+                };
                 loader.put(STOCK, key(w, 0, i, 0), &s.encode()).await?;
             }
             for d in 1..=self.districts_per_warehouse {
                 let next = c_n as u32 + 1;
-                let dist =
-                    District { ytd: self.initial_d_ytd(), tax: rng.range_inclusive(0, 2_000) as u32, next_o_id: next, next_h_id: next };
-                loader.put(DISTRICT, key(w, d, 0, 0), &dist.encode()).await?;
+                let dist = District {
+                    ytd: self.initial_d_ytd(),
+                    tax: rng.range_inclusive(0, 2_000) as u32,
+                    next_o_id: next,
+                    next_h_id: next,
+                };
+                loader
+                    .put(DISTRICT, key(w, d, 0, 0), &dist.encode())
+                    .await?;
                 let names = self.names(w, d);
                 for (i, (last, first)) in names.iter().enumerate() {
                     let c = i as u64 + 1;
@@ -529,8 +614,15 @@ impl TpccSpec {
                         last: *last,
                         first: *first,
                     };
-                    loader.put(CUSTOMER, key(w, d, c, 0), &cust.encode()).await?;
-                    let h = History { amount: INITIAL_H_AMOUNT, c_w: w as u32, c_d: d as u32, c_id: c as u32 };
+                    loader
+                        .put(CUSTOMER, key(w, d, c, 0), &cust.encode())
+                        .await?;
+                    let h = History {
+                        amount: INITIAL_H_AMOUNT,
+                        c_w: w as u32,
+                        c_d: d as u32,
+                        c_id: c as u32,
+                    };
                     loader.put(HISTORY, key(w, d, c, 0), &h.encode()).await?;
                 }
                 for (l, ids) in self.by_last(&names).iter().enumerate() {
@@ -539,7 +631,9 @@ impl TpccSpec {
                     for (j, c) in ids.iter().enumerate() {
                         put_u32(&mut v, 4 + 4 * j, *c);
                     }
-                    loader.put(CUSTOMER_BY_LAST, key(w, d, l as u64, 0), &v).await?;
+                    loader
+                        .put(CUSTOMER_BY_LAST, key(w, d, l as u64, 0), &v)
+                        .await?;
                 }
                 // Orders 1..=C, placed by a random permutation of the customers.
                 let mut perm: Vec<u64> = (1..=c_n).collect();
@@ -555,26 +649,42 @@ impl TpccSpec {
                         c_id: c as u32,
                         ol_cnt: ol_cnt as u32,
                         all_local: true,
-                        carrier: if delivered { rng.range_inclusive(1, 10) as u32 } else { 0 },
+                        carrier: if delivered {
+                            rng.range_inclusive(1, 10) as u32
+                        } else {
+                            0
+                        },
                         entry_d: 1,
                     };
                     loader.put(ORDER, key(w, d, o, 0), &ord.encode()).await?;
-                    loader.put(LAST_ORDER, key(w, d, c, 0), &id_value(o as u32)).await?;
+                    loader
+                        .put(LAST_ORDER, key(w, d, c, 0), &id_value(o as u32))
+                        .await?;
                     for ol in 1..=ol_cnt {
                         let line = OrderLine {
                             i_id: rng.range_inclusive(1, self.items) as u32,
                             supply_w: w as u32,
                             quantity: 5,
-                            amount: if delivered { 0 } else { rng.range_inclusive(1, 999_999) as i64 },
+                            amount: if delivered {
+                                0
+                            } else {
+                                rng.range_inclusive(1, 999_999) as i64
+                            },
                             delivery_d: if delivered { 1 } else { 0 },
                         };
-                        loader.put(ORDER_LINE, key(w, d, o, ol), &line.encode()).await?;
+                        loader
+                            .put(ORDER_LINE, key(w, d, o, ol), &line.encode())
+                            .await?;
                     }
                     if !delivered {
-                        loader.put(NEW_ORDER, key(w, d, o, 0), &id_value(o as u32)).await?;
+                        loader
+                            .put(NEW_ORDER, key(w, d, o, 0), &id_value(o as u32))
+                            .await?;
                     }
                 }
-                loader.put(NEW_ORDER_HEAD, key(w, d, 0, 0), &id_value(first_new as u32)).await?;
+                loader
+                    .put(NEW_ORDER_HEAD, key(w, d, 0, 0), &id_value(first_new as u32))
+                    .await?;
             }
         }
         Ok(())
@@ -591,16 +701,25 @@ mod tests {
     fn keys_pack_and_unpack() {
         let k = key(3, 10, 2_999, 15);
         assert_eq!(unkey(k), (3, 10, 2_999, 15));
-        assert!(key(1, 1, 1, 1) < key(1, 1, 2, 0) && key(1, 1, u32::MAX as u64, 255) < key(1, 2, 0, 0));
+        assert!(
+            key(1, 1, 1, 1) < key(1, 1, 2, 0) && key(1, 1, u32::MAX as u64, 255) < key(1, 2, 0, 0)
+        );
     }
 
     #[test]
     fn a_clean_run_passes_and_each_condition_can_fail() {
         let spec = TpccSpec::tiny(2);
-        let clients: Vec<TpccClient> = (0..3).map(|i| TpccClient::new(spec.clone(), i, i as u64)).collect();
+        let clients: Vec<TpccClient> = (0..3)
+            .map(|i| TpccClient::new(spec.clone(), i, i as u64))
+            .collect();
         let ledgers: Vec<_> = clients.iter().map(|c| c.ledger.clone()).collect();
-        let (live, committed) =
-            run_inline(spec.tables(), async |l| spec.load(l).await, clients, 150, async |c, coord| c.run_one(coord).await);
+        let (live, committed) = run_inline(
+            spec.tables(),
+            async |l| spec.load(l).await,
+            clients,
+            150,
+            async |c, coord| c.run_one(coord).await,
+        );
         let mut ledger = EffectLedger::default();
         for l in &ledgers {
             ledger.merge(&l.borrow());
@@ -617,7 +736,10 @@ mod tests {
             let mut broken = live.clone();
             f(&mut broken);
             let v = verify(&spec, &broken, &ledger);
-            assert!(v.iter().any(|m| m.contains(what)), "expected '{what}' in {v:?}");
+            assert!(
+                v.iter().any(|m| m.contains(what)),
+                "expected '{what}' in {v:?}"
+            );
         };
         fails("condition 1", &|l| {
             let mut w = Warehouse::decode(&l[WAREHOUSE as usize][&key(1, 0, 0, 0)]);
@@ -630,11 +752,19 @@ mod tests {
             l[DISTRICT as usize].insert(key(1, 1, 0, 0), d.encode());
         });
         fails("condition 3", &|l| {
-            let first = *l[NEW_ORDER as usize].range(key(1, 2, 0, 0)..key(1, 3, 0, 0)).nth(1).unwrap().0;
+            let first = *l[NEW_ORDER as usize]
+                .range(key(1, 2, 0, 0)..key(1, 3, 0, 0))
+                .nth(1)
+                .unwrap()
+                .0;
             l[NEW_ORDER as usize].remove(&first);
         });
         fails("condition 4", &|l| {
-            let k = *l[ORDER_LINE as usize].range(key(2, 1, 0, 0)..).next().unwrap().0;
+            let k = *l[ORDER_LINE as usize]
+                .range(key(2, 1, 0, 0)..)
+                .next()
+                .unwrap()
+                .0;
             l[ORDER_LINE as usize].remove(&k);
         });
         fails("condition 12", &|l| {
@@ -659,15 +789,26 @@ mod default_scale {
     fn default_scale_loads_runs_and_checks() {
         let spec = TpccSpec::default();
         let t = std::time::Instant::now();
-        let clients: Vec<TpccClient> = (0..4).map(|i| TpccClient::new(spec.clone(), i, i as u64)).collect();
+        let clients: Vec<TpccClient> = (0..4)
+            .map(|i| TpccClient::new(spec.clone(), i, i as u64))
+            .collect();
         let ledgers: Vec<_> = clients.iter().map(|c| c.ledger.clone()).collect();
-        let (live, committed) =
-            run_inline(spec.tables(), async |l| spec.load(l).await, clients, 250, async |c, coord| c.run_one(coord).await);
+        let (live, committed) = run_inline(
+            spec.tables(),
+            async |l| spec.load(l).await,
+            clients,
+            250,
+            async |c, coord| c.run_one(coord).await,
+        );
         let mut ledger = EffectLedger::default();
         for l in &ledgers {
             ledger.merge(&l.borrow());
         }
         assert_eq!(verify(&spec, &live, &ledger), Vec::<String>::new());
-        eprintln!("default TPC-C: {committed} commits {:?}, {:?} with load and check", ledger.committed_by_type, t.elapsed());
+        eprintln!(
+            "default TPC-C: {committed} commits {:?}, {:?} with load and check",
+            ledger.committed_by_type,
+            t.elapsed()
+        );
     }
 }
