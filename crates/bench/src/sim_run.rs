@@ -623,6 +623,7 @@ pub(crate) fn inspect(
         for t in 0..tables {
             let s = snapshot(&checker, &l, t).await.expect("inspect");
             v.extend(s.replica_mismatches());
+            v.extend(s.structure_violations(l.table(t)));
             v.extend(
                 s.held_locks()
                     .into_iter()

@@ -504,6 +504,7 @@ async fn check_with<F: Fabric>(
             .await
             .map_err(|e| format!("inspection failed: {e}"))?;
         v.extend(snap.replica_mismatches());
+        v.extend(snap.structure_violations(layout.table(t)));
         v.extend(
             snap.held_locks()
                 .into_iter()

@@ -8,7 +8,7 @@ use futures::future::join_all;
 use tandem_fabric::{Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::config::TableId;
-use crate::layout::Layout;
+use crate::layout::{Layout, TableLayout, ASSOC};
 use crate::slot::{LockWord, SlotImage};
 
 /// Bytes per inspection read.
@@ -62,15 +62,13 @@ pub async fn snapshot<F: Fabric>(
 }
 
 impl TableSnapshot {
-    /// Live (key → value) pairs, read from each partition's primary.
+    /// Live (key → value) pairs, read from each partition's primary. A key
+    /// in two slots (see [`Self::structure_violations`]) shows its first.
     pub fn live(&self) -> BTreeMap<u64, Vec<u8>> {
         let mut out = BTreeMap::new();
         for part in &self.partitions {
-            for s in &part[0] {
-                if s.is_live() {
-                    let prev = out.insert(s.key, s.value.clone());
-                    assert!(prev.is_none(), "key {} is live in two slots", s.key);
-                }
+            for s in part[0].iter().filter(|s| s.is_live()) {
+                out.entry(s.key).or_insert_with(|| s.value.clone());
             }
         }
         out
@@ -91,6 +89,29 @@ impl TableSnapshot {
                             self.table, self.replicas[p][0], primary.version, primary.key, self.replicas[p][r], b.version, b.key
                         ));
                     }
+                }
+            }
+        }
+        out
+    }
+
+    /// The hash table's own invariants, on each primary: a key holds at
+    /// most one slot (live or tombstone), and every slot between a key's
+    /// home and its slot is occupied, so its probe reaches it
+    /// (`coordinator/reclaim.rs`). `tl` must be this table's layout.
+    pub fn structure_violations(&self, tl: &TableLayout) -> Vec<String> {
+        let mut out = Vec::new();
+        for (p, part) in self.partitions.iter().enumerate() {
+            let slots = &part[0];
+            let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+            for (i, s) in slots.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
+                if let Some(j) = seen.insert(s.key, i) {
+                    out.push(format!("table {} partition {p}: key {} holds slots {j} and {i}", self.table, s.key));
+                }
+                let home = (tl.home(s.key).1 * ASSOC) as usize;
+                let gap = (0..(i + slots.len() - home) % slots.len()).map(|d| (home + d) % slots.len()).find(|&g| slots[g].is_empty());
+                if let Some(g) = gap {
+                    out.push(format!("table {} partition {p}: key {} in slot {i} is unreachable: slot {g} on its probe path is empty", self.table, s.key));
                 }
             }
         }

@@ -24,11 +24,13 @@ pub struct ComputeNode<F: Fabric> {
     pub(crate) mode: Mode,
     pub(crate) bugs: BugSwitches,
     pub(crate) on_stray: OnStray,
+    /// Whether deletes queue their tombstones for reclamation.
+    pub(crate) reclaim: bool,
     pub(crate) failed: FailedIds,
     /// Memory nodes this compute node has been told are down (DESIGN.md §4.6).
     pub(crate) memory: MemoryView,
-    /// (table, key) → slot index in its partition. Slots never change owner, so
-    /// an entry never goes stale.
+    /// (table, key) → slot index in its partition: a hint, checked against
+    /// the slot's key on use (a reclaimed slot may hold another key since).
     addr_cache: RefCell<HashMap<(TableId, u64), u32, BuildHasherDefault<KeyHasher>>>,
 }
 
@@ -52,6 +54,7 @@ impl<F: Fabric> ComputeNode<F> {
             mode: cfg.mode,
             bugs: cfg.bugs,
             on_stray: cfg.on_stray,
+            reclaim: cfg.reclaim,
             memory,
             failed,
             addr_cache: RefCell::new(HashMap::default()),

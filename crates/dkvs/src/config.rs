@@ -106,19 +106,30 @@ pub struct BugSwitches {
     /// then on. Pandora treats only locks of failed ids so (PILL); with a
     /// quick recovery the lock is gone before the lease ends.
     pub lock_lease: bool,
+    /// Not FORD's (slot reclamation): empty a tombstone whose successor in
+    /// probe order is not empty. That cuts the probe path of every key
+    /// stored behind it: a reader then misses a live key, an insert makes a
+    /// second copy of it.
+    pub reclaim_mid_run: bool,
+    /// Not FORD's (slot reclamation): an absent key guards only the empty
+    /// slot that ends its probe, not the slot before it. A reclamation of
+    /// that slot, then an insert of the key there, go unseen by validation.
+    pub unguarded_phantoms: bool,
 }
 
 /// Round trips of stalling after which the lock-lease bug steals a lock.
 pub const LEASE_STALLS: u32 = 128;
 
 impl BugSwitches {
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 8] = [
         "complicit-abort",
         "covert-locks",
         "relaxed-locks",
         "missing-insert-undo",
         "logging-without-locking",
         "lock-lease",
+        "reclaim-mid-run",
+        "unguarded-phantoms",
     ];
 
     pub fn parse(name: &str) -> Result<BugSwitches, String> {
@@ -130,6 +141,8 @@ impl BugSwitches {
             "missing-insert-undo" => b.missing_insert_undo = true,
             "logging-without-locking" => b.logging_without_locking = true,
             "lock-lease" => b.lock_lease = true,
+            "reclaim-mid-run" => b.reclaim_mid_run = true,
+            "unguarded-phantoms" => b.unguarded_phantoms = true,
             other => {
                 return Err(format!(
                     "unknown bug '{other}' (known: {})",
@@ -149,6 +162,8 @@ impl BugSwitches {
             missing_insert_undo: self.missing_insert_undo || o.missing_insert_undo,
             logging_without_locking: self.logging_without_locking || o.logging_without_locking,
             lock_lease: self.lock_lease || o.lock_lease,
+            reclaim_mid_run: self.reclaim_mid_run || o.reclaim_mid_run,
+            unguarded_phantoms: self.unguarded_phantoms || o.unguarded_phantoms,
         }
     }
 
@@ -161,6 +176,8 @@ impl BugSwitches {
             self.missing_insert_undo,
             self.logging_without_locking,
             self.lock_lease,
+            self.reclaim_mid_run,
+            self.unguarded_phantoms,
         ];
         Self::NAMES
             .iter()
@@ -190,6 +207,10 @@ pub struct StoreConfig {
     /// Log slots per memory node; coordinator `c` uses slot `c % log_slots`.
     pub log_slots: u32,
     pub on_stray: OnStray,
+    /// Slot reclamation (on by default): a deleted key's tombstone becomes
+    /// an empty slot again once no key's probe path needs it. Off, every
+    /// key ever inserted keeps a slot for good.
+    pub reclaim: bool,
     pub bugs: BugSwitches,
 }
 
@@ -204,6 +225,7 @@ impl StoreConfig {
             log_slot_bytes: 32 * 1024,
             log_slots: 1024,
             on_stray: OnStray::Abort,
+            reclaim: true,
             bugs: BugSwitches::default(),
         }
     }

@@ -33,6 +33,9 @@ use crate::config::{Mode, OnStray, TableId, LEASE_STALLS};
 use crate::error::{AbortReason, TxError};
 use crate::layout::{TableLayout, ASSOC, MAX_PROBE_BUCKETS};
 use crate::log::{invalid_state_word, LogEntry, LogRecord, OpKind};
+mod reclaim;
+pub use reclaim::Reclaim;
+
 use crate::slot::{
     encode_body, make_version, LockWord, SlotImage, FLAG_LIVE, KEY_OFF, LOCK_OFF, VERSION_OFF,
 };
@@ -47,6 +50,12 @@ pub struct CoordinatorStats {
     pub locks_stolen: u64,
     /// Round trips spent waiting on locks (`OnStray::Stall`).
     pub stall_retries: u64,
+    /// Tombstones returned to the empty state (see `reclaim`).
+    pub slots_reclaimed: u64,
+    /// Reclamations put off: the slot after the tombstone was not empty.
+    pub reclaims_deferred: u64,
+    /// Tombstones never queued for reclamation: the queue was full.
+    pub reclaims_dropped: u64,
 }
 
 impl CoordinatorStats {
@@ -59,6 +68,9 @@ impl CoordinatorStats {
         self.verbs += o.verbs;
         self.locks_stolen += o.locks_stolen;
         self.stall_retries += o.stall_retries;
+        self.slots_reclaimed += o.slots_reclaimed;
+        self.reclaims_deferred += o.reclaims_deferred;
+        self.reclaims_dropped += o.reclaims_dropped;
     }
 }
 
@@ -76,6 +88,8 @@ pub struct Coordinator<F: Fabric> {
     pub stats: CoordinatorStats,
     /// Lock words outwaited under the lock-lease bug (empty otherwise).
     presumed_dead: Vec<u64>,
+    /// Tombstones this coordinator's deletes left, to reclaim.
+    reclaim_queue: std::collections::VecDeque<reclaim::Retired>,
 }
 
 type Pending<F> = <<F as Fabric>::Qp as QueuePair>::Pending;
@@ -86,6 +100,20 @@ enum LockState<F: Fabric> {
     Acquired,
     Failed,
 }
+
+/// A slot an absent key's outcome depends on, beyond its read entry: the
+/// last occupied slot before the empty one that ends its probe (see
+/// `reclaim.rs` for why that one suffices).
+struct Guard {
+    table: TableId,
+    part: u32,
+    slot: u32,
+    version: u64,
+}
+
+/// A slot validation must find unlocked and at this version: (table,
+/// partition, slot, version).
+type Check = (TableId, u32, u32, u64);
 
 struct ReadEntry {
     table: TableId,
@@ -120,6 +148,8 @@ struct WriteEntry<F: Fabric> {
     /// traditional modes choose it at lock time so their undo entries carry
     /// it; pandora chooses at commit.
     new_version: u64,
+    /// A reclamation: the tombstone becomes empty (version 0).
+    reclaim: bool,
 }
 
 impl<F: Fabric> WriteEntry<F> {
@@ -127,6 +157,9 @@ impl<F: Fabric> WriteEntry<F> {
         self.image.as_ref().map(|i| i.is_live()).unwrap_or(false)
     }
     fn op(&self) -> Option<OpKind> {
+        if self.reclaim {
+            return Some(OpKind::Reclaim);
+        }
         match (self.orig_live(), self.final_live) {
             (true, true) => Some(OpKind::Update),
             (true, false) => Some(OpKind::Delete),
@@ -143,11 +176,13 @@ enum Located {
         slot: u32,
         image: SlotImage,
     },
-    /// Absent; `slot` is the first empty slot in probe order (None: probe bound full).
+    /// Absent; `slot` is the first empty slot in probe order (None: probe
+    /// bound full); `last`, the (slot, version) probed just before it.
     Absent {
         part: u32,
         slot: Option<u32>,
         image: Option<SlotImage>,
+        last: Option<(u32, u64)>,
     },
 }
 
@@ -173,6 +208,7 @@ impl<F: Fabric> Coordinator<F> {
             version_counter: 0,
             stats: CoordinatorStats::default(),
             presumed_dead: Vec::new(),
+            reclaim_queue: Default::default(),
         }
     }
 
@@ -209,6 +245,7 @@ impl<F: Fabric> Coordinator<F> {
             lock_word,
             c: self,
             reads: Vec::new(),
+            guards: Vec::new(),
             writes: Vec::new(),
             undo_pending: Vec::new(),
             undo_cursor: HashMap::new(),
@@ -262,6 +299,7 @@ pub struct Transaction<'c, F: Fabric> {
     seq: u64,
     lock_word: LockWord,
     reads: Vec<ReadEntry>,
+    guards: Vec<Guard>,
     writes: Vec<WriteEntry<F>>,
     /// FORD/traditional undo-log writes, awaited before the commit writes.
     undo_pending: Vec<Pending<F>>,
@@ -372,6 +410,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             self.c.node.evict_slot(t, key);
         }
         let buckets = self.table(t).buckets_per_partition;
+        let mut last = None;
         for probe in 0..MAX_PROBE_BUCKETS.min(buckets) {
             let first = ((home + probe) % buckets) * ASSOC;
             let (mem, addr) = self.primary_addr(t, part, first);
@@ -389,14 +428,17 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 if img.is_empty() {
                     if self.find_write_slot(t, part, slot).is_some() {
                         // Claimed by one of our own inserts: the next empty slot is the key's.
+                        last = Some((slot, img.version));
                         continue;
                     }
                     return Ok(Located::Absent {
                         part,
                         slot: Some(slot),
                         image: Some(img),
+                        last,
                     });
                 }
+                last = Some((slot, img.version));
                 if img.key == key {
                     self.c.node.cache_slot(t, key, slot);
                     return Ok(Located::Found {
@@ -411,6 +453,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             part,
             slot: None,
             image: None,
+            last,
         })
     }
 
@@ -422,6 +465,15 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
     fn find_read(&self, t: TableId, key: u64) -> Option<usize> {
         self.reads.iter().position(|r| r.table == t && r.key == key)
+    }
+
+    /// An absent key also depends on the slot probed just before the empty
+    /// one that ended its probe: emptying that slot is the first step of
+    /// every change that could let the key in earlier on its path.
+    fn guard_absent(&mut self, table: TableId, part: u32, last: Option<(u32, u64)>) {
+        if let (Some((slot, version)), false) = (last, self.c.node.bugs.unguarded_phantoms) {
+            self.guards.push(Guard { table, part, slot, version });
+        }
     }
 
     /// Read `key` without locking. `Ok(None)` if it does not exist.
@@ -448,8 +500,15 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 part,
                 slot: Some(slot),
                 image,
-            } => (part, slot, image),
-            Located::Absent { slot: None, .. } => return Ok(None),
+                last,
+            } => {
+                self.guard_absent(t, part, last);
+                (part, slot, image)
+            }
+            Located::Absent { part, slot: None, last, .. } => {
+                self.guard_absent(t, part, last);
+                return Ok(None);
+            }
         };
         let mut image = image.expect("located slot has an image");
         let mut retries = 0;
@@ -565,8 +624,12 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             Located::Absent {
                 part,
                 slot: Some(slot),
+                last,
                 ..
-            } => (part, slot, true, None),
+            } => {
+                self.guard_absent(t, part, last);
+                (part, slot, true, None)
+            }
             Located::Absent { slot: None, .. } => {
                 return Err(self.abort_with(AbortReason::TableFull).await)
             }
@@ -628,7 +691,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                     });
                     return Err(TxError::NotFound);
                 }
-                Located::Absent { part, slot, image } => {
+                Located::Absent { part, slot, image, last } => {
+                    self.guard_absent(t, part, last);
                     if let (Some(slot), Some(img)) = (slot, image) {
                         self.reads.push(ReadEntry {
                             table: t,
@@ -685,6 +749,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             found_deleted: false,
             new_version: 0,
             undo_posted: false,
+            reclaim: false,
         });
         let i = self.writes.len() - 1;
         if self.c.node.bugs.logging_without_locking && self.c.node.mode != Mode::Pandora {
@@ -795,6 +860,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         // The key was deleted since we found it (e.g. through the cache): the
         // entry becomes a no-op; a blind write to it fails at commit.
         let gone = w.expect_live && image.holds(key) && !image.is_live();
+        if stale && !w.expect_empty && !image.holds(key) {
+            // A cached slot reclaimed and perhaps reused: probe next time.
+            self.c.node.evict_slot(w.table, key);
+        }
         w.image = Some(image);
         if stale {
             return Err(Ok(if w.expect_empty {
@@ -808,7 +877,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             w.found_deleted = true;
         }
         if self.c.node.mode != Mode::Pandora && !self.writes[i].undo_posted {
-            self.writes[i].new_version = self.c.next_version();
+            // A reclamation's new version is 0: the slot is empty again.
+            if !self.writes[i].reclaim {
+                self.writes[i].new_version = self.c.next_version();
+            }
             // "Missing actions" (FORD's C2 bug): inserts were not undo-logged.
             if !(self.c.node.bugs.missing_insert_undo && self.writes[i].expect_empty) {
                 self.post_undo(i);
@@ -840,7 +912,9 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     fn post_undo(&mut self, i: usize) {
         // The undo image of a slot that was empty is "no key here": recovery
         // rolls such an insert back to a tombstone.
-        let op = if self.writes[i].expect_empty {
+        let op = if self.writes[i].reclaim {
+            OpKind::Reclaim
+        } else if self.writes[i].expect_empty {
             OpKind::Insert
         } else {
             OpKind::Update
@@ -958,6 +1032,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let versions: Vec<u64> = dirty
             .iter()
             .map(|&i| match self.writes[i].new_version {
+                _ if self.writes[i].reclaim => 0,
                 0 => self.c.next_version(),
                 v => v,
             })
@@ -1004,7 +1079,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 return Err(self.fail(e).await);
             }
         }
-        let checks: Vec<usize> = self.validation_targets();
+        let checks = self.validation_checks();
         if self.self_locked_reads_changed() {
             return Err(self.abort_with(AbortReason::ValidationFailed).await);
         }
@@ -1016,9 +1091,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let VerbOutputBytes(b) = VerbOutputBytes::from(bytes);
             let lock = LockWord(u64::from_le_bytes(b[0..8].try_into().unwrap()));
             let version = u64::from_le_bytes(b[8..16].try_into().unwrap());
-            let read = &self.reads[checks[k]];
             let locked = !self.c.node.bugs.covert_locks && self.blocks(lock);
-            if version != read.version || locked {
+            if version != checks[k].3 || locked {
                 return Err(self.abort_with(AbortReason::ValidationFailed).await);
             }
         }
@@ -1067,9 +1141,13 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         }
         for &i in &dirty {
             let w = &self.writes[i];
-            if w.expect_empty {
-                // The slot now belongs to this key for good.
-                self.c.node.cache_slot(w.table, w.key, w.slot);
+            let (t, key, part, slot) = (w.table, w.key, w.part, w.slot);
+            match w.op() {
+                // The slot now belongs to this key, until it is reclaimed.
+                Some(OpKind::Insert) if w.expect_empty => self.c.node.cache_slot(t, key, slot),
+                Some(OpKind::Delete) => self.c.retire(t, part, slot),
+                Some(OpKind::Reclaim) => self.c.node.evict_slot(t, key),
+                _ => {}
             }
         }
         // Acknowledged; unlock in the background (the next batch on each queue
@@ -1080,42 +1158,46 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         Ok(())
     }
 
-    /// Indices of read-set entries that need a validation read: those on
-    /// slots this transaction does not hold locked.
-    fn validation_targets(&self) -> Vec<usize> {
-        (0..self.reads.len())
-            .filter(|&k| {
-                let r = &self.reads[k];
-                self.find_write(r.table, r.key).is_none()
-                    && self.find_write_slot(r.table, r.part, r.slot).is_none()
-            })
+    /// What validation depends on: the read set (but keys this transaction
+    /// writes: their locks checked them) and the absent keys' guards.
+    fn depends_on(&self) -> impl Iterator<Item = Check> + '_ {
+        let reads = self
+            .reads
+            .iter()
+            .filter(|r| self.find_write(r.table, r.key).is_none())
+            .map(|r| (r.table, r.part, r.slot, r.version));
+        reads.chain(self.guards.iter().map(|g| (g.table, g.part, g.slot, g.version)))
+    }
+
+    /// The slots that need a validation read: those this transaction does
+    /// not hold locked.
+    fn validation_checks(&self) -> Vec<Check> {
+        self.depends_on()
+            .filter(|&(t, p, s, _)| self.find_write_slot(t, p, s).is_none())
             .collect()
     }
 
-    /// Read entries on slots we locked under another key (an absent key's
-    /// empty slot that we then claimed for an insert): the lock-time image
-    /// must still show what the read saw.
+    /// Slots read (or guarded) that we then locked under another key (an
+    /// absent key's empty slot that we claimed for an insert): the lock-time
+    /// image must still show what the read saw.
     fn self_locked_reads_changed(&self) -> bool {
-        self.reads.iter().any(|r| {
-            self.find_write(r.table, r.key).is_none()
-                && self
-                    .find_write_slot(r.table, r.part, r.slot)
-                    .is_some_and(|i| {
-                        self.writes[i]
-                            .image
-                            .as_ref()
-                            .is_some_and(|im| im.version != r.version)
-                    })
+        self.depends_on().any(|(t, p, s, version)| {
+            self.find_write_slot(t, p, s).is_some_and(|i| {
+                self.writes[i]
+                    .image
+                    .as_ref()
+                    .is_some_and(|im| im.version != version)
+            })
         })
     }
 
     fn post_validation(&mut self) -> Vec<(usize, Pending<F>)> {
-        let targets = self.validation_targets();
-        targets
+        let checks = self.validation_checks();
+        checks
             .into_iter()
-            .map(|k| {
-                let r = &self.reads[k];
-                let (mem, addr) = self.primary_addr(r.table, r.part, r.slot);
+            .enumerate()
+            .map(|(k, (t, part, slot, _))| {
+                let (mem, addr) = self.primary_addr(t, part, slot);
                 (k, self.c.post(mem, vec![Verb::read(addr + LOCK_OFF, 16)]))
             })
             .collect()

@@ -22,7 +22,7 @@ pub mod slot;
 
 pub use compute::{ComputeNode, MemoryView};
 pub use config::{BugSwitches, Mode, OnStray, StoreConfig, TableId, TableSpec};
-pub use coordinator::{Coordinator, CoordinatorStats, Transaction};
+pub use coordinator::{Coordinator, CoordinatorStats, Reclaim, Transaction};
 pub use error::{AbortReason, TxError};
 pub use failed_ids::FailedIds;
 pub use layout::Layout;

@@ -28,6 +28,8 @@ pub enum OpKind {
     Update = 1,
     Insert = 2,
     Delete = 3,
+    /// A tombstone returned to the empty state (slot reclamation).
+    Reclaim = 4,
 }
 
 impl OpKind {
@@ -36,6 +38,7 @@ impl OpKind {
             1 => Some(OpKind::Update),
             2 => Some(OpKind::Insert),
             3 => Some(OpKind::Delete),
+            4 => Some(OpKind::Reclaim),
             _ => None,
         }
     }

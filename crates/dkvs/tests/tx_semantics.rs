@@ -447,3 +447,119 @@ fn retiring_a_recycled_ids_versions_leaves_none_and_fails_stale_readers() {
         ]
     );
 }
+
+/// Non-empty slots of table 0, from the primaries.
+async fn occupied(f: &SimFabric, layout: &Arc<Layout>) -> usize {
+    let snap = tandem_dkvs::check::snapshot(f, layout, 0).await.unwrap();
+    snap.partitions.iter().map(|p| p[0].iter().filter(|s| !s.is_empty()).count()).sum()
+}
+
+/// Slot reclamation (`coordinator/reclaim.rs`): a tombstone with an empty
+/// successor is emptied; one in the middle of a run waits, and follows by
+/// cascade once the run's tail is reclaimed; the slot then takes a new key.
+#[test]
+fn tail_tombstones_are_reclaimed_by_cascade_and_their_slots_reused() {
+    for mode in Mode::ALL {
+        let w = world(mode, 10, SimFabricConfig::default());
+        let k = w.same_bucket_keys(4);
+        let (node, f, layout) = (w.node(1), w.cluster.join(50).unwrap(), w.layout.clone());
+        let out = Rc::new(RefCell::new(Vec::new()));
+        let o = out.clone();
+        run_task(&w, 1, async move {
+            let mut c = node.coordinator(1);
+            let mut tx = c.begin();
+            for &key in &k[..3] {
+                tx.insert(0, key, &pad(key)).await.unwrap();
+            }
+            tx.commit().await.unwrap();
+            let before = occupied(&f, &layout).await;
+            let mut tx = c.begin();
+            tx.delete(0, k[1]).await.unwrap();
+            tx.commit().await.unwrap();
+            c.reclaim_pending(8).await.unwrap();
+            o.borrow_mut().push(format!("middle: reclaimed {} deferred {}", c.stats.slots_reclaimed, c.stats.reclaims_deferred));
+            let mut tx = c.begin();
+            tx.delete(0, k[2]).await.unwrap();
+            tx.commit().await.unwrap();
+            c.reclaim_pending(8).await.unwrap();
+            o.borrow_mut().push(format!("tail: reclaimed {}", c.stats.slots_reclaimed));
+            o.borrow_mut().push(format!("freed {}", before - occupied(&f, &layout).await));
+            let mut tx = c.begin();
+            tx.insert(0, k[3], &pad(3)).await.unwrap();
+            tx.commit().await.unwrap();
+            let mut tx = c.begin();
+            let seen = [tx.read(0, k[0]).await.unwrap(), tx.read(0, k[1]).await.unwrap(), tx.read(0, k[2]).await.unwrap(), tx.read(0, k[3]).await.unwrap()];
+            tx.commit().await.unwrap();
+            o.borrow_mut().push(format!("{:?}", seen.map(|v| v.is_some())));
+            o.borrow_mut().push(format!("occupied +{}", occupied(&f, &layout).await + 2 - before));
+        });
+        let want = ["middle: reclaimed 0 deferred 1", "tail: reclaimed 2", "freed 2", "[true, false, false, true]", "occupied +1"];
+        assert_eq!(*out.borrow(), want, "{mode}");
+    }
+}
+
+/// Emptying a tombstone that is not the tail of its run cuts the probe path
+/// of the key behind it: the `reclaim-mid-run` mutant loses that key.
+#[test]
+fn reclaiming_mid_run_would_lose_the_key_behind_the_tombstone() {
+    for mid_run in [false, true] {
+        let mut w = world(Mode::Pandora, 11, SimFabricConfig::default());
+        w.store.bugs.reclaim_mid_run = mid_run;
+        let k = w.same_bucket_keys(2);
+        let (node, reader) = (w.node(1), w.node(2));
+        let out = Rc::new(RefCell::new(None));
+        let o = out.clone();
+        run_task(&w, 1, async move {
+            let mut c = node.coordinator(1);
+            let mut tx = c.begin();
+            tx.insert(0, k[0], &pad(0)).await.unwrap();
+            tx.insert(0, k[1], &pad(1)).await.unwrap();
+            tx.commit().await.unwrap();
+            let mut tx = c.begin();
+            tx.delete(0, k[0]).await.unwrap();
+            tx.commit().await.unwrap();
+            c.reclaim_pending(8).await.unwrap();
+            // Another node: no cached address to skip the probe.
+            let mut other = reader.coordinator(2);
+            let mut tx = other.begin();
+            *o.borrow_mut() = Some(tx.read(0, k[1]).await.unwrap().is_some());
+        });
+        assert_eq!(*out.borrow(), Some(!mid_run), "mutant reclaim-mid-run {mid_run}");
+    }
+}
+
+/// The phantom guard: a transaction found `k` absent; the tombstone just
+/// before the empty slot that ended its probe is reclaimed and `k` inserted
+/// there. Validation must fail; the `unguarded-phantoms` mutant commits.
+#[test]
+fn an_absent_read_fails_validation_when_its_path_is_reclaimed_and_the_key_inserted() {
+    for unguarded in [false, true] {
+        let mut w = world(Mode::Pandora, 12, SimFabricConfig::default());
+        w.store.bugs.unguarded_phantoms = unguarded;
+        let k = w.same_bucket_keys(3);
+        let (a, b) = (w.node(1), w.node(2));
+        let out = Rc::new(RefCell::new(None));
+        let o = out.clone();
+        run_task(&w, 1, async move {
+            let mut c = a.coordinator(1);
+            let mut tx = c.begin();
+            tx.insert(0, k[0], &pad(0)).await.unwrap();
+            tx.insert(0, k[1], &pad(1)).await.unwrap();
+            tx.commit().await.unwrap();
+            let mut tx = c.begin();
+            tx.delete(0, k[1]).await.unwrap();
+            tx.commit().await.unwrap();
+            let mut reader = b.coordinator(2);
+            let mut r = reader.begin();
+            assert_eq!(r.read(0, k[2]).await.unwrap(), None);
+            r.write(0, 3, &pad(30)).await.unwrap();
+            assert_eq!(c.reclaim_pending(8).await.unwrap(), 1);
+            let mut tx = c.begin();
+            tx.insert(0, k[2], &pad(2)).await.unwrap();
+            tx.commit().await.unwrap();
+            *o.borrow_mut() = Some(r.commit().await);
+        });
+        let want = if unguarded { Ok(()) } else { Err(TxError::Aborted(AbortReason::ValidationFailed)) };
+        assert_eq!(*out.borrow(), Some(want), "mutant unguarded-phantoms {unguarded}");
+    }
+}
