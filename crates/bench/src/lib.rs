@@ -20,3 +20,4 @@ pub mod lrp_exp;
 pub mod plot;
 pub mod sim_run;
 pub mod sim_suspicion;
+pub mod table_soak;

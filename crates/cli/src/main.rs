@@ -22,6 +22,7 @@ mod net_cmd;
 mod node_cmd;
 mod procs_cmd;
 mod soak_cmd;
+mod table_soak_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -61,6 +62,8 @@ enum Command {
     SimSuspicion(soak_cmd::SimSuspicionArgs),
     /// Run the demo scenario many times with random false suspicions, crashes and a competing load.
     Soak(soak_cmd::SoakArgs),
+    /// Run an insert/delete workload long and report table occupancy and memory over time.
+    TableSoak(table_soak_cmd::TableSoakArgs),
     /// Crash one compute node mid-run and measure detection, link termination and log recovery.
     Recovery(bench_cmd::RecoveryArgs),
     /// Run the membership service: coordinator ids, failure detection, recovery, failed-ids.
@@ -101,6 +104,7 @@ fn main() {
         Command::SimBank(a) => bench_cmd::sim_bank(a),
         Command::SimSuspicion(a) => soak_cmd::sim_suspicion(a),
         Command::Soak(a) => soak_cmd::soak(a),
+        Command::TableSoak(a) => table_soak_cmd::run(a),
         Command::Recovery(a) => bench_cmd::recovery(a),
         Command::Membership(a) => procs_cmd::membership(a),
         Command::ComputeServer(a) => procs_cmd::compute_server(a),

@@ -33,6 +33,7 @@ use tandem_sim::Rng;
 use crate::backend::{AnyFabric, Backend};
 use crate::workload::{Outcome, OutcomeHandle, WorkloadSpec};
 
+pub mod occupancy;
 mod steps;
 pub use steps::run;
 
@@ -164,6 +165,10 @@ pub struct RunConfig {
     pub heartbeat_timeout: Duration,
     /// Abort at once on a lock held by someone else, or stall and retry.
     pub on_stray: OnStray,
+    /// Slot reclamation (`StoreConfig::reclaim`).
+    pub reclaim: bool,
+    /// Sample table occupancy this often (in-process fabric only).
+    pub occupancy_every: Option<Duration>,
 }
 
 impl RunConfig {
@@ -189,6 +194,8 @@ impl RunConfig {
             fail_memory: None,
             heartbeat_timeout: Duration::from_millis(5),
             on_stray: OnStray::Abort,
+            reclaim: true,
+            occupancy_every: None,
         }
     }
 
@@ -214,6 +221,7 @@ impl RunConfig {
         s.log_slots = (2 * coordinators + 8).max(64);
         s.bugs = self.bugs;
         s.on_stray = self.on_stray;
+        s.reclaim = self.reclaim;
         s
     }
 
@@ -362,6 +370,12 @@ pub struct RunResult {
     /// Commits acknowledged by transactions that began after their node was
     /// revoked everywhere. Anything but 0 is a fencing violation.
     pub fenced_acks: u64,
+    /// Tombstones returned to empty slots (slot reclamation).
+    pub slots_reclaimed: u64,
+    /// Table names, in the order of `occupancy`'s per-table counts.
+    pub tables: Vec<String>,
+    /// Table occupancy over the run (`RunConfig::occupancy_every`).
+    pub occupancy: Vec<occupancy::Occupancy>,
 }
 
 struct Control {

@@ -66,6 +66,7 @@ struct Measured {
     elapsed: f64,
     timeline_counts: Vec<u64>,
     memory_failure: Option<MemoryFailureTimeline>,
+    occupancy: Vec<occupancy::Occupancy>,
 }
 
 /// What the compute threads left.
@@ -255,6 +256,7 @@ impl<'a> Run<'a> {
                 .spawn(move || sample_timeline(ctl, BUCKET))
                 .map_err(|e| e.to_string())?
         };
+        let occupancy = self.spawn_occupancy()?;
         let mut memory_failure = None;
         if let Some(f) = &self.cfg.fail_memory {
             // Runs the whole reconfiguration from this thread, as the
@@ -285,13 +287,29 @@ impl<'a> Run<'a> {
         let timeline_counts = sampler
             .join()
             .map_err(|_| "the timeline sampler panicked".to_string())?;
+        let occupancy = match occupancy {
+            Some(t) => t.join().map_err(|_| "the occupancy sampler panicked".to_string())?,
+            None => Vec::new(),
+        };
         await_recoveries(&self.ctl, &self.membership, self.next_slot);
         self.ctl.stop.store(true, Ordering::SeqCst);
         Ok(Measured {
             elapsed,
             timeline_counts,
             memory_failure,
+            occupancy,
         })
+    }
+
+    /// The occupancy sampler, if the run asks for one.
+    fn spawn_occupancy(&self) -> Result<Option<JoinHandle<Vec<occupancy::Occupancy>>>, String> {
+        let Some(every) = self.cfg.occupancy_every else { return Ok(None) };
+        let Backend::Inline(cluster) = self.backend else {
+            return Err("table occupancy is sampled from in-process memory nodes (--fabric sim)".into());
+        };
+        let (ctl, cluster, layout, progress) = (self.ctl.clone(), cluster.clone(), self.layout.clone(), self.cfg.progress);
+        let t = std::thread::Builder::new().name("occupancy".into()).spawn(move || occupancy::sample(ctl, cluster, layout, every, progress));
+        t.map(Some).map_err(|e| e.to_string())
     }
 
     /// How long to sleep: until the next progress line or fault, and at
@@ -679,6 +697,9 @@ impl<'a> Run<'a> {
             false_positives,
             incarnations_started: (self.next_slot - cfg.compute_nodes) as usize,
             fenced_acks,
+            slots_reclaimed: d.stats.slots_reclaimed,
+            tables: self.layout.tables.iter().map(|t| t.spec.name.clone()).collect(),
+            occupancy: m.occupancy,
         })
     }
 }
