@@ -30,7 +30,15 @@ use tandem_workloads::tatp::TatpSpec;
 use tandem_workloads::tpcc::TpccSpec;
 
 /// The simulation's workloads by name ([`preset`]).
-pub const PRESETS: [&str; 6] = ["bank", "smallbank", "tatp", "tatp-hot", "tpcc", "tpcc-2"];
+pub const PRESETS: [&str; 7] = [
+    "bank",
+    "smallbank",
+    "tatp",
+    "tatp-hot",
+    "tpcc",
+    "tpcc-2",
+    "tpcc-bounded",
+];
 
 /// The workload sizes of the simulation tests, by name (also `sim-bank
 /// --workload`): small enough for hundreds of seeds, busy enough to
@@ -59,6 +67,11 @@ pub fn preset(name: &str) -> Result<WorkloadSpec, String> {
             ..TatpSpec::default()
         }),
         "tpcc" => WorkloadSpec::Tpcc(TpccSpec::tiny(1)),
+        // Retains 20 orders and payments of 30 per district: archiving starts at once.
+        "tpcc-bounded" => WorkloadSpec::Tpcc(TpccSpec {
+            retain: Some(20),
+            ..TpccSpec::tiny(1)
+        }),
         "tpcc-2" => WorkloadSpec::Tpcc(TpccSpec::tiny(2)),
         other => {
             return Err(format!(

@@ -70,13 +70,33 @@ pub const STABLE_RSS_GROWTH: f64 = 0.05;
 impl SoakReport {
     /// Why the run does not show stable occupancy and memory (empty: it does).
     pub fn problems(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.tables.iter().filter(|t| t.late_growth() > STABLE_GROWTH).map(|t| format!("table {} still fills: {} → {} of {} slots over the second half", t.name, t.mid, t.end, t.slots)).collect();
+        let mut out: Vec<String> = self
+            .tables
+            .iter()
+            .filter(|t| t.late_growth() > STABLE_GROWTH)
+            .map(|t| {
+                format!(
+                    "table {} still fills: {} → {} of {} slots over the second half",
+                    t.name, t.mid, t.end, t.slots
+                )
+            })
+            .collect();
         let rss = (self.rss_end as f64 - self.rss_mid as f64) / self.rss_mid.max(1) as f64;
         if rss > STABLE_RSS_GROWTH {
-            out.push(format!("resident memory grew {:.1}% over the second half ({} → {} MiB)", rss * 100.0, self.rss_mid >> 20, self.rss_end >> 20));
+            out.push(format!(
+                "resident memory grew {:.1}% over the second half ({} → {} MiB)",
+                rss * 100.0,
+                self.rss_mid >> 20,
+                self.rss_end >> 20
+            ));
         }
         if self.check_passed == Some(false) || !self.errors.is_empty() {
-            out.push(format!("the run failed: {} violations, {} errors (first: {:?})", self.violations.len(), self.errors.len(), self.violations.iter().chain(&self.errors).next()));
+            out.push(format!(
+                "the run failed: {} violations, {} errors (first: {:?})",
+                self.violations.len(),
+                self.errors.len(),
+                self.violations.iter().chain(&self.errors).next()
+            ));
         }
         out
     }
@@ -144,25 +164,55 @@ fn report(o: &SoakOpts, layout: &Layout, r: RunResult) -> SoakReport {
 /// The tables worth plotting: those whose occupancy changed in some report.
 fn churning(reports: &[SoakReport]) -> Vec<usize> {
     let n = reports.first().map_or(0, |r| r.tables.len());
-    (0..n).filter(|&i| reports.iter().any(|r| r.tables[i].first != r.tables[i].end || r.tables[i].end > r.tables[i].live_end)).collect()
+    (0..n)
+        .filter(|&i| {
+            reports.iter().any(|r| {
+                r.tables[i].first != r.tables[i].end || r.tables[i].end > r.tables[i].live_end
+            })
+        })
+        .collect()
 }
 
 /// Occupied slots over time of the changing tables, one line per table and
 /// report (reclamation on and off side by side).
 pub fn figure(reports: &[SoakReport]) -> String {
-    let Some(longest) = reports.iter().max_by_key(|r| r.samples.len()) else { return String::new() };
-    let xs: Vec<String> = longest.samples.iter().map(|s| format!("{:.0}", s.t_s)).collect();
+    let Some(longest) = reports.iter().max_by_key(|r| r.samples.len()) else {
+        return String::new();
+    };
+    let xs: Vec<String> = longest
+        .samples
+        .iter()
+        .map(|s| format!("{:.0}", s.t_s))
+        .collect();
     let n = xs.len();
     let series: Vec<(String, Vec<Option<f64>>)> = churning(reports)
         .into_iter()
         .flat_map(|i| {
             reports.iter().map(move |r| {
-                let label = format!("{} ({})", r.tables[i].name, if r.reclaim { "reclamation" } else { "no reclamation" });
-                let values = (0..n).map(|k| r.samples.get(k).and_then(|s| s.tables.get(i)).map(|t| t.occupied as f64)).collect();
+                let label = format!(
+                    "{} ({})",
+                    r.tables[i].name,
+                    if r.reclaim {
+                        "reclamation"
+                    } else {
+                        "no reclamation"
+                    }
+                );
+                let values = (0..n)
+                    .map(|k| {
+                        r.samples
+                            .get(k)
+                            .and_then(|s| s.tables.get(i))
+                            .map(|t| t.occupied as f64)
+                    })
+                    .collect();
                 (label, values)
             })
         })
         .collect();
-    let title = format!("{}: occupied slots over a {:.0} s run", longest.workload, longest.duration_s);
+    let title = format!(
+        "{}: occupied slots over a {:.0} s run",
+        longest.workload, longest.duration_s
+    );
     crate::plot::lines_svg(&title, "seconds", "occupied slots", &xs, &series)
 }

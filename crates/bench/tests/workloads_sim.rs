@@ -183,6 +183,14 @@ fn tpcc_survives_a_compute_crash() {
     }
 }
 
+/// Bounded history under crashes: archiving deletes orders, lines and
+/// history rows, so reclamation runs beside recovery.
+#[test]
+fn tpcc_bounded_survives_a_compute_crash() {
+    crash_runs_keep_the_check(Mode::Pandora, "tpcc-bounded", 40, 6);
+    crash_runs_keep_the_check(Mode::Ford, "tpcc-bounded", 40, 2);
+}
+
 #[test]
 fn tpcc_check_catches_complicit_abort() {
     bug_is_caught("tpcc / pandora / complicit abort", 10, |seed| {

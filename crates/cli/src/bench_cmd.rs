@@ -141,7 +141,7 @@ pub fn workload_from(name: &str, a: &BenchArgs) -> Result<WorkloadSpec, String> 
             }))
         }
         "smallbank" | "tatp" => WorkloadSpec::from_name(name, Some(a.keys)),
-        "tpcc" => WorkloadSpec::from_name(name, Some(a.warehouses)),
+        "tpcc" | "tpcc-bounded" => WorkloadSpec::from_name(name, Some(a.warehouses)),
         other => Err(format!(
             "unknown workload '{other}' (expected micro, smallbank, tatp, tpcc or bank)"
         )),

@@ -55,41 +55,93 @@ pub fn run(a: TableSoakArgs) -> Result<(), String> {
         "both" => &[true, false],
         other => return Err(format!("--reclaim must be on, off or both, not '{other}'")),
     };
-    let (duration, every) = (positive_secs(a.duration, "duration")?, positive_secs(a.every, "every")?);
+    let (duration, every) = (
+        positive_secs(a.duration, "duration")?,
+        positive_secs(a.every, "every")?,
+    );
     if every > duration {
         return Err("--every must not exceed --duration".into());
     }
     let workload = WorkloadSpec::from_name(&a.workload, a.scale)?;
     let mut reports = Vec::new();
     for &on in reclaim {
-        eprintln!("table-soak: {} for {:.0} s, reclamation {}", a.workload, a.duration, if on { "on" } else { "off" });
-        let opts = SoakOpts { workload: workload.clone(), duration, every, reclaim: on, compute_nodes: a.compute_nodes, coordinators: a.coordinators, seed: a.seed, progress: true };
+        eprintln!(
+            "table-soak: {} for {:.0} s, reclamation {}",
+            a.workload,
+            a.duration,
+            if on { "on" } else { "off" }
+        );
+        let opts = SoakOpts {
+            workload: workload.clone(),
+            duration,
+            every,
+            reclaim: on,
+            compute_nodes: a.compute_nodes,
+            coordinators: a.coordinators,
+            seed: a.seed,
+            progress: true,
+        };
         let r = table_soak::run(&opts)?;
         print_report(&r);
         reports.push(r);
     }
     if let Some(stem) = &a.figure {
-        let (svg, png) = tandem_bench::plot::write_figure(Path::new(stem), &table_soak::figure(&reports))?;
+        let (svg, png) =
+            tandem_bench::plot::write_figure(Path::new(stem), &table_soak::figure(&reports))?;
         eprintln!("figure: {} and {}", svg.display(), png.display());
     }
     if let Some(path) = &a.json {
         write_json(path, &reports)?;
     }
-    let failed: Vec<String> = reports.iter().filter(|r| r.reclaim).flat_map(|r| r.problems()).collect();
+    let failed: Vec<String> = reports
+        .iter()
+        .filter(|r| r.reclaim)
+        .flat_map(|r| r.problems())
+        .collect();
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(format!("occupancy or memory not stable with reclamation: {}", failed.join("; ")))
+        Err(format!(
+            "occupancy or memory not stable with reclamation: {}",
+            failed.join("; ")
+        ))
     }
 }
 
 fn print_report(r: &SoakReport) {
-    println!("{} with reclamation {}: {} commits in {:.0} s ({:.0} tx/s), {} slots reclaimed, check {}", r.workload, if r.reclaim { "on" } else { "off" }, r.committed, r.duration_s, r.throughput_tps, r.slots_reclaimed, match r.check_passed { Some(true) => "passed", Some(false) => "FAILED", None => "skipped" });
-    println!("  {:<18} {:>10} {:>10} {:>10} {:>10} {:>10}", "table", "slots", "first", "half-way", "end", "live");
-    for t in r.tables.iter().filter(|t| t.first != t.end || t.end != t.live_end) {
-        println!("  {:<18} {:>10} {:>10} {:>10} {:>10} {:>10}", t.name, t.slots, t.first, t.mid, t.end, t.live_end);
+    println!(
+        "{} with reclamation {}: {} commits in {:.0} s ({:.0} tx/s), {} slots reclaimed, check {}",
+        r.workload,
+        if r.reclaim { "on" } else { "off" },
+        r.committed,
+        r.duration_s,
+        r.throughput_tps,
+        r.slots_reclaimed,
+        match r.check_passed {
+            Some(true) => "passed",
+            Some(false) => "FAILED",
+            None => "skipped",
+        }
+    );
+    println!(
+        "  {:<18} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "table", "slots", "first", "half-way", "end", "live"
+    );
+    for t in r
+        .tables
+        .iter()
+        .filter(|t| t.first != t.end || t.end != t.live_end)
+    {
+        println!(
+            "  {:<18} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            t.name, t.slots, t.first, t.mid, t.end, t.live_end
+        );
     }
-    println!("  resident memory: {} MiB half-way, {} MiB at the end", r.rss_mid >> 20, r.rss_end >> 20);
+    println!(
+        "  resident memory: {} MiB half-way, {} MiB at the end",
+        r.rss_mid >> 20,
+        r.rss_end >> 20
+    );
     for p in r.problems() {
         println!("  problem: {p}");
     }

@@ -27,7 +27,8 @@ pub enum WorkloadSpec {
 
 impl WorkloadSpec {
     /// Workload names [`WorkloadSpec::from_name`] accepts.
-    pub const NAMES: [&'static str; 5] = ["micro", "bank", "smallbank", "tatp", "tpcc"];
+    pub const NAMES: [&'static str; 6] =
+        ["micro", "bank", "smallbank", "tatp", "tpcc", "tpcc-bounded"];
 
     /// A workload by name with FORD's defaults, scaled by `scale` when given:
     /// micro keys (default 100 000), bank customers (default 16; the
@@ -60,6 +61,12 @@ impl WorkloadSpec {
                 warehouses: scale.unwrap_or(1),
                 ..TpccSpec::default()
             }),
+            // TPC-C with a bounded history (TpccSpec::retain): runs of any length.
+            "tpcc-bounded" => WorkloadSpec::Tpcc(TpccSpec {
+                warehouses: scale.unwrap_or(1),
+                retain: Some(tandem_workloads::tpcc::DEFAULT_RETAIN),
+                ..TpccSpec::default()
+            }),
             other => {
                 return Err(format!(
                     "unknown workload '{other}' (expected one of {})",
@@ -90,6 +97,7 @@ impl WorkloadSpec {
             WorkloadSpec::Bank(_) => "bank",
             WorkloadSpec::SmallBank(_) => "smallbank",
             WorkloadSpec::Tatp(_) => "tatp",
+            WorkloadSpec::Tpcc(t) if t.retain.is_some() => "tpcc-bounded",
             WorkloadSpec::Tpcc(_) => "tpcc",
         }
     }

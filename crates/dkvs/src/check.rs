@@ -106,10 +106,15 @@ impl TableSnapshot {
             let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
             for (i, s) in slots.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
                 if let Some(j) = seen.insert(s.key, i) {
-                    out.push(format!("table {} partition {p}: key {} holds slots {j} and {i}", self.table, s.key));
+                    out.push(format!(
+                        "table {} partition {p}: key {} holds slots {j} and {i}",
+                        self.table, s.key
+                    ));
                 }
                 let home = (tl.home(s.key).1 * ASSOC) as usize;
-                let gap = (0..(i + slots.len() - home) % slots.len()).map(|d| (home + d) % slots.len()).find(|&g| slots[g].is_empty());
+                let gap = (0..(i + slots.len() - home) % slots.len())
+                    .map(|d| (home + d) % slots.len())
+                    .find(|&g| slots[g].is_empty());
                 if let Some(g) = gap {
                     out.push(format!("table {} partition {p}: key {} in slot {i} is unreachable: slot {g} on its probe path is empty", self.table, s.key));
                 }

@@ -472,7 +472,12 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     /// every change that could let the key in earlier on its path.
     fn guard_absent(&mut self, table: TableId, part: u32, last: Option<(u32, u64)>) {
         if let (Some((slot, version)), false) = (last, self.c.node.bugs.unguarded_phantoms) {
-            self.guards.push(Guard { table, part, slot, version });
+            self.guards.push(Guard {
+                table,
+                part,
+                slot,
+                version,
+            });
         }
     }
 
@@ -505,7 +510,12 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 self.guard_absent(t, part, last);
                 (part, slot, image)
             }
-            Located::Absent { part, slot: None, last, .. } => {
+            Located::Absent {
+                part,
+                slot: None,
+                last,
+                ..
+            } => {
                 self.guard_absent(t, part, last);
                 return Ok(None);
             }
@@ -691,7 +701,12 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                     });
                     return Err(TxError::NotFound);
                 }
-                Located::Absent { part, slot, image, last } => {
+                Located::Absent {
+                    part,
+                    slot,
+                    image,
+                    last,
+                } => {
                     self.guard_absent(t, part, last);
                     if let (Some(slot), Some(img)) = (slot, image) {
                         self.reads.push(ReadEntry {
@@ -1166,7 +1181,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             .iter()
             .filter(|r| self.find_write(r.table, r.key).is_none())
             .map(|r| (r.table, r.part, r.slot, r.version));
-        reads.chain(self.guards.iter().map(|g| (g.table, g.part, g.slot, g.version)))
+        reads.chain(
+            self.guards
+                .iter()
+                .map(|g| (g.table, g.part, g.slot, g.version)),
+        )
     }
 
     /// The slots that need a validation read: those this transaction does

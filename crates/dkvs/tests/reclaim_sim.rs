@@ -19,7 +19,9 @@ use std::sync::Arc;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::log::OpKind;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryCoordinator, RecoveryReport};
-use tandem_dkvs::{BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, StoreConfig, TableSpec};
+use tandem_dkvs::{
+    BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, StoreConfig, TableSpec,
+};
 use tandem_fabric::sim::{SimCluster, SimFabric, SimFabricConfig};
 use tandem_sim::{Rng, Sim};
 
@@ -31,8 +33,18 @@ const TXS: usize = 60;
 
 fn store(mode: Mode, bugs: BugSwitches) -> StoreConfig {
     let tables = vec![
-        TableSpec { id: 0, name: "keys".into(), value_size: 8, capacity: 24 },
-        TableSpec { id: COUNTER, name: "counter".into(), value_size: 8, capacity: 1 },
+        TableSpec {
+            id: 0,
+            name: "keys".into(),
+            value_size: 8,
+            capacity: 24,
+        },
+        TableSpec {
+            id: COUNTER,
+            name: "counter".into(),
+            value_size: 8,
+            capacity: 1,
+        },
     ];
     let mut s = StoreConfig::new(mode, 3, 2, tables);
     s.partitions_per_table = 1;
@@ -48,7 +60,12 @@ fn num(v: Option<Vec<u8>>) -> i64 {
 }
 
 /// One client: flips random keys, keeping the counter; sometimes only reads.
-async fn client(node: Rc<ComputeNode<SimFabric>>, id: u16, mut rng: Rng, stats: Rc<RefCell<CoordinatorStats>>) {
+async fn client(
+    node: Rc<ComputeNode<SimFabric>>,
+    id: u16,
+    mut rng: Rng,
+    stats: Rc<RefCell<CoordinatorStats>>,
+) {
     let mut c = node.coordinator(id);
     for _ in 0..TXS {
         let key = rng.below(KEYS);
@@ -72,7 +89,11 @@ async fn client(node: Rc<ComputeNode<SimFabric>>, id: u16, mut rng: Rng, stats: 
         .await;
         // NotFound or AlreadyExists (the key flipped meanwhile) leave the
         // transaction open: abort it, or its locks stay held.
-        let _ = if r.is_ok() { tx.commit().await } else { Err(tx.abort().await) };
+        let _ = if r.is_ok() {
+            tx.commit().await
+        } else {
+            Err(tx.abort().await)
+        };
         if c.reclaim_pending(2).await.is_err() {
             break;
         }
@@ -98,7 +119,12 @@ fn run(mode: Mode, seed: u64, bugs: BugSwitches, crash: bool) -> Outcome {
     let cfg = store(mode, bugs);
     let layout = Arc::new(Layout::new(&cfg).unwrap());
     let sim = Sim::new(seed);
-    let cluster = SimCluster::with_nodes(sim.handle(), 3, *layout.region_bytes.iter().max().unwrap(), SimFabricConfig::default());
+    let cluster = SimCluster::with_nodes(
+        sim.handle(),
+        3,
+        *layout.region_bytes.iter().max().unwrap(),
+        SimFabricConfig::default(),
+    );
     let admin = cluster.join(100).unwrap();
     let (f, l) = (admin.clone(), layout.clone());
     sim.spawn(100, async move {
@@ -111,10 +137,18 @@ fn run(mode: Mode, seed: u64, bugs: BugSwitches, crash: bool) -> Outcome {
     let stats = Rc::new(RefCell::new(CoordinatorStats::default()));
     let mut rng = Rng::new(seed ^ 0x5EED);
     for n in 1..=NODES {
-        let node = ComputeNode::new(cluster.join(n).unwrap(), &cfg, layout.clone(), failed.clone());
+        let node = ComputeNode::new(
+            cluster.join(n).unwrap(),
+            &cfg,
+            layout.clone(),
+            failed.clone(),
+        );
         for k in 0..COORDS_PER_NODE {
             let id = n * 10 + k;
-            sim.spawn(n as u32, client(node.clone(), id, rng.fork(), stats.clone()));
+            sim.spawn(
+                n as u32,
+                client(node.clone(), id, rng.fork(), stats.clone()),
+            );
         }
     }
     let recovered = Rc::new(RefCell::new(Recovered::default()));
@@ -147,28 +181,43 @@ fn run(mode: Mode, seed: u64, bugs: BugSwitches, crash: bool) -> Outcome {
     sim.run();
     let violations = violations.take();
     let stats = stats.take();
-    Outcome { violations, stats, recovered: recovered.take() }
+    Outcome {
+        violations,
+        stats,
+        recovered: recovered.take(),
+    }
 }
 
 /// Everything that must hold once the clients stopped.
 async fn inspect(f: &SimFabric, layout: &Layout) -> Vec<String> {
     let keys = tandem_dkvs::check::snapshot(f, layout, 0).await.unwrap();
-    let counter = tandem_dkvs::check::snapshot(f, layout, COUNTER).await.unwrap();
+    let counter = tandem_dkvs::check::snapshot(f, layout, COUNTER)
+        .await
+        .unwrap();
     let mut out = keys.structure_violations(layout.table(0));
     for snap in [&keys, &counter] {
         out.extend(snap.replica_mismatches());
-        out.extend(snap.held_locks().iter().map(|(k, w)| format!("table {} key {k}: lock {w:?} left held", snap.table)));
+        out.extend(
+            snap.held_locks()
+                .iter()
+                .map(|(k, w)| format!("table {} key {k}: lock {w:?} left held", snap.table)),
+        );
     }
     let live = keys.partitions[0][0].iter().filter(|s| s.is_live()).count() as i64;
     let count = num(counter.live().remove(&0));
     if live != count {
-        out.push(format!("the counter says {count} live keys, the table holds {live}"));
+        out.push(format!(
+            "the counter says {count} live keys, the table holds {live}"
+        ));
     }
     out
 }
 
 fn seeds() -> u64 {
-    std::env::var("TANDEM_RECLAIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(200)
+    std::env::var("TANDEM_RECLAIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200)
 }
 
 #[test]
@@ -177,10 +226,17 @@ fn reclamation_races_readers_inserts_and_deletes_in_every_mode() {
         let mut reclaimed = 0;
         for seed in 0..seeds() {
             let o = run(mode, seed, BugSwitches::default(), false);
-            assert!(o.violations.is_empty(), "{mode} seed {seed}: {:?}", o.violations);
+            assert!(
+                o.violations.is_empty(),
+                "{mode} seed {seed}: {:?}",
+                o.violations
+            );
             reclaimed += o.stats.slots_reclaimed;
         }
-        assert!(reclaimed > 0 || std::env::var("TANDEM_NO_RECLAIM").is_ok(), "{mode}: nothing was reclaimed");
+        assert!(
+            reclaimed > 0 || std::env::var("TANDEM_NO_RECLAIM").is_ok(),
+            "{mode}: nothing was reclaimed"
+        );
         eprintln!("{mode}: {reclaimed} slots reclaimed over {} seeds", seeds());
     }
 }
@@ -209,14 +265,20 @@ fn caught(bugs: BugSwitches, max: u64) -> Option<(u64, Vec<String>)> {
 
 #[test]
 fn a_reclamation_mid_run_is_caught() {
-    let bugs = BugSwitches { reclaim_mid_run: true, ..Default::default() };
+    let bugs = BugSwitches {
+        reclaim_mid_run: true,
+        ..Default::default()
+    };
     let (seed, v) = caught(bugs, 200).expect("reclaim-mid-run not caught in 200 seeds");
     eprintln!("reclaim-mid-run caught at seed {seed}: {}", v[0]);
 }
 
 #[test]
 fn an_unguarded_phantom_is_caught() {
-    let bugs = BugSwitches { unguarded_phantoms: true, ..Default::default() };
+    let bugs = BugSwitches {
+        unguarded_phantoms: true,
+        ..Default::default()
+    };
     let (seed, v) = caught(bugs, 400).expect("unguarded-phantoms not caught in 400 seeds");
     eprintln!("unguarded-phantoms caught at seed {seed}: {}", v[0]);
 }

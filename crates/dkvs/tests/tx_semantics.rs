@@ -451,7 +451,10 @@ fn retiring_a_recycled_ids_versions_leaves_none_and_fails_stale_readers() {
 /// Non-empty slots of table 0, from the primaries.
 async fn occupied(f: &SimFabric, layout: &Arc<Layout>) -> usize {
     let snap = tandem_dkvs::check::snapshot(f, layout, 0).await.unwrap();
-    snap.partitions.iter().map(|p| p[0].iter().filter(|s| !s.is_empty()).count()).sum()
+    snap.partitions
+        .iter()
+        .map(|p| p[0].iter().filter(|s| !s.is_empty()).count())
+        .sum()
 }
 
 /// Slot reclamation (`coordinator/reclaim.rs`): a tombstone with an empty
@@ -477,23 +480,43 @@ fn tail_tombstones_are_reclaimed_by_cascade_and_their_slots_reused() {
             tx.delete(0, k[1]).await.unwrap();
             tx.commit().await.unwrap();
             c.reclaim_pending(8).await.unwrap();
-            o.borrow_mut().push(format!("middle: reclaimed {} deferred {}", c.stats.slots_reclaimed, c.stats.reclaims_deferred));
+            o.borrow_mut().push(format!(
+                "middle: reclaimed {} deferred {}",
+                c.stats.slots_reclaimed, c.stats.reclaims_deferred
+            ));
             let mut tx = c.begin();
             tx.delete(0, k[2]).await.unwrap();
             tx.commit().await.unwrap();
             c.reclaim_pending(8).await.unwrap();
-            o.borrow_mut().push(format!("tail: reclaimed {}", c.stats.slots_reclaimed));
-            o.borrow_mut().push(format!("freed {}", before - occupied(&f, &layout).await));
+            o.borrow_mut()
+                .push(format!("tail: reclaimed {}", c.stats.slots_reclaimed));
+            o.borrow_mut()
+                .push(format!("freed {}", before - occupied(&f, &layout).await));
             let mut tx = c.begin();
             tx.insert(0, k[3], &pad(3)).await.unwrap();
             tx.commit().await.unwrap();
             let mut tx = c.begin();
-            let seen = [tx.read(0, k[0]).await.unwrap(), tx.read(0, k[1]).await.unwrap(), tx.read(0, k[2]).await.unwrap(), tx.read(0, k[3]).await.unwrap()];
+            let seen = [
+                tx.read(0, k[0]).await.unwrap(),
+                tx.read(0, k[1]).await.unwrap(),
+                tx.read(0, k[2]).await.unwrap(),
+                tx.read(0, k[3]).await.unwrap(),
+            ];
             tx.commit().await.unwrap();
-            o.borrow_mut().push(format!("{:?}", seen.map(|v| v.is_some())));
-            o.borrow_mut().push(format!("occupied +{}", occupied(&f, &layout).await + 2 - before));
+            o.borrow_mut()
+                .push(format!("{:?}", seen.map(|v| v.is_some())));
+            o.borrow_mut().push(format!(
+                "occupied +{}",
+                occupied(&f, &layout).await + 2 - before
+            ));
         });
-        let want = ["middle: reclaimed 0 deferred 1", "tail: reclaimed 2", "freed 2", "[true, false, false, true]", "occupied +1"];
+        let want = [
+            "middle: reclaimed 0 deferred 1",
+            "tail: reclaimed 2",
+            "freed 2",
+            "[true, false, false, true]",
+            "occupied +1",
+        ];
         assert_eq!(*out.borrow(), want, "{mode}");
     }
 }
@@ -524,7 +547,11 @@ fn reclaiming_mid_run_would_lose_the_key_behind_the_tombstone() {
             let mut tx = other.begin();
             *o.borrow_mut() = Some(tx.read(0, k[1]).await.unwrap().is_some());
         });
-        assert_eq!(*out.borrow(), Some(!mid_run), "mutant reclaim-mid-run {mid_run}");
+        assert_eq!(
+            *out.borrow(),
+            Some(!mid_run),
+            "mutant reclaim-mid-run {mid_run}"
+        );
     }
 }
 
@@ -559,7 +586,15 @@ fn an_absent_read_fails_validation_when_its_path_is_reclaimed_and_the_key_insert
             tx.commit().await.unwrap();
             *o.borrow_mut() = Some(r.commit().await);
         });
-        let want = if unguarded { Ok(()) } else { Err(TxError::Aborted(AbortReason::ValidationFailed)) };
-        assert_eq!(*out.borrow(), Some(want), "mutant unguarded-phantoms {unguarded}");
+        let want = if unguarded {
+            Ok(())
+        } else {
+            Err(TxError::Aborted(AbortReason::ValidationFailed))
+        };
+        assert_eq!(
+            *out.borrow(),
+            Some(want),
+            "mutant unguarded-phantoms {unguarded}"
+        );
     }
 }

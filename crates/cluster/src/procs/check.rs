@@ -97,7 +97,11 @@ pub fn check_cluster(
             .await
             .map_err(|e| e.to_string())?;
         let mut check = ClusterCheck {
-            violations: [snap.replica_mismatches(), snap.structure_violations(layout.table(0))].concat(),
+            violations: [
+                snap.replica_mismatches(),
+                snap.structure_violations(layout.table(0)),
+            ]
+            .concat(),
             stray_locks: 0,
         };
         let (stray, held) = classify_locks(snap.held_locks(), failed);

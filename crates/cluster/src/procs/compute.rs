@@ -208,18 +208,19 @@ impl Server {
             .map(|a| a.to_string())
             .collect::<Vec<_>>()
             .join(",");
-        let keys =
-            match memory.register(node).await {
-                Ok(keys) => keys,
-                Err(e) if is_fenced(&e) => {
-                    return Err(Start::Fenced(format!(
-                        "the memory servers refuse compute node {node}: it was fenced"
-                    )))
-                }
-                Err(e) => return Err(Start::Failed(format!(
+        let keys = match memory.register(node).await {
+            Ok(keys) => keys,
+            Err(e) if is_fenced(&e) => {
+                return Err(Start::Fenced(format!(
+                    "the memory servers refuse compute node {node}: it was fenced"
+                )))
+            }
+            Err(e) => {
+                return Err(Start::Failed(format!(
                     "compute node {node} cannot register with the memory servers {servers}: {e}"
-                ))),
-            };
+                )))
+            }
+        };
         let fabric = memory.connect(node, &keys).await.map_err(|e| {
             Start::Failed(format!(
                 "compute node {node} cannot connect to the memory servers {servers}: {e}"

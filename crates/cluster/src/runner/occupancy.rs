@@ -64,17 +64,30 @@ pub fn rss_bytes() -> u64 {
 }
 
 /// Sample every `every` while the run measures; one last sample at its end.
-pub(super) fn sample(ctl: Arc<Control>, cluster: InlineCluster, layout: Arc<Layout>, every: Duration, progress: bool) -> Vec<Occupancy> {
+pub(super) fn sample(
+    ctl: Arc<Control>,
+    cluster: InlineCluster,
+    layout: Arc<Layout>,
+    every: Duration,
+    progress: bool,
+) -> Vec<Occupancy> {
     let start = Instant::now();
     let mut out = Vec::new();
     let mut next = start;
     loop {
-        std::thread::sleep(next.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)));
+        std::thread::sleep(
+            next.saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50)),
+        );
         let measuring = ctl.measuring.load(Ordering::Relaxed);
         if Instant::now() < next && measuring {
             continue;
         }
-        let o = Occupancy { t_s: start.elapsed().as_secs_f64(), tables: scan(&cluster, &layout), rss_bytes: rss_bytes() };
+        let o = Occupancy {
+            t_s: start.elapsed().as_secs_f64(),
+            tables: scan(&cluster, &layout),
+            rss_bytes: rss_bytes(),
+        };
         if progress {
             say_occupancy(&o, &layout);
         }
@@ -95,5 +108,10 @@ fn say_occupancy(o: &Occupancy, layout: &Layout) {
         .filter(|(_, t)| t.occupied > t.live)
         .map(|(tl, t)| format!("{} {} slots ({} live)", tl.spec.name, t.occupied, t.live))
         .collect();
-    eprintln!("  [{:>5.1}s] occupancy: {}; RSS {:.0} MiB", o.t_s, tables.join(", "), o.rss_bytes as f64 / (1 << 20) as f64);
+    eprintln!(
+        "  [{:>5.1}s] occupancy: {}; RSS {:.0} MiB",
+        o.t_s,
+        tables.join(", "),
+        o.rss_bytes as f64 / (1 << 20) as f64
+    );
 }

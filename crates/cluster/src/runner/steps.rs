@@ -288,7 +288,9 @@ impl<'a> Run<'a> {
             .join()
             .map_err(|_| "the timeline sampler panicked".to_string())?;
         let occupancy = match occupancy {
-            Some(t) => t.join().map_err(|_| "the occupancy sampler panicked".to_string())?,
+            Some(t) => t
+                .join()
+                .map_err(|_| "the occupancy sampler panicked".to_string())?,
             None => Vec::new(),
         };
         await_recoveries(&self.ctl, &self.membership, self.next_slot);
@@ -303,12 +305,23 @@ impl<'a> Run<'a> {
 
     /// The occupancy sampler, if the run asks for one.
     fn spawn_occupancy(&self) -> Result<Option<JoinHandle<Vec<occupancy::Occupancy>>>, String> {
-        let Some(every) = self.cfg.occupancy_every else { return Ok(None) };
-        let Backend::Inline(cluster) = self.backend else {
-            return Err("table occupancy is sampled from in-process memory nodes (--fabric sim)".into());
+        let Some(every) = self.cfg.occupancy_every else {
+            return Ok(None);
         };
-        let (ctl, cluster, layout, progress) = (self.ctl.clone(), cluster.clone(), self.layout.clone(), self.cfg.progress);
-        let t = std::thread::Builder::new().name("occupancy".into()).spawn(move || occupancy::sample(ctl, cluster, layout, every, progress));
+        let Backend::Inline(cluster) = self.backend else {
+            return Err(
+                "table occupancy is sampled from in-process memory nodes (--fabric sim)".into(),
+            );
+        };
+        let (ctl, cluster, layout, progress) = (
+            self.ctl.clone(),
+            cluster.clone(),
+            self.layout.clone(),
+            self.cfg.progress,
+        );
+        let t = std::thread::Builder::new()
+            .name("occupancy".into())
+            .spawn(move || occupancy::sample(ctl, cluster, layout, every, progress));
         t.map(Some).map_err(|e| e.to_string())
     }
 
@@ -698,7 +711,12 @@ impl<'a> Run<'a> {
             incarnations_started: (self.next_slot - cfg.compute_nodes) as usize,
             fenced_acks,
             slots_reclaimed: d.stats.slots_reclaimed,
-            tables: self.layout.tables.iter().map(|t| t.spec.name.clone()).collect(),
+            tables: self
+                .layout
+                .tables
+                .iter()
+                .map(|t| t.spec.name.clone())
+                .collect(),
             occupancy: m.occupancy,
         })
     }

@@ -91,7 +91,12 @@ impl<F: Fabric> Coordinator<F> {
         if !self.node.reclaim {
             return;
         }
-        self.queue(Retired { table, part, slot, attempts: 0 });
+        self.queue(Retired {
+            table,
+            part,
+            slot,
+            attempts: 0,
+        });
     }
 
     fn queue(&mut self, r: Retired) {
@@ -114,9 +119,15 @@ impl<F: Fabric> Coordinator<F> {
     pub async fn reclaim_pending(&mut self, budget: usize) -> Result<usize, TxError> {
         let mut emptied = 0;
         for _ in 0..budget {
-            let Some(r) = self.reclaim_queue.pop_front() else { break };
+            let Some(r) = self.reclaim_queue.pop_front() else {
+                break;
+            };
             let spp = self.node.layout.table(r.table).slots_per_partition();
-            let next = |s: u32, d: u32| Retired { slot: (s + d) % spp, attempts: 0, ..r };
+            let next = |s: u32, d: u32| Retired {
+                slot: (s + d) % spp,
+                attempts: 0,
+                ..r
+            };
             match self.reclaim_slot(r.table, r.part, r.slot).await {
                 Ok(Reclaim::Emptied { prev_tombstone }) => {
                     emptied += 1;
@@ -131,7 +142,10 @@ impl<F: Fabric> Coordinator<F> {
                     }
                 }
                 Ok(Reclaim::NotTombstone) => {}
-                Ok(Reclaim::Busy) if r.attempts + 1 < RECLAIM_ATTEMPTS => self.queue(Retired { attempts: r.attempts + 1, ..r }),
+                Ok(Reclaim::Busy) if r.attempts + 1 < RECLAIM_ATTEMPTS => self.queue(Retired {
+                    attempts: r.attempts + 1,
+                    ..r
+                }),
                 Ok(Reclaim::Busy) => self.stats.reclaims_dropped += 1,
                 Err(e) => {
                     self.reclaim_queue.push_front(r);
@@ -144,7 +158,12 @@ impl<F: Fabric> Coordinator<F> {
 
     /// Return the tombstone in `slot` to the empty state, if it is the tail
     /// of its run (see the module docs), in a transaction of its own.
-    pub async fn reclaim_slot(&mut self, table: TableId, part: u32, slot: u32) -> Result<Reclaim, TxError> {
+    pub async fn reclaim_slot(
+        &mut self,
+        table: TableId,
+        part: u32,
+        slot: u32,
+    ) -> Result<Reclaim, TxError> {
         let r = self.begin().reclaim(table, part, slot).await;
         if let Ok(Reclaim::Emptied { .. }) = r {
             self.stats.slots_reclaimed += 1;
@@ -165,9 +184,16 @@ impl<F: Fabric> Transaction<'_, F> {
         if !self.c.node.bugs.reclaim_mid_run {
             if !b.is_empty() {
                 self.finished = true;
-                return Ok(Reclaim::NotTail { next_tombstone: is_tombstone(&b) });
+                return Ok(Reclaim::NotTail {
+                    next_tombstone: is_tombstone(&b),
+                });
             }
-            self.guards.push(Guard { table: t, part, slot: next, version: 0 });
+            self.guards.push(Guard {
+                table: t,
+                part,
+                slot: next,
+                version: 0,
+            });
         }
         let i = self.post_lock(t, a.key, part, slot, false, false).await?;
         let w = &mut self.writes[i];
@@ -175,22 +201,37 @@ impl<F: Fabric> Transaction<'_, F> {
         w.reclaim = true;
         w.final_live = false;
         match self.commit().await {
-            Ok(()) => Ok(Reclaim::Emptied { prev_tombstone: is_tombstone(&p) }),
+            Ok(()) => Ok(Reclaim::Emptied {
+                prev_tombstone: is_tombstone(&p),
+            }),
             Err(TxError::Aborted(_)) => Ok(Reclaim::Busy),
             Err(e) => Err(e),
         }
     }
 
     /// Read whole slots of one partition from its primary, in one batch.
-    async fn read_slots<const N: usize>(&mut self, t: TableId, part: u32, slots: [u32; N]) -> Result<[SlotImage; N], TxError> {
+    async fn read_slots<const N: usize>(
+        &mut self,
+        t: TableId,
+        part: u32,
+        slots: [u32; N],
+    ) -> Result<[SlotImage; N], TxError> {
         let slot_bytes = self.table(t).slot_bytes;
         let (mem, _) = self.primary_addr(t, part, slots[0]);
-        let batch = slots.iter().map(|&s| Verb::read(self.primary_addr(t, part, s).1, slot_bytes)).collect();
+        let batch = slots
+            .iter()
+            .map(|&s| Verb::read(self.primary_addr(t, part, s).1, slot_bytes))
+            .collect();
         let results = self.c.post(mem, batch).await;
         if let Some(e) = first_error(&results) {
             return Err(self.fail(e).await);
         }
-        let images: Vec<SlotImage> = results.into_iter().map(|r| SlotImage::decode(&r.expect("checked").into_bytes())).collect();
-        Ok(images.try_into().unwrap_or_else(|_| unreachable!("one image per slot")))
+        let images: Vec<SlotImage> = results
+            .into_iter()
+            .map(|r| SlotImage::decode(&r.expect("checked").into_bytes()))
+            .collect();
+        Ok(images
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("one image per slot")))
     }
 }

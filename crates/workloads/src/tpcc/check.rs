@@ -86,6 +86,9 @@ pub fn verify(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<Stri
             };
             let dist = District::decode(db);
             d_sum += dist.ytd;
+            // Bounded history: archived rows count with the live ones.
+            *paid_d.entry(key(w, d, 0, 0)).or_default() += dist.archived_paid;
+            *paid_w.entry(w).or_default() += dist.archived_paid;
             if dist.ytd != paid_d.get(&key(w, d, 0, 0)).copied().unwrap_or(0) {
                 v.push(format!(
                     "condition 9: D_YTD of {w}/{d} is {}, Σ H_AMOUNT {}",
@@ -111,8 +114,8 @@ pub fn verify(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<Stri
     for (k, b) in t(CUSTOMER) {
         let c = Customer::decode(b);
         let (del, pay) = (
-            delivered.get(k).copied().unwrap_or(0),
-            paid.get(k).copied().unwrap_or(0),
+            delivered.get(k).copied().unwrap_or(0) + c.archived_delivered,
+            paid.get(k).copied().unwrap_or(0) + c.archived_paid,
         );
         if c.balance != del - pay {
             v.push(format!(
@@ -186,9 +189,15 @@ fn check_district(
             next - 1
         ));
     }
-    if orders.len() as u64 != max_o {
+    // Bounded history archives the oldest orders: the live ones are a run.
+    let min_o = if spec.retain.is_some() {
+        orders.iter().map(|(o, _)| *o).min().unwrap_or(1)
+    } else {
+        1
+    };
+    if orders.len() as u64 != max_o + 1 - min_o {
         v.push(format!(
-            "{w}/{d}: {} orders live, but order ids run to {max_o}",
+            "{w}/{d}: {} orders live, but order ids run {min_o}..={max_o}",
             orders.len()
         ));
     }
@@ -273,7 +282,22 @@ fn check_district(
             ));
         }
     }
-    if district_rows(t(LAST_ORDER), w, d).count() != last_order.len() {
+    if spec.retain.is_some() {
+        // Every customer keeps an index row; one naming no live order names an archived one.
+        for (k, b) in district_rows(t(LAST_ORDER), w, d) {
+            let (c, o) = (unkey(*k).2, get_u32(b, 0) as u64);
+            if !last_order.contains_key(&c) && o >= min_o {
+                v.push(format!("{w}/{d}: last_order of customer {c} is {o}, which is neither live nor archived"));
+            }
+        }
+        if district_rows(t(LAST_ORDER), w, d).count() as u64 != spec.customers_per_district {
+            v.push(format!(
+                "{w}/{d}: {} last_order rows for {} customers",
+                district_rows(t(LAST_ORDER), w, d).count(),
+                spec.customers_per_district
+            ));
+        }
+    } else if district_rows(t(LAST_ORDER), w, d).count() != last_order.len() {
         v.push(format!(
             "{w}/{d}: {} last_order rows for {} customers with orders",
             district_rows(t(LAST_ORDER), w, d).count(),
@@ -310,6 +334,14 @@ fn check_ledger(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<St
                 (DISTRICT, dk, F_NEXT_H_ID),
                 (NEW_ORDER_HEAD, dk, F_HEAD),
             ]);
+            if spec.retain.is_some() {
+                cells.extend([
+                    (DISTRICT, dk, F_ARCH_PAID),
+                    (ORDER, dk, F_ROWS),
+                    (NEW_ORDER, dk, F_ROWS),
+                    (HISTORY, dk, F_ROWS),
+                ]);
+            }
             for c in 1..=c_n {
                 let ck = key(w, d, c, 0);
                 cells.extend([
@@ -318,6 +350,12 @@ fn check_ledger(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<St
                     (CUSTOMER, ck, F_PAYMENT_CNT),
                     (CUSTOMER, ck, F_DELIVERY_CNT),
                 ]);
+                if spec.retain.is_some() {
+                    cells.extend([
+                        (CUSTOMER, ck, F_ARCH_DELIVERED),
+                        (CUSTOMER, ck, F_ARCH_PAID),
+                    ]);
+                }
             }
         }
         for i in 1..=spec.items {
@@ -329,8 +367,12 @@ fn check_ledger(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<St
             ]);
         }
     }
-    // Every row beyond the loaded ids in the growing tables must come from an acknowledged insert.
-    for table in [ORDER, NEW_ORDER, HISTORY] {
+    // Every row beyond the loaded ids in the growing tables must come from
+    // an acknowledged insert (bounded history: counted per district above).
+    for table in [ORDER, NEW_ORDER, HISTORY]
+        .into_iter()
+        .filter(|_| spec.retain.is_none())
+    {
         cells.extend(
             live[table as usize]
                 .keys()
@@ -343,8 +385,20 @@ fn check_ledger(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<St
         match (c.0, c.2) {
             (WAREHOUSE, _) => spec.initial_w_ytd(),
             (DISTRICT, F_YTD) => spec.initial_d_ytd(),
+            (DISTRICT, F_ARCH_PAID) => (spec.first_loaded_history() - 1) as i64 * INITIAL_H_AMOUNT,
             (DISTRICT, _) => c_n as i64 + 1,
             (NEW_ORDER_HEAD, _) => spec.first_new_order() as i64,
+            (ORDER, F_ROWS) => (c_n + 1 - spec.first_loaded_order()) as i64,
+            (HISTORY, F_ROWS) => (c_n + 1 - spec.first_loaded_history()) as i64,
+            (NEW_ORDER, F_ROWS) => (c_n + 1 - spec.first_new_order()) as i64,
+            (CUSTOMER, F_ARCH_PAID) => {
+                if id < spec.first_loaded_history() {
+                    INITIAL_H_AMOUNT
+                } else {
+                    0
+                }
+            }
+            (_, F_ARCH_DELIVERED) => 0,
             (CUSTOMER, F_BALANCE) => INITIAL_BALANCE,
             (CUSTOMER, F_YTD_PAYMENT) => INITIAL_YTD_PAYMENT,
             (CUSTOMER, F_PAYMENT_CNT) => 1,
@@ -358,8 +412,15 @@ fn check_ledger(spec: &TpccSpec, live: &[Live], ledger: &EffectLedger) -> Vec<St
         if c.2 == PRESENCE {
             return Some(row.is_some() as i64);
         }
+        if c.2 == F_ROWS {
+            let (w, d, _, _) = unkey(c.1);
+            return Some(district_rows(&live[c.0 as usize], w, d).count() as i64);
+        }
         let b = row?;
         Some(match (c.0, c.2) {
+            (DISTRICT, F_ARCH_PAID) => District::decode(b).archived_paid,
+            (CUSTOMER, F_ARCH_DELIVERED) => Customer::decode(b).archived_delivered,
+            (CUSTOMER, F_ARCH_PAID) => Customer::decode(b).archived_paid,
             (WAREHOUSE, _) => Warehouse::decode(b).ytd,
             (DISTRICT, F_YTD) => District::decode(b).ytd,
             (DISTRICT, F_NEXT_O_ID) => District::decode(b).next_o_id as i64,

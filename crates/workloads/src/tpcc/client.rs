@@ -30,6 +30,18 @@ pub const F_DELIVERY_CNT: u8 = 6;
 pub const F_ORDER_CNT: u8 = 7;
 pub const F_REMOTE_CNT: u8 = 8;
 pub const F_HEAD: u8 = 9;
+/// Bounded history: a customer's archived delivered and paid amounts, a
+/// district's archived paid amount.
+pub const F_ARCH_DELIVERED: u8 = 10;
+pub const F_ARCH_PAID: u8 = 11;
+/// Bounded history: the rows of a growing table in one district (keyed by
+/// the district), counted instead of tracking each row's presence.
+pub const F_ROWS: u8 = 12;
+
+/// Bounded history: extra deliveries a district gets in one Delivery when
+/// its backlog exceeds R/2 (a district sees 4.5 NewOrders per Delivery with
+/// TPC-C's 10 districts, more with fewer).
+const CATCH_UP_DELIVERIES: usize = 4;
 
 /// How a transaction body ended short of its commit.
 enum Early {
@@ -178,6 +190,16 @@ impl TpccClient {
         }
     }
 
+    /// The ledger cell an insert or delete of row `k` of a growing table
+    /// changes: its presence, or (bounded history) its district's row count.
+    fn row_cell(&self, table: TableId, k: u64) -> Cell {
+        let (w, d, _, _) = unkey(k);
+        match self.spec.retain {
+            Some(_) => (table, key(w, d, 0, 0), F_ROWS),
+            None => (table, k, PRESENCE),
+        }
+    }
+
     fn district(&mut self) -> u64 {
         1 + self.rng.below(self.spec.districts_per_warehouse)
     }
@@ -249,7 +271,8 @@ impl TpccClient {
         must(tx, WAREHOUSE, key(w, 0, 0, 0)).await?;
         let mut dist = District::decode(&must_rfu(tx, DISTRICT, key(w, d, 0, 0)).await?);
         let o = dist.next_o_id as u64;
-        if o > self.spec.customers_per_district + self.spec.new_orders_per_district_max {
+        let budget = self.spec.customers_per_district + self.spec.new_orders_per_district_max;
+        if self.spec.retain.is_none() && o > budget {
             return Err(Early::Refused);
         }
         must(tx, CUSTOMER, key(w, d, c, 0)).await?;
@@ -269,8 +292,8 @@ impl TpccClient {
             .await?;
         let mut effect: Effect = vec![
             ((DISTRICT, key(w, d, 0, 0), F_NEXT_O_ID), 1),
-            ((ORDER, key(w, d, o, 0), PRESENCE), 1),
-            ((NEW_ORDER, key(w, d, o, 0), PRESENCE), 1),
+            (self.row_cell(ORDER, key(w, d, o, 0)), 1),
+            (self.row_cell(NEW_ORDER, key(w, d, o, 0)), 1),
         ];
         for (n, &(i, supply, qty)) in lines.iter().enumerate() {
             let item = match tx.read(ITEM, key(0, 0, i, 0)).await? {
@@ -319,7 +342,8 @@ impl TpccClient {
         let mut wh = Warehouse::decode(&must_rfu(tx, WAREHOUSE, key(w, 0, 0, 0)).await?);
         let mut dist = District::decode(&must_rfu(tx, DISTRICT, key(w, d, 0, 0)).await?);
         let h = dist.next_h_id as u64;
-        if h > self.spec.customers_per_district + self.spec.payments_per_district_max {
+        let budget = self.spec.customers_per_district + self.spec.payments_per_district_max;
+        if self.spec.retain.is_none() && h > budget {
             return Err(Early::Refused);
         }
         wh.ytd += amount;
@@ -341,14 +365,52 @@ impl TpccClient {
             c_id: c as u32,
         };
         must_insert(tx, HISTORY, key(w, d, h, 0), &hist.encode()).await?;
-        Ok(vec![
+        let mut effect = vec![
             ((WAREHOUSE, key(w, 0, 0, 0), F_YTD), amount),
             ((DISTRICT, key(w, d, 0, 0), F_YTD), amount),
             ((DISTRICT, key(w, d, 0, 0), F_NEXT_H_ID), 1),
             ((CUSTOMER, ck, F_BALANCE), -amount),
             ((CUSTOMER, ck, F_YTD_PAYMENT), amount),
             ((CUSTOMER, ck, F_PAYMENT_CNT), 1),
-            ((HISTORY, key(w, d, h, 0), PRESENCE), 1),
+            (self.row_cell(HISTORY, key(w, d, h, 0)), 1),
+        ];
+        if let Some(r) = self.spec.retain.filter(|&r| h > r) {
+            effect.extend(
+                self.archive_payment(tx, &mut dist, key(w, d, h - r, 0))
+                    .await?,
+            );
+            tx.write(DISTRICT, key(w, d, 0, 0), &dist.encode()).await?;
+        }
+        Ok(effect)
+    }
+
+    /// Bounded history: archive the district's history row `hk` (delete it,
+    /// add its amount to the district's and its customer's archived sums).
+    /// `dist` is the district row this transaction writes.
+    async fn archive_payment<F: Fabric>(
+        &mut self,
+        tx: &mut Transaction<'_, F>,
+        dist: &mut District,
+        hk: u64,
+    ) -> Body {
+        let Some(row) = tx.read(HISTORY, hk).await? else {
+            return Err(Early::Broken(format!(
+                "history {:?} to archive is missing",
+                unkey(hk)
+            )));
+        };
+        let h = History::decode(&row);
+        tx.delete(HISTORY, hk).await?;
+        dist.archived_paid += h.amount;
+        let pk = key(h.c_w as u64, h.c_d as u64, h.c_id as u64, 0);
+        let mut cust = Customer::decode(&must_rfu(tx, CUSTOMER, pk).await?);
+        cust.archived_paid += h.amount;
+        tx.write(CUSTOMER, pk, &cust.encode()).await?;
+        let (w, d, _, _) = unkey(hk);
+        Ok(vec![
+            (self.row_cell(HISTORY, hk), -1),
+            ((DISTRICT, key(w, d, 0, 0), F_ARCH_PAID), h.amount),
+            ((CUSTOMER, pk, F_ARCH_PAID), h.amount),
         ])
     }
 
@@ -363,9 +425,11 @@ impl TpccClient {
         must(tx, CUSTOMER, key(w, d, c, 0)).await?;
         let o = get_u32(&must(tx, LAST_ORDER, key(w, d, c, 0)).await?, 0) as u64;
         let Some(ord) = tx.read(ORDER, key(w, d, o, 0)).await? else {
-            audits.push(format!(
-                "OrderStatus: last order {o} of customer {w}/{d}/{c} is missing"
-            ));
+            if !self.archived(tx, w, d, o).await? {
+                audits.push(format!(
+                    "OrderStatus: last order {o} of customer {w}/{d}/{c} is missing"
+                ));
+            }
             return Ok(Vec::new());
         };
         let ord = Order::decode(&ord);
@@ -383,6 +447,22 @@ impl TpccClient {
             }
         }
         Ok(Vec::new())
+    }
+
+    /// Bounded history: whether order `o` of `(w, d)` is old enough to have
+    /// been archived (`R` orders or more behind the oldest undelivered one).
+    async fn archived<F: Fabric>(
+        &self,
+        tx: &mut Transaction<'_, F>,
+        w: u64,
+        d: u64,
+        o: u64,
+    ) -> Result<bool, Early> {
+        let Some(r) = self.spec.retain else {
+            return Ok(false);
+        };
+        let head = get_u32(&must(tx, NEW_ORDER_HEAD, key(w, d, 0, 0)).await?, 0) as u64;
+        Ok(o + r < head)
     }
 
     /// TPC-C §2.8 (read-only): distinct items of the district's last 20
@@ -431,19 +511,41 @@ impl TpccClient {
         let carrier = self.rng.range_inclusive(1, 10) as u32;
         let mut all = true;
         for d in 1..=self.spec.districts_per_warehouse {
-            let mut tx = coord.begin();
-            match self.deliver_one(&mut tx, w, d, carrier).await {
-                // Nothing to deliver in this district: a read-only transaction.
-                Ok(None) => {
-                    let _ = tx.abort().await;
+            let (mut ok, mut backlog) = self.deliver_district(coord, w, d, carrier).await?;
+            // Bounded history: more deliveries bring the backlog back to R/2.
+            for _ in 0..CATCH_UP_DELIVERIES {
+                if !self.spec.retain.is_some_and(|r| backlog > r / 2) {
+                    break;
                 }
-                Ok(Some(effect)) => {
-                    all &= commit_effect(&self.ledger, tx, "Delivery", effect).await?
-                }
-                Err(early) => all &= self.finish(tx, "Delivery", Err(early)).await?,
+                let (more, b) = self.deliver_district(coord, w, d, carrier).await?;
+                (ok, backlog) = (ok && more, b);
             }
+            all &= ok;
         }
         Ok(all)
+    }
+
+    /// One district's delivery, a database transaction of its own: whether
+    /// it committed, and the district's undelivered backlog it saw.
+    async fn deliver_district<F: Fabric>(
+        &mut self,
+        coord: &mut Coordinator<F>,
+        w: u64,
+        d: u64,
+        carrier: u32,
+    ) -> Result<(bool, u64), TxError> {
+        let mut tx = coord.begin();
+        let mut backlog = 0;
+        let ok = match self.deliver_one(&mut tx, w, d, carrier, &mut backlog).await {
+            // Nothing to deliver in this district: a read-only transaction.
+            Ok(None) => {
+                let _ = tx.abort().await;
+                true
+            }
+            Ok(Some(effect)) => commit_effect(&self.ledger, tx, "Delivery", effect).await?,
+            Err(early) => self.finish(tx, "Delivery", Err(early)).await?,
+        };
+        Ok((ok, backlog))
     }
 
     async fn deliver_one<F: Fabric>(
@@ -452,12 +554,17 @@ impl TpccClient {
         w: u64,
         d: u64,
         carrier: u32,
+        backlog: &mut u64,
     ) -> Result<Option<Effect>, Early> {
         let hk = key(w, d, 0, 0);
         let o = get_u32(&must_rfu(tx, NEW_ORDER_HEAD, hk).await?, 0) as u64;
         let nk = key(w, d, o, 0);
         if tx.read(NEW_ORDER, nk).await?.is_none() {
             return Ok(None);
+        }
+        if self.spec.retain.is_some() {
+            let next = District::decode(&must(tx, DISTRICT, hk).await?).next_o_id as u64;
+            *backlog = next.saturating_sub(o + 1);
         }
         tx.delete(NEW_ORDER, nk).await?;
         tx.write(NEW_ORDER_HEAD, hk, &id_value(o as u32 + 1))
@@ -478,12 +585,43 @@ impl TpccClient {
         cust.balance += total;
         cust.delivery_cnt += 1;
         tx.write(CUSTOMER, ck, &cust.encode()).await?;
-        Ok(Some(vec![
+        let mut effect = vec![
             ((NEW_ORDER_HEAD, hk, F_HEAD), 1),
-            ((NEW_ORDER, nk, PRESENCE), -1),
+            (self.row_cell(NEW_ORDER, nk), -1),
             ((CUSTOMER, ck, F_BALANCE), total),
             ((CUSTOMER, ck, F_DELIVERY_CNT), 1),
-        ]))
+        ];
+        if let Some(r) = self.spec.retain.filter(|&r| o > r) {
+            effect.extend(self.archive_order(tx, key(w, d, o - r, 0)).await?);
+        }
+        Ok(Some(effect))
+    }
+
+    /// Bounded history: archive delivered order `ok` (delete it and its
+    /// lines, add their amount to its customer's archived delivered sum).
+    async fn archive_order<F: Fabric>(&mut self, tx: &mut Transaction<'_, F>, ok: u64) -> Body {
+        let (w, d, o, _) = unkey(ok);
+        let ord = Order::decode(&must(tx, ORDER, ok).await?);
+        if ord.carrier == 0 {
+            return Err(Early::Broken(format!(
+                "order {w}/{d}/{o} to archive is undelivered"
+            )));
+        }
+        let mut total = 0;
+        for ol in 1..=ord.ol_cnt as u64 {
+            let lk = key(w, d, o, ol);
+            total += OrderLine::decode(&must(tx, ORDER_LINE, lk).await?).amount;
+            tx.delete(ORDER_LINE, lk).await?;
+        }
+        tx.delete(ORDER, ok).await?;
+        let ck = key(w, d, ord.c_id as u64, 0);
+        let mut cust = Customer::decode(&must_rfu(tx, CUSTOMER, ck).await?);
+        cust.archived_delivered += total;
+        tx.write(CUSTOMER, ck, &cust.encode()).await?;
+        Ok(vec![
+            (self.row_cell(ORDER, ok), -1),
+            ((CUSTOMER, ck, F_ARCH_DELIVERED), total),
+        ])
     }
 }
 
@@ -501,6 +639,9 @@ pub(crate) fn field_name(c: &Cell) -> &'static str {
         F_ORDER_CNT => "order_cnt",
         F_REMOTE_CNT => "remote_cnt",
         F_HEAD => "oldest undelivered order",
+        F_ARCH_DELIVERED => "archived delivered amount",
+        F_ARCH_PAID => "archived paid amount",
+        F_ROWS => "rows",
         _ => "?",
     }
 }

@@ -36,6 +36,20 @@
 //! about 2 M order-line slots). A transaction that would exceed its district's
 //! budget is refused and counted in `EffectLedger::capacity_refusals`, which
 //! [`check::verify`] reports as an error: raise the budget for longer runs.
+//!
+//! **Bounded history** ([`TpccSpec::retain`], workload `tpcc-bounded`): a
+//! deviation from TPC-C for runs of any length in bounded memory. TPC-C's
+//! order, order-line and history tables grow by design, and so does its
+//! undelivered backlog (45 NewOrders per 4 Deliveries of 10 orders). With
+//! `retain = R`: delivering order `o` archives order `o − R` (its order and
+//! order-line rows are deleted, their delivered amount added to the
+//! customer's `archived_delivered`); a Payment archives the district's
+//! history row `h − R` (deleted, its amount added to the district's and the
+//! customer's `archived_paid`); and a district whose backlog exceeds `R / 2`
+//! gets a second delivery. Conditions 8–10 and 12 then count archived sums
+//! with the live rows; OrderStatus accepts a last order older than the
+//! retained window as archived; the ledger counts the growing tables' rows
+//! per district instead of tracking each row.
 
 pub mod check;
 pub mod client;
@@ -109,6 +123,9 @@ pub struct TpccSpec {
     pub payments_per_district_max: u64,
     /// Seed of the deterministic initial population (the check regenerates parts of it).
     pub load_seed: u64,
+    /// Bounded history: orders and payments kept per district (see the
+    /// module docs); `None` is TPC-C's unbounded growth.
+    pub retain: Option<u64>,
 }
 
 impl Default for TpccSpec {
@@ -121,9 +138,13 @@ impl Default for TpccSpec {
             new_orders_per_district_max: 10_000,
             payments_per_district_max: 10_000,
             load_seed: 0x7BCC,
+            retain: None,
         }
     }
 }
+
+/// Orders and payments a bounded-history district keeps by default.
+pub const DEFAULT_RETAIN: u64 = 3_000;
 
 /// Pack `(w, d, id, sub)` into a key (see the module docs for the layout).
 pub fn key(w: u64, d: u64, id: u64, sub: u64) -> u64 {
@@ -192,23 +213,26 @@ impl Warehouse {
 }
 
 /// `DISTRICT`: `D_YTD` (i64 @0), `D_TAX` (u32 @8), `D_NEXT_O_ID` (u32 @12),
-/// and the next history id of the district (u32 @16; history rows are keyed by it).
+/// the next history id of the district (u32 @16; history rows are keyed by
+/// it), and the amounts of its archived history rows (i64 @24, bounded history).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct District {
     pub ytd: i64,
     pub tax: u32,
     pub next_o_id: u32,
     pub next_h_id: u32,
+    pub archived_paid: i64,
 }
 
 impl District {
-    pub const BYTES: u32 = 24;
+    pub const BYTES: u32 = 32;
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0; Self::BYTES as usize];
         put_i64(&mut b, 0, self.ytd);
         put_u32(&mut b, 8, self.tax);
         put_u32(&mut b, 12, self.next_o_id);
         put_u32(&mut b, 16, self.next_h_id);
+        put_i64(&mut b, 24, self.archived_paid);
         b
     }
     pub fn decode(b: &[u8]) -> Self {
@@ -217,12 +241,15 @@ impl District {
             tax: get_u32(b, 8),
             next_o_id: get_u32(b, 12),
             next_h_id: get_u32(b, 16),
+            archived_paid: get_i64(b, 24),
         }
     }
 }
 
 /// `CUSTOMER`: balance, YTD payment, payment and delivery counts, discount
-/// (bp), credit (1 = "BC"), last-name id (0..1000), first-name sort key.
+/// (bp), credit (1 = "BC"), last-name id (0..1000), first-name sort key; and
+/// the delivered and paid amounts of its archived orders and history rows
+/// (bounded history).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Customer {
     pub balance: i64,
@@ -233,10 +260,12 @@ pub struct Customer {
     pub bad_credit: bool,
     pub last: u32,
     pub first: u32,
+    pub archived_delivered: i64,
+    pub archived_paid: i64,
 }
 
 impl Customer {
-    pub const BYTES: u32 = 40;
+    pub const BYTES: u32 = 56;
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0; Self::BYTES as usize];
         put_i64(&mut b, 0, self.balance);
@@ -247,6 +276,8 @@ impl Customer {
         put_u32(&mut b, 28, self.bad_credit as u32);
         put_u32(&mut b, 32, self.last);
         put_u32(&mut b, 36, self.first);
+        put_i64(&mut b, 40, self.archived_delivered);
+        put_i64(&mut b, 48, self.archived_paid);
         b
     }
     pub fn decode(b: &[u8]) -> Self {
@@ -259,6 +290,8 @@ impl Customer {
             bad_credit: get_u32(b, 28) != 0,
             last: get_u32(b, 32),
             first: get_u32(b, 36),
+            archived_delivered: get_i64(b, 40),
+            archived_paid: get_i64(b, 48),
         }
     }
 }
@@ -416,6 +449,9 @@ impl TpccSpec {
     }
 
     pub fn validate(&self) -> Result<(), String> {
+        if self.retain.is_some_and(|r| r < 20) {
+            return Err("tpcc bounded history must retain at least 20 orders per district (StockLevel reads the last 20)".into());
+        }
         if self.warehouses == 0 || self.warehouses >= 1 << 16 {
             return Err(format!(
                 "tpcc warehouses must be 1..65535, got {}",
@@ -457,6 +493,21 @@ impl TpccSpec {
     /// the last 900 of 3 000); the first of them.
     pub fn first_new_order(&self) -> u64 {
         self.customers_per_district - self.customers_per_district * 3 / 10 + 1
+    }
+
+    /// Bounded history: the oldest initial order loaded. Delivering order
+    /// `o` archives `o − R`, so older initial orders load as archived.
+    pub fn first_loaded_order(&self) -> u64 {
+        self.retain
+            .map_or(1, |r| self.first_new_order().saturating_sub(r).max(1))
+    }
+
+    /// Bounded history: the oldest initial history row loaded (the first
+    /// Payment, id C + 1, archives C + 1 − R); older ones load as archived.
+    pub fn first_loaded_history(&self) -> u64 {
+        self.retain.map_or(1, |r| {
+            (self.customers_per_district + 1).saturating_sub(r).max(1)
+        })
     }
 
     /// Initial `W_YTD` and `D_YTD`: the sum of the initial history amounts,
@@ -522,7 +573,20 @@ impl TpccSpec {
 
     pub fn tables(&self) -> Vec<TableSpec> {
         let dists = self.districts();
-        let orders = dists * (self.customers_per_district + self.new_orders_per_district_max);
+        let c_n = self.customers_per_district;
+        // Bounded history keeps R orders behind the delivered one plus a
+        // backlog held near R/2 (twice R, for slack), and R payments.
+        let (orders, new_orders, history) = match self.retain {
+            Some(r) => (dists * (c_n + 2 * r), dists * (c_n + r), dists * (c_n + r)),
+            None => {
+                let orders = dists * (c_n + self.new_orders_per_district_max);
+                (
+                    orders,
+                    orders,
+                    dists * (c_n + self.payments_per_district_max),
+                )
+            }
+        };
         let t = |id: TableId, value_size: u32, capacity: u64| TableSpec {
             id,
             name: TABLE_NAMES[id as usize].into(),
@@ -537,12 +601,8 @@ impl TpccSpec {
                 Customer::BYTES,
                 dists * self.customers_per_district,
             ),
-            t(
-                HISTORY,
-                History::BYTES,
-                dists * (self.customers_per_district + self.payments_per_district_max),
-            ),
-            t(NEW_ORDER, ID_BYTES, orders),
+            t(HISTORY, History::BYTES, history),
+            t(NEW_ORDER, ID_BYTES, new_orders),
             t(ORDER, Order::BYTES, orders),
             t(ORDER_LINE, OrderLine::BYTES, orders * MAX_OL_CNT),
             t(ITEM, ITEM_BYTES, self.items),
@@ -597,6 +657,7 @@ impl TpccSpec {
                     tax: rng.range_inclusive(0, 2_000) as u32,
                     next_o_id: next,
                     next_h_id: next,
+                    archived_paid: (self.first_loaded_history() - 1) as i64 * INITIAL_H_AMOUNT,
                 };
                 loader
                     .put(DISTRICT, key(w, d, 0, 0), &dist.encode())
@@ -613,6 +674,12 @@ impl TpccSpec {
                         bad_credit: rng.below(10) == 0,
                         last: *last,
                         first: *first,
+                        archived_delivered: 0,
+                        archived_paid: if c < self.first_loaded_history() {
+                            INITIAL_H_AMOUNT
+                        } else {
+                            0
+                        },
                     };
                     loader
                         .put(CUSTOMER, key(w, d, c, 0), &cust.encode())
@@ -623,7 +690,9 @@ impl TpccSpec {
                         c_d: d as u32,
                         c_id: c as u32,
                     };
-                    loader.put(HISTORY, key(w, d, c, 0), &h.encode()).await?;
+                    if c >= self.first_loaded_history() {
+                        loader.put(HISTORY, key(w, d, c, 0), &h.encode()).await?;
+                    }
                 }
                 for (l, ids) in self.by_last(&names).iter().enumerate() {
                     let mut v = vec![0; by_last_bytes];
@@ -656,10 +725,14 @@ impl TpccSpec {
                         },
                         entry_d: 1,
                     };
-                    loader.put(ORDER, key(w, d, o, 0), &ord.encode()).await?;
                     loader
                         .put(LAST_ORDER, key(w, d, c, 0), &id_value(o as u32))
                         .await?;
+                    if o < self.first_loaded_order() {
+                        // Archived already (bounded history): delivered, amount 0.
+                        continue;
+                    }
+                    loader.put(ORDER, key(w, d, o, 0), &ord.encode()).await?;
                     for ol in 1..=ol_cnt {
                         let line = OrderLine {
                             i_id: rng.range_inclusive(1, self.items) as u32,
@@ -773,6 +846,75 @@ mod tests {
             c.ytd_payment += 5;
             l[CUSTOMER as usize].insert(k, c.encode());
         });
+    }
+}
+
+#[cfg(test)]
+mod bounded {
+    use super::*;
+    use crate::ledger::EffectLedger;
+    use crate::testkit::run_inline;
+
+    /// Bounded history archives old orders and payments, keeps the backlog
+    /// near R/2, and its check holds; a wrong archived sum fails it.
+    #[test]
+    fn bounded_history_archives_and_its_check_holds() {
+        let spec = TpccSpec {
+            retain: Some(20),
+            ..TpccSpec::tiny(1)
+        };
+        let clients: Vec<TpccClient> = (0..3)
+            .map(|i| TpccClient::new(spec.clone(), i, 7 + i as u64))
+            .collect();
+        let ledgers: Vec<_> = clients.iter().map(|c| c.ledger.clone()).collect();
+        let (live, _) = run_inline(
+            spec.tables(),
+            async |l| spec.load(l).await,
+            clients,
+            400,
+            async |c, coord| c.run_one(coord).await,
+        );
+        let mut ledger = EffectLedger::default();
+        for l in &ledgers {
+            ledger.merge(&l.borrow());
+        }
+        assert_eq!(verify(&spec, &live, &ledger), Vec::<String>::new());
+        let placed = ledger
+            .committed_by_type
+            .get("NewOrder")
+            .copied()
+            .unwrap_or(0);
+        let orders = live[ORDER as usize].len() as u64;
+        let dists = spec.districts();
+        // Without archiving every order would still be live.
+        assert!(
+            orders < dists * spec.customers_per_district + placed,
+            "{orders} orders live after {placed} placed"
+        );
+        assert!(
+            orders <= dists * (2 * 20 + 20),
+            "{orders} orders live: more than R + backlog per district"
+        );
+        assert!(
+            (live[HISTORY as usize].len() as u64) <= dists * 20,
+            "history not archived"
+        );
+        let archived: i64 = live[CUSTOMER as usize]
+            .values()
+            .map(|b| Customer::decode(b).archived_delivered)
+            .sum();
+        assert!(archived > 0, "no delivered amount archived");
+        let mut broken = live.clone();
+        let k = *live[CUSTOMER as usize]
+            .iter()
+            .find(|(_, b)| Customer::decode(b).archived_paid != 0)
+            .expect("an archived payment")
+            .0;
+        let mut c = Customer::decode(&broken[CUSTOMER as usize][&k]);
+        c.archived_paid += 1;
+        broken[CUSTOMER as usize].insert(k, c.encode());
+        let v = verify(&spec, &broken, &ledger);
+        assert!(v.iter().any(|m| m.contains("condition 10")), "{v:?}");
     }
 }
 
