@@ -9,7 +9,7 @@ use tandem_fabric::{Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::config::TableId;
 use crate::layout::{Layout, TableLayout, ASSOC};
-use crate::slot::{LockWord, SlotImage};
+use crate::slot::{LockWord, SlotImage, NO_KEY};
 
 /// Bytes per inspection read.
 const CHUNK_BYTES: u64 = 64 * 1024;
@@ -97,14 +97,20 @@ impl TableSnapshot {
 
     /// The hash table's own invariants, on each primary: a key holds at
     /// most one slot (live or tombstone), and every slot between a key's
-    /// home and its slot is occupied, so its probe reaches it
-    /// (`coordinator/reclaim.rs`). `tl` must be this table's layout.
+    /// home and its slot is occupied, so its probe reaches it. Tombstones
+    /// nobody owns ([`NO_KEY`], rolled-back inserts) are exempt. `tl` must
+    /// be this table's layout (`coordinator/reclaim.rs`).
     pub fn structure_violations(&self, tl: &TableLayout) -> Vec<String> {
         let mut out = Vec::new();
         for (p, part) in self.partitions.iter().enumerate() {
             let slots = &part[0];
+            let n = slots.len();
             let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
-            for (i, s) in slots.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
+            for (i, s) in slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !s.is_empty() && s.key != NO_KEY)
+            {
                 if let Some(j) = seen.insert(s.key, i) {
                     out.push(format!(
                         "table {} partition {p}: key {} holds slots {j} and {i}",
@@ -112,8 +118,8 @@ impl TableSnapshot {
                     ));
                 }
                 let home = (tl.home(s.key).1 * ASSOC) as usize;
-                let gap = (0..(i + slots.len() - home) % slots.len())
-                    .map(|d| (home + d) % slots.len())
+                let gap = (0..(i + n - home) % n)
+                    .map(|d| (home + d) % n)
                     .find(|&g| slots[g].is_empty());
                 if let Some(g) = gap {
                     out.push(format!("table {} partition {p}: key {} in slot {i} is unreachable: slot {g} on its probe path is empty", self.table, s.key));

@@ -37,7 +37,8 @@ mod reclaim;
 pub use reclaim::Reclaim;
 
 use crate::slot::{
-    encode_body, make_version, LockWord, SlotImage, FLAG_LIVE, KEY_OFF, LOCK_OFF, VERSION_OFF,
+    encode_body, make_version, LockWord, SlotImage, FLAG_LIVE, KEY_OFF, LOCK_OFF, NO_KEY,
+    VERSION_OFF,
 };
 
 /// Per-coordinator counters.
@@ -101,9 +102,8 @@ enum LockState<F: Fabric> {
     Failed,
 }
 
-/// A slot an absent key's outcome depends on, beyond its read entry: the
-/// last occupied slot before the empty one that ends its probe (see
-/// `reclaim.rs` for why that one suffices).
+/// A slot an absent key's outcome depends on, beyond its read entry: every
+/// slot its probe passed (see `reclaim.rs`).
 struct Guard {
     table: TableId,
     part: u32,
@@ -150,6 +150,10 @@ struct WriteEntry<F: Fabric> {
     new_version: u64,
     /// A reclamation: the tombstone becomes empty (version 0).
     reclaim: bool,
+    /// An insert into another key's tombstone (`expect_version` is its version).
+    reuse: bool,
+    /// Locked blind, through the address cache.
+    cached: bool,
 }
 
 impl<F: Fabric> WriteEntry<F> {
@@ -176,13 +180,14 @@ enum Located {
         slot: u32,
         image: SlotImage,
     },
-    /// Absent; `slot` is the first empty slot in probe order (None: probe
-    /// bound full); `last`, the (slot, version) probed just before it.
+    /// Absent; `slot` is where an insert goes: the first tombstone or empty
+    /// slot in probe order (None: probe bound full); `path`, the (slot,
+    /// version) of every slot probed, up to the empty one that ended it.
     Absent {
         part: u32,
         slot: Option<u32>,
         image: Option<SlotImage>,
-        last: Option<(u32, u64)>,
+        path: Vec<(u32, u64)>,
     },
 }
 
@@ -402,15 +407,16 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let r = self.c.post(mem, vec![Verb::read(addr, slot_bytes)]).await;
             let bytes = r.into_iter().next().unwrap()?.into_bytes();
             let image = SlotImage::decode(&bytes);
+            // A key has one slot at most: if the cached one still holds it,
+            // that is the key's (a reclaimed or reused slot is re-probed).
             if image.holds(key) {
                 return Ok(Located::Found { part, slot, image });
             }
-            // Only committed slots are cached, and those never change owner;
-            // stay safe anyway and fall back to probing.
             self.c.node.evict_slot(t, key);
         }
         let buckets = self.table(t).buckets_per_partition;
-        let mut last = None;
+        let mut path = Vec::new();
+        let mut reusable: Option<(u32, SlotImage)> = None;
         for probe in 0..MAX_PROBE_BUCKETS.min(buckets) {
             let first = ((home + probe) % buckets) * ASSOC;
             let (mem, addr) = self.primary_addr(t, part, first);
@@ -425,21 +431,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 );
                 let slot = first + i;
                 debug_assert!(slot < spp);
-                if img.is_empty() {
-                    if self.find_write_slot(t, part, slot).is_some() {
-                        // Claimed by one of our own inserts: the next empty slot is the key's.
-                        last = Some((slot, img.version));
-                        continue;
-                    }
-                    return Ok(Located::Absent {
-                        part,
-                        slot: Some(slot),
-                        image: Some(img),
-                        last,
-                    });
-                }
-                last = Some((slot, img.version));
-                if img.key == key {
+                if img.holds(key) {
                     self.c.node.cache_slot(t, key, slot);
                     return Ok(Located::Found {
                         part,
@@ -447,13 +439,29 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                         image: img,
                     });
                 }
+                path.push((slot, img.version));
+                // Claimed by one of our own inserts: not free for another key.
+                let ours = self.find_write_slot(t, part, slot).is_some();
+                if !ours && !img.is_live() && reusable.is_none() {
+                    reusable = Some((slot, img.clone()));
+                }
+                if img.is_empty() && !ours {
+                    break;
+                }
+            }
+            if path
+                .last()
+                .is_some_and(|&(s, v)| v == 0 && self.find_write_slot(t, part, s).is_none())
+            {
+                break;
             }
         }
+        let (slot, image) = reusable.map_or((None, None), |(s, i)| (Some(s), Some(i)));
         Ok(Located::Absent {
             part,
-            slot: None,
-            image: None,
-            last,
+            slot,
+            image,
+            path,
         })
     }
 
@@ -467,18 +475,22 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         self.reads.iter().position(|r| r.table == t && r.key == key)
     }
 
-    /// An absent key also depends on the slot probed just before the empty
-    /// one that ended its probe: emptying that slot is the first step of
-    /// every change that could let the key in earlier on its path.
-    fn guard_absent(&mut self, table: TableId, part: u32, last: Option<(u32, u64)>) {
-        if let (Some((slot, version)), false) = (last, self.c.node.bugs.unguarded_phantoms) {
-            self.guards.push(Guard {
-                table,
-                part,
-                slot,
-                version,
-            });
-        }
+    /// An absent key depends on every slot its probe passed: an insert of
+    /// it lands in one of them, and a delete or reclamation that would let
+    /// it in changes one of them first (`reclaim.rs`).
+    fn guard_absent(&mut self, table: TableId, part: u32, path: Vec<(u32, u64)>) {
+        let keep = if self.c.node.bugs.unguarded_phantoms {
+            path.len().saturating_sub(1)
+        } else {
+            0
+        };
+        let guards = path.into_iter().skip(keep).map(|(slot, version)| Guard {
+            table,
+            part,
+            slot,
+            version,
+        });
+        self.guards.extend(guards);
     }
 
     /// Read `key` without locking. `Ok(None)` if it does not exist.
@@ -505,22 +517,23 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 part,
                 slot: Some(slot),
                 image,
-                last,
+                path,
             } => {
-                self.guard_absent(t, part, last);
+                self.guard_absent(t, part, path);
                 (part, slot, image)
             }
             Located::Absent {
                 part,
                 slot: None,
-                last,
+                path,
                 ..
             } => {
-                self.guard_absent(t, part, last);
+                self.guard_absent(t, part, path);
                 return Ok(None);
             }
         };
         let mut image = image.expect("located slot has an image");
+        let probed = image.version;
         let mut retries = 0;
         while self.blocks(image.lock) {
             if !self.may_stall(&mut retries) {
@@ -538,8 +551,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 Err(e) => return Err(self.fail(e).await),
             }
         }
-        if !image.is_empty() && !image.holds(key) {
-            // Stalled on the empty slot of an absent key, which another key's
+        if !image.holds(key) && image.version != probed {
+            // Stalled on the free slot of an absent key, which another key's
             // insert then took: it is neither `key` nor its phantom guard.
             return Err(self.abort_with(AbortReason::ReadLocked).await);
         }
@@ -600,6 +613,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     pub async fn insert(&mut self, t: TableId, key: u64, value: &[u8]) -> Result<(), TxError> {
         self.check_table(t)?;
         self.check_value(t, value);
+        assert_ne!(key, NO_KEY, "key u64::MAX is reserved (slot::NO_KEY)");
         if let Some(i) = self.find_write(t, key) {
             self.resolve_lock(i).await?;
             let w = &mut self.writes[i];
@@ -611,7 +625,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             return Ok(());
         }
         let loc = self.locate(t, key).await?;
-        let (part, slot, expect_empty, tombstone_version) = match loc {
+        let (part, slot, expect_empty, tombstone_version, reuse) = match loc {
             Located::Found { part, slot, image } => {
                 if image.is_live() {
                     if self.blocks(image.lock) {
@@ -629,28 +643,29 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                     });
                     return Err(TxError::AlreadyExists);
                 }
-                (part, slot, false, Some(image.version))
+                (part, slot, false, Some(image.version), false)
             }
             Located::Absent {
                 part,
                 slot: Some(slot),
-                last,
-                ..
+                image: Some(image),
+                path,
             } => {
-                self.guard_absent(t, part, last);
-                (part, slot, true, None)
+                self.guard_absent(t, part, path);
+                // The first free slot: empty, or another key's tombstone.
+                let empty = image.is_empty();
+                (part, slot, empty, (!empty).then_some(image.version), !empty)
             }
-            Located::Absent { slot: None, .. } => {
-                return Err(self.abort_with(AbortReason::TableFull).await)
-            }
+            Located::Absent { .. } => return Err(self.abort_with(AbortReason::TableFull).await),
         };
         let i = self
             .post_lock(t, key, part, slot, expect_empty, false)
             .await?;
         if tombstone_version.is_some() {
-            // Someone may re-insert the key meanwhile: insist on the tombstone we saw.
+            // Someone may re-insert or reuse it meanwhile: insist on the tombstone we saw.
             self.writes[i].expect_version = tombstone_version;
         }
+        self.writes[i].reuse = reuse;
         self.writes[i].final_live = true;
         self.writes[i].new_value = Some(value.to_vec());
         self.resolve_lock(i).await?;
@@ -685,11 +700,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
     /// Locate an existing key and post its lock. `NotFound` if it is not live.
     async fn lock_existing(&mut self, t: TableId, key: u64) -> Result<usize, TxError> {
-        let (part, slot) = match self.c.node.cached_slot(t, key) {
+        let (part, slot, cached) = match self.c.node.cached_slot(t, key) {
             // Blind fast path: the slot is known, the lock is posted without a read.
-            Some(slot) => (self.table(t).home(key).0, slot),
+            Some(slot) => (self.table(t).home(key).0, slot, true),
             None => match self.locate(t, key).await? {
-                Located::Found { part, slot, image } if image.is_live() => (part, slot),
+                Located::Found { part, slot, image } if image.is_live() => (part, slot, false),
                 Located::Found { part, slot, image } => {
                     self.reads.push(ReadEntry {
                         table: t,
@@ -705,9 +720,9 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                     part,
                     slot,
                     image,
-                    last,
+                    path,
                 } => {
-                    self.guard_absent(t, part, last);
+                    self.guard_absent(t, part, path);
                     if let (Some(slot), Some(img)) = (slot, image) {
                         self.reads.push(ReadEntry {
                             table: t,
@@ -722,7 +737,9 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 }
             },
         };
-        self.post_lock(t, key, part, slot, false, true).await
+        let i = self.post_lock(t, key, part, slot, false, true).await?;
+        self.writes[i].cached = cached;
+        Ok(i)
     }
 
     /// Post the lock CAS (and the read behind it) for a new write-set entry.
@@ -765,6 +782,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             new_version: 0,
             undo_posted: false,
             reclaim: false,
+            reuse: false,
+            cached: false,
         });
         let i = self.writes.len() - 1;
         if self.c.node.bugs.logging_without_locking && self.c.node.mode != Mode::Pandora {
@@ -867,21 +886,23 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let image = SlotImage::decode(&results[1].clone().unwrap().into_bytes());
         let w = &mut self.writes[i];
         let key = w.key;
-        let stale = if w.expect_empty {
-            !image.is_empty()
-        } else {
-            !image.holds(key) || w.expect_version.is_some_and(|v| v != image.version)
-        };
         // The key was deleted since we found it (e.g. through the cache): the
         // entry becomes a no-op; a blind write to it fails at commit.
         let gone = w.expect_live && image.holds(key) && !image.is_live();
-        if stale && !w.expect_empty && !image.holds(key) {
-            // A cached slot reclaimed and perhaps reused: probe next time.
+        let stale = if w.expect_empty {
+            !image.is_empty()
+        } else if w.reuse {
+            image.is_live() || w.expect_version != Some(image.version)
+        } else {
+            !image.holds(key) || w.expect_version.is_some_and(|v| v != image.version)
+        };
+        if stale && w.cached {
+            // A cached slot reclaimed or reused since: probe next time.
             self.c.node.evict_slot(w.table, key);
         }
         w.image = Some(image);
         if stale {
-            return Err(Ok(if w.expect_empty {
+            return Err(Ok(if w.expect_empty || w.reuse {
                 AbortReason::InsertRace
             } else {
                 AbortReason::StaleRead
@@ -897,7 +918,9 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 self.writes[i].new_version = self.c.next_version();
             }
             // "Missing actions" (FORD's C2 bug): inserts were not undo-logged.
-            if !(self.c.node.bugs.missing_insert_undo && self.writes[i].expect_empty) {
+            if !(self.c.node.bugs.missing_insert_undo
+                && (self.writes[i].expect_empty || self.writes[i].reuse))
+            {
                 self.post_undo(i);
             }
         }
@@ -929,7 +952,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         // rolls such an insert back to a tombstone.
         let op = if self.writes[i].reclaim {
             OpKind::Reclaim
-        } else if self.writes[i].expect_empty {
+        } else if self.writes[i].expect_empty || self.writes[i].reuse {
             OpKind::Insert
         } else {
             OpKind::Update
@@ -1159,7 +1182,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let (t, key, part, slot) = (w.table, w.key, w.part, w.slot);
             match w.op() {
                 // The slot now belongs to this key, until it is reclaimed.
-                Some(OpKind::Insert) if w.expect_empty => self.c.node.cache_slot(t, key, slot),
+                Some(OpKind::Insert) => self.c.node.cache_slot(t, key, slot),
                 Some(OpKind::Delete) => self.c.retire(t, part, slot),
                 Some(OpKind::Reclaim) => self.c.node.evict_slot(t, key),
                 _ => {}

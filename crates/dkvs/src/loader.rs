@@ -86,6 +86,11 @@ impl<F: Fabric> Loader<F> {
 
     /// Queue one object; verbs go out in large batches.
     pub async fn put(&mut self, table: TableId, key: u64, value: &[u8]) -> Result<(), LoadError> {
+        assert_ne!(
+            key,
+            crate::slot::NO_KEY,
+            "key u64::MAX is reserved (slot::NO_KEY)"
+        );
         let tl = self.layout.table(table);
         if value.len() > tl.spec.value_size as usize {
             return Err(LoadError::ValueTooLarge {

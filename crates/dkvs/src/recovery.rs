@@ -17,7 +17,7 @@
 //! Roll-back writes the undo image with a *fresh* version minted by the
 //! recovery coordinator, never the old one: a reader whose torn read saw the
 //! old version next to the crashed writer's new bytes must fail validation.
-//! An insert rolls back to a tombstone of its key, so the slot keeps its owner.
+//! An insert rolls back to a tombstone nobody owns, so the slot stays occupied.
 //! Every replica is restored before any lock is released, and logs are
 //! invalidated last, so re-running the whole procedure after a crash of the
 //! recovery coordinator at any point is correct (idempotence, §3.2.3).
@@ -32,7 +32,18 @@ use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::layout::Layout;
 use crate::log::{invalid_state_word, LogEntry, LogRecord, OpKind};
-use crate::slot::{encode_body, make_version, LockWord, KEY_OFF, LOCK_OFF, VERSION_OFF};
+use crate::slot::{encode_body, make_version, LockWord, KEY_OFF, LOCK_OFF, NO_KEY, VERSION_OFF};
+
+/// The `key|flags|value` an undo restores. An insert rolls back to a
+/// tombstone nobody owns ([`NO_KEY`]): the slot stays occupied, so keys
+/// placed behind it while it looked taken stay reachable, and the inserted
+/// key keeps one slot at most (it may have been inserted elsewhere since).
+fn undo_body(e: &LogEntry, value_bytes: u32) -> Vec<u8> {
+    match e.op {
+        OpKind::Insert => encode_body(NO_KEY, 0, &[], value_bytes),
+        _ => encode_body(e.key, e.old_flags, &e.old_value, value_bytes),
+    }
+}
 
 /// What log recovery did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -286,14 +297,8 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 } else {
                     make_version(self.id, self.version_counter)
                 };
-                // An insert rolls back to a tombstone of its key: the slot keeps its owner.
-                let flags = if e.op == OpKind::Insert {
-                    0
-                } else {
-                    e.old_flags
-                };
                 let value_bytes = self.layout.table(e.table).value_bytes;
-                let body = encode_body(e.key, flags, &e.old_value, value_bytes);
+                let body = undo_body(e, value_bytes);
                 for &(n, addr) in self.restored(e) {
                     restores.push((
                         n,
@@ -684,17 +689,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                     for e in &entries {
                         self.version_counter += 1;
                         let version = make_version(self.id, self.version_counter);
-                        let flags = if e.op == OpKind::Insert {
-                            0
-                        } else {
-                            e.old_flags
-                        };
-                        let body = encode_body(
-                            e.key,
-                            flags,
-                            &e.old_value,
-                            self.layout.table(e.table).value_bytes,
-                        );
+                        let body = undo_body(e, self.layout.table(e.table).value_bytes);
                         for &(n, a) in self.restored(e) {
                             restores.push((
                                 n,

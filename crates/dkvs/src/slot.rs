@@ -23,6 +23,10 @@ pub const VERSION_OFF: u64 = 8;
 pub const KEY_OFF: u64 = 16;
 pub const SLOT_HEADER_BYTES: u32 = 32;
 pub const FLAG_LIVE: u64 = 1;
+/// The key of a tombstone nobody owns: recovery rolls an insert back to one,
+/// so the slot stays occupied (keys behind it stay reachable) without
+/// claiming for the inserted key a second slot. Reserved: no key may be it.
+pub const NO_KEY: u64 = u64::MAX;
 
 /// A lock word. In pandora mode it names its owner and the transaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -542,6 +542,7 @@ fn reclaiming_mid_run_would_lose_the_key_behind_the_tombstone() {
             tx.delete(0, k[0]).await.unwrap();
             tx.commit().await.unwrap();
             c.reclaim_pending(8).await.unwrap();
+            c.take_unlocks().await;
             // Another node: no cached address to skip the probe.
             let mut other = reader.coordinator(2);
             let mut tx = other.begin();
@@ -555,11 +556,12 @@ fn reclaiming_mid_run_would_lose_the_key_behind_the_tombstone() {
     }
 }
 
-/// The phantom guard: a transaction found `k` absent; the tombstone just
-/// before the empty slot that ended its probe is reclaimed and `k` inserted
-/// there. Validation must fail; the `unguarded-phantoms` mutant commits.
+/// The phantom guard: a transaction found `k` absent behind two live keys;
+/// the second is deleted and `k` inserted into its tombstone. Validation
+/// must fail; the `unguarded-phantoms` mutant, which guards only the empty
+/// slot that ended the probe, commits.
 #[test]
-fn an_absent_read_fails_validation_when_its_path_is_reclaimed_and_the_key_inserted() {
+fn an_absent_read_fails_validation_when_its_path_is_freed_and_the_key_inserted() {
     for unguarded in [false, true] {
         let mut w = world(Mode::Pandora, 12, SimFabricConfig::default());
         w.store.bugs.unguarded_phantoms = unguarded;
@@ -573,14 +575,13 @@ fn an_absent_read_fails_validation_when_its_path_is_reclaimed_and_the_key_insert
             tx.insert(0, k[0], &pad(0)).await.unwrap();
             tx.insert(0, k[1], &pad(1)).await.unwrap();
             tx.commit().await.unwrap();
-            let mut tx = c.begin();
-            tx.delete(0, k[1]).await.unwrap();
-            tx.commit().await.unwrap();
             let mut reader = b.coordinator(2);
             let mut r = reader.begin();
             assert_eq!(r.read(0, k[2]).await.unwrap(), None);
             r.write(0, 3, &pad(30)).await.unwrap();
-            assert_eq!(c.reclaim_pending(8).await.unwrap(), 1);
+            let mut tx = c.begin();
+            tx.delete(0, k[1]).await.unwrap();
+            tx.commit().await.unwrap();
             let mut tx = c.begin();
             tx.insert(0, k[2], &pad(2)).await.unwrap();
             tx.commit().await.unwrap();
@@ -597,4 +598,43 @@ fn an_absent_read_fails_validation_when_its_path_is_reclaimed_and_the_key_insert
             "mutant unguarded-phantoms {unguarded}"
         );
     }
+}
+
+/// Another key's tombstone is reused by an insert, and the slot's old key
+/// stays absent; a reclaimed slot is reused too.
+#[test]
+fn inserts_reuse_other_keys_tombstones() {
+    let w = world(Mode::Pandora, 13, SimFabricConfig::default());
+    let k = w.same_bucket_keys(4);
+    let (node, f, layout) = (w.node(1), w.cluster.join(51).unwrap(), w.layout.clone());
+    let out = Rc::new(RefCell::new(Vec::new()));
+    let o = out.clone();
+    run_task(&w, 1, async move {
+        let mut c = node.coordinator(1);
+        let mut tx = c.begin();
+        tx.insert(0, k[0], &pad(0)).await.unwrap();
+        tx.insert(0, k[1], &pad(1)).await.unwrap();
+        tx.commit().await.unwrap();
+        let before = occupied(&f, &layout).await;
+        let mut tx = c.begin();
+        tx.delete(0, k[0]).await.unwrap();
+        tx.commit().await.unwrap();
+        let mut tx = c.begin();
+        tx.insert(0, k[2], &pad(2)).await.unwrap();
+        tx.commit().await.unwrap();
+        o.borrow_mut().push(format!(
+            "occupied +{}",
+            occupied(&f, &layout).await - before
+        ));
+        let mut tx = c.begin();
+        let seen = [
+            tx.read(0, k[0]).await.unwrap(),
+            tx.read(0, k[1]).await.unwrap(),
+            tx.read(0, k[2]).await.unwrap(),
+        ];
+        tx.commit().await.unwrap();
+        o.borrow_mut()
+            .push(format!("{:?}", seen.map(|v| v.is_some())));
+    });
+    assert_eq!(*out.borrow(), ["occupied +0", "[false, true, true]"]);
 }

@@ -1,49 +1,55 @@
-//! Slot reclamation: a deleted key's tombstone becomes an empty slot again,
-//! so insert/delete workloads run in bounded memory.
+//! Slot reclamation: a deleted key's tombstone is reused by later inserts
+//! or becomes an empty slot again, so insert/delete workloads run in
+//! bounded memory.
 //!
 //! Keys live in an open-addressing table probed linearly (slot `s`, then
 //! `s + 1`, … within the partition); a probe ends at the first empty slot
-//! (version 0). The store keeps one invariant, **reachability**: every slot
-//! between a key's home and its own slot is non-empty. Inserts keep it (they
-//! take the first empty slot), deletes keep it (they leave a tombstone).
+//! (version 0). Two invariants hold on every primary, and every checker
+//! tests them (`check::TableSnapshot::structure_violations`):
+//! - **reachability**: every slot between a key's home and its own slot is
+//!   occupied (live, or a tombstone);
+//! - **one slot per key**: an insert takes the key's own slot if its probe
+//!   meets it (live: `AlreadyExists`; a tombstone: reused), else the first
+//!   tombstone or empty slot on its path. Recovery rolls an insert back to a
+//!   tombstone nobody owns (`slot::NO_KEY`), never to the key's own.
 //!
-//! **Rule.** A tombstone at slot `A` may become empty only if `A + 1` is
-//! empty. Then no key's path crosses `A` (its path would reach `A + 1`,
-//! which is empty, or end there, which holds the key): emptying `A` cuts no
-//! path. The reclamation is a transaction like any other: it locks `A`
-//! (expecting the tombstone's version), validates that `A + 1` is still
-//! empty and unlocked, and commits version 0 to every replica of `A`,
-//! logged (op `Reclaim`) so that recovery rolls a crashed one back to the
+//! **Emptying rule.** A tombstone at slot `A` may become empty only if
+//! `A + 1` is empty. Then no key's path crosses `A` (its path would reach
+//! `A + 1`, which is empty, or end there, which holds the key): emptying
+//! `A` cuts no path. The reclamation is a transaction like any other: it
+//! locks `A` (expecting the tombstone's version), validates that `A + 1` is
+//! still empty and unlocked, and commits version 0 to every replica of `A`,
+//! logged (op `Reclaim`) so that recovery rolls a crashed one back to a
 //! tombstone or forward to empty. An insert racing for `A + 1` either holds
 //! its lock (the reclamation's validation fails) or has guarded `A` (its
 //! own validation fails): OCC's lock-then-validate order serialises them.
 //!
-//! **Phantom guard.** A transaction that finds key `K` absent read a path
-//! `s_0 … s_{m-1}` of occupied slots, then the empty `E = s_m`. It guards
-//! `E` (its read entry) and `s_{m-1}` (a [`Guard`](super::Guard)). For `K`
-//! to be inserted before validation, some slot on the path must become
-//! empty; by the rule, emptying `s_j` needs `s_{j+1}` empty, so the first
-//! of them emptied is `s_{m-1}`, while `E` is empty. Its version then
-//! changes (versions are unique and never return to an old value), so
-//! validation fails. `E` filled and emptied again (version 0 → v → 0)
-//! needs no detection: validation sees the state at validation time, and
-//! `E` empty then with `s_{m-1}` unchanged means `K` is absent then. A key
-//! found as a tombstone depends on its own slot only: nothing before it can
-//! be emptied while it is occupied.
+//! **Phantom guard.** A transaction that finds key `K` absent guards every
+//! slot its probe passed, up to the empty one that ended it (the `guards`
+//! of a transaction, validated like reads). For `K` to appear before
+//! validation, an insert must put it on that path: into a tombstone or the
+//! empty slot (that slot's version changes), or into a slot a delete or a
+//! reclamation freed first (that slot's version changed). Versions are
+//! unique and never come back, except 0: an empty slot filled and emptied
+//! again needs no detection, since validation sees the path as it is at
+//! validation time, and an unchanged path means `K` is absent then. A key
+//! found (live or as its tombstone) depends on its own slot only: an insert
+//! of it must take that slot.
 //!
 //! **Readers, logs, caches.** A reader of a present key validates its slot's
-//! version, which the delete and the reclamation both change. A recovery log
-//! names slots, but recovery acts only on slots still locked by the logged
-//! transaction (`recovery.rs`), and a reclamation needs that lock. Address
-//! caches are hints: a cached slot is re-checked for the key (`holds`), and
-//! a slot found reused is evicted.
+//! version, which a delete, a reuse and a reclamation all change. A recovery
+//! log names slots, but recovery acts only on slots still locked by the
+//! logged transaction (`recovery.rs`), and reclaiming or reusing a slot
+//! takes that lock. Address caches are hints: a cached slot is re-checked
+//! for the key (`holds`), and a slot found reclaimed or reused is evicted.
 //!
 //! **Scheduling.** A committed delete queues its slot with its coordinator;
 //! the runtime drains the queue between transactions ([`Coordinator::
-//! reclaim_pending`]). A tombstone that is not a tail is dropped and comes
-//! back by cascade: reclaiming `A + 1` queues `A` if it is a tombstone. A
-//! non-tail whose successor is a tombstone queues that successor, so tails
-//! whose deleter crashed (and lost its queue) are found too.
+//! reclaim_pending`]). A tombstone that is not a tail is dropped: an insert
+//! may reuse it, or it comes back by cascade (reclaiming `A + 1` queues `A`
+//! if it is a tombstone). A non-tail whose successor is a tombstone queues
+//! that successor, so tails whose deleter crashed (and lost its queue) are
+//! found too.
 
 use tandem_fabric::{Fabric, Verb};
 
