@@ -107,6 +107,13 @@ CARGO_TARGET_DIR=target run bash scripts/results_ddp.sh --runs-only
 run $T net echo --json $OUT/net-echo.json
 python3 scripts/render_ddp.py "$OUT" >> docs/RESULTS.md
 
+# Issue 15: slot reclamation. TATP and bounded-history TPC-C at full speed, 10 minutes each with
+# reclamation and 10 without (SOAK_SECS shortens them), occupancy and memory sampled every 10 s.
+for w in tatp tpcc-bounded; do
+  run $T table-soak --workload $w --duration ${SOAK_SECS:-600} --reclaim both --json $OUT/soak-$w.json --figure docs/figures/soak-$w
+done
+python3 scripts/render_soak.py "$OUT" >> docs/RESULTS.md
+
 # Issue 5: the paper's experiments, one command each; each writes
 # docs/results/NAME.json, docs/figures/NAME.{svg,png} and its section of docs/RESULTS.md.
 run $T experiment all

@@ -110,13 +110,14 @@ pub fn run(a: TableSoakArgs) -> Result<(), String> {
 
 fn print_report(r: &SoakReport) {
     println!(
-        "{} with reclamation {}: {} commits in {:.0} s ({:.0} tx/s), {} slots reclaimed, check {}",
+        "{} with reclamation {}: {} commits in {:.0} s ({:.0} tx/s), {} slots reclaimed ({} tombstones dropped), check {}",
         r.workload,
         if r.reclaim { "on" } else { "off" },
         r.committed,
         r.duration_s,
         r.throughput_tps,
         r.slots_reclaimed,
+        r.reclaims_dropped,
         match r.check_passed {
             Some(true) => "passed",
             Some(false) => "FAILED",

@@ -372,6 +372,8 @@ pub struct RunResult {
     pub fenced_acks: u64,
     /// Tombstones returned to empty slots (slot reclamation).
     pub slots_reclaimed: u64,
+    /// Tombstones left unreclaimed: a full queue, or a reclamation that kept aborting.
+    pub reclaims_dropped: u64,
     /// Table names, in the order of `occupancy`'s per-table counts.
     pub tables: Vec<String>,
     /// Table occupancy over the run (`RunConfig::occupancy_every`).

@@ -15,8 +15,10 @@ use crate::coordinator::Coordinator;
 use crate::failed_ids::FailedIds;
 use crate::layout::Layout;
 
-/// Bound on cached slot addresses per compute node; past it, misses re-probe.
-pub const ADDRESS_CACHE_MAX: usize = 1 << 22;
+/// Bound on cached slot addresses per compute node. A full cache starts
+/// over: under inserts and deletes it fills with the addresses of deleted
+/// keys, which only cost a probe each.
+pub const ADDRESS_CACHE_MAX: usize = 1 << 21;
 
 pub struct ComputeNode<F: Fabric> {
     pub(crate) fabric: F,
@@ -98,9 +100,10 @@ impl<F: Fabric> ComputeNode<F> {
 
     pub(crate) fn cache_slot(&self, table: TableId, key: u64, slot: u32) {
         let mut c = self.addr_cache.borrow_mut();
-        if c.len() < ADDRESS_CACHE_MAX {
-            c.insert((table, key), slot);
+        if c.len() >= ADDRESS_CACHE_MAX {
+            c.clear();
         }
+        c.insert((table, key), slot);
     }
 }
 

@@ -207,9 +207,9 @@ pub struct StoreConfig {
     /// Log slots per memory node; coordinator `c` uses slot `c % log_slots`.
     pub log_slots: u32,
     pub on_stray: OnStray,
-    /// Slot reclamation (on by default): a deleted key's tombstone becomes
-    /// an empty slot again once no key's probe path needs it. Off, every
-    /// key ever inserted keeps a slot for good.
+    /// Slot reclamation (on by default): inserts reuse other keys'
+    /// tombstones, and a tombstone becomes an empty slot again once no key's
+    /// probe path needs it. Off, every key ever inserted keeps a slot for good.
     pub reclaim: bool,
     pub bugs: BugSwitches,
 }

@@ -442,7 +442,9 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 path.push((slot, img.version));
                 // Claimed by one of our own inserts: not free for another key.
                 let ours = self.find_write_slot(t, part, slot).is_some();
-                if !ours && !img.is_live() && reusable.is_none() {
+                // Another key's tombstone is free for reuse, unless reclamation is off.
+                let free = img.is_empty() || self.c.node.reclaim;
+                if !ours && !img.is_live() && free && reusable.is_none() {
                     reusable = Some((slot, img.clone()));
                 }
                 if img.is_empty() && !ours {
@@ -1183,7 +1185,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             match w.op() {
                 // The slot now belongs to this key, until it is reclaimed.
                 Some(OpKind::Insert) => self.c.node.cache_slot(t, key, slot),
-                Some(OpKind::Delete) => self.c.retire(t, part, slot),
+                Some(OpKind::Delete) => {
+                    self.c.node.evict_slot(t, key);
+                    self.c.retire(t, part, slot);
+                }
                 Some(OpKind::Reclaim) => self.c.node.evict_slot(t, key),
                 _ => {}
             }

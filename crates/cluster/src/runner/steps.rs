@@ -711,6 +711,7 @@ impl<'a> Run<'a> {
             incarnations_started: (self.next_slot - cfg.compute_nodes) as usize,
             fenced_acks,
             slots_reclaimed: d.stats.slots_reclaimed,
+            reclaims_dropped: d.stats.reclaims_dropped,
             tables: self
                 .layout
                 .tables

@@ -59,7 +59,7 @@ use crate::error::TxError;
 use crate::slot::SlotImage;
 
 /// Tombstones a coordinator keeps queued; more are dropped (and counted).
-const RECLAIM_QUEUE_MAX: usize = 4096;
+const RECLAIM_QUEUE_MAX: usize = 1 << 14;
 /// Attempts at a tombstone whose reclamation keeps aborting (contention).
 const RECLAIM_ATTEMPTS: u8 = 3;
 
