@@ -577,10 +577,13 @@ async fn drive<F: Fabric>(
     // Unlocks still landing; awaited before the node stops, so no lock is
     // left behind and `active` drains to zero (a stop-the-world drain waits for it).
     let unlocking: Rc<RefCell<Vec<tokio::task::JoinHandle<()>>>> = Rc::default();
-    for &id in &ids {
+    let shared = Rc::new(RefCell::new(tandem_workloads::ledger::EffectLedger::default()));
+    for (k, &id) in ids.iter().enumerate() {
         let mut coord = node.coordinator(id);
         let mut client = spec.client(id as u32, seeds.next_u64());
-        outcomes.push(client.handle());
+        if !client.share_ledger(&shared) || k == 0 {
+            outcomes.push(client.handle());
+        }
         let (ctl, errors, unlocking, failed) = (
             ctl.clone(),
             errors.clone(),

@@ -237,6 +237,21 @@ impl Client {
         r
     }
 
+    /// Record into `ledger`, shared with the other clients of this compute
+    /// node (OLTP workloads; others keep their own): one map of acknowledged
+    /// deltas per node, not one per client, so a long run's memory stays
+    /// bounded by the cells the workload has. Returns whether it shares;
+    /// a shared ledger's handle must be counted once.
+    pub fn share_ledger(&mut self, ledger: &Rc<RefCell<EffectLedger>>) -> bool {
+        match self {
+            Client::SmallBank(c) => c.ledger = ledger.clone(),
+            Client::Tatp(c) => c.ledger = ledger.clone(),
+            Client::Tpcc(c) => c.ledger = ledger.clone(),
+            Client::Micro(_) | Client::Bank(_) => return false,
+        }
+        true
+    }
+
     /// A handle on the client's ledger that outlives the client (and its task).
     pub fn handle(&self) -> OutcomeHandle {
         match self {

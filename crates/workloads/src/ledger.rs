@@ -35,8 +35,10 @@ pub const IN_DOUBT_EXACT_MAX: usize = 16;
 pub struct EffectLedger {
     /// Sum of the deltas of acknowledged commits, per cell.
     pub acked: BTreeMap<Cell, i64>,
-    /// The transaction whose commit is under way (set just before `commit`).
-    pub pending: Option<Effect>,
+    /// Transactions whose commit is under way (set just before `commit`),
+    /// by a token of their own: clients of one compute node may share a ledger.
+    pub pending: Vec<(u64, Effect)>,
+    pub next_token: u64,
     /// Transactions whose outcome is unknown; never assumed absent or present.
     pub in_doubt: Vec<Effect>,
     /// Acknowledged commits, per transaction type.
@@ -60,7 +62,7 @@ impl EffectLedger {
             *self.acked.entry(*c).or_default() += d;
         }
         self.in_doubt.extend(o.in_doubt.iter().cloned());
-        self.in_doubt.extend(o.pending.iter().cloned());
+        self.in_doubt.extend(o.pending.iter().map(|(_, e)| e.clone()));
         for (k, n) in &o.committed_by_type {
             *self.committed_by_type.entry(k).or_default() += n;
         }
@@ -203,10 +205,17 @@ pub async fn commit_effect<F: tandem_fabric::Fabric>(
     kind: &'static str,
     effect: Effect,
 ) -> Result<bool, tandem_dkvs::TxError> {
-    ledger.borrow_mut().pending = Some(effect);
+    let token = {
+        let mut l = ledger.borrow_mut();
+        l.next_token += 1;
+        let token = l.next_token;
+        l.pending.push((token, effect));
+        token
+    };
     let r = tx.commit().await;
     let mut l = ledger.borrow_mut();
-    let e = l.pending.take().expect("set above");
+    let at = l.pending.iter().position(|(t, _)| *t == token).expect("pushed above");
+    let e = l.pending.swap_remove(at).1;
     match r {
         Ok(()) => {
             l.apply(&e);
