@@ -248,11 +248,11 @@ pub fn lines_svg(
         let ly = TOP + 14.0 + 16.0 * k as f64;
         let _ = write!(
             s,
-            r#"<line x1="{0}" y1="{1:.1}" x2="{2}" y2="{1:.1}" stroke="{c}" stroke-width="3"/><text x="{3}" y="{4:.1}" font-size="12" text-anchor="end">{5}</text>"#,
-            LEFT + 40.0,
+            r#"<line x1="{0}" y1="{1:.1}" x2="{2}" y2="{1:.1}" stroke="{c}" stroke-width="3"/><text x="{3}" y="{4:.1}" font-size="12" text-anchor="start">{5}</text>"#,
+            LEFT + 20.0,
             ly - 4.0,
-            LEFT + 62.0,
-            LEFT + 120.0,
+            LEFT + 42.0,
+            LEFT + 48.0,
             ly,
             esc(label)
         );

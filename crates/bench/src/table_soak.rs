@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tandem_cluster::backend::Backend;
 use tandem_cluster::runner::{self, occupancy::Occupancy, RunConfig, RunResult};
 use tandem_cluster::workload::WorkloadSpec;
@@ -26,7 +26,7 @@ pub struct SoakOpts {
 }
 
 /// One table across the run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TableTrend {
     pub name: String,
     pub slots: u64,
@@ -44,7 +44,7 @@ impl TableTrend {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SoakReport {
     pub workload: String,
     pub reclaim: bool,
@@ -181,10 +181,19 @@ pub fn figure(reports: &[SoakReport]) -> String {
     let Some(longest) = reports.iter().max_by_key(|r| r.samples.len()) else {
         return String::new();
     };
+    // About a dozen labels on the time axis, whatever the run's length.
+    let every = longest.samples.len().div_ceil(12).max(1);
     let xs: Vec<String> = longest
         .samples
         .iter()
-        .map(|s| format!("{:.0}", s.t_s))
+        .enumerate()
+        .map(|(i, s)| {
+            if i % every == 0 {
+                format!("{:.0}", s.t_s)
+            } else {
+                String::new()
+            }
+        })
         .collect();
     let n = xs.len();
     let series: Vec<(String, Vec<Option<f64>>)> = churning(reports)

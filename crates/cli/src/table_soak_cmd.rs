@@ -39,6 +39,9 @@ pub struct TableSoakArgs {
     /// Write the occupancy figure as <STEM>.svg and <STEM>.png.
     #[arg(long)]
     figure: Option<String>,
+    /// Run nothing: draw --figure from the reports of an earlier --json.
+    #[arg(long)]
+    replot: Option<String>,
 }
 
 fn positive_secs(s: f64, what: &str) -> Result<Duration, String> {
@@ -49,6 +52,16 @@ fn positive_secs(s: f64, what: &str) -> Result<Duration, String> {
 }
 
 pub fn run(a: TableSoakArgs) -> Result<(), String> {
+    if let Some(path) = &a.replot {
+        let stem = a.figure.as_ref().ok_or("--replot needs --figure")?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        let reports: Vec<SoakReport> = serde_json::from_str(&text)
+            .map_err(|e| format!("{path} is not table-soak JSON: {e}"))?;
+        let (svg, png) =
+            tandem_bench::plot::write_figure(Path::new(stem), &table_soak::figure(&reports))?;
+        eprintln!("figure: {} and {}", svg.display(), png.display());
+        return Ok(());
+    }
     let reclaim: &[bool] = match a.reclaim.as_str() {
         "on" => &[true],
         "off" => &[false],

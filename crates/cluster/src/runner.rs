@@ -577,7 +577,9 @@ async fn drive<F: Fabric>(
     // Unlocks still landing; awaited before the node stops, so no lock is
     // left behind and `active` drains to zero (a stop-the-world drain waits for it).
     let unlocking: Rc<RefCell<Vec<tokio::task::JoinHandle<()>>>> = Rc::default();
-    let shared = Rc::new(RefCell::new(tandem_workloads::ledger::EffectLedger::default()));
+    let shared = Rc::new(RefCell::new(
+        tandem_workloads::ledger::EffectLedger::default(),
+    ));
     for (k, &id) in ids.iter().enumerate() {
         let mut coord = node.coordinator(id);
         let mut client = spec.client(id as u32, seeds.next_u64());

@@ -62,7 +62,8 @@ impl EffectLedger {
             *self.acked.entry(*c).or_default() += d;
         }
         self.in_doubt.extend(o.in_doubt.iter().cloned());
-        self.in_doubt.extend(o.pending.iter().map(|(_, e)| e.clone()));
+        self.in_doubt
+            .extend(o.pending.iter().map(|(_, e)| e.clone()));
         for (k, n) in &o.committed_by_type {
             *self.committed_by_type.entry(k).or_default() += n;
         }
@@ -214,7 +215,11 @@ pub async fn commit_effect<F: tandem_fabric::Fabric>(
     };
     let r = tx.commit().await;
     let mut l = ledger.borrow_mut();
-    let at = l.pending.iter().position(|(t, _)| *t == token).expect("pushed above");
+    let at = l
+        .pending
+        .iter()
+        .position(|(t, _)| *t == token)
+        .expect("pushed above");
     let e = l.pending.swap_remove(at).1;
     match r {
         Ok(()) => {

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tandem_dkvs::slot::{FLAG_LIVE, KEY_OFF, VERSION_OFF};
 use tandem_dkvs::Layout;
 use tandem_fabric::inline::InlineCluster;
@@ -14,7 +14,7 @@ use tandem_fabric::inline::InlineCluster;
 use super::*;
 
 /// One sample.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Occupancy {
     /// Seconds after the measurement started.
     pub t_s: f64,
@@ -24,7 +24,7 @@ pub struct Occupancy {
     pub rss_bytes: u64,
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 pub struct TableOccupancy {
     /// Slots holding a key, live or tombstone.
     pub occupied: u64,
