@@ -53,6 +53,9 @@ pub struct SoakReport {
     pub throughput_tps: f64,
     pub slots_reclaimed: u64,
     pub reclaims_dropped: u64,
+    /// Transactions aborted because an insert found no free slot.
+    #[serde(default)]
+    pub table_full_aborts: u64,
     pub check_passed: Option<bool>,
     pub violations: Vec<String>,
     pub errors: Vec<String>,
@@ -89,6 +92,12 @@ impl SoakReport {
                 rss * 100.0,
                 self.rss_mid >> 20,
                 self.rss_end >> 20
+            ));
+        }
+        if self.table_full_aborts > 0 {
+            out.push(format!(
+                "{} transactions aborted: a table was full",
+                self.table_full_aborts
             ));
         }
         if self.check_passed == Some(false) || !self.errors.is_empty() {
@@ -153,6 +162,7 @@ fn report(o: &SoakOpts, layout: &Layout, r: RunResult) -> SoakReport {
         throughput_tps: r.throughput_tps,
         slots_reclaimed: r.slots_reclaimed,
         reclaims_dropped: r.reclaims_dropped,
+        table_full_aborts: r.aborts_by_reason.get("table-full").copied().unwrap_or(0),
         check_passed: r.check_passed,
         violations: r.violations,
         errors: r.errors,
