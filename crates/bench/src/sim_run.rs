@@ -289,6 +289,9 @@ pub struct SimReport {
     pub clients_start_ns: u64,
     /// Simulated time from the clients' start to the end of the last transaction.
     pub clients_ns: u64,
+    /// Per compute node: simulated time from the clients' start until its
+    /// last client finished (0 if it never did: crashed or fenced).
+    pub node_done_ns: Vec<u64>,
     /// The merged client outcome (ledger).
     pub outcome: Option<Outcome>,
 }
@@ -350,6 +353,8 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         cfg.coordinators_per_node;
         cfg.compute_nodes as usize
     ]));
+    // When each node's last client finished.
+    let done: Rc<RefCell<Vec<u64>>> = Rc::new(RefCell::new(vec![0; cfg.compute_nodes as usize]));
     let gate = Rc::new(Gate {
         paused: Cell::new(false),
         active: RefCell::new(vec![0; cfg.compute_nodes as usize]),
@@ -401,7 +406,8 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             let (stats, n) = (stats.clone(), cfg.txs_per_coordinator);
             handles.borrow_mut().push(client.handle());
             let (commits, aborted) = (commits.clone(), aborted.clone());
-            let (gate, h, running) = (gate.clone(), sim.handle(), running.clone());
+            let (gate, h, running, done) =
+                (gate.clone(), sim.handle(), running.clone(), done.clone());
             sim.spawn(cn as u32, async move {
                 for _ in 0..n {
                     // FORD-style recovery stops the world: wait while paused.
@@ -430,6 +436,9 @@ pub fn run(cfg: &SimConfig) -> SimReport {
                 }
                 stats.borrow_mut().merge(&coord.stats);
                 running.borrow_mut()[cn as usize] -= 1;
+                if running.borrow()[cn as usize] == 0 {
+                    done.borrow_mut()[cn as usize] = h.now_ns();
+                }
             });
         }
     }
@@ -539,6 +548,11 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     }
     sim.run();
     let clients_ns = sim.now_ns() - clients_start_ns;
+    let node_done_ns: Vec<u64> = done
+        .borrow()
+        .iter()
+        .map(|&t| t.saturating_sub(clients_start_ns))
+        .collect();
     if cfg.faults.crash.is_some() {
         // The background scan: NotLogged stray locks nobody touched.
         let (fab, l, f, out) = (
@@ -582,6 +596,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         ),
         clients_start_ns,
         clients_ns,
+        node_done_ns,
         outcome: Some(outcome),
     }
 }

@@ -23,14 +23,17 @@ fn sim(mode: Mode, preset: &str, seed: u64) -> SimConfig {
 /// A run whose compute node 1 crashes somewhere in the first half of its
 /// clients' run, verbs in flight or not; detection after 20 µs. A run of
 /// the same seed without the fault says when the clients start and how
-/// long they run: an estimate per transaction put the crash of some seeds
-/// after the survivors had finished (then nothing is left to detect it).
+/// long node 1's run: an estimate per transaction put the crash of some
+/// seeds after node 1 had finished and left (nothing to detect then).
 fn crashing(mode: Mode, preset: &str, seed: u64, txs: u32) -> SimConfig {
     let mut cfg = sim(mode, preset, seed);
     cfg.txs_per_coordinator = txs;
     let dry = run(&cfg);
-    let span = (dry.clients_ns / 2).max(1);
-    cfg.faults.crash = Some((1, dry.clients_start_ns + span / 10 + seed.wrapping_mul(7_919_993) % span));
+    let span = (dry.node_done_ns[1] / 2).max(1);
+    cfg.faults.crash = Some((
+        1,
+        dry.clients_start_ns + span / 10 + seed.wrapping_mul(7_919_993) % span,
+    ));
     cfg.faults.detect_ns = 20_000;
     cfg
 }
