@@ -448,6 +448,22 @@ fn retiring_a_recycled_ids_versions_leaves_none_and_fails_stale_readers() {
     );
 }
 
+/// Insert `keys` (value: the key, padded) in one committed transaction.
+async fn insert_all(c: &mut tandem_dkvs::Coordinator<SimFabric>, keys: &[u64]) {
+    let mut tx = c.begin();
+    for &k in keys {
+        tx.insert(0, k, &pad(k)).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Delete `key` in a committed transaction of its own.
+async fn delete_one(c: &mut tandem_dkvs::Coordinator<SimFabric>, key: u64) {
+    let mut tx = c.begin();
+    tx.delete(0, key).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
 /// Non-empty slots of table 0, from the primaries.
 async fn occupied(f: &SimFabric, layout: &Arc<Layout>) -> usize {
     let snap = tandem_dkvs::check::snapshot(f, layout, 0).await.unwrap();
@@ -476,17 +492,13 @@ fn tail_tombstones_are_reclaimed_by_cascade_and_their_slots_reused() {
             }
             tx.commit().await.unwrap();
             let before = occupied(&f, &layout).await;
-            let mut tx = c.begin();
-            tx.delete(0, k[1]).await.unwrap();
-            tx.commit().await.unwrap();
+            delete_one(&mut c, k[1]).await;
             c.reclaim_pending(8).await.unwrap();
             o.borrow_mut().push(format!(
                 "middle: reclaimed {} deferred {}",
                 c.stats.slots_reclaimed, c.stats.reclaims_deferred
             ));
-            let mut tx = c.begin();
-            tx.delete(0, k[2]).await.unwrap();
-            tx.commit().await.unwrap();
+            delete_one(&mut c, k[2]).await;
             c.reclaim_pending(8).await.unwrap();
             o.borrow_mut()
                 .push(format!("tail: reclaimed {}", c.stats.slots_reclaimed));
@@ -534,13 +546,8 @@ fn reclaiming_mid_run_would_lose_the_key_behind_the_tombstone() {
         let o = out.clone();
         run_task(&w, 1, async move {
             let mut c = node.coordinator(1);
-            let mut tx = c.begin();
-            tx.insert(0, k[0], &pad(0)).await.unwrap();
-            tx.insert(0, k[1], &pad(1)).await.unwrap();
-            tx.commit().await.unwrap();
-            let mut tx = c.begin();
-            tx.delete(0, k[0]).await.unwrap();
-            tx.commit().await.unwrap();
+            insert_all(&mut c, &k[..2]).await;
+            delete_one(&mut c, k[0]).await;
             c.reclaim_pending(8).await.unwrap();
             c.take_unlocks().await;
             // Another node: no cached address to skip the probe.
@@ -571,17 +578,12 @@ fn an_absent_read_fails_validation_when_its_path_is_freed_and_the_key_inserted()
         let o = out.clone();
         run_task(&w, 1, async move {
             let mut c = a.coordinator(1);
-            let mut tx = c.begin();
-            tx.insert(0, k[0], &pad(0)).await.unwrap();
-            tx.insert(0, k[1], &pad(1)).await.unwrap();
-            tx.commit().await.unwrap();
+            insert_all(&mut c, &k[..2]).await;
             let mut reader = b.coordinator(2);
             let mut r = reader.begin();
             assert_eq!(r.read(0, k[2]).await.unwrap(), None);
             r.write(0, 3, &pad(30)).await.unwrap();
-            let mut tx = c.begin();
-            tx.delete(0, k[1]).await.unwrap();
-            tx.commit().await.unwrap();
+            delete_one(&mut c, k[1]).await;
             let mut tx = c.begin();
             tx.insert(0, k[2], &pad(2)).await.unwrap();
             tx.commit().await.unwrap();
