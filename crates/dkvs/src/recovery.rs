@@ -30,6 +30,7 @@ use std::sync::Arc;
 use futures::future::join_all;
 use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
+use crate::compute::MemoryView;
 use crate::layout::Layout;
 use crate::log::{invalid_state_word, LogEntry, LogRecord, OpKind};
 use crate::slot::{encode_body, make_version, LockWord, KEY_OFF, LOCK_OFF, NO_KEY, VERSION_OFF};
@@ -101,6 +102,12 @@ pub struct RecoveryCoordinator<F: Fabric> {
     id: u16,
     version_counter: u64,
     pub bugs: RecoveryBugs,
+    /// Memory nodes known to be down: never read or written.
+    view: MemoryView,
+    /// No transaction runs anywhere while this recovery does (a memory
+    /// reconfiguration holds every compute node): records that touch a down
+    /// node are decided by [`RecoveryCoordinator::decide_quiesced`].
+    quiesced: bool,
 }
 
 /// Bytes per read when scanning whole partitions.
@@ -127,7 +134,17 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             id,
             version_counter: 0,
             bugs: RecoveryBugs::default(),
+            view: MemoryView::default(),
+            quiesced: false,
         }
+    }
+
+    /// Read and write only memory nodes `view` does not mark down;
+    /// `quiesced`: every compute node holds (see the field).
+    pub fn with_view(mut self, view: MemoryView, quiesced: bool) -> Self {
+        self.view = view;
+        self.quiesced = quiesced;
+        self
     }
 
     async fn round(
@@ -155,7 +172,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         let mut posts = Vec::new();
         let mut owner = Vec::new();
         for (i, &c) in failed.iter().enumerate() {
-            for n in self.layout.log_nodes(c) {
+            for n in self.live_log_nodes(c)? {
                 posts.push((n, vec![Verb::read(self.layout.log_addr(c), probe)]));
                 owner.push((i, n));
             }
@@ -240,47 +257,58 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         }
         report.logs_found = records.len();
 
-        // One round: every primary's lock+version and every replica's version.
+        // One round: lock word and version of every live replica.
         let mut posts = Vec::new();
         for rec in &records {
             for e in &rec.entries {
-                for (r, &(n, addr)) in e.replicas.iter().enumerate() {
-                    let (off, len) = if r == 0 {
-                        (LOCK_OFF, 16)
-                    } else {
-                        (VERSION_OFF, 8)
-                    };
-                    posts.push((n, vec![Verb::read(addr + off, len)]));
+                let live = self.live(e);
+                if live.is_empty() {
+                    // Every replica is down: f+1 failures, nothing to recover from.
+                    return Err(VerbError::Unavailable);
+                }
+                for (n, addr) in live {
+                    posts.push((n, vec![Verb::read(addr + LOCK_OFF, 16)]));
                 }
             }
         }
         let mut results = self.round(posts).await?.into_iter();
         let mut decisions = Vec::new();
         for rec in &records {
-            let mut locks = Vec::new();
-            let mut versions = Vec::new();
+            let mut words = Vec::new();
             for e in &rec.entries {
-                let mut vs = Vec::new();
-                for r in 0..e.replicas.len() {
-                    let b = results
-                        .next()
-                        .expect("one result per read")
-                        .remove(0)
-                        .expect("checked")
-                        .into_bytes();
-                    if r == 0 {
-                        locks.push(word_at(&b, 0));
-                        vs.push(word_at(&b, 8));
-                    } else {
-                        vs.push(word_at(&b, 0));
-                    }
-                }
-                versions.push(vs);
+                let live = self.live(e).len();
+                let ws: Vec<(u64, u64)> = (0..live)
+                    .map(|_| {
+                        let b = results
+                            .next()
+                            .expect("one result per read")
+                            .remove(0)
+                            .expect("checked")
+                            .into_bytes();
+                        (word_at(&b, 0), word_at(&b, 8))
+                    })
+                    .collect();
+                words.push(ws);
             }
-            let mut d = Self::decide(rec, &locks, &versions);
+            let versions: Vec<Vec<u64>> = words
+                .iter()
+                .map(|ws| ws.iter().map(|w| w.1).collect())
+                .collect();
+            let degraded = rec.entries.iter().any(|e| self.live(e).len() < e.replicas.len());
+            let mut d = if degraded && self.quiesced {
+                Self::decide_quiesced(rec, &versions)
+            } else {
+                // The primary is the first live replica (DESIGN.md §4.6).
+                let locks: Vec<u64> = words.iter().map(|ws| ws[0].0).collect();
+                Self::decide(rec, &locks, &versions)
+            };
             if self.bugs.always_roll_back && d == Decision::RollForward {
                 d = Decision::RollBack;
             }
+            let locks: Vec<Vec<u64>> = words
+                .iter()
+                .map(|ws| ws.iter().map(|w| w.0).collect())
+                .collect();
             decisions.push((d, locks));
         }
 
@@ -299,7 +327,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 };
                 let value_bytes = self.layout.table(e.table).value_bytes;
                 let body = undo_body(e, value_bytes);
-                for &(n, addr) in self.restored(e) {
+                for (n, addr) in self.restored(e) {
                     restores.push((
                         n,
                         vec![
@@ -325,11 +353,12 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 continue;
             }
             let w = LockWord::owned(rec.coordinator, rec.tx_seq).0;
-            for (e, &l) in rec.entries.iter().zip(locks) {
-                if l == w {
-                    let (n, addr) = e.replicas[0];
-                    unlocks.push((n, vec![Verb::cas(addr + LOCK_OFF, w, 0)]));
-                    report.locks_released += 1;
+            for (e, ls) in rec.entries.iter().zip(locks) {
+                for ((n, addr), &l) in self.live(e).into_iter().zip(ls) {
+                    if l == w {
+                        unlocks.push((n, vec![Verb::cas(addr + LOCK_OFF, w, 0)]));
+                        report.locks_released += 1;
+                    }
                 }
             }
         }
@@ -343,7 +372,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     async fn invalidate_logs(&self, failed: &[u16]) -> Result<(), VerbError> {
         let mut invalidations = Vec::new();
         for &c in failed {
-            for n in self.layout.log_nodes(c) {
+            for n in self.live_log_nodes(c)? {
                 invalidations.push((
                     n,
                     vec![Verb::write_u64(
@@ -357,12 +386,72 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         Ok(())
     }
 
-    /// The replicas a roll-back restores: all of them, unless a bug says otherwise.
-    fn restored<'e>(&self, e: &'e LogEntry) -> &'e [(MemNodeId, u64)] {
+    /// The replicas a roll-back restores: every live one, unless a bug says otherwise.
+    fn restored(&self, e: &LogEntry) -> Vec<(MemNodeId, u64)> {
+        let mut live = self.live(e);
         if self.bugs.restore_one_replica {
-            &e.replicas[..1]
+            live.truncate(1);
+        }
+        live
+    }
+
+    /// `e`'s replicas on memory nodes not known to be down, primary first.
+    fn live(&self, e: &LogEntry) -> Vec<(MemNodeId, u64)> {
+        e.replicas
+            .iter()
+            .copied()
+            .filter(|(n, _)| !self.view.is_down(*n))
+            .collect()
+    }
+
+    /// The first replica (its index and node) not known to be down.
+    fn first_live(&self, reps: &[MemNodeId]) -> Result<(usize, MemNodeId), VerbError> {
+        let r = reps
+            .iter()
+            .position(|&n| !self.view.is_down(n))
+            .ok_or(VerbError::Unavailable)?;
+        Ok((r, reps[r]))
+    }
+
+    /// Coordinator `c`'s log nodes that are not known to be down.
+    fn live_log_nodes(&self, c: u16) -> Result<Vec<MemNodeId>, VerbError> {
+        let live: Vec<MemNodeId> = self
+            .layout
+            .log_nodes(c)
+            .into_iter()
+            .filter(|&n| !self.view.is_down(n))
+            .collect();
+        if live.is_empty() {
+            return Err(VerbError::Unavailable);
+        }
+        Ok(live)
+    }
+
+    /// Decide a record some of whose replicas are down, while no transaction
+    /// runs anywhere (every live compute node holds, DESIGN.md §4.6). Its
+    /// primary locks may be lost with a memory node, so the decision rests
+    /// on the live replicas' versions, as `pandora.txt` §3.2.5 decides a
+    /// compute node's own transactions: committed if every live replica
+    /// carries the new version, else rolled back. A version that is neither
+    /// the record's old nor its new one means the transaction finished long
+    /// ago (no one else could write while it held its locks): nothing to do.
+    pub fn decide_quiesced(rec: &LogRecord, versions: &[Vec<u64>]) -> Decision {
+        let foreign = rec
+            .entries
+            .iter()
+            .zip(versions)
+            .any(|(e, vs)| vs.iter().any(|&v| v != e.old_version && v != e.new_version));
+        if foreign {
+            Decision::Nothing
+        } else if rec
+            .entries
+            .iter()
+            .zip(versions)
+            .all(|(e, vs)| vs.iter().all(|&v| v == e.new_version))
+        {
+            Decision::RollForward
         } else {
-            &e.replicas
+            Decision::RollBack
         }
     }
 }
@@ -439,6 +528,17 @@ pub async fn sweep_stray_locks<F: Fabric>(
     layout: &Layout,
     failed: &crate::FailedIds,
 ) -> Result<usize, VerbError> {
+    sweep_stray_locks_live(fabric, layout, failed, &MemoryView::default()).await
+}
+
+/// [`sweep_stray_locks`] on the primaries `view` gives (the first replica
+/// not marked down).
+pub async fn sweep_stray_locks_live<F: Fabric>(
+    fabric: &F,
+    layout: &Layout,
+    failed: &crate::FailedIds,
+    view: &MemoryView,
+) -> Result<usize, VerbError> {
     let qps: Vec<F::Qp> = (0..fabric.memory_nodes())
         .map(|m| fabric.queue_pair(m as MemNodeId))
         .collect();
@@ -446,8 +546,13 @@ pub async fn sweep_stray_locks<F: Fabric>(
     for tl in &layout.tables {
         let slot = tl.slot_bytes as u64;
         for p in 0..tl.partitions {
-            let primary = tl.replicas[p as usize][0];
-            for (base, n) in tl.scan_reads(p, 0, SCAN_READ_BYTES) {
+            let reps = &tl.replicas[p as usize];
+            let r = reps
+                .iter()
+                .position(|&n| !view.is_down(n))
+                .ok_or(VerbError::Unavailable)?;
+            let primary = reps[r];
+            for (base, n) in tl.scan_reads(p, r, SCAN_READ_BYTES) {
                 let r = qps[primary as usize]
                     .post(vec![Verb::read(base, n * slot as u32)])
                     .await;
@@ -690,7 +795,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                         self.version_counter += 1;
                         let version = make_version(self.id, self.version_counter);
                         let body = undo_body(e, self.layout.table(e.table).value_bytes);
-                        for &(n, a) in self.restored(e) {
+                        for (n, a) in self.restored(e) {
                             restores.push((
                                 n,
                                 vec![
@@ -765,15 +870,15 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             for tl in &self.layout.tables {
                 let slot = tl.slot_bytes as u64;
                 for p in 0..tl.partitions {
-                    let reps = &tl.replicas[p as usize];
-                    for (base, n) in tl.scan_reads(p, 0, SCAN_READ_BYTES) {
+                    let (r0, primary) = self.first_live(&tl.replicas[p as usize])?;
+                    for (base, n) in tl.scan_reads(p, r0, SCAN_READ_BYTES) {
                         let mut r = self
-                            .round(vec![(reps[0], vec![Verb::read(base, n * slot as u32)])])
+                            .round(vec![(primary, vec![Verb::read(base, n * slot as u32)])])
                             .await?;
                         let bytes = r.remove(0).remove(0).expect("checked").into_bytes();
                         for i in 0..n as u64 {
                             if owned_by_ids(word_at(&bytes, (i * slot + VERSION_OFF) as usize)) {
-                                let first = (base - tl.slot_addr(p, 0, 0)) / slot;
+                                let first = (base - tl.slot_addr(p, r0, 0)) / slot;
                                 pending.push((tl.spec.id, p, (first + i) as u32));
                             }
                         }
@@ -786,12 +891,13 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             for (t, p, s) in pending {
                 let tl = self.layout.table(t);
                 let reps = tl.replicas[p as usize].clone();
-                let primary = tl.slot_addr(p, 0, s);
+                let (r0, first_live) = self.first_live(&reps)?;
+                let primary = tl.slot_addr(p, r0, s);
                 self.version_counter += 1;
                 let word = LockWord::owned(self.id, self.version_counter).0;
                 let mut r = self
                     .round(vec![(
-                        reps[0],
+                        first_live,
                         vec![
                             Verb::cas(primary + LOCK_OFF, 0, word),
                             Verb::read(primary + VERSION_OFF, 8),
@@ -810,6 +916,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                     let writes = reps
                         .iter()
                         .enumerate()
+                        .filter(|(_, &n)| !self.view.is_down(n))
                         .map(|(r, &n)| {
                             (
                                 n,
@@ -821,7 +928,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                     rewritten += 1;
                 }
                 self.round(vec![(
-                    reps[0],
+                    first_live,
                     vec![Verb::cas(primary + LOCK_OFF, word, 0)],
                 )])
                 .await?;

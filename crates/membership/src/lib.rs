@@ -9,7 +9,10 @@
 //! runtime to execute. The same code runs under the simulator and in the
 //! `tandem membership` process.
 
+mod fleet;
 mod membership;
+
+pub use fleet::{Fleet, FleetCommand, FleetEvent, MemNode, MemoryConfig};
 
 pub use membership::{
     Command, Event, Membership, MembershipConfig, MembershipState, NodeState, NodeStatus,

@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::fleet::{Fleet, FleetCommand, FleetEvent, MemoryConfig};
+
 pub type NodeId = u16;
 
 #[derive(Clone, Debug)]
@@ -137,6 +139,10 @@ pub struct MembershipState {
     /// [`Membership::new_incarnation`]); 0 in a state stored before this field existed.
     #[serde(default)]
     pub incarnations: u32,
+    /// The memory servers' configuration (DESIGN.md §4.6), once the service
+    /// tracks them; absent in a state stored before it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryConfig>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,6 +182,8 @@ pub struct Membership {
     /// Ticks on which fewer than a majority of replicas were reporting, so
     /// no verdict could be taken.
     pub quorum_lost_ticks: u64,
+    /// The memory servers, once attached ([`Membership::attach_fleet`]).
+    fleet: Option<Fleet>,
 }
 
 impl Membership {
@@ -206,7 +214,49 @@ impl Membership {
             incarnations: 0,
             reported_ns: [None; MAX_FD_REPLICAS as usize],
             quorum_lost_ticks: 0,
+            fleet: None,
         }
+    }
+
+    /// Track the memory servers too (DESIGN.md §4.6): their configuration
+    /// becomes part of the durable state.
+    pub fn attach_fleet(&mut self, fleet: Fleet) {
+        self.fleet = Some(fleet);
+        self.durable_epoch += 1;
+    }
+
+    pub fn fleet(&self) -> Option<&Fleet> {
+        self.fleet.as_ref()
+    }
+
+    /// Step the memory servers' [`Fleet`]: every compute node alive (but
+    /// `exclude`, the service's own) must apply each reconfiguration, and
+    /// none resumes while a failed compute node is revoked or recovered.
+    pub fn step_fleet(
+        &mut self,
+        now_ns: u64,
+        event: FleetEvent,
+        exclude: NodeId,
+    ) -> Vec<FleetCommand> {
+        let alive: BTreeSet<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(&n, x)| n != exclude && x.status == NodeStatus::Alive)
+            .map(|(&n, _)| n)
+            .collect();
+        let busy = self
+            .nodes
+            .values()
+            .any(|x| matches!(x.status, NodeStatus::Revoking | NodeStatus::Recovering));
+        let Some(fleet) = self.fleet.as_mut() else {
+            return Vec::new();
+        };
+        let before = fleet.config().clone();
+        let cmds = fleet.step(now_ns, event, &alive, busy);
+        if *fleet.config() != before {
+            self.durable_epoch += 1;
+        }
+        cmds
     }
 
     /// The durable state, to be stored before the commands of the step that
@@ -231,6 +281,7 @@ impl Membership {
                 .collect(),
             version_blocks: self.version_blocks,
             incarnations: self.incarnations,
+            memory: self.fleet.as_ref().map(|f| f.config().clone()),
         }
     }
 

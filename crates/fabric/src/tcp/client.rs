@@ -61,6 +61,81 @@ impl TcpCluster {
         join_all(calls.collect()).await.into_iter().collect()
     }
 
+    /// A region key for `compute` from memory server `mem` alone (a
+    /// replacement server, or registering around servers that are down).
+    pub async fn register_on(&self, mem: MemNodeId, compute: ComputeNodeId) -> io::Result<RegionKey> {
+        let addr = self.addr(mem)?;
+        match admin_call(addr, self.secret, ClientMsg::Register { compute }).await? {
+            ServerMsg::Registered { key } => Ok(key),
+            ServerMsg::Reject {
+                reason: RejectReason::Fenced,
+            } => Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                Fenced(compute),
+            )),
+            other => Err(unexpected(addr, &other)),
+        }
+    }
+
+    /// Revoke `compute` on the memory servers in `mems` only (the others are
+    /// down: a server declared failed serves no one again).
+    pub async fn revoke_on(&self, mems: &[MemNodeId], compute: ComputeNodeId) -> io::Result<()> {
+        let calls = mems.iter().map(|&m| async move {
+            let addr = self.addr(m)?;
+            match admin_call(addr, self.secret, ClientMsg::Revoke { compute }).await? {
+                ServerMsg::Revoked => Ok(()),
+                other => Err(unexpected(addr, &other)),
+            }
+        });
+        join_all(calls.collect()).await.into_iter().collect()
+    }
+
+    fn addr(&self, mem: MemNodeId) -> io::Result<SocketAddr> {
+        self.addrs.get(mem as usize).copied().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("no memory node {mem} among {} servers", self.addrs.len()),
+            )
+        })
+    }
+
+    /// Connect like [`TcpCluster::connect`], but leave the memory nodes whose
+    /// key is `None` unconnected (they are down): their verbs complete with
+    /// `Unavailable` until [`TcpFabric::reconnect`].
+    pub async fn connect_live(
+        &self,
+        compute: ComputeNodeId,
+        keys: &[Option<RegionKey>],
+    ) -> io::Result<TcpFabric> {
+        if keys.len() != self.addrs.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} region keys for {} memory servers",
+                    keys.len(),
+                    self.addrs.len()
+                ),
+            ));
+        }
+        let handshakes = self.addrs.iter().zip(keys).map(|(&addr, key)| async move {
+            match key {
+                Some(key) => hello(addr, compute, *key).await.map(Some),
+                None => Ok(None),
+            }
+        });
+        let mut qps = Vec::with_capacity(keys.len());
+        for (i, s) in join_all(handshakes.collect()).await.into_iter().enumerate() {
+            qps.push(match s? {
+                Some(stream) => TcpQp::start(stream, i as MemNodeId),
+                None => TcpQp::unconnected(i as MemNodeId),
+            });
+        }
+        Ok(TcpFabric {
+            compute,
+            qps: qps.into(),
+        })
+    }
+
     /// Link termination: revoke `compute`'s keys on every memory server, in
     /// parallel. Returns once every server has acknowledged; from then on no
     /// verb of `compute` executes anywhere (its later verbs complete with
@@ -140,6 +215,20 @@ impl TcpFabric {
     /// Whether every connection is still up.
     pub fn is_connected(&self) -> bool {
         self.qps.iter().all(TcpQp::is_connected)
+    }
+
+    /// Cut this thread's link to memory node `mem` (declared failed): its
+    /// pending verbs complete with `Unavailable` now.
+    pub fn cut(&self, mem: MemNodeId) {
+        self.qps[mem as usize].cut();
+    }
+
+    /// Point memory node `mem`'s queue pair, for every handle of this
+    /// thread, at a (replacement) server at `addr`, presenting `key`.
+    pub async fn reconnect(&self, mem: MemNodeId, addr: SocketAddr, key: RegionKey) -> io::Result<()> {
+        let stream = hello(addr, self.compute, key).await?;
+        self.qps[mem as usize].replace(TcpQp::start(stream, mem));
+        Ok(())
     }
 }
 

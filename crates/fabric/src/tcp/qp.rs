@@ -83,6 +83,9 @@ impl Inner {
 struct Conn {
     mem: MemNodeId,
     inner: RefCell<Inner>,
+    /// Signalled when the connection is killed: the reader stops waiting
+    /// for a server that may never answer (a cut link, DESIGN.md §4.6).
+    killed: tokio::sync::Notify,
 }
 
 impl Conn {
@@ -115,6 +118,7 @@ impl Conn {
             i.pop_gone();
             wakers.extend(i.writer_waker.take());
         }
+        self.killed.notify_one();
         // Wake outside the borrow: a waker may run code that touches this connection.
         for w in wakers {
             w.wake();
@@ -184,9 +188,13 @@ impl Drop for Link {
 
 /// A queue pair to one memory server: a cheap handle onto the calling
 /// thread's connection. Verbs posted on it execute in posting order.
+///
+/// Clones share one link, which [`TcpQp::replace`] swaps for a connection to
+/// a replacement memory server: coordinators keep their handles across a
+/// memory-node replacement (DESIGN.md §4.6).
 #[derive(Clone)]
 pub struct TcpQp {
-    link: Rc<Link>,
+    link: Rc<RefCell<Rc<Link>>>,
 }
 
 impl TcpQp {
@@ -195,6 +203,7 @@ impl TcpQp {
     pub(crate) fn start(stream: TcpStream, mem: MemNodeId) -> TcpQp {
         let conn = Rc::new(Conn {
             mem,
+            killed: tokio::sync::Notify::new(),
             inner: RefCell::new(Inner {
                 out: Vec::new(),
                 writer_waker: None,
@@ -209,19 +218,58 @@ impl TcpQp {
         tokio::task::spawn_local(reader_task(conn.clone(), rd));
         tokio::task::spawn_local(writer_task(conn.clone(), wr));
         TcpQp {
-            link: Rc::new(Link(conn)),
+            link: Rc::new(RefCell::new(Rc::new(Link(conn)))),
         }
     }
 
-    /// Whether the connection is still up (a false answer is final).
+    /// A queue pair with no connection (its memory server is down): every
+    /// post completes with `Unavailable` until [`TcpQp::replace`].
+    pub(crate) fn unconnected(mem: MemNodeId) -> TcpQp {
+        let conn = Rc::new(Conn {
+            mem,
+            killed: tokio::sync::Notify::new(),
+            inner: RefCell::new(Inner {
+                out: Vec::new(),
+                writer_waker: None,
+                next_req_id: 0,
+                front_req_id: 0,
+                slots: VecDeque::new(),
+                dead: true,
+                closed: true,
+            }),
+        });
+        TcpQp {
+            link: Rc::new(RefCell::new(Rc::new(Link(conn)))),
+        }
+    }
+
+    fn conn(&self) -> Rc<Conn> {
+        self.link.borrow().0.clone()
+    }
+
+    /// Whether the connection is still up (false is final until [`TcpQp::replace`]).
     pub fn is_connected(&self) -> bool {
-        !self.link.0.inner.borrow().dead
+        !self.conn().inner.borrow().dead
+    }
+
+    /// Cut the link (the memory server was declared failed): every pending
+    /// request and every later post completes with `Unavailable` at once,
+    /// whether or not the server would ever have answered.
+    pub fn cut(&self) {
+        self.conn().kill(&"cut: the memory server was declared failed");
+    }
+
+    /// From now on, every clone of this queue pair posts on `other`'s
+    /// connection (to a replacement memory server); the old one is cut.
+    pub fn replace(&self, other: TcpQp) {
+        self.cut();
+        let new = other.link.borrow().clone();
+        *self.link.borrow_mut() = new;
     }
 
     /// Requests posted and not yet consumed or dropped.
     pub fn outstanding(&self) -> usize {
-        self.link
-            .0
+        self.conn()
             .inner
             .borrow()
             .slots
@@ -234,7 +282,7 @@ impl TcpQp {
 impl std::fmt::Debug for TcpQp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpQp")
-            .field("mem", &self.link.0.mem)
+            .field("mem", &self.conn().mem)
             .field("connected", &self.is_connected())
             .field("outstanding", &self.outstanding())
             .finish()
@@ -245,7 +293,8 @@ impl QueuePair for TcpQp {
     type Pending = TcpPending;
 
     fn post(&self, batch: Vec<Verb>) -> TcpPending {
-        let conn = &self.link.0;
+        let link = self.link.borrow();
+        let conn = &link.0;
         let n = batch.len();
         if n == 0 {
             return TcpPending::ready(Vec::new());
@@ -281,7 +330,7 @@ impl QueuePair for TcpQp {
     }
 
     fn memory_node(&self) -> MemNodeId {
-        self.link.0.mem
+        self.conn().mem
     }
 }
 
@@ -405,8 +454,10 @@ async fn writer_task(conn: Rc<Conn>, mut wr: OwnedWriteHalf) {
 }
 
 async fn reader_task(conn: Rc<Conn>, mut rd: OwnedReadHalf) {
-    let why = read_loop(&conn, &mut rd).await;
-    conn.kill(&why);
+    tokio::select! {
+        why = read_loop(&conn, &mut rd) => conn.kill(&why),
+        _ = conn.killed.notified() => {}
+    }
 }
 
 /// Parse `Done` frames until the connection fails; returns why it ended.
