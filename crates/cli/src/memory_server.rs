@@ -9,7 +9,7 @@ use clap::Args;
 use tandem_fabric::tcp::serve;
 use tandem_fabric::MemoryNode;
 
-use crate::args::{parse_size, random_secret, secret_from};
+use crate::args::{parse_addrs, parse_size, random_secret, secret_from};
 
 #[derive(Args)]
 pub struct MemoryServerArgs {
@@ -22,6 +22,15 @@ pub struct MemoryServerArgs {
     /// Admin secret (hex). Defaults to $TANDEM_SECRET, else a random one printed at start.
     #[arg(long)]
     secret: Option<String>,
+    /// Replace memory node N, declared failed: once listening, announce this
+    /// server to the membership service (`--membership`), which fills it from
+    /// the live replicas while transactions hold, then admits it
+    /// (DESIGN.md §4.6).
+    #[arg(long, value_name = "N", requires = "membership")]
+    replaces: Option<u16>,
+    /// Membership replicas (comma-separated) to announce a replacement to.
+    #[arg(long)]
+    membership: Option<String>,
 }
 
 pub fn run(a: MemoryServerArgs) -> Result<(), String> {
@@ -37,9 +46,24 @@ pub fn run(a: MemoryServerArgs) -> Result<(), String> {
     let listener =
         TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let node = Arc::new(MemoryNode::new(bytes, secret.rotate_left(17)));
+    // Keys are salted afresh on every start: a replacement never hands out
+    // the keys of the server it replaces.
+    let node = Arc::new(MemoryNode::new(bytes, secret.rotate_left(17) ^ random_secret()));
     // The harness that started us waits for this exact line.
     println!("listening on {addr}");
     eprintln!("memory server: {} bytes on {addr}", node.size_bytes());
+    if let (Some(n), Some(m)) = (a.replaces, a.membership.as_deref()) {
+        let membership = parse_addrs(m)?;
+        let server = std::thread::spawn(move || serve(listener, node, secret));
+        tandem_cluster::procs::announce_replacement(&membership, n, &addr.to_string(), PATIENCE)?;
+        eprintln!("memory server: the membership service takes this server as memory node {n}");
+        return server
+            .join()
+            .map_err(|_| "memory server thread panicked".to_string())?
+            .map_err(|e| format!("memory server failed: {e}"));
+    }
     serve(listener, node, secret).map_err(|e| format!("memory server failed: {e}"))
 }
+
+/// How long a replacement waits for the membership service to answer.
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);

@@ -109,6 +109,12 @@ pub struct MembershipArgs {
     /// Pandora's 5 ms needs dedicated cores.
     #[arg(long, default_value_t = 250.0)]
     timeout_ms: f64,
+    /// A memory server that answers no probe for this many milliseconds is
+    /// declared failed: compute servers switch primaries to the first live
+    /// replica, and a replacement (`memory-server --replaces N`) is filled
+    /// and admitted (DESIGN.md §4.6).
+    #[arg(long, default_value_t = 500.0)]
+    memory_timeout_ms: f64,
     /// Load the micro dataset before admitting compute servers (skipped when
     /// the state is resumed from ZooKeeper: the cluster is running).
     #[arg(long)]
@@ -147,6 +153,9 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
     let store = a.cluster.store()?;
     if !(a.timeout_ms.is_finite() && a.timeout_ms > 0.0) {
         return Err("--timeout-ms must be positive".into());
+    }
+    if !(a.memory_timeout_ms.is_finite() && a.memory_timeout_ms > 0.0) {
+        return Err("--memory-timeout-ms must be positive".into());
     }
     if !(a.restore_grace_ms.is_finite() && a.restore_grace_ms >= 0.0) {
         return Err("--restore-grace-ms must not be negative".into());
@@ -246,6 +255,7 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
         zookeeper,
         restore_grace: Duration::from_secs_f64(a.restore_grace_ms / 1e3),
         recovery_bugs,
+        memory_timeout: Duration::from_secs_f64(a.memory_timeout_ms / 1e3),
     })
 }
 

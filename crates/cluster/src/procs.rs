@@ -44,7 +44,8 @@
 //! new incarnations; `0` loads, `u16::MAX - 2` is the membership's recovery
 //! coordinator, `u16::MAX` is `check-cluster`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,16 +53,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryBugs, RecoveryCoordinator};
-use tandem_dkvs::{FailedIds, Layout, StoreConfig};
+use tandem_dkvs::recovery::{sweep_stray_locks_live, RecoveryBugs, RecoveryCoordinator};
+use tandem_dkvs::{FailedIds, Layout, MemoryView, StoreConfig};
 use tandem_fabric::tcp::TcpCluster;
-use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
+use tandem_membership::{
+    Command, Event, Fleet, FleetEvent, Membership, MembershipConfig, MemoryConfig, NodeStatus,
+};
 
 use crate::runner::block_on_local;
 use crate::zk::{Ack, ZkState};
 
 mod check;
 mod compute;
+mod fleet;
 mod session;
 pub mod wait;
 
@@ -70,7 +74,9 @@ pub use compute::{
     fenced_ids, read_ids, read_incarnations, run_compute_server, ComputeServerConfig,
     ComputeServerReport, Incarnation,
 };
-pub use session::{new_incarnation, JoinError, MembershipSession, Stop, StopSignal};
+pub use session::{
+    announce_replacement, new_incarnation, JoinError, MembershipSession, Stop, StopSignal,
+};
 
 /// The node id the membership server joins under for its recovery coordinator.
 const MEMBERSHIP_NODE: u16 = u16::MAX - 2;
@@ -92,6 +98,16 @@ enum ToMembership {
     Incarnation {
         of: u16,
     },
+    /// A compute node applied memory configuration `epoch` and drained.
+    Applied {
+        node: u16,
+        epoch: u64,
+    },
+    /// A replacement memory server for memory node `node` listens at `addr`.
+    Replacement {
+        node: u16,
+        addr: String,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -107,6 +123,14 @@ enum FromMembership {
     Fenced(String),
     /// The node id for a new incarnation.
     Node(u16),
+    /// The memory servers' configuration: hold new transactions, cut links to
+    /// the down ones, drain, apply, answer `applied` (DESIGN.md §4.6).
+    Memory(MemoryConfig),
+    /// Transactions may run again under memory configuration `epoch`.
+    Resume(u64),
+    /// A replacement memory server was accepted; it is filled and admitted
+    /// once everyone holds.
+    Replacing(String),
 }
 
 fn send_line<T: Serialize>(w: &mut TcpStream, msg: &T) -> std::io::Result<()> {
@@ -129,6 +153,8 @@ pub struct MembershipServerConfig {
     /// Test-only: recovery bugs the log recovery re-injects (`tandem
     /// membership --inject-bug`, DART's process runs); default none.
     pub recovery_bugs: RecoveryBugs,
+    /// A memory server that answers no probe for this long is declared failed.
+    pub memory_timeout: Duration,
 }
 
 /// One failure-detector replica: the listener, served from the start. Until
@@ -255,6 +281,8 @@ struct Shared {
     zookeeper: Option<ZkState>,
     /// The durable epoch last handed to ZooKeeper (read and written under `m`'s lock).
     saved_epoch: AtomicU64,
+    /// Memory-server events from connection threads, for the detector loop.
+    fleet_events: Mutex<Vec<FleetEvent>>,
 }
 
 /// Admitted compute servers, and the failed ids announced to them so far
@@ -265,6 +293,8 @@ struct Subscribers {
     conns: Vec<(u16, TcpStream)>,
     /// Failed ids published (after they were durable), minus recycled ones.
     published: BTreeSet<u16>,
+    /// The memory configuration last broadcast, and the epoch last resumed.
+    memory: Option<(MemoryConfig, Option<u64>)>,
 }
 
 impl Shared {
@@ -290,8 +320,27 @@ impl Shared {
         }
         subs.conns.retain(|(n, _)| *n != node);
     }
+    /// Tell every compute server a new memory configuration, or that
+    /// transactions resume under `resume`.
+    fn broadcast_memory(&self, config: Option<MemoryConfig>, resume: Option<u64>) {
+        let mut subs = self.subscribers.lock().unwrap();
+        let mut msgs = Vec::new();
+        if let Some(c) = config {
+            msgs.push(FromMembership::Memory(c.clone()));
+            subs.memory = Some((c, None));
+        }
+        if let Some(e) = resume {
+            msgs.push(FromMembership::Resume(e));
+            if let Some((_, r)) = subs.memory.as_mut() {
+                *r = Some(e);
+            }
+        }
+        subs.conns
+            .retain_mut(|(_, w)| msgs.iter().all(|m| send_line(w, m).is_ok()));
+    }
     /// Admit a compute server to the announcements; tell it every failed id
-    /// announced so far (later ones reach it by [`Shared::publish_failed`]).
+    /// announced so far (later ones reach it by [`Shared::publish_failed`])
+    /// and the memory configuration.
     fn subscribe(&self, node: u16, mut w: TcpStream) -> std::io::Result<()> {
         let mut subs = self.subscribers.lock().unwrap();
         if !subs.published.is_empty() {
@@ -299,6 +348,11 @@ impl Shared {
                 &mut w,
                 &FromMembership::Failed(subs.published.iter().copied().collect()),
             )?;
+        }
+        if let Some((config, resumed)) = &subs.memory {
+            for msg in fleet::on_subscribe(config, *resumed) {
+                send_line(&mut w, &msg)?;
+            }
         }
         subs.conns.push((node, w));
         Ok(())
@@ -373,7 +427,7 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
         ..MembershipConfig::default()
     };
     let base = Instant::now();
-    let (m, reissued) = match cfg.zookeeper.as_ref().and_then(|z| z.restored().cloned()) {
+    let (mut m, reissued) = match cfg.zookeeper.as_ref().and_then(|z| z.restored().cloned()) {
         Some(state) => {
             let mut m = Membership::restore(mcfg, state, 0)
                 .map_err(|e| format!("the state in ZooKeeper is unusable: {e}"))?;
@@ -398,6 +452,19 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
         }
         None => (Membership::new(mcfg), Vec::new()),
     };
+    let stored_memory = cfg
+        .zookeeper
+        .as_ref()
+        .and_then(|z| z.restored())
+        .and_then(|s| s.memory.clone());
+    let memory_timeout_ns = cfg.memory_timeout.as_nanos() as u64;
+    m.attach_fleet(match stored_memory {
+        Some(config) => Fleet::restore(config, memory_timeout_ns),
+        None => Fleet::new(
+            cfg.memory.addrs.iter().map(|a| a.to_string()).collect(),
+            memory_timeout_ns,
+        ),
+    });
     // A resumed service writes its state once at start (the version moves
     // on): a previous incarnation that is still running fails its next write.
     let resumed = cfg
@@ -410,6 +477,9 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
     let subscribers = Subscribers {
         conns: Vec::new(),
         published: m.failed_ids().clone(),
+        memory: m
+            .fleet()
+            .map(|f| (f.config().clone(), f.resumed_epoch())),
     };
     let shared = Arc::new(Shared {
         m: Mutex::new(m),
@@ -417,6 +487,7 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
         base,
         zookeeper: cfg.zookeeper,
         saved_epoch,
+        fleet_events: Mutex::default(),
     });
     if cfg.replica.leader.set(shared.clone()).is_err() {
         return Err("this membership replica already leads".into());
@@ -507,11 +578,13 @@ fn serve_as_follower(replica: &Replica, writer: &mut TcpStream, msg: ToMembershi
             replica.heard.lock().unwrap().insert(node);
             true
         }
-        ToMembership::Join { .. } | ToMembership::Incarnation { .. } => {
+        ToMembership::Join { .. }
+        | ToMembership::Incarnation { .. }
+        | ToMembership::Replacement { .. } => {
             let leader = replica.leader_addr.lock().unwrap().clone();
             send_line(writer, &FromMembership::NotLeader(leader)).is_ok()
         }
-        ToMembership::Leave(_) | ToMembership::Relay { .. } => true,
+        ToMembership::Leave(_) | ToMembership::Relay { .. } | ToMembership::Applied { .. } => true,
     }
 }
 
@@ -560,8 +633,42 @@ fn serve_as_leader(
             return answer_join(shared, writer, node, coordinators)
         }
         ToMembership::Incarnation { of } => return answer_incarnation(shared, writer, of),
+        ToMembership::Applied { node, epoch } => shared
+            .fleet_events
+            .lock()
+            .unwrap()
+            .push(FleetEvent::Applied {
+                compute: node,
+                epoch,
+            }),
+        ToMembership::Replacement { node, addr } => {
+            return answer_replacement(shared, writer, node, addr)
+        }
     }
     true
+}
+
+/// Take a replacement memory server for a down memory node (the detector
+/// loop fills and admits it); refuse one for a node that is up.
+fn answer_replacement(shared: &Shared, writer: &mut TcpStream, node: u16, addr: String) -> bool {
+    let down = shared
+        .m
+        .lock()
+        .unwrap()
+        .fleet()
+        .is_some_and(|f| f.config().down.contains(&node));
+    let msg = if down {
+        eprintln!("membership: a replacement for memory node {node} listens at {addr}");
+        shared
+            .fleet_events
+            .lock()
+            .unwrap()
+            .push(FleetEvent::Replacement { node, addr });
+        FromMembership::Replacing(format!("memory node {node} will be filled and admitted"))
+    } else {
+        FromMembership::Reject(format!("memory node {node} is not down"))
+    };
+    send_line(writer, &msg).is_ok()
 }
 
 /// Step a join; answer with the ids once they are durable, and admit the
@@ -673,15 +780,6 @@ async fn detector_loop(
     timeout: Duration,
     reissued: Vec<Command>,
 ) -> Result<(), String> {
-    let Recovery {
-        layout,
-        bugs: recovery_bugs,
-    } = recovery;
-    // Versions the recovery coordinator mints must never repeat: every
-    // recovery or retirement takes its own block of the 48-bit counter,
-    // reserved in the durable state before use, so a service resumed from
-    // ZooKeeper (same recovery-coordinator id) continues after it.
-    const RC_VERSION_BLOCK: u64 = 1 << 24;
     // A resumed service gets its own id back (a retried join of a live node).
     let rc_id = match shared
         .step_durably(Event::Join {
@@ -698,169 +796,282 @@ async fn detector_loop(
             ))
         }
     };
-    let keys = memory
-        .register(MEMBERSHIP_NODE)
-        .await
-        .map_err(|e| format!("cannot register with the memory servers: {e}"))?;
-    let fabric = memory
-        .connect(MEMBERSHIP_NODE, &keys)
-        .await
-        .map_err(|e| format!("cannot connect to the memory servers: {e}"))?;
-    let failed_ids = FailedIds::new();
+    let config = shared
+        .m
+        .lock()
+        .unwrap()
+        .fleet()
+        .expect("attached at start")
+        .config()
+        .clone();
+    let links = Rc::new(fleet::MemoryLinks::connect(memory, &config).await?);
+    let tick = (timeout / 20).max(Duration::from_micros(100));
+    links.start_probes(tick);
+    let mut d = Detector {
+        shared: shared.clone(),
+        links: links.clone(),
+        recovery,
+        rc_id,
+        failed_ids: FailedIds::new(),
+        detected: BTreeMap::new(),
+        swept: BTreeSet::new(),
+        restored_revokes: BTreeSet::new(),
+        retries: BTreeMap::new(),
+    };
     // A resumed service's stray-lock scans cover the ids failed before the restart too.
     for &id in shared.m.lock().unwrap().failed_ids() {
-        failed_ids.insert(id);
+        d.failed_ids.insert(id);
     }
-    let mut detected: BTreeMap<u16, Instant> = BTreeMap::new();
-    // Failed ids whose stray locks the last idle sweep released.
-    let mut swept = BTreeSet::new();
-    let tick = (timeout / 20).max(Duration::from_micros(100));
     // Work a previous incarnation left half done goes first.
-    let mut restored_revokes: BTreeSet<u16> = reissued
+    d.restored_revokes = reissued
         .iter()
-        .filter_map(|c| {
-            if let Command::Revoke { node } = c {
-                Some(*node)
-            } else {
-                None
-            }
+        .filter_map(|c| match c {
+            Command::Revoke { node } => Some(*node),
+            _ => None,
         })
         .collect();
-    let mut queue: std::collections::VecDeque<Command> = reissued.into();
+    let mut queue: VecDeque<Command> = reissued.into();
     loop {
+        let mut later = VecDeque::new();
         while let Some(cmd) = queue.pop_front() {
-            let next = match cmd {
-                Command::Revoke { node } => {
-                    detected.insert(node, Instant::now());
-                    if restored_revokes.remove(&node) {
-                        eprintln!("membership: compute node {node} was declared failed before the restart; revoking its access again");
-                        memory
-                            .revoke(node)
-                            .await
-                            .map_err(|e| format!("revocation of node {node} failed: {e}"))?;
-                        shared.tell_fenced(node);
-                        queue.extend(shared.step_durably(Event::RevokeAcked { node }).await?);
-                        continue;
-                    }
-                    let views = shared.m.lock().unwrap().replica_views(node, shared.now());
-                    let views: Vec<String> = views
-                        .iter()
-                        .enumerate()
-                        .map(|(r, v)| match v {
-                            (Some(ago), Some(heard)) => format!(
-                                "replica {r}: reported {} us ago, had heard it {} us before",
-                                ago / 1000,
-                                heard / 1000
-                            ),
-                            _ => format!("replica {r}: not reporting"),
-                        })
-                        .collect();
-                    eprintln!("membership: compute node {node} missed its heartbeats ({}); revoking its access", views.join("; "));
-                    memory
-                        .revoke(node)
-                        .await
-                        .map_err(|e| format!("revocation of node {node} failed: {e}"))?;
-                    shared.tell_fenced(node);
-                    Event::RevokeAcked { node }
+            if d.must_wait(&cmd) {
+                later.push_back(cmd);
+                continue;
+            }
+            match d.execute(cmd.clone()).await {
+                Ok(Some(next)) => queue.extend(shared.step_durably(next).await?),
+                Ok(None) => {}
+                Err(e) => {
+                    d.retry_later(&cmd, &e)?;
+                    later.push_back(cmd);
                 }
-                Command::Recover { node, ids, .. } => {
-                    let t = Instant::now();
-                    let rc_versions = shared.reserve_version_block().await? * RC_VERSION_BLOCK;
-                    let mut rc = RecoveryCoordinator::new(&fabric, layout.clone(), rc_id)
-                        .with_version_counter(rc_versions);
-                    rc.bugs = recovery_bugs;
-                    let report = rc
-                        .recover(&ids)
-                        .await
-                        .map_err(|e| format!("log recovery of node {node} failed: {e}"))?;
-                    eprintln!(
-                        "membership: recovered node {node} in {} us: {} logs, {} rolled forward, {} rolled back, {} locks released",
-                        t.elapsed().as_micros(),
-                        report.logs_found,
-                        report.rolled_forward,
-                        report.rolled_back,
-                        report.locks_released
-                    );
-                    Event::RecoveryDone { node }
-                }
-                Command::NotifyFailed { ids } => {
-                    for &id in &ids {
-                        failed_ids.insert(id);
-                    }
-                    shared.publish_failed(&ids);
-                    let owner = shared.m.lock().unwrap().owner_of(ids[0]).unwrap_or(0);
-                    match detected.get(&owner) {
-                        Some(t) => eprintln!(
-                            "membership: failed ids of node {owner} published {} us after detection; stealing may start",
-                            t.elapsed().as_micros()
-                        ),
-                        None => eprintln!("membership: failed ids of node {owner} published (detected before a restart); stealing may start"),
-                    }
-                    continue;
-                }
-                Command::ScanStrayLocks { ids } => {
-                    let n = sweep_stray_locks(&fabric, &layout, &failed_ids)
-                        .await
-                        .map_err(|e| format!("stray-lock scan failed: {e}"))?;
-                    // No version minted by a recycled id may survive its reuse.
-                    let rc_versions = shared.reserve_version_block().await? * RC_VERSION_BLOCK;
-                    let retired = RecoveryCoordinator::new(&fabric, layout.clone(), rc_id)
-                        .with_version_counter(rc_versions)
-                        .retire_versions(&ids)
-                        .await
-                        .map_err(|e| {
-                            format!("retiring the versions of recycled ids failed: {e}")
-                        })?;
-                    let Some(retired) = retired else {
-                        eprintln!("membership: objects of the failed ids stayed locked; their ids are not recycled yet");
-                        continue;
-                    };
-                    eprintln!(
-                        "membership: rewrote {retired} versions minted by ids about to be recycled"
-                    );
-                    eprintln!(
-                        "membership: released {n} stray locks; {} ids can be reused",
-                        ids.len()
-                    );
-                    // Joiners must not be told these are failed once they can be handed out again.
-                    shared
-                        .subscribers
-                        .lock()
-                        .unwrap()
-                        .published
-                        .retain(|id| !ids.contains(id));
-                    // Nor may a later scan release the locks of their next owners.
-                    for &id in &ids {
-                        failed_ids.remove(id);
-                    }
-                    Event::ScanDone { ids }
-                }
-                Command::AssignIds { .. } | Command::Reject { .. } => continue,
-            };
-            // Durable before anything it leads to happens (revocation,
-            // recovery, and above all the failed-ids notice).
-            queue.extend(shared.step_durably(next).await?);
+            }
         }
+        queue.append(&mut later);
         if let Some(e) = shared.zookeeper.as_ref().and_then(|z| z.fatal()) {
             return Err(e);
         }
-        sweep_when_idle(&shared, &fabric, &layout, &mut swept).await?;
-        tokio::time::sleep(tick).await;
-        let (cmds, ack) = {
-            let unread = replica.unread_heartbeats();
-            let mut m = shared.m.lock().unwrap();
-            for node in unread.into_iter().chain([MEMBERSHIP_NODE]) {
-                m.step(shared.now(), Event::Heartbeat { node });
+        fleet::tick(&shared, &links, &d.recovery.layout).await?;
+        if !d.holding() {
+            let view = links.view.clone();
+            let swept = &mut d.swept;
+            if let Err(e) =
+                sweep_when_idle(&shared, &links.fabric, &d.recovery.layout, &view, swept).await
+            {
+                log::warn!("membership: {e}; the next idle tick tries again");
             }
-            let cmds = m.step(shared.now(), Event::Tick);
-            let ack = shared.save(&m, !cmds.is_empty());
-            (cmds, ack)
-        };
-        if let Some(ack) = ack {
-            ack.await
-                .unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into()))?;
         }
-        queue.extend(cmds);
+        tokio::time::sleep(tick).await;
+        queue.extend(compute_tick(&shared, &replica).await?);
+    }
+}
+
+/// Heartbeats waiting unread count; then a tick of the compute detector.
+async fn compute_tick(shared: &Shared, replica: &Replica) -> Result<Vec<Command>, String> {
+    let (cmds, ack) = {
+        let unread = replica.unread_heartbeats();
+        let mut m = shared.m.lock().unwrap();
+        for node in unread.into_iter().chain([MEMBERSHIP_NODE]) {
+            m.step(shared.now(), Event::Heartbeat { node });
+        }
+        let cmds = m.step(shared.now(), Event::Tick);
+        let ack = shared.save(&m, !cmds.is_empty());
+        (cmds, ack)
+    };
+    if let Some(ack) = ack {
+        ack.await
+            .unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into()))?;
+    }
+    Ok(cmds)
+}
+
+/// Versions the recovery coordinator mints must never repeat: every
+/// recovery or retirement takes its own block of the 48-bit counter,
+/// reserved in the durable state before use, so a service resumed from
+/// ZooKeeper (same recovery-coordinator id) continues after it.
+const RC_VERSION_BLOCK: u64 = 1 << 24;
+
+/// How often a command may fail on the memory servers before the service gives up.
+const MAX_RETRIES: u32 = 10_000;
+
+/// The detector loop's state: what it acts through and what it remembers.
+struct Detector {
+    shared: Arc<Shared>,
+    links: Rc<fleet::MemoryLinks>,
+    recovery: Recovery,
+    rc_id: u16,
+    failed_ids: FailedIds,
+    /// When each compute node was declared failed.
+    detected: BTreeMap<u16, Instant>,
+    /// Failed ids whose stray locks the last idle sweep released.
+    swept: BTreeSet<u16>,
+    /// Revocations a previous incarnation of the service had started.
+    restored_revokes: BTreeSet<u16>,
+    /// Failures of each command on the memory servers so far.
+    retries: BTreeMap<String, u32>,
+}
+
+impl Detector {
+    fn holding(&self) -> bool {
+        let m = self.shared.m.lock().unwrap();
+        m.fleet().is_some_and(|f| f.holding())
+    }
+
+    fn quiesced(&self) -> bool {
+        let m = self.shared.m.lock().unwrap();
+        m.fleet().is_some_and(|f| f.quiesced())
+    }
+
+    /// While memory servers are reconfigured, log recovery waits until no
+    /// transaction runs anywhere (its records may name a lost primary), and
+    /// scans wait for the new primaries.
+    fn must_wait(&self, cmd: &Command) -> bool {
+        match cmd {
+            Command::Recover { .. } => self.holding() && !self.quiesced(),
+            Command::ScanStrayLocks { .. } => self.holding(),
+            _ => false,
+        }
+    }
+
+    /// A command failed on the memory servers (one may have just died): it
+    /// runs again once the fleet has caught up.
+    fn retry_later(&mut self, cmd: &Command, e: &str) -> Result<(), String> {
+        let n = self.retries.entry(format!("{cmd:?}")).or_default();
+        *n += 1;
+        if *n == 1 {
+            eprintln!("membership: {e}; retrying once the memory servers are sorted out");
+        }
+        if *n > MAX_RETRIES {
+            return Err(format!("{e} (gave up after {MAX_RETRIES} attempts)"));
+        }
+        Ok(())
+    }
+
+    /// Carry out one command; the event that reports it done, if any.
+    async fn execute(&mut self, cmd: Command) -> Result<Option<Event>, String> {
+        match cmd {
+            Command::Revoke { node } => self.revoke(node).await.map(Some),
+            Command::Recover { node, ids, .. } => self.recover(node, &ids).await.map(Some),
+            Command::NotifyFailed { ids } => {
+                self.notify_failed(&ids);
+                Ok(None)
+            }
+            Command::ScanStrayLocks { ids } => self.scan(ids).await,
+            Command::AssignIds { .. } | Command::Reject { .. } => Ok(None),
+        }
+    }
+
+    async fn revoke(&mut self, node: u16) -> Result<Event, String> {
+        self.detected.entry(node).or_insert_with(Instant::now);
+        if self.restored_revokes.remove(&node) {
+            eprintln!("membership: compute node {node} was declared failed before the restart; revoking its access again");
+        } else {
+            let views = self
+                .shared
+                .m
+                .lock()
+                .unwrap()
+                .replica_views(node, self.shared.now());
+            let views: Vec<String> = views
+                .iter()
+                .enumerate()
+                .map(|(r, v)| match v {
+                    (Some(ago), Some(heard)) => format!(
+                        "replica {r}: reported {} us ago, had heard it {} us before",
+                        ago / 1000,
+                        heard / 1000
+                    ),
+                    _ => format!("replica {r}: not reporting"),
+                })
+                .collect();
+            eprintln!(
+                "membership: compute node {node} missed its heartbeats ({}); revoking its access",
+                views.join("; ")
+            );
+        }
+        let live = self.links.live();
+        let memory = self.links.memory.borrow().clone();
+        memory
+            .revoke_on(&live, node)
+            .await
+            .map_err(|e| format!("revocation of node {node} failed: {e}"))?;
+        self.shared.tell_fenced(node);
+        Ok(Event::RevokeAcked { node })
+    }
+
+    async fn recover(&mut self, node: u16, ids: &[u16]) -> Result<Event, String> {
+        let t = Instant::now();
+        let quiesced = self.quiesced();
+        let rc_versions = self.shared.reserve_version_block().await? * RC_VERSION_BLOCK;
+        let mut rc = RecoveryCoordinator::new(&self.links.fabric, self.recovery.layout.clone(), self.rc_id)
+            .with_version_counter(rc_versions)
+            .with_view(self.links.view.clone(), quiesced);
+        rc.bugs = self.recovery.bugs;
+        let report = rc
+            .recover(ids)
+            .await
+            .map_err(|e| format!("log recovery of node {node} failed: {e}"))?;
+        eprintln!(
+            "membership: recovered node {node} in {} us{}: {} logs, {} rolled forward, {} rolled back, {} locks released",
+            t.elapsed().as_micros(),
+            if quiesced { " (while every compute node held)" } else { "" },
+            report.logs_found,
+            report.rolled_forward,
+            report.rolled_back,
+            report.locks_released
+        );
+        Ok(Event::RecoveryDone { node })
+    }
+
+    fn notify_failed(&mut self, ids: &[u16]) {
+        for &id in ids {
+            self.failed_ids.insert(id);
+        }
+        self.shared.publish_failed(ids);
+        let owner = self.shared.m.lock().unwrap().owner_of(ids[0]).unwrap_or(0);
+        match self.detected.get(&owner) {
+            Some(t) => eprintln!(
+                "membership: failed ids of node {owner} published {} us after detection; stealing may start",
+                t.elapsed().as_micros()
+            ),
+            None => eprintln!("membership: failed ids of node {owner} published (detected before a restart); stealing may start"),
+        }
+    }
+
+    async fn scan(&mut self, ids: Vec<u16>) -> Result<Option<Event>, String> {
+        let (fabric, layout, view) = (&self.links.fabric, &self.recovery.layout, &self.links.view);
+        let n = sweep_stray_locks_live(fabric, layout, &self.failed_ids, view)
+            .await
+            .map_err(|e| format!("stray-lock scan failed: {e}"))?;
+        // No version minted by a recycled id may survive its reuse.
+        let rc_versions = self.shared.reserve_version_block().await? * RC_VERSION_BLOCK;
+        let retired = RecoveryCoordinator::new(fabric, layout.clone(), self.rc_id)
+            .with_version_counter(rc_versions)
+            .with_view(view.clone(), false)
+            .retire_versions(&ids)
+            .await
+            .map_err(|e| format!("retiring the versions of recycled ids failed: {e}"))?;
+        let Some(retired) = retired else {
+            eprintln!("membership: objects of the failed ids stayed locked; their ids are not recycled yet");
+            return Ok(None);
+        };
+        eprintln!("membership: rewrote {retired} versions minted by ids about to be recycled");
+        eprintln!(
+            "membership: released {n} stray locks; {} ids can be reused",
+            ids.len()
+        );
+        // Joiners must not be told these are failed once they can be handed out again.
+        self.shared
+            .subscribers
+            .lock()
+            .unwrap()
+            .published
+            .retain(|id| !ids.contains(id));
+        // Nor may a later scan release the locks of their next owners.
+        for &id in &ids {
+            self.failed_ids.remove(id);
+        }
+        Ok(Some(Event::ScanDone { ids }))
     }
 }
 
@@ -885,6 +1096,7 @@ async fn sweep_when_idle<F: tandem_fabric::Fabric>(
     shared: &Shared,
     fabric: &F,
     layout: &Layout,
+    view: &MemoryView,
     swept: &mut BTreeSet<u16>,
 ) -> Result<(), String> {
     let Some(ids) = idle_sweep_due(&shared.m.lock().unwrap(), swept) else {
@@ -894,7 +1106,7 @@ async fn sweep_when_idle<F: tandem_fabric::Fabric>(
     for &id in &ids {
         failed.insert(id);
     }
-    let n = sweep_stray_locks(fabric, layout, &failed)
+    let n = sweep_stray_locks_live(fabric, layout, &failed, view)
         .await
         .map_err(|e| format!("stray-lock scan failed: {e}"))?;
     eprintln!(

@@ -64,6 +64,7 @@ fn cluster(tag: &str) -> Cluster {
         zookeeper: None,
         restore_grace: Duration::ZERO,
         recovery_bugs: Default::default(),
+        memory_timeout: Duration::from_millis(500),
     };
     std::thread::spawn(move || procs::run_membership_server(cfg));
     let dir = std::env::temp_dir().join(format!("tandem-procs-{tag}-{}", std::process::id()));

@@ -161,6 +161,16 @@ impl Fleet {
         self.phase != Phase::Steady
     }
 
+    /// Whether every compute node that must apply the current hold did: no
+    /// transaction runs anywhere (a replacement's copy counts too).
+    pub fn quiesced(&self) -> bool {
+        match &self.phase {
+            Phase::Holding { epoch, waiting, .. } => *epoch != u64::MAX && waiting.is_empty(),
+            Phase::Copying { .. } => true,
+            Phase::Steady => false,
+        }
+    }
+
     /// The epoch transactions may run under, once steady.
     pub fn resumed_epoch(&self) -> Option<u64> {
         (self.phase == Phase::Steady).then_some(self.config.epoch)

@@ -15,6 +15,7 @@
 //! fenced; `check-cluster` counts fenced incarnations' ids as failed.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -25,11 +26,15 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tandem_dkvs::{ComputeNode, Coordinator, Layout, StoreConfig, TxError};
 use tandem_fabric::tcp::{is_fenced, TcpCluster, TcpFabric};
+use tandem_fabric::{Fabric, MemNodeId};
+use tandem_membership::MemoryConfig;
 use tandem_sim::Rng;
 use tandem_workloads::micro::{MicroClient, MicroLedger, MicroSpec};
 use tokio::sync::watch;
 
-use super::session::{new_incarnation, JoinError, MembershipSession, Stop, StopSignal};
+use super::session::{
+    new_incarnation, JoinError, MembershipSession, MemorySignal, Stop, StopSignal,
+};
 use super::wait::wait_for_listeners;
 use crate::runner::block_on_local;
 
@@ -85,6 +90,8 @@ pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerRepor
     let who = format!("compute node {}", cfg.node);
     wait_for_listeners(&who, "memory server", &cfg.memory.addrs, cfg.patience)?;
     let server = Rc::new(Server {
+        memory: RefCell::new(cfg.memory.clone()),
+        down: RefCell::default(),
         cfg,
         layout,
         ledger,
@@ -95,6 +102,10 @@ pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerRepor
 
 struct Server {
     cfg: ComputeServerConfig,
+    /// The memory servers as the newest configuration applied has them.
+    memory: RefCell<TcpCluster>,
+    /// Memory nodes that configuration marks down.
+    down: RefCell<BTreeSet<MemNodeId>>,
     layout: Arc<Layout>,
     ledger: Ledger,
     tally: Tally,
@@ -201,27 +212,36 @@ impl Server {
     /// (heartbeats start with the join): the detector can judge this node
     /// only once it holds keys that a revocation takes away.
     async fn start_incarnation(&self, node: u16) -> Result<(MembershipSession, TcpFabric), Start> {
-        let memory = &self.cfg.memory;
+        let memory = self.memory.borrow().clone();
         let servers = memory
             .addrs
             .iter()
             .map(|a| a.to_string())
             .collect::<Vec<_>>()
             .join(",");
-        let keys = match memory.register(node).await {
-            Ok(keys) => keys,
-            Err(e) if is_fenced(&e) => {
-                return Err(Start::Fenced(format!(
-                    "the memory servers refuse compute node {node}: it was fenced"
-                )))
+        // Servers known to be down get no key (the membership's first
+        // configuration says which; transactions wait for it).
+        let mut keys = Vec::new();
+        for m in 0..memory.addrs.len() as MemNodeId {
+            if self.down.borrow().contains(&m) {
+                keys.push(None);
+                continue;
             }
-            Err(e) => {
-                return Err(Start::Failed(format!(
+            match memory.register_on(m, node).await {
+                Ok(key) => keys.push(Some(key)),
+                Err(e) if is_fenced(&e) => {
+                    return Err(Start::Fenced(format!(
+                        "the memory servers refuse compute node {node}: it was fenced"
+                    )))
+                }
+                Err(e) => {
+                    return Err(Start::Failed(format!(
                     "compute node {node} cannot register with the memory servers {servers}: {e}"
                 )))
+                }
             }
-        };
-        let fabric = memory.connect(node, &keys).await.map_err(|e| {
+        }
+        let fabric = memory.connect_live(node, &keys).await.map_err(|e| {
             Start::Failed(format!(
                 "compute node {node} cannot connect to the memory servers {servers}: {e}"
             ))
@@ -264,22 +284,36 @@ impl Server {
         clients: Vec<MicroClient>,
         deadline: Instant,
     ) -> (Vec<MicroClient>, End) {
-        let compute = ComputeNode::new(
+        let view = tandem_dkvs::MemoryView::default();
+        for &m in self.down.borrow().iter() {
+            view.set_down(m, true);
+        }
+        let compute = ComputeNode::with_memory_view(
             fabric,
             &self.cfg.store,
             self.layout.clone(),
             session.failed.clone(),
+            view,
         );
         let (stop, _) = watch::channel(None);
         let stop = Rc::new(stop);
         let watcher =
             tokio::task::spawn_local(watch_session(session.signal(), stop.clone(), deadline));
+        let gate = Rc::new(Gate::default());
+        let conductor = tokio::task::spawn_local(self.clone().follow_memory(
+            session.node,
+            session.memory(),
+            compute.clone(),
+            gate.clone(),
+            stop.clone(),
+        ));
         let mut tasks = Vec::new();
         for (k, (client, &id)) in clients.into_iter().zip(&session.ids).enumerate() {
             let driver = Driver {
                 server: self.clone(),
                 slot: k,
                 stop: stop.clone(),
+                gate: gate.clone(),
                 deadline,
             };
             tasks.push(tokio::task::spawn_local(
@@ -291,6 +325,7 @@ impl Server {
             back.push(t.await.expect("a coordinator task panicked"));
         }
         watcher.abort();
+        conductor.abort();
         let end = match stop.borrow().clone() {
             Some(Stop::Fenced(why)) => End::Fenced(why),
             Some(Stop::Lost(why)) => {
@@ -304,6 +339,111 @@ impl Server {
             None => End::Stopped,
         };
         (back, end)
+    }
+}
+
+/// Whether transactions may start (a memory reconfiguration holds them), and
+/// how many are in flight. Held until the first configuration is applied.
+struct Gate {
+    held: Cell<bool>,
+    in_flight: Cell<usize>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            held: Cell::new(true),
+            in_flight: Cell::new(0),
+        }
+    }
+}
+
+impl Gate {
+    fn enter(self: &Rc<Self>) -> InFlight {
+        self.in_flight.set(self.in_flight.get() + 1);
+        InFlight(self.clone())
+    }
+}
+
+/// One transaction in flight; counted down when dropped.
+struct InFlight(Rc<Gate>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.set(self.0.in_flight.get() - 1);
+    }
+}
+
+impl Server {
+    /// Apply every memory configuration the service announces (DESIGN.md
+    /// §4.6): hold new transactions, cut the links to the memory nodes now
+    /// down (their pending verbs fail at once), let the transactions in
+    /// flight finish (each commits if every live replica took its writes,
+    /// else aborts), connect to admitted replacements, switch primaries,
+    /// answer `applied`; transactions start again once the service resumes.
+    async fn follow_memory(
+        self: Rc<Self>,
+        node: u16,
+        memory: MemorySignal,
+        compute: Rc<ComputeNode<TcpFabric>>,
+        gate: Rc<Gate>,
+        stop: Rc<watch::Sender<Option<Stop>>>,
+    ) {
+        let mut applied: Option<u64> = None;
+        loop {
+            if let Some(config) = memory.latest().filter(|c| applied.is_none_or(|a| a < c.epoch)) {
+                gate.held.set(true);
+                if let Err(e) = self.apply_memory(&compute, &gate, &config).await {
+                    stop_with(&stop, Stop::Lost(format!("cannot apply memory configuration {}: {e}", config.epoch)));
+                    return;
+                }
+                applied = Some(config.epoch);
+                memory.applied(node, config.epoch);
+            }
+            if gate.held.get() && applied.is_some() && memory.resumed() >= applied {
+                gate.held.set(false);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    async fn apply_memory(
+        &self,
+        compute: &ComputeNode<TcpFabric>,
+        gate: &Gate,
+        config: &MemoryConfig,
+    ) -> Result<(), String> {
+        let (fabric, view) = (compute.fabric(), compute.memory_view());
+        for &m in &config.down {
+            if !view.is_down(m) {
+                fabric.cut(m);
+            }
+        }
+        while gate.in_flight.get() > 0 {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        let mut memory = self.memory.borrow().clone();
+        for (m, a) in config.addrs.iter().enumerate() {
+            let m = m as MemNodeId;
+            let addr: std::net::SocketAddr = a.parse().map_err(|e| format!("bad address {a}: {e}"))?;
+            let down = config.down.contains(&m);
+            let moved = memory.addrs[m as usize] != addr;
+            memory.addrs[m as usize] = addr;
+            if !down && (view.is_down(m) || moved || !fabric.queue_pair_connected(m)) {
+                let key = memory
+                    .register_on(m, fabric.compute_node())
+                    .await
+                    .map_err(|e| format!("cannot register with memory server {m} at {addr}: {e}"))?;
+                fabric
+                    .reconnect(m, addr, key)
+                    .await
+                    .map_err(|e| format!("cannot connect to memory server {m} at {addr}: {e}"))?;
+            }
+            view.set_down(m, down);
+        }
+        *self.memory.borrow_mut() = memory;
+        *self.down.borrow_mut() = config.down.clone();
+        Ok(())
     }
 }
 
@@ -332,6 +472,7 @@ struct Driver {
     server: Rc<Server>,
     slot: usize,
     stop: Rc<watch::Sender<Option<Stop>>>,
+    gate: Rc<Gate>,
     deadline: Instant,
 }
 
@@ -344,6 +485,12 @@ impl Driver {
         let (tally, ops) = (&self.server.tally, self.server.cfg.micro.ops_per_tx as u64);
         let mut stop = self.stop.subscribe();
         while Instant::now() < self.deadline && stop.borrow().is_none() {
+            // A memory reconfiguration holds new transactions.
+            if self.gate.held.get() {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                continue;
+            }
+            let _in_flight = self.gate.enter();
             // Before: this transaction's writes are in doubt until it answers.
             self.record(&client, ops);
             // Fenced: abort in flight (as a crash would), stop issuing verbs.
@@ -356,6 +503,9 @@ impl Driver {
                 None => abort_in_flight(&client),
                 Some(Ok(true)) => tally.committed.set(tally.committed.get() + 1),
                 Some(Ok(false)) => tally.aborted.set(tally.aborted.get() + 1),
+                // A memory node was lost under it; its writes are in doubt
+                // (the ledger counted them) and the membership reconfigures.
+                Some(Err(TxError::Unavailable)) => tally.aborted.set(tally.aborted.get() + 1),
                 Some(Err(TxError::Revoked)) => stop_with(
                     &self.stop,
                     Stop::Fenced(format!(

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tandem_dkvs::FailedIds;
+use tandem_membership::MemoryConfig;
 
 use super::wait::Waiting;
 use super::{send_line, FromMembership, ToMembership};
@@ -38,6 +39,32 @@ pub enum Stop {
     Fenced(String),
     /// The service refused it otherwise, or lost its state.
     Lost(String),
+}
+
+/// The memory configuration as the service announces it (DESIGN.md §4.6),
+/// for the task that applies it; and the way to answer that it did.
+#[derive(Clone)]
+pub struct MemorySignal(Arc<MembershipLink>);
+
+impl MemorySignal {
+    /// The newest configuration announced.
+    pub fn latest(&self) -> Option<MemoryConfig> {
+        self.0.memory.lock().unwrap().clone()
+    }
+
+    /// The newest epoch transactions may run under.
+    pub fn resumed(&self) -> Option<u64> {
+        *self.0.resumed.lock().unwrap()
+    }
+
+    /// Tell the service this node applied `epoch` and drained (`false`: not
+    /// connected now; the rejoin brings the configuration again).
+    pub fn applied(&self, node: u16, epoch: u64) -> bool {
+        match self.0.conn.lock().unwrap().as_mut() {
+            Some(w) => send_line(w, &ToMembership::Applied { node, epoch }).is_ok(),
+            None => false,
+        }
+    }
 }
 
 /// [`MembershipSession::stopped`], for a task that does not own the session.
@@ -110,6 +137,8 @@ impl MembershipSession {
             conn: Mutex::new(Some(conn)),
             stopped: Mutex::new(None),
             is_stopped: AtomicBool::new(false),
+            memory: Mutex::new(None),
+            resumed: Mutex::new(None),
         });
         let notices = Notices {
             node,
@@ -138,6 +167,11 @@ impl MembershipSession {
     /// A handle that tells [`MembershipSession::stopped`] from elsewhere.
     pub fn signal(&self) -> StopSignal {
         StopSignal(self.link.clone())
+    }
+
+    /// The memory configurations the service announces to this node.
+    pub fn memory(&self) -> MemorySignal {
+        MemorySignal(self.link.clone())
     }
 
     /// Why this node was fenced, if it was.
@@ -207,6 +241,35 @@ pub fn new_incarnation(
     }
 }
 
+/// Announce a replacement memory server for memory node `node`, listening at
+/// `addr`, to whichever replica leads (retrying for up to `patience`).
+pub fn announce_replacement(
+    membership: &[SocketAddr],
+    node: u16,
+    addr: &str,
+    patience: Duration,
+) -> Result<(), String> {
+    let who = format!("the replacement for memory node {node}");
+    let mut waiting = Waiting::new(who, patience);
+    let msg = ToMembership::Replacement {
+        node,
+        addr: addr.to_string(),
+    };
+    loop {
+        match ask_any(membership, &msg) {
+            Ok((_, _, FromMembership::Replacing(_))) => return Ok(()),
+            Ok((_, _, FromMembership::Reject(why))) => {
+                return Err(format!("the membership service refused the replacement: {why}"))
+            }
+            Ok((_, _, other)) => {
+                return Err(format!("the membership service answered a replacement with {other:?}"))
+            }
+            Err(JoinError::Unreachable(e)) => waiting.again("the membership service", &e)?,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 /// Heartbeats to every membership replica (`pandora.txt` §3.2.4: to reach
 /// a majority), each from a thread of its own on a connection of its own,
 /// so a replica that is down or slow delays no other; until `stop`.
@@ -269,6 +332,9 @@ struct MembershipLink {
     /// Why this compute server must stop using its ids.
     stopped: Mutex<Option<Stop>>,
     is_stopped: AtomicBool,
+    /// The newest memory configuration announced, and the newest epoch resumed.
+    memory: Mutex<Option<MemoryConfig>>,
+    resumed: Mutex<Option<u64>>,
 }
 
 impl MembershipLink {
@@ -356,6 +422,16 @@ impl Notices {
                 }
             }
             Ok(FromMembership::Fenced(why)) => self.link.stop_with(Stop::Fenced(why)),
+            Ok(FromMembership::Memory(config)) => {
+                let mut m = self.link.memory.lock().unwrap();
+                if m.as_ref().is_none_or(|c| c.epoch < config.epoch) {
+                    *m = Some(config);
+                }
+            }
+            Ok(FromMembership::Resume(epoch)) => {
+                let mut r = self.link.resumed.lock().unwrap();
+                *r = Some(r.map_or(epoch, |e| e.max(epoch)));
+            }
             _ => {}
         }
     }
@@ -480,6 +556,8 @@ mod tests {
             conn: Mutex::new(None),
             stopped: Mutex::new(None),
             is_stopped: AtomicBool::new(false),
+            memory: Mutex::new(None),
+            resumed: Mutex::new(None),
         });
         Notices {
             node: 1,

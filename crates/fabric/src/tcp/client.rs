@@ -217,6 +217,11 @@ impl TcpFabric {
         self.qps.iter().all(TcpQp::is_connected)
     }
 
+    /// Whether the link to memory node `mem` is up.
+    pub fn queue_pair_connected(&self, mem: MemNodeId) -> bool {
+        self.qps[mem as usize].is_connected()
+    }
+
     /// Cut this thread's link to memory node `mem` (declared failed): its
     /// pending verbs complete with `Unavailable` now.
     pub fn cut(&self, mem: MemNodeId) {

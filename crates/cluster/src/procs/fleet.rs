@@ -1,0 +1,260 @@
+//! The membership service's side of memory-server loss (DESIGN.md §4.6,
+//! `pandora.txt` §3.2.5; the protocol is [`tandem_membership::Fleet`]'s).
+//!
+//! - Heartbeats: every tick, an 8-byte read on the service's own data
+//!   connection to each memory server; an answer is [`FleetEvent::Heard`].
+//!   A server killed with `kill -9` resets its connections and answers
+//!   nothing; a stopped or partitioned one answers nothing either.
+//! - [`FleetCommand::Reconfigure`]: the service applies the configuration to
+//!   its own links and view first (its recovery coordinator reads and writes
+//!   live replicas only), then tells every compute server.
+//! - [`FleetCommand::Rereplicate`]: while everyone holds, register with the
+//!   replacement, fence on it every compute node declared failed so far,
+//!   copy every partition the lost node replicated from a live replica.
+//! - A replacement announces itself (`tandem memory-server --replaces N`)
+//!   with `{"replacement":{"node":N,"addr":A}}`.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use tandem_dkvs::{Layout, MemoryView};
+use tandem_fabric::tcp::{TcpCluster, TcpFabric};
+use tandem_fabric::{Fabric, MemNodeId, QueuePair, Verb};
+use tandem_membership::{FleetCommand, FleetEvent, MemoryConfig, NodeStatus};
+
+use super::{FromMembership, Shared, MEMBERSHIP_NODE};
+
+/// The service's links to the memory servers and its view of them.
+pub(super) struct MemoryLinks {
+    pub memory: RefCell<TcpCluster>,
+    pub fabric: TcpFabric,
+    pub view: MemoryView,
+    heard: Rc<RefCell<BTreeSet<MemNodeId>>>,
+    /// When the last memory node was declared failed (for the log).
+    declared_at: RefCell<Option<Instant>>,
+}
+
+impl MemoryLinks {
+    /// Register with the memory servers `config` does not mark down and
+    /// connect to them (the others stay unconnected).
+    pub async fn connect(memory: TcpCluster, config: &MemoryConfig) -> Result<MemoryLinks, String> {
+        let memory = with_addrs(memory, config)?;
+        let view = MemoryView::default();
+        let mut keys = Vec::new();
+        for m in 0..memory.addrs.len() as MemNodeId {
+            if config.down.contains(&m) {
+                view.set_down(m, true);
+                keys.push(None);
+            } else {
+                let key = memory
+                    .register_on(m, MEMBERSHIP_NODE)
+                    .await
+                    .map_err(|e| format!("cannot register with memory server {m}: {e}"))?;
+                keys.push(Some(key));
+            }
+        }
+        let fabric = memory
+            .connect_live(MEMBERSHIP_NODE, &keys)
+            .await
+            .map_err(|e| format!("cannot connect to the memory servers: {e}"))?;
+        Ok(MemoryLinks {
+            memory: RefCell::new(memory),
+            fabric,
+            view,
+            heard: Rc::default(),
+            declared_at: RefCell::new(None),
+        })
+    }
+
+    /// Probe every memory server not known to be down, every `tick`, forever.
+    pub fn start_probes(self: &Rc<Self>, tick: Duration) {
+        let links = self.clone();
+        tokio::task::spawn_local(async move {
+            loop {
+                for m in 0..links.fabric.memory_nodes() as MemNodeId {
+                    if links.view.is_down(m) {
+                        continue;
+                    }
+                    let probe = links.fabric.queue_pair(m).post(vec![Verb::read(0, 8)]);
+                    let heard = links.heard.clone();
+                    tokio::task::spawn_local(async move {
+                        if probe.await.iter().all(|c| c.is_ok()) {
+                            heard.borrow_mut().insert(m);
+                        }
+                    });
+                }
+                tokio::time::sleep(tick).await;
+            }
+        });
+    }
+
+    /// The memory servers that answered since the last call.
+    pub fn take_heard(&self) -> BTreeSet<MemNodeId> {
+        std::mem::take(&mut *self.heard.borrow_mut())
+    }
+
+    /// The memory servers not known to be down.
+    pub fn live(&self) -> Vec<MemNodeId> {
+        (0..self.fabric.memory_nodes() as MemNodeId)
+            .filter(|&m| !self.view.is_down(m))
+            .collect()
+    }
+
+    /// Apply `config` to the service's own links: cut the newly down, point
+    /// the view at the live ones (admitted servers were connected by the copy).
+    fn apply(&self, config: &MemoryConfig) -> Result<(), String> {
+        let memory = with_addrs(self.memory.borrow().clone(), config)?;
+        for m in 0..memory.addrs.len() as MemNodeId {
+            let down = config.down.contains(&m);
+            if down && !self.view.is_down(m) {
+                self.fabric.cut(m);
+                *self.declared_at.borrow_mut() = Some(Instant::now());
+            }
+            self.view.set_down(m, down);
+        }
+        *self.memory.borrow_mut() = memory;
+        Ok(())
+    }
+}
+
+/// `memory` with the addresses `config` holds.
+fn with_addrs(mut memory: TcpCluster, config: &MemoryConfig) -> Result<TcpCluster, String> {
+    if config.addrs.len() != memory.addrs.len() {
+        return Err(format!(
+            "the stored configuration has {} memory servers, the command line {}",
+            config.addrs.len(),
+            memory.addrs.len()
+        ));
+    }
+    for (i, a) in config.addrs.iter().enumerate() {
+        memory.addrs[i] = a
+            .parse::<SocketAddr>()
+            .map_err(|e| format!("bad memory server address {a}: {e}"))?;
+    }
+    Ok(memory)
+}
+
+/// Step the fleet with what the probes heard and a tick; execute what it says.
+pub(super) async fn tick(shared: &Shared, links: &MemoryLinks, layout: &Layout) -> Result<(), String> {
+    let mut events: Vec<FleetEvent> = std::mem::take(&mut *shared.fleet_events.lock().unwrap());
+    events.extend(links.take_heard().into_iter().map(|node| FleetEvent::Heard { node }));
+    events.push(FleetEvent::Tick);
+    for event in events {
+        let (cmds, ack) = {
+            let mut m = shared.m.lock().unwrap();
+            let cmds = m.step_fleet(shared.now(), event, MEMBERSHIP_NODE);
+            (cmds.clone(), shared.save(&m, !cmds.is_empty()))
+        };
+        if let Some(ack) = ack {
+            ack.await
+                .unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into()))?;
+        }
+        for cmd in cmds {
+            execute(shared, links, layout, cmd).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn execute(shared: &Shared, links: &MemoryLinks, layout: &Layout, cmd: FleetCommand) -> Result<(), String> {
+    match cmd {
+        FleetCommand::Reconfigure { config } => {
+            links.apply(&config)?;
+            if !config.down.is_empty() {
+                eprintln!(
+                    "membership: memory configuration {}: memory nodes {:?} down; compute servers hold, drain and switch primaries",
+                    config.epoch, config.down
+                );
+            } else {
+                eprintln!(
+                    "membership: memory configuration {}: every memory node up ({})",
+                    config.epoch,
+                    config.addrs.join(",")
+                );
+            }
+            shared.broadcast_memory(Some(config), None);
+        }
+        FleetCommand::Resume { epoch } => {
+            let since = links.declared_at.borrow().map(|t| t.elapsed().as_micros());
+            eprintln!(
+                "membership: memory configuration {epoch} applied everywhere; transactions resume{}",
+                since.map(|us| format!(" ({us} us after the last memory node was declared failed)")).unwrap_or_default()
+            );
+            shared.broadcast_memory(None, Some(epoch));
+        }
+        FleetCommand::Rereplicate { node, addr, epoch } => {
+            let t = Instant::now();
+            let ok = match rereplicate(shared, links, layout, node, &addr).await {
+                Ok(slots) => {
+                    eprintln!(
+                        "membership: memory node {node} re-replicated onto {addr}: {slots} slots in {} us; f+1 copies again",
+                        t.elapsed().as_micros()
+                    );
+                    true
+                }
+                Err(e) => {
+                    eprintln!("membership: re-replication of memory node {node} onto {addr} failed: {e}");
+                    false
+                }
+            };
+            shared.fleet_events.lock().unwrap().push(FleetEvent::Copied { node, epoch, ok });
+        }
+        FleetCommand::Refuse { node, reason } => {
+            eprintln!("membership: replacement of memory node {node} refused: {reason}");
+        }
+    }
+    Ok(())
+}
+
+/// Fill the replacement for `node` at `addr`: connect, fence every compute
+/// node declared failed so far, copy from live replicas.
+async fn rereplicate(
+    shared: &Shared,
+    links: &MemoryLinks,
+    layout: &Layout,
+    node: MemNodeId,
+    addr: &str,
+) -> Result<u64, String> {
+    let sock: SocketAddr = addr.parse().map_err(|e| format!("bad address {addr}: {e}"))?;
+    let mut target = links.memory.borrow().clone();
+    target.addrs[node as usize] = sock;
+    let fenced: Vec<u16> = shared
+        .m
+        .lock()
+        .unwrap()
+        .nodes()
+        .filter(|(_, s)| !matches!(s, NodeStatus::Alive))
+        .map(|(n, _)| n)
+        .collect();
+    for c in fenced {
+        target
+            .revoke_on(&[node], c)
+            .await
+            .map_err(|e| format!("cannot fence compute node {c} on the replacement: {e}"))?;
+    }
+    let key = target
+        .register_on(node, MEMBERSHIP_NODE)
+        .await
+        .map_err(|e| format!("cannot register with the replacement: {e}"))?;
+    links
+        .fabric
+        .reconnect(node, sock, key)
+        .await
+        .map_err(|e| format!("cannot connect to the replacement: {e}"))?;
+    tandem_dkvs::repair::rereplicate(&links.fabric, layout, node, &links.view)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// What a compute server is told when it subscribes: the configuration, and
+/// whether transactions run under it.
+pub(super) fn on_subscribe(config: &MemoryConfig, resumed: Option<u64>) -> Vec<FromMembership> {
+    let mut out = vec![FromMembership::Memory(config.clone())];
+    if let Some(epoch) = resumed {
+        out.push(FromMembership::Resume(epoch));
+    }
+    out
+}
