@@ -501,7 +501,7 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
         cfg.replica,
         cfg.memory,
         recovery,
-        cfg.heartbeat_timeout,
+        (cfg.heartbeat_timeout, cfg.memory_timeout),
         reissued,
     ))
 }
@@ -777,7 +777,7 @@ async fn detector_loop(
     replica: Arc<Replica>,
     memory: TcpCluster,
     recovery: Recovery,
-    timeout: Duration,
+    (timeout, memory_timeout): (Duration, Duration),
     reissued: Vec<Command>,
 ) -> Result<(), String> {
     // A resumed service gets its own id back (a retried join of a live node).
@@ -817,6 +817,7 @@ async fn detector_loop(
         swept: BTreeSet::new(),
         restored_revokes: BTreeSet::new(),
         retries: BTreeMap::new(),
+        patience: (memory_timeout * 4).max(Duration::from_secs(1)),
     };
     // A resumed service's stray-lock scans cover the ids failed before the restart too.
     for &id in shared.m.lock().unwrap().failed_ids() {
@@ -838,7 +839,13 @@ async fn detector_loop(
                 later.push_back(cmd);
                 continue;
             }
-            match d.execute(cmd.clone()).await {
+            // A memory server that hangs (not dead, not answering) must not
+            // stall the loop that declares it failed.
+            let done = tokio::time::timeout(d.patience, d.execute(cmd.clone())).await;
+            let done = done.unwrap_or_else(|_| {
+                Err(format!("{cmd:?} took longer than {:?}", d.patience))
+            });
+            match done {
                 Ok(Some(next)) => queue.extend(shared.step_durably(next).await?),
                 Ok(None) => {}
                 Err(e) => {
@@ -855,10 +862,11 @@ async fn detector_loop(
         if !d.holding() {
             let view = links.view.clone();
             let swept = &mut d.swept;
-            if let Err(e) =
-                sweep_when_idle(&shared, &links.fabric, &d.recovery.layout, &view, swept).await
-            {
-                log::warn!("membership: {e}; the next idle tick tries again");
+            let sweep = sweep_when_idle(&shared, &links.fabric, &d.recovery.layout, &view, swept);
+            match tokio::time::timeout(d.patience, sweep).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => log::warn!("membership: {e}; the next idle tick tries again"),
+                Err(_) => log::warn!("membership: the idle sweep took too long; the next idle tick tries again"),
             }
         }
         tokio::time::sleep(tick).await;
@@ -909,6 +917,8 @@ struct Detector {
     restored_revokes: BTreeSet<u16>,
     /// Failures of each command on the memory servers so far.
     retries: BTreeMap<String, u32>,
+    /// How long one command may take before it counts as failed.
+    patience: Duration,
 }
 
 impl Detector {
@@ -962,10 +972,11 @@ impl Detector {
     }
 
     async fn revoke(&mut self, node: u16) -> Result<Event, String> {
+        let first = !self.detected.contains_key(&node);
         self.detected.entry(node).or_insert_with(Instant::now);
         if self.restored_revokes.remove(&node) {
             eprintln!("membership: compute node {node} was declared failed before the restart; revoking its access again");
-        } else {
+        } else if first {
             let views = self
                 .shared
                 .m

@@ -33,8 +33,8 @@ pub(super) struct MemoryLinks {
     pub fabric: TcpFabric,
     pub view: MemoryView,
     heard: Rc<RefCell<BTreeSet<MemNodeId>>>,
-    /// When the last memory node was declared failed (for the log).
-    declared_at: RefCell<Option<Instant>>,
+    /// When the current hold started (for the log).
+    held_since: RefCell<Option<Instant>>,
 }
 
 impl MemoryLinks {
@@ -65,7 +65,7 @@ impl MemoryLinks {
             fabric,
             view,
             heard: Rc::default(),
-            declared_at: RefCell::new(None),
+            held_since: RefCell::new(None),
         })
     }
 
@@ -111,7 +111,6 @@ impl MemoryLinks {
             let down = config.down.contains(&m);
             if down && !self.view.is_down(m) {
                 self.fabric.cut(m);
-                *self.declared_at.borrow_mut() = Some(Instant::now());
             }
             self.view.set_down(m, down);
         }
@@ -162,6 +161,7 @@ pub(super) async fn tick(shared: &Shared, links: &MemoryLinks, layout: &Layout) 
 async fn execute(shared: &Shared, links: &MemoryLinks, layout: &Layout, cmd: FleetCommand) -> Result<(), String> {
     match cmd {
         FleetCommand::Reconfigure { config } => {
+            links.held_since.borrow_mut().get_or_insert_with(Instant::now);
             links.apply(&config)?;
             if !config.down.is_empty() {
                 eprintln!(
@@ -178,16 +178,20 @@ async fn execute(shared: &Shared, links: &MemoryLinks, layout: &Layout, cmd: Fle
             shared.broadcast_memory(Some(config), None);
         }
         FleetCommand::Resume { epoch } => {
-            let since = links.declared_at.borrow().map(|t| t.elapsed().as_micros());
+            let held = links.held_since.take().map(|t| t.elapsed().as_micros());
             eprintln!(
                 "membership: memory configuration {epoch} applied everywhere; transactions resume{}",
-                since.map(|us| format!(" ({us} us after the last memory node was declared failed)")).unwrap_or_default()
+                held.map(|us| format!(" after a hold of {us} us")).unwrap_or_default()
             );
             shared.broadcast_memory(None, Some(epoch));
         }
         FleetCommand::Rereplicate { node, addr, epoch } => {
             let t = Instant::now();
-            let ok = match rereplicate(shared, links, layout, node, &addr).await {
+            let copy = rereplicate(shared, links, layout, node, &addr);
+            let copy = tokio::time::timeout(COPY_PATIENCE, copy)
+                .await
+                .unwrap_or_else(|_| Err(format!("no progress within {COPY_PATIENCE:?}")));
+            let ok = match copy {
                 Ok(slots) => {
                     eprintln!(
                         "membership: memory node {node} re-replicated onto {addr}: {slots} slots in {} us; f+1 copies again",
@@ -208,6 +212,10 @@ async fn execute(shared: &Shared, links: &MemoryLinks, layout: &Layout, cmd: Fle
     }
     Ok(())
 }
+
+/// How long a copy onto a replacement may take before it counts as failed
+/// (the replacement is refused; another one may be announced).
+const COPY_PATIENCE: Duration = Duration::from_secs(120);
 
 /// Fill the replacement for `node` at `addr`: connect, fence every compute
 /// node declared failed so far, copy from live replicas.

@@ -1,0 +1,240 @@
+//! Memory-server loss over real processes (issue 15; DESIGN.md §4.6,
+//! `pandora.txt` §3.2.5): three `tandem memory-server` processes (two copies
+//! of every partition), the membership process and two compute servers under
+//! load. `kill -9` one memory server: the membership declares it failed, the
+//! compute servers hold, drain and switch primaries, and keep committing; a
+//! replacement (`memory-server --replaces 1`) is filled while everyone holds
+//! and admitted; `check-cluster` on the new set of servers finds identical
+//! replicas (f+1 copies again) and counters consistent with the ledgers.
+//! The second test also kills a compute server in the same second: its
+//! recovery runs while every survivor holds, on live replicas only.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+const SECRET: &str = "00000000c0ffee15";
+
+fn tandem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start `tandem args`, wait for its `listening on ADDR` line.
+fn spawn_announcing(args: &[&str], stderr_to: &Path) -> (Proc, String) {
+    let mut child = tandem()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::fs::File::create(stderr_to).unwrap()))
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{args:?} did not announce: {line}"))
+        .to_string();
+    (Proc(child), addr)
+}
+
+fn memory_server(dir: &Path, name: &str, extra: &[&str]) -> (Proc, String) {
+    let mut args = vec![
+        "memory-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--mem",
+        "64M",
+        "--secret",
+        SECRET,
+    ];
+    args.extend(extra);
+    spawn_announcing(&args, &dir.join(format!("{name}.log")))
+}
+
+/// Wait until the file holds every needle (or the time is up); its text.
+fn wait_for_log(path: &Path, needles: &[&str], within: Duration) -> String {
+    let until = Instant::now() + within;
+    loop {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        if needles.iter().all(|n| log.contains(n)) || Instant::now() > until {
+            return log;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Commits per 100 ms of a compute server's JSON report.
+fn read_timeline(json: &Path) -> Vec<u64> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    v["timeline_100ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+struct Run {
+    dir: PathBuf,
+    mlog: PathBuf,
+    /// Memory-server addresses after the replacement.
+    memory_after: String,
+    reports: Vec<(u16, std::process::Output)>,
+    /// Every process still up, stopped when the run is dropped.
+    _procs: Vec<Proc>,
+}
+
+/// The cluster under load; `kill -9` memory server 1 at 1 s (and compute
+/// server 2 in the same second if `kill_compute`); a replacement at 1.6 s.
+fn run(tag: &str, kill_compute: bool) -> Run {
+    let dir = std::env::temp_dir().join(format!("tandem-memkill-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut servers: Vec<(Proc, String)> = (0..3)
+        .map(|i| memory_server(&dir, &format!("mem{i}"), &[]))
+        .collect();
+    let memory: Vec<String> = servers.iter().map(|s| s.1.clone()).collect();
+    let memory = memory.join(",");
+    let common = ["--memory", &memory, "--secret", SECRET, "--keys", "20000"];
+    let mlog = dir.join("membership.log");
+    let mut margs = vec![
+        "membership",
+        "--listen",
+        "127.0.0.1:0",
+        "--load",
+        "--timeout-ms",
+        "50",
+        "--memory-timeout-ms",
+        "100",
+    ];
+    margs.extend(common);
+    let (membership, maddr) = spawn_announcing(&margs, &mlog);
+    let compute = |node: u16| {
+        let ledger = dir.join(format!("c{node}.ledger"));
+        let json = dir.join(format!("c{node}.json"));
+        tandem()
+            .args(["compute-server", "--membership", &maddr, "--node", &node.to_string()])
+            .args(["--coordinators", "8", "--duration", "4", "--heartbeat-ms", "2"])
+            .args(["--ledger", ledger.to_str().unwrap(), "--json", json.to_str().unwrap()])
+            .args(common)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Raw children: each ends after its --duration; the test waits for them.
+    let c1 = compute(1);
+    let mut c2 = compute(2);
+    std::thread::sleep(Duration::from_millis(1000));
+    if kill_compute {
+        // The compute server first: its transactions in flight hold locks on
+        // the memory server killed next, and its recovery must do without them.
+        c2.kill().unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    servers[1].0 .0.kill().unwrap(); // SIGKILL
+    std::thread::sleep(Duration::from_millis(600));
+    let (replacement, addr) = memory_server(
+        &dir,
+        "replacement",
+        &["--replaces", "1", "--membership", &maddr],
+    );
+    let reports = vec![
+        (1u16, c1.wait_with_output().unwrap()),
+        (2, c2.wait_with_output().unwrap()),
+    ];
+    let log = wait_for_log(&mlog, &["every memory node up"], Duration::from_secs(10));
+    assert!(log.contains("every memory node up"), "{log}");
+    let mut after: Vec<String> = memory.split(',').map(str::to_string).collect();
+    after[1] = addr;
+    let mut procs: Vec<Proc> = servers.into_iter().map(|s| s.0).collect();
+    procs.extend([replacement, membership]);
+    Run {
+        dir,
+        mlog,
+        memory_after: after.join(","),
+        reports,
+        _procs: procs,
+    }
+}
+
+/// `check-cluster` on the servers after the replacement; its stderr.
+fn check_cluster(r: &Run, failed: &str) -> String {
+    let ledgers = format!(
+        "{},{}",
+        r.dir.join("c1.ledger").display(),
+        r.dir.join("c2.ledger").display()
+    );
+    let out = tandem()
+        .args(["check-cluster", "--ledgers", &ledgers, "--failed", failed])
+        .args(["--memory", &r.memory_after, "--secret", SECRET, "--keys", "20000"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let log = std::fs::read_to_string(&r.mlog).unwrap_or_default();
+    assert!(out.status.success(), "{err}\nmembership log:\n{log}");
+    assert!(err.contains("replicas identical"), "{err}");
+    assert!(err.contains("counters consistent"), "{err}");
+    err
+}
+
+/// The survivor committed before the kill, and again within a second of it.
+fn assert_kept_committing(r: &Run, node: u16) {
+    let (_, out) = r.reports.iter().find(|(n, _)| *n == node).unwrap();
+    let log = std::fs::read_to_string(&r.mlog).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "compute server {node} failed:\n{}\nmembership log:\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = read_timeline(&r.dir.join(format!("c{node}.json")));
+    assert!(t.len() >= 35, "{t:?}");
+    assert!(t[5..10].iter().all(|&c| c > 0), "committing before the kill: {t:?}");
+    assert!(
+        t[20..35].iter().sum::<u64>() > 0,
+        "committing after the reconfiguration and the replacement: {t:?}\n{log}"
+    );
+}
+
+#[test]
+fn kill_dash_nine_of_a_memory_server_survivors_keep_committing_and_a_replacement_restores_f_plus_1()
+{
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let r = run("mem", false);
+    let log = std::fs::read_to_string(&r.mlog).unwrap();
+    assert!(log.contains("memory nodes {1} down"), "{log}");
+    assert!(log.contains("re-replicated onto"), "{log}");
+    assert!(!log.contains("missed its heartbeats"), "no compute node was suspected:\n{log}");
+    assert_kept_committing(&r, 1);
+    assert_kept_committing(&r, 2);
+    check_cluster(&r, "");
+}
+
+#[test]
+fn kill_dash_nine_of_a_memory_server_and_a_compute_server_in_the_same_second() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let r = run("both", true);
+    let log = std::fs::read_to_string(&r.mlog).unwrap();
+    assert!(log.contains("memory nodes {1} down"), "{log}");
+    assert!(log.contains("compute node 2 missed its heartbeats"), "{log}");
+    assert!(log.contains("recovered node 2"), "{log}");
+    assert!(log.contains("re-replicated onto"), "{log}");
+    assert_kept_committing(&r, 1);
+    eprintln!("{log}");
+    let c2 = r.dir.join("c2.ledger");
+    check_cluster(&r, c2.to_str().unwrap());
+}
