@@ -134,6 +134,10 @@ pub struct Faults {
     /// When the crash happens, also stall the heartbeats of this compute node
     /// (0-based): a slow node whose clients keep running, suspected alongside.
     pub suspect_too: Option<u16>,
+    /// Pandora: crash this compute node (0-based) just before the memory
+    /// node of `memory_failure` fails; it is recovered while every other
+    /// compute node holds, from the live replicas only (DESIGN.md §4.6).
+    pub crash_in_memory_loss: Option<u16>,
 }
 
 impl Faults {
@@ -168,6 +172,12 @@ impl Faults {
         }
         if let Some(n) = self.suspect_too {
             f += &format!(" --suspect-too {n}");
+        }
+        if let Some(n) = self.crash_in_memory_loss {
+            f += &format!(" --crash-in-memory-loss {n}");
+        }
+        if self.recovery_bugs.ignore_lost_primaries {
+            f += " --inject-bug ignore-lost-primaries";
         }
         f
     }
@@ -340,6 +350,8 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     let hot = hot_customer(cfg, &layout);
     let mut fabrics = Vec::new();
     let mut views = Vec::new();
+    // Each compute node's coordinator ids.
+    let mut node_ids: Vec<Vec<u16>> = Vec::new();
     let fd_timeout_ns = cfg.faults.detect_ns.max(2_000);
     let membership = Rc::new(RefCell::new(Membership::new(MembershipConfig {
         heartbeat_timeout_ns: fd_timeout_ns,
@@ -382,6 +394,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             Some(Command::AssignIds { ids, .. }) => ids,
             other => panic!("compute node {} not admitted: {other:?}", cn + 1),
         };
+        node_ids.push(ids.clone());
         if with_fd {
             // Heartbeats from a task of the node's own (tag HEARTBEAT_TAG + cn):
             // crashing the node stops them; stopping only them is a slow node.
@@ -503,12 +516,26 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     let (mut rereplicated, mut degraded_commits) = (0, 0);
     if let Some((m, at)) = cfg.faults.memory_failure {
         let committed = || -> u64 { commits.borrow().iter().sum() };
+        let victim = cfg.faults.crash_in_memory_loss;
+        // A crashed node's transactions never finish: nobody waits for them.
         let drain = |gate: &Rc<Gate>| {
             gate.paused.set(true);
             let g = gate.clone();
-            sim.run_while(|| g.active.borrow().iter().any(|&a| a > 0));
+            sim.run_while(|| {
+                g.active
+                    .borrow()
+                    .iter()
+                    .enumerate()
+                    .any(|(n, &a)| a > 0 && victim != Some(n as u16))
+            });
         };
         sim.run_until(at.max(sim.now_ns())); // a time before the clients started: at their start
+        if let Some(v) = victim {
+            // Fenced at once: of the verbs it had in flight, those not yet
+            // executed never will (a commit may land on some replicas only).
+            sim.crash(v as u32);
+            cluster.revoke(v + 1);
+        }
         cluster.nodes()[m as usize].fail();
         // The membership service notices, pauses new transactions and lets
         // in-flight ones decide for themselves (commit on live replicas or abort).
@@ -517,6 +544,16 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         // Compute nodes recompute primaries and run on the surviving copies.
         for v in &views {
             v.set_down(m, true);
+        }
+        if let Some(v) = victim {
+            // Everyone holds: recover the crashed node from the live replicas.
+            let ids = node_ids[v as usize].clone();
+            recoveries.push(recover_while_held(
+                &sim, &cluster, &layout, cfg, v, &ids, &views[0],
+            ));
+            for id in ids {
+                failed.insert(id);
+            }
         }
         gate.paused.set(false);
         let before = committed();
@@ -553,7 +590,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         .iter()
         .map(|&t| t.saturating_sub(clients_start_ns))
         .collect();
-    if cfg.faults.crash.is_some() {
+    if cfg.faults.crash.is_some() || cfg.faults.crash_in_memory_loss.is_some() {
         // The background scan: NotLogged stray locks nobody touched.
         let (fab, l, f, out) = (
             cluster.join(u16::MAX - 1).expect("a fresh compute-node id"),
@@ -796,6 +833,46 @@ impl World<'_> {
             return done.borrow_mut().take().expect("recovery finished");
         }
     }
+}
+
+/// Fence compute node `victim` (0-based) and recover its coordinators `ids`
+/// while every other compute node holds and memory nodes `view` marks down
+/// are gone: the live replicas decide (`RecoveryCoordinator::decide_quiesced`).
+fn recover_while_held(
+    sim: &Sim,
+    cluster: &SimCluster,
+    layout: &Arc<Layout>,
+    cfg: &SimConfig,
+    victim: u16,
+    ids: &[u16],
+    view: &tandem_dkvs::MemoryView,
+) -> RecoveryReport {
+    assert_eq!(
+        cfg.mode,
+        Mode::Pandora,
+        "log recovery of a crash in a memory loss is Pandora's"
+    );
+    cluster.revoke(victim + 1);
+    let fab = cluster
+        .join(RC_NODE_BASE + 500)
+        .expect("a fresh compute-node id");
+    let rc_id = 1 + cfg.compute_nodes * cfg.coordinators_per_node;
+    let (l, v, ids, bugs) = (
+        layout.clone(),
+        view.clone(),
+        ids.to_vec(),
+        cfg.faults.recovery_bugs,
+    );
+    let done: Rc<RefCell<Option<RecoveryReport>>> = Rc::default();
+    let d = done.clone();
+    sim.spawn(20_000, async move {
+        let mut rc = RecoveryCoordinator::new(&fab, l, rc_id).with_view(v, true);
+        rc.bugs = bugs;
+        *d.borrow_mut() = Some(rc.recover(&ids).await.expect("live replicas answer"));
+    });
+    sim.run_while(|| done.borrow().is_none());
+    let report = done.borrow_mut().take();
+    report.expect("recovery finished")
 }
 
 /// Baseline recovery reported in the same shape as pandora's.

@@ -450,3 +450,37 @@ fn memory_node_loss_mid_commit_is_survived_and_rereplicated() {
         );
     }
 }
+
+/// A compute node crashes as a memory node fails: its transactions in flight
+/// may hold their only record of a lock on the lost primary. It is recovered
+/// while every other compute node holds, from the live replicas alone
+/// (`decide_quiesced`), then everyone runs on the surviving copies and the
+/// replacement is filled. A recovery that decides by the lost primary locks
+/// anyway (`ignore-lost-primaries`) is caught.
+#[test]
+fn a_compute_crash_during_a_memory_node_loss_is_recovered_from_the_live_replicas() {
+    let cfg = |seed: u64, bug: bool| {
+        let mut cfg = SimConfig::bank(Mode::Pandora, seed);
+        cfg.bank_mut().customers = 24;
+        cfg.txs_per_coordinator = 60;
+        let mut rng = Rng::new(seed ^ 0xC0DE);
+        cfg.faults.memory_failure =
+            Some((rng.below(3) as u16, rng.range_inclusive(20_000, 120_000)));
+        cfg.faults.crash_in_memory_loss = Some(rng.below(2) as u16);
+        cfg.faults.recovery_bugs.ignore_lost_primaries = bug;
+        cfg
+    };
+    let mut logs = 0;
+    for seed in 0..seeds() * 2 {
+        let r = assert_recovers(&cfg(seed, false));
+        assert!(
+            r.slots_rereplicated > 0,
+            "seed {seed}: nothing re-replicated"
+        );
+        logs += r.recoveries[0].logs_found;
+    }
+    assert!(logs > 0, "no crash left a logged transaction to recover");
+    let (seed, v, replay) = first_violation(2000, |seed| cfg(seed, true))
+        .expect("ignore-lost-primaries not caught in 2000 seeds");
+    eprintln!("ignore-lost-primaries caught at seed {seed}: {v}\n  replay: {replay}");
+}

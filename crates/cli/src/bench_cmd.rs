@@ -410,6 +410,11 @@ pub struct SimBankArgs {
     fail_memory_node: Option<u16>,
     #[arg(long, default_value_t = 50_000)]
     fail_memory_at_ns: u64,
+    /// With --fail-memory-node (Pandora): crash this compute node (0-based)
+    /// just before the memory node fails; it is recovered from the live
+    /// replicas while every other compute node holds.
+    #[arg(long, requires = "fail_memory_node")]
+    crash_in_memory_loss: Option<u16>,
 }
 
 pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
@@ -421,20 +426,28 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
             "skip-log-recovery" => recovery_bugs.skip_log_recovery = true,
             "lost-decision" => recovery_bugs.lost_decision = true,
             "trust-undo-images" => recovery_bugs.trust_undo_images = true,
+            "ignore-lost-primaries" => recovery_bugs.ignore_lost_primaries = true,
             other => {
                 let one = BugSwitches::parse(other)
-                    .map_err(|e| format!("{e}, or a recovery bug: always-roll-back, skip-log-recovery, lost-decision, trust-undo-images"))?;
+                    .map_err(|e| format!("{e}, or a recovery bug: always-roll-back, skip-log-recovery, lost-decision, trust-undo-images, ignore-lost-primaries"))?;
                 bugs = bugs.union(one);
             }
         }
     }
     if a.crash_node.is_none()
+        && a.crash_in_memory_loss.is_none()
         && (a.false_positive
             || a.crash_recovery_after_ns.is_some()
             || a.suspect_too.is_some()
             || recovery_bugs != RecoveryBugs::default())
     {
         return Err("--false-positive, --suspect-too, --crash-recovery-after-ns and recovery bugs need --crash-node".into());
+    }
+    if a.crash_in_memory_loss.is_some_and(|n| n >= a.compute_nodes) {
+        return Err("--crash-in-memory-loss must be below --compute-nodes".into());
+    }
+    if a.crash_in_memory_loss.is_some() && a.store != Mode::Pandora {
+        return Err("--crash-in-memory-loss needs --store pandora (log recovery)".into());
     }
     if !(1..=8).contains(&a.compute_nodes) {
         return Err("--compute-nodes must be between 1 and 8".into());
@@ -498,6 +511,7 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
                 recovery_bugs,
                 memory_failure: None,
                 suspect_too: a.suspect_too,
+                crash_in_memory_loss: None,
             };
         }
         if let Some(m) = a.fail_memory_node {
@@ -511,6 +525,8 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
                 ));
             }
             cfg.faults.memory_failure = Some((m, a.fail_memory_at_ns));
+            cfg.faults.crash_in_memory_loss = a.crash_in_memory_loss;
+            cfg.faults.recovery_bugs = recovery_bugs;
             if bank {
                 cfg.bank_mut().customers = a.customers.unwrap_or(24);
             }

@@ -48,7 +48,10 @@ pub fn run(a: MemoryServerArgs) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     // Keys are salted afresh on every start: a replacement never hands out
     // the keys of the server it replaces.
-    let node = Arc::new(MemoryNode::new(bytes, secret.rotate_left(17) ^ random_secret()));
+    let node = Arc::new(MemoryNode::new(
+        bytes,
+        secret.rotate_left(17) ^ random_secret(),
+    ));
     // The harness that started us waits for this exact line.
     println!("listening on {addr}");
     eprintln!("memory server: {} bytes on {addr}", node.size_bytes());

@@ -127,9 +127,27 @@ fn run(tag: &str, kill_compute: bool) -> Run {
         let ledger = dir.join(format!("c{node}.ledger"));
         let json = dir.join(format!("c{node}.json"));
         tandem()
-            .args(["compute-server", "--membership", &maddr, "--node", &node.to_string()])
-            .args(["--coordinators", "8", "--duration", "4", "--heartbeat-ms", "2"])
-            .args(["--ledger", ledger.to_str().unwrap(), "--json", json.to_str().unwrap()])
+            .args([
+                "compute-server",
+                "--membership",
+                &maddr,
+                "--node",
+                &node.to_string(),
+            ])
+            .args([
+                "--coordinators",
+                "8",
+                "--duration",
+                "4",
+                "--heartbeat-ms",
+                "2",
+            ])
+            .args([
+                "--ledger",
+                ledger.to_str().unwrap(),
+                "--json",
+                json.to_str().unwrap(),
+            ])
             .args(common)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -181,7 +199,14 @@ fn check_cluster(r: &Run, failed: &str) -> String {
     );
     let out = tandem()
         .args(["check-cluster", "--ledgers", &ledgers, "--failed", failed])
-        .args(["--memory", &r.memory_after, "--secret", SECRET, "--keys", "20000"])
+        .args([
+            "--memory",
+            &r.memory_after,
+            "--secret",
+            SECRET,
+            "--keys",
+            "20000",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -203,7 +228,10 @@ fn assert_kept_committing(r: &Run, node: u16) {
     );
     let t = read_timeline(&r.dir.join(format!("c{node}.json")));
     assert!(t.len() >= 35, "{t:?}");
-    assert!(t[5..10].iter().all(|&c| c > 0), "committing before the kill: {t:?}");
+    assert!(
+        t[5..10].iter().all(|&c| c > 0),
+        "committing before the kill: {t:?}"
+    );
     assert!(
         t[20..35].iter().sum::<u64>() > 0,
         "committing after the reconfiguration and the replacement: {t:?}\n{log}"
@@ -218,7 +246,10 @@ fn kill_dash_nine_of_a_memory_server_survivors_keep_committing_and_a_replacement
     let log = std::fs::read_to_string(&r.mlog).unwrap();
     assert!(log.contains("memory nodes {1} down"), "{log}");
     assert!(log.contains("re-replicated onto"), "{log}");
-    assert!(!log.contains("missed its heartbeats"), "no compute node was suspected:\n{log}");
+    assert!(
+        !log.contains("missed its heartbeats"),
+        "no compute node was suspected:\n{log}"
+    );
     assert_kept_committing(&r, 1);
     assert_kept_committing(&r, 2);
     check_cluster(&r, "");
@@ -230,7 +261,10 @@ fn kill_dash_nine_of_a_memory_server_and_a_compute_server_in_the_same_second() {
     let r = run("both", true);
     let log = std::fs::read_to_string(&r.mlog).unwrap();
     assert!(log.contains("memory nodes {1} down"), "{log}");
-    assert!(log.contains("compute node 2 missed its heartbeats"), "{log}");
+    assert!(
+        log.contains("compute node 2 missed its heartbeats"),
+        "{log}"
+    );
     assert!(log.contains("recovered node 2"), "{log}");
     assert!(log.contains("re-replicated onto"), "{log}");
     assert_kept_committing(&r, 1);

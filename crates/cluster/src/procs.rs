@@ -45,9 +45,9 @@
 //! coordinator, `u16::MAX` is `check-cluster`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::rc::Rc;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -477,9 +477,7 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
     let subscribers = Subscribers {
         conns: Vec::new(),
         published: m.failed_ids().clone(),
-        memory: m
-            .fleet()
-            .map(|f| (f.config().clone(), f.resumed_epoch())),
+        memory: m.fleet().map(|f| (f.config().clone(), f.resumed_epoch())),
     };
     let shared = Arc::new(Shared {
         m: Mutex::new(m),
@@ -633,14 +631,16 @@ fn serve_as_leader(
             return answer_join(shared, writer, node, coordinators)
         }
         ToMembership::Incarnation { of } => return answer_incarnation(shared, writer, of),
-        ToMembership::Applied { node, epoch } => shared
-            .fleet_events
-            .lock()
-            .unwrap()
-            .push(FleetEvent::Applied {
-                compute: node,
-                epoch,
-            }),
+        ToMembership::Applied { node, epoch } => {
+            shared
+                .fleet_events
+                .lock()
+                .unwrap()
+                .push(FleetEvent::Applied {
+                    compute: node,
+                    epoch,
+                })
+        }
         ToMembership::Replacement { node, addr } => {
             return answer_replacement(shared, writer, node, addr)
         }
@@ -842,9 +842,8 @@ async fn detector_loop(
             // A memory server that hangs (not dead, not answering) must not
             // stall the loop that declares it failed.
             let done = tokio::time::timeout(d.patience, d.execute(cmd.clone())).await;
-            let done = done.unwrap_or_else(|_| {
-                Err(format!("{cmd:?} took longer than {:?}", d.patience))
-            });
+            let done =
+                done.unwrap_or_else(|_| Err(format!("{cmd:?} took longer than {:?}", d.patience)));
             match done {
                 Ok(Some(next)) => queue.extend(shared.step_durably(next).await?),
                 Ok(None) => {}
@@ -866,7 +865,9 @@ async fn detector_loop(
             match tokio::time::timeout(d.patience, sweep).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => log::warn!("membership: {e}; the next idle tick tries again"),
-                Err(_) => log::warn!("membership: the idle sweep took too long; the next idle tick tries again"),
+                Err(_) => log::warn!(
+                    "membership: the idle sweep took too long; the next idle tick tries again"
+                ),
             }
         }
         tokio::time::sleep(tick).await;
@@ -1014,9 +1015,10 @@ impl Detector {
         let t = Instant::now();
         let quiesced = self.quiesced();
         let rc_versions = self.shared.reserve_version_block().await? * RC_VERSION_BLOCK;
-        let mut rc = RecoveryCoordinator::new(&self.links.fabric, self.recovery.layout.clone(), self.rc_id)
-            .with_version_counter(rc_versions)
-            .with_view(self.links.view.clone(), quiesced);
+        let mut rc =
+            RecoveryCoordinator::new(&self.links.fabric, self.recovery.layout.clone(), self.rc_id)
+                .with_version_counter(rc_versions)
+                .with_view(self.links.view.clone(), quiesced);
         rc.bugs = self.recovery.bugs;
         let report = rc
             .recover(ids)

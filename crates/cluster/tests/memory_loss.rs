@@ -135,8 +135,13 @@ fn a_lost_memory_server_is_replaced_while_compute_servers_keep_committing() {
     std::thread::sleep(Duration::from_millis(800));
     let replacement = memory_server(999);
     let addr = replacement.local_addr();
-    procs::announce_replacement(&[s.membership], 1, &addr.to_string(), Duration::from_secs(5))
-        .unwrap();
+    procs::announce_replacement(
+        &[s.membership],
+        1,
+        &addr.to_string(),
+        Duration::from_secs(5),
+    )
+    .unwrap();
     let reports: Vec<_> = runs
         .into_iter()
         .map(|r| r.join().unwrap().unwrap())
@@ -144,7 +149,12 @@ fn a_lost_memory_server_is_replaced_while_compute_servers_keep_committing() {
     for r in &reports {
         assert!(r.errors.is_empty(), "{:?}", r.errors);
         let late: u64 = r.timeline_100ms.iter().skip(22).sum();
-        assert!(late > 0, "node {} committed after the replacement: {:?}", r.node, r.timeline_100ms);
+        assert!(
+            late > 0,
+            "node {} committed after the replacement: {:?}",
+            r.node,
+            r.timeline_100ms
+        );
     }
     let mut memory = s.memory.clone();
     memory.addrs[1] = addr;

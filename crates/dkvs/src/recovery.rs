@@ -93,6 +93,10 @@ pub struct RecoveryBugs {
     /// recovery coordinator that crashes in between leaves a re-run nothing
     /// to recover from (breaks idempotence, §3.2.3).
     pub invalidate_logs_first: bool,
+    /// While every compute node holds, decide records that touch a down
+    /// memory node by the primary-lock rule anyway: their locks on the lost
+    /// primary are gone, so a half-committed transaction looks finished.
+    pub ignore_lost_primaries: bool,
 }
 
 pub struct RecoveryCoordinator<F: Fabric> {
@@ -294,8 +298,11 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 .iter()
                 .map(|ws| ws.iter().map(|w| w.1).collect())
                 .collect();
-            let degraded = rec.entries.iter().any(|e| self.live(e).len() < e.replicas.len());
-            let mut d = if degraded && self.quiesced {
+            let degraded = rec
+                .entries
+                .iter()
+                .any(|e| self.live(e).len() < e.replicas.len());
+            let mut d = if degraded && self.quiesced && !self.bugs.ignore_lost_primaries {
                 Self::decide_quiesced(rec, &versions)
             } else {
                 // The primary is the first live replica (DESIGN.md §4.6).

@@ -391,10 +391,19 @@ impl Server {
     ) {
         let mut applied: Option<u64> = None;
         loop {
-            if let Some(config) = memory.latest().filter(|c| applied.is_none_or(|a| a < c.epoch)) {
+            if let Some(config) = memory
+                .latest()
+                .filter(|c| applied.is_none_or(|a| a < c.epoch))
+            {
                 gate.held.set(true);
                 if let Err(e) = self.apply_memory(&compute, &gate, &config).await {
-                    stop_with(&stop, Stop::Lost(format!("cannot apply memory configuration {}: {e}", config.epoch)));
+                    stop_with(
+                        &stop,
+                        Stop::Lost(format!(
+                            "cannot apply memory configuration {}: {e}",
+                            config.epoch
+                        )),
+                    );
                     return;
                 }
                 applied = Some(config.epoch);
@@ -425,7 +434,8 @@ impl Server {
         let mut memory = self.memory.borrow().clone();
         for (m, a) in config.addrs.iter().enumerate() {
             let m = m as MemNodeId;
-            let addr: std::net::SocketAddr = a.parse().map_err(|e| format!("bad address {a}: {e}"))?;
+            let addr: std::net::SocketAddr =
+                a.parse().map_err(|e| format!("bad address {a}: {e}"))?;
             let down = config.down.contains(&m);
             let moved = memory.addrs[m as usize] != addr;
             memory.addrs[m as usize] = addr;
@@ -433,7 +443,9 @@ impl Server {
                 let key = memory
                     .register_on(m, fabric.compute_node())
                     .await
-                    .map_err(|e| format!("cannot register with memory server {m} at {addr}: {e}"))?;
+                    .map_err(|e| {
+                        format!("cannot register with memory server {m} at {addr}: {e}")
+                    })?;
                 fabric
                     .reconnect(m, addr, key)
                     .await

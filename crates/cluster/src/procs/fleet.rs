@@ -137,9 +137,18 @@ fn with_addrs(mut memory: TcpCluster, config: &MemoryConfig) -> Result<TcpCluste
 }
 
 /// Step the fleet with what the probes heard and a tick; execute what it says.
-pub(super) async fn tick(shared: &Shared, links: &MemoryLinks, layout: &Layout) -> Result<(), String> {
+pub(super) async fn tick(
+    shared: &Shared,
+    links: &MemoryLinks,
+    layout: &Layout,
+) -> Result<(), String> {
     let mut events: Vec<FleetEvent> = std::mem::take(&mut *shared.fleet_events.lock().unwrap());
-    events.extend(links.take_heard().into_iter().map(|node| FleetEvent::Heard { node }));
+    events.extend(
+        links
+            .take_heard()
+            .into_iter()
+            .map(|node| FleetEvent::Heard { node }),
+    );
     events.push(FleetEvent::Tick);
     for event in events {
         let (cmds, ack) = {
@@ -158,10 +167,18 @@ pub(super) async fn tick(shared: &Shared, links: &MemoryLinks, layout: &Layout) 
     Ok(())
 }
 
-async fn execute(shared: &Shared, links: &MemoryLinks, layout: &Layout, cmd: FleetCommand) -> Result<(), String> {
+async fn execute(
+    shared: &Shared,
+    links: &MemoryLinks,
+    layout: &Layout,
+    cmd: FleetCommand,
+) -> Result<(), String> {
     match cmd {
         FleetCommand::Reconfigure { config } => {
-            links.held_since.borrow_mut().get_or_insert_with(Instant::now);
+            links
+                .held_since
+                .borrow_mut()
+                .get_or_insert_with(Instant::now);
             links.apply(&config)?;
             if !config.down.is_empty() {
                 eprintln!(
@@ -200,11 +217,17 @@ async fn execute(shared: &Shared, links: &MemoryLinks, layout: &Layout, cmd: Fle
                     true
                 }
                 Err(e) => {
-                    eprintln!("membership: re-replication of memory node {node} onto {addr} failed: {e}");
+                    eprintln!(
+                        "membership: re-replication of memory node {node} onto {addr} failed: {e}"
+                    );
                     false
                 }
             };
-            shared.fleet_events.lock().unwrap().push(FleetEvent::Copied { node, epoch, ok });
+            shared
+                .fleet_events
+                .lock()
+                .unwrap()
+                .push(FleetEvent::Copied { node, epoch, ok });
         }
         FleetCommand::Refuse { node, reason } => {
             eprintln!("membership: replacement of memory node {node} refused: {reason}");
@@ -226,7 +249,9 @@ async fn rereplicate(
     node: MemNodeId,
     addr: &str,
 ) -> Result<u64, String> {
-    let sock: SocketAddr = addr.parse().map_err(|e| format!("bad address {addr}: {e}"))?;
+    let sock: SocketAddr = addr
+        .parse()
+        .map_err(|e| format!("bad address {addr}: {e}"))?;
     let mut target = links.memory.borrow().clone();
     target.addrs[node as usize] = sock;
     let fenced: Vec<u16> = shared

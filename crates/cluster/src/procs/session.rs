@@ -259,10 +259,14 @@ pub fn announce_replacement(
         match ask_any(membership, &msg) {
             Ok((_, _, FromMembership::Replacing(_))) => return Ok(()),
             Ok((_, _, FromMembership::Reject(why))) => {
-                return Err(format!("the membership service refused the replacement: {why}"))
+                return Err(format!(
+                    "the membership service refused the replacement: {why}"
+                ))
             }
             Ok((_, _, other)) => {
-                return Err(format!("the membership service answered a replacement with {other:?}"))
+                return Err(format!(
+                    "the membership service answered a replacement with {other:?}"
+                ))
             }
             Err(JoinError::Unreachable(e)) => waiting.again("the membership service", &e)?,
             Err(e) => return Err(e.to_string()),

@@ -63,7 +63,11 @@ impl TcpCluster {
 
     /// A region key for `compute` from memory server `mem` alone (a
     /// replacement server, or registering around servers that are down).
-    pub async fn register_on(&self, mem: MemNodeId, compute: ComputeNodeId) -> io::Result<RegionKey> {
+    pub async fn register_on(
+        &self,
+        mem: MemNodeId,
+        compute: ComputeNodeId,
+    ) -> io::Result<RegionKey> {
         let addr = self.addr(mem)?;
         match admin_call(addr, self.secret, ClientMsg::Register { compute }).await? {
             ServerMsg::Registered { key } => Ok(key),
@@ -230,7 +234,12 @@ impl TcpFabric {
 
     /// Point memory node `mem`'s queue pair, for every handle of this
     /// thread, at a (replacement) server at `addr`, presenting `key`.
-    pub async fn reconnect(&self, mem: MemNodeId, addr: SocketAddr, key: RegionKey) -> io::Result<()> {
+    pub async fn reconnect(
+        &self,
+        mem: MemNodeId,
+        addr: SocketAddr,
+        key: RegionKey,
+    ) -> io::Result<()> {
         let stream = hello(addr, self.compute, key).await?;
         self.qps[mem as usize].replace(TcpQp::start(stream, mem));
         Ok(())

@@ -256,7 +256,8 @@ impl TcpQp {
     /// request and every later post completes with `Unavailable` at once,
     /// whether or not the server would ever have answered.
     pub fn cut(&self) {
-        self.conn().kill(&"cut: the memory server was declared failed");
+        self.conn()
+            .kill(&"cut: the memory server was declared failed");
     }
 
     /// From now on, every clone of this queue pair posts on `other`'s
