@@ -66,6 +66,7 @@ use crate::zk::{Ack, ZkState};
 mod check;
 mod compute;
 mod fleet;
+pub mod follow;
 mod session;
 pub mod wait;
 
@@ -75,7 +76,8 @@ pub use compute::{
     ComputeServerReport, Incarnation,
 };
 pub use session::{
-    announce_replacement, new_incarnation, JoinError, MembershipSession, Stop, StopSignal,
+    announce_replacement, new_incarnation, JoinError, MembershipSession, MemorySignal, Stop,
+    StopSignal,
 };
 
 /// The node id the membership server joins under for its recovery coordinator.

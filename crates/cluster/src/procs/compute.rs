@@ -15,7 +15,6 @@
 //! fenced; `check-cluster` counts fenced incarnations' ids as failed.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -26,14 +25,14 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tandem_dkvs::{ComputeNode, Coordinator, Layout, StoreConfig, TxError};
 use tandem_fabric::tcp::{is_fenced, TcpCluster, TcpFabric};
-use tandem_fabric::{Fabric, MemNodeId};
-use tandem_membership::MemoryConfig;
+use tandem_fabric::MemNodeId;
 use tandem_sim::Rng;
 use tandem_workloads::micro::{MicroClient, MicroLedger, MicroSpec};
 use tokio::sync::watch;
 
+use super::follow::{follow_memory, Gate, MemoryState};
 use super::session::{
-    new_incarnation, JoinError, MembershipSession, MemorySignal, Stop, StopSignal,
+    new_incarnation, JoinError, MembershipSession, Stop, StopSignal,
 };
 use super::wait::wait_for_listeners;
 use crate::runner::block_on_local;
@@ -90,8 +89,7 @@ pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerRepor
     let who = format!("compute node {}", cfg.node);
     wait_for_listeners(&who, "memory server", &cfg.memory.addrs, cfg.patience)?;
     let server = Rc::new(Server {
-        memory: RefCell::new(cfg.memory.clone()),
-        down: RefCell::default(),
+        memory: Rc::new(MemoryState::new(cfg.memory.clone())),
         cfg,
         layout,
         ledger,
@@ -103,9 +101,7 @@ pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerRepor
 struct Server {
     cfg: ComputeServerConfig,
     /// The memory servers as the newest configuration applied has them.
-    memory: RefCell<TcpCluster>,
-    /// Memory nodes that configuration marks down.
-    down: RefCell<BTreeSet<MemNodeId>>,
+    memory: Rc<MemoryState>,
     layout: Arc<Layout>,
     ledger: Ledger,
     tally: Tally,
@@ -212,7 +208,7 @@ impl Server {
     /// (heartbeats start with the join): the detector can judge this node
     /// only once it holds keys that a revocation takes away.
     async fn start_incarnation(&self, node: u16) -> Result<(MembershipSession, TcpFabric), Start> {
-        let memory = self.memory.borrow().clone();
+        let memory = self.memory.cluster();
         let servers = memory
             .addrs
             .iter()
@@ -223,7 +219,7 @@ impl Server {
         // configuration says which; transactions wait for it).
         let mut keys = Vec::new();
         for m in 0..memory.addrs.len() as MemNodeId {
-            if self.down.borrow().contains(&m) {
+            if self.memory.is_down(m) {
                 keys.push(None);
                 continue;
             }
@@ -284,10 +280,7 @@ impl Server {
         clients: Vec<MicroClient>,
         deadline: Instant,
     ) -> (Vec<MicroClient>, End) {
-        let view = tandem_dkvs::MemoryView::default();
-        for &m in self.down.borrow().iter() {
-            view.set_down(m, true);
-        }
+        let view = self.memory.view();
         let compute = ComputeNode::with_memory_view(
             fabric,
             &self.cfg.store,
@@ -300,13 +293,18 @@ impl Server {
         let watcher =
             tokio::task::spawn_local(watch_session(session.signal(), stop.clone(), deadline));
         let gate = Rc::new(Gate::default());
-        let conductor = tokio::task::spawn_local(self.clone().follow_memory(
+        let follower = follow_memory(
             session.node,
             session.memory(),
             compute.clone(),
             gate.clone(),
-            stop.clone(),
-        ));
+            self.memory.clone(),
+        );
+        let stopper = stop.clone();
+        let conductor = tokio::task::spawn_local(async move {
+            let e = follower.await;
+            stop_with(&stopper, Stop::Lost(e));
+        });
         let mut tasks = Vec::new();
         for (k, (client, &id)) in clients.into_iter().zip(&session.ids).enumerate() {
             let driver = Driver {
@@ -339,123 +337,6 @@ impl Server {
             None => End::Stopped,
         };
         (back, end)
-    }
-}
-
-/// Whether transactions may start (a memory reconfiguration holds them), and
-/// how many are in flight. Held until the first configuration is applied.
-struct Gate {
-    held: Cell<bool>,
-    in_flight: Cell<usize>,
-}
-
-impl Default for Gate {
-    fn default() -> Self {
-        Gate {
-            held: Cell::new(true),
-            in_flight: Cell::new(0),
-        }
-    }
-}
-
-impl Gate {
-    fn enter(self: &Rc<Self>) -> InFlight {
-        self.in_flight.set(self.in_flight.get() + 1);
-        InFlight(self.clone())
-    }
-}
-
-/// One transaction in flight; counted down when dropped.
-struct InFlight(Rc<Gate>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.set(self.0.in_flight.get() - 1);
-    }
-}
-
-impl Server {
-    /// Apply every memory configuration the service announces (DESIGN.md
-    /// §4.6): hold new transactions, cut the links to the memory nodes now
-    /// down (their pending verbs fail at once), let the transactions in
-    /// flight finish (each commits if every live replica took its writes,
-    /// else aborts), connect to admitted replacements, switch primaries,
-    /// answer `applied`; transactions start again once the service resumes.
-    async fn follow_memory(
-        self: Rc<Self>,
-        node: u16,
-        memory: MemorySignal,
-        compute: Rc<ComputeNode<TcpFabric>>,
-        gate: Rc<Gate>,
-        stop: Rc<watch::Sender<Option<Stop>>>,
-    ) {
-        let mut applied: Option<u64> = None;
-        loop {
-            if let Some(config) = memory
-                .latest()
-                .filter(|c| applied.is_none_or(|a| a < c.epoch))
-            {
-                gate.held.set(true);
-                if let Err(e) = self.apply_memory(&compute, &gate, &config).await {
-                    stop_with(
-                        &stop,
-                        Stop::Lost(format!(
-                            "cannot apply memory configuration {}: {e}",
-                            config.epoch
-                        )),
-                    );
-                    return;
-                }
-                applied = Some(config.epoch);
-                memory.applied(node, config.epoch);
-            }
-            if gate.held.get() && applied.is_some() && memory.resumed() >= applied {
-                gate.held.set(false);
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-
-    async fn apply_memory(
-        &self,
-        compute: &ComputeNode<TcpFabric>,
-        gate: &Gate,
-        config: &MemoryConfig,
-    ) -> Result<(), String> {
-        let (fabric, view) = (compute.fabric(), compute.memory_view());
-        for &m in &config.down {
-            if !view.is_down(m) {
-                fabric.cut(m);
-            }
-        }
-        while gate.in_flight.get() > 0 {
-            tokio::time::sleep(Duration::from_micros(200)).await;
-        }
-        let mut memory = self.memory.borrow().clone();
-        for (m, a) in config.addrs.iter().enumerate() {
-            let m = m as MemNodeId;
-            let addr: std::net::SocketAddr =
-                a.parse().map_err(|e| format!("bad address {a}: {e}"))?;
-            let down = config.down.contains(&m);
-            let moved = memory.addrs[m as usize] != addr;
-            memory.addrs[m as usize] = addr;
-            if !down && (view.is_down(m) || moved || !fabric.queue_pair_connected(m)) {
-                let key = memory
-                    .register_on(m, fabric.compute_node())
-                    .await
-                    .map_err(|e| {
-                        format!("cannot register with memory server {m} at {addr}: {e}")
-                    })?;
-                fabric
-                    .reconnect(m, addr, key)
-                    .await
-                    .map_err(|e| format!("cannot connect to memory server {m} at {addr}: {e}"))?;
-            }
-            view.set_down(m, down);
-        }
-        *self.memory.borrow_mut() = memory;
-        *self.down.borrow_mut() = config.down.clone();
-        Ok(())
     }
 }
 
@@ -498,11 +379,7 @@ impl Driver {
         let mut stop = self.stop.subscribe();
         while Instant::now() < self.deadline && stop.borrow().is_none() {
             // A memory reconfiguration holds new transactions.
-            if self.gate.held.get() {
-                tokio::time::sleep(Duration::from_micros(200)).await;
-                continue;
-            }
-            let _in_flight = self.gate.enter();
+            let _in_flight = self.gate.enter().await;
             // Before: this transaction's writes are in doubt until it answers.
             self.record(&client, ops);
             // Fenced: abort in flight (as a crash would), stop issuing verbs.

@@ -1,0 +1,168 @@
+//! A compute node's side of memory-server reconfiguration (DESIGN.md §4.6;
+//! the protocol is [`tandem_membership::Fleet`]'s): the [`Gate`] every
+//! transaction passes, and [`follow_memory`], which applies each memory
+//! configuration the membership announces. Used by `tandem compute-server`
+//! and by DART's `litmus-worker` processes.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tandem_dkvs::{ComputeNode, MemoryView};
+use tandem_fabric::tcp::{TcpCluster, TcpFabric};
+use tandem_fabric::{Fabric, MemNodeId};
+use tandem_membership::MemoryConfig;
+
+use super::session::MemorySignal;
+
+/// Whether transactions may start (a memory reconfiguration holds them), and
+/// how many are in flight. Held until the first configuration is applied.
+pub struct Gate {
+    held: Cell<bool>,
+    in_flight: Cell<usize>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            held: Cell::new(true),
+            in_flight: Cell::new(0),
+        }
+    }
+}
+
+impl Gate {
+    /// Wait while held, then count one transaction in flight until the
+    /// returned guard is dropped.
+    pub async fn enter(self: &Rc<Self>) -> InFlight {
+        while self.held.get() {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        self.in_flight.set(self.in_flight.get() + 1);
+        InFlight(self.clone())
+    }
+}
+
+/// One transaction in flight; counted down when dropped.
+pub struct InFlight(Rc<Gate>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.set(self.0.in_flight.get() - 1);
+    }
+}
+
+/// The memory servers as the newest configuration applied has them: their
+/// addresses, and which are down (kept across a compute node's incarnations).
+pub struct MemoryState {
+    cluster: RefCell<TcpCluster>,
+    down: RefCell<BTreeSet<MemNodeId>>,
+}
+
+impl MemoryState {
+    pub fn new(cluster: TcpCluster) -> MemoryState {
+        MemoryState {
+            cluster: RefCell::new(cluster),
+            down: RefCell::default(),
+        }
+    }
+
+    pub fn cluster(&self) -> TcpCluster {
+        self.cluster.borrow().clone()
+    }
+
+    pub fn is_down(&self, m: MemNodeId) -> bool {
+        self.down.borrow().contains(&m)
+    }
+
+    /// A view with the down memory nodes marked.
+    pub fn view(&self) -> MemoryView {
+        let view = MemoryView::default();
+        for &m in self.down.borrow().iter() {
+            view.set_down(m, true);
+        }
+        view
+    }
+}
+
+/// Apply every memory configuration the service announces, forever (the
+/// caller aborts the task): hold new transactions, cut the links to the
+/// memory nodes now down (their pending verbs fail at once), let the
+/// transactions in flight finish (each commits if every live replica took
+/// its writes, else aborts), connect to admitted replacements, switch
+/// primaries, answer `applied`; transactions start again once the service
+/// resumes. Returns only on an error, which ends the node's run.
+pub async fn follow_memory(
+    node: u16,
+    signal: MemorySignal,
+    compute: Rc<ComputeNode<TcpFabric>>,
+    gate: Rc<Gate>,
+    memory: Rc<MemoryState>,
+) -> String {
+    let mut applied: Option<u64> = None;
+    loop {
+        let newer = signal
+            .latest()
+            .filter(|c| applied.is_none_or(|a| a < c.epoch));
+        if let Some(config) = newer {
+            gate.held.set(true);
+            if let Err(e) = apply(&compute, &gate, &memory, &config).await {
+                return format!("cannot apply memory configuration {}: {e}", config.epoch);
+            }
+            applied = Some(config.epoch);
+            signal.applied(node, config.epoch);
+        }
+        if gate.held.get() && applied.is_some() && signal.resumed() >= applied {
+            gate.held.set(false);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+async fn apply(
+    compute: &ComputeNode<TcpFabric>,
+    gate: &Gate,
+    memory: &MemoryState,
+    config: &MemoryConfig,
+) -> Result<(), String> {
+    let (fabric, view) = (compute.fabric(), compute.memory_view());
+    for &m in &config.down {
+        if !view.is_down(m) {
+            fabric.cut(m);
+        }
+    }
+    while gate.in_flight.get() > 0 {
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let mut cluster = memory.cluster();
+    if config.addrs.len() != cluster.addrs.len() {
+        return Err(format!(
+            "{} memory servers announced, {} known",
+            config.addrs.len(),
+            cluster.addrs.len()
+        ));
+    }
+    for (m, a) in config.addrs.iter().enumerate() {
+        let m = m as MemNodeId;
+        let addr: SocketAddr = a.parse().map_err(|e| format!("bad address {a}: {e}"))?;
+        let down = config.down.contains(&m);
+        let moved = cluster.addrs[m as usize] != addr;
+        cluster.addrs[m as usize] = addr;
+        if !down && (view.is_down(m) || moved || !fabric.queue_pair_connected(m)) {
+            let key = cluster
+                .register_on(m, fabric.compute_node())
+                .await
+                .map_err(|e| format!("cannot register with memory server {m} at {addr}: {e}"))?;
+            fabric
+                .reconnect(m, addr, key)
+                .await
+                .map_err(|e| format!("cannot connect to memory server {m} at {addr}: {e}"))?;
+        }
+        view.set_down(m, down);
+    }
+    *memory.cluster.borrow_mut() = cluster;
+    *memory.down.borrow_mut() = config.down.clone();
+    Ok(())
+}
