@@ -45,6 +45,10 @@ pub struct LitmusArgs {
     /// tcp (pandora), every compute node is a process and one gets kill -9.
     #[arg(long)]
     crash_rate: Option<f64>,
+    /// With --fabric tcp (pandora): fraction of runs that also kill -9 one memory-server
+    /// process mid-run; its replacement is filled and admitted before the final check.
+    #[arg(long, default_value_t = 0.0)]
+    memory_kill_rate: f64,
     /// Simulated crash points: weighted (toward the protocol's windows: between the replica
     /// writes of a commit, before unlocks, after logging, inside log recovery, around the
     /// publication of failed ids) or uniform (after any verb).
@@ -128,6 +132,17 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
             return Err("--crash-rate needs a Tandem store on --fabric sim, or pandora on --fabric tcp (kill -9 of compute-server processes; PostgreSQL crashes are not injected)".into());
         }
     }
+    if !(0.0..=1.0).contains(&a.memory_kill_rate) {
+        return Err("--memory-kill-rate must be in [0, 1]".into());
+    }
+    if a.memory_kill_rate > 0.0
+        && !(matches!(store, StoreKind::Tandem(Mode::Pandora)) && fabric == FabricKind::Tcp)
+    {
+        return Err(
+            "--memory-kill-rate needs --store pandora --fabric tcp (memory-server processes)"
+                .into(),
+        );
+    }
     if !a.inject_bug.is_empty() && !matches!(store, StoreKind::Tandem(_)) {
         return Err("--inject-bug applies to Tandem stores only".into());
     }
@@ -150,6 +165,7 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
     } else {
         0.0
     });
+    cfg.memory_kill_rate = a.memory_kill_rate;
     cfg.crash_points = a.crash_points.parse()?;
     cfg.slow_recovery_ns = a.slow_recovery_ns;
     cfg.replica_check = !a.no_replica_check;
@@ -186,7 +202,7 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         }
         let exe =
             std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
-        if cfg.crash_rate > 0.0 {
+        if cfg.crash_rate > 0.0 || cfg.memory_kill_rate > 0.0 {
             // Every compute node a `tandem litmus-worker` process; a kill -9 on the runs the seed picks.
             // Recovery bugs go to the membership process, which runs log recovery.
             if campaign::parse_bugs(&a.inject_bug)?.deployment != Default::default() {

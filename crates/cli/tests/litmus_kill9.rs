@@ -162,6 +162,7 @@ fn proc_run(seed: u64, corrupt_one_backup: bool) -> RunReport {
         assert_chance: 0.2,
         check_history: true,
         kill: true,
+        kill_memory: false,
         replica_check: true,
         corrupt_one_backup,
     };
@@ -226,4 +227,54 @@ fn diverging_replicas_are_reported_by_the_replica_check_over_processes() {
     if let Some(dir) = note.split("journals in ").nth(1) {
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// Issue 15: memory-server kills among the injected faults. Every run
+/// `kill -9`s a memory server mid-run (and a worker): the workers hold,
+/// drain and switch primaries, the killed worker is recovered from the live
+/// replicas while everyone holds, a replacement is filled and admitted, and
+/// DART finds nothing. Without the copy onto the replacement
+/// (`skip-rereplication`, injected into the membership process), it does.
+#[test]
+fn pandora_survives_kill_dash_nine_of_a_memory_server_process_mid_run() {
+    let json =
+        std::env::temp_dir().join(format!("tandem-litmus-memkill-{}.json", std::process::id()));
+    let args = [
+        "--memory-kill-rate",
+        "1",
+        "--compute-nodes",
+        "2",
+        "--clients",
+        "4",
+        "--txs",
+        "60",
+    ];
+    let (ok, out, rep) = litmus(&[&args[..], &["--seeds", "8"]].concat(), &json);
+    assert!(ok, "{out}");
+    assert_eq!(n(&rep, "runs"), 8, "{out}");
+    assert_eq!(n(&rep, "violation_count"), 0, "{out}");
+    assert_eq!(
+        out.matches("mid-run; its replacement was filled and admitted")
+            .count(),
+        8,
+        "{out}"
+    );
+    assert!(n(&rep, "committed") > 2000, "{out}");
+    let (ok, out, rep) = litmus(
+        &[
+            &args[..],
+            &["--seeds", "3", "--inject-bug", "skip-rereplication"],
+        ]
+        .concat(),
+        &json,
+    );
+    assert!(ok, "{out}");
+    assert!(
+        n(&rep, "violation_count") > 0,
+        "an empty replacement not caught in 3 runs:\n{out}"
+    );
+    assert!(
+        out.contains("--memory-kill-rate 1"),
+        "the replay says so:\n{out}"
+    );
 }

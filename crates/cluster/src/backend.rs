@@ -105,44 +105,36 @@ impl MemoryServers {
             secret,
         };
         for _ in 0..count {
-            let mut child = Command::new(exe)
-                .args([
-                    "memory-server",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--mem",
-                    &mem_bytes.to_string(),
-                ])
-                .env("TANDEM_SECRET", format!("{secret:016x}"))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()?;
-            let stdout = child.stdout.take().expect("piped stdout");
+            let (child, addr) = spawn_memory_server(exe, mem_bytes, secret, &[])?;
             servers.children.push(child);
-            // The server prints "listening on ADDR" once it accepts connections.
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let mut line = String::new();
-            let mut reader = BufReader::new(stdout);
-            let addr = loop {
-                line.clear();
-                if reader.read_line(&mut line)? == 0 || Instant::now() > deadline {
-                    return Err(std::io::Error::other(
-                        "memory server exited before announcing its address",
-                    ));
-                }
-                if let Some(rest) = line.trim().strip_prefix("listening on ") {
-                    break rest.parse::<SocketAddr>().map_err(std::io::Error::other)?;
-                }
-            };
             servers.addrs.push(addr);
-            // Keep draining its stdout so the child never blocks on a full pipe.
-            std::thread::spawn(move || for _ in reader.lines() {});
         }
         Ok(servers)
     }
 
     pub fn cluster(&self) -> TcpCluster {
         TcpCluster::new(self.addrs.clone(), self.secret)
+    }
+
+    /// Start a replacement for memory server `i` (killed, and declared failed
+    /// by the membership service at `membership`): it announces itself there
+    /// (`memory-server --replaces i`), is filled and admitted. `addrs[i]` is
+    /// its address from now on.
+    pub fn replace(
+        &mut self,
+        exe: &Path,
+        i: usize,
+        mem_bytes: u64,
+        membership: SocketAddr,
+    ) -> std::io::Result<SocketAddr> {
+        let (n, m) = (i.to_string(), membership.to_string());
+        let args = ["--replaces", n.as_str(), "--membership", m.as_str()];
+        let (child, addr) = spawn_memory_server(exe, mem_bytes, self.secret, &args)?;
+        let mut old = std::mem::replace(&mut self.children[i], child);
+        let _ = old.kill();
+        let _ = old.wait();
+        self.addrs[i] = addr;
+        Ok(addr)
     }
 
     pub fn pids(&self) -> Vec<u32> {
@@ -160,6 +152,49 @@ impl MemoryServers {
         child.kill()?;
         child.wait().map(|_| ())
     }
+}
+
+/// One `tandem memory-server` process on a loopback port the OS picks, with
+/// `extra` arguments; its address once it accepts connections.
+fn spawn_memory_server(
+    exe: &Path,
+    mem_bytes: u64,
+    secret: u64,
+    extra: &[&str],
+) -> std::io::Result<(Child, SocketAddr)> {
+    let mut child = Command::new(exe)
+        .args([
+            "memory-server",
+            "--listen",
+            "127.0.0.1:0",
+            "--mem",
+            &mem_bytes.to_string(),
+        ])
+        .args(extra)
+        .env("TANDEM_SECRET", format!("{secret:016x}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    // The server prints "listening on ADDR" once it accepts connections.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut line = String::new();
+    let mut reader = BufReader::new(stdout);
+    let addr = loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 || Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(std::io::Error::other(
+                "memory server exited before announcing its address",
+            ));
+        }
+        if let Some(rest) = line.trim().strip_prefix("listening on ") {
+            break rest.parse::<SocketAddr>().map_err(std::io::Error::other)?;
+        }
+    };
+    // Keep draining its stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in reader.lines() {});
+    Ok((child, addr))
 }
 
 impl Drop for MemoryServers {

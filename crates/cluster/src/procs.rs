@@ -133,6 +133,8 @@ enum FromMembership {
     /// A replacement memory server was accepted; it is filled and admitted
     /// once everyone holds.
     Replacing(String),
+    /// The memory node to be replaced is not declared failed (yet).
+    NotDown(String),
 }
 
 fn send_line<T: Serialize>(w: &mut TcpStream, msg: &T) -> std::io::Result<()> {
@@ -668,7 +670,7 @@ fn answer_replacement(shared: &Shared, writer: &mut TcpStream, node: u16, addr: 
             .push(FleetEvent::Replacement { node, addr });
         FromMembership::Replacing(format!("memory node {node} will be filled and admitted"))
     } else {
-        FromMembership::Reject(format!("memory node {node} is not down"))
+        FromMembership::NotDown(format!("memory node {node} is not declared failed"))
     };
     send_line(writer, &msg).is_ok()
 }
@@ -859,7 +861,7 @@ async fn detector_loop(
         if let Some(e) = shared.zookeeper.as_ref().and_then(|z| z.fatal()) {
             return Err(e);
         }
-        fleet::tick(&shared, &links, &d.recovery.layout).await?;
+        fleet::tick(&shared, &links, &d.recovery.layout, d.recovery.bugs).await?;
         if !d.holding() {
             let view = links.view.clone();
             let swept = &mut d.swept;

@@ -54,13 +54,14 @@ pub struct InjectedBugs {
     pub deployment: DeploymentBugs,
 }
 
-pub const RECOVERY_BUG_NAMES: [&str; 6] = [
+pub const RECOVERY_BUG_NAMES: [&str; 7] = [
     "always-roll-back",
     "skip-log-recovery",
     "lost-decision",
     "trust-undo-images",
     "restore-one-replica",
     "invalidate-logs-first",
+    "skip-rereplication",
 ];
 
 fn recovery_bug(rec: &mut RecoveryBugs, name: &str) -> bool {
@@ -71,6 +72,7 @@ fn recovery_bug(rec: &mut RecoveryBugs, name: &str) -> bool {
         "trust-undo-images" => &mut rec.trust_undo_images,
         "restore-one-replica" => &mut rec.restore_one_replica,
         "invalidate-logs-first" => &mut rec.invalidate_logs_first,
+        "skip-rereplication" => &mut rec.skip_rereplication,
         _ => return false,
     };
     *flag = true;
@@ -120,6 +122,9 @@ pub struct CampaignConfig {
     pub duration: Option<Duration>,
     /// Fraction of runs that crash a compute node (sim, or tcp with `procs`).
     pub crash_rate: f64,
+    /// Over processes: fraction of runs that also `kill -9` a memory server
+    /// mid-run and replace it (DESIGN.md §4.6).
+    pub memory_kill_rate: f64,
     /// Where simulated crashes land (uniform over verbs, or weighted toward
     /// the protocol's windows).
     pub crash_points: CrashPoints,
@@ -151,6 +156,11 @@ pub struct CampaignConfig {
 }
 
 impl CampaignConfig {
+    /// Whether run `seed` kills a memory server mid-run (over processes).
+    pub fn kills_memory(&self, seed: u64) -> bool {
+        self.procs.is_some() && Rng::new(seed ^ 0x3E3).chance(self.memory_kill_rate)
+    }
+
     pub fn new(store: StoreKind) -> Self {
         CampaignConfig {
             store,
@@ -161,6 +171,7 @@ impl CampaignConfig {
             seeds: Some(10),
             duration: None,
             crash_rate: DEFAULT_CRASH_RATE,
+            memory_kill_rate: 0.0,
             crash_points: CrashPoints::default(),
             slow_recovery_ns: None,
             replica_check: true,
@@ -245,6 +256,9 @@ impl CampaignConfig {
         c += &format!(" --tests {tests} --instances {instances} --seed {seed} --seeds 1");
         if self.injects_crashes() {
             c += &format!(" --crash-rate {}", if self.crashes(seed) { 1 } else { 0 });
+        }
+        if self.kills_memory(seed) {
+            c += " --memory-kill-rate 1";
         }
         let d = CampaignConfig::new(self.store.clone());
         if self.compute_nodes != d.compute_nodes {
@@ -360,6 +374,7 @@ pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<Ru
                 check_history: cfg.check_history,
                 kill: cfg.crashes(seed),
                 replica_check: cfg.replica_check,
+                kill_memory: cfg.kills_memory(seed),
                 corrupt_one_backup: false,
             };
             crate::proc_run::run(&c)

@@ -45,6 +45,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use tandem_cluster::backend::MemoryServers;
+use tandem_cluster::procs::follow::{follow_memory, register_live, Gate, MemoryState};
 use tandem_cluster::procs::MembershipSession;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::{ComputeNode, FailedIds, Layout, MemoryView, Mode, StoreConfig, TableSpec};
@@ -148,7 +149,7 @@ pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
     // Register first, then join: the detector never judges a worker that
     // holds no keys yet (and a revoked id can never register again anyway).
     let keys = local
-        .block_on(&rt, memory.register(cfg.node))
+        .block_on(&rt, register_live(&memory, cfg.node, &Default::default()))
         .map_err(|e| format!("register compute node {}: {e}", cfg.node))?;
     let session = MembershipSession::join(
         &cfg.membership,
@@ -159,17 +160,26 @@ pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
     journal.ids(&session.ids);
     let logs = local.block_on(&rt, async {
         let fabric = memory
-            .connect(cfg.node, &keys)
+            .connect_live(cfg.node, &keys)
             .await
             .map_err(|e| format!("connect compute node {}: {e}", cfg.node))?;
         let node = ComputeNode::new(fabric, &store, layout.clone(), session.failed.clone());
+        // Memory-server loss: hold, drain and switch primaries as told.
+        let gate = Rc::new(Gate::default());
+        let follower = tokio::task::spawn_local(follow_memory(
+            cfg.node,
+            session.memory(),
+            node.clone(),
+            gate.clone(),
+            Rc::new(MemoryState::new(memory.clone())),
+        ));
         let epoch = cfg.epoch_ns;
         let clock: Rc<dyn Fn() -> u64> = Rc::new(move || wall_ns().saturating_sub(epoch));
         let board = Board::with_pair_base(cfg.pair_base);
         let mut seeds = Rng::new(cfg.seed ^ 0x7C9 ^ ((cfg.node as u64) << 40));
         let (mut logs, mut tasks) = (Vec::new(), Vec::new());
         for (k, &id) in session.ids.iter().enumerate() {
-            let mut session = TandemStore::new(node.coordinator(id));
+            let mut session = TandemStore::new(node.coordinator(id)).with_gate(gate.clone());
             let spec = ClientSpec {
                 id: cfg.client_base + k as u32,
                 seed: seeds.next_u64(),
@@ -188,6 +198,11 @@ pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
         for t in tasks {
             t.await.map_err(|e| format!("client task failed: {e}"))?;
         }
+        if follower.is_finished() {
+            let e = follower.await.map_err(|e| e.to_string())?;
+            return Err(format!("compute node {}: {e}", cfg.node));
+        }
+        follower.abort();
         // Let the last unlocks land before leaving.
         tokio::time::sleep(Duration::from_millis(20)).await;
         Ok::<_, String>(logs)
@@ -232,6 +247,10 @@ pub struct ProcRunConfig {
     /// After the final check, the replica check (logical failover of each
     /// memory node, then a real `kill -9` of one memory server).
     pub replica_check: bool,
+    /// `kill -9` one memory server mid-run (which and when follows from the
+    /// seed) and start its replacement: the workers hold, drain and switch
+    /// primaries, and the final check runs once the replacement is admitted.
+    pub kill_memory: bool,
     /// Test hook: before the replica check, overwrite one live key's value in
     /// its backup replica only, so the check must report diverging replicas.
     pub corrupt_one_backup: bool,
@@ -296,6 +315,8 @@ fn spawn_membership(
             &capacity.to_string(),
             "--timeout-ms",
             &detect_ms.to_string(),
+            "--memory-timeout-ms",
+            &(detect_ms * 2.0).max(50.0).to_string(),
         ])
         .args(recovery_bugs.flat_map(|b| ["--inject-bug", b.as_str()]))
         .env("TANDEM_SECRET", format!("{secret:016x}"))
@@ -470,43 +491,30 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     }
 
     let mut report = RunReport::default();
-    let mut victim: Option<(u16, u64)> = None;
-    if cfg.kill {
-        let mut rng = Rng::new(cfg.seed ^ 0xC7A5_0009);
-        let v = rng.below(workers as u64) as u16;
-        let total = cfg.clients_per_worker as u64 * cfg.txs_per_client;
-        let target = rng.range_inclusive(1, (total * 3 / 4).max(1));
-        let mut counter = InvokeCounter {
-            path: journals[v as usize].clone(),
-            offset: 0,
-            invokes: 0,
-        };
-        let give_up = Instant::now() + Duration::from_secs(60);
-        loop {
-            if counter.poll() >= target {
-                kids[v as usize]
-                    .0
-                    .kill()
-                    .map_err(|e| format!("kill -9 of worker {}: {e}", v + 1))?;
-                let _ = kids[v as usize].0.wait();
-                victim = Some((v + 1, counter.poll()));
-                break;
-            }
-            if kids[v as usize]
-                .0
-                .try_wait()
-                .map_err(|e| e.to_string())?
-                .is_some()
-                || Instant::now() > give_up
-            {
-                break; // It finished first: a run without a crash.
-            }
-            std::thread::sleep(Duration::from_micros(500));
-        }
+    let kills = Kills::plan(cfg, workers);
+    let (victim, memory_victim) = kills.inject(
+        &mut kids,
+        &journals,
+        &mut servers,
+        (&cfg.setup.exe, region, maddr),
+    )?;
+    if let Some(m) = memory_victim {
+        add_note(
+            &mut report,
+            &format!("kill -9 of memory server {m} mid-run"),
+        );
+        wait_for_membership(&mlog, "every memory node up", Duration::from_secs(60))?;
+        add_note(
+            &mut report,
+            &format!("its replacement was filled and admitted"),
+        );
     }
     if let Some((node, at)) = victim {
         report.crashes = 1;
-        report.crash_note = Some(format!("kill -9 of worker {node} after {at} invocations"));
+        add_note(
+            &mut report,
+            &format!("kill -9 of worker {node} after {at} invocations"),
+        );
         // The survivors' PILL needs the failed ids; the final check needs the logs recovered.
         let needle = format!("failed ids of node {node} published");
         let give_up = Instant::now() + Duration::from_secs(20);
@@ -585,6 +593,7 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     for &id in &failed_ids {
         failed.insert(id);
     }
+    let memory = servers.cluster();
     let check = FinalCheck {
         cfg,
         memory: &memory,
@@ -663,6 +672,103 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
         report.crash_note = Some(note);
     }
     Ok(report)
+}
+
+/// Wait until a line of the membership's log contains `needle`.
+fn wait_for_membership(mlog: &MembershipLog, needle: &str, within: Duration) -> Result<(), String> {
+    let give_up = Instant::now() + within;
+    while !mlog.lock().expect("log").iter().any(|l| l.contains(needle)) {
+        if Instant::now() > give_up {
+            return Err(format!(
+                "the membership service never said '{needle}': {:?}",
+                mlog.lock().expect("log")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
+/// The kills of one run: a worker (`kill`) and a memory server
+/// (`kill_memory`), each after a seeded number of invocations in the
+/// journal of the worker watched (the victim, else worker 1).
+struct Kills {
+    watched: u16,
+    worker: Option<u64>,
+    memory: Option<(u16, u64)>,
+}
+
+impl Kills {
+    fn plan(cfg: &ProcRunConfig, workers: u16) -> Kills {
+        let mut rng = Rng::new(cfg.seed ^ 0xC7A5_0009);
+        let v = rng.below(workers as u64) as u16;
+        let total = cfg.clients_per_worker as u64 * cfg.txs_per_client;
+        let target = rng.range_inclusive(1, (total * 3 / 4).max(1));
+        let mut mrng = Rng::new(cfg.seed ^ 0x3E3_0015);
+        let memory = cfg.kill_memory.then(|| {
+            let m = mrng.below(MEMORY_NODES as u64) as u16;
+            (m, mrng.range_inclusive(1, (total / 2).max(1)))
+        });
+        Kills {
+            watched: if cfg.kill { v } else { 0 },
+            worker: cfg.kill.then_some(target),
+            memory,
+        }
+    }
+
+    /// Carry the kills out as the watched worker's journal grows; a memory
+    /// server killed is replaced at once (the replacement waits until the
+    /// membership has declared it failed). The worker killed (node, after how
+    /// many invocations) and the memory server killed.
+    fn inject(
+        mut self,
+        kids: &mut [Kid],
+        journals: &[PathBuf],
+        servers: &mut MemoryServers,
+        (exe, region, maddr): (&Path, u64, SocketAddr),
+    ) -> Result<(Option<(u16, u64)>, Option<u16>), String> {
+        let v = self.watched as usize;
+        let mut counter = InvokeCounter {
+            path: journals[v].clone(),
+            offset: 0,
+            invokes: 0,
+        };
+        let (mut victim, mut memory_victim) = (None, None);
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while self.worker.is_some() || self.memory.is_some() {
+            let n = counter.poll();
+            if let Some((m, _)) = self.memory.filter(|&(_, t)| n >= t) {
+                servers
+                    .kill(m as usize)
+                    .map_err(|e| format!("kill -9 of memory server {m}: {e}"))?;
+                servers
+                    .replace(exe, m as usize, region, maddr)
+                    .map_err(|e| {
+                        format!("cannot start a replacement for memory server {m}: {e}")
+                    })?;
+                (memory_victim, self.memory) = (Some(m), None);
+            }
+            if self.worker.is_some_and(|t| n >= t) {
+                kids[v]
+                    .0
+                    .kill()
+                    .map_err(|e| format!("kill -9 of worker {}: {e}", v + 1))?;
+                let _ = kids[v].0.wait();
+                (victim, self.worker) = (Some((v as u16 + 1, counter.poll())), None);
+            }
+            let gone =
+                victim.is_some() || kids[v].0.try_wait().map_err(|e| e.to_string())?.is_some();
+            if gone && self.worker.is_some() || Instant::now() > give_up {
+                break; // It finished first: no kill.
+            }
+            if gone {
+                // Its journal grows no more: the memory server dies now.
+                self.memory = self.memory.map(|(m, _)| (m, 0));
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        Ok((victim, memory_victim))
+    }
 }
 
 /// The final check: a fresh compute node that knows the failed ids.

@@ -14,6 +14,8 @@ use tandem_dkvs::{Coordinator, TableId, Transaction, TxError};
 use tandem_fabric::Fabric;
 use tandem_sim::SimHandle;
 
+use tandem_cluster::procs::follow::{Gate as Gate_, InFlight};
+
 use crate::gate::Gate;
 use crate::store::{StoreTx, TransactionalStore, TxFailure};
 use crate::value::Value;
@@ -37,6 +39,9 @@ pub struct TandemStore<F: Fabric> {
     pause: Option<SimPause>,
     /// Whether a transaction of this session is counted in the gate.
     counted: bool,
+    /// Over processes: the compute node's memory-reconfiguration gate
+    /// (DESIGN.md §4.6); a transaction waits while it is held.
+    hold: Option<Rc<Gate_>>,
 }
 
 impl<F: Fabric> TandemStore<F> {
@@ -45,7 +50,14 @@ impl<F: Fabric> TandemStore<F> {
             coord,
             pause: None,
             counted: false,
+            hold: None,
         }
+    }
+
+    /// Pass `gate` before every transaction (a `litmus-worker` process).
+    pub fn with_gate(mut self, gate: Rc<Gate_>) -> Self {
+        self.hold = Some(gate);
+        self
     }
 
     pub fn with_pause(coord: Coordinator<F>, pause: SimPause) -> Self {
@@ -53,6 +65,7 @@ impl<F: Fabric> TandemStore<F> {
             coord,
             pause: Some(pause),
             counted: false,
+            hold: None,
         }
     }
 
@@ -107,8 +120,13 @@ impl<F: Fabric> TransactionalStore for TandemStore<F> {
             p.gate.active.borrow_mut()[p.node] += 1;
             self.counted = true;
         }
+        let in_flight = match &self.hold {
+            Some(g) => Some(g.enter().await),
+            None => None,
+        };
         Ok(TandemTx {
             tx: self.coord.begin(),
+            _in_flight: in_flight,
         })
     }
 }
@@ -116,6 +134,8 @@ impl<F: Fabric> TransactionalStore for TandemStore<F> {
 /// An open Tandem transaction.
 pub struct TandemTx<'a, F: Fabric> {
     tx: Transaction<'a, F>,
+    /// Counted in the memory-reconfiguration gate until it ends.
+    _in_flight: Option<InFlight>,
 }
 
 impl<'a, F: Fabric> StoreTx for TandemTx<'a, F> {

@@ -97,6 +97,9 @@ pub struct RecoveryBugs {
     /// memory node by the primary-lock rule anyway: their locks on the lost
     /// primary are gone, so a half-committed transaction looks finished.
     pub ignore_lost_primaries: bool,
+    /// The membership admits a replacement memory server without copying
+    /// the lost node's partitions onto it (f+1 copies only in name).
+    pub skip_rereplication: bool,
 }
 
 pub struct RecoveryCoordinator<F: Fabric> {

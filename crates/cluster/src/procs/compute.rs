@@ -25,15 +25,12 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tandem_dkvs::{ComputeNode, Coordinator, Layout, StoreConfig, TxError};
 use tandem_fabric::tcp::{is_fenced, TcpCluster, TcpFabric};
-use tandem_fabric::MemNodeId;
 use tandem_sim::Rng;
 use tandem_workloads::micro::{MicroClient, MicroLedger, MicroSpec};
 use tokio::sync::watch;
 
-use super::follow::{follow_memory, Gate, MemoryState};
-use super::session::{
-    new_incarnation, JoinError, MembershipSession, Stop, StopSignal,
-};
+use super::follow::{follow_memory, register_live, Gate, MemoryState};
+use super::session::{new_incarnation, JoinError, MembershipSession, Stop, StopSignal};
 use super::wait::wait_for_listeners;
 use crate::runner::block_on_local;
 
@@ -215,28 +212,21 @@ impl Server {
             .map(|a| a.to_string())
             .collect::<Vec<_>>()
             .join(",");
-        // Servers known to be down get no key (the membership's first
-        // configuration says which; transactions wait for it).
-        let mut keys = Vec::new();
-        for m in 0..memory.addrs.len() as MemNodeId {
-            if self.memory.is_down(m) {
-                keys.push(None);
-                continue;
+        // Servers known to be down, or gone, get no key (the membership's
+        // first configuration says which; transactions wait for it).
+        let keys = match register_live(&memory, node, &self.memory.down()).await {
+            Ok(keys) => keys,
+            Err(e) if is_fenced(&e) => {
+                return Err(Start::Fenced(format!(
+                    "the memory servers refuse compute node {node}: it was fenced"
+                )))
             }
-            match memory.register_on(m, node).await {
-                Ok(key) => keys.push(Some(key)),
-                Err(e) if is_fenced(&e) => {
-                    return Err(Start::Fenced(format!(
-                        "the memory servers refuse compute node {node}: it was fenced"
-                    )))
-                }
-                Err(e) => {
-                    return Err(Start::Failed(format!(
+            Err(e) => {
+                return Err(Start::Failed(format!(
                     "compute node {node} cannot register with the memory servers {servers}: {e}"
                 )))
-                }
             }
-        }
+        };
         let fabric = memory.connect_live(node, &keys).await.map_err(|e| {
             Start::Failed(format!(
                 "compute node {node} cannot connect to the memory servers {servers}: {e}"

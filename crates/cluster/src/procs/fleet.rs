@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use tandem_dkvs::recovery::RecoveryBugs;
 use tandem_dkvs::{Layout, MemoryView};
 use tandem_fabric::tcp::{TcpCluster, TcpFabric};
 use tandem_fabric::{Fabric, MemNodeId, QueuePair, Verb};
@@ -141,6 +142,7 @@ pub(super) async fn tick(
     shared: &Shared,
     links: &MemoryLinks,
     layout: &Layout,
+    bugs: RecoveryBugs,
 ) -> Result<(), String> {
     let mut events: Vec<FleetEvent> = std::mem::take(&mut *shared.fleet_events.lock().unwrap());
     events.extend(
@@ -161,7 +163,7 @@ pub(super) async fn tick(
                 .unwrap_or_else(|_| Err("the ZooKeeper writer stopped".into()))?;
         }
         for cmd in cmds {
-            execute(shared, links, layout, cmd).await?;
+            execute(shared, links, layout, cmd, bugs).await?;
         }
     }
     Ok(())
@@ -172,6 +174,7 @@ async fn execute(
     links: &MemoryLinks,
     layout: &Layout,
     cmd: FleetCommand,
+    bugs: RecoveryBugs,
 ) -> Result<(), String> {
     match cmd {
         FleetCommand::Reconfigure { config } => {
@@ -204,7 +207,7 @@ async fn execute(
         }
         FleetCommand::Rereplicate { node, addr, epoch } => {
             let t = Instant::now();
-            let copy = rereplicate(shared, links, layout, node, &addr);
+            let copy = rereplicate(shared, links, layout, node, &addr, bugs.skip_rereplication);
             let copy = tokio::time::timeout(COPY_PATIENCE, copy)
                 .await
                 .unwrap_or_else(|_| Err(format!("no progress within {COPY_PATIENCE:?}")));
@@ -248,6 +251,7 @@ async fn rereplicate(
     layout: &Layout,
     node: MemNodeId,
     addr: &str,
+    skip_copy: bool,
 ) -> Result<u64, String> {
     let sock: SocketAddr = addr
         .parse()
@@ -277,6 +281,9 @@ async fn rereplicate(
         .reconnect(node, sock, key)
         .await
         .map_err(|e| format!("cannot connect to the replacement: {e}"))?;
+    if skip_copy {
+        return Ok(0); // test-only: `--inject-bug skip-rereplication`
+    }
     tandem_dkvs::repair::rereplicate(&links.fabric, layout, node, &links.view)
         .await
         .map_err(|e| e.to_string())

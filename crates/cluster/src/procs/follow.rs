@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tandem_dkvs::{ComputeNode, MemoryView};
 use tandem_fabric::tcp::{TcpCluster, TcpFabric};
-use tandem_fabric::{Fabric, MemNodeId};
+use tandem_fabric::{Fabric, MemNodeId, RegionKey};
 use tandem_membership::MemoryConfig;
 
 use super::session::MemorySignal;
@@ -73,8 +73,9 @@ impl MemoryState {
         self.cluster.borrow().clone()
     }
 
-    pub fn is_down(&self, m: MemNodeId) -> bool {
-        self.down.borrow().contains(&m)
+    /// The memory nodes the newest configuration applied marks down.
+    pub fn down(&self) -> BTreeSet<MemNodeId> {
+        self.down.borrow().clone()
     }
 
     /// A view with the down memory nodes marked.
@@ -85,6 +86,47 @@ impl MemoryState {
         }
         view
     }
+}
+
+/// Region keys from every memory server but those `down` names or that do
+/// not answer (dying, not declared failed yet: the membership's next
+/// configuration says so, and transactions wait for the first one).
+/// Fenced (a revoked incarnation) is an error.
+pub async fn register_live(
+    memory: &TcpCluster,
+    node: u16,
+    down: &BTreeSet<MemNodeId>,
+) -> std::io::Result<Vec<Option<RegionKey>>> {
+    let mut keys = Vec::new();
+    for m in 0..memory.addrs.len() as MemNodeId {
+        if down.contains(&m) {
+            keys.push(None);
+            continue;
+        }
+        match memory.register_on(m, node).await {
+            Ok(key) => keys.push(Some(key)),
+            Err(e) if unreachable(&e) => {
+                log::warn!("compute node {node}: memory server {m} does not answer: {e}");
+                keys.push(None);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(keys)
+}
+
+/// A server that is gone (as opposed to one that refuses us).
+fn unreachable(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused
+            | ConnectionReset
+            | ConnectionAborted
+            | UnexpectedEof
+            | BrokenPipe
+            | TimedOut
+    ) && !tandem_fabric::tcp::is_fenced(e)
 }
 
 /// Apply every memory configuration the service announces, forever (the
@@ -151,14 +193,22 @@ async fn apply(
         let moved = cluster.addrs[m as usize] != addr;
         cluster.addrs[m as usize] = addr;
         if !down && (view.is_down(m) || moved || !fabric.queue_pair_connected(m)) {
-            let key = cluster
-                .register_on(m, fabric.compute_node())
-                .await
-                .map_err(|e| format!("cannot register with memory server {m} at {addr}: {e}"))?;
-            fabric
-                .reconnect(m, addr, key)
-                .await
-                .map_err(|e| format!("cannot connect to memory server {m} at {addr}: {e}"))?;
+            let connected = async {
+                let key = cluster.register_on(m, fabric.compute_node()).await?;
+                fabric.reconnect(m, addr, key).await
+            };
+            match connected.await {
+                Ok(()) => {}
+                // Dying, not declared yet: the next configuration will say so.
+                Err(e) if unreachable(&e) => {
+                    log::warn!("memory server {m} at {addr} does not answer: {e}")
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "cannot connect to memory server {m} at {addr}: {e}"
+                    ))
+                }
+            }
         }
         view.set_down(m, down);
     }

@@ -258,6 +258,10 @@ pub fn announce_replacement(
     loop {
         match ask_any(membership, &msg) {
             Ok((_, _, FromMembership::Replacing(_))) => return Ok(()),
+            // Started right after the server it replaces died: wait for the verdict.
+            Ok((_, _, FromMembership::NotDown(why))) => {
+                waiting.again("the membership service to declare it failed", &why)?
+            }
             Ok((_, _, FromMembership::Reject(why))) => {
                 return Err(format!(
                     "the membership service refused the replacement: {why}"

@@ -103,9 +103,9 @@ impl TcpCluster {
         })
     }
 
-    /// Connect like [`TcpCluster::connect`], but leave the memory nodes whose
-    /// key is `None` unconnected (they are down): their verbs complete with
-    /// `Unavailable` until [`TcpFabric::reconnect`].
+    /// Connect like [`TcpCluster::connect`], but leave unconnected the memory
+    /// nodes whose key is `None` (down) or that do not answer (dying): their
+    /// verbs complete with `Unavailable` until [`TcpFabric::reconnect`].
     pub async fn connect_live(
         &self,
         compute: ComputeNodeId,
@@ -129,9 +129,15 @@ impl TcpCluster {
         });
         let mut qps = Vec::with_capacity(keys.len());
         for (i, s) in join_all(handshakes.collect()).await.into_iter().enumerate() {
-            qps.push(match s? {
-                Some(stream) => TcpQp::start(stream, i as MemNodeId),
-                None => TcpQp::unconnected(i as MemNodeId),
+            qps.push(match s {
+                Ok(Some(stream)) => TcpQp::start(stream, i as MemNodeId),
+                Ok(None) => TcpQp::unconnected(i as MemNodeId),
+                // Gone since it issued the key (it died): down until replaced.
+                Err(e) if e.kind() != io::ErrorKind::PermissionDenied => {
+                    log::warn!("memory node {i} at {} does not answer: {e}", self.addrs[i]);
+                    TcpQp::unconnected(i as MemNodeId)
+                }
+                Err(e) => return Err(e),
             });
         }
         Ok(TcpFabric {
