@@ -200,7 +200,6 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
         replicas.len() as u8,
         (timeout / 5).max(Duration::from_micros(200)),
     );
-    a.cluster.wait_for_memory("membership")?;
     let zookeeper = match &a.zookeeper {
         Some(hosts) => {
             let cluster = parse_addrs(&a.cluster.memory)?
@@ -238,6 +237,25 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
         }
         None => None,
     };
+    // The memory servers to wait for: a resumed service knows which are down
+    // and where replacements listen.
+    match zookeeper
+        .as_ref()
+        .and_then(|z| z.restored())
+        .and_then(|s| s.memory.as_ref())
+    {
+        Some(config) => {
+            let live: Vec<std::net::SocketAddr> = config
+                .addrs
+                .iter()
+                .enumerate()
+                .filter(|(m, _)| !config.down.contains(&(*m as u16)))
+                .map(|(_, a)| a.parse().map_err(|e| format!("stored address {a}: {e}")))
+                .collect::<Result<_, String>>()?;
+            wait_for_listeners("membership", "memory server", &live, a.cluster.patience()?)?;
+        }
+        None => a.cluster.wait_for_memory("membership")?,
+    }
     let resumed = zookeeper.as_ref().is_some_and(|z| z.restored().is_some());
     if a.load && resumed {
         eprintln!(

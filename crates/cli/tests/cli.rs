@@ -1,5 +1,8 @@
 //! Tier-3 tests: the real `tandem` binary, real memory-server processes over TCP.
 
+mod common;
+use common::ZooKeeper;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -579,73 +582,6 @@ fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committ
     );
     // Post-run: stray locks of the dead node released, replicas identical, counters consistent.
     assert_cluster_checks_out(&common, &l1, &l2, &log);
-}
-
-/// A standalone ZooKeeper from `scripts/zookeeper.sh` on a free loopback
-/// port with a fresh data directory, stopped when dropped.
-struct ZooKeeper {
-    port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl ZooKeeper {
-    fn script() -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/zookeeper.sh")
-    }
-
-    /// `Err` only when ZooKeeper cannot be installed here (the script's exit 3).
-    fn start(tag: &str) -> Result<ZooKeeper, String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!("tandem-zk-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let zk = ZooKeeper { port, dir };
-        let out = Command::new("bash")
-            .arg(Self::script())
-            .arg("start")
-            .env("ZK_PORT", port.to_string())
-            .env("ZK_DIR", &zk.dir)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        match out.status.code() {
-            Some(0) => Ok(zk),
-            Some(3) => Err(err),
-            _ => panic!("scripts/zookeeper.sh start failed:\n{err}"),
-        }
-    }
-}
-
-impl ZooKeeper {
-    /// Start one, or (only outside CI, where ZooKeeper cannot be installed)
-    /// print why the test is skipped. CI must exercise the ZooKeeper path.
-    fn start_or_skip(tag: &str) -> Option<ZooKeeper> {
-        match ZooKeeper::start(tag) {
-            Ok(zk) => Some(zk),
-            Err(why) if std::env::var_os("CI").is_none() => {
-                eprintln!("SKIPPED: ZooKeeper cannot be installed here: {why}");
-                None
-            }
-            Err(why) => panic!(
-                "CI must exercise the ZooKeeper path, but ZooKeeper cannot be installed: {why}"
-            ),
-        }
-    }
-}
-
-impl Drop for ZooKeeper {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(Self::script())
-            .arg("stop")
-            .env("ZK_PORT", self.port.to_string())
-            .env("ZK_DIR", &self.dir)
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 fn wait_for_log(path: &std::path::Path, what: &[&str], timeout: Duration) -> String {

@@ -15,6 +15,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+mod common;
+use common::ZooKeeper;
+
 static SERIAL: Mutex<()> = Mutex::new(());
 const SECRET: &str = "00000000c0ffee15";
 
@@ -99,9 +102,21 @@ struct Run {
     _procs: Vec<Proc>,
 }
 
-/// The cluster under load; `kill -9` memory server 1 at 1 s (and compute
-/// server 2 in the same second if `kill_compute`); a replacement at 1.6 s.
-fn run(tag: &str, kill_compute: bool) -> Run {
+/// What a run does besides killing memory server 1.
+#[derive(Clone, Copy, PartialEq)]
+enum Also {
+    Nothing,
+    /// `kill -9` compute server 2 in the same second.
+    KillCompute,
+    /// Keep the membership's state in ZooKeeper at this port, and `kill -9`
+    /// the membership once it declared the memory server failed; restart it.
+    RestartMembership(u16),
+}
+
+/// The cluster under load; `kill -9` memory server 1 at 1 s (and what `also`
+/// says); a replacement at 1.6 s.
+fn run(tag: &str, also: Also) -> Run {
+    let kill_compute = also == Also::KillCompute;
     let dir = std::env::temp_dir().join(format!("tandem-memkill-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut servers: Vec<(Proc, String)> = (0..3)
@@ -110,19 +125,22 @@ fn run(tag: &str, kill_compute: bool) -> Run {
     let memory: Vec<String> = servers.iter().map(|s| s.1.clone()).collect();
     let memory = memory.join(",");
     let common = ["--memory", &memory, "--secret", SECRET, "--keys", "20000"];
-    let mlog = dir.join("membership.log");
-    let mut margs = vec![
-        "membership",
-        "--listen",
-        "127.0.0.1:0",
-        "--load",
-        "--timeout-ms",
-        "50",
-        "--memory-timeout-ms",
-        "100",
-    ];
-    margs.extend(common);
-    let (membership, maddr) = spawn_announcing(&margs, &mlog);
+    let mut mlog = dir.join("membership.log");
+    let zk = match also {
+        Also::RestartMembership(port) => format!("127.0.0.1:{port}"),
+        _ => String::new(),
+    };
+    let membership = |listen: &str, log: &Path| {
+        // The same command line both times: --load must not reload a running cluster.
+        let mut margs = vec!["membership", "--listen", listen, "--load"];
+        margs.extend(["--timeout-ms", "50", "--memory-timeout-ms", "100"]);
+        if !zk.is_empty() {
+            margs.extend(["--zookeeper", zk.as_str()]);
+        }
+        margs.extend(common);
+        spawn_announcing(&margs, log)
+    };
+    let (mut membership_proc, maddr) = membership("127.0.0.1:0", &mlog);
     let compute = |node: u16| {
         let ledger = dir.join(format!("c{node}.ledger"));
         let json = dir.join(format!("c{node}.json"));
@@ -165,6 +183,16 @@ fn run(tag: &str, kill_compute: bool) -> Run {
         std::thread::sleep(Duration::from_millis(10));
     }
     servers[1].0 .0.kill().unwrap(); // SIGKILL
+    if let Also::RestartMembership(_) = also {
+        let log = wait_for_log(&mlog, &["memory nodes {1} down"], Duration::from_secs(10));
+        assert!(log.contains("memory nodes {1} down"), "{log}");
+        membership_proc.0.kill().unwrap();
+        let _ = membership_proc.0.wait();
+        mlog = dir.join("membership2.log");
+        let again;
+        (membership_proc, again) = membership(&maddr, &mlog);
+        assert_eq!(again, maddr);
+    }
     std::thread::sleep(Duration::from_millis(600));
     let (replacement, addr) = memory_server(
         &dir,
@@ -180,7 +208,7 @@ fn run(tag: &str, kill_compute: bool) -> Run {
     let mut after: Vec<String> = memory.split(',').map(str::to_string).collect();
     after[1] = addr;
     let mut procs: Vec<Proc> = servers.into_iter().map(|s| s.0).collect();
-    procs.extend([replacement, membership]);
+    procs.extend([replacement, membership_proc]);
     Run {
         dir,
         mlog,
@@ -242,7 +270,7 @@ fn assert_kept_committing(r: &Run, node: u16) {
 fn kill_dash_nine_of_a_memory_server_survivors_keep_committing_and_a_replacement_restores_f_plus_1()
 {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let r = run("mem", false);
+    let r = run("mem", Also::Nothing);
     let log = std::fs::read_to_string(&r.mlog).unwrap();
     assert!(log.contains("memory nodes {1} down"), "{log}");
     assert!(log.contains("re-replicated onto"), "{log}");
@@ -258,7 +286,7 @@ fn kill_dash_nine_of_a_memory_server_survivors_keep_committing_and_a_replacement
 #[test]
 fn kill_dash_nine_of_a_memory_server_and_a_compute_server_in_the_same_second() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let r = run("both", true);
+    let r = run("both", Also::KillCompute);
     let log = std::fs::read_to_string(&r.mlog).unwrap();
     assert!(log.contains("memory nodes {1} down"), "{log}");
     assert!(
@@ -271,4 +299,27 @@ fn kill_dash_nine_of_a_memory_server_and_a_compute_server_in_the_same_second() {
     eprintln!("{log}");
     let c2 = r.dir.join("c2.ledger");
     check_cluster(&r, c2.to_str().unwrap());
+}
+
+/// With its state in ZooKeeper, the membership is killed once it declared
+/// the memory server failed, and restarted: it resumes the memory
+/// configuration (the server stays down), holds everyone under a new epoch,
+/// and admits the replacement announced to it.
+#[test]
+fn the_memory_configuration_survives_a_membership_restart_with_its_state_in_zookeeper() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(zk) = ZooKeeper::start_or_skip("memkill") else {
+        return;
+    };
+    let r = run("zk", Also::RestartMembership(zk.port));
+    let log = std::fs::read_to_string(&r.mlog).unwrap();
+    assert!(log.contains("resumed from ZooKeeper"), "{log}");
+    assert!(
+        log.contains("memory configuration 2: memory nodes {1} down"),
+        "the restarted service holds everyone again, node 1 still down:\n{log}"
+    );
+    assert!(log.contains("re-replicated onto"), "{log}");
+    assert_kept_committing(&r, 1);
+    assert_kept_committing(&r, 2);
+    check_cluster(&r, "");
 }
