@@ -18,7 +18,7 @@ use tandem_cluster::workload::WorkloadSpec;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 
 /// Experiment names, in the order `docs/RESULTS.md` lists them.
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 17] = [
     "table2",
     "pill-overhead",
     "mttf",
@@ -35,6 +35,7 @@ pub const NAMES: [&str; 16] = [
     "kite-sleep",
     "kite-lfd",
     "kite-tcp",
+    "memory-loss-procs",
 ];
 
 /// The four workloads of the paper's evaluation.
@@ -74,6 +75,7 @@ pub fn run(name: &str, quick: bool, progress: &dyn Fn(&str)) -> Result<Experimen
         "kite-sleep" => crate::kite_exp::sleep(quick, progress)?,
         "kite-lfd" => crate::kite_exp::lfd(quick, progress)?,
         "kite-tcp" => crate::kite_exp::tcp(quick, progress)?,
+        "memory-loss-procs" => crate::memloss_procs::experiment(quick, progress)?,
         other => {
             return Err(format!(
                 "unknown experiment '{other}' (expected one of {})",

@@ -17,6 +17,7 @@ pub mod kite_exp;
 pub mod kite_procs;
 pub mod kite_zab;
 pub mod lrp_exp;
+pub mod memloss_procs;
 pub mod plot;
 pub mod sim_run;
 pub mod sim_suspicion;
