@@ -27,6 +27,11 @@ print(f"- over real processes (`tandem litmus --store pandora --fabric tcp --cra
       f"memory-server, membership and litmus-worker processes, one worker `kill -9`ed per run, histories journaled to files): "
       f"{p['transactions']:,} transactions ({p['unknown']} with unknown outcome), {p['crashes']} kills, each recovered by the membership process, "
       f"{p['violation_count']} violations.")
+m = load("dart-procs-memkill.json")
+print(f"- over real processes with memory-server kills (issue 15; `tandem litmus --store pandora --fabric tcp --crash-rate 1 --memory-kill-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60`): "
+      f"every run also `kill -9`s a memory server mid-run; the workers hold, drain and switch primaries, the killed worker is recovered from the live replicas, "
+      f"a replacement is filled and admitted before the final check: {m['transactions']:,} transactions ({m['unknown']} with unknown outcome), "
+      f"{m['runs']} memory-server kills, {m['crashes']} worker kills, {m['violation_count']} violations.")
 print("\n### FORD's six bugs: which litmus test catches each (next to the paper's Table 1)\n")
 print("Each row is `tandem litmus --store STORE --inject-bug BUG --tests T --instances I --seeds BUDGET --stop-at-first` "
       "(crashes in every run where the bug needs one); seeds are fixed, so the first catching seed is deterministic. "

@@ -67,6 +67,8 @@ run $T litmus --store ford --seeds 300 --crash-rate 0.5 --json $OUT/dart-ford.js
 run $T litmus --store traditional --seeds 300 --crash-rate 0.5 --json $OUT/dart-traditional.json
 # Over real processes: memory servers, membership, litmus-worker processes; one kill -9 per run.
 run $T litmus --store pandora --fabric tcp --crash-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60 --json $OUT/dart-procs.json
+# ... and a memory-server kill -9 mid-run in every run, its replacement admitted before the final check (issue 15).
+run $T litmus --store pandora --fabric tcp --crash-rate 1 --memory-kill-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60 --json $OUT/dart-procs-memkill.json
 bug() { # store bug tests instances crash-rate txs budget [extra bug]
   local extra=""; [ -n "${8:-}" ] && extra="--inject-bug $8"
   run $T litmus --store $1 --inject-bug $2 $extra --tests $3 --instances $4 --crash-rate $5 --txs $6 --seeds $7 \

@@ -758,10 +758,11 @@ impl Kills {
             }
             let gone =
                 victim.is_some() || kids[v].0.try_wait().map_err(|e| e.to_string())?.is_some();
-            if gone && self.worker.is_some() || Instant::now() > give_up {
-                break; // It finished first: no kill.
+            if Instant::now() > give_up {
+                break;
             }
             if gone {
+                self.worker = None; // It finished first: no worker kill.
                 // Its journal grows no more: the memory server dies now.
                 self.memory = self.memory.map(|(m, _)| (m, 0));
             }
