@@ -1,7 +1,7 @@
 //! The README's multi-process command blocks, extracted from README.md and
 //! run as written with bash, so the README cannot rot (issue 9): every
 //! `check-cluster` in them must pass. They use the README's fixed loopback
-//! ports (7300-7303, 7401-7403).
+//! ports (7300-7303, 7401-7404).
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ fn free_port() -> u16 {
 /// of these blocks may be finishing.
 fn wait_for_readme_ports() {
     let until = Instant::now() + Duration::from_secs(60);
-    for port in [7300, 7301, 7302, 7303, 7401, 7402, 7403] {
+    for port in [7300, 7301, 7302, 7303, 7401, 7402, 7403, 7404] {
         while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
             assert!(
                 Instant::now() < until,
