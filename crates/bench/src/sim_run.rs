@@ -515,73 +515,22 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     }
     let (mut rereplicated, mut degraded_commits) = (0, 0);
     if let Some((m, at)) = cfg.faults.memory_failure {
-        let committed = || -> u64 { commits.borrow().iter().sum() };
-        let victim = cfg.faults.crash_in_memory_loss;
-        // A crashed node's transactions never finish: nobody waits for them.
-        let drain = |gate: &Rc<Gate>| {
-            gate.paused.set(true);
-            let g = gate.clone();
-            sim.run_while(|| {
-                g.active
-                    .borrow()
-                    .iter()
-                    .enumerate()
-                    .any(|(n, &a)| a > 0 && victim != Some(n as u16))
-            });
+        let loss = MemoryLoss {
+            cfg,
+            sim: &sim,
+            cluster: &cluster,
+            layout: &layout,
+            gate: &gate,
+            views: &views,
+            failed: &failed,
+            node_ids: &node_ids,
         };
-        sim.run_until(at.max(sim.now_ns())); // a time before the clients started: at their start
-        if let Some(v) = victim {
-            // Fenced at once: of the verbs it had in flight, those not yet
-            // executed never will (a commit may land on some replicas only).
-            sim.crash(v as u32);
-            cluster.revoke(v + 1);
-        }
-        cluster.nodes()[m as usize].fail();
-        // The membership service notices, pauses new transactions and lets
-        // in-flight ones decide for themselves (commit on live replicas or abort).
-        sim.run_until(sim.now_ns() + 5_000);
-        drain(&gate);
-        // Compute nodes recompute primaries and run on the surviving copies.
-        for v in &views {
-            v.set_down(m, true);
-        }
-        if let Some(v) = victim {
-            // Everyone holds: recover the crashed node from the live replicas.
-            let ids = node_ids[v as usize].clone();
-            recoveries.push(recover_while_held(
-                &sim, &cluster, &layout, cfg, v, &ids, &views[0],
-            ));
-            for id in ids {
-                failed.insert(id);
-            }
-        }
-        gate.paused.set(false);
+        recoveries.extend(loss.fail(m, at));
+        let committed = || -> u64 { commits.borrow().iter().sum() };
         let before = committed();
         sim.run_until(sim.now_ns() + 60_000);
         degraded_commits = committed() - before;
-        // Re-replicate onto a replacement node, with the world paused.
-        drain(&gate);
-        cluster.nodes()[m as usize].replace_with_empty();
-        let (fab, l, v, out) = (
-            cluster.join(u16::MAX - 3).expect("a fresh compute-node id"),
-            layout.clone(),
-            views[0].clone(),
-            Rc::new(RefCell::new(None)),
-        );
-        let o = out.clone();
-        sim.spawn(u32::MAX - 1, async move {
-            *o.borrow_mut() = Some(
-                tandem_dkvs::repair::rereplicate(&fab, &l, m, &v)
-                    .await
-                    .expect("re-replication"),
-            );
-        });
-        sim.run_while(|| out.borrow().is_none());
-        rereplicated = out.borrow().expect("done");
-        for v in &views {
-            v.set_down(m, false);
-        }
-        gate.paused.set(false);
+        rereplicated = loss.replace(m);
     }
     sim.run();
     let clients_ns = sim.now_ns() - clients_start_ns;
@@ -832,6 +781,103 @@ impl World<'_> {
             sim.run_while(|| done.borrow().is_none());
             return done.borrow_mut().take().expect("recovery finished");
         }
+    }
+}
+
+/// What a memory-node loss (DESIGN.md §4.6) acts on; the harness plays the
+/// membership service, as for compute crashes.
+struct MemoryLoss<'a> {
+    cfg: &'a SimConfig,
+    sim: &'a Sim,
+    cluster: &'a SimCluster,
+    layout: &'a Arc<Layout>,
+    gate: &'a Rc<Gate>,
+    views: &'a [tandem_dkvs::MemoryView],
+    failed: &'a FailedIds,
+    /// Each compute node's coordinator ids.
+    node_ids: &'a [Vec<u16>],
+}
+
+impl MemoryLoss<'_> {
+    /// Hold new transactions and wait for those in flight, but a crashed
+    /// node's: they never finish.
+    fn drain(&self) {
+        let victim = self.cfg.faults.crash_in_memory_loss;
+        self.gate.paused.set(true);
+        let g = self.gate.clone();
+        self.sim.run_while(|| {
+            g.active
+                .borrow()
+                .iter()
+                .enumerate()
+                .any(|(n, &a)| a > 0 && victim != Some(n as u16))
+        });
+    }
+
+    /// Lose memory node `m` at `at` (and crash the compute node of
+    /// `crash_in_memory_loss` just before): in-flight transactions decide for
+    /// themselves, primaries move, the crashed node is recovered while
+    /// everyone holds. Its recovery report, if one ran.
+    fn fail(&self, m: u16, at: u64) -> Option<RecoveryReport> {
+        let (sim, victim) = (self.sim, self.cfg.faults.crash_in_memory_loss);
+        sim.run_until(at.max(sim.now_ns())); // a time before the clients started: at their start
+        if let Some(v) = victim {
+            // Fenced at once: of the verbs it had in flight, those not yet
+            // executed never will (a commit may land on some replicas only).
+            sim.crash(v as u32);
+            self.cluster.revoke(v + 1);
+        }
+        self.cluster.nodes()[m as usize].fail();
+        // The membership service notices, pauses new transactions and lets
+        // in-flight ones decide for themselves (commit on live replicas or abort).
+        sim.run_until(sim.now_ns() + 5_000);
+        self.drain();
+        // Compute nodes recompute primaries and run on the surviving copies.
+        for v in self.views {
+            v.set_down(m, true);
+        }
+        let report = victim.map(|v| {
+            // Everyone holds: recover the crashed node from the live replicas.
+            let ids = self.node_ids[v as usize].clone();
+            let (cluster, layout, view) = (self.cluster, self.layout, &self.views[0]);
+            let r = recover_while_held(sim, cluster, layout, self.cfg, v, &ids, view);
+            for id in ids {
+                self.failed.insert(id);
+            }
+            r
+        });
+        self.gate.paused.set(false);
+        report
+    }
+
+    /// Re-replicate onto a replacement for `m`, with the world paused; the
+    /// slots copied.
+    fn replace(&self, m: u16) -> u64 {
+        self.drain();
+        self.cluster.nodes()[m as usize].replace_with_empty();
+        let (fab, l, v, out) = (
+            self.cluster
+                .join(u16::MAX - 3)
+                .expect("a fresh compute-node id"),
+            self.layout.clone(),
+            self.views[0].clone(),
+            Rc::new(RefCell::new(None)),
+        );
+        let o = out.clone();
+        self.sim.spawn(u32::MAX - 1, async move {
+            *o.borrow_mut() = Some(
+                tandem_dkvs::repair::rereplicate(&fab, &l, m, &v)
+                    .await
+                    .expect("re-replication"),
+            );
+        });
+        self.sim.run_while(|| out.borrow().is_none());
+        let copied = out.borrow().expect("done");
+        for v in self.views {
+            v.set_down(m, false);
+        }
+        self.gate.paused.set(false);
+        copied
     }
 }
 

@@ -111,6 +111,19 @@ enum Also {
     /// Keep the membership's state in ZooKeeper at this port, and `kill -9`
     /// the membership once it declared the memory server failed; restart it.
     RestartMembership(u16),
+    /// `SIGSTOP` memory server 1 instead of killing it (alive, not
+    /// answering: a false suspicion), and `SIGCONT` it after the replacement.
+    StopMemory,
+}
+
+/// Send `signal` (e.g. "STOP") to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{signal} {pid}");
 }
 
 /// The cluster under load; `kill -9` memory server 1 at 1 s (and what `also`
@@ -182,7 +195,11 @@ fn run(tag: &str, also: Also) -> Run {
         c2.kill().unwrap();
         std::thread::sleep(Duration::from_millis(10));
     }
-    servers[1].0 .0.kill().unwrap(); // SIGKILL
+    if also == Also::StopMemory {
+        signal(servers[1].0 .0.id(), "STOP");
+    } else {
+        servers[1].0 .0.kill().unwrap(); // SIGKILL
+    }
     if let Also::RestartMembership(_) = also {
         let log = wait_for_log(&mlog, &["memory nodes {1} down"], Duration::from_secs(10));
         assert!(log.contains("memory nodes {1} down"), "{log}");
@@ -205,6 +222,10 @@ fn run(tag: &str, also: Also) -> Run {
     ];
     let log = wait_for_log(&mlog, &["every memory node up"], Duration::from_secs(10));
     assert!(log.contains("every memory node up"), "{log}");
+    if also == Also::StopMemory {
+        // Back, with old data: nobody reads it, its region keys are gone.
+        signal(servers[1].0 .0.id(), "CONT");
+    }
     let mut after: Vec<String> = memory.split(',').map(str::to_string).collect();
     after[1] = addr;
     let mut procs: Vec<Proc> = servers.into_iter().map(|s| s.0).collect();
@@ -318,6 +339,22 @@ fn the_memory_configuration_survives_a_membership_restart_with_its_state_in_zook
         log.contains("memory configuration 2: memory nodes {1} down"),
         "the restarted service holds everyone again, node 1 still down:\n{log}"
     );
+    assert!(log.contains("re-replicated onto"), "{log}");
+    assert_kept_committing(&r, 1);
+    assert_kept_committing(&r, 2);
+    check_cluster(&r, "");
+}
+
+/// A memory server that stops answering without dying (`SIGSTOP`: a slow
+/// node, suspected) is declared failed and cut off like a dead one; the
+/// compute servers' requests stuck on it fail at once, the hold completes,
+/// and a replacement takes its place. When it wakes up, nobody uses it.
+#[test]
+fn a_stopped_memory_server_is_cut_off_like_a_dead_one() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let r = run("stop", Also::StopMemory);
+    let log = std::fs::read_to_string(&r.mlog).unwrap();
+    assert!(log.contains("memory nodes {1} down"), "{log}");
     assert!(log.contains("re-replicated onto"), "{log}");
     assert_kept_committing(&r, 1);
     assert_kept_committing(&r, 2);

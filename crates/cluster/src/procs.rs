@@ -933,8 +933,11 @@ impl Detector {
     }
 
     fn quiesced(&self) -> bool {
-        let m = self.shared.m.lock().unwrap();
-        m.fleet().is_some_and(|f| f.quiesced())
+        self.shared
+            .m
+            .lock()
+            .unwrap()
+            .fleet_quiesced(MEMBERSHIP_NODE)
     }
 
     /// While memory servers are reconfigured, log recovery waits until no

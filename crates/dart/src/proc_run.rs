@@ -763,7 +763,7 @@ impl Kills {
             }
             if gone {
                 self.worker = None; // It finished first: no worker kill.
-                // Its journal grows no more: the memory server dies now.
+                                    // Its journal grows no more: the memory server dies now.
                 self.memory = self.memory.map(|(m, _)| (m, 0));
             }
             std::thread::sleep(Duration::from_micros(500));

@@ -26,7 +26,7 @@
 //! caller passes which compute nodes must apply (`alive`) and whether any
 //! compute recovery is still under way (`busy`).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -89,7 +89,6 @@ enum Phase {
     Steady,
     Holding {
         epoch: u64,
-        waiting: BTreeSet<NodeId>,
         then: After,
     },
     Copying {
@@ -108,6 +107,9 @@ pub struct Fleet {
     phase: Phase,
     /// Replacements announced while another reconfiguration ran.
     queued: VecDeque<(MemNode, String)>,
+    /// The newest epoch each compute node applied. A hold ends when every
+    /// compute node alive *then* has applied its epoch, joiners included.
+    applied: BTreeMap<NodeId, u64>,
     /// Declarations of memory nodes failed, for reports.
     pub declared: u64,
 }
@@ -132,7 +134,6 @@ impl Fleet {
         let phase = if config.epoch > 0 {
             Phase::Holding {
                 epoch: u64::MAX, // replaced on the first step
-                waiting: BTreeSet::new(),
                 then: After::Resume,
             }
         } else {
@@ -148,6 +149,7 @@ impl Fleet {
             config,
             phase,
             queued: VecDeque::new(),
+            applied: BTreeMap::new(),
             declared: 0,
         }
     }
@@ -161,14 +163,20 @@ impl Fleet {
         self.phase != Phase::Steady
     }
 
-    /// Whether every compute node that must apply the current hold did: no
+    /// Whether every compute node in `alive` applied the current hold: no
     /// transaction runs anywhere (a replacement's copy counts too).
-    pub fn quiesced(&self) -> bool {
+    pub fn quiesced(&self, alive: &BTreeSet<NodeId>) -> bool {
         match &self.phase {
-            Phase::Holding { epoch, waiting, .. } => *epoch != u64::MAX && waiting.is_empty(),
+            Phase::Holding { epoch, .. } => *epoch != u64::MAX && self.all_applied(*epoch, alive),
             Phase::Copying { .. } => true,
             Phase::Steady => false,
         }
+    }
+
+    fn all_applied(&self, epoch: u64, alive: &BTreeSet<NodeId>) -> bool {
+        alive
+            .iter()
+            .all(|c| self.applied.get(c).is_some_and(|&e| e >= epoch))
     }
 
     /// The epoch transactions may run under, once steady.
@@ -188,7 +196,7 @@ impl Fleet {
     ) -> Vec<FleetCommand> {
         let mut out = Vec::new();
         if matches!(&self.phase, Phase::Holding { epoch, .. } if *epoch == u64::MAX) {
-            self.hold(alive, After::Resume, &mut out);
+            self.hold(After::Resume, &mut out);
         }
         match event {
             FleetEvent::Heard { node } => {
@@ -196,20 +204,14 @@ impl Fleet {
                     *h = Some(now_ns);
                 }
             }
-            FleetEvent::Tick => self.detect(now_ns, alive, &mut out),
+            FleetEvent::Tick => self.detect(now_ns, &mut out),
             FleetEvent::Applied { compute, epoch } => {
-                if let Phase::Holding {
-                    epoch: e, waiting, ..
-                } = &mut self.phase
-                {
-                    if *e == epoch {
-                        waiting.remove(&compute);
-                    }
-                }
+                let e = self.applied.entry(compute).or_default();
+                *e = (*e).max(epoch);
             }
             FleetEvent::Replacement { node, addr } => self.replacement(node, addr, &mut out),
             FleetEvent::Copied { node, epoch, ok } => {
-                self.copied(now_ns, node, epoch, ok, alive, &mut out)
+                self.copied(now_ns, node, epoch, ok, &mut out)
             }
         }
         self.progress(alive, busy, &mut out);
@@ -217,7 +219,7 @@ impl Fleet {
     }
 
     /// Declare every memory node that stayed silent past the timeout.
-    fn detect(&mut self, now_ns: u64, alive: &BTreeSet<NodeId>, out: &mut Vec<FleetCommand>) {
+    fn detect(&mut self, now_ns: u64, out: &mut Vec<FleetCommand>) {
         let mut failed = Vec::new();
         for (n, h) in self.heard_ns.iter_mut().enumerate() {
             let n = n as MemNode;
@@ -240,15 +242,14 @@ impl Fleet {
             Phase::Holding { then, .. } => then.clone(),
             _ => After::Resume,
         };
-        self.hold(alive, then, out);
+        self.hold(then, out);
     }
 
     /// A new epoch, held until every compute node in `alive` applied it.
-    fn hold(&mut self, alive: &BTreeSet<NodeId>, then: After, out: &mut Vec<FleetCommand>) {
+    fn hold(&mut self, then: After, out: &mut Vec<FleetCommand>) {
         self.config.epoch += 1;
         self.phase = Phase::Holding {
             epoch: self.config.epoch,
-            waiting: alive.clone(),
             then,
         };
         out.push(FleetCommand::Reconfigure {
@@ -278,7 +279,6 @@ impl Fleet {
         node: MemNode,
         epoch: u64,
         ok: bool,
-        alive: &BTreeSet<NodeId>,
         out: &mut Vec<FleetCommand>,
     ) {
         let Phase::Copying {
@@ -295,10 +295,16 @@ impl Fleet {
         if ok {
             self.config.addrs[node as usize] = addr.clone();
             self.config.down.remove(&node);
-            self.heard_ns[node as usize] = Some(now_ns);
+        }
+        // The copy read from every live node, however long it took (the
+        // runtime may not have stepped their probe answers meanwhile).
+        for (n, h) in self.heard_ns.iter_mut().enumerate() {
+            if !self.config.down.contains(&(n as MemNode)) {
+                *h = Some(now_ns);
+            }
         }
         // Admitted (or not): a second hold puts everyone on the new epoch.
-        self.hold(alive, After::Resume, out);
+        self.hold(After::Resume, out);
     }
 
     /// Finish a hold once everyone applied it and no compute recovery is
@@ -314,18 +320,13 @@ impl Fleet {
     }
 
     fn progress_once(&mut self, alive: &BTreeSet<NodeId>, busy: bool, out: &mut Vec<FleetCommand>) {
-        if let Phase::Holding {
-            epoch,
-            waiting,
-            then,
-        } = &mut self.phase
-        {
-            waiting.retain(|c| alive.contains(c));
-            if !waiting.is_empty() || busy {
+        self.applied.retain(|c, _| alive.contains(c));
+        if let Phase::Holding { epoch, then } = &self.phase {
+            let epoch = *epoch;
+            if busy || !self.all_applied(epoch, alive) {
                 return;
             }
-            let epoch = *epoch;
-            match std::mem::replace(then, After::Resume) {
+            match then.clone() {
                 After::Resume => {
                     self.phase = Phase::Steady;
                     out.push(FleetCommand::Resume { epoch });
@@ -346,7 +347,7 @@ impl Fleet {
         }
         if self.phase == Phase::Steady {
             if let Some((node, addr)) = self.queued.pop_front() {
-                self.hold(alive, After::Copy { node, addr }, out);
+                self.hold(After::Copy { node, addr }, out);
             }
         }
     }
@@ -439,6 +440,37 @@ mod tests {
         );
         assert_eq!(f.resumed_epoch(), Some(1));
         assert_eq!(f.declared, 1);
+    }
+
+    /// A compute node that joins during a hold may have been told the old
+    /// configuration and resumed under it: it must apply the new one too.
+    #[test]
+    fn a_compute_node_that_joins_during_a_hold_is_waited_for() {
+        let (mut f, c) = (fleet(), alive(&[1]));
+        run(&mut f, 0, 250, &[2], &c);
+        let joined = alive(&[1, 3]);
+        assert!(f
+            .step(
+                260,
+                FleetEvent::Applied {
+                    compute: 1,
+                    epoch: 1
+                },
+                &joined,
+                false
+            )
+            .is_empty());
+        assert!(!f.quiesced(&joined));
+        let out = f.step(
+            261,
+            FleetEvent::Applied {
+                compute: 3,
+                epoch: 1,
+            },
+            &joined,
+            false,
+        );
+        assert_eq!(out, vec![FleetCommand::Resume { epoch: 1 }]);
     }
 
     #[test]

@@ -218,6 +218,21 @@ impl Membership {
         }
     }
 
+    fn alive_except(&self, exclude: NodeId) -> BTreeSet<NodeId> {
+        self.nodes
+            .iter()
+            .filter(|(&n, x)| n != exclude && x.status == NodeStatus::Alive)
+            .map(|(&n, _)| n)
+            .collect()
+    }
+
+    /// Whether every alive compute node (but `exclude`) applied the current
+    /// memory hold: no transaction runs anywhere ([`Fleet::quiesced`]).
+    pub fn fleet_quiesced(&self, exclude: NodeId) -> bool {
+        let alive = self.alive_except(exclude);
+        self.fleet.as_ref().is_some_and(|f| f.quiesced(&alive))
+    }
+
     /// Track the memory servers too (DESIGN.md §4.6): their configuration
     /// becomes part of the durable state.
     pub fn attach_fleet(&mut self, fleet: Fleet) {

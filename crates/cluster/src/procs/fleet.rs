@@ -44,19 +44,14 @@ impl MemoryLinks {
     pub async fn connect(memory: TcpCluster, config: &MemoryConfig) -> Result<MemoryLinks, String> {
         let memory = with_addrs(memory, config)?;
         let view = MemoryView::default();
-        let mut keys = Vec::new();
-        for m in 0..memory.addrs.len() as MemNodeId {
-            if config.down.contains(&m) {
-                view.set_down(m, true);
-                keys.push(None);
-            } else {
-                let key = memory
-                    .register_on(m, MEMBERSHIP_NODE)
-                    .await
-                    .map_err(|e| format!("cannot register with memory server {m}: {e}"))?;
-                keys.push(Some(key));
-            }
+        for &m in &config.down {
+            view.set_down(m, true);
         }
+        // A server that died while no membership ran answers no probe
+        // either: it is declared failed like any other.
+        let keys = super::follow::register_live(&memory, MEMBERSHIP_NODE, &config.down)
+            .await
+            .map_err(|e| format!("cannot register with the memory servers: {e}"))?;
         let fabric = memory
             .connect_live(MEMBERSHIP_NODE, &keys)
             .await
@@ -144,14 +139,15 @@ pub(super) async fn tick(
     layout: &Layout,
     bugs: RecoveryBugs,
 ) -> Result<(), String> {
-    let mut events: Vec<FleetEvent> = std::mem::take(&mut *shared.fleet_events.lock().unwrap());
-    events.extend(
-        links
-            .take_heard()
-            .into_iter()
-            .map(|node| FleetEvent::Heard { node }),
-    );
+    // Probe answers and the verdict first: a command of this batch (a copy)
+    // may take long, and answers meanwhile are stepped in the next one.
+    let mut events: Vec<FleetEvent> = links
+        .take_heard()
+        .into_iter()
+        .map(|node| FleetEvent::Heard { node })
+        .collect();
     events.push(FleetEvent::Tick);
+    events.extend(std::mem::take(&mut *shared.fleet_events.lock().unwrap()));
     for event in events {
         let (cmds, ack) = {
             let mut m = shared.m.lock().unwrap();

@@ -8,7 +8,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tandem_dkvs::{ComputeNode, MemoryView};
 use tandem_fabric::tcp::{TcpCluster, TcpFabric};
@@ -103,7 +103,8 @@ pub async fn register_live(
             keys.push(None);
             continue;
         }
-        match memory.register_on(m, node).await {
+        let key = tokio::time::timeout(CONNECT_PATIENCE, memory.register_on(m, node)).await;
+        match key.unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into())) {
             Ok(key) => keys.push(Some(key)),
             Err(e) if unreachable(&e) => {
                 log::warn!("compute node {node}: memory server {m} does not answer: {e}");
@@ -144,38 +145,71 @@ pub async fn follow_memory(
     memory: Rc<MemoryState>,
 ) -> String {
     let mut applied: Option<u64> = None;
+    let mut told = Instant::now();
     loop {
-        let newer = signal
-            .latest()
-            .filter(|c| applied.is_none_or(|a| a < c.epoch));
-        if let Some(config) = newer {
+        let latest = signal.latest();
+        if let Some(config) = latest
+            .clone()
+            .filter(|c| applied.is_none_or(|a| a < c.epoch))
+        {
             gate.held.set(true);
-            if let Err(e) = apply(&compute, &gate, &memory, &config).await {
-                return format!("cannot apply memory configuration {}: {e}", config.epoch);
+            match apply(&compute, &gate, &memory, &config, &signal).await {
+                Ok(true) => {
+                    applied = Some(config.epoch);
+                    signal.applied(node, config.epoch);
+                    told = Instant::now();
+                }
+                // A server up in it does not answer: hold on until the
+                // membership declares it failed (a newer configuration).
+                Ok(false) => tokio::time::sleep(RETRY).await,
+                Err(e) => {
+                    return format!("cannot apply memory configuration {}: {e}", config.epoch)
+                }
             }
-            applied = Some(config.epoch);
-            signal.applied(node, config.epoch);
         }
-        if gate.held.get() && applied.is_some() && signal.resumed() >= applied {
+        let current = applied.is_some() && latest.map(|c| c.epoch) == applied;
+        if gate.held.get() && current && signal.resumed() >= applied {
             gate.held.set(false);
+        }
+        // Say it again while held: an answer sent while the membership
+        // connection was down is lost, and the rejoin repeats the epoch.
+        if let Some(e) = applied.filter(|_| gate.held.get() && told.elapsed() > RETRY) {
+            signal.applied(node, e);
+            told = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
+/// How often a held compute node retries a connection, or repeats its answer.
+const RETRY: Duration = Duration::from_millis(50);
+
+/// How long registering with, or connecting to, a memory server may take.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Apply `config`: cut, drain, connect, switch. `Ok(false)`: a server that
+/// is up in it did not answer (nothing is acknowledged; try again).
 async fn apply(
     compute: &ComputeNode<TcpFabric>,
     gate: &Gate,
     memory: &MemoryState,
     config: &MemoryConfig,
-) -> Result<(), String> {
+    signal: &MemorySignal,
+) -> Result<bool, String> {
     let (fabric, view) = (compute.fabric(), compute.memory_view());
-    for &m in &config.down {
-        if !view.is_down(m) {
-            fabric.cut(m);
+    let cut = |down: &BTreeSet<MemNodeId>| {
+        for &m in down {
+            if !view.is_down(m) && fabric.queue_pair_connected(m) {
+                fabric.cut(m);
+            }
         }
-    }
+    };
+    cut(&config.down);
     while gate.in_flight.get() > 0 {
+        // A transaction may wait on a server declared failed since.
+        if let Some(newer) = signal.latest() {
+            cut(&newer.down);
+        }
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
     let mut cluster = memory.cluster();
@@ -186,6 +220,7 @@ async fn apply(
             cluster.addrs.len()
         ));
     }
+    let mut complete = true;
     for (m, a) in config.addrs.iter().enumerate() {
         let m = m as MemNodeId;
         let addr: SocketAddr = a.parse().map_err(|e| format!("bad address {a}: {e}"))?;
@@ -197,11 +232,16 @@ async fn apply(
                 let key = cluster.register_on(m, fabric.compute_node()).await?;
                 fabric.reconnect(m, addr, key).await
             };
-            match connected.await {
+            let connected = tokio::time::timeout(CONNECT_PATIENCE, connected)
+                .await
+                .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+            match connected {
                 Ok(()) => {}
                 // Dying, not declared yet: the next configuration will say so.
                 Err(e) if unreachable(&e) => {
-                    log::warn!("memory server {m} at {addr} does not answer: {e}")
+                    log::warn!("memory server {m} at {addr} does not answer: {e}");
+                    complete = false;
+                    continue;
                 }
                 Err(e) => {
                     return Err(format!(
@@ -212,7 +252,10 @@ async fn apply(
         }
         view.set_down(m, down);
     }
+    if !complete {
+        return Ok(false);
+    }
     *memory.cluster.borrow_mut() = cluster;
     *memory.down.borrow_mut() = config.down.clone();
-    Ok(())
+    Ok(true)
 }
