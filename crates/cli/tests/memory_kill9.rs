@@ -157,7 +157,10 @@ fn run(tag: &str, also: Also) -> Run {
     let compute = |node: u16| {
         let ledger = dir.join(format!("c{node}.ledger"));
         let json = dir.join(format!("c{node}.json"));
-        tandem()
+        // The compute servers are the load: at a lower priority they leave
+        // the membership (and ZooKeeper) enough of two cores.
+        Command::new("nice")
+            .args(["-n", "10", env!("CARGO_BIN_EXE_tandem")])
             .args([
                 "compute-server",
                 "--membership",
@@ -188,6 +191,11 @@ fn run(tag: &str, also: Also) -> Run {
     // Raw children: each ends after its --duration; the test waits for them.
     let c1 = compute(1);
     let mut c2 = compute(2);
+    // Their timelines start when they join (later than their start on a
+    // loaded machine): the kill falls 1 s into them.
+    let joined = ["compute node 1 joined", "compute node 2 joined"];
+    let log = wait_for_log(&mlog, &joined, Duration::from_secs(20));
+    assert!(joined.iter().all(|j| log.contains(j)), "{log}");
     std::thread::sleep(Duration::from_millis(1000));
     if kill_compute {
         // The compute server first: its transactions in flight hold locks on
@@ -278,7 +286,7 @@ fn assert_kept_committing(r: &Run, node: u16) {
     let t = read_timeline(&r.dir.join(format!("c{node}.json")));
     assert!(t.len() >= 35, "{t:?}");
     assert!(
-        t[5..10].iter().all(|&c| c > 0),
+        t[4..9].iter().all(|&c| c > 0),
         "committing before the kill: {t:?}"
     );
     assert!(

@@ -162,3 +162,26 @@ fn a_lost_memory_server_is_replaced_while_compute_servers_keep_committing() {
     assert!(check.violations.is_empty(), "{:?}", check.violations);
     drop(replacement);
 }
+
+/// A hold that never ends (here: a compute node that never applies the new
+/// configuration, alive all the same) does not keep a compute server past
+/// its run: it stops at its deadline, with what it committed.
+#[test]
+fn a_compute_server_held_past_its_deadline_stops() {
+    let mut s = setup("held");
+    // Joined and heartbeating, but it never answers a memory configuration.
+    let _silent = procs::MembershipSession::join(&[s.membership], 9, 1, Duration::from_millis(5))
+        .unwrap();
+    let cfg = s.compute(1, 1.5);
+    let run = std::thread::spawn(move || procs::run_compute_server(cfg));
+    std::thread::sleep(Duration::from_millis(500));
+    s.servers[2].take().unwrap().shutdown();
+    let t = Instant::now();
+    let r = run.join().unwrap().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "held past its deadline for {:?}",
+        t.elapsed()
+    );
+    assert!(r.committed > 0, "{r:?}");
+}

@@ -368,8 +368,11 @@ impl Driver {
         let (tally, ops) = (&self.server.tally, self.server.cfg.micro.ops_per_tx as u64);
         let mut stop = self.stop.subscribe();
         while Instant::now() < self.deadline && stop.borrow().is_none() {
-            // A memory reconfiguration holds new transactions.
-            let _in_flight = self.gate.enter().await;
+            // A memory reconfiguration holds new transactions (not past
+            // the deadline: a membership that went away never resumes them).
+            let Some(_in_flight) = self.gate.enter_until(self.deadline).await else {
+                break;
+            };
             // Before: this transaction's writes are in doubt until it answers.
             self.record(&client, ops);
             // Fenced: abort in flight (as a crash would), stop issuing verbs.

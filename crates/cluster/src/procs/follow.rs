@@ -43,6 +43,12 @@ impl Gate {
         self.in_flight.set(self.in_flight.get() + 1);
         InFlight(self.clone())
     }
+
+    /// [`Gate::enter`], or `None` once `deadline` passes while held.
+    pub async fn enter_until(self: &Rc<Self>, deadline: Instant) -> Option<InFlight> {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        tokio::time::timeout_at(deadline, self.enter()).await.ok()
+    }
 }
 
 /// One transaction in flight; counted down when dropped.
