@@ -170,8 +170,8 @@ fn a_lost_memory_server_is_replaced_while_compute_servers_keep_committing() {
 fn a_compute_server_held_past_its_deadline_stops() {
     let mut s = setup("held");
     // Joined and heartbeating, but it never answers a memory configuration.
-    let _silent = procs::MembershipSession::join(&[s.membership], 9, 1, Duration::from_millis(5))
-        .unwrap();
+    let _silent =
+        procs::MembershipSession::join(&[s.membership], 9, 1, Duration::from_millis(5)).unwrap();
     let cfg = s.compute(1, 1.5);
     let run = std::thread::spawn(move || procs::run_compute_server(cfg));
     std::thread::sleep(Duration::from_millis(500));
