@@ -1,7 +1,7 @@
 //! Tier-3 tests: the real `tandem` binary, real memory-server processes over TCP.
 
 mod common;
-use common::ZooKeeper;
+use common::{read_timeline, spawn_announcing, wait_for_log, Proc, ZooKeeper};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -395,18 +395,6 @@ fn memory_servers(n: usize, secret: &str) -> (Vec<Proc>, String) {
     (procs, addrs.join(","))
 }
 
-/// Commits per 100 ms of a compute server's JSON report.
-fn read_timeline(json: &std::path::Path) -> Vec<u64> {
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    v["timeline_100ms"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
-}
-
 /// Post-run: the dead node's stray locks released, replicas identical,
 /// counters consistent with both compute servers' ledgers.
 fn assert_cluster_checks_out(
@@ -432,38 +420,6 @@ fn assert_cluster_checks_out(
         "{err}\nmembership log:\n{membership_log}"
     );
     assert!(err.contains("counters consistent"), "{err}");
-}
-
-/// A child process killed when the test ends, however it ends.
-struct Proc(std::process::Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn_announcing(args: &[&str], stderr_to: Option<&std::path::Path>) -> (Proc, String) {
-    let stderr = match stderr_to {
-        Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
-        None => Stdio::null(),
-    };
-    let mut child = tandem()
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{args:?} did not announce: {line}"))
-        .to_string();
-    (Proc(child), addr)
 }
 
 /// Tier 3 (DESIGN.md §4.5, issue 3): memory servers, membership and two compute
@@ -582,17 +538,6 @@ fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committ
     );
     // Post-run: stray locks of the dead node released, replicas identical, counters consistent.
     assert_cluster_checks_out(&common, &l1, &l2, &log);
-}
-
-fn wait_for_log(path: &std::path::Path, what: &[&str], timeout: Duration) -> String {
-    let until = std::time::Instant::now() + timeout;
-    loop {
-        let log = std::fs::read_to_string(path).unwrap_or_default();
-        if what.iter().all(|w| log.contains(w)) || std::time::Instant::now() > until {
-            return log;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Issue 3, second variant (`pandora.txt` §3.2.4): the membership state lives

@@ -9,49 +9,19 @@
 //! The second test also kills a compute server in the same second: its
 //! recovery runs while every survivor holds, on live replicas only.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::ZooKeeper;
+use common::{read_timeline, spawn_announcing, wait_for_log, Proc, ZooKeeper};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 const SECRET: &str = "00000000c0ffee15";
 
 fn tandem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tandem"))
-}
-
-/// A child process killed when the test ends, however it ends.
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Start `tandem args`, wait for its `listening on ADDR` line.
-fn spawn_announcing(args: &[&str], stderr_to: &Path) -> (Proc, String) {
-    let mut child = tandem()
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(std::fs::File::create(stderr_to).unwrap()))
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{args:?} did not announce: {line}"))
-        .to_string();
-    (Proc(child), addr)
 }
 
 fn memory_server(dir: &Path, name: &str, extra: &[&str]) -> (Proc, String) {
@@ -65,31 +35,7 @@ fn memory_server(dir: &Path, name: &str, extra: &[&str]) -> (Proc, String) {
         SECRET,
     ];
     args.extend(extra);
-    spawn_announcing(&args, &dir.join(format!("{name}.log")))
-}
-
-/// Wait until the file holds every needle (or the time is up); its text.
-fn wait_for_log(path: &Path, needles: &[&str], within: Duration) -> String {
-    let until = Instant::now() + within;
-    loop {
-        let log = std::fs::read_to_string(path).unwrap_or_default();
-        if needles.iter().all(|n| log.contains(n)) || Instant::now() > until {
-            return log;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Commits per 100 ms of a compute server's JSON report.
-fn read_timeline(json: &Path) -> Vec<u64> {
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    v["timeline_100ms"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
+    spawn_announcing(&args, Some(&dir.join(format!("{name}.log"))))
 }
 
 struct Run {
@@ -151,7 +97,7 @@ fn run(tag: &str, also: Also) -> Run {
             margs.extend(["--zookeeper", zk.as_str()]);
         }
         margs.extend(common);
-        spawn_announcing(&margs, log)
+        spawn_announcing(&margs, Some(log))
     };
     let (mut membership_proc, maddr) = membership("127.0.0.1:0", &mlog);
     let compute = |node: u16| {

@@ -124,6 +124,14 @@ fn first_error(rs: &[Completion]) -> Option<VerbError> {
     rs.iter().find_map(|r| r.as_ref().err().copied())
 }
 
+/// Whether every replica read carries its entry's new version.
+fn all_new(rec: &LogRecord, versions: &[Vec<u64>]) -> bool {
+    rec.entries
+        .iter()
+        .zip(versions)
+        .all(|(e, vs)| vs.iter().all(|&v| v == e.new_version))
+}
+
 fn word_at(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
 }
@@ -229,14 +237,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         let held = primary_locks.iter().filter(|&&l| l == w).count();
         if held == 0 {
             Decision::Nothing
-        } else if held < primary_locks.len() {
-            Decision::RollForward
-        } else if rec
-            .entries
-            .iter()
-            .zip(versions)
-            .all(|(e, vs)| vs.iter().all(|&v| v == e.new_version))
-        {
+        } else if held < primary_locks.len() || all_new(rec, versions) {
             Decision::RollForward
         } else {
             Decision::RollBack
@@ -453,12 +454,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             .any(|(e, vs)| vs.iter().any(|&v| v != e.old_version && v != e.new_version));
         if foreign {
             Decision::Nothing
-        } else if rec
-            .entries
-            .iter()
-            .zip(versions)
-            .all(|(e, vs)| vs.iter().all(|&v| v == e.new_version))
-        {
+        } else if all_new(rec, versions) {
             Decision::RollForward
         } else {
             Decision::RollBack

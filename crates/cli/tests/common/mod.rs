@@ -94,3 +94,61 @@ impl Drop for ZooKeeper {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Commits per 100 ms of a compute server's JSON report.
+pub fn read_timeline(json: &std::path::Path) -> Vec<u64> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    v["timeline_100ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+/// A child process killed when the test ends, however it ends.
+pub struct Proc(pub std::process::Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start `tandem args`; the address of its `listening on ADDR` line.
+pub fn spawn_announcing(args: &[&str], stderr_to: Option<&std::path::Path>) -> (Proc, String) {
+    let stderr = match stderr_to {
+        Some(p) => std::process::Stdio::from(std::fs::File::create(p).unwrap()),
+        None => std::process::Stdio::null(),
+    };
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{args:?} did not announce: {line}"))
+        .to_string();
+    (Proc(child), addr)
+}
+
+/// Wait (bounded) until the file holds every needle; its text.
+pub fn wait_for_log(path: &std::path::Path, what: &[&str], timeout: std::time::Duration) -> String {
+    let until = std::time::Instant::now() + timeout;
+    loop {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        if what.iter().all(|w| log.contains(w)) || std::time::Instant::now() > until {
+            return log;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

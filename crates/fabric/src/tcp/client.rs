@@ -46,18 +46,7 @@ impl TcpCluster {
     /// connection made with them: register once per compute node, then let
     /// each of its threads [`connect`](Self::connect) with the same keys.
     pub async fn register(&self, compute: ComputeNodeId) -> io::Result<Vec<RegionKey>> {
-        let calls = self.addrs.iter().map(|&addr| async move {
-            match admin_call(addr, self.secret, ClientMsg::Register { compute }).await? {
-                ServerMsg::Registered { key } => Ok(key),
-                ServerMsg::Reject {
-                    reason: RejectReason::Fenced,
-                } => Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    Fenced(compute),
-                )),
-                other => Err(unexpected(addr, &other)),
-            }
-        });
+        let calls = (0..self.addrs.len() as MemNodeId).map(|m| self.register_on(m, compute));
         join_all(calls.collect()).await.into_iter().collect()
     }
 

@@ -201,6 +201,16 @@ impl TcpQp {
     /// Start the reader and writer tasks of an established data connection
     /// (handshake done). Must run inside a `LocalSet`.
     pub(crate) fn start(stream: TcpStream, mem: MemNodeId) -> TcpQp {
+        let qp = TcpQp::with_conn(mem, false);
+        let conn = qp.conn();
+        let (rd, wr) = stream.into_split();
+        tokio::task::spawn_local(reader_task(conn.clone(), rd));
+        tokio::task::spawn_local(writer_task(conn, wr));
+        qp
+    }
+
+    /// A queue pair on a fresh connection state (`dead`: one never up).
+    fn with_conn(mem: MemNodeId, dead: bool) -> TcpQp {
         let conn = Rc::new(Conn {
             mem,
             killed: tokio::sync::Notify::new(),
@@ -210,13 +220,10 @@ impl TcpQp {
                 next_req_id: 0,
                 front_req_id: 0,
                 slots: VecDeque::new(),
-                dead: false,
-                closed: false,
+                dead,
+                closed: dead,
             }),
         });
-        let (rd, wr) = stream.into_split();
-        tokio::task::spawn_local(reader_task(conn.clone(), rd));
-        tokio::task::spawn_local(writer_task(conn.clone(), wr));
         TcpQp {
             link: Rc::new(RefCell::new(Rc::new(Link(conn)))),
         }
@@ -225,22 +232,7 @@ impl TcpQp {
     /// A queue pair with no connection (its memory server is down): every
     /// post completes with `Unavailable` until [`TcpQp::replace`].
     pub(crate) fn unconnected(mem: MemNodeId) -> TcpQp {
-        let conn = Rc::new(Conn {
-            mem,
-            killed: tokio::sync::Notify::new(),
-            inner: RefCell::new(Inner {
-                out: Vec::new(),
-                writer_waker: None,
-                next_req_id: 0,
-                front_req_id: 0,
-                slots: VecDeque::new(),
-                dead: true,
-                closed: true,
-            }),
-        });
-        TcpQp {
-            link: Rc::new(RefCell::new(Rc::new(Link(conn)))),
-        }
+        TcpQp::with_conn(mem, true)
     }
 
     fn conn(&self) -> Rc<Conn> {
