@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use tandem_dkvs::check::snapshot;
@@ -427,7 +428,11 @@ impl Control {
     }
 
     fn now_ns(&self) -> u64 {
-        self.base.elapsed().as_nanos() as u64
+        self.ns_at(Instant::now())
+    }
+
+    fn ns_at(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.base).as_nanos() as u64
     }
 }
 
@@ -452,6 +457,21 @@ struct FailureLog {
     swept: usize,
     slots_scanned: u64,
     world_stopped_ns: u64,
+}
+
+/// Give way once to the other tasks of this thread's `LocalSet`. Unlike
+/// `tokio::task::yield_now`, which defers the task until the runtime next
+/// polls its I/O driver (an `epoll_wait` per yield), this requeues it at once.
+fn yield_to_siblings() -> impl std::future::Future<Output = ()> {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
 }
 
 /// Run a future on a fresh single-threaded runtime with a `LocalSet`.
@@ -609,7 +629,7 @@ async fn drive<F: Fabric>(
                     continue;
                 }
                 let t0 = Instant::now();
-                let began_ns = ctl.now_ns();
+                let began_ns = ctl.ns_at(t0);
                 let r = client.run_one(&mut coord).await;
                 let revoked_ns = ctl.revoked_at_ns[cn as usize].load(Ordering::SeqCst);
                 if matches!(r, Ok(true)) && revoked_ns != 0 && revoked_ns < began_ns {
@@ -617,13 +637,16 @@ async fn drive<F: Fabric>(
                 }
                 // Drained means quiet: the transaction counts as active until
                 // its unlocks land, without holding up the next one.
-                let unlocks = coord.take_unlocks();
-                let c2 = ctl.clone();
-                let h = tokio::task::spawn_local(async move {
-                    unlocks.await;
-                    c2.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
-                });
-                {
+                let mut unlocks = Box::pin(coord.take_unlocks());
+                if (&mut unlocks).now_or_never().is_some() {
+                    // Landed already (the inline fabric executes at post time).
+                    ctl.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
+                } else {
+                    let c2 = ctl.clone();
+                    let h = tokio::task::spawn_local(async move {
+                        unlocks.await;
+                        c2.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
+                    });
                     let mut u = unlocking.borrow_mut();
                     u.retain(|h| !h.is_finished());
                     u.push(h);
@@ -646,7 +669,7 @@ async fn drive<F: Fabric>(
                 }
                 // Let the other coordinators of this thread run (the inline
                 // fabric completes verbs at once, so nothing else would yield).
-                tokio::task::yield_now().await;
+                yield_to_siblings().await;
             }
             (hist, coord.stats.clone())
         }));

@@ -111,10 +111,9 @@ impl Fabric for InlineFabric {
 impl QueuePair for InlineQp {
     type Pending = InlinePending;
     fn post(&self, batch: Vec<Verb>) -> Self::Pending {
-        let done = batch
-            .iter()
-            .map(|v| self.node.execute(self.compute, self.key, v))
-            .collect();
+        let mut done = Vec::with_capacity(batch.len());
+        self.node
+            .execute_batch(self.compute, self.key, &batch, |c| done.push(c));
         InlinePending {
             done: Some(done),
             yield_first: self.yield_per_batch,

@@ -165,21 +165,37 @@ impl MemoryNode {
 
     /// Execute one verb on behalf of `compute` holding `key`.
     pub fn execute(&self, compute: ComputeNodeId, key: RegionKey, verb: &Verb) -> Completion {
+        let mut out = Err(VerbError::Unavailable);
+        self.execute_batch(compute, key, std::slice::from_ref(verb), |c| out = c);
+        out
+    }
+
+    /// Execute a doorbell batch on behalf of `compute` holding `key`, handing
+    /// each completion to `done` in order. Access is checked once per batch:
+    /// a batch that passed the check runs to its end, as the verbs a NIC has
+    /// already taken do, and [`MemoryNode::revoke`] waits for it.
+    pub fn execute_batch(
+        &self,
+        compute: ComputeNodeId,
+        key: RegionKey,
+        verbs: &[Verb],
+        mut done: impl FnMut(Completion),
+    ) {
         if self.is_failed() {
-            return Err(VerbError::Unavailable);
+            verbs.iter().for_each(|_| done(Err(VerbError::Unavailable)));
+            return;
         }
         // Announce, then check the key: `revoke` stores the new key, then waits
-        // for announced verbs, so a verb either sees the revocation or is
+        // for announced batches, so a batch either sees the revocation or is
         // waited for.
         let executing = &self.executing[compute as usize];
         executing.fetch_add(1, Ordering::SeqCst);
-        let result = if self.is_authorized(compute, key) {
-            self.execute_unchecked(verb)
+        if self.is_authorized(compute, key) {
+            verbs.iter().for_each(|v| done(self.execute_unchecked(v)));
         } else {
-            Err(VerbError::Revoked)
-        };
+            verbs.iter().for_each(|_| done(Err(VerbError::Revoked)));
+        }
         executing.fetch_sub(1, Ordering::SeqCst);
-        result
     }
 
     /// Execute a verb without access control: for the node's own setup path

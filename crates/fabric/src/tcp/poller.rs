@@ -273,10 +273,10 @@ fn handle(node: &MemoryNode, conns: &mut HashMap<u64, ConnOut>, dirty: &mut Vec<
                 return;
             };
             let start = wire::begin_done(&mut c.out, req_id, verbs.len());
-            for v in &verbs {
-                let done = node.execute(c.compute, c.key, v);
-                wire::encode_completion(&mut c.out, &done);
-            }
+            let out = &mut c.out;
+            node.execute_batch(c.compute, c.key, &verbs, |done| {
+                wire::encode_completion(out, &done)
+            });
             wire::end_frame(&mut c.out, start);
             if c.out.len() >= OUTPUT_FLUSH_BYTES {
                 if !flush(conn, c) {
