@@ -46,7 +46,9 @@ async fn pump<F: Fabric>(
             while !stop.load(Ordering::Relaxed) {
                 let qp = &qps[rng.below(mems) as usize];
                 let addr = rng.below(slots) * read_bytes as u64;
-                let r = qp.post(vec![Verb::read(addr, read_bytes)]).await;
+                let r = qp
+                    .post(tandem_fabric::batch![Verb::read(addr, read_bytes)])
+                    .await;
                 if let Some(Err(e)) = r.into_iter().next() {
                     return Err(format!("verb failed: {e}"));
                 }

@@ -202,7 +202,7 @@ impl ReplicaCheck<'_> {
         let done = self
             .fabric
             .queue_pair(node)
-            .post(vec![Verb::write(addr + KEY_OFF, body)])
+            .post(tandem_fabric::batch![Verb::write(addr + KEY_OFF, body)])
             .await;
         if let Some(Err(e)) = done.into_iter().next() {
             return Err(format!(

@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use tandem_fabric::{Completion, ComputeNodeId, Fabric, MemNodeId, QueuePair, Verb};
+use tandem_fabric::{ComputeNodeId, Fabric, MemNodeId, QueuePair};
 use tandem_sim::SimHandle;
 
 #[derive(Clone)]
@@ -55,8 +55,8 @@ impl<F: Fabric> Fabric for SlowFabric<F> {
 }
 
 impl<Q: QueuePair> QueuePair for SlowQp<Q> {
-    type Pending = Pin<Box<dyn Future<Output = Vec<Completion>>>>;
-    fn post(&self, batch: Vec<Verb>) -> Self::Pending {
+    type Pending = Pin<Box<dyn Future<Output = tandem_fabric::Completions>>>;
+    fn post(&self, batch: tandem_fabric::Batch) -> Self::Pending {
         let (qp, sleep) = (self.inner.clone(), self.sim.sleep(self.delay_ns));
         Box::pin(async move {
             sleep.await;

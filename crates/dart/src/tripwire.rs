@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use tandem_fabric::{Completion, ComputeNodeId, Fabric, MemNodeId, QueuePair, Verb};
+use tandem_fabric::{ComputeNodeId, Fabric, MemNodeId, QueuePair, Verb};
 use tandem_sim::Rng;
 
 /// What a doorbell batch looks like, from its verbs alone.
@@ -196,9 +196,9 @@ pub enum TripwirePending<P> {
     Swallowed,
 }
 
-impl<P: Future<Output = Vec<Completion>>> Future for TripwirePending<P> {
-    type Output = Vec<Completion>;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<Completion>> {
+impl<P: Future<Output = tandem_fabric::Completions>> Future for TripwirePending<P> {
+    type Output = tandem_fabric::Completions;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<tandem_fabric::Completions> {
         match self.get_mut() {
             TripwirePending::Posted(p) => p.as_mut().poll(cx),
             TripwirePending::Swallowed => Poll::Pending,
@@ -208,7 +208,7 @@ impl<P: Future<Output = Vec<Completion>>> Future for TripwirePending<P> {
 
 impl<Q: QueuePair> QueuePair for TripwireQp<Q> {
     type Pending = TripwirePending<Q::Pending>;
-    fn post(&self, batch: Vec<Verb>) -> Self::Pending {
+    fn post(&self, batch: tandem_fabric::Batch) -> Self::Pending {
         if self.wire.before_post(&batch) {
             TripwirePending::Posted(Box::pin(self.inner.post(batch)))
         } else {

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use futures::future::join_all;
+use tandem_fabric::batch;
 use tandem_fabric::{Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::config::TableId;
@@ -42,7 +43,7 @@ pub async fn snapshot<F: Fabric>(
                 .scan_reads(p, r, CHUNK_BYTES)
                 .into_iter()
                 .map(|(addr, cnt)| {
-                    qps[n as usize].post(vec![Verb::read(addr, cnt * slot_bytes as u32)])
+                    qps[n as usize].post(batch![Verb::read(addr, cnt * slot_bytes as u32)])
                 })
                 .collect();
             let mut slots = Vec::with_capacity(total as usize);

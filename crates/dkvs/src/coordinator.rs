@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use futures::future::join_all;
+use tandem_fabric::{batch, Batch};
 use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::compute::ComputeNode;
@@ -261,7 +262,7 @@ impl<F: Fabric> Coordinator<F> {
         }
     }
 
-    fn post(&mut self, mem: MemNodeId, batch: Vec<Verb>) -> Pending<F> {
+    fn post(&mut self, mem: MemNodeId, batch: Batch) -> Pending<F> {
         self.stats.verbs += batch.len() as u64;
         self.qps[mem as usize].post(batch)
     }
@@ -404,7 +405,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         };
         if let Some(slot) = self.c.node.cached_slot(t, key) {
             let (mem, addr) = self.primary_addr(t, part, slot);
-            let r = self.c.post(mem, vec![Verb::read(addr, slot_bytes)]).await;
+            let r = self.c.post(mem, batch![Verb::read(addr, slot_bytes)]).await;
             let bytes = r.into_iter().next().unwrap()?.into_bytes();
             let image = SlotImage::decode(&bytes);
             // A key has one slot at most: if the cached one still holds it,
@@ -422,7 +423,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let (mem, addr) = self.primary_addr(t, part, first);
             let r = self
                 .c
-                .post(mem, vec![Verb::read(addr, slot_bytes * ASSOC)])
+                .post(mem, batch![Verb::read(addr, slot_bytes * ASSOC)])
                 .await;
             let bytes = r.into_iter().next().unwrap()?.into_bytes();
             for i in 0..ASSOC {
@@ -545,7 +546,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let (mem, addr) = self.primary_addr(t, part, slot);
             let bytes = self
                 .c
-                .post(mem, vec![Verb::read(addr, self.table(t).slot_bytes)])
+                .post(mem, batch![Verb::read(addr, self.table(t).slot_bytes)])
                 .await
                 .remove(0);
             match bytes {
@@ -762,7 +763,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let w = self.lock_word.0;
         let pending = self.c.post(
             mem,
-            vec![
+            batch![
                 Verb::cas(addr + LOCK_OFF, 0, w),
                 Verb::read(addr, slot_bytes),
             ],
@@ -877,7 +878,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 .c
                 .post(
                     mem,
-                    vec![
+                    batch![
                         Verb::cas(addr + LOCK_OFF, expected.0, self.lock_word.0),
                         Verb::read(addr, slot_bytes),
                     ],
@@ -980,7 +981,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             }
             let addr = base + *cur;
             *cur += rec.len() as u64;
-            let p = self.c.post(n, vec![Verb::write(addr, rec.clone())]);
+            let p = self.c.post(n, batch![Verb::write(addr, rec.clone())]);
             self.undo_pending.push(p);
         }
     }
@@ -1024,7 +1025,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let nodes = self.c.log_nodes.clone();
         let pendings: Vec<_> = nodes
             .iter()
-            .map(|&n| self.c.post(n, vec![Verb::write(addr, rec.clone())]))
+            .map(|&n| self.c.post(n, batch![Verb::write(addr, rec.clone())]))
             .collect();
         for r in join_all(pendings).await {
             if let Some(e) = first_error(&r) {
@@ -1099,7 +1100,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             for k in 0..self.c.log_nodes.len() {
                 let n = self.c.log_nodes[k];
                 if !self.c.node.memory.is_down(n) {
-                    log_pending.push(self.c.post(n, vec![Verb::write(addr, bytes.clone())]));
+                    log_pending.push(self.c.post(n, batch![Verb::write(addr, bytes.clone())]));
                 }
             }
             self.logged = true;
@@ -1143,21 +1144,20 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let w = &self.writes[i];
             let tl = self.table(w.table);
             let image = w.image.as_ref().unwrap();
-            let value = w.new_value.clone().unwrap_or_else(|| image.value.clone());
-            let body = encode_body(
-                w.key,
-                if w.final_live { FLAG_LIVE } else { 0 },
-                &value,
-                tl.value_bytes,
-            );
-            let nodes = tl.replicas[w.part as usize].clone();
-            for (r, n) in nodes.into_iter().enumerate() {
+            let value = w.new_value.as_deref().unwrap_or(&image.value);
+            let flags = if w.final_live { FLAG_LIVE } else { 0 };
+            let body = encode_body(w.key, flags, value, tl.value_bytes);
+            let (part, slot) = (w.part, w.slot);
+            let replicas = tl.replicas[part as usize].len();
+            for r in 0..replicas {
+                let tl = self.table(self.writes[i].table);
+                let n = tl.replicas[part as usize][r];
                 if self.c.node.memory.is_down(n) {
                     continue;
                 }
-                let addr = self.table(w.table).slot_addr(w.part, r, w.slot);
-                let batch = vec![
-                    Verb::write(addr + KEY_OFF, body.clone()),
+                let addr = tl.slot_addr(part, r, slot);
+                let batch = batch![
+                    Verb::write_slice(addr + KEY_OFF, &body),
                     Verb::write_u64(addr + VERSION_OFF, version),
                 ];
                 commit_pending.push((i, self.c.post(n, batch)));
@@ -1245,7 +1245,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             .enumerate()
             .map(|(k, (t, part, slot, _))| {
                 let (mem, addr) = self.primary_addr(t, part, slot);
-                (k, self.c.post(mem, vec![Verb::read(addr + LOCK_OFF, 16)]))
+                (k, self.c.post(mem, batch![Verb::read(addr + LOCK_OFF, 16)]))
             })
             .collect()
     }
@@ -1269,7 +1269,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             } else {
                 Verb::cas(addr + LOCK_OFF, self.lock_word.0, 0)
             };
-            out.push(self.c.post(mem, vec![verb]));
+            out.push(self.c.post(mem, batch![verb]));
         }
         out
     }
@@ -1302,7 +1302,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 .iter()
                 .map(|&n| {
                     self.c
-                        .post(n, vec![Verb::write_u64(addr, invalid_state_word())])
+                        .post(n, batch![Verb::write_u64(addr, invalid_state_word())])
                 })
                 .collect();
             for r in join_all(p).await {

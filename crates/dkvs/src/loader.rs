@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::join_all;
-use tandem_fabric::{Fabric, MemNodeId, QueuePair, Verb, VerbError};
+use tandem_fabric::{Batch, Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::config::TableId;
 use crate::layout::{Layout, ASSOC, MAX_PROBE_BUCKETS};
@@ -62,7 +62,7 @@ pub struct Loader<F: Fabric> {
     /// Occupied slots per (table, partition), and the keys loaded.
     used: HashMap<(TableId, u32), Vec<bool>>,
     keys: HashMap<TableId, std::collections::HashSet<u64>>,
-    queued: Vec<Vec<Verb>>,
+    queued: Vec<Batch>,
     in_flight: Vec<<F::Qp as QueuePair>::Pending>,
     pub loaded: u64,
 }
@@ -75,7 +75,7 @@ impl<F: Fabric> Loader<F> {
             .collect();
         Loader {
             qps,
-            queued: vec![Vec::new(); layout.memory_nodes as usize],
+            queued: vec![Batch::new(); layout.memory_nodes as usize],
             layout,
             used: HashMap::new(),
             keys: HashMap::new(),

@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::future::join_all;
+use tandem_fabric::{batch, Batch, Bytes, Completions};
 use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::compute::MemoryView;
@@ -162,10 +163,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         self
     }
 
-    async fn round(
-        &self,
-        posts: Vec<(MemNodeId, Vec<Verb>)>,
-    ) -> Result<Vec<Vec<Completion>>, VerbError> {
+    async fn round(&self, posts: Vec<(MemNodeId, Batch)>) -> Result<Vec<Completions>, VerbError> {
         let pending: Vec<_> = posts
             .into_iter()
             .map(|(n, b)| self.qps[n as usize].post(b))
@@ -188,11 +186,11 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         let mut owner = Vec::new();
         for (i, &c) in failed.iter().enumerate() {
             for n in self.live_log_nodes(c)? {
-                posts.push((n, vec![Verb::read(self.layout.log_addr(c), probe)]));
+                posts.push((n, batch![Verb::read(self.layout.log_addr(c), probe)]));
                 owner.push((i, n));
             }
         }
-        let mut slots: Vec<Vec<u8>> = self
+        let mut slots: Vec<Bytes> = self
             .round(posts)
             .await?
             .into_iter()
@@ -207,7 +205,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 let (i, n) = owner[k];
                 long.push((
                     n,
-                    vec![Verb::read(self.layout.log_addr(failed[i]), len as u32)],
+                    batch![Verb::read(self.layout.log_addr(failed[i]), len as u32)],
                 ));
                 long_idx.push(k);
             }
@@ -275,7 +273,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                     return Err(VerbError::Unavailable);
                 }
                 for (n, addr) in live {
-                    posts.push((n, vec![Verb::read(addr + LOCK_OFF, 16)]));
+                    posts.push((n, batch![Verb::read(addr + LOCK_OFF, 16)]));
                 }
             }
         }
@@ -341,7 +339,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 for (n, addr) in self.restored(e) {
                     restores.push((
                         n,
-                        vec![
+                        batch![
                             Verb::write(addr + KEY_OFF, body.clone()),
                             Verb::write_u64(addr + VERSION_OFF, version),
                         ],
@@ -367,7 +365,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             for (e, ls) in rec.entries.iter().zip(locks) {
                 for ((n, addr), &l) in self.live(e).into_iter().zip(ls) {
                     if l == w {
-                        unlocks.push((n, vec![Verb::cas(addr + LOCK_OFF, w, 0)]));
+                        unlocks.push((n, batch![Verb::cas(addr + LOCK_OFF, w, 0)]));
                         report.locks_released += 1;
                     }
                 }
@@ -386,7 +384,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             for n in self.live_log_nodes(c)? {
                 invalidations.push((
                     n,
-                    vec![Verb::write_u64(
+                    batch![Verb::write_u64(
                         self.layout.log_addr(c),
                         invalid_state_word(),
                     )],
@@ -560,7 +558,7 @@ pub async fn sweep_stray_locks_live<F: Fabric>(
             let primary = reps[r];
             for (base, n) in tl.scan_reads(p, r, SCAN_READ_BYTES) {
                 let r = qps[primary as usize]
-                    .post(vec![Verb::read(base, n * slot as u32)])
+                    .post(batch![Verb::read(base, n * slot as u32)])
                     .await;
                 let bytes = r.into_iter().next().expect("one completion")?.into_bytes();
                 let mut cas = Vec::new();
@@ -610,7 +608,12 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         let half = (self.layout.log_slot_bytes / 2) as u32;
         let posts = nodes
             .iter()
-            .map(|&n| (n, vec![Verb::read(self.layout.log_addr(c) + offset, half)]))
+            .map(|&n| {
+                (
+                    n,
+                    batch![Verb::read(self.layout.log_addr(c) + offset, half)],
+                )
+            })
             .collect();
         let mut out = Vec::new();
         for mut r in self.round(posts).await? {
@@ -657,7 +660,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 let primary = tl.replicas[p as usize][0];
                 for (base, n) in tl.scan_reads(p, 0, SCAN_READ_BYTES) {
                     let mut r = self
-                        .round(vec![(primary, vec![Verb::read(base, n * slot as u32)])])
+                        .round(vec![(primary, batch![Verb::read(base, n * slot as u32)])])
                         .await?;
                     let bytes = r.remove(0).remove(0).expect("checked").into_bytes();
                     for i in 0..n as u64 {
@@ -709,7 +712,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         }
         let posts: Vec<_> = candidates
             .iter()
-            .map(|&(n, a)| (n, vec![Verb::read(a + LOCK_OFF, 8)]))
+            .map(|&(n, a)| (n, batch![Verb::read(a + LOCK_OFF, 8)]))
             .collect();
         let results = self.round(posts).await?;
         let mut locked = BTreeSet::new();
@@ -746,7 +749,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 .flat_map(|e| {
                     e.replicas
                         .iter()
-                        .map(|&(n, a)| (n, vec![Verb::read(a + VERSION_OFF, 8)]))
+                        .map(|&(n, a)| (n, batch![Verb::read(a + VERSION_OFF, 8)]))
                 })
                 .collect();
             let mut vs = self.round(posts).await?.into_iter();
@@ -804,7 +807,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                         for (n, a) in self.restored(e) {
                             restores.push((
                                 n,
-                                vec![
+                                batch![
                                     Verb::write(a + KEY_OFF, body.clone()),
                                     Verb::write_u64(a + VERSION_OFF, version),
                                 ],
@@ -819,7 +822,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         // Every lock left is a failed coordinator's: release them all.
         let unlocks: Vec<_> = std::mem::take(&mut locked)
             .into_iter()
-            .map(|(n, a)| (n, vec![Verb::write_u64(a + LOCK_OFF, 0)]))
+            .map(|(n, a)| (n, batch![Verb::write_u64(a + LOCK_OFF, 0)]))
             .collect();
         report.locks_released = unlocks.len();
         self.round(unlocks).await?;
@@ -830,14 +833,14 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             for n in 0..self.layout.memory_nodes {
                 inval.push((
                     n,
-                    vec![Verb::write_u64(
+                    batch![Verb::write_u64(
                         self.layout.log_addr(c),
                         invalid_state_word(),
                     )],
                 ));
                 inval.push((
                     n,
-                    vec![Verb::write_u64(
+                    batch![Verb::write_u64(
                         self.layout.log_addr(c) + half,
                         invalid_state_word(),
                     )],
@@ -879,7 +882,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                     let (r0, primary) = self.first_live(&tl.replicas[p as usize])?;
                     for (base, n) in tl.scan_reads(p, r0, SCAN_READ_BYTES) {
                         let mut r = self
-                            .round(vec![(primary, vec![Verb::read(base, n * slot as u32)])])
+                            .round(vec![(primary, batch![Verb::read(base, n * slot as u32)])])
                             .await?;
                         let bytes = r.remove(0).remove(0).expect("checked").into_bytes();
                         for i in 0..n as u64 {
@@ -904,7 +907,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 let mut r = self
                     .round(vec![(
                         first_live,
-                        vec![
+                        batch![
                             Verb::cas(primary + LOCK_OFF, 0, word),
                             Verb::read(primary + VERSION_OFF, 8),
                         ],
@@ -926,7 +929,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                         .map(|(r, &n)| {
                             (
                                 n,
-                                vec![Verb::write_u64(tl.slot_addr(p, r, s) + VERSION_OFF, fresh)],
+                                batch![Verb::write_u64(tl.slot_addr(p, r, s) + VERSION_OFF, fresh)],
                             )
                         })
                         .collect();
@@ -935,7 +938,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 }
                 self.round(vec![(
                     first_live,
-                    vec![Verb::cas(primary + LOCK_OFF, word, 0)],
+                    batch![Verb::cas(primary + LOCK_OFF, word, 0)],
                 )])
                 .await?;
             }

@@ -8,6 +8,7 @@
 //! no lock is held anywhere; lock words are written as unlocked.
 
 use futures::future::join_all;
+use tandem_fabric::batch;
 use tandem_fabric::{Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::compute::MemoryView;
@@ -42,7 +43,7 @@ pub async fn rereplicate<F: Fabric>(
             let reads = tl.scan_reads(p, src, COPY_READ_BYTES);
             let pending: Vec<_> = reads
                 .iter()
-                .map(|&(a, n)| qps[reps[src] as usize].post(vec![Verb::read(a, n * slot as u32)]))
+                .map(|&(a, n)| qps[reps[src] as usize].post(batch![Verb::read(a, n * slot as u32)]))
                 .collect();
             let mut writes = Vec::new();
             for ((a, n), r) in reads.iter().zip(join_all(pending).await) {
@@ -53,7 +54,7 @@ pub async fn rereplicate<F: Fabric>(
                 }
                 let first = (a - tl.slot_addr(p, src, 0)) / slot;
                 let dst_addr = tl.slot_addr(p, dst, first as u32);
-                writes.push(qps[target as usize].post(vec![Verb::write(dst_addr, bytes)]));
+                writes.push(qps[target as usize].post(batch![Verb::write(dst_addr, bytes)]));
                 copied += *n as u64;
             }
             for r in join_all(writes).await {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::memory::{Fenced, MemoryNode, RegionKey};
-use crate::verb::{Completion, ComputeNodeId, MemNodeId, Verb};
+use crate::verb::{Batch, Completions, ComputeNodeId, MemNodeId};
 use crate::{Fabric, QueuePair};
 
 /// The memory nodes of an in-process cluster.
@@ -110,8 +110,8 @@ impl Fabric for InlineFabric {
 
 impl QueuePair for InlineQp {
     type Pending = InlinePending;
-    fn post(&self, batch: Vec<Verb>) -> Self::Pending {
-        let mut done = Vec::with_capacity(batch.len());
+    fn post(&self, batch: Batch) -> Self::Pending {
+        let mut done = Completions::with_capacity(batch.len());
         self.node
             .execute_batch(self.compute, self.key, &batch, |c| done.push(c));
         InlinePending {
@@ -126,13 +126,13 @@ impl QueuePair for InlineQp {
 
 /// Completions of a batch that already executed; optionally yields once first.
 pub struct InlinePending {
-    done: Option<Vec<Completion>>,
+    done: Option<Completions>,
     yield_first: bool,
 }
 
 impl Future for InlinePending {
-    type Output = Vec<Completion>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<Completion>> {
+    type Output = Completions;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completions> {
         if self.yield_first {
             self.yield_first = false;
             cx.waker().wake_by_ref();
@@ -146,6 +146,7 @@ impl Future for InlinePending {
 mod tests {
     use super::*;
     use crate::VerbError;
+    use crate::{batch, Verb};
 
     #[test]
     fn a_revoked_incarnation_cannot_register_again() {
@@ -162,8 +163,8 @@ mod tests {
             matches!(c.join(3), Err(Fenced(3))),
             "revoked after it registered"
         );
-        let done = ready_now(qp.post(vec![Verb::write_u64(0, 1)]));
-        assert_eq!(done, vec![Err(VerbError::Revoked)]);
+        let done = ready_now(qp.post(batch![Verb::write_u64(0, 1)]));
+        assert_eq!(done.as_slice(), [Err(VerbError::Revoked)]);
         assert_eq!(c.nodes()[1].load_u64(0), 0);
     }
 

@@ -25,7 +25,9 @@ pub mod tcp;
 mod verb;
 
 pub use memory::{Fenced, MemoryNode, RegionKey};
-pub use verb::{Completion, ComputeNodeId, MemNodeId, Verb, VerbError, VerbOutput};
+pub use verb::{
+    Batch, Bytes, Completion, Completions, ComputeNodeId, MemNodeId, Verb, VerbError, VerbOutput,
+};
 
 use std::future::Future;
 
@@ -43,7 +45,7 @@ pub trait Fabric: Clone + 'static {
 
 /// One queue pair: post a doorbell batch, await its completions (one per verb, in order).
 pub trait QueuePair: Clone + 'static {
-    type Pending: Future<Output = Vec<Completion>> + 'static;
-    fn post(&self, batch: Vec<Verb>) -> Self::Pending;
+    type Pending: Future<Output = Completions> + 'static;
+    fn post(&self, batch: Batch) -> Self::Pending;
     fn memory_node(&self) -> MemNodeId;
 }

@@ -347,7 +347,7 @@ mod tests {
         // The node still serves after errors.
         assert_eq!(
             m.execute(3, k, &Verb::read(16, 8)),
-            Ok(VerbOutput::Read(11u64.to_le_bytes().to_vec()))
+            Ok(VerbOutput::Read(11u64.to_le_bytes().as_slice().into()))
         );
     }
 

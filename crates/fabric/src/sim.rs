@@ -17,7 +17,9 @@ use std::task::{Context, Poll};
 use tandem_sim::{oneshot, OneshotReceiver, SimHandle};
 
 use crate::memory::{Fenced, MemoryNode, RegionKey};
-use crate::verb::{Completion, ComputeNodeId, MemNodeId, Verb, VerbError, VerbOutput};
+use crate::verb::{
+    Batch, Bytes, Completion, Completions, ComputeNodeId, MemNodeId, Verb, VerbError, VerbOutput,
+};
 use crate::{Fabric, QueuePair};
 
 /// Latency and fault knobs of the simulated network.
@@ -197,8 +199,8 @@ impl SimQp {
     ) -> u64 {
         let node = self.net.nodes[self.mem as usize].clone();
         let (compute, key) = (self.compute, self.key);
-        let buf: Rc<RefCell<Result<Vec<u8>, VerbError>>> =
-            Rc::new(RefCell::new(Ok(Vec::with_capacity(len as usize))));
+        let buf: Rc<RefCell<Result<Bytes, VerbError>>> =
+            Rc::new(RefCell::new(Ok(Bytes::with_capacity(len as usize))));
         let end = addr.saturating_add(len as u64);
         let mut a = addr;
         while a < end {
@@ -216,7 +218,7 @@ impl SimQp {
                     }
                 }
                 if last {
-                    let r = std::mem::replace(&mut *b, Ok(Vec::new()));
+                    let r = std::mem::replace(&mut *b, Ok(Bytes::new()));
                     results.borrow_mut()[idx] = Some(r.map(VerbOutput::Read));
                 }
             });
@@ -239,7 +241,7 @@ impl SimQp {
         &self,
         mut t: u64,
         addr: u64,
-        data: Vec<u8>,
+        data: Bytes,
         idx: usize,
         results: &Results,
     ) -> u64 {
@@ -267,7 +269,7 @@ impl SimQp {
             self.net.sim.schedule_at(t, move || {
                 if failed.get().is_none() {
                     if let Err(e) =
-                        node.execute(compute, key, &Verb::write(ca, data[lo..hi].to_vec()))
+                        node.execute(compute, key, &Verb::write_slice(ca, &data[lo..hi]))
                     {
                         failed.set(Some(e));
                     }
@@ -294,7 +296,7 @@ impl SimQp {
 impl QueuePair for SimQp {
     type Pending = SimPending;
 
-    fn post(&self, batch: Vec<Verb>) -> SimPending {
+    fn post(&self, batch: Batch) -> SimPending {
         let n = batch.len();
         let results: Results = Rc::new(RefCell::new(vec![None; n]));
         let mut t = (self.net.sim.now_ns() + self.delay()).max(self.last_exec_ns.get() + 1);
@@ -346,12 +348,12 @@ impl QueuePair for SimQp {
 
 /// Completions of one posted batch.
 pub struct SimPending {
-    rx: OneshotReceiver<Vec<Completion>>,
+    rx: OneshotReceiver<Completions>,
 }
 
 impl Future for SimPending {
-    type Output = Vec<Completion>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<Completion>> {
+    type Output = Completions;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completions> {
         Pin::new(&mut self.rx)
             .poll(cx)
             .map(|r| r.expect("the simulator never drops a completion"))
@@ -361,6 +363,7 @@ impl Future for SimPending {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch;
     use tandem_sim::Sim;
 
     fn cluster(sim: &Sim, cfg: SimFabricConfig) -> SimCluster {
@@ -386,7 +389,7 @@ mod tests {
             let olds = Rc::new(RefCell::new(Vec::new()));
             let mut pendings = Vec::new();
             for i in 0..50u64 {
-                pendings.push(qp.post(vec![Verb::cas(8, i, i + 1), Verb::write_u64(16, i)]));
+                pendings.push(qp.post(batch![Verb::cas(8, i, i + 1), Verb::write_u64(16, i)]));
             }
             let o = olds.clone();
             sim.spawn(1, async move {
@@ -416,8 +419,8 @@ mod tests {
             );
             let f = c.join(1).unwrap();
             let (a, b) = (f.queue_pair(0), f.queue_pair(0));
-            let _p1 = a.post(vec![Verb::write_u64(0, 1)]);
-            let _p2 = b.post(vec![Verb::write_u64(0, 2)]);
+            let _p1 = a.post(batch![Verb::write_u64(0, 1)]);
+            let _p2 = b.post(batch![Verb::write_u64(0, 2)]);
             sim.run();
             reordered |= c.nodes()[0].load_u64(0) == 1;
         }
@@ -444,12 +447,12 @@ mod tests {
             );
             let f = c.join(1).unwrap();
             let (r, w) = (f.queue_pair(0), f.queue_pair(0));
-            let read = r.post(vec![Verb::read(0, 32)]);
-            let _w = w.post(vec![Verb::write(0, vec![7u8; 32])]);
+            let read = r.post(batch![Verb::read(0, 32)]);
+            let _w = w.post(batch![Verb::write(0, vec![7u8; 32])]);
             let out = Rc::new(RefCell::new(Vec::new()));
             let o = out.clone();
             sim.spawn(1, async move {
-                *o.borrow_mut() = read.await[0].clone().unwrap().into_bytes();
+                *o.borrow_mut() = read.await[0].clone().unwrap().into_bytes().to_vec();
             });
             sim.run();
             let words: Vec<u8> = out.borrow().chunks(8).map(|c| c[0]).collect();
@@ -477,7 +480,7 @@ mod tests {
             let c = cluster(&sim, cfg);
             let f = c.join(4).unwrap();
             let qp = f.queue_pair(0);
-            let _w = qp.post(vec![Verb::write(0, vec![9u8; 64])]);
+            let _w = qp.post(batch![Verb::write(0, vec![9u8; 64])]);
             // Revoke mid-write: the words not yet written never land.
             let cut = sim.handle().with_rng(|r| r.range_inclusive(100, 2_000));
             sim.run_until(cut);
@@ -509,7 +512,7 @@ mod tests {
         let qp = c.join(1).unwrap().queue_pair(0);
         let order = Rc::new(RefCell::new(Vec::new()));
         for i in 0..30 {
-            let p = qp.post(vec![Verb::read(0, 8)]);
+            let p = qp.post(batch![Verb::read(0, 8)]);
             let (o, h) = (order.clone(), sim.handle());
             sim.spawn(1, async move {
                 p.await;
@@ -528,7 +531,7 @@ mod tests {
         let f = c.join(9).unwrap();
         let qp = f.queue_pair(1);
         sim.spawn(9, async move {
-            let _ = qp.post(vec![Verb::write_u64(0, 5)]).await;
+            let _ = qp.post(batch![Verb::write_u64(0, 5)]).await;
             unreachable!("crashed before completion");
         });
         sim.run_until(10);
@@ -541,7 +544,7 @@ mod tests {
         );
 
         let qp = f.queue_pair(1);
-        let _late = qp.post(vec![Verb::write_u64(8, 6)]);
+        let _late = qp.post(batch![Verb::write_u64(8, 6)]);
         c.revoke(9);
         sim.run();
         assert_eq!(
@@ -561,7 +564,7 @@ mod tests {
         // Registered, a verb in flight, revoked, then registering again: refused,
         // and the verb in flight does not land after the revocation.
         let f = c.join(8).unwrap();
-        let _late = f.queue_pair(0).post(vec![Verb::write_u64(0, 9)]);
+        let _late = f.queue_pair(0).post(batch![Verb::write_u64(0, 9)]);
         c.revoke(8);
         assert!(matches!(c.join(8), Err(Fenced(8))));
         sim.run();

@@ -2,6 +2,26 @@
 
 use std::fmt;
 
+/// Bytes a verb carries: a write's data, a read's result.
+pub type Bytes = Vec<u8>;
+
+/// A doorbell batch: the verbs posted with one call.
+pub type Batch = Vec<Verb>;
+
+/// The completions of a batch, one per verb, in posting order.
+pub type Completions = Vec<Completion>;
+
+/// Build a [`Batch`] like `vec![...]`.
+#[macro_export]
+macro_rules! batch {
+    ($elem:expr; $n:expr) => {
+        vec![$elem; $n]
+    };
+    ($($verb:expr),* $(,)?) => {
+        vec![$($verb),*]
+    };
+}
+
 pub type MemNodeId = u16;
 pub type ComputeNodeId = u16;
 
@@ -14,7 +34,7 @@ pub enum Verb {
     },
     Write {
         addr: u64,
-        data: Vec<u8>,
+        data: Bytes,
     },
     /// 8-byte compare-and-swap; completes with the old value.
     Cas {
@@ -33,14 +53,21 @@ impl Verb {
     pub fn read(addr: u64, len: u32) -> Verb {
         Verb::Read { addr, len }
     }
-    pub fn write(addr: u64, data: Vec<u8>) -> Verb {
-        Verb::Write { addr, data }
-    }
-    pub fn write_u64(addr: u64, value: u64) -> Verb {
+    pub fn write(addr: u64, data: impl Into<Bytes>) -> Verb {
         Verb::Write {
             addr,
-            data: value.to_le_bytes().to_vec(),
+            data: data.into(),
         }
+    }
+    /// Write `data` (copied; inline when short).
+    pub fn write_slice(addr: u64, data: &[u8]) -> Verb {
+        Verb::Write {
+            addr,
+            data: data.to_vec(),
+        }
+    }
+    pub fn write_u64(addr: u64, value: u64) -> Verb {
+        Verb::write_slice(addr, &value.to_le_bytes())
     }
     pub fn cas(addr: u64, expected: u64, new: u64) -> Verb {
         Verb::Cas {
@@ -56,7 +83,7 @@ impl Verb {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VerbOutput {
-    Read(Vec<u8>),
+    Read(Bytes),
     Write,
     Cas(u64),
     Faa(u64),
@@ -65,7 +92,7 @@ pub enum VerbOutput {
 impl VerbOutput {
     /// The bytes of a read completion. Panics on any other kind: a caller
     /// matching completions to the verbs it posted knows the kind.
-    pub fn into_bytes(self) -> Vec<u8> {
+    pub fn into_bytes(self) -> Bytes {
         match self {
             VerbOutput::Read(b) => b,
             other => panic!("expected a read completion, got {other:?}"),

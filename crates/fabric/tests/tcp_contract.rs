@@ -3,6 +3,14 @@
 //! and clients on a tokio `current_thread` runtime with a `LocalSet`, as
 //! compute threads run them.
 
+/// The completions a batch should come back with, like `vec![...]`.
+macro_rules! done {
+    ($($t:tt)*) => {{
+        let c: tandem_fabric::Completions = tandem_fabric::batch![$($t)*];
+        c
+    }};
+}
+
 use std::cell::RefCell;
 use std::future::Future;
 use std::io::{ErrorKind, Read, Write};
@@ -95,12 +103,12 @@ fn verbs_on_one_queue_pair_execute_in_posting_order() {
         // 200 batches in flight at once: each CAS succeeds only if its
         // predecessor already executed.
         let pending: Vec<_> = (0..200u64)
-            .map(|i| qp.post(vec![Verb::cas(0, i, i + 1)]))
+            .map(|i| qp.post(tandem_fabric::batch![Verb::cas(0, i, i + 1)]))
             .collect();
         for (i, p) in pending.into_iter().enumerate() {
             assert_eq!(
                 p.await,
-                vec![Ok(VerbOutput::Cas(i as u64))],
+                done![Ok(VerbOutput::Cas(i as u64))],
                 "batch {i} ran out of order"
             );
         }
@@ -109,7 +117,7 @@ fn verbs_on_one_queue_pair_execute_in_posting_order() {
         // Within a batch too, and on the other memory node independently.
         let qp1 = fabric.queue_pair(1);
         let got = qp1
-            .post(vec![
+            .post(tandem_fabric::batch![
                 Verb::write_u64(8, 5),
                 Verb::faa(8, 1),
                 Verb::read(8, 8),
@@ -117,10 +125,10 @@ fn verbs_on_one_queue_pair_execute_in_posting_order() {
             .await;
         assert_eq!(
             got,
-            vec![
+            done![
                 Ok(VerbOutput::Write),
                 Ok(VerbOutput::Faa(5)),
-                Ok(VerbOutput::Read(6u64.to_le_bytes().to_vec()))
+                Ok(VerbOutput::Read(6u64.to_le_bytes().as_slice().into()))
             ]
         );
         assert_eq!((s0.node().load_u64(8), s1.node().load_u64(8)), (0, 6));
@@ -132,7 +140,7 @@ fn verbs_on_one_queue_pair_execute_in_posting_order() {
                 let (qp, olds) = (fabric.queue_pair(1), olds.clone());
                 tokio::task::spawn_local(async move {
                     for _ in 0..50 {
-                        let done = qp.post(vec![Verb::faa(16, 1)]).await;
+                        let done = qp.post(tandem_fabric::batch![Verb::faa(16, 1)]).await;
                         olds.borrow_mut().push(done[0].clone().unwrap().old_value());
                     }
                 })
@@ -151,13 +159,13 @@ fn verbs_on_one_queue_pair_execute_in_posting_order() {
 
         // A coordinator that stops waiting (its future dropped) does not
         // disturb the connection: the verbs still execute, in order.
-        drop(qp.post(vec![Verb::faa(0, 10)]));
-        let p = qp.post(vec![Verb::faa(0, 1)]);
-        drop(qp.post(vec![Verb::faa(0, 100)]));
-        assert_eq!(p.await, vec![Ok(VerbOutput::Faa(210))]);
+        drop(qp.post(tandem_fabric::batch![Verb::faa(0, 10)]));
+        let p = qp.post(tandem_fabric::batch![Verb::faa(0, 1)]);
+        drop(qp.post(tandem_fabric::batch![Verb::faa(0, 100)]));
+        assert_eq!(p.await, done![Ok(VerbOutput::Faa(210))]);
         assert_eq!(
-            qp.post(vec![Verb::read(0, 8)]).await,
-            vec![Ok(VerbOutput::Read(311u64.to_le_bytes().to_vec()))]
+            qp.post(tandem_fabric::batch![Verb::read(0, 8)]).await,
+            done![Ok(VerbOutput::Read(311u64.to_le_bytes().as_slice().into()))]
         );
         assert_eq!(qp.outstanding(), 0);
 
@@ -177,19 +185,19 @@ fn after_revocation_verbs_complete_with_revoked_and_do_not_execute() {
         let f4 = c.connect(4, &keys4).await.unwrap();
         let qp3 = f3.queue_pair(0);
         assert_eq!(
-            qp3.post(vec![Verb::write_u64(0, 1)]).await,
-            vec![Ok(VerbOutput::Write)]
+            qp3.post(tandem_fabric::batch![Verb::write_u64(0, 1)]).await,
+            done![Ok(VerbOutput::Write)]
         );
 
         c.revoke(3).await.unwrap();
         let got = qp3
-            .post(vec![
+            .post(tandem_fabric::batch![
                 Verb::write_u64(0, 99),
                 Verb::faa(8, 1),
                 Verb::read(0, 8),
             ])
             .await;
-        assert_eq!(got, vec![Err(VerbError::Revoked); 3]);
+        assert_eq!(got, done![Err(VerbError::Revoked); 3]);
         assert_eq!(
             (s.node().load_u64(0), s.node().load_u64(8)),
             (1, 0),
@@ -198,8 +206,10 @@ fn after_revocation_verbs_complete_with_revoked_and_do_not_execute() {
 
         // Other compute nodes are unaffected.
         assert_eq!(
-            f4.queue_pair(0).post(vec![Verb::faa(8, 2)]).await,
-            vec![Ok(VerbOutput::Faa(0))]
+            f4.queue_pair(0)
+                .post(tandem_fabric::batch![Verb::faa(8, 2)])
+                .await,
+            done![Ok(VerbOutput::Faa(0))]
         );
         // The revoked key cannot open a new connection.
         let err = c
@@ -215,8 +225,8 @@ fn after_revocation_verbs_complete_with_revoked_and_do_not_execute() {
             .expect_err("a revoked incarnation got a fresh key");
         assert!(tandem_fabric::tcp::is_fenced(&err), "{err}");
         assert_eq!(
-            qp3.post(vec![Verb::write_u64(0, 7)]).await,
-            vec![Err(VerbError::Revoked)]
+            qp3.post(tandem_fabric::batch![Verb::write_u64(0, 7)]).await,
+            done![Err(VerbError::Revoked)]
         );
         assert_eq!(s.node().load_u64(0), 1);
         // A node revoked before it ever registered (a verdict between join and
@@ -238,7 +248,7 @@ fn bad_addresses_complete_with_errors_and_the_server_keeps_serving() {
         let keys = c.register(1).await.unwrap();
         let qp = c.connect(1, &keys).await.unwrap().queue_pair(0);
         let got = qp
-            .post(vec![
+            .post(tandem_fabric::batch![
                 Verb::read(60, 8),
                 Verb::cas(12, 0, 1),
                 Verb::faa(64, 1),
@@ -250,7 +260,7 @@ fn bad_addresses_complete_with_errors_and_the_server_keeps_serving() {
             ])
             .await;
         use VerbError::{Misaligned, OutOfRange};
-        let expected = vec![
+        let expected: tandem_fabric::Completions = tandem_fabric::batch![
             Err(OutOfRange),
             Err(Misaligned),
             Err(OutOfRange),
@@ -263,14 +273,17 @@ fn bad_addresses_complete_with_errors_and_the_server_keeps_serving() {
         assert_eq!(got, expected);
         // A batch whose answer cannot fit in one frame is refused locally, per verb.
         assert_eq!(
-            qp.post(vec![Verb::read(0, u32::MAX), Verb::read(0, 8)])
-                .await,
-            vec![Err(OutOfRange); 2]
+            qp.post(tandem_fabric::batch![
+                Verb::read(0, u32::MAX),
+                Verb::read(0, 8)
+            ])
+            .await,
+            done![Err(OutOfRange); 2]
         );
-        assert_eq!(qp.post(vec![]).await, vec![]);
+        assert_eq!(qp.post(tandem_fabric::batch![]).await, done![]);
         assert_eq!(
-            qp.post(vec![Verb::read(56, 8)]).await,
-            vec![Ok(VerbOutput::Read(9u64.to_le_bytes().to_vec()))]
+            qp.post(tandem_fabric::batch![Verb::read(56, 8)]).await,
+            done![Ok(VerbOutput::Read(9u64.to_le_bytes().as_slice().into()))]
         );
         assert!(qp.is_connected());
     });
@@ -285,8 +298,9 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
         let keys = c.register(1).await.unwrap();
         let good = c.connect(1, &keys).await.unwrap().queue_pair(0);
         assert_eq!(
-            good.post(vec![Verb::write_u64(0, 11)]).await,
-            vec![Ok(VerbOutput::Write)]
+            good.post(tandem_fabric::batch![Verb::write_u64(0, 11)])
+                .await,
+            done![Ok(VerbOutput::Write)]
         );
 
         // Random bytes (then end of stream, in case they look like a short frame).
@@ -383,13 +397,13 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
 
         // The connection that was open all along, and a new one, still work.
         assert_eq!(
-            good.post(vec![Verb::read(0, 8)]).await,
-            vec![Ok(VerbOutput::Read(11u64.to_le_bytes().to_vec()))]
+            good.post(tandem_fabric::batch![Verb::read(0, 8)]).await,
+            done![Ok(VerbOutput::Read(11u64.to_le_bytes().as_slice().into()))]
         );
         let again = c.connect(1, &keys).await.unwrap().queue_pair(0);
         assert_eq!(
-            again.post(vec![Verb::faa(0, 1)]).await,
-            vec![Ok(VerbOutput::Faa(11))]
+            again.post(tandem_fabric::batch![Verb::faa(0, 1)]).await,
+            done![Ok(VerbOutput::Faa(11))]
         );
         assert_eq!(s.node().load_u64(0), 12);
     });
@@ -457,18 +471,19 @@ fn a_lost_connection_completes_every_verb_with_unavailable() {
             .await
             .unwrap();
         let qp = fabric.queue_pair(0);
-        let first = qp.post(vec![
+        let first = qp.post(tandem_fabric::batch![
             Verb::read(0, 8),
             Verb::faa(8, 1),
             Verb::write_u64(0, 1),
         ]);
-        let second = qp.post(vec![Verb::cas(0, 0, 1)]);
-        assert_eq!(first.await, vec![Err(VerbError::Unavailable); 3]);
-        assert_eq!(second.await, vec![Err(VerbError::Unavailable)]);
+        let second = qp.post(tandem_fabric::batch![Verb::cas(0, 0, 1)]);
+        assert_eq!(first.await, done![Err(VerbError::Unavailable); 3]);
+        assert_eq!(second.await, done![Err(VerbError::Unavailable)]);
         assert!(!fabric.is_connected());
         assert_eq!(
-            qp.post(vec![Verb::read(0, 8), Verb::read(8, 8)]).await,
-            vec![Err(VerbError::Unavailable); 2]
+            qp.post(tandem_fabric::batch![Verb::read(0, 8), Verb::read(8, 8)])
+                .await,
+            done![Err(VerbError::Unavailable); 2]
         );
     });
     fake.join().unwrap();
@@ -480,15 +495,15 @@ fn a_lost_connection_completes_every_verb_with_unavailable() {
         let keys = c.register(1).await.unwrap();
         let qp = c.connect(1, &keys).await.unwrap().queue_pair(0);
         assert_eq!(
-            qp.post(vec![Verb::faa(0, 1)]).await,
-            vec![Ok(VerbOutput::Faa(0))]
+            qp.post(tandem_fabric::batch![Verb::faa(0, 1)]).await,
+            done![Ok(VerbOutput::Faa(0))]
         );
         s.shutdown();
-        let after = qp.post(vec![Verb::faa(0, 1)]).await;
-        assert_eq!(after, vec![Err(VerbError::Unavailable)]);
+        let after = qp.post(tandem_fabric::batch![Verb::faa(0, 1)]).await;
+        assert_eq!(after, done![Err(VerbError::Unavailable)]);
         assert_eq!(
-            qp.post(vec![Verb::faa(0, 1)]).await,
-            vec![Err(VerbError::Unavailable)]
+            qp.post(tandem_fabric::batch![Verb::faa(0, 1)]).await,
+            done![Err(VerbError::Unavailable)]
         );
     });
 }
@@ -519,7 +534,7 @@ fn an_idle_server_parks_its_polling_thread() {
         let qp = c.connect(1, &keys).await.unwrap().queue_pair(0);
         for _ in 0..2 {
             for _ in 0..100 {
-                assert!(qp.post(vec![Verb::faa(0, 1)]).await[0].is_ok());
+                assert!(qp.post(tandem_fabric::batch![Verb::faa(0, 1)]).await[0].is_ok());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
             let before = poller_cpu_ticks();

@@ -74,7 +74,10 @@ impl MemoryLinks {
                     if links.view.is_down(m) {
                         continue;
                     }
-                    let probe = links.fabric.queue_pair(m).post(vec![Verb::read(0, 8)]);
+                    let probe = links
+                        .fabric
+                        .queue_pair(m)
+                        .post(tandem_fabric::batch![Verb::read(0, 8)]);
                     let heard = links.heard.clone();
                     tokio::task::spawn_local(async move {
                         if probe.await.iter().all(|c| c.is_ok()) {

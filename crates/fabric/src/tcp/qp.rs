@@ -29,7 +29,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use crate::tcp::wire::{self, ServerMsg, FRAME_HEADER_BYTES};
-use crate::verb::{Completion, MemNodeId, Verb, VerbError};
+use crate::verb::{Batch, Completions, MemNodeId, VerbError};
 use crate::QueuePair;
 
 /// Initial size of the reader's buffer; it grows to hold the largest frame seen.
@@ -41,7 +41,7 @@ enum Slot {
         verbs: usize,
         waker: Option<Waker>,
     },
-    Ready(Vec<Completion>),
+    Ready(Completions),
     /// Its future was dropped before the answer came; the answer is still
     /// due (the verbs execute all the same) and will be discarded.
     Abandoned {
@@ -127,7 +127,7 @@ impl Conn {
 
     /// Deliver one `Done` frame. An answer the window does not expect is a
     /// protocol violation and kills the connection.
-    fn complete(&self, req_id: u64, completions: Vec<Completion>) -> Result<(), String> {
+    fn complete(&self, req_id: u64, completions: Completions) -> Result<(), String> {
         let waker;
         {
             let mut i = self.inner.borrow_mut();
@@ -285,12 +285,12 @@ impl std::fmt::Debug for TcpQp {
 impl QueuePair for TcpQp {
     type Pending = TcpPending;
 
-    fn post(&self, batch: Vec<Verb>) -> TcpPending {
+    fn post(&self, batch: Batch) -> TcpPending {
         let link = self.link.borrow();
         let conn = &link.0;
         let n = batch.len();
         if n == 0 {
-            return TcpPending::ready(Vec::new());
+            return TcpPending::ready(Completions::new());
         }
         if !wire::batch_fits(&batch) {
             // The batch or its answer would exceed one frame; the server would
@@ -328,7 +328,7 @@ impl QueuePair for TcpQp {
 }
 
 enum PendingState {
-    Ready(Vec<Completion>),
+    Ready(Completions),
     Waiting { conn: Rc<Conn>, req_id: u64 },
     Done,
 }
@@ -339,7 +339,7 @@ pub struct TcpPending {
 }
 
 impl TcpPending {
-    fn ready(c: Vec<Completion>) -> Self {
+    fn ready(c: Completions) -> Self {
         TcpPending {
             state: PendingState::Ready(c),
         }
@@ -347,9 +347,9 @@ impl TcpPending {
 }
 
 impl Future for TcpPending {
-    type Output = Vec<Completion>;
+    type Output = Completions;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<Completion>> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completions> {
         let this = &mut *self;
         let done = match &mut this.state {
             PendingState::Ready(c) => std::mem::take(c),
@@ -373,7 +373,7 @@ impl Future for TcpPending {
                     }
                     // Only this future releases its slot, so this cannot
                     // happen; answer rather than hang if it ever does.
-                    Some(Slot::Abandoned { .. } | Slot::Gone) | None => Vec::new(),
+                    Some(Slot::Abandoned { .. } | Slot::Gone) | None => Completions::new(),
                 }
             }
             PendingState::Done => panic!("TcpPending polled after it completed"),

@@ -17,7 +17,7 @@ use std::fmt;
 use std::io::{self, Read};
 
 use crate::memory::RegionKey;
-use crate::verb::{Completion, ComputeNodeId, Verb, VerbError, VerbOutput};
+use crate::verb::{Completion, Completions, ComputeNodeId, Verb, VerbError, VerbOutput};
 
 /// Largest frame body. Bounds every buffer a peer can make us allocate.
 pub const FRAME_BYTES_MAX: usize = 4 << 20;
@@ -182,7 +182,7 @@ pub enum ServerMsg {
     /// One completion per verb of the batch `req_id`, in order.
     Done {
         req_id: u64,
-        completions: Vec<Completion>,
+        completions: Completions,
     },
     AdminOk,
     Registered {
@@ -500,7 +500,7 @@ impl ServerMsg {
                 if count > c.remaining() {
                     return Err(FrameError::Truncated);
                 }
-                let mut completions = Vec::with_capacity(count);
+                let mut completions = Completions::with_capacity(count);
                 for _ in 0..count {
                     completions.push(decode_completion(&mut c)?);
                 }
@@ -670,11 +670,11 @@ mod tests {
             ServerMsg::HelloOk,
             ServerMsg::Done {
                 req_id: 3,
-                completions: vec![],
+                completions: crate::batch![],
             },
             ServerMsg::Done {
                 req_id: 9,
-                completions: vec![
+                completions: crate::batch![
                     Ok(VerbOutput::Read(vec![9; 17])),
                     Ok(VerbOutput::Read(vec![])),
                     Ok(VerbOutput::Write),
