@@ -6,6 +6,7 @@ pub mod compare;
 pub mod ddp_bench;
 pub mod ddp_procs;
 pub mod ddp_tcp;
+pub mod echo_bench;
 pub mod experiment;
 pub mod fabric_bench;
 pub mod heal_exp;

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use clap::Args;
 use tandem_bench::compare::alternate;
-use tandem_bench::fabric_bench;
 use tandem_bench::sim_run::{self, Faults, SimConfig};
+use tandem_bench::{echo_bench, fabric_bench};
 use tandem_cluster::backend::{Backend, MemoryServers};
 use tandem_cluster::runner::{run, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
 use tandem_cluster::workload::WorkloadSpec;
@@ -340,15 +340,31 @@ pub fn fabric_bench(a: FabricBenchArgs) -> Result<(), String> {
     let (backend, _servers) = match a.fabric.fabric.as_str() {
         "sim" => (Backend::inline(a.memory_nodes as usize, region, 1), None),
         "tcp" => tcp_backend(&a.fabric, a.memory_nodes, region)?,
-        other => return Err(format!("unknown fabric '{other}' (expected sim or tcp)")),
+        "echo" => {
+            let servers = a.memory_nodes as usize;
+            let r = echo_bench::run(servers, a.threads, a.depth, a.read_bytes, duration)?;
+            return report_fabric_bench(&r, a.json.as_deref());
+        }
+        other => {
+            return Err(format!(
+                "unknown fabric '{other}' (expected sim, tcp or echo)"
+            ))
+        }
     };
     let r = fabric_bench::run(&backend, a.threads, a.depth, a.read_bytes, region, duration)?;
+    report_fabric_bench(&r, a.json.as_deref())
+}
+
+fn report_fabric_bench(
+    r: &fabric_bench::FabricBenchResult,
+    json: Option<&str>,
+) -> Result<(), String> {
     eprintln!(
         "fabric-bench {}: {} threads x depth {}: {:.0} verbs/s ({} reads of {} B in {:.2}s)",
         r.fabric, r.threads, r.depth, r.verbs_per_s, r.verbs, r.read_bytes, r.duration_s
     );
-    if let Some(path) = &a.json {
-        write_json(path, &r)?;
+    if let Some(path) = json {
+        write_json(path, r)?;
         eprintln!("wrote {path}");
     }
     Ok(())

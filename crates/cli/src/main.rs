@@ -50,7 +50,7 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Run one workload against Tandem, PostgreSQL, Redis and etcd (start them with scripts/peers.sh).
     Compare(compare_cmd::CompareArgs),
-    /// Measure the raw verbs/s ceiling of a fabric.
+    /// Measure the raw verbs/s ceiling of a fabric (--fabric echo: the same frames over loopback, echoed: the physical limit).
     FabricBench(bench_cmd::FabricBenchArgs),
     /// Run one of the paper's experiments (or all): JSON, figure, and its section of docs/RESULTS.md.
     Experiment(experiment_cmd::ExperimentArgs),

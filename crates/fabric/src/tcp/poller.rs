@@ -1,88 +1,76 @@
-//! The memory server's "wimpy core": the one polling thread that executes
-//! every batched verb of every data connection (DESIGN.md §3, "tcp": "a
-//! memory-server process whose one polling thread executes batched verbs ...
-//! adaptive spin-then-park polling so idle servers do not burn a core").
+//! The memory server's "wimpy core": the one polling thread that reads,
+//! executes and answers every batched verb of every data connection
+//! (DESIGN.md §3, "tcp": "a memory-server process whose one polling thread
+//! executes batched verbs ... adaptive spin-then-park polling so idle
+//! servers do not burn a core").
 //!
-//! Connection threads parse frames and push [`Work`] into one bounded
-//! [`WorkQueue`]. The poller drains the whole queue at once, executes each
-//! batch through [`MemoryNode::execute`] (which does the access check per
-//! verb, so a revoked compute node gets `Revoked` and nothing executes),
-//! appends the `Done` frame to that connection's output buffer, and writes all
-//! buffered answers only when the queue is empty: under load many answers
-//! leave in one `write`. One thread executing in queue order is what gives a
-//! connection's verbs their posting order.
+//! Connection threads do the handshake only; an admitted data connection is
+//! handed over as [`Work::Open`] and from then on belongs to this thread,
+//! which waits on every such socket at once (`epoll` through `mio`). A
+//! readable connection is read until the kernel has nothing more; each whole
+//! `Batch` frame in it executes at once through [`MemoryNode::execute_batch`]
+//! (one access check per batch, no syscall per verb) and its `Done` frame
+//! joins the connection's output, which leaves in one `write` when the round
+//! ends. There is no hand-off between threads on the path of a verb, and one
+//! thread executing each connection's frames in arrival order is what gives
+//! a queue pair's verbs their posting order.
 //!
-//! When the queue stays empty the poller spins a bounded number of rounds
-//! (cheap pause instructions, then `yield_now`, at most [`SPIN_TIME_MAX`] in
-//! all) to catch the next request of a pipelining client without a wake-up,
-//! and then parks. Producers unpark it
-//! only when it has announced that it sleeps, so a busy server pays no
-//! syscalls for wake-ups.
+//! Adaptive polling: after a round that served anything, the poller keeps
+//! polling without blocking (yielding the core between polls) for at most
+//! [`SPIN_TIME_MAX`], to catch the next request of a client at low depth
+//! without a wake-up; then it blocks in `epoll_wait`, so an idle server
+//! sleeps. Connection threads wake it (through a `mio::Waker`) only when it
+//! has announced that it sleeps.
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use std::thread::{self, Thread};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread;
 use std::time::{Duration, Instant};
 
+use mio::{Events, Interest, Poll, Token, Waker};
+
 use crate::memory::{MemoryNode, RegionKey};
-use crate::tcp::wire;
-use crate::verb::{ComputeNodeId, Verb};
+use crate::tcp::wire::{self, ClientMsg, FRAME_HEADER_BYTES};
+use crate::verb::ComputeNodeId;
 
-/// Bytes of parsed frames the queue may hold before connection threads block
-/// (and TCP flow control pushes back on clients). At least one frame always
-/// fits, so the largest legal frame can never wedge a connection.
-const QUEUE_BYTES_MAX: usize = 64 << 20;
-/// A connection's buffered answers are written out early once they reach
-/// this size, bounding the poller's memory per connection.
+/// A connection's answers are written out early once they reach this size,
+/// bounding the poller's memory per connection.
 const OUTPUT_FLUSH_BYTES: usize = 256 << 10;
-/// Spin rounds with exponentially more pause instructions (2^0 .. 2^6).
-const SPIN_ROUNDS_MAX: u32 = 7;
-/// Then up to this many `yield_now` rounds, which let clients on the same core run.
-const YIELD_ROUNDS_MAX: u32 = 64;
-/// ... but no longer than this: on a busy core one `yield_now` can last a
-/// whole time slice, and an iteration bound alone would then keep an idle
-/// poller runnable for a long time.
-const SPIN_TIME_MAX: Duration = Duration::from_micros(100);
+/// Bytes read from a socket per `read` call.
+const READ_CHUNK_BYTES: usize = 64 << 10;
+/// How long the poller keeps polling without blocking after it last served.
+pub(crate) const SPIN_TIME_MAX: Duration = Duration::from_micros(50);
+/// A client that stops reading its answers stalls the poller for at most
+/// this long before its connection is dropped.
+const WRITE_STALL_MAX: Duration = Duration::from_secs(2);
+const WAKER: Token = Token(usize::MAX);
 
-/// What connection threads hand to the poller. The queue keeps each
-/// producer's order, so a connection's `Open` precedes its batches and its
-/// `Close` follows them.
+/// What connection threads hand to the poller.
 pub(crate) enum Work {
-    /// A data connection passed its `Hello`; `stream` is its write side.
+    /// A data connection passed its `Hello`: from now on the poller reads,
+    /// executes and answers it. `early` holds bytes the handshake read past
+    /// the `Hello` frame.
     Open {
         conn: u64,
         compute: ComputeNodeId,
         key: RegionKey,
         stream: TcpStream,
+        early: Vec<u8>,
     },
-    Batch {
-        conn: u64,
-        req_id: u64,
-        verbs: Vec<Verb>,
-    },
-    /// The connection ended (end of stream or framing error): answer what
-    /// came before, then close it.
-    Close { conn: u64 },
 }
 
 struct QueueState {
     items: Vec<Work>,
-    bytes: usize,
     poller_sleeping: bool,
-    producers_waiting: usize,
     stopped: bool,
 }
 
-/// The multi-producer, single-consumer queue between connection threads and the poller.
+/// Connection threads' way into the poller: new connections and the stop.
 pub(crate) struct WorkQueue {
     state: Mutex<QueueState>,
-    not_full: Condvar,
-    /// Items in the queue, readable without the lock while the poller spins.
-    len_hint: AtomicUsize,
-    poller: OnceLock<Thread>,
+    waker: OnceLock<Waker>,
 }
 
 impl WorkQueue {
@@ -90,14 +78,10 @@ impl WorkQueue {
         WorkQueue {
             state: Mutex::new(QueueState {
                 items: Vec::new(),
-                bytes: 0,
                 poller_sleeping: false,
-                producers_waiting: 0,
                 stopped: false,
             }),
-            not_full: Condvar::new(),
-            len_hint: AtomicUsize::new(0),
-            poller: OnceLock::new(),
+            waker: OnceLock::new(),
         }
     }
 
@@ -107,228 +91,321 @@ impl WorkQueue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn set_poller(&self, t: Thread) {
-        let _ = self.poller.set(t);
-    }
-
-    /// Queue `work` that arrived as `bytes` frame bytes; blocks while the
-    /// queue is full. Returns false once the server is stopping.
-    pub(crate) fn push(&self, work: Work, bytes: usize) -> bool {
+    /// Queue `work`; returns false once the server is stopping.
+    pub(crate) fn push(&self, work: Work) -> bool {
         let mut s = self.lock();
-        while !s.stopped && s.bytes > 0 && s.bytes + bytes > QUEUE_BYTES_MAX {
-            s.producers_waiting += 1;
-            s = self.not_full.wait(s).unwrap_or_else(|e| e.into_inner());
-            s.producers_waiting -= 1;
-        }
         if s.stopped {
             return false;
         }
         s.items.push(work);
-        s.bytes += bytes;
-        self.len_hint.store(s.items.len(), Ordering::Release);
         // Deciding under the lock closes the race with the poller going to
         // sleep: either it sees this item, or we see it sleeping.
         let wake = std::mem::replace(&mut s.poller_sleeping, false);
         drop(s);
         if wake {
-            if let Some(t) = self.poller.get() {
-                t.unpark();
-            }
+            self.wake();
         }
         true
     }
 
-    /// Move everything queued into `out` (which must be empty). Returns false once stopped.
-    fn take_all(&self, out: &mut Vec<Work>) -> bool {
-        debug_assert!(out.is_empty());
-        let mut s = self.lock();
-        std::mem::swap(&mut s.items, out);
-        s.bytes = 0;
-        s.poller_sleeping = false;
-        self.len_hint.store(0, Ordering::Release);
-        let stopped = s.stopped;
-        let waiting = s.producers_waiting > 0;
-        drop(s);
-        if waiting {
-            self.not_full.notify_all();
-        }
-        !stopped
-    }
-
-    fn looks_nonempty(&self) -> bool {
-        self.len_hint.load(Ordering::Acquire) > 0
-    }
-
-    /// Park the poller unless work arrived or the server stopped meanwhile.
-    fn park_if_idle(&self) {
-        {
-            let mut s = self.lock();
-            if !s.items.is_empty() || s.stopped {
-                return;
+    fn wake(&self) {
+        if let Some(w) = self.waker.get() {
+            if let Err(e) = w.wake() {
+                log::warn!("memory server: cannot wake the poller: {e}");
             }
-            s.poller_sleeping = true;
         }
-        // A wake-up between the unlock and here leaves a token: park returns at once.
-        thread::park();
     }
 
-    /// Stop the poller and release every blocked producer.
+    /// Move everything queued into `out`. Returns false once stopped.
+    fn take_all(&self, out: &mut Vec<Work>) -> bool {
+        let mut s = self.lock();
+        out.append(&mut s.items);
+        s.poller_sleeping = false;
+        !s.stopped
+    }
+
+    /// Announce that the poller is about to block, unless work is queued.
+    fn may_sleep(&self) -> bool {
+        let mut s = self.lock();
+        if !s.items.is_empty() || s.stopped {
+            return false;
+        }
+        s.poller_sleeping = true;
+        true
+    }
+
+    /// Stop the poller.
     pub(crate) fn stop(&self) {
         self.lock().stopped = true;
-        self.not_full.notify_all();
-        if let Some(t) = self.poller.get() {
-            t.unpark();
-        }
+        self.wake();
     }
 }
 
 /// The poller's view of one data connection.
-struct ConnOut {
+struct Conn {
     compute: ComputeNodeId,
     key: RegionKey,
-    stream: TcpStream,
+    stream: mio::net::TcpStream,
+    /// Bytes read but not yet parsed (at most one partial frame after a round).
+    input: Vec<u8>,
     /// Encoded `Done` frames not yet written.
     out: Vec<u8>,
-    dirty: bool,
+    /// End of stream, a bad frame or a failed write: close after this round.
+    closing: bool,
 }
 
-/// Run the polling loop until the queue is stopped.
-pub(crate) fn run(queue: Arc<WorkQueue>, node: Arc<MemoryNode>) {
-    let mut conns: HashMap<u64, ConnOut> = HashMap::new();
-    let mut dirty: Vec<u64> = Vec::new();
-    let mut work: Vec<Work> = Vec::new();
+/// The poller's `epoll` instance, created before its thread so that
+/// connection threads can wake it from the start.
+pub(crate) fn open(queue: &WorkQueue) -> io::Result<Poll> {
+    let poll = Poll::new()?;
+    let waker = Waker::new(poll.registry(), WAKER)?;
+    let _ = queue.waker.set(waker);
+    Ok(poll)
+}
+
+/// Run the polling loop until the queue is stopped. `release(conn)` runs
+/// when a connection closes.
+pub(crate) fn run(
+    queue: Arc<WorkQueue>,
+    node: Arc<MemoryNode>,
+    mut poll: Poll,
+    release: impl Fn(u64),
+) {
+    let mut conns: HashMap<u64, Conn> = HashMap::new();
+    let mut events = Events::with_capacity(1024);
+    let mut work = Vec::new();
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    let mut ready: Vec<u64> = Vec::new();
+    let mut last_served = Instant::now();
     loop {
         if !queue.take_all(&mut work) {
             break;
         }
-        if !work.is_empty() {
-            for w in work.drain(..) {
-                handle(&node, &mut conns, &mut dirty, w);
-            }
-            continue;
-        }
-        // The queue is empty: every answer computed so far leaves now, in as
-        // few writes as there are connections with answers.
-        flush_dirty(&mut conns, &mut dirty);
-        if spin_for_work(&queue) {
-            continue;
-        }
-        queue.park_if_idle();
-    }
-    // Stopping: close every connection so clients see the server go away.
-    for (_, c) in conns.drain() {
-        let _ = c.stream.shutdown(Shutdown::Both);
-    }
-}
-
-/// Bounded wait for work before parking; returns whether work showed up.
-fn spin_for_work(queue: &WorkQueue) -> bool {
-    let start = Instant::now();
-    for round in 0..SPIN_ROUNDS_MAX {
-        for _ in 0..(1u32 << round) {
-            std::hint::spin_loop();
-        }
-        if queue.looks_nonempty() {
-            return true;
-        }
-    }
-    for _ in 0..YIELD_ROUNDS_MAX {
-        thread::yield_now();
-        if queue.looks_nonempty() {
-            return true;
-        }
-        if start.elapsed() > SPIN_TIME_MAX {
-            break;
-        }
-    }
-    false
-}
-
-fn handle(node: &MemoryNode, conns: &mut HashMap<u64, ConnOut>, dirty: &mut Vec<u64>, w: Work) {
-    match w {
-        Work::Open {
+        for Work::Open {
             conn,
             compute,
             key,
             stream,
-        } => {
-            conns.insert(
-                conn,
-                ConnOut {
-                    compute,
-                    key,
-                    stream,
-                    out: Vec::new(),
-                    dirty: false,
-                },
-            );
+            early,
+        } in work.drain(..)
+        {
+            if let Some(c) = open_conn(&poll, conn, compute, key, stream, early) {
+                conns.insert(conn, c);
+                // Data may have come before the registration: read at once.
+                ready.push(conn);
+            }
         }
-        Work::Batch {
-            conn,
-            req_id,
-            verbs,
-        } => {
-            // A connection whose writes failed is gone; its later batches are dropped.
-            let Some(c) = conns.get_mut(&conn) else {
-                return;
+        if ready.is_empty() {
+            let spinning = last_served.elapsed() < SPIN_TIME_MAX;
+            let timeout = if spinning {
+                Some(Duration::ZERO)
+            } else if queue.may_sleep() {
+                None
+            } else {
+                Some(Duration::ZERO)
             };
-            let start = wire::begin_done(&mut c.out, req_id, verbs.len());
-            let out = &mut c.out;
-            node.execute_batch(c.compute, c.key, &verbs, |done| {
-                wire::encode_completion(out, &done)
-            });
-            wire::end_frame(&mut c.out, start);
-            if c.out.len() >= OUTPUT_FLUSH_BYTES {
-                if !flush(conn, c) {
-                    conns.remove(&conn);
+            if let Err(e) = poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    log::warn!("memory server: poll failed: {e}");
+                    thread::sleep(Duration::from_millis(1));
                 }
-            } else if !c.dirty {
-                c.dirty = true;
-                dirty.push(conn);
+                continue;
+            }
+            ready.extend(
+                events
+                    .iter()
+                    .filter(|e| e.token() != WAKER)
+                    .map(|e| e.token().0 as u64),
+            );
+            if ready.is_empty() {
+                if spinning {
+                    thread::yield_now();
+                }
+                continue;
             }
         }
-        Work::Close { conn } => {
-            if let Some(mut c) = conns.remove(&conn) {
-                flush(conn, &mut c);
-                let _ = c.stream.shutdown(Shutdown::Both);
+        for conn in ready.drain(..) {
+            if let Some(c) = conns.get_mut(&conn) {
+                serve(&node, conn, c, &mut chunk);
+            }
+        }
+        last_served = Instant::now();
+        // Every answer of the round leaves now, one write per connection.
+        conns.retain(|&conn, c| {
+            flush(conn, c);
+            if c.closing {
+                close(&poll, c);
+                release(conn);
+            }
+            !c.closing
+        });
+    }
+    // Stopping: close every connection so clients see the server go away.
+    for (conn, mut c) in conns.drain() {
+        flush(conn, &mut c);
+        close(&poll, &mut c);
+        release(conn);
+    }
+}
+
+fn open_conn(
+    poll: &Poll,
+    conn: u64,
+    compute: ComputeNodeId,
+    key: RegionKey,
+    stream: TcpStream,
+    early: Vec<u8>,
+) -> Option<Conn> {
+    let registered = stream.set_nonblocking(true).and_then(|()| {
+        let mut s = mio::net::TcpStream::from_std(stream);
+        poll.registry()
+            .register(&mut s, Token(conn as usize), Interest::READABLE)
+            .map(|()| s)
+    });
+    match registered {
+        Ok(stream) => Some(Conn {
+            compute,
+            key,
+            stream,
+            input: early,
+            out: Vec::new(),
+            closing: false,
+        }),
+        Err(e) => {
+            log::warn!("memory server: connection {conn} (compute {compute}): cannot poll it: {e}");
+            None
+        }
+    }
+}
+
+fn close(poll: &Poll, c: &mut Conn) {
+    let _ = poll.registry().deregister(&mut c.stream);
+    let _ = c.stream.shutdown(Shutdown::Both);
+}
+
+/// Read everything the socket has, executing each whole frame as it comes.
+fn serve(node: &MemoryNode, conn: u64, c: &mut Conn, chunk: &mut [u8]) {
+    loop {
+        execute_frames(node, conn, c);
+        if c.closing {
+            return;
+        }
+        match c.stream.read(chunk) {
+            Ok(0) => {
+                if !c.input.is_empty() {
+                    log::warn!(
+                        "memory server: connection {conn} (compute {}): stream ended inside a frame",
+                        c.compute
+                    );
+                }
+                c.closing = true;
+                return;
+            }
+            Ok(n) => c.input.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                log::warn!(
+                    "memory server: connection {conn} (compute {}): read failed: {e}",
+                    c.compute
+                );
+                c.closing = true;
+                return;
             }
         }
     }
 }
 
-fn flush_dirty(conns: &mut HashMap<u64, ConnOut>, dirty: &mut Vec<u64>) {
-    for conn in dirty.drain(..) {
-        let Some(c) = conns.get_mut(&conn) else {
-            continue;
+/// Execute every whole `Batch` frame in `c.input`, appending the answers.
+fn execute_frames(node: &MemoryNode, conn: u64, c: &mut Conn) {
+    let mut pos = 0;
+    while c.input.len() - pos >= FRAME_HEADER_BYTES {
+        let header: [u8; FRAME_HEADER_BYTES] =
+            c.input[pos..pos + FRAME_HEADER_BYTES].try_into().unwrap();
+        let len = match wire::frame_len(header) {
+            Ok(len) => len,
+            Err(e) => return bad_frame(conn, c, &e),
         };
-        c.dirty = false;
-        if !flush(conn, c) {
-            conns.remove(&conn);
+        let body_at = pos + FRAME_HEADER_BYTES;
+        if c.input.len() - body_at < len {
+            break;
         }
+        match ClientMsg::decode(&c.input[body_at..body_at + len]) {
+            Ok(ClientMsg::Batch { req_id, verbs }) => {
+                let start = wire::begin_done(&mut c.out, req_id, verbs.len());
+                let out = &mut c.out;
+                node.execute_batch(c.compute, c.key, &verbs, |done| {
+                    wire::encode_completion(out, &done)
+                });
+                wire::end_frame(&mut c.out, start);
+            }
+            Ok(other) => return bad_frame(conn, c, &format!("unexpected {}", other.name())),
+            Err(e) => return bad_frame(conn, c, &e),
+        }
+        pos = body_at + len;
+        if c.out.len() >= OUTPUT_FLUSH_BYTES {
+            flush(conn, c);
+        }
+    }
+    c.input.drain(..pos);
+    if c.input.capacity() > 4 * READ_CHUNK_BYTES && c.input.len() < READ_CHUNK_BYTES {
+        // One burst must not pin a large buffer for the connection's lifetime.
+        c.input.shrink_to(READ_CHUNK_BYTES);
     }
 }
 
-/// Write a connection's buffered answers. On failure the connection is shut
-/// down (its reader thread then ends too) and false is returned.
-fn flush(conn: u64, c: &mut ConnOut) -> bool {
+fn bad_frame(conn: u64, c: &mut Conn, why: &dyn std::fmt::Display) {
+    log::warn!(
+        "memory server: connection {conn} (compute {}): closing: {why}",
+        c.compute
+    );
+    c.input.clear();
+    c.closing = true;
+}
+
+/// Write a connection's buffered answers. A socket that cannot take them at
+/// once gets [`WRITE_STALL_MAX`] of blocking writes; a failure closes it.
+fn flush(conn: u64, c: &mut Conn) {
     if c.out.is_empty() {
-        return true;
+        return;
     }
-    let r = c.stream.write_all(&c.out);
+    let r = write_all_stalling(&mut c.stream, &c.out);
     c.out.clear();
     if c.out.capacity() > OUTPUT_FLUSH_BYTES * 4 {
-        // One burst must not pin a large buffer for the connection's lifetime.
         c.out.shrink_to(OUTPUT_FLUSH_BYTES);
     }
-    match r {
-        Ok(()) => true,
-        Err(e) => {
-            log::warn!(
-                "memory server: connection {conn} (compute {}): write failed, closing: {e}",
-                c.compute
-            );
-            let _ = c.stream.shutdown(Shutdown::Both);
-            false
+    if let Err(e) = r {
+        log::warn!(
+            "memory server: connection {conn} (compute {}): write failed, closing: {e}",
+            c.compute
+        );
+        c.closing = true;
+    }
+}
+
+fn write_all_stalling(stream: &mut mio::net::TcpStream, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match stream.write(buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return write_blocking(stream, buf);
+            }
+            Err(e) => return Err(e),
         }
     }
+    Ok(())
+}
+
+/// The rare slow client: finish the write in blocking mode, bounded in time.
+fn write_blocking(stream: &mut mio::net::TcpStream, buf: &[u8]) -> io::Result<()> {
+    let fd = std::os::fd::AsFd::as_fd(stream).try_clone_to_owned()?;
+    let std_stream = TcpStream::from(fd);
+    std_stream.set_nonblocking(false)?;
+    std_stream.set_write_timeout(Some(WRITE_STALL_MAX))?;
+    let r = (&std_stream).write_all(buf);
+    // The duplicate shares the socket's flags: back to non-blocking for the poller.
+    std_stream.set_nonblocking(true)?;
+    r
 }

@@ -1,16 +1,16 @@
 //! A memory server: accepts connections for one [`MemoryNode`] and serves its
 //! one-sided verbs over TCP (DESIGN.md §3, "tcp" and "Access control").
 //!
-//! Threads: the acceptor (the caller of [`serve`]), one blocking reader
-//! thread per connection, and the single polling thread of
-//! [`poller`](super::poller) that executes verbs. A connection's first frame
-//! decides what it is:
+//! Threads: the acceptor (the caller of [`serve`]), one short-lived thread
+//! per connection for its handshake, and the single polling thread of
+//! [`poller`](super::poller) that reads, executes and answers verbs. A
+//! connection's first frame decides what it is:
 //! - `Hello { compute, key }` opens a data connection if
-//!   [`MemoryNode::is_authorized`] accepts the key; its reader thread then
-//!   parses `Batch` frames and queues them for the poller, which answers.
+//!   [`MemoryNode::is_authorized`] accepts the key; it is then handed to the
+//!   poller and its thread ends.
 //! - `Admin { secret }` opens a control connection for `Register`, `Revoke`
-//!   and `Info`, answered by the reader thread itself: they are rare and
-//!   touch only the node's key table, so they need not queue behind verbs.
+//!   and `Info`, answered by its own thread: they are rare and touch only
+//!   the node's key table, so they need not queue behind verbs.
 //!
 //! A wrong key or secret gets a `Reject` and the connection is closed, before
 //! anything executes. Garbage, oversized or truncated frames close that one
@@ -28,21 +28,18 @@ use std::time::Duration;
 
 use crate::memory::MemoryNode;
 use crate::tcp::poller::{self, Work, WorkQueue};
-use crate::tcp::wire::{self, ClientMsg, ReadFrameError, RejectReason, ServerMsg};
+use crate::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg};
 
 /// Connections served at once; more are refused with `Reject { Busy }`.
 const CONNECTIONS_MAX: usize = 1024;
 /// A connection must complete its handshake within this time, so idle
 /// unauthenticated sockets cannot pin reader threads.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// A client that stops reading its answers stalls the poller for at most this
-/// long before its connection is dropped.
-const WRITE_STALL_MAX: Duration = Duration::from_secs(2);
-/// Reader threads parse frames and nothing else; a small stack suffices.
+/// Connection threads parse a handshake or control frames; a small stack suffices.
 const READER_STACK_BYTES: usize = 256 << 10;
 const READ_BUFFER_BYTES: usize = 64 << 10;
 
-/// State shared by the acceptor, the reader threads and the poller.
+/// State shared by the acceptor, the connection threads and the poller.
 struct Shared {
     node: Arc<MemoryNode>,
     secret: u64,
@@ -173,11 +170,7 @@ fn start(
     port: u16,
 ) -> io::Result<(Arc<Shared>, JoinHandle<()>)> {
     let queue = Arc::new(WorkQueue::new());
-    let (q, n) = (queue.clone(), node.clone());
-    let poller = thread::Builder::new()
-        .name(format!("mempoll-{port}"))
-        .spawn(move || poller::run(q, n))?;
-    queue.set_poller(poller.thread().clone());
+    let poll = poller::open(&queue)?;
     let shared = Arc::new(Shared {
         node,
         secret,
@@ -186,6 +179,13 @@ fn start(
         next_conn: AtomicU64::new(1),
         conns: Mutex::new(HashMap::new()),
     });
+    let s = shared.clone();
+    let poller = thread::Builder::new()
+        .name(format!("mempoll-{port}"))
+        .spawn(move || {
+            let release = |conn| drop(s.conns().remove(&conn));
+            poller::run(s.queue.clone(), s.node.clone(), poll, release)
+        })?;
     Ok((shared, poller))
 }
 
@@ -226,8 +226,9 @@ fn admit(shared: &Arc<Shared>, conn: u64, stream: TcpStream, peer: SocketAddr) -
         .name(format!("memconn-{conn}"))
         .stack_size(READER_STACK_BYTES)
         .spawn(move || {
-            serve_connection(&s, conn, stream, peer);
-            s.conns().remove(&conn);
+            if !serve_connection(&s, conn, stream, peer) {
+                s.conns().remove(&conn);
+            }
         });
     if let Err(e) = spawned {
         if let Some(s) = shared.conns().remove(&conn) {
@@ -254,8 +255,9 @@ fn reply(stream: &TcpStream, msg: &ServerMsg, buf: &mut Vec<u8>) -> io::Result<(
     w.write_all(buf)
 }
 
-/// One connection's reader thread: handshake, then data or control frames.
-fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketAddr) {
+/// One connection's thread: the handshake, then control frames, or the hand-over
+/// of a data connection to the poller. Returns whether the poller took it.
+fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketAddr) -> bool {
     let setup = stream
         .set_nodelay(true)
         .and_then(|()| stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)))
@@ -265,7 +267,7 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
         Err(e) => {
             log::warn!("memory server: connection {conn} from {peer}: setup failed: {e}");
             let _ = stream.shutdown(Shutdown::Both);
-            return;
+            return false;
         }
     };
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
@@ -274,12 +276,12 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
         Ok(true) => ClientMsg::decode(&body),
         Ok(false) => {
             let _ = stream.shutdown(Shutdown::Both);
-            return;
+            return false;
         }
         Err(e) => {
             log::warn!("memory server: connection {conn} from {peer}: bad handshake: {e}");
             let _ = stream.shutdown(Shutdown::Both);
-            return;
+            return false;
         }
     };
     match first {
@@ -287,32 +289,32 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
             if !shared.node.is_authorized(compute, key) {
                 log::warn!("memory server: connection {conn} from {peer}: wrong or revoked key for compute {compute}");
                 reject(&stream, RejectReason::BadKey);
-                return;
+                return false;
             }
             let mut buf = Vec::new();
             let opened = reply(&stream, &ServerMsg::HelloOk, &mut buf)
-                .and_then(|()| stream.set_read_timeout(None))
-                .and_then(|()| stream.try_clone());
-            match opened {
-                Ok(write_half) => {
-                    let _ = write_half.set_write_timeout(Some(WRITE_STALL_MAX));
-                    data_loop(
-                        shared, conn, peer, compute, key, write_half, &mut rd, &mut body,
-                    );
-                }
-                Err(e) => {
-                    log::warn!(
-                        "memory server: connection {conn} from {peer}: handshake failed: {e}"
-                    );
-                    let _ = stream.shutdown(Shutdown::Both);
-                }
+                .and_then(|()| stream.set_read_timeout(None));
+            if let Err(e) = opened {
+                log::warn!("memory server: connection {conn} from {peer}: handshake failed: {e}");
+                let _ = stream.shutdown(Shutdown::Both);
+                return false;
             }
+            // From here on the poller reads, executes and answers this connection.
+            let early = rd.buffer().to_vec();
+            let open = Work::Open {
+                conn,
+                compute,
+                key,
+                stream,
+                early,
+            };
+            return shared.queue.push(open);
         }
         Ok(ClientMsg::Admin { secret }) => {
             if secret != shared.secret {
                 log::warn!("memory server: connection {conn} from {peer}: wrong admin secret");
                 reject(&stream, RejectReason::BadSecret);
-                return;
+                return false;
             }
             admin_loop(shared, conn, peer, &stream, &mut rd, &mut body);
             let _ = stream.shutdown(Shutdown::Both);
@@ -320,7 +322,7 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
         Ok(other) => {
             log::warn!(
                 "memory server: connection {conn} from {peer}: {} before handshake",
-                opname(&other)
+                other.name()
             );
             reject(&stream, RejectReason::Protocol);
         }
@@ -329,89 +331,7 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
             let _ = stream.shutdown(Shutdown::Both);
         }
     }
-}
-
-fn opname(m: &ClientMsg) -> &'static str {
-    match m {
-        ClientMsg::Hello { .. } => "Hello",
-        ClientMsg::Batch { .. } => "Batch",
-        ClientMsg::Admin { .. } => "Admin",
-        ClientMsg::Register { .. } => "Register",
-        ClientMsg::Revoke { .. } => "Revoke",
-        ClientMsg::Info => "Info",
-    }
-}
-
-/// Parse `Batch` frames and queue them for the poller until the stream ends
-/// or misbehaves; the poller owns the write side and closes it after `Close`.
-#[allow(clippy::too_many_arguments)]
-fn data_loop(
-    shared: &Shared,
-    conn: u64,
-    peer: SocketAddr,
-    compute: u16,
-    key: u64,
-    write_half: TcpStream,
-    rd: &mut BufReader<TcpStream>,
-    body: &mut Vec<u8>,
-) {
-    if !shared.queue.push(
-        Work::Open {
-            conn,
-            compute,
-            key,
-            stream: write_half,
-        },
-        0,
-    ) {
-        return;
-    }
-    loop {
-        match wire::read_frame(rd, body) {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(ReadFrameError::Io(e)) => {
-                if !shared.stopping.load(Ordering::SeqCst) {
-                    log::warn!("memory server: connection {conn} from {peer} (compute {compute}): read failed: {e}");
-                }
-                break;
-            }
-            Err(ReadFrameError::Frame(e)) => {
-                log::warn!("memory server: connection {conn} from {peer} (compute {compute}): closing: {e}");
-                break;
-            }
-        }
-        match ClientMsg::decode(body) {
-            Ok(ClientMsg::Batch { req_id, verbs }) => {
-                if !shared.queue.push(
-                    Work::Batch {
-                        conn,
-                        req_id,
-                        verbs,
-                    },
-                    body.len(),
-                ) {
-                    return;
-                }
-            }
-            Ok(other) => {
-                log::warn!(
-                    "memory server: connection {conn} from {peer} (compute {compute}): closing: unexpected {}",
-                    opname(&other)
-                );
-                break;
-            }
-            Err(e) => {
-                log::warn!("memory server: connection {conn} from {peer} (compute {compute}): closing: {e}");
-                break;
-            }
-        }
-        // One bad peer must not make us hold a 4 MiB buffer forever.
-        if body.capacity() > READ_BUFFER_BYTES * 4 {
-            *body = Vec::new();
-        }
-    }
-    shared.queue.push(Work::Close { conn }, 0);
+    false
 }
 
 /// Answer control requests of an authenticated admin connection.
@@ -462,7 +382,7 @@ fn admin_loop(
             Ok(other) => {
                 log::warn!(
                     "memory server: admin connection {conn} from {peer}: closing: unexpected {}",
-                    opname(&other)
+                    other.name()
                 );
                 reject(stream, RejectReason::Protocol);
                 return;

@@ -526,6 +526,20 @@ impl ServerMsg {
     }
 }
 
+impl ClientMsg {
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClientMsg::Hello { .. } => "Hello",
+            ClientMsg::Batch { .. } => "Batch",
+            ClientMsg::Admin { .. } => "Admin",
+            ClientMsg::Register { .. } => "Register",
+            ClientMsg::Revoke { .. } => "Revoke",
+            ClientMsg::Info => "Info",
+        }
+    }
+}
+
 /// Check a length prefix; returns the body length.
 pub fn frame_len(header: [u8; FRAME_HEADER_BYTES]) -> Result<usize, FrameError> {
     let len = u32::from_le_bytes(header) as usize;
