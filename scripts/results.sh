@@ -29,8 +29,11 @@ run $T bench --store pandora,ford,traditional --workload micro --fabric tcp --wr
 # Deep pipelines: 512 coordinators per compute node keep hundreds of verbs in flight.
 run $T bench --store pandora,ford --workload micro --fabric tcp --write-ratio 0.5 --coordinators 512 \
     --rounds 3 --duration 2 --json $OUT/micro-tcp-512.json
+# The tcp fabric beside the physical limit: the same frames echoed over the
+# same loopback sockets, alternating with it at each depth.
 for d in 1 16 64 512; do
   run $T fabric-bench --fabric tcp --depth $d --threads 2 --duration 2 --json $OUT/fabric-tcp-d$d.json
+  run $T fabric-bench --fabric echo --depth $d --threads 2 --duration 2 --json $OUT/fabric-echo-d$d.json
 done
 # Bank (SmallBank-style) for the traditional-logging overhead.
 run $T bench --store pandora,ford,traditional --workload bank --fabric sim \
