@@ -188,6 +188,9 @@ impl<F: Fabric> Fabric for TripwireFabric<F> {
     fn compute_node(&self) -> ComputeNodeId {
         self.inner.compute_node()
     }
+    fn executes_at_post(&self) -> bool {
+        self.inner.executes_at_post()
+    }
 }
 
 /// A posted batch, or one a dead node never posted (it never completes).

@@ -106,6 +106,9 @@ impl Fabric for InlineFabric {
     fn compute_node(&self) -> ComputeNodeId {
         self.compute
     }
+    fn executes_at_post(&self) -> bool {
+        true
+    }
 }
 
 impl QueuePair for InlineQp {

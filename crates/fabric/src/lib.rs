@@ -41,6 +41,11 @@ pub trait Fabric: Clone + 'static {
     fn memory_nodes(&self) -> usize;
     /// The compute node this handle speaks for.
     fn compute_node(&self) -> ComputeNodeId;
+    /// Whether verbs execute when posted, with no I/O to wait for (the
+    /// inline backend): a runtime then need not poll for I/O between tasks.
+    fn executes_at_post(&self) -> bool {
+        false
+    }
 }
 
 /// One queue pair: post a doorbell batch, await its completions (one per verb, in order).

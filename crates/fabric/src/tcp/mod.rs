@@ -23,5 +23,6 @@ mod server;
 pub mod wire;
 
 pub use client::{is_fenced, TcpCluster, TcpFabric};
+pub use poller::default_spin;
 pub use qp::{TcpPending, TcpQp};
-pub use server::{serve, MemoryServerHandle};
+pub use server::{serve, serve_spinning, MemoryServerHandle};

@@ -16,10 +16,10 @@
 //! a queue pair's verbs their posting order.
 //!
 //! Adaptive polling: after a round that served anything, the poller keeps
-//! polling without blocking (yielding the core between polls) for at most
-//! [`SPIN_TIME_MAX`], to catch the next request of a client at low depth
-//! without a wake-up; then it blocks in `epoll_wait`, so an idle server
-//! sleeps. Connection threads wake it (through a `mio::Waker`) only when it
+//! polling without blocking (yielding the core between polls) for a spin
+//! budget ([`default_spin`], or `memory-server --poll-spin-us`), to catch the
+//! next request of a client at low depth without a wake-up; then it blocks
+//! in `epoll_wait`, so an idle server sleeps. Connection threads wake it (through a `mio::Waker`) only when it
 //! has announced that it sleeps.
 
 use std::collections::HashMap;
@@ -40,8 +40,9 @@ use crate::verb::ComputeNodeId;
 const OUTPUT_FLUSH_BYTES: usize = 256 << 10;
 /// Bytes read from a socket per `read` call.
 const READ_CHUNK_BYTES: usize = 64 << 10;
-/// How long the poller keeps polling without blocking after it last served.
-pub(crate) const SPIN_TIME_MAX: Duration = Duration::from_micros(50);
+/// How long the poller keeps polling without blocking after it last served,
+/// on a machine with cores to spare (see [`default_spin`]).
+const SPIN_WITH_SPARE_CORES: Duration = Duration::from_micros(50);
 /// A client that stops reading its answers stalls the poller for at most
 /// this long before its connection is dropped.
 const WRITE_STALL_MAX: Duration = Duration::from_secs(2);
@@ -163,12 +164,27 @@ pub(crate) fn open(queue: &WorkQueue) -> io::Result<Poll> {
     Ok(poll)
 }
 
-/// Run the polling loop until the queue is stopped. `release(conn)` runs
+/// The default spin budget: [`SPIN_WITH_SPARE_CORES`] on a machine with more
+/// than two cores, none on one with two or fewer. Measured on two cores with
+/// two client threads and three servers (`fabric-bench --fabric tcp`): a
+/// 50 µs spin gained nothing at depth 1 (60 k verbs/s either way) and cost a
+/// quarter at depth 16 and 64 (301 k and 908 k against 394 k and 1.08 M),
+/// because a spinning poller takes the core its clients need.
+pub fn default_spin() -> Duration {
+    match thread::available_parallelism() {
+        Ok(n) if n.get() > 2 => SPIN_WITH_SPARE_CORES,
+        _ => Duration::ZERO,
+    }
+}
+
+/// Run the polling loop until the queue is stopped, polling without
+/// blocking for `spin` after each round that served. `release(conn)` runs
 /// when a connection closes.
 pub(crate) fn run(
     queue: Arc<WorkQueue>,
     node: Arc<MemoryNode>,
     mut poll: Poll,
+    spin: Duration,
     release: impl Fn(u64),
 ) {
     let mut conns: HashMap<u64, Conn> = HashMap::new();
@@ -196,7 +212,7 @@ pub(crate) fn run(
             }
         }
         if ready.is_empty() {
-            let spinning = last_served.elapsed() < SPIN_TIME_MAX;
+            let spinning = last_served.elapsed() < spin;
             let timeout = if spinning {
                 Some(Duration::ZERO)
             } else if queue.may_sleep() {

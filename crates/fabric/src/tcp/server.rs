@@ -60,8 +60,19 @@ impl Shared {
 /// Admin connections must present `secret`. Returns only if the polling
 /// thread cannot be started.
 pub fn serve(listener: TcpListener, node: Arc<MemoryNode>, secret: u64) -> io::Result<()> {
+    serve_spinning(listener, node, secret, poller::default_spin())
+}
+
+/// [`serve`], with the polling thread spinning for `spin` after it served
+/// before it blocks (zero: block at once).
+pub fn serve_spinning(
+    listener: TcpListener,
+    node: Arc<MemoryNode>,
+    secret: u64,
+    spin: Duration,
+) -> io::Result<()> {
     let port = listener.local_addr()?.port();
-    let (shared, _poller) = start(node, secret, port)?;
+    let (shared, _poller) = start(node, secret, port, spin)?;
     accept_loop(&listener, &shared);
     Ok(())
 }
@@ -79,7 +90,7 @@ impl MemoryServerHandle {
     /// Serve `node` on `listener` from background threads.
     pub fn spawn(listener: TcpListener, node: Arc<MemoryNode>, secret: u64) -> io::Result<Self> {
         let addr = listener.local_addr()?;
-        let (shared, poller) = start(node, secret, addr.port())?;
+        let (shared, poller) = start(node, secret, addr.port(), poller::default_spin())?;
         let s = shared.clone();
         let acceptor = thread::Builder::new()
             .name(format!("memaccept-{}", addr.port()))
@@ -168,6 +179,7 @@ fn start(
     node: Arc<MemoryNode>,
     secret: u64,
     port: u16,
+    spin: Duration,
 ) -> io::Result<(Arc<Shared>, JoinHandle<()>)> {
     let queue = Arc::new(WorkQueue::new());
     let poll = poller::open(&queue)?;
@@ -184,7 +196,7 @@ fn start(
         .name(format!("mempoll-{port}"))
         .spawn(move || {
             let release = |conn| drop(s.conns().remove(&conn));
-            poller::run(s.queue.clone(), s.node.clone(), poll, release)
+            poller::run(s.queue.clone(), s.node.clone(), poll, spin, release)
         })?;
     Ok((shared, poller))
 }
