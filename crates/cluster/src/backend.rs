@@ -47,6 +47,16 @@ impl Backend {
         }
     }
 
+    /// The same memory nodes, joined through data connections the memory
+    /// servers serve first (the membership's: recovery must not queue behind
+    /// the survivors' verbs).
+    pub fn prioritised(&self) -> Backend {
+        match self {
+            Backend::Tcp(c) => Backend::Tcp(c.clone().prioritised()),
+            inline => inline.clone(),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Inline(_) => "sim",

@@ -756,6 +756,7 @@ async fn membership_loop(
         }
     };
     let fabric = backend
+        .prioritised()
         .join(MEMBERSHIP_NODE)
         .await
         .map_err(|e| format!("membership cannot join: {e}"))?;

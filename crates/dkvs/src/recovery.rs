@@ -163,16 +163,35 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         self
     }
 
+    /// Post a round as one doorbell batch per memory node (verbs bound for one
+    /// node keep their order) and hand back each post's completions.
     async fn round(&self, posts: Vec<(MemNodeId, Batch)>) -> Result<Vec<Completions>, VerbError> {
-        let pending: Vec<_> = posts
-            .into_iter()
-            .map(|(n, b)| self.qps[n as usize].post(b))
-            .collect();
-        let results = join_all(pending).await;
-        if let Some(e) = results.iter().find_map(|r| first_error(r)) {
-            return Err(e);
+        let mut batches: Vec<Batch> = vec![Vec::new(); self.qps.len()];
+        let mut spans = Vec::with_capacity(posts.len());
+        for (n, b) in posts {
+            let batch = &mut batches[n as usize];
+            spans.push((n as usize, batch.len(), b.len()));
+            batch.extend(b);
         }
-        Ok(results)
+        let pending = batches
+            .into_iter()
+            .enumerate()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(n, b)| {
+                let p = self.qps[n].post(b);
+                async move { (n, p.await) }
+            });
+        let mut by_node: Vec<Completions> = vec![Vec::new(); self.qps.len()];
+        for (n, done) in join_all(pending).await {
+            if let Some(e) = first_error(&done) {
+                return Err(e);
+            }
+            by_node[n] = done;
+        }
+        Ok(spans
+            .into_iter()
+            .map(|(n, start, len)| by_node[n][start..start + len].to_vec())
+            .collect())
     }
 
     /// Read the newest valid log record of each coordinator: f+1 reads of the

@@ -328,6 +328,7 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
         let hello = frame(ClientMsg::Hello {
             compute: 1,
             key: keys[0],
+            priority: false,
         });
         let mut g = raw(addr);
         g.write_all(&hello[..hello.len() / 2]).unwrap();
@@ -367,6 +368,7 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
                 ClientMsg::Hello {
                     compute: 1,
                     key: keys[0] ^ 1,
+                    priority: false,
                 },
                 RejectReason::BadKey,
             ),
@@ -420,7 +422,11 @@ fn a_data_connection_with_a_wrong_key_executes_nothing() {
         // unregistered node; the batch is pipelined right behind the Hello.
         for (compute, key) in [(1, keys1[0] ^ 0x100), (2, keys1[0]), (9, 0)] {
             let mut g = raw(addr);
-            let mut bytes = frame(ClientMsg::Hello { compute, key });
+            let mut bytes = frame(ClientMsg::Hello {
+                compute,
+                key,
+                priority: false,
+            });
             bytes.extend(frame(ClientMsg::Batch {
                 req_id: 0,
                 verbs: vec![Verb::write_u64(0, 0xBAD), Verb::faa(8, 1)],
@@ -544,5 +550,36 @@ fn an_idle_server_parks_its_polling_thread() {
             assert!(used <= 2, "idle poller used {used} ticks in 200 ms");
         }
         assert_eq!(s.node().load_u64(0), 200);
+    });
+}
+
+/// A recovery coordinator's connection (`TcpCluster::prioritised`) is served
+/// first in each polling round; beside a client flooding the same server it
+/// still gets every verb executed, in order.
+#[test]
+fn a_priority_connection_is_served_beside_a_flooding_one() {
+    let s = server(4096);
+    let c = cluster(&[&s]);
+    run(async {
+        let keys = c.register(1).await.unwrap();
+        let busy = c.connect(1, &keys).await.unwrap().queue_pair(0);
+        let keys = c.register(2).await.unwrap();
+        let prio = c.clone().prioritised();
+        let prio = prio.connect(2, &keys).await.unwrap().queue_pair(0);
+        let flood: Vec<_> = (0..2000)
+            .map(|_| busy.post(tandem_fabric::batch![Verb::faa(0, 1)]))
+            .collect();
+        let got = prio
+            .post(tandem_fabric::batch![Verb::faa(8, 5), Verb::read(8, 8)])
+            .await;
+        let five = 5u64.to_le_bytes().as_slice().into();
+        assert_eq!(
+            got,
+            done![Ok(VerbOutput::Faa(0)), Ok(VerbOutput::Read(five))]
+        );
+        for p in flood {
+            assert!(p.await[0].is_ok());
+        }
+        assert_eq!(s.node().load_u64(0), 2000);
     });
 }

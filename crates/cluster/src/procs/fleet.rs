@@ -42,7 +42,9 @@ impl MemoryLinks {
     /// Register with the memory servers `config` does not mark down and
     /// connect to them (the others stay unconnected).
     pub async fn connect(memory: TcpCluster, config: &MemoryConfig) -> Result<MemoryLinks, String> {
-        let memory = with_addrs(memory, config)?;
+        // Recovery and re-replication go through these links: the memory
+        // servers serve them before the compute servers' verbs.
+        let memory = with_addrs(memory, config)?.prioritised();
         let view = MemoryView::default();
         for &m in &config.down {
             view.set_down(m, true);

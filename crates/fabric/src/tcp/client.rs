@@ -33,11 +33,25 @@ use crate::Fabric;
 pub struct TcpCluster {
     pub addrs: Vec<SocketAddr>,
     pub secret: u64,
+    /// Data connections ask to be served first (see [`TcpCluster::prioritised`]).
+    pub priority: bool,
 }
 
 impl TcpCluster {
     pub fn new(addrs: Vec<SocketAddr>, secret: u64) -> Self {
-        TcpCluster { addrs, secret }
+        TcpCluster {
+            addrs,
+            secret,
+            priority: false,
+        }
+    }
+
+    /// Data connections made through this handle are served before the
+    /// others in each of a memory server's polling rounds: for the recovery
+    /// coordinator, which must not queue behind the survivors' traffic.
+    pub fn prioritised(mut self) -> Self {
+        self.priority = true;
+        self
     }
 
     /// Issue `compute` a region key on every memory server (keys in memory-node
@@ -112,7 +126,7 @@ impl TcpCluster {
         }
         let handshakes = self.addrs.iter().zip(keys).map(|(&addr, key)| async move {
             match key {
-                Some(key) => hello(addr, compute, *key).await.map(Some),
+                Some(key) => hello(addr, compute, *key, self.priority).await.map(Some),
                 None => Ok(None),
             }
         });
@@ -132,6 +146,7 @@ impl TcpCluster {
         Ok(TcpFabric {
             compute,
             qps: qps.into(),
+            priority: self.priority,
         })
     }
 
@@ -183,7 +198,7 @@ impl TcpCluster {
             .addrs
             .iter()
             .zip(keys)
-            .map(|(&addr, &key)| hello(addr, compute, key));
+            .map(|(&addr, &key)| hello(addr, compute, key, self.priority));
         let mut streams = Vec::with_capacity(keys.len());
         // Every handshake must succeed; the streams of the others close on drop.
         for s in join_all(handshakes.collect()).await {
@@ -197,6 +212,7 @@ impl TcpCluster {
         Ok(TcpFabric {
             compute,
             qps: qps.into(),
+            priority: self.priority,
         })
     }
 }
@@ -208,6 +224,7 @@ impl TcpCluster {
 pub struct TcpFabric {
     compute: ComputeNodeId,
     qps: Rc<[TcpQp]>,
+    priority: bool,
 }
 
 impl TcpFabric {
@@ -235,7 +252,7 @@ impl TcpFabric {
         addr: SocketAddr,
         key: RegionKey,
     ) -> io::Result<()> {
-        let stream = hello(addr, self.compute, key).await?;
+        let stream = hello(addr, self.compute, key, self.priority).await?;
         self.qps[mem as usize].replace(TcpQp::start(stream, mem));
         Ok(())
     }
@@ -267,11 +284,21 @@ impl Fabric for TcpFabric {
 }
 
 /// The data-connection handshake: `Hello`, then `HelloOk` or a rejection.
-async fn hello(addr: SocketAddr, compute: ComputeNodeId, key: RegionKey) -> io::Result<TcpStream> {
+async fn hello(
+    addr: SocketAddr,
+    compute: ComputeNodeId,
+    key: RegionKey,
+    priority: bool,
+) -> io::Result<TcpStream> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     let mut buf = Vec::new();
-    ClientMsg::Hello { compute, key }.encode(&mut buf);
+    ClientMsg::Hello {
+        compute,
+        key,
+        priority,
+    }
+    .encode(&mut buf);
     stream.write_all(&buf).await?;
     match read_msg(&mut stream, &mut buf).await? {
         ServerMsg::HelloOk => Ok(stream),

@@ -38,7 +38,7 @@ use crate::verb::ComputeNodeId;
 /// A connection's answers are written out early once they reach this size,
 /// bounding the poller's memory per connection.
 const OUTPUT_FLUSH_BYTES: usize = 256 << 10;
-/// Bytes read from a socket per `read` call.
+/// Bytes a connection reads per turn.
 const READ_CHUNK_BYTES: usize = 64 << 10;
 /// How long the poller keeps polling without blocking after it last served,
 /// on a machine with cores to spare (see [`default_spin`]).
@@ -57,6 +57,7 @@ pub(crate) enum Work {
         conn: u64,
         compute: ComputeNodeId,
         key: RegionKey,
+        priority: bool,
         stream: TcpStream,
         early: Vec<u8>,
     },
@@ -146,6 +147,8 @@ impl WorkQueue {
 struct Conn {
     compute: ComputeNodeId,
     key: RegionKey,
+    /// Served first in every round (a recovery coordinator's connection).
+    priority: bool,
     stream: mio::net::TcpStream,
     /// Bytes read but not yet parsed (at most one partial frame after a round).
     input: Vec<u8>,
@@ -191,6 +194,7 @@ pub(crate) fn run(
     let mut events = Events::with_capacity(1024);
     let mut work = Vec::new();
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    // Connections with input to serve; a connection is in here at most once.
     let mut ready: Vec<u64> = Vec::new();
     let mut last_served = Instant::now();
     loop {
@@ -201,50 +205,43 @@ pub(crate) fn run(
             conn,
             compute,
             key,
+            priority,
             stream,
             early,
         } in work.drain(..)
         {
-            if let Some(c) = open_conn(&poll, conn, compute, key, stream, early) {
+            if let Some(c) = open_conn(&poll, conn, compute, key, priority, stream, early) {
                 conns.insert(conn, c);
                 // Data may have come before the registration: read at once.
                 ready.push(conn);
             }
         }
+        let spinning = last_served.elapsed() < spin;
+        let timeout = if !ready.is_empty() || spinning || !queue.may_sleep() {
+            Some(Duration::ZERO)
+        } else {
+            None
+        };
+        if let Err(e) = poll.poll(&mut events, timeout) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                log::warn!("memory server: poll failed: {e}");
+                thread::sleep(Duration::from_millis(1));
+            }
+            continue;
+        }
+        for conn in events.iter().filter(|e| e.token() != WAKER) {
+            let conn = conn.token().0 as u64;
+            if !ready.contains(&conn) {
+                ready.push(conn);
+            }
+        }
         if ready.is_empty() {
-            let spinning = last_served.elapsed() < spin;
-            let timeout = if spinning {
-                Some(Duration::ZERO)
-            } else if queue.may_sleep() {
-                None
-            } else {
-                Some(Duration::ZERO)
-            };
-            if let Err(e) = poll.poll(&mut events, timeout) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    log::warn!("memory server: poll failed: {e}");
-                    thread::sleep(Duration::from_millis(1));
-                }
-                continue;
+            if spinning {
+                thread::yield_now();
             }
-            ready.extend(
-                events
-                    .iter()
-                    .filter(|e| e.token() != WAKER)
-                    .map(|e| e.token().0 as u64),
-            );
-            if ready.is_empty() {
-                if spinning {
-                    thread::yield_now();
-                }
-                continue;
-            }
+            continue;
         }
-        for conn in ready.drain(..) {
-            if let Some(c) = conns.get_mut(&conn) {
-                serve(&node, conn, c, &mut chunk);
-            }
-        }
+        serve_round(&node, &mut conns, &mut ready, &mut chunk);
         last_served = Instant::now();
         // Every answer of the round leaves now, one write per connection.
         conns.retain(|&conn, c| {
@@ -264,11 +261,33 @@ pub(crate) fn run(
     }
 }
 
+/// One round: every ready connection gets one turn, priority connections
+/// first; those that may have more input stay in `ready` for the next round,
+/// so one busy connection cannot hold a recovery coordinator's back for long.
+fn serve_round(
+    node: &MemoryNode,
+    conns: &mut HashMap<u64, Conn>,
+    ready: &mut Vec<u64>,
+    chunk: &mut [u8],
+) {
+    let prio = |conn: &u64| conns.get(conn).is_some_and(|c| c.priority);
+    ready.sort_by_key(|conn| !prio(conn));
+    let round = std::mem::take(ready);
+    for conn in round {
+        if let Some(c) = conns.get_mut(&conn) {
+            if serve_turn(node, conn, c, chunk) {
+                ready.push(conn);
+            }
+        }
+    }
+}
+
 fn open_conn(
     poll: &Poll,
     conn: u64,
     compute: ComputeNodeId,
     key: RegionKey,
+    priority: bool,
     stream: TcpStream,
     early: Vec<u8>,
 ) -> Option<Conn> {
@@ -282,6 +301,7 @@ fn open_conn(
         Ok(stream) => Some(Conn {
             compute,
             key,
+            priority,
             stream,
             input: early,
             out: Vec::new(),
@@ -299,13 +319,12 @@ fn close(poll: &Poll, c: &mut Conn) {
     let _ = c.stream.shutdown(Shutdown::Both);
 }
 
-/// Read everything the socket has, executing each whole frame as it comes.
-fn serve(node: &MemoryNode, conn: u64, c: &mut Conn, chunk: &mut [u8]) {
-    loop {
-        execute_frames(node, conn, c);
-        if c.closing {
-            return;
-        }
+/// One turn of a connection: execute the whole frames it has, then read
+/// once more and execute those. Returns whether it may have more input (the
+/// socket was not seen empty), to be served again next round.
+fn serve_turn(node: &MemoryNode, conn: u64, c: &mut Conn, chunk: &mut [u8]) -> bool {
+    execute_frames(node, conn, c);
+    while !c.closing {
         match c.stream.read(chunk) {
             Ok(0) => {
                 if !c.input.is_empty() {
@@ -315,10 +334,13 @@ fn serve(node: &MemoryNode, conn: u64, c: &mut Conn, chunk: &mut [u8]) {
                     );
                 }
                 c.closing = true;
-                return;
             }
-            Ok(n) => c.input.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Ok(n) => {
+                c.input.extend_from_slice(&chunk[..n]);
+                execute_frames(node, conn, c);
+                return !c.closing;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 log::warn!(
@@ -326,10 +348,10 @@ fn serve(node: &MemoryNode, conn: u64, c: &mut Conn, chunk: &mut [u8]) {
                     c.compute
                 );
                 c.closing = true;
-                return;
             }
         }
     }
+    false
 }
 
 /// Execute every whole `Batch` frame in `c.input`, appending the answers.

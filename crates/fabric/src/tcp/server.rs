@@ -297,7 +297,11 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
         }
     };
     match first {
-        Ok(ClientMsg::Hello { compute, key }) => {
+        Ok(ClientMsg::Hello {
+            compute,
+            key,
+            priority,
+        }) => {
             if !shared.node.is_authorized(compute, key) {
                 log::warn!("memory server: connection {conn} from {peer}: wrong or revoked key for compute {compute}");
                 reject(&stream, RejectReason::BadKey);
@@ -317,6 +321,7 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
                 conn,
                 compute,
                 key,
+                priority,
                 stream,
                 early,
             };

@@ -25,7 +25,7 @@ pub const FRAME_BYTES_MAX: usize = 4 << 20;
 pub const FRAME_HEADER_BYTES: usize = 4;
 /// Version byte carried by `Hello` and `Admin`: peers of different versions
 /// fail the handshake instead of misreading each other's frames.
-pub const PROTOCOL_VERSION: u8 = 1;
+pub const PROTOCOL_VERSION: u8 = 2;
 
 // Client-to-server opcodes.
 const OP_HELLO: u8 = 0x01;
@@ -87,6 +87,8 @@ pub enum FrameError {
     Version(u8),
     /// A batch whose completions could not fit in one frame.
     ResponseTooLarge,
+    /// A flag byte that is neither 0 nor 1.
+    BadFlag(u8),
 }
 
 impl fmt::Display for FrameError {
@@ -107,6 +109,7 @@ impl fmt::Display for FrameError {
             FrameError::Version(v) => {
                 write!(f, "protocol version {v}, expected {PROTOCOL_VERSION}")
             }
+            FrameError::BadFlag(b) => write!(f, "flag byte {b} is neither 0 nor 1"),
             FrameError::ResponseTooLarge => write!(f, "batch response would exceed one frame"),
         }
     }
@@ -153,9 +156,12 @@ impl RejectReason {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientMsg {
     /// First frame of a data connection: "I am `compute`, holding `key`".
+    /// A `priority` connection (a recovery coordinator's) is served before
+    /// the others in each of the server's polling rounds.
     Hello {
         compute: ComputeNodeId,
         key: RegionKey,
+        priority: bool,
     },
     /// One doorbell batch; answered by one `Done` with the same `req_id`.
     Batch {
@@ -329,11 +335,16 @@ impl ClientMsg {
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             ClientMsg::Batch { req_id, verbs } => encode_batch(out, *req_id, verbs),
-            ClientMsg::Hello { compute, key } => {
+            ClientMsg::Hello {
+                compute,
+                key,
+                priority,
+            } => {
                 let start = begin_frame(out, OP_HELLO);
                 out.push(PROTOCOL_VERSION);
                 out.extend_from_slice(&compute.to_le_bytes());
                 out.extend_from_slice(&key.to_le_bytes());
+                out.push(*priority as u8);
                 end_frame(out, start);
             }
             ClientMsg::Admin { secret } => {
@@ -368,6 +379,11 @@ impl ClientMsg {
                 ClientMsg::Hello {
                     compute: c.u16()?,
                     key: c.u64()?,
+                    priority: match c.u8()? {
+                        0 => false,
+                        1 => true,
+                        b => return Err(FrameError::BadFlag(b)),
+                    },
                 }
             }
             OP_BATCH => {
@@ -657,6 +673,12 @@ mod tests {
             ClientMsg::Hello {
                 compute: 7,
                 key: 0xDEAD_BEEF_0123_4567,
+                priority: false,
+            },
+            ClientMsg::Hello {
+                compute: 8,
+                key: 1,
+                priority: true,
             },
             ClientMsg::Batch {
                 req_id: 0,
