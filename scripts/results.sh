@@ -2,8 +2,10 @@
 # Regenerates docs/RESULTS.md from fresh measurements on this machine.
 # Every figure in that file comes from one of the commands below, run here in
 # one go; comparisons are ratios measured within one alternating run.
-#   usage: scripts/results.sh            (about 25 minutes on 2 cores)
+#   usage: scripts/results.sh            (everything; hours on 2 cores, the soaks and experiments most)
+#          scripts/results.sh --engine   (issues 2 and 3 alone, about 10 minutes; later sections kept)
 set -euo pipefail
+ENGINE_ONLY=0; [ "${1:-}" = "--engine" ] && ENGINE_ONLY=1
 cd "$(dirname "$0")/.."
 cargo build --release -q
 T=./target/release/tandem
@@ -61,6 +63,12 @@ retry $T recovery --store pandora --fabric sim --coordinators 64 --keys 1000000 
 # Memory-node loss on real threads (in-process fabric): pause, move primaries, run degraded, re-replicate.
 retry $T recovery --fail-memory-node 1 --coordinators 16 --keys 100000 --duration 2.5 --json $OUT/memfail.json
 
+if [ "$ENGINE_ONLY" = 1 ]; then
+  python3 scripts/render_results.py "$OUT" --engine-only > "$OUT/engine.md"
+  sed -n '/^## Issue 4 — DART/,$p' docs/RESULTS.md > "$OUT/rest.md"
+  cat "$OUT/engine.md" "$OUT/rest.md" > docs/RESULTS.md
+  exit 0
+fi
 python3 scripts/render_results.py "$OUT" > docs/RESULTS.md
 
 # Issue 4: DART. A million litmus transactions on correct pandora with crashes, the baselines,
