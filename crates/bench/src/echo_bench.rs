@@ -14,15 +14,14 @@ use std::collections::VecDeque;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tandem_fabric::tcp::wire;
 use tandem_fabric::{Verb, VerbOutput};
 use tandem_sim::Rng;
 
-use crate::fabric_bench::FabricBenchResult;
+use crate::fabric_bench::{measure, FabricBenchResult, Shape};
 
 /// Frame sizes of one read of `read_bytes`: (request, reply).
 fn frame_sizes(read_bytes: u32) -> (usize, usize) {
@@ -135,29 +134,15 @@ pub fn run(
     let addrs: Vec<SocketAddr> = (0..servers)
         .map(|_| start_server(sizes.0, sizes.1))
         .collect::<Result<_, _>>()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let (addrs, stop) = (addrs.clone(), stop.clone());
-            thread::spawn(move || client(&addrs, depth, sizes, &stop, t as u64))
-        })
-        .collect();
-    let start = Instant::now();
-    thread::sleep(duration);
-    stop.store(true, Ordering::SeqCst);
-    let mut verbs = 0;
-    for h in handles {
-        verbs += h.join().map_err(|_| "echo client panicked".to_string())??;
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    Ok(FabricBenchResult {
+    let shape = Shape {
         fabric: "echo".into(),
-        depth,
         threads,
+        depth,
         read_bytes,
-        verbs,
-        duration_s: elapsed,
-        verbs_per_s: verbs as f64 / elapsed,
+    };
+    measure(shape, duration, |t, stop| {
+        let addrs = addrs.clone();
+        thread::spawn(move || client(&addrs, depth, sizes, &stop, t as u64))
     })
 }
 

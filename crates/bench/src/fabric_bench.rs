@@ -76,11 +76,15 @@ pub fn run(
     if depth == 0 || threads == 0 || read_bytes == 0 || read_bytes as u64 > region_bytes {
         return Err("depth, threads and read size must be positive and fit the region".into());
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut handles = Vec::new();
-    for t in 0..threads {
-        let (backend, stop) = (backend.clone(), stop.clone());
-        handles.push(std::thread::spawn(move || {
+    let shape = Shape {
+        fabric: backend.name().into(),
+        threads,
+        depth,
+        read_bytes,
+    };
+    measure(shape, duration, |t, stop| {
+        let backend = backend.clone();
+        std::thread::spawn(move || {
             block_on_local(async move {
                 match backend
                     .join(1 + t as u16)
@@ -95,8 +99,27 @@ pub fn run(
                     }
                 }
             })
-        }));
-    }
+        })
+    })
+}
+
+/// What a fabric-bench run measures, beside its result.
+pub(crate) struct Shape {
+    pub fabric: String,
+    pub threads: u32,
+    pub depth: u32,
+    pub read_bytes: u32,
+}
+
+/// Start `shape.threads` threads (`spawn(t, stop)`, each returning the verbs
+/// it completed), let them run for `duration`, stop them and count.
+pub(crate) fn measure(
+    shape: Shape,
+    duration: Duration,
+    spawn: impl Fn(u32, Arc<AtomicBool>) -> std::thread::JoinHandle<Result<u64, String>>,
+) -> Result<FabricBenchResult, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..shape.threads).map(|t| spawn(t, stop.clone())).collect();
     let start = Instant::now();
     std::thread::sleep(duration);
     stop.store(true, Ordering::SeqCst);
@@ -104,14 +127,14 @@ pub fn run(
     for h in handles {
         verbs += h
             .join()
-            .map_err(|_| "fabric bench thread panicked".to_string())??;
+            .map_err(|_| format!("{} bench thread panicked", shape.fabric))??;
     }
     let elapsed = start.elapsed().as_secs_f64();
     Ok(FabricBenchResult {
-        fabric: backend.name().into(),
-        depth,
-        threads,
-        read_bytes,
+        fabric: shape.fabric,
+        depth: shape.depth,
+        threads: shape.threads,
+        read_bytes: shape.read_bytes,
         verbs,
         duration_s: elapsed,
         verbs_per_s: verbs as f64 / elapsed,

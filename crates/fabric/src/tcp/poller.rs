@@ -5,7 +5,7 @@
 //! servers do not burn a core").
 //!
 //! Connection threads do the handshake only; an admitted data connection is
-//! handed over as [`Work::Open`] and from then on belongs to this thread,
+//! handed over as a [`Handover`] and from then on belongs to this thread,
 //! which waits on every such socket at once (`epoll` through `mio`). A
 //! readable connection is read until the kernel has nothing more; each whole
 //! `Batch` frame in it executes at once through [`MemoryNode::execute_batch`]
@@ -48,23 +48,20 @@ const SPIN_WITH_SPARE_CORES: Duration = Duration::from_micros(50);
 const WRITE_STALL_MAX: Duration = Duration::from_secs(2);
 const WAKER: Token = Token(usize::MAX);
 
-/// What connection threads hand to the poller.
-pub(crate) enum Work {
-    /// A data connection passed its `Hello`: from now on the poller reads,
-    /// executes and answers it. `early` holds bytes the handshake read past
-    /// the `Hello` frame.
-    Open {
-        conn: u64,
-        compute: ComputeNodeId,
-        key: RegionKey,
-        priority: bool,
-        stream: TcpStream,
-        early: Vec<u8>,
-    },
+/// What a connection thread hands to the poller: a data connection that
+/// passed its `Hello`, which the poller reads, executes and answers from
+/// then on. `early` holds bytes the handshake read past the `Hello` frame.
+pub(crate) struct Handover {
+    pub conn: u64,
+    pub compute: ComputeNodeId,
+    pub key: RegionKey,
+    pub priority: bool,
+    pub stream: TcpStream,
+    pub early: Vec<u8>,
 }
 
 struct QueueState {
-    items: Vec<Work>,
+    items: Vec<Handover>,
     poller_sleeping: bool,
     stopped: bool,
 }
@@ -94,7 +91,7 @@ impl WorkQueue {
     }
 
     /// Queue `work`; returns false once the server is stopping.
-    pub(crate) fn push(&self, work: Work) -> bool {
+    pub(crate) fn push(&self, work: Handover) -> bool {
         let mut s = self.lock();
         if s.stopped {
             return false;
@@ -119,7 +116,7 @@ impl WorkQueue {
     }
 
     /// Move everything queued into `out`. Returns false once stopped.
-    fn take_all(&self, out: &mut Vec<Work>) -> bool {
+    fn take_all(&self, out: &mut Vec<Handover>) -> bool {
         let mut s = self.lock();
         out.append(&mut s.items);
         s.poller_sleeping = false;
@@ -201,16 +198,9 @@ pub(crate) fn run(
         if !queue.take_all(&mut work) {
             break;
         }
-        for Work::Open {
-            conn,
-            compute,
-            key,
-            priority,
-            stream,
-            early,
-        } in work.drain(..)
-        {
-            if let Some(c) = open_conn(&poll, conn, compute, key, priority, stream, early) {
+        for h in work.drain(..) {
+            let conn = h.conn;
+            if let Some(c) = open_conn(&poll, h) {
                 conns.insert(conn, c);
                 // Data may have come before the registration: read at once.
                 ready.push(conn);
@@ -282,15 +272,15 @@ fn serve_round(
     }
 }
 
-fn open_conn(
-    poll: &Poll,
-    conn: u64,
-    compute: ComputeNodeId,
-    key: RegionKey,
-    priority: bool,
-    stream: TcpStream,
-    early: Vec<u8>,
-) -> Option<Conn> {
+fn open_conn(poll: &Poll, h: Handover) -> Option<Conn> {
+    let Handover {
+        conn,
+        compute,
+        key,
+        priority,
+        stream,
+        early,
+    } = h;
     let registered = stream.set_nonblocking(true).and_then(|()| {
         let mut s = mio::net::TcpStream::from_std(stream);
         poll.registry()

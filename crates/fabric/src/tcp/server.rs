@@ -27,7 +27,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crate::memory::MemoryNode;
-use crate::tcp::poller::{self, Work, WorkQueue};
+use crate::tcp::poller::{self, Handover, WorkQueue};
 use crate::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg};
 
 /// Connections served at once; more are refused with `Reject { Busy }`.
@@ -317,15 +317,14 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
             }
             // From here on the poller reads, executes and answers this connection.
             let early = rd.buffer().to_vec();
-            let open = Work::Open {
+            return shared.queue.push(Handover {
                 conn,
                 compute,
                 key,
                 priority,
                 stream,
                 early,
-            };
-            return shared.queue.push(open);
+            });
         }
         Ok(ClientMsg::Admin { secret }) => {
             if secret != shared.secret {
