@@ -19,6 +19,8 @@
 
 pub mod inline;
 mod memory;
+mod region;
+pub mod shm;
 pub mod sim;
 pub mod tcp;
 

@@ -2,7 +2,13 @@
 //! of every backend (`pandora.txt` §2.1: memory servers run no transactional
 //! logic, only verbs, setup and link termination).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::region::Region;
+use crate::shm::Process;
 
 use crate::verb::{Completion, ComputeNodeId, Verb, VerbError, VerbOutput};
 
@@ -22,61 +28,90 @@ impl std::fmt::Display for Fenced {
 
 impl std::error::Error for Fenced {}
 
-const KEY_SLOTS: usize = 1 << 16;
-
 /// How long `revoke` spins on a verb in flight before it sleeps instead.
 const REVOKE_SPINS: u32 = 1_000;
 
+/// How long `revoke` waits for a compute process that maps a shared region
+/// to finish the batch it is executing before it kills the process.
+const SHM_DRAIN_GRACE: Duration = Duration::from_millis(2);
+
 /// The memory of one memory node: a byte-addressed region stored as 8-byte
 /// words, so CAS and FAA are real atomics and a long read really can tear.
+///
+/// The words and the access tables live in one [`Region`]: private to this
+/// process, or a memfd that compute processes map (the shm backend). Either
+/// way the same code checks keys and executes verbs, in whichever process
+/// holds the mapping.
 pub struct MemoryNode {
-    words: Box<[AtomicU64]>,
-    /// Current key of each compute node; 0 means no access.
-    keys: Box<[AtomicU64]>,
-    /// Compute-node incarnations revoked here, for good: fencing cannot be
-    /// undone by a later registration (a falsely suspected node that
-    /// registers after its revocation would otherwise act under ids that
-    /// are already in everyone's failed-ids).
-    fenced: Box<[AtomicBool]>,
+    /// Words; per compute node: its current key (0 means no access), the
+    /// batches it is executing right now (revocation waits for them: once
+    /// `revoke` returns, nothing of that node executes any more, Cor1, even a
+    /// verb that passed its key check a moment before), and whether it was
+    /// revoked here for good (fencing cannot be undone by a later
+    /// registration: a falsely suspected node that registers after its
+    /// revocation would otherwise act under ids already in everyone's
+    /// failed-ids).
+    region: Region,
     /// Test-only bug switch: registration ignores `fenced` (the behaviour
     /// before fencing was permanent), so simulations can show what it cost.
     revocable_fencing: AtomicBool,
-    /// Verbs of each compute node executing right now. Revocation waits for
-    /// them: once `revoke` returns, nothing of that node executes any more
-    /// (Cor1), even a verb that passed its key check a moment before.
-    executing: Box<[AtomicU32]>,
     key_counter: AtomicU64,
     key_salt: u64,
     failed: AtomicBool,
+    /// Processes that mapped this (shared) region, by compute node: what
+    /// revocation kills if they do not drain.
+    mappers: Mutex<Vec<(ComputeNodeId, Process)>>,
 }
 
 impl MemoryNode {
     /// A zeroed region of `size_bytes` (rounded up to 8). `key_salt` makes
     /// issued keys unguessable across nodes and runs.
     pub fn new(size_bytes: u64, key_salt: u64) -> Self {
-        let n = size_bytes.div_ceil(8) as usize;
-        let words: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
-        let keys: Vec<AtomicU64> = (0..KEY_SLOTS).map(|_| AtomicU64::new(0)).collect();
+        let region = Region::private(Self::words(size_bytes))
+            .unwrap_or_else(|e| panic!("cannot map a region of {size_bytes} bytes: {e}"));
+        Self::with_region(region, key_salt)
+    }
+
+    /// A zeroed region in a memfd that compute processes on this host can
+    /// map (the shm backend; see [`crate::shm`]).
+    pub fn shared(size_bytes: u64, key_salt: u64) -> std::io::Result<Self> {
+        let region = Region::shared(Self::words(size_bytes), "tandem-memory-node")?;
+        Ok(Self::with_region(region, key_salt))
+    }
+
+    /// A compute process's view of a shared region it was handed: it
+    /// executes verbs, checking the key tables that the memory server keeps.
+    pub(crate) fn attached(fd: OwnedFd) -> std::io::Result<Self> {
+        Ok(Self::with_region(Region::attach(fd)?, 0))
+    }
+
+    fn words(size_bytes: u64) -> usize {
+        size_bytes.div_ceil(8) as usize
+    }
+
+    fn with_region(region: Region, key_salt: u64) -> Self {
         MemoryNode {
-            words: words.into_boxed_slice(),
-            keys: keys.into_boxed_slice(),
-            fenced: (0..KEY_SLOTS)
-                .map(|_| AtomicBool::new(false))
-                .collect::<Vec<_>>()
-                .into_boxed_slice(),
+            region,
             revocable_fencing: AtomicBool::new(false),
-            executing: (0..KEY_SLOTS)
-                .map(|_| AtomicU32::new(0))
-                .collect::<Vec<_>>()
-                .into_boxed_slice(),
             key_counter: AtomicU64::new(1),
             key_salt,
             failed: AtomicBool::new(false),
+            mappers: Mutex::new(Vec::new()),
         }
     }
 
+    /// The memfd of a [`MemoryNode::shared`] region.
+    pub(crate) fn shared_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.region.fd()
+    }
+
+    /// Whether compute processes can map this node's region.
+    pub fn is_shared(&self) -> bool {
+        self.region.fd().is_some()
+    }
+
     pub fn size_bytes(&self) -> u64 {
-        self.words.len() as u64 * 8
+        self.region.words().len() as u64 * 8
     }
 
     /// Issue (or re-issue) a region key to `compute`; an older key stops
@@ -91,12 +126,12 @@ impl MemoryNode {
         let mut k = (n ^ self.key_salt).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         k ^= k >> 29;
         let key = k.max(1);
-        self.keys[compute as usize].store(key, Ordering::SeqCst);
+        self.region.keys()[compute as usize].store(key, Ordering::SeqCst);
         // A revocation that raced with us either saw our key (and cleared it)
         // or set `fenced` before we looked again: take the key back. Nobody
         // holds it yet, so no verb can have used it.
         if self.is_fenced(compute) {
-            let _ = self.keys[compute as usize].compare_exchange(
+            let _ = self.region.keys()[compute as usize].compare_exchange(
                 key,
                 0,
                 Ordering::SeqCst,
@@ -110,27 +145,94 @@ impl MemoryNode {
     /// Active-link termination, for good: every later verb of `compute`
     /// fails with `Revoked`, and it can never register again.
     pub fn revoke(&self, compute: ComputeNodeId) {
-        self.fenced[compute as usize].store(true, Ordering::SeqCst);
-        self.keys[compute as usize].store(0, Ordering::SeqCst);
-        // A verb that saw the old key may still be running on another thread.
-        // Spin briefly, then sleep: the revoker may outrank that thread (the
-        // runner's membership thread is SCHED_FIFO), and on a shared core a
-        // spinning revoker keeps the verb from ever finishing, until the
-        // kernel's real-time throttling steps in about a second later.
-        let mut spins = 0u32;
-        while self.executing[compute as usize].load(Ordering::SeqCst) > 0 {
+        self.region.fenced()[compute as usize].store(1, Ordering::SeqCst);
+        self.region.keys()[compute as usize].store(0, Ordering::SeqCst);
+        self.await_drain(compute);
+    }
+
+    /// Wait until no batch of `compute` executes. A verb that saw the old key
+    /// may still be running on another thread. Spin briefly, then sleep: the
+    /// revoker may outrank that thread (the runner's membership thread is
+    /// SCHED_FIFO), and on a shared core a spinning revoker keeps the verb
+    /// from ever finishing, until the kernel's real-time throttling steps in
+    /// about a second later. On a shared region the batch may be running in
+    /// another process, which can be stopped or dead: after a grace period
+    /// its processes are killed, and waited for ([`MemoryNode::fence_mappers`]).
+    fn await_drain(&self, compute: ComputeNodeId) {
+        let executing = &self.region.executing()[compute as usize];
+        let start = Instant::now();
+        let (mut spins, mut escalated) = (0u32, false);
+        while executing.load(Ordering::SeqCst) > 0 {
             if spins < REVOKE_SPINS {
                 std::hint::spin_loop();
                 spins += 1;
+            } else if !escalated && self.is_shared() && start.elapsed() > SHM_DRAIN_GRACE {
+                escalated = true;
+                if self.fence_mappers(compute) {
+                    return;
+                }
             } else {
-                std::thread::sleep(std::time::Duration::from_micros(20));
+                std::thread::sleep(Duration::from_micros(20));
             }
         }
     }
 
+    /// Kill every other process of `compute` that mapped this region, wait
+    /// until each has exited, then clear its count of executing batches: a
+    /// dead process executes nothing, and a new one of `compute` is refused.
+    /// False if there is no such process (the batch runs in this one).
+    fn fence_mappers(&self, compute: ComputeNodeId) -> bool {
+        let mine: Vec<Process> = {
+            let mut m = self.mappers();
+            let (mine, rest) = m.drain(..).partition(|(c, _)| *c == compute);
+            *m = rest;
+            mine.into_iter().map(|(_, p)| p).collect()
+        };
+        if mine.is_empty() {
+            return false;
+        }
+        for p in &mine {
+            p.kill_and_wait();
+        }
+        log::warn!(
+            "memory node: compute node {compute} did not drain after its revocation; \
+             its {} process(es) were killed",
+            mine.len()
+        );
+        self.region.executing()[compute as usize].store(0, Ordering::SeqCst);
+        true
+    }
+
+    fn mappers(&self) -> std::sync::MutexGuard<'_, Vec<(ComputeNodeId, Process)>> {
+        self.mappers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record that process `p` of `compute` maps this region, before its key
+    /// is checked: a revocation then either finds it here or makes the check
+    /// fail. Processes that have exited are forgotten.
+    pub(crate) fn add_mapper(&self, compute: ComputeNodeId, p: Process) {
+        if p.pid() == std::process::id() as i32 {
+            return; // Threads of this process are waited for, never killed.
+        }
+        let executing = self.region.executing();
+        let mut m = self.mappers();
+        // A dead process's share of its node's count is frozen: if the count
+        // is zero, so is its share, and it can be forgotten. Otherwise the
+        // node's revocation still needs it.
+        m.retain(|(c, q)| !(q.has_exited() && executing[*c as usize].load(Ordering::SeqCst) == 0));
+        if !m.iter().any(|(c, q)| *c == compute && q.pid() == p.pid()) {
+            m.push((compute, p));
+        }
+    }
+
+    /// Batches of `compute` executing right now (inspection for tests).
+    pub fn executing(&self, compute: ComputeNodeId) -> u32 {
+        self.region.executing()[compute as usize].load(Ordering::SeqCst)
+    }
+
     /// Whether `compute` was ever revoked here.
     pub fn is_fenced(&self, compute: ComputeNodeId) -> bool {
-        self.fenced[compute as usize].load(Ordering::SeqCst)
+        (self.region.fenced()[compute as usize].load(Ordering::SeqCst) != 0)
             && !self.revocable_fencing.load(Ordering::Relaxed)
     }
 
@@ -142,7 +244,7 @@ impl MemoryNode {
     }
 
     pub fn is_authorized(&self, compute: ComputeNodeId, key: RegionKey) -> bool {
-        key != 0 && self.keys[compute as usize].load(Ordering::SeqCst) == key
+        key != 0 && self.region.keys()[compute as usize].load(Ordering::SeqCst) == key
     }
 
     /// Simulate loss of this memory node: every later verb fails with `Unavailable`.
@@ -153,7 +255,7 @@ impl MemoryNode {
     /// Bring the node back as an empty replacement: memory zeroed, serving
     /// again, region keys kept (the replacement of DESIGN.md §4.6 in place).
     pub fn replace_with_empty(&self) {
-        for w in self.words.iter() {
+        for w in self.region.words().iter() {
             w.store(0, Ordering::Relaxed);
         }
         self.failed.store(false, Ordering::SeqCst);
@@ -188,7 +290,7 @@ impl MemoryNode {
         // Announce, then check the key: `revoke` stores the new key, then waits
         // for announced batches, so a batch either sees the revocation or is
         // waited for.
-        let executing = &self.executing[compute as usize];
+        let executing = &self.region.executing()[compute as usize];
         executing.fetch_add(1, Ordering::SeqCst);
         if self.is_authorized(compute, key) {
             verbs.iter().for_each(|v| done(self.execute_unchecked(v)));
@@ -203,6 +305,7 @@ impl MemoryNode {
     pub fn execute_unchecked(&self, verb: &Verb) -> Completion {
         match verb {
             Verb::Read { addr, len } => {
+                self.check_range(*addr, *len as u64)?;
                 let mut out = vec![0u8; *len as usize];
                 self.read_into(*addr, &mut out)?;
                 Ok(VerbOutput::Read(out))
@@ -234,7 +337,8 @@ impl MemoryNode {
         if addr % 8 != 0 {
             return Err(VerbError::Misaligned);
         }
-        self.words
+        self.region
+            .words()
             .get((addr / 8) as usize)
             .ok_or(VerbError::OutOfRange)
     }
@@ -252,7 +356,7 @@ impl MemoryNode {
         let mut pos = 0usize;
         let mut a = addr;
         while pos < out.len() {
-            let w = self.words[(a / 8) as usize]
+            let w = self.region.words()[(a / 8) as usize]
                 .load(Ordering::SeqCst)
                 .to_le_bytes();
             let off = (a % 8) as usize;
@@ -272,7 +376,7 @@ impl MemoryNode {
         while pos < data.len() {
             let off = (a % 8) as usize;
             let n = (8 - off).min(data.len() - pos);
-            let w = &self.words[(a / 8) as usize];
+            let w = &self.region.words()[(a / 8) as usize];
             if n == 8 {
                 // Release suffices for whole-word stores: readers acquire-load
                 // (SeqCst) and the protocol's store-load (Dekker) patterns go

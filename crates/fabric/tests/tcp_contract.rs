@@ -1,7 +1,9 @@
-//! Contract tests of the tcp backend against the fabric semantics of
-//! DESIGN.md §3: a real memory server on 127.0.0.1:0 (background threads)
+//! Contract tests of the tcp and shm backends against the fabric semantics
+//! of DESIGN.md §3: a real memory server on 127.0.0.1:0 (background threads)
 //! and clients on a tokio `current_thread` runtime with a `LocalSet`, as
-//! compute threads run them.
+//! compute threads run them. The tests that apply to both backends run on
+//! each (`mod NAME { fn tcp, fn shm }`); `shm_contract.rs` has the shm
+//! backend's own (its socket, and compute processes killed on revocation).
 
 /// The completions a batch should come back with, like `vec![...]`.
 macro_rules! done {
@@ -27,14 +29,48 @@ const SECRET: u64 = 0x7A4D_E35E_C8E7;
 /// Every test body must finish well within this; a hang fails instead of stalling CI.
 const TEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Tcp,
+    Shm,
+}
+
+/// Run test `$name(mode)` on both backends, as `$name::tcp` and `$name::shm`.
+macro_rules! on_both_backends {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn tcp() {
+                super::$name(super::Mode::Tcp)
+            }
+            #[test]
+            fn shm() {
+                super::$name(super::Mode::Shm)
+            }
+        }
+    };
+}
+
 fn server(size_bytes: u64) -> MemoryServerHandle {
-    let node = Arc::new(MemoryNode::new(size_bytes, 0xC0FFEE));
-    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), node, SECRET)
+    server_on(Mode::Tcp, size_bytes)
+}
+
+/// A memory server whose region is private (tcp) or a memfd (shm).
+fn server_on(mode: Mode, size_bytes: u64) -> MemoryServerHandle {
+    let node = match mode {
+        Mode::Tcp => MemoryNode::new(size_bytes, 0xC0FFEE),
+        Mode::Shm => MemoryNode::shared(size_bytes, 0xC0FFEE).expect("memfd region"),
+    };
+    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), Arc::new(node), SECRET)
         .expect("bind memory server")
 }
 
 fn cluster(servers: &[&MemoryServerHandle]) -> TcpCluster {
-    TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), SECRET)
+    cluster_on(Mode::Tcp, servers)
+}
+
+fn cluster_on(mode: Mode, servers: &[&MemoryServerHandle]) -> TcpCluster {
+    TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), SECRET).shm(mode == Mode::Shm)
 }
 
 /// Run `f` as a compute thread does: current_thread runtime plus LocalSet.
@@ -88,10 +124,10 @@ fn frame(msg: ClientMsg) -> Vec<u8> {
     b
 }
 
-#[test]
-fn verbs_on_one_queue_pair_execute_in_posting_order() {
-    let (s0, s1) = (server(4096), server(4096));
-    let c = cluster(&[&s0, &s1]);
+on_both_backends!(verbs_on_one_queue_pair_execute_in_posting_order);
+fn verbs_on_one_queue_pair_execute_in_posting_order(mode: Mode) {
+    let (s0, s1) = (server_on(mode, 4096), server_on(mode, 4096));
+    let c = cluster_on(mode, &[&s0, &s1]);
     run(async {
         let keys = c.register(1).await.unwrap();
         assert_eq!(keys.len(), 2);
@@ -174,10 +210,10 @@ fn verbs_on_one_queue_pair_execute_in_posting_order() {
     });
 }
 
-#[test]
-fn after_revocation_verbs_complete_with_revoked_and_do_not_execute() {
-    let s = server(1024);
-    let c = cluster(&[&s]);
+on_both_backends!(after_revocation_verbs_complete_with_revoked_and_do_not_execute);
+fn after_revocation_verbs_complete_with_revoked_and_do_not_execute(mode: Mode) {
+    let s = server_on(mode, 1024);
+    let c = cluster_on(mode, &[&s]);
     run(async {
         let keys3 = c.register(3).await.unwrap();
         let keys4 = c.register(4).await.unwrap();
@@ -240,10 +276,10 @@ fn after_revocation_verbs_complete_with_revoked_and_do_not_execute() {
     });
 }
 
-#[test]
-fn bad_addresses_complete_with_errors_and_the_server_keeps_serving() {
-    let s = server(64);
-    let c = cluster(&[&s]);
+on_both_backends!(bad_addresses_complete_with_errors_and_the_server_keeps_serving);
+fn bad_addresses_complete_with_errors_and_the_server_keeps_serving(mode: Mode) {
+    let s = server_on(mode, 64);
+    let c = cluster_on(mode, &[&s]);
     run(async {
         let keys = c.register(1).await.unwrap();
         let qp = c.connect(1, &keys).await.unwrap().queue_pair(0);
@@ -271,14 +307,19 @@ fn bad_addresses_complete_with_errors_and_the_server_keeps_serving() {
             Ok(VerbOutput::Cas(0)),
         ];
         assert_eq!(got, expected);
-        // A batch whose answer cannot fit in one frame is refused locally, per verb.
+        // A batch whose answer cannot fit in one frame is refused locally,
+        // per verb (tcp); shm has no frames, only the region's bounds.
+        let second = match mode {
+            Mode::Tcp => Err(OutOfRange),
+            Mode::Shm => Ok(VerbOutput::Read(vec![0; 8])),
+        };
         assert_eq!(
             qp.post(tandem_fabric::batch![
                 Verb::read(0, u32::MAX),
                 Verb::read(0, 8)
             ])
             .await,
-            done![Err(OutOfRange); 2]
+            done![Err(OutOfRange), second]
         );
         assert_eq!(qp.post(tandem_fabric::batch![]).await, done![]);
         assert_eq!(
@@ -493,10 +534,12 @@ fn a_lost_connection_completes_every_verb_with_unavailable() {
         );
     });
     fake.join().unwrap();
+}
 
-    // A real server shutting down under a connected client.
-    let s = server(1024);
-    let c = cluster(&[&s]);
+on_both_backends!(a_server_shutting_down_completes_later_verbs_with_unavailable);
+fn a_server_shutting_down_completes_later_verbs_with_unavailable(mode: Mode) {
+    let s = server_on(mode, 1024);
+    let c = cluster_on(mode, &[&s]);
     run(async {
         let keys = c.register(1).await.unwrap();
         let qp = c.connect(1, &keys).await.unwrap().queue_pair(0);
@@ -505,6 +548,12 @@ fn a_lost_connection_completes_every_verb_with_unavailable() {
             done![Ok(VerbOutput::Faa(0))]
         );
         s.shutdown();
+        if mode == Mode::Shm {
+            // Verbs run here; the closed liveness link is what tells.
+            while qp.is_connected() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
         let after = qp.post(tandem_fabric::batch![Verb::faa(0, 1)]).await;
         assert_eq!(after, done![Err(VerbError::Unavailable)]);
         assert_eq!(

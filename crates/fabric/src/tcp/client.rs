@@ -35,6 +35,8 @@ pub struct TcpCluster {
     pub secret: u64,
     /// Data connections ask to be served first (see [`TcpCluster::prioritised`]).
     pub priority: bool,
+    /// Queue pairs map the servers' shared regions instead (see [`TcpCluster::shm`]).
+    pub shm: bool,
 }
 
 impl TcpCluster {
@@ -43,7 +45,17 @@ impl TcpCluster {
             addrs,
             secret,
             priority: false,
+            shm: false,
         }
+    }
+
+    /// Queue pairs made through this handle map each memory server's shared
+    /// region and execute verbs in this process (the shm backend,
+    /// [`crate::shm`]); the servers must run with a shared region
+    /// (`memory-server --shm`). Admin calls still go over TCP.
+    pub fn shm(mut self, on: bool) -> Self {
+        self.shm = on;
+        self
     }
 
     /// Data connections made through this handle are served before the
@@ -124,16 +136,21 @@ impl TcpCluster {
                 ),
             ));
         }
-        let handshakes = self.addrs.iter().zip(keys).map(|(&addr, key)| async move {
-            match key {
-                Some(key) => hello(addr, compute, *key, self.priority).await.map(Some),
-                None => Ok(None),
-            }
-        });
+        let handshakes =
+            self.addrs
+                .iter()
+                .zip(keys)
+                .enumerate()
+                .map(|(i, (&addr, key))| async move {
+                    match key {
+                        Some(key) => self.link(addr, i, compute, *key).await.map(Some),
+                        None => Ok(None),
+                    }
+                });
         let mut qps = Vec::with_capacity(keys.len());
         for (i, s) in join_all(handshakes.collect()).await.into_iter().enumerate() {
             qps.push(match s {
-                Ok(Some(stream)) => TcpQp::start(stream, i as MemNodeId),
+                Ok(Some(qp)) => qp,
                 Ok(None) => TcpQp::unconnected(i as MemNodeId),
                 // Gone since it issued the key (it died): down until replaced.
                 Err(e) if e.kind() != io::ErrorKind::PermissionDenied => {
@@ -146,7 +163,7 @@ impl TcpCluster {
         Ok(TcpFabric {
             compute,
             qps: qps.into(),
-            priority: self.priority,
+            cluster: self.clone(),
         })
     }
 
@@ -194,26 +211,38 @@ impl TcpCluster {
                 ),
             ));
         }
-        let handshakes = self
-            .addrs
-            .iter()
-            .zip(keys)
-            .map(|(&addr, &key)| hello(addr, compute, key, self.priority));
-        let mut streams = Vec::with_capacity(keys.len());
-        // Every handshake must succeed; the streams of the others close on drop.
-        for s in join_all(handshakes.collect()).await {
-            streams.push(s?);
+        let handshakes = (self.addrs.iter().zip(keys).enumerate())
+            .map(|(i, (&addr, &key))| self.link(addr, i, compute, key));
+        let mut qps = Vec::with_capacity(keys.len());
+        // Every handshake must succeed; the links of the others close on drop.
+        for qp in join_all(handshakes.collect()).await {
+            qps.push(qp?);
         }
-        let qps: Vec<TcpQp> = streams
-            .into_iter()
-            .enumerate()
-            .map(|(i, s)| TcpQp::start(s, i as MemNodeId))
-            .collect();
         Ok(TcpFabric {
             compute,
             qps: qps.into(),
-            priority: self.priority,
+            cluster: self.clone(),
         })
+    }
+}
+
+impl TcpCluster {
+    /// A queue pair to memory node `mem` at `addr`: a data connection, or
+    /// the server's shared region mapped into this process.
+    async fn link(
+        &self,
+        addr: SocketAddr,
+        mem: usize,
+        compute: ComputeNodeId,
+        key: RegionKey,
+    ) -> io::Result<TcpQp> {
+        let mem = mem as MemNodeId;
+        if self.shm {
+            let (node, stream) = crate::shm::attach(addr, compute, key)?;
+            return TcpQp::start_shm(node, compute, key, stream, mem);
+        }
+        let stream = hello(addr, compute, key, self.priority).await?;
+        Ok(TcpQp::start(stream, mem))
     }
 }
 
@@ -224,7 +253,8 @@ impl TcpCluster {
 pub struct TcpFabric {
     compute: ComputeNodeId,
     qps: Rc<[TcpQp]>,
-    priority: bool,
+    /// How this handle's links were made (priority, shm), for reconnection.
+    cluster: TcpCluster,
 }
 
 impl TcpFabric {
@@ -252,8 +282,11 @@ impl TcpFabric {
         addr: SocketAddr,
         key: RegionKey,
     ) -> io::Result<()> {
-        let stream = hello(addr, self.compute, key, self.priority).await?;
-        self.qps[mem as usize].replace(TcpQp::start(stream, mem));
+        let qp = self
+            .cluster
+            .link(addr, mem as usize, self.compute, key)
+            .await?;
+        self.qps[mem as usize].replace(qp);
         Ok(())
     }
 }
@@ -280,6 +313,10 @@ impl Fabric for TcpFabric {
 
     fn compute_node(&self) -> ComputeNodeId {
         self.compute
+    }
+
+    fn executes_at_post(&self) -> bool {
+        self.cluster.shm
     }
 }
 

@@ -28,8 +28,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
+use crate::memory::{MemoryNode, RegionKey};
 use crate::tcp::wire::{self, ServerMsg, FRAME_HEADER_BYTES};
-use crate::verb::{Batch, Completions, MemNodeId, VerbError};
+use crate::verb::{Batch, Completions, ComputeNodeId, MemNodeId, VerbError};
 use crate::QueuePair;
 
 /// Initial size of the reader's buffer; it grows to hold the largest frame seen.
@@ -79,9 +80,20 @@ impl Inner {
     }
 }
 
+/// A queue pair of the shm backend: the memory server's region mapped
+/// here, and the key this compute node presents to it.
+struct ShmLink {
+    node: MemoryNode,
+    compute: ComputeNodeId,
+    key: RegionKey,
+}
+
 /// The connection state shared by handles, pending futures and the two tasks.
 struct Conn {
     mem: MemNodeId,
+    /// Set for the shm backend: verbs execute at post, on the mapped region;
+    /// the socket (watched by one task) only tells whether the server lives.
+    shm: Option<ShmLink>,
     inner: RefCell<Inner>,
     /// Signalled when the connection is killed: the reader stops waiting
     /// for a server that may never answer (a cut link, DESIGN.md §4.6).
@@ -180,6 +192,9 @@ impl Drop for Link {
             i.closed = true;
             i.writer_waker.take()
         };
+        if self.0.shm.is_some() {
+            self.0.killed.notify_one();
+        }
         if let Some(w) = w {
             w.wake();
         }
@@ -201,7 +216,7 @@ impl TcpQp {
     /// Start the reader and writer tasks of an established data connection
     /// (handshake done). Must run inside a `LocalSet`.
     pub(crate) fn start(stream: TcpStream, mem: MemNodeId) -> TcpQp {
-        let qp = TcpQp::with_conn(mem, false);
+        let qp = TcpQp::with_conn(mem, false, None);
         let conn = qp.conn();
         let (rd, wr) = stream.into_split();
         tokio::task::spawn_local(reader_task(conn.clone(), rd));
@@ -209,10 +224,29 @@ impl TcpQp {
         qp
     }
 
+    /// A queue pair onto a memory server's shared region, mapped here
+    /// (`node`); `socket` is the server's liveness link. Must run inside a
+    /// `LocalSet`.
+    pub(crate) fn start_shm(
+        node: MemoryNode,
+        compute: ComputeNodeId,
+        key: RegionKey,
+        socket: std::os::unix::net::UnixStream,
+        mem: MemNodeId,
+    ) -> std::io::Result<TcpQp> {
+        socket.set_nonblocking(true)?;
+        let socket = tokio::net::UnixStream::from_std(socket)?;
+        let link = ShmLink { node, compute, key };
+        let qp = TcpQp::with_conn(mem, false, Some(link));
+        tokio::task::spawn_local(watch_task(qp.conn(), socket));
+        Ok(qp)
+    }
+
     /// A queue pair on a fresh connection state (`dead`: one never up).
-    fn with_conn(mem: MemNodeId, dead: bool) -> TcpQp {
+    fn with_conn(mem: MemNodeId, dead: bool, shm: Option<ShmLink>) -> TcpQp {
         let conn = Rc::new(Conn {
             mem,
+            shm,
             killed: tokio::sync::Notify::new(),
             inner: RefCell::new(Inner {
                 out: Vec::new(),
@@ -232,7 +266,7 @@ impl TcpQp {
     /// A queue pair with no connection (its memory server is down): every
     /// post completes with `Unavailable` until [`TcpQp::replace`].
     pub(crate) fn unconnected(mem: MemNodeId) -> TcpQp {
-        TcpQp::with_conn(mem, true)
+        TcpQp::with_conn(mem, true, None)
     }
 
     fn conn(&self) -> Rc<Conn> {
@@ -292,6 +326,9 @@ impl QueuePair for TcpQp {
         if n == 0 {
             return TcpPending::ready(Completions::new());
         }
+        if let Some(shm) = &conn.shm {
+            return TcpPending::ready(shm.post(conn, &batch));
+        }
         if !wire::batch_fits(&batch) {
             // The batch or its answer would exceed one frame; the server would
             // drop the connection for it, so refuse it here, per verb.
@@ -324,6 +361,35 @@ impl QueuePair for TcpQp {
 
     fn memory_node(&self) -> MemNodeId {
         self.conn().mem
+    }
+}
+
+impl ShmLink {
+    /// Execute a batch on the mapped region, unless the link is down.
+    fn post(&self, conn: &Conn, batch: &[crate::Verb]) -> Completions {
+        if conn.inner.borrow().dead {
+            return vec![Err(VerbError::Unavailable); batch.len()];
+        }
+        let mut done = Completions::with_capacity(batch.len());
+        (self.node).execute_batch(self.compute, self.key, batch, |c| done.push(c));
+        done
+    }
+}
+
+/// The shm backend's liveness link: the server never writes to it, so
+/// anything but a cut or the last handle going away means it is gone.
+async fn watch_task(conn: Rc<Conn>, mut socket: tokio::net::UnixStream) {
+    let mut b = [0u8; 1];
+    tokio::select! {
+        r = socket.read(&mut b) => {
+            let why = match r {
+                Ok(0) => "the memory server closed its shm link".to_string(),
+                Ok(_) => "the memory server broke the shm protocol".to_string(),
+                Err(e) => e.to_string(),
+            };
+            conn.kill(&why);
+        }
+        _ = conn.killed.notified() => {}
     }
 }
 

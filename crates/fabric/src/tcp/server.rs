@@ -27,6 +27,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crate::memory::MemoryNode;
+use crate::shm::ShmEndpoint;
 use crate::tcp::poller::{self, Handover, WorkQueue};
 use crate::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg};
 
@@ -72,6 +73,7 @@ pub fn serve_spinning(
     spin: Duration,
 ) -> io::Result<()> {
     let port = listener.local_addr()?.port();
+    let _shm = shm_endpoint(&node, port)?;
     let (shared, _poller) = start(node, secret, port, spin)?;
     accept_loop(&listener, &shared);
     Ok(())
@@ -84,12 +86,14 @@ pub struct MemoryServerHandle {
     shared: Arc<Shared>,
     acceptor: Option<JoinHandle<()>>,
     poller: Option<JoinHandle<()>>,
+    shm: Option<ShmEndpoint>,
 }
 
 impl MemoryServerHandle {
     /// Serve `node` on `listener` from background threads.
     pub fn spawn(listener: TcpListener, node: Arc<MemoryNode>, secret: u64) -> io::Result<Self> {
         let addr = listener.local_addr()?;
+        let shm = shm_endpoint(&node, addr.port())?;
         let (shared, poller) = start(node, secret, addr.port(), poller::default_spin())?;
         let s = shared.clone();
         let acceptor = thread::Builder::new()
@@ -108,6 +112,7 @@ impl MemoryServerHandle {
             shared,
             acceptor: Some(acceptor),
             poller: Some(poller),
+            shm,
         })
     }
 
@@ -134,6 +139,9 @@ impl MemoryServerHandle {
     fn stop(&mut self) {
         if self.shared.stopping.swap(true, Ordering::SeqCst) {
             return;
+        }
+        if let Some(mut shm) = self.shm.take() {
+            shm.stop();
         }
         // The acceptor is blocked in accept(): a connection of our own wakes it.
         let wake = match self.addr {
@@ -171,6 +179,14 @@ impl Drop for MemoryServerHandle {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The shm endpoint of a memory server whose region is shared.
+fn shm_endpoint(node: &Arc<MemoryNode>, port: u16) -> io::Result<Option<ShmEndpoint>> {
+    if !node.is_shared() {
+        return Ok(None);
+    }
+    ShmEndpoint::start(node.clone(), port).map(Some)
 }
 
 /// Thread names stay within Linux's 15 visible characters and carry the
