@@ -33,7 +33,7 @@ const REVOKE_SPINS: u32 = 1_000;
 
 /// How long `revoke` waits for a compute process that maps a shared region
 /// to finish the batch it is executing before it kills the process.
-const SHM_DRAIN_GRACE: Duration = Duration::from_millis(2);
+const SHM_DRAIN_GRACE: Duration = Duration::from_millis(20);
 
 /// The memory of one memory node: a byte-addressed region stored as 8-byte
 /// words, so CAS and FAA are real atomics and a long read really can tear.
@@ -161,29 +161,42 @@ impl MemoryNode {
     fn await_drain(&self, compute: ComputeNodeId) {
         let executing = &self.region.executing()[compute as usize];
         let start = Instant::now();
-        let (mut spins, mut escalated) = (0u32, false);
+        let (mut spins, mut looked, mut escalated) = (0u32, false, false);
         while executing.load(Ordering::SeqCst) > 0 {
             if spins < REVOKE_SPINS {
                 std::hint::spin_loop();
                 spins += 1;
-            } else if !escalated && self.is_shared() && start.elapsed() > SHM_DRAIN_GRACE {
-                escalated = true;
-                if self.fence_mappers(compute) {
+                continue;
+            }
+            // A shared region's batch may run in a process that died in it
+            // (kill -9): look once at once; after the grace, kill.
+            if self.is_shared() && !looked {
+                looked = true;
+                if self.fence_mappers(compute, true) {
                     return;
                 }
-            } else {
-                std::thread::sleep(Duration::from_micros(20));
+            } else if self.is_shared() && !escalated && start.elapsed() > SHM_DRAIN_GRACE {
+                escalated = true;
+                if self.fence_mappers(compute, false) {
+                    return;
+                }
             }
+            std::thread::sleep(Duration::from_micros(20));
         }
     }
 
     /// Kill every other process of `compute` that mapped this region, wait
     /// until each has exited, then clear its count of executing batches: a
     /// dead process executes nothing, and a new one of `compute` is refused.
-    /// False if there is no such process (the batch runs in this one).
-    fn fence_mappers(&self, compute: ComputeNodeId) -> bool {
+    /// With `dead_only`, only if they have all exited already. False if
+    /// nothing was done (or the batch runs in this process).
+    fn fence_mappers(&self, compute: ComputeNodeId, dead_only: bool) -> bool {
         let mine: Vec<Process> = {
             let mut m = self.mappers();
+            let all_dead = m.iter().all(|(c, p)| *c != compute || p.has_exited());
+            if dead_only && !all_dead {
+                return false;
+            }
             let (mine, rest) = m.drain(..).partition(|(c, _)| *c == compute);
             *m = rest;
             mine.into_iter().map(|(_, p)| p).collect()
