@@ -19,10 +19,11 @@ use crate::args::{parse_addrs, parse_stores, random_secret, secret_from, write_j
 
 #[derive(Args, Clone)]
 pub struct FabricArgs {
-    /// sim: in-process memory nodes (verbs execute at once, no delays or faults); tcp: memory-server processes.
+    /// sim: in-process memory nodes (verbs execute at once, no delays or faults); tcp: memory-server
+    /// processes, verbs over TCP; shm: memory-server processes whose regions this process maps.
     #[arg(long, default_value = "sim")]
     pub fabric: String,
-    /// With --fabric tcp: use running memory servers (comma-separated) instead of starting them.
+    /// With --fabric tcp or shm: use running memory servers (comma-separated) instead of starting them.
     #[arg(long)]
     pub memory: Option<String>,
     /// Admin secret of the memory servers given with --memory (hex; default $TANDEM_SECRET).
@@ -155,7 +156,8 @@ fn secs(s: f64, what: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(s))
 }
 
-/// A tcp backend on fresh memory: new server processes, or (with --memory) the given ones.
+/// A tcp or shm backend on fresh memory: new server processes (with shared
+/// regions for shm), or (with --memory) the given ones.
 fn tcp_backend(
     f: &FabricArgs,
     nodes: u16,
@@ -172,16 +174,16 @@ fn tcp_backend(
             }
             let secret = secret_from(f.secret.as_deref())?
                 .ok_or("--memory needs --secret or $TANDEM_SECRET")?;
-            Ok((
-                Backend::Tcp(tandem_fabric::tcp::TcpCluster::new(addrs, secret)),
-                None,
-            ))
+            let cluster = tandem_fabric::tcp::TcpCluster::new(addrs, secret);
+            Ok((Backend::Tcp(cluster.shm(f.fabric == "shm")), None))
         }
         None => {
             let exe = std::env::current_exe()
                 .map_err(|e| format!("cannot find the tandem binary: {e}"))?;
-            let servers = MemoryServers::spawn(&exe, nodes as usize, region_bytes, random_secret())
-                .map_err(|e| format!("cannot start memory servers: {e}"))?;
+            let shm = f.fabric == "shm";
+            let servers =
+                MemoryServers::spawn_on(&exe, nodes as usize, region_bytes, random_secret(), shm)
+                    .map_err(|e| format!("cannot start memory servers: {e}"))?;
             Ok((Backend::Tcp(servers.cluster()), Some(servers)))
         }
     }
@@ -252,9 +254,9 @@ pub fn bench(a: BenchArgs) -> Result<(), String> {
     let layout = Layout::new(&template.store_config())?;
     let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
     let rounds = a.rounds.unwrap_or(if stores.len() > 1 { 3 } else { 1 });
-    if !matches!(a.fabric.fabric.as_str(), "sim" | "tcp") {
+    if !matches!(a.fabric.fabric.as_str(), "sim" | "tcp" | "shm") {
         return Err(format!(
-            "unknown fabric '{}' (expected sim or tcp)",
+            "unknown fabric '{}' (expected sim, tcp or shm)",
             a.fabric.fabric
         ));
     }
@@ -278,7 +280,7 @@ pub fn bench(a: BenchArgs) -> Result<(), String> {
         rounds,
         &template,
         |cfg| match a.fabric.fabric.as_str() {
-            "tcp" => {
+            "tcp" | "shm" => {
                 let (backend, _servers) = tcp_backend(&a.fabric, cfg.memory_nodes, region)?;
                 run(cfg, &backend)
             }
@@ -339,7 +341,7 @@ pub fn fabric_bench(a: FabricBenchArgs) -> Result<(), String> {
     let duration = secs(a.duration, "duration")?;
     let (backend, _servers) = match a.fabric.fabric.as_str() {
         "sim" => (Backend::inline(a.memory_nodes as usize, region, 1), None),
-        "tcp" => tcp_backend(&a.fabric, a.memory_nodes, region)?,
+        "tcp" | "shm" => tcp_backend(&a.fabric, a.memory_nodes, region)?,
         "echo" => {
             let servers = a.memory_nodes as usize;
             let r = echo_bench::run(servers, a.threads, a.depth, a.read_bytes, duration)?;
@@ -347,7 +349,7 @@ pub fn fabric_bench(a: FabricBenchArgs) -> Result<(), String> {
         }
         other => {
             return Err(format!(
-                "unknown fabric '{other}' (expected sim, tcp or echo)"
+                "unknown fabric '{other}' (expected sim, tcp, shm or echo)"
             ))
         }
     };
@@ -721,8 +723,8 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
     let (backend, _servers) = match a.fabric.fabric.as_str() {
         // Yield at every verb so the crash lands inside transactions.
         "sim" => (Backend::inline_yielding(3, region, a.seed), None),
-        "tcp" => tcp_backend(&a.fabric, 3, region)?,
-        other => return Err(format!("unknown fabric '{other}' (expected sim or tcp)")),
+        "tcp" | "shm" => tcp_backend(&a.fabric, 3, region)?,
+        other => return Err(format!("unknown fabric '{other}' (expected sim, tcp or shm)")),
     };
     eprintln!(
         "recovery: {} on {} over {}, {} compute nodes x {} coordinators; crash node {} at {:.2}s, {} ms heartbeat timeout",

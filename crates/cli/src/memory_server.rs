@@ -38,6 +38,11 @@ pub struct MemoryServerArgs {
     /// Default: 50 with more than two cores, 0 (sleep at once) otherwise.
     #[arg(long, value_name = "US")]
     poll_spin_us: Option<u64>,
+    /// Keep the region in a memfd that compute processes on this host map
+    /// (the shm fabric): they execute verbs on it themselves, and reach this
+    /// server over TCP only for admin calls. TCP data connections still work.
+    #[arg(long)]
+    shm: bool,
 }
 
 pub fn run(a: MemoryServerArgs) -> Result<(), String> {
@@ -55,13 +60,16 @@ pub fn run(a: MemoryServerArgs) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     // Keys are salted afresh on every start: a replacement never hands out
     // the keys of the server it replaces.
-    let node = Arc::new(MemoryNode::new(
-        bytes,
-        secret.rotate_left(17) ^ random_secret(),
-    ));
+    let salt = secret.rotate_left(17) ^ random_secret();
+    let node = Arc::new(if a.shm {
+        MemoryNode::shared(bytes, salt).map_err(|e| format!("cannot create a shared region: {e}"))?
+    } else {
+        MemoryNode::new(bytes, salt)
+    });
     // The harness that started us waits for this exact line.
     println!("listening on {addr}");
-    eprintln!("memory server: {} bytes on {addr}", node.size_bytes());
+    let how = if a.shm { " (shared: shm fabric)" } else { "" };
+    eprintln!("memory server: {} bytes on {addr}{how}", node.size_bytes());
     let spin = a
         .poll_spin_us
         .map_or_else(default_spin, Duration::from_micros);

@@ -60,6 +60,7 @@ impl Backend {
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Inline(_) => "sim",
+            Backend::Tcp(c) if c.shm == Some(true) => "shm",
             Backend::Tcp(_) => "tcp",
         }
     }
@@ -98,6 +99,8 @@ pub struct MemoryServers {
     children: Vec<Child>,
     pub addrs: Vec<SocketAddr>,
     pub secret: u64,
+    /// The servers keep their regions in memfds (`memory-server --shm`).
+    pub shm: bool,
 }
 
 impl MemoryServers {
@@ -109,21 +112,44 @@ impl MemoryServers {
         mem_bytes: u64,
         secret: u64,
     ) -> std::io::Result<MemoryServers> {
+        Self::spawn_on(exe, count, mem_bytes, secret, false)
+    }
+
+    /// [`MemoryServers::spawn`], with shared regions if `shm` (the shm
+    /// fabric: [`MemoryServers::cluster`] then maps them).
+    pub fn spawn_on(
+        exe: &Path,
+        count: usize,
+        mem_bytes: u64,
+        secret: u64,
+        shm: bool,
+    ) -> std::io::Result<MemoryServers> {
         let mut servers = MemoryServers {
             children: Vec::new(),
             addrs: Vec::new(),
             secret,
+            shm,
         };
         for _ in 0..count {
-            let (child, addr) = spawn_memory_server(exe, mem_bytes, secret, &[])?;
+            let (child, addr) = spawn_memory_server(exe, mem_bytes, secret, servers.flags())?;
             servers.children.push(child);
             servers.addrs.push(addr);
         }
         Ok(servers)
     }
 
+    /// Compute threads' handle: data connections over TCP, or the mapped
+    /// regions of shm servers.
     pub fn cluster(&self) -> TcpCluster {
-        TcpCluster::new(self.addrs.clone(), self.secret)
+        TcpCluster::new(self.addrs.clone(), self.secret).shm(self.shm)
+    }
+
+    fn flags(&self) -> &'static [&'static str] {
+        if self.shm {
+            &["--shm"]
+        } else {
+            &[]
+        }
     }
 
     /// Start a replacement for memory server `i` (killed, and declared failed
@@ -138,7 +164,8 @@ impl MemoryServers {
         membership: SocketAddr,
     ) -> std::io::Result<SocketAddr> {
         let (n, m) = (i.to_string(), membership.to_string());
-        let args = ["--replaces", n.as_str(), "--membership", m.as_str()];
+        let mut args = vec!["--replaces", n.as_str(), "--membership", m.as_str()];
+        args.extend(self.flags());
         let (child, addr) = spawn_memory_server(exe, mem_bytes, self.secret, &args)?;
         let mut old = std::mem::replace(&mut self.children[i], child);
         let _ = old.kill();

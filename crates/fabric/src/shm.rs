@@ -347,7 +347,6 @@ pub(crate) fn attach(
         }
         (ServerMsg::Reject { reason }, _) => {
             let kind = match reason {
-                RejectReason::Busy => io::ErrorKind::ConnectionRefused,
                 RejectReason::Protocol => io::ErrorKind::InvalidData,
                 _ => io::ErrorKind::PermissionDenied,
             };

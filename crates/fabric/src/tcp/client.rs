@@ -35,8 +35,10 @@ pub struct TcpCluster {
     pub secret: u64,
     /// Data connections ask to be served first (see [`TcpCluster::prioritised`]).
     pub priority: bool,
-    /// Queue pairs map the servers' shared regions instead (see [`TcpCluster::shm`]).
-    pub shm: bool,
+    /// Whether queue pairs map the servers' shared regions instead of
+    /// opening data connections; `None`: wherever a loopback server offers
+    /// one (see [`TcpCluster::shm`]).
+    pub shm: Option<bool>,
 }
 
 impl TcpCluster {
@@ -45,16 +47,18 @@ impl TcpCluster {
             addrs,
             secret,
             priority: false,
-            shm: false,
+            shm: None,
         }
     }
 
-    /// Queue pairs made through this handle map each memory server's shared
-    /// region and execute verbs in this process (the shm backend,
-    /// [`crate::shm`]); the servers must run with a shared region
-    /// (`memory-server --shm`). Admin calls still go over TCP.
+    /// With `true`, queue pairs made through this handle map each memory
+    /// server's shared region and execute verbs in this process (the shm
+    /// backend, [`crate::shm`]): the servers must offer one (`memory-server
+    /// --shm`). With `false`, always data connections over TCP. By default,
+    /// a server on a loopback address that offers a shared region is mapped,
+    /// any other is reached over TCP. Admin calls always go over TCP.
     pub fn shm(mut self, on: bool) -> Self {
-        self.shm = on;
+        self.shm = Some(on);
         self
     }
 
@@ -237,8 +241,17 @@ impl TcpCluster {
         key: RegionKey,
     ) -> io::Result<TcpQp> {
         let mem = mem as MemNodeId;
-        if self.shm {
-            let (node, stream) = crate::shm::attach(addr, compute, key)?;
+        let attached = match self.shm {
+            Some(true) => Some(crate::shm::attach(addr, compute, key)?),
+            Some(false) => None,
+            None if !addr.ip().is_loopback() => None,
+            None => match crate::shm::attach(addr, compute, key) {
+                Ok(a) => Some(a),
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => None,
+                Err(e) => return Err(e),
+            },
+        };
+        if let Some((node, stream)) = attached {
             return TcpQp::start_shm(node, compute, key, stream, mem);
         }
         let stream = hello(addr, compute, key, self.priority).await?;
@@ -316,7 +329,7 @@ impl Fabric for TcpFabric {
     }
 
     fn executes_at_post(&self) -> bool {
-        self.cluster.shm
+        self.qps.iter().all(TcpQp::is_shm)
     }
 }
 

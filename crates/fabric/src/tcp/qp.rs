@@ -273,6 +273,11 @@ impl TcpQp {
         self.link.borrow().0.clone()
     }
 
+    /// Whether this queue pair maps its memory server's region (shm backend).
+    pub fn is_shm(&self) -> bool {
+        self.conn().shm.is_some()
+    }
+
     /// Whether the connection is still up (false is final until [`TcpQp::replace`]).
     pub fn is_connected(&self) -> bool {
         !self.conn().inner.borrow().dead
