@@ -724,7 +724,11 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
         // Yield at every verb so the crash lands inside transactions.
         "sim" => (Backend::inline_yielding(3, region, a.seed), None),
         "tcp" | "shm" => tcp_backend(&a.fabric, 3, region)?,
-        other => return Err(format!("unknown fabric '{other}' (expected sim, tcp or shm)")),
+        other => {
+            return Err(format!(
+                "unknown fabric '{other}' (expected sim, tcp or shm)"
+            ))
+        }
     };
     eprintln!(
         "recovery: {} on {} over {}, {} compute nodes x {} coordinators; crash node {} at {:.2}s, {} ms heartbeat timeout",

@@ -62,7 +62,8 @@ pub fn run(a: MemoryServerArgs) -> Result<(), String> {
     // the keys of the server it replaces.
     let salt = secret.rotate_left(17) ^ random_secret();
     let node = Arc::new(if a.shm {
-        MemoryNode::shared(bytes, salt).map_err(|e| format!("cannot create a shared region: {e}"))?
+        MemoryNode::shared(bytes, salt)
+            .map_err(|e| format!("cannot create a shared region: {e}"))?
     } else {
         MemoryNode::new(bytes, salt)
     });

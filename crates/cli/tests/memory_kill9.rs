@@ -24,7 +24,7 @@ fn tandem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tandem"))
 }
 
-fn memory_server(dir: &Path, name: &str, extra: &[&str]) -> (Proc, String) {
+fn memory_server(dir: &Path, name: &str, shm: bool, extra: &[&str]) -> (Proc, String) {
     let mut args = vec![
         "memory-server",
         "--listen",
@@ -35,6 +35,9 @@ fn memory_server(dir: &Path, name: &str, extra: &[&str]) -> (Proc, String) {
         SECRET,
     ];
     args.extend(extra);
+    if shm {
+        args.push("--shm");
+    }
     spawn_announcing(&args, Some(&dir.join(format!("{name}.log"))))
 }
 
@@ -46,6 +49,8 @@ struct Run {
     reports: Vec<(u16, std::process::Output)>,
     /// Every process still up, stopped when the run is dropped.
     _procs: Vec<Proc>,
+    /// The memory servers had shared regions (the compute servers map them).
+    shm: bool,
 }
 
 /// What a run does besides killing memory server 1.
@@ -74,12 +79,16 @@ fn signal(pid: u32, signal: &str) {
 
 /// The cluster under load; `kill -9` memory server 1 at 1 s (and what `also`
 /// says); a replacement at 1.6 s.
-fn run(tag: &str, also: Also) -> Run {
+fn run(tag: &str, also: Also, shm: bool) -> Run {
     let kill_compute = also == Also::KillCompute;
-    let dir = std::env::temp_dir().join(format!("tandem-memkill-{tag}-{}", std::process::id()));
+    let fabric = if shm { "shm" } else { "tcp" };
+    let dir = std::env::temp_dir().join(format!(
+        "tandem-memkill-{tag}-{fabric}-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let mut servers: Vec<(Proc, String)> = (0..3)
-        .map(|i| memory_server(&dir, &format!("mem{i}"), &[]))
+        .map(|i| memory_server(&dir, &format!("mem{i}"), shm, &[]))
         .collect();
     let memory: Vec<String> = servers.iter().map(|s| s.1.clone()).collect();
     let memory = memory.join(",");
@@ -168,6 +177,7 @@ fn run(tag: &str, also: Also) -> Run {
     let (replacement, addr) = memory_server(
         &dir,
         "replacement",
+        shm,
         &["--replaces", "1", "--membership", &maddr],
     );
     let reports = vec![
@@ -190,6 +200,7 @@ fn run(tag: &str, also: Also) -> Run {
         memory_after: after.join(","),
         reports,
         _procs: procs,
+        shm,
     }
 }
 
@@ -229,7 +240,15 @@ fn assert_kept_committing(r: &Run, node: u16) {
         "compute server {node} failed:\n{}\nmembership log:\n{log}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let t = read_timeline(&r.dir.join(format!("c{node}.json")));
+    let json = r.dir.join(format!("c{node}.json"));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(
+        report["links"],
+        if r.shm { "shm" } else { "tcp" },
+        "{report}"
+    );
+    let t = read_timeline(&json);
     assert!(t.len() >= 35, "{t:?}");
     assert!(
         t[4..9].iter().all(|&c| c > 0),
@@ -241,11 +260,11 @@ fn assert_kept_committing(r: &Run, node: u16) {
     );
 }
 
-#[test]
-fn kill_dash_nine_of_a_memory_server_survivors_keep_committing_and_a_replacement_restores_f_plus_1()
-{
+fn kill_dash_nine_of_a_memory_server_survivors_keep_committing_and_a_replacement_restores_f_plus_1(
+    shm: bool,
+) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let r = run("mem", Also::Nothing);
+    let r = run("mem", Also::Nothing, shm);
     let log = std::fs::read_to_string(&r.mlog).unwrap();
     assert!(log.contains("memory nodes {1} down"), "{log}");
     assert!(log.contains("re-replicated onto"), "{log}");
@@ -258,10 +277,9 @@ fn kill_dash_nine_of_a_memory_server_survivors_keep_committing_and_a_replacement
     check_cluster(&r, "");
 }
 
-#[test]
-fn kill_dash_nine_of_a_memory_server_and_a_compute_server_in_the_same_second() {
+fn kill_dash_nine_of_a_memory_server_and_a_compute_server_in_the_same_second(shm: bool) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let r = run("both", Also::KillCompute);
+    let r = run("both", Also::KillCompute, shm);
     let log = std::fs::read_to_string(&r.mlog).unwrap();
     assert!(log.contains("memory nodes {1} down"), "{log}");
     assert!(
@@ -280,13 +298,12 @@ fn kill_dash_nine_of_a_memory_server_and_a_compute_server_in_the_same_second() {
 /// the memory server failed, and restarted: it resumes the memory
 /// configuration (the server stays down), holds everyone under a new epoch,
 /// and admits the replacement announced to it.
-#[test]
-fn the_memory_configuration_survives_a_membership_restart_with_its_state_in_zookeeper() {
+fn the_memory_configuration_survives_a_membership_restart_with_its_state_in_zookeeper(shm: bool) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let Some(zk) = ZooKeeper::start_or_skip("memkill") else {
         return;
     };
-    let r = run("zk", Also::RestartMembership(zk.port));
+    let r = run("zk", Also::RestartMembership(zk.port), shm);
     let log = std::fs::read_to_string(&r.mlog).unwrap();
     assert!(log.contains("resumed from ZooKeeper"), "{log}");
     assert!(
@@ -303,10 +320,9 @@ fn the_memory_configuration_survives_a_membership_restart_with_its_state_in_zook
 /// node, suspected) is declared failed and cut off like a dead one; the
 /// compute servers' requests stuck on it fail at once, the hold completes,
 /// and a replacement takes its place. When it wakes up, nobody uses it.
-#[test]
-fn a_stopped_memory_server_is_cut_off_like_a_dead_one() {
+fn a_stopped_memory_server_is_cut_off_like_a_dead_one(shm: bool) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let r = run("stop", Also::StopMemory);
+    let r = run("stop", Also::StopMemory, shm);
     let log = std::fs::read_to_string(&r.mlog).unwrap();
     assert!(log.contains("memory nodes {1} down"), "{log}");
     assert!(log.contains("re-replicated onto"), "{log}");
@@ -314,3 +330,27 @@ fn a_stopped_memory_server_is_cut_off_like_a_dead_one() {
     assert_kept_committing(&r, 2);
     check_cluster(&r, "");
 }
+
+/// Every test above, with the memory servers' regions in memfds that the
+/// compute servers map (the shm fabric), and over TCP.
+macro_rules! on_tcp_and_shm {
+    ($($name:ident),*) => {$(
+        mod $name {
+            #[test]
+            fn tcp() {
+                super::$name(false)
+            }
+            #[test]
+            fn shm() {
+                super::$name(true)
+            }
+        }
+    )*};
+}
+
+on_tcp_and_shm!(
+    kill_dash_nine_of_a_memory_server_survivors_keep_committing_and_a_replacement_restores_f_plus_1,
+    kill_dash_nine_of_a_memory_server_and_a_compute_server_in_the_same_second,
+    the_memory_configuration_survives_a_membership_restart_with_its_state_in_zookeeper,
+    a_stopped_memory_server_is_cut_off_like_a_dead_one
+);

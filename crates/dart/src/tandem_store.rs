@@ -121,7 +121,13 @@ impl<F: Fabric> TransactionalStore for TandemStore<F> {
             self.counted = true;
         }
         let in_flight = match &self.hold {
-            Some(g) => Some(g.enter().await),
+            Some(g) => {
+                // A worker process's verbs on mapped regions (shm) complete
+                // without suspending: let its other clients and its
+                // memory follower run between transactions.
+                tokio::task::yield_now().await;
+                Some(g.enter().await)
+            }
             None => None,
         };
         Ok(TandemTx {

@@ -61,6 +61,8 @@ pub struct ComputeServerReport {
     pub errors: Vec<String>,
     /// Every incarnation, the first under `node`.
     pub incarnations: Vec<Incarnation>,
+    /// How it reached memory: "shm" (the servers' regions mapped here) or "tcp".
+    pub links: &'static str,
 }
 
 /// One incarnation of a compute node, as the ids file records it.
@@ -111,6 +113,7 @@ struct Tally {
     aborted: Cell<u64>,
     stolen: Cell<u64>,
     errors: RefCell<Vec<String>>,
+    links: Cell<&'static str>,
 }
 
 /// Why an incarnation could not start.
@@ -198,6 +201,7 @@ impl Server {
             timeline_100ms,
             errors: t.errors.borrow().clone(),
             incarnations,
+            links: t.links.get(),
         })
     }
 
@@ -232,6 +236,8 @@ impl Server {
                 "compute node {node} cannot connect to the memory servers {servers}: {e}"
             ))
         })?;
+        let shm = tandem_fabric::Fabric::executes_at_post(&fabric);
+        self.tally.links.set(if shm { "shm" } else { "tcp" });
         let c = &self.cfg;
         let (addrs, coordinators, every, patience) = (
             c.membership.clone(),
@@ -405,6 +411,9 @@ impl Driver {
                 }
             }
             self.record(&client, 0);
+            // Verbs on mapped regions (shm) complete without suspending: give
+            // the heartbeats, the follower and the other coordinators a turn.
+            tokio::task::yield_now().await;
         }
         tally
             .stolen

@@ -32,6 +32,10 @@ use super::{FromMembership, Shared, MEMBERSHIP_NODE};
 pub(super) struct MemoryLinks {
     pub memory: RefCell<TcpCluster>,
     pub fabric: TcpFabric,
+    /// Probes travel over TCP even when `fabric` maps shared regions (shm):
+    /// a memory server is alive if its process answers, and a mapped region
+    /// answers without it.
+    probes: TcpFabric,
     pub view: MemoryView,
     heard: Rc<RefCell<BTreeSet<MemNodeId>>>,
     /// When the current hold started (for the log).
@@ -54,13 +58,17 @@ impl MemoryLinks {
         let keys = super::follow::register_live(&memory, MEMBERSHIP_NODE, &config.down)
             .await
             .map_err(|e| format!("cannot register with the memory servers: {e}"))?;
-        let fabric = memory
-            .connect_live(MEMBERSHIP_NODE, &keys)
-            .await
-            .map_err(|e| format!("cannot connect to the memory servers: {e}"))?;
+        let keys = &keys;
+        let connect = |memory: TcpCluster| async move {
+            (memory.connect_live(MEMBERSHIP_NODE, keys).await)
+                .map_err(|e| format!("cannot connect to the memory servers: {e}"))
+        };
+        let fabric = connect(memory.clone()).await?;
+        let probes = connect(memory.clone().shm(false)).await?;
         Ok(MemoryLinks {
             memory: RefCell::new(memory),
             fabric,
+            probes,
             view,
             heard: Rc::default(),
             held_since: RefCell::new(None),
@@ -72,12 +80,12 @@ impl MemoryLinks {
         let links = self.clone();
         tokio::task::spawn_local(async move {
             loop {
-                for m in 0..links.fabric.memory_nodes() as MemNodeId {
+                for m in 0..links.probes.memory_nodes() as MemNodeId {
                     if links.view.is_down(m) {
                         continue;
                     }
                     let probe = links
-                        .fabric
+                        .probes
                         .queue_pair(m)
                         .post(tandem_fabric::batch![Verb::read(0, 8)]);
                     let heard = links.heard.clone();
@@ -112,6 +120,7 @@ impl MemoryLinks {
             let down = config.down.contains(&m);
             if down && !self.view.is_down(m) {
                 self.fabric.cut(m);
+                self.probes.cut(m);
             }
             self.view.set_down(m, down);
         }
@@ -277,11 +286,10 @@ async fn rereplicate(
         .register_on(node, MEMBERSHIP_NODE)
         .await
         .map_err(|e| format!("cannot register with the replacement: {e}"))?;
-    links
-        .fabric
-        .reconnect(node, sock, key)
-        .await
-        .map_err(|e| format!("cannot connect to the replacement: {e}"))?;
+    for fabric in [&links.fabric, &links.probes] {
+        (fabric.reconnect(node, sock, key).await)
+            .map_err(|e| format!("cannot connect to the replacement: {e}"))?;
+    }
     if skip_copy {
         return Ok(0); // test-only: `--inject-bug skip-rereplication`
     }
