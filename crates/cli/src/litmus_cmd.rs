@@ -18,7 +18,8 @@ pub struct LitmusArgs {
     /// pandora, ford, traditional or postgres.
     #[arg(long, default_value = "pandora")]
     store: String,
-    /// sim (seeded, with crash injection) or tcp (memory-server processes); Tandem stores only.
+    /// sim (seeded, with crash injection), tcp (memory-server processes) or shm (memory-server
+    /// processes whose regions the compute side maps); Tandem stores only.
     #[arg(long, default_value = "sim")]
     fabric: String,
     /// PostgreSQL isolation level: serializable, repeatable-read or read-committed.
@@ -45,7 +46,7 @@ pub struct LitmusArgs {
     /// tcp (pandora), every compute node is a process and one gets kill -9.
     #[arg(long)]
     crash_rate: Option<f64>,
-    /// With --fabric tcp (pandora): fraction of runs that also kill -9 one memory-server
+    /// With --fabric tcp or shm (pandora): fraction of runs that also kill -9 one memory-server
     /// process mid-run; its replacement is filled and admitted before the final check.
     #[arg(long, default_value_t = 0.0)]
     memory_kill_rate: f64,
@@ -102,16 +103,17 @@ pub struct LitmusArgs {
     /// Stop at the first violating run.
     #[arg(long)]
     stop_at_first: bool,
-    /// --fabric tcp with --crash-rate: the membership's heartbeat timeout in milliseconds.
+    /// --fabric tcp or shm with --crash-rate: the membership's heartbeat timeout in milliseconds.
     #[arg(long, default_value_t = 50.0)]
     detect_ms: f64,
 }
 
 pub fn run(a: LitmusArgs) -> Result<(), String> {
-    let fabric = match a.fabric.as_str() {
-        "sim" => FabricKind::Sim,
-        "tcp" => FabricKind::Tcp,
-        o => return Err(format!("unknown --fabric '{o}' (expected sim or tcp)")),
+    let (fabric, shm) = match a.fabric.as_str() {
+        "sim" => (FabricKind::Sim, false),
+        "tcp" => (FabricKind::Tcp, false),
+        "shm" => (FabricKind::Tcp, true),
+        o => return Err(format!("unknown --fabric '{o}' (expected sim, tcp or shm)")),
     };
     let isolation: Isolation = a.isolation.parse()?;
     let store = match a.store.as_str() {
@@ -129,7 +131,7 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         let pandora_tcp =
             matches!(store, StoreKind::Tandem(Mode::Pandora)) && fabric == FabricKind::Tcp;
         if r > 0.0 && !tandem_sim && !pandora_tcp {
-            return Err("--crash-rate needs a Tandem store on --fabric sim, or pandora on --fabric tcp (kill -9 of compute-server processes; PostgreSQL crashes are not injected)".into());
+            return Err("--crash-rate needs a Tandem store on --fabric sim, or pandora on --fabric tcp or shm (kill -9 of compute-server processes; PostgreSQL crashes are not injected)".into());
         }
     }
     if !(0.0..=1.0).contains(&a.memory_kill_rate) {
@@ -139,7 +141,7 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         && !(matches!(store, StoreKind::Tandem(Mode::Pandora)) && fabric == FabricKind::Tcp)
     {
         return Err(
-            "--memory-kill-rate needs --store pandora --fabric tcp (memory-server processes)"
+            "--memory-kill-rate needs --store pandora --fabric tcp or shm (memory-server processes)"
                 .into(),
         );
     }
@@ -151,6 +153,7 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
     }
     let mut cfg = CampaignConfig::new(store.clone());
     cfg.fabric = fabric;
+    cfg.shm = shm;
     cfg.tests = a.tests.clone();
     cfg.instances = a.instances;
     cfg.first_seed = a.seed;
@@ -198,7 +201,7 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
     }
     if fabric == FabricKind::Tcp {
         if !matches!(store, StoreKind::Tandem(_)) {
-            return Err("--fabric tcp applies to Tandem stores".into());
+            return Err("--fabric tcp and shm apply to Tandem stores".into());
         }
         let exe =
             std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
@@ -213,13 +216,16 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
             cfg.procs = Some(ProcSetup {
                 exe: exe.clone(),
                 detect_ms: a.detect_ms,
+                shm,
             });
         }
         cfg.tcp = Some(std::sync::Arc::new(move |count, bytes| {
+            let secret = random_secret();
             let servers =
-                tandem_cluster::backend::MemoryServers::spawn(&exe, count, bytes, random_secret())
+                tandem_cluster::backend::MemoryServers::spawn_on(&exe, count, bytes, secret, shm)
                     .map_err(|e| format!("cannot start memory servers: {e}"))?;
-            let cluster = servers.cluster();
+            // Interleave coordinators at verb boundaries on shm too.
+            let cluster = servers.cluster().yielding(true);
             Ok((cluster, Box::new(servers) as Box<dyn std::any::Any>))
         }));
     }

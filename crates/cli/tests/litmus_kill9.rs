@@ -20,7 +20,11 @@ use tandem_dart::Suite;
 /// Real processes and a real-time failure detector: one test at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn litmus(extra: &[&str], json: &std::path::Path) -> (bool, String, serde_json::Value) {
+fn litmus(
+    fabric: &str,
+    extra: &[&str],
+    json: &std::path::Path,
+) -> (bool, String, serde_json::Value) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args([
@@ -28,7 +32,7 @@ fn litmus(extra: &[&str], json: &std::path::Path) -> (bool, String, serde_json::
             "--store",
             "pandora",
             "--fabric",
-            "tcp",
+            fabric,
             "--crash-rate",
             "1",
             "--json",
@@ -42,9 +46,12 @@ fn litmus(extra: &[&str], json: &std::path::Path) -> (bool, String, serde_json::
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let rep = std::fs::read_to_string(json)
+    let rep: serde_json::Value = std::fs::read_to_string(json)
         .map(|s| serde_json::from_str(&s).unwrap())
         .unwrap_or(serde_json::Value::Null);
+    if out.status.success() {
+        assert_eq!(rep["fabric"], fabric, "{rep}");
+    }
     (out.status.success(), text, rep)
 }
 
@@ -54,11 +61,13 @@ fn n(rep: &serde_json::Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in {rep}"))
 }
 
-#[test]
-fn pandora_survives_kill_dash_nine_of_a_compute_server_process() {
-    let json =
-        std::env::temp_dir().join(format!("tandem-litmus-kill9-{}.json", std::process::id()));
+fn pandora_survives_kill_dash_nine_of_a_compute_server_process(fabric: &str) {
+    let json = std::env::temp_dir().join(format!(
+        "tandem-litmus-kill9-{fabric}-{}.json",
+        std::process::id()
+    ));
     let (ok, out, rep) = litmus(
+        fabric,
         &[
             "--seeds",
             "10",
@@ -94,13 +103,13 @@ fn pandora_survives_kill_dash_nine_of_a_compute_server_process() {
 /// journals, with a kill in the run. Not a kill-only bug: the recovery
 /// mutants (passed to the membership process) are caught too rarely over
 /// processes for a deterministic test; see the replica-check tests below.
-#[test]
-fn a_bug_mutant_is_caught_through_the_worker_journals() {
+fn a_bug_mutant_is_caught_through_the_worker_journals(fabric: &str) {
     let json = std::env::temp_dir().join(format!(
-        "tandem-litmus-kill9-mutant-{}.json",
+        "tandem-litmus-kill9-mutant-{fabric}-{}.json",
         std::process::id()
     ));
     let (ok, out, rep) = litmus(
+        fabric,
         &[
             "--seeds",
             "3",
@@ -125,7 +134,9 @@ fn a_bug_mutant_is_caught_through_the_worker_journals() {
         "covert locks not caught in 3 runs:\n{out}"
     );
     assert!(
-        out.contains("replay: cargo run --release -- litmus --store pandora --fabric tcp"),
+        out.contains(&format!(
+            "replay: cargo run --release -- litmus --store pandora --fabric {fabric}"
+        )),
         "{out}"
     );
     assert!(out.contains("--crash-rate 1"), "{out}");
@@ -144,12 +155,13 @@ fn a_bug_mutant_is_caught_through_the_worker_journals() {
 
 /// One process run (2 workers, one killed) called directly, so a test can set
 /// the replica check's test hook.
-fn proc_run(seed: u64, corrupt_one_backup: bool) -> RunReport {
+fn proc_run(fabric: &str, seed: u64, corrupt_one_backup: bool) -> RunReport {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let cfg = ProcRunConfig {
         setup: ProcSetup {
             exe: PathBuf::from(env!("CARGO_BIN_EXE_tandem")),
             detect_ms: 50.0,
+            shm: fabric == "shm",
         },
         bug_names: Vec::new(),
         suite: Arc::new(Suite::parse("all", 2).unwrap()),
@@ -179,10 +191,9 @@ fn replica_violations(rep: &RunReport) -> Vec<&str> {
 
 /// The clean run passes the replica check, and the check really killed a
 /// memory-server process (the crash note says which).
-#[test]
-fn the_replica_check_kills_a_memory_server_and_the_replicas_agree() {
+fn the_replica_check_kills_a_memory_server_and_the_replicas_agree(fabric: &str) {
     for seed in [3, 4] {
-        let rep = proc_run(seed, false);
+        let rep = proc_run(fabric, seed, false);
         let note = rep.crash_note.clone().unwrap_or_default();
         assert!(
             rep.violations.is_empty(),
@@ -202,9 +213,8 @@ fn the_replica_check_kills_a_memory_server_and_the_replicas_agree() {
 /// value in its backup only) are reported by the replica check over
 /// processes: by the logical failover of that key's primary and by the real
 /// kill of the server holding it.
-#[test]
-fn diverging_replicas_are_reported_by_the_replica_check_over_processes() {
-    let rep = proc_run(5, true);
+fn diverging_replicas_are_reported_by_the_replica_check_over_processes(fabric: &str) {
+    let rep = proc_run(fabric, 5, true);
     let note = rep.crash_note.clone().unwrap_or_default();
     assert!(note.contains("test hook: key "), "{note}");
     let found = replica_violations(&rep);
@@ -235,10 +245,11 @@ fn diverging_replicas_are_reported_by_the_replica_check_over_processes() {
 /// replicas while everyone holds, a replacement is filled and admitted, and
 /// DART finds nothing. Without the copy onto the replacement
 /// (`skip-rereplication`, injected into the membership process), it does.
-#[test]
-fn pandora_survives_kill_dash_nine_of_a_memory_server_process_mid_run() {
-    let json =
-        std::env::temp_dir().join(format!("tandem-litmus-memkill-{}.json", std::process::id()));
+fn pandora_survives_kill_dash_nine_of_a_memory_server_process_mid_run(fabric: &str) {
+    let json = std::env::temp_dir().join(format!(
+        "tandem-litmus-memkill-{fabric}-{}.json",
+        std::process::id()
+    ));
     let args = [
         "--memory-kill-rate",
         "1",
@@ -249,7 +260,7 @@ fn pandora_survives_kill_dash_nine_of_a_memory_server_process_mid_run() {
         "--txs",
         "60",
     ];
-    let (ok, out, rep) = litmus(&[&args[..], &["--seeds", "8"]].concat(), &json);
+    let (ok, out, rep) = litmus(fabric, &[&args[..], &["--seeds", "8"]].concat(), &json);
     assert!(ok, "{out}");
     assert_eq!(n(&rep, "runs"), 8, "{out}");
     assert_eq!(n(&rep, "violation_count"), 0, "{out}");
@@ -261,6 +272,7 @@ fn pandora_survives_kill_dash_nine_of_a_memory_server_process_mid_run() {
     );
     assert!(n(&rep, "committed") > 2000, "{out}");
     let (ok, out, rep) = litmus(
+        fabric,
         &[
             &args[..],
             &["--seeds", "3", "--inject-bug", "skip-rereplication"],
@@ -278,3 +290,28 @@ fn pandora_survives_kill_dash_nine_of_a_memory_server_process_mid_run() {
         "the replay says so:\n{out}"
     );
 }
+
+/// Every test above over TCP and on the shm fabric (memory servers' regions
+/// mapped by the workers and the membership).
+macro_rules! on_tcp_and_shm {
+    ($($name:ident),*) => {$(
+        mod $name {
+            #[test]
+            fn tcp() {
+                super::$name("tcp")
+            }
+            #[test]
+            fn shm() {
+                super::$name("shm")
+            }
+        }
+    )*};
+}
+
+on_tcp_and_shm!(
+    pandora_survives_kill_dash_nine_of_a_compute_server_process,
+    a_bug_mutant_is_caught_through_the_worker_journals,
+    the_replica_check_kills_a_memory_server_and_the_replicas_agree,
+    diverging_replicas_are_reported_by_the_replica_check_over_processes,
+    pandora_survives_kill_dash_nine_of_a_memory_server_process_mid_run
+);

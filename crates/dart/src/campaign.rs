@@ -113,6 +113,9 @@ pub const DEFAULT_CRASH_RATE: f64 = 0.8;
 pub struct CampaignConfig {
     pub store: StoreKind,
     pub fabric: FabricKind,
+    /// With `FabricKind::Tcp`: the memory servers' regions are memfds that
+    /// the compute side maps (the shm fabric); reported as "shm".
+    pub shm: bool,
     /// The `--tests` selector and instances per test.
     pub tests: String,
     pub instances: u32,
@@ -165,6 +168,7 @@ impl CampaignConfig {
         CampaignConfig {
             store,
             fabric: FabricKind::Sim,
+            shm: false,
             tests: MIX.into(),
             instances: 2,
             first_seed: 0,
@@ -245,10 +249,10 @@ impl CampaignConfig {
                 c += &format!(" --isolation {isolation} --postgres {url}")
             }
             StoreKind::Tandem(_) => {
-                c += if self.fabric == FabricKind::Sim {
-                    " --fabric sim"
-                } else {
-                    " --fabric tcp"
+                c += match (self.fabric, self.shm) {
+                    (FabricKind::Sim, _) => " --fabric sim",
+                    (FabricKind::Tcp, false) => " --fabric tcp",
+                    (FabricKind::Tcp, true) => " --fabric shm",
                 }
             }
         }
@@ -498,6 +502,7 @@ pub fn run(cfg: &CampaignConfig) -> Result<CampaignReport, String> {
         fabric: match (&cfg.store, cfg.fabric) {
             (StoreKind::Postgres { .. }, _) => "postgres".into(),
             (_, FabricKind::Sim) => "sim".into(),
+            (_, FabricKind::Tcp) if cfg.shm => "shm".into(),
             (_, FabricKind::Tcp) => "tcp".into(),
         },
         isolation: match &cfg.store {

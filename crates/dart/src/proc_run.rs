@@ -116,6 +116,10 @@ pub struct WorkerConfig {
     pub epoch_ns: u64,
     pub heartbeat_us: u64,
     pub journal: PathBuf,
+    /// Map the memory servers' shared regions (shm fabric); fail rather
+    /// than fall back to TCP.
+    #[serde(default)]
+    pub shm: bool,
 }
 
 fn wall_ns() -> u64 {
@@ -140,7 +144,11 @@ pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
     store.bugs = bugs;
     let layout = Arc::new(Layout::new(&store)?);
     let journal = Arc::new(Journal::create(&cfg.journal)?);
-    let memory = TcpCluster::new(cfg.memory.clone(), secret);
+    // On shm, verbs complete at once: yield at each batch so the clients of
+    // this worker interleave at verb boundaries, as over TCP.
+    let memory = TcpCluster::new(cfg.memory.clone(), secret)
+        .shm(cfg.shm)
+        .yielding(true);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -226,6 +234,9 @@ pub struct ProcSetup {
     pub exe: PathBuf,
     /// The membership's heartbeat timeout.
     pub detect_ms: f64,
+    /// The memory servers keep their regions in memfds that the workers map
+    /// (the shm fabric) instead of serving verbs over TCP.
+    pub shm: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -408,7 +419,8 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     let layout = Arc::new(Layout::new(&store)?);
     let region = *layout.region_bytes.iter().max().expect("memory nodes");
     let secret = fresh_secret();
-    let mut servers = MemoryServers::spawn(&cfg.setup.exe, MEMORY_NODES as usize, region, secret)
+    let (exe, nodes, shm) = (&cfg.setup.exe, MEMORY_NODES as usize, cfg.setup.shm);
+    let mut servers = MemoryServers::spawn_on(exe, nodes, region, secret, shm)
         .map_err(|e| format!("cannot start memory servers: {e}"))?;
     let memory = servers.cluster();
     let (mut membership, maddr, mlog) = spawn_membership(
@@ -472,6 +484,7 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
             epoch_ns,
             heartbeat_us,
             journal: journal.clone(),
+            shm: cfg.setup.shm,
         };
         let err = std::fs::File::create(dir.join(format!("worker-{}.err", w + 1)))
             .map_err(|e| e.to_string())?;

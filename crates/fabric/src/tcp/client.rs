@@ -39,6 +39,8 @@ pub struct TcpCluster {
     /// opening data connections; `None`: wherever a loopback server offers
     /// one (see [`TcpCluster::shm`]).
     pub shm: Option<bool>,
+    /// Shm queue pairs yield once per batch (see [`TcpCluster::yielding`]).
+    pub yield_per_batch: bool,
 }
 
 impl TcpCluster {
@@ -48,6 +50,7 @@ impl TcpCluster {
             secret,
             priority: false,
             shm: None,
+            yield_per_batch: false,
         }
     }
 
@@ -59,6 +62,15 @@ impl TcpCluster {
     /// any other is reached over TCP. Admin calls always go over TCP.
     pub fn shm(mut self, on: bool) -> Self {
         self.shm = Some(on);
+        self
+    }
+
+    /// Make every batch on a mapped region yield to the executor once before
+    /// it completes, so the tasks of a compute thread interleave at verb
+    /// boundaries as they do over TCP (where every batch waits for an
+    /// answer). For testers (DART) that want those interleavings.
+    pub fn yielding(mut self, on: bool) -> Self {
+        self.yield_per_batch = on;
         self
     }
 
@@ -252,7 +264,8 @@ impl TcpCluster {
             },
         };
         if let Some((node, stream)) = attached {
-            return TcpQp::start_shm(node, compute, key, stream, mem);
+            let link = (node, compute, key, self.yield_per_batch);
+            return TcpQp::start_shm(link, stream, mem);
         }
         let stream = hello(addr, compute, key, self.priority).await?;
         Ok(TcpQp::start(stream, mem))

@@ -86,6 +86,8 @@ struct ShmLink {
     node: MemoryNode,
     compute: ComputeNodeId,
     key: RegionKey,
+    /// Completions yield once first ([`TcpCluster::yielding`](crate::tcp::TcpCluster::yielding)).
+    yield_per_batch: bool,
 }
 
 /// The connection state shared by handles, pending futures and the two tasks.
@@ -228,15 +230,18 @@ impl TcpQp {
     /// (`node`); `socket` is the server's liveness link. Must run inside a
     /// `LocalSet`.
     pub(crate) fn start_shm(
-        node: MemoryNode,
-        compute: ComputeNodeId,
-        key: RegionKey,
+        (node, compute, key, yield_per_batch): (MemoryNode, ComputeNodeId, RegionKey, bool),
         socket: std::os::unix::net::UnixStream,
         mem: MemNodeId,
     ) -> std::io::Result<TcpQp> {
         socket.set_nonblocking(true)?;
         let socket = tokio::net::UnixStream::from_std(socket)?;
-        let link = ShmLink { node, compute, key };
+        let link = ShmLink {
+            node,
+            compute,
+            key,
+            yield_per_batch,
+        };
         let qp = TcpQp::with_conn(mem, false, Some(link));
         tokio::task::spawn_local(watch_task(qp.conn(), socket));
         Ok(qp)
@@ -332,7 +337,13 @@ impl QueuePair for TcpQp {
             return TcpPending::ready(Completions::new());
         }
         if let Some(shm) = &conn.shm {
-            return TcpPending::ready(shm.post(conn, &batch));
+            let done = shm.post(conn, &batch);
+            return match shm.yield_per_batch {
+                true => TcpPending {
+                    state: PendingState::YieldFirst(done),
+                },
+                false => TcpPending::ready(done),
+            };
         }
         if !wire::batch_fits(&batch) {
             // The batch or its answer would exceed one frame; the server would
@@ -400,7 +411,12 @@ async fn watch_task(conn: Rc<Conn>, mut socket: tokio::net::UnixStream) {
 
 enum PendingState {
     Ready(Completions),
-    Waiting { conn: Rc<Conn>, req_id: u64 },
+    /// Executed already; completes at the second poll.
+    YieldFirst(Completions),
+    Waiting {
+        conn: Rc<Conn>,
+        req_id: u64,
+    },
     Done,
 }
 
@@ -424,6 +440,11 @@ impl Future for TcpPending {
         let this = &mut *self;
         let done = match &mut this.state {
             PendingState::Ready(c) => std::mem::take(c),
+            PendingState::YieldFirst(c) => {
+                this.state = PendingState::Ready(std::mem::take(c));
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             PendingState::Waiting { conn, req_id } => {
                 let mut i = conn.inner.borrow_mut();
                 match i.slot_mut(*req_id) {
