@@ -20,13 +20,13 @@ use tandem_workloads::micro::{KeyChooser, MicroSpec};
 
 const SECRET: u64 = 0x5eed_0015;
 
-fn memory_server(salt: u64) -> MemoryServerHandle {
-    MemoryServerHandle::bind(
-        "127.0.0.1:0".parse().unwrap(),
-        Arc::new(MemoryNode::new(64 << 20, salt)),
-        SECRET,
-    )
-    .unwrap()
+/// A memory server whose region is private (tcp) or a memfd (shm).
+fn memory_server(shm: bool, salt: u64) -> MemoryServerHandle {
+    let node = match shm {
+        true => MemoryNode::shared(64 << 20, salt).unwrap(),
+        false => MemoryNode::new(64 << 20, salt),
+    };
+    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), Arc::new(node), SECRET).unwrap()
 }
 
 struct Setup {
@@ -38,9 +38,9 @@ struct Setup {
     dir: PathBuf,
 }
 
-fn setup(tag: &str) -> Setup {
-    let servers: Vec<MemoryServerHandle> = (0..3).map(|i| memory_server(150 + i)).collect();
-    let memory = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), SECRET);
+fn setup(tag: &str, shm: bool) -> Setup {
+    let servers: Vec<MemoryServerHandle> = (0..3).map(|i| memory_server(shm, 150 + i)).collect();
+    let memory = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), SECRET).shm(shm);
     let micro = MicroSpec {
         keys: 2_000,
         write_ratio: 0.5,
@@ -65,7 +65,8 @@ fn setup(tag: &str) -> Setup {
         memory_timeout: Duration::from_millis(200),
     };
     std::thread::spawn(move || procs::run_membership_server(cfg));
-    let dir = std::env::temp_dir().join(format!("tandem-memloss-{tag}-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("tandem-memloss-{tag}-{shm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     Setup {
         servers: servers.into_iter().map(Some).collect(),
@@ -120,9 +121,8 @@ fn check_settled(s: &Setup, memory: &TcpCluster, nodes: &[u16]) -> procs::Cluste
     }
 }
 
-#[test]
-fn a_lost_memory_server_is_replaced_while_compute_servers_keep_committing() {
-    let mut s = setup("replace");
+fn a_lost_memory_server_is_replaced_while_compute_servers_keep_committing(shm: bool) {
+    let mut s = setup("replace", shm);
     let runs: Vec<_> = [1u16, 2]
         .iter()
         .map(|&n| {
@@ -133,7 +133,7 @@ fn a_lost_memory_server_is_replaced_while_compute_servers_keep_committing() {
     std::thread::sleep(Duration::from_millis(800));
     s.servers[1].take().unwrap().shutdown();
     std::thread::sleep(Duration::from_millis(800));
-    let replacement = memory_server(999);
+    let replacement = memory_server(shm, 999);
     let addr = replacement.local_addr();
     procs::announce_replacement(
         &[s.membership],
@@ -166,9 +166,8 @@ fn a_lost_memory_server_is_replaced_while_compute_servers_keep_committing() {
 /// A hold that never ends (here: a compute node that never applies the new
 /// configuration, alive all the same) does not keep a compute server past
 /// its run: it stops at its deadline, with what it committed.
-#[test]
-fn a_compute_server_held_past_its_deadline_stops() {
-    let mut s = setup("held");
+fn a_compute_server_held_past_its_deadline_stops(shm: bool) {
+    let mut s = setup("held", shm);
     // Joined and heartbeating, but it never answers a memory configuration.
     let _silent =
         procs::MembershipSession::join(&[s.membership], 9, 1, Duration::from_millis(5)).unwrap();
@@ -185,3 +184,25 @@ fn a_compute_server_held_past_its_deadline_stops() {
     );
     assert!(r.committed > 0, "{r:?}");
 }
+
+/// Every test above over TCP and on the shm fabric (the servers' regions
+/// mapped by the roles).
+macro_rules! on_tcp_and_shm {
+    ($($name:ident),*) => {$(
+        mod $name {
+            #[test]
+            fn tcp() {
+                super::$name(false)
+            }
+            #[test]
+            fn shm() {
+                super::$name(true)
+            }
+        }
+    )*};
+}
+
+on_tcp_and_shm!(
+    a_lost_memory_server_is_replaced_while_compute_servers_keep_committing,
+    a_compute_server_held_past_its_deadline_stops
+);

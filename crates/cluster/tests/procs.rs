@@ -30,19 +30,27 @@ struct Cluster {
     dir: PathBuf,
 }
 
-fn cluster(tag: &str) -> Cluster {
+/// A memory node's region: private (tcp) or a memfd (shm).
+fn node(shm: bool, bytes: u64, salt: u64) -> MemoryNode {
+    match shm {
+        true => MemoryNode::shared(bytes, salt).unwrap(),
+        false => MemoryNode::new(bytes, salt),
+    }
+}
+
+fn cluster(tag: &str, shm: bool) -> Cluster {
     let secret = 0x5eed_0009;
     let servers: Vec<MemoryServerHandle> = (0..2)
         .map(|i| {
             MemoryServerHandle::bind(
                 "127.0.0.1:0".parse().unwrap(),
-                Arc::new(MemoryNode::new(64 << 20, 90 + i)),
+                Arc::new(node(shm, 64 << 20, 90 + i)),
                 secret,
             )
             .unwrap()
         })
         .collect();
-    let memory = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), secret);
+    let memory = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), secret).shm(shm);
     let micro = MicroSpec {
         keys: 2_000,
         write_ratio: 0.5,
@@ -67,7 +75,7 @@ fn cluster(tag: &str) -> Cluster {
         memory_timeout: Duration::from_millis(500),
     };
     std::thread::spawn(move || procs::run_membership_server(cfg));
-    let dir = std::env::temp_dir().join(format!("tandem-procs-{tag}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("tandem-procs-{tag}-{shm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     Cluster {
         _servers: servers,
@@ -145,9 +153,8 @@ fn assert_came_back(r: &ComputeServerReport, first_fenced_because: &str) {
 /// Register first: a node id revoked before the compute server starts is
 /// refused by the memory servers, so the server never joins under it and
 /// comes back under a node id the membership hands out.
-#[test]
-fn a_node_fenced_before_it_starts_never_joins_and_comes_back_under_a_new_node_id() {
-    let c = cluster("prefenced");
+fn a_node_fenced_before_it_starts_never_joins_and_comes_back_under_a_new_node_id(shm: bool) {
+    let c = cluster("prefenced", shm);
     block_on_local(c.memory.revoke(5)).unwrap();
     let ledger = c.dir.join("c5.ledger");
     let r = procs::run_compute_server(c.compute(5, 1.0, &ledger)).unwrap();
@@ -174,9 +181,8 @@ fn a_node_fenced_before_it_starts_never_joins_and_comes_back_under_a_new_node_id
 /// A verb that comes back `Revoked` fences the compute server at once (here
 /// the memory servers revoke it behind the membership's back; the
 /// membership then sees it go silent and recovers it).
-#[test]
-fn a_revoked_verb_fences_the_node_and_it_keeps_committing_as_a_new_incarnation() {
-    let c = cluster("revoked");
+fn a_revoked_verb_fences_the_node_and_it_keeps_committing_as_a_new_incarnation(shm: bool) {
+    let c = cluster("revoked", shm);
     let ledger = c.dir.join("c7.ledger");
     let cfg = c.compute(7, 2.0, &ledger);
     let run = std::thread::spawn(move || procs::run_compute_server(cfg));
@@ -200,9 +206,8 @@ fn a_revoked_verb_fences_the_node_and_it_keeps_committing_as_a_new_incarnation()
 
 /// A node that left may not rejoin under its id: its join is refused as
 /// fenced, and it comes back under a new one.
-#[test]
-fn a_node_whose_join_is_refused_comes_back_as_a_new_incarnation() {
-    let c = cluster("left");
+fn a_node_whose_join_is_refused_comes_back_as_a_new_incarnation(shm: bool) {
+    let c = cluster("left", shm);
     let (l1, l2) = (c.dir.join("first.ledger"), c.dir.join("second.ledger"));
     let first = procs::run_compute_server(c.compute(6, 0.3, &l1)).unwrap();
     assert_eq!(first.incarnations.len(), 1, "{:?}", first.incarnations);
@@ -211,3 +216,26 @@ fn a_node_whose_join_is_refused_comes_back_as_a_new_incarnation() {
     let check = c.check_settled(&[l1, l2]);
     assert!(check.violations.is_empty(), "{:?}", check.violations);
 }
+
+/// Every test above over TCP and on the shm fabric (the servers' regions
+/// mapped by the roles).
+macro_rules! on_tcp_and_shm {
+    ($($name:ident),*) => {$(
+        mod $name {
+            #[test]
+            fn tcp() {
+                super::$name(false)
+            }
+            #[test]
+            fn shm() {
+                super::$name(true)
+            }
+        }
+    )*};
+}
+
+on_tcp_and_shm!(
+    a_node_fenced_before_it_starts_never_joins_and_comes_back_under_a_new_node_id,
+    a_revoked_verb_fences_the_node_and_it_keeps_committing_as_a_new_incarnation,
+    a_node_whose_join_is_refused_comes_back_as_a_new_incarnation
+);
