@@ -1,6 +1,7 @@
-//! DART against Tandem over the tcp fabric (real sockets, memory servers on
-//! their own threads; `tandem litmus --fabric tcp` starts them as processes):
-//! the correct protocols show no violation.
+//! DART against Tandem over the tcp and shm fabrics (real sockets or
+//! memfd regions, memory servers on their own threads; `tandem litmus
+//! --fabric tcp|shm` starts them as processes): the correct protocols show
+//! no violation.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -11,33 +12,48 @@ use tandem_dkvs::Mode;
 use tandem_fabric::tcp::{MemoryServerHandle, TcpCluster};
 use tandem_fabric::MemoryNode;
 
-fn in_process_servers() -> TcpServers {
-    Arc::new(|count, bytes| {
+fn in_process_servers(shm: bool) -> TcpServers {
+    Arc::new(move |count, bytes| {
         let secret = 0x5EC2E7;
         let servers: Vec<MemoryServerHandle> = (0..count)
             .map(|i| {
                 MemoryServerHandle::bind(
                     "127.0.0.1:0".parse().unwrap(),
-                    Arc::new(MemoryNode::new(bytes, i as u64)),
+                    Arc::new(match shm {
+                        true => MemoryNode::shared(bytes, i as u64).unwrap(),
+                        false => MemoryNode::new(bytes, i as u64),
+                    }),
                     secret,
                 )
             })
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?;
-        let cluster = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), secret);
+        let cluster = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), secret)
+            .shm(shm)
+            .yielding(true);
         Ok((cluster, Box::new(servers) as Box<dyn Any>))
     })
 }
 
 #[test]
 fn every_mode_passes_over_tcp() {
+    every_mode_passes(false)
+}
+
+#[test]
+fn every_mode_passes_on_shm() {
+    every_mode_passes(true)
+}
+
+fn every_mode_passes(shm: bool) {
     for mode in [Mode::Pandora, Mode::Ford, Mode::Traditional] {
         let mut c = CampaignConfig::new(StoreKind::Tandem(mode));
         c.fabric = FabricKind::Tcp;
         c.seeds = Some(2);
         c.crash_rate = 0.0;
         c.txs_per_client = 40;
-        c.tcp = Some(in_process_servers());
+        c.shm = shm;
+        c.tcp = Some(in_process_servers(shm));
         let rep = campaign::run(&c).expect("tcp campaign");
         assert_eq!(
             rep.violation_count,
@@ -47,8 +63,8 @@ fn every_mode_passes_over_tcp() {
         );
         assert!(rep.committed > 300, "{mode}: {rep:?}");
         eprintln!(
-            "{mode} over tcp: {} tx, {} committed, {:.0} tx/s",
-            rep.transactions, rep.committed, rep.transactions_per_s
+            "{mode} over {}: {} tx, {} committed, {:.0} tx/s",
+            rep.fabric, rep.transactions, rep.committed, rep.transactions_per_s
         );
     }
 }
