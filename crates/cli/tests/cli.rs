@@ -81,7 +81,7 @@ fn demo_runs_and_passes_its_consistency_check() {
 #[test]
 fn recovery_experiment_reports_every_phase_in_json() {
     let _serial = serial();
-    for fabric in ["sim", "tcp"] {
+    for fabric in ["sim", "tcp", "shm"] {
         let dir = std::env::temp_dir().join(format!("tandem-rec-{}-{fabric}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let json = dir.join("recovery.json");
@@ -127,8 +127,17 @@ fn recovery_experiment_reports_every_phase_in_json() {
 
 #[test]
 fn bench_over_tcp_with_real_memory_server_processes_writes_json() {
+    bench_with_real_memory_server_processes_writes_json("tcp")
+}
+
+#[test]
+fn bench_on_shm_with_real_memory_server_processes_writes_json() {
+    bench_with_real_memory_server_processes_writes_json("shm")
+}
+
+fn bench_with_real_memory_server_processes_writes_json(fabric: &str) {
     let _serial = serial();
-    let dir = std::env::temp_dir().join(format!("tandem-cli-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("tandem-cli-{fabric}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("bench.json");
     let out = tandem()
@@ -137,7 +146,7 @@ fn bench_over_tcp_with_real_memory_server_processes_writes_json() {
             "--store",
             "pandora,ford",
             "--fabric",
-            "tcp",
+            fabric,
             "--keys",
             "5000",
             "--duration",
@@ -175,7 +184,7 @@ fn bench_over_tcp_with_real_memory_server_processes_writes_json() {
             assert!(!r[field].is_null(), "missing {field}");
         }
         assert!(r["latency_us"]["p50"].is_u64() && r["latency_us"]["p99"].is_u64());
-        assert_eq!(r["fabric"], "tcp");
+        assert_eq!(r["fabric"], fabric);
         assert!(r["committed"].as_u64().unwrap() > 0);
         assert_eq!(r["check_passed"], true);
     }
@@ -184,8 +193,19 @@ fn bench_over_tcp_with_real_memory_server_processes_writes_json() {
 
 #[test]
 fn memory_server_survives_garbage_and_serves_a_bench_afterwards() {
+    memory_server_survives_garbage_and_serves_a_bench("tcp")
+}
+
+/// The same with `memory-server --shm`, the bench mapping its region.
+#[test]
+fn a_shm_memory_server_survives_garbage_and_serves_a_bench_afterwards() {
+    memory_server_survives_garbage_and_serves_a_bench("shm")
+}
+
+fn memory_server_survives_garbage_and_serves_a_bench(fabric: &str) {
     let _serial = serial();
     let secret = "00000000deadbeef";
+    let shm: &[&str] = if fabric == "shm" { &["--shm"] } else { &[] };
     let mut child = tandem()
         .args([
             "memory-server",
@@ -196,6 +216,7 @@ fn memory_server_survives_garbage_and_serves_a_bench_afterwards() {
             "--secret",
             secret,
         ])
+        .args(shm)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -229,7 +250,7 @@ fn memory_server_survives_garbage_and_serves_a_bench_afterwards() {
         .args([
             "bench",
             "--fabric",
-            "tcp",
+            fabric,
             "--memory-nodes",
             "1",
             "--replicas",
