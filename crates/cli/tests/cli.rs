@@ -395,22 +395,25 @@ fn a_workload_simulation_replays_from_its_printed_command() {
     );
 }
 
-/// `n` memory-server processes on loopback; their addresses, comma-separated.
-fn memory_servers(n: usize, secret: &str) -> (Vec<Proc>, String) {
+/// `n` memory-server processes on loopback (with shared regions if `shm`:
+/// the processes started against them map those); their addresses,
+/// comma-separated.
+fn memory_servers(n: usize, secret: &str, shm: bool) -> (Vec<Proc>, String) {
     let (procs, addrs): (Vec<Proc>, Vec<String>) = (0..n)
         .map(|_| {
-            spawn_announcing(
-                &[
-                    "memory-server",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--mem",
-                    "64M",
-                    "--secret",
-                    secret,
-                ],
-                None,
-            )
+            let mut args = vec![
+                "memory-server",
+                "--listen",
+                "127.0.0.1:0",
+                "--mem",
+                "64M",
+                "--secret",
+                secret,
+            ];
+            if shm {
+                args.push("--shm");
+            }
+            spawn_announcing(&args, None)
         })
         .unzip();
     (procs, addrs.join(","))
@@ -446,13 +449,12 @@ fn assert_cluster_checks_out(
 /// Tier 3 (DESIGN.md §4.5, issue 3): memory servers, membership and two compute
 /// servers as OS processes; `kill -9` one compute server mid-run. The other
 /// keeps committing, recovery completes, and the store checks out.
-#[test]
-fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committing() {
+fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committing(shm: bool) {
     let _serial = serial();
-    let dir = std::env::temp_dir().join(format!("tandem-kill9-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("tandem-kill9-{shm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret = "00000000c0ffee01";
-    let (_servers, memory) = memory_servers(3, secret);
+    let (_servers, memory) = memory_servers(3, secret, shm);
     let common = [
         "--memory",
         memory.as_str(),
@@ -566,17 +568,16 @@ fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committ
 /// it on the same address: compute servers keep committing through the
 /// outage and rejoin with their ids; then `kill -9` a compute server, and the
 /// restarted membership detects, recovers and publishes it.
-#[test]
-fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookeeper() {
+fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookeeper(shm: bool) {
     let _serial = serial();
     let Some(zk) = ZooKeeper::start_or_skip("membership") else {
         return;
     };
     let t0 = std::time::Instant::now();
-    let dir = std::env::temp_dir().join(format!("tandem-zkkill9-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("tandem-zkkill9-{shm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret = "00000000c0ffee02";
-    let (_servers, memory) = memory_servers(3, secret);
+    let (_servers, memory) = memory_servers(3, secret, shm);
     let common = [
         "--memory",
         memory.as_str(),
@@ -719,17 +720,16 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
 /// compute server: the two surviving replicas (a majority) stop hearing it,
 /// and the new leader recovers it, while the survivor, heard by both, is
 /// never suspected and keeps committing throughout.
-#[test]
-fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majority() {
+fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majority(shm: bool) {
     let _serial = serial();
     let Some(zk) = ZooKeeper::start_or_skip("replicas") else {
         return;
     };
     let t0 = std::time::Instant::now();
-    let dir = std::env::temp_dir().join(format!("tandem-fdreplicas-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("tandem-fdreplicas-{shm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret = "00000000c0ffee03";
-    let (_servers, memory) = memory_servers(3, secret);
+    let (_servers, memory) = memory_servers(3, secret, shm);
     let common = [
         "--memory",
         memory.as_str(),
@@ -1005,8 +1005,7 @@ fn a_short_soak_passes_every_check_with_no_commit_by_a_fenced_incarnation() {
 
 /// Issue 9: peers that are not up yet are waited for, within bounds, and a
 /// process that gives up names the address it waited for.
-#[test]
-fn a_process_whose_peer_never_comes_up_names_its_address() {
+fn a_process_whose_peer_never_comes_up_names_its_address(shm: bool) {
     let _serial = serial();
     let unused = |_| {
         format!(
@@ -1047,7 +1046,7 @@ fn a_process_whose_peer_never_comes_up_names_its_address() {
     );
     // A compute server whose memory servers are up waits for the membership.
     let secret = "00000000000000ab";
-    let (_servers, memory) = memory_servers(2, secret);
+    let (_servers, memory) = memory_servers(2, secret, shm);
     let membership = unused(0);
     let out = tandem()
         .args([
@@ -1086,13 +1085,12 @@ fn a_process_whose_peer_never_comes_up_names_its_address() {
 /// comes back as a new incarnation (new node id, coordinator ids and keys)
 /// and keeps committing; check-cluster passes, counting the fenced
 /// incarnation's ids as failed (no --failed needed).
-#[test]
-fn a_compute_server_suspected_while_alive_is_fenced_and_comes_back_as_a_new_incarnation() {
+fn a_compute_server_suspected_while_alive_is_fenced_and_comes_back_as_a_new_incarnation(shm: bool) {
     let _serial = serial();
-    let dir = std::env::temp_dir().join(format!("tandem-sigstop-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("tandem-sigstop-{shm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret = "00000000c0ffee05";
-    let (_servers, memory) = memory_servers(3, secret);
+    let (_servers, memory) = memory_servers(3, secret, shm);
     let common = [
         "--memory",
         memory.as_str(),
@@ -1235,3 +1233,27 @@ fn a_compute_server_suspected_while_alive_is_fenced_and_comes_back_as_a_new_inca
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The process tests above over TCP and on the shm fabric.
+macro_rules! on_tcp_and_shm {
+    ($($name:ident),*) => {$(
+        mod $name {
+            #[test]
+            fn tcp() {
+                super::$name(false)
+            }
+            #[test]
+            fn shm() {
+                super::$name(true)
+            }
+        }
+    )*};
+}
+
+on_tcp_and_shm!(
+    kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committing,
+    kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookeeper,
+    membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majority,
+    a_process_whose_peer_never_comes_up_names_its_address,
+    a_compute_server_suspected_while_alive_is_fenced_and_comes_back_as_a_new_incarnation
+);
