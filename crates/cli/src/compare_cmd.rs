@@ -25,14 +25,19 @@ pub struct CompareArgs {
     /// pandora: smallbank (default) or micro. ddp: ycsb-a, ycsb-b or both (default).
     #[arg(long)]
     workload: Option<String>,
-    /// Systems to run, comma-separated, in order. pandora: tandem, postgres, redis, etcd (the default);
-    /// kite: kite, zookeeper, etcd (the default).
+    /// Systems to run, comma-separated, in order. pandora: tandem-tcp, tandem-shm, postgres, redis,
+    /// etcd (the default; `tandem` is tandem-tcp); kite: kite, zookeeper, etcd (the default).
     #[arg(long)]
     systems: Option<String>,
     /// Concurrent clients per system (pandora: coordinators over two compute threads;
-    /// ddp: client sessions). Default 16.
+    /// ddp: client sessions). pandora: a comma-separated sweep, e.g. 4,16,64, every system at
+    /// every count, each reported at its best. Default 16.
     #[arg(long)]
-    clients: Option<usize>,
+    clients: Option<String>,
+    /// pandora: runs of every system at every client count, alternating which system goes
+    /// first; the median counts.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Measured seconds per system (default: pandora 5, ddp 3).
     #[arg(long)]
     duration: Option<f64>,
@@ -185,7 +190,37 @@ fn check_seconds(v: f64, what: &str) -> Result<(), String> {
     }
 }
 
+/// `--clients 4,16,64`: the sweep's client counts, each at least 1.
+fn client_counts(s: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.parse::<usize>() {
+            Ok(n) if n > 0 => out.push(n),
+            _ => {
+                return Err(format!(
+                    "--clients takes counts of at least 1, comma-separated; got '{part}'"
+                ))
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("--clients names no count".into());
+    }
+    Ok(out)
+}
+
 impl CompareArgs {
+    /// `--clients` for the comparisons that take one count (ddp, kite).
+    fn one_client_count(&self, default: usize) -> Result<usize, String> {
+        match self.clients.as_deref() {
+            None => Ok(default),
+            Some(s) => match client_counts(s)?.as_slice() {
+                [n] => Ok(*n),
+                _ => Err("--system ddp and kite take one --clients count".into()),
+            },
+        }
+    }
+
     fn ddp(&self) -> Result<tandem_peers::ddp_compare::DdpCompareConfig, String> {
         use tandem_peers::ddp_compare::{DdpCompareConfig, Fsync, WORKLOADS};
         if self.accounts.is_some() {
@@ -200,7 +235,7 @@ impl CompareArgs {
             records: self.records.unwrap_or(1000),
             uniform: self.uniform,
             value_size: self.value_size,
-            clients: self.clients.unwrap_or(16),
+            clients: self.one_client_count(16)?,
             warmup: Duration::from_secs_f64(self.warmup),
             duration: Duration::from_secs_f64(self.duration.unwrap_or(3.0)),
             fsync: Fsync::parse(self.fsync.as_deref().unwrap_or("both"))?,
@@ -235,7 +270,7 @@ impl CompareArgs {
         let root = tandem_bench::heal_peers::find_root(&exe)?;
         Ok(tandem_bench::kite_compare::KiteCompareConfig {
             keys: self.records.unwrap_or(10_000),
-            clients: self.clients.unwrap_or(48),
+            clients: self.one_client_count(48)?,
             nodes: self.nodes,
             write_ratio: self.write_ratio.unwrap_or(0.05),
             sync_ratio: self.sync_ratio,
@@ -283,8 +318,13 @@ fn run_pandora(a: CompareArgs) -> Result<(), String> {
     };
     let cfg = CompareConfig {
         workload,
-        systems: parse_systems(a.systems.as_deref().unwrap_or("tandem,postgres,redis,etcd"))?,
-        clients: a.clients.unwrap_or(16),
+        systems: parse_systems(
+            a.systems
+                .as_deref()
+                .unwrap_or("tandem-tcp,tandem-shm,postgres,redis,etcd"),
+        )?,
+        clients: client_counts(a.clients.as_deref().unwrap_or("16"))?,
+        rounds: a.rounds,
         warmup: Duration::from_secs_f64(a.warmup),
         duration: Duration::from_secs_f64(a.duration.unwrap_or(5.0)),
         seed: a.seed,
@@ -302,27 +342,14 @@ fn run_pandora(a: CompareArgs) -> Result<(), String> {
     if let Some(md) = &a.markdown {
         let name = format!("compare-{}", c.workload);
         let dir = md.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-        let bars: Vec<(String, f64)> = c
-            .systems
-            .iter()
-            .map(|r| (r.system.clone(), r.throughput_tps))
-            .collect();
-        let svg = tandem_bench::plot::bars_svg(
-            &format!(
-                "{}: committed tx/s, {} clients each, same keys and mix",
-                c.workload, c.clients
-            ),
-            "committed tx/s",
-            &bars,
-        );
-        tandem_bench::plot::write_figure(&dir.join("figures").join(&name), &svg)?;
+        write_compare_figures(&c, &dir, &name)?;
         let cmd = std::env::args()
             .skip(1)
             .filter(|x| !x.starts_with("--markdown") && !x.ends_with(".md"))
             .collect::<Vec<_>>()
             .join(" ");
         let section = format!(
-            "### {name}\n\n`tandem {cmd}`\n\n![{name}](figures/{name}.png)\n\n```\n{}```\n",
+            "### {name}\n\n`tandem {cmd}`\n\n![{name}](figures/{name}.png)\n\n![{name}-curve](figures/{name}-curve.png)\n\n```\n{}```\n",
             render(&c)
         );
         crate::experiment_cmd::update_section(md, &name, &section)?;
@@ -335,5 +362,50 @@ fn run_pandora(a: CompareArgs) -> Result<(), String> {
     if !c.passed() {
         return Err("a system failed its consistency check or hit errors (see above)".into());
     }
+    Ok(())
+}
+
+/// The bars of each system at its best, and the curve over the client counts.
+fn write_compare_figures(
+    c: &tandem_peers::compare::Comparison,
+    dir: &std::path::Path,
+    name: &str,
+) -> Result<(), String> {
+    use tandem_bench::plot::{bars_svg, lines_svg, write_figure};
+    let bars: Vec<(String, f64)> = (c.systems.iter())
+        .map(|r| {
+            (
+                format!("{} ({})", r.system, r.clients_asked),
+                r.throughput_tps,
+            )
+        })
+        .collect();
+    let title = format!(
+        "{}: committed tx/s, each system at its best client count",
+        c.workload
+    );
+    write_figure(
+        &dir.join("figures").join(name),
+        &bars_svg(&title, "committed tx/s", &bars),
+    )?;
+    let xs: Vec<String> = c.clients.iter().map(|n| n.to_string()).collect();
+    let series: Vec<(String, Vec<Option<f64>>)> = (c.systems.iter())
+        .map(|r| {
+            let at = |n: &usize| {
+                let p = c
+                    .curve
+                    .iter()
+                    .find(|p| p.system == r.system && p.clients == *n);
+                p.map(|p| p.throughput_tps)
+            };
+            (r.system.clone(), c.clients.iter().map(at).collect())
+        })
+        .collect();
+    let title = format!(
+        "{}: committed tx/s by client count (median of rounds)",
+        c.workload
+    );
+    let svg = lines_svg(&title, "clients", "committed tx/s", &xs, &series);
+    write_figure(&dir.join("figures").join(format!("{name}-curve")), &svg)?;
     Ok(())
 }

@@ -1,9 +1,13 @@
-//! `tandem compare`: one workload, the same keys, transaction mix and client
-//! concurrency, run back to back for the same duration against Tandem
-//! (pandora over TCP, memory-server processes, replicas 2) and each peer;
-//! every system's final state is checked with the Tandem workload's own
-//! consistency check. Results are reported with each system's durability and
-//! replication as the running servers state them.
+//! `tandem compare`: one workload, the same keys and transaction mix, run for
+//! the same duration against Tandem (pandora over memory-server processes,
+//! replicas 2, its verbs over TCP or on the servers' mapped regions: shm) and
+//! each peer. The client count is swept, every system runs at every count,
+//! and the systems alternate within each round (round r starts with the r-th
+//! system), so no system always runs first or last. Each system is reported
+//! at its best client count (the median of its rounds there), with the whole
+//! curve beside it. Every run's final state is checked with the Tandem
+//! workload's own consistency check; durability and replication are reported
+//! as the running servers state them.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,7 +29,13 @@ use crate::workload::{PeerLedger, PeerWorkload};
 /// The script that installs and starts the peers.
 pub const PEERS_SCRIPT: &str = "bash scripts/peers.sh start";
 
-pub const SYSTEMS: [&str; 4] = ["tandem", "postgres", "redis", "etcd"];
+/// Tandem over TCP, Tandem on shm, and the peers. `tandem` alone means `tandem-tcp`.
+pub const SYSTEMS: [&str; 5] = ["tandem-tcp", "tandem-shm", "postgres", "redis", "etcd"];
+
+/// Whether `system` is one of Tandem's.
+pub fn is_tandem(system: &str) -> bool {
+    system.starts_with("tandem")
+}
 
 /// Issue 5's goals for committed SmallBank tx/s: Tandem at least this many
 /// times the peer.
@@ -43,7 +53,10 @@ pub struct CompareConfig {
     pub workload: PeerWorkload,
     /// Names from [`SYSTEMS`], in run order.
     pub systems: Vec<String>,
-    pub clients: usize,
+    /// Client counts to sweep, each run by every system.
+    pub clients: Vec<usize>,
+    /// Runs of every system at every client count (the median counts).
+    pub rounds: usize,
     pub warmup: Duration,
     pub duration: Duration,
     pub seed: u64,
@@ -65,6 +78,11 @@ pub struct LatencyUs {
 pub struct SystemResult {
     pub system: String,
     pub clients: usize,
+    /// The sweep's client count this run was for (`clients` is what ran:
+    /// Tandem splits them over two compute threads when the count is even).
+    pub clients_asked: usize,
+    /// Which round of the sweep (0-based).
+    pub round: usize,
     pub committed: u64,
     /// Aborted by the store plus rolled back by the application (as Tandem counts them).
     pub aborted: u64,
@@ -81,10 +99,22 @@ pub struct SystemResult {
     pub durability: Durability,
 }
 
+/// One point of a system's curve: the median of its rounds at `clients`.
+#[derive(Clone, Debug, Serialize)]
+pub struct CurvePoint {
+    pub system: String,
+    pub clients: usize,
+    pub throughput_tps: f64,
+    /// Every round at this point passed its check without errors.
+    pub passed: bool,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Ratio {
+    /// `tandem-tcp` or `tandem-shm`.
+    pub tandem: String,
     pub peer: String,
-    /// Tandem's committed tx/s over the peer's.
+    /// Tandem's committed tx/s over the peer's, each at its best client count.
     pub tandem_over_peer: f64,
     pub goal: Option<f64>,
     pub met: Option<bool>,
@@ -95,17 +125,25 @@ pub struct Comparison {
     pub workload: String,
     /// SmallBank accounts or micro keys.
     pub rows: u64,
-    pub clients: usize,
+    /// The client counts swept.
+    pub clients: Vec<usize>,
+    pub rounds: usize,
     pub warmup_s: f64,
     pub duration_s: f64,
     pub seed: u64,
+    /// Each system at its best: the median run of its best client count.
     pub systems: Vec<SystemResult>,
+    /// Every system at every client count.
+    pub curve: Vec<CurvePoint>,
+    /// Every run, in the order they ran.
+    pub runs: Vec<SystemResult>,
     pub ratios: Vec<Ratio>,
 }
 
 impl Comparison {
+    /// Every run of every system passed its check without errors.
     pub fn passed(&self) -> bool {
-        self.systems
+        self.runs
             .iter()
             .all(|s| s.check_passed && s.errors.is_empty())
     }
@@ -128,6 +166,7 @@ pub fn peer(name: &str, e: &Endpoints) -> Option<Box<dyn PeerSystem>> {
 pub fn parse_systems(s: &str) -> Result<Vec<String>, String> {
     let mut out: Vec<String> = Vec::new();
     for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let name = if name == "tandem" { "tandem-tcp" } else { name };
         if !SYSTEMS.contains(&name) {
             return Err(format!(
                 "unknown system '{name}' (expected some of {})",
@@ -144,17 +183,21 @@ pub fn parse_systems(s: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-fn tandem_durability() -> Durability {
+fn tandem_durability(shm: bool) -> Durability {
+    let links = match shm {
+        true => "their regions mapped by the compute threads (shm)",
+        false => "verbs over loopback TCP",
+    };
     Durability {
         version: format!("Tandem {} (pandora)", env!("CARGO_PKG_VERSION")),
         persistence: "none: memory only, no disk".into(),
-        replication: "2 replicas over 3 memory-server processes on loopback (TCP); a commit is acknowledged once every replica is written".into(),
+        replication: format!("2 replicas over 3 memory-server processes, {links}; a commit is acknowledged once every replica is written"),
     }
 }
 
 /// Tandem's harness with the comparison's shape: 3 memory-server processes,
-/// replicas 2, the clients split over two compute threads (coordinators).
-fn run_tandem(cfg: &CompareConfig) -> Result<SystemResult, String> {
+/// replicas 2, `clients` split over two compute threads (coordinators).
+fn run_tandem(cfg: &CompareConfig, clients: usize, shm: bool) -> Result<SystemResult, String> {
     let spec = match &cfg.workload {
         PeerWorkload::SmallBank(s) => WorkloadSpec::SmallBank(s.clone()),
         PeerWorkload::Micro(m) => WorkloadSpec::Micro(m.clone()),
@@ -162,10 +205,10 @@ fn run_tandem(cfg: &CompareConfig) -> Result<SystemResult, String> {
     let mut rc = RunConfig::new(Mode::Pandora, spec);
     rc.memory_nodes = 3;
     rc.replicas = 2;
-    let (nodes, coords) = if cfg.clients >= 2 && cfg.clients / 2 * 2 == cfg.clients {
-        (2, cfg.clients / 2)
+    let (nodes, coords) = if clients >= 2 && clients / 2 * 2 == clients {
+        (2, clients / 2)
     } else {
-        (1, cfg.clients)
+        (1, clients)
     };
     rc.compute_nodes = nodes;
     rc.coordinators = u16::try_from(coords).map_err(|_| "too many clients".to_string())?;
@@ -187,8 +230,8 @@ fn run_tandem(cfg: &CompareConfig) -> Result<SystemResult, String> {
             .unwrap_or(0);
         (t ^ ((std::process::id() as u64) << 32)) | 1
     };
-    let servers = MemoryServers::spawn(&cfg.tandem_exe, rc.memory_nodes as usize, region, secret)
-        .map_err(|e| {
+    let (exe, count) = (&cfg.tandem_exe, rc.memory_nodes as usize);
+    let servers = MemoryServers::spawn_on(exe, count, region, secret, shm).map_err(|e| {
         format!(
             "cannot start Tandem memory servers ({}): {e}",
             cfg.tandem_exe.display()
@@ -204,8 +247,10 @@ fn run_tandem(cfg: &CompareConfig) -> Result<SystemResult, String> {
         ));
     }
     Ok(SystemResult {
-        system: "tandem".into(),
+        system: if shm { "tandem-shm" } else { "tandem-tcp" }.into(),
         clients: nodes as usize * coords,
+        clients_asked: 0,
+        round: 0,
         committed: r.committed,
         aborted: r.aborted,
         abort_rate: r.abort_rate,
@@ -221,7 +266,7 @@ fn run_tandem(cfg: &CompareConfig) -> Result<SystemResult, String> {
         check_passed: r.check_passed == Some(true) && r.false_positives.is_empty(),
         violations,
         errors: r.errors,
-        durability: tandem_durability(),
+        durability: tandem_durability(shm),
     })
 }
 
@@ -229,6 +274,7 @@ fn run_peer(
     sys: &dyn PeerSystem,
     durability: Durability,
     cfg: &CompareConfig,
+    clients: usize,
 ) -> Result<SystemResult, String> {
     let w = &cfg.workload;
     if cfg.progress {
@@ -241,7 +287,7 @@ fn run_peer(
     sys.load(w)
         .map_err(|e| format!("loading {} failed: {e}", sys.name()))?;
     let dc = DriveConfig {
-        clients: cfg.clients,
+        clients,
         warmup: cfg.warmup,
         duration: cfg.duration,
         seed: cfg.seed,
@@ -269,7 +315,9 @@ fn run_peer(
     };
     Ok(SystemResult {
         system: sys.name().into(),
-        clients: cfg.clients,
+        clients,
+        clients_asked: 0,
+        round: 0,
         committed: d.committed,
         aborted: d.aborted,
         abort_rate: d.aborted as f64 / (d.committed + d.aborted).max(1) as f64,
@@ -289,72 +337,139 @@ fn run_peer(
     })
 }
 
-/// Run every system of `cfg` back to back. Peers are probed first, so a
-/// missing server fails the run before anything is measured.
+/// Run every system of `cfg` at every client count, alternating within each
+/// round. Peers are probed first, so a missing server fails the run before
+/// anything is measured.
 pub fn compare(cfg: &CompareConfig) -> Result<Comparison, String> {
-    if cfg.clients == 0 {
-        return Err("--clients must be at least 1".into());
+    if cfg.clients.is_empty() || cfg.clients.contains(&0) {
+        return Err("--clients must list counts of at least 1".into());
     }
+    if cfg.rounds == 0 {
+        return Err("--rounds must be at least 1".into());
+    }
+    let peers = probe_peers(cfg)?;
+    let mut runs = Vec::new();
+    for &clients in &cfg.clients {
+        for round in 0..cfg.rounds {
+            let n = cfg.systems.len();
+            for name in (0..n).map(|i| &cfg.systems[(i + round) % n]) {
+                if cfg.progress {
+                    eprintln!(
+                        "compare: {name}, {clients} clients, round {}/{}, {:.1}s warm-up + {:.1}s measured",
+                        round + 1,
+                        cfg.rounds,
+                        cfg.warmup.as_secs_f64(),
+                        cfg.duration.as_secs_f64()
+                    );
+                }
+                let mut r = run_one(cfg, &peers, name, clients)?;
+                (r.round, r.clients_asked) = (round, clients);
+                runs.push(r);
+            }
+        }
+    }
+    Ok(summarise(cfg, runs))
+}
+
+/// The peers of `cfg` (not Tandem), each with its durability as it reports it.
+fn probe_peers(cfg: &CompareConfig) -> Result<Vec<(Box<dyn PeerSystem>, Durability)>, String> {
     let mut peers: Vec<(Box<dyn PeerSystem>, Durability)> = Vec::new();
-    for name in cfg.systems.iter().filter(|s| *s != "tandem") {
+    for name in cfg.systems.iter().filter(|s| !is_tandem(s)) {
         let sys = peer(name, &cfg.endpoints).ok_or_else(|| format!("unknown system '{name}'"))?;
         let d = sys.durability().map_err(|e| {
             format!("{name} is not reachable on {} ({e}); start the peers with `{PEERS_SCRIPT}` (or `{PEERS_SCRIPT} {name}`), or leave it out of --systems", sys.endpoint())
         })?;
         peers.push((sys, d));
     }
-    let mut results = Vec::new();
-    for name in &cfg.systems {
-        if cfg.progress {
-            eprintln!(
-                "compare: {name}, {} clients, {:.1}s warm-up + {:.1}s measured",
-                cfg.clients,
-                cfg.warmup.as_secs_f64(),
-                cfg.duration.as_secs_f64()
-            );
-        }
-        let r = if name == "tandem" {
-            run_tandem(cfg)?
-        } else {
-            let (sys, d) = peers
-                .iter()
-                .find(|(s, _)| s.name() == name)
-                .expect("probed above");
-            run_peer(sys.as_ref(), d.clone(), cfg)?
-        };
-        results.push(r);
+    Ok(peers)
+}
+
+fn run_one(
+    cfg: &CompareConfig,
+    peers: &[(Box<dyn PeerSystem>, Durability)],
+    name: &str,
+    clients: usize,
+) -> Result<SystemResult, String> {
+    if is_tandem(name) {
+        return run_tandem(cfg, clients, name == "tandem-shm");
     }
-    let tandem_tps = results
+    let (sys, d) = peers
         .iter()
-        .find(|r| r.system == "tandem")
-        .map(|r| r.throughput_tps);
-    let ratios = match tandem_tps {
-        Some(t) => results
-            .iter()
-            .filter(|r| r.system != "tandem")
-            .map(|r| {
-                let ratio = t / r.throughput_tps.max(1e-9);
-                let goal = goal(cfg.workload.name(), &r.system);
-                Ratio {
-                    peer: r.system.clone(),
-                    tandem_over_peer: ratio,
-                    goal,
-                    met: goal.map(|g| ratio >= g),
-                }
-            })
-            .collect(),
-        None => Vec::new(),
-    };
-    Ok(Comparison {
+        .find(|(s, _)| s.name() == name)
+        .expect("probed above");
+    run_peer(sys.as_ref(), d.clone(), cfg, clients)
+}
+
+/// The median run of `system` at `clients` (by committed tx/s), and whether
+/// every run there passed.
+fn median_run<'a>(
+    runs: &'a [SystemResult],
+    system: &str,
+    clients: usize,
+) -> Option<(&'a SystemResult, bool)> {
+    let mut at: Vec<&SystemResult> = runs
+        .iter()
+        .filter(|r| r.system == system && r.clients_asked == clients)
+        .collect();
+    at.sort_by(|a, b| a.throughput_tps.total_cmp(&b.throughput_tps));
+    let passed = at.iter().all(|r| r.check_passed && r.errors.is_empty());
+    at.get(at.len() / 2).map(|r| (*r, passed))
+}
+
+fn summarise(cfg: &CompareConfig, runs: Vec<SystemResult>) -> Comparison {
+    let mut curve = Vec::new();
+    let mut best: Vec<SystemResult> = Vec::new();
+    for system in &cfg.systems {
+        let mut top: Option<&SystemResult> = None;
+        for &clients in &cfg.clients {
+            let Some((r, passed)) = median_run(&runs, system, clients) else {
+                continue;
+            };
+            curve.push(CurvePoint {
+                system: system.clone(),
+                clients,
+                throughput_tps: r.throughput_tps,
+                passed,
+            });
+            if top.is_none_or(|t| r.throughput_tps > t.throughput_tps) {
+                top = Some(r);
+            }
+        }
+        best.extend(top.cloned());
+    }
+    let ratios = ratios(cfg.workload.name(), &best);
+    Comparison {
         workload: cfg.workload.name().into(),
         rows: rows(&cfg.workload),
-        clients: cfg.clients,
+        clients: cfg.clients.clone(),
+        rounds: cfg.rounds,
         warmup_s: cfg.warmup.as_secs_f64(),
         duration_s: cfg.duration.as_secs_f64(),
         seed: cfg.seed,
-        systems: results,
+        systems: best,
+        curve,
+        runs,
         ratios,
-    })
+    }
+}
+
+/// Each Tandem variant over each peer, both at their best.
+fn ratios(workload: &str, best: &[SystemResult]) -> Vec<Ratio> {
+    let mut out = Vec::new();
+    for t in best.iter().filter(|r| is_tandem(&r.system)) {
+        for p in best.iter().filter(|r| !is_tandem(&r.system)) {
+            let ratio = t.throughput_tps / p.throughput_tps.max(1e-9);
+            let goal = goal(workload, &p.system);
+            out.push(Ratio {
+                tandem: t.system.clone(),
+                peer: p.system.clone(),
+                tandem_over_peer: ratio,
+                goal,
+                met: goal.map(|g| ratio >= g),
+            });
+        }
+    }
+    out
 }
 
 /// The human-readable report (stdout).
@@ -365,32 +480,45 @@ pub fn render(c: &Comparison) -> String {
     } else {
         "keys"
     };
+    let counts = c
+        .clients
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     s += &format!(
-        "{} ({} {what}), {} clients per system, {:.1}s measured after {:.1}s warm-up, systems run back to back\n\n",
-        c.workload, c.rows, c.clients, c.duration_s, c.warmup_s
+        "{} ({} {what}), clients swept over {counts}, {} round(s) alternating the systems, {:.1}s measured after {:.1}s warm-up per run\n\n",
+        c.workload, c.rows, c.rounds, c.duration_s, c.warmup_s
     );
+    s += "Each system at its best client count (the median of its rounds there):\n";
     s += &format!(
-        "{:<9} {:>12} {:>10} {:>9} {:>9} {:>8}  {}\n",
-        "system", "committed/s", "committed", "p50 us", "p99 us", "aborts", "check"
+        "{:<11} {:>8} {:>12} {:>10} {:>9} {:>9} {:>8}  {}\n",
+        "system", "clients", "committed/s", "committed", "p50 us", "p99 us", "aborts", "check"
     );
     for r in &c.systems {
         s += &format!(
-            "{:<9} {:>12.0} {:>10} {:>9} {:>9} {:>7.1}%  {}\n",
+            "{:<11} {:>8} {:>12.0} {:>10} {:>9} {:>9} {:>7.1}%  {}\n",
             r.system,
+            r.clients_asked,
             r.throughput_tps,
             r.committed,
             r.latency_us.p50,
             r.latency_us.p99,
             100.0 * r.abort_rate,
-            if r.check_passed && r.errors.is_empty() {
-                "passed"
+            if c.runs
+                .iter()
+                .filter(|x| x.system == r.system)
+                .all(|x| x.check_passed && x.errors.is_empty())
+            {
+                "passed (every run)"
             } else {
                 "FAILED"
             }
         );
     }
+    s += &render_curve(c);
     if !c.ratios.is_empty() {
-        s += "\nTandem vs peers (committed tx/s):\n";
+        s += "\nTandem vs peers (committed tx/s, each at its best):\n";
         for r in &c.ratios {
             let goal = match (r.goal, r.met) {
                 (Some(g), Some(true)) => format!("goal >= {g:.0}x: met"),
@@ -398,8 +526,8 @@ pub fn render(c: &Comparison) -> String {
                 _ => "no goal set".into(),
             };
             s += &format!(
-                "  tandem / {:<9} {:>8.1}x   {goal}\n",
-                r.peer, r.tandem_over_peer
+                "  {:<10} / {:<9} {:>8.1}x   {goal}\n",
+                r.tandem, r.peer, r.tandem_over_peer
             );
         }
     }
@@ -410,13 +538,40 @@ pub fn render(c: &Comparison) -> String {
             r.system, r.durability.version, r.durability.persistence, r.durability.replication
         );
     }
-    for r in &c.systems {
+    for r in &c.runs {
         for v in r.violations.iter().take(5) {
             s += &format!("  {} violation: {v}\n", r.system);
         }
         for e in r.errors.iter().take(5) {
             s += &format!("  {} error: {e}\n", r.system);
         }
+    }
+    s
+}
+
+/// Committed tx/s of every system at every client count (medians).
+fn render_curve(c: &Comparison) -> String {
+    let mut s = String::from("\nThe curve (committed tx/s, median of the rounds):\n");
+    s += &format!("{:<11}", "clients");
+    for n in &c.clients {
+        s += &format!(" {n:>10}");
+    }
+    s += "\n";
+    let mut systems: Vec<&str> = Vec::new();
+    for p in &c.curve {
+        if !systems.contains(&p.system.as_str()) {
+            systems.push(&p.system);
+        }
+    }
+    for sys in systems {
+        s += &format!("{sys:<11}");
+        for n in &c.clients {
+            match c.curve.iter().find(|p| p.system == sys && p.clients == *n) {
+                Some(p) => s += &format!(" {:>10.0}", p.throughput_tps),
+                None => s += &format!(" {:>10}", "-"),
+            }
+        }
+        s += "\n";
     }
     s
 }

@@ -1,6 +1,7 @@
 //! Tier 3 (real processes): start PostgreSQL, Redis and a 3-member etcd
 //! through `scripts/peers.sh`, run a 1-second `compare` of SmallBank on a
-//! small account count against them and Tandem (memory-server processes),
+//! small account count against them and Tandem (memory-server processes,
+//! over TCP and on shm),
 //! and require that every system committed transactions and passed the
 //! SmallBank consistency check.
 //!
@@ -21,7 +22,7 @@ use tandem_peers::system::Endpoints;
 use tandem_peers::workload::PeerWorkload;
 use tandem_workloads::smallbank::SmallBankSpec;
 
-/// `memory-server --listen ADDR --mem BYTES`, secret in $TANDEM_SECRET (as
+/// `memory-server --listen ADDR --mem BYTES [--shm]`, secret in $TANDEM_SECRET (as
 /// `tandem_cluster::backend::MemoryServers::spawn` starts it).
 fn memory_server(args: &[String]) -> Result<(), String> {
     let flag = |name: &str| {
@@ -41,10 +42,11 @@ fn memory_server(args: &[String]) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     let listener = std::net::TcpListener::bind(&listen).map_err(|e| e.to_string())?;
-    let node = Arc::new(tandem_fabric::MemoryNode::new(
-        bytes,
-        secret.rotate_left(17),
-    ));
+    let node = Arc::new(match args.iter().any(|a| a == "--shm") {
+        true => tandem_fabric::MemoryNode::shared(bytes, secret.rotate_left(17))
+            .map_err(|e| e.to_string())?,
+        false => tandem_fabric::MemoryNode::new(bytes, secret.rotate_left(17)),
+    });
     println!(
         "listening on {}",
         listener.local_addr().map_err(|e| e.to_string())?
@@ -88,8 +90,9 @@ fn compare_against_every_peer() -> Result<Verdict, String> {
     eprintln!("peers started in {:.1}s", t0.elapsed().as_secs_f64());
     let cfg = CompareConfig {
         workload: PeerWorkload::SmallBank(SmallBankSpec::scaled(2_000)),
-        systems: parse_systems("tandem,postgres,redis,etcd")?,
-        clients: 4,
+        systems: parse_systems("tandem-tcp,tandem-shm,postgres,redis,etcd")?,
+        clients: vec![4],
+        rounds: 1,
         warmup: Duration::from_millis(200),
         duration: Duration::from_secs(1),
         seed: 5,
@@ -119,9 +122,9 @@ fn compare_against_every_peer() -> Result<Verdict, String> {
             ));
         }
     }
-    if c.systems.len() != 4 || c.ratios.len() != 3 {
+    if c.systems.len() != 5 || c.ratios.len() != 6 {
         problems.push(format!(
-            "expected 4 systems and 3 ratios, got {} and {}",
+            "expected 5 systems and 6 ratios, got {} and {}",
             c.systems.len(),
             c.ratios.len()
         ));
