@@ -36,11 +36,13 @@ micro_tcp = load("micro-tcp.json")
 bank = load("bank-sim.json")
 fab = {d: load(f"fabric-tcp-d{d}.json") for d in (1, 16, 64, 512)}
 echo = {d: load(f"fabric-echo-d{d}.json") for d in (1, 16, 64, 512)}
+shm = {d: load(f"fabric-shm-d{d}.json") for d in (1, 16, 64, 512)}
+micro_shm = load("micro-shm.json")
 
 
 def fabric_row(d):
-    t, e = fab[d]['verbs_per_s'], echo[d]['verbs_per_s']
-    return f"| {d} | {t:,.0f} | {e:,.0f} | {t / e:.2f} |"
+    t, e, m = fab[d]['verbs_per_s'], echo[d]['verbs_per_s'], shm[d]['verbs_per_s']
+    return f"| {d} | {t:,.0f} | {e:,.0f} | {t / e:.2f} | {m:,.0f} | {m / t:.1f} |"
 
 deep = load("micro-tcp-512.json")
 dp = by_store(deep)
@@ -48,13 +50,22 @@ deep_verbs = dp["pandora"]["median_throughput_tps"] * dp["pandora"]["median_verb
 
 ms, mt, bk = by_store(micro_sim), by_store(micro_tcp), by_store(bank)
 rec = {c: load(f"recovery-tcp-c{c}.json") for c in (1, 8, 64, 512)}
+rec_shm = {c: load(f"recovery-shm-c{c}.json") for c in (1, 8, 64, 512)}
 touts = {1: 5, 8: 5, 64: 5, 512: 20}
-rec_rows = "\n".join(
-    f"| {c} | {touts[c]} | {r['recovery']['detect_us']:,.0f} | {r['recovery']['link_termination_us']:,.0f} | "
-    f"{r['recovery']['log_recovery_us']:,.0f} | {r['recovery']['total_us']:,.0f} | {r['recovery']['logs_found']} | "
-    f"{r['recovery']['rolled_forward']} / {r['recovery']['rolled_back']} | "
-    f"{r['recovery']['survivors_tps_before']:,.0f} → {r['recovery']['survivors_tps_during_recovery']:,.0f} |"
-    for c, r in rec.items())
+
+
+def recovery_rows(recs):
+    return "\n".join(
+        f"| {c} | {touts[c]} | {r['recovery']['detect_us']:,.0f} | {r['recovery']['link_termination_us']:,.0f} | "
+        f"{r['recovery']['log_recovery_us']:,.0f} | {r['recovery']['total_us']:,.0f} | {r['recovery']['logs_found']} | "
+        f"{r['recovery']['rolled_forward']} / {r['recovery']['rolled_back']} | "
+        f"{r['recovery']['survivors_tps_before']:,.0f} → {r['recovery']['survivors_tps_during_recovery']:,.0f} |"
+        for c, r in recs.items())
+
+
+rec_rows = recovery_rows(rec)
+rec_shm_rows = recovery_rows(rec_shm)
+rec512_shm = rec_shm[512]["recovery"]
 rec512 = rec[512]["recovery"]
 rec64 = rec[64]["recovery"]
 ks = {k: load(f"recovery-sim-k{k}.json")["recovery"] for k in ("500000", "4000000")}
@@ -108,13 +119,14 @@ small and shared. Absolute numbers are this machine's, not the paper's.
 
 ### Fabric ceiling and how much of it transactions use
 
-`tandem fabric-bench --fabric tcp|echo --depth D --threads 2 --duration 2` (64-byte reads;
+`tandem fabric-bench --fabric tcp|echo|shm --depth D --threads 2 --duration 2` (64-byte reads;
 `echo` sends the same request and answer frames over the same loopback
-sockets to a server that only echoes: the physical limit of this machine;
-the two alternate at each depth)
+sockets to a server that only echoes: the physical limit of this machine
+for TCP; `shm` maps the same servers' regions and executes the verbs in the
+compute thread; the three alternate at each depth)
 
-| depth (verbs in flight per thread) | tcp verbs/s | echo verbs/s | tcp / echo |
-|---:|---:|---:|---:|
+| depth (verbs in flight per thread) | tcp verbs/s | echo verbs/s | tcp / echo | shm verbs/s | shm / tcp |
+|---:|---:|---:|---:|---:|---:|
 {fabric_row(1)}
 {fabric_row(16)}
 {fabric_row(64)}
@@ -153,6 +165,16 @@ its undo records during execution, overlapped with the next operation) goes
 straight from execution to the commit writes, while pandora must first write its
 log record, one more round trip. The paper's FORD writes undo logs alongside
 validation (`pandora.txt` Fig. 2), which is why it reports the two as equal.
+
+### Micro on shm: the same memory-server processes, their regions mapped
+
+`tandem bench --store pandora,ford,traditional --workload micro --fabric shm --write-ratio 0.5 --rounds 3 --duration 2`
+
+{summary_table(micro_shm)}
+
+- pandora on shm / pandora over TCP: **{by_store(micro_shm)['pandora']['median_throughput_tps'] / mt['pandora']['median_throughput_tps']:.1f}x**
+  (the same servers and keys; the compute threads execute each batch on the mapped region
+  instead of sending it to the servers' pollers). pandora / ford on shm: **{by_store(micro_shm)['pandora']['throughput_ratio'] / by_store(micro_shm)['ford']['throughput_ratio']:.3f}**.
 
 ### Pure protocol cost per core
 
@@ -203,6 +225,16 @@ failed ids.
 - Crash to recovery done at 64 coordinators with a 5 ms timeout: **{rec64['total_us'] / 1e3:.1f} ms** over TCP (goal ≤ 10 ms: {'met' if rec64['total_us'] <= 10000 else 'not met'}); in process it is
   {ks['500000']['total_us'] / 1e3:.1f} ms (next table). Detection alone is the 5 ms timeout plus up to one heartbeat interval.
 - Survivors never stop: the last column is the surviving node's committed throughput before the crash and inside the recovery window.
+
+The same on shm, `tandem recovery --fabric shm --coordinators C --timeout-ms T` (memory-server
+processes whose regions the compute threads and the recovery coordinator map; the link termination
+clears each key in the shared table and waits for the batches in flight):
+
+| coordinators per node | timeout ms | detect µs | link termination µs | log recovery µs | total µs | logs | fwd / back | survivors tx/s before → during recovery |
+|---:|---:|---:|---:|---:|---:|---:|---|---|
+{rec_shm_rows}
+
+- Log recovery at 512 coordinators on shm: **{rec512_shm['log_recovery_us']:,.0f} µs** (goal ≤ 5 ms, ≤ 2 ms the aim: {'≤ 2 ms' if rec512_shm['log_recovery_us'] <= 2000 else ('≤ 5 ms' if rec512_shm['log_recovery_us'] <= 5000 else 'not met')}).
 
 Dataset size: `tandem recovery --fabric sim --coordinators 64 --keys K`
 

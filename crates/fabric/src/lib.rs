@@ -14,8 +14,9 @@
 //!
 //! Backends: [`inline`] (in-process, executes on the posting thread; for demos and
 //! protocol-cost benchmarks), [`sim`] (in-process under the seeded simulator,
-//! with verb delays, torn reads and verbs in flight past a crash) and [`tcp`]
-//! (a real memory-server process).
+//! with verb delays, torn reads and verbs in flight past a crash), [`tcp`]
+//! (a real memory-server process) and [`shm`] (the same process, its region a
+//! memfd that compute processes on the host map and access themselves).
 
 pub mod inline;
 mod memory;
