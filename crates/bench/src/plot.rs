@@ -90,6 +90,24 @@ fn y_grid(s: &mut String, y_max: f64, y_step: f64) {
     }
 }
 
+/// Grid lines and labels at every power of ten from `10^lo` to `10^hi`.
+fn log_grid(s: &mut String, lo: f64, hi: f64) {
+    let y = |e: f64| TOP + (H - TOP - BOTTOM) * (1.0 - (e - lo) / (hi - lo));
+    let mut e = lo;
+    while e <= hi + 1e-9 {
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#e0e0e0"/><text x="{2}" y="{3:.1}" font-size="12" text-anchor="end">{4}</text>"##,
+            y(e),
+            W - RIGHT,
+            LEFT - 6.0,
+            y(e) + 4.0,
+            fmt_si(10f64.powf(e))
+        );
+        e += 1.0;
+    }
+}
+
 /// Throughput over time: one polyline per series (bucket `bucket_ms` wide),
 /// vertical markers for events at `(seconds, label)`; the y axis counts
 /// committed transactions (see [`timeline_svg_of`]).
@@ -196,17 +214,57 @@ pub fn lines_svg(
     xs: &[String],
     series: &[(String, Vec<Option<f64>>)],
 ) -> String {
-    let peak = series
-        .iter()
-        .flat_map(|s| s.1.iter().flatten().copied())
-        .fold(0.0, f64::max);
-    let (y_max, y_step) = nice_max(peak * 1.1);
+    lines_on(title, x_label, y_label, xs, series, false)
+}
+
+/// [`lines_svg`] with a logarithmic y axis (a decade per grid line), for
+/// series that differ by orders of magnitude; values ≤ 0 are left out.
+pub fn log_lines_svg(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    xs: &[String],
+    series: &[(String, Vec<Option<f64>>)],
+) -> String {
+    let series: Vec<(String, Vec<Option<f64>>)> = (series.iter())
+        .map(|(l, v)| {
+            (
+                l.clone(),
+                v.iter().map(|x| x.filter(|x| *x > 0.0)).collect(),
+            )
+        })
+        .collect();
+    lines_on(title, x_label, y_label, xs, &series, true)
+}
+
+fn lines_on(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    xs: &[String],
+    series: &[(String, Vec<Option<f64>>)],
+    log: bool,
+) -> String {
+    let values = || series.iter().flat_map(|s| s.1.iter().flatten().copied());
+    let peak = values().fold(0.0, f64::max);
     let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
     let n = xs.len().max(1) as f64;
     let x = |i: usize| LEFT + pw * (i as f64 + 0.5) / n;
-    let y = |v: f64| TOP + ph * (1.0 - v / y_max);
     let mut s = header(title);
-    y_grid(&mut s, y_max, y_step);
+    let y: Box<dyn Fn(f64) -> f64> = if log {
+        let lo = values()
+            .fold(f64::INFINITY, f64::min)
+            .max(1e-9)
+            .log10()
+            .floor();
+        let hi = peak.max(1e-9).log10().ceil().max(lo + 1.0);
+        log_grid(&mut s, lo, hi);
+        Box::new(move |v: f64| TOP + ph * (1.0 - (v.log10() - lo) / (hi - lo)))
+    } else {
+        let (y_max, y_step) = nice_max(peak * 1.1);
+        y_grid(&mut s, y_max, y_step);
+        Box::new(move |v: f64| TOP + ph * (1.0 - v / y_max))
+    };
     for (i, l) in xs.iter().enumerate() {
         let _ = write!(
             s,

@@ -371,7 +371,7 @@ fn write_compare_figures(
     dir: &std::path::Path,
     name: &str,
 ) -> Result<(), String> {
-    use tandem_bench::plot::{bars_svg, lines_svg, write_figure};
+    use tandem_bench::plot::{bars_svg, log_lines_svg, write_figure};
     let bars: Vec<(String, f64)> = (c.systems.iter())
         .map(|r| {
             (
@@ -402,10 +402,10 @@ fn write_compare_figures(
         })
         .collect();
     let title = format!(
-        "{}: committed tx/s by client count (median of rounds)",
+        "{}: committed tx/s by client count (median of rounds, log scale)",
         c.workload
     );
-    let svg = lines_svg(&title, "clients", "committed tx/s", &xs, &series);
+    let svg = log_lines_svg(&title, "clients", "committed tx/s", &xs, &series);
     write_figure(&dir.join("figures").join(format!("{name}-curve")), &svg)?;
     Ok(())
 }
