@@ -723,7 +723,13 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
     let (backend, _servers) = match a.fabric.fabric.as_str() {
         // Yield at every verb so the crash lands inside transactions.
         "sim" => (Backend::inline_yielding(3, region, a.seed), None),
-        "tcp" | "shm" => tcp_backend(&a.fabric, 3, region)?,
+        "tcp" => tcp_backend(&a.fabric, 3, region)?,
+        // Verbs on mapped regions never suspend: yield at each batch, as the
+        // sim fabric does here, so the crash lands inside transactions.
+        "shm" => match tcp_backend(&a.fabric, 3, region)? {
+            (Backend::Tcp(c), servers) => (Backend::Tcp(c.yielding(true)), servers),
+            other => other,
+        },
         other => {
             return Err(format!(
                 "unknown fabric '{other}' (expected sim, tcp or shm)"
