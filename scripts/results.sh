@@ -140,10 +140,10 @@ run $T experiment all
 run $T experiment heal-peers
 # Side by side with the stores users would pick instead (real servers from Debian).
 run bash scripts/peers.sh start all
-# Issue 14: every system at 1, 4, 16 and 64 clients, three rounds alternating the systems;
-# each reported at its best, Tandem over TCP and on shm (about 5 minutes each).
-run $T compare --workload smallbank --clients 1,4,16,64 --rounds 3 --duration 3 --json docs/results/compare-smallbank.json --markdown docs/RESULTS.md
-run $T compare --workload micro --clients 1,4,16,64 --rounds 3 --duration 3 --json docs/results/compare-micro.json --markdown docs/RESULTS.md
+# Issue 14: every system at 1, 4, 16, 64 and 256 clients, three rounds alternating the systems;
+# each reported at its best, Tandem over TCP and on shm (about 10 minutes each).
+run $T compare --workload smallbank --clients 1,4,16,64,256 --rounds 3 --duration 3 --json docs/results/compare-smallbank.json --markdown docs/RESULTS.md
+run $T compare --workload micro --clients 1,4,16,64,256 --rounds 3 --duration 3 --json docs/results/compare-micro.json --markdown docs/RESULTS.md
 # Issue 10: DDP's node processes beside etcd (with and without WAL fsync) and Redis with replicas.
 run $T compare --system ddp --workload both --duration 5 --json docs/results/compare-ddp.json --markdown docs/RESULTS.md
 # Issue 12: Kite's node processes beside a 3-member ZooKeeper and etcd, without and with fsync
