@@ -88,7 +88,7 @@ start() {
     # Sockets in the data directory (the system's /var/run/postgresql may not
     # be writable); a test fixture needs no durability.
     as_owner "$b/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 \
-        -o "-p $PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='$DIR' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 -c deadlock_timeout=10ms" \
+        -o "-p $PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='$DIR' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 -c max_pred_locks_per_transaction=256 -c deadlock_timeout=10ms" \
         start >/dev/null 2>&1 || { cat "$DIR/server.log" >&2 2>/dev/null || true; die "pg_ctl start failed"; }
     for _ in $(seq 1 300); do
         if ready; then

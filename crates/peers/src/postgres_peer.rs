@@ -38,7 +38,16 @@ impl PostgresSystem {
 }
 
 fn err(e: postgres::Error) -> String {
-    e.to_string()
+    describe(&e)
+}
+
+/// The error with the server's SQLSTATE and message when it sent one
+/// (`postgres::Error`'s own text is just "db error" then).
+fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{} ({}): {}", e, d.code().code(), d.message()),
+        None => e.to_string(),
+    }
 }
 
 impl PeerSystem for PostgresSystem {
@@ -153,7 +162,7 @@ impl PeerConn for PgConn {
             if is_abort(&e) {
                 Ok(Executed::Aborted)
             } else {
-                Err(PeerError::Failed(format!("postgres: {e}")))
+                Err(PeerError::Failed(format!("postgres: {}", describe(&e))))
             }
         };
         let mut tx = match self
@@ -181,8 +190,9 @@ impl PeerConn for PgConn {
         let decision = plan.decide(&values);
         match &decision {
             Decision::Rollback => {
-                tx.rollback()
-                    .map_err(|e| PeerError::Failed(format!("postgres: rollback: {e}")))?;
+                tx.rollback().map_err(|e| {
+                    PeerError::Failed(format!("postgres: rollback: {}", describe(&e)))
+                })?;
                 return Ok(Executed::RolledBack);
             }
             Decision::ReadOnly => {}
@@ -198,7 +208,7 @@ impl PeerConn for PgConn {
             Ok(()) => Ok(Executed::Committed { values, decision }),
             Err(e) if is_abort(&e) => Ok(Executed::Aborted),
             Err(e) => Err(PeerError::InDoubt {
-                error: format!("postgres: {e}"),
+                error: format!("postgres: {}", describe(&e)),
                 values,
                 decision,
             }),
