@@ -198,7 +198,7 @@ fn client_counts(s: &str) -> Result<Vec<usize>, String> {
             Ok(n) if n > 0 => out.push(n),
             _ => {
                 return Err(format!(
-                    "--clients takes counts of at least 1, comma-separated; got '{part}'"
+                    "--clients must be at least 1 (pandora takes a comma-separated sweep); got '{part}'"
                 ))
             }
         }
