@@ -215,9 +215,23 @@ fn accept_loop(
                 continue;
             }
         };
-        let (node, links) = (node.clone(), links.clone());
         next += 1;
         let id = next;
+        // Registered here, before the handshake: `stop` joins this thread
+        // before it closes the links, so no link it admits is missed.
+        match stream.try_clone() {
+            Ok(s) => drop(
+                links
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, s),
+            ),
+            Err(e) => {
+                log::warn!("shm: cannot keep a connection: {e}");
+                continue;
+            }
+        }
+        let (node, links) = (node.clone(), links.clone());
         let spawned = thread::Builder::new()
             .name("shmlink".into())
             .stack_size(128 << 10)
@@ -231,22 +245,14 @@ fn accept_loop(
 /// One attached compute thread: the handshake, then wait for its close.
 fn serve_link(node: &MemoryNode, mut stream: UnixStream, id: u64, links: &Links) {
     match handshake(node, &mut stream) {
-        Ok(()) => {}
-        Err(e) => {
-            log::warn!("shm: connection not admitted: {e}");
-            return;
+        Ok(()) => {
+            // Nothing more is expected: any byte is a protocol violation.
+            let _ = stream.set_read_timeout(None);
+            let mut b = [0u8; 1];
+            let _ = stream.read(&mut b);
         }
+        Err(e) => log::warn!("shm: connection not admitted: {e}"),
     }
-    if let Ok(s) = stream.try_clone() {
-        links
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, s);
-    }
-    // Nothing more is expected: any byte is a protocol violation.
-    let _ = stream.set_read_timeout(None);
-    let mut b = [0u8; 1];
-    let _ = stream.read(&mut b);
     let _ = stream.shutdown(std::net::Shutdown::Both);
     links.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
 }

@@ -156,6 +156,33 @@ fn assert_frozen(s: &MemoryServerHandle, why: &str) {
     );
 }
 
+/// Stop the child (`SIGSTOP`, then wait until the kernel says it is
+/// stopped: the signal is asynchronous) at a moment it is inside a batch.
+fn stop_inside_a_batch(s: &MemoryServerHandle, child: &Child) {
+    for _ in 0..1000 {
+        signal(child, libc::SIGSTOP);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while state(child) != 'T' {
+            assert!(Instant::now() < deadline, "the child does not stop");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if s.node().executing(CHILD) > 0 {
+            return;
+        }
+        signal(child, libc::SIGCONT);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("never caught the child inside a batch");
+}
+
+/// The child's state letter from /proc (R, S, T, Z, ...).
+fn state(child: &Child) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next())
+        .unwrap_or('?')
+}
+
 fn signal(child: &Child, sig: i32) {
     // SAFETY: signalling our own child, which has not been reaped.
     assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
@@ -181,17 +208,7 @@ fn a_running_process_sees_its_verbs_revoked_and_lives() {
 fn a_process_stopped_inside_a_batch_is_killed_by_revocation() {
     let s = shm_server(1 << 16);
     let (mut child, _out) = spawn_child(&s, "huge");
-    let mut tries = 0;
-    loop {
-        signal(&child, libc::SIGSTOP);
-        std::thread::sleep(Duration::from_millis(2));
-        if s.node().executing(CHILD) > 0 {
-            break;
-        }
-        signal(&child, libc::SIGCONT);
-        tries += 1;
-        assert!(tries < 1000, "never caught the child inside a batch");
-    }
+    stop_inside_a_batch(&s, &child);
     let node = s.node().clone();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(node.revoke(CHILD)));
@@ -216,14 +233,7 @@ fn a_process_stopped_inside_a_batch_is_killed_by_revocation() {
 fn a_process_killed_inside_a_batch_does_not_hold_up_revocation() {
     let s = shm_server(1 << 16);
     let (mut child, _out) = spawn_child(&s, "huge");
-    loop {
-        signal(&child, libc::SIGSTOP);
-        std::thread::sleep(Duration::from_millis(2));
-        if s.node().executing(CHILD) > 0 {
-            break;
-        }
-        signal(&child, libc::SIGCONT);
-    }
+    stop_inside_a_batch(&s, &child);
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
