@@ -74,37 +74,34 @@ fn header(title: &str) -> String {
 
 /// Horizontal grid lines with their y-axis labels, 0..=y_max every y_step.
 fn y_grid(s: &mut String, y_max: f64, y_step: f64) {
-    let y = |v: f64| TOP + (H - TOP - BOTTOM) * (1.0 - v / y_max);
-    let mut v = 0.0;
-    while v <= y_max + 1e-9 {
-        let _ = write!(
-            s,
-            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#e0e0e0"/><text x="{2}" y="{3:.1}" font-size="12" text-anchor="end">{4}</text>"##,
-            y(v),
-            W - RIGHT,
-            LEFT - 6.0,
-            y(v) + 4.0,
-            fmt_si(v)
-        );
-        v += y_step;
-    }
+    let steps = (y_max / y_step + 1e-9).floor() as usize;
+    let lines = (0..=steps).map(|i| i as f64 * y_step);
+    grid(s, lines.map(|v| (1.0 - v / y_max, fmt_si(v))));
 }
 
 /// Grid lines and labels at every power of ten from `10^lo` to `10^hi`.
 fn log_grid(s: &mut String, lo: f64, hi: f64) {
-    let y = |e: f64| TOP + (H - TOP - BOTTOM) * (1.0 - (e - lo) / (hi - lo));
-    let mut e = lo;
-    while e <= hi + 1e-9 {
+    let decades = (hi - lo).round() as usize;
+    let lines = (0..=decades).map(|i| lo + i as f64);
+    grid(
+        s,
+        lines.map(|e| (1.0 - (e - lo) / (hi - lo), fmt_si(10f64.powf(e)))),
+    );
+}
+
+/// Horizontal grid lines at fractions of the plot's height (0 = top), labelled.
+fn grid(s: &mut String, lines: impl Iterator<Item = (f64, String)>) {
+    for (frac, label) in lines {
+        let y = TOP + (H - TOP - BOTTOM) * frac;
         let _ = write!(
             s,
             r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#e0e0e0"/><text x="{2}" y="{3:.1}" font-size="12" text-anchor="end">{4}</text>"##,
-            y(e),
+            y,
             W - RIGHT,
             LEFT - 6.0,
-            y(e) + 4.0,
-            fmt_si(10f64.powf(e))
+            y + 4.0,
+            label
         );
-        e += 1.0;
     }
 }
 

@@ -1244,23 +1244,8 @@ fn a_compute_server_suspected_while_alive_is_fenced_and_comes_back_as_a_new_inca
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The process tests above over TCP and on the shm fabric.
-macro_rules! on_tcp_and_shm {
-    ($($name:ident),*) => {$(
-        mod $name {
-            #[test]
-            fn tcp() {
-                super::$name(false)
-            }
-            #[test]
-            fn shm() {
-                super::$name(true)
-            }
-        }
-    )*};
-}
-
-on_tcp_and_shm!(
+// Every test above, over TCP and on the shm fabric.
+tandem_fabric::on_tcp_and_shm!(
     kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committing,
     kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookeeper,
     membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majority,

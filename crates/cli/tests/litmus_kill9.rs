@@ -61,7 +61,8 @@ fn n(rep: &serde_json::Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in {rep}"))
 }
 
-fn pandora_survives_kill_dash_nine_of_a_compute_server_process(fabric: &str) {
+fn pandora_survives_kill_dash_nine_of_a_compute_server_process(shm: bool) {
+    let fabric = if shm { "shm" } else { "tcp" };
     let json = std::env::temp_dir().join(format!(
         "tandem-litmus-kill9-{fabric}-{}.json",
         std::process::id()
@@ -103,7 +104,8 @@ fn pandora_survives_kill_dash_nine_of_a_compute_server_process(fabric: &str) {
 /// journals, with a kill in the run. Not a kill-only bug: the recovery
 /// mutants (passed to the membership process) are caught too rarely over
 /// processes for a deterministic test; see the replica-check tests below.
-fn a_bug_mutant_is_caught_through_the_worker_journals(fabric: &str) {
+fn a_bug_mutant_is_caught_through_the_worker_journals(shm: bool) {
+    let fabric = if shm { "shm" } else { "tcp" };
     let json = std::env::temp_dir().join(format!(
         "tandem-litmus-kill9-mutant-{fabric}-{}.json",
         std::process::id()
@@ -191,7 +193,8 @@ fn replica_violations(rep: &RunReport) -> Vec<&str> {
 
 /// The clean run passes the replica check, and the check really killed a
 /// memory-server process (the crash note says which).
-fn the_replica_check_kills_a_memory_server_and_the_replicas_agree(fabric: &str) {
+fn the_replica_check_kills_a_memory_server_and_the_replicas_agree(shm: bool) {
+    let fabric = if shm { "shm" } else { "tcp" };
     for seed in [3, 4] {
         let rep = proc_run(fabric, seed, false);
         let note = rep.crash_note.clone().unwrap_or_default();
@@ -213,7 +216,8 @@ fn the_replica_check_kills_a_memory_server_and_the_replicas_agree(fabric: &str) 
 /// value in its backup only) are reported by the replica check over
 /// processes: by the logical failover of that key's primary and by the real
 /// kill of the server holding it.
-fn diverging_replicas_are_reported_by_the_replica_check_over_processes(fabric: &str) {
+fn diverging_replicas_are_reported_by_the_replica_check_over_processes(shm: bool) {
+    let fabric = if shm { "shm" } else { "tcp" };
     let rep = proc_run(fabric, 5, true);
     let note = rep.crash_note.clone().unwrap_or_default();
     assert!(note.contains("test hook: key "), "{note}");
@@ -245,7 +249,8 @@ fn diverging_replicas_are_reported_by_the_replica_check_over_processes(fabric: &
 /// replicas while everyone holds, a replacement is filled and admitted, and
 /// DART finds nothing. Without the copy onto the replacement
 /// (`skip-rereplication`, injected into the membership process), it does.
-fn pandora_survives_kill_dash_nine_of_a_memory_server_process_mid_run(fabric: &str) {
+fn pandora_survives_kill_dash_nine_of_a_memory_server_process_mid_run(shm: bool) {
+    let fabric = if shm { "shm" } else { "tcp" };
     let json = std::env::temp_dir().join(format!(
         "tandem-litmus-memkill-{fabric}-{}.json",
         std::process::id()
@@ -291,24 +296,8 @@ fn pandora_survives_kill_dash_nine_of_a_memory_server_process_mid_run(fabric: &s
     );
 }
 
-/// Every test above over TCP and on the shm fabric (memory servers' regions
-/// mapped by the workers and the membership).
-macro_rules! on_tcp_and_shm {
-    ($($name:ident),*) => {$(
-        mod $name {
-            #[test]
-            fn tcp() {
-                super::$name("tcp")
-            }
-            #[test]
-            fn shm() {
-                super::$name("shm")
-            }
-        }
-    )*};
-}
-
-on_tcp_and_shm!(
+// Every test above, over TCP and on the shm fabric.
+tandem_fabric::on_tcp_and_shm!(
     pandora_survives_kill_dash_nine_of_a_compute_server_process,
     a_bug_mutant_is_caught_through_the_worker_journals,
     the_replica_check_kills_a_memory_server_and_the_replicas_agree,

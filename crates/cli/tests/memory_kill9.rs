@@ -331,24 +331,8 @@ fn a_stopped_memory_server_is_cut_off_like_a_dead_one(shm: bool) {
     check_cluster(&r, "");
 }
 
-/// Every test above, with the memory servers' regions in memfds that the
-/// compute servers map (the shm fabric), and over TCP.
-macro_rules! on_tcp_and_shm {
-    ($($name:ident),*) => {$(
-        mod $name {
-            #[test]
-            fn tcp() {
-                super::$name(false)
-            }
-            #[test]
-            fn shm() {
-                super::$name(true)
-            }
-        }
-    )*};
-}
-
-on_tcp_and_shm!(
+// Every test above, over TCP and on the shm fabric.
+tandem_fabric::on_tcp_and_shm!(
     kill_dash_nine_of_a_memory_server_survivors_keep_committing_and_a_replacement_restores_f_plus_1,
     kill_dash_nine_of_a_memory_server_and_a_compute_server_in_the_same_second,
     the_memory_configuration_survives_a_membership_restart_with_its_state_in_zookeeper,

@@ -185,24 +185,8 @@ fn a_compute_server_held_past_its_deadline_stops(shm: bool) {
     assert!(r.committed > 0, "{r:?}");
 }
 
-/// Every test above over TCP and on the shm fabric (the servers' regions
-/// mapped by the roles).
-macro_rules! on_tcp_and_shm {
-    ($($name:ident),*) => {$(
-        mod $name {
-            #[test]
-            fn tcp() {
-                super::$name(false)
-            }
-            #[test]
-            fn shm() {
-                super::$name(true)
-            }
-        }
-    )*};
-}
-
-on_tcp_and_shm!(
+// Every test above, over TCP and on the shm fabric.
+tandem_fabric::on_tcp_and_shm!(
     a_lost_memory_server_is_replaced_while_compute_servers_keep_committing,
     a_compute_server_held_past_its_deadline_stops
 );

@@ -217,24 +217,8 @@ fn a_node_whose_join_is_refused_comes_back_as_a_new_incarnation(shm: bool) {
     assert!(check.violations.is_empty(), "{:?}", check.violations);
 }
 
-/// Every test above over TCP and on the shm fabric (the servers' regions
-/// mapped by the roles).
-macro_rules! on_tcp_and_shm {
-    ($($name:ident),*) => {$(
-        mod $name {
-            #[test]
-            fn tcp() {
-                super::$name(false)
-            }
-            #[test]
-            fn shm() {
-                super::$name(true)
-            }
-        }
-    )*};
-}
-
-on_tcp_and_shm!(
+// Every test above, over TCP and on the shm fabric.
+tandem_fabric::on_tcp_and_shm!(
     a_node_fenced_before_it_starts_never_joins_and_comes_back_under_a_new_node_id,
     a_revoked_verb_fences_the_node_and_it_keeps_committing_as_a_new_incarnation,
     a_node_whose_join_is_refused_comes_back_as_a_new_incarnation

@@ -57,3 +57,22 @@ pub trait QueuePair: Clone + 'static {
     fn post(&self, batch: Batch) -> Self::Pending;
     fn memory_node(&self) -> MemNodeId;
 }
+
+/// Make each test `fn NAME(shm: bool)` run on both backends that reach
+/// memory-server processes: `NAME::tcp` (verbs over TCP) and `NAME::shm`
+/// (the servers' regions mapped). For test files: `on_tcp_and_shm!(a, b);`.
+#[macro_export]
+macro_rules! on_tcp_and_shm {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn tcp() {
+                super::$name(false)
+            }
+            #[test]
+            fn shm() {
+                super::$name(true)
+            }
+        }
+    )*};
+}
