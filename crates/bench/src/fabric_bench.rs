@@ -13,7 +13,7 @@ use tandem_fabric::{Fabric, QueuePair, Verb};
 use tandem_sim::Rng;
 
 use tandem_cluster::backend::{AnyFabric, Backend};
-use tandem_cluster::runner::block_on_local;
+use tandem_cluster::runner::{block_on_local, yield_to_siblings};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct FabricBenchResult {
@@ -53,7 +53,7 @@ async fn pump<F: Fabric>(
                     return Err(format!("verb failed: {e}"));
                 }
                 count.set(count.get() + 1);
-                tokio::task::yield_now().await;
+                yield_to_siblings().await;
             }
             Ok(())
         }));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use clap::Args;
 use std::time::Duration;
 
-use tandem_fabric::tcp::{default_spin, serve_spinning};
+use tandem_fabric::tcp::{default_spin, serve_with, Polling};
 use tandem_fabric::MemoryNode;
 
 use crate::args::{parse_addrs, parse_size, random_secret, secret_from};
@@ -38,6 +38,15 @@ pub struct MemoryServerArgs {
     /// Default: 50 with more than two cores, 0 (sleep at once) otherwise.
     #[arg(long, value_name = "US")]
     poll_spin_us: Option<u64>,
+    /// Polling threads; each data connection is served by one of them.
+    /// Default: one per CPU this process may use.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pollers: Option<u16>,
+    /// Do not pin polling thread i to the i-th CPU (then a connection goes
+    /// to the poller with the fewest, and stays there). Pinned, each
+    /// connection moves to the poller on the CPU its packets arrive from.
+    #[arg(long)]
+    no_pin: bool,
     /// Keep the region in a memfd that compute processes on this host map
     /// (the shm fabric): they execute verbs on it themselves, and reach this
     /// server over TCP only for admin calls. TCP data connections still work.
@@ -69,12 +78,22 @@ pub fn run(a: MemoryServerArgs) -> Result<(), String> {
     });
     // The harness that started us waits for this exact line.
     println!("listening on {addr}");
-    let how = if a.shm { " (shared: shm fabric)" } else { "" };
-    eprintln!("memory server: {} bytes on {addr}{how}", node.size_bytes());
+
     let spin = a
         .poll_spin_us
         .map_or_else(default_spin, Duration::from_micros);
-    let serve = move || serve_spinning(listener, node, secret, spin);
+    let mut polling = Polling::per_cpu();
+    polling.spin = spin;
+    polling.threads = a.pollers.map_or(polling.threads, usize::from);
+    polling.pin = !a.no_pin;
+    let how = if a.shm { " (shared: shm fabric)" } else { "" };
+    let pinned = if polling.pin { "pinned " } else { "" };
+    eprintln!(
+        "memory server: {} bytes on {addr}{how}, {} {pinned}polling thread(s)",
+        node.size_bytes(),
+        polling.threads
+    );
+    let serve = move || serve_with(listener, node, secret, polling);
     if let (Some(n), Some(m)) = (a.replaces, a.membership.as_deref()) {
         let membership = parse_addrs(m)?;
         let server = std::thread::spawn(serve);

@@ -462,7 +462,7 @@ struct FailureLog {
 /// Give way once to the other tasks of this thread's `LocalSet`. Unlike
 /// `tokio::task::yield_now`, which defers the task until the runtime next
 /// polls its I/O driver (an `epoll_wait` per yield), this requeues it at once.
-fn yield_to_siblings() -> impl std::future::Future<Output = ()> {
+pub fn yield_to_siblings() -> impl std::future::Future<Output = ()> {
     let mut yielded = false;
     std::future::poll_fn(move |cx| {
         if yielded {

@@ -76,3 +76,70 @@ macro_rules! on_tcp_and_shm {
         }
     )*};
 }
+
+/// The CPUs this process may run on (at least 1).
+pub fn cpu_count() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The `i`-th CPU (modulo their number) this process may run on (Linux).
+pub fn nth_cpu(i: usize) -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            return None;
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &allowed))
+            .collect();
+        (!cpus.is_empty()).then(|| cpus[i % cpus.len()])
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = i;
+        None
+    }
+}
+
+/// Pin the calling thread to `cpu` (Linux; elsewhere a no-op). Returns
+/// whether it took effect.
+pub fn pin_to_cpu(cpu: usize) -> bool {
+    #[cfg(target_os = "linux")]
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = cpu;
+        false
+    }
+}
+
+/// The CPU that last processed packets of `stream` (`SO_INCOMING_CPU`;
+/// on loopback, the CPU its peer sent them from). Linux only.
+pub fn incoming_cpu(stream: &std::net::TcpStream) -> Option<usize> {
+    incoming_cpu_fd(std::os::fd::AsRawFd::as_raw_fd(stream))
+}
+
+/// [`incoming_cpu`] of a socket by descriptor.
+pub fn incoming_cpu_fd(fd: std::os::fd::RawFd) -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut cpu: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let out = (&mut cpu as *mut libc::c_int).cast();
+        // SAFETY: an int-sized out parameter; a bad descriptor only fails.
+        let r =
+            unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_INCOMING_CPU, out, &mut len) };
+        (r == 0 && cpu >= 0).then_some(cpu as usize)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = fd;
+        None
+    }
+}

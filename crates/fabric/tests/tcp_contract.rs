@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tandem_fabric::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg};
-use tandem_fabric::tcp::{MemoryServerHandle, TcpCluster};
+use tandem_fabric::tcp::{MemoryServerHandle, Polling, TcpCluster};
 use tandem_fabric::{Fabric, MemoryNode, QueuePair, Verb, VerbError, VerbOutput};
 
 const SECRET: u64 = 0x7A4D_E35E_C8E7;
@@ -561,6 +561,54 @@ fn a_server_shutting_down_completes_later_verbs_with_unavailable(mode: Mode) {
             done![Err(VerbError::Unavailable)]
         );
     });
+}
+
+/// Pinned pollers (`memory-server`'s default) move a connection to the
+/// poller on its client's CPU. A client hopping between CPUs makes its
+/// connection move back and forth; every verb still executes exactly once,
+/// in posting order.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_connection_follows_its_client_across_pollers_in_posting_order() {
+    if tandem_fabric::cpu_count() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let polling = Polling {
+        spin: Duration::ZERO,
+        threads: 2,
+        pin: true,
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let node = Arc::new(MemoryNode::new(4096, 0xC0FFEE));
+    let s = MemoryServerHandle::spawn_with(listener, node, SECRET, polling).unwrap();
+    let c = cluster(&[&s]);
+    let hops = 6;
+    // Before this thread pins itself, while it may run on every CPU.
+    let cpus: Vec<usize> = (0..2).map(|i| tandem_fabric::nth_cpu(i).unwrap()).collect();
+    run(async {
+        let keys = c.register(1).await.unwrap();
+        let qp = c.connect(1, &keys).await.unwrap().queue_pair(0);
+        let mut next = 0u64;
+        for hop in 0..hops {
+            assert!(tandem_fabric::pin_to_cpu(cpus[hop % 2]));
+            for _ in 0..300 {
+                let window: Vec<_> = (0..8)
+                    .map(|_| qp.post(tandem_fabric::batch![Verb::faa(0, 1)]))
+                    .collect();
+                for p in window {
+                    assert_eq!(p.await, done![Ok(VerbOutput::Faa(next))], "FAA {next}");
+                    next += 1;
+                }
+            }
+        }
+    });
+    assert_eq!(s.node().load_u64(0), hops as u64 * 300 * 8);
+    let moves = s.connection_moves();
+    assert!(
+        moves >= hops as u64 / 2,
+        "the connection moved {moves} times in {hops} hops"
+    );
 }
 
 /// DESIGN.md §3: "adaptive spin-then-park polling so idle servers do not burn

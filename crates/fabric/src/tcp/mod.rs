@@ -25,4 +25,4 @@ pub mod wire;
 pub use client::{is_fenced, TcpCluster, TcpFabric};
 pub use poller::default_spin;
 pub use qp::{TcpPending, TcpQp};
-pub use server::{serve, serve_spinning, MemoryServerHandle};
+pub use server::{serve, serve_with, MemoryServerHandle, Polling};

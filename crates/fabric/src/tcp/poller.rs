@@ -1,8 +1,19 @@
-//! The memory server's "wimpy core": the one polling thread that reads,
-//! executes and answers every batched verb of every data connection
-//! (DESIGN.md §3, "tcp": "a memory-server process whose one polling thread
-//! executes batched verbs ... adaptive spin-then-park polling so idle
-//! servers do not burn a core").
+//! The memory server's "wimpy core": a polling thread that reads, executes
+//! and answers every batched verb of its data connections (DESIGN.md §3,
+//! "tcp": "a memory-server process whose one polling thread executes
+//! batched verbs ... adaptive spin-then-park polling so idle servers do not
+//! burn a core").
+//!
+//! `tandem memory-server` departs from "one" by default: it runs one poller
+//! per CPU, pinned, and a poller hands a connection to the poller on the CPU
+//! its packets come from (`SO_INCOMING_CPU`, checked every
+//! [`STEER_EVERY_READS`] reads, acted on when seen twice), as a NIC steers
+//! flows to the cores their consumers run on. With one poller, every request
+//! of a client on the other CPU paid a cross-CPU wake-up: on two cores this
+//! doubled depth-1 verbs/s (docs/RESULTS.md). A connection moves between
+//! rounds only: the frames its old poller executed are answered first, and
+//! the bytes it read but did not execute go with it, so a queue pair's
+//! verbs keep their order.
 //!
 //! Connection threads do the handshake only; an admitted data connection is
 //! handed over as a [`Handover`] and from then on belongs to this thread,
@@ -43,6 +54,9 @@ const READ_CHUNK_BYTES: usize = 64 << 10;
 /// How long the poller keeps polling without blocking after it last served,
 /// on a machine with cores to spare (see [`default_spin`]).
 const SPIN_WITH_SPARE_CORES: Duration = Duration::from_micros(50);
+/// A pinned poller checks which CPU a connection's packets arrive on once
+/// every this many reads (a `getsockopt`).
+const STEER_EVERY_READS: u32 = 64;
 /// A client that stops reading its answers stalls the poller for at most
 /// this long before its connection is dropped.
 const WRITE_STALL_MAX: Duration = Duration::from_secs(2);
@@ -153,6 +167,43 @@ struct Conn {
     out: Vec<u8>,
     /// End of stream, a bad frame or a failed write: close after this round.
     closing: bool,
+    /// Reads since the last steering check.
+    reads: u32,
+    /// The foreign CPU its packets arrived on at the last check.
+    seen_on: Option<usize>,
+    /// Hand it to the poller pinned on this CPU after this round.
+    moving_to: Option<usize>,
+}
+
+/// Where a poller sits among the server's pollers.
+pub(crate) struct Lane<'a> {
+    /// The CPU this poller is pinned to.
+    pub cpu: Option<usize>,
+    /// The CPUs other pollers are pinned to.
+    pub others: Vec<usize>,
+    /// Runs when a connection closes.
+    pub release: &'a dyn Fn(u64),
+    /// Hands a connection to the poller pinned on a CPU; false if it is stopping.
+    pub steer: &'a dyn Fn(usize, Handover) -> bool,
+}
+
+impl Lane<'_> {
+    /// The other poller's CPU if `c`'s packets keep arriving there (seen at
+    /// two checks in a row): its client runs on that CPU, and serving it
+    /// from there saves a wake-up across CPUs on every request.
+    fn steer_to(&self, c: &mut Conn) -> Option<usize> {
+        self.cpu?;
+        c.reads += 1;
+        if c.reads < STEER_EVERY_READS {
+            return None;
+        }
+        c.reads = 0;
+        let cpu = crate::incoming_cpu_fd(std::os::fd::AsRawFd::as_raw_fd(&c.stream));
+        let foreign = cpu.filter(|x| Some(*x) != self.cpu && self.others.contains(x));
+        let again = foreign.is_some() && foreign == c.seen_on;
+        c.seen_on = foreign;
+        again.then_some(foreign).flatten()
+    }
 }
 
 /// The poller's `epoll` instance, created before its thread so that
@@ -178,14 +229,13 @@ pub fn default_spin() -> Duration {
 }
 
 /// Run the polling loop until the queue is stopped, polling without
-/// blocking for `spin` after each round that served. `release(conn)` runs
-/// when a connection closes.
+/// blocking for `spin` after each round that served.
 pub(crate) fn run(
     queue: Arc<WorkQueue>,
     node: Arc<MemoryNode>,
     mut poll: Poll,
     spin: Duration,
-    release: impl Fn(u64),
+    lane: Lane<'_>,
 ) {
     let mut conns: HashMap<u64, Conn> = HashMap::new();
     let mut events = Events::with_capacity(1024);
@@ -231,23 +281,52 @@ pub(crate) fn run(
             }
             continue;
         }
-        serve_round(&node, &mut conns, &mut ready, &mut chunk);
+        serve_round(&node, &mut conns, &mut ready, &mut chunk, &lane);
         last_served = Instant::now();
         // Every answer of the round leaves now, one write per connection.
         conns.retain(|&conn, c| {
             flush(conn, c);
             if c.closing {
                 close(&poll, c);
-                release(conn);
+                (lane.release)(conn);
             }
             !c.closing
         });
+        let moving: Vec<u64> = (conns.iter())
+            .filter_map(|(&conn, c)| c.moving_to.map(|_| conn))
+            .collect();
+        for conn in moving {
+            move_away(&poll, &lane, conn, conns.remove(&conn).expect("listed"));
+        }
     }
     // Stopping: close every connection so clients see the server go away.
     for (conn, mut c) in conns.drain() {
         flush(conn, &mut c);
         close(&poll, &mut c);
-        release(conn);
+        (lane.release)(conn);
+    }
+}
+
+/// Hand `c` (its answers written, its unexecuted input with it) to the
+/// poller pinned on the CPU it is moving to. Its frames keep their order:
+/// those executed here were answered, the rest execute there.
+fn move_away(poll: &Poll, lane: &Lane<'_>, conn: u64, mut c: Conn) {
+    let Some(cpu) = c.moving_to else { return };
+    if let Err(e) = poll.registry().deregister(&mut c.stream) {
+        log::warn!("memory server: connection {conn}: cannot move it: {e}");
+        (lane.release)(conn);
+        return;
+    }
+    let h = Handover {
+        conn,
+        compute: c.compute,
+        key: c.key,
+        priority: c.priority,
+        stream: std::os::fd::OwnedFd::from(c.stream).into(),
+        early: c.input,
+    };
+    if !(lane.steer)(cpu, h) {
+        (lane.release)(conn);
     }
 }
 
@@ -259,13 +338,14 @@ fn serve_round(
     conns: &mut HashMap<u64, Conn>,
     ready: &mut Vec<u64>,
     chunk: &mut [u8],
+    lane: &Lane<'_>,
 ) {
     let prio = |conn: &u64| conns.get(conn).is_some_and(|c| c.priority);
     ready.sort_by_key(|conn| !prio(conn));
     let round = std::mem::take(ready);
     for conn in round {
         if let Some(c) = conns.get_mut(&conn) {
-            if serve_turn(node, conn, c, chunk) {
+            if serve_turn(node, conn, c, chunk, lane) {
                 ready.push(conn);
             }
         }
@@ -296,6 +376,9 @@ fn open_conn(poll: &Poll, h: Handover) -> Option<Conn> {
             input: early,
             out: Vec::new(),
             closing: false,
+            reads: 0,
+            seen_on: None,
+            moving_to: None,
         }),
         Err(e) => {
             log::warn!("memory server: connection {conn} (compute {compute}): cannot poll it: {e}");
@@ -311,8 +394,14 @@ fn close(poll: &Poll, c: &mut Conn) {
 
 /// One turn of a connection: execute the whole frames it has, then read
 /// once more and execute those. Returns whether it may have more input (the
-/// socket was not seen empty), to be served again next round.
-fn serve_turn(node: &MemoryNode, conn: u64, c: &mut Conn, chunk: &mut [u8]) -> bool {
+/// read filled the chunk), to be served again next round.
+fn serve_turn(
+    node: &MemoryNode,
+    conn: u64,
+    c: &mut Conn,
+    chunk: &mut [u8],
+    lane: &Lane<'_>,
+) -> bool {
     execute_frames(node, conn, c);
     while !c.closing {
         match c.stream.read(chunk) {
@@ -327,8 +416,16 @@ fn serve_turn(node: &MemoryNode, conn: u64, c: &mut Conn, chunk: &mut [u8]) -> b
             }
             Ok(n) => {
                 c.input.extend_from_slice(&chunk[..n]);
+                if let Some(cpu) = lane.steer_to(c) {
+                    // Unexecuted: the poller on `cpu` executes it.
+                    c.moving_to = Some(cpu);
+                    return false;
+                }
                 execute_frames(node, conn, c);
-                return !c.closing;
+                // A read that did not fill the chunk emptied the socket: what
+                // arrives from now on raises a new (edge-triggered) event, so
+                // no second read just to see `WouldBlock`.
+                return !c.closing && n == chunk.len();
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -2,9 +2,9 @@
 //! one-sided verbs over TCP (DESIGN.md §3, "tcp" and "Access control").
 //!
 //! Threads: the acceptor (the caller of [`serve`]), one short-lived thread
-//! per connection for its handshake, and the single polling thread of
-//! [`poller`](super::poller) that reads, executes and answers verbs. A
-//! connection's first frame decides what it is:
+//! per connection for its handshake, and the polling threads of
+//! [`poller`](super::poller) that read, execute and answer verbs (one by
+//! default; see [`Polling`]). A connection's first frame decides what it is:
 //! - `Hello { compute, key }` opens a data connection if
 //!   [`MemoryNode::is_authorized`] accepts the key; it is then handed to the
 //!   poller and its thread ends.
@@ -40,11 +40,65 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const READER_STACK_BYTES: usize = 256 << 10;
 const READ_BUFFER_BYTES: usize = 64 << 10;
 
-/// State shared by the acceptor, the connection threads and the poller.
+/// How a memory server polls its data connections.
+#[derive(Clone, Copy, Debug)]
+pub struct Polling {
+    /// How long a polling thread keeps polling after it served before it
+    /// blocks (zero: block at once).
+    pub spin: Duration,
+    /// Polling threads. Each data connection belongs to one of them, which
+    /// executes its batches in arrival order.
+    pub threads: usize,
+    /// Pin polling thread `i` to the `i`-th CPU this process may use, and
+    /// steer each data connection to the poller on the CPU its packets
+    /// arrive on (`SO_INCOMING_CPU`: on loopback, the CPU its client ran
+    /// on), as NICs steer flows to cores. Without it, a connection goes to
+    /// the poller with the fewest.
+    pub pin: bool,
+}
+
+impl Default for Polling {
+    /// One polling thread (DESIGN.md §3's "wimpy core"), spinning for
+    /// [`poller::default_spin`]: what in-process servers run.
+    fn default() -> Self {
+        Polling {
+            spin: poller::default_spin(),
+            threads: 1,
+            pin: false,
+        }
+    }
+}
+
+impl Polling {
+    /// One pinned polling thread per CPU this process may use, each serving
+    /// the connections whose clients run on its CPU: what `tandem
+    /// memory-server` runs by default. On this 2-core machine it doubled
+    /// depth-1 verbs/s against one poller, whose every request woke it
+    /// across CPUs (docs/RESULTS.md, issue 14).
+    pub fn per_cpu() -> Self {
+        Polling {
+            spin: poller::default_spin(),
+            threads: crate::cpu_count(),
+            pin: true,
+        }
+    }
+}
+
+/// One polling thread's way in, and how many connections it serves.
+struct PollerSlot {
+    queue: Arc<WorkQueue>,
+    conns: std::sync::atomic::AtomicUsize,
+    /// The CPU it is pinned to.
+    cpu: Option<usize>,
+}
+
+/// State shared by the acceptor, the connection threads and the pollers.
 struct Shared {
     node: Arc<MemoryNode>,
     secret: u64,
-    queue: Arc<WorkQueue>,
+    pollers: Vec<PollerSlot>,
+    /// Data connections moved from one poller to another.
+    moves: AtomicU64,
     stopping: AtomicBool,
     next_conn: AtomicU64,
     /// Open connections, so shutdown can close them and the acceptor can bound them.
@@ -55,26 +109,56 @@ impl Shared {
     fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, TcpStream>> {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Hand a new data connection to the poller with the fewest
+    /// connections (a pinned poller moves it later to the poller on its
+    /// client's CPU).
+    fn hand_over(&self, h: Handover) -> bool {
+        let p = (self.pollers.iter())
+            .min_by_key(|p| p.conns.load(Ordering::Relaxed))
+            .expect("at least one poller");
+        Self::push(p, h)
+    }
+
+    /// Hand a data connection to the poller pinned on `cpu`.
+    fn hand_over_to(&self, cpu: usize, h: Handover) -> bool {
+        match self.pollers.iter().find(|p| p.cpu == Some(cpu)) {
+            Some(p) => Self::push(p, h),
+            None => self.hand_over(h),
+        }
+    }
+
+    fn push(p: &PollerSlot, h: Handover) -> bool {
+        p.conns.fetch_add(1, Ordering::Relaxed);
+        let taken = p.queue.push(h);
+        if !taken {
+            p.conns.fetch_sub(1, Ordering::Relaxed);
+        }
+        taken
+    }
+
+    fn stop_pollers(&self) {
+        self.pollers.iter().for_each(|p| p.queue.stop());
+    }
 }
 
 /// Serve `node` on `listener` forever (the memory-server process's main loop).
 /// Admin connections must present `secret`. Returns only if the polling
 /// thread cannot be started.
 pub fn serve(listener: TcpListener, node: Arc<MemoryNode>, secret: u64) -> io::Result<()> {
-    serve_spinning(listener, node, secret, poller::default_spin())
+    serve_with(listener, node, secret, Polling::default())
 }
 
-/// [`serve`], with the polling thread spinning for `spin` after it served
-/// before it blocks (zero: block at once).
-pub fn serve_spinning(
+/// [`serve`], polling as `polling` says.
+pub fn serve_with(
     listener: TcpListener,
     node: Arc<MemoryNode>,
     secret: u64,
-    spin: Duration,
+    polling: Polling,
 ) -> io::Result<()> {
     let port = listener.local_addr()?.port();
     let _shm = shm_endpoint(&node, port)?;
-    let (shared, _poller) = start(node, secret, port, spin)?;
+    let (shared, _pollers) = start(node, secret, port, polling)?;
     accept_loop(&listener, &shared);
     Ok(())
 }
@@ -85,16 +169,26 @@ pub struct MemoryServerHandle {
     addr: SocketAddr,
     shared: Arc<Shared>,
     acceptor: Option<JoinHandle<()>>,
-    poller: Option<JoinHandle<()>>,
+    pollers: Vec<JoinHandle<()>>,
     shm: Option<ShmEndpoint>,
 }
 
 impl MemoryServerHandle {
     /// Serve `node` on `listener` from background threads.
     pub fn spawn(listener: TcpListener, node: Arc<MemoryNode>, secret: u64) -> io::Result<Self> {
+        Self::spawn_with(listener, node, secret, Polling::default())
+    }
+
+    /// [`spawn`](Self::spawn), polling as `polling` says.
+    pub fn spawn_with(
+        listener: TcpListener,
+        node: Arc<MemoryNode>,
+        secret: u64,
+        polling: Polling,
+    ) -> io::Result<Self> {
         let addr = listener.local_addr()?;
         let shm = shm_endpoint(&node, addr.port())?;
-        let (shared, poller) = start(node, secret, addr.port(), poller::default_spin())?;
+        let (shared, pollers) = start(node, secret, addr.port(), polling)?;
         let s = shared.clone();
         let acceptor = thread::Builder::new()
             .name(format!("memaccept-{}", addr.port()))
@@ -102,8 +196,8 @@ impl MemoryServerHandle {
         let acceptor = match acceptor {
             Ok(a) => a,
             Err(e) => {
-                shared.queue.stop();
-                let _ = poller.join();
+                shared.stop_pollers();
+                pollers.into_iter().for_each(|p| drop(p.join()));
                 return Err(e);
             }
         };
@@ -111,7 +205,7 @@ impl MemoryServerHandle {
             addr,
             shared,
             acceptor: Some(acceptor),
-            poller: Some(poller),
+            pollers,
             shm,
         })
     }
@@ -128,6 +222,12 @@ impl MemoryServerHandle {
 
     pub fn node(&self) -> &Arc<MemoryNode> {
         &self.shared.node
+    }
+
+    /// How many times a data connection moved to the poller on its
+    /// client's CPU (pinned pollers only).
+    pub fn connection_moves(&self) -> u64 {
+        self.shared.moves.load(Ordering::Relaxed)
     }
 
     /// Stop accepting, close every connection (clients see `Unavailable`)
@@ -168,10 +268,8 @@ impl MemoryServerHandle {
         for (_, s) in self.shared.conns().drain() {
             let _ = s.shutdown(Shutdown::Both);
         }
-        self.shared.queue.stop();
-        if let Some(p) = self.poller.take() {
-            let _ = p.join();
-        }
+        self.shared.stop_pollers();
+        self.pollers.drain(..).for_each(|p| drop(p.join()));
     }
 }
 
@@ -190,31 +288,74 @@ fn shm_endpoint(node: &Arc<MemoryNode>, port: u16) -> io::Result<Option<ShmEndpo
 }
 
 /// Thread names stay within Linux's 15 visible characters and carry the
-/// port, so an operator (or a test) can find a given server's poller.
+/// port, so an operator (or a test) can find a given server's pollers:
+/// `mempoll-PORT`, then `mempoll-PORT.1`, `.2`, ...
 fn start(
     node: Arc<MemoryNode>,
     secret: u64,
     port: u16,
-    spin: Duration,
-) -> io::Result<(Arc<Shared>, JoinHandle<()>)> {
-    let queue = Arc::new(WorkQueue::new());
-    let poll = poller::open(&queue)?;
+    polling: Polling,
+) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
+    let mut polls = Vec::new();
+    let mut pollers = Vec::new();
+    for i in 0..polling.threads.max(1) {
+        let queue = Arc::new(WorkQueue::new());
+        polls.push(poller::open(&queue)?);
+        let conns = Default::default();
+        let cpu = polling.pin.then(|| crate::nth_cpu(i)).flatten();
+        pollers.push(PollerSlot { queue, conns, cpu });
+    }
     let shared = Arc::new(Shared {
         node,
         secret,
-        queue,
+        pollers,
+        moves: AtomicU64::new(0),
         stopping: AtomicBool::new(false),
         next_conn: AtomicU64::new(1),
         conns: Mutex::new(HashMap::new()),
     });
-    let s = shared.clone();
-    let poller = thread::Builder::new()
-        .name(format!("mempoll-{port}"))
-        .spawn(move || {
-            let release = |conn| drop(s.conns().remove(&conn));
-            poller::run(s.queue.clone(), s.node.clone(), poll, spin, release)
-        })?;
-    Ok((shared, poller))
+    let mut handles = Vec::new();
+    for (i, poll) in polls.into_iter().enumerate() {
+        let s = shared.clone();
+        let name = match i {
+            0 => format!("mempoll-{port}"),
+            i => format!("mempoll-{port}.{i}"),
+        };
+        let spawned = thread::Builder::new().name(name).spawn(move || {
+            let p = &s.pollers[i];
+            if let Some(cpu) = p.cpu {
+                crate::pin_to_cpu(cpu);
+            }
+            let release = |conn| {
+                p.conns.fetch_sub(1, Ordering::Relaxed);
+                drop(s.conns().remove(&conn))
+            };
+            let steer = |cpu, h| {
+                p.conns.fetch_sub(1, Ordering::Relaxed);
+                s.moves.fetch_add(1, Ordering::Relaxed);
+                s.hand_over_to(cpu, h)
+            };
+            let others = (s.pollers.iter().enumerate())
+                .filter_map(|(j, q)| q.cpu.filter(|_| j != i))
+                .collect();
+            let lane = poller::Lane {
+                cpu: p.cpu,
+                others,
+                release: &release,
+                steer: &steer,
+            };
+            poller::run(p.queue.clone(), s.node.clone(), poll, polling.spin, lane)
+        });
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                shared.stop_pollers();
+                handles.into_iter().for_each(|h| drop(h.join()));
+                return Err(e);
+            }
+        }
+    }
+    Ok((shared, handles))
 }
 
 fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
@@ -333,7 +474,7 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
             }
             // From here on the poller reads, executes and answers this connection.
             let early = rd.buffer().to_vec();
-            return shared.queue.push(Handover {
+            return shared.hand_over(Handover {
                 conn,
                 compute,
                 key,
