@@ -45,6 +45,9 @@ pub struct MemoryServerArgs {
     /// Do not pin polling thread i to the i-th CPU (then a connection goes
     /// to the poller with the fewest, and stays there). Pinned, each
     /// connection moves to the poller on the CPU its packets arrive from.
+    /// Priority connections (a recovery coordinator's, the membership's
+    /// probes) always have one more poller of their own, at real-time
+    /// priority where the OS allows it.
     #[arg(long)]
     no_pin: bool,
     /// Keep the region in a memfd that compute processes on this host map

@@ -68,28 +68,7 @@ fn secret(flag: Option<&str>) -> Result<u64, String> {
         .ok_or_else(|| "a cluster secret is needed: --secret HEX or TANDEM_SECRET".to_string())
 }
 
-/// Turn transparent huge pages off for this server process. mimalloc
-/// advises its arenas for huge pages, and with `defrag=madvise` (the
-/// kernel default, and this machine's) the first touch of each 2 MiB region stalls on
-/// zeroing (and compacting) a whole huge page. A restarted node allocates
-/// as it loads its NVM file and applies its Buddy's answer: measured with
-/// `tandem heal recover --net tcp --records 10000 --downtime-s 4`, the
-/// HEAL apply phase took 7–37 ms with huge pages and 1.5 ms without
-/// (perf: `clear_page_erms` under `do_huge_pmd_anonymous_page`).
-fn no_huge_pages() {
-    // SAFETY: prctl with integer arguments only; it sets a flag on this
-    // process's memory map, checked at every later page fault.
-    let r = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-    if r != 0 {
-        eprintln!(
-            "warning: cannot turn transparent huge pages off: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 pub fn node(a: NodeArgs) -> Result<(), String> {
-    no_huge_pages();
     match a.system.as_str() {
         "ddp" => {}
         "kite" => return kite_node(a),
@@ -227,7 +206,6 @@ pub struct ManagerArgs {
 }
 
 pub fn manager(a: ManagerArgs) -> Result<(), String> {
-    no_huge_pages();
     let listener = TcpListener::bind(&a.listen)
         .map_err(|e| format!("manager: cannot listen on {}: {e}", a.listen))?;
     println!(

@@ -143,3 +143,15 @@ pub fn incoming_cpu_fd(fd: std::os::fd::RawFd) -> Option<usize> {
         None
     }
 }
+
+/// Give the calling thread real-time priority (SCHED_FIFO 10) where the OS
+/// allows it (it needs CAP_SYS_NICE). Returns whether it took effect.
+pub fn raise_priority() -> bool {
+    #[cfg(target_os = "linux")]
+    unsafe {
+        let param = libc::sched_param { sched_priority: 10 };
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}

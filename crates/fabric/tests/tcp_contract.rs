@@ -578,6 +578,7 @@ fn a_connection_follows_its_client_across_pollers_in_posting_order() {
         spin: Duration::ZERO,
         threads: 2,
         pin: true,
+        urgent: false,
     };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let node = Arc::new(MemoryNode::new(4096, 0xC0FFEE));
@@ -609,6 +610,54 @@ fn a_connection_follows_its_client_across_pollers_in_posting_order() {
         moves >= hops as u64 / 2,
         "the connection moved {moves} times in {hops} hops"
     );
+}
+
+/// `memory-server`'s urgent poller serves the priority connections (a
+/// recovery coordinator's) alone: a poller stuck on a client that stopped
+/// reading its answers (it blocks for up to 2 s before dropping it) does
+/// not hold them up.
+#[test]
+fn a_priority_connection_is_served_while_the_other_poller_is_stuck() {
+    let polling = Polling {
+        spin: Duration::ZERO,
+        threads: 1,
+        pin: false,
+        urgent: true,
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let node = Arc::new(MemoryNode::new(1 << 20, 0xC0FFEE));
+    let s = MemoryServerHandle::spawn_with(listener, node, SECRET, polling).unwrap();
+    let c = cluster(&[&s]);
+    run(async {
+        let stuck = c.register(1).await.unwrap()[0];
+        let mut g = raw(s.local_addr());
+        let mut bytes = frame(ClientMsg::Hello {
+            compute: 1,
+            key: stuck,
+            priority: false,
+        });
+        for req_id in 0..400 {
+            let verbs = vec![Verb::read(0, 60_000)];
+            bytes.extend(frame(ClientMsg::Batch { req_id, verbs }));
+        }
+        // 24 MB of answers that nobody reads: the poller blocks on them.
+        g.write_all(&bytes).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let keys = c.register(2).await.unwrap();
+        let prio = c.clone().prioritised().connect(2, &keys).await.unwrap();
+        let t0 = std::time::Instant::now();
+        let got = prio
+            .queue_pair(0)
+            .post(tandem_fabric::batch![Verb::faa(8, 1)])
+            .await;
+        let waited = t0.elapsed();
+        assert_eq!(got, done![Ok(VerbOutput::Faa(0))]);
+        assert!(
+            waited < Duration::from_millis(500),
+            "the priority verb waited {waited:?}"
+        );
+        drop(g);
+    });
 }
 
 /// DESIGN.md §3: "adaptive spin-then-park polling so idle servers do not burn

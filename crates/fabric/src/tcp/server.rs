@@ -55,6 +55,12 @@ pub struct Polling {
     /// on), as NICs steer flows to cores. Without it, a connection goes to
     /// the poller with the fewest.
     pub pin: bool,
+    /// One more polling thread, at real-time priority where the OS allows
+    /// it, for the priority connections alone (a recovery coordinator's,
+    /// [`TcpCluster::prioritised`](crate::tcp::TcpCluster::prioritised)): it
+    /// sleeps until one of them sends, then runs ahead of the pollers busy
+    /// with the survivors' traffic.
+    pub urgent: bool,
 }
 
 impl Default for Polling {
@@ -65,6 +71,7 @@ impl Default for Polling {
             spin: poller::default_spin(),
             threads: 1,
             pin: false,
+            urgent: false,
         }
     }
 }
@@ -80,6 +87,7 @@ impl Polling {
             spin: poller::default_spin(),
             threads: crate::cpu_count(),
             pin: true,
+            urgent: true,
         }
     }
 }
@@ -90,6 +98,8 @@ struct PollerSlot {
     conns: std::sync::atomic::AtomicUsize,
     /// The CPU it is pinned to.
     cpu: Option<usize>,
+    /// It serves the priority connections, and only those.
+    urgent: bool,
 }
 
 /// State shared by the acceptor, the connection threads and the pollers.
@@ -114,7 +124,9 @@ impl Shared {
     /// connections (a pinned poller moves it later to the poller on its
     /// client's CPU).
     fn hand_over(&self, h: Handover) -> bool {
+        let urgent = h.priority && self.pollers.iter().any(|p| p.urgent);
         let p = (self.pollers.iter())
+            .filter(|p| p.urgent == urgent)
             .min_by_key(|p| p.conns.load(Ordering::Relaxed))
             .expect("at least one poller");
         Self::push(p, h)
@@ -303,7 +315,24 @@ fn start(
         polls.push(poller::open(&queue)?);
         let conns = Default::default();
         let cpu = polling.pin.then(|| crate::nth_cpu(i)).flatten();
-        pollers.push(PollerSlot { queue, conns, cpu });
+        let urgent = false;
+        pollers.push(PollerSlot {
+            queue,
+            conns,
+            cpu,
+            urgent,
+        });
+    }
+    if polling.urgent {
+        let queue = Arc::new(WorkQueue::new());
+        polls.push(poller::open(&queue)?);
+        let (conns, cpu, urgent) = (Default::default(), None, true);
+        pollers.push(PollerSlot {
+            queue,
+            conns,
+            cpu,
+            urgent,
+        });
     }
     let shared = Arc::new(Shared {
         node,
@@ -317,14 +346,20 @@ fn start(
     let mut handles = Vec::new();
     for (i, poll) in polls.into_iter().enumerate() {
         let s = shared.clone();
-        let name = match i {
-            0 => format!("mempoll-{port}"),
-            i => format!("mempoll-{port}.{i}"),
+        let name = match (i, shared.pollers[i].urgent) {
+            (_, true) => format!("mempoll-{port}.u"),
+            (0, _) => format!("mempoll-{port}"),
+            (i, _) => format!("mempoll-{port}.{i}"),
         };
         let spawned = thread::Builder::new().name(name).spawn(move || {
             let p = &s.pollers[i];
             if let Some(cpu) = p.cpu {
                 crate::pin_to_cpu(cpu);
+            }
+            if p.urgent && !crate::raise_priority() {
+                log::info!(
+                    "memory server: the urgent poller runs at normal priority (no CAP_SYS_NICE)"
+                );
             }
             let release = |conn| {
                 p.conns.fetch_sub(1, Ordering::Relaxed);
