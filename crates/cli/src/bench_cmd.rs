@@ -181,9 +181,14 @@ fn tcp_backend(
             let exe = std::env::current_exe()
                 .map_err(|e| format!("cannot find the tandem binary: {e}"))?;
             let shm = f.fabric == "shm";
-            let servers =
-                MemoryServers::spawn_on(&exe, nodes as usize, region_bytes, random_secret(), shm)
-                    .map_err(|e| format!("cannot start memory servers: {e}"))?;
+            let servers = MemoryServers::spawn_pinned(
+                &exe,
+                nodes as usize,
+                region_bytes,
+                random_secret(),
+                shm,
+            )
+            .map_err(|e| format!("cannot start memory servers: {e}"))?;
             Ok((Backend::Tcp(servers.cluster()), Some(servers)))
         }
     }

@@ -38,18 +38,17 @@ pub struct MemoryServerArgs {
     /// Default: 50 with more than two cores, 0 (sleep at once) otherwise.
     #[arg(long, value_name = "US")]
     poll_spin_us: Option<u64>,
-    /// Polling threads; each data connection is served by one of them.
-    /// Default: one per CPU this process may use.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    pollers: Option<u16>,
-    /// Do not pin polling thread i to the i-th CPU (then a connection goes
-    /// to the poller with the fewest, and stays there). Pinned, each
-    /// connection moves to the poller on the CPU its packets arrive from.
-    /// Priority connections (a recovery coordinator's, the membership's
-    /// probes) always have one more poller of their own, at real-time
-    /// priority where the OS allows it.
-    #[arg(long)]
-    no_pin: bool,
+    /// Polling threads serving data connections: N (default 1, unpinned: a
+    /// connection goes to the poller with the fewest), or `cpus`: one per
+    /// CPU, poller i pinned to the i-th CPU, each connection moved to the
+    /// poller on the CPU its packets come from. `cpus` doubles verbs/s at
+    /// low depth on two cores; it is for hosts given to memory servers, as
+    /// busy pinned pollers take CPU from everything else (a ZooKeeper on the
+    /// same two cores timed out). Priority connections (a recovery
+    /// coordinator's, the membership's probes) always have one more poller
+    /// of their own, at real-time priority where the OS allows it.
+    #[arg(long, value_name = "N|cpus", default_value = "1", value_parser = parse_pollers)]
+    pollers: Polling,
     /// Keep the region in a memfd that compute processes on this host map
     /// (the shm fabric): they execute verbs on it themselves, and reach this
     /// server over TCP only for admin calls. TCP data connections still work.
@@ -85,10 +84,7 @@ pub fn run(a: MemoryServerArgs) -> Result<(), String> {
     let spin = a
         .poll_spin_us
         .map_or_else(default_spin, Duration::from_micros);
-    let mut polling = Polling::per_cpu();
-    polling.spin = spin;
-    polling.threads = a.pollers.map_or(polling.threads, usize::from);
-    polling.pin = !a.no_pin;
+    let polling = Polling { spin, ..a.pollers };
     let how = if a.shm { " (shared: shm fabric)" } else { "" };
     let pinned = if polling.pin { "pinned " } else { "" };
     eprintln!(
@@ -112,3 +108,18 @@ pub fn run(a: MemoryServerArgs) -> Result<(), String> {
 
 /// How long a replacement waits for the membership service to answer.
 const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn parse_pollers(s: &str) -> Result<Polling, String> {
+    match s {
+        "cpus" => Ok(Polling::per_cpu()),
+        n => match n.parse::<u16>() {
+            Ok(n) if n > 0 => Ok(Polling {
+                threads: n.into(),
+                ..Polling::single()
+            }),
+            _ => Err(format!(
+                "--pollers takes a positive count or 'cpus', not '{s}'"
+            )),
+        },
+    }
+}

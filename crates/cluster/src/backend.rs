@@ -101,6 +101,8 @@ pub struct MemoryServers {
     pub secret: u64,
     /// The servers keep their regions in memfds (`memory-server --shm`).
     pub shm: bool,
+    /// The servers run a pinned poller per CPU (`memory-server --pollers cpus`).
+    pub pinned: bool,
 }
 
 impl MemoryServers {
@@ -124,14 +126,38 @@ impl MemoryServers {
         secret: u64,
         shm: bool,
     ) -> std::io::Result<MemoryServers> {
+        Self::start(exe, count, mem_bytes, secret, (shm, false))
+    }
+
+    /// [`MemoryServers::spawn_on`] for a machine the caller has to itself
+    /// (benchmarks): each server runs a pinned poller per CPU (`memory-server
+    /// --pollers cpus`), which steers each connection to its client's CPU.
+    pub fn spawn_pinned(
+        exe: &Path,
+        count: usize,
+        mem_bytes: u64,
+        secret: u64,
+        shm: bool,
+    ) -> std::io::Result<MemoryServers> {
+        Self::start(exe, count, mem_bytes, secret, (shm, true))
+    }
+
+    fn start(
+        exe: &Path,
+        count: usize,
+        mem_bytes: u64,
+        secret: u64,
+        (shm, pinned): (bool, bool),
+    ) -> std::io::Result<MemoryServers> {
         let mut servers = MemoryServers {
             children: Vec::new(),
             addrs: Vec::new(),
             secret,
             shm,
+            pinned,
         };
         for _ in 0..count {
-            let (child, addr) = spawn_memory_server(exe, mem_bytes, secret, servers.flags())?;
+            let (child, addr) = spawn_memory_server(exe, mem_bytes, secret, &servers.flags())?;
             servers.children.push(child);
             servers.addrs.push(addr);
         }
@@ -144,12 +170,12 @@ impl MemoryServers {
         TcpCluster::new(self.addrs.clone(), self.secret).shm(self.shm)
     }
 
-    fn flags(&self) -> &'static [&'static str] {
-        if self.shm {
-            &["--shm"]
-        } else {
-            &[]
-        }
+    fn flags(&self) -> Vec<&'static str> {
+        let shm = self.shm.then_some("--shm");
+        let pinned = self.pinned.then_some(["--pollers", "cpus"]);
+        shm.into_iter()
+            .chain(pinned.into_iter().flatten())
+            .collect()
     }
 
     /// Start a replacement for memory server `i` (killed, and declared failed

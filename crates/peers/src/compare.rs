@@ -231,7 +231,7 @@ fn run_tandem(cfg: &CompareConfig, clients: usize, shm: bool) -> Result<SystemRe
         (t ^ ((std::process::id() as u64) << 32)) | 1
     };
     let (exe, count) = (&cfg.tandem_exe, rc.memory_nodes as usize);
-    let servers = MemoryServers::spawn_on(exe, count, region, secret, shm).map_err(|e| {
+    let servers = MemoryServers::spawn_pinned(exe, count, region, secret, shm).map_err(|e| {
         format!(
             "cannot start Tandem memory servers ({}): {e}",
             cfg.tandem_exe.display()

@@ -4,9 +4,9 @@
 //! batched verbs ... adaptive spin-then-park polling so idle servers do not
 //! burn a core").
 //!
-//! `tandem memory-server` departs from "one" by default: it runs one poller
-//! per CPU, pinned, and a poller hands a connection to the poller on the CPU
-//! its packets come from (`SO_INCOMING_CPU`, checked every
+//! `tandem memory-server --pollers cpus` (what the benchmarks run) departs
+//! from "one": it runs one poller per CPU, pinned, and a poller hands a
+//! connection to the poller on the CPU its packets come from (`SO_INCOMING_CPU`, checked every
 //! [`STEER_EVERY_READS`] reads, acted on when seen twice), as a NIC steers
 //! flows to the cores their consumers run on. With one poller, every request
 //! of a client on the other CPU paid a cross-CPU wake-up: on two cores this
@@ -18,7 +18,8 @@
 //! Connection threads do the handshake only; an admitted data connection is
 //! handed over as a [`Handover`] and from then on belongs to this thread,
 //! which waits on every such socket at once (`epoll` through `mio`). A
-//! readable connection is read until the kernel has nothing more; each whole
+//! readable connection is read until a read comes back short (the kernel
+//! had nothing more; epoll is edge-triggered, so no read to see it empty); each whole
 //! `Batch` frame in it executes at once through [`MemoryNode::execute_batch`]
 //! (one access check per batch, no syscall per verb) and its `Done` frame
 //! joins the connection's output, which leaves in one `write` when the round

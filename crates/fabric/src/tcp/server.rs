@@ -77,17 +77,25 @@ impl Default for Polling {
 }
 
 impl Polling {
+    /// One unpinned polling thread for data connections, and the urgent one
+    /// for priority connections: what `tandem memory-server` runs by default.
+    pub fn single() -> Self {
+        Polling {
+            urgent: true,
+            ..Polling::default()
+        }
+    }
+
     /// One pinned polling thread per CPU this process may use, each serving
-    /// the connections whose clients run on its CPU: what `tandem
-    /// memory-server` runs by default. On this 2-core machine it doubled
+    /// the connections whose clients run on its CPU, and the urgent one
+    /// (`memory-server --pollers cpus`). On this 2-core machine it doubled
     /// depth-1 verbs/s against one poller, whose every request woke it
     /// across CPUs (docs/RESULTS.md, issue 14).
     pub fn per_cpu() -> Self {
         Polling {
-            spin: poller::default_spin(),
             threads: crate::cpu_count(),
             pin: true,
-            urgent: true,
+            ..Polling::single()
         }
     }
 }
