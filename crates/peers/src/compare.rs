@@ -191,7 +191,7 @@ fn tandem_durability(shm: bool) -> Durability {
     Durability {
         version: format!("Tandem {} (pandora)", env!("CARGO_PKG_VERSION")),
         persistence: "none: memory only, no disk".into(),
-        replication: format!("2 replicas over 3 memory-server processes, {links}; a commit is acknowledged once every replica is written"),
+        replication: format!("2 replicas over 3 memory-server processes (--pollers cpus), {links}; a commit is acknowledged once every replica is written"),
     }
 }
 
