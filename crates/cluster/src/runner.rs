@@ -558,13 +558,7 @@ async fn check_with<F: Fabric>(
 /// a 5 ms timeout to be scheduled, which is a false positive. Both threads
 /// sleep almost all the time. Without the privilege this is a no-op.
 pub(crate) fn prioritise_current_thread() -> bool {
-    #[cfg(target_os = "linux")]
-    unsafe {
-        let param = libc::sched_param { sched_priority: 10 };
-        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0
-    }
-    #[cfg(not(target_os = "linux"))]
-    false
+    tandem_fabric::raise_priority()
 }
 
 fn new_hist() -> Histogram<u64> {
