@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use tandem_dkvs::check::snapshot;
@@ -632,11 +631,11 @@ async fn drive<F: Fabric>(
                 }
                 // Drained means quiet: the transaction counts as active until
                 // its unlocks land, without holding up the next one.
-                let mut unlocks = Box::pin(coord.take_unlocks());
-                if (&mut unlocks).now_or_never().is_some() {
+                if coord.unlocks_landed() {
                     // Landed already (the inline fabric executes at post time).
                     ctl.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
                 } else {
+                    let unlocks = coord.take_unlocks();
                     let c2 = ctl.clone();
                     let h = tokio::task::spawn_local(async move {
                         unlocks.await;

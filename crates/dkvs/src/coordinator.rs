@@ -34,13 +34,11 @@ use crate::config::{Mode, OnStray, TableId, LEASE_STALLS};
 use crate::error::{AbortReason, TxError};
 use crate::layout::{TableLayout, ASSOC, MAX_PROBE_BUCKETS};
 use crate::log::{invalid_state_word, LogEntry, LogRecord, OpKind};
+mod commit;
 mod reclaim;
 pub use reclaim::Reclaim;
 
-use crate::slot::{
-    encode_body, make_version, LockWord, SlotImage, FLAG_LIVE, KEY_OFF, LOCK_OFF, NO_KEY,
-    VERSION_OFF,
-};
+use crate::slot::{make_version, LockWord, SlotImage, FLAG_LIVE, LOCK_OFF, NO_KEY};
 
 /// Per-coordinator counters.
 #[derive(Clone, Debug, Default)]
@@ -82,7 +80,9 @@ pub struct Coordinator<F: Fabric> {
     id: u16,
     qps: Vec<F::Qp>,
     /// The f+1 memory nodes holding this coordinator's log.
-    log_nodes: Vec<MemNodeId>,
+    log_nodes: Rc<[MemNodeId]>,
+    /// The commit path's batches in flight (kept for its capacity).
+    inflight: commit::Inflight<F>,
     /// Unlocks of the last committed transaction, not yet known to have landed.
     unlocks_in_flight: Vec<Pending<F>>,
     tx_seq: u64,
@@ -155,6 +155,10 @@ struct WriteEntry<F: Fabric> {
     reuse: bool,
     /// Locked blind, through the address cache.
     cached: bool,
+    /// The commit writes it (set when the commit chooses versions).
+    dirty: bool,
+    /// A replica took its commit writes.
+    landed: bool,
 }
 
 impl<F: Fabric> WriteEntry<F> {
@@ -203,13 +207,14 @@ impl<F: Fabric> Coordinator<F> {
         let qps = (0..node.fabric.memory_nodes())
             .map(|m| node.fabric.queue_pair(m as MemNodeId))
             .collect();
-        let log_nodes = node.layout.log_nodes(id);
+        let log_nodes = node.layout.log_nodes(id).into();
         Coordinator {
             node,
             id,
             qps,
             log_nodes,
             unlocks_in_flight: Vec::new(),
+            inflight: Vec::new(),
             tx_seq: 0,
             version_counter: 0,
             stats: CoordinatorStats::default(),
@@ -236,6 +241,17 @@ impl<F: Fabric> Coordinator<F> {
         async move {
             join_all(u).await;
         }
+    }
+
+    /// Whether the last committed transaction's unlocks have all landed,
+    /// checked without waiting: true at once on a fabric that executes at
+    /// post time. Those that have landed are dropped; if this returns false,
+    /// `take_unlocks` hands out the rest.
+    pub fn unlocks_landed(&mut self) -> bool {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        self.unlocks_in_flight
+            .retain_mut(|p| std::future::Future::poll(std::pin::Pin::new(p), &mut cx).is_pending());
+        self.unlocks_in_flight.is_empty()
     }
 
     /// Begin a transaction. It must end with `commit` or `abort`; dropping it
@@ -319,6 +335,22 @@ pub struct Transaction<'c, F: Fabric> {
     finished: bool,
 }
 
+/// Where the primary of a slot is: its first replica not known to be down.
+fn primary_of<F: Fabric>(
+    node: &ComputeNode<F>,
+    t: TableId,
+    part: u32,
+    slot: u32,
+) -> (MemNodeId, u64) {
+    let tl = node.layout.table(t);
+    let reps = &tl.replicas[part as usize];
+    let r = reps
+        .iter()
+        .position(|&n| !node.memory.is_down(n))
+        .unwrap_or(0);
+    (reps[r], tl.slot_addr(part, r, slot))
+}
+
 fn first_error(results: &[Completion]) -> Option<VerbError> {
     results.iter().find_map(|r| r.as_ref().err().copied())
 }
@@ -379,13 +411,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
     /// The primary is the first replica not known to be down (DESIGN.md §4.2, §4.6).
     fn primary_addr(&self, t: TableId, part: u32, slot: u32) -> (MemNodeId, u64) {
-        let tl = self.table(t);
-        let reps = &tl.replicas[part as usize];
-        let r = reps
-            .iter()
-            .position(|&n| !self.c.node.memory.is_down(n))
-            .unwrap_or(0);
-        (reps[r], tl.slot_addr(part, r, slot))
+        primary_of(&self.c.node, t, part, slot)
     }
 
     /// Find `key`; a fabric error ends the transaction.
@@ -787,6 +813,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             reclaim: false,
             reuse: false,
             cached: false,
+            dirty: false,
+            landed: false,
         });
         let i = self.writes.len() - 1;
         if self.c.node.bugs.logging_without_locking && self.c.node.mode != Mode::Pandora {
@@ -886,7 +914,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 .await;
         }
         self.writes[i].lock = LockState::Acquired;
-        let image = SlotImage::decode(&results[1].clone().unwrap().into_bytes());
+        let read = std::mem::replace(&mut results[1], Err(VerbError::Unavailable));
+        let image = SlotImage::from_bytes(read.unwrap().into_bytes());
         let w = &mut self.writes[i];
         let key = w.key;
         // The key was deleted since we found it (e.g. through the cache): the
@@ -1035,172 +1064,6 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         Ok(())
     }
 
-    /// Commit. `Ok(())` is the commit-ack: every replica holds the new values.
-    pub async fn commit(mut self) -> Result<(), TxError> {
-        if self.finished {
-            return Err(TxError::Finished);
-        }
-        // Relaxed-locks bug: validation reads go out before the locks are known held.
-        let early_validation = if self.c.node.bugs.relaxed_locks {
-            Some(self.post_validation())
-        } else {
-            None
-        };
-        for i in 0..self.writes.len() {
-            self.resolve_lock(i).await?;
-        }
-        if self.log_full {
-            return Err(self.abort_with(AbortReason::LogFull).await);
-        }
-        if self
-            .writes
-            .iter()
-            .any(|w| w.found_deleted && w.new_value.is_some() && !w.final_live)
-        {
-            // A pipelined blind write met a key deleted since it was cached.
-            return Err(self.abort_with(AbortReason::StaleRead).await);
-        }
-        // A locked entry that turned into a no-op (insert then delete, a key
-        // found deleted) still gets its new version in ford/traditional modes:
-        // its undo entry announced it, and recovery's "every replica has the
-        // new version" test must hold once the transaction is acknowledged.
-        let dirty: Vec<usize> = (0..self.writes.len())
-            .filter(|&i| {
-                self.writes[i].op().is_some()
-                    || (self.writes[i].new_version != 0 && self.writes[i].image.is_some())
-            })
-            .collect();
-        let versions: Vec<u64> = dirty
-            .iter()
-            .map(|&i| match self.writes[i].new_version {
-                _ if self.writes[i].reclaim => 0,
-                0 => self.c.next_version(),
-                v => v,
-            })
-            .collect();
-
-        // Logging (pandora) and validation share one round, after all locks are held.
-        let mut log_pending = Vec::new();
-        if self.c.node.mode == Mode::Pandora && !dirty.is_empty() {
-            let entries: Vec<LogEntry> = dirty
-                .iter()
-                .zip(&versions)
-                .map(|(&i, &v)| self.log_entry(&self.writes[i], self.writes[i].op().unwrap(), v))
-                .collect();
-            let rec = LogRecord {
-                coordinator: self.c.id,
-                tx_seq: self.seq,
-                entries,
-            };
-            if rec.encoded_len() as u64 > self.c.node.layout.log_slot_bytes / 2 {
-                return Err(self.abort_with(AbortReason::LogFull).await);
-            }
-            let bytes = rec.encode();
-            let addr = self.c.node.layout.log_addr(self.c.id);
-            for k in 0..self.c.log_nodes.len() {
-                let n = self.c.log_nodes[k];
-                if !self.c.node.memory.is_down(n) {
-                    log_pending.push(self.c.post(n, batch![Verb::write(addr, bytes.clone())]));
-                }
-            }
-            self.logged = true;
-        }
-        let validation = match early_validation {
-            Some(v) => v,
-            None => self.post_validation(),
-        };
-        let undo = std::mem::take(&mut self.undo_pending);
-        let (log_results, validation_results, undo_results) = futures::join!(
-            join_all(log_pending),
-            join_all(validation.into_iter().map(|(_, p)| p)),
-            join_all(undo)
-        );
-        for r in log_results.iter().chain(undo_results.iter()) {
-            if let Some(e) = first_error(r) {
-                return Err(self.fail(e).await);
-            }
-        }
-        let checks = self.validation_checks();
-        if self.self_locked_reads_changed() {
-            return Err(self.abort_with(AbortReason::ValidationFailed).await);
-        }
-        for (k, r) in validation_results.iter().enumerate() {
-            if let Some(e) = first_error(r) {
-                return Err(self.fail(e).await);
-            }
-            let bytes = r[0].as_ref().unwrap();
-            let VerbOutputBytes(b) = VerbOutputBytes::from(bytes);
-            let lock = LockWord(u64::from_le_bytes(b[0..8].try_into().unwrap()));
-            let version = u64::from_le_bytes(b[8..16].try_into().unwrap());
-            let locked = !self.c.node.bugs.covert_locks && self.blocks(lock);
-            if version != checks[k].3 || locked {
-                return Err(self.abort_with(AbortReason::ValidationFailed).await);
-            }
-        }
-
-        // Commit: contents then version on every replica; wait for all.
-        let mut commit_pending = Vec::new();
-        for (&i, &version) in dirty.iter().zip(&versions) {
-            let w = &self.writes[i];
-            let tl = self.table(w.table);
-            let image = w.image.as_ref().unwrap();
-            let value = w.new_value.as_deref().unwrap_or(&image.value);
-            let flags = if w.final_live { FLAG_LIVE } else { 0 };
-            let body = encode_body(w.key, flags, value, tl.value_bytes);
-            let (part, slot) = (w.part, w.slot);
-            let replicas = tl.replicas[part as usize].len();
-            for r in 0..replicas {
-                let tl = self.table(self.writes[i].table);
-                let n = tl.replicas[part as usize][r];
-                if self.c.node.memory.is_down(n) {
-                    continue;
-                }
-                let addr = tl.slot_addr(part, r, slot);
-                let batch = batch![
-                    Verb::write_slice(addr + KEY_OFF, &body),
-                    Verb::write_u64(addr + VERSION_OFF, version),
-                ];
-                commit_pending.push((i, self.c.post(n, batch)));
-            }
-        }
-        let (owners, pendings): (Vec<usize>, Vec<_>) = commit_pending.into_iter().unzip();
-        let mut written = vec![false; self.writes.len()];
-        for (i, r) in owners.into_iter().zip(join_all(pendings).await) {
-            match first_error(&r) {
-                None => written[i] = true,
-                Some(VerbError::Unavailable) => {}
-                Some(e) => return Err(self.fail(e).await),
-            }
-        }
-        // DESIGN.md §4.6: committed if every live replica is updated; a
-        // replica that became unreachable mid-commit is not live. An object
-        // with no reachable replica left is lost: report it.
-        if dirty.iter().any(|&i| !written[i]) {
-            self.finished = true;
-            return Err(TxError::Unavailable);
-        }
-        for &i in &dirty {
-            let w = &self.writes[i];
-            let (t, key, part, slot) = (w.table, w.key, w.part, w.slot);
-            match w.op() {
-                // The slot now belongs to this key, until it is reclaimed.
-                Some(OpKind::Insert) => self.c.node.cache_slot(t, key, slot),
-                Some(OpKind::Delete) => {
-                    self.c.node.evict_slot(t, key);
-                    self.c.retire(t, part, slot);
-                }
-                Some(OpKind::Reclaim) => self.c.node.evict_slot(t, key),
-                _ => {}
-            }
-        }
-        // Acknowledged; unlock in the background (the next batch on each queue
-        // pair is ordered behind it). `Coordinator::take_unlocks` hands them out.
-        self.c.unlocks_in_flight = self.release_locks(false);
-        self.finished = true;
-        self.c.stats.committed += 1;
-        Ok(())
-    }
-
     /// What validation depends on: the read set (but keys this transaction
     /// writes: their locks checked them) and the absent keys' guards.
     fn depends_on(&self) -> impl Iterator<Item = Check> + '_ {
@@ -1214,14 +1077,6 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 .iter()
                 .map(|g| (g.table, g.part, g.slot, g.version)),
         )
-    }
-
-    /// The slots that need a validation read: those this transaction does
-    /// not hold locked.
-    fn validation_checks(&self) -> Vec<Check> {
-        self.depends_on()
-            .filter(|&(t, p, s, _)| self.find_write_slot(t, p, s).is_none())
-            .collect()
     }
 
     /// Slots read (or guarded) that we then locked under another key (an
@@ -1238,21 +1093,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         })
     }
 
-    fn post_validation(&mut self) -> Vec<(usize, Pending<F>)> {
-        let checks = self.validation_checks();
-        checks
-            .into_iter()
-            .enumerate()
-            .map(|(k, (t, part, slot, _))| {
-                let (mem, addr) = self.primary_addr(t, part, slot);
-                (k, self.c.post(mem, batch![Verb::read(addr + LOCK_OFF, 16)]))
-            })
-            .collect()
-    }
-
     /// Post the unlocks of the locks this transaction holds.
-    fn release_locks(&mut self, complicit: bool) -> Vec<Pending<F>> {
-        let mut out = Vec::new();
+    fn release_locks(&mut self, complicit: bool, out: &mut Vec<Pending<F>>) {
         for i in 0..self.writes.len() {
             let held = matches!(self.writes[i].lock, LockState::Acquired);
             if !held && !complicit {
@@ -1271,7 +1113,6 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             };
             out.push(self.c.post(mem, batch![verb]));
         }
-        out
     }
 
     /// Abort: wait for in-flight lock CASes (one may still succeed), then
@@ -1314,7 +1155,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             self.logged = false;
         }
         let complicit = self.c.node.bugs.complicit_abort;
-        let releases = self.release_locks(complicit);
+        let mut releases = Vec::new();
+        self.release_locks(complicit, &mut releases);
         let results = join_all(releases).await;
         self.finished = true;
         // A lock on an unreachable memory node is gone with it.
@@ -1345,16 +1187,5 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     /// Abort on the application's request.
     pub async fn abort(mut self) -> TxError {
         self.abort_with(AbortReason::User).await
-    }
-}
-
-struct VerbOutputBytes<'a>(&'a [u8]);
-
-impl<'a> From<&'a tandem_fabric::VerbOutput> for VerbOutputBytes<'a> {
-    fn from(o: &'a tandem_fabric::VerbOutput) -> Self {
-        match o {
-            tandem_fabric::VerbOutput::Read(b) => VerbOutputBytes(b),
-            other => panic!("expected a read completion, got {other:?}"),
-        }
     }
 }

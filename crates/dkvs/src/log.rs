@@ -61,26 +61,27 @@ pub struct LogEntry {
 
 impl LogEntry {
     pub fn encoded_len(&self) -> usize {
-        40 + 16 * self.replicas.len() + self.old_value.len().div_ceil(8) * 8
+        entry_len(self.replicas.len(), self.old_value.len())
     }
 
     pub fn encode_into(&self, out: &mut Vec<u8>) {
-        let vlen = self.old_value.len().div_ceil(8) * 8;
-        out.extend_from_slice(&self.table.to_le_bytes());
-        out.push(self.op as u8);
-        out.push(self.replicas.len() as u8);
-        out.extend_from_slice(&(vlen as u16).to_le_bytes());
-        out.extend_from_slice(&self.key.to_le_bytes());
-        out.extend_from_slice(&self.old_version.to_le_bytes());
-        out.extend_from_slice(&self.new_version.to_le_bytes());
-        out.extend_from_slice(&self.old_flags.to_le_bytes());
-        for (n, a) in &self.replicas {
-            out.extend_from_slice(&(*n as u64).to_le_bytes());
-            out.extend_from_slice(&a.to_le_bytes());
+        encode_entry(
+            out,
+            self.head(),
+            self.replicas.iter().copied(),
+            &self.old_value,
+        );
+    }
+
+    fn head(&self) -> EntryHead {
+        EntryHead {
+            table: self.table,
+            op: self.op,
+            key: self.key,
+            old_version: self.old_version,
+            new_version: self.new_version,
+            old_flags: self.old_flags,
         }
-        let start = out.len();
-        out.extend_from_slice(&self.old_value);
-        out.resize(start + vlen, 0);
     }
 
     fn decode(b: &[u8]) -> Option<(LogEntry, usize)> {
@@ -113,6 +114,66 @@ impl LogEntry {
     }
 }
 
+/// The fixed fields of a log entry, for encoding one without building a
+/// [`LogEntry`] (the commit path encodes straight from its write set).
+#[derive(Clone, Copy, Debug)]
+pub struct EntryHead {
+    pub table: TableId,
+    pub op: OpKind,
+    pub key: u64,
+    pub old_version: u64,
+    pub new_version: u64,
+    pub old_flags: u64,
+}
+
+/// Encoded size of an entry with `replicas` replicas and an undo image of `value_len` bytes.
+pub fn entry_len(replicas: usize, value_len: usize) -> usize {
+    40 + 16 * replicas + value_len.div_ceil(8) * 8
+}
+
+/// Append one entry to a record begun with [`begin_record`].
+pub fn encode_entry(
+    out: &mut Vec<u8>,
+    h: EntryHead,
+    replicas: impl ExactSizeIterator<Item = (MemNodeId, u64)>,
+    old_value: &[u8],
+) {
+    let vlen = old_value.len().div_ceil(8) * 8;
+    out.extend_from_slice(&h.table.to_le_bytes());
+    out.push(h.op as u8);
+    out.push(replicas.len() as u8);
+    out.extend_from_slice(&(vlen as u16).to_le_bytes());
+    for w in [h.key, h.old_version, h.new_version, h.old_flags] {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    for (n, a) in replicas {
+        out.extend_from_slice(&(n as u64).to_le_bytes());
+        out.extend_from_slice(&a.to_le_bytes());
+    }
+    let start = out.len();
+    out.extend_from_slice(old_value);
+    out.resize(start + vlen, 0);
+}
+
+/// Start a record in `out` (cleared): a valid state word and room for the header.
+pub fn begin_record(out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&(STATE_VALID as u64).to_le_bytes());
+    out.extend_from_slice(&[0u8; 32]);
+}
+
+/// Seal a record whose `entries` entries follow the header: length, owner, checksum.
+pub fn finish_record(out: &mut [u8], coordinator: u16, entries: usize, tx_seq: u64) {
+    let len = out.len() as u32;
+    out[8..12].copy_from_slice(&MAGIC.to_le_bytes());
+    out[12..16].copy_from_slice(&len.to_le_bytes());
+    out[16..18].copy_from_slice(&coordinator.to_le_bytes());
+    out[20..24].copy_from_slice(&(entries as u32).to_le_bytes());
+    out[24..32].copy_from_slice(&tx_seq.to_le_bytes());
+    let sum = checksum(&[&out[8..32], &out[HEADER_BYTES..]]);
+    out[32..40].copy_from_slice(&sum.to_le_bytes());
+}
+
 /// A transaction's log record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogRecord {
@@ -126,13 +187,17 @@ pub struct LogRecord {
 pub fn checksum(parts: &[&[u8]]) -> u64 {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let mut h: u64 = 0x6A09_E667_F3BC_C908 ^ len as u64;
+    let mix = |h: u64, w: u64| (h ^ w).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
     for part in parts {
-        for chunk in part.chunks(8) {
+        let mut chunks = part.chunks_exact(8);
+        for c in &mut chunks {
+            h = mix(h, u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        let tail = chunks.remainder();
+        if !tail.is_empty() {
             let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            h = (h ^ u64::from_le_bytes(w))
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .rotate_left(29);
+            w[..tail.len()].copy_from_slice(tail);
+            h = mix(h, u64::from_le_bytes(w));
         }
     }
     h ^ (h >> 32)
@@ -145,19 +210,11 @@ impl LogRecord {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len());
-        out.extend_from_slice(&(STATE_VALID as u64).to_le_bytes());
-        out.extend_from_slice(&[0u8; 32]);
+        begin_record(&mut out);
         for e in &self.entries {
             e.encode_into(&mut out);
         }
-        let len = out.len() as u32;
-        out[8..12].copy_from_slice(&MAGIC.to_le_bytes());
-        out[12..16].copy_from_slice(&len.to_le_bytes());
-        out[16..18].copy_from_slice(&self.coordinator.to_le_bytes());
-        out[20..24].copy_from_slice(&(self.entries.len() as u32).to_le_bytes());
-        out[24..32].copy_from_slice(&self.tx_seq.to_le_bytes());
-        let sum = checksum(&[&out[8..32], &out[HEADER_BYTES..]]);
-        out[32..40].copy_from_slice(&sum.to_le_bytes());
+        finish_record(&mut out, self.coordinator, self.entries.len(), self.tx_seq);
         out
     }
 

@@ -83,6 +83,19 @@ impl SlotImage {
             value: bytes[32..].to_vec(),
         }
     }
+    /// Decode a slot read, keeping its buffer for the value.
+    pub fn from_bytes(mut bytes: Vec<u8>) -> SlotImage {
+        let w = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
+        let (lock, version, key, flags) = (LockWord(w(0)), w(1), w(2), w(3));
+        bytes.drain(..32);
+        SlotImage {
+            lock,
+            version,
+            key,
+            flags,
+            value: bytes,
+        }
+    }
     pub fn is_empty(&self) -> bool {
         self.version == 0
     }

@@ -53,7 +53,7 @@ pub trait Fabric: Clone + 'static {
 
 /// One queue pair: post a doorbell batch, await its completions (one per verb, in order).
 pub trait QueuePair: Clone + 'static {
-    type Pending: Future<Output = Completions> + 'static;
+    type Pending: Future<Output = Completions> + Unpin + 'static;
     fn post(&self, batch: Batch) -> Self::Pending;
     fn memory_node(&self) -> MemNodeId;
 }

@@ -366,6 +366,23 @@ impl MemoryNode {
     /// Read `out.len()` bytes at `addr`, one 8-byte word at a time (so it can tear).
     pub fn read_into(&self, addr: u64, out: &mut [u8]) -> Result<(), VerbError> {
         self.check_range(addr, out.len() as u64)?;
+        if addr % 8 == 0 {
+            // Whole words first (the common case: slots and log records are
+            // word-aligned), then a partial tail word.
+            let words = &self.region.words()[(addr / 8) as usize..];
+            let at = (addr as usize + out.len()) / 8;
+            let mut chunks = out.chunks_exact_mut(8);
+            for (w, c) in words.iter().zip(&mut chunks) {
+                c.copy_from_slice(&w.load(Ordering::SeqCst).to_le_bytes());
+            }
+            let tail = chunks.into_remainder();
+            if !tail.is_empty() {
+                let w = self.region.words()[at].load(Ordering::SeqCst).to_le_bytes();
+                let n = tail.len();
+                tail.copy_from_slice(&w[..n]);
+            }
+            return Ok(());
+        }
         let mut pos = 0usize;
         let mut a = addr;
         while pos < out.len() {
@@ -384,6 +401,15 @@ impl MemoryNode {
     /// Write `data` at `addr`; each 8-byte word is updated atomically.
     pub fn write_bytes(&self, addr: u64, data: &[u8]) -> Result<(), VerbError> {
         self.check_range(addr, data.len() as u64)?;
+        if addr % 8 == 0 && data.len() % 8 == 0 {
+            // Whole words only (slot bodies, versions, log records): Release
+            // stores, in ascending order, as the general loop below does.
+            let words = &self.region.words()[(addr / 8) as usize..];
+            for (w, c) in words.iter().zip(data.chunks_exact(8)) {
+                w.store(u64::from_le_bytes(c.try_into().unwrap()), Ordering::Release);
+            }
+            return Ok(());
+        }
         let mut pos = 0usize;
         let mut a = addr;
         while pos < data.len() {
