@@ -33,7 +33,7 @@ use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::compute::MemoryView;
 use crate::layout::Layout;
-use crate::log::{invalid_state_word, LogEntry, LogRecord, OpKind};
+use crate::log::{entry_len, invalid_state_word, LogEntry, LogRecord, OpKind, HEADER_BYTES};
 use crate::slot::{encode_body, make_version, LockWord, KEY_OFF, LOCK_OFF, NO_KEY, VERSION_OFF};
 
 /// The `key|flags|value` an undo restores. An insert rolls back to a
@@ -170,7 +170,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         let mut spans = Vec::with_capacity(posts.len());
         for (n, b) in posts {
             let batch = &mut batches[n as usize];
-            spans.push((n as usize, batch.len(), b.len()));
+            spans.push((n as usize, b.len()));
             batch.extend(b);
         }
         let pending = batches
@@ -181,26 +181,40 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 let p = self.qps[n].post(b);
                 async move { (n, p.await) }
             });
-        let mut by_node: Vec<Completions> = vec![Vec::new(); self.qps.len()];
+        let mut by_node: Vec<std::vec::IntoIter<Completion>> =
+            vec![Vec::new().into_iter(); self.qps.len()];
         for (n, done) in join_all(pending).await {
             if let Some(e) = first_error(&done) {
                 return Err(e);
             }
-            by_node[n] = done;
+            by_node[n] = done.into_iter();
         }
+        // Each node's posts sit in its batch in posting order: hand each post
+        // its completions by moving them out, in that order.
         Ok(spans
             .into_iter()
-            .map(|(n, start, len)| by_node[n][start..start + len].to_vec())
+            .map(|(n, len)| by_node[n].by_ref().take(len).collect())
             .collect())
     }
 
+    /// How much of a log slot the first round reads: a record of two
+    /// objects of the widest table, between 256 B and 1 KiB. At 512
+    /// coordinators the first round moves f+1 copies of it per coordinator,
+    /// so reading 1 KiB for a 264-byte micro record tripled its bytes.
+    fn log_probe_bytes(&self) -> u32 {
+        let widest = self.layout.tables.iter().map(|t| t.value_bytes).max();
+        let entry = entry_len(self.layout.replicas as usize, widest.unwrap_or(0) as usize);
+        let two = (HEADER_BYTES + 2 * entry) as u32;
+        two.clamp(256, 1024)
+            .min((self.layout.log_slot_bytes / 2) as u32)
+    }
+
     /// Read the newest valid log record of each coordinator: f+1 reads of the
-    /// slot's first `LOG_PROBE_BYTES` (enough for typical records), and a
-    /// second read only for the records that are longer.
+    /// slot's first [`Self::log_probe_bytes`] (enough for typical records),
+    /// and a second read only for the records that are longer.
     pub async fn read_logs(&self, failed: &[u16]) -> Result<Vec<Option<LogRecord>>, VerbError> {
-        const LOG_PROBE_BYTES: u32 = 1024;
         let half = (self.layout.log_slot_bytes / 2) as u32;
-        let probe = LOG_PROBE_BYTES.min(half);
+        let probe = self.log_probe_bytes();
         let mut posts = Vec::new();
         let mut owner = Vec::new();
         for (i, &c) in failed.iter().enumerate() {
@@ -501,6 +515,55 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// A record longer than the first round's probe is fetched whole by a
+    /// second read; a short one comes back from the first; a record in a
+    /// slot that names another coordinator, or none, is ignored.
+    #[test]
+    fn read_logs_fetches_records_longer_than_the_probe_whole() {
+        use crate::config::{Mode, StoreConfig, TableSpec};
+        use tandem_fabric::inline::InlineCluster;
+        let tables = vec![TableSpec {
+            id: 0,
+            name: "t".into(),
+            value_size: 40,
+            capacity: 64,
+        }];
+        let mut store = StoreConfig::new(Mode::Pandora, 3, 2, tables);
+        store.log_slots = 8;
+        store.log_slot_bytes = 16 * 1024;
+        let layout = Arc::new(Layout::new(&store).unwrap());
+        let size = *layout.region_bytes.iter().max().unwrap();
+        let cluster = InlineCluster::with_nodes(3, size, 1);
+        let fabric = cluster.join(1).unwrap();
+        let rc = RecoveryCoordinator::new(&fabric, layout.clone(), 7);
+        let record = |c: u16, entries: usize| {
+            let mut r = rec(entries);
+            r.coordinator = c;
+            for e in &mut r.entries {
+                e.old_value = vec![c as u8; 40];
+            }
+            r
+        };
+        let (short, long) = (record(2, 1), record(3, 40));
+        assert!(short.encoded_len() as u32 <= rc.log_probe_bytes());
+        assert!(long.encoded_len() as u32 > rc.log_probe_bytes());
+        let stranger = record(9, 1);
+        for (slot_of, r) in [(2, &short), (3, &long), (4, &stranger)] {
+            for n in layout.log_nodes(slot_of) {
+                let node = &cluster.nodes()[n as usize];
+                node.write_bytes(layout.log_addr(slot_of), &r.encode())
+                    .unwrap();
+            }
+        }
+        let logs = futures::FutureExt::now_or_never(rc.read_logs(&[2, 3, 4, 5]));
+        let got = logs.expect("inline verbs complete at once").unwrap();
+        let padded = |r: &LogRecord| LogRecord::decode(&r.encode()).unwrap();
+        assert_eq!(
+            got,
+            vec![Some(padded(&short)), Some(padded(&long)), None, None]
+        );
     }
 
     #[test]
