@@ -83,6 +83,8 @@ pub struct Coordinator<F: Fabric> {
     log_nodes: Rc<[MemNodeId]>,
     /// The commit path's batches in flight (kept for its capacity).
     inflight: commit::Inflight<F>,
+    /// The last transaction's read, guard and write sets, emptied, for the next.
+    spare: Spare<F>,
     /// Unlocks of the last committed transaction, not yet known to have landed.
     unlocks_in_flight: Vec<Pending<F>>,
     tx_seq: u64,
@@ -95,6 +97,23 @@ pub struct Coordinator<F: Fabric> {
 }
 
 type Pending<F> = <<F as Fabric>::Qp as QueuePair>::Pending;
+
+/// A finished transaction's sets, kept for their capacity.
+struct Spare<F: Fabric> {
+    reads: Vec<ReadEntry>,
+    guards: Vec<Guard>,
+    writes: Vec<WriteEntry<F>>,
+}
+
+impl<F: Fabric> Default for Spare<F> {
+    fn default() -> Self {
+        Spare {
+            reads: Vec::new(),
+            guards: Vec::new(),
+            writes: Vec::new(),
+        }
+    }
+}
 
 enum LockState<F: Fabric> {
     /// CAS+read posted, completion not yet consumed.
@@ -215,6 +234,7 @@ impl<F: Fabric> Coordinator<F> {
             log_nodes,
             unlocks_in_flight: Vec::new(),
             inflight: Vec::new(),
+            spare: Spare::default(),
             tx_seq: 0,
             version_counter: 0,
             stats: CoordinatorStats::default(),
@@ -265,10 +285,10 @@ impl<F: Fabric> Coordinator<F> {
         Transaction {
             seq: self.tx_seq,
             lock_word,
+            reads: std::mem::take(&mut self.spare.reads),
+            guards: std::mem::take(&mut self.spare.guards),
+            writes: std::mem::take(&mut self.spare.writes),
             c: self,
-            reads: Vec::new(),
-            guards: Vec::new(),
-            writes: Vec::new(),
             undo_pending: Vec::new(),
             undo_cursor: HashMap::new(),
             lock_log_cursor: 0,
@@ -433,7 +453,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let (mem, addr) = self.primary_addr(t, part, slot);
             let r = self.c.post(mem, batch![Verb::read(addr, slot_bytes)]).await;
             let bytes = r.into_iter().next().unwrap()?.into_bytes();
-            let image = SlotImage::decode(&bytes);
+            let image = SlotImage::from_bytes(bytes);
             // A key has one slot at most: if the cached one still holds it,
             // that is the key's (a reclaimed or reused slot is re-probed).
             if image.holds(key) {
@@ -585,16 +605,19 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             // insert then took: it is neither `key` nor its phantom guard.
             return Err(self.abort_with(AbortReason::ReadLocked).await);
         }
-        let value = image.is_live().then(|| image.value.clone());
+        // The entry keeps the read's buffer; the caller gets its own copy.
+        let version = image.version;
+        let value = image.is_live().then_some(image.value);
+        let copy = value.clone();
         self.reads.push(ReadEntry {
             table: t,
             key,
             part,
             slot,
-            version: image.version,
-            value: value.clone(),
+            version,
+            value,
         });
-        Ok(value)
+        Ok(copy)
     }
 
     /// Lock `key` and read it (read-modify-write). `Err(NotFound)` if absent.
@@ -1186,6 +1209,20 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
     /// Abort on the application's request.
     pub async fn abort(mut self) -> TxError {
-        self.abort_with(AbortReason::User).await
+        let e = self.abort_with(AbortReason::User).await;
+        self.give_back_sets();
+        e
+    }
+
+    /// Hand the read, guard and write sets back to the coordinator, emptied,
+    /// for the next transaction (a transaction dropped mid-way keeps them).
+    fn give_back_sets(&mut self) {
+        self.reads.clear();
+        self.guards.clear();
+        self.writes.clear();
+        let spare = &mut self.c.spare;
+        std::mem::swap(&mut spare.reads, &mut self.reads);
+        std::mem::swap(&mut spare.guards, &mut self.guards);
+        std::mem::swap(&mut spare.writes, &mut self.writes);
     }
 }

@@ -48,6 +48,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let r = self.commit_rounds(&mut inflight).await;
         inflight.clear();
         self.c.inflight = inflight;
+        self.give_back_sets();
         r
     }
 

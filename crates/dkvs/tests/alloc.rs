@@ -1,0 +1,84 @@
+//! Heap allocations on the hot path (issue 14 item 1): a micro transaction
+//! (one read, one read-modify-write) on the in-process fabric, counted by a
+//! counting global allocator over many committed transactions after a
+//! warm-up. The bound is today's count (28: a batch, its completions and
+//! the buffers its verbs carry, about a dozen batches a transaction; the
+//! transaction's own sets are reused), so a regression fails it.
+
+use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures::FutureExt;
+use tandem_dkvs::loader::Loader;
+use tandem_dkvs::{ComputeNode, FailedIds, Layout, Mode, StoreConfig, TableSpec};
+use tandem_fabric::inline::InlineCluster;
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: AllocLayout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: AllocLayout) {
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: AllocLayout, new: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Run `f` to completion at once: the inline fabric never suspends.
+fn now<T>(f: impl std::future::Future<Output = T>) -> T {
+    f.now_or_never().expect("inline verbs complete at once")
+}
+
+/// Allocations per committed transaction, over `n` after a warm-up.
+fn allocations_per_transaction(n: u64) -> f64 {
+    let tables = vec![TableSpec {
+        id: 0,
+        name: "micro".into(),
+        value_size: 40,
+        capacity: 1000,
+    }];
+    let store = StoreConfig::new(Mode::Pandora, 3, 2, tables);
+    let layout = Arc::new(Layout::new(&store).unwrap());
+    let size = *layout.region_bytes.iter().max().unwrap();
+    let cluster = InlineCluster::with_nodes(3, size, 1);
+    let mut ld = Loader::new(&cluster.join(0).unwrap(), layout.clone());
+    for k in 0..100u64 {
+        now(ld.put(0, k, &[0u8; 40])).unwrap();
+    }
+    now(ld.finish()).unwrap();
+    let node = ComputeNode::new(cluster.join(1).unwrap(), &store, layout, FailedIds::new());
+    let mut c = node.coordinator(1);
+    let mut one = |i: u64| {
+        let (r, w) = (i % 100, (i * 7 + 1) % 100);
+        let r = if r == w { (r + 1) % 100 } else { r };
+        let mut tx = c.begin();
+        now(tx.read(0, r)).unwrap();
+        let mut v = now(tx.read_for_update(0, w)).unwrap();
+        v[0] = v[0].wrapping_add(1);
+        now(tx.write(0, w, &v)).unwrap();
+        now(tx.commit()).unwrap();
+        assert!(c.unlocks_landed());
+    };
+    (0..1000).for_each(&mut one);
+    let before = ALLOCS.load(Ordering::Relaxed);
+    (1000..1000 + n).for_each(&mut one);
+    (ALLOCS.load(Ordering::Relaxed) - before) as f64 / n as f64
+}
+
+#[test]
+fn a_micro_transaction_allocates_within_its_bound() {
+    let per_tx = allocations_per_transaction(10_000);
+    eprintln!("allocations per committed micro transaction: {per_tx:.2}");
+    assert!(per_tx <= 28.0, "{per_tx:.2} allocations per transaction");
+}
