@@ -66,6 +66,11 @@ pub struct SuspicionConfig {
     /// judge a node that holds no keys yet.
     pub join_before_register: bool,
     pub register_gap_ns: u64,
+    /// Instead of waiting `register_gap_ns`, register once the membership is
+    /// recovering this node: revoked everywhere, its failed-ids not yet
+    /// published (the window in which undoing a fence loses commits, however
+    /// long recovery takes). Gives up waiting after 20 detector timeouts.
+    pub register_during_recovery: bool,
     /// Each registration or revocation message reaches each memory node after
     /// a uniform delay in `0..=message_delay_ns`.
     pub message_delay_ns: u64,
@@ -96,6 +101,7 @@ impl SuspicionConfig {
             fd_timeout_ns: 20_000,
             join_before_register: true,
             register_gap_ns: 0,
+            register_during_recovery: false,
             message_delay_ns: 5_000,
             stalls: Vec::new(),
             crashes: Vec::new(),
@@ -373,7 +379,10 @@ async fn incarnation(w: Rc<World>, slot: u16, node: u16) {
             node as u32,
             heartbeat(w.clone(), slot, node, stopped.clone()),
         );
-        w.sim.sleep(w.cfg.register_gap_ns).await;
+        match w.cfg.register_during_recovery {
+            true => until_recovering(&w, node).await,
+            false => w.sim.sleep(w.cfg.register_gap_ns).await,
+        }
         match w.register(node).await {
             Ok(keys) => Some((ids, keys)),
             Err(_) => None,
@@ -457,6 +466,17 @@ async fn heartbeat(w: Rc<World>, slot: u16, node: u16, stopped: Rc<Cell<bool>>) 
             .borrow_mut()
             .step(w.sim.now_ns(), Event::Heartbeat { node });
         w.sim.sleep(w.cfg.fd_timeout_ns / 4).await;
+    }
+}
+
+/// Wait until the membership is recovering `node` (or 20 detector timeouts).
+async fn until_recovering(w: &World, node: u16) {
+    let give_up = w.sim.now_ns() + 20 * w.cfg.fd_timeout_ns;
+    while w.sim.now_ns() < give_up {
+        if w.membership.borrow().status(node) == Some(NodeStatus::Recovering) {
+            return;
+        }
+        w.sim.sleep(100).await;
     }
 }
 
