@@ -315,9 +315,11 @@ the failed coordinators' logs and the objects they name, never the dataset.
 Runs on a shared two-core machine spread by ±50 % in these sub-millisecond
 phases, hence the medians: single runs gave ratios from 1.07 to 1.6. The
 goal is not met at the median. What the larger store adds is tens of
-microseconds, not a scan: the same few hundred objects are read and written,
-spread over a region eight times larger (more cache and TLB misses; huge
-pages for the region did not change it in five runs). The 1.12 an earlier
+microseconds, not a scan: with one coordinator both sizes take the same time,
+and at 64 both roll the same number of objects forward and back; the extra
+grows with the objects recovered. Its cause is not found: huge pages for the
+region (checked in `smaps_rollup`) did not change it, which rules out TLB
+misses. The 1.12 an earlier
 RESULTS showed was one run; the binary before this session's changes
 measured 1.76 at the median of five alternating runs.
 
