@@ -193,6 +193,10 @@ impl BugSwitches {
 }
 
 /// Everything a compute node needs to compute the same layout as every other.
+/// Copies of each partition at most (the commit path tracks live replicas
+/// in a 64-bit mask).
+pub const MAX_REPLICAS: u16 = 64;
+
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
     pub mode: Mode,
@@ -240,6 +244,12 @@ impl StoreConfig {
                 self.memory_nodes, self.replicas
             ));
         }
+        if self.replicas > MAX_REPLICAS {
+            return Err(format!(
+                "replicas must be at most {MAX_REPLICAS}, got {}",
+                self.replicas
+            ));
+        }
         if self.partitions_per_table == 0 {
             return Err("partitions_per_table must be positive".into());
         }
@@ -267,5 +277,25 @@ impl StoreConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_beyond_the_live_mask_are_refused_with_a_clear_error() {
+        let tables = vec![TableSpec {
+            id: 0,
+            name: "t".into(),
+            value_size: 8,
+            capacity: 64,
+        }];
+        let mut c = StoreConfig::new(Mode::Pandora, 70, MAX_REPLICAS, tables);
+        assert_eq!(c.validate(), Ok(()));
+        c.replicas = MAX_REPLICAS + 1;
+        let e = c.validate().unwrap_err();
+        assert!(e.contains("at most 64"), "{e}");
     }
 }
