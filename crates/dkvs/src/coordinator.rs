@@ -27,7 +27,9 @@ use std::rc::Rc;
 
 use futures::future::join_all;
 use tandem_fabric::{batch, Batch};
-use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
+use tandem_fabric::{
+    Completion, Completions, Fabric, MemNodeId, QueuePair, Verb, VerbArena, VerbError,
+};
 
 use crate::compute::ComputeNode;
 use crate::config::{Mode, OnStray, TableId, LEASE_STALLS};
@@ -83,6 +85,9 @@ pub struct Coordinator<F: Fabric> {
     log_nodes: Rc<[MemNodeId]>,
     /// The commit path's batches in flight (kept for its capacity).
     inflight: commit::Inflight<F>,
+    /// Batches, completion vectors and byte buffers reused from one verb
+    /// to the next: a warm coordinator's hot path allocates nothing.
+    arena: VerbArena,
     /// The last transaction's read, guard and write sets, emptied, for the next.
     spare: Spare<F>,
     /// Unlocks of the last committed transaction, not yet known to have landed.
@@ -234,6 +239,7 @@ impl<F: Fabric> Coordinator<F> {
             log_nodes,
             unlocks_in_flight: Vec::new(),
             inflight: Vec::new(),
+            arena: VerbArena::default(),
             spare: Spare::default(),
             tx_seq: 0,
             version_counter: 0,
@@ -269,8 +275,16 @@ impl<F: Fabric> Coordinator<F> {
     /// `take_unlocks` hands out the rest.
     pub fn unlocks_landed(&mut self) -> bool {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        self.unlocks_in_flight
-            .retain_mut(|p| std::future::Future::poll(std::pin::Pin::new(p), &mut cx).is_pending());
+        let arena = &mut self.arena;
+        self.unlocks_in_flight.retain_mut(|p| {
+            match std::future::Future::poll(std::pin::Pin::new(p), &mut cx) {
+                std::task::Poll::Ready(done) => {
+                    arena.give(done);
+                    false
+                }
+                std::task::Poll::Pending => true,
+            }
+        });
         self.unlocks_in_flight.is_empty()
     }
 
@@ -300,7 +314,20 @@ impl<F: Fabric> Coordinator<F> {
 
     fn post(&mut self, mem: MemNodeId, batch: Batch) -> Pending<F> {
         self.stats.verbs += batch.len() as u64;
-        self.qps[mem as usize].post(batch)
+        self.qps[mem as usize].post_in(batch, &mut self.arena)
+    }
+
+    /// Post `verbs` as one batch taken from the arena.
+    fn post_verbs<const N: usize>(&mut self, mem: MemNodeId, verbs: [Verb; N]) -> Pending<F> {
+        let batch = self.arena.batch_of(verbs);
+        self.post(mem, batch)
+    }
+
+    /// The first completion of `done`; the rest go back to the arena.
+    fn first_of(&mut self, mut done: Completions) -> Completion {
+        let first = std::mem::replace(&mut done[0], Err(VerbError::Unavailable));
+        self.arena.give(done);
+        first
     }
 
     fn next_version(&mut self) -> u64 {
@@ -451,14 +478,15 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         };
         if let Some(slot) = self.c.node.cached_slot(t, key) {
             let (mem, addr) = self.primary_addr(t, part, slot);
-            let r = self.c.post(mem, batch![Verb::read(addr, slot_bytes)]).await;
-            let bytes = r.into_iter().next().unwrap()?.into_bytes();
+            let r = self.c.post_verbs(mem, [Verb::read(addr, slot_bytes)]).await;
+            let bytes = self.c.first_of(r)?.into_bytes();
             let image = SlotImage::from_bytes(bytes);
             // A key has one slot at most: if the cached one still holds it,
             // that is the key's (a reclaimed or reused slot is re-probed).
             if image.holds(key) {
                 return Ok(Located::Found { part, slot, image });
             }
+            self.c.arena.give_bytes(image.value);
             self.c.node.evict_slot(t, key);
         }
         let buckets = self.table(t).buckets_per_partition;
@@ -469,9 +497,9 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let (mem, addr) = self.primary_addr(t, part, first);
             let r = self
                 .c
-                .post(mem, batch![Verb::read(addr, slot_bytes * ASSOC)])
+                .post_verbs(mem, [Verb::read(addr, slot_bytes * ASSOC)])
                 .await;
-            let bytes = r.into_iter().next().unwrap()?.into_bytes();
+            let bytes = self.c.first_of(r)?.into_bytes();
             for i in 0..ASSOC {
                 let img = SlotImage::decode(
                     &bytes[(i * slot_bytes) as usize..((i + 1) * slot_bytes) as usize],
@@ -544,20 +572,19 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
     /// Read `key` without locking. `Ok(None)` if it does not exist.
     pub async fn read(&mut self, t: TableId, key: u64) -> Result<Option<Vec<u8>>, TxError> {
+        Ok(self.read_ref(t, key).await?.map(<[u8]>::to_vec))
+    }
+
+    /// [`Transaction::read`], borrowing the value from the transaction's
+    /// read or write set instead of copying it out.
+    pub async fn read_ref(&mut self, t: TableId, key: u64) -> Result<Option<&[u8]>, TxError> {
         self.check_table(t)?;
         if let Some(i) = self.find_write(t, key) {
             self.resolve_lock(i).await?;
-            let w = &self.writes[i];
-            return Ok(if w.final_live {
-                w.new_value
-                    .clone()
-                    .or_else(|| w.image.as_ref().map(|im| im.value.clone()))
-            } else {
-                None
-            });
+            return Ok(self.write_value(i));
         }
         if let Some(i) = self.find_read(t, key) {
-            return Ok(self.reads[i].value.clone());
+            return Ok(self.reads[i].value.as_deref());
         }
         let loc = self.locate(t, key).await?;
         let (part, slot, image) = match loc {
@@ -605,10 +632,15 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             // insert then took: it is neither `key` nor its phantom guard.
             return Err(self.abort_with(AbortReason::ReadLocked).await);
         }
-        // The entry keeps the read's buffer; the caller gets its own copy.
+        // The entry keeps the read's buffer.
         let version = image.version;
-        let value = image.is_live().then_some(image.value);
-        let copy = value.clone();
+        let value = match image.is_live() {
+            true => Some(image.value),
+            false => {
+                self.c.arena.give_bytes(image.value);
+                None
+            }
+        };
         self.reads.push(ReadEntry {
             table: t,
             key,
@@ -617,28 +649,34 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             version,
             value,
         });
-        Ok(copy)
+        Ok(self.reads.last().and_then(|r| r.value.as_deref()))
+    }
+
+    /// The value write entry `i` holds now: its new value, else the one it
+    /// locked; `None` if the key is (to be) deleted.
+    fn write_value(&self, i: usize) -> Option<&[u8]> {
+        let w = &self.writes[i];
+        if !w.final_live {
+            return None;
+        }
+        let locked = || w.image.as_ref().map(|im| im.value.as_slice());
+        w.new_value.as_deref().or_else(locked)
     }
 
     /// Lock `key` and read it (read-modify-write). `Err(NotFound)` if absent.
     pub async fn read_for_update(&mut self, t: TableId, key: u64) -> Result<Vec<u8>, TxError> {
+        self.read_for_update_ref(t, key).await.map(<[u8]>::to_vec)
+    }
+
+    /// [`Transaction::read_for_update`], borrowing the value from the write set.
+    pub async fn read_for_update_ref(&mut self, t: TableId, key: u64) -> Result<&[u8], TxError> {
         self.check_table(t)?;
         let i = match self.find_write(t, key) {
             Some(i) => i,
             None => self.lock_existing(t, key).await?,
         };
         self.resolve_lock(i).await?;
-        let w = &self.writes[i];
-        if !w.final_live {
-            return Err(TxError::NotFound);
-        }
-        Ok(w.new_value.clone().unwrap_or_else(|| {
-            w.image
-                .as_ref()
-                .expect("locked entry has an image")
-                .value
-                .clone()
-        }))
+        self.write_value(i).ok_or(TxError::NotFound)
     }
 
     /// Overwrite an existing key. The lock is pipelined: a conflict or a
@@ -657,7 +695,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             }
             None => self.lock_existing(t, key).await?,
         };
-        self.writes[i].new_value = Some(value.to_vec());
+        self.set_new_value(i, value);
         Ok(())
     }
 
@@ -719,7 +757,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         }
         self.writes[i].reuse = reuse;
         self.writes[i].final_live = true;
-        self.writes[i].new_value = Some(value.to_vec());
+        self.set_new_value(i, value);
         self.resolve_lock(i).await?;
         Ok(())
     }
@@ -739,6 +777,14 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         w.final_live = false;
         w.new_value = None;
         Ok(())
+    }
+
+    /// Write entry `i` commits `value` (a copy in an arena buffer).
+    fn set_new_value(&mut self, i: usize, value: &[u8]) {
+        let value = self.c.arena.copy(value);
+        if let Some(old) = self.writes[i].new_value.replace(value) {
+            self.c.arena.give_bytes(old);
+        }
     }
 
     fn check_value(&self, t: TableId, value: &[u8]) {
@@ -810,13 +856,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let (mem, addr) = self.primary_addr(t, part, slot);
         let slot_bytes = self.table(t).slot_bytes;
         let w = self.lock_word.0;
-        let pending = self.c.post(
-            mem,
-            batch![
-                Verb::cas(addr + LOCK_OFF, 0, w),
-                Verb::read(addr, slot_bytes),
-            ],
-        );
+        let verbs = [
+            Verb::cas(addr + LOCK_OFF, 0, w),
+            Verb::read(addr, slot_bytes),
+        ];
+        let pending = self.c.post_verbs(mem, verbs);
         let expect_version = self.find_read(t, key).map(|i| self.reads[i].version);
         self.writes.push(WriteEntry {
             table: t,
@@ -925,19 +969,14 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             } else {
                 return Err(Ok(AbortReason::LockConflict));
             }
-            results = self
-                .c
-                .post(
-                    mem,
-                    batch![
-                        Verb::cas(addr + LOCK_OFF, expected.0, self.lock_word.0),
-                        Verb::read(addr, slot_bytes),
-                    ],
-                )
-                .await;
+            let cas = Verb::cas(addr + LOCK_OFF, expected.0, self.lock_word.0);
+            let verbs = [cas, Verb::read(addr, slot_bytes)];
+            let stale = std::mem::replace(&mut results, self.c.post_verbs(mem, verbs).await);
+            self.c.arena.give(stale);
         }
         self.writes[i].lock = LockState::Acquired;
         let read = std::mem::replace(&mut results[1], Err(VerbError::Unavailable));
+        self.c.arena.give(results);
         let image = SlotImage::from_bytes(read.unwrap().into_bytes());
         let w = &mut self.writes[i];
         let key = w.key;
@@ -1130,11 +1169,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             );
             let verb = if complicit {
                 // FORD's bug: reset every write-set lock word, ours or not.
-                Verb::write_u64(addr + LOCK_OFF, 0)
+                self.c.arena.write_u64(addr + LOCK_OFF, 0)
             } else {
                 Verb::cas(addr + LOCK_OFF, self.lock_word.0, 0)
             };
-            out.push(self.c.post(mem, batch![verb]));
+            out.push(self.c.post_verbs(mem, [verb]));
         }
     }
 
@@ -1217,9 +1256,17 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     /// Hand the read, guard and write sets back to the coordinator, emptied,
     /// for the next transaction (a transaction dropped mid-way keeps them).
     fn give_back_sets(&mut self) {
-        self.reads.clear();
+        let arena = &mut self.c.arena;
+        let values = self.reads.drain(..).filter_map(|r| r.value);
+        values.for_each(|v| arena.give_bytes(v));
+        for w in self.writes.drain(..) {
+            let image = w.image.map(|im| im.value);
+            image
+                .into_iter()
+                .chain(w.new_value)
+                .for_each(|v| arena.give_bytes(v));
+        }
         self.guards.clear();
-        self.writes.clear();
         let spare = &mut self.c.spare;
         std::mem::swap(&mut spare.reads, &mut self.reads);
         std::mem::swap(&mut spare.guards, &mut self.guards);

@@ -111,11 +111,17 @@ impl SlotImage {
 /// The `key|flags|value` part written at offset `KEY_OFF` by a commit.
 pub fn encode_body(key: u64, flags: u64, value: &[u8], value_bytes: u32) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + value_bytes as usize);
+    encode_body_into(&mut out, key, flags, value, value_bytes);
+    out
+}
+
+/// [`encode_body`], appended to `out`.
+pub fn encode_body_into(out: &mut Vec<u8>, key: u64, flags: u64, value: &[u8], value_bytes: u32) {
+    let start = out.len();
     out.extend_from_slice(&key.to_le_bytes());
     out.extend_from_slice(&flags.to_le_bytes());
     out.extend_from_slice(value);
-    out.resize(16 + value_bytes as usize, 0);
-    out
+    out.resize(start + 16 + value_bytes as usize, 0);
 }
 
 /// A whole slot image, for bulk loading.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::memory::{Fenced, MemoryNode, RegionKey};
-use crate::verb::{Batch, Completions, ComputeNodeId, MemNodeId};
+use crate::verb::{Batch, Completions, ComputeNodeId, MemNodeId, VerbArena};
 use crate::{Fabric, QueuePair};
 
 /// The memory nodes of an in-process cluster.
@@ -117,6 +117,22 @@ impl QueuePair for InlineQp {
         let mut done = Completions::with_capacity(batch.len());
         self.node
             .execute_batch(self.compute, self.key, &batch, |c| done.push(c));
+        InlinePending {
+            done: Some(done),
+            yield_first: self.yield_per_batch,
+        }
+    }
+    fn post_in(&self, batch: Batch, arena: &mut VerbArena) -> Self::Pending {
+        let mut done = arena.completions();
+        let verbs = &batch;
+        (self.node).execute_batch_with(
+            self.compute,
+            self.key,
+            verbs,
+            |n| arena.zeroed(n),
+            |c| done.push(c),
+        );
+        arena.give_batch(batch);
         InlinePending {
             done: Some(done),
             yield_first: self.yield_per_batch,

@@ -29,7 +29,8 @@ mod verb;
 
 pub use memory::{Fenced, MemoryNode, RegionKey};
 pub use verb::{
-    Batch, Bytes, Completion, Completions, ComputeNodeId, MemNodeId, Verb, VerbError, VerbOutput,
+    Batch, Bytes, Completion, Completions, ComputeNodeId, MemNodeId, Verb, VerbArena, VerbError,
+    VerbOutput,
 };
 
 use std::future::Future;
@@ -55,6 +56,14 @@ pub trait Fabric: Clone + 'static {
 pub trait QueuePair: Clone + 'static {
     type Pending: Future<Output = Completions> + Unpin + 'static;
     fn post(&self, batch: Batch) -> Self::Pending;
+    /// [`QueuePair::post`], taking the completion vector and read buffers
+    /// from `arena` and giving the batch back to it, where the backend can
+    /// (those that execute in process: inline and shm). The caller gives
+    /// the completions back with [`VerbArena::give`] once it is done.
+    fn post_in(&self, batch: Batch, arena: &mut VerbArena) -> Self::Pending {
+        let _ = arena;
+        self.post(batch)
+    }
     fn memory_node(&self) -> MemNodeId;
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::region::Region;
 use crate::shm::Process;
 
-use crate::verb::{Completion, ComputeNodeId, Verb, VerbError, VerbOutput};
+use crate::verb::{Bytes, Completion, ComputeNodeId, Verb, VerbError, VerbOutput};
 
 /// A region key, issued to one compute node (like an RDMA rkey). Zero is never issued.
 pub type RegionKey = u64;
@@ -294,6 +294,19 @@ impl MemoryNode {
         compute: ComputeNodeId,
         key: RegionKey,
         verbs: &[Verb],
+        done: impl FnMut(Completion),
+    ) {
+        self.execute_batch_with(compute, key, verbs, |n| vec![0; n], done)
+    }
+
+    /// [`MemoryNode::execute_batch`], each read landing in `buffer(len)`
+    /// (a zeroed buffer of that length).
+    pub fn execute_batch_with(
+        &self,
+        compute: ComputeNodeId,
+        key: RegionKey,
+        verbs: &[Verb],
+        mut buffer: impl FnMut(usize) -> Bytes,
         mut done: impl FnMut(Completion),
     ) {
         if self.is_failed() {
@@ -306,7 +319,9 @@ impl MemoryNode {
         let executing = &self.region.executing()[compute as usize];
         executing.fetch_add(1, Ordering::SeqCst);
         if self.is_authorized(compute, key) {
-            verbs.iter().for_each(|v| done(self.execute_unchecked(v)));
+            verbs
+                .iter()
+                .for_each(|v| done(self.execute_with(v, &mut buffer)));
         } else {
             verbs.iter().for_each(|_| done(Err(VerbError::Revoked)));
         }
@@ -316,10 +331,14 @@ impl MemoryNode {
     /// Execute a verb without access control: for the node's own setup path
     /// (bulk loading through the control endpoint) and for inspection in tests.
     pub fn execute_unchecked(&self, verb: &Verb) -> Completion {
+        self.execute_with(verb, |n| vec![0; n])
+    }
+
+    fn execute_with(&self, verb: &Verb, mut buffer: impl FnMut(usize) -> Bytes) -> Completion {
         match verb {
             Verb::Read { addr, len } => {
                 self.check_range(*addr, *len as u64)?;
-                let mut out = vec![0u8; *len as usize];
+                let mut out = buffer(*len as usize);
                 self.read_into(*addr, &mut out)?;
                 Ok(VerbOutput::Read(out))
             }

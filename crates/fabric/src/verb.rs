@@ -22,6 +22,95 @@ macro_rules! batch {
     };
 }
 
+/// Buffers a queue pair's owner keeps from one batch to the next (issue 14:
+/// "an arena per coordinator"): emptied batches, completion vectors and byte
+/// buffers. Posting through [`crate::QueuePair::post_in`] takes from it and
+/// gives back, so a warm owner's verbs allocate nothing on a backend that
+/// executes in process; every backend accepts it. Each pool is bounded.
+#[derive(Default, Debug)]
+pub struct VerbArena {
+    batches: Vec<Batch>,
+    completions: Vec<Completions>,
+    bytes: Vec<Bytes>,
+}
+
+/// Buffers kept per pool: more than a transaction's batches in flight.
+const ARENA_KEEP: usize = 256;
+
+impl VerbArena {
+    /// An empty batch.
+    pub fn batch(&mut self) -> Batch {
+        self.batches.pop().unwrap_or_default()
+    }
+    /// A batch of `verbs`.
+    pub fn batch_of<const N: usize>(&mut self, verbs: [Verb; N]) -> Batch {
+        let mut b = self.batch();
+        b.extend(verbs);
+        b
+    }
+    /// An empty completion vector.
+    pub fn completions(&mut self) -> Completions {
+        self.completions.pop().unwrap_or_default()
+    }
+    /// A buffer holding a copy of `data`.
+    pub fn copy(&mut self, data: &[u8]) -> Bytes {
+        let mut b = self.empty_bytes();
+        b.extend_from_slice(data);
+        b
+    }
+    /// A zeroed buffer of `len` bytes (a read's destination).
+    pub fn zeroed(&mut self, len: usize) -> Bytes {
+        let mut b = self.empty_bytes();
+        b.resize(len, 0);
+        b
+    }
+    /// An empty buffer.
+    pub fn empty_bytes(&mut self) -> Bytes {
+        let mut b = self.bytes.pop().unwrap_or_default();
+        b.clear();
+        b
+    }
+    /// A write of a copy of `data`.
+    pub fn write(&mut self, addr: u64, data: &[u8]) -> Verb {
+        Verb::Write {
+            addr,
+            data: self.copy(data),
+        }
+    }
+    /// An 8-byte write.
+    pub fn write_u64(&mut self, addr: u64, value: u64) -> Verb {
+        self.write(addr, &value.to_le_bytes())
+    }
+    /// Take back a posted batch, and its writes' buffers.
+    pub fn give_batch(&mut self, mut batch: Batch) {
+        for v in batch.drain(..) {
+            if let Verb::Write { data, .. } = v {
+                self.give_bytes(data);
+            }
+        }
+        if self.batches.len() < ARENA_KEEP {
+            self.batches.push(batch);
+        }
+    }
+    /// Take back a batch's completions, and its reads' buffers.
+    pub fn give(&mut self, mut done: Completions) {
+        for c in done.drain(..) {
+            if let Ok(VerbOutput::Read(b)) = c {
+                self.give_bytes(b);
+            }
+        }
+        if self.completions.len() < ARENA_KEEP {
+            self.completions.push(done);
+        }
+    }
+    /// Take back a byte buffer.
+    pub fn give_bytes(&mut self, b: Bytes) {
+        if b.capacity() > 0 && self.bytes.len() < ARENA_KEEP {
+            self.bytes.push(b);
+        }
+    }
+}
+
 pub type MemNodeId = u16;
 pub type ComputeNodeId = u16;
 

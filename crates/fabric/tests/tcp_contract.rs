@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use tandem_fabric::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg};
 use tandem_fabric::tcp::{MemoryServerHandle, Polling, TcpCluster};
-use tandem_fabric::{Fabric, MemoryNode, QueuePair, Verb, VerbError, VerbOutput};
+use tandem_fabric::{Fabric, MemoryNode, QueuePair, Verb, VerbArena, VerbError, VerbOutput};
 
 const SECRET: u64 = 0x7A4D_E35E_C8E7;
 /// Every test body must finish well within this; a hang fails instead of stalling CI.
@@ -207,6 +207,57 @@ fn verbs_on_one_queue_pair_execute_in_posting_order(mode: Mode) {
 
         assert_eq!(c.info().await.unwrap(), vec![4096, 4096]);
         assert!(fabric.is_connected());
+    });
+}
+
+on_both_backends!(batches_posted_through_an_arena_complete_as_plain_ones_do);
+/// `post_in` keeps the contract of `post` (posting order, the same
+/// completions, errors per verb) and reuses the arena's buffers: the arena
+/// gets each batch back at once, and the completions once given back.
+fn batches_posted_through_an_arena_complete_as_plain_ones_do(mode: Mode) {
+    let s = server_on(mode, 4096);
+    let c = cluster_on(mode, &[&s]);
+    run(async {
+        let keys = c.register(1).await.unwrap();
+        let qp = c.connect(1, &keys).await.unwrap().queue_pair(0);
+        let mut arena = VerbArena::default();
+        let mut pending = Vec::new();
+        for i in 0..100u64 {
+            let w = arena.write_u64(8 * (i % 4) + 64, i);
+            let b = arena.batch_of([Verb::cas(0, i, i + 1), w, Verb::read(0, 8)]);
+            pending.push(qp.post_in(b, &mut arena));
+        }
+        for (i, p) in pending.into_iter().enumerate() {
+            let i = i as u64;
+            let done = p.await;
+            let want = done![
+                Ok(VerbOutput::Cas(i)),
+                Ok(VerbOutput::Write),
+                Ok(VerbOutput::Read((i + 1).to_le_bytes().as_slice().into()))
+            ];
+            assert_eq!(done, want, "batch {i}");
+            arena.give(done);
+        }
+        let bad = arena.batch_of([Verb::read(1 << 40, 8), Verb::faa(3, 1)]);
+        let done = qp.post_in(bad, &mut arena).await;
+        let want = done![Err(VerbError::OutOfRange), Err(VerbError::Misaligned)];
+        assert_eq!(done, want);
+        arena.give(done);
+        // Warm: a batch, its write's buffer and its completions come back.
+        let b = arena.batch();
+        let (cap, ptr) = (b.capacity(), b.as_ptr());
+        arena.give_batch(b);
+        let again = arena.batch();
+        assert_eq!(
+            (again.capacity(), again.as_ptr()),
+            (cap, ptr),
+            "the same batch reused"
+        );
+        assert!(cap >= 3, "a posted batch went back to the arena");
+        let plain = qp.post(tandem_fabric::batch![Verb::read(64, 32)]).await;
+        let (w, r) = (s.node().load_u64(64), s.node().load_u64(0));
+        assert_eq!((w, r), (96, 100), "the arena's writes landed, in order");
+        assert_eq!(plain[0].clone().unwrap().into_bytes().len(), 32);
     });
 }
 

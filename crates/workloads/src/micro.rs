@@ -148,6 +148,8 @@ pub struct MicroClient {
     spec: MicroSpec,
     rng: Rng,
     keys: Vec<u64>,
+    /// Which of `keys` this transaction writes (kept for its capacity).
+    writes: Vec<bool>,
     /// Shared so a harness can read it after a crash dropped the client's task.
     pub ledger: Rc<RefCell<MicroLedger>>,
 }
@@ -158,6 +160,7 @@ impl MicroClient {
             spec,
             rng: Rng::new(seed),
             keys: Vec::new(),
+            writes: Vec::new(),
             ledger: Rc::default(),
         }
     }
@@ -174,25 +177,24 @@ impl MicroClient {
                 self.keys.push(k);
             }
         }
-        let writes: Vec<bool> = self
-            .keys
-            .iter()
-            .map(|_| self.rng.chance(self.spec.write_ratio))
-            .collect();
+        self.writes.clear();
+        for _ in 0..self.keys.len() {
+            self.writes.push(self.rng.chance(self.spec.write_ratio));
+        }
         let mut tx = coord.begin();
         let mut n_writes = 0;
-        for (i, &k) in self.keys.iter().enumerate() {
-            let r = if writes[i] {
-                match tx.read_for_update(TABLE, k).await {
+        for (&k, &write) in self.keys.iter().zip(&self.writes) {
+            let r = if write {
+                match tx.read_for_update_ref(TABLE, k).await {
                     Ok(v) => {
                         n_writes += 1;
-                        tx.write(TABLE, k, &encode_value(k, decode_counter(&v) + 1))
-                            .await
+                        let v = encode_value(k, decode_counter(v) + 1);
+                        tx.write(TABLE, k, &v).await
                     }
                     Err(e) => Err(e),
                 }
             } else {
-                tx.read(TABLE, k).await.map(|_| ())
+                tx.read_ref(TABLE, k).await.map(|_| ())
             };
             match r {
                 Ok(()) => {}

@@ -7,7 +7,7 @@
 //! is encoded straight from the write set, so a commit builds no
 //! intermediate collections.
 
-use tandem_fabric::{batch, Batch, Completion, Fabric, MemNodeId, Verb, VerbError, VerbOutput};
+use tandem_fabric::{Batch, Completion, Fabric, MemNodeId, Verb, VerbArena, VerbError, VerbOutput};
 
 use super::{first_error, primary_of, Pending, Transaction};
 use crate::config::Mode;
@@ -15,7 +15,7 @@ use crate::error::{AbortReason, TxError};
 use crate::log::{
     begin_record, encode_entry, entry_len, finish_record, EntryHead, OpKind, HEADER_BYTES,
 };
-use crate::slot::{encode_body, LockWord, FLAG_LIVE, KEY_OFF, LOCK_OFF, VERSION_OFF};
+use crate::slot::{encode_body_into, LockWord, FLAG_LIVE, KEY_OFF, LOCK_OFF, VERSION_OFF};
 
 /// What a batch in flight on the commit path is for.
 #[derive(Clone, Copy, Debug)]
@@ -147,7 +147,8 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         if len as u64 > self.c.node.layout.log_slot_bytes / 2 {
             return false;
         }
-        let mut rec = Vec::with_capacity(len);
+        let mut rec = self.c.arena.empty_bytes();
+        rec.reserve(len);
         begin_record(&mut rec);
         for w in self.writes.iter().filter(|w| w.dirty) {
             let tl = self.table(w.table);
@@ -173,7 +174,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let addr = self.c.node.layout.log_addr(self.c.id);
         let nodes = self.c.log_nodes.clone();
         let live = self.live_mask(&nodes);
-        let write = |_, data| batch![Verb::write(addr, data)];
+        let write = |a: &mut VerbArena, _, data| a.batch_of([Verb::write(addr, data)]);
         self.post_to_each(&nodes, live, rec, write, Purpose::Log, inflight);
         true
     }
@@ -194,7 +195,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         nodes: &[MemNodeId],
         mask: u64,
         mut data: Vec<u8>,
-        make: impl Fn(usize, Vec<u8>) -> Batch,
+        make: impl Fn(&mut VerbArena, usize, Vec<u8>) -> Batch,
         purpose: Purpose,
         inflight: &mut Inflight<F>,
     ) {
@@ -204,9 +205,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             left &= left - 1;
             let d = match left {
                 0 => std::mem::take(&mut data),
-                _ => data.clone(),
+                _ => self.c.arena.copy(&data),
             };
-            let p = self.c.post(nodes[r], make(r, d));
+            let batch = make(&mut self.c.arena, r, d);
+            let p = self.c.post(nodes[r], batch);
             inflight.push((purpose, p));
         }
     }
@@ -238,7 +240,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 continue;
             }
             let (mem, addr) = primary_of(&node, t, part, slot);
-            let p = c.post(mem, batch![Verb::read(addr + LOCK_OFF, 16)]);
+            let p = c.post_verbs(mem, [Verb::read(addr + LOCK_OFF, 16)]);
             inflight.push((Purpose::Validate(version), p));
         }
     }
@@ -259,6 +261,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 Purpose::Validate(_) => {}
                 Purpose::Write(_) => unreachable!("commit writes go out after validation"),
             }
+            self.c.arena.give(r);
         }
         if let Some(e) = log_error {
             return Err(Err(e));
@@ -298,15 +301,14 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             let image = w.image.as_ref().unwrap();
             let value = w.new_value.as_deref().unwrap_or(&image.value);
             let flags = if w.final_live { FLAG_LIVE } else { 0 };
-            let body = encode_body(w.key, flags, value, tl.value_bytes);
+            let mut body = self.c.arena.empty_bytes();
+            encode_body_into(&mut body, w.key, flags, value, tl.value_bytes);
             let (part, slot, version) = (w.part, w.slot, w.new_version);
             let reps = &tl.replicas[part as usize];
-            let write = |r, data| {
+            let write = |a: &mut VerbArena, r, data| {
                 let addr = tl.slot_addr(part, r, slot);
-                batch![
-                    Verb::write(addr + KEY_OFF, data),
-                    Verb::write_u64(addr + VERSION_OFF, version),
-                ]
+                let version = a.write_u64(addr + VERSION_OFF, version);
+                a.batch_of([Verb::write(addr + KEY_OFF, data), version])
             };
             let live = self.live_mask(reps);
             self.post_to_each(reps, live, body, write, Purpose::Write(i), inflight);
@@ -349,6 +351,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 Some(VerbError::Unavailable) => {}
                 Some(e) => fatal = fatal.or(Some(e)),
             }
+            self.c.arena.give(r);
         }
         if fatal.is_some() {
             return fatal;

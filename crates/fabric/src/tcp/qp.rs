@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 
 use crate::memory::{MemoryNode, RegionKey};
 use crate::tcp::wire::{self, ServerMsg, FRAME_HEADER_BYTES};
-use crate::verb::{Batch, Completions, ComputeNodeId, MemNodeId, VerbError};
+use crate::verb::{Batch, Completions, ComputeNodeId, MemNodeId, Verb, VerbArena, VerbError};
 use crate::QueuePair;
 
 /// Initial size of the reader's buffer; it grows to hold the largest frame seen.
@@ -330,6 +330,24 @@ impl QueuePair for TcpQp {
     type Pending = TcpPending;
 
     fn post(&self, batch: Batch) -> TcpPending {
+        self.post_verbs(&batch, None)
+    }
+
+    /// The batch is encoded (tcp) or executed (shm) at once, so it goes
+    /// back to the arena at once.
+    fn post_in(&self, batch: Batch, arena: &mut VerbArena) -> TcpPending {
+        let p = self.post_verbs(&batch, Some(&mut *arena));
+        arena.give_batch(batch);
+        p
+    }
+
+    fn memory_node(&self) -> MemNodeId {
+        self.conn().mem
+    }
+}
+
+impl TcpQp {
+    fn post_verbs(&self, batch: &[Verb], arena: Option<&mut VerbArena>) -> TcpPending {
         let link = self.link.borrow();
         let conn = &link.0;
         let n = batch.len();
@@ -337,7 +355,7 @@ impl QueuePair for TcpQp {
             return TcpPending::ready(Completions::new());
         }
         if let Some(shm) = &conn.shm {
-            let done = shm.post(conn, &batch);
+            let done = shm.post(conn, batch, arena);
             return match shm.yield_per_batch {
                 true => TcpPending {
                     state: PendingState::YieldFirst(done),
@@ -345,7 +363,7 @@ impl QueuePair for TcpQp {
                 false => TcpPending::ready(done),
             };
         }
-        if !wire::batch_fits(&batch) {
+        if !wire::batch_fits(batch) {
             // The batch or its answer would exceed one frame; the server would
             // drop the connection for it, so refuse it here, per verb.
             return TcpPending::ready(vec![Err(VerbError::OutOfRange); n]);
@@ -357,7 +375,7 @@ impl QueuePair for TcpQp {
             }
             let req_id = i.next_req_id;
             i.next_req_id += 1;
-            wire::encode_batch(&mut i.out, req_id, &batch);
+            wire::encode_batch(&mut i.out, req_id, batch);
             i.slots.push_back(Slot::Waiting {
                 verbs: n,
                 waker: None,
@@ -374,20 +392,23 @@ impl QueuePair for TcpQp {
             },
         }
     }
-
-    fn memory_node(&self) -> MemNodeId {
-        self.conn().mem
-    }
 }
 
 impl ShmLink {
     /// Execute a batch on the mapped region, unless the link is down.
-    fn post(&self, conn: &Conn, batch: &[crate::Verb]) -> Completions {
+    fn post(&self, conn: &Conn, batch: &[Verb], arena: Option<&mut VerbArena>) -> Completions {
         if conn.inner.borrow().dead {
             return vec![Err(VerbError::Unavailable); batch.len()];
         }
-        let mut done = Completions::with_capacity(batch.len());
-        (self.node).execute_batch(self.compute, self.key, batch, |c| done.push(c));
+        let (compute, key) = (self.compute, self.key);
+        let Some(arena) = arena else {
+            let mut done = Completions::with_capacity(batch.len());
+            (self.node).execute_batch(compute, key, batch, |c| done.push(c));
+            return done;
+        };
+        let mut done = arena.completions();
+        let buffer = |n| arena.zeroed(n);
+        (self.node).execute_batch_with(compute, key, batch, buffer, |c| done.push(c));
         done
     }
 }
