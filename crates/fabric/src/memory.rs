@@ -10,6 +10,25 @@ use std::time::{Duration, Instant};
 use crate::region::Region;
 use crate::shm::Process;
 
+/// Batches this long or longer are prefetched before they execute (the
+/// commit path's one- and two-verb batches are not: nothing to overlap).
+const PREFETCH_FROM: usize = 3;
+/// Cache lines prefetched per verb, at most.
+const PREFETCH_LINES: u64 = 4;
+
+/// Hint the CPU to bring the cache line at `p` in (x86-64; elsewhere nothing).
+#[inline(always)]
+fn prefetch_line(p: *const u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it never faults, whatever the address.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 use crate::verb::{Bytes, Completion, ComputeNodeId, Verb, VerbError, VerbOutput};
 
 /// A region key, issued to one compute node (like an RDMA rkey). Zero is never issued.
@@ -319,6 +338,9 @@ impl MemoryNode {
         let executing = &self.region.executing()[compute as usize];
         executing.fetch_add(1, Ordering::SeqCst);
         if self.is_authorized(compute, key) {
+            if verbs.len() >= PREFETCH_FROM {
+                self.prefetch(verbs);
+            }
             verbs
                 .iter()
                 .for_each(|v| done(self.execute_with(v, &mut buffer)));
@@ -361,6 +383,28 @@ impl MemoryNode {
             Verb::Faa { addr, add } => {
                 let w = self.word(*addr)?;
                 Ok(VerbOutput::Faa(w.fetch_add(*add, Ordering::SeqCst)))
+            }
+        }
+    }
+
+    /// Ask for the first cache lines of every verb of a batch before
+    /// executing any, so its cache misses overlap, as a NIC's DMA reads of
+    /// one doorbell do, instead of running one after the other. A hint only:
+    /// bad addresses are skipped here and fail when executed.
+    fn prefetch(&self, verbs: &[Verb]) {
+        let words = self.region.words();
+        for v in verbs {
+            let (addr, len) = match v {
+                Verb::Read { addr, len } => (*addr, *len as u64),
+                Verb::Write { addr, data } => (*addr, data.len() as u64),
+                Verb::Cas { addr, .. } | Verb::Faa { addr, .. } => (*addr, 8),
+            };
+            let first = (addr / 8) as usize;
+            let lines = len.div_ceil(64).clamp(1, PREFETCH_LINES) as usize;
+            for i in (0..lines).map(|l| first + 8 * l) {
+                if let Some(w) = words.get(i) {
+                    prefetch_line(w.as_ptr());
+                }
             }
         }
     }
@@ -511,6 +555,30 @@ mod tests {
             m.execute(3, k, &Verb::read(16, 8)),
             Ok(VerbOutput::Read(11u64.to_le_bytes().as_slice().into()))
         );
+    }
+
+    #[test]
+    fn a_long_batch_with_bad_addresses_is_prefetched_and_fails_per_verb() {
+        let m = MemoryNode::new(64, 5);
+        let k = m.register(3).unwrap();
+        let verbs = [
+            Verb::read(u64::MAX - 2, 8),
+            Verb::read(u64::MAX & !7, u32::MAX),
+            Verb::write(56, vec![7; 8]),
+            Verb::cas(12, 0, 1),
+            Verb::faa(1 << 62, 1),
+            Verb::read(0, 64),
+        ];
+        assert!(verbs.len() >= PREFETCH_FROM, "the batch is prefetched");
+        let mut done = Vec::new();
+        m.execute_batch(3, k, &verbs, |c| done.push(c));
+        let mut want = vec![Err(VerbError::OutOfRange); 2];
+        want.extend([Ok(VerbOutput::Write), Err(VerbError::Misaligned)]);
+        want.push(Err(VerbError::OutOfRange));
+        let mut slot = vec![0; 64];
+        slot[56..].fill(7);
+        want.push(Ok(VerbOutput::Read(slot)));
+        assert_eq!(done, want);
     }
 
     #[test]
