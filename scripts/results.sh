@@ -4,12 +4,15 @@
 # one go; comparisons are ratios measured within one alternating run.
 #   usage: scripts/results.sh            (everything; hours on 2 cores, the soaks and experiments most)
 #          scripts/results.sh --engine   (issues 2 and 3 alone, about 10 minutes; later sections kept)
+#   TANDEM_BIN=path/to/tandem measures another binary (an older build, for a before/after table),
+#   RESULTS_OUT=dir keeps its JSON apart and RESULTS_DOC=file writes its document elsewhere.
 set -euo pipefail
 ENGINE_ONLY=0; [ "${1:-}" = "--engine" ] && ENGINE_ONLY=1
 cd "$(dirname "$0")/.."
 cargo build --release -q
-T=./target/release/tandem
-OUT=target/results
+T=${TANDEM_BIN:-./target/release/tandem}
+OUT=${RESULTS_OUT:-target/results}
+DOC=${RESULTS_DOC:-docs/RESULTS.md}
 mkdir -p "$OUT"
 
 run() { echo "+ $*" >&2; "$@"; }
@@ -17,7 +20,8 @@ run() { echo "+ $*" >&2; "$@"; }
 bash scripts/peers.sh stop all >/dev/null 2>&1 || true
 # Recovery runs measure real time on two shared cores; a run spoiled by a
 # failure-detector false positive exits non-zero and is run again (at most 3 times).
-retry() { for i in 1 2 3; do if run "$@"; then return 0; fi; echo "  (attempt $i failed; running again)" >&2; done; return 1; }
+# (Its counter is local: a global `i` would reset the caller's loop variable.)
+retry() { local a; for a in 1 2 3; do if run "$@"; then return 0; fi; echo "  (attempt $a failed; running again)" >&2; done; return 1; }
 
 # Issue 2: pandora vs ford vs traditional, in-process fabric (verbs execute at once).
 run $T bench --store pandora,ford,traditional --workload micro --fabric sim --write-ratio 0.5 \
@@ -58,8 +62,9 @@ for i in 1 2 3 4 5; do
   retry $T recovery --fabric tcp --coordinators 512 --timeout-ms 20 --json $OUT/recovery-tcp-c512-r$i.json
 done
 # Recovery time independent of dataset size (in-process fabric: loading 4 M keys over TCP is slow here).
-# A few hundred microseconds on two shared cores: five runs of each size, alternating; medians compared.
-for i in 1 2 3 4 5; do
+# A few hundred microseconds on two shared cores: nine runs of each size, alternating; medians compared.
+rm -f $OUT/recovery-sim-k*-r*.json   # no stale run stands in for a missing one
+for i in 1 2 3 4 5 6 7 8 9; do
   for k in 500000 4000000; do
     retry $T recovery --fabric sim --coordinators 64 --keys $k --json $OUT/recovery-sim-k$k-r$i.json
   done
@@ -78,10 +83,10 @@ retry $T recovery --fail-memory-node 1 --coordinators 16 --keys 100000 --duratio
 if [ "$ENGINE_ONLY" = 1 ]; then
   python3 scripts/render_results.py "$OUT" --engine-only > "$OUT/engine.md"
   sed -n '/^## Issue 4 — DART/,$p' docs/RESULTS.md > "$OUT/rest.md"
-  cat "$OUT/engine.md" "$OUT/rest.md" > docs/RESULTS.md
+  cat "$OUT/engine.md" "$OUT/rest.md" > "$DOC"
   exit 0
 fi
-python3 scripts/render_results.py "$OUT" > docs/RESULTS.md
+python3 scripts/render_results.py "$OUT" > "$DOC"
 
 # Issue 4: DART. A million litmus transactions on correct pandora with crashes, the baselines,
 # each of FORD's six bugs (the budgets of crates/dart/tests/mutants.rs), and PostgreSQL.
@@ -108,7 +113,7 @@ bash scripts/postgres.sh start
 for iso in serializable repeatable-read read-committed; do
   run $T litmus --store postgres --isolation $iso --seeds 20 --json $OUT/dart-pg-$iso.json || true
 done
-python3 scripts/render_dart.py "$OUT" >> docs/RESULTS.md
+python3 scripts/render_dart.py "$OUT" >> "$DOC"
 
 # Issue 9: false suspicion. The demo scenario 100 times with random stalls, crashes and a competing
 # load; the seeded simulation of the same faults, and the old bug re-injected.
@@ -124,20 +129,20 @@ for s in pandora ford; do default_bug $s complicit-abort; default_bug $s covert-
 default_bug ford missing-insert-undo
 default_bug traditional lost-decision
 default_bug traditional logging-without-locking trust-undo-images
-python3 scripts/render_fencing.py "$OUT" >> docs/RESULTS.md
+python3 scripts/render_fencing.py "$OUT" >> "$DOC"
 
 # Issue 10: DDP models in simulated time, their checks, and the runtime's ceiling over TCP.
 # (scripts/results_ddp.sh regenerates this part alone; here only its runs.)
 CARGO_TARGET_DIR=target run bash scripts/results_ddp.sh --runs-only
 run $T net echo --json $OUT/net-echo.json
-python3 scripts/render_ddp.py "$OUT" >> docs/RESULTS.md
+python3 scripts/render_ddp.py "$OUT" >> "$DOC"
 
 # Issue 15: slot reclamation. TATP and bounded-history TPC-C at full speed, 10 minutes each with
 # reclamation and 10 without (SOAK_SECS shortens them), occupancy and memory sampled every 10 s.
 for w in tatp tpcc-bounded; do
   run $T table-soak --workload $w --duration ${SOAK_SECS:-600} --reclaim both --json $OUT/soak-$w.json --figure docs/figures/soak-$w
 done
-python3 scripts/render_soak.py "$OUT" >> docs/RESULTS.md
+python3 scripts/render_soak.py "$OUT" >> "$DOC"
 
 # Issue 5: the paper's experiments, one command each; each writes
 # docs/results/NAME.json, docs/figures/NAME.{svg,png} and its section of docs/RESULTS.md.
