@@ -222,6 +222,12 @@ validation (`pandora.txt` Fig. 2), which is why it reports the two as equal.
 One compute thread, a cache-resident key set, verbs executed in process with no
 delay: **{one_core_tps:,.0f} committed tx/s on one core** (goal ≥ 1 000 000: {'met' if one_core_tps >= 1e6 else 'not met'}).
 
+The host matters here: the session that reached the goal measured 1,119,428 tx/s with this command
+at commit `b89fec0`, on another host; on this session's host (an AMD EPYC at 2.6 GHz) the binary of
+`bfb770c` (the same hot path)
+measures 748 k at the median of sixteen alternating runs of one round of a second, and this commit's
+774 k. Single runs of either spread from 0.55 M to 0.83 M here.
+
 Profiles (`perf record -g` of this command, self time grouped; ns per
 committed transaction = share × time per transaction) before and after the
 session that took it from about 0.71 M to about 1.13 M tx/s (commits
@@ -330,9 +336,10 @@ verb of a batch of three or more before executing any (`MemoryNode::prefetch`), 
 overlap, as a NIC's DMA reads of one doorbell do. Timed per round in four runs of each size before and
 after: the round that reads the objects' lock words and versions took 38–71 µs at 4 M keys and 29–37 µs
 at 0.5 M without it, 22–47 µs and 18–27 µs with it. These phases last a few hundred microseconds on two
-shared cores and single runs spread by ±50 %, hence nine alternating runs and medians; with five runs, an
-earlier session's host measured 1.45 before the prefetch, and this session's host measured 0.68 with
-the binary before the prefetch and 0.97 with it, nine runs each.
+shared cores and single runs spread by ±50 %, hence nine alternating runs and medians. Nine alternating
+runs of each binary on this session's host gave 0.68 before the prefetch and 0.97 with it. The 1.45 an
+earlier RESULTS showed is void: `results.sh`'s retry helper reset the loop counter, so every 4 M-key run
+wrote the same file and that median mixed one fresh run with stale ones (fixed: the counter is local).
 
 Baselines, `tandem recovery --store S --fabric sim --coordinators 64 --keys K`
 (in process; ford and traditional pause every live coordinator and let their
