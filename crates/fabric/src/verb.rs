@@ -32,10 +32,17 @@ pub struct VerbArena {
     batches: Vec<Batch>,
     completions: Vec<Completions>,
     bytes: Vec<Bytes>,
+    /// The capacity of every buffer in `bytes`, summed.
+    kept_bytes: usize,
 }
 
 /// Buffers kept per pool: more than a transaction's batches in flight.
 const ARENA_KEEP: usize = 256;
+/// Byte buffers larger than this are freed rather than kept (a rare large
+/// read must not pin its memory in every coordinator that made one).
+const ARENA_KEEP_BYTES: usize = 64 << 10;
+/// The byte buffers kept, at most, by capacity (per arena).
+const ARENA_KEEP_TOTAL: usize = 1 << 20;
 
 impl VerbArena {
     /// An empty batch.
@@ -67,6 +74,7 @@ impl VerbArena {
     /// An empty buffer.
     pub fn empty_bytes(&mut self) -> Bytes {
         let mut b = self.bytes.pop().unwrap_or_default();
+        self.kept_bytes -= b.capacity();
         b.clear();
         b
     }
@@ -105,7 +113,10 @@ impl VerbArena {
     }
     /// Take back a byte buffer.
     pub fn give_bytes(&mut self, b: Bytes) {
-        if b.capacity() > 0 && self.bytes.len() < ARENA_KEEP {
+        let cap = b.capacity();
+        let room = self.kept_bytes + cap <= ARENA_KEEP_TOTAL && self.bytes.len() < ARENA_KEEP;
+        if room && (1..=ARENA_KEEP_BYTES).contains(&cap) {
+            self.kept_bytes += cap;
             self.bytes.push(b);
         }
     }
@@ -223,3 +234,46 @@ impl fmt::Display for VerbError {
 impl std::error::Error for VerbError {}
 
 pub type Completion = Result<VerbOutput, VerbError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_arena_reuses_buffers_and_bounds_what_it_keeps() {
+        let mut a = VerbArena::default();
+        let w = a.write(0, &[1, 2, 3]);
+        let Verb::Write { data, .. } = &w else {
+            unreachable!()
+        };
+        let ptr = data.as_ptr();
+        a.give_batch(vec![w, Verb::read(0, 8)]);
+        assert_eq!(a.zeroed(2).as_ptr(), ptr, "the write's buffer came back");
+        assert_eq!(a.copy(&[9; 5]), vec![9; 5]);
+        for _ in 0..2 * ARENA_KEEP {
+            a.give_bytes(vec![0; 8]);
+        }
+        assert_eq!(a.bytes.len(), ARENA_KEEP, "the pool is bounded");
+        let mut b = VerbArena::default();
+        b.give_bytes(Vec::with_capacity(ARENA_KEEP_BYTES + 1));
+        b.give_bytes(Vec::new());
+        assert!(
+            b.bytes.is_empty(),
+            "no huge buffer and no empty one is kept"
+        );
+        for _ in 0..ARENA_KEEP {
+            b.give_bytes(Vec::with_capacity(ARENA_KEEP_BYTES));
+        }
+        assert_eq!(b.kept_bytes, ARENA_KEEP_TOTAL, "bounded by bytes too");
+        let n = b.bytes.len();
+        b.empty_bytes();
+        assert_eq!(b.kept_bytes, (n - 1) * ARENA_KEEP_BYTES);
+        b.bytes.clear();
+        b.kept_bytes = 0;
+        b.give(vec![
+            Ok(VerbOutput::Read(vec![1; 16])),
+            Ok(VerbOutput::Write),
+        ]);
+        assert_eq!((b.bytes.len(), b.completions().capacity() >= 2), (1, true));
+    }
+}
