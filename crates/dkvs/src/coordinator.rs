@@ -35,7 +35,9 @@ use crate::compute::ComputeNode;
 use crate::config::{Mode, OnStray, TableId, LEASE_STALLS};
 use crate::error::{AbortReason, TxError};
 use crate::layout::{TableLayout, ASSOC, MAX_PROBE_BUCKETS};
-use crate::log::{invalid_state_word, LogEntry, LogRecord, OpKind};
+use crate::log::{
+    begin_record, encode_entry, finish_record, invalid_state_word, EntryHead, OpKind,
+};
 mod commit;
 mod reclaim;
 pub use reclaim::Reclaim;
@@ -108,6 +110,8 @@ struct Spare<F: Fabric> {
     reads: Vec<ReadEntry>,
     guards: Vec<Guard>,
     writes: Vec<WriteEntry<F>>,
+    undo_pending: Vec<Pending<F>>,
+    undo_cursor: Vec<u64>,
 }
 
 impl<F: Fabric> Default for Spare<F> {
@@ -116,6 +120,8 @@ impl<F: Fabric> Default for Spare<F> {
             reads: Vec::new(),
             guards: Vec::new(),
             writes: Vec::new(),
+            undo_pending: Vec::new(),
+            undo_cursor: Vec::new(),
         }
     }
 }
@@ -296,15 +302,18 @@ impl<F: Fabric> Coordinator<F> {
             Mode::Pandora => LockWord::owned(self.id, self.tx_seq),
             Mode::Ford | Mode::Traditional => LockWord::ANONYMOUS,
         };
+        let mut undo_cursor = std::mem::take(&mut self.spare.undo_cursor);
+        undo_cursor.clear();
+        undo_cursor.resize(self.qps.len(), 0);
         Transaction {
             seq: self.tx_seq,
             lock_word,
             reads: std::mem::take(&mut self.spare.reads),
             guards: std::mem::take(&mut self.spare.guards),
             writes: std::mem::take(&mut self.spare.writes),
+            undo_pending: std::mem::take(&mut self.spare.undo_pending),
+            undo_cursor,
             c: self,
-            undo_pending: Vec::new(),
-            undo_cursor: HashMap::new(),
             lock_log_cursor: 0,
             logged: false,
             log_full: false,
@@ -373,7 +382,7 @@ pub struct Transaction<'c, F: Fabric> {
     /// FORD/traditional undo-log writes, awaited before the commit writes.
     undo_pending: Vec<Pending<F>>,
     /// Next free offset in this coordinator's undo area, per memory node.
-    undo_cursor: HashMap<MemNodeId, u64>,
+    undo_cursor: Vec<u64>,
     lock_log_cursor: u64,
     /// A log record of this transaction is (or may be) on its log nodes.
     logged: bool,
@@ -1021,25 +1030,6 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         Ok(())
     }
 
-    fn log_entry(&self, w: &WriteEntry<F>, op: OpKind, new_version: u64) -> LogEntry {
-        let tl = self.table(w.table);
-        let image = w.image.as_ref().expect("logged entry is locked");
-        LogEntry {
-            table: w.table,
-            op,
-            key: w.key,
-            old_version: image.version,
-            new_version,
-            old_flags: image.flags,
-            replicas: tl.replicas[w.part as usize]
-                .iter()
-                .enumerate()
-                .map(|(r, &n)| (n, tl.slot_addr(w.part, r, w.slot)))
-                .collect(),
-            old_value: image.value.clone(),
-        }
-    }
-
     /// FORD: write the undo image of write entry `i` to every replica of its object.
     fn post_undo(&mut self, i: usize) {
         // The undo image of a slot that was empty is "no key here": recovery
@@ -1051,19 +1041,14 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         } else {
             OpKind::Update
         };
-        let entry = self.log_entry(&self.writes[i], op, self.writes[i].new_version);
-        let rec = LogRecord {
-            coordinator: self.c.id,
-            tx_seq: self.seq,
-            entries: vec![entry],
-        }
-        .encode();
+        let mut rec = self.c.arena.empty_bytes();
+        self.encode_undo(&mut rec, i, op);
         let half = self.c.node.layout.log_slot_bytes / 2;
         let base = self.c.node.layout.log_addr(self.c.id);
-        let nodes: Vec<MemNodeId> =
-            self.table(self.writes[i].table).replicas[self.writes[i].part as usize].clone();
-        for n in nodes {
-            let cur = self.undo_cursor.entry(n).or_insert(0);
+        let (t, part) = (self.writes[i].table, self.writes[i].part);
+        for r in 0..self.table(t).replicas[part as usize].len() {
+            let n = self.table(t).replicas[part as usize][r];
+            let cur = &mut self.undo_cursor[n as usize];
             if *cur + rec.len() as u64 > half {
                 // The undo area is full: the transaction aborts at commit
                 // (LogFull) rather than overwrite its own earlier entries.
@@ -1072,9 +1057,34 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             }
             let addr = base + *cur;
             *cur += rec.len() as u64;
-            let p = self.c.post(n, batch![Verb::write(addr, rec.clone())]);
+            let write = self.c.arena.write(addr, &rec);
+            let p = self.c.post_verbs(n, [write]);
             self.undo_pending.push(p);
         }
+        self.c.arena.give_bytes(rec);
+    }
+
+    /// The one-entry undo record of write entry `i`, encoded into `rec`.
+    fn encode_undo(&self, rec: &mut Vec<u8>, i: usize, op: OpKind) {
+        let w = &self.writes[i];
+        let tl = self.table(w.table);
+        let image = w.image.as_ref().expect("logged entry is locked");
+        let head = EntryHead {
+            table: w.table,
+            op,
+            key: w.key,
+            old_version: image.version,
+            new_version: w.new_version,
+            old_flags: image.flags,
+        };
+        let reps = &tl.replicas[w.part as usize];
+        let addrs = reps
+            .iter()
+            .enumerate()
+            .map(|(r, &n)| (n, tl.slot_addr(w.part, r, w.slot)));
+        begin_record(rec);
+        encode_entry(rec, head, addrs, &image.value);
+        finish_record(rec, self.c.id, 1, self.seq);
     }
 
     /// Traditional logging: persist (table, key, slot) on the log nodes before locking.
@@ -1085,45 +1095,52 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         part: u32,
         slot: u32,
     ) -> Result<(), TxError> {
+        let mut rec = self.c.arena.empty_bytes();
         let tl = self.table(t);
-        let entry = LogEntry {
+        let head = EntryHead {
             table: t,
             op: OpKind::Update,
             key,
             old_version: 0,
             new_version: 0,
             old_flags: 0,
-            replicas: tl.replicas[part as usize]
-                .iter()
-                .enumerate()
-                .map(|(r, &n)| (n, tl.slot_addr(part, r, slot)))
-                .collect(),
-            old_value: Vec::new(),
         };
-        let rec = LogRecord {
-            coordinator: self.c.id,
-            tx_seq: self.seq,
-            entries: vec![entry],
-        }
-        .encode();
+        let reps = &tl.replicas[part as usize];
+        let addrs = reps
+            .iter()
+            .enumerate()
+            .map(|(r, &n)| (n, tl.slot_addr(part, r, slot)));
+        begin_record(&mut rec);
+        encode_entry(&mut rec, head, addrs, &[]);
+        finish_record(&mut rec, self.c.id, 1, self.seq);
         let half = self.c.node.layout.log_slot_bytes / 2;
         if self.lock_log_cursor + rec.len() as u64 > half {
             // Never overwrite this transaction's own lock log.
+            self.c.arena.give_bytes(rec);
             return Err(self.abort_with(AbortReason::LogFull).await);
         }
         let addr = self.c.node.layout.log_addr(self.c.id) + half + self.lock_log_cursor;
         self.lock_log_cursor += rec.len() as u64;
-        let nodes = self.c.log_nodes.clone();
-        let pendings: Vec<_> = nodes
-            .iter()
-            .map(|&n| self.c.post(n, batch![Verb::write(addr, rec.clone())]))
-            .collect();
-        for r in join_all(pendings).await {
-            if let Some(e) = first_error(&r) {
-                return Err(self.fail(e).await);
-            }
+        // Every copy is posted before any is awaited: one round trip.
+        let mut pending = std::mem::take(&mut self.c.inflight);
+        pending.clear();
+        for r in 0..self.c.log_nodes.len() {
+            let write = self.c.arena.write(addr, &rec);
+            let p = self.c.post_verbs(self.c.log_nodes[r], [write]);
+            pending.push((commit::Purpose::Log, p));
         }
-        Ok(())
+        self.c.arena.give_bytes(rec);
+        let mut error = None;
+        for (_, p) in pending.drain(..) {
+            let r = p.await;
+            error = error.or(first_error(&r));
+            self.c.arena.give(r);
+        }
+        self.c.inflight = pending;
+        match error {
+            Some(e) => Err(self.fail(e).await),
+            None => Ok(()),
+        }
     }
 
     /// What validation depends on: the read set (but keys this transaction
@@ -1256,6 +1273,10 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     /// Hand the read, guard and write sets back to the coordinator, emptied,
     /// for the next transaction (a transaction dropped mid-way keeps them).
     fn give_back_sets(&mut self) {
+        self.undo_pending.clear();
+        let spare = &mut self.c.spare;
+        std::mem::swap(&mut spare.undo_pending, &mut self.undo_pending);
+        std::mem::swap(&mut spare.undo_cursor, &mut self.undo_cursor);
         let arena = &mut self.c.arena;
         let values = self.reads.drain(..).filter_map(|r| r.value);
         values.for_each(|v| arena.give_bytes(v));

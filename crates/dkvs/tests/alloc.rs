@@ -52,13 +52,18 @@ fn now<T>(f: impl std::future::Future<Output = T>) -> T {
 /// Allocations per committed transaction, over `n` after a warm-up, with
 /// the borrowing reads (`borrow`) or the copying ones.
 fn allocations_per_transaction(n: u64, borrow: bool) -> f64 {
+    allocations_in_mode(Mode::Pandora, n, borrow)
+}
+
+/// [`allocations_per_transaction`] in `mode`.
+fn allocations_in_mode(mode: Mode, n: u64, borrow: bool) -> f64 {
     let tables = vec![TableSpec {
         id: 0,
         name: "micro".into(),
         value_size: 40,
         capacity: 1000,
     }];
-    let store = StoreConfig::new(Mode::Pandora, 3, 2, tables);
+    let store = StoreConfig::new(mode, 3, 2, tables);
     let layout = Arc::new(Layout::new(&store).unwrap());
     let size = *layout.region_bytes.iter().max().unwrap();
     let cluster = InlineCluster::with_nodes(3, size, 1);
@@ -104,4 +109,13 @@ fn the_copying_reads_allocate_only_the_values_they_return() {
     let per_tx = allocations_per_transaction(10_000, false);
     eprintln!("allocations per committed micro transaction, copying reads: {per_tx:.2}");
     assert_eq!(per_tx, 2.0, "{per_tx:.2} allocations per transaction");
+}
+
+#[test]
+fn the_baselines_undo_and_lock_logs_allocate_nothing_either() {
+    for mode in [Mode::Ford, Mode::Traditional] {
+        let per_tx = allocations_in_mode(mode, 10_000, true);
+        eprintln!("{mode:?}: allocations per committed micro transaction: {per_tx:.2}");
+        assert_eq!(per_tx, 0.0, "{mode:?}: {per_tx:.2} allocations per transaction");
+    }
 }

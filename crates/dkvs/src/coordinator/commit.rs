@@ -75,9 +75,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         if !self.c.node.bugs.relaxed_locks {
             self.post_validation(inflight);
         }
-        for p in std::mem::take(&mut self.undo_pending) {
-            inflight.push((Purpose::Log, p));
-        }
+        inflight.extend(self.undo_pending.drain(..).map(|p| (Purpose::Log, p)));
         match self.await_round(inflight).await {
             Ok(()) => {}
             Err(Ok(reason)) => return Err(self.abort_with(reason).await),
