@@ -116,6 +116,9 @@ fn the_baselines_undo_and_lock_logs_allocate_nothing_either() {
     for mode in [Mode::Ford, Mode::Traditional] {
         let per_tx = allocations_in_mode(mode, 10_000, true);
         eprintln!("{mode:?}: allocations per committed micro transaction: {per_tx:.2}");
-        assert_eq!(per_tx, 0.0, "{mode:?}: {per_tx:.2} allocations per transaction");
+        assert_eq!(
+            per_tx, 0.0,
+            "{mode:?}: {per_tx:.2} allocations per transaction"
+        );
     }
 }

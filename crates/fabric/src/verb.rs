@@ -248,7 +248,12 @@ mod tests {
         };
         let ptr = data.as_ptr();
         a.give_batch(vec![w, Verb::read(0, 8)]);
-        assert_eq!(a.zeroed(2).as_ptr(), ptr, "the write's buffer came back");
+        let again = a.zeroed(2);
+        assert_eq!(
+            (again.as_ptr(), again.as_slice()),
+            (ptr, &[0u8, 0][..]),
+            "reused, zeroed"
+        );
         assert_eq!(a.copy(&[9; 5]), vec![9; 5]);
         for _ in 0..2 * ARENA_KEEP {
             a.give_bytes(vec![0; 8]);
