@@ -254,7 +254,9 @@ rather than boxing a future per transaction.
 
 Allocation: **none** per committed micro transaction on a warm coordinator
 (one read, one read-modify-write; `crates/dkvs/tests/alloc.rs` counts them
-with a counting allocator and fails on one). Each coordinator keeps a
+with a counting allocator and fails on one), in pandora, ford and
+traditional modes alike (the baselines' undo entries and lock logs are
+encoded into arena buffers as pandora's log record is). Each coordinator keeps a
 `VerbArena`: its batches, completion vectors and byte buffers (write data,
 read results, the log record, slot bodies) come from it and go back to it,
 through `QueuePair::post_in`, which the in-process backends (inline, shm)
