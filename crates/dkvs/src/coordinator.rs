@@ -1066,7 +1066,14 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
     /// The one-entry undo record of write entry `i`, encoded into `rec`.
     fn encode_undo(&self, rec: &mut Vec<u8>, i: usize, op: OpKind) {
-        let w = &self.writes[i];
+        begin_record(rec);
+        self.encode_write_entry(rec, &self.writes[i], op);
+        finish_record(rec, self.c.id, 1, self.seq);
+    }
+
+    /// Append write entry `w`'s log entry (`op`, its versions, every
+    /// replica's slot address, the locked image as undo) to `rec`.
+    fn encode_write_entry(&self, rec: &mut Vec<u8>, w: &WriteEntry<F>, op: OpKind) {
         let tl = self.table(w.table);
         let image = w.image.as_ref().expect("logged entry is locked");
         let head = EntryHead {
@@ -1082,9 +1089,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             .iter()
             .enumerate()
             .map(|(r, &n)| (n, tl.slot_addr(w.part, r, w.slot)));
-        begin_record(rec);
         encode_entry(rec, head, addrs, &image.value);
-        finish_record(rec, self.c.id, 1, self.seq);
     }
 
     /// Traditional logging: persist (table, key, slot) on the log nodes before locking.

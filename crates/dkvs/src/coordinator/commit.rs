@@ -12,9 +12,7 @@ use tandem_fabric::{Batch, Completion, Fabric, MemNodeId, Verb, VerbArena, VerbE
 use super::{first_error, primary_of, Pending, Transaction};
 use crate::config::Mode;
 use crate::error::{AbortReason, TxError};
-use crate::log::{
-    begin_record, encode_entry, entry_len, finish_record, EntryHead, OpKind, HEADER_BYTES,
-};
+use crate::log::{begin_record, entry_len, finish_record, OpKind, HEADER_BYTES};
 use crate::slot::{encode_body_into, LockWord, FLAG_LIVE, KEY_OFF, LOCK_OFF, VERSION_OFF};
 
 /// What a batch in flight on the commit path is for.
@@ -149,24 +147,9 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         rec.reserve(len);
         begin_record(&mut rec);
         for w in self.writes.iter().filter(|w| w.dirty) {
-            let tl = self.table(w.table);
-            let image = w.image.as_ref().expect("logged entry is locked");
-            let head = EntryHead {
-                table: w.table,
-                op: w
-                    .op()
-                    .expect("a pandora write that changes nothing is not dirty"),
-                key: w.key,
-                old_version: image.version,
-                new_version: w.new_version,
-                old_flags: image.flags,
-            };
-            let reps = &tl.replicas[w.part as usize];
-            let addrs = reps
-                .iter()
-                .enumerate()
-                .map(|(r, &n)| (n, tl.slot_addr(w.part, r, w.slot)));
-            encode_entry(&mut rec, head, addrs, &image.value);
+            let op = w.op();
+            let op = op.expect("a pandora write that changes nothing is not dirty");
+            self.encode_write_entry(&mut rec, w, op);
         }
         finish_record(&mut rec, self.c.id, dirty, self.seq);
         let addr = self.c.node.layout.log_addr(self.c.id);
