@@ -96,6 +96,12 @@ pub struct Bugs {
     /// HEAL: the Buddy ships only its buffer, not the versions it holds
     /// unvalidated (spec O-1: a VAL that reaches it after it answered).
     pub heal_no_pending: bool,
+    /// UPD family: a node that catches up by a copy does not log the
+    /// adopted updates some member lacked (only it may hold them now).
+    pub copy_unlogged: bool,
+    /// UPD family: `UpdSync` names only the applied prefix, so an update
+    /// past a gap is never known applied everywhere and never leaves a log.
+    pub gossip_prefix_only: bool,
 }
 
 impl Bugs {
@@ -105,7 +111,7 @@ impl Bugs {
     /// write) with one vote (ACK_p) missing, `val-before-persist` ACKs INITX
     /// and votes before persisting, and `read-in-invalid` lets reads return
     /// another transaction's uncommitted write (read-uncommitted).
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 14] = [
         "reply-before-last-ack",
         "val-before-persist",
         "read-in-invalid",
@@ -118,6 +124,8 @@ impl Bugs {
         "heal-online-early",
         "heal-no-shadow",
         "heal-no-pending",
+        "copy-unlogged",
+        "gossip-prefix-only",
     ];
 
     pub fn parse(names: &[String]) -> Result<Bugs, String> {
@@ -136,6 +144,8 @@ impl Bugs {
                 "heal-online-early" => b.heal_online_early = true,
                 "heal-no-shadow" => b.heal_no_shadow = true,
                 "heal-no-pending" => b.heal_no_pending = true,
+                "copy-unlogged" => b.copy_unlogged = true,
+                "gossip-prefix-only" => b.gossip_prefix_only = true,
                 other => {
                     return Err(format!(
                         "unknown DDP bug '{other}' (known: {})",
@@ -439,6 +449,35 @@ impl DdpNode {
             && self.heal_quiet()
     }
 
+    /// Why [`Self::is_settled`] is false (for a checker's message).
+    pub fn unsettled_why(&self) -> String {
+        let u = &self.upd;
+        let mut why = vec![format!("ready {}", self.ready)];
+        let counts = [
+            ("unsettled keys", self.unsettled.len()),
+            ("scope persists", self.scope_persists.len()),
+            ("buffered updates", u.buffer.len()),
+            ("logged updates", u.log.len()),
+            ("queued updates", u.outbox.len()),
+            ("held persists", u.held.len()),
+            ("strict writes", u.strict.len()),
+            ("waiting operations", u.waiting.len()),
+        ];
+        why.extend(
+            counts
+                .iter()
+                .filter(|c| c.1 > 0)
+                .map(|(n, c)| format!("{c} {n}")),
+        );
+        if !self.trans.is_quiet() {
+            why.push("transactions in progress".into());
+        }
+        if !self.heal_quiet() {
+            why.push("HEAL in progress".into());
+        }
+        why.join(", ")
+    }
+
     /// The versions this node applied in its last step, in order (UPD
     /// family, including updates last-writer-wins made no-ops): the trace
     /// the causal checks (spec §13.2 C1) read.
@@ -578,7 +617,7 @@ impl DdpNode {
                 .into_iter()
                 .for_each(|(key, ts)| self.reached_gdp(key, ts)),
             Msg::Upd { upds } => self.on_upd(upds, out),
-            Msg::UpdSync { applied } => self.on_upd_sync(from, applied),
+            Msg::UpdSync { applied, extra } => self.on_upd_sync(from, applied, extra),
             Msg::CopyReq if upd => self.on_upd_copy_req(from, out),
             Msg::CopyReq => self.on_copy_req(from, out),
             Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),

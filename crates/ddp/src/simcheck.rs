@@ -163,6 +163,8 @@ impl CheckConfig {
             (self.bugs.heal_online_early, "heal-online-early"),
             (self.bugs.heal_no_shadow, "heal-no-shadow"),
             (self.bugs.heal_no_pending, "heal-no-pending"),
+            (self.bugs.copy_unlogged, "copy-unlogged"),
+            (self.bugs.gossip_prefix_only, "gossip-prefix-only"),
         ] {
             if on {
                 s += &format!(" --inject-bug {name}");
@@ -906,6 +908,7 @@ impl Run {
         self.net.run_while(until, |net| {
             !(0..nodes).all(|n| net.with_node(n, |p| p.is_none_or(|p| p.is_settled())))
         });
+        self.check_settled();
         let traced: Vec<String> = self
             .rec
             .borrow()
@@ -965,6 +968,22 @@ impl Run {
                     self.report.heal_rounds += u64::from(t.rounds);
                 }
                 None => {}
+            }
+        }
+    }
+
+    /// After quiescence every live node is settled: nothing buffered,
+    /// waiting or unvalidated, and (UPD family) its log of updates not yet
+    /// applied everywhere is empty, so anti-entropy has stopped resending.
+    fn check_settled(&mut self) {
+        for n in 0..self.cfg.nodes {
+            let why = self.net.with_node(n, |p| {
+                p.filter(|p| !p.is_settled()).map(|p| p.unsettled_why())
+            });
+            if let Some(why) = why {
+                self.report.violations.push(format!(
+                    "G6: node {n} not settled 10 ms after quiescence: {why}"
+                ));
             }
         }
     }

@@ -224,6 +224,9 @@ pub enum Msg {
     /// garbage collection; not in the paper, which assumes reliable links).
     UpdSync {
         applied: Vector,
+        /// Applied beyond that prefix (a gap a crashed origin left, or
+        /// updates that overtook others), at most `EXTRA_MAX` of them.
+        extra: Vec<UpdId>,
     },
     /// A restarted node asks for a full copy (until HEAL replaces it).
     CopyReq,

@@ -17,6 +17,8 @@
 //!   and RE-p each NVM is causally closed, so their union is too. The node
 //!   serves once every adopted version is persisted here.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use tandem_net::{Command, NodeId};
 
 use crate::model::PersistIssue;
@@ -24,6 +26,18 @@ use crate::node::{DdpNode, Out, Wait};
 use crate::types::{Key, Msg, Record, Ts, Upd, Version};
 use crate::update::CopyIn;
 use crate::vector::{UpdId, Vector};
+
+/// `applied` without `id` itself and its origin's later updates.
+fn before(applied: &Vector, id: UpdId) -> Vector {
+    let mut deps = Vector::default();
+    for (o, n) in applied.iter() {
+        deps.raise(o, if o == id.origin { n.min(id.seq - 1) } else { n });
+    }
+    deps
+}
+
+/// At most this many ids beyond the applied prefix go in one `UpdSync`.
+const EXTRA_MAX: usize = 256;
 
 /// At most this many updates go to one member in one resend.
 const RESEND_MAX: usize = 64;
@@ -48,26 +62,56 @@ impl DdpNode {
     }
 
     fn gossip(&mut self, out: &mut Out) {
-        let (last, at) = &self.upd.gossiped;
-        if !self.ready || (*last == self.upd.applied && self.now < at + self.params.retry_ns) {
+        let extra = if self.bugs.gossip_prefix_only {
+            Vec::new()
+        } else {
+            self.upd.extra_ids(EXTRA_MAX)
+        };
+        let (last, last_extra, at) = &self.upd.gossiped;
+        let same = *last == self.upd.applied && *last_extra == extra;
+        if !self.ready || (same && self.now < at + self.params.retry_ns) {
             return;
         }
-        self.upd.gossiped = (self.upd.applied.clone(), self.now);
+        self.upd.gossiped = (self.upd.applied.clone(), extra.clone(), self.now);
         out.push(Command::Broadcast {
             msg: Msg::UpdSync {
                 applied: self.upd.applied.clone(),
+                extra,
             },
         });
     }
 
-    pub(crate) fn on_upd_sync(&mut self, from: NodeId, applied: Vector) {
+    pub(crate) fn on_upd_sync(&mut self, from: NodeId, applied: Vector, extra: Vec<UpdId>) {
         self.upd.peers.insert(from, applied);
+        self.upd
+            .peer_extra
+            .insert(from, extra.into_iter().collect());
         self.gc_log();
     }
 
-    /// Forget the updates every other member has applied.
-    /// Vectors name prefixes, so per origin that is a prefix of the log.
+    /// Forget the updates every other member has applied: per origin a
+    /// prefix of the log (vectors name prefixes), then those every member
+    /// applied beyond its prefix (past a gap that may never fill: the
+    /// origin crashed before any member received one of its updates).
     fn gc_log(&mut self) {
+        self.gc_log_prefixes();
+        let others: Vec<NodeId> = self.config.others(self.me).collect();
+        let upd = &self.upd;
+        let candidates: BTreeSet<UpdId> = others
+            .iter()
+            .filter_map(|p| upd.peer_extra.get(p))
+            .flatten()
+            .filter(|id| upd.log.contains_key(id))
+            .copied()
+            .collect();
+        for id in candidates {
+            if others.iter().all(|&p| self.upd.peer_has(p, id)) {
+                self.upd.log.remove(&id);
+            }
+        }
+    }
+
+    fn gc_log_prefixes(&mut self) {
         let others: Vec<NodeId> = self.config.others(self.me).collect();
         let peers = &self.upd.peers;
         let everywhere = |o| {
@@ -114,9 +158,9 @@ impl DdpNode {
         let others: Vec<NodeId> = self.config.others(me).collect();
         let mut resent = Vec::new();
         for o in others {
-            let have = self.upd.peers.get(&o);
+            let upd = &self.upd;
             let due = |id: &UpdId, at: u64| {
-                !have.is_some_and(|v| v.contains(*id))
+                !upd.peer_has(o, *id)
                     && now
                         >= at
                             + if id.origin.node == me {
@@ -175,6 +219,7 @@ impl DdpNode {
     pub(crate) fn upd_reconfigure(&mut self, new_epoch: bool, out: &mut Out) {
         let members = self.config.members.clone();
         self.upd.peers.retain(|p, _| members.contains(p));
+        self.upd.peer_extra.retain(|p, _| members.contains(p));
         self.gc_log();
         if !new_epoch {
             return;
@@ -244,15 +289,22 @@ impl DdpNode {
                 (s.ts, s.value, s.id, s.durable) = (Ts::ZERO, None, None, None);
             }
         }
-        for c in copies.into_iter().filter(|c| c.ready || !rejoin) {
+        let used: Vec<CopyIn> = copies.into_iter().filter(|c| c.ready || !rejoin).collect();
+        // Per key: the adopted version, its id and the copy it came from.
+        let mut newest: BTreeMap<Key, (Version, Option<UpdId>, usize)> = BTreeMap::new();
+        for (i, c) in used.iter().enumerate() {
             self.upd.applied.merge(&c.applied);
             self.upd.touched();
-            for (v, id) in c.versions {
+            for &(v, id) in &c.versions {
                 let s = self.key(v.key);
                 if v.ts > s.ts {
                     (s.ts, s.value, s.id) = (v.ts, Some(v.value), id);
+                    newest.insert(v.key, (v, id, i));
                 }
             }
+        }
+        if !self.bugs.copy_unlogged {
+            self.log_unshared(&newest, &used);
         }
         self.upd.adopting = Some(0);
         // In key order: the order of persists is part of a seeded run.
@@ -260,6 +312,37 @@ impl DdpNode {
         keys.sort_unstable();
         for k in keys {
             self.make_durable(k, out);
+        }
+    }
+
+    /// An adopted update that some copy's member had not applied may now
+    /// live only here: its origin and the member it came from can crash
+    /// before anti-entropy spreads it. Log it, so this node sends it on to
+    /// whoever lacks it (as it would an update it applied itself). Its
+    /// cauhist is over-approximated by what its source had applied.
+    fn log_unshared(
+        &mut self,
+        newest: &BTreeMap<Key, (Version, Option<UpdId>, usize)>,
+        used: &[CopyIn],
+    ) {
+        let causal = self.upd_rules().causal;
+        for &(v, id, from) in newest.values() {
+            let Some(id) = id else { continue };
+            if used.iter().all(|c| c.applied.contains(id)) {
+                continue;
+            }
+            let deps = if causal {
+                before(&used[from].applied, id)
+            } else {
+                Vector::default()
+            };
+            let u = Upd {
+                id,
+                v,
+                deps,
+                scope: None,
+            };
+            self.upd.log.insert(id, (u, self.now));
         }
     }
 

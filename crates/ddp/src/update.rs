@@ -106,7 +106,10 @@ pub(crate) struct UpdState {
     pub log: BTreeMap<UpdId, (Upd, u64)>,
     /// Each member's applied vector, as it last told.
     pub peers: BTreeMap<NodeId, Vector>,
-    pub gossiped: (Vector, u64),
+    /// ...and what each applied beyond it.
+    pub peer_extra: BTreeMap<NodeId, BTreeSet<UpdId>>,
+    /// What this node last told the others, and when.
+    pub gossiped: (Vector, Vec<UpdId>, u64),
     /// Lazily sent UPDs (Eventual).
     pub outbox: Vec<Upd>,
     /// Own writes whose persist waits for their cauhist to be persisted here.
@@ -144,6 +147,22 @@ impl UpdState {
             && self.held.is_empty()
             && self.strict.is_empty()
             && self.waiting.is_empty()
+    }
+
+    /// The updates applied here beyond the `applied` prefix, oldest first,
+    /// at most `max` of them.
+    pub fn extra_ids(&self, max: usize) -> Vec<UpdId> {
+        let ids = self
+            .extra
+            .iter()
+            .flat_map(|(&origin, seqs)| seqs.iter().map(move |&seq| UpdId { origin, seq }));
+        ids.take(max).collect()
+    }
+
+    /// Member `p` told it applied `id`.
+    pub fn peer_has(&self, p: NodeId, id: UpdId) -> bool {
+        self.peers.get(&p).is_some_and(|v| v.contains(id))
+            || self.peer_extra.get(&p).is_some_and(|x| x.contains(&id))
     }
 
     pub fn knows_applied(&self, id: UpdId) -> bool {

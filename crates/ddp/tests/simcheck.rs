@@ -183,3 +183,60 @@ fn weaker_models_show_the_losses_they_allow() {
         );
     }
 }
+
+/// A member crashes while another catches up by a full copy (`buddy`).
+/// Eventual consistency sends its updates lazily, so the crashed member's
+/// last updates may have reached only the catching-up node, inside its
+/// copy. These seeds diverged (G6) before that node logged what it adopted
+/// and anti-entropy learned which updates lie past a gap: each mutant
+/// brings its failure back (`copy-unlogged`: replicas diverge;
+/// `gossip-prefix-only`: logs never drain, so nodes never settle).
+#[test]
+fn lazy_updates_survive_a_crash_during_a_copy() {
+    let cases = [
+        ("eventual-synch", [6, 27, 58]),
+        ("eventual-re", [4, 6, 46]),
+        ("eventual-eventual", [18, 42, 47]),
+    ];
+    let check = |bug: Option<&str>| {
+        let mut found = Vec::new();
+        for (model, seeds) in cases {
+            for seed in seeds {
+                let mut cfg = CheckConfig::new(Model::parse(model).unwrap(), seed);
+                cfg.crash = Crash::Buddy;
+                if let Some(b) = bug {
+                    cfg.bugs = tandem_ddp::Bugs::parse(&[b.to_string()]).unwrap();
+                }
+                found.extend(run(&cfg).violations);
+            }
+        }
+        found
+    };
+    let v = check(None);
+    assert!(v.is_empty(), "{v:?}");
+    let diverged = check(Some("copy-unlogged"));
+    assert!(
+        diverged.iter().any(|l| l.contains("after quiescence node")),
+        "copy-unlogged: {diverged:?}"
+    );
+    let stuck = check(Some("gossip-prefix-only"));
+    assert!(
+        stuck.iter().any(|l| l.contains("not settled")),
+        "gossip-prefix-only: {stuck:?}"
+    );
+}
+
+/// Every UPD-family model keeps its promises, converges and settles when
+/// crashes hit during recovery (`buddy`, `again`) or while a node is away
+/// (`two`).
+#[test]
+fn the_upd_family_recovers_through_crashes_during_recovery() {
+    for model in Model::all().into_iter().filter(|m| {
+        let name = m.to_string();
+        name.starts_with("causal") || name.starts_with("eventual")
+    }) {
+        for crash in [Crash::Buddy, Crash::Again, Crash::Two] {
+            clean(&model.to_string(), crash);
+        }
+    }
+}
