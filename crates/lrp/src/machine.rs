@@ -106,6 +106,11 @@ pub struct Way {
     pub line: u64,
     pub valid: bool,
     pub dirty: bool,
+    /// Held exclusively (MESI's E or M): written here, and no other core
+    /// has asked for the line since. A write-back that leaves the line in
+    /// this L1 (a persist in place) keeps it, so a later write is a silent
+    /// E→M upgrade, not a request the directory sees (and I4 holds).
+    pub excl: bool,
     /// LRP: written by a release. Epoch policies: unused.
     pub released: bool,
     /// LRP: min-epoch. Epoch policies: the epoch of the last write.
@@ -361,9 +366,10 @@ impl Core {
         let forwarded = owner != NONE && owner as usize != t;
         let held = self.way(t, line);
         let transaction =
-            forwarded || held.is_none() || (write && held.is_some_and(|w| !self.l1[t][w].dirty));
+            forwarded || held.is_none() || (write && held.is_some_and(|w| !self.l1[t][w].excl));
         if transaction {
             self.queue_behind(t, line);
+            self.share(t, line);
         }
         let mut cost = self.cfg.hit;
         if forwarded {
@@ -416,6 +422,16 @@ impl Core {
         }
     }
 
+    /// Another core's request for `line` ends every exclusive copy but `t`'s.
+    fn share(&mut self, t: usize, line: u64) {
+        let others = self.sharers[line as usize] & !(1 << t);
+        for o in (0..self.cfg.threads).filter(|o| others >> o & 1 == 1) {
+            if let Some(i) = self.way(o, line) {
+                self.l1[o][i].excl = false;
+            }
+        }
+    }
+
     fn invalidate_others(&mut self, t: usize, line: u64) {
         let others = self.sharers[line as usize] & !(1 << t);
         for o in (0..self.cfg.threads).filter(|o| others >> o & 1 == 1) {
@@ -451,6 +467,7 @@ impl Core {
     /// Mark the way dirty and owned by `t` after a write.
     pub fn dirty_way(&mut self, t: usize, way: usize) {
         self.l1[t][way].dirty = true;
+        self.l1[t][way].excl = true;
         self.owner[self.l1[t][way].line as usize] = t as u8;
     }
 
