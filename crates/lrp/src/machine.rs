@@ -367,13 +367,17 @@ impl Core {
         let held = self.way(t, line);
         let transaction =
             forwarded || held.is_none() || (write && held.is_some_and(|w| !self.l1[t][w].excl));
+        // I4 holds a request for write-backs already in flight when it
+        // reaches the directory (one this request causes is I2's to wait for).
+        let blocked = self.blocked_until[line as usize];
         if transaction {
             self.queue_behind(t, line);
             self.share(t, line);
         }
         let mut cost = self.cfg.hit;
         if forwarded {
-            // Served by the owning core (I2 decides the wait), not the directory.
+            // Data from the owning core (I2 decides its wait), through the
+            // directory (I4 below).
             cost = self.cfg.c2c;
             self.stats.downgrades += 1;
             let until = pol.write_back(self, owner as usize, line, Cause::Downgrade(t));
@@ -382,10 +386,12 @@ impl Core {
         if write {
             self.invalidate_others(t, line);
         }
-        if transaction && !forwarded {
-            // I4: the directory holds requests (misses, and upgrades of a
-            // clean copy to M) while the line's write-back persists.
-            let blocked = self.blocked_until[line as usize];
+        if transaction {
+            // I4: the directory holds every request it sees (misses,
+            // forwards, and upgrades of a shared copy to M) while the
+            // line's write-back persists; a silent E→M upgrade never
+            // reaches it. The owner may hold the line only-written again
+            // while its released contents are still persisting.
             self.stall_for(t, blocked, Why::Directory);
         }
         let way = match held {

@@ -234,3 +234,33 @@ fn every_ret_watermark_keeps_rp() {
         assert!(o.reachable(&[1, 1, 1]));
     }
 }
+
+/// I4 holds every request the directory sees, forwarded ones included.
+/// T0's release of x is persisted in place (the RET reaches its watermark)
+/// and T0 writes the line again: a silent E→M upgrade, so the line is
+/// only-written in T0's L1 while the release is still in flight. T1's
+/// acquire of x goes through the directory, which holds it until the
+/// release has persisted; served at once by T0, T1 could persist z first.
+#[test]
+fn a_forwarded_request_waits_for_the_lines_persist_in_flight() {
+    let p = prog(
+        vec![
+            vec![
+                Store(X, 1, Release),
+                Store(Y, 1, Release),
+                Store(W, 1, Release),
+                Store(X + 1, 1, Plain),
+            ],
+            vec![Fill(4, 3), Await(X, 1), Store(Z, 1, Plain), Fill(3, 2)],
+        ],
+        &[X, Z],
+    );
+    let o = run(&p, PolicyKind::Lrp, None);
+    assert_legal(&o, "LRP");
+    let o = run(&p, PolicyKind::Lrp, Some(Mutant::NoDirectoryBlock));
+    assert!(
+        matches!(o.images.get(&vec![0, 1]), Some(Err(_))),
+        "without I4, z persists before the release it depends on: {:?}",
+        o.images
+    );
+}
