@@ -17,6 +17,7 @@ few, slow = by_model(load("ddp-bench-10clients.json")), by_model(load("ddp-bench
 a20 = by_model(load("ddp-bench-a-20cores.json"))
 few20, slow20 = by_model(load("ddp-bench-10clients-20cores.json")), by_model(load("ddp-bench-rtt2us-20cores.json"))
 check, echo = load("ddp-check.json"), load("net-echo.json")
+recovery = load("ddp-check-recovery.json")
 tcp_doc = load("ddp-tcp-a.json")
 tcp = by_model(tcp_doc)
 print("\n## Issue 10 — DDP: consistency x persistency models (in progress)\n")
@@ -110,6 +111,16 @@ if check:
         print("| %s | %d | %d | %d | %d | %d |" % (m["model"], m["runs"], m["completed"], m["violation_count"], m["lost_acked_writes"], m["vanished_reads"]))
     print("\nLosses are counted after whole-cluster crashes, where a model allows them; the checks assert what each")
     print("model promises (docs/DDP.md).\n")
+if recovery:
+    print("**Crashes during recovery** (`tandem ddp check --seeds %d --crash recovery`: one node crashes and rejoins;"
+          " another member crashes while it catches up (buddy), or it crashes again (again), or a second node crashes"
+          " while the first is away (two); full-copy catch-up; every run also ends by checking that every node settles):\n"
+          % (recovery["models"][0]["runs"] // 4))
+    print("| model | runs | operations | violations |")
+    print("|---|---|---|---|")
+    for m in recovery["models"]:
+        print("| %s | %d | %d | %d |" % (m["model"], m["runs"], m["completed"], m["violation_count"]))
+    print()
 if echo and not tcp:
     print("**Runtime ceiling** (`tandem net echo`): %.2f M messages/s between two processes (%d in flight)."
           " DDP over five processes does not come close yet (issue 10 keeps this open).\n" % (echo["messages_per_s"] / 1e6, echo["window"]))

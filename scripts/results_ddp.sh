@@ -23,6 +23,7 @@ ddp_runs() {
   run $T ddp bench --net tcp --models all --workload ycsb-a --seconds 2 --json $OUT/ddp-tcp-a.json
   run $T ddp bench --models lin-synch --measure-ns 50000000 --json $OUT/ddp-simspeed.json
   run $T ddp check --seeds 100 --json $OUT/ddp-check.json
+  run $T ddp check --seeds 100 --crash recovery --json $OUT/ddp-check-recovery.json
 }
 if [ "${1:-}" = "--runs-only" ]; then ddp_runs; exit 0; fi
 [ "${1:-}" = "--render-only" ] || ddp_runs

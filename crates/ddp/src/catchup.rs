@@ -135,6 +135,10 @@ impl DdpNode {
             let versions: Vec<Version> = match r {
                 Record::Key(v) | Record::Rollback { to: Some(v), .. } => vec![*v],
                 Record::Rollback { to: None, .. } | Record::Gdp { .. } => continue,
+                Record::Incarnation(i) => {
+                    self.upd.origin.since = self.upd.origin.since.max(i + 1);
+                    continue;
+                }
                 Record::Scope { scope, versions } => {
                     self.scopes_done.insert(*scope);
                     versions.clone()

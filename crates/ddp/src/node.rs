@@ -236,6 +236,8 @@ pub(crate) enum Wait {
         v: Version,
         id: Option<UpdId>,
     },
+    /// UPD family: this life's incarnation record.
+    Incarnation,
     /// UPD family: a version adopted from a copy while catching up.
     Adopt {
         v: Version,
@@ -393,7 +395,7 @@ impl Protocol for DdpNode {
 
 impl DdpNode {
     pub fn new(me: NodeId, model: Model, params: Params, bugs: Bugs, config: Config) -> Self {
-        let upd = UpdState::new(me, config.epoch);
+        let upd = UpdState::new(me, 0);
         DdpNode {
             me,
             model,
@@ -675,6 +677,7 @@ impl DdpNode {
             Some(Wait::LocalScope { scope }) => self.scope_record_landed(scope, None, out),
             Some(Wait::Upd { v, id }) => self.upd_landed(v, id, out),
             Some(Wait::Adopt { v, id }) => self.adopt_landed(v, id, out),
+            Some(Wait::Incarnation) => self.upd.incarnation_durable = true,
             Some(Wait::Tx {
                 id,
                 committed,

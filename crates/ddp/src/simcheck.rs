@@ -618,6 +618,7 @@ pub fn run(cfg: &CheckConfig) -> CheckReport {
             .push(format!("model {} is not implemented yet", cfg.model));
         return r.report;
     }
+    r.net.announce(&Config::new(1, (0..cfg.nodes).collect()));
     r.net.start_clients();
     let target = cfg.sessions * cfg.ops * r.rng.range_inclusive(20, 60) / 100;
     r.run_until_completed(target);
@@ -688,7 +689,9 @@ impl Run {
         let net = SimNet::new(
             cfg.seed,
             net_cfg,
-            Config::new(1, members),
+            // Processes boot in epoch 0 (as `tandem node` does); the
+            // manager's first announcement (epoch 1) follows at once.
+            Config::new(0, members),
             factory,
             Box::new(Hook(rec.clone())),
             cfg.sessions,
@@ -751,11 +754,15 @@ impl Run {
         self.net.run_for(50_000);
     }
 
-    /// Restart `nodes` from their NVM in a configuration with every node.
+    /// Restart `nodes` from their NVM, then announce a configuration with
+    /// every node. A restarted process knows only its peers until the
+    /// manager speaks, so it starts in epoch 0 as `tandem node` does
+    /// (crates/net/src/host.rs), not in the epoch that re-adds it.
     fn rejoin(&mut self, nodes: &[NodeId]) {
         let c = self.config((0..self.cfg.nodes).collect());
+        let boot = Config::new(0, c.members.clone());
         for &n in nodes {
-            self.net.restart(n, &c);
+            self.net.restart(n, &boot);
         }
         self.net.announce(&c);
     }

@@ -396,6 +396,10 @@ pub enum Record {
         to: Option<Version>,
         over: Ts,
     },
+    /// UPD family: this node's incarnation, which names the origin of its
+    /// updates. A restart takes the next one, and writes nothing until it
+    /// is durable, so no two lives of a node share update ids.
+    Incarnation(u64),
 }
 
 impl Record {
@@ -405,7 +409,7 @@ impl Record {
         let vs = match self {
             Record::Key(v) => return (v.key == key).then_some(v.ts),
             Record::Rollback { to, .. } => return to.filter(|v| v.key == key).map(|v| v.ts),
-            Record::Gdp { .. } => return None,
+            Record::Gdp { .. } | Record::Incarnation(_) => return None,
             Record::Scope { versions, .. } => versions,
             Record::Tx {
                 phase, versions, ..
@@ -422,6 +426,7 @@ pub enum Slot {
     Scope(ScopeId),
     Tx(TxId),
     Gdp(Key),
+    Incarnation,
 }
 
 impl Durable for Record {
@@ -433,6 +438,7 @@ impl Durable for Record {
             Record::Gdp { key, .. } => Slot::Gdp(*key),
             Record::Scope { scope, .. } => Slot::Scope(*scope),
             Record::Tx { tx, .. } => Slot::Tx(*tx),
+            Record::Incarnation(_) => Slot::Incarnation,
         }
     }
     /// A persist of an older version landing after a newer one does not
@@ -442,6 +448,7 @@ impl Durable for Record {
         match (&mut *slot, new) {
             (Record::Key(old), Record::Key(v)) if old.ts >= v.ts => {}
             (Record::Gdp { ts, .. }, Record::Gdp { ts: new, .. }) if *ts >= new => {}
+            (Record::Incarnation(i), Record::Incarnation(new)) if *i >= new => {}
             (Record::Key(old), Record::Rollback { over, to, .. })
                 if old.ts > over && to.is_none_or(|v| v.ts <= old.ts) => {}
             (s, Record::Rollback { to: Some(v), .. }) => *s = Record::Key(v),

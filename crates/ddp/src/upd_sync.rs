@@ -27,15 +27,6 @@ use crate::types::{Key, Msg, Record, Ts, Upd, Version};
 use crate::update::CopyIn;
 use crate::vector::{UpdId, Vector};
 
-/// `applied` without `id` itself and its origin's later updates.
-fn before(applied: &Vector, id: UpdId) -> Vector {
-    let mut deps = Vector::default();
-    for (o, n) in applied.iter() {
-        deps.raise(o, if o == id.origin { n.min(id.seq - 1) } else { n });
-    }
-    deps
-}
-
 /// At most this many ids beyond the applied prefix go in one `UpdSync`.
 const EXTRA_MAX: usize = 256;
 
@@ -290,20 +281,20 @@ impl DdpNode {
             }
         }
         let used: Vec<CopyIn> = copies.into_iter().filter(|c| c.ready || !rejoin).collect();
-        // Per key: the adopted version, its id and the copy it came from.
-        let mut newest: BTreeMap<Key, (Version, Option<UpdId>, usize)> = BTreeMap::new();
-        for (i, c) in used.iter().enumerate() {
+        // Per key: the adopted version and its id.
+        let mut newest: BTreeMap<Key, (Version, Option<UpdId>)> = BTreeMap::new();
+        for c in &used {
             self.upd.applied.merge(&c.applied);
             self.upd.touched();
             for &(v, id) in &c.versions {
                 let s = self.key(v.key);
                 if v.ts > s.ts {
                     (s.ts, s.value, s.id) = (v.ts, Some(v.value), id);
-                    newest.insert(v.key, (v, id, i));
+                    newest.insert(v.key, (v, id));
                 }
             }
         }
-        if !self.bugs.copy_unlogged {
+        if !self.upd_rules().causal && !self.bugs.copy_unlogged {
             self.log_unshared(&newest, &used);
         }
         self.upd.adopting = Some(0);
@@ -318,28 +309,29 @@ impl DdpNode {
     /// An adopted update that some copy's member had not applied may now
     /// live only here: its origin and the member it came from can crash
     /// before anti-entropy spreads it. Log it, so this node sends it on to
-    /// whoever lacks it (as it would an update it applied itself). Its
-    /// cauhist is over-approximated by what its source had applied.
+    /// whoever lacks it (as it would an update it applied itself).
+    ///
+    /// Eventual only. A copy holds the newest version per key, not every
+    /// update, and a Causal member applies an origin's updates in order
+    /// once their cauhist is in: an update logged here without the ones
+    /// before it, or with the copy's vector as an over-approximated
+    /// cauhist, could wait at a member forever. Causal keeps that gap
+    /// (docs/DDP.md); it needs a member to lose the update's eager UPD and
+    /// its origin to crash before resending it.
     fn log_unshared(
         &mut self,
-        newest: &BTreeMap<Key, (Version, Option<UpdId>, usize)>,
+        newest: &BTreeMap<Key, (Version, Option<UpdId>)>,
         used: &[CopyIn],
     ) {
-        let causal = self.upd_rules().causal;
-        for &(v, id, from) in newest.values() {
+        for &(v, id) in newest.values() {
             let Some(id) = id else { continue };
             if used.iter().all(|c| c.applied.contains(id)) {
                 continue;
             }
-            let deps = if causal {
-                before(&used[from].applied, id)
-            } else {
-                Vector::default()
-            };
             let u = Upd {
                 id,
                 v,
-                deps,
+                deps: Vector::default(),
                 scope: None,
             };
             self.upd.log.insert(id, (u, self.now));
@@ -388,6 +380,10 @@ impl DdpNode {
     /// After `load`: the NVM's versions are this era's base state, durable,
     /// with no update ids; nothing is unsettled in the INV family's sense.
     pub(crate) fn upd_loaded(&mut self) {
+        // A restart is a new life: a later incarnation than any in NVM (the
+        // first life, which persisted none, was 0), durable before it writes.
+        self.upd.origin.since = self.upd.origin.since.max(1);
+        self.upd.incarnation_durable = false;
         self.unsettled.clear();
         for s in self.keys.values_mut() {
             s.durable = s.value.filter(|_| s.nvm >= s.ts).map(|v| (s.ts, v, None));

@@ -56,7 +56,7 @@ use tandem_net::{Command, NodeId, SessionId};
 use crate::fast_hash::FastMap;
 use crate::model::{UpdRead, UpdRules};
 use crate::node::{DdpNode, Out};
-use crate::types::{Key, Op, Reply, ScopeId, Ts, Upd, Value, Version};
+use crate::types::{Key, Op, Record, Reply, ScopeId, Ts, Upd, Value, Version};
 use crate::vector::{Origin, UpdId, Vector};
 
 /// Eventual consistency flushes its queued UPDs at this many.
@@ -85,9 +85,14 @@ type Seen = (Ts, Option<Value>, Option<UpdId>);
 /// A node's state for the UPD family.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct UpdState {
-    /// This incarnation's origin and its last sequence number.
+    /// This incarnation's origin (`since`: the incarnation, one more than
+    /// the last one in NVM) and its last sequence number.
     pub origin: Origin,
     pub seq: u64,
+    /// The incarnation record is durable (or this is a first start): the
+    /// node may write.
+    pub incarnation_durable: bool,
+    pub incarnation_issued: bool,
     /// Per origin, the prefix of its updates applied here...
     pub applied: Vector,
     /// ...and those applied beyond it (Eventual applies on arrival).
@@ -129,12 +134,13 @@ pub(crate) struct UpdState {
 }
 
 impl UpdState {
-    pub fn new(me: NodeId, epoch: u64) -> Self {
+    pub fn new(me: NodeId, incarnation: u64) -> Self {
         UpdState {
             origin: Origin {
                 node: me,
-                since: epoch,
+                since: incarnation,
             },
+            incarnation_durable: incarnation == 0,
             ..UpdState::default()
         }
     }
@@ -149,13 +155,16 @@ impl UpdState {
             && self.waiting.is_empty()
     }
 
-    /// The updates applied here beyond the `applied` prefix, oldest first,
-    /// at most `max` of them.
+    /// The updates applied here beyond the `applied` prefix, at most `max`
+    /// of them, newest origin (incarnation) first and each origin's newest
+    /// first: ids past a gap that never fills stay here for good, and those
+    /// of long-gone origins were likely dropped from every log already.
     pub fn extra_ids(&self, max: usize) -> Vec<UpdId> {
-        let ids = self
-            .extra
-            .iter()
-            .flat_map(|(&origin, seqs)| seqs.iter().map(move |&seq| UpdId { origin, seq }));
+        let mut origins: Vec<_> = self.extra.iter().collect();
+        origins.sort_by_key(|(o, _)| std::cmp::Reverse((o.since, o.node)));
+        let ids = origins.into_iter().flat_map(|(&origin, seqs)| {
+            seqs.iter().rev().map(move |&seq| UpdId { origin, seq })
+        });
         ids.take(max).collect()
     }
 
@@ -241,7 +250,12 @@ impl DdpNode {
     fn upd_try(&mut self, session: SessionId, req: u64, op: &Op, out: &mut Out) -> bool {
         match op {
             Op::Read { key, after, .. } => self.upd_read(session, req, *key, after, out),
-            Op::Write { after, .. } if !self.upd.applied.covers(after) => false,
+            Op::Write { after, .. }
+                if !self.upd.incarnation_durable || !self.upd.applied.covers(after) =>
+            {
+                self.persist_incarnation(out);
+                false
+            }
             Op::Write {
                 key,
                 value,
@@ -270,6 +284,19 @@ impl DdpNode {
             }
             Op::Begin { .. } | Op::End { .. } => unreachable!("answered by step_client"),
         }
+    }
+
+    /// Persist this life's incarnation once (writes wait for it).
+    fn persist_incarnation(&mut self, out: &mut Out) {
+        if self.upd.incarnation_durable || self.upd.incarnation_issued {
+            return;
+        }
+        self.upd.incarnation_issued = true;
+        let token = self.token(crate::node::Wait::Incarnation);
+        out.push(Command::Persist {
+            token,
+            record: Record::Incarnation(self.upd.origin.since),
+        });
     }
 
     /// Retry the waiting operations until none more can go.

@@ -408,7 +408,9 @@ impl<P: Protocol> World<P> {
         self.nodes[n as usize].proto.is_some()
     }
 
-    /// The session's next operation, at its home node (or the next live one).
+    /// The session's next operation, at its home node, or the next live
+    /// one while it is down: a client goes back to its own node once that
+    /// node is up again, as `tandem ddp load` reconnects to it.
     fn issue(&mut self, session: SessionId) {
         let count = self.nodes.len() as NodeId;
         let s = &self.sessions[session as usize];
@@ -429,7 +431,6 @@ impl<P: Protocol> World<P> {
         let s = &mut self.sessions[session as usize];
         let req = s.next_req;
         s.next_req += 1;
-        s.home = home;
         s.outstanding = Some((req, home));
         self.harness.invoked(session, req, home, &op, now);
         self.arrive(home, None, Input::Client { session, req, op });
