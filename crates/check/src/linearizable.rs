@@ -15,7 +15,7 @@
 //! An interval that ends exactly where another begins counts as
 //! overlapping (timestamps are not trusted to order equal instants).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use crate::history::{HistOp, OpKind};
 use crate::verdict::{Stats, Violation, ViolationKind};
@@ -77,7 +77,19 @@ pub fn check_linearizable_with(ops: &[HistOp], cfg: &LinConfig) -> Result<Stats,
 /// runs first; a conflict it finds is confirmed by the search on the
 /// conflict's few operations. Otherwise the full search decides.
 pub fn check_key(key: u64, ops: &[HistOp], cfg: &LinConfig) -> Result<Stats, Violation> {
-    let kept: Vec<HistOp> = ops.iter().filter(|o| matters(o)).cloned().collect();
+    let observed: HashSet<u64> = ops
+        .iter()
+        .filter(|o| !o.is_pending() && !o.is_failed())
+        .filter_map(|o| match o.kind {
+            OpKind::Read { value, .. } => value,
+            OpKind::Write { .. } => None,
+        })
+        .collect();
+    let kept: Vec<HistOp> = ops
+        .iter()
+        .filter(|o| matters(o) && !unobserved_pending_write(o, &observed))
+        .cloned()
+        .collect();
     let reg: Vec<RegOp> = kept.iter().map(reg_op).collect();
     if let Some(piece) = zone_witness(&kept, &reg, cfg) {
         return Err(not_linearizable(
@@ -142,6 +154,18 @@ fn zone_witness(kept: &[HistOp], reg: &[RegOp], cfg: &LinConfig) -> Option<Vec<H
         .flatten()?;
     let piece: Vec<HistOp> = witness.iter().map(|&i| kept[i].clone()).collect();
     violated(&piece, cfg).then(|| shrink(piece, cfg))
+}
+
+/// A write that never completed and whose value no read returned: it may
+/// take effect after everything else, where it changes nothing any read
+/// saw, so it constrains nothing. Left in, it
+/// can be placed anywhere after its call, and a few of them blow up the
+/// search.
+fn unobserved_pending_write(op: &HistOp, observed: &HashSet<u64>) -> bool {
+    match op.kind {
+        OpKind::Write { value, .. } => op.is_pending() && !observed.contains(&value),
+        OpKind::Read { .. } => false,
+    }
 }
 
 /// Whether an operation constrains the register at all.

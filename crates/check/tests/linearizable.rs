@@ -242,3 +242,27 @@ fn violation_beats_undecided_on_another_key() {
         );
     }
 }
+
+/// Twenty writes that never completed and that no read observed (their
+/// coordinators crashed): they may all take effect after everything, so
+/// they cost the search nothing, and they hide no violation.
+#[test]
+fn unobserved_pending_writes_cost_the_search_nothing() {
+    let mut h: Vec<HistOp> = (0..20)
+        .map(|i| w(10 + i, 0, 100 + i, 5 + i, 0).pending())
+        .collect();
+    h.extend([w(1, 0, 1, 0, 10), r(2, 0, Some(1), 100, 110)]);
+    let cfg = LinConfig {
+        max_states: 50,
+        ..search_only()
+    };
+    let stats = check_linearizable_with(&h, &cfg).unwrap();
+    assert!(stats.states < 50, "{stats:?}");
+    // A stale read among them is still caught.
+    h.push(r(3, 0, None, 200, 210));
+    fails(&h);
+    // One of them observed counts again, and so does its order.
+    h.pop();
+    h.extend([r(4, 0, Some(105), 300, 310), r(4, 0, Some(1), 400, 410)]);
+    fails(&h);
+}

@@ -50,7 +50,8 @@ pub struct CheckArgs {
     recovery: String,
     /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
     /// causal-early-apply, skip-conflict-check, commit-before-persist, heal-trim-early, heal-no-ts-compare,
-    /// heal-online-early, heal-no-shadow, heal-no-pending, copy-unlogged, gossip-prefix-only).
+    /// heal-online-early, heal-no-shadow, heal-no-pending, copy-unlogged, gossip-prefix-only,
+    /// reuse-origin).
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
     /// A reliable network: no drops, duplicates or extra delays.

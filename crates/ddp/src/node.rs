@@ -102,6 +102,9 @@ pub struct Bugs {
     /// UPD family: `UpdSync` names only the applied prefix, so an update
     /// past a gap is never known applied everywhere and never leaves a log.
     pub gossip_prefix_only: bool,
+    /// UPD family: a restarted node takes no new incarnation; its updates
+    /// reuse the ids of its last life, which the others have applied.
+    pub reuse_origin: bool,
 }
 
 impl Bugs {
@@ -111,7 +114,7 @@ impl Bugs {
     /// write) with one vote (ACK_p) missing, `val-before-persist` ACKs INITX
     /// and votes before persisting, and `read-in-invalid` lets reads return
     /// another transaction's uncommitted write (read-uncommitted).
-    pub const NAMES: [&'static str; 14] = [
+    pub const NAMES: [&'static str; 15] = [
         "reply-before-last-ack",
         "val-before-persist",
         "read-in-invalid",
@@ -126,6 +129,7 @@ impl Bugs {
         "heal-no-pending",
         "copy-unlogged",
         "gossip-prefix-only",
+        "reuse-origin",
     ];
 
     pub fn parse(names: &[String]) -> Result<Bugs, String> {
@@ -146,6 +150,7 @@ impl Bugs {
                 "heal-no-pending" => b.heal_no_pending = true,
                 "copy-unlogged" => b.copy_unlogged = true,
                 "gossip-prefix-only" => b.gossip_prefix_only = true,
+                "reuse-origin" => b.reuse_origin = true,
                 other => {
                     return Err(format!(
                         "unknown DDP bug '{other}' (known: {})",

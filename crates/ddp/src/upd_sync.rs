@@ -318,11 +318,7 @@ impl DdpNode {
     /// cauhist, could wait at a member forever. Causal keeps that gap
     /// (docs/DDP.md); it needs a member to lose the update's eager UPD and
     /// its origin to crash before resending it.
-    fn log_unshared(
-        &mut self,
-        newest: &BTreeMap<Key, (Version, Option<UpdId>)>,
-        used: &[CopyIn],
-    ) {
+    fn log_unshared(&mut self, newest: &BTreeMap<Key, (Version, Option<UpdId>)>, used: &[CopyIn]) {
         for &(v, id) in newest.values() {
             let Some(id) = id else { continue };
             if used.iter().all(|c| c.applied.contains(id)) {
@@ -382,8 +378,10 @@ impl DdpNode {
     pub(crate) fn upd_loaded(&mut self) {
         // A restart is a new life: a later incarnation than any in NVM (the
         // first life, which persisted none, was 0), durable before it writes.
-        self.upd.origin.since = self.upd.origin.since.max(1);
-        self.upd.incarnation_durable = false;
+        if !self.bugs.reuse_origin {
+            self.upd.origin.since = self.upd.origin.since.max(1);
+            self.upd.incarnation_durable = false;
+        }
         self.unsettled.clear();
         for s in self.keys.values_mut() {
             s.durable = s.value.filter(|_| s.nvm >= s.ts).map(|v| (s.ts, v, None));

@@ -162,9 +162,9 @@ impl UpdState {
     pub fn extra_ids(&self, max: usize) -> Vec<UpdId> {
         let mut origins: Vec<_> = self.extra.iter().collect();
         origins.sort_by_key(|(o, _)| std::cmp::Reverse((o.since, o.node)));
-        let ids = origins.into_iter().flat_map(|(&origin, seqs)| {
-            seqs.iter().rev().map(move |&seq| UpdId { origin, seq })
-        });
+        let ids = origins
+            .into_iter()
+            .flat_map(|(&origin, seqs)| seqs.iter().rev().map(move |&seq| UpdId { origin, seq }));
         ids.take(max).collect()
     }
 

@@ -240,3 +240,24 @@ fn the_upd_family_recovers_through_crashes_during_recovery() {
         }
     }
 }
+
+/// A restarted `tandem node` boots in epoch 0 and its clients come back to
+/// it. Its updates must not reuse the ids of its last life, which the
+/// others applied and would drop as duplicates: each life persists a new
+/// incarnation before it writes. With `reuse-origin` the restarted node's
+/// writes never leave it (G6), or a session that moves on misses them.
+#[test]
+fn a_restarted_node_takes_a_new_incarnation() {
+    let model = Model::parse("eventual-synch").unwrap();
+    let bugs = tandem_ddp::Bugs::parse(&["reuse-origin".to_string()]).unwrap();
+    let mut caught = 0;
+    for seed in 0..10 {
+        let mut cfg = CheckConfig::new(model, seed);
+        cfg.crash = Crash::One;
+        let r = run(&cfg);
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        cfg.bugs = bugs;
+        caught += usize::from(!run(&cfg).violations.is_empty());
+    }
+    assert!(caught >= 5, "reuse-origin caught in {caught} of 10 seeds");
+}
