@@ -41,7 +41,9 @@ pub struct CheckArgs {
     seeds: u64,
     /// none, one (a node crashes and rejoins), all (whole-cluster crash), buddy (a second member crashes
     /// while the first recovers), again (the recovering node crashes again), two (a second node crashes
-    /// while the first is away), mix (none, one, all) or recovery (one, buddy, again, two).
+    /// while the first is away), suspect (a slow node is removed while alive, then added back), isolated
+    /// (the same, cut off instead of slow), mix (none,
+    /// one, all) or recovery (one, buddy, again, two).
     #[arg(long, default_value = "mix")]
     crash: String,
     /// How a restarted node catches up: full-copy, heal (HEAL: the Lin models), or heal-no-shadow
@@ -51,7 +53,7 @@ pub struct CheckArgs {
     /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
     /// causal-early-apply, skip-conflict-check, commit-before-persist, heal-trim-early, heal-no-ts-compare,
     /// heal-online-early, heal-no-shadow, heal-no-pending, copy-unlogged, gossip-prefix-only,
-    /// reuse-origin).
+    /// reuse-origin, keep-applied).
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
     /// A reliable network: no drops, duplicates or extra delays.

@@ -105,6 +105,9 @@ pub struct Bugs {
     /// UPD family: a restarted node takes no new incarnation; its updates
     /// reuse the ids of its last life, which the others have applied.
     pub reuse_origin: bool,
+    /// UPD family: a node removed while alive and added back keeps its
+    /// applied vector when it adopts the copies' state.
+    pub keep_applied: bool,
 }
 
 impl Bugs {
@@ -114,7 +117,7 @@ impl Bugs {
     /// write) with one vote (ACK_p) missing, `val-before-persist` ACKs INITX
     /// and votes before persisting, and `read-in-invalid` lets reads return
     /// another transaction's uncommitted write (read-uncommitted).
-    pub const NAMES: [&'static str; 15] = [
+    pub const NAMES: [&'static str; 16] = [
         "reply-before-last-ack",
         "val-before-persist",
         "read-in-invalid",
@@ -130,6 +133,7 @@ impl Bugs {
         "copy-unlogged",
         "gossip-prefix-only",
         "reuse-origin",
+        "keep-applied",
     ];
 
     pub fn parse(names: &[String]) -> Result<Bugs, String> {
@@ -151,6 +155,7 @@ impl Bugs {
                 "copy-unlogged" => b.copy_unlogged = true,
                 "gossip-prefix-only" => b.gossip_prefix_only = true,
                 "reuse-origin" => b.reuse_origin = true,
+                "keep-applied" => b.keep_applied = true,
                 other => {
                     return Err(format!(
                         "unknown DDP bug '{other}' (known: {})",

@@ -50,6 +50,13 @@ pub enum Crash {
     Again,
     /// A second node crashes while the first is away; both recover (TL2).
     Two,
+    /// No crash: a node is slow (its links take 20 µs more), the manager
+    /// suspects it and removes it while it is alive, and later adds it
+    /// back; it catches up without a restart.
+    Suspect,
+    /// As `Suspect`, but the node is cut off (a partition) rather than
+    /// slow: alive, and what it sends meanwhile is lost.
+    Isolated,
 }
 
 impl Crash {
@@ -61,8 +68,10 @@ impl Crash {
             "buddy" => Ok(Crash::Buddy),
             "again" => Ok(Crash::Again),
             "two" => Ok(Crash::Two),
+            "suspect" => Ok(Crash::Suspect),
+            "isolated" => Ok(Crash::Isolated),
             other => Err(format!(
-                "unknown crash '{other}' (none, one, all, buddy, again, two)"
+                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated)"
             )),
         }
     }
@@ -74,6 +83,8 @@ impl Crash {
             Crash::Buddy => "buddy",
             Crash::Again => "again",
             Crash::Two => "two",
+            Crash::Suspect => "suspect",
+            Crash::Isolated => "isolated",
         }
     }
 }
@@ -166,6 +177,7 @@ impl CheckConfig {
             (self.bugs.copy_unlogged, "copy-unlogged"),
             (self.bugs.gossip_prefix_only, "gossip-prefix-only"),
             (self.bugs.reuse_origin, "reuse-origin"),
+            (self.bugs.keep_applied, "keep-applied"),
         ] {
             if on {
                 s += &format!(" --inject-bug {name}");
@@ -631,6 +643,8 @@ pub fn run(cfg: &CheckConfig) -> CheckReport {
         Crash::Buddy => r.crash_during_recovery(false),
         Crash::Again => r.crash_during_recovery(true),
         Crash::Two => r.crash_two(),
+        Crash::Suspect => r.suspect_one(false),
+        Crash::Isolated => r.suspect_one(true),
     }
     r.finish(crash_at);
     r.report
@@ -787,6 +801,35 @@ impl Run {
         self.report.mid_recovery_crashes += u64::from(recovering);
         self.crash_away(&[second]);
         self.rejoin(&[second]);
+    }
+
+    /// False suspicion: a slow node is removed while alive (it stops
+    /// serving when told), its links recover, and it is added back and
+    /// catches up as it is, with whatever state it kept.
+    /// `cut`: its links are cut instead (a partition).
+    fn suspect_one(&mut self, cut: bool) {
+        let nodes = self.cfg.nodes;
+        let victim = self.rng.below(nodes as u64) as NodeId;
+        let slow = |net: &SimNet<DdpNode, DdpFactory>, extra| {
+            for o in (0..nodes).filter(|&o| o != victim) {
+                if cut {
+                    net.partition(victim, o, extra > 0);
+                } else {
+                    net.slow_link(victim, o, extra);
+                    net.slow_link(o, victim, extra);
+                }
+            }
+        };
+        slow(&self.net, 20_000);
+        self.net.run_for(20_000);
+        self.rec.borrow_mut().steady[victim as usize] = false;
+        let members: Vec<NodeId> = (0..nodes).filter(|&n| n != victim).collect();
+        let c = self.config(members);
+        self.net.announce(&c);
+        self.net.run_for(50_000);
+        slow(&self.net, 0);
+        let c = self.config((0..nodes).collect());
+        self.net.announce(&c);
     }
 
     /// TL2: a second node crashes during the first one's absence.

@@ -279,6 +279,14 @@ impl DdpNode {
             for s in self.keys.values_mut() {
                 (s.ts, s.value, s.id, s.durable) = (Ts::ZERO, None, None, None);
             }
+            // A node removed while alive kept what it applied; it now holds
+            // the copies' state, so it claims only what they applied. Its
+            // log still sends on what only it had (and it gets it back).
+            if !self.bugs.keep_applied {
+                self.upd.applied = Vector::default();
+                self.upd.extra.clear();
+                self.upd.touched();
+            }
         }
         let used: Vec<CopyIn> = copies.into_iter().filter(|c| c.ready || !rejoin).collect();
         // Per key: the adopted version and its id.

@@ -261,3 +261,39 @@ fn a_restarted_node_takes_a_new_incarnation() {
     }
     assert!(caught >= 5, "reuse-origin caught in {caught} of 10 seeds");
 }
+
+/// False suspicion: a node that is alive, slow (`Suspect`) or cut off
+/// (`Isolated`), is removed and added back without a restart. Every model
+/// but Transactional keeps its promises, converges and settles.
+/// Transactional is left out: its clients at the removed node wait forever
+/// (`tandem ddp check --model trans-synch --crash suspect`, docs/DDP.md).
+#[test]
+fn a_falsely_suspected_node_comes_back_without_harm() {
+    for model in Model::all().into_iter().filter(|m| m.implemented()) {
+        if model.c == tandem_ddp::Consistency::Trans {
+            continue;
+        }
+        for crash in [Crash::Suspect, Crash::Isolated] {
+            clean(&model.to_string(), crash);
+        }
+    }
+}
+
+/// A node removed while alive keeps what it applied; when it adopts the
+/// members' copies it must claim only what they applied, or an update it
+/// alone held goes to the others and never back to it (G6). Mutant
+/// `keep-applied` (the old behaviour) diverges.
+#[test]
+fn a_node_added_back_claims_only_what_its_copies_applied() {
+    let model = Model::parse("eventual-eventual").unwrap();
+    let bugs = tandem_ddp::Bugs::parse(&["keep-applied".to_string()]).unwrap();
+    let diverged = (0..100).any(|seed| {
+        let mut cfg = CheckConfig::new(model, seed);
+        (cfg.crash, cfg.bugs) = (Crash::Isolated, bugs);
+        run(&cfg)
+            .violations
+            .iter()
+            .any(|v| v.contains("after quiescence node"))
+    });
+    assert!(diverged, "keep-applied never diverged in 100 seeds");
+}
