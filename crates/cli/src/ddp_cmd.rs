@@ -53,7 +53,7 @@ pub struct CheckArgs {
     /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
     /// causal-early-apply, skip-conflict-check, commit-before-persist, heal-trim-early, heal-no-ts-compare,
     /// heal-online-early, heal-no-shadow, heal-no-pending, copy-unlogged, gossip-prefix-only,
-    /// reuse-origin, keep-applied).
+    /// reuse-origin, keep-applied, abort-unknown-end, silent-removal, removed-holds-tx).
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
     /// A reliable network: no drops, duplicates or extra delays.
@@ -77,7 +77,7 @@ struct ModelReport {
     violations: Vec<String>,
     /// Transactional consistency: committed (answered), squashed, committed but unanswered.
     #[serde(skip_serializing_if = "Option::is_none")]
-    transactions: Option<[u64; 3]>,
+    transactions: Option<[u64; 4]>,
     /// HEAL: recoveries that ran HEAL's steps, and that fell back to a full copy.
     heal_recoveries: u64,
     heal_fallbacks: u64,
@@ -179,11 +179,12 @@ fn check(a: CheckArgs) -> Result<(), String> {
                 );
                 rep.mid_recovery_crashes += r.mid_recovery_crashes;
                 if m.c == tandem_ddp::Consistency::Trans {
-                    let t = rep.transactions.get_or_insert([0; 3]);
-                    (t[0], t[1], t[2]) = (
+                    let t = rep.transactions.get_or_insert([0; 4]);
+                    (t[0], t[1], t[2], t[3]) = (
                         t[0] + r.tx_committed,
                         t[1] + r.tx_aborted,
                         t[2] + r.tx_unanswered_commits,
+                        t[3] + r.tx_unknown,
                     );
                 }
                 if let Some(v) = r.violations.first() {
@@ -226,9 +227,9 @@ fn print_model(r: &ModelReport) {
         "{:<16} {:>4} runs {:>8} ops  {:>3} violations  after whole-cluster crashes: {} acked writes lost, {} read versions vanished",
         r.model, r.runs, r.completed, r.violation_count, r.lost_acked_writes, r.vanished_reads
     );
-    if let Some([done, aborted, unanswered]) = r.transactions {
+    if let Some([done, aborted, unanswered, unknown]) = r.transactions {
         let share = 100.0 * aborted as f64 / (done + aborted).max(1) as f64;
-        println!("    transactions: {done} committed, {aborted} squashed and restarted ({share:.0}% of attempts), {unanswered} committed without an answer (coordinator crashed)");
+        println!("    transactions: {done} committed, {aborted} squashed and restarted ({share:.0}% of attempts), {unknown} ends answered OutcomeUnknown, {unanswered} committed without an answer (coordinator crashed or left)");
     }
     if r.heal_recoveries + r.heal_fallbacks > 0 {
         println!("    HEAL: {} recoveries by the Buddy's catch-up ({} CatchUp_req rounds), {} by the full-copy fallback; {} crashes hit a recovery in progress", r.heal_recoveries, r.heal_rounds, r.heal_fallbacks, r.mid_recovery_crashes);

@@ -108,64 +108,75 @@ pub struct Bugs {
     /// UPD family: a node removed while alive and added back keeps its
     /// applied vector when it adopts the copies' state.
     pub keep_applied: bool,
+    /// Trans: End of a transaction not open here answers `Aborted` though
+    /// the members that prepared it may commit it.
+    pub abort_unknown_end: bool,
+    /// Trans: a node removed while alive drops its transactions without
+    /// answering their clients.
+    pub silent_removal: bool,
+    /// Trans: a node removed while alive keeps (and takes on) transactions
+    /// the members decide without it.
+    pub removed_holds_tx: bool,
 }
 
-impl Bugs {
-    /// In the UPD family, `reply-before-last-ack` and `val-before-persist`
-    /// break Strict's ACK_p, and `read-in-invalid` lets reads skip their wait.
-    /// Under Trans, `reply-before-last-ack` commits (and answers a Strict
-    /// write) with one vote (ACK_p) missing, `val-before-persist` ACKs INITX
-    /// and votes before persisting, and `read-in-invalid` lets reads return
-    /// another transaction's uncommitted write (read-uncommitted).
-    pub const NAMES: [&'static str; 16] = [
-        "reply-before-last-ack",
-        "val-before-persist",
-        "read-in-invalid",
-        "early-scope-ack",
-        "causal-early-apply",
-        "skip-conflict-check",
-        "commit-before-persist",
-        "heal-trim-early",
-        "heal-no-ts-compare",
-        "heal-online-early",
-        "heal-no-shadow",
-        "heal-no-pending",
-        "copy-unlogged",
-        "gossip-prefix-only",
-        "reuse-origin",
-        "keep-applied",
-    ];
+/// Each bug's field and its name (`--inject-bug`), once for parsing and replay.
+macro_rules! bug_names {
+    ($($field:ident => $name:literal,)*) => {
+        impl Bugs {
+            /// In the UPD family, `reply-before-last-ack` and `val-before-persist`
+            /// break Strict's ACK_p, and `read-in-invalid` lets reads skip their wait.
+            /// Under Trans, `reply-before-last-ack` commits (and answers a Strict
+            /// write) with one vote (ACK_p) missing, `val-before-persist` ACKs INITX
+            /// and votes before persisting, and `read-in-invalid` lets reads return
+            /// another transaction's uncommitted write (read-uncommitted).
+            pub const NAMES: &'static [&'static str] = &[$($name),*];
 
-    pub fn parse(names: &[String]) -> Result<Bugs, String> {
-        let mut b = Bugs::default();
-        for n in names {
-            match n.as_str() {
-                "reply-before-last-ack" => b.reply_before_last_ack = true,
-                "val-before-persist" => b.val_before_persist = true,
-                "read-in-invalid" => b.read_in_invalid = true,
-                "early-scope-ack" => b.early_scope_ack = true,
-                "causal-early-apply" => b.causal_early_apply = true,
-                "skip-conflict-check" => b.skip_conflict_check = true,
-                "commit-before-persist" => b.commit_before_persist = true,
-                "heal-trim-early" => b.heal_trim_early = true,
-                "heal-no-ts-compare" => b.heal_no_ts_compare = true,
-                "heal-online-early" => b.heal_online_early = true,
-                "heal-no-shadow" => b.heal_no_shadow = true,
-                "heal-no-pending" => b.heal_no_pending = true,
-                "copy-unlogged" => b.copy_unlogged = true,
-                "gossip-prefix-only" => b.gossip_prefix_only = true,
-                "reuse-origin" => b.reuse_origin = true,
-                "keep-applied" => b.keep_applied = true,
-                other => {
-                    return Err(format!(
-                        "unknown DDP bug '{other}' (known: {})",
-                        Bugs::NAMES.join(", ")
-                    ))
+            pub fn parse(names: &[String]) -> Result<Bugs, String> {
+                let mut b = Bugs::default();
+                for n in names {
+                    match n.as_str() {
+                        $($name => b.$field = true,)*
+                        other => {
+                            return Err(format!(
+                                "unknown DDP bug '{other}' (known: {})",
+                                Bugs::NAMES.join(", ")
+                            ))
+                        }
+                    }
                 }
+                Ok(b)
+            }
+
+            /// The names of the bugs switched on.
+            pub fn active(&self) -> Vec<&'static str> {
+                let mut on = Vec::new();
+                $(if self.$field { on.push($name); })*
+                on
             }
         }
-        Ok(b)
-    }
+    };
+}
+
+bug_names! {
+    reply_before_last_ack => "reply-before-last-ack",
+    val_before_persist => "val-before-persist",
+    read_in_invalid => "read-in-invalid",
+    early_scope_ack => "early-scope-ack",
+    causal_early_apply => "causal-early-apply",
+    skip_conflict_check => "skip-conflict-check",
+    commit_before_persist => "commit-before-persist",
+    heal_trim_early => "heal-trim-early",
+    heal_no_ts_compare => "heal-no-ts-compare",
+    heal_online_early => "heal-online-early",
+    heal_no_shadow => "heal-no-shadow",
+    heal_no_pending => "heal-no-pending",
+    copy_unlogged => "copy-unlogged",
+    gossip_prefix_only => "gossip-prefix-only",
+    reuse_origin => "reuse-origin",
+    keep_applied => "keep-applied",
+    abort_unknown_end => "abort-unknown-end",
+    silent_removal => "silent-removal",
+    removed_holds_tx => "removed-holds-tx",
 }
 
 /// A write this node coordinates (or replays, without a client).
@@ -482,7 +493,7 @@ impl DdpNode {
                 .map(|(n, c)| format!("{c} {n}")),
         );
         if !self.trans.is_quiet() {
-            why.push("transactions in progress".into());
+            why.push(format!("transactions in progress: {}", self.trans.busy()));
         }
         if !self.heal_quiet() {
             why.push("HEAL in progress".into());
@@ -658,6 +669,9 @@ impl DdpNode {
                 ready,
             } => self.on_upd_copy(from, versions, applied, ready, out),
             _ if self.rules.trans.is_none() => {}
+            // A removed node holds no transaction (it is decided without it).
+            Msg::InitX { .. } | Msg::TxInv { .. } | Msg::EndX { .. }
+                if !self.config.members.contains(&self.me) && !self.bugs.removed_holds_tx => {}
             Msg::InitX { tx, epoch } => {
                 self.saw_age(&tx);
                 self.on_initx(from, tx, epoch, out)

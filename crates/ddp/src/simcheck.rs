@@ -9,7 +9,7 @@
 //! NVM). What a model does not promise is measured, not asserted:
 //! acknowledged writes lost, reads that vanished. The causal checks are in
 //! `simcheck/causal.rs`; the transactional client and checks (G1a, T-1,
-//! T-2, serializability, T-3) in `simcheck/trans.rs`.
+//! T-2, serializability, T-3, T-4) in `simcheck/trans.rs`.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -161,27 +161,8 @@ impl CheckConfig {
             Some(_) => s += " --recovery heal",
             None => {}
         }
-        for (on, name) in [
-            (self.bugs.reply_before_last_ack, "reply-before-last-ack"),
-            (self.bugs.val_before_persist, "val-before-persist"),
-            (self.bugs.read_in_invalid, "read-in-invalid"),
-            (self.bugs.early_scope_ack, "early-scope-ack"),
-            (self.bugs.causal_early_apply, "causal-early-apply"),
-            (self.bugs.skip_conflict_check, "skip-conflict-check"),
-            (self.bugs.commit_before_persist, "commit-before-persist"),
-            (self.bugs.heal_trim_early, "heal-trim-early"),
-            (self.bugs.heal_no_ts_compare, "heal-no-ts-compare"),
-            (self.bugs.heal_online_early, "heal-online-early"),
-            (self.bugs.heal_no_shadow, "heal-no-shadow"),
-            (self.bugs.heal_no_pending, "heal-no-pending"),
-            (self.bugs.copy_unlogged, "copy-unlogged"),
-            (self.bugs.gossip_prefix_only, "gossip-prefix-only"),
-            (self.bugs.reuse_origin, "reuse-origin"),
-            (self.bugs.keep_applied, "keep-applied"),
-        ] {
-            if on {
-                s += &format!(" --inject-bug {name}");
-            }
+        for name in self.bugs.active() {
+            s += &format!(" --inject-bug {name}");
         }
         s
     }
@@ -206,6 +187,8 @@ pub struct CheckReport {
     pub tx_committed: u64,
     pub tx_aborted: u64,
     pub tx_unanswered_commits: u64,
+    /// Ends answered `OutcomeUnknown` (the coordinator crashed or left).
+    pub tx_unknown: u64,
     /// HEAL: recoveries that ended by HEAL's steps, and by the full-copy fallback.
     pub heal_recoveries: u64,
     pub heal_fallbacks: u64,
@@ -981,6 +964,7 @@ impl Run {
             self.report.tx_aborted,
             self.report.tx_unanswered_commits,
         ) = rec.txs.counts();
+        self.report.tx_unknown = rec.txs.unknown;
         self.report.stats = self.net.stats();
         self.report.sim_ns = self.net.now_ns();
     }

@@ -246,6 +246,31 @@ impl TransState {
             && self.postponed.is_empty()
             && self.lazy.is_empty()
     }
+
+    /// What `is_quiet` finds in progress (diagnostics).
+    pub fn busy(&self) -> String {
+        let phases: Vec<String> = (self.coord.iter())
+            .map(|(id, c)| {
+                format!(
+                    "{id:?} {:?}{}",
+                    c.phase,
+                    if c.settling { " settling" } else { "" }
+                )
+            })
+            .collect();
+        let here: Vec<String> = (self.here.iter())
+            .map(|(id, h)| format!("{id:?} coord {} prepared {}", h.hdr.coord, h.prepared))
+            .collect();
+        format!(
+            "coordinating [{}], holding [{}], {} deliveries, {} waiting, {} postponed, {} lazy",
+            phases.join("; "),
+            here.join("; "),
+            self.deliveries.len(),
+            self.waiting.len(),
+            self.postponed.len(),
+            self.lazy.len()
+        )
+    }
 }
 
 /// What an access may do after conflict detection.
@@ -583,17 +608,39 @@ impl DdpNode {
         }
     }
 
-    /// The operation's transaction is not open here: it was squashed, or
-    /// its coordinator crashed and the session moved here.
+    /// The operation's transaction is squashed, or not open here. A read
+    /// or write: the client has not sent End, so no member prepared the
+    /// transaction and it cannot commit.
     fn aborted(&mut self, id: TxId, req: u64, out: &mut Out) -> bool {
         Self::answer(out, id.session, req, Reply::Aborted { tx: id.seq });
+        true
+    }
+
+    /// End of a transaction not open here (its coordinator crashed or left,
+    /// and the session moved): answer the decision if known, wait for it
+    /// if this node settles the transaction, else the outcome is unknown.
+    fn end_elsewhere(&mut self, id: TxId, req: u64, out: &mut Out) -> bool {
+        let tx = id.seq;
+        let result = match self.trans.outcomes.get(&id) {
+            Some(true) => Reply::Committed { tx },
+            Some(false) => Reply::Aborted { tx },
+            None => match self.trans.coord.get_mut(&id) {
+                Some(c) if c.settling && c.client.is_none() => {
+                    c.client = Some((id.session, req));
+                    return true;
+                }
+                _ if self.bugs.abort_unknown_end => Reply::Aborted { tx },
+                _ => Reply::OutcomeUnknown { tx },
+            },
+        };
+        Self::answer(out, id.session, req, result);
         true
     }
 
     /// End Xaction: vote (ENDX), or commit at once a transaction that wrote nothing.
     fn tx_end(&mut self, id: TxId, req: u64, out: &mut Out) -> bool {
         if !self.tx_open(id) {
-            return self.aborted(id, req, out);
+            return self.end_elsewhere(id, req, out);
         }
         let h = self.trans.here.get_mut(&id).expect("open");
         h.prepared = true;

@@ -9,7 +9,7 @@ use tandem_net::{Command, NodeId};
 use crate::node::{DdpNode, Out, Then};
 use crate::trans::{Access, CoordTx, EndReq, Phase};
 use crate::trans_stats::Squash;
-use crate::types::{Key, Msg, Record, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote};
+use crate::types::{Key, Msg, Record, Reply, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote};
 
 impl DdpNode {
     /// The decision or refusal this node knows for `id`, as a vote.
@@ -291,8 +291,7 @@ impl DdpNode {
     /// unacknowledged goes out again; orphans are settled.
     pub(crate) fn trans_reconfigure(&mut self, new_epoch: bool, out: &mut Out) {
         if !self.config.members.contains(&self.me) {
-            // Removed while alive: its transactions are settled by others.
-            self.trans.coord.retain(|_, c| c.phase == Phase::Deciding);
+            self.trans_removed(out);
             return;
         }
         if new_epoch {
@@ -312,6 +311,41 @@ impl DdpNode {
             }
         }
         self.settle_orphans(out);
+    }
+
+    /// Removed while alive (suspected): as after a crash, the members
+    /// settle this node's transactions and decide the others without it
+    /// (and never tell it), so it forgets every undecided one; re-added, it
+    /// votes afresh on what ENDX brings. Its own: one that sent no ENDX is
+    /// aborted (no member prepared it); after ENDX the members may commit
+    /// it, so its End's outcome is unknown here. A decided one (its commit
+    /// record persisting) stays.
+    fn trans_removed(&mut self, out: &mut Out) {
+        let gone: Vec<TxId> = (self.trans.coord.iter())
+            .filter(|(_, c)| c.phase != Phase::Deciding)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            let c = self.trans.coord.remove(&id).expect("listed");
+            let ended = c.phase == Phase::Ending || c.settling;
+            if !ended {
+                self.learn(id, Some(false));
+            }
+            if let Some((session, req)) = c.client.filter(|_| !self.bugs.silent_removal) {
+                let tx = id.seq;
+                let r = if ended {
+                    Reply::OutcomeUnknown { tx }
+                } else {
+                    Reply::Aborted { tx }
+                };
+                Self::answer(out, session, req, r);
+            }
+        }
+        if !self.bugs.removed_holds_tx {
+            let coord = &self.trans.coord;
+            self.trans.here.retain(|id, _| coord.contains_key(id));
+            self.trans.postponed.clear();
+        }
     }
 
     /// Transactions whose coordinator left the configuration: a member that

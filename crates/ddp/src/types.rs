@@ -149,6 +149,13 @@ pub enum Reply {
     Aborted {
         tx: u64,
     },
+    /// End of transaction `tx` reached a node that cannot tell its
+    /// outcome: its coordinator crashed or left the configuration after
+    /// ENDX, and the members that prepared it may still commit it. The
+    /// client must assume neither (it may read its keys to find out).
+    OutcomeUnknown {
+        tx: u64,
+    },
     /// The model does not take this operation (Begin or End outside
     /// Transactional consistency, a plain write under it).
     Error {

@@ -175,7 +175,7 @@ impl YcsbSession {
                 (t.seq, t.pos, t.begun) = (t.seq + 1, 0, false);
                 n as u64
             }
-            (Some(_), Reply::Aborted { .. }) => {
+            (Some(_), Reply::Aborted { .. } | Reply::OutcomeUnknown { .. }) => {
                 let t = &mut self.tx;
                 (t.seq, t.pos, t.begun) = (t.seq + 1, 0, false);
                 0

@@ -264,18 +264,56 @@ fn a_restarted_node_takes_a_new_incarnation() {
 
 /// False suspicion: a node that is alive, slow (`Suspect`) or cut off
 /// (`Isolated`), is removed and added back without a restart. Every model
-/// but Transactional keeps its promises, converges and settles.
-/// Transactional is left out: its clients at the removed node wait forever
-/// (`tandem ddp check --model trans-synch --crash suspect`, docs/DDP.md).
+/// keeps its promises, converges and settles.
 #[test]
 fn a_falsely_suspected_node_comes_back_without_harm() {
     for model in Model::all().into_iter().filter(|m| m.implemented()) {
-        if model.c == tandem_ddp::Consistency::Trans {
-            continue;
-        }
         for crash in [Crash::Suspect, Crash::Isolated] {
             clean(&model.to_string(), crash);
         }
+    }
+}
+
+/// The first seed below 30 whose violations include one containing
+/// `expect`, under `bug`.
+fn caught_as(model: &str, crash: Crash, bug: &str, expect: &str) -> u64 {
+    let model = Model::parse(model).unwrap();
+    let bugs = tandem_ddp::Bugs::parse(&[bug.to_string()]).unwrap();
+    (0..30)
+        .find(|&seed| {
+            let mut cfg = CheckConfig::new(model, seed);
+            (cfg.crash, cfg.bugs) = (crash, bugs);
+            run(&cfg).violations.iter().any(|v| v.contains(expect))
+        })
+        .unwrap_or_else(|| panic!("{model} with {bug}: no {expect} in 30 seeds"))
+}
+
+/// Transactional consistency, a coordinator removed while alive: the
+/// members settle its transactions without it. It answers its clients at
+/// once (Aborted before ENDX, OutcomeUnknown after), and holds no
+/// transaction while out. Mutants: `silent-removal` (the old behaviour:
+/// its clients wait forever) and `removed-holds-tx` (it keeps a
+/// transaction the members decided without it: it never settles).
+#[test]
+fn a_removed_coordinator_answers_its_clients_and_holds_nothing() {
+    for model in ["trans-synch", "trans-re"] {
+        let seed = caught_as(model, Crash::Suspect, "silent-removal", "still outstanding");
+        eprintln!("{model} with silent-removal: caught at seed {seed}");
+        let seed = caught_as(model, Crash::Suspect, "removed-holds-tx", "not settled");
+        eprintln!("{model} with removed-holds-tx: caught at seed {seed}");
+    }
+}
+
+/// The End of a transaction whose coordinator crashed reaches a node that
+/// cannot tell its outcome: the members that prepared it may commit it, so
+/// the answer is OutcomeUnknown, never Aborted (a client told Aborted runs
+/// it again and its writes take effect twice). Mutant `abort-unknown-end`
+/// (the old answer) is caught by T-4 under one-node crashes.
+#[test]
+fn an_end_of_unknown_outcome_is_not_answered_aborted() {
+    for model in ["trans-synch", "trans-re"] {
+        let seed = caught_as(model, Crash::One, "abort-unknown-end", "T-4:");
+        eprintln!("{model} with abort-unknown-end: caught at seed {seed}");
     }
 }
 

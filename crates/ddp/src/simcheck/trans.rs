@@ -9,7 +9,8 @@
 //! promises (G1); the committed transactions are serializable (a cycle in
 //! Adya's DSG of ww, wr and rw edges, G1b reads); and after a whole-cluster
 //! crash every committed transaction is recovered whole or not at all,
-//! completed ones whole under Strict and Synch (T-3).
+//! completed ones whole under Strict and Synch (T-3). T-4 (not in the
+//! spec; the API's promise): no transaction answered `Aborted` commits.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -59,6 +60,10 @@ pub(super) struct Txs {
     scope_writes: Vec<u32>,
     pub crash_ns: Option<u64>,
     aborted: u64,
+    /// End answered OutcomeUnknown.
+    pub unknown: u64,
+    /// Transactions a client was told were squashed (Aborted).
+    told_aborted: BTreeSet<TxId>,
 }
 
 impl Txs {
@@ -226,6 +231,13 @@ impl Rec {
             }
             Reply::Aborted { .. } => {
                 self.txs.aborted += 1;
+                self.txs.told_aborted.insert(id);
+                self.restart(s);
+            }
+            // The client cannot tell: it runs the transaction again; the
+            // first may still commit (then counted as committed unanswered).
+            Reply::OutcomeUnknown { .. } => {
+                self.txs.unknown += 1;
                 self.restart(s);
             }
             _ => {}
@@ -469,9 +481,22 @@ impl Run {
         if let Err(e) = serializable(&rec.txs, upto) {
             v.push(e);
         }
+        v.extend(aborted_but_committed(&rec.txs));
         drop(rec);
         self.report.violations.extend(v);
     }
+}
+
+/// A transaction answered `Aborted` takes no effect: none commits.
+fn aborted_but_committed(txs: &Txs) -> Option<String> {
+    let id = txs
+        .told_aborted
+        .iter()
+        .find(|id| txs.committed_at.contains_key(id))?;
+    Some(format!(
+        "T-4: {id:?} was answered Aborted, yet it committed (t={})",
+        txs.committed_at[id]
+    ))
 }
 
 /// T-3 after a whole-cluster crash: no uncommitted write recovered, and no
