@@ -1,7 +1,9 @@
 //! DDP over real processes (issue 10): five `tandem node` processes and a
 //! configuration manager, client sessions over TCP recording a history,
 //! `kill -9` of one node under load and of all five, and the history
-//! checked with the same linearizability checker as the simulations.
+//! checked with the same linearizability checker as the simulations; and a
+//! UPD model (eventual-synch) through a `kill -9` and restart, checked for
+//! convergence and lost writes.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -126,11 +128,16 @@ impl Cluster {
     }
 
     fn load(&self, sessions: u64, epoch: Instant) -> Load {
+        self.load_at(&[0, 1, 2, 3, 4], sessions, 0, epoch)
+    }
+
+    /// `sessions` sessions (numbered from `first`) spread over `nodes` only.
+    fn load_at(&self, nodes: &[usize], sessions: u64, first: u64, epoch: Instant) -> Load {
         let cfg = LoadConfig {
-            nodes: self.peers.clone(),
+            nodes: nodes.iter().map(|&i| self.peers[i]).collect(),
             secret: u64::from_str_radix(SECRET, 16).unwrap(),
             sessions,
-            first_session: 0,
+            first_session: first,
             plan: tandem_ddp::ycsb_session::SessionPlan::uniform(50, 0.5),
             seed: 7,
             timeout: Duration::from_secs(2),
@@ -168,8 +175,8 @@ fn check(ops: &[tandem_check::HistOp], dir: &Path) {
 
 /// Ten sessions; `kill -9` node 2 once they run; the manager drops it and
 /// the four others keep serving.
-fn kill_node_2_under_load(c: &mut Cluster) -> Load {
-    let load = c.load(10, Instant::now());
+fn kill_node_2_under_load(c: &mut Cluster, epoch: Instant) -> Load {
+    let load = c.load(10, epoch);
     wait_for("the first operations", Duration::from_secs(20), || {
         load.completed.load(Ordering::Relaxed) > 500
     });
@@ -190,7 +197,7 @@ fn kill_node_2_under_load(c: &mut Cluster) -> Load {
 #[test]
 fn lin_synch_survives_kill_dash_nine_of_one_node_and_it_rejoins() {
     let mut c = Cluster::start("one", "lin-synch");
-    let load = kill_node_2_under_load(&mut c);
+    let load = kill_node_2_under_load(&mut c, Instant::now());
     c.start_node(2, "lin-synch");
     wait_for("node 2 to rejoin", Duration::from_secs(20), || {
         c.manager_log().matches("members [0, 1, 2, 3, 4]").count() >= 2
@@ -211,7 +218,7 @@ fn lin_synch_survives_kill_dash_nine_of_one_node_and_it_rejoins() {
 #[test]
 fn heal_brings_a_killed_node_back_from_its_buddy() {
     let mut c = Cluster::start_with("heal", "lin-synch", &["--recovery", "heal"]);
-    let load = kill_node_2_under_load(&mut c);
+    let load = kill_node_2_under_load(&mut c, Instant::now());
     c.start_node(2, "lin-synch");
     let log2 = || std::fs::read_to_string(c.dir.join("node2.log")).unwrap_or_default();
     wait_for("node 2 to recover by HEAL", Duration::from_secs(20), || {
@@ -236,6 +243,148 @@ fn heal_brings_a_killed_node_back_from_its_buddy() {
     );
     check(&load.stop(), &c.dir);
     let _ = std::fs::remove_dir_all(&c.dir);
+}
+
+/// A session at `node`, once it listens.
+fn client(
+    c: &Cluster,
+    node: usize,
+    session: u64,
+) -> tandem_net::client::Client<tandem_ddp::Op, tandem_ddp::Reply> {
+    let secret = u64::from_str_radix(SECRET, 16).unwrap();
+    let connect = || {
+        tandem_net::client::Client::connect(c.peers[node], secret, session, Duration::from_secs(2))
+    };
+    wait_for("a node to listen", Duration::from_secs(20), || {
+        connect().is_ok()
+    });
+    connect().unwrap()
+}
+
+/// Every node's value of keys `0..keys`, read at that node.
+fn finals(c: &Cluster, keys: u64) -> tandem_check::FinalStates {
+    let mut out = tandem_check::FinalStates::new();
+    for i in 0..c.peers.len() {
+        let mut cl = client(c, i, 1_000 + i as u64);
+        let values = (0..keys).map(|k| match cl.call(tandem_ddp::Op::read(k)).unwrap() {
+            tandem_ddp::Reply::Read { value, .. } => (k, value),
+            other => panic!("node {i} answered a read of key {k} with {other:?}"),
+        });
+        out.insert(i as u16, values.collect());
+    }
+    out
+}
+
+/// Poll for 5 s until every node holds the same values (and the history
+/// explains them); the last values read, and the divergence if any.
+fn converged(
+    c: &Cluster,
+    ops: &[tandem_check::HistOp],
+) -> (tandem_check::FinalStates, Option<String>) {
+    let mut last = (Default::default(), None);
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        let f = finals(c, 50);
+        match tandem_check::check_convergence(&f, ops) {
+            Ok(_) => return (f, None),
+            Err(v) => last = (f, Some(v.to_string())),
+        }
+    }
+    last
+}
+
+/// Session `session` writes keys `0..keys` once each at node 2, one after
+/// another; the history.
+fn writes_at_node_2(
+    c: &Cluster,
+    session: u64,
+    keys: u64,
+    epoch: Instant,
+) -> Vec<tandem_check::HistOp> {
+    let mut cl = client(c, 2, session);
+    let ns = || epoch.elapsed().as_nanos() as u64;
+    (0..keys)
+        .map(|key| {
+            let (value, invoke_ns) = ((session + 1) << 32 | key, ns());
+            let r = cl.call(tandem_ddp::Op::write(key, value, 0)).unwrap();
+            assert!(matches!(r, tandem_ddp::Reply::Written { .. }), "{r:?}");
+            tandem_check::HistOp {
+                session,
+                node: 2,
+                kind: tandem_check::OpKind::Write { key, value },
+                invoke_ns,
+                complete_ns: Some(ns()),
+                ok: true,
+            }
+        })
+        .collect()
+}
+
+/// A UPD model over processes: node 2 writes 40 keys, is killed under
+/// load and restarted, and the replicas converge. Then node 2 alone writes
+/// 20 keys; those writes come after every other, so each key must end
+/// with node 2's value. Its new life must take new update ids (its NVM's
+/// incarnation + 1): the others (and the copy it took) hold its last
+/// life's ids as applied, and drop reused ones as duplicates. Returns the
+/// divergence after those writes, if any, and the keys whose acknowledged
+/// write node 0 does not hold.
+fn a_restarted_upd_node_loses_nothing(name: &str, extra: &[&str]) -> (Option<String>, Vec<u64>) {
+    let mut c = Cluster::start_with(name, "eventual-synch", extra);
+    let epoch = Instant::now();
+    wait_for("the cluster to form", Duration::from_secs(20), || {
+        c.manager_log().contains("members [0, 1, 2, 3, 4]")
+    });
+    let mut ops = writes_at_node_2(&c, 100, 40, epoch);
+    let load = kill_node_2_under_load(&mut c, epoch);
+    c.start_node(2, "eventual-synch");
+    wait_for("node 2 to rejoin", Duration::from_secs(20), || {
+        c.manager_log().matches("members [0, 1, 2, 3, 4]").count() >= 2
+    });
+    ops.extend(load.stop());
+    if let (_, Some(v)) = converged(&c, &ops) {
+        panic!("{name}: the replicas did not converge after node 2's restart: {v}");
+    }
+    let mine = writes_at_node_2(&c, 101, 20, epoch);
+    ops.extend(mine.iter().cloned());
+    let (f, diverged) = converged(&c, &ops);
+    if let Err(e) = tandem_check::check_no_thin_air(&ops) {
+        panic!("{name}: a read from thin air: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&c.dir);
+    let lost = |o: &tandem_check::HistOp| match o.kind {
+        tandem_check::OpKind::Write { key, value } => (f[&0][&key] != Some(value)).then_some(key),
+        _ => None,
+    };
+    (diverged, mine.iter().filter_map(lost).collect())
+}
+
+#[test]
+fn eventual_synch_survives_kill_dash_nine_and_loses_no_write() {
+    let (diverged, lost) = a_restarted_upd_node_loses_nothing("upd", &[]);
+    assert_eq!(
+        diverged, None,
+        "the replicas diverged after node 2's new writes"
+    );
+    assert!(
+        lost.is_empty(),
+        "node 2's acknowledged writes to keys {lost:?} were lost"
+    );
+    let (diverged, lost) =
+        a_restarted_upd_node_loses_nothing("upd-bug", &["--inject-bug", "reuse-origin"]);
+    assert!(
+        !lost.is_empty(),
+        "with reuse-origin no write of node 2 was lost"
+    );
+    eprintln!(
+        "reuse-origin over processes: node 2's writes to {} of 20 keys never reached node 0 ({})",
+        lost.len(),
+        diverged
+            .as_deref()
+            .map_or("yet the replicas converged", |d| d
+                .lines()
+                .next()
+                .unwrap_or_default())
+    );
 }
 
 #[test]
