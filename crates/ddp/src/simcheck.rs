@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use tandem_check::{HistOp, OpKind};
+use tandem_net::manager::{Manager, ManagerConfig};
 use tandem_net::{
     Command, Config, Harness, Input, NetStats, NodeId, Nvm, SessionId, SimNet, SimNetConfig,
 };
@@ -57,6 +58,11 @@ pub enum Crash {
     /// As `Suspect`, but the node is cut off (a partition) rather than
     /// slow: alive, and what it sends meanwhile is lost.
     Isolated,
+    /// One node crashes and its process is restarted at once (a
+    /// supervisor), before the manager's lease runs out: the manager never
+    /// removes it, and it boots in epoch 0 and learns the current
+    /// configuration, whose epoch has not changed.
+    Bounce,
 }
 
 impl Crash {
@@ -70,8 +76,9 @@ impl Crash {
             "two" => Ok(Crash::Two),
             "suspect" => Ok(Crash::Suspect),
             "isolated" => Ok(Crash::Isolated),
+            "bounce" => Ok(Crash::Bounce),
             other => Err(format!(
-                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated)"
+                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated, bounce)"
             )),
         }
     }
@@ -85,6 +92,7 @@ impl Crash {
             Crash::Two => "two",
             Crash::Suspect => "suspect",
             Crash::Isolated => "isolated",
+            Crash::Bounce => "bounce",
         }
     }
 }
@@ -628,6 +636,7 @@ pub fn run(cfg: &CheckConfig) -> CheckReport {
         Crash::Two => r.crash_two(),
         Crash::Suspect => r.suspect_one(false),
         Crash::Isolated => r.suspect_one(true),
+        Crash::Bounce => r.bounce_one(),
     }
     r.finish(crash_at);
     r.report
@@ -750,6 +759,32 @@ impl Run {
         let c = self.config(members);
         self.net.announce(&c);
         self.net.run_for(50_000);
+    }
+
+    /// A node crashes and its process restarts within a few microseconds,
+    /// well inside its lease. What the configuration manager does then is
+    /// decided by its own code (`tandem_net::manager::Manager`): the new
+    /// run links with a new boot id, and its first heartbeat follows.
+    fn bounce_one(&mut self) {
+        let victim = self.rng.below(self.cfg.nodes as u64) as NodeId;
+        let members: Vec<NodeId> = (0..self.cfg.nodes).collect();
+        let now = self.net.now_ns();
+        let mut m = Manager::new(ManagerConfig::default(), &members, now).at_epoch(self.epoch);
+        m.linked(victim, 1);
+        self.net.crash(victim);
+        self.rec.borrow_mut().steady[victim as usize] = false;
+        self.net.run_for(self.rng.range_inclusive(1_000, 10_000));
+        self.net.restart(victim, &Config::new(0, members));
+        let removed = m.linked(victim, 2);
+        self.net.inject(victim, Input::Config(m.config()));
+        if let Some(c) = removed {
+            self.net.announce(&c);
+        }
+        self.net.run_for(self.rng.range_inclusive(0, 5_000));
+        if let Some(c) = m.heartbeat(self.net.now_ns(), victim) {
+            self.net.announce(&c);
+        }
+        self.epoch = m.config().epoch;
     }
 
     /// Restart `nodes` from their NVM, then announce a configuration with

@@ -14,7 +14,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,17 @@ pub struct HostConfig {
     pub heartbeat: Duration,
     /// Must equal the manager's lease.
     pub lease: Duration,
+}
+
+/// Names this run of a node (one per host started): the manager treats a
+/// member that links with a new one as crashed and restarted.
+fn boot_id() -> u64 {
+    static STARTED: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    t ^ u64::from(std::process::id()) << 40 ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// A handle to stop a node running in this process (tests, benchmarks).
@@ -194,6 +205,7 @@ impl<P: Wire> Host<P> {
                 Hello::ToManager {
                     node: cfg.id,
                     secret: cfg.secret,
+                    boot: boot_id(),
                 },
             )
         });

@@ -9,6 +9,14 @@
 //! since that node's last heartbeat reached it, so by then the node's
 //! lease has run out: a falsely suspected node, alive and slow, stops
 //! serving before the others stop waiting for it.
+//!
+//! **A restart is a removal.** A process killed and restarted within its
+//! lease never falls silent long enough to be removed, yet it lost its
+//! volatile state: the others would wait on or count on what it forgot
+//! (Transactional: a prepared transaction of its never settles). Each run
+//! of a node links with a new boot id; a member that links with a new one
+//! is removed at once and joins again with its first heartbeat, so the
+//! others go through the same removal and re-add as after a crash.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -40,6 +48,8 @@ pub struct Manager {
     epoch: u64,
     members: BTreeSet<NodeId>,
     last_heard: BTreeMap<NodeId, u64>,
+    /// The boot id each node last linked with.
+    boots: BTreeMap<NodeId, u64>,
 }
 
 impl Manager {
@@ -51,7 +61,27 @@ impl Manager {
             epoch: 1,
             members: members.iter().copied().collect(),
             last_heard: members.iter().map(|&m| (m, heard)).collect(),
+            boots: BTreeMap::new(),
         }
+    }
+
+    /// Resume numbering from `epoch` (a simulation that played the manager
+    /// itself until now).
+    pub fn at_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
+        self
+    }
+
+    /// Node `node` linked, in its run `boot`. A member that linked before
+    /// with another boot id restarted: it is removed (a new epoch,
+    /// returned), and its heartbeats add it back.
+    pub fn linked(&mut self, node: NodeId, boot: u64) -> Option<Config> {
+        let before = self.boots.insert(node, boot);
+        if before.is_none_or(|b| b == boot) || !self.members.remove(&node) {
+            return None;
+        }
+        self.epoch += 1;
+        Some(self.config())
     }
 
     pub fn config(&self) -> Config {
@@ -110,6 +140,19 @@ mod tests {
         assert_eq!((c.epoch, c.members), (3, vec![0, 1, 2]));
         assert_eq!(m.heartbeat(121, 2), None);
     }
+
+    #[test]
+    fn a_member_restarted_within_its_lease_is_removed_and_added_back() {
+        let mut m = Manager::new(ManagerConfig::default(), &[0, 1, 2], 0);
+        assert_eq!(m.linked(2, 7), None, "its first run");
+        assert_eq!(m.linked(2, 7), None, "the same run, linked again");
+        m.heartbeat(10, 2);
+        let c = m.linked(2, 8).expect("a new run of node 2 removes it");
+        assert_eq!((c.epoch, c.members), (2, vec![0, 1]));
+        let c = m.heartbeat(20, 2).expect("its heartbeat adds it back");
+        assert_eq!((c.epoch, c.members), (3, vec![0, 1, 2]));
+        assert_eq!(m.linked(2, 8), None);
+    }
 }
 
 /// The manager as a process: nodes connect with `Hello::ToManager`, it
@@ -135,10 +178,11 @@ pub fn serve(
     eprintln!("manager: epoch 1, members {members:?}");
     loop {
         let announce = match rx.recv_timeout(Duration::from_millis(2)) {
-            Ok(ManagerEvent::Link(node, w)) => {
+            Ok(ManagerEvent::Link(node, boot, w)) => {
+                let removed = m.linked(node, boot);
                 let _ = w.send(frame(&FromManager::Config(m.config())));
                 links.insert(node, w);
-                None
+                removed
             }
             Ok(ManagerEvent::Beat(node, seq)) => {
                 let joined = m.heartbeat(now(), node);
@@ -160,7 +204,7 @@ pub fn serve(
 }
 
 enum ManagerEvent {
-    Link(NodeId, std::sync::mpsc::Sender<Vec<u8>>),
+    Link(NodeId, u64, std::sync::mpsc::Sender<Vec<u8>>),
     Beat(NodeId, u64),
 }
 
@@ -178,6 +222,7 @@ fn accept_nodes(
             let Some(Hello::ToManager {
                 node,
                 secret: theirs,
+                boot,
             }) = frames.next::<Hello>()?
             else {
                 return Ok(());
@@ -185,7 +230,11 @@ fn accept_nodes(
             if theirs != secret {
                 return Ok(());
             }
-            let _ = tx.send(ManagerEvent::Link(node, crate::links::spawn_writer(s)));
+            let _ = tx.send(ManagerEvent::Link(
+                node,
+                boot,
+                crate::links::spawn_writer(s),
+            ));
             while let Some(Heartbeat { seq }) = frames.next()? {
                 if tx.send(ManagerEvent::Beat(node, seq)).is_err() {
                     break;

@@ -20,8 +20,13 @@ pub enum Hello {
     Peer { node: NodeId, secret: u64 },
     /// A client session stream.
     Client { secret: u64 },
-    /// Node `node` talks to the configuration manager.
-    ToManager { node: NodeId, secret: u64 },
+    /// Node `node` talks to the configuration manager; `boot` names this
+    /// run of its process (a restart brings a new one).
+    ToManager {
+        node: NodeId,
+        secret: u64,
+        boot: u64,
+    },
     /// Ask a node for its [`NodeStats`] (one frame back).
     Stats { secret: u64 },
 }
