@@ -18,6 +18,7 @@ a20 = by_model(load("ddp-bench-a-20cores.json"))
 few20, slow20 = by_model(load("ddp-bench-10clients-20cores.json")), by_model(load("ddp-bench-rtt2us-20cores.json"))
 check, echo = load("ddp-check.json"), load("net-echo.json")
 recovery = load("ddp-check-recovery.json")
+membership = load("ddp-check-membership.json")
 tcp_doc = load("ddp-tcp-a.json")
 tcp = by_model(tcp_doc)
 print("\n## Issue 10 — DDP: consistency x persistency models (in progress)\n")
@@ -119,6 +120,16 @@ if recovery:
     print("| model | runs | operations | violations |")
     print("|---|---|---|---|")
     for m in recovery["models"]:
+        print("| %s | %d | %d | %d |" % (m["model"], m["runs"], m["completed"], m["violation_count"]))
+    print()
+if membership:
+    print("**Membership faults** (`tandem ddp check --seeds %d --crash membership`): a slow node (links 20 µs slower)"
+          " suspected and removed while alive, then added back (suspect); the same node cut off instead (isolated);"
+          " a node killed and restarted within its lease, which the manager removes and adds back by its new boot id"
+          " (bounce). Every run ends by checking that every node settles:\n" % (membership["models"][0]["runs"] // 3))
+    print("| model | runs | operations | violations |")
+    print("|---|---|---|---|")
+    for m in membership["models"]:
         print("| %s | %d | %d | %d |" % (m["model"], m["runs"], m["completed"], m["violation_count"]))
     print()
 if echo and not tcp:

@@ -3,7 +3,7 @@
 # runs, the checks, the section rendered by scripts/render_ddp.py and spliced
 # in place of the old one, then `tandem experiment ddp-heatmap` and
 # `ddp-sweeps` (which rewrite their own sections and figures).
-#   usage: scripts/results_ddp.sh [--runs-only|--render-only]   (about 10 minutes on 2 cores)
+#   usage: scripts/results_ddp.sh [--runs-only|--render-only]   (about 16 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
@@ -24,6 +24,7 @@ ddp_runs() {
   run $T ddp bench --models lin-synch --measure-ns 50000000 --json $OUT/ddp-simspeed.json
   run $T ddp check --seeds 100 --json $OUT/ddp-check.json
   run $T ddp check --seeds 100 --crash recovery --json $OUT/ddp-check-recovery.json
+  run $T ddp check --seeds 30 --crash membership --json $OUT/ddp-check-membership.json
 }
 if [ "${1:-}" = "--runs-only" ]; then ddp_runs; exit 0; fi
 [ "${1:-}" = "--render-only" ] || ddp_runs

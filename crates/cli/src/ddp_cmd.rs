@@ -43,7 +43,7 @@ pub struct CheckArgs {
     /// while the first recovers), again (the recovering node crashes again), two (a second node crashes
     /// while the first is away), suspect (a slow node is removed while alive, then added back), isolated
     /// (the same, cut off instead of slow), bounce (a node restarted within its lease), mix (none,
-    /// one, all) or recovery (one, buddy, again, two).
+    /// one, all), recovery (one, buddy, again, two) or membership (suspect, isolated, bounce).
     #[arg(long, default_value = "mix")]
     crash: String,
     /// How a restarted node catches up: full-copy, heal (HEAL: the Lin models), or heal-no-shadow
@@ -101,9 +101,12 @@ fn crashes(name: &str) -> Result<Vec<Crash>, String> {
     match name {
         "mix" => Ok(vec![Crash::None, Crash::One, Crash::All]),
         "recovery" => Ok(vec![Crash::One, Crash::Buddy, Crash::Again, Crash::Two]),
-        _ => Ok(vec![
-            Crash::parse(name).map_err(|e| format!("{e}, mix or recovery"))?
-        ]),
+        "membership" => Ok(vec![Crash::Suspect, Crash::Isolated, Crash::Bounce]),
+        _ => {
+            Ok(vec![Crash::parse(name).map_err(|e| {
+                format!("{e}, mix, recovery or membership")
+            })?])
+        }
     }
 }
 
