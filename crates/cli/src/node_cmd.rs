@@ -158,6 +158,7 @@ fn kite_node(a: NodeArgs) -> Result<(), String> {
                 format!("--mutant {m}: unknown (see `tandem kite check --help`)")
             })?);
     }
+    refuse_a_kite_restart(&a)?;
     let (cfg, listener) = host_config(&a)?;
     let me = cfg.peers[a.id as usize].1;
     println!(
@@ -167,6 +168,30 @@ fn kite_node(a: NodeArgs) -> Result<(), String> {
     );
     host::run(cfg, listener, tandem_kite::simcheck::KiteFactory(kcfg))
         .map_err(|e| format!("node {}: {e}", a.id))
+}
+
+/// Kite is crash-stop (kite.md §3): a replica back with empty state would
+/// count in read and write quorums it no longer intersects. Its state file
+/// records that it ran; starting again from it is refused.
+fn refuse_a_kite_restart(a: &NodeArgs) -> Result<(), String> {
+    if !a.nvm.exists() {
+        return Ok(());
+    }
+    let size = crate::args::parse_size(&a.nvm_size)?;
+    let (_, image) =
+        tandem_net::nvm_file::NvmFile::<tandem_kite::replica::KiteRecord>::open(&a.nvm, size)
+            .map_err(|e| format!("node {}: {}: {e}", a.id, a.nvm.display()))?;
+    if image.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "node {}: this Kite replica ran before ({} records it). Kite is crash-stop (kite.md §3): \
+         a replica that restarts comes back empty and would count in quorums it no longer \
+         intersects, losing acknowledged writes. Leave it down (the others serve without it), \
+         or start a new cluster with fresh state files.",
+        a.id,
+        a.nvm.display()
+    ))
 }
 
 /// `tandem node --system zab`: one member of the in-memory ZAB ensemble

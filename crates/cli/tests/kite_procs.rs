@@ -136,6 +136,63 @@ fn node_rejects_unknown_systems() {
     );
 }
 
+/// Kite is crash-stop: a replica killed under load and started again from
+/// its state file is refused with the reason, rather than rejoining with
+/// empty state; a fresh state file starts.
+#[test]
+fn a_killed_kite_replica_is_not_started_again_from_its_state() {
+    let dir = std::env::temp_dir().join(format!("tandem-kite-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let node = |nvm: &str| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"));
+        c.args([
+            "node",
+            "--system",
+            "kite",
+            "--id",
+            "0",
+            "--peers",
+            &port.to_string(),
+        ])
+        .args(["--secret", "1", "--nvm-size", "1M", "--nvm"])
+        .arg(dir.join(nvm))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+        c
+    };
+    let mut first = node("a.nvm").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(first.try_wait().unwrap().is_none(), "the first run is up");
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    let mut again = node("a.nvm").spawn().unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while again.try_wait().unwrap().is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if again.try_wait().unwrap().is_none() {
+        again.kill().unwrap();
+        panic!("a restart from the same state file ran");
+    }
+    let again = again.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success(), "a restart from the same state ran");
+    assert!(stderr.contains("Kite is crash-stop"), "{stderr}");
+    let mut fresh = node("b.nvm").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        fresh.try_wait().unwrap().is_none(),
+        "a fresh state file starts"
+    );
+    fresh.kill().unwrap();
+    fresh.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `tandem demo kite`: stacks and queues on five processes, one stopped
 /// mid-run; the others keep serving, everything checks, the figure exists.
 #[test]

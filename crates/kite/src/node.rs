@@ -239,6 +239,8 @@ const BACKOFF: Token = 1 << 62;
 
 pub struct KiteNode {
     pub me: NodeId,
+    /// The record that this replica ran was issued (`replica::KiteRecord`).
+    marked: bool,
     pub members: Vec<NodeId>,
     pub cfg: KiteConfig,
     pub keys: KeyStore,
@@ -278,6 +280,7 @@ impl KiteNode {
         let width = config.members.iter().max().map_or(1, |&m| m as usize + 1);
         KiteNode {
             me,
+            marked: false,
             members: config.members.clone(),
             cfg,
             keys: KeyStore::default(),
@@ -716,9 +719,14 @@ impl Protocol for KiteNode {
     type Msg = Msg;
     type Op = Op;
     type Reply = Reply;
-    type Record = crate::replica::NoRecord;
+    type Record = crate::replica::KiteRecord;
 
     fn step(&mut self, now: u64, input: Input<Self>, out: &mut Out) {
+        if !self.marked {
+            self.marked = true;
+            let record = crate::replica::KiteRecord::Ran;
+            out.push(Command::Persist { token: 0, record });
+        }
         match input {
             Input::Client { session, req, op } => self.on_client(now, session, req, op, out),
             Input::Recv { from, msg } => self.on_recv(now, from, msg, out),

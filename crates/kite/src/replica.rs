@@ -7,11 +7,18 @@ use tandem_net::{Durable, NodeId};
 use crate::node::{Bit, KiteNode, Mutant, Out};
 use crate::types::*;
 
-/// Kite keeps nothing durable (kite.md §1.1: durability is out of scope).
+/// Kite keeps no data durable (kite.md §1.1: durability is out of scope)
+/// and is crash-stop (§3): a replica that came back with empty state would
+/// count in quorums it no longer intersects, and lose acknowledged writes
+/// and Paxos decisions. Its one record marks that it ran, so `tandem node
+/// --system kite` refuses to start again from the same state file.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub enum NoRecord {}
+pub enum KiteRecord {
+    /// This replica ran (persisted at its first step).
+    Ran,
+}
 
-impl Durable for NoRecord {
+impl Durable for KiteRecord {
     type Slot = ();
     fn slot(&self) {}
 }

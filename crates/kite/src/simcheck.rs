@@ -14,7 +14,7 @@ use tandem_net::{Config, NodeFactory, NodeId, Nvm, SessionId, SimNet, SimNetConf
 use tandem_sim::Rng;
 
 use crate::node::{KiteConfig, KiteNode, KiteStats, Mutant};
-use crate::replica::NoRecord;
+use crate::replica::KiteRecord;
 use crate::types::*;
 
 /// Builds Kite nodes. Kite has no recovery (kite.md §3: crash-stop), so
@@ -25,7 +25,7 @@ impl NodeFactory<KiteNode> for KiteFactory {
     fn start(&self, id: NodeId, config: &Config) -> KiteNode {
         KiteNode::new(id, config, self.0)
     }
-    fn recover(&self, id: NodeId, config: &Config, _nvm: &Nvm<NoRecord>) -> KiteNode {
+    fn recover(&self, id: NodeId, config: &Config, _nvm: &Nvm<KiteRecord>) -> KiteNode {
         KiteNode::new(id, config, self.0)
     }
 }
@@ -383,7 +383,7 @@ impl tandem_net::Harness<KiteNode> for Hook {
         _node: NodeId,
         reply: &Reply,
         now: u64,
-        _nvm: &[Nvm<NoRecord>],
+        _nvm: &[Nvm<KiteRecord>],
     ) {
         let mut r = self.0.borrow_mut();
         let Some(i) = r.open[s as usize].take() else {
@@ -413,7 +413,7 @@ impl tandem_net::Harness<KiteNode> for Hook {
         }
     }
 
-    fn observe(&mut self, _node: NodeId, _now: u64, proto: &KiteNode, _nvm: &[Nvm<NoRecord>]) {
+    fn observe(&mut self, _node: NodeId, _now: u64, proto: &KiteNode, _nvm: &[Nvm<KiteRecord>]) {
         if let Err(e) = proto.check_invariants() {
             self.0.borrow_mut().invariant.get_or_insert(e);
         }
