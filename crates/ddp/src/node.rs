@@ -669,9 +669,12 @@ impl DdpNode {
                 ready,
             } => self.on_upd_copy(from, versions, applied, ready, out),
             _ if self.rules.trans.is_none() => {}
-            // A removed node holds no transaction (it is decided without it).
-            Msg::InitX { .. } | Msg::TxInv { .. } | Msg::EndX { .. }
-                if !self.config.members.contains(&self.me) && !self.bugs.removed_holds_tx => {}
+            // A removed node holds no transaction (it is decided without
+            // it); nor does a member take one from an older epoch, which may
+            // have been decided without it (senders resend in the new one).
+            Msg::InitX { epoch, .. } | Msg::TxInv { epoch, .. } | Msg::EndX { epoch, .. }
+                if (epoch < self.config.epoch || !self.config.members.contains(&self.me))
+                    && !self.bugs.removed_holds_tx => {}
             Msg::InitX { tx, epoch } => {
                 self.saw_age(&tx);
                 self.on_initx(from, tx, epoch, out)

@@ -43,8 +43,9 @@ impl<E> TimedQueue<E> {
         };
         assert!(slot < 1 << 24, "more than 16 M events queued");
         let seq = u128::from(self.next_seq & ((1 << 40) - 1));
-        self.heap
-            .push(Reverse(u128::from(time_ns) << 64 | seq << 24 | u128::from(slot)));
+        self.heap.push(Reverse(
+            u128::from(time_ns) << 64 | seq << 24 | u128::from(slot),
+        ));
         self.next_seq += 1;
     }
 

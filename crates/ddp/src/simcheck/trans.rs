@@ -9,8 +9,9 @@
 //! promises (G1); the committed transactions are serializable (a cycle in
 //! Adya's DSG of ww, wr and rw edges, G1b reads); and after a whole-cluster
 //! crash every committed transaction is recovered whole or not at all,
-//! completed ones whole under Strict and Synch (T-3). T-4 (not in the
-//! spec; the API's promise): no transaction answered `Aborted` commits.
+//! completed ones whole under Strict and Synch (T-3). Not in the spec:
+//! T-4 (the API's promise), no transaction answered `Aborted` commits;
+//! T-5, no transaction is decided both committed and aborted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -62,6 +63,8 @@ pub(super) struct Txs {
     aborted: u64,
     /// End answered OutcomeUnknown.
     pub unknown: u64,
+    /// Transactions some node decided (and sent) aborted.
+    decided_abort: HashSet<TxId>,
     /// Transactions a client was told were squashed (Aborted).
     told_aborted: BTreeSet<TxId>,
 }
@@ -279,6 +282,17 @@ impl Rec {
                 tx, commit: true, ..
             } => {
                 self.txs.committed_at.entry(tx.id).or_insert(now);
+                if self.txs.decided_abort.contains(&tx.id) {
+                    self.violations.push(format!("T-5: node {node} sent commit for {:?}, which another decided aborted (t={now})", tx.id));
+                }
+            }
+            Msg::TxOutcome {
+                tx, commit: false, ..
+            } => {
+                self.txs.decided_abort.insert(tx.id);
+                if self.txs.committed_at.contains_key(&tx.id) {
+                    self.violations.push(format!("T-5: node {node} sent abort for {:?}, which another decided committed (t={now})", tx.id));
+                }
             }
             Msg::TxInv { v, .. } => {
                 if let Some(w) = self.writes.get_mut(&v.value) {
