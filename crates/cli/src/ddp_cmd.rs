@@ -42,7 +42,8 @@ pub struct CheckArgs {
     /// none, one (a node crashes and rejoins), all (whole-cluster crash), buddy (a second member crashes
     /// while the first recovers), again (the recovering node crashes again), two (a second node crashes
     /// while the first is away), suspect (a slow node is removed while alive, then added back), isolated
-    /// (the same, cut off instead of slow), bounce (a node restarted within its lease), mix (none,
+    /// (the same, cut off instead of slow), suspect-spread (suspect, with the manager's announcements
+    /// reaching nodes at different times), bounce (a node restarted within its lease), mix (none,
     /// one, all), recovery (one, buddy, again, two) or membership (suspect, isolated, bounce).
     #[arg(long, default_value = "mix")]
     crash: String,

@@ -190,6 +190,11 @@ enum Event<P: Protocol> {
     Issue {
         session: SessionId,
     },
+    /// The configuration manager's announcement reaches node `n`.
+    Announce {
+        n: NodeId,
+        config: Config,
+    },
 }
 
 struct World<P: Protocol> {
@@ -230,6 +235,7 @@ impl<P: Protocol> World<P> {
             Event::Timer { n, inc, token } => self.arrive(n, Some(inc), Input::Timer { token }),
             Event::Landed { n, inc, pid } => self.persist_landed(n, inc, pid),
             Event::Issue { session } => self.issue(session),
+            Event::Announce { n, config } => self.arrive(n, None, Input::Config(config)),
         }
         true
     }
@@ -634,6 +640,24 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
         let mut w = self.world.borrow_mut();
         for n in 0..w.nodes.len() as NodeId {
             w.arrive(n, None, Input::Config(config.clone()));
+        }
+    }
+
+    /// Announce `config` as a manager does over one link per node: node
+    /// `n` hears it `delays[n]` ns from now (with the same delays for every
+    /// announcement, each link stays FIFO), so for a while members
+    /// disagree on the epoch.
+    pub fn announce_delayed(&self, config: &Config, delays: &[u64]) {
+        let mut w = self.world.borrow_mut();
+        for (n, &d) in delays.iter().enumerate() {
+            let (at, config) = (w.now + d, config.clone());
+            w.schedule(
+                at,
+                Event::Announce {
+                    n: n as NodeId,
+                    config,
+                },
+            );
         }
     }
 
