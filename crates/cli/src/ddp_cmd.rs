@@ -44,7 +44,7 @@ pub struct CheckArgs {
     /// while the first is away), suspect (a slow node is removed while alive, then added back), isolated
     /// (the same, cut off instead of slow), suspect-spread (suspect, with the manager's announcements
     /// reaching nodes at different times), bounce (a node restarted within its lease), mix (none,
-    /// one, all), recovery (one, buddy, again, two) or membership (suspect, isolated, bounce).
+    /// one, all), recovery (one, buddy, again, two) or membership (suspect, isolated, suspect-spread, bounce).
     #[arg(long, default_value = "mix")]
     crash: String,
     /// How a restarted node catches up: full-copy, heal (HEAL: the Lin models), or heal-no-shadow
@@ -54,7 +54,7 @@ pub struct CheckArgs {
     /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
     /// causal-early-apply, skip-conflict-check, commit-before-persist, heal-trim-early, heal-no-ts-compare,
     /// heal-online-early, heal-no-shadow, heal-no-pending, copy-unlogged, gossip-prefix-only,
-    /// reuse-origin, keep-applied, abort-unknown-end, silent-removal, removed-holds-tx).
+    /// reuse-origin, keep-applied, abort-unknown-end, silent-removal, removed-holds-tx, copy-in-old-epoch).
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
     /// A reliable network: no drops, duplicates or extra delays.
@@ -102,7 +102,12 @@ fn crashes(name: &str) -> Result<Vec<Crash>, String> {
     match name {
         "mix" => Ok(vec![Crash::None, Crash::One, Crash::All]),
         "recovery" => Ok(vec![Crash::One, Crash::Buddy, Crash::Again, Crash::Two]),
-        "membership" => Ok(vec![Crash::Suspect, Crash::Isolated, Crash::Bounce]),
+        "membership" => Ok(vec![
+            Crash::Suspect,
+            Crash::Isolated,
+            Crash::SuspectSpread,
+            Crash::Bounce,
+        ]),
         _ => {
             Ok(vec![Crash::parse(name).map_err(|e| {
                 format!("{e}, mix, recovery or membership")

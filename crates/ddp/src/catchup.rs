@@ -27,6 +27,32 @@ impl DdpNode {
         });
     }
 
+    /// A copy asked in an epoch this node has not reached: served once it
+    /// has. Before, a member still in the epoch that left the asker out
+    /// could copy out a key, then acknowledge a newer write of it there,
+    /// which ended without the asker (C11 under `--crash suspect-spread`).
+    pub(crate) fn on_copy_req_in(&mut self, from: NodeId, epoch: u64, out: &mut Out) {
+        if epoch > self.config.epoch && !self.bugs.copy_in_old_epoch {
+            self.copy_reqs.push((from, epoch));
+        } else if self.rules.upd.is_some() {
+            self.on_upd_copy_req(from, out);
+        } else {
+            self.on_copy_req(from, out);
+        }
+    }
+
+    /// After a reconfiguration: the copies asked in this epoch (or before).
+    pub(crate) fn serve_deferred_copies(&mut self, out: &mut Out) {
+        let epoch = self.config.epoch;
+        let (due, later) = std::mem::take(&mut self.copy_reqs)
+            .into_iter()
+            .partition(|&(_, e)| e <= epoch);
+        self.copy_reqs = later;
+        for (from, e) in due {
+            self.on_copy_req_in(from, e, out);
+        }
+    }
+
     /// The first of `nodes` after this node in ring order.
     pub(crate) fn ring_next(&self, nodes: impl Iterator<Item = NodeId>) -> Option<NodeId> {
         let me = self.me;
@@ -75,7 +101,7 @@ impl DdpNode {
         if !self.copy_asked || source_left {
             self.copy_asked = true;
             self.copy_retry = (self.now + self.params.bulk_ns, self.params.bulk_ns);
-            let others = self.config.others(self.me);
+            let (others, epoch) = (self.config.others(self.me), self.config.epoch);
             self.copy_from = if self.copy_from_one {
                 self.ring_next(others).into_iter().collect()
             } else {
@@ -84,7 +110,7 @@ impl DdpNode {
             for &o in &self.copy_from {
                 out.push(Command::Send {
                     to: o,
-                    msg: Msg::CopyReq,
+                    msg: Msg::CopyReq { epoch },
                 });
             }
         }
@@ -97,10 +123,11 @@ impl DdpNode {
     pub(crate) fn retry_copy(&mut self, out: &mut Out) {
         if !self.ready && self.copy_asked && self.now >= self.copy_retry.0 {
             self.copy_retry = (self.now + self.copy_retry.1 * 2, self.copy_retry.1 * 2);
+            let epoch = self.config.epoch;
             for &o in &self.copy_from {
                 out.push(Command::Send {
                     to: o,
-                    msg: Msg::CopyReq,
+                    msg: Msg::CopyReq { epoch },
                 });
             }
         }

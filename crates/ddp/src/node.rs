@@ -117,6 +117,8 @@ pub struct Bugs {
     /// Trans: a node removed while alive keeps (and takes on) transactions
     /// the members decide without it.
     pub removed_holds_tx: bool,
+    /// INV family: a member serves a copy asked in an epoch it has not reached.
+    pub copy_in_old_epoch: bool,
 }
 
 /// Each bug's field and its name (`--inject-bug`), once for parsing and replay.
@@ -177,6 +179,7 @@ bug_names! {
     abort_unknown_end => "abort-unknown-end",
     silent_removal => "silent-removal",
     removed_holds_tx => "removed-holds-tx",
+    copy_in_old_epoch => "copy-in-old-epoch",
 }
 
 /// A write this node coordinates (or replays, without a client).
@@ -349,6 +352,8 @@ pub struct DdpNode {
     pub(crate) copy_got: bool,
     /// When to ask for the copy again, and the wait before that (doubling).
     pub(crate) copy_retry: (u64, u64),
+    /// Copy requests of an epoch not reached yet: (from, epoch).
+    pub(crate) copy_reqs: Vec<(NodeId, u64)>,
     pub(crate) copy_from_one: bool,
     pub(crate) parked: VecDeque<(SessionId, u64, Op)>,
     pub(crate) tick_armed: bool,
@@ -437,6 +442,7 @@ impl DdpNode {
             copy_asked: false,
             copy_got: false,
             copy_retry: (0, 0),
+            copy_reqs: Vec::new(),
             copy_from_one: false,
             parked: VecDeque::new(),
             tick_armed: false,
@@ -641,8 +647,7 @@ impl DdpNode {
                 .for_each(|(key, ts)| self.reached_gdp(key, ts)),
             Msg::Upd { upds } => self.on_upd(upds, out),
             Msg::UpdSync { applied, extra } => self.on_upd_sync(from, applied, extra),
-            Msg::CopyReq if upd => self.on_upd_copy_req(from, out),
-            Msg::CopyReq => self.on_copy_req(from, out),
+            Msg::CopyReq { epoch } => self.on_copy_req_in(from, epoch, out),
             Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),
             Msg::RecovStart { epoch } => self.on_recov_start(from, epoch, out),
             Msg::RecovStartAck {

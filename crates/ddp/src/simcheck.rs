@@ -60,8 +60,7 @@ pub enum Crash {
     Isolated,
     /// As `Suspect`, but each node hears the manager's announcements after
     /// its own link delay (up to 5 µs), as processes do, so members
-    /// disagree on the epoch for a while. Found, not fixed: lin-scope
-    /// shows C11 in 2 of 200 seeds (docs/DDP.md).
+    /// disagree on the epoch for a while.
     SuspectSpread,
     /// One node crashes and its process is restarted at once (a
     /// supervisor), before the manager's lease runs out: the manager never

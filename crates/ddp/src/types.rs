@@ -235,8 +235,11 @@ pub enum Msg {
         /// updates that overtook others), at most `EXTRA_MAX` of them.
         extra: Vec<UpdId>,
     },
-    /// A restarted node asks for a full copy (until HEAL replaces it).
-    CopyReq,
+    /// A restarted (or re-added) node asks for a full copy, in `epoch`,
+    /// a configuration that holds it (until HEAL replaces the copy).
+    CopyReq {
+        epoch: u64,
+    },
     /// Every version the sender holds, and whether it is validated there.
     CopyResp {
         versions: Vec<(Version, bool)>,

@@ -117,6 +117,12 @@ impl DdpNode {
         if self.apply_newer(v) {
             self.issue_persist(v, out);
         }
+        if epoch < self.config.epoch {
+            // An ACK for an epoch this node left would let the write end
+            // without a member that joined since (Hermes ignores messages
+            // of an older epoch); the coordinator replays it in the new one.
+            return;
+        }
         self.acknowledge(from, v.key, v.ts, epoch, out);
     }
 
@@ -464,5 +470,6 @@ impl DdpNode {
         }
         self.heal_reconfigure(out);
         self.copy_after_reconfigure(out);
+        self.serve_deferred_copies(out);
     }
 }
