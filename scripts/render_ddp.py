@@ -125,8 +125,10 @@ if recovery:
 if membership:
     print("**Membership faults** (`tandem ddp check --seeds %d --crash membership`): a slow node (links 20 µs slower)"
           " suspected and removed while alive, then added back (suspect); the same node cut off instead (isolated);"
-          " a node killed and restarted within its lease, which the manager removes and adds back by its new boot id"
-          " (bounce). Every run ends by checking that every node settles:\n" % (membership["models"][0]["runs"] // 3))
+          " suspect again with each node hearing the manager's announcements up to 5 µs apart (suspect-spread);"
+          " a node killed and restarted within its lease, which the manager removes and adds back by its new boot id,"
+          " announcements staggered too (bounce). Full-copy catch-up. Every run ends by checking that every node"
+          " settles:\n" % (membership["models"][0]["runs"] // 4))
     print("| model | runs | operations | violations |")
     print("|---|---|---|---|")
     for m in membership["models"]:
