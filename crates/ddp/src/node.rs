@@ -114,9 +114,9 @@ pub struct Bugs {
     /// Trans: a node removed while alive drops its transactions without
     /// answering their clients.
     pub silent_removal: bool,
-    /// Trans: a node removed while alive keeps (and takes on) transactions
-    /// the members decide without it.
-    pub removed_holds_tx: bool,
+    /// Trans: a node re-added does not settle the prepared transactions it
+    /// kept while out (the members decided them without it).
+    pub kept_unsettled: bool,
     /// INV family: a member serves a copy asked in an epoch it has not reached.
     pub copy_in_old_epoch: bool,
 }
@@ -178,7 +178,7 @@ bug_names! {
     keep_applied => "keep-applied",
     abort_unknown_end => "abort-unknown-end",
     silent_removal => "silent-removal",
-    removed_holds_tx => "removed-holds-tx",
+    kept_unsettled => "kept-unsettled",
     copy_in_old_epoch => "copy-in-old-epoch",
 }
 
@@ -678,8 +678,7 @@ impl DdpNode {
             // it); nor does a member take one from an older epoch, which may
             // have been decided without it (senders resend in the new one).
             Msg::InitX { epoch, .. } | Msg::TxInv { epoch, .. } | Msg::EndX { epoch, .. }
-                if (epoch < self.config.epoch || !self.config.members.contains(&self.me))
-                    && !self.bugs.removed_holds_tx => {}
+                if epoch < self.config.epoch || !self.config.members.contains(&self.me) => {}
             Msg::InitX { tx, epoch } => {
                 self.saw_age(&tx);
                 self.on_initx(from, tx, epoch, out)

@@ -235,6 +235,9 @@ pub(crate) struct TransState {
     pub stats: TransStats,
     /// Lamport clock of transaction ages: the newest `born` seen here.
     pub clock: u64,
+    /// Prepared here and kept through this node's removal: settled once it
+    /// is a member again.
+    pub kept: BTreeSet<TxId>,
 }
 
 impl TransState {

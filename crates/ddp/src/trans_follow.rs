@@ -4,6 +4,8 @@
 //! are settled by the members that prepared them (or refused by those that
 //! had not).
 
+use std::collections::BTreeSet;
+
 use tandem_net::{Command, NodeId};
 
 use crate::node::{DdpNode, Out, Then};
@@ -315,11 +317,13 @@ impl DdpNode {
 
     /// Removed while alive (suspected): as after a crash, the members
     /// settle this node's transactions and decide the others without it
-    /// (and never tell it), so it forgets every undecided one; re-added, it
-    /// votes afresh on what ENDX brings. Its own: one that sent no ENDX is
-    /// aborted (no member prepared it); after ENDX the members may commit
-    /// it, so its End's outcome is unknown here. A decided one (its commit
-    /// record persisting) stays.
+    /// (and never tell it). It forgets those it had not prepared; it keeps
+    /// those it voted Prepared on (votes are stable: a settler may still
+    /// count this one) and settles them once re-added, to learn how they
+    /// ended. Its own: one that sent no ENDX is aborted (no member
+    /// prepared it); after ENDX the members may commit it, so its End's
+    /// outcome is unknown here. A decided one (its commit record
+    /// persisting) stays.
     fn trans_removed(&mut self, out: &mut Out) {
         let gone: Vec<TxId> = (self.trans.coord.iter())
             .filter(|(_, c)| c.phase != Phase::Deciding)
@@ -341,21 +345,31 @@ impl DdpNode {
                 Self::answer(out, session, req, r);
             }
         }
-        if !self.bugs.removed_holds_tx {
-            let coord = &self.trans.coord;
-            self.trans.here.retain(|id, _| coord.contains_key(id));
-            self.trans.postponed.clear();
-        }
+        let coord = &self.trans.coord;
+        self.trans
+            .here
+            .retain(|id, h| coord.contains_key(id) || h.prepared);
+        let kept = self.trans.here.keys().filter(|id| !coord.contains_key(id));
+        self.trans.kept = kept.copied().collect();
+        self.trans.postponed.clear();
     }
 
-    /// Transactions whose coordinator left the configuration: a member that
-    /// prepared one settles it (collects every vote and decides); one that
-    /// had not refuses it.
+    /// Transactions whose coordinator left the configuration, and those
+    /// this node kept prepared while it was out: a member that prepared one
+    /// settles it (collects every vote and decides); one that had not
+    /// refuses it.
     fn settle_orphans(&mut self, out: &mut Out) {
         let members = &self.config.members;
+        let kept = std::mem::take(&mut self.trans.kept);
+        let kept = if self.bugs.kept_unsettled {
+            BTreeSet::new()
+        } else {
+            kept
+        };
         let orphans: Vec<(TxId, bool)> = (self.trans.here.values())
             .filter(|h| {
-                !members.contains(&h.hdr.coord) && !self.trans.coord.contains_key(&h.hdr.id)
+                (!members.contains(&h.hdr.coord) || kept.contains(&h.hdr.id))
+                    && !self.trans.coord.contains_key(&h.hdr.id)
             })
             .map(|h| (h.hdr.id, h.prepared))
             .collect();

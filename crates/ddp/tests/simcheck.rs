@@ -322,17 +322,18 @@ fn caught_as(model: &str, crash: Crash, bug: &str, expect: &str) -> u64 {
 
 /// Transactional consistency, a coordinator removed while alive: the
 /// members settle its transactions without it. It answers its clients at
-/// once (Aborted before ENDX, OutcomeUnknown after), and holds no
-/// transaction while out. Mutants: `silent-removal` (the old behaviour:
-/// its clients wait forever) and `removed-holds-tx` (it keeps a
-/// transaction the members decided without it: it never settles).
+/// once (Aborted before ENDX, OutcomeUnknown after), keeps only the
+/// transactions it voted Prepared on (votes are stable), and settles those
+/// once re-added. Mutants: `silent-removal` (the old behaviour: its
+/// clients wait forever) and `kept-unsettled` (it keeps a transaction the
+/// members decided without it and never learns how: it never settles).
 #[test]
 fn a_removed_coordinator_answers_its_clients_and_holds_nothing() {
     for model in ["trans-synch", "trans-re"] {
         let seed = caught_as(model, Crash::Suspect, "silent-removal", "still outstanding");
         eprintln!("{model} with silent-removal: caught at seed {seed}");
-        let seed = caught_as(model, Crash::Suspect, "removed-holds-tx", "not settled");
-        eprintln!("{model} with removed-holds-tx: caught at seed {seed}");
+        let seed = caught_as(model, Crash::Suspect, "kept-unsettled", "not settled");
+        eprintln!("{model} with kept-unsettled: caught at seed {seed}");
     }
 }
 
