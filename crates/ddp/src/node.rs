@@ -117,7 +117,7 @@ pub struct Bugs {
     /// Trans: a node re-added does not settle the prepared transactions it
     /// kept while out (the members decided them without it).
     pub kept_unsettled: bool,
-    /// INV family: a member serves a copy asked in an epoch it has not reached.
+    /// A member serves a copy asked in an epoch it has not reached.
     pub copy_in_old_epoch: bool,
 }
 
