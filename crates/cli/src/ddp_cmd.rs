@@ -54,7 +54,8 @@ pub struct CheckArgs {
     /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
     /// causal-early-apply, skip-conflict-check, commit-before-persist, heal-trim-early, heal-no-ts-compare,
     /// heal-online-early, heal-no-shadow, heal-no-pending, copy-unlogged, gossip-prefix-only,
-    /// reuse-origin, keep-applied, abort-unknown-end, silent-removal, kept-unsettled, copy-in-old-epoch).
+    /// reuse-origin, keep-applied, abort-unknown-end, silent-removal, kept-unsettled, copy-in-old-epoch,
+    /// heal-gdp-old-view).
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
     /// A reliable network: no drops, duplicates or extra delays.

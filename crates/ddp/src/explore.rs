@@ -323,7 +323,7 @@ impl World {
     /// ts at least the write's; a VAL for persistence finds it in every
     /// member's NVM.
     fn check_val(&self, n: NodeId, msg: &Msg, others: &[NodeId]) -> Result<(), String> {
-        let Msg::Val { key, ts, c, p } = *msg else {
+        let Msg::Val { key, ts, c, p, .. } = *msg else {
             return Ok(());
         };
         for &o in others {

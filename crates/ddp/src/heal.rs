@@ -193,6 +193,10 @@ pub struct Heal {
     pub(crate) included_from: BTreeMap<NodeId, u64>,
     /// `Recov_start`s from configurations not installed here yet.
     early_starts: Vec<(NodeId, u64)>,
+    /// Versions whose GDP a coordinator declared in a configuration not
+    /// installed here yet: recorded in `missed` once it is, since that
+    /// configuration may leave out a node this one still counts as a member.
+    early_gdps: Vec<(Version, u64)>,
     /// The recovering node's state (while this node recovers).
     pub rr: Option<crate::heal_rr::Rr>,
     /// What the last recovery of this node took (for the experiments).
@@ -216,6 +220,7 @@ impl Heal {
             lazy: FastMap::default(),
             flags: BTreeMap::new(),
             early_starts: Vec::new(),
+            early_gdps: Vec::new(),
             rr: None,
             last: None,
             scans: Vec::new(),
@@ -276,6 +281,15 @@ impl DdpNode {
     /// The update `key@ts` reached this node's GDP (CGDP at its coordinator,
     /// FGDP at a follower): flag it and record it while a node is away.
     pub(crate) fn reached_gdp(&mut self, key: Key, ts: Ts) {
+        self.reached_gdp_in(key, ts, 0)
+    }
+
+    /// The same, for a GDP a coordinator declared over the members of
+    /// configuration `epoch`. If this node has not installed it yet, the
+    /// version is recorded when it does: that configuration may drop a
+    /// node this one has not heard left (staggered announcements).
+    pub(crate) fn reached_gdp_in(&mut self, key: Key, ts: Ts, epoch: u64) {
+        let (mine, old_view) = (self.config.epoch, self.bugs.heal_gdp_old_view);
         let Some(value) = self
             .keys
             .get(&key)
@@ -287,8 +301,11 @@ impl DdpNode {
         let Some(h) = self.heal_mut() else { return };
         h.ungdp.remove(&key);
         h.flag(key, ts);
-        let opts = h.opts;
-        h.missed.record(Version { key, ts, value }, &opts);
+        let (opts, v) = (h.opts, Version { key, ts, value });
+        match epoch > mine && !old_view {
+            true => h.early_gdps.push((v, epoch)),
+            false => h.missed.record(v, &opts),
+        }
     }
 
     /// Write the GDP flags gathered since the last tick.
@@ -338,6 +355,12 @@ impl DdpNode {
         }
         h.members = members.iter().copied().collect();
         h.missed.absent.extend(away);
+        let (due, later) = std::mem::take(&mut h.early_gdps)
+            .into_iter()
+            .partition::<Vec<_>, _>(|g| g.1 <= epoch);
+        h.early_gdps = later;
+        let opts = h.opts;
+        due.into_iter().for_each(|g| h.missed.record(g.0, &opts));
         if trim_early && h.missed.absent.iter().all(|n| members.contains(n)) {
             // Mutant: the buffer is dropped when the node rejoins, before
             // its recovery has read it.

@@ -126,6 +126,7 @@ impl DdpNode {
                     ts,
                     c: false,
                     p: true,
+                    epoch: self.config.epoch,
                 },
             });
             let s = self.key(key);

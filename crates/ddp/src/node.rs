@@ -119,6 +119,9 @@ pub struct Bugs {
     pub kept_unsettled: bool,
     /// A member serves a copy asked in an epoch it has not reached.
     pub copy_in_old_epoch: bool,
+    /// HEAL: a GDP declared in a configuration not installed here yet is
+    /// recorded (or not) by this node's older view of who is away.
+    pub heal_gdp_old_view: bool,
 }
 
 /// Each bug's field and its name (`--inject-bug`), once for parsing and replay.
@@ -180,6 +183,7 @@ bug_names! {
     silent_removal => "silent-removal",
     kept_unsettled => "kept-unsettled",
     copy_in_old_epoch => "copy-in-old-epoch",
+    heal_gdp_old_view => "heal-gdp-old-view",
 }
 
 /// A write this node coordinates (or replays, without a client).
@@ -635,16 +639,22 @@ impl DdpNode {
                 c,
                 p,
             } => self.on_ack(from, key, ts, epoch, c, p, out),
-            Msg::Val { key, ts, c, p } => self.on_val(key, ts, c, p, out),
+            Msg::Val {
+                key,
+                ts,
+                c,
+                p,
+                epoch,
+            } => self.on_val(key, ts, (c, p), epoch, out),
             Msg::ScopePersist {
                 scope,
                 versions,
                 epoch,
             } => self.on_scope_persist(from, scope, versions, epoch, out),
             Msg::ScopeAck { scope, epoch } => self.on_scope_ack(from, scope, epoch, out),
-            Msg::ScopeVal { versions } => versions
+            Msg::ScopeVal { versions, epoch } => versions
                 .into_iter()
-                .for_each(|(key, ts)| self.reached_gdp(key, ts)),
+                .for_each(|(key, ts)| self.reached_gdp_in(key, ts, epoch)),
             Msg::Upd { upds } => self.on_upd(upds, out),
             Msg::UpdSync { applied, extra } => self.on_upd_sync(from, applied, extra),
             Msg::CopyReq { epoch } => self.on_copy_req_in(from, epoch, out),

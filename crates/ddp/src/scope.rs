@@ -186,7 +186,10 @@ impl DdpNode {
             self.reached_gdp(key, ts);
         }
         out.push(Command::Broadcast {
-            msg: Msg::ScopeVal { versions },
+            msg: Msg::ScopeVal {
+                versions,
+                epoch: self.config.epoch,
+            },
         });
     }
 

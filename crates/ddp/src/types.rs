@@ -203,6 +203,9 @@ pub enum Msg {
         ts: Ts,
         c: bool,
         p: bool,
+        /// The coordinator's configuration when it sent it: a GDP it
+        /// certifies holds over that configuration's members (HEAL).
+        epoch: u64,
     },
     /// `[PERSIST]s`: persist the writes of `scope`. It lists them, so a
     /// follower needs no buffer and a node that joined mid-scope can too
@@ -221,6 +224,7 @@ pub enum Msg {
     /// its writes are past their GDP (the followers' FGDP).
     ScopeVal {
         versions: Vec<(Key, Ts)>,
+        epoch: u64,
     },
     /// UPD (+cauhist), one or a batch (Eventual sends them lazily, batched).
     /// Its ACK_p (Strict) is an `Ack` with `p` only.

@@ -283,12 +283,14 @@ impl DdpNode {
     ) {
         let r = self.rules;
         let newly_p = !w.p_sent;
+        let epoch = self.config.epoch;
         let val = |c, p| Command::Broadcast {
             msg: Msg::Val {
                 key,
                 ts: w.ts,
                 c,
                 p,
+                epoch,
             },
         };
         if r.combined_val {
@@ -328,7 +330,14 @@ impl DdpNode {
         }
     }
 
-    pub(crate) fn on_val(&mut self, key: Key, ts: Ts, c: bool, p: bool, out: &mut Out) {
+    pub(crate) fn on_val(
+        &mut self,
+        key: Key,
+        ts: Ts,
+        (c, p): (bool, bool),
+        epoch: u64,
+        out: &mut Out,
+    ) {
         let s = self.key(key);
         if ts > s.ts {
             return; // a VAL for a version this node has not seen (Hermes: current ts only)
@@ -340,7 +349,7 @@ impl DdpNode {
             s.val_p = s.val_p.max(ts);
         }
         if p && ts == s.ts {
-            self.reached_gdp(key, ts); // FGDP
+            self.reached_gdp_in(key, ts, epoch); // FGDP
         }
         self.settle(key, out);
     }
