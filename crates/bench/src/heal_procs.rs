@@ -72,6 +72,8 @@ impl HealCluster {
                 &NODES.to_string(),
                 "--secret",
                 &format!("{secret:x}"),
+                "--state",
+                &dir.join("manager.state").display().to_string(),
             ])
             .stdout(Stdio::null())
             .stderr(log)

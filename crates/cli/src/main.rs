@@ -23,6 +23,7 @@ mod node_cmd;
 mod procs_cmd;
 mod soak_cmd;
 mod table_soak_cmd;
+mod zk_store;
 
 use clap::{Parser, Subcommand};
 

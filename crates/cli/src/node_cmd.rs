@@ -11,6 +11,7 @@ use tandem_ddp::ycsb_session::SessionPlan;
 use tandem_ddp::{Bugs, DdpFactory, HealOpts, Model, Params};
 use tandem_net::host::{self, HostConfig};
 use tandem_net::manager::{self, ManagerConfig};
+use tandem_net::manager_store::{FileStore, ManagerStore};
 use tandem_workloads::ycsb::Ycsb;
 
 use crate::args::{parse_addrs, secret_from};
@@ -228,6 +229,15 @@ pub struct ManagerArgs {
     /// Lease of each heartbeat; a node silent this long (plus 25 %) is removed.
     #[arg(long, default_value_t = 200)]
     lease_ms: u64,
+    /// Keep the manager's state (epoch, members, boot ids) in this file, fsync'd before each
+    /// announcement, so a restarted manager goes on from its epoch. Created if missing.
+    #[arg(long, conflicts_with = "zookeeper")]
+    state: Option<std::path::PathBuf>,
+    /// Keep it in ZooKeeper instead (host:port[,host:port...]), in the znode --zk-path.
+    #[arg(long)]
+    zookeeper: Option<String>,
+    #[arg(long, default_value = "/tandem/ddp-manager")]
+    zk_path: String,
 }
 
 pub fn manager(a: ManagerArgs) -> Result<(), String> {
@@ -244,7 +254,14 @@ pub fn manager(a: ManagerArgs) -> Result<(), String> {
         ..ManagerConfig::default()
     };
     let members: Vec<u16> = (0..a.nodes).collect();
-    manager::serve(listener, secret(a.secret.as_deref())?, &members, cfg).map_err(|e| e.to_string())
+    let store: Option<Box<dyn ManagerStore>> = match (&a.state, &a.zookeeper) {
+        (Some(p), _) => Some(Box::new(FileStore::new(p))),
+        (None, Some(hosts)) => Some(Box::new(crate::zk_store::ZkManagerStore::open(
+            hosts, &a.zk_path,
+        )?)),
+        (None, None) => None,
+    };
+    manager::serve(listener, secret(a.secret.as_deref())?, &members, cfg, store)
 }
 
 #[derive(Args)]

@@ -214,7 +214,7 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
                     on_leader: Box::new(move |who: &str| r.set_leader(who)),
                 }
             });
-            let z = ZkState::open(
+            let z: ZkState = ZkState::open(
                 hosts,
                 &a.zk_path,
                 &cluster,

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use tandem_ddp::load::{Load, LoadConfig};
 
+mod common;
+
 const SECRET: &str = "00000000d0d0cafe";
 
 struct Proc(Child);
@@ -37,7 +39,33 @@ struct Cluster {
     nodes: Vec<Option<Proc>>,
     /// Flags every node gets.
     extra: Vec<String>,
+    /// The manager's flags for its state.
+    store: Vec<String>,
     _manager: Proc,
+}
+
+/// The manager, logging to `dir/manager.log` (appended across restarts),
+/// with `store` flags (where it keeps its state).
+fn spawn_manager(dir: &Path, addr: SocketAddr, store: &[String]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("manager.log"))
+        .unwrap();
+    tandem()
+        .args([
+            "ddp",
+            "manager",
+            "--listen",
+            &addr.to_string(),
+            "--nodes",
+            "5",
+        ])
+        .args(store)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }
 
 fn tandem() -> Command {
@@ -51,26 +79,26 @@ impl Cluster {
         Cluster::start_with(name, model, &[])
     }
 
-    /// Five nodes started with `extra` flags (also on every restart).
+    /// Five nodes started with `extra` flags (also on every restart); the
+    /// manager keeps its state in `dir/manager.state`.
     fn start_with(name: &str, model: &str, extra: &[&str]) -> Cluster {
+        Cluster::start_stored(name, model, extra, None)
+    }
+
+    /// The same, with the manager's state where `store` says (flags).
+    fn start_stored(
+        name: &str,
+        model: &str,
+        extra: &[&str],
+        store: Option<Vec<String>>,
+    ) -> Cluster {
         let dir = std::env::temp_dir().join(format!("tandem-ddp-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let manager = free_addr();
-        let log = std::fs::File::create(dir.join("manager.log")).unwrap();
-        let m = tandem()
-            .args([
-                "ddp",
-                "manager",
-                "--listen",
-                &manager.to_string(),
-                "--nodes",
-                "5",
-            ])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let state = dir.join("manager.state").to_str().unwrap().to_string();
+        let store = store.unwrap_or(vec!["--state".into(), state]);
+        let m = spawn_manager(&dir, manager, &store);
         let peers: Vec<SocketAddr> = (0..5).map(|_| free_addr()).collect();
         let extra = extra.iter().map(|s| s.to_string()).collect();
         let mut c = Cluster {
@@ -79,12 +107,21 @@ impl Cluster {
             manager,
             nodes: (0..5).map(|_| None).collect(),
             extra,
+            store,
             _manager: Proc(m),
         };
         for i in 0..5 {
             c.start_node(i, model);
         }
         c
+    }
+
+    /// `kill -9` the manager and start it again, on the same address and
+    /// state file.
+    fn restart_manager(&mut self) {
+        self._manager.0.kill().unwrap();
+        let _ = self._manager.0.wait();
+        self._manager = Proc(spawn_manager(&self.dir, self.manager, &self.store));
     }
 
     fn start_node(&mut self, i: usize, model: &str) {
@@ -585,4 +622,94 @@ fn trans_synch_survives_a_node_restarted_within_its_lease() {
         assert!(stuck.is_empty(), "reads of keys {stuck:?} hang at node {i}");
     }
     let _ = std::fs::remove_dir_all(&c.dir);
+}
+
+/// The manager is restarted (`kill -9`) after two configuration changes,
+/// then a node is killed. A manager that forgot its epochs would announce
+/// the removal in epoch 2, which every node, already in epoch 3, ignores:
+/// the others would wait on the dead node forever. With its state file it
+/// resumes at epoch 3 and the removal is epoch 4.
+#[test]
+fn a_restarted_manager_resumes_its_epochs() {
+    restart_the_manager_then_kill_a_node(Cluster::start("manager", "lin-synch"));
+}
+
+/// The same with the manager's state in a real ZooKeeper.
+#[test]
+fn a_restarted_manager_resumes_its_epochs_from_zookeeper() {
+    let Some(zk) = common::ZooKeeper::start_or_skip("ddp-manager") else {
+        return;
+    };
+    let store = [
+        "--zookeeper",
+        &format!("127.0.0.1:{}", zk.port),
+        "--zk-path",
+        "/tandem/test/manager",
+    ];
+    let store = store.iter().map(|s| s.to_string()).collect();
+    let c = Cluster::start_stored("manager-zk", "lin-synch", &[], Some(store));
+    restart_the_manager_then_kill_a_node(c);
+    drop(zk);
+}
+
+fn restart_the_manager_then_kill_a_node(mut c: Cluster) {
+    let model = "lin-synch";
+    let load = c.load(10, Instant::now());
+    wait_for("the first operations", Duration::from_secs(20), || {
+        load.completed.load(Ordering::Relaxed) > 500
+    });
+    c.kill(2);
+    c.start_node(2, model);
+    wait_for(
+        "node 2 removed and added back",
+        Duration::from_secs(10),
+        || c.manager_log().contains("epoch 3, members [0, 1, 2, 3, 4]"),
+    );
+    c.restart_manager();
+    std::thread::sleep(Duration::from_millis(300));
+    c.kill(3);
+    wait_for(
+        "the manager to drop node 3",
+        Duration::from_secs(10),
+        || c.manager_log().contains("members [0, 1, 2, 4]"),
+    );
+    let during = completed_during(&load, Duration::from_millis(800));
+    let ops = load.stop();
+    assert!(
+        during > 100,
+        "{during} operations after node 3 was dropped; manager log:\n{}",
+        c.manager_log()
+    );
+    assert!(
+        c.manager_log().contains("epoch 4, members [0, 1, 2, 4]"),
+        "{}",
+        c.manager_log()
+    );
+    eprintln!("{}", c.manager_log());
+    check(&ops, &c.dir);
+    let _ = std::fs::remove_dir_all(&c.dir);
+}
+
+/// A state file that is not one, or one naming more nodes than the
+/// cluster has, stops the manager at once with the reason.
+#[test]
+fn the_manager_refuses_a_state_it_cannot_use() {
+    let dir = std::env::temp_dir().join(format!("tandem-ddp-badstate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("manager.state");
+    let addr = free_addr().to_string();
+    let args = [
+        "ddp", "manager", "--listen", &addr, "--nodes", "3", "--secret", SECRET, "--state",
+    ];
+    std::fs::write(&state, b"epoch 3").unwrap();
+    common::fails_with(
+        &[&args[..], &[state.to_str().unwrap()]].concat(),
+        "not a manager state",
+    );
+    std::fs::write(&state, br#"{"epoch":4,"members":[0,4],"boots":{}}"#).unwrap();
+    common::fails_with(
+        &[&args[..], &[state.to_str().unwrap()]].concat(),
+        "names node 4, beyond --nodes 3",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

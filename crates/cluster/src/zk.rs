@@ -10,6 +10,7 @@ use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tandem_membership::MembershipState;
 use tokio::sync::{mpsc, oneshot};
@@ -31,10 +32,15 @@ pub struct Campaign {
 /// What the znode holds: the membership state, and which cluster it belongs to
 /// (a state is never applied to another cluster's memory servers).
 #[derive(Serialize, Deserialize)]
-struct ZkRecord {
+struct ZkRecord<S> {
     cluster: String,
-    state: MembershipState,
+    state: S,
 }
+
+/// What a znode can hold: Pandora's membership state, or the DDP
+/// configuration manager's (`tandem ddp manager --zookeeper`).
+pub trait ZkStored: Serialize + DeserializeOwned + Clone + Send + 'static {}
+impl<S: Serialize + DeserializeOwned + Clone + Send + 'static> ZkStored for S {}
 
 struct ZkWrite {
     /// `None`: a barrier, acknowledged once every write before it is.
@@ -48,16 +54,16 @@ struct ZkWrite {
 /// each a compare-and-set on the znode version: a second membership process
 /// writing the same znode makes the other's next write fail, and a failed
 /// write stops the service that issued it.
-pub struct ZkState {
+pub struct ZkState<S: ZkStored = MembershipState> {
     hosts: String,
     path: String,
-    restored: Option<MembershipState>,
+    restored: Option<S>,
     tx: mpsc::UnboundedSender<ZkWrite>,
     cluster: String,
     fatal: Arc<Mutex<Option<String>>>,
 }
 
-impl ZkState {
+impl<S: ZkStored> ZkState<S> {
     /// Connect to `hosts` (`host:port[,host:port...]`) and read `path`.
     /// `cluster` names the memory servers; a state stored for another
     /// cluster is refused.
@@ -70,7 +76,7 @@ impl ZkState {
         cluster: &str,
         session: Duration,
         campaign: Option<Campaign>,
-    ) -> Result<ZkState, String> {
+    ) -> Result<ZkState<S>, String> {
         if !path.starts_with('/') || path.ends_with('/') {
             return Err(format!(
                 "ZooKeeper path '{path}' must start with '/' and not end with it"
@@ -95,7 +101,7 @@ impl ZkState {
                     Ok(rt) => rt,
                     Err(e) => return drop(init_tx.send(Err(e.to_string()))),
                 };
-                rt.block_on(zk_writer(h, p, c, session, campaign, init_tx, rx, f));
+                rt.block_on(zk_writer::<S>(h, p, c, session, campaign, init_tx, rx, f));
             })
             .map_err(|e| e.to_string())?;
         let restored = init_rx
@@ -112,7 +118,7 @@ impl ZkState {
     }
 
     /// The state found in ZooKeeper when opened, if any.
-    pub fn restored(&self) -> Option<&MembershipState> {
+    pub fn restored(&self) -> Option<&S> {
         self.restored.as_ref()
     }
 
@@ -122,7 +128,7 @@ impl ZkState {
 
     /// Queue a write of `state` (or, with `None`, a barrier); the receiver
     /// answers once ZooKeeper acknowledged it and every write before it.
-    pub(crate) fn write(&self, state: Option<&MembershipState>) -> Ack {
+    pub(crate) fn write(&self, state: Option<&S>) -> Ack {
         let (done, ack) = oneshot::channel();
         let data = match state
             .map(|s| {
@@ -145,6 +151,14 @@ impl ZkState {
         ack
     }
 
+    /// Write `state` and wait until ZooKeeper acknowledged it (outside an
+    /// async runtime).
+    pub fn save_blocking(&self, state: &S) -> Result<(), String> {
+        self.write(Some(state))
+            .blocking_recv()
+            .map_err(|_| "the ZooKeeper writer stopped".to_string())?
+    }
+
     /// Why writing stopped, once it has.
     pub(crate) fn fatal(&self) -> Option<String> {
         self.fatal.lock().unwrap().clone()
@@ -152,13 +166,13 @@ impl ZkState {
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn zk_writer(
+async fn zk_writer<S: ZkStored>(
     hosts: String,
     path: String,
     cluster: String,
     session: Duration,
     campaign: Option<Campaign>,
-    init: std_mpsc::Sender<Result<Option<MembershipState>, String>>,
+    init: std_mpsc::Sender<Result<Option<S>, String>>,
     mut rx: mpsc::UnboundedReceiver<ZkWrite>,
     fatal: Arc<Mutex<Option<String>>>,
 ) {
@@ -192,18 +206,18 @@ async fn zk_writer(
     };
     let mut session_state = client.state_watcher();
     let mut version = match client.get_data(&path).await {
-        Ok((data, stat)) => match serde_json::from_slice::<ZkRecord>(&data) {
+        Ok((data, stat)) => match serde_json::from_slice::<ZkRecord<S>>(&data) {
             Ok(r) if r.cluster == cluster => {
                 let _ = init.send(Ok(Some(r.state)));
                 Some(stat.version)
             }
             Ok(r) => {
                 return drop(init.send(Err(format!(
-                    "ZooKeeper {hosts}{path} holds the membership state of another cluster (memory servers {}); use another --zk-path",
+                    "ZooKeeper {hosts}{path} holds the state of another cluster ({}); use another --zk-path",
                     r.cluster
                 ))))
             }
-            Err(e) => return drop(init.send(Err(format!("ZooKeeper {hosts}{path} holds no membership state: {e}")))),
+            Err(e) => return drop(init.send(Err(format!("ZooKeeper {hosts}{path} holds no state of this kind: {e}")))),
         },
         Err(zk::Error::NoNode) => {
             // Created with the first write; its parent now.

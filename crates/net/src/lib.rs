@@ -14,6 +14,7 @@ pub mod host;
 mod host_io;
 pub mod links;
 pub mod manager;
+pub mod manager_store;
 pub mod nvm_file;
 pub mod protocol;
 pub mod sim;

@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::manager_store::{ManagerState, ManagerStore};
 use crate::protocol::{Config, NodeId};
 
 #[derive(Clone, Copy, Debug)]
@@ -62,6 +63,25 @@ impl Manager {
             members: members.iter().copied().collect(),
             last_heard: members.iter().map(|&m| (m, heard)).collect(),
             boots: BTreeMap::new(),
+        }
+    }
+
+    /// Go on from a saved state (a restarted manager). As at a first
+    /// start, a member is removed only after `startup_ns` plus a lease and
+    /// its margin without a heartbeat: any lease the last run granted has
+    /// run out by then.
+    pub fn resume(cfg: ManagerConfig, state: &ManagerState, now_ns: u64) -> Self {
+        let mut m = Manager::new(cfg, &state.members, now_ns).at_epoch(state.epoch);
+        m.boots = state.boots.clone();
+        m
+    }
+
+    /// What a restarted manager needs (see `manager_store.rs`).
+    pub fn state(&self) -> ManagerState {
+        ManagerState {
+            epoch: self.epoch,
+            members: self.members.iter().copied().collect(),
+            boots: self.boots.clone(),
         }
     }
 
@@ -153,6 +173,29 @@ mod tests {
         assert_eq!((c.epoch, c.members), (3, vec![0, 1, 2]));
         assert_eq!(m.linked(2, 8), None);
     }
+
+    #[test]
+    fn a_resumed_manager_goes_on_from_its_epoch_and_waits_out_old_leases() {
+        let cfg = ManagerConfig {
+            lease_ns: 100,
+            margin_ns: 10,
+            startup_ns: 0,
+        };
+        let mut m = Manager::new(cfg, &[0, 1, 2], 0);
+        m.linked(2, 7);
+        m.linked(2, 8).expect("removed");
+        m.heartbeat(5, 2).expect("added back");
+        let st = m.state();
+        assert_eq!((st.epoch, st.members.len()), (3, 3));
+        let mut r = Manager::resume(cfg, &st, 1_000);
+        assert_eq!(r.config(), m.config());
+        assert_eq!(r.tick(1_109), None, "a lease of the last run may run");
+        assert_eq!(r.linked(2, 8), None, "the same run of node 2");
+        let c = r.tick(1_111).expect("all silent");
+        assert_eq!((c.epoch, c.members), (4, vec![]));
+        let c = r.heartbeat(1_200, 1).expect("node 1 back");
+        assert_eq!((c.epoch, c.members), (5, vec![1]));
+    }
 }
 
 /// The manager as a process: nodes connect with `Hello::ToManager`, it
@@ -163,7 +206,8 @@ pub fn serve(
     secret: u64,
     members: &[NodeId],
     cfg: ManagerConfig,
-) -> std::io::Result<()> {
+    mut store: Option<Box<dyn ManagerStore>>,
+) -> Result<(), String> {
     use std::sync::mpsc::{channel, RecvTimeoutError};
     use std::time::{Duration, Instant};
 
@@ -173,13 +217,18 @@ pub fn serve(
     std::thread::spawn(move || accept_nodes(listener, secret, tx));
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
-    let mut m = Manager::new(cfg, members, now());
+    let mut m = open(&mut store, cfg, members, now())?;
+    let mut saved = m.state();
     let mut links: BTreeMap<NodeId, std::sync::mpsc::Sender<Vec<u8>>> = BTreeMap::new();
-    eprintln!("manager: epoch 1, members {members:?}");
+    eprintln!(
+        "manager: epoch {}, members {:?}",
+        saved.epoch, saved.members
+    );
     loop {
         let announce = match rx.recv_timeout(Duration::from_millis(2)) {
             Ok(ManagerEvent::Link(node, boot, w)) => {
                 let removed = m.linked(node, boot);
+                save(&mut store, &m, &mut saved)?;
                 let _ = w.send(frame(&FromManager::Config(m.config())));
                 links.insert(node, w);
                 removed
@@ -194,6 +243,7 @@ pub fn serve(
             Err(RecvTimeoutError::Timeout) => m.tick(now()),
             Err(RecvTimeoutError::Disconnected) => return Ok(()),
         };
+        save(&mut store, &m, &mut saved)?;
         if let Some(c) = announce {
             eprintln!("manager: epoch {}, members {:?}", c.epoch, c.members);
             for w in links.values() {
@@ -201,6 +251,50 @@ pub fn serve(
             }
         }
     }
+}
+
+/// The manager a store holds (resumed), or a new one (saved at once).
+fn open(
+    store: &mut Option<Box<dyn ManagerStore>>,
+    cfg: ManagerConfig,
+    members: &[NodeId],
+    now: u64,
+) -> Result<Manager, String> {
+    let Some(st) = store.as_mut() else {
+        eprintln!("manager: no --state or --zookeeper: a restarted manager would start over at epoch 1, and the nodes would ignore it");
+        return Ok(Manager::new(cfg, members, now));
+    };
+    let Some(state) = st.load()? else {
+        let m = Manager::new(cfg, members, now);
+        st.save(&m.state())?;
+        return Ok(m);
+    };
+    if let Some(n) = state.members.iter().find(|n| !members.contains(n)) {
+        return Err(format!(
+            "manager state {} names node {n}, beyond --nodes {}",
+            st.describe(),
+            members.len()
+        ));
+    }
+    eprintln!("manager: resumed from {}", st.describe());
+    Ok(Manager::resume(cfg, &state, now))
+}
+
+/// Save the state if it changed, before anything that depends on it is sent.
+fn save(
+    store: &mut Option<Box<dyn ManagerStore>>,
+    m: &Manager,
+    saved: &mut ManagerState,
+) -> Result<(), String> {
+    let (Some(st), now) = (store.as_mut(), m.state()) else {
+        return Ok(());
+    };
+    if now != *saved {
+        st.save(&now)
+            .map_err(|e| format!("manager: cannot save its state, stopping: {e}"))?;
+        *saved = now;
+    }
+    Ok(())
 }
 
 enum ManagerEvent {
