@@ -104,6 +104,11 @@ impl Manager {
         Some(self.config())
     }
 
+    /// `boot` is the run of `node` that linked last (or none has linked).
+    pub fn current_run(&self, node: NodeId, boot: u64) -> bool {
+        self.boots.get(&node).is_none_or(|&b| b == boot)
+    }
+
     pub fn config(&self) -> Config {
         Config::new(self.epoch, self.members.iter().copied().collect())
     }
@@ -233,7 +238,10 @@ pub fn serve(
                 links.insert(node, w);
                 removed
             }
-            Ok(ManagerEvent::Beat(node, seq)) => {
+            // A heartbeat still queued from a run that a newer one replaced:
+            // that run is gone, and its sequence numbers mean nothing to the new one.
+            Ok(ManagerEvent::Beat(node, boot, _)) if !m.current_run(node, boot) => None,
+            Ok(ManagerEvent::Beat(node, _, seq)) => {
                 let joined = m.heartbeat(now(), node);
                 if let Some(w) = links.get(&node) {
                     let _ = w.send(frame(&FromManager::Lease { seq }));
@@ -299,7 +307,8 @@ fn save(
 
 enum ManagerEvent {
     Link(NodeId, u64, std::sync::mpsc::Sender<Vec<u8>>),
-    Beat(NodeId, u64),
+    /// A heartbeat: the node, its run's boot id, the sequence number.
+    Beat(NodeId, u64, u64),
 }
 
 fn accept_nodes(
@@ -330,7 +339,7 @@ fn accept_nodes(
                 crate::links::spawn_writer(s),
             ));
             while let Some(Heartbeat { seq }) = frames.next()? {
-                if tx.send(ManagerEvent::Beat(node, seq)).is_err() {
+                if tx.send(ManagerEvent::Beat(node, boot, seq)).is_err() {
                     break;
                 }
             }
