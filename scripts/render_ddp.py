@@ -80,12 +80,14 @@ if a:
             print("| %s | %s | %s | %s |" % (k, p, v, many.get(k, "-")))
         print()
     sims = [m["sim_messages_per_s"] for m in a.values()]
-    speed = by_model(load("ddp-simspeed.json"))
-    ls = speed.get("lin-synch", a.get("lin-synch", {})).get("sim_messages_per_s", 0)
-    print("Simulator speed: %.2f M protocol messages per wall-clock second on one core for lin-synch"
+    runs = sorted(by_model(load("ddp-simspeed-%d.json" % i))["lin-synch"]["sim_messages_per_s"]
+                  for i in range(1, 6) if os.path.exists(os.path.join(out, "ddp-simspeed-%d.json" % i)))
+    ls = runs[len(runs) // 2] if runs else 0
+    spread = " (runs: %s M)" % ", ".join("%.2f" % (r / 1e6) for r in runs) if runs else ""
+    print("Simulator speed: %.2f M protocol messages per wall-clock second on one core for lin-synch, the median of %d runs%s"
           " (target 2 M; `tandem ddp bench --models lin-synch --measure-ns 50000000`, long enough to time);"
           " %.2f-%.2f M over all models in the 10 ms runs above (the batched UPD models send few messages per operation"
-          " but still cost a step per update, persist and buffered update)." % (ls / 1e6, min(sims) / 1e6, max(sims) / 1e6))
+          " but still cost a step per update, persist and buffered update)." % (ls / 1e6, len(runs), spread, min(sims) / 1e6, max(sims) / 1e6))
     print()
 if tcp:
     e = tcp_doc["echo_messages_per_s"]
