@@ -120,7 +120,7 @@ fn host_config(a: &NodeArgs) -> Result<(HostConfig, TcpListener), String> {
         })
         .transpose()?;
     let listener =
-        TcpListener::bind(me).map_err(|e| format!("node {}: cannot listen on {me}: {e}", a.id))?;
+        listen_patiently(me).map_err(|e| format!("node {}: cannot listen on {me}: {e}", a.id))?;
     let cfg = HostConfig {
         id: a.id,
         peers: peers
@@ -215,6 +215,24 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
     );
     host::run(cfg, listener, tandem_bench::kite_zab::ZabFactory::default())
         .map_err(|e| format!("node {}: {e}", a.id))
+}
+
+/// Bind `addr`, retrying for up to 5 s while it is in use: a restarted node
+/// may find its port still held for a moment by a peer's redial that
+/// connected to itself there (`tandem_net::conn::not_to_itself` resets it).
+fn listen_patiently(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match TcpListener::bind(addr) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < give_up =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            r => return r,
+        }
+    }
 }
 
 #[derive(Args)]

@@ -29,6 +29,7 @@ impl<Op: Serialize, R: DeserializeOwned> Client<Op, R> {
         timeout: Duration,
     ) -> io::Result<Self> {
         let w = TcpStream::connect_timeout(&addr, timeout)
+            .and_then(|w| crate::conn::not_to_itself(&w).map(|_| w))
             .map_err(|e| io::Error::new(e.kind(), format!("cannot reach node at {addr}: {e}")))?;
         w.set_nodelay(true)?;
         w.set_read_timeout(Some(timeout))?;
@@ -188,6 +189,7 @@ pub fn node_stats(
     timeout: Duration,
 ) -> io::Result<crate::wire::NodeStats> {
     let mut w = TcpStream::connect_timeout(&addr, timeout)?;
+    crate::conn::not_to_itself(&w)?;
     w.set_read_timeout(Some(timeout))?;
     w.write_all(&frame(&Hello::Stats { secret }))?;
     Frames::new(w).next()?.ok_or_else(|| {

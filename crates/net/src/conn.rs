@@ -12,6 +12,57 @@ use serde::Serialize;
 
 use crate::wire::{put, MAX_FRAME};
 
+/// Refuse a stream connected to itself. A connect to a loopback port no one
+/// listens on (a node that is down) can be given that same port as its
+/// source, and TCP's simultaneous open then connects the socket to itself.
+/// Kept, it holds the dead node's port, so the node cannot listen on it
+/// when it restarts ("Address already in use"; seen once in 20 runs of
+/// `tandem demo heal`).
+/// Such a stream is set to reset when closed (`SO_LINGER` 0): a plain close
+/// would keep the port for a minute (FIN_WAIT, TIME_WAIT).
+pub fn not_to_itself(s: &impl std::os::fd::AsRawFd) -> io::Result<()> {
+    let fd = s.as_raw_fd();
+    let addr = |peer: bool| -> io::Result<Vec<u8>> {
+        let mut a: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let p = &mut a as *mut libc::sockaddr_storage as *mut libc::sockaddr;
+        let r = unsafe {
+            match peer {
+                true => libc::getpeername(fd, p, &mut len),
+                false => libc::getsockname(fd, p, &mut len),
+            }
+        };
+        let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len as usize) };
+        (r == 0)
+            .then(|| bytes.to_vec())
+            .ok_or_else(io::Error::last_os_error)
+    };
+    let local = addr(false)?;
+    let same = local == addr(true)?;
+    match same {
+        true => {
+            let linger = libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_LINGER,
+                    &linger as *const libc::linger as *const libc::c_void,
+                    std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                )
+            };
+            Err(io::Error::new(
+                ErrorKind::ConnectionRefused,
+                "connected to itself (no one listens on that port)",
+            ))
+        }
+        false => Ok(()),
+    }
+}
+
 /// Bytes read per `read` call.
 const CHUNK: usize = 64 << 10;
 
@@ -55,6 +106,7 @@ impl Conn {
     /// Connect without blocking the loop longer than `timeout`.
     pub fn connect(addr: std::net::SocketAddr, timeout: std::time::Duration) -> io::Result<Conn> {
         let s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        not_to_itself(&s)?;
         s.set_nonblocking(true)?;
         Ok(Conn::new(TcpStream::from_std(s)))
     }
@@ -78,6 +130,7 @@ impl Conn {
         }
         match self.stream.peer_addr() {
             Ok(_) => {
+                not_to_itself(&self.stream)?;
                 self.connecting = false;
                 let _ = self.stream.set_nodelay(true);
                 Ok(true)
@@ -198,6 +251,55 @@ pub fn decode<T: DeserializeOwned>(b: &[u8]) -> io::Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket bound to port P that connects to P connects to itself (TCP
+    /// simultaneous open), as a redial to a dead node's port can when the
+    /// kernel picks that port as the source. It must be refused, and the
+    /// port left free for the node to listen on again.
+    #[test]
+    fn a_stream_connected_to_itself_is_refused_and_frees_the_port() {
+        use std::os::fd::FromRawFd;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+        assert!(fd >= 0);
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        let (sa, len) = (
+            &addr as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(unsafe { libc::bind(fd, sa, len) }, 0);
+        assert_eq!(unsafe { libc::connect(fd, sa, len) }, 0, "self-connect");
+        let std_stream = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+        assert_eq!(
+            std_stream.local_addr().unwrap(),
+            std_stream.peer_addr().unwrap()
+        );
+        std_stream.set_nonblocking(true).unwrap();
+        let mut c = Conn::new(TcpStream::from_std(std_stream));
+        c.connecting = true;
+        let e = c.connected().unwrap_err();
+        assert!(e.to_string().contains("connected to itself"), "{e}");
+        drop(c);
+        let t = std::time::Instant::now();
+        while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            assert!(
+                t.elapsed().as_secs() < 2,
+                "the port stayed taken (a plain close keeps it a minute)"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 
     /// A stream whose peer reads slowly never drains completely while its
     /// writer keeps up with the reader; what was written must still leave
