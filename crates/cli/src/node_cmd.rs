@@ -218,8 +218,9 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
 }
 
 /// Bind `addr`, retrying for up to 5 s while it is in use: a restarted node
-/// may find its port still held for a moment by a peer's redial that
-/// connected to itself there (`tandem_net::conn::not_to_itself` resets it).
+/// may find its port still held for a moment by what its last run left
+/// (`tandem demo heal` once failed 1 of 20 runs with "Address already in
+/// use" on restart; the holder was not identified).
 fn listen_patiently(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {

@@ -14,10 +14,9 @@ use crate::wire::{put, MAX_FRAME};
 
 /// Refuse a stream connected to itself. A connect to a loopback port no one
 /// listens on (a node that is down) can be given that same port as its
-/// source, and TCP's simultaneous open then connects the socket to itself.
-/// Kept, it holds the dead node's port, so the node cannot listen on it
-/// when it restarts ("Address already in use"; seen once in 20 runs of
-/// `tandem demo heal`).
+/// source, and TCP's simultaneous open then connects the socket to itself;
+/// kept, it would hold the dead node's port, and the node could not listen
+/// on it when it restarts.
 /// Such a stream is set to reset when closed (`SO_LINGER` 0): a plain close
 /// would keep the port for a minute (FIN_WAIT, TIME_WAIT).
 pub fn not_to_itself(s: &impl std::os::fd::AsRawFd) -> io::Result<()> {
