@@ -11,6 +11,7 @@ use tandem_net::{Command, Config, Input, NodeId, Protocol, SessionId, Token};
 use crate::fast_hash::FastMap;
 use crate::model::{Gate, Model, PersistIssue, Rules};
 use crate::trans::TransState;
+use crate::update::CopyIn;
 use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, TxId, Value, Version};
 use crate::update::UpdState;
 use crate::vector::UpdId;
@@ -382,7 +383,7 @@ impl Protocol for DdpNode {
     fn weight(msg: &Msg) -> u64 {
         let n = match msg {
             Msg::CopyResp { versions } => versions.len(),
-            Msg::UpdCopy { versions, .. } => versions.len(),
+            Msg::UpdCopy { versions, log, .. } => versions.len() + log.len(),
             Msg::CatchUpReq { partial, .. } => partial.len(),
             Msg::CatchUpResp { resp, .. } => {
                 resp.marked.len() + resp.unmarked.len() + resp.missed.len() + resp.pending.len()
@@ -502,6 +503,14 @@ impl DdpNode {
                 .filter(|c| c.1 > 0)
                 .map(|(n, c)| format!("{c} {n}")),
         );
+        if let Some((id, b)) = u.buffer.iter().next() {
+            why.push(format!(
+                "the first buffered, {id:?}, after {:?} of its origin here, with cauhist {:?} against {:?} applied",
+                u.applied.get(id.origin),
+                b.deps,
+                u.applied
+            ));
+        }
         if !self.trans.is_quiet() {
             why.push(format!("transactions in progress: {}", self.trans.busy()));
         }
@@ -682,7 +691,8 @@ impl DdpNode {
                 versions,
                 applied,
                 ready,
-            } => self.on_upd_copy(from, versions, applied, ready, out),
+                log,
+            } => self.on_upd_copy(from, CopyIn { versions, applied, ready, log }, out),
             _ if self.rules.trans.is_none() => {}
             // A removed node holds no transaction (it is decided without
             // it); nor does a member take one from an older epoch, which may

@@ -67,6 +67,13 @@ pub enum Crash {
     /// removes it, and it boots in epoch 0 and learns the current
     /// configuration, whose epoch has not changed.
     Bounce,
+    /// Lost messages, then two crashes around a copy: one node crashes
+    /// and is away; another (the origin) is cut off from every member but
+    /// one (the source), so its updates reach only that member, and
+    /// crashes; the first node restarts and copies from the members, and
+    /// the source crashes right after its copy went out, before its
+    /// anti-entropy resent what the others lack. Both rejoin later.
+    CopySource,
 }
 
 impl Crash {
@@ -82,8 +89,9 @@ impl Crash {
             "isolated" => Ok(Crash::Isolated),
             "bounce" => Ok(Crash::Bounce),
             "suspect-spread" => Ok(Crash::SuspectSpread),
+            "copy-source" => Ok(Crash::CopySource),
             other => Err(format!(
-                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated, suspect-spread, bounce)"
+                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated, suspect-spread, bounce, copy-source)"
             )),
         }
     }
@@ -99,6 +107,7 @@ impl Crash {
             Crash::Isolated => "isolated",
             Crash::Bounce => "bounce",
             Crash::SuspectSpread => "suspect-spread",
+            Crash::CopySource => "copy-source",
         }
     }
 }
@@ -644,6 +653,7 @@ pub fn run(cfg: &CheckConfig) -> CheckReport {
         Crash::Isolated => r.suspect_one(true, false),
         Crash::SuspectSpread => r.suspect_one(false, true),
         Crash::Bounce => r.bounce_one(),
+        Crash::CopySource => r.crash_copy_source(),
     }
     r.finish(crash_at);
     r.report
@@ -869,6 +879,43 @@ impl Run {
         slow(&self.net, 0);
         let c = self.config((0..nodes).collect());
         self.net.announce_delayed(&c, &links);
+    }
+
+    /// `Crash::CopySource`. The window is what anti-entropy leaves: the
+    /// source resends another origin's update only `3 * retry_ns` after it
+    /// applied it, so it crashes once the restarted node has its copies.
+    fn crash_copy_source(&mut self) {
+        let nodes = self.cfg.nodes as u64;
+        let pick = |rng: &mut Rng, not: &[NodeId]| loop {
+            let n = rng.below(nodes) as NodeId;
+            if !not.contains(&n) {
+                break n;
+            }
+        };
+        let away = pick(&mut self.rng, &[]);
+        let origin = pick(&mut self.rng, &[away]);
+        let source = pick(&mut self.rng, &[away, origin]);
+        self.crash_away(&[away]);
+        let cut = |net: &SimNet<DdpNode, DdpFactory>, on| {
+            for o in (0..self.cfg.nodes).filter(|&o| o != origin && o != source) {
+                net.partition(origin, o, on);
+            }
+        };
+        cut(&self.net, true);
+        self.net.run_for(self.rng.range_inclusive(2_000, 20_000));
+        self.net.crash(origin);
+        self.rec.borrow_mut().steady[origin as usize] = false;
+        cut(&self.net, false);
+        let members = (0..self.cfg.nodes).filter(|&n| n != origin).collect();
+        let c = self.config(members);
+        self.net.restart(away, &Config::new(0, c.members.clone()));
+        self.net.announce(&c);
+        let copied = |net: &SimNet<DdpNode, DdpFactory>| {
+            net.with_node(away, |p| p.is_some_and(|p| p.is_ready()))
+        };
+        self.net.run_while(self.net.now_ns() + 50_000, |net| !copied(net));
+        self.crash_away(&[origin, source]);
+        self.rejoin(&[origin, source]);
     }
 
     /// TL2: a second node crashes during the first one's absence.

@@ -249,11 +249,14 @@ pub enum Msg {
         versions: Vec<(Version, bool)>,
     },
     /// The UPD family's copy: every version the sender applied, with its
-    /// update id, the sender's applied vector, and whether it was serving.
+    /// update id, the sender's applied vector, whether it was serving, and
+    /// its log (the updates it applied that some member may still lack,
+    /// each whole: the copier sends them on if the sender crashes).
     UpdCopy {
         versions: Vec<(Version, Option<UpdId>)>,
         applied: Vector,
         ready: bool,
+        log: Vec<Upd>,
     },
     /// INITX: a transaction begins at its coordinator.
     InitX {

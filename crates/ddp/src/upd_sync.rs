@@ -10,14 +10,15 @@
 //!   member was serving (one node restarted, F2), the node keeps only the
 //!   serving members' state and drops what its NVM alone held (writes that
 //!   never left it: the models allow losing them, Strict's acknowledged
-//!   writes are on every member). After a whole-cluster crash (F1) nobody
-//!   serves: the state is the union of every NVM, newest version per key,
+//!   writes are on every member). Each copy carries its sender's log too:
+//!   whole updates some member may still lack, which the copier sends on.
+//!   After a whole-cluster crash (F1) nobody serves: the state is the union of every NVM, newest version per key,
 //!   and a new causal era starts (the ids of the old one died with the
 //!   volatile state; sessions start over with an empty past). Under Synch
 //!   and RE-p each NVM is causally closed, so their union is too. The node
 //!   serves once every adopted version is persisted here.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use tandem_net::{Command, NodeId};
 
@@ -236,26 +237,16 @@ impl DdpNode {
             versions,
             applied: self.upd.applied.clone(),
             ready: self.ready,
+            log: self.upd.log.values().map(|(u, _)| u.clone()).collect(),
         };
         out.push(Command::Send { to: from, msg });
     }
 
-    pub(crate) fn on_upd_copy(
-        &mut self,
-        from: NodeId,
-        versions: Vec<(Version, Option<UpdId>)>,
-        applied: Vector,
-        ready: bool,
-        out: &mut Out,
-    ) {
+    pub(crate) fn on_upd_copy(&mut self, from: NodeId, copy: CopyIn, out: &mut Out) {
         if self.ready || !self.copy_from.remove(&from) {
             return;
         }
-        self.upd.copies.push(CopyIn {
-            versions,
-            applied,
-            ready,
-        });
+        self.upd.copies.push(copy);
         self.upd_check_ready(out);
     }
 
@@ -289,8 +280,6 @@ impl DdpNode {
             }
         }
         let used: Vec<CopyIn> = copies.into_iter().filter(|c| c.ready || !rejoin).collect();
-        // Per key: the adopted version and its id.
-        let mut newest: BTreeMap<Key, (Version, Option<UpdId>)> = BTreeMap::new();
         for c in &used {
             self.upd.applied.merge(&c.applied);
             self.upd.touched();
@@ -298,12 +287,11 @@ impl DdpNode {
                 let s = self.key(v.key);
                 if v.ts > s.ts {
                     (s.ts, s.value, s.id) = (v.ts, Some(v.value), id);
-                    newest.insert(v.key, (v, id));
                 }
             }
         }
-        if !self.upd_rules().causal && !self.bugs.copy_unlogged {
-            self.log_unshared(&newest, &used);
+        if !self.bugs.copy_unlogged {
+            self.adopt_logs(&used);
         }
         self.upd.adopting = Some(0);
         // In key order: the order of persists is part of a seeded run.
@@ -314,31 +302,23 @@ impl DdpNode {
         }
     }
 
-    /// An adopted update that some copy's member had not applied may now
-    /// live only here: its origin and the member it came from can crash
-    /// before anti-entropy spreads it. Log it, so this node sends it on to
-    /// whoever lacks it (as it would an update it applied itself).
-    ///
-    /// Eventual only. A copy holds the newest version per key, not every
-    /// update, and a Causal member applies an origin's updates in order
-    /// once their cauhist is in: an update logged here without the ones
-    /// before it, or with the copy's vector as an over-approximated
-    /// cauhist, could wait at a member forever. Causal keeps that gap
-    /// (docs/DDP.md); it needs a member to lose the update's eager UPD and
-    /// its origin to crash before resending it.
-    fn log_unshared(&mut self, newest: &BTreeMap<Key, (Version, Option<UpdId>)>, used: &[CopyIn]) {
-        for &(v, id) in newest.values() {
-            let Some(id) = id else { continue };
-            if used.iter().all(|c| c.applied.contains(id)) {
-                continue;
+    /// Take the copies' logs as this node's own: an update a copy's
+    /// member applied and some other member lacks may now live only here,
+    /// since its origin and that member can crash before anti-entropy
+    /// spreads it (`Crash::CopySource`). Logged here, it goes on to whoever
+    /// lacks it, as an update this node applied itself would. Each entry
+    /// is the whole update with its cauhist, and a member's log holds every
+    /// update it applied that is not yet everywhere, the earlier ones of
+    /// the same origin included, so a Causal member that lacks one gets
+    /// what it must apply first as well. (An entry made from a copied
+    /// version, as this once was for Eventual, would not do for Causal: a
+    /// copy holds the newest version per key, not every update.)
+    fn adopt_logs(&mut self, used: &[CopyIn]) {
+        for u in used.iter().flat_map(|c| &c.log) {
+            if !self.upd.log.contains_key(&u.id) {
+                self.mark_applied(u.id);
+                self.upd.log.insert(u.id, (u.clone(), self.now));
             }
-            let u = Upd {
-                id,
-                v,
-                deps: Vector::default(),
-                scope: None,
-            };
-            self.upd.log.insert(id, (u, self.now));
         }
     }
 

@@ -77,6 +77,7 @@ pub(crate) struct CopyIn {
     pub versions: Vec<(Version, Option<UpdId>)>,
     pub applied: Vector,
     pub ready: bool,
+    pub log: Vec<Upd>,
 }
 
 /// What a read returns: timestamp, value, update id.

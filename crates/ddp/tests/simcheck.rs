@@ -188,22 +188,25 @@ fn weaker_models_show_the_losses_they_allow() {
 /// Eventual consistency sends its updates lazily, so the crashed member's
 /// last updates may have reached only the catching-up node, inside its
 /// copy. These seeds diverged (G6) before that node logged what it adopted
-/// and anti-entropy learned which updates lie past a gap: each mutant
-/// brings its failure back (`copy-unlogged`: replicas diverge;
-/// `gossip-prefix-only`: logs never drain, so nodes never settle).
+/// (`copy-unlogged` brings it back). An origin that crashes leaves a gap in
+/// its updates, and anti-entropy must learn which ones lie past it, or logs
+/// never drain and nodes never settle (`gossip-prefix-only`; since copies
+/// carry whole logs, the gaps come from an origin cut off and crashed:
+/// `copy-source`, eventual-re seeds 11 and 51).
 #[test]
 fn lazy_updates_survive_a_crash_during_a_copy() {
     let cases = [
-        ("eventual-synch", [6, 27, 58]),
-        ("eventual-re", [4, 6, 46]),
-        ("eventual-eventual", [18, 42, 47]),
+        ("eventual-synch", Crash::Buddy, &[6, 27, 58][..]),
+        ("eventual-re", Crash::Buddy, &[4, 6, 46]),
+        ("eventual-eventual", Crash::Buddy, &[18, 42, 47]),
+        ("eventual-re", Crash::CopySource, &[11, 51]),
     ];
     let check = |bug: Option<&str>| {
         let mut found = Vec::new();
-        for (model, seeds) in cases {
-            for seed in seeds {
+        for (model, crash, seeds) in cases {
+            for &seed in seeds {
                 let mut cfg = CheckConfig::new(Model::parse(model).unwrap(), seed);
-                cfg.crash = Crash::Buddy;
+                cfg.crash = crash;
                 if let Some(b) = bug {
                     cfg.bugs = tandem_ddp::Bugs::parse(&[b.to_string()]).unwrap();
                 }
@@ -224,6 +227,43 @@ fn lazy_updates_survive_a_crash_during_a_copy() {
         stuck.iter().any(|l| l.contains("not settled")),
         "gossip-prefix-only: {stuck:?}"
     );
+}
+
+/// A node that restarts copies from a member that alone holds some
+/// updates (their origin was cut off from every other member, then
+/// crashed), and that member crashes right after serving the copy
+/// (`Crash::CopySource`). The copy carries the member's log, so the
+/// copying node sends those updates on, each with its cauhist. With
+/// `copy-unlogged` (Causal's old behaviour: the updates live only in its
+/// copied versions) the replicas diverge or sessions wait forever.
+/// Reliable links here: with message loss the same faults can also orphan
+/// updates whose cauhist died with both crashed nodes, which is found, not
+/// fixed (docs/DDP.md).
+#[test]
+fn a_copy_carries_the_sources_log() {
+    let check = |model: &str, bug: Option<&str>| {
+        let mut bad = Vec::new();
+        for seed in 0..seeds() + 4 {
+            let mut cfg = CheckConfig::new(Model::parse(model).unwrap(), seed);
+            (cfg.crash, cfg.net_faults) = (Crash::CopySource, false);
+            if let Some(b) = bug {
+                cfg.bugs = tandem_ddp::Bugs::parse(&[b.to_string()]).unwrap();
+            }
+            let r = run(&cfg);
+            bad.extend(r.violations.first().map(|v| format!("{v} (replay: {})", r.replay)));
+        }
+        bad
+    };
+    // Eventual's copy gap has its own test (lazy_updates_survive_a_crash_during_a_copy).
+    let v = check("eventual-synch", None);
+    assert!(v.is_empty(), "eventual-synch: {v:?}");
+    for model in ["causal-eventual", "causal-scope"] {
+        let v = check(model, None);
+        assert!(v.is_empty(), "{model}: {v:?}");
+        let caught = check(model, Some("copy-unlogged"));
+        assert!(!caught.is_empty(), "{model}: copy-unlogged never caught");
+        eprintln!("{model} with copy-unlogged: {} of {} seeds caught", caught.len(), seeds() + 4);
+    }
 }
 
 /// Every UPD-family model keeps its promises, converges and settles when
