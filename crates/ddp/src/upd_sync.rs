@@ -237,9 +237,20 @@ impl DdpNode {
             versions,
             applied: self.upd.applied.clone(),
             ready: self.ready,
-            log: self.upd.log.values().map(|(u, _)| u.clone()).collect(),
+            log: self.log_for_copy(from),
         };
         out.push(Command::Send { to: from, msg });
+    }
+
+    /// The log entries a copy for `to` carries: those some other member
+    /// may still lack (what `to` lacks it gets from the copy's versions).
+    /// This keeps a copy small while `to` is away and logs grow.
+    fn log_for_copy(&self, to: NodeId) -> Vec<Upd> {
+        let others: Vec<NodeId> = self.config.others(self.me).filter(|&p| p != to).collect();
+        (self.upd.log.iter())
+            .filter(|(&id, _)| others.iter().any(|&p| !self.upd.peer_has(p, id)))
+            .map(|(_, (u, _))| u.clone())
+            .collect()
     }
 
     pub(crate) fn on_upd_copy(&mut self, from: NodeId, copy: CopyIn, out: &mut Out) {
@@ -313,10 +324,21 @@ impl DdpNode {
     /// what it must apply first as well. (An entry made from a copied
     /// version, as this once was for Eventual, would not do for Causal: a
     /// copy holds the newest version per key, not every update.)
+    ///
+    /// Only an entry its sender claims applied (in its applied prefix) is
+    /// claimed here: a node added back after a removal keeps in its log
+    /// updates it no longer claims or holds (what only it had), and so may
+    /// an Eventual sender past a gap. Those are logged unclaimed: they are
+    /// sent on, and come back here from the members that apply them.
     fn adopt_logs(&mut self, used: &[CopyIn]) {
-        for u in used.iter().flat_map(|c| &c.log) {
-            if !self.upd.log.contains_key(&u.id) {
-                self.mark_applied(u.id);
+        for c in used {
+            for u in &c.log {
+                if self.upd.log.contains_key(&u.id) {
+                    continue;
+                }
+                if c.applied.contains(u.id) {
+                    self.mark_applied(u.id);
+                }
                 self.upd.log.insert(u.id, (u.clone(), self.now));
             }
         }
