@@ -237,20 +237,11 @@ impl DdpNode {
             versions,
             applied: self.upd.applied.clone(),
             ready: self.ready,
-            log: self.log_for_copy(from),
+            // The whole log: a filter by what the other members hold would
+            // race with a member that restarts and claims less than before.
+            log: self.upd.log.values().map(|(u, _)| u.clone()).collect(),
         };
         out.push(Command::Send { to: from, msg });
-    }
-
-    /// The log entries a copy for `to` carries: those some other member
-    /// may still lack (what `to` lacks it gets from the copy's versions).
-    /// This keeps a copy small while `to` is away and logs grow.
-    fn log_for_copy(&self, to: NodeId) -> Vec<Upd> {
-        let others: Vec<NodeId> = self.config.others(self.me).filter(|&p| p != to).collect();
-        (self.upd.log.iter())
-            .filter(|(&id, _)| others.iter().any(|&p| !self.upd.peer_has(p, id)))
-            .map(|(_, (u, _))| u.clone())
-            .collect()
     }
 
     pub(crate) fn on_upd_copy(&mut self, from: NodeId, copy: CopyIn, out: &mut Out) {
