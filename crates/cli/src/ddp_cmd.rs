@@ -231,7 +231,9 @@ fn check(a: CheckArgs) -> Result<(), String> {
     }
     let bad: usize = reports.iter().map(|r| r.violation_count).sum();
     if bad > 0 {
-        return Err(format!("{bad} violations (the first of each run; all of them when one seed is run)"));
+        return Err(format!(
+            "{bad} violations (the first of each run; all of them when one seed is run)"
+        ));
     }
     Ok(())
 }

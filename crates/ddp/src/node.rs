@@ -11,9 +11,8 @@ use tandem_net::{Command, Config, Input, NodeId, Protocol, SessionId, Token};
 use crate::fast_hash::FastMap;
 use crate::model::{Gate, Model, PersistIssue, Rules};
 use crate::trans::TransState;
-use crate::update::CopyIn;
 use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, TxId, Value, Version};
-use crate::update::UpdState;
+use crate::update::{CopyIn, UpdState};
 use crate::vector::UpdId;
 
 /// Timers of the engine (host nanoseconds).
@@ -692,7 +691,16 @@ impl DdpNode {
                 applied,
                 ready,
                 log,
-            } => self.on_upd_copy(from, CopyIn { versions, applied, ready, log }, out),
+            } => self.on_upd_copy(
+                from,
+                CopyIn {
+                    versions,
+                    applied,
+                    ready,
+                    log,
+                },
+                out,
+            ),
             _ if self.rules.trans.is_none() => {}
             // A removed node holds no transaction (it is decided without
             // it); nor does a member take one from an older epoch, which may

@@ -71,8 +71,8 @@ pub enum Crash {
     /// and is away; another (the origin) is cut off from every member but
     /// one (the source), so its updates reach only that member, and
     /// crashes; the first node restarts and copies from the members, and
-    /// the source crashes right after its copy went out, before its
-    /// anti-entropy resent what the others lack. Both rejoin later.
+    /// the source crashes once that node has adopted the copies, before
+    /// its anti-entropy resent what the others lack. Both rejoin later.
     CopySource,
 }
 
@@ -913,7 +913,8 @@ impl Run {
         let copied = |net: &SimNet<DdpNode, DdpFactory>| {
             net.with_node(away, |p| p.is_some_and(|p| p.is_ready()))
         };
-        self.net.run_while(self.net.now_ns() + 50_000, |net| !copied(net));
+        self.net
+            .run_while(self.net.now_ns() + 50_000, |net| !copied(net));
         self.crash_away(&[origin, source]);
         self.rejoin(&[origin, source]);
     }

@@ -161,7 +161,7 @@ impl DdpNode {
     }
 
     /// Add `id` to the applied prefix (or beyond it).
-    pub(crate) fn mark_applied(&mut self, id: UpdId) {
+    fn mark_applied(&mut self, id: UpdId) {
         let (o, upd) = (id.origin, &mut self.upd);
         let prefix = upd.applied.get(o);
         if id.seq != prefix + 1 {

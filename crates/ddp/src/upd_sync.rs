@@ -12,8 +12,8 @@
 //!   never left it: the models allow losing them, Strict's acknowledged
 //!   writes are on every member). Each copy carries its sender's log too:
 //!   whole updates some member may still lack, which the copier sends on.
-//!   After a whole-cluster crash (F1) nobody serves: the state is the union of every NVM, newest version per key,
-//!   and a new causal era starts (the ids of the old one died with the
+//!   After a whole-cluster crash (F1) nobody serves: the state is the
+//!   union of every NVM, newest version per key, and a new causal era starts (the ids of the old one died with the
 //!   volatile state; sessions start over with an empty past). Under Synch
 //!   and RE-p each NVM is causally closed, so their union is too. The node
 //!   serves once every adopted version is persisted here.
@@ -316,22 +316,18 @@ impl DdpNode {
     /// version, as this once was for Eventual, would not do for Causal: a
     /// copy holds the newest version per key, not every update.)
     ///
-    /// Only an entry its sender claims applied (in its applied prefix) is
-    /// claimed here: a node added back after a removal keeps in its log
-    /// updates it no longer claims or holds (what only it had), and so may
-    /// an Eventual sender past a gap. Those are logged unclaimed: they are
-    /// sent on, and come back here from the members that apply them.
+    /// This node claims applied only what the copies' applied vectors say
+    /// (merged above), never an entry for being logged: a node added back
+    /// after a removal keeps in its log updates it no longer claims or
+    /// holds (what only it had), and so may an Eventual sender past a gap.
+    /// Those are logged unclaimed: they are sent on, and come back here
+    /// from the members that apply them.
     fn adopt_logs(&mut self, used: &[CopyIn]) {
-        for c in used {
-            for u in &c.log {
-                if self.upd.log.contains_key(&u.id) {
-                    continue;
-                }
-                if c.applied.contains(u.id) {
-                    self.mark_applied(u.id);
-                }
-                self.upd.log.insert(u.id, (u.clone(), self.now));
-            }
+        for u in used.iter().flat_map(|c| &c.log) {
+            self.upd
+                .log
+                .entry(u.id)
+                .or_insert_with(|| (u.clone(), self.now));
         }
     }
 

@@ -250,7 +250,11 @@ fn a_copy_carries_the_sources_log() {
                 cfg.bugs = tandem_ddp::Bugs::parse(&[b.to_string()]).unwrap();
             }
             let r = run(&cfg);
-            bad.extend(r.violations.first().map(|v| format!("{v} (replay: {})", r.replay)));
+            bad.extend(
+                r.violations
+                    .first()
+                    .map(|v| format!("{v} (replay: {})", r.replay)),
+            );
         }
         bad
     };
@@ -262,7 +266,11 @@ fn a_copy_carries_the_sources_log() {
         assert!(v.is_empty(), "{model}: {v:?}");
         let caught = check(model, Some("copy-unlogged"));
         assert!(!caught.is_empty(), "{model}: copy-unlogged never caught");
-        eprintln!("{model} with copy-unlogged: {} of {} seeds caught", caught.len(), seeds() + 4);
+        eprintln!(
+            "{model} with copy-unlogged: {} of {} seeds caught",
+            caught.len(),
+            seeds() + 4
+        );
     }
 }
 
