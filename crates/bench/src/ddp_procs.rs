@@ -3,7 +3,7 @@
 //! NVM file each, optionally `--fsync`) on loopback, their CPU time and
 //! their own counters (`Hello::Stats`).
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -37,8 +37,7 @@ impl Drop for DdpCluster {
 
 /// A loopback port free right now.
 pub(crate) fn free_addr() -> Result<SocketAddr, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free loopback port: {e}"))?;
-    l.local_addr().map_err(|e| e.to_string())
+    tandem_net::ports::reserve_loopback().map_err(|e| format!("no free loopback port: {e}"))
 }
 
 fn new_secret() -> u64 {

@@ -223,12 +223,16 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
 /// use" on restart; the holder was not identified).
 fn listen_patiently(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut told = false;
     loop {
         match TcpListener::bind(addr) {
             Err(e)
                 if e.kind() == std::io::ErrorKind::AddrInUse
                     && std::time::Instant::now() < give_up =>
             {
+                if !std::mem::replace(&mut told, true) {
+                    eprintln!("{addr} is in use; retrying for 5 s");
+                }
                 std::thread::sleep(std::time::Duration::from_millis(20))
             }
             r => return r,

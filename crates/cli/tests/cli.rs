@@ -743,11 +743,7 @@ fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majori
         .map(|_| {
             format!(
                 "127.0.0.1:{}",
-                std::net::TcpListener::bind("127.0.0.1:0")
-                    .unwrap()
-                    .local_addr()
-                    .unwrap()
-                    .port()
+                tandem_net::ports::reserve_loopback().unwrap().port()
             )
         })
         .collect();
@@ -1010,11 +1006,7 @@ fn a_process_whose_peer_never_comes_up_names_its_address(shm: bool) {
     let unused = |_| {
         format!(
             "127.0.0.1:{}",
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
+            tandem_net::ports::reserve_loopback().unwrap().port()
         )
     };
     let memory: Vec<String> = (0..2).map(unused).collect();

@@ -5,7 +5,7 @@
 //! UPD model (eventual-synch) through a `kill -9` and restart, checked for
 //! convergence and lost writes.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -26,10 +26,7 @@ impl Drop for Proc {
 }
 
 fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    tandem_net::ports::reserve_loopback().unwrap()
 }
 
 struct Cluster {
@@ -162,6 +159,38 @@ impl Cluster {
 
     fn manager_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("manager.log")).unwrap_or_default()
+    }
+
+    /// The manager's log and each node's, for a failure message.
+    fn logs(&self) -> String {
+        let names =
+            std::iter::once("manager".to_string()).chain((0..5).map(|i| format!("node{i}")));
+        names
+            .map(|n| {
+                let text = std::fs::read_to_string(self.dir.join(format!("{n}.log")));
+                format!("--- {n}.log\n{}", text.unwrap_or_default())
+            })
+            .collect::<String>()
+            + &self.sockets()
+    }
+
+    /// `ss`'s lines for this cluster's ports (who holds a port a node wants).
+    fn sockets(&self) -> String {
+        let out = Command::new("ss").args(["-tanp"]).output();
+        let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        let ports: Vec<String> = self
+            .peers
+            .iter()
+            .map(|p| format!(":{} ", p.port()))
+            .collect();
+        let lines = text.unwrap_or_default();
+        let mine = lines
+            .lines()
+            .filter(|l| ports.iter().any(|p| l.contains(p.as_str())));
+        format!(
+            "--- sockets on {ports:?}\n{}",
+            mine.collect::<Vec<_>>().join("\n")
+        )
     }
 
     fn load(&self, sessions: u64, epoch: Instant) -> Load {
@@ -303,9 +332,10 @@ fn finals(c: &Cluster, keys: u64) -> tandem_check::FinalStates {
     let mut out = tandem_check::FinalStates::new();
     for i in 0..c.peers.len() {
         let mut cl = client(c, i, 1_000 + i as u64);
-        let values = (0..keys).map(|k| match cl.call(tandem_ddp::Op::read(k)).unwrap() {
-            tandem_ddp::Reply::Read { value, .. } => (k, value),
-            other => panic!("node {i} answered a read of key {k} with {other:?}"),
+        let values = (0..keys).map(|k| match cl.call(tandem_ddp::Op::read(k)) {
+            Ok(tandem_ddp::Reply::Read { value, .. }) => (k, value),
+            Ok(other) => panic!("node {i} answered a read of key {k} with {other:?}"),
+            Err(e) => panic!("reading key {k} at node {i}: {e}\n{}", c.logs()),
         });
         out.insert(i as u16, values.collect());
     }
@@ -446,7 +476,8 @@ fn lin_synch_restarts_all_five_from_their_nvm_files() {
         let log = std::fs::read_to_string(c.dir.join(format!("node{i}.log"))).unwrap_or_default();
         assert!(
             log.contains("recovered from"),
-            "node {i} restarted from its NVM file:\n{log}"
+            "node {i} restarted from its NVM file:\n{}",
+            c.logs()
         );
     }
     // Lin-Synch promises non-stale reads across a whole-cluster crash (spec §13.3 Y-3):

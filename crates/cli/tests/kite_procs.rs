@@ -136,6 +136,41 @@ fn node_rejects_unknown_systems() {
     );
 }
 
+/// A node whose port another program holds says so at once (a node that
+/// waited silently left an empty log: a cluster test once failed with no
+/// clue), keeps trying for 5 s, then gives up naming the address.
+#[test]
+fn a_node_whose_port_is_taken_says_so_and_gives_up() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = holder.local_addr().unwrap().to_string();
+    let nvm = std::env::temp_dir().join(format!("tandem-port-taken-{}.nvm", std::process::id()));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "node",
+            "--model",
+            "lin-synch",
+            "--id",
+            "0",
+            "--peers",
+            &addr,
+        ])
+        .args(["--secret", "1", "--nvm-size", "1M", "--nvm"])
+        .arg(&nvm)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut first).unwrap();
+    assert_eq!(first.trim(), format!("{addr} is in use; retrying for 5 s"));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert!(!child.wait().unwrap().success());
+    assert!(rest.contains(&format!("cannot listen on {addr}")), "{rest}");
+    let _ = std::fs::remove_file(&nvm);
+}
+
 /// Kite is crash-stop: a replica killed under load and started again from
 /// its state file is refused with the reason, rather than rejoining with
 /// empty state; a fresh state file starts.
@@ -143,10 +178,7 @@ fn node_rejects_unknown_systems() {
 fn a_killed_kite_replica_is_not_started_again_from_its_state() {
     let dir = std::env::temp_dir().join(format!("tandem-kite-restart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let port = tandem_net::ports::reserve_loopback().unwrap();
     let node = |nvm: &str| {
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"));
         c.args([

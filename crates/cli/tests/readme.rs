@@ -75,11 +75,7 @@ impl Drop for Run {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    tandem_net::ports::reserve_loopback().unwrap().port()
 }
 
 /// Wait (bounded) until nothing listens on the README's ports: another run

@@ -16,6 +16,7 @@ pub mod links;
 pub mod manager;
 pub mod manager_store;
 pub mod nvm_file;
+pub mod ports;
 pub mod protocol;
 pub mod sim;
 mod syncer;

@@ -42,11 +42,7 @@ impl ZooKeeper {
 
     /// `Err` only when ZooKeeper cannot be installed here (the script's exit 3).
     fn start(tag: &str) -> Result<ZooKeeper, String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = tandem_net::ports::reserve_loopback().unwrap().port();
         let dir = std::env::temp_dir().join(format!("tandem-zk-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let zk = ZooKeeper { port, dir };
