@@ -118,7 +118,7 @@ impl Clients {
         match r {
             Reply::Committed { .. } => self.commits += 1,
             Reply::Aborted { .. } => self.aborts += 1,
-            Reply::Persisted { .. } | Reply::ScopeLost { .. } => return,
+            Reply::Persisted { .. } | Reply::ScopeLost { .. } | Reply::PastLost { .. } => return,
             _ => {}
         }
         let l = &mut self.lat[usize::from(!read)];

@@ -89,6 +89,8 @@ struct ModelReport {
     heal_rounds: u64,
     /// Crashes (buddy, again) that hit a node still recovering.
     mid_recovery_crashes: u64,
+    /// Causal: operations answered PastLost (their past died with two crashed nodes).
+    pasts_lost: u64,
 }
 
 pub fn run(a: DdpArgs) -> Result<(), String> {
@@ -190,6 +192,7 @@ fn check(a: CheckArgs) -> Result<(), String> {
                     rep.heal_rounds + r.heal_rounds,
                 );
                 rep.mid_recovery_crashes += r.mid_recovery_crashes;
+                rep.pasts_lost += r.pasts_lost;
                 if m.c == tandem_ddp::Consistency::Trans {
                     let t = rep.transactions.get_or_insert([0; 4]);
                     (t[0], t[1], t[2], t[3]) = (
@@ -249,6 +252,9 @@ fn print_model(r: &ModelReport) {
     }
     if r.heal_recoveries + r.heal_fallbacks > 0 {
         println!("    HEAL: {} recoveries by the Buddy's catch-up ({} CatchUp_req rounds), {} by the full-copy fallback; {} crashes hit a recovery in progress", r.heal_recoveries, r.heal_rounds, r.heal_fallbacks, r.mid_recovery_crashes);
+    }
+    if r.pasts_lost > 0 {
+        println!("    {} operations answered PastLost (their causal past died with two crashed nodes; the sessions went on without it)", r.pasts_lost);
     }
     for v in r.violations.iter().take(3) {
         println!("    {v}");

@@ -47,6 +47,7 @@ mod trans_idle;
 mod trans_stats;
 pub mod types;
 mod upd_apply;
+mod upd_lost;
 mod upd_sync;
 mod update;
 pub mod vector;

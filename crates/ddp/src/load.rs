@@ -264,8 +264,12 @@ impl Driver {
         let done = s.ycsb.on_reply(&self.cfg.plan, &r);
         let Some(mut h) = h else { return done };
         h.complete_ns = Some(now);
-        // Refused (a plain write under Transactional consistency): no effect.
-        h.ok = !matches!(r, Reply::Error { .. } | Reply::Aborted { .. });
+        // Refused (a plain write under Transactional consistency, or a past
+        // lost): no effect.
+        h.ok = !matches!(
+            r,
+            Reply::Error { .. } | Reply::Aborted { .. } | Reply::PastLost { .. }
+        );
         if let (OpKind::Read { value, .. }, Reply::Read { value: v, .. }) = (&mut h.kind, r) {
             *value = v;
         }

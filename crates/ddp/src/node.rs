@@ -122,6 +122,9 @@ pub struct Bugs {
     /// HEAL: a GDP declared in a configuration not installed here yet is
     /// recorded (or not) by this node's older view of who is away.
     pub heal_gdp_old_view: bool,
+    /// Causal: updates that follow one lost with two crashed nodes wait
+    /// forever, and so do the sessions whose past holds one.
+    pub orphans_kept: bool,
 }
 
 /// Each bug's field and its name (`--inject-bug`), once for parsing and replay.
@@ -184,6 +187,7 @@ bug_names! {
     kept_unsettled => "kept-unsettled",
     copy_in_old_epoch => "copy-in-old-epoch",
     heal_gdp_old_view => "heal-gdp-old-view",
+    orphans_kept => "orphans-kept",
 }
 
 /// A write this node coordinates (or replays, without a client).
@@ -664,7 +668,14 @@ impl DdpNode {
                 .into_iter()
                 .for_each(|(key, ts)| self.reached_gdp_in(key, ts, epoch)),
             Msg::Upd { upds } => self.on_upd(upds, out),
-            Msg::UpdSync { applied, extra } => self.on_upd_sync(from, applied, extra),
+            Msg::UpdSync {
+                origin,
+                applied,
+                extra,
+            } => {
+                self.note_life(origin);
+                self.on_upd_sync(from, applied, extra)
+            }
             Msg::CopyReq { epoch } => self.on_copy_req_in(from, epoch, out),
             Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),
             Msg::RecovStart { epoch } => self.on_recov_start(from, epoch, out),

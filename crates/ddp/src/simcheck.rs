@@ -219,6 +219,9 @@ pub struct CheckReport {
     pub heal_rounds: u64,
     /// Crashes (`buddy`, `again`) that hit while a node was still recovering.
     pub mid_recovery_crashes: u64,
+    /// Causal: operations answered `PastLost` (their session's past died
+    /// with two crashed nodes).
+    pub pasts_lost: u64,
 }
 
 /// The client workload and the observer of every step.
@@ -252,6 +255,11 @@ struct Rec {
     txs: Txs,
     /// Per node: whether it served clients after its last step.
     online: Vec<bool>,
+    /// Operations answered `PastLost`.
+    pasts_lost: u64,
+    /// Each session's name in the history: a session told `PastLost` goes
+    /// on as a new one (session order holds only since then).
+    alias: Vec<SessionId>,
 }
 
 type Shared = Rc<RefCell<Rec>>;
@@ -388,7 +396,7 @@ impl Rec {
         };
         self.index.insert((session, req), self.ops.len());
         self.ops.push(HistOp {
-            session,
+            session: self.alias[session as usize],
             node,
             kind,
             invoke_ns: now,
@@ -432,6 +440,15 @@ impl Rec {
                 if let Some(id) = id {
                     past.after.add(*id);
                 }
+            }
+            (_, Reply::PastLost { upto }) => {
+                // Not run; what the session saw of the lost updates is gone,
+                // so its later writes depend on none of what it saw.
+                op.ok = false;
+                past.after.clamp(upto);
+                past.since.clear();
+                self.pasts_lost += 1;
+                self.alias[session as usize] = self.cfg.sessions + self.pasts_lost;
             }
             _ => self.violations.push(format!(
                 "session {session} req {req}: reply {r:?} does not answer its request"
@@ -683,6 +700,8 @@ impl Run {
             seen: vec![None; cfg.nodes as usize],
             txs: Txs::new(cfg.sessions as usize),
             online: vec![true; cfg.nodes as usize],
+            pasts_lost: 0,
+            alias: (0..cfg.sessions).collect(),
         };
         let rec = Rc::new(RefCell::new(rec));
         // One core per node: the checks' histories stay within what the
@@ -1069,6 +1088,7 @@ impl Run {
             self.report.tx_unanswered_commits,
         ) = rec.txs.counts();
         self.report.tx_unknown = rec.txs.unknown;
+        self.report.pasts_lost = rec.pasts_lost;
         self.report.stats = self.net.stats();
         self.report.sim_ns = self.net.now_ns();
     }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use tandem_net::{Durable, NodeId, SessionId};
 
-use crate::vector::{UpdId, Vector};
+use crate::vector::{Origin, UpdId, Vector};
 
 pub type Key = u64;
 pub type Value = u64;
@@ -156,6 +156,14 @@ pub enum Reply {
     OutcomeUnknown {
         tx: u64,
     },
+    /// Causal: part of the session's causal past is lost for good: both
+    /// nodes that held some updates it saw crashed before any member
+    /// applied them. The operation did not run. The session lowers its
+    /// vector to `upto` on those origins (what survives of them) and goes
+    /// on; what it read or wrote of the lost updates is gone.
+    PastLost {
+        upto: Vector,
+    },
     /// The model does not take this operation (Begin or End outside
     /// Transactional consistency, a plain write under it).
     Error {
@@ -234,6 +242,9 @@ pub enum Msg {
     /// Anti-entropy: the updates the sender applied (for resends and log
     /// garbage collection; not in the paper, which assumes reliable links).
     UpdSync {
+        /// The sender's life: a member that hears of a later one knows the
+        /// earlier lives are over (their unspread updates are lost).
+        origin: Origin,
         applied: Vector,
         /// Applied beyond that prefix (a gap a crashed origin left, or
         /// updates that overtook others), at most `EXTRA_MAX` of them.

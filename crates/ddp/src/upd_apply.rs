@@ -21,7 +21,8 @@ impl DdpNode {
                 self.persist_once(u.v, Some(u.id), out);
                 self.ack_p(u.v, out);
             }
-            if !self.upd.knows_applied(u.id) {
+            self.note_life(u.id.origin);
+            if !self.upd.knows_applied(u.id) && !self.is_orphan(&u) {
                 self.upd.buffer.entry(u.id).or_insert(u);
             }
         }

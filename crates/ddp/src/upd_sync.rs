@@ -40,6 +40,7 @@ impl DdpNode {
         self.gossip(out);
         self.resend_log(out);
         self.retry_strict(out);
+        self.give_up_orphans(out);
     }
 
     /// Eventual: broadcast the queued UPDs as one batch.
@@ -67,6 +68,7 @@ impl DdpNode {
         self.upd.gossiped = (self.upd.applied.clone(), extra.clone(), self.now);
         out.push(Command::Broadcast {
             msg: Msg::UpdSync {
+                origin: self.upd.origin,
                 applied: self.upd.applied.clone(),
                 extra,
             },

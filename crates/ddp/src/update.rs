@@ -132,6 +132,14 @@ pub(crate) struct UpdState {
     pub adopting: Option<usize>,
     /// The versions applied in the current step (the C1 trace).
     pub applied_now: Vec<Version>,
+    /// Causal, orphaned updates (`upd_lost.rs`): each node's latest life
+    /// heard of; per dead origin, the prefix that survives (updates past
+    /// it are lost); what waits past a dead origin's survivors, since when;
+    /// when that was last looked at.
+    pub lives: BTreeMap<NodeId, u64>,
+    pub lost: BTreeMap<Origin, u64>,
+    pub orphan_watch: Option<(BTreeMap<Origin, u64>, u64)>,
+    pub orphan_scan_at: u64,
 }
 
 impl UpdState {
@@ -242,6 +250,9 @@ impl DdpNode {
     }
 
     pub(crate) fn upd_client(&mut self, session: SessionId, req: u64, op: Op, out: &mut Out) {
+        if self.answer_if_past_lost(session, req, &op, out) {
+            return;
+        }
         if !self.upd_try(session, req, &op, out) {
             self.upd.waiting.push_back((session, req, op));
         }

@@ -50,6 +50,16 @@ impl Vector {
         self.raise(id.origin, id.seq);
     }
 
+    /// Lower each origin of `upto` to at most its entry there (a session
+    /// whose past on those origins is lost).
+    pub fn clamp(&mut self, upto: &Vector) {
+        for e in &mut self.0 {
+            if let Ok(i) = upto.0.binary_search_by_key(&e.0, |u| u.0) {
+                e.1 = e.1.min(upto.0[i].1);
+            }
+        }
+    }
+
     pub fn merge(&mut self, other: &Vector) {
         for &(o, n) in &other.0 {
             self.raise(o, n);

@@ -153,8 +153,12 @@ impl YcsbSession {
     /// it completes (a read or write: 1; a commit: the transaction's
     /// requests; a Persist, Begin or squash: 0).
     pub fn on_reply(&mut self, plan: &SessionPlan, r: &Reply) -> u64 {
-        if let Reply::Read { id: Some(id), .. } | Reply::Written { id: Some(id), .. } = r {
-            self.past.add(*id);
+        match r {
+            Reply::Read { id: Some(id), .. } | Reply::Written { id: Some(id), .. } => {
+                self.past.add(*id)
+            }
+            Reply::PastLost { upto } => self.past.clamp(upto),
+            _ => {}
         }
         match (plan.tx_requests, r) {
             (Some(n), Reply::Committed { .. }) => {
@@ -181,7 +185,13 @@ impl YcsbSession {
                 0
             }
             (Some(_), _) => 0,
-            (None, Reply::Persisted { .. } | Reply::ScopeLost { .. } | Reply::Error { .. }) => 0,
+            (
+                None,
+                Reply::Persisted { .. }
+                | Reply::ScopeLost { .. }
+                | Reply::Error { .. }
+                | Reply::PastLost { .. },
+            ) => 0,
             (None, _) => 1,
         }
     }

@@ -274,6 +274,56 @@ fn a_copy_carries_the_sources_log() {
     }
 }
 
+/// Causal: when both nodes that held some updates crash (the origin cut
+/// off from all but one member, then that member), the updates that follow
+/// them and the sessions whose past holds them must not wait forever: the
+/// members give up on them once the dead origin's survivors stay put, and
+/// answer those sessions `PastLost`. With `orphans-kept` they wait (G6).
+#[test]
+fn orphaned_updates_are_given_up_and_their_sessions_told() {
+    let runs = |model: &str, bug: Option<&str>, net_faults: bool| {
+        (0..seeds() + 4).map(move |seed| {
+            let mut cfg = CheckConfig::new(Model::parse(model).unwrap(), seed);
+            (cfg.crash, cfg.net_faults) = (Crash::CopySource, net_faults);
+            cfg.bugs =
+                tandem_ddp::Bugs::parse(&bug.map(String::from).into_iter().collect::<Vec<_>>())
+                    .unwrap();
+            run(&cfg)
+        })
+    };
+    let first = |r: tandem_ddp::simcheck::CheckReport| {
+        r.violations
+            .first()
+            .map(|v| format!("{v} (replay: {})", r.replay))
+    };
+    for model in [
+        "causal-synch",
+        "causal-re",
+        "causal-strict",
+        "causal-scope",
+        "causal-eventual",
+    ] {
+        for net_faults in [false, true] {
+            let (mut bad, mut told) = (Vec::new(), 0);
+            for r in runs(model, None, net_faults) {
+                told += r.pasts_lost;
+                bad.extend(first(r));
+            }
+            assert!(bad.is_empty(), "{model} (net faults {net_faults}): {bad:?}");
+            eprintln!("{model} (net faults {net_faults}): {told} operations answered PastLost");
+        }
+    }
+    let caught: Vec<String> = runs("causal-synch", Some("orphans-kept"), false)
+        .filter_map(first)
+        .collect();
+    assert!(!caught.is_empty(), "orphans-kept never caught");
+    eprintln!(
+        "causal-synch with orphans-kept: {} of {} seeds caught",
+        caught.len(),
+        seeds() + 4
+    );
+}
+
 /// Every UPD-family model keeps its promises, converges and settles when
 /// crashes hit during recovery (`buddy`, `again`) or while a node is away
 /// (`two`).
