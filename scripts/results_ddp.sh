@@ -28,8 +28,7 @@ ddp_runs() {
   run $T ddp check --seeds 100 --json $OUT/ddp-check.json
   run $T ddp check --seeds 100 --crash recovery --json $OUT/ddp-check-recovery.json
   run $T ddp check --seeds 30 --crash membership --json $OUT/ddp-check-membership.json
-  # Causal models still fail here (orphaned updates, docs/DDP.md): the table shows it.
-  run $T ddp check --seeds 30 --crash copy-source --json $OUT/ddp-check-copy-source.json || true
+  run $T ddp check --seeds 30 --crash copy-source --json $OUT/ddp-check-copy-source.json
 }
 if [ "${1:-}" = "--runs-only" ]; then ddp_runs; exit 0; fi
 [ "${1:-}" = "--render-only" ] || ddp_runs

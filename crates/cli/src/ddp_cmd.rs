@@ -106,7 +106,13 @@ pub fn run(a: DdpArgs) -> Result<(), String> {
 fn crashes(name: &str) -> Result<Vec<Crash>, String> {
     match name {
         "mix" => Ok(vec![Crash::None, Crash::One, Crash::All]),
-        "recovery" => Ok(vec![Crash::One, Crash::Buddy, Crash::Again, Crash::Two]),
+        "recovery" => Ok(vec![
+            Crash::One,
+            Crash::Buddy,
+            Crash::Again,
+            Crash::Two,
+            Crash::CopySource,
+        ]),
         "membership" => Ok(vec![
             Crash::Suspect,
             Crash::Isolated,

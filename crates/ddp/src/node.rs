@@ -125,6 +125,9 @@ pub struct Bugs {
     /// Causal: updates that follow one lost with two crashed nodes wait
     /// forever, and so do the sessions whose past holds one.
     pub orphans_kept: bool,
+    /// A write's timestamp follows the key's applied version only, not
+    /// what this node's NVM holds of its last life.
+    pub ts_below_nvm: bool,
 }
 
 /// Each bug's field and its name (`--inject-bug`), once for parsing and replay.
@@ -188,6 +191,7 @@ bug_names! {
     copy_in_old_epoch => "copy-in-old-epoch",
     heal_gdp_old_view => "heal-gdp-old-view",
     orphans_kept => "orphans-kept",
+    ts_below_nvm => "ts-below-nvm",
 }
 
 /// A write this node coordinates (or replays, without a client).
@@ -674,7 +678,9 @@ impl DdpNode {
                 extra,
             } => {
                 self.note_life(origin);
-                self.on_upd_sync(from, applied, extra)
+                if self.is_current(origin) {
+                    self.on_upd_sync(from, applied, extra)
+                }
             }
             Msg::CopyReq { epoch } => self.on_copy_req_in(from, epoch, out),
             Msg::CopyResp { versions } => self.on_copy_resp(from, versions, out),

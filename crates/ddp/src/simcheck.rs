@@ -365,7 +365,7 @@ impl Rec {
         let value = (session + 1) << 32 | self.left[s];
         self.writes
             .insert(value, (key, None, ScopeId { session, seq }));
-        self.deps.insert(value, self.past[s].since.clone());
+        self.deps.insert(value, self.past[s].deps());
         Some(Op::Write {
             key,
             value,
@@ -428,7 +428,7 @@ impl Rec {
                     x.1 = x.1.or(Some(*ts));
                 }
                 if *ts != Ts::ZERO {
-                    past.since.push((*key, *ts));
+                    past.since.push((*key, *ts, *id));
                 }
                 if let Some(id) = id {
                     past.after.add(*id);
@@ -436,17 +436,15 @@ impl Rec {
             }
             (OpKind::Write { key, .. }, Reply::Written { ts, id }) => {
                 self.acked.push((*key, *ts));
-                past.since = vec![(*key, *ts)];
+                past.since = vec![(*key, *ts, *id)];
                 if let Some(id) = id {
                     past.after.add(*id);
                 }
             }
             (_, Reply::PastLost { upto }) => {
-                // Not run; what the session saw of the lost updates is gone,
-                // so its later writes depend on none of what it saw.
+                // Not run; what the session saw of the lost updates is gone.
                 op.ok = false;
-                past.after.clamp(upto);
-                past.since.clear();
+                past.lose(upto);
                 self.pasts_lost += 1;
                 self.alias[session as usize] = self.cfg.sessions + self.pasts_lost;
             }

@@ -16,13 +16,16 @@ impl DdpNode {
     pub(crate) fn on_upd(&mut self, upds: Vec<Upd>, out: &mut Out) {
         let strict = self.upd_rules().strict;
         for u in upds {
+            self.note_life(u.id.origin);
+            if self.is_orphan(&u) {
+                continue; // never applies anywhere: not persisted either
+            }
             if strict {
                 // Strict: the DP precedes the VP, even while buffered (§9.4).
                 self.persist_once(u.v, Some(u.id), out);
                 self.ack_p(u.v, out);
             }
-            self.note_life(u.id.origin);
-            if !self.upd.knows_applied(u.id) && !self.is_orphan(&u) {
+            if !self.upd.knows_applied(u.id) {
                 self.upd.buffer.entry(u.id).or_insert(u);
             }
         }

@@ -24,14 +24,21 @@
 //! - when something here (a buffered update, an unclaimed log entry or a
 //!   waiting operation) needs a dead origin past its survivors, and the
 //!   survivors have not moved for [`LOST_AFTER_RETRIES`] retry periods
-//!   (anti-entropy resends a missing update within three), the rest is
-//!   **lost** here: the updates that need it are dropped, and the
-//!   operations answered [`Reply::PastLost`].
+//!   (anti-entropy resends a missing update within three), the origin is
+//!   **given up** here: what needs it past its survivors is dropped (and
+//!   refused on arrival, not persisted), and the operations answered
+//!   [`Reply::PastLost`].
 //!
-//! The decision is local and soft. If a member applies a lost update after
-//! all (it was buffered behind a live origin's late update), it logs and
-//! resends it as any other, and this node applies it on arrival: `lost`
-//! counts only past what is applied here.
+//! The decision is local and soft: "past its survivors" is reckoned as
+//! they stand at each look. If a member applies more of the origin after
+//! all (it was buffered there behind a live origin's late update), its
+//! `UpdSync` raises the survivors here, and the updates it logged and
+//! resends are taken. A member that restarted counts only once its new
+//! life reports (`note_life` forgets what the old life told).
+//!
+//! An origin whose node never comes back is never dead here (a removed
+//! node may be alive, holding what it had), so what only it held keeps
+//! its dependents waiting; `tandem ddp check` restarts every crashed node.
 
 use tandem_net::{Command, SessionId};
 
@@ -47,11 +54,19 @@ pub const LOST_AFTER_RETRIES: u64 = 10;
 type Horizon = std::collections::BTreeMap<Origin, u64>;
 
 impl DdpNode {
-    /// Node `o.node` runs life `o.since` (or a later one).
+    /// Node `o.node` runs life `o.since` (or a later one). What it told
+    /// in an earlier life no longer counts.
     pub(crate) fn note_life(&mut self, o: Origin) {
         if self.upd.lives.get(&o.node).is_none_or(|&l| l < o.since) {
             self.upd.lives.insert(o.node, o.since);
+            self.upd.peers.remove(&o.node);
+            self.upd.peer_extra.remove(&o.node);
         }
+    }
+
+    /// `o` is the latest life heard of its node.
+    pub(crate) fn is_current(&self, o: Origin) -> bool {
+        self.upd.lives.get(&o.node).is_none_or(|&l| l <= o.since)
     }
 
     /// An earlier life of a node that runs a later one.
@@ -71,10 +86,11 @@ impl DdpNode {
         theirs.fold(self.upd.applied.get(o), u64::max)
     }
 
-    /// How much of lost origin `o` this node can still count on.
+    /// How much of given-up origin `o` this node can still count on: its
+    /// survivors as they stand now (more, if a member applies more after
+    /// all; less, once a member that claimed more is gone).
     fn kept(&self, o: Origin) -> Option<u64> {
-        let lost = self.upd.lost.get(&o)?;
-        Some((*lost).max(self.upd.applied.get(o)))
+        self.upd.lost.contains(&o).then(|| self.survivors(o))
     }
 
     /// `u` is, or follows, an update lost with a dead origin.
@@ -140,10 +156,7 @@ impl DdpNode {
             return;
         }
         self.upd.orphan_watch = None;
-        for (o, s) in horizon {
-            let l = self.upd.lost.entry(o).or_insert(s);
-            *l = (*l).max(s);
-        }
+        self.upd.lost.extend(horizon.into_keys());
         self.drop_orphans();
         self.answer_lost_pasts(out);
     }

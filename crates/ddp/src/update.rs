@@ -133,11 +133,11 @@ pub(crate) struct UpdState {
     /// The versions applied in the current step (the C1 trace).
     pub applied_now: Vec<Version>,
     /// Causal, orphaned updates (`upd_lost.rs`): each node's latest life
-    /// heard of; per dead origin, the prefix that survives (updates past
-    /// it are lost); what waits past a dead origin's survivors, since when;
-    /// when that was last looked at.
+    /// heard of; the dead origins given up (what needs them past their
+    /// survivors is lost); what waits past a dead origin's survivors, since
+    /// when; when that was last looked at.
     pub lives: BTreeMap<NodeId, u64>,
-    pub lost: BTreeMap<Origin, u64>,
+    pub lost: BTreeSet<Origin>,
     pub orphan_watch: Option<(BTreeMap<Origin, u64>, u64)>,
     pub orphan_scan_at: u64,
 }
@@ -388,8 +388,18 @@ impl DdpNode {
         out: &mut Out,
     ) {
         let r = self.upd_rules();
+        // Past what the NVM holds too: a node that rejoined dropped the
+        // versions only its NVM held (its last life's writes that never
+        // left it), and a new write at the same timestamp would be taken
+        // for that one (persist skipped, read-your-writes broken).
+        let newest = if self.bugs.ts_below_nvm {
+            self.key(v.key).ts
+        } else {
+            let s = self.key(v.key);
+            s.ts.max(s.nvm)
+        };
         v.ts = Ts {
-            version: self.key(v.key).ts.version + 1,
+            version: newest.version + 1,
             node: self.me,
         };
         self.upd.seq += 1;

@@ -20,14 +20,18 @@ impl DdpNode {
         scope: u64,
         out: &mut Out,
     ) {
+        let below_nvm = self.bugs.ts_below_nvm;
         let s = self.key(key);
         if s.write.is_some() || !s.c_ok() {
             s.deferred
                 .push_back((session, req, Op::write(key, value, scope)));
             return;
         }
+        // Past the NVM's version too (see `upd_write`): never two writes
+        // of one node at one timestamp, across its lives.
+        let newest = if below_nvm { s.ts } else { s.ts.max(s.nvm) };
         let ts = Ts {
-            version: s.ts.version + 1,
+            version: newest.version + 1,
             node: self.me,
         };
         let scope = self.scope_of(

@@ -282,14 +282,14 @@ fn a_copy_carries_the_sources_log() {
 #[test]
 fn orphaned_updates_are_given_up_and_their_sessions_told() {
     let runs = |model: &str, bug: Option<&str>, net_faults: bool| {
-        (0..seeds() + 4).map(move |seed| {
+        let bugs: Vec<String> = bug.map(String::from).into_iter().collect();
+        let reports = (0..seeds() + 4).map(|seed| {
             let mut cfg = CheckConfig::new(Model::parse(model).unwrap(), seed);
             (cfg.crash, cfg.net_faults) = (Crash::CopySource, net_faults);
-            cfg.bugs =
-                tandem_ddp::Bugs::parse(&bug.map(String::from).into_iter().collect::<Vec<_>>())
-                    .unwrap();
+            cfg.bugs = tandem_ddp::Bugs::parse(&bugs).unwrap();
             run(&cfg)
-        })
+        });
+        reports.collect::<Vec<_>>()
     };
     let first = |r: tandem_ddp::simcheck::CheckReport| {
         r.violations
@@ -313,7 +313,21 @@ fn orphaned_updates_are_given_up_and_their_sessions_told() {
             eprintln!("{model} (net faults {net_faults}): {told} operations answered PastLost");
         }
     }
+    // No one gives up anything without two crashed holders.
+    for crash in [Crash::One, Crash::Two, Crash::Buddy, Crash::Suspect] {
+        for seed in 0..seeds() {
+            let mut cfg = CheckConfig::new(Model::parse("causal-synch").unwrap(), seed);
+            cfg.crash = crash;
+            let r = run(&cfg);
+            assert_eq!(
+                r.pasts_lost, 0,
+                "PastLost without a double crash: {}",
+                r.replay
+            );
+        }
+    }
     let caught: Vec<String> = runs("causal-synch", Some("orphans-kept"), false)
+        .into_iter()
         .filter_map(first)
         .collect();
     assert!(!caught.is_empty(), "orphans-kept never caught");
@@ -322,6 +336,34 @@ fn orphaned_updates_are_given_up_and_their_sessions_told() {
         caught.len(),
         seeds() + 4
     );
+}
+
+/// A node that rejoins by copy drops the versions only its NVM held; its
+/// next write of such a key must take a timestamp past the NVM's, or it is
+/// taken for the old version (its persist skipped) and the session's read
+/// of its own write returns the copied, older value (C1'). Found by the
+/// copy-source checks at these seeds; `ts-below-nvm` is the old rule.
+#[test]
+fn a_write_after_a_rejoin_takes_a_timestamp_past_its_nvm() {
+    let run_at = |seed: u64, bug: &[String]| {
+        let mut cfg = CheckConfig::new(Model::parse("causal-synch").unwrap(), seed);
+        cfg.crash = Crash::CopySource;
+        cfg.bugs = tandem_ddp::Bugs::parse(bug).unwrap();
+        run(&cfg)
+    };
+    let mutant = ["ts-below-nvm".to_string()];
+    for seed in [1000, 1073] {
+        let r = run_at(seed, &[]);
+        assert!(r.violations.is_empty(), "{:?} ({})", r.violations, r.replay);
+        let r = run_at(seed, &mutant);
+        assert!(
+            r.violations.iter().any(|v| v.contains("read-your-writes")),
+            "seed {seed}: ts-below-nvm not caught (if the interleaving moved, find new seeds with \
+             `tandem ddp check --model causal-synch --crash copy-source --seed 1000 --seeds 100 \
+             --inject-bug ts-below-nvm`): {:?}",
+            r.violations
+        );
+    }
 }
 
 /// Every UPD-family model keeps its promises, converges and settles when

@@ -13,7 +13,7 @@ use super::{nvm_ts, Rec, Run};
 use crate::model::{Consistency, DepGate, Persistency};
 use crate::node::DdpNode;
 use crate::types::{Key, Record, Ts, Value, Version};
-use crate::vector::Vector;
+use crate::vector::{UpdId, Vector};
 
 /// A session's causal past as the client and the checks keep it.
 #[derive(Clone, Debug, Default)]
@@ -21,8 +21,24 @@ pub(super) struct Past {
     /// Sent with each operation (Causal): the ids of every reply merged.
     pub after: Vector,
     /// What the session observed since its last write, that write included:
-    /// the direct dependencies of its next write.
-    pub since: Vec<(Key, Ts)>,
+    /// the direct dependencies of its next write (with their update ids).
+    pub since: Vec<(Key, Ts, Option<UpdId>)>,
+}
+
+impl Past {
+    /// The node answered `PastLost`: lower the vector, and forget the
+    /// dependencies it lost (the others stay checked).
+    pub(super) fn lose(&mut self, upto: &Vector) {
+        self.after.clamp(upto);
+        let after = &self.after;
+        self.since
+            .retain(|(_, _, id)| id.is_none_or(|id| after.contains(id)));
+    }
+
+    /// The direct dependencies of the session's next write.
+    pub(super) fn deps(&self) -> Vec<(Key, Ts)> {
+        self.since.iter().map(|&(k, ts, _)| (k, ts)).collect()
+    }
 }
 
 impl Rec {
