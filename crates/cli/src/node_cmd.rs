@@ -356,6 +356,15 @@ pub fn load(a: LoadArgs) -> Result<(), String> {
     let ops = load.stop();
     let done = ops.iter().filter(|o| o.complete_ns.is_some()).count();
     println!("{requests} requests completed, {:.0} per second; history: {done} operations completed, {} unknown (transactional requests are not recorded)", requests as f64 / a.duration, ops.len() - done);
+    // Answered without effect: refused, or PastLost (a causal past that died
+    // with two crashed nodes; the session went on without it).
+    let void = ops
+        .iter()
+        .filter(|o| o.complete_ns.is_some() && !o.ok)
+        .count();
+    if void > 0 {
+        println!("{void} operations answered without effect (refused, or their causal past lost)");
+    }
     if let Some(p) = &a.history {
         tandem_check::write_jsonl(p, &ops)?;
     }
