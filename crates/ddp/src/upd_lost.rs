@@ -104,6 +104,9 @@ impl DdpNode {
 
     /// The part of `after` that is lost here, as the vector to lower it to.
     fn lost_past(&self, after: &Vector) -> Option<Vector> {
+        if self.upd.lost.is_empty() {
+            return None; // every client operation asks: answer at once
+        }
         let mut upto = Vector::default();
         for (o, n) in after.iter() {
             match self.kept(o) {
