@@ -58,6 +58,17 @@ fn scale(quick: bool) -> Scale {
     }
 }
 
+/// The cost model's two unknowns (`--hop` and `--no-driver` of `tandem
+/// lrp bench`): cycles per mesh hop, which the thesis does not give (0:
+/// the network left out), and whether the Synchrobench driver's own
+/// stores run. The tables use the first; the model sweep all four.
+const MODELS: [(u64, bool, &str); 4] = [
+    (0, true, "driver, no mesh (the tables)"),
+    (0, false, "no driver, no mesh"),
+    (1, true, "driver, mesh 1 cycle/hop"),
+    (2, true, "driver, mesh 2 cycles/hop"),
+];
+
 fn run_cost(
     s: &Scale,
     lfd: LfdKind,
@@ -90,9 +101,63 @@ fn run_sized(
         size,
         ops,
         nvm,
+        hop: MODELS[0].0,
+        driver: MODELS[0].1,
         ret_watermark: watermark,
         seed: 1,
     })
+}
+
+/// LRP, BB and SB over NOP (cached, full scale) under each of [`MODELS`].
+fn model_sweep(s: &Scale, progress: &dyn Fn(&str)) -> Vec<(LfdKind, usize, [f64; 3])> {
+    let mut out = Vec::new();
+    for lfd in LfdKind::ALL {
+        for (i, &(hop, driver, name)) in MODELS.iter().enumerate() {
+            let cycles = |policy| {
+                let ops = if lfd == LfdKind::List {
+                    s.list_ops
+                } else {
+                    s.ops
+                };
+                let (threads, size, nvm, seed) = (s.threads, s.size, 120, 1);
+                let o = BenchOpts {
+                    lfd,
+                    policy,
+                    threads,
+                    size,
+                    ops,
+                    nvm,
+                    hop,
+                    driver,
+                    ret_watermark: 4,
+                    seed,
+                };
+                bench(&o).cycles.max(1) as f64
+            };
+            let nop = cycles(PolicyKind::Nop);
+            let r = [PolicyKind::Lrp, PolicyKind::Bb, PolicyKind::Sb].map(|p| cycles(p) / nop);
+            progress(&format!(
+                "  lrp: {} {name}: LRP/BB/SB over NOP {r:.2?}",
+                lfd.name()
+            ));
+            out.push((lfd, i, r));
+        }
+    }
+    out
+}
+
+fn model_markdown(sweep: &[(LfdKind, usize, [f64; 3])]) -> String {
+    let mut md = String::from("**The cost model's unknowns.** Over NOP, cached, at the tables' scale, under each choice the thesis leaves open: whether the Synchrobench driver's own stores (each thread's seed and counters, rewritten every operation) run, and the mesh's cycles per hop (Table 3.1 names an 8×8 mesh with 32-bit flits, not its latency):\n\n| structure | model | LRP | BB | SB | SB > BB > LRP > NOP |\n|---|---|---|---|---|---|\n");
+    for (l, i, [lrp, bb, sb]) in sweep {
+        let ordered = sb > bb && bb > lrp && *lrp > 1.0;
+        md += &format!(
+            "| {} | {} | {lrp:.2} | {bb:.2} | {sb:.2} | {} |\n",
+            l.name(),
+            MODELS[*i].2,
+            if ordered { "yes" } else { "no" }
+        );
+    }
+    md + "\n"
 }
 
 /// LRP and BB over NOP as the structure grows (the thesis: no significant change).
@@ -241,6 +306,7 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
     let threads = thread_sweep(&s, progress);
     let watermarks = watermark_sweep(&s, progress);
     let sizes = size_sweep(&s, progress);
+    let models = model_sweep(&s, progress);
     let volatile = volatile_baseline(&s, progress);
     let checks = crash_checks(&s, progress);
     let mutants = mutant_hunts(progress);
@@ -254,6 +320,7 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
         "cached": cost_json(&cached), "uncached": cost_json(&uncached),
         "threads": threads.iter().map(|(l, p, v)| json!({"lfd": l.name(), "policy": p.name(), "threads": s.thread_sweep, "overhead_pct": v})).collect::<Vec<_>>(),
         "ret_watermark": watermarks.iter().map(|(l, v)| json!({"lfd": l.name(), "watermarks": WATERMARKS, "lrp_over_nop": v})).collect::<Vec<_>>(),
+        "models": models.iter().map(|(l, i, r)| json!({"lfd": l.name(), "hop": MODELS[*i].0, "driver": MODELS[*i].1, "lrp_bb_sb_over_nop": r})).collect::<Vec<_>>(),
         "sizes": sizes.iter().map(|(l, p, v)| json!({"lfd": l.name(), "policy": p.name(), "sizes": s.sizes, "over_nop": v})).collect::<Vec<_>>(),
         "volatile_ops_per_s_2_threads": volatile.iter().map(|(l, r)| json!({"lfd": l.name(), "ops_per_s": r})).collect::<Vec<_>>(),
         "checks": checks, "mutants": mutants, "differential": diff,
@@ -269,6 +336,7 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
         &mutants,
         &diff,
     );
+    md += &model_markdown(&models);
     md += &extra_markdown(&s, &sizes, &volatile);
     Ok((json, svg, md))
 }
@@ -389,7 +457,7 @@ fn markdown(
     diff: &tandem_lrp::litmus::Differential,
 ) -> String {
     let mut md = format!(
-        "The persistency machine of `crates/lrp` (per-core L1s of 32 KB, 8-way, 64-byte lines; directory; NVM at 120 cycles cached, 350 uncached; Table 3.1's latencies, counted, not timed), {} threads, {} keys prefilled, 1:1 inserts and deletes on keys 1..={} ({} operations per thread; {} for the list, whose operations walk it). Ratios are counted execution times (the slowest core) over NOP's in the same run. `tandem lrp bench` reruns one cell.\n\n",
+        "The persistency machine of `crates/lrp` (per-core L1s of 32 KB, 8-way, 64-byte lines; directory; NVM at 120 cycles cached, 350 uncached; Table 3.1's latencies, counted, not timed), {} threads, {} keys prefilled, 1:1 inserts and deletes on keys 1..={} ({} operations per thread; {} for the list, whose operations walk it), each with the stores Synchrobench's driver makes around it (its per-thread seed and counters; no mesh latency: see the model sweep below). Ratios are counted execution times (the slowest core) over NOP's in the same run. `tandem lrp bench` reruns one cell.\n\n",
         s.threads,
         s.size,
         2 * s.size,

@@ -85,9 +85,15 @@ pub struct BenchArgs {
     /// NVM write latency in cycles: 120 is the thesis's cached mode, 350 its uncached mode.
     #[arg(long, default_value_t = 120)]
     nvm: u64,
+    /// Cycles per hop of the on-chip mesh (Table 3.1: an 8x8 2D mesh, 32-bit flits; the thesis gives no hop latency); 0 leaves the network out.
+    #[arg(long, default_value_t = 0)]
+    hop: u64,
     /// LRP: RET occupancy (of 32 entries) that persists the oldest release.
     #[arg(long, default_value_t = 4)]
     ret_watermark: usize,
+    /// Leave out the Synchrobench driver's own stores (each thread's seed and counters), running the structure's accesses alone.
+    #[arg(long)]
+    no_driver: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Also run each structure on real atomics and OS threads (no persistency): wall-clock ops/s.
@@ -244,6 +250,8 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
                 size,
                 ops,
                 nvm: a.nvm,
+                hop: a.hop,
+                driver: !a.no_driver,
                 ret_watermark: a.ret_watermark,
                 seed: a.seed,
             });

@@ -14,7 +14,9 @@ use tandem_sim::Rng;
 
 use crate::lfd::{Lfd, LfdKind, Op};
 use crate::machine::{Config, Stats};
+use crate::pmem::PMem;
 use crate::sim::{run, Body, Machine, SimMem};
+use crate::trace::Sync as Order;
 use crate::PolicyKind;
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -27,6 +29,11 @@ pub struct BenchOpts {
     pub ops: usize,
     /// NVM write latency: 120 (cached mode) or 350 (uncached).
     pub nvm: u64,
+    /// Cycles per hop of the on-chip mesh (0 leaves the network out).
+    pub hop: u64,
+    /// Also run the Synchrobench driver's own loads and stores (its
+    /// per-thread seed and counters, see [`Driver`]).
+    pub driver: bool,
     /// LRP: RET occupancy that triggers persisting the oldest release (of 32).
     pub ret_watermark: usize,
     pub seed: u64,
@@ -87,6 +94,7 @@ fn bench_lfd<L: Lfd>(o: &BenchOpts) -> BenchResult {
     let started = Instant::now();
     let cfg = Config {
         nvm: o.nvm,
+        hop: o.hop,
         seed: o.seed,
         ret_watermark: o.ret_watermark,
         ..Config::thesis(o.threads, heap_words(o))
@@ -96,17 +104,26 @@ fn bench_lfd<L: Lfd>(o: &BenchOpts) -> BenchResult {
     let lfd = prefill::<L>(&m, o, &mut rng);
     m.borrow_mut().settle();
     let range = 2 * o.size as u64;
+    let driver = Driver::place(&m, o);
     let bodies = (0..o.threads).map(|t| {
         let (mem, mut rng, ops) = (SimMem { m: m.clone(), t }, rng.fork(), o.ops);
+        let td = driver.map(|d| d.thread(t));
         let body: Body = Box::pin(async move {
             for _ in 0..ops {
                 let key = 1 + rng.below(range);
-                let op = if rng.chance(0.5) {
+                let insert = rng.chance(0.5);
+                let op = if insert {
                     Op::Insert(key)
                 } else {
                     Op::Delete(key)
                 };
-                lfd.apply(&mem, op).await;
+                if let Some(td) = td {
+                    Driver::draw_key(&mem, td).await;
+                }
+                let ok = lfd.apply(&mem, op).await.ok;
+                if let Some(td) = td {
+                    Driver::count(&mem, td, insert, ok).await;
+                }
             }
         });
         Some(body)
@@ -121,6 +138,77 @@ fn bench_lfd<L: Lfd>(o: &BenchOpts) -> BenchResult {
         stats,
         critical_share,
         wall_seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// The Synchrobench driver's own memory traffic (`test()` in its
+/// `test.c`): each thread's state is one `thread_data_t` of an unpadded
+/// array (184 bytes, 23 words, so neighbours share lines). For every
+/// random key `rand_r` reads and rewrites the thread's `seed`; after
+/// every update the thread bumps `nb_add`/`nb_remove` and, when it took
+/// effect, `nb_added`/`nb_removed`, then reads the counters and the
+/// update rate to pick the next operation ("effective" mode, its
+/// default). The thesis simulated whole programs whose memory is NVM, so
+/// these plain stores reach the persistency mechanism like the
+/// structure's own; a core rewrites them every operation.
+#[derive(Clone, Copy)]
+struct Driver {
+    base: u64,
+}
+
+impl Driver {
+    const WORDS: u64 = 23;
+    const RANGE: u64 = 1;
+    const UPDATE: u64 = 2;
+    const NB_ADD: u64 = 4;
+    const NB_ADDED: u64 = 5;
+    const NB_REMOVE: u64 = 6;
+    const NB_REMOVED: u64 = 7;
+    const NB_CONTAINS: u64 = 8;
+    const SEED: u64 = 19;
+
+    fn place(m: &Rc<RefCell<Machine>>, o: &BenchOpts) -> Option<Driver> {
+        let mut m = m.borrow_mut();
+        o.driver.then(|| Driver {
+            base: m.alloc(0, Self::WORDS * o.threads as u64),
+        })
+    }
+
+    fn thread(self, t: usize) -> u64 {
+        self.base + Self::WORDS * t as u64
+    }
+
+    /// `rand_range_re(&d->seed, d->range)`.
+    async fn draw_key(mem: &SimMem, td: u64) {
+        mem.load(td + Self::RANGE, Order::Plain).await;
+        let seed = mem.load(td + Self::SEED, Order::Plain).await;
+        mem.store(
+            td + Self::SEED,
+            seed.wrapping_mul(1103515245) + 12345,
+            Order::Plain,
+        )
+        .await;
+    }
+
+    /// The counters after an add or a remove, and the next operation's pick.
+    async fn count(mem: &SimMem, td: u64, insert: bool, ok: bool) {
+        let (tried, done) = if insert {
+            (Self::NB_ADD, Self::NB_ADDED)
+        } else {
+            (Self::NB_REMOVE, Self::NB_REMOVED)
+        };
+        let bumps: &[u64] = if ok { &[done, tried] } else { &[tried] };
+        for &f in bumps {
+            let n = mem.load(td + f, Order::Plain).await;
+            mem.store(td + f, n + 1, Order::Plain).await;
+        }
+        let next = [Self::NB_ADDED, Self::NB_REMOVED, Self::UPDATE];
+        for f in next
+            .into_iter()
+            .chain([Self::NB_ADD, Self::NB_REMOVE, Self::NB_CONTAINS])
+        {
+            mem.load(td + f, Order::Plain).await;
+        }
     }
 }
 
@@ -167,6 +255,8 @@ fn volatile_lfd<L: Lfd + Send + Sync>(threads: usize, size: usize, ops: usize, s
         size,
         ops,
         nvm: 0,
+        hop: 0,
+        driver: false,
         ret_watermark: 0,
         seed,
     };

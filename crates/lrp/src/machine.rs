@@ -45,6 +45,14 @@ pub struct Config {
     pub c2c: u64,
     /// NVM write latency: 120 cycles cached mode, 350 uncached (Table 3.1).
     pub nvm: u64,
+    /// The on-chip network (Table 3.1: a 2D mesh, 32-bit flits and links):
+    /// cycles per hop (router and link; the thesis does not give it; 0
+    /// leaves the network out, flits too), the mesh's width in tiles (core
+    /// `t` sits on tile `t`, line `l`'s directory and LLC bank on tile
+    /// `l mod tiles`), and the flits a 64-byte line adds to a message.
+    pub hop: u64,
+    pub mesh_width: u64,
+    pub line_flits: u64,
     pub epoch_bits: u32,
     pub ret_size: usize,
     pub ret_watermark: usize,
@@ -71,6 +79,11 @@ impl Config {
             llc: 15,
             c2c: 15,
             nvm: 120,
+            // Off by default: the thesis gives no hop latency, and `experiment
+            // lrp` reports how the ratios move with it.
+            hop: 0,
+            mesh_width: 8,
+            line_flits: 16,
             epoch_bits: 8,
             ret_size: 32,
             // Not given by the thesis (spec §7.5); `experiment lrp` sweeps it.
@@ -270,7 +283,10 @@ impl Core {
         words.copy_from_slice(&self.mem[base..base + LINE_WORDS as usize]);
         writers.copy_from_slice(&self.writer[base..base + LINE_WORDS as usize]);
         let at = at.max(self.now);
-        let done = (at + self.cfg.nvm + self.jitter()).max(self.line_done[line as usize] + 1);
+        // The write-back crosses the mesh to the line's directory, on its way to NVM.
+        let path = self.one_way(by as u64, self.home(line));
+        let done =
+            (at + path + self.cfg.nvm + self.jitter()).max(self.line_done[line as usize] + 1);
         self.line_done[line as usize] = done;
         self.line_issue[line as usize] = at;
         self.pending[by] = self.pending[by].max(done);
@@ -375,10 +391,14 @@ impl Core {
             self.share(t, line);
         }
         let mut cost = self.cfg.hit;
+        if transaction && held.is_some() && !forwarded {
+            // An upgrade of a shared copy: a round trip to the directory.
+            cost += self.network(t, line, None, false);
+        }
         if forwarded {
             // Data from the owning core (I2 decides its wait), through the
             // directory (I4 below).
-            cost = self.cfg.c2c;
+            cost = self.cfg.c2c + self.network(t, line, Some(owner as usize), true);
             self.stats.downgrades += 1;
             let until = pol.write_back(self, owner as usize, line, Cause::Downgrade(t));
             self.stall_for(t, until, Why::Downgrade);
@@ -397,7 +417,7 @@ impl Core {
         let way = match held {
             Some(i) => i,
             None => {
-                cost = cost.max(self.cfg.llc);
+                cost = cost.max(self.cfg.llc + self.network(t, line, None, true));
                 self.fill(pol, t, line)
             }
         };
@@ -414,6 +434,38 @@ impl Core {
             self.line_busy[line as usize] = self.clock[t];
         }
         way
+    }
+
+    /// Mesh hops between two tiles (X-Y routing).
+    fn hops(&self, a: u64, b: u64) -> u64 {
+        let w = self.cfg.mesh_width;
+        (a % w).abs_diff(b % w) + (a / w % w).abs_diff(b / w % w)
+    }
+
+    /// Cycles of a message carrying a line from tile `a` to tile `b`.
+    fn one_way(&self, a: u64, b: u64) -> u64 {
+        match self.cfg.hop {
+            0 => 0,
+            hop => self.hops(a, b) * hop + self.cfg.line_flits,
+        }
+    }
+
+    /// The tile of `line`'s directory and LLC bank (address-interleaved).
+    fn home(&self, line: u64) -> u64 {
+        line % (self.cfg.mesh_width * self.cfg.mesh_width)
+    }
+
+    /// Network cycles of core `t`'s request for `line`: to the line's
+    /// directory, on to the owner if one holds it, and the reply back to
+    /// `t`, carrying the line if `data`.
+    fn network(&self, t: usize, line: u64, owner: Option<usize>, data: bool) -> u64 {
+        let (home, t) = (self.home(line), t as u64);
+        let hops = match owner {
+            Some(o) => self.hops(t, home) + self.hops(home, o as u64) + self.hops(o as u64, t),
+            None => 2 * self.hops(t, home),
+        };
+        let flits = if data { self.cfg.line_flits } else { 0 };
+        (hops * self.cfg.hop + flits) * (self.cfg.hop > 0) as u64
     }
 
     /// The directory serves one transaction per line at a time: wait for
