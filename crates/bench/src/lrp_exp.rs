@@ -147,11 +147,11 @@ fn model_sweep(s: &Scale, progress: &dyn Fn(&str)) -> Vec<(LfdKind, usize, [f64;
 }
 
 fn model_markdown(sweep: &[(LfdKind, usize, [f64; 3])]) -> String {
-    let mut md = String::from("**The cost model's unknowns.** Over NOP, cached, at the tables' scale, under each choice the thesis leaves open: whether the Synchrobench driver's own stores (each thread's seed and counters, rewritten every operation) run, and the mesh's cycles per hop (Table 3.1 names an 8×8 mesh with 32-bit flits, not its latency):\n\n| structure | model | LRP | BB | SB | SB > BB > LRP > NOP |\n|---|---|---|---|---|---|\n");
+    let mut md = String::from("\n**The cost model's unknowns.** Over NOP, cached, at the tables' scale, under each choice the thesis leaves open: whether the Synchrobench driver's own stores (each thread's seed and counters, rewritten every operation) run, and the mesh's cycles per hop (Table 3.1 names an 8×8 mesh with 32-bit flits, not its latency):\n\n| structure | model | LRP | BB | SB | SB > BB > LRP > NOP |\n|---|---|---|---|---|---|\n");
     for (l, i, [lrp, bb, sb]) in sweep {
         let ordered = sb > bb && bb > lrp && *lrp > 1.0;
         md += &format!(
-            "| {} | {} | {lrp:.2} | {bb:.2} | {sb:.2} | {} |\n",
+            "| {} | {} | {lrp:.3} | {bb:.3} | {sb:.3} | {} |\n",
             l.name(),
             MODELS[*i].2,
             if ordered { "yes" } else { "no" }
