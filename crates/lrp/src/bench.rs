@@ -143,7 +143,8 @@ fn bench_lfd<L: Lfd>(o: &BenchOpts) -> BenchResult {
 
 /// The Synchrobench driver's own memory traffic (`test()` in its
 /// `test.c`): each thread's state is one `thread_data_t` of an unpadded
-/// array (184 bytes, 23 words, so neighbours share lines). For every
+/// array (184 bytes, 23 words, so neighbours share lines: thread `t`'s
+/// seed sits on the line of thread `t + 1`'s first fields). For every
 /// random key `rand_r` reads and rewrites the thread's `seed`; after
 /// every update the thread bumps `nb_add`/`nb_remove` and, when it took
 /// effect, `nb_added`/`nb_removed`, then reads the counters and the
@@ -169,8 +170,11 @@ impl Driver {
 
     fn place(m: &Rc<RefCell<Machine>>, o: &BenchOpts) -> Option<Driver> {
         let mut m = m.borrow_mut();
+        // Whole lines, so the structure's later nodes do not share the
+        // array's last line (neighbouring threads still share lines).
+        let words = (Self::WORDS * o.threads as u64).next_multiple_of(crate::machine::LINE_WORDS);
         o.driver.then(|| Driver {
-            base: m.alloc(0, Self::WORDS * o.threads as u64),
+            base: m.alloc(0, words),
         })
     }
 
@@ -182,12 +186,8 @@ impl Driver {
     async fn draw_key(mem: &SimMem, td: u64) {
         mem.load(td + Self::RANGE, Order::Plain).await;
         let seed = mem.load(td + Self::SEED, Order::Plain).await;
-        mem.store(
-            td + Self::SEED,
-            seed.wrapping_mul(1103515245) + 12345,
-            Order::Plain,
-        )
-        .await;
+        let next = seed.wrapping_mul(1103515245).wrapping_add(12345) & 0xffff_ffff;
+        mem.store(td + Self::SEED, next, Order::Plain).await;
     }
 
     /// The counters after an add or a remove, and the next operation's pick.

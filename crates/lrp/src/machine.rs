@@ -49,7 +49,11 @@ pub struct Config {
     /// cycles per hop (router and link; the thesis does not give it; 0
     /// leaves the network out, flits too), the mesh's width in tiles (core
     /// `t` sits on tile `t`, line `l`'s directory and LLC bank on tile
-    /// `l mod tiles`), and the flits a 64-byte line adds to a message.
+    /// `l mod tiles`), and the flits a 64-byte line adds to a message (a
+    /// cycle each on a 32-bit link). A read miss is granted S, never E, so
+    /// a read and then a write pay an upgrade: an L1 hit without the mesh,
+    /// a round trip to the directory with it (MESI's E would make it
+    /// silent: the mesh overcharges read-then-CAS somewhat).
     pub hop: u64,
     pub mesh_width: u64,
     pub line_flits: u64,

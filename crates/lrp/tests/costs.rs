@@ -2,6 +2,8 @@
 
 use tandem_lrp::bench::{bench, BenchOpts};
 use tandem_lrp::lfd::LfdKind;
+use tandem_lrp::machine::{Config, Core};
+use tandem_lrp::policy::Nop;
 use tandem_lrp::PolicyKind;
 
 fn opts(lfd: LfdKind, policy: PolicyKind, threads: usize) -> BenchOpts {
@@ -91,4 +93,46 @@ fn a_lone_core_never_waits_for_its_own_write_backs() {
         assert_eq!(held, 0, "{lfd:?}: {held} cycles held by the directory");
         assert_eq!(lrp, nop, "{lfd:?}: LRP {lrp} cycles, NOP {nop}");
     }
+}
+
+/// The mesh charges distance (8x8, core `t` on tile `t`, line `l`'s
+/// directory on tile `l mod 64`). Core 0 reading a line homed on its own
+/// tile pays the LLC and the line's 16 flits; one homed on tile 63, 14
+/// hops away, pays two 14-hop trips more. A forward goes requester →
+/// directory → owner → requester, and a write-back crosses to the
+/// directory before NVM's latency. Without the mesh, only the LLC and NVM.
+#[test]
+fn the_mesh_charges_the_distance_each_message_travels() {
+    let core = |hop| {
+        Core::new(Config {
+            hop,
+            ..Config::thesis(64, 4096)
+        })
+    };
+    let read = |hop, t: usize, line: u64| {
+        let mut c = core(hop);
+        c.access(&mut Nop, t, line, false);
+        c.clock[t]
+    };
+    assert_eq!([read(0, 0, 0), read(0, 0, 63)], [15, 15]);
+    assert_eq!(
+        [read(2, 0, 0), read(2, 0, 63)],
+        [15 + 16, 15 + 2 * 14 * 2 + 16]
+    );
+    // Core 63 holds line 0 dirty; core 7 reads it: 7 + 14 + 7 hops.
+    let mut c = core(2);
+    let way = c.access(&mut Nop, 63, 0, true);
+    c.dirty_way(63, way);
+    // Core 7 asks once core 63 is done, as the scheduler would run it.
+    let before = c.clock[63];
+    c.clock[7] = before;
+    c.advance(before);
+    c.access(&mut Nop, 7, 0, false);
+    assert_eq!(
+        c.clock[7] - before,
+        15 + 28 * 2 + 16,
+        "a forward across the mesh"
+    );
+    assert_eq!(core(0).persist_at(0, 63, 0), 120);
+    assert_eq!(core(2).persist_at(0, 63, 0), 14 * 2 + 16 + 120);
 }
