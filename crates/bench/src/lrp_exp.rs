@@ -77,10 +77,11 @@ fn run_cost(
     nvm: u64,
     watermark: usize,
 ) -> BenchResult {
-    run_sized(s, lfd, policy, threads, s.size, nvm, watermark)
+    bench(&sized(s, lfd, policy, threads, s.size, nvm, watermark))
 }
 
-fn run_sized(
+/// One cell's options, under the tables' model (`MODELS[0]`).
+fn sized(
     s: &Scale,
     lfd: LfdKind,
     policy: PolicyKind,
@@ -88,13 +89,13 @@ fn run_sized(
     size: usize,
     nvm: u64,
     watermark: usize,
-) -> BenchResult {
+) -> BenchOpts {
     let ops = if lfd == LfdKind::List {
         s.list_ops
     } else {
         s.ops
     };
-    bench(&BenchOpts {
+    BenchOpts {
         lfd,
         policy,
         threads,
@@ -105,7 +106,7 @@ fn run_sized(
         driver: MODELS[0].1,
         ret_watermark: watermark,
         seed: 1,
-    })
+    }
 }
 
 /// LRP, BB and SB over NOP (cached, full scale) under each of [`MODELS`].
@@ -114,25 +115,14 @@ fn model_sweep(s: &Scale, progress: &dyn Fn(&str)) -> Vec<(LfdKind, usize, [f64;
     for lfd in LfdKind::ALL {
         for (i, &(hop, driver, name)) in MODELS.iter().enumerate() {
             let cycles = |policy| {
-                let ops = if lfd == LfdKind::List {
-                    s.list_ops
-                } else {
-                    s.ops
-                };
-                let (threads, size, nvm, seed) = (s.threads, s.size, 120, 1);
-                let o = BenchOpts {
-                    lfd,
-                    policy,
-                    threads,
-                    size,
-                    ops,
-                    nvm,
+                let base = sized(s, lfd, policy, s.threads, s.size, 120, 4);
+                bench(&BenchOpts {
                     hop,
                     driver,
-                    ret_watermark: 4,
-                    seed,
-                };
-                bench(&o).cycles.max(1) as f64
+                    ..base
+                })
+                .cycles
+                .max(1) as f64
             };
             let nop = cycles(PolicyKind::Nop);
             let r = [PolicyKind::Lrp, PolicyKind::Bb, PolicyKind::Sb].map(|p| cycles(p) / nop);
@@ -168,7 +158,7 @@ fn size_sweep(s: &Scale, progress: &dyn Fn(&str)) -> Vec<(LfdKind, PolicyKind, V
             .sizes
             .iter()
             .map(|&n| {
-                run_sized(s, lfd, PolicyKind::Nop, s.threads, n, 120, 4)
+                bench(&sized(s, lfd, PolicyKind::Nop, s.threads, n, 120, 4))
                     .cycles
                     .max(1) as f64
             })
@@ -178,7 +168,9 @@ fn size_sweep(s: &Scale, progress: &dyn Fn(&str)) -> Vec<(LfdKind, PolicyKind, V
                 .sizes
                 .iter()
                 .zip(&nops)
-                .map(|(&n, &nop)| run_sized(s, lfd, p, s.threads, n, 120, 4).cycles as f64 / nop)
+                .map(|(&n, &nop)| {
+                    bench(&sized(s, lfd, p, s.threads, n, 120, 4)).cycles as f64 / nop
+                })
                 .collect();
             progress(&format!(
                 "  lrp: {} {} over NOP by size {:?}: {v:.2?}",
