@@ -223,10 +223,10 @@ One compute thread, a cache-resident key set, verbs executed in process with no
 delay: **{one_core_tps:,.0f} committed tx/s on one core** (goal ≥ 1 000 000: {'met' if one_core_tps >= 1e6 else 'not met'}).
 
 The host decides this figure. The session that reached the goal measured 1,119,428 tx/s with this
-command at commit `b89fec0`. The very same binary, rebuilt from that commit, measures much less on the
-hosts of later sessions, which are all "2 cores of an AMD EPYC" by name:
+command at commit `b89fec0`. The same hot path, rebuilt from that commit (or one with the same hot
+path), measures much less on the hosts of later sessions, which are all "2 cores of an AMD EPYC" by name:
 
-| host (session) | `b89fec0` (1.12 M where it was first measured) | the code of that session |
+| host (session) | `b89fec0`'s hot path (1.12 M where first measured) | the code of that session |
 |---|---:|---:|
 | stop 30 | 748 k (`bfb770c`, the same hot path; median of 16 alternating runs of 1 s) | 774 k |
 | stop 37 | 381 k (median of 8 alternating runs of 2 s; 323–494 k) | 413 k (`18b9a37`; 371–484 k) |
