@@ -18,7 +18,9 @@ pub struct MemoryServerArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:7400")]
     listen: String,
-    /// Memory to serve, e.g. 512M or 2G.
+    /// Memory to serve, e.g. 512M or 2G. With --shm, all of it is resident
+    /// once a compute process maps it (each mapper maps every page at attach,
+    /// as an RDMA registration pins a region), so size it to the store.
     #[arg(long, default_value = "256M")]
     mem: String,
     /// Admin secret (hex). Defaults to $TANDEM_SECRET, else a random one printed at start.
