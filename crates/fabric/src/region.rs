@@ -41,9 +41,11 @@ const WORDS: usize = (FENCED + KEY_SLOTS).next_multiple_of(4096);
 /// verb in this process takes a page fault, several microseconds on a busy
 /// host. A recovery coordinator that maps the regions at startup and first
 /// touches them during recovery paid 800-1,200 of them at 512 coordinators
-/// (3-5 ms of a 5-7 ms log recovery). The pages are the memory server's and
-/// shared, so this costs page tables, not memory. A hint: on a kernel
-/// without `MADV_POPULATE_WRITE` (before 5.14) pages fault in lazily.
+/// (3-5 ms of a 5-7 ms log recovery). The pages are shared with the memory
+/// server, so for a region its store fills this costs page tables, not
+/// memory; a region larger than its store becomes resident in full. A hint:
+/// on a kernel without `MADV_POPULATE_WRITE` (before 5.14) pages fault in
+/// lazily.
 fn populate(map: &MmapRaw) {
     // SAFETY: the range is this mapping, which stays alive across the call;
     // populating changes no byte of it.
