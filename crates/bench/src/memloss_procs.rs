@@ -130,15 +130,15 @@ fn one_run(
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let secret = 0x5eed_1515_u64;
-    let mut servers = MemoryServers::spawn(exe, 3, MEM_BYTES, secret).map_err(|e| e.to_string())?;
+    let secret = tandem_fabric::auth::MasterSecret::generate();
+    let mut servers = MemoryServers::spawn(exe, 3, MEM_BYTES, secret.clone()).map_err(|e| e.to_string())?;
     let memory = servers
         .addrs
         .iter()
         .map(|a| a.to_string())
         .collect::<Vec<_>>()
         .join(",");
-    let (secret_hex, keys) = (format!("{secret:016x}"), KEYS.to_string());
+    let (secret_hex, keys) = (secret.hex().to_string(), KEYS.to_string());
     let common = [
         "--memory",
         memory.as_str(),

@@ -2,6 +2,8 @@
 
 use std::net::SocketAddr;
 
+use tandem_fabric::auth::{Keyring, Role};
+
 use tandem_dkvs::Mode;
 
 /// "4096", "64K", "512M", "2G" (binary units).
@@ -46,39 +48,28 @@ pub fn parse_addrs(s: &str) -> Result<Vec<SocketAddr>, String> {
         .collect()
 }
 
-/// The admin secret shared with memory servers: `--secret`, else `TANDEM_SECRET`.
-pub fn secret_from(flag: Option<&str>) -> Result<Option<u64>, String> {
-    let raw = match flag {
-        Some(s) => Some(s.to_string()),
-        None => std::env::var("TANDEM_SECRET").ok(),
-    };
-    match raw {
-        None => Ok(None),
-        Some(s) => u64::from_str_radix(s.trim().trim_start_matches("0x"), 16)
-            .ok()
-            .filter(|&v| v != 0)
-            .map(Some)
-            .ok_or_else(|| {
-                "the secret must be a non-zero hex number of up to 16 digits".to_string()
-            }),
+/// This process's credentials: `--secret HEX` (a master secret, every
+/// role), else `TANDEM_KEYRING` (a keyring file: some roles), else
+/// `TANDEM_SECRET`.
+pub fn keyring_from(flag: Option<&str>) -> Result<Option<Keyring>, String> {
+    match flag {
+        Some(hex) => Keyring::from_master_hex(hex).map(Some).map_err(|e| format!("--secret: {e}")),
+        None => Keyring::from_env(),
     }
 }
 
-/// A fresh random secret from the OS.
-pub fn random_secret() -> u64 {
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        if f.read_exact(&mut b).is_ok() {
-            return u64::from_le_bytes(b) | 1;
-        }
-    }
-    // Fallback: time and pid; good enough to avoid accidental collisions.
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    (t ^ ((std::process::id() as u64) << 32)) | 1
+/// [`keyring_from`], required.
+pub fn require_keyring(flag: Option<&str>) -> Result<Keyring, String> {
+    keyring_from(flag)?.ok_or_else(|| {
+        "credentials are needed: --secret HEX, TANDEM_SECRET or TANDEM_KEYRING (make a secret with `tandem keys new`)".to_string()
+    })
+}
+
+/// The token the message-passing wire carries for now: the first 64 bits
+/// of the peer key (the nodes' handshake does not run the role handshake yet).
+pub fn net_token(keys: &Keyring) -> Result<u64, String> {
+    let k = keys.require(Role::Peer)?;
+    Ok(u64::from_le_bytes(k.bytes()[..8].try_into().unwrap()) | 1)
 }
 
 pub fn write_json(path: &str, value: &impl serde::Serialize) -> Result<(), String> {
@@ -105,7 +96,9 @@ mod tests {
             .unwrap_err()
             .contains("unknown store"));
         assert!(parse_addrs("127.0.0.1:1,nope").is_err());
-        assert_eq!(secret_from(Some("0xff")).unwrap(), Some(255));
-        assert!(secret_from(Some("zz")).is_err());
+        assert!(keyring_from(Some("0xff")).unwrap_err().contains("at least 128"));
+        assert!(keyring_from(Some("zz")).is_err());
+        let ring = keyring_from(Some("00112233445566778899aabbccddeeff")).unwrap().unwrap();
+        assert!(ring.get(Role::Admin).is_some());
     }
 }

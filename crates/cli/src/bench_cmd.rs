@@ -15,7 +15,7 @@ use tandem_workloads::bank::BankSpec;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 use tandem_workloads::Zipf;
 
-use crate::args::{parse_addrs, parse_stores, random_secret, secret_from, write_json};
+use crate::args::{keyring_from, parse_addrs, parse_stores, write_json};
 
 #[derive(Args, Clone)]
 pub struct FabricArgs {
@@ -26,7 +26,7 @@ pub struct FabricArgs {
     /// With --fabric tcp or shm: use running memory servers (comma-separated) instead of starting them.
     #[arg(long)]
     pub memory: Option<String>,
-    /// Admin secret of the memory servers given with --memory (hex; default $TANDEM_SECRET).
+    /// Master secret of the memory servers given with --memory (hex; default $TANDEM_SECRET, or the keyring in $TANDEM_KEYRING).
     #[arg(long)]
     pub secret: Option<String>,
 }
@@ -172,9 +172,9 @@ fn tcp_backend(
                     addrs.len()
                 ));
             }
-            let secret = secret_from(f.secret.as_deref())?
-                .ok_or("--memory needs --secret or $TANDEM_SECRET")?;
-            let cluster = tandem_fabric::tcp::TcpCluster::new(addrs, secret);
+            let keys = keyring_from(f.secret.as_deref())?
+                .ok_or("--memory needs --secret, $TANDEM_SECRET or $TANDEM_KEYRING")?;
+            let cluster = tandem_fabric::tcp::TcpCluster::new(addrs, keys);
             Ok((Backend::Tcp(cluster.shm(f.fabric == "shm")), None))
         }
         None => {
@@ -185,7 +185,7 @@ fn tcp_backend(
                 &exe,
                 nodes as usize,
                 region_bytes,
-                random_secret(),
+                tandem_fabric::auth::MasterSecret::generate(),
                 shm,
             )
             .map_err(|e| format!("cannot start memory servers: {e}"))?;

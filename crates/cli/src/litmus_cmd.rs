@@ -11,7 +11,7 @@ use tandem_dart::pg_store::Isolation;
 use tandem_dart::proc_run::ProcSetup;
 use tandem_dkvs::Mode;
 
-use crate::args::{random_secret, write_json};
+use crate::args::write_json;
 
 #[derive(Args)]
 pub struct LitmusArgs {
@@ -220,7 +220,7 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
             });
         }
         cfg.tcp = Some(std::sync::Arc::new(move |count, bytes| {
-            let secret = random_secret();
+            let secret = tandem_fabric::auth::MasterSecret::generate();
             let servers =
                 tandem_cluster::backend::MemoryServers::spawn_on(&exe, count, bytes, secret, shm)
                     .map_err(|e| format!("cannot start memory servers: {e}"))?;

@@ -6,7 +6,7 @@
 use clap::Args;
 use tandem_dart::proc_run::{self, WorkerConfig};
 
-use crate::args::secret_from;
+use crate::args::keyring_from;
 
 #[derive(Args)]
 pub struct LitmusWorkerArgs {
@@ -18,8 +18,8 @@ pub struct LitmusWorkerArgs {
 pub fn run(a: LitmusWorkerArgs) -> Result<(), String> {
     let cfg: WorkerConfig =
         serde_json::from_str(&a.config).map_err(|e| format!("bad --config: {e}"))?;
-    let secret = secret_from(None)?.ok_or("TANDEM_SECRET is required")?;
-    let summary = proc_run::worker(&cfg, secret)?;
+    let keys = keyring_from(None)?.ok_or("TANDEM_SECRET or TANDEM_KEYRING is required")?;
+    let summary = proc_run::worker(&cfg, keys)?;
     eprintln!("{summary}");
     Ok(())
 }

@@ -13,6 +13,7 @@ mod heal_cmd;
 mod heal_demo;
 mod heal_tcp;
 mod kite_cmd;
+mod keys_cmd;
 mod kite_demo;
 mod litmus_cmd;
 mod litmus_worker_cmd;
@@ -57,6 +58,8 @@ enum Command {
     Experiment(experiment_cmd::ExperimentArgs),
     /// Run a memory server: a passive region served over TCP.
     MemoryServer(memory_server::MemoryServerArgs),
+    /// Credentials: make a master secret, split it into per-role keyrings.
+    Keys(keys_cmd::KeysArgs),
     /// Replay seeded simulations (the bank, or --workload smallbank|tatp|tpcc) with faults and check every invariant.
     SimBank(bench_cmd::SimBankArgs),
     /// Seeded simulations of false suspicion (slow nodes, verdicts before registration, crossing messages, crashes).
@@ -133,6 +136,7 @@ fn main() {
         Command::FabricBench(a) => bench_cmd::fabric_bench(a),
         Command::Experiment(a) => experiment_cmd::run(a),
         Command::MemoryServer(a) => memory_server::run(a),
+        Command::Keys(a) => keys_cmd::run(a),
         Command::SimBank(a) => bench_cmd::sim_bank(a),
         Command::SimSuspicion(a) => soak_cmd::sim_suspicion(a),
         Command::Soak(a) => soak_cmd::soak(a),

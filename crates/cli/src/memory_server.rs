@@ -1,6 +1,7 @@
 //! `tandem memory-server`: a passive memory node served over TCP
 //! (DESIGN.md §3). It listens on loopback unless told otherwise, and executes
-//! verbs only for compute nodes registered with its admin secret.
+//! verbs only for compute nodes registered by the admin role, on
+//! connections that authenticated first (docs/SECURITY.md).
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -10,8 +11,9 @@ use std::time::Duration;
 
 use tandem_fabric::tcp::{default_spin, serve_with, Polling};
 use tandem_fabric::MemoryNode;
+use tandem_fabric::auth::Role;
 
-use crate::args::{parse_addrs, parse_size, random_secret, secret_from};
+use crate::args::{keyring_from, parse_addrs, parse_size};
 
 #[derive(Args)]
 pub struct MemoryServerArgs {
@@ -23,7 +25,8 @@ pub struct MemoryServerArgs {
     /// as an RDMA registration pins a region), so size it to the store.
     #[arg(long, default_value = "256M")]
     mem: String,
-    /// Admin secret (hex). Defaults to $TANDEM_SECRET, else a random one printed at start.
+    /// Master secret (hex, at least 128 bits). Defaults to $TANDEM_KEYRING (a keyring with the admin and
+    /// compute keys, and memory's to announce a replacement), then $TANDEM_SECRET, else a random one printed at start.
     #[arg(long)]
     secret: Option<String>,
     /// Replace memory node N, declared failed: once listening, announce this
@@ -60,25 +63,24 @@ pub struct MemoryServerArgs {
 
 pub fn run(a: MemoryServerArgs) -> Result<(), String> {
     let bytes = parse_size(&a.mem)?;
-    let secret = match secret_from(a.secret.as_deref())? {
-        Some(s) => s,
+    let keys = match keyring_from(a.secret.as_deref())? {
+        Some(k) => k,
         None => {
-            let s = random_secret();
-            eprintln!("no --secret or TANDEM_SECRET given; admin secret for this server: {s:016x}");
-            s
+            let s = tandem_fabric::auth::MasterSecret::generate();
+            eprintln!("no --secret, TANDEM_SECRET or TANDEM_KEYRING given; master secret for this server: {}", s.hex());
+            s.keyring()
         }
     };
+    keys.require(Role::Admin)?;
+    keys.require(Role::Compute)?;
     let listener =
         TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    // Keys are salted afresh on every start: a replacement never hands out
-    // the keys of the server it replaces.
-    let salt = secret.rotate_left(17) ^ random_secret();
     let node = Arc::new(if a.shm {
-        MemoryNode::shared(bytes, salt)
+        MemoryNode::shared(bytes)
             .map_err(|e| format!("cannot create a shared region: {e}"))?
     } else {
-        MemoryNode::new(bytes, salt)
+        MemoryNode::new(bytes)
     });
     // The harness that started us waits for this exact line.
     println!("listening on {addr}");
@@ -94,10 +96,12 @@ pub fn run(a: MemoryServerArgs) -> Result<(), String> {
         node.size_bytes(),
         polling.threads
     );
-    let serve = move || serve_with(listener, node, secret, polling);
+    let announce = keys.clone();
+    let serve = move || serve_with(listener, node, keys, polling);
     if let (Some(n), Some(m)) = (a.replaces, a.membership.as_deref()) {
         let membership = parse_addrs(m)?;
         let server = std::thread::spawn(serve);
+        tandem_cluster::procs::set_credentials(announce)?;
         tandem_cluster::procs::announce_replacement(&membership, n, &addr.to_string(), PATIENCE)?;
         eprintln!("memory server: the membership service takes this server as memory node {n}");
         return server

@@ -14,7 +14,7 @@ use tandem_net::manager::{self, ManagerConfig};
 use tandem_net::manager_store::{FileStore, ManagerStore};
 use tandem_workloads::ycsb::Ycsb;
 
-use crate::args::{parse_addrs, secret_from};
+use crate::args::{net_token, parse_addrs, require_keyring};
 
 #[derive(Args)]
 pub struct NodeArgs {
@@ -64,9 +64,22 @@ pub struct NodeArgs {
     mutant: Option<String>,
 }
 
+/// The token the message-passing wire's hello carries. A master secret (128
+/// bits or more) gives it from the peer key; a shorter hex number is taken
+/// as the token itself, as before the role keys (docs/SECURITY.md: these
+/// listeners do not run the role handshake yet).
 fn secret(flag: Option<&str>) -> Result<u64, String> {
-    secret_from(flag)?
-        .ok_or_else(|| "a cluster secret is needed: --secret HEX or TANDEM_SECRET".to_string())
+    let raw = flag.map(str::to_string).or_else(|| std::env::var("TANDEM_SECRET").ok());
+    if let Some(raw) = raw {
+        if let Ok(ring) = tandem_fabric::auth::Keyring::from_master_hex(&raw) {
+            return net_token(&ring);
+        }
+        return u64::from_str_radix(raw.trim().trim_start_matches("0x"), 16)
+            .ok()
+            .filter(|&v| v != 0)
+            .ok_or_else(|| "the secret must be hex digits (make one with `tandem keys new`)".to_string());
+    }
+    net_token(&require_keyring(None)?)
 }
 
 pub fn node(a: NodeArgs) -> Result<(), String> {

@@ -14,7 +14,7 @@ use tandem_dkvs::{Mode, StoreConfig};
 use tandem_fabric::tcp::TcpCluster;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 
-use crate::args::{parse_addrs, secret_from, write_json};
+use crate::args::{parse_addrs, require_keyring, write_json};
 
 /// What every process must agree on to compute the same layout.
 #[derive(Args, Clone)]
@@ -22,7 +22,7 @@ pub struct ClusterArgs {
     /// Memory servers, comma-separated, in node-id order.
     #[arg(long)]
     memory: String,
-    /// Admin secret of the memory servers (hex; default $TANDEM_SECRET).
+    /// Master secret (hex; default $TANDEM_KEYRING, a keyring file with this role's keys, then $TANDEM_SECRET).
     #[arg(long)]
     secret: Option<String>,
     #[arg(long, default_value_t = 2)]
@@ -47,9 +47,10 @@ pub struct ClusterArgs {
 impl ClusterArgs {
     fn cluster(&self) -> Result<TcpCluster, String> {
         let addrs = parse_addrs(&self.memory)?;
-        let secret =
-            secret_from(self.secret.as_deref())?.ok_or("--secret or $TANDEM_SECRET is required")?;
-        Ok(TcpCluster::new(addrs, secret))
+        let keys = require_keyring(self.secret.as_deref())?;
+        // The membership's listener and dials use the same credentials.
+        tandem_cluster::procs::set_credentials(keys.clone())?;
+        Ok(TcpCluster::new(addrs, keys))
     }
     fn micro(&self, write_ratio: f64) -> Result<MicroSpec, String> {
         let m = MicroSpec {

@@ -204,7 +204,7 @@ fn a_shm_memory_server_survives_garbage_and_serves_a_bench_afterwards() {
 
 fn memory_server_survives_garbage_and_serves_a_bench(fabric: &str) {
     let _serial = serial();
-    let secret = "00000000deadbeef";
+    let secret = "000000000000000000000000deadbeef";
     let shm: &[&str] = if fabric == "shm" { &["--shm"] } else { &[] };
     let mut child = tandem()
         .args([
@@ -307,7 +307,7 @@ fn bad_input_gets_a_clear_error() {
             "--memory",
             "127.0.0.1:9",
             "--secret",
-            "1",
+            "00000000000000000000000000000001",
             "--inject-bug",
             "covert-locks",
         ])
@@ -453,7 +453,7 @@ fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committ
     let _serial = serial();
     let dir = std::env::temp_dir().join(format!("tandem-kill9-{shm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let secret = "00000000c0ffee01";
+    let secret = "000000000000000000000000c0ffee01";
     let (_servers, memory) = memory_servers(3, secret, shm);
     let common = [
         "--memory",
@@ -576,7 +576,7 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
     let t0 = std::time::Instant::now();
     let dir = std::env::temp_dir().join(format!("tandem-zkkill9-{shm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let secret = "00000000c0ffee02";
+    let secret = "000000000000000000000000c0ffee02";
     let (_servers, memory) = memory_servers(3, secret, shm);
     let common = [
         "--memory",
@@ -728,7 +728,7 @@ fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majori
     let t0 = std::time::Instant::now();
     let dir = std::env::temp_dir().join(format!("tandem-fdreplicas-{shm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let secret = "00000000c0ffee03";
+    let secret = "000000000000000000000000c0ffee03";
     let (_servers, memory) = memory_servers(3, secret, shm);
     let common = [
         "--memory",
@@ -1019,7 +1019,7 @@ fn a_process_whose_peer_never_comes_up_names_its_address(shm: bool) {
             "--memory",
             &memory,
             "--secret",
-            "00000000000000aa",
+            "000000000000000000000000000000aa",
             "--wait",
             "1",
         ])
@@ -1037,7 +1037,7 @@ fn a_process_whose_peer_never_comes_up_names_its_address(shm: bool) {
         "{err}"
     );
     // A compute server whose memory servers are up waits for the membership.
-    let secret = "00000000000000ab";
+    let secret = "000000000000000000000000000000ab";
     let (_servers, memory) = memory_servers(2, secret, shm);
     let membership = unused(0);
     let out = tandem()
@@ -1081,7 +1081,7 @@ fn a_compute_server_suspected_while_alive_is_fenced_and_comes_back_as_a_new_inca
     let _serial = serial();
     let dir = std::env::temp_dir().join(format!("tandem-sigstop-{shm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let secret = "00000000c0ffee05";
+    let secret = "000000000000000000000000c0ffee05";
     let (_servers, memory) = memory_servers(3, secret, shm);
     let common = [
         "--memory",

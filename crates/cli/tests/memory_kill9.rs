@@ -18,7 +18,7 @@ mod common;
 use common::{read_timeline, spawn_announcing, wait_for_log, Proc, ZooKeeper};
 
 static SERIAL: Mutex<()> = Mutex::new(());
-const SECRET: &str = "00000000c0ffee15";
+const SECRET: &str = "000000000000000000000000c0ffee15";
 
 fn tandem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tandem"))

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tandem_fabric::inline::{InlineCluster, InlineFabric};
 use tandem_fabric::tcp::{TcpCluster, TcpFabric};
+use tandem_fabric::auth::MasterSecret;
 use tandem_fabric::{ComputeNodeId, MemoryNode};
 
 /// Where the memory nodes are.
@@ -26,14 +27,9 @@ pub enum AnyFabric {
 }
 
 impl Backend {
-    pub fn inline(memory_nodes: usize, region_bytes: u64, seed: u64) -> Backend {
+    pub fn inline(memory_nodes: usize, region_bytes: u64, _seed: u64) -> Backend {
         let nodes = (0..memory_nodes)
-            .map(|i| {
-                Arc::new(MemoryNode::new(
-                    region_bytes,
-                    seed.wrapping_mul(0x9E37_79B9).wrapping_add(i as u64),
-                ))
-            })
+            .map(|_| Arc::new(MemoryNode::new(region_bytes)))
             .collect();
         Backend::Inline(InlineCluster::new(nodes))
     }
@@ -98,7 +94,7 @@ impl Backend {
 pub struct MemoryServers {
     children: Vec<Child>,
     pub addrs: Vec<SocketAddr>,
-    pub secret: u64,
+    pub secret: MasterSecret,
     /// The servers keep their regions in memfds (`memory-server --shm`).
     pub shm: bool,
     /// The servers run a pinned poller per CPU (`memory-server --pollers cpus`).
@@ -107,12 +103,12 @@ pub struct MemoryServers {
 
 impl MemoryServers {
     /// Start `count` `tandem memory-server` processes on loopback ports chosen
-    /// by the OS, each with `mem_bytes` of memory, sharing an admin secret.
+    /// by the OS, each with `mem_bytes` of memory, sharing a master secret.
     pub fn spawn(
         exe: &Path,
         count: usize,
         mem_bytes: u64,
-        secret: u64,
+        secret: MasterSecret,
     ) -> std::io::Result<MemoryServers> {
         Self::spawn_on(exe, count, mem_bytes, secret, false)
     }
@@ -123,7 +119,7 @@ impl MemoryServers {
         exe: &Path,
         count: usize,
         mem_bytes: u64,
-        secret: u64,
+        secret: MasterSecret,
         shm: bool,
     ) -> std::io::Result<MemoryServers> {
         Self::start(exe, count, mem_bytes, secret, (shm, false))
@@ -136,7 +132,7 @@ impl MemoryServers {
         exe: &Path,
         count: usize,
         mem_bytes: u64,
-        secret: u64,
+        secret: MasterSecret,
         shm: bool,
     ) -> std::io::Result<MemoryServers> {
         Self::start(exe, count, mem_bytes, secret, (shm, true))
@@ -146,7 +142,7 @@ impl MemoryServers {
         exe: &Path,
         count: usize,
         mem_bytes: u64,
-        secret: u64,
+        secret: MasterSecret,
         (shm, pinned): (bool, bool),
     ) -> std::io::Result<MemoryServers> {
         let mut servers = MemoryServers {
@@ -157,7 +153,7 @@ impl MemoryServers {
             pinned,
         };
         for _ in 0..count {
-            let (child, addr) = spawn_memory_server(exe, mem_bytes, secret, &servers.flags())?;
+            let (child, addr) = spawn_memory_server(exe, mem_bytes, &servers.secret, &servers.flags())?;
             servers.children.push(child);
             servers.addrs.push(addr);
         }
@@ -167,7 +163,7 @@ impl MemoryServers {
     /// Compute threads' handle: data connections over TCP, or the mapped
     /// regions of shm servers.
     pub fn cluster(&self) -> TcpCluster {
-        TcpCluster::new(self.addrs.clone(), self.secret).shm(self.shm)
+        TcpCluster::new(self.addrs.clone(), self.secret.keyring()).shm(self.shm)
     }
 
     fn flags(&self) -> Vec<&'static str> {
@@ -192,7 +188,7 @@ impl MemoryServers {
         let (n, m) = (i.to_string(), membership.to_string());
         let mut args = vec!["--replaces", n.as_str(), "--membership", m.as_str()];
         args.extend(self.flags());
-        let (child, addr) = spawn_memory_server(exe, mem_bytes, self.secret, &args)?;
+        let (child, addr) = spawn_memory_server(exe, mem_bytes, &self.secret, &args)?;
         let mut old = std::mem::replace(&mut self.children[i], child);
         let _ = old.kill();
         let _ = old.wait();
@@ -222,7 +218,7 @@ impl MemoryServers {
 fn spawn_memory_server(
     exe: &Path,
     mem_bytes: u64,
-    secret: u64,
+    secret: &MasterSecret,
     extra: &[&str],
 ) -> std::io::Result<(Child, SocketAddr)> {
     let mut child = Command::new(exe)
@@ -234,7 +230,7 @@ fn spawn_memory_server(
             &mem_bytes.to_string(),
         ])
         .args(extra)
-        .env("TANDEM_SECRET", format!("{secret:016x}"))
+        .env("TANDEM_SECRET", secret.hex())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()?;

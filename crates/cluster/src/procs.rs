@@ -45,7 +45,7 @@
 //! coordinator, `u16::MAX` is `check-cluster`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,7 +68,10 @@ mod compute;
 mod fleet;
 pub mod follow;
 mod session;
+mod trust;
 pub mod wait;
+
+pub use trust::set_credentials;
 
 pub use check::{check_cluster, classify_locks, load_micro, read_ledgers, ClusterCheck};
 pub use compute::{
@@ -79,6 +82,12 @@ pub use session::{
     announce_replacement, new_incarnation, JoinError, MembershipSession, MemorySignal, Stop,
     StopSignal,
 };
+
+/// Connections still in their handshake; a new one evicts the oldest.
+const PENDING_MAX: usize = 32;
+/// Authenticated connections (each compute node holds a join connection and
+/// a heartbeat connection per replica).
+const AUTHENTICATED_MAX: usize = 4096;
 
 /// The node id the membership server joins under for its recovery coordinator.
 const MEMBERSHIP_NODE: u16 = u16::MAX - 2;
@@ -179,10 +188,15 @@ pub struct Replica {
     /// for heartbeats waiting in them before a verdict.
     heartbeat_conns: Mutex<BTreeMap<u64, (u16, TcpStream)>>,
     next_conn: AtomicU64,
+    /// Connections in their handshake (oldest first), and how many are past it.
+    pending: Mutex<VecDeque<(u64, TcpStream)>>,
+    authenticated: std::sync::atomic::AtomicUsize,
 }
 
 impl Replica {
     /// Serve `listener` as replica `index` of `count`; relay every `tick`.
+    /// Connections authenticate with this process's credentials
+    /// ([`set_credentials`]); without them, every connection is refused.
     pub fn start(listener: TcpListener, index: u8, count: u8, tick: Duration) -> Arc<Replica> {
         let r = Arc::new(Replica {
             index,
@@ -193,13 +207,18 @@ impl Replica {
             gaps: Mutex::default(),
             heartbeat_conns: Mutex::default(),
             next_conn: AtomicU64::new(0),
+            pending: Mutex::default(),
+            authenticated: Default::default(),
         });
         let acceptor = r.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let replica = acceptor.clone();
-                std::thread::spawn(move || serve_compute(conn, replica));
+                let Ok(conn) = conn else {
+                    // Typically out of descriptors: back off instead of spinning.
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                acceptor.admit(conn);
             }
         });
         if count > 1 {
@@ -207,6 +226,62 @@ impl Replica {
             std::thread::spawn(move || relay.relay_loop(tick));
         }
         r
+    }
+
+    /// Take a new connection into its handshake, evicting the oldest one in
+    /// its handshake if there are too many: trickling sockets never crowd
+    /// out the compute nodes.
+    fn admit(self: &Arc<Self>, conn: TcpStream) {
+        let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut pending = self.pending.lock().unwrap();
+            if pending.len() >= PENDING_MAX {
+                if let Some((_, old)) = pending.pop_front() {
+                    let _ = old.shutdown(std::net::Shutdown::Both);
+                }
+            }
+            match conn.try_clone() {
+                Ok(c) => pending.push_back((id, c)),
+                Err(_) => return,
+            }
+        }
+        let replica = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("membership-conn".into())
+            .stack_size(256 << 10)
+            .spawn(move || replica.authenticate_and_serve(id, conn));
+        if spawned.is_err() {
+            self.pending.lock().unwrap().retain(|(c, _)| *c != id);
+        }
+    }
+
+    fn authenticate_and_serve(self: Arc<Self>, id: u64, mut conn: TcpStream) {
+        let deadline = Instant::now() + tandem_fabric::auth::HANDSHAKE_DEADLINE;
+        let who = trust::credentials().map_err(|e| e.to_string()).and_then(|keys| {
+            tandem_fabric::auth::accept(&mut conn, keys, &trust::MEMBERSHIP_ROLES, deadline)
+                .map_err(|e| e.to_string())
+        });
+        let evicted = {
+            let mut pending = self.pending.lock().unwrap();
+            let before = pending.len();
+            pending.retain(|(c, _)| *c != id);
+            pending.len() == before
+        };
+        let who = match who {
+            Ok(who) if !evicted => who,
+            Ok(_) => return,
+            Err(e) => {
+                log::warn!("membership: connection from {:?} refused: {e}", conn.peer_addr().ok());
+                return;
+            }
+        };
+        let n = self.authenticated.fetch_add(1, Ordering::SeqCst);
+        if n < AUTHENTICATED_MAX {
+            serve_compute(conn, &self, id, who);
+        } else {
+            log::warn!("membership: {n} connections: refusing {} {}", who.role, who.id);
+        }
+        self.authenticated.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Nodes whose heartbeats arrived here but wait unread in the kernel (a
@@ -237,10 +312,14 @@ impl Replica {
                 conn = None; // a new leader
             }
             if conn.is_none() {
+                let me = ToMembership::Relay {
+                    replica: self.index,
+                    nodes: Vec::new(),
+                };
                 match addr
                     .parse::<SocketAddr>()
                     .map_err(|e| e.to_string())
-                    .and_then(|a| TcpStream::connect_timeout(&a, tick).map_err(|e| e.to_string()))
+                    .and_then(|a| trust::dial(a, tick, &me).map_err(|e| e.to_string()))
                 {
                     Ok(c) => {
                         let _ = c.set_nodelay(true);
@@ -530,19 +609,33 @@ impl Drop for HeartbeatConn<'_> {
     }
 }
 
-fn serve_compute(conn: TcpStream, replica: Arc<Replica>) {
+/// One authenticated connection: lines of at most [`trust::line_max`]
+/// bytes, each speaking only for `who` ([`ToMembership::allowed_from`]).
+fn serve_compute(conn: TcpStream, replica: &Replica, id: u64, who: tandem_fabric::auth::Peer) {
     let _ = conn.set_nodelay(true);
     let Ok(mut writer) = conn.try_clone() else {
         return;
     };
-    let id = replica.next_conn.fetch_add(1, Ordering::Relaxed);
-    let _forget = HeartbeatConn(&replica, id);
-    for line in BufReader::new(conn).lines() {
-        let Ok(line) = line else { return };
-        let msg = match serde_json::from_str::<ToMembership>(&line) {
-            Ok(msg) => msg,
+    let _forget = HeartbeatConn(replica, id);
+    let (mut reader, mut buf) = (BufReader::with_capacity(8 << 10, conn), Vec::new());
+    let max = trust::line_max(who.role);
+    loop {
+        let line = match trust::next_line(&mut reader, &mut buf, max) {
+            Ok(Some(line)) => line,
+            Ok(None) => return,
             Err(e) => {
-                log::warn!("membership: bad message from a compute server ({e}); closing it");
+                log::warn!("membership: {} {}: {e}; closing it", who.role, who.id);
+                return;
+            }
+        };
+        let msg = match serde_json::from_str::<ToMembership>(&line) {
+            Ok(msg) if msg.allowed_from(who) => msg,
+            Ok(msg) => {
+                log::warn!("membership: {} {} spoke for {:?}; closing it", who.role, who.id, msg.speaker());
+                return;
+            }
+            Err(e) => {
+                log::warn!("membership: bad message from {} {} ({e}); closing it", who.role, who.id);
                 return;
             }
         };
@@ -563,8 +656,8 @@ fn serve_compute(conn: TcpStream, replica: Arc<Replica>) {
             }
         }
         let keep = match replica.leader.get() {
-            None => serve_as_follower(&replica, &mut writer, msg),
-            Some(shared) => serve_as_leader(shared, &replica, &mut writer, msg),
+            None => serve_as_follower(replica, &mut writer, msg),
+            Some(shared) => serve_as_leader(shared, replica, &mut writer, msg),
         };
         if !keep {
             return;

@@ -18,15 +18,20 @@ use tandem_fabric::tcp::{MemoryServerHandle, TcpCluster};
 use tandem_fabric::MemoryNode;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 
-const SECRET: u64 = 0x5eed_0015;
+/// Every role's keys, installed as this test process's credentials.
+fn keys() -> tandem_fabric::auth::Keyring {
+    let k = tandem_fabric::auth::Keyring::from_master_hex("5eed0015000000000000000000000015").unwrap();
+    procs::set_credentials(k.clone()).unwrap();
+    k
+}
 
 /// A memory server whose region is private (tcp) or a memfd (shm).
-fn memory_server(shm: bool, salt: u64) -> MemoryServerHandle {
+fn memory_server(shm: bool) -> MemoryServerHandle {
     let node = match shm {
-        true => MemoryNode::shared(64 << 20, salt).unwrap(),
-        false => MemoryNode::new(64 << 20, salt),
+        true => MemoryNode::shared(64 << 20).unwrap(),
+        false => MemoryNode::new(64 << 20),
     };
-    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), Arc::new(node), SECRET).unwrap()
+    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), Arc::new(node), keys()).unwrap()
 }
 
 struct Setup {
@@ -39,8 +44,8 @@ struct Setup {
 }
 
 fn setup(tag: &str, shm: bool) -> Setup {
-    let servers: Vec<MemoryServerHandle> = (0..3).map(|i| memory_server(shm, 150 + i)).collect();
-    let memory = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), SECRET).shm(shm);
+    let servers: Vec<MemoryServerHandle> = (0..3).map(|_| memory_server(shm)).collect();
+    let memory = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), keys()).shm(shm);
     let micro = MicroSpec {
         keys: 2_000,
         write_ratio: 0.5,
@@ -133,7 +138,7 @@ fn a_lost_memory_server_is_replaced_while_compute_servers_keep_committing(shm: b
     std::thread::sleep(Duration::from_millis(800));
     s.servers[1].take().unwrap().shutdown();
     std::thread::sleep(Duration::from_millis(800));
-    let replacement = memory_server(shm, 999);
+    let replacement = memory_server(shm);
     let addr = replacement.local_addr();
     procs::announce_replacement(
         &[s.membership],

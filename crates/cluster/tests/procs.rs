@@ -31,21 +31,22 @@ struct Cluster {
 }
 
 /// A memory node's region: private (tcp) or a memfd (shm).
-fn node(shm: bool, bytes: u64, salt: u64) -> MemoryNode {
+fn node(shm: bool, bytes: u64) -> MemoryNode {
     match shm {
-        true => MemoryNode::shared(bytes, salt).unwrap(),
-        false => MemoryNode::new(bytes, salt),
+        true => MemoryNode::shared(bytes).unwrap(),
+        false => MemoryNode::new(bytes),
     }
 }
 
 fn cluster(tag: &str, shm: bool) -> Cluster {
-    let secret = 0x5eed_0009;
+    let secret = tandem_fabric::auth::Keyring::from_master_hex("5eed0009000000000000000000000009").unwrap();
+    procs::set_credentials(secret.clone()).unwrap();
     let servers: Vec<MemoryServerHandle> = (0..2)
-        .map(|i| {
+        .map(|_| {
             MemoryServerHandle::bind(
                 "127.0.0.1:0".parse().unwrap(),
-                Arc::new(node(shm, 64 << 20, 90 + i)),
-                secret,
+                Arc::new(node(shm, 64 << 20)),
+                secret.clone(),
             )
             .unwrap()
         })

@@ -44,6 +44,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use tandem_fabric::auth::{Keyring, MasterSecret};
 use tandem_cluster::backend::MemoryServers;
 use tandem_cluster::procs::follow::{follow_memory, register_live, Gate, MemoryState};
 use tandem_cluster::procs::MembershipSession;
@@ -131,7 +132,7 @@ fn wall_ns() -> u64 {
 
 /// The body of `tandem litmus-worker`: join, run every client to its end,
 /// leave. The journal is the output; the return value is a one-line summary.
-pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
+pub fn worker(cfg: &WorkerConfig, keys: Keyring) -> Result<String, String> {
     let suite = Arc::new(Suite::parse(&cfg.tests, cfg.instances)?);
     let bugs = crate::campaign::parse_bugs(&cfg.bugs)?.store;
     let mut store = litmus_store(
@@ -146,7 +147,7 @@ pub fn worker(cfg: &WorkerConfig, secret: u64) -> Result<String, String> {
     let journal = Arc::new(Journal::create(&cfg.journal)?);
     // On shm, verbs complete at once: yield at each batch so the clients of
     // this worker interleave at verb boundaries, as over TCP.
-    let memory = TcpCluster::new(cfg.memory.clone(), secret)
+    let memory = TcpCluster::new(cfg.memory.clone(), keys)
         .shm(cfg.shm)
         .yielding(true);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -277,16 +278,6 @@ impl Drop for Kid {
     }
 }
 
-fn fresh_secret() -> u64 {
-    let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok()
-    {
-        return u64::from_le_bytes(b) | 1;
-    }
-    (wall_ns() ^ ((std::process::id() as u64) << 32)) | 1
-}
 
 /// The membership process's stderr, line by line as it comes.
 type MembershipLog = Arc<Mutex<Vec<String>>>;
@@ -296,7 +287,7 @@ type MembershipLog = Arc<Mutex<Vec<String>>>;
 fn spawn_membership(
     exe: &Path,
     memory: &[SocketAddr],
-    secret: u64,
+    secret: &MasterSecret,
     capacity: u64,
     detect_ms: f64,
     bugs: &[String],
@@ -330,7 +321,7 @@ fn spawn_membership(
             &(detect_ms * 2.0).max(50.0).to_string(),
         ])
         .args(recovery_bugs.flat_map(|b| ["--inject-bug", b.as_str()]))
-        .env("TANDEM_SECRET", format!("{secret:016x}"))
+        .env("TANDEM_SECRET", secret.hex())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -418,15 +409,15 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     store.bugs = bugs;
     let layout = Arc::new(Layout::new(&store)?);
     let region = *layout.region_bytes.iter().max().expect("memory nodes");
-    let secret = fresh_secret();
+    let secret = MasterSecret::generate();
     let (exe, nodes, shm) = (&cfg.setup.exe, MEMORY_NODES as usize, cfg.setup.shm);
-    let mut servers = MemoryServers::spawn_on(exe, nodes, region, secret, shm)
+    let mut servers = MemoryServers::spawn_on(exe, nodes, region, secret.clone(), shm)
         .map_err(|e| format!("cannot start memory servers: {e}"))?;
     let memory = servers.cluster();
     let (mut membership, maddr, mlog) = spawn_membership(
         &cfg.setup.exe,
         &servers.addrs,
-        secret,
+        &secret,
         capacity,
         cfg.setup.detect_ms,
         &cfg.bug_names,
@@ -494,7 +485,7 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
                 "--config",
                 &serde_json::to_string(&wc).map_err(|e| e.to_string())?,
             ])
-            .env("TANDEM_SECRET", format!("{secret:016x}"))
+            .env("TANDEM_SECRET", secret.hex())
             .stdout(Stdio::null())
             .stderr(Stdio::from(err))
             .spawn()

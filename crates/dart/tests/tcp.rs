@@ -14,21 +14,21 @@ use tandem_fabric::MemoryNode;
 
 fn in_process_servers(shm: bool) -> TcpServers {
     Arc::new(move |count, bytes| {
-        let secret = 0x5EC2E7;
+        let keys = tandem_fabric::auth::MasterSecret::generate().keyring();
         let servers: Vec<MemoryServerHandle> = (0..count)
-            .map(|i| {
+            .map(|_| {
                 MemoryServerHandle::bind(
                     "127.0.0.1:0".parse().unwrap(),
                     Arc::new(match shm {
-                        true => MemoryNode::shared(bytes, i as u64).unwrap(),
-                        false => MemoryNode::new(bytes, i as u64),
+                        true => MemoryNode::shared(bytes).unwrap(),
+                        false => MemoryNode::new(bytes),
                     }),
-                    secret,
+                    keys.clone(),
                 )
             })
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?;
-        let cluster = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), secret)
+        let cluster = TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), keys)
             .shm(shm)
             .yielding(true);
         Ok((cluster, Box::new(servers) as Box<dyn Any>))

@@ -36,10 +36,11 @@ impl InlineCluster {
         self
     }
 
-    pub fn with_nodes(count: usize, size_bytes: u64, seed: u64) -> Self {
+    /// `_seed` once salted region keys, which now come from the OS.
+    pub fn with_nodes(count: usize, size_bytes: u64, _seed: u64) -> Self {
         Self::new(
             (0..count)
-                .map(|i| Arc::new(MemoryNode::new(size_bytes, seed ^ (i as u64) << 32)))
+                .map(|_| Arc::new(MemoryNode::new(size_bytes)))
                 .collect(),
         )
     }

@@ -28,6 +28,7 @@ pub mod tcp;
 mod verb;
 
 pub use memory::{Fenced, MemoryNode, RegionKey};
+pub use tandem_auth as auth;
 pub use verb::{
     Batch, Bytes, Completion, Completions, ComputeNodeId, MemNodeId, Verb, VerbArena, VerbError,
     VerbOutput,

@@ -74,8 +74,6 @@ pub struct MemoryNode {
     /// Test-only bug switch: registration ignores `fenced` (the behaviour
     /// before fencing was permanent), so simulations can show what it cost.
     revocable_fencing: AtomicBool,
-    key_counter: AtomicU64,
-    key_salt: u64,
     failed: AtomicBool,
     /// Processes that mapped this (shared) region, by compute node: what
     /// revocation kills if they do not drain.
@@ -83,37 +81,35 @@ pub struct MemoryNode {
 }
 
 impl MemoryNode {
-    /// A zeroed region of `size_bytes` (rounded up to 8). `key_salt` makes
-    /// issued keys unguessable across nodes and runs.
-    pub fn new(size_bytes: u64, key_salt: u64) -> Self {
+    /// A zeroed region of `size_bytes` (rounded up to 8). Region keys come
+    /// from the OS's CSPRNG: no key tells anything about another.
+    pub fn new(size_bytes: u64) -> Self {
         let region = Region::private(Self::words(size_bytes))
             .unwrap_or_else(|e| panic!("cannot map a region of {size_bytes} bytes: {e}"));
-        Self::with_region(region, key_salt)
+        Self::with_region(region)
     }
 
     /// A zeroed region in a memfd that compute processes on this host can
     /// map (the shm backend; see [`crate::shm`]).
-    pub fn shared(size_bytes: u64, key_salt: u64) -> std::io::Result<Self> {
+    pub fn shared(size_bytes: u64) -> std::io::Result<Self> {
         let region = Region::shared(Self::words(size_bytes), "tandem-memory-node")?;
-        Ok(Self::with_region(region, key_salt))
+        Ok(Self::with_region(region))
     }
 
     /// A compute process's view of a shared region it was handed: it
     /// executes verbs, checking the key tables that the memory server keeps.
     pub(crate) fn attached(fd: OwnedFd) -> std::io::Result<Self> {
-        Ok(Self::with_region(Region::attach(fd)?, 0))
+        Ok(Self::with_region(Region::attach(fd)?))
     }
 
     fn words(size_bytes: u64) -> usize {
         size_bytes.div_ceil(8) as usize
     }
 
-    fn with_region(region: Region, key_salt: u64) -> Self {
+    fn with_region(region: Region) -> Self {
         MemoryNode {
             region,
             revocable_fencing: AtomicBool::new(false),
-            key_counter: AtomicU64::new(1),
-            key_salt,
             failed: AtomicBool::new(false),
             mappers: Mutex::new(Vec::new()),
         }
@@ -140,11 +136,14 @@ impl MemoryNode {
         if self.is_fenced(compute) {
             return Err(Fenced(compute));
         }
-        let n = self.key_counter.fetch_add(1, Ordering::Relaxed);
-        // A bijective mix keeps keys distinct and non-sequential; never zero.
-        let mut k = (n ^ self.key_salt).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        k ^= k >> 29;
-        let key = k.max(1);
+        // Fresh from the OS's CSPRNG, never zero, never the key it replaces.
+        let old = self.region.keys()[compute as usize].load(Ordering::SeqCst);
+        let key = loop {
+            let k = tandem_auth::random::nonzero_u64();
+            if k != old {
+                break k;
+            }
+        };
         self.region.keys()[compute as usize].store(key, Ordering::SeqCst);
         // A revocation that raced with us either saw our key (and cleared it)
         // or set `fenced` before we looked again: take the key back. Nobody
@@ -514,7 +513,7 @@ mod tests {
 
     #[test]
     fn verbs_do_what_they_say_and_bad_addresses_are_errors() {
-        let m = MemoryNode::new(64, 5);
+        let m = MemoryNode::new(64);
         let k = m.register(3).unwrap();
         assert_eq!(
             m.execute(3, k, &Verb::write(4, vec![1, 2, 3, 4, 5, 6, 7])),
@@ -559,7 +558,7 @@ mod tests {
 
     #[test]
     fn a_long_batch_with_bad_addresses_is_prefetched_and_fails_per_verb() {
-        let m = MemoryNode::new(64, 5);
+        let m = MemoryNode::new(64);
         let k = m.register(3).unwrap();
         let verbs = [
             Verb::read(u64::MAX - 2, 8),
@@ -581,9 +580,39 @@ mod tests {
         assert_eq!(done, want);
     }
 
+    /// The attack on keys made by a bijective mix of (counter ^ salt): from
+    /// one key and its (small, guessable) counter, recover the salt and
+    /// compute the next key. CSPRNG keys defeat it, and look uniform.
+    #[test]
+    fn a_region_key_tells_nothing_about_the_next() {
+        const C: u64 = 0x9E37_79B9_7F4A_7C15;
+        let c_inv = (0..6).fold(C, |x, _| x.wrapping_mul(2u64.wrapping_sub(C.wrapping_mul(x))));
+        assert_eq!(C.wrapping_mul(c_inv), 1);
+        let unmix = |k: u64| (k ^ (k >> 29) ^ (k >> 58)).wrapping_mul(c_inv);
+        let mix = |x: u64| {
+            let k = x.wrapping_mul(C);
+            k ^ (k >> 29)
+        };
+        let m = MemoryNode::new(64);
+        let keys: Vec<u64> = (0..2000).map(|_| m.register(1).unwrap()).collect();
+        let mut predicted = 0;
+        for (i, w) in keys.windows(2).enumerate() {
+            let n = i as u64 + 1;
+            let salt = unmix(w[0]) ^ n;
+            predicted += (mix((n + 1) ^ salt).max(1) == w[1]) as usize;
+        }
+        assert_eq!(predicted, 0, "keys follow from the key before");
+        let distinct: std::collections::BTreeSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len());
+        for bit in 0..64 {
+            let ones = keys.iter().filter(|k| *k >> bit & 1 == 1).count();
+            assert!((850..1150).contains(&ones), "bit {bit} set in {ones} of 2000 keys");
+        }
+    }
+
     #[test]
     fn keys_gate_access_and_revocation_is_final() {
-        let m = MemoryNode::new(64, 5);
+        let m = MemoryNode::new(64);
         assert_eq!(m.execute(1, 0, &Verb::read(0, 8)), Err(VerbError::Revoked));
         let k = m.register(1).unwrap();
         assert_eq!(
@@ -617,7 +646,7 @@ mod tests {
     #[test]
     fn a_registration_racing_a_revocation_never_yields_a_live_key() {
         for round in 0..2000u64 {
-            let m = std::sync::Arc::new(MemoryNode::new(64, round));
+            let m = std::sync::Arc::new(MemoryNode::new(64));
             let id = (round % 1000) as ComputeNodeId + 1;
             let reg = {
                 let m = m.clone();
@@ -647,7 +676,7 @@ mod revocation_race {
     #[test]
     fn nothing_executes_after_revoke_returns() {
         for round in 0..200 {
-            let m = Arc::new(MemoryNode::new(64, round));
+            let m = Arc::new(MemoryNode::new(64));
             let k = m.register(1).unwrap();
             let stop = Arc::new(AtomicBool::new(false));
             let writer = {

@@ -45,6 +45,8 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags,
 };
 
+use tandem_auth::{Keyring, Role};
+
 use crate::memory::MemoryNode;
 use crate::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg, FRAME_HEADER_BYTES};
 use crate::verb::ComputeNodeId;
@@ -154,14 +156,14 @@ pub(crate) struct ShmEndpoint {
 
 impl ShmEndpoint {
     /// Listen for compute processes of the memory server on TCP port `port`.
-    pub(crate) fn start(node: Arc<MemoryNode>, port: u16) -> io::Result<ShmEndpoint> {
+    pub(crate) fn start(node: Arc<MemoryNode>, keys: Keyring, port: u16) -> io::Result<ShmEndpoint> {
         let listener = UnixListener::bind_addr(&unix_addr(port)?)?;
         let stopping = Arc::new(AtomicBool::new(false));
         let links = Arc::new(Links::default());
         let (s, l) = (stopping.clone(), links.clone());
         let acceptor = thread::Builder::new()
             .name(format!("shmaccept-{port}"))
-            .spawn(move || accept_loop(&listener, &node, &s, &l))?;
+            .spawn(move || accept_loop(&listener, &node, &keys, &s, &l))?;
         Ok(ShmEndpoint {
             port,
             stopping,
@@ -198,6 +200,7 @@ impl Drop for ShmEndpoint {
 fn accept_loop(
     listener: &UnixListener,
     node: &Arc<MemoryNode>,
+    keys: &Keyring,
     stopping: &AtomicBool,
     links: &Arc<Links>,
 ) {
@@ -231,11 +234,11 @@ fn accept_loop(
                 continue;
             }
         }
-        let (node, links) = (node.clone(), links.clone());
+        let (node, links, keys) = (node.clone(), links.clone(), keys.clone());
         let spawned = thread::Builder::new()
             .name("shmlink".into())
             .stack_size(128 << 10)
-            .spawn(move || serve_link(&node, stream, id, &links));
+            .spawn(move || serve_link(&node, &keys, stream, id, &links));
         if let Err(e) = spawned {
             log::warn!("shm: cannot serve a connection: {e}");
         }
@@ -243,8 +246,8 @@ fn accept_loop(
 }
 
 /// One attached compute thread: the handshake, then wait for its close.
-fn serve_link(node: &MemoryNode, mut stream: UnixStream, id: u64, links: &Links) {
-    match handshake(node, &mut stream) {
+fn serve_link(node: &MemoryNode, keys: &Keyring, mut stream: UnixStream, id: u64, links: &Links) {
+    match handshake(node, keys, &mut stream) {
         Ok(()) => {
             // Nothing more is expected: any byte is a protocol violation.
             let _ = stream.set_read_timeout(None);
@@ -257,7 +260,10 @@ fn serve_link(node: &MemoryNode, mut stream: UnixStream, id: u64, links: &Links)
     links.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
 }
 
-fn handshake(node: &MemoryNode, stream: &mut UnixStream) -> io::Result<()> {
+fn handshake(node: &MemoryNode, keys: &Keyring, stream: &mut UnixStream) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + tandem_auth::HANDSHAKE_DEADLINE;
+    let peer = tandem_auth::accept(stream, keys, &[Role::Compute], deadline)
+        .map_err(|e| io::Error::other(e.to_string()))?;
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut body = Vec::new();
@@ -266,7 +272,7 @@ fn handshake(node: &MemoryNode, stream: &mut UnixStream) -> io::Result<()> {
         Ok(false) => return Err(io::Error::other("closed before its hello")),
         Err(e) => return Err(io::Error::other(format!("{e:?}"))),
     };
-    let ClientMsg::Hello { compute, key, .. } = msg else {
+    let ClientMsg::Hello { compute, key, .. } = msg.clone() else {
         send(
             stream,
             &ServerMsg::Reject {
@@ -278,6 +284,13 @@ fn handshake(node: &MemoryNode, stream: &mut UnixStream) -> io::Result<()> {
             "first frame is not a hello: {msg:?}"
         )));
     };
+    if peer.id != compute as u64 {
+        send(stream, &ServerMsg::Reject { reason: RejectReason::BadKey }, None)?;
+        return Err(io::Error::other(format!(
+            "authenticated as compute node {} but said hello as {compute}",
+            peer.id
+        )));
+    }
     // Record the process before the key check (see `MemoryNode::add_mapper`).
     node.add_mapper(compute, Process::of_peer(stream)?);
     if !node.is_authorized(compute, key) {
@@ -326,6 +339,7 @@ fn send(
 /// port). Returns the mapped node and the liveness socket.
 pub(crate) fn attach(
     addr: SocketAddr,
+    keys: &Keyring,
     compute: ComputeNodeId,
     key: crate::RegionKey,
 ) -> io::Result<(MemoryNode, UnixStream)> {
@@ -334,6 +348,10 @@ pub(crate) fn attach(
             e.kind(),
             format!("memory server {addr} has no shm endpoint (start it with --shm): {e}"),
         )
+    })?;
+    let deadline = std::time::Instant::now() + tandem_auth::HANDSHAKE_DEADLINE;
+    tandem_auth::connect(&mut stream, keys, Role::Compute, compute as u64, deadline).map_err(|e| {
+        io::Error::new(io::ErrorKind::PermissionDenied, format!("memory server {addr}: {e}"))
     })?;
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;

@@ -87,9 +87,11 @@ impl SimCluster {
         size_bytes: u64,
         config: SimFabricConfig,
     ) -> Self {
-        let salt = sim.with_rng(|r| r.next_u64());
+        // Region keys come from the OS now; the draw that salted them stays,
+        // so every seed replays the runs it replayed before.
+        let _ = sim.with_rng(|r| r.next_u64());
         let nodes = (0..count)
-            .map(|i| Arc::new(MemoryNode::new(size_bytes, salt ^ (i as u64) << 40)))
+            .map(|_| Arc::new(MemoryNode::new(size_bytes)))
             .collect();
         Self::new(sim, nodes, config)
     }

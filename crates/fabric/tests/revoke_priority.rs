@@ -46,7 +46,7 @@ fn real_time() -> bool {
 
 #[test]
 fn a_real_time_revoker_lets_the_verb_it_waits_for_finish() {
-    let node = Arc::new(MemoryNode::new(REGION, 7));
+    let node = Arc::new(MemoryNode::new(REGION));
     let current = Arc::new(AtomicU16::new(1));
     // The compute node: long reads (so a revocation likely finds one in
     // flight), moving to the next incarnation once revoked.

@@ -17,7 +17,9 @@ use tandem_fabric::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg};
 use tandem_fabric::tcp::{MemoryServerHandle, TcpCluster};
 use tandem_fabric::{Fabric, MemoryNode, QueuePair, Verb, VerbError, VerbOutput};
 
-const SECRET: u64 = 0x5A4E_11;
+fn keyring() -> tandem_fabric::auth::Keyring {
+    tandem_fabric::auth::Keyring::from_master_hex("5a4e1100000000000000000000000011").unwrap()
+}
 const CHILD_ENV: &str = "TANDEM_SHM_TEST_CHILD";
 /// The compute node the child processes act as.
 const CHILD: u16 = 7;
@@ -26,12 +28,12 @@ const CHILD: u16 = 7;
 const HUGE_BATCH: usize = 200_000;
 
 fn shm_server(size: u64) -> MemoryServerHandle {
-    let node = Arc::new(MemoryNode::shared(size, 0xBEEF).expect("memfd region"));
-    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), node, SECRET).unwrap()
+    let node = Arc::new(MemoryNode::shared(size).expect("memfd region"));
+    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), node, keyring()).unwrap()
 }
 
 fn cluster(s: &MemoryServerHandle) -> TcpCluster {
-    TcpCluster::new(vec![s.local_addr()], SECRET).shm(true)
+    TcpCluster::new(vec![s.local_addr()], keyring()).shm(true)
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -57,7 +59,7 @@ fn child_compute_process() {
         parts[2].parse().unwrap(),
     );
     block_on(async move {
-        let fabric = TcpCluster::new(vec![addr], SECRET)
+        let fabric = TcpCluster::new(vec![addr], keyring())
             .shm(true)
             .connect(CHILD, &[key])
             .await
@@ -250,9 +252,17 @@ fn a_process_killed_inside_a_batch_does_not_hold_up_revocation() {
     );
 }
 
+/// A Unix connection authenticated as compute node 1, for raw frames.
 fn raw(s: &MemoryServerHandle) -> UnixStream {
+    raw_as(s, 1)
+}
+
+fn raw_as(s: &MemoryServerHandle, compute: u64) -> UnixStream {
     let name = tandem_fabric::shm::socket_name(s.local_addr().port());
-    let u = UnixStream::connect_addr(&UnixAddr::from_abstract_name(name).unwrap()).unwrap();
+    let mut u = UnixStream::connect_addr(&UnixAddr::from_abstract_name(name).unwrap()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let role = tandem_fabric::auth::Role::Compute;
+    tandem_fabric::auth::connect(&mut u, &keyring(), role, compute, deadline).unwrap();
     u.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     u
 }
@@ -311,7 +321,7 @@ fn garbage_and_wrong_keys_on_the_shm_socket_get_nothing() {
     assert_eq!(answers(&mut u), vec![]);
     // Anything but a hello, and hellos with wrong keys: a Reject.
     for (msg, reason) in [
-        (ClientMsg::Admin { secret: SECRET }, RejectReason::Protocol),
+        (ClientMsg::Admin, RejectReason::Protocol),
         (
             ClientMsg::Hello {
                 compute: 1,
@@ -347,8 +357,8 @@ fn garbage_and_wrong_keys_on_the_shm_socket_get_nothing() {
     // A server without a shared region has no shm socket: a clear error.
     let tcp_only = MemoryServerHandle::bind(
         "127.0.0.1:0".parse().unwrap(),
-        Arc::new(MemoryNode::new(64, 1)),
-        SECRET,
+        Arc::new(MemoryNode::new(64)),
+        keyring(),
     )
     .unwrap();
     let k = tcp_only.node().register(1).unwrap();

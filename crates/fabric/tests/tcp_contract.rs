@@ -21,11 +21,15 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tandem_fabric::auth::{Keyring, Role};
 use tandem_fabric::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg};
 use tandem_fabric::tcp::{MemoryServerHandle, Polling, TcpCluster};
 use tandem_fabric::{Fabric, MemoryNode, QueuePair, Verb, VerbArena, VerbError, VerbOutput};
 
-const SECRET: u64 = 0x7A4D_E35E_C8E7;
+/// The cluster's keys (every role), from a fixed master secret.
+fn keyring() -> Keyring {
+    Keyring::from_master_hex("7a4de35ec8e7000000000000000000aa").unwrap()
+}
 /// Every test body must finish well within this; a hang fails instead of stalling CI.
 const TEST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -58,10 +62,10 @@ fn server(size_bytes: u64) -> MemoryServerHandle {
 /// A memory server whose region is private (tcp) or a memfd (shm).
 fn server_on(mode: Mode, size_bytes: u64) -> MemoryServerHandle {
     let node = match mode {
-        Mode::Tcp => MemoryNode::new(size_bytes, 0xC0FFEE),
-        Mode::Shm => MemoryNode::shared(size_bytes, 0xC0FFEE).expect("memfd region"),
+        Mode::Tcp => MemoryNode::new(size_bytes),
+        Mode::Shm => MemoryNode::shared(size_bytes).expect("memfd region"),
     };
-    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), Arc::new(node), SECRET)
+    MemoryServerHandle::bind("127.0.0.1:0".parse().unwrap(), Arc::new(node), keyring())
         .expect("bind memory server")
 }
 
@@ -70,7 +74,7 @@ fn cluster(servers: &[&MemoryServerHandle]) -> TcpCluster {
 }
 
 fn cluster_on(mode: Mode, servers: &[&MemoryServerHandle]) -> TcpCluster {
-    TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), SECRET).shm(mode == Mode::Shm)
+    TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), keyring()).shm(mode == Mode::Shm)
 }
 
 /// Run `f` as a compute thread does: current_thread runtime plus LocalSet.
@@ -87,7 +91,22 @@ fn run<F: Future>(f: F) -> F::Output {
     })
 }
 
+/// A connection authenticated as compute node 1, for raw frames.
 fn raw(addr: SocketAddr) -> TcpStream {
+    raw_as(addr, Role::Compute, 1)
+}
+
+/// A connection authenticated as `role` claiming `id`.
+fn raw_as(addr: SocketAddr, role: Role, id: u64) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    tandem_fabric::auth::connect(&mut s, &keyring(), role, id, deadline).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s
+}
+
+/// A connection that has not authenticated.
+fn unauthenticated(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     s
@@ -409,6 +428,14 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
         g.write_all(&noise).unwrap();
         let _ = g.shutdown(Shutdown::Write);
         read_until_closed(&mut g);
+        // ... and before any handshake, as noise, or as a frame that needs no
+        // authentication to look plausible: closed with no answer.
+        for bytes in [noise.clone(), frame(ClientMsg::Info), u32::MAX.to_le_bytes().to_vec()] {
+            let mut g = unauthenticated(addr);
+            g.write_all(&bytes).unwrap();
+            let _ = g.shutdown(Shutdown::Write);
+            assert!(read_until_closed(&mut g).is_empty());
+        }
 
         // An oversized length prefix closes at once, with no end of stream needed.
         let mut g = raw(addr);
@@ -453,7 +480,7 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
         g.write_all(&bad).unwrap();
         read_until_closed(&mut g);
 
-        // A wrong key in Hello, a wrong admin secret, a batch before any Hello:
+        // A wrong key in Hello, Admin on a compute connection, a batch before any Hello:
         // each gets a Reject and the connection closes.
         for (msg, reason) in [
             (
@@ -464,10 +491,7 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
                 },
                 RejectReason::BadKey,
             ),
-            (
-                ClientMsg::Admin { secret: SECRET ^ 1 },
-                RejectReason::BadSecret,
-            ),
+            (ClientMsg::Admin, RejectReason::NotAdmin),
             (
                 ClientMsg::Batch {
                     req_id: 0,
@@ -483,10 +507,17 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
                 vec![ServerMsg::Reject { reason }]
             );
         }
-        let err = TcpCluster::new(vec![addr], SECRET ^ 1)
+        let other = Keyring::from_master_hex(&Keyring::new_master_hex()).unwrap();
+        let err = TcpCluster::new(vec![addr], other)
             .register(2)
             .await
-            .expect_err("wrong secret accepted");
+            .expect_err("another cluster's keys accepted");
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied);
+        let compute_only = keyring().only(&[Role::Compute]);
+        let err = TcpCluster::new(vec![addr], compute_only)
+            .register(2)
+            .await
+            .expect_err("a compute keyring registered a node");
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
 
         // The connection that was open all along, and a new one, still work.
@@ -513,7 +544,7 @@ fn a_data_connection_with_a_wrong_key_executes_nothing() {
         // Wrong key, another node's key, and no key at all for an
         // unregistered node; the batch is pipelined right behind the Hello.
         for (compute, key) in [(1, keys1[0] ^ 0x100), (2, keys1[0]), (9, 0)] {
-            let mut g = raw(addr);
+            let mut g = raw_as(addr, Role::Compute, compute as u64);
             let mut bytes = frame(ClientMsg::Hello {
                 compute,
                 key,
@@ -552,6 +583,8 @@ fn a_lost_connection_completes_every_verb_with_unavailable() {
     let addr = listener.local_addr().unwrap();
     let fake = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        tandem_fabric::auth::accept(&mut s, &keyring(), &[Role::Compute], deadline).unwrap();
         let mut body = Vec::new();
         let mut rd = s.try_clone().unwrap();
         assert!(matches!(wire::read_frame(&mut rd, &mut body), Ok(true)));
@@ -564,7 +597,7 @@ fn a_lost_connection_completes_every_verb_with_unavailable() {
         assert!(matches!(wire::read_frame(&mut rd, &mut body), Ok(true)));
     });
     run(async {
-        let fabric = TcpCluster::new(vec![addr], SECRET)
+        let fabric = TcpCluster::new(vec![addr], keyring())
             .connect(1, &[42])
             .await
             .unwrap();
@@ -632,8 +665,8 @@ fn a_connection_follows_its_client_across_pollers_in_posting_order() {
         urgent: false,
     };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let node = Arc::new(MemoryNode::new(4096, 0xC0FFEE));
-    let s = MemoryServerHandle::spawn_with(listener, node, SECRET, polling).unwrap();
+    let node = Arc::new(MemoryNode::new(4096));
+    let s = MemoryServerHandle::spawn_with(listener, node, keyring(), polling).unwrap();
     let c = cluster(&[&s]);
     let hops = 6;
     // Before this thread pins itself, while it may run on every CPU.
@@ -676,8 +709,8 @@ fn a_priority_connection_is_served_while_the_other_poller_is_stuck() {
         urgent: true,
     };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let node = Arc::new(MemoryNode::new(1 << 20, 0xC0FFEE));
-    let s = MemoryServerHandle::spawn_with(listener, node, SECRET, polling).unwrap();
+    let node = Arc::new(MemoryNode::new(1 << 20));
+    let s = MemoryServerHandle::spawn_with(listener, node, keyring(), polling).unwrap();
     let c = cluster(&[&s]);
     run(async {
         let stuck = c.register(1).await.unwrap()[0];

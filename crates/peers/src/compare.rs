@@ -223,13 +223,7 @@ fn run_tandem(cfg: &CompareConfig, clients: usize, shm: bool) -> Result<SystemRe
     rc.validate()?;
     let layout = Layout::new(&rc.store_config())?;
     let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
-    let secret = {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        (t ^ ((std::process::id() as u64) << 32)) | 1
-    };
+    let secret = tandem_fabric::auth::MasterSecret::generate();
     let (exe, count) = (&cfg.tandem_exe, rc.memory_nodes as usize);
     let servers = MemoryServers::spawn_pinned(exe, count, region, secret, shm).map_err(|e| {
         format!(

@@ -36,22 +36,18 @@ fn memory_server(args: &[String]) -> Result<(), String> {
         .ok_or("--mem missing")?
         .parse()
         .map_err(|_| "--mem takes bytes")?;
-    let secret = u64::from_str_radix(
-        &std::env::var("TANDEM_SECRET").map_err(|_| "TANDEM_SECRET missing")?,
-        16,
-    )
-    .map_err(|e| e.to_string())?;
+    let keys = tandem_fabric::auth::Keyring::from_env()?.ok_or("TANDEM_SECRET missing")?;
     let listener = std::net::TcpListener::bind(&listen).map_err(|e| e.to_string())?;
     let node = Arc::new(match args.iter().any(|a| a == "--shm") {
-        true => tandem_fabric::MemoryNode::shared(bytes, secret.rotate_left(17))
+        true => tandem_fabric::MemoryNode::shared(bytes)
             .map_err(|e| e.to_string())?,
-        false => tandem_fabric::MemoryNode::new(bytes, secret.rotate_left(17)),
+        false => tandem_fabric::MemoryNode::new(bytes),
     });
     println!(
         "listening on {}",
         listener.local_addr().map_err(|e| e.to_string())?
     );
-    tandem_fabric::tcp::serve(listener, node, secret).map_err(|e| e.to_string())
+    tandem_fabric::tcp::serve(listener, node, keys).map_err(|e| e.to_string())
 }
 
 fn workspace() -> PathBuf {

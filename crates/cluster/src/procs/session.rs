@@ -289,7 +289,8 @@ fn start_heartbeats(membership: &[SocketAddr], node: u16, every: Duration, stop:
             let mut conn: Option<TcpStream> = None;
             while !stop.load(Ordering::Relaxed) {
                 if conn.is_none() {
-                    match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+                    let hb = ToMembership::Heartbeat(node);
+                    match super::trust::dial(addr, Duration::from_millis(500), &hb) {
                         Ok(c) => {
                             let _ = c.set_nodelay(true);
                             conn = Some(c);
@@ -492,9 +493,13 @@ fn ask_one(
     let unreachable = |e: std::io::Error| {
         JoinError::Unreachable(format!("cannot reach membership at {addr}: {e}"))
     };
-    let mut conn =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(unreachable)?;
-    let _ = conn.set_nodelay(true);
+    let mut conn = super::trust::dial(addr, Duration::from_secs(2), msg).map_err(|e| {
+        match e.kind() {
+            // A membership that does not hold our key, or we lack one: waiting won't help.
+            std::io::ErrorKind::PermissionDenied => JoinError::Refused(e.to_string()),
+            _ => unreachable(e),
+        }
+    })?;
     send_line(&mut conn, msg).map_err(unreachable)?;
     let mut lines = BufReader::new(conn.try_clone().map_err(unreachable)?).lines();
     let first = match lines.next() {

@@ -18,6 +18,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::Poll;
 
+use tandem_auth::{AuthError, ClientHandshake, Keyring, Role, CHALLENGE_BYTES, HANDSHAKE_DEADLINE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -28,11 +29,12 @@ use crate::verb::{ComputeNodeId, MemNodeId};
 use crate::Fabric;
 
 /// The memory servers of one cluster, in memory-node order (`addrs[i]` is
-/// memory node `i`), and the admin secret they share.
+/// memory node `i`), and the credentials this process holds: the admin
+/// key to register and revoke, the compute key to open data connections.
 #[derive(Clone, Debug)]
 pub struct TcpCluster {
     pub addrs: Vec<SocketAddr>,
-    pub secret: u64,
+    pub keys: Keyring,
     /// Data connections ask to be served first (see [`TcpCluster::prioritised`]).
     pub priority: bool,
     /// Whether queue pairs map the servers' shared regions instead of
@@ -44,10 +46,10 @@ pub struct TcpCluster {
 }
 
 impl TcpCluster {
-    pub fn new(addrs: Vec<SocketAddr>, secret: u64) -> Self {
+    pub fn new(addrs: Vec<SocketAddr>, keys: Keyring) -> Self {
         TcpCluster {
             addrs,
-            secret,
+            keys,
             priority: false,
             shm: None,
             yield_per_batch: false,
@@ -100,7 +102,7 @@ impl TcpCluster {
         compute: ComputeNodeId,
     ) -> io::Result<RegionKey> {
         let addr = self.addr(mem)?;
-        match admin_call(addr, self.secret, ClientMsg::Register { compute }).await? {
+        match admin_call(addr, &self.keys, ClientMsg::Register { compute }).await? {
             ServerMsg::Registered { key } => Ok(key),
             ServerMsg::Reject {
                 reason: RejectReason::Fenced,
@@ -117,7 +119,7 @@ impl TcpCluster {
     pub async fn revoke_on(&self, mems: &[MemNodeId], compute: ComputeNodeId) -> io::Result<()> {
         let calls = mems.iter().map(|&m| async move {
             let addr = self.addr(m)?;
-            match admin_call(addr, self.secret, ClientMsg::Revoke { compute }).await? {
+            match admin_call(addr, &self.keys, ClientMsg::Revoke { compute }).await? {
                 ServerMsg::Revoked => Ok(()),
                 other => Err(unexpected(addr, &other)),
             }
@@ -189,7 +191,7 @@ impl TcpCluster {
     /// `Revoked`). An error means some server may not have revoked yet.
     pub async fn revoke(&self, compute: ComputeNodeId) -> io::Result<()> {
         let calls = self.addrs.iter().map(|&addr| async move {
-            match admin_call(addr, self.secret, ClientMsg::Revoke { compute }).await? {
+            match admin_call(addr, &self.keys, ClientMsg::Revoke { compute }).await? {
                 ServerMsg::Revoked => Ok(()),
                 other => Err(unexpected(addr, &other)),
             }
@@ -200,7 +202,7 @@ impl TcpCluster {
     /// The region size of every memory server, in memory-node order.
     pub async fn info(&self) -> io::Result<Vec<u64>> {
         let calls = self.addrs.iter().map(|&addr| async move {
-            match admin_call(addr, self.secret, ClientMsg::Info).await? {
+            match admin_call(addr, &self.keys, ClientMsg::Info).await? {
                 ServerMsg::Info { size_bytes } => Ok(size_bytes),
                 other => Err(unexpected(addr, &other)),
             }
@@ -254,10 +256,10 @@ impl TcpCluster {
     ) -> io::Result<TcpQp> {
         let mem = mem as MemNodeId;
         let attached = match self.shm {
-            Some(true) => Some(crate::shm::attach(addr, compute, key)?),
+            Some(true) => Some(crate::shm::attach(addr, &self.keys, compute, key)?),
             Some(false) => None,
             None if !addr.ip().is_loopback() => None,
-            None => match crate::shm::attach(addr, compute, key) {
+            None => match crate::shm::attach(addr, &self.keys, compute, key) {
                 Ok(a) => Some(a),
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => None,
                 Err(e) => return Err(e),
@@ -267,7 +269,7 @@ impl TcpCluster {
             let link = (node, compute, key, self.yield_per_batch);
             return TcpQp::start_shm(link, stream, mem);
         }
-        let stream = hello(addr, compute, key, self.priority).await?;
+        let stream = hello(addr, &self.keys, compute, key, self.priority).await?;
         Ok(TcpQp::start(stream, mem))
     }
 }
@@ -349,12 +351,14 @@ impl Fabric for TcpFabric {
 /// The data-connection handshake: `Hello`, then `HelloOk` or a rejection.
 async fn hello(
     addr: SocketAddr,
+    keys: &Keyring,
     compute: ComputeNodeId,
     key: RegionKey,
     priority: bool,
 ) -> io::Result<TcpStream> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
+    authenticate(&mut stream, addr, keys, Role::Compute, compute as u64).await?;
     let mut buf = Vec::new();
     ClientMsg::Hello {
         compute,
@@ -371,15 +375,17 @@ async fn hello(
 
 /// One control request on a fresh admin connection. Control requests are
 /// rare (join, failure), so a connection each keeps no state to go stale.
-async fn admin_call(addr: SocketAddr, secret: u64, msg: ClientMsg) -> io::Result<ServerMsg> {
+async fn admin_call(addr: SocketAddr, keys: &Keyring, msg: ClientMsg) -> io::Result<ServerMsg> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
+    // Nothing is sent to a server that cannot prove it holds the admin key.
+    authenticate(&mut stream, addr, keys, Role::Admin, 0).await?;
     let mut buf = Vec::new();
-    ClientMsg::Admin { secret }.encode(&mut buf);
+    ClientMsg::Admin.encode(&mut buf);
     stream.write_all(&buf).await?;
-    // Wait for the secret to be accepted before sending the request: a
-    // server that rejects closes at once, and unread request bytes would turn
-    // its close into a reset that can swallow the `Reject`.
+    // Wait for `AdminOk` before sending the request: a server that rejects
+    // closes at once, and unread request bytes would turn its close into a
+    // reset that can swallow the `Reject`.
     match read_msg(&mut stream, &mut buf).await? {
         ServerMsg::AdminOk => {}
         other => return Err(unexpected(addr, &other)),
@@ -390,6 +396,43 @@ async fn admin_call(addr: SocketAddr, secret: u64, msg: ClientMsg) -> io::Result
     let answer = read_msg(&mut stream, &mut buf).await?;
     let _ = stream.shutdown().await;
     Ok(answer)
+}
+
+/// The mutual handshake every memory server runs first (`tandem_auth`), as
+/// `role` claiming `id`, within [`HANDSHAKE_DEADLINE`].
+pub(crate) async fn authenticate(
+    stream: &mut TcpStream,
+    addr: SocketAddr,
+    keys: &Keyring,
+    role: Role,
+    id: u64,
+) -> io::Result<()> {
+    let denied = |e: AuthError| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("memory server {addr}: {e}"),
+        )
+    };
+    let run = async {
+        let (hs, hello) = ClientHandshake::start(keys, role, id).map_err(denied)?;
+        stream.write_all(&hello).await?;
+        let mut challenge = [0u8; CHALLENGE_BYTES];
+        stream.read_exact(&mut challenge).await?;
+        let proof = hs.challenge(&challenge).map_err(denied)?;
+        stream.write_all(&proof).await?;
+        let mut verdict = [0u8; 1];
+        match stream.read_exact(&mut verdict).await {
+            Ok(_) if verdict[0] == tandem_auth::handshake::VERDICT_ACCEPTED => Ok(()),
+            _ => Err(denied(AuthError::BadProof)),
+        }
+    };
+    match tokio::time::timeout(HANDSHAKE_DEADLINE, run).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("memory server {addr}: {}", AuthError::Deadline),
+        )),
+    }
 }
 
 /// Read and decode one server frame.
@@ -407,7 +450,7 @@ fn unexpected(addr: SocketAddr, msg: &ServerMsg) -> io::Error {
     match msg {
         ServerMsg::Reject { reason } => {
             let kind = match reason {
-                RejectReason::BadKey | RejectReason::BadSecret | RejectReason::Fenced => {
+                RejectReason::BadKey | RejectReason::NotAdmin | RejectReason::Fenced => {
                     io::ErrorKind::PermissionDenied
                 }
                 RejectReason::Busy => io::ErrorKind::ConnectionRefused,

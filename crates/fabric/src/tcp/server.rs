@@ -4,35 +4,47 @@
 //! Threads: the acceptor (the caller of [`serve`]), one short-lived thread
 //! per connection for its handshake, and the polling threads of
 //! [`poller`](super::poller) that read, execute and answer verbs (one by
-//! default; see [`Polling`]). A connection's first frame decides what it is:
+//! default; see [`Polling`]).
+//!
+//! Every connection first runs the mutual handshake of `tandem_auth` within
+//! one deadline, reading nothing but its fixed-size messages: as the admin
+//! role or as the compute role. At most [`PENDING_MAX`] connections may be
+//! unauthenticated at once; a new one evicts the oldest, so sockets that
+//! trickle bytes can never crowd out the membership's Register and Revoke.
+//! Only authenticated connections count toward [`CONNECTIONS_MAX`]. Then
+//! the connection's first frame decides what it is:
 //! - `Hello { compute, key }` opens a data connection if
 //!   [`MemoryNode::is_authorized`] accepts the key; it is then handed to the
 //!   poller and its thread ends.
-//! - `Admin { secret }` opens a control connection for `Register`, `Revoke`
+//! - `Admin` (on an admin-authenticated connection) opens a control connection for `Register`, `Revoke`
 //!   and `Info`, answered by its own thread: they are rare and touch only
 //!   the node's key table, so they need not queue behind verbs.
 //!
-//! A wrong key or secret gets a `Reject` and the connection is closed, before
+//! A wrong key or role gets a `Reject` and the connection is closed, before
 //! anything executes. Garbage, oversized or truncated frames close that one
 //! connection with a `log::warn!`; nothing a peer sends can stop the server
 //! or disturb another connection. A memory server holds raw memory, so it
 //! binds only the address it is given (callers default to loopback).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufReader, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tandem_auth::{Keyring, Role};
 
 use crate::memory::MemoryNode;
 use crate::shm::ShmEndpoint;
 use crate::tcp::poller::{self, Handover, WorkQueue};
 use crate::tcp::wire::{self, ClientMsg, RejectReason, ServerMsg};
 
-/// Connections served at once; more are refused with `Reject { Busy }`.
-const CONNECTIONS_MAX: usize = 1024;
+/// Authenticated connections served at once; more are refused with `Reject { Busy }`.
+pub const CONNECTIONS_MAX: usize = 1024;
+/// Connections still in their handshake; a new one evicts the oldest.
+pub const PENDING_MAX: usize = 64;
 /// A connection must complete its handshake within this time, so idle
 /// unauthenticated sockets cannot pin reader threads.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -113,7 +125,7 @@ struct PollerSlot {
 /// State shared by the acceptor, the connection threads and the pollers.
 struct Shared {
     node: Arc<MemoryNode>,
-    secret: u64,
+    keys: Keyring,
     pollers: Vec<PollerSlot>,
     /// Data connections moved from one poller to another.
     moves: AtomicU64,
@@ -121,11 +133,32 @@ struct Shared {
     next_conn: AtomicU64,
     /// Open connections, so shutdown can close them and the acceptor can bound them.
     conns: Mutex<HashMap<u64, TcpStream>>,
+    /// Those of `conns` still in their handshake, oldest first (locked after `conns`).
+    pending: Mutex<VecDeque<u64>>,
 }
 
 impl Shared {
     fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, TcpStream>> {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, VecDeque<u64>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Connection `conn` authenticated: it leaves the pending ones. False if
+    /// it was evicted meanwhile, or the authenticated ones are at their cap.
+    fn authenticated(&self, conn: u64) -> bool {
+        let conns = self.conns();
+        let mut pending = self.pending();
+        pending.retain(|c| *c != conn);
+        conns.contains_key(&conn) && conns.len() - pending.len() <= CONNECTIONS_MAX
+    }
+
+    fn forget(&self, conn: u64) {
+        let mut conns = self.conns();
+        conns.remove(&conn);
+        self.pending().retain(|c| *c != conn);
     }
 
     /// Hand a new data connection to the poller with the fewest
@@ -163,22 +196,22 @@ impl Shared {
 }
 
 /// Serve `node` on `listener` forever (the memory-server process's main loop).
-/// Admin connections must present `secret`. Returns only if the polling
-/// thread cannot be started.
-pub fn serve(listener: TcpListener, node: Arc<MemoryNode>, secret: u64) -> io::Result<()> {
-    serve_with(listener, node, secret, Polling::default())
+/// Connections authenticate with the admin or compute key of `keys`.
+/// Returns only if the polling thread cannot be started.
+pub fn serve(listener: TcpListener, node: Arc<MemoryNode>, keys: Keyring) -> io::Result<()> {
+    serve_with(listener, node, keys, Polling::default())
 }
 
 /// [`serve`], polling as `polling` says.
 pub fn serve_with(
     listener: TcpListener,
     node: Arc<MemoryNode>,
-    secret: u64,
+    keys: Keyring,
     polling: Polling,
 ) -> io::Result<()> {
     let port = listener.local_addr()?.port();
-    let _shm = shm_endpoint(&node, port)?;
-    let (shared, _pollers) = start(node, secret, port, polling)?;
+    let _shm = shm_endpoint(&node, &keys, port)?;
+    let (shared, _pollers) = start(node, keys, port, polling)?;
     accept_loop(&listener, &shared);
     Ok(())
 }
@@ -195,20 +228,20 @@ pub struct MemoryServerHandle {
 
 impl MemoryServerHandle {
     /// Serve `node` on `listener` from background threads.
-    pub fn spawn(listener: TcpListener, node: Arc<MemoryNode>, secret: u64) -> io::Result<Self> {
-        Self::spawn_with(listener, node, secret, Polling::default())
+    pub fn spawn(listener: TcpListener, node: Arc<MemoryNode>, keys: Keyring) -> io::Result<Self> {
+        Self::spawn_with(listener, node, keys, Polling::default())
     }
 
     /// [`spawn`](Self::spawn), polling as `polling` says.
     pub fn spawn_with(
         listener: TcpListener,
         node: Arc<MemoryNode>,
-        secret: u64,
+        keys: Keyring,
         polling: Polling,
     ) -> io::Result<Self> {
         let addr = listener.local_addr()?;
-        let shm = shm_endpoint(&node, addr.port())?;
-        let (shared, pollers) = start(node, secret, addr.port(), polling)?;
+        let shm = shm_endpoint(&node, &keys, addr.port())?;
+        let (shared, pollers) = start(node, keys, addr.port(), polling)?;
         let s = shared.clone();
         let acceptor = thread::Builder::new()
             .name(format!("memaccept-{}", addr.port()))
@@ -231,8 +264,8 @@ impl MemoryServerHandle {
     }
 
     /// Bind `addr` (e.g. `127.0.0.1:0`) and serve `node` from background threads.
-    pub fn bind(addr: SocketAddr, node: Arc<MemoryNode>, secret: u64) -> io::Result<Self> {
-        Self::spawn(TcpListener::bind(addr)?, node, secret)
+    pub fn bind(addr: SocketAddr, node: Arc<MemoryNode>, keys: Keyring) -> io::Result<Self> {
+        Self::spawn(TcpListener::bind(addr)?, node, keys)
     }
 
     /// The address the server listens on.
@@ -300,11 +333,11 @@ impl Drop for MemoryServerHandle {
 }
 
 /// The shm endpoint of a memory server whose region is shared.
-fn shm_endpoint(node: &Arc<MemoryNode>, port: u16) -> io::Result<Option<ShmEndpoint>> {
+fn shm_endpoint(node: &Arc<MemoryNode>, keys: &Keyring, port: u16) -> io::Result<Option<ShmEndpoint>> {
     if !node.is_shared() {
         return Ok(None);
     }
-    ShmEndpoint::start(node.clone(), port).map(Some)
+    ShmEndpoint::start(node.clone(), keys.clone(), port).map(Some)
 }
 
 /// Thread names stay within Linux's 15 visible characters and carry the
@@ -312,7 +345,7 @@ fn shm_endpoint(node: &Arc<MemoryNode>, port: u16) -> io::Result<Option<ShmEndpo
 /// `mempoll-PORT`, then `mempoll-PORT.1`, `.2`, ...
 fn start(
     node: Arc<MemoryNode>,
-    secret: u64,
+    keys: Keyring,
     port: u16,
     polling: Polling,
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
@@ -344,12 +377,13 @@ fn start(
     }
     let shared = Arc::new(Shared {
         node,
-        secret,
+        keys,
         pollers,
         moves: AtomicU64::new(0),
         stopping: AtomicBool::new(false),
         next_conn: AtomicU64::new(1),
         conns: Mutex::new(HashMap::new()),
+        pending: Mutex::new(VecDeque::new()),
     });
     let mut handles = Vec::new();
     for (i, poll) in polls.into_iter().enumerate() {
@@ -426,11 +460,14 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 fn admit(shared: &Arc<Shared>, conn: u64, stream: TcpStream, peer: SocketAddr) -> io::Result<()> {
     {
         let mut conns = shared.conns();
-        if conns.len() >= CONNECTIONS_MAX {
-            drop(conns);
-            reject(&stream, RejectReason::Busy);
-            return Err(io::Error::other("connection limit reached"));
+        let mut pending = shared.pending();
+        if pending.len() >= PENDING_MAX {
+            // The oldest handshake has had the most time: it goes.
+            if let Some(s) = pending.pop_front().and_then(|old| conns.remove(&old)) {
+                let _ = s.shutdown(Shutdown::Both);
+            }
         }
+        pending.push_back(conn);
         conns.insert(conn, stream.try_clone()?);
     }
     let s = shared.clone();
@@ -439,13 +476,14 @@ fn admit(shared: &Arc<Shared>, conn: u64, stream: TcpStream, peer: SocketAddr) -
         .stack_size(READER_STACK_BYTES)
         .spawn(move || {
             if !serve_connection(&s, conn, stream, peer) {
-                s.conns().remove(&conn);
+                s.forget(conn);
             }
         });
     if let Err(e) = spawned {
         if let Some(s) = shared.conns().remove(&conn) {
             let _ = s.shutdown(Shutdown::Both);
         }
+        shared.forget(conn);
         return Err(e);
     }
     Ok(())
@@ -469,7 +507,22 @@ fn reply(stream: &TcpStream, msg: &ServerMsg, buf: &mut Vec<u8>) -> io::Result<(
 
 /// One connection's thread: the handshake, then control frames, or the hand-over
 /// of a data connection to the poller. Returns whether the poller took it.
-fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketAddr) -> bool {
+fn serve_connection(shared: &Shared, conn: u64, mut stream: TcpStream, peer: SocketAddr) -> bool {
+    let _ = stream.set_nodelay(true);
+    let deadline = Instant::now() + tandem_auth::HANDSHAKE_DEADLINE;
+    let who = match tandem_auth::accept(&mut stream, &shared.keys, &[Role::Admin, Role::Compute], deadline) {
+        Ok(who) => who,
+        Err(e) => {
+            log::warn!("memory server: connection {conn} from {peer}: {e}");
+            let _ = stream.shutdown(Shutdown::Both);
+            return false;
+        }
+    };
+    if !shared.authenticated(conn) {
+        log::warn!("memory server: connection {conn} from {peer}: at the connection limit");
+        reject(&stream, RejectReason::Busy);
+        return false;
+    }
     let setup = stream
         .set_nodelay(true)
         .and_then(|()| stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)))
@@ -501,7 +554,7 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
             compute,
             key,
             priority,
-        }) => {
+        }) if who.role == Role::Compute && who.id == compute as u64 => {
             if !shared.node.is_authorized(compute, key) {
                 log::warn!("memory server: connection {conn} from {peer}: wrong or revoked key for compute {compute}");
                 reject(&stream, RejectReason::BadKey);
@@ -526,10 +579,18 @@ fn serve_connection(shared: &Shared, conn: u64, stream: TcpStream, peer: SocketA
                 early,
             });
         }
-        Ok(ClientMsg::Admin { secret }) => {
-            if secret != shared.secret {
-                log::warn!("memory server: connection {conn} from {peer}: wrong admin secret");
-                reject(&stream, RejectReason::BadSecret);
+        Ok(ClientMsg::Hello { compute, .. }) => {
+            log::warn!(
+                "memory server: connection {conn} from {peer}: authenticated as {} {} but said hello as compute node {compute}",
+                who.role,
+                who.id
+            );
+            reject(&stream, RejectReason::BadKey);
+        }
+        Ok(ClientMsg::Admin) => {
+            if who.role != Role::Admin {
+                log::warn!("memory server: connection {conn} from {peer}: Admin from the {} role", who.role);
+                reject(&stream, RejectReason::NotAdmin);
                 return false;
             }
             admin_loop(shared, conn, peer, &stream, &mut rd, &mut body);

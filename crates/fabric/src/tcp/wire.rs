@@ -25,7 +25,7 @@ pub const FRAME_BYTES_MAX: usize = 4 << 20;
 pub const FRAME_HEADER_BYTES: usize = 4;
 /// Version byte carried by `Hello` and `Admin`: peers of different versions
 /// fail the handshake instead of misreading each other's frames.
-pub const PROTOCOL_VERSION: u8 = 2;
+pub const PROTOCOL_VERSION: u8 = 3;
 
 // Client-to-server opcodes.
 const OP_HELLO: u8 = 0x01;
@@ -128,8 +128,8 @@ impl From<FrameError> for io::Error {
 pub enum RejectReason {
     /// `Hello` with a key that is not (or no longer) the compute node's key.
     BadKey = 1,
-    /// `Admin` with the wrong secret.
-    BadSecret = 2,
+    /// `Admin` on a connection that did not authenticate as the admin role.
+    NotAdmin = 2,
     /// A frame that is well formed but not allowed here (e.g. `Batch` before `Hello`).
     Protocol = 3,
     /// The server is at its connection limit.
@@ -143,7 +143,7 @@ impl RejectReason {
     fn from_u8(r: u8) -> Result<Self, FrameError> {
         Ok(match r {
             1 => RejectReason::BadKey,
-            2 => RejectReason::BadSecret,
+            2 => RejectReason::NotAdmin,
             3 => RejectReason::Protocol,
             4 => RejectReason::Busy,
             5 => RejectReason::Fenced,
@@ -168,10 +168,8 @@ pub enum ClientMsg {
         req_id: u64,
         verbs: Vec<Verb>,
     },
-    /// First frame of a control connection.
-    Admin {
-        secret: u64,
-    },
+    /// First frame of a control connection (one authenticated as admin).
+    Admin,
     Register {
         compute: ComputeNodeId,
     },
@@ -347,10 +345,9 @@ impl ClientMsg {
                 out.push(*priority as u8);
                 end_frame(out, start);
             }
-            ClientMsg::Admin { secret } => {
+            ClientMsg::Admin => {
                 let start = begin_frame(out, OP_ADMIN);
                 out.push(PROTOCOL_VERSION);
-                out.extend_from_slice(&secret.to_le_bytes());
                 end_frame(out, start);
             }
             ClientMsg::Register { compute } | ClientMsg::Revoke { compute } => {
@@ -408,7 +405,7 @@ impl ClientMsg {
             }
             OP_ADMIN => {
                 check_version(c.u8()?)?;
-                ClientMsg::Admin { secret: c.u64()? }
+                ClientMsg::Admin
             }
             OP_REGISTER => ClientMsg::Register { compute: c.u16()? },
             OP_REVOKE => ClientMsg::Revoke { compute: c.u16()? },
@@ -548,7 +545,7 @@ impl ClientMsg {
         match self {
             ClientMsg::Hello { .. } => "Hello",
             ClientMsg::Batch { .. } => "Batch",
-            ClientMsg::Admin { .. } => "Admin",
+            ClientMsg::Admin => "Admin",
             ClientMsg::Register { .. } => "Register",
             ClientMsg::Revoke { .. } => "Revoke",
             ClientMsg::Info => "Info",
@@ -694,7 +691,7 @@ mod tests {
                     Verb::faa(u64::MAX, u64::MAX),
                 ],
             },
-            ClientMsg::Admin { secret: 42 },
+            ClientMsg::Admin,
             ClientMsg::Register { compute: u16::MAX },
             ClientMsg::Revoke { compute: 0 },
             ClientMsg::Info,
@@ -732,7 +729,7 @@ mod tests {
                 reason: RejectReason::BadKey,
             },
             ServerMsg::Reject {
-                reason: RejectReason::BadSecret,
+                reason: RejectReason::NotAdmin,
             },
             ServerMsg::Reject {
                 reason: RejectReason::Protocol,
