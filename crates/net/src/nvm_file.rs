@@ -277,7 +277,7 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
             match OpenOptions::new().read(true).write(true).open(&path) {
                 Ok(file) => open_existing::<R>(&path, file, capacity, durability)?,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    let (file, map) = create_fresh(&path, capacity, &[], durability)?;
+                    let (file, map) = create_fresh(&path, capacity, &[], durability, &path)?;
                     (file, map, Nvm::new(), FILE_HEADER)
                 }
                 Err(e) => return Err(annotate(&path, e)),
@@ -424,7 +424,8 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
         if live + frame_len > self.map.len() {
             return Err(self.full_error(live, image.len(), frame_len));
         }
-        let (file, map) = create_fresh(&self.path, self.map.len(), &body, self.durability)?;
+        let tmp = tmp_path(&self.path);
+        let (file, map) = create_fresh(&self.path, self.map.len(), &body, self.durability, &tmp)?;
         self.file = file;
         self.map = map;
         self.tail = live;
@@ -847,7 +848,10 @@ fn reserve(path: &Path, file: &File, len: usize) -> io::Result<()> {
             path,
             io::Error::new(
                 e.kind(),
-                format!("no space left on device (reserving {len} bytes): {e}"),
+                format!(
+                    "no space left on device (reserving {len} bytes; os error {})",
+                    e.raw_os_error().unwrap_or(0)
+                ),
             ),
         )),
         _ => Err(annotate(
@@ -860,13 +864,14 @@ fn reserve(path: &Path, file: &File, len: usize) -> io::Result<()> {
 /// Write a fresh file of `capacity` bytes holding `body` after the magic
 /// to `<path>.tmp`, then rename it over `path`. Under
 /// [`Durability::Machine`] the file and the rename are made durable. If
-/// the space cannot be reserved, the tmp file is removed and `path` is
-/// left as it was.
+/// the space cannot be reserved, the tmp file is removed, `path` is left
+/// as it was, and the error names `name` (the file the caller is making).
 fn create_fresh(
     path: &Path,
     capacity: usize,
     body: &[u8],
     durability: Durability,
+    name: &Path,
 ) -> io::Result<(File, MmapMut)> {
     let tmp = tmp_path(path);
     let opts = OpenOptions::new()
@@ -876,7 +881,7 @@ fn create_fresh(
         .truncate(true)
         .clone();
     let file = opts.open(&tmp).map_err(|e| annotate(&tmp, e))?;
-    if let Err(e) = reserve(&tmp, &file, capacity) {
+    if let Err(e) = reserve(name, &file, capacity) {
         drop(file);
         let _ = fs::remove_file(&tmp);
         return Err(e);

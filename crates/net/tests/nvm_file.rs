@@ -655,3 +655,124 @@ fn measure_one_million_appends() {
         n as f64 / secs
     );
 }
+
+/// Environment variable that turns `disk_full_child_helper` into the
+/// child: the directory of a 256 KiB tmpfs, mounted for it alone.
+const DISK_FULL_ENV: &str = "TANDEM_NVM_DISK_FULL_CHILD";
+
+/// The child side of `a_full_disk_is_a_clean_error_not_sigbus`: on a
+/// 256 KiB tmpfs, (1) open a 1 MiB NVM file — it must fail with "no
+/// space" (a sparse file would open, then die of SIGBUS when the appends
+/// reach past 256 KiB; they are attempted if the open succeeds); (2) fill
+/// a 160 KiB file until it compacts — the compaction's second 160 KiB
+/// cannot be reserved, which must be a clean error that leaves the file
+/// whole. Reports on stdout. A no-op as a normal test.
+#[test]
+fn disk_full_child_helper() {
+    let Ok(dir) = std::env::var(DISK_FULL_ENV) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let big = dir.join("big");
+    match NvmFile::<Rec>::open(&big, 1 << 20) {
+        Err(e) => {
+            println!("open: {e}");
+            assert!(!big.exists(), "a failed create left {}", big.display());
+            assert!(!dir.join("big.tmp").exists(), "a failed create left its tmp file");
+        }
+        Ok((mut store, _)) => {
+            println!("open: the 1 MiB file opened on a 256 KiB file system");
+            for i in 0..100_000u64 {
+                if let Err(e) = store.append(&kv(i as u32, i, 8)) {
+                    println!("append: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    let small = dir.join("small");
+    let (mut store, _) = NvmFile::<Rec>::open(&small, 160 << 10).unwrap();
+    let mut appended = Vec::new();
+    let err = loop {
+        let r = kv((appended.len() % 8) as u32, appended.len() as u64, 16);
+        match store.append(&r) {
+            Ok(()) => appended.push(r),
+            Err(e) => break e,
+        }
+        assert!(appended.len() < 100_000, "a 160 KiB file never compacted");
+    };
+    println!("compact: {err}");
+    assert_eq!(store.compactions(), 0);
+    drop(store);
+    assert!(!dir.join("small.tmp").exists(), "a failed compaction left its tmp file");
+    assert_eq!(reopen(&small, 160 << 10), expected(&appended));
+    println!("child done");
+}
+
+#[test]
+fn a_full_disk_is_a_clean_error_not_sigbus() {
+    let probe = Command::new("unshare").args(["-m", "true"]).output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            println!(
+                "SKIPPED a_full_disk_is_a_clean_error_not_sigbus: `unshare -m` is not permitted here ({}): {}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            println!("SKIPPED a_full_disk_is_a_clean_error_not_sigbus: cannot run unshare: {e}");
+            return;
+        }
+    }
+    let dir = TempDir::new("disk-full");
+    let mnt = dir.0.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    // The mount lives in the child's private mount namespace only, and
+    // goes with it.
+    let script = r#"mount -t tmpfs -o size=256k tmpfs "$1" || exit 97; exec "$2" --exact disk_full_child_helper --nocapture --test-threads=1"#;
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", script, "sh"])
+        .arg(&mnt)
+        .arg(&exe)
+        .env(DISK_FULL_ENV, &mnt)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(97) {
+        println!("SKIPPED a_full_disk_is_a_clean_error_not_sigbus: cannot mount a tmpfs: {stderr}");
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        None,
+        "the child died of signal {:?} (7 is SIGBUS)\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status.signal()
+    );
+    assert!(
+        out.status.success(),
+        "the child failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    let line = |prefix: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.find(prefix).map(|i| &l[i + prefix.len()..]))
+            .unwrap_or_else(|| panic!("no '{prefix}' line\nstdout:\n{stdout}"))
+            .to_string()
+    };
+    let open = line("open: ");
+    assert!(open.contains("no space left on device"), "{open}");
+    assert!(open.contains("reserving 1048576 bytes"), "{open}");
+    assert!(open.contains(&mnt.join("big").display().to_string()), "{open}");
+    let compact = line("compact: ");
+    assert!(compact.contains("no space left on device"), "{compact}");
+    assert!(compact.contains(&mnt.join("small.tmp").display().to_string()), "{compact}");
+    assert!(stdout.contains("child done"), "{stdout}");
+    println!("nvm_file: on a full tmpfs: {open}; {compact}");
+}
