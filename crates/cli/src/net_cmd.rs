@@ -61,6 +61,7 @@ fn host_cfg(id: u16, peers: &[std::net::SocketAddr], dir: &str) -> HostConfig {
         secret: SECRET,
         nvm: std::path::Path::new(dir).join(format!("echo{id}.nvm")),
         nvm_bytes: 1 << 20,
+        nvm_corrupt: tandem_net::nvm_file::OnCorrupt::Stop,
         fsync: false,
         heartbeat: Duration::from_millis(5),
         lease: Duration::from_millis(200),

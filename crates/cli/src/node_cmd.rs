@@ -12,6 +12,7 @@ use tandem_ddp::{Bugs, DdpFactory, HealOpts, Model, Params};
 use tandem_net::host::{self, HostConfig};
 use tandem_net::manager::{self, ManagerConfig};
 use tandem_net::manager_store::{FileStore, ManagerStore};
+use tandem_net::nvm_file::{self, OnCorrupt};
 use tandem_workloads::ycsb::Ycsb;
 
 use crate::args::{net_token, parse_addrs, require_keyring};
@@ -40,6 +41,13 @@ pub struct NodeArgs {
     /// NVM file capacity.
     #[arg(long, default_value = "64M")]
     nvm_size: String,
+    /// If the NVM file is corrupt (damage before its last frame, a frame that does not decode; not a
+    /// torn last frame, which is always dropped): stop, naming the file and the byte offset and
+    /// leaving it untouched; or move-aside: rename it to <nvm>.corrupt-<unix seconds> and restart
+    /// with an empty NVM, the node rejoining by a full copy from the live members (ddp with
+    /// --recovery full-copy and a Lin, RE, Scope or Trans model only). A bad magic always stops.
+    #[arg(long, default_value = "stop")]
+    nvm_corrupt: String,
     /// Flush the NVM file to the device before acknowledging a persist (machine-crash durability).
     #[arg(long)]
     fsync: bool,
@@ -105,12 +113,33 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
         "heal" => return Err(format!("HEAL recovers the Lin models (lin-strict, lin-synch, lin-re, lin-eventual, lin-scope); not {model} (use --recovery full-copy)")),
         other => return Err(format!("unknown --recovery '{other}': full-copy or heal")),
     };
+    if nvm_corrupt(&a)? == OnCorrupt::MoveAside {
+        if heal.is_some() {
+            return Err("--nvm-corrupt move-aside needs --recovery full-copy: HEAL's catch-up sends a restarted node only what it missed while down, assuming its NVM holds the rest".into());
+        }
+        if model.rules().upd.is_some() {
+            return Err(format!("--nvm-corrupt move-aside is refused for {model}: a Causal or Eventual node takes its next incarnation from its NVM, so with an empty one it would reuse update ids the others have applied"));
+        }
+    }
     let factory = DdpFactory {
         bugs: Bugs::parse(&a.bugs)?,
         heal,
         ..DdpFactory::new(model, Params::TCP)
     };
-    host::run(cfg, listener, factory).map_err(|e| format!("node {}: {e}", a.id))
+    host::run(cfg, listener, factory).map_err(|e| node_error(a.id, &e))
+}
+
+fn nvm_corrupt(a: &NodeArgs) -> Result<OnCorrupt, String> {
+    OnCorrupt::parse(&a.nvm_corrupt).map_err(|e| format!("--nvm-corrupt: {e}"))
+}
+
+/// The message of a node that stopped: with a hint when its NVM is corrupt.
+fn node_error(id: u16, e: &std::io::Error) -> String {
+    if nvm_file::corruption(e).is_some() {
+        format!("node {id}: {e}. To move it aside and rejoin by a full copy (this node's NVM treated as lost), restart with --nvm-corrupt move-aside")
+    } else {
+        format!("node {id}: {e}")
+    }
 }
 
 /// The host configuration shared by every system: listen on our --peers
@@ -145,6 +174,7 @@ fn host_config(a: &NodeArgs) -> Result<(HostConfig, TcpListener), String> {
         secret: secret(a.secret.as_deref())?,
         nvm: a.nvm.clone(),
         nvm_bytes: crate::args::parse_size(&a.nvm_size)?,
+        nvm_corrupt: nvm_corrupt(a)?,
         fsync: a.fsync,
         heartbeat: Duration::from_millis(a.heartbeat_ms),
         lease: Duration::from_millis(a.lease_ms),
@@ -157,6 +187,9 @@ fn host_config(a: &NodeArgs) -> Result<(HostConfig, TcpListener), String> {
 fn kite_node(a: NodeArgs) -> Result<(), String> {
     if !a.bugs.is_empty() || a.recovery != "full-copy" {
         return Err("--inject-bug and --recovery are DDP's; Kite has --mutant".into());
+    }
+    if nvm_corrupt(&a)? != OnCorrupt::Stop {
+        return Err("--nvm-corrupt move-aside is DDP's: a Kite replica is crash-stop and never rejoins".into());
     }
     let mut kcfg = tandem_kite::KiteConfig::default();
     if let Some(ms) = a.timeout_ms {
@@ -181,7 +214,7 @@ fn kite_node(a: NodeArgs) -> Result<(), String> {
         kcfg.timeout_ns / 1000
     );
     host::run(cfg, listener, tandem_kite::simcheck::KiteFactory(kcfg))
-        .map_err(|e| format!("node {}: {e}", a.id))
+        .map_err(|e| node_error(a.id, &e))
 }
 
 /// Kite is crash-stop (kite.md §3): a replica back with empty state would
@@ -219,6 +252,9 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
     {
         return Err("--inject-bug and --recovery are DDP's, --timeout-ms and --mutant Kite's; zab takes none".into());
     }
+    if nvm_corrupt(&a)? != OnCorrupt::Stop {
+        return Err("--nvm-corrupt move-aside is DDP's (zab keeps nothing durable)".into());
+    }
     let (cfg, listener) = host_config(&a)?;
     let me = cfg.peers[a.id as usize].1;
     println!(
@@ -227,7 +263,7 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
         if a.id == 0 { "leader" } else { "follower" }
     );
     host::run(cfg, listener, tandem_bench::kite_zab::ZabFactory::default())
-        .map_err(|e| format!("node {}: {e}", a.id))
+        .map_err(|e| node_error(a.id, &e))
 }
 
 /// Bind `addr`, retrying for up to 5 s while it is in use: a restarted node

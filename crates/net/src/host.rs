@@ -22,7 +22,7 @@ use mio::{Poll, Waker};
 
 use crate::host_io::{Inbound, Link, WAKER};
 use crate::links::Wire;
-use crate::nvm_file::NvmFile;
+use crate::nvm_file::{self, NvmFile, OnCorrupt};
 use crate::protocol::{Command, Config, Input, NodeFactory, NodeId, SessionId, Token};
 use crate::syncer::Syncer;
 use crate::wire::{ClientResp, FromManager, Hello, NodeStats};
@@ -36,6 +36,13 @@ pub struct HostConfig {
     pub secret: u64,
     pub nvm: PathBuf,
     pub nvm_bytes: u64,
+    /// What to do if the NVM file is corrupt (not just torn at its tail):
+    /// stop with an error naming the file and offset (the default), or
+    /// move it aside and restart with an empty NVM. The node is then
+    /// recovered (`NodeFactory::recover`) from an empty image, like a
+    /// restart that lost its NVM, not started as a fresh member, so a
+    /// protocol that catches up by a copy does so before serving.
+    pub nvm_corrupt: OnCorrupt,
     /// A persist completes only once the NVM file is flushed to the device
     /// (machine crashes); a syncer thread does it, one batch at a time.
     pub fsync: bool,
@@ -156,7 +163,26 @@ impl<P: Wire> Host<P> {
         stop: Arc<AtomicBool>,
     ) -> io::Result<Self> {
         let opened = Instant::now();
-        let (mut nvm, image) = NvmFile::<P::Record>::open(&cfg.nvm, cfg.nvm_bytes)?;
+        let (mut nvm, image, lost) = match NvmFile::<P::Record>::open(&cfg.nvm, cfg.nvm_bytes) {
+            Ok((nvm, image)) => (nvm, image, false),
+            Err(e) if cfg.nvm_corrupt == OnCorrupt::MoveAside => {
+                let Some(c) = nvm_file::corruption(&e) else {
+                    return Err(e); // I/O errors and a bad magic stop regardless
+                };
+                let aside = nvm_file::move_aside(&cfg.nvm)?;
+                eprintln!(
+                    "node {}: {e}\nnode {}: --nvm-corrupt move-aside: moved {} (corrupt at byte offset {}) to {}; starting with an empty NVM (the local NVM is treated as lost)",
+                    cfg.id,
+                    cfg.id,
+                    cfg.nvm.display(),
+                    c.offset,
+                    aside.display()
+                );
+                let (nvm, image) = NvmFile::<P::Record>::open(&cfg.nvm, cfg.nvm_bytes)?;
+                (nvm, image, true)
+            }
+            Err(e) => return Err(e),
+        };
         let load_ms = opened.elapsed().as_secs_f64() * 1e3;
         let syncer = if cfg.fsync {
             nvm.sync_appended()?;
@@ -168,12 +194,14 @@ impl<P: Wire> Host<P> {
             None
         };
         let config = Config::new(0, cfg.peers.iter().map(|p| p.0).collect());
-        let proto = if image.is_empty() {
+        let proto = if image.is_empty() && !lost {
             factory.start(cfg.id, &config)
         } else {
             factory.recover(cfg.id, &config, &image)
         };
-        let how = if image.is_empty() {
+        let how = if lost {
+            "recovered with an empty NVM (its corrupt one moved aside)"
+        } else if image.is_empty() {
             "started"
         } else {
             "recovered"
@@ -450,6 +478,11 @@ impl<P: Wire> Host<P> {
 
     /// With `fsync`: complete the batches the syncer made durable, then
     /// hand it the persists since if no sync is in flight (group commit).
+    /// A failed flush stops the node and is never retried: here (after a
+    /// compaction) the error ends `run`; in the syncer thread it exits the
+    /// process before the batch counts as done; and a failed msync in
+    /// `append` exits in `persist`. (`NvmFile` also refuses every write
+    /// after one failed flush.)
     fn sync_nvm(&mut self) -> io::Result<()> {
         if self.syncer.is_none() {
             return Ok(());
