@@ -36,11 +36,27 @@ pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
 /// Authenticate the dialer on `stream` as one of `allowed`, by `deadline`.
 /// On success the stream's timeouts are cleared.
 pub fn accept<S: Stream>(stream: &mut S, keys: &Keyring, allowed: &[Role], deadline: Instant) -> Result<Peer, AuthError> {
+    accept_then(stream, keys, allowed, deadline, || {})
+}
+
+/// [`accept`], calling `on_hello` once the whole hello is in: a listener
+/// that must shed handshakes sheds those still trickling their hello first
+/// (a real dialer sends its hello at once).
+pub fn accept_then<S: Stream>(
+    stream: &mut S,
+    keys: &Keyring,
+    allowed: &[Role],
+    deadline: Instant,
+    mut on_hello: impl FnMut(),
+) -> Result<Peer, AuthError> {
     let mut hs = ServerHandshake::new(keys, allowed);
     let mut buf = [0u8; crate::HELLO_BYTES];
     let peer = loop {
         let n = hs.need();
         read_full(stream, &mut buf[..n], deadline)?;
+        if n == crate::HELLO_BYTES {
+            on_hello();
+        }
         match hs.take(&buf[..n])? {
             Next::Send(challenge) => write_full(stream, &challenge, deadline)?,
             Next::Done(peer) => break peer,

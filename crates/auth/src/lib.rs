@@ -16,5 +16,5 @@ pub mod keys;
 pub mod random;
 
 pub use handshake::{AuthError, ClientHandshake, Peer, ServerHandshake, CHALLENGE_BYTES, HELLO_BYTES, PROOF_BYTES};
-pub use io::{accept, connect, Stream, HANDSHAKE_DEADLINE};
+pub use io::{accept, accept_then, connect, Stream, HANDSHAKE_DEADLINE};
 pub use keys::{Key, Keyring, MasterSecret, Role};

@@ -189,7 +189,7 @@ pub struct Replica {
     heartbeat_conns: Mutex<BTreeMap<u64, (u16, TcpStream)>>,
     next_conn: AtomicU64,
     /// Connections in their handshake (oldest first), and how many are past it.
-    pending: Mutex<VecDeque<(u64, TcpStream)>>,
+    pending: Mutex<VecDeque<(u64, TcpStream, Arc<std::sync::atomic::AtomicBool>)>>,
     authenticated: std::sync::atomic::AtomicUsize,
 }
 
@@ -233,15 +233,23 @@ impl Replica {
     /// out the compute nodes.
     fn admit(self: &Arc<Self>, conn: TcpStream) {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let hello = Arc::new(std::sync::atomic::AtomicBool::new(false));
         {
             let mut pending = self.pending.lock().unwrap();
             if pending.len() >= PENDING_MAX {
-                if let Some((_, old)) = pending.pop_front() {
+                // Shed the oldest still trickling its hello, else the oldest.
+                // Bytes waiting unread count as heard (its thread may not run yet).
+                let heard = |p: &(u64, TcpStream, Arc<std::sync::atomic::AtomicBool>)| {
+                    p.2.load(Ordering::Relaxed)
+                        || bytes_waiting(&p.1) >= tandem_fabric::auth::HELLO_BYTES as i32
+                };
+                let i = pending.iter().position(|p| !heard(p)).unwrap_or(0);
+                if let Some((_, old, _)) = pending.remove(i) {
                     let _ = old.shutdown(std::net::Shutdown::Both);
                 }
             }
             match conn.try_clone() {
-                Ok(c) => pending.push_back((id, c)),
+                Ok(c) => pending.push_back((id, c, hello.clone())),
                 Err(_) => return,
             }
         }
@@ -249,22 +257,23 @@ impl Replica {
         let spawned = std::thread::Builder::new()
             .name("membership-conn".into())
             .stack_size(256 << 10)
-            .spawn(move || replica.authenticate_and_serve(id, conn));
+            .spawn(move || replica.authenticate_and_serve(id, conn, &hello));
         if spawned.is_err() {
-            self.pending.lock().unwrap().retain(|(c, _)| *c != id);
+            self.pending.lock().unwrap().retain(|p| p.0 != id);
         }
     }
 
-    fn authenticate_and_serve(self: Arc<Self>, id: u64, mut conn: TcpStream) {
+    fn authenticate_and_serve(self: Arc<Self>, id: u64, mut conn: TcpStream, hello: &std::sync::atomic::AtomicBool) {
         let deadline = Instant::now() + tandem_fabric::auth::HANDSHAKE_DEADLINE;
+        let heard = || hello.store(true, Ordering::Relaxed);
         let who = trust::credentials().map_err(|e| e.to_string()).and_then(|keys| {
-            tandem_fabric::auth::accept(&mut conn, keys, &trust::MEMBERSHIP_ROLES, deadline)
+            tandem_fabric::auth::accept_then(&mut conn, keys, &trust::MEMBERSHIP_ROLES, deadline, heard)
                 .map_err(|e| e.to_string())
         });
         let evicted = {
             let mut pending = self.pending.lock().unwrap();
             let before = pending.len();
-            pending.retain(|(c, _)| *c != id);
+            pending.retain(|p| p.0 != id);
             pending.len() == before
         };
         let who = match who {

@@ -133,8 +133,9 @@ struct Shared {
     next_conn: AtomicU64,
     /// Open connections, so shutdown can close them and the acceptor can bound them.
     conns: Mutex<HashMap<u64, TcpStream>>,
-    /// Those of `conns` still in their handshake, oldest first (locked after `conns`).
-    pending: Mutex<VecDeque<u64>>,
+    /// Those of `conns` still in their handshake, oldest first, and whether
+    /// their whole hello is in (locked after `conns`).
+    pending: Mutex<VecDeque<(u64, Arc<AtomicBool>)>>,
 }
 
 impl Shared {
@@ -142,7 +143,7 @@ impl Shared {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, VecDeque<u64>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Arc<AtomicBool>)>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -151,14 +152,14 @@ impl Shared {
     fn authenticated(&self, conn: u64) -> bool {
         let conns = self.conns();
         let mut pending = self.pending();
-        pending.retain(|c| *c != conn);
+        pending.retain(|(c, _)| *c != conn);
         conns.contains_key(&conn) && conns.len() - pending.len() <= CONNECTIONS_MAX
     }
 
     fn forget(&self, conn: u64) {
         let mut conns = self.conns();
         conns.remove(&conn);
-        self.pending().retain(|c| *c != conn);
+        self.pending().retain(|(c, _)| *c != conn);
     }
 
     /// Hand a new data connection to the poller with the fewest
@@ -458,16 +459,26 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 }
 
 fn admit(shared: &Arc<Shared>, conn: u64, stream: TcpStream, peer: SocketAddr) -> io::Result<()> {
+    let hello = Arc::new(AtomicBool::new(false));
     {
         let mut conns = shared.conns();
         let mut pending = shared.pending();
         if pending.len() >= PENDING_MAX {
-            // The oldest handshake has had the most time: it goes.
-            if let Some(s) = pending.pop_front().and_then(|old| conns.remove(&old)) {
+            // Shed the oldest that is still trickling its hello (a real
+            // dialer sends it at once), else the oldest.
+            // (Its hello may wait unread in the kernel while its thread is
+            // not scheduled yet: bytes waiting count as heard.)
+            let heard = |(c, h): &(u64, Arc<AtomicBool>)| {
+                h.load(Ordering::Relaxed)
+                    || conns.get(c).is_some_and(|s| bytes_waiting(s) >= tandem_auth::HELLO_BYTES)
+            };
+            let i = pending.iter().position(|p| !heard(p)).unwrap_or(0);
+            let old = pending.remove(i).map(|(c, _)| c);
+            if let Some(s) = old.and_then(|old| conns.remove(&old)) {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
-        pending.push_back(conn);
+        pending.push_back((conn, hello.clone()));
         conns.insert(conn, stream.try_clone()?);
     }
     let s = shared.clone();
@@ -475,7 +486,7 @@ fn admit(shared: &Arc<Shared>, conn: u64, stream: TcpStream, peer: SocketAddr) -
         .name(format!("memconn-{conn}"))
         .stack_size(READER_STACK_BYTES)
         .spawn(move || {
-            if !serve_connection(&s, conn, stream, peer) {
+            if !serve_connection(&s, conn, stream, peer, &hello) {
                 s.forget(conn);
             }
         });
@@ -487,6 +498,19 @@ fn admit(shared: &Arc<Shared>, conn: u64, stream: TcpStream, peer: SocketAddr) -
         return Err(e);
     }
     Ok(())
+}
+
+/// Bytes received on `s` and not read yet (`FIONREAD`).
+fn bytes_waiting(s: &TcpStream) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer; the fd is open (we hold `s`).
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
+    if r == 0 {
+        n.max(0) as usize
+    } else {
+        0
+    }
 }
 
 /// Send a best-effort `Reject` and close.
@@ -507,10 +531,18 @@ fn reply(stream: &TcpStream, msg: &ServerMsg, buf: &mut Vec<u8>) -> io::Result<(
 
 /// One connection's thread: the handshake, then control frames, or the hand-over
 /// of a data connection to the poller. Returns whether the poller took it.
-fn serve_connection(shared: &Shared, conn: u64, mut stream: TcpStream, peer: SocketAddr) -> bool {
+fn serve_connection(
+    shared: &Shared,
+    conn: u64,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    hello: &AtomicBool,
+) -> bool {
     let _ = stream.set_nodelay(true);
     let deadline = Instant::now() + tandem_auth::HANDSHAKE_DEADLINE;
-    let who = match tandem_auth::accept(&mut stream, &shared.keys, &[Role::Admin, Role::Compute], deadline) {
+    let roles = [Role::Admin, Role::Compute];
+    let heard = || hello.store(true, Ordering::Relaxed);
+    let who = match tandem_auth::accept_then(&mut stream, &shared.keys, &roles, deadline, heard) {
         Ok(who) => who,
         Err(e) => {
             log::warn!("memory server: connection {conn} from {peer}: {e}");
