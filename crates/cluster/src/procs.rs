@@ -267,7 +267,7 @@ impl Replica {
         let deadline = Instant::now() + tandem_fabric::auth::HANDSHAKE_DEADLINE;
         let heard = || hello.store(true, Ordering::Relaxed);
         let who = trust::credentials().map_err(|e| e.to_string()).and_then(|keys| {
-            tandem_fabric::auth::accept_then(&mut conn, keys, &trust::MEMBERSHIP_ROLES, deadline, heard)
+            tandem_fabric::auth::accept_then(&mut conn, &keys, &trust::MEMBERSHIP_ROLES, deadline, heard)
                 .map_err(|e| e.to_string())
         });
         let evicted = {

@@ -147,6 +147,7 @@ pub fn worker(cfg: &WorkerConfig, keys: Keyring) -> Result<String, String> {
     let journal = Arc::new(Journal::create(&cfg.journal)?);
     // On shm, verbs complete at once: yield at each batch so the clients of
     // this worker interleave at verb boundaries, as over TCP.
+    tandem_cluster::procs::set_credentials(keys.clone())?;
     let memory = TcpCluster::new(cfg.memory.clone(), keys)
         .shm(cfg.shm)
         .yielding(true);
@@ -410,6 +411,8 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     let layout = Arc::new(Layout::new(&store)?);
     let region = *layout.region_bytes.iter().max().expect("memory nodes");
     let secret = MasterSecret::generate();
+    // This process joins the membership too (the final check).
+    tandem_cluster::procs::set_credentials(secret.keyring())?;
     let (exe, nodes, shm) = (&cfg.setup.exe, MEMORY_NODES as usize, cfg.setup.shm);
     let mut servers = MemoryServers::spawn_on(exe, nodes, region, secret.clone(), shm)
         .map_err(|e| format!("cannot start memory servers: {e}"))?;

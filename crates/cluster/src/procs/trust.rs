@@ -15,26 +15,24 @@
 
 use std::io::{self, BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::OnceLock;
+use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use tandem_fabric::auth::{self, Keyring, Peer, Role};
 
 use super::ToMembership;
 
-static CREDENTIALS: OnceLock<Keyring> = OnceLock::new();
+static CREDENTIALS: RwLock<Option<Keyring>> = RwLock::new(None);
 
-/// Install this process's credentials (once; the same again is harmless).
+/// Install this process's credentials. A process that runs several clusters
+/// one after another (DART's process runs) installs each one's in turn.
 pub fn set_credentials(keys: Keyring) -> Result<(), String> {
-    let installed = CREDENTIALS.get_or_init(|| keys.clone());
-    if *installed != keys {
-        return Err("this process already runs with other credentials".into());
-    }
+    *CREDENTIALS.write().unwrap_or_else(|e| e.into_inner()) = Some(keys);
     Ok(())
 }
 
-pub(crate) fn credentials() -> io::Result<&'static Keyring> {
-    CREDENTIALS.get().ok_or_else(|| {
+pub(crate) fn credentials() -> io::Result<Keyring> {
+    CREDENTIALS.read().unwrap_or_else(|e| e.into_inner()).clone().ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::PermissionDenied,
             "no credentials installed (TANDEM_SECRET or TANDEM_KEYRING)",
@@ -69,7 +67,7 @@ pub(crate) fn dial(addr: SocketAddr, timeout: Duration, msg: &ToMembership) -> i
     let _ = conn.set_nodelay(true);
     let (role, id) = msg.speaker();
     let deadline = Instant::now() + timeout.max(auth::HANDSHAKE_DEADLINE);
-    auth::connect(&mut conn, keys, role, id, deadline).map_err(|e| {
+    auth::connect(&mut conn, &keys, role, id, deadline).map_err(|e| {
         io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("membership at {addr}: {e}"),
