@@ -4,7 +4,7 @@
 //! dialer -> listener  HELLO     magic "TNDMAUTH" | version | role | 6 zero bytes | id: u64 LE | nonce_d (32)   56 bytes
 //! listener -> dialer  CHALLENGE nonce_l (32) | mac_l (32)                                                   64 bytes
 //! dialer -> listener  PROOF     mac_d (32)                                                                  32 bytes
-//! listener -> dialer  VERDICT   1 (accepted); a refusal closes the connection                                1 byte
+//! listener -> dialer  VERDICT   1 (accepted), or 0 (a bad proof) and the connection closes                   1 byte
 //!
 //! mac_l = HMAC-SHA256(key[role], "tandem/v1/listener" | HELLO | nonce_l)
 //! mac_d = HMAC-SHA256(key[role], "tandem/v1/dialer"   | HELLO | nonce_l | mac_l)
@@ -31,6 +31,9 @@ pub const HELLO_BYTES: usize = 56;
 pub const CHALLENGE_BYTES: usize = 64;
 pub const PROOF_BYTES: usize = 32;
 pub const VERDICT_ACCEPTED: u8 = 1;
+/// Sent before closing on a bad proof, so the dialer can tell a refusal
+/// (final) from a connection that broke (worth a retry).
+pub const VERDICT_REFUSED: u8 = 0;
 const MAGIC: [u8; 8] = *b"TNDMAUTH";
 const VERSION: u8 = 1;
 const NONCE_BYTES: usize = 32;
@@ -76,6 +79,18 @@ impl fmt::Display for AuthError {
 
 impl std::error::Error for AuthError {}
 
+impl AuthError {
+    /// As an I/O error kind: a refusal is final (`PermissionDenied`); a
+    /// connection that broke or ran out of time is worth another try.
+    pub fn io_kind(&self) -> std::io::ErrorKind {
+        match self {
+            AuthError::Io(_) => std::io::ErrorKind::ConnectionAborted,
+            AuthError::Deadline => std::io::ErrorKind::TimedOut,
+            _ => std::io::ErrorKind::PermissionDenied,
+        }
+    }
+}
+
 fn mac(key: &Key, parts: &[&[u8]]) -> Hmac<Sha256> {
     let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(key.bytes()).expect("HMAC takes any key length");
     for p in parts {
@@ -115,9 +130,9 @@ impl ClientHandshake {
 }
 
 /// The listener's side: feed it [`ServerHandshake::need`] bytes at a time.
-pub struct ServerHandshake<'k> {
-    keys: &'k Keyring,
-    allowed: &'k [Role],
+pub struct ServerHandshake {
+    keys: Keyring,
+    allowed: Vec<Role>,
     state: State,
 }
 
@@ -140,12 +155,12 @@ pub enum Next {
     Done(Peer),
 }
 
-impl<'k> ServerHandshake<'k> {
+impl ServerHandshake {
     /// A listener that holds `keys` and serves the `allowed` roles.
-    pub fn new(keys: &'k Keyring, allowed: &'k [Role]) -> Self {
+    pub fn new(keys: &Keyring, allowed: &[Role]) -> Self {
         ServerHandshake {
-            keys,
-            allowed,
+            keys: keys.clone(),
+            allowed: allowed.to_vec(),
             state: State::Hello,
         }
     }

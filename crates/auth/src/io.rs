@@ -7,7 +7,9 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use crate::handshake::{AuthError, ClientHandshake, Next, Peer, ServerHandshake, CHALLENGE_BYTES, VERDICT_ACCEPTED};
+use crate::handshake::{
+    AuthError, ClientHandshake, Next, Peer, ServerHandshake, CHALLENGE_BYTES, VERDICT_ACCEPTED, VERDICT_REFUSED,
+};
 use crate::keys::{Keyring, Role};
 
 /// A blocking stream with read and write timeouts (TCP, or the shm
@@ -57,9 +59,14 @@ pub fn accept_then<S: Stream>(
         if n == crate::HELLO_BYTES {
             on_hello();
         }
-        match hs.take(&buf[..n])? {
-            Next::Send(challenge) => write_full(stream, &challenge, deadline)?,
-            Next::Done(peer) => break peer,
+        match hs.take(&buf[..n]) {
+            Ok(Next::Send(challenge)) => write_full(stream, &challenge, deadline)?,
+            Ok(Next::Done(peer)) => break peer,
+            Err(AuthError::BadProof) => {
+                let _ = write_full(stream, &[VERDICT_REFUSED], deadline);
+                return Err(AuthError::BadProof);
+            }
+            Err(e) => return Err(e),
         }
     };
     write_full(stream, &[VERDICT_ACCEPTED], deadline)?;
@@ -78,9 +85,8 @@ pub fn connect<S: Stream>(stream: &mut S, keys: &Keyring, role: Role, id: u64, d
     let mut verdict = [0u8; 1];
     match read_full(stream, &mut verdict, deadline) {
         Ok(()) if verdict[0] == VERDICT_ACCEPTED => {}
+        Ok(()) if verdict[0] == VERDICT_REFUSED => return Err(AuthError::BadProof),
         Ok(()) => return Err(AuthError::NotTandem),
-        // The listener closes on a bad proof.
-        Err(AuthError::Io(_)) => return Err(AuthError::BadProof),
         Err(e) => return Err(e),
     }
     clear_timeouts(stream);

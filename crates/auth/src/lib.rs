@@ -10,11 +10,16 @@
 //! Messages have fixed sizes, so a listener never allocates in proportion
 //! to what an unauthenticated party sends.
 
+pub mod gate;
 pub mod handshake;
 pub mod io;
 pub mod keys;
 pub mod random;
 
-pub use handshake::{AuthError, ClientHandshake, Peer, ServerHandshake, CHALLENGE_BYTES, HELLO_BYTES, PROOF_BYTES};
+pub use handshake::{
+    AuthError, ClientHandshake, Next, Peer, ServerHandshake, CHALLENGE_BYTES, HELLO_BYTES, PROOF_BYTES,
+    VERDICT_ACCEPTED, VERDICT_REFUSED,
+};
 pub use io::{accept, accept_then, connect, Stream, HANDSHAKE_DEADLINE};
+pub use gate::Gate;
 pub use keys::{Key, Keyring, MasterSecret, Role};

@@ -3,6 +3,7 @@
 //! NVM file each, optionally `--fsync`) on loopback, their CPU time and
 //! their own counters (`Hello::Stats`).
 
+use tandem_auth::MasterSecret;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,7 +22,7 @@ const START_LIMIT: Duration = Duration::from_secs(30);
 pub struct DdpCluster {
     pub model: String,
     pub addrs: Vec<SocketAddr>,
-    secret: u64,
+    secret: MasterSecret,
     dir: PathBuf,
     nodes: Vec<Child>,
 }
@@ -40,11 +41,8 @@ pub(crate) fn free_addr() -> Result<SocketAddr, String> {
     tandem_net::ports::reserve_loopback().map_err(|e| format!("no free loopback port: {e}"))
 }
 
-fn new_secret() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    (t ^ (u64::from(std::process::id()) << 32)) | 1
+fn new_secret() -> MasterSecret {
+    MasterSecret::generate()
 }
 
 impl DdpCluster {
@@ -98,7 +96,7 @@ impl DdpCluster {
             ]);
             cmd.arg("--nvm")
                 .arg(dir.join(format!("node{i}.nvm")))
-                .args(["--secret", &format!("{:x}", c.secret)]);
+                .args(["--secret", c.secret.hex()]);
             if fsync {
                 cmd.arg("--fsync");
             }
@@ -122,7 +120,7 @@ impl DdpCluster {
     ) -> LoadConfig {
         LoadConfig {
             nodes: self.addrs.clone(),
-            secret: self.secret,
+            keys: self.secret.keyring(),
             sessions,
             first_session,
             plan,
@@ -180,7 +178,7 @@ impl DdpCluster {
     pub fn stats(&self) -> Result<NodeStats, String> {
         let mut t = NodeStats::default();
         for a in &self.addrs {
-            let s = tandem_net::client::node_stats(*a, self.secret, Duration::from_secs(2))
+            let s = tandem_net::client::node_stats(*a, &self.secret.keyring(), Duration::from_secs(2))
                 .map_err(|e| format!("stats of node at {a}: {e}"))?;
             t += s;
         }

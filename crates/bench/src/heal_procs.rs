@@ -3,6 +3,7 @@
 //! file; a node can be `kill -9`ed and restarted from its file. Used by
 //! `tandem demo heal`.
 
+use tandem_auth::MasterSecret;
 use std::net::SocketAddr;
 
 use crate::ddp_procs::free_addr;
@@ -20,7 +21,7 @@ pub struct HealCluster {
     pub addrs: Vec<SocketAddr>,
     exe: PathBuf,
     manager: SocketAddr,
-    secret: u64,
+    secret: MasterSecret,
     pub dir: PathBuf,
     nodes: Vec<Option<Child>>,
     manager_proc: Child,
@@ -59,7 +60,7 @@ impl HealCluster {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let secret = (std::process::id() as u64) << 20 | 0xC0FFEE;
+        let secret = MasterSecret::generate();
         let manager = free_addr()?;
         let log = std::fs::File::create(dir.join("manager.log")).map_err(|e| e.to_string())?;
         let manager_proc = Command::new(exe)
@@ -71,7 +72,7 @@ impl HealCluster {
                 "--nodes",
                 &NODES.to_string(),
                 "--secret",
-                &format!("{secret:x}"),
+                secret.hex(),
                 "--state",
                 &dir.join("manager.state").display().to_string(),
             ])
@@ -128,7 +129,7 @@ impl HealCluster {
             ])
             .arg("--nvm")
             .arg(self.dir.join(format!("node{i}.nvm")))
-            .args(["--secret", &format!("{:x}", self.secret)])
+            .args(["--secret", self.secret.hex()])
             .args(self.fsync.then_some("--fsync"))
             .stdout(Stdio::null())
             .stderr(log)
@@ -158,15 +159,15 @@ impl HealCluster {
         std::fs::read_to_string(self.dir.join("manager.log")).unwrap_or_default()
     }
 
-    /// The cluster secret (clients and `node_stats` need it).
-    pub fn secret(&self) -> u64 {
-        self.secret
+    /// The cluster's keys (clients and `node_stats` need them).
+    pub fn keys(&self) -> tandem_auth::Keyring {
+        self.secret.keyring()
     }
 
     pub fn load_config(&self, sessions: u64, plan: SessionPlan, seed: u64) -> LoadConfig {
         LoadConfig {
             nodes: self.addrs.clone(),
-            secret: self.secret,
+            keys: self.secret.keyring(),
             sessions,
             first_session: 0,
             plan,

@@ -18,6 +18,7 @@
 //! the wire and in the history (Kite's per-session order holds only on one
 //! node; `simcheck`'s `Recorder::name`).
 
+use tandem_auth::MasterSecret;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -43,7 +44,7 @@ const RETRY_NS: u64 = 20_000_000;
 /// Kite node processes; dropping it kills the ones still running.
 pub struct KiteCluster {
     pub addrs: Vec<SocketAddr>,
-    secret: u64,
+    secret: MasterSecret,
     dir: PathBuf,
     nodes: Vec<Option<Child>>,
     /// Stopped with SIGSTOP and not continued yet.
@@ -78,11 +79,8 @@ pub struct NodeOpts {
     pub zab: bool,
 }
 
-fn new_secret() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    (t ^ (u64::from(std::process::id()) << 32)) | 1
+fn new_secret() -> MasterSecret {
+    MasterSecret::generate()
 }
 
 impl KiteCluster {
@@ -137,7 +135,7 @@ impl KiteCluster {
             ]);
             cmd.arg("--nvm")
                 .arg(dir.join(format!("node{i}.nvm")))
-                .args(["--nvm-size", "64K", "--secret", &format!("{:x}", c.secret)]);
+                .args(["--nvm-size", "64K", "--secret", c.secret.hex()]);
             if let Some(t) = opts.timeout_ms.filter(|_| !opts.zab) {
                 cmd.args(["--timeout-ms", &t.to_string()]);
             }
@@ -187,7 +185,7 @@ impl KiteCluster {
 
     fn wait_answer(&mut self, op: Op) -> Result<(), String> {
         let mut mux: Mux<Op, Reply> =
-            Mux::new(self.addrs.clone(), self.secret, Duration::from_secs(1))
+            Mux::new(self.addrs.clone(), self.secret.keyring(), Duration::from_secs(1))
                 .map_err(|e| e.to_string())?;
         let until = Instant::now() + START_LIMIT;
         let mut todo: Vec<usize> = (0..self.len()).collect();
@@ -266,7 +264,7 @@ impl KiteCluster {
         let mut t = NodeStats::default();
         for i in (0..self.len()).filter(|&i| self.alive(i) && !self.stopped[i]) {
             if let Ok(s) =
-                tandem_net::client::node_stats(self.addrs[i], self.secret, Duration::from_secs(2))
+                tandem_net::client::node_stats(self.addrs[i], &self.secret.keyring(), Duration::from_secs(2))
             {
                 t += s;
             }
@@ -566,7 +564,7 @@ impl<'a> Load<'a> {
         );
         let mux = Mux::new(
             cluster.addrs.clone(),
-            cluster.secret,
+            cluster.secret.keyring(),
             Duration::from_secs(1),
         )
         .map_err(|e| e.to_string())?;

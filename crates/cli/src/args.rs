@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use tandem_fabric::auth::{Keyring, Role};
+use tandem_fabric::auth::Keyring;
 
 use tandem_dkvs::Mode;
 
@@ -65,13 +65,6 @@ pub fn require_keyring(flag: Option<&str>) -> Result<Keyring, String> {
     })
 }
 
-/// The token the message-passing wire carries for now: the first 64 bits
-/// of the peer key (the nodes' handshake does not run the role handshake yet).
-pub fn net_token(keys: &Keyring) -> Result<u64, String> {
-    let k = keys.require(Role::Peer)?;
-    Ok(u64::from_le_bytes(k.bytes()[..8].try_into().unwrap()) | 1)
-}
-
 pub fn write_json(path: &str, value: &impl serde::Serialize) -> Result<(), String> {
     let s = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
     std::fs::write(path, s + "\n").map_err(|e| format!("cannot write {path}: {e}"))
@@ -99,6 +92,6 @@ mod tests {
         assert!(keyring_from(Some("0xff")).unwrap_err().contains("at least 128"));
         assert!(keyring_from(Some("zz")).is_err());
         let ring = keyring_from(Some("00112233445566778899aabbccddeeff")).unwrap().unwrap();
-        assert!(ring.get(Role::Admin).is_some());
+        assert!(ring.get(tandem_fabric::auth::Role::Admin).is_some());
     }
 }

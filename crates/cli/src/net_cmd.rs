@@ -47,7 +47,8 @@ pub struct PeerArgs {
     dir: String,
 }
 
-const SECRET: u64 = 0xEC40;
+/// Both ends of the echo derive the same keys (a loopback measurement).
+const SECRET: &str = "ec40ec40ec40ec40ec40ec40ec40ec40";
 
 fn host_cfg(id: u16, peers: &[std::net::SocketAddr], dir: &str) -> HostConfig {
     HostConfig {
@@ -58,7 +59,7 @@ fn host_cfg(id: u16, peers: &[std::net::SocketAddr], dir: &str) -> HostConfig {
             .map(|(i, &a)| (i as u16, a))
             .collect(),
         manager: None,
-        secret: SECRET,
+        keys: tandem_fabric::auth::Keyring::from_master_hex(SECRET).expect("a 128-bit secret"),
         nvm: std::path::Path::new(dir).join(format!("echo{id}.nvm")),
         nvm_bytes: 1 << 20,
         nvm_corrupt: tandem_net::nvm_file::OnCorrupt::Stop,

@@ -15,7 +15,7 @@ use tandem_net::manager_store::{FileStore, ManagerStore};
 use tandem_net::nvm_file::{self, OnCorrupt};
 use tandem_workloads::ycsb::Ycsb;
 
-use crate::args::{net_token, parse_addrs, require_keyring};
+use crate::args::{parse_addrs, require_keyring};
 
 #[derive(Args)]
 pub struct NodeArgs {
@@ -72,22 +72,10 @@ pub struct NodeArgs {
     mutant: Option<String>,
 }
 
-/// The token the message-passing wire's hello carries. A master secret (128
-/// bits or more) gives it from the peer key; a shorter hex number is taken
-/// as the token itself, as before the role keys (docs/SECURITY.md: these
-/// listeners do not run the role handshake yet).
-fn secret(flag: Option<&str>) -> Result<u64, String> {
-    let raw = flag.map(str::to_string).or_else(|| std::env::var("TANDEM_SECRET").ok());
-    if let Some(raw) = raw {
-        if let Ok(ring) = tandem_fabric::auth::Keyring::from_master_hex(&raw) {
-            return net_token(&ring);
-        }
-        return u64::from_str_radix(raw.trim().trim_start_matches("0x"), 16)
-            .ok()
-            .filter(|&v| v != 0)
-            .ok_or_else(|| "the secret must be hex digits (make one with `tandem keys new`)".to_string());
-    }
-    net_token(&require_keyring(None)?)
+/// This node's (or manager's, or load's) credentials: `--secret`, else
+/// `TANDEM_KEYRING`, else `TANDEM_SECRET`.
+fn secret(flag: Option<&str>) -> Result<tandem_fabric::auth::Keyring, String> {
+    require_keyring(flag)
 }
 
 pub fn node(a: NodeArgs) -> Result<(), String> {
@@ -171,7 +159,7 @@ fn host_config(a: &NodeArgs) -> Result<(HostConfig, TcpListener), String> {
             .map(|(i, &p)| (i as u16, p))
             .collect(),
         manager,
-        secret: secret(a.secret.as_deref())?,
+        keys: secret(a.secret.as_deref())?,
         nvm: a.nvm.clone(),
         nvm_bytes: crate::args::parse_size(&a.nvm_size)?,
         nvm_corrupt: nvm_corrupt(a)?,
@@ -379,7 +367,7 @@ pub fn load(a: LoadArgs) -> Result<(), String> {
     );
     let cfg = LoadConfig {
         nodes: parse_addrs(&a.nodes)?,
-        secret: secret(a.secret.as_deref())?,
+        keys: secret(a.secret.as_deref())?,
         sessions: a.sessions,
         first_session: a.first_session,
         plan,

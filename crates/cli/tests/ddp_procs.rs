@@ -15,7 +15,11 @@ use tandem_ddp::load::{Load, LoadConfig};
 
 mod common;
 
-const SECRET: &str = "00000000d0d0cafe";
+const SECRET: &str = "0000000000000000000000000d0d0cafe0";
+
+fn keyring() -> tandem_fabric::auth::Keyring {
+    tandem_fabric::auth::Keyring::from_master_hex(SECRET).unwrap()
+}
 
 struct Proc(Child);
 impl Drop for Proc {
@@ -201,7 +205,7 @@ impl Cluster {
     fn load_at(&self, nodes: &[usize], sessions: u64, first: u64, epoch: Instant) -> Load {
         let cfg = LoadConfig {
             nodes: nodes.iter().map(|&i| self.peers[i]).collect(),
-            secret: u64::from_str_radix(SECRET, 16).unwrap(),
+            keys: keyring(),
             sessions,
             first_session: first,
             plan: tandem_ddp::ycsb_session::SessionPlan::uniform(50, 0.5),
@@ -317,9 +321,9 @@ fn client(
     node: usize,
     session: u64,
 ) -> tandem_net::client::Client<tandem_ddp::Op, tandem_ddp::Reply> {
-    let secret = u64::from_str_radix(SECRET, 16).unwrap();
+    let secret = keyring();
     let connect = || {
-        tandem_net::client::Client::connect(c.peers[node], secret, session, Duration::from_secs(2))
+        tandem_net::client::Client::connect(c.peers[node], &secret, session, Duration::from_secs(2))
     };
     wait_for("a node to listen", Duration::from_secs(20), || {
         connect().is_ok()
@@ -624,7 +628,7 @@ fn trans_synch_survives_a_node_restarted_within_its_lease() {
     plan.tx_requests = Some(3);
     let cfg = LoadConfig {
         nodes: c.peers.clone(),
-        secret: u64::from_str_radix(SECRET, 16).unwrap(),
+        keys: keyring(),
         sessions: 10,
         first_session: 0,
         plan,

@@ -154,7 +154,7 @@ fn a_node_whose_port_is_taken_says_so_and_gives_up() {
             "--peers",
             &addr,
         ])
-        .args(["--secret", "1", "--nvm-size", "1M", "--nvm"])
+        .args(["--secret", "00000000000000000000000000000001", "--nvm-size", "1M", "--nvm"])
         .arg(&nvm)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -190,7 +190,7 @@ fn a_killed_kite_replica_is_not_started_again_from_its_state() {
             "--peers",
             &port.to_string(),
         ])
-        .args(["--secret", "1", "--nvm-size", "1M", "--nvm"])
+        .args(["--secret", "00000000000000000000000000000001", "--nvm-size", "1M", "--nvm"])
         .arg(dir.join(nvm))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());

@@ -22,7 +22,8 @@ use crate::ycsb_session::{SessionPlan, YcsbSession};
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
     pub nodes: Vec<SocketAddr>,
-    pub secret: u64,
+    /// The client credential (and any others).
+    pub keys: tandem_auth::Keyring,
     pub sessions: u64,
     /// Session ids start here (unique across load generators).
     pub first_session: u64,
@@ -121,7 +122,7 @@ impl Driver {
             .enumerate()
             .map(|(i, s)| (s.id, i))
             .collect();
-        let mux = Mux::new(cfg.nodes.clone(), cfg.secret, cfg.timeout)
+        let mux = Mux::new(cfg.nodes.clone(), cfg.keys.clone(), cfg.timeout)
             .expect("an event loop for the load");
         Driver {
             cfg: cfg.clone(),

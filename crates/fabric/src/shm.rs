@@ -350,9 +350,8 @@ pub(crate) fn attach(
         )
     })?;
     let deadline = std::time::Instant::now() + tandem_auth::HANDSHAKE_DEADLINE;
-    tandem_auth::connect(&mut stream, keys, Role::Compute, compute as u64, deadline).map_err(|e| {
-        io::Error::new(io::ErrorKind::PermissionDenied, format!("memory server {addr}: {e}"))
-    })?;
+    tandem_auth::connect(&mut stream, keys, Role::Compute, compute as u64, deadline)
+        .map_err(|e| io::Error::new(e.io_kind(), format!("memory server {addr}: {e}")))?;
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut buf = Vec::new();

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tandem_auth::{Keyring, Role};
 
 use crate::protocol::SessionId;
 use crate::wire::{frame, ClientReq, ClientResp, Frames, Hello};
@@ -24,13 +25,14 @@ impl<Op: Serialize, R: DeserializeOwned> Client<Op, R> {
     /// Connect session `session` (unique in the cluster) to the node at `addr`.
     pub fn connect(
         addr: SocketAddr,
-        secret: u64,
+        keys: &Keyring,
         session: SessionId,
         timeout: Duration,
     ) -> io::Result<Self> {
-        let w = TcpStream::connect_timeout(&addr, timeout)
+        let mut w = TcpStream::connect_timeout(&addr, timeout)
             .and_then(|w| crate::conn::not_to_itself(&w).map(|_| w))
             .map_err(|e| io::Error::new(e.kind(), format!("cannot reach node at {addr}: {e}")))?;
+        crate::conn::authenticate(&mut w, addr, keys, Role::Client, 0)?;
         w.set_nodelay(true)?;
         w.set_read_timeout(Some(timeout))?;
         let mut c = Client {
@@ -41,7 +43,7 @@ impl<Op: Serialize, R: DeserializeOwned> Client<Op, R> {
             addr,
             _types: std::marker::PhantomData,
         };
-        c.w.write_all(&frame(&Hello::Client { secret }))?;
+        c.w.write_all(&frame(&Hello::Client))?;
         Ok(c)
     }
 
@@ -92,20 +94,20 @@ pub struct Mux<Op, R> {
     poll: mio::Poll,
     events: mio::Events,
     nodes: Vec<SocketAddr>,
-    secret: u64,
+    keys: Keyring,
     timeout: Duration,
     conns: Vec<Option<crate::conn::Conn>>,
     _types: std::marker::PhantomData<(Op, R)>,
 }
 
 impl<Op: Serialize, R: DeserializeOwned> Mux<Op, R> {
-    pub fn new(nodes: Vec<SocketAddr>, secret: u64, timeout: Duration) -> io::Result<Self> {
+    pub fn new(nodes: Vec<SocketAddr>, keys: Keyring, timeout: Duration) -> io::Result<Self> {
         let conns = nodes.iter().map(|_| None).collect();
         Ok(Mux {
             poll: mio::Poll::new()?,
             events: mio::Events::with_capacity(256),
             nodes,
-            secret,
+            keys,
             timeout,
             conns,
             _types: std::marker::PhantomData,
@@ -121,13 +123,12 @@ impl<Op: Serialize, R: DeserializeOwned> Mux<Op, R> {
     pub fn send(&mut self, node: usize, session: SessionId, req: u64, op: Op) -> io::Result<()> {
         if self.conns[node].is_none() {
             let addr = self.nodes[node];
-            let mut c = crate::conn::Conn::connect(addr, self.timeout).map_err(|e| {
+            let conn = crate::conn::Conn::connect_as(addr, self.timeout, &self.keys, Role::Client, 0);
+            let mut c = conn.map_err(|e| {
                 io::Error::new(e.kind(), format!("cannot reach node at {addr}: {e}"))
             })?;
             c.register(self.poll.registry(), mio::Token(node))?;
-            c.queue(&Hello::Client {
-                secret: self.secret,
-            });
+            c.queue(&Hello::Client);
             self.conns[node] = Some(c);
         }
         self.conns[node]
@@ -185,13 +186,14 @@ impl<Op: Serialize, R: DeserializeOwned> Mux<Op, R> {
 /// Ask the node at `addr` what it has done so far (messages, requests, persists).
 pub fn node_stats(
     addr: SocketAddr,
-    secret: u64,
+    keys: &Keyring,
     timeout: Duration,
 ) -> io::Result<crate::wire::NodeStats> {
     let mut w = TcpStream::connect_timeout(&addr, timeout)?;
     crate::conn::not_to_itself(&w)?;
+    crate::conn::authenticate(&mut w, addr, keys, Role::Client, 0)?;
     w.set_read_timeout(Some(timeout))?;
-    w.write_all(&frame(&Hello::Stats { secret }))?;
+    w.write_all(&frame(&Hello::Stats))?;
     Frames::new(w).next()?.ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::UnexpectedEof,

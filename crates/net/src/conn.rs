@@ -110,6 +110,22 @@ impl Conn {
         Ok(Conn::new(TcpStream::from_std(s)))
     }
 
+    /// [`Conn::connect`], then the role handshake as `role` claiming `id`
+    /// (blocking, within the handshake's deadline).
+    pub fn connect_as(
+        addr: std::net::SocketAddr,
+        timeout: std::time::Duration,
+        keys: &tandem_auth::Keyring,
+        role: tandem_auth::Role,
+        id: u64,
+    ) -> io::Result<Conn> {
+        let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        not_to_itself(&s)?;
+        authenticate(&mut s, addr, keys, role, id)?;
+        s.set_nonblocking(true)?;
+        Ok(Conn::new(TcpStream::from_std(s)))
+    }
+
     /// Start connecting without blocking; the stream becomes writable once
     /// it is connected (then call [`Conn::connected`]).
     pub fn start_connect(addr: std::net::SocketAddr) -> io::Result<Conn> {
@@ -183,6 +199,24 @@ impl Conn {
         Ok(())
     }
 
+    /// Read raw bytes into `into` until it holds `want` (the handshake's
+    /// fixed-size messages, before any frame). Reads no byte beyond `want`,
+    /// so nothing an unauthenticated peer sends is buffered past it.
+    pub fn read_raw(&mut self, into: &mut Vec<u8>, want: usize) -> io::Result<ReadEnd> {
+        let mut buf = [0u8; 128];
+        while into.len() < want {
+            let n = (want - into.len()).min(buf.len());
+            match self.stream.read(&mut buf[..n]) {
+                Ok(0) => return Ok(ReadEnd::Closed),
+                Ok(got) => into.extend_from_slice(&buf[..got]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(ReadEnd::Open),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Ok(ReadEnd::Closed),
+            }
+        }
+        Ok(ReadEnd::Open)
+    }
+
     /// Read everything the socket holds and hand each whole frame to `f`.
     /// A short read means the socket was drained (its next bytes raise a
     /// new readiness edge), so it ends the loop without one more `read`.
@@ -240,6 +274,19 @@ impl Conn {
             self.consumed += 4 + len;
         }
     }
+}
+
+/// The role handshake on a blocking stream; a refusal is `PermissionDenied`.
+pub fn authenticate(
+    s: &mut std::net::TcpStream,
+    addr: std::net::SocketAddr,
+    keys: &tandem_auth::Keyring,
+    role: tandem_auth::Role,
+    id: u64,
+) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + tandem_auth::HANDSHAKE_DEADLINE;
+    tandem_auth::connect(s, keys, role, id, deadline)
+        .map_err(|e| io::Error::new(e.io_kind(), format!("node at {addr}: {e}")))
 }
 
 /// Decode one frame's payload.

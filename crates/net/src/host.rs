@@ -33,7 +33,9 @@ pub struct HostConfig {
     /// Every node's address, this one's included.
     pub peers: Vec<(NodeId, SocketAddr)>,
     pub manager: Option<SocketAddr>,
-    pub secret: u64,
+    /// This node's credentials: the peer key (for peers and the manager)
+    /// and the client key (to accept client sessions).
+    pub keys: tandem_auth::Keyring,
     pub nvm: PathBuf,
     pub nvm_bytes: u64,
     /// What to do if the NVM file is corrupt (not just torn at its tail):
@@ -121,6 +123,8 @@ pub(crate) struct Host<P: Wire> {
     pub(crate) stop: Arc<AtomicBool>,
     /// Accepted streams, by connection number.
     pub(crate) inbound: HashMap<usize, Inbound>,
+    /// Those of `inbound` still in their handshake, oldest first.
+    pub(crate) handshaking: VecDeque<usize>,
     pub(crate) next_conn: usize,
     /// Our stream to each peer, and to the manager.
     pub(crate) peers: HashMap<NodeId, Link>,
@@ -217,25 +221,16 @@ impl<P: Wire> Host<P> {
             .map(|&(n, a)| {
                 (
                     n,
-                    Link::new(
-                        a,
-                        Hello::Peer {
-                            node: cfg.id,
-                            secret: cfg.secret,
-                        },
-                    ),
+                    Link::new(a, Hello::Peer { node: cfg.id }, &cfg.keys),
                 )
             })
             .collect();
         let manager = cfg.manager.map(|a| {
-            Link::new(
-                a,
-                Hello::ToManager {
-                    node: cfg.id,
-                    secret: cfg.secret,
-                    boot: boot_id(),
-                },
-            )
+            let hello = Hello::ToManager {
+                node: cfg.id,
+                boot: boot_id(),
+            };
+            Link::new(a, hello, &cfg.keys)
         });
         let mut h = Host {
             cfg,
@@ -246,6 +241,7 @@ impl<P: Wire> Host<P> {
             listener,
             stop,
             inbound: HashMap::new(),
+            handshaking: VecDeque::new(),
             next_conn: 0,
             peers,
             manager,

@@ -10,11 +10,14 @@ use std::time::Duration;
 use mio::{Events, Interest, Token};
 use serde::Serialize;
 
+use tandem_auth::{Keyring, Peer};
+
 use crate::conn::{decode, Conn, ReadEnd};
 use crate::host::Host;
 use crate::links::Wire;
 use crate::protocol::NodeId;
-use crate::wire::{frame, ClientReq, FromManager, Hello};
+use crate::shake::{Dialing, Listening};
+use crate::wire::{ClientReq, FromManager, Hello};
 
 pub(crate) const WAKER: Token = Token(0);
 const LISTENER: Token = Token(1);
@@ -25,6 +28,11 @@ const INBOUND: usize = 1 << 20;
 
 /// How long a link waits between attempts to reach its peer.
 const RECONNECT_NS: u64 = 50_000_000;
+/// Accepted streams still in their handshake; a new one sheds the oldest
+/// that has not sent its whole hello (else the oldest).
+const HANDSHAKING_MAX: usize = 64;
+/// Accepted streams past their handshake (peers and client streams).
+const INBOUND_MAX: usize = 4096;
 
 /// What an accepted stream carries, known from its hello.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -38,58 +46,101 @@ pub(crate) enum Role {
 pub(crate) struct Inbound {
     pub(crate) conn: Conn,
     role: Role,
+    /// Until the peer proved its role: the handshake.
+    shake: Option<Listening>,
+    /// Who it proved to be.
+    who: Option<Peer>,
 }
 
 /// A stream this node opens (to a peer or the manager): it reconnects by
 /// itself; while it is down, what would be sent on it is dropped, as a
 /// lossy network would (the protocols retransmit).
+/// A stream this node opens, once connected, runs the role handshake as
+/// the peer role (claiming this node's id); it is up only once the other
+/// side accepted it, and then says its [`Hello`].
 pub(crate) struct Link {
     addr: SocketAddr,
-    hello: Vec<u8>,
+    hello: Hello,
+    keys: Keyring,
     conn: Option<Conn>,
+    shake: Option<Dialing>,
     pub(crate) retry_at: u64,
 }
 
 impl Link {
-    pub(crate) fn new(addr: SocketAddr, hello: Hello) -> Link {
+    pub(crate) fn new(addr: SocketAddr, hello: Hello, keys: &Keyring) -> Link {
         Link {
             addr,
-            hello: frame(&hello),
+            hello,
+            keys: keys.clone(),
             conn: None,
+            shake: None,
             retry_at: 0,
         }
     }
     pub(crate) fn is_up(&self) -> bool {
-        self.conn.is_some()
+        self.conn.is_some() && self.shake.is_none()
     }
     pub(crate) fn pending(&self) -> usize {
         self.conn.as_ref().map_or(0, |c| c.pending())
     }
     pub(crate) fn queue<T: Serialize>(&mut self, v: &T) {
-        if let Some(c) = &mut self.conn {
-            c.queue(v);
+        if self.is_up() {
+            self.conn.as_mut().expect("up").queue(v);
         }
     }
     fn down(&mut self, now: u64) {
         self.conn = None;
+        self.shake = None;
         self.retry_at = now + RECONNECT_NS;
     }
-    /// Try to connect if it is time; true if a stream was opened.
-    fn redial(&mut self, now: u64, r: &mio::Registry, t: Token) -> bool {
+    /// Try to connect if it is time (and give up a handshake past its deadline).
+    fn redial(&mut self, now: u64, r: &mio::Registry, t: Token) {
+        if self.shake.as_ref().is_some_and(|d| now > d.deadline) {
+            self.down(now);
+        }
         if self.conn.is_some() || now < self.retry_at {
-            return false;
+            return;
         }
-        match Conn::start_connect(self.addr).and_then(|mut c| c.register(r, t).map(|_| c)) {
-            Ok(mut c) => {
-                c.queue_bytes(&self.hello);
+        let (role, id) = self.hello.speaker();
+        let opened = Conn::start_connect(self.addr)
+            .and_then(|mut c| c.register(r, t).map(|_| c))
+            .and_then(|mut c| Dialing::start(&self.keys, role, id, &mut c, now).map(|d| (c, d)));
+        match opened {
+            Ok((c, d)) => {
                 self.conn = Some(c);
-                true
+                self.shake = Some(d);
             }
-            Err(_) => {
+            Err(e) => {
+                log::debug!("link to {}: {e}", self.addr);
                 self.down(now);
-                false
             }
         }
+    }
+    /// An event on our stream: a completed connect, the handshake's next
+    /// message, frames, or room to write. `Ok(true)`: it just came up.
+    fn on_event(&mut self, f: impl FnMut(&[u8])) -> io::Result<bool> {
+        let Some(c) = self.conn.as_mut() else {
+            return Ok(false);
+        };
+        if !c.connected()? {
+            return Ok(false);
+        }
+        c.flush()?;
+        let mut came_up = false;
+        if let Some(d) = self.shake.as_mut() {
+            if !d.advance(c)? {
+                return Ok(false);
+            }
+            self.shake = None;
+            c.queue(&self.hello);
+            came_up = true;
+        }
+        if c.read_frames(f)? != ReadEnd::Open {
+            return Err(io::ErrorKind::ConnectionAborted.into());
+        }
+        c.flush()?;
+        Ok(came_up)
     }
 }
 
@@ -146,12 +197,36 @@ impl<P: Wire> Host<P> {
         for (&n, l) in self.peers.iter_mut() {
             l.redial(now, r, Token(PEER + n as usize));
         }
-        if self
-            .manager
-            .as_mut()
-            .is_some_and(|m| m.redial(now, r, MANAGER))
-        {
-            self.on_manager_up();
+        if let Some(m) = self.manager.as_mut() {
+            m.redial(now, r, MANAGER);
+        }
+        self.expire_handshakes(now);
+    }
+
+    /// Close accepted streams whose handshake ran past its deadline.
+    fn expire_handshakes(&mut self, now: u64) {
+        while let Some(&id) = self.handshaking.front() {
+            let due = self.inbound.get(&id).and_then(|ib| ib.shake.as_ref()).map(|l| l.deadline);
+            match due {
+                Some(d) if now <= d => return,
+                Some(_) => self.close(id, Role::Hello),
+                None => {}
+            }
+            self.handshaking.pop_front();
+        }
+    }
+
+    /// Make room for one more handshake: shed the oldest stream that has
+    /// not sent its whole hello, else the oldest.
+    fn shed_handshake(&mut self) {
+        self.handshaking.retain(|id| self.inbound.get(id).is_some_and(|ib| ib.shake.is_some()));
+        if self.handshaking.len() < HANDSHAKING_MAX {
+            return;
+        }
+        let heard = |id: &usize| self.inbound.get(id).and_then(|ib| ib.shake.as_ref()).is_some_and(|l| l.heard);
+        let i = self.handshaking.iter().position(|id| !heard(id)).unwrap_or(0);
+        if let Some(id) = self.handshaking.remove(i) {
+            self.close(id, Role::Hello);
         }
     }
 
@@ -159,6 +234,10 @@ impl<P: Wire> Host<P> {
         loop {
             match self.listener.accept() {
                 Ok((s, _)) => {
+                    if self.inbound.len() >= INBOUND_MAX + HANDSHAKING_MAX {
+                        continue; // dropped: the stream closes
+                    }
+                    self.shed_handshake();
                     let id = self.next_conn;
                     self.next_conn += 1;
                     let mut conn = Conn::new(s);
@@ -166,13 +245,11 @@ impl<P: Wire> Host<P> {
                         .register(self.poll.registry(), Token(INBOUND + id))
                         .is_ok()
                     {
-                        self.inbound.insert(
-                            id,
-                            Inbound {
-                                conn,
-                                role: Role::Hello,
-                            },
-                        );
+                        let roles = [tandem_auth::Role::Peer, tandem_auth::Role::Client];
+                        let shake = Some(Listening::new(&self.cfg.keys, &roles, self.now()));
+                        let (role, who) = (Role::Hello, None);
+                        self.inbound.insert(id, Inbound { conn, role, shake, who });
+                        self.handshaking.push_back(id);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -191,11 +268,8 @@ impl<P: Wire> Host<P> {
         let Some(l) = self.peers.get_mut(&n) else {
             return;
         };
-        let Some(c) = l.conn.as_mut() else { return };
-        let ok = c.connected().is_ok()
-            && (c.connecting || c.read_frames(|_| {}).is_ok_and(|e| e == ReadEnd::Open))
-            && c.flush().is_ok();
-        if !ok {
+        if let Err(e) = l.on_event(|_| {}) {
+            log::debug!("link to node {n}: {e}");
             l.down(now);
         }
     }
@@ -205,15 +279,14 @@ impl<P: Wire> Host<P> {
         let Some(l) = self.manager.as_mut() else {
             return;
         };
-        let Some(c) = l.conn.as_mut() else { return };
         let mut got = Vec::new();
-        let ok = c.connected().is_ok()
-            && (c.connecting
-                || c.read_frames(|b| got.extend(decode::<FromManager>(b).ok()))
-                    .is_ok_and(|e| e == ReadEnd::Open))
-            && c.flush().is_ok();
-        if !ok {
-            l.down(now);
+        match l.on_event(|b| got.extend(decode::<FromManager>(b).ok())) {
+            Ok(true) => self.on_manager_up(),
+            Ok(false) => {}
+            Err(e) => {
+                log::debug!("link to the manager: {e}");
+                l.down(now);
+            }
         }
         for m in got {
             self.on_manager(m);
@@ -221,20 +294,38 @@ impl<P: Wire> Host<P> {
     }
 
     fn inbound_event(&mut self, id: usize) {
-        let secret = self.cfg.secret;
         let Some(ib) = self.inbound.get_mut(&id) else {
             return;
         };
+        if let Some(l) = ib.shake.as_mut() {
+            match l.advance(&mut ib.conn) {
+                Ok(Some(peer)) => {
+                    ib.who = Some(peer);
+                    ib.shake = None;
+                }
+                Ok(None) if ib.conn.flush().is_ok() => return,
+                Ok(None) => return self.close(id, Role::Hello),
+                Err(e) => {
+                    log::debug!("stream {id}: {e}");
+                    return self.close(id, Role::Hello);
+                }
+            }
+        }
+        let who = ib.who.expect("authenticated above");
         let mut items: Vec<Item<P>> = Vec::new();
         let role = &mut ib.role;
         let end = ib
             .conn
-            .read_frames(|b| items.push(item::<P>(role, secret, b)));
+            .read_frames(|b| items.push(item::<P>(role, who, b)));
         let role = ib.role;
         let closed = !matches!(end, Ok(ReadEnd::Open)) || ib.conn.flush().is_err();
         for it in items {
             match it {
                 Item::Hello => {}
+                Item::PeerHello(n) if n == self.cfg.id || !self.peers.contains_key(&n) => {
+                    log::debug!("stream {id}: node {n} is not a peer of node {}", self.cfg.id);
+                    return self.close(id, role);
+                }
                 Item::PeerHello(n) => self.peer_is_up(n),
                 Item::Peer(from, msg) => self.on_peer(from, msg),
                 Item::Client(r) => self.on_client(id, r.session, r.req, r.op),
@@ -301,20 +392,23 @@ impl<P: Wire> Host<P> {
     }
 }
 
-/// Decode one frame of an accepted stream; its first frame is the hello.
-fn item<P: Wire>(role: &mut Role, secret: u64, b: &[u8]) -> Item<P> {
+/// Decode one frame of an accepted stream; its first frame is the hello,
+/// which must speak for the role and id the stream authenticated as.
+fn item<P: Wire>(role: &mut Role, who: Peer, b: &[u8]) -> Item<P> {
     match *role {
         Role::Hello => match decode::<Hello>(b) {
-            Ok(h) if h.secret() != secret => Item::Bad("wrong cluster secret".into()),
-            Ok(Hello::Peer { node, .. }) => {
+            Ok(h) if h.speaker() != (who.role, who.id) => {
+                Item::Bad(format!("{h:?} from a stream authenticated as {} {}", who.role, who.id))
+            }
+            Ok(Hello::Peer { node }) => {
                 *role = Role::Peer(node);
                 Item::PeerHello(node)
             }
-            Ok(Hello::Client { .. }) => {
+            Ok(Hello::Client) => {
                 *role = Role::Client;
                 Item::Hello
             }
-            Ok(Hello::Stats { .. }) => {
+            Ok(Hello::Stats) => {
                 *role = Role::Stats;
                 Item::StatsAsked
             }

@@ -12,6 +12,7 @@ pub mod echo;
 pub mod fast_hash;
 pub mod host;
 mod host_io;
+mod shake;
 pub mod links;
 pub mod manager;
 pub mod manager_store;

@@ -208,7 +208,7 @@ mod tests {
 /// configuration. Runs in the calling thread.
 pub fn serve(
     listener: std::net::TcpListener,
-    secret: u64,
+    keys: tandem_auth::Keyring,
     members: &[NodeId],
     cfg: ManagerConfig,
     mut store: Option<Box<dyn ManagerStore>>,
@@ -219,7 +219,8 @@ pub fn serve(
     use crate::wire::{frame, FromManager};
 
     let (tx, rx) = channel::<ManagerEvent>();
-    std::thread::spawn(move || accept_nodes(listener, secret, tx));
+    let known = members.to_vec();
+    std::thread::spawn(move || accept_nodes(listener, keys, known, tx));
     let start = Instant::now();
     let now = || start.elapsed().as_nanos() as u64;
     let mut m = open(&mut store, cfg, members, now())?;
@@ -311,26 +312,41 @@ enum ManagerEvent {
     Beat(NodeId, u64, u64),
 }
 
+/// Connections in their handshake at once (a new one sheds a trickling one).
+const HANDSHAKING_MAX: usize = 32;
+
+/// Accept the members' streams: each authenticates as the peer role for
+/// its own node id, which must be a member, then says `Hello::ToManager`.
 fn accept_nodes(
     listener: std::net::TcpListener,
-    secret: u64,
+    keys: tandem_auth::Keyring,
+    members: Vec<NodeId>,
     tx: std::sync::mpsc::Sender<ManagerEvent>,
 ) {
     use crate::wire::{Frames, Heartbeat, Hello};
-    for s in listener.incoming().flatten() {
-        let tx = tx.clone();
+    let gate = std::sync::Arc::new(tandem_auth::Gate::new(HANDSHAKING_MAX));
+    let keys = std::sync::Arc::new(keys);
+    for mut s in listener.incoming().flatten() {
+        let Ok(ticket) = gate.admit(&s) else { continue };
+        let (tx, gate, keys, members) = (tx.clone(), gate.clone(), keys.clone(), members.clone());
         std::thread::spawn(move || -> std::io::Result<()> {
             s.set_nodelay(true)?;
+            let deadline = std::time::Instant::now() + tandem_auth::HANDSHAKE_DEADLINE;
+            let roles = [tandem_auth::Role::Peer];
+            let who = match gate.authenticate(ticket, &mut s, &keys, &roles, deadline) {
+                Ok(who) => who,
+                Err(e) => {
+                    log::debug!("manager: a connection refused: {e}");
+                    return Ok(());
+                }
+            };
             let mut frames = Frames::new(s.try_clone()?);
-            let Some(Hello::ToManager {
-                node,
-                secret: theirs,
-                boot,
-            }) = frames.next::<Hello>()?
-            else {
+            let hello = frames.next::<Hello>()?;
+            let Some(Hello::ToManager { node, boot }) = hello else {
                 return Ok(());
             };
-            if theirs != secret {
+            if who.id != node as u64 || !members.contains(&node) {
+                log::warn!("manager: node {} said it was node {node}, not a member of {members:?}", who.id);
                 return Ok(());
             }
             let _ = tx.send(ManagerEvent::Link(

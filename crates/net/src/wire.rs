@@ -1,6 +1,7 @@
 //! The TCP wire format shared by nodes, clients and the configuration
-//! manager: every stream opens with a [`Hello`] naming its role and the
-//! cluster secret, then carries length-prefixed bincode frames. Writers
+//! manager: every stream opens with the role handshake of `tandem_auth`,
+//! then a [`Hello`] naming what it carries, then length-prefixed bincode
+//! frames. Writers
 //! append many frames to one buffer and send it with one write
 //! (coalescing, as Hermes packs messages).
 
@@ -14,30 +15,29 @@ use crate::protocol::{Config, NodeId, SessionId};
 /// Refuse frames larger than this (a corrupt or hostile stream).
 pub const MAX_FRAME: usize = 64 << 20;
 
+/// A stream's first frame, once its role handshake (`tandem_auth`) is done:
+/// what the stream carries. A node takes `Peer` only from a stream that
+/// authenticated as that peer, and `Client`/`Stats` only from the client role.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum Hello {
     /// Node `node` will send protocol messages on this stream.
-    Peer { node: NodeId, secret: u64 },
+    Peer { node: NodeId },
     /// A client session stream.
-    Client { secret: u64 },
+    Client,
     /// Node `node` talks to the configuration manager; `boot` names this
     /// run of its process (a restart brings a new one).
-    ToManager {
-        node: NodeId,
-        secret: u64,
-        boot: u64,
-    },
+    ToManager { node: NodeId, boot: u64 },
     /// Ask a node for its [`NodeStats`] (one frame back).
-    Stats { secret: u64 },
+    Stats,
 }
 
 impl Hello {
-    pub fn secret(&self) -> u64 {
+    /// The role (and id) a stream must have authenticated as to say this.
+    pub fn speaker(&self) -> (tandem_auth::Role, u64) {
+        use tandem_auth::Role;
         match *self {
-            Hello::Peer { secret, .. }
-            | Hello::Client { secret }
-            | Hello::ToManager { secret, .. }
-            | Hello::Stats { secret } => secret,
+            Hello::Peer { node } | Hello::ToManager { node, .. } => (Role::Peer, node as u64),
+            Hello::Client | Hello::Stats => (Role::Client, 0),
         }
     }
 }

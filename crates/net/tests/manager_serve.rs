@@ -9,7 +9,9 @@ use std::time::Duration;
 use tandem_net::manager::{self, ManagerConfig};
 use tandem_net::wire::{frame, Frames, FromManager, Heartbeat, Hello};
 
-const SECRET: u64 = 0x5ec;
+fn keys() -> tandem_auth::Keyring {
+    tandem_auth::Keyring::from_master_hex("5ec05ec05ec05ec05ec05ec05ec05ec0").unwrap()
+}
 
 struct FakeNode {
     out: TcpStream,
@@ -18,16 +20,14 @@ struct FakeNode {
 
 impl FakeNode {
     fn link(addr: std::net::SocketAddr, node: u16, boot: u64) -> FakeNode {
-        let out = TcpStream::connect(addr).unwrap();
+        let mut out = TcpStream::connect(addr).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        tandem_auth::connect(&mut out, &keys(), tandem_auth::Role::Peer, node as u64, deadline).unwrap();
         out.set_read_timeout(Some(Duration::from_millis(400)))
             .unwrap();
         let frames = Frames::new(out.try_clone().unwrap());
         let mut n = FakeNode { out, frames };
-        n.send(&Hello::ToManager {
-            node,
-            secret: SECRET,
-            boot,
-        });
+        n.send(&Hello::ToManager { node, boot });
         n
     }
 
@@ -70,7 +70,7 @@ fn a_heartbeat_of_a_dead_run_earns_nothing() {
         lease_ns: 10_000_000_000,
         ..ManagerConfig::default()
     };
-    std::thread::spawn(move || manager::serve(listener, SECRET, &[0, 1], cfg, None));
+    std::thread::spawn(move || manager::serve(listener, keys(), &[0, 1], cfg, None));
     let mut zero = FakeNode::link(addr, 0, 100);
     assert_eq!(zero.config(1), vec![0, 1]);
     let mut old = FakeNode::link(addr, 1, 7);

@@ -95,10 +95,10 @@ impl Peer for HealSystem {
             .filter(|&(m, _)| m != follower)
             .map(|(_, a)| *a)
             .collect();
-        let secret = c.secret();
+        let keys = c.keys();
         let scoped = self.model.ends_with("-scope");
         Arc::new(move |t| {
-            HealWriter::connect(up[t % up.len()], secret, scoped)
+            HealWriter::connect(up[t % up.len()], &keys, scoped)
                 .map(|w| Box::new(w) as Box<dyn Writer>)
         })
     }
@@ -124,7 +124,7 @@ impl Peer for HealSystem {
 
     fn answers(&self, m: usize) -> bool {
         let c = self.cluster();
-        node_stats(c.addrs[m], c.secret(), Duration::from_millis(200)).is_ok()
+        node_stats(c.addrs[m], &c.keys(), Duration::from_millis(200)).is_ok()
     }
 
     fn caught_up(&self, m: usize, _target: u64) -> bool {
@@ -185,9 +185,9 @@ struct HealWriter {
 }
 
 impl HealWriter {
-    fn connect(addr: SocketAddr, secret: u64, scoped: bool) -> Result<HealWriter, String> {
+    fn connect(addr: SocketAddr, keys: &tandem_auth::Keyring, scoped: bool) -> Result<HealWriter, String> {
         let session = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
-        let client = Client::connect(addr, secret, session, Duration::from_secs(5))
+        let client = Client::connect(addr, keys, session, Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
         Ok(HealWriter {
             client,

@@ -67,12 +67,10 @@ pub(crate) fn dial(addr: SocketAddr, timeout: Duration, msg: &ToMembership) -> i
     let _ = conn.set_nodelay(true);
     let (role, id) = msg.speaker();
     let deadline = Instant::now() + timeout.max(auth::HANDSHAKE_DEADLINE);
-    auth::connect(&mut conn, &keys, role, id, deadline).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("membership at {addr}: {e}"),
-        )
-    })?;
+    // A refusal is final; a connection that broke or ran out of time (a
+    // membership restarting) is worth another try.
+    auth::connect(&mut conn, &keys, role, id, deadline)
+        .map_err(|e| io::Error::new(e.io_kind(), format!("membership at {addr}: {e}")))?;
     Ok(conn)
 }
 

@@ -407,12 +407,7 @@ pub(crate) async fn authenticate(
     role: Role,
     id: u64,
 ) -> io::Result<()> {
-    let denied = |e: AuthError| {
-        io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("memory server {addr}: {e}"),
-        )
-    };
+    let denied = |e: AuthError| io::Error::new(e.io_kind(), format!("memory server {addr}: {e}"));
     let run = async {
         let (hs, hello) = ClientHandshake::start(keys, role, id).map_err(denied)?;
         stream.write_all(&hello).await?;
@@ -421,9 +416,11 @@ pub(crate) async fn authenticate(
         let proof = hs.challenge(&challenge).map_err(denied)?;
         stream.write_all(&proof).await?;
         let mut verdict = [0u8; 1];
-        match stream.read_exact(&mut verdict).await {
-            Ok(_) if verdict[0] == tandem_auth::handshake::VERDICT_ACCEPTED => Ok(()),
-            _ => Err(denied(AuthError::BadProof)),
+        stream.read_exact(&mut verdict).await?;
+        match verdict[0] {
+            tandem_auth::VERDICT_ACCEPTED => Ok(()),
+            tandem_auth::VERDICT_REFUSED => Err(denied(AuthError::BadProof)),
+            _ => Err(denied(AuthError::NotTandem)),
         }
     };
     match tokio::time::timeout(HANDSHAKE_DEADLINE, run).await {
