@@ -80,8 +80,7 @@ impl Gate {
 }
 
 /// Bytes received on `s` and not read yet (`FIONREAD`).
-pub fn bytes_waiting(s: &TcpStream) -> usize {
-    use std::os::fd::AsRawFd;
+pub fn bytes_waiting(s: &impl std::os::fd::AsRawFd) -> usize {
     let mut n: libc::c_int = 0;
     // SAFETY: FIONREAD writes one c_int through the pointer; the fd is open (we hold `s`).
     let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };

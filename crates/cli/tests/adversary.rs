@@ -120,8 +120,13 @@ fn replay_is_rejected(addr: SocketAddr, keys: &Keyring, role: Role) -> bool {
     r.read_exact(&mut fresh).unwrap();
     assert_ne!(fresh, challenge, "a fresh nonce per connection");
     r.write_all(&proof).unwrap();
+    // Refused: the verdict says so (or the stream just closes), and nothing follows.
     let mut verdict = [0u8; 1];
-    matches!(r.read(&mut verdict), Ok(0) | Err(_))
+    let refused = match r.read(&mut verdict) {
+        Ok(0) | Err(_) => true,
+        Ok(_) => verdict[0] == auth::VERDICT_REFUSED,
+    };
+    refused && matches!(r.read(&mut verdict), Ok(0) | Err(_))
 }
 
 #[test]
@@ -319,4 +324,111 @@ fn a_memory_server_never_sends_anything_to_a_listener_without_the_key() {
         let k = keys.get(role).unwrap().bytes();
         assert!(!got.windows(8).any(|w| w == &k[..8]), "{role} key material sent");
     }
+}
+
+/// An authenticated stream to a node or manager that says `hello` next;
+/// whether the other side kept it open (a read timing out) or closed it.
+fn kept_open_after(addr: SocketAddr, keys: &Keyring, role: Role, id: u64, hello: &tandem_net::wire::Hello) -> bool {
+    let mut s = dial(addr, keys, role, id);
+    s.write_all(&tandem_net::wire::frame(hello)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut b = [0u8; 64];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return false,
+            Ok(_) => continue,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn a_ddp_node_and_its_manager_serve_their_members_under_attack() {
+    use tandem_net::wire::{Frames, FromManager, Heartbeat, Hello};
+    let secret = MasterSecret::generate();
+    let keys = secret.keyring();
+    let dir = std::env::temp_dir().join(format!("tandem-adversary-node-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = |_| tandem_net::ports::reserve_loopback().unwrap().to_string();
+    let (node_addr, manager_addr): (String, String) = (port(0), port(1));
+    let nvm = dir.join("node0.nvm");
+    let spawn = |args: &[&str]| {
+        Proc(
+            Command::new(env!("CARGO_BIN_EXE_tandem"))
+                .args(args)
+                .env("TANDEM_SECRET", secret.hex())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let mut manager = spawn(&["ddp", "manager", "--listen", &manager_addr, "--nodes", "2"]);
+    let mut node = spawn(&[
+        "node", "--model", "lin-synch", "--id", "0", "--peers", &format!("{node_addr},127.0.0.1:9"),
+        "--nvm", nvm.to_str().unwrap(),
+    ]);
+    let (naddr, maddr): (SocketAddr, SocketAddr) = (node_addr.parse().unwrap(), manager_addr.parse().unwrap());
+    let until = Instant::now() + Duration::from_secs(20);
+    let connect = || tandem_net::client::Client::<tandem_ddp::Op, tandem_ddp::Reply>::connect(naddr, &keys, 1, Duration::from_secs(2));
+    let mut client = loop {
+        match connect() {
+            Ok(c) => break c,
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => panic!("the node never served: {e}"),
+        }
+    };
+    client.call(tandem_ddp::Op::read(1)).expect("a read before the attack");
+    // A member of the manager: node 1, heartbeating and timing its leases.
+    let mut member = dial(maddr, &keys, Role::Peer, 1);
+    member.write_all(&tandem_net::wire::frame(&Hello::ToManager { node: 1, boot: 7 })).unwrap();
+    member.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut leases = Frames::new(member.try_clone().unwrap());
+    let (rss_node, rss_manager) = (node.rss_kib(), manager.rss_kib());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let loris = [slowloris(naddr, 1100, stop.clone()), slowloris(maddr, 600, stop.clone())];
+    let held = [unauthenticated_floods(naddr), unauthenticated_floods(maddr)];
+    // A peer hello naming an id out of range, itself, or another role's;
+    // a manager link for a node that is not a member, or not the one it proved.
+    assert!(!kept_open_after(naddr, &keys, Role::Peer, 999, &Hello::Peer { node: 999 }));
+    assert!(!kept_open_after(naddr, &keys, Role::Peer, 0, &Hello::Peer { node: 0 }));
+    assert!(!kept_open_after(naddr, &keys, Role::Client, 0, &Hello::Peer { node: 1 }));
+    assert!(!kept_open_after(maddr, &keys, Role::Peer, 999, &Hello::ToManager { node: 999, boot: 1 }));
+    assert!(!kept_open_after(maddr, &keys, Role::Peer, 0, &Hello::ToManager { node: 1, boot: 1 }));
+    assert!(kept_open_after(naddr, &keys, Role::Client, 0, &Hello::Client), "a client hello is fine");
+    assert!(replay_is_rejected(naddr, &keys, Role::Client), "a replayed handshake got in (node)");
+    assert!(replay_is_rejected(maddr, &keys, Role::Peer), "a replayed handshake got in (manager)");
+    let (mut calls, mut beats) = (Vec::new(), Vec::new());
+    let end = Instant::now() + Duration::from_secs(6);
+    let mut seq = 0;
+    while Instant::now() < end {
+        let t = Instant::now();
+        client.call(tandem_ddp::Op::read(1)).expect("a read during the attack");
+        calls.push(t.elapsed());
+        seq += 1;
+        let t = Instant::now();
+        member.write_all(&tandem_net::wire::frame(&Heartbeat { seq })).unwrap();
+        loop {
+            match leases.next::<FromManager>().expect("the manager answers").expect("open") {
+                FromManager::Lease { seq: s } if s == seq => break,
+                _ => {}
+            }
+        }
+        beats.push(t.elapsed());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let grown = |p: &Proc, before: u64| p.rss_kib().saturating_sub(before) / 1024;
+    let (node_mib, manager_mib) = (grown(&node, rss_node), grown(&manager, rss_manager));
+    stop.store(true, Ordering::Relaxed);
+    drop(held);
+    loris.into_iter().for_each(|l| drop(l.join()));
+    assert!(node.alive() && manager.alive(), "a process died");
+    assert!(node_mib < 50 && manager_mib < 50, "RSS grew by {node_mib} MiB (node), {manager_mib} MiB (manager)");
+    let (pc, pb) = (p99(calls.clone()), p99(beats.clone()));
+    assert!(pc < Duration::from_millis(100), "client read p99 {pc:?} over {} calls", calls.len());
+    assert!(pb < Duration::from_millis(100), "heartbeat-to-lease p99 {pb:?} over {} beats", beats.len());
+    let _ = std::fs::remove_dir_all(&dir);
 }

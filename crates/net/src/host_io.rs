@@ -223,7 +223,13 @@ impl<P: Wire> Host<P> {
         if self.handshaking.len() < HANDSHAKING_MAX {
             return;
         }
-        let heard = |id: &usize| self.inbound.get(id).and_then(|ib| ib.shake.as_ref()).is_some_and(|l| l.heard);
+        // A hello waiting unread (the loop has not got to it) counts as heard.
+        let heard = |id: &usize| {
+            self.inbound.get(id).is_some_and(|ib| {
+                ib.shake.as_ref().is_some_and(|l| l.heard)
+                    || tandem_auth::gate::bytes_waiting(&ib.conn.stream) >= tandem_auth::HELLO_BYTES
+            })
+        };
         let i = self.handshaking.iter().position(|id| !heard(id)).unwrap_or(0);
         if let Some(id) = self.handshaking.remove(i) {
             self.close(id, Role::Hello);
