@@ -55,6 +55,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tandem_dkvs::recovery::{sweep_stray_locks_live, RecoveryBugs, RecoveryCoordinator};
 use tandem_dkvs::{FailedIds, Layout, MemoryView, StoreConfig};
+use tandem_fabric::auth::gate::Ticket;
+use tandem_fabric::auth::Gate;
 use tandem_fabric::tcp::TcpCluster;
 use tandem_membership::{
     Command, Event, Fleet, FleetEvent, Membership, MembershipConfig, MemoryConfig, NodeStatus,
@@ -188,8 +190,8 @@ pub struct Replica {
     /// for heartbeats waiting in them before a verdict.
     heartbeat_conns: Mutex<BTreeMap<u64, (u16, TcpStream)>>,
     next_conn: AtomicU64,
-    /// Connections in their handshake (oldest first), and how many are past it.
-    pending: Mutex<VecDeque<(u64, TcpStream, Arc<std::sync::atomic::AtomicBool>)>>,
+    /// Connections in their handshake, and how many are past it.
+    gate: Gate,
     authenticated: std::sync::atomic::AtomicUsize,
 }
 
@@ -207,7 +209,7 @@ impl Replica {
             gaps: Mutex::default(),
             heartbeat_conns: Mutex::default(),
             next_conn: AtomicU64::new(0),
-            pending: Mutex::default(),
+            gate: Gate::new(PENDING_MAX),
             authenticated: Default::default(),
         });
         let acceptor = r.clone();
@@ -233,52 +235,28 @@ impl Replica {
     /// out the compute nodes.
     fn admit(self: &Arc<Self>, conn: TcpStream) {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let hello = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        {
-            let mut pending = self.pending.lock().unwrap();
-            if pending.len() >= PENDING_MAX {
-                // Shed the oldest still trickling its hello, else the oldest.
-                // Bytes waiting unread count as heard (its thread may not run yet).
-                let heard = |p: &(u64, TcpStream, Arc<std::sync::atomic::AtomicBool>)| {
-                    p.2.load(Ordering::Relaxed)
-                        || bytes_waiting(&p.1) >= tandem_fabric::auth::HELLO_BYTES as i32
-                };
-                let i = pending.iter().position(|p| !heard(p)).unwrap_or(0);
-                if let Some((_, old, _)) = pending.remove(i) {
-                    let _ = old.shutdown(std::net::Shutdown::Both);
-                }
-            }
-            match conn.try_clone() {
-                Ok(c) => pending.push_back((id, c, hello.clone())),
-                Err(_) => return,
-            }
-        }
+        let Ok(ticket) = self.gate.admit(&conn) else {
+            return;
+        };
         let replica = self.clone();
         let spawned = std::thread::Builder::new()
             .name("membership-conn".into())
             .stack_size(256 << 10)
-            .spawn(move || replica.authenticate_and_serve(id, conn, &hello));
-        if spawned.is_err() {
-            self.pending.lock().unwrap().retain(|p| p.0 != id);
+            .spawn(move || replica.authenticate_and_serve(id, conn, ticket));
+        if let Err(e) = spawned {
+            log::warn!("membership: cannot serve a connection: {e}");
         }
     }
 
-    fn authenticate_and_serve(self: Arc<Self>, id: u64, mut conn: TcpStream, hello: &std::sync::atomic::AtomicBool) {
+    fn authenticate_and_serve(self: Arc<Self>, id: u64, mut conn: TcpStream, ticket: Ticket) {
         let deadline = Instant::now() + tandem_fabric::auth::HANDSHAKE_DEADLINE;
-        let heard = || hello.store(true, Ordering::Relaxed);
         let who = trust::credentials().map_err(|e| e.to_string()).and_then(|keys| {
-            tandem_fabric::auth::accept_then(&mut conn, &keys, &trust::MEMBERSHIP_ROLES, deadline, heard)
+            (self.gate)
+                .authenticate(ticket, &mut conn, &keys, &trust::MEMBERSHIP_ROLES, deadline)
                 .map_err(|e| e.to_string())
         });
-        let evicted = {
-            let mut pending = self.pending.lock().unwrap();
-            let before = pending.len();
-            pending.retain(|p| p.0 != id);
-            pending.len() == before
-        };
         let who = match who {
-            Ok(who) if !evicted => who,
-            Ok(_) => return,
+            Ok(who) => who,
             Err(e) => {
                 log::warn!("membership: connection from {:?} refused: {e}", conn.peer_addr().ok());
                 return;
@@ -300,7 +278,7 @@ impl Replica {
         let conns = self.heartbeat_conns.lock().unwrap();
         conns
             .values()
-            .filter(|(_, c)| bytes_waiting(c) > 0)
+            .filter(|(_, c)| tandem_fabric::auth::gate::bytes_waiting(c) > 0)
             .map(|(n, _)| *n)
             .collect()
     }
@@ -596,18 +574,6 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
     ))
 }
 
-/// Bytes received on `c` and not read yet (`FIONREAD`).
-fn bytes_waiting(c: &TcpStream) -> i32 {
-    use std::os::fd::AsRawFd;
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one c_int through the pointer; the fd is open (we hold `c`).
-    let r = unsafe { libc::ioctl(c.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
-    if r == 0 {
-        n
-    } else {
-        0
-    }
-}
 
 /// Forgets a heartbeat connection when its reader thread ends.
 struct HeartbeatConn<'a>(&'a Replica, u64);

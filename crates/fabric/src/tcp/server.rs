@@ -470,7 +470,7 @@ fn admit(shared: &Arc<Shared>, conn: u64, stream: TcpStream, peer: SocketAddr) -
             // not scheduled yet: bytes waiting count as heard.)
             let heard = |(c, h): &(u64, Arc<AtomicBool>)| {
                 h.load(Ordering::Relaxed)
-                    || conns.get(c).is_some_and(|s| bytes_waiting(s) >= tandem_auth::HELLO_BYTES)
+                    || conns.get(c).is_some_and(|s| tandem_auth::gate::bytes_waiting(s) >= tandem_auth::HELLO_BYTES)
             };
             let i = pending.iter().position(|p| !heard(p)).unwrap_or(0);
             let old = pending.remove(i).map(|(c, _)| c);
@@ -500,18 +500,6 @@ fn admit(shared: &Arc<Shared>, conn: u64, stream: TcpStream, peer: SocketAddr) -
     Ok(())
 }
 
-/// Bytes received on `s` and not read yet (`FIONREAD`).
-fn bytes_waiting(s: &TcpStream) -> usize {
-    use std::os::fd::AsRawFd;
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one c_int through the pointer; the fd is open (we hold `s`).
-    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
-    if r == 0 {
-        n.max(0) as usize
-    } else {
-        0
-    }
-}
 
 /// Send a best-effort `Reject` and close.
 fn reject(stream: &TcpStream, reason: RejectReason) {
