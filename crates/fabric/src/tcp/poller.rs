@@ -670,3 +670,101 @@ fn flush(conn: u64, c: &mut Conn) {
         c.closing = true;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tcp::wire::ServerMsg;
+    use crate::verb::{Completion, Verb, VerbOutput};
+
+    fn done(out: &mut Vec<u8>, req_id: u64, completions: &[Completion]) {
+        let start = wire::begin_done(out, req_id, completions.len());
+        completions
+            .iter()
+            .for_each(|c| wire::encode_completion(out, c));
+        wire::end_frame(out, start);
+    }
+
+    fn batch(req_id: u64, verbs: Vec<Verb>) -> Vec<u8> {
+        let mut b = Vec::new();
+        ClientMsg::Batch { req_id, verbs }.encode(&mut b);
+        b
+    }
+
+    /// A connection handed over with answers its previous poller did not
+    /// get out (here more than the output bound, behind a client that reads
+    /// nothing yet) and a batch it read but did not execute: the answers
+    /// leave first, the batch executes only once they are below the bound,
+    /// and what the client sends next comes after it.
+    #[test]
+    fn a_moved_connection_sends_the_answers_it_brings_before_any_new_ones() {
+        const MIB: usize = 1 << 20;
+        let node = Arc::new(MemoryNode::new(4096));
+        let key = node.register(1).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        let mut output = Output::default();
+        for req_id in 0..3u8 {
+            let read = Ok(VerbOutput::Read(vec![req_id; 3 * MIB].into()));
+            done(&mut output.buf, req_id as u64, &[read]);
+        }
+        output.stalled_since = Some(Instant::now());
+        let queue = Arc::new(WorkQueue::new());
+        let poll = open(&queue).unwrap();
+        queue.push(Handover {
+            conn: 1,
+            compute: 1,
+            key,
+            priority: false,
+            stream,
+            early: batch(3, vec![Verb::faa(0, 1)]),
+            output,
+        });
+        let poller = {
+            let (queue, node) = (queue.clone(), node.clone());
+            thread::spawn(move || {
+                let (release, steer) = (|_| {}, |_, _| false);
+                let lane = Lane {
+                    cpu: None,
+                    others: Vec::new(),
+                    release: &release,
+                    steer: &steer,
+                };
+                run(queue, node, poll, Duration::ZERO, lane)
+            })
+        };
+        thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            node.load_u64(0),
+            0,
+            "executed behind 9 MiB of unread answers"
+        );
+        client.write_all(&batch(4, vec![Verb::faa(0, 1)])).unwrap();
+        let mut body = Vec::new();
+        let mut got = Vec::new();
+        while got.len() < 5 {
+            assert!(wire::read_frame(&mut client, &mut body).unwrap());
+            match ServerMsg::decode(&body).unwrap() {
+                ServerMsg::Done {
+                    req_id,
+                    completions,
+                } => got.push((req_id, completions)),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let ids: Vec<u64> = got.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [0, 1, 2, 3, 4]);
+        for (id, c) in &got[..3] {
+            let bytes = c[0].clone().unwrap().into_bytes();
+            assert!(bytes.len() == 3 * MIB && bytes.iter().all(|b| *b as u64 == *id));
+        }
+        assert_eq!(got[3].1, vec![Ok(VerbOutput::Faa(0))]);
+        assert_eq!(got[4].1, vec![Ok(VerbOutput::Faa(1))]);
+        queue.stop();
+        poller.join().unwrap();
+    }
+}
