@@ -697,9 +697,8 @@ fn a_connection_follows_its_client_across_pollers_in_posting_order() {
 }
 
 /// `memory-server`'s urgent poller serves the priority connections (a
-/// recovery coordinator's) alone: a poller stuck on a client that stopped
-/// reading its answers (it blocks for up to 2 s before dropping it) does
-/// not hold them up.
+/// recovery coordinator's) alone: the other poller's clients, here one that
+/// stopped reading its answers, do not hold them up.
 #[test]
 fn a_priority_connection_is_served_while_the_other_poller_is_stuck() {
     let polling = Polling {
@@ -724,7 +723,7 @@ fn a_priority_connection_is_served_while_the_other_poller_is_stuck() {
             let verbs = vec![Verb::read(0, 60_000)];
             bytes.extend(frame(ClientMsg::Batch { req_id, verbs }));
         }
-        // 24 MB of answers that nobody reads: the poller blocks on them.
+        // 24 MB of answers that nobody reads.
         g.write_all(&bytes).unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         let keys = c.register(2).await.unwrap();
@@ -811,5 +810,114 @@ fn a_priority_connection_is_served_beside_a_flooding_one() {
             assert!(p.await[0].is_ok());
         }
         assert_eq!(s.node().load_u64(0), 2000);
+    });
+}
+
+/// A compute node that posts large reads and never reads the answers (stopped,
+/// or buggy) costs the server's other clients nothing: its answers wait in a
+/// bounded queue while its further requests wait unread, the poller writes to
+/// it only when its socket has room, and once it has taken nothing for the
+/// write deadline (2 s) its connection is cut off. Verbs it had executed stay
+/// executed, and the server keeps serving.
+#[test]
+fn a_client_that_does_not_read_its_answers_neither_slows_others_nor_stays() {
+    const MIB: u32 = 1 << 20;
+    // The server's write deadline (2 s), and slack.
+    const CUT_OFF_BY: Duration = Duration::from_millis(2_000 + 1_200);
+    let s = server(4 << 20);
+    let addr = s.local_addr();
+    let c = cluster(&[&s]);
+    let start = std::time::Instant::now();
+    let (mut latencies, slow, poster, mut stuck, keys) = run(async {
+        let key = c.register(1).await.unwrap()[0];
+        let stuck = raw(addr);
+        let mut bytes = frame(ClientMsg::Hello {
+            compute: 1,
+            key,
+            priority: false,
+        });
+        bytes.extend(frame(ClientMsg::Batch {
+            req_id: 0,
+            verbs: vec![Verb::faa(8, 1)],
+        }));
+        // 2,000 batches of three 1 MiB reads: 6 GB of answers, none read.
+        for req_id in 1..=2000 {
+            let verbs = vec![Verb::read(0, MIB); 3];
+            assert!(wire::batch_fits(&verbs));
+            bytes.extend(frame(ClientMsg::Batch { req_id, verbs }));
+        }
+        let w = stuck.try_clone().unwrap();
+        w.set_write_timeout(Some(Duration::from_secs(4))).unwrap();
+        // The server may stop reading them: post from a thread of its own.
+        let poster = std::thread::spawn(move || (&w).write_all(&bytes).is_ok());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        let keys = c.register(2).await.unwrap();
+        let good = c.connect(2, &keys).await.unwrap().queue_pair(0);
+        let (mut latencies, mut slow) = (Vec::new(), Vec::new());
+        let until = std::time::Instant::now() + Duration::from_secs(3);
+        while std::time::Instant::now() < until {
+            let t = std::time::Instant::now();
+            let p = good.post(tandem_fabric::batch![Verb::read(8, 8)]);
+            // A verb stuck behind the other client counts as the time it
+            // waited, up to 1.2 s (it completes later, in order).
+            if let Ok(done) = tokio::time::timeout(Duration::from_millis(1_200), p).await {
+                assert!(done[0].is_ok(), "{done:?}");
+            }
+            let took = t.elapsed();
+            latencies.push(took);
+            if took >= Duration::from_millis(20) {
+                slow.push((t - start, took));
+            }
+        }
+        (latencies, slow, poster, stuck, keys)
+    });
+    let n = latencies.len();
+    latencies.sort_unstable();
+    let (p50, p99, max) = (latencies[n / 2], latencies[n * 99 / 100], latencies[n - 1]);
+    eprintln!("good client: {n} reads in 3 s; p50 {p50:?}, p99 {p99:?}, max {max:?}");
+    assert!(
+        p99 < Duration::from_millis(50) && max < Duration::from_millis(500),
+        "the other client's reads slowed down: p50 {p50:?}, p99 {p99:?}, max {max:?} over {n}; \
+         (started at, took) of those over 20 ms: {slow:?}"
+    );
+
+    // By now (3.3 s in, and at least CUT_OFF_BY) the server has cut the
+    // stuck connection off: reading it yields what was in flight, then the
+    // end; a server still serving it would go on sending its 6 GB.
+    if let Some(early) = CUT_OFF_BY.checked_sub(start.elapsed()) {
+        std::thread::sleep(early);
+    }
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let ended = loop {
+        match stuck.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => break true,
+            Err(e) => panic!("the stuck connection is still open ({got} bytes read): {e}"),
+        }
+        if got > 64 << 20 {
+            break false;
+        }
+    };
+    assert!(
+        ended,
+        "the server still serves the stuck connection ({got} bytes read)"
+    );
+    eprintln!("stuck client: cut off; {got} bytes were in flight");
+    poster.join().unwrap();
+    assert_eq!(s.node().load_u64(8), 1, "its executed FAA stays executed");
+
+    run(async {
+        let good = c.connect(2, &keys).await.unwrap().queue_pair(0);
+        let five = tandem_fabric::batch![Verb::faa(16, 5)];
+        assert_eq!(good.post(five).await, done![Ok(VerbOutput::Faa(0))]);
+        let keys = c.register(3).await.unwrap();
+        let again = c.connect(3, &keys).await.unwrap().queue_pair(0);
+        assert_eq!(
+            again.post(tandem_fabric::batch![Verb::read(16, 8)]).await,
+            done![Ok(VerbOutput::Read(5u64.to_le_bytes().as_slice().into()))]
+        );
     });
 }

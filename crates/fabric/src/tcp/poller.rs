@@ -11,9 +11,9 @@
 //! flows to the cores their consumers run on. With one poller, every request
 //! of a client on the other CPU paid a cross-CPU wake-up: on two cores this
 //! doubled depth-1 verbs/s (docs/RESULTS.md). A connection moves between
-//! rounds only: the frames its old poller executed are answered first, and
-//! the bytes it read but did not execute go with it, so a queue pair's
-//! verbs keep their order.
+//! rounds only: the answers its old poller did not get out yet and the bytes
+//! it read but did not execute go with it, so a queue pair's verbs keep
+//! their order.
 //!
 //! Connection threads do the handshake only; an admitted data connection is
 //! handed over as a [`Handover`] and from then on belongs to this thread,
@@ -26,6 +26,20 @@
 //! ends. There is no hand-off between threads on the path of a verb, and one
 //! thread executing each connection's frames in arrival order is what gives
 //! a queue pair's verbs their posting order.
+//!
+//! Writes never block: a client that is slow, stopped or buggy must cost the
+//! other connections nothing. What a socket does not take stays in the
+//! connection's output queue and goes out when `epoll` reports the socket
+//! writable again (every connection is registered for `WRITABLE` as well as
+//! `READABLE`; edge-triggered, so that costs no events until a write has
+//! found the socket full). The queue is bounded by backpressure: while
+//! [`OUTPUT_QUEUE_BYTES`] or more of a connection's answers are unwritten,
+//! the poller executes none of its batches and reads none of its requests
+//! (they wait in its socket, then in its client's), so a connection holds at
+//! most that bound plus one answer ([`FRAME_BYTES_MAX`](wire::FRAME_BYTES_MAX)).
+//! A connection whose socket has taken nothing of its pending answers for
+//! [`WRITE_STALL_MAX`] is cut off, with a warning; the verbs it had executed
+//! stay executed, as a failed RDMA queue pair's may have.
 //!
 //! Adaptive polling: after a round that served anything, the poller keeps
 //! polling without blocking (yielding the core between polls) for a spin
@@ -47,9 +61,16 @@ use crate::memory::{MemoryNode, RegionKey};
 use crate::tcp::wire::{self, ClientMsg, FRAME_HEADER_BYTES};
 use crate::verb::ComputeNodeId;
 
-/// A connection's answers are written out early once they reach this size,
-/// bounding the poller's memory per connection.
+/// A connection's answers are written out early (within its turn) once
+/// this many are unwritten.
 const OUTPUT_FLUSH_BYTES: usize = 256 << 10;
+/// While this many bytes of a connection's answers are unwritten, it
+/// executes no more batches and none of its requests are read. One answer
+/// may be up to a frame, so a connection holds at most this plus
+/// [`FRAME_BYTES_MAX`](wire::FRAME_BYTES_MAX) (8 MiB) of answers; on
+/// loopback the sockets hold several MiB more, so a client that reads keeps
+/// its large reads streaming.
+const OUTPUT_QUEUE_BYTES: usize = 4 << 20;
 /// Bytes a connection reads per turn.
 const READ_CHUNK_BYTES: usize = 64 << 10;
 /// How long the poller keeps polling without blocking after it last served,
@@ -58,8 +79,9 @@ const SPIN_WITH_SPARE_CORES: Duration = Duration::from_micros(50);
 /// A pinned poller checks which CPU a connection's packets arrive on once
 /// every this many reads (a `getsockopt`).
 const STEER_EVERY_READS: u32 = 64;
-/// A client that stops reading its answers stalls the poller for at most
-/// this long before its connection is dropped.
+/// A connection with answers pending whose socket takes none of them for
+/// this long is closed: its client stopped reading (stopped, hung or
+/// buggy), and holds its output queue and its socket's buffers.
 const WRITE_STALL_MAX: Duration = Duration::from_secs(2);
 const WAKER: Token = Token(usize::MAX);
 
@@ -73,6 +95,73 @@ pub(crate) struct Handover {
     pub priority: bool,
     pub stream: TcpStream,
     pub early: Vec<u8>,
+    /// Answers a poller executed and did not get out yet: they leave before
+    /// any the next poller appends.
+    pub output: Output,
+}
+
+/// A connection's unwritten answers: encoded `Done` frames, the first
+/// `sent` bytes of which are written.
+#[derive(Default)]
+pub(crate) struct Output {
+    buf: Vec<u8>,
+    sent: usize,
+    /// Since the socket last took any of them, if the last write found it
+    /// full (it is then registered to report when it has room).
+    stalled_since: Option<Instant>,
+}
+
+impl Output {
+    fn pending(&self) -> usize {
+        self.buf.len() - self.sent
+    }
+
+    /// Over its bound: the connection executes nothing more for now.
+    fn full(&self) -> bool {
+        self.pending() >= OUTPUT_QUEUE_BYTES
+    }
+
+    /// Write what the socket takes now, without blocking. What it does not
+    /// take waits for its next `WRITABLE` event. An error: the connection is
+    /// broken.
+    fn write_to(&mut self, stream: &mut mio::net::TcpStream) -> io::Result<()> {
+        let mut progressed = false;
+        while self.sent < self.buf.len() {
+            match stream.write(&self.buf[self.sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.sent += n;
+                    progressed = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if progressed || self.stalled_since.is_none() {
+                        self.stalled_since = Some(Instant::now());
+                    }
+                    // Moving the rest to the front when at least as much was
+                    // written keeps the copying to one byte per byte sent.
+                    if self.sent >= self.pending() {
+                        self.buf.drain(..self.sent);
+                        self.sent = 0;
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.clear();
+        Ok(())
+    }
+
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.sent = 0;
+        self.stalled_since = None;
+        if self.buf.capacity() > OUTPUT_FLUSH_BYTES * 4 {
+            // One burst must not pin a large buffer for the connection's lifetime.
+            self.buf.shrink_to(OUTPUT_FLUSH_BYTES);
+        }
+    }
 }
 
 struct QueueState {
@@ -162,11 +251,13 @@ struct Conn {
     /// Served first in every round (a recovery coordinator's connection).
     priority: bool,
     stream: mio::net::TcpStream,
-    /// Bytes read but not yet parsed (at most one partial frame after a round).
+    /// Bytes read but not yet executed (at most one partial frame after a
+    /// round, unless the output is full).
     input: Vec<u8>,
-    /// Encoded `Done` frames not yet written.
-    out: Vec<u8>,
-    /// End of stream, a bad frame or a failed write: close after this round.
+    /// Answers not yet written.
+    out: Output,
+    /// End of stream or a bad frame: read and execute nothing more, close
+    /// once the answers are out (a failed write discards them).
     closing: bool,
     /// Reads since the last steering check.
     reads: u32,
@@ -244,6 +335,9 @@ pub(crate) fn run(
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     // Connections with input to serve; a connection is in here at most once.
     let mut ready: Vec<u64> = Vec::new();
+    // Connections whose last write found their socket full (as of the last
+    // round), watched for their deadline.
+    let mut stalled: Vec<u64> = Vec::new();
     let mut last_served = Instant::now();
     loop {
         if !queue.take_all(&mut work) {
@@ -261,7 +355,11 @@ pub(crate) fn run(
         let timeout = if !ready.is_empty() || spinning || !queue.may_sleep() {
             Some(Duration::ZERO)
         } else {
-            None
+            // Sleep, but wake for the first stalled connection's deadline.
+            (stalled.iter())
+                .filter_map(|conn| conns.get(conn)?.out.stalled_since)
+                .min()
+                .map(|since| (since + WRITE_STALL_MAX).saturating_duration_since(Instant::now()))
         };
         if let Err(e) = poll.poll(&mut events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
@@ -280,27 +378,40 @@ pub(crate) fn run(
             if spinning {
                 thread::yield_now();
             }
-            continue;
-        }
-        serve_round(&node, &mut conns, &mut ready, &mut chunk, &lane);
-        last_served = Instant::now();
-        // Every answer of the round leaves now, one write per connection.
-        conns.retain(|&conn, c| {
-            flush(conn, c);
-            if c.closing {
-                close(&poll, c);
-                (lane.release)(conn);
+        } else {
+            serve_round(&node, &mut conns, &mut ready, &mut chunk, &lane);
+            last_served = Instant::now();
+            // Every answer of the round leaves now, one write per connection,
+            // as far as its socket takes it; a socket found full before
+            // waits for its `WRITABLE` event.
+            stalled.clear();
+            conns.retain(|&conn, c| {
+                if c.out.stalled_since.is_none() {
+                    flush(conn, c);
+                }
+                if c.closing && c.out.pending() == 0 {
+                    close(&poll, c);
+                    (lane.release)(conn);
+                    return false;
+                }
+                if c.out.stalled_since.is_some() {
+                    stalled.push(conn);
+                }
+                true
+            });
+            let moving: Vec<u64> = (conns.iter())
+                .filter_map(|(&conn, c)| c.moving_to.map(|_| conn))
+                .collect();
+            for conn in moving {
+                move_away(&poll, &lane, conn, conns.remove(&conn).expect("listed"));
             }
-            !c.closing
-        });
-        let moving: Vec<u64> = (conns.iter())
-            .filter_map(|(&conn, c)| c.moving_to.map(|_| conn))
-            .collect();
-        for conn in moving {
-            move_away(&poll, &lane, conn, conns.remove(&conn).expect("listed"));
+        }
+        if !stalled.is_empty() {
+            cut_off_stalled(&poll, &lane, &mut conns, &mut stalled);
         }
     }
-    // Stopping: close every connection so clients see the server go away.
+    // Stopping: close every connection so clients see the server go away
+    // (with what their sockets take at once of their answers).
     for (conn, mut c) in conns.drain() {
         flush(conn, &mut c);
         close(&poll, &mut c);
@@ -308,9 +419,44 @@ pub(crate) fn run(
     }
 }
 
-/// Hand `c` (its answers written, its unexecuted input with it) to the
+/// Close the connections whose sockets took none of their pending answers
+/// for [`WRITE_STALL_MAX`]: their clients stopped reading. What they had
+/// executed stays executed; their answers and unexecuted requests are
+/// dropped, and the connection is reset rather than left for the kernel to
+/// drain into a client that does not read.
+fn cut_off_stalled(
+    poll: &Poll,
+    lane: &Lane<'_>,
+    conns: &mut HashMap<u64, Conn>,
+    stalled: &mut Vec<u64>,
+) {
+    let now = Instant::now();
+    stalled.retain(|conn| {
+        let Some(since) = conns.get(conn).and_then(|c| c.out.stalled_since) else {
+            return false;
+        };
+        if now.duration_since(since) < WRITE_STALL_MAX {
+            return true;
+        }
+        let mut c = conns.remove(conn).expect("looked up");
+        log::warn!(
+            "memory server: connection {conn} (compute {}): cut off: its client took none of \
+             {} bytes of answers for {:?} ({} bytes of requests not executed)",
+            c.compute,
+            c.out.pending(),
+            now.duration_since(since),
+            c.input.len(),
+        );
+        let _ = rustix::net::sockopt::set_socket_linger(&c.stream, Some(Duration::ZERO));
+        close(poll, &mut c);
+        (lane.release)(*conn);
+        false
+    });
+}
+
+/// Hand `c` (its unwritten answers and its unexecuted input with it) to the
 /// poller pinned on the CPU it is moving to. Its frames keep their order:
-/// those executed here were answered, the rest execute there.
+/// those executed here are answered first, the rest execute there.
 fn move_away(poll: &Poll, lane: &Lane<'_>, conn: u64, mut c: Conn) {
     let Some(cpu) = c.moving_to else { return };
     if let Err(e) = poll.registry().deregister(&mut c.stream) {
@@ -325,6 +471,7 @@ fn move_away(poll: &Poll, lane: &Lane<'_>, conn: u64, mut c: Conn) {
         priority: c.priority,
         stream: std::os::fd::OwnedFd::from(c.stream).into(),
         early: c.input,
+        output: c.out,
     };
     if !(lane.steer)(cpu, h) {
         (lane.release)(conn);
@@ -361,11 +508,16 @@ fn open_conn(poll: &Poll, h: Handover) -> Option<Conn> {
         priority,
         stream,
         early,
+        output,
     } = h;
+    // Registered for both for good: edge-triggered, `WRITABLE` raises an
+    // event only after a write found the socket full, which is when the
+    // poller waits for it.
+    let interest = Interest::READABLE | Interest::WRITABLE;
     let registered = stream.set_nonblocking(true).and_then(|()| {
         let mut s = mio::net::TcpStream::from_std(stream);
         poll.registry()
-            .register(&mut s, Token(conn as usize), Interest::READABLE)
+            .register(&mut s, Token(conn as usize), interest)
             .map(|()| s)
     });
     match registered {
@@ -375,7 +527,7 @@ fn open_conn(poll: &Poll, h: Handover) -> Option<Conn> {
             priority,
             stream,
             input: early,
-            out: Vec::new(),
+            out: output,
             closing: false,
             reads: 0,
             seen_on: None,
@@ -393,9 +545,11 @@ fn close(poll: &Poll, c: &mut Conn) {
     let _ = c.stream.shutdown(Shutdown::Both);
 }
 
-/// One turn of a connection: execute the whole frames it has, then read
-/// once more and execute those. Returns whether it may have more input (the
-/// read filled the chunk), to be served again next round.
+/// One turn of a connection: write what its socket takes of its answers,
+/// execute the whole frames it has, then read once more and execute those.
+/// With [`OUTPUT_QUEUE_BYTES`] of its answers unwritten it stops, before the
+/// next frame or read, until its socket reports room. Returns whether it may
+/// have more input (the read filled the chunk), to be served again next round.
 fn serve_turn(
     node: &MemoryNode,
     conn: u64,
@@ -403,8 +557,13 @@ fn serve_turn(
     chunk: &mut [u8],
     lane: &Lane<'_>,
 ) -> bool {
+    // Answers first: how many still wait decides whether it may run more.
+    flush(conn, c);
+    if c.closing {
+        return false;
+    }
     execute_frames(node, conn, c);
-    while !c.closing {
+    while !c.closing && !c.out.full() {
         match c.stream.read(chunk) {
             Ok(0) => {
                 if !c.input.is_empty() {
@@ -425,8 +584,9 @@ fn serve_turn(
                 execute_frames(node, conn, c);
                 // A read that did not fill the chunk emptied the socket: what
                 // arrives from now on raises a new (edge-triggered) event, so
-                // no second read just to see `WouldBlock`.
-                return !c.closing && n == chunk.len();
+                // no second read just to see `WouldBlock`. A full output
+                // resumes on its `WRITABLE` event instead.
+                return !c.closing && n == chunk.len() && !c.out.full();
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -442,10 +602,19 @@ fn serve_turn(
     false
 }
 
-/// Execute every whole `Batch` frame in `c.input`, appending the answers.
+/// Execute the whole `Batch` frames in `c.input`, appending the answers,
+/// until the output is full: the rest wait in `c.input`.
 fn execute_frames(node: &MemoryNode, conn: u64, c: &mut Conn) {
     let mut pos = 0;
     while c.input.len() - pos >= FRAME_HEADER_BYTES {
+        if c.out.pending() >= OUTPUT_FLUSH_BYTES && c.out.stalled_since.is_none() {
+            flush(conn, c);
+        }
+        // Full: a write just found the socket full (or did before), so a
+        // `WRITABLE` event brings it back here.
+        if c.closing || c.out.full() {
+            break;
+        }
         let header: [u8; FRAME_HEADER_BYTES] =
             c.input[pos..pos + FRAME_HEADER_BYTES].try_into().unwrap();
         let len = match wire::frame_len(header) {
@@ -458,20 +627,17 @@ fn execute_frames(node: &MemoryNode, conn: u64, c: &mut Conn) {
         }
         match ClientMsg::decode(&c.input[body_at..body_at + len]) {
             Ok(ClientMsg::Batch { req_id, verbs }) => {
-                let start = wire::begin_done(&mut c.out, req_id, verbs.len());
-                let out = &mut c.out;
+                let out = &mut c.out.buf;
+                let start = wire::begin_done(out, req_id, verbs.len());
                 node.execute_batch(c.compute, c.key, &verbs, |done| {
                     wire::encode_completion(out, &done)
                 });
-                wire::end_frame(&mut c.out, start);
+                wire::end_frame(out, start);
             }
             Ok(other) => return bad_frame(conn, c, &format!("unexpected {}", other.name())),
             Err(e) => return bad_frame(conn, c, &e),
         }
         pos = body_at + len;
-        if c.out.len() >= OUTPUT_FLUSH_BYTES {
-            flush(conn, c);
-        }
     }
     c.input.drain(..pos);
     if c.input.capacity() > 4 * READ_CHUNK_BYTES && c.input.len() < READ_CHUNK_BYTES {
@@ -489,49 +655,116 @@ fn bad_frame(conn: u64, c: &mut Conn, why: &dyn std::fmt::Display) {
     c.closing = true;
 }
 
-/// Write a connection's buffered answers. A socket that cannot take them at
-/// once gets [`WRITE_STALL_MAX`] of blocking writes; a failure closes it.
+/// Write what the socket takes of a connection's answers, without blocking;
+/// a failure discards them and closes it.
 fn flush(conn: u64, c: &mut Conn) {
-    if c.out.is_empty() {
+    if c.out.pending() == 0 {
         return;
     }
-    let r = write_all_stalling(&mut c.stream, &c.out);
-    c.out.clear();
-    if c.out.capacity() > OUTPUT_FLUSH_BYTES * 4 {
-        c.out.shrink_to(OUTPUT_FLUSH_BYTES);
-    }
-    if let Err(e) = r {
+    if let Err(e) = c.out.write_to(&mut c.stream) {
         log::warn!(
             "memory server: connection {conn} (compute {}): write failed, closing: {e}",
             c.compute
         );
+        c.out.clear();
         c.closing = true;
     }
 }
 
-fn write_all_stalling(stream: &mut mio::net::TcpStream, mut buf: &[u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        match stream.write(buf) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                return write_blocking(stream, buf);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tcp::wire::ServerMsg;
+    use crate::verb::{Completion, Verb, VerbOutput};
 
-/// The rare slow client: finish the write in blocking mode, bounded in time.
-fn write_blocking(stream: &mut mio::net::TcpStream, buf: &[u8]) -> io::Result<()> {
-    let fd = std::os::fd::AsFd::as_fd(stream).try_clone_to_owned()?;
-    let std_stream = TcpStream::from(fd);
-    std_stream.set_nonblocking(false)?;
-    std_stream.set_write_timeout(Some(WRITE_STALL_MAX))?;
-    let r = (&std_stream).write_all(buf);
-    // The duplicate shares the socket's flags: back to non-blocking for the poller.
-    std_stream.set_nonblocking(true)?;
-    r
+    fn done(out: &mut Vec<u8>, req_id: u64, completions: &[Completion]) {
+        let start = wire::begin_done(out, req_id, completions.len());
+        completions
+            .iter()
+            .for_each(|c| wire::encode_completion(out, c));
+        wire::end_frame(out, start);
+    }
+
+    fn batch(req_id: u64, verbs: Vec<Verb>) -> Vec<u8> {
+        let mut b = Vec::new();
+        ClientMsg::Batch { req_id, verbs }.encode(&mut b);
+        b
+    }
+
+    /// A connection handed over with answers its previous poller did not
+    /// get out (here more than the output bound, behind a client that reads
+    /// nothing yet) and a batch it read but did not execute: the answers
+    /// leave first, the batch executes only once they are below the bound,
+    /// and what the client sends next comes after it.
+    #[test]
+    fn a_moved_connection_sends_the_answers_it_brings_before_any_new_ones() {
+        const MIB: usize = 1 << 20;
+        let node = Arc::new(MemoryNode::new(4096));
+        let key = node.register(1).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        let mut output = Output::default();
+        for req_id in 0..3u8 {
+            let read = Ok(VerbOutput::Read(vec![req_id; 3 * MIB].into()));
+            done(&mut output.buf, req_id as u64, &[read]);
+        }
+        output.stalled_since = Some(Instant::now());
+        let queue = Arc::new(WorkQueue::new());
+        let poll = open(&queue).unwrap();
+        queue.push(Handover {
+            conn: 1,
+            compute: 1,
+            key,
+            priority: false,
+            stream,
+            early: batch(3, vec![Verb::faa(0, 1)]),
+            output,
+        });
+        let poller = {
+            let (queue, node) = (queue.clone(), node.clone());
+            thread::spawn(move || {
+                let (release, steer) = (|_| {}, |_, _| false);
+                let lane = Lane {
+                    cpu: None,
+                    others: Vec::new(),
+                    release: &release,
+                    steer: &steer,
+                };
+                run(queue, node, poll, Duration::ZERO, lane)
+            })
+        };
+        thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            node.load_u64(0),
+            0,
+            "executed behind 9 MiB of unread answers"
+        );
+        client.write_all(&batch(4, vec![Verb::faa(0, 1)])).unwrap();
+        let mut body = Vec::new();
+        let mut got = Vec::new();
+        while got.len() < 5 {
+            assert!(wire::read_frame(&mut client, &mut body).unwrap());
+            match ServerMsg::decode(&body).unwrap() {
+                ServerMsg::Done {
+                    req_id,
+                    completions,
+                } => got.push((req_id, completions)),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let ids: Vec<u64> = got.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [0, 1, 2, 3, 4]);
+        for (id, c) in &got[..3] {
+            let bytes = c[0].clone().unwrap().into_bytes();
+            assert!(bytes.len() == 3 * MIB && bytes.iter().all(|b| *b as u64 == *id));
+        }
+        assert_eq!(got[3].1, vec![Ok(VerbOutput::Faa(0))]);
+        assert_eq!(got[4].1, vec![Ok(VerbOutput::Faa(1))]);
+        queue.stop();
+        poller.join().unwrap();
+    }
 }

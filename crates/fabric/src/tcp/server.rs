@@ -597,6 +597,7 @@ fn serve_connection(
                 priority,
                 stream,
                 early,
+                output: Default::default(),
             });
         }
         Ok(ClientMsg::Hello { compute, .. }) => {
