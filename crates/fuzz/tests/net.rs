@@ -426,18 +426,51 @@ fn fuzz_ddp_peer_messages() {
     Fuzz::new("ddp peer messages -> DdpNode::step")
         .budget_times(3.0)
         .max_len(8192)
-        .run(gen, |b| {
-            if b.len() < 2 {
-                return "short".to_string();
-            }
-            let w = &warm[b[0] as usize % warm.len()];
-            let from = 1 + (b[1] % 2) as NodeId;
-            let mut node = w.node.clone();
-            let msgs = decode_stream::<tandem_ddp::Msg>(&b[2..]);
-            let label = format!("{} {}", w.name.len() % 7, msgs.len().min(4));
-            drive(&mut node, from, msgs);
-            label
-        });
+        .run(gen, |b| ddp_check(warm, b));
+}
+
+fn ddp_check(warm: &[DdpWarm], b: &[u8]) -> String {
+    if b.len() < 2 {
+        return "short".to_string();
+    }
+    let w = &warm[b[0] as usize % warm.len()];
+    let from = 1 + (b[1] % 2) as NodeId;
+    let mut node = w.node.clone();
+    let msgs = decode_stream::<tandem_ddp::Msg>(&b[2..]);
+    let label = format!("{} {}", b[0] as usize % warm.len(), kinds(&msgs));
+    drive(&mut node, from, msgs);
+    label
+}
+
+/// The variant names of the first few messages: an outcome label.
+fn kinds<M: std::fmt::Debug>(msgs: &[M]) -> String {
+    msgs.iter()
+        .take(3)
+        .map(|m| format!("{m:?}").chars().take_while(|c| c.is_alphanumeric()).collect::<String>())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Crashes the fuzzer found, as it shrank them.
+#[test]
+fn regression_a_lin_node_drops_upd_messages() {
+    // `[Lin, Strict][from 1][frame: Msg::Upd { upds: [one zeroed Upd] }]`:
+    // a node of the INV family stepped into the UPD family's handler and
+    // panicked ("a UPD-family model").
+    let b = tandem_fuzz::unhex(
+        "0000410000000600000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    );
+    ddp_check(&ddp_warm(), &b);
+}
+
+#[test]
+fn regression_a_kite_replica_refuses_a_proposal_for_slot_0() {
+    // A Read, then a Propose for slot 0 of a key with nothing committed:
+    // the replica panicked ("a committed slot has its RMW").
+    let b = tandem_fuzz::unhex(
+        "0025000000040000000000000000000000000000000000000000000000000000000000000000000000004000000008000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000",
+    );
+    kite_check(&b);
 }
 
 /// The same for a Kite node (fresh: Kite nodes are not `Clone`, so the
@@ -455,19 +488,21 @@ fn fuzz_kite_peer_messages() {
     Fuzz::new("kite peer messages -> KiteNode::step")
         .budget_times(2.0)
         .max_len(8192)
-        .run(gen, |b| {
-            if b.is_empty() {
-                return 0;
-            }
-            let config = Config::new(1, vec![0, 1, 2]);
-            let mut node = KiteNode::new(0, &config, KiteConfig::default());
-            let from = 1 + (b[0] % 2) as NodeId;
-            let msgs = decode_stream::<tandem_kite::Msg>(&b[1..]);
-            let n = msgs.len();
-            drive(&mut node, from, msgs);
-            node.check_invariants().expect("Kite invariants");
-            n.min(6)
-        });
+        .run(gen, kite_check);
+}
+
+fn kite_check(b: &[u8]) -> String {
+    if b.is_empty() {
+        return String::new();
+    }
+    let config = Config::new(1, vec![0, 1, 2]);
+    let mut node = KiteNode::new(0, &config, KiteConfig::default());
+    let from = 1 + (b[0] % 2) as NodeId;
+    let msgs = decode_stream::<tandem_kite::Msg>(&b[1..]);
+    let label = kinds(&msgs);
+    drive(&mut node, from, msgs);
+    node.check_invariants().expect("Kite invariants");
+    label
 }
 
 /// The messages of a peer stream, as the host decodes them (it stops at the
@@ -637,4 +672,15 @@ fn warm_clusters_made_traffic() {
     let mut b = Vec::new();
     put(&mut b, &Heartbeat { seq: 3 });
     assert_eq!(b, frame(&Heartbeat { seq: 3 }));
+}
+
+#[test]
+fn regression_a_frame_prefix_alone_costs_no_memory() {
+    // A stream of one length prefix claiming `MAX_FRAME` (64 MiB) and
+    // nothing after it: `Frames::next` resized its buffer to the claimed
+    // length before reading, before the manager checked any secret.
+    let b = (MAX_FRAME as u32).to_le_bytes();
+    let (r, a) = peak_alloc(|| Frames::new(&b[..]).next::<Hello>().map(|_| ()));
+    assert_eq!(r.unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+    assert!(a.peak < 1 << 20, "{} bytes held for a 4-byte stream", a.peak);
 }
