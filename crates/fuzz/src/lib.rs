@@ -272,10 +272,13 @@ impl Fuzz {
         self
     }
 
-    /// Scale this target's budget (a slow target gets more time, so it
-    /// still runs enough executions).
+    /// Scale this target's budget in short runs (a slow target gets more
+    /// time, so it still runs enough executions); long runs give every
+    /// target the same time.
     pub fn budget_times(mut self, k: f64) -> Fuzz {
-        self.budget = self.budget.mul_f64(k);
+        if !long_run() {
+            self.budget = self.budget.mul_f64(k);
+        }
         self
     }
 
