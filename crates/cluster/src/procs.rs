@@ -71,6 +71,8 @@ mod fleet;
 pub mod follow;
 mod session;
 mod trust;
+#[cfg(test)]
+mod fuzz;
 pub mod wait;
 
 pub use trust::set_credentials;

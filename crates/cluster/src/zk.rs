@@ -37,6 +37,12 @@ struct ZkRecord<S> {
     state: S,
 }
 
+/// A znode's bytes as written by [`ZkState`]: the cluster they belong to,
+/// and the state.
+pub(crate) fn decode_record<S: DeserializeOwned>(data: &[u8]) -> serde_json::Result<(String, S)> {
+    serde_json::from_slice::<ZkRecord<S>>(data).map(|r| (r.cluster, r.state))
+}
+
 /// What a znode can hold: Pandora's membership state, or the DDP
 /// configuration manager's (`tandem ddp manager --zookeeper`).
 pub trait ZkStored: Serialize + DeserializeOwned + Clone + Send + 'static {}
@@ -206,15 +212,14 @@ async fn zk_writer<S: ZkStored>(
     };
     let mut session_state = client.state_watcher();
     let mut version = match client.get_data(&path).await {
-        Ok((data, stat)) => match serde_json::from_slice::<ZkRecord<S>>(&data) {
-            Ok(r) if r.cluster == cluster => {
-                let _ = init.send(Ok(Some(r.state)));
+        Ok((data, stat)) => match decode_record::<S>(&data) {
+            Ok((theirs, state)) if theirs == cluster => {
+                let _ = init.send(Ok(Some(state)));
                 Some(stat.version)
             }
-            Ok(r) => {
+            Ok((theirs, _)) => {
                 return drop(init.send(Err(format!(
-                    "ZooKeeper {hosts}{path} holds the state of another cluster ({}); use another --zk-path",
-                    r.cluster
+                    "ZooKeeper {hosts}{path} holds the state of another cluster ({theirs}); use another --zk-path"
                 ))))
             }
             Err(e) => return drop(init.send(Err(format!("ZooKeeper {hosts}{path} holds no state of this kind: {e}")))),

@@ -645,6 +645,11 @@ impl DdpNode {
 
     fn recv(&mut self, from: NodeId, msg: Msg, out: &mut Out) {
         let upd = self.rules.upd.is_some();
+        // A message of the other family (a peer started with another model)
+        // is dropped: its handlers assume this node's model takes it.
+        if matches!(msg, Msg::Upd { .. } | Msg::UpdSync { .. } | Msg::UpdCopy { .. }) && !upd {
+            return;
+        }
         match msg {
             Msg::Inv { v, epoch, .. } => self.on_inv(from, v, epoch, out),
             Msg::Ack { key, ts, epoch, .. } if upd => self.on_upd_ack(from, key, ts, epoch, out),

@@ -222,7 +222,13 @@ impl KiteNode {
         }
         let ks = self.key(key);
         if slot <= ks.last_committed {
-            let rec = ks.last_rec.expect("a committed slot has its RMW");
+            // Slots start at 1: a proposal for slot 0 of a key with nothing
+            // committed comes from no correct proposer. Refuse it.
+            let Some(rec) = ks.last_rec else {
+                return Some(PaxosRep::Nack {
+                    promised: ks.promised,
+                });
+            };
             return Some(PaxosRep::Committed {
                 slot: ks.last_committed,
                 rec,

@@ -309,7 +309,7 @@ impl Membership {
     /// is used up. Like [`Membership::reserve_version_block`], the allocation
     /// is durable state: store it before handing the id out.
     pub fn new_incarnation(&mut self) -> Option<NodeId> {
-        let id = FIRST_INCARNATION_ID as u32 + self.incarnations;
+        let id = (FIRST_INCARNATION_ID as u32).checked_add(self.incarnations)?;
         if id > LAST_INCARNATION_ID as u32 {
             return None;
         }
@@ -347,7 +347,9 @@ impl Membership {
     /// `cfg.restore_grace_ns`, time to reconnect), so a restart does not
     /// declare everyone failed. Revocations and recoveries that were under
     /// way are not resumed by this: call [`Membership::reissue_after_restore`]
-    /// and execute its commands.
+    /// and execute its commands. A state that breaks an invariant, or whose
+    /// counters or memory configuration (`state.memory`, restored by
+    /// [`Fleet::restore`]) no run could have reached, is refused.
     pub fn restore(
         cfg: MembershipConfig,
         state: MembershipState,
@@ -375,6 +377,28 @@ impl Membership {
         }
         if !state.recycled.is_disjoint(&state.failed_ids) {
             return Err("a stored id is both failed and free".into());
+        }
+        // Counters past what any run reaches would overflow on their next use.
+        let incarnations_max = LAST_INCARNATION_ID as u32 - FIRST_INCARNATION_ID as u32 + 1;
+        if state.incarnations > incarnations_max {
+            return Err(format!(
+                "stored incarnation count {} exceeds the {incarnations_max} ids reserved for incarnations",
+                state.incarnations
+            ));
+        }
+        if state.version_blocks > u64::MAX / 2 {
+            return Err(format!("stored version block count {} is out of range", state.version_blocks));
+        }
+        if let Some(mem) = &state.memory {
+            if let Some(n) = mem.down.iter().find(|&&n| n as usize >= mem.addrs.len()) {
+                return Err(format!(
+                    "stored memory configuration declares memory node {n} down, but names {} memory nodes",
+                    mem.addrs.len()
+                ));
+            }
+            if mem.epoch > u64::MAX / 2 {
+                return Err(format!("stored memory configuration epoch {} is out of range", mem.epoch));
+            }
         }
         let mut live = BTreeSet::new();
         for (node, n) in &state.nodes {

@@ -255,24 +255,44 @@ impl Conn {
 
     /// Hand every whole frame in the buffer to `f`, keep the partial tail.
     fn cut(&mut self, f: &mut impl FnMut(&[u8])) -> io::Result<()> {
-        loop {
-            let rest = &self.inbuf[self.consumed..self.filled];
-            if rest.len() < 4 {
-                return Ok(());
-            }
-            let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-            if len > MAX_FRAME {
-                return Err(io::Error::new(
-                    ErrorKind::InvalidData,
-                    format!("frame of {len} bytes exceeds {MAX_FRAME}"),
-                ));
-            }
-            if rest.len() < 4 + len {
-                return Ok(());
-            }
-            f(&rest[4..4 + len]);
-            self.consumed += 4 + len;
+        let r = cut_frames(&self.inbuf[self.consumed..self.filled], f);
+        self.consumed += r.consumed;
+        r.error.map_or(Ok(()), Err)
+    }
+}
+
+/// What [`cut_frames`] did with a buffer.
+#[derive(Debug)]
+pub struct Cut {
+    /// Bytes of the whole frames handed out (the partial tail stays).
+    pub consumed: usize,
+    /// A length prefix above [`MAX_FRAME`]: the stream is unusable.
+    pub error: Option<io::Error>,
+}
+
+/// Hand every whole frame at the start of `buf` (`u32` length, then that
+/// many bytes) to `f`, in order, and say how many bytes they took. Stops at
+/// a partial frame, or at a length prefix above [`MAX_FRAME`] (an error).
+pub fn cut_frames(buf: &[u8], f: &mut impl FnMut(&[u8])) -> Cut {
+    let mut consumed = 0;
+    loop {
+        let rest = &buf[consumed..];
+        if rest.len() < 4 {
+            return Cut { consumed, error: None };
         }
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if len > MAX_FRAME {
+            let e = io::Error::new(
+                ErrorKind::InvalidData,
+                format!("frame of {len} bytes exceeds {MAX_FRAME}"),
+            );
+            return Cut { consumed, error: Some(e) };
+        }
+        if rest.len() < 4 + len {
+            return Cut { consumed, error: None };
+        }
+        f(&rest[4..4 + len]);
+        consumed += 4 + len;
     }
 }
 

@@ -278,15 +278,22 @@ fn open(
         st.save(&m.state())?;
         return Ok(m);
     };
-    if let Some(n) = state.members.iter().find(|n| !members.contains(n)) {
-        return Err(format!(
-            "manager state {} names node {n}, beyond --nodes {}",
-            st.describe(),
-            members.len()
-        ));
-    }
+    check_state(&state, members).map_err(|e| format!("manager state {}: {e}", st.describe()))?;
     eprintln!("manager: resumed from {}", st.describe());
     Ok(Manager::resume(cfg, &state, now))
+}
+
+/// Whether a stored state can be resumed by a manager of `members`: it
+/// names none beyond them, and its epoch is one a run reaches (the next
+/// change adds one to it).
+pub fn check_state(state: &ManagerState, members: &[NodeId]) -> Result<(), String> {
+    if let Some(n) = state.members.iter().find(|n| !members.contains(n)) {
+        return Err(format!("names node {n}, beyond --nodes {}", members.len()));
+    }
+    if state.epoch > u64::MAX / 2 {
+        return Err(format!("epoch {} is out of range", state.epoch));
+    }
+    Ok(())
 }
 
 /// Save the state if it changed, before anything that depends on it is sent.

@@ -142,8 +142,14 @@ impl<R: Read> Frames<R> {
                 format!("frame of {len} bytes exceeds {MAX_FRAME}"),
             ));
         }
-        self.buf.resize(len, 0);
-        self.r.read_exact(&mut self.buf)?;
+        // Grow the buffer as the bytes arrive, not to the claimed length up
+        // front: a peer that sends a 4-byte prefix and nothing more (before
+        // any secret was checked) must not cost `MAX_FRAME` bytes.
+        self.buf.clear();
+        (&mut self.r).take(len as u64).read_to_end(&mut self.buf)?;
+        if self.buf.len() < len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
         bincode::deserialize(&self.buf)
             .map(Some)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
