@@ -197,6 +197,13 @@ impl Drop for ShmEndpoint {
     }
 }
 
+/// Attached compute threads at most, and connections in their handshake at
+/// most: beyond either, a new connection is closed at once. (This socket is
+/// on the host, inside its trust boundary; the caps keep a buggy process
+/// from exhausting threads.)
+const LINKS_MAX: usize = 4096;
+const HANDSHAKING_MAX: usize = 64;
+
 fn accept_loop(
     listener: &UnixListener,
     node: &Arc<MemoryNode>,
@@ -205,6 +212,7 @@ fn accept_loop(
     links: &Arc<Links>,
 ) {
     let mut next = 0u64;
+    let handshaking = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
         let accepted = listener.accept();
         if stopping.load(Ordering::SeqCst) {
@@ -218,6 +226,11 @@ fn accept_loop(
                 continue;
             }
         };
+        let full = links.lock().unwrap_or_else(|e| e.into_inner()).len() >= LINKS_MAX;
+        if full || handshaking.load(Ordering::SeqCst) >= HANDSHAKING_MAX {
+            log::warn!("shm: at the connection limit; closing a new connection");
+            continue;
+        }
         next += 1;
         let id = next;
         // Registered here, before the handshake: `stop` joins this thread
@@ -235,19 +248,31 @@ fn accept_loop(
             }
         }
         let (node, links, keys) = (node.clone(), links.clone(), keys.clone());
+        handshaking.fetch_add(1, Ordering::SeqCst);
+        let counted = handshaking.clone();
         let spawned = thread::Builder::new()
             .name("shmlink".into())
             .stack_size(128 << 10)
-            .spawn(move || serve_link(&node, &keys, stream, id, &links));
+            .spawn(move || serve_link(&node, &keys, stream, id, &links, &counted));
         if let Err(e) = spawned {
+            handshaking.fetch_sub(1, Ordering::SeqCst);
             log::warn!("shm: cannot serve a connection: {e}");
         }
     }
 }
 
 /// One attached compute thread: the handshake, then wait for its close.
-fn serve_link(node: &MemoryNode, keys: &Keyring, mut stream: UnixStream, id: u64, links: &Links) {
-    match handshake(node, keys, &mut stream) {
+fn serve_link(
+    node: &MemoryNode,
+    keys: &Keyring,
+    mut stream: UnixStream,
+    id: u64,
+    links: &Links,
+    handshaking: &std::sync::atomic::AtomicUsize,
+) {
+    let shook = handshake(node, keys, &mut stream);
+    handshaking.fetch_sub(1, Ordering::SeqCst);
+    match shook {
         Ok(()) => {
             // Nothing more is expected: any byte is a protocol violation.
             let _ = stream.set_read_timeout(None);
