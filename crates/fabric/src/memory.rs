@@ -31,8 +31,9 @@ fn prefetch_line(p: *const u64) {
 
 use crate::verb::{Bytes, Completion, ComputeNodeId, Verb, VerbError, VerbOutput};
 
-/// A region key, issued to one compute node (like an RDMA rkey). Zero is never issued.
-pub type RegionKey = u64;
+/// A region key, issued to one compute node (like an RDMA rkey): 128 bits
+/// from the OS's CSPRNG. Its low half is never zero.
+pub type RegionKey = u128;
 
 /// Registration refused: this compute-node incarnation was revoked. It must
 /// rejoin under a new identity (new node id, new coordinator ids).
@@ -136,35 +137,36 @@ impl MemoryNode {
         if self.is_fenced(compute) {
             return Err(Fenced(compute));
         }
-        // Fresh from the OS's CSPRNG, never zero, never the key it replaces.
-        let old = self.region.keys()[compute as usize].load(Ordering::SeqCst);
-        let key = loop {
+        // Fresh from the OS's CSPRNG; its low half is never zero, nor the
+        // low half it replaces. The old key dies first (low half cleared),
+        // then the high half is written, then the low half publishes it.
+        let (lo, hi) = self.key_words(compute);
+        let old = lo.load(Ordering::SeqCst);
+        let new_lo = loop {
             let k = tandem_auth::random::nonzero_u64();
             if k != old {
                 break k;
             }
         };
-        self.region.keys()[compute as usize].store(key, Ordering::SeqCst);
+        let new_hi = u64::from_le_bytes(tandem_auth::random::bytes::<8>());
+        lo.store(0, Ordering::SeqCst);
+        hi.store(new_hi, Ordering::SeqCst);
+        lo.store(new_lo, Ordering::SeqCst);
         // A revocation that raced with us either saw our key (and cleared it)
         // or set `fenced` before we looked again: take the key back. Nobody
         // holds it yet, so no verb can have used it.
         if self.is_fenced(compute) {
-            let _ = self.region.keys()[compute as usize].compare_exchange(
-                key,
-                0,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            );
+            let _ = lo.compare_exchange(new_lo, 0, Ordering::SeqCst, Ordering::SeqCst);
             return Err(Fenced(compute));
         }
-        Ok(key)
+        Ok((new_hi as u128) << 64 | new_lo as u128)
     }
 
     /// Active-link termination, for good: every later verb of `compute`
     /// fails with `Revoked`, and it can never register again.
     pub fn revoke(&self, compute: ComputeNodeId) {
         self.region.fenced()[compute as usize].store(1, Ordering::SeqCst);
-        self.region.keys()[compute as usize].store(0, Ordering::SeqCst);
+        self.key_words(compute).0.store(0, Ordering::SeqCst);
         self.await_drain(compute);
     }
 
@@ -274,8 +276,19 @@ impl MemoryNode {
         self.revocable_fencing.store(on, Ordering::SeqCst);
     }
 
+    /// Whether `key` is `compute`'s current key. The low half is read first:
+    /// a key that passes was current when it was read (a registration
+    /// clears the low half before it writes the high one).
     pub fn is_authorized(&self, compute: ComputeNodeId, key: RegionKey) -> bool {
-        key != 0 && self.region.keys()[compute as usize].load(Ordering::SeqCst) == key
+        let (lo, hi) = self.key_words(compute);
+        let (key_lo, key_hi) = (key as u64, (key >> 64) as u64);
+        key_lo != 0 && lo.load(Ordering::SeqCst) == key_lo && hi.load(Ordering::SeqCst) == key_hi
+    }
+
+    /// The two words of `compute`'s key: low half (0: none), high half.
+    fn key_words(&self, compute: ComputeNodeId) -> (&AtomicU64, &AtomicU64) {
+        let k = self.region.keys();
+        (&k[2 * compute as usize], &k[2 * compute as usize + 1])
     }
 
     /// Simulate loss of this memory node: every later verb fails with `Unavailable`.
@@ -594,17 +607,17 @@ mod tests {
             k ^ (k >> 29)
         };
         let m = MemoryNode::new(64);
-        let keys: Vec<u64> = (0..2000).map(|_| m.register(1).unwrap()).collect();
+        let keys: Vec<u128> = (0..2000).map(|_| m.register(1).unwrap()).collect();
         let mut predicted = 0;
         for (i, w) in keys.windows(2).enumerate() {
             let n = i as u64 + 1;
-            let salt = unmix(w[0]) ^ n;
-            predicted += (mix((n + 1) ^ salt).max(1) == w[1]) as usize;
+            let salt = unmix(w[0] as u64) ^ n;
+            predicted += (mix((n + 1) ^ salt).max(1) == w[1] as u64) as usize;
         }
         assert_eq!(predicted, 0, "keys follow from the key before");
         let distinct: std::collections::BTreeSet<_> = keys.iter().collect();
         assert_eq!(distinct.len(), keys.len());
-        for bit in 0..64 {
+        for bit in 0..128 {
             let ones = keys.iter().filter(|k| *k >> bit & 1 == 1).count();
             assert!((850..1150).contains(&ones), "bit {bit} set in {ones} of 2000 keys");
         }

@@ -9,7 +9,7 @@
 //! | offset | what |
 //! |---|---|
 //! | 0 | header: magic, layout version, number of words |
-//! | `KEYS` | current region key of each compute node (`u64`, 0 = none) |
+//! | `KEYS` | current region key of each compute node: two `u64`s, low then high (low 0 = none) |
 //! | `EXECUTING` | batches of each compute node executing now (`u32`) |
 //! | `FENCED` | whether each compute node was revoked (`u8`, 0 or 1) |
 //! | `WORDS` | the region itself, as 8-byte words |
@@ -29,10 +29,10 @@ use memmap2::{MmapOptions, MmapRaw};
 pub(crate) const KEY_SLOTS: usize = 1 << 16;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TANDEMMN");
-const LAYOUT_VERSION: u64 = 1;
+const LAYOUT_VERSION: u64 = 2;
 const HEADER: usize = 64;
 const KEYS: usize = HEADER;
-const EXECUTING: usize = KEYS + KEY_SLOTS * 8;
+const EXECUTING: usize = KEYS + KEY_SLOTS * 16;
 const FENCED: usize = EXECUTING + KEY_SLOTS * 4;
 const WORDS: usize = (FENCED + KEY_SLOTS).next_multiple_of(4096);
 
@@ -145,8 +145,9 @@ impl Region {
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(offset) as *const T, len) }
     }
 
+    /// Two words per compute node: the key's low half (0: no key), then its high half.
     pub(crate) fn keys(&self) -> &[AtomicU64] {
-        self.slice(KEYS, KEY_SLOTS)
+        self.slice(KEYS, 2 * KEY_SLOTS)
     }
 
     pub(crate) fn executing(&self) -> &[AtomicU32] {

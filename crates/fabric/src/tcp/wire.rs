@@ -25,7 +25,7 @@ pub const FRAME_BYTES_MAX: usize = 4 << 20;
 pub const FRAME_HEADER_BYTES: usize = 4;
 /// Version byte carried by `Hello` and `Admin`: peers of different versions
 /// fail the handshake instead of misreading each other's frames.
-pub const PROTOCOL_VERSION: u8 = 3;
+pub const PROTOCOL_VERSION: u8 = 4;
 
 // Client-to-server opcodes.
 const OP_HELLO: u8 = 0x01;
@@ -375,7 +375,7 @@ impl ClientMsg {
                 check_version(c.u8()?)?;
                 ClientMsg::Hello {
                     compute: c.u16()?,
-                    key: c.u64()?,
+                    key: c.u128()?,
                     priority: match c.u8()? {
                         0 => false,
                         1 => true,
@@ -524,7 +524,7 @@ impl ServerMsg {
             }
             OP_HELLO_OK => ServerMsg::HelloOk,
             OP_ADMIN_OK => ServerMsg::AdminOk,
-            OP_REGISTERED => ServerMsg::Registered { key: c.u64()? },
+            OP_REGISTERED => ServerMsg::Registered { key: c.u128()? },
             OP_REVOKED => ServerMsg::Revoked,
             OP_INFO_REPLY => ServerMsg::Info {
                 size_bytes: c.u64()?,
@@ -651,6 +651,10 @@ impl<'a> Cursor<'a> {
 
     fn u64(&mut self) -> Result<u64, FrameError> {
         Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    fn u128(&mut self) -> Result<u128, FrameError> {
+        Ok(u128::from_le_bytes(self.array()?))
     }
 
     fn finish(self) -> Result<(), FrameError> {
