@@ -34,7 +34,7 @@ fn gen_client(rng: &mut Rng) -> ClientMsg {
     match rng.below(6) {
         0 => ClientMsg::Hello {
             compute: rng.interesting_u64() as u16,
-            key: rng.interesting_u64(),
+            key: (rng.interesting_u64() as u128) << 64 | rng.interesting_u64() as u128,
             priority: rng.bool(),
         },
         1 | 2 => ClientMsg::Batch {
@@ -76,7 +76,7 @@ fn gen_server(rng: &mut Rng) -> ServerMsg {
         },
         2 => ServerMsg::HelloOk,
         3 => ServerMsg::AdminOk,
-        4 => ServerMsg::Registered { key: rng.interesting_u64() },
+        4 => ServerMsg::Registered { key: (rng.next_u64() as u128) << 64 | rng.interesting_u64() as u128 },
         5 => ServerMsg::Info { size_bytes: rng.interesting_u64() },
         _ => ServerMsg::Reject {
             reason: *rng.pick(&[
