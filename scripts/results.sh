@@ -163,4 +163,9 @@ run $T compare --system ddp --workload both --duration 5 --json docs/results/com
 run $T compare --system kite --fsync both --warmup 5 --duration 10 --json docs/results/compare-kite.json --markdown docs/RESULTS.md
 bash scripts/peers.sh stop all >/dev/null 2>&1 || true
 bash scripts/postgres.sh stop >/dev/null 2>&1 || true
+# Fuzzing: every decoder of untrusted bytes, ${FUZZ_SECS:-60} s per target.
+rm -f docs/results/fuzz-report.tsv
+TANDEM_FUZZ_SECS=${FUZZ_SECS:-60} TANDEM_FUZZ_REPORT=$PWD/docs/results/fuzz-report.tsv \
+  run cargo test -p tandem-fuzz -p tandem-cluster fuzz -- --nocapture   # the test profile: overflow checks on
+python3 scripts/render_fuzz.py docs/results/fuzz-report.tsv >> "$DOC"
 echo "wrote docs/RESULTS.md" >&2
