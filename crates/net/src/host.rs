@@ -156,6 +156,8 @@ pub(crate) struct Host<P: Wire> {
 /// Batched bytes a slow peer may hold before further messages to it are
 /// dropped (as a full network queue would; the protocols retransmit).
 const PEER_BACKLOG: usize = 64 << 20;
+/// Replies a client stream may leave unread before it is closed.
+const CLIENT_BACKLOG: usize = 16 << 20;
 
 impl<P: Wire> Host<P> {
     fn open<F: NodeFactory<P>>(
@@ -430,10 +432,16 @@ impl<P: Wire> Host<P> {
                 req,
                 result,
             } => {
-                let Some(conn) = self.sessions.get(&session) else {
+                let Some(&conn) = self.sessions.get(&session) else {
                     return;
                 };
-                if let Some(c) = self.inbound.get_mut(conn) {
+                // A client that sends and never reads its replies is cut off
+                // rather than buffered without bound.
+                if self.inbound.get(&conn).is_some_and(|c| c.conn.pending() > CLIENT_BACKLOG) {
+                    log::warn!("node {}: a client stream left {CLIENT_BACKLOG} bytes of replies unread; closing it", self.cfg.id);
+                    return self.close(conn, crate::host_io::Role::Client);
+                }
+                if let Some(c) = self.inbound.get_mut(&conn) {
                     self.stats.replies += 1;
                     c.conn.queue(&ClientResp {
                         session,

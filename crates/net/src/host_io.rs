@@ -362,7 +362,7 @@ impl<P: Wire> Host<P> {
         self.peer_link(n);
     }
 
-    fn close(&mut self, id: usize, role: Role) {
+    pub(crate) fn close(&mut self, id: usize, role: Role) {
         if let Some(mut ib) = self.inbound.remove(&id) {
             let _ = self.poll.registry().deregister(&mut ib.conn.stream);
         }

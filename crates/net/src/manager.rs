@@ -321,6 +321,24 @@ enum ManagerEvent {
 
 /// Connections in their handshake at once (a new one sheds a trickling one).
 const HANDSHAKING_MAX: usize = 32;
+/// Authenticated links at once (each a thread); more are closed.
+const LINKS_MAX: usize = 1024;
+
+/// Counts a link's thread while it lives.
+struct Linked(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Linked {
+    fn new(n: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Linked {
+        n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Linked(n.clone())
+    }
+}
+
+impl Drop for Linked {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 /// Accept the members' streams: each authenticates as the peer role for
 /// its own node id, which must be a member, then says `Hello::ToManager`.
@@ -333,10 +351,16 @@ fn accept_nodes(
     use crate::wire::{Frames, Heartbeat, Hello};
     let gate = std::sync::Arc::new(tandem_auth::Gate::new(HANDSHAKING_MAX));
     let keys = std::sync::Arc::new(keys);
+    let linked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for mut s in listener.incoming().flatten() {
+        if linked.load(std::sync::atomic::Ordering::SeqCst) >= LINKS_MAX {
+            continue;
+        }
         let Ok(ticket) = gate.admit(&s) else { continue };
         let (tx, gate, keys, members) = (tx.clone(), gate.clone(), keys.clone(), members.clone());
+        let link = Linked::new(&linked);
         std::thread::spawn(move || -> std::io::Result<()> {
+            let _link = link;
             s.set_nodelay(true)?;
             let deadline = std::time::Instant::now() + tandem_auth::HANDSHAKE_DEADLINE;
             let roles = [tandem_auth::Role::Peer];
