@@ -491,7 +491,6 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
                 },
                 RejectReason::BadKey,
             ),
-            (ClientMsg::Admin, RejectReason::NotAdmin),
             (
                 ClientMsg::Batch {
                     req_id: 0,
@@ -507,17 +506,30 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
                 vec![ServerMsg::Reject { reason }]
             );
         }
+        // A compute node's control connection: it may register itself, never
+        // another node, and never revoke.
+        for msg in [ClientMsg::Revoke { compute: 1 }, ClientMsg::Register { compute: 2 }] {
+            let mut g = raw(addr);
+            let mut bytes = frame(ClientMsg::Admin);
+            bytes.extend(frame(msg));
+            g.write_all(&bytes).unwrap();
+            assert_eq!(
+                server_frames(&read_until_closed(&mut g)),
+                vec![ServerMsg::AdminOk, ServerMsg::Reject { reason: RejectReason::NotAdmin }]
+            );
+        }
         let other = Keyring::from_master_hex(&Keyring::new_master_hex()).unwrap();
         let err = TcpCluster::new(vec![addr], other)
             .register(2)
             .await
             .expect_err("another cluster's keys accepted");
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
-        let compute_only = keyring().only(&[Role::Compute]);
-        let err = TcpCluster::new(vec![addr], compute_only)
-            .register(2)
-            .await
-            .expect_err("a compute keyring registered a node");
+        let compute_only = TcpCluster::new(vec![addr], keyring().only(&[Role::Compute]));
+        let err = compute_only.revoke_on(&[0], 2).await.expect_err("a compute keyring revoked a node");
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied);
+        // It registers itself only (its own key, on a connection proving its id).
+        let own = compute_only.register(3).await.expect("a compute node registers itself");
+        assert!(s.node().is_authorized(3, own[0]));
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
 
         // The connection that was open all along, and a new one, still work.

@@ -609,12 +609,7 @@ fn serve_connection(
             reject(&stream, RejectReason::BadKey);
         }
         Ok(ClientMsg::Admin) => {
-            if who.role != Role::Admin {
-                log::warn!("memory server: connection {conn} from {peer}: Admin from the {} role", who.role);
-                reject(&stream, RejectReason::NotAdmin);
-                return false;
-            }
-            admin_loop(shared, conn, peer, &stream, &mut rd, &mut body);
+            admin_loop(shared, (conn, peer, who), &stream, &mut rd, &mut body);
             let _ = stream.shutdown(Shutdown::Both);
         }
         Ok(other) => {
@@ -632,11 +627,22 @@ fn serve_connection(
     false
 }
 
-/// Answer control requests of an authenticated admin connection.
+/// Whether `who` may make control request `m`: the admin role anything; a
+/// compute node only its own registration (a fresh key for itself, which
+/// cuts its own older connections) and `Info`. Never a revocation.
+fn control_allowed(who: tandem_auth::Peer, m: &ClientMsg) -> bool {
+    match (who.role, m) {
+        (Role::Admin, _) => true,
+        (Role::Compute, ClientMsg::Register { compute }) => who.id == *compute as u64,
+        (Role::Compute, ClientMsg::Info) => true,
+        _ => false,
+    }
+}
+
+/// Answer the control requests of an authenticated connection.
 fn admin_loop(
     shared: &Shared,
-    conn: u64,
-    peer: SocketAddr,
+    (conn, peer, who): (u64, SocketAddr, tandem_auth::Peer),
     stream: &TcpStream,
     rd: &mut BufReader<TcpStream>,
     body: &mut Vec<u8>,
@@ -654,7 +660,15 @@ fn admin_loop(
                 return;
             }
         }
-        let answer = match ClientMsg::decode(body) {
+        let msg = ClientMsg::decode(body);
+        if let Ok(m) = &msg {
+            if !control_allowed(who, m) {
+                log::warn!("memory server: connection {conn} from {peer}: {} from {} {}", m.name(), who.role, who.id);
+                reject(stream, RejectReason::NotAdmin);
+                return;
+            }
+        }
+        let answer = match msg {
             Ok(ClientMsg::Register { compute }) => match shared.node.register(compute) {
                 Ok(key) => {
                     log::info!("memory server: registered compute node {compute}");
