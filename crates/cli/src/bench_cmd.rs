@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use clap::Args;
-use tandem_bench::compare::alternate;
-use tandem_bench::sim_run::{self, Faults, SimConfig};
-use tandem_bench::{echo_bench, fabric_bench};
+use tandem_pandora_lab::alternate::alternate;
+use tandem_pandora_lab::sim_run::{self, Faults, SimConfig};
+use tandem_pandora_lab::{echo_bench, fabric_bench};
 use tandem_cluster::backend::{Backend, MemoryServers};
 use tandem_cluster::runner::{run, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
 use tandem_cluster::workload::WorkloadSpec;
@@ -799,7 +799,7 @@ pub fn write_timeline_figure(
     title: &str,
     r: &tandem_cluster::runner::RunResult,
 ) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
-    use tandem_bench::plot::{timeline_svg, write_figure, Series};
+    use tandem_report::plot::{timeline_svg, write_figure, Series};
     let tps = r.timeline.tps();
     let svg = timeline_svg(
         title,

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use tandem_peers::compare::{compare, parse_systems, render, CompareConfig};
+use tandem_pandora_lab::compare::{compare, parse_systems, render, CompareConfig};
 use tandem_peers::system::Endpoints;
 use tandem_peers::workload::PeerWorkload;
 use tandem_workloads::micro::MicroSpec;
@@ -97,7 +97,7 @@ pub fn run(a: CompareArgs) -> Result<(), String> {
     match a.system.as_str() {
         "pandora" => run_pandora(a),
         "ddp" => {
-            let c = tandem_peers::ddp_compare::compare_ddp(&a.ddp()?)?;
+            let c = tandem_ddp_lab::compare::compare_ddp(&a.ddp()?)?;
             let out = Published {
                 section: "compare-ddp",
                 title: "DDP beside etcd and Redis (issue 10)",
@@ -108,14 +108,14 @@ pub fn run(a: CompareArgs) -> Result<(), String> {
             publish(
                 &a,
                 &c,
-                &tandem_peers::ddp_compare::render(&c),
-                |cmd| tandem_peers::ddp_compare::render_markdown(&c, cmd),
+                &tandem_ddp_lab::compare::render(&c),
+                |cmd| tandem_ddp_lab::compare::render_markdown(&c, cmd),
                 out,
                 failure,
             )
         }
         "kite" => {
-            use tandem_bench::kite_compare::{compare_kite, render, render_markdown};
+            use tandem_kite_lab::compare::{compare_kite, render, render_markdown};
             let c = compare_kite(&a.kite()?)?;
             let out = Published {
                 section: "compare-kite",
@@ -221,8 +221,8 @@ impl CompareArgs {
         }
     }
 
-    fn ddp(&self) -> Result<tandem_peers::ddp_compare::DdpCompareConfig, String> {
-        use tandem_peers::ddp_compare::{DdpCompareConfig, Fsync, WORKLOADS};
+    fn ddp(&self) -> Result<tandem_ddp_lab::compare::DdpCompareConfig, String> {
+        use tandem_ddp_lab::compare::{DdpCompareConfig, Fsync, WORKLOADS};
         if self.accounts.is_some() {
             return Err("--accounts is for --system pandora; --system ddp takes --records".into());
         }
@@ -251,7 +251,7 @@ impl CompareArgs {
 }
 
 impl CompareArgs {
-    fn kite(&self) -> Result<tandem_bench::kite_compare::KiteCompareConfig, String> {
+    fn kite(&self) -> Result<tandem_kite_lab::compare::KiteCompareConfig, String> {
         if self.accounts.is_some() || self.workload.is_some() {
             return Err("--accounts and --workload are not --system kite's (it takes --records, --write-ratio, --sync-ratio, --rmw-ratio)".into());
         }
@@ -267,8 +267,8 @@ impl CompareArgs {
         };
         let exe =
             std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
-        let root = tandem_bench::heal_peers::find_root(&exe)?;
-        Ok(tandem_bench::kite_compare::KiteCompareConfig {
+        let root = tandem_ddp_lab::heal::peers::find_root(&exe)?;
+        Ok(tandem_kite_lab::compare::KiteCompareConfig {
             keys: self.records.unwrap_or(10_000),
             clients: self.one_client_count(48)?,
             nodes: self.nodes,
@@ -367,11 +367,11 @@ fn run_pandora(a: CompareArgs) -> Result<(), String> {
 
 /// The bars of each system at its best, and the curve over the client counts.
 fn write_compare_figures(
-    c: &tandem_peers::compare::Comparison,
+    c: &tandem_pandora_lab::compare::Comparison,
     dir: &std::path::Path,
     name: &str,
 ) -> Result<(), String> {
-    use tandem_bench::plot::{bars_svg, log_lines_svg, write_figure};
+    use tandem_report::plot::{bars_svg, log_lines_svg, write_figure};
     let bars: Vec<(String, f64)> = (c.systems.iter())
         .map(|r| {
             (

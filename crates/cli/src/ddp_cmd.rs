@@ -312,7 +312,7 @@ pub struct BenchArgs {
 }
 
 fn bench(a: BenchArgs) -> Result<(), String> {
-    use tandem_bench::ddp_bench::{run_models, DdpBenchConfig};
+    use tandem_ddp_lab::bench::{run_models, DdpBenchConfig};
     match a.net.as_str() {
         "sim" => {}
         "tcp" => return crate::ddp_tcp_cmd::bench_tcp(&a),
@@ -325,7 +325,7 @@ fn bench(a: BenchArgs) -> Result<(), String> {
     if !models.contains(&Model::LIN_SYNCH) {
         models.insert(0, Model::LIN_SYNCH);
     }
-    let workload = tandem_workloads::ycsb::Ycsb::new(&a.workload, a.records, a.uniform)?;
+    let workload = tandem_ycsb::Ycsb::new(&a.workload, a.records, a.uniform)?;
     let cfg = DdpBenchConfig {
         clients_per_node: a.clients.max(1),
         rtt_ns: a.rtt_ns,

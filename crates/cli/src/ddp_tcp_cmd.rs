@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use tandem_bench::ddp_tcp::{run_tcp_models, TcpBenchConfig, TcpModelResult};
+use tandem_ddp_lab::tcp::{run_tcp_models, TcpBenchConfig, TcpModelResult};
 use tandem_ddp::Model;
-use tandem_workloads::ycsb::Ycsb;
+use tandem_ycsb::Ycsb;
 
 use crate::args::write_json;
 use crate::ddp_cmd::BenchArgs;

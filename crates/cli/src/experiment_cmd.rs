@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use tandem_bench::experiment::{self, NAMES};
-use tandem_bench::heal_peers;
-use tandem_bench::plot::write_figure;
+use crate::experiments::{self as experiment, NAMES};
+use tandem_ddp_lab::heal::peers as heal_peers;
+use tandem_report::plot::write_figure;
 
 #[derive(Args)]
 pub struct ExperimentArgs {

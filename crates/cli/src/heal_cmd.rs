@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 use tandem_ddp::Model;
-use tandem_heal::{RecoverConfig, RecoverReport, Scheme};
+use tandem_ddp_lab::heal::{RecoverConfig, RecoverReport, Scheme};
 
 use crate::args::write_json;
 
@@ -112,7 +112,7 @@ fn recover(a: RecoverArgs) -> Result<(), String> {
             a.records,
             downtime_s * 1e3
         );
-        let r = tandem_heal::recover::run(&cfg)?;
+        let r = tandem_ddp_lab::heal::recover::run(&cfg)?;
         print_report(&r);
         reports.push(r);
     }

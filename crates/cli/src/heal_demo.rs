@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tandem_bench::heal_procs::HealCluster;
-use tandem_bench::plot::{timeline_svg_of, write_figure, Series};
-use tandem_ddp::load::Load;
+use tandem_ddp_lab::heal::procs::HealCluster;
+use tandem_report::plot::{timeline_svg_of, write_figure, Series};
+use tandem_ddp_lab::load::Load;
 use tandem_ddp::ycsb_session::SessionPlan;
 
 const BUCKET: Duration = Duration::from_millis(100);

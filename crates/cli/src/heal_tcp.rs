@@ -6,7 +6,7 @@
 //! Times are wall clock.
 
 use serde_json::{json, Value};
-use tandem_bench::heal_peers;
+use tandem_ddp_lab::heal::peers as heal_peers;
 use tandem_ddp::{HealOpts, Model};
 
 use crate::args::write_json;

@@ -11,7 +11,7 @@ use tandem_kite::simcheck::{
 };
 use tandem_kite::{KiteConfig, Mutant};
 
-use tandem_bench::kite_bench::{bench_system, KiteBenchOpts, System, SystemResult};
+use tandem_kite_lab::bench::{bench_system, KiteBenchOpts, System, SystemResult};
 
 use crate::args::write_json;
 
@@ -413,7 +413,7 @@ const TCP_TIMEOUT_MS: f64 = 20.0;
 /// `tandem kite bench --net tcp`: for each system, five node processes and
 /// closed-loop sessions of the paper's mix.
 fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
-    use tandem_bench::kite_procs::{bench_tcp, BenchMix, LoadOpts, NodeOpts};
+    use tandem_kite_lab::procs::{bench_tcp, BenchMix, LoadOpts, NodeOpts};
     if !(3..=9).contains(&a.nodes)
         || a.sessions_per_node == 0
         || a.keys == 0
@@ -491,7 +491,7 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
 
 /// `tandem kite load`: the checked random mix on node processes with faults.
 fn run_load(a: LoadArgs) -> Result<(), String> {
-    use tandem_bench::kite_procs::{checked_load, Fault, LoadOpts, NodeOpts};
+    use tandem_kite_lab::procs::{checked_load, Fault, LoadOpts, NodeOpts};
     if !(3..=9).contains(&a.nodes)
         || a.sessions_per_node == 0
         || a.duration_s.is_nan()

@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
-use tandem_bench::kite_procs::{run_load, Fault, Gen, KiteCluster, LoadOpts, NodeOpts};
-use tandem_bench::plot::{timeline_svg_of, write_figure, Series};
+use tandem_kite_lab::procs::{run_load, Fault, Gen, KiteCluster, LoadOpts, NodeOpts};
+use tandem_report::plot::{timeline_svg_of, write_figure, Series};
 use tandem_kite::lfd::{Both, LfdKind, LfdWorkload};
 
 const SLEEPER: usize = 1;
@@ -88,7 +88,7 @@ pub fn run(figure: &Path) -> Result<(), String> {
 }
 
 fn summarize(
-    r: &tandem_bench::kite_procs::LoadReport,
+    r: &tandem_kite_lab::procs::LoadReport,
     logs: &[std::rc::Rc<std::cell::RefCell<tandem_kite::lfd::LfdLog>>; 2],
     per_node: &[Vec<f64>],
 ) -> Result<(), String> {

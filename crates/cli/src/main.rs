@@ -9,6 +9,7 @@ mod ddp_demo;
 mod ddp_tcp_cmd;
 mod demo;
 mod experiment_cmd;
+mod experiments;
 mod heal_cmd;
 mod heal_demo;
 mod heal_tcp;

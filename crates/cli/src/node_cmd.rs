@@ -6,14 +6,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use tandem_ddp::load::{Load, LoadConfig};
+use tandem_ddp_lab::load::{Load, LoadConfig};
 use tandem_ddp::ycsb_session::SessionPlan;
 use tandem_ddp::{Bugs, DdpFactory, HealOpts, Model, Params};
 use tandem_net::host::{self, HostConfig};
 use tandem_net::manager::{self, ManagerConfig};
 use tandem_net::manager_store::{FileStore, ManagerStore};
 use tandem_net::nvm_file::{self, OnCorrupt};
-use tandem_workloads::ycsb::Ycsb;
+use tandem_ycsb::Ycsb;
 
 use crate::args::{parse_addrs, require_keyring};
 
@@ -250,7 +250,7 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
         a.id,
         if a.id == 0 { "leader" } else { "follower" }
     );
-    host::run(cfg, listener, tandem_bench::kite_zab::ZabFactory::default())
+    host::run(cfg, listener, tandem_zab::kite_api::KiteZabFactory::default())
         .map_err(|e| node_error(a.id, &e))
 }
 

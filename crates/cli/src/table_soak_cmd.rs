@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use clap::Args;
-use tandem_bench::table_soak::{self, SoakOpts, SoakReport};
+use tandem_pandora_lab::table_soak::{self, SoakOpts, SoakReport};
 use tandem_cluster::workload::WorkloadSpec;
 
 use crate::args::write_json;
@@ -58,7 +58,7 @@ pub fn run(a: TableSoakArgs) -> Result<(), String> {
         let reports: Vec<SoakReport> = serde_json::from_str(&text)
             .map_err(|e| format!("{path} is not table-soak JSON: {e}"))?;
         let (svg, png) =
-            tandem_bench::plot::write_figure(Path::new(stem), &table_soak::figure(&reports))?;
+            tandem_report::plot::write_figure(Path::new(stem), &table_soak::figure(&reports))?;
         eprintln!("figure: {} and {}", svg.display(), png.display());
         return Ok(());
     }
@@ -100,7 +100,7 @@ pub fn run(a: TableSoakArgs) -> Result<(), String> {
     }
     if let Some(stem) = &a.figure {
         let (svg, png) =
-            tandem_bench::plot::write_figure(Path::new(stem), &table_soak::figure(&reports))?;
+            tandem_report::plot::write_figure(Path::new(stem), &table_soak::figure(&reports))?;
         eprintln!("figure: {} and {}", svg.display(), png.display());
     }
     if let Some(path) = &a.json {

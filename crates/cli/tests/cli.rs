@@ -349,7 +349,7 @@ fn sim_bank_replay_command_runs_a_seed() {
 /// the command's run commits, verbs and ends exactly as the library's did.
 #[test]
 fn a_workload_simulation_replays_from_its_printed_command() {
-    use tandem_bench::sim_run::{run, SimConfig};
+    use tandem_pandora_lab::sim_run::{run, SimConfig};
     let _serial = serial();
     let mut cfg = SimConfig::new(tandem_dkvs::Mode::Pandora, "tpcc", 2).unwrap();
     // After the load (1.9 ms of simulated time for this seed), mid-run.

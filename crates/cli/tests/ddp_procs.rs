@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tandem_ddp::load::{Load, LoadConfig};
+use tandem_ddp_lab::load::{Load, LoadConfig};
 
 mod common;
 

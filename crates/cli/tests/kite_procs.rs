@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tandem_bench::kite_procs::{Fault, Gen, KiteCluster, LoadOpts, LoadReport, NodeOpts};
+use tandem_kite_lab::procs::{Fault, Gen, KiteCluster, LoadOpts, LoadReport, NodeOpts};
 use tandem_kite::simcheck::Mix;
 
 const SLEEPER: usize = 1;
@@ -32,7 +32,7 @@ fn faulty_run(name: &str, node: NodeOpts) -> LoadReport {
         ],
         ..LoadOpts::default()
     };
-    let r = tandem_bench::kite_procs::run_load(&mut cluster, Gen::Checked(Mix::default()), &o)
+    let r = tandem_kite_lab::procs::run_load(&mut cluster, Gen::Checked(Mix::default()), &o)
         .expect("the load runs");
     if r.violation.is_some() {
         eprintln!("node logs:\n{}", cluster.node_logs());
@@ -269,8 +269,8 @@ fn the_kite_demo_keeps_serving_while_a_replica_sleeps() {
 /// benchmark mix: writes through node 0, the leader, from every node.
 #[test]
 fn zab_processes_serve_the_bench_mix() {
-    use tandem_bench::kite_bench::System;
-    use tandem_bench::kite_procs::{bench_tcp, BenchMix};
+    use tandem_kite_lab::bench::System;
+    use tandem_kite_lab::procs::{bench_tcp, BenchMix};
     let dir = std::env::temp_dir().join(format!("tandem-zab-test-{}", std::process::id()));
     let exe = Path::new(env!("CARGO_BIN_EXE_tandem"));
     let mix = BenchMix {

@@ -5,7 +5,7 @@
 //! Several compute nodes, each with several coordinators; every coordinator
 //! is one [`Client`] session running litmus and assert transactions. With a
 //! crash planned ([`CrashPlan`]), the harness plays the deployment around the
-//! store, as `tandem_bench::sim_run` does: the membership failure detector
+//! store, as `tandem_pandora_lab::sim_run` does: the membership failure detector
 //! ticks in the simulator, the victim's tasks are dropped at the planned verb
 //! boundary (its posted verbs stay in flight), its access is revoked on every
 //! memory node, ford/traditional stop the world and drain, the recovery

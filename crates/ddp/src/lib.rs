@@ -34,7 +34,6 @@ pub mod heal;
 mod heal_lazy;
 mod heal_noshadow;
 pub mod heal_rr;
-pub mod load;
 pub mod model;
 pub mod node;
 mod scope;

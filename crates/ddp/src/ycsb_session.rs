@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 
 use tandem_sim::Rng;
-use tandem_workloads::ycsb::{Ycsb, YcsbOp};
+use tandem_ycsb::{Ycsb, YcsbOp};
 
 use crate::model::{Consistency, Model, Persistency};
 use crate::types::{Op, Reply, Value};

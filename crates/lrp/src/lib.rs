@@ -12,6 +12,7 @@
 pub mod axiom;
 pub mod bench;
 pub mod check;
+pub mod experiment;
 pub mod cut;
 pub mod lfd;
 pub mod litmus;

@@ -18,6 +18,7 @@ pub mod manager;
 pub mod manager_store;
 pub mod nvm_file;
 pub mod ports;
+pub mod procstat;
 pub mod protocol;
 pub mod sim;
 mod syncer;

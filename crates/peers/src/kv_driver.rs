@@ -1,13 +1,13 @@
 //! Drive a key-value peer with YCSB: `clients` threads, one connection
 //! each, one operation at a time (closed loop), a warm-up and then a
-//! measured interval — the shape of `tandem_ddp::load` sessions.
+//! measured interval — the shape of `tandem_ddp_lab::load` sessions.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use tandem_sim::Rng;
-use tandem_workloads::ycsb::{Ycsb, YcsbOp};
+use tandem_ycsb::{Ycsb, YcsbOp};
 
 use crate::driver::{client_seed, new_hist};
 use crate::kv::{key, value, KvConn, KvPeer};

@@ -1,5 +1,5 @@
-//! The systems `tandem compare` measures Tandem against (issue 5; DESIGN.md
-//! §6): PostgreSQL at SERIALIZABLE, Redis with WATCH/MULTI/EXEC, and etcd
+//! Clients of the foreign stores Tandem is measured against (docs/DESIGN.md
+//! §6), used by every lab: PostgreSQL at SERIALIZABLE, Redis with WATCH/MULTI/EXEC, and etcd
 //! with compare-and-swap `Txn`s over three Raft members, each a real server
 //! started by `scripts/peers.sh`, each running Tandem's own workloads (same
 //! keys, mix and client concurrency) and checked afterwards with the same
@@ -11,14 +11,11 @@
 //! | `system` | the `PeerSystem` trait: load, connect, inspect, durability |
 //! | `postgres_peer`, `redis_peer`, `etcd_peer` | one peer each |
 //! | `driver` | client threads, warm-up, measured interval, latency histogram |
-//! | `compare` | Tandem plus the peers back to back, ratios, report |
 //! | `kv`, `kv_driver` | etcd and Redis (with replicas) as plain key-value stores, driven by YCSB |
-//! | `ddp_cluster`, `ddp_compare` | `tandem compare --system ddp`: five `tandem node` processes against them |
+//! | `ensemble` | ZooKeeper and etcd ensembles whose members are killed and restarted, and their write load |
 
-pub mod compare;
-pub mod ddp_cluster;
-pub mod ddp_compare;
 pub mod driver;
+pub mod ensemble;
 pub mod etcd_peer;
 pub mod kv;
 pub mod kv_driver;

@@ -9,10 +9,8 @@ pub mod tatp;
 #[cfg(test)]
 mod testkit;
 pub mod tpcc;
-pub mod ycsb;
-mod zipf;
 
-pub use zipf::Zipf;
+pub use tandem_ycsb::Zipf;
 
 /// Draw a transaction type from a mix of `(name, percent)` entries summing to
 /// 100: one `rng.below(100)` draw, so every client (and the peers of `tandem

@@ -1,0 +1,19 @@
+//! DDP's lab, and HEAL's: what runs the leaderless store's nodes as
+//! processes, loads them, measures them and compares them.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`procs`] | a cluster of `tandem node` processes on loopback |
+//! | [`load`] | closed-loop client sessions over TCP, one thread per connection |
+//! | [`tcp`] | a measured run of that load against those processes |
+//! | [`bench`] | the models in simulated time: heat map and sweeps |
+//! | [`cluster`], [`compare`] | DDP beside etcd and Redis on YCSB |
+//! | [`heal`] | HEAL's recovery in simulated time and over processes, and beside ZooKeeper and etcd |
+
+pub mod bench;
+pub mod cluster;
+pub mod compare;
+pub mod heal;
+pub mod load;
+pub mod procs;
+pub mod tcp;

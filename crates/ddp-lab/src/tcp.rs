@@ -1,0 +1,155 @@
+//! DDP over real processes (`tandem ddp bench --net tcp`): for each model,
+//! five `tandem node` processes on loopback and pipelined YCSB sessions
+//! (`crate::load`), measured by the nodes' own counters. Models
+//! alternate in rounds (so a slow phase of the machine hits them all) and
+//! each is reported normalized to ⟨Lin, Synch⟩ of the same run, beside the
+//! runtime's echo ceiling (`tandem net echo`) measured in the same run.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use crate::load::Load;
+use tandem_ddp::ycsb_session::SessionPlan;
+use tandem_ddp::Model;
+use tandem_ycsb::Ycsb;
+
+use crate::procs::{DdpCluster, NODES};
+
+#[derive(Clone, Debug)]
+pub struct TcpBenchConfig {
+    pub workload: Ycsb,
+    pub clients_per_node: u64,
+    pub warmup: Duration,
+    pub measure: Duration,
+    pub rounds: u32,
+    pub fsync: bool,
+    /// The `tandem` binary the nodes run.
+    pub exe: PathBuf,
+    /// NVM files go under here (one directory per model, removed after).
+    pub dir: PathBuf,
+    pub seed: u64,
+}
+
+/// One model, medians over the rounds.
+#[derive(Clone, Debug, Serialize)]
+pub struct TcpModelResult {
+    pub model: String,
+    /// YCSB requests completed per second (a transaction's count when it commits).
+    pub throughput_ops: f64,
+    pub normalized: Option<f64>,
+    /// Protocol messages between nodes per second, and per request.
+    pub messages_per_s: f64,
+    pub messages_per_op: f64,
+    /// Client requests and replies per second (not counted above).
+    pub client_messages_per_s: f64,
+    /// Protocol messages per TCP write to a peer (coalescing).
+    pub messages_per_write: f64,
+    /// CPU the five node processes used per request, in µs.
+    pub node_cpu_us_per_op: f64,
+    pub rounds_ops: Vec<f64>,
+}
+
+/// One measured interval of one model.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    ops: f64,
+    msgs: f64,
+    client_msgs: f64,
+    writes: f64,
+    cpu: f64,
+    secs: f64,
+}
+
+/// Start `model`'s cluster, load it, measure, stop it.
+fn sample(cfg: &TcpBenchConfig, model: Model, round: u32) -> Result<Sample, String> {
+    let dir = cfg.dir.join(format!("{model}-{round}"));
+    let cluster = DdpCluster::start(&cfg.exe, &model.to_string(), cfg.fsync, &dir)?;
+    let plan = SessionPlan::paper(cfg.workload.clone(), model);
+    let load = Load::start(
+        &cluster.load_config(
+            cfg.clients_per_node * NODES as u64,
+            0,
+            plan,
+            cfg.seed + round as u64,
+        ),
+        Instant::now(),
+    );
+    std::thread::sleep(cfg.warmup);
+    let (s0, c0, d0, t0) = (
+        cluster.stats()?,
+        cluster.cpu_seconds(),
+        load.completed.load(Ordering::Relaxed),
+        Instant::now(),
+    );
+    std::thread::sleep(cfg.measure);
+    let (s1, c1, d1, secs) = (
+        cluster.stats()?,
+        cluster.cpu_seconds(),
+        load.completed.load(Ordering::Relaxed),
+        t0.elapsed().as_secs_f64(),
+    );
+    load.stop();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Sample {
+        ops: (d1 - d0) as f64,
+        msgs: (s1.sent - s0.sent) as f64,
+        client_msgs: ((s1.requests + s1.replies) - (s0.requests + s0.replies)) as f64,
+        writes: (s1.peer_writes - s0.peer_writes) as f64,
+        cpu: c1 - c0,
+        secs,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn summarize(model: Model, samples: &[Sample]) -> TcpModelResult {
+    let per = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
+    let total = |f: fn(&Sample) -> f64| samples.iter().map(f).sum::<f64>();
+    let ops = total(|s| s.ops).max(1.0);
+    TcpModelResult {
+        model: model.to_string(),
+        throughput_ops: per(|s| s.ops / s.secs),
+        normalized: None,
+        messages_per_s: per(|s| s.msgs / s.secs),
+        messages_per_op: total(|s| s.msgs) / ops,
+        client_messages_per_s: per(|s| s.client_msgs / s.secs),
+        messages_per_write: total(|s| s.msgs) / total(|s| s.writes).max(1.0),
+        node_cpu_us_per_op: 1e6 * total(|s| s.cpu) / ops,
+        rounds_ops: samples.iter().map(|s| s.ops / s.secs).collect(),
+    }
+}
+
+/// Every model in every round; `progress` sees each sample's model and ops/s.
+pub fn run_tcp_models(
+    cfg: &TcpBenchConfig,
+    models: &[Model],
+    progress: impl Fn(Model, u32, f64),
+) -> Result<Vec<TcpModelResult>, String> {
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); models.len()];
+    for round in 0..cfg.rounds.max(1) {
+        for (i, &m) in models.iter().enumerate() {
+            let s = sample(cfg, m, round)?;
+            progress(m, round, s.ops / s.secs);
+            samples[i].push(s);
+        }
+    }
+    let mut results: Vec<TcpModelResult> = models
+        .iter()
+        .zip(&samples)
+        .map(|(&m, s)| summarize(m, s))
+        .collect();
+    let base = results
+        .iter()
+        .find(|r| r.model == Model::LIN_SYNCH.to_string())
+        .map(|r| r.throughput_ops);
+    for r in &mut results {
+        r.normalized = base.filter(|b| *b > 0.0).map(|b| r.throughput_ops / b);
+    }
+    Ok(results)
+}

@@ -1,0 +1,18 @@
+//! ZAB, ZooKeeper's atomic broadcast (Junqueira, Reed and Serafini,
+//! "Zab: High-performance broadcast for primary-backup systems", DSN 2011),
+//! as the baseline of two papers: the leader-based recovery HEAL is compared
+//! with (HEAL paper §II-C), and the ZAB row of Kite's evaluation.
+//!
+//! - [`node`]: [`ZabNode`], a sans-IO protocol on `tandem-net`: the leader
+//!   orders every write by `zxid`, logs it, proposes it to the followers and
+//!   commits at a quorum of acknowledgements, in `zxid` order; reads are local;
+//! - [`sync`]: how a restarted follower is brought back by the leader's log;
+//! - [`kite_api`]: the same node behind Kite's client API, so Kite's
+//!   benchmark drives every system with the same clients.
+
+pub mod kite_api;
+pub mod node;
+pub mod sync;
+
+pub use kite_api::{KiteZabFactory, KiteZabNode};
+pub use node::{ZabFactory, ZabMsg, ZabNode, ZabParams, ZabRecord};
