@@ -1,4 +1,4 @@
-//! `tandem bench`, `tandem fabric-bench` and `tandem sim-bank`.
+//! `tandem pandora bench`, `tandem pandora fabric-bench` and `tandem pandora sim`.
 
 use std::time::Duration;
 
@@ -89,7 +89,7 @@ pub struct BenchArgs {
     no_check: bool,
     /// Failure-detector heartbeat timeout. Benchmarks inject no crash, so the
     /// default is lenient: a loaded machine's scheduling hiccups must not be
-    /// mistaken for crashes (`tandem recovery` and the demo use 5 ms).
+    /// mistaken for crashes (`tandem pandora recovery` and the demo use 5 ms).
     #[arg(long, default_value_t = 100.0)]
     heartbeat_timeout_ms: f64,
     /// On a lock held by another coordinator: abort, or stall until it is released or stealable.

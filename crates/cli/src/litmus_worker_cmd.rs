@@ -1,5 +1,5 @@
 //! `tandem litmus-worker` (hidden): one compute-server process of a DART run
-//! with `kill -9` injection (`tandem litmus --fabric tcp --crash-rate R`
+//! with `kill -9` injection (`tandem dart --fabric tcp --crash-rate R`
 //! starts it; `tandem_dart::proc_run` does the work). Thin: the whole
 //! configuration comes as one JSON argument, the secret from `TANDEM_SECRET`.
 

@@ -38,7 +38,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "tandem",
     version,
-    about = "Tandem: fault-tolerant transactional KV stores on disaggregated memory"
+    about = "Tandem: fault-tolerant replicated key-value stores on disaggregated and persistent memory, and the tools that check their recovery"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -47,53 +47,61 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run an embedded cluster (3 memory nodes, replicas 2, 2 compute nodes) on a bank workload with live progress.
+    /// Watch a system at work on this machine, with its faults: pandora (default), ddp, heal or kite.
     Demo(demo::DemoArgs),
-    /// Benchmark one or more stores on a workload, alternating them in rounds.
-    Bench(bench_cmd::BenchArgs),
-    /// Run one workload against Tandem, PostgreSQL, Redis and etcd (start them with scripts/peers.sh).
-    Compare(compare_cmd::CompareArgs),
-    /// Measure the raw verbs/s ceiling of a fabric (--fabric echo: the same frames over loopback, echoed: the physical limit).
-    FabricBench(bench_cmd::FabricBenchArgs),
-    /// Run one of the paper's experiments (or all): JSON, figure, and its section of docs/RESULTS.md.
+    /// Pandora: transactions on disaggregated memory that recover from a compute crash in milliseconds.
+    #[command(subcommand)]
+    Pandora(PandoraCommand),
+    /// DART: litmus tests with crash injection, checked for atomicity and isolation, against any store.
+    Dart(litmus_cmd::LitmusArgs),
+    /// DDP: leaderless replication under 25 consistency x persistency models.
+    Ddp(ddp_cmd::DdpArgs),
+    /// HEAL: recover a crashed replica while the others keep serving.
+    Heal(heal_cmd::HealArgs),
+    /// Kite: release consistency over a leaderless replicated store, beside ZAB.
+    Kite(kite_cmd::KiteArgs),
+    /// LRP: release persistency for log-free data structures, crash-checked and costed.
+    Lrp(lrp_cmd::LrpArgs),
+    /// Run a paper experiment of any system (or all): JSON, figure, and its section of docs/RESULTS.md.
     Experiment(experiment_cmd::ExperimentArgs),
-    /// Run a memory server: a passive region served over TCP.
-    MemoryServer(memory_server::MemoryServerArgs),
-    /// Credentials: make a master secret, split it into per-role keyrings.
+    /// Run a system beside the stores users pick instead: PostgreSQL, Redis, etcd, ZooKeeper.
+    Compare(compare_cmd::CompareArgs),
+    /// Credentials: make a master secret, split it into one keyring per kind of process.
     Keys(keys_cmd::KeysArgs),
-    /// Replay seeded simulations (the bank, or --workload smallbank|tatp|tpcc) with faults and check every invariant.
-    SimBank(bench_cmd::SimBankArgs),
-    /// Seeded simulations of false suspicion (slow nodes, verdicts before registration, crossing messages, crashes).
-    SimSuspicion(soak_cmd::SimSuspicionArgs),
-    /// Run the demo scenario many times with random false suspicions, crashes and a competing load.
-    Soak(soak_cmd::SoakArgs),
-    /// Run an insert/delete workload long and report table occupancy and memory over time.
-    TableSoak(table_soak_cmd::TableSoakArgs),
-    /// Crash one compute node mid-run and measure detection, link termination and log recovery.
-    Recovery(bench_cmd::RecoveryArgs),
+    /// One replica of a message-passing store (DDP, HEAL, Kite or ZAB) as a process: TCP to its peers, NVM in a file.
+    Node(node_cmd::NodeArgs),
+    /// The message-passing runtime's own ceiling: two processes echoing messages.
+    Net(net_cmd::NetArgs),
+    /// One compute-server process of `tandem dart --fabric tcp --crash-rate R` (internal).
+    #[command(hide = true)]
+    LitmusWorker(litmus_worker_cmd::LitmusWorkerArgs),
+}
+
+/// Pandora's commands: its processes, benchmarks, recovery and simulations.
+#[derive(Subcommand)]
+enum PandoraCommand {
+    /// Run a memory server: a passive region served over TCP (and shm).
+    MemoryServer(memory_server::MemoryServerArgs),
     /// Run the membership service: coordinator ids, failure detection, recovery, failed-ids.
     Membership(procs_cmd::MembershipArgs),
     /// Run a compute server (micro workload) against memory servers and a membership service.
     ComputeServer(procs_cmd::ComputeServerArgs),
     /// After a multi-process run: release the crashed servers' stray locks and check the store.
     CheckCluster(procs_cmd::CheckClusterArgs),
-    /// DDP: leaderless replication for consistency x persistency models (seeded simulation checks).
-    Ddp(ddp_cmd::DdpArgs),
-    /// HEAL: recover a crashed replica while the others serve, against the full copy.
-    Heal(heal_cmd::HealArgs),
-    /// The message-passing runtime's own ceiling: two processes echoing messages.
-    Net(net_cmd::NetArgs),
-    /// One replica of a message-passing store (DDP or Kite) as a process: TCP to its peers, NVM in a file.
-    Node(node_cmd::NodeArgs),
-    /// DART: litmus tests, assertions and a strict-serializability history check against a store.
-    Litmus(litmus_cmd::LitmusArgs),
-    /// Release persistency: crash-check log-free data structures per persistency policy, or count their cost.
-    Lrp(lrp_cmd::LrpArgs),
-    /// Kite: release consistency over a leaderless replicated KVS (seeded simulation checks).
-    Kite(kite_cmd::KiteArgs),
-    /// One compute-server process of `tandem litmus --fabric tcp --crash-rate R` (internal).
-    #[command(hide = true)]
-    LitmusWorker(litmus_worker_cmd::LitmusWorkerArgs),
+    /// Benchmark pandora, ford and traditional logging on a workload, alternating them in rounds.
+    Bench(bench_cmd::BenchArgs),
+    /// Crash one compute node mid-run and measure detection, link termination and log recovery.
+    Recovery(bench_cmd::RecoveryArgs),
+    /// Measure the verbs/s ceiling of a fabric (--fabric echo: the same frames echoed over loopback).
+    FabricBench(bench_cmd::FabricBenchArgs),
+    /// Replay seeded simulations (the bank, or --workload smallbank|tatp|tpcc) with faults and check every invariant.
+    Sim(bench_cmd::SimBankArgs),
+    /// Seeded simulations of false suspicion (slow nodes, verdicts before registration, crossing messages, crashes).
+    SimSuspicion(soak_cmd::SimSuspicionArgs),
+    /// Run the demo scenario many times with random false suspicions, crashes and a competing load.
+    Soak(soak_cmd::SoakArgs),
+    /// Run an insert/delete workload long and report table occupancy and memory over time.
+    TableSoak(table_soak_cmd::TableSoakArgs),
 }
 
 /// Turn transparent huge pages off for this process (unless
@@ -106,7 +114,7 @@ enum Command {
 ///   1.5 ms without;
 /// - a recovery coordinator's first round at 512 coordinators, whose 1 MiB
 ///   of answers a memory server's idle priority poller and the recovery
-///   thread allocate for the first time (`tandem recovery --fabric tcp
+///   thread allocate for the first time (`tandem pandora recovery --fabric tcp
 ///   --coordinators 512`): 10–25 ms of `clear_page_erms` in one run in two.
 ///
 /// The memory servers' regions are never advised, so this changes only the heap.
@@ -126,34 +134,40 @@ fn no_huge_pages() {
     }
 }
 
+fn pandora(c: PandoraCommand) -> Result<(), String> {
+    match c {
+        PandoraCommand::MemoryServer(a) => memory_server::run(a),
+        PandoraCommand::Membership(a) => procs_cmd::membership(a),
+        PandoraCommand::ComputeServer(a) => procs_cmd::compute_server(a),
+        PandoraCommand::CheckCluster(a) => procs_cmd::check_cluster(a),
+        PandoraCommand::Bench(a) => bench_cmd::bench(a),
+        PandoraCommand::Recovery(a) => bench_cmd::recovery(a),
+        PandoraCommand::FabricBench(a) => bench_cmd::fabric_bench(a),
+        PandoraCommand::Sim(a) => bench_cmd::sim_bank(a),
+        PandoraCommand::SimSuspicion(a) => soak_cmd::sim_suspicion(a),
+        PandoraCommand::Soak(a) => soak_cmd::soak(a),
+        PandoraCommand::TableSoak(a) => table_soak_cmd::run(a),
+    }
+}
+
 fn main() {
     no_huge_pages();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(a) => demo::run(a),
-        Command::Bench(a) => bench_cmd::bench(a),
-        Command::Compare(a) => compare_cmd::run(a),
-        Command::FabricBench(a) => bench_cmd::fabric_bench(a),
-        Command::Experiment(a) => experiment_cmd::run(a),
-        Command::MemoryServer(a) => memory_server::run(a),
-        Command::Keys(a) => keys_cmd::run(a),
-        Command::SimBank(a) => bench_cmd::sim_bank(a),
-        Command::SimSuspicion(a) => soak_cmd::sim_suspicion(a),
-        Command::Soak(a) => soak_cmd::soak(a),
-        Command::TableSoak(a) => table_soak_cmd::run(a),
-        Command::Recovery(a) => bench_cmd::recovery(a),
-        Command::Membership(a) => procs_cmd::membership(a),
-        Command::ComputeServer(a) => procs_cmd::compute_server(a),
-        Command::CheckCluster(a) => procs_cmd::check_cluster(a),
+        Command::Pandora(c) => pandora(c),
+        Command::Dart(a) => litmus_cmd::run(a),
         Command::Ddp(a) => ddp_cmd::run(a),
         Command::Heal(a) => heal_cmd::run(a),
+        Command::Kite(a) => kite_cmd::run(a),
+        Command::Lrp(a) => lrp_cmd::run(a),
+        Command::Experiment(a) => experiment_cmd::run(a),
+        Command::Compare(a) => compare_cmd::run(a),
+        Command::Keys(a) => keys_cmd::run(a),
         Command::Node(a) => node_cmd::node(a),
         Command::Net(a) => net_cmd::run(a),
-        Command::Litmus(a) => litmus_cmd::run(a),
         Command::LitmusWorker(a) => litmus_worker_cmd::run(a),
-        Command::Lrp(a) => lrp_cmd::run(a),
-        Command::Kite(a) => kite_cmd::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -1,4 +1,4 @@
-//! `tandem memory-server`: a passive memory node served over TCP
+//! `tandem pandora memory-server`: a passive memory node served over TCP
 //! (DESIGN.md §3). It listens on loopback unless told otherwise, and executes
 //! verbs only for compute nodes registered by the admin role, on
 //! connections that authenticated first (docs/SECURITY.md).

@@ -1,6 +1,6 @@
-//! `tandem membership`, `tandem compute-server`, `tandem check-cluster`: the
+//! `tandem pandora membership`, `tandem pandora compute-server`, `tandem pandora check-cluster`: the
 //! roles of a multi-process Pandora deployment (memory servers are
-//! `tandem memory-server`). All speak TCP on loopback by default.
+//! `tandem pandora memory-server`). All speak TCP on loopback by default.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ pub struct ClusterArgs {
     #[arg(long, default_value_t = 1024)]
     log_slots: u32,
     /// Lay the store out for DART's litmus table of this capacity instead of
-    /// micro (`tandem litmus --fabric tcp --crash-rate R` starts the
+    /// micro (`tandem dart --fabric tcp --crash-rate R` starts the
     /// membership process with it, so recovery reads the right places).
     #[arg(long, hide = true)]
     litmus_keys: Option<u64>,
@@ -143,7 +143,7 @@ pub struct MembershipArgs {
     #[arg(long, default_value_t = 1000.0)]
     restore_grace_ms: f64,
     /// Test-only: re-inject a recovery bug into log recovery (DART's process
-    /// runs pass `tandem litmus --inject-bug restore-one-replica` etc. on).
+    /// runs pass `tandem dart --inject-bug restore-one-replica` etc. on).
     #[arg(long, hide = true)]
     inject_bug: Vec<String>,
 }

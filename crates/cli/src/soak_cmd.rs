@@ -1,6 +1,6 @@
-//! `tandem soak`: the demo scenario many times over, with random false
+//! `tandem pandora soak`: the demo scenario many times over, with random false
 //! suspicions (heartbeat stalls of live nodes), crashes and a competing load
-//! on the machine; and `tandem sim-suspicion`: the seeded simulation of the
+//! on the machine; and `tandem pandora sim-suspicion`: the seeded simulation of the
 //! same faults (replay one seed, or sweep many).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -152,7 +152,7 @@ pub fn soak(a: SoakArgs) -> Result<(), String> {
     if a.runs == 0 || !(a.duration.is_finite() && a.duration > 0.0) {
         return Err("--runs must be positive and --duration a positive number of seconds".into());
     }
-    eprintln!("tandem soak: {} runs of the demo scenario ({:.1}s each) with random false suspicions, crashes and a competing load", a.runs, a.duration);
+    eprintln!("tandem pandora soak: {} runs of the demo scenario ({:.1}s each) with random false suspicions, crashes and a competing load", a.runs, a.duration);
     let mut details = Vec::new();
     for i in 0..a.runs {
         let seed = a.seed + i as u64;
@@ -193,7 +193,7 @@ pub fn soak(a: SoakArgs) -> Result<(), String> {
         .filter(|d| !d.problems.is_empty())
         .map(|d| {
             format!(
-                "run {} ({}): replay with tandem soak --runs 1 --seed {} --duration {}",
+                "run {} ({}): replay with tandem pandora soak --runs 1 --seed {} --duration {}",
                 d.run,
                 d.problems.join("; "),
                 d.seed,

@@ -1,4 +1,4 @@
-//! `tandem table-soak`: run an insert/delete workload long, at full speed,
+//! `tandem pandora table-soak`: run an insert/delete workload long, at full speed,
 //! and report table occupancy and memory over time (slot reclamation).
 
 use std::path::Path;

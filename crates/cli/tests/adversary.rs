@@ -132,7 +132,7 @@ fn replay_is_rejected(addr: SocketAddr, keys: &Keyring, role: Role) -> bool {
 #[test]
 fn a_memory_server_stays_bounded_and_fences_on_time_under_attack() {
     let secret = MasterSecret::generate();
-    let (mut server, addr) = spawn_listening(&["memory-server", "--listen", "127.0.0.1:0", "--mem", "16M"], &secret);
+    let (mut server, addr) = spawn_listening(&["pandora", "memory-server", "--listen", "127.0.0.1:0", "--mem", "16M"], &secret);
     let admin = TcpCluster::new(vec![addr], secret.keyring().only(&[Role::Admin]));
     block_on(admin.register(1)).unwrap();
     let rss_before = server.rss_kib();
@@ -197,12 +197,12 @@ fn the_membership_takes_nothing_from_whoever_it_cannot_authenticate() {
     let secret = MasterSecret::generate();
     let mut mem = Vec::new();
     for _ in 0..2 {
-        mem.push(spawn_listening(&["memory-server", "--listen", "127.0.0.1:0", "--mem", "64M"], &secret));
+        mem.push(spawn_listening(&["pandora", "memory-server", "--listen", "127.0.0.1:0", "--mem", "64M"], &secret));
     }
     let memory = mem.iter().map(|(_, a)| a.to_string()).collect::<Vec<_>>().join(",");
     let port = tandem_net::ports::reserve_loopback().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
-    let args = ["membership", "--listen", &listen, "--memory", &memory, "--load", "--keys", "1000"];
+    let args = ["pandora", "membership", "--listen", &listen, "--memory", &memory, "--load", "--keys", "1000"];
     let mut membership = Proc(
         Command::new(env!("CARGO_BIN_EXE_tandem"))
             .args(args)

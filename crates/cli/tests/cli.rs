@@ -87,6 +87,7 @@ fn recovery_experiment_reports_every_phase_in_json() {
         let json = dir.join("recovery.json");
         let out = tandem()
             .args([
+                "pandora",
                 "recovery",
                 "--fabric",
                 fabric,
@@ -142,6 +143,7 @@ fn bench_with_real_memory_server_processes_writes_json(fabric: &str) {
     let json = dir.join("bench.json");
     let out = tandem()
         .args([
+            "pandora",
             "bench",
             "--store",
             "pandora,ford",
@@ -208,6 +210,7 @@ fn memory_server_survives_garbage_and_serves_a_bench(fabric: &str) {
     let shm: &[&str] = if fabric == "shm" { &["--shm"] } else { &[] };
     let mut child = tandem()
         .args([
+            "pandora",
             "memory-server",
             "--listen",
             "127.0.0.1:0",
@@ -248,6 +251,7 @@ fn memory_server_survives_garbage_and_serves_a_bench(fabric: &str) {
     );
     let out = tandem()
         .args([
+            "pandora",
             "bench",
             "--fabric",
             fabric,
@@ -285,24 +289,25 @@ fn memory_server_survives_garbage_and_serves_a_bench(fabric: &str) {
 fn bad_input_gets_a_clear_error() {
     let _serial = serial();
     let out = tandem()
-        .args(["bench", "--store", "pandora,fast"])
+        .args(["pandora", "bench", "--store", "pandora,fast"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown store mode 'fast'"));
     let out = tandem()
-        .args(["bench", "--replicas", "4"])
+        .args(["pandora", "bench", "--replicas", "4"])
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("replicas must be between 1 and"));
     let out = tandem()
-        .args(["memory-server", "--mem", "12Q"])
+        .args(["pandora", "memory-server", "--mem", "12Q"])
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("size suffix"));
     // The membership's hidden --inject-bug (DART's process runs) takes recovery bugs only.
     let out = tandem()
         .args([
+            "pandora",
             "membership",
             "--memory",
             "127.0.0.1:9",
@@ -323,7 +328,7 @@ fn bad_input_gets_a_clear_error() {
 fn sim_bank_replay_command_runs_a_seed() {
     let _serial = serial();
     let out = tandem()
-        .args(["sim-bank", "--store", "ford", "--seed", "3"])
+        .args(["pandora", "sim", "--store", "ford", "--seed", "3"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -333,7 +338,7 @@ fn sim_bank_replay_command_runs_a_seed() {
         "{err}"
     );
     let out = tandem()
-        .args(["sim-bank", "--inject-bug", "covert-locks", "--seeds", "5"])
+        .args(["pandora", "sim", "--inject-bug", "covert-locks", "--seeds", "5"])
         .output()
         .unwrap();
     assert!(
@@ -341,7 +346,7 @@ fn sim_bank_replay_command_runs_a_seed() {
         "an injected bug must fail the replay"
     );
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("replay: cargo run --release -- sim-bank")
+        String::from_utf8_lossy(&out.stderr).contains("replay: cargo run --release -- pandora sim")
     );
 }
 
@@ -402,6 +407,7 @@ fn memory_servers(n: usize, secret: &str, shm: bool) -> (Vec<Proc>, String) {
     let (procs, addrs): (Vec<Proc>, Vec<String>) = (0..n)
         .map(|_| {
             let mut args = vec![
+                "pandora",
                 "memory-server",
                 "--listen",
                 "127.0.0.1:0",
@@ -429,6 +435,7 @@ fn assert_cluster_checks_out(
 ) {
     let out = tandem()
         .args([
+            "pandora",
             "check-cluster",
             "--ledgers",
             &format!("{},{}", live.display(), dead.display()),
@@ -466,6 +473,7 @@ fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committ
     let mlog = dir.join("membership.log");
     // 20 ms: this test shares two cores with everything else CI runs.
     let mut margs = vec![
+        "pandora",
         "membership",
         "--listen",
         "127.0.0.1:0",
@@ -478,6 +486,7 @@ fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committ
     let compute = |node: &str, ledger: &std::path::Path, json: Option<&std::path::Path>| {
         let mut c = tandem();
         c.args([
+            "pandora",
             "compute-server",
             "--membership",
             &maddr,
@@ -590,6 +599,7 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
     let membership = |listen: &str, log: &std::path::Path| {
         // The same command line both times: --load must not reload a running cluster.
         let mut a = vec![
+            "pandora",
             "membership",
             "--listen",
             listen,
@@ -614,6 +624,7 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
         let mut c = Command::new("nice");
         c.args(["-n", "10", env!("CARGO_BIN_EXE_tandem")]);
         c.args([
+            "pandora",
             "compute-server",
             "--membership",
             &maddr,
@@ -757,6 +768,7 @@ fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majori
             // expired (issue 9). 100 ms: a takeover loads the machine (ZooKeeper, three replicas, rejoins) and a 20 ms
             // detector misjudged the survivor in about 1 run in 4 on a loaded two-core machine.
             let mut a = vec![
+                "pandora",
                 "membership",
                 "--listen",
                 ports[i].as_str(),
@@ -801,6 +813,7 @@ fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majori
         // 40 s: long enough to outlast a takeover slowed by a starved ZooKeeper (the victim is killed
         // after it; a run that ended first would make node 2 leave instead of being detected).
         c.args([
+            "pandora",
             "compute-server",
             "--membership",
             &all,
@@ -938,6 +951,7 @@ fn memory_node_loss_is_survived_and_rereplicated_on_real_threads() {
     for store in ["pandora", "traditional"] {
         let out = tandem()
             .args([
+                "pandora",
                 "recovery",
                 "--store",
                 store,
@@ -987,10 +1001,10 @@ fn a_short_soak_passes_every_check_with_no_commit_by_a_fenced_incarnation() {
     let _serial = serial();
     let json = std::env::temp_dir().join(format!("tandem-soak-{}.json", std::process::id()));
     let out = tandem()
-        .args(["soak", "--runs", "4", "--duration", "1", "--json"])
+        .args(["pandora", "soak", "--runs", "4", "--duration", "1", "--json"])
         .arg(&json)
         .output()
-        .expect("run tandem soak");
+        .expect("run tandem pandora soak");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "soak failed:\n{err}");
     let report: serde_json::Value =
@@ -1013,6 +1027,7 @@ fn a_process_whose_peer_never_comes_up_names_its_address(shm: bool) {
     let memory = memory.join(",");
     let out = tandem()
         .args([
+            "pandora",
             "membership",
             "--listen",
             "127.0.0.1:0",
@@ -1042,6 +1057,7 @@ fn a_process_whose_peer_never_comes_up_names_its_address(shm: bool) {
     let membership = unused(0);
     let out = tandem()
         .args([
+            "pandora",
             "compute-server",
             "--membership",
             &membership,
@@ -1093,6 +1109,7 @@ fn a_compute_server_suspected_while_alive_is_fenced_and_comes_back_as_a_new_inca
     ];
     let mlog = dir.join("membership.log");
     let mut margs = vec![
+        "pandora",
         "membership",
         "--listen",
         "127.0.0.1:0",
@@ -1106,6 +1123,7 @@ fn a_compute_server_suspected_while_alive_is_fenced_and_comes_back_as_a_new_inca
         |node: &str, ledger: &std::path::Path, err: &std::path::Path, json: &std::path::Path| {
             let mut c = tandem();
             c.args([
+                "pandora",
                 "compute-server",
                 "--membership",
                 &maddr,
@@ -1221,6 +1239,7 @@ fn a_compute_server_suspected_while_alive_is_fenced_and_comes_back_as_a_new_inca
     );
     let out = tandem()
         .args([
+            "pandora",
             "check-cluster",
             "--ledgers",
             &format!("{},{}", l1.display(), l2.display()),

@@ -1,6 +1,6 @@
 //! Tier 3, DART over processes (`pandora.txt` §5; DESIGN.md §5 "over
 //! processes: kill -9 a compute server at random times. Recovery then runs,
-//! and the assertions must still hold"): `tandem litmus --fabric tcp
+//! and the assertions must still hold"): `tandem dart --fabric tcp
 //! --crash-rate 1` starts memory servers, a membership process and one
 //! `tandem litmus-worker` process per compute node, SIGKILLs one worker per
 //! run, waits for the membership's log recovery, and checks the assertions
@@ -28,7 +28,7 @@ fn litmus(
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args([
-            "litmus",
+            "dart",
             "--store",
             "pandora",
             "--fabric",
@@ -137,7 +137,7 @@ fn a_bug_mutant_is_caught_through_the_worker_journals(shm: bool) {
     );
     assert!(
         out.contains(&format!(
-            "replay: cargo run --release -- litmus --store pandora --fabric {fabric}"
+            "replay: cargo run --release -- dart --store pandora --fabric {fabric}"
         )),
         "{out}"
     );

@@ -1,5 +1,5 @@
 //! Memory-server loss over real processes (issue 15; DESIGN.md §4.6,
-//! `pandora.txt` §3.2.5): three `tandem memory-server` processes (two copies
+//! `pandora.txt` §3.2.5): three `tandem pandora memory-server` processes (two copies
 //! of every partition), the membership process and two compute servers under
 //! load. `kill -9` one memory server: the membership declares it failed, the
 //! compute servers hold, drain and switch primaries, and keep committing; a
@@ -26,6 +26,7 @@ fn tandem() -> Command {
 
 fn memory_server(dir: &Path, name: &str, shm: bool, extra: &[&str]) -> (Proc, String) {
     let mut args = vec![
+        "pandora",
         "memory-server",
         "--listen",
         "127.0.0.1:0",
@@ -100,7 +101,7 @@ fn run(tag: &str, also: Also, shm: bool) -> Run {
     };
     let membership = |listen: &str, log: &Path| {
         // The same command line both times: --load must not reload a running cluster.
-        let mut margs = vec!["membership", "--listen", listen, "--load"];
+        let mut margs = vec!["pandora", "membership", "--listen", listen, "--load"];
         margs.extend(["--timeout-ms", "50", "--memory-timeout-ms", "100"]);
         if !zk.is_empty() {
             margs.extend(["--zookeeper", zk.as_str()]);
@@ -117,6 +118,7 @@ fn run(tag: &str, also: Also, shm: bool) -> Run {
         Command::new("nice")
             .args(["-n", "10", env!("CARGO_BIN_EXE_tandem")])
             .args([
+                "pandora",
                 "compute-server",
                 "--membership",
                 &maddr,
@@ -212,7 +214,7 @@ fn check_cluster(r: &Run, failed: &str) -> String {
         r.dir.join("c2.ledger").display()
     );
     let out = tandem()
-        .args(["check-cluster", "--ledgers", &ledgers, "--failed", failed])
+        .args(["pandora", "check-cluster", "--ledgers", &ledgers, "--failed", failed])
         .args([
             "--memory",
             &r.memory_after,

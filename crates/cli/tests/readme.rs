@@ -1,7 +1,8 @@
-//! The README's multi-process command blocks, extracted from README.md and
-//! run as written with bash, so the README cannot rot (issue 9): every
-//! `check-cluster` in them must pass. They use the README's fixed loopback
-//! ports (7300-7303, 7401-7404).
+//! The documents' command blocks, run as written, so the docs cannot rot:
+//! - every `tandem` command line of README.md names real subcommands and flags;
+//! - the multi-process blocks of docs/PANDORA.md run with bash, and every
+//!   `check-cluster` in them passes (fixed loopback ports 7300-7303, 7401-7404);
+//! - the multi-process block of docs/DDP.md runs, and its history checks out.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -12,9 +13,9 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The ```sh blocks of README.md that start compute servers, in order.
+/// The ```sh blocks of docs/PANDORA.md that start compute servers, in order.
 fn multi_process_blocks() -> Vec<String> {
-    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(workspace().join("docs/PANDORA.md")).unwrap();
     let mut blocks = Vec::new();
     let mut current: Option<Vec<&str>> = None;
     for line in readme.lines() {
@@ -119,11 +120,11 @@ fn zookeeper_available(dir: &Path) -> bool {
 }
 
 #[test]
-fn the_readme_multi_process_blocks_run_as_written_and_the_cluster_checks_out() {
+fn the_pandora_doc_blocks_run_as_written_and_the_cluster_checks_out() {
     let mut blocks = multi_process_blocks();
     assert!(
         blocks.len() >= 2,
-        "README.md lost its multi-process blocks: {blocks:?}"
+        "docs/PANDORA.md lost its multi-process blocks: {blocks:?}"
     );
     assert!(
         blocks.iter().all(|b| b.contains("check-cluster")),
@@ -181,16 +182,16 @@ fn the_readme_multi_process_blocks_run_as_written_and_the_cluster_checks_out() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The README's DDP block (five `tandem node` processes, a manager, a load
-/// with a kill -9 and a rejoin) runs as written and its history checks out.
+/// The DDP block of docs/DDP.md (five `tandem node` processes, a manager, a
+/// load with a kill -9 and a rejoin) runs as written and its history checks out.
 #[test]
-fn the_readme_ddp_block_runs_as_written() {
-    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+fn the_ddp_doc_block_runs_as_written() {
+    let readme = std::fs::read_to_string(workspace().join("docs/DDP.md")).unwrap();
     let block = readme
         .split("```sh\n")
         .filter_map(|b| b.split("\n```").next())
         .find(|b| b.contains("ddp manager"))
-        .expect("README.md has its DDP block")
+        .expect("docs/DDP.md has its multi-process block")
         .to_string();
     let dir = std::env::temp_dir().join(format!("tandem-readme-ddp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -235,4 +236,49 @@ fn the_readme_ddp_block_runs_as_written() {
     assert!(stdout.contains("linearizable:"), "{stdout}\n{log}");
     drop(run);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `tandem ...` lines of README.md's ```sh blocks, as argument lists
+/// (the comment after `#` cut off).
+fn readme_command_lines() -> Vec<Vec<String>> {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let mut lines = Vec::new();
+    let mut inside = false;
+    for line in readme.lines() {
+        match (inside, line.trim_end()) {
+            (false, "```sh") => inside = true,
+            (true, "```") => inside = false,
+            (true, l) => {
+                let command = l.split(" #").next().unwrap_or("").trim();
+                let words: Vec<String> = command.split_whitespace().map(String::from).collect();
+                if words.first().map(String::as_str) == Some("tandem") {
+                    lines.push(words[1..].to_vec());
+                }
+            }
+            _ => {}
+        }
+    }
+    lines
+}
+
+/// Each README command, with `--help` appended, is accepted by the parser:
+/// clap rejects an unknown subcommand or flag, or a bad value, before it
+/// reaches the `--help`. Nothing runs.
+#[test]
+fn every_readme_command_names_real_subcommands_and_flags() {
+    let lines = readme_command_lines();
+    assert!(lines.len() >= 20, "README.md lost its commands: {lines:?}");
+    for args in lines {
+        let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(&args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "README: `tandem {}` does not parse:\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -223,6 +223,7 @@ fn spawn_memory_server(
 ) -> std::io::Result<(Child, SocketAddr)> {
     let mut child = Command::new(exe)
         .args([
+            "pandora",
             "memory-server",
             "--listen",
             "127.0.0.1:0",

@@ -241,7 +241,7 @@ impl CampaignConfig {
     /// The command that replays run `seed` exactly (sim) or re-runs it (tcp, postgres).
     pub fn replay(&self, seed: u64) -> String {
         let mut c = format!(
-            "cargo run --release -- litmus --store {}",
+            "cargo run --release -- dart --store {}",
             self.store.name()
         );
         match &self.store {

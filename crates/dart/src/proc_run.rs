@@ -303,6 +303,7 @@ fn spawn_membership(
         .filter(|b| crate::campaign::RECOVERY_BUG_NAMES.contains(&b.as_str()));
     let mut child = Command::new(exe)
         .args([
+            "pandora",
             "membership",
             "--listen",
             "127.0.0.1:0",

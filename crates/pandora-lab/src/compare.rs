@@ -60,7 +60,7 @@ pub struct CompareConfig {
     pub warmup: Duration,
     pub duration: Duration,
     pub seed: u64,
-    /// The `tandem` binary (it serves `tandem memory-server`).
+    /// The `tandem` binary (it serves `tandem pandora memory-server`).
     pub tandem_exe: PathBuf,
     pub endpoints: Endpoints,
     pub progress: bool,
@@ -217,7 +217,7 @@ fn run_tandem(cfg: &CompareConfig, clients: usize, shm: bool) -> Result<SystemRe
     rc.seed = cfg.seed;
     rc.progress = cfg.progress;
     rc.check = true;
-    // As `tandem bench`: no crash is injected, so a lenient failure detector
+    // As `tandem pandora bench`: no crash is injected, so a lenient failure detector
     // (scheduling hiccups on two shared cores are not crashes).
     rc.heartbeat_timeout = Duration::from_millis(100);
     rc.validate()?;

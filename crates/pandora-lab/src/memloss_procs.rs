@@ -150,6 +150,7 @@ fn one_run(
     let mlog = dir.join("membership.log");
     let margs = [
         &[
+            "pandora",
             "membership",
             "--listen",
             "127.0.0.1:0",
@@ -180,6 +181,7 @@ fn one_run(
         );
         let args = [
             &[
+                "pandora",
                 "compute-server",
                 "--membership",
                 maddr.as_str(),
@@ -281,7 +283,7 @@ fn add_timeline(sum: &mut Vec<u64>, json: &Path) -> Result<(), String> {
 
 /// `check-cluster` on the servers after the replacement.
 fn check(servers: &MemoryServers, dir: &Path, kill_compute: bool) -> Result<Vec<String>, String> {
-    // The layout `tandem membership` computes from its command line.
+    // The layout `tandem pandora membership` computes from its command line.
     let mut store = StoreConfig::new(Mode::Pandora, 3, 2, micro().tables());
     store.partitions_per_table = 64;
     store.log_slots = 1024;

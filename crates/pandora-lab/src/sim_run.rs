@@ -7,7 +7,7 @@
 //! background stray-lock sweep, replica agreement, no lock left held, and
 //! the workload's own check. The same seed always takes the same steps; a
 //! failing seed is replayed with the command in [`SimReport::replay`]
-//! (`tandem sim-bank --workload W ...`). [`preset`] names the simulation's
+//! (`tandem pandora sim --workload W ...`). [`preset`] names the simulation's
 //! workload sizes, for the tests and the command alike.
 
 use std::cell::{Cell, RefCell};
@@ -226,7 +226,7 @@ impl SimConfig {
         }
     }
 
-    /// The flags of `tandem sim-bank` that replay this run.
+    /// The flags of `tandem pandora sim` that replay this run.
     fn flags(&self) -> String {
         let mut flags = format!(
             " --workload {} --txs {}",
@@ -575,7 +575,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         sim_time_ns: sim.now_ns(),
         stats,
         replay: format!(
-            "cargo run --release -- sim-bank --store {} --seed {}{}",
+            "cargo run --release -- pandora sim --store {} --seed {}{}",
             cfg.mode,
             cfg.seed,
             cfg.flags()

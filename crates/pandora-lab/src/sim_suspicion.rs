@@ -135,7 +135,7 @@ impl SuspicionConfig {
     }
 
     pub fn replay(&self) -> String {
-        let mut f = format!("cargo run --release -- sim-suspicion --seed {}", self.seed);
+        let mut f = format!("cargo run --release -- pandora sim-suspicion --seed {}", self.seed);
         if self.bugs.revocable_fencing {
             f += " --inject-bug revocable-fencing";
         }

@@ -1,4 +1,4 @@
-//! `tandem table-soak`: an insert/delete workload run long and at full speed
+//! `tandem pandora table-soak`: an insert/delete workload run long and at full speed
 //! on the in-process fabric, sampling every table's occupancy and the
 //! process's memory. With slot reclamation, a table that deletes rows holds
 //! slots only for its live rows and what probing still needs; without it,

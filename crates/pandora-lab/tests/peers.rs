@@ -135,7 +135,10 @@ fn compare_against_every_peer() -> Result<Verdict, String> {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("memory-server") {
+    // Started as `EXE pandora memory-server ...` by the backend.
+    if args.get(1).map(String::as_str) == Some("pandora")
+        && args.get(2).map(String::as_str) == Some("memory-server")
+    {
         if let Err(e) = memory_server(&args) {
             eprintln!("memory server: {e}");
             std::process::exit(1);
