@@ -1,5 +1,5 @@
 //! History checkers for Tandem's message-passing stores (DDP now, HEAL and
-//! Kite later): DESIGN.md §7.6 ("Checkers"), for the invariants of
+//! Kite later): docs/DESIGN.md §7.6 ("Checkers"), for the invariants of
 //! `specs/ddp.md` §13 — chiefly §13.2 (per consistency model, crash-free
 //! runs) and the generic §13.1 G2 (no thin air) and G6 (convergence).
 //!

@@ -1,4 +1,4 @@
-//! Pandora as a deployment (DESIGN.md §2, `cluster/`): what runs a store on
+//! Pandora as a deployment (docs/DESIGN.md §2, `cluster/`): what runs a store on
 //! real threads and processes, as opposed to the experiments that measure
 //! it (`tandem-bench`).
 //!

@@ -1,5 +1,5 @@
 //! DART: black-box litmus testing of transactional stores with recovery
-//! (`pandora.txt` §5, thesis ch. 5; DESIGN.md §5).
+//! (Pandora paper §5, thesis ch. 5; docs/DESIGN.md §5).
 //!
 //! - [`store`]: the [`TransactionalStore`] trait DART tests through, with
 //!   adapters for Tandem ([`tandem_store`]) and PostgreSQL ([`pg_store`]).

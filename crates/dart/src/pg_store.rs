@@ -1,4 +1,4 @@
-//! The [`TransactionalStore`] adapter for PostgreSQL (DESIGN.md §5: "a
+//! The [`TransactionalStore`] adapter for PostgreSQL (docs/DESIGN.md §5: "a
 //! real-world control that no one here wrote": SERIALIZABLE must pass,
 //! weaker isolation must be caught).
 //!

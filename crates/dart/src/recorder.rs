@@ -1,5 +1,5 @@
 //! A transaction wrapper that records every operation into the client's
-//! history as it happens (thesis §2.5: the history H; DESIGN.md §5 "record
+//! history as it happens (thesis §2.5: the history H; docs/DESIGN.md §5 "record
 //! invocation and completion times").
 //!
 //! Writes are recorded *before* they are issued (a crash may let a posted

@@ -5,7 +5,7 @@
 //! | check | planted bug | caught by | missed by |
 //! |---|---|---|---|
 //! | rw edges of deletes | complicit abort, seed 212 | G2 cycle | the old checker |
-//! | default campaign | FORD's six (DESIGN.md §4.7) | `tandem litmus` defaults, < 300 seeds | (missing-insert-undo, logging-without-locking: the old defaults) |
+//! | default campaign | FORD's six (docs/DESIGN.md §4.7) | `tandem litmus` defaults, < 300 seeds | (missing-insert-undo, logging-without-locking: the old defaults) |
 //! | replica check | `restore-one-replica` | replica check | runs that read primaries only |
 //! | weighted crash points | `invalidate-logs-first`, `missing-insert-undo` | weighted | uniform, 300 seeds |
 //! | slow recovery | `lock-lease` (stalling pandora) | `--slow-recovery-ns 200000` | quick recovery, 100 seeds |

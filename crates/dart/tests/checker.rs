@@ -167,7 +167,7 @@ fn g1c_circular_information_flow() {
 
 #[test]
 fn g2_write_skew_and_lost_update() {
-    // Litmus 2 (pandora.txt Fig. 5(b)): both read 0, both set their object.
+    // Litmus 2 (Pandora paper Fig. 5(b)): both read 0, both set their object.
     let h = vec![
         tx(
             1,

@@ -1,4 +1,4 @@
-//! HEAL (`heal.txt`, spec `heal.md` §2): online incremental recovery of a
+//! HEAL (HEAL paper, spec `heal.md` §2): online incremental recovery of a
 //! crashed node for ⟨Lin, X⟩, on the INV/ACK/VAL engine. This file is the
 //! live nodes' side: GDP flags in NVM, the `MissedUpdates` buffer, and the
 //! answers to `Recov_start`, `CatchUp_req` and `Recov_end`. The recovering

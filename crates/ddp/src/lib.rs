@@ -1,6 +1,6 @@
-//! DDP (`ddp-minos.txt`): leaderless replication for the 25
+//! DDP (DDP paper): leaderless replication for the 25
 //! ⟨consistency, persistency⟩ models, as one sans-IO engine on
-//! `tandem-net` (DESIGN.md §7.2).
+//! `tandem-net` (docs/DESIGN.md §7.2).
 //!
 //! - [`model`]: the models and the rules each fixes (spec §7.4, §9.0).
 //! - [`node`]: the engine ([`DdpNode`]), for two families of protocols:

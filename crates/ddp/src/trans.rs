@@ -1,5 +1,5 @@
 //! Transactional consistency with the five persistency models (spec
-//! `ddp.md` §3.3, §8.7, §9.3; §9.0 rows 11–15; DESIGN.md §7.2). This file
+//! `ddp.md` §3.3, §8.7, §9.3; §9.0 rows 11–15; docs/DESIGN.md §7.2). This file
 //! is the client side and the state; `trans_conflict.rs` detects conflicts
 //! and squashes, `trans_commit.rs` ends, decides and delivers transactions,
 //! `trans_follow.rs` is the follower side, retries and failures.

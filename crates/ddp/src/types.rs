@@ -25,7 +25,7 @@ impl Ts {
     };
 }
 
-/// A scope: ordered within its session only (DESIGN.md §7.2).
+/// A scope: ordered within its session only (docs/DESIGN.md §7.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ScopeId {
     pub session: SessionId,

@@ -1,6 +1,6 @@
 //! The UPD family: Causal and Eventual consistency with the five
 //! persistency models (spec `ddp.md` §8.3, §8.4, §8.6, §9.4, §9.5; the
-//! table of §9.0 rows 16–25; DESIGN.md §7.2). This file is the client side
+//! table of §9.0 rows 16–25; docs/DESIGN.md §7.2). This file is the client side
 //! (reads, writes, operations that wait); `upd_apply.rs` receives, applies
 //! and persists updates, `upd_sync.rs` keeps replicas in step
 //! (anti-entropy) and catches a restarted node up.

@@ -1,4 +1,4 @@
-//! Kite (`kite.txt`, PPoPP 2020; digest `specs/kite.md`): release
+//! Kite (Kite paper, PPoPP 2020; digest `specs/kite.md`): release
 //! consistency over a leaderless replicated key-value store.
 //!
 //! - relaxed reads and writes on the Eventual Store ([`relaxed`]);

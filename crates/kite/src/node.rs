@@ -1,6 +1,6 @@
 //! A Kite node: one replica of the whole key-value store plus the sessions
 //! homed on it, as a sans-IO state machine on `tandem-net`
-//! (`specs/kite.md` §2.7 for the state, DESIGN.md §7.4).
+//! (`specs/kite.md` §2.7 for the state, docs/DESIGN.md §7.4).
 //!
 //! The plumbing lives here: quorum rounds (a message to the others, the
 //! local replica answering too, done at a majority), tracked writes (done

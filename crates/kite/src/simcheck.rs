@@ -623,7 +623,7 @@ pub struct Found {
     pub replay: String,
 }
 
-/// What `tandem kite check` reports (DESIGN.md §6.1 field names).
+/// What `tandem kite check` reports (docs/DESIGN.md §6.1 field names).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Summary {
     pub system: &'static str,

@@ -1,5 +1,5 @@
 //! The message-passing runtime shared by DDP, HEAL, Kite and ZAB
-//! (DESIGN.md §7.1).
+//! (docs/DESIGN.md §7.1).
 //!
 //! - [`protocol`]: the sans-IO [`Protocol`] trait. A node is a value with
 //!   `step(now, input, out)`; durability is a [`Command::Persist`] whose

@@ -41,7 +41,7 @@ pub enum Stop {
     Lost(String),
 }
 
-/// The memory configuration as the service announces it (DESIGN.md §4.6),
+/// The memory configuration as the service announces it (docs/DESIGN.md §4.6),
 /// for the task that applies it; and the way to answer that it did.
 #[derive(Clone)]
 pub struct MemorySignal(Arc<MembershipLink>);
@@ -278,7 +278,7 @@ pub fn announce_replacement(
     }
 }
 
-/// Heartbeats to every membership replica (`pandora.txt` §3.2.4: to reach
+/// Heartbeats to every membership replica (Pandora paper §3.2.4: to reach
 /// a majority), each from a thread of its own on a connection of its own,
 /// so a replica that is down or slow delays no other; until `stop`.
 fn start_heartbeats(membership: &[SocketAddr], node: u16, every: Duration, stop: &Arc<AtomicBool>) {
