@@ -30,7 +30,7 @@
 //! retried join of a live node with the same ids. If it answers with other ids
 //! (it restarted without its state), the compute server stops; if it says the
 //! node was declared failed, the node comes back as a new incarnation
-//! ([`compute`], issue 9).
+//! ([`compute`]; docs/PANDORA.md, "Fenced compute servers come back").
 //!
 //! With `--zookeeper` the membership service keeps its durable state
 //! ([`MembershipState`](tandem_membership::MembershipState)) in a znode, as
@@ -810,7 +810,8 @@ fn answer_incarnation(shared: &Shared, writer: &mut TcpStream, of: u16) -> bool 
 }
 
 /// Heartbeats of one compute node as this replica received them: how
-/// regular they were (to choose a detector timeout from, issue 9).
+/// regular they were (to choose a detector timeout from; docs/PANDORA.md,
+/// "Failure detector for processes").
 #[derive(Default)]
 struct Gaps {
     last: Option<Instant>,

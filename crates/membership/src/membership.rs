@@ -11,7 +11,8 @@ pub type NodeId = u16;
 #[derive(Clone, Debug)]
 pub struct MembershipConfig {
     /// A node is declared failed when no heartbeat arrived for this long
-    /// (docs/DESIGN.md §4.5: 5 ms over TCP by default).
+    /// (docs/DESIGN.md §4.5: 5 ms by default here; the `tandem membership`
+    /// process defaults to 250 ms).
     pub heartbeat_timeout_ns: u64,
     /// Coordinator ids are `1..id_space`; with the store's log slots this is
     /// `log_slots`, so every live coordinator owns a log slot.
@@ -300,8 +301,8 @@ impl Membership {
         }
     }
 
-    /// A node id for a new incarnation of a fenced compute node (issue 9;
-    /// the Pandora paper §3.2.2, Fig. 8 "reuse": a suspected node comes back as
+    /// A node id for a new incarnation of a fenced compute node (the Pandora
+    /// paper §3.2.2, Fig. 8 "reuse": a suspected node comes back as
     /// someone new, with new coordinator ids and new memory keys). The id was
     /// never handed out before and lies in
     /// `FIRST_INCARNATION_ID..=LAST_INCARNATION_ID`, where operators choose no
@@ -1151,7 +1152,7 @@ mod tests {
         }
     }
 
-    /// Issue 9: a fenced node comes back under a node id the service hands
+    /// A fenced node comes back under a node id the service hands
     /// out, one no operator chose and nobody held before, kept across a restart.
     #[test]
     fn new_incarnations_get_fresh_node_ids_that_survive_a_restart() {

@@ -1,6 +1,6 @@
 //! The compute side of the membership protocol ([`super`]): joining,
 //! heartbeats, failure notices, rejoining when the service goes away, and
-//! learning that this node was fenced (issue 9).
+//! learning that this node was fenced (docs/DESIGN.md §4.5).
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
@@ -19,7 +19,7 @@ use super::{send_line, FromMembership, ToMembership};
 /// and rejoining (same ids) when the service goes away. Dropping it without
 /// [`MembershipSession::leave`] looks like a crash to the service.
 ///
-/// Join only once registered with the memory servers (issue 9): the
+/// Join only once registered with the memory servers: the
 /// detector's clock starts at the join, and a node it judges must already
 /// hold the keys that its revocation takes away.
 pub struct MembershipSession {
