@@ -1,5 +1,5 @@
-//! The [`replica_check`] over processes (issue 9: "over processes this is a
-//! real memory-server kill"). After a [`crate::proc_run`] run's final check,
+//! The [`replica_check`] over processes, where one of the failures is a
+//! real memory-server kill. After a [`crate::proc_run`] run's final check,
 //! on the quiet store, the checker's compute node:
 //!
 //! 1. reads every litmus key with every memory server up;

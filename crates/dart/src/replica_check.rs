@@ -1,4 +1,4 @@
-//! The replica check (issue 9: "DART sees what it missed"): a black-box run
+//! The replica check (docs/DESIGN.md §5): a black-box run
 //! reads only primaries, so a recovery that restores one replica and not
 //! another passes every litmus test until a memory node fails. On a quiet
 //! store, this check fails each memory node in turn, logically (the checking
