@@ -5,6 +5,12 @@
 //!   `step(now, input, out)`; durability is a [`Command::Persist`] whose
 //!   [`Input::PersistDone`] gates whatever depends on it.
 //! - [`sim`]: the deterministic simulated network and NVM, on `crates/sim`.
+//!
+//! Papers are cited by short name and section: "DDP" is Kokolis et al.,
+//! *Distributed Data Persistency*, MICRO 2021; "HEAL" is Psistakis et al.,
+//! *HEAL: Online Incremental Recovery for Leaderless Distributed Systems
+//! Across Persistency Models*, arXiv:2602.08257, 2026; "Hermes" is Katsarakis
+//! et al., ASPLOS 2020 (docs/DESIGN.md, "Sources").
 
 pub mod client;
 pub mod conn;
