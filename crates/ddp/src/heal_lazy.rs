@@ -1,4 +1,4 @@
-//! HEAL for ⟨Lin, Event⟩ (spec §2.10's gap, O-2): Eventual persistency
+//! HEAL for ⟨Lin, Event⟩ (a gap the HEAL paper leaves, O-2 in docs/HEAL.md): Eventual persistency
 //! writes back lazily and has no Global Durability Point, so a write can
 //! commit (VAL_c, client answered) and never be persisted at a node that
 //! then crashes; neither its NVM nor any `MissedUpdates` would hold it.
