@@ -195,8 +195,8 @@ fn g2_write_skew_and_lost_update() {
 
 #[test]
 fn g2_lost_update_through_a_delete() {
-    // Issue 9 (seed 212): two transactions read the same version of a pair;
-    // one deletes both keys, the other overwrites both. The delete names the
+    // Seed 212 of litmus-1-insert-delete: two transactions read the same
+    // version of a pair; one deletes both keys, the other overwrites both. The delete names the
     // version it removed, so the two anti-depend on each other.
     let v1 = |k| rw(k, 1, 1, PREV_UNKNOWN);
     let h = vec![
