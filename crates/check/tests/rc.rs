@@ -199,9 +199,10 @@ fn l1_stale_read_after_the_acquire_fails_barrier() {
     );
 }
 
-/// L2 (the Kite paper's supplementary material, Fig. 3): W(x) in S1, release f1; S2 acquires f1, releases
-/// G; S3 acquires G, reads X. The ops overlap so that no real-time edge
-/// links S1 to S3: the chain is reads-from and session order only.
+/// L2 (the Kite paper's supplementary material, Fig. 3): W(x) in S1, release
+/// f1; S2 acquires f1, releases G; S3 acquires G, reads X. The ops overlap so
+/// that no real-time edge links S1 to S3: the chain is reads-from and session
+/// order only.
 fn l2(x: u64, xv: Version) -> Vec<RcOp> {
     vec![
         write(1, X, 1, v(1), (0, 5)),

@@ -1,15 +1,15 @@
-//! Seeded simulations of one model with fault injection, and every check
-//! the model promises (labels as in docs/DDP.md, "Check labels"): the durability gates in every step (G1,
-//! S-1, RP-1, RP-1', C3, SC-1, G5d), linearizability (Lin; RE with each
-//! write ending at its VAL, R3), causal order (C1: no node applies an
-//! update before its cauhist; C2: under Causal-Synch and Causal-RE-p no
-//! node persists one before its cauhist is durable there; C1': session
-//! order), no value from thin air, convergence, and after a whole-cluster
-//! crash the persistency promises (S-2, RP-2, SC-2, SC-3, G2, C2 of each
-//! NVM). What a model does not promise is measured, not asserted:
-//! acknowledged writes lost, reads that vanished. The causal checks are in
-//! `simcheck/causal.rs`; the transactional client and checks (G1a, T-1,
-//! T-2, serializability, T-3, T-4) in `simcheck/trans.rs`.
+//! Seeded simulations of one model with fault injection, and every check the
+//! model promises (labels as in docs/DDP.md, "Check labels"): the durability
+//! gates in every step (G1, S-1, RP-1, RP-1', C3, SC-1, G5d), linearizability
+//! (Lin; RE with each write ending at its VAL, R3), causal order (C1: no node
+//! applies an update before its cauhist; C2: under Causal-Synch and Causal-RE-p
+//! no node persists one before its cauhist is durable there; C1': session
+//! order), no value from thin air, convergence, and after a whole-cluster crash
+//! the persistency promises (S-2, RP-2, SC-2, SC-3, G2, C2 of each NVM). What a
+//! model does not promise is measured, not asserted: acknowledged writes lost,
+//! reads that vanished. The causal checks are in `simcheck/causal.rs`; the
+//! transactional client and checks (G1a, T-1, T-2, serializability, T-3, T-4)
+//! in `simcheck/trans.rs`.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};

@@ -79,10 +79,10 @@
 //!   transactions in scope s as one record (clients close scopes between
 //!   transactions). Either way a transaction recovers all or nothing; one
 //!   whose End was not answered when the crash hit may go either way.
-//! - **Reads.** No stall (as the paper's ⟨Trans, Synch⟩), except behind a prepared writer of the
-//!   key (a few microseconds: its decision is on the way), and under RE-p
-//!   until the latest committed version is persisted everywhere (VAL_p;
-//!   after a crash, the INV family's replay validates it).
+//! - **Reads.** No stall (as the paper's ⟨Trans, Synch⟩), except behind a
+//!   prepared writer of the key (a few microseconds: its decision is on the
+//!   way), and under RE-p until the latest committed version is persisted
+//!   everywhere (VAL_p; after a crash, the INV family's replay validates it).
 //! - **Non-transactional requests.** A plain read returns the latest
 //!   committed version (with the same waits); a plain write is refused with
 //!   `Reply::Error` (a write must belong to a transaction).

@@ -1,5 +1,5 @@
-//! What a replica does with each request: apply writes if newer, answer reads with its value, keep the
-//! delinquency bits, and be a Paxos acceptor.
+//! What a replica does with each request: apply writes if newer, answer reads
+//! with its value, keep the delinquency bits, and be a Paxos acceptor.
 
 use tandem_net::{Durable, NodeId};
 
