@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Render DART's results (issue 4) from the JSON files `tandem litmus --json`
-wrote under $1, as the `dart` section of docs/RESULTS.md (stdout)."""
+"""Render DART's results from the JSON files `tandem litmus --json` wrote
+under $1, as the `dart` part of docs/RESULTS.md (stdout, between part
+markers; scripts/assemble_results.py places it)."""
 import json, os, sys
 
 out = sys.argv[1]
@@ -9,7 +10,7 @@ def load(name):
         return json.load(f)
 
 long = load("dart-long.json")
-print("## Issue 4 — DART\n")
+print("<!-- part dart -->")
 print("### Correct pandora under crash injection, a million litmus transactions\n")
 print("`tandem litmus --store pandora --seeds 2500 --crash-rate 0.5 --jobs 2 --json target/results/dart-long.json`\n")
 print(f"{long['runs']} runs, **{long['transactions']:,} litmus transactions** ({long['committed']:,} committed, "
@@ -28,7 +29,7 @@ print(f"- over real processes (`tandem litmus --store pandora --fabric tcp --cra
       f"{p['transactions']:,} transactions ({p['unknown']} with unknown outcome), {p['crashes']} kills, each recovered by the membership process, "
       f"{p['violation_count']} violations.")
 m = load("dart-procs-memkill.json")
-print(f"- over real processes with memory-server kills (issue 15; `tandem litmus --store pandora --fabric tcp --crash-rate 1 --memory-kill-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60`): "
+print(f"- over real processes with memory-server kills (`tandem litmus --store pandora --fabric tcp --crash-rate 1 --memory-kill-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60`): "
       f"every run also `kill -9`s a memory server mid-run; the workers hold, drain and switch primaries, the killed worker is recovered from the live replicas, "
       f"a replacement is filled and admitted before the final check: {m['transactions']:,} transactions ({m['unknown']} with unknown outcome), "
       f"{m['runs']} memory-server kills, {m['crashes']} worker kills, {m['violation_count']} violations.")
@@ -62,4 +63,4 @@ for iso in ["serializable", "repeatable-read", "read-committed"]:
     r = load(f"dart-pg-{iso}.json")
     first = r["violations"][0]["test"] + ": " + r["violations"][0]["description"][:90] if r["violations"] else "–"
     print(f"| {iso} | {r['transactions']:,} | {r['violation_count']} | {first} |")
-print()
+print("<!-- /part dart -->")

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Render the issue-9 section of docs/RESULTS.md (fencing, false suspicion)
-from the JSON of `tandem soak` and `tandem sim-suspicion` (scripts/results.sh)."""
+"""Render two parts of docs/RESULTS.md from the JSON scripts/results.sh
+writes under $1: `fencing` (false suspicion is safe: `tandem soak` and
+`tandem sim-suspicion`) and `dart-default` (DART's default campaign against
+FORD's six bugs), each between part markers."""
 import json, os, sys
 
 out = sys.argv[1]
@@ -11,7 +13,8 @@ def load(name):
 soak = load("soak.json")
 sim = load("sim-suspicion.json")
 bug = load("sim-suspicion-revocable.json")
-print("\n## Issue 9 — false suspicion is safe: permanent fencing, new incarnations\n")
+print("<!-- part fencing -->")
+print("### False suspicion is safe: permanent fencing, new incarnations\n")
 print("A suspected node is fenced for good on every memory node (a revoked incarnation can never register")
 print("again), stops, and comes back as a new incarnation (new node id, coordinator ids and keys).\n")
 if soak:
@@ -28,9 +31,10 @@ if sim:
           " failed, %d rejoins, %d commits, **%d seeds with violations**, %d fenced acks." %
           (sim["seeds"], sim["suspected"], sim["rejoins"], sim["committed"], sim["violation_count"], sim["fenced_acks"]))
 if bug:
-    print(" The same seeds with the old behaviour re-injected (`--inject-bug revocable-fencing`): **%d of %d seeds"
+    print(" The same seeds with revocable fencing re-injected (`--inject-bug revocable-fencing`: a revoked"
+          " incarnation may register again): **%d of %d seeds"
           " caught** (lost money and commits by fenced incarnations)." % (bug["violation_count"], bug["seeds"]))
-print()
+print("<!-- /part fencing -->")
 
 rows = []
 for name in sorted(os.listdir(out)):
@@ -38,11 +42,13 @@ for name in sorted(os.listdir(out)):
         d = json.load(open(os.path.join(out, name)))
         seeds = [v["seed"] for v in d["violations"]]
         rows.append((d["store"], " + ".join(d["injected_bugs"]), min(seeds) if seeds else None, d["runs"]))
+print("\n<!-- part dart-default -->")
 if rows:
-    print("**DART's default campaign against FORD's six bugs** (`tandem litmus --store S --inject-bug B --seeds 300"
-          " --stop-at-first`: no `--tests`, default crash rate, weighted crash points, replica check, slow recovery):\n")
+    print("### DART's default campaign against FORD's six bugs\n")
+    print("Each row is `tandem litmus --store S --inject-bug B --seeds 300 --stop-at-first`: no `--tests`,"
+          " the default crash rate, weighted crash points, the replica check and slow recovery.\n")
     print("| store | injected bug | first seed caught | runs executed before stopping |")
     print("|---|---|---|---|")
     for store, bug, seed, runs in rows:
         print("| %s | %s | %s | %d |" % (store, bug, "**not caught**" if seed is None else seed, runs))
-    print()
+print("<!-- /part dart-default -->")

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Render the issue-15 section of docs/RESULTS.md (slot reclamation: table
+"""Render the `soak` part of docs/RESULTS.md (slot reclamation: table
 occupancy and memory over long runs) from the JSON of `tandem table-soak`
-(scripts/results.sh)."""
+(scripts/results.sh), between part markers."""
 import json, os, sys
 
 out = sys.argv[1]
 secs = os.environ.get("SOAK_SECS", "600")
-print("\n## Issue 15 — slot reclamation: insert/delete workloads in bounded memory\n")
+print("<!-- part soak -->")
+print("### Slot reclamation: insert/delete workloads in bounded memory\n")
 print("A deleted key's tombstone is reused by later inserts, or emptied once the next slot is empty, in a logged")
 print("transaction; an absent key guards its whole probe path (the argument: ARCHITECTURE.md). Each run below is")
 print("`tandem table-soak --workload W --duration %s --reclaim both` on the in-process fabric at full speed (2 compute" % secs)
@@ -22,7 +23,7 @@ for w in ["tatp", "tpcc-bounded"]:
     if not os.path.exists(p):
         continue
     reports = json.load(open(p))
-    print("### %s\n" % w)
+    print("#### %s\n" % w)
     print("| reclamation | commits | tx/s | slots reclaimed | aborts: table full | check | table | slots | first | half-way | end | live at end | RSS half-way → end (MiB) | verdict |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in reports:
@@ -42,3 +43,4 @@ for w in ["tatp", "tpcc-bounded"]:
             tail = ("%d → %d" % (r["rss_mid"] >> 20, r["rss_end"] >> 20), verdict) if i == 0 else ("", "")
             print("| %s | %s | %s | %s | %s | %s | %s | %d | %d | %d | %d | %d | %s | %s |" % (head + (t["name"], t["slots"], t["first"], t["mid"], t["end"], t["live_end"]) + tail))
     print("\n![%s occupancy](figures/soak-%s.svg)\n" % (w, w))
+print("<!-- /part soak -->")

@@ -3,9 +3,16 @@
 # Every figure in that file comes from one of the commands below, run here in
 # one go; comparisons are ratios measured within one alternating run.
 #   usage: scripts/results.sh            (everything; hours on 2 cores, the soaks and experiments most)
-#          scripts/results.sh --engine   (issues 2 and 3 alone, about 10 minutes; later sections kept)
+#          scripts/results.sh --engine   (Pandora's throughput, recovery and bug detection alone,
+#                                         about 10 minutes; every other section kept)
 #   TANDEM_BIN=path/to/tandem measures another binary (an older build, for a before/after table),
 #   RESULTS_OUT=dir keeps its JSON apart and RESULTS_DOC=file writes its document elsewhere.
+#
+# The document is assembled from docs/results/skeleton.md (the order of the sections, the claim
+# tables, the prose) by scripts/assemble_results.py. Each stage below renders its part(s) from
+# the JSON of its runs into $OUT/parts and assembles at once, so the document is whole after every
+# stage; blocks a stage does not render are kept from the current document. `tandem experiment`
+# and `tandem compare --markdown` replace their own marked blocks in place.
 set -euo pipefail
 ENGINE_ONLY=0; [ "${1:-}" = "--engine" ] && ENGINE_ONLY=1
 cd "$(dirname "$0")/.."
@@ -14,6 +21,10 @@ T=${TANDEM_BIN:-./target/release/tandem}
 OUT=${RESULTS_OUT:-target/results}
 DOC=${RESULTS_DOC:-docs/RESULTS.md}
 mkdir -p "$OUT"
+PARTS=$OUT/parts
+mkdir -p "$PARTS"
+# Put the rendered part file(s) into the document at the places the skeleton marks.
+assemble() { python3 scripts/assemble_results.py --doc "$DOC" "$@"; }
 
 run() { echo "+ $*" >&2; "$@"; }
 # Measure Tandem on a quiet machine: no peer servers running (they are started for `compare` at the end).
@@ -23,7 +34,7 @@ bash scripts/peers.sh stop all >/dev/null 2>&1 || true
 # (Its counter is local: a global `i` would reset the caller's loop variable.)
 retry() { local a; for a in 1 2 3; do if run "$@"; then return 0; fi; echo "  (attempt $a failed; running again)" >&2; done; return 1; }
 
-# Issue 2: pandora vs ford vs traditional, in-process fabric (verbs execute at once).
+# Pandora: pandora vs ford vs traditional, in-process fabric (verbs execute at once).
 run $T bench --store pandora,ford,traditional --workload micro --fabric sim --write-ratio 0.5 \
     --rounds 5 --duration 2 --json $OUT/micro-sim.json
 # Pure protocol cost per core: one compute thread, a cache-resident key set, no check.
@@ -42,14 +53,14 @@ for d in 1 16 64 512; do
   run $T fabric-bench --fabric echo --depth $d --threads 2 --duration 2 --json $OUT/fabric-echo-d$d.json
   run $T fabric-bench --fabric shm --depth $d --threads 2 --duration 2 --json $OUT/fabric-shm-d$d.json
 done
-# The shm fabric (issue 14): the same memory-server processes, their regions mapped by the compute threads.
+# The shm fabric: the same memory-server processes, their regions mapped by the compute threads.
 run $T bench --store pandora,ford,traditional --workload micro --fabric shm --write-ratio 0.5 \
     --rounds 3 --duration 2 --json $OUT/micro-shm.json
 # Bank (SmallBank-style) for the traditional-logging overhead.
 run $T bench --store pandora,ford,traditional --workload bank --fabric sim \
     --rounds 3 --duration 2 --json $OUT/bank-sim.json
 
-# Issue 3: recovery. Log recovery vs coordinators per compute node (paper Table 2),
+# Pandora's recovery. Log recovery vs coordinators per compute node (paper Table 2),
 # over TCP with memory-server processes; 5 ms heartbeat timeout (20 ms at 512,
 # where two loaded cores otherwise produce false positives).
 for c in 1 8 64 512; do
@@ -80,22 +91,23 @@ retry $T recovery --store pandora --fabric sim --coordinators 64 --keys 1000000 
 # Memory-node loss on real threads (in-process fabric): pause, move primaries, run degraded, re-replicate.
 retry $T recovery --fail-memory-node 1 --coordinators 16 --keys 100000 --duration 2.5 --json $OUT/memfail.json
 
+# Parts machine, engine, recovery and bugs of the Pandora section.
 if [ "$ENGINE_ONLY" = 1 ]; then
-  python3 scripts/render_results.py "$OUT" --engine-only > "$OUT/engine.md"
-  sed -n '/^## Issue 4 — DART/,$p' docs/RESULTS.md > "$OUT/rest.md"
-  cat "$OUT/engine.md" "$OUT/rest.md" > "$DOC"
+  python3 scripts/render_results.py "$OUT" --engine-only > "$PARTS/pandora.md"
+  assemble "$PARTS/pandora.md"
   exit 0
 fi
-python3 scripts/render_results.py "$OUT" > "$DOC"
+python3 scripts/render_results.py "$OUT" > "$PARTS/pandora.md"
+assemble "$PARTS/pandora.md"
 
-# Issue 4: DART. A million litmus transactions on correct pandora with crashes, the baselines,
+# DART. A million litmus transactions on correct pandora with crashes, the baselines,
 # each of FORD's six bugs (the budgets of crates/dart/tests/mutants.rs), and PostgreSQL.
 run $T litmus --store pandora --seeds 2500 --crash-rate 0.5 --jobs 2 --json $OUT/dart-long.json
 run $T litmus --store ford --seeds 300 --crash-rate 0.5 --json $OUT/dart-ford.json
 run $T litmus --store traditional --seeds 300 --crash-rate 0.5 --json $OUT/dart-traditional.json
 # Over real processes: memory servers, membership, litmus-worker processes; one kill -9 per run.
 run $T litmus --store pandora --fabric tcp --crash-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60 --json $OUT/dart-procs.json
-# ... and a memory-server kill -9 mid-run in every run, its replacement admitted before the final check (issue 15).
+# ... and a memory-server kill -9 mid-run in every run, its replacement admitted before the final check.
 run $T litmus --store pandora --fabric tcp --crash-rate 1 --memory-kill-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60 --json $OUT/dart-procs-memkill.json
 bug() { # store bug tests instances crash-rate txs budget [extra bug]
   local extra=""; [ -n "${8:-}" ] && extra="--inject-bug $8"
@@ -113,10 +125,11 @@ bash scripts/postgres.sh start
 for iso in serializable repeatable-read read-committed; do
   run $T litmus --store postgres --isolation $iso --seeds 20 --json $OUT/dart-pg-$iso.json || true
 done
-python3 scripts/render_dart.py "$OUT" >> "$DOC"
+python3 scripts/render_dart.py "$OUT" > "$PARTS/dart.md"
+assemble "$PARTS/dart.md"
 
-# Issue 9: false suspicion. The demo scenario 100 times with random stalls, crashes and a competing
-# load; the seeded simulation of the same faults, and the old bug re-injected.
+# False suspicion. The demo scenario 100 times with random stalls, crashes and a competing
+# load; the seeded simulation of the same faults, and revocable fencing re-injected.
 run $T soak --runs 100 --json $OUT/soak.json
 run $T sim-suspicion --seeds 1000 --json $OUT/sim-suspicion.json
 run $T sim-suspicion --seeds 1000 --inject-bug revocable-fencing --json $OUT/sim-suspicion-revocable.json || true
@@ -129,36 +142,39 @@ for s in pandora ford; do default_bug $s complicit-abort; default_bug $s covert-
 default_bug ford missing-insert-undo
 default_bug traditional lost-decision
 default_bug traditional logging-without-locking trust-undo-images
-python3 scripts/render_fencing.py "$OUT" >> "$DOC"
+python3 scripts/render_fencing.py "$OUT" > "$PARTS/fencing.md"   # parts fencing and dart-default
+assemble "$PARTS/fencing.md"
 
-# Issue 10: DDP models in simulated time, their checks, and the runtime's ceiling over TCP.
+# DDP models in simulated time, their checks, and the runtime's ceiling over TCP.
 # (scripts/results_ddp.sh regenerates this part alone; here only its runs.)
 CARGO_TARGET_DIR=target run bash scripts/results_ddp.sh --runs-only
 run $T net echo --json $OUT/net-echo.json
-python3 scripts/render_ddp.py "$OUT" >> "$DOC"
+python3 scripts/render_ddp.py "$OUT" > "$PARTS/ddp.md"
+assemble "$PARTS/ddp.md"
 
-# Issue 15: slot reclamation. TATP and bounded-history TPC-C at full speed, 10 minutes each with
+# Slot reclamation. TATP and bounded-history TPC-C at full speed, 10 minutes each with
 # reclamation and 10 without (SOAK_SECS shortens them), occupancy and memory sampled every 10 s.
 for w in tatp tpcc-bounded; do
   run $T table-soak --workload $w --duration ${SOAK_SECS:-600} --reclaim both --json $OUT/soak-$w.json --figure docs/figures/soak-$w
 done
-python3 scripts/render_soak.py "$OUT" >> "$DOC"
+python3 scripts/render_soak.py "$OUT" > "$PARTS/soak.md"
+assemble "$PARTS/soak.md"
 
-# Issue 5: the paper's experiments, one command each; each writes
+# The papers' experiments, one command each; each writes
 # docs/results/NAME.json, docs/figures/NAME.{svg,png} and its section of docs/RESULTS.md.
 run $T experiment all
-# Issue 11: a follower's catch-up, HEAL against a real ZooKeeper ensemble and etcd cluster
+# A follower's catch-up, HEAL against a real ZooKeeper ensemble and etcd cluster
 # (it starts and stops its own servers, on ports of their own; about 6 minutes).
 run $T experiment heal-peers
 # Side by side with the stores users would pick instead (real servers from Debian).
 run bash scripts/peers.sh start all
-# Issue 14: every system at 1, 4, 16, 64 and 256 clients, three rounds alternating the systems;
+# Pandora against PostgreSQL, Redis and etcd: every system at 1, 4, 16, 64 and 256 clients, three rounds alternating the systems;
 # each reported at its best, Tandem over TCP and on shm (about 10 minutes each).
 run $T compare --workload smallbank --clients 1,4,16,64,256 --rounds 3 --duration 3 --json docs/results/compare-smallbank.json --markdown docs/RESULTS.md
 run $T compare --workload micro --clients 1,4,16,64,256 --rounds 3 --duration 3 --json docs/results/compare-micro.json --markdown docs/RESULTS.md
-# Issue 10: DDP's node processes beside etcd (with and without WAL fsync) and Redis with replicas.
+# DDP's node processes beside etcd (with and without WAL fsync) and Redis with replicas.
 run $T compare --system ddp --workload both --duration 5 --json docs/results/compare-ddp.json --markdown docs/RESULTS.md
-# Issue 12: Kite's node processes beside a 3-member ZooKeeper and etcd, without and with fsync
+# Kite's node processes beside a 3-member ZooKeeper and etcd, without and with fsync
 # (it starts and stops its own servers; about 3 minutes).
 run $T compare --system kite --fsync both --warmup 5 --duration 10 --json docs/results/compare-kite.json --markdown docs/RESULTS.md
 bash scripts/peers.sh stop all >/dev/null 2>&1 || true
@@ -167,5 +183,6 @@ bash scripts/postgres.sh stop >/dev/null 2>&1 || true
 rm -f docs/results/fuzz-report.tsv
 TANDEM_FUZZ_SECS=${FUZZ_SECS:-60} TANDEM_FUZZ_REPORT=$PWD/docs/results/fuzz-report.tsv \
   run cargo test -p tandem-fuzz -p tandem-cluster fuzz -- --nocapture   # the test profile: overflow checks on
-python3 scripts/render_fuzz.py docs/results/fuzz-report.tsv >> "$DOC"
+python3 scripts/render_fuzz.py docs/results/fuzz-report.tsv > "$PARTS/fuzz.md"
+assemble "$PARTS/fuzz.md"
 echo "wrote docs/RESULTS.md" >&2

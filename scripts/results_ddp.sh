@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates the Issue 10 (DDP) part of docs/RESULTS.md alone: the bench
-# runs, the checks, the section rendered by scripts/render_ddp.py and spliced
-# in place of the old one, then `tandem experiment ddp-heatmap` and
-# `ddp-sweeps` (which rewrite their own sections and figures).
+# Regenerates the DDP section of docs/RESULTS.md alone: the bench runs, the
+# checks, the `ddp` part rendered by scripts/render_ddp.py and put in place by
+# scripts/assemble_results.py (every other block kept), then `tandem
+# experiment ddp-heatmap` and `ddp-sweeps` (which rewrite their own sections
+# and figures).
 #   usage: scripts/results_ddp.sh [--runs-only|--render-only]   (about 16 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,15 +34,9 @@ ddp_runs() {
 if [ "${1:-}" = "--runs-only" ]; then ddp_runs; exit 0; fi
 [ "${1:-}" = "--render-only" ] || ddp_runs
 [ -f $OUT/net-echo.json ] || run $T net echo --json $OUT/net-echo.json
-python3 scripts/render_ddp.py "$OUT" > $OUT/ddp-section.md
-python3 - "$OUT/ddp-section.md" <<'PY'
-import re, sys
-new = open(sys.argv[1]).read().strip("\n") + "\n\n"
-doc = open("docs/RESULTS.md").read()
-start = doc.index("## Issue 10")
-end = doc.index("\n## ", start + 1) + 1
-open("docs/RESULTS.md", "w").write(doc[:start] + new + doc[end:])
-PY
+mkdir -p "$OUT/parts"
+python3 scripts/render_ddp.py "$OUT" > "$OUT/parts/ddp.md"
+python3 scripts/assemble_results.py --doc docs/RESULTS.md "$OUT/parts/ddp.md"
 [ "${1:-}" = "--render-only" ] && exit 0
 run $T experiment ddp-heatmap
 run $T experiment ddp-sweeps

@@ -1,4 +1,4 @@
-//! Who may talk to a Tandem process, and how it proves it (DESIGN.md §8).
+//! Who may talk to a Tandem process, and how it proves it (docs/DESIGN.md §8).
 //!
 //! Every listener — memory servers, the membership, the configuration
 //! manager, message-passing nodes — runs [`ServerHandshake`] on a new

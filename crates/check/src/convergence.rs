@@ -1,6 +1,6 @@
-//! Eventual convergence after quiescence (ddp.md §13.1 G6 and §13.2
-//! "Eventual": replicas converge once writes stop; G2: no value from thin
-//! air).
+//! Eventual convergence after quiescence (G6, and Eventual consistency:
+//! replicas converge once writes stop; G2: no value from thin air; labels as
+//! in docs/DDP.md, "Check labels").
 
 use std::collections::{BTreeSet, HashMap};
 

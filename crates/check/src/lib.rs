@@ -1,20 +1,21 @@
-//! History checkers for Tandem's message-passing stores (DDP now, HEAL and
-//! Kite later): DESIGN.md §7.6 ("Checkers"), for the invariants of
-//! `specs/ddp.md` §13 — chiefly §13.2 (per consistency model, crash-free
-//! runs) and the generic §13.1 G2 (no thin air) and G6 (convergence).
+//! History checkers for Tandem's message-passing stores (DDP, HEAL, Kite):
+//! docs/DESIGN.md §7.6 ("Checkers"), for what the DDP models promise in
+//! crash-free runs, per consistency model, and the generic G2 (no thin air)
+//! and G6 (convergence); the labels are defined in docs/DDP.md ("Check
+//! labels"). [`rc`] checks Kite's release consistency.
 //!
 //! - [`history`]: [`HistOp`], one client operation; histories are JSON
 //!   lines ([`read_jsonl`], [`write_jsonl`]) so other tools can read them.
 //! - [`linearizable`]: per-key linearizability of a read/write register
 //!   (Wing–Gong search with Lowe's just-in-time linearization and
 //!   memoization, P-compositional, as Porcupine does), with a state budget
-//!   that reports `Undecided` rather than hang ("Lin", §13.2); an
+//!   that reports `Undecided` rather than hang (Lin consistency); an
 //!   O(n log n) zone pre-check finds most violations first, with tiny
 //!   witnesses the search then confirms.
 //! - [`convergence`]: after quiescence every node holds the same value of
 //!   every key, and it is a written value (G6, "Eventual", G2).
 //! - [`session`]: read-your-writes and monotonic reads per session, against
-//!   a version order the caller supplies ("Causal" C1', §13.3).
+//!   a version order the caller supplies (Causal consistency, C1').
 //! - [`thin_air`]: every value read was written, by a write invoked before
 //!   the read completed (G2).
 //!

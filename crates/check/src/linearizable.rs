@@ -1,5 +1,5 @@
-//! Per-key linearizability of a read/write register store (ddp.md §13.2
-//! "Lin": the per-key history is linearizable).
+//! Per-key linearizability of a read/write register store (what Lin
+//! consistency promises: the per-key history is linearizable).
 //!
 //! A register store's history is linearizable iff each key's history is
 //! (P-compositionality, as Porcupine uses it), so each key is checked on its

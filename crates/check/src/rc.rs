@@ -1,11 +1,12 @@
-//! The release-consistency checker for Kite histories (`specs/kite.md`
-//! §1.3, the RC_Lin model and the axioms of [S §2.2]; §7, the invariants
-//! for a history checker): [`check_rc`] over [`RcOp`]s
-//! ([`crate::rc_history`]).
+//! The release-consistency checker for Kite histories: RC_Lin as the Kite
+//! paper defines it (Gavrielatos et al., *Kite: Efficient and Available
+//! Release Consistency for the Datacenter*, PPoPP 2020, §2.2–2.3), with the
+//! axioms i–vi of its supplementary material (§2.2; listed below):
+//! [`check_rc`] over [`RcOp`]s ([`crate::rc_history`]).
 //!
 //! Checks, in this order; the first failure is returned:
 //!
-//! | # | check | kite.md §7 | [`RcViolationKind`] |
+//! | # | check | invariant (list below) | [`RcViolationKind`] |
 //! |---|---|---|---|
 //! | 1 | write identity `(key, version)` is unique; every read returns the initial write or a write with that version *and* value, invoked before the read completed (or a value a pending write could have written) | inv. 1, 2 | `DuplicateVersion`, `ThinAir` |
 //! | 2 | per session and key, observed and written versions never go back; a write is newer than all the session saw | inv. 3 (axiom iv) | `SessionOrder` |
@@ -31,6 +32,54 @@
 //! - inv. 9 and 13–17 (release invariant, epochs, slow path, delinquency
 //!   bits, DM-set): white-box assertions the simulator makes on message
 //!   traces; inv. 18–21 (data structures, liveness): other tests.
+//!
+//! The invariants, numbered as the checks' messages number them:
+//! 1. write serialization: per key, every write (relaxed, release, RMW,
+//!    write-back) has its own version, and versions order them;
+//! 2. reads-from: a read returns the initial value or one some write wrote;
+//! 3. per session and key, observed versions never go back, and a read after
+//!    the session's own write returns it or a later one (axiom iv);
+//! 4. convergence: after quiescence every replica holds the same value and
+//!    version of every key;
+//! 5. relaxed reads may be stale in real time, unless an hb chain (8) says
+//!    otherwise;
+//! 6. releases, acquires and RMWs of a key are linearizable; in particular
+//!    an acquire sees every release that completed before it began (RC_Lin,
+//!    Kite §2.3);
+//! 7. session order around sync ops: what precedes a release, and an acquire
+//!    with what follows it, keep their order (axioms i–iii);
+//! 8. load value: a read after an acquire that follows (in happens-before) a
+//!    release sees every write that preceded the release (axiom vi; the
+//!    litmus tests L1 and L2 below);
+//! 9. release invariant: no replica applies a release before every earlier
+//!    write of its session is acknowledged by all, or by a quorum with the
+//!    set of machines that missed one (Kite §4.2);
+//! 10. RMW atomicity: each successful RMW reads the value its immediate
+//!     predecessor in the key's write order produced; a CAS succeeds iff it
+//!     read its expected value (axiom v);
+//! 11. exactly once: every RMW commits at most once, and once if reported
+//!     complete; per key and log slot at most one committed RMW;
+//! 12. Paxos safety: once a slot's value is chosen, every later commit of
+//!     that slot carries it;
+//! 13–17. the fast/slow path's internals: per-key epochs never exceed the
+//!     machine's, which only grows; relaxed accesses to a stale key take the
+//!     slow path; a delinquent acquire bumps the epoch before it completes;
+//!     delinquency bits change only along their legal transitions; a slow
+//!     release names every machine that missed an earlier write;
+//! 18–19. the lock-free data structures keep their own invariants (Kite
+//!     §7.3);
+//! 20–21. liveness with a minority slept or dropped (Kite §7.4, Fig. 8).
+//!
+//! Axioms (supplementary material §2.2; `so` session order, `hb`
+//! happens-before, Rel/Acq a release or acquire, RMWs being both): i.
+//! M →so Rel ⇒ M →hb Rel; ii. Acq →so M ⇒ Acq →hb M; iii. Rel →so Acq ⇒
+//! Rel →hb Acq; iv. accesses to one key keep session order; v. no write
+//! of another session falls between an RMW's read and its write; vi. a read
+//! returns the latest write to its key before it in hb.
+//!
+//! Litmus tests: L1, producer/consumer (Kite §4.1, Fig. 1); L2, a
+//! transitive chain of releases and acquires (supplementary Fig. 3); L3,
+//! an acquire invoked after a release completed sees it (RC_Lin, Kite §2.3).
 //!
 //! Operations without a reply (`complete_ns == None`) constrain nothing:
 //! they only explain reads (check 1) and waive checks that an unseen write

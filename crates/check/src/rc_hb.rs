@@ -1,6 +1,7 @@
 //! Happens-before over a release-consistent history, and the barrier
-//! (load value) check on it: check 6 of [`crate::rc`] (`specs/kite.md`
-//! §7 inv. 7, 8; axioms i–iii and vi of [S §2.2]; litmus L1–L3).
+//! (load value) check on it: check 6 of [`crate::rc`] (its invariants 7 and
+//! 8; axioms i–iii and vi of the Kite paper's supplementary material §2.2;
+//! litmus L1–L3).
 //!
 //! Edges, on completed operations:
 //! - session order around sync ops: every op before a release or RMW in

@@ -1,5 +1,5 @@
-//! Histories of a release-consistent store (Kite, `specs/kite.md` §1.3,
-//! §7): one [`RcOp`] per client operation, as JSON lines like
+//! Histories of a release-consistent store (Kite paper §2.2–2.3; the checks
+//! are in [`crate::rc`]): one [`RcOp`] per client operation, as JSON lines like
 //! [`crate::history`], with what the release-consistency checker needs on
 //! top of a register history: the operation's class (relaxed, release,
 //! acquire, RMW) and the per-key [`Version`] of the value it wrote or read.
@@ -104,7 +104,7 @@ pub enum RcKind {
     },
 }
 
-/// The synchronization class of an operation (`specs/kite.md` §1.3).
+/// The synchronization class of an operation (Kite paper §2.3, Table 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Class {
     Relaxed,

@@ -1,5 +1,6 @@
-//! Session guarantees: read-your-writes and monotonic reads (ddp.md §13.2
-//! "Causal" C1', §13.3 "monotonic reads").
+//! Session guarantees: read-your-writes and monotonic reads (C1' under
+//! Causal consistency, and monotonic reads where a persistency model
+//! promises them; docs/DDP.md, "Check labels").
 //!
 //! Values alone are unordered, so the caller passes each key's version
 //! order (e.g. from the store's timestamps, or from a linearization). The

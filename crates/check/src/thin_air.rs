@@ -1,4 +1,4 @@
-//! No value from thin air (ddp.md §13.1 G2): every value a read returned
+//! No value from thin air (G2, docs/DDP.md "Check labels"): every value a read returned
 //! was written by some client write (or is the initial value).
 
 use std::collections::HashMap;

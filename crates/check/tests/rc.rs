@@ -1,5 +1,5 @@
 //! The release-consistency checker on hand-written Kite histories (the
-//! litmus tests of `specs/kite.md` §1.4 and the invariants of §7), each bad
+//! litmus tests L1–L3 and the invariants listed in `src/rc.rs`), each bad
 //! one failing for its intended reason, then on randomized sequential
 //! histories of a correct in-memory store, and one corruption of them.
 
@@ -140,7 +140,7 @@ fn passes(ops: &[RcOp]) -> RcReport {
     check_rc(ops).unwrap_or_else(|v| panic!("the history should pass:\n{v}"))
 }
 
-/// L1 (kite.md §1.4): S1 writes X then releases the flag; S2 acquires the
+/// L1 (Kite paper §4.1, Fig. 1): S1 writes X then releases the flag; S2 acquires the
 /// flag, then reads X (returning `x`, at `xv`).
 fn l1(x: u64, xv: Version) -> Vec<RcOp> {
     vec![
@@ -199,9 +199,10 @@ fn l1_stale_read_after_the_acquire_fails_barrier() {
     );
 }
 
-/// L2 (kite.md §1.4): W(x) in S1, release f1; S2 acquires f1, releases
-/// G; S3 acquires G, reads X. The ops overlap so that no real-time edge
-/// links S1 to S3: the chain is reads-from and session order only.
+/// L2 (the Kite paper's supplementary material, Fig. 3): W(x) in S1, release
+/// f1; S2 acquires f1, releases G; S3 acquires G, reads X. The ops overlap so
+/// that no real-time edge links S1 to S3: the chain is reads-from and session
+/// order only.
 fn l2(x: u64, xv: Version) -> Vec<RcOp> {
     vec![
         write(1, X, 1, v(1), (0, 5)),

@@ -62,7 +62,7 @@ impl Backend {
     }
 
     /// Active-link termination of `compute` on every memory node; returns once
-    /// every memory node acknowledged (`pandora.txt` §3.2.2 step 2, Cor1).
+    /// every memory node acknowledged (Pandora paper §3.2.2 step 2, Cor1).
     pub async fn revoke(&self, compute: ComputeNodeId) -> std::io::Result<()> {
         match self {
             Backend::Inline(c) => {

@@ -1,4 +1,7 @@
-//! Pandora as a deployment (DESIGN.md §2, `cluster/`): what runs a store on
+//! Pandora as a deployment (docs/DESIGN.md §2, `cluster/`; the store is that
+//! of Dananjaya et al., *Fast, Highly Available, and Recoverable Transactions
+//! on Disaggregated Data Stores*, EDBT 2025, cited below as "Pandora
+//! paper"): what runs a store on
 //! real threads and processes, as opposed to the experiments that measure
 //! it (`tandem-bench`).
 //!

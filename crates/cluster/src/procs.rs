@@ -1,4 +1,4 @@
-//! Pandora as separate OS processes (DESIGN.md §4.1): a membership server and
+//! Pandora as separate OS processes (docs/DESIGN.md §4.1): a membership server and
 //! compute servers, beside `tandem memory-server` processes, talking over TCP.
 //! A crash is `kill -9`.
 //!
@@ -12,12 +12,12 @@
 //!   `{"fenced":"why"}` (this node was declared failed: come back as a new
 //!   incarnation), `{"node":M}` (the new incarnation's node id) or, from a
 //!   replica that does not lead, `{"notleader":"addr"}`; later
-//!   `{"failed":[ids]}` pushes (only after log recovery, DESIGN.md §4.5 step
+//!   `{"failed":[ids]}` pushes (only after log recovery, docs/DESIGN.md §4.5 step
 //!   4), and `{"fenced":"why"}` to a connected node once its access is revoked;
 //! - follower replica → leader: `{"relay":{"replica":R,"nodes":[N...]}}`
 //!   every tick: the nodes it heard from since its last relay.
 //!
-//! Membership replicas (`pandora.txt` §3.2.4, the distributed FD): with
+//! Membership replicas (Pandora paper §3.2.4, the distributed FD): with
 //! `--zookeeper` and several replicas, the one holding ZooKeeper's leader
 //! znode runs the [`Membership`] state machine and acts; every replica
 //! receives heartbeats, and the leader declares a node failed only when
@@ -30,11 +30,11 @@
 //! retried join of a live node with the same ids. If it answers with other ids
 //! (it restarted without its state), the compute server stops; if it says the
 //! node was declared failed, the node comes back as a new incarnation
-//! ([`compute`], issue 9).
+//! ([`compute`]; docs/PANDORA.md, "Fenced compute servers come back").
 //!
 //! With `--zookeeper` the membership service keeps its durable state
 //! ([`MembershipState`](tandem_membership::MembershipState)) in a znode, as
-//! Pandora does (`pandora.txt` §3.2.4): every step that changes it is written
+//! Pandora does (Pandora paper §3.2.4): every step that changes it is written
 //! (compare-and-set on the znode version) before anyone can observe its
 //! effect, so a membership process restarted after `kill -9` resumes where
 //! the crashed one stopped.
@@ -139,7 +139,7 @@ enum FromMembership {
     /// The node id for a new incarnation.
     Node(u16),
     /// The memory servers' configuration: hold new transactions, cut links to
-    /// the down ones, drain, apply, answer `applied` (DESIGN.md §4.6).
+    /// the down ones, drain, apply, answer `applied` (docs/DESIGN.md §4.6).
     Memory(MemoryConfig),
     /// Transactions may run again under memory configuration `epoch`.
     Resume(u64),
@@ -810,7 +810,8 @@ fn answer_incarnation(shared: &Shared, writer: &mut TcpStream, of: u16) -> bool 
 }
 
 /// Heartbeats of one compute node as this replica received them: how
-/// regular they were (to choose a detector timeout from, issue 9).
+/// regular they were (to choose a detector timeout from; docs/PANDORA.md,
+/// "Failure detector for processes").
 #[derive(Default)]
 struct Gaps {
     last: Option<Instant>,
@@ -1180,7 +1181,7 @@ fn idle_sweep_due(m: &Membership, swept: &BTreeSet<u16>) -> Option<BTreeSet<u16>
 }
 
 /// When no compute node is left, nobody steals the stray locks of failed
-/// coordinators (legitimate until stolen or swept, DESIGN.md §4.5): release
+/// coordinators (legitimate until stolen or swept, docs/DESIGN.md §4.5): release
 /// them, as the background scan does, once per new set of failed ids.
 async fn sweep_when_idle<F: tandem_fabric::Fabric>(
     shared: &Shared,

@@ -55,7 +55,7 @@ pub struct MemoryFailurePlan {
     pub degraded_for: Duration,
 }
 
-/// What happened around a memory-node loss (DESIGN.md §4.6).
+/// What happened around a memory-node loss (docs/DESIGN.md §4.6).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct MemoryFailureTimeline {
     pub failed_node: u16,
@@ -75,7 +75,7 @@ pub struct MemoryFailureTimeline {
 }
 
 /// Committed transactions per 10 ms bucket over the measured interval, and
-/// what happened when (`pandora.txt` Figs. 8-12: throughput through a failure).
+/// what happened when (Pandora paper Figs. 8-12: throughput through a failure).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Timeline {
     pub bucket_ms: u64,
@@ -154,14 +154,14 @@ pub struct RunConfig {
     /// recovery timeline is reported for `crash` only.
     pub more_crashes: Vec<CrashPlan>,
     /// Once a crashed node is recovered, start a replacement compute node
-    /// (fresh node id and coordinator ids) on its resources (`pandora.txt`
+    /// (fresh node id and coordinator ids) on its resources (Pandora paper
     /// Fig. 8, "reuse": the failed coordinators come back). On by default;
     /// a falsely suspected node always comes back as a new incarnation.
     pub respawn: bool,
     /// False positives to provoke (heartbeat stalls of live nodes).
     pub suspect: Vec<SuspectPlan>,
     pub fail_memory: Option<MemoryFailurePlan>,
-    /// Heartbeat timeout of the failure detector (DESIGN.md §4.5: 5 ms).
+    /// Heartbeat timeout of the failure detector (docs/DESIGN.md §4.5: 5 ms).
     pub heartbeat_timeout: Duration,
     /// Abort at once on a lock held by someone else, or stall and retry.
     pub on_stray: OnStray,
@@ -1027,7 +1027,7 @@ fn pause_and_drain(ctl: &Control) {
     }
 }
 
-/// DESIGN.md §4.6 on real threads: lose memory node `f.node`; in-flight
+/// docs/DESIGN.md §4.6 on real threads: lose memory node `f.node`; in-flight
 /// transactions decide (commit on live replicas, or abort); new ones wait
 /// while every compute node moves its primaries; run degraded; then pause
 /// again and re-replicate onto a replacement, restoring f+1.

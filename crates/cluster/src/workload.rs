@@ -1,6 +1,6 @@
 //! The workloads a benchmark can run, behind one interface: tables, loading,
 //! one client per coordinator, and the post-run consistency check
-//! (DESIGN.md §6). [`WorkloadSpec::from_name`] picks one by name for the CLI.
+//! (docs/DESIGN.md §6). [`WorkloadSpec::from_name`] picks one by name for the CLI.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-//! The failure detector's state in ZooKeeper (`pandora.txt` §3.2.4): the
+//! The failure detector's state in ZooKeeper (Pandora paper §3.2.4): the
 //! membership state lives in one znode, written with compare-and-set before
 //! any of its effects can be observed, and — with several membership
 //! replicas — an ephemeral leader znode elects the one replica that acts.
@@ -54,7 +54,7 @@ struct ZkWrite {
     done: oneshot::Sender<Result<(), String>>,
 }
 
-/// The membership state in a ZooKeeper znode (`pandora.txt` §3.2.4). A
+/// The membership state in a ZooKeeper znode (Pandora paper §3.2.4). A
 /// thread of its own runs the client (`zookeeper-client` on a tokio
 /// current-thread runtime) and applies writes in the order they were queued,
 /// each a compare-and-set on the znode version: a second membership process

@@ -1,4 +1,4 @@
-//! Memory-server loss with the process roles on threads (issue 15, DESIGN.md
+//! Memory-server loss with the process roles on threads (docs/DESIGN.md
 //! §4.6): three memory servers over TCP, the membership and two compute
 //! servers. One memory server goes away mid-run (every connection closed, as
 //! a `kill -9` leaves them); the membership declares it failed, the compute

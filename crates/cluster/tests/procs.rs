@@ -1,4 +1,5 @@
-//! The multi-process roles in one process (issue 9): memory servers over
+//! The multi-process roles in one process (fencing and new incarnations,
+//! docs/DESIGN.md §4.5): memory servers over
 //! TCP, the membership server and compute servers on threads. A fenced
 //! compute server, however it learns it, comes back as a new incarnation
 //! under a node id from the membership, and the store checks out.

@@ -6,7 +6,7 @@
 //!   (real-time order, thesis Def. 2.5.8);
 //! - the pairs of the insert/delete variant of litmus 1: each new pair gets
 //!   fresh keys, so inserts go to never-used slots (FORD's "missing actions"
-//!   bug, `pandora.txt` §5.1, only skips the undo entry of such inserts).
+//!   bug, the Pandora paper §5.1, only skips the undo entry of such inserts).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

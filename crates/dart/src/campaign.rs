@@ -1,5 +1,5 @@
 //! A DART campaign: many runs (seeds, or as many as fit in a duration)
-//! against one store, aggregated into the report DESIGN.md §5 asks for —
+//! against one store, aggregated into the report docs/DESIGN.md §5 asks for —
 //! runs, transactions, crashes, violations, each with the command that
 //! replays it — plus the throughput of checked litmus transactions.
 //!
@@ -126,7 +126,7 @@ pub struct CampaignConfig {
     /// Fraction of runs that crash a compute node (sim, or tcp with `procs`).
     pub crash_rate: f64,
     /// Over processes: fraction of runs that also `kill -9` a memory server
-    /// mid-run and replace it (DESIGN.md §4.6).
+    /// mid-run and replace it (docs/DESIGN.md §4.6).
     pub memory_kill_rate: f64,
     /// Where simulated crashes land (uniform over verbs, or weighted toward
     /// the protocol's windows).
@@ -198,7 +198,7 @@ impl CampaignConfig {
     /// default) alternates broad runs (every test, `instances` each) with
     /// targeted ones: a single test on one hot instance, where conflicts,
     /// aborts and crashes meet on the same objects (the paper's targeted
-    /// tests, `pandora.txt` §5.1). Off the simulator (tcp, processes,
+    /// tests, the Pandora paper §5.1). Off the simulator (tcp, processes,
     /// PostgreSQL), where crashes are rare or absent, mix means all.
     pub fn run_tests(&self, seed: u64) -> (String, u32) {
         if self.tests != MIX {

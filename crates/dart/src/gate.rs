@@ -1,5 +1,5 @@
-//! The stop-the-world pause of the baselines' recovery (DESIGN.md §4.4–4.5,
-//! `pandora.txt` §2.3: FORD's locks name no owner, so live coordinators pause
+//! The stop-the-world pause of the baselines' recovery (docs/DESIGN.md §4.4–4.5,
+//! the Pandora paper §2.3: FORD's locks name no owner, so live coordinators pause
 //! and drain before recovery scans for stray locks). Pandora never pauses.
 //!
 //! The harness sets `paused`; every Tandem session waits at `begin` while it

@@ -1,5 +1,6 @@
-//! A history that survives `kill -9` of the process recording it (thesis
-//! §5.2.1: crashes "after any operation"; DESIGN.md §5 "over processes").
+//! A history that survives `kill -9` of the process recording it (TANDEM
+//! thesis §5.2.1: crashes "after any operation"; docs/DESIGN.md §5, crash
+//! injection over processes).
 //!
 //! A `tandem litmus-worker` process appends one JSON line per event to a file
 //! opened in append mode, each with a single `write(2)`: the line reaches the

@@ -1,5 +1,9 @@
 //! DART: black-box litmus testing of transactional stores with recovery
-//! (`pandora.txt` §5, thesis ch. 5; DESIGN.md §5).
+//! (Pandora paper §5, thesis ch. 5; docs/DESIGN.md §5). "Pandora paper" is
+//! Dananjaya et al., *Fast, Highly Available, and Recoverable Transactions on
+//! Disaggregated Data Stores*, EDBT 2025; "thesis" is M. Dananjaya, *TANDEM:
+//! Taming Failures in Next-Generation Datacenters with Emerging Memory*, PhD
+//! thesis, University of Edinburgh, 2023.
 //!
 //! - [`store`]: the [`TransactionalStore`] trait DART tests through, with
 //!   adapters for Tandem ([`tandem_store`]) and PostgreSQL ([`pg_store`]).

@@ -1,4 +1,4 @@
-//! The litmus tests and their application-centric assertions (`pandora.txt`
+//! The litmus tests and their application-centric assertions (Pandora paper
 //! §5 and Fig. 5; thesis §5.2–5.4, Figs. 5.1–5.3).
 //!
 //! Each test covers one kind of dependency cycle of Adya's DSG (thesis §2.5)

@@ -1,4 +1,4 @@
-//! One DART run against PostgreSQL (DESIGN.md §5): a fresh table, one
+//! One DART run against PostgreSQL (docs/DESIGN.md §5): a fresh table, one
 //! thread and connection per client running the same litmus scripts as on
 //! Tandem, real-time from one monotonic clock, then a final assert of every
 //! instance and the history checker. No crash injection (the server is a

@@ -1,6 +1,6 @@
-//! The [`TransactionalStore`] adapter for PostgreSQL (DESIGN.md §5: "a
-//! real-world control that no one here wrote": SERIALIZABLE must pass,
-//! weaker isolation must be caught).
+//! The [`TransactionalStore`] adapter for PostgreSQL (docs/DESIGN.md §5: a
+//! real-world control that Tandem's authors did not write; SERIALIZABLE must
+//! pass, weaker isolation must be caught).
 //!
 //! One session is one connection (the synchronous `postgres` crate); every
 //! transaction runs at the chosen isolation level. Serialization failures

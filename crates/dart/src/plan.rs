@@ -1,5 +1,5 @@
-//! What a seed plans for the failures of one simulated run (issue 9: "crash
-//! points are weighted toward the protocol's windows").
+//! What a seed plans for the failures of one simulated run: crash points
+//! weighted toward the protocol's windows (docs/DESIGN.md §5).
 //!
 //! Uniform crash points land after any verb, so the windows where recovery
 //! is fragile are rarely hit. Weighted ones pick a [`Window`] first, then

@@ -1,11 +1,11 @@
-//! The [`replica_check`] over processes (issue 9: "over processes this is a
-//! real memory-server kill"). After a [`crate::proc_run`] run's final check,
+//! The [`replica_check`] over processes, where one of the failures is a
+//! real memory-server kill. After a [`crate::proc_run`] run's final check,
 //! on the quiet store, the checker's compute node:
 //!
 //! 1. reads every litmus key with every memory server up;
 //! 2. fails each memory node in turn, logically (its own [`MemoryView`]
 //!    marks the node down: the primary becomes the first live replica,
-//!    DESIGN.md §4.6), and re-reads every key;
+//!    docs/DESIGN.md §4.6), and re-reads every key;
 //! 3. has the parent `kill -9` one memory-server process (the seed picks it
 //!    among the nodes that are the primary of some litmus partition, so the
 //!    kill moves reads), marks it down in the same view and re-reads every

@@ -1,7 +1,7 @@
 //! One DART run against Tandem as OS processes, with a `kill -9` of a compute
-//! server mid-run (`pandora.txt` §5: "we randomly inject crashes after any
-//! operation"; DESIGN.md §5 "over processes: kill -9 a compute server at
-//! random times"; recovery as in §3.2 and DESIGN.md §4.5).
+//! server mid-run (Pandora paper §5: "we randomly inject crashes after any
+//! operation"; docs/DESIGN.md §5, crash injection over processes; recovery as
+//! in the paper's §3.2 and docs/DESIGN.md §4.5).
 //!
 //! The parent (`tandem litmus --fabric tcp --crash-rate R`) starts three
 //! `tandem memory-server` processes and a `tandem membership` process whose

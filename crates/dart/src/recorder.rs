@@ -1,6 +1,6 @@
 //! A transaction wrapper that records every operation into the client's
-//! history as it happens (thesis §2.5: the history H; DESIGN.md §5 "record
-//! invocation and completion times").
+//! history as it happens (TANDEM thesis §2.5: the history H; docs/DESIGN.md
+//! §5, real-time order).
 //!
 //! Writes are recorded *before* they are issued (a crash may let a posted
 //! write land without its response), reads after they return. A write or

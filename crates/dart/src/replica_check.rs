@@ -1,8 +1,8 @@
-//! The replica check (issue 9: "DART sees what it missed"): a black-box run
+//! The replica check (docs/DESIGN.md §5): a black-box run
 //! reads only primaries, so a recovery that restores one replica and not
 //! another passes every litmus test until a memory node fails. On a quiet
 //! store, this check fails each memory node in turn, logically (the checking
-//! session's own view marks it down, DESIGN.md §4.6: the primary becomes the
+//! session's own view marks it down, docs/DESIGN.md §4.6: the primary becomes the
 //! first live replica), re-reads every key from the replica that takes over,
 //! and demands the value it read with every node up.
 //!

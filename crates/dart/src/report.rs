@@ -1,5 +1,5 @@
-//! What one DART run found (DESIGN.md §5 "Output: runs, transactions,
-//! crashes, violations with a replayable seed"), whichever harness ran it.
+//! What one DART run found (docs/DESIGN.md §5, "Output": runs, transactions,
+//! crashes, violations with a replayable seed), whichever harness ran it.
 
 use crate::history::TxRecord;
 

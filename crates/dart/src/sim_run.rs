@@ -1,6 +1,6 @@
-//! One seeded DART run against Tandem on the simulated fabric (`pandora.txt`
+//! One seeded DART run against Tandem on the simulated fabric (Pandora paper
 //! §5 "we randomly inject crashes after any operation"; recovery as in §3.2
-//! and DESIGN.md §4.5).
+//! and docs/DESIGN.md §4.5).
 //!
 //! Several compute nodes, each with several coordinators; every coordinator
 //! is one [`Client`] session running litmus and assert transactions. With a
@@ -492,7 +492,7 @@ impl<'c> Harness<'c> {
         (TandemStore::new(node.coordinator(REPLICA_CHECK_ID)), view)
     }
 
-    /// The background scan: NotLogged stray locks nobody touched (DESIGN.md §4.5).
+    /// The background scan: NotLogged stray locks nobody touched (docs/DESIGN.md §4.5).
     fn sweep(&self) {
         let (fab, l, f) = (
             self.cluster

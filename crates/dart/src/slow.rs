@@ -1,6 +1,6 @@
-//! A slow recovery coordinator (issue 9: "a slow recovery option delays the
-//! recovery coordinator, so that live coordinators meet the failed node's
-//! locks while recovery is still under way"). Every doorbell of the wrapped
+//! A slow recovery coordinator (docs/DESIGN.md §5): it is delayed so that
+//! live coordinators meet the failed node's locks while recovery is still
+//! under way. Every doorbell of the wrapped
 //! fabric waits `delay_ns` of simulated time before it is posted, so each
 //! step of log recovery (read logs, read locks and versions, restore,
 //! unlock, invalidate) takes that much longer, while live coordinators run.

@@ -1,4 +1,4 @@
-//! The black-box interface DART tests through (DESIGN.md §5, thesis §5.1:
+//! The black-box interface DART tests through (docs/DESIGN.md §5, thesis §5.1:
 //! "DART incurs zero integration cost as it requires no changes to the
 //! application programming interface").
 //!

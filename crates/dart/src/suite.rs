@@ -1,5 +1,5 @@
 //! A selection of litmus tests (`--tests all|1|2|3|ext`), each with its
-//! instance count, laid out in one key space (`pandora.txt` §5, thesis §5.4:
+//! instance count, laid out in one key space (Pandora paper §5, thesis §5.4:
 //! basic tests plus extended ones with more variables).
 
 use crate::litmus::{Litmus, Pattern};

@@ -1,5 +1,5 @@
 //! The [`TransactionalStore`] adapter for Tandem (pandora, ford,
-//! traditional; DESIGN.md §4.3–4.4) on any fabric: one session is one
+//! traditional; docs/DESIGN.md §4.3–4.4) on any fabric: one session is one
 //! `dkvs::Coordinator`. The adapter only maps the litmus API onto the
 //! coordinator's and its typed errors onto [`TxFailure`]; it never looks at
 //! slots, locks or logs (DART is black-box, thesis §5.1).
@@ -40,7 +40,7 @@ pub struct TandemStore<F: Fabric> {
     /// Whether a transaction of this session is counted in the gate.
     counted: bool,
     /// Over processes: the compute node's memory-reconfiguration gate
-    /// (DESIGN.md §4.6); a transaction waits while it is held.
+    /// (docs/DESIGN.md §4.6); a transaction waits while it is held.
     hold: Option<Rc<Gate_>>,
 }
 

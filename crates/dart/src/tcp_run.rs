@@ -1,5 +1,5 @@
 //! One DART run against Tandem over TCP, with real memory servers
-//! (DESIGN.md §3 "tcp" backend; §5). Compute nodes run in this process on a
+//! (docs/DESIGN.md §3, the tcp backend; §5). Compute nodes run in this process on a
 //! tokio `LocalSet`, one coordinator per client; the memory servers come
 //! fresh from a [`TcpServers`] factory for every run (the loader expects an
 //! empty store), as processes (`tandem litmus --fabric tcp`) or in-process

@@ -1,6 +1,6 @@
 //! A fabric wrapper that lets the harness crash a node at a chosen verb
-//! boundary (DESIGN.md §5: "drop a compute node at a verb boundary";
-//! `pandora.txt` §5 "we randomly inject crashes after any operation").
+//! boundary (docs/DESIGN.md §5, crash injection; the Pandora paper §5: "we
+//! randomly inject crashes after any operation").
 //!
 //! Armed with a [`Window`], the wire trips at the first doorbell of that
 //! [`Shape`]: after posting it (the batch is in flight), or instead of it

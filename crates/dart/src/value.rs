@@ -6,7 +6,7 @@
 //! thesis §2.5.1.1), and `prev` chains the versions of an object when the
 //! writer read the object first, which recovers the version order (`ww`, `rw`
 //! edges) without any help from the store. A blind write (litmus 1,
-//! `pandora.txt` Fig. 5(a)) does not know what it replaces: `prev` is
+//! the Pandora paper Fig. 5(a)) does not know what it replaces: `prev` is
 //! [`PREV_UNKNOWN`].
 
 use serde::{Deserialize, Serialize};

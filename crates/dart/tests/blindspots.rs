@@ -1,11 +1,12 @@
-//! DART's blind spots of issue 9, each shown closed: a planted bug that the
-//! old campaign (uniform crash points, primaries only, fast recovery) passes
-//! is caught now, and the correct store still passes (tests/sim.rs).
+//! Blind spots a black-box campaign can have, each shown closed: a planted
+//! bug that a weaker campaign (uniform crash points, primaries only, fast
+//! recovery) passes is caught by DART's defaults, and the correct store still
+//! passes (tests/sim.rs).
 //!
 //! | check | planted bug | caught by | missed by |
 //! |---|---|---|---|
-//! | rw edges of deletes | complicit abort, seed 212 | G2 cycle | the old checker |
-//! | default campaign | FORD's six (DESIGN.md §4.7) | `tandem litmus` defaults, < 300 seeds | (missing-insert-undo, logging-without-locking: the old defaults) |
+//! | rw edges of deletes | complicit abort, seed 212 | G2 cycle | a checker without the delete's `rw` edge |
+//! | default campaign | FORD's six (docs/DESIGN.md §4.7) | `tandem litmus` defaults, < 300 seeds | (missing-insert-undo, logging-without-locking: campaigns without crashes or inserts) |
 //! | replica check | `restore-one-replica` | replica check | runs that read primaries only |
 //! | weighted crash points | `invalidate-logs-first`, `missing-insert-undo` | weighted | uniform, 300 seeds |
 //! | slow recovery | `lock-lease` (stalling pandora) | `--slow-recovery-ns 200000` | quick recovery, 100 seeds |

@@ -167,7 +167,7 @@ fn g1c_circular_information_flow() {
 
 #[test]
 fn g2_write_skew_and_lost_update() {
-    // Litmus 2 (pandora.txt Fig. 5(b)): both read 0, both set their object.
+    // Litmus 2 (Pandora paper Fig. 5(b)): both read 0, both set their object.
     let h = vec![
         tx(
             1,
@@ -195,8 +195,8 @@ fn g2_write_skew_and_lost_update() {
 
 #[test]
 fn g2_lost_update_through_a_delete() {
-    // Issue 9 (seed 212): two transactions read the same version of a pair;
-    // one deletes both keys, the other overwrites both. The delete names the
+    // Seed 212 of litmus-1-insert-delete: two transactions read the same
+    // version of a pair; one deletes both keys, the other overwrites both. The delete names the
     // version it removed, so the two anti-depend on each other.
     let v1 = |k| rw(k, 1, 1, PREV_UNKNOWN);
     let h = vec![

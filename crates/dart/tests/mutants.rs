@@ -1,5 +1,5 @@
-//! Every test must be able to fail (STYLE.md): each of FORD's six bugs
-//! (DESIGN.md §4.7, `pandora.txt` Table 1), re-injected by its test-only
+//! Every test must be able to fail (docs/DESIGN.md §1): each of FORD's six bugs
+//! (docs/DESIGN.md §4.7, the Pandora paper Table 1), re-injected by its test-only
 //! switch, is caught by DART within a fixed seed budget, and by the litmus
 //! test the paper names for it. Seeds are fixed, so this is deterministic.
 //!

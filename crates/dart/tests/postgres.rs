@@ -1,4 +1,4 @@
-//! Tier 3: PostgreSQL as the real-world control (DESIGN.md §5): the same
+//! Tier 3: PostgreSQL as the real-world control (docs/DESIGN.md §5): the same
 //! litmus scripts through the `postgres` crate. SERIALIZABLE must pass;
 //! REPEATABLE READ (snapshot isolation) must show litmus 2's write skew;
 //! READ COMMITTED must be flagged. The server is started with

@@ -1,6 +1,6 @@
 //! Tier 2: seeded DART runs against Tandem on the simulated fabric, with a
-//! compute node crashed at a random verb boundary in every run (`pandora.txt`
-//! §5; DESIGN.md §5). The correct protocols show no violation; the mutants
+//! compute node crashed at a random verb boundary in every run (Pandora paper
+//! §5; docs/DESIGN.md §5). The correct protocols show no violation; the mutants
 //! (tests/mutants.rs) show the same runs can fail. `TANDEM_DART_SEEDS=N`
 //! raises the seed count (the CI default is bounded).
 
@@ -96,7 +96,7 @@ fn the_mutant_configurations_pass_without_the_bug() {
     assert_clean(&crash_campaign(Mode::Traditional, "3", 1), 20);
 }
 
-/// Stalling pandora (`--on-stray stall`, `pandora.txt` §6.4) with slow
+/// Stalling pandora (`--on-stray stall`, the Pandora paper §6.4) with slow
 /// recoveries: live transactions wait out recovery under way.
 #[test]
 fn pandora_passes_with_stalls_and_slow_recoveries() {

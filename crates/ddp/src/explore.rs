@@ -1,11 +1,11 @@
-//! Exhaustive exploration of the real `step` functions (issue 10: "model
-//! checking beyond the anchors"). Hermes checks its protocol in TLA+; here
+//! Exhaustive exploration of the real `step` functions (model checking of
+//! the engine itself, docs/DESIGN.md §1 principle 3). Hermes checks its protocol in TLA+; here
 //! the engine itself is explored: a small cluster, a fixed script of client
 //! operations, and every interleaving of invocations, message deliveries,
 //! persist completions, timer firings, and (within budgets) message loss,
 //! duplication and one node crash followed by a new configuration. States
 //! are deduplicated by a fingerprint that ignores clock values. In every
-//! state the spec's invariants are asserted (`ddp.md` §13 G4 and G5), and
+//! state Hermes' invariants are asserted (G4 and G5, docs/DDP.md "Check labels"), and
 //! every final history is checked for linearizability.
 
 use std::collections::hash_map::DefaultHasher;

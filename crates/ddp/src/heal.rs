@@ -1,10 +1,13 @@
-//! HEAL (`heal.txt`, spec `heal.md` §2): online incremental recovery of a
+//! HEAL (Psistakis, Ocalan, Chaix, Alagappan, Torrellas, *HEAL: Online
+//! Incremental Recovery for Leaderless Distributed Systems Across
+//! Persistency Models*, arXiv:2602.08257, 2026, §V; cited as "HEAL" below):
+//! online incremental recovery of a
 //! crashed node for ⟨Lin, X⟩, on the INV/ACK/VAL engine. This file is the
 //! live nodes' side: GDP flags in NVM, the `MissedUpdates` buffer, and the
 //! answers to `Recov_start`, `CatchUp_req` and `Recov_end`. The recovering
 //! node (ShadowReplica, Partially_persisted list, Buddy) is `heal_rr.rs`.
 //!
-//! Open points settled (spec §6):
+//! Open points settled (numbered as in docs/HEAL.md):
 //! - O-1: every live node keeps recording from the configuration that drops
 //!   a node until that node's `Recov_end`. A follower takes no INV of a
 //!   configuration it has not installed yet, so an update of the EFN
@@ -36,16 +39,16 @@ use crate::types::{Key, Msg, Record, Ts, Version};
 /// How HEAL is configured on a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HealOpts {
-    /// Entries `MissedUpdates` may hold before it is discarded (spec O-3).
+    /// Entries `MissedUpdates` may hold before it is discarded (O-3).
     pub missed_cap: usize,
     /// The paper's "modeled 256 GB" mode (§IX-A): every update is a fresh
     /// entry, as if every EFN update touched a distinct key.
     pub distinct: bool,
-    /// The Reactive ablation (spec §3.3): the Buddy reads what the node
+    /// The Reactive ablation (HEAL §II-C, Fig. 9): the Buddy reads what the node
     /// missed back from its NVM log when asked, this long per entry, instead
     /// of answering from the buffer it prepared in DRAM. 0: HEAL's way.
     pub reactive_read_ns: u64,
-    /// The NoShadow ablation (spec §3.3, `heal_noshadow.rs`): the recovering
+    /// The NoShadow ablation (`heal_noshadow.rs`): the recovering
     /// node takes no part in writes until it has chased its Buddy's buffer
     /// down in rounds; only the last round runs with it as a ShadowReplica.
     pub no_shadow: bool,
@@ -82,17 +85,17 @@ pub struct Validity {
     pub gdp: bool,
 }
 
-/// The Buddy's answer (`CatchUp_resp`, spec §2.11).
+/// The Buddy's answer (`CatchUp_resp`, HEAL §V-C).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CatchUpResp {
     /// Partially_persisted entries the Buddy holds at the same ts: committed
-    /// (or, still in flight there, certain to be, spec O-36).
+    /// (or, still in flight there, certain to be, O-36).
     pub marked: Vec<(Key, Ts, Validity)>,
     /// The other entries, with the Buddy's own version of the key (None: it has none).
     pub unmarked: Vec<(Key, Ts, Option<(Version, Validity)>)>,
     /// The Buddy's `MissedUpdates`.
     pub missed: Vec<Version>,
-    /// Versions the Buddy applied that have not reached their GDP there (spec O-1).
+    /// Versions the Buddy applied that have not reached their GDP there (O-1).
     pub pending: Vec<(Version, Validity)>,
     /// The buffer overflowed: recover by a full copy.
     pub overflowed: bool,
@@ -102,7 +105,7 @@ pub struct CatchUpResp {
     pub seq: u64,
 }
 
-/// `MissedUpdates` (spec §2.3): the latest committed update per key, kept
+/// `MissedUpdates` (HEAL §V-B4): the latest committed update per key, kept
 /// while some node is away (from the configuration that drops it to its
 /// `Recov_end`). Each entry carries the count of updates recorded when it
 /// was (HEAL-NoShadow's rounds ask for what came after their last answer).
@@ -404,7 +407,7 @@ impl DdpNode {
         );
         let Some(h) = self.heal_mut() else { return };
         if epoch > mine {
-            // Answer from that configuration on (spec O-1).
+            // Answer from that configuration on (O-1).
             h.early_starts.push((rr, epoch));
             return;
         }
@@ -438,7 +441,7 @@ impl DdpNode {
         keys.into_iter().filter_map(|k| self.known(k)).collect()
     }
 
-    /// The Buddy's three-way comparison (spec §2.6 step 2), plus what it
+    /// The Buddy's three-way comparison (HEAL §V-C, Table II), plus what it
     /// holds unvalidated and its buffer.
     pub(crate) fn on_catchup_req(
         &mut self,

@@ -1,4 +1,4 @@
-//! HEAL-NoShadow, the third ablation of spec §3.3: the recovering node (RR)
+//! HEAL-NoShadow, a third ablation beside the HEAL paper's (Fig. 9): the recovering node (RR)
 //! is left out of writes until it has caught up, so HEAL's single
 //! `CatchUp_req` is not enough (the writes of the recovery itself pass it
 //! by). Instead the RR chases its Buddy's `MissedUpdates` in rounds, each

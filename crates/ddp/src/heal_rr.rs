@@ -1,11 +1,11 @@
-//! HEAL's recovering node (RR, spec §2.6 and §2.12): it restarts from the
+//! HEAL's recovering node (RR; HEAL paper §V-C, Fig. 4): it restarts from the
 //! GDP-flagged part of its NVM, holds the rest aside as its
 //! Partially_persisted list, and follows the others' writes as a
 //! ShadowReplica (it applies, persists and ACKs, and serves no client)
 //! while it runs the three steps: `Recov_start` to every member and their
 //! ACKs; `CatchUp_req` to its Buddy and the answer; apply, go online,
 //! `Recov_end`. A configuration change during the steps restarts them
-//! (a new Buddy if the old one left, spec §2.9). If no member can be the
+//! (a new Buddy if the old one left, HEAL §VI). If no member can be the
 //! Buddy (all restarted, or every buffer overflowed) it falls back to the
 //! full copy.
 
@@ -37,7 +37,7 @@ pub enum Phase {
 }
 
 /// When each step of the last recovery happened (simulated or host ns) and
-/// what it moved (spec §5.3: Start_to_ACK, CatchUp_to_Resp, Apply_to_end).
+/// what it moved (HEAL Fig. 8: Start_to_ACK, CatchUp_to_Resp, Apply_to_end).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Timeline {
     /// The configuration that re-added the node (the recovery starts).
@@ -108,7 +108,7 @@ impl Rr {
 
 impl DdpNode {
     /// Rebuild from NVM for HEAL: GDP-flagged versions are committed and
-    /// valid; the others wait for the Buddy's verdict (spec §2.6, O-7).
+    /// valid; the others wait for the Buddy's verdict (HEAL §V-C; O-7 in docs/HEAL.md).
     pub(crate) fn heal_load(&mut self, nvm: &Nvm<Record>) {
         // GDP slots sort by key, as `newest` does: walk both in step.
         let mut flags = nvm

@@ -1,19 +1,20 @@
-//! DDP (`ddp-minos.txt`): leaderless replication for the 25
+//! DDP (Kokolis, Psistakis, Reidys, Huang, Torrellas, *Distributed Data
+//! Persistency*, MICRO 2021; cited as "DDP" below): leaderless replication for the 25
 //! ⟨consistency, persistency⟩ models, as one sans-IO engine on
-//! `tandem-net` (DESIGN.md §7.2).
+//! `tandem-net` (docs/DESIGN.md §7.2).
 //!
-//! - [`model`]: the models and the rules each fixes (spec §7.4, §9.0).
+//! - [`model`]: the models and the rules each fixes (docs/DDP.md's tables).
 //! - [`node`]: the engine ([`DdpNode`]), for two families of protocols:
-//!   - INV/ACK/VAL (Lin and RE consistency, spec §9.0 rows 1–10):
+//!   - INV/ACK/VAL (Lin and RE consistency):
 //!     `write.rs`;
-//!   - UPD (Causal and Eventual consistency, rows 16–25): `update.rs`
-//!     (client side, and the decisions on the spec's open points 5–8, 12,
+//!   - UPD (Causal and Eventual consistency): `update.rs`
+//!     (client side, and the decisions on docs/DDP.md's open points 5–8, 12,
 //!     22, 23), `upd_apply.rs` (receipt, causal buffering, apply, persist),
 //!     `upd_sync.rs` (anti-entropy, catch-up), [`vector`] (update ids and
 //!     dependency vectors);
 //!
-//!   - transactions (Transactional consistency, rows 11–15): `trans.rs`
-//!     (client side, and the decisions on the spec's open point 9),
+//!   - transactions (Transactional consistency): `trans.rs`
+//!     (client side, and the decisions on docs/DDP.md's open point 9),
 //!     `trans_conflict.rs` (conflicts, squashes), `trans_commit.rs` (votes,
 //!     decision, delivery, persistence), `trans_follow.rs` (members,
 //!     retries, failures);
@@ -23,7 +24,7 @@
 //! - [`ycsb_session`]: what a YCSB client session asks next (scopes and
 //!   transactions as the model needs), and [`load`]: such sessions over TCP.
 //! - [`simcheck`]: seeded simulations with faults and crashes, checking
-//!   every promise of a model (spec §13).
+//!   every promise of a model (docs/DDP.md, "Check labels").
 //!
 //! Implemented: all 25 models.
 

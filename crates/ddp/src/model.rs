@@ -1,5 +1,5 @@
 //! The 25 ⟨consistency, persistency⟩ models and the rules each one fixes
-//! (spec `ddp.md` §7.4 and the table of §9.0). The engine reads a [`Rules`]
+//! (docs/DDP.md has the rule tables). The engine reads a [`Rules`]
 //! value, never the model name: one engine, 25 protocols.
 
 use std::fmt;
@@ -163,18 +163,18 @@ impl Gate {
     }
 }
 
-/// When a follower may apply an UPD (spec §7.4 `apply_at`, open point 7).
+/// When a follower may apply an UPD (docs/DDP.md open point 7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DepGate {
     /// Eventual consistency: on arrival.
     None,
     /// Causal with Scope or Eventual persistency: once its cauhist is applied here.
     Applied,
-    /// Causal with Strict, Synch or RE-p: once its cauhist is persisted here (§8.1.2).
+    /// Causal with Strict, Synch or RE-p: once its cauhist is persisted here (DDP §8.1.2).
     Persisted,
 }
 
-/// What a read of the UPD family returns (spec §7.4 `READ_OK`, open point 5).
+/// What a read of the UPD family returns (docs/DDP.md open point 5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UpdRead {
     /// The latest visible version, at once (Strict, Scope, Eventual-p).
@@ -183,11 +183,11 @@ pub enum UpdRead {
     /// causal past is persisted here (Causal) or, for Eventual, the
     /// session's own newer write.
     Persisted,
-    /// The latest visible version once it is persisted here (RE-p, §8.6).
+    /// The latest visible version once it is persisted here (RE-p, DDP §5.3).
     LatestPersisted,
 }
 
-/// The per-model rules of the UPD family (spec §9.0 rows 16–25).
+/// The per-model rules of the UPD family (the Causal and Eventual models).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UpdRules {
     /// Causal: UPDs carry a cauhist and sessions a causal past.
@@ -224,8 +224,8 @@ impl UpdRules {
     }
 }
 
-/// The per-model rules of Transactional consistency (spec §9.0 rows
-/// 11–15, §8.7, §9.3; the decisions are in `trans.rs`).
+/// The per-model rules of Transactional consistency (the five trans-*
+/// models; DDP §5.4; the decisions are in `trans.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TransRules {
     /// Strict, Synch: INITX is persisted before its ACK, a follower persists
@@ -254,11 +254,11 @@ impl TransRules {
     }
 }
 
-/// The per-model rules. The fields describe the INV/ACK/VAL family (spec
-/// §9.0 rows 1–10); `upd` is set for the UPD family (rows 16–25), which
+/// The per-model rules. The fields describe the INV/ACK/VAL family (the
+/// Lin and RE models); `upd` is set for the UPD family (Causal, Eventual), which
 /// reads of the other fields only `persist` and `reply` (`read` is
 /// `Immediate`: it has no VALs); `trans` for Transactional consistency
-/// (rows 11–15), whose keys use the INV family's VALs only to validate
+/// (trans-*), whose keys use the INV family's VALs only to validate
 /// versions after a crash under RE-p (a replay, as re-re does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rules {

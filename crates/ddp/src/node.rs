@@ -94,7 +94,7 @@ pub struct Bugs {
     /// writes until its `Recov_end`, and it takes the Buddy's answer as complete.
     pub heal_no_shadow: bool,
     /// HEAL: the Buddy ships only its buffer, not the versions it holds
-    /// unvalidated (spec O-1: a VAL that reaches it after it answered).
+    /// unvalidated (O-1 in docs/HEAL.md: a VAL that reaches it after it answered).
     pub heal_no_pending: bool,
     /// UPD family: a node that catches up by a copy does not log the
     /// adopted updates some member lacked (only it may hold them now).
@@ -212,7 +212,7 @@ pub(crate) struct CoordWrite {
     pub skip: Vec<NodeId>,
 }
 
-/// A key at one node (spec §7.2).
+/// A key at one node (docs/DDP.md, "The engine").
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KeyState {
     pub ts: Ts,
@@ -529,7 +529,7 @@ impl DdpNode {
 
     /// The versions this node applied in its last step, in order (UPD
     /// family, including updates last-writer-wins made no-ops): the trace
-    /// the causal checks (spec §13.2 C1) read.
+    /// the causal checks (C1) read.
     pub fn applied_now(&self) -> &[Version] {
         &self.upd.applied_now
     }
@@ -546,7 +546,7 @@ impl DdpNode {
             .collect()
     }
 
-    /// Keys whose newest version is validated here (spec §13.1 G4).
+    /// Keys whose newest version is validated here (G4).
     pub fn valid_versions(&self) -> BTreeMap<Key, Ts> {
         self.keys
             .iter()

@@ -1,4 +1,4 @@
-//! Scope persistency (spec §8.8, §9.0 rows 4, 9): a session's writes
+//! Scope persistency (DDP §5.5, Fig. 5; lin-scope and re-scope): a session's writes
 //! belong to its open scope; `Persist` closes it, and the coordinator has
 //! every replica persist the scope's writes as one record, so a scope
 //! lands all or nothing (SC-3) and a completed scope survives (SC-2).

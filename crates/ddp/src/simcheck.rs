@@ -1,15 +1,15 @@
-//! Seeded simulations of one model with fault injection, and every check
-//! the model promises (spec §13): the durability gates in every step (G1,
-//! S-1, RP-1, RP-1', C3, SC-1, G5d), linearizability (Lin; RE with each
-//! write ending at its VAL, R3), causal order (C1: no node applies an
-//! update before its cauhist; C2: under Causal-Synch and Causal-RE-p no
-//! node persists one before its cauhist is durable there; C1': session
-//! order), no value from thin air, convergence, and after a whole-cluster
-//! crash the persistency promises (S-2, RP-2, SC-2, SC-3, G2, C2 of each
-//! NVM). What a model does not promise is measured, not asserted:
-//! acknowledged writes lost, reads that vanished. The causal checks are in
-//! `simcheck/causal.rs`; the transactional client and checks (G1a, T-1,
-//! T-2, serializability, T-3, T-4) in `simcheck/trans.rs`.
+//! Seeded simulations of one model with fault injection, and every check the
+//! model promises (labels as in docs/DDP.md, "Check labels"): the durability
+//! gates in every step (G1, S-1, RP-1, RP-1', C3, SC-1, G5d), linearizability
+//! (Lin; RE with each write ending at its VAL, R3), causal order (C1: no node
+//! applies an update before its cauhist; C2: under Causal-Synch and Causal-RE-p
+//! no node persists one before its cauhist is durable there; C1': session
+//! order), no value from thin air, convergence, and after a whole-cluster crash
+//! the persistency promises (S-2, RP-2, SC-2, SC-3, G2, C2 of each NVM). What a
+//! model does not promise is measured, not asserted: acknowledged writes lost,
+//! reads that vanished. The causal checks are in `simcheck/causal.rs`; the
+//! transactional client and checks (G1a, T-1, T-2, serializability, T-3, T-4)
+//! in `simcheck/trans.rs`.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -45,11 +45,11 @@ pub enum Crash {
     /// Every node crashes at once and restarts from its NVM (F1).
     All,
     /// One node crashes; while it recovers another member crashes too
-    /// (its Buddy, or another live node; HEAL spec §2.9 TL4/TL5).
+    /// (its Buddy, or another live node; HEAL §VI, Fig. 5, TL4/TL5).
     Buddy,
     /// One node crashes and crashes again while it recovers.
     Again,
-    /// A second node crashes while the first is away; both recover (TL2).
+    /// A second node crashes while the first is away; both recover (HEAL Fig. 5, TL2).
     Two,
     /// No crash: a node is slow (its links take 20 µs more), the manager
     /// suspects it and removes it while it is alive, and later adds it
@@ -313,7 +313,7 @@ fn nvm_ts(nvm: &Nvm<Record>, key: Key) -> Ts {
 }
 
 impl Rec {
-    /// C11 (HEAL spec §4.3), for any catch-up: a node that comes back
+    /// C11 (docs/HEAL.md, "Checks"), for any catch-up: a node that comes back
     /// online holds every write acknowledged so far (Lin: a write is acked
     /// once every member has it, so one the node missed came by catch-up).
     fn check_online(&mut self, node: NodeId, now: u64, p: &DdpNode) {
@@ -481,7 +481,7 @@ impl Rec {
 }
 
 impl Rec {
-    /// The durability-gating trace invariants (spec §13 G1, S-1, RP-1,
+    /// The durability-gating trace invariants (G1, S-1, RP-1,
     /// SC-1, G5d), checked on the nodes that were never down.
     fn on_step(
         &mut self,
@@ -988,7 +988,7 @@ impl Run {
 }
 
 impl Run {
-    /// After F1: what must survive did, what did not is counted (spec §13.3).
+    /// After F1: what must survive did, what did not is counted (S-2, RP-2, SC-2, SC-3).
     fn check_recovered(&mut self, recovered: &BTreeMap<Key, (Ts, Option<Value>)>) {
         let m = self.cfg.model;
         let (c, p) = (m.c, m.p);
@@ -997,7 +997,7 @@ impl Run {
         let must_keep_acked = p == Persistency::Strict
             || (matches!(c, Consistency::Lin | Consistency::Trans) && p == Persistency::Synch);
         // The UPD family's reads do not wait under Strict, and Eventual-Synch
-        // reads may return the session's own unpersisted write (open point 5).
+        // reads may return the session's own unpersisted write (docs/DDP.md open point 5).
         let must_keep_read = match m.rules().upd {
             None => matches!(
                 p,
@@ -1091,7 +1091,7 @@ impl Run {
         self.report.sim_ns = self.net.now_ns();
     }
 
-    /// HEAL after quiescence (spec §4.3 C9): every recovery ended and every
+    /// HEAL after quiescence (C9, docs/HEAL.md): every recovery ended and every
     /// `MissedUpdates` is empty again; count how recoveries ended.
     fn check_heal(&mut self) {
         for n in 0..self.cfg.nodes {

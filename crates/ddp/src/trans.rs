@@ -1,5 +1,5 @@
-//! Transactional consistency with the five persistency models (spec
-//! `ddp.md` §3.3, §8.7, §9.3; §9.0 rows 11–15; DESIGN.md §7.2). This file
+//! Transactional consistency with the five persistency models (DDP §2.1,
+//! §5.4, Fig. 4; docs/DESIGN.md §7.2). This file
 //! is the client side and the state; `trans_conflict.rs` detects conflicts
 //! and squashes, `trans_commit.rs` ends, decides and delivers transactions,
 //! `trans_follow.rs` is the follower side, retries and failures.
@@ -10,7 +10,7 @@
 //! return the latest *committed* version (or the transaction's own write)
 //! at once; `End` broadcasts ENDX, collects one vote per member, decides,
 //! answers, and delivers the decision (TxOutcome) until every member has it.
-//! Decisions on the spec's open point 9:
+//! Decisions on what the paper leaves open (docs/DDP.md open point 9):
 //!
 //! - **API.** `Op::Begin { tx }`, `Op::Read`/`Op::Write` with `tx:
 //!   Some(tx)`, `Op::End { tx }`; `tx` is the session's number for the
@@ -22,15 +22,15 @@
 //!   transaction goes there (the session's home node).
 //! - **INITX.** Registers the transaction at every member (so a member can
 //!   settle it if the coordinator dies). Under Strict and Synch it persists a
-//!   `Tx { phase: Begun }` record first (spec T-1: Init replies once it is
+//!   `Tx { phase: Begun }` record first (T-1: Init replies once it is
 //!   persisted everywhere); under RE-p, Scope and Eventual-p Init waits for
-//!   the volatile ACKs only (rows 13–15).
+//!   the volatile ACKs only (trans-re, trans-scope, trans-eventual).
 //! - **INV per write.** A write is held by its transaction (at every node,
 //!   invisible to reads: the "LLC" keeps it aside) until the decision, so a
 //!   squash rolls back by dropping it and no read ever returns a write of an
 //!   active or squashed transaction. Strict: a follower persists it in the
 //!   transaction's record on receipt and ACK_p's it; the write replies after
-//!   every ACK_p and its own persist (row 11).
+//!   every ACK_p and its own persist (trans-strict).
 //! - **ENDX lists** the transaction's final writes (one version per key)
 //!   and the versions it read, instead of a count: a follower needs no
 //!   buffer or FIFO, a node that missed INVs or joined since can vote, and
@@ -38,7 +38,7 @@
 //!   vote: `Prepared` (it holds every write, persisted under Strict and
 //!   Synch, and will not squash the transaction), `Refused`, or the
 //!   decision if it knows it.
-//! - **Conflicts** (spec §8.7: at every read and write, at the coordinator
+//! - **Conflicts** (DDP §5.4: at every read and write, at the coordinator
 //!   and at followers, against all reads and writes of unfinished
 //!   transactions; read-read is no conflict). The coordinator sees its
 //!   transactions' reads and writes, every node sees every write (INV,
@@ -79,10 +79,10 @@
 //!   transactions in scope s as one record (clients close scopes between
 //!   transactions). Either way a transaction recovers all or nothing; one
 //!   whose End was not answered when the crash hit may go either way.
-//! - **Reads.** No stall (row 12), except behind a prepared writer of the
-//!   key (a few microseconds: its decision is on the way), and under RE-p
-//!   until the latest committed version is persisted everywhere (VAL_p;
-//!   after a crash, the INV family's replay validates it).
+//! - **Reads.** No stall (as the paper's ⟨Trans, Synch⟩), except behind a
+//!   prepared writer of the key (a few microseconds: its decision is on the
+//!   way), and under RE-p until the latest committed version is persisted
+//!   everywhere (VAL_p; after a crash, the INV family's replay validates it).
 //! - **Non-transactional requests.** A plain read returns the latest
 //!   committed version (with the same waits); a plain write is refused with
 //!   `Reply::Error` (a write must belong to a transaction).

@@ -9,7 +9,7 @@ pub type Key = u64;
 pub type Value = u64;
 
 /// A version: Lamport `(version, node)`, compared lexicographically
-/// (spec §14.1, HEAL §II-B). `Ts::ZERO` is the initial, absent value.
+/// (docs/DDP.md open point 1, HEAL §II-B). `Ts::ZERO` is the initial, absent value.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
@@ -25,7 +25,7 @@ impl Ts {
     };
 }
 
-/// A scope: ordered within its session only (DESIGN.md §7.2).
+/// A scope: ordered within its session only (docs/DESIGN.md §7.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ScopeId {
     pub session: SessionId,
@@ -470,7 +470,7 @@ impl Durable for Record {
         }
     }
     /// A persist of an older version landing after a newer one does not
-    /// regress the key (spec §7.3); a transaction's records merge (the
+    /// regress the key (docs/DDP.md open point 13); a transaction's records merge (the
     /// furthest phase, the newest version of each key).
     fn land(slot: &mut Self, new: Self) {
         match (&mut *slot, new) {

@@ -1,7 +1,8 @@
-//! The UPD family's receiving side (spec §8.3 follower, §9.4, §9.5): an UPD
+//! The UPD family's receiving side (DDP §5.2–5.3, the followers of Figs.
+//! 2(f), 2(h), 3(d); docs/DDP.md for the other models): an UPD
 //! is persisted on receipt and ACK_p'd (Strict), buffered until its turn
 //! (its origin's earlier updates, then its cauhist: applied or persisted
-//! here, open point 7), applied by last writer wins, and persisted as the
+//! here, docs/DDP.md open point 7), applied by last writer wins, and persisted as the
 //! persistency model says. Persist landings advance what counts as durable.
 
 use tandem_net::Command;
@@ -112,7 +113,7 @@ impl DdpNode {
     }
 
     /// Causal: the origin's previous update is applied and the cauhist is
-    /// applied or persisted here (open point 7). Eventual: on arrival.
+    /// applied or persisted here (docs/DDP.md open point 7). Eventual: on arrival.
     fn may_apply(&self, u: &Upd) -> bool {
         let r = self.upd_rules();
         if self.upd.knows_applied(u.id) || !r.causal || self.bugs.causal_early_apply {

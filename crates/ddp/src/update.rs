@@ -1,6 +1,7 @@
 //! The UPD family: Causal and Eventual consistency with the five
-//! persistency models (spec `ddp.md` §8.3, §8.4, §8.6, §9.4, §9.5; the
-//! table of §9.0 rows 16–25; DESIGN.md §7.2). This file is the client side
+//! persistency models (DDP §5.2–5.3, Figs. 2(e)–(h) and 3(c)–(d); the
+//! other models as docs/DDP.md describes them; docs/DESIGN.md §7.2). This
+//! file is the client side
 //! (reads, writes, operations that wait); `upd_apply.rs` receives, applies
 //! and persists updates, `upd_sync.rs` keeps replicas in step
 //! (anti-entropy) and catches a restarted node up.
@@ -8,7 +9,8 @@
 //! A write is applied at its coordinator, answered (Strict: after every
 //! ACK_p and its own persist) and sent as an UPD carrying its id, its
 //! Lamport timestamp (last writer wins, so replicas converge) and, under
-//! Causal consistency, its cauhist. Decisions on the spec's open points:
+//! Causal consistency, its cauhist. Decisions on the open points the paper
+//! leaves (numbered as in docs/DDP.md, "Open points"):
 //!
 //! - **5, Synch reads.** Causal-Synch: the latest *persisted* version, once
 //!   the session's causal past is persisted here. So read-your-writes and
@@ -16,7 +18,7 @@
 //!   read right after the session's own write waits for its persist.
 //!   Eventual-Synch: the latest persisted version, or the session's own
 //!   newer write to the key at this node (read-your-writes without waiting,
-//!   which is why such a read can vanish in a crash, spec §13.4).
+//!   which is why such a read can vanish in a crash, DDP Table 4).
 //! - **6, cauhist.** A [`Vector`]: one sequence number per origin (a node
 //!   incarnation), meaning all of that origin's updates up to it; it
 //!   over-approximates the session's reads and writes. The client carries
@@ -361,7 +363,7 @@ impl DdpNode {
     }
 
     /// Synch: the newest version persisted here, or under Eventual the
-    /// session's own newer write (read-your-writes, open point 5).
+    /// session's own newer write (read-your-writes, docs/DDP.md open point 5).
     fn persisted_read(&mut self, session: SessionId, key: Key) -> Seen {
         let durable = self
             .key(key)
@@ -466,7 +468,7 @@ impl DdpNode {
     }
 
     /// Reply to a Strict write once every member's ACK_p and the local
-    /// persist are in (spec §9.0 rows 16, 21).
+    /// persist are in (causal-strict, eventual-strict).
     pub(crate) fn try_strict(&mut self, key: Key, ts: Ts, out: &mut Out) {
         let Some(w) = self.upd.strict.get(&(key, ts)) else {
             return;

@@ -1,6 +1,6 @@
-//! Update ids and dependency vectors of the UPD family (spec `ddp.md`
-//! §8.3, open point 6: the cauhist as a vector, one sequence number per
-//! origin, DESIGN.md §7.2).
+//! Update ids and dependency vectors of the UPD family (DDP §5.2, Fig.
+//! 2(e)–(f); docs/DDP.md open point 6: the cauhist as a vector, one sequence number per
+//! origin, docs/DESIGN.md §7.2).
 
 use serde::{Deserialize, Serialize};
 use tandem_net::NodeId;

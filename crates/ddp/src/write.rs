@@ -1,4 +1,5 @@
-//! The INV/ACK/VAL write path (Hermes-style, spec §8.1 and §9.0 rows 1–10):
+//! The INV/ACK/VAL write path (Hermes-style; DDP §5.2, Fig. 2(a)–(d), and
+//! the Lin and RE models of docs/DDP.md's table):
 //! the coordinator applies and broadcasts INV; followers apply newer
 //! versions at once but keep the key invalid until its VAL; ACKs and VALs
 //! for consistency (c) and persistence (p) as the model's [`Rules`] say.
@@ -116,7 +117,7 @@ impl DdpNode {
 
     pub(crate) fn on_inv(&mut self, from: NodeId, v: Version, epoch: u64, out: &mut Out) {
         if self.heal.is_some() && epoch > self.config.epoch {
-            return; // HEAL (spec O-1): nothing of a configuration not installed here yet
+            return; // HEAL (O-1, docs/HEAL.md): nothing of a configuration not installed here yet
         }
         if self.apply_newer(v) {
             self.issue_persist(v, out);

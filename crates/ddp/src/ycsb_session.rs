@@ -1,5 +1,5 @@
 //! What one closed-loop YCSB session asks a DDP cluster next, as the
-//! paper's clients do (spec `ddp.md` §12.2), the same in simulated time
+//! DDP paper's clients do (§7, Table 5), the same in simulated time
 //! (`tandem ddp bench --net sim`) and over processes (`load.rs`):
 //! - plain reads and writes, carrying the session's causal past;
 //! - under Scope persistency, a `Persist` closing the scope every

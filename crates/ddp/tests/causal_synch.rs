@@ -1,6 +1,6 @@
 //! One <Causal, Synch> follower driven by hand, as in the paper's Fig. 2(f)
-//! (spec `ddp.md` §8.3): an UPD that arrives before its cauhist is buffered
-//! until the cauhist is applied *and persisted* (§8.1.2), and reads return
+//! (DDP §5.2): an UPD that arrives before its cauhist is buffered
+//! until the cauhist is applied *and persisted* (DDP §8.1.2), and reads return
 //! the latest persisted version, once the session's past is persisted here.
 
 use tandem_ddp::{

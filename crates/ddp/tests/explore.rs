@@ -1,4 +1,4 @@
-//! Exhaustive exploration of the engine's own step functions (issue 10):
+//! Exhaustive exploration of the engine's own step functions (`src/explore.rs`):
 //! at 3 nodes, two concurrent writes to one key and two reads, every
 //! interleaving (FIFO links) with one message loss, or one duplicate, or one node crash
 //! (and a new configuration), plus a timer firing, keeps Hermes'

@@ -1,6 +1,6 @@
-//! HEAL (spec `heal.md`): seeded simulations of every fault it claims to
-//! survive, the mutants the issue names, and the two gaps of spec §6 O-1
-//! and §2.6 (a phantom Partially_persisted entry), each in a scripted run.
+//! HEAL (docs/HEAL.md): seeded simulations of every fault it claims to
+//! survive, its mutants, and two gaps the paper leaves, O-1 and a phantom
+//! Partially_persisted entry (O-7), each in a scripted run.
 
 use tandem_ddp::simcheck::{run, CheckConfig, Crash};
 use tandem_ddp::{Bugs, DdpFactory, DdpNode, HealOpts, Model, Op, Params, Reply};
@@ -313,7 +313,7 @@ fn a_partially_persisted_write_that_never_committed_is_rolled_back() {
     );
 }
 
-/// Spec O-1: node 1 writes key 5 during the EFN; its link to the Buddy
+/// O-1 (docs/HEAL.md): node 1 writes key 5 during the EFN; its link to the Buddy
 /// (node 0, the first member after node 4) is slow, so the VAL reaches the
 /// Buddy after it answered the recovering node's `CatchUp_req`. The write
 /// never touched node 4, and node 4 must still end up with it.

@@ -1,5 +1,5 @@
 //! Every implemented model keeps its promises under message faults and
-//! crashes, in seeded simulations (spec §13).
+//! crashes, in seeded simulations (docs/DDP.md, "Check labels").
 
 use tandem_ddp::simcheck::{run, CheckConfig, Crash};
 use tandem_ddp::Model;

@@ -1,5 +1,5 @@
 //! Post-run inspection of the whole store through verbs: the invariants every
-//! run must end with (DESIGN.md §1 principle 4): replicas identical, no lock
+//! run must end with (docs/DESIGN.md §1 principle 4): replicas identical, no lock
 //! left held, and the live contents for application-level checks.
 
 use std::collections::BTreeMap;

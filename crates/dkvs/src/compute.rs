@@ -1,5 +1,5 @@
 //! A compute node: the compute-side library shared by its coordinators
-//! (`pandora.txt` §2.1). It owns the fabric handle, the layout, the address
+//! (the Pandora paper, §2.1). It owns the fabric handle, the layout, the address
 //! cache and the `failed_ids` set; coordinators are cheap handles onto it.
 
 use std::cell::RefCell;
@@ -29,7 +29,7 @@ pub struct ComputeNode<F: Fabric> {
     /// Whether deletes queue their tombstones for reclamation.
     pub(crate) reclaim: bool,
     pub(crate) failed: FailedIds,
-    /// Memory nodes this compute node has been told are down (DESIGN.md §4.6).
+    /// Memory nodes this compute node has been told are down (docs/DESIGN.md §4.6).
     pub(crate) memory: MemoryView,
     /// (table, key) → slot index in its partition: a hint, checked against
     /// the slot's key on use (a reclaimed slot may hold another key since).

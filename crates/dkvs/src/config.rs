@@ -1,9 +1,9 @@
-//! Cluster, table and protocol configuration (DESIGN.md §4.1–4.4).
+//! Cluster, table and protocol configuration (docs/DESIGN.md §4.1–4.4).
 
 use std::fmt;
 use std::str::FromStr;
 
-/// Which transaction protocol the coordinators run (DESIGN.md §4.4).
+/// Which transaction protocol the coordinators run (docs/DESIGN.md §4.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
     /// Owner-tagged locks (PILL), one log write after all locks are held.
@@ -48,7 +48,7 @@ impl FromStr for Mode {
 pub type TableId = u32;
 
 /// What a transaction does when it meets a lock held by another coordinator
-/// (`pandora.txt` §6.4, "sensitivity to stalls"; `--on-stray`). Until recovery
+/// (Pandora paper §6.4, "sensitivity to stalls"; `--on-stray`). Until recovery
 /// has published a failed coordinator's ids, its stray locks look live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnStray {
@@ -84,7 +84,7 @@ pub struct TableSpec {
     pub capacity: u64,
 }
 
-/// Test-only switches that re-inject FORD's bugs (DESIGN.md §4.7, `pandora.txt` Table 1).
+/// Test-only switches that re-inject FORD's bugs (docs/DESIGN.md §4.7, the Pandora paper Table 1).
 /// All off by default; they exist so tests can prove they catch each bug.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BugSwitches {
@@ -206,7 +206,7 @@ pub struct StoreConfig {
     /// Partitions per table.
     pub partitions_per_table: u32,
     pub tables: Vec<TableSpec>,
-    /// Bytes of log per coordinator on each log node (default 32 KiB, `pandora.txt` §3.2.2).
+    /// Bytes of log per coordinator on each log node (default 32 KiB, the Pandora paper §3.2.2).
     pub log_slot_bytes: u64,
     /// Log slots per memory node; coordinator `c` uses slot `c % log_slots`.
     pub log_slots: u32,

@@ -1,5 +1,5 @@
 //! The transaction coordinator: strictly serializable OCC over one-sided
-//! verbs, in the three modes of DESIGN.md §4.4 (`pandora.txt` §2.3 and §3.1).
+//! verbs, in the three modes of docs/DESIGN.md §4.4 (Pandora paper §2.3 and §3.1).
 //!
 //! Phases, as the paper names them:
 //! 1. **Execution.** Reads fetch lock+version+value from the primary. Writes
@@ -465,7 +465,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         Ok(())
     }
 
-    /// The primary is the first replica not known to be down (DESIGN.md §4.2, §4.6).
+    /// The primary is the first replica not known to be down (docs/DESIGN.md §4.2, §4.6).
     fn primary_addr(&self, t: TableId, part: u32, slot: u32) -> (MemNodeId, u64) {
         primary_of(&self.c.node, t, part, slot)
     }
@@ -1259,7 +1259,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     /// has been declared failed: no cleanup, recovery owns its locks. If a
     /// memory node is unreachable, the transaction has not committed (commit
     /// handles its own writes): abort, releasing what the live nodes hold
-    /// (DESIGN.md §4.6: each compute node decides its own transactions).
+    /// (docs/DESIGN.md §4.6: each compute node decides its own transactions).
     async fn fail(&mut self, e: VerbError) -> TxError {
         if e == VerbError::Revoked || self.finished {
             self.finished = true;

@@ -1,4 +1,4 @@
-//! Typed transaction errors (DESIGN.md §4.3).
+//! Typed transaction errors (docs/DESIGN.md §4.3).
 
 use std::fmt;
 

@@ -1,5 +1,5 @@
 //! `failed_ids`: the 64 Ki-bit set of coordinator ids declared failed
-//! (`pandora.txt` §3.1.2, PILL). A lock whose owner is in this set is stray:
+//! (Pandora paper §3.1.2, PILL). A lock whose owner is in this set is stray:
 //! reads treat it as unlocked and writers may steal it with a second CAS.
 //! Filled by the membership service after log recovery; settable in tests.
 

@@ -1,14 +1,15 @@
 //! Where every byte lives: placement of partitions on memory nodes by
 //! consistent hashing, the hash-table geometry of each partition, and the log
-//! area (DESIGN.md §4.2). Every compute node computes the same `Layout` from
+//! area (docs/DESIGN.md §4.2). Every compute node computes the same `Layout` from
 //! the same `StoreConfig`, so addresses are offsets known without asking anyone.
 //!
 //! Region of a memory node: `[log slots][partition replicas hosted here...]`.
 //! A partition is `buckets × ASSOC` slots; a key hashes to a bucket and probes
 //! linearly through at most `MAX_PROBE_BUCKETS` buckets of its partition (the
-//! paper's overflow area, bounded). A slot, once given to a key, keeps that key
-//! forever (a delete leaves a tombstone), which is what makes "first empty slot
-//! in probe order" a safe insertion point (see `coordinator.rs`).
+//! paper's overflow area, bounded). A delete leaves a tombstone; an insert
+//! takes its key's own slot if its probe meets it, else the first tombstone or
+//! empty slot; a tombstone becomes empty again only in a logged transaction,
+//! once the next slot is empty (`coordinator/reclaim.rs` has the argument).
 
 use tandem_fabric::MemNodeId;
 

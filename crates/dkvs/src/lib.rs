@@ -1,6 +1,9 @@
 //! Pandora: a disaggregated-memory transactional key-value store
-//! (`pandora.txt` §2–3, thesis ch. 4; DESIGN.md §4), with FORD and
-//! traditional-logging modes as baselines.
+//! (Dananjaya et al., *Fast, Highly Available, and Recoverable Transactions
+//! on Disaggregated Data Stores*, EDBT 2025, §2–3, also ch. 4 of the TANDEM
+//! thesis, University of Edinburgh, 2023; docs/DESIGN.md §4), with FORD and
+//! traditional-logging modes as baselines. "Pandora paper §x" below refers
+//! to that paper.
 //!
 //! Memory nodes are passive regions reached through [`tandem_fabric`]; compute
 //! nodes run [`Coordinator`]s that execute strictly serializable transactions

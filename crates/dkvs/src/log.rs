@@ -1,4 +1,4 @@
-//! Log records (DESIGN.md §4.4 step 2; `pandora.txt` §3.1.4).
+//! Log records (docs/DESIGN.md §4.4 step 2; Pandora paper §3.1.4).
 //!
 //! Pandora writes ONE record per transaction, after all its locks are held,
 //! into the coordinator's fixed log slot on each of its f+1 log nodes. The

@@ -1,5 +1,5 @@
-//! The recovery coordinator's log recovery (`pandora.txt` §3.2.2 step 3,
-//! §3.2.3; DESIGN.md §4.5 steps 3–4). Runs on any live compute node after the
+//! The recovery coordinator's log recovery (Pandora paper §3.2.2 step 3,
+//! §3.2.3; docs/DESIGN.md §4.5 steps 3–4). Runs on any live compute node after the
 //! failed node's access has been revoked on every memory node (Cor1).
 //!
 //! For each failed coordinator `c`: read its log slot on its f+1 log nodes and
@@ -340,7 +340,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             let mut d = if degraded && self.quiesced && !self.bugs.ignore_lost_primaries {
                 Self::decide_quiesced(rec, &versions)
             } else {
-                // The primary is the first live replica (DESIGN.md §4.6).
+                // The primary is the first live replica (docs/DESIGN.md §4.6).
                 let locks: Vec<u64> = words.iter().map(|ws| ws[0].0).collect();
                 Self::decide(rec, &locks, &versions)
             };
@@ -470,9 +470,9 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     }
 
     /// Decide a record some of whose replicas are down, while no transaction
-    /// runs anywhere (every live compute node holds, DESIGN.md §4.6). Its
+    /// runs anywhere (every live compute node holds, docs/DESIGN.md §4.6). Its
     /// primary locks may be lost with a memory node, so the decision rests
-    /// on the live replicas' versions, as `pandora.txt` §3.2.5 decides a
+    /// on the live replicas' versions, as the Pandora paper §3.2.5 decides a
     /// compute node's own transactions: committed if every live replica
     /// carries the new version, else rolled back. A version that is neither
     /// the record's old nor its new one means the transaction finished long
@@ -604,7 +604,7 @@ mod tests {
     }
 }
 
-/// The background scan of DESIGN.md §4.5: release, with CAS, every primary
+/// The background scan of docs/DESIGN.md §4.5: release, with CAS, every primary
 /// lock still owned by a coordinator in `failed`. Only safe once log recovery
 /// has finished for those coordinators: what is left are NotLogged stray locks,
 /// whose transactions wrote nothing. Used before recycling coordinator ids and
@@ -732,7 +732,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     /// coordinator and let in-flight transactions drain, so every lock still
     /// set belongs to a failed coordinator (locks name no owner). Scan every
     /// primary for locks, then decide each failed transaction from its undo
-    /// entries with the rule of DESIGN.md §4.5.
+    /// entries with the rule of docs/DESIGN.md §4.5.
     pub async fn recover_ford(&mut self, failed: &[u16]) -> Result<BaselineReport, VerbError> {
         let mut report = BaselineReport::default();
         let mut locked = BTreeSet::new();
@@ -757,7 +757,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         report.locks_found = locked.len();
         // FORD knows no current transaction: the newest undo entries may be
         // those of an aborted transaction (FORD never invalidates them), the
-        // "lost decision" that FORD's C2 design leaves in (DESIGN.md §4.7).
+        // "lost decision" that FORD's C2 design leaves in (docs/DESIGN.md §4.7).
         let seqs = vec![None; failed.len()];
         self.finish_baseline(failed, &seqs, locked, &mut report)
             .await?;

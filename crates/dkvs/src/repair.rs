@@ -1,5 +1,5 @@
-//! Re-replication after a memory-node failure (DESIGN.md §4.6;
-//! `pandora.txt` §3.2.5): a replacement node takes the failed node's place
+//! Re-replication after a memory-node failure (docs/DESIGN.md §4.6;
+//! the Pandora paper §3.2.5): a replacement node takes the failed node's place
 //! (same node id, same region layout, fresh memory) and every partition it
 //! replicates is copied from a live replica, restoring f+1 copies.
 //!

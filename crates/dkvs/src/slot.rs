@@ -1,4 +1,4 @@
-//! Slot layout and the lock word (DESIGN.md §4.2).
+//! Slot layout and the lock word (docs/DESIGN.md §4.2).
 //!
 //! ```text
 //! offset 0   lock    u64   [coordinator_id:16 | tx_seq:47 | locked:1] (pandora) or 0/1 (ford)

@@ -1,4 +1,4 @@
-//! Heap allocations on the hot path (issue 14 item 1): a micro transaction
+//! Heap allocations on the hot path: a micro transaction
 //! (one read, one read-modify-write) on the in-process fabric, counted by a
 //! counting global allocator over many committed transactions after a
 //! warm-up. A warm coordinator allocates nothing: its batches, completion

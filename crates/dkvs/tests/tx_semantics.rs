@@ -255,7 +255,7 @@ fn concurrent_reinserts_of_a_deleted_key_never_both_commit() {
     }
 }
 
-/// PILL (`pandora.txt` §3.1.2): a lock owned by a coordinator in `failed_ids`
+/// PILL (Pandora paper §3.1.2): a lock owned by a coordinator in `failed_ids`
 /// is stray. Reads ignore it, writers steal it; a live owner's lock blocks.
 #[test]
 fn stray_locks_of_failed_coordinators_are_ignored_by_reads_and_stolen_by_writes() {

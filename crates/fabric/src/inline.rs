@@ -1,8 +1,8 @@
 //! The in-process backend without simulated time: every verb executes on the
 //! posting thread at post time, against shared [`MemoryNode`]s. Many threads
 //! may share the memory nodes, so reads can tear for real. Used by the demo and
-//! to measure pure protocol cost (DESIGN.md §3, "sim ... the default for the
-//! single-process demo"; delays and faults off).
+//! to measure pure protocol cost (docs/DESIGN.md §3, "Backends": the sim
+//! backend's memory with its delays and faults off).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,5 +1,7 @@
 //! One-sided verbs over queue pairs: the only way compute reaches memory
-//! (DESIGN.md §3; Pandora `pandora.txt` §2.1 "RDMA Primitives").
+//! (docs/DESIGN.md §3; "RDMA Primitives" in §2.1 of the Pandora paper:
+//! Dananjaya et al., *Fast, Highly Available, and Recoverable Transactions
+//! on Disaggregated Data Stores*, EDBT 2025).
 //!
 //! Every backend shares RDMA reliable-connection semantics:
 //! - verbs are `read`, `write`, `cas`, `faa`; atomics are 8-byte and 8-byte aligned;

@@ -1,5 +1,5 @@
 //! A memory node's registered region and its access control: the passive side
-//! of every backend (`pandora.txt` §2.1: memory servers run no transactional
+//! of every backend (Pandora paper §2.1: memory servers run no transactional
 //! logic, only verbs, setup and link termination).
 
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -297,7 +297,7 @@ impl MemoryNode {
     }
 
     /// Bring the node back as an empty replacement: memory zeroed, serving
-    /// again, region keys kept (the replacement of DESIGN.md §4.6 in place).
+    /// again, region keys kept (the replacement of docs/DESIGN.md §4.6 in place).
     pub fn replace_with_empty(&self) {
         for w in self.region.words().iter() {
             w.store(0, Ordering::Relaxed);

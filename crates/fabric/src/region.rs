@@ -1,8 +1,8 @@
 //! The memory behind a [`MemoryNode`](crate::MemoryNode): one mapping that
 //! holds the node's access-control tables and its words, so that the same
 //! bytes can be private to one process or shared by several (the shm
-//! backend, DESIGN.md §3 and issue 14 item 4: memory nodes as memfd regions
-//! mapped by compute processes).
+//! backend of docs/DESIGN.md §3: memory nodes as memfd regions mapped by
+//! compute processes).
 //!
 //! Layout, every part 8-byte aligned and the words page-aligned:
 //!

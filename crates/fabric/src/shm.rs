@@ -1,7 +1,7 @@
 //! The shm backend: memory nodes as memfd regions that compute processes on
 //! the same host map and access with atomic loads, stores, CAS and FAA, the
-//! CXL-style disaggregated memory of one machine (issue 14 item 4; DESIGN.md
-//! §3 for the semantics every backend shares).
+//! CXL-style disaggregated memory of one machine (docs/DESIGN.md §3 for the
+//! semantics every backend shares, and §8: the host is the trust boundary).
 //!
 //! A memory server started with a shared region ([`MemoryNode::shared`])
 //! keeps serving its TCP endpoint (admin calls, tcp data connections) and

@@ -5,7 +5,7 @@
 //! interleave freely. With `tear_reads` on, a read longer than 8 bytes runs as
 //! several events, one per 8-byte word, so concurrent writes land in between.
 //! Verbs posted by a compute node that then crashes stay in the event queue and
-//! execute, unless its access has been revoked by then (DESIGN.md §3).
+//! execute, unless its access has been revoked by then (docs/DESIGN.md §3).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;

@@ -22,8 +22,8 @@ macro_rules! batch {
     };
 }
 
-/// Buffers a queue pair's owner keeps from one batch to the next (issue 14:
-/// "an arena per coordinator"): emptied batches, completion vectors and byte
+/// Buffers a queue pair's owner keeps from one batch to the next (an arena
+/// per coordinator, docs/DESIGN.md §3): emptied batches, completion vectors and byte
 /// buffers. Posting through [`crate::QueuePair::post_in`] takes from it and
 /// gives back, so a warm owner's verbs allocate nothing on a backend that
 /// executes in process; every backend accepts it. Each pool is bounded.

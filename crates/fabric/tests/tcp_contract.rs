@@ -1,5 +1,5 @@
 //! Contract tests of the tcp and shm backends against the fabric semantics
-//! of DESIGN.md §3: a real memory server on 127.0.0.1:0 (background threads)
+//! of docs/DESIGN.md §3: a real memory server on 127.0.0.1:0 (background threads)
 //! and clients on a tokio `current_thread` runtime with a `LocalSet`, as
 //! compute threads run them. The tests that apply to both backends run on
 //! each (`mod NAME { fn tcp, fn shm }`); `shm_contract.rs` has the shm
@@ -755,8 +755,9 @@ fn a_priority_connection_is_served_while_the_other_poller_is_stuck() {
     });
 }
 
-/// DESIGN.md §3: "adaptive spin-then-park polling so idle servers do not burn
-/// a core". Between bursts of work, the poller thread uses (almost) no CPU.
+/// docs/DESIGN.md §3, the tcp backend: a poller spins briefly, then parks, so
+/// an idle server burns no core. Between bursts of work, the poller thread
+/// uses (almost) no CPU.
 #[cfg(target_os = "linux")]
 #[test]
 fn an_idle_server_parks_its_polling_thread() {

@@ -1,4 +1,6 @@
-//! Kite (`kite.txt`, PPoPP 2020; digest `specs/kite.md`): release
+//! Kite (Gavrielatos, Katsarakis, Nagarajan, Grot, Joshi, *Kite: Efficient
+//! and Available Release Consistency for the Datacenter*, PPoPP 2020, cited
+//! below as "Kite paper"; docs/KITE.md has the decisions): release
 //! consistency over a leaderless replicated key-value store.
 //!
 //! - relaxed reads and writes on the Eventual Store ([`relaxed`]);

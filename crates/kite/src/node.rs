@@ -1,6 +1,6 @@
 //! A Kite node: one replica of the whole key-value store plus the sessions
 //! homed on it, as a sans-IO state machine on `tandem-net`
-//! (`specs/kite.md` §2.7 for the state, DESIGN.md §7.4).
+//! (Kite paper §5.2 for the state, docs/DESIGN.md §7.4).
 //!
 //! The plumbing lives here: quorum rounds (a message to the others, the
 //! local replica answering too, done at a majority), tracked writes (done
@@ -21,7 +21,7 @@ use crate::sync::{Acquire, Release};
 use crate::types::*;
 
 /// Knobs of a node. The defaults are the paper's: a ~1 ms time-out
-/// (kite.md §2.5, [P §7.4]).
+/// (Kite paper §7.4).
 #[derive(Clone, Copy, Debug)]
 pub struct KiteConfig {
     /// How long a write waits for every replica's ack before the replicas
@@ -45,7 +45,7 @@ impl Default for KiteConfig {
     }
 }
 
-/// Deliberate bugs the checkers must catch (issue 12, "mutants").
+/// Deliberate bugs the checkers must catch (`tests/mutants.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mutant {
     /// A release does not wait for the session's earlier writes.
@@ -107,7 +107,7 @@ impl Mutant {
     }
 }
 
-/// One key at one replica (kite.md §2.7 `mica_op_t`).
+/// One key at one replica (Kite paper §5.2; `mica_op_t` in Kite's public code).
 #[derive(Clone, Debug, Default)]
 pub struct KeyState {
     pub value: Value,
@@ -156,7 +156,7 @@ impl KeyStore {
     }
 }
 
-/// A delinquency bit about one remote machine (kite.md §2.5): 0, 1, or T
+/// A delinquency bit about one remote machine (Kite paper §4): 0, 1, or T
 /// with the ids of the acquires (one per remote session) it told.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Bit {
@@ -246,7 +246,7 @@ pub struct KiteNode {
     pub keys: KeyStore,
     /// The machine epoch-id.
     pub epoch: u64,
-    /// Delinquency bits, one per machine (its own too: kite.md §2.5).
+    /// Delinquency bits, one per machine (its own too: docs/KITE.md).
     pub dv: Vec<Bit>,
     /// Exactly once: per (node, session), its last committed RMW.
     pub committed: BTreeMap<(NodeId, SessionId), (u32, RmwRec)>,
@@ -256,7 +256,7 @@ pub struct KiteNode {
     /// Replicas that missed a write's time-out: left out of broadcasts
     /// (recorded as missing at once) until they answer a ping.
     pub suspected: Mask,
-    /// One local RMW per key at a time; the others queue (kite.md §2.4).
+    /// One local RMW per key at a time; the others queue (docs/KITE.md).
     pub rmw_queue: BTreeMap<Key, VecDeque<SessionId>>,
     pub next_id: u64,
     /// Orders "a write became done without machine m" against "a DM-set
@@ -704,7 +704,7 @@ impl KiteNode {
         }
     }
 
-    /// White-box invariants (kite.md §7, 13): a key epoch never exceeds
+    /// White-box invariants (13 of `tandem_check::rc`): a key epoch never exceeds
     /// the machine epoch (checked where a key's epoch is set, so this is
     /// O(1) per step).
     pub fn check_invariants(&self) -> Result<(), String> {

@@ -1,6 +1,6 @@
-//! RMWs (FAA, CAS) on leaderless per-key Paxos (kite.md §2.4), with
+//! RMWs (FAA, CAS) on leaderless per-key Paxos (Kite paper §3.4), with
 //! acquire semantics on the propose and release semantics on the accept
-//! (§2.5 "RMWs"): classic Paxos over a sequence of slots per key, keeping
+//! (Kite §4): classic Paxos over a sequence of slots per key, keeping
 //! only the open slot and the last committed one.
 //!
 //! The propose reads the replicas' values too, so the RMW's base is the

@@ -1,6 +1,6 @@
 //! Relaxed reads and writes: the Eventual Store on the fast path, and the
-//! stripped-down ABD of the slow path for keys out of epoch (kite.md §2.2,
-//! §2.5, §2.8 `relaxed_read`/`relaxed_write`).
+//! stripped-down ABD of the slow path for keys out of epoch (Kite paper §3.2,
+//! §4.2, §4.3).
 
 use tandem_net::SessionId;
 

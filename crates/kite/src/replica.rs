@@ -1,14 +1,13 @@
-//! What a replica does with each request (kite.md §2.6's "receiver action"
-//! column): apply writes if newer, answer reads with its value, keep the
-//! delinquency bits, and be a Paxos acceptor.
+//! What a replica does with each request: apply writes if newer, answer reads
+//! with its value, keep the delinquency bits, and be a Paxos acceptor.
 
 use tandem_net::{Durable, NodeId};
 
 use crate::node::{Bit, KiteNode, Mutant, Out};
 use crate::types::*;
 
-/// Kite keeps no data durable (kite.md §1.1: durability is out of scope)
-/// and is crash-stop (§3): a replica that came back with empty state would
+/// Kite keeps no data durable (durability is out of the paper's scope)
+/// and is crash-stop (Kite paper §2.1): a replica that came back with empty state would
 /// count in quorums it no longer intersects, and lose acknowledged writes
 /// and Paxos decisions. Its one record marks that it ran, so `tandem node
 /// --system kite` refuses to start again from the same state file.
@@ -237,7 +236,7 @@ impl KiteNode {
         (slot > ks.last_committed + 1).then_some(PaxosRep::TooHigh)
     }
 
-    /// A committed RMW (kite.md §2.4 `commit_algorithm`): close the slot,
+    /// A committed RMW (Kite paper §3.4): close the slot,
     /// apply the value if its version is newer, remember the id.
     pub fn apply_commit(&mut self, key: Key, slot: u32, rec: RmwRec) {
         let e = self

@@ -1,4 +1,4 @@
-//! Seeded checks of Kite in the simulator (issue 12 "correctness"): five
+//! Seeded checks of Kite in the simulator (docs/DESIGN.md §7.4): five
 //! nodes, closed-loop sessions running a mix of every operation, faults
 //! from a plan drawn from the seed (drop, duplicate, reorder, a partition,
 //! a sleeping node, a crashed node), then the faults stop and every
@@ -17,7 +17,7 @@ use crate::node::{KiteConfig, KiteNode, KiteStats, Mutant};
 use crate::replica::KiteRecord;
 use crate::types::*;
 
-/// Builds Kite nodes. Kite has no recovery (kite.md §3: crash-stop), so
+/// Builds Kite nodes. Kite has no recovery (Kite paper §2.1: crash-stop), so
 /// a restarted node would start empty; the checks never restart one.
 pub struct KiteFactory(pub KiteConfig);
 
@@ -623,7 +623,7 @@ pub struct Found {
     pub replay: String,
 }
 
-/// What `tandem kite check` reports (DESIGN.md §6.1 field names).
+/// What `tandem kite check` reports (docs/DESIGN.md §6.1 field names).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Summary {
     pub system: &'static str,

@@ -1,5 +1,5 @@
 //! Releases and acquires: multi-writer ABD with Kite's barriers
-//! (kite.md §2.3, §2.5, §2.8 `release`/`acquire`).
+//! (Kite paper §3.3, §4).
 //!
 //! A release reads versions from a majority at once (round 1 carries no
 //! value, so it overlaps the wait), waits until every earlier write of its
@@ -139,9 +139,9 @@ impl KiteNode {
         self.send_tracked(now, s, wid, msg, true, out);
     }
 
-    /// The own-bit check at the start of an acquire or an RMW (kite.md §2.5,
-    /// "Acquires and RMWs also check their own bit"): a slow release that
-    /// named this machine reached it, so it is delinquent.
+    /// The own-bit check at the start of an acquire or an RMW (the paper is
+    /// silent on it; Kite's public code does it, docs/KITE.md): a slow release
+    /// that named this machine reached it, so it is delinquent.
     pub fn own_bit(&mut self) -> bool {
         let me = self.me as usize;
         if self.dv[me] == Bit::Zero {
@@ -152,7 +152,7 @@ impl KiteNode {
     }
 
     /// Every key goes out of epoch. Always a bump, never "unless someone
-    /// bumped since this operation began" (kite.md §2.8's shortcut): a key
+    /// bumped since this operation began" (a shortcut `if epoch <= e0`): a key
     /// refreshed since that bump may hold a value older than the writes
     /// the new DM-set covers (tests/scenarios.rs).
     pub fn bump_epoch(&mut self) {

@@ -1,5 +1,5 @@
-//! Client operations, replies, messages and ids of Kite (`specs/kite.md`
-//! §1.2, §2.6).
+//! Client operations, replies, messages and ids of Kite (Kite paper §5.1,
+//! §3–§4).
 
 use serde::{Deserialize, Serialize};
 use tandem_net::{NodeId, SessionId};
@@ -16,7 +16,7 @@ pub fn bit(n: NodeId) -> Mask {
     1 << n
 }
 
-/// What a client asks (kite.md §1.2). Every call is the sync flavour: a
+/// What a client asks (Kite paper §5.1). Every call is the sync flavour: a
 /// session has one request outstanding (the simulator's and the TCP
 /// clients' closed loop); a relaxed write still replies before its acks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +28,7 @@ pub enum Op {
     /// Fetch-and-add: acquire and release semantics.
     Faa(Key, Value),
     /// Compare-and-swap. A `weak` one fails on the local replica without
-    /// messages when the local value differs (a hint, kite.md §3 point 5).
+    /// messages when the local value differs (a hint, docs/KITE.md).
     Cas {
         key: Key,
         expected: Value,
@@ -87,8 +87,8 @@ pub struct RmwId {
 
 /// An RMW as Paxos carries it: what it read (its base) and what it writes.
 /// Its version is the base's clock with the slot it commits in, so plain
-/// writes and RMWs of one key share one version order (kite.md §2.4
-/// "carstamps").
+/// writes and RMWs of one key share one version order ("carstamps",
+/// docs/KITE.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RmwRec {
     pub id: RmwId,
@@ -106,14 +106,14 @@ impl RmwRec {
     }
 }
 
-/// An acquire's id, recorded by a delinquency bit in state T (kite.md §2.5).
+/// An acquire's id, recorded by a delinquency bit in state T (Kite paper §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct AcqId {
     pub session: SessionId,
     pub seq: u64,
 }
 
-/// Kite's messages (kite.md §2.6). `rid` names a quorum round of the
+/// Kite's messages (Kite paper §3–§4). `rid` names a quorum round of the
 /// sender, `wid` a write it tracks until every replica acknowledged it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Msg {
@@ -145,7 +145,8 @@ pub enum Msg {
         key: Key,
         acq: Option<AcqId>,
     },
-    /// Acquire round 2; the reply reports delinquency too (kite.md L5).
+    /// Acquire round 2; the reply reports delinquency too (docs/KITE.md,
+    /// "Round 2 reports delinquency").
     WriteBack {
         rid: u64,
         key: Key,
@@ -205,7 +206,7 @@ pub enum Rep {
     Acc(PaxosRep),
 }
 
-/// An acceptor's answer to a propose or an accept (kite.md §2.4).
+/// An acceptor's answer to a propose or an accept (Kite paper §3.4).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PaxosRep {
     /// Promised (or accepted); for a propose, the replica's current value.

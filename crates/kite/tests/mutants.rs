@@ -1,4 +1,4 @@
-//! Every deliberate bug of issue 12 is caught by the seeded checks, within
+//! Every deliberate bug of [`tandem_kite::node::Mutant`] is caught by the seeded checks, within
 //! a few seeds; the correct protocol passes the same seeds.
 
 use tandem_kite::simcheck::{check, CheckOpts, Faults};

@@ -1,10 +1,10 @@
-//! The axiomatic side of the persistency models (spec §1.3–§1.5): which
+//! The axiomatic side of the persistency models (thesis §3.4): which
 //! writes must persist before which, and which crash images are legal.
 //!
 //! An image is the set of writes that reached NVM. It is legal under a
 //! model when it is downward-closed under the model's persist order: no
-//! write survives while one that must persist before it is lost (spec
-//! §1.3, "consistent cut"). Any suffix may be lost: none of these models
+//! write survives while one that must persist before it is lost (thesis
+//! §3.2.3 and §3.4.1, "consistent cut"). Any suffix may be lost: none of these models
 //! has a durability deadline.
 
 use std::collections::BTreeSet;

@@ -1,4 +1,4 @@
-//! What each persistency mechanism costs (thesis §3.6, spec §4.5): the
+//! What each persistency mechanism costs (thesis §3.6): the
 //! Synchrobench-style driver on the machine. A structure is prefilled to
 //! `size` keys (drawn from 1..=2·size, Synchrobench's convention), then
 //! every thread runs inserts and deletes 1:1 on random keys of that range

@@ -1,4 +1,4 @@
-//! The crash checker (spec §3.4, §5.1): run a data structure on the
+//! The crash checker (docs/LRP.md, "Checking"): run a data structure on the
 //! machine under a policy, crash it after every step with every (or a
 //! sample of) subset of the persists in flight, and check each image at
 //! three levels:

@@ -1,4 +1,4 @@
-//! RP legality of a crash image in linear time (spec §2.8 A), for traces
+//! RP legality of a crash image in linear time (docs/LRP.md, "The layers"), for traces
 //! too long for the closure in `axiom`.
 //!
 //! Under RP every write needs a *prefix* of each thread's writes to have
@@ -6,7 +6,7 @@
 //! (rule 1) and what its thread had acquired; an acquire that reads another
 //! thread's release inherits that release's needs and the release itself
 //! (rule 3), and every later write of the acquiring thread carries them
-//! (rule 2). Rule 4 (and coherence order across threads, spec §7.1) is
+//! (rule 2). Rule 4 (and coherence order across threads, docs/LRP.md decision 1) is
 //! covered by how the image's write set is built: a word's surviving write
 //! brings every write to that word before it. So a vector of prefix lengths
 //! per write decides legality: the image is legal iff no surviving write

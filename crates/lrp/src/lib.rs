@@ -1,13 +1,18 @@
-//! Release persistency (RP, thesis ch. 3; digest `../shared/specs/lrp.md`)
-//! and the models and mechanisms it is measured against:
-//! - `axiom`, `cut`: the axiomatic side (spec §1.3, §2.8 A): persist order
+//! Release persistency (RP) and the models and mechanisms it is measured
+//! against, after ch. 3 of M. Dananjaya, *TANDEM: Taming Failures in
+//! Next-Generation Datacenters with Emerging Memory*, PhD thesis, University
+//! of Edinburgh, 2023 (cited below as "thesis"; its conference version is
+//! Dananjaya, Gavrielatos, Joshi, Nagarajan, *Lazy Release Persistency*,
+//! ASPLOS 2020). docs/LRP.md has the decisions the thesis leaves open,
+//! numbered as comments cite them ("decision N"):
+//! - `axiom`, `cut`: the axiomatic side (thesis §3.4.1): persist order
 //!   under RP, ARP, BEP and strict persistency, legal crash images and witnesses;
 //! - `machine`, `policy`, `lrp_policy`, `sim`: the operational machine
-//!   (spec §2.8 B) with NOP, Eager, SB, BB, ARP and LRP, and the seeded
+//!   with NOP, Eager, SB, BB, ARP and LRP (thesis §3.5, §3.6.2), and the seeded
 //!   scheduler;
 //! - `lfd`: the log-free data structures, written once against [`PMem`];
-//! - `check`: the three-level crash checker (spec §3.4);
-//! - `bench`: the Synchrobench-style cost measurement (spec §4.5).
+//! - `check`: the three-level crash checker (docs/LRP.md, "Checking");
+//! - `bench`: the Synchrobench-style cost measurement (thesis §3.6).
 
 pub mod axiom;
 pub mod bench;
@@ -27,7 +32,7 @@ pub use axiom::{legal_images, persist_order, Model, PersistOrder, Witness};
 pub use pmem::PMem;
 pub use trace::{Event, EventId, Kind, Sync, Trace};
 
-/// The persistency mechanisms (spec §2.7).
+/// The persistency mechanisms (thesis §3.6.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyKind {
@@ -73,7 +78,7 @@ impl PolicyKind {
     }
 }
 
-/// Deliberate bugs (spec §5.2): M1–M9 and litmus 6's coalescing in LRP's
+/// Deliberate bugs: M1–M9 and the coalescing of litmus program 6 (`litmus`) in LRP's
 /// mechanism, and four in the
 /// data structures. The checker must catch each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

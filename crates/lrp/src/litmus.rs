@@ -1,8 +1,19 @@
-//! Small programs on the machine (spec §5.2): run a litmus program under a
+//! Small programs on the machine: run a litmus program under a
 //! policy over many seeds, crash it after every step with every subset of
 //! the persists in flight, and report each image of the watched words with
 //! its RP verdict. Also random small programs, for the differential test
 //! against the axiomatic model and for hunting mechanism mutants.
+//!
+//! The litmus programs (`tests/litmus.rs` on the axiomatic models,
+//! `tests/machine_litmus.rs` on the machine), numbered as tests cite them:
+//! 1. message passing: `W x; Rel y ‖ Acq y; W z` persists a prefix of the chain;
+//! 2. one-way barriers: a write after a release may persist before it;
+//! 3. ARP: a release may persist before what it publishes (thesis Fig. 3.1b);
+//! 4. no persistency model: the consumer's write can outlive the producer's
+//!    (thesis §2.4), which RP forbids;
+//! 5. writes to one word persist in order;
+//! 6. a release to a dirty line persists the line first (thesis §3.5.2.2);
+//! 7. an acquire RMW orders what follows it (I3).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -260,7 +271,7 @@ pub fn legal_survivor_images(t: &Trace, watch: &[u64]) -> Option<BTreeSet<Vec<Op
     Some(out)
 }
 
-/// The differential of spec §5.2 over random programs: how many of the
+/// The differential test over random programs: how many of the
 /// RP-legal images the LRP machine reaches, and whether it ever reaches an
 /// illegal one.
 #[derive(Clone, Debug, Default, serde::Serialize)]

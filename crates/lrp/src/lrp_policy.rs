@@ -1,4 +1,4 @@
-//! Lazy release persistency (thesis §3.5; spec §2.2–§2.6): per-core
+//! Lazy release persistency (thesis §3.5.1–§3.5.2, Figs. 3.2–3.3): per-core
 //! epoch-id, min-epoch and release bit per line, the Release Epoch Table
 //! (RET), and the persist engine. Writes stay buffered in L1 until an
 //! eviction or another core's request forces them out; only then does the

@@ -1,4 +1,4 @@
-//! The operational persistency machine (spec §2.8 B): per-thread L1 caches
+//! The operational persistency machine (docs/LRP.md, "The layers"): per-thread L1 caches
 //! at 64-byte line granularity, a directory, NVM, and the persists in
 //! flight between them, with a cycle cost model (thesis Table 3.1).
 //!
@@ -7,7 +7,7 @@
 //! machine decides is *persistence*: a dirty line reaches NVM only when it
 //! is written back (eviction, or another thread's access) or when a
 //! [`Policy`] persists it. A crash keeps NVM and any per-line prefix of the
-//! persists issued but not yet acknowledged (spec §7.4: completed but
+//! persists issued but not yet acknowledged (docs/LRP.md decision 4: completed but
 //! unacknowledged persists may land; the NVM controller is FIFO per line).
 
 use tandem_sim::Rng;
@@ -90,7 +90,7 @@ impl Config {
             line_flits: 16,
             epoch_bits: 8,
             ret_size: 32,
-            // Not given by the thesis (spec §7.5); `experiment lrp` sweeps it.
+            // Not given by the thesis (docs/LRP.md decision 5); `experiment lrp` sweeps it.
             ret_watermark: 4,
             jitter: 0,
             slow: 0.0,

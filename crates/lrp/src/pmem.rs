@@ -1,6 +1,6 @@
 //! The persistent-memory interface the data structures are written
 //! against, once: word loads, stores and CAS with release/acquire
-//! annotations (spec §3.2). Two implementations: the simulated machine
+//! annotations (docs/LRP.md decision 2). Two implementations: the simulated machine
 //! ([`crate::sim::SimMem`]) and real atomics ([`Atomics`], the volatile baseline).
 
 use std::future::Future;
@@ -20,7 +20,7 @@ pub trait PMem {
     /// Compare-and-swap: `Ok(old)` if it wrote, `Err(current)` if not.
     async fn cas(&self, addr: u64, old: u64, new: u64, sync: Sync) -> Result<u64, u64>;
     /// A fresh, zero-filled block of `words` words (never reused: null
-    /// recovery leaks unpublished nodes, spec §3.3).
+    /// recovery leaks unpublished nodes, docs/LRP.md decision 11).
     fn alloc(&self, words: u64) -> u64;
     /// The trace event of this thread's last successful write, if traced.
     fn last_write(&self) -> Option<EventId>;

@@ -1,4 +1,4 @@
-//! The persistency mechanisms the machine can run (spec §2.7, §2.8):
+//! The persistency mechanisms the machine can run (thesis §3.6.2):
 //! NOP, the software baseline (Eager: clwb+sfence), the barrier family
 //! (SB, BB and ARP on one epoch engine) and LRP (in `lrp_policy`).
 
@@ -39,7 +39,7 @@ fn plain_write_back(c: &mut Core, owner: usize, line: u64) -> u64 {
     c.now
 }
 
-/// Volatile execution: write-backs persist whenever they happen (spec §2.7).
+/// Volatile execution: write-backs persist whenever they happen (thesis §3.6.2).
 pub struct Nop;
 
 impl Policy for Nop {
@@ -104,7 +104,7 @@ pub enum Barrier {
     Arp,
 }
 
-/// SB, BB and ARP: one epoch engine, three barrier placements (spec §2.7).
+/// SB, BB and ARP: one epoch engine, three barrier placements (thesis §3.6.2).
 pub struct Epochs {
     kind: Barrier,
     epoch: Vec<u64>,

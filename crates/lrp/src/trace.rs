@@ -4,7 +4,7 @@
 /// An event's index in [`Trace::events`].
 pub type EventId = usize;
 
-/// The synchronisation an access carries (Rust's `Ordering`, spec §1.2).
+/// The synchronisation an access carries (Rust's `Ordering`; thesis §2.3.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sync {
     Plain,

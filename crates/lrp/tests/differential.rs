@@ -1,8 +1,8 @@
-//! The operational machine against the axiomatic model (spec §5.2,
-//! "refinement / differential"): on random small programs every image the
-//! LRP machine reaches is RP-legal, the linear-time check agrees with the
-//! closure on every image of every policy, and the reachable images are a
-//! strict subset of the legal ones (reported: how much smaller).
+//! The operational machine against the axiomatic model (refinement): on random
+//! small programs every image the LRP machine reaches is RP-legal, the
+//! linear-time check agrees with the closure on every image of every policy,
+//! and the reachable images are a strict subset of the legal ones (reported:
+//! how much smaller).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,5 +1,5 @@
-//! Litmus programs of spec §5.2 on the axiomatic models: each image is
-//! allowed or forbidden exactly as §1.3–§1.6 say.
+//! The litmus programs of `src/litmus.rs` on the axiomatic models: each
+//! image is allowed or forbidden exactly as thesis §3.4 says.
 
 use std::collections::BTreeSet;
 

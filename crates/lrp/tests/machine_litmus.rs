@@ -1,4 +1,4 @@
-//! Litmus programs of spec §5.2 on the operational machine: each image is
+//! The litmus programs of `src/litmus.rs` on the operational machine: each image is
 //! reachable or not exactly as RP and the mechanism say, under every seed
 //! and every subset of the persists in flight at every step.
 

@@ -1,4 +1,4 @@
-//! Every deliberate bug of spec §5.2 is caught within a fixed budget: the
+//! Every deliberate bug (`tandem_lrp::Mutant`) is caught within a fixed budget: the
 //! mechanism's by the image check on litmus or random programs, the data
 //! structures' by the crash checker.
 

@@ -1,4 +1,4 @@
-//! Memory-server membership (DESIGN.md §4.6; `pandora.txt` §3.2.5): which
+//! Memory-server membership (docs/DESIGN.md §4.6; Pandora paper §3.2.5): which
 //! memory servers are down, where each one listens, and the reconfigurations
 //! that move primaries and bring a replacement in.
 //!

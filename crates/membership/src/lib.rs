@@ -1,5 +1,7 @@
-//! The membership service of Pandora (`pandora.txt` §3.1.2, §3.2.2 steps 1, 2
-//! and 4; DESIGN.md §4.5): it hands out coordinator ids, detects failed compute
+//! The membership service of Pandora (Dananjaya et al., *Fast, Highly
+//! Available, and Recoverable Transactions on Disaggregated Data Stores*,
+//! EDBT 2025, §3.1.2 and §3.2.2 steps 1, 2 and 4, cited below as "Pandora
+//! paper"; docs/DESIGN.md §4.5): it hands out coordinator ids, detects failed compute
 //! nodes by heartbeat timeout, drives active-link termination and recovery,
 //! and publishes `failed_ids` only after recovery finished.
 //!

@@ -11,7 +11,8 @@ pub type NodeId = u16;
 #[derive(Clone, Debug)]
 pub struct MembershipConfig {
     /// A node is declared failed when no heartbeat arrived for this long
-    /// (DESIGN.md §4.5: 5 ms over TCP by default).
+    /// (docs/DESIGN.md §4.5: 5 ms by default here; the `tandem membership`
+    /// process defaults to 250 ms).
     pub heartbeat_timeout_ns: u64,
     /// Coordinator ids are `1..id_space`; with the store's log slots this is
     /// `log_slots`, so every live coordinator owns a log slot.
@@ -23,7 +24,7 @@ pub struct MembershipConfig {
     /// top of a fresh heartbeat timeout to reconnect to the restarted service
     /// before its silence counts.
     pub restore_grace_ns: u64,
-    /// Failure-detector replicas that receive heartbeats (`pandora.txt`
+    /// Failure-detector replicas that receive heartbeats (Pandora paper
     /// §3.2.4, the distributed FD): compute nodes send every heartbeat to all
     /// of them, and a node is declared failed only when fewer than a majority
     /// received one within the timeout. 1 (the default) is the standalone FD.
@@ -118,7 +119,7 @@ pub enum Command {
     ScanStrayLocks { ids: Vec<u16> },
 }
 
-/// The durable part of a [`Membership`] (`pandora.txt` §3.2.4: what a
+/// The durable part of a [`Membership`] (Pandora paper §3.2.4: what a
 /// replicated failure detector keeps in ZooKeeper). Everything a restarted
 /// service needs so that no coordinator id is ever handed out twice and no
 /// failure is forgotten: id allocation, failed and recycled ids, and every
@@ -139,7 +140,7 @@ pub struct MembershipState {
     /// [`Membership::new_incarnation`]); 0 in a state stored before this field existed.
     #[serde(default)]
     pub incarnations: u32,
-    /// The memory servers' configuration (DESIGN.md §4.6), once the service
+    /// The memory servers' configuration (docs/DESIGN.md §4.6), once the service
     /// tracks them; absent in a state stored before it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryConfig>,
@@ -233,7 +234,7 @@ impl Membership {
         self.fleet.as_ref().is_some_and(|f| f.quiesced(&alive))
     }
 
-    /// Track the memory servers too (DESIGN.md §4.6): their configuration
+    /// Track the memory servers too (docs/DESIGN.md §4.6): their configuration
     /// becomes part of the durable state.
     pub fn attach_fleet(&mut self, fleet: Fleet) {
         self.fleet = Some(fleet);
@@ -300,8 +301,8 @@ impl Membership {
         }
     }
 
-    /// A node id for a new incarnation of a fenced compute node (issue 9;
-    /// `pandora.txt` §3.2.2, Fig. 8 "reuse": a suspected node comes back as
+    /// A node id for a new incarnation of a fenced compute node (the Pandora
+    /// paper §3.2.2, Fig. 8 "reuse": a suspected node comes back as
     /// someone new, with new coordinator ids and new memory keys). The id was
     /// never handed out before and lies in
     /// `FIRST_INCARNATION_ID..=LAST_INCARNATION_ID`, where operators choose no
@@ -325,7 +326,7 @@ impl Membership {
 
     /// Reserve the next block of versions for a recovery coordinator run by
     /// this service (roll-backs and version retirement mint fresh versions,
-    /// which must never repeat, DESIGN.md §4.2). Returns the block's number,
+    /// which must never repeat, docs/DESIGN.md §4.2). Returns the block's number,
     /// starting at 1. The reservation is part of the durable state: store it
     /// before minting from the block, so a restarted service never hands the
     /// same block out again.
@@ -448,7 +449,7 @@ impl Membership {
 
     /// After [`Membership::restore`]: the work the previous incarnation may
     /// have left half done, to run again from the start (every step is
-    /// idempotent, DESIGN.md §4.5): revoke every node that was being revoked,
+    /// idempotent, docs/DESIGN.md §4.5): revoke every node that was being revoked,
     /// recover every node that was being recovered, and rescan for
     /// recyclable ids if that was due. A crash between storing a step's state
     /// and acting on its commands loses nothing this way.
@@ -725,7 +726,7 @@ impl Membership {
             }
             return;
         }
-        // The distributed FD (`pandora.txt` §3.2.4): only replicas that are
+        // The distributed FD (Pandora paper §3.2.4): only replicas that are
         // themselves reporting can vouch for or against a node, and with
         // fewer than a majority of them reporting no verdict is taken (a
         // minority cannot tell a dead node from its own isolation).
@@ -1151,7 +1152,7 @@ mod tests {
         }
     }
 
-    /// Issue 9: a fenced node comes back under a node id the service hands
+    /// A fenced node comes back under a node id the service hands
     /// out, one no operator chose and nobody held before, kept across a restart.
     #[test]
     fn new_incarnations_get_fresh_node_ids_that_survive_a_restart() {
@@ -1592,7 +1593,7 @@ mod tests {
         }
     }
 
-    // Reference: pandora.txt §3.2.4 — a node is considered failed only when it
+    // Reference: Pandora paper §3.2.4 — a node is considered failed only when it
     // is disconnected from the majority of failure-detector replicas.
     #[test]
     fn a_node_heard_by_a_majority_of_replicas_lives_and_one_heard_by_a_minority_fails() {

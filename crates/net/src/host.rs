@@ -1,4 +1,4 @@
-//! A node as an OS process (DESIGN.md §7.1): one thread runs an event loop
+//! A node as an OS process (docs/DESIGN.md §7.1): one thread runs an event loop
 //! (`mio`) that owns the protocol, every TCP stream and the memory-mapped
 //! NVM file. Messages to one peer that one round of the loop produces
 //! leave in one write (coalescing). Persists are appended to the NVM file

@@ -1,4 +1,4 @@
-//! The configuration manager (DESIGN.md §7.1, HEAL §IV): nodes heartbeat
+//! The configuration manager (docs/DESIGN.md §7.1, HEAL §IV): nodes heartbeat
 //! it; it grants each heartbeat a lease and announces `Config { epoch,
 //! members }` whenever a node joins or stops heartbeating. Sans-IO, like
 //! the protocols: the host feeds it heartbeats and ticks.

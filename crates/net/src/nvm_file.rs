@@ -1,5 +1,5 @@
 //! A node's NVM for real processes: a log of [`Durable`] records in a
-//! memory-mapped file (DESIGN.md §7.1).
+//! memory-mapped file (docs/DESIGN.md §7.1).
 //!
 //! [`NvmFile::append`] is what a `Persist` does: it writes one frame at the
 //! tail of the mapped region, and nothing else (no in-memory mirror to

@@ -1,4 +1,4 @@
-//! The sans-IO protocol surface (DESIGN.md §7.1): a node is a value with
+//! The sans-IO protocol surface (docs/DESIGN.md §7.1): a node is a value with
 //! `step(now, input, out)`. It never reads a clock, draws randomness or
 //! touches a socket; the host (simulator or process) feeds it inputs and
 //! carries out its commands.

@@ -1,4 +1,4 @@
-//! The deterministic simulated network and NVM (DESIGN.md §7.1), on a
+//! The deterministic simulated network and NVM (docs/DESIGN.md §7.1), on a
 //! seeded RNG and a typed `(time, sequence)` event queue of `crates/sim`.
 //! Same seed, same steps.
 //!
@@ -53,7 +53,7 @@ pub const PAPER_CORES: usize = 20;
 impl Default for SimNetConfig {
     /// The DDP paper's parameters (Table 5): 1 µs round trip, NVM persist
     /// 400 ns with 16 NVM banks (2 channels x 8); a 200 ns CPU cost per
-    /// input on one core per node (DESIGN.md §7.1; the paper's servers have
+    /// input on one core per node (docs/DESIGN.md §7.1; the paper's servers have
     /// [`PAPER_CORES`], a sensitivity docs/DDP.md reports); no faults.
     fn default() -> Self {
         SimNetConfig {

@@ -1,4 +1,4 @@
-//! Deterministic simulation substrate (DESIGN.md §1, principle 1).
+//! Deterministic simulation substrate (docs/DESIGN.md §1, principle 1).
 //!
 //! Protocol code in Tandem never reads a wall clock, never draws from a global
 //! RNG and never touches a socket. Under test it runs on this crate instead: a

@@ -67,7 +67,7 @@ pub struct ClusterCheck {
     /// Replicas that differ, locks held by coordinators not known to have
     /// failed, counters that disagree with the ledgers.
     pub violations: Vec<String>,
-    /// Locks still held by failed coordinators: legitimate (DESIGN.md §4.5,
+    /// Locks still held by failed coordinators: legitimate (docs/DESIGN.md §4.5,
     /// NotLogged stray locks) until a live coordinator steals them or the
     /// membership's scan releases them.
     pub stray_locks: usize,

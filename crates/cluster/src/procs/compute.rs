@@ -1,10 +1,10 @@
-//! `tandem compute-server` (DESIGN.md §4.1, issue 9): register with the
+//! `tandem compute-server` (docs/DESIGN.md §4.1 and §4.5): register with the
 //! memory servers first, then join the membership and heartbeat, and run the
 //! micro workload. A compute server that is fenced (a verb came back
 //! `Revoked`, its ids were published as failed, it was told so, or its
 //! rejoin was refused) aborts its in-flight transactions (outcomes in
 //! doubt), stops issuing verbs, and comes back as a new incarnation: a node
-//! id from the membership, new coordinator ids, new keys (`pandora.txt`
+//! id from the membership, new coordinator ids, new keys (Pandora paper
 //! §3.2.2, Fig. 8 "reuse"). It keeps running the workload for the rest of
 //! its duration.
 //!

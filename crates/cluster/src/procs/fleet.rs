@@ -1,5 +1,5 @@
-//! The membership service's side of memory-server loss (DESIGN.md §4.6,
-//! `pandora.txt` §3.2.5; the protocol is [`tandem_membership::Fleet`]'s).
+//! The membership service's side of memory-server loss (docs/DESIGN.md §4.6,
+//! the Pandora paper §3.2.5; the protocol is [`tandem_membership::Fleet`]'s).
 //!
 //! - Heartbeats: every tick, an 8-byte read on the service's own data
 //!   connection to each memory server; an answer is [`FleetEvent::Heard`].

@@ -1,4 +1,4 @@
-//! A compute node's side of memory-server reconfiguration (DESIGN.md §4.6;
+//! A compute node's side of memory-server reconfiguration (docs/DESIGN.md §4.6;
 //! the protocol is [`tandem_membership::Fleet`]'s): the [`Gate`] every
 //! transaction passes, and [`follow_memory`], which applies each memory
 //! configuration the membership announces. Used by `tandem compute-server`

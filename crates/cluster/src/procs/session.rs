@@ -1,6 +1,6 @@
 //! The compute side of the membership protocol ([`super`]): joining,
 //! heartbeats, failure notices, rejoining when the service goes away, and
-//! learning that this node was fenced (issue 9).
+//! learning that this node was fenced (docs/DESIGN.md §4.5).
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
@@ -19,7 +19,7 @@ use super::{send_line, FromMembership, ToMembership};
 /// and rejoining (same ids) when the service goes away. Dropping it without
 /// [`MembershipSession::leave`] looks like a crash to the service.
 ///
-/// Join only once registered with the memory servers (issue 9): the
+/// Join only once registered with the memory servers: the
 /// detector's clock starts at the join, and a node it judges must already
 /// hold the keys that its revocation takes away.
 pub struct MembershipSession {
@@ -41,7 +41,7 @@ pub enum Stop {
     Lost(String),
 }
 
-/// The memory configuration as the service announces it (DESIGN.md §4.6),
+/// The memory configuration as the service announces it (docs/DESIGN.md §4.6),
 /// for the task that applies it; and the way to answer that it did.
 #[derive(Clone)]
 pub struct MemorySignal(Arc<MembershipLink>);
@@ -278,7 +278,7 @@ pub fn announce_replacement(
     }
 }
 
-/// Heartbeats to every membership replica (`pandora.txt` §3.2.4: to reach
+/// Heartbeats to every membership replica (Pandora paper §3.2.4: to reach
 /// a majority), each from a thread of its own on a connection of its own,
 /// so a replica that is down or slow delays no other; until `stop`.
 fn start_heartbeats(membership: &[SocketAddr], node: u16, every: Duration, stop: &Arc<AtomicBool>) {

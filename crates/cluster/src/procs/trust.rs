@@ -1,4 +1,4 @@
-//! Who may speak to the membership service, and for whom (DESIGN.md §8).
+//! Who may speak to the membership service, and for whom (docs/DESIGN.md §8).
 //!
 //! Every membership connection starts with the `tandem_auth` handshake. A
 //! message is taken only on a connection authenticated as the role and id

@@ -1,7 +1,8 @@
-//! Bounded waiting for peers (issue 9): a process started before the peers it
-//! needs (the membership before the memory servers, a compute server before
-//! either) retries, says what it waits for at most once a second, and gives
-//! up after its patience with a message that names the address.
+//! Bounded waiting for peers (docs/DESIGN.md §1, principle 5): a process
+//! started before the peers it needs (the membership before the memory servers,
+//! a compute server before either) retries, says what it waits for at most once
+//! a second, and gives up after its patience with a message that names the
+//! address.
 
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

@@ -1,5 +1,5 @@
-//! The causal checks of [`super`] (spec §13.2 C1, C1'; §13.3 C2, C3,
-//! RP-1'), for the UPD family. They follow each session's real causal past,
+//! The causal checks of [`super`] (C1, C1', C2, C3, RP-1'; docs/DDP.md,
+//! "Check labels"), for the UPD family. They follow each session's real causal past,
 //! not the protocol's vectors: a write's direct dependencies are the
 //! session's previous write and the versions it read since, and C1 and C2
 //! hold for all of a write's past if they hold for these at every node
@@ -65,7 +65,7 @@ impl Rec {
             .find(|&(k, t)| nvm_ts(nvm, k) < t)
     }
 
-    /// C1 (spec §13.2): each update a node applies finds its direct
+    /// C1: each update a node applies finds its direct
     /// dependencies applied there (and, with a persisted gate, at a node
     /// that did not coordinate it, persisted there).
     pub(super) fn observe(&mut self, node: NodeId, now: u64, p: &DdpNode, nvm: &[Nvm<Record>]) {
@@ -133,7 +133,7 @@ impl Run {
     }
 
     /// G2 for every UPD model; C1' (read-your-writes and monotonic reads
-    /// per session, open point 23) under Causal, up to a whole-cluster crash.
+    /// per session, docs/DDP.md open point 23) under Causal, up to a whole-cluster crash.
     pub(super) fn check_upd_history(&mut self, crash_at: Option<usize>) {
         let rec = self.rec.borrow();
         let mut v = Vec::new();

@@ -1,17 +1,18 @@
-//! The transactional client and checks of [`super`] (spec §13.2 Trans,
-//! §13.3 T-1, T-2, T-3). Each session runs transactions of one to four
-//! reads and writes (Begin, operations, End) and restarts a squashed one
-//! with a new number. Checked: every read returns a committed write (or the
-//! transaction's own) when it returns (G1a); Init replies only once INITX is
-//! persisted everywhere (T-1, Strict and Synch); End replies only once every
-//! member voted Prepared, i.e. holds every write (T-2; Strict and Synch: has
-//! persisted them); no member votes or ACKs before persisting what its vote
-//! promises (G1); the committed transactions are serializable (a cycle in
-//! Adya's DSG of ww, wr and rw edges, G1b reads); and after a whole-cluster
-//! crash every committed transaction is recovered whole or not at all,
-//! completed ones whole under Strict and Synch (T-3). Not in the spec:
-//! T-4 (the API's promise), no transaction answered `Aborted` commits;
-//! T-5, no transaction is decided both committed and aborted.
+//! The transactional client and checks of [`super`] (what Transactional
+//! consistency promises, and T-1, T-2, T-3; docs/DDP.md "Check labels"). Each
+//! session runs transactions of one to four reads and writes (Begin,
+//! operations, End) and restarts a squashed one with a new number. Checked:
+//! every read returns a committed write (or the transaction's own) when it
+//! returns (G1a); Init replies only once INITX is persisted everywhere (T-1,
+//! Strict and Synch); End replies only once every member voted Prepared, i.e.
+//! holds every write (T-2; Strict and Synch: has persisted them); no member
+//! votes or ACKs before persisting what its vote promises (G1); the committed
+//! transactions are serializable (a cycle in Adya's DSG of ww, wr and rw edges,
+//! G1b reads); and after a whole-cluster crash every committed transaction is
+//! recovered whole or not at all, completed ones whole under Strict and Synch
+//! (T-3). Beyond the paper: T-4 (the API's promise), no transaction answered
+//! `Aborted` commits; T-5, no transaction is decided both committed and
+//! aborted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

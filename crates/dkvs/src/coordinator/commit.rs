@@ -1,5 +1,5 @@
 //! The commit path: logging and validation in one round, then the commit
-//! writes, then the unlocks (DESIGN.md §4.4 steps 2, 3 and 5).
+//! writes, then the unlocks (docs/DESIGN.md §4.4 steps 2, 3 and 5).
 //!
 //! Every batch of a round is posted before any is awaited, so the round
 //! costs one round trip whatever the number of batches; the batches in
@@ -318,7 +318,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     }
 
     /// Await the commit writes. An object none of whose replicas took its
-    /// write is lost with them: `Unavailable` (DESIGN.md §4.6: a replica
+    /// write is lost with them: `Unavailable` (docs/DESIGN.md §4.6: a replica
     /// that became unreachable mid-commit is not live).
     async fn await_writes(&mut self, inflight: &mut Inflight<F>) -> Option<VerbError> {
         let mut fatal = None;

@@ -1,10 +1,10 @@
 //! The compute side of the tcp backend: joining a cluster of memory servers
 //! (region keys, revocation) and a compute thread's [`Fabric`] handle onto
-//! them (DESIGN.md §3, "Access control" and "tcp").
+//! them (docs/DESIGN.md §3, "Access control" and "tcp").
 //!
 //! [`TcpCluster`] speaks the admin protocol: it is what the membership service
 //! (or an embedded cluster) uses to issue a compute node its region keys and
-//! to terminate its links when it is declared failed (`pandora.txt` §3.2.2,
+//! to terminate its links when it is declared failed (Pandora paper §3.2.2,
 //! "Active-Link Termination"). [`TcpCluster::connect`] opens the calling
 //! thread's data connections with those keys and returns a [`TcpFabric`];
 //! each compute thread (a tokio `current_thread` runtime with a `LocalSet`)

@@ -1,8 +1,8 @@
 //! The tcp backend: memory servers as real processes reached over TCP
-//! (DESIGN.md §3, "Backends": "`tcp` (a memory-server process whose one
-//! polling thread — the "wimpy core" — executes batched verbs; clients
-//! pipeline requests; adaptive spin-then-park polling so idle servers do not
-//! burn a core)").
+//! (docs/DESIGN.md §3, "Backends"): a memory-server process whose polling
+//! thread (the "wimpy core") executes batched verbs that clients pipeline,
+//! spinning briefly after work and then parking, so an idle server burns no
+//! core.
 //!
 //! - [`wire`]: the frame format (length-prefixed, little-endian, bounded).
 //! - [`serve`] / [`MemoryServerHandle`]: the memory server. Connection threads

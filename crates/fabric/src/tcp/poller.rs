@@ -1,8 +1,7 @@
 //! The memory server's "wimpy core": a polling thread that reads, executes
-//! and answers every batched verb of its data connections (DESIGN.md §3,
-//! "tcp": "a memory-server process whose one polling thread executes
-//! batched verbs ... adaptive spin-then-park polling so idle servers do not
-//! burn a core").
+//! and answers every batched verb of its data connections (docs/DESIGN.md §3,
+//! the tcp backend: one polling thread executes the batched verbs, spinning
+//! briefly after work and then parking, so an idle server burns no core).
 //!
 //! `tandem memory-server --pollers cpus` (what the benchmarks run) departs
 //! from "one": it runs one poller per CPU, pinned, and a poller hands a

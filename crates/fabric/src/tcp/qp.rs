@@ -1,6 +1,7 @@
 //! A compute thread's queue pair to one memory server over TCP: pipelined
-//! doorbell batches on one connection (DESIGN.md §3, "clients pipeline
-//! requests"; `pandora.txt` §2.1 on queue pairs and doorbell batching).
+//! doorbell batches on one connection (docs/DESIGN.md §3, the tcp
+//! backend; the Pandora paper, EDBT 2025, §2.1 on queue pairs and doorbell
+//! batching).
 //!
 //! Compute threads are tokio `current_thread` runtimes with a `LocalSet`, so
 //! everything here is `Rc`/`RefCell` and not `Send`. Per connection:
@@ -98,7 +99,7 @@ struct Conn {
     shm: Option<ShmLink>,
     inner: RefCell<Inner>,
     /// Signalled when the connection is killed: the reader stops waiting
-    /// for a server that may never answer (a cut link, DESIGN.md §4.6).
+    /// for a server that may never answer (a cut link, docs/DESIGN.md §4.6).
     killed: tokio::sync::Notify,
 }
 
@@ -208,7 +209,7 @@ impl Drop for Link {
 ///
 /// Clones share one link, which [`TcpQp::replace`] swaps for a connection to
 /// a replacement memory server: coordinators keep their handles across a
-/// memory-node replacement (DESIGN.md §4.6).
+/// memory-node replacement (docs/DESIGN.md §4.6).
 #[derive(Clone)]
 pub struct TcpQp {
     link: Rc<RefCell<Rc<Link>>>,

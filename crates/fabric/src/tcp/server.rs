@@ -1,5 +1,5 @@
 //! A memory server: accepts connections for one [`MemoryNode`] and serves its
-//! one-sided verbs over TCP (DESIGN.md §3, "tcp" and "Access control").
+//! one-sided verbs over TCP (docs/DESIGN.md §3, "tcp" and "Access control").
 //!
 //! Threads: the acceptor (the caller of [`serve`]), one short-lived thread
 //! per connection for its handshake, and the polling threads of
@@ -76,7 +76,7 @@ pub struct Polling {
 }
 
 impl Default for Polling {
-    /// One polling thread (DESIGN.md §3's "wimpy core"), spinning for
+    /// One polling thread (docs/DESIGN.md §3's "wimpy core"), spinning for
     /// [`poller::default_spin`]: what in-process servers run.
     fn default() -> Self {
         Polling {
@@ -102,7 +102,7 @@ impl Polling {
     /// the connections whose clients run on its CPU, and the urgent one
     /// (`memory-server --pollers cpus`). On this 2-core machine it doubled
     /// depth-1 verbs/s against one poller, whose every request woke it
-    /// across CPUs (docs/RESULTS.md, issue 14).
+    /// across CPUs (docs/RESULTS.md, "Fabric ceiling").
     pub fn per_cpu() -> Self {
         Polling {
             threads: crate::cpu_count(),

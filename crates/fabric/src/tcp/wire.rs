@@ -1,6 +1,6 @@
 //! The tcp backend's wire format: length-prefixed little-endian frames that
 //! carry doorbell batches of one-sided verbs and their completions, plus the
-//! handshake and control messages of a memory server (DESIGN.md §3, "tcp").
+//! handshake and control messages of a memory server (docs/DESIGN.md §3, "tcp").
 //!
 //! A frame is `len: u32` (body bytes, at most [`FRAME_BYTES_MAX`]) followed by
 //! the body: one opcode byte, then the message fields. Everything a peer sends

@@ -1,4 +1,4 @@
-//! Harris–Michael sorted list (kite.md §4): a node's field 0 is its `next`
+//! Harris–Michael sorted list (Kite paper §7.3): a node's field 0 is its `next`
 //! pointer `id << 1 | mark`, field 1 its element, fields 2.. its data; id
 //! 0 is the list's head sentinel. Search acquires the links and reads the
 //! elements relaxed, unlinking marked nodes on the way; insert links with

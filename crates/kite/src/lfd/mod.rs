@@ -1,4 +1,4 @@
-//! The paper's lock-free data structures on Kite's API (kite.md §4, paper
+//! The paper's lock-free data structures on Kite's API (Kite paper
 //! §7.3): Treiber stack, Michael–Scott queue and Harris–Michael list,
 //! written once as `async` code against [`Api`], one Kite call at a time,
 //! with relaxed accesses for node fields and acquires/CAS for the links.

@@ -1,4 +1,4 @@
-//! Michael–Scott queue (kite.md §4): `head` and `tail` hold node ids, 0
+//! Michael–Scott queue (Kite paper §7.3): `head` and `tail` hold node ids, 0
 //! being the queue's own dummy; a node's `next` is 0 until linked. The
 //! links are acquired and CASed, node fields written and read relaxed.
 

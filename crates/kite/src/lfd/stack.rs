@@ -1,4 +1,4 @@
-//! Treiber stack (kite.md §4): `top` holds the top node's id (0: empty);
+//! Treiber stack (Kite paper §7.3): `top` holds the top node's id (0: empty);
 //! node ids are never reused, so there is no ABA. A push writes its
 //! fields and its `next` relaxed and links with a CAS (release: the fields
 //! are visible before the node is); a pop acquires `top`, reads the node

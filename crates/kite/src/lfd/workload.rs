@@ -1,5 +1,5 @@
 //! Drives each session's data-structure program in the check harness and
-//! checks the structures (kite.md §7 inv. 18–19): a pop after the
+//! checks the structures (invariants 18–19 of `tandem_check::rc`): a pop after the
 //! session's own push never finds the structure empty; a popped node is
 //! one pushed to that structure, with the data written, popped once; a
 //! queue keeps each enqueuer's order; a list's final contents are what its

@@ -1,5 +1,5 @@
-//! The log-free data structures of thesis §3.6.1 (spec §3), written once
-//! against [`PMem`] with the release/acquire annotations of spec §3.2:
+//! The log-free data structures of thesis §3.6.1, written once
+//! against [`PMem`] with the release/acquire annotations of docs/LRP.md decision 2:
 //! node fields are plain writes, the publishing CAS is a release, and
 //! traversals load links with acquire. Each reads its recovered image back
 //! with `recover` (null recovery: the ordinary read-only traversal) and
