@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Render DART's results from the JSON files `tandem litmus --json` wrote
+"""Render DART's results from the JSON files `tandem dart --json` wrote
 under $1, as the `dart` part of docs/RESULTS.md (stdout, between part
 markers; scripts/assemble_results.py places it)."""
 import json, os, sys
@@ -12,7 +12,7 @@ def load(name):
 long = load("dart-long.json")
 print("<!-- part dart -->")
 print("### Correct pandora under crash injection, a million litmus transactions\n")
-print("`tandem litmus --store pandora --seeds 2500 --crash-rate 0.5 --jobs 2 --json target/results/dart-long.json`\n")
+print("`tandem dart --store pandora --seeds 2500 --crash-rate 0.5 --jobs 2 --json target/results/dart-long.json`\n")
 print(f"{long['runs']} runs, **{long['transactions']:,} litmus transactions** ({long['committed']:,} committed, "
       f"{long['aborted']:,} aborted, {long['unknown']:,} with unknown outcome), {long['asserts_checked']:,} assertion "
       f"transactions, {long['crashes']} compute crashes: **{long['violation_count']} violations**. "
@@ -21,20 +21,20 @@ print(f"{long['runs']} runs, **{long['transactions']:,} litmus transactions** ({
       "the simulator's event queue dominates the profile).\n")
 for mode in ["ford", "traditional"]:
     r = load(f"dart-{mode}.json")
-    print(f"- {mode}: `tandem litmus --store {mode} --seeds 300 --crash-rate 0.5`: {r['transactions']:,} transactions, "
+    print(f"- {mode}: `tandem dart --store {mode} --seeds 300 --crash-rate 0.5`: {r['transactions']:,} transactions, "
           f"{r['crashes']} crashes, {r['violation_count']} violations.")
 p = load("dart-procs.json")
-print(f"- over real processes (`tandem litmus --store pandora --fabric tcp --crash-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60`: "
+print(f"- over real processes (`tandem dart --store pandora --fabric tcp --crash-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60`: "
       f"memory-server, membership and litmus-worker processes, one worker `kill -9`ed per run, histories journaled to files): "
       f"{p['transactions']:,} transactions ({p['unknown']} with unknown outcome), {p['crashes']} kills, each recovered by the membership process, "
       f"{p['violation_count']} violations.")
 m = load("dart-procs-memkill.json")
-print(f"- over real processes with memory-server kills (`tandem litmus --store pandora --fabric tcp --crash-rate 1 --memory-kill-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60`): "
+print(f"- over real processes with memory-server kills (`tandem dart --store pandora --fabric tcp --crash-rate 1 --memory-kill-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60`): "
       f"every run also `kill -9`s a memory server mid-run; the workers hold, drain and switch primaries, the killed worker is recovered from the live replicas, "
       f"a replacement is filled and admitted before the final check: {m['transactions']:,} transactions ({m['unknown']} with unknown outcome), "
       f"{m['runs']} memory-server kills, {m['crashes']} worker kills, {m['violation_count']} violations.")
 print("\n### FORD's six bugs: which litmus test catches each (next to the paper's Table 1)\n")
-print("Each row is `tandem litmus --store STORE --inject-bug BUG --tests T --instances I --seeds BUDGET --stop-at-first` "
+print("Each row is `tandem dart --store STORE --inject-bug BUG --tests T --instances I --seeds BUDGET --stop-at-first` "
       "(crashes in every run where the bug needs one); seeds are fixed, so the first catching seed is deterministic. "
       "`crates/dart/tests/mutants.rs` asserts the same budgets.\n")
 print("| bug (paper Table 1) | store | crashes | caught by | first seed | budget | paper's litmus test |")
@@ -55,7 +55,7 @@ for label, bug, store, crash, budget, paper in rows:
     seed = v["seed"] if v else "–"
     print(f"| {label} | {store} | {crash} | {caught} | {seed} | {budget} | {paper} |")
 print("\n### PostgreSQL, the real-world control\n")
-print("`tandem litmus --store postgres --isolation LEVEL --seeds 20` against Debian's PostgreSQL "
+print("`tandem dart --store postgres --isolation LEVEL --seeds 20` against Debian's PostgreSQL "
       "(`scripts/postgres.sh`); serialization failures count as aborts.\n")
 print("| isolation | transactions | violations | first violation |")
 print("|---|---:|---:|---|")

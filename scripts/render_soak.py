@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Render the `soak` part of docs/RESULTS.md (slot reclamation: table
-occupancy and memory over long runs) from the JSON of `tandem table-soak`
+occupancy and memory over long runs) from the JSON of `tandem pandora table-soak`
 (scripts/results.sh), between part markers."""
 import json, os, sys
 
@@ -10,7 +10,7 @@ print("<!-- part soak -->")
 print("### Slot reclamation: insert/delete workloads in bounded memory\n")
 print("A deleted key's tombstone is reused by later inserts, or emptied once the next slot is empty, in a logged")
 print("transaction; an absent key guards its whole probe path (the argument: ARCHITECTURE.md). Each run below is")
-print("`tandem table-soak --workload W --duration %s --reclaim both` on the in-process fabric at full speed (2 compute" % secs)
+print("`tandem pandora table-soak --workload W --duration %s --reclaim both` on the in-process fabric at full speed (2 compute" % secs)
 print("nodes x 16 coordinators, Pandora), sampling every table's occupied slots (live keys and tombstones) and the")
 print("process's resident memory every 10 s. \"Half-way\" and \"end\" are the samples the stability verdict compares:")
 print("a table whose occupancy grew by more than 1 % of its slots over the second half, or memory by more than 5 %,")

@@ -35,29 +35,29 @@ bash scripts/peers.sh stop all >/dev/null 2>&1 || true
 retry() { local a; for a in 1 2 3; do if run "$@"; then return 0; fi; echo "  (attempt $a failed; running again)" >&2; done; return 1; }
 
 # Pandora: pandora vs ford vs traditional, in-process fabric (verbs execute at once).
-run $T bench --store pandora,ford,traditional --workload micro --fabric sim --write-ratio 0.5 \
+run $T pandora bench --store pandora,ford,traditional --workload micro --fabric sim --write-ratio 0.5 \
     --rounds 5 --duration 2 --json $OUT/micro-sim.json
 # Pure protocol cost per core: one compute thread, a cache-resident key set, no check.
-run $T bench --store pandora --workload micro --fabric sim --compute-nodes 1 --coordinators 4 \
+run $T pandora bench --store pandora --workload micro --fabric sim --compute-nodes 1 --coordinators 4 \
     --keys 1000 --rounds 3 --duration 2 --no-check --json $OUT/micro-sim-1core.json
 # Real processes over TCP.
-run $T bench --store pandora,ford,traditional --workload micro --fabric tcp --write-ratio 0.5 \
+run $T pandora bench --store pandora,ford,traditional --workload micro --fabric tcp --write-ratio 0.5 \
     --rounds 3 --duration 2 --json $OUT/micro-tcp.json
 # Deep pipelines: 512 coordinators per compute node keep hundreds of verbs in flight.
-run $T bench --store pandora,ford --workload micro --fabric tcp --write-ratio 0.5 --coordinators 512 \
+run $T pandora bench --store pandora,ford --workload micro --fabric tcp --write-ratio 0.5 --coordinators 512 \
     --rounds 3 --duration 2 --json $OUT/micro-tcp-512.json
 # The tcp fabric beside the physical limit: the same frames echoed over the
 # same loopback sockets, alternating with it at each depth.
 for d in 1 16 64 512; do
-  run $T fabric-bench --fabric tcp --depth $d --threads 2 --duration 2 --json $OUT/fabric-tcp-d$d.json
-  run $T fabric-bench --fabric echo --depth $d --threads 2 --duration 2 --json $OUT/fabric-echo-d$d.json
-  run $T fabric-bench --fabric shm --depth $d --threads 2 --duration 2 --json $OUT/fabric-shm-d$d.json
+  run $T pandora fabric-bench --fabric tcp --depth $d --threads 2 --duration 2 --json $OUT/fabric-tcp-d$d.json
+  run $T pandora fabric-bench --fabric echo --depth $d --threads 2 --duration 2 --json $OUT/fabric-echo-d$d.json
+  run $T pandora fabric-bench --fabric shm --depth $d --threads 2 --duration 2 --json $OUT/fabric-shm-d$d.json
 done
 # The shm fabric: the same memory-server processes, their regions mapped by the compute threads.
-run $T bench --store pandora,ford,traditional --workload micro --fabric shm --write-ratio 0.5 \
+run $T pandora bench --store pandora,ford,traditional --workload micro --fabric shm --write-ratio 0.5 \
     --rounds 3 --duration 2 --json $OUT/micro-shm.json
 # Bank (SmallBank-style) for the traditional-logging overhead.
-run $T bench --store pandora,ford,traditional --workload bank --fabric sim \
+run $T pandora bench --store pandora,ford,traditional --workload bank --fabric sim \
     --rounds 3 --duration 2 --json $OUT/bank-sim.json
 
 # Pandora's recovery. Log recovery vs coordinators per compute node (paper Table 2),
@@ -65,31 +65,31 @@ run $T bench --store pandora,ford,traditional --workload bank --fabric sim \
 # where two loaded cores otherwise produce false positives).
 for c in 1 8 64 512; do
   t=5; [ "$c" = 512 ] && t=20
-  retry $T recovery --fabric tcp --coordinators $c --timeout-ms $t --json $OUT/recovery-tcp-c$c.json
-  retry $T recovery --fabric shm --coordinators $c --timeout-ms $t --json $OUT/recovery-shm-c$c.json
+  retry $T pandora recovery --fabric tcp --coordinators $c --timeout-ms $t --json $OUT/recovery-tcp-c$c.json
+  retry $T pandora recovery --fabric shm --coordinators $c --timeout-ms $t --json $OUT/recovery-shm-c$c.json
 done
 # Log recovery at 512 over TCP again, five more runs: its spread, beside the table's single run.
 for i in 1 2 3 4 5; do
-  retry $T recovery --fabric tcp --coordinators 512 --timeout-ms 20 --json $OUT/recovery-tcp-c512-r$i.json
+  retry $T pandora recovery --fabric tcp --coordinators 512 --timeout-ms 20 --json $OUT/recovery-tcp-c512-r$i.json
 done
 # Recovery time independent of dataset size (in-process fabric: loading 4 M keys over TCP is slow here).
 # A few hundred microseconds on two shared cores: nine runs of each size, alternating; medians compared.
 rm -f $OUT/recovery-sim-k*-r*.json   # no stale run stands in for a missing one
 for i in 1 2 3 4 5 6 7 8 9; do
   for k in 500000 4000000; do
-    retry $T recovery --fabric sim --coordinators 64 --keys $k --json $OUT/recovery-sim-k$k-r$i.json
+    retry $T pandora recovery --fabric sim --coordinators 64 --keys $k --json $OUT/recovery-sim-k$k-r$i.json
   done
 done
 
 # Baselines' recovery: ford scans every lock word with the world stopped; traditional reads its lock logs.
 for k in 100000 1000000; do
-  retry $T recovery --store ford --fabric sim --coordinators 64 --keys $k --json $OUT/recovery-ford-k$k.json
+  retry $T pandora recovery --store ford --fabric sim --coordinators 64 --keys $k --json $OUT/recovery-ford-k$k.json
 done
-retry $T recovery --store traditional --fabric sim --coordinators 64 --keys 1000000 --json $OUT/recovery-traditional-k1000000.json
-retry $T recovery --store pandora --fabric sim --coordinators 64 --keys 1000000 --json $OUT/recovery-pandora-k1000000.json
+retry $T pandora recovery --store traditional --fabric sim --coordinators 64 --keys 1000000 --json $OUT/recovery-traditional-k1000000.json
+retry $T pandora recovery --store pandora --fabric sim --coordinators 64 --keys 1000000 --json $OUT/recovery-pandora-k1000000.json
 
 # Memory-node loss on real threads (in-process fabric): pause, move primaries, run degraded, re-replicate.
-retry $T recovery --fail-memory-node 1 --coordinators 16 --keys 100000 --duration 2.5 --json $OUT/memfail.json
+retry $T pandora recovery --fail-memory-node 1 --coordinators 16 --keys 100000 --duration 2.5 --json $OUT/memfail.json
 
 # Parts machine, engine, recovery and bugs of the Pandora section.
 if [ "$ENGINE_ONLY" = 1 ]; then
@@ -102,16 +102,16 @@ assemble "$PARTS/pandora.md"
 
 # DART. A million litmus transactions on correct pandora with crashes, the baselines,
 # each of FORD's six bugs (the budgets of crates/dart/tests/mutants.rs), and PostgreSQL.
-run $T litmus --store pandora --seeds 2500 --crash-rate 0.5 --jobs 2 --json $OUT/dart-long.json
-run $T litmus --store ford --seeds 300 --crash-rate 0.5 --json $OUT/dart-ford.json
-run $T litmus --store traditional --seeds 300 --crash-rate 0.5 --json $OUT/dart-traditional.json
+run $T dart --store pandora --seeds 2500 --crash-rate 0.5 --jobs 2 --json $OUT/dart-long.json
+run $T dart --store ford --seeds 300 --crash-rate 0.5 --json $OUT/dart-ford.json
+run $T dart --store traditional --seeds 300 --crash-rate 0.5 --json $OUT/dart-traditional.json
 # Over real processes: memory servers, membership, litmus-worker processes; one kill -9 per run.
-run $T litmus --store pandora --fabric tcp --crash-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60 --json $OUT/dart-procs.json
+run $T dart --store pandora --fabric tcp --crash-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60 --json $OUT/dart-procs.json
 # ... and a memory-server kill -9 mid-run in every run, its replacement admitted before the final check.
-run $T litmus --store pandora --fabric tcp --crash-rate 1 --memory-kill-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60 --json $OUT/dart-procs-memkill.json
+run $T dart --store pandora --fabric tcp --crash-rate 1 --memory-kill-rate 1 --seeds 30 --compute-nodes 3 --clients 4 --txs 60 --json $OUT/dart-procs-memkill.json
 bug() { # store bug tests instances crash-rate txs budget [extra bug]
   local extra=""; [ -n "${8:-}" ] && extra="--inject-bug $8"
-  run $T litmus --store $1 --inject-bug $2 $extra --tests $3 --instances $4 --crash-rate $5 --txs $6 --seeds $7 \
+  run $T dart --store $1 --inject-bug $2 $extra --tests $3 --instances $4 --crash-rate $5 --txs $6 --seeds $7 \
       --stop-at-first --json $OUT/dart-bug-$2-$1.json || true   # a caught bug exits non-zero
 }
 bug pandora complicit-abort litmus-1 1 0 60 80
@@ -123,20 +123,20 @@ bug traditional lost-decision 3 1 1 60 20
 bug traditional logging-without-locking 3 1 1 60 100 trust-undo-images
 bash scripts/postgres.sh start
 for iso in serializable repeatable-read read-committed; do
-  run $T litmus --store postgres --isolation $iso --seeds 20 --json $OUT/dart-pg-$iso.json || true
+  run $T dart --store postgres --isolation $iso --seeds 20 --json $OUT/dart-pg-$iso.json || true
 done
 python3 scripts/render_dart.py "$OUT" > "$PARTS/dart.md"
 assemble "$PARTS/dart.md"
 
 # False suspicion. The demo scenario 100 times with random stalls, crashes and a competing
 # load; the seeded simulation of the same faults, and revocable fencing re-injected.
-run $T soak --runs 100 --json $OUT/soak.json
-run $T sim-suspicion --seeds 1000 --json $OUT/sim-suspicion.json
-run $T sim-suspicion --seeds 1000 --inject-bug revocable-fencing --json $OUT/sim-suspicion-revocable.json || true
+run $T pandora soak --runs 100 --json $OUT/soak.json
+run $T pandora sim-suspicion --seeds 1000 --json $OUT/sim-suspicion.json
+run $T pandora sim-suspicion --seeds 1000 --inject-bug revocable-fencing --json $OUT/sim-suspicion-revocable.json || true
 # DART's default campaign (no --tests, default crash rate) against each of FORD's six bugs, in the mode where it lives.
 default_bug() { # store bug [extra bug]
   local extra=""; [ -n "${3:-}" ] && extra="--inject-bug $3"
-  run $T litmus --store $1 --inject-bug $2 $extra --seeds 300 --stop-at-first --json $OUT/dart-default-$1-$2.json || true
+  run $T dart --store $1 --inject-bug $2 $extra --seeds 300 --stop-at-first --json $OUT/dart-default-$1-$2.json || true
 }
 for s in pandora ford; do default_bug $s complicit-abort; default_bug $s covert-locks; default_bug $s relaxed-locks; done
 default_bug ford missing-insert-undo
@@ -155,7 +155,7 @@ assemble "$PARTS/ddp.md"
 # Slot reclamation. TATP and bounded-history TPC-C at full speed, 10 minutes each with
 # reclamation and 10 without (SOAK_SECS shortens them), occupancy and memory sampled every 10 s.
 for w in tatp tpcc-bounded; do
-  run $T table-soak --workload $w --duration ${SOAK_SECS:-600} --reclaim both --json $OUT/soak-$w.json --figure docs/figures/soak-$w
+  run $T pandora table-soak --workload $w --duration ${SOAK_SECS:-600} --reclaim both --json $OUT/soak-$w.json --figure docs/figures/soak-$w
 done
 python3 scripts/render_soak.py "$OUT" > "$PARTS/soak.md"
 assemble "$PARTS/soak.md"

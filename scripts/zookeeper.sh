@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A standalone ZooKeeper on loopback for `tandem membership --zookeeper`
+# A standalone ZooKeeper on loopback for `tandem pandora membership --zookeeper`
 # (pandora.txt §3.2.4: the failure detector's state lives in ZooKeeper).
 #
 #   usage: scripts/zookeeper.sh install|start|stop|status

@@ -155,7 +155,7 @@ pub fn update_section(path: &Path, name: &str, section: &str) -> Result<(), Stri
     let new = match (old.find(&open), old.find(&close)) {
         (Some(i), Some(j)) if j > i => format!("{}{block}{}", &old[..i], &old[j + close.len()..]),
         _ => {
-            let heading = "## Experiments (issue 5): `tandem experiment NAME`";
+            let heading = "## Other results";
             let mut s = old.trim_end().to_string();
             if !s.contains(heading) {
                 s += &format!("\n\n{heading}\n\nEach section below is written by its command; `scripts/results.sh` runs them all.");

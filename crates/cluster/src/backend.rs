@@ -102,7 +102,7 @@ pub struct MemoryServers {
 }
 
 impl MemoryServers {
-    /// Start `count` `tandem memory-server` processes on loopback ports chosen
+    /// Start `count` `tandem pandora memory-server` processes on loopback ports chosen
     /// by the OS, each with `mem_bytes` of memory, sharing a master secret.
     pub fn spawn(
         exe: &Path,
@@ -213,7 +213,7 @@ impl MemoryServers {
     }
 }
 
-/// One `tandem memory-server` process on a loopback port the OS picks, with
+/// One `tandem pandora memory-server` process on a loopback port the OS picks, with
 /// `extra` arguments; its address once it accepts connections.
 fn spawn_memory_server(
     exe: &Path,

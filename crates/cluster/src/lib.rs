@@ -7,7 +7,7 @@
 //!
 //! - [`runner`]: compute threads with their coordinators against memory
 //!   nodes, with the membership, crash and false-suspicion injection, and
-//!   the end-of-run checks (`tandem bench`, `tandem soak`);
+//!   the end-of-run checks (`tandem pandora bench`, `tandem pandora soak`);
 //! - [`backend`]: the memory side, in-process nodes or `tandem
 //!   memory-server` processes over TCP;
 //! - [`procs`]: the process roles of a multi-process deployment

@@ -1,5 +1,5 @@
 //! Pandora as separate OS processes (docs/DESIGN.md §4.1): a membership server and
-//! compute servers, beside `tandem memory-server` processes, talking over TCP.
+//! compute servers, beside `tandem pandora memory-server` processes, talking over TCP.
 //! A crash is `kill -9`.
 //!
 //! Membership protocol: JSON lines over TCP.

@@ -306,7 +306,7 @@ pub struct Latency {
     pub mean: f64,
 }
 
-/// What happened between a crash and the end of its recovery (`tandem recovery`).
+/// What happened between a crash and the end of its recovery (`tandem pandora recovery`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RecoveryTimeline {
     pub crashed_node: u16,

@@ -32,7 +32,7 @@ impl WorkloadSpec {
 
     /// A workload by name with FORD's defaults, scaled by `scale` when given:
     /// micro keys (default 100 000), bank customers (default 16; the
-    /// benchmark settings of `tandem bench`: few drains and receipts),
+    /// benchmark settings of `tandem pandora bench`: few drains and receipts),
     /// smallbank accounts (100 000, hot set 4 %), tatp subscribers (100 000),
     /// tpcc warehouses (default 1; FORD and Pandora ran 1–4; the other TPC-C
     /// counts stay at [`TpccSpec::default`], about 0.3 GB per warehouse per replica).

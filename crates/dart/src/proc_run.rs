@@ -3,8 +3,8 @@
 //! operation"; docs/DESIGN.md §5, crash injection over processes; recovery as
 //! in the paper's §3.2 and docs/DESIGN.md §4.5).
 //!
-//! The parent (`tandem litmus --fabric tcp --crash-rate R`) starts three
-//! `tandem memory-server` processes and a `tandem membership` process whose
+//! The parent (`tandem dart --fabric tcp --crash-rate R`) starts three
+//! `tandem pandora memory-server` processes and a `tandem pandora membership` process whose
 //! layout describes the litmus table (`--litmus-keys`), loads the litmus
 //! objects, and starts one `tandem litmus-worker` process per compute node.
 //! A worker joins the membership service (coordinator ids, heartbeats,
@@ -72,7 +72,7 @@ pub const REPLICAS: u16 = 2;
 pub const LOG_SLOTS: u32 = 64;
 
 /// The store every process of a litmus cluster computes the same layout from
-/// (the membership process too: `tandem membership --litmus-keys`). Bug
+/// (the membership process too: `tandem pandora membership --litmus-keys`). Bug
 /// switches do not change the layout.
 pub fn litmus_store(
     mode: Mode,

@@ -2,7 +2,7 @@
 //! (docs/DESIGN.md §3, the tcp backend; §5). Compute nodes run in this process on a
 //! tokio `LocalSet`, one coordinator per client; the memory servers come
 //! fresh from a [`TcpServers`] factory for every run (the loader expects an
-//! empty store), as processes (`tandem litmus --fabric tcp`) or in-process
+//! empty store), as processes (`tandem dart --fabric tcp`) or in-process
 //! servers (tests). Real time is the wall clock of this process.
 //!
 //! No crashes here: `kill -9` of compute-server processes is

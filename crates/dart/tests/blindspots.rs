@@ -6,7 +6,7 @@
 //! | check | planted bug | caught by | missed by |
 //! |---|---|---|---|
 //! | rw edges of deletes | complicit abort, seed 212 | G2 cycle | a checker without the delete's `rw` edge |
-//! | default campaign | FORD's six (docs/DESIGN.md §4.7) | `tandem litmus` defaults, < 300 seeds | (missing-insert-undo, logging-without-locking: campaigns without crashes or inserts) |
+//! | default campaign | FORD's six (docs/DESIGN.md §4.7) | `tandem dart` defaults, < 300 seeds | (missing-insert-undo, logging-without-locking: campaigns without crashes or inserts) |
 //! | replica check | `restore-one-replica` | replica check | runs that read primaries only |
 //! | weighted crash points | `invalidate-logs-first`, `missing-insert-undo` | weighted | uniform, 300 seeds |
 //! | slow recovery | `lock-lease` (stalling pandora) | `--slow-recovery-ns 200000` | quick recovery, 100 seeds |
@@ -18,7 +18,7 @@ use tandem_dart::campaign::{self, CampaignConfig, CampaignReport, StoreKind, STA
 use tandem_dart::plan::CrashPoints;
 use tandem_dkvs::Mode;
 
-/// The default campaign of `tandem litmus` with `bugs` injected.
+/// The default campaign of `tandem dart` with `bugs` injected.
 fn defaults(mode: Mode, bugs: &[&str], seeds: u64) -> CampaignConfig {
     let mut c = CampaignConfig::new(StoreKind::Tandem(mode));
     c.seeds = Some(seeds);
@@ -68,7 +68,7 @@ fn a_lost_update_through_a_delete_is_a_g2_cycle() {
     );
 }
 
-/// FORD's six bugs, each in the mode where it lives, as `tandem litmus
+/// FORD's six bugs, each in the mode where it lives, as `tandem dart
 /// --store MODE --inject-bug BUG` with every other flag at its default.
 /// First seeds today: complicit abort 1 (pandora) / 1 (ford), covert locks
 /// 2 / 2, relaxed locks 12 / 5, missing insert undo 63, lost decision 1,

@@ -1,5 +1,5 @@
 //! DART against Tandem over the tcp and shm fabrics (real sockets or
-//! memfd regions, memory servers on their own threads; `tandem litmus
+//! memfd regions, memory servers on their own threads; `tandem dart
 //! --fabric tcp|shm` starts them as processes): the correct protocols show
 //! no violation.
 

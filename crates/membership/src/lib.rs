@@ -9,7 +9,7 @@
 //! of raft-rs and openraft's engine: time comes in as an argument and every
 //! effect (revoking, recovering, notifying) goes out as a [`Command`] for a
 //! runtime to execute. The same code runs under the simulator and in the
-//! `tandem membership` process.
+//! `tandem pandora membership` process.
 
 mod fleet;
 mod membership;

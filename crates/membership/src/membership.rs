@@ -11,7 +11,7 @@ pub type NodeId = u16;
 #[derive(Clone, Debug)]
 pub struct MembershipConfig {
     /// A node is declared failed when no heartbeat arrived for this long
-    /// (docs/DESIGN.md §4.5: 5 ms by default here; the `tandem membership`
+    /// (docs/DESIGN.md §4.5: 5 ms by default here; the `tandem pandora membership`
     /// process defaults to 250 ms).
     pub heartbeat_timeout_ns: u64,
     /// Coordinator ids are `1..id_space`; with the store's log slots this is
@@ -1247,7 +1247,7 @@ mod tests {
         }
     }
 
-    /// Through JSON, as the `tandem membership` process stores it.
+    /// Through JSON, as the `tandem pandora membership` process stores it.
     fn reload(m: &Membership, cfg: MembershipConfig, now: u64) -> Membership {
         let json = serde_json::to_string(&m.snapshot()).unwrap();
         Membership::restore(cfg, serde_json::from_str(&json).unwrap(), now).unwrap()

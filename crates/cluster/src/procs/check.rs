@@ -1,5 +1,5 @@
 //! Loading the micro dataset before compute servers join, and the post-run
-//! check of a multi-process deployment (`tandem check-cluster`).
+//! check of a multi-process deployment (`tandem pandora check-cluster`).
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! `tandem compute-server` (docs/DESIGN.md §4.1 and §4.5): register with the
+//! `tandem pandora compute-server` (docs/DESIGN.md §4.1 and §4.5): register with the
 //! memory servers first, then join the membership and heartbeat, and run the
 //! micro workload. A compute server that is fenced (a verb came back
 //! `Revoked`, its ids were published as failed, it was told so, or its

@@ -11,7 +11,7 @@
 //! - [`FleetCommand::Rereplicate`]: while everyone holds, register with the
 //!   replacement, fence on it every compute node declared failed so far,
 //!   copy every partition the lost node replicated from a live replica.
-//! - A replacement announces itself (`tandem memory-server --replaces N`)
+//! - A replacement announces itself (`tandem pandora memory-server --replaces N`)
 //!   with `{"replacement":{"node":N,"addr":A}}`.
 
 use std::cell::RefCell;

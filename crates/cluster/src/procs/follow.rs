@@ -1,7 +1,7 @@
 //! A compute node's side of memory-server reconfiguration (docs/DESIGN.md §4.6;
 //! the protocol is [`tandem_membership::Fleet`]'s): the [`Gate`] every
 //! transaction passes, and [`follow_memory`], which applies each memory
-//! configuration the membership announces. Used by `tandem compute-server`
+//! configuration the membership announces. Used by `tandem pandora compute-server`
 //! and by DART's `litmus-worker` processes.
 
 use std::cell::{Cell, RefCell};

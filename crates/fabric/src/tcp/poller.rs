@@ -3,7 +3,7 @@
 //! the tcp backend: one polling thread executes the batched verbs, spinning
 //! briefly after work and then parking, so an idle server burns no core).
 //!
-//! `tandem memory-server --pollers cpus` (what the benchmarks run) departs
+//! `tandem pandora memory-server --pollers cpus` (what the benchmarks run) departs
 //! from "one": it runs one poller per CPU, pinned, and a poller hands a
 //! connection to the poller on the CPU its packets come from (`SO_INCOMING_CPU`, checked every
 //! [`STEER_EVERY_READS`] reads, acted on when seen twice), as a NIC steers

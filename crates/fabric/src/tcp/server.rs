@@ -90,7 +90,7 @@ impl Default for Polling {
 
 impl Polling {
     /// One unpinned polling thread for data connections, and the urgent one
-    /// for priority connections: what `tandem memory-server` runs by default.
+    /// for priority connections: what `tandem pandora memory-server` runs by default.
     pub fn single() -> Self {
         Polling {
             urgent: true,
