@@ -201,7 +201,7 @@ pub struct Heal {
     /// configuration may leave out a node this one still counts as a member.
     early_gdps: Vec<(Version, u64)>,
     /// The recovering node's state (while this node recovers).
-    pub rr: Option<crate::heal_rr::Rr>,
+    pub rr: Option<crate::heal_rr::RecoveringReplica>,
     /// What the last recovery of this node took (for the experiments).
     pub last: Option<crate::heal_rr::Timeline>,
     /// Reactive ablation: answers waiting for their NVM scan (due, to whom, what).

@@ -58,7 +58,7 @@ pub struct Timeline {
 }
 
 #[derive(Clone, Debug)]
-pub struct Rr {
+pub struct RecoveringReplica {
     pub phase: Phase,
     pub(crate) epoch: u64,
     partial: BTreeMap<Key, Version>,
@@ -73,13 +73,13 @@ pub struct Rr {
     pub(crate) chase: crate::heal_noshadow::Chase,
 }
 
-impl Rr {
-    fn new(partial: BTreeMap<Key, Version>) -> Rr {
+impl RecoveringReplica {
+    fn new(partial: BTreeMap<Key, Version>) -> RecoveringReplica {
         let timeline = Timeline {
             partial: partial.len(),
             ..Timeline::default()
         };
-        Rr {
+        RecoveringReplica {
             phase: Phase::Restored,
             epoch: 0,
             partial,
@@ -134,18 +134,18 @@ impl DdpNode {
             }
         }
         self.ready = false;
-        self.heal.as_mut().expect("HEAL node").rr = Some(Rr::new(partial));
+        self.heal.as_mut().expect("HEAL node").rr = Some(RecoveringReplica::new(partial));
     }
 
     /// A node dropped while alive (slow, partitioned) catches up like a
     /// restarted one when re-added, keeping what it holds.
     pub(crate) fn heal_dropped(&mut self) {
         if let Some(h) = self.heal.as_mut().filter(|h| h.rr.is_none()) {
-            h.rr = Some(Rr::new(BTreeMap::new()));
+            h.rr = Some(RecoveringReplica::new(BTreeMap::new()));
         }
     }
 
-    pub(crate) fn rr(&mut self) -> Option<&mut Rr> {
+    pub(crate) fn rr(&mut self) -> Option<&mut RecoveringReplica> {
         self.heal.as_mut().and_then(|h| h.rr.as_mut())
     }
 

@@ -159,7 +159,7 @@ impl KeyStore {
 /// A delinquency bit about one remote machine (Kite paper §4): 0, 1, or T
 /// with the ids of the acquires (one per remote session) it told.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Bit {
+pub enum Delinquency {
     #[default]
     Zero,
     One,
@@ -176,7 +176,7 @@ pub enum Active {
 }
 
 #[derive(Debug, Default)]
-pub struct Sess {
+pub struct Session {
     pub req: u64,
     pub op: Option<Active>,
     /// Tracked writes (relaxed writes, releases, commits) not yet acked by
@@ -247,10 +247,10 @@ pub struct KiteNode {
     /// The machine epoch-id.
     pub epoch: u64,
     /// Delinquency bits, one per machine (its own too: docs/KITE.md).
-    pub dv: Vec<Bit>,
+    pub dv: Vec<Delinquency>,
     /// Exactly once: per (node, session), its last committed RMW.
     pub committed: BTreeMap<(NodeId, SessionId), (u32, RmwRec)>,
-    pub sessions: BTreeMap<SessionId, Sess>,
+    pub sessions: BTreeMap<SessionId, Session>,
     pub rounds: BTreeMap<u64, Round>,
     pub writes: BTreeMap<u64, Track>,
     /// Replicas that missed a write's time-out: left out of broadcasts
@@ -285,7 +285,7 @@ impl KiteNode {
             cfg,
             keys: KeyStore::default(),
             epoch: 0,
-            dv: vec![Bit::Zero; width.max(me as usize + 1)],
+            dv: vec![Delinquency::Zero; width.max(me as usize + 1)],
             committed: BTreeMap::new(),
             sessions: BTreeMap::new(),
             rounds: BTreeMap::new(),
@@ -327,7 +327,7 @@ impl KiteNode {
         self.next_id
     }
 
-    pub fn sess(&mut self, s: SessionId) -> &mut Sess {
+    pub fn sess(&mut self, s: SessionId) -> &mut Session {
         self.sessions.entry(s).or_default()
     }
 

@@ -3,7 +3,7 @@
 
 use tandem_net::{Durable, NodeId};
 
-use crate::node::{Bit, KiteNode, Mutant, Out};
+use crate::node::{Delinquency, KiteNode, Mutant, Out};
 use crate::types::*;
 
 /// Kite keeps no data durable (durability is out of the paper's scope)
@@ -121,7 +121,7 @@ impl KiteNode {
     pub fn mark_delinquent(&mut self, dm: Mask) {
         for m in 0..self.dv.len() {
             if dm & bit(m as NodeId) != 0 {
-                self.dv[m] = Bit::One;
+                self.dv[m] = Delinquency::One;
             }
         }
     }
@@ -133,12 +133,12 @@ impl KiteNode {
             return false; // the acquirer checks its own bit itself
         }
         match &mut self.dv[from as usize] {
-            Bit::Zero => false,
-            b @ Bit::One => {
-                *b = Bit::T([(acq.session, acq.seq)].into());
+            Delinquency::Zero => false,
+            b @ Delinquency::One => {
+                *b = Delinquency::T([(acq.session, acq.seq)].into());
                 true
             }
-            Bit::T(ids) => {
+            Delinquency::T(ids) => {
                 ids.insert(acq.session, acq.seq);
                 true
             }
@@ -148,8 +148,8 @@ impl KiteNode {
     /// Reset `from`'s bit iff it is in T and recorded this acquire.
     fn reset_bit(&mut self, from: NodeId, acq: AcqId) {
         let b = &mut self.dv[from as usize];
-        if matches!(b, Bit::T(ids) if ids.get(&acq.session) == Some(&acq.seq)) {
-            *b = Bit::Zero;
+        if matches!(b, Delinquency::T(ids) if ids.get(&acq.session) == Some(&acq.seq)) {
+            *b = Delinquency::Zero;
         }
     }
 

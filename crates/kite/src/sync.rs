@@ -15,7 +15,7 @@
 
 use tandem_net::{NodeId, SessionId};
 
-use crate::node::{Active, Bit, KiteNode, Mutant, Out};
+use crate::node::{Active, Delinquency, KiteNode, Mutant, Out};
 use crate::types::*;
 
 #[derive(Debug)]
@@ -144,10 +144,10 @@ impl KiteNode {
     /// that named this machine reached it, so it is delinquent.
     pub fn own_bit(&mut self) -> bool {
         let me = self.me as usize;
-        if self.dv[me] == Bit::Zero {
+        if self.dv[me] == Delinquency::Zero {
             return false;
         }
-        self.dv[me] = Bit::Zero;
+        self.dv[me] = Delinquency::Zero;
         true
     }
 
