@@ -6,7 +6,7 @@
 
 use tandem_net::{Command, Config, NodeFactory, NodeId, Nvm};
 
-use crate::heal::{Heal, HealOpts};
+use crate::heal::state::{Heal, HealOpts};
 use crate::model::Model;
 use crate::node::{Bugs, DdpNode, Out, Params};
 use crate::types::{Msg, Record, Version};

@@ -5,24 +5,30 @@
 //!
 //! - [`model`]: the models and the rules each fixes (docs/DDP.md's tables).
 //! - [`node`]: the engine ([`DdpNode`]), for two families of protocols:
-//!   - INV/ACK/VAL (Lin and RE consistency):
-//!     `write.rs`;
-//!   - UPD (Causal and Eventual consistency): `update.rs`
+//!   - INV/ACK/VAL (Lin and RE consistency): `inv`;
+//!   - UPD (Causal and Eventual consistency): `upd/mod.rs`
 //!     (client side, and the decisions on docs/DDP.md's open points 5–8, 12,
-//!     22, 23), `upd_apply.rs` (receipt, causal buffering, apply, persist),
-//!     `upd_sync.rs` (anti-entropy, catch-up), [`vector`] (update ids and
+//!     22, 23), `upd/apply.rs` (receipt, causal buffering, apply, persist),
+//!     `upd/sync.rs` (anti-entropy, catch-up), [`vector`] (update ids and
 //!     dependency vectors);
 //!
-//!   - transactions (Transactional consistency): `trans.rs`
+//!   - transactions (Transactional consistency): `trans/mod.rs`
 //!     (client side, and the decisions on docs/DDP.md's open point 9),
-//!     `trans_conflict.rs` (conflicts, squashes), `trans_commit.rs` (votes,
-//!     decision, delivery, persistence), `trans_follow.rs` (members,
+//!     `trans/conflict.rs` (conflicts, squashes), `trans/commit.rs` (votes,
+//!     decision, delivery, persistence), `trans/follow.rs` (members,
 //!     retries, failures);
 //!
+//!   - HEAL's online recovery of a crashed node: [`heal`] (the live nodes
+//!     and the Buddy in `heal/mod.rs`, the recovering node in
+//!     `heal/recovering.rs`, their state in `heal/state.rs`);
+//!
 //!   and for all `scope.rs` (scopes) and `catchup.rs` (restart, full-copy
-//!   catch-up, recovery from NVM).
+//!   catch-up, recovery from NVM). Each family keeps its state types in a
+//!   `state.rs` that `node.rs` imports, and its behaviour (`impl DdpNode`)
+//!   in the files beside it, so no two files import each other.
 //! - [`ycsb_session`]: what a YCSB client session asks next (scopes and
-//!   transactions as the model needs), and [`load`]: such sessions over TCP.
+//!   transactions as the model needs); `tandem_ddp_lab::load` runs such
+//!   sessions over TCP.
 //! - [`simcheck`]: seeded simulations with faults and crashes, checking
 //!   every promise of a model (docs/DDP.md, "Check labels").
 //!
@@ -32,35 +38,24 @@ pub mod catchup;
 pub mod explore;
 pub(crate) use tandem_net::fast_hash;
 pub mod heal;
-mod heal_lazy;
-mod heal_noshadow;
-pub mod heal_rr;
+mod inv;
 pub mod model;
 pub mod node;
 mod scope;
 pub mod simcheck;
 mod trans;
-mod trans_commit;
-mod trans_conflict;
-mod trans_follow;
-mod trans_idle;
-mod trans_stats;
 pub mod types;
-mod upd_apply;
-mod upd_lost;
-mod upd_sync;
-mod update;
-pub mod vector;
-mod write;
+pub mod upd;
 pub mod ycsb_session;
 
 pub use catchup::DdpFactory;
-pub use heal::{CatchUpResp, HealOpts};
+pub use heal::state::HealOpts;
 pub use model::{Consistency, Model, Persistency, Rules};
 pub use node::{Bugs, DdpNode, Params};
-pub use trans_stats::{Squash, TransStats};
+pub use trans::state::{Squash, TransStats};
+pub use upd::vector;
 pub use types::{
-    Key, Msg, Op, Record, Reply, ScopeId, Ts, TxAck, TxHdr, TxId, TxPhase, Upd, Value, Version,
+    CatchUpResp, Key, Msg, Op, Record, Reply, ScopeId, Ts, TxAck, TxHdr, TxId, TxPhase, Upd, Value, Version,
     Vote,
 };
-pub use vector::{Origin, UpdId, Vector};
+pub use upd::vector::{Origin, UpdId, Vector};

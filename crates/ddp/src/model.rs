@@ -225,7 +225,7 @@ impl UpdRules {
 }
 
 /// The per-model rules of Transactional consistency (the five trans-*
-/// models; DDP §5.4; the decisions are in `trans.rs`).
+/// models; DDP §5.4; the decisions are in `trans/mod.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TransRules {
     /// Strict, Synch: INITX is persisted before its ACK, a follower persists

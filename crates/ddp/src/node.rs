@@ -1,7 +1,7 @@
 //! One DDP node: the engine shared by every model, driven by [`Rules`].
-//! The INV/ACK/VAL write path lives in `write.rs`, the UPD family in
-//! `update.rs` (client side), `upd_apply.rs` (receipt, apply, persist) and
-//! `upd_sync.rs` (anti-entropy, catch-up); scopes in `scope.rs`, catch-up
+//! The INV/ACK/VAL write path lives in `inv.rs`, the UPD family in
+//! `upd/mod.rs` (client side), `upd/apply.rs` (receipt, apply, persist) and
+//! `upd/sync.rs` (anti-entropy, catch-up); scopes in `scope.rs`, catch-up
 //! and recovery in `catchup.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -10,10 +10,10 @@ use tandem_net::{Command, Config, Input, NodeId, Protocol, SessionId, Token};
 
 use crate::fast_hash::FastMap;
 use crate::model::{Gate, Model, PersistIssue, Rules};
-use crate::trans::TransState;
+use crate::trans::state::TransState;
 use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, TxId, Value, Version};
-use crate::update::{CopyIn, UpdState};
-use crate::vector::UpdId;
+use crate::upd::state::{CopyIn, UpdState};
+use crate::upd::vector::UpdId;
 
 /// Timers of the engine (host nanoseconds).
 #[derive(Clone, Copy, Debug)]
@@ -292,7 +292,7 @@ pub(crate) enum Wait {
     },
 }
 
-/// What the landing of a transaction's record completes (`trans.rs`).
+/// What the landing of a transaction's record completes (`trans/mod.rs`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Then {
     /// A follower's ACK of INITX, of a Strict write (ACK_p), of an outcome (RE-p: ACK_p).
@@ -376,7 +376,7 @@ pub struct DdpNode {
     /// Transactional consistency's state.
     pub(crate) trans: TransState,
     /// HEAL's state (None: a restarted node catches up by full copy).
-    pub(crate) heal: Option<Box<crate::heal::Heal>>,
+    pub(crate) heal: Option<Box<crate::heal::state::Heal>>,
 }
 
 pub(crate) type Out = Vec<Command<DdpNode>>;
@@ -413,7 +413,7 @@ impl Protocol for DdpNode {
             Input::Recv { from, msg } => self.recv(from, msg, out),
             Input::PersistDone { token } => self.persisted(token, out),
             Input::Timer {
-                token: crate::heal::SCAN_TOKEN,
+                token: crate::heal::state::SCAN_TOKEN,
             } => self.heal_scanned(out),
             Input::Timer { .. } => self.tick(out),
             Input::Config(c) => self.reconfigure(c, out),
@@ -475,7 +475,7 @@ impl DdpNode {
     }
 
     /// HEAL's state on this node (None without HEAL).
-    pub fn heal(&self) -> Option<&crate::heal::Heal> {
+    pub fn heal(&self) -> Option<&crate::heal::state::Heal> {
         self.heal.as_deref()
     }
 

@@ -26,7 +26,7 @@ use crate::catchup::DdpFactory;
 use crate::model::{Consistency, Gate, Model, Persistency};
 use crate::node::{Bugs, DdpNode, Params};
 use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Slot, Ts, Value};
-use crate::vector::Vector;
+use crate::upd::vector::Vector;
 
 mod causal;
 mod trans;
@@ -131,7 +131,7 @@ pub struct CheckConfig {
     pub persist_ns: u64,
     pub bugs: Bugs,
     /// Restarted nodes recover with HEAL, so configured (else by full copy).
-    pub heal: Option<crate::heal::HealOpts>,
+    pub heal: Option<crate::heal::state::HealOpts>,
 }
 
 impl CheckConfig {
@@ -156,11 +156,11 @@ impl CheckConfig {
     /// A HEAL run: restarted nodes recover with HEAL, over more keys (so
     /// that some keys are written only while a node is away).
     pub fn with_heal(self) -> Self {
-        self.with_heal_opts(crate::heal::HealOpts::default())
+        self.with_heal_opts(crate::heal::state::HealOpts::default())
     }
 
     /// A HEAL run with these options (HEAL-NoShadow: `no_shadow`).
-    pub fn with_heal_opts(mut self, opts: crate::heal::HealOpts) -> Self {
+    pub fn with_heal_opts(mut self, opts: crate::heal::state::HealOpts) -> Self {
         self.heal = Some(opts);
         self.keys = HEAL_KEYS;
         self

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use tandem_net::{Durable, NodeId, SessionId};
 
-use crate::vector::{Origin, UpdId, Vector};
+use crate::upd::vector::{Origin, UpdId, Vector};
 
 pub type Key = u64;
 pub type Value = u64;
@@ -44,7 +44,7 @@ pub struct TxId {
 
 /// What every transactional message carries about its transaction: its
 /// coordinator (to vote to, and to notice it is gone) and its age (older
-/// transactions win conflicts, `trans.rs`).
+/// transactions win conflicts, `trans/mod.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TxHdr {
     pub id: TxId,
@@ -320,7 +320,7 @@ pub enum Msg {
     RecovStartAck {
         epoch: u64,
         online: bool,
-        inflight: Vec<(Version, crate::heal::Validity)>,
+        inflight: Vec<(Version, Validity)>,
     },
     /// HEAL `CatchUp_req` to the Buddy: the Partially_persisted list.
     /// HEAL-NoShadow asks in rounds: `round` counts them, `after` is the
@@ -334,7 +334,7 @@ pub enum Msg {
     /// HEAL `CatchUp_resp`: the marked list and the Buddy's Missed_updates.
     CatchUpResp {
         epoch: u64,
-        resp: Box<crate::heal::CatchUpResp>,
+        resp: Box<CatchUpResp>,
     },
     /// HEAL `Recov_end` of the recovery that ran in configuration `epoch`;
     /// acknowledged (`RecovEndAck`) so that no buffer leaks. A member ignores
@@ -354,7 +354,7 @@ pub enum Msg {
     /// `inflight`: the writes it coordinates that went out without it.
     ShadowStartAck {
         epoch: u64,
-        inflight: Vec<(Version, crate::heal::Validity)>,
+        inflight: Vec<(Version, Validity)>,
     },
 }
 
@@ -502,4 +502,32 @@ impl Durable for Record {
             (s, new) => *s = new,
         }
     }
+}
+
+/// How far a version got at the Buddy: validated for consistency (VAL_c),
+/// and past its GDP (so valid for every read rule).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Validity {
+    pub c: bool,
+    pub gdp: bool,
+}
+
+/// The Buddy's answer (`CatchUp_resp`, HEAL §V-C).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatchUpResp {
+    /// Partially_persisted entries the Buddy holds at the same ts: committed
+    /// (or, still in flight there, certain to be, O-36).
+    pub marked: Vec<(Key, Ts, Validity)>,
+    /// The other entries, with the Buddy's own version of the key (None: it has none).
+    pub unmarked: Vec<(Key, Ts, Option<(Version, Validity)>)>,
+    /// The Buddy's `MissedUpdates`.
+    pub missed: Vec<Version>,
+    /// Versions the Buddy applied that have not reached their GDP there (O-1).
+    pub pending: Vec<(Version, Validity)>,
+    /// The buffer overflowed: recover by a full copy.
+    pub overflowed: bool,
+    /// The round it answers, and how many updates the Buddy had recorded
+    /// when it answered (the next round's `after`).
+    pub round: u32,
+    pub seq: u64,
 }

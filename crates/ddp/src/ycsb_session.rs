@@ -17,7 +17,7 @@ use tandem_ycsb::{Ycsb, YcsbOp};
 
 use crate::model::{Consistency, Model, Persistency};
 use crate::types::{Op, Reply, Value};
-use crate::vector::Vector;
+use crate::upd::vector::Vector;
 
 /// What every session of one run does.
 #[derive(Clone, Debug)]

@@ -29,7 +29,7 @@ fn heal_recovers_through_every_fault_without_violations() {
     every_fault(HealOpts::default(), seeds());
 }
 
-/// The NoShadow ablation (`heal_noshadow.rs`) keeps every promise too: its
+/// The NoShadow ablation (`heal/noshadow.rs`) keeps every promise too: its
 /// chase rounds and its handoff run under the same faults.
 #[test]
 fn heal_no_shadow_recovers_through_every_fault_without_violations() {
@@ -496,7 +496,7 @@ fn a_gdp_declared_in_a_configuration_the_buddy_has_not_heard_is_not_missed() {
 fn scope_gap(
     bugs: Bugs,
     persist_during_downtime: bool,
-) -> (Option<u64>, tandem_ddp::heal_rr::Timeline) {
+) -> (Option<u64>, tandem_ddp::heal::state::Timeline) {
     let mut s = Script::of(Model::parse("lin-scope").unwrap(), bugs);
     for k in 0..50 {
         s.op(0, Op::write(k, 100 + k, 1));

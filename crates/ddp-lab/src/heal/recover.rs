@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use serde::Serialize;
-use tandem_ddp::heal_rr::Timeline;
+use tandem_ddp::heal::state::Timeline;
 use tandem_ddp::{DdpFactory, DdpNode, HealOpts, Model, Op, Params, Reply};
 use tandem_net::{
     Config, Harness, NodeFactory, NodeId, Nvm, Protocol, SessionId, SimNet, SimNetConfig,

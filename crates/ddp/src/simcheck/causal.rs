@@ -13,7 +13,7 @@ use super::{nvm_ts, Rec, Run};
 use crate::model::{Consistency, DepGate, Persistency};
 use crate::node::DdpNode;
 use crate::types::{Key, Record, Ts, Value, Version};
-use crate::vector::{UpdId, Vector};
+use crate::upd::vector::{UpdId, Vector};
 
 /// A session's causal past as the client and the checks keep it.
 #[derive(Clone, Debug, Default)]

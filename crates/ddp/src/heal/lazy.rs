@@ -16,22 +16,11 @@
 //! their GDP (lost messages); a coordinator forgets a version superseded here.
 
 use std::collections::BTreeSet;
-
 use tandem_net::{Command, NodeId};
-
 use crate::model::PersistIssue;
 use crate::node::{DdpNode, Out};
 use crate::types::{Key, Msg, Ts};
-
-/// A version this node coordinated, waiting for its lazy GDP.
-#[derive(Clone, Debug)]
-pub(crate) struct LazyWrite {
-    pub ts: Ts,
-    pub acks: BTreeSet<NodeId>,
-    pub local: bool,
-    /// Members its INV did not go to (HEAL-NoShadow).
-    pub skip: Vec<NodeId>,
-}
+use crate::heal::state::LazyWrite;
 
 impl DdpNode {
     /// HEAL under Eventual persistency (the INV family).

@@ -1,4 +1,4 @@
-//! Bounded state for Transactional consistency (`trans.rs`): a transaction
+//! Bounded state for Transactional consistency (`trans/mod.rs`): a transaction
 //! whose client vanished is squashed ([`Params::idle_ns`]), a member drops
 //! an unprepared transaction it heard nothing about for long, and every
 //! node forgets decisions and refusals nobody can ask about any more
@@ -8,8 +8,8 @@
 //! [`Params::forget_ns`]: crate::node::Params
 
 use crate::node::{DdpNode, Out};
-use crate::trans::{Phase, TxHere};
-use crate::trans_stats::Squash;
+use crate::trans::state::{Phase, TxHere};
+use crate::trans::state::Squash;
 use crate::types::{TxHdr, TxId};
 
 impl DdpNode {

@@ -1,11 +1,11 @@
-//! Ending a transaction (`trans.rs`): votes, the decision, its delivery to
+//! Ending a transaction (`trans/mod.rs`): votes, the decision, its delivery to
 //! every member, installing committed writes, persisting them as the
 //! persistency model says, and VAL_p under RE persistency.
 
 use tandem_net::{Command, NodeId};
 
 use crate::node::{DdpNode, Out, Then, Wait};
-use crate::trans::{Delivery, Phase};
+use crate::trans::state::{Delivery, Phase};
 use crate::types::{
     Key, Msg, Record, Reply, ScopeId, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote,
 };

@@ -5,7 +5,7 @@
 //! crashed node for ⟨Lin, X⟩, on the INV/ACK/VAL engine. This file is the
 //! live nodes' side: GDP flags in NVM, the `MissedUpdates` buffer, and the
 //! answers to `Recov_start`, `CatchUp_req` and `Recov_end`. The recovering
-//! node (ShadowReplica, Partially_persisted list, Buddy) is `heal_rr.rs`.
+//! node (ShadowReplica, Partially_persisted list, Buddy) is `heal/recovering.rs`.
 //!
 //! Open points settled (numbered as in docs/HEAL.md):
 //! - O-1: every live node keeps recording from the configuration that drops
@@ -27,228 +27,18 @@
 //!   check at the Buddy, a flag set early would lose data, so flags are
 //!   never written before the GDP and may lag it.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod lazy;
+mod noshadow;
+mod recovering;
+pub mod state;
 
-use serde::{Deserialize, Serialize};
 use tandem_net::{Command, NodeId, NO_ANSWER};
-
-use crate::fast_hash::FastMap;
 use crate::node::{DdpNode, Out};
 use crate::types::{Key, Msg, Record, Ts, Version};
-
-/// How HEAL is configured on a node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HealOpts {
-    /// Entries `MissedUpdates` may hold before it is discarded (O-3).
-    pub missed_cap: usize,
-    /// The paper's "modeled 256 GB" mode (§IX-A): every update is a fresh
-    /// entry, as if every EFN update touched a distinct key.
-    pub distinct: bool,
-    /// The Reactive ablation (HEAL §II-C, Fig. 9): the Buddy reads what the node
-    /// missed back from its NVM log when asked, this long per entry, instead
-    /// of answering from the buffer it prepared in DRAM. 0: HEAL's way.
-    pub reactive_read_ns: u64,
-    /// The NoShadow ablation (`heal_noshadow.rs`): the recovering
-    /// node takes no part in writes until it has chased its Buddy's buffer
-    /// down in rounds; only the last round runs with it as a ShadowReplica.
-    pub no_shadow: bool,
-}
-
-/// The timer a Reactive Buddy's NVM scan ends on (the tick's is 0).
-pub(crate) const SCAN_TOKEN: tandem_net::Token = 1;
-
-impl HealOpts {
-    /// The models HEAL recovers: ⟨Lin, X⟩ for all five persistency models
-    /// (Event with a lazy GDP, `heal_lazy.rs`; Scope's GDP at the scope's
-    /// persist, `scope.rs`).
-    pub fn supports(m: crate::Model) -> bool {
-        m.c == crate::Consistency::Lin
-    }
-}
-
-impl Default for HealOpts {
-    fn default() -> Self {
-        HealOpts {
-            missed_cap: 1 << 20,
-            distinct: false,
-            reactive_read_ns: 0,
-            no_shadow: false,
-        }
-    }
-}
-
-/// How far a version got at the Buddy: validated for consistency (VAL_c),
-/// and past its GDP (so valid for every read rule).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Validity {
-    pub c: bool,
-    pub gdp: bool,
-}
-
-/// The Buddy's answer (`CatchUp_resp`, HEAL §V-C).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CatchUpResp {
-    /// Partially_persisted entries the Buddy holds at the same ts: committed
-    /// (or, still in flight there, certain to be, O-36).
-    pub marked: Vec<(Key, Ts, Validity)>,
-    /// The other entries, with the Buddy's own version of the key (None: it has none).
-    pub unmarked: Vec<(Key, Ts, Option<(Version, Validity)>)>,
-    /// The Buddy's `MissedUpdates`.
-    pub missed: Vec<Version>,
-    /// Versions the Buddy applied that have not reached their GDP there (O-1).
-    pub pending: Vec<(Version, Validity)>,
-    /// The buffer overflowed: recover by a full copy.
-    pub overflowed: bool,
-    /// The round it answers, and how many updates the Buddy had recorded
-    /// when it answered (the next round's `after`).
-    pub round: u32,
-    pub seq: u64,
-}
-
-/// `MissedUpdates` (HEAL §V-B4): the latest committed update per key, kept
-/// while some node is away (from the configuration that drops it to its
-/// `Recov_end`). Each entry carries the count of updates recorded when it
-/// was (HEAL-NoShadow's rounds ask for what came after their last answer).
-#[derive(Clone, Debug, Default)]
-pub struct MissedUpdates {
-    pub map: FastMap<Key, (Version, u64)>,
-    /// The distinct-keys mode's entries.
-    pub log: Vec<(Version, u64)>,
-    /// Updates recorded so far (never reset).
-    pub seq: u64,
-    /// Nodes dropped from the configuration whose `Recov_end` has not come.
-    pub absent: BTreeSet<NodeId>,
-    pub overflowed: bool,
-    /// Most entries held at once (the paper's Table VI, in entries).
-    pub peak: usize,
-}
-
-impl MissedUpdates {
-    pub fn len(&self) -> usize {
-        self.map.len() + self.log.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn record(&mut self, v: Version, opts: &HealOpts) {
-        if self.absent.is_empty() || self.overflowed {
-            return;
-        }
-        self.seq += 1;
-        if opts.distinct {
-            self.log.push((v, self.seq));
-        } else if self.map.get(&v.key).is_none_or(|o| o.0.ts < v.ts) {
-            self.map.insert(v.key, (v, self.seq));
-        }
-        if self.len() > opts.missed_cap {
-            self.clear();
-            self.overflowed = true;
-        }
-        self.peak = self.peak.max(self.len());
-    }
-
-    fn clear(&mut self) {
-        self.map = FastMap::default();
-        self.log = Vec::new();
-    }
-
-    /// The entries recorded after the `after`-th update.
-    fn snapshot(&self, after: u64) -> Vec<Version> {
-        let mut v: Vec<Version> = self
-            .map
-            .values()
-            .chain(self.log.iter())
-            .filter(|e| e.1 > after)
-            .map(|e| e.0)
-            .collect();
-        v.sort_by_key(|v| (v.key, v.ts));
-        v
-    }
-}
-
-/// A node's HEAL state (both roles).
-#[derive(Clone, Debug)]
-pub struct Heal {
-    pub opts: HealOpts,
-    pub missed: MissedUpdates,
-    /// Every node ever configured.
-    universe: BTreeSet<NodeId>,
-    /// GDP flags not yet written (written on the tick).
-    flags: BTreeMap<Key, Ts>,
-    /// Away nodes this node recorded for since they left (it can be their Buddy).
-    covers: BTreeSet<NodeId>,
-    /// The configuration that last dropped each away node (older `Recov_end`s are stale).
-    dropped_at: BTreeMap<NodeId, u64>,
-    /// The members of the last configuration seen.
-    members: BTreeSet<NodeId>,
-    /// Keys whose newest version here has not reached its GDP yet.
-    ungdp: std::collections::HashSet<Key>,
-    /// ⟨Lin, Event⟩: versions coordinated here waiting for their lazy GDP (`heal_lazy.rs`).
-    pub(crate) lazy: FastMap<Key, crate::heal_lazy::LazyWrite>,
-    /// HEAL-NoShadow: recovering nodes left out of writes, with the
-    /// configuration of their `Recov_start` (until their `ShadowStart`).
-    pub(crate) excluded: BTreeMap<NodeId, u64>,
-    /// The latest configuration whose `ShadowStart` or `Recov_end` each
-    /// node sent: a `Recov_start` of it or older (resent, duplicated) must
-    /// not leave the node out again.
-    pub(crate) included_from: BTreeMap<NodeId, u64>,
-    /// `Recov_start`s from configurations not installed here yet.
-    early_starts: Vec<(NodeId, u64)>,
-    /// Versions whose GDP a coordinator declared in a configuration not
-    /// installed here yet: recorded in `missed` once it is, since that
-    /// configuration may leave out a node this one still counts as a member.
-    early_gdps: Vec<(Version, u64)>,
-    /// The recovering node's state (while this node recovers).
-    pub rr: Option<crate::heal_rr::RecoveringReplica>,
-    /// What the last recovery of this node took (for the experiments).
-    pub last: Option<crate::heal_rr::Timeline>,
-    /// Reactive ablation: answers waiting for their NVM scan (due, to whom, what).
-    scans: Vec<(u64, NodeId, Msg)>,
-}
-
-impl Heal {
-    pub fn new(opts: HealOpts, members: &[NodeId]) -> Heal {
-        Heal {
-            opts,
-            missed: MissedUpdates::default(),
-            universe: members.iter().copied().collect(),
-            covers: BTreeSet::new(),
-            dropped_at: BTreeMap::new(),
-            members: members.iter().copied().collect(),
-            excluded: BTreeMap::new(),
-            included_from: BTreeMap::new(),
-            ungdp: Default::default(),
-            lazy: FastMap::default(),
-            flags: BTreeMap::new(),
-            early_starts: Vec::new(),
-            early_gdps: Vec::new(),
-            rr: None,
-            last: None,
-            scans: Vec::new(),
-        }
-    }
-}
-
-impl Heal {
-    pub(crate) fn ungdp_keys(&self) -> impl Iterator<Item = Key> + '_ {
-        self.ungdp.iter().copied()
-    }
-
-    /// `rr` takes part in writes from configuration `epoch` on.
-    pub(crate) fn include(&mut self, rr: NodeId, epoch: u64) {
-        self.excluded.remove(&rr);
-        let i = self.included_from.entry(rr).or_insert(epoch);
-        *i = (*i).max(epoch);
-    }
-
-    /// Flag `key@ts` as globally durable (written on the next tick).
-    pub(crate) fn flag(&mut self, key: Key, ts: Ts) {
-        let f = self.flags.entry(key).or_insert(ts);
-        *f = (*f).max(ts);
-    }
-}
+use crate::types::Validity;
+use crate::heal::state::SCAN_TOKEN;
+use crate::heal::state::Heal;
+use crate::types::CatchUpResp;
 
 impl DdpNode {
     /// A store that exists before the run: keys `0..records` at version 1

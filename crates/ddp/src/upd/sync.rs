@@ -25,8 +25,8 @@ use tandem_net::{Command, NodeId};
 use crate::model::PersistIssue;
 use crate::node::{DdpNode, Out, Wait};
 use crate::types::{Key, Msg, Record, Ts, Upd, Version};
-use crate::update::CopyIn;
-use crate::vector::{UpdId, Vector};
+use crate::upd::state::CopyIn;
+use crate::upd::vector::{UpdId, Vector};
 
 /// At most this many ids beyond the applied prefix go in one `UpdSync`.
 const EXTRA_MAX: usize = 256;

@@ -20,54 +20,11 @@
 //! The mutant `heal-no-shadow` leaves the RR out the same way but goes
 //! online after the first answer, taking it as complete.
 
-use std::collections::BTreeSet;
-
 use tandem_net::{Command, NodeId};
-
-use crate::heal::Validity;
-use crate::heal_rr::Phase;
+use crate::types::Validity;
+use crate::heal::state::Phase;
 use crate::node::{DdpNode, Out};
 use crate::types::{Key, Msg, Version};
-
-/// Rounds before the RR hands over however the chase goes.
-const MAX_ROUNDS: u32 = 16;
-
-/// The RR's chase of its Buddy (rounds of `CatchUp_req`).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Chase {
-    pub round: u32,
-    /// The Buddy's record count at its last answer.
-    pub after: u64,
-    /// Entries the last answer and the one before shipped.
-    shipped: usize,
-    before: usize,
-    /// The handoff is done: this round's answer completes the recovery.
-    pub last_round: bool,
-    /// No member could be the Buddy: after the handoff, the full copy.
-    pub then_copy: bool,
-    pub shadow_acks: BTreeSet<NodeId>,
-}
-
-impl Chase {
-    pub fn first() -> Chase {
-        Chase {
-            round: 1,
-            ..Chase::default()
-        }
-    }
-
-    pub fn answered(&mut self, seq: u64, shipped: usize) {
-        (self.after, self.before, self.shipped) = (seq, self.shipped, shipped);
-    }
-
-    /// Stop chasing: the last answer shipped nothing, did not halve the
-    /// one before, or the rounds ran out.
-    fn handoff_due(&self) -> bool {
-        self.shipped == 0
-            || (self.round >= 2 && 2 * self.shipped > self.before)
-            || self.round >= MAX_ROUNDS
-    }
-}
 
 impl DdpNode {
     /// Members a write or a scope leaves out now (HEAL-NoShadow).

@@ -1,4 +1,4 @@
-//! The member side of a transaction (`trans.rs`): INITX, INV, ENDX and its
+//! The member side of a transaction (`trans/mod.rs`): INITX, INV, ENDX and its
 //! vote; retransmissions; and what a new configuration does: votes and
 //! deliveries start over, and the transactions of a coordinator that left
 //! are settled by the members that prepared them (or refused by those that
@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use tandem_net::{Command, NodeId};
 
 use crate::node::{DdpNode, Out, Then};
-use crate::trans::{Access, CoordTx, EndReq, Phase};
-use crate::trans_stats::Squash;
+use crate::trans::state::{Access, CoordTx, EndReq, Phase};
+use crate::trans::state::Squash;
 use crate::types::{Key, Msg, Record, Reply, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote};
 
 impl DdpNode {

@@ -44,7 +44,7 @@ use tandem_net::{Command, SessionId};
 
 use crate::node::{DdpNode, Out};
 use crate::types::{Op, Reply, Upd};
-use crate::vector::{Origin, UpdId, Vector};
+use crate::upd::vector::{Origin, UpdId, Vector};
 
 /// Retry periods a dead origin's survivors must stay put before what needs
 /// more of it is given up.

@@ -9,102 +9,14 @@
 //! Buddy (all restarted, or every buffer overflowed) it falls back to the
 //! full copy.
 
-use std::collections::{BTreeMap, BTreeSet};
-
+use std::collections::BTreeMap;
 use tandem_net::{Command, NodeId, Nvm};
-
 use crate::fast_hash::FastMap;
-use crate::heal::{CatchUpResp, Validity};
+use crate::types::{CatchUpResp, Validity};
 use crate::node::{DdpNode, Out, Wait};
 use crate::types::{Key, Msg, Record, Ts, Version};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Restarted, not in the configuration yet.
-    Restored,
-    /// `Recov_start` sent; waiting for every `Recov_start_ACK`.
-    Starting,
-    /// `CatchUp_req` sent to the Buddy.
-    CatchingUp,
-    /// Applying the answer to NVM (the critical path).
-    Applying,
-    /// HEAL-NoShadow: `ShadowStart` sent, waiting for every member's ACK.
-    Handoff,
-    /// Recovering by a full copy instead.
-    FullCopy,
-    /// Online; `Recov_end` sent, waiting for its ACKs.
-    Ending,
-}
-
-/// When each step of the last recovery happened (simulated or host ns) and
-/// what it moved (HEAL Fig. 8: Start_to_ACK, CatchUp_to_Resp, Apply_to_end).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Timeline {
-    /// The configuration that re-added the node (the recovery starts).
-    pub start_ns: u64,
-    pub acks_ns: u64,
-    pub req_ns: u64,
-    pub resp_ns: u64,
-    pub online_ns: u64,
-    pub partial: usize,
-    pub marked: usize,
-    pub missed: usize,
-    pub pending: usize,
-    /// `CatchUp_req` rounds (1 but under HEAL-NoShadow).
-    pub rounds: u32,
-    /// Restarts of the steps (configuration changes during recovery).
-    pub attempts: u32,
-    pub full_copy: bool,
-}
-
-#[derive(Clone, Debug)]
-pub struct RecoveringReplica {
-    pub phase: Phase,
-    pub(crate) epoch: u64,
-    partial: BTreeMap<Key, Version>,
-    acks: BTreeMap<NodeId, bool>,
-    pub(crate) buddy: Option<NodeId>,
-    applying: usize,
-    end_acks: BTreeSet<NodeId>,
-    pub(crate) sent_at: u64,
-    /// Wait before resending (doubles: the Buddy's answer may be large).
-    pub(crate) wait: u64,
-    pub timeline: Timeline,
-    pub(crate) chase: crate::heal_noshadow::Chase,
-}
-
-impl RecoveringReplica {
-    fn new(partial: BTreeMap<Key, Version>) -> RecoveringReplica {
-        let timeline = Timeline {
-            partial: partial.len(),
-            ..Timeline::default()
-        };
-        RecoveringReplica {
-            phase: Phase::Restored,
-            epoch: 0,
-            partial,
-            acks: BTreeMap::new(),
-            buddy: None,
-            applying: 0,
-            end_acks: BTreeSet::new(),
-            sent_at: 0,
-            wait: 0,
-            timeline,
-            chase: Default::default(),
-        }
-    }
-
-    /// The `CatchUp_req` of the current round.
-    pub(crate) fn catchup_req(&self) -> Msg {
-        let partial = self.partial.values().map(|v| (v.key, v.ts)).collect();
-        Msg::CatchUpReq {
-            epoch: self.epoch,
-            partial,
-            round: self.chase.round,
-            after: self.chase.after,
-        }
-    }
-}
+use crate::heal::state::RecoveringReplica;
+use crate::heal::state::Phase;
 
 impl DdpNode {
     /// Rebuild from NVM for HEAL: GDP-flagged versions are committed and
@@ -239,7 +151,7 @@ impl DdpNode {
         let t = &mut rr.timeline;
         (t.acks_ns, t.req_ns, t.marked, t.missed, t.pending, t.rounds) = (now, now, 0, 0, 0, 1);
         (rr.phase, rr.buddy, rr.sent_at, rr.wait) = (Phase::CatchingUp, Some(buddy), now, bulk);
-        rr.chase = crate::heal_noshadow::Chase::first();
+        rr.chase = crate::heal::state::Chase::first();
         out.push(Command::Send {
             to: buddy,
             msg: rr.catchup_req(),

@@ -10,7 +10,7 @@ use tandem_net::Command;
 use crate::model::{DepGate, PersistIssue};
 use crate::node::{DdpNode, Out, Wait};
 use crate::types::{Msg, Record, Upd, Version};
-use crate::vector::UpdId;
+use crate::upd::vector::UpdId;
 
 impl DdpNode {
     /// UPDs (first sends, resends or relays; possibly duplicates).

@@ -1,13 +1,13 @@
 //! Conflict detection and squashes for Transactional consistency (the
-//! rules are in `trans.rs`'s module doc): wound-wait against unprepared
+//! rules are in `trans/mod.rs`'s module doc): wound-wait against unprepared
 //! transactions, waits (operations) or wait-die (ENDX) against prepared
 //! ones, and the validation of a transaction's reads and writes at ENDX.
 
 use tandem_net::Command;
 
 use crate::node::{DdpNode, Out};
-use crate::trans::Access;
-use crate::trans_stats::Squash;
+use crate::trans::state::Access;
+use crate::trans::state::Squash;
 use crate::types::{Key, Msg, Ts, TxAck, TxHdr, TxId, Version, Vote};
 
 impl DdpNode {
@@ -15,7 +15,7 @@ impl DdpNode {
     /// reading (`write` false) or writing `key`: those that wrote it, and
     /// for a write those that read it.
     fn holders(&self, id: TxId, key: Key, write: bool) -> Vec<(TxHdr, bool)> {
-        let hit = |h: &crate::trans::TxHere| {
+        let hit = |h: &crate::trans::state::TxHere| {
             h.writes.contains_key(&key) || (write && h.reads.contains_key(&key))
         };
         self.trans
