@@ -214,7 +214,7 @@ fn refuse_a_kite_restart(a: &NodeArgs) -> Result<(), String> {
     }
     let size = crate::args::parse_size(&a.nvm_size)?;
     let (_, image) =
-        tandem_net::nvm_file::NvmFile::<tandem_kite::replica::KiteRecord>::open(&a.nvm, size)
+        tandem_net::nvm_file::NvmFile::<tandem_kite::types::KiteRecord>::open(&a.nvm, size)
             .map_err(|e| format!("node {}: {}: {e}", a.id, a.nvm.display()))?;
     if image.is_empty() {
         return Ok(());

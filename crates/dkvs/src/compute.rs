@@ -11,7 +11,6 @@ use std::sync::Arc;
 use tandem_fabric::Fabric;
 
 use crate::config::{BugSwitches, Mode, OnStray, StoreConfig, TableId};
-use crate::coordinator::Coordinator;
 use crate::failed_ids::FailedIds;
 use crate::layout::Layout;
 
@@ -83,11 +82,6 @@ impl<F: Fabric> ComputeNode<F> {
 
     pub fn fabric(&self) -> &F {
         &self.fabric
-    }
-
-    /// A coordinator with the given (membership-assigned, unique) id.
-    pub fn coordinator(self: &Rc<Self>, id: u16) -> Coordinator<F> {
-        Coordinator::new(self.clone(), id)
     }
 
     pub(crate) fn cached_slot(&self, table: TableId, key: u64) -> Option<u32> {

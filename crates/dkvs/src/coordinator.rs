@@ -226,6 +226,13 @@ enum Located {
     },
 }
 
+impl<F: Fabric> ComputeNode<F> {
+    /// A coordinator with the given (membership-assigned, unique) id.
+    pub fn coordinator(self: &Rc<Self>, id: u16) -> Coordinator<F> {
+        Coordinator::new(self.clone(), id)
+    }
+}
+
 impl<F: Fabric> Coordinator<F> {
     pub(crate) fn new(node: Rc<ComputeNode<F>>, id: u16) -> Self {
         assert!(id != 0, "coordinator id 0 is reserved for the loader");

@@ -14,6 +14,7 @@
 //! runs it in the seeded simulator under faults and checks the history.
 
 pub mod explore;
+pub mod inflight;
 pub mod lfd;
 pub mod node;
 pub mod paxos;

@@ -15,9 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use tandem_net::{Command, Config, Input, NodeId, Protocol, SessionId, Token};
 use tandem_sim::Rng;
 
-use crate::paxos::Rmw;
-use crate::relaxed::SlowOp;
-use crate::sync::{Acquire, Release};
+use crate::inflight::{Acquire, Release, Rmw, SlowOp};
 use crate::types::*;
 
 /// Knobs of a node. The defaults are the paper's: a ~1 ms time-out
@@ -239,7 +237,7 @@ const BACKOFF: Token = 1 << 62;
 
 pub struct KiteNode {
     pub me: NodeId,
-    /// The record that this replica ran was issued (`replica::KiteRecord`).
+    /// The record that this replica ran was issued (`types::KiteRecord`).
     marked: bool,
     pub members: Vec<NodeId>,
     pub cfg: KiteConfig,
@@ -719,12 +717,12 @@ impl Protocol for KiteNode {
     type Msg = Msg;
     type Op = Op;
     type Reply = Reply;
-    type Record = crate::replica::KiteRecord;
+    type Record = crate::types::KiteRecord;
 
     fn step(&mut self, now: u64, input: Input<Self>, out: &mut Out) {
         if !self.marked {
             self.marked = true;
-            let record = crate::replica::KiteRecord::Ran;
+            let record = crate::types::KiteRecord::Ran;
             out.push(Command::Persist { token: 0, record });
         }
         match input {

@@ -12,70 +12,8 @@
 use tandem_net::{NodeId, SessionId};
 
 use crate::node::{Active, KiteNode, Mutant, Out};
-use crate::sync::Acquire;
+use crate::inflight::*;
 use crate::types::*;
-
-#[derive(Clone, Copy, Debug)]
-pub enum RmwKind {
-    Faa(Value),
-    Cas { expected: Value, new: Value },
-}
-
-#[derive(Debug)]
-pub struct Rmw {
-    pub key: Key,
-    pub kind: RmwKind,
-    pub id: RmwId,
-    pub acq: AcqId,
-    pub round: u32,
-    pub attempt: u32,
-    /// The stamp of the DM-set its accept carries.
-    pub dm_stamp: u64,
-    pub stage: Stage,
-}
-
-#[derive(Debug)]
-pub enum Stage {
-    /// Waiting for this node's earlier RMW on the key.
-    Queued,
-    Backoff,
-    Propose(Gather),
-    /// Promised; waiting for the session's earlier writes.
-    Barrier {
-        slot: u32,
-        ballot: Ballot,
-        rec: RmwRec,
-        help: bool,
-    },
-    Accept {
-        g: Gather,
-        rec: RmwRec,
-        help: bool,
-    },
-    Commit {
-        wid: u64,
-        slot: u32,
-        rec: RmwRec,
-        help: bool,
-    },
-}
-
-/// What a majority of acceptors answered.
-#[derive(Debug)]
-pub struct Gather {
-    pub rid: u64,
-    pub slot: u32,
-    pub ballot: Ballot,
-    pub base: (Version, Value),
-    pub accepted: Option<(Ballot, RmwRec)>,
-    pub nack: Option<Ballot>,
-    pub committed: Option<(u32, RmwRec)>,
-    /// This RMW is already committed, in this slot.
-    pub mine: Option<(u32, RmwRec)>,
-    pub too_high: bool,
-    /// Acceptors whose counted replies said this machine is delinquent.
-    pub flagged: Mask,
-}
 
 impl Gather {
     fn new(rid: u64, slot: u32, ballot: Ballot) -> Gather {

@@ -5,20 +5,8 @@
 use tandem_net::SessionId;
 
 use crate::node::{Active, KeyState, KiteNode, Mutant, Out};
+use crate::inflight::*;
 use crate::types::*;
-
-/// A relaxed access on the slow path: one quorum round, then done.
-#[derive(Debug)]
-pub struct SlowOp {
-    pub key: Key,
-    /// The machine epoch when the access started: the key returns to it.
-    pub e0: u64,
-    pub rid: u64,
-    /// `Some(v)`: a write of `v` (round 1 reads versions); `None`: a read.
-    pub write: Option<Value>,
-    /// The newest version seen (and its value, for a read).
-    pub best: (Version, Value),
-}
 
 impl KiteNode {
     /// In epoch: the key was refreshed since the machine's last epoch bump.

@@ -6,17 +6,6 @@ use tandem_net::{Durable, NodeId};
 use crate::node::{Delinquency, KiteNode, Mutant, Out};
 use crate::types::*;
 
-/// Kite keeps no data durable (durability is out of the paper's scope)
-/// and is crash-stop (Kite paper §2.1): a replica that came back with empty state would
-/// count in quorums it no longer intersects, and lose acknowledged writes
-/// and Paxos decisions. Its one record marks that it ran, so `tandem node
-/// --system kite` refuses to start again from the same state file.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub enum KiteRecord {
-    /// This replica ran (persisted at its first step).
-    Ran,
-}
-
 impl Durable for KiteRecord {
     type Slot = ();
     fn slot(&self) {}

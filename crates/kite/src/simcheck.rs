@@ -14,7 +14,7 @@ use tandem_net::{Config, NodeFactory, NodeId, Nvm, SessionId, SimNet, SimNetConf
 use tandem_sim::Rng;
 
 use crate::node::{KiteConfig, KiteNode, KiteStats, Mutant};
-use crate::replica::KiteRecord;
+use crate::types::KiteRecord;
 use crate::types::*;
 
 /// Builds Kite nodes. Kite has no recovery (Kite paper §2.1: crash-stop), so

@@ -16,44 +16,8 @@
 use tandem_net::{NodeId, SessionId};
 
 use crate::node::{Active, Delinquency, KiteNode, Mutant, Out};
+use crate::inflight::*;
 use crate::types::*;
-
-#[derive(Debug)]
-pub struct Release {
-    pub key: Key,
-    pub value: Value,
-    /// Round 1 (versions) and whether a majority answered it.
-    pub r1: u64,
-    pub r1_done: bool,
-    pub max: Version,
-    pub stage: RelStage,
-    /// The DM-set being published and its stamp.
-    pub dm: (Mask, u64),
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum RelStage {
-    /// Round 1 and the barrier.
-    Wait,
-    /// Publishing the DM-set.
-    Slow { rid: u64 },
-    /// The value round.
-    Value { wid: u64, version: Version },
-}
-
-#[derive(Debug)]
-pub struct Acquire {
-    pub key: Key,
-    pub acq: AcqId,
-    pub rid: u64,
-    pub write_back: bool,
-    pub best: (Version, Value),
-    pub n_best: u32,
-    /// Replicas whose counted replies said this machine is delinquent.
-    pub flagged: Mask,
-    /// A strong CAS whose comparison failed ends as this acquire.
-    pub cas_fail: bool,
-}
 
 impl KiteNode {
     pub fn release(&mut self, now: u64, s: SessionId, key: Key, value: Value, out: &mut Out) {

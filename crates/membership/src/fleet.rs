@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::membership::NodeId;
+use crate::ids::NodeId;
 
 /// A memory node's index (its place in the address list).
 pub type MemNode = u16;

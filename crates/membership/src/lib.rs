@@ -12,6 +12,7 @@
 //! `tandem pandora membership` process.
 
 mod fleet;
+mod ids;
 mod membership;
 
 pub use fleet::{Fleet, FleetCommand, FleetEvent, MemNode, MemoryConfig};

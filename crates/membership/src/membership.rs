@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fleet::{Fleet, FleetCommand, FleetEvent, MemoryConfig};
 
-pub type NodeId = u16;
+pub use crate::ids::NodeId;
 
 #[derive(Clone, Debug)]
 pub struct MembershipConfig {
