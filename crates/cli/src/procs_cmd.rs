@@ -113,7 +113,7 @@ pub struct MembershipArgs {
     /// A memory server that answers no probe for this many milliseconds is
     /// declared failed: compute servers switch primaries to the first live
     /// replica, and a replacement (`memory-server --replaces N`) is filled
-    /// and admitted (DESIGN.md §4.6).
+    /// and admitted (docs/DESIGN.md §4.6).
     #[arg(long, default_value_t = 500.0)]
     memory_timeout_ms: f64,
     /// Load the micro dataset before admitting compute servers (skipped when

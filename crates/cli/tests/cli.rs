@@ -453,7 +453,7 @@ fn assert_cluster_checks_out(
     assert!(err.contains("counters consistent"), "{err}");
 }
 
-/// Tier 3 (DESIGN.md §4.5, issue 3): memory servers, membership and two compute
+/// Tier 3 (docs/DESIGN.md §4.5, issue 3): memory servers, membership and two compute
 /// servers as OS processes; `kill -9` one compute server mid-run. The other
 /// keeps committing, recovery completes, and the store checks out.
 fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committing(shm: bool) {
@@ -940,7 +940,7 @@ fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majori
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// DESIGN.md §4.6 on real threads: lose a memory node mid-run, run on the
+/// docs/DESIGN.md §4.6 on real threads: lose a memory node mid-run, run on the
 /// surviving copies, re-replicate, and the store still checks out.
 #[test]
 fn memory_node_loss_is_survived_and_rereplicated_on_real_threads() {

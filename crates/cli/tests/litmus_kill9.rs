@@ -1,4 +1,4 @@
-//! Tier 3, DART over processes (`pandora.txt` §5; DESIGN.md §5 "over
+//! Tier 3, DART over processes (`pandora.txt` §5; docs/DESIGN.md §5 "over
 //! processes: kill -9 a compute server at random times. Recovery then runs,
 //! and the assertions must still hold"): `tandem dart --fabric tcp
 //! --crash-rate 1` starts memory servers, a membership process and one

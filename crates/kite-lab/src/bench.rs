@@ -84,7 +84,7 @@ pub struct KiteBenchOpts {
 }
 
 impl Default for KiteBenchOpts {
-    /// The paper's setup (kite.md §5.1, §5.7) on DESIGN.md §7.1's simulated
+    /// The paper's setup (kite.md §5.1, §5.7) on docs/DESIGN.md §7.1's simulated
     /// machine: 5 replicas, 1 M keys, uniform; 5 % sync, no RMWs.
     fn default() -> Self {
         KiteBenchOpts {

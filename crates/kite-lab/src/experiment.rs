@@ -227,7 +227,7 @@ fn markdown(
 ) -> String {
     let t = |s, w| find(rs, s, w).throughput_ops;
     let mut md = format!(
-        "Kite, ES, ABD, Paxos and ZAB on one simulated cluster (DESIGN.md §7.1's machine: 5 replicas, \
+        "Kite, ES, ABD, Paxos and ZAB on one simulated cluster (docs/DESIGN.md §7.1's machine: 5 replicas, \
          {} µs round trip, {} ns of CPU per message received, one core each), {} closed-loop sessions per replica, \
          {} keys, uniform, {:.1} ms measured per run. Each cell: this run's ratio (the paper's Fig. 4 ratio, kite.md §5.2).\n\n",
         o.rtt_ns as f64 / 1e3, o.cpu_ns, o.sessions_per_node, o.keys, o.measure_ns as f64 / 1e6
@@ -246,7 +246,7 @@ fn markdown(
          which this model does not reproduce: whatever throttles it there (the leader's send side, the in-order commit pipeline, \
          reads waiting behind their session's writes in an asynchronous window) costs nothing here. So Kite/ZAB reaches {:.1}× \
          only at 100 % writes (paper 3–5×), and Paxos/ZAB stays at or below 1 (paper 1.44 at 100 % writes). These are not tuned: \
-         the network, CPU and session model are DESIGN.md §7.1's, shared with DDP and HEAL.\n",
+         the network, CPU and session model are docs/DESIGN.md §7.1's, shared with DDP and HEAL.\n",
         100.0 * t(System::Kite, 0.01) / t(System::Es, 0.01),
         100.0 * t(System::Kite, 1.0) / t(System::Es, 1.0),
         t(System::Zab, 0.01) / t(System::Es, 0.01),

@@ -1,4 +1,4 @@
-//! Seeded simulation of false suspicion as it really happens (DESIGN.md §4.5,
+//! Seeded simulation of false suspicion as it really happens (docs/DESIGN.md §4.5,
 //! "false positives must be safe"). Unlike [`crate::sim_run`], which plays
 //! the membership service by hand around one planned fault, here the
 //! membership state machine runs as a task and carries out its own commands,

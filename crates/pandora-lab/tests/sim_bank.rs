@@ -142,7 +142,7 @@ fn a_seed_replays_identically() {
     );
 }
 
-// ---- Crash recovery (issue 3, DESIGN.md §4.5) ----
+// ---- Crash recovery (issue 3, docs/DESIGN.md §4.5) ----
 
 use tandem_pandora_lab::sim_run::Faults;
 use tandem_sim::Rng;
@@ -415,7 +415,7 @@ fn logging_without_locking_is_caught_by_the_crash_tests() {
     eprintln!("logging without locking caught at seed {seed}: {v}\n  replay: {replay}");
 }
 
-// ---- Memory-node failure (DESIGN.md §4.6) ----
+// ---- Memory-node failure (docs/DESIGN.md §4.6) ----
 
 /// Lose a memory node mid-commit: in-flight transactions commit on the live
 /// replicas or abort, compute nodes run on the surviving copies, and

@@ -1,5 +1,5 @@
 //! A SmallBank-style bank whose post-run check is exact, and which is built so
-//! that each of FORD's concurrency bugs breaks it (DESIGN.md §4.7).
+//! that each of FORD's concurrency bugs breaks it (docs/DESIGN.md §4.7).
 //!
 //! Every customer `c` owns a checking account `2c` and a savings account
 //! `2c+1`. Application invariant: a customer's combined balance never goes

@@ -1,5 +1,5 @@
 //! The acknowledged-effects ledger shared by the OLTP workloads (SmallBank,
-//! TATP, TPC-C; DESIGN.md §6): every transaction's effect is a list of
+//! TATP, TPC-C; docs/DESIGN.md §6): every transaction's effect is a list of
 //! additive deltas on integer *cells* (a field of a row, or a row's presence),
 //! recorded only when its commit is acknowledged.
 //!

@@ -1,5 +1,5 @@
 //! Workloads that drive a Tandem store, each with a post-run consistency check
-//! computed from application state (DESIGN.md §6).
+//! computed from application state (docs/DESIGN.md §6).
 
 pub mod bank;
 pub mod ledger;
