@@ -1,5 +1,5 @@
-//! `tandem experiment memory-loss-procs` (issue 15; docs/DESIGN.md §4.6,
-//! `pandora.txt` §3.2.5 and Figs. 8–11's memory faults): Pandora as OS
+//! `tandem experiment memory-loss-procs` (docs/DESIGN.md §4.6, Pandora
+//! §3.2.5 and Figs. 8–11's memory faults): Pandora as OS
 //! processes on loopback, three `memory-server`s (two copies of every
 //! partition), the membership and two `compute-server`s under the micro
 //! workload. One memory server gets `kill -9`; a replacement

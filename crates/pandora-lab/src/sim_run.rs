@@ -1,5 +1,5 @@
-//! One seeded simulation run of any workload (tier 2 of the test plan in
-//! STYLE.md): ≥2 compute nodes with several coordinators each, ≥3 memory
+//! One seeded simulation run of any workload (the tier of tests between
+//! unit tests and killed processes): ≥2 compute nodes with several coordinators each, ≥3 memory
 //! nodes, replicas 2, random verb delays and torn reads, the faults of
 //! [`Faults`] (a compute crash or a false suspicion, the recovery of
 //! docs/DESIGN.md §4.5 with a recovery coordinator that may crash too, a memory

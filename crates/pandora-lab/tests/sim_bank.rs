@@ -142,7 +142,7 @@ fn a_seed_replays_identically() {
     );
 }
 
-// ---- Crash recovery (issue 3, docs/DESIGN.md §4.5) ----
+// ---- Crash recovery (docs/DESIGN.md §4.5) ----
 
 use tandem_pandora_lab::sim_run::Faults;
 use tandem_sim::Rng;
@@ -220,7 +220,7 @@ fn pandora_survives_failure_detector_false_positives() {
     }
 }
 
-/// Issue 9: a crash and a slow node suspected in one run, in every mode.
+/// A crash and a slow node suspected in one run, in every mode.
 /// Both are fenced and recovered; a third node keeps committing while they
 /// are (liveness), and every check holds (safety). With two compute nodes,
 /// both are suspected and nobody is left, and the checks still hold.

@@ -8,7 +8,7 @@
 //! post-run check is exact: a lost update, a phantom commit or a rolled-back
 //! acknowledged commit all leave some cell off by its delta. A transaction whose
 //! commit never returned (its compute node crashed, or lost access, mid-commit)
-//! is *in doubt* (the "unknown" outcome of STYLE.md): it may or may not have
+//! is *in doubt* ("unknown", never assumed to have failed): it may or may not have
 //! committed, so the check accepts the state if *some* subset of the in-doubt
 //! transactions, applied atomically, explains every cell they touch.
 

@@ -1,4 +1,4 @@
-//! TATP as FORD and Pandora ran it (`pandora.txt` §6 "Workloads"; FORD's
+//! TATP as FORD and Pandora ran it (Pandora §6 "Workloads"; FORD's
 //! `workload/tatp`; the TATP specification; docs/DESIGN.md §6): 100 000 subscribers
 //! by default, FORD's mix GetSubscriberData 35, GetNewDestination 10,
 //! GetAccessData 35, UpdateSubscriberData 2, UpdateLocation 14,
