@@ -1,11 +1,11 @@
-//! DDP throughput in simulated time (spec `ddp.md` §12.5): five nodes,
+//! DDP throughput in simulated time (DDP §7–8, as ratios): five nodes,
 //! every key on all five, closed-loop clients bound to a home node, YCSB
 //! operations; each model reported normalized to ⟨Lin, Synch⟩ of the same
 //! run. Also how fast the simulator itself moves messages (wall clock).
 //!
 //! Sessions are `tandem_ddp::ycsb_session`'s: under Transactional
 //! consistency a client groups its requests in transactions of
-//! [`DdpBenchConfig::tx_requests`] (the paper's 5, §12.2), which count as
+//! [`DdpBenchConfig::tx_requests`] (the paper's 5, §7), which count as
 //! done only when they commit (the paper's "a request will not be satisfied
 //! until the transaction restarts and completes"); read latency is per read
 //! reply, write latency per write, Begin and End reply. Under Scope a client
