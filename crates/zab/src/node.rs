@@ -1,4 +1,4 @@
-//! The leader-based baseline (heal.txt §II-C, spec `heal.md` §3.3): a
+//! The leader-based baseline (HEAL §II-C, §IX-D): a
 //! ZooKeeper-style store on the same runtime, so that HEAL's recovery is
 //! compared with leader-based recovery on the same machinery.
 //!
