@@ -1,4 +1,5 @@
-//! `tandem ddp ...`: the DDP models (ddp-minos.txt) in seeded simulation.
+//! `tandem ddp ...`: the DDP models (*Distributed Data Persistency*, MICRO
+//! 2021) in seeded simulation.
 
 use std::time::{Duration, Instant};
 

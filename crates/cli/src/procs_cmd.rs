@@ -128,7 +128,7 @@ pub struct MembershipArgs {
     #[arg(long, default_value = "/tandem/membership")]
     zk_path: String,
     /// Every membership replica's listen address, comma-separated, this
-    /// one's (`--listen`) among them (`pandora.txt` §3.2.4, the distributed
+    /// one's (`--listen`) among them (Pandora §3.2.4, the distributed
     /// failure detector; needs --zookeeper). Compute servers heartbeat to all
     /// of them; the one holding ZooKeeper's leader znode acts, and declares a
     /// node failed only when fewer than a majority of replicas heard it.
