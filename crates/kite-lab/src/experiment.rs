@@ -177,7 +177,8 @@ fn ratio_row(
     format!("| {name} | {} |\n", cells.join(" | "))
 }
 
-/// The four ratios the issue names, at `writes`: this run's (the paper's Fig. 4).
+/// Four ratios (Kite / ES, Kite / ZAB, ABD / ES, Paxos / ZAB) at `writes`: this
+/// run's (the paper's Fig. 4).
 fn ratio_table(writes: &[f64], t: impl Fn(System, f64) -> f64) -> String {
     let head: Vec<String> = writes
         .iter()

@@ -40,7 +40,7 @@ pub struct Stall {
     pub for_ns: u64,
 }
 
-/// Test-only switches that undo this fixes, to show the runs catch them.
+/// Test-only switches that undo the fencing rules, to show the runs catch them.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FencingBugs {
     /// A revoked incarnation may register again (fencing that can be undone).
