@@ -1,7 +1,8 @@
-//! Kite and its baselines in simulated time (Kite §6–7): five replicas, closed-loop sessions bound to a home node, uniform
-//! keys, the paper's request mix. Every system runs on the same simulated
-//! network and CPU model and the same workload draw, so their ratios are
-//! the result, not the absolute numbers:
+//! Kite and its baselines in simulated time (Kite §6–7): five replicas,
+//! closed-loop sessions bound to a home node, uniform keys, the paper's
+//! request mix. Every system runs on the same simulated network and CPU
+//! model and the same workload draw, so their ratios are the result, not
+//! the absolute numbers:
 //!
 //! - `kite`: relaxed ops on ES, `sync` of them as releases/acquires, RMWs
 //!   (FAA) on Paxos, with the fast/slow path;

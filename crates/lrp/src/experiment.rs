@@ -1,9 +1,9 @@
 //! `tandem experiment lrp`: release persistency on the persistency machine
 //! (thesis ch. 3; its evaluation, §3.6, as ratios). What each mechanism
-//! costs per log-free data structure in counted cycles (cached and uncached NVM,
-//! threads 1–32, the RET watermark), then what the crash checker shows:
-//! violations per policy, mutants caught, the differential against the
-//! axiomatic model, and how many crash images it checks per second.
+//! costs per log-free data structure in counted cycles (cached and uncached
+//! NVM, threads 1–32, the RET watermark), then what the crash checker
+//! shows: violations per policy, mutants caught, the differential against
+//! the axiomatic model, and how many crash images it checks per second.
 
 use serde_json::{json, Value};
 use crate::bench::{bench, BenchOpts, BenchResult};

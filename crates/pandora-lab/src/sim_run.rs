@@ -1,14 +1,15 @@
 //! One seeded simulation run of any workload (the tier of tests between
-//! unit tests and killed processes): ≥2 compute nodes with several coordinators each, ≥3 memory
-//! nodes, replicas 2, random verb delays and torn reads, the faults of
-//! [`Faults`] (a compute crash or a false suspicion, the recovery of
-//! docs/DESIGN.md §4.5 with a recovery coordinator that may crash too, a memory
-//! node lost and re-replicated), then every end-of-run invariant: the
-//! background stray-lock sweep, replica agreement, no lock left held, and
-//! the workload's own check. The same seed always takes the same steps; a
-//! failing seed is replayed with the command in [`SimReport::replay`]
-//! (`tandem pandora sim --workload W ...`). [`preset`] names the simulation's
-//! workload sizes, for the tests and the command alike.
+//! unit tests and killed processes): ≥2 compute nodes with several
+//! coordinators each, ≥3 memory nodes, replicas 2, random verb delays and
+//! torn reads, the faults of [`Faults`] (a compute crash or a false
+//! suspicion, the recovery of docs/DESIGN.md §4.5 with a recovery
+//! coordinator that may crash too, a memory node lost and re-replicated),
+//! then every end-of-run invariant: the background stray-lock sweep,
+//! replica agreement, no lock left held, and the workload's own check. The
+//! same seed always takes the same steps; a failing seed is replayed with
+//! the command in [`SimReport::replay`]
+//! (`tandem pandora sim --workload W ...`). [`preset`] names the
+//! simulation's workload sizes, for the tests and the command alike.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;

@@ -1,8 +1,9 @@
 //! Tier-2 simulation tests of the OLTP workloads (SmallBank, TATP, TPC-C;
-//! docs/DESIGN.md §6): seeded runs with a compute-node crash and recovery must keep
-//! every workload's consistency check, and each check must catch a re-injected
-//! store bug within a stated seed budget (docs/DESIGN.md §1 principle 4: every
-//! check must be able to fail). `TANDEM_SIM_SEEDS=N` raises the seed count of the passing runs.
+//! docs/DESIGN.md §6): seeded runs with a compute-node crash and recovery must
+//! keep every workload's consistency check, and each check must catch a
+//! re-injected store bug within a stated seed budget (docs/DESIGN.md §1
+//! principle 4: every check must be able to fail). `TANDEM_SIM_SEEDS=N` raises
+//! the seed count of the passing runs.
 
 use tandem_pandora_lab::sim_run::{run, SimConfig, SimReport};
 use tandem_cluster::workload::WorkloadSpec;

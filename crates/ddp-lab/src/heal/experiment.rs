@@ -104,8 +104,9 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
         )?);
     }
     let svg = figure(sizes, &by_size, mid, &leader);
-    // The ablations (Fig. 9's costs, HEAL §IX-D, taken out of HEAL): Redundant (no dedup, every EFN update
-    // ships) and Reactive (the Buddy reads them back from NVM when asked).
+    // The ablations (Fig. 9's costs, HEAL §IX-D, taken out of HEAL): Redundant
+    // (no dedup, every EFN update ships) and Reactive (the Buddy reads them
+    // back from NVM when asked).
     let redundant = run_one(
         RecoverConfig {
             distinct: true,
