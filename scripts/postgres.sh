@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A private PostgreSQL cluster on loopback for DART's real-world control
-# (DESIGN.md §5: `tandem dart --store postgres`; SERIALIZABLE must pass,
+# (docs/DESIGN.md §5: `tandem dart --store postgres`; SERIALIZABLE must pass,
 # weaker isolation levels must be caught).
 #
 #   usage: scripts/postgres.sh install|start|stop|status|url

@@ -396,7 +396,7 @@ With memory-server processes over TCP, killed with `kill -9` and replaced: see `
 <!-- part bugs -->
 ### Bug detection in simulation
 
-`cargo test --release -p tandem-bench --test sim_bank` re-injects each of FORD's
+`cargo test --release -p tandem-pandora-lab --test sim_bank` re-injects each of FORD's
 C1 bugs (docs/DESIGN.md §4.7) and asserts that the bank's conservation check fails
 within a fixed seed budget, while the correct protocol passes every seed.
 Seeds are fixed, so detection is deterministic; replay any seed with the command

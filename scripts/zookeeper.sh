@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A standalone ZooKeeper on loopback for `tandem pandora membership --zookeeper`
-# (pandora.txt §3.2.4: the failure detector's state lives in ZooKeeper).
+# (Pandora §3.2.4: the failure detector's state lives in ZooKeeper).
 #
 #   usage: scripts/zookeeper.sh install|start|stop|status
 #     install  install Debian's `zookeeper` package if it is missing

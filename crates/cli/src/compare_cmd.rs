@@ -100,7 +100,7 @@ pub fn run(a: CompareArgs) -> Result<(), String> {
             let c = tandem_ddp_lab::compare::compare_ddp(&a.ddp()?)?;
             let out = Published {
                 section: "compare-ddp",
-                title: "DDP beside etcd and Redis (issue 10)",
+                title: "DDP beside etcd and Redis",
                 passed: c.passed(),
             };
             let failure =
@@ -119,7 +119,7 @@ pub fn run(a: CompareArgs) -> Result<(), String> {
             let c = compare_kite(&a.kite()?)?;
             let out = Published {
                 section: "compare-kite",
-                title: "Kite beside ZooKeeper and etcd (issue 12)",
+                title: "Kite beside ZooKeeper and etcd",
                 passed: c.passed(),
             };
             publish(

@@ -1,4 +1,5 @@
-//! `tandem ddp ...`: the DDP models (ddp-minos.txt) in seeded simulation.
+//! `tandem ddp ...`: the DDP models (*Distributed Data Persistency*, MICRO
+//! 2021) in seeded simulation.
 
 use std::time::{Duration, Instant};
 
@@ -291,7 +292,7 @@ pub struct BenchArgs {
     pub(crate) rtt_ns: u64,
     #[arg(long, default_value_t = 400)]
     pub(crate) persist_ns: u64,
-    /// sim: worker cores per node, each taking 200 ns per input (DESIGN.md's
+    /// sim: worker cores per node, each taking 200 ns per input (docs/DESIGN.md §7.1's
     /// model is 1; the paper's servers have 20, see docs/DDP.md).
     #[arg(long, default_value_t = 1)]
     pub(crate) cores: usize,

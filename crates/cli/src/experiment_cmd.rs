@@ -1,5 +1,5 @@
 //! `tandem experiment NAME [--quick]`: one of the paper's experiments
-//! (`pandora.txt` §6). Writes its JSON, its figure (SVG and PNG) and its
+//! (Pandora §6). Writes its JSON, its figure (SVG and PNG) and its
 //! section of `RESULTS.md` (between `<!-- experiment NAME -->` markers, so
 //! each experiment can be re-run alone).
 

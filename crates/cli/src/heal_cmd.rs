@@ -24,7 +24,7 @@ pub struct RecoverArgs {
     #[arg(long, default_value = "lin-synch")]
     model: String,
     /// heal, full-copy (from one member, the paper's State-of-the-art), leader (the leader-based store,
-    /// heal.txt §II-C), both (heal and full-copy) or all (default: both; heal with --net tcp).
+    /// HEAL §II-C), both (heal and full-copy) or all (default: both; heal with --net tcp).
     #[arg(long)]
     scheme: Option<String>,
     /// Records in the store (every node holds all of them).

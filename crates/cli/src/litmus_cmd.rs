@@ -1,5 +1,5 @@
-//! `tandem dart`: DART's litmus tests against a store (DESIGN.md §5,
-//! `pandora.txt` §5, thesis ch. 5). Thin: flags in, `tandem_dart::campaign`
+//! `tandem dart`: DART's litmus tests against a store (docs/DESIGN.md §5,
+//! Pandora §5, thesis ch. 5). Thin: flags in, `tandem_dart::campaign`
 //! does the work; every violation prints the command that replays it.
 
 use std::time::Duration;

@@ -1,5 +1,7 @@
 //! `tandem`: the command-line front end. Thin by design: every command parses
-//! its flags and calls into the library crates.
+//! its flags and calls into the library crates. Papers are cited by short name
+//! and section (Pandora §N, DDP §N, HEAL §N, Kite §N, thesis ch. N); README.md
+//! lists them.
 
 mod args;
 mod bench_cmd;

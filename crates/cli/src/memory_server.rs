@@ -1,5 +1,5 @@
 //! `tandem pandora memory-server`: a passive memory node served over TCP
-//! (DESIGN.md §3). It listens on loopback unless told otherwise, and executes
+//! (docs/DESIGN.md §3). It listens on loopback unless told otherwise, and executes
 //! verbs only for compute nodes registered by the admin role, on
 //! connections that authenticated first (docs/SECURITY.md).
 
@@ -32,7 +32,7 @@ pub struct MemoryServerArgs {
     /// Replace memory node N, declared failed: once listening, announce this
     /// server to the membership service (`--membership`), which fills it from
     /// the live replicas while transactions hold, then admits it
-    /// (DESIGN.md §4.6).
+    /// (docs/DESIGN.md §4.6).
     #[arg(long, value_name = "N", requires = "membership")]
     replaces: Option<u16>,
     /// Membership replicas (comma-separated) to announce a replacement to.

@@ -205,7 +205,7 @@ fn kite_node(a: NodeArgs) -> Result<(), String> {
         .map_err(|e| node_error(a.id, &e))
 }
 
-/// Kite is crash-stop (kite.md §3): a replica back with empty state would
+/// Kite is crash-stop (Kite §2.1): a replica back with empty state would
 /// count in read and write quorums it no longer intersects. Its state file
 /// records that it ran; starting again from it is refused.
 fn refuse_a_kite_restart(a: &NodeArgs) -> Result<(), String> {
@@ -220,7 +220,7 @@ fn refuse_a_kite_restart(a: &NodeArgs) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "node {}: this Kite replica ran before ({} records it). Kite is crash-stop (kite.md §3): \
+        "node {}: this Kite replica ran before ({} records it). Kite is crash-stop (Kite §2.1): \
          a replica that restarts comes back empty and would count in quorums it no longer \
          intersects, losing acknowledged writes. Leave it down (the others serve without it), \
          or start a new cluster with fresh state files.",

@@ -113,7 +113,7 @@ pub struct MembershipArgs {
     /// A memory server that answers no probe for this many milliseconds is
     /// declared failed: compute servers switch primaries to the first live
     /// replica, and a replacement (`memory-server --replaces N`) is filled
-    /// and admitted (DESIGN.md §4.6).
+    /// and admitted (docs/DESIGN.md §4.6).
     #[arg(long, default_value_t = 500.0)]
     memory_timeout_ms: f64,
     /// Load the micro dataset before admitting compute servers (skipped when
@@ -128,7 +128,7 @@ pub struct MembershipArgs {
     #[arg(long, default_value = "/tandem/membership")]
     zk_path: String,
     /// Every membership replica's listen address, comma-separated, this
-    /// one's (`--listen`) among them (`pandora.txt` §3.2.4, the distributed
+    /// one's (`--listen`) among them (Pandora §3.2.4, the distributed
     /// failure detector; needs --zookeeper). Compute servers heartbeat to all
     /// of them; the one holding ZooKeeper's leader znode acts, and declares a
     /// node failed only when fewer than a majority of replicas heard it.

@@ -1,6 +1,6 @@
 //! An attacker on the same host against freshly started `tandem` processes:
 //! the memory server and the membership service. Each attack is one that
-//! worked before these listeners authenticated their peers (DESIGN.md §8).
+//! worked before these listeners authenticated their peers (docs/DESIGN.md §8).
 //! A test passes only if the process stays alive and serving, its RSS grows
 //! by less than 50 MiB, admin calls keep a p99 under 100 ms during the
 //! attack, and nothing it is not owed reaches the attacker.

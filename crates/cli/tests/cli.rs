@@ -453,7 +453,7 @@ fn assert_cluster_checks_out(
     assert!(err.contains("counters consistent"), "{err}");
 }
 
-/// Tier 3 (DESIGN.md §4.5, issue 3): memory servers, membership and two compute
+/// Tier 3 (docs/DESIGN.md §4.5): memory servers, membership and two compute
 /// servers as OS processes; `kill -9` one compute server mid-run. The other
 /// keeps committing, recovery completes, and the store checks out.
 fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committing(shm: bool) {
@@ -572,7 +572,7 @@ fn kill_dash_nine_of_a_compute_server_is_recovered_while_the_other_keeps_committ
     assert_cluster_checks_out(&common, &l1, &l2, &log);
 }
 
-/// Issue 3, second variant (`pandora.txt` §3.2.4): the membership state lives
+/// A variant of the test above (Pandora §3.2.4): the membership state lives
 /// in a real ZooKeeper. `kill -9` the membership process mid-run and restart
 /// it on the same address: compute servers keep committing through the
 /// outage and rejoin with their ids; then `kill -9` a compute server, and the
@@ -724,7 +724,7 @@ fn kill_dash_nine_of_the_membership_process_is_survived_with_its_state_in_zookee
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 3 (`pandora.txt` §3.2.4, the distributed failure detector): three
+/// The distributed failure detector (Pandora §3.2.4): three
 /// membership replicas elect a leader in ZooKeeper; compute servers heartbeat
 /// to all three. `kill -9` the leader: another replica takes over from the
 /// state in ZooKeeper and the compute servers rejoin it. Then `kill -9` a
@@ -765,7 +765,7 @@ fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majori
     let mut replicas: Vec<Option<Proc>> = (0..3)
         .map(|i| {
             // A 4 s ZooKeeper session: under two busy loops on two cores, 2 s sessions of idle followers
-            // expired (issue 9). 100 ms: a takeover loads the machine (ZooKeeper, three replicas, rejoins) and a 20 ms
+            // expired. 100 ms: a takeover loads the machine (ZooKeeper, three replicas, rejoins) and a 20 ms
             // detector misjudged the survivor in about 1 run in 4 on a loaded two-core machine.
             let mut a = vec![
                 "pandora",
@@ -940,7 +940,7 @@ fn membership_replicas_survive_kill_dash_nine_of_the_leader_and_detect_by_majori
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// DESIGN.md §4.6 on real threads: lose a memory node mid-run, run on the
+/// docs/DESIGN.md §4.6 on real threads: lose a memory node mid-run, run on the
 /// surviving copies, re-replicate, and the store still checks out.
 #[test]
 fn memory_node_loss_is_survived_and_rereplicated_on_real_threads() {
@@ -1013,7 +1013,7 @@ fn a_short_soak_passes_every_check_with_no_commit_by_a_fenced_incarnation() {
     assert_eq!(report["fenced_acks"], 0, "{err}");
 }
 
-/// Issue 9: peers that are not up yet are waited for, within bounds, and a
+/// Peers that are not up yet are waited for, within bounds, and a
 /// process that gives up names the address it waited for.
 fn a_process_whose_peer_never_comes_up_names_its_address(shm: bool) {
     let _serial = serial();
@@ -1087,7 +1087,7 @@ fn a_process_whose_peer_never_comes_up_names_its_address(shm: bool) {
     );
 }
 
-/// Issue 9: the membership suspects a live compute-server process (stopped
+/// The membership suspects a live compute-server process (stopped
 /// with SIGSTOP past the detector's timeout, then continued). It is fenced
 /// off and recovered while stopped; once continued it finds out, stops,
 /// comes back as a new incarnation (new node id, coordinator ids and keys)

@@ -1,4 +1,4 @@
-//! DDP over real processes (issue 10): five `tandem node` processes and a
+//! DDP over real processes: five `tandem node` processes and a
 //! configuration manager, client sessions over TCP recording a history,
 //! `kill -9` of one node under load and of all five, and the history
 //! checked with the same linearizability checker as the simulations; and a
@@ -489,7 +489,8 @@ fn lin_synch_restarts_all_five_from_their_nvm_files() {
             c.logs()
         );
     }
-    // Lin-Synch promises non-stale reads across a whole-cluster crash (spec §13.3 Y-3):
+    // Lin-Synch promises non-stale reads across a whole-cluster crash (docs/DDP.md,
+    // check labels S-2 and RP-2):
     // the history before and after the crash is linearizable as one.
     check(&load.stop(), &c.dir);
     let _ = std::fs::remove_dir_all(&c.dir);

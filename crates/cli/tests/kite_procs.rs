@@ -1,4 +1,4 @@
-//! Kite over real processes (issue 12): five `tandem node --system kite`
+//! Kite over real processes: five `tandem node --system kite`
 //! processes on loopback, the simulator's checked random mix over TCP, one
 //! node stopped (SIGSTOP) for 1.5 s and another killed -9 mid-run; the
 //! history must be release consistent and every session keep completing.

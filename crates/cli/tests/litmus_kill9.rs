@@ -1,6 +1,6 @@
-//! Tier 3, DART over processes (`pandora.txt` §5; DESIGN.md §5 "over
-//! processes: kill -9 a compute server at random times. Recovery then runs,
-//! and the assertions must still hold"): `tandem dart --fabric tcp
+//! Tier 3, DART over processes (Pandora §5; docs/DESIGN.md §5: over processes
+//! a compute server gets `kill -9` at a random moment, recovery runs, and the
+//! assertions must still hold): `tandem dart --fabric tcp
 //! --crash-rate 1` starts memory servers, a membership process and one
 //! `tandem litmus-worker` process per compute node, SIGKILLs one worker per
 //! run, waits for the membership's log recovery, and checks the assertions
@@ -243,7 +243,7 @@ fn diverging_replicas_are_reported_by_the_replica_check_over_processes(shm: bool
     }
 }
 
-/// Issue 15: memory-server kills among the injected faults. Every run
+/// Memory-server kills among the injected faults. Every run
 /// `kill -9`s a memory server mid-run (and a worker): the workers hold,
 /// drain and switch primaries, the killed worker is recovered from the live
 /// replicas while everyone holds, a replacement is filled and admitted, and

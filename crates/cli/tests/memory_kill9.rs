@@ -1,5 +1,5 @@
-//! Memory-server loss over real processes (issue 15; DESIGN.md §4.6,
-//! `pandora.txt` §3.2.5): three `tandem pandora memory-server` processes (two copies
+//! Memory-server loss over real processes (docs/DESIGN.md §4.6, Pandora
+//! §3.2.5): three `tandem pandora memory-server` processes (two copies
 //! of every partition), the membership process and two compute servers under
 //! load. `kill -9` one memory server: the membership declares it failed, the
 //! compute servers hold, drain and switch primaries, and keep committing; a

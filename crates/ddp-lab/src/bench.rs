@@ -1,11 +1,11 @@
-//! DDP throughput in simulated time (spec `ddp.md` §12.5): five nodes,
+//! DDP throughput in simulated time (DDP §7–8, as ratios): five nodes,
 //! every key on all five, closed-loop clients bound to a home node, YCSB
 //! operations; each model reported normalized to ⟨Lin, Synch⟩ of the same
 //! run. Also how fast the simulator itself moves messages (wall clock).
 //!
 //! Sessions are `tandem_ddp::ycsb_session`'s: under Transactional
 //! consistency a client groups its requests in transactions of
-//! [`DdpBenchConfig::tx_requests`] (the paper's 5, §12.2), which count as
+//! [`DdpBenchConfig::tx_requests`] (the paper's 5, §7), which count as
 //! done only when they commit (the paper's "a request will not be satisfied
 //! until the transaction restarts and completes"); read latency is per read
 //! reply, write latency per write, Begin and End reply. Under Scope a client
@@ -31,7 +31,7 @@ pub struct DdpBenchConfig {
     pub rtt_ns: u64,
     pub persist_ns: u64,
     pub cpu_ns: u64,
-    /// Worker cores per node (DESIGN.md's 1; the paper's servers have 20, Table 5).
+    /// Worker cores per node (docs/DESIGN.md §7.1's 1; the paper's servers have 20, Table 5).
     pub cores: usize,
     pub warmup_ns: u64,
     pub measure_ns: u64,
@@ -447,7 +447,7 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
             }
             t
         };
-    let mut md = String::from("Simulated M ops/s, paper parameters otherwise (5 nodes, 200 ns CPU per input, closed-loop clients with one request outstanding), with DESIGN.md's one core per node and with the paper's 20. Paper (§8.2): lin-synch at 10 clients 2.2x its throughput at 100, at 2 µs 0.88x at 1 µs; causal-synch and causal-eventual flat. docs/DDP.md explains the gap.\n");
+    let mut md = String::from("Simulated M ops/s, paper parameters otherwise (5 nodes, 200 ns CPU per input, closed-loop clients with one request outstanding), with docs/DESIGN.md's one core per node and with the paper's 20. Paper (§8.2): lin-synch at 10 clients 2.2x its throughput at 100, at 2 µs 0.88x at 1 µs; causal-synch and causal-eventual flat. docs/DDP.md explains the gap.\n");
     md += &table("Clients, 1 core per node:", &clients, &c);
     md += &table("Round trip, 1 core per node:", &rtts, &r);
     md += &table("Clients, 20 cores per node:", &clients20, &c20);

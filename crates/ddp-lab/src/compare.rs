@@ -1,4 +1,4 @@
-//! `tandem compare --system ddp` (issue 10): Tandem's DDP over five
+//! `tandem compare --system ddp`: Tandem's DDP over five
 //! `tandem node` processes beside what users run instead, on YCSB-A and B
 //! with the same records, value size and client count:
 //!
@@ -25,7 +25,7 @@ use tandem_peers::kv_driver::{drive, Counts, KvDriveConfig};
 use tandem_peers::system::Endpoints;
 
 pub const PEERS_SCRIPT: &str = "bash scripts/peers.sh start ddp";
-/// Issue 10's goal: ⟨Lin, Synch⟩ at least this many times etcd.
+/// The goal: ⟨Lin, Synch⟩ at least this many times etcd.
 pub const GOAL_VS_ETCD: f64 = 5.0;
 /// What `crate::load` writes.
 pub const TANDEM_VALUE_BYTES: usize = 8;

@@ -1,5 +1,8 @@
 //! DDP's lab, and HEAL's: what runs the leaderless store's nodes as
-//! processes, loads them, measures them and compares them.
+//! processes, loads them, measures them and compares them. "DDP §N" is a
+//! section of *Distributed Data Persistency* (MICRO 2021), "HEAL §N" one of
+//! *HEAL: Online Incremental Recovery for Leaderless Distributed Systems
+//! Across Persistency Models* (arXiv 2602.08257, 2026).
 //!
 //! | module | what |
 //! |---|---|

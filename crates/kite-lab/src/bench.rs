@@ -1,15 +1,15 @@
-//! Kite and its baselines in simulated time (issue 12, `specs/kite.md`
-//! §5): five replicas, closed-loop sessions bound to a home node, uniform
-//! keys, the paper's request mix. Every system runs on the same simulated
-//! network and CPU model and the same workload draw, so their ratios are
-//! the result, not the absolute numbers:
+//! Kite and its baselines in simulated time (Kite §6–7): five replicas,
+//! closed-loop sessions bound to a home node, uniform keys, the paper's
+//! request mix. Every system runs on the same simulated network and CPU
+//! model and the same workload draw, so their ratios are the result, not
+//! the absolute numbers:
 //!
 //! - `kite`: relaxed ops on ES, `sync` of them as releases/acquires, RMWs
 //!   (FAA) on Paxos, with the fast/slow path;
 //! - `es`: the same node, every op relaxed (the upper bound);
 //! - `abd`: every read an acquire, every write a release;
 //! - `paxos`: writes as Paxos RMWs, reads as ABD acquires;
-//! - `zab`: the leader-based log of `tandem_heal::leader` without NVM (the
+//! - `zab`: the leader-based log of [`tandem_zab::node`] without NVM (the
 //!   in-memory ZAB of the Kite paper, behind Kite's API: [`tandem_zab::kite_api`]):
 //!   writes, releases and RMWs through the leader in zxid order, reads and
 //!   acquires local.
@@ -69,7 +69,7 @@ pub struct KiteBenchOpts {
     pub nodes: u16,
     pub sessions_per_node: u64,
     pub keys: u64,
-    /// Share of requests that write, RMWs included (the paper's counting, kite.md §5.1).
+    /// Share of requests that write, RMWs included (the paper's counting, Kite §7.1).
     pub write_ratio: f64,
     /// Share of reads and writes that are acquires and releases.
     pub sync_ratio: f64,
@@ -84,7 +84,7 @@ pub struct KiteBenchOpts {
 }
 
 impl Default for KiteBenchOpts {
-    /// The paper's setup (kite.md §5.1, §5.7) on DESIGN.md §7.1's simulated
+    /// The paper's setup (Kite §6, §7.1) on docs/DESIGN.md §7.1's simulated
     /// machine: 5 replicas, 1 M keys, uniform; 5 % sync, no RMWs.
     fn default() -> Self {
         KiteBenchOpts {
@@ -140,7 +140,7 @@ fn draw(o: &KiteBenchOpts, rng: &mut Rng) -> Class {
     draw_class(o.write_ratio, o.sync_ratio, o.rmw_ratio, rng)
 }
 
-/// One request of the paper's mix (kite.md §5.1): an RMW with probability
+/// One request of the paper's mix (Kite §7.1): an RMW with probability
 /// `rmw`; otherwise a write with the rest of `write`, and sync with `sync`.
 pub fn draw_class(write: f64, sync: f64, rmw: f64, rng: &mut Rng) -> Class {
     if rng.unit_f64() < rmw {

@@ -1,9 +1,9 @@
-//! `tandem compare --system kite` (issue 12, item 6): Kite's node
+//! `tandem compare --system kite`: Kite's node
 //! processes beside what users run instead, a 3-member ZooKeeper (ZAB) and
 //! a 3-member etcd (Raft), each started by the project's scripts
 //! (`scripts/zookeeper.sh start-ensemble`, `scripts/peers.sh start etcd`)
 //! on loopback, with the same keys, value size (8 bytes), client count and
-//! request mix (`kite_bench::draw_class`: uniform keys, the paper's
+//! request mix ([`crate::bench::draw_class`]: uniform keys, the paper's
 //! write, sync and RMW ratios). Each request class runs as the peer's
 //! nearest operation:
 //!
@@ -38,7 +38,7 @@ use tandem_peers::ensemble::{Peer, Started};
 use crate::bench::{draw_class, Class, System};
 use crate::procs::{bench_tcp, BenchMix, LoadOpts, NodeOpts};
 
-/// Issue 12's goal: Kite at least this many times each peer.
+/// The goal: Kite at least this many times each peer.
 pub const GOAL: f64 = 5.0;
 /// Every system's values: one u64.
 pub const VALUE_BYTES: usize = 8;

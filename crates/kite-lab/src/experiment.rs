@@ -1,5 +1,5 @@
 //! `tandem experiment kite-throughput`, `kite-sleep` and `kite-lfd`:
-//! Kite's results (`specs/kite.md` §5) as ratios on one simulated cluster,
+//! Kite's results (Kite §7) as ratios on one simulated cluster,
 //! beside the paper's, and the seeded correctness checks behind them;
 //! `kite-tcp`: the same ratios over node processes on loopback.
 
@@ -15,7 +15,8 @@ use tandem_report::plot::lines_svg;
 type ExperimentResult = Result<(Value, String, String), String>;
 
 const WRITES: [f64; 6] = [0.01, 0.05, 0.2, 0.5, 0.75, 1.0];
-/// The paper's Fig. 4 (fig-derived, kite.md §5.2), Mreq/s: ES, ABD, Paxos, Kite, ZAB.
+/// The paper's Fig. 4 (Kite §7.1; values read from the figure), Mreq/s: ES, ABD, Paxos,
+/// Kite, ZAB.
 const PAPER: [[f64; 6]; 5] = [
     [765.0, 478.0, 275.0, 160.0, 119.0, 96.0],
     [130.0, 105.0, 86.0, 67.0, 67.0, 63.0],
@@ -176,7 +177,8 @@ fn ratio_row(
     format!("| {name} | {} |\n", cells.join(" | "))
 }
 
-/// The four ratios the issue names, at `writes`: this run's (the paper's Fig. 4).
+/// Four ratios (Kite / ES, Kite / ZAB, ABD / ES, Paxos / ZAB) at `writes`: this
+/// run's (the paper's Fig. 4).
 fn ratio_table(writes: &[f64], t: impl Fn(System, f64) -> f64) -> String {
     let head: Vec<String> = writes
         .iter()
@@ -227,9 +229,9 @@ fn markdown(
 ) -> String {
     let t = |s, w| find(rs, s, w).throughput_ops;
     let mut md = format!(
-        "Kite, ES, ABD, Paxos and ZAB on one simulated cluster (DESIGN.md §7.1's machine: 5 replicas, \
+        "Kite, ES, ABD, Paxos and ZAB on one simulated cluster (docs/DESIGN.md §7.1's machine: 5 replicas, \
          {} µs round trip, {} ns of CPU per message received, one core each), {} closed-loop sessions per replica, \
-         {} keys, uniform, {:.1} ms measured per run. Each cell: this run's ratio (the paper's Fig. 4 ratio, kite.md §5.2).\n\n",
+         {} keys, uniform, {:.1} ms measured per run. Each cell: this run's ratio (the paper's Fig. 4 ratio, read from its figure).\n\n",
         o.rtt_ns as f64 / 1e3, o.cpu_ns, o.sessions_per_node, o.keys, o.measure_ns as f64 / 1e6
     );
     let head: Vec<String> = WRITES
@@ -246,7 +248,7 @@ fn markdown(
          which this model does not reproduce: whatever throttles it there (the leader's send side, the in-order commit pipeline, \
          reads waiting behind their session's writes in an asynchronous window) costs nothing here. So Kite/ZAB reaches {:.1}× \
          only at 100 % writes (paper 3–5×), and Paxos/ZAB stays at or below 1 (paper 1.44 at 100 % writes). These are not tuned: \
-         the network, CPU and session model are DESIGN.md §7.1's, shared with DDP and HEAL.\n",
+         the network, CPU and session model are docs/DESIGN.md §7.1's, shared with DDP and HEAL.\n",
         100.0 * t(System::Kite, 0.01) / t(System::Es, 0.01),
         100.0 * t(System::Kite, 1.0) / t(System::Es, 1.0),
         t(System::Zab, 0.01) / t(System::Es, 0.01),
@@ -285,7 +287,7 @@ pub fn sleep(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
     // Keys scaled with the per-replica rate: the paper's replicas serve
     // ~68 M req/s over 1 M keys (every key touched every ~15 ms), ours
     // ~3 M/s, so 40 K keys keep the same refresh horizon after a wake-up
-    // (a woken replica refreshes each key once, kite.md §2.5).
+    // (a woken replica refreshes each key once, Kite §4).
     let o = KiteBenchOpts {
         write_ratio: 0.05,
         sync_ratio: 0.05,
@@ -345,7 +347,7 @@ pub fn sleep(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
     let json = json!({"timeline": tl, "steady_rest_ops": steady_rest, "asleep_rest_ops": during, "rest_ratio": during / steady_rest, "longest_dip_us": stall_us});
     let md = format!(
         "One of five replicas is stopped (its inputs queue, as under SIGSTOP) from {:.0} ms for {:.0} ms; 5 % writes, 5 % sync, \
-         40 K keys (scaled with the per-replica rate, see `kite_exp.rs`); time-out {:.0} µs. The other four replicas serve **{:.2}×** their steady throughput while it sleeps (paper Fig. 8: \
+         40 K keys (scaled with the per-replica rate, see `crates/kite-lab/src/experiment.rs`); time-out {:.0} µs. The other four replicas serve **{:.2}×** their steady throughput while it sleeps (paper Fig. 8: \
          0.92× for the total, 1.16× per remaining replica); the longest dip of the others below half their steady rate lasts \
          **{stall_us:.0} µs** (one time-out is {:.0} µs).\n",
         from as f64 / 1e6, dur as f64 / 1e6, tl.timeout_us, during / steady_rest, tl.timeout_us

@@ -1,6 +1,8 @@
 //! Kite's lab: its node processes and their load, the benchmark that runs
 //! Kite beside ZAB and the other systems of the paper's evaluation, the
-//! experiments, and the comparison with ZooKeeper and etcd.
+//! experiments, and the comparison with ZooKeeper and etcd. "Kite §N" is a
+//! section of *Kite: Efficient and Available Release Consistency for the
+//! Datacenter* (PPoPP 2020).
 //!
 //! | module | what |
 //! |---|---|

@@ -1,14 +1,14 @@
-//! Kite over real processes (issue 12, the TCP step): N `tandem node
-//! --system kite` processes on loopback, closed-loop client sessions over
-//! [`Mux`] streams, and faults a real deployment has: `kill -9` of a node
-//! and a node stopped (`SIGSTOP`) for a while, then continued.
+//! Kite over real processes: N `tandem node --system kite` processes on
+//! loopback, closed-loop client sessions over [`Mux`] streams, and faults a
+//! real deployment has: `kill -9` of a node and a node stopped (`SIGSTOP`)
+//! for a while, then continued.
 //!
 //! Two loads:
 //! - [`Gen::Checked`]: the simulator's random mix of every operation
 //!   ([`RandomMix`]), recorded as an [`RcOp`] history exactly as
 //!   `tandem_kite::simcheck`'s hook records it (wall-clock ns since the run
 //!   started), then checked with [`tandem_check::check_rc`];
-//! - [`Gen::Bench`]: the paper's request mix of `kite_bench` (uniform keys,
+//! - [`Gen::Bench`]: the paper's request mix of [`crate::bench`] (uniform keys,
 //!   5 % writes, 5 % sync), mapped to Kite or to ES (every op relaxed), for
 //!   throughput and latency.
 //!
@@ -331,7 +331,7 @@ impl Fault {
     }
 }
 
-/// The bench mix of `kite_bench`.
+/// The bench mix of [`crate::bench`].
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct BenchMix {
     pub system: System,
@@ -344,7 +344,7 @@ pub struct BenchMix {
 impl BenchMix {
     /// Kite runs every class as itself, ES every op relaxed, ABD every op
     /// as a release or acquire, Paxos its writes as RMWs, ZAB its reads
-    /// local and its writes through the leader (`kite_bench`'s mapping).
+    /// local and its writes through the leader ([`crate::bench`]'s mapping).
     fn op(&self, rng: &mut Rng, value: u64) -> Op {
         let (c, key) = (
             draw_class(self.write_ratio, self.sync_ratio, self.rmw_ratio, rng),

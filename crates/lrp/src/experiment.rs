@@ -1,9 +1,9 @@
 //! `tandem experiment lrp`: release persistency on the persistency machine
-//! (thesis ch. 3, spec §4.5 and §5.2). What each mechanism costs per
-//! log-free data structure in counted cycles (cached and uncached NVM,
-//! threads 1–32, the RET watermark), then what the crash checker shows:
-//! violations per policy, mutants caught, the differential against the
-//! axiomatic model, and how many crash images it checks per second.
+//! (thesis ch. 3; its evaluation, §3.6, as ratios). What each mechanism
+//! costs per log-free data structure in counted cycles (cached and uncached
+//! NVM, threads 1–32, the RET watermark), then what the crash checker
+//! shows: violations per policy, mutants caught, the differential against
+//! the axiomatic model, and how many crash images it checks per second.
 
 use serde_json::{json, Value};
 use crate::bench::{bench, BenchOpts, BenchResult};
@@ -610,7 +610,7 @@ fn check_markdown(
         seconds += c["seconds"].as_f64().unwrap_or(0.0);
     }
     md += &format!("\nSpeed: {:.0} crash images checked per second on one core ({images:.0} images in {seconds:.1} s: run the machine, land each subset, check all three levels, undo).\n\n", images / seconds.max(1e-9));
-    md += "**Mutants** (spec §5.2). Mechanism mutants: executions (program × seed) until an illegal image; data-structure mutants: violating seeds of 20 under LRP:\n\n| mutant | caught |\n|---|---|\n";
+    md += "**Mutants** (`tandem_lrp::Mutant`). Mechanism mutants: executions (program × seed) until an illegal image; data-structure mutants: violating seeds of 20 under LRP:\n\n| mutant | caught |\n|---|---|\n";
     for m in mutants {
         let caught = match m["kind"].as_str() {
             Some("mechanism") => m["executions_to_catch"]

@@ -1,6 +1,6 @@
 //! Several stores on one workload, alternated in rounds (A B A B ...) within
 //! one run, so a noisy machine's drift hits every store alike. Reports each
-//! store's median and its ratio to the first store (DESIGN.md §1 principle 6).
+//! store's median and its ratio to the first store (docs/DESIGN.md §1 principle 6).
 
 use serde::Serialize;
 use tandem_dkvs::Mode;

@@ -37,8 +37,8 @@ pub fn is_tandem(system: &str) -> bool {
     system.starts_with("tandem")
 }
 
-/// Issue 5's goals for committed SmallBank tx/s: Tandem at least this many
-/// times the peer.
+/// The goals for committed SmallBank tx/s: Tandem at least this many times
+/// the peer.
 pub fn goal(workload: &str, peer: &str) -> Option<f64> {
     match (workload, peer) {
         ("smallbank", "postgres") => Some(10.0),

@@ -1,4 +1,4 @@
-//! The paper's experiments (`pandora.txt` §6, DESIGN.md §6), one function
+//! The paper's experiments (Pandora §6, docs/DESIGN.md §6), one function
 //! each: every experiment runs the stores on this machine, and returns its
 //! measurements (JSON), one figure (SVG) and its section of
 //! `docs/RESULTS.md`, which says how the result compares with the paper's

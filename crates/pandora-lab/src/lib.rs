@@ -1,5 +1,7 @@
 //! Pandora's lab: everything that runs the disaggregated store rather than
-//! being it.
+//! being it. "Pandora §N" in this crate is a section of the paper, *Fast,
+//! Highly Available, and Recoverable Transactions on Disaggregated Data
+//! Stores* (EDBT 2025).
 //!
 //! | module | what |
 //! |---|---|

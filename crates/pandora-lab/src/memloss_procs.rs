@@ -1,5 +1,5 @@
-//! `tandem experiment memory-loss-procs` (issue 15; DESIGN.md §4.6,
-//! `pandora.txt` §3.2.5 and Figs. 8–11's memory faults): Pandora as OS
+//! `tandem experiment memory-loss-procs` (docs/DESIGN.md §4.6, Pandora
+//! §3.2.5 and Figs. 8–11's memory faults): Pandora as OS
 //! processes on loopback, three `memory-server`s (two copies of every
 //! partition), the membership and two `compute-server`s under the micro
 //! workload. One memory server gets `kill -9`; a replacement
@@ -391,7 +391,7 @@ fn markdown(runs: &[RunResult], secs: f64) -> String {
         md += &format!("\nThe compute server killed in the second run: {rec}.\n");
     }
     md += "\nEvery reconfiguration holds new transactions until every live compute server has cut its links to the lost \
-           server, drained and switched primaries (DESIGN.md §4.6), as the paper's memory-fault path blocks; the copy onto \
+           server, drained and switched primaries (docs/DESIGN.md §4.6), as the paper's memory-fault path blocks; the copy onto \
            the replacement runs inside the second hold. Detection is the memory timeout plus a probe period. Degraded runs faster than before the kill \
            here: the two memory-server processes left share this machine's cores with one process fewer, and the \
            partitions of the lost server write one copy instead of two; the paper's memory servers have cores of their own.\n";

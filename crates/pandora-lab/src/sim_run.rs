@@ -1,14 +1,15 @@
-//! One seeded simulation run of any workload (tier 2 of the test plan in
-//! STYLE.md): ≥2 compute nodes with several coordinators each, ≥3 memory
-//! nodes, replicas 2, random verb delays and torn reads, the faults of
-//! [`Faults`] (a compute crash or a false suspicion, the recovery of
-//! DESIGN.md §4.5 with a recovery coordinator that may crash too, a memory
-//! node lost and re-replicated), then every end-of-run invariant: the
-//! background stray-lock sweep, replica agreement, no lock left held, and
-//! the workload's own check. The same seed always takes the same steps; a
-//! failing seed is replayed with the command in [`SimReport::replay`]
-//! (`tandem pandora sim --workload W ...`). [`preset`] names the simulation's
-//! workload sizes, for the tests and the command alike.
+//! One seeded simulation run of any workload (the tier of tests between
+//! unit tests and killed processes): ≥2 compute nodes with several
+//! coordinators each, ≥3 memory nodes, replicas 2, random verb delays and
+//! torn reads, the faults of [`Faults`] (a compute crash or a false
+//! suspicion, the recovery of docs/DESIGN.md §4.5 with a recovery
+//! coordinator that may crash too, a memory node lost and re-replicated),
+//! then every end-of-run invariant: the background stray-lock sweep,
+//! replica agreement, no lock left held, and the workload's own check. The
+//! same seed always takes the same steps; a failing seed is replayed with
+//! the command in [`SimReport::replay`]
+//! (`tandem pandora sim --workload W ...`). [`preset`] names the
+//! simulation's workload sizes, for the tests and the command alike.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -107,7 +108,7 @@ pub struct SimConfig {
     pub log_slot_bytes: u64,
 }
 
-/// Compute-side faults injected into one run (DESIGN.md §4.5). The harness
+/// Compute-side faults injected into one run (docs/DESIGN.md §4.5). The harness
 /// plays the membership service: it detects after `detect_ns`, revokes the
 /// node on every memory node, runs log recovery on a survivor, and only then
 /// adds the node's coordinators to `failed_ids`.
@@ -129,14 +130,14 @@ pub struct Faults {
     pub detect_ns: u64,
     /// Test-only recovery bugs (to prove the crash tests can fail).
     pub recovery_bugs: RecoveryBugs,
-    /// Lose memory node `.0` at simulated time `.1` (DESIGN.md §4.6).
+    /// Lose memory node `.0` at simulated time `.1` (docs/DESIGN.md §4.6).
     pub memory_failure: Option<(u16, u64)>,
     /// When the crash happens, also stall the heartbeats of this compute node
     /// (0-based): a slow node whose clients keep running, suspected alongside.
     pub suspect_too: Option<u16>,
     /// Pandora: crash this compute node (0-based) just before the memory
     /// node of `memory_failure` fails; it is recovered while every other
-    /// compute node holds, from the live replicas only (DESIGN.md §4.6).
+    /// compute node holds, from the live replicas only (docs/DESIGN.md §4.6).
     pub crash_in_memory_loss: Option<u16>,
 }
 
@@ -784,7 +785,7 @@ impl World<'_> {
     }
 }
 
-/// What a memory-node loss (DESIGN.md §4.6) acts on; the harness plays the
+/// What a memory-node loss (docs/DESIGN.md §4.6) acts on; the harness plays the
 /// membership service, as for compute crashes.
 struct MemoryLoss<'a> {
     cfg: &'a SimConfig,

@@ -1,4 +1,4 @@
-//! Seeded simulation of false suspicion as it really happens (DESIGN.md §4.5,
+//! Seeded simulation of false suspicion as it really happens (docs/DESIGN.md §4.5,
 //! "false positives must be safe"). Unlike [`crate::sim_run`], which plays
 //! the membership service by hand around one planned fault, here the
 //! membership state machine runs as a task and carries out its own commands,
@@ -40,7 +40,7 @@ pub struct Stall {
     pub for_ns: u64,
 }
 
-/// Test-only switches that undo this fixes, to show the runs catch them.
+/// Test-only switches that undo the fencing rules, to show the runs catch them.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FencingBugs {
     /// A revoked incarnation may register again (fencing that can be undone).

@@ -142,7 +142,7 @@ fn a_seed_replays_identically() {
     );
 }
 
-// ---- Crash recovery (issue 3, DESIGN.md §4.5) ----
+// ---- Crash recovery (docs/DESIGN.md §4.5) ----
 
 use tandem_pandora_lab::sim_run::Faults;
 use tandem_sim::Rng;
@@ -220,7 +220,7 @@ fn pandora_survives_failure_detector_false_positives() {
     }
 }
 
-/// Issue 9: a crash and a slow node suspected in one run, in every mode.
+/// A crash and a slow node suspected in one run, in every mode.
 /// Both are fenced and recovered; a third node keeps committing while they
 /// are (liveness), and every check holds (safety). With two compute nodes,
 /// both are suspected and nobody is left, and the checks still hold.
@@ -415,7 +415,7 @@ fn logging_without_locking_is_caught_by_the_crash_tests() {
     eprintln!("logging without locking caught at seed {seed}: {v}\n  replay: {replay}");
 }
 
-// ---- Memory-node failure (DESIGN.md §4.6) ----
+// ---- Memory-node failure (docs/DESIGN.md §4.6) ----
 
 /// Lose a memory node mid-commit: in-flight transactions commit on the live
 /// replicas or abort, compute nodes run on the surviving copies, and

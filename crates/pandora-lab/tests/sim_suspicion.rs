@@ -58,7 +58,7 @@ fn caught(bugs: FencingBugs, cfg: impl Fn(u64) -> SuspicionConfig, seeds: u64) -
         .count()
 }
 
-/// The bug of the issue, re-injected: a revoked node may register again.
+/// The fencing bug, re-injected: a revoked node may register again.
 /// The targeted runs and the random campaign both catch it (lost money,
 /// commits by fenced incarnations); with fencing permanent, even coordinators
 /// that ignore their own failure stay harmless (their verbs fail).

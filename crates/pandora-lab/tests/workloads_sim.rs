@@ -1,8 +1,9 @@
 //! Tier-2 simulation tests of the OLTP workloads (SmallBank, TATP, TPC-C;
-//! DESIGN.md §6): seeded runs with a compute-node crash and recovery must keep
-//! every workload's consistency check, and each check must catch a re-injected
-//! store bug within a stated seed budget (STYLE.md: every test must be able to
-//! fail). `TANDEM_SIM_SEEDS=N` raises the seed count of the passing runs.
+//! docs/DESIGN.md §6): seeded runs with a compute-node crash and recovery must
+//! keep every workload's consistency check, and each check must catch a
+//! re-injected store bug within a stated seed budget (docs/DESIGN.md §1
+//! principle 4: every check must be able to fail). `TANDEM_SIM_SEEDS=N` raises
+//! the seed count of the passing runs.
 
 use tandem_pandora_lab::sim_run::{run, SimConfig, SimReport};
 use tandem_cluster::workload::WorkloadSpec;
@@ -89,7 +90,7 @@ fn bug_is_caught(what: &str, budget: u64, cfg: impl Fn(u64) -> SimConfig) {
     panic!("{what}: no violation in {budget} seeds");
 }
 
-/// DESIGN.md §4.5: false positives must be safe. The suspected node keeps
+/// docs/DESIGN.md §4.5: false positives must be safe. The suspected node keeps
 /// running until it is revoked; its verbs then fail, and recovery treats it
 /// as crashed. Every mode, SmallBank and TPC-C.
 #[test]

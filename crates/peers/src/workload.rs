@@ -1,4 +1,4 @@
-//! Tandem's workloads restated for the peers (DESIGN.md §6): the same key
+//! Tandem's workloads restated for the peers (docs/DESIGN.md §6): the same key
 //! choice, transaction mix and amounts as `tandem_workloads::smallbank` and
 //! `tandem_workloads::micro`, drawn from the same seeded `Rng` in the same
 //! order, so a peer client does the same logical work as a Tandem coordinator.

@@ -1,5 +1,5 @@
 //! Figures for results: throughput over time with failure, detection and
-//! recovery marked (the shape of `pandora.txt` Figs. 8-14), and bar charts
+//! recovery marked (the shape of Pandora Figs. 8–14), and bar charts
 //! for comparisons. Each figure is written as SVG (hand-built, readable in any
 //! browser) and as PNG (the same SVG rasterised by `resvg`, with an embedded
 //! DejaVu Sans so text renders on machines without fonts).

@@ -1,12 +1,12 @@
 //! A SmallBank-style bank whose post-run check is exact, and which is built so
-//! that each of FORD's concurrency bugs breaks it (DESIGN.md §4.7).
+//! that each of FORD's concurrency bugs breaks it (docs/DESIGN.md §4.7).
 //!
 //! Every customer `c` owns a checking account `2c` and a savings account
 //! `2c+1`. Application invariant: a customer's combined balance never goes
 //! below zero. A debit of account `a` therefore reads the sibling `a^1`
 //! (read-only) and never takes more than `a + sibling`. Two concurrent debits
 //! of the two accounts of one customer form the write-skew pattern of
-//! `pandora.txt` Fig. 5(b): a protocol that ignores locks in validation (covert
+//! Pandora Fig. 5(b): a protocol that ignores locks in validation (covert
 //! locks) or validates before its locks are held (relaxed locks) lets both
 //! commit and drives the customer negative. Credits are read-modify-writes, so
 //! a lock released by somebody else (complicit abort) loses an update and the

@@ -1,5 +1,5 @@
 //! The acknowledged-effects ledger shared by the OLTP workloads (SmallBank,
-//! TATP, TPC-C; DESIGN.md §6): every transaction's effect is a list of
+//! TATP, TPC-C; docs/DESIGN.md §6): every transaction's effect is a list of
 //! additive deltas on integer *cells* (a field of a row, or a row's presence),
 //! recorded only when its commit is acknowledged.
 //!
@@ -8,7 +8,7 @@
 //! post-run check is exact: a lost update, a phantom commit or a rolled-back
 //! acknowledged commit all leave some cell off by its delta. A transaction whose
 //! commit never returned (its compute node crashed, or lost access, mid-commit)
-//! is *in doubt* (the "unknown" outcome of STYLE.md): it may or may not have
+//! is *in doubt* ("unknown", never assumed to have failed): it may or may not have
 //! committed, so the check accepts the state if *some* subset of the in-doubt
 //! transactions, applied atomically, explains every cell they touch.
 

@@ -1,5 +1,7 @@
 //! Workloads that drive a Tandem store, each with a post-run consistency check
-//! computed from application state (DESIGN.md §6).
+//! computed from application state (docs/DESIGN.md §6). The OLTP ones are those
+//! of FORD and Pandora; "Pandora §N" is a section of *Fast, Highly Available,
+//! and Recoverable Transactions on Disaggregated Data Stores* (EDBT 2025).
 
 pub mod bank;
 pub mod ledger;

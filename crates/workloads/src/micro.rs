@@ -1,4 +1,4 @@
-//! The micro-benchmark of FORD and Pandora (`pandora.txt` §4): 8-byte keys,
+//! The micro-benchmark of FORD and Pandora (Pandora §4): 8-byte keys,
 //! 40-byte values, a write ratio, and keys chosen uniformly, from a hot set,
 //! or by a Zipf distribution.
 //!

@@ -1,5 +1,5 @@
-//! SmallBank as FORD and Pandora ran it (`pandora.txt` §6 "Workloads"; FORD's
-//! `workload/smallbank`; DESIGN.md §6): two tables, savings and checking, each
+//! SmallBank as FORD and Pandora ran it (Pandora §6 "Workloads"; FORD's
+//! `workload/smallbank`; docs/DESIGN.md §6): two tables, savings and checking, each
 //! holding one balance per account id; six transaction types in FORD's mix
 //! (Amalgamate 15, Balance 15, DepositChecking 15, SendPayment 25,
 //! TransactSavings 15, WriteCheck 15); 90 % of transactions pick their accounts

@@ -1,5 +1,5 @@
-//! TATP as FORD and Pandora ran it (`pandora.txt` §6 "Workloads"; FORD's
-//! `workload/tatp`; the TATP specification; DESIGN.md §6): 100 000 subscribers
+//! TATP as FORD and Pandora ran it (Pandora §6 "Workloads"; FORD's
+//! `workload/tatp`; the TATP specification; docs/DESIGN.md §6): 100 000 subscribers
 //! by default, FORD's mix GetSubscriberData 35, GetNewDestination 10,
 //! GetAccessData 35, UpdateSubscriberData 2, UpdateLocation 14,
 //! InsertCallForwarding 2, DeleteCallForwarding 2 (80 % read-only), subscriber

@@ -1,5 +1,5 @@
-//! The ZAB baseline behind Kite's client API (issue 12, DESIGN.md §7.5):
-//! `tandem_heal::leader`'s leader-based log without NVM (zxids, a proposal
+//! The ZAB baseline behind Kite's client API (docs/DESIGN.md §7.5):
+//! [`crate::node`]'s leader-based log without NVM (zxids, a proposal
 //! to every follower, commit at a quorum of ACKs, in zxid order, local
 //! reads), taking Kite's [`Op`] and answering Kite's [`Reply`]. One
 //! adapter serves the simulator (`kite bench --net sim`) and the node

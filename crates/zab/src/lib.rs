@@ -1,7 +1,10 @@
 //! ZAB, ZooKeeper's atomic broadcast (Junqueira, Reed and Serafini,
 //! "Zab: High-performance broadcast for primary-backup systems", DSN 2011),
 //! as the baseline of two papers: the leader-based recovery HEAL is compared
-//! with (HEAL paper §II-C), and the ZAB row of Kite's evaluation.
+//! with (HEAL §II-C, §IX-D; *HEAL: Online Incremental Recovery for Leaderless
+//! Distributed Systems Across Persistency Models*, arXiv 2602.08257, 2026),
+//! and the ZAB row of Kite's evaluation (Kite §6; *Kite: Efficient and
+//! Available Release Consistency for the Datacenter*, PPoPP 2020).
 //!
 //! - [`node`]: [`ZabNode`], a sans-IO protocol on `tandem-net`: the leader
 //!   orders every write by `zxid`, logs it, proposes it to the followers and

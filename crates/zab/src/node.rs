@@ -1,4 +1,4 @@
-//! The leader-based baseline (heal.txt §II-C, spec `heal.md` §3.3): a
+//! The leader-based baseline (HEAL §II-C, §IX-D): a
 //! ZooKeeper-style store on the same runtime, so that HEAL's recovery is
 //! compared with leader-based recovery on the same machinery.
 //!
@@ -135,7 +135,7 @@ pub struct ZabParams {
     /// sync (a test must catch it).
     pub bug_join_early: bool,
     /// No log in NVM: a proposal counts as logged when it arrives (the
-    /// in-memory ZAB the Kite paper measures Kite against, DESIGN.md §7.5).
+    /// in-memory ZAB the Kite paper measures Kite against, docs/DESIGN.md §7.5).
     pub volatile: bool,
 }
 

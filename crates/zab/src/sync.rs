@@ -1,5 +1,5 @@
-//! Leader-based recovery of a restarted follower (heal.txt §II-C, spec
-//! `heal.md` §3.3), the baseline HEAL is measured against:
+//! Leader-based recovery of a restarted follower (HEAL §II-C, §IX-D), the
+//! baseline HEAL is measured against:
 //!
 //! 1. the follower sends the leader the last `zxid` of its log (`LastZxid`);
 //! 2. the leader scans its log in NVM from there (each entry costs an NVM

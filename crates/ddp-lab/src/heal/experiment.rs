@@ -1,9 +1,9 @@
 //! `tandem experiment heal-recovery`: HEAL against the full copy (HEAL
-//! spec §5.5), in simulated time with the paper's 7-core servers: recovery
+//! §IX-A, §IX-B), in simulated time with the paper's 7-core servers: recovery
 //! time as the store grows, the throughput over one failure, and per
 //! ⟨Lin, X⟩ model the recovery phases, the throughput lost and the size
 //! of `MissedUpdates`; then HEAL against the leader-based recovery
-//! (heal.txt §II-C) and the ablations Redundant, Reactive and NoShadow.
+//! (HEAL §II-C, §IX-D) and the ablations Redundant, Reactive and NoShadow.
 
 use serde_json::json;
 use tandem_ddp::Model;
@@ -104,8 +104,9 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
         )?);
     }
     let svg = figure(sizes, &by_size, mid, &leader);
-    // The ablations (spec §3.3): Redundant (no dedup, every EFN update
-    // ships) and Reactive (the Buddy reads them back from NVM when asked).
+    // The ablations (Fig. 9's costs, HEAL §IX-D, taken out of HEAL): Redundant
+    // (no dedup, every EFN update ships) and Reactive (the Buddy reads them
+    // back from NVM when asked).
     let redundant = run_one(
         RecoverConfig {
             distinct: true,
@@ -157,7 +158,7 @@ fn leader_markdown(h: &RecoverReport, l: &RecoverReport, mid: u64) -> String {
     let ms = |ns: u64| ns as f64 / 1e6;
     let rest = l.recovery_us / 1e3 - ms(s.joined_ns - s.asked_ns);
     format!(
-        "\nHEAL against the leader-based recovery (lin-synch, {mid} records; heal.txt §II-C: a ZooKeeper-style store on the same simulator, writes through a leader, a quorum log, local reads; `tandem heal recover --scheme leader`):\n\n\
+        "\nHEAL against the leader-based recovery (lin-synch, {mid} records; the HEAL paper's §II-C: a ZooKeeper-style store on the same simulator, writes through a leader, a quorum log, local reads; `tandem heal recover --scheme leader`):\n\n\
 | scheme | recovery | throughput lost | entries shipped |\n|---|---:|---:|---:|\n\
 | HEAL | {:.2} ms | {:.1} % | {} |\n| leader-based | {:.2} ms | {:.1} % | {} |\n\n\
 The leader's recovery, by phase: the NVM log scan from the follower's last zxid, {:.2} ms ({} entries at {} ns each, {} of them redundant copies of a key shipped again); shipping and logging them, {:.2} ms; chasing the {} writes committed meanwhile ({} round(s); the follower takes no part in writes until it has caught up), {:.2} ms; the rest (asking, the last round's apply), {:.2} ms. \
@@ -211,7 +212,7 @@ fn ablation_markdown(
         )
     };
     format!(
-        "\nAblations (lin-synch, {mid} records; spec §3.3), each HEAL with one of its ideas taken out: Redundant keeps every update in `MissedUpdates` instead of the latest per key (the paper's \"modeled 256 GB\" mode); Reactive has the Buddy read the missed updates back from its NVM log when asked ({read_ns} ns per entry, Optane's sequential read latency, Yang et al. FAST '20) instead of answering from the buffer it prepared in DRAM; NoShadow leaves the recovering node out of writes until it has chased the Buddy's buffer down in `CatchUp_req` rounds (each asks for what was recorded after the last answer; once a round does not halve the one before, the members take it into writes and one last round ends the recovery, `crates/ddp/src/heal/noshadow.rs`).\n\n\
+        "\nAblations (lin-synch, {mid} records), each HEAL with one of its ideas taken out: Redundant keeps every update in `MissedUpdates` instead of the latest per key (the paper's \"modeled 256 GB\" mode); Reactive has the Buddy read the missed updates back from its NVM log when asked ({read_ns} ns per entry, Optane's sequential read latency, Yang et al. FAST '20) instead of answering from the buffer it prepared in DRAM; NoShadow leaves the recovering node out of writes until it has chased the Buddy's buffer down in `CatchUp_req` rounds (each asks for what was recorded after the last answer; once a round does not halve the one before, the members take it into writes and one last round ends the recovery, `crates/ddp/src/heal/noshadow.rs`).\n\n\
 | variant | entries shipped | rounds | CatchUp_to_Resp | recovery | recovery / HEAL's | throughput lost |\n|---|---:|---:|---:|---:|---:|---:|\n{}{}{}{}\n\
 The paper (Fig. 9) puts the shadow replica's share of the leader-based recovery as \"minimal\" in its read-heavy runs and warns that \"in write-intensive ones, the overhead will be higher\". These closed-loop clients saturate the store, so every round meets a fresh batch of writes: the rounds shrink slowly, and keys written again during a round are shipped again in the next.\n",
         row("HEAL", h), row("Redundant", redundant), row("Reactive", reactive), row("NoShadow", no_shadow)

@@ -1,4 +1,4 @@
-//! `tandem experiment heal-peers` (issue 11, item 5): how long a stopped
+//! `tandem experiment heal-peers`: how long a stopped
 //! follower takes to catch up, in HEAL and in two real replicated systems,
 //! after the same downtime at the same write rate. Each system runs on
 //! loopback: HEAL as five `tandem node --recovery heal` processes
@@ -603,7 +603,7 @@ fn medians_table(results: &[SystemResult]) -> String {
     md
 }
 
-/// The ratios against the issue's goal (HEAL at least 10x faster than both).
+/// The ratios against the goal (HEAL at least 10x faster than both).
 fn verdict(ratios: &[Ratio]) -> String {
     if ratios.is_empty() {
         return "\nNo ratio: HEAL or both peers were not measured.\n".into();
@@ -612,7 +612,7 @@ fn verdict(ratios: &[Ratio]) -> String {
     for x in ratios {
         let met = |v: f64| if v >= 10.0 { "met" } else { "missed" };
         md += &format!(
-            "- {} / {}: **{:.1}x** on (b) caught up, **{:.1}x** on (b) − (a); the issue's goal of at least 10x: {} on (b), {} on (b) − (a).\n",
+            "- {} / {}: **{:.1}x** on (b) caught up, **{:.1}x** on (b) − (a); the goal of at least 10x: {} on (b), {} on (b) − (a).\n",
             x.system, heal_label(&x.heal), x.caught_up, x.net, met(x.caught_up), met(x.net)
         );
     }

@@ -1,4 +1,4 @@
-//! One recovery, in simulated time (HEAL spec §5.3): five nodes serve a
+//! One recovery, in simulated time (HEAL §VIII): five nodes serve a
 //! closed-loop 80/20 workload over a preloaded store; one node crashes,
 //! the others run without it for the downtime (the EFN), then it restarts
 //! from its NVM and catches up, by HEAL or by a full copy from one member
@@ -25,9 +25,9 @@ use tandem_zab::sync::SyncStats;
 pub enum Scheme {
     /// HEAL: Buddy catch-up, ShadowReplica.
     Heal,
-    /// Hermes-style full copy from one member (spec §3.2).
+    /// Hermes-style full copy from one member (HEAL §III, the paper's State-of-the-art).
     FullCopy,
-    /// The leader-based store and its recovery (heal.txt §II-C, spec §3.3).
+    /// The leader-based store and its recovery (HEAL §II-C, §IX-D).
     Leader,
 }
 
@@ -89,7 +89,7 @@ pub struct RecoverConfig {
 pub const HEAL_PAPER_CORES: usize = 7;
 
 impl RecoverConfig {
-    /// The paper's shape, scaled to simulated milliseconds (spec §5.5):
+    /// The paper's shape (HEAL §VIII), scaled to simulated milliseconds:
     /// 5 nodes, 80 % reads, uniform keys, an EFN much longer than the recovery.
     pub fn new(model: Model, scheme: Scheme, records: u64) -> RecoverConfig {
         RecoverConfig {
@@ -120,7 +120,7 @@ pub struct RecoverReport {
     pub downtime_us: f64,
     /// From the configuration that re-adds the node to the node serving clients.
     pub recovery_us: f64,
-    /// HEAL's phases (spec §5.3); zero for the full copy.
+    /// HEAL's phases (HEAL §IX-C, Fig. 8); zero for the full copy.
     pub start_to_ack_us: f64,
     pub catchup_to_resp_us: f64,
     pub apply_to_end_us: f64,
@@ -139,7 +139,8 @@ pub struct RecoverReport {
     /// Operations completed, with the failure and in the failure-free Baseline.
     pub ops: u64,
     pub baseline_ops: u64,
-    /// 1 − ops / baseline_ops (spec §5.3), both counted over the same horizon.
+    /// 1 − ops / baseline_ops, both counted over the same horizon (HEAL §IX-B
+    /// measures this loss and gives no formula).
     pub throughput_lost: f64,
     pub horizon_ms: f64,
     /// Per window: (start, ms of simulated time; ops/s).
@@ -207,9 +208,10 @@ const NODES: u16 = 5;
 /// The node that fails (not 0, the preload's writer and the leader-based
 /// scheme's leader).
 const VICTIM: NodeId = 2;
-/// Writes per scope under Scope persistency (the DDP paper's 10, §12.2).
+/// Writes per scope under Scope persistency (the DDP paper's 10, DDP §7).
 const SCOPE_WRITES: u32 = 10;
-/// Failure detection before the first reconfiguration (spec §1.6 (1)→(2)).
+/// Failure detection before the first reconfiguration (HEAL §V-A, Fig. 2:
+/// from (1) to (2)).
 const DETECT_NS: u64 = 20_000;
 
 /// A store whose recovery is measured: HEAL's and the full copy's DDP

@@ -1,5 +1,5 @@
-//! TPC-C as FORD and Pandora ran it (`pandora.txt` §6 "Workloads"; the TPC-C
-//! specification, rev. 5.11; DESIGN.md §6): nine tables, 1–4 warehouses, the
+//! TPC-C as FORD and Pandora ran it (Pandora §6 "Workloads"; the TPC-C
+//! specification, rev. 5.11; docs/DESIGN.md §6): nine tables, 1–4 warehouses, the
 //! mix NewOrder 45 / Payment 43 / OrderStatus 4 / Delivery 4 / StockLevel 4,
 //! NURand-skewed customers and items, 1 % of NewOrders rolled back by an
 //! invalid item, remote order lines (1 %) and remote payments (15 %) when
