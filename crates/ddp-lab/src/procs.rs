@@ -46,6 +46,11 @@ fn new_secret() -> MasterSecret {
 }
 
 impl DdpCluster {
+    /// The node processes' ids.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes.iter().map(Child::id).collect()
+    }
+
     /// Start five nodes of `model` with NVM files under `dir` (emptied first).
     /// A port taken between choosing it and binding it fails a node at
     /// start-up: then the cluster is started again on new ports (3 attempts).
@@ -96,7 +101,7 @@ impl DdpCluster {
             ]);
             cmd.arg("--nvm")
                 .arg(dir.join(format!("node{i}.nvm")))
-                .args(["--secret", c.secret.hex()]);
+                .env("TANDEM_SECRET", c.secret.hex());
             if fsync {
                 cmd.arg("--fsync");
             }

@@ -134,7 +134,8 @@ impl KiteCluster {
             ]);
             cmd.arg("--nvm")
                 .arg(dir.join(format!("node{i}.nvm")))
-                .args(["--nvm-size", "64K", "--secret", c.secret.hex()]);
+                .args(["--nvm-size", "64K"])
+                .env("TANDEM_SECRET", c.secret.hex());
             if let Some(t) = opts.timeout_ms.filter(|_| !opts.zab) {
                 cmd.args(["--timeout-ms", &t.to_string()]);
             }

@@ -85,10 +85,11 @@ fn micro() -> MicroSpec {
 }
 
 /// `tandem args` with stdout piped and stderr to `err`.
-fn spawn(exe: &Path, args: &[&str], err: &Path) -> Result<Child, String> {
+fn spawn(exe: &Path, args: &[&str], secret: &str, err: &Path) -> Result<Child, String> {
     let err = std::fs::File::create(err).map_err(|e| e.to_string())?;
     Command::new(exe)
         .args(args)
+        .env("TANDEM_SECRET", secret)
         .stdout(Stdio::piped())
         .stderr(Stdio::from(err))
         .spawn()
@@ -142,8 +143,6 @@ fn one_run(
     let common = [
         "--memory",
         memory.as_str(),
-        "--secret",
-        secret_hex.as_str(),
         "--keys",
         keys.as_str(),
     ];
@@ -163,7 +162,7 @@ fn one_run(
         &common[..],
     ]
     .concat();
-    let mut membership = Kid(spawn(exe, &margs, &mlog)?);
+    let mut membership = Kid(spawn(exe, &margs, &secret_hex, &mlog)?);
     let mut line = String::new();
     BufReader::new(membership.0.stdout.take().expect("piped"))
         .read_line(&mut line)
@@ -200,7 +199,7 @@ fn one_run(
             &common[..],
         ]
         .concat();
-        spawn(exe, &args, &dir.join(format!("c{node}.err")))
+        spawn(exe, &args, &secret_hex, &dir.join(format!("c{node}.err")))
     };
     let c1 = compute("1")?;
     let mut c2 = compute("2")?;

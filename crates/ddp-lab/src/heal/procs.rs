@@ -44,6 +44,12 @@ impl Drop for HealCluster {
 }
 
 impl HealCluster {
+    /// The processes' ids: the manager's, then the running nodes'.
+    pub fn pids(&self) -> Vec<u32> {
+        let nodes = self.nodes.iter().flatten().map(Child::id);
+        std::iter::once(self.manager_proc.id()).chain(nodes).collect()
+    }
+
     /// Start the manager and five nodes of `model` (NVM files under `dir`, emptied first).
     pub fn start(exe: &Path, model: &str, dir: &Path) -> Result<HealCluster, String> {
         Self::start_with(exe, model, dir, false)
@@ -71,11 +77,10 @@ impl HealCluster {
                 &manager.to_string(),
                 "--nodes",
                 &NODES.to_string(),
-                "--secret",
-                secret.hex(),
                 "--state",
                 &dir.join("manager.state").display().to_string(),
             ])
+            .env("TANDEM_SECRET", secret.hex())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -129,7 +134,7 @@ impl HealCluster {
             ])
             .arg("--nvm")
             .arg(self.dir.join(format!("node{i}.nvm")))
-            .args(["--secret", self.secret.hex()])
+            .env("TANDEM_SECRET", self.secret.hex())
             .args(self.fsync.then_some("--fsync"))
             .stdout(Stdio::null())
             .stderr(log)
