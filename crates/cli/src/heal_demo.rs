@@ -21,6 +21,9 @@ const VICTIM: usize = 2;
 const KILL_S: f64 = 1.5;
 const RESTART_S: f64 = 3.0;
 const END_S: f64 = 5.0;
+/// How long past `END_S` the load goes on while the restarted node has not
+/// reported its recovery yet (a loaded machine may start it late).
+const GRACE_S: f64 = 15.0;
 
 pub fn run(figure: &Path) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -48,7 +51,7 @@ pub fn run(figure: &Path) -> Result<(), String> {
     );
     let (svg_path, _) = write_figure(figure, &svg)?;
     println!("figure: {}", svg_path.display());
-    summarize(&c, &run.tps, run.online, &ops)
+    summarize(&mut c, &run.tps, run.online, &ops)
 }
 
 /// What the run saw: ops/s per bucket, the events, the recovery's line.
@@ -67,8 +70,16 @@ fn drive(c: &mut HealCluster, load: &Load) -> Result<Run, String> {
         online: None,
     };
     let mut last = load.completed.load(Ordering::Relaxed);
-    let (mut killed, mut restarted) = (false, false);
-    while start.elapsed().as_secs_f64() < END_S {
+    let (mut killed, mut restarted, mut told) = (false, false, false);
+    loop {
+        let elapsed = start.elapsed().as_secs_f64();
+        let waiting = restarted && r.online.is_none() && elapsed < END_S + GRACE_S;
+        if elapsed >= END_S && !waiting {
+            break;
+        }
+        if elapsed >= END_S && !std::mem::replace(&mut told, true) {
+            println!("  waiting for node {VICTIM} to report its recovery (up to {GRACE_S:.0} s more)");
+        }
         std::thread::sleep(BUCKET);
         let now = load.completed.load(Ordering::Relaxed);
         r.tps.push((now - last) as f64 / BUCKET.as_secs_f64());
@@ -106,7 +117,7 @@ fn drive(c: &mut HealCluster, load: &Load) -> Result<Run, String> {
 }
 
 fn summarize(
-    c: &HealCluster,
+    c: &mut HealCluster,
     tps: &[f64],
     online: Option<String>,
     ops: &[tandem_check::HistOp],
@@ -126,8 +137,10 @@ fn summarize(
     println!("throughput: {before:.0} ops/s before, {away:.0} while node {VICTIM} was away, {after:.0} after it came back");
     let line = online.ok_or_else(|| {
         format!(
-            "node {VICTIM} never reported its recovery:\n{}",
-            c.node_log(VICTIM)
+            "node {VICTIM} never reported its recovery; its process: {}\nits log:\n{}\nthe manager's log:\n{}",
+            c.node_status(VICTIM),
+            c.node_log(VICTIM),
+            c.manager_log()
         )
     })?;
     if line.contains("full copy") {

@@ -144,6 +144,24 @@ impl HealCluster {
         Ok(())
     }
 
+    /// What the operating system says of node `i`'s process: its state
+    /// letter and CPU seconds from /proc, or that it is not running.
+    pub fn node_status(&mut self, i: usize) -> String {
+        let Some(c) = self.nodes[i].as_mut() else {
+            return "not started".into();
+        };
+        if let Ok(Some(status)) = c.try_wait() {
+            return format!("exited ({status})");
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default();
+        let state = stat.rsplit_once(')').and_then(|r| r.1.split_whitespace().next()).unwrap_or("?");
+        format!(
+            "pid {} running (state {state}, {:.2} s of CPU)",
+            c.id(),
+            tandem_net::procstat::cpu_seconds(c.id())
+        )
+    }
+
     /// `kill -9` node `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.nodes[i].take() {
