@@ -189,6 +189,7 @@ fn the_ddp_doc_block_runs_as_written() {
     let readme = std::fs::read_to_string(workspace().join("docs/DDP.md")).unwrap();
     let block = readme
         .split("```sh\n")
+        .skip(1)
         .filter_map(|b| b.split("\n```").next())
         .find(|b| b.contains("ddp manager"))
         .expect("docs/DDP.md has its multi-process block")

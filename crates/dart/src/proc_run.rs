@@ -518,28 +518,14 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
         );
     }
     if let Some((node, at)) = victim {
-        report.crashes = 1;
-        add_note(
-            &mut report,
-            &format!("kill -9 of worker {node} after {at} invocations"),
-        );
         // The survivors' PILL needs the failed ids; the final check needs the logs recovered.
-        let needle = format!("failed ids of node {node} published");
-        let give_up = Instant::now() + Duration::from_secs(20);
-        while !mlog
-            .lock()
-            .expect("log")
-            .iter()
-            .any(|l| l.contains(&needle))
-        {
-            if Instant::now() > give_up {
-                return Err(format!(
-                    "the membership service never published the recovery of node {node}: {:?}",
-                    mlog.lock().expect("log")
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        let note = if await_recovery(&mlog, node)? {
+            report.crashes = 1;
+            format!("kill -9 of worker {node} after {at} invocations")
+        } else {
+            format!("worker {node} left the membership before its kill -9 landed")
+        };
+        add_note(&mut report, &note);
     }
     let give_up = Instant::now() + Duration::from_secs(120);
     for (w, k) in kids.iter_mut().enumerate() {
@@ -697,6 +683,37 @@ fn wait_for_membership(mlog: &MembershipLog, needle: &str, within: Duration) -> 
     Ok(())
 }
 
+/// Wait (20 s at most) until the membership has recovered the killed
+/// `node` and published its failed ids: `Ok(true)`. `Ok(false)`: the worker
+/// had left the membership on its own, its transactions all ended, before
+/// the kill landed (a starved harness may kill it that late), so there is
+/// nothing to recover.
+fn await_recovery(mlog: &MembershipLog, node: u16) -> Result<bool, String> {
+    let (needle, left) = (
+        format!("failed ids of node {node} published"),
+        format!("compute node {node} left"),
+    );
+    let give_up = Instant::now() + Duration::from_secs(20);
+    loop {
+        {
+            let log = mlog.lock().expect("log");
+            if log.iter().any(|l| l.contains(&needle)) {
+                return Ok(true);
+            }
+            if log.iter().any(|l| l.contains(&left)) {
+                return Ok(false);
+            }
+            if Instant::now() > give_up {
+                return Err(format!(
+                    "the membership service never published the recovery of node {node}: {:?}",
+                    *log
+                ));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// The kills of one run: a worker (`kill`) and a memory server
 /// (`kill_memory`), each after a seeded number of invocations in the
 /// journal of the worker watched (the victim, else worker 1).
@@ -757,12 +774,19 @@ impl Kills {
                 (memory_victim, self.memory) = (Some(m), None);
             }
             if self.worker.is_some_and(|t| n >= t) {
-                kids[v]
-                    .0
-                    .kill()
-                    .map_err(|e| format!("kill -9 of worker {}: {e}", v + 1))?;
-                let _ = kids[v].0.wait();
-                (victim, self.worker) = (Some((v as u16 + 1, counter.poll())), None);
+                // A worker that already ended (this thread may have been
+                // starved past its last invocation) is not killed: a kill
+                // of its zombie would count a crash that never happened.
+                let ended = kids[v].0.try_wait().map_err(|e| e.to_string())?.is_some();
+                if !ended {
+                    kids[v]
+                        .0
+                        .kill()
+                        .map_err(|e| format!("kill -9 of worker {}: {e}", v + 1))?;
+                    let _ = kids[v].0.wait();
+                    victim = Some((v as u16 + 1, counter.poll()));
+                }
+                self.worker = None;
             }
             let gone =
                 victim.is_some() || kids[v].0.try_wait().map_err(|e| e.to_string())?.is_some();
