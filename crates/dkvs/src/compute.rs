@@ -28,6 +28,8 @@ pub struct ComputeNode<F: Fabric> {
     /// Whether deletes queue their tombstones for reclamation.
     pub(crate) reclaim: bool,
     pub(crate) failed: FailedIds,
+    /// Whether the coordinators' invariant assertions run (`StoreConfig::assertions`).
+    pub(crate) asserts: bool,
     /// Memory nodes this compute node has been told are down (docs/DESIGN.md §4.6).
     pub(crate) memory: MemoryView,
     /// (table, key) → slot index in its partition: a hint, checked against
@@ -58,6 +60,7 @@ impl<F: Fabric> ComputeNode<F> {
             reclaim: cfg.reclaim,
             memory,
             failed,
+            asserts: cfg.assertions.unwrap_or(!cfg.bugs.any()),
             addr_cache: RefCell::new(HashMap::default()),
         })
     }

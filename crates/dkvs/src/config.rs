@@ -216,6 +216,11 @@ pub struct StoreConfig {
     /// probe path needs it. Off, every key ever inserted keeps a slot for good.
     pub reclaim: bool,
     pub bugs: BugSwitches,
+    /// The coordinators' invariant assertions (`coordinator/invariants.rs`):
+    /// `None`, the default, runs them unless `bugs` plants a bug, whose
+    /// tests show that a checker (the simulation's checks, DART) catches it;
+    /// `Some(on)` decides.
+    pub assertions: Option<bool>,
 }
 
 impl StoreConfig {
@@ -231,6 +236,7 @@ impl StoreConfig {
             on_stray: OnStray::Abort,
             reclaim: true,
             bugs: BugSwitches::default(),
+            assertions: None,
         }
     }
 

@@ -39,6 +39,7 @@ use crate::log::{
     begin_record, encode_entry, finish_record, invalid_state_word, EntryHead, OpKind,
 };
 mod commit;
+mod invariants;
 mod reclaim;
 pub use reclaim::Reclaim;
 
@@ -94,6 +95,8 @@ pub struct Coordinator<F: Fabric> {
     spare: Spare<F>,
     /// Unlocks of the last committed transaction, not yet known to have landed.
     unlocks_in_flight: Vec<Pending<F>>,
+    /// The lock word those unlocks expect to find.
+    unlock_word: LockWord,
     tx_seq: u64,
     version_counter: u64,
     pub stats: CoordinatorStats,
@@ -175,6 +178,8 @@ struct WriteEntry<F: Fabric> {
     found_deleted: bool,
     /// Undo entry already posted (only by the logging-without-locking bug).
     undo_posted: bool,
+    /// Its undo entry went out (ford, traditional; `post_undo`).
+    undo_logged: bool,
     /// Version this write will commit with (0 until chosen). FORD and
     /// traditional modes choose it at lock time so their undo entries carry
     /// it; pandora chooses at commit.
@@ -251,6 +256,7 @@ impl<F: Fabric> Coordinator<F> {
             qps,
             log_nodes,
             unlocks_in_flight: Vec::new(),
+            unlock_word: LockWord::UNLOCKED,
             inflight: Vec::new(),
             arena: VerbArena::default(),
             spare: Spare::default(),
@@ -277,8 +283,13 @@ impl<F: Fabric> Coordinator<F> {
     /// this completes, without delaying the next transaction.
     pub fn take_unlocks(&mut self) -> impl std::future::Future<Output = ()> + 'static {
         let u = std::mem::take(&mut self.unlocks_in_flight);
+        let (id, word, asserts) = (self.id, self.unlock_word, self.node.asserts);
         async move {
-            join_all(u).await;
+            for done in join_all(u).await {
+                if asserts {
+                    invariants::check_unlocks(id, word, &done);
+                }
+            }
         }
     }
 
@@ -289,9 +300,13 @@ impl<F: Fabric> Coordinator<F> {
     pub fn unlocks_landed(&mut self) -> bool {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         let arena = &mut self.arena;
+        let (id, word, asserts) = (self.id, self.unlock_word, self.node.asserts);
         self.unlocks_in_flight.retain_mut(|p| {
             match std::future::Future::poll(std::pin::Pin::new(p), &mut cx) {
                 std::task::Poll::Ready(done) => {
+                    if asserts {
+                        invariants::check_unlocks(id, word, &done);
+                    }
                     arena.give(done);
                     false
                 }
@@ -577,6 +592,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         } else {
             0
         };
+        let (probed, before) = (path.len(), self.guards.len());
         let guards = path.into_iter().skip(keep).map(|(slot, version)| Guard {
             table,
             part,
@@ -584,6 +600,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             version,
         });
         self.guards.extend(guards);
+        self.check_guarded(table, probed, self.guards.len() - before);
     }
 
     /// Read `key` without locking. `Ok(None)` if it does not exist.
@@ -893,6 +910,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             found_deleted: false,
             new_version: 0,
             undo_posted: false,
+            undo_logged: false,
             reclaim: false,
             reuse: false,
             cached: false,
@@ -967,10 +985,12 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 break;
             }
             // PILL: a lock owned by a failed coordinator is stray and may be stolen.
+            let owner_failed = self.c.node.failed.contains(old.owner());
             let stray = self.c.node.mode == Mode::Pandora
                 && old.is_locked()
-                && (self.c.node.failed.contains(old.owner()) || self.c.outwaited(old));
+                && (owner_failed || self.c.outwaited(old));
             if stray && attempt < 4 {
+                self.check_steal(old, owner_failed);
                 attempt += 1;
                 expected = old;
             } else if !old.is_locked() && attempt < 4 {
@@ -1039,6 +1059,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
 
     /// FORD: write the undo image of write entry `i` to every replica of its object.
     fn post_undo(&mut self, i: usize) {
+        self.check_undo_under_lock(i);
         // The undo image of a slot that was empty is "no key here": recovery
         // rolls such an insert back to a tombstone.
         let op = if self.writes[i].reclaim {
@@ -1069,6 +1090,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             self.undo_pending.push(p);
         }
         self.c.arena.give_bytes(rec);
+        self.writes[i].undo_logged = true;
     }
 
     /// The one-entry undo record of write entry `i`, encoded into `rec`.
@@ -1191,6 +1213,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             if !held && !complicit {
                 continue;
             }
+            self.check_unlock_held(i);
             let (mem, addr) = self.primary_addr(
                 self.writes[i].table,
                 self.writes[i].part,
@@ -1249,6 +1272,11 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         let mut releases = Vec::new();
         self.release_locks(complicit, &mut releases);
         let results = join_all(releases).await;
+        if self.c.node.asserts {
+            for done in &results {
+                invariants::check_unlocks(self.c.id, self.lock_word, done);
+            }
+        }
         self.finished = true;
         // A lock on an unreachable memory node is gone with it.
         if results

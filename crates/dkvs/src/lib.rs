@@ -29,3 +29,28 @@ pub use coordinator::{Coordinator, CoordinatorStats, Reclaim, Transaction};
 pub use error::{AbortReason, TxError};
 pub use failed_ids::FailedIds;
 pub use layout::Layout;
+
+/// The names the invariant assertions start their panic messages with
+/// (`coordinator/invariants.rs`, `recovery/invariants.rs`).
+pub const INVARIANTS: [&str; 20] = [
+    "locks-before-log",
+    "locks-before-validation",
+    "validation-unlocked",
+    "undo-after-lock",
+    "undo-before-write",
+    "reclaim-tail",
+    "version-fresh",
+    "unlock-after-writes",
+    "unlock-only-held",
+    "lock-ownership",
+    "steal-only-failed",
+    "phantom-guard",
+    "rollback-unacknowledged",
+    "rollback-all-locked",
+    "rollback-ours",
+    "quiesced-nothing-finished",
+    "rollback-fresh-version",
+    "restore-before-unlock",
+    "decide-every-record",
+    "invalidate-last",
+];

@@ -36,6 +36,9 @@ use crate::layout::Layout;
 use crate::log::{entry_len, invalid_state_word, LogEntry, LogRecord, OpKind, HEADER_BYTES};
 use crate::slot::{encode_body, make_version, LockWord, KEY_OFF, LOCK_OFF, NO_KEY, VERSION_OFF};
 
+mod invariants;
+use invariants::Phase;
+
 /// The `key|flags|value` an undo restores. An insert rolls back to a
 /// tombstone nobody owns ([`NO_KEY`]): the slot stays occupied, so keys
 /// placed behind it while it looked taken stay reachable, and the inserted
@@ -116,6 +119,12 @@ pub struct RecoveryCoordinator<F: Fabric> {
     /// reconfiguration holds every compute node): records that touch a down
     /// node are decided by [`RecoveryCoordinator::decide_quiesced`].
     quiesced: bool,
+    /// Its invariant assertions (`recovery/invariants.rs`): `None`, the
+    /// default, runs them unless `bugs` plants a bug, whose tests show that
+    /// a checker catches it; `Some(on)` decides.
+    pub assertions: Option<bool>,
+    /// How far the current `recover` got (`invalidate-last`).
+    phase: Phase,
 }
 
 /// Bytes per read when scanning whole partitions.
@@ -152,6 +161,8 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             bugs: RecoveryBugs::default(),
             view: MemoryView::default(),
             quiesced: false,
+            assertions: None,
+            phase: Phase::Idle,
         }
     }
 
@@ -282,12 +293,14 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             coordinators: failed.len(),
             ..Default::default()
         };
+        self.phase = Phase::Recovering;
         let mut records: Vec<LogRecord> = self
             .read_logs(failed)
             .await?
             .into_iter()
             .flatten()
             .collect();
+        let found = records.len();
         if self.bugs.skip_log_recovery {
             records.clear();
         }
@@ -337,16 +350,19 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 .entries
                 .iter()
                 .any(|e| self.live(e).len() < e.replicas.len());
-            let mut d = if degraded && self.quiesced && !self.bugs.ignore_lost_primaries {
+            let by_versions = degraded && self.quiesced && !self.bugs.ignore_lost_primaries;
+            // The primary is the first live replica (docs/DESIGN.md §4.6).
+            let primary_locks: Vec<u64> = words.iter().map(|ws| ws[0].0).collect();
+            let mut d = if by_versions {
                 Self::decide_quiesced(rec, &versions)
             } else {
-                // The primary is the first live replica (docs/DESIGN.md §4.6).
-                let locks: Vec<u64> = words.iter().map(|ws| ws[0].0).collect();
-                Self::decide(rec, &locks, &versions)
+                Self::decide(rec, &primary_locks, &versions)
             };
             if self.bugs.always_roll_back && d == Decision::RollForward {
                 d = Decision::RollBack;
             }
+            let locks_used = (!by_versions).then_some(primary_locks.as_slice());
+            self.check_decision(rec, d, &versions, locks_used, degraded && self.quiesced);
             let locks: Vec<Vec<u64>> = words
                 .iter()
                 .map(|ws| ws.iter().map(|w| w.0).collect())
@@ -356,6 +372,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
 
         // Restore every replica of every rolled-back object before any unlock.
         let mut restores = Vec::new();
+        let mut restored = BTreeSet::new();
         for (rec, (d, _)) in records.iter().zip(&decisions) {
             if *d != Decision::RollBack {
                 continue;
@@ -367,9 +384,11 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 } else {
                     make_version(self.id, self.version_counter)
                 };
+                self.check_fresh_rollback(e, version);
                 let value_bytes = self.layout.table(e.table).value_bytes;
                 let body = undo_body(e, value_bytes);
                 for (n, addr) in self.restored(e) {
+                    restored.insert((n, addr));
                     restores.push((
                         n,
                         batch![
@@ -382,6 +401,12 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             }
         }
         self.round(restores).await?;
+        let rolled_back = records
+            .iter()
+            .zip(&decisions)
+            .filter(|(_, (d, _))| *d == Decision::RollBack)
+            .flat_map(|(rec, _)| &rec.entries);
+        self.check_restored(rolled_back, &restored);
 
         // Release the locks the logged transactions still hold.
         let mut unlocks = Vec::new();
@@ -405,13 +430,17 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             }
         }
         self.round(unlocks).await?;
+        self.check_all_decided(found, decisions.len());
+        self.phase = Phase::Unlocked;
 
         // Invalidate last: until here, re-running finds the same records.
         self.invalidate_logs(failed).await?;
+        self.phase = Phase::Idle;
         Ok(report)
     }
 
     async fn invalidate_logs(&self, failed: &[u16]) -> Result<(), VerbError> {
+        self.check_invalidation_last();
         let mut invalidations = Vec::new();
         for &c in failed {
             for n in self.live_log_nodes(c)? {
@@ -819,6 +848,8 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         report: &mut BaselineReport,
     ) -> Result<(), VerbError> {
         let mut restores = Vec::new();
+        // The live replicas of rolled-back objects, and those restored.
+        let (mut rolled_back, mut restored) = (Vec::new(), BTreeSet::new());
         for (&c, &seq) in failed.iter().zip(seqs) {
             let (_, undo) = self.undo_entries(c, seq).await?;
             if undo.is_empty() {
@@ -882,11 +913,15 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 Decision::RollForward => report.rolled_forward += 1,
                 Decision::RollBack => {
                     report.rolled_back += 1;
+                    self.check_baseline_rollback(&entries, &versions);
                     for e in &entries {
                         self.version_counter += 1;
                         let version = make_version(self.id, self.version_counter);
+                        self.check_fresh_rollback(e, version);
+                        rolled_back.extend(self.live(e));
                         let body = undo_body(e, self.layout.table(e.table).value_bytes);
                         for (n, a) in self.restored(e) {
+                            restored.insert((n, a));
                             restores.push((
                                 n,
                                 batch![
@@ -901,6 +936,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             }
         }
         self.round(restores).await?;
+        self.check_replicas_restored(&rolled_back, &restored);
         // Every lock left is a failed coordinator's: release them all.
         let unlocks: Vec<_> = std::mem::take(&mut locked)
             .into_iter()

@@ -35,7 +35,7 @@ const NODES: u16 = 2;
 const COORDS_PER_NODE: u16 = 3;
 const TXS: usize = 60;
 
-fn store(mode: Mode, bugs: BugSwitches) -> StoreConfig {
+fn store(mode: Mode, bugs: BugSwitches, assertions: bool) -> StoreConfig {
     let tables = vec![
         TableSpec {
             id: 0,
@@ -55,6 +55,7 @@ fn store(mode: Mode, bugs: BugSwitches) -> StoreConfig {
     s.log_slots = 32;
     s.log_slot_bytes = 4096;
     s.bugs = bugs;
+    s.assertions = Some(assertions);
     s.reclaim = std::env::var("TANDEM_NO_RECLAIM").is_err();
     s
 }
@@ -124,8 +125,15 @@ struct Recovered {
     report: RecoveryReport,
 }
 
+/// A planted bug must be caught by this file's checks, not by the
+/// coordinators' assertions ([`a_reclamation_mid_run_trips_reclaim_tail`]
+/// runs those).
 fn run(mode: Mode, seed: u64, bugs: BugSwitches, crash: bool) -> Outcome {
-    let cfg = store(mode, bugs);
+    run_with(mode, seed, bugs, crash, !bugs.any())
+}
+
+fn run_with(mode: Mode, seed: u64, bugs: BugSwitches, crash: bool, assertions: bool) -> Outcome {
+    let cfg = store(mode, bugs, assertions);
     let layout = Arc::new(Layout::new(&cfg).unwrap());
     let sim = Sim::new(seed);
     let cluster = SimCluster::with_nodes(
@@ -297,4 +305,27 @@ fn a_reclamation_mid_run_is_caught() {
     };
     let (seed, v) = caught(bugs, 200).expect("reclaim-mid-run not caught in 200 seeds");
     eprintln!("reclaim-mid-run caught at seed {seed}: {}", v[0]);
+}
+
+/// With the coordinators' assertions on, `reclaim-mid-run` trips
+/// `reclaim-tail` (a tombstone emptied without its successor guarded
+/// empty) at its first reclamation, before any reader misses a key.
+#[test]
+fn a_reclamation_mid_run_trips_reclaim_tail() {
+    let bugs = BugSwitches {
+        reclaim_mid_run: true,
+        ..Default::default()
+    };
+    let hit = (0..200).find_map(|seed| {
+        let r = std::panic::catch_unwind(|| run_with(Mode::Pandora, seed, bugs, false, true));
+        let payload = r.err()?;
+        let msg = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_else(|| std::panic::resume_unwind(payload));
+        Some((seed, msg))
+    });
+    let (seed, msg) = hit.expect("reclaim-mid-run tripped no assertion in 200 seeds");
+    eprintln!("reclaim-mid-run: seed {seed}: {msg}");
+    assert!(msg.starts_with("reclaim-tail:"), "{msg}");
 }

@@ -540,6 +540,8 @@ fn reclaiming_mid_run_would_lose_the_key_behind_the_tombstone() {
     for mid_run in [false, true] {
         let mut w = world(Mode::Pandora, 11, SimFabricConfig::default());
         w.store.bugs.reclaim_mid_run = mid_run;
+        // The lost key must show, not the coordinators' assertion (tests/assertions.rs).
+        w.store.assertions = Some(!mid_run);
         let k = w.same_bucket_keys(2);
         let (node, reader) = (w.node(1), w.node(2));
         let out = Rc::new(RefCell::new(None));
@@ -572,6 +574,8 @@ fn an_absent_read_fails_validation_when_its_path_is_freed_and_the_key_inserted()
     for unguarded in [false, true] {
         let mut w = world(Mode::Pandora, 12, SimFabricConfig::default());
         w.store.bugs.unguarded_phantoms = unguarded;
+        // The commit must show, not the coordinators' assertion (tests/assertions.rs).
+        w.store.assertions = Some(!unguarded);
         let k = w.same_bucket_keys(3);
         let (a, b) = (w.node(1), w.node(2));
         let out = Rc::new(RefCell::new(None));
@@ -639,4 +643,93 @@ fn inserts_reuse_other_keys_tombstones() {
             .push(format!("{:?}", seen.map(|v| v.is_some())));
     });
     assert_eq!(*out.borrow(), ["occupied +0", "[false, true, true]"]);
+}
+
+/// The message of the assertion `f` panicked with (a panic that is not an
+/// invariant assertion goes on).
+fn assertion(f: impl FnOnce()) -> Option<String> {
+    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).err()?;
+    let msg = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    let name = msg.split(':').next().unwrap_or("");
+    if !tandem_dkvs::INVARIANTS.contains(&name) {
+        std::panic::resume_unwind(payload);
+    }
+    Some(msg)
+}
+
+/// The phantom-guard scenario above with the coordinators' assertions on:
+/// `unguarded-phantoms` trips `phantom-guard` at its first absent read.
+#[test]
+fn unguarded_phantoms_trip_phantom_guard() {
+    let mut w = world(Mode::Pandora, 12, SimFabricConfig::default());
+    w.store.bugs.unguarded_phantoms = true;
+    w.store.assertions = Some(true);
+    let k = w.same_bucket_keys(3);
+    let a = w.node(1);
+    let msg = assertion(|| {
+        run_task(&w, 1, async move {
+            let mut c = a.coordinator(1);
+            insert_all(&mut c, &k[..2]).await;
+            let mut tx = c.begin();
+            let _ = tx.read(0, k[2]).await;
+        })
+    });
+    let msg = msg.expect("unguarded-phantoms tripped no assertion");
+    eprintln!("unguarded-phantoms: {msg}");
+    assert!(msg.starts_with("phantom-guard:"), "{msg}");
+}
+
+/// The `lock-lease` bug (Pandora, `--on-stray stall`): a coordinator that
+/// stalled a lease on a lock presumes its owner dead and steals it. The
+/// owner here is alive (not in failed-ids): without assertions the thief
+/// commits over a live transaction's lock; with them, `steal-only-failed`
+/// fires at the steal. Without the bug, the stalled write gives up.
+#[test]
+fn a_lock_lease_steals_a_live_lock_and_trips_steal_only_failed() {
+    let outcome = |lease: bool, asserts: bool| {
+        let mut w = world(Mode::Pandora, 14, SimFabricConfig::default());
+        w.store.on_stray = tandem_dkvs::OnStray::Stall { max_retries: 500 };
+        w.store.bugs.lock_lease = lease;
+        w.store.assertions = Some(asserts);
+        let (owner, thief) = (w.node(1), w.node(2));
+        let out = Rc::new(RefCell::new(None));
+        let o = out.clone();
+        let msg = assertion(|| {
+            run_task(&w, 1, async move {
+                // A live transaction holds key 3 (its coordinator is slow, not failed).
+                let mut c = owner.coordinator(1);
+                let mut held = c.begin();
+                held.read_for_update(0, 3).await.unwrap();
+                let mut t = thief.coordinator(2);
+                let mut tx = t.begin();
+                let r = match tx.write(0, 3, &pad(9)).await {
+                    Ok(()) => tx.commit().await,
+                    Err(e) => Err(e),
+                };
+                *o.borrow_mut() = Some(r);
+                std::mem::forget(held);
+            })
+        });
+        (out.take(), msg)
+    };
+    let (r, msg) = outcome(false, true);
+    assert_eq!(r, Some(Err(TxError::Aborted(AbortReason::LockConflict))));
+    assert_eq!(msg, None);
+    let (r, msg) = outcome(true, false);
+    assert_eq!(
+        r,
+        Some(Ok(())),
+        "the lease bug steals a live lock and commits"
+    );
+    assert_eq!(msg, None);
+    let (r, msg) = outcome(true, true);
+    let msg = msg.expect("lock-lease tripped no assertion");
+    eprintln!("lock-lease: {msg}");
+    assert!(
+        r.is_none() && msg.starts_with("steal-only-failed:"),
+        "{r:?} {msg}"
+    );
 }

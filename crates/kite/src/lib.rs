@@ -15,6 +15,7 @@
 
 pub mod explore;
 pub mod inflight;
+mod invariants;
 pub mod lfd;
 pub mod node;
 pub mod paxos;
@@ -26,3 +27,22 @@ pub mod types;
 
 pub use node::{KiteConfig, KiteNode, KiteStats, Mutant};
 pub use types::{Msg, Op, Reply};
+
+/// The names the node's invariant assertions start their panic messages
+/// with (`invariants.rs`).
+pub const INVARIANTS: [&str; 14] = [
+    "release-barrier",
+    "delinquent-acquire",
+    "own-bit",
+    "paxos-promise",
+    "paxos-commit-agreement",
+    "paxos-helper-value",
+    "rmw-commit-majority",
+    "acquire-majority",
+    "fast-path-epoch",
+    "reset-bit-targets",
+    "dm-cover",
+    "version-monotonic",
+    "version-unique",
+    "write-version-fresh",
+];

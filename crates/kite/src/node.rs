@@ -30,6 +30,10 @@ pub struct KiteConfig {
     /// First Paxos back-off after a lost ballot (doubles, with jitter).
     pub backoff_ns: u64,
     pub mutant: Option<Mutant>,
+    /// The node's invariant assertions (`invariants.rs`): `None`, the
+    /// default, runs them unless a bug is planted (`mutant`), whose tests
+    /// show that a checker catches it; `Some(on)` decides.
+    pub assertions: Option<bool>,
 }
 
 impl Default for KiteConfig {
@@ -39,6 +43,7 @@ impl Default for KiteConfig {
             retry_ns: 500_000,
             backoff_ns: 2_000,
             mutant: None,
+            assertions: None,
         }
     }
 }
@@ -268,6 +273,8 @@ pub struct KiteNode {
     pub stats: KiteStats,
     /// The first white-box invariant this node broke.
     pub invariant: Option<String>,
+    /// Whether the invariant assertions run (`KiteConfig::assertions`).
+    pub asserts: bool,
 }
 
 /// Out-commands of a step.
@@ -297,6 +304,7 @@ impl KiteNode {
             rng: Rng::new(0x4B17E ^ me as u64),
             stats: KiteStats::default(),
             invariant: None,
+            asserts: cfg.assertions.unwrap_or(cfg.mutant.is_none()),
         }
     }
 
@@ -343,10 +351,12 @@ impl KiteNode {
     /// Apply a write if it is newer than what the replica holds.
     pub fn apply(&mut self, k: Key, version: Version, value: Value) {
         let ks = self.key(k);
+        let before = (ks.version, ks.value);
         if version > ks.version {
             ks.version = version;
             ks.value = value;
         }
+        self.check_apply(k, before, version, value);
     }
 
     /// Replicas a broadcast goes to: the unsuspected others, or every other
@@ -659,7 +669,9 @@ impl KiteNode {
                 sess.missing &= !(1 << m);
             }
         }
-        sess.missing
+        let left = sess.missing;
+        self.check_cover(s, missing & !left);
+        left
     }
 
     /// A DM-set sent at `stamp` reached a majority.

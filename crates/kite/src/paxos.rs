@@ -266,9 +266,11 @@ impl KiteNode {
             // node may have reached it only during the propose, and be
             // known to no replica of the quorum but this one.
             let own = !self.mutant(Mutant::NoOwnBitAfterPropose) && self.own_bit();
+            let e0 = self.epoch;
             if own || g.flagged != 0 {
                 self.on_delinquent(rm.acq, g.flagged, out);
             }
+            self.check_delinquency_handled(own || g.flagged != 0, e0, "an RMW's propose");
         }
         if self.settled(now, s, &mut r, out) {
             return;
@@ -359,11 +361,14 @@ impl KiteNode {
             self.sess(s).op = Some(Active::Rmw(r));
             return;
         }
-        let mut rec = rec;
+        let (adopted, mut rec) = (rec, rec);
         if help && self.mutant(Mutant::HelperDropsDm) {
             rec.dm = 0;
         }
-        if !help {
+        if help {
+            self.check_helper_value(r.key, &adopted, &rec);
+        } else {
+            self.check_barrier(s, "an RMW's accept");
             // The DM-set rides in the value, so a helper carries it too.
             rec.dm = self.dm_to_publish(s);
             r.dm_stamp = self.dm_stamp();
@@ -461,6 +466,7 @@ impl KiteNode {
         rec: RmwRec,
         out: &mut Out,
     ) {
+        self.check_rmw_committed(&r);
         let result = Reply::Rmw {
             old: rec.old,
             old_version: rec.old_version,

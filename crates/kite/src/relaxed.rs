@@ -30,6 +30,7 @@ impl KiteNode {
 
     pub fn relaxed_read(&mut self, now: u64, s: SessionId, k: Key, out: &mut Out) {
         if let Some(result) = self.local_read(k) {
+            self.check_in_epoch(k, "a relaxed read");
             return self.reply(s, result, out);
         }
         self.stats.slow_reads += 1;
@@ -38,6 +39,7 @@ impl KiteNode {
 
     pub fn relaxed_write(&mut self, now: u64, s: SessionId, k: Key, v: Value, out: &mut Out) {
         if self.in_epoch(k) {
+            self.check_in_epoch(k, "a relaxed write");
             let version = Version(self.key(k).version.0 + 1, self.me, 0);
             return self.write_out(now, s, k, version, v, out);
         }
@@ -84,6 +86,7 @@ impl KiteNode {
         value: Value,
         out: &mut Out,
     ) {
+        self.check_fresh_write(k, version);
         self.apply(k, version, value);
         let wid = self.fresh_id();
         self.send_tracked(

@@ -160,19 +160,22 @@ impl KiteNode {
                 promised: ks.promised,
             };
         }
+        let before = ks.promised;
         ks.promised = ks.promised.max(ballot);
         if lower_ok {
             ks.promised = ballot;
         }
-        match ks.accepted {
+        let (after, accepted, version, value) = (ks.promised, ks.accepted, ks.version, ks.value);
+        self.check_promise(key, before, ballot, after, false);
+        match accepted {
             Some((ballot, rec)) => PaxosRep::Accepted {
                 ballot,
                 rec,
                 delinquent,
             },
             None => PaxosRep::Ack {
-                version: ks.version,
-                value: ks.value,
+                version,
+                value,
                 delinquent,
             },
         }
@@ -189,11 +192,14 @@ impl KiteNode {
                 promised: ks.promised,
             };
         }
+        let before = ks.promised;
         ks.promised = ballot;
         ks.accepted = Some((ballot, rec));
+        let (version, value) = (ks.version, ks.value);
+        self.check_promise(key, before, ballot, ballot, true);
         PaxosRep::Ack {
-            version: ks.version,
-            value: ks.value,
+            version,
+            value,
             delinquent: false,
         }
     }
@@ -228,6 +234,7 @@ impl KiteNode {
     /// A committed RMW (Kite paper §3.4): close the slot,
     /// apply the value if its version is newer, remember the id.
     pub fn apply_commit(&mut self, key: Key, slot: u32, rec: RmwRec) {
+        self.check_commit_agreement(key, slot, &rec);
         let e = self
             .committed
             .entry((rec.id.node, rec.id.session))

@@ -71,6 +71,7 @@ impl KiteNode {
             self.sess(s).op = Some(Active::Release(r));
             return;
         }
+        self.check_barrier(s, "a release");
         let dm = self.dm_to_publish(s);
         if dm == 0 {
             return self.value_round(now, s, r, out);
@@ -88,6 +89,7 @@ impl KiteNode {
         // The local version too: another session of this node may have
         // released the key since round 1 read it.
         let version = Version(r.max.max(self.key(r.key).version).0 + 1, self.me, 0);
+        self.check_fresh_write(r.key, version);
         self.apply(r.key, version, r.value);
         let wid = self.fresh_id();
         let msg = Msg::Write {
@@ -225,12 +227,14 @@ impl KiteNode {
     }
 
     fn acquire_done(&mut self, s: SessionId, a: Acquire, out: &mut Out) {
+        self.check_acquire_majority(&a);
         let (version, value) = a.best;
         self.apply(a.key, version, value);
-        let own = self.own_bit();
+        let (own, e0) = (self.own_bit(), self.epoch);
         if own || a.flagged != 0 {
             self.on_delinquent(a.acq, a.flagged, out);
         }
+        self.check_delinquency_handled(own || a.flagged != 0, e0, "an acquire");
         let result = match a.cas_fail {
             true => Reply::CasFail {
                 value,
@@ -257,6 +261,7 @@ impl KiteNode {
         } else {
             flagged & self.others()
         };
+        self.check_reset_targets(acq, to, flagged);
         self.send_to(to, &Msg::ResetBit { acq }, out);
     }
 }

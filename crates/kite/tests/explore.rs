@@ -30,6 +30,8 @@ fn mutants_caught_by_random_order() {
         let o = ExploreOpts {
             cfg: KiteConfig {
                 mutant: Some(m),
+                // The checker must catch it (tests/assertions.rs: the asserts).
+                assertions: Some(false),
                 ..KiteConfig::default()
             },
             ..ExploreOpts::default()

@@ -13,6 +13,9 @@ fn first_caught(m: Mutant, faults: Option<Faults>) -> Option<(u64, String)> {
         faults,
         cfg: KiteConfig {
             mutant: Some(m),
+            // The history checker must catch it, not the node's own
+            // assertions (tests/assertions.rs runs those).
+            assertions: Some(false),
             ..base.cfg
         },
         ..base

@@ -23,8 +23,12 @@ struct Cluster {
 impl Cluster {
     fn new(n: u16) -> Cluster {
         let config = Config::new(1, (0..n).collect());
+        let mutant = MUTANT.with(|m| m.get());
         let cfg = KiteConfig {
-            mutant: MUTANT.with(|m| m.get()),
+            mutant,
+            // With a bug planted, the scenario's own checks must fail, not
+            // the node's assertions (tests/assertions.rs runs those).
+            assertions: Some(mutant.is_none()),
             ..KiteConfig::default()
         };
         let nodes = (0..n).map(|i| KiteNode::new(i, &config, cfg)).collect();

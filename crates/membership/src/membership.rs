@@ -160,6 +160,8 @@ struct Node {
     status: NodeStatus,
     /// Node whose recovery this node is running, if any.
     recovering_for: Vec<NodeId>,
+    /// Every memory node acknowledged its revocation (`failed-after-revoke`).
+    revoked: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -432,6 +434,9 @@ impl Membership {
                         seen_ns: [fresh; MAX_FD_REPLICAS as usize],
                         status: n.status,
                         recovering_for: Vec::new(),
+                        // A stored Recovering or Failed status was reached
+                        // through `RevokeAcked`.
+                        revoked: matches!(n.status, NodeStatus::Recovering | NodeStatus::Failed),
                     },
                 )
             })
@@ -590,6 +595,7 @@ impl Membership {
             Event::RevokeAcked { node } => {
                 if let Some(n) = self.nodes.get_mut(&node) {
                     if n.status == NodeStatus::Revoking {
+                        n.revoked = true;
                         n.status = NodeStatus::Recovering;
                         self.durable_epoch += 1;
                         let ids = n.ids.clone();
@@ -602,12 +608,10 @@ impl Membership {
                     if n.status == NodeStatus::Recovering {
                         n.status = NodeStatus::Failed;
                         self.durable_epoch += 1;
-                        let ids = n.ids.clone();
-                        self.failed_ids.extend(ids.iter().copied());
                         for r in self.nodes.values_mut() {
                             r.recovering_for.retain(|&x| x != node);
                         }
-                        out.push(Command::NotifyFailed { ids });
+                        self.publish_failed(node, &mut out);
                         self.maybe_recycle(&mut out);
                     }
                 }
@@ -686,14 +690,20 @@ impl Membership {
             self.recycled.remove(&id);
             ids.push(id);
         }
-        self.nodes.insert(
+        let known = self.nodes.insert(
             node,
             Node {
                 ids: ids.clone(),
                 seen_ns: [now_ns; MAX_FD_REPLICAS as usize],
                 status: NodeStatus::Alive,
                 recovering_for: Vec::new(),
+                revoked: false,
             },
+        );
+        assert!(
+            known.is_none(),
+            "never-rejoin: node {node} registered again (it was {:?}); a revoked node comes back only under a new node id",
+            known.map(|n| n.status)
         );
         self.durable_epoch += 1;
         out.push(Command::AssignIds { node, ids });
@@ -792,6 +802,26 @@ impl Membership {
         out.push(Command::Recover { node, ids, on });
     }
 
+    /// Publish `node`'s ids as failed: stealing its locks may start
+    /// (`publish-after-recovery`: only once it was revoked everywhere, its
+    /// recovery finished and nobody runs it any more).
+    fn publish_failed(&mut self, node: NodeId, out: &mut Vec<Command>) {
+        let n = &self.nodes[&node];
+        assert!(
+            n.status == NodeStatus::Failed && n.revoked,
+            "publish-after-recovery: the ids of node {node} are published in status {:?} (revocation acknowledged: {})",
+            n.status,
+            n.revoked
+        );
+        assert!(
+            !self.nodes.values().any(|r| r.recovering_for.contains(&node)),
+            "publish-after-recovery: the ids of node {node} are published while its recovery still runs"
+        );
+        let ids = n.ids.clone();
+        self.failed_ids.extend(ids.iter().copied());
+        out.push(Command::NotifyFailed { ids });
+    }
+
     fn maybe_recycle(&mut self, out: &mut Vec<Command>) {
         let used = self.ids_in_use() as f64 / (self.cfg.id_space - 1) as f64;
         if !self.scanning && used > self.cfg.recycle_threshold && !self.failed_ids.is_empty() {
@@ -804,7 +834,14 @@ impl Membership {
 
     fn check_invariants(&self) {
         let mut seen = BTreeSet::new();
-        for n in self.nodes.values() {
+        for (node, n) in &self.nodes {
+            // Recovered or failed only once every memory node revoked it.
+            let revoked = matches!(n.status, NodeStatus::Recovering | NodeStatus::Failed);
+            assert!(
+                !revoked || n.revoked,
+                "failed-after-revoke: node {node} is {:?} but its revocation was never acknowledged",
+                n.status
+            );
             if matches!(n.status, NodeStatus::Failed | NodeStatus::Left) {
                 continue;
             }
@@ -813,6 +850,15 @@ impl Membership {
                 assert!(
                     !self.recycled.contains(id) && !self.failed_ids.contains(id),
                     "live id {id} is free or failed"
+                );
+            }
+        }
+        for (node, n) in &self.nodes {
+            for r in &n.recovering_for {
+                let status = self.nodes.get(r).map(|x| x.status);
+                assert!(
+                    status == Some(NodeStatus::Recovering),
+                    "recovery-of-recovering: node {node} runs the recovery of node {r}, which is {status:?}"
                 );
             }
         }
@@ -1787,5 +1833,52 @@ mod tests {
             }
         }
         panic!("the dead node was never declared failed");
+    }
+
+    /// The assertions guard the order detect → revoke → recover → publish
+    /// against regressions of the state machine itself (no planted bug lives
+    /// here: DART's `publish-before-recovery` publishes from its harness).
+    /// Publishing a node's ids while it is still being recovered trips
+    /// `publish-after-recovery`.
+    #[test]
+    #[should_panic(expected = "publish-after-recovery")]
+    fn publishing_before_recovery_trips_an_assertion() {
+        let mut m = m();
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 2,
+            },
+        );
+        m.step(101, Event::Tick);
+        m.step(102, Event::RevokeAcked { node: 1 });
+        assert_eq!(m.status(1), Some(NodeStatus::Recovering));
+        m.publish_failed(1, &mut Vec::new());
+    }
+
+    /// A node that reached Recovering without its revocation acknowledged
+    /// (a path that skipped `RevokeAcked`) trips `failed-after-revoke` at the
+    /// next change of durable state (here a join).
+    #[test]
+    #[should_panic(expected = "failed-after-revoke")]
+    fn recovering_without_revocation_trips_an_assertion() {
+        let mut m = m();
+        m.step(
+            0,
+            Event::Join {
+                node: 1,
+                coordinators: 2,
+            },
+        );
+        m.step(101, Event::Tick);
+        m.nodes.get_mut(&1).unwrap().status = NodeStatus::Recovering;
+        m.step(
+            102,
+            Event::Join {
+                node: 2,
+                coordinators: 1,
+            },
+        );
     }
 }

@@ -106,6 +106,13 @@ pub struct SimConfig {
     pub faults: Faults,
     /// Log bytes per coordinator (TPC-C's large transactions need more than the bank's).
     pub log_slot_bytes: u64,
+    /// The coordinators' invariant assertions (`StoreConfig::assertions`),
+    /// and the recovery coordinators' unless `recovery_assertions` says
+    /// (`RecoveryCoordinator::assertions`): `None`, each runs them unless a
+    /// bug is planted in it; `Some(on)` decides.
+    pub assertions: Option<bool>,
+    /// The recovery coordinators' assertions, if not as `assertions` says.
+    pub recovery_assertions: Option<bool>,
 }
 
 /// Compute-side faults injected into one run (docs/DESIGN.md §4.5). The harness
@@ -211,6 +218,8 @@ impl SimConfig {
             hot_sibling_pair: false,
             faults: Faults::default(),
             log_slot_bytes,
+            assertions: None,
+            recovery_assertions: None,
         })
     }
 
@@ -319,6 +328,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     store.log_slots = 64;
     store.log_slot_bytes = cfg.log_slot_bytes;
     store.bugs = cfg.bugs;
+    store.assertions = cfg.assertions;
     let layout = Arc::new(Layout::new(&store).expect("valid simulation config"));
     let sim = Sim::new(cfg.seed);
     let region = *layout.region_bytes.iter().max().unwrap();
@@ -757,9 +767,11 @@ impl World<'_> {
             let rc_id = first_rc_id + rc_node - RC_NODE_BASE;
             let rc_tag = 10_000 + (rc_node - RC_NODE_BASE) as u32;
             let (bugs, mode) = (cfg.faults.recovery_bugs, cfg.mode);
+            let assertions = cfg.recovery_assertions.or(cfg.assertions);
             sim.spawn(rc_tag, async move {
                 let mut rc = RecoveryCoordinator::new(&fab, l, rc_id);
                 rc.bugs = bugs;
+                rc.assertions = assertions;
                 let report = match mode {
                     Mode::Pandora => rc.recover(&ids).await,
                     Mode::Ford => rc.recover_ford(&ids).await.map(baseline_report),
@@ -904,17 +916,19 @@ fn recover_while_held(
         .join(RC_NODE_BASE + 500)
         .expect("a fresh compute-node id");
     let rc_id = 1 + cfg.compute_nodes * cfg.coordinators_per_node;
-    let (l, v, ids, bugs) = (
+    let (l, v, ids, bugs, assertions) = (
         layout.clone(),
         view.clone(),
         ids.to_vec(),
         cfg.faults.recovery_bugs,
+        cfg.recovery_assertions.or(cfg.assertions),
     );
     let done: Rc<RefCell<Option<RecoveryReport>>> = Rc::default();
     let d = done.clone();
     sim.spawn(20_000, async move {
         let mut rc = RecoveryCoordinator::new(&fab, l, rc_id).with_view(v, true);
         rc.bugs = bugs;
+        rc.assertions = assertions;
         *d.borrow_mut() = Some(rc.recover(&ids).await.expect("live replicas answer"));
     });
     sim.run_while(|| done.borrow().is_none());

@@ -80,6 +80,11 @@ pub struct SuspicionConfig {
     /// Incarnations per machine, the first included.
     pub max_incarnations: u16,
     pub bugs: FencingBugs,
+    /// The coordinators' and the recovery coordinator's invariant
+    /// assertions (`StoreConfig::assertions`): `None`, on unless a fencing
+    /// bug is planted (its tests show that the run's checks catch it);
+    /// `Some(on)` decides.
+    pub assertions: Option<bool>,
 }
 
 impl SuspicionConfig {
@@ -107,6 +112,7 @@ impl SuspicionConfig {
             crashes: Vec::new(),
             max_incarnations: 6,
             bugs: FencingBugs::default(),
+            assertions: None,
         }
     }
 
@@ -269,6 +275,8 @@ fn build_world(cfg: &SuspicionConfig, sim: &Sim) -> World {
     store.partitions_per_table = 12;
     store.log_slots = 128;
     store.log_slot_bytes = 8 * 1024;
+    let planted = cfg.bugs.revocable_fencing || cfg.bugs.ignore_own_failure;
+    store.assertions = Some(cfg.assertions.unwrap_or(!planted));
     let layout = Arc::new(Layout::new(&store).expect("valid simulation config"));
     let region = *layout.region_bytes.iter().max().unwrap();
     let cluster = SimCluster::with_nodes(
@@ -567,6 +575,7 @@ async fn execute(w: &World, fabric: &SimFabric, rc_id: u16, cmd: Command) -> Opt
             let block = w.membership.borrow_mut().reserve_version_block();
             let mut rc = RecoveryCoordinator::new(fabric, w.layout.clone(), rc_id)
                 .with_version_counter(block << 24);
+            rc.assertions = w.store.assertions;
             rc.recover(&ids)
                 .await
                 .expect("the recovery node is never revoked");

@@ -78,6 +78,8 @@ fn bug_is_caught(mode: Mode, bugs: BugSwitches, budget: u64) {
             SimConfig::bank(mode, seed)
         };
         cfg.bugs = bugs;
+        // The run's checks must catch it (tests/assertions.rs: the asserts).
+        cfg.assertions = Some(false);
         let r = run(&cfg);
         if !r.violations.is_empty() {
             eprintln!(
@@ -270,7 +272,11 @@ fn first_violation(
     cfg_for: impl Fn(u64) -> SimConfig,
 ) -> Option<(u64, String, String)> {
     (0..budget).find_map(|seed| {
-        let r = run(&cfg_for(seed));
+        // The run's checks must catch it (tests/assertions.rs: the asserts).
+        let mut cfg = cfg_for(seed);
+        cfg.assertions = Some(false);
+        cfg.recovery_assertions = Some(false);
+        let r = run(&cfg);
         r.violations
             .first()
             .map(|v| (seed, v.clone(), r.replay.clone()))
@@ -282,6 +288,8 @@ fn recovery_bug_is_caught(bugs: tandem_dkvs::recovery::RecoveryBugs, budget: u64
     for seed in 0..budget {
         let mut cfg = crash_cfg(Mode::Pandora, seed);
         cfg.faults.recovery_bugs = bugs;
+        cfg.assertions = Some(false);
+        cfg.recovery_assertions = Some(false);
         let r = run(&cfg);
         if !r.violations.is_empty() {
             eprintln!(

@@ -79,6 +79,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             Err(Ok(reason)) => return Err(self.abort_with(reason).await),
             Err(Err(e)) => return Err(self.fail(e).await),
         }
+        self.check_before_commit_writes();
         self.post_commit_writes(inflight);
         if let Some(e) = self.await_writes(inflight).await {
             return Err(match e {
@@ -90,12 +91,14 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             });
         }
         self.after_commit();
+        self.check_writes_landed();
         // Acknowledged; unlock in the background (the next batch on each queue
         // pair is ordered behind it). `Coordinator::take_unlocks` hands them out.
         let mut unlocks = std::mem::take(&mut self.c.unlocks_in_flight);
         unlocks.clear();
         self.release_locks(false, &mut unlocks);
         self.c.unlocks_in_flight = unlocks;
+        self.c.unlock_word = self.lock_word;
         self.finished = true;
         self.c.stats.committed += 1;
         Ok(())
@@ -129,6 +132,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     /// Post this transaction's log record to each live log node. False if
     /// the record does not fit the log slot.
     fn post_log(&mut self, dirty: usize, inflight: &mut Inflight<F>) -> bool {
+        self.check_locks_held("locks-before-log", "logs");
         let len = HEADER_BYTES
             + self
                 .writes
@@ -198,6 +202,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
     /// does not hold locked: its reads (but of keys it writes: their locks
     /// checked them) and its absent keys' guards.
     pub(super) fn post_validation(&mut self, inflight: &mut Inflight<F>) {
+        self.check_locks_held("locks-before-validation", "validates");
         let Transaction {
             c,
             reads,
@@ -262,10 +267,12 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         };
         let lock = LockWord(u64::from_le_bytes(b[0..8].try_into().unwrap()));
         let seen = u64::from_le_bytes(b[8..16].try_into().unwrap());
-        let locked = !self.c.node.bugs.covert_locks && self.blocks(lock);
+        let blocked = self.blocks(lock);
+        let locked = !self.c.node.bugs.covert_locks && blocked;
         if seen != version || locked {
             return Err(Ok(AbortReason::ValidationFailed));
         }
+        self.check_validated(lock, blocked, seen, version);
         Ok(())
     }
 
