@@ -33,8 +33,10 @@ impl DdpNode {
     /// which ended without the asker (C11 under `--crash suspect-spread`).
     pub(crate) fn on_copy_req_in(&mut self, from: NodeId, epoch: u64, out: &mut Out) {
         if epoch > self.config.epoch && !self.bugs.copy_in_old_epoch {
-            self.copy_reqs.push((from, epoch));
-        } else if self.rules.upd.is_some() {
+            return self.copy_reqs.push((from, epoch));
+        }
+        self.assert_copy_epoch(from, epoch);
+        if self.rules.upd.is_some() {
             self.on_upd_copy_req(from, out);
         } else {
             self.on_copy_req(from, out);

@@ -35,6 +35,9 @@ pub struct ExploreConfig {
     pub timers: u8,
     pub max_states: usize,
     pub bugs: Bugs,
+    /// The engine's own invariants (`Params::assertions`); off where a
+    /// test shows that the explorer's checks catch a mutant on their own.
+    pub assertions: bool,
 }
 
 impl ExploreConfig {
@@ -69,6 +72,7 @@ impl ExploreConfig {
             timers,
             max_states: 5_000_000,
             bugs: Bugs::default(),
+            assertions: true,
         }
     }
 }
@@ -138,6 +142,7 @@ impl World {
             idle_ns: u64::MAX,
             forget_ns: u64::MAX,
             bulk_ns: 1,
+            assertions: cfg.assertions,
         };
         let nodes = (0..cfg.nodes)
             .map(|n| Some(DdpNode::new(n, cfg.model, params, cfg.bugs, config.clone())))

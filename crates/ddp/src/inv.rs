@@ -35,6 +35,7 @@ impl DdpNode {
             version: newest.version + 1,
             node: self.me,
         };
+        self.assert_new_ts(key, ts);
         let scope = self.scope_of(
             ScopeId {
                 session,
@@ -56,6 +57,7 @@ impl DdpNode {
         out: &mut Out,
     ) {
         let (now, epoch) = (self.now, self.config.epoch);
+        self.assert_ts_forward(key, ts);
         let s = self.key(key);
         let persisted = s.nvm >= ts;
         if s.ts < ts {
@@ -64,6 +66,7 @@ impl DdpNode {
         s.ts = ts;
         s.value = Some(value);
         let skip = self.heal_skip();
+        self.assert_shadow(&skip, "a write");
         let w = CoordWrite {
             client,
             ts,
@@ -167,12 +170,16 @@ impl DdpNode {
             AckMode::Split => {
                 out.push(ack(true, false));
                 if durable {
+                    self.assert_ack_p(key, ts);
                     out.push(ack(false, true));
                 } else {
                     s.owed.push((to, ts, epoch, false));
                 }
             }
-            AckMode::Combined if durable => out.push(ack(true, true)),
+            AckMode::Combined if durable => {
+                self.assert_ack_p(key, ts);
+                out.push(ack(true, true))
+            }
             AckMode::Combined => s.owed.push((to, ts, epoch, true)),
         }
     }
@@ -262,6 +269,7 @@ impl DdpNode {
         self.send_vals(key, &mut w, c, p, superseded, out);
         if let (Some((session, req)), false) = (w.client, w.replied) {
             if self.rules.reply.holds(c, p) {
+                self.assert_certified(key, &w, self.rules.reply, "its reply");
                 out.push(Command::Reply {
                     session,
                     req,
@@ -300,6 +308,7 @@ impl DdpNode {
         };
         if r.combined_val {
             if c && p && !w.c_sent {
+                self.assert_certified(key, w, Gate::CP, "VAL");
                 if !superseded {
                     out.push(val(true, true));
                 }
@@ -307,6 +316,7 @@ impl DdpNode {
             }
         } else {
             if c && !w.c_sent {
+                self.assert_certified(key, w, Gate::C, "VAL_c");
                 if r.val_c && !superseded {
                     out.push(val(true, false));
                     self.lazy_track(key, w.ts, w.skip.clone());
@@ -314,6 +324,7 @@ impl DdpNode {
                 w.c_sent = true;
             }
             if p && !w.p_sent && self.tracks_p() {
+                self.assert_certified(key, w, Gate::P, "VAL_p");
                 if r.val_p && !superseded {
                     out.push(val(true, true));
                 }

@@ -29,6 +29,8 @@
 //! - [`ycsb_session`]: what a YCSB client session asks next (scopes and
 //!   transactions as the model needs); `tandem_ddp_lab::load` runs such
 //!   sessions over TCP.
+//! - `invariants.rs`: what the handlers assert before and after each
+//!   state transition a checker relies on (`Params::assertions`).
 //! - [`simcheck`]: seeded simulations with faults and crashes, checking
 //!   every promise of a model (docs/DDP.md, "Check labels").
 //!
@@ -39,6 +41,7 @@ pub mod explore;
 pub(crate) use tandem_net::fast_hash;
 pub mod heal;
 mod inv;
+mod invariants;
 pub mod model;
 pub mod node;
 mod scope;

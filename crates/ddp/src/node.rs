@@ -41,6 +41,11 @@ pub struct Params {
     /// large answer takes a while, and every request makes the source build
     /// it again.
     pub bulk_ns: u64,
+    /// Check the engine's invariants in its handlers (`invariants.rs`):
+    /// a broken one panics with the invariant's name. On by default, in
+    /// simulation and over TCP alike; off only where a test must show that
+    /// the checkers (`simcheck`, `explore`) catch a mutant on their own.
+    pub assertions: bool,
 }
 
 impl Params {
@@ -53,6 +58,7 @@ impl Params {
         idle_ns: 2_000_000,
         forget_ns: 10_000_000,
         bulk_ns: 1_000_000,
+        assertions: true,
     };
     /// For processes over TCP on one machine.
     pub const TCP: Params = Params {
@@ -63,6 +69,7 @@ impl Params {
         idle_ns: 200_000_000,
         forget_ns: 2_000_000_000,
         bulk_ns: 2_000_000_000,
+        assertions: true,
     };
 }
 
@@ -620,6 +627,8 @@ impl DdpNode {
         let s = self.key(key);
         let busy = s.write.as_ref().is_some_and(|w| w.ts == s.ts);
         if bug || (!busy && read_gate.holds(s.c_ok(), s.p_ok())) {
+            self.assert_read_valid(key);
+            let s = &self.keys[&key];
             let result = Reply::Read {
                 value: s.value,
                 ts: s.ts,

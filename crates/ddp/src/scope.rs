@@ -64,6 +64,7 @@ impl DdpNode {
             },
         });
         let (epoch, skip) = (self.config.epoch, self.heal_skip());
+        self.assert_shadow(&skip, "a scope's [PERSIST]s");
         self.send_to_peers(
             Msg::ScopePersist {
                 scope,
@@ -97,6 +98,7 @@ impl DdpNode {
             msg: Msg::ScopeAck { scope, epoch },
         };
         if self.scopes_done.contains(&scope) || self.bugs.early_scope_ack {
+            self.assert_scope_durable(scope);
             out.push(ack);
             if self.scopes_done.contains(&scope) {
                 return;

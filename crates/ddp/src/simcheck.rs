@@ -130,6 +130,10 @@ pub struct CheckConfig {
     /// NVM persist latency (the paper's 400 ns by default).
     pub persist_ns: u64,
     pub bugs: Bugs,
+    /// The engine's own invariants (`Params::assertions`): a broken one
+    /// panics in the node's step. Off only where a test shows that the
+    /// checkers below catch a mutant on their own.
+    pub assertions: bool,
     /// Restarted nodes recover with HEAL, so configured (else by full copy).
     pub heal: Option<crate::heal::state::HealOpts>,
 }
@@ -149,6 +153,7 @@ impl CheckConfig {
             net_faults: true,
             persist_ns: 400,
             bugs: Bugs::default(),
+            assertions: true,
             heal: None,
         }
     }
@@ -722,10 +727,14 @@ impl Run {
             base
         };
         let heal = cfg.heal;
+        let params = Params {
+            assertions: cfg.assertions,
+            ..Params::SIM
+        };
         let factory = DdpFactory {
             bugs: cfg.bugs,
             heal,
-            ..DdpFactory::new(cfg.model, Params::SIM)
+            ..DdpFactory::new(cfg.model, params)
         };
         let net = SimNet::new(
             cfg.seed,

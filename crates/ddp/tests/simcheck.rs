@@ -1,5 +1,9 @@
 //! Every implemented model keeps its promises under message faults and
 //! crashes, in seeded simulations (docs/DDP.md, "Check labels").
+//!
+//! The runs with a mutant switch the engine's own assertions off
+//! (`cfg.assertions = false`): they show that the checkers catch each
+//! mutant on their own. `tests/assertions.rs` runs them with assertions on.
 
 use tandem_ddp::simcheck::{run, CheckConfig, Crash};
 use tandem_ddp::Model;
@@ -68,7 +72,7 @@ fn caught(
     (0..budget).find_map(|seed| {
         let mut cfg = CheckConfig::new(model, seed);
         cfg.crash = crash;
-        cfg.bugs = bugs;
+        (cfg.bugs, cfg.assertions) = (bugs, false);
         cfg.persist_ns = persist_ns;
         let r = run(&cfg);
         (!r.violations.is_empty()).then(|| (seed, r.violations.join("\n")))
@@ -209,6 +213,7 @@ fn lazy_updates_survive_a_crash_during_a_copy() {
                 cfg.crash = crash;
                 if let Some(b) = bug {
                     cfg.bugs = tandem_ddp::Bugs::parse(&[b.to_string()]).unwrap();
+                    cfg.assertions = false;
                 }
                 found.extend(run(&cfg).violations);
             }
@@ -248,6 +253,7 @@ fn a_copy_carries_the_sources_log() {
             (cfg.crash, cfg.net_faults) = (Crash::CopySource, false);
             if let Some(b) = bug {
                 cfg.bugs = tandem_ddp::Bugs::parse(&[b.to_string()]).unwrap();
+                cfg.assertions = false;
             }
             let r = run(&cfg);
             bad.extend(
@@ -287,6 +293,7 @@ fn orphaned_updates_are_given_up_and_their_sessions_told() {
             let mut cfg = CheckConfig::new(Model::parse(model).unwrap(), seed);
             (cfg.crash, cfg.net_faults) = (Crash::CopySource, net_faults);
             cfg.bugs = tandem_ddp::Bugs::parse(&bugs).unwrap();
+            cfg.assertions = bug.is_none();
             run(&cfg)
         });
         reports.collect::<Vec<_>>()
@@ -349,6 +356,7 @@ fn a_write_after_a_rejoin_takes_a_timestamp_past_its_nvm() {
         let mut cfg = CheckConfig::new(Model::parse("causal-synch").unwrap(), seed);
         cfg.crash = Crash::CopySource;
         cfg.bugs = tandem_ddp::Bugs::parse(bug).unwrap();
+        cfg.assertions = bug.is_empty();
         run(&cfg)
     };
     let mutant = ["ts-below-nvm".to_string()];
@@ -396,7 +404,7 @@ fn a_restarted_node_takes_a_new_incarnation() {
         cfg.crash = Crash::One;
         let r = run(&cfg);
         assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
-        cfg.bugs = bugs;
+        (cfg.bugs, cfg.assertions) = (bugs, false);
         caught += usize::from(!run(&cfg).violations.is_empty());
     }
     assert!(caught >= 5, "reuse-origin caught in {caught} of 10 seeds");
@@ -454,7 +462,7 @@ fn caught_as(model: &str, crash: Crash, bug: &str, expect: &str) -> u64 {
     (0..30)
         .find(|&seed| {
             let mut cfg = CheckConfig::new(model, seed);
-            (cfg.crash, cfg.bugs) = (crash, bugs);
+            (cfg.crash, cfg.bugs, cfg.assertions) = (crash, bugs, false);
             run(&cfg).violations.iter().any(|v| v.contains(expect))
         })
         .unwrap_or_else(|| panic!("{model} with {bug}: no {expect} in 30 seeds"))
@@ -500,7 +508,7 @@ fn a_node_added_back_claims_only_what_its_copies_applied() {
     let bugs = tandem_ddp::Bugs::parse(&["keep-applied".to_string()]).unwrap();
     let diverged = (0..100).any(|seed| {
         let mut cfg = CheckConfig::new(model, seed);
-        (cfg.crash, cfg.bugs) = (Crash::Isolated, bugs);
+        (cfg.crash, cfg.bugs, cfg.assertions) = (Crash::Isolated, bugs, false);
         run(&cfg)
             .violations
             .iter()

@@ -91,11 +91,15 @@ impl DdpNode {
         else {
             return;
         };
+        let later = epoch > mine && !old_view;
+        if !later && self.heal.is_some() {
+            self.assert_gdp_epoch(key, ts, epoch);
+        }
         let Some(h) = self.heal_mut() else { return };
         h.ungdp.remove(&key);
         h.flag(key, ts);
         let (opts, v) = (h.opts, Version { key, ts, value });
-        match epoch > mine && !old_view {
+        match later {
             true => h.early_gdps.push((v, epoch)),
             false => h.missed.record(v, &opts),
         }
@@ -117,11 +121,12 @@ impl DdpNode {
 
     /// A configuration: nodes it drops are away until their `Recov_end`.
     pub(crate) fn heal_reconfigure(&mut self, out: &mut Out) {
-        let (me, members, epoch, trim_early) = (
+        let (me, members, epoch, trim_early, checks) = (
             self.me,
             self.config.members.clone(),
             self.config.epoch,
             self.bugs.heal_trim_early,
+            self.checks(),
         );
         let online = self.heal_online();
         let Some(h) = self.heal_mut() else { return };
@@ -157,7 +162,7 @@ impl DdpNode {
         if trim_early && h.missed.absent.iter().all(|n| members.contains(n)) {
             // Mutant: the buffer is dropped when the node rejoins, before
             // its recovery has read it.
-            h.missed.clear();
+            h.missed.trim(checks);
         }
         let due: Vec<NodeId> = h
             .early_starts
@@ -261,6 +266,8 @@ impl DdpNode {
         if !self.bugs.heal_no_pending {
             resp.pending = self.unvalidated();
         }
+        self.assert_marked(&resp);
+        self.assert_pending(&resp);
         let h = self.heal.as_mut().expect("checked");
         (resp.missed, resp.overflowed, resp.seq) =
             (h.missed.snapshot(after), h.missed.overflowed, h.missed.seq);
@@ -319,6 +326,7 @@ impl DdpNode {
     }
 
     pub(crate) fn on_recov_end(&mut self, rr: NodeId, epoch: u64, out: &mut Out) {
+        let checks = self.checks();
         let Some(h) = self.heal_mut() else { return };
         if h.dropped_at.get(&rr).is_some_and(|&d| epoch < d) {
             return; // from a recovery before the node's last absence
@@ -327,7 +335,7 @@ impl DdpNode {
         h.covers.remove(&rr);
         h.include(rr, epoch);
         if h.missed.absent.is_empty() {
-            h.missed.clear();
+            h.missed.trim(checks);
             h.missed.overflowed = false;
         }
         out.push(Command::Send {

@@ -296,6 +296,7 @@ impl DdpNode {
 
     /// Online: serve clients, tell every member (`Recov_end`).
     pub(crate) fn rr_online(&mut self, out: &mut Out) {
+        self.assert_rr_applied();
         self.rr_end(out);
         self.become_ready(out);
     }

@@ -98,6 +98,20 @@ impl MissedUpdates {
         self.log = Vec::new();
     }
 
+    /// Drop the buffer: every node it recorded for has ended its recovery
+    /// (`check`: assert it, `heal-trim`; C9, C11: a recovery still under
+    /// way reads the buffer).
+    pub(crate) fn trim(&mut self, check: bool) {
+        if check {
+            assert!(
+                self.absent.is_empty(),
+                "heal-trim (C11): MissedUpdates trimmed while {:?} have not sent their Recov_end",
+                self.absent
+            );
+        }
+        self.clear();
+    }
+
     /// The entries recorded after the `after`-th update.
     pub(crate) fn snapshot(&self, after: u64) -> Vec<Version> {
         let mut v: Vec<Version> = self

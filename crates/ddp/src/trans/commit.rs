@@ -86,12 +86,9 @@ impl DdpNode {
                 self.try_strict_write(id, out);
             }
             Then::Decided => {
-                if self
-                    .trans
-                    .coord
-                    .get(&id)
-                    .is_some_and(|c| c.phase == Phase::Deciding)
-                {
+                let deciding = self.trans.coord.get_mut(&id);
+                if let Some(c) = deciding.filter(|c| c.phase == Phase::Deciding) {
+                    c.commit_landed = true;
                     self.decide(id, true, out);
                 }
             }
@@ -171,6 +168,7 @@ impl DdpNode {
         if c.saw_abort {
             return self.decide(id, false, out);
         }
+        self.assert_votes_in(id);
         if !self.trans_rules().durable || self.bugs.commit_before_persist {
             return self.decide(id, true, out);
         }
@@ -195,6 +193,9 @@ impl DdpNode {
         let Some(c) = self.trans.coord.remove(&id) else {
             return;
         };
+        if commit {
+            self.assert_commit_durable(id, &c, &writes);
+        }
         self.learn(id, Some(commit));
         *if commit {
             &mut self.trans.stats.committed

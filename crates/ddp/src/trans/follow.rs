@@ -137,6 +137,7 @@ impl DdpNode {
         let h = self.hear(e.hdr);
         if h.prepared {
             if h.durable || !durable {
+                self.assert_vote_durable(id);
                 return self.tx_ack(e.from, id, TxAck::Vote(Vote::Prepared), e.epoch, out);
             }
             return h.owed.push((e.from, e.epoch));
@@ -154,11 +155,13 @@ impl DdpNode {
             }
             Access::Go => {}
         }
+        self.assert_validated(id, &e.writes, &e.reads);
         let h = self.trans.here.get_mut(&id).expect("checked");
         h.writes = e.writes.iter().map(|v| (v.key, *v)).collect();
         h.reads = e.reads.iter().copied().collect();
         h.prepared = true;
         if !durable {
+            self.assert_vote_durable(id);
             return self.tx_ack(e.from, id, TxAck::Vote(Vote::Prepared), e.epoch, out);
         }
         h.owed.push((e.from, e.epoch));
@@ -329,6 +332,10 @@ impl DdpNode {
             .filter(|(_, c)| c.phase != Phase::Deciding)
             .map(|(&id, _)| id)
             .collect();
+        let held = (gone.iter())
+            .filter(|id| self.trans.coord[id].client.is_some())
+            .count();
+        let before = out.len();
         for id in gone {
             let c = self.trans.coord.remove(&id).expect("listed");
             let ended = c.phase == Phase::Ending || c.settling;
@@ -345,6 +352,7 @@ impl DdpNode {
                 Self::answer(out, session, req, r);
             }
         }
+        self.assert_removed_answered(held, out.len() - before);
         let coord = &self.trans.coord;
         self.trans
             .here
@@ -360,11 +368,12 @@ impl DdpNode {
     /// refuses it.
     fn settle_orphans(&mut self, out: &mut Out) {
         let members = &self.config.members;
-        let kept = std::mem::take(&mut self.trans.kept);
+        let kept_all = std::mem::take(&mut self.trans.kept);
+        let none = BTreeSet::new();
         let kept = if self.bugs.kept_unsettled {
-            BTreeSet::new()
+            &none
         } else {
-            kept
+            &kept_all
         };
         let orphans: Vec<(TxId, bool)> = (self.trans.here.values())
             .filter(|h| {
@@ -392,6 +401,7 @@ impl DdpNode {
             out.push(Command::Broadcast { msg });
             self.try_end(id, out);
         }
+        self.assert_kept_settled(&kept_all);
     }
 
     /// Recovery: a committed transaction's record is installed whole.

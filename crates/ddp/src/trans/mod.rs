@@ -289,26 +289,20 @@ impl DdpNode {
     /// it be read now (RE-p: persisted everywhere).
     fn serve_read(&mut self, session: SessionId, req: u64, key: Key, out: &mut Out) -> bool {
         let (rp, bug) = (self.trans_rules().read_persisted, self.bugs.read_in_invalid);
-        if let Some(v) = self.uncommitted(key).filter(|_| bug) {
-            Self::answer(
-                out,
-                session,
-                req,
-                Reply::Read {
-                    value: Some(v.value),
-                    ts: v.ts,
-                    id: None,
-                },
-            );
-            return true;
-        }
-        let s = self.key(key);
-        if rp && !s.p_ok() {
-            return false;
-        }
+        let (ts, value) = match self.uncommitted(key).filter(|_| bug) {
+            Some(v) => (v.ts, Some(v.value)),
+            None => {
+                let s = self.key(key);
+                if rp && !s.p_ok() {
+                    return false;
+                }
+                (s.ts, s.value)
+            }
+        };
+        self.assert_read_committed(key, ts, value);
         let result = Reply::Read {
-            value: s.value,
-            ts: s.ts,
+            value,
+            ts,
             id: None,
         };
         Self::answer(out, session, req, result);
@@ -431,6 +425,7 @@ impl DdpNode {
         if self.missing(&c.acks) > slack {
             return;
         }
+        self.assert_tx_write_durable(id, c.strict.map_or(0, |s| s.0));
         let c = self.trans.coord.get_mut(&id).expect("checked");
         c.strict = None;
         if let Some((session, req)) = c.client.take() {
@@ -463,6 +458,9 @@ impl DdpNode {
                 _ => Reply::OutcomeUnknown { tx },
             },
         };
+        if let Reply::Aborted { .. } = result {
+            self.assert_decided_aborted(id);
+        }
         Self::answer(out, id.session, req, result);
         true
     }

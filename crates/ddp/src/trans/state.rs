@@ -44,6 +44,8 @@ pub(crate) struct CoordTx {
     pub sent_at: u64,
     /// When its client's last operation arrived (the idle timeout).
     pub last_op: u64,
+    /// Strict, Synch: its commit record landed here (`Then::Decided`).
+    pub commit_landed: bool,
 }
 
 impl CoordTx {
@@ -61,6 +63,7 @@ impl CoordTx {
             scopes: BTreeMap::new(),
             sent_at: now,
             last_op: now,
+            commit_landed: false,
         }
     }
 }

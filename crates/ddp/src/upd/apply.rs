@@ -40,6 +40,7 @@ impl DdpNode {
         }
         let s = self.key(v.key);
         if s.nvm >= v.ts || early {
+            self.assert_ack_p(v.key, v.ts);
             out.push(Command::Send {
                 to,
                 msg: Msg::Ack {
@@ -129,6 +130,7 @@ impl DdpNode {
 
     /// Apply `u` here (last writer wins) and persist it as the model says.
     pub(crate) fn apply_upd(&mut self, u: &Upd, out: &mut Out) {
+        self.assert_causal_apply(u);
         let (r, now, mine) = (self.upd_rules(), self.now, u.id.origin == self.upd.origin);
         let s = self.key(u.v.key);
         if u.v.ts > s.ts {

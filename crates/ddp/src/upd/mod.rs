@@ -175,6 +175,7 @@ impl DdpNode {
             UpdRead::LatestPersisted => (s.ts, s.value, s.id),
             UpdRead::Persisted => self.persisted_read(session, key),
         };
+        self.assert_upd_read(key, after, ts);
         out.push(Command::Reply {
             session,
             req,
@@ -225,6 +226,7 @@ impl DdpNode {
             version: newest.version + 1,
             node: self.me,
         };
+        self.assert_new_ts(v.key, v.ts);
         self.upd.seq += 1;
         let id = UpdId {
             origin: self.upd.origin,
@@ -302,6 +304,7 @@ impl DdpNode {
             .filter(|o| !w.acks.contains(o))
             .count();
         if local && missing <= usize::from(self.bugs.reply_before_last_ack) {
+            self.assert_strict_reply(key, ts, &w.acks);
             let (session, req) = w.client;
             out.push(Command::Reply {
                 session,

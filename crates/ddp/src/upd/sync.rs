@@ -65,6 +65,7 @@ impl DdpNode {
         if !self.ready || (same && self.now < at + self.params.retry_ns) {
             return;
         }
+        self.assert_sync_extra(&extra, EXTRA_MAX);
         self.upd.gossiped = (self.upd.applied.clone(), extra.clone(), self.now);
         out.push(Command::Broadcast {
             msg: Msg::UpdSync {
@@ -294,9 +295,13 @@ impl DdpNode {
                 }
             }
         }
+        if rejoin {
+            self.assert_copy_claims(&used);
+        }
         if !self.bugs.copy_unlogged {
             self.adopt_logs(&used);
         }
+        self.assert_copy_logged(&used);
         self.upd.adopting = Some(0);
         // In key order: the order of persists is part of a seeded run.
         let mut keys: Vec<Key> = self.keys.keys().copied().collect();
