@@ -48,7 +48,7 @@ pub const INVARIANTS: [&str; 20] = [
     "rollback-unacknowledged",
     "rollback-all-locked",
     "rollback-ours",
-    "quiesced-nothing-finished",
+    "quiesced-nothing-superseded",
     "rollback-fresh-version",
     "restore-before-unlock",
     "decide-every-record",

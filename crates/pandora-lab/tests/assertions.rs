@@ -333,7 +333,7 @@ fn cases() -> Vec<Case> {
         "ignore-lost-primaries",
         "sim_bank memory loss + crash",
         2000,
-        &["quiesced-nothing-finished"],
+        &["quiesced-nothing-superseded"],
         move |s| {
             recovery(
                 RecoveryBugs {
