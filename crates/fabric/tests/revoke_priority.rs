@@ -70,7 +70,15 @@ fn a_real_time_revoker_lets_the_verb_it_waits_for_finish() {
         }
         let mut slowest = Duration::ZERO;
         for c in 1..=ROUNDS {
+            // Bounded: a compute thread that died or moved past `c` must
+            // fail the test, not hang it.
+            let give_up = Instant::now() + Duration::from_secs(30);
             while current.load(Ordering::SeqCst) != c {
+                assert!(
+                    Instant::now() < give_up,
+                    "incarnation {c} never came up (the compute thread is at {})",
+                    current.load(Ordering::SeqCst)
+                );
                 std::thread::sleep(Duration::from_micros(100));
             }
             // Wake up later, in the middle of one of its reads.

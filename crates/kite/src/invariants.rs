@@ -22,7 +22,6 @@
 //! | `reset-bit-targets` | `sync::on_delinquent` | a reset-bit goes only to replicas whose counted replies flagged the acquire |
 //! | `dm-cover` | `node::dm_to_publish` | a machine leaves a DM-set only for a publication sent after the write it missed was done |
 //! | `version-monotonic` | `node::apply` | a replica's version of a key never goes backwards |
-//! | `version-unique` | `node::apply` | one version names one value |
 //! | `write-version-fresh` | `relaxed::write_out`, `sync::value_round` | a write this node issues is newer than what its replica holds |
 
 use tandem_net::SessionId;
@@ -195,8 +194,8 @@ impl KiteNode {
         }
     }
 
-    /// `version-monotonic` and `version-unique`: key `k` held `before` and
-    /// was told `(version, value)`.
+    /// `version-monotonic`: key `k` held `before` and was told
+    /// `(version, value)`.
     pub(crate) fn check_apply(
         &mut self,
         k: Key,
@@ -215,11 +214,11 @@ impl KiteNode {
             before.0,
             ks.version
         );
-        assert!(
-            version != before.0 || value == before.1 || version == Version::default(),
-            "version-unique: node {me} key {k}: version {version} names value {} here and {value} in a write",
-            before.1
-        );
+        // Not asserted: that a write naming the key's own version carries the
+        // same value. That is a property of the peer's message, not of this
+        // node's state (a forged or corrupt one must not stop the node; the
+        // fuzzer sends such messages), and the write changes nothing here.
+        let _ = (version, value);
     }
 
     /// `write-version-fresh`: this node writes `version` to key `k`.

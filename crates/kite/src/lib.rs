@@ -30,7 +30,7 @@ pub use types::{Msg, Op, Reply};
 
 /// The names the node's invariant assertions start their panic messages
 /// with (`invariants.rs`).
-pub const INVARIANTS: [&str; 14] = [
+pub const INVARIANTS: [&str; 13] = [
     "release-barrier",
     "delinquent-acquire",
     "own-bit",
@@ -43,6 +43,5 @@ pub const INVARIANTS: [&str; 14] = [
     "reset-bit-targets",
     "dm-cover",
     "version-monotonic",
-    "version-unique",
     "write-version-fresh",
 ];
