@@ -61,6 +61,10 @@ pub struct CheckArgs {
     /// heal-gdp-old-view).
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
+    /// The engine's handler assertions: stop at the first broken invariant, naming it. Default: on,
+    /// unless --inject-bug plants a bug (then the run shows what the checkers find on their own).
+    #[arg(long)]
+    assertions: Option<bool>,
     /// A reliable network: no drops, duplicates or extra delays.
     #[arg(long)]
     no_net_faults: bool,
@@ -181,6 +185,7 @@ fn check(a: CheckArgs) -> Result<(), String> {
                 let mut cfg = CheckConfig {
                     crash,
                     bugs,
+                    assertions: a.assertions.unwrap_or(bugs == Bugs::default()),
                     net_faults: !a.no_net_faults,
                     persist_ns: a.persist_ns,
                     ..CheckConfig::new(m, seed)
@@ -388,6 +393,10 @@ pub struct ExploreArgs {
     fault: String,
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
+    /// The engine's handler assertions: stop at the first broken invariant, naming it. Default: on,
+    /// unless --inject-bug plants a bug (then the run shows what the checkers find on their own).
+    #[arg(long)]
+    assertions: Option<bool>,
     #[arg(long, default_value_t = 5_000_000)]
     max_states: usize,
 }
@@ -408,6 +417,7 @@ fn explore(a: ExploreArgs) -> Result<(), String> {
     }
     let mut cfg = ExploreConfig::small(model, &a.fault);
     cfg.bugs = Bugs::parse(&a.bugs)?;
+    cfg.assertions = a.assertions.unwrap_or(cfg.bugs == Bugs::default());
     cfg.max_states = a.max_states;
     let started = Instant::now();
     let r = explore(&cfg);
