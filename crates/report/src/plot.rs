@@ -19,7 +19,7 @@ const H: f64 = 420.0;
 const LEFT: f64 = 80.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 50.0;
-const BOTTOM: f64 = 60.0;
+const BOTTOM: f64 = 80.0;
 const COLORS: [&str; 6] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
 ];
@@ -47,14 +47,21 @@ fn nice_max(v: f64) -> (f64, f64) {
     (10.0 * mag, 2.0 * mag)
 }
 
+/// A number as a label: SI suffixes, no digits that say nothing (`5`, not
+/// `5.00`; `1.5k`, and never two ticks that print alike, as `2k` for 1.5k
+/// and 2k would).
 fn fmt_si(v: f64) -> String {
+    let short = |x: f64, unit: &str| {
+        let s = format!("{x:.1}");
+        format!("{}{unit}", s.strip_suffix(".0").unwrap_or(&s))
+    };
     if v == 0.0 {
         "0".into()
     } else if v >= 1e6 {
-        format!("{:.1}M", v / 1e6)
+        short(v / 1e6, "M")
     } else if v >= 1e3 {
-        format!("{:.0}k", v / 1e3)
-    } else if v >= 10.0 {
+        short(v / 1e3, "k")
+    } else if v >= 10.0 || v.fract() == 0.0 {
         format!("{v:.0}")
     } else {
         format!("{v:.2}")
