@@ -394,7 +394,7 @@ impl Default for LoadOpts {
 }
 
 /// One logical client session.
-struct Sess {
+struct Session {
     node: usize,
     /// Its name on the wire and in the history; a new one per node it moves to.
     name: u64,
@@ -532,7 +532,7 @@ struct Load<'a> {
     mix: Option<Box<dyn Workload>>,
     bench: Option<BenchMix>,
     rng: Rng,
-    sess: Vec<Sess>,
+    sess: Vec<Session>,
     by_name: HashMap<u64, usize>,
     hist: History,
     lat: Vec<u64>,
@@ -578,7 +578,7 @@ impl<'a> Load<'a> {
             Gen::Bench(b) => (None, b.system.name(), Some(b)),
         };
         let sess = (0..total)
-            .map(|i| Sess {
+            .map(|i| Session {
                 node: i as usize % n,
                 name: i,
                 next_req: 0,
