@@ -24,19 +24,17 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use serde_json::{json, Value};
 use tandem_sim::Rng;
 
+use crate::bench::{draw_class, Class, System};
+use crate::procs::{bench_tcp, BenchMix, LoadOpts, NodeOpts};
 use tandem_peers::ensemble::etcd::{client_port, etcd_key, EtcdCluster};
 use tandem_peers::ensemble::writers::{preload, Connect, Writer};
 use tandem_peers::ensemble::zookeeper::{self, ZkEnsemble, ZkWriter};
 use tandem_peers::ensemble::{Peer, Started};
-use crate::bench::{draw_class, Class, System};
-use crate::procs::{bench_tcp, BenchMix, LoadOpts, NodeOpts};
+use tandem_peers::etcd::{op_put, same_revision, Etcd};
 
 /// The goal: Kite at least this many times each peer.
 pub const GOAL: f64 = 5.0;
@@ -170,58 +168,33 @@ impl Conn for ZkWriter {
     }
 }
 
-/// One etcd client on one member, over the v3 JSON gateway.
-struct EtcdConn {
-    agent: ureq::Agent,
-    base: String,
+/// A key's value as this comparison stores it (8 little-endian bytes), and
+/// its revision; an absent key (a serializable read on a member that has not
+/// applied the preload yet) reads 0 at revision 0, which a `Txn` compare
+/// takes as "absent".
+fn etcd_read(etcd: &Etcd, key: &[u8], serializable: bool) -> Result<(u64, i64), String> {
+    Ok(match etcd.range(key, serializable)? {
+        Some(kv) => (
+            u64::from_le_bytes(kv.value.try_into().unwrap_or_default()),
+            kv.mod_revision,
+        ),
+        None => (0, 0),
+    })
 }
 
-impl EtcdConn {
-    fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
-        let r = self
-            .agent
-            .post(&format!("{}{path}", self.base))
-            .send_json(body)
-            .map_err(|e| format!("etcd {path}: {e}"))?;
-        r.into_json().map_err(|e| format!("etcd {path}: {e}"))
-    }
-
-    /// The key's value and `mod_revision`.
-    fn range(&self, key: &str, serializable: bool) -> Result<(u64, String), String> {
-        let r = self.post(
-            "/v3/kv/range",
-            &json!({ "key": key, "serializable": serializable }),
-        )?;
-        let kv = &r["kvs"][0];
-        let bytes = B64
-            .decode(kv["value"].as_str().unwrap_or(""))
-            .unwrap_or_default();
-        let value = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
-        Ok((
-            value,
-            kv["mod_revision"].as_str().unwrap_or("0").to_string(),
-        ))
-    }
-}
-
-impl Conn for EtcdConn {
+impl Conn for Etcd {
     fn run(&mut self, c: Class, key: u64, value: u64) -> Result<u64, String> {
-        let k = B64.encode(etcd_key(key));
+        let k = etcd_key(key).into_bytes();
         match c {
-            Class::Read => self.range(&k, true).map(|_| 0),
-            Class::Acquire => self.range(&k, false).map(|_| 0),
-            Class::Write | Class::Release => self
-                .post(
-                    "/v3/kv/put",
-                    &json!({ "key": k, "value": B64.encode(value.to_le_bytes()) }),
-                )
-                .map(|_| 0),
+            Class::Read => etcd_read(self, &k, true).map(|_| 0),
+            Class::Acquire => etcd_read(self, &k, false).map(|_| 0),
+            Class::Write | Class::Release => self.put(&k, &value.to_le_bytes()).map(|_| 0),
             Class::Rmw => {
                 for retries in 0.. {
-                    let (old, rev) = self.range(&k, false)?;
-                    let put = json!({ "request_put": { "key": k, "value": B64.encode((old + 1).to_le_bytes()) } });
-                    let txn = json!({ "compare": [{ "key": k, "target": "MOD", "mod_revision": rev }], "success": [put] });
-                    if self.post("/v3/kv/txn", &txn)?["succeeded"].as_bool() == Some(true) {
+                    let (old, rev) = etcd_read(self, &k, false)?;
+                    let put = op_put(&k, &(old + 1).to_le_bytes());
+                    let r = self.txn(vec![same_revision(&k, rev)], vec![put])?;
+                    if r["succeeded"].as_bool() == Some(true) {
                         return Ok(retries);
                     }
                 }
@@ -239,13 +212,8 @@ fn zk_connector() -> Connector {
 
 fn etcd_connector() -> Connector {
     Box::new(|t| {
-        let agent = ureq::AgentBuilder::new()
-            .timeout(Duration::from_secs(10))
-            .build();
-        Ok(Box::new(EtcdConn {
-            agent,
-            base: format!("http://127.0.0.1:{}", client_port(t % 3)),
-        }) as Box<dyn Conn>)
+        let etcd = Etcd::member(client_port(t % 3), Duration::from_secs(10));
+        Ok(Box::new(etcd) as Box<dyn Conn>)
     })
 }
 
@@ -452,11 +420,9 @@ fn zk_durability(fsync: bool) -> String {
 
 /// `dir`: the cluster's `PEERS_DIR`, where `scripts/peers.sh` notes how etcd-nofsync avoids fsync.
 fn etcd_durability(fsync: bool, dir: &std::path::Path) -> String {
-    let version = ureq::get(&format!("http://127.0.0.1:{}/version", client_port(0)))
-        .call()
-        .ok()
-        .and_then(|r| r.into_json::<Value>().ok())
-        .and_then(|v| v["etcdserver"].as_str().map(String::from));
+    let version = Etcd::member(client_port(0), Duration::from_secs(5))
+        .version()
+        .ok();
     let how = match std::fs::read_to_string(dir.join("etcd-nofsync").join("mode"))
         .unwrap_or_default()
         .trim()

@@ -18,12 +18,12 @@
 //! the wire and in the history (Kite's per-session order holds only on one
 //! node; `simcheck`'s `Recorder::name`).
 
-use tandem_auth::MasterSecret;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tandem_auth::MasterSecret;
 
 use serde::Serialize;
 use tandem_check::{RcKind, RcOp, Version};
@@ -184,9 +184,12 @@ impl KiteCluster {
     }
 
     fn wait_answer(&mut self, op: Op) -> Result<(), String> {
-        let mut mux: Mux<Op, Reply> =
-            Mux::new(self.addrs.clone(), self.secret.keyring(), Duration::from_secs(1))
-                .map_err(|e| e.to_string())?;
+        let mut mux: Mux<Op, Reply> = Mux::new(
+            self.addrs.clone(),
+            self.secret.keyring(),
+            Duration::from_secs(1),
+        )
+        .map_err(|e| e.to_string())?;
         let until = Instant::now() + START_LIMIT;
         let mut todo: Vec<usize> = (0..self.len()).collect();
         let mut events = Vec::new();
@@ -263,9 +266,11 @@ impl KiteCluster {
     pub fn stats(&self) -> NodeStats {
         let mut t = NodeStats::default();
         for i in (0..self.len()).filter(|&i| self.alive(i) && !self.stopped[i]) {
-            if let Ok(s) =
-                tandem_net::client::node_stats(self.addrs[i], &self.secret.keyring(), Duration::from_secs(2))
-            {
+            if let Ok(s) = tandem_net::client::node_stats(
+                self.addrs[i],
+                &self.secret.keyring(),
+                Duration::from_secs(2),
+            ) {
                 t += s;
             }
         }

@@ -12,10 +12,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use crate::etcd::{int, op_put, op_range, prefix_end, same_revision, unb64_text, Etcd};
 use crate::system::{Durability, PeerSystem};
 use crate::workload::{Decision, Executed, PeerConn, PeerError, PeerWorkload, Table, TxPlan};
 
@@ -23,49 +22,11 @@ use crate::workload::{Decision, Executed, PeerConn, PeerError, PeerWorkload, Tab
 const MAX_TXN_OPS: usize = 128;
 /// Rows per page when inspecting.
 const PAGE: u64 = 5_000;
+/// How long one request may take before the client gives up.
+const TIMEOUT: Duration = Duration::from_secs(20);
 
 pub struct EtcdSystem {
     ports: [u16; 3],
-}
-
-pub(crate) fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(20))
-        .max_idle_connections_per_host(4)
-        .build()
-}
-
-pub(crate) fn b64(s: &str) -> String {
-    B64.encode(s.as_bytes())
-}
-
-fn unb64(v: &Value) -> Result<String, String> {
-    let s = v.as_str().unwrap_or("");
-    let b = B64
-        .decode(s)
-        .map_err(|e| format!("etcd: bad base64 {s:?}: {e}"))?;
-    String::from_utf8(b).map_err(|e| format!("etcd: bad utf-8: {e}"))
-}
-
-/// The key after every key starting with `prefix` (etcd's prefix range end).
-pub(crate) fn prefix_end(prefix: &str) -> String {
-    let mut b = prefix.as_bytes().to_vec();
-    *b.last_mut().expect("non-empty prefix") += 1;
-    String::from_utf8(b).expect("ascii prefix")
-}
-
-/// int64 fields come back as JSON strings; absent means 0.
-pub(crate) fn int(v: &Value) -> i64 {
-    match v {
-        Value::String(s) => s.parse().unwrap_or(0),
-        Value::Number(n) => n.as_i64().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-pub(crate) fn post(agent: &ureq::Agent, url: &str, body: &Value) -> Result<Value, String> {
-    let r = agent.post(url).send_json(body).map_err(|e| e.to_string())?;
-    r.into_json::<Value>().map_err(|e| e.to_string())
 }
 
 impl EtcdSystem {
@@ -73,23 +34,9 @@ impl EtcdSystem {
         EtcdSystem { ports }
     }
 
-    fn url(&self, member: usize, path: &str) -> String {
-        format!(
-            "http://127.0.0.1:{}{path}",
-            self.ports[member % self.ports.len()]
-        )
-    }
-
-    fn call(&self, path: &str, body: &Value) -> Result<Value, String> {
-        post(&agent(), &self.url(0, path), body).map_err(|e| format!("etcd {path}: {e}"))
-    }
-
-    fn delete_prefix(&self, prefix: &str) -> Result<i64, String> {
-        let r = self.call(
-            "/v3/kv/deleterange",
-            &json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix))}),
-        )?;
-        Ok(int(&r["header"]["revision"]))
+    /// Clients spread over the members, as etcd's own client balances them.
+    fn member(&self, i: usize) -> Etcd {
+        Etcd::member(self.ports[i % self.ports.len()], TIMEOUT)
     }
 }
 
@@ -107,27 +54,15 @@ impl PeerSystem for EtcdSystem {
     }
 
     fn connect(&self, client: usize) -> Result<Box<dyn PeerConn>, String> {
-        // Clients spread over the members, as etcd's own client balances them.
-        let url = self.url(client, "/v3/kv/txn");
-        let agent = agent();
-        agent
-            .get(&self.url(client, "/version"))
-            .call()
-            .map_err(|e| format!("cannot reach etcd on {}: {e}", self.url(client, "")))?;
-        Ok(Box::new(EtcdConn { agent, url }))
+        let etcd = self.member(client);
+        etcd.version()
+            .map_err(|e| format!("cannot reach etcd on {}: {e}", etcd.base()))?;
+        Ok(Box::new(EtcdConn { etcd }))
     }
 
     fn load(&self, w: &PeerWorkload) -> Result<(), String> {
-        let mut rev = 0;
         for t in [Table::Savings, Table::Checking, Table::Micro] {
-            rev = rev.max(self.delete_prefix(&format!("{}:", t.prefix()))?);
-        }
-        // Keep the keyspace history from growing run over run.
-        if rev > 1 {
-            let _ = self.call(
-                "/v3/kv/compaction",
-                &json!({"revision": rev.to_string(), "physical": true}),
-            );
+            self.member(0).clear_prefix(&format!("{}:", t.prefix()))?;
         }
         let init = w.initial_value().to_string();
         let mut batches: Vec<Vec<String>> = Vec::new();
@@ -137,30 +72,10 @@ impl PeerSystem for EtcdSystem {
         }
         // Eight loaders in parallel, one Txn of puts per batch.
         let next = std::sync::atomic::AtomicUsize::new(0);
-        let batches = &batches;
+        let (batches, next, init) = (&batches, &next, &init);
         std::thread::scope(|s| {
             let workers: Vec<_> = (0..8)
-                .map(|w| {
-                    let (next, init) = (&next, &init);
-                    s.spawn(move || -> Result<(), String> {
-                        let agent = agent();
-                        let url = self.url(w, "/v3/kv/txn");
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(batch) = batches.get(i) else {
-                                return Ok(());
-                            };
-                            let puts: Vec<Value> = batch
-                                .iter()
-                                .map(
-                                    |k| json!({"request_put": {"key": b64(k), "value": b64(init)}}),
-                                )
-                                .collect();
-                            post(&agent, &url, &json!({"success": puts}))
-                                .map_err(|e| format!("etcd load: {e}"))?;
-                        }
-                    })
-                })
+                .map(|w| s.spawn(move || self.load_batches(w, batches, next, init)))
                 .collect();
             workers
                 .into_iter()
@@ -172,46 +87,34 @@ impl PeerSystem for EtcdSystem {
 
     fn snapshot(&self, table: Table, _rows: u64) -> Result<BTreeMap<u64, i64>, String> {
         let prefix = format!("{}:", table.prefix());
-        let end = b64(&prefix_end(&prefix));
+        let end = prefix_end(&prefix);
+        let etcd = self.member(0);
         let mut out = BTreeMap::new();
         let mut from = prefix.clone();
         loop {
-            let r = self.call(
-                "/v3/kv/range",
-                &json!({"key": b64(&from), "range_end": end, "limit": PAGE.to_string()}),
-            )?;
-            let kvs = r["kvs"].as_array().cloned().unwrap_or_default();
-            for kv in &kvs {
-                let k = unb64(&kv["key"])?;
-                let v = unb64(&kv["value"])?;
+            let (page, more) = etcd.range_page(&from, &end, PAGE)?;
+            for (k, v) in &page {
                 let id = k
                     .strip_prefix(&prefix)
                     .and_then(|s| s.parse::<u64>().ok())
                     .ok_or_else(|| format!("etcd: unexpected key {k}"))?;
-                out.insert(
-                    id,
-                    v.parse::<i64>()
-                        .map_err(|_| format!("etcd: key {k} holds {v:?}"))?,
-                );
+                let v = v
+                    .parse::<i64>()
+                    .map_err(|_| format!("etcd: key {k} holds {v:?}"))?;
+                out.insert(id, v);
             }
-            match (r["more"].as_bool().unwrap_or(false), kvs.last()) {
-                (true, Some(last)) => from = unb64(&last["key"])? + "\0",
+            match (more, page.last()) {
+                (true, Some((last, _))) => from = last.clone() + "\0",
                 _ => return Ok(out),
             }
         }
     }
 
     fn durability(&self) -> Result<Durability, String> {
-        let version = agent()
-            .get(&self.url(0, "/version"))
-            .call()
-            .map_err(|e| format!("etcd /version: {e}"))?
-            .into_json::<Value>()
-            .map_err(|e| e.to_string())?;
-        let members = self.call("/v3/cluster/member/list", &json!({}))?;
-        let n = members["members"].as_array().map(|m| m.len()).unwrap_or(0);
+        let etcd = self.member(0);
+        let n = etcd.member_count()?;
         Ok(Durability {
-            version: format!("etcd {}", version["etcdserver"].as_str().unwrap_or("?")),
+            version: format!("etcd {}", etcd.version()?),
             persistence:
                 "Raft WAL on local disk, fsync before every commit is acknowledged (etcd default)"
                     .into(),
@@ -223,38 +126,68 @@ impl PeerSystem for EtcdSystem {
     }
 }
 
+impl EtcdSystem {
+    /// One loader: takes batches until none is left, one `Txn` of puts each.
+    fn load_batches(
+        &self,
+        w: usize,
+        batches: &[Vec<String>],
+        next: &std::sync::atomic::AtomicUsize,
+        init: &str,
+    ) -> Result<(), String> {
+        let etcd = self.member(w);
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(batch) = batches.get(i) else {
+                return Ok(());
+            };
+            let puts = batch
+                .iter()
+                .map(|k| op_put(k.as_bytes(), init.as_bytes()))
+                .collect();
+            etcd.txn(vec![], puts)
+                .map_err(|e| format!("etcd load: {e}"))?;
+        }
+    }
+}
+
 struct EtcdConn {
-    agent: ureq::Agent,
-    url: String,
+    etcd: Etcd,
+}
+
+impl EtcdConn {
+    /// Every key's value and `mod_revision`, in one `Txn` (one revision).
+    fn read(&self, names: &[String]) -> Result<(Vec<i64>, Vec<i64>), String> {
+        let ranges = names.iter().map(|k| op_range(k.as_bytes())).collect();
+        let r = self.etcd.txn(vec![], ranges)?;
+        let responses = r["responses"].as_array().cloned().unwrap_or_default();
+        let mut values = Vec::with_capacity(names.len());
+        let mut revs = Vec::with_capacity(names.len());
+        for (i, k) in names.iter().enumerate() {
+            let kv = responses
+                .get(i)
+                .map(|x| x["response_range"]["kvs"][0].clone())
+                .unwrap_or(Value::Null);
+            if kv.is_null() {
+                return Err(format!("etcd: key {k} missing"));
+            }
+            let v = unb64_text(&kv["value"])?;
+            values.push(
+                v.parse::<i64>()
+                    .map_err(|_| format!("etcd: key {k} holds {v:?}"))?,
+            );
+            revs.push(int(&kv["mod_revision"]));
+        }
+        Ok((values, revs))
+    }
 }
 
 impl PeerConn for EtcdConn {
     fn execute(&mut self, plan: &TxPlan) -> Result<Executed, PeerError> {
         let names: Vec<String> = plan.reads.iter().map(|k| k.name()).collect();
-        let ranges: Vec<Value> = names
-            .iter()
-            .map(|k| json!({"request_range": {"key": b64(k)}}))
-            .collect();
-        let r = post(&self.agent, &self.url, &json!({"success": ranges}))
+        let (values, revs) = self
+            .read(&names)
             .map_err(|e| PeerError::Failed(format!("etcd read: {e}")))?;
-        let mut values = Vec::with_capacity(names.len());
-        let mut revs = Vec::with_capacity(names.len());
-        let responses = r["responses"].as_array().cloned().unwrap_or_default();
-        for (i, k) in names.iter().enumerate() {
-            let kv = &responses
-                .get(i)
-                .map(|x| x["response_range"]["kvs"][0].clone())
-                .unwrap_or(Value::Null);
-            if kv.is_null() {
-                return Err(PeerError::Failed(format!("etcd: key {k} missing")));
-            }
-            let v = unb64(&kv["value"]).map_err(PeerError::Failed)?;
-            values.push(
-                v.parse::<i64>()
-                    .map_err(|_| PeerError::Failed(format!("etcd: key {k} holds {v:?}")))?,
-            );
-            revs.push(int(&kv["mod_revision"]));
-        }
         let decision = plan.decide(&values);
         let writes = match &decision {
             // The read Txn was one linearizable snapshot: nothing to validate.
@@ -262,17 +195,16 @@ impl PeerConn for EtcdConn {
             Decision::Rollback => return Ok(Executed::RolledBack),
             Decision::Write(w) => w,
         };
-        let compares: Vec<Value> = names
+        let compares = names
             .iter()
             .zip(&revs)
-            .map(|(k, rev)| json!({"key": b64(k), "result": "EQUAL", "target": "MOD", "mod_revision": rev.to_string()}))
+            .map(|(k, &rev)| same_revision(k.as_bytes(), rev))
             .collect();
-        let puts: Vec<Value> = writes.iter().map(|(k, v)| json!({"request_put": {"key": b64(&k.name()), "value": b64(&v.to_string())}})).collect();
-        match post(
-            &self.agent,
-            &self.url,
-            &json!({"compare": compares, "success": puts}),
-        ) {
+        let puts = writes
+            .iter()
+            .map(|(k, v)| op_put(k.name().as_bytes(), v.to_string().as_bytes()))
+            .collect();
+        match self.etcd.txn(compares, puts) {
             Ok(r) if r["succeeded"].as_bool().unwrap_or(false) => {
                 Ok(Executed::Committed { values, decision })
             }

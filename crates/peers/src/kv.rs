@@ -6,14 +6,14 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
-
-use crate::etcd_peer::{agent, b64, int, post, prefix_end};
+use crate::etcd::{op_put, Etcd};
 
 /// Key prefix of the YCSB records.
 const PREFIX: &str = "y:";
 /// Puts per etcd `Txn` while loading (etcd's default `--max-txn-ops`).
 const ETCD_BATCH: usize = 128;
+/// How long one etcd request may take before the client gives up.
+const TIMEOUT: Duration = Duration::from_secs(20);
 /// Keys per `MSET` while loading Redis.
 const REDIS_BATCH: u64 = 1_000;
 
@@ -65,51 +65,9 @@ impl EtcdKv {
         }
     }
 
-    fn url(&self, member: usize, path: &str) -> String {
-        format!(
-            "http://127.0.0.1:{}{path}",
-            self.ports[member % self.ports.len()]
-        )
-    }
-
-    fn call(&self, path: &str, body: &Value) -> Result<Value, String> {
-        post(&agent(), &self.url(0, path), body).map_err(|e| format!("{} {path}: {e}", self.id))
-    }
-
-    fn clear(&self) -> Result<(), String> {
-        let r = self.call(
-            "/v3/kv/deleterange",
-            &json!({"key": b64(PREFIX), "range_end": b64(&prefix_end(PREFIX))}),
-        )?;
-        let rev = int(&r["header"]["revision"]);
-        if rev > 1 {
-            // Keep the history from growing run over run.
-            let _ = self.call(
-                "/v3/kv/compaction",
-                &json!({"revision": rev.to_string(), "physical": true}),
-            );
-        }
-        Ok(())
-    }
-
-    /// WAL fsyncs so far and their mean duration, from the member's `/metrics`.
-    fn wal_fsyncs(&self) -> Option<(u64, f64)> {
-        let text = agent()
-            .get(&self.url(0, "/metrics"))
-            .call()
-            .ok()?
-            .into_string()
-            .ok()?;
-        let metric = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-        };
-        let sum = metric("etcd_disk_wal_fsync_duration_seconds_sum")?;
-        let count = metric("etcd_disk_wal_fsync_duration_seconds_count")?;
-        Some((
-            count as u64,
-            if count > 0.0 { sum / count * 1e6 } else { 0.0 },
-        ))
+    /// Clients spread over the members, as etcd's own client balances them.
+    fn member(&self, i: usize) -> Etcd {
+        Etcd::member(self.ports[i % self.ports.len()], TIMEOUT)
     }
 
     fn no_fsync_method() -> String {
@@ -143,78 +101,59 @@ impl KvPeer for EtcdKv {
     }
 
     fn connect(&self, client: usize) -> Result<Box<dyn KvConn>, String> {
-        // Clients spread over the members, as etcd's own client balances them.
-        let agent = agent();
-        agent
-            .get(&self.url(client, "/version"))
-            .call()
-            .map_err(|e| format!("cannot reach {} on {}: {e}", self.id, self.url(client, "")))?;
-        Ok(Box::new(EtcdKvConn {
-            agent,
-            range: self.url(client, "/v3/kv/range"),
-            put: self.url(client, "/v3/kv/put"),
-        }))
+        let etcd = self.member(client);
+        etcd.version()
+            .map_err(|e| format!("cannot reach {} on {}: {e}", self.id, etcd.base()))?;
+        Ok(Box::new(EtcdKvConn { etcd }))
     }
 
     fn load(&self, records: u64, size: usize) -> Result<(), String> {
-        self.clear()?;
-        let url = self.url(0, "/v3/kv/txn");
-        let agent = agent();
+        let etcd = self.member(0);
+        etcd.clear_prefix(PREFIX)?;
         let ids: Vec<u64> = (0..records).collect();
         for batch in ids.chunks(ETCD_BATCH) {
-            let puts: Vec<Value> = batch.iter().map(|&r| json!({"request_put": {"key": b64(&key(r)), "value": b64(&value(r, size))}})).collect();
-            post(&agent, &url, &json!({"success": puts}))
+            let puts = batch
+                .iter()
+                .map(|&r| op_put(key(r).as_bytes(), value(r, size).as_bytes()))
+                .collect();
+            etcd.txn(vec![], puts)
                 .map_err(|e| format!("{} load: {e}", self.id))?;
         }
         Ok(())
     }
 
     fn durability(&self) -> Result<String, String> {
-        let v = agent()
-            .get(&self.url(0, "/version"))
-            .call()
-            .map_err(|e| format!("{} /version: {e}", self.id))?;
-        let v: Value = v.into_json().map_err(|e| e.to_string())?;
-        let members = self.call("/v3/cluster/member/list", &json!({}))?;
-        let n = members["members"].as_array().map_or(0, |m| m.len());
+        let etcd = self.member(0);
+        let version = etcd.version().map_err(|e| format!("{}: {e}", self.id))?;
+        let n = etcd.member_count()?;
         let disk = if self.fsync {
             "WAL fsync'd before a commit is acknowledged (etcd's default)".to_string()
         } else {
             Self::no_fsync_method()
         };
-        let fsyncs = match self.wal_fsyncs() {
+        let fsyncs = match etcd.wal_fsyncs() {
             Some((c, us)) => format!("; member 1 reports {c} WAL fsyncs, mean {us:.1} µs"),
             None => String::new(),
         };
         Ok(format!(
-            "etcd {}: Raft, {n} members (quorum {}), linearizable reads; {disk}{fsyncs}",
-            v["etcdserver"].as_str().unwrap_or("?"),
+            "etcd {version}: Raft, {n} members (quorum {}), linearizable reads; {disk}{fsyncs}",
             n / 2 + 1
         ))
     }
 }
 
 struct EtcdKvConn {
-    agent: ureq::Agent,
-    range: String,
-    put: String,
+    etcd: Etcd,
 }
 
 impl KvConn for EtcdKvConn {
     fn read(&mut self, key: &str) -> Result<bool, String> {
-        // serializable = false (the default): a linearizable read, through Raft's read index.
-        let r = post(&self.agent, &self.range, &json!({"key": b64(key)}))
-            .map_err(|e| format!("etcd range: {e}"))?;
-        Ok(int(&r["count"]) > 0)
+        // Not serializable: a linearizable read, through Raft's read index.
+        Ok(self.etcd.range(key.as_bytes(), false)?.is_some())
     }
 
     fn update(&mut self, key: &str, value: &str) -> Result<bool, String> {
-        post(
-            &self.agent,
-            &self.put,
-            &json!({"key": b64(key), "value": b64(value)}),
-        )
-        .map_err(|e| format!("etcd put: {e}"))?;
+        self.etcd.put(key.as_bytes(), value.as_bytes())?;
         Ok(true)
     }
 }

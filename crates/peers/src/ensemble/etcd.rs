@@ -9,9 +9,9 @@ use std::process::Child;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
 use serde_json::{json, Value};
+
+use crate::etcd::Etcd;
 
 use super::writers::{Connect, Writer};
 use super::{log_len, log_since, run_script, spawn_script, wait_script, Notes, Peer, Started};
@@ -21,27 +21,32 @@ const SCRIPT: &str = "scripts/peers.sh";
 /// the clusters `tandem compare` uses (22379, 22479) and below the ephemeral
 /// ports (32768 and up here): a client socket once took a member's peer port.
 pub const BASE_PORT: u16 = 24579;
+/// A probe of a member's state gives up after this.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// A client's write gives up after this.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct EtcdCluster {
     /// `etcd` (WAL fsync'd, etcd's default) or `etcd-nofsync`, as `scripts/peers.sh` names them.
     cluster: &'static str,
     root: PathBuf,
     dir: PathBuf,
-    probe: ureq::Agent,
+    /// Each member, with a short timeout: a probe must not wait for a dead one.
+    probes: Vec<Etcd>,
     restarting: Option<Child>,
     log_from: u64,
 }
 
 impl EtcdCluster {
     pub fn new(root: &Path, dir: &Path) -> Self {
-        let probe = ureq::AgentBuilder::new()
-            .timeout(Duration::from_millis(500))
-            .build();
+        let probes = (0..3)
+            .map(|m| Etcd::member(client_port(m), PROBE_TIMEOUT))
+            .collect();
         EtcdCluster {
             cluster: "etcd",
             root: root.into(),
             dir: dir.into(),
-            probe,
+            probes,
             restarting: None,
             log_from: 0,
         }
@@ -75,13 +80,7 @@ impl EtcdCluster {
 
     /// `/v3/maintenance/status` of member `m` (`None` if it does not answer).
     fn status(&self, m: usize) -> Option<Value> {
-        let url = format!("http://127.0.0.1:{}/v3/maintenance/status", client_port(m));
-        self.probe
-            .post(&url)
-            .send_json(json!({}))
-            .ok()?
-            .into_json()
-            .ok()
+        self.probes[m].status().ok()
     }
 
     /// The leader's member id, as every member that answers sees it.
@@ -138,14 +137,8 @@ impl Peer for EtcdCluster {
     fn connect(&self, follower: usize) -> Connect {
         let up: Vec<usize> = (0..3).filter(|&m| m != follower).collect();
         Arc::new(move |t| {
-            let url = format!(
-                "http://127.0.0.1:{}/v3/kv/put",
-                client_port(up[t % up.len()])
-            );
-            let agent = ureq::AgentBuilder::new()
-                .timeout(Duration::from_secs(10))
-                .build();
-            Ok(Box::new(EtcdWriter { agent, url }) as Box<dyn Writer>)
+            let etcd = Etcd::member(client_port(up[t % up.len()]), WRITE_TIMEOUT);
+            Ok(Box::new(EtcdWriter { etcd }) as Box<dyn Writer>)
         })
     }
 
@@ -183,9 +176,8 @@ impl Peer for EtcdCluster {
     /// Its peer listener answers (etcd serves clients only once it has
     /// published itself through Raft, which needs it caught up).
     fn answers(&self, m: usize) -> bool {
-        self.probe
-            .get(&format!("http://127.0.0.1:{}/version", client_port(m) + 1))
-            .call()
+        Etcd::member(client_port(m) + 1, PROBE_TIMEOUT)
+            .get_text("/version")
             .is_ok()
     }
 
@@ -228,18 +220,12 @@ pub fn etcd_key(key: u64) -> String {
 }
 
 struct EtcdWriter {
-    agent: ureq::Agent,
-    url: String,
+    etcd: Etcd,
 }
 
 impl Writer for EtcdWriter {
     fn put(&mut self, key: u64, value: u64) -> Result<(), String> {
-        let body =
-            json!({ "key": B64.encode(etcd_key(key)), "value": B64.encode(value.to_le_bytes()) });
-        self.agent
-            .post(&self.url)
-            .send_json(body)
-            .map(drop)
-            .map_err(|e| format!("etcd put on {}: {e}", self.url))
+        self.etcd
+            .put(etcd_key(key).as_bytes(), &value.to_le_bytes())
     }
 }

@@ -14,7 +14,6 @@ use std::process::{Child, Command, Stdio};
 use serde_json::Value;
 use writers::Connect;
 
-
 pub enum Started {
     Up,
     /// The system is not installed and cannot be (its script's exit 3).
@@ -154,4 +153,3 @@ pub fn log_since(path: &Path, from: u64) -> String {
     let bytes = std::fs::read(path).unwrap_or_default();
     String::from_utf8_lossy(bytes.get(from as usize..).unwrap_or_default()).into_owned()
 }
-

@@ -276,12 +276,7 @@ impl ZkWriter {
 
     /// Set `path` to `data` if its version is `version` (any version: `None`);
     /// `Ok(false)`: the version did not match.
-    pub fn set(
-        &self,
-        path: &str,
-        data: &[u8],
-        version: Option<i32>,
-    ) -> Result<bool, String> {
+    pub fn set(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<bool, String> {
         match self.rt.block_on(self.client.set_data(path, data, version)) {
             Ok(_) => Ok(true),
             Err(zk::Error::BadVersion) => Ok(false),
