@@ -42,16 +42,25 @@ impl Gate {
 
     /// Let `stream` in, shedding another if the gate is full.
     pub fn admit(&self, stream: &TcpStream) -> std::io::Result<Ticket> {
-        let (id, heard) = (self.next.fetch_add(1, Ordering::Relaxed), Arc::new(AtomicBool::new(false)));
+        let (id, heard) = (
+            self.next.fetch_add(1, Ordering::Relaxed),
+            Arc::new(AtomicBool::new(false)),
+        );
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         if pending.len() >= self.max {
-            let quiet = |e: &Entry| !e.heard.load(Ordering::Relaxed) && bytes_waiting(&e.stream) < HELLO_BYTES;
+            let quiet = |e: &Entry| {
+                !e.heard.load(Ordering::Relaxed) && bytes_waiting(&e.stream) < HELLO_BYTES
+            };
             let i = pending.iter().position(quiet).unwrap_or(0);
             if let Some(e) = pending.remove(i) {
                 let _ = e.stream.shutdown(Shutdown::Both);
             }
         }
-        let entry = Entry { id, stream: stream.try_clone()?, heard: heard.clone() };
+        let entry = Entry {
+            id,
+            stream: stream.try_clone()?,
+            heard: heard.clone(),
+        };
         pending.push_back(entry);
         Ok(Ticket { id, heard })
     }

@@ -69,7 +69,9 @@ impl fmt::Display for AuthError {
             AuthError::NotTandem => f.write_str("not a Tandem handshake"),
             AuthError::RoleRefused(Some(r)) => write!(f, "the {r} role is not accepted here"),
             AuthError::RoleRefused(None) => f.write_str("an unknown role"),
-            AuthError::BadProof => f.write_str("authentication failed (wrong key, or a replayed handshake)"),
+            AuthError::BadProof => {
+                f.write_str("authentication failed (wrong key, or a replayed handshake)")
+            }
             AuthError::NoKey(r) => write!(f, "no {r} credential to authenticate with"),
             AuthError::Deadline => f.write_str("the handshake did not finish in time"),
             AuthError::Io(e) => write!(f, "the connection failed during the handshake: {e}"),
@@ -92,7 +94,8 @@ impl AuthError {
 }
 
 fn mac(key: &Key, parts: &[&[u8]]) -> Hmac<Sha256> {
-    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(key.bytes()).expect("HMAC takes any key length");
+    let mut m =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(key.bytes()).expect("HMAC takes any key length");
     for p in parts {
         m.update(p);
     }
@@ -107,7 +110,11 @@ pub struct ClientHandshake {
 
 impl ClientHandshake {
     /// Start as `role` claiming `id`; send the returned HELLO.
-    pub fn start(keys: &Keyring, role: Role, id: u64) -> Result<(Self, [u8; HELLO_BYTES]), AuthError> {
+    pub fn start(
+        keys: &Keyring,
+        role: Role,
+        id: u64,
+    ) -> Result<(Self, [u8; HELLO_BYTES]), AuthError> {
         let key = keys.get(role).ok_or(AuthError::NoKey(role))?.clone();
         let mut hello = [0u8; HELLO_BYTES];
         hello[..8].copy_from_slice(&MAGIC);
@@ -176,10 +183,18 @@ impl ServerHandshake {
 
     /// Take exactly [`ServerHandshake::need`] bytes.
     pub fn take(&mut self, msg: &[u8]) -> Result<Next, AuthError> {
-        assert_eq!(msg.len(), self.need(), "a handshake message has a fixed size");
+        assert_eq!(
+            msg.len(),
+            self.need(),
+            "a handshake message has a fixed size"
+        );
         match std::mem::replace(&mut self.state, State::Done) {
             State::Hello => self.hello(msg.try_into().unwrap()),
-            State::Proof { hello, challenge, role } => {
+            State::Proof {
+                hello,
+                challenge,
+                role,
+            } => {
                 let (nonce, mac_l) = challenge.split_at(NONCE_BYTES);
                 let key = self.keys.get(role).expect("checked at the hello");
                 mac(key, &[b"tandem/v1/dialer", &hello, nonce, mac_l])
@@ -203,9 +218,17 @@ impl ServerHandshake {
         };
         let mut challenge = [0u8; CHALLENGE_BYTES];
         challenge[..NONCE_BYTES].copy_from_slice(&random::bytes::<NONCE_BYTES>());
-        let mac_l = mac(key, &[b"tandem/v1/listener", &hello, &challenge[..NONCE_BYTES]]).finalize();
+        let mac_l = mac(
+            key,
+            &[b"tandem/v1/listener", &hello, &challenge[..NONCE_BYTES]],
+        )
+        .finalize();
         challenge[NONCE_BYTES..].copy_from_slice(&mac_l.into_bytes());
-        self.state = State::Proof { hello, challenge, role };
+        self.state = State::Proof {
+            hello,
+            challenge,
+            role,
+        };
         Ok(Next::Send(challenge))
     }
 }
@@ -219,10 +242,17 @@ mod tests {
     }
 
     /// Run a whole handshake in memory; the listener's verdict.
-    fn run(dialer: &Keyring, listener: &Keyring, role: Role, allowed: &[Role]) -> Result<Peer, AuthError> {
+    fn run(
+        dialer: &Keyring,
+        listener: &Keyring,
+        role: Role,
+        allowed: &[Role],
+    ) -> Result<Peer, AuthError> {
         let (c, hello) = ClientHandshake::start(dialer, role, 7)?;
         let mut s = ServerHandshake::new(listener, allowed);
-        let Next::Send(ch) = s.take(&hello)? else { panic!("a challenge first") };
+        let Next::Send(ch) = s.take(&hello)? else {
+            panic!("a challenge first")
+        };
         let proof = c.challenge(&ch)?;
         match s.take(&proof)? {
             Next::Done(p) => Ok(p),
@@ -233,23 +263,49 @@ mod tests {
     #[test]
     fn the_same_key_authenticates_both_ways_and_a_wrong_one_neither() {
         let k = ring();
-        assert_eq!(run(&k, &k, Role::Peer, &[Role::Peer]), Ok(Peer { role: Role::Peer, id: 7 }));
+        assert_eq!(
+            run(&k, &k, Role::Peer, &[Role::Peer]),
+            Ok(Peer {
+                role: Role::Peer,
+                id: 7
+            })
+        );
         // The dialer finds out first: the listener's MAC does not verify.
-        assert_eq!(run(&ring(), &k, Role::Peer, &[Role::Peer]), Err(AuthError::BadProof));
+        assert_eq!(
+            run(&ring(), &k, Role::Peer, &[Role::Peer]),
+            Err(AuthError::BadProof)
+        );
     }
 
     #[test]
     fn a_role_the_listener_does_not_serve_or_lacks_is_refused_at_the_hello() {
         let k = ring();
         let compute_only = k.only(&[Role::Compute]);
-        assert_eq!(run(&k, &k, Role::Admin, &[Role::Compute]), Err(AuthError::RoleRefused(Some(Role::Admin))));
-        assert_eq!(run(&k, &compute_only, Role::Admin, &[Role::Admin, Role::Compute]), Err(AuthError::RoleRefused(Some(Role::Admin))));
+        assert_eq!(
+            run(&k, &k, Role::Admin, &[Role::Compute]),
+            Err(AuthError::RoleRefused(Some(Role::Admin)))
+        );
+        assert_eq!(
+            run(
+                &k,
+                &compute_only,
+                Role::Admin,
+                &[Role::Admin, Role::Compute]
+            ),
+            Err(AuthError::RoleRefused(Some(Role::Admin)))
+        );
         // A compute node's keyring cannot dial as admin at all.
-        assert_eq!(run(&compute_only, &k, Role::Admin, &[Role::Admin]).unwrap_err(), AuthError::NoKey(Role::Admin));
+        assert_eq!(
+            run(&compute_only, &k, Role::Admin, &[Role::Admin]).unwrap_err(),
+            AuthError::NoKey(Role::Admin)
+        );
         // Another role's key does not pass for this one.
         let mut forged = Keyring::default();
         forged.set(Role::Admin, k.get(Role::Compute).unwrap().clone());
-        assert_eq!(run(&forged, &k, Role::Admin, &[Role::Admin]), Err(AuthError::BadProof));
+        assert_eq!(
+            run(&forged, &k, Role::Admin, &[Role::Admin]),
+            Err(AuthError::BadProof)
+        );
     }
 
     #[test]
@@ -257,12 +313,16 @@ mod tests {
         let k = ring();
         let (c, hello) = ClientHandshake::start(&k, Role::Compute, 1).unwrap();
         let mut s = ServerHandshake::new(&k, &[Role::Compute]);
-        let Next::Send(ch) = s.take(&hello).unwrap() else { panic!() };
+        let Next::Send(ch) = s.take(&hello).unwrap() else {
+            panic!()
+        };
         let proof = c.challenge(&ch).unwrap();
         assert!(matches!(s.take(&proof), Ok(Next::Done(_))));
         // Replay the dialer's messages to a new listener: a fresh nonce.
         let mut s2 = ServerHandshake::new(&k, &[Role::Compute]);
-        let Next::Send(ch2) = s2.take(&hello).unwrap() else { panic!() };
+        let Next::Send(ch2) = s2.take(&hello).unwrap() else {
+            panic!()
+        };
         assert_ne!(ch, ch2);
         assert_eq!(s2.take(&proof), Err(AuthError::BadProof));
         // Replay the listener's challenge to a new dialer: a fresh nonce.
@@ -270,7 +330,9 @@ mod tests {
         assert_eq!(c2.challenge(&ch), Err(AuthError::BadProof));
         // Reflect the listener's MAC as a proof: the labels differ.
         let mut s3 = ServerHandshake::new(&k, &[Role::Compute]);
-        let Next::Send(ch3) = s3.take(&hello).unwrap() else { panic!() };
+        let Next::Send(ch3) = s3.take(&hello).unwrap() else {
+            panic!()
+        };
         assert_eq!(s3.take(&ch3[32..]), Err(AuthError::BadProof));
     }
 
@@ -280,7 +342,9 @@ mod tests {
         let (c, mut hello) = ClientHandshake::start(&k, Role::Peer, 1).unwrap();
         let mut s = ServerHandshake::new(&k, &[Role::Peer]);
         hello[16] = 2; // an attacker on the path rewrites the claimed id
-        let Next::Send(ch) = s.take(&hello).unwrap() else { panic!() };
+        let Next::Send(ch) = s.take(&hello).unwrap() else {
+            panic!()
+        };
         assert_eq!(c.challenge(&ch), Err(AuthError::BadProof));
         let mut s = ServerHandshake::new(&k, &[Role::Peer]);
         assert_eq!(s.take(&[0xAB; HELLO_BYTES]), Err(AuthError::NotTandem));

@@ -8,7 +8,8 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use crate::handshake::{
-    AuthError, ClientHandshake, Next, Peer, ServerHandshake, CHALLENGE_BYTES, VERDICT_ACCEPTED, VERDICT_REFUSED,
+    AuthError, ClientHandshake, Next, Peer, ServerHandshake, CHALLENGE_BYTES, VERDICT_ACCEPTED,
+    VERDICT_REFUSED,
 };
 use crate::keys::{Keyring, Role};
 
@@ -37,7 +38,12 @@ pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Authenticate the dialer on `stream` as one of `allowed`, by `deadline`.
 /// On success the stream's timeouts are cleared.
-pub fn accept<S: Stream>(stream: &mut S, keys: &Keyring, allowed: &[Role], deadline: Instant) -> Result<Peer, AuthError> {
+pub fn accept<S: Stream>(
+    stream: &mut S,
+    keys: &Keyring,
+    allowed: &[Role],
+    deadline: Instant,
+) -> Result<Peer, AuthError> {
     accept_then(stream, keys, allowed, deadline, || {})
 }
 
@@ -75,7 +81,13 @@ pub fn accept_then<S: Stream>(
 }
 
 /// Authenticate to the listener on `stream` as `role`, claiming `id`.
-pub fn connect<S: Stream>(stream: &mut S, keys: &Keyring, role: Role, id: u64, deadline: Instant) -> Result<(), AuthError> {
+pub fn connect<S: Stream>(
+    stream: &mut S,
+    keys: &Keyring,
+    role: Role,
+    id: u64,
+    deadline: Instant,
+) -> Result<(), AuthError> {
     let (hs, hello) = ClientHandshake::start(keys, role, id)?;
     write_full(stream, &hello, deadline)?;
     let mut challenge = [0u8; CHALLENGE_BYTES];
@@ -103,7 +115,11 @@ fn remaining(deadline: Instant) -> Result<Duration, AuthError> {
 }
 
 /// Fill `buf`, however the bytes trickle in, by `deadline`.
-pub fn read_full<S: Stream>(stream: &mut S, buf: &mut [u8], deadline: Instant) -> Result<(), AuthError> {
+pub fn read_full<S: Stream>(
+    stream: &mut S,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> Result<(), AuthError> {
     let mut at = 0;
     while at < buf.len() {
         let left = remaining(deadline)?;
@@ -151,11 +167,29 @@ mod tests {
         let k2 = keys.clone();
         let dialer = std::thread::spawn(move || {
             let mut s = TcpStream::connect(addr).unwrap();
-            connect(&mut s, &k2, Role::Client, 3, Instant::now() + Duration::from_secs(5))
+            connect(
+                &mut s,
+                &k2,
+                Role::Client,
+                3,
+                Instant::now() + Duration::from_secs(5),
+            )
         });
         let (mut s, _) = l.accept().unwrap();
-        let peer = accept(&mut s, &keys, &[Role::Client], Instant::now() + Duration::from_secs(5)).unwrap();
-        assert_eq!(peer, Peer { role: Role::Client, id: 3 });
+        let peer = accept(
+            &mut s,
+            &keys,
+            &[Role::Client],
+            Instant::now() + Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(
+            peer,
+            Peer {
+                role: Role::Client,
+                id: 3
+            }
+        );
         dialer.join().unwrap().unwrap();
 
         // One byte every 100 ms, under a 300 ms deadline: out of time,
@@ -171,9 +205,18 @@ mod tests {
         });
         let (mut s, _) = l.accept().unwrap();
         let t = Instant::now();
-        let r = accept(&mut s, &keys, &[Role::Client], Instant::now() + Duration::from_millis(300));
+        let r = accept(
+            &mut s,
+            &keys,
+            &[Role::Client],
+            Instant::now() + Duration::from_millis(300),
+        );
         assert_eq!(r, Err(AuthError::Deadline));
-        assert!(t.elapsed() < Duration::from_millis(600), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_millis(600),
+            "{:?}",
+            t.elapsed()
+        );
         drop(s);
         slow.join().unwrap();
     }

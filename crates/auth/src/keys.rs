@@ -40,7 +40,13 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 5] = [Role::Admin, Role::Compute, Role::Memory, Role::Peer, Role::Client];
+    pub const ALL: [Role; 5] = [
+        Role::Admin,
+        Role::Compute,
+        Role::Memory,
+        Role::Peer,
+        Role::Client,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -117,8 +123,9 @@ impl Keyring {
 
     /// A master secret written as hex (what `TANDEM_SECRET` holds).
     pub fn from_master_hex(hex: &str) -> Result<Keyring, String> {
-        let bytes = parse_hex(hex.trim().trim_start_matches("0x"))
-            .ok_or_else(|| "the secret must be hex digits (make one with `tandem keys new`)".to_string())?;
+        let bytes = parse_hex(hex.trim().trim_start_matches("0x")).ok_or_else(|| {
+            "the secret must be hex digits (make one with `tandem keys new`)".to_string()
+        })?;
         Keyring::from_master(&bytes)
     }
 
@@ -137,8 +144,12 @@ impl Keyring {
 
     /// The key for `role`, or an error that says which credential is missing.
     pub fn require(&self, role: Role) -> Result<&Key, String> {
-        self.get(role)
-            .ok_or_else(|| format!("no {role} credential: this process's keyring holds {}", self.describe()))
+        self.get(role).ok_or_else(|| {
+            format!(
+                "no {role} credential: this process's keyring holds {}",
+                self.describe()
+            )
+        })
     }
 
     pub fn roles(&self) -> impl Iterator<Item = Role> + '_ {
@@ -169,7 +180,11 @@ impl Keyring {
     pub fn to_file_text(&self) -> String {
         let mut s = String::from("# Tandem keyring: one line per role this process may act as.\n");
         for r in self.roles() {
-            s.push_str(&format!("{} = {}\n", r.name(), to_hex(self.get(r).unwrap().bytes())));
+            s.push_str(&format!(
+                "{} = {}\n",
+                r.name(),
+                to_hex(self.get(r).unwrap().bytes())
+            ));
         }
         s
     }
@@ -224,7 +239,8 @@ impl Keyring {
             .mode(0o600)
             .open(path)
             .map_err(err)?;
-        f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(err)?;
         f.write_all(self.to_file_text().as_bytes()).map_err(err)
     }
 
@@ -256,7 +272,9 @@ impl MasterSecret {
 
     pub fn from_hex(hex: &str) -> Result<MasterSecret, String> {
         Keyring::from_master_hex(hex)?;
-        Ok(MasterSecret(hex.trim().trim_start_matches("0x").to_string()))
+        Ok(MasterSecret(
+            hex.trim().trim_start_matches("0x").to_string(),
+        ))
     }
 
     /// What `TANDEM_SECRET` must hold.
@@ -279,7 +297,8 @@ impl fmt::Debug for MasterSecret {
 /// A role's key from the master secret: HMAC-SHA256(master, label). The
 /// label names the role, so knowing one role's key reveals no other.
 fn derive(master: &[u8], role: Role) -> Key {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(master).expect("HMAC takes any key length");
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(master).expect("HMAC takes any key length");
     mac.update(b"tandem/v1/role-key/");
     mac.update(role.name().as_bytes());
     Key(mac.finalize().into_bytes().into())
@@ -308,7 +327,10 @@ mod tests {
         assert!(Keyring::from_master_hex("c0ffee").is_err());
         assert!(Keyring::from_master_hex("00112233445566778899aabbccddeeff").is_ok());
         let ring = Keyring::from_master_hex(&Keyring::new_master_hex()).unwrap();
-        let keys: std::collections::BTreeSet<_> = Role::ALL.iter().map(|r| *ring.get(*r).unwrap().bytes()).collect();
+        let keys: std::collections::BTreeSet<_> = Role::ALL
+            .iter()
+            .map(|r| *ring.get(*r).unwrap().bytes())
+            .collect();
         assert_eq!(keys.len(), Role::ALL.len());
     }
 
@@ -319,7 +341,10 @@ mod tests {
         let back = Keyring::from_file_text(&compute.to_file_text()).unwrap();
         assert_eq!(back, compute);
         assert!(back.get(Role::Admin).is_none());
-        assert!(back.require(Role::Admin).unwrap_err().contains("no admin credential"));
+        assert!(back
+            .require(Role::Admin)
+            .unwrap_err()
+            .contains("no admin credential"));
         assert!(Keyring::from_file_text("admin = 00").is_err());
         assert!(Keyring::from_file_text("root = 00").is_err());
     }

@@ -16,10 +16,10 @@ pub mod io;
 pub mod keys;
 pub mod random;
 
+pub use gate::Gate;
 pub use handshake::{
-    AuthError, ClientHandshake, Next, Peer, ServerHandshake, CHALLENGE_BYTES, HELLO_BYTES, PROOF_BYTES,
-    VERDICT_ACCEPTED, VERDICT_REFUSED,
+    AuthError, ClientHandshake, Next, Peer, ServerHandshake, CHALLENGE_BYTES, HELLO_BYTES,
+    PROOF_BYTES, VERDICT_ACCEPTED, VERDICT_REFUSED,
 };
 pub use io::{accept, accept_then, connect, Stream, HANDSHAKE_DEADLINE};
-pub use gate::Gate;
 pub use keys::{Key, Keyring, MasterSecret, Role};

@@ -53,7 +53,9 @@ pub fn parse_addrs(s: &str) -> Result<Vec<SocketAddr>, String> {
 /// `TANDEM_SECRET`.
 pub fn keyring_from(flag: Option<&str>) -> Result<Option<Keyring>, String> {
     match flag {
-        Some(hex) => Keyring::from_master_hex(hex).map(Some).map_err(|e| format!("--secret: {e}")),
+        Some(hex) => Keyring::from_master_hex(hex)
+            .map(Some)
+            .map_err(|e| format!("--secret: {e}")),
         None => Keyring::from_env(),
     }
 }
@@ -89,9 +91,13 @@ mod tests {
             .unwrap_err()
             .contains("unknown store"));
         assert!(parse_addrs("127.0.0.1:1,nope").is_err());
-        assert!(keyring_from(Some("0xff")).unwrap_err().contains("at least 128"));
+        assert!(keyring_from(Some("0xff"))
+            .unwrap_err()
+            .contains("at least 128"));
         assert!(keyring_from(Some("zz")).is_err());
-        let ring = keyring_from(Some("00112233445566778899aabbccddeeff")).unwrap().unwrap();
+        let ring = keyring_from(Some("00112233445566778899aabbccddeeff"))
+            .unwrap()
+            .unwrap();
         assert!(ring.get(tandem_fabric::auth::Role::Admin).is_some());
     }
 }

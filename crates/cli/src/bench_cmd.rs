@@ -3,14 +3,14 @@
 use std::time::Duration;
 
 use clap::Args;
-use tandem_pandora_lab::alternate::alternate;
-use tandem_pandora_lab::sim_run::{self, Faults, SimConfig};
-use tandem_pandora_lab::{echo_bench, fabric_bench};
 use tandem_cluster::backend::{Backend, MemoryServers};
 use tandem_cluster::runner::{run, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
 use tandem_cluster::workload::WorkloadSpec;
 use tandem_dkvs::recovery::RecoveryBugs;
 use tandem_dkvs::{BugSwitches, Layout, Mode, OnStray};
+use tandem_pandora_lab::alternate::alternate;
+use tandem_pandora_lab::sim_run::{self, Faults, SimConfig};
+use tandem_pandora_lab::{echo_bench, fabric_bench};
 use tandem_workloads::bank::BankSpec;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 use tandem_workloads::Zipf;

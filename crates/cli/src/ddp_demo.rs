@@ -7,10 +7,10 @@
 
 use std::path::Path;
 
-use tandem_ddp_lab::bench::{run_models, DdpBenchConfig};
-use tandem_report::plot::{bars_svg, stack_svg, write_figure};
 use tandem_ddp::simcheck::{self, CheckConfig, Crash};
 use tandem_ddp::Model;
+use tandem_ddp_lab::bench::{run_models, DdpBenchConfig};
+use tandem_report::plot::{bars_svg, stack_svg, write_figure};
 use tandem_ycsb::Ycsb;
 
 /// Whole-cluster crashes per model.

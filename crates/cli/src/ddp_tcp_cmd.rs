@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use tandem_ddp_lab::tcp::{run_tcp_models, TcpBenchConfig, TcpModelResult};
 use tandem_ddp::Model;
+use tandem_ddp_lab::tcp::{run_tcp_models, TcpBenchConfig, TcpModelResult};
 use tandem_ycsb::Ycsb;
 
 use crate::args::write_json;

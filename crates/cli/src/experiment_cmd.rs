@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::Args;
 use crate::experiments::{self as experiment, NAMES};
+use clap::Args;
 use tandem_ddp_lab::heal::peers as heal_peers;
 use tandem_report::plot::write_figure;
 

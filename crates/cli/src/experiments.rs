@@ -66,4 +66,3 @@ pub fn run(name: &str, quick: bool, progress: &dyn Fn(&str)) -> Result<Experimen
         markdown,
     })
 }
-

@@ -9,10 +9,10 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tandem_ddp_lab::heal::procs::HealCluster;
-use tandem_report::plot::{timeline_svg_of, write_figure, Series};
-use tandem_ddp_lab::load::Load;
 use tandem_ddp::ycsb_session::SessionPlan;
+use tandem_ddp_lab::heal::procs::HealCluster;
+use tandem_ddp_lab::load::Load;
+use tandem_report::plot::{timeline_svg_of, write_figure, Series};
 
 const BUCKET: Duration = Duration::from_millis(100);
 const VICTIM: usize = 2;
@@ -78,7 +78,9 @@ fn drive(c: &mut HealCluster, load: &Load) -> Result<Run, String> {
             break;
         }
         if elapsed >= END_S && !std::mem::replace(&mut told, true) {
-            println!("  waiting for node {VICTIM} to report its recovery (up to {GRACE_S:.0} s more)");
+            println!(
+                "  waiting for node {VICTIM} to report its recovery (up to {GRACE_S:.0} s more)"
+            );
         }
         std::thread::sleep(BUCKET);
         let now = load.completed.load(Ordering::Relaxed);

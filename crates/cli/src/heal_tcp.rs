@@ -6,8 +6,8 @@
 //! Times are wall clock.
 
 use serde_json::{json, Value};
-use tandem_ddp_lab::heal::peers as heal_peers;
 use tandem_ddp::{HealOpts, Model};
+use tandem_ddp_lab::heal::peers as heal_peers;
 
 use crate::args::write_json;
 

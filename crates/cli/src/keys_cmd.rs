@@ -47,8 +47,9 @@ pub fn run(a: KeysArgs) -> Result<(), String> {
         KeysCmd::Split { out, secret } => {
             let hex = match secret {
                 Some(s) => s,
-                None => std::env::var("TANDEM_SECRET")
-                    .map_err(|_| "give --secret or TANDEM_SECRET (make one with `tandem keys new`)")?,
+                None => std::env::var("TANDEM_SECRET").map_err(|_| {
+                    "give --secret or TANDEM_SECRET (make one with `tandem keys new`)"
+                })?,
             };
             let all = Keyring::from_master_hex(&hex)?;
             std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;

@@ -7,9 +7,9 @@
 
 use std::path::Path;
 
+use tandem_kite::lfd::{Both, LfdKind, LfdWorkload};
 use tandem_kite_lab::procs::{run_load, Fault, Gen, KiteCluster, LoadOpts, NodeOpts};
 use tandem_report::plot::{timeline_svg_of, write_figure, Series};
-use tandem_kite::lfd::{Both, LfdKind, LfdWorkload};
 
 const SLEEPER: usize = 1;
 const SESSIONS_PER_NODE: u64 = 10;

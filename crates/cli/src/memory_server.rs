@@ -9,9 +9,9 @@ use std::sync::Arc;
 use clap::Args;
 use std::time::Duration;
 
+use tandem_fabric::auth::Role;
 use tandem_fabric::tcp::{default_spin, serve_with, Polling};
 use tandem_fabric::MemoryNode;
-use tandem_fabric::auth::Role;
 
 use crate::args::{keyring_from, parse_addrs, parse_size};
 
@@ -77,8 +77,7 @@ pub fn run(a: MemoryServerArgs) -> Result<(), String> {
         TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let node = Arc::new(if a.shm {
-        MemoryNode::shared(bytes)
-            .map_err(|e| format!("cannot create a shared region: {e}"))?
+        MemoryNode::shared(bytes).map_err(|e| format!("cannot create a shared region: {e}"))?
     } else {
         MemoryNode::new(bytes)
     });

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use tandem_ddp_lab::load::{Load, LoadConfig};
 use tandem_ddp::ycsb_session::SessionPlan;
 use tandem_ddp::{Bugs, DdpFactory, HealOpts, Model, Params};
+use tandem_ddp_lab::load::{Load, LoadConfig};
 use tandem_net::host::{self, HostConfig};
 use tandem_net::manager::{self, ManagerConfig};
 use tandem_net::manager_store::{FileStore, ManagerStore};
@@ -177,7 +177,10 @@ fn kite_node(a: NodeArgs) -> Result<(), String> {
         return Err("--inject-bug and --recovery are DDP's; Kite has --mutant".into());
     }
     if nvm_corrupt(&a)? != OnCorrupt::Stop {
-        return Err("--nvm-corrupt move-aside is DDP's: a Kite replica is crash-stop and never rejoins".into());
+        return Err(
+            "--nvm-corrupt move-aside is DDP's: a Kite replica is crash-stop and never rejoins"
+                .into(),
+        );
     }
     let mut kcfg = tandem_kite::KiteConfig::default();
     if let Some(ms) = a.timeout_ms {
@@ -250,8 +253,12 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
         a.id,
         if a.id == 0 { "leader" } else { "follower" }
     );
-    host::run(cfg, listener, tandem_zab::kite_api::KiteZabFactory::default())
-        .map_err(|e| node_error(a.id, &e))
+    host::run(
+        cfg,
+        listener,
+        tandem_zab::kite_api::KiteZabFactory::default(),
+    )
+    .map_err(|e| node_error(a.id, &e))
 }
 
 /// Bind `addr`, retrying for up to 5 s while it is in use: a restarted node

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde::Serialize;
-use tandem_pandora_lab::sim_suspicion::{self, FencingBugs, SuspicionConfig};
 use tandem_cluster::backend::Backend;
 use tandem_cluster::runner::{self, CrashPlan, RunConfig, RunResult, SuspectPlan};
 use tandem_cluster::workload::WorkloadSpec;
 use tandem_dkvs::{Layout, Mode};
+use tandem_pandora_lab::sim_suspicion::{self, FencingBugs, SuspicionConfig};
 use tandem_sim::Rng;
 
 use crate::args::write_json;

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use clap::Args;
-use tandem_pandora_lab::table_soak::{self, SoakOpts, SoakReport};
 use tandem_cluster::workload::WorkloadSpec;
+use tandem_pandora_lab::table_soak::{self, SoakOpts, SoakReport};
 
 use crate::args::write_json;
 

@@ -42,7 +42,11 @@ fn spawn_listening(args: &[&str], secret: &MasterSecret) -> (Proc, SocketAddr) {
         .env("TANDEM_SECRET", secret.hex())
         .env_remove("TANDEM_KEYRING")
         .stdout(Stdio::piped())
-        .stderr(if std::env::var_os("ADVERSARY_LOG").is_some() { Stdio::inherit() } else { Stdio::null() })
+        .stderr(if std::env::var_os("ADVERSARY_LOG").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -57,7 +61,10 @@ fn spawn_listening(args: &[&str], secret: &MasterSecret) -> (Proc, SocketAddr) {
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     tokio::task::LocalSet::new().block_on(&rt, f)
 }
 
@@ -68,9 +75,15 @@ fn p99(mut v: Vec<Duration>) -> Duration {
 
 /// Sockets that never authenticate: each sends one byte every 1.5 s until
 /// `stop` (slowloris), reconnecting when the server cuts it.
-fn slowloris(addr: SocketAddr, sockets: usize, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+fn slowloris(
+    addr: SocketAddr,
+    sockets: usize,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
     std::thread::spawn(move || {
-        let mut conns: Vec<Option<TcpStream>> = (0..sockets).map(|_| TcpStream::connect(addr).ok()).collect();
+        let mut conns: Vec<Option<TcpStream>> = (0..sockets)
+            .map(|_| TcpStream::connect(addr).ok())
+            .collect();
         let mut opened = conns.len();
         while !stop.load(Ordering::Relaxed) {
             for c in conns.iter_mut() {
@@ -95,7 +108,11 @@ fn unauthenticated_floods(addr: SocketAddr) -> Vec<TcpStream> {
         let _ = s.write_all(&(4u32 << 20).to_le_bytes());
         held.push(s);
     }
-    for bytes in [vec![0xA5; 4096], u32::MAX.to_le_bytes().to_vec(), vec![0; 56]] {
+    for bytes in [
+        vec![0xA5; 4096],
+        u32::MAX.to_le_bytes().to_vec(),
+        vec![0; 56],
+    ] {
         let mut s = TcpStream::connect(addr).unwrap();
         let _ = s.write_all(&bytes);
         held.push(s);
@@ -132,7 +149,17 @@ fn replay_is_rejected(addr: SocketAddr, keys: &Keyring, role: Role) -> bool {
 #[test]
 fn a_memory_server_stays_bounded_and_fences_on_time_under_attack() {
     let secret = MasterSecret::generate();
-    let (mut server, addr) = spawn_listening(&["pandora", "memory-server", "--listen", "127.0.0.1:0", "--mem", "16M"], &secret);
+    let (mut server, addr) = spawn_listening(
+        &[
+            "pandora",
+            "memory-server",
+            "--listen",
+            "127.0.0.1:0",
+            "--mem",
+            "16M",
+        ],
+        &secret,
+    );
     let admin = TcpCluster::new(vec![addr], secret.keyring().only(&[Role::Admin]));
     block_on(admin.register(1)).unwrap();
     let rss_before = server.rss_kib();
@@ -153,7 +180,10 @@ fn a_memory_server_stays_bounded_and_fences_on_time_under_attack() {
         compute += 1;
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(replay_is_rejected(addr, &secret.keyring(), Role::Admin), "a replayed handshake got in");
+    assert!(
+        replay_is_rejected(addr, &secret.keyring(), Role::Admin),
+        "a replayed handshake got in"
+    );
     // A compute keyring cannot act as admin, and another cluster's keys get nothing.
     let compute_only = TcpCluster::new(vec![addr], secret.keyring().only(&[Role::Compute]));
     assert!(block_on(compute_only.revoke_on(&[0], 1)).is_err());
@@ -168,11 +198,16 @@ fn a_memory_server_stays_bounded_and_fences_on_time_under_attack() {
     assert!(opened >= 1100, "{opened} slowloris sockets");
     assert!(rss_growth_mib < 50, "RSS grew by {rss_growth_mib} MiB");
     let p = p99(latencies.clone());
-    assert!(p < Duration::from_millis(100), "Register+Revoke p99 {p:?} over {} calls", latencies.len());
+    assert!(
+        p < Duration::from_millis(100),
+        "Register+Revoke p99 {p:?} over {} calls",
+        latencies.len()
+    );
     // Still serving its members: compute node 1's key still works.
     let keys = block_on(admin.register(2)).unwrap();
     let full = TcpCluster::new(vec![addr], secret.keyring());
-    block_on(async { full.connect(2, &keys).await.map(drop) }).expect("a data connection after the attack");
+    block_on(async { full.connect(2, &keys).await.map(drop) })
+        .expect("a data connection after the attack");
 }
 
 /// Send one JSON line on `s` and read the answer line (None: closed).
@@ -188,7 +223,14 @@ fn ask(s: &mut TcpStream, line: &str) -> Option<String> {
 
 fn dial(addr: SocketAddr, keys: &Keyring, role: Role, id: u64) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
-    auth::connect(&mut s, keys, role, id, Instant::now() + Duration::from_secs(3)).unwrap();
+    auth::connect(
+        &mut s,
+        keys,
+        role,
+        id,
+        Instant::now() + Duration::from_secs(3),
+    )
+    .unwrap();
     s
 }
 
@@ -197,12 +239,36 @@ fn the_membership_takes_nothing_from_whoever_it_cannot_authenticate() {
     let secret = MasterSecret::generate();
     let mut mem = Vec::new();
     for _ in 0..2 {
-        mem.push(spawn_listening(&["pandora", "memory-server", "--listen", "127.0.0.1:0", "--mem", "64M"], &secret));
+        mem.push(spawn_listening(
+            &[
+                "pandora",
+                "memory-server",
+                "--listen",
+                "127.0.0.1:0",
+                "--mem",
+                "64M",
+            ],
+            &secret,
+        ));
     }
-    let memory = mem.iter().map(|(_, a)| a.to_string()).collect::<Vec<_>>().join(",");
+    let memory = mem
+        .iter()
+        .map(|(_, a)| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     let port = tandem_net::ports::reserve_loopback().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
-    let args = ["pandora", "membership", "--listen", &listen, "--memory", &memory, "--load", "--keys", "1000"];
+    let args = [
+        "pandora",
+        "membership",
+        "--listen",
+        &listen,
+        "--memory",
+        &memory,
+        "--load",
+        "--keys",
+        "1000",
+    ];
     let mut membership = Proc(
         Command::new(env!("CARGO_BIN_EXE_tandem"))
             .args(args)
@@ -221,7 +287,11 @@ fn the_membership_takes_nothing_from_whoever_it_cannot_authenticate() {
     // Wait until it leads and answers an authenticated join.
     let join = |node: u16| {
         let mut s = dial(addr, &keys, Role::Compute, node as u64);
-        ask(&mut s, &format!("{{\"join\":{{\"node\":{node},\"coordinators\":1}}}}")).map(|a| (s, a))
+        ask(
+            &mut s,
+            &format!("{{\"join\":{{\"node\":{node},\"coordinators\":1}}}}"),
+        )
+        .map(|a| (s, a))
     };
     let (_joined, first) = loop {
         match join(1) {
@@ -252,13 +322,20 @@ fn the_membership_takes_nothing_from_whoever_it_cannot_authenticate() {
         r#"{"replacement":{"node":0,"addr":"127.0.0.1:9"}}"#,
     ] {
         let mut s = TcpStream::connect(addr).unwrap();
-        assert_eq!(ask(&mut s, line), None, "{line} was answered without credentials");
+        assert_eq!(
+            ask(&mut s, line),
+            None,
+            "{line} was answered without credentials"
+        );
     }
     // A compute node speaking for another, or announcing a memory server.
     let mut s = dial(addr, &keys, Role::Compute, 2);
     assert_eq!(ask(&mut s, r#"{"leave":1}"#), None);
     let mut s = dial(addr, &keys, Role::Compute, 2);
-    assert_eq!(ask(&mut s, r#"{"replacement":{"node":0,"addr":"127.0.0.1:9"}}"#), None);
+    assert_eq!(
+        ask(&mut s, r#"{"replacement":{"node":0,"addr":"127.0.0.1:9"}}"#),
+        None
+    );
     // 256 MiB with no newline, unauthenticated, and a line over its cap, authenticated.
     let mut s = TcpStream::connect(addr).unwrap();
     let chunk = vec![b'x'; 1 << 20];
@@ -267,7 +344,10 @@ fn the_membership_takes_nothing_from_whoever_it_cannot_authenticate() {
     let mut s = dial(addr, &keys, Role::Compute, 3);
     let sent = (0..64).take_while(|_| s.write_all(&chunk).is_ok()).count();
     assert!(sent < 64, "the membership read 64 MiB of one line");
-    assert!(replay_is_rejected(addr, &keys, Role::Compute), "a replayed handshake got in");
+    assert!(
+        replay_is_rejected(addr, &keys, Role::Compute),
+        "a replayed handshake got in"
+    );
     // Slowloris on more than its handshake cap while a compute node joins.
     let stop = Arc::new(AtomicBool::new(false));
     let loris = slowloris(addr, 1100, stop.clone());
@@ -275,7 +355,11 @@ fn the_membership_takes_nothing_from_whoever_it_cannot_authenticate() {
     let t = Instant::now();
     let (_, answer) = join(4).expect("a join during the slowloris");
     assert!(answer.contains("assign"), "{answer}");
-    assert!(t.elapsed() < Duration::from_secs(1), "a join took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "a join took {:?}",
+        t.elapsed()
+    );
     stop.store(true, Ordering::Relaxed);
     loris.join().unwrap();
 
@@ -322,22 +406,39 @@ fn a_memory_server_never_sends_anything_to_a_listener_without_the_key() {
     assert_eq!(&got[..8], b"TNDMAUTH");
     for role in Role::ALL {
         let k = keys.get(role).unwrap().bytes();
-        assert!(!got.windows(8).any(|w| w == &k[..8]), "{role} key material sent");
+        assert!(
+            !got.windows(8).any(|w| w == &k[..8]),
+            "{role} key material sent"
+        );
     }
 }
 
 /// An authenticated stream to a node or manager that says `hello` next;
 /// whether the other side kept it open (a read timing out) or closed it.
-fn kept_open_after(addr: SocketAddr, keys: &Keyring, role: Role, id: u64, hello: &tandem_net::wire::Hello) -> bool {
+fn kept_open_after(
+    addr: SocketAddr,
+    keys: &Keyring,
+    role: Role,
+    id: u64,
+    hello: &tandem_net::wire::Hello,
+) -> bool {
     let mut s = dial(addr, keys, role, id);
     s.write_all(&tandem_net::wire::frame(hello)).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
     let mut b = [0u8; 64];
     loop {
         match s.read(&mut b) {
             Ok(0) => return false,
             Ok(_) => continue,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return true,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return true
+            }
             Err(_) => return false,
         }
     }
@@ -367,12 +468,27 @@ fn a_ddp_node_and_its_manager_serve_their_members_under_attack() {
     };
     let mut manager = spawn(&["ddp", "manager", "--listen", &manager_addr, "--nodes", "2"]);
     let mut node = spawn(&[
-        "node", "--model", "lin-synch", "--id", "0", "--peers", &format!("{node_addr},127.0.0.1:9"),
-        "--nvm", nvm.to_str().unwrap(),
+        "node",
+        "--model",
+        "lin-synch",
+        "--id",
+        "0",
+        "--peers",
+        &format!("{node_addr},127.0.0.1:9"),
+        "--nvm",
+        nvm.to_str().unwrap(),
     ]);
-    let (naddr, maddr): (SocketAddr, SocketAddr) = (node_addr.parse().unwrap(), manager_addr.parse().unwrap());
+    let (naddr, maddr): (SocketAddr, SocketAddr) =
+        (node_addr.parse().unwrap(), manager_addr.parse().unwrap());
     let until = Instant::now() + Duration::from_secs(20);
-    let connect = || tandem_net::client::Client::<tandem_ddp::Op, tandem_ddp::Reply>::connect(naddr, &keys, 1, Duration::from_secs(2));
+    let connect = || {
+        tandem_net::client::Client::<tandem_ddp::Op, tandem_ddp::Reply>::connect(
+            naddr,
+            &keys,
+            1,
+            Duration::from_secs(2),
+        )
+    };
     let mut client = loop {
         match connect() {
             Ok(c) => break c,
@@ -380,39 +496,98 @@ fn a_ddp_node_and_its_manager_serve_their_members_under_attack() {
             Err(e) => panic!("the node never served: {e}"),
         }
     };
-    client.call(tandem_ddp::Op::read(1)).expect("a read before the attack");
+    client
+        .call(tandem_ddp::Op::read(1))
+        .expect("a read before the attack");
     // A member of the manager: node 1, heartbeating and timing its leases.
     let mut member = dial(maddr, &keys, Role::Peer, 1);
-    member.write_all(&tandem_net::wire::frame(&Hello::ToManager { node: 1, boot: 7 })).unwrap();
-    member.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    member
+        .write_all(&tandem_net::wire::frame(&Hello::ToManager {
+            node: 1,
+            boot: 7,
+        }))
+        .unwrap();
+    member
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
     let mut leases = Frames::new(member.try_clone().unwrap());
     let (rss_node, rss_manager) = (node.rss_kib(), manager.rss_kib());
 
     let stop = Arc::new(AtomicBool::new(false));
-    let loris = [slowloris(naddr, 1100, stop.clone()), slowloris(maddr, 600, stop.clone())];
+    let loris = [
+        slowloris(naddr, 1100, stop.clone()),
+        slowloris(maddr, 600, stop.clone()),
+    ];
     let held = [unauthenticated_floods(naddr), unauthenticated_floods(maddr)];
     // A peer hello naming an id out of range, itself, or another role's;
     // a manager link for a node that is not a member, or not the one it proved.
-    assert!(!kept_open_after(naddr, &keys, Role::Peer, 999, &Hello::Peer { node: 999 }));
-    assert!(!kept_open_after(naddr, &keys, Role::Peer, 0, &Hello::Peer { node: 0 }));
-    assert!(!kept_open_after(naddr, &keys, Role::Client, 0, &Hello::Peer { node: 1 }));
-    assert!(!kept_open_after(maddr, &keys, Role::Peer, 999, &Hello::ToManager { node: 999, boot: 1 }));
-    assert!(!kept_open_after(maddr, &keys, Role::Peer, 0, &Hello::ToManager { node: 1, boot: 1 }));
-    assert!(kept_open_after(naddr, &keys, Role::Client, 0, &Hello::Client), "a client hello is fine");
-    assert!(replay_is_rejected(naddr, &keys, Role::Client), "a replayed handshake got in (node)");
-    assert!(replay_is_rejected(maddr, &keys, Role::Peer), "a replayed handshake got in (manager)");
+    assert!(!kept_open_after(
+        naddr,
+        &keys,
+        Role::Peer,
+        999,
+        &Hello::Peer { node: 999 }
+    ));
+    assert!(!kept_open_after(
+        naddr,
+        &keys,
+        Role::Peer,
+        0,
+        &Hello::Peer { node: 0 }
+    ));
+    assert!(!kept_open_after(
+        naddr,
+        &keys,
+        Role::Client,
+        0,
+        &Hello::Peer { node: 1 }
+    ));
+    assert!(!kept_open_after(
+        maddr,
+        &keys,
+        Role::Peer,
+        999,
+        &Hello::ToManager { node: 999, boot: 1 }
+    ));
+    assert!(!kept_open_after(
+        maddr,
+        &keys,
+        Role::Peer,
+        0,
+        &Hello::ToManager { node: 1, boot: 1 }
+    ));
+    assert!(
+        kept_open_after(naddr, &keys, Role::Client, 0, &Hello::Client),
+        "a client hello is fine"
+    );
+    assert!(
+        replay_is_rejected(naddr, &keys, Role::Client),
+        "a replayed handshake got in (node)"
+    );
+    assert!(
+        replay_is_rejected(maddr, &keys, Role::Peer),
+        "a replayed handshake got in (manager)"
+    );
     let (mut calls, mut beats) = (Vec::new(), Vec::new());
     let end = Instant::now() + Duration::from_secs(6);
     let mut seq = 0;
     while Instant::now() < end {
         let t = Instant::now();
-        client.call(tandem_ddp::Op::read(1)).expect("a read during the attack");
+        client
+            .call(tandem_ddp::Op::read(1))
+            .expect("a read during the attack");
         calls.push(t.elapsed());
         seq += 1;
         let t = Instant::now();
-        member.write_all(&tandem_net::wire::frame(&Heartbeat { seq })).unwrap();
+        member
+            .write_all(&tandem_net::wire::frame(&Heartbeat { seq }))
+            .unwrap();
         loop {
-            match leases.next::<FromManager>().expect("the manager answers").expect("open") {
+            match leases
+                .next::<FromManager>()
+                .expect("the manager answers")
+                .expect("open")
+            {
                 FromManager::Lease { seq: s } if s == seq => break,
                 _ => {}
             }
@@ -426,10 +601,20 @@ fn a_ddp_node_and_its_manager_serve_their_members_under_attack() {
     drop(held);
     loris.into_iter().for_each(|l| drop(l.join()));
     assert!(node.alive() && manager.alive(), "a process died");
-    assert!(node_mib < 50 && manager_mib < 50, "RSS grew by {node_mib} MiB (node), {manager_mib} MiB (manager)");
+    assert!(
+        node_mib < 50 && manager_mib < 50,
+        "RSS grew by {node_mib} MiB (node), {manager_mib} MiB (manager)"
+    );
     let (pc, pb) = (p99(calls.clone()), p99(beats.clone()));
-    assert!(pc < Duration::from_millis(100), "client read p99 {pc:?} over {} calls", calls.len());
-    assert!(pb < Duration::from_millis(100), "heartbeat-to-lease p99 {pb:?} over {} beats", beats.len());
+    assert!(
+        pc < Duration::from_millis(100),
+        "client read p99 {pc:?} over {} calls",
+        calls.len()
+    );
+    assert!(
+        pb < Duration::from_millis(100),
+        "heartbeat-to-lease p99 {pb:?} over {} beats",
+        beats.len()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
-

@@ -338,7 +338,14 @@ fn sim_bank_replay_command_runs_a_seed() {
         "{err}"
     );
     let out = tandem()
-        .args(["pandora", "sim", "--inject-bug", "covert-locks", "--seeds", "5"])
+        .args([
+            "pandora",
+            "sim",
+            "--inject-bug",
+            "covert-locks",
+            "--seeds",
+            "5",
+        ])
         .output()
         .unwrap();
     assert!(
@@ -1001,7 +1008,15 @@ fn a_short_soak_passes_every_check_with_no_commit_by_a_fenced_incarnation() {
     let _serial = serial();
     let json = std::env::temp_dir().join(format!("tandem-soak-{}.json", std::process::id()));
     let out = tandem()
-        .args(["pandora", "soak", "--runs", "4", "--duration", "1", "--json"])
+        .args([
+            "pandora",
+            "soak",
+            "--runs",
+            "4",
+            "--duration",
+            "1",
+            "--json",
+        ])
         .arg(&json)
         .output()
         .expect("run tandem pandora soak");

@@ -523,8 +523,16 @@ fn lin_synch_loses_no_acknowledged_write_when_a_corrupt_nvm_is_moved_aside() {
     c.start_node(2, "lin-synch");
     let mut refused = c.nodes[2].take().unwrap();
     let status = refused.0.wait().unwrap();
-    assert!(!status.success(), "node 2 started on a corrupt NVM file:\n{}", c.logs());
-    assert_eq!(std::fs::read(&nvm).unwrap(), bytes, "the corrupt file was changed");
+    assert!(
+        !status.success(),
+        "node 2 started on a corrupt NVM file:\n{}",
+        c.logs()
+    );
+    assert_eq!(
+        std::fs::read(&nvm).unwrap(),
+        bytes,
+        "the corrupt file was changed"
+    );
     let log = std::fs::read_to_string(c.dir.join("node2.log")).unwrap();
     assert!(log.contains("offset"), "the error names the offset:\n{log}");
     c.start_node_with(2, "lin-synch", &["--nvm-corrupt", "move-aside"]);
@@ -532,9 +540,15 @@ fn lin_synch_loses_no_acknowledged_write_when_a_corrupt_nvm_is_moved_aside() {
     wait_for("service after the restart", Duration::from_secs(30), || {
         load.completed.load(Ordering::Relaxed) > before + 1000
     });
-    wait_for("node 2 to move its file aside", Duration::from_secs(10), || {
-        std::fs::read_to_string(c.dir.join("node2.log")).unwrap_or_default().contains("moved aside")
-    });
+    wait_for(
+        "node 2 to move its file aside",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(c.dir.join("node2.log"))
+                .unwrap_or_default()
+                .contains("moved aside")
+        },
+    );
     let ops = load.stop();
     check(&ops, &c.dir);
     // Node 2 holds the latest values again: every node answers the same.
@@ -806,7 +820,9 @@ fn the_manager_refuses_a_state_it_cannot_use() {
 fn command_line(pid: u32) -> Vec<String> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline"))
         .unwrap_or_else(|e| panic!("cannot read the command line of {pid}: {e}"));
-    raw.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+    raw.split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
 }
 
 /// Tandem's own launchers hand the master secret to their children in the
@@ -817,15 +833,25 @@ fn command_line(pid: u32) -> Vec<String> {
 fn no_launcher_puts_the_secret_on_a_command_line() {
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_tandem"));
     let base = std::env::temp_dir().join(format!("tandem-argv-{}", std::process::id()));
-    let ddp = tandem_ddp_lab::procs::DdpCluster::start(exe, "lin-synch", false, &base.join("ddp")).unwrap();
-    let heal = tandem_ddp_lab::heal::procs::HealCluster::start(exe, "lin-synch", &base.join("heal")).unwrap();
+    let ddp = tandem_ddp_lab::procs::DdpCluster::start(exe, "lin-synch", false, &base.join("ddp"))
+        .unwrap();
+    let heal =
+        tandem_ddp_lab::heal::procs::HealCluster::start(exe, "lin-synch", &base.join("heal"))
+            .unwrap();
     let pids: Vec<u32> = ddp.pids().into_iter().chain(heal.pids()).collect();
-    assert_eq!(pids.len(), 5 + 1 + 5, "five DDP nodes, a manager and five HEAL nodes");
+    assert_eq!(
+        pids.len(),
+        5 + 1 + 5,
+        "five DDP nodes, a manager and five HEAL nodes"
+    );
     for pid in pids {
         let args = command_line(pid);
         assert!(args.len() > 1, "process {pid} is not running");
         assert!(
-            !args.iter().any(|a| a == "--secret" || a.len() >= 32 && a.chars().all(|c| c.is_ascii_hexdigit())),
+            !args
+                .iter()
+                .any(|a| a == "--secret"
+                    || a.len() >= 32 && a.chars().all(|c| c.is_ascii_hexdigit())),
             "a secret on the command line of {pid}: {args:?}"
         );
     }

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tandem_kite_lab::procs::{Fault, Gen, KiteCluster, LoadOpts, LoadReport, NodeOpts};
 use tandem_kite::simcheck::Mix;
+use tandem_kite_lab::procs::{Fault, Gen, KiteCluster, LoadOpts, LoadReport, NodeOpts};
 
 const SLEEPER: usize = 1;
 const VICTIM: usize = 3;
@@ -154,7 +154,13 @@ fn a_node_whose_port_is_taken_says_so_and_gives_up() {
             "--peers",
             &addr,
         ])
-        .args(["--secret", "00000000000000000000000000000001", "--nvm-size", "1M", "--nvm"])
+        .args([
+            "--secret",
+            "00000000000000000000000000000001",
+            "--nvm-size",
+            "1M",
+            "--nvm",
+        ])
         .arg(&nvm)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -190,7 +196,13 @@ fn a_killed_kite_replica_is_not_started_again_from_its_state() {
             "--peers",
             &port.to_string(),
         ])
-        .args(["--secret", "00000000000000000000000000000001", "--nvm-size", "1M", "--nvm"])
+        .args([
+            "--secret",
+            "00000000000000000000000000000001",
+            "--nvm-size",
+            "1M",
+            "--nvm",
+        ])
         .arg(dir.join(nvm))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());

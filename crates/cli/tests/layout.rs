@@ -73,7 +73,10 @@ fn code(line: &str) -> &str {
 /// come after the code, so the file's lines before `mod tests` count).
 fn offending_lines(krate: &str) -> Vec<String> {
     let mut files = Vec::new();
-    rust_files(&workspace().join("crates").join(krate).join("src"), &mut files);
+    rust_files(
+        &workspace().join("crates").join(krate).join("src"),
+        &mut files,
+    );
     let mut found = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
@@ -93,7 +96,11 @@ fn offending_lines(krate: &str) -> Vec<String> {
 fn protocol_crates_open_no_socket_start_no_thread_and_read_no_clock() {
     for krate in PROTOCOL_CRATES {
         let found = offending_lines(krate);
-        assert!(found.is_empty(), "{krate} does I/O itself:\n{}", found.join("\n"));
+        assert!(
+            found.is_empty(),
+            "{krate} does I/O itself:\n{}",
+            found.join("\n")
+        );
     }
 }
 

@@ -214,7 +214,14 @@ fn check_cluster(r: &Run, failed: &str) -> String {
         r.dir.join("c2.ledger").display()
     );
     let out = tandem()
-        .args(["pandora", "check-cluster", "--ledgers", &ledgers, "--failed", failed])
+        .args([
+            "pandora",
+            "check-cluster",
+            "--ledgers",
+            &ledgers,
+            "--failed",
+            failed,
+        ])
         .args([
             "--memory",
             &r.memory_after,

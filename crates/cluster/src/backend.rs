@@ -8,9 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tandem_fabric::auth::MasterSecret;
 use tandem_fabric::inline::{InlineCluster, InlineFabric};
 use tandem_fabric::tcp::{TcpCluster, TcpFabric};
-use tandem_fabric::auth::MasterSecret;
 use tandem_fabric::{ComputeNodeId, MemoryNode};
 
 /// Where the memory nodes are.
@@ -153,7 +153,8 @@ impl MemoryServers {
             pinned,
         };
         for _ in 0..count {
-            let (child, addr) = spawn_memory_server(exe, mem_bytes, &servers.secret, &servers.flags())?;
+            let (child, addr) =
+                spawn_memory_server(exe, mem_bytes, &servers.secret, &servers.flags())?;
             servers.children.push(child);
             servers.addrs.push(addr);
         }

@@ -69,10 +69,10 @@ mod check;
 mod compute;
 mod fleet;
 pub mod follow;
-mod session;
-mod trust;
 #[cfg(test)]
 mod fuzz;
+mod session;
+mod trust;
 pub mod wait;
 
 pub use trust::set_credentials;
@@ -252,15 +252,20 @@ impl Replica {
 
     fn authenticate_and_serve(self: Arc<Self>, id: u64, mut conn: TcpStream, ticket: Ticket) {
         let deadline = Instant::now() + tandem_fabric::auth::HANDSHAKE_DEADLINE;
-        let who = trust::credentials().map_err(|e| e.to_string()).and_then(|keys| {
-            (self.gate)
-                .authenticate(ticket, &mut conn, &keys, &trust::MEMBERSHIP_ROLES, deadline)
-                .map_err(|e| e.to_string())
-        });
+        let who = trust::credentials()
+            .map_err(|e| e.to_string())
+            .and_then(|keys| {
+                (self.gate)
+                    .authenticate(ticket, &mut conn, &keys, &trust::MEMBERSHIP_ROLES, deadline)
+                    .map_err(|e| e.to_string())
+            });
         let who = match who {
             Ok(who) => who,
             Err(e) => {
-                log::warn!("membership: connection from {:?} refused: {e}", conn.peer_addr().ok());
+                log::warn!(
+                    "membership: connection from {:?} refused: {e}",
+                    conn.peer_addr().ok()
+                );
                 return;
             }
         };
@@ -268,7 +273,11 @@ impl Replica {
         if n < AUTHENTICATED_MAX {
             serve_compute(conn, &self, id, who);
         } else {
-            log::warn!("membership: {n} connections: refusing {} {}", who.role, who.id);
+            log::warn!(
+                "membership: {n} connections: refusing {} {}",
+                who.role,
+                who.id
+            );
         }
         self.authenticated.fetch_sub(1, Ordering::SeqCst);
     }
@@ -576,7 +585,6 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
     ))
 }
 
-
 /// Forgets a heartbeat connection when its reader thread ends.
 struct HeartbeatConn<'a>(&'a Replica, u64);
 
@@ -608,11 +616,20 @@ fn serve_compute(conn: TcpStream, replica: &Replica, id: u64, who: tandem_fabric
         let msg = match serde_json::from_str::<ToMembership>(&line) {
             Ok(msg) if msg.allowed_from(who) => msg,
             Ok(msg) => {
-                log::warn!("membership: {} {} spoke for {:?}; closing it", who.role, who.id, msg.speaker());
+                log::warn!(
+                    "membership: {} {} spoke for {:?}; closing it",
+                    who.role,
+                    who.id,
+                    msg.speaker()
+                );
                 return;
             }
             Err(e) => {
-                log::warn!("membership: bad message from {} {} ({e}); closing it", who.role, who.id);
+                log::warn!(
+                    "membership: bad message from {} {} ({e}); closing it",
+                    who.role,
+                    who.id
+                );
                 return;
             }
         };
@@ -902,7 +919,7 @@ async fn detector_loop(
     d.restored_revokes = reissued
         .iter()
         .filter_map(|c| match c {
-            Command::Revoke { node } => Some(*node),
+            Command::TerminateLinks { node } => Some(*node),
             _ => None,
         })
         .collect();
@@ -1039,7 +1056,7 @@ impl Detector {
     /// Carry out one command; the event that reports it done, if any.
     async fn execute(&mut self, cmd: Command) -> Result<Option<Event>, String> {
         match cmd {
-            Command::Revoke { node } => self.revoke(node).await.map(Some),
+            Command::TerminateLinks { node } => self.revoke(node).await.map(Some),
             Command::Recover { node, ids, .. } => self.recover(node, &ids).await.map(Some),
             Command::NotifyFailed { ids } => {
                 self.notify_failed(&ids);
@@ -1086,7 +1103,7 @@ impl Detector {
             .await
             .map_err(|e| format!("revocation of node {node} failed: {e}"))?;
         self.shared.tell_fenced(node);
-        Ok(Event::RevokeAcked { node })
+        Ok(Event::LinksTerminated { node })
     }
 
     async fn recover(&mut self, node: u16, ids: &[u16]) -> Result<Event, String> {
@@ -1281,7 +1298,7 @@ mod tests {
             );
             m.step(t, Event::Tick);
         }
-        m.step(201, Event::RevokeAcked { node: 1 });
+        m.step(201, Event::LinksTerminated { node: 1 });
         m.step(202, Event::RecoveryDone { node: 1 });
         assert_eq!(m.failed_ids().len(), 2);
         assert_eq!(idle_sweep_due(&m, &none), None, "node 2 is alive");

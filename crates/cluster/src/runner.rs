@@ -770,7 +770,7 @@ async fn membership_loop(
         // In order: NotifyFailed must not wait behind a stray-lock scan.
         while let Some(cmd) = queue.pop_front() {
             let next = match cmd {
-                Command::Revoke { node } => {
+                Command::TerminateLinks { node } => {
                     logs.lock().unwrap().entry(node).or_default().detected_ns = ctl.now_ns();
                     backend
                         .revoke(node)
@@ -781,7 +781,7 @@ async fn membership_loop(
                     if let Some(at) = ctl.revoked_at_ns.get(node as usize - 1) {
                         at.store(now, Ordering::SeqCst);
                     }
-                    Event::RevokeAcked { node }
+                    Event::LinksTerminated { node }
                 }
                 Command::Recover { node, ids, .. } => {
                     rc_versions += RC_VERSION_BLOCK;

@@ -20,7 +20,8 @@ use tandem_workloads::micro::{KeyChooser, MicroSpec};
 
 /// Every role's keys, installed as this test process's credentials.
 fn keys() -> tandem_fabric::auth::Keyring {
-    let k = tandem_fabric::auth::Keyring::from_master_hex("5eed0015000000000000000000000015").unwrap();
+    let k =
+        tandem_fabric::auth::Keyring::from_master_hex("5eed0015000000000000000000000015").unwrap();
     procs::set_credentials(k.clone()).unwrap();
     k
 }

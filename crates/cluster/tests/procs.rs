@@ -40,7 +40,8 @@ fn node(shm: bool, bytes: u64) -> MemoryNode {
 }
 
 fn cluster(tag: &str, shm: bool) -> Cluster {
-    let secret = tandem_fabric::auth::Keyring::from_master_hex("5eed0009000000000000000000000009").unwrap();
+    let secret =
+        tandem_fabric::auth::Keyring::from_master_hex("5eed0009000000000000000000000009").unwrap();
     procs::set_credentials(secret.clone()).unwrap();
     let servers: Vec<MemoryServerHandle> = (0..2)
         .map(|_| {

@@ -240,10 +240,7 @@ impl CampaignConfig {
 
     /// The command that replays run `seed` exactly (sim) or re-runs it (tcp, postgres).
     pub fn replay(&self, seed: u64) -> String {
-        let mut c = format!(
-            "cargo run --release -- dart --store {}",
-            self.store.name()
-        );
+        let mut c = format!("cargo run --release -- dart --store {}", self.store.name());
         match &self.store {
             StoreKind::Postgres { url, isolation } => {
                 c += &format!(" --isolation {isolation} --postgres {url}")

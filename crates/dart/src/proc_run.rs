@@ -44,12 +44,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use tandem_fabric::auth::{Keyring, MasterSecret};
 use tandem_cluster::backend::MemoryServers;
 use tandem_cluster::procs::follow::{follow_memory, register_live, Gate, MemoryState};
 use tandem_cluster::procs::MembershipSession;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::{ComputeNode, FailedIds, Layout, MemoryView, Mode, StoreConfig, TableSpec};
+use tandem_fabric::auth::{Keyring, MasterSecret};
 use tandem_fabric::tcp::TcpCluster;
 use tandem_sim::Rng;
 
@@ -278,7 +278,6 @@ impl Drop for Kid {
         let _ = self.0.wait();
     }
 }
-
 
 /// The membership process's stderr, line by line as it comes.
 type MembershipLog = Arc<Mutex<Vec<String>>>;

@@ -576,7 +576,10 @@ impl Harness<'_> {
         let ids: Vec<u16> = match self
             .membership
             .borrow_mut()
-            .step(self.sim.now_ns(), Event::RevokeAcked { node: victim + 1 })
+            .step(
+                self.sim.now_ns(),
+                Event::LinksTerminated { node: victim + 1 },
+            )
             .pop()
         {
             Some(Command::Recover { ids, .. }) => ids,
@@ -613,7 +616,7 @@ impl Harness<'_> {
                 heartbeats(&mut m.borrow_mut(), &mut nodes.borrow_mut(), h.now_ns());
                 h.sleep(fd_timeout_ns / 8).await;
                 for c in m.borrow_mut().step(h.now_ns(), Event::Tick) {
-                    if let Command::Revoke { node } = c {
+                    if let Command::TerminateLinks { node } = c {
                         d.borrow_mut().push(node);
                     }
                 }

@@ -7,9 +7,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::load::Load;
 use hdrhistogram::Histogram;
 use tandem_check::{HistOp, OpKind};
-use crate::load::Load;
 use tandem_ddp::ycsb_session::SessionPlan;
 use tandem_ycsb::Ycsb;
 

@@ -16,8 +16,8 @@ use tandem_check::{HistOp, OpKind};
 use tandem_net::client::{Mux, MuxEvent};
 use tandem_sim::Rng;
 
-use tandem_ddp::{Op, Reply};
 use tandem_ddp::ycsb_session::{SessionPlan, YcsbSession};
+use tandem_ddp::{Op, Reply};
 
 #[derive(Clone, Debug)]
 pub struct LoadConfig {

@@ -3,12 +3,12 @@
 //! NVM file each, optionally `--fsync`) on loopback, their CPU time and
 //! their own counters (`Hello::Stats`).
 
-use tandem_auth::MasterSecret;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use tandem_auth::MasterSecret;
 
 use crate::load::{Load, LoadConfig};
 use tandem_ddp::ycsb_session::SessionPlan;
@@ -183,8 +183,9 @@ impl DdpCluster {
     pub fn stats(&self) -> Result<NodeStats, String> {
         let mut t = NodeStats::default();
         for a in &self.addrs {
-            let s = tandem_net::client::node_stats(*a, &self.secret.keyring(), Duration::from_secs(2))
-                .map_err(|e| format!("stats of node at {a}: {e}"))?;
+            let s =
+                tandem_net::client::node_stats(*a, &self.secret.keyring(), Duration::from_secs(2))
+                    .map_err(|e| format!("stats of node at {a}: {e}"))?;
             t += s;
         }
         Ok(t)

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use crate::load::Load;
+use serde::Serialize;
 use tandem_ddp::ycsb_session::SessionPlan;
 use tandem_ddp::Model;
 use tandem_ycsb::Ycsb;

@@ -10,9 +10,9 @@ use std::rc::Rc;
 
 use tandem_ddp::{Op, Reply};
 use tandem_ddp_lab::heal::{RecoverConfig, Scheme};
-use tandem_zab::{ZabFactory, ZabNode, ZabParams};
 use tandem_net::{Config, Harness, NodeId, Nvm, SessionId, SimNet, SimNetConfig};
 use tandem_sim::Rng;
+use tandem_zab::{ZabFactory, ZabNode, ZabParams};
 
 const KEYS: u64 = 200;
 

@@ -56,9 +56,9 @@ pub use heal::state::HealOpts;
 pub use model::{Consistency, Model, Persistency, Rules};
 pub use node::{Bugs, DdpNode, Params};
 pub use trans::state::{Squash, TransStats};
-pub use upd::vector;
 pub use types::{
-    CatchUpResp, Key, Msg, Op, Record, Reply, ScopeId, Ts, TxAck, TxHdr, TxId, TxPhase, Upd, Value, Version,
-    Vote,
+    CatchUpResp, Key, Msg, Op, Record, Reply, ScopeId, Ts, TxAck, TxHdr, TxId, TxPhase, Upd, Value,
+    Version, Vote,
 };
+pub use upd::vector;
 pub use upd::vector::{Origin, UpdId, Vector};

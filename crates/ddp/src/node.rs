@@ -656,7 +656,11 @@ impl DdpNode {
         let upd = self.rules.upd.is_some();
         // A message of the other family (a peer started with another model)
         // is dropped: its handlers assume this node's model takes it.
-        if matches!(msg, Msg::Upd { .. } | Msg::UpdSync { .. } | Msg::UpdCopy { .. }) && !upd {
+        if matches!(
+            msg,
+            Msg::Upd { .. } | Msg::UpdSync { .. } | Msg::UpdCopy { .. }
+        ) && !upd
+        {
             return;
         }
         match msg {

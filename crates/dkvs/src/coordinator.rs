@@ -43,7 +43,7 @@ mod invariants;
 mod reclaim;
 pub use reclaim::Reclaim;
 
-use crate::slot::{make_version, LockWord, SlotImage, FLAG_LIVE, LOCK_OFF, NO_KEY};
+use crate::slot::{make_version, LockWord, SlotImage, StrayLock, FLAG_LIVE, LOCK_OFF, NO_KEY};
 
 /// Per-coordinator counters.
 #[derive(Clone, Debug, Default)]
@@ -985,7 +985,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 break;
             }
             // PILL: a lock owned by a failed coordinator is stray and may be stolen.
-            let owner_failed = self.c.node.failed.contains(old.owner());
+            let owner_failed = StrayLock::of(old, &self.c.node.failed).is_some();
             let stray = self.c.node.mode == Mode::Pandora
                 && old.is_locked()
                 && (owner_failed || self.c.outwaited(old));

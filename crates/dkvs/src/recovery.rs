@@ -34,7 +34,9 @@ use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
 use crate::compute::MemoryView;
 use crate::layout::Layout;
 use crate::log::{entry_len, invalid_state_word, LogEntry, LogRecord, OpKind, HEADER_BYTES};
-use crate::slot::{encode_body, make_version, LockWord, KEY_OFF, LOCK_OFF, NO_KEY, VERSION_OFF};
+use crate::slot::{
+    encode_body, make_version, LockWord, StrayLock, KEY_OFF, LOCK_OFF, NO_KEY, VERSION_OFF,
+};
 
 mod invariants;
 use invariants::Phase;
@@ -676,9 +678,9 @@ pub async fn sweep_stray_locks_live<F: Fabric>(
                 let mut expected = Vec::new();
                 for i in 0..n as u64 {
                     let w = LockWord(word_at(&bytes, (i * slot) as usize));
-                    if w.is_locked() && failed.contains(w.owner()) {
-                        cas.push(Verb::cas(base + i * slot + LOCK_OFF, w.0, 0));
-                        expected.push(w.0);
+                    if let Some(stray) = StrayLock::of(w, failed) {
+                        cas.push(Verb::cas(base + i * slot + LOCK_OFF, stray.word().0, 0));
+                        expected.push(stray.word().0);
                     }
                 }
                 if !cas.is_empty() {

@@ -53,6 +53,24 @@ impl LockWord {
     }
 }
 
+/// A stray lock (Pandora paper §4): a lock still held by a coordinator that
+/// the membership declared failed. Its transaction will never release it;
+/// any coordinator may steal it (PILL), and the background scan releases
+/// those nobody touched once log recovery is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StrayLock(LockWord);
+
+impl StrayLock {
+    /// `word` as a stray lock, if it is held by a coordinator in `failed`.
+    pub fn of(word: LockWord, failed: &crate::FailedIds) -> Option<StrayLock> {
+        (word.is_locked() && failed.contains(word.owner())).then_some(StrayLock(word))
+    }
+    /// The lock word a CAS that steals or releases it must expect.
+    pub fn word(self) -> LockWord {
+        self.0
+    }
+}
+
 /// A version: unique per committed write without coordination.
 pub fn make_version(coordinator: u16, counter: u64) -> u64 {
     debug_assert!(counter > 0 && counter < (1 << 48));

@@ -599,7 +599,9 @@ mod tests {
     #[test]
     fn a_region_key_tells_nothing_about_the_next() {
         const C: u64 = 0x9E37_79B9_7F4A_7C15;
-        let c_inv = (0..6).fold(C, |x, _| x.wrapping_mul(2u64.wrapping_sub(C.wrapping_mul(x))));
+        let c_inv = (0..6).fold(C, |x, _| {
+            x.wrapping_mul(2u64.wrapping_sub(C.wrapping_mul(x)))
+        });
         assert_eq!(C.wrapping_mul(c_inv), 1);
         let unmix = |k: u64| (k ^ (k >> 29) ^ (k >> 58)).wrapping_mul(c_inv);
         let mix = |x: u64| {
@@ -619,7 +621,10 @@ mod tests {
         assert_eq!(distinct.len(), keys.len());
         for bit in 0..128 {
             let ones = keys.iter().filter(|k| *k >> bit & 1 == 1).count();
-            assert!((850..1150).contains(&ones), "bit {bit} set in {ones} of 2000 keys");
+            assert!(
+                (850..1150).contains(&ones),
+                "bit {bit} set in {ones} of 2000 keys"
+            );
         }
     }
 

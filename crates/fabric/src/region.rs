@@ -177,7 +177,10 @@ mod tests {
     fn minor_faults() -> i64 {
         let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
         // SAFETY: `u` is a valid rusage to fill in.
-        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr()) }, 0);
+        assert_eq!(
+            unsafe { libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr()) },
+            0
+        );
         // SAFETY: getrusage succeeded and filled it in.
         unsafe { u.assume_init() }.ru_minflt
     }
@@ -187,7 +190,10 @@ mod tests {
         const PAGES: usize = 2048;
         let made = Region::shared(PAGES * 512, "test-populate").unwrap();
         // The server has written every page (as loading a store does).
-        made.words().iter().step_by(512).for_each(|w| w.store(7, Ordering::SeqCst));
+        made.words()
+            .iter()
+            .step_by(512)
+            .for_each(|w| w.store(7, Ordering::SeqCst));
         let fd = made.fd().unwrap().try_clone_to_owned().unwrap();
         let attached = Region::attach(fd).unwrap();
         let before = minor_faults();

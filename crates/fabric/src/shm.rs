@@ -156,7 +156,11 @@ pub(crate) struct ShmEndpoint {
 
 impl ShmEndpoint {
     /// Listen for compute processes of the memory server on TCP port `port`.
-    pub(crate) fn start(node: Arc<MemoryNode>, keys: Keyring, port: u16) -> io::Result<ShmEndpoint> {
+    pub(crate) fn start(
+        node: Arc<MemoryNode>,
+        keys: Keyring,
+        port: u16,
+    ) -> io::Result<ShmEndpoint> {
         let listener = UnixListener::bind_addr(&unix_addr(port)?)?;
         let stopping = Arc::new(AtomicBool::new(false));
         let links = Arc::new(Links::default());
@@ -310,7 +314,13 @@ fn handshake(node: &MemoryNode, keys: &Keyring, stream: &mut UnixStream) -> io::
         )));
     };
     if peer.id != compute as u64 {
-        send(stream, &ServerMsg::Reject { reason: RejectReason::BadKey }, None)?;
+        send(
+            stream,
+            &ServerMsg::Reject {
+                reason: RejectReason::BadKey,
+            },
+            None,
+        )?;
         return Err(io::Error::other(format!(
             "authenticated as compute node {} but said hello as {compute}",
             peer.id

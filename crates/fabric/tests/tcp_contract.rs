@@ -74,7 +74,8 @@ fn cluster(servers: &[&MemoryServerHandle]) -> TcpCluster {
 }
 
 fn cluster_on(mode: Mode, servers: &[&MemoryServerHandle]) -> TcpCluster {
-    TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), keyring()).shm(mode == Mode::Shm)
+    TcpCluster::new(servers.iter().map(|s| s.local_addr()).collect(), keyring())
+        .shm(mode == Mode::Shm)
 }
 
 /// Run `f` as a compute thread does: current_thread runtime plus LocalSet.
@@ -430,7 +431,11 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
         read_until_closed(&mut g);
         // ... and before any handshake, as noise, or as a frame that needs no
         // authentication to look plausible: closed with no answer.
-        for bytes in [noise.clone(), frame(ClientMsg::Info), u32::MAX.to_le_bytes().to_vec()] {
+        for bytes in [
+            noise.clone(),
+            frame(ClientMsg::Info),
+            u32::MAX.to_le_bytes().to_vec(),
+        ] {
             let mut g = unauthenticated(addr);
             g.write_all(&bytes).unwrap();
             let _ = g.shutdown(Shutdown::Write);
@@ -508,14 +513,22 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
         }
         // A compute node's control connection: it may register itself, never
         // another node, and never revoke.
-        for msg in [ClientMsg::Revoke { compute: 1 }, ClientMsg::Register { compute: 2 }] {
+        for msg in [
+            ClientMsg::Revoke { compute: 1 },
+            ClientMsg::Register { compute: 2 },
+        ] {
             let mut g = raw(addr);
             let mut bytes = frame(ClientMsg::Admin);
             bytes.extend(frame(msg));
             g.write_all(&bytes).unwrap();
             assert_eq!(
                 server_frames(&read_until_closed(&mut g)),
-                vec![ServerMsg::AdminOk, ServerMsg::Reject { reason: RejectReason::NotAdmin }]
+                vec![
+                    ServerMsg::AdminOk,
+                    ServerMsg::Reject {
+                        reason: RejectReason::NotAdmin
+                    }
+                ]
             );
         }
         let other = Keyring::from_master_hex(&Keyring::new_master_hex()).unwrap();
@@ -525,10 +538,16 @@ fn garbage_clients_are_disconnected_and_the_server_keeps_serving() {
             .expect_err("another cluster's keys accepted");
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
         let compute_only = TcpCluster::new(vec![addr], keyring().only(&[Role::Compute]));
-        let err = compute_only.revoke_on(&[0], 2).await.expect_err("a compute keyring revoked a node");
+        let err = compute_only
+            .revoke_on(&[0], 2)
+            .await
+            .expect_err("a compute keyring revoked a node");
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
         // It registers itself only (its own key, on a connection proving its id).
-        let own = compute_only.register(3).await.expect("a compute node registers itself");
+        let own = compute_only
+            .register(3)
+            .await
+            .expect("a compute node registers itself");
         assert!(s.node().is_authorized(3, own[0]));
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
 

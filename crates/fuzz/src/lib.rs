@@ -140,7 +140,11 @@ fn mutate_once(rng: &mut Rng, b: &mut Vec<u8>, other: &[u8]) {
         // One more or one less.
         2 if n > 0 => {
             let i = rng.below(n);
-            b[i] = if rng.bool() { b[i].wrapping_add(1) } else { b[i].wrapping_sub(1) };
+            b[i] = if rng.bool() {
+                b[i].wrapping_add(1)
+            } else {
+                b[i].wrapping_sub(1)
+            };
         }
         // A little-endian field (length, count, id) set to a boundary value,
         // including the bytes that follow it and one past them.
@@ -246,7 +250,10 @@ pub fn long_run() -> bool {
 impl Fuzz {
     pub fn new(name: &str) -> Fuzz {
         let budget = budget();
-        let seed = match std::env::var("TANDEM_FUZZ_SEED").ok().and_then(|s| parse_u64(&s)) {
+        let seed = match std::env::var("TANDEM_FUZZ_SEED")
+            .ok()
+            .and_then(|s| parse_u64(&s))
+        {
             Some(s) => s,
             None if budget > Duration::from_secs(10) => std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -401,7 +408,9 @@ fn parse_u64(s: &str) -> Option<u64> {
 }
 
 fn fnv(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100_0000_01b3))
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn hash_of<L: std::hash::Hash>(l: &L) -> u64 {
@@ -426,7 +435,11 @@ fn record(r: &Report, crashes: u32) {
     );
     eprintln!("{line}");
     if let Ok(path) = std::env::var("TANDEM_FUZZ_REPORT") {
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
             let _ = writeln!(f, "{}\t{}\t{:.1}\t{}", r.name, r.execs, r.secs, crashes);
         }
     }
@@ -508,9 +521,8 @@ where
     C: FnMut(&[u8]) -> L,
 {
     let deadline = Instant::now() + Duration::from_secs(20);
-    let still = |check: &mut C, b: &[u8]| -> bool {
-        matches!(catch(check, b), Err(c) if c.at == first.at)
-    };
+    let still =
+        |check: &mut C, b: &[u8]| -> bool { matches!(catch(check, b), Err(c) if c.at == first.at) };
     let mut chunk = input.len().next_power_of_two();
     while chunk >= 1 && Instant::now() < deadline {
         let mut at = 0;

@@ -43,8 +43,12 @@ fn gen_client(rng: &mut Rng) -> ClientMsg {
         },
         3 => ClientMsg::Admin,
         4 => match rng.bool() {
-            true => ClientMsg::Register { compute: rng.u8() as u16 },
-            false => ClientMsg::Revoke { compute: rng.interesting_u64() as u16 },
+            true => ClientMsg::Register {
+                compute: rng.u8() as u16,
+            },
+            false => ClientMsg::Revoke {
+                compute: rng.interesting_u64() as u16,
+            },
         },
         _ => ClientMsg::Info,
     }
@@ -76,8 +80,12 @@ fn gen_server(rng: &mut Rng) -> ServerMsg {
         },
         2 => ServerMsg::HelloOk,
         3 => ServerMsg::AdminOk,
-        4 => ServerMsg::Registered { key: (rng.next_u64() as u128) << 64 | rng.interesting_u64() as u128 },
-        5 => ServerMsg::Info { size_bytes: rng.interesting_u64() },
+        4 => ServerMsg::Registered {
+            key: (rng.next_u64() as u128) << 64 | rng.interesting_u64() as u128,
+        },
+        5 => ServerMsg::Info {
+            size_bytes: rng.interesting_u64(),
+        },
         _ => ServerMsg::Reject {
             reason: *rng.pick(&[
                 RejectReason::BadKey,
@@ -97,7 +105,11 @@ fn client_frames(rng: &mut Rng) -> Vec<u8> {
         let m = gen_client(rng);
         let at = out.len();
         m.encode(&mut out);
-        assert_eq!(ClientMsg::decode(&out[at + FRAME_HEADER_BYTES..]).as_ref(), Ok(&m), "round trip");
+        assert_eq!(
+            ClientMsg::decode(&out[at + FRAME_HEADER_BYTES..]).as_ref(),
+            Ok(&m),
+            "round trip"
+        );
     }
     out
 }
@@ -108,7 +120,11 @@ fn server_frames(rng: &mut Rng) -> Vec<u8> {
         let m = gen_server(rng);
         let at = out.len();
         m.encode(&mut out);
-        assert_eq!(ServerMsg::decode(&out[at + FRAME_HEADER_BYTES..]).as_ref(), Ok(&m), "round trip");
+        assert_eq!(
+            ServerMsg::decode(&out[at + FRAME_HEADER_BYTES..]).as_ref(),
+            Ok(&m),
+            "round trip"
+        );
     }
     out
 }
@@ -158,8 +174,14 @@ fn check_stream<M: PartialEq + std::fmt::Debug>(
         // The body grows to the checked length, never beyond; an oversized
         // or empty prefix costs nothing.
         // (A `Vec<u8>` allocates at least 8 bytes.)
-        let bound = claimed.filter(|&c| c > 0 && c <= FRAME_BYTES_MAX).map_or(0, |c| c.max(8));
-        assert!(a.peak <= bound, "read_frame held {} bytes for a {claimed:?}-byte prefix", a.peak);
+        let bound = claimed
+            .filter(|&c| c > 0 && c <= FRAME_BYTES_MAX)
+            .map_or(0, |c| c.max(8));
+        assert!(
+            a.peak <= bound,
+            "read_frame held {} bytes for a {claimed:?}-byte prefix",
+            a.peak
+        );
         match got {
             Ok(true) => {}
             Ok(false) => return label + "end",
@@ -168,12 +190,21 @@ fn check_stream<M: PartialEq + std::fmt::Debug>(
         }
         let (m, a) = peak_alloc(|| decode(&body));
         let limit = decoded_bytes_max(body.len());
-        assert!(a.peak <= limit, "decoding {} bytes held {} (bound {limit})", body.len(), a.peak);
+        assert!(
+            a.peak <= limit,
+            "decoding {} bytes held {} (bound {limit})",
+            body.len(),
+            a.peak
+        );
         match m {
             Ok(m) => {
                 let mut again = Vec::new();
                 encode(&m, &mut again);
-                assert_eq!(&again[FRAME_HEADER_BYTES..], &body[..], "{m:?} re-encodes differently");
+                assert_eq!(
+                    &again[FRAME_HEADER_BYTES..],
+                    &body[..],
+                    "{m:?} re-encodes differently"
+                );
                 assert_eq!(decode(&again[FRAME_HEADER_BYTES..]).as_ref(), Ok(&m));
                 label += &short(format!("{m:?}"), 4);
             }
@@ -203,7 +234,12 @@ fn fuzz_fabric_client_msg() {
         // As a whole stream, and as one body without its prefix.
         let mut label = check_stream(b, ClientMsg::decode, |m, o| m.encode(o), client_bound);
         let (m, a) = peak_alloc(|| ClientMsg::decode(b));
-        assert!(a.peak <= client_bound(b.len()), "{} bytes held for {}", a.peak, b.len());
+        assert!(
+            a.peak <= client_bound(b.len()),
+            "{} bytes held for {}",
+            a.peak,
+            b.len()
+        );
         label += &format!("{:?}", m.map(|m| m.name()));
         label
     });
@@ -214,7 +250,12 @@ fn fuzz_fabric_server_msg() {
     Fuzz::new("fabric ServerMsg::decode + read_frame").run(server_frames, |b| {
         let mut label = check_stream(b, ServerMsg::decode, |m, o| m.encode(o), server_bound);
         let (m, a) = peak_alloc(|| ServerMsg::decode(b));
-        assert!(a.peak <= server_bound(b.len()), "{} bytes held for {}", a.peak, b.len());
+        assert!(
+            a.peak <= server_bound(b.len()),
+            "{} bytes held for {}",
+            a.peak,
+            b.len()
+        );
         label += &format!("{:?}", m.map(|m| std::mem::discriminant(&m)));
         label
     });
@@ -266,55 +307,79 @@ fn fuzz_auth_server_handshake() {
         b.extend(rng.bytes(PROOF_BYTES));
         b
     };
-    Fuzz::new("auth ServerHandshake::take").max_len(2 + HELLO_BYTES + PROOF_BYTES + 8).run(hello_seed, |b| {
-        let mut b = b.to_vec();
-        b.resize(2 + HELLO_BYTES + PROOF_BYTES, 0);
-        let allowed: Vec<Role> = Role::ALL.into_iter().filter(|r| b[0] >> (*r as u8) & 1 == 1).collect();
-        let mut s = ServerHandshake::new(&keys, &allowed);
-        assert_eq!(s.need(), HELLO_BYTES);
-        let hello: [u8; HELLO_BYTES] = b[2..2 + HELLO_BYTES].try_into().unwrap();
-        let ch = match s.take(&hello) {
-            Ok(Next::Send(ch)) => ch,
-            Ok(Next::Done(p)) => panic!("authenticated {p:?} on a hello alone"),
-            Err(e) => {
-                assert_eq!(s.need(), 0, "a refused handshake takes nothing more");
-                return format!("{e:?}");
-            }
-        };
-        assert_eq!(s.need(), PROOF_BYTES);
-        let role = Role::from_u8(hello[9]).expect("a challenge only for a known role");
-        assert!(allowed.contains(&role), "a challenge for a role not allowed");
-        // What an attacker without the key can send as its proof.
-        let given = &b[2 + HELLO_BYTES..];
-        let (nonce, mac_l) = ch.split_at(32);
-        let proof: [u8; PROOF_BYTES] = match b[1] % 6 {
-            0 => given.try_into().unwrap(),
-            // The listener's own MAC or nonce reflected.
-            1 => mac_l.try_into().unwrap(),
-            2 => nonce.try_into().unwrap(),
-            // The right transcript under another key, or under the right
-            // key with the listener's label (a reflection attack).
-            3 => hmac(wrong.get(role).unwrap().bytes(), &[b"tandem/v1/dialer", &hello, nonce, mac_l]),
-            4 => hmac(keys.get(role).unwrap().bytes(), &[b"tandem/v1/listener", &hello, nonce, mac_l]),
-            // Another role's key.
-            _ => {
-                let other = Role::ALL[(role as usize) % Role::ALL.len()];
-                hmac(keys.get(other).unwrap().bytes(), &[b"tandem/v1/dialer", &hello, nonce, mac_l])
-            }
-        };
-        let r = s.take(&proof);
-        assert_eq!(r, Err(AuthError::BadProof), "strategy {}: the listener accepted a forged proof", b[1] % 6);
-        assert_eq!(s.need(), 0);
-        // Control: the same listener settings and a dialer that holds the key.
-        if b[1] % 8 == 7 {
-            let (c, hello) = ClientHandshake::start(&keys, role, 9).unwrap();
+    Fuzz::new("auth ServerHandshake::take")
+        .max_len(2 + HELLO_BYTES + PROOF_BYTES + 8)
+        .run(hello_seed, |b| {
+            let mut b = b.to_vec();
+            b.resize(2 + HELLO_BYTES + PROOF_BYTES, 0);
+            let allowed: Vec<Role> = Role::ALL
+                .into_iter()
+                .filter(|r| b[0] >> (*r as u8) & 1 == 1)
+                .collect();
             let mut s = ServerHandshake::new(&keys, &allowed);
-            let Ok(Next::Send(ch)) = s.take(&hello) else { panic!("the control was refused") };
-            let proof = c.challenge(&ch).expect("the listener holds the key");
-            assert!(matches!(s.take(&proof), Ok(Next::Done(p)) if p.role == role && p.id == 9));
-        }
-        format!("{role:?} {}", b[1] % 6)
-    });
+            assert_eq!(s.need(), HELLO_BYTES);
+            let hello: [u8; HELLO_BYTES] = b[2..2 + HELLO_BYTES].try_into().unwrap();
+            let ch = match s.take(&hello) {
+                Ok(Next::Send(ch)) => ch,
+                Ok(Next::Done(p)) => panic!("authenticated {p:?} on a hello alone"),
+                Err(e) => {
+                    assert_eq!(s.need(), 0, "a refused handshake takes nothing more");
+                    return format!("{e:?}");
+                }
+            };
+            assert_eq!(s.need(), PROOF_BYTES);
+            let role = Role::from_u8(hello[9]).expect("a challenge only for a known role");
+            assert!(
+                allowed.contains(&role),
+                "a challenge for a role not allowed"
+            );
+            // What an attacker without the key can send as its proof.
+            let given = &b[2 + HELLO_BYTES..];
+            let (nonce, mac_l) = ch.split_at(32);
+            let proof: [u8; PROOF_BYTES] = match b[1] % 6 {
+                0 => given.try_into().unwrap(),
+                // The listener's own MAC or nonce reflected.
+                1 => mac_l.try_into().unwrap(),
+                2 => nonce.try_into().unwrap(),
+                // The right transcript under another key, or under the right
+                // key with the listener's label (a reflection attack).
+                3 => hmac(
+                    wrong.get(role).unwrap().bytes(),
+                    &[b"tandem/v1/dialer", &hello, nonce, mac_l],
+                ),
+                4 => hmac(
+                    keys.get(role).unwrap().bytes(),
+                    &[b"tandem/v1/listener", &hello, nonce, mac_l],
+                ),
+                // Another role's key.
+                _ => {
+                    let other = Role::ALL[(role as usize) % Role::ALL.len()];
+                    hmac(
+                        keys.get(other).unwrap().bytes(),
+                        &[b"tandem/v1/dialer", &hello, nonce, mac_l],
+                    )
+                }
+            };
+            let r = s.take(&proof);
+            assert_eq!(
+                r,
+                Err(AuthError::BadProof),
+                "strategy {}: the listener accepted a forged proof",
+                b[1] % 6
+            );
+            assert_eq!(s.need(), 0);
+            // Control: the same listener settings and a dialer that holds the key.
+            if b[1] % 8 == 7 {
+                let (c, hello) = ClientHandshake::start(&keys, role, 9).unwrap();
+                let mut s = ServerHandshake::new(&keys, &allowed);
+                let Ok(Next::Send(ch)) = s.take(&hello) else {
+                    panic!("the control was refused")
+                };
+                let proof = c.challenge(&ch).expect("the listener holds the key");
+                assert!(matches!(s.take(&proof), Ok(Next::Done(p)) if p.role == role && p.id == 9));
+            }
+            format!("{role:?} {}", b[1] % 6)
+        });
 }
 
 /// The dialer's side: a CHALLENGE from a listener that does not hold the
@@ -326,7 +391,9 @@ fn fuzz_auth_client_challenge() {
     let (client, hello) = ClientHandshake::start(&keys, Role::Compute, 3).unwrap();
     let real = {
         let mut s = ServerHandshake::new(&keys, &[Role::Compute]);
-        let Ok(Next::Send(ch)) = s.take(&hello) else { panic!() };
+        let Ok(Next::Send(ch)) = s.take(&hello) else {
+            panic!()
+        };
         ch
     };
     assert!(client.challenge(&real).is_ok(), "the control");
@@ -334,7 +401,11 @@ fn fuzz_auth_client_challenge() {
         // A challenge made by a listener without the key, or by one with
         // it for another hello (a replay).
         let (_, other_hello) = ClientHandshake::start(&keys, Role::Compute, 3).unwrap();
-        let (ring, h) = if rng.bool() { (&wrong, hello) } else { (&keys, other_hello) };
+        let (ring, h) = if rng.bool() {
+            (&wrong, hello)
+        } else {
+            (&keys, other_hello)
+        };
         let mut s = ServerHandshake::new(ring, &[Role::Compute]);
         match s.take(&h) {
             Ok(Next::Send(ch)) if ch != real => ch.to_vec(),
@@ -353,7 +424,11 @@ fn fuzz_auth_client_challenge() {
                 assert!(r.is_ok());
                 "real"
             } else {
-                assert_eq!(r, Err(AuthError::BadProof), "a proof for a forged challenge");
+                assert_eq!(
+                    r,
+                    Err(AuthError::BadProof),
+                    "a proof for a forged challenge"
+                );
                 "refused"
             }
         });

@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 
 use tandem_fuzz::{Fuzz, Rng};
 use tandem_membership::{
-    Event, Fleet, FleetEvent, Membership, MembershipConfig, MembershipState, MemoryConfig, NodeStatus,
+    Event, Fleet, FleetEvent, Membership, MembershipConfig, MembershipState, MemoryConfig,
+    NodeStatus,
 };
 
 /// Separates the state's JSON from the event bytes (never in UTF-8).
@@ -29,14 +30,22 @@ fn cfg(replicas: u8) -> MembershipConfig {
 fn event(rng: &mut Rng) -> Event {
     let node = rng.below(6) as u16;
     match rng.below(8) {
-        0 => Event::Join { node, coordinators: 1 + rng.below(6) as u16 },
+        0 => Event::Join {
+            node,
+            coordinators: 1 + rng.below(6) as u16,
+        },
         1 => Event::Heartbeat { node },
-        2 => Event::Relay { replica: rng.below(3) as u8, nodes: vec![node] },
+        2 => Event::Relay {
+            replica: rng.below(3) as u8,
+            nodes: vec![node],
+        },
         3 => Event::Leave { node },
         4 => Event::Tick,
-        5 => Event::RevokeAcked { node },
+        5 => Event::LinksTerminated { node },
         6 => Event::RecoveryDone { node },
-        _ => Event::ScanDone { ids: (0..rng.len(4)).map(|_| rng.below(70) as u16).collect() },
+        _ => Event::ScanDone {
+            ids: (0..rng.len(4)).map(|_| rng.below(70) as u16).collect(),
+        },
     }
 }
 
@@ -45,9 +54,19 @@ fn fleet_event(rng: &mut Rng) -> FleetEvent {
     match rng.below(5) {
         0 => FleetEvent::Heard { node },
         1 => FleetEvent::Tick,
-        2 => FleetEvent::Applied { compute: rng.below(6) as u16, epoch: rng.below(8) as u64 },
-        3 => FleetEvent::Replacement { node, addr: format!("127.0.0.1:{}", rng.below(9)) },
-        _ => FleetEvent::Copied { node, epoch: rng.below(8) as u64, ok: rng.bool() },
+        2 => FleetEvent::Applied {
+            compute: rng.below(6) as u16,
+            epoch: rng.below(8) as u64,
+        },
+        3 => FleetEvent::Replacement {
+            node,
+            addr: format!("127.0.0.1:{}", rng.below(9)),
+        },
+        _ => FleetEvent::Copied {
+            node,
+            epoch: rng.below(8) as u64,
+            ok: rng.bool(),
+        },
     }
 }
 
@@ -55,7 +74,9 @@ fn fleet_event(rng: &mut Rng) -> FleetEvent {
 /// boundary, as JSON; then random event bytes.
 fn gen_state(rng: &mut Rng) -> Vec<u8> {
     let mut m = Membership::new(cfg(1));
-    let addrs: Vec<String> = (0..1 + rng.below(4)).map(|i| format!("10.0.0.{i}:7000")).collect();
+    let addrs: Vec<String> = (0..1 + rng.below(4))
+        .map(|i| format!("10.0.0.{i}:7000"))
+        .collect();
     m.attach_fleet(Fleet::new(addrs, 50));
     let mut now = 0;
     for _ in 0..rng.len(60) {
@@ -90,10 +111,20 @@ fn gen_state(rng: &mut Rng) -> Vec<u8> {
         7 => {
             if let Some(n) = s.nodes.values_mut().next() {
                 n.ids.push(rng.below(70) as u16);
-                n.status = *rng.pick(&[NodeStatus::Alive, NodeStatus::Revoking, NodeStatus::Recovering]);
+                n.status = *rng.pick(&[
+                    NodeStatus::Alive,
+                    NodeStatus::Revoking,
+                    NodeStatus::Recovering,
+                ]);
             }
         }
-        8 => s.memory = Some(MemoryConfig { epoch: rng.below(3) as u64, addrs: vec![], down: BTreeSet::from([0]) }),
+        8 => {
+            s.memory = Some(MemoryConfig {
+                epoch: rng.below(3) as u64,
+                addrs: vec![],
+                down: BTreeSet::from([0]),
+            })
+        }
         _ => {}
     }
     let mut b = serde_json::to_vec(&s).unwrap();
@@ -115,7 +146,12 @@ fn check(b: &[u8]) -> String {
     let replicas = 1 + events.first().map_or(0, |e| e % 3);
     let mut m = match Membership::restore(cfg(replicas), state.clone(), 1_000) {
         Ok(m) => m,
-        Err(e) => return format!("refused {}", e.split_whitespace().take(3).collect::<Vec<_>>().join(" ")),
+        Err(e) => {
+            return format!(
+                "refused {}",
+                e.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+            )
+        }
     };
     // As `run_membership_server` does after a restore.
     let memory = state.memory.clone();
@@ -124,7 +160,11 @@ fn check(b: &[u8]) -> String {
         None => Fleet::new(vec!["10.0.0.1:7000".into()], 50),
     });
     m.reissue_after_restore();
-    let mut rng = Rng::new(events.iter().fold(7u64, |h, &x| h.wrapping_mul(31) ^ x as u64));
+    let mut rng = Rng::new(
+        events
+            .iter()
+            .fold(7u64, |h, &x| h.wrapping_mul(31) ^ x as u64),
+    );
     let mut now = 1_000;
     for &e in events.iter().take(48) {
         now += rng.below(60) as u64;
@@ -145,13 +185,18 @@ fn check(b: &[u8]) -> String {
     // (Unless a counter started within a run's reach of its refusal bound.)
     let snap = m.snapshot();
     let near = |x: u64| x > u64::MAX / 2 - 1_000;
-    let near_limit = near(state.version_blocks) || state.memory.as_ref().is_some_and(|c| near(c.epoch));
+    let near_limit =
+        near(state.version_blocks) || state.memory.as_ref().is_some_and(|c| near(c.epoch));
     match Membership::restore(cfg(replicas), snap.clone(), now) {
         Ok(again) => assert_eq!(again.snapshot().failed_ids, snap.failed_ids),
         Err(e) if near_limit && e.contains("out of range") => {}
         Err(e) => panic!("a restored service's own state is refused: {e}\n{snap:?}"),
     }
-    format!("restored {} {}", state.nodes.len().min(4), state.memory.is_some())
+    format!(
+        "restored {} {}",
+        state.nodes.len().min(4),
+        state.memory.is_some()
+    )
 }
 
 #[test]
@@ -178,10 +223,20 @@ fn regression_a_memory_configuration_that_names_a_node_it_lacks_is_refused() {
     // A stored fleet with memory node 3 down among 2: a replacement for it,
     // once copied, indexed past the address list.
     let mut s = Membership::new(cfg(1)).snapshot();
-    s.memory = Some(MemoryConfig { epoch: 2, addrs: vec!["a:1".into(), "b:1".into()], down: BTreeSet::from([3]) });
-    let e = Membership::restore(cfg(1), s.clone(), 0).map(|_| ()).unwrap_err();
+    s.memory = Some(MemoryConfig {
+        epoch: 2,
+        addrs: vec!["a:1".into(), "b:1".into()],
+        down: BTreeSet::from([3]),
+    });
+    let e = Membership::restore(cfg(1), s.clone(), 0)
+        .map(|_| ())
+        .unwrap_err();
     assert!(e.contains("memory node 3"), "{e}");
     // And an epoch at the end of its range (the next hold overflowed it).
-    s.memory = Some(MemoryConfig { epoch: u64::MAX, addrs: vec!["a:1".into()], down: BTreeSet::new() });
+    s.memory = Some(MemoryConfig {
+        epoch: u64::MAX,
+        addrs: vec!["a:1".into()],
+        down: BTreeSet::new(),
+    });
     assert!(Membership::restore(cfg(1), s, 0).is_err());
 }

@@ -18,7 +18,7 @@ use tandem_kite::{KiteConfig, KiteNode};
 use tandem_net::conn::{cut_frames, decode};
 use tandem_net::nvm_file::NvmFile;
 use tandem_net::protocol::{land, Command, Input, NodeFactory, Nvm, Protocol, NO_ANSWER};
-use tandem_net::wire::{frame, put, ClientReq, FromManager, Frames, Heartbeat, Hello, MAX_FRAME};
+use tandem_net::wire::{frame, put, ClientReq, Frames, FromManager, Heartbeat, Hello, MAX_FRAME};
 use tandem_net::{Config, NodeId};
 
 // ------------------------------------------------------ a tiny in-memory cluster
@@ -93,7 +93,14 @@ impl<P: Protocol> Cluster<P> {
                     let node = rng.below(n as usize) as NodeId;
                     let session = 1 + rng.below(4) as u64 + 100 * node as u64;
                     let o = op(rng, i as u64);
-                    self.step(node, Input::Client { session, req: i as u64, op: o });
+                    self.step(
+                        node,
+                        Input::Client {
+                            session,
+                            req: i as u64,
+                            op: o,
+                        },
+                    );
                 }
                 1 | 2 => {
                     if let Some((node, token)) = self.done.pop_front() {
@@ -123,9 +130,18 @@ fn ddp_op(rng: &mut Rng, i: u64) -> tandem_ddp::Op {
     match rng.below(7) {
         0 => Op::read(key),
         1 | 2 => Op::write(key, rng.next_u64(), 1 + i / 8),
-        3 => Op::Persist { scope: 1 + i / 8, writes: rng.below(3) as u32 },
+        3 => Op::Persist {
+            scope: 1 + i / 8,
+            writes: rng.below(3) as u32,
+        },
         4 => Op::Begin { tx },
-        5 => Op::Write { key, value: i, scope: 0, after: Default::default(), tx: Some(tx) },
+        5 => Op::Write {
+            key,
+            value: i,
+            scope: 0,
+            after: Default::default(),
+            tx: Some(tx),
+        },
         _ => Op::End { tx },
     }
 }
@@ -139,7 +155,12 @@ fn kite_op(rng: &mut Rng, i: u64) -> tandem_kite::Op {
         2 => Op::Acquire(key),
         3 => Op::Release(key, i),
         4 => Op::Faa(key, 1),
-        _ => Op::Cas { key, expected: rng.below(3) as u64, new: i, weak: rng.bool() },
+        _ => Op::Cas {
+            key,
+            expected: rng.below(3) as u64,
+            new: i,
+            weak: rng.bool(),
+        },
     }
 }
 
@@ -149,7 +170,10 @@ fn kite_op(rng: &mut Rng, i: u64) -> tandem_kite::Op {
 /// stopping the node (fail-stop); that is not what these targets look for.
 /// They step arbitrary messages with the assertions off and check that
 /// nothing else panics and the node's own invariants hold.
-const FUZZ_PARAMS: Params = Params { assertions: false, ..Params::SIM };
+const FUZZ_PARAMS: Params = Params {
+    assertions: false,
+    ..Params::SIM
+};
 
 /// DDP under every model (and HEAL recovery for the models it supports).
 fn ddp_factories() -> Vec<(String, DdpFactory)> {
@@ -224,7 +248,12 @@ fn bincode_target<T: Serialize + DeserializeOwned + std::fmt::Debug>(
         move |rng| bincode::serialize(&samples(rng)).unwrap(),
         |b| {
             let (r, a) = peak_alloc(|| decode::<T>(b));
-            assert!(a.peak <= decode_bound(b.len()), "{} bytes held decoding {}", a.peak, b.len());
+            assert!(
+                a.peak <= decode_bound(b.len()),
+                "{} bytes held decoding {}",
+                a.peak,
+                b.len()
+            );
             match r {
                 Ok(v) => {
                     // What decodes encodes back to what it decoded from
@@ -232,7 +261,10 @@ fn bincode_target<T: Serialize + DeserializeOwned + std::fmt::Debug>(
                     let again = bincode::serialize(&v).unwrap();
                     let back: T = decode(&again).expect("re-encoding decodes");
                     assert_eq!(format!("{back:?}"), format!("{v:?}"));
-                    format!("ok {}", format!("{v:?}").chars().take(8).collect::<String>())
+                    format!(
+                        "ok {}",
+                        format!("{v:?}").chars().take(8).collect::<String>()
+                    )
                 }
                 Err(e) => e.to_string().chars().take(24).collect(),
             }
@@ -242,9 +274,14 @@ fn bincode_target<T: Serialize + DeserializeOwned + std::fmt::Debug>(
 
 fn gen_hello(rng: &mut Rng) -> Hello {
     match rng.below(4) {
-        0 => Hello::Peer { node: rng.interesting_u64() as u16 },
+        0 => Hello::Peer {
+            node: rng.interesting_u64() as u16,
+        },
         1 => Hello::Client,
-        2 => Hello::ToManager { node: rng.below(8) as u16, boot: rng.interesting_u64() },
+        2 => Hello::ToManager {
+            node: rng.below(8) as u16,
+            boot: rng.interesting_u64(),
+        },
         _ => Hello::Stats,
     }
 }
@@ -258,17 +295,25 @@ fn fuzz_net_hello() {
 fn fuzz_net_client_req() {
     bincode_target::<ClientReq<tandem_ddp::Op>>("net ClientReq<ddp Op>", |rng| {
         let i = rng.below(100) as u64;
-        ClientReq { session: rng.interesting_u64(), req: rng.next_u64(), op: ddp_op(rng, i) }
+        ClientReq {
+            session: rng.interesting_u64(),
+            req: rng.next_u64(),
+            op: ddp_op(rng, i),
+        }
     });
 }
 
 #[test]
 fn fuzz_net_from_manager() {
     bincode_target::<FromManager>("net FromManager", |rng| match rng.bool() {
-        true => FromManager::Lease { seq: rng.interesting_u64() },
+        true => FromManager::Lease {
+            seq: rng.interesting_u64(),
+        },
         false => FromManager::Config(Config::new(
             rng.interesting_u64(),
-            (0..rng.len(8)).map(|_| rng.interesting_u64() as u16).collect(),
+            (0..rng.len(8))
+                .map(|_| rng.interesting_u64() as u16)
+                .collect(),
         )),
     });
 }
@@ -284,7 +329,9 @@ impl Read for Trickle<'_> {
         if self.rng.one_in(10) {
             return Err(io::ErrorKind::Interrupted.into());
         }
-        let n = (1 + self.rng.below(300)).min(buf.len()).min(self.data.len());
+        let n = (1 + self.rng.below(300))
+            .min(buf.len())
+            .min(self.data.len());
         buf[..n].copy_from_slice(&self.data[..n]);
         self.data = &self.data[n..];
         Ok(n)
@@ -298,9 +345,20 @@ impl Read for Trickle<'_> {
 fn fuzz_net_manager_stream() {
     let gen = |rng: &mut Rng| {
         let mut b = Vec::new();
-        put(&mut b, &Hello::ToManager { node: rng.below(4) as u16, boot: rng.next_u64() });
+        put(
+            &mut b,
+            &Hello::ToManager {
+                node: rng.below(4) as u16,
+                boot: rng.next_u64(),
+            },
+        );
         for _ in 0..rng.len(6) {
-            put(&mut b, &Heartbeat { seq: rng.interesting_u64() });
+            put(
+                &mut b,
+                &Heartbeat {
+                    seq: rng.interesting_u64(),
+                },
+            );
         }
         b
     };
@@ -308,7 +366,10 @@ fn fuzz_net_manager_stream() {
         let ((label, got), a) = peak_alloc(|| {
             // The reader's own buffer is the `BufReader`'s 256 KiB, made at
             // `Frames::new`; what `next` holds beyond it is measured.
-            let mut frames = Frames::new(Trickle { data: b, rng: Rng::new(b.len() as u64) });
+            let mut frames = Frames::new(Trickle {
+                data: b,
+                rng: Rng::new(b.len() as u64),
+            });
             let mut got = 0;
             let label = match frames.next::<Hello>() {
                 Ok(Some(Hello::ToManager { .. })) => loop {
@@ -342,52 +403,62 @@ fn fuzz_net_frame_cutting() {
     let gen = |rng: &mut Rng| {
         let mut b = Vec::new();
         for _ in 0..1 + rng.len(8) {
-            let n = if rng.one_in(16) { 40_000 + rng.below(60_000) } else { rng.len(200) };
+            let n = if rng.one_in(16) {
+                40_000 + rng.below(60_000)
+            } else {
+                rng.len(200)
+            };
             put(&mut b, &rng.bytes(n));
         }
         b
     };
-    Fuzz::new("net frame cutting (cut_frames, Conn::read_frames)").max_len(300_000).run(gen, |b| {
-        // The reference: whole frames, in order, until a partial one or an
-        // oversized prefix.
-        let mut want: Vec<&[u8]> = Vec::new();
-        let mut at = 0;
-        let mut bad = false;
-        while b.len() - at >= 4 {
-            let len = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
-            if len > MAX_FRAME {
-                bad = true;
-                break;
+    Fuzz::new("net frame cutting (cut_frames, Conn::read_frames)")
+        .max_len(300_000)
+        .run(gen, |b| {
+            // The reference: whole frames, in order, until a partial one or an
+            // oversized prefix.
+            let mut want: Vec<&[u8]> = Vec::new();
+            let mut at = 0;
+            let mut bad = false;
+            while b.len() - at >= 4 {
+                let len = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+                if len > MAX_FRAME {
+                    bad = true;
+                    break;
+                }
+                if b.len() - at - 4 < len {
+                    break;
+                }
+                want.push(&b[at + 4..at + 4 + len]);
+                at += 4 + len;
             }
-            if b.len() - at - 4 < len {
-                break;
+            // Cut as the bytes arrive, keeping the unconsumed tail.
+            let mut rng = Rng::new(b.len() as u64 ^ 0x55);
+            let (mut buf, mut got, mut failed, mut fed) =
+                (Vec::new(), Vec::<Vec<u8>>::new(), false, 0);
+            while fed < b.len() && !failed {
+                let n = (1 + rng.below(5000)).min(b.len() - fed);
+                buf.extend_from_slice(&b[fed..fed + n]);
+                fed += n;
+                let cut = cut_frames(&buf, &mut |f| got.push(f.to_vec()));
+                failed = cut.error.is_some();
+                buf.drain(..cut.consumed);
             }
-            want.push(&b[at + 4..at + 4 + len]);
-            at += 4 + len;
-        }
-        // Cut as the bytes arrive, keeping the unconsumed tail.
-        let mut rng = Rng::new(b.len() as u64 ^ 0x55);
-        let (mut buf, mut got, mut failed, mut fed) = (Vec::new(), Vec::<Vec<u8>>::new(), false, 0);
-        while fed < b.len() && !failed {
-            let n = (1 + rng.below(5000)).min(b.len() - fed);
-            buf.extend_from_slice(&b[fed..fed + n]);
-            fed += n;
-            let cut = cut_frames(&buf, &mut |f| got.push(f.to_vec()));
-            failed = cut.error.is_some();
-            buf.drain(..cut.consumed);
-        }
-        assert_eq!(failed, bad, "an oversized prefix is an error, and only that");
-        assert_eq!(got.len(), want.len());
-        assert!(got.iter().zip(&want).all(|(g, w)| g == w), "frames differ");
-        // The real connection, over a socket pair, when the input is small
-        // enough for the socket buffer.
-        if b.len() <= 100_000 && !bad {
-            let real = read_through_conn(b);
-            assert_eq!(real.len(), want.len(), "Conn::read_frames cut differently");
-            assert!(real.iter().zip(&want).all(|(g, w)| g == w));
-        }
-        format!("{} {}", want.len().min(4), bad)
-    });
+            assert_eq!(
+                failed, bad,
+                "an oversized prefix is an error, and only that"
+            );
+            assert_eq!(got.len(), want.len());
+            assert!(got.iter().zip(&want).all(|(g, w)| g == w), "frames differ");
+            // The real connection, over a socket pair, when the input is small
+            // enough for the socket buffer.
+            if b.len() <= 100_000 && !bad {
+                let real = read_through_conn(b);
+                assert_eq!(real.len(), want.len(), "Conn::read_frames cut differently");
+                assert!(real.iter().zip(&want).all(|(g, w)| g == w));
+            }
+            format!("{} {}", want.len().min(4), bad)
+        });
 }
 
 fn read_through_conn(b: &[u8]) -> Vec<Vec<u8>> {
@@ -453,7 +524,12 @@ fn ddp_check(warm: &[DdpWarm], b: &[u8]) -> String {
 fn kinds<M: std::fmt::Debug>(msgs: &[M]) -> String {
     msgs.iter()
         .take(3)
-        .map(|m| format!("{m:?}").chars().take_while(|c| c.is_alphanumeric()).collect::<String>())
+        .map(|m| {
+            format!("{m:?}")
+                .chars()
+                .take_while(|c| c.is_alphanumeric())
+                .collect::<String>()
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -504,7 +580,10 @@ fn kite_check(b: &[u8]) -> String {
     }
     let config = Config::new(1, vec![0, 1, 2]);
     // Assertions off, as for DDP (see `FUZZ_PARAMS`).
-    let kcfg = KiteConfig { assertions: Some(false), ..KiteConfig::default() };
+    let kcfg = KiteConfig {
+        assertions: Some(false),
+        ..KiteConfig::default()
+    };
     let mut node = KiteNode::new(0, &config, kcfg);
     let from = 1 + (b[0] % 2) as NodeId;
     let msgs = decode_stream::<tandem_kite::Msg>(&b[1..]);
@@ -611,7 +690,8 @@ fn fuzz_nvm_file_open() {
                     let r = tandem_ddp::Record::Incarnation(7);
                     if f.append(&r).is_ok() {
                         drop(f);
-                        let (_, after) = NvmFile::<tandem_ddp::Record>::open(&path, capacity).unwrap();
+                        let (_, after) =
+                            NvmFile::<tandem_ddp::Record>::open(&path, capacity).unwrap();
                         let mut want = image.clone();
                         land(&mut want, r);
                         assert_eq!(after, want, "the append landed on the recovered image");
@@ -649,33 +729,47 @@ fn fuzz_ddp_recover_from_image() {
         b.extend(bincode::serialize(&recs).unwrap());
         b
     };
-    Fuzz::new("ddp recover(id, config, image)").budget_times(2.0).max_len(8192).run(gen, |b| {
-        if b.is_empty() {
-            return "empty".to_string();
-        }
-        let w = &warm[b[0] as usize % warm.len()];
-        let Ok(recs) = decode::<Vec<tandem_ddp::Record>>(&b[1..]) else {
-            return "not records".into();
-        };
-        let mut image = Nvm::new();
-        for r in recs {
-            land(&mut image, r);
-        }
-        let config = Config::new(3, vec![0, 1, 2]);
-        let mut node = w.factory.recover(0, &config, &image);
-        let mut out = Vec::new();
-        node.step(20_000_000, Input::Config(Config::new(4, vec![0, 1, 2])), &mut out);
-        let msgs: Vec<tandem_ddp::Msg> = w.msgs.iter().take(8).cloned().collect();
-        drive(&mut node, 1, msgs);
-        format!("{} {}", w.name.len() % 5, image.len().min(6))
-    });
+    Fuzz::new("ddp recover(id, config, image)")
+        .budget_times(2.0)
+        .max_len(8192)
+        .run(gen, |b| {
+            if b.is_empty() {
+                return "empty".to_string();
+            }
+            let w = &warm[b[0] as usize % warm.len()];
+            let Ok(recs) = decode::<Vec<tandem_ddp::Record>>(&b[1..]) else {
+                return "not records".into();
+            };
+            let mut image = Nvm::new();
+            for r in recs {
+                land(&mut image, r);
+            }
+            let config = Config::new(3, vec![0, 1, 2]);
+            let mut node = w.factory.recover(0, &config, &image);
+            let mut out = Vec::new();
+            node.step(
+                20_000_000,
+                Input::Config(Config::new(4, vec![0, 1, 2])),
+                &mut out,
+            );
+            let msgs: Vec<tandem_ddp::Msg> = w.msgs.iter().take(8).cloned().collect();
+            drive(&mut node, 1, msgs);
+            format!("{} {}", w.name.len() % 5, image.len().min(6))
+        });
 }
 
 #[test]
 fn warm_clusters_made_traffic() {
     let warm = &ddp_warm()[..];
-    let silent: Vec<&str> = warm.iter().filter(|w| w.msgs.is_empty()).map(|w| w.name.as_str()).collect();
-    assert!(silent.len() < warm.len() / 2, "most warm-ups sent nothing: {silent:?}");
+    let silent: Vec<&str> = warm
+        .iter()
+        .filter(|w| w.msgs.is_empty())
+        .map(|w| w.name.as_str())
+        .collect();
+    assert!(
+        silent.len() < warm.len() / 2,
+        "most warm-ups sent nothing: {silent:?}"
+    );
     assert!(!kite_msgs().is_empty());
     // A frame helper sanity check: `frame` is `put` into a new buffer.
     let mut b = Vec::new();
@@ -691,5 +785,9 @@ fn regression_a_frame_prefix_alone_costs_no_memory() {
     let b = (MAX_FRAME as u32).to_le_bytes();
     let (r, a) = peak_alloc(|| Frames::new(&b[..]).next::<Hello>().map(|_| ()));
     assert_eq!(r.unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
-    assert!(a.peak < 1 << 20, "{} bytes held for a 4-byte stream", a.peak);
+    assert!(
+        a.peak < 1 << 20,
+        "{} bytes held for a 4-byte stream",
+        a.peak
+    );
 }

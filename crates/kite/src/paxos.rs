@@ -11,8 +11,8 @@
 
 use tandem_net::{NodeId, SessionId};
 
-use crate::node::{Active, KiteNode, Mutant, Out};
 use crate::inflight::*;
+use crate::node::{Active, KiteNode, Mutant, Out};
 use crate::types::*;
 
 impl Gather {

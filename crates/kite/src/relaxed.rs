@@ -4,8 +4,8 @@
 
 use tandem_net::SessionId;
 
-use crate::node::{Active, KeyState, KiteNode, Mutant, Out};
 use crate::inflight::*;
+use crate::node::{Active, KeyState, KiteNode, Mutant, Out};
 use crate::types::*;
 
 impl KiteNode {

@@ -15,8 +15,8 @@
 
 use tandem_net::{NodeId, SessionId};
 
-use crate::node::{Active, Delinquency, KiteNode, Mutant, Out};
 use crate::inflight::*;
+use crate::node::{Active, Delinquency, KiteNode, Mutant, Out};
 use crate::types::*;
 
 impl KiteNode {

@@ -5,12 +5,12 @@
 //! shows: violations per policy, mutants caught, the differential against
 //! the axiomatic model, and how many crash images it checks per second.
 
-use serde_json::{json, Value};
 use crate::bench::{bench, BenchOpts, BenchResult};
 use crate::check::{check, CheckOpts};
 use crate::lfd::LfdKind;
 use crate::litmus::{differential, hunt};
 use crate::{Mutant, PolicyKind};
+use serde_json::{json, Value};
 
 use tandem_report::plot::{bars_svg, lines_svg, stack_svg};
 

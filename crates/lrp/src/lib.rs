@@ -17,8 +17,8 @@
 pub mod axiom;
 pub mod bench;
 pub mod check;
-pub mod experiment;
 pub mod cut;
+pub mod experiment;
 pub mod lfd;
 pub mod litmus;
 pub mod lrp_policy;

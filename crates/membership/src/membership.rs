@@ -89,8 +89,9 @@ pub enum Event {
     Leave { node: NodeId },
     /// Time passed (the runtime calls this periodically).
     Tick,
-    /// Every memory node acknowledged the revocation of `node`.
-    RevokeAcked { node: NodeId },
+    /// Link termination of `node` is done: every memory node acknowledged
+    /// that it revoked the node's access (Pandora's active-link termination).
+    LinksTerminated { node: NodeId },
     /// Log recovery of `node`'s coordinators finished (invalidated logs included).
     RecoveryDone { node: NodeId },
     /// The stray-lock scan for these ids finished; they may be reused.
@@ -103,8 +104,8 @@ pub enum Command {
     AssignIds { node: NodeId, ids: Vec<u16> },
     /// Refuse a join (id space exhausted, or the node is known as failed).
     Reject { node: NodeId, reason: String },
-    /// Active-link termination on every memory node; answer with `RevokeAcked`.
-    Revoke { node: NodeId },
+    /// Active-link termination on every memory node; answer with `LinksTerminated`.
+    TerminateLinks { node: NodeId },
     /// Run log recovery for `ids` (all of `node`'s coordinators) on
     /// `on`, a live compute node, or on the membership service itself (`None`).
     /// Re-issued from the start if the recovering node fails (idempotent).
@@ -390,7 +391,10 @@ impl Membership {
             ));
         }
         if state.version_blocks > u64::MAX / 2 {
-            return Err(format!("stored version block count {} is out of range", state.version_blocks));
+            return Err(format!(
+                "stored version block count {} is out of range",
+                state.version_blocks
+            ));
         }
         if let Some(mem) = &state.memory {
             if let Some(n) = mem.down.iter().find(|&&n| n as usize >= mem.addrs.len()) {
@@ -400,7 +404,10 @@ impl Membership {
                 ));
             }
             if mem.epoch > u64::MAX / 2 {
-                return Err(format!("stored memory configuration epoch {} is out of range", mem.epoch));
+                return Err(format!(
+                    "stored memory configuration epoch {} is out of range",
+                    mem.epoch
+                ));
             }
         }
         let mut live = BTreeSet::new();
@@ -435,7 +442,7 @@ impl Membership {
                         status: n.status,
                         recovering_for: Vec::new(),
                         // A stored Recovering or Failed status was reached
-                        // through `RevokeAcked`.
+                        // through `LinksTerminated`.
                         revoked: matches!(n.status, NodeStatus::Recovering | NodeStatus::Failed),
                     },
                 )
@@ -473,7 +480,7 @@ impl Membership {
             )
         };
         for node in revoking {
-            out.push(Command::Revoke { node });
+            out.push(Command::TerminateLinks { node });
         }
         for node in recovering {
             if !self
@@ -592,7 +599,7 @@ impl Membership {
                     }
                 }
             }
-            Event::RevokeAcked { node } => {
+            Event::LinksTerminated { node } => {
                 if let Some(n) = self.nodes.get_mut(&node) {
                     if n.status == NodeStatus::Revoking {
                         n.revoked = true;
@@ -781,7 +788,7 @@ impl Membership {
             n.status = NodeStatus::Revoking;
             self.durable_epoch += 1;
             let orphaned = std::mem::take(&mut n.recovering_for);
-            out.push(Command::Revoke { node });
+            out.push(Command::TerminateLinks { node });
             // It was recovering others: re-run their recovery from the start elsewhere.
             for other in orphaned {
                 let ids = self.nodes[&other].ids.clone();
@@ -964,7 +971,10 @@ mod tests {
         m.step(90, Event::Heartbeat { node: 2 });
         assert_eq!(m.step(100, Event::Tick), vec![]);
         // Node 1 has been silent for 101 ns: revoke first, nothing else yet.
-        assert_eq!(m.step(101, Event::Tick), vec![Command::Revoke { node: 1 }]);
+        assert_eq!(
+            m.step(101, Event::Tick),
+            vec![Command::TerminateLinks { node: 1 }]
+        );
         assert_eq!(m.failed_ids().len(), 0, "no stealing before recovery");
         assert_eq!(
             m.step(102, Event::RecoveryDone { node: 1 }),
@@ -972,7 +982,7 @@ mod tests {
             "recovery cannot finish before revocation"
         );
         assert_eq!(
-            m.step(103, Event::RevokeAcked { node: 1 }),
+            m.step(103, Event::LinksTerminated { node: 1 }),
             vec![Command::Recover {
                 node: 1,
                 ids: vec![1, 2],
@@ -1039,7 +1049,7 @@ mod tests {
         let mut revoked = false;
         while t < 700 && !revoked {
             t += 20;
-            revoked = m.step(t, Event::Tick) == vec![Command::Revoke { node: 1 }];
+            revoked = m.step(t, Event::Tick) == vec![Command::TerminateLinks { node: 1 }];
         }
         // The pause (40..500) does not count: 40 ns of silence before it, so
         // the timeout runs out 60 ns after it.
@@ -1079,7 +1089,7 @@ mod tests {
             t += 10;
             m.step(t, Event::Heartbeat { node: 2 });
             if m.step(t, Event::Tick)
-                .contains(&Command::Revoke { node: 1 })
+                .contains(&Command::TerminateLinks { node: 1 })
             {
                 declared = Some(t);
             }
@@ -1114,7 +1124,7 @@ mod tests {
         m.step(50, Event::Heartbeat { node: 3 });
         m.step(120, Event::Tick);
         assert_eq!(
-            m.step(121, Event::RevokeAcked { node: 1 }),
+            m.step(121, Event::LinksTerminated { node: 1 }),
             vec![Command::Recover {
                 node: 1,
                 ids: vec![1],
@@ -1127,7 +1137,7 @@ mod tests {
         assert_eq!(
             cmds,
             vec![
-                Command::Revoke { node: 2 },
+                Command::TerminateLinks { node: 2 },
                 Command::Recover {
                     node: 1,
                     ids: vec![1],
@@ -1162,7 +1172,7 @@ mod tests {
         );
         m.step(5, Event::Heartbeat { node: 2 });
         m.step(11, Event::Tick);
-        m.step(11, Event::RevokeAcked { node: 1 });
+        m.step(11, Event::LinksTerminated { node: 1 });
         let cmds = m.step(12, Event::RecoveryDone { node: 1 });
         let ids: Vec<u16> = (1..=8).collect();
         assert_eq!(
@@ -1326,7 +1336,7 @@ mod tests {
         m.step(90, Event::Heartbeat { node: 2 });
         m.step(90, Event::Leave { node: 3 });
         m.step(101, Event::Tick);
-        m.step(102, Event::RevokeAcked { node: 1 });
+        m.step(102, Event::LinksTerminated { node: 1 });
         m.step(103, Event::RecoveryDone { node: 1 });
         let epoch = m.durable_epoch();
         assert_eq!(
@@ -1427,7 +1437,7 @@ mod tests {
         // Node 1 never came back: one timeout after the restore it is revoked.
         assert_eq!(
             r.step(1_101, Event::Tick),
-            vec![Command::Revoke { node: 1 }]
+            vec![Command::TerminateLinks { node: 1 }]
         );
         assert_eq!(r.status(2), Some(NodeStatus::Alive));
         // With a grace period, silence counts only after grace + timeout.
@@ -1461,10 +1471,13 @@ mod tests {
         // then the service crashes before either finishes.
         assert_eq!(
             m.step(101, Event::Tick),
-            vec![Command::Revoke { node: 1 }, Command::Revoke { node: 2 }]
+            vec![
+                Command::TerminateLinks { node: 1 },
+                Command::TerminateLinks { node: 2 }
+            ]
         );
         assert_eq!(
-            m.step(102, Event::RevokeAcked { node: 1 }),
+            m.step(102, Event::LinksTerminated { node: 1 }),
             vec![Command::Recover {
                 node: 1,
                 ids: vec![1, 2],
@@ -1484,7 +1497,7 @@ mod tests {
         assert_eq!(
             cmds,
             vec![
-                Command::Revoke { node: 2 },
+                Command::TerminateLinks { node: 2 },
                 Command::Recover {
                     node: 1,
                     ids: vec![1, 2],
@@ -1498,7 +1511,7 @@ mod tests {
             vec![Command::NotifyFailed { ids: vec![1, 2] }]
         );
         assert_eq!(
-            r.step(202, Event::RevokeAcked { node: 2 }),
+            r.step(202, Event::LinksTerminated { node: 2 }),
             vec![Command::Recover {
                 node: 2,
                 ids: vec![3, 4],
@@ -1538,7 +1551,7 @@ mod tests {
         );
         m.step(5, Event::Heartbeat { node: 2 });
         m.step(11, Event::Tick);
-        m.step(11, Event::RevokeAcked { node: 1 });
+        m.step(11, Event::LinksTerminated { node: 1 });
         let ids: Vec<u16> = (1..=8).collect();
         assert_eq!(
             m.step(12, Event::RecoveryDone { node: 1 })[1],
@@ -1615,7 +1628,7 @@ mod tests {
                     },
                     1 | 2 => Event::Heartbeat { node },
                     3 => Event::Leave { node },
-                    4 => Event::RevokeAcked { node },
+                    4 => Event::LinksTerminated { node },
                     5 => Event::RecoveryDone { node },
                     6 => Event::ScanDone {
                         ids: m.failed_ids().iter().copied().collect(),
@@ -1680,7 +1693,7 @@ mod tests {
             } else if t == 120 {
                 assert_eq!(
                     cmds,
-                    vec![Command::Revoke { node: 1 }],
+                    vec![Command::TerminateLinks { node: 1 }],
                     "node 1 reached one replica of three"
                 );
             } else {
@@ -1741,7 +1754,7 @@ mod tests {
         );
         assert_eq!(
             m.step(1_020, Event::Tick),
-            vec![Command::Revoke { node: 1 }]
+            vec![Command::TerminateLinks { node: 1 }]
         );
     }
 
@@ -1852,13 +1865,13 @@ mod tests {
             },
         );
         m.step(101, Event::Tick);
-        m.step(102, Event::RevokeAcked { node: 1 });
+        m.step(102, Event::LinksTerminated { node: 1 });
         assert_eq!(m.status(1), Some(NodeStatus::Recovering));
         m.publish_failed(1, &mut Vec::new());
     }
 
     /// A node that reached Recovering without its revocation acknowledged
-    /// (a path that skipped `RevokeAcked`) trips `failed-after-revoke` at the
+    /// (a path that skipped `LinksTerminated`) trips `failed-after-revoke` at the
     /// next change of durable state (here a join).
     #[test]
     #[should_panic(expected = "failed-after-revoke")]

@@ -123,7 +123,8 @@ impl<Op: Serialize, R: DeserializeOwned> Mux<Op, R> {
     pub fn send(&mut self, node: usize, session: SessionId, req: u64, op: Op) -> io::Result<()> {
         if self.conns[node].is_none() {
             let addr = self.nodes[node];
-            let conn = crate::conn::Conn::connect_as(addr, self.timeout, &self.keys, Role::Client, 0);
+            let conn =
+                crate::conn::Conn::connect_as(addr, self.timeout, &self.keys, Role::Client, 0);
             let mut c = conn.map_err(|e| {
                 io::Error::new(e.kind(), format!("cannot reach node at {addr}: {e}"))
             })?;

@@ -278,7 +278,10 @@ pub fn cut_frames(buf: &[u8], f: &mut impl FnMut(&[u8])) -> Cut {
     loop {
         let rest = &buf[consumed..];
         if rest.len() < 4 {
-            return Cut { consumed, error: None };
+            return Cut {
+                consumed,
+                error: None,
+            };
         }
         let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         if len > MAX_FRAME {
@@ -286,10 +289,16 @@ pub fn cut_frames(buf: &[u8], f: &mut impl FnMut(&[u8])) -> Cut {
                 ErrorKind::InvalidData,
                 format!("frame of {len} bytes exceeds {MAX_FRAME}"),
             );
-            return Cut { consumed, error: Some(e) };
+            return Cut {
+                consumed,
+                error: Some(e),
+            };
         }
         if rest.len() < 4 + len {
-            return Cut { consumed, error: None };
+            return Cut {
+                consumed,
+                error: None,
+            };
         }
         f(&rest[4..4 + len]);
         consumed += 4 + len;

@@ -220,12 +220,7 @@ impl<P: Wire> Host<P> {
             .peers
             .iter()
             .filter(|p| p.0 != cfg.id)
-            .map(|&(n, a)| {
-                (
-                    n,
-                    Link::new(a, Hello::Peer { node: cfg.id }, &cfg.keys),
-                )
-            })
+            .map(|&(n, a)| (n, Link::new(a, Hello::Peer { node: cfg.id }, &cfg.keys)))
             .collect();
         let manager = cfg.manager.map(|a| {
             let hello = Hello::ToManager {
@@ -437,7 +432,11 @@ impl<P: Wire> Host<P> {
                 };
                 // A client that sends and never reads its replies is cut off
                 // rather than buffered without bound.
-                if self.inbound.get(&conn).is_some_and(|c| c.conn.pending() > CLIENT_BACKLOG) {
+                if self
+                    .inbound
+                    .get(&conn)
+                    .is_some_and(|c| c.conn.pending() > CLIENT_BACKLOG)
+                {
                     log::warn!("node {}: a client stream left {CLIENT_BACKLOG} bytes of replies unread; closing it", self.cfg.id);
                     return self.close(conn, crate::host_io::Role::Client);
                 }

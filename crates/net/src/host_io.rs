@@ -206,7 +206,11 @@ impl<P: Wire> Host<P> {
     /// Close accepted streams whose handshake ran past its deadline.
     fn expire_handshakes(&mut self, now: u64) {
         while let Some(&id) = self.handshaking.front() {
-            let due = self.inbound.get(&id).and_then(|ib| ib.shake.as_ref()).map(|l| l.deadline);
+            let due = self
+                .inbound
+                .get(&id)
+                .and_then(|ib| ib.shake.as_ref())
+                .map(|l| l.deadline);
             match due {
                 Some(d) if now <= d => return,
                 Some(_) => self.close(id, Role::Hello),
@@ -219,7 +223,8 @@ impl<P: Wire> Host<P> {
     /// Make room for one more handshake: shed the oldest stream that has
     /// not sent its whole hello, else the oldest.
     fn shed_handshake(&mut self) {
-        self.handshaking.retain(|id| self.inbound.get(id).is_some_and(|ib| ib.shake.is_some()));
+        self.handshaking
+            .retain(|id| self.inbound.get(id).is_some_and(|ib| ib.shake.is_some()));
         if self.handshaking.len() < HANDSHAKING_MAX {
             return;
         }
@@ -230,7 +235,11 @@ impl<P: Wire> Host<P> {
                     || tandem_auth::gate::bytes_waiting(&ib.conn.stream) >= tandem_auth::HELLO_BYTES
             })
         };
-        let i = self.handshaking.iter().position(|id| !heard(id)).unwrap_or(0);
+        let i = self
+            .handshaking
+            .iter()
+            .position(|id| !heard(id))
+            .unwrap_or(0);
         if let Some(id) = self.handshaking.remove(i) {
             self.close(id, Role::Hello);
         }
@@ -254,7 +263,15 @@ impl<P: Wire> Host<P> {
                         let roles = [tandem_auth::Role::Peer, tandem_auth::Role::Client];
                         let shake = Some(Listening::new(&self.cfg.keys, &roles, self.now()));
                         let (role, who) = (Role::Hello, None);
-                        self.inbound.insert(id, Inbound { conn, role, shake, who });
+                        self.inbound.insert(
+                            id,
+                            Inbound {
+                                conn,
+                                role,
+                                shake,
+                                who,
+                            },
+                        );
                         self.handshaking.push_back(id);
                     }
                 }
@@ -320,16 +337,17 @@ impl<P: Wire> Host<P> {
         let who = ib.who.expect("authenticated above");
         let mut items: Vec<Item<P>> = Vec::new();
         let role = &mut ib.role;
-        let end = ib
-            .conn
-            .read_frames(|b| items.push(item::<P>(role, who, b)));
+        let end = ib.conn.read_frames(|b| items.push(item::<P>(role, who, b)));
         let role = ib.role;
         let closed = !matches!(end, Ok(ReadEnd::Open)) || ib.conn.flush().is_err();
         for it in items {
             match it {
                 Item::Hello => {}
                 Item::PeerHello(n) if n == self.cfg.id || !self.peers.contains_key(&n) => {
-                    log::debug!("stream {id}: node {n} is not a peer of node {}", self.cfg.id);
+                    log::debug!(
+                        "stream {id}: node {n} is not a peer of node {}",
+                        self.cfg.id
+                    );
                     return self.close(id, role);
                 }
                 Item::PeerHello(n) => self.peer_is_up(n),
@@ -403,9 +421,10 @@ impl<P: Wire> Host<P> {
 fn item<P: Wire>(role: &mut Role, who: Peer, b: &[u8]) -> Item<P> {
     match *role {
         Role::Hello => match decode::<Hello>(b) {
-            Ok(h) if h.speaker() != (who.role, who.id) => {
-                Item::Bad(format!("{h:?} from a stream authenticated as {} {}", who.role, who.id))
-            }
+            Ok(h) if h.speaker() != (who.role, who.id) => Item::Bad(format!(
+                "{h:?} from a stream authenticated as {} {}",
+                who.role, who.id
+            )),
             Ok(Hello::Peer { node }) => {
                 *role = Role::Peer(node);
                 Item::PeerHello(node)

@@ -377,7 +377,10 @@ fn accept_nodes(
                 return Ok(());
             };
             if who.id != node as u64 || !members.contains(&node) {
-                log::warn!("manager: node {} said it was node {node}, not a member of {members:?}", who.id);
+                log::warn!(
+                    "manager: node {} said it was node {node}, not a member of {members:?}",
+                    who.id
+                );
                 return Ok(());
             }
             let _ = tx.send(ManagerEvent::Link(

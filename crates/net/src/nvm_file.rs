@@ -154,7 +154,9 @@ impl OnCorrupt {
         match s {
             "stop" => Ok(OnCorrupt::Stop),
             "move-aside" => Ok(OnCorrupt::MoveAside),
-            other => Err(format!("unknown NVM corruption policy '{other}': stop or move-aside")),
+            other => Err(format!(
+                "unknown NVM corruption policy '{other}': stop or move-aside"
+            )),
         }
     }
 }
@@ -273,15 +275,14 @@ impl<R: Durable + Serialize + DeserializeOwned> NvmFile<R> {
         let path = path.as_ref().to_path_buf();
         let capacity = check_capacity(&path, capacity_bytes)?;
         remove_if_exists(&tmp_path(&path))?;
-        let (file, map, image, tail) =
-            match OpenOptions::new().read(true).write(true).open(&path) {
-                Ok(file) => open_existing::<R>(&path, file, capacity, durability)?,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    let (file, map) = create_fresh(&path, capacity, &[], durability, &path)?;
-                    (file, map, Nvm::new(), FILE_HEADER)
-                }
-                Err(e) => return Err(annotate(&path, e)),
-            };
+        let (file, map, image, tail) = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(file) => open_existing::<R>(&path, file, capacity, durability)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let (file, map) = create_fresh(&path, capacity, &[], durability, &path)?;
+                (file, map, Nvm::new(), FILE_HEADER)
+            }
+            Err(e) => return Err(annotate(&path, e)),
+        };
         let mut store = NvmFile {
             path,
             file,
@@ -573,9 +574,9 @@ fn valid_run(map: &[u8], mut at: usize) -> usize {
 /// Whether every byte of `b` is zero (word at a time).
 fn is_zero(b: &[u8]) -> bool {
     let mut words = b.chunks_exact(16);
-    let acc = words
-        .by_ref()
-        .fold(0u128, |a, w| a | u128::from_ne_bytes(w.try_into().expect("16 bytes")));
+    let acc = words.by_ref().fold(0u128, |a, w| {
+        a | u128::from_ne_bytes(w.try_into().expect("16 bytes"))
+    });
     acc == 0 && words.remainder().iter().all(|&x| x == 0)
 }
 

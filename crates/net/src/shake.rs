@@ -23,7 +23,10 @@ fn refused(e: AuthError) -> io::Error {
 }
 
 fn closed() -> io::Error {
-    io::Error::new(io::ErrorKind::ConnectionAborted, "closed during the handshake")
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "closed during the handshake",
+    )
 }
 
 /// Our side of a stream we dialled.
@@ -37,7 +40,13 @@ pub(crate) struct Dialing {
 
 impl Dialing {
     /// Queue our hello as `role` claiming `id` on a stream just opened.
-    pub(crate) fn start(keys: &Keyring, role: Role, id: u64, conn: &mut Conn, now: u64) -> io::Result<Dialing> {
+    pub(crate) fn start(
+        keys: &Keyring,
+        role: Role,
+        id: u64,
+        conn: &mut Conn,
+        now: u64,
+    ) -> io::Result<Dialing> {
         let (hs, hello) = ClientHandshake::start(keys, role, id).map_err(refused)?;
         conn.queue_bytes(&hello);
         Ok(Dialing {
@@ -53,7 +62,11 @@ impl Dialing {
         loop {
             let end = conn.read_raw(&mut self.got, self.want)?;
             if self.got.len() < self.want {
-                return if end == ReadEnd::Open { Ok(false) } else { Err(closed()) };
+                return if end == ReadEnd::Open {
+                    Ok(false)
+                } else {
+                    Err(closed())
+                };
             }
             if self.want == 1 {
                 return match self.got[0] {
@@ -96,7 +109,11 @@ impl Listening {
             let want = self.hs.need();
             let end = conn.read_raw(&mut self.got, want)?;
             if self.got.len() < want {
-                return if end == ReadEnd::Open { Ok(None) } else { Err(closed()) };
+                return if end == ReadEnd::Open {
+                    Ok(None)
+                } else {
+                    Err(closed())
+                };
             }
             let next = self.hs.take(&self.got);
             if next == Err(AuthError::BadProof) {

@@ -22,7 +22,14 @@ impl FakeNode {
     fn link(addr: std::net::SocketAddr, node: u16, boot: u64) -> FakeNode {
         let mut out = TcpStream::connect(addr).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(3);
-        tandem_auth::connect(&mut out, &keys(), tandem_auth::Role::Peer, node as u64, deadline).unwrap();
+        tandem_auth::connect(
+            &mut out,
+            &keys(),
+            tandem_auth::Role::Peer,
+            node as u64,
+            deadline,
+        )
+        .unwrap();
         out.set_read_timeout(Some(Duration::from_millis(400)))
             .unwrap();
         let frames = Frames::new(out.try_clone().unwrap());

@@ -301,7 +301,10 @@ fn any_flipped_bit_in_any_frame_but_the_last_stops_open_and_leaves_the_file_alon
                     panic!("frame {k} byte {byte} bit {bit}: a flipped bit was accepted")
                 });
                 let c = corruption_of(&dir.file(), &err);
-                assert_eq!(c.offset, starts[k], "frame {k} byte {byte} bit {bit}: {err}");
+                assert_eq!(
+                    c.offset, starts[k],
+                    "frame {k} byte {byte} bit {bit}: {err}"
+                );
                 assert_eq!(
                     (c.first_after, c.frames_after),
                     (Some(starts[k + 1]), 39 - k),
@@ -367,7 +370,11 @@ fn a_bad_magic_stops_open_and_leaves_the_file_alone() {
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{msg}");
         assert!(msg.contains("bad magic"), "{msg}");
         assert!(msg.contains(&dir.file().display().to_string()), "{msg}");
-        assert_eq!(fs::read(dir.file()).unwrap(), bytes, "bit {bit}: file changed");
+        assert_eq!(
+            fs::read(dir.file()).unwrap(),
+            bytes,
+            "bit {bit}: file changed"
+        );
     }
 }
 
@@ -417,7 +424,10 @@ fn a_stale_frame_past_a_hole_is_corruption() {
         frame.iter().filter(|&&b| b != 0).count(),
         "{err}"
     );
-    assert!(fs::read(dir.file()).unwrap() == bytes, "the file was changed");
+    assert!(
+        fs::read(dir.file()).unwrap() == bytes,
+        "the file was changed"
+    );
 }
 
 #[test]
@@ -678,7 +688,10 @@ fn disk_full_child_helper() {
         Err(e) => {
             println!("open: {e}");
             assert!(!big.exists(), "a failed create left {}", big.display());
-            assert!(!dir.join("big.tmp").exists(), "a failed create left its tmp file");
+            assert!(
+                !dir.join("big.tmp").exists(),
+                "a failed create left its tmp file"
+            );
         }
         Ok((mut store, _)) => {
             println!("open: the 1 MiB file opened on a 256 KiB file system");
@@ -704,7 +717,10 @@ fn disk_full_child_helper() {
     println!("compact: {err}");
     assert_eq!(store.compactions(), 0);
     drop(store);
-    assert!(!dir.join("small.tmp").exists(), "a failed compaction left its tmp file");
+    assert!(
+        !dir.join("small.tmp").exists(),
+        "a failed compaction left its tmp file"
+    );
     assert_eq!(reopen(&small, 160 << 10), expected(&appended));
     println!("child done");
 }
@@ -769,10 +785,16 @@ fn a_full_disk_is_a_clean_error_not_sigbus() {
     let open = line("open: ");
     assert!(open.contains("no space left on device"), "{open}");
     assert!(open.contains("reserving 1048576 bytes"), "{open}");
-    assert!(open.contains(&mnt.join("big").display().to_string()), "{open}");
+    assert!(
+        open.contains(&mnt.join("big").display().to_string()),
+        "{open}"
+    );
     let compact = line("compact: ");
     assert!(compact.contains("no space left on device"), "{compact}");
-    assert!(compact.contains(&mnt.join("small.tmp").display().to_string()), "{compact}");
+    assert!(
+        compact.contains(&mnt.join("small.tmp").display().to_string()),
+        "{compact}"
+    );
     assert!(stdout.contains("child done"), "{stdout}");
     println!("nvm_file: on a full tmpfs: {open}; {compact}");
 }

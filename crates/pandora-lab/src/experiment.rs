@@ -11,15 +11,14 @@ use serde_json::{json, Value};
 use tandem_dkvs::{Layout, Mode, OnStray};
 
 use crate::alternate;
-use tandem_report::plot::{bars_svg, lines_svg, stack_svg, timeline_svg, Series};
 use tandem_cluster::backend::Backend;
 use tandem_cluster::runner::{self, CrashPlan, MemoryFailurePlan, RunConfig, RunResult};
 use tandem_cluster::workload::WorkloadSpec;
+use tandem_report::plot::{bars_svg, lines_svg, stack_svg, timeline_svg, Series};
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 
 /// The four workloads of the paper's evaluation.
 const WORKLOADS: [&str; 4] = ["micro", "smallbank", "tatp", "tpcc"];
-
 
 /// A workload at the size an experiment uses.
 fn workload(name: &str, quick: bool) -> Result<WorkloadSpec, String> {
@@ -185,7 +184,10 @@ pub fn table2(quick: bool, progress: &dyn Fn(&str)) -> Result<(Value, String, St
 }
 
 /// Fig. 6: steady state of ford (no recovery) vs pandora (recoverable), alternating.
-pub fn pill_overhead(quick: bool, progress: &dyn Fn(&str)) -> Result<(Value, String, String), String> {
+pub fn pill_overhead(
+    quick: bool,
+    progress: &dyn Fn(&str),
+) -> Result<(Value, String, String), String> {
     let mut cfg = RunConfig::new(Mode::Pandora, workload("micro", quick)?);
     cfg.coordinators = if quick { 16 } else { 64 };
     cfg.duration = Duration::from_secs_f64(if quick { 0.5 } else { 2.0 });

@@ -132,7 +132,8 @@ fn one_run(
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let secret = tandem_fabric::auth::MasterSecret::generate();
-    let mut servers = MemoryServers::spawn(exe, 3, MEM_BYTES, secret.clone()).map_err(|e| e.to_string())?;
+    let mut servers =
+        MemoryServers::spawn(exe, 3, MEM_BYTES, secret.clone()).map_err(|e| e.to_string())?;
     let memory = servers
         .addrs
         .iter()
@@ -140,12 +141,7 @@ fn one_run(
         .collect::<Vec<_>>()
         .join(",");
     let (secret_hex, keys) = (secret.hex().to_string(), KEYS.to_string());
-    let common = [
-        "--memory",
-        memory.as_str(),
-        "--keys",
-        keys.as_str(),
-    ];
+    let common = ["--memory", memory.as_str(), "--keys", keys.as_str()];
     let mlog = dir.join("membership.log");
     let margs = [
         &[

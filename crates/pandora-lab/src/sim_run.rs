@@ -695,7 +695,7 @@ impl World<'_> {
             {
                 h.sleep(fd_timeout_ns / 8).await;
                 for c in m.borrow_mut().step(h.now_ns(), Event::Tick) {
-                    if let Command::Revoke { node } = c {
+                    if let Command::TerminateLinks { node } = c {
                         d.borrow_mut().push(node);
                     }
                 }
@@ -713,7 +713,7 @@ impl World<'_> {
         let victims: Vec<u16> = match self
             .membership
             .borrow_mut()
-            .step(sim.now_ns(), Event::RevokeAcked { node })
+            .step(sim.now_ns(), Event::LinksTerminated { node })
             .pop()
         {
             Some(Command::Recover { ids, .. }) => ids,

@@ -141,7 +141,10 @@ impl SuspicionConfig {
     }
 
     pub fn replay(&self) -> String {
-        let mut f = format!("cargo run --release -- pandora sim-suspicion --seed {}", self.seed);
+        let mut f = format!(
+            "cargo run --release -- pandora sim-suspicion --seed {}",
+            self.seed
+        );
         if self.bugs.revocable_fencing {
             f += " --inject-bug revocable-fencing";
         }
@@ -560,7 +563,7 @@ async fn membership_loop(w: Rc<World>) {
 
 async fn execute(w: &World, fabric: &SimFabric, rc_id: u16, cmd: Command) -> Option<Event> {
     match cmd {
-        Command::Revoke { node } => {
+        Command::TerminateLinks { node } => {
             // One message per memory node, each with its own delay: a
             // registration of the same node may cross them.
             for m in w.cluster.nodes() {
@@ -569,7 +572,7 @@ async fn execute(w: &World, fabric: &SimFabric, rc_id: u16, cmd: Command) -> Opt
             }
             w.revoked_at.borrow_mut()[node as usize] = w.sim.now_ns();
             w.declared.borrow_mut().push(node);
-            Some(Event::RevokeAcked { node })
+            Some(Event::LinksTerminated { node })
         }
         Command::Recover { node, ids, .. } => {
             let block = w.membership.borrow_mut().reserve_version_block();

@@ -39,8 +39,7 @@ fn memory_server(args: &[String]) -> Result<(), String> {
     let keys = tandem_fabric::auth::Keyring::from_env()?.ok_or("TANDEM_SECRET missing")?;
     let listener = std::net::TcpListener::bind(&listen).map_err(|e| e.to_string())?;
     let node = Arc::new(match args.iter().any(|a| a == "--shm") {
-        true => tandem_fabric::MemoryNode::shared(bytes)
-            .map_err(|e| e.to_string())?,
+        true => tandem_fabric::MemoryNode::shared(bytes).map_err(|e| e.to_string())?,
         false => tandem_fabric::MemoryNode::new(bytes),
     });
     println!(

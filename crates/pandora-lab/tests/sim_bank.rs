@@ -2,8 +2,8 @@
 //! mode, with torn reads and random verb delays, checking every invariant.
 //! `TANDEM_SIM_SEEDS=N` raises the seed count (the CI default is bounded).
 
-use tandem_pandora_lab::sim_run::{run, SimConfig};
 use tandem_dkvs::{BugSwitches, Mode};
+use tandem_pandora_lab::sim_run::{run, SimConfig};
 
 fn seeds() -> u64 {
     std::env::var("TANDEM_SIM_SEEDS")

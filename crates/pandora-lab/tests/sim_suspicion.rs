@@ -4,7 +4,9 @@
 //! run. Safety (the bank's exact check, replicas, locks, no commit by a
 //! fenced incarnation) and liveness (every surviving machine finishes).
 
-use tandem_pandora_lab::sim_suspicion::{run, FencingBugs, Stall, SuspicionConfig, SuspicionReport};
+use tandem_pandora_lab::sim_suspicion::{
+    run, FencingBugs, Stall, SuspicionConfig, SuspicionReport,
+};
 
 fn assert_clean(r: &SuspicionReport) {
     assert!(
@@ -57,8 +59,8 @@ fn caught(bugs: FencingBugs, cfg: impl Fn(u64) -> SuspicionConfig, seeds: u64) -
                 assertions: Some(false),
                 ..cfg(seed)
             })
-                .violations
-                .is_empty()
+            .violations
+            .is_empty()
         })
         .count()
 }

@@ -5,9 +5,9 @@
 //! principle 4: every check must be able to fail). `TANDEM_SIM_SEEDS=N` raises
 //! the seed count of the passing runs.
 
-use tandem_pandora_lab::sim_run::{run, SimConfig, SimReport};
 use tandem_cluster::workload::WorkloadSpec;
 use tandem_dkvs::{BugSwitches, Mode};
+use tandem_pandora_lab::sim_run::{run, SimConfig, SimReport};
 
 fn seeds(default: u64) -> u64 {
     std::env::var("TANDEM_SIM_SEEDS")

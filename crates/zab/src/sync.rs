@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use serde::Serialize;
 use tandem_net::{Command, NodeId, Token};
 
-use crate::node::{Entry, ZabMsg, ZabNode, Out, Zxid, RETRY_TIMER, SCAN_TIMER};
+use crate::node::{Entry, Out, ZabMsg, ZabNode, Zxid, RETRY_TIMER, SCAN_TIMER};
 
 /// How one follower was brought back, as the leader saw it.
 #[derive(Clone, Debug, Default, Serialize)]

@@ -17,9 +17,16 @@ use super::ToMembership;
 use crate::zk::decode_record;
 
 fn gen_msg(rng: &mut Rng) -> ToMembership {
-    let node = if rng.one_in(4) { rng.interesting_u64() as u16 } else { rng.below(6) as u16 };
+    let node = if rng.one_in(4) {
+        rng.interesting_u64() as u16
+    } else {
+        rng.below(6) as u16
+    };
     match rng.below(7) {
-        0 => ToMembership::Join { node, coordinators: rng.interesting_u64() as u16 },
+        0 => ToMembership::Join {
+            node,
+            coordinators: rng.interesting_u64() as u16,
+        },
         1 => ToMembership::Heartbeat(node),
         2 => ToMembership::Leave(node),
         3 => ToMembership::Relay {
@@ -27,8 +34,14 @@ fn gen_msg(rng: &mut Rng) -> ToMembership {
             nodes: (0..rng.len(8)).map(|_| rng.below(8) as u16).collect(),
         },
         4 => ToMembership::Incarnation { of: node },
-        5 => ToMembership::Applied { node, epoch: rng.interesting_u64() },
-        _ => ToMembership::Replacement { node: rng.below(4) as u16, addr: format!("127.0.0.1:{}", rng.u8()) },
+        5 => ToMembership::Applied {
+            node,
+            epoch: rng.interesting_u64(),
+        },
+        _ => ToMembership::Replacement {
+            node: rng.below(4) as u16,
+            addr: format!("127.0.0.1:{}", rng.u8()),
+        },
     }
 }
 
@@ -51,7 +64,10 @@ fn membership() -> Membership {
         fd_replicas: 3,
         ..MembershipConfig::default()
     });
-    m.attach_fleet(Fleet::new(vec!["10.0.0.1:1".into(), "10.0.0.2:1".into()], 50));
+    m.attach_fleet(Fleet::new(
+        vec!["10.0.0.1:1".into(), "10.0.0.2:1".into()],
+        50,
+    ));
     m
 }
 
@@ -63,8 +79,13 @@ fn check_lines(b: &[u8]) -> String {
     if b.len() < 2 {
         return "short".into();
     }
-    let Some(role) = Role::from_u8(b[0] % 6) else { return "no role".into() };
-    let who = Peer { role, id: b[1] as u64 };
+    let Some(role) = Role::from_u8(b[0] % 6) else {
+        return "no role".into();
+    };
+    let who = Peer {
+        role,
+        id: b[1] as u64,
+    };
     let mut reader = BufReader::with_capacity(64, &b[2..]);
     let mut buf = Vec::new();
     let mut m = membership();
@@ -101,7 +122,14 @@ fn check_lines(b: &[u8]) -> String {
                 let _ = m.new_incarnation();
             }
             ToMembership::Applied { node, epoch } => {
-                m.step_fleet(now, FleetEvent::Applied { compute: node, epoch }, u16::MAX);
+                m.step_fleet(
+                    now,
+                    FleetEvent::Applied {
+                        compute: node,
+                        epoch,
+                    },
+                    u16::MAX,
+                );
             }
             ToMembership::Replacement { node, addr } => {
                 m.step_fleet(now, FleetEvent::Replacement { node, addr }, u16::MAX);
@@ -128,9 +156,12 @@ fn gen_record(rng: &mut Rng) -> Vec<u8> {
         for i in 0..rng.len(30) {
             let node = rng.below(5) as u16;
             let e = match rng.below(5) {
-                0 => Event::Join { node, coordinators: 1 + rng.below(4) as u16 },
+                0 => Event::Join {
+                    node,
+                    coordinators: 1 + rng.below(4) as u16,
+                },
                 1 => Event::Tick,
-                2 => Event::RevokeAcked { node },
+                2 => Event::LinksTerminated { node },
                 3 => Event::RecoveryDone { node },
                 _ => Event::Heartbeat { node },
             };
@@ -141,17 +172,23 @@ fn gen_record(rng: &mut Rng) -> Vec<u8> {
         let st = ManagerState {
             epoch: rng.interesting_u64(),
             members: (0..rng.len(5)).map(|_| rng.below(6) as u16).collect(),
-            boots: (0..rng.len(3)).map(|_| (rng.below(6) as u16, rng.next_u64())).collect(),
+            boots: (0..rng.len(3))
+                .map(|_| (rng.below(6) as u16, rng.next_u64()))
+                .collect(),
         };
         (1u8, serde_json::to_value(st).unwrap())
     };
     let mut b = vec![kind];
-    b.extend(serde_json::to_vec(&serde_json::json!({ "cluster": cluster, "state": state })).unwrap());
+    b.extend(
+        serde_json::to_vec(&serde_json::json!({ "cluster": cluster, "state": state })).unwrap(),
+    );
     b
 }
 
 fn check_record(b: &[u8]) -> String {
-    let Some((&kind, data)) = b.split_first() else { return "empty".into() };
+    let Some((&kind, data)) = b.split_first() else {
+        return "empty".into();
+    };
     if kind % 2 == 0 {
         let (cluster, state) = match decode_record::<MembershipState>(data) {
             Ok(r) => r,
@@ -160,7 +197,11 @@ fn check_record(b: &[u8]) -> String {
         if cluster != "c1" {
             return "another cluster".into();
         }
-        let cfg = MembershipConfig { id_space: 64, fd_replicas: 3, ..MembershipConfig::default() };
+        let cfg = MembershipConfig {
+            id_space: 64,
+            fd_replicas: 3,
+            ..MembershipConfig::default()
+        };
         let mut m = match Membership::restore(cfg, state.clone(), 0) {
             Ok(m) => m,
             Err(_) => return "refused".into(),
@@ -185,7 +226,11 @@ fn check_record(b: &[u8]) -> String {
         if check_state(&state, &(0..nodes).collect::<Vec<_>>()).is_err() {
             return "manager refused".into();
         }
-        let cfg = ManagerConfig { lease_ns: 100, margin_ns: 10, startup_ns: 0 };
+        let cfg = ManagerConfig {
+            lease_ns: 100,
+            margin_ns: 10,
+            startup_ns: 0,
+        };
         let mut m = Manager::resume(cfg, &state, 0);
         for (i, n) in (0..nodes).enumerate() {
             let _ = m.linked(n, i as u64);

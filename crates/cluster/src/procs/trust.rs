@@ -32,12 +32,16 @@ pub fn set_credentials(keys: Keyring) -> Result<(), String> {
 }
 
 pub(crate) fn credentials() -> io::Result<Keyring> {
-    CREDENTIALS.read().unwrap_or_else(|e| e.into_inner()).clone().ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "no credentials installed (TANDEM_SECRET or TANDEM_KEYRING)",
-        )
-    })
+    CREDENTIALS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "no credentials installed (TANDEM_SECRET or TANDEM_KEYRING)",
+            )
+        })
 }
 
 impl ToMembership {
@@ -61,7 +65,11 @@ impl ToMembership {
 }
 
 /// Connect to a membership replica and authenticate as the speaker of `msg`.
-pub(crate) fn dial(addr: SocketAddr, timeout: Duration, msg: &ToMembership) -> io::Result<TcpStream> {
+pub(crate) fn dial(
+    addr: SocketAddr,
+    timeout: Duration,
+    msg: &ToMembership,
+) -> io::Result<TcpStream> {
     let keys = credentials()?;
     let mut conn = TcpStream::connect_timeout(&addr, timeout)?;
     let _ = conn.set_nodelay(true);
@@ -88,7 +96,11 @@ pub(crate) fn line_max(role: Role) -> usize {
 
 /// The next line (without its newline), or `None` at the end of the stream.
 /// A line longer than `max` is an error: nothing is buffered beyond it.
-pub(crate) fn next_line<R: Read>(r: &mut BufReader<R>, buf: &mut Vec<u8>, max: usize) -> io::Result<Option<String>> {
+pub(crate) fn next_line<R: Read>(
+    r: &mut BufReader<R>,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<Option<String>> {
     buf.clear();
     let n = r.by_ref().take(max as u64 + 1).read_until(b'\n', buf)?;
     if n == 0 {
@@ -112,24 +124,43 @@ mod tests {
 
     #[test]
     fn a_line_over_its_cap_is_refused_without_reading_on() {
-        let mut r = BufReader::new(&b"{\"heartbeat\":1}\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"[..]);
+        let mut r =
+            BufReader::new(&b"{\"heartbeat\":1}\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"[..]);
         let mut buf = Vec::new();
-        assert_eq!(next_line(&mut r, &mut buf, 20).unwrap().as_deref(), Some("{\"heartbeat\":1}"));
+        assert_eq!(
+            next_line(&mut r, &mut buf, 20).unwrap().as_deref(),
+            Some("{\"heartbeat\":1}")
+        );
         assert!(next_line(&mut r, &mut buf, 20).is_err());
         assert!(buf.len() <= 21);
     }
 
     #[test]
     fn a_message_is_taken_only_from_the_role_and_id_it_speaks_for() {
-        let compute = |id| Peer { role: Role::Compute, id };
+        let compute = |id| Peer {
+            role: Role::Compute,
+            id,
+        };
         assert!(ToMembership::Heartbeat(3).allowed_from(compute(3)));
         assert!(!ToMembership::Heartbeat(3).allowed_from(compute(4)));
         assert!(!ToMembership::Leave(1).allowed_from(compute(2)));
-        let replacement = ToMembership::Replacement { node: 1, addr: "127.0.0.1:1".into() };
+        let replacement = ToMembership::Replacement {
+            node: 1,
+            addr: "127.0.0.1:1".into(),
+        };
         assert!(!replacement.allowed_from(compute(1)));
-        assert!(replacement.allowed_from(Peer { role: Role::Memory, id: 1 }));
-        let relay = ToMembership::Relay { replica: 0, nodes: vec![] };
+        assert!(replacement.allowed_from(Peer {
+            role: Role::Memory,
+            id: 1
+        }));
+        let relay = ToMembership::Relay {
+            replica: 0,
+            nodes: vec![],
+        };
         assert!(!relay.allowed_from(compute(0)));
-        assert!(relay.allowed_from(Peer { role: Role::Admin, id: 0 }));
+        assert!(relay.allowed_from(Peer {
+            role: Role::Admin,
+            id: 0
+        }));
     }
 }

@@ -5,9 +5,9 @@
 //! of `MissedUpdates`; then HEAL against the leader-based recovery
 //! (HEAL §II-C, §IX-D) and the ablations Redundant, Reactive and NoShadow.
 
+use crate::heal::recover::{run, RecoverConfig, RecoverReport, Scheme};
 use serde_json::json;
 use tandem_ddp::Model;
-use crate::heal::recover::{run, RecoverConfig, RecoverReport, Scheme};
 use tandem_zab::ZabParams;
 
 use tandem_report::plot::{lines_svg, stack_svg};

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use tandem_report::ExperimentOutput;
-use tandem_report::plot::bars_svg;
 use tandem_peers::ensemble::writers::{self, Writers};
 use tandem_peers::ensemble::{etcd, zookeeper, Peer, Started};
+use tandem_report::plot::bars_svg;
+use tandem_report::ExperimentOutput;
 
 use super::system as heal_sys;
 
@@ -364,7 +364,10 @@ pub fn run(o: &Options, progress: &dyn Fn(&str)) -> Result<ExperimentOutput, Str
             &o.model,
             true,
         )),
-        Box::new(zookeeper::ZkEnsemble::new(&o.root, &o.work.join("zookeeper"))),
+        Box::new(zookeeper::ZkEnsemble::new(
+            &o.root,
+            &o.work.join("zookeeper"),
+        )),
         Box::new(etcd::EtcdCluster::new(&o.root, &o.work.join("etcd"))),
     ];
     peers.retain(|p| o.systems.iter().any(|s| s == p.name()));

@@ -3,8 +3,8 @@
 //! file; a node can be `kill -9`ed and restarted from its file. Used by
 //! `tandem demo heal`.
 
-use tandem_auth::MasterSecret;
 use std::net::SocketAddr;
+use tandem_auth::MasterSecret;
 
 use crate::procs::free_addr;
 use std::path::{Path, PathBuf};
@@ -47,7 +47,9 @@ impl HealCluster {
     /// The processes' ids: the manager's, then the running nodes'.
     pub fn pids(&self) -> Vec<u32> {
         let nodes = self.nodes.iter().flatten().map(Child::id);
-        std::iter::once(self.manager_proc.id()).chain(nodes).collect()
+        std::iter::once(self.manager_proc.id())
+            .chain(nodes)
+            .collect()
     }
 
     /// Start the manager and five nodes of `model` (NVM files under `dir`, emptied first).
@@ -154,7 +156,10 @@ impl HealCluster {
             return format!("exited ({status})");
         }
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default();
-        let state = stat.rsplit_once(')').and_then(|r| r.1.split_whitespace().next()).unwrap_or("?");
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|r| r.1.split_whitespace().next())
+            .unwrap_or("?");
         format!(
             "pid {} running (state {state}, {:.2} s of CPU)",
             c.id(),

@@ -17,9 +17,9 @@ use serde_json::json;
 use tandem_ddp::{Op, Reply};
 use tandem_net::client::{node_stats, Client};
 
+use crate::heal::procs::HealCluster;
 use tandem_peers::ensemble::writers::{Connect, Writer};
 use tandem_peers::ensemble::{Notes, Peer, Started};
-use crate::heal::procs::HealCluster;
 
 const VICTIM: usize = 2;
 
@@ -185,7 +185,11 @@ struct HealWriter {
 }
 
 impl HealWriter {
-    fn connect(addr: SocketAddr, keys: &tandem_auth::Keyring, scoped: bool) -> Result<HealWriter, String> {
+    fn connect(
+        addr: SocketAddr,
+        keys: &tandem_auth::Keyring,
+        scoped: bool,
+    ) -> Result<HealWriter, String> {
         let session = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
         let client = Client::connect(addr, keys, session, Duration::from_secs(5))
             .map_err(|e| e.to_string())?;

@@ -15,12 +15,12 @@
 //! Followers resend their ACK_p for persisted versions still short of
 //! their GDP (lost messages); a coordinator forgets a version superseded here.
 
-use std::collections::BTreeSet;
-use tandem_net::{Command, NodeId};
+use crate::heal::state::LazyWrite;
 use crate::model::PersistIssue;
 use crate::node::{DdpNode, Out};
 use crate::types::{Key, Msg, Ts};
-use crate::heal::state::LazyWrite;
+use std::collections::BTreeSet;
+use tandem_net::{Command, NodeId};
 
 impl DdpNode {
     /// HEAL under Eventual persistency (the INV family).

@@ -32,13 +32,13 @@ mod noshadow;
 mod recovering;
 pub mod state;
 
-use tandem_net::{Command, NodeId, NO_ANSWER};
-use crate::node::{DdpNode, Out};
-use crate::types::{Key, Msg, Record, Ts, Version};
-use crate::types::Validity;
-use crate::heal::state::SCAN_TOKEN;
 use crate::heal::state::Heal;
+use crate::heal::state::SCAN_TOKEN;
+use crate::node::{DdpNode, Out};
 use crate::types::CatchUpResp;
+use crate::types::Validity;
+use crate::types::{Key, Msg, Record, Ts, Version};
+use tandem_net::{Command, NodeId, NO_ANSWER};
 
 impl DdpNode {
     /// A store that exists before the run: keys `0..records` at version 1

@@ -20,11 +20,11 @@
 //! The mutant `heal-no-shadow` leaves the RR out the same way but goes
 //! online after the first answer, taking it as complete.
 
-use tandem_net::{Command, NodeId};
-use crate::types::Validity;
 use crate::heal::state::Phase;
 use crate::node::{DdpNode, Out};
+use crate::types::Validity;
 use crate::types::{Key, Msg, Version};
+use tandem_net::{Command, NodeId};
 
 impl DdpNode {
     /// Members a write or a scope leaves out now (HEAL-NoShadow).

@@ -9,14 +9,14 @@
 //! Buddy (all restarted, or every buffer overflowed) it falls back to the
 //! full copy.
 
+use crate::fast_hash::FastMap;
+use crate::heal::state::Phase;
+use crate::heal::state::RecoveringReplica;
+use crate::node::{DdpNode, Out, Wait};
+use crate::types::{CatchUpResp, Validity};
+use crate::types::{Key, Msg, Record, Ts, Version};
 use std::collections::BTreeMap;
 use tandem_net::{Command, NodeId, Nvm};
-use crate::fast_hash::FastMap;
-use crate::types::{CatchUpResp, Validity};
-use crate::node::{DdpNode, Out, Wait};
-use crate::types::{Key, Msg, Record, Ts, Version};
-use crate::heal::state::RecoveringReplica;
-use crate::heal::state::Phase;
 
 impl DdpNode {
     /// Rebuild from NVM for HEAL: GDP-flagged versions are committed and

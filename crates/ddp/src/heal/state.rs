@@ -345,4 +345,3 @@ impl Chase {
             || self.round >= MAX_ROUNDS
     }
 }
-

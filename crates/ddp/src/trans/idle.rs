@@ -8,8 +8,8 @@
 //! [`Params::forget_ns`]: crate::node::Params
 
 use crate::node::{DdpNode, Out};
-use crate::trans::state::{Phase, TxHere};
 use crate::trans::state::Squash;
+use crate::trans::state::{Phase, TxHere};
 use crate::types::{TxHdr, TxId};
 
 impl DdpNode {

@@ -100,16 +100,16 @@ mod idle;
 pub(crate) mod state;
 mod stats;
 
-use std::collections::BTreeSet;
-use tandem_net::{Command, NodeId, SessionId};
 use crate::model::TransRules;
 use crate::node::{DdpNode, Out, Then};
-use crate::trans::state::Squash;
-use crate::types::{Key, Msg, Op, Reply, Ts, TxHdr, TxId, TxPhase, Value, Version};
-use crate::trans::state::TxHere;
-use crate::trans::state::CoordTx;
 use crate::trans::state::Access;
+use crate::trans::state::CoordTx;
 use crate::trans::state::Phase;
+use crate::trans::state::Squash;
+use crate::trans::state::TxHere;
+use crate::types::{Key, Msg, Op, Reply, Ts, TxHdr, TxId, TxPhase, Value, Version};
+use std::collections::BTreeSet;
+use tandem_net::{Command, NodeId, SessionId};
 
 impl DdpNode {
     pub(crate) fn trans_rules(&self) -> TransRules {

@@ -237,4 +237,3 @@ impl TransStats {
         self.squashes.values().sum()
     }
 }
-

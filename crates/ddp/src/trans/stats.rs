@@ -3,11 +3,11 @@
 //! read them with [`DdpNode::trans_stats`] (the protocol does no I/O of
 //! its own: counters leave a node only through whoever runs it).
 
-use tandem_net::Command;
 use crate::node::{DdpNode, Out};
-use crate::types::Msg;
-use crate::trans::state::TransStats;
 use crate::trans::state::Squash;
+use crate::trans::state::TransStats;
+use crate::types::Msg;
+use tandem_net::Command;
 
 fn kind(m: &Msg) -> &'static str {
     match m {

@@ -57,15 +57,15 @@ pub(crate) mod state;
 mod sync;
 pub mod vector;
 
-use std::collections::BTreeSet;
-use tandem_net::{Command, NodeId, SessionId};
 use crate::model::{UpdRead, UpdRules};
 use crate::node::{DdpNode, Out};
 use crate::types::{Key, Op, Record, Reply, ScopeId, Ts, Upd, Version};
-use crate::upd::vector::{UpdId, Vector};
+use crate::upd::state::Seen;
 use crate::upd::state::StrictWrite;
 use crate::upd::state::BATCH;
-use crate::upd::state::Seen;
+use crate::upd::vector::{UpdId, Vector};
+use std::collections::BTreeSet;
+use tandem_net::{Command, NodeId, SessionId};
 
 impl DdpNode {
     pub(crate) fn upd_rules(&self) -> UpdRules {

@@ -2,11 +2,11 @@
 //! node keeps per key and per origin, strict writes in flight, copies
 //! coming in. Behaviour is in the sibling files.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use tandem_net::{NodeId, SessionId};
 use crate::fast_hash::FastMap;
 use crate::types::{Key, Op, Ts, Upd, Value, Version};
 use crate::upd::vector::{Origin, UpdId, Vector};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use tandem_net::{NodeId, SessionId};
 
 /// Eventual consistency flushes its queued UPDs at this many.
 pub const BATCH: usize = 16;
@@ -192,4 +192,3 @@ impl UpdState {
         *self.persisted_memo.get_mut() = None;
     }
 }
-

@@ -334,7 +334,11 @@ impl Drop for MemoryServerHandle {
 }
 
 /// The shm endpoint of a memory server whose region is shared.
-fn shm_endpoint(node: &Arc<MemoryNode>, keys: &Keyring, port: u16) -> io::Result<Option<ShmEndpoint>> {
+fn shm_endpoint(
+    node: &Arc<MemoryNode>,
+    keys: &Keyring,
+    port: u16,
+) -> io::Result<Option<ShmEndpoint>> {
     if !node.is_shared() {
         return Ok(None);
     }
@@ -470,7 +474,9 @@ fn admit(shared: &Arc<Shared>, conn: u64, stream: TcpStream, peer: SocketAddr) -
             // not scheduled yet: bytes waiting count as heard.)
             let heard = |(c, h): &(u64, Arc<AtomicBool>)| {
                 h.load(Ordering::Relaxed)
-                    || conns.get(c).is_some_and(|s| tandem_auth::gate::bytes_waiting(s) >= tandem_auth::HELLO_BYTES)
+                    || conns.get(c).is_some_and(|s| {
+                        tandem_auth::gate::bytes_waiting(s) >= tandem_auth::HELLO_BYTES
+                    })
             };
             let i = pending.iter().position(|p| !heard(p)).unwrap_or(0);
             let old = pending.remove(i).map(|(c, _)| c);
@@ -499,7 +505,6 @@ fn admit(shared: &Arc<Shared>, conn: u64, stream: TcpStream, peer: SocketAddr) -
     }
     Ok(())
 }
-
 
 /// Send a best-effort `Reject` and close.
 fn reject(stream: &TcpStream, reason: RejectReason) {
@@ -663,7 +668,12 @@ fn admin_loop(
         let msg = ClientMsg::decode(body);
         if let Ok(m) = &msg {
             if !control_allowed(who, m) {
-                log::warn!("memory server: connection {conn} from {peer}: {} from {} {}", m.name(), who.role, who.id);
+                log::warn!(
+                    "memory server: connection {conn} from {peer}: {} from {} {}",
+                    m.name(),
+                    who.role,
+                    who.id
+                );
                 reject(stream, RejectReason::NotAdmin);
                 return;
             }
