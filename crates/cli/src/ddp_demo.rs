@@ -3,14 +3,16 @@
 //! model; then, in seeded runs of each model, the whole cluster loses power
 //! mid-run and every node recovers from its NVM. Per model: throughput
 //! relative to ⟨Lin, Synch⟩, acknowledged writes lost, and read versions
-//! that vanished — and none of the model's own promises broken.
+//! that vanished — and none of the model's own promises broken. The figure
+//! shows each measure as a 5 × 5 heat map: consistency models in rows,
+//! persistency models in columns, in the paper's order.
 
 use std::path::Path;
 
 use tandem_ddp::simcheck::{self, CheckConfig, Crash};
-use tandem_ddp::Model;
+use tandem_ddp::{Consistency, Model, Persistency};
 use tandem_ddp_lab::bench::{run_models, DdpBenchConfig};
-use tandem_report::plot::{bars_svg, stack_svg, write_figure};
+use tandem_report::plot::{heatmap_svg, stack_svg, write_figure};
 use tandem_ycsb::Ycsb;
 
 /// Whole-cluster crashes per model.
@@ -46,29 +48,20 @@ pub fn run(figure: &Path) -> Result<(), String> {
         .collect();
     print_rows(&rows);
     let panels = [
-        bars_svg(
-            "Throughput relative to lin-synch (YCSB-A)",
-            "x",
-            &rows
-                .iter()
-                .map(|r| (r.model.to_string(), r.normalized))
-                .collect::<Vec<_>>(),
+        heatmap(
+            "Throughput relative to lin-synch (YCSB-A; rows: consistency, columns: persistency)",
+            &rows,
+            |r| r.normalized,
         ),
-        bars_svg(
+        heatmap(
             &format!("Acknowledged writes lost in {CRASHES} whole-cluster crashes"),
-            "writes",
-            &rows
-                .iter()
-                .map(|r| (r.model.to_string(), r.lost as f64))
-                .collect::<Vec<_>>(),
+            &rows,
+            |r| r.lost as f64,
         ),
-        bars_svg(
+        heatmap(
             &format!("Read versions that vanished in {CRASHES} crashes"),
-            "reads",
-            &rows
-                .iter()
-                .map(|r| (r.model.to_string(), r.vanished as f64))
-                .collect::<Vec<_>>(),
+            &rows,
+            |r| r.vanished as f64,
         ),
     ];
     let (svg, png) = write_figure(figure, &stack_svg(&panels))?;
@@ -88,6 +81,22 @@ pub fn run(figure: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// One measure of every model as a heat map: a row per consistency model,
+/// a column per persistency model; a model that was not run is n/a.
+fn heatmap(title: &str, rows: &[Row], measure: impl Fn(&Row) -> f64) -> String {
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let consistency = names(&Consistency::ALL.map(Consistency::name));
+    let persistency = names(&Persistency::ALL.map(Persistency::name));
+    let cell = |c, p| {
+        let row = rows.iter().find(|r| r.model == Model { c, p });
+        row.map(&measure)
+    };
+    let grid: Vec<Vec<Option<f64>>> = (Consistency::ALL.iter())
+        .map(|&c| Persistency::ALL.iter().map(|&p| cell(c, p)).collect())
+        .collect();
+    heatmap_svg(title, &consistency, &persistency, &grid)
 }
 
 /// Seeded whole-cluster crashes of `model`; its promises are checked.
