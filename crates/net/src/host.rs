@@ -53,6 +53,13 @@ pub struct HostConfig {
     pub lease: Duration,
 }
 
+/// The address this node dials from: its own listening address, if that
+/// names one interface (not `0.0.0.0`).
+fn dial_from(cfg: &HostConfig) -> Option<std::net::IpAddr> {
+    let (_, own) = cfg.peers.iter().find(|p| p.0 == cfg.id)?;
+    (!own.ip().is_unspecified()).then_some(own.ip())
+}
+
 /// Names this run of a node (one per host started): the manager treats a
 /// member that links with a new one as crashed and restarted.
 fn boot_id() -> u64 {
@@ -216,18 +223,22 @@ impl<P: Wire> Host<P> {
         eprintln!("node {}: {how} from {} ({} slots; file read in {load_ms:.1} ms, state rebuilt by {ready_ms:.1} ms)", cfg.id, cfg.nvm.display(), image.len());
         listener.set_nonblocking(true)?;
         let listener = mio::net::TcpListener::from_std(listener);
+        let from = dial_from(&cfg);
         let peers = cfg
             .peers
             .iter()
             .filter(|p| p.0 != cfg.id)
-            .map(|&(n, a)| (n, Link::new(a, Hello::Peer { node: cfg.id }, &cfg.keys)))
+            .map(|&(n, a)| {
+                let hello = Hello::Peer { node: cfg.id };
+                (n, Link::new(a, from, hello, &cfg.keys))
+            })
             .collect();
         let manager = cfg.manager.map(|a| {
             let hello = Hello::ToManager {
                 node: cfg.id,
                 boot: boot_id(),
             };
-            Link::new(a, hello, &cfg.keys)
+            Link::new(a, from, hello, &cfg.keys)
         });
         let mut h = Host {
             cfg,
@@ -303,7 +314,7 @@ impl<P: Wire> Host<P> {
             .values()
             .chain(self.manager.iter())
             .filter(|l| !l.is_up())
-            .map(|l| l.retry_at)
+            .map(|l| l.due())
             .min()
             .unwrap_or(u64::MAX);
         timer.min(beat).min(retry).min(self.now() + 100_000_000)

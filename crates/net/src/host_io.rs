@@ -4,7 +4,7 @@
 //! writes once per round.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use mio::{Events, Interest, Token};
@@ -26,8 +26,17 @@ const MANAGER: Token = Token(2);
 const PEER: usize = 1 << 8;
 const INBOUND: usize = 1 << 20;
 
-/// How long a link waits between attempts to reach its peer.
-const RECONNECT_NS: u64 = 50_000_000;
+/// How long a link waits before its next attempt to reach its peer: this
+/// after its first failure, doubling with each failure in a row, at most
+/// `RECONNECT_MAX_NS`. A link that comes up starts again from the least.
+const RECONNECT_MIN_NS: u64 = 20_000_000;
+const RECONNECT_MAX_NS: u64 = 250_000_000;
+/// How long a connect may go unanswered (its SYN dropped: a blackholed or
+/// partitioned peer) before the attempt is abandoned and the next one
+/// scheduled. The kernel would retransmit the SYN only after 1 s, then 3 s:
+/// a fresh attempt soon after the network heals is what brings a link back
+/// within a second.
+const CONNECT_NS: u64 = 250_000_000;
 /// Accepted streams still in their handshake; a new one sheds the oldest
 /// that has not sent its whole hello (else the oldest).
 const HANDSHAKING_MAX: usize = 64;
@@ -60,22 +69,50 @@ pub(crate) struct Inbound {
 /// side accepted it, and then says its [`Hello`].
 pub(crate) struct Link {
     addr: SocketAddr,
+    /// The address this node dials from (its own), so that a firewall can
+    /// tell its streams from other nodes' on a shared host.
+    from: Option<IpAddr>,
     hello: Hello,
     keys: Keyring,
     conn: Option<Conn>,
     shake: Option<Dialing>,
+    /// When the current connect gives up if it is still unanswered.
+    connect_by: u64,
     pub(crate) retry_at: u64,
+    /// Attempts that failed since the link was last up.
+    failures: u32,
+    /// Times the link was up and went down (a broken or silent stream).
+    pub(crate) lost: u64,
 }
 
 impl Link {
-    pub(crate) fn new(addr: SocketAddr, hello: Hello, keys: &Keyring) -> Link {
+    pub(crate) fn new(
+        addr: SocketAddr,
+        from: Option<IpAddr>,
+        hello: Hello,
+        keys: &Keyring,
+    ) -> Link {
         Link {
             addr,
+            from,
             hello,
             keys: keys.clone(),
             conn: None,
             shake: None,
+            connect_by: 0,
             retry_at: 0,
+            failures: 0,
+            lost: 0,
+        }
+    }
+    /// When the event loop must look at this link next (not up): its
+    /// next attempt, or the deadline of the attempt under way.
+    pub(crate) fn due(&self) -> u64 {
+        match (&self.conn, &self.shake) {
+            (None, _) => self.retry_at,
+            (Some(c), _) if c.connecting => self.connect_by,
+            (Some(_), Some(d)) => d.deadline,
+            (Some(_), None) => u64::MAX,
         }
     }
     pub(crate) fn is_up(&self) -> bool {
@@ -90,20 +127,28 @@ impl Link {
         }
     }
     fn down(&mut self, now: u64) {
+        self.lost += u64::from(self.is_up());
         self.conn = None;
         self.shake = None;
-        self.retry_at = now + RECONNECT_NS;
+        let backoff = RECONNECT_MIN_NS << self.failures.min(8);
+        self.retry_at = now + backoff.min(RECONNECT_MAX_NS);
+        self.failures += 1;
     }
-    /// Try to connect if it is time (and give up a handshake past its deadline).
+    /// Try to connect if it is time (and give up a connect or a handshake
+    /// past its deadline).
     fn redial(&mut self, now: u64, r: &mio::Registry, t: Token) {
-        if self.shake.as_ref().is_some_and(|d| now > d.deadline) {
+        let connecting = self.conn.as_ref().is_some_and(|c| c.connecting);
+        if (connecting && now > self.connect_by)
+            || self.shake.as_ref().is_some_and(|d| now > d.deadline)
+        {
             self.down(now);
         }
         if self.conn.is_some() || now < self.retry_at {
             return;
         }
+        self.connect_by = now + CONNECT_NS;
         let (role, id) = self.hello.speaker();
-        let opened = Conn::start_connect(self.addr)
+        let opened = Conn::start_connect_from(self.addr, self.from)
             .and_then(|mut c| c.register(r, t).map(|_| c))
             .and_then(|mut c| Dialing::start(&self.keys, role, id, &mut c, now).map(|d| (c, d)));
         match opened {
@@ -133,6 +178,7 @@ impl Link {
                 return Ok(false);
             }
             self.shake = None;
+            self.failures = 0;
             c.queue(&self.hello);
             came_up = true;
         }
@@ -252,6 +298,7 @@ impl<P: Wire> Host<P> {
                     if self.inbound.len() >= INBOUND_MAX + HANDSHAKING_MAX {
                         continue; // dropped: the stream closes
                     }
+                    crate::conn::bound_silence(&s);
                     self.shed_handshake();
                     let id = self.next_conn;
                     self.next_conn += 1;
@@ -354,7 +401,8 @@ impl<P: Wire> Host<P> {
                 Item::Peer(from, msg) => self.on_peer(from, msg),
                 Item::Client(r) => self.on_client(id, r.session, r.req, r.op),
                 Item::StatsAsked => {
-                    let s = self.stats;
+                    let mut s = self.stats;
+                    s.links_lost = self.peers.values().map(|l| l.lost).sum();
                     if let Some(ib) = self.inbound.get_mut(&id) {
                         ib.conn.queue(&s);
                     }

@@ -68,6 +68,9 @@ pub struct NodeStats {
     pub persists: u64,
     /// TCP writes to peers (each carries the messages coalesced since the last).
     pub peer_writes: u64,
+    /// Streams to peers that were up and broke or fell silent (the runtime
+    /// then dials again).
+    pub links_lost: u64,
 }
 
 impl std::ops::AddAssign for NodeStats {
@@ -78,6 +81,7 @@ impl std::ops::AddAssign for NodeStats {
         self.replies += o.replies;
         self.persists += o.persists;
         self.peer_writes += o.peer_writes;
+        self.links_lost += o.links_lost;
     }
 }
 
