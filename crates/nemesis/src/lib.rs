@@ -39,6 +39,31 @@ pub fn enter_fresh_netns() -> io::Result<()> {
     run("ip", &["link", "set", "lo", "up"])
 }
 
+/// Install what the faults need if it is missing (`scripts/netfault.sh
+/// install` under `repo`, the Tandem checkout), once per process.
+pub fn install_tools(repo: &std::path::Path) -> io::Result<()> {
+    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let script = repo.join("scripts/netfault.sh");
+    DONE.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("install")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(format!(
+                "{} install failed: {}",
+                script.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+        }
+    })
+    .clone()
+    .map_err(io::Error::other)
+}
+
 /// The address of process `i` (0-based) of a run: 127.0.0.(i+2). 127.0.0.1
 /// is left to the harness itself (its probes and its clients).
 pub fn addr_of(i: usize) -> Ipv4Addr {

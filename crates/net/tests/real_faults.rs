@@ -177,6 +177,8 @@ fn host_cfg(id: NodeId, peers: &[(NodeId, SocketAddr)], dir: &std::path::Path) -
 
 /// This test's thread in a namespace of its own, with an empty firewall.
 fn isolated() -> Firewall {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    tandem_nemesis::install_tools(&repo).expect("nftables and iproute2");
     enter_fresh_netns().expect("a network namespace (run as root)");
     Firewall::new().expect("nftables (bash scripts/netfault.sh install)")
 }
