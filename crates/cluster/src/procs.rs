@@ -71,6 +71,7 @@ mod fleet;
 pub mod follow;
 #[cfg(test)]
 mod fuzz;
+mod outbox;
 mod session;
 mod trust;
 pub mod wait;
@@ -237,6 +238,8 @@ impl Replica {
     /// out the compute nodes.
     fn admit(self: &Arc<Self>, conn: TcpStream) {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        // No write to a connection waits for ever (a peer that stopped reading).
+        let _ = conn.set_write_timeout(Some(outbox::WRITE_TIMEOUT));
         let Ok(ticket) = self.gate.admit(&conn) else {
             return;
         };
@@ -370,8 +373,8 @@ struct Shared {
 /// (one lock: a joiner's catch-up notice and a broadcast never interleave,
 /// and no announcement falls between them).
 struct Subscribers {
-    /// Each admitted compute node's connection.
-    conns: Vec<(u16, TcpStream)>,
+    /// Each admitted compute node's announcements (never blocking).
+    conns: outbox::Outboxes,
     /// Failed ids published (after they were durable), minus recycled ones.
     published: BTreeSet<u16>,
     /// The memory configuration last broadcast, and the epoch last resumed.
@@ -387,7 +390,7 @@ impl Shared {
         let mut subs = self.subscribers.lock().unwrap();
         subs.published.extend(ids.iter().copied());
         let msg = FromMembership::Failed(ids.to_vec());
-        subs.conns.retain_mut(|(_, w)| send_line(w, &msg).is_ok());
+        subs.conns.send_all(&[outbox::line(&msg)]);
     }
     /// Tell `node`, if it is still connected, that it was declared failed
     /// and fenced off: it stops and comes back as a new incarnation.
@@ -396,10 +399,7 @@ impl Shared {
             "compute node {node} was declared failed and its access revoked"
         ));
         let mut subs = self.subscribers.lock().unwrap();
-        for (_, w) in subs.conns.iter_mut().filter(|(n, _)| *n == node) {
-            let _ = send_line(w, &msg);
-        }
-        subs.conns.retain(|(n, _)| *n != node);
+        subs.conns.send_last(node, outbox::line(&msg));
     }
     /// Tell every compute server a new memory configuration, or that
     /// transactions resume under `resume`.
@@ -416,27 +416,24 @@ impl Shared {
                 *r = Some(e);
             }
         }
-        subs.conns
-            .retain_mut(|(_, w)| msgs.iter().all(|m| send_line(w, m).is_ok()));
+        let lines: Vec<_> = msgs.iter().map(outbox::line).collect();
+        subs.conns.send_all(&lines);
     }
     /// Admit a compute server to the announcements; tell it every failed id
     /// announced so far (later ones reach it by [`Shared::publish_failed`])
     /// and the memory configuration.
-    fn subscribe(&self, node: u16, mut w: TcpStream) -> std::io::Result<()> {
+    fn subscribe(&self, node: u16, w: TcpStream) -> std::io::Result<()> {
         let mut subs = self.subscribers.lock().unwrap();
+        let mut first = Vec::new();
         if !subs.published.is_empty() {
-            send_line(
-                &mut w,
-                &FromMembership::Failed(subs.published.iter().copied().collect()),
-            )?;
+            let ids = subs.published.iter().copied().collect();
+            first.push(outbox::line(&FromMembership::Failed(ids)));
         }
         if let Some((config, resumed)) = &subs.memory {
-            for msg in fleet::on_subscribe(config, *resumed) {
-                send_line(&mut w, &msg)?;
-            }
+            let msgs = fleet::on_subscribe(config, *resumed);
+            first.extend(msgs.iter().map(outbox::line));
         }
-        subs.conns.push((node, w));
-        Ok(())
+        subs.conns.add(node, w, first)
     }
     /// Called with `m` locked after a step. If the step changed the durable
     /// state, queue the new state for ZooKeeper; else, if `barrier`, queue a
@@ -556,7 +553,7 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
     // Failed ids in a resumed state are durable: announce them to every joiner
     // (a crash may have cut their broadcast short).
     let subscribers = Subscribers {
-        conns: Vec::new(),
+        conns: outbox::Outboxes::default(),
         published: m.failed_ids().clone(),
         memory: m.fleet().map(|f| (f.config().clone(), f.resumed_epoch())),
     };

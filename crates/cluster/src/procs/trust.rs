@@ -64,6 +64,9 @@ impl ToMembership {
     }
 }
 
+/// How long one write to a membership replica may block.
+const DIAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Connect to a membership replica and authenticate as the speaker of `msg`.
 pub(crate) fn dial(
     addr: SocketAddr,
@@ -73,6 +76,8 @@ pub(crate) fn dial(
     let keys = credentials()?;
     let mut conn = TcpStream::connect_timeout(&addr, timeout)?;
     let _ = conn.set_nodelay(true);
+    // A replica that stops reading fails our writes instead of holding them.
+    conn.set_write_timeout(Some(DIAL_WRITE_TIMEOUT))?;
     let (role, id) = msg.speaker();
     let deadline = Instant::now() + timeout.max(auth::HANDSHAKE_DEADLINE);
     // A refusal is final; a connection that broke or ran out of time (a
