@@ -22,6 +22,7 @@ mod litmus_cmd;
 mod litmus_worker_cmd;
 mod lrp_cmd;
 mod memory_server;
+mod nemesis_cmd;
 mod net_cmd;
 mod node_cmd;
 mod procs_cmd;
@@ -68,6 +69,9 @@ enum Command {
     Experiment(experiment_cmd::ExperimentArgs),
     /// Run a system beside the stores users pick instead: PostgreSQL, Redis, etcd, ZooKeeper.
     Compare(compare_cmd::CompareArgs),
+    /// Real processes under real faults (partitions, loss, blackholes, SIGSTOP, kill -9) in a network
+    /// namespace of its own, then checked: safety by the model's checker, liveness after the heal. Root.
+    Nemesis(nemesis_cmd::NemesisArgs),
     /// Credentials: make a master secret, split it into one keyring per kind of process.
     Keys(keys_cmd::KeysArgs),
     /// One replica of a message-passing store (DDP, HEAL, Kite or ZAB) as a process: TCP to its peers, NVM in a file.
@@ -166,6 +170,7 @@ fn main() {
         Command::Lrp(a) => lrp_cmd::run(a),
         Command::Experiment(a) => experiment_cmd::run(a),
         Command::Compare(a) => compare_cmd::run(a),
+        Command::Nemesis(a) => nemesis_cmd::run(a),
         Command::Keys(a) => keys_cmd::run(a),
         Command::Node(a) => node_cmd::node(a),
         Command::Net(a) => net_cmd::run(a),

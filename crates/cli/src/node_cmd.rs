@@ -61,7 +61,8 @@ pub struct NodeArgs {
     /// How this node catches up when it restarts: full-copy, or heal (HEAL: the Lin models).
     #[arg(long, default_value = "full-copy")]
     recovery: String,
-    /// Test-only protocol bug (see `tandem ddp check --help`).
+    /// Test-only protocol bug (see `tandem ddp check --help`), or ignore-lease (the node serves
+    /// clients without a lease).
     #[arg(long = "inject-bug", hide = true)]
     bugs: Vec<String>,
     /// Kite: the write time-out in ms (the retransmission period is half of it); default 1 ms, the paper's.
@@ -110,11 +111,23 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
         }
     }
     let factory = DdpFactory {
-        bugs: Bugs::parse(&a.bugs)?,
+        bugs: Bugs::parse(&protocol_bugs(&a.bugs))?,
         heal,
         ..DdpFactory::new(model, Params::TCP)
     };
     host::run(cfg, listener, factory).map_err(|e| node_error(a.id, &e))
+}
+
+/// The runtime's own planted bug (`--inject-bug ignore-lease`): the node
+/// serves clients without a lease from the manager.
+const IGNORE_LEASE: &str = "ignore-lease";
+
+/// The `--inject-bug` names that are the protocol engine's.
+fn protocol_bugs(bugs: &[String]) -> Vec<String> {
+    bugs.iter()
+        .filter(|b| *b != IGNORE_LEASE)
+        .cloned()
+        .collect()
 }
 
 fn nvm_corrupt(a: &NodeArgs) -> Result<OnCorrupt, String> {
@@ -166,6 +179,7 @@ fn host_config(a: &NodeArgs) -> Result<(HostConfig, TcpListener), String> {
         fsync: a.fsync,
         heartbeat: Duration::from_millis(a.heartbeat_ms),
         lease: Duration::from_millis(a.lease_ms),
+        ignore_lease: a.bugs.iter().any(|b| b == IGNORE_LEASE),
     };
     Ok((cfg, listener))
 }

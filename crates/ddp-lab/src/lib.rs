@@ -9,6 +9,7 @@
 //! | [`procs`] | a cluster of `tandem node` processes on loopback |
 //! | [`load`] | closed-loop client sessions over TCP, one thread per connection |
 //! | [`tcp`] | a measured run of that load against those processes |
+//! | [`nemesis`] | those processes under real network and process faults, checked |
 //! | [`bench`] | the models in simulated time: heat map and sweeps |
 //! | [`cluster`], [`compare`] | DDP beside etcd and Redis on YCSB |
 //! | [`heal`] | HEAL's recovery in simulated time and over processes, and beside ZooKeeper and etcd |
@@ -18,5 +19,6 @@ pub mod cluster;
 pub mod compare;
 pub mod heal;
 pub mod load;
+pub mod nemesis;
 pub mod procs;
 pub mod tcp;

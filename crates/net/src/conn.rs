@@ -155,6 +155,7 @@ impl Conn {
     ) -> io::Result<Conn> {
         let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
         not_to_itself(&s)?;
+        bound_silence(&s);
         authenticate(&mut s, addr, keys, role, id)?;
         s.set_nonblocking(true)?;
         Ok(Conn::new(TcpStream::from_std(s)))

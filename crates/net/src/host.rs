@@ -51,6 +51,9 @@ pub struct HostConfig {
     pub heartbeat: Duration,
     /// Must equal the manager's lease.
     pub lease: Duration,
+    /// Test-only planted bug: serve clients without a lease (a node cut off
+    /// from the manager keeps serving); the nemesis must catch it.
+    pub ignore_lease: bool,
 }
 
 /// The address this node dials from: its own listening address, if that
@@ -344,7 +347,7 @@ impl<P: Wire> Host<P> {
 
     /// Without a manager, a node always serves; with one, only under a lease.
     fn leased(&self) -> bool {
-        self.cfg.manager.is_none() || self.now() < self.lease_until
+        self.cfg.manager.is_none() || self.now() < self.lease_until || self.cfg.ignore_lease
     }
 
     pub(crate) fn on_manager(&mut self, m: FromManager) {

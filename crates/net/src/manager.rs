@@ -362,6 +362,8 @@ fn accept_nodes(
         std::thread::spawn(move || -> std::io::Result<()> {
             let _link = link;
             s.set_nodelay(true)?;
+            // A member behind a partition fails the stream, not the writer for ever.
+            crate::conn::bound_silence(&s);
             let deadline = std::time::Instant::now() + tandem_auth::HANDSHAKE_DEADLINE;
             let roles = [tandem_auth::Role::Peer];
             let who = match gate.authenticate(ticket, &mut s, &keys, &roles, deadline) {

@@ -140,11 +140,14 @@ mod tests {
     /// kernel allows, so that a few kilobytes fill it.
     fn never_read() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let peer = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let peer =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         peer.set_recv_buffer_size(1).unwrap();
         peer.connect(&l.local_addr().unwrap().into()).unwrap();
         let (ours, _) = l.accept().unwrap();
-        socket2::SockRef::from(&ours).set_send_buffer_size(1).unwrap();
+        socket2::SockRef::from(&ours)
+            .set_send_buffer_size(1)
+            .unwrap();
         (ours, peer.into())
     }
 
@@ -186,9 +189,17 @@ mod tests {
             slowest <= Duration::from_millis(100),
             "an announcement waited {slowest:?} for a server that does not read"
         );
-        assert_eq!(boxes.len(), 1, "the silent server is dropped, the reader kept");
+        assert_eq!(
+            boxes.len(),
+            1,
+            "the silent server is dropped, the reader kept"
+        );
         boxes.send_last(2, line(&"bye"));
-        assert_eq!(reader.join().unwrap(), sent + 1, "the reader got every line");
+        assert_eq!(
+            reader.join().unwrap(),
+            sent + 1,
+            "the reader got every line"
+        );
     }
 
     trait Pair: Sized {
