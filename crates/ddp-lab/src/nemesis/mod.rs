@@ -153,8 +153,7 @@ fn run_schedule(cfg: &NemesisConfig, seed: u64) -> Result<ScheduleRun, String> {
     let mut violations = Vec::new();
     let mut heals = Vec::new();
     for f in &faults {
-        apply(&mut fw, &mut procs, f)?;
-        std::thread::sleep(cfg.fault_time);
+        hold(&mut fw, &mut procs, f, cfg.fault_time)?;
         heal(&mut fw, &mut procs, f)?;
         let h = after_heal(&load, &procs, baseline, f);
         liveness(&mut violations, &h);
@@ -262,6 +261,23 @@ fn ips(nodes: &[usize]) -> Vec<std::net::Ipv4Addr> {
     nodes.iter().map(|&n| addr_of(n)).collect()
 }
 
+/// Inject `f` and keep it for `time` (a flip changes shape half-way).
+fn hold(fw: &mut Firewall, p: &mut Procs, f: &Fault, time: Duration) -> Result<(), String> {
+    let Fault::Flip(n) = *f else {
+        apply(fw, p, f)?;
+        std::thread::sleep(time);
+        return Ok(());
+    };
+    let e = |e: std::io::Error| e.to_string();
+    fw.isolate(addr_of(n)).map_err(e)?;
+    std::thread::sleep(time / 2);
+    fw.heal().map_err(e)?;
+    let others: Vec<usize> = (0..NODES).filter(|&o| o != n).collect();
+    fw.split(&ips(&others), &[addr_of(n), manager_ip()]).map_err(e)?;
+    std::thread::sleep(time / 2);
+    Ok(())
+}
+
 fn apply(fw: &mut Firewall, p: &mut Procs, f: &Fault) -> Result<(), String> {
     let e = |e: std::io::Error| e.to_string();
     match f {
@@ -295,6 +311,7 @@ fn apply(fw: &mut Firewall, p: &mut Procs, f: &Fault) -> Result<(), String> {
             (0..NODES).for_each(|n| p.kill(n));
             Ok(())
         }
+        Fault::Flip(_) => unreachable!("held by `hold`"),
     }
 }
 

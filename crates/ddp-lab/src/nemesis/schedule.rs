@@ -31,10 +31,13 @@ pub enum Fault {
     Kill(usize),
     /// `kill -9` every node at once; all restarted from their NVM files.
     KillAll,
+    /// A flapping network: node `n` isolated for the first half; then the
+    /// others cut off from `n` and from the manager, which reaches `n` alone.
+    Flip(usize),
 }
 
 /// The classes `--faults` names.
-pub const CLASSES: [&str; 10] = [
+pub const CLASSES: [&str; 11] = [
     "isolate",
     "split",
     "bridge",
@@ -45,6 +48,7 @@ pub const CLASSES: [&str; 10] = [
     "pause",
     "kill",
     "kill-all",
+    "flip",
 ];
 
 impl fmt::Display for Fault {
@@ -60,6 +64,7 @@ impl fmt::Display for Fault {
             Fault::Pause(n) => write!(f, "SIGSTOP node {n}"),
             Fault::Kill(n) => write!(f, "kill -9 node {n}"),
             Fault::KillAll => write!(f, "kill -9 all nodes"),
+            Fault::Flip(n) => write!(f, "isolate node {n}, then only {n} and the manager"),
         }
     }
 }
@@ -78,14 +83,24 @@ impl Fault {
             Fault::Pause(_) => "pause",
             Fault::Kill(_) => "kill",
             Fault::KillAll => "kill-all",
+            Fault::Flip(_) => "flip",
         }
     }
 }
 
+/// Classes `all` leaves out: `flip` breaks DDP's Lin models today (a node
+/// re-added while cut off from its copy sources serves alone once they are
+/// removed; docs/NEMESIS.md), so it is named explicitly until that is fixed.
+pub const NOT_IN_ALL: [&str; 1] = ["flip"];
+
 /// Check a `--faults` list.
 pub fn parse_classes(list: &str) -> Result<Vec<String>, String> {
     let classes: Vec<String> = match list {
-        "all" => CLASSES.iter().map(|s| s.to_string()).collect(),
+        "all" => CLASSES
+            .iter()
+            .filter(|c| !NOT_IN_ALL.contains(c))
+            .map(|s| s.to_string())
+            .collect(),
         _ => list.split(',').map(|s| s.trim().to_string()).collect(),
     };
     match classes.iter().find(|c| !CLASSES.contains(&c.as_str())) {
@@ -147,6 +162,7 @@ fn fault_of(class: &str, rng: &mut Rng) -> Fault {
         "pause" => Fault::Pause(node(rng)),
         "kill" => Fault::Kill(node(rng)),
         "kill-all" => Fault::KillAll,
+        "flip" => Fault::Flip(node(rng)),
         other => unreachable!("checked class {other}"),
     }
 }
