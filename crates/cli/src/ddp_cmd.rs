@@ -46,8 +46,10 @@ pub struct CheckArgs {
     /// (the same, cut off instead of slow), suspect-spread (suspect, with the manager's announcements
     /// reaching nodes at different times), bounce (a node restarted within its lease), copy-source
     /// (an origin's updates reach one member only, the origin crashes, a restarting node copies from
-    /// that member, which crashes right after), mix (none,
-    /// one, all), recovery (one, buddy, again, two) or membership (suspect, isolated, suspect-spread, bounce).
+    /// that member, which crashes right after), flip (a node removed while cut off is re-added while
+    /// still cut off from its copy sources, which the manager hears no more), mix (none, one, all),
+    /// recovery (one, buddy, again, two, copy-source) or membership (suspect, isolated,
+    /// suspect-spread, bounce, flip).
     #[arg(long, default_value = "mix")]
     crash: String,
     /// How a restarted node catches up: full-copy, heal (HEAL: the Lin models), or heal-no-shadow
@@ -123,6 +125,7 @@ fn crashes(name: &str) -> Result<Vec<Crash>, String> {
             Crash::Isolated,
             Crash::SuspectSpread,
             Crash::Bounce,
+            Crash::Flip,
         ]),
         _ => {
             Ok(vec![Crash::parse(name).map_err(|e| {

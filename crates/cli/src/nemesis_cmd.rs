@@ -22,8 +22,7 @@ pub struct NemesisArgs {
     #[arg(long, default_value_t = 3)]
     schedules: u64,
     /// Fault classes to draw from, comma-separated, or all: isolate, split, bridge, one-way, loss,
-    /// blackhole, manager, pause, kill, kill-all. Also flip (not in all: it breaks DDP today, see
-    /// docs/NEMESIS.md).
+    /// blackhole, manager, pause, kill, kill-all, flip.
     #[arg(long, default_value = "all")]
     faults: String,
     #[arg(long, default_value_t = 3)]

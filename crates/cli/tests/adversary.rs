@@ -580,7 +580,10 @@ fn a_ddp_node_and_its_manager_serve_their_members_under_attack() {
         seq += 1;
         let t = Instant::now();
         member
-            .write_all(&tandem_net::wire::frame(&Heartbeat { seq }))
+            .write_all(&tandem_net::wire::frame(&Heartbeat {
+                seq,
+                caught_up: true,
+            }))
             .unwrap();
         loop {
             match leases

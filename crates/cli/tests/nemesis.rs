@@ -16,8 +16,8 @@ fn nemesis(args: &[&str], out: &str) -> (bool, String) {
         .current_dir(common::workspace())
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout).into_owned()
-        + &String::from_utf8_lossy(&o.stderr);
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     eprintln!("{text}");
     let _ = std::fs::remove_dir_all(&dir);
     (o.status.success(), text)
@@ -30,14 +30,24 @@ fn nemesis(args: &[&str], out: &str) -> (bool, String) {
 fn the_readme_nemesis_runs_as_written_and_ddp_survives_it() {
     let readme = std::fs::read_to_string(common::workspace().join("README.md")).unwrap();
     let section = readme.split("## Faults on a real network").nth(1).unwrap();
-    let line = section.lines().find(|l| l.starts_with("tandem nemesis")).unwrap();
+    let line = section
+        .lines()
+        .find(|l| l.starts_with("tandem nemesis"))
+        .unwrap();
     let line = line.split('#').next().unwrap();
     let args: Vec<&str> = line.split_whitespace().skip(2).collect();
-    assert!(args.contains(&"3"), "the README runs three schedules: {line}");
+    assert!(
+        args.contains(&"3"),
+        "the README runs three schedules: {line}"
+    );
     let (ok, text) = nemesis(&args, "tandem-nemesis-ok");
     assert!(ok, "the nemesis found a violation:\n{text}");
     assert!(text.contains("3 schedules, 0 failed"), "{text}");
-    assert_eq!(text.matches(" back ").count(), 9, "a line per heal:\n{text}");
+    assert_eq!(
+        text.matches(" back ").count(),
+        9,
+        "a line per heal:\n{text}"
+    );
 }
 
 /// A node that serves without a lease (a planted bug) is caught once a
@@ -46,12 +56,26 @@ fn the_readme_nemesis_runs_as_written_and_ddp_survives_it() {
 #[test]
 fn a_node_serving_without_a_lease_is_caught_by_partitions_not_by_kills() {
     let bug = ["--inject-bug", "ignore-lease", "--schedules", "3"];
-    let split = [&bug[..], &["--faults", "split", "--faults-per-schedule", "4"]].concat();
+    let split = [
+        &bug[..],
+        &["--faults", "split", "--faults-per-schedule", "4"],
+    ]
+    .concat();
     let (ok, text) = nemesis(&split, "tandem-nemesis-split");
-    assert!(!ok, "four splits did not catch the node serving without a lease:\n{text}");
+    assert!(
+        !ok,
+        "four splits did not catch the node serving without a lease:\n{text}"
+    );
     assert!(text.contains("not linearizable"), "{text}");
-    assert!(text.contains("replay:  tandem nemesis --system ddp"), "{text}");
-    let kills = [&bug[..], &["--faults", "kill", "--faults-per-schedule", "3"]].concat();
+    assert!(
+        text.contains("replay:  tandem nemesis --system ddp"),
+        "{text}"
+    );
+    let kills = [
+        &bug[..],
+        &["--faults", "kill", "--faults-per-schedule", "3"],
+    ]
+    .concat();
     let (ok, text) = nemesis(&kills, "tandem-nemesis-kill");
     assert!(ok, "kill -9 alone should not expose this bug:\n{text}");
 }

@@ -394,6 +394,11 @@ impl Protocol for DdpNode {
     type Reply = Reply;
     type Record = Record;
 
+    /// Ready: not waiting for a copy (or HEAL's catch-up) after being added.
+    fn caught_up(&self) -> bool {
+        self.ready
+    }
+
     fn weight(msg: &Msg) -> u64 {
         let n = match msg {
             Msg::CopyResp { versions } => versions.len(),

@@ -74,6 +74,11 @@ pub enum Crash {
     /// the source crashes once that node has adopted the copies, before
     /// its anti-entropy resent what the others lack. Both rejoin later.
     CopySource,
+    /// A flapping network (seen on real processes first): one node is cut
+    /// off and removed while the others write; then it is re-added while
+    /// still cut off from them, and the manager, which reaches it alone,
+    /// removes the others. It must not serve before it has caught up.
+    Flip,
 }
 
 impl Crash {
@@ -90,8 +95,9 @@ impl Crash {
             "bounce" => Ok(Crash::Bounce),
             "suspect-spread" => Ok(Crash::SuspectSpread),
             "copy-source" => Ok(Crash::CopySource),
+            "flip" => Ok(Crash::Flip),
             other => Err(format!(
-                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated, suspect-spread, bounce, copy-source)"
+                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated, suspect-spread, bounce, copy-source, flip)"
             )),
         }
     }
@@ -108,6 +114,7 @@ impl Crash {
             Crash::Bounce => "bounce",
             Crash::SuspectSpread => "suspect-spread",
             Crash::CopySource => "copy-source",
+            Crash::Flip => "flip",
         }
     }
 }
@@ -674,6 +681,7 @@ pub fn run(cfg: &CheckConfig) -> CheckReport {
         Crash::SuspectSpread => r.suspect_one(false, true),
         Crash::Bounce => r.bounce_one(),
         Crash::CopySource => r.crash_copy_source(),
+        Crash::Flip => r.flip_one(),
     }
     r.finish(crash_at);
     r.report
@@ -905,6 +913,62 @@ impl Run {
         slow(&self.net, 0);
         let c = self.config((0..nodes).collect());
         self.net.announce_delayed(&c, &links);
+    }
+
+    /// `Crash::Flip`, driven by the real configuration manager on
+    /// simulated time: the victim is cut off and the manager, which hears
+    /// the others, removes it while they write on; then the network flips
+    /// and the manager hears the victim alone (still cut off from the
+    /// others, so its copy requests are lost): it re-adds the victim and
+    /// would remove the silent others. A node must not serve before it has
+    /// caught up, so the manager must keep a caught-up member.
+    fn flip_one(&mut self) {
+        let nodes = self.cfg.nodes;
+        let victim = self.rng.below(nodes as u64) as NodeId;
+        let all: Vec<NodeId> = (0..nodes).collect();
+        let others: Vec<NodeId> = all.iter().copied().filter(|&n| n != victim).collect();
+        let cfg = ManagerConfig {
+            lease_ns: 20_000,
+            margin_ns: 5_000,
+            startup_ns: 0,
+        };
+        let mut m = Manager::new(cfg, &all, self.net.now_ns()).at_epoch(self.epoch);
+        let cut = |net: &SimNet<DdpNode, DdpFactory>, on| {
+            for &o in &others {
+                net.partition(victim, o, on);
+            }
+        };
+        cut(&self.net, true);
+        self.rec.borrow_mut().steady[victim as usize] = false;
+        self.manager_rounds(&mut m, &others, &all, 60_000);
+        self.manager_rounds(&mut m, &[victim], &[victim], 60_000);
+        cut(&self.net, false);
+        // The others link to the manager again, which sends each its configuration.
+        self.net.announce(&m.config());
+        self.manager_rounds(&mut m, &all, &all, 60_000);
+        self.epoch = m.config().epoch;
+    }
+
+    /// `ns` of simulated time in 5 µs rounds: the manager hears `hears`
+    /// (each as caught up as it is) and ticks; what it announces reaches `to`.
+    fn manager_rounds(&mut self, m: &mut Manager, hears: &[NodeId], to: &[NodeId], ns: u64) {
+        for _ in 0..ns / 5_000 {
+            self.net.run_for(5_000);
+            let now = self.net.now_ns();
+            let mut announce = Vec::new();
+            for &n in hears {
+                let caught_up = self
+                    .net
+                    .with_node(n, |p| p.is_some_and(tandem_net::Protocol::caught_up));
+                announce.extend(m.heartbeat_from(now, n, caught_up));
+            }
+            announce.extend(m.tick(now));
+            for c in announce {
+                for &n in to {
+                    self.net.inject(n, Input::Config(c.clone()));
+                }
+            }
+        }
     }
 
     /// `Crash::CopySource`. The window is what anti-entropy leaves: the

@@ -357,6 +357,7 @@ fn fuzz_net_manager_stream() {
                 &mut b,
                 &Heartbeat {
                     seq: rng.interesting_u64(),
+                    caught_up: rng.next_u64() % 2 == 0,
                 },
             );
         }
@@ -773,8 +774,20 @@ fn warm_clusters_made_traffic() {
     assert!(!kite_msgs().is_empty());
     // A frame helper sanity check: `frame` is `put` into a new buffer.
     let mut b = Vec::new();
-    put(&mut b, &Heartbeat { seq: 3 });
-    assert_eq!(b, frame(&Heartbeat { seq: 3 }));
+    put(
+        &mut b,
+        &Heartbeat {
+            seq: 3,
+            caught_up: true,
+        },
+    );
+    assert_eq!(
+        b,
+        frame(&Heartbeat {
+            seq: 3,
+            caught_up: true
+        })
+    );
 }
 
 #[test]

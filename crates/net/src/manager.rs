@@ -17,6 +17,15 @@
 //! of a node links with a new boot id; a member that links with a new one
 //! is removed at once and joins again with its first heartbeat, so the
 //! others go through the same removal and re-add as after a crash.
+//!
+//! **Someone always holds the latest state.** A member re-added after a
+//! removal copies from the members before it serves, and says so in its
+//! heartbeats (`caught_up`). The manager never removes silent members if
+//! that would leave no caught-up member: on a flapping network it may hear
+//! only a node that is still waiting for its copy, and with the others
+//! removed that node would serve alone what it never received. The silent
+//! caught-up members stay (without leases, serving nothing) until the
+//! network lets them back or the copy completes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -51,6 +60,9 @@ pub struct Manager {
     last_heard: BTreeMap<NodeId, u64>,
     /// The boot id each node last linked with.
     boots: BTreeMap<NodeId, u64>,
+    /// Members known to hold every acknowledged write: those of the first
+    /// configuration, and those that said so since they were last added.
+    caught_up: BTreeSet<NodeId>,
 }
 
 impl Manager {
@@ -63,6 +75,7 @@ impl Manager {
             members: members.iter().copied().collect(),
             last_heard: members.iter().map(|&m| (m, heard)).collect(),
             boots: BTreeMap::new(),
+            caught_up: members.iter().copied().collect(),
         }
     }
 
@@ -100,6 +113,7 @@ impl Manager {
         if before.is_none_or(|b| b == boot) || !self.members.remove(&node) {
             return None;
         }
+        self.caught_up.remove(&node);
         self.epoch += 1;
         Some(self.config())
     }
@@ -113,31 +127,51 @@ impl Manager {
         Config::new(self.epoch, self.members.iter().copied().collect())
     }
 
-    /// A heartbeat from `node`: its lease is granted (the host answers it);
-    /// a node that is not a member joins, in a new epoch (returned).
+    /// A heartbeat from a caught-up `node` (see [`Manager::heartbeat_from`]).
     pub fn heartbeat(&mut self, now_ns: u64, node: NodeId) -> Option<Config> {
+        self.heartbeat_from(now_ns, node, true)
+    }
+
+    /// A heartbeat from `node`, which holds every acknowledged write
+    /// (`caught_up`) or is still catching up: its lease is granted (the
+    /// host answers it); a node that is not a member joins, in a new epoch
+    /// (returned), and counts as caught up only once it says so.
+    pub fn heartbeat_from(&mut self, now_ns: u64, node: NodeId, caught_up: bool) -> Option<Config> {
         self.last_heard.insert(node, now_ns);
         if self.members.insert(node) {
+            self.caught_up.remove(&node);
             self.epoch += 1;
             return Some(self.config());
+        }
+        if caught_up {
+            self.caught_up.insert(node);
         }
         None
     }
 
     /// Remove members silent past their lease; a new epoch if any was.
+    /// Silent caught-up members stay if none would be left otherwise.
     pub fn tick(&mut self, now_ns: u64) -> Option<Config> {
         let limit = self.cfg.lease_ns + self.cfg.margin_ns;
-        let silent: Vec<NodeId> = self
+        let mut silent: Vec<NodeId> = self
             .members
             .iter()
             .copied()
             .filter(|m| now_ns.saturating_sub(self.last_heard[m]) > limit)
             .collect();
+        let keeps_one = self
+            .members
+            .iter()
+            .any(|m| self.caught_up.contains(m) && !silent.contains(m));
+        if !keeps_one {
+            silent.retain(|m| !self.caught_up.contains(m));
+        }
         if silent.is_empty() {
             return None;
         }
         for m in silent {
             self.members.remove(&m);
+            self.caught_up.remove(&m);
         }
         self.epoch += 1;
         Some(self.config())
@@ -164,6 +198,32 @@ mod tests {
         let c = m.heartbeat(120, 2).expect("node 2 rejoins");
         assert_eq!((c.epoch, c.members), (3, vec![0, 1, 2]));
         assert_eq!(m.heartbeat(121, 2), None);
+    }
+
+    #[test]
+    fn the_last_caught_up_members_are_never_removed() {
+        let cfg = ManagerConfig {
+            lease_ns: 100,
+            margin_ns: 10,
+            startup_ns: 0,
+        };
+        let mut m = Manager::new(cfg, &[0, 1, 2], 0);
+        // Node 2 falls silent and is removed; 0 and 1 go on.
+        m.heartbeat(100, 0);
+        m.heartbeat(100, 1);
+        assert_eq!(m.tick(115).unwrap().members, vec![0, 1]);
+        // The network flips: only node 2 is heard, still catching up.
+        let c = m.heartbeat_from(120, 2, false).expect("re-added");
+        assert_eq!(c.members, vec![0, 1, 2]);
+        m.heartbeat_from(200, 2, false);
+        assert_eq!(
+            m.tick(230),
+            None,
+            "0 and 1 are the only caught-up members: they stay"
+        );
+        // Once node 2 has its copy, the silent ones may go.
+        m.heartbeat_from(240, 2, true);
+        assert_eq!(m.tick(241).unwrap().members, vec![2]);
     }
 
     #[test]
@@ -196,10 +256,12 @@ mod tests {
         assert_eq!(r.config(), m.config());
         assert_eq!(r.tick(1_109), None, "a lease of the last run may run");
         assert_eq!(r.linked(2, 8), None, "the same run of node 2");
-        let c = r.tick(1_111).expect("all silent");
-        assert_eq!((c.epoch, c.members), (4, vec![]));
-        let c = r.heartbeat(1_200, 1).expect("node 1 back");
-        assert_eq!((c.epoch, c.members), (5, vec![1]));
+        // All silent, all caught up: removing them would leave no one with
+        // the latest state, so none is removed.
+        assert_eq!(r.tick(1_111), None, "all silent");
+        assert_eq!(r.heartbeat(1_200, 1), None, "node 1 is still a member");
+        let c = r.tick(1_201).expect("the silent others go");
+        assert_eq!((c.epoch, c.members), (4, vec![1]));
     }
 }
 
@@ -241,9 +303,9 @@ pub fn serve(
             }
             // A heartbeat still queued from a run that a newer one replaced:
             // that run is gone, and its sequence numbers mean nothing to the new one.
-            Ok(ManagerEvent::Beat(node, boot, _)) if !m.current_run(node, boot) => None,
-            Ok(ManagerEvent::Beat(node, _, seq)) => {
-                let joined = m.heartbeat(now(), node);
+            Ok(ManagerEvent::Beat(node, boot, _, _)) if !m.current_run(node, boot) => None,
+            Ok(ManagerEvent::Beat(node, _, seq, caught_up)) => {
+                let joined = m.heartbeat_from(now(), node, caught_up);
                 if let Some(w) = links.get(&node) {
                     let _ = w.send(frame(&FromManager::Lease { seq }));
                 }
@@ -316,7 +378,8 @@ fn save(
 enum ManagerEvent {
     Link(NodeId, u64, std::sync::mpsc::Sender<Vec<u8>>),
     /// A heartbeat: the node, its run's boot id, the sequence number.
-    Beat(NodeId, u64, u64),
+    /// node, boot, heartbeat seq, caught up.
+    Beat(NodeId, u64, u64, bool),
 }
 
 /// Connections in their handshake at once (a new one sheds a trickling one).
@@ -390,8 +453,11 @@ fn accept_nodes(
                 boot,
                 crate::links::spawn_writer(s),
             ));
-            while let Some(Heartbeat { seq }) = frames.next()? {
-                if tx.send(ManagerEvent::Beat(node, boot, seq)).is_err() {
+            while let Some(Heartbeat { seq, caught_up }) = frames.next()? {
+                if tx
+                    .send(ManagerEvent::Beat(node, boot, seq, caught_up))
+                    .is_err()
+                {
                     break;
                 }
             }

@@ -182,6 +182,13 @@ pub trait Protocol: Sized {
     /// Handle one input at host time `now_ns`, appending commands to `out`.
     fn step(&mut self, now_ns: u64, input: Input<Self>, out: &mut Vec<Command<Self>>);
 
+    /// Whether the node holds every acknowledged write, i.e. is not
+    /// catching up after being (re-)added; reported to the configuration
+    /// manager, which keeps a caught-up member in every configuration.
+    fn caught_up(&self) -> bool {
+        true
+    }
+
     /// How many entries `msg` carries: the simulator charges CPU per entry
     /// at both ends, so a bulk transfer (a full copy) costs what it moves.
     fn weight(_msg: &Self::Msg) -> u64 {

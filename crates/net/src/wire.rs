@@ -89,6 +89,9 @@ impl std::ops::AddAssign for NodeStats {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Heartbeat {
     pub seq: u64,
+    /// The node holds every acknowledged write (it is not waiting for a
+    /// copy after being re-added): see `manager.rs`.
+    pub caught_up: bool,
 }
 
 /// Manager → node.

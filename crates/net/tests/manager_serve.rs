@@ -43,7 +43,10 @@ impl FakeNode {
     }
 
     fn beat(&mut self, seq: u64) {
-        self.send(&Heartbeat { seq });
+        self.send(&Heartbeat {
+            seq,
+            caught_up: true,
+        });
     }
 
     /// What the manager sent next, if anything within the timeout.

@@ -273,7 +273,8 @@ fn hold(fw: &mut Firewall, p: &mut Procs, f: &Fault, time: Duration) -> Result<(
     std::thread::sleep(time / 2);
     fw.heal().map_err(e)?;
     let others: Vec<usize> = (0..NODES).filter(|&o| o != n).collect();
-    fw.split(&ips(&others), &[addr_of(n), manager_ip()]).map_err(e)?;
+    fw.split(&ips(&others), &[addr_of(n), manager_ip()])
+        .map_err(e)?;
     std::thread::sleep(time / 2);
     Ok(())
 }

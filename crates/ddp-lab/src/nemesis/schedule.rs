@@ -88,10 +88,8 @@ impl Fault {
     }
 }
 
-/// Classes `all` leaves out: `flip` breaks DDP's Lin models today (a node
-/// re-added while cut off from its copy sources serves alone once they are
-/// removed; docs/NEMESIS.md), so it is named explicitly until that is fixed.
-pub const NOT_IN_ALL: [&str; 1] = ["flip"];
+/// Classes `all` leaves out (none today).
+pub const NOT_IN_ALL: [&str; 0] = [];
 
 /// Check a `--faults` list.
 pub fn parse_classes(list: &str) -> Result<Vec<String>, String> {
