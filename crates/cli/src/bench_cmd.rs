@@ -441,9 +441,39 @@ pub struct SimBankArgs {
 }
 
 pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
+    let (bugs, recovery_bugs) = parse_sim_bugs(&a.inject_bug)?;
+    check_sim_flags(&a, recovery_bugs)?;
+    sim_run::preset(&a.workload)?;
+    let bank = a.workload == "bank";
+    if !bank
+        && (a.hot_sibling_pair
+            || a.customers.is_some()
+            || a.receipt_chance.is_some()
+            || a.retries.is_some())
+    {
+        return Err(
+            "--hot-sibling-pair, --customers, --receipt-chance and --retries are the bank's".into(),
+        );
+    }
+    let mut failures = 0;
+    for seed in a.seed..a.seed.saturating_add(a.seeds.max(1)) {
+        let cfg = sim_config(&a, seed, bugs, recovery_bugs)?;
+        let r = sim_run::run(&cfg);
+        if !print_sim_run(seed, &cfg, &r) {
+            failures += 1;
+        }
+    }
+    if failures > 0 {
+        return Err(format!("{failures} seed(s) violated invariants"));
+    }
+    Ok(())
+}
+
+/// The store's bugs and the recovery's among `--inject-bug`.
+fn parse_sim_bugs(names: &[String]) -> Result<(BugSwitches, RecoveryBugs), String> {
     let mut bugs = BugSwitches::default();
     let mut recovery_bugs = RecoveryBugs::default();
-    for b in &a.inject_bug {
+    for b in names {
         match b.as_str() {
             "always-roll-back" => recovery_bugs.always_roll_back = true,
             "skip-log-recovery" => recovery_bugs.skip_log_recovery = true,
@@ -457,6 +487,11 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
             }
         }
     }
+    Ok((bugs, recovery_bugs))
+}
+
+/// The fault flags of `tandem pandora sim` that only make sense together.
+fn check_sim_flags(a: &SimBankArgs, recovery_bugs: RecoveryBugs) -> Result<(), String> {
     if a.crash_node.is_none()
         && a.crash_in_memory_loss.is_none()
         && (a.false_positive
@@ -480,134 +515,130 @@ pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
     {
         return Err("--suspect-too must name another compute node, below --compute-nodes".into());
     }
-    sim_run::preset(&a.workload)?;
-    let bank = a.workload == "bank";
-    if !bank
-        && (a.hot_sibling_pair
-            || a.customers.is_some()
-            || a.receipt_chance.is_some()
-            || a.retries.is_some())
-    {
-        return Err(
-            "--hot-sibling-pair, --customers, --receipt-chance and --retries are the bank's".into(),
-        );
-    }
-    let mut failures = 0;
-    for seed in a.seed..a.seed.saturating_add(a.seeds.max(1)) {
-        let mut cfg = SimConfig::new(a.store, &a.workload, seed)?;
-        cfg.compute_nodes = a.compute_nodes;
-        cfg.bugs = bugs;
-        cfg.hot_sibling_pair = a.hot_sibling_pair;
-        if bank {
-            let b = cfg.bank_mut();
-            b.customers = a
-                .customers
-                .unwrap_or(if a.hot_sibling_pair || a.crash_node.is_some() {
-                    24
-                } else {
-                    b.customers
-                });
-            if let Some(p) = a.receipt_chance {
-                if !(0.0..=1.0).contains(&p) {
-                    return Err("--receipt-chance must be in [0, 1]".into());
-                }
-                b.receipt_chance = p;
-            }
-            if let Some(r) = a.retries {
-                b.retries = r;
-            }
-        }
-        if let Some(n) = a.txs {
-            cfg.txs_per_coordinator = n;
-        } else if a.crash_node.is_some() {
-            cfg.txs_per_coordinator = 60;
-        }
-        if let Some(node) = a.crash_node {
-            if node >= cfg.compute_nodes {
-                return Err(format!("--crash-node must be below {}", cfg.compute_nodes));
-            }
-            cfg.faults = Faults {
-                crash: Some((node, a.crash_at_ns)),
-                false_positive: a.false_positive,
-                crash_recovery_after_ns: a.crash_recovery_after_ns,
-                detect_ns: a.detect_ns,
-                recovery_bugs,
-                memory_failure: None,
-                suspect_too: a.suspect_too,
-                crash_in_memory_loss: None,
-            };
-        }
-        if let Some(m) = a.fail_memory_node {
-            if a.crash_node.is_some() {
-                return Err("inject either --crash-node or --fail-memory-node, not both".into());
-            }
-            if m >= cfg.memory_nodes {
-                return Err(format!(
-                    "--fail-memory-node must be below {}",
-                    cfg.memory_nodes
-                ));
-            }
-            cfg.faults.memory_failure = Some((m, a.fail_memory_at_ns));
-            cfg.faults.crash_in_memory_loss = a.crash_in_memory_loss;
-            cfg.faults.recovery_bugs = recovery_bugs;
-            if bank {
-                cfg.bank_mut().customers = a.customers.unwrap_or(24);
-            }
-            cfg.txs_per_coordinator = a.txs.unwrap_or(60);
-        }
-        let r = sim_run::run(&cfg);
-        let planned = cfg
-            .faults
-            .crash
-            .map(|c| c.1)
-            .or(cfg.faults.memory_failure.map(|m| m.1));
-        if let Some(at) = planned.filter(|&at| at < r.clients_start_ns) {
-            eprintln!("  note: the fault at {at} ns came before the clients started (at {} ns, after the load): it hit at their start", r.clients_start_ns);
-        }
-        eprintln!(
-            "seed {seed}: {} committed, {} aborted, {} verbs, {:.3} ms simulated: {}",
-            r.committed,
-            r.aborted,
-            r.stats.verbs,
-            r.sim_time_ns as f64 / 1e6,
-            if r.violations.is_empty() {
-                "all invariants hold".to_string()
-            } else {
-                format!("{} VIOLATIONS", r.violations.len())
-            }
-        );
-        if r.slots_rereplicated > 0 {
-            let mf = r
-                .stats
-                .aborts_by_reason
-                .get(&tandem_dkvs::AbortReason::MemoryNodeFailed)
-                .copied()
-                .unwrap_or(0);
-            eprintln!("  memory-node loss: {mf} transactions aborted by it");
-            eprintln!(
-                "  memory-node loss: {} commits while running on one copy; {} slots re-replicated onto the replacement",
-                r.commits_while_degraded, r.slots_rereplicated
-            );
-        }
-        for rep in &r.recoveries {
-            eprintln!(
-                "  recovery: {} logs, {} rolled forward, {} rolled back, {} already done, {} locks released, {} replicas restored; {} stray locks swept; {} survivor commits in the {:.1} us window; {} in doubt",
-                rep.logs_found, rep.rolled_forward, rep.rolled_back, rep.already_done, rep.locks_released, rep.replicas_restored,
-                r.stray_locks_swept, r.survivor_commits_during_recovery, r.recovery_window_ns as f64 / 1e3, r.in_doubt
-            );
-        }
-        for v in &r.violations {
-            eprintln!("  {v}");
-        }
-        if !r.violations.is_empty() {
-            failures += 1;
-            eprintln!("  replay: {}", r.replay);
-        }
-    }
-    if failures > 0 {
-        return Err(format!("{failures} seed(s) violated invariants"));
-    }
     Ok(())
+}
+
+/// The simulation of `seed` as the flags describe it.
+fn sim_config(
+    a: &SimBankArgs,
+    seed: u64,
+    bugs: BugSwitches,
+    recovery_bugs: RecoveryBugs,
+) -> Result<SimConfig, String> {
+    let bank = a.workload == "bank";
+    let mut cfg = SimConfig::new(a.store, &a.workload, seed)?;
+    cfg.compute_nodes = a.compute_nodes;
+    cfg.bugs = bugs;
+    cfg.hot_sibling_pair = a.hot_sibling_pair;
+    if bank {
+        let b = cfg.bank_mut();
+        b.customers = a
+            .customers
+            .unwrap_or(if a.hot_sibling_pair || a.crash_node.is_some() {
+                24
+            } else {
+                b.customers
+            });
+        if let Some(p) = a.receipt_chance {
+            if !(0.0..=1.0).contains(&p) {
+                return Err("--receipt-chance must be in [0, 1]".into());
+            }
+            b.receipt_chance = p;
+        }
+        if let Some(r) = a.retries {
+            b.retries = r;
+        }
+    }
+    if let Some(n) = a.txs {
+        cfg.txs_per_coordinator = n;
+    } else if a.crash_node.is_some() {
+        cfg.txs_per_coordinator = 60;
+    }
+    if let Some(node) = a.crash_node {
+        if node >= cfg.compute_nodes {
+            return Err(format!("--crash-node must be below {}", cfg.compute_nodes));
+        }
+        cfg.faults = Faults {
+            crash: Some((node, a.crash_at_ns)),
+            false_positive: a.false_positive,
+            crash_recovery_after_ns: a.crash_recovery_after_ns,
+            detect_ns: a.detect_ns,
+            recovery_bugs,
+            memory_failure: None,
+            suspect_too: a.suspect_too,
+            crash_in_memory_loss: None,
+        };
+    }
+    if let Some(m) = a.fail_memory_node {
+        if a.crash_node.is_some() {
+            return Err("inject either --crash-node or --fail-memory-node, not both".into());
+        }
+        if m >= cfg.memory_nodes {
+            return Err(format!(
+                "--fail-memory-node must be below {}",
+                cfg.memory_nodes
+            ));
+        }
+        cfg.faults.memory_failure = Some((m, a.fail_memory_at_ns));
+        cfg.faults.crash_in_memory_loss = a.crash_in_memory_loss;
+        cfg.faults.recovery_bugs = recovery_bugs;
+        if bank {
+            cfg.bank_mut().customers = a.customers.unwrap_or(24);
+        }
+        cfg.txs_per_coordinator = a.txs.unwrap_or(60);
+    }
+    Ok(cfg)
+}
+
+/// Print one seed's run; whether every invariant held.
+fn print_sim_run(seed: u64, cfg: &SimConfig, r: &sim_run::SimReport) -> bool {
+    let planned = cfg
+        .faults
+        .crash
+        .map(|c| c.1)
+        .or(cfg.faults.memory_failure.map(|m| m.1));
+    if let Some(at) = planned.filter(|&at| at < r.clients_start_ns) {
+        eprintln!("  note: the fault at {at} ns came before the clients started (at {} ns, after the load): it hit at their start", r.clients_start_ns);
+    }
+    eprintln!(
+        "seed {seed}: {} committed, {} aborted, {} verbs, {:.3} ms simulated: {}",
+        r.committed,
+        r.aborted,
+        r.stats.verbs,
+        r.sim_time_ns as f64 / 1e6,
+        if r.violations.is_empty() {
+            "all invariants hold".to_string()
+        } else {
+            format!("{} VIOLATIONS", r.violations.len())
+        }
+    );
+    if r.slots_rereplicated > 0 {
+        let mf = r
+            .stats
+            .aborts_by_reason
+            .get(&tandem_dkvs::AbortReason::MemoryNodeFailed)
+            .copied()
+            .unwrap_or(0);
+        eprintln!("  memory-node loss: {mf} transactions aborted by it");
+        eprintln!(
+            "  memory-node loss: {} commits while running on one copy; {} slots re-replicated onto the replacement",
+            r.commits_while_degraded, r.slots_rereplicated
+        );
+    }
+    for rep in &r.recoveries {
+        eprintln!(
+            "  recovery: {} logs, {} rolled forward, {} rolled back, {} already done, {} locks released, {} replicas restored; {} stray locks swept; {} survivor commits in the {:.1} us window; {} in doubt",
+            rep.logs_found, rep.rolled_forward, rep.rolled_back, rep.already_done, rep.locks_released, rep.replicas_restored,
+            r.stray_locks_swept, r.survivor_commits_during_recovery, r.recovery_window_ns as f64 / 1e3, r.in_doubt
+        );
+    }
+    for v in &r.violations {
+        eprintln!("  {v}");
+    }
+    if !r.violations.is_empty() {
+        eprintln!("  replay: {}", r.replay);
+    }
+    r.violations.is_empty()
 }
 
 #[derive(Args)]
@@ -666,6 +697,50 @@ pub struct RecoveryArgs {
 }
 
 pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
+    let cfg = recovery_config(&a)?;
+    let (backend, _servers) = recovery_backend(&a, &cfg)?;
+    eprintln!(
+        "recovery: {} on {} over {}, {} compute nodes x {} coordinators; crash node {} at {:.2}s, {} ms heartbeat timeout",
+        a.store, a.workload, a.fabric.fabric, a.compute_nodes, a.coordinators, a.crash_node, a.crash_after, a.timeout_ms
+    );
+    let r = run(&cfg, &backend)?;
+    print_run(&r);
+    if let Some(stem) = &a.figure {
+        let title = format!(
+            "{} on {} ({}): {} x {} coordinators",
+            a.store, a.workload, a.fabric.fabric, a.compute_nodes, a.coordinators
+        );
+        let (svg, png) = write_timeline_figure(stem, &title, &r)?;
+        eprintln!("figure: {} and {}", svg.display(), png.display());
+    }
+    if let Some(m) = &r.memory_failure {
+        print_memory_failure(m);
+        if let Some(path) = &a.json {
+            write_json(path, &r)?;
+        }
+        return if r.check_passed == Some(false) || !r.errors.is_empty() {
+            Err("the run failed its post-run check or hit errors".into())
+        } else {
+            Ok(())
+        };
+    }
+    let Some(t) = &r.recovery else {
+        return Err(format!("no recovery happened: {}", r.errors.join("; ")));
+    };
+    print_recovery(t);
+    if let Some(path) = &a.json {
+        write_json(path, &r)?;
+        eprintln!("wrote {path}");
+    }
+    if r.check_passed == Some(false) || !r.errors.is_empty() {
+        return Err("the run failed its post-run check or hit errors (see above)".into());
+    }
+    Ok(())
+}
+
+/// The run `tandem pandora recovery` measures: the workload as `bench`
+/// would build it, with a compute crash or a memory-node loss.
+fn recovery_config(a: &RecoveryArgs) -> Result<RunConfig, String> {
     let wl = BenchArgs {
         store: a.store.to_string(),
         workload: a.workload.clone(),
@@ -723,9 +798,18 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
     cfg.heartbeat_timeout = Duration::from_secs_f64(a.timeout_ms / 1e3);
     cfg.on_stray = a.on_stray;
     cfg.validate()?;
+    Ok(cfg)
+}
+
+/// The memory nodes of `tandem pandora recovery`, by `--fabric` (and the
+/// memory-server processes it started, if any).
+fn recovery_backend(
+    a: &RecoveryArgs,
+    cfg: &RunConfig,
+) -> Result<(Backend, Option<MemoryServers>), String> {
     let layout = Layout::new(&cfg.store_config())?;
     let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
-    let (backend, _servers) = match a.fabric.fabric.as_str() {
+    Ok(match a.fabric.fabric.as_str() {
         // Yield at every verb so the crash lands inside transactions.
         "sim" => (Backend::inline_yielding(3, region, a.seed), None),
         "tcp" => tcp_backend(&a.fabric, 3, region)?,
@@ -740,57 +824,25 @@ pub fn recovery(a: RecoveryArgs) -> Result<(), String> {
                 "unknown fabric '{other}' (expected sim, tcp or shm)"
             ))
         }
-    };
+    })
+}
+
+/// The phases of a memory-node loss, with the throughput in each.
+fn print_memory_failure(m: &tandem_cluster::runner::MemoryFailureTimeline) {
+    eprintln!("memory node {} lost:", m.failed_node);
+    eprintln!("  reconfigure_pause_us   {:>10.0}   (in-flight transactions decided, primaries moved; {} aborted by the loss)", m.reconfigure_pause_us, m.aborted_by_failure);
     eprintln!(
-        "recovery: {} on {} over {}, {} compute nodes x {} coordinators; crash node {} at {:.2}s, {} ms heartbeat timeout",
-        a.store, a.workload, a.fabric.fabric, a.compute_nodes, a.coordinators, a.crash_node, a.crash_after, a.timeout_ms
+        "  degraded               {:>10.0} tx/s on the surviving copies (before: {:.0} tx/s)",
+        m.tps_degraded, m.tps_before
     );
-    let r = run(&cfg, &backend)?;
-    print_run(&r);
-    if let Some(stem) = &a.figure {
-        let title = format!(
-            "{} on {} ({}): {} x {} coordinators",
-            a.store, a.workload, a.fabric.fabric, a.compute_nodes, a.coordinators
-        );
-        let (svg, png) = write_timeline_figure(stem, &title, &r)?;
-        eprintln!("figure: {} and {}", svg.display(), png.display());
-    }
-    if let Some(m) = &r.memory_failure {
-        eprintln!("memory node {} lost:", m.failed_node);
-        eprintln!("  reconfigure_pause_us   {:>10.0}   (in-flight transactions decided, primaries moved; {} aborted by the loss)", m.reconfigure_pause_us, m.aborted_by_failure);
-        eprintln!(
-            "  degraded               {:>10.0} tx/s on the surviving copies (before: {:.0} tx/s)",
-            m.tps_degraded, m.tps_before
-        );
-        eprintln!(
-            "  rereplicate_pause_us   {:>10.0}   ({} slots copied onto the replacement)",
-            m.rereplicate_pause_us, m.slots_copied
-        );
-        eprintln!(
-            "  after                  {:>10.0} tx/s with f+1 copies again",
-            m.tps_after
-        );
-        if let Some(path) = &a.json {
-            write_json(path, &r)?;
-        }
-        return if r.check_passed == Some(false) || !r.errors.is_empty() {
-            Err("the run failed its post-run check or hit errors".into())
-        } else {
-            Ok(())
-        };
-    }
-    let Some(t) = &r.recovery else {
-        return Err(format!("no recovery happened: {}", r.errors.join("; ")));
-    };
-    print_recovery(t);
-    if let Some(path) = &a.json {
-        write_json(path, &r)?;
-        eprintln!("wrote {path}");
-    }
-    if r.check_passed == Some(false) || !r.errors.is_empty() {
-        return Err("the run failed its post-run check or hit errors (see above)".into());
-    }
-    Ok(())
+    eprintln!(
+        "  rereplicate_pause_us   {:>10.0}   ({} slots copied onto the replacement)",
+        m.rereplicate_pause_us, m.slots_copied
+    );
+    eprintln!(
+        "  after                  {:>10.0} tx/s with f+1 copies again",
+        m.tps_after
+    );
 }
 
 /// The run's throughput timeline with its events, as SVG and PNG.

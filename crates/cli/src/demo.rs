@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tandem_cluster::backend::Backend;
-use tandem_cluster::runner::{self, CrashPlan, RunConfig, SuspectPlan};
+use tandem_cluster::runner::{self, CrashPlan, RunConfig, RunResult, SuspectPlan};
 use tandem_cluster::workload::WorkloadSpec;
 use tandem_dkvs::{Layout, Mode};
 
@@ -43,6 +43,58 @@ pub struct DemoArgs {
 }
 
 pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
+    let cfg = demo_config(a)?;
+    let (crash, suspicion) = (!a.no_crash, !a.no_suspicion);
+    let layout = Layout::new(&cfg.store_config())?;
+    let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
+    print_plan(a, &cfg, region);
+    // Batches yield at every verb, so a crash really lands mid-transaction.
+    let backend = if crash || suspicion {
+        Backend::inline_yielding(cfg.memory_nodes as usize, region, cfg.seed)
+    } else {
+        Backend::inline(cfg.memory_nodes as usize, region, cfg.seed)
+    };
+    let r = runner::run(&cfg, &backend)?;
+    print_summary(a, &r);
+    let title = format!(
+        "tandem demo: {} store, compute node 2 {}{}",
+        a.store,
+        if crash { "crashed mid-run" } else { "no crash" },
+        if suspicion {
+            ", node 1 falsely suspected"
+        } else {
+            ""
+        }
+    );
+    match crate::bench_cmd::write_timeline_figure(&a.figure, &title, &r) {
+        Ok((svg, png)) => eprintln!(
+            "  figure         throughput timeline: {} (and {})",
+            png.display(),
+            svg.display()
+        ),
+        Err(e) => eprintln!("  figure         not written: {e}"),
+    }
+    let ok = r.check_passed == Some(true)
+        && r.errors.is_empty()
+        && r.fenced_acks == 0
+        && (!crash || !r.recovered_nodes.is_empty());
+    eprintln!(
+        "  consistency    {}",
+        if ok {
+            "passed: every balance equals its initial value plus exactly the acknowledged commits (in-doubt ones either way), total money = initial + known deltas, no savings negative, replicas identical, no lock held"
+        } else {
+            "FAILED"
+        }
+    );
+    for v in r.violations.iter().chain(r.errors.iter()).take(10) {
+        eprintln!("    {v}");
+    }
+    Ok(ok)
+}
+
+/// The demo's run: SmallBank with a crash of compute node 2 and a false
+/// suspicion of node 1, unless the flags say otherwise.
+fn demo_config(a: &DemoArgs) -> Result<RunConfig, String> {
     if !(a.duration.is_finite() && a.duration > 0.0) {
         return Err("--duration must be a positive number of seconds".into());
     }
@@ -55,8 +107,7 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
     // Compute node 2 crashes at 40 % of the run: the failure detector
     // (heartbeat timeout) fences it off and recovery runs. With pandora node 1
     // keeps committing throughout; the baselines stop the world to recover.
-    let crash = !a.no_crash;
-    if crash {
+    if !a.no_crash {
         cfg.crash = Some(CrashPlan {
             node: 1,
             after: cfg.duration.mul_f64(0.4),
@@ -68,8 +119,7 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
     // Compute node 1 is falsely suspected at 70 %: its heartbeat thread stalls
     // for 4 timeouts while its coordinators keep running. The detector fences
     // it off for good; it stops, and comes back as a new incarnation.
-    let suspicion = !a.no_suspicion;
-    if suspicion {
+    if !a.no_suspicion {
         cfg.suspect.push(SuspectPlan {
             node: 0,
             after: cfg.duration.mul_f64(0.7),
@@ -77,8 +127,11 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
         });
     }
     cfg.validate()?;
-    let layout = Layout::new(&cfg.store_config())?;
-    let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
+    Ok(cfg)
+}
+
+/// What the demo is about to run, and which faults it injects when.
+fn print_plan(a: &DemoArgs, cfg: &RunConfig, region: u64) {
     eprintln!("tandem demo: {} store, embedded cluster", a.store);
     eprintln!(
         "  {} memory nodes ({} MiB each, replicas {}), {} compute nodes x {} coordinators",
@@ -97,19 +150,18 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
         a.duration,
         cfg.warmup.as_secs_f64()
     );
-    if crash {
+    if !a.no_crash {
         eprintln!("  compute node 2 will crash at {:.1}s (kill -9 style: its coordinators stop mid-transaction)", a.duration * 0.4);
     }
-    if suspicion {
+    if !a.no_suspicion {
         eprintln!("  compute node 1 will be falsely suspected at {:.1}s (its heartbeats stall; it keeps running)", a.duration * 0.7);
     }
-    // Batches yield at every verb, so a crash really lands mid-transaction.
-    let backend = if crash || suspicion {
-        Backend::inline_yielding(cfg.memory_nodes as usize, region, cfg.seed)
-    } else {
-        Backend::inline(cfg.memory_nodes as usize, region, cfg.seed)
-    };
-    let r = runner::run(&cfg, &backend)?;
+}
+
+/// Throughput, aborts, latency, then what the crash, the suspicion and
+/// the fencing did.
+fn print_summary(a: &DemoArgs, r: &RunResult) {
+    let crash = !a.no_crash;
     eprintln!("\nsummary");
     eprintln!(
         "  committed      {} in {:.2}s = {:.0} tx/s",
@@ -159,40 +211,6 @@ pub fn run_demo(a: &DemoArgs) -> Result<bool, String> {
         "  fencing        {} new incarnations started; {} commits acknowledged by fenced incarnations",
         r.incarnations_started, r.fenced_acks
     );
-    let title = format!(
-        "tandem demo: {} store, compute node 2 {}{}",
-        a.store,
-        if crash { "crashed mid-run" } else { "no crash" },
-        if suspicion {
-            ", node 1 falsely suspected"
-        } else {
-            ""
-        }
-    );
-    match crate::bench_cmd::write_timeline_figure(&a.figure, &title, &r) {
-        Ok((svg, png)) => eprintln!(
-            "  figure         throughput timeline: {} (and {})",
-            png.display(),
-            svg.display()
-        ),
-        Err(e) => eprintln!("  figure         not written: {e}"),
-    }
-    let ok = r.check_passed == Some(true)
-        && r.errors.is_empty()
-        && r.fenced_acks == 0
-        && (!crash || !r.recovered_nodes.is_empty());
-    eprintln!(
-        "  consistency    {}",
-        if ok {
-            "passed: every balance equals its initial value plus exactly the acknowledged commits (in-doubt ones either way), total money = initial + known deltas, no savings negative, replicas identical, no lock held"
-        } else {
-            "FAILED"
-        }
-    );
-    for v in r.violations.iter().chain(r.errors.iter()).take(10) {
-        eprintln!("    {v}");
-    }
-    Ok(ok)
 }
 
 pub fn run(a: DemoArgs) -> Result<(), String> {

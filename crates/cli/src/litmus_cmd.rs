@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use tandem_dart::campaign::{self, CampaignConfig, FabricKind, StoreKind};
+use tandem_dart::campaign::{self, CampaignConfig, CampaignReport, FabricKind, StoreKind};
 use tandem_dart::history::write_json_lines;
 use tandem_dart::pg_store::Isolation;
 use tandem_dart::proc_run::ProcSetup;
@@ -124,6 +124,36 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         m => StoreKind::Tandem(m.parse().map_err(|e: String| format!("{e}, or postgres"))?),
     };
     let tandem_sim = matches!(store, StoreKind::Tandem(_)) && fabric == FabricKind::Sim;
+    check_fault_flags(&a, &store, fabric, tandem_sim)?;
+    let mut cfg = campaign_config(&a, &store, fabric, shm, tandem_sim)?;
+    if let StoreKind::Postgres { url, .. } = &store {
+        // Fail fast, with the fix in the message.
+        tandem_dart::pg_store::connect(url)?;
+    }
+    if fabric == FabricKind::Tcp {
+        if !matches!(store, StoreKind::Tandem(_)) {
+            return Err("--fabric tcp and shm apply to Tandem stores".into());
+        }
+        over_processes(&a, &mut cfg, shm)?;
+    }
+    let rep = campaign::run(&cfg)?;
+    print_campaign(&rep);
+    if let Some(path) = &a.history {
+        write_history(path, &rep)?;
+    }
+    if let Some(path) = &a.json {
+        write_json(path, &rep)?;
+    }
+    Ok(())
+}
+
+/// The crash, memory-kill, bug and duration flags fit the store and fabric.
+fn check_fault_flags(
+    a: &LitmusArgs,
+    store: &StoreKind,
+    fabric: FabricKind,
+    tandem_sim: bool,
+) -> Result<(), String> {
     if let Some(r) = a.crash_rate {
         if !(0.0..=1.0).contains(&r) {
             return Err("--crash-rate must be in [0, 1]".into());
@@ -151,6 +181,17 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
     if a.duration.is_some_and(|d| !(d > 0.0)) {
         return Err("--duration must be positive".into());
     }
+    Ok(())
+}
+
+/// The campaign the flags describe (without the processes of `--fabric tcp`).
+fn campaign_config(
+    a: &LitmusArgs,
+    store: &StoreKind,
+    fabric: FabricKind,
+    shm: bool,
+    tandem_sim: bool,
+) -> Result<CampaignConfig, String> {
     let mut cfg = CampaignConfig::new(store.clone());
     cfg.fabric = fabric;
     cfg.shm = shm;
@@ -195,41 +236,41 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
     });
     cfg.progress = Some(Duration::from_secs(2));
     cfg.stop_at_first = a.stop_at_first;
-    if let StoreKind::Postgres { url, .. } = &store {
-        // Fail fast, with the fix in the message.
-        tandem_dart::pg_store::connect(url)?;
-    }
-    if fabric == FabricKind::Tcp {
-        if !matches!(store, StoreKind::Tandem(_)) {
-            return Err("--fabric tcp and shm apply to Tandem stores".into());
+    Ok(cfg)
+}
+
+/// `--fabric tcp` or `shm`: memory-server processes for every run, and
+/// with crashes or memory kills, every compute node a process too.
+fn over_processes(a: &LitmusArgs, cfg: &mut CampaignConfig, shm: bool) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
+    if cfg.crash_rate > 0.0 || cfg.memory_kill_rate > 0.0 {
+        // Every compute node a `tandem litmus-worker` process; a kill -9 on the runs the seed picks.
+        // Recovery bugs go to the membership process, which runs log recovery.
+        if campaign::parse_bugs(&a.inject_bug)?.deployment != Default::default() {
+            return Err(
+                "deployment bugs cannot be injected over processes; use --fabric sim".into(),
+            );
         }
-        let exe =
-            std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
-        if cfg.crash_rate > 0.0 || cfg.memory_kill_rate > 0.0 {
-            // Every compute node a `tandem litmus-worker` process; a kill -9 on the runs the seed picks.
-            // Recovery bugs go to the membership process, which runs log recovery.
-            if campaign::parse_bugs(&a.inject_bug)?.deployment != Default::default() {
-                return Err(
-                    "deployment bugs cannot be injected over processes; use --fabric sim".into(),
-                );
-            }
-            cfg.procs = Some(ProcSetup {
-                exe: exe.clone(),
-                detect_ms: a.detect_ms,
-                shm,
-            });
-        }
-        cfg.tcp = Some(std::sync::Arc::new(move |count, bytes| {
-            let secret = tandem_fabric::auth::MasterSecret::generate();
-            let servers =
-                tandem_cluster::backend::MemoryServers::spawn_on(&exe, count, bytes, secret, shm)
-                    .map_err(|e| format!("cannot start memory servers: {e}"))?;
-            // Interleave coordinators at verb boundaries on shm too.
-            let cluster = servers.cluster().yielding(true);
-            Ok((cluster, Box::new(servers) as Box<dyn std::any::Any>))
-        }));
+        cfg.procs = Some(ProcSetup {
+            exe: exe.clone(),
+            detect_ms: a.detect_ms,
+            shm,
+        });
     }
-    let rep = campaign::run(&cfg)?;
+    cfg.tcp = Some(std::sync::Arc::new(move |count, bytes| {
+        let secret = tandem_fabric::auth::MasterSecret::generate();
+        let servers =
+            tandem_cluster::backend::MemoryServers::spawn_on(&exe, count, bytes, secret, shm)
+                .map_err(|e| format!("cannot start memory servers: {e}"))?;
+        // Interleave coordinators at verb boundaries on shm too.
+        let cluster = servers.cluster().yielding(true);
+        Ok((cluster, Box::new(servers) as Box<dyn std::any::Any>))
+    }));
+    Ok(())
+}
+
+/// Every violation with its replay command, then the campaign's summary line.
+fn print_campaign(rep: &CampaignReport) {
     for v in &rep.violations {
         println!(
             "VIOLATION [{}] seed {}: {}\n  replay: {}",
@@ -251,20 +292,18 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
         rep.violation_count,
         rep.transactions_per_s
     );
-    if let Some(path) = &a.history {
-        let h = rep
-            .first_violating_history
-            .as_ref()
-            .or(rep.first_history.as_ref())
-            .cloned()
-            .unwrap_or_default();
-        let mut f = std::io::BufWriter::new(
-            std::fs::File::create(path).map_err(|e| format!("cannot write {path}: {e}"))?,
-        );
-        write_json_lines(&mut f, &h).map_err(|e| format!("cannot write {path}: {e}"))?;
-    }
-    if let Some(path) = &a.json {
-        write_json(path, &rep)?;
-    }
-    Ok(())
+}
+
+/// Write the first violating run's history, else the first run's, as JSON lines.
+fn write_history(path: &str, rep: &CampaignReport) -> Result<(), String> {
+    let h = rep
+        .first_violating_history
+        .as_ref()
+        .or(rep.first_history.as_ref())
+        .cloned()
+        .unwrap_or_default();
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(path).map_err(|e| format!("cannot write {path}: {e}"))?,
+    );
+    write_json_lines(&mut f, &h).map_err(|e| format!("cannot write {path}: {e}"))
 }

@@ -152,6 +152,51 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
     let recovery_bugs = recovery_bugs(&a.inject_bug)?;
     let memory = a.cluster.cluster()?;
     let store = a.cluster.store()?;
+    check_membership_times(&a)?;
+    let (replicas, index) = fd_replicas(&a)?;
+    let listener =
+        TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+    // Listen first (compute servers may wait for it), then wait for the memory servers.
+
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("listening on {local}");
+    let timeout = Duration::from_secs_f64(a.timeout_ms / 1e3);
+    let replica = Replica::start(
+        listener,
+        index as u8,
+        replicas.len() as u8,
+        (timeout / 5).max(Duration::from_micros(200)),
+    );
+    let zookeeper = match &a.zookeeper {
+        Some(hosts) => Some(open_zookeeper(
+            &a, hosts, &replicas, index, local, &replica,
+        )?),
+        None => None,
+    };
+    wait_for_memory_servers(&a, zookeeper.as_ref())?;
+    let resumed = zookeeper.as_ref().is_some_and(|z| z.restored().is_some());
+    if a.load && resumed {
+        eprintln!(
+            "membership: the cluster is running (state resumed from ZooKeeper); skipping --load"
+        );
+    } else if a.load {
+        let n = procs::load_micro(&memory, &store, &a.cluster.micro(0.5)?)?;
+        eprintln!("membership: loaded {n} keys");
+    }
+    procs::run_membership_server(MembershipServerConfig {
+        replica,
+        memory,
+        store,
+        heartbeat_timeout: timeout,
+        zookeeper,
+        restore_grace: Duration::from_secs_f64(a.restore_grace_ms / 1e3),
+        recovery_bugs,
+        memory_timeout: Duration::from_secs_f64(a.memory_timeout_ms / 1e3),
+    })
+}
+
+/// The membership's timeouts are positive, its restore grace not negative.
+fn check_membership_times(a: &MembershipArgs) -> Result<(), String> {
     if !(a.timeout_ms.is_finite() && a.timeout_ms > 0.0) {
         return Err("--timeout-ms must be positive".into());
     }
@@ -161,7 +206,12 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
     if !(a.restore_grace_ms.is_finite() && a.restore_grace_ms >= 0.0) {
         return Err("--restore-grace-ms must not be negative".into());
     }
-    let replicas = match &a.fd_replicas {
+    Ok(())
+}
+
+/// Every replica of the failure detector, and this one's index among them.
+fn fd_replicas(a: &MembershipArgs) -> Result<(Vec<String>, usize), String> {
+    let replicas: Vec<String> = match &a.fd_replicas {
         None => vec![a.listen.clone()],
         Some(list) => list
             .split(',')
@@ -188,60 +238,57 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
     if replicas.len() > 1 && a.zookeeper.is_none() {
         return Err("--fd-replicas needs --zookeeper: the replicas elect their leader and share their state there".into());
     }
-    let listener =
-        TcpListener::bind(&a.listen).map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
-    // Listen first (compute servers may wait for it), then wait for the memory servers.
+    Ok((replicas, index))
+}
 
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("listening on {local}");
-    let timeout = Duration::from_secs_f64(a.timeout_ms / 1e3);
-    let replica = Replica::start(
-        listener,
-        index as u8,
-        replicas.len() as u8,
-        (timeout / 5).max(Duration::from_micros(200)),
-    );
-    let zookeeper = match &a.zookeeper {
-        Some(hosts) => {
-            let cluster = parse_addrs(&a.cluster.memory)?
-                .iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join(",");
-            let campaign = (replicas.len() > 1).then(|| {
-                let r = replica.clone();
-                Campaign {
-                    me: local.to_string(),
-                    on_leader: Box::new(move |who: &str| r.set_leader(who)),
-                }
-            });
-            let z: ZkState = ZkState::open(
-                hosts,
-                &a.zk_path,
-                &cluster,
-                Duration::from_millis(a.zk_session_ms),
-                campaign,
-            )?;
-            if replicas.len() > 1 {
-                eprintln!("membership: replica {index} of {} leads", replicas.len());
-            }
-            eprintln!(
-                "membership: state in ZooKeeper {}: {}",
-                z.describe(),
-                if z.restored().is_some() {
-                    "found, resuming"
-                } else {
-                    "none yet, starting afresh"
-                }
-            );
-            Some(z)
+/// The membership's state in ZooKeeper at `hosts` (with several replicas,
+/// also their leader election), resumed if there is one.
+fn open_zookeeper(
+    a: &MembershipArgs,
+    hosts: &str,
+    replicas: &[String],
+    index: usize,
+    local: std::net::SocketAddr,
+    replica: &std::sync::Arc<Replica>,
+) -> Result<ZkState, String> {
+    let cluster = parse_addrs(&a.cluster.memory)?
+        .iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let campaign = (replicas.len() > 1).then(|| {
+        let r = replica.clone();
+        Campaign {
+            me: local.to_string(),
+            on_leader: Box::new(move |who: &str| r.set_leader(who)),
         }
-        None => None,
-    };
-    // The memory servers to wait for: a resumed service knows which are down
-    // and where replacements listen.
+    });
+    let z: ZkState = ZkState::open(
+        hosts,
+        &a.zk_path,
+        &cluster,
+        Duration::from_millis(a.zk_session_ms),
+        campaign,
+    )?;
+    if replicas.len() > 1 {
+        eprintln!("membership: replica {index} of {} leads", replicas.len());
+    }
+    eprintln!(
+        "membership: state in ZooKeeper {}: {}",
+        z.describe(),
+        if z.restored().is_some() {
+            "found, resuming"
+        } else {
+            "none yet, starting afresh"
+        }
+    );
+    Ok(z)
+}
+
+/// The memory servers to wait for: a resumed service knows which are down
+/// and where replacements listen.
+fn wait_for_memory_servers(a: &MembershipArgs, zookeeper: Option<&ZkState>) -> Result<(), String> {
     match zookeeper
-        .as_ref()
         .and_then(|z| z.restored())
         .and_then(|s| s.memory.as_ref())
     {
@@ -257,25 +304,7 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
         }
         None => a.cluster.wait_for_memory("membership")?,
     }
-    let resumed = zookeeper.as_ref().is_some_and(|z| z.restored().is_some());
-    if a.load && resumed {
-        eprintln!(
-            "membership: the cluster is running (state resumed from ZooKeeper); skipping --load"
-        );
-    } else if a.load {
-        let n = procs::load_micro(&memory, &store, &a.cluster.micro(0.5)?)?;
-        eprintln!("membership: loaded {n} keys");
-    }
-    procs::run_membership_server(MembershipServerConfig {
-        replica,
-        memory,
-        store,
-        heartbeat_timeout: timeout,
-        zookeeper,
-        restore_grace: Duration::from_secs_f64(a.restore_grace_ms / 1e3),
-        recovery_bugs,
-        memory_timeout: Duration::from_secs_f64(a.memory_timeout_ms / 1e3),
-    })
+    Ok(())
 }
 
 /// `--inject-bug` of the membership: recovery bugs only (the others live in

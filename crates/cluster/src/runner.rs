@@ -23,15 +23,15 @@ use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryCoordinator};
 use tandem_dkvs::{
-    BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, MemoryView, Mode, OnStray,
-    StoreConfig,
+    BugSwitches, ComputeNode, Coordinator, CoordinatorStats, FailedIds, Layout, MemoryView, Mode,
+    OnStray, StoreConfig, TxError,
 };
 use tandem_fabric::Fabric;
 use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
 use tandem_sim::Rng;
 
 use crate::backend::{AnyFabric, Backend};
-use crate::workload::{Outcome, OutcomeHandle, WorkloadSpec};
+use crate::workload::{Client, Outcome, OutcomeHandle, WorkloadSpec};
 
 pub mod occupancy;
 mod steps;
@@ -595,98 +595,23 @@ async fn drive<F: Fabric>(
         tandem_workloads::ledger::EffectLedger::default(),
     ));
     for (k, &id) in ids.iter().enumerate() {
-        let mut coord = node.coordinator(id);
+        let coord = node.coordinator(id);
         let mut client = spec.client(id as u32, seeds.next_u64());
         if !client.share_ledger(&shared) || k == 0 {
             outcomes.push(client.handle());
         }
-        let (ctl, errors, unlocking, failed) = (
-            ctl.clone(),
-            errors.clone(),
-            unlocking.clone(),
-            failed.clone(),
-        );
-        handles.push(tokio::task::spawn_local(async move {
-            let mut hist = new_hist();
-            while !ctl.stop.load(Ordering::Relaxed) {
-                // A fenced node stops: once its ids are in failed-ids, others
-                // steal its locks, so it must not start anything more.
-                if failed.contains(id) {
-                    break;
-                }
-                // Announce first, then check: a drainer that saw no activity
-                // can then be sure nobody starts behind its back.
-                ctl.active[cn as usize].fetch_add(1, Ordering::SeqCst);
-                if ctl.paused.load(Ordering::SeqCst) > 0 {
-                    ctl.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_micros(100)).await;
-                    continue;
-                }
-                let t0 = Instant::now();
-                let began_ns = ctl.ns_at(t0);
-                let r = client.run_one(&mut coord).await;
-                let revoked_ns = ctl.revoked_at_ns[cn as usize].load(Ordering::SeqCst);
-                if matches!(r, Ok(true)) && revoked_ns != 0 && revoked_ns < began_ns {
-                    ctl.fenced_acks.fetch_add(1, Ordering::SeqCst);
-                }
-                // Drained means quiet: the transaction counts as active until
-                // its unlocks land, without holding up the next one.
-                if coord.unlocks_landed() {
-                    // Landed already (the inline fabric executes at post time).
-                    ctl.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
-                } else {
-                    let unlocks = coord.take_unlocks();
-                    let c2 = ctl.clone();
-                    let h = tokio::task::spawn_local(async move {
-                        unlocks.await;
-                        c2.active[cn as usize].fetch_sub(1, Ordering::SeqCst);
-                    });
-                    let mut u = unlocking.borrow_mut();
-                    u.retain(|h| !h.is_finished());
-                    u.push(h);
-                }
-                let measuring = ctl.measuring.load(Ordering::Relaxed);
-                match r {
-                    Ok(true) if measuring => {
-                        ctl.committed.fetch_add(1, Ordering::Relaxed);
-                        ctl.committed_by_node[cn as usize].fetch_add(1, Ordering::Relaxed);
-                        let _ = hist.record((t0.elapsed().as_micros() as u64).max(1));
-                    }
-                    Ok(false) if measuring => {
-                        ctl.aborted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        errors.borrow_mut().push(format!("coordinator {id}: {e}"));
-                        break;
-                    }
-                }
-                // Let the other coordinators of this thread run (the inline
-                // fabric completes verbs at once, so nothing else would yield).
-                if at_post {
-                    yield_to_siblings().await;
-                } else {
-                    // Lets the I/O driver poll too: 7 % more micro tx/s over tcp.
-                    tokio::task::yield_now().await;
-                }
-            }
-            (hist, coord.stats.clone())
-        }));
+        let task = CoordinatorTask {
+            ctl: ctl.clone(),
+            errors: errors.clone(),
+            unlocking: unlocking.clone(),
+            failed: failed.clone(),
+            cn,
+            id,
+            at_post,
+        };
+        handles.push(tokio::task::spawn_local(task.run(coord, client)));
     }
-    let work = async {
-        let mut hist = new_hist();
-        let mut stats = CoordinatorStats::default();
-        for h in handles {
-            let (hh, st) = h.await.expect("coordinator task panicked");
-            hist.add(&hh).expect("same histogram bounds");
-            stats.merge(&st);
-        }
-        let pending: Vec<_> = unlocking.borrow_mut().drain(..).collect();
-        for h in pending {
-            let _ = h.await;
-        }
-        (hist, stats)
-    };
+    let work = join_coordinators(handles, &unlocking);
     let crashed = async {
         while !ctl.crash[cn as usize].load(Ordering::Relaxed) {
             tokio::time::sleep(Duration::from_micros(200)).await;
@@ -711,6 +636,134 @@ async fn drive<F: Fabric>(
     }
 }
 
+/// Await every coordinator task, then the unlocks still landing; the
+/// tasks' latencies and stats merged.
+async fn join_coordinators(
+    handles: Vec<tokio::task::JoinHandle<(Histogram<u64>, CoordinatorStats)>>,
+    unlocking: &RefCell<Vec<tokio::task::JoinHandle<()>>>,
+) -> (Histogram<u64>, CoordinatorStats) {
+    let mut hist = new_hist();
+    let mut stats = CoordinatorStats::default();
+    for h in handles {
+        let (hh, st) = h.await.expect("coordinator task panicked");
+        hist.add(&hh).expect("same histogram bounds");
+        stats.merge(&st);
+    }
+    let pending: Vec<_> = unlocking.borrow_mut().drain(..).collect();
+    for h in pending {
+        let _ = h.await;
+    }
+    (hist, stats)
+}
+
+/// One coordinator task of a compute thread, and what it shares with the
+/// thread's other tasks.
+struct CoordinatorTask {
+    ctl: Arc<Control>,
+    errors: Rc<RefCell<Vec<String>>>,
+    unlocking: Rc<RefCell<Vec<tokio::task::JoinHandle<()>>>>,
+    failed: FailedIds,
+    /// Its compute node (0-based) and coordinator id.
+    cn: u16,
+    id: u16,
+    /// The fabric executes verbs at post time.
+    at_post: bool,
+}
+
+impl CoordinatorTask {
+    /// Run `client`'s transactions on `coord` until the run stops, the node
+    /// is fenced or a transaction fails; the measured commits' latencies
+    /// and the coordinator's stats.
+    async fn run<F: Fabric>(
+        self,
+        mut coord: Coordinator<F>,
+        mut client: Client,
+    ) -> (Histogram<u64>, CoordinatorStats) {
+        let (ctl, cn) = (&self.ctl, self.cn as usize);
+        let mut hist = new_hist();
+        while !ctl.stop.load(Ordering::Relaxed) {
+            // A fenced node stops: once its ids are in failed-ids, others
+            // steal its locks, so it must not start anything more.
+            if self.failed.contains(self.id) {
+                break;
+            }
+            // Announce first, then check: a drainer that saw no activity
+            // can then be sure nobody starts behind its back.
+            ctl.active[cn].fetch_add(1, Ordering::SeqCst);
+            if ctl.paused.load(Ordering::SeqCst) > 0 {
+                ctl.active[cn].fetch_sub(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_micros(100)).await;
+                continue;
+            }
+            let t0 = Instant::now();
+            let began_ns = ctl.ns_at(t0);
+            let r = client.run_one(&mut coord).await;
+            let revoked_ns = ctl.revoked_at_ns[cn].load(Ordering::SeqCst);
+            if matches!(r, Ok(true)) && revoked_ns != 0 && revoked_ns < began_ns {
+                ctl.fenced_acks.fetch_add(1, Ordering::SeqCst);
+            }
+            self.settle_unlocks(&mut coord);
+            if !self.tally(r, t0, &mut hist) {
+                break;
+            }
+            // Let the other coordinators of this thread run (the inline
+            // fabric completes verbs at once, so nothing else would yield).
+            if self.at_post {
+                yield_to_siblings().await;
+            } else {
+                // Lets the I/O driver poll too: 7 % more micro tx/s over tcp.
+                tokio::task::yield_now().await;
+            }
+        }
+        (hist, coord.stats.clone())
+    }
+
+    /// Drained means quiet: the transaction counts as active until its
+    /// unlocks land, without holding up the next one.
+    fn settle_unlocks<F: Fabric>(&self, coord: &mut Coordinator<F>) {
+        let cn = self.cn as usize;
+        if coord.unlocks_landed() {
+            // Landed already (the inline fabric executes at post time).
+            self.ctl.active[cn].fetch_sub(1, Ordering::SeqCst);
+        } else {
+            let unlocks = coord.take_unlocks();
+            let c2 = self.ctl.clone();
+            let h = tokio::task::spawn_local(async move {
+                unlocks.await;
+                c2.active[cn].fetch_sub(1, Ordering::SeqCst);
+            });
+            let mut u = self.unlocking.borrow_mut();
+            u.retain(|h| !h.is_finished());
+            u.push(h);
+        }
+    }
+
+    /// Count a transaction begun at `t0` that ended with `r` (while
+    /// measuring); false if it failed, which ends the task.
+    fn tally(&self, r: Result<bool, TxError>, t0: Instant, hist: &mut Histogram<u64>) -> bool {
+        let (ctl, cn) = (&self.ctl, self.cn as usize);
+        let measuring = ctl.measuring.load(Ordering::Relaxed);
+        match r {
+            Ok(true) if measuring => {
+                ctl.committed.fetch_add(1, Ordering::Relaxed);
+                ctl.committed_by_node[cn].fetch_add(1, Ordering::Relaxed);
+                let _ = hist.record((t0.elapsed().as_micros() as u64).max(1));
+            }
+            Ok(false) if measuring => {
+                ctl.aborted.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.errors
+                    .borrow_mut()
+                    .push(format!("coordinator {}: {e}", self.id));
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// The membership service's thread: ticks the failure detector and carries
 /// out its commands (revoke, recover, notify, scan).
 #[allow(clippy::too_many_arguments)]
@@ -723,23 +776,83 @@ async fn membership_loop(
     failed: FailedIds,
     logs: Arc<Mutex<BTreeMap<u16, FailureLog>>>,
 ) -> Result<(), String> {
-    let mut swept_total = 0;
-    // Versions the membership's recovery coordinator mints must never repeat:
-    // every recovery gets its own block of the 48-bit counter.
-    const RC_VERSION_BLOCK: u64 = 1 << 24;
-    let mut rc_versions = 0u64;
+    let (rc_id, fabric) = join_as_service(&backend, &ctl, &membership).await?;
+    let mut service = MembershipService {
+        mode,
+        backend,
+        layout,
+        ctl,
+        membership,
+        failed,
+        logs,
+        fabric,
+        rc_id,
+        rc_versions: 0,
+        swept_total: 0,
+    };
+    let tick = Duration::from_micros(100);
+    while !service.ctl.stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(tick).await;
+        service.tick().await?;
+    }
+    service.finish().await
+}
+
+/// `$body` with `$f` bound to the fabric inside `$fabric` (an [`AnyFabric`]),
+/// whichever kind it is.
+macro_rules! on_fabric {
+    ($fabric:expr, $f:ident => $body:expr) => {
+        match $fabric {
+            AnyFabric::Inline($f) => $body,
+            AnyFabric::Tcp($f) => $body,
+        }
+    };
+}
+
+/// Versions the membership's recovery coordinator mints must never repeat:
+/// every recovery gets its own block of the 48-bit counter.
+const RC_VERSION_BLOCK: u64 = 1 << 24;
+
+/// What the embedded membership service acts on, and its own recovery
+/// coordinator: id, fabric handle, the versions it minted, the stray locks
+/// it swept.
+struct MembershipService {
+    mode: Mode,
+    backend: Backend,
+    layout: Arc<Layout>,
+    ctl: Arc<Control>,
+    membership: Arc<Mutex<Membership>>,
+    failed: FailedIds,
+    logs: Arc<Mutex<BTreeMap<u16, FailureLog>>>,
+    fabric: AnyFabric,
+    rc_id: u16,
+    rc_versions: u64,
+    swept_total: usize,
+}
+
+/// What one recovery found and did, and how long it stopped the world.
+struct RecoveryTally {
+    found: usize,
+    fwd: usize,
+    back: usize,
+    scanned: u64,
+    stopped_ns: u64,
+}
+
+/// The membership service joins as a node of its own: a coordinator id
+/// and a fabric handle for its recovery coordinator.
+async fn join_as_service(
+    backend: &Backend,
+    ctl: &Control,
+    membership: &Mutex<Membership>,
+) -> Result<(u16, AnyFabric), String> {
     let rc_id = {
         let mut m = membership.lock().expect("membership lock");
-        match m
-            .step(
-                ctl.now_ns(),
-                Event::Join {
-                    node: MEMBERSHIP_NODE,
-                    coordinators: 1,
-                },
-            )
-            .pop()
-        {
+        let event = Event::Join {
+            node: MEMBERSHIP_NODE,
+            coordinators: 1,
+        };
+        match m.step(ctl.now_ns(), event).pop() {
             Some(Command::AssignIds { ids, .. }) => ids[0],
             other => {
                 return Err(format!(
@@ -753,203 +866,243 @@ async fn membership_loop(
         .join(MEMBERSHIP_NODE)
         .await
         .map_err(|e| format!("membership cannot join: {e}"))?;
-    let tick = Duration::from_micros(100);
-    while !ctl.stop.load(Ordering::Relaxed) {
-        tokio::time::sleep(tick).await;
+    Ok((rc_id, fabric))
+}
+
+impl MembershipService {
+    /// Heartbeat for itself, tick the detector, and carry out the commands
+    /// that follow, each one's outcome stepping the membership again.
+    async fn tick(&mut self) -> Result<(), String> {
         let mut queue: std::collections::VecDeque<Command> = {
-            let mut m = membership.lock().expect("membership lock");
+            let mut m = self.membership.lock().expect("membership lock");
             // The membership node itself runs here: it never times out.
             m.step(
-                ctl.now_ns(),
+                self.ctl.now_ns(),
                 Event::Heartbeat {
                     node: MEMBERSHIP_NODE,
                 },
             );
-            m.step(ctl.now_ns(), Event::Tick).into()
+            m.step(self.ctl.now_ns(), Event::Tick).into()
         };
         // In order: NotifyFailed must not wait behind a stray-lock scan.
         while let Some(cmd) = queue.pop_front() {
-            let next = match cmd {
-                Command::TerminateLinks { node } => {
-                    logs.lock().unwrap().entry(node).or_default().detected_ns = ctl.now_ns();
-                    backend
-                        .revoke(node)
-                        .await
-                        .map_err(|e| format!("revocation of node {node} failed: {e}"))?;
-                    let now = ctl.now_ns();
-                    logs.lock().unwrap().entry(node).or_default().revoked_ns = now;
-                    if let Some(at) = ctl.revoked_at_ns.get(node as usize - 1) {
-                        at.store(now, Ordering::SeqCst);
-                    }
-                    Event::LinksTerminated { node }
-                }
-                Command::Recover { node, ids, .. } => {
-                    rc_versions += RC_VERSION_BLOCK;
-                    // The embedded service runs the recovery coordinator itself.
-                    let (found, fwd, back, scanned, stopped_ns) = match mode {
-                        Mode::Pandora => {
-                            let r = match &fabric {
-                                AnyFabric::Inline(f) => {
-                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
-                                        .with_version_counter(rc_versions)
-                                        .recover(&ids)
-                                        .await
-                                }
-                                AnyFabric::Tcp(f) => {
-                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
-                                        .with_version_counter(rc_versions)
-                                        .recover(&ids)
-                                        .await
-                                }
-                            }
-                            .map_err(|e| format!("log recovery of node {node} failed: {e}"))?;
-                            (r.logs_found, r.rolled_forward, r.rolled_back, 0, 0)
-                        }
-                        Mode::Ford | Mode::Traditional => {
-                            // Locks name no owner: stop the world, let every live
-                            // coordinator's transaction finish, then recover.
-                            let stop_at = ctl.now_ns();
-                            ctl.paused.fetch_add(1, Ordering::SeqCst);
-                            // Only live nodes drain: a crashed node's transactions never finish
-                            // (and a falsely suspected one is revoked: its verbs no longer land).
-                            // The end of the run does not cut the drain short: recovering
-                            // owner-less locks beside a live transaction would release its locks.
-                            let alive = |n: usize| {
-                                membership
-                                    .lock()
-                                    .expect("membership lock")
-                                    .status(n as u16 + 1)
-                                    == Some(NodeStatus::Alive)
-                            };
-                            let give_up = Instant::now() + Duration::from_secs(30);
-                            while ctl
-                                .active
-                                .iter()
-                                .enumerate()
-                                .any(|(n, a)| a.load(Ordering::SeqCst) > 0 && alive(n))
-                            {
-                                if Instant::now() > give_up {
-                                    return Err(format!("{mode} recovery of node {node}: live transactions did not drain in 30 s"));
-                                }
-                                tokio::time::sleep(Duration::from_micros(50)).await;
-                            }
-                            let r = match (&fabric, mode) {
-                                (AnyFabric::Inline(f), Mode::Ford) => {
-                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
-                                        .with_version_counter(rc_versions)
-                                        .recover_ford(&ids)
-                                        .await
-                                }
-                                (AnyFabric::Tcp(f), Mode::Ford) => {
-                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
-                                        .with_version_counter(rc_versions)
-                                        .recover_ford(&ids)
-                                        .await
-                                }
-                                (AnyFabric::Inline(f), _) => {
-                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
-                                        .with_version_counter(rc_versions)
-                                        .recover_traditional(&ids)
-                                        .await
-                                }
-                                (AnyFabric::Tcp(f), _) => {
-                                    RecoveryCoordinator::new(f, layout.clone(), rc_id)
-                                        .with_version_counter(rc_versions)
-                                        .recover_traditional(&ids)
-                                        .await
-                                }
-                            }
-                            .map_err(|e| format!("{mode} recovery of node {node} failed: {e}"))?;
-                            ctl.paused.fetch_sub(1, Ordering::SeqCst);
-                            (
-                                r.locks_found,
-                                r.rolled_forward,
-                                r.rolled_back,
-                                r.slots_scanned,
-                                ctl.now_ns() - stop_at,
-                            )
-                        }
-                    };
-                    let mut ls = logs.lock().unwrap();
-                    let l = ls.entry(node).or_default();
-                    l.recovered_ns = ctl.now_ns();
-                    l.logs_found += found;
-                    l.rolled_forward += fwd;
-                    l.rolled_back += back;
-                    l.slots_scanned += scanned;
-                    l.world_stopped_ns += stopped_ns;
-                    Event::RecoveryDone { node }
-                }
-                Command::NotifyFailed { ids } => {
-                    for &id in &ids {
-                        failed.insert(id);
-                    }
-                    let now = ctl.now_ns();
-                    let counts: Vec<u64> = ctl
-                        .committed_by_node
-                        .iter()
-                        .map(|c| c.load(Ordering::SeqCst))
-                        .collect();
-                    let owner = membership.lock().expect("membership lock").owner_of(ids[0]);
-                    if let Some(node) = owner {
-                        let mut ls = logs.lock().unwrap();
-                        let l = ls.entry(node).or_default();
-                        l.notified_ns = now;
-                        l.committed_at_notify = counts;
-                    }
-                    continue;
-                }
-                Command::ScanStrayLocks { ids } => {
-                    let swept = match &fabric {
-                        AnyFabric::Inline(f) => sweep_stray_locks(f, &layout, &failed).await,
-                        AnyFabric::Tcp(f) => sweep_stray_locks(f, &layout, &failed).await,
-                    }
-                    .map_err(|e| format!("stray-lock scan failed: {e}"))?;
-                    swept_total += swept;
-                    // No version minted by a recycled id may survive its reuse.
-                    rc_versions += RC_VERSION_BLOCK;
-                    let retired = match &fabric {
-                        AnyFabric::Inline(f) => {
-                            RecoveryCoordinator::new(f, layout.clone(), rc_id)
-                                .with_version_counter(rc_versions)
-                                .retire_versions(&ids)
-                                .await
-                        }
-                        AnyFabric::Tcp(f) => {
-                            RecoveryCoordinator::new(f, layout.clone(), rc_id)
-                                .with_version_counter(rc_versions)
-                                .retire_versions(&ids)
-                                .await
-                        }
-                    }
-                    .map_err(|e| format!("retiring the versions of recycled ids failed: {e}"))?;
-                    if retired.is_none() {
-                        continue; // ids stay failed; a later scan may retry
-                    }
-                    Event::ScanDone { ids }
-                }
-                Command::AssignIds { .. } | Command::Reject { .. } => continue,
+            let Some(next) = self.carry_out(cmd).await? else {
+                continue;
             };
-            let more = membership
+            let more = self
+                .membership
                 .lock()
                 .expect("membership lock")
-                .step(ctl.now_ns(), next);
+                .step(self.ctl.now_ns(), next);
             queue.extend(more);
         }
+        Ok(())
     }
-    // Stray locks nobody touched (NotLogged transactions of the failed node).
-    if failed.count() > 0 {
-        let swept = match &fabric {
-            AnyFabric::Inline(f) => sweep_stray_locks(f, &layout, &failed).await,
-            AnyFabric::Tcp(f) => sweep_stray_locks(f, &layout, &failed).await,
+
+    /// One command; the event that reports it done, if any.
+    async fn carry_out(&mut self, cmd: Command) -> Result<Option<Event>, String> {
+        Ok(match cmd {
+            Command::TerminateLinks { node } => Some(self.terminate_links(node).await?),
+            Command::Recover { node, ids, .. } => Some(self.recover(node, &ids).await?),
+            Command::NotifyFailed { ids } => {
+                self.notify_failed(&ids);
+                None
+            }
+            Command::ScanStrayLocks { ids } => self.scan_stray_locks(ids).await?,
+            Command::AssignIds { .. } | Command::Reject { .. } => None,
+        })
+    }
+
+    /// Revoke `node` on every memory node.
+    async fn terminate_links(&mut self, node: u16) -> Result<Event, String> {
+        let ctl = &self.ctl;
+        self.logs
+            .lock()
+            .unwrap()
+            .entry(node)
+            .or_default()
+            .detected_ns = ctl.now_ns();
+        self.backend
+            .revoke(node)
+            .await
+            .map_err(|e| format!("revocation of node {node} failed: {e}"))?;
+        let now = ctl.now_ns();
+        self.logs
+            .lock()
+            .unwrap()
+            .entry(node)
+            .or_default()
+            .revoked_ns = now;
+        if let Some(at) = ctl.revoked_at_ns.get(node as usize - 1) {
+            at.store(now, Ordering::SeqCst);
         }
-        .map_err(|e| format!("stray-lock scan failed: {e}"))?;
-        swept_total += swept;
+        Ok(Event::LinksTerminated { node })
     }
-    for l in logs.lock().unwrap().values_mut() {
-        l.swept = swept_total;
+
+    /// Recover the coordinators `ids` of `node`: the embedded service runs
+    /// the recovery coordinator itself.
+    async fn recover(&mut self, node: u16, ids: &[u16]) -> Result<Event, String> {
+        self.rc_versions += RC_VERSION_BLOCK;
+        let t = match self.mode {
+            Mode::Pandora => self.recover_pandora(node, ids).await?,
+            Mode::Ford | Mode::Traditional => self.stop_world_and_recover(node, ids).await?,
+        };
+        let mut ls = self.logs.lock().unwrap();
+        let l = ls.entry(node).or_default();
+        l.recovered_ns = self.ctl.now_ns();
+        l.logs_found += t.found;
+        l.rolled_forward += t.fwd;
+        l.rolled_back += t.back;
+        l.slots_scanned += t.scanned;
+        l.world_stopped_ns += t.stopped_ns;
+        Ok(Event::RecoveryDone { node })
     }
-    Ok(())
+
+    async fn recover_pandora(&self, node: u16, ids: &[u16]) -> Result<RecoveryTally, String> {
+        let (layout, rc_id, versions) = (&self.layout, self.rc_id, self.rc_versions);
+        let r = on_fabric!(&self.fabric, f => {
+            RecoveryCoordinator::new(f, layout.clone(), rc_id)
+                .with_version_counter(versions)
+                .recover(ids)
+                .await
+        })
+        .map_err(|e| format!("log recovery of node {node} failed: {e}"))?;
+        Ok(RecoveryTally {
+            found: r.logs_found,
+            fwd: r.rolled_forward,
+            back: r.rolled_back,
+            scanned: 0,
+            stopped_ns: 0,
+        })
+    }
+
+    /// Locks name no owner: stop the world, let every live coordinator's
+    /// transaction finish, then recover.
+    async fn stop_world_and_recover(
+        &self,
+        node: u16,
+        ids: &[u16],
+    ) -> Result<RecoveryTally, String> {
+        let (mode, ctl) = (self.mode, &self.ctl);
+        let stop_at = ctl.now_ns();
+        ctl.paused.fetch_add(1, Ordering::SeqCst);
+        self.drain_live(node).await?;
+        let (layout, rc_id, versions) = (&self.layout, self.rc_id, self.rc_versions);
+        let r = on_fabric!(&self.fabric, f => {
+            let mut rc = RecoveryCoordinator::new(f, layout.clone(), rc_id)
+                .with_version_counter(versions);
+            if mode == Mode::Ford {
+                rc.recover_ford(ids).await
+            } else {
+                rc.recover_traditional(ids).await
+            }
+        })
+        .map_err(|e| format!("{mode} recovery of node {node} failed: {e}"))?;
+        ctl.paused.fetch_sub(1, Ordering::SeqCst);
+        Ok(RecoveryTally {
+            found: r.locks_found,
+            fwd: r.rolled_forward,
+            back: r.rolled_back,
+            scanned: r.slots_scanned,
+            stopped_ns: ctl.now_ns() - stop_at,
+        })
+    }
+
+    /// Wait (30 s at most) until no live node has a transaction in flight.
+    async fn drain_live(&self, node: u16) -> Result<(), String> {
+        let (mode, ctl) = (self.mode, &self.ctl);
+        // Only live nodes drain: a crashed node's transactions never finish
+        // (and a falsely suspected one is revoked: its verbs no longer land).
+        // The end of the run does not cut the drain short: recovering
+        // owner-less locks beside a live transaction would release its locks.
+        let alive = |n: usize| {
+            self.membership
+                .lock()
+                .expect("membership lock")
+                .status(n as u16 + 1)
+                == Some(NodeStatus::Alive)
+        };
+        let give_up = Instant::now() + Duration::from_secs(30);
+        while ctl
+            .active
+            .iter()
+            .enumerate()
+            .any(|(n, a)| a.load(Ordering::SeqCst) > 0 && alive(n))
+        {
+            if Instant::now() > give_up {
+                return Err(format!(
+                    "{mode} recovery of node {node}: live transactions did not drain in 30 s"
+                ));
+            }
+            tokio::time::sleep(Duration::from_micros(50)).await;
+        }
+        Ok(())
+    }
+
+    /// Publish `ids` in failed-ids, noting when and what every node had
+    /// committed by then.
+    fn notify_failed(&self, ids: &[u16]) {
+        for &id in ids {
+            self.failed.insert(id);
+        }
+        let now = self.ctl.now_ns();
+        let counts: Vec<u64> = self
+            .ctl
+            .committed_by_node
+            .iter()
+            .map(|c| c.load(Ordering::SeqCst))
+            .collect();
+        let owner = self
+            .membership
+            .lock()
+            .expect("membership lock")
+            .owner_of(ids[0]);
+        if let Some(node) = owner {
+            let mut ls = self.logs.lock().unwrap();
+            let l = ls.entry(node).or_default();
+            l.notified_ns = now;
+            l.committed_at_notify = counts;
+        }
+    }
+
+    /// Sweep the stray locks of failed ids, then retire the versions of
+    /// `ids` before they are reused; `None` if that did not finish (the
+    /// ids stay failed; a later scan may retry).
+    async fn scan_stray_locks(&mut self, ids: Vec<u16>) -> Result<Option<Event>, String> {
+        self.sweep().await?;
+        // No version minted by a recycled id may survive its reuse.
+        self.rc_versions += RC_VERSION_BLOCK;
+        let (layout, rc_id, versions) = (&self.layout, self.rc_id, self.rc_versions);
+        let retired = on_fabric!(&self.fabric, f => {
+            RecoveryCoordinator::new(f, layout.clone(), rc_id)
+                .with_version_counter(versions)
+                .retire_versions(&ids)
+                .await
+        })
+        .map_err(|e| format!("retiring the versions of recycled ids failed: {e}"))?;
+        Ok(retired.map(|_| Event::ScanDone { ids }))
+    }
+
+    /// Sweep the stray locks of failed ids, adding them to the total.
+    async fn sweep(&mut self) -> Result<(), String> {
+        let (layout, failed) = (&self.layout, &self.failed);
+        let swept = on_fabric!(&self.fabric, f => sweep_stray_locks(f, layout, failed).await)
+            .map_err(|e| format!("stray-lock scan failed: {e}"))?;
+        self.swept_total += swept;
+        Ok(())
+    }
+
+    /// Stray locks nobody touched (NotLogged transactions of the failed
+    /// node) are swept at the end; every failure log learns the total.
+    async fn finish(mut self) -> Result<(), String> {
+        if self.failed.count() > 0 {
+            self.sweep().await?;
+        }
+        for l in self.logs.lock().unwrap().values_mut() {
+            l.swept = self.swept_total;
+        }
+        Ok(())
+    }
 }
 
 /// Before the run stops: let the detector declare and recover every crashed

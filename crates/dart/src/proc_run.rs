@@ -50,7 +50,8 @@ use tandem_cluster::procs::MembershipSession;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::{ComputeNode, FailedIds, Layout, MemoryView, Mode, StoreConfig, TableSpec};
 use tandem_fabric::auth::{Keyring, MasterSecret};
-use tandem_fabric::tcp::TcpCluster;
+use tandem_fabric::tcp::{TcpCluster, TcpFabric};
+use tandem_fabric::RegionKey;
 use tandem_sim::Rng;
 
 use crate::board::{Board, MAX_PAIRS};
@@ -168,55 +169,15 @@ pub fn worker(cfg: &WorkerConfig, keys: Keyring) -> Result<String, String> {
         Duration::from_micros(cfg.heartbeat_us.max(100)),
     )?;
     journal.ids(&session.ids);
-    let logs = local.block_on(&rt, async {
-        let fabric = memory
-            .connect_live(cfg.node, &keys)
-            .await
-            .map_err(|e| format!("connect compute node {}: {e}", cfg.node))?;
-        let node = ComputeNode::new(fabric, &store, layout.clone(), session.failed.clone());
-        // Memory-server loss: hold, drain and switch primaries as told.
-        let gate = Rc::new(Gate::default());
-        let follower = tokio::task::spawn_local(follow_memory(
-            cfg.node,
-            session.memory(),
-            node.clone(),
-            gate.clone(),
-            Rc::new(MemoryState::new(memory.clone())),
-        ));
-        let epoch = cfg.epoch_ns;
-        let clock: Rc<dyn Fn() -> u64> = Rc::new(move || wall_ns().saturating_sub(epoch));
-        let board = Board::with_pair_base(cfg.pair_base);
-        let mut seeds = Rng::new(cfg.seed ^ 0x7C9 ^ ((cfg.node as u64) << 40));
-        let (mut logs, mut tasks) = (Vec::new(), Vec::new());
-        for (k, &id) in session.ids.iter().enumerate() {
-            let mut session = TandemStore::new(node.coordinator(id)).with_gate(gate.clone());
-            let spec = ClientSpec {
-                id: cfg.client_base + k as u32,
-                seed: seeds.next_u64(),
-                assert_chance: cfg.assert_chance,
-                record: true,
-            };
-            let mut client = Client::new(spec, suite.clone(), board.clone(), clock.clone())
-                .with_journal(journal.clone());
-            logs.push(client.log());
-            let n = cfg.txs;
-            tasks.push(tokio::task::spawn_local(async move {
-                client.run(&mut session, n).await;
-                session.settle();
-            }));
-        }
-        for t in tasks {
-            t.await.map_err(|e| format!("client task failed: {e}"))?;
-        }
-        if follower.is_finished() {
-            let e = follower.await.map_err(|e| e.to_string())?;
-            return Err(format!("compute node {}: {e}", cfg.node));
-        }
-        follower.abort();
-        // Let the last unlocks land before leaving.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        Ok::<_, String>(logs)
-    })?;
+    let clients = WorkerClients {
+        cfg,
+        memory: &memory,
+        store: &store,
+        layout: &layout,
+        suite,
+        journal,
+    };
+    let logs = local.block_on(&rt, clients.run(&keys, &session))?;
     session.leave();
     let (mut c, mut a, mut u) = (0, 0, 0);
     for l in &logs {
@@ -227,6 +188,94 @@ pub fn worker(cfg: &WorkerConfig, keys: Keyring) -> Result<String, String> {
         "litmus worker {}: {c} committed, {a} aborted, {u} unknown",
         cfg.node
     ))
+}
+
+/// A `litmus-worker`'s compute node and its DART clients.
+struct WorkerClients<'a> {
+    cfg: &'a WorkerConfig,
+    memory: &'a TcpCluster,
+    store: &'a StoreConfig,
+    layout: &'a Arc<Layout>,
+    suite: Arc<Suite>,
+    journal: Arc<Journal>,
+}
+
+impl WorkerClients<'_> {
+    /// Connect with `keys`, follow the memory servers' changes, run one
+    /// client on each of the session's ids to its end; the clients' logs.
+    async fn run(
+        &self,
+        keys: &[Option<RegionKey>],
+        session: &MembershipSession,
+    ) -> Result<Vec<SharedLog>, String> {
+        let cfg = self.cfg;
+        let fabric = self
+            .memory
+            .connect_live(cfg.node, keys)
+            .await
+            .map_err(|e| format!("connect compute node {}: {e}", cfg.node))?;
+        let node = ComputeNode::new(
+            fabric,
+            self.store,
+            self.layout.clone(),
+            session.failed.clone(),
+        );
+        // Memory-server loss: hold, drain and switch primaries as told.
+        let gate = Rc::new(Gate::default());
+        let follower = tokio::task::spawn_local(follow_memory(
+            cfg.node,
+            session.memory(),
+            node.clone(),
+            gate.clone(),
+            Rc::new(MemoryState::new(self.memory.clone())),
+        ));
+        let (logs, tasks) = self.spawn_clients(&node, &gate, &session.ids);
+        for t in tasks {
+            t.await.map_err(|e| format!("client task failed: {e}"))?;
+        }
+        if follower.is_finished() {
+            let e = follower.await.map_err(|e| e.to_string())?;
+            return Err(format!("compute node {}: {e}", cfg.node));
+        }
+        follower.abort();
+        // Let the last unlocks land before leaving.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok(logs)
+    }
+
+    /// One client task per coordinator id in `ids`, each running its
+    /// transactions through `gate`; their logs and tasks.
+    fn spawn_clients(
+        &self,
+        node: &Rc<ComputeNode<TcpFabric>>,
+        gate: &Rc<Gate>,
+        ids: &[u16],
+    ) -> (Vec<SharedLog>, Vec<tokio::task::JoinHandle<()>>) {
+        let cfg = self.cfg;
+        let epoch = cfg.epoch_ns;
+        let clock: Rc<dyn Fn() -> u64> = Rc::new(move || wall_ns().saturating_sub(epoch));
+        let board = Board::with_pair_base(cfg.pair_base);
+        let mut seeds = Rng::new(cfg.seed ^ 0x7C9 ^ ((cfg.node as u64) << 40));
+        let (mut logs, mut tasks) = (Vec::new(), Vec::new());
+        for (k, &id) in ids.iter().enumerate() {
+            let mut session = TandemStore::new(node.coordinator(id)).with_gate(gate.clone());
+            let spec = ClientSpec {
+                id: cfg.client_base + k as u32,
+                seed: seeds.next_u64(),
+                assert_chance: cfg.assert_chance,
+                record: true,
+            };
+            let mut client = Client::new(spec, self.suite.clone(), board.clone(), clock.clone())
+                .with_journal(self.journal.clone());
+            logs.push(client.log());
+            let n = cfg.txs;
+            tasks.push(tokio::task::spawn_local(async move {
+                client.run(&mut session, n).await;
+                session.settle();
+            }));
+        }
+        (logs, tasks)
+    }
 }
 
 /// How the parent starts processes.
@@ -292,36 +341,7 @@ fn spawn_membership(
     detect_ms: f64,
     bugs: &[String],
 ) -> Result<(Kid, SocketAddr, MembershipLog), String> {
-    let mem = memory
-        .iter()
-        .map(|a| a.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
-    let recovery_bugs = bugs
-        .iter()
-        .filter(|b| crate::campaign::RECOVERY_BUG_NAMES.contains(&b.as_str()));
-    let mut child = Command::new(exe)
-        .args([
-            "pandora",
-            "membership",
-            "--listen",
-            "127.0.0.1:0",
-            "--memory",
-            &mem,
-            "--replicas",
-            &REPLICAS.to_string(),
-        ])
-        .args([
-            "--log-slots",
-            &LOG_SLOTS.to_string(),
-            "--litmus-keys",
-            &capacity.to_string(),
-            "--timeout-ms",
-            &detect_ms.to_string(),
-            "--memory-timeout-ms",
-            &(detect_ms * 2.0).max(50.0).to_string(),
-        ])
-        .args(recovery_bugs.flat_map(|b| ["--inject-bug", b.as_str()]))
+    let mut child = membership_command(exe, memory, capacity, detect_ms, bugs)
         .env("TANDEM_SECRET", secret.hex())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -360,6 +380,49 @@ fn spawn_membership(
     Ok((kid, addr, lines))
 }
 
+/// `tandem pandora membership` for a litmus cluster on the memory servers
+/// `memory`, with the recovery bugs among `bugs`.
+fn membership_command(
+    exe: &Path,
+    memory: &[SocketAddr],
+    capacity: u64,
+    detect_ms: f64,
+    bugs: &[String],
+) -> Command {
+    let mem = memory
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let recovery_bugs = bugs
+        .iter()
+        .filter(|b| crate::campaign::RECOVERY_BUG_NAMES.contains(&b.as_str()));
+    let mut command = Command::new(exe);
+    command
+        .args([
+            "pandora",
+            "membership",
+            "--listen",
+            "127.0.0.1:0",
+            "--memory",
+            &mem,
+            "--replicas",
+            &REPLICAS.to_string(),
+        ])
+        .args([
+            "--log-slots",
+            &LOG_SLOTS.to_string(),
+            "--litmus-keys",
+            &capacity.to_string(),
+            "--timeout-ms",
+            &detect_ms.to_string(),
+            "--memory-timeout-ms",
+            &(detect_ms * 2.0).max(50.0).to_string(),
+        ])
+        .args(recovery_bugs.flat_map(|b| ["--inject-bug", b.as_str()]));
+    command
+}
+
 /// Count the `invoke` lines appended to a journal since the last call.
 struct InvokeCounter {
     path: PathBuf,
@@ -387,145 +450,360 @@ impl InvokeCounter {
 /// Run one seed. Harness failures (a process that will not start, a recovery
 /// that never comes) are errors; what DART finds goes into the report.
 pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
-    let workers = cfg.workers.max(1);
-    let clients = workers as u32 * cfg.clients_per_worker as u32;
-    // Ids: every worker's coordinators, the final checker's, the membership's own.
-    if clients + 3 >= LOG_SLOTS {
-        return Err(format!("at most {} clients over processes", LOG_SLOTS - 4));
-    }
-    // Each worker numbers its fresh insert/delete pairs in a range of its own.
-    let pairs_per_worker = cfg.txs_per_client * cfg.clients_per_worker as u64;
-    if pairs_per_worker * workers as u64 > MAX_PAIRS as u64 {
-        return Err(format!(
-            "at most {MAX_PAIRS} transactions over all workers (insert/delete pair numbers)"
-        ));
-    }
-    let pairs_per_worker = pairs_per_worker as u32;
-    let capacity = cfg
-        .suite
-        .key_count(cfg.txs_per_client * clients as u64)
-        .max(1);
-    let bugs = crate::campaign::parse_bugs(&cfg.bug_names)?.store;
-    let mut store = litmus_store(Mode::Pandora, MEMORY_NODES, REPLICAS, LOG_SLOTS, capacity);
-    store.bugs = bugs;
-    let layout = Arc::new(Layout::new(&store)?);
-    let region = *layout.region_bytes.iter().max().expect("memory nodes");
-    let secret = MasterSecret::generate();
-    // This process joins the membership too (the final check).
-    tandem_cluster::procs::set_credentials(secret.keyring())?;
-    let (exe, nodes, shm) = (&cfg.setup.exe, MEMORY_NODES as usize, cfg.setup.shm);
-    let mut servers = MemoryServers::spawn_on(exe, nodes, region, secret.clone(), shm)
-        .map_err(|e| format!("cannot start memory servers: {e}"))?;
-    let memory = servers.cluster();
-    let (mut membership, maddr, mlog) = spawn_membership(
-        &cfg.setup.exe,
-        &servers.addrs,
-        &secret,
-        capacity,
-        cfg.setup.detect_ms,
-        &cfg.bug_names,
-    )?;
-    let dir =
-        std::env::temp_dir().join(format!("tandem-litmus-{}-{}", std::process::id(), cfg.seed));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async {
-        let keys = memory
-            .register(u16::MAX - 1)
-            .await
-            .map_err(|e| format!("register the loader: {e}"))?;
-        let fab = memory
-            .connect(u16::MAX - 1, &keys)
-            .await
-            .map_err(|e| format!("connect the loader: {e}"))?;
-        let mut loader = Loader::new(&fab, layout.clone());
-        for t in &cfg.suite.tests {
-            for (k, v) in t.initial() {
-                loader
-                    .put(LITMUS_TABLE, k, &v.encode())
-                    .await
-                    .map_err(|e| e.to_string())?;
-            }
-        }
-        loader.finish().await.map_err(|e| e.to_string()).map(|_| ())
-    })?;
-
+    let sizes = Sizes::of(cfg)?;
+    let mut cluster = Cluster::start(cfg, &sizes)?;
+    cluster.load(&cfg.suite)?;
     let epoch_ns = wall_ns();
     let heartbeat_us = ((cfg.setup.detect_ms * 1e3) / 10.0).max(200.0) as u64;
-    let mut kids = Vec::new();
-    let mut journals = Vec::new();
-    for w in 0..workers {
-        let journal = dir.join(format!("worker-{}.jsonl", w + 1));
-        let wc = WorkerConfig {
-            membership: vec![maddr],
-            memory: servers.addrs.clone(),
-            node: w + 1,
-            clients: cfg.clients_per_worker,
-            client_base: w as u32 * cfg.clients_per_worker as u32,
-            pair_base: w as u32 * pairs_per_worker,
-            txs: cfg.txs_per_client,
-            seed: cfg.seed,
-            tests: cfg.tests.clone(),
-            instances: cfg.instances,
-            bugs: cfg.bug_names.clone(),
+    let (mut kids, journals) = cluster.spawn_workers(cfg, &sizes, epoch_ns, heartbeat_us)?;
+
+    let mut report = RunReport::default();
+    let victim = cluster.inject_kills(cfg, &sizes, &mut kids, &journals, &mut report)?;
+    wait_for_workers(&mut kids, victim, &cluster.dir, &mut report)?;
+    let failed_ids = fold_journals(&journals, victim, &mut report)?;
+    let check = FinalCheckPlan {
+        sizes: &sizes,
+        failed_ids: &failed_ids,
+        epoch_ns,
+        heartbeat_us,
+    };
+    let replica_notes = cluster.final_check(cfg, check, &mut report)?;
+    if cfg.check_history {
+        report.check_history(&cfg.suite);
+    }
+    note_membership(&cluster.mlog, victim, &cfg.bug_names, &mut report);
+    if let Some(notes) = replica_notes {
+        if victim.is_none() {
+            add_note(&mut report, "no worker killed");
+        }
+        notes.iter().for_each(|n| add_note(&mut report, n));
+    }
+    if let Some(note) = &report.crash_note {
+        eprintln!("litmus seed {}: {note}", cfg.seed);
+    }
+    Ok(cluster.shut_down(report))
+}
+
+/// The sizes of one run, within the coordinator-id space and the
+/// insert/delete pair numbers.
+struct Sizes {
+    workers: u16,
+    /// DART clients over every worker.
+    clients: u32,
+    /// Each worker numbers its fresh insert/delete pairs in a range of its own.
+    pairs_per_worker: u32,
+    /// Keys of the litmus table.
+    capacity: u64,
+}
+
+impl Sizes {
+    fn of(cfg: &ProcRunConfig) -> Result<Sizes, String> {
+        let workers = cfg.workers.max(1);
+        let clients = workers as u32 * cfg.clients_per_worker as u32;
+        // Ids: every worker's coordinators, the final checker's, the membership's own.
+        if clients + 3 >= LOG_SLOTS {
+            return Err(format!("at most {} clients over processes", LOG_SLOTS - 4));
+        }
+        let pairs_per_worker = cfg.txs_per_client * cfg.clients_per_worker as u64;
+        if pairs_per_worker * workers as u64 > MAX_PAIRS as u64 {
+            return Err(format!(
+                "at most {MAX_PAIRS} transactions over all workers (insert/delete pair numbers)"
+            ));
+        }
+        let capacity = cfg
+            .suite
+            .key_count(cfg.txs_per_client * clients as u64)
+            .max(1);
+        Ok(Sizes {
+            workers,
+            clients,
+            pairs_per_worker: pairs_per_worker as u32,
             capacity,
-            assert_chance: cfg.assert_chance,
-            epoch_ns,
-            heartbeat_us,
-            journal: journal.clone(),
-            shm: cfg.setup.shm,
-        };
-        let err = std::fs::File::create(dir.join(format!("worker-{}.err", w + 1)))
+        })
+    }
+}
+
+/// What a run starts before its workers: the memory servers, the
+/// membership process, the journals' directory and this process's runtime.
+/// Its fields drop in order: the runtime, then the membership process, then
+/// the memory servers.
+struct Cluster {
+    local: tokio::task::LocalSet,
+    rt: tokio::runtime::Runtime,
+    /// The workers' journals and stderr.
+    dir: PathBuf,
+    membership: Kid,
+    maddr: SocketAddr,
+    mlog: MembershipLog,
+    memory: TcpCluster,
+    servers: MemoryServers,
+    secret: MasterSecret,
+    store: StoreConfig,
+    layout: Arc<Layout>,
+    region: u64,
+}
+
+impl Cluster {
+    fn start(cfg: &ProcRunConfig, sizes: &Sizes) -> Result<Cluster, String> {
+        let bugs = crate::campaign::parse_bugs(&cfg.bug_names)?.store;
+        let capacity = sizes.capacity;
+        let mut store = litmus_store(Mode::Pandora, MEMORY_NODES, REPLICAS, LOG_SLOTS, capacity);
+        store.bugs = bugs;
+        let layout = Arc::new(Layout::new(&store)?);
+        let region = *layout.region_bytes.iter().max().expect("memory nodes");
+        let secret = MasterSecret::generate();
+        // This process joins the membership too (the final check).
+        tandem_cluster::procs::set_credentials(secret.keyring())?;
+        let (exe, nodes, shm) = (&cfg.setup.exe, MEMORY_NODES as usize, cfg.setup.shm);
+        let servers = MemoryServers::spawn_on(exe, nodes, region, secret.clone(), shm)
+            .map_err(|e| format!("cannot start memory servers: {e}"))?;
+        let memory = servers.cluster();
+        let (membership, maddr, mlog) = spawn_membership(
+            &cfg.setup.exe,
+            &servers.addrs,
+            &secret,
+            capacity,
+            cfg.setup.detect_ms,
+            &cfg.bug_names,
+        )?;
+        let dir =
+            std::env::temp_dir().join(format!("tandem-litmus-{}-{}", std::process::id(), cfg.seed));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let local = tokio::task::LocalSet::new();
+        Ok(Cluster {
+            local,
+            rt,
+            dir,
+            membership,
+            maddr,
+            mlog,
+            memory,
+            servers,
+            secret,
+            store,
+            layout,
+            region,
+        })
+    }
+
+    /// Load the initial values of every litmus instance.
+    fn load(&self, suite: &Suite) -> Result<(), String> {
+        let (memory, layout) = (&self.memory, &self.layout);
+        self.local.block_on(&self.rt, async {
+            let keys = memory
+                .register(u16::MAX - 1)
+                .await
+                .map_err(|e| format!("register the loader: {e}"))?;
+            let fab = memory
+                .connect(u16::MAX - 1, &keys)
+                .await
+                .map_err(|e| format!("connect the loader: {e}"))?;
+            let mut loader = Loader::new(&fab, layout.clone());
+            for t in &suite.tests {
+                for (k, v) in t.initial() {
+                    loader
+                        .put(LITMUS_TABLE, k, &v.encode())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            loader.finish().await.map_err(|e| e.to_string()).map(|_| ())
+        })
+    }
+
+    /// Start one `tandem litmus-worker` process per worker; the processes
+    /// and their journals.
+    fn spawn_workers(
+        &self,
+        cfg: &ProcRunConfig,
+        sizes: &Sizes,
+        epoch_ns: u64,
+        heartbeat_us: u64,
+    ) -> Result<(Vec<Kid>, Vec<PathBuf>), String> {
+        let mut kids = Vec::new();
+        let mut journals = Vec::new();
+        for w in 0..sizes.workers {
+            let journal = self.dir.join(format!("worker-{}.jsonl", w + 1));
+            let wc = WorkerConfig {
+                membership: vec![self.maddr],
+                memory: self.servers.addrs.clone(),
+                node: w + 1,
+                clients: cfg.clients_per_worker,
+                client_base: w as u32 * cfg.clients_per_worker as u32,
+                pair_base: w as u32 * sizes.pairs_per_worker,
+                txs: cfg.txs_per_client,
+                seed: cfg.seed,
+                tests: cfg.tests.clone(),
+                instances: cfg.instances,
+                bugs: cfg.bug_names.clone(),
+                capacity: sizes.capacity,
+                assert_chance: cfg.assert_chance,
+                epoch_ns,
+                heartbeat_us,
+                journal: journal.clone(),
+                shm: cfg.setup.shm,
+            };
+            kids.push(self.spawn_worker(cfg, w, &wc)?);
+            journals.push(journal);
+        }
+        Ok((kids, journals))
+    }
+
+    /// Start worker `w` (0-based) with `wc`, its stderr in the run's directory.
+    fn spawn_worker(&self, cfg: &ProcRunConfig, w: u16, wc: &WorkerConfig) -> Result<Kid, String> {
+        let err = std::fs::File::create(self.dir.join(format!("worker-{}.err", w + 1)))
             .map_err(|e| e.to_string())?;
         let child = Command::new(&cfg.setup.exe)
             .args([
                 "litmus-worker",
                 "--config",
-                &serde_json::to_string(&wc).map_err(|e| e.to_string())?,
+                &serde_json::to_string(wc).map_err(|e| e.to_string())?,
             ])
-            .env("TANDEM_SECRET", secret.hex())
+            .env("TANDEM_SECRET", self.secret.hex())
             .stdout(Stdio::null())
             .stderr(Stdio::from(err))
             .spawn()
             .map_err(|e| format!("cannot start litmus worker {}: {e}", w + 1))?;
-        kids.push(Kid(child));
-        journals.push(journal);
+        Ok(Kid(child))
     }
 
-    let mut report = RunReport::default();
-    let kills = Kills::plan(cfg, workers);
-    let (victim, memory_victim) = kills.inject(
-        &mut kids,
-        &journals,
-        &mut servers,
-        (&cfg.setup.exe, region, maddr),
-    )?;
-    if let Some(m) = memory_victim {
-        add_note(
-            &mut report,
-            &format!("kill -9 of memory server {m} mid-run"),
-        );
-        wait_for_membership(&mlog, "every memory node up", Duration::from_secs(60))?;
-        add_note(
-            &mut report,
-            &format!("its replacement was filled and admitted"),
-        );
+    /// Carry out the seed's kills and wait until the membership has dealt
+    /// with them, noting each in `report`; the worker killed (node, after
+    /// how many invocations).
+    fn inject_kills(
+        &mut self,
+        cfg: &ProcRunConfig,
+        sizes: &Sizes,
+        kids: &mut [Kid],
+        journals: &[PathBuf],
+        report: &mut RunReport,
+    ) -> Result<Option<(u16, u64)>, String> {
+        let kills = Kills::plan(cfg, sizes.workers);
+        let (victim, memory_victim) = kills.inject(
+            kids,
+            journals,
+            &mut self.servers,
+            (&cfg.setup.exe, self.region, self.maddr),
+        )?;
+        if let Some(m) = memory_victim {
+            add_note(report, &format!("kill -9 of memory server {m} mid-run"));
+            wait_for_membership(&self.mlog, "every memory node up", Duration::from_secs(60))?;
+            add_note(report, "its replacement was filled and admitted");
+        }
+        if let Some((node, at)) = victim {
+            // The survivors' PILL needs the failed ids; the final check needs the logs recovered.
+            let note = if await_recovery(&self.mlog, node)? {
+                report.crashes = 1;
+                format!("kill -9 of worker {node} after {at} invocations")
+            } else {
+                format!("worker {node} left the membership before its kill -9 landed")
+            };
+            add_note(report, &note);
+        }
+        Ok(victim)
     }
-    if let Some((node, at)) = victim {
-        // The survivors' PILL needs the failed ids; the final check needs the logs recovered.
-        let note = if await_recovery(&mlog, node)? {
-            report.crashes = 1;
-            format!("kill -9 of worker {node} after {at} invocations")
-        } else {
-            format!("worker {node} left the membership before its kill -9 landed")
+
+    /// The final check: a fresh compute node that knows the failed ids,
+    /// then the replica check (if configured). Its history and violations
+    /// go into `report`; the replica check's notes.
+    fn final_check(
+        &mut self,
+        cfg: &ProcRunConfig,
+        plan: FinalCheckPlan,
+        report: &mut RunReport,
+    ) -> Result<Option<Vec<String>>, String> {
+        let board = Board::default();
+        note_pairs(&cfg.suite, &board, &report.history);
+        let node = plan.sizes.workers + 1;
+        let session = MembershipSession::join(
+            &[self.maddr],
+            node,
+            1,
+            Duration::from_micros(plan.heartbeat_us),
+        )?;
+        let failed: FailedIds = session.failed.clone();
+        for &id in plan.failed_ids {
+            failed.insert(id);
+        }
+        let memory = self.servers.cluster();
+        let check = FinalCheck {
+            cfg,
+            memory: &memory,
+            store: &self.store,
+            layout: self.layout.clone(),
+            failed,
+            node,
+            coordinator: session.ids[0],
+            client: plan.sizes.clients,
+            board,
+            epoch_ns: plan.epoch_ns,
         };
-        add_note(&mut report, &note);
+        let (log, replicas) = self
+            .local
+            .block_on(&self.rt, check.run(&mut self.servers))?;
+        session.leave();
+        report.absorb(&[log]);
+        Ok(replicas.map(|o| {
+            report.violations.extend(
+                o.violations
+                    .into_iter()
+                    .map(|v| ("replica-check".to_string(), v)),
+            );
+            o.notes
+        }))
     }
+
+    /// Stop the membership process and the memory servers; keep the
+    /// journals only if the run found a violation (and say where).
+    fn shut_down(self, mut report: RunReport) -> RunReport {
+        let Cluster {
+            mut membership,
+            servers,
+            dir,
+            ..
+        } = self;
+        let _ = membership.0.kill();
+        drop(servers);
+        if report.violations.is_empty() {
+            let _ = std::fs::remove_dir_all(&dir);
+        } else {
+            let note = format!(
+                "{}; journals in {}",
+                report.crash_note.take().unwrap_or_else(|| "no kill".into()),
+                dir.display()
+            );
+            for v in &mut report.violations {
+                v.1 += &format!(" [{note}]");
+            }
+            report.crash_note = Some(note);
+        }
+        report
+    }
+}
+
+/// What the final check needs from the run so far.
+struct FinalCheckPlan<'a> {
+    sizes: &'a Sizes,
+    /// The killed worker's coordinator ids.
+    failed_ids: &'a [u16],
+    epoch_ns: u64,
+    heartbeat_us: u64,
+}
+
+/// Wait (120 s at most) for every worker but the killed one to exit; one
+/// that fails is a harness violation, with its stderr.
+fn wait_for_workers(
+    kids: &mut [Kid],
+    victim: Option<(u16, u64)>,
+    dir: &Path,
+    report: &mut RunReport,
+) -> Result<(), String> {
     let give_up = Instant::now() + Duration::from_secs(120);
     for (w, k) in kids.iter_mut().enumerate() {
         if victim.is_some_and(|(n, _)| n as usize == w + 1) {
@@ -553,8 +831,16 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
             ));
         }
     }
+    Ok(())
+}
 
-    // Fold the journals.
+/// Fold the workers' journals into `report`; the killed worker's
+/// coordinator ids.
+fn fold_journals(
+    journals: &[PathBuf],
+    victim: Option<(u16, u64)>,
+    report: &mut RunReport,
+) -> Result<Vec<u16>, String> {
     let mut failed_ids = Vec::new();
     for (w, path) in journals.iter().enumerate() {
         let c = journal::read(path)?;
@@ -572,47 +858,17 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
         report.violations.extend(c.violations);
         report.history.extend(c.records);
     }
+    Ok(failed_ids)
+}
 
-    // The final check: a fresh compute node that knows the failed ids.
-    let board = Board::default();
-    note_pairs(&cfg.suite, &board, &report.history);
-    let session = MembershipSession::join(
-        &[maddr],
-        workers + 1,
-        1,
-        Duration::from_micros(heartbeat_us),
-    )?;
-    let failed: FailedIds = session.failed.clone();
-    for &id in &failed_ids {
-        failed.insert(id);
-    }
-    let memory = servers.cluster();
-    let check = FinalCheck {
-        cfg,
-        memory: &memory,
-        store: &store,
-        layout: layout.clone(),
-        failed,
-        node: workers + 1,
-        coordinator: session.ids[0],
-        client: clients,
-        board,
-        epoch_ns,
-    };
-    let (log, replicas) = local.block_on(&rt, check.run(&mut servers))?;
-    session.leave();
-    report.absorb(&[log]);
-    let replica_notes = replicas.map(|o| {
-        report.violations.extend(
-            o.violations
-                .into_iter()
-                .map(|v| ("replica-check".to_string(), v)),
-        );
-        o.notes
-    });
-    if cfg.check_history {
-        report.check_history(&cfg.suite);
-    }
+/// Note what the membership's log says: the victim's recovery, recoveries
+/// of suspected survivors, and whether the recovery bugs were injected.
+fn note_membership(
+    mlog: &MembershipLog,
+    victim: Option<(u16, u64)>,
+    bug_names: &[String],
+    report: &mut RunReport,
+) {
     if let Some((node, _)) = victim {
         let needle = format!("membership: recovered node {node} ");
         if let Some(l) = mlog
@@ -621,7 +877,7 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
             .iter()
             .find(|l| l.starts_with(&needle))
         {
-            add_note(&mut report, l.trim_start_matches("membership: "));
+            add_note(report, l.trim_start_matches("membership: "));
         }
     }
     // Recoveries the membership ran (a falsely suspected survivor counts too).
@@ -633,38 +889,13 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
         .count();
     if recoveries as u32 > report.crashes {
         add_note(
-            &mut report,
+            report,
             &format!("{recoveries} recoveries (a survivor was suspected too)"),
         );
     }
-    if let Err(e) = recovery_bugs_taken(&cfg.bug_names, &mlog) {
+    if let Err(e) = recovery_bugs_taken(bug_names, mlog) {
         report.violations.push(("harness".into(), e));
     }
-    if let Some(notes) = replica_notes {
-        if victim.is_none() {
-            add_note(&mut report, "no worker killed");
-        }
-        notes.iter().for_each(|n| add_note(&mut report, n));
-    }
-    if let Some(note) = &report.crash_note {
-        eprintln!("litmus seed {}: {note}", cfg.seed);
-    }
-    let _ = membership.0.kill();
-    drop(servers);
-    if report.violations.is_empty() {
-        let _ = std::fs::remove_dir_all(&dir);
-    } else {
-        let note = format!(
-            "{}; journals in {}",
-            report.crash_note.take().unwrap_or_else(|| "no kill".into()),
-            dir.display()
-        );
-        for v in &mut report.violations {
-            v.1 += &format!(" [{note}]");
-        }
-        report.crash_note = Some(note);
-    }
-    Ok(report)
 }
 
 /// Wait until a line of the membership's log contains `needle`.

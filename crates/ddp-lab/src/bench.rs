@@ -325,73 +325,16 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
         Model::parse("causal-eventual")?,
         Model::parse("eventual-eventual")?,
     ];
-    let sweep = |xs: &[(String, DdpBenchConfig)]| -> Vec<(String, Vec<Option<f64>>)> {
-        models
-            .iter()
-            .map(|&m| {
-                (
-                    m.to_string(),
-                    xs.iter()
-                        .map(|(label, cfg)| {
-                            let r = run_model(cfg, m);
-                            progress(&format!(
-                                "  ddp-sweeps: {m} at {label}: {:.0} ops/s",
-                                r.throughput_ops
-                            ));
-                            Some(r.throughput_ops / 1e6)
-                        })
-                        .collect(),
-                )
-            })
-            .collect()
-    };
+    let run_sweep = |xs: &[(String, DdpBenchConfig)]| sweep(&models, xs, progress);
     let base = paper_cfg("ycsb-a", quick)?;
-    let clients: Vec<(String, DdpBenchConfig)> = [2u64, 10, 20, 30]
-        .iter()
-        .map(|&c| {
-            (
-                format!("{}", c * 5),
-                DdpBenchConfig {
-                    clients_per_node: c,
-                    ..base.clone()
-                },
-            )
-        })
-        .collect();
-    let rtts: Vec<(String, DdpBenchConfig)> = [500u64, 1000, 2000]
-        .iter()
-        .map(|&r| {
-            (
-                format!("{} µs", r as f64 / 1000.0),
-                DdpBenchConfig {
-                    rtt_ns: r,
-                    ..base.clone()
-                },
-            )
-        })
-        .collect();
-    let many = |xs: &[(String, DdpBenchConfig)]| {
-        xs.iter()
-            .map(|(l, c)| {
-                (
-                    l.clone(),
-                    DdpBenchConfig {
-                        cores: tandem_net::PAPER_CORES,
-                        ..c.clone()
-                    },
-                )
-            })
-            .collect::<Vec<_>>()
-    };
-    let (clients20, rtts20) = (many(&clients), many(&rtts));
+    let (clients, rtts) = (clients_points(&base), rtt_points(&base));
+    let (clients20, rtts20) = (paper_cores(&clients), paper_cores(&rtts));
     let mut mixes = Vec::new();
     for w in ["ycsb-w", "ycsb-a", "ycsb-b", "ycsb-c"] {
         mixes.push((w.to_string(), paper_cfg(w, quick)?));
     }
-    let (c, r, m) = (sweep(&clients), sweep(&rtts), sweep(&mixes));
-    let (c20, r20) = (sweep(&clients20), sweep(&rtts20));
-    let names =
-        |xs: &[(String, DdpBenchConfig)]| xs.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+    let (c, r, m) = (run_sweep(&clients), run_sweep(&rtts), run_sweep(&mixes));
+    let (c20, r20) = (run_sweep(&clients20), run_sweep(&rtts20));
     let svg = tandem_report::plot::stack_svg(&[
         tandem_report::plot::lines_svg(
             "Throughput vs clients (YCSB-A, 1 core per node)",
@@ -429,30 +372,113 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
             &m,
         ),
     ]);
-    let table =
-        |title: &str, xs: &[(String, DdpBenchConfig)], ys: &[(String, Vec<Option<f64>>)]| {
-            let mut t = format!(
-                "\n{title}\n\n| model | {} |\n|---|{}\n",
-                names(xs).join(" | "),
-                "---:|".repeat(xs.len())
-            );
-            for (name, v) in ys {
-                t += &format!(
-                    "| {name} | {} |\n",
-                    v.iter()
-                        .map(|x| x.map_or("-".into(), |x| format!("{x:.2}")))
-                        .collect::<Vec<_>>()
-                        .join(" | ")
-                );
-            }
-            t
-        };
     let mut md = String::from("Simulated M ops/s, paper parameters otherwise (5 nodes, 200 ns CPU per input, closed-loop clients with one request outstanding), with docs/DESIGN.md's one core per node and with the paper's 20. Paper (§8.2): lin-synch at 10 clients 2.2x its throughput at 100, at 2 µs 0.88x at 1 µs; causal-synch and causal-eventual flat. docs/DDP.md explains the gap.\n");
-    md += &table("Clients, 1 core per node:", &clients, &c);
-    md += &table("Round trip, 1 core per node:", &rtts, &r);
-    md += &table("Clients, 20 cores per node:", &clients20, &c20);
-    md += &table("Round trip, 20 cores per node:", &rtts20, &r20);
-    md += &table("Read ratio, 1 core per node:", &mixes, &m);
+    md += &sweep_table("Clients, 1 core per node:", &clients, &c);
+    md += &sweep_table("Round trip, 1 core per node:", &rtts, &r);
+    md += &sweep_table("Clients, 20 cores per node:", &clients20, &c20);
+    md += &sweep_table("Round trip, 20 cores per node:", &rtts20, &r20);
+    md += &sweep_table("Read ratio, 1 core per node:", &mixes, &m);
     let json = serde_json::json!({ "clients": c, "rtt": r, "clients_20_cores": c20, "rtt_20_cores": r20, "read_ratio": m });
     Ok((json, svg, md))
+}
+
+/// Each model's throughput (M ops/s) at each labelled point of a sweep.
+fn sweep(
+    models: &[Model],
+    xs: &[(String, DdpBenchConfig)],
+    progress: &dyn Fn(&str),
+) -> Vec<(String, Vec<Option<f64>>)> {
+    models
+        .iter()
+        .map(|&m| {
+            (
+                m.to_string(),
+                xs.iter()
+                    .map(|(label, cfg)| {
+                        let r = run_model(cfg, m);
+                        progress(&format!(
+                            "  ddp-sweeps: {m} at {label}: {:.0} ops/s",
+                            r.throughput_ops
+                        ));
+                        Some(r.throughput_ops / 1e6)
+                    })
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// YCSB-A at 10 to 150 clients (5 nodes).
+fn clients_points(base: &DdpBenchConfig) -> Vec<(String, DdpBenchConfig)> {
+    [2u64, 10, 20, 30]
+        .iter()
+        .map(|&c| {
+            (
+                format!("{}", c * 5),
+                DdpBenchConfig {
+                    clients_per_node: c,
+                    ..base.clone()
+                },
+            )
+        })
+        .collect()
+}
+
+/// YCSB-A at round trips of 0.5, 1 and 2 µs.
+fn rtt_points(base: &DdpBenchConfig) -> Vec<(String, DdpBenchConfig)> {
+    [500u64, 1000, 2000]
+        .iter()
+        .map(|&r| {
+            (
+                format!("{} µs", r as f64 / 1000.0),
+                DdpBenchConfig {
+                    rtt_ns: r,
+                    ..base.clone()
+                },
+            )
+        })
+        .collect()
+}
+
+/// The same points with the paper's cores per node.
+fn paper_cores(xs: &[(String, DdpBenchConfig)]) -> Vec<(String, DdpBenchConfig)> {
+    xs.iter()
+        .map(|(l, c)| {
+            (
+                l.clone(),
+                DdpBenchConfig {
+                    cores: tandem_net::PAPER_CORES,
+                    ..c.clone()
+                },
+            )
+        })
+        .collect::<Vec<_>>()
+}
+
+/// The labels of a sweep's points.
+fn names(xs: &[(String, DdpBenchConfig)]) -> Vec<String> {
+    xs.iter().map(|x| x.0.clone()).collect::<Vec<_>>()
+}
+
+/// A sweep as a markdown table: a row per model, a column per point.
+fn sweep_table(
+    title: &str,
+    xs: &[(String, DdpBenchConfig)],
+    ys: &[(String, Vec<Option<f64>>)],
+) -> String {
+    let mut t = format!(
+        "\n{title}\n\n| model | {} |\n|---|{}\n",
+        names(xs).join(" | "),
+        "---:|".repeat(xs.len())
+    );
+    for (name, v) in ys {
+        t += &format!(
+            "| {name} | {} |\n",
+            v.iter()
+                .map(|x| x.map_or("-".into(), |x| format!("{x:.2}")))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
+    t
 }

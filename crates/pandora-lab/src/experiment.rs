@@ -362,7 +362,40 @@ pub fn failover(
     } else {
         &WORKLOADS
     };
+    let failure = Failover {
+        quick,
+        memory,
+        progress,
+    };
     for &wl in workloads {
+        panels.push(failure.panel(wl, stores, &mut rows)?);
+    }
+    let md = if memory {
+        failover_memory_md(&rows)
+    } else {
+        failover_compute_md(&rows)
+    };
+    Ok((json!({"rows": rows}), stack_svg(&panels), md))
+}
+
+/// The runs of [`failover`]: a compute crash, or a memory-node loss.
+struct Failover<'a> {
+    quick: bool,
+    memory: bool,
+    progress: &'a dyn Fn(&str),
+}
+
+impl Failover<'_> {
+    /// One workload's panel: each store's throughput through the failure,
+    /// with the first run's events (and the replacement of the reuse run);
+    /// one row per store into `rows`.
+    fn panel(
+        &self,
+        wl: &str,
+        stores: &[(Mode, bool)],
+        rows: &mut Vec<Value>,
+    ) -> Result<String, String> {
+        let memory = self.memory;
         let mut lines = Vec::new();
         let mut events = Vec::new();
         for &(mode, respawn) in stores {
@@ -371,24 +404,8 @@ pub fn failover(
             } else {
                 mode.to_string()
             };
-            let mut cfg = RunConfig::new(mode, workload(wl, quick)?);
-            cfg.coordinators = 16;
-            cfg.respawn = respawn;
-            cfg.duration = Duration::from_secs_f64(if quick { 0.8 } else { 2.0 });
-            cfg.heartbeat_timeout = Duration::from_millis(10);
-            if memory {
-                cfg.fail_memory = Some(MemoryFailurePlan {
-                    node: 1,
-                    after: cfg.duration.mul_f64(0.3),
-                    degraded_for: cfg.duration.mul_f64(0.3),
-                });
-            } else {
-                cfg.crash = Some(CrashPlan {
-                    node: 1,
-                    after: cfg.duration.mul_f64(0.4),
-                });
-            }
-            progress(&format!(
+            let cfg = self.config(wl, mode, respawn)?;
+            (self.progress)(&format!(
                 "  {}: {wl}, {label}",
                 if memory {
                     "failover-memory"
@@ -396,7 +413,7 @@ pub fn failover(
                     "failover-compute"
                 }
             ));
-            let r = run_failure(&cfg, progress)?;
+            let r = run_failure(&cfg, self.progress)?;
             if events.is_empty() {
                 events = r
                     .timeline
@@ -421,7 +438,7 @@ pub fn failover(
             .iter()
             .map(|(l, t)| Series { label: l, tps: t })
             .collect();
-        panels.push(timeline_svg(
+        Ok(timeline_svg(
             &format!(
                 "{wl}: {}",
                 if memory {
@@ -433,45 +450,77 @@ pub fn failover(
             10,
             &series,
             &events,
-        ));
+        ))
     }
+
+    /// `wl` on `mode`, 16 coordinators per node, with the failure:
+    /// memory node 1 lost at 30 % (then 30 % degraded), or compute node 2
+    /// crashed at 40 %.
+    fn config(&self, wl: &str, mode: Mode, respawn: bool) -> Result<RunConfig, String> {
+        let quick = self.quick;
+        let mut cfg = RunConfig::new(mode, workload(wl, quick)?);
+        cfg.coordinators = 16;
+        cfg.respawn = respawn;
+        cfg.duration = Duration::from_secs_f64(if quick { 0.8 } else { 2.0 });
+        cfg.heartbeat_timeout = Duration::from_millis(10);
+        if self.memory {
+            cfg.fail_memory = Some(MemoryFailurePlan {
+                node: 1,
+                after: cfg.duration.mul_f64(0.3),
+                degraded_for: cfg.duration.mul_f64(0.3),
+            });
+        } else {
+            cfg.crash = Some(CrashPlan {
+                node: 1,
+                after: cfg.duration.mul_f64(0.4),
+            });
+        }
+        Ok(cfg)
+    }
+}
+
+/// The memory-loss table of [`failover`], with the comparison to the paper.
+fn failover_memory_md(rows: &[Value]) -> String {
     let mut md = String::new();
-    if memory {
-        md += "Pandora, 2 compute nodes × 16 coordinators; memory node 1 is lost at 30 % of the run, the cluster runs on the surviving copies for 30 %, then re-replicates onto an empty replacement (f+1 again).\n\n| workload | before tx/s | degraded tx/s | after tx/s | reconfigure pause | re-replication pause | slots copied | check |\n|---|---:|---:|---:|---:|---:|---:|---|\n";
-        for r in &rows {
-            let m = &r["memory_failure"];
-            md += &format!(
-                "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |\n",
-                r["workload"].as_str().unwrap_or(""),
-                m["tps_before"].as_f64().unwrap_or(0.0),
-                m["tps_degraded"].as_f64().unwrap_or(0.0),
-                m["tps_after"].as_f64().unwrap_or(0.0),
-                fmt_us(m["reconfigure_pause_us"].as_f64().unwrap_or(0.0)),
-                fmt_us(m["rereplicate_pause_us"].as_f64().unwrap_or(0.0)),
-                m["slots_copied"],
-                r["check"].as_str().unwrap_or("")
-            );
-        }
-        md += "\nAs in the paper (Figs. 8–11, memory faults), a memory-node loss is handled like an all-compute event: new transactions pause while in-flight ones decide and primaries move, then again while the replacement is filled. Pauses here are short because the copy is in process; the paper's recovery from memory faults is likewise brief but blocking.\n";
-    } else {
-        md += "2 compute nodes × 16 coordinators; compute node 2 crashes at 40 % of the run. Pandora keeps the survivor committing through detection and log recovery; ford stops the world (pause, drain, scan every lock word, roll back, resume).\n\n| workload | store | tx/s | survivor tx/s before | survivor tx/s during recovery | crash → recovered | world stopped | check |\n|---|---|---:|---:|---:|---:|---:|---|\n";
-        for r in &rows {
-            let t = &r["recovery"];
-            md += &format!(
-                "| {} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} |\n",
-                r["workload"].as_str().unwrap_or(""),
-                r["store"].as_str().unwrap_or(""),
-                r["throughput_tps"].as_f64().unwrap_or(0.0),
-                t["survivors_tps_before"].as_f64().unwrap_or(0.0),
-                t["survivors_tps_during_recovery"].as_f64().unwrap_or(0.0),
-                fmt_us(t["total_us"].as_f64().unwrap_or(0.0)),
-                fmt_us(t["world_stopped_us"].as_f64().unwrap_or(0.0)),
-                r["check"].as_str().unwrap_or("")
-            );
-        }
-        md += "\nPaper (Figs. 8–11): pandora's throughput drops to the surviving share and never to zero; the baseline stops for seconds. Here the survivor's rate during recovery matches or exceeds its rate before (on two cores the crashed node's CPU goes to the survivor), while ford's stop-the-world pause shows as a gap whose length grows with the store (see ford-scan). The 'pandora (reuse)' line starts a replacement compute node (fresh coordinator ids) on the crashed node's resources as soon as recovery publishes, as the paper's Fig. 8 'reuse' line, and its throughput returns to the pre-crash level; without reuse the survivor carries the load alone.\n";
+    md += "Pandora, 2 compute nodes × 16 coordinators; memory node 1 is lost at 30 % of the run, the cluster runs on the surviving copies for 30 %, then re-replicates onto an empty replacement (f+1 again).\n\n| workload | before tx/s | degraded tx/s | after tx/s | reconfigure pause | re-replication pause | slots copied | check |\n|---|---:|---:|---:|---:|---:|---:|---|\n";
+    for r in rows {
+        let m = &r["memory_failure"];
+        md += &format!(
+            "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |\n",
+            r["workload"].as_str().unwrap_or(""),
+            m["tps_before"].as_f64().unwrap_or(0.0),
+            m["tps_degraded"].as_f64().unwrap_or(0.0),
+            m["tps_after"].as_f64().unwrap_or(0.0),
+            fmt_us(m["reconfigure_pause_us"].as_f64().unwrap_or(0.0)),
+            fmt_us(m["rereplicate_pause_us"].as_f64().unwrap_or(0.0)),
+            m["slots_copied"],
+            r["check"].as_str().unwrap_or("")
+        );
     }
-    Ok((json!({"rows": rows}), stack_svg(&panels), md))
+    md += "\nAs in the paper (Figs. 8–11, memory faults), a memory-node loss is handled like an all-compute event: new transactions pause while in-flight ones decide and primaries move, then again while the replacement is filled. Pauses here are short because the copy is in process; the paper's recovery from memory faults is likewise brief but blocking.\n";
+    md
+}
+
+/// The compute-crash table of [`failover`], with the comparison to the paper.
+fn failover_compute_md(rows: &[Value]) -> String {
+    let mut md = String::new();
+    md += "2 compute nodes × 16 coordinators; compute node 2 crashes at 40 % of the run. Pandora keeps the survivor committing through detection and log recovery; ford stops the world (pause, drain, scan every lock word, roll back, resume).\n\n| workload | store | tx/s | survivor tx/s before | survivor tx/s during recovery | crash → recovered | world stopped | check |\n|---|---|---:|---:|---:|---:|---:|---|\n";
+    for r in rows {
+        let t = &r["recovery"];
+        md += &format!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} |\n",
+            r["workload"].as_str().unwrap_or(""),
+            r["store"].as_str().unwrap_or(""),
+            r["throughput_tps"].as_f64().unwrap_or(0.0),
+            t["survivors_tps_before"].as_f64().unwrap_or(0.0),
+            t["survivors_tps_during_recovery"].as_f64().unwrap_or(0.0),
+            fmt_us(t["total_us"].as_f64().unwrap_or(0.0)),
+            fmt_us(t["world_stopped_us"].as_f64().unwrap_or(0.0)),
+            r["check"].as_str().unwrap_or("")
+        );
+    }
+    md += "\nPaper (Figs. 8–11): pandora's throughput drops to the surviving share and never to zero; the baseline stops for seconds. Here the survivor's rate during recovery matches or exceeds its rate before (on two cores the crashed node's CPU goes to the survivor), while ford's stop-the-world pause shows as a gap whose length grows with the store (see ford-scan). The 'pandora (reuse)' line starts a replacement compute node (fresh coordinator ids) on the crashed node's resources as soon as recovery publishes, as the paper's Fig. 8 'reuse' line, and its throughput returns to the pre-crash level; without reuse the survivor carries the load alone.\n";
+    md
 }
 
 /// Figs. 13-14: stall vs abort on locks of a crashed coordinator, 1 000 and 100 000 hot keys.

@@ -143,6 +143,57 @@ fn one_run(
     let (secret_hex, keys) = (secret.hex().to_string(), KEYS.to_string());
     let common = ["--memory", memory.as_str(), "--keys", keys.as_str()];
     let mlog = dir.join("membership.log");
+    let (membership, maddr) = start_membership(exe, &common, &secret_hex, &mlog)?;
+    let computes = ComputeServers {
+        exe,
+        dir: &dir,
+        maddr: &maddr,
+        duration: secs.to_string(),
+        common: &common,
+        secret_hex: &secret_hex,
+    };
+    let c1 = computes.spawn("1")?;
+    let mut c2 = computes.spawn("2")?;
+    let kill = Kill {
+        exe,
+        mlog: &mlog,
+        maddr: &maddr,
+        secs,
+        kill_compute,
+    };
+    let times = kill.run(&mut servers, &mut c2)?;
+    let timeline = surviving_timelines(&dir, [("1", c1), ("2", c2)], kill_compute)?;
+    let log = wait_for(&mlog, "every memory node up", Duration::from_secs(10))?;
+    let violations = check(&servers, &dir, kill_compute)?;
+    let (holds_us, copy_us, slots) = parse_log(&log);
+    let recovered = log
+        .lines()
+        .find(|l| l.contains("recovered node 2"))
+        .map(|l| l.trim_start_matches("membership: ").to_string());
+    drop(membership);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(RunResult {
+        label,
+        detect_ms: times.detect_ms,
+        holds_us,
+        copy_us,
+        slots,
+        timeline,
+        kill_s: times.kill_s,
+        replace_s: times.replace_s,
+        violations,
+        recovered,
+    })
+}
+
+/// Start the membership (it loads the store), its stderr in `mlog`; the
+/// process and the address it announced.
+fn start_membership(
+    exe: &Path,
+    common: &[&str],
+    secret_hex: &str,
+    mlog: &Path,
+) -> Result<(Kid, String), String> {
     let margs = [
         &[
             "pandora",
@@ -155,10 +206,10 @@ fn one_run(
             "--memory-timeout-ms",
             "100",
         ][..],
-        &common[..],
+        common,
     ]
     .concat();
-    let mut membership = Kid(spawn(exe, &margs, &secret_hex, &mlog)?);
+    let mut membership = Kid(spawn(exe, &margs, secret_hex, mlog)?);
     let mut line = String::new();
     BufReader::new(membership.0.stdout.take().expect("piped"))
         .read_line(&mut line)
@@ -168,8 +219,26 @@ fn one_run(
         .strip_prefix("listening on ")
         .ok_or("the membership did not announce itself")?
         .to_string();
-    let duration = secs.to_string();
-    let compute = |node: &str| -> Result<Child, String> {
+    Ok((membership, maddr))
+}
+
+/// What a run's compute servers share: the membership, the memory
+/// servers, how long they run, where they report.
+struct ComputeServers<'a> {
+    exe: &'a Path,
+    dir: &'a Path,
+    maddr: &'a str,
+    /// Seconds.
+    duration: String,
+    common: &'a [&'a str],
+    secret_hex: &'a str,
+}
+
+impl ComputeServers<'_> {
+    /// Start compute server `node`, its ledger, report and stderr in the
+    /// run's directory.
+    fn spawn(&self, node: &str) -> Result<Child, String> {
+        let dir = self.dir;
         let (ledger, json) = (
             dir.join(format!("c{node}.ledger")),
             dir.join(format!("c{node}.json")),
@@ -179,51 +248,92 @@ fn one_run(
                 "pandora",
                 "compute-server",
                 "--membership",
-                maddr.as_str(),
+                self.maddr,
                 "--node",
                 node,
                 "--coordinators",
                 "8",
             ][..],
-            &["--duration", duration.as_str(), "--heartbeat-ms", "2"],
+            &["--duration", self.duration.as_str(), "--heartbeat-ms", "2"],
             &[
                 "--ledger",
                 ledger.to_str().unwrap(),
                 "--json",
                 json.to_str().unwrap(),
             ],
-            &common[..],
+            self.common,
         ]
         .concat();
-        spawn(exe, &args, &secret_hex, &dir.join(format!("c{node}.err")))
-    };
-    let c1 = compute("1")?;
-    let mut c2 = compute("2")?;
-    // Compute server 1's timeline starts when it joins.
-    wait_for(&mlog, "compute node 1 joined", Duration::from_secs(30))?;
-    let t0 = Instant::now();
-    wait_for(&mlog, "compute node 2 joined", Duration::from_secs(30))?;
-    std::thread::sleep(Duration::from_secs_f64(secs / 3.0));
-    if kill_compute {
-        c2.kill().map_err(|e| e.to_string())?;
-    }
-    servers.kill(1).map_err(|e| e.to_string())?;
-    let killed = Instant::now();
-    let kill_s = t0.elapsed().as_secs_f64();
-    wait_for(&mlog, "memory nodes {1} down", Duration::from_secs(10))?;
-    let detect_ms = killed.elapsed().as_secs_f64() * 1e3;
-    std::thread::sleep(Duration::from_millis(600).saturating_sub(killed.elapsed()));
-    let replace_s = t0.elapsed().as_secs_f64();
-    let addr = servers
-        .replace(
-            exe,
-            1,
-            MEM_BYTES,
-            maddr.parse().map_err(|e| format!("{e}"))?,
+        spawn(
+            self.exe,
+            &args,
+            self.secret_hex,
+            &dir.join(format!("c{node}.err")),
         )
-        .map_err(|e| e.to_string())?;
+    }
+}
+
+/// The kill of one run: memory server 1 (and compute server 2 with it, if
+/// `kill_compute`) a third of the way in, its replacement 0.6 s later.
+struct Kill<'a> {
+    exe: &'a Path,
+    mlog: &'a Path,
+    maddr: &'a str,
+    secs: f64,
+    kill_compute: bool,
+}
+
+/// When the kill happened and the replacement started (seconds after
+/// compute server 1 joined), and how long detection took.
+struct KillTimes {
+    kill_s: f64,
+    detect_ms: f64,
+    replace_s: f64,
+}
+
+impl Kill<'_> {
+    fn run(&self, servers: &mut MemoryServers, c2: &mut Child) -> Result<KillTimes, String> {
+        let mlog = self.mlog;
+        // Compute server 1's timeline starts when it joins.
+        wait_for(mlog, "compute node 1 joined", Duration::from_secs(30))?;
+        let t0 = Instant::now();
+        wait_for(mlog, "compute node 2 joined", Duration::from_secs(30))?;
+        std::thread::sleep(Duration::from_secs_f64(self.secs / 3.0));
+        if self.kill_compute {
+            c2.kill().map_err(|e| e.to_string())?;
+        }
+        servers.kill(1).map_err(|e| e.to_string())?;
+        let killed = Instant::now();
+        let kill_s = t0.elapsed().as_secs_f64();
+        wait_for(mlog, "memory nodes {1} down", Duration::from_secs(10))?;
+        let detect_ms = killed.elapsed().as_secs_f64() * 1e3;
+        std::thread::sleep(Duration::from_millis(600).saturating_sub(killed.elapsed()));
+        let replace_s = t0.elapsed().as_secs_f64();
+        servers
+            .replace(
+                self.exe,
+                1,
+                MEM_BYTES,
+                self.maddr.parse().map_err(|e| format!("{e}"))?,
+            )
+            .map_err(|e| e.to_string())?;
+        Ok(KillTimes {
+            kill_s,
+            detect_ms,
+            replace_s,
+        })
+    }
+}
+
+/// Wait for the compute servers to end; the timelines of those not
+/// killed, summed. A survivor that failed is an error, with its stderr.
+fn surviving_timelines(
+    dir: &Path,
+    computes: [(&str, Child); 2],
+    kill_compute: bool,
+) -> Result<Vec<u64>, String> {
     let mut timeline = Vec::new();
-    for (node, c) in [("1", c1), ("2", c2)] {
+    for (node, c) in computes {
         let out = c.wait_with_output().map_err(|e| e.to_string())?;
         if kill_compute && node == "2" {
             continue;
@@ -234,28 +344,7 @@ fn one_run(
         }
         add_timeline(&mut timeline, &dir.join(format!("c{node}.json")))?;
     }
-    let log = wait_for(&mlog, "every memory node up", Duration::from_secs(10))?;
-    let _ = addr;
-    let violations = check(&servers, &dir, kill_compute)?;
-    let (holds_us, copy_us, slots) = parse_log(&log);
-    let recovered = log
-        .lines()
-        .find(|l| l.contains("recovered node 2"))
-        .map(|l| l.trim_start_matches("membership: ").to_string());
-    drop(membership);
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(RunResult {
-        label,
-        detect_ms,
-        holds_us,
-        copy_us,
-        slots,
-        timeline,
-        kill_s,
-        replace_s,
-        violations,
-        recovered,
-    })
+    Ok(timeline)
 }
 
 fn add_timeline(sum: &mut Vec<u64>, json: &Path) -> Result<(), String> {

@@ -20,9 +20,9 @@ use tandem_dkvs::check::snapshot;
 use tandem_dkvs::loader::Loader;
 use tandem_dkvs::recovery::{sweep_stray_locks, RecoveryBugs, RecoveryCoordinator, RecoveryReport};
 use tandem_dkvs::{
-    BugSwitches, ComputeNode, CoordinatorStats, FailedIds, Layout, Mode, StoreConfig,
+    BugSwitches, ComputeNode, Coordinator, CoordinatorStats, FailedIds, Layout, Mode, StoreConfig,
 };
-use tandem_fabric::sim::{SimCluster, SimFabricConfig};
+use tandem_fabric::sim::{SimCluster, SimFabric, SimFabricConfig};
 use tandem_membership::{Command, Event, Membership, MembershipConfig};
 use tandem_sim::{Rng, Sim};
 use tandem_workloads::bank::{BankSpec, ACCOUNTS};
@@ -282,6 +282,15 @@ struct Gate {
     active: RefCell<Vec<usize>>,
 }
 
+impl Gate {
+    fn new(compute_nodes: u16) -> Self {
+        Gate {
+            paused: Cell::new(false),
+            active: RefCell::new(vec![0; compute_nodes as usize]),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct SimReport {
     /// Transactions the clients saw commit.
@@ -318,17 +327,7 @@ pub struct SimReport {
 
 /// Run one seed to completion and check every invariant.
 pub fn run(cfg: &SimConfig) -> SimReport {
-    let mut store = StoreConfig::new(
-        cfg.mode,
-        cfg.memory_nodes,
-        cfg.replicas,
-        cfg.workload.tables(),
-    );
-    store.partitions_per_table = 12;
-    store.log_slots = 64;
-    store.log_slot_bytes = cfg.log_slot_bytes;
-    store.bugs = cfg.bugs;
-    store.assertions = cfg.assertions;
+    let store = store_config(cfg);
     let layout = Arc::new(Layout::new(&store).expect("valid simulation config"));
     let sim = Sim::new(cfg.seed);
     let region = *layout.region_bytes.iter().max().unwrap();
@@ -338,250 +337,47 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         region,
         cfg.fabric.clone(),
     );
-
-    // Load.
-    let loader_fabric = cluster.join(0).expect("a fresh compute-node id");
-    let (l, spec) = (layout.clone(), cfg.workload.clone());
-    sim.spawn(u32::MAX, async move {
-        let mut loader = Loader::new(&loader_fabric, l);
-        spec.load(&mut loader).await.expect("load");
-        loader.finish().await.expect("load");
-    });
-    sim.run();
+    load(&sim, &cluster, &layout, &cfg.workload);
 
     // Run the clients: every coordinator is a task owned by its compute node.
     let clients_start_ns = sim.now_ns();
-    let handles: Rc<RefCell<Vec<OutcomeHandle>>> = Rc::default();
-    // Commits per compute node (for the survivors' share during a recovery).
-    let commits: Rc<RefCell<Vec<u64>>> = Rc::new(RefCell::new(vec![0; cfg.compute_nodes as usize]));
-    let aborted = Rc::new(Cell::new(0u64));
-    let stats: Rc<RefCell<CoordinatorStats>> = Rc::default();
-    let mut seeds = Rng::new(cfg.seed ^ 0xBA4C);
-    let failed = FailedIds::new();
-    let hot = hot_customer(cfg, &layout);
-    let mut fabrics = Vec::new();
-    let mut views = Vec::new();
-    // Each compute node's coordinator ids.
-    let mut node_ids: Vec<Vec<u16>> = Vec::new();
     let fd_timeout_ns = cfg.faults.detect_ns.max(2_000);
-    let membership = Rc::new(RefCell::new(Membership::new(MembershipConfig {
-        heartbeat_timeout_ns: fd_timeout_ns,
-        id_space: store.log_slots,
-        ..MembershipConfig::default()
-    })));
-    let with_fd = cfg.faults.crash.is_some();
-    let faulty = cfg.faults.crash.is_some() || cfg.faults.memory_failure.is_some();
-    // Client tasks still running per compute node: a node leaves when they end.
-    let running: Rc<RefCell<Vec<u16>>> = Rc::new(RefCell::new(vec![
-        cfg.coordinators_per_node;
-        cfg.compute_nodes as usize
-    ]));
-    // When each node's last client finished.
-    let done: Rc<RefCell<Vec<u64>>> = Rc::new(RefCell::new(vec![0; cfg.compute_nodes as usize]));
-    let gate = Rc::new(Gate {
-        paused: Cell::new(false),
-        active: RefCell::new(vec![0; cfg.compute_nodes as usize]),
-    });
-    for cn in 0..cfg.compute_nodes {
-        let node = ComputeNode::new(
-            cluster.join(cn + 1).expect("a fresh compute-node id"),
-            &store,
-            layout.clone(),
-            failed.clone(),
-        );
-        fabrics.push(node.fabric().clone());
-        views.push(node.memory_view().clone());
-        let ids = match membership
-            .borrow_mut()
-            .step(
-                sim.now_ns(),
-                Event::Join {
-                    node: cn + 1,
-                    coordinators: cfg.coordinators_per_node,
-                },
-            )
-            .pop()
-        {
-            Some(Command::AssignIds { ids, .. }) => ids,
-            other => panic!("compute node {} not admitted: {other:?}", cn + 1),
-        };
-        node_ids.push(ids.clone());
-        if with_fd {
-            // Heartbeats from a task of the node's own (tag HEARTBEAT_TAG + cn):
-            // crashing the node stops them; stopping only them is a slow node.
-            let (m, h, running) = (membership.clone(), sim.handle(), running.clone());
-            sim.spawn(HEARTBEAT_TAG + cn as u32, async move {
-                while running.borrow()[cn as usize] > 0 {
-                    m.borrow_mut()
-                        .step(h.now_ns(), Event::Heartbeat { node: cn + 1 });
-                    h.sleep(fd_timeout_ns / 4).await;
-                }
-                m.borrow_mut()
-                    .step(h.now_ns(), Event::Leave { node: cn + 1 });
-            });
-        }
-        for k in 0..cfg.coordinators_per_node {
-            let id = ids[k as usize];
-            let mut coord = node.coordinator(id);
-            let mut client = cfg.workload.client(id as u32, seeds.next_u64());
-            if let Client::Bank(b) = &mut client {
-                b.hot_customer = hot;
-            }
-            let (stats, n) = (stats.clone(), cfg.txs_per_coordinator);
-            handles.borrow_mut().push(client.handle());
-            let (commits, aborted) = (commits.clone(), aborted.clone());
-            let (gate, h, running, done) =
-                (gate.clone(), sim.handle(), running.clone(), done.clone());
-            sim.spawn(cn as u32, async move {
-                for _ in 0..n {
-                    // FORD-style recovery stops the world: wait while paused.
-                    while gate.paused.get() {
-                        h.sleep(1_000).await;
-                    }
-                    gate.active.borrow_mut()[cn as usize] += 1;
-                    let r = client.run_one(&mut coord).await;
-                    // Drained means quiet: the transaction counts as active
-                    // until its unlocks land, without holding up the next one.
-                    let (unlocks, g) = (coord.take_unlocks(), gate.clone());
-                    h.spawn(cn as u32, async move {
-                        unlocks.await;
-                        g.active.borrow_mut()[cn as usize] -= 1;
-                    });
-                    match r {
-                        Ok(true) => commits.borrow_mut()[cn as usize] += 1,
-                        Ok(false) => aborted.set(aborted.get() + 1),
-                        Err(e) => {
-                            // Only a node declared failed loses access; the
-                            // ledger keeps the in-doubt transaction.
-                            assert!(faulty, "unexpected error without faults: {e}");
-                            break;
-                        }
-                    }
-                }
-                stats.borrow_mut().merge(&coord.stats);
-                running.borrow_mut()[cn as usize] -= 1;
-                if running.borrow()[cn as usize] == 0 {
-                    done.borrow_mut()[cn as usize] = h.now_ns();
-                }
-            });
-        }
-    }
-    let mut recoveries = Vec::new();
-    let (mut window_commits, mut window_ns, mut swept) = (0, 0, 0);
+    let w = World::new(
+        cfg,
+        &sim,
+        &cluster,
+        layout.clone(),
+        fd_timeout_ns,
+        store.log_slots,
+    );
+    let tallies = Rc::new(Tallies::new(cfg));
+    let nodes = w.start_clients(&store, &tallies, fd_timeout_ns);
+    let mut faults = FaultTally::default();
     if let Some((victim, at)) = cfg.faults.crash {
-        let w = World {
-            cfg,
-            sim: &sim,
-            cluster: &cluster,
-            membership: membership.clone(),
-            gate: gate.clone(),
-            failed: failed.clone(),
-            layout: layout.clone(),
-            next_rc: Cell::new(0),
-        };
-        let expected: Vec<u16> = std::iter::once(victim)
-            .chain(cfg.faults.suspect_too)
-            .map(|n| n + 1)
-            .collect();
-        let declared = w.spawn_detector(fd_timeout_ns, expected.clone(), running.clone());
-        let survivors_committed = || -> u64 {
-            commits
-                .borrow()
-                .iter()
-                .enumerate()
-                .filter(|(cn, _)| !expected.contains(&(*cn as u16 + 1)))
-                .map(|(_, c)| c)
-                .sum()
-        };
-        sim.run_until(at.max(sim.now_ns())); // a time before the clients started: at their start
-        let crash_ns = sim.now_ns();
-        sim.crash(HEARTBEAT_TAG + victim as u32);
-        if !cfg.faults.false_positive {
-            sim.crash(victim as u32);
-        }
-        if let Some(slow) = cfg.faults.suspect_too {
-            // Alive and slow: only its heartbeats stall, its clients run on.
-            sim.crash(HEARTBEAT_TAG + slow as u32);
-        }
-        let before = survivors_committed();
-        // (1) detection by heartbeat timeout: whoever the detector declares is
-        // fenced and recovered, one after the other, until every silent node is.
-        sim.run_while(|| {
-            !expected.iter().all(|n| declared.borrow().contains(n))
-                && running.borrow().iter().any(|&r| r > 0)
-        });
-        let all: Vec<u16> = declared.borrow().clone();
-        for n in &expected {
-            assert!(
-                all.contains(n),
-                "seed {}: the detector never declared silent node {n}",
-                cfg.seed
-            );
-        }
-        for &node in &all {
-            recoveries.push(w.fence_and_recover(node, &all));
-        }
-        window_commits = survivors_committed() - before;
-        window_ns = sim.now_ns() - crash_ns;
+        w.crash_and_recover(victim, at, fd_timeout_ns, &tallies, &mut faults);
     }
-    let (mut rereplicated, mut degraded_commits) = (0, 0);
     if let Some((m, at)) = cfg.faults.memory_failure {
-        let loss = MemoryLoss {
-            cfg,
-            sim: &sim,
-            cluster: &cluster,
-            layout: &layout,
-            gate: &gate,
-            views: &views,
-            failed: &failed,
-            node_ids: &node_ids,
-        };
-        recoveries.extend(loss.fail(m, at));
-        let committed = || -> u64 { commits.borrow().iter().sum() };
-        let before = committed();
-        sim.run_until(sim.now_ns() + 60_000);
-        degraded_commits = committed() - before;
-        rereplicated = loss.replace(m);
+        w.lose_memory_node(m, at, &nodes, &tallies, &mut faults);
     }
     sim.run();
     let clients_ns = sim.now_ns() - clients_start_ns;
-    let node_done_ns: Vec<u64> = done
-        .borrow()
-        .iter()
-        .map(|&t| t.saturating_sub(clients_start_ns))
-        .collect();
+    let node_done_ns = tallies.node_done_ns(clients_start_ns);
     if cfg.faults.crash.is_some() || cfg.faults.crash_in_memory_loss.is_some() {
-        // The background scan: NotLogged stray locks nobody touched.
-        let (fab, l, f, out) = (
-            cluster.join(u16::MAX - 1).expect("a fresh compute-node id"),
-            layout.clone(),
-            failed.clone(),
-            Rc::new(RefCell::new(0)),
-        );
-        let o = out.clone();
-        sim.spawn(u32::MAX, async move {
-            *o.borrow_mut() = sweep_stray_locks(&fab, &l, &f).await.expect("sweep");
-        });
-        sim.run();
-        swept = *out.borrow();
+        faults.swept = w.sweep_untouched_strays();
     }
-    let mut outcome = Outcome::empty(&cfg.workload);
-    for h in handles.borrow().iter() {
-        outcome.merge(&h.outcome());
-    }
+    let outcome = tallies.outcome(&cfg.workload);
     let violations = inspect(&sim, &cluster, &layout, &cfg.workload, &outcome);
-    let stats = stats.borrow().clone();
-    let committed: u64 = commits.borrow().iter().sum();
+    let stats = tallies.stats.borrow().clone();
     SimReport {
-        recoveries,
-        survivor_commits_during_recovery: window_commits,
-        recovery_window_ns: window_ns,
-        stray_locks_swept: swept,
-        slots_rereplicated: rereplicated,
-        commits_while_degraded: degraded_commits,
+        recoveries: faults.recoveries,
+        survivor_commits_during_recovery: faults.window_commits,
+        recovery_window_ns: faults.window_ns,
+        stray_locks_swept: faults.swept,
+        slots_rereplicated: faults.rereplicated,
+        commits_while_degraded: faults.degraded_commits,
         in_doubt: in_doubt(&outcome),
-        committed,
-        aborted: aborted.get(),
+        committed: tallies.committed(),
+        aborted: tallies.aborted.get(),
         violations,
         sim_time_ns: sim.now_ns(),
         stats,
@@ -596,6 +392,115 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         node_done_ns,
         outcome: Some(outcome),
     }
+}
+
+/// The store of a simulation run: 12 partitions per table, 64 log slots.
+fn store_config(cfg: &SimConfig) -> StoreConfig {
+    let mut store = StoreConfig::new(
+        cfg.mode,
+        cfg.memory_nodes,
+        cfg.replicas,
+        cfg.workload.tables(),
+    );
+    store.partitions_per_table = 12;
+    store.log_slots = 64;
+    store.log_slot_bytes = cfg.log_slot_bytes;
+    store.bugs = cfg.bugs;
+    store.assertions = cfg.assertions;
+    store
+}
+
+/// Load the workload's tables from compute node 0, to completion.
+fn load(sim: &Sim, cluster: &SimCluster, layout: &Arc<Layout>, spec: &WorkloadSpec) {
+    let loader_fabric = cluster.join(0).expect("a fresh compute-node id");
+    let (l, spec) = (layout.clone(), spec.clone());
+    sim.spawn(u32::MAX, async move {
+        let mut loader = Loader::new(&loader_fabric, l);
+        spec.load(&mut loader).await.expect("load");
+        loader.finish().await.expect("load");
+    });
+    sim.run();
+}
+
+/// What the client tasks share, each compute node's share at its index.
+struct Tallies {
+    handles: RefCell<Vec<OutcomeHandle>>,
+    /// Commits per compute node (for the survivors' share during a recovery).
+    commits: RefCell<Vec<u64>>,
+    aborted: Cell<u64>,
+    stats: RefCell<CoordinatorStats>,
+    /// Client tasks still running per compute node: a node leaves when they end.
+    running: RefCell<Vec<u16>>,
+    /// When each node's last client finished.
+    done: RefCell<Vec<u64>>,
+}
+
+impl Tallies {
+    fn new(cfg: &SimConfig) -> Self {
+        let nodes = cfg.compute_nodes as usize;
+        Tallies {
+            handles: RefCell::default(),
+            commits: RefCell::new(vec![0; nodes]),
+            aborted: Cell::new(0),
+            stats: RefCell::default(),
+            running: RefCell::new(vec![cfg.coordinators_per_node; nodes]),
+            done: RefCell::new(vec![0; nodes]),
+        }
+    }
+
+    fn any_running(&self) -> bool {
+        self.running.borrow().iter().any(|&r| r > 0)
+    }
+
+    fn committed(&self) -> u64 {
+        self.commits.borrow().iter().sum()
+    }
+
+    /// Commits of the compute nodes (1-based) not in `expected`.
+    fn survivors_committed(&self, expected: &[u16]) -> u64 {
+        self.commits
+            .borrow()
+            .iter()
+            .enumerate()
+            .filter(|(cn, _)| !expected.contains(&(*cn as u16 + 1)))
+            .map(|(_, c)| c)
+            .sum()
+    }
+
+    /// Per compute node: when its last client finished, counted from `start_ns`.
+    fn node_done_ns(&self, start_ns: u64) -> Vec<u64> {
+        self.done
+            .borrow()
+            .iter()
+            .map(|&t| t.saturating_sub(start_ns))
+            .collect()
+    }
+
+    /// The clients' outcomes merged.
+    fn outcome(&self, spec: &WorkloadSpec) -> Outcome {
+        let mut outcome = Outcome::empty(spec);
+        for h in self.handles.borrow().iter() {
+            outcome.merge(&h.outcome());
+        }
+        outcome
+    }
+}
+
+/// Each compute node's memory view and coordinator ids, as the clients started.
+struct Nodes {
+    views: Vec<tandem_dkvs::MemoryView>,
+    ids: Vec<Vec<u16>>,
+}
+
+/// What the injected faults did, for the [`SimReport`].
+#[derive(Default)]
+struct FaultTally {
+    recoveries: Vec<RecoveryReport>,
+    window_commits: u64,
+    window_ns: u64,
+    swept: usize,
+    rereplicated: u64,
+    degraded_commits: u64,
 }
 
 /// Bank with `hot_sibling_pair`: the customer whose two accounts have different primaries.
@@ -677,7 +582,248 @@ struct World<'a> {
     next_rc: Cell<u16>,
 }
 
-impl World<'_> {
+impl<'a> World<'a> {
+    /// The membership service (heartbeat timeout `fd_timeout_ns`, `id_space`
+    /// coordinator ids), the gate open, no id failed yet.
+    fn new(
+        cfg: &'a SimConfig,
+        sim: &'a Sim,
+        cluster: &'a SimCluster,
+        layout: Arc<Layout>,
+        fd_timeout_ns: u64,
+        id_space: u32,
+    ) -> Self {
+        World {
+            cfg,
+            sim,
+            cluster,
+            membership: Rc::new(RefCell::new(Membership::new(MembershipConfig {
+                heartbeat_timeout_ns: fd_timeout_ns,
+                id_space,
+                ..MembershipConfig::default()
+            }))),
+            gate: Rc::new(Gate::new(cfg.compute_nodes)),
+            failed: FailedIds::new(),
+            layout,
+            next_rc: Cell::new(0),
+        }
+    }
+
+    /// Admit every compute node to the membership and start its clients
+    /// (and, with a crash to detect, its heartbeats).
+    fn start_clients(
+        &self,
+        store: &StoreConfig,
+        tallies: &Rc<Tallies>,
+        fd_timeout_ns: u64,
+    ) -> Nodes {
+        let cfg = self.cfg;
+        let mut seeds = Rng::new(cfg.seed ^ 0xBA4C);
+        let hot = hot_customer(cfg, &self.layout);
+        let mut nodes = Nodes {
+            views: Vec::new(),
+            ids: Vec::new(),
+        };
+        for cn in 0..cfg.compute_nodes {
+            let node = ComputeNode::new(
+                self.cluster.join(cn + 1).expect("a fresh compute-node id"),
+                store,
+                self.layout.clone(),
+                self.failed.clone(),
+            );
+            nodes.views.push(node.memory_view().clone());
+            let ids = self.admit(cn);
+            nodes.ids.push(ids.clone());
+            if cfg.faults.crash.is_some() {
+                self.spawn_heartbeats(cn, fd_timeout_ns, tallies);
+            }
+            for k in 0..cfg.coordinators_per_node {
+                let id = ids[k as usize];
+                let coord = node.coordinator(id);
+                let mut client = cfg.workload.client(id as u32, seeds.next_u64());
+                if let Client::Bank(b) = &mut client {
+                    b.hot_customer = hot;
+                }
+                tallies.handles.borrow_mut().push(client.handle());
+                self.spawn_client(cn, coord, client, tallies);
+            }
+        }
+        nodes
+    }
+
+    /// Compute node `cn` (0-based) joins the membership; its coordinator ids.
+    fn admit(&self, cn: u16) -> Vec<u16> {
+        let event = Event::Join {
+            node: cn + 1,
+            coordinators: self.cfg.coordinators_per_node,
+        };
+        match self
+            .membership
+            .borrow_mut()
+            .step(self.sim.now_ns(), event)
+            .pop()
+        {
+            Some(Command::AssignIds { ids, .. }) => ids,
+            other => panic!("compute node {} not admitted: {other:?}", cn + 1),
+        }
+    }
+
+    /// Heartbeats from a task of the node's own (tag HEARTBEAT_TAG + cn):
+    /// crashing the node stops them; stopping only them is a slow node.
+    fn spawn_heartbeats(&self, cn: u16, fd_timeout_ns: u64, tallies: &Rc<Tallies>) {
+        let (m, h, t) = (self.membership.clone(), self.sim.handle(), tallies.clone());
+        self.sim.spawn(HEARTBEAT_TAG + cn as u32, async move {
+            while t.running.borrow()[cn as usize] > 0 {
+                m.borrow_mut()
+                    .step(h.now_ns(), Event::Heartbeat { node: cn + 1 });
+                h.sleep(fd_timeout_ns / 4).await;
+            }
+            m.borrow_mut()
+                .step(h.now_ns(), Event::Leave { node: cn + 1 });
+        });
+    }
+
+    /// A coordinator of compute node `cn` runs `txs_per_coordinator`
+    /// transactions of `client`, as a task the node owns.
+    fn spawn_client(
+        &self,
+        cn: u16,
+        mut coord: Coordinator<SimFabric>,
+        mut client: Client,
+        tallies: &Rc<Tallies>,
+    ) {
+        let faulty = self.cfg.faults.crash.is_some() || self.cfg.faults.memory_failure.is_some();
+        let n = self.cfg.txs_per_coordinator;
+        let (t, gate, h) = (tallies.clone(), self.gate.clone(), self.sim.handle());
+        self.sim.spawn(cn as u32, async move {
+            for _ in 0..n {
+                // FORD-style recovery stops the world: wait while paused.
+                while gate.paused.get() {
+                    h.sleep(1_000).await;
+                }
+                gate.active.borrow_mut()[cn as usize] += 1;
+                let r = client.run_one(&mut coord).await;
+                // Drained means quiet: the transaction counts as active
+                // until its unlocks land, without holding up the next one.
+                let (unlocks, g) = (coord.take_unlocks(), gate.clone());
+                h.spawn(cn as u32, async move {
+                    unlocks.await;
+                    g.active.borrow_mut()[cn as usize] -= 1;
+                });
+                match r {
+                    Ok(true) => t.commits.borrow_mut()[cn as usize] += 1,
+                    Ok(false) => t.aborted.set(t.aborted.get() + 1),
+                    Err(e) => {
+                        // Only a node declared failed loses access; the
+                        // ledger keeps the in-doubt transaction.
+                        assert!(faulty, "unexpected error without faults: {e}");
+                        break;
+                    }
+                }
+            }
+            t.stats.borrow_mut().merge(&coord.stats);
+            t.running.borrow_mut()[cn as usize] -= 1;
+            if t.running.borrow()[cn as usize] == 0 {
+                t.done.borrow_mut()[cn as usize] = h.now_ns();
+            }
+        });
+    }
+
+    /// Crash compute node `victim` (0-based) at `at` (or only its heartbeats,
+    /// for a false suspicion; and those of `suspect_too`), then let the
+    /// membership detect, fence and recover every node it declares.
+    fn crash_and_recover(
+        &self,
+        victim: u16,
+        at: u64,
+        fd_timeout_ns: u64,
+        tallies: &Rc<Tallies>,
+        faults: &mut FaultTally,
+    ) {
+        let (cfg, sim) = (self.cfg, self.sim);
+        let expected: Vec<u16> = std::iter::once(victim)
+            .chain(cfg.faults.suspect_too)
+            .map(|n| n + 1)
+            .collect();
+        let declared = self.spawn_detector(fd_timeout_ns, expected.clone(), tallies.clone());
+        sim.run_until(at.max(sim.now_ns())); // a time before the clients started: at their start
+        let crash_ns = sim.now_ns();
+        sim.crash(HEARTBEAT_TAG + victim as u32);
+        if !cfg.faults.false_positive {
+            sim.crash(victim as u32);
+        }
+        if let Some(slow) = cfg.faults.suspect_too {
+            // Alive and slow: only its heartbeats stall, its clients run on.
+            sim.crash(HEARTBEAT_TAG + slow as u32);
+        }
+        let before = tallies.survivors_committed(&expected);
+        // (1) detection by heartbeat timeout: whoever the detector declares is
+        // fenced and recovered, one after the other, until every silent node is.
+        sim.run_while(|| {
+            !expected.iter().all(|n| declared.borrow().contains(n)) && tallies.any_running()
+        });
+        let all: Vec<u16> = declared.borrow().clone();
+        for n in &expected {
+            assert!(
+                all.contains(n),
+                "seed {}: the detector never declared silent node {n}",
+                cfg.seed
+            );
+        }
+        for &node in &all {
+            faults.recoveries.push(self.fence_and_recover(node, &all));
+        }
+        faults.window_commits = tallies.survivors_committed(&expected) - before;
+        faults.window_ns = sim.now_ns() - crash_ns;
+    }
+
+    /// Lose memory node `m` at `at`, run degraded for 60 µs, then
+    /// re-replicate onto a replacement.
+    fn lose_memory_node(
+        &self,
+        m: u16,
+        at: u64,
+        nodes: &Nodes,
+        tallies: &Tallies,
+        faults: &mut FaultTally,
+    ) {
+        let loss = MemoryLoss {
+            cfg: self.cfg,
+            sim: self.sim,
+            cluster: self.cluster,
+            layout: &self.layout,
+            gate: &self.gate,
+            views: &nodes.views,
+            failed: &self.failed,
+            node_ids: &nodes.ids,
+        };
+        faults.recoveries.extend(loss.fail(m, at));
+        let before = tallies.committed();
+        self.sim.run_until(self.sim.now_ns() + 60_000);
+        faults.degraded_commits = tallies.committed() - before;
+        faults.rereplicated = loss.replace(m);
+    }
+
+    /// The background scan: NotLogged stray locks nobody touched. How many
+    /// it swept.
+    fn sweep_untouched_strays(&self) -> usize {
+        let (fab, l, f, out) = (
+            self.cluster
+                .join(u16::MAX - 1)
+                .expect("a fresh compute-node id"),
+            self.layout.clone(),
+            self.failed.clone(),
+            Rc::new(RefCell::new(0)),
+        );
+        let o = out.clone();
+        self.sim.spawn(u32::MAX, async move {
+            *o.borrow_mut() = sweep_stray_locks(&fab, &l, &f).await.expect("sweep");
+        });
+        self.sim.run();
+        let swept = *out.borrow();
+        swept
+    }
+
     /// The failure detector ticks the membership state machine until every
     /// node in `expected` is declared (or the clients are done); it records
     /// every node it declares, expected or not.
@@ -685,14 +831,12 @@ impl World<'_> {
         &self,
         fd_timeout_ns: u64,
         expected: Vec<u16>,
-        running: Rc<RefCell<Vec<u16>>>,
+        tallies: Rc<Tallies>,
     ) -> Rc<RefCell<Vec<u16>>> {
         let declared: Rc<RefCell<Vec<u16>>> = Rc::default();
         let (m, h, d) = (self.membership.clone(), self.sim.handle(), declared.clone());
         self.sim.spawn(DETECTOR_TAG, async move {
-            while !expected.iter().all(|n| d.borrow().contains(n))
-                && running.borrow().iter().any(|&r| r > 0)
-            {
+            while !expected.iter().all(|n| d.borrow().contains(n)) && tallies.any_running() {
                 h.sleep(fd_timeout_ns / 8).await;
                 for c in m.borrow_mut().step(h.now_ns(), Event::Tick) {
                     if let Command::TerminateLinks { node } = c {

@@ -626,141 +626,190 @@ impl TpccSpec {
             put_u32(&mut v, 4, rng.range_inclusive(1, 10_000) as u32);
             loader.put(ITEM, key(0, 0, i, 0), &v).await?;
         }
-        let by_last_bytes = self.by_last_bytes() as usize;
-        let c_n = self.customers_per_district;
         for w in 1..=self.warehouses {
-            let tax = rng.range_inclusive(0, 2_000) as u32;
-            loader
-                .put(
-                    WAREHOUSE,
-                    key(w, 0, 0, 0),
-                    &Warehouse {
-                        ytd: self.initial_w_ytd(),
-                        tax,
-                    }
-                    .encode(),
-                )
-                .await?;
-            for i in 1..=self.items {
-                let s = Stock {
-                    quantity: rng.range_inclusive(10, 100) as u32,
-                    ytd: 0,
-                    order_cnt: 0,
-                    remote_cnt: 0,
-                };
-                loader.put(STOCK, key(w, 0, i, 0), &s.encode()).await?;
+            self.load_warehouse(loader, &mut rng, w).await?;
+        }
+        Ok(())
+    }
+
+    /// Warehouse `w`, its stock and its districts.
+    async fn load_warehouse<F: Fabric>(
+        &self,
+        loader: &mut Loader<F>,
+        rng: &mut Rng,
+        w: u64,
+    ) -> Result<(), LoadError> {
+        let tax = rng.range_inclusive(0, 2_000) as u32;
+        loader
+            .put(
+                WAREHOUSE,
+                key(w, 0, 0, 0),
+                &Warehouse {
+                    ytd: self.initial_w_ytd(),
+                    tax,
+                }
+                .encode(),
+            )
+            .await?;
+        for i in 1..=self.items {
+            let s = Stock {
+                quantity: rng.range_inclusive(10, 100) as u32,
+                ytd: 0,
+                order_cnt: 0,
+                remote_cnt: 0,
+            };
+            loader.put(STOCK, key(w, 0, i, 0), &s.encode()).await?;
+        }
+        for d in 1..=self.districts_per_warehouse {
+            self.load_district(loader, rng, w, d).await?;
+        }
+        Ok(())
+    }
+
+    /// District `w`/`d`: its row, customers, history, customer_by_last
+    /// index and initial orders.
+    async fn load_district<F: Fabric>(
+        &self,
+        loader: &mut Loader<F>,
+        rng: &mut Rng,
+        w: u64,
+        d: u64,
+    ) -> Result<(), LoadError> {
+        let next = self.customers_per_district as u32 + 1;
+        let dist = District {
+            ytd: self.initial_d_ytd(),
+            tax: rng.range_inclusive(0, 2_000) as u32,
+            next_o_id: next,
+            next_h_id: next,
+            archived_paid: (self.first_loaded_history() - 1) as i64 * INITIAL_H_AMOUNT,
+        };
+        loader
+            .put(DISTRICT, key(w, d, 0, 0), &dist.encode())
+            .await?;
+        let names = self.names(w, d);
+        self.load_customers(loader, rng, w, d, &names).await?;
+        let by_last_bytes = self.by_last_bytes() as usize;
+        for (l, ids) in self.by_last(&names).iter().enumerate() {
+            let mut v = vec![0; by_last_bytes];
+            put_u32(&mut v, 0, ids.len() as u32);
+            for (j, c) in ids.iter().enumerate() {
+                put_u32(&mut v, 4 + 4 * j, *c);
             }
-            for d in 1..=self.districts_per_warehouse {
-                let next = c_n as u32 + 1;
-                let dist = District {
-                    ytd: self.initial_d_ytd(),
-                    tax: rng.range_inclusive(0, 2_000) as u32,
-                    next_o_id: next,
-                    next_h_id: next,
-                    archived_paid: (self.first_loaded_history() - 1) as i64 * INITIAL_H_AMOUNT,
-                };
-                loader
-                    .put(DISTRICT, key(w, d, 0, 0), &dist.encode())
-                    .await?;
-                let names = self.names(w, d);
-                for (i, (last, first)) in names.iter().enumerate() {
-                    let c = i as u64 + 1;
-                    let cust = Customer {
-                        balance: INITIAL_BALANCE,
-                        ytd_payment: INITIAL_YTD_PAYMENT,
-                        payment_cnt: 1,
-                        delivery_cnt: 0,
-                        discount: rng.range_inclusive(0, 5_000) as u32,
-                        bad_credit: rng.below(10) == 0,
-                        last: *last,
-                        first: *first,
-                        archived_delivered: 0,
-                        archived_paid: if c < self.first_loaded_history() {
-                            INITIAL_H_AMOUNT
-                        } else {
-                            0
-                        },
-                    };
-                    loader
-                        .put(CUSTOMER, key(w, d, c, 0), &cust.encode())
-                        .await?;
-                    let h = History {
-                        amount: INITIAL_H_AMOUNT,
-                        c_w: w as u32,
-                        c_d: d as u32,
-                        c_id: c as u32,
-                    };
-                    if c >= self.first_loaded_history() {
-                        loader.put(HISTORY, key(w, d, c, 0), &h.encode()).await?;
-                    }
-                }
-                for (l, ids) in self.by_last(&names).iter().enumerate() {
-                    let mut v = vec![0; by_last_bytes];
-                    put_u32(&mut v, 0, ids.len() as u32);
-                    for (j, c) in ids.iter().enumerate() {
-                        put_u32(&mut v, 4 + 4 * j, *c);
-                    }
-                    loader
-                        .put(CUSTOMER_BY_LAST, key(w, d, l as u64, 0), &v)
-                        .await?;
-                }
-                // Orders 1..=C, placed by a random permutation of the customers.
-                let mut perm: Vec<u64> = (1..=c_n).collect();
-                for i in (1..perm.len()).rev() {
-                    perm.swap(i, rng.below(i as u64 + 1) as usize);
-                }
-                let first_new = self.first_new_order();
-                for o in 1..=c_n {
-                    let c = perm[o as usize - 1];
-                    let delivered = o < first_new;
-                    let ol_cnt = rng.range_inclusive(5, MAX_OL_CNT);
-                    let ord = Order {
-                        c_id: c as u32,
-                        ol_cnt: ol_cnt as u32,
-                        all_local: true,
-                        carrier: if delivered {
-                            rng.range_inclusive(1, 10) as u32
-                        } else {
-                            0
-                        },
-                        entry_d: 1,
-                    };
-                    loader
-                        .put(LAST_ORDER, key(w, d, c, 0), &id_value(o as u32))
-                        .await?;
-                    if o < self.first_loaded_order() {
-                        // Archived already (bounded history): delivered, amount 0.
-                        continue;
-                    }
-                    loader.put(ORDER, key(w, d, o, 0), &ord.encode()).await?;
-                    for ol in 1..=ol_cnt {
-                        let line = OrderLine {
-                            i_id: rng.range_inclusive(1, self.items) as u32,
-                            supply_w: w as u32,
-                            quantity: 5,
-                            amount: if delivered {
-                                0
-                            } else {
-                                rng.range_inclusive(1, 999_999) as i64
-                            },
-                            delivery_d: if delivered { 1 } else { 0 },
-                        };
-                        loader
-                            .put(ORDER_LINE, key(w, d, o, ol), &line.encode())
-                            .await?;
-                    }
-                    if !delivered {
-                        loader
-                            .put(NEW_ORDER, key(w, d, o, 0), &id_value(o as u32))
-                            .await?;
-                    }
-                }
-                loader
-                    .put(NEW_ORDER_HEAD, key(w, d, 0, 0), &id_value(first_new as u32))
-                    .await?;
+            loader
+                .put(CUSTOMER_BY_LAST, key(w, d, l as u64, 0), &v)
+                .await?;
+        }
+        self.load_orders(loader, rng, w, d).await
+    }
+
+    /// The customers of district `w`/`d` named `names`, each with its
+    /// initial payment in HISTORY unless archived.
+    async fn load_customers<F: Fabric>(
+        &self,
+        loader: &mut Loader<F>,
+        rng: &mut Rng,
+        w: u64,
+        d: u64,
+        names: &[(u32, u32)],
+    ) -> Result<(), LoadError> {
+        for (i, (last, first)) in names.iter().enumerate() {
+            let c = i as u64 + 1;
+            let cust = Customer {
+                balance: INITIAL_BALANCE,
+                ytd_payment: INITIAL_YTD_PAYMENT,
+                payment_cnt: 1,
+                delivery_cnt: 0,
+                discount: rng.range_inclusive(0, 5_000) as u32,
+                bad_credit: rng.below(10) == 0,
+                last: *last,
+                first: *first,
+                archived_delivered: 0,
+                archived_paid: if c < self.first_loaded_history() {
+                    INITIAL_H_AMOUNT
+                } else {
+                    0
+                },
+            };
+            loader
+                .put(CUSTOMER, key(w, d, c, 0), &cust.encode())
+                .await?;
+            let h = History {
+                amount: INITIAL_H_AMOUNT,
+                c_w: w as u32,
+                c_d: d as u32,
+                c_id: c as u32,
+            };
+            if c >= self.first_loaded_history() {
+                loader.put(HISTORY, key(w, d, c, 0), &h.encode()).await?;
             }
         }
         Ok(())
+    }
+
+    /// Orders 1..=C of district `w`/`d`, placed by a random permutation of
+    /// the customers, with their lines; the newest undelivered ones in
+    /// NEW_ORDER.
+    async fn load_orders<F: Fabric>(
+        &self,
+        loader: &mut Loader<F>,
+        rng: &mut Rng,
+        w: u64,
+        d: u64,
+    ) -> Result<(), LoadError> {
+        let c_n = self.customers_per_district;
+        let mut perm: Vec<u64> = (1..=c_n).collect();
+        for i in (1..perm.len()).rev() {
+            perm.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let first_new = self.first_new_order();
+        for o in 1..=c_n {
+            let c = perm[o as usize - 1];
+            let delivered = o < first_new;
+            let ol_cnt = rng.range_inclusive(5, MAX_OL_CNT);
+            let ord = Order {
+                c_id: c as u32,
+                ol_cnt: ol_cnt as u32,
+                all_local: true,
+                carrier: if delivered {
+                    rng.range_inclusive(1, 10) as u32
+                } else {
+                    0
+                },
+                entry_d: 1,
+            };
+            loader
+                .put(LAST_ORDER, key(w, d, c, 0), &id_value(o as u32))
+                .await?;
+            if o < self.first_loaded_order() {
+                // Archived already (bounded history): delivered, amount 0.
+                continue;
+            }
+            loader.put(ORDER, key(w, d, o, 0), &ord.encode()).await?;
+            for ol in 1..=ol_cnt {
+                let line = OrderLine {
+                    i_id: rng.range_inclusive(1, self.items) as u32,
+                    supply_w: w as u32,
+                    quantity: 5,
+                    amount: if delivered {
+                        0
+                    } else {
+                        rng.range_inclusive(1, 999_999) as i64
+                    },
+                    delivery_d: if delivered { 1 } else { 0 },
+                };
+                loader
+                    .put(ORDER_LINE, key(w, d, o, ol), &line.encode())
+                    .await?;
+            }
+            if !delivered {
+                loader
+                    .put(NEW_ORDER, key(w, d, o, 0), &id_value(o as u32))
+                    .await?;
+            }
+        }
+        loader
+            .put(NEW_ORDER_HEAD, key(w, d, 0, 0), &id_value(first_new as u32))
+            .await
     }
 }
 
