@@ -151,6 +151,11 @@ CARGO_TARGET_DIR=target run bash scripts/results_ddp.sh --runs-only
 run $T net echo --json $OUT/net-echo.json
 python3 scripts/render_ddp.py "$OUT" > "$PARTS/ddp.md"
 assemble "$PARTS/ddp.md"
+# DDP under real faults: 20 seeded schedules on processes in a network namespace (root).
+NEMESIS="$T nemesis --system ddp --schedules 20 --seed 100"
+run $NEMESIS --out $OUT/nemesis --json $OUT/nemesis-ddp.json || true
+python3 scripts/render_nemesis.py $OUT/nemesis-ddp.json "${NEMESIS/#$T/tandem}" > "$PARTS/nemesis-ddp.md"
+assemble "$PARTS/nemesis-ddp.md"
 
 # Slot reclamation. TATP and bounded-history TPC-C at full speed, 10 minutes each with
 # reclamation and 10 without (SOAK_SECS shortens them), occupancy and memory sampled every 10 s.
