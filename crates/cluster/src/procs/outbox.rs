@@ -174,7 +174,7 @@ mod tests {
             let mut slowest = Duration::ZERO;
             for i in 0..sent {
                 let t = Instant::now();
-                boxes.send_all(&[msg.clone()]);
+                boxes.send_all(std::slice::from_ref(&msg));
                 slowest = slowest.max(t.elapsed());
                 if i % 100 == 99 {
                     std::thread::sleep(Duration::from_millis(1)); // the reader keeps up

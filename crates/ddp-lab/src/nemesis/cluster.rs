@@ -154,7 +154,7 @@ impl Procs {
     /// Whether the manager's latest configuration has every node.
     pub fn all_members(&self) -> bool {
         let log = self.manager_log();
-        let last = log.lines().filter(|l| l.contains("members [")).last();
+        let last = log.lines().rfind(|l| l.contains("members ["));
         last.is_some_and(|l| l.ends_with("members [0, 1, 2, 3, 4]"))
     }
 
