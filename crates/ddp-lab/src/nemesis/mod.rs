@@ -38,6 +38,10 @@ pub const RECOVERY_BOUND: Duration = Duration::from_millis(2 * LEASE_MS + 1_000)
 const SETTLE: Duration = Duration::from_secs(1);
 /// Client sessions (spread over the five nodes).
 const SESSIONS: u64 = 20;
+/// A call without an answer for this long is recorded as unknown, and its
+/// session moves to the next node, as a client with a short timeout does:
+/// during a fault the sessions visit every node it leaves serving.
+const CLIENT_TIMEOUT: Duration = Duration::from_millis(250);
 
 #[derive(Clone, Debug)]
 pub struct NemesisConfig {
@@ -223,7 +227,7 @@ fn load_config(p: &Procs, seed: u64) -> LoadConfig {
         first_session: 0,
         plan: tandem_ddp::ycsb_session::SessionPlan::uniform(50, 0.5),
         seed,
-        timeout: Duration::from_secs(1),
+        timeout: CLIENT_TIMEOUT,
     }
 }
 
