@@ -151,6 +151,15 @@ impl Procs {
         std::fs::read_to_string(self.dir.join("manager.log")).unwrap_or_default()
     }
 
+    /// The manager's latest configuration line.
+    pub fn last_configuration(&self) -> String {
+        let log = self.manager_log();
+        let last = log.lines().rfind(|l| l.contains("members ["));
+        last.unwrap_or("none yet")
+            .trim_start_matches("manager: ")
+            .to_string()
+    }
+
     /// Whether the manager's latest configuration has every node.
     pub fn all_members(&self) -> bool {
         let log = self.manager_log();

@@ -69,6 +69,12 @@ pub struct Heal {
     pub class: String,
     pub recover_ms: Option<f64>,
     pub rejoin_ms: Option<f64>,
+    /// Operations per second before the first fault, and in each 100 ms
+    /// window after this heal until throughput was back.
+    pub baseline: f64,
+    pub rates: Vec<f64>,
+    /// The manager's configuration when the fault healed.
+    pub members_at_heal: String,
 }
 
 /// What one schedule did and found.
@@ -189,13 +195,18 @@ fn run_schedule(cfg: &NemesisConfig, seed: u64) -> Result<ScheduleRun, String> {
 /// Right after `f` healed: how long until throughput and membership are back.
 fn after_heal(load: &Load, procs: &Procs, baseline: f64, f: &Fault) -> Heal {
     let healed = Instant::now();
-    let recover_ms = recovered(load, baseline, healed, RECOVERY_BOUND * 4);
+    let members_at_heal = procs.last_configuration();
+    let mut rates = Vec::new();
+    let recover_ms = recovered(load, baseline, healed, RECOVERY_BOUND * 4, &mut rates);
     let rejoin = procs.wait_all_members(RECOVERY_BOUND * 4);
     Heal {
         fault: f.to_string(),
         class: f.class().into(),
         recover_ms,
         rejoin_ms: rejoin.ok().map(|_| healed.elapsed().as_secs_f64() * 1e3),
+        baseline,
+        rates,
+        members_at_heal,
     }
 }
 
@@ -206,7 +217,8 @@ fn liveness(v: &mut Vec<String>, h: &Heal) {
     match h.recover_ms {
         Some(ms) if ms <= bound_ms => {}
         Some(ms) => v.push(format!(
-            "after `{f}`: throughput came back {ms:.0} ms after the heal (bound {bound_ms:.0} ms)"
+            "after `{f}`: throughput came back {ms:.0} ms after the heal (bound {bound_ms:.0} ms; ops/s before the faults {:.0}, per 100 ms after the heal {:.0?}; manager at the heal: {})",
+            h.baseline, h.rates, h.members_at_heal
         )),
         None => v.push(format!("after `{f}`: throughput did not come back")),
     }
@@ -252,9 +264,17 @@ fn rate(load: &Load, window: Duration) -> f64 {
 
 /// Milliseconds from `healed` until a 100 ms window ran at half of
 /// `baseline` (to the window's end), if within `limit`.
-fn recovered(load: &Load, baseline: f64, healed: Instant, limit: Duration) -> Option<f64> {
+/// Each window's rate goes to `rates` (what a liveness failure shows).
+fn recovered(
+    load: &Load,
+    baseline: f64,
+    healed: Instant,
+    limit: Duration,
+    rates: &mut Vec<f64>,
+) -> Option<f64> {
     while healed.elapsed() < limit {
-        if rate(load, Duration::from_millis(100)) >= baseline / 2.0 {
+        rates.push(rate(load, Duration::from_millis(100)));
+        if rates.last().is_some_and(|&r| r >= baseline / 2.0) {
             return Some(healed.elapsed().as_secs_f64() * 1e3);
         }
     }
