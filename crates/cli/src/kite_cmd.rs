@@ -518,6 +518,7 @@ fn run_load(a: LoadArgs) -> Result<(), String> {
         timeout_ms: a.timeout_ms,
         mutant: a.mutant.clone(),
         zab: false,
+        addrs: None,
     };
     let o = LoadOpts {
         sessions_per_node: a.sessions_per_node,

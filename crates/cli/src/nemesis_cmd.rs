@@ -6,14 +6,17 @@ use std::time::Duration;
 
 use clap::Args;
 
-use tandem_ddp_lab::nemesis::{self, schedule, NemesisConfig, ScheduleRun, RECOVERY_BOUND};
+use tandem_ddp_lab::nemesis::{self, cluster::SHAPE, NemesisConfig, RECOVERY_BOUND};
+use tandem_nemesis::drive::ScheduleRun;
+use tandem_nemesis::schedule;
 
 #[derive(Args)]
 pub struct NemesisArgs {
-    /// The system under faults: ddp (five `tandem node` processes and their manager).
+    /// The system under faults: ddp (five `tandem node` processes and their manager), kite (five
+    /// Kite replicas, crash-stop), zab (the ZAB baseline: five nodes, leader 0).
     #[arg(long, default_value = "ddp")]
     system: String,
-    /// DDP's model (a Lin model: its history is checked for linearizability).
+    /// DDP's model (a Lin model: its history is checked for linearizability). DDP only.
     #[arg(long, default_value = "lin-synch")]
     model: String,
     /// First schedule's seed; schedules run with seed, seed+1, ...
@@ -22,7 +25,8 @@ pub struct NemesisArgs {
     #[arg(long, default_value_t = 3)]
     schedules: u64,
     /// Fault classes to draw from, comma-separated, or all: isolate, split, bridge, one-way, loss,
-    /// blackhole, manager, pause, kill, kill-all, flip.
+    /// blackhole, manager, pause, kill, kill-all, flip (manager and flip need DDP's manager;
+    /// Kite and ZAB are crash-stop here: no kill-all, and at most two kills a schedule).
     #[arg(long, default_value = "all")]
     faults: String,
     #[arg(long, default_value_t = 3)]
@@ -36,45 +40,72 @@ pub struct NemesisArgs {
     /// Write every schedule's result here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Test-only planted bug for every node (see `tandem node --help`), to show the nemesis catches it.
+    /// Test-only planted bug for every node (DDP: `tandem node --inject-bug`; Kite: a `--mutant`),
+    /// to show the nemesis catches it.
     #[arg(long = "inject-bug", hide = true)]
     bugs: Vec<String>,
 }
 
 pub fn run(a: NemesisArgs) -> Result<(), String> {
-    if a.system != "ddp" {
-        return Err(format!(
-            "--system {}: the nemesis runs ddp so far (pandora, heal and kite are not wired to it yet)",
-            a.system
-        ));
-    }
-    let cfg = config(&a)?;
-    prepare()?;
-    println!(
-        "nemesis: {} schedules of {} faults ({} ms each) on DDP {} (5 nodes, a manager), seed {}; logs in {}",
-        cfg.schedules,
-        cfg.faults,
-        a.fault_ms,
-        cfg.model,
-        cfg.seed,
-        cfg.out_dir()
-    );
-    let runs = nemesis::run(&cfg, print_run);
+    let (runs, bound) = match a.system.as_str() {
+        "ddp" => run_ddp(&a)?,
+        "kite" | "zab" => run_kite(&a)?,
+        s => {
+            return Err(format!(
+                "--system {s}: the nemesis runs ddp, kite and zab so far (pandora and heal are not wired to it yet)"
+            ))
+        }
+    };
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&runs).map_err(|e| e.to_string())?;
         std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    summary(&runs)
+    summary(&runs, bound)
 }
 
-trait OutDir {
-    fn out_dir(&self) -> String;
+fn header(a: &NemesisArgs, what: &str, dir: &std::path::Path) {
+    println!(
+        "nemesis: {} schedules of {} faults ({} ms each) on {what}, seed {}; logs in {}",
+        a.schedules,
+        a.faults_per_schedule,
+        a.fault_ms,
+        a.seed,
+        dir.display()
+    );
 }
 
-impl OutDir for NemesisConfig {
-    fn out_dir(&self) -> String {
-        self.dir.display().to_string()
+fn run_ddp(a: &NemesisArgs) -> Result<(Vec<ScheduleRun>, Duration), String> {
+    let cfg = config(a)?;
+    prepare()?;
+    let what = format!("DDP {} (5 nodes, a manager)", cfg.model);
+    header(a, &what, &cfg.dir);
+    Ok((nemesis::run(&cfg, print_run), RECOVERY_BOUND))
+}
+
+fn run_kite(a: &NemesisArgs) -> Result<(Vec<ScheduleRun>, Duration), String> {
+    use tandem_kite_lab::nemesis::{KiteNemesis, RECOVERY_BOUND, SHAPE};
+    if a.bugs.len() > 1 {
+        return Err("--inject-bug: Kite's nodes take one mutant".into());
     }
+    let cfg = KiteNemesis {
+        exe: std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?,
+        zab: a.system == "zab",
+        seed: a.seed,
+        schedules: a.schedules,
+        classes: schedule::parse_classes(&a.faults, SHAPE)?,
+        faults: a.faults_per_schedule,
+        fault_time: Duration::from_millis(a.fault_ms),
+        dir: std::path::absolute(&a.out).map_err(|e| e.to_string())?,
+        mutant: a.bugs.first().cloned(),
+    };
+    check_counts(a)?;
+    prepare()?;
+    let what = match cfg.zab {
+        true => "the ZAB baseline (5 nodes, leader 0)",
+        false => "Kite (5 nodes, crash-stop)",
+    };
+    header(a, what, &cfg.dir);
+    Ok((cfg.run(print_run), RECOVERY_BOUND))
 }
 
 fn config(a: &NemesisArgs) -> Result<NemesisConfig, String> {
@@ -84,7 +115,7 @@ fn config(a: &NemesisArgs) -> Result<NemesisConfig, String> {
         model: a.model.clone(),
         seed: a.seed,
         schedules: a.schedules,
-        classes: schedule::parse_classes(&a.faults)?,
+        classes: schedule::parse_classes(&a.faults, SHAPE)?,
         faults: a.faults_per_schedule,
         fault_time: Duration::from_millis(a.fault_ms),
         dir: std::path::absolute(&a.out).map_err(|e| e.to_string())?,
@@ -92,6 +123,13 @@ fn config(a: &NemesisArgs) -> Result<NemesisConfig, String> {
     };
     cfg.validate()?;
     Ok(cfg)
+}
+
+fn check_counts(a: &NemesisArgs) -> Result<(), String> {
+    if a.schedules == 0 || a.faults_per_schedule == 0 {
+        return Err("--schedules and --faults-per-schedule must be at least 1".into());
+    }
+    Ok(())
 }
 
 /// The tools (installed through the checkout's script when it is here),
@@ -117,7 +155,7 @@ fn print_run(r: &ScheduleRun) {
     );
     for h in &r.heals {
         println!(
-            "            {:<34} back {:>5} ms after the heal, all members {:>5} ms",
+            "            {:<34} back {:>5} ms after the heal, all serving {:>5} ms",
             h.fault,
             ms(h.recover_ms),
             ms(h.rejoin_ms)
@@ -132,13 +170,13 @@ fn print_run(r: &ScheduleRun) {
     }
 }
 
-fn summary(runs: &[ScheduleRun]) -> Result<(), String> {
+fn summary(runs: &[ScheduleRun], bound: Duration) -> Result<(), String> {
     let bad = runs.iter().filter(|r| !r.violations.is_empty()).count();
     println!(
         "{} schedules, {} failed (safety: the model's checker; liveness: back within {} ms of each heal)",
         runs.len(),
         bad,
-        RECOVERY_BOUND.as_millis()
+        bound.as_millis()
     );
     match bad {
         0 => Ok(()),

@@ -17,7 +17,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("report", 0),
     ("membership", 0),
     ("fuzz", 0),
-    ("nemesis", 0),
+    ("nemesis", 1),
     ("fabric", 1),
     ("net", 1),
     ("ycsb", 1),

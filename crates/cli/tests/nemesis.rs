@@ -43,7 +43,7 @@ fn the_readme_nemesis_runs_as_written_and_ddp_survives_it() {
     let (ok, text) = nemesis(&args, "tandem-nemesis-ok");
     assert!(ok, "the nemesis found a violation:\n{text}");
     assert!(text.contains("3 schedules, 0 failed"), "{text}");
-    let heals = text.matches("after the heal, all members").count();
+    let heals = text.matches("after the heal, all serving").count();
     assert_eq!(heals, 9, "a line per heal:\n{text}");
 }
 

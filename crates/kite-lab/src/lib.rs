@@ -14,4 +14,5 @@
 pub mod bench;
 pub mod compare;
 pub mod experiment;
+pub mod nemesis;
 pub mod procs;

@@ -21,6 +21,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tandem_auth::MasterSecret;
@@ -76,6 +77,9 @@ pub struct NodeOpts {
     /// Run the ZAB baseline (`--system zab`, [`tandem_zab::kite_api`]) instead of
     /// Kite; the two options above are Kite's.
     pub zab: bool,
+    /// Listen on these (one per node) instead of free loopback ports.
+    #[serde(skip)]
+    pub addrs: Option<Vec<SocketAddr>>,
 }
 
 fn new_secret() -> MasterSecret {
@@ -105,7 +109,11 @@ impl KiteCluster {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let addrs = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
+        let addrs = match &opts.addrs {
+            Some(a) if a.len() == n => a.clone(),
+            Some(a) => return Err(format!("{} addresses for {n} nodes", a.len())),
+            None => (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?,
+        };
         let peers = addrs
             .iter()
             .map(|a| a.to_string())
@@ -225,6 +233,16 @@ impl KiteCluster {
             }
         }
         Ok(())
+    }
+
+    /// Each node's process id (for a nemesis that signals them while a
+    /// load runs); `None` for a node killed through [`Self::kill9`].
+    pub fn pids(&self) -> Vec<Option<i32>> {
+        (0..self.len()).map(|i| self.pid(i)).collect()
+    }
+
+    pub fn secret(&self) -> &MasterSecret {
+        &self.secret
     }
 
     fn pid(&self, i: usize) -> Option<i32> {
@@ -382,6 +400,17 @@ pub struct LoadOpts {
     pub seed: u64,
     /// Print a line per second on stderr under this name (long runs).
     pub progress: Option<String>,
+    /// Shared with another thread while the run goes on: replies so far,
+    /// and a flag that ends the run early.
+    #[serde(skip)]
+    pub live: Option<std::sync::Arc<Live>>,
+}
+
+/// What another thread sees of a run in progress, and how it ends it.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub completed: std::sync::atomic::AtomicU64,
+    pub stop: std::sync::atomic::AtomicBool,
 }
 
 impl Default for LoadOpts {
@@ -394,6 +423,7 @@ impl Default for LoadOpts {
             faults: Vec::new(),
             seed: 1,
             progress: None,
+            live: None,
         }
     }
 }
@@ -567,11 +597,10 @@ impl<'a> Load<'a> {
             (o.warmup_s * 1e9) as u64,
             ((o.warmup_s + o.duration_s) * 1e9) as u64,
         );
-        let mux = Mux::new(
-            cluster.addrs.clone(),
-            cluster.secret.keyring(),
-            Duration::from_secs(1),
-        )
+        // A connect (and its handshake) blocks this one thread: never
+        // longer than a call may take.
+        let connect = Duration::from_secs_f64(o.client_timeout_s.min(1.0));
+        let mux = Mux::new(cluster.addrs.clone(), cluster.secret.keyring(), connect)
         .map_err(|e| e.to_string())?;
         let (mix, system, bench) = match gen {
             Gen::Checked(m) => (
@@ -643,7 +672,8 @@ impl<'a> Load<'a> {
         if self.stats_warm.is_none() && now >= self.warm_ns {
             self.stats_warm = Some((self.cluster.stats(), self.cluster.cpu_seconds()));
         }
-        if self.stopping_at.is_none() && now >= self.end_ns {
+        let stop = self.o.live.as_ref().is_some_and(|l| l.stop.load(Relaxed));
+        if self.stopping_at.is_none() && (now >= self.end_ns || stop) {
             self.stopping_at = Some(now);
             if let Some(m) = self.mix.as_mut() {
                 m.stop();
@@ -776,6 +806,9 @@ impl<'a> Load<'a> {
             m.done(i as u64, &result, now);
         }
         self.replies += 1;
+        if let Some(l) = &self.o.live {
+            l.completed.fetch_add(1, Relaxed);
+        }
         let s = &mut self.sess[i];
         s.completed += 1;
         s.last_done_ns = now;

@@ -40,6 +40,9 @@ pub struct Mix {
     pub flags: u64,
     pub cas: u64,
     pub counters: u64,
+    /// Whether the mix has RMWs (CAS, FAA). Without: a store with reads
+    /// and writes only (the ZAB baseline) — those rolls become releases.
+    pub rmws: bool,
 }
 
 impl Default for Mix {
@@ -49,6 +52,7 @@ impl Default for Mix {
             flags: 3,
             cas: 2,
             counters: 2,
+            rmws: true,
         }
     }
 }
@@ -237,6 +241,7 @@ impl RandomMix {
             35..=59 => Op::Read(rng.below(m.data)),
             60..=69 => Op::Release(FLAG0 + rng.below(m.flags), v),
             70..=79 => Op::Acquire(FLAG0 + rng.below(m.flags)),
+            80..=87 | 92.. if !m.rmws => Op::Release(CAS0 + rng.below(m.cas), v),
             80..=87 => {
                 let key = CAS0 + rng.below(m.cas);
                 let expected = self.seen[s as usize].get(&key).copied().unwrap_or(0);

@@ -17,6 +17,9 @@
 //! The tools come from `scripts/netfault.sh install` (nftables, iproute2);
 //! creating a namespace needs root.
 
+pub mod drive;
+pub mod schedule;
+
 use std::io;
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};

@@ -10,8 +10,16 @@ use std::time::Duration;
 
 use tandem_auth::MasterSecret;
 use tandem_nemesis::addr_of;
+use tandem_nemesis::drive::Target;
+use tandem_nemesis::schedule::Shape;
 
-use super::schedule::NODES;
+/// Five nodes and a manager; a killed node restarts from its NVM file.
+pub const SHAPE: Shape = Shape {
+    nodes: 5,
+    manager: true,
+    restarts: true,
+};
+const NODES: usize = SHAPE.nodes;
 
 const NODE_PORT: u16 = 7100;
 const MANAGER_PORT: u16 = 7000;
@@ -42,9 +50,8 @@ impl Drop for Procs {
     }
 }
 
-/// The manager's address: the one after the nodes'.
-pub fn manager_ip() -> Ipv4Addr {
-    addr_of(NODES)
+fn manager_ip() -> Ipv4Addr {
+    tandem_nemesis::drive::manager_ip(SHAPE)
 }
 
 impl Procs {
@@ -180,5 +187,32 @@ impl Procs {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(t.elapsed())
+    }
+}
+
+impl Target for Procs {
+    fn shape(&self) -> Shape {
+        SHAPE
+    }
+    fn signal(&mut self, n: usize, stop: bool) {
+        Procs::signal(self, n, stop)
+    }
+    fn kill(&mut self, n: usize) {
+        Procs::kill(self, n)
+    }
+    fn restart(&mut self, n: usize) -> Result<(), String> {
+        self.start_node(n)
+    }
+    fn down(&self) -> Vec<usize> {
+        (0..NODES).filter(|&n| !self.is_running(n)).collect()
+    }
+    fn exited(&mut self) -> Option<usize> {
+        Procs::exited(self)
+    }
+    fn whole(&mut self) -> bool {
+        self.all_members()
+    }
+    fn configuration(&self) -> String {
+        self.last_configuration()
     }
 }

@@ -1,0 +1,276 @@
+//! The nemesis loop any system plugs into: for each fault of a schedule,
+//! inject it, hold it, heal it, and measure how long the cluster took to be
+//! whole again; liveness failures come back as violations.
+//!
+//! A system implements [`Target`] for its processes and hands over a counter
+//! of the operations its load has completed. Safety (the history against
+//! the system's checker) is the system's own business, after the loop.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::schedule::{Fault, Shape};
+use crate::{addr_of, Firewall, Link};
+
+/// The processes of a system under faults.
+pub trait Target {
+    fn shape(&self) -> Shape;
+    /// `SIGSTOP` (`stop` true) or `SIGCONT` node `n`.
+    fn signal(&mut self, n: usize, stop: bool);
+    /// `kill -9` node `n`.
+    fn kill(&mut self, n: usize);
+    /// Start killed node `n` again (only asked when the shape restarts).
+    fn restart(&mut self, n: usize) -> Result<(), String>;
+    /// Nodes killed and not started again.
+    fn down(&self) -> Vec<usize>;
+    /// A node process that exited by itself (not one we killed).
+    fn exited(&mut self) -> Option<usize>;
+    /// Whether every node that is up serves again (a member of the
+    /// configuration, or answering a probe). May block for a few ms.
+    fn whole(&mut self) -> bool;
+    /// What the system's configuration was, for a liveness failure's report.
+    fn configuration(&self) -> String;
+}
+
+/// How a schedule is driven.
+pub struct Drive<'a> {
+    pub fault_time: Duration,
+    /// Healthy time between two faults, and before the first.
+    pub settle: Duration,
+    /// After a heal, throughput and membership must be back within this.
+    pub bound: Duration,
+    /// Operations the load has completed so far.
+    pub completed: &'a (dyn Fn() -> u64 + Sync),
+}
+
+/// One fault's heal, and how long the cluster took to be whole again.
+#[derive(Clone, Debug, Serialize)]
+pub struct Heal {
+    pub fault: String,
+    pub class: String,
+    pub recover_ms: Option<f64>,
+    pub rejoin_ms: Option<f64>,
+    /// Operations per second before the first fault, and in each 100 ms
+    /// window after this heal until throughput was back.
+    pub baseline: f64,
+    pub rates: Vec<f64>,
+    /// The system's configuration when the fault healed.
+    pub members_at_heal: String,
+}
+
+/// What one schedule did and found.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScheduleRun {
+    pub seed: u64,
+    pub faults: Vec<String>,
+    pub operations: usize,
+    pub unknown: usize,
+    /// Broken promises of the model (must be none), and liveness failures.
+    pub violations: Vec<String>,
+    /// After each fault healed: until throughput was back to half of its
+    /// level before the first fault, and until every node was a member again.
+    pub heals: Vec<Heal>,
+    pub history: PathBuf,
+    pub replay: String,
+}
+
+/// What the loop saw: a heal per fault, and the liveness failures.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub heals: Vec<Heal>,
+    pub violations: Vec<String>,
+}
+
+impl Drive<'_> {
+    /// Settle, measure the healthy rate, then inject, hold and heal each fault.
+    pub fn run(&self, t: &mut dyn Target, faults: &[Fault]) -> Result<Outcome, String> {
+        let mut fw = Firewall::new().map_err(|e| e.to_string())?;
+        std::thread::sleep(self.settle);
+        let baseline = self.rate(Duration::from_millis(500));
+        let mut o = Outcome::default();
+        for f in faults {
+            hold(&mut fw, t, f, self.fault_time)?;
+            heal(&mut fw, t, f)?;
+            let h = self.after_heal(t, baseline, f);
+            self.liveness(&mut o.violations, &h);
+            if let Some(i) = t.exited() {
+                o.violations
+                    .push(format!("node {i} exited by itself during `{f}`"));
+            }
+            o.heals.push(h);
+            std::thread::sleep(self.settle);
+        }
+        Ok(o)
+    }
+
+    /// Operations per second completed over `window`.
+    fn rate(&self, window: Duration) -> f64 {
+        let before = (self.completed)();
+        std::thread::sleep(window);
+        ((self.completed)() - before) as f64 / window.as_secs_f64()
+    }
+
+    /// Right after `f` healed: how long until throughput and membership are back.
+    fn after_heal(&self, t: &mut dyn Target, baseline: f64, f: &Fault) -> Heal {
+        let healed = Instant::now();
+        let members_at_heal = t.configuration();
+        let mut rates = Vec::new();
+        let limit = self.bound * 4;
+        let recover_ms = self.recovered(baseline, healed, limit, &mut rates);
+        let rejoin_ms = loop {
+            if t.whole() {
+                break Some(healed.elapsed().as_secs_f64() * 1e3);
+            }
+            if healed.elapsed() > limit {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Heal {
+            fault: f.to_string(),
+            class: f.class().into(),
+            recover_ms,
+            rejoin_ms,
+            baseline,
+            rates,
+            members_at_heal,
+        }
+    }
+
+    /// Milliseconds from `healed` until a 100 ms window ran at half of
+    /// `baseline` (to the window's end), if within `limit`. Each window's
+    /// rate goes to `rates` (what a liveness failure shows).
+    fn recovered(&self, baseline: f64, healed: Instant, limit: Duration, rates: &mut Vec<f64>) -> Option<f64> {
+        while healed.elapsed() < limit {
+            rates.push(self.rate(Duration::from_millis(100)));
+            if rates.last().is_some_and(|&r| r >= baseline / 2.0) {
+                return Some(healed.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        None
+    }
+
+    /// Liveness failures after a heal, as violations.
+    fn liveness(&self, v: &mut Vec<String>, h: &Heal) {
+        let bound_ms = self.bound.as_secs_f64() * 1e3;
+        let f = &h.fault;
+        match h.recover_ms {
+            Some(ms) if ms <= bound_ms => {}
+            Some(ms) => v.push(format!(
+                "after `{f}`: throughput came back {ms:.0} ms after the heal (bound {bound_ms:.0} ms; ops/s before the faults {:.0}, per 100 ms after the heal {:.0?}; configuration at the heal: {})",
+                h.baseline, h.rates, h.members_at_heal
+            )),
+            None => v.push(format!("after `{f}`: throughput did not come back")),
+        }
+        match h.rejoin_ms {
+            Some(ms) if ms <= bound_ms => {}
+            Some(ms) => v.push(format!(
+                "after `{f}`: every node served again only {ms:.0} ms after the heal (bound {bound_ms:.0} ms)"
+            )),
+            None => v.push(format!("after `{f}`: not every node served again")),
+        }
+    }
+}
+
+/// The manager's address in `shape`: the one after the nodes'.
+pub fn manager_ip(shape: Shape) -> Ipv4Addr {
+    addr_of(shape.nodes)
+}
+
+fn ips(nodes: &[usize]) -> Vec<Ipv4Addr> {
+    nodes.iter().map(|&n| addr_of(n)).collect()
+}
+
+fn io(e: std::io::Error) -> String {
+    e.to_string()
+}
+
+/// Inject `f` and keep it for `time` (a flip changes shape half-way).
+fn hold(fw: &mut Firewall, t: &mut dyn Target, f: &Fault, time: Duration) -> Result<(), String> {
+    let Fault::Flip(n) = *f else {
+        apply(fw, t, f)?;
+        std::thread::sleep(time);
+        return Ok(());
+    };
+    let shape = t.shape();
+    fw.isolate(addr_of(n)).map_err(io)?;
+    std::thread::sleep(time / 2);
+    fw.heal().map_err(io)?;
+    let others: Vec<usize> = (0..shape.nodes).filter(|&o| o != n).collect();
+    fw.split(&ips(&others), &[addr_of(n), manager_ip(shape)])
+        .map_err(io)?;
+    std::thread::sleep(time / 2);
+    Ok(())
+}
+
+fn apply(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String> {
+    let shape = t.shape();
+    match f {
+        Fault::Isolate(n) => fw.isolate(addr_of(*n)).map_err(io),
+        Fault::Split(g) => {
+            let rest: Vec<usize> = (0..shape.nodes).filter(|n| !g.contains(n)).collect();
+            fw.split(&ips(g), &ips(&rest)).map_err(io)?;
+            if shape.manager {
+                // The minority loses the manager too; clients still reach it.
+                fw.split(&ips(g), &[manager_ip(shape)]).map_err(io)?;
+            }
+            Ok(())
+        }
+        Fault::Bridge { a, b } => fw.split(&ips(a), &ips(b)).map_err(io),
+        Fault::OneWay { from, to } => fw
+            .drop_one_way(Link {
+                from: addr_of(*from),
+                to: addr_of(*to),
+            })
+            .map_err(io),
+        Fault::Loss(pct) => loss(fw, shape.nodes, *pct).map_err(io),
+        Fault::BlackholeConnects(n) => fw.blackhole_connects(addr_of(*n)).map_err(io),
+        Fault::IsolateManager => fw.isolate(manager_ip(shape)).map_err(io),
+        Fault::Pause(n) => {
+            t.signal(*n, true);
+            Ok(())
+        }
+        Fault::Kill(n) => {
+            t.kill(*n);
+            Ok(())
+        }
+        Fault::KillAll => {
+            (0..shape.nodes).for_each(|n| t.kill(n));
+            Ok(())
+        }
+        Fault::Flip(_) => unreachable!("held by `hold`"),
+    }
+}
+
+/// Loss on every link between two nodes, both ways.
+fn loss(fw: &mut Firewall, nodes: usize, pct: u32) -> std::io::Result<()> {
+    for a in 0..nodes {
+        for b in (0..nodes).filter(|&b| b != a) {
+            fw.loss(
+                Link {
+                    from: addr_of(a),
+                    to: addr_of(b),
+                },
+                pct,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn heal(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String> {
+    fw.heal().map_err(io)?;
+    match f {
+        Fault::Pause(n) => t.signal(*n, false),
+        Fault::Kill(_) | Fault::KillAll if t.shape().restarts => {
+            for n in t.down() {
+                t.restart(n)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
