@@ -48,6 +48,16 @@ const PORT: u16 = 7100;
 /// Four sessions per node: twenty in all, as in DDP's nemesis.
 const SESSIONS_PER_NODE: u64 = 4;
 const CLIENT_TIMEOUT_S: f64 = 0.25;
+/// A session that moved off its node comes back after this: a healed
+/// replica serves its clients again, so what it kept through the fault is
+/// read.
+const RETURN_HOME_S: f64 = 0.5;
+/// Kite's write time-out, after which a replica that has not acknowledged
+/// is marked delinquent. The paper's 1 ms fires all the time on a loaded
+/// two-core host, so every run would exercise delinquency whatever the
+/// faults; at 100 ms, replicas fall behind when a fault cuts them off or
+/// stops them, which is what the nemesis is for.
+const WRITE_TIMEOUT_MS: f64 = 100.0;
 
 #[derive(Clone, Debug)]
 pub struct KiteNemesis {
@@ -125,7 +135,7 @@ impl KiteNemesis {
             zab: self.zab,
             mutant: self.mutant.clone(),
             addrs: Some(addrs()),
-            ..NodeOpts::default()
+            timeout_ms: (!self.zab).then_some(WRITE_TIMEOUT_MS),
         };
         let mut cluster = KiteCluster::start(&self.exe, SHAPE.nodes, &node, &dir)?;
         let mut target = Procs::new(&cluster)?;
@@ -136,6 +146,7 @@ impl KiteNemesis {
             client_timeout_s: CLIENT_TIMEOUT_S,
             seed,
             live: Some(live.clone()),
+            return_home_s: Some(RETURN_HOME_S),
             ..LoadOpts::default()
         };
         let completed = || live.completed.load(Relaxed);

@@ -404,6 +404,9 @@ pub struct LoadOpts {
     /// and a flag that ends the run early.
     #[serde(skip)]
     pub live: Option<std::sync::Arc<Live>>,
+    /// A session that moved goes back to its first node after this long
+    /// (`None`: it stays where it moved).
+    pub return_home_s: Option<f64>,
 }
 
 /// What another thread sees of a run in progress, and how it ends it.
@@ -424,6 +427,7 @@ impl Default for LoadOpts {
             seed: 1,
             progress: None,
             live: None,
+            return_home_s: None,
         }
     }
 }
@@ -439,6 +443,8 @@ struct Session {
     wake_at: u64,
     completed: u64,
     last_done_ns: u64,
+    /// When it last moved to another node.
+    moved_at: u64,
 }
 
 /// What a run measured (and, for the checked mix, found).
@@ -620,6 +626,7 @@ impl<'a> Load<'a> {
                 wake_at: 0,
                 completed: 0,
                 last_done_ns: 0,
+                moved_at: 0,
             })
             .collect();
         let stats0 = (cluster.stats(), cluster.cpu_seconds());
@@ -733,13 +740,31 @@ impl<'a> Load<'a> {
                 m.lost(i as u64, now);
             }
         }
+        let next = (self.sess[i].node + 1) % self.n;
+        self.move_to(i, next, now);
+    }
+
+    /// Session `i` goes on at `node`, under a new name.
+    fn move_to(&mut self, i: usize, node: usize, now: u64) {
         let s = &mut self.sess[i];
         self.by_name.remove(&s.name);
         s.name += self.total;
         self.by_name.insert(s.name, i);
-        s.node = (s.node + 1) % self.n;
+        s.node = node;
         s.next_req = 0;
+        s.moved_at = now;
         self.moves += 1;
+    }
+
+    /// With `return_home_s`: an idle session away from its first node for
+    /// that long goes back, as a client that prefers its nearest replica.
+    fn go_home(&mut self, i: usize, now: u64) {
+        let Some(after) = self.o.return_home_s else { return };
+        let s = &self.sess[i];
+        let home = i % self.n;
+        if s.node != home && now >= s.moved_at + (after * 1e9) as u64 {
+            self.move_to(i, home, now);
+        }
     }
 
     /// Every idle session calls its node (until the run ends).
@@ -750,6 +775,7 @@ impl<'a> Load<'a> {
         }
         for i in 0..self.sess.len() {
             if self.sess[i].call.is_none() && self.sess[i].wake_at <= now {
+                self.go_home(i, now);
                 self.issue_one(i, now);
             }
         }
