@@ -10,11 +10,14 @@
 //!   orders every write by `zxid`, logs it, proposes it to the followers and
 //!   commits at a quorum of acknowledgements, in `zxid` order; reads are local;
 //! - [`sync`]: how a restarted follower is brought back by the leader's log;
+//! - [`stall`]: what a lost message costs, and how the follower resyncs or
+//!   the leader proposes again;
 //! - [`kite_api`]: the same node behind Kite's client API, so Kite's
 //!   benchmark drives every system with the same clients.
 
 pub mod kite_api;
 pub mod node;
+pub mod stall;
 pub mod sync;
 
 pub use kite_api::{KiteZabFactory, KiteZabNode};

@@ -137,6 +137,9 @@ pub struct ZabParams {
     /// No log in NVM: a proposal counts as logged when it arrives (the
     /// in-memory ZAB the Kite paper measures Kite against, docs/DESIGN.md §7.5).
     pub volatile: bool,
+    /// No progress on the oldest open proposal for this long means a lost
+    /// message: the follower resyncs, the leader proposes again ([`crate::stall`]).
+    pub stall_ns: u64,
 }
 
 impl Default for ZabParams {
@@ -150,6 +153,7 @@ impl Default for ZabParams {
             shadow: false,
             bug_join_early: false,
             volatile: false,
+            stall_ns: 200_000_000,
         }
     }
 }
@@ -184,6 +188,17 @@ pub struct ZabNode {
     /// Client writes that came while this node was not in sync.
     pub(crate) parked: Vec<(SessionId, u64, Op)>,
     pub(crate) now: u64,
+    /// Follower: open proposals whose log record has landed (acknowledged).
+    pub(crate) logged: BTreeSet<Zxid>,
+    pub(crate) stall: Stall,
+}
+
+/// The stall timer's state ([`crate::stall`]).
+#[derive(Debug, Default)]
+pub(crate) struct Stall {
+    pub(crate) armed: bool,
+    /// The oldest open proposal when the timer was armed.
+    pub(crate) mark: Option<Zxid>,
 }
 
 pub(crate) type Out = Vec<Command<ZabNode>>;
@@ -191,6 +206,7 @@ pub(crate) type Out = Vec<Command<ZabNode>>;
 /// Persist tokens: a log entry is named by its `zxid`.
 pub(crate) const SCAN_TIMER: Token = 1 << 62;
 pub(crate) const RETRY_TIMER: Token = (1 << 62) + 1;
+pub(crate) const STALL_TIMER: Token = (1 << 62) + 2;
 
 impl ZabNode {
     fn new(me: NodeId, ensemble: usize, params: ZabParams, config: &Config) -> ZabNode {
@@ -214,6 +230,8 @@ impl ZabNode {
             joining: None,
             parked: Vec::new(),
             now: 0,
+            logged: BTreeSet::new(),
+            stall: Stall::default(),
         }
     }
 
@@ -348,11 +366,19 @@ impl ZabNode {
 
     /// Follower: log a proposal, acknowledge it once it is durable.
     fn on_proposal(&mut self, entry: Entry, origin: Origin, out: &mut Out) {
+        if self.logged.contains(&entry.zxid) {
+            // Proposed again: the acknowledgement may have been lost.
+            return out.push(Command::Send {
+                to: self.leader(),
+                msg: ZabMsg::Ack { zxid: entry.zxid },
+            });
+        }
         if entry.zxid <= self.applied || self.pending.contains_key(&entry.zxid) {
             return;
         }
         self.pending.insert(entry.zxid, (entry, origin));
         if self.params.volatile {
+            self.logged.insert(entry.zxid);
             return out.push(Command::Send {
                 to: self.leader(),
                 msg: ZabMsg::Ack { zxid: entry.zxid },
@@ -370,6 +396,9 @@ impl ZabNode {
         }
         if self.lead.is_some() {
             return self.on_ack(self.me, token, out);
+        }
+        if self.pending.contains_key(&token) {
+            self.logged.insert(token);
         }
         out.push(Command::Send {
             to: self.leader(),
@@ -431,6 +460,7 @@ impl ZabNode {
             self.data.insert(entry.key, (entry.value, entry.zxid));
             self.log.push(entry);
             self.applied = entry.zxid;
+            self.logged.remove(&entry.zxid);
             if origin.node == self.me {
                 out.push(Command::Reply {
                     session: origin.session,
@@ -508,6 +538,7 @@ impl Protocol for ZabNode {
             Input::Timer { token } => self.timer(token, out),
             Input::Config(c) => self.reconfigure(c, out),
         }
+        self.watch_stall(out);
     }
 }
 

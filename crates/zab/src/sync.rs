@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use serde::Serialize;
 use tandem_net::{Command, NodeId, Token};
 
-use crate::node::{Entry, Out, ZabMsg, ZabNode, Zxid, RETRY_TIMER, SCAN_TIMER};
+use crate::node::{Entry, Out, ZabMsg, ZabNode, Zxid, RETRY_TIMER, SCAN_TIMER, STALL_TIMER};
 
 /// How one follower was brought back, as the leader saw it.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -74,6 +74,10 @@ pub(crate) struct Joining {
     got: bool,
     /// Batches that overtook an earlier one on the wire, by where they start.
     ahead: BTreeMap<Zxid, (Zxid, Vec<Entry>)>,
+    /// Where this follower stood when it last asked.
+    asked_at: Zxid,
+    /// How long to wait for the sync before asking again.
+    retry_ns: u64,
 }
 
 fn scan_timer(f: NodeId) -> Token {
@@ -83,31 +87,66 @@ fn scan_timer(f: NodeId) -> Token {
 impl ZabNode {
     /// Follower, restarted and re-added: ask the leader for what it missed.
     pub(crate) fn ask_sync(&mut self, out: &mut Out) {
+        self.ask_sync_every(self.params.retry_ns, out)
+    }
+
+    /// Ask for a sync; ask again after `retry_ns` without progress.
+    pub(crate) fn ask_sync_every(&mut self, retry_ns: u64, out: &mut Out) {
         if self.joining.as_ref().is_some_and(|j| j.got) {
             return;
         }
-        self.joining.get_or_insert(Joining {
-            landing: BTreeSet::new(),
-            got: false,
-            ahead: BTreeMap::new(),
-        });
+        let applied = self.applied;
+        self.joining
+            .get_or_insert(Joining {
+                landing: BTreeSet::new(),
+                got: false,
+                ahead: BTreeMap::new(),
+                asked_at: applied,
+                retry_ns,
+            })
+            .asked_at = applied;
         out.push(Command::Send {
             to: self.leader(),
             msg: ZabMsg::LastZxid { zxid: self.applied },
         });
+        let retry_ns = self.joining.as_ref().map_or(retry_ns, |j| j.retry_ns);
         out.push(Command::SetTimer {
             token: RETRY_TIMER,
-            at_ns: self.now + self.params.retry_ns,
+            at_ns: self.now + retry_ns,
         });
     }
 
     pub(crate) fn timer(&mut self, token: Token, out: &mut Out) {
         if token == RETRY_TIMER {
             if !self.ready {
-                self.ask_sync(out);
+                self.retry_sync(out);
             }
+        } else if token == STALL_TIMER {
+            self.stall_check(out);
         } else if let Some(f) = token.checked_sub(SCAN_TIMER + 16) {
             self.scan_done(f as NodeId, out);
+        }
+    }
+
+    /// Follower, still not in sync a retry period after it asked: ask
+    /// again unless batches came and moved it on since (a batch or the
+    /// `Join` may have died with a stream).
+    fn retry_sync(&mut self, out: &mut Out) {
+        let applied = self.applied;
+        match self.joining.as_mut() {
+            Some(j) if j.got && j.asked_at != applied => {
+                j.asked_at = applied;
+                out.push(Command::SetTimer {
+                    token: RETRY_TIMER,
+                    at_ns: self.now + j.retry_ns,
+                });
+            }
+            Some(j) => {
+                j.got = false;
+                let every = j.retry_ns;
+                self.ask_sync_every(every, out);
+            }
+            None => self.ask_sync(out),
         }
     }
 
@@ -118,8 +157,11 @@ impl ZabNode {
         let Some(lead) = self.lead.as_mut() else {
             return;
         };
-        if lead.syncs.by.contains_key(&f) {
-            return; // a repeated request: the sync under way answers it
+        match lead.syncs.by.get(&f) {
+            Some(s) if s.scanning => return, // the scan under way answers it
+            // Asked again after the shipping: a batch was lost; start over.
+            Some(_) => drop(lead.syncs.by.remove(&f)),
+            None => {}
         }
         lead.active.remove(&f);
         let target = lead.committed.max(from_zxid);
@@ -324,13 +366,22 @@ impl ZabNode {
             for e in entries {
                 self.data.insert(e.key, (e.value, e.zxid));
                 self.log.push(e);
-                j.landing.insert(e.zxid);
-                out.push(Command::Persist {
-                    token: e.zxid,
-                    record: crate::node::ZabRecord::Log(e),
-                });
+                if !self.params.volatile {
+                    j.landing.insert(e.zxid);
+                    out.push(Command::Persist {
+                        token: e.zxid,
+                        record: crate::node::ZabRecord::Log(e),
+                    });
+                }
             }
             self.applied = self.applied.max(upto);
+        }
+        if self.params.volatile && j.landing.is_empty() {
+            // Nothing to wait for: "logged" on arrival.
+            out.push(Command::Send {
+                to: self.leader(),
+                msg: ZabMsg::BatchDone { upto: self.applied },
+            });
         }
         self.commit_to = self.commit_to.max(self.applied);
         self.apply_committed(out); // a shadow replica's proposals past the sync
@@ -356,6 +407,25 @@ impl ZabNode {
         }
     }
 
+    /// Follower, joining: log an open proposal the `Join` handed over.
+    fn take_open(&mut self, entry: Entry, origin: crate::node::Origin, out: &mut Out) {
+        if self.pending.contains_key(&entry.zxid) {
+            return;
+        }
+        self.pending.insert(entry.zxid, (entry, origin));
+        if self.params.volatile {
+            self.logged.insert(entry.zxid);
+            return out.push(Command::Send {
+                to: self.leader(),
+                msg: ZabMsg::Ack { zxid: entry.zxid },
+            });
+        }
+        out.push(Command::Persist {
+            token: entry.zxid,
+            record: crate::node::ZabRecord::Log(entry),
+        });
+    }
+
     /// Follower: in sync; take the proposals still open and serve clients.
     pub(crate) fn on_join(
         &mut self,
@@ -373,14 +443,10 @@ impl ZabNode {
         }
         self.joining = None;
         self.ready = true;
+        self.pending.retain(|&z, _| z > upto);
+        self.logged.retain(|&z| z > upto);
         for (entry, origin) in pending {
-            self.pending.entry(entry.zxid).or_insert_with(|| {
-                out.push(Command::Persist {
-                    token: entry.zxid,
-                    record: crate::node::ZabRecord::Log(entry),
-                });
-                (entry, origin)
-            });
+            self.take_open(entry, origin, out);
         }
         self.commit_to = self.commit_to.max(committed);
         self.apply_committed(out);
