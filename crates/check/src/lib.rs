@@ -18,6 +18,8 @@
 //!   a version order the caller supplies (Causal consistency, C1').
 //! - [`thin_air`]: every value read was written, by a write invoked before
 //!   the read completed (G2).
+//! - [`zxid_sc`]: sequential consistency in zxid order for a leader-based
+//!   store (the ZAB baseline), over [`RcOp`] histories.
 //!
 //! Every checker returns `Result<Stats, Violation>`; a [`Violation`] names
 //! the key at fault and carries the smallest failing piece of history the
@@ -34,6 +36,7 @@ pub mod thin_air;
 pub mod verdict;
 mod wgl;
 mod zones;
+pub mod zxid_sc;
 
 pub use convergence::{check_convergence, FinalStates};
 pub use history::{parse_jsonl, read_jsonl, to_jsonl, write_jsonl, HistOp, OpKind};
@@ -43,3 +46,4 @@ pub use rc_history::{parse_rc_jsonl, rc_to_jsonl, Class, RcKind, RcOp, Version};
 pub use session::{check_session, check_sessions, version_order, VersionOrder};
 pub use thin_air::check_no_thin_air;
 pub use verdict::{Stats, Violation, ViolationKind};
+pub use zxid_sc::{check_zxid_sc, ZxidStats, ZxidViolation, ZxidViolationKind};
