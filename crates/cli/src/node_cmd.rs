@@ -68,7 +68,9 @@ pub struct NodeArgs {
     /// Kite: the write time-out in ms (the retransmission period is half of it); default 1 ms, the paper's.
     #[arg(long)]
     timeout_ms: Option<f64>,
-    /// Kite: a deliberate protocol bug (see `tandem kite check --help`), for tests of the checks.
+    /// Kite: a deliberate protocol bug (see `tandem kite check --help`), for tests of the checks;
+    /// zab: join-early (a resynced follower joins without the writes committed during its sync) or
+    /// no-stall-timer (a message lost with a link stalls a follower or the leader for good).
     #[arg(long, hide = true)]
     mutant: Option<String>,
 }
@@ -250,12 +252,17 @@ fn refuse_a_kite_restart(a: &NodeArgs) -> Result<(), String> {
 /// that `tandem kite bench` measures Kite against (node 0 is the leader;
 /// no leader election, so a dead leader stops writes).
 fn zab_node(a: NodeArgs) -> Result<(), String> {
-    if !a.bugs.is_empty()
-        || a.recovery != "full-copy"
-        || a.timeout_ms.is_some()
-        || a.mutant.is_some()
-    {
-        return Err("--inject-bug and --recovery are DDP's, --timeout-ms and --mutant Kite's; zab takes none".into());
+    if !a.bugs.is_empty() || a.recovery != "full-copy" || a.timeout_ms.is_some() {
+        return Err(
+            "--inject-bug and --recovery are DDP's, --timeout-ms Kite's; zab takes none".into(),
+        );
+    }
+    let mut params = tandem_zab::ZabParams::default();
+    match a.mutant.as_deref() {
+        None => {}
+        Some("join-early") => params.bug_join_early = true,
+        Some("no-stall-timer") => params.bug_no_stall = true,
+        Some(m) => return Err(format!("--mutant {m}: zab has join-early and no-stall-timer")),
     }
     if nvm_corrupt(&a)? != OnCorrupt::Stop {
         return Err("--nvm-corrupt move-aside is DDP's (zab keeps nothing durable)".into());
@@ -270,7 +277,7 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
     host::run(
         cfg,
         listener,
-        tandem_zab::kite_api::KiteZabFactory::default(),
+        tandem_zab::kite_api::KiteZabFactory::with(params),
     )
     .map_err(|e| node_error(a.id, &e))
 }

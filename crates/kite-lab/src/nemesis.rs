@@ -3,8 +3,11 @@
 //! loss, blackholed connects, `SIGSTOP`, `kill -9` — while the checked
 //! random mix of every Kite operation records a history. Then
 //!
-//! - safety: the history against release consistency
-//!   ([`tandem_check::check_rc`]), written as JSON lines
+//! - safety: Kite's history against release consistency
+//!   ([`tandem_check::check_rc`]); ZAB's, whose reads are local (sequential
+//!   consistency, not release consistency's linearizable synchronisation),
+//!   against sequential consistency in zxid order
+//!   ([`tandem_check::check_zxid_sc`]); both written as JSON lines
 //!   ([`tandem_check::rc_to_jsonl`]);
 //! - liveness: after each heal, throughput is back to half of its healthy
 //!   level, and every node still up answers a release, within
@@ -29,7 +32,7 @@ use tandem_nemesis::schedule::{self, Shape};
 use tandem_nemesis::addr_of;
 use tandem_net::client::{Mux, MuxEvent};
 
-use crate::procs::{run_load, Gen, KiteCluster, Live, LoadOpts, NodeOpts};
+use crate::procs::{run_load, Gen, KiteCluster, Live, LoadOpts, LoadReport, NodeOpts};
 
 /// Five replicas, no manager; a killed replica stays down.
 pub const SHAPE: Shape = Shape {
@@ -173,9 +176,7 @@ impl KiteNemesis {
         std::fs::write(&history, tandem_check::rc_to_jsonl(&report.history))
             .map_err(|e| format!("{}: {e}", history.display()))?;
         let mut violations = outcome.violations;
-        if let Some(v) = &report.violation {
-            violations.push(format!("not release consistent: {v}"));
-        }
+        violations.extend(self.check(&report));
         Ok(ScheduleRun {
             seed,
             faults: faults.iter().map(|f| f.to_string()).collect(),
@@ -186,6 +187,19 @@ impl KiteNemesis {
             history,
             replay: self.replay(seed),
         })
+    }
+}
+
+impl KiteNemesis {
+    /// Kite against release consistency (the load checked it); ZAB, whose
+    /// reads are local, against sequential consistency in zxid order.
+    fn check(&self, report: &LoadReport) -> Option<String> {
+        if !self.zab {
+            let v = report.violation.as_ref()?;
+            return Some(format!("not release consistent: {v}"));
+        }
+        let v = tandem_check::check_zxid_sc(&report.history).err()?;
+        Some(format!("not sequentially consistent in zxid order: {v}"))
     }
 }
 

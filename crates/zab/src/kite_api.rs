@@ -112,6 +112,18 @@ impl Default for KiteZabFactory {
     }
 }
 
+impl KiteZabFactory {
+    /// Members with these knobs (nothing is logged to NVM whatever they say).
+    pub fn with(params: ZabParams) -> KiteZabFactory {
+        KiteZabFactory(ZabFactory {
+            params: ZabParams {
+                volatile: true,
+                ..params
+            },
+        })
+    }
+}
+
 impl NodeFactory<KiteZabNode> for KiteZabFactory {
     fn start(&self, id: NodeId, config: &Config) -> KiteZabNode {
         KiteZabNode {

@@ -134,6 +134,9 @@ pub struct ZabParams {
     /// Mutant: the follower joins without the writes committed during its
     /// sync (a test must catch it).
     pub bug_join_early: bool,
+    /// Mutant: no stall timer, as this baseline first was: a lost message
+    /// stalls a follower, or the leader, for good (the nemesis must catch it).
+    pub bug_no_stall: bool,
     /// No log in NVM: a proposal counts as logged when it arrives (the
     /// in-memory ZAB the Kite paper measures Kite against, docs/DESIGN.md §7.5).
     pub volatile: bool,
@@ -152,6 +155,7 @@ impl Default for ZabParams {
             dram: false,
             shadow: false,
             bug_join_early: false,
+            bug_no_stall: false,
             volatile: false,
             stall_ns: 200_000_000,
         }
