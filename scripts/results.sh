@@ -152,10 +152,12 @@ run $T net echo --json $OUT/net-echo.json
 python3 scripts/render_ddp.py "$OUT" > "$PARTS/ddp.md"
 assemble "$PARTS/ddp.md"
 # DDP under real faults: 20 seeded schedules on processes in a network namespace (root).
-NEMESIS="$T nemesis --system ddp --schedules 20 --seed 100"
-run $NEMESIS --out $OUT/nemesis --json $OUT/nemesis-ddp.json || true
-python3 scripts/render_nemesis.py $OUT/nemesis-ddp.json "${NEMESIS/#$T/tandem}" > "$PARTS/nemesis-ddp.md"
-assemble "$PARTS/nemesis-ddp.md"
+for SYS in ddp kite zab; do
+  NEMESIS="$T nemesis --system $SYS --schedules 20 --seed 100"
+  run $NEMESIS --out $OUT/nemesis-$SYS --json $OUT/nemesis-$SYS.json || true
+  python3 scripts/render_nemesis.py $OUT/nemesis-$SYS.json "${NEMESIS/#$T/tandem}" $SYS > "$PARTS/nemesis-$SYS.md"
+  assemble "$PARTS/nemesis-$SYS.md"
+done
 
 # Slot reclamation. TATP and bounded-history TPC-C at full speed, 10 minutes each with
 # reclamation and 10 without (SOAK_SECS shortens them), occupancy and memory sampled every 10 s.
