@@ -79,6 +79,11 @@ pub enum Crash {
     /// still cut off from them, and the manager, which reaches it alone,
     /// removes the others. It must not serve before it has caught up.
     Flip,
+    /// No crash and no reconfiguration (seen on real processes first):
+    /// two pairs of nodes cannot reach each other, both reach the fifth
+    /// (and the manager, which so removes nobody), for long enough that
+    /// each side writes many updates the other lacks; then it heals.
+    Bridge,
 }
 
 impl Crash {
@@ -96,8 +101,9 @@ impl Crash {
             "suspect-spread" => Ok(Crash::SuspectSpread),
             "copy-source" => Ok(Crash::CopySource),
             "flip" => Ok(Crash::Flip),
+            "bridge" => Ok(Crash::Bridge),
             other => Err(format!(
-                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated, suspect-spread, bounce, copy-source, flip)"
+                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated, suspect-spread, bounce, copy-source, flip, bridge)"
             )),
         }
     }
@@ -115,6 +121,7 @@ impl Crash {
             Crash::SuspectSpread => "suspect-spread",
             Crash::CopySource => "copy-source",
             Crash::Flip => "flip",
+            Crash::Bridge => "bridge",
         }
     }
 }
@@ -682,6 +689,7 @@ pub fn run(cfg: &CheckConfig) -> CheckReport {
         Crash::Bounce => r.bounce_one(),
         Crash::CopySource => r.crash_copy_source(),
         Crash::Flip => r.flip_one(),
+        Crash::Bridge => r.bridge(),
     }
     r.finish(crash_at);
     r.report
@@ -913,6 +921,27 @@ impl Run {
         slow(&self.net, 0);
         let c = self.config((0..nodes).collect());
         self.net.announce_delayed(&c, &links);
+    }
+
+    /// `Crash::Bridge`: two pairs cut off from each other, both joined
+    /// through the fifth node, for 0.5–2 ms (hundreds of anti-entropy
+    /// ticks); every node stays a member.
+    fn bridge(&mut self) {
+        let mut all: Vec<NodeId> = (0..self.cfg.nodes).collect();
+        for i in (1..all.len()).rev() {
+            all.swap(i, self.rng.below(i as u64 + 1) as usize);
+        }
+        let half = (all.len() - 1) / 2;
+        let (a, b) = (all[..half].to_vec(), all[half..2 * half].to_vec());
+        let cut = |net: &SimNet<DdpNode, DdpFactory>, on| {
+            for &x in &a {
+                b.iter().for_each(|&y| net.partition(x, y, on));
+            }
+        };
+        cut(&self.net, true);
+        let held = self.rng.range_inclusive(500_000, 2_000_000);
+        self.net.run_for(held);
+        cut(&self.net, false);
     }
 
     /// `Crash::Flip`, driven by the real configuration manager on

@@ -113,22 +113,31 @@ impl Drive<'_> {
         ((self.completed)() - before) as f64 / window.as_secs_f64()
     }
 
-    /// Right after `f` healed: how long until throughput and membership are back.
+    /// Right after `f` healed: how long until throughput and membership
+    /// are back, both watched in the same 100 ms windows.
     fn after_heal(&self, t: &mut dyn Target, baseline: f64, f: &Fault) -> Heal {
         let healed = Instant::now();
         let members_at_heal = t.configuration();
-        let mut rates = Vec::new();
-        let limit = self.bound * 4;
-        let recover_ms = self.recovered(baseline, healed, limit, &mut rates);
-        let rejoin_ms = loop {
-            if t.whole() {
-                break Some(healed.elapsed().as_secs_f64() * 1e3);
+        let (mut rates, mut recover_ms, mut rejoin_ms) = (Vec::new(), None, None);
+        let since = |at: Instant| Some(at.duration_since(healed).as_secs_f64() * 1e3);
+        while healed.elapsed() < self.bound * 4 && (recover_ms.is_none() || rejoin_ms.is_none()) {
+            let (start, before) = (Instant::now(), (self.completed)());
+            let window = start + Duration::from_millis(100);
+            while rejoin_ms.is_none() && Instant::now() < window {
+                if t.whole() {
+                    rejoin_ms = since(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(10));
             }
-            if healed.elapsed() > limit {
-                break None;
+            std::thread::sleep(window.saturating_duration_since(Instant::now()));
+            if recover_ms.is_none() {
+                let done = ((self.completed)() - before) as f64;
+                rates.push(done / start.elapsed().as_secs_f64());
+                if rates.last().is_some_and(|&r| r >= baseline / 2.0) {
+                    recover_ms = since(Instant::now());
+                }
             }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        }
         Heal {
             fault: f.to_string(),
             class: f.class().into(),
@@ -138,19 +147,6 @@ impl Drive<'_> {
             rates,
             members_at_heal,
         }
-    }
-
-    /// Milliseconds from `healed` until a 100 ms window ran at half of
-    /// `baseline` (to the window's end), if within `limit`. Each window's
-    /// rate goes to `rates` (what a liveness failure shows).
-    fn recovered(&self, baseline: f64, healed: Instant, limit: Duration, rates: &mut Vec<f64>) -> Option<f64> {
-        while healed.elapsed() < limit {
-            rates.push(self.rate(Duration::from_millis(100)));
-            if rates.last().is_some_and(|&r| r >= baseline / 2.0) {
-                return Some(healed.elapsed().as_secs_f64() * 1e3);
-            }
-        }
-        None
     }
 
     /// Liveness failures after a heal, as violations.
