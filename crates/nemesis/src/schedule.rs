@@ -216,7 +216,6 @@ fn fault_of(class: &str, rng: &mut Rng, n: usize) -> Fault {
 mod tests {
     use super::*;
 
-    #[test]
     const DDP: Shape = Shape {
         nodes: 5,
         manager: true,
