@@ -12,7 +12,8 @@ use tandem_nemesis::schedule;
 
 #[derive(Args)]
 pub struct NemesisArgs {
-    /// The system under faults: ddp (five `tandem node` processes and their manager), kite (five
+    /// The system under faults: ddp (five `tandem node` processes and their manager), heal (the
+    /// same, restarted nodes recovering with HEAL: the Lin models), kite (five
     /// Kite replicas, crash-stop), zab (the ZAB baseline: five nodes, leader 0).
     #[arg(long, default_value = "ddp")]
     system: String,
@@ -26,8 +27,9 @@ pub struct NemesisArgs {
     #[arg(long, default_value_t = 3)]
     schedules: u64,
     /// Fault classes to draw from, comma-separated, or all: isolate, split, bridge, one-way, loss,
-    /// blackhole, manager, pause, kill, kill-all, flip (manager and flip need DDP's manager;
-    /// Kite and ZAB are crash-stop here: no kill-all, and at most two kills a schedule).
+    /// blackhole, manager, pause, kill, kill-all, flip, recover (a node killed, then recovering while
+    /// another fault holds) (manager and flip need DDP's manager;
+    /// Kite and ZAB are crash-stop here: no kill-all or recover, and at most two kills a schedule).
     #[arg(long, default_value = "all")]
     faults: String,
     #[arg(long, default_value_t = 3)]
@@ -49,11 +51,11 @@ pub struct NemesisArgs {
 
 pub fn run(a: NemesisArgs) -> Result<(), String> {
     let (runs, bound) = match a.system.as_str() {
-        "ddp" => run_ddp(&a)?,
+        "ddp" | "heal" => run_ddp(&a)?,
         "kite" | "zab" => run_kite(&a)?,
         s => {
             return Err(format!(
-                "--system {s}: the nemesis runs ddp, kite and zab so far (pandora and heal are not wired to it yet)"
+                "--system {s}: the nemesis runs ddp, heal, kite and zab so far (pandora is not wired to it yet)"
             ))
         }
     };
@@ -78,7 +80,10 @@ fn header(a: &NemesisArgs, what: &str, dir: &std::path::Path) {
 fn run_ddp(a: &NemesisArgs) -> Result<(Vec<ScheduleRun>, Duration), String> {
     let cfg = config(a)?;
     prepare()?;
-    let what = format!("DDP {} (5 nodes, a manager)", cfg.model);
+    let what = match cfg.heal {
+        true => format!("DDP {} recovering with HEAL (5 nodes, a manager)", cfg.model),
+        false => format!("DDP {} (5 nodes, a manager)", cfg.model),
+    };
     header(a, &what, &cfg.dir);
     Ok((nemesis::run(&cfg, print_run), RECOVERY_BOUND))
 }
@@ -127,6 +132,7 @@ fn config(a: &NemesisArgs) -> Result<NemesisConfig, String> {
         fault_time: Duration::from_millis(a.fault_ms),
         dir: std::path::absolute(&a.out).map_err(|e| e.to_string())?,
         bugs: a.bugs.clone(),
+        heal: a.system == "heal",
     };
     cfg.validate()?;
     Ok(cfg)

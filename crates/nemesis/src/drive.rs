@@ -184,8 +184,17 @@ fn io(e: std::io::Error) -> String {
     e.to_string()
 }
 
-/// Inject `f` and keep it for `time` (a flip changes shape half-way).
+/// Inject `f` and keep it for `time` (a flip changes shape half-way, and
+/// a recovery starts half-way under another fault).
 fn hold(fw: &mut Firewall, t: &mut dyn Target, f: &Fault, time: Duration) -> Result<(), String> {
+    if let Fault::Recover { node, during } = f {
+        t.kill(*node);
+        std::thread::sleep(time / 2);
+        t.restart(*node)?;
+        apply(fw, t, during)?;
+        std::thread::sleep(time / 2);
+        return Ok(());
+    }
     let Fault::Flip(n) = *f else {
         apply(fw, t, f)?;
         std::thread::sleep(time);
@@ -237,7 +246,7 @@ fn apply(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String>
             (0..shape.nodes).for_each(|n| t.kill(n));
             Ok(())
         }
-        Fault::Flip(_) => unreachable!("held by `hold`"),
+        Fault::Flip(_) | Fault::Recover { .. } => unreachable!("held by `hold`"),
     }
 }
 
@@ -261,6 +270,7 @@ fn heal(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String> 
     fw.heal().map_err(io)?;
     match f {
         Fault::Pause(n) => t.signal(*n, false),
+        Fault::Recover { during, .. } => return heal(fw, t, during),
         Fault::Kill(_) | Fault::KillAll if t.shape().restarts => {
             for n in t.down() {
                 t.restart(n)?;

@@ -25,7 +25,7 @@ impl Shape {
             .iter()
             .copied()
             .filter(|c| self.manager || !matches!(*c, "manager" | "flip"))
-            .filter(|c| self.restarts || *c != "kill-all")
+            .filter(|c| self.restarts || !matches!(*c, "kill-all" | "recover"))
             .collect()
     }
 }
@@ -57,10 +57,13 @@ pub enum Fault {
     /// A flapping network: node `n` isolated for the first half; then the
     /// others cut off from `n` and from the manager, which reaches `n` alone.
     Flip(usize),
+    /// `kill -9` node `n` for the first half; then it restarts and
+    /// recovers while `during` holds (a recovery under faults).
+    Recover { node: usize, during: Box<Fault> },
 }
 
 /// The classes `--faults` names.
-pub const CLASSES: [&str; 11] = [
+pub const CLASSES: [&str; 12] = [
     "isolate",
     "split",
     "bridge",
@@ -72,6 +75,7 @@ pub const CLASSES: [&str; 11] = [
     "kill",
     "kill-all",
     "flip",
+    "recover",
 ];
 
 impl fmt::Display for Fault {
@@ -88,6 +92,9 @@ impl fmt::Display for Fault {
             Fault::Kill(n) => write!(f, "kill -9 node {n}"),
             Fault::KillAll => write!(f, "kill -9 all nodes"),
             Fault::Flip(n) => write!(f, "isolate node {n}, then only {n} and the manager"),
+            Fault::Recover { node, during } => {
+                write!(f, "kill -9 node {node}, recover it under {during}")
+            }
         }
     }
 }
@@ -107,6 +114,7 @@ impl Fault {
             Fault::Kill(_) => "kill",
             Fault::KillAll => "kill-all",
             Fault::Flip(_) => "flip",
+            Fault::Recover { .. } => "recover",
         }
     }
 }
@@ -134,7 +142,7 @@ pub fn parse_classes(list: &str, shape: Shape) -> Result<Vec<String>, String> {
 
 fn why_not(class: &str) -> &'static str {
     match class {
-        "kill-all" => "its replicas are crash-stop: a killed one stays down, so killing all ends the run",
+        "kill-all" | "recover" => "its replicas are crash-stop: a killed one stays down",
         _ => "it has no configuration manager",
     }
 }
@@ -208,6 +216,15 @@ fn fault_of(class: &str, rng: &mut Rng, n: usize) -> Fault {
         "kill" => Fault::Kill(node(rng, n)),
         "kill-all" => Fault::KillAll,
         "flip" => Fault::Flip(node(rng, n)),
+        "recover" => {
+            let node = node(rng, n);
+            let during = ["isolate", "split", "one-way", "loss", "pause"];
+            let c = during[rng.below(during.len() as u64) as usize];
+            Fault::Recover {
+                node,
+                during: Box::new(fault_of(c, rng, n)),
+            }
+        }
         other => unreachable!("checked class {other}"),
     }
 }

@@ -55,6 +55,8 @@ fn manager_ip() -> Ipv4Addr {
 }
 
 impl Procs {
+    /// Node flags beyond the cluster's own: planted bugs (`--inject-bug`)
+    /// and the recovery (`--recovery heal`), as the command line gives them.
     pub fn start(exe: &Path, model: &str, dir: &Path, bugs: &[String]) -> Result<Procs, String> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -116,7 +118,10 @@ impl Procs {
             .arg(self.dir.join(format!("node{i}.nvm")))
             .args(["--nvm-size", "16M", "--lease-ms", &LEASE_MS.to_string()]);
         for b in &self.bugs {
-            cmd.args(["--inject-bug", b]);
+            match b.strip_prefix("recovery=") {
+                Some(r) => cmd.args(["--recovery", r]),
+                None => cmd.args(["--inject-bug", b]),
+            };
         }
         let child = cmd
             .stderr(self.log(&format!("node{i}"))?)

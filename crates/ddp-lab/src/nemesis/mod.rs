@@ -37,7 +37,7 @@ pub const RECOVERY_BOUND: Duration = Duration::from_millis(2 * LEASE_MS + 1_000)
 /// Healthy time between two faults, and before the first.
 const SETTLE: Duration = Duration::from_secs(1);
 /// Keys the load reads and writes (uniformly).
-const KEYS: u64 = 50;
+const KEYS: u64 = 100;
 /// Client sessions (spread over the five nodes).
 const SESSIONS: u64 = 20;
 /// A call without an answer for this long is recorded as unknown, and its
@@ -62,6 +62,9 @@ pub struct NemesisConfig {
     pub dir: PathBuf,
     /// Planted bugs for every node (test-only).
     pub bugs: Vec<String>,
+    /// HEAL: restarted nodes recover with HEAL (`tandem node --recovery heal`),
+    /// not by a full copy.
+    pub heal: bool,
 }
 
 impl NemesisConfig {
@@ -69,6 +72,9 @@ impl NemesisConfig {
         let model = tandem_ddp::Model::parse(&self.model)?;
         if let Some(e) = self.classes.iter().find_map(|c| verdict::refuses(model, c)) {
             return Err(e);
+        }
+        if self.heal && model.c != tandem_ddp::Consistency::Lin {
+            return Err(format!("--system heal: HEAL recovers the Lin models (lin-strict, lin-synch, lin-re, lin-scope, lin-eventual), not {model}"));
         }
         if self.schedules == 0 || self.faults == 0 {
             return Err("--schedules and --faults-per-schedule must be at least 1".into());
@@ -79,7 +85,8 @@ impl NemesisConfig {
     /// The command that runs schedule `seed` again.
     pub fn replay(&self, seed: u64) -> String {
         let mut c = format!(
-            "tandem nemesis --system ddp --model {} --seed {seed} --schedules 1 --faults {} --faults-per-schedule {} --fault-ms {}",
+            "tandem nemesis --system {} --model {} --seed {seed} --schedules 1 --faults {} --faults-per-schedule {} --fault-ms {}",
+            if self.heal { "heal" } else { "ddp" },
             self.model,
             self.classes.join(","),
             self.faults,
@@ -122,7 +129,11 @@ fn failed(cfg: &NemesisConfig, seed: u64, why: String) -> ScheduleRun {
 fn run_schedule(cfg: &NemesisConfig, seed: u64) -> Result<ScheduleRun, String> {
     let faults = schedule::draw(seed, &cfg.classes, cfg.faults, SHAPE);
     let dir = cfg.dir.join(format!("seed-{seed}"));
-    let mut procs = Procs::start(&cfg.exe, &cfg.model, &dir, &cfg.bugs)?;
+    let mut flags = cfg.bugs.clone();
+    if cfg.heal {
+        flags.push("recovery=heal".into());
+    }
+    let mut procs = Procs::start(&cfg.exe, &cfg.model, &dir, &flags)?;
     procs.wait_all_members(Duration::from_secs(20))?;
     let load = Load::start(&load_config(&procs, seed)?, Instant::now());
     wait_serving(&load)?;
