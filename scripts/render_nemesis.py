@@ -5,7 +5,7 @@ injected, the schedules they were in, the operations of those schedules,
 violations, and the time from the heal until throughput was back and every
 node served again (median and max).
 
-Usage: render_nemesis.py FILE COMMAND SYSTEM (ddp, kite or zab)."""
+Usage: render_nemesis.py FILE COMMAND SYSTEM (ddp, heal, kite or zab)."""
 import json
 import statistics
 import sys
@@ -16,6 +16,8 @@ system = sys.argv[3]
 SYSTEMS = {
     "ddp": ("Real faults on DDP's processes", "five `tandem node` processes and their manager, ⟨Lin, Synch⟩",
             "linearizability", "1,400 ms (two leases and a second)", "every node a member of the manager's configuration again"),
+    "heal": ("Real faults on HEAL's processes", "five `tandem node --recovery heal` processes and their manager, ⟨Lin, Synch⟩, restarted nodes recovering with HEAL (`recover`: a recovery under another fault)",
+             "linearizability", "1,400 ms (two leases and a second)", "every node a member of the manager's configuration again"),
     "kite": ("Real faults on Kite's processes", "five `tandem node --system kite` processes (crash-stop: at most two killed a schedule, never restarted), write time-out 100 ms",
              "release consistency", "1,500 ms", "every live node answering a release again"),
     "zab": ("Real faults on the ZAB baseline's processes", "five `tandem node --system zab` processes, node 0 the leader",

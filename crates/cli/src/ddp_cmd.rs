@@ -47,7 +47,8 @@ pub struct CheckArgs {
     /// reaching nodes at different times), bounce (a node restarted within its lease), copy-source
     /// (an origin's updates reach one member only, the origin crashes, a restarting node copies from
     /// that member, which crashes right after), flip (a node removed while cut off is re-added while
-    /// still cut off from its copy sources, which the manager hears no more), mix (none, one, all),
+    /// still cut off from its copy sources, which the manager hears no more), bridge (two pairs cut
+    /// off from each other, both reaching the fifth node, nobody removed), mix (none, one, all),
     /// recovery (one, buddy, again, two, copy-source) or membership (suspect, isolated,
     /// suspect-spread, bounce, flip).
     #[arg(long, default_value = "mix")]
