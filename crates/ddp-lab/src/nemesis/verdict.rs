@@ -36,7 +36,13 @@ pub fn refuses(model: Model, class: &str) -> Option<String> {
 /// `nodes` after the load stopped) under `model`.
 pub fn check(model: Model, ops: &[HistOp], nodes: &[SocketAddr], keys: &Keyring, key_count: u64) -> Vec<String> {
     if model.c == Consistency::Lin {
-        return match tandem_check::check_linearizable(ops) {
+        // Four times the default search budget: a fast run puts 8,000
+        // operations on one key, where the default was once undecided.
+        let cfg = tandem_check::LinConfig {
+            max_states: 4_000_000,
+            ..tandem_check::LinConfig::default()
+        };
+        return match tandem_check::check_linearizable_with(ops, &cfg) {
             Ok(_) => Vec::new(),
             Err(v) => vec![format!("not linearizable: {v}")],
         };
