@@ -369,7 +369,7 @@ impl ZabNode {
     }
 
     /// Follower: log a proposal, acknowledge it once it is durable.
-    fn on_proposal(&mut self, entry: Entry, origin: Origin, out: &mut Out) {
+    pub(crate) fn on_proposal(&mut self, entry: Entry, origin: Origin, out: &mut Out) {
         if self.logged.contains(&entry.zxid) {
             // Proposed again: the acknowledgement may have been lost.
             return out.push(Command::Send {

@@ -407,25 +407,6 @@ impl ZabNode {
         }
     }
 
-    /// Follower, joining: log an open proposal the `Join` handed over.
-    fn take_open(&mut self, entry: Entry, origin: crate::node::Origin, out: &mut Out) {
-        if self.pending.contains_key(&entry.zxid) {
-            return;
-        }
-        self.pending.insert(entry.zxid, (entry, origin));
-        if self.params.volatile {
-            self.logged.insert(entry.zxid);
-            return out.push(Command::Send {
-                to: self.leader(),
-                msg: ZabMsg::Ack { zxid: entry.zxid },
-            });
-        }
-        out.push(Command::Persist {
-            token: entry.zxid,
-            record: crate::node::ZabRecord::Log(entry),
-        });
-    }
-
     /// Follower: in sync; take the proposals still open and serve clients.
     pub(crate) fn on_join(
         &mut self,
@@ -446,7 +427,7 @@ impl ZabNode {
         self.pending.retain(|&z, _| z > upto);
         self.logged.retain(|&z| z > upto);
         for (entry, origin) in pending {
-            self.take_open(entry, origin, out);
+            self.on_proposal(entry, origin, out);
         }
         self.commit_to = self.commit_to.max(committed);
         self.apply_committed(out);
