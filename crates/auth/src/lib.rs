@@ -10,6 +10,7 @@
 //! Messages have fixed sizes, so a listener never allocates in proportion
 //! to what an unauthenticated party sends.
 
+pub mod dial;
 pub mod gate;
 pub mod handshake;
 pub mod io;

@@ -12,7 +12,8 @@ use tandem_nemesis::schedule;
 
 #[derive(Args)]
 pub struct NemesisArgs {
-    /// The system under faults: ddp (five `tandem node` processes and their manager), heal (the
+    /// The system under faults: pandora (three compute servers, three memory servers and the
+    /// membership, checked by check-cluster), ddp (five `tandem node` processes and their manager), heal (the
     /// same, restarted nodes recovering with HEAL: the Lin models), kite (five
     /// Kite replicas, crash-stop), zab (the ZAB baseline: five nodes, leader 0).
     #[arg(long, default_value = "ddp")]
@@ -30,6 +31,8 @@ pub struct NemesisArgs {
     /// blackhole, manager, pause, kill, kill-all, flip, recover (a node killed, then recovering while
     /// another fault holds) (manager and flip need DDP's manager;
     /// Kite and ZAB are crash-stop here: no kill-all or recover, and at most two kills a schedule).
+    /// Pandora takes isolate, split, one-way, loss, blackhole, manager, manager-cut (the membership
+    /// cut from one memory server), pause, kill, kill-all (every compute server) and recover.
     #[arg(long, default_value = "all")]
     faults: String,
     #[arg(long, default_value_t = 3)]
@@ -43,7 +46,8 @@ pub struct NemesisArgs {
     /// Write every schedule's result here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Test-only planted bug for every node (DDP: `tandem node --inject-bug`; Kite: a `--mutant`),
+    /// Test-only planted bug for every node (DDP: `tandem node --inject-bug`; Kite: a `--mutant`;
+    /// Pandora: the membership's `--inject-bug`, e.g. publish-before-recovery),
     /// to show the nemesis catches it.
     #[arg(long = "inject-bug", hide = true)]
     bugs: Vec<String>,
@@ -53,9 +57,10 @@ pub fn run(a: NemesisArgs) -> Result<(), String> {
     let (runs, bound) = match a.system.as_str() {
         "ddp" | "heal" => run_ddp(&a)?,
         "kite" | "zab" => run_kite(&a)?,
+        "pandora" => run_pandora(&a)?,
         s => {
             return Err(format!(
-                "--system {s}: the nemesis runs ddp, heal, kite and zab so far (pandora is not wired to it yet)"
+                "--system {s}: one of pandora, ddp, heal, kite, zab"
             ))
         }
     };
@@ -81,7 +86,10 @@ fn run_ddp(a: &NemesisArgs) -> Result<(Vec<ScheduleRun>, Duration), String> {
     let cfg = config(a)?;
     prepare()?;
     let what = match cfg.heal {
-        true => format!("DDP {} recovering with HEAL (5 nodes, a manager)", cfg.model),
+        true => format!(
+            "DDP {} recovering with HEAL (5 nodes, a manager)",
+            cfg.model
+        ),
         false => format!("DDP {} (5 nodes, a manager)", cfg.model),
     };
     header(a, &what, &cfg.dir);
@@ -112,6 +120,25 @@ fn run_kite(a: &NemesisArgs) -> Result<(Vec<ScheduleRun>, Duration), String> {
     };
     header(a, what, &cfg.dir);
     Ok((cfg.run(print_run), RECOVERY_BOUND))
+}
+
+fn run_pandora(a: &NemesisArgs) -> Result<(Vec<ScheduleRun>, Duration), String> {
+    use tandem_pandora_lab::nemesis::{self as pandora, NemesisConfig, RECOVERY_BOUND};
+    let cfg = NemesisConfig {
+        exe: std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?,
+        seed: a.seed,
+        schedules: a.schedules,
+        classes: pandora::parse_classes(&a.faults)?,
+        faults: a.faults_per_schedule,
+        fault_time: Duration::from_millis(a.fault_ms),
+        dir: std::path::absolute(&a.out).map_err(|e| e.to_string())?,
+        bugs: a.bugs.clone(),
+    };
+    check_counts(a)?;
+    prepare()?;
+    let what = "Pandora (3 compute servers, 3 memory servers, the membership; micro, 200 keys)";
+    header(a, what, &cfg.dir);
+    Ok((pandora::run(&cfg, print_run), RECOVERY_BOUND))
 }
 
 fn config(a: &NemesisArgs) -> Result<NemesisConfig, String> {

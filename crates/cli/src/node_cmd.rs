@@ -262,7 +262,11 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
         None => {}
         Some("join-early") => params.bug_join_early = true,
         Some("no-stall-timer") => params.bug_no_stall = true,
-        Some(m) => return Err(format!("--mutant {m}: zab has join-early and no-stall-timer")),
+        Some(m) => {
+            return Err(format!(
+                "--mutant {m}: zab has join-early and no-stall-timer"
+            ))
+        }
     }
     if nvm_corrupt(&a)? != OnCorrupt::Stop {
         return Err("--nvm-corrupt move-aside is DDP's (zab keeps nothing durable)".into());

@@ -149,7 +149,7 @@ pub struct MembershipArgs {
 }
 
 pub fn membership(a: MembershipArgs) -> Result<(), String> {
-    let recovery_bugs = recovery_bugs(&a.inject_bug)?;
+    let bugs = membership_bugs(&a.inject_bug)?;
     let memory = a.cluster.cluster()?;
     let store = a.cluster.store()?;
     check_membership_times(&a)?;
@@ -190,7 +190,8 @@ pub fn membership(a: MembershipArgs) -> Result<(), String> {
         heartbeat_timeout: timeout,
         zookeeper,
         restore_grace: Duration::from_secs_f64(a.restore_grace_ms / 1e3),
-        recovery_bugs,
+        recovery_bugs: bugs.recovery,
+        publish_before_recovery: bugs.deployment.publish_before_recovery,
         memory_timeout: Duration::from_secs_f64(a.memory_timeout_ms / 1e3),
     })
 }
@@ -307,20 +308,20 @@ fn wait_for_memory_servers(a: &MembershipArgs, zookeeper: Option<&ZkState>) -> R
     Ok(())
 }
 
-/// `--inject-bug` of the membership: recovery bugs only (the others live in
-/// the compute servers).
-fn recovery_bugs(names: &[String]) -> Result<tandem_dkvs::recovery::RecoveryBugs, String> {
+/// `--inject-bug` of the membership: recovery bugs, and the deployment bug
+/// `publish-before-recovery` (the others live in the compute servers).
+fn membership_bugs(names: &[String]) -> Result<tandem_dart::campaign::InjectedBugs, String> {
     let bugs = tandem_dart::campaign::parse_bugs(names)?;
-    if bugs.store != Default::default() || bugs.deployment != Default::default() {
+    if bugs.store != Default::default() {
         return Err(format!(
-            "the membership takes recovery bugs only ({}), not {names:?}",
+            "the membership takes recovery bugs ({}) and publish-before-recovery, not {names:?}",
             tandem_dart::campaign::RECOVERY_BUG_NAMES.join(", ")
         ));
     }
     if !names.is_empty() {
         eprintln!("membership: log recovery re-injects {}", names.join(", "));
     }
-    Ok(bugs.recovery)
+    Ok(bugs)
 }
 
 #[derive(Args)]

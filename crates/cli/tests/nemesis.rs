@@ -104,11 +104,22 @@ fn bad_options_are_refused_before_anything_runs() {
         "tandem-nemesis-bad",
     );
     assert!(!ok && text.contains("persistency"), "{text}");
-    let (ok, text) = nemesis(&["--system", "pandora"], "tandem-nemesis-bad");
-    assert!(!ok && text.contains("ddp, heal, kite and zab"), "{text}");
-    let (ok, text) = nemesis(&["--system", "kite", "--faults", "kill-all"], "tandem-nemesis-bad");
+    let (ok, text) = nemesis(
+        &["--system", "pandora", "--faults", "flip"],
+        "tandem-nemesis-bad",
+    );
+    assert!(!ok && text.contains("do not talk to each other"), "{text}");
+    let (ok, text) = nemesis(&["--system", "redis"], "tandem-nemesis-bad");
+    assert!(!ok && text.contains("one of pandora, ddp"), "{text}");
+    let (ok, text) = nemesis(
+        &["--system", "kite", "--faults", "kill-all"],
+        "tandem-nemesis-bad",
+    );
     assert!(!ok && text.contains("crash-stop"), "{text}");
-    let (ok, text) = nemesis(&["--system", "zab", "--faults", "manager"], "tandem-nemesis-bad");
+    let (ok, text) = nemesis(
+        &["--system", "zab", "--faults", "manager"],
+        "tandem-nemesis-bad",
+    );
     assert!(!ok && text.contains("no configuration manager"), "{text}");
 }
 
@@ -119,7 +130,11 @@ fn survives(system: &str) {
     let (ok, text) = nemesis(&args, &format!("tandem-nemesis-{system}"));
     assert!(ok, "the nemesis found a violation in {system}:\n{text}");
     assert!(text.contains("3 schedules, 0 failed"), "{text}");
-    assert_eq!(text.matches("after the heal, all serving").count(), 9, "{text}");
+    assert_eq!(
+        text.matches("after the heal, all serving").count(),
+        9,
+        "{text}"
+    );
 }
 
 #[test]
@@ -138,16 +153,35 @@ fn the_zab_baseline_survives_three_schedules_of_every_fault_it_takes() {
 fn caught_by_network_faults_not_kills(system: &str, bug: &str, caught_by: &str, what: &str) {
     let run = |faults: &str| {
         let args = [
-            "--system", system, "--inject-bug", bug, "--schedules", "1", "--seed", "1",
-            "--faults", faults, "--faults-per-schedule", "2",
+            "--system",
+            system,
+            "--inject-bug",
+            bug,
+            "--schedules",
+            "1",
+            "--seed",
+            "1",
+            "--faults",
+            faults,
+            "--faults-per-schedule",
+            "2",
         ];
         nemesis(&args, &format!("tandem-nemesis-{system}-{faults}"))
     };
     let (ok, text) = run(caught_by);
-    assert!(!ok && text.contains(what), "{caught_by} did not catch {bug}:\n{text}");
-    assert!(text.contains(&format!("replay:  tandem nemesis --system {system}")), "{text}");
+    assert!(
+        !ok && text.contains(what),
+        "{caught_by} did not catch {bug}:\n{text}"
+    );
+    assert!(
+        text.contains(&format!("replay:  tandem nemesis --system {system}")),
+        "{text}"
+    );
     let (_, text) = run("kill");
-    assert!(!text.contains(what), "kill -9 alone should not expose {bug}:\n{text}");
+    assert!(
+        !text.contains(what),
+        "kill -9 alone should not expose {bug}:\n{text}"
+    );
 }
 
 /// A replica that falls behind while cut off, then serves out-of-epoch
@@ -185,8 +219,18 @@ fn ddp_model_survives(model: &str) {
         _ => "isolate,split,pause,loss,kill",
     };
     let args = [
-        "--system", "ddp", "--model", model, "--schedules", "1", "--seed", "2",
-        "--faults", faults, "--faults-per-schedule", "2",
+        "--system",
+        "ddp",
+        "--model",
+        model,
+        "--schedules",
+        "1",
+        "--seed",
+        "2",
+        "--faults",
+        faults,
+        "--faults-per-schedule",
+        "2",
     ];
     let (ok, text) = nemesis(&args, &format!("tandem-nemesis-{model}"));
     assert!(ok, "the nemesis found a violation in {model}:\n{text}");
@@ -224,14 +268,27 @@ fn a_heal_node_serving_without_a_lease_is_caught_by_partitions_not_by_kills() {
     // while another nemesis test shared the two cores.
     let run = |faults: &str, n: &str, schedules: &str| {
         let args = [
-            "--system", "heal", "--inject-bug", "ignore-lease", "--schedules", schedules,
-            "--seed", "1", "--faults", faults, "--faults-per-schedule", n,
+            "--system",
+            "heal",
+            "--inject-bug",
+            "ignore-lease",
+            "--schedules",
+            schedules,
+            "--seed",
+            "1",
+            "--faults",
+            faults,
+            "--faults-per-schedule",
+            n,
         ];
         nemesis(&args, &format!("tandem-nemesis-heal-{faults}"))
     };
     let (ok, text) = run("split", "4", "2");
     assert!(!ok && text.contains("not linearizable"), "{text}");
-    assert!(text.contains("replay:  tandem nemesis --system heal"), "{text}");
+    assert!(
+        text.contains("replay:  tandem nemesis --system heal"),
+        "{text}"
+    );
     let (_, text) = run("kill", "3", "1");
     assert!(
         !text.contains("not linearizable"),

@@ -171,6 +171,11 @@ pub struct MembershipServerConfig {
     /// Test-only: recovery bugs the log recovery re-injects (`tandem
     /// membership --inject-bug`, DART's process runs); default none.
     pub recovery_bugs: RecoveryBugs,
+    /// Test-only planted bug (`--inject-bug publish-before-recovery`):
+    /// publish a failed node's ids when its log recovery starts, not once it
+    /// has finished, so live coordinators may steal its locks while its
+    /// logged writes are still to be rolled forward or back.
+    pub publish_before_recovery: bool,
     /// A memory server that answers no probe for this long is declared failed.
     pub memory_timeout: Duration,
 }
@@ -536,13 +541,15 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
         .and_then(|z| z.restored())
         .and_then(|s| s.memory.clone());
     let memory_timeout_ns = cfg.memory_timeout.as_nanos() as u64;
-    m.attach_fleet(match stored_memory {
+    let fleet = match stored_memory {
         Some(config) => Fleet::restore(config, memory_timeout_ns),
         None => Fleet::new(
             cfg.memory.addrs.iter().map(|a| a.to_string()).collect(),
             memory_timeout_ns,
         ),
-    });
+    };
+    // One fewer memory node down at once than there are copies of each partition.
+    m.attach_fleet(fleet.tolerating(cfg.store.replicas.saturating_sub(1) as usize));
     // A resumed service writes its state once at start (the version moves
     // on): a previous incarnation that is still running fails its next write.
     let resumed = cfg
@@ -571,6 +578,7 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
     let recovery = Recovery {
         layout,
         bugs: cfg.recovery_bugs,
+        publish_early: cfg.publish_before_recovery,
     };
     block_on_local(detector_loop(
         shared,
@@ -859,6 +867,8 @@ impl std::fmt::Display for Gaps {
 struct Recovery {
     layout: Arc<Layout>,
     bugs: RecoveryBugs,
+    /// The planted `publish-before-recovery`.
+    publish_early: bool,
 }
 
 async fn detector_loop(
@@ -1112,6 +1122,10 @@ impl Detector {
                 .with_version_counter(rc_versions)
                 .with_view(self.links.view.clone(), quiesced);
         rc.bugs = self.recovery.bugs;
+        if self.recovery.publish_early {
+            eprintln!("membership: (planted bug) publishing the failed ids of node {node} before its log recovery");
+            self.shared.publish_failed(ids);
+        }
         let report = rc
             .recover(ids)
             .await
@@ -1136,10 +1150,10 @@ impl Detector {
         let owner = self.shared.m.lock().unwrap().owner_of(ids[0]).unwrap_or(0);
         match self.detected.get(&owner) {
             Some(t) => eprintln!(
-                "membership: failed ids of node {owner} published {} us after detection; stealing may start",
+                "membership: failed ids of node {owner} published {} us after detection; stealing may start (ids {ids:?})",
                 t.elapsed().as_micros()
             ),
-            None => eprintln!("membership: failed ids of node {owner} published (detected before a restart); stealing may start"),
+            None => eprintln!("membership: failed ids of node {owner} published (detected before a restart); stealing may start (ids {ids:?})"),
         }
     }
 

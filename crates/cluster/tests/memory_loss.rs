@@ -68,6 +68,7 @@ fn setup(tag: &str, shm: bool) -> Setup {
         zookeeper: None,
         restore_grace: Duration::ZERO,
         recovery_bugs: Default::default(),
+        publish_before_recovery: false,
         memory_timeout: Duration::from_millis(200),
     };
     std::thread::spawn(move || procs::run_membership_server(cfg));

@@ -75,6 +75,7 @@ fn cluster(tag: &str, shm: bool) -> Cluster {
         zookeeper: None,
         restore_grace: Duration::ZERO,
         recovery_bugs: Default::default(),
+        publish_before_recovery: false,
         memory_timeout: Duration::from_millis(500),
     };
     std::thread::spawn(move || procs::run_membership_server(cfg));

@@ -32,7 +32,7 @@
 //! Only pandora: the membership process runs pandora's log recovery (ford's
 //! and traditional's stop-the-world recovery exists only in the simulator).
 //! Recovery bugs among `bug_names` (`--inject-bug restore-one-replica`, ...)
-//! go to the membership process (its hidden `--inject-bug`); the others to
+//! and `publish-before-recovery` go to the membership process (its hidden `--inject-bug`); the others to
 //! the workers.
 
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
@@ -394,9 +394,7 @@ fn membership_command(
         .map(|a| a.to_string())
         .collect::<Vec<_>>()
         .join(",");
-    let recovery_bugs = bugs
-        .iter()
-        .filter(|b| crate::campaign::RECOVERY_BUG_NAMES.contains(&b.as_str()));
+    let recovery_bugs = bugs.iter().filter(|b| membership_bug(b));
     let mut command = Command::new(exe);
     command
         .args([
@@ -421,6 +419,12 @@ fn membership_command(
         ])
         .args(recovery_bugs.flat_map(|b| ["--inject-bug", b.as_str()]));
     command
+}
+
+/// Whether the membership process carries out planted bug `b`: log
+/// recovery's bugs, and publishing failed ids before recovery ends.
+fn membership_bug(b: &str) -> bool {
+    crate::campaign::RECOVERY_BUG_NAMES.contains(&b) || b == "publish-before-recovery"
 }
 
 /// Count the `invoke` lines appended to a journal since the last call.
@@ -1114,7 +1118,7 @@ fn recovery_bugs_taken(bugs: &[String], mlog: &MembershipLog) -> Result<(), Stri
     let wanted: Vec<&str> = bugs
         .iter()
         .map(String::as_str)
-        .filter(|b| crate::campaign::RECOVERY_BUG_NAMES.contains(b))
+        .filter(|b| membership_bug(b))
         .collect();
     let said = mlog.lock().expect("log").iter().find_map(|l| {
         l.strip_prefix("membership: log recovery re-injects ")

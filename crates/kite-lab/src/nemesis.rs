@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use tandem_kite::simcheck::Mix;
 use tandem_kite::{Op, Reply};
+use tandem_nemesis::addr_of;
 use tandem_nemesis::drive::{Drive, ScheduleRun, Target};
 use tandem_nemesis::schedule::{self, Shape};
-use tandem_nemesis::addr_of;
 use tandem_net::client::{Mux, MuxEvent};
 
 use crate::procs::{run_load, Gen, KiteCluster, Live, LoadOpts, LoadReport, NodeOpts};
@@ -168,7 +168,9 @@ impl KiteNemesis {
             let load = s.spawn(move || run_load(c, Gen::Checked(mix), o));
             let outcome = wait_serving(&live).and_then(|_| drive.run(&mut target, &faults));
             live.stop.store(true, Relaxed);
-            let report = load.join().map_err(|_| "the load thread panicked".to_string());
+            let report = load
+                .join()
+                .map_err(|_| "the load thread panicked".to_string());
             (report, outcome)
         });
         let (report, outcome) = (report??, outcome?);
@@ -231,7 +233,11 @@ struct Procs {
 
 impl Procs {
     fn new(c: &KiteCluster) -> Result<Procs, String> {
-        let pids = c.pids().into_iter().map(|p| p.expect("just started")).collect();
+        let pids = c
+            .pids()
+            .into_iter()
+            .map(|p| p.expect("just started"))
+            .collect();
         let keys = c.secret().keyring();
         let probe = Mux::new(c.addrs.clone(), keys, Duration::from_millis(200))
             .map_err(|e| e.to_string())?;
@@ -254,7 +260,11 @@ impl Procs {
         let mut todo: Vec<(usize, u64)> = Vec::new();
         for n in (0..SHAPE.nodes).filter(|&n| !self.killed[n]) {
             self.session += 1;
-            if self.probe.send(n, self.session, 0, Op::Release(u64::MAX, 0)).is_err() {
+            if self
+                .probe
+                .send(n, self.session, 0, Op::Release(u64::MAX, 0))
+                .is_err()
+            {
                 return false;
             }
             todo.push((n, self.session));
@@ -277,7 +287,12 @@ impl Procs {
 /// A zombie: the process ended and nobody has reaped it yet.
 fn ended(pid: i32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .next();
     matches!(state, Some("Z") | Some("X") | None)
 }
 

@@ -21,8 +21,8 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering::Relaxed;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 use tandem_auth::MasterSecret;
 
@@ -607,7 +607,7 @@ impl<'a> Load<'a> {
         // longer than a call may take.
         let connect = Duration::from_secs_f64(o.client_timeout_s.min(1.0));
         let mux = Mux::new(cluster.addrs.clone(), cluster.secret.keyring(), connect)
-        .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?;
         let (mix, system, bench) = match gen {
             Gen::Checked(m) => (
                 Some(Box::new(RandomMix::new(m, total)) as Box<dyn Workload>),
@@ -759,7 +759,9 @@ impl<'a> Load<'a> {
     /// With `return_home_s`: an idle session away from its first node for
     /// that long goes back, as a client that prefers its nearest replica.
     fn go_home(&mut self, i: usize, now: u64) {
-        let Some(after) = self.o.return_home_s else { return };
+        let Some(after) = self.o.return_home_s else {
+            return;
+        };
         let s = &self.sess[i];
         let home = i % self.n;
         if s.node != home && now >= s.moved_at + (after * 1e9) as u64 {

@@ -112,6 +112,9 @@ pub struct Fleet {
     applied: BTreeMap<NodeId, u64>,
     /// Declarations of memory nodes failed, for reports.
     pub declared: u64,
+    /// Memory nodes that may be down at once: one fewer than the copies of
+    /// each partition ([`Fleet::tolerating`]; unlimited by default).
+    tolerates: usize,
 }
 
 impl Fleet {
@@ -151,7 +154,18 @@ impl Fleet {
             queued: VecDeque::new(),
             applied: BTreeMap::new(),
             declared: 0,
+            tolerates: usize::MAX,
         }
+    }
+
+    /// Never have more than `f` memory nodes down at once: with `f + 1`
+    /// copies of each partition, declaring one more failed could leave a
+    /// partition with no copy. Silence beyond that is more likely this
+    /// service's own network than `f + 1` failures; those nodes wait to be
+    /// heard again (a replacement admitted makes room).
+    pub fn tolerating(mut self, f: usize) -> Fleet {
+        self.tolerates = f;
+        self
     }
 
     pub fn config(&self) -> &MemoryConfig {
@@ -231,7 +245,7 @@ impl Fleet {
                 failed.push(n);
             }
         }
-        if failed.is_empty() {
+        if failed.is_empty() || self.config.down.len() + failed.len() > self.tolerates {
             return;
         }
         self.config.down.extend(failed.iter().copied());
@@ -439,6 +453,28 @@ mod tests {
             vec![FleetCommand::Resume { epoch: 1 }]
         );
         assert_eq!(f.resumed_epoch(), Some(1));
+        assert_eq!(f.declared, 1);
+    }
+
+    /// A membership cut off from every memory server hears none of them.
+    /// Declaring them all failed would throw away every copy of the data
+    /// (the nemesis's `manager` fault did, over real processes): no more
+    /// than the replicas tolerate are ever down at once, and silent nodes
+    /// beyond that wait to be heard again.
+    #[test]
+    fn no_more_memory_nodes_are_declared_than_the_replicas_tolerate() {
+        let (mut f, c) = (fleet().tolerating(1), alive(&[1]));
+        assert!(run(&mut f, 0, 300, &[0, 1, 2], &c).is_empty());
+        assert!(f.config().down.is_empty() && !f.holding());
+        // Heard again: nothing happened. Then one falls silent: declared.
+        assert!(run(&mut f, 310, 400, &[], &c).is_empty());
+        let out = run(&mut f, 410, 600, &[2], &c);
+        assert!(
+            matches!(&out[..], [FleetCommand::Reconfigure { config }] if config.down == [2].into())
+        );
+        // A second one falls silent too: not declared while 2 is down.
+        run(&mut f, 610, 900, &[1, 2], &c);
+        assert_eq!(f.config().down, [2].into());
         assert_eq!(f.declared, 1);
     }
 

@@ -22,6 +22,10 @@ pub trait Target {
     fn signal(&mut self, n: usize, stop: bool);
     /// `kill -9` node `n`.
     fn kill(&mut self, n: usize);
+    /// `kill -9` every node the system restarts as a whole (by default all).
+    fn kill_all(&mut self) {
+        (0..self.shape().nodes).for_each(|n| self.kill(n));
+    }
     /// Start killed node `n` again (only asked when the shape restarts).
     fn restart(&mut self, n: usize) -> Result<(), String>;
     /// Nodes killed and not started again.
@@ -234,6 +238,7 @@ fn apply(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String>
         Fault::Loss(pct) => loss(fw, shape.nodes, *pct).map_err(io),
         Fault::BlackholeConnects(n) => fw.blackhole_connects(addr_of(*n)).map_err(io),
         Fault::IsolateManager => fw.isolate(manager_ip(shape)).map_err(io),
+        Fault::CutManager(g) => fw.split(&ips(g), &[manager_ip(shape)]).map_err(io),
         Fault::Pause(n) => {
             t.signal(*n, true);
             Ok(())
@@ -243,7 +248,7 @@ fn apply(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String>
             Ok(())
         }
         Fault::KillAll => {
-            (0..shape.nodes).for_each(|n| t.kill(n));
+            t.kill_all();
             Ok(())
         }
         Fault::Flip(_) | Fault::Recover { .. } => unreachable!("held by `hold`"),
@@ -271,12 +276,14 @@ fn heal(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String> 
     match f {
         Fault::Pause(n) => t.signal(*n, false),
         Fault::Recover { during, .. } => return heal(fw, t, during),
-        Fault::Kill(_) | Fault::KillAll if t.shape().restarts => {
-            for n in t.down() {
-                t.restart(n)?;
-            }
-        }
         _ => {}
+    }
+    // Whatever the fault killed starts again (a system may kill nodes of
+    // its own accord, e.g. a memory server declared failed).
+    if t.shape().restarts {
+        for n in t.down() {
+            t.restart(n)?;
+        }
     }
     Ok(())
 }

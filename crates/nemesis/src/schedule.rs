@@ -48,6 +48,9 @@ pub enum Fault {
     BlackholeConnects(usize),
     /// The manager cut off from every node.
     IsolateManager,
+    /// The manager cut off from these nodes only (Pandora: the membership
+    /// from a memory server, which compute servers still reach).
+    CutManager(Vec<usize>),
     /// `SIGSTOP` node `n` (alive, silent), `SIGCONT` at the heal.
     Pause(usize),
     /// `kill -9` node `n`; restarted from its NVM file at the heal.
@@ -88,6 +91,7 @@ impl fmt::Display for Fault {
             Fault::Loss(p) => write!(f, "{p}% loss between nodes"),
             Fault::BlackholeConnects(n) => write!(f, "blackhole connects to node {n}"),
             Fault::IsolateManager => write!(f, "isolate the manager"),
+            Fault::CutManager(g) => write!(f, "cut the manager from {g:?}"),
             Fault::Pause(n) => write!(f, "SIGSTOP node {n}"),
             Fault::Kill(n) => write!(f, "kill -9 node {n}"),
             Fault::KillAll => write!(f, "kill -9 all nodes"),
@@ -110,6 +114,7 @@ impl Fault {
             Fault::Loss(_) => "loss",
             Fault::BlackholeConnects(_) => "blackhole",
             Fault::IsolateManager => "manager",
+            Fault::CutManager(_) => "manager-cut",
             Fault::Pause(_) => "pause",
             Fault::Kill(_) => "kill",
             Fault::KillAll => "kill-all",
@@ -166,7 +171,10 @@ pub fn draw(seed: u64, classes: &[String], n: usize, shape: Shape) -> Vec<Fault>
 
 /// A kill in a crash-stop system: of a node still up, while a majority stays up.
 fn crash_stop(k: usize, killed: &mut Vec<usize>, nodes: usize) -> Fault {
-    let Some(k) = (k..k + nodes).map(|i| i % nodes).find(|i| !killed.contains(i)) else {
+    let Some(k) = (k..k + nodes)
+        .map(|i| i % nodes)
+        .find(|i| !killed.contains(i))
+    else {
         return Fault::Pause(k);
     };
     if killed.len() >= (nodes - 1) / 2 {
@@ -270,11 +278,18 @@ mod tests {
         assert!(parse_classes("isolate,typo", DDP)
             .unwrap_err()
             .contains("typo"));
-        assert_eq!(parse_classes("kill, pause", DDP).unwrap(), ["kill", "pause"]);
+        assert_eq!(
+            parse_classes("kill, pause", DDP).unwrap(),
+            ["kill", "pause"]
+        );
         let e = parse_classes("kill-all", KITE).unwrap_err();
         assert!(e.contains("crash-stop"), "{e}");
-        assert!(parse_classes("manager", KITE).unwrap_err().contains("no configuration manager"));
-        assert!(!parse_classes("all", KITE).unwrap().contains(&"flip".to_string()));
+        assert!(parse_classes("manager", KITE)
+            .unwrap_err()
+            .contains("no configuration manager"));
+        assert!(!parse_classes("all", KITE)
+            .unwrap()
+            .contains(&"flip".to_string()));
     }
 
     #[test]
@@ -283,7 +298,13 @@ mod tests {
             let f = draw(seed, &["kill".to_string()], 6, KITE);
             let mut killed: Vec<usize> = f
                 .iter()
-                .filter_map(|f| if let Fault::Kill(k) = f { Some(*k) } else { None })
+                .filter_map(|f| {
+                    if let Fault::Kill(k) = f {
+                        Some(*k)
+                    } else {
+                        None
+                    }
+                })
                 .collect();
             assert_eq!(killed.len(), 2, "{f:?}");
             killed.sort();

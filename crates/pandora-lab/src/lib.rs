@@ -19,6 +19,7 @@ pub mod echo_bench;
 pub mod experiment;
 pub mod fabric_bench;
 pub mod memloss_procs;
+pub mod nemesis;
 pub mod sim_run;
 pub mod sim_suspicion;
 pub mod table_soak;

@@ -74,7 +74,7 @@ pub(crate) fn dial(
     msg: &ToMembership,
 ) -> io::Result<TcpStream> {
     let keys = credentials()?;
-    let mut conn = TcpStream::connect_timeout(&addr, timeout)?;
+    let mut conn = auth::dial::connect_timeout(addr, timeout)?;
     let _ = conn.set_nodelay(true);
     // A replica that stops reading fails our writes instead of holding them.
     conn.set_write_timeout(Some(DIAL_WRITE_TIMEOUT))?;

@@ -4,7 +4,7 @@
 //! a second, and gives up after its patience with a message that names the
 //! address.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// How long processes wait for their peers unless told otherwise.
@@ -68,7 +68,7 @@ pub fn wait_for_listeners(
     let mut waiting = Waiting::new(who, patience);
     for addr in addrs {
         loop {
-            match TcpStream::connect_timeout(addr, Duration::from_secs(1)) {
+            match tandem_fabric::auth::dial::connect_timeout(*addr, Duration::from_secs(1)) {
                 Ok(probe) => {
                     let _ = probe.shutdown(std::net::Shutdown::Both);
                     break;

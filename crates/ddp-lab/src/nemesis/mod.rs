@@ -197,4 +197,3 @@ fn wait_serving(load: &Load) -> Result<(), String> {
     }
     Ok(())
 }
-

@@ -15,9 +15,9 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use tandem_auth::Keyring;
 use tandem_check::{FinalStates, HistOp};
 use tandem_ddp::{Consistency, Model, Persistency};
-use tandem_auth::Keyring;
 
 /// How long the replicas may take to agree once the load has stopped.
 const CONVERGE_WITHIN: Duration = Duration::from_secs(5);
@@ -34,7 +34,13 @@ pub fn refuses(model: Model, class: &str) -> Option<String> {
 
 /// The violations of `ops` (and of the nodes' final states, read from
 /// `nodes` after the load stopped) under `model`.
-pub fn check(model: Model, ops: &[HistOp], nodes: &[SocketAddr], keys: &Keyring, key_count: u64) -> Vec<String> {
+pub fn check(
+    model: Model,
+    ops: &[HistOp],
+    nodes: &[SocketAddr],
+    keys: &Keyring,
+    key_count: u64,
+) -> Vec<String> {
     if model.c == Consistency::Lin {
         // Four times the default search budget: a fast run puts 8,000
         // operations on one key, where the default was once undecided.
@@ -56,14 +62,21 @@ pub fn check(model: Model, ops: &[HistOp], nodes: &[SocketAddr], keys: &Keyring,
         v.push(format!("a read from thin air: {e}"));
     }
     if let Err(e) = converged(ops, nodes, keys, key_count) {
-        v.push(format!("the replicas did not converge within {CONVERGE_WITHIN:?} of the end: {e}"));
+        v.push(format!(
+            "the replicas did not converge within {CONVERGE_WITHIN:?} of the end: {e}"
+        ));
     }
     v
 }
 
 /// Poll the nodes' values until they agree (and the history explains
 /// them), or [`CONVERGE_WITHIN`] passes.
-fn converged(ops: &[HistOp], nodes: &[SocketAddr], keys: &Keyring, key_count: u64) -> Result<(), String> {
+fn converged(
+    ops: &[HistOp],
+    nodes: &[SocketAddr],
+    keys: &Keyring,
+    key_count: u64,
+) -> Result<(), String> {
     let t = Instant::now();
     loop {
         let verdict = finals(nodes, keys, key_count)
@@ -83,7 +96,9 @@ fn agreed(nodes: &[SocketAddr], keys: &Keyring, key_count: u64) -> Result<(), St
         let f = finals(nodes, keys, key_count)?;
         let first = &f[&0];
         let Some((n, k)) = f.iter().find_map(|(n, m)| {
-            (0..key_count).find(|k| m.get(k) != first.get(k)).map(|k| (*n, k))
+            (0..key_count)
+                .find(|k| m.get(k) != first.get(k))
+                .map(|k| (*n, k))
         }) else {
             return Ok(());
         };
@@ -114,7 +129,11 @@ fn finals(nodes: &[SocketAddr], keys: &Keyring, key_count: u64) -> Result<FinalS
         for k in 0..key_count {
             match c.call(tandem_ddp::Op::read(k)).map_err(|e| e.to_string())? {
                 tandem_ddp::Reply::Read { value, .. } => values.insert(k, value),
-                other => return Err(format!("node {i} answered a read of key {k} with {other:?}")),
+                other => {
+                    return Err(format!(
+                        "node {i} answered a read of key {k} with {other:?}"
+                    ))
+                }
             };
         }
         out.insert(i as u16, values);

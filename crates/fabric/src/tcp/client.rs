@@ -348,6 +348,31 @@ impl Fabric for TcpFabric {
     }
 }
 
+/// How long a connect to a memory server may take: a server whose SYNs
+/// vanish (blackholed, partitioned) fails the connect instead of holding it
+/// for the kernel's two minutes of SYN retries.
+const CONNECT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Connect to `addr` from this process's own address, if it has one
+/// ([`tandem_auth::dial::dial_from`]), within [`CONNECT_PATIENCE`].
+async fn dial(addr: SocketAddr) -> io::Result<TcpStream> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    if let Some(ip) = tandem_auth::dial::dial_from() {
+        socket.bind(SocketAddr::new(ip, 0))?;
+    }
+    tokio::time::timeout(CONNECT_PATIENCE, socket.connect(addr))
+        .await
+        .unwrap_or_else(|_| {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("connect to {addr}: no answer within {CONNECT_PATIENCE:?}"),
+            ))
+        })
+}
+
 /// The data-connection handshake: `Hello`, then `HelloOk` or a rejection.
 async fn hello(
     addr: SocketAddr,
@@ -356,7 +381,7 @@ async fn hello(
     key: RegionKey,
     priority: bool,
 ) -> io::Result<TcpStream> {
-    let mut stream = TcpStream::connect(addr).await?;
+    let mut stream = dial(addr).await?;
     stream.set_nodelay(true)?;
     authenticate(&mut stream, addr, keys, Role::Compute, compute as u64).await?;
     let mut buf = Vec::new();
@@ -376,7 +401,7 @@ async fn hello(
 /// One control request on a fresh admin connection. Control requests are
 /// rare (join, failure), so a connection each keeps no state to go stale.
 async fn admin_call(addr: SocketAddr, keys: &Keyring, msg: ClientMsg) -> io::Result<ServerMsg> {
-    let mut stream = TcpStream::connect(addr).await?;
+    let mut stream = dial(addr).await?;
     stream.set_nodelay(true)?;
     // Nothing is sent to a server that cannot prove it holds the key. A
     // compute node without the admin key registers itself as itself.

@@ -1,0 +1,82 @@
+//! Where this process's connections come from.
+//!
+//! A process that dials others (a compute server, a membership replica, a
+//! memory server announcing itself) normally lets the kernel choose the
+//! source address. Under a network namespace where every process has an
+//! address of its own in 127.0.0.0/8 (the nemesis, docs/NEMESIS.md), a rule
+//! can only tell processes apart if each also dials from its own address:
+//! `TANDEM_DIAL_FROM=<ip>` says which. Unset, nothing is bound.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The variable naming the address to dial from.
+pub const DIAL_FROM_ENV: &str = "TANDEM_DIAL_FROM";
+
+/// The address this process dials from, if `TANDEM_DIAL_FROM` names one.
+/// A value that is not an IP address is reported once and ignored.
+pub fn dial_from() -> Option<IpAddr> {
+    static FROM: OnceLock<Option<IpAddr>> = OnceLock::new();
+    *FROM.get_or_init(|| {
+        let v = std::env::var(DIAL_FROM_ENV).ok()?;
+        match v.trim().parse() {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                log::warn!("{DIAL_FROM_ENV}={v:?} is not an IP address; ignored");
+                None
+            }
+        }
+    })
+}
+
+/// A blocking connect that gives up after `timeout`, from [`dial_from`].
+pub fn connect_timeout(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    connect_timeout_from(addr, timeout, dial_from())
+}
+
+/// [`connect_timeout`] from `from` (any port), or from the kernel's choice.
+pub fn connect_timeout_from(
+    addr: SocketAddr,
+    timeout: Duration,
+    from: Option<IpAddr>,
+) -> io::Result<TcpStream> {
+    let Some(ip) = from else {
+        return TcpStream::connect_timeout(&addr, timeout);
+    };
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    s.bind(&SocketAddr::new(ip, 0).into())?;
+    s.connect_timeout(&addr.into(), timeout)?;
+    Ok(s.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_connect_from_an_address_arrives_from_it() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        // All of 127.0.0.0/8 is this host's on Linux: not the default source.
+        let from: IpAddr = "127.0.0.3".parse().unwrap();
+        let s = connect_timeout_from(l.local_addr().unwrap(), Duration::from_secs(1), Some(from))
+            .unwrap();
+        let (_, peer) = l.accept().unwrap();
+        assert_eq!(peer.ip(), from);
+        assert_eq!(s.local_addr().unwrap().ip(), from);
+    }
+
+    #[test]
+    fn an_address_not_on_this_host_is_refused_at_bind() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let from: IpAddr = "192.0.2.1".parse().unwrap();
+        let e = connect_timeout_from(l.local_addr().unwrap(), Duration::from_secs(1), Some(from));
+        assert!(e.is_err());
+    }
+}
