@@ -172,9 +172,9 @@ pub struct MembershipServerConfig {
     /// membership --inject-bug`, DART's process runs); default none.
     pub recovery_bugs: RecoveryBugs,
     /// Test-only planted bug (`--inject-bug publish-before-recovery`):
-    /// publish a failed node's ids when its log recovery starts, not once it
-    /// has finished, so live coordinators may steal its locks while its
-    /// logged writes are still to be rolled forward or back.
+    /// publish a failed node's ids as soon as it is declared failed, not once
+    /// its log recovery has finished, so live coordinators may steal its
+    /// locks while its logged writes are still to be rolled forward or back.
     pub publish_before_recovery: bool,
     /// A memory server that answers no probe for this long is declared failed.
     pub memory_timeout: Duration,
@@ -1076,6 +1076,9 @@ impl Detector {
 
     async fn revoke(&mut self, node: u16) -> Result<Event, String> {
         let first = !self.detected.contains_key(&node);
+        if first && self.recovery.publish_early {
+            self.publish_early(node);
+        }
         self.detected.entry(node).or_insert_with(Instant::now);
         if self.restored_revokes.remove(&node) {
             eprintln!("membership: compute node {node} was declared failed before the restart; revoking its access again");
@@ -1113,6 +1116,14 @@ impl Detector {
         Ok(Event::LinksTerminated { node })
     }
 
+    /// The planted `publish-before-recovery`: `node`'s ids go out as failed
+    /// as soon as it is declared, before its revocation and log recovery.
+    fn publish_early(&self, node: u16) {
+        let ids = self.shared.m.lock().unwrap().ids_of(node).to_vec();
+        eprintln!("membership: (planted bug) publishing the failed ids of node {node} before its revocation and log recovery");
+        self.shared.publish_failed(&ids);
+    }
+
     async fn recover(&mut self, node: u16, ids: &[u16]) -> Result<Event, String> {
         let t = Instant::now();
         let quiesced = self.quiesced();
@@ -1122,10 +1133,6 @@ impl Detector {
                 .with_version_counter(rc_versions)
                 .with_view(self.links.view.clone(), quiesced);
         rc.bugs = self.recovery.bugs;
-        if self.recovery.publish_early {
-            eprintln!("membership: (planted bug) publishing the failed ids of node {node} before its log recovery");
-            self.shared.publish_failed(ids);
-        }
         let report = rc
             .recover(ids)
             .await

@@ -188,14 +188,23 @@ fn io(e: std::io::Error) -> String {
     e.to_string()
 }
 
-/// Inject `f` and keep it for `time` (a flip changes shape half-way, and
-/// a recovery starts half-way under another fault).
+/// Inject `f` and keep it for `time` (a flip changes shape half-way, a
+/// recovery starts half-way under another fault, and a suspected node
+/// resumes half-way while the other fault still holds).
 fn hold(fw: &mut Firewall, t: &mut dyn Target, f: &Fault, time: Duration) -> Result<(), String> {
     if let Fault::Recover { node, during } = f {
         t.kill(*node);
         std::thread::sleep(time / 2);
         t.restart(*node)?;
         apply(fw, t, during)?;
+        std::thread::sleep(time / 2);
+        return Ok(());
+    }
+    if let Fault::Suspect { node, during } = f {
+        apply(fw, t, during)?;
+        t.signal(*node, true);
+        std::thread::sleep(time / 2);
+        t.signal(*node, false);
         std::thread::sleep(time / 2);
         return Ok(());
     }
@@ -239,6 +248,10 @@ fn apply(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String>
         Fault::BlackholeConnects(n) => fw.blackhole_connects(addr_of(*n)).map_err(io),
         Fault::IsolateManager => fw.isolate(manager_ip(shape)).map_err(io),
         Fault::CutManager(g) => fw.split(&ips(g), &[manager_ip(shape)]).map_err(io),
+        Fault::ManagerLoss(pct) => manager_loss(fw, shape, *pct).map_err(io),
+        Fault::Flip(_) | Fault::Recover { .. } | Fault::Suspect { .. } => {
+            unreachable!("held by `hold`")
+        }
         Fault::Pause(n) => {
             t.signal(*n, true);
             Ok(())
@@ -251,7 +264,6 @@ fn apply(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String>
             t.kill_all();
             Ok(())
         }
-        Fault::Flip(_) | Fault::Recover { .. } => unreachable!("held by `hold`"),
     }
 }
 
@@ -271,11 +283,26 @@ fn loss(fw: &mut Firewall, nodes: usize, pct: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Loss on every link between the manager and a node, both ways.
+fn manager_loss(fw: &mut Firewall, shape: Shape, pct: u32) -> std::io::Result<()> {
+    let m = manager_ip(shape);
+    for n in 0..shape.nodes {
+        let a = addr_of(n);
+        fw.loss(Link { from: a, to: m }, pct)?;
+        fw.loss(Link { from: m, to: a }, pct)?;
+    }
+    Ok(())
+}
+
 fn heal(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String> {
     fw.heal().map_err(io)?;
     match f {
         Fault::Pause(n) => t.signal(*n, false),
         Fault::Recover { during, .. } => return heal(fw, t, during),
+        Fault::Suspect { node, during } => {
+            t.signal(*node, false);
+            return heal(fw, t, during);
+        }
         _ => {}
     }
     // Whatever the fault killed starts again (a system may kill nodes of

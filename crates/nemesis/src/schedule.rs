@@ -51,6 +51,14 @@ pub enum Fault {
     /// The manager cut off from these nodes only (Pandora: the membership
     /// from a memory server, which compute servers still reach).
     CutManager(Vec<usize>),
+    /// Each packet between the manager and any node vanishes with this
+    /// probability (%).
+    ManagerLoss(u32),
+    /// `SIGSTOP` node `node` (a false suspicion) for the first half while
+    /// `during` holds, e.g. a cut or lossy link of the manager that slows
+    /// the suspected node's revocation; `SIGCONT` half-way, `during` still
+    /// holding.
+    Suspect { node: usize, during: Box<Fault> },
     /// `SIGSTOP` node `n` (alive, silent), `SIGCONT` at the heal.
     Pause(usize),
     /// `kill -9` node `n`; restarted from its NVM file at the heal.
@@ -92,6 +100,10 @@ impl fmt::Display for Fault {
             Fault::BlackholeConnects(n) => write!(f, "blackhole connects to node {n}"),
             Fault::IsolateManager => write!(f, "isolate the manager"),
             Fault::CutManager(g) => write!(f, "cut the manager from {g:?}"),
+            Fault::ManagerLoss(p) => write!(f, "{p}% loss to and from the manager"),
+            Fault::Suspect { node, during } => {
+                write!(f, "SIGSTOP node {node} for half the time under {during}")
+            }
             Fault::Pause(n) => write!(f, "SIGSTOP node {n}"),
             Fault::Kill(n) => write!(f, "kill -9 node {n}"),
             Fault::KillAll => write!(f, "kill -9 all nodes"),
@@ -115,6 +127,8 @@ impl Fault {
             Fault::BlackholeConnects(_) => "blackhole",
             Fault::IsolateManager => "manager",
             Fault::CutManager(_) => "manager-cut",
+            Fault::ManagerLoss(_) => "manager-loss",
+            Fault::Suspect { .. } => "suspect",
             Fault::Pause(_) => "pause",
             Fault::Kill(_) => "kill",
             Fault::KillAll => "kill-all",

@@ -8,7 +8,10 @@
 //! loss on every compute–memory link; blackholed connects to a memory
 //! server; the membership isolated, or cut from one memory server that
 //! compute servers still reach; every compute server killed at once; a
-//! compute server restarting while another fault holds. At most one memory
+//! compute server restarting while another fault holds; loss on the
+//! membership's links; a compute server paused (falsely suspected) while
+//! the membership's links lose packets or it is cut from a memory server,
+//! so the revocation is slow, and resumed half-way. At most one memory
 //! server is hit at a time: two copies of each partition survive one loss.
 //!
 //! After the last fault every compute server is killed, and the membership
@@ -37,7 +40,7 @@ use tandem_workloads::micro::{KeyChooser, MicroSpec};
 use cluster::{Procs, COMPUTE, KEYS, MEMORY, MEMORY_TIMEOUT_MS, REPLICAS};
 
 /// The fault classes Pandora takes (`--faults`).
-pub const CLASSES: [&str; 11] = [
+pub const CLASSES: [&str; 13] = [
     "isolate",
     "split",
     "one-way",
@@ -45,6 +48,8 @@ pub const CLASSES: [&str; 11] = [
     "blackhole",
     "manager",
     "manager-cut",
+    "manager-loss",
+    "suspect",
     "pause",
     "kill",
     "kill-all",
@@ -147,13 +152,28 @@ fn fault_of(class: &str, rng: &mut Rng) -> Fault {
         "blackhole" => Fault::BlackholeConnects(memory(rng)),
         "manager" => Fault::IsolateManager,
         "manager-cut" => Fault::CutManager(vec![memory(rng)]),
+        "manager-loss" => Fault::ManagerLoss(10 + 10 * rng.below(4) as u32),
+        "suspect" => Fault::Suspect {
+            node: compute(rng),
+            during: Box::new(match rng.below(2) {
+                0 => Fault::ManagerLoss(20 + 10 * rng.below(3) as u32),
+                _ => Fault::CutManager(vec![memory(rng)]),
+            }),
+        },
         "pause" => Fault::Pause(any(rng)),
         "kill" => Fault::Kill(any(rng)),
         "kill-all" => Fault::KillAll,
         "recover" => {
             let node = compute(rng);
-            let during = ["isolate", "one-way", "loss", "pause", "manager-cut"];
-            let mut f = fault_of(during[rng.below(5) as usize], rng);
+            let during = [
+                "isolate",
+                "one-way",
+                "loss",
+                "pause",
+                "manager-cut",
+                "manager-loss",
+            ];
+            let mut f = fault_of(during[rng.below(during.len() as u64) as usize], rng);
             // The other fault hits another node.
             if let Fault::Isolate(n) | Fault::Pause(n) = &mut f {
                 if *n == node {
@@ -346,6 +366,13 @@ mod tests {
         let all = parse_classes("all").unwrap();
         for seed in 0..200 {
             for f in draw(seed, &all, 4) {
+                if let Fault::Suspect { node, during } = &f {
+                    assert!(*node < COMPUTE, "{f}");
+                    assert!(
+                        matches!(**during, Fault::ManagerLoss(_) | Fault::CutManager(_)),
+                        "{f}"
+                    );
+                }
                 let hit = |n: usize| n >= COMPUTE;
                 let memory = match &f {
                     Fault::Isolate(n) | Fault::Pause(n) | Fault::Kill(n) => hit(*n) as usize,
