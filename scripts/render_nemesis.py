@@ -5,7 +5,7 @@ injected, the schedules they were in, the operations of those schedules,
 violations, and the time from the heal until throughput was back and every
 node served again (median and max).
 
-Usage: render_nemesis.py FILE COMMAND SYSTEM (ddp, heal, kite or zab)."""
+Usage: render_nemesis.py FILE COMMAND SYSTEM (pandora, ddp, heal, kite or zab)."""
 import json
 import statistics
 import sys
@@ -14,14 +14,17 @@ runs = json.load(open(sys.argv[1]))
 command = sys.argv[2]
 system = sys.argv[3]
 SYSTEMS = {
+    "pandora": ("Real faults on Pandora's processes", "three `compute-server`s (micro, 200 keys), three `memory-server`s (two copies of each partition) and the membership",
+                "by `check-cluster` after every compute server is killed and recovered (replicas identical, no lock of a live coordinator, counters within the ledgers of acknowledged writes)",
+                "2,000 ms (two memory-probe timeouts and a second)", "every memory server up in the membership's configuration (a failed one replaced) and every compute server committing"),
     "ddp": ("Real faults on DDP's processes", "five `tandem node` processes and their manager, ⟨Lin, Synch⟩",
-            "linearizability", "1,400 ms (two leases and a second)", "every node a member of the manager's configuration again"),
+            "for linearizability", "1,400 ms (two leases and a second)", "every node a member of the manager's configuration again"),
     "heal": ("Real faults on HEAL's processes", "five `tandem node --recovery heal` processes and their manager, ⟨Lin, Synch⟩, restarted nodes recovering with HEAL (`recover`: a recovery under another fault)",
-             "linearizability", "1,400 ms (two leases and a second)", "every node a member of the manager's configuration again"),
+             "for linearizability", "1,400 ms (two leases and a second)", "every node a member of the manager's configuration again"),
     "kite": ("Real faults on Kite's processes", "five `tandem node --system kite` processes (crash-stop: at most two killed a schedule, never restarted), write time-out 100 ms",
-             "release consistency", "1,500 ms", "every live node answering a release again"),
+             "for release consistency", "1,500 ms", "every live node answering a release again"),
     "zab": ("Real faults on the ZAB baseline's processes", "five `tandem node --system zab` processes, node 0 the leader",
-            "sequential consistency in zxid order", "1,500 ms", "every live node answering a write again"),
+            "for sequential consistency in zxid order", "1,500 ms", "every live node answering a write again"),
 }
 title, procs, check, bound, whole = SYSTEMS[system]
 
@@ -50,7 +53,7 @@ bad = [r for r in runs if r["violations"]]
 print(f"<!-- part nemesis-{system} -->")
 print(f"### {title}\n")
 print(f"{len(runs)} seeded schedules of real faults (docs/NEMESIS.md) on {procs}, each fault held 1.5 s and healed "
-      f"before the next; {total_ops:,} operations checked for {check}; schedules with a violation: {len(bad)}.\n")
+      f"before the next; {total_ops:,} {'committed writes' if system == 'pandora' else 'operations'} checked {check}; schedules with a violation: {len(bad)}.\n")
 print(f"```\n{command}\n```\n")
 print("| fault class | faults | schedules | operations in them | violations | back after the heal, ms (median / max) | all serving again, ms (median / max) |")
 print("|---|---:|---:|---:|---:|---:|---:|")

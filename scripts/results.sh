@@ -151,8 +151,8 @@ CARGO_TARGET_DIR=target run bash scripts/results_ddp.sh --runs-only
 run $T net echo --json $OUT/net-echo.json
 python3 scripts/render_ddp.py "$OUT" > "$PARTS/ddp.md"
 assemble "$PARTS/ddp.md"
-# DDP under real faults: 20 seeded schedules on processes in a network namespace (root).
-for SYS in ddp heal kite zab; do
+# Real faults: 20 seeded schedules per system on processes in a network namespace (root).
+for SYS in pandora ddp heal kite zab; do
   NEMESIS="$T nemesis --system $SYS --schedules 20 --seed 100"
   run $NEMESIS --out $OUT/nemesis-$SYS --json $OUT/nemesis-$SYS.json || true
   python3 scripts/render_nemesis.py $OUT/nemesis-$SYS.json "${NEMESIS/#$T/tandem}" $SYS > "$PARTS/nemesis-$SYS.md"

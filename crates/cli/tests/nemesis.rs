@@ -295,3 +295,72 @@ fn a_heal_node_serving_without_a_lease_is_caught_by_partitions_not_by_kills() {
         "kill -9 alone should not expose this bug:\n{text}"
     );
 }
+
+/// Pandora: three schedules of two faults over every class it takes
+/// (memory servers replaced, compute servers back as new incarnations),
+/// then every compute server killed and `check-cluster`'s checks.
+#[test]
+fn pandora_survives_three_schedules_of_every_fault_it_takes() {
+    let args = [
+        "--system",
+        "pandora",
+        "--schedules",
+        "3",
+        "--seed",
+        "1",
+        "--faults-per-schedule",
+        "2",
+    ];
+    let (ok, text) = nemesis(&args, "tandem-nemesis-pandora");
+    assert!(ok, "the nemesis found a violation in Pandora:\n{text}");
+    assert!(text.contains("3 schedules, 0 failed"), "{text}");
+    assert_eq!(
+        text.matches("after the heal, all serving").count(),
+        6,
+        "{text}"
+    );
+}
+
+/// A membership that publishes a failed compute server's ids as soon as it
+/// declares it, before revocation and log recovery (a planted bug): live
+/// coordinators steal its locks while it may still run. A false suspicion
+/// whose revocation is slowed by the membership's own network (`suspect`)
+/// exposes it: acknowledged writes are lost, or the resumed server finds a
+/// lock it held stolen. Real crashes alone (`kill`) do not: recovery
+/// follows within milliseconds and the dead server writes nothing more.
+#[test]
+fn pandora_publishing_failed_ids_early_is_caught_by_suspicions_not_by_kills() {
+    let run = |faults: &str| {
+        let args = [
+            "--system",
+            "pandora",
+            "--inject-bug",
+            "publish-before-recovery",
+            "--schedules",
+            "1",
+            "--seed",
+            "1",
+            "--faults",
+            faults,
+            "--faults-per-schedule",
+            "3",
+        ];
+        nemesis(&args, &format!("tandem-nemesis-pandora-{faults}"))
+    };
+    let caught =
+        |t: &str| t.contains("acknowledged writes allow") || t.contains("exited by itself");
+    let (ok, text) = run("suspect");
+    assert!(
+        !ok && caught(&text),
+        "suspicions did not catch the early publication:\n{text}"
+    );
+    assert!(
+        text.contains("replay:  tandem nemesis --system pandora"),
+        "{text}"
+    );
+    let (_, text) = run("kill");
+    assert!(
+        !caught(&text),
+        "kill -9 alone should not expose it:\n{text}"
+    );
+}
