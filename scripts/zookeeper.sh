@@ -4,10 +4,11 @@
 #
 #   usage: scripts/zookeeper.sh install|start|stop|status
 #     install  install Debian's `zookeeper` package if it is missing
-#     start    install if needed, start a server on 127.0.0.1:$ZK_PORT, wait until it answers
+#     start    install if needed, start a server on $ZK_ADDR:$ZK_PORT, wait until it answers
 #     stop     stop the server on $ZK_PORT (its data is kept; `start` resumes it)
 #     status   exit 0 if the server on $ZK_PORT answers `ruok`
 #
+#   ZK_ADDR  the standalone server's address (default 127.0.0.1; the nemesis gives it one of its own)
 #   ZK_PORT  client port (default 2181)
 #   ZK_DIR   data and log directory (default target/zookeeper/$ZK_PORT)
 #
@@ -33,6 +34,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PORT="${ZK_PORT:-2181}"
+HOST="${ZK_ADDR:-127.0.0.1}"
 DIR="${ZK_DIR:-$PWD/target/zookeeper/$PORT}"
 JAR=/usr/share/java/zookeeper.jar
 PIDFILE="$DIR/zookeeper.pid"
@@ -66,7 +68,7 @@ install() {
 
 # The reply to four-letter word $2 on port $1 (bash's /dev/tcp: no netcat needed).
 four() {
-    timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1 && printf $2 >&3 && cat <&3" 2>/dev/null || true
+    timeout 2 bash -c "exec 3<>/dev/tcp/$HOST/$1 && printf $2 >&3 && cat <&3" 2>/dev/null || true
 }
 
 # Answers `imok` to the four-letter word `ruok` (on $1, default $PORT).
@@ -94,7 +96,7 @@ running_pid() {
 start() {
     install
     if running_pid >/dev/null && ruok; then
-        echo "zookeeper.sh: already running on 127.0.0.1:$PORT" >&2
+        echo "zookeeper.sh: already running on $HOST:$PORT" >&2
         return 0
     fi
     mkdir -p "$DIR/data"
@@ -102,7 +104,7 @@ start() {
 tickTime=500
 dataDir=$DIR/data
 clientPort=$PORT
-clientPortAddress=127.0.0.1
+clientPortAddress=$HOST
 maxClientCnxns=0
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,stat
@@ -118,7 +120,7 @@ EOF
     echo $! >"$PIDFILE"
     for _ in $(seq 1 300); do
         if ruok; then
-            echo "zookeeper.sh: ZooKeeper answers on 127.0.0.1:$PORT (data in $DIR)" >&2
+            echo "zookeeper.sh: ZooKeeper answers on $HOST:$PORT (data in $DIR)" >&2
             return 0
         fi
         if ! running_pid >/dev/null; then
@@ -128,7 +130,7 @@ EOF
         sleep 0.1
     done
     cat "$DIR/zookeeper.log" >&2
-    die "ZooKeeper did not answer on 127.0.0.1:$PORT within 30 s"
+    die "ZooKeeper did not answer on $HOST:$PORT within 30 s"
 }
 
 stop() {
@@ -140,16 +142,16 @@ stop() {
             sleep 0.1
         done
         kill -9 "$pid" 2>/dev/null || true
-        echo "zookeeper.sh: stopped the server on 127.0.0.1:$PORT" >&2
+        echo "zookeeper.sh: stopped the server on $HOST:$PORT" >&2
     fi
     rm -f "$PIDFILE"
 }
 
 status() {
     if ruok; then
-        echo "zookeeper on 127.0.0.1:$PORT: running"
+        echo "zookeeper on $HOST:$PORT: running"
     else
-        echo "zookeeper on 127.0.0.1:$PORT: not running"
+        echo "zookeeper on $HOST:$PORT: not running"
         return 1
     fi
 }

@@ -237,10 +237,12 @@ fn ddp_model_survives(model: &str) {
     assert!(text.contains("1 schedules, 0 failed"), "{text}");
 }
 
+/// Strict, Synch and RE persistency (Scope and Eventual below).
 #[test]
-fn lin_strict_and_re_synch_survive_the_nemesis() {
+fn lin_strict_re_synch_and_re_re_survive_the_nemesis() {
     ddp_model_survives("lin-strict");
     ddp_model_survives("re-synch");
+    ddp_model_survives("re-re");
 }
 
 /// The Transactional models are left out: their transactions can stop
