@@ -22,6 +22,10 @@ pub struct NemesisArgs {
     /// others for reads from thin air and for convergence after the last heal.
     #[arg(long, default_value = "lin-synch")]
     model: String,
+    /// Pandora's membership: single (one process) or zookeeper (three replicas of the failure
+    /// detector keeping their state in a ZooKeeper that scripts/zookeeper.sh starts).
+    #[arg(long, default_value = "single")]
+    membership: String,
     /// First schedule's seed; schedules run with seed, seed+1, ...
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -32,7 +36,8 @@ pub struct NemesisArgs {
     /// another fault holds) (manager and flip need DDP's manager;
     /// Kite and ZAB are crash-stop here: no kill-all or recover, and at most two kills a schedule).
     /// Pandora takes isolate, split, one-way, loss, blackhole, manager, manager-cut (the membership
-    /// cut from one memory server), pause, kill, kill-all (every compute server) and recover.
+    /// cut from one memory server), manager-loss, suspect, pause, kill, kill-all (every compute
+    /// server), recover, and with --membership zookeeper zk-cut (ZooKeeper cut from a replica).
     #[arg(long, default_value = "all")]
     faults: String,
     #[arg(long, default_value_t = 3)]
@@ -123,22 +128,58 @@ fn run_kite(a: &NemesisArgs) -> Result<(Vec<ScheduleRun>, Duration), String> {
 }
 
 fn run_pandora(a: &NemesisArgs) -> Result<(Vec<ScheduleRun>, Duration), String> {
-    use tandem_pandora_lab::nemesis::{self as pandora, NemesisConfig, RECOVERY_BOUND};
+    use tandem_pandora_lab::nemesis::{self as pandora, cluster::Membership, NemesisConfig};
+    let membership = match a.membership.as_str() {
+        "single" => Membership::Single,
+        "zookeeper" => Membership::Replicated {
+            repo: std::path::absolute(".").map_err(|e| e.to_string())?,
+        },
+        m => return Err(format!("--membership {m}: single or zookeeper")),
+    };
+    let replicated = matches!(membership, Membership::Replicated { .. });
+    if replicated && !std::path::Path::new("scripts/zookeeper.sh").exists() {
+        return Err(
+            "--membership zookeeper runs scripts/zookeeper.sh: run it from a Tandem checkout"
+                .into(),
+        );
+    }
     let cfg = NemesisConfig {
         exe: std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?,
         seed: a.seed,
         schedules: a.schedules,
-        classes: pandora::parse_classes(&a.faults)?,
+        classes: pandora::parse_classes(&a.faults, replicated)?,
         faults: a.faults_per_schedule,
         fault_time: Duration::from_millis(a.fault_ms),
         dir: std::path::absolute(&a.out).map_err(|e| e.to_string())?,
         bugs: a.bugs.clone(),
+        membership,
     };
     check_counts(a)?;
+    if replicated {
+        zookeeper_installed()?;
+    }
     prepare()?;
-    let what = "Pandora (3 compute servers, 3 memory servers, the membership; micro, 200 keys)";
+    let what = match replicated {
+        true => "Pandora (3 compute servers, 3 memory servers, 3 membership replicas over ZooKeeper; micro, 200 keys)",
+        false => "Pandora (3 compute servers, 3 memory servers, the membership; micro, 200 keys)",
+    };
     header(a, what, &cfg.dir);
-    Ok((pandora::run(&cfg, print_run), RECOVERY_BOUND))
+    Ok((pandora::run(&cfg, print_run), cfg.bound()))
+}
+
+/// ZooKeeper, installed by the checkout's script if it is missing.
+fn zookeeper_installed() -> Result<(), String> {
+    let out = std::process::Command::new("bash")
+        .args(["scripts/zookeeper.sh", "install"])
+        .output()
+        .map_err(|e| format!("cannot run scripts/zookeeper.sh: {e}"))?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(format!(
+            "scripts/zookeeper.sh install: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
 }
 
 fn config(a: &NemesisArgs) -> Result<NemesisConfig, String> {

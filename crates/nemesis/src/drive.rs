@@ -249,6 +249,12 @@ fn apply(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String>
         Fault::IsolateManager => fw.isolate(manager_ip(shape)).map_err(io),
         Fault::CutManager(g) => fw.split(&ips(g), &[manager_ip(shape)]).map_err(io),
         Fault::ManagerLoss(pct) => manager_loss(fw, shape, *pct).map_err(io),
+        Fault::Cut { cut, .. } => {
+            for &(a, b) in cut {
+                fw.partition(a, b).map_err(io)?;
+            }
+            Ok(())
+        }
         Fault::Flip(_) | Fault::Recover { .. } | Fault::Suspect { .. } => {
             unreachable!("held by `hold`")
         }

@@ -54,6 +54,14 @@ pub enum Fault {
     /// Each packet between the manager and any node vanishes with this
     /// probability (%).
     ManagerLoss(u32),
+    /// A partition between processes a system names itself, beyond its
+    /// nodes and manager (Pandora: ZooKeeper and a membership replica):
+    /// every pair in `cut` cannot reach each other.
+    Cut {
+        class: &'static str,
+        what: String,
+        cut: Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr)>,
+    },
     /// `SIGSTOP` node `node` (a false suspicion) for the first half while
     /// `during` holds, e.g. a cut or lossy link of the manager that slows
     /// the suspected node's revocation; `SIGCONT` half-way, `during` still
@@ -101,6 +109,7 @@ impl fmt::Display for Fault {
             Fault::IsolateManager => write!(f, "isolate the manager"),
             Fault::CutManager(g) => write!(f, "cut the manager from {g:?}"),
             Fault::ManagerLoss(p) => write!(f, "{p}% loss to and from the manager"),
+            Fault::Cut { what, .. } => write!(f, "cut {what}"),
             Fault::Suspect { node, during } => {
                 write!(f, "SIGSTOP node {node} for half the time under {during}")
             }
@@ -128,6 +137,7 @@ impl Fault {
             Fault::IsolateManager => "manager",
             Fault::CutManager(_) => "manager-cut",
             Fault::ManagerLoss(_) => "manager-loss",
+            Fault::Cut { class, .. } => class,
             Fault::Suspect { .. } => "suspect",
             Fault::Pause(_) => "pause",
             Fault::Kill(_) => "kill",

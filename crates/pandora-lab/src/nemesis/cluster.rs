@@ -2,7 +2,11 @@
 //! `memory-server`s and the membership, each on an address of its own
 //! inside the run's network namespace, and dialling from it
 //! (`TANDEM_DIAL_FROM`): compute server i on 127.0.0.(i+2), memory server
-//! j on 127.0.0.(j+5), the membership on 127.0.0.8.
+//! j on 127.0.0.(j+5), the membership on 127.0.0.8. With a replicated
+//! failure detector ([`Membership::Replicated`]), three membership replicas
+//! on 127.0.0.8–10 keep their state in a ZooKeeper on 127.0.0.11
+//! (`scripts/zookeeper.sh`, started inside the run's namespace), each
+//! through a relay on its own address ([`Relay`]).
 //!
 //! Fault targets are numbered as [`SHAPE`] has them: nodes 0..3 are the
 //! compute servers, 3..6 the memory servers. A killed compute server comes
@@ -46,9 +50,126 @@ pub const MEMORY_TIMEOUT_MS: u64 = 500;
 const MEMBERSHIP_PORT: u16 = 7300;
 const MEMORY_PORT: u16 = 7400;
 
-/// The membership's address.
+/// The (first) membership replica's address.
 pub fn membership_ip() -> Ipv4Addr {
     tandem_nemesis::drive::manager_ip(SHAPE)
+}
+
+/// Replicas of a replicated failure detector, and its ZooKeeper.
+pub const FD_REPLICAS: usize = 3;
+const ZK_PORT: u16 = 2181;
+/// A dead leader's ZooKeeper session expires after this (ms).
+pub const ZK_SESSION_MS: u64 = 4_000;
+
+/// ZooKeeper's address (after the membership replicas').
+pub fn zookeeper_ip() -> Ipv4Addr {
+    addr_of(SHAPE.nodes + FD_REPLICAS)
+}
+
+/// Membership replica `r`'s address.
+pub fn replica_ip(r: usize) -> Ipv4Addr {
+    addr_of(SHAPE.nodes + r)
+}
+
+/// How the membership runs.
+#[derive(Clone, Debug)]
+pub enum Membership {
+    /// One process, its state in memory.
+    Single,
+    /// [`FD_REPLICAS`] replicas over a ZooKeeper that `scripts/zookeeper.sh`
+    /// (in the checkout at `repo`) starts.
+    Replicated { repo: PathBuf },
+}
+
+/// A standalone ZooKeeper started by `scripts/zookeeper.sh`, stopped on drop.
+struct ZooKeeper {
+    repo: PathBuf,
+    dir: PathBuf,
+}
+
+impl ZooKeeper {
+    fn script(&self, verb: &str) -> Result<(), String> {
+        let out = Command::new("bash")
+            .arg(self.repo.join("scripts/zookeeper.sh"))
+            .arg(verb)
+            .env("ZK_ADDR", zookeeper_ip().to_string())
+            .env("ZK_PORT", ZK_PORT.to_string())
+            .env("ZK_DIR", &self.dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run scripts/zookeeper.sh: {e}"))?;
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(format!(
+                "scripts/zookeeper.sh {verb}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+        }
+    }
+}
+
+/// A relay on a membership replica's own address to ZooKeeper, dialling
+/// from that address: the ZooKeeper client library cannot choose its source
+/// address, and without one of its own a replica's ZooKeeper traffic would
+/// escape the rules that cut that replica off.
+struct Relay {
+    stop: Arc<AtomicBool>,
+}
+
+impl Relay {
+    fn start(listen: SocketAddr, to: SocketAddr, from: Ipv4Addr) -> Result<Relay, String> {
+        let l = std::net::TcpListener::bind(listen).map_err(|e| format!("relay {listen}: {e}"))?;
+        l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((down, _)) => {
+                        let _ = down.set_nonblocking(false);
+                        std::thread::spawn(move || pipe(down, to, from));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Ok(Relay { stop })
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Carry `down` to `to` (dialled from `from`) and back until either side ends.
+fn pipe(down: std::net::TcpStream, to: SocketAddr, from: Ipv4Addr) {
+    let dial = tandem_fabric::auth::dial::connect_timeout_from(
+        to,
+        Duration::from_secs(1),
+        Some(from.into()),
+    );
+    let Ok(up) = dial else {
+        return;
+    };
+    let (Ok(mut down2), Ok(mut up2)) = (down.try_clone(), up.try_clone()) else {
+        return;
+    };
+    let back = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut up2, &mut down2);
+        let _ = down2.shutdown(std::net::Shutdown::Both);
+    });
+    let (mut down, mut up) = (down, up);
+    let _ = std::io::copy(&mut down, &mut up);
+    let _ = up.shutdown(std::net::Shutdown::Both);
+    let _ = back.join();
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        let _ = self.script("stop");
+    }
 }
 
 /// A process killed and reaped when dropped.
@@ -79,7 +200,13 @@ pub struct Procs {
     /// whether the membership has had them down since.
     replacing: BTreeMap<usize, bool>,
     compute: Vec<ComputeSlot>,
-    membership: Option<Kid>,
+    memberships: Vec<Kid>,
+    mode: Membership,
+    /// Planted bugs of the membership replicas.
+    bugs: Vec<String>,
+    /// Dropped after the processes that use them.
+    relays: Vec<Relay>,
+    zookeeper: Option<ZooKeeper>,
     /// Compute node ids handed out so far (a restarted slot takes the next).
     next_node: u16,
     pub watch: Arc<LedgerWatch>,
@@ -101,6 +228,7 @@ impl Procs {
         dir: &Path,
         bugs: &[String],
         store: &tandem_dkvs::StoreConfig,
+        mode: Membership,
     ) -> Result<Procs, String> {
         let layout = tandem_dkvs::Layout::new(store)?;
         let _ = std::fs::remove_dir_all(dir);
@@ -113,7 +241,11 @@ impl Procs {
             memory_kids: Vec::new(),
             replacing: BTreeMap::new(),
             compute: Vec::new(),
-            membership: None,
+            memberships: Vec::new(),
+            mode: mode.clone(),
+            bugs: bugs.to_vec(),
+            relays: Vec::new(),
+            zookeeper: None,
             next_node: 1,
             watch: LedgerWatch::start(COMPUTE),
             mem_bytes: *layout.region_bytes.iter().max().expect("memory nodes"),
@@ -123,7 +255,27 @@ impl Procs {
             p.memory_kids.push(Some(kid));
             p.memory.push(addr);
         }
-        p.membership = Some(p.spawn_membership(bugs)?);
+        if let Membership::Replicated { repo } = &mode {
+            let zk = ZooKeeper {
+                repo: repo.clone(),
+                dir: dir.join("zookeeper"),
+            };
+            zk.script("start")?;
+            p.zookeeper = Some(zk);
+            let to = SocketAddr::from((zookeeper_ip(), ZK_PORT));
+            for r in 0..FD_REPLICAS {
+                let at = SocketAddr::from((replica_ip(r), ZK_PORT));
+                p.relays.push(Relay::start(at, to, replica_ip(r))?);
+            }
+        }
+        for r in 0..p.membership_addrs().len() {
+            let kid = p.spawn_membership(r, bugs)?;
+            p.memberships.push(kid);
+            if r == 0 && p.zookeeper.is_some() {
+                // Replica 0 leads at first: `manager` faults hit the leader.
+                p.wait_log("membership0", "leads", Duration::from_secs(30))?;
+            }
+        }
         for _ in 0..COMPUTE {
             p.compute.push(ComputeSlot {
                 kid: None,
@@ -170,7 +322,7 @@ impl Procs {
     fn spawn_memory(
         &self,
         j: usize,
-        membership: Option<SocketAddr>,
+        membership: Option<String>,
     ) -> Result<(Kid, SocketAddr), String> {
         let ip = addr_of(COMPUTE + j);
         let port = if membership.is_some() { 0 } else { MEMORY_PORT };
@@ -179,7 +331,7 @@ impl Procs {
             .arg(SocketAddr::from((ip, port)).to_string())
             .args(["--mem", &self.mem_bytes.to_string()]);
         if let Some(m) = membership {
-            c.args(["--replaces", &j.to_string(), "--membership", &m.to_string()]);
+            c.args(["--replaces", &j.to_string(), "--membership", &m]);
         }
         let mut child = c
             .stdout(Stdio::piped())
@@ -192,28 +344,53 @@ impl Procs {
         Ok((kid, addr))
     }
 
-    pub fn membership_addr() -> SocketAddr {
-        SocketAddr::from((membership_ip(), MEMBERSHIP_PORT))
+    /// Every membership replica's address (one without replication).
+    pub fn membership_addrs(&self) -> Vec<SocketAddr> {
+        let n = match self.mode {
+            Membership::Single => 1,
+            Membership::Replicated { .. } => FD_REPLICAS,
+        };
+        (0..n)
+            .map(|r| SocketAddr::from((replica_ip(r), MEMBERSHIP_PORT)))
+            .collect()
     }
 
-    fn spawn_membership(&self, bugs: &[String]) -> Result<Kid, String> {
-        let mut c = self.command(membership_ip());
+    /// `--membership`: every replica, comma-separated.
+    fn membership_flag(&self) -> String {
+        let a: Vec<String> = self
+            .membership_addrs()
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        a.join(",")
+    }
+
+    fn spawn_membership(&self, r: usize, bugs: &[String]) -> Result<Kid, String> {
+        let listen = self.membership_addrs()[r];
+        let mut c = self.command(replica_ip(r));
         c.args(["pandora", "membership", "--listen"])
-            .arg(Self::membership_addr().to_string())
+            .arg(listen.to_string())
             .args(self.cluster_flags())
             .args(["--load", "--timeout-ms", &TIMEOUT_MS.to_string()])
             .args(["--memory-timeout-ms", &MEMORY_TIMEOUT_MS.to_string()]);
+        if let Membership::Replicated { .. } = self.mode {
+            // Through the relay on its own address (`Relay`).
+            let zk = SocketAddr::from((replica_ip(r), ZK_PORT));
+            c.args(["--fd-replicas", &self.membership_flag()])
+                .args(["--zookeeper", &zk.to_string()])
+                .args(["--zk-session-ms", &ZK_SESSION_MS.to_string()]);
+        }
         for b in bugs {
             c.args(["--inject-bug", b]);
         }
         let mut child = c
             .stdout(Stdio::piped())
-            .stderr(self.log("membership")?)
+            .stderr(self.log(&format!("membership{r}"))?)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.exe.display()))?;
         let out = child.stdout.take().expect("piped");
         let kid = Kid(child);
-        announced(out, "the membership")?;
+        announced(out, &format!("membership replica {r}"))?;
         Ok(kid)
     }
 
@@ -225,7 +402,7 @@ impl Procs {
         let ledger = self.dir.join(format!("compute-{node}.ledger"));
         let mut c = self.command(addr_of(i));
         c.args(["pandora", "compute-server", "--membership"])
-            .arg(Self::membership_addr().to_string())
+            .arg(self.membership_flag())
             .args(self.cluster_flags())
             .args(["--node", &node.to_string()])
             .args(["--coordinators", &COORDINATORS.to_string()])
@@ -258,14 +435,52 @@ impl Procs {
         }
     }
 
+    /// Wait until `<name>.log` contains `needle`.
+    fn wait_log(&self, name: &str, needle: &str, within: Duration) -> Result<(), String> {
+        let path = self.dir.join(format!("{name}.log"));
+        let t = Instant::now();
+        while !std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .contains(needle)
+        {
+            if t.elapsed() > within {
+                return Err(format!("{} never said '{needle}'", path.display()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Every membership replica's log, one after the other.
     pub fn membership_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("membership.log")).unwrap_or_default()
+        (0..self.memberships.len())
+            .map(|r| {
+                std::fs::read_to_string(self.dir.join(format!("membership{r}.log")))
+                    .unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The newest memory configuration any replica announced.
+    fn last_memory_configuration(&self) -> Option<String> {
+        let log = self.membership_log();
+        let epoch = |l: &str| -> u64 {
+            let rest = l.split("memory configuration ").nth(1).unwrap_or("");
+            rest.split(':')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        log.lines()
+            .filter(|l| is_memory_configuration(l))
+            .max_by_key(|l| epoch(l))
+            .map(str::to_string)
     }
 
     /// The memory nodes the membership's latest configuration has down.
     fn memory_down(&self) -> BTreeSet<usize> {
-        let log = self.membership_log();
-        let Some(l) = log.lines().rfind(|l| is_memory_configuration(l)) else {
+        let Some(l) = self.last_memory_configuration() else {
             return BTreeSet::new();
         };
         let Some(rest) = l.split("memory nodes {").nth(1) else {
@@ -293,10 +508,22 @@ impl Procs {
         Ok(down)
     }
 
+    /// Start again every membership replica that exited: a leader whose
+    /// ZooKeeper session expired stops (it may have been replaced), and a
+    /// supervisor starts it again as a follower.
+    fn restart_replicas(&mut self) -> Result<(), String> {
+        for r in 0..self.memberships.len() {
+            if matches!(self.memberships[r].0.try_wait(), Ok(Some(_))) {
+                self.memberships[r] = self.spawn_membership(r, &self.bugs.clone())?;
+            }
+        }
+        Ok(())
+    }
+
     /// Kill memory server `j` if it still runs, and start its replacement.
     fn replace_memory(&mut self, j: usize) -> Result<(), String> {
         self.memory_kids[j] = None;
-        let (kid, addr) = self.spawn_memory(j, Some(Self::membership_addr()))?;
+        let (kid, addr) = self.spawn_memory(j, Some(self.membership_flag()))?;
         self.memory_kids[j] = Some(kid);
         self.memory[j] = addr;
         self.replacing.insert(j, false);
@@ -381,6 +608,10 @@ impl Target for Procs {
     /// Every memory node up in the membership's configuration (a declared
     /// failure is replaced here), and every compute server committing.
     fn whole(&mut self) -> bool {
+        if let Err(e) = self.restart_replicas() {
+            log::warn!("nemesis: {e}");
+            return false;
+        }
         match self.replace_declared() {
             Ok(down) if down.is_empty() => self.watch.all_committing(Duration::from_millis(300)),
             Ok(_) => false,
@@ -391,10 +622,9 @@ impl Target for Procs {
         }
     }
     fn configuration(&self) -> String {
-        let log = self.membership_log();
-        let memory = log
-            .lines()
-            .rfind(|l| is_memory_configuration(l))
+        let last = self.last_memory_configuration();
+        let memory = last
+            .as_deref()
             .unwrap_or("no memory configuration yet")
             .trim_start_matches("membership: ");
         format!(

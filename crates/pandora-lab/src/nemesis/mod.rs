@@ -8,7 +8,9 @@
 //! loss on every compute–memory link; blackholed connects to a memory
 //! server; the membership isolated, or cut from one memory server that
 //! compute servers still reach; every compute server killed at once; a
-//! compute server restarting while another fault holds; loss on the
+//! compute server restarting while another fault holds; with the
+//! replicated failure detector (`--membership zookeeper`), ZooKeeper cut
+//! from one membership replica; loss on the
 //! membership's links; a compute server paused (falsely suspected) while
 //! the membership's links lose packets or it is cut from a memory server,
 //! so the revocation is slow, and resumed half-way. At most one memory
@@ -37,10 +39,10 @@ use tandem_nemesis::schedule::Fault;
 use tandem_sim::Rng;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
 
-use cluster::{Procs, COMPUTE, KEYS, MEMORY, MEMORY_TIMEOUT_MS, REPLICAS};
+use cluster::{Membership, Procs, COMPUTE, FD_REPLICAS, KEYS, MEMORY, MEMORY_TIMEOUT_MS, REPLICAS};
 
 /// The fault classes Pandora takes (`--faults`).
-pub const CLASSES: [&str; 13] = [
+pub const CLASSES: [&str; 14] = [
     "isolate",
     "split",
     "one-way",
@@ -54,6 +56,7 @@ pub const CLASSES: [&str; 13] = [
     "kill",
     "kill-all",
     "recover",
+    "zk-cut",
 ];
 
 /// After a heal, every memory node must be up and every compute server
@@ -61,6 +64,11 @@ pub const CLASSES: [&str; 13] = [
 /// its probe timeout, then a replacement is filled and admitted; a fenced
 /// compute server comes back as a new incarnation.
 pub const RECOVERY_BOUND: Duration = Duration::from_millis(2 * MEMORY_TIMEOUT_MS + 1_000);
+/// With the replicated failure detector, a leader cut off from ZooKeeper
+/// is replaced only once its session expires, and the new leader gives the
+/// compute servers a grace to rejoin it.
+pub const ZK_RECOVERY_BOUND: Duration =
+    Duration::from_millis(cluster::ZK_SESSION_MS + 2 * MEMORY_TIMEOUT_MS + 2_000);
 /// Healthy time between two faults, and before the first.
 const SETTLE: Duration = Duration::from_secs(1);
 
@@ -77,15 +85,25 @@ pub struct NemesisConfig {
     pub dir: PathBuf,
     /// Test-only planted bugs for the membership (`--inject-bug`).
     pub bugs: Vec<String>,
+    pub membership: Membership,
 }
 
-/// Check a `--faults` list.
-pub fn parse_classes(list: &str) -> Result<Vec<String>, String> {
+/// Check a `--faults` list (`zk-cut` needs the replicated failure detector).
+pub fn parse_classes(list: &str, replicated: bool) -> Result<Vec<String>, String> {
+    let can = |c: &str| CLASSES.contains(&c) && (replicated || c != "zk-cut");
     let classes: Vec<String> = match list {
-        "all" => CLASSES.iter().map(|s| s.to_string()).collect(),
+        "all" => CLASSES
+            .iter()
+            .filter(|c| can(c))
+            .map(|s| s.to_string())
+            .collect(),
         _ => list.split(',').map(|s| s.trim().to_string()).collect(),
     };
-    match classes.iter().find(|c| !CLASSES.contains(&c.as_str())) {
+    match classes.iter().find(|c| !can(c)) {
+        Some(c) if c == "zk-cut" => Err(
+            "fault class 'zk-cut' needs the replicated failure detector (--membership zookeeper)"
+                .into(),
+        ),
         Some(c) if c == "flip" || c == "bridge" => Err(format!(
             "fault class '{c}' does not apply to Pandora (compute servers do not talk to each other)"
         )),
@@ -99,10 +117,23 @@ pub fn parse_classes(list: &str) -> Result<Vec<String>, String> {
 }
 
 impl NemesisConfig {
+    fn replicated(&self) -> bool {
+        matches!(self.membership, Membership::Replicated { .. })
+    }
+
+    /// After a heal, the cluster must be whole within this.
+    pub fn bound(&self) -> Duration {
+        match self.replicated() {
+            true => ZK_RECOVERY_BOUND,
+            false => RECOVERY_BOUND,
+        }
+    }
+
     /// The command that runs schedule `seed` again.
     pub fn replay(&self, seed: u64) -> String {
         let mut c = format!(
-            "tandem nemesis --system pandora --seed {seed} --schedules 1 --faults {} --faults-per-schedule {} --fault-ms {}",
+            "tandem nemesis --system pandora{} --seed {seed} --schedules 1 --faults {} --faults-per-schedule {} --fault-ms {}",
+            if self.replicated() { " --membership zookeeper" } else { "" },
             self.classes.join(","),
             self.faults,
             self.fault_time.as_millis()
@@ -163,6 +194,14 @@ fn fault_of(class: &str, rng: &mut Rng) -> Fault {
         "pause" => Fault::Pause(any(rng)),
         "kill" => Fault::Kill(any(rng)),
         "kill-all" => Fault::KillAll,
+        "zk-cut" => {
+            let r = rng.below(FD_REPLICAS as u64) as usize;
+            Fault::Cut {
+                class: "zk-cut",
+                what: format!("ZooKeeper from membership replica {r}"),
+                cut: vec![(cluster::zookeeper_ip(), cluster::replica_ip(r))],
+            }
+        }
         "recover" => {
             let node = compute(rng);
             let during = [
@@ -215,14 +254,14 @@ pub fn run(cfg: &NemesisConfig, mut progress: impl FnMut(&ScheduleRun)) -> Vec<S
 fn run_schedule(cfg: &NemesisConfig, seed: u64) -> Result<ScheduleRun, String> {
     let faults = draw(seed, &cfg.classes, cfg.faults);
     let dir = cfg.dir.join(format!("seed-{seed}"));
-    let mut procs = Procs::start(&cfg.exe, &dir, &cfg.bugs, &store())?;
+    let mut procs = Procs::start(&cfg.exe, &dir, &cfg.bugs, &store(), cfg.membership.clone())?;
     wait_committing(&procs)?;
     let watch = procs.watch.clone();
     let completed = || watch.total.load(Ordering::Relaxed);
     let drive = Drive {
         fault_time: cfg.fault_time,
         settle: SETTLE,
-        bound: RECOVERY_BOUND,
+        bound: cfg.bound(),
         completed: &completed,
     };
     let outcome = drive.run(&mut procs, &faults)?;
@@ -363,7 +402,7 @@ mod tests {
 
     #[test]
     fn a_fault_hits_at_most_one_memory_server() {
-        let all = parse_classes("all").unwrap();
+        let all = parse_classes("all", true).unwrap();
         for seed in 0..200 {
             for f in draw(seed, &all, 4) {
                 if let Fault::Suspect { node, during } = &f {
@@ -393,9 +432,20 @@ mod tests {
 
     #[test]
     fn classes_are_checked() {
-        assert_eq!(parse_classes("all").unwrap().len(), CLASSES.len());
-        assert!(parse_classes("flip").unwrap_err().contains("do not talk"));
-        assert!(parse_classes("kill,typo").unwrap_err().contains("typo"));
+        assert_eq!(parse_classes("all", true).unwrap().len(), CLASSES.len());
+        assert_eq!(
+            parse_classes("all", false).unwrap().len(),
+            CLASSES.len() - 1
+        );
+        assert!(parse_classes("zk-cut", false)
+            .unwrap_err()
+            .contains("zookeeper"));
+        assert!(parse_classes("flip", true)
+            .unwrap_err()
+            .contains("do not talk"));
+        assert!(parse_classes("kill,typo", true)
+            .unwrap_err()
+            .contains("typo"));
         for c in CLASSES {
             let f = draw(3, &[c.to_string()], 3);
             assert!(f.iter().all(|f| f.class() == c), "{c}: {f:?}");
