@@ -5,7 +5,7 @@ injected, the schedules they were in, the operations of those schedules,
 violations, and the time from the heal until throughput was back and every
 node served again (median and max).
 
-Usage: render_nemesis.py FILE COMMAND SYSTEM (pandora, ddp, heal, kite or zab)."""
+Usage: render_nemesis.py FILE COMMAND SYSTEM (pandora, pandora-zk, ddp, heal, kite or zab)."""
 import json
 import statistics
 import sys
@@ -17,6 +17,9 @@ SYSTEMS = {
     "pandora": ("Real faults on Pandora's processes", "three `compute-server`s (micro, 200 keys), three `memory-server`s (two copies of each partition) and the membership",
                 "by `check-cluster` after every compute server is killed and recovered (replicas identical, no lock of a live coordinator, counters within the ledgers of acknowledged writes)",
                 "2,000 ms (two memory-probe timeouts and a second)", "every memory server up in the membership's configuration (a failed one replaced) and every compute server committing"),
+    "pandora-zk": ("Real faults on Pandora's processes, its failure detector replicated", "three `compute-server`s (micro, 200 keys), three `memory-server`s and three membership replicas keeping their state in ZooKeeper (`--membership zookeeper`; `zk-cut`: ZooKeeper cut from one replica)",
+                   "by `check-cluster` after every compute server is killed and recovered",
+                   "7,000 ms (the 4 s ZooKeeper session, two memory-probe timeouts and 2 s)", "every memory server up in the leader's configuration and every compute server committing"),
     "ddp": ("Real faults on DDP's processes", "five `tandem node` processes and their manager, ⟨Lin, Synch⟩",
             "for linearizability", "1,400 ms (two leases and a second)", "every node a member of the manager's configuration again"),
     "heal": ("Real faults on HEAL's processes", "five `tandem node --recovery heal` processes and their manager, ⟨Lin, Synch⟩, restarted nodes recovering with HEAL (`recover`: a recovery under another fault)",
@@ -53,7 +56,7 @@ bad = [r for r in runs if r["violations"]]
 print(f"<!-- part nemesis-{system} -->")
 print(f"### {title}\n")
 print(f"{len(runs)} seeded schedules of real faults (docs/NEMESIS.md) on {procs}, each fault held 1.5 s and healed "
-      f"before the next; {total_ops:,} {'committed writes' if system == 'pandora' else 'operations'} checked {check}; schedules with a violation: {len(bad)}.\n")
+      f"before the next; {total_ops:,} {'committed writes' if system.startswith('pandora') else 'operations'} checked {check}; schedules with a violation: {len(bad)}.\n")
 print(f"```\n{command}\n```\n")
 print("| fault class | faults | schedules | operations in them | violations | back after the heal, ms (median / max) | all serving again, ms (median / max) |")
 print("|---|---:|---:|---:|---:|---:|---:|")

@@ -158,6 +158,11 @@ for SYS in pandora ddp heal kite zab; do
   python3 scripts/render_nemesis.py $OUT/nemesis-$SYS.json "${NEMESIS/#$T/tandem}" $SYS > "$PARTS/nemesis-$SYS.md"
   assemble "$PARTS/nemesis-$SYS.md"
 done
+# Pandora with its failure detector replicated over ZooKeeper.
+NEMESIS="$T nemesis --system pandora --membership zookeeper --schedules 20 --seed 100"
+run $NEMESIS --out $OUT/nemesis-pandora-zk --json $OUT/nemesis-pandora-zk.json || true
+python3 scripts/render_nemesis.py $OUT/nemesis-pandora-zk.json "${NEMESIS/#$T/tandem}" pandora-zk > "$PARTS/nemesis-pandora-zk.md"
+assemble "$PARTS/nemesis-pandora-zk.md"
 
 # Slot reclamation. TATP and bounded-history TPC-C at full speed, 10 minutes each with
 # reclamation and 10 without (SOAK_SECS shortens them), occupancy and memory sampled every 10 s.

@@ -109,6 +109,11 @@ fn bad_options_are_refused_before_anything_runs() {
         "tandem-nemesis-bad",
     );
     assert!(!ok && text.contains("do not talk to each other"), "{text}");
+    let (ok, text) = nemesis(
+        &["--system", "pandora", "--faults", "zk-cut"],
+        "tandem-nemesis-bad",
+    );
+    assert!(!ok && text.contains("--membership zookeeper"), "{text}");
     let (ok, text) = nemesis(&["--system", "redis"], "tandem-nemesis-bad");
     assert!(!ok && text.contains("one of pandora, ddp"), "{text}");
     let (ok, text) = nemesis(
@@ -364,5 +369,38 @@ fn pandora_publishing_failed_ids_early_is_caught_by_suspicions_not_by_kills() {
     assert!(
         !caught(&text),
         "kill -9 alone should not expose it:\n{text}"
+    );
+}
+
+/// Pandora with its failure detector replicated over ZooKeeper: the leading
+/// replica cut off from everyone, or ZooKeeper cut from one replica, for
+/// 5 s, longer than the 4 s session, so a cut-off leader is replaced.
+#[test]
+fn pandora_with_a_replicated_failure_detector_survives_its_replicas_cut_off() {
+    let args = [
+        "--system",
+        "pandora",
+        "--membership",
+        "zookeeper",
+        "--schedules",
+        "3",
+        "--seed",
+        "1",
+        "--faults",
+        "zk-cut,manager",
+        "--faults-per-schedule",
+        "1",
+        "--fault-ms",
+        "5000",
+    ];
+    let (ok, text) = nemesis(&args, "tandem-nemesis-pandora-zk");
+    assert!(
+        ok,
+        "the nemesis found a violation in Pandora over ZooKeeper:\n{text}"
+    );
+    assert!(text.contains("3 schedules, 0 failed"), "{text}");
+    assert!(
+        text.contains("membership replicas over ZooKeeper"),
+        "{text}"
     );
 }
