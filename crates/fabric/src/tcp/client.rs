@@ -350,8 +350,10 @@ impl Fabric for TcpFabric {
 
 /// How long a connect to a memory server may take: a server whose SYNs
 /// vanish (blackholed, partitioned) fails the connect instead of holding it
-/// for the kernel's two minutes of SYN retries.
-const CONNECT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+/// for the kernel's two minutes of SYN retries. Two seconds let the first
+/// SYN retransmission (after 1 s) through: a server whose accept queue was
+/// full for a moment (under a connection flood) still answers it.
+const CONNECT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Connect to `addr` from this process's own address, if it has one
 /// ([`tandem_auth::dial::dial_from`]), within [`CONNECT_PATIENCE`].
