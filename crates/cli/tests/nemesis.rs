@@ -60,7 +60,14 @@ fn a_node_serving_without_a_lease_is_caught_by_partitions_not_by_kills() {
     let bug = ["--inject-bug", "ignore-lease", "--seed", "1"];
     let split = [
         &bug[..],
-        &["--schedules", "2", "--faults", "split", "--faults-per-schedule", "4"],
+        &[
+            "--schedules",
+            "2",
+            "--faults",
+            "split",
+            "--faults-per-schedule",
+            "4",
+        ],
     ]
     .concat();
     let (ok, text) = nemesis(&split, "tandem-nemesis-split");
@@ -75,7 +82,14 @@ fn a_node_serving_without_a_lease_is_caught_by_partitions_not_by_kills() {
     );
     let kills = [
         &bug[..],
-        &["--schedules", "1", "--faults", "kill", "--faults-per-schedule", "3"],
+        &[
+            "--schedules",
+            "1",
+            "--faults",
+            "kill",
+            "--faults-per-schedule",
+            "3",
+        ],
     ]
     .concat();
     let (_, text) = nemesis(&kills, "tandem-nemesis-kill");
@@ -126,7 +140,14 @@ fn bad_options_are_refused_before_anything_runs() {
 /// violation, and a line per heal.
 fn survives(system: &str) {
     let args = [
-        "--system", system, "--schedules", "3", "--seed", "1", "--faults-per-schedule", "2",
+        "--system",
+        system,
+        "--schedules",
+        "3",
+        "--seed",
+        "1",
+        "--faults-per-schedule",
+        "2",
     ];
     let (ok, text) = nemesis(&args, &format!("tandem-nemesis-{system}"));
     assert!(ok, "the nemesis found a violation in {system}:\n{text}");
@@ -331,16 +352,18 @@ fn pandora_survives_three_schedules_of_every_fault_it_takes() {
 /// exposes it: acknowledged writes are lost, or the resumed server finds a
 /// lock it held stolen. Real crashes alone (`kill`) do not: recovery
 /// follows within milliseconds and the dead server writes nothing more.
+/// Two schedules of three: one schedule alone missed it once in a
+/// full-suite run.
 #[test]
 fn pandora_publishing_failed_ids_early_is_caught_by_suspicions_not_by_kills() {
-    let run = |faults: &str| {
+    let run = |faults: &str, schedules: &str| {
         let args = [
             "--system",
             "pandora",
             "--inject-bug",
             "publish-before-recovery",
             "--schedules",
-            "1",
+            schedules,
             "--seed",
             "1",
             "--faults",
@@ -352,7 +375,7 @@ fn pandora_publishing_failed_ids_early_is_caught_by_suspicions_not_by_kills() {
     };
     let caught =
         |t: &str| t.contains("acknowledged writes allow") || t.contains("exited by itself");
-    let (ok, text) = run("suspect");
+    let (ok, text) = run("suspect", "2");
     assert!(
         !ok && caught(&text),
         "suspicions did not catch the early publication:\n{text}"
@@ -361,7 +384,7 @@ fn pandora_publishing_failed_ids_early_is_caught_by_suspicions_not_by_kills() {
         text.contains("replay:  tandem nemesis --system pandora"),
         "{text}"
     );
-    let (_, text) = run("kill");
+    let (_, text) = run("kill", "1");
     assert!(
         !caught(&text),
         "kill -9 alone should not expose it:\n{text}"

@@ -9,7 +9,7 @@ fn seeds() -> u64 {
     std::env::var("TANDEM_SIM_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(30)
+        .unwrap_or(20)
 }
 
 fn all_seeds_pass(mode: Mode) {

@@ -401,6 +401,17 @@ impl Procs {
         self.next_node += 1;
         let ledger = self.dir.join(format!("compute-{node}.ledger"));
         let mut c = self.command(addr_of(i));
+        // The compute servers are the load and busy-poll: at a lower
+        // priority they leave the membership, the memory servers (and
+        // anything else on a two-core machine) the CPU they need, so a
+        // suspicion comes from the faults, not from a starved detector.
+        // SAFETY: setpriority only changes the child's own priority.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+                libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+                Ok(())
+            });
+        }
         c.args(["pandora", "compute-server", "--membership"])
             .arg(self.membership_flag())
             .args(self.cluster_flags())
