@@ -155,8 +155,10 @@ fn run_pandora(a: &NemesisArgs) -> Result<(Vec<ScheduleRun>, Duration), String> 
         membership,
     };
     check_counts(a)?;
-    if replicated {
-        zookeeper_installed()?;
+    if let Membership::Replicated { repo } = &cfg.membership {
+        // Installing needs the host's network: before the namespace.
+        let dir = std::env::temp_dir();
+        tandem_pandora_lab::nemesis::cluster::zookeeper_sh(repo, &dir, "install")?;
     }
     prepare()?;
     let what = match replicated {
@@ -165,21 +167,6 @@ fn run_pandora(a: &NemesisArgs) -> Result<(Vec<ScheduleRun>, Duration), String> 
     };
     header(a, what, &cfg.dir);
     Ok((pandora::run(&cfg, print_run), cfg.bound()))
-}
-
-/// ZooKeeper, installed by the checkout's script if it is missing.
-fn zookeeper_installed() -> Result<(), String> {
-    let out = std::process::Command::new("bash")
-        .args(["scripts/zookeeper.sh", "install"])
-        .output()
-        .map_err(|e| format!("cannot run scripts/zookeeper.sh: {e}"))?;
-    match out.status.success() {
-        true => Ok(()),
-        false => Err(format!(
-            "scripts/zookeeper.sh install: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-    }
 }
 
 fn config(a: &NemesisArgs) -> Result<NemesisConfig, String> {

@@ -74,6 +74,16 @@ pub fn addr_of(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, i as u8 + 2)
 }
 
+/// `<dir>/<name>.log`, opened for appending: where a run's process writes
+/// its stderr.
+pub fn log_file(dir: &std::path::Path, name: &str) -> Result<std::fs::File, String> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.log")))
+        .map_err(|e| format!("{name}.log: {e}"))
+}
+
 /// A link between two addresses, for the rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Link {

@@ -81,11 +81,7 @@ impl Procs {
     }
 
     fn log(&self, name: &str) -> Result<std::fs::File, String> {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("{name}.log")))
-            .map_err(|e| format!("{name}.log: {e}"))
+        tandem_nemesis::log_file(&self.dir, name)
     }
 
     fn command(&self) -> Command {

@@ -89,22 +89,29 @@ struct ZooKeeper {
 
 impl ZooKeeper {
     fn script(&self, verb: &str) -> Result<(), String> {
-        let out = Command::new("bash")
-            .arg(self.repo.join("scripts/zookeeper.sh"))
-            .arg(verb)
-            .env("ZK_ADDR", zookeeper_ip().to_string())
-            .env("ZK_PORT", ZK_PORT.to_string())
-            .env("ZK_DIR", &self.dir)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run scripts/zookeeper.sh: {e}"))?;
-        match out.status.success() {
-            true => Ok(()),
-            false => Err(format!(
-                "scripts/zookeeper.sh {verb}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )),
-        }
+        zookeeper_sh(&self.repo, &self.dir, verb)
+    }
+}
+
+/// `scripts/zookeeper.sh VERB` of the checkout at `repo`, for the run's
+/// ZooKeeper (its address, port and directory `dir`). `install` needs the
+/// host's network: call it before entering the run's namespace.
+pub fn zookeeper_sh(repo: &Path, dir: &Path, verb: &str) -> Result<(), String> {
+    let out = Command::new("bash")
+        .arg(repo.join("scripts/zookeeper.sh"))
+        .arg(verb)
+        .env("ZK_ADDR", zookeeper_ip().to_string())
+        .env("ZK_PORT", ZK_PORT.to_string())
+        .env("ZK_DIR", dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run scripts/zookeeper.sh: {e}"))?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(format!(
+            "scripts/zookeeper.sh {verb}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
     }
 }
 
@@ -289,11 +296,7 @@ impl Procs {
     }
 
     fn log(&self, name: &str) -> Result<std::fs::File, String> {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("{name}.log")))
-            .map_err(|e| format!("{name}.log: {e}"))
+        tandem_nemesis::log_file(&self.dir, name)
     }
 
     fn command(&self, from: Ipv4Addr) -> Command {
