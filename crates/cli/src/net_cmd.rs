@@ -67,6 +67,7 @@ fn host_cfg(id: u16, peers: &[std::net::SocketAddr], dir: &str) -> HostConfig {
         heartbeat: Duration::from_millis(5),
         lease: Duration::from_millis(200),
         ignore_lease: false,
+        lease_from_receipt: false,
     }
 }
 

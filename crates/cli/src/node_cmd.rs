@@ -61,8 +61,8 @@ pub struct NodeArgs {
     /// How this node catches up when it restarts: full-copy, or heal (HEAL: the Lin models).
     #[arg(long, default_value = "full-copy")]
     recovery: String,
-    /// Test-only protocol bug (see `tandem ddp check --help`), or ignore-lease (the node serves
-    /// clients without a lease).
+    /// Test-only protocol bug (see `tandem ddp check --help`), ignore-lease (the node serves
+    /// clients without a lease) or lease-from-receipt (a lease counted from the grant's arrival).
     #[arg(long = "inject-bug", hide = true)]
     bugs: Vec<String>,
     /// Kite: the write time-out in ms (the retransmission period is half of it); default 1 ms, the paper's.
@@ -120,14 +120,16 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
     host::run(cfg, listener, factory).map_err(|e| node_error(a.id, &e))
 }
 
-/// The runtime's own planted bug (`--inject-bug ignore-lease`): the node
-/// serves clients without a lease from the manager.
+/// The runtime's own planted bugs (`--inject-bug ignore-lease`): the node
+/// serves clients without a lease from the manager; `lease-from-receipt`:
+/// it counts each lease from when the grant arrived.
 const IGNORE_LEASE: &str = "ignore-lease";
+const LEASE_FROM_RECEIPT: &str = "lease-from-receipt";
 
 /// The `--inject-bug` names that are the protocol engine's.
 fn protocol_bugs(bugs: &[String]) -> Vec<String> {
     bugs.iter()
-        .filter(|b| *b != IGNORE_LEASE)
+        .filter(|b| *b != IGNORE_LEASE && *b != LEASE_FROM_RECEIPT)
         .cloned()
         .collect()
 }
@@ -182,6 +184,7 @@ fn host_config(a: &NodeArgs) -> Result<(HostConfig, TcpListener), String> {
         heartbeat: Duration::from_millis(a.heartbeat_ms),
         lease: Duration::from_millis(a.lease_ms),
         ignore_lease: a.bugs.iter().any(|b| b == IGNORE_LEASE),
+        lease_from_receipt: a.bugs.iter().any(|b| b == LEASE_FROM_RECEIPT),
     };
     Ok((cfg, listener))
 }

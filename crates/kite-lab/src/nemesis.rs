@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use tandem_kite::simcheck::Mix;
 use tandem_kite::{Op, Reply};
 use tandem_nemesis::addr_of;
-use tandem_nemesis::drive::{Drive, ScheduleRun, Target};
+use tandem_nemesis::drive::{proxy_for, Drive, ScheduleRun, Target};
 use tandem_nemesis::schedule::{self, Shape};
 use tandem_net::client::{Mux, MuxEvent};
 
@@ -140,6 +140,8 @@ impl KiteNemesis {
             addrs: Some(addrs()),
             timeout_ms: (!self.zab).then_some(WRITE_TIMEOUT_MS),
         };
+        let ips: Vec<_> = (0..SHAPE.nodes).map(addr_of).collect();
+        let proxy = proxy_for(&faults, &ips, seed)?;
         let mut cluster = KiteCluster::start(&self.exe, SHAPE.nodes, &node, &dir)?;
         let mut target = Procs::new(&cluster)?;
         let live = Arc::new(Live::default());
@@ -158,6 +160,7 @@ impl KiteNemesis {
             settle: SETTLE,
             bound: RECOVERY_BOUND,
             completed: &completed,
+            proxy,
         };
         let (report, outcome) = std::thread::scope(|s| {
             let mix = Mix {

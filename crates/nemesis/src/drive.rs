@@ -8,10 +8,12 @@
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::proxy::{Proxy, Slow};
 use crate::schedule::{Fault, Shape};
 use crate::{addr_of, Firewall, Link};
 
@@ -48,6 +50,27 @@ pub struct Drive<'a> {
     pub bound: Duration,
     /// Operations the load has completed so far.
     pub completed: &'a (dyn Fn() -> u64 + Sync),
+    /// The run's link proxy ([`proxy_for`]), which `delay` faults need.
+    pub proxy: Option<Arc<Proxy>>,
+}
+
+/// A proxy on every link between `addrs` if `faults` delay any, started
+/// before the run's processes so that it carries their links from the
+/// first connection on. `seed` draws its jitter.
+pub fn proxy_for(faults: &[Fault], addrs: &[Ipv4Addr], seed: u64) -> Result<Option<Arc<Proxy>>, String> {
+    let delays = |f: &Fault| match f {
+        Fault::Delay { .. } | Fault::Slow { .. } => true,
+        Fault::Recover { during, .. } | Fault::Suspect { during, .. } => {
+            matches!(**during, Fault::Delay { .. } | Fault::Slow { .. })
+        }
+        _ => false,
+    };
+    if !faults.iter().any(delays) {
+        return Ok(None);
+    }
+    Proxy::start(addrs, seed)
+        .map(|p| Some(Arc::new(p)))
+        .map_err(|e| format!("cannot start the link proxy: {e}"))
 }
 
 /// One fault's heal, and how long the cluster took to be whole again.
@@ -91,7 +114,9 @@ pub struct Outcome {
 impl Drive<'_> {
     /// Settle, measure the healthy rate, then inject, hold and heal each fault.
     pub fn run(&self, t: &mut dyn Target, faults: &[Fault]) -> Result<Outcome, String> {
-        let mut fw = Firewall::new().map_err(|e| e.to_string())?;
+        let mut fw = Firewall::new()
+            .map_err(|e| e.to_string())?
+            .with_proxy(self.proxy.clone());
         std::thread::sleep(self.settle);
         let baseline = self.rate(Duration::from_millis(500));
         let mut o = Outcome::default();
@@ -208,6 +233,14 @@ fn hold(fw: &mut Firewall, t: &mut dyn Target, f: &Fault, time: Duration) -> Res
         std::thread::sleep(time / 2);
         return Ok(());
     }
+    if let Fault::Slow {
+        node,
+        ms,
+        jitter_ms,
+    } = *f
+    {
+        return slow_then_suspected(fw, t.shape(), node, (ms, jitter_ms), time);
+    }
     let Fault::Flip(n) = *f else {
         apply(fw, t, f)?;
         std::thread::sleep(time);
@@ -220,6 +253,30 @@ fn hold(fw: &mut Firewall, t: &mut dyn Target, f: &Fault, time: Duration) -> Res
     let others: Vec<usize> = (0..shape.nodes).filter(|&o| o != n).collect();
     fw.split(&ips(&others), &[addr_of(n), manager_ip(shape)])
         .map_err(io)?;
+    std::thread::sleep(time / 2);
+    Ok(())
+}
+
+/// [`Fault::Slow`]: node `n`'s links slow all along, its packets to the
+/// manager (if the system has one) lost from half-way.
+fn slow_then_suspected(
+    fw: &mut Firewall,
+    shape: Shape,
+    n: usize,
+    (ms, jitter_ms): (u32, u32),
+    time: Duration,
+) -> Result<(), String> {
+    fw.slow(Slow {
+        only: Some(vec![addr_of(n)]),
+        delay: Duration::from_millis(ms as u64),
+        jitter: Duration::from_millis(jitter_ms as u64),
+    })
+    .map_err(io)?;
+    std::thread::sleep(time / 2);
+    if shape.manager {
+        let to = manager_ip(shape);
+        fw.drop_one_way(Link { from: addr_of(n), to }).map_err(io)?;
+    }
     std::thread::sleep(time / 2);
     Ok(())
 }
@@ -246,6 +303,17 @@ fn apply(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String>
             .map_err(io),
         Fault::Loss(pct) => loss(fw, shape.nodes, *pct).map_err(io),
         Fault::BlackholeConnects(n) => fw.blackhole_connects(addr_of(*n)).map_err(io),
+        Fault::Delay {
+            only,
+            ms,
+            jitter_ms,
+        } => fw
+            .slow(Slow {
+                only: only.map(|n| vec![addr_of(n)]),
+                delay: Duration::from_millis(*ms as u64),
+                jitter: Duration::from_millis(*jitter_ms as u64),
+            })
+            .map_err(io),
         Fault::IsolateManager => fw.isolate(manager_ip(shape)).map_err(io),
         Fault::CutManager(g) => fw.split(&ips(g), &[manager_ip(shape)]).map_err(io),
         Fault::ManagerLoss(pct) => manager_loss(fw, shape, *pct).map_err(io),
@@ -255,7 +323,7 @@ fn apply(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String>
             }
             Ok(())
         }
-        Fault::Flip(_) | Fault::Recover { .. } | Fault::Suspect { .. } => {
+        Fault::Flip(_) | Fault::Recover { .. } | Fault::Suspect { .. } | Fault::Slow { .. } => {
             unreachable!("held by `hold`")
         }
         Fault::Pause(n) => {

@@ -6,7 +6,8 @@
 //! listens on, and dials from, an address of its own in 127.0.0.0/8, so
 //! that a rule can tell processes apart. [`Firewall`] drops their packets
 //! with nftables: a partition (both ways or one way), a blackhole, loss at
-//! a rate. Healing removes every rule at once.
+//! a rate. Healing removes every rule at once. Delay and jitter, which no
+//! rule can make here, come from a [`proxy::Proxy`] on every link.
 //!
 //! Packets are dropped where they arrive (the `input` hook), never where
 //! they leave: a packet a local `output` rule drops fails the sender's
@@ -18,6 +19,7 @@
 //! creating a namespace needs root.
 
 pub mod drive;
+pub mod proxy;
 pub mod schedule;
 
 use std::io;
@@ -91,10 +93,12 @@ pub struct Link {
     pub to: Ipv4Addr,
 }
 
-/// The packet rules of the namespace the calling thread is in.
+/// The packet rules of the namespace the calling thread is in, and the
+/// delays of its proxy, if the run has one.
 pub struct Firewall {
     rules: Vec<String>,
     counters: usize,
+    proxy: Option<std::sync::Arc<proxy::Proxy>>,
 }
 
 /// A packet counter [`Firewall::count_syns`] set up.
@@ -113,7 +117,24 @@ impl Firewall {
         Ok(Firewall {
             rules: Vec::new(),
             counters: 0,
+            proxy: None,
         })
+    }
+
+    /// Delay links through `proxy` too (it carries the run's links).
+    pub fn with_proxy(mut self, proxy: Option<std::sync::Arc<proxy::Proxy>>) -> Firewall {
+        self.proxy = proxy;
+        self
+    }
+
+    /// Slow links down through the run's proxy.
+    pub fn slow(&mut self, s: proxy::Slow) -> io::Result<()> {
+        let p = self.proxy.as_ref().ok_or_else(|| {
+            io::Error::other("a delay needs the proxy, started before the run's processes")
+        })?;
+        self.rules.push(format!("{s:?}"));
+        p.slow(s);
+        Ok(())
     }
 
     /// Drop every packet from `l.from` to `l.to` (one way).
@@ -188,9 +209,12 @@ impl Firewall {
         packets.ok_or_else(|| io::Error::other(format!("no counter c{} in {text:?}", c.0)))
     }
 
-    /// Remove every rule: the network is whole again.
+    /// Remove every rule and delay: the network is whole again.
     pub fn heal(&mut self) -> io::Result<()> {
         nft(&format!("flush chain ip {TABLE} drops\n"))?;
+        if let Some(p) = &self.proxy {
+            p.heal();
+        }
         self.rules.clear();
         Ok(())
     }

@@ -46,6 +46,24 @@ pub enum Fault {
     Loss(u32),
     /// New connections to node `n` get no answer; open streams work.
     BlackholeConnects(usize),
+    /// Every chunk on the links of node `only` (of every node when `None`)
+    /// held `ms` plus up to `jitter_ms`, by the run's proxy
+    /// ([`crate::proxy`]): a node alive and slow, or a slow network.
+    Delay {
+        only: Option<usize>,
+        ms: u32,
+        jitter_ms: u32,
+    },
+    /// A node alive and slow: its links delayed as [`Fault::Delay`] has
+    /// them for the whole fault, while clients still reach it. In a system
+    /// with a manager it is suspected too: half-way its packets to the
+    /// manager start to vanish (its heartbeats stop arriving; the
+    /// manager's replies, late, still do).
+    Slow {
+        node: usize,
+        ms: u32,
+        jitter_ms: u32,
+    },
     /// The manager cut off from every node.
     IsolateManager,
     /// The manager cut off from these nodes only (Pandora: the membership
@@ -82,13 +100,15 @@ pub enum Fault {
 }
 
 /// The classes `--faults` names.
-pub const CLASSES: [&str; 12] = [
+pub const CLASSES: [&str; 14] = [
     "isolate",
     "split",
     "bridge",
     "one-way",
     "loss",
     "blackhole",
+    "delay",
+    "slow",
     "manager",
     "pause",
     "kill",
@@ -106,6 +126,19 @@ impl fmt::Display for Fault {
             Fault::OneWay { from, to } => write!(f, "drop {from} -> {to}"),
             Fault::Loss(p) => write!(f, "{p}% loss between nodes"),
             Fault::BlackholeConnects(n) => write!(f, "blackhole connects to node {n}"),
+            Fault::Delay {
+                only,
+                ms,
+                jitter_ms,
+            } => match only {
+                Some(n) => write!(f, "delay node {n}'s links {ms}+{jitter_ms} ms"),
+                None => write!(f, "delay every link {ms}+{jitter_ms} ms"),
+            },
+            Fault::Slow {
+                node,
+                ms,
+                jitter_ms,
+            } => write!(f, "slow node {node} ({ms}+{jitter_ms} ms)"),
             Fault::IsolateManager => write!(f, "isolate the manager"),
             Fault::CutManager(g) => write!(f, "cut the manager from {g:?}"),
             Fault::ManagerLoss(p) => write!(f, "{p}% loss to and from the manager"),
@@ -134,6 +167,8 @@ impl Fault {
             Fault::OneWay { .. } => "one-way",
             Fault::Loss(_) => "loss",
             Fault::BlackholeConnects(_) => "blackhole",
+            Fault::Delay { .. } => "delay",
+            Fault::Slow { .. } => "slow",
             Fault::IsolateManager => "manager",
             Fault::CutManager(_) => "manager-cut",
             Fault::ManagerLoss(_) => "manager-loss",
@@ -222,6 +257,26 @@ fn pick(rng: &mut Rng, k: usize, nodes: usize) -> (Vec<usize>, Vec<usize>) {
     (all, rest)
 }
 
+/// One node's links or all, 10–50 ms, jitter up to as much again.
+pub fn delay(rng: &mut Rng, nodes: usize) -> Fault {
+    let only = (rng.below(2) == 0).then(|| node(rng, nodes));
+    let ms = 10 + 10 * rng.below(5) as u32;
+    Fault::Delay {
+        only,
+        ms,
+        jitter_ms: rng.below(ms as u64 + 1) as u32,
+    }
+}
+
+/// One node alive and slow: its links 100–400 ms, jitter up to 50 ms.
+pub fn slow(rng: &mut Rng, nodes: usize) -> Fault {
+    Fault::Slow {
+        node: node(rng, nodes),
+        ms: 100 + 100 * rng.below(4) as u32,
+        jitter_ms: rng.below(51) as u32,
+    }
+}
+
 fn fault_of(class: &str, rng: &mut Rng, n: usize) -> Fault {
     let minority = (n - 1) / 2;
     match class {
@@ -243,6 +298,8 @@ fn fault_of(class: &str, rng: &mut Rng, n: usize) -> Fault {
         }
         "loss" => Fault::Loss(10 + 10 * rng.below(4) as u32),
         "blackhole" => Fault::BlackholeConnects(node(rng, n)),
+        "delay" => delay(rng, n),
+        "slow" => slow(rng, n),
         "manager" => Fault::IsolateManager,
         "pause" => Fault::Pause(node(rng, n)),
         "kill" => Fault::Kill(node(rng, n)),

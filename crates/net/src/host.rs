@@ -54,6 +54,10 @@ pub struct HostConfig {
     /// Test-only planted bug: serve clients without a lease (a node cut off
     /// from the manager keeps serving); the nemesis must catch it.
     pub ignore_lease: bool,
+    /// Test-only planted bug: count a lease from when it arrived, not from
+    /// when the heartbeat that earned it left: a node whose links are slow
+    /// keeps serving after the manager counted its lease out.
+    pub lease_from_receipt: bool,
 }
 
 /// The address this node dials from: its own listening address, if that
@@ -359,8 +363,9 @@ impl<P: Wire> Host<P> {
                     }
                     self.beats.pop_front();
                     if s == seq {
+                        let from = if self.cfg.lease_from_receipt { self.now() } else { at };
                         self.lease_until =
-                            self.lease_until.max(at + self.cfg.lease.as_nanos() as u64);
+                            self.lease_until.max(from + self.cfg.lease.as_nanos() as u64);
                     }
                 }
                 while self.leased() {

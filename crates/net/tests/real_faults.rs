@@ -173,6 +173,7 @@ fn host_cfg(id: NodeId, peers: &[(NodeId, SocketAddr)], dir: &std::path::Path) -
         heartbeat: Duration::from_millis(5),
         lease: Duration::from_millis(200),
         ignore_lease: false,
+        lease_from_receipt: false,
     }
 }
 

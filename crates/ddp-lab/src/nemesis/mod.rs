@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tandem_nemesis::drive::{Drive, ScheduleRun};
+use tandem_nemesis::drive::{proxy_for, Drive, ScheduleRun};
 use tandem_nemesis::schedule;
 
 use crate::load::{Load, LoadConfig};
@@ -135,6 +135,8 @@ fn run_schedule(cfg: &NemesisConfig, seed: u64) -> Result<ScheduleRun, String> {
     if cfg.heal {
         flags.push("recovery=heal".into());
     }
+    let addrs: Vec<_> = (0..=SHAPE.nodes).map(tandem_nemesis::addr_of).collect();
+    let proxy = proxy_for(&faults, &addrs, seed)?;
     let mut procs = Procs::start(&cfg.exe, &cfg.model, &dir, &flags)?;
     procs.wait_all_members(Duration::from_secs(20))?;
     let load = Load::start(&load_config(&procs, seed)?, Instant::now());
@@ -145,6 +147,7 @@ fn run_schedule(cfg: &NemesisConfig, seed: u64) -> Result<ScheduleRun, String> {
         settle: SETTLE,
         bound: RECOVERY_BOUND,
         completed: &completed,
+        proxy,
     };
     let outcome = drive.run(&mut procs, &faults)?;
     let mut violations = outcome.violations;

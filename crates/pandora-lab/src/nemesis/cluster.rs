@@ -66,6 +66,13 @@ pub fn zookeeper_ip() -> Ipv4Addr {
     addr_of(SHAPE.nodes + FD_REPLICAS)
 }
 
+/// Every address of the run's own processes (not ZooKeeper's): the links
+/// a delay may slow.
+pub fn addrs() -> Vec<Ipv4Addr> {
+    let nodes = (0..SHAPE.nodes).map(addr_of);
+    nodes.chain((0..FD_REPLICAS).map(replica_ip)).collect()
+}
+
 /// Membership replica `r`'s address.
 pub fn replica_ip(r: usize) -> Ipv4Addr {
     addr_of(SHAPE.nodes + r)

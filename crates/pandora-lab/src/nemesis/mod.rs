@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use tandem_cluster::procs;
 use tandem_dkvs::{Mode, StoreConfig};
-use tandem_nemesis::drive::{Drive, ScheduleRun};
+use tandem_nemesis::drive::{proxy_for, Drive, ScheduleRun};
 use tandem_nemesis::schedule::Fault;
 use tandem_sim::Rng;
 use tandem_workloads::micro::{KeyChooser, MicroSpec};
@@ -42,7 +42,7 @@ use tandem_workloads::micro::{KeyChooser, MicroSpec};
 use cluster::{Membership, Procs, COMPUTE, FD_REPLICAS, KEYS, MEMORY, MEMORY_TIMEOUT_MS, REPLICAS};
 
 /// The fault classes Pandora takes (`--faults`).
-pub const CLASSES: [&str; 14] = [
+pub const CLASSES: [&str; 16] = [
     "isolate",
     "split",
     "one-way",
@@ -56,6 +56,8 @@ pub const CLASSES: [&str; 14] = [
     "kill",
     "kill-all",
     "recover",
+    "delay",
+    "slow",
     "zk-cut",
 ];
 
@@ -181,6 +183,8 @@ fn fault_of(class: &str, rng: &mut Rng) -> Fault {
         }
         "loss" => Fault::Loss(10 + 10 * rng.below(4) as u32),
         "blackhole" => Fault::BlackholeConnects(memory(rng)),
+        "delay" => tandem_nemesis::schedule::delay(rng, COMPUTE + MEMORY),
+        "slow" => tandem_nemesis::schedule::slow(rng, COMPUTE + MEMORY),
         "manager" => Fault::IsolateManager,
         "manager-cut" => Fault::CutManager(vec![memory(rng)]),
         "manager-loss" => Fault::ManagerLoss(10 + 10 * rng.below(4) as u32),
@@ -254,6 +258,7 @@ pub fn run(cfg: &NemesisConfig, mut progress: impl FnMut(&ScheduleRun)) -> Vec<S
 fn run_schedule(cfg: &NemesisConfig, seed: u64) -> Result<ScheduleRun, String> {
     let faults = draw(seed, &cfg.classes, cfg.faults);
     let dir = cfg.dir.join(format!("seed-{seed}"));
+    let proxy = proxy_for(&faults, &cluster::addrs(), seed)?;
     let mut procs = Procs::start(&cfg.exe, &dir, &cfg.bugs, &store(), cfg.membership.clone())?;
     wait_committing(&procs)?;
     let watch = procs.watch.clone();
@@ -263,6 +268,7 @@ fn run_schedule(cfg: &NemesisConfig, seed: u64) -> Result<ScheduleRun, String> {
         settle: SETTLE,
         bound: cfg.bound(),
         completed: &completed,
+        proxy,
     };
     let outcome = drive.run(&mut procs, &faults)?;
     let mut violations = outcome.violations;
