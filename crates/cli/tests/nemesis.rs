@@ -206,6 +206,16 @@ fn caught_by_network_faults_not_kills(system: &str, bug: &str, caught_by: &str, 
     );
 }
 
+/// A node that counts its lease from when the grant arrived, not from when
+/// its heartbeat left (a planted bug): harmless while links are fast, so
+/// kills never show it. A node alive and slow (`slow`: its links delayed
+/// through the proxy, then its heartbeats lost) is removed by the manager
+/// while late grants still extend its lease, and it serves stale reads.
+#[test]
+fn a_lease_counted_from_its_arrival_is_caught_by_a_slow_node_not_by_kills() {
+    caught_by_network_faults_not_kills("ddp", "lease-from-receipt", "slow", "not linearizable");
+}
+
 /// A replica that falls behind while cut off, then serves out-of-epoch
 /// reads locally: release consistency breaks once it is reachable again.
 #[test]
