@@ -70,8 +70,8 @@ pub struct LitmusArgs {
     /// Re-inject a bug (complicit-abort, covert-locks, relaxed-locks, missing-insert-undo,
     /// logging-without-locking, lock-lease, or a recovery bug: lost-decision, trust-undo-images,
     /// always-roll-back, skip-log-recovery, restore-one-replica, invalidate-logs-first, or a
-    /// deployment bug: publish-before-recovery); repeatable. Over processes a recovery bug is
-    /// injected into the membership process's log recovery.
+    /// deployment bug: publish-before-recovery); repeatable. Over processes the recovery bugs
+    /// and publish-before-recovery are injected into the membership process.
     #[arg(long)]
     inject_bug: Vec<String>,
     /// Write the history (JSON lines) of the first violating run, else of the first run.
@@ -103,6 +103,15 @@ pub struct LitmusArgs {
     /// Stop at the first violating run.
     #[arg(long)]
     stop_at_first: bool,
+    /// --fabric tcp (pandora): network faults on the litmus workers while they run, each held
+    /// --fault-ms: isolate, manager-cut (a worker cut from the membership only), loss, pause,
+    /// suspect, or all (comma-separated). Needs root: the run gets a network namespace of its
+    /// own, and each worker an address.
+    #[arg(long)]
+    net_faults: Option<String>,
+    /// How long each network fault holds, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    fault_ms: u64,
     /// --fabric tcp or shm with --crash-rate: the membership's heartbeat timeout in milliseconds.
     #[arg(long, default_value_t = 50.0)]
     detect_ms: f64,
@@ -135,6 +144,9 @@ pub fn run(a: LitmusArgs) -> Result<(), String> {
             return Err("--fabric tcp and shm apply to Tandem stores".into());
         }
         over_processes(&a, &mut cfg, shm)?;
+    }
+    if a.net_faults.is_some() {
+        crate::nemesis_cmd::prepare()?;
     }
     let rep = campaign::run(&cfg)?;
     print_campaign(&rep);
@@ -243,18 +255,16 @@ fn campaign_config(
 /// with crashes or memory kills, every compute node a process too.
 fn over_processes(a: &LitmusArgs, cfg: &mut CampaignConfig, shm: bool) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the tandem binary: {e}"))?;
-    if cfg.crash_rate > 0.0 || cfg.memory_kill_rate > 0.0 {
+    let net_faults = net_faults(a, cfg, shm)?;
+    if cfg.crash_rate > 0.0 || cfg.memory_kill_rate > 0.0 || net_faults.is_some() {
         // Every compute node a `tandem litmus-worker` process; a kill -9 on the runs the seed picks.
-        // Recovery bugs go to the membership process, which runs log recovery.
-        if campaign::parse_bugs(&a.inject_bug)?.deployment != Default::default() {
-            return Err(
-                "deployment bugs cannot be injected over processes; use --fabric sim".into(),
-            );
-        }
+        // Recovery bugs and publish-before-recovery go to the membership
+        // process, which runs log recovery and publishes failed ids.
         cfg.procs = Some(ProcSetup {
             exe: exe.clone(),
             detect_ms: a.detect_ms,
             shm,
+            net_faults,
         });
     }
     cfg.tcp = Some(std::sync::Arc::new(move |count, bytes| {
@@ -267,6 +277,22 @@ fn over_processes(a: &LitmusArgs, cfg: &mut CampaignConfig, shm: bool) -> Result
         Ok((cluster, Box::new(servers) as Box<dyn std::any::Any>))
     }));
     Ok(())
+}
+
+/// `--net-faults`: only for pandora's workers over TCP (on shm their verbs
+/// never cross a network).
+fn net_faults(
+    a: &LitmusArgs,
+    cfg: &CampaignConfig,
+    shm: bool,
+) -> Result<Option<tandem_dart::net_faults::NetFaults>, String> {
+    let Some(list) = &a.net_faults else {
+        return Ok(None);
+    };
+    if shm || !matches!(cfg.store, StoreKind::Tandem(Mode::Pandora)) {
+        return Err("--net-faults needs --store pandora --fabric tcp (on shm the workers' verbs never cross a network)".into());
+    }
+    tandem_dart::net_faults::NetFaults::parse(list, a.fault_ms).map(Some)
 }
 
 /// Every violation with its replay command, then the campaign's summary line.

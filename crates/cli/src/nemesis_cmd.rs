@@ -202,7 +202,7 @@ fn check_counts(a: &NemesisArgs) -> Result<(), String> {
 
 /// The tools (installed through the checkout's script when it is here),
 /// then this thread into a network namespace of its own.
-fn prepare() -> Result<(), String> {
+pub(crate) fn prepare() -> Result<(), String> {
     let script = std::path::Path::new("scripts/netfault.sh");
     if script.exists() {
         tandem_nemesis::install_tools(std::path::Path::new(".")).map_err(|e| format!("{e}"))?;

@@ -164,6 +164,7 @@ fn proc_run(fabric: &str, seed: u64, corrupt_one_backup: bool) -> RunReport {
             exe: PathBuf::from(env!("CARGO_BIN_EXE_tandem")),
             detect_ms: 50.0,
             shm: fabric == "shm",
+            net_faults: None,
         },
         bug_names: Vec::new(),
         suite: Arc::new(Suite::parse("all", 2).unwrap()),

@@ -286,6 +286,10 @@ impl CampaignConfig {
         for b in &self.bug_names {
             c += &format!(" --inject-bug {b}");
         }
+        if let Some(n) = self.procs.as_ref().and_then(|p| p.net_faults.as_ref()) {
+            let ms = n.fault_time.as_millis();
+            c += &format!(" --net-faults {} --fault-ms {ms}", n.classes.join(","));
+        }
         c
     }
 }
@@ -357,9 +361,6 @@ pub fn run_one(cfg: &CampaignConfig, suite: &Arc<Suite>, seed: u64) -> Result<Ru
         (StoreKind::Tandem(mode), FabricKind::Tcp) if cfg.procs.is_some() => {
             if *mode != Mode::Pandora {
                 return Err(format!("{mode}: crashes over processes need pandora (the membership process runs pandora's log recovery)"));
-            }
-            if injected.deployment != DeploymentBugs::default() {
-                return Err("deployment bugs cannot be injected into the membership process (recovery bugs can)".into());
             }
             let c = crate::proc_run::ProcRunConfig {
                 setup: cfg.procs.clone().expect("checked"),

@@ -29,6 +29,7 @@ pub mod gate;
 pub mod history;
 pub mod journal;
 pub mod litmus;
+pub mod net_faults;
 pub mod pg_run;
 pub mod pg_store;
 pub mod plan;

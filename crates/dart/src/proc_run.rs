@@ -59,6 +59,7 @@ use crate::client::{Client, ClientSpec};
 use crate::history::{Outcome, TxRecord};
 use crate::journal::{self, Journal};
 use crate::litmus::{Litmus, Pattern};
+use crate::net_faults::{self, NetFaults};
 use crate::proc_replicas;
 use crate::recorder::SharedLog;
 use crate::replica_check;
@@ -288,6 +289,9 @@ pub struct ProcSetup {
     /// The memory servers keep their regions in memfds that the workers map
     /// (the shm fabric) instead of serving verbs over TCP.
     pub shm: bool,
+    /// Network faults on the workers while they run ([`crate::net_faults`]);
+    /// the run must be in a network namespace of its own.
+    pub net_faults: Option<NetFaults>,
 }
 
 #[derive(Clone, Debug)]
@@ -338,10 +342,10 @@ fn spawn_membership(
     memory: &[SocketAddr],
     secret: &MasterSecret,
     capacity: u64,
-    detect_ms: f64,
+    timeouts_ms: (f64, f64),
     bugs: &[String],
 ) -> Result<(Kid, SocketAddr, MembershipLog), String> {
-    let mut child = membership_command(exe, memory, capacity, detect_ms, bugs)
+    let mut child = membership_command(exe, memory, capacity, timeouts_ms, bugs)
         .env("TANDEM_SECRET", secret.hex())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -386,7 +390,7 @@ fn membership_command(
     exe: &Path,
     memory: &[SocketAddr],
     capacity: u64,
-    detect_ms: f64,
+    (detect_ms, memory_ms): (f64, f64),
     bugs: &[String],
 ) -> Command {
     let mem = memory
@@ -415,10 +419,21 @@ fn membership_command(
             "--timeout-ms",
             &detect_ms.to_string(),
             "--memory-timeout-ms",
-            &(detect_ms * 2.0).max(50.0).to_string(),
+            &memory_ms.to_string(),
         ])
         .args(recovery_bugs.flat_map(|b| ["--inject-bug", b.as_str()]));
     command
+}
+
+/// The membership's memory-probe timeout: twice the heartbeat timeout
+/// (50 ms at least); under network faults 2 s, because the faults slow the
+/// membership's own links (`suspect`) and these runs replace no memory
+/// server the membership would declare failed (only a killed one).
+fn memory_timeout_ms(setup: &ProcSetup) -> f64 {
+    match setup.net_faults {
+        Some(_) => 2_000.0,
+        None => (setup.detect_ms * 2.0).max(50.0),
+    }
 }
 
 /// Whether the membership process carries out planted bug `b`: log
@@ -462,9 +477,21 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     let (mut kids, journals) = cluster.spawn_workers(cfg, &sizes, epoch_ns, heartbeat_us)?;
 
     let mut report = RunReport::default();
+    let net = cfg.setup.net_faults.as_ref().map(|plan| {
+        let targets = net_faults::Targets {
+            workers: kids.iter().map(|k| k.0.id()).collect(),
+            membership: cluster.maddr,
+            memory: cluster.servers.addrs.clone(),
+        };
+        net_faults::Running::start(plan, cfg.seed, targets)
+    });
     let victim = cluster.inject_kills(cfg, &sizes, &mut kids, &journals, &mut report)?;
-    wait_for_workers(&mut kids, victim, &cluster.dir, &mut report)?;
-    let failed_ids = fold_journals(&journals, victim, &mut report)?;
+    let exits = wait_for_workers(&mut kids, victim, &cluster.dir)?;
+    if let Some(net) = net {
+        add_note(&mut report, &format!("network faults: {}", net.stop()?.join("; ")));
+    }
+    let fenced = judge_exits(exits, &cluster.mlog, cfg, victim, &mut report)?;
+    let failed_ids = fold_journals(&journals, victim, &fenced, &mut report)?;
     let check = FinalCheckPlan {
         sizes: &sizes,
         failed_ids: &failed_ids,
@@ -567,7 +594,7 @@ impl Cluster {
             &servers.addrs,
             &secret,
             capacity,
-            cfg.setup.detect_ms,
+            (cfg.setup.detect_ms, memory_timeout_ms(&cfg.setup)),
             &cfg.bug_names,
         )?;
         let dir =
@@ -663,7 +690,12 @@ impl Cluster {
     fn spawn_worker(&self, cfg: &ProcRunConfig, w: u16, wc: &WorkerConfig) -> Result<Kid, String> {
         let err = std::fs::File::create(self.dir.join(format!("worker-{}.err", w + 1)))
             .map_err(|e| e.to_string())?;
-        let child = Command::new(&cfg.setup.exe)
+        let mut command = Command::new(&cfg.setup.exe);
+        if cfg.setup.net_faults.is_some() {
+            let from = net_faults::worker_ip(w).to_string();
+            command.env(tandem_fabric::auth::dial::DIAL_FROM_ENV, from);
+        }
+        let child = command
             .args([
                 "litmus-worker",
                 "--config",
@@ -764,12 +796,14 @@ impl Cluster {
     }
 
     /// Stop the membership process and the memory servers; keep the
-    /// journals only if the run found a violation (and say where).
+    /// journals and the membership's log only if the run found a violation
+    /// (and say where).
     fn shut_down(self, mut report: RunReport) -> RunReport {
         let Cluster {
             mut membership,
             servers,
             dir,
+            mlog,
             ..
         } = self;
         let _ = membership.0.kill();
@@ -777,6 +811,8 @@ impl Cluster {
         if report.violations.is_empty() {
             let _ = std::fs::remove_dir_all(&dir);
         } else {
+            let log = mlog.lock().expect("log").join("\n");
+            let _ = std::fs::write(dir.join("membership.log"), log + "\n");
             let note = format!(
                 "{}; journals in {}",
                 report.crash_note.take().unwrap_or_else(|| "no kill".into()),
@@ -800,14 +836,17 @@ struct FinalCheckPlan<'a> {
     heartbeat_us: u64,
 }
 
-/// Wait (120 s at most) for every worker but the killed one to exit; one
-/// that fails is a harness violation, with its stderr.
+/// A worker that exited with an error: its node and what it said.
+type Exit = (u16, String);
+
+/// Wait (120 s at most) for every worker but the killed one to exit; those
+/// that failed, with their stderr.
 fn wait_for_workers(
     kids: &mut [Kid],
     victim: Option<(u16, u64)>,
     dir: &Path,
-    report: &mut RunReport,
-) -> Result<(), String> {
+) -> Result<Vec<Exit>, String> {
+    let mut failed = Vec::new();
     let give_up = Instant::now() + Duration::from_secs(120);
     for (w, k) in kids.iter_mut().enumerate() {
         if victim.is_some_and(|(n, _)| n as usize == w + 1) {
@@ -825,30 +864,55 @@ fn wait_for_workers(
         if !status.success() {
             let err = std::fs::read_to_string(dir.join(format!("worker-{}.err", w + 1)))
                 .unwrap_or_default();
-            report.violations.push((
-                "harness".into(),
-                format!(
-                    "litmus worker {} exited with {status}: {}",
-                    w + 1,
-                    err.trim()
-                ),
-            ));
+            failed.push((w as u16 + 1, format!("exited with {status}: {}", err.trim())));
         }
     }
-    Ok(())
+    Ok(failed)
 }
 
-/// Fold the workers' journals into `report`; the killed worker's
-/// coordinator ids.
+/// Under network faults, the workers the membership declared failed
+/// (fenced while alive: their journals' ids are failed ids, and their exit
+/// with an error is expected); without, none. Any other worker that exited
+/// with an error is a harness violation.
+fn judge_exits(
+    exits: Vec<Exit>,
+    mlog: &MembershipLog,
+    cfg: &ProcRunConfig,
+    victim: Option<(u16, u64)>,
+    report: &mut RunReport,
+) -> Result<Vec<u16>, String> {
+    let mut fenced = Vec::new();
+    if cfg.setup.net_faults.is_some() {
+        for node in 1..=cfg.workers.max(1) {
+            if victim.is_none_or(|(v, _)| v != node) && await_fencing(mlog, node)? {
+                fenced.push(node);
+            }
+        }
+        if !fenced.is_empty() {
+            add_note(report, &format!("workers {fenced:?} declared failed while alive"));
+        }
+    }
+    for (node, what) in exits.into_iter().filter(|(n, _)| !fenced.contains(n)) {
+        report
+            .violations
+            .push(("harness".into(), format!("litmus worker {node} {what}")));
+    }
+    Ok(fenced)
+}
+
+/// Fold the workers' journals into `report`; the coordinator ids of the
+/// killed worker and of the `fenced` ones.
 fn fold_journals(
     journals: &[PathBuf],
     victim: Option<(u16, u64)>,
+    fenced: &[u16],
     report: &mut RunReport,
 ) -> Result<Vec<u16>, String> {
     let mut failed_ids = Vec::new();
     for (w, path) in journals.iter().enumerate() {
         let c = journal::read(path)?;
-        if victim.is_some_and(|(n, _)| n as usize == w + 1) {
+        let node = w as u16 + 1;
+        if victim.is_some_and(|(n, _)| n == node) || fenced.contains(&node) {
             failed_ids.extend(c.ids.iter().copied());
         }
         for r in &c.records {
@@ -915,6 +979,18 @@ fn wait_for_membership(mlog: &MembershipLog, needle: &str, within: Duration) -> 
         std::thread::sleep(Duration::from_millis(2));
     }
     Ok(())
+}
+
+/// Whether the membership declared worker `node` failed (it may have left
+/// since, and its revocation may still be under way); if so, wait (20 s at
+/// most) until its logs are recovered and its failed ids published.
+fn await_fencing(mlog: &MembershipLog, node: u16) -> Result<bool, String> {
+    let declared = format!("compute node {node} missed its heartbeats");
+    if !mlog.lock().expect("log").iter().any(|l| l.contains(&declared)) {
+        return Ok(false);
+    }
+    let published = format!("failed ids of node {node} published");
+    wait_for_membership(mlog, &published, Duration::from_secs(20)).map(|_| true)
 }
 
 /// Wait (20 s at most) until the membership has recovered the killed

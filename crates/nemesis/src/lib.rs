@@ -173,6 +173,25 @@ impl Firewall {
         ))
     }
 
+    /// Drop `pct` % of every packet from or to `a`, at random.
+    pub fn lossy(&mut self, a: Ipv4Addr, pct: u32) -> io::Result<()> {
+        assert!(pct <= 100);
+        self.add(&format!("ip saddr {a} numgen random mod 100 < {pct} drop"))?;
+        self.add(&format!("ip daddr {a} numgen random mod 100 < {pct} drop"))
+    }
+
+    /// Cut `a` off from the service listening on TCP `port` (of any
+    /// address), both ways; `pct` below 100 drops that share instead.
+    pub fn cut_service(&mut self, a: Ipv4Addr, port: u16, pct: u32) -> io::Result<()> {
+        assert!(pct <= 100);
+        let odds = match pct {
+            100 => String::new(),
+            p => format!("numgen random mod 100 < {p} "),
+        };
+        self.add(&format!("ip saddr {a} tcp dport {port} {odds}drop"))?;
+        self.add(&format!("ip daddr {a} tcp sport {port} {odds}drop"))
+    }
+
     /// New connections to `to` get no answer (their SYNs vanish); streams
     /// already open keep working.
     pub fn blackhole_connects(&mut self, to: Ipv4Addr) -> io::Result<()> {

@@ -402,6 +402,12 @@ async fn hello(
 
 /// One control request on a fresh admin connection. Control requests are
 /// rare (join, failure), so a connection each keeps no state to go stale.
+/// How long an admin request (register, revoke, info) may wait for its
+/// answer once authenticated. A connection whose reset a lossy network
+/// dropped is never closed on this side, and its answer would otherwise be
+/// awaited forever: the caller (the membership's revocation) retries.
+pub const ADMIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn admin_call(addr: SocketAddr, keys: &Keyring, msg: ClientMsg) -> io::Result<ServerMsg> {
     let mut stream = dial(addr).await?;
     stream.set_nodelay(true)?;
@@ -414,22 +420,32 @@ async fn admin_call(addr: SocketAddr, keys: &Keyring, msg: ClientMsg) -> io::Res
         _ => (Role::Admin, 0),
     };
     authenticate(&mut stream, addr, keys, role, id).await?;
-    let mut buf = Vec::new();
-    ClientMsg::Admin.encode(&mut buf);
-    stream.write_all(&buf).await?;
-    // Wait for `AdminOk` before sending the request: a server that rejects
-    // closes at once, and unread request bytes would turn its close into a
-    // reset that can swallow the `Reject`.
-    match read_msg(&mut stream, &mut buf).await? {
-        ServerMsg::AdminOk => {}
-        other => return Err(unexpected(addr, &other)),
-    }
-    buf.clear();
-    msg.encode(&mut buf);
-    stream.write_all(&buf).await?;
-    let answer = read_msg(&mut stream, &mut buf).await?;
-    let _ = stream.shutdown().await;
-    Ok(answer)
+    let exchange = async {
+        let mut buf = Vec::new();
+        ClientMsg::Admin.encode(&mut buf);
+        stream.write_all(&buf).await?;
+        // Wait for `AdminOk` before sending the request: a server that rejects
+        // closes at once, and unread request bytes would turn its close into a
+        // reset that can swallow the `Reject`.
+        match read_msg(&mut stream, &mut buf).await? {
+            ServerMsg::AdminOk => {}
+            other => return Err(unexpected(addr, &other)),
+        }
+        buf.clear();
+        msg.encode(&mut buf);
+        stream.write_all(&buf).await?;
+        let answer = read_msg(&mut stream, &mut buf).await?;
+        let _ = stream.shutdown().await;
+        Ok(answer)
+    };
+    tokio::time::timeout(ADMIN_DEADLINE, exchange)
+        .await
+        .map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("memory server {addr}: no answer to an admin request within {ADMIN_DEADLINE:?}"),
+            )
+        })?
 }
 
 /// The mutual handshake every memory server runs first (`tandem_auth`), as
