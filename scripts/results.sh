@@ -163,6 +163,17 @@ NEMESIS="$T nemesis --system pandora --membership zookeeper --schedules 20 --see
 run $NEMESIS --out $OUT/nemesis-pandora-zk --json $OUT/nemesis-pandora-zk.json || true
 python3 scripts/render_nemesis.py $OUT/nemesis-pandora-zk.json "${NEMESIS/#$T/tandem}" pandora-zk > "$PARTS/nemesis-pandora-zk.md"
 assemble "$PARTS/nemesis-pandora-zk.md"
+# Delay and slow nodes through the link proxy, every system; DART's workers under network faults.
+SLOW=""
+for SYS in pandora ddp heal kite zab; do
+  run $T nemesis --system $SYS --faults delay,slow --schedules 5 --seed 100 --out $OUT/nemesis-slow-$SYS --json $OUT/nemesis-slow-$SYS.json || true
+  SLOW="$SLOW $SYS=$OUT/nemesis-slow-$SYS.json"
+done
+DART_NET="$T dart --store pandora --fabric tcp --net-faults all --seeds 10 --seed 20 --txs 2000"
+run $DART_NET --json $OUT/dart-net.json || true
+python3 scripts/render_nemesis_slow.py "tandem nemesis --system SYS --faults delay,slow --schedules 5 --seed 100" \
+  $OUT/dart-net.json "${DART_NET/#$T/tandem}" $SLOW > "$PARTS/nemesis-slow.md"
+assemble "$PARTS/nemesis-slow.md"
 
 # Slot reclamation. TATP and bounded-history TPC-C at full speed, 10 minutes each with
 # reclamation and 10 without (SOAK_SECS shortens them), occupancy and memory sampled every 10 s.
