@@ -31,7 +31,7 @@ use crate::upd::vector::{UpdId, Vector};
 /// At most this many ids beyond the applied prefix go in one `UpdSync`.
 const EXTRA_MAX: usize = 256;
 
-/// At most this many updates go to one member in one resend.
+/// At most this many updates of one origin go to one member in one resend.
 const RESEND_MAX: usize = 64;
 
 impl DdpNode {
@@ -149,29 +149,10 @@ impl DdpNode {
 
     /// Send each member the logged updates it lacks and that waited long enough.
     fn resend_log(&mut self, out: &mut Out) {
-        let (now, retry, me) = (self.now, self.params.retry_ns, self.me);
-        let others: Vec<NodeId> = self.config.others(me).collect();
+        let others: Vec<NodeId> = self.config.others(self.me).collect();
         let mut resent = Vec::new();
         for o in others {
-            let upd = &self.upd;
-            let due = |id: &UpdId, at: u64| {
-                !upd.peer_has(o, *id)
-                    && now
-                        >= at
-                            + if id.origin.node == me {
-                                retry
-                            } else {
-                                3 * retry
-                            }
-            };
-            let upds: Vec<Upd> = self
-                .upd
-                .log
-                .iter()
-                .filter(|(id, (_, at))| due(id, *at))
-                .take(RESEND_MAX)
-                .map(|(_, (u, _))| u.clone())
-                .collect();
+            let upds = self.lacking(o);
             if !upds.is_empty() {
                 resent.extend(upds.iter().map(|u| u.id));
                 out.push(Command::Send {
@@ -182,9 +163,50 @@ impl DdpNode {
         }
         for id in resent {
             if let Some(e) = self.upd.log.get_mut(&id) {
-                e.1 = now;
+                e.1 = self.now;
             }
         }
+    }
+
+    /// What member `o` lacks and is due again: per origin, at most
+    /// [`RESEND_MAX`] updates from the first one `o` has not applied. A
+    /// Causal member applies an origin's updates in order and holds later
+    /// ones until the gap closes, so the gap's head goes first; taken in id
+    /// order over the whole log instead, the updates `o` holds waiting
+    /// behind one origin's gap (thousands after a partition) would fill
+    /// every resend, and the gap would never close. An update is due
+    /// `retry_ns` after it was last sent by its origin, three times that by
+    /// anyone else (the origin may be gone).
+    fn lacking(&self, o: NodeId) -> Vec<Upd> {
+        let (upd, now, retry) = (&self.upd, self.now, self.params.retry_ns);
+        let applied = |origin| upd.peers.get(&o).map_or(0, |v| v.get(origin));
+        let mut found = Vec::new();
+        let mut next = upd.log.keys().next().copied();
+        while let Some(first) = next {
+            let origin = first.origin;
+            let wait = if origin.node == self.me { retry } else { 3 * retry };
+            let gap = UpdId {
+                origin,
+                seq: applied(origin) + 1,
+            };
+            let last = UpdId {
+                origin,
+                seq: u64::MAX,
+            };
+            found.extend(
+                upd.log
+                    .range(gap.max(first)..=last)
+                    .filter(|(id, (_, at))| !upd.peer_has(o, **id) && now >= at + wait)
+                    .take(RESEND_MAX)
+                    .map(|(_, (u, _))| u.clone()),
+            );
+            next = upd
+                .log
+                .range((std::ops::Bound::Excluded(last), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(&id, _)| id);
+        }
+        found
     }
 
     /// Strict: send the UPD again to members whose ACK_p has not come.
