@@ -24,7 +24,8 @@ fn alone<T>(f: impl FnOnce() -> T) -> T {
 }
 
 fn nemesis(args: &[&str], out: &str) -> (bool, String) {
-    let _shared = (!ALONE.with(|a| a.get())).then(|| CORES.read().unwrap_or_else(|p| p.into_inner()));
+    let _shared =
+        (!ALONE.with(|a| a.get())).then(|| CORES.read().unwrap_or_else(|p| p.into_inner()));
     let dir = std::env::temp_dir().join(format!("{out}-{}", std::process::id()));
     let o = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .arg("nemesis")
@@ -187,27 +188,32 @@ fn the_zab_baseline_survives_three_schedules_of_every_fault_it_takes() {
     survives("zab");
 }
 
+/// `system` with the planted `bug`: `schedules` from seed 1, each of `n`
+/// faults of the classes `faults`.
+fn planted(system: &str, bug: &str, faults: &str, schedules: u32, n: u32) -> (bool, String) {
+    let (schedules, n) = (schedules.to_string(), n.to_string());
+    let args = [
+        "--system",
+        system,
+        "--inject-bug",
+        bug,
+        "--schedules",
+        &schedules,
+        "--seed",
+        "1",
+        "--faults",
+        faults,
+        "--faults-per-schedule",
+        &n,
+    ];
+    nemesis(&args, &format!("tandem-nemesis-{system}-{bug}-{faults}"))
+}
+
 /// `bug` is caught by one schedule of two `caught_by` faults, and not by
 /// one of two kills (crash-stop: nothing ever resyncs or falls behind and
 /// serves again).
 fn caught_by_network_faults_not_kills(system: &str, bug: &str, caught_by: &str, what: &str) {
-    let run = |faults: &str| {
-        let args = [
-            "--system",
-            system,
-            "--inject-bug",
-            bug,
-            "--schedules",
-            "1",
-            "--seed",
-            "1",
-            "--faults",
-            faults,
-            "--faults-per-schedule",
-            "2",
-        ];
-        nemesis(&args, &format!("tandem-nemesis-{system}-{faults}"))
-    };
+    let run = |faults: &str| planted(system, bug, faults, 1, 2);
     let (ok, text) = run(caught_by);
     assert!(
         !ok && text.contains(what),
@@ -236,26 +242,10 @@ fn caught_by_network_faults_not_kills(system: &str, bug: &str, caught_by: &str, 
 #[test]
 #[ignore = "probabilistic: one slow schedule in six catches it; run with --ignored"]
 fn a_lease_counted_from_its_arrival_is_caught_by_a_slow_node_not_by_kills() {
-    let run = |faults: &str, schedules: &str| {
-        let args = [
-            "--system",
-            "ddp",
-            "--inject-bug",
-            "lease-from-receipt",
-            "--schedules",
-            schedules,
-            "--seed",
-            "1",
-            "--faults",
-            faults,
-            "--faults-per-schedule",
-            "2",
-        ];
-        nemesis(&args, &format!("tandem-nemesis-lease-{faults}"))
-    };
-    let (ok, text) = alone(|| run("slow", "8"));
+    let run = |faults: &str, schedules| planted("ddp", "lease-from-receipt", faults, schedules, 2);
+    let (ok, text) = alone(|| run("slow", 8));
     assert!(!ok && text.contains("not linearizable"), "{text}");
-    let (_, text) = run("kill", "1");
+    let (_, text) = run("kill", 1);
     assert!(
         !text.contains("not linearizable"),
         "kill -9 alone should not expose lease-from-receipt:\n{text}"
@@ -345,30 +335,14 @@ fn heal_survives_three_schedules_with_recoveries_under_faults() {
 fn a_heal_node_serving_without_a_lease_is_caught_by_partitions_not_by_kills() {
     // Two schedules of four splits: one caught it in most runs, once not
     // while another nemesis test shared the two cores.
-    let run = |faults: &str, n: &str, schedules: &str| {
-        let args = [
-            "--system",
-            "heal",
-            "--inject-bug",
-            "ignore-lease",
-            "--schedules",
-            schedules,
-            "--seed",
-            "1",
-            "--faults",
-            faults,
-            "--faults-per-schedule",
-            n,
-        ];
-        nemesis(&args, &format!("tandem-nemesis-heal-{faults}"))
-    };
-    let (ok, text) = run("split", "4", "2");
+    let run = |faults: &str, n, schedules| planted("heal", "ignore-lease", faults, schedules, n);
+    let (ok, text) = run("split", 4, 2);
     assert!(!ok && text.contains("not linearizable"), "{text}");
     assert!(
         text.contains("replay:  tandem nemesis --system heal"),
         "{text}"
     );
-    let (_, text) = run("kill", "3", "1");
+    let (_, text) = run("kill", 3, 1);
     assert!(
         !text.contains("not linearizable"),
         "kill -9 alone should not expose this bug:\n{text}"
@@ -411,26 +385,12 @@ fn pandora_survives_three_schedules_of_every_fault_it_takes() {
 /// full-suite run.
 #[test]
 fn pandora_publishing_failed_ids_early_is_caught_by_suspicions_not_by_kills() {
-    let run = |faults: &str, schedules: &str| {
-        let args = [
-            "--system",
-            "pandora",
-            "--inject-bug",
-            "publish-before-recovery",
-            "--schedules",
-            schedules,
-            "--seed",
-            "1",
-            "--faults",
-            faults,
-            "--faults-per-schedule",
-            "3",
-        ];
-        nemesis(&args, &format!("tandem-nemesis-pandora-{faults}"))
+    let run = |faults: &str, schedules| {
+        planted("pandora", "publish-before-recovery", faults, schedules, 3)
     };
     let caught =
         |t: &str| t.contains("acknowledged writes allow") || t.contains("exited by itself");
-    let (ok, text) = run("suspect", "2");
+    let (ok, text) = run("suspect", 2);
     assert!(
         !ok && caught(&text),
         "suspicions did not catch the early publication:\n{text}"
@@ -439,7 +399,7 @@ fn pandora_publishing_failed_ids_early_is_caught_by_suspicions_not_by_kills() {
         text.contains("replay:  tandem nemesis --system pandora"),
         "{text}"
     );
-    let (_, text) = run("kill", "1");
+    let (_, text) = run("kill", 1);
     assert!(
         !caught(&text),
         "kill -9 alone should not expose it:\n{text}"
@@ -482,7 +442,9 @@ fn pandora_with_a_replicated_failure_detector_survives_its_replicas_cut_off() {
 fn dart(args: &[&str]) -> (bool, String) {
     let _shared = CORES.read().unwrap_or_else(|p| p.into_inner());
     let o = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["dart", "--store", "pandora", "--fabric", "tcp", "--txs", "2000"])
+        .args([
+            "dart", "--store", "pandora", "--fabric", "tcp", "--txs", "2000",
+        ])
         .args(args)
         .current_dir(common::workspace())
         .output()
@@ -501,8 +463,14 @@ fn dart(args: &[&str]) -> (bool, String) {
 #[test]
 fn dart_finds_nothing_wrong_with_workers_fenced_while_alive() {
     let (ok, text) = dart(&["--net-faults", "all", "--seed", "10", "--seeds", "2"]);
-    assert!(ok && text.contains("2 runs") && text.contains(" 0 violations"), "{text}");
-    assert!(text.contains("declared failed while alive"), "no worker was fenced:\n{text}");
+    assert!(
+        ok && text.contains("2 runs") && text.contains(" 0 violations"),
+        "{text}"
+    );
+    assert!(
+        text.contains("declared failed while alive"),
+        "no worker was fenced:\n{text}"
+    );
 }
 
 /// A membership that publishes failed ids before log recovery ends (the
@@ -511,9 +479,22 @@ fn dart_finds_nothing_wrong_with_workers_fenced_while_alive() {
 /// kill -9 runs do not catch it (3 seeds with the bug, 0 violations).
 #[test]
 fn dart_catches_early_publication_under_suspicion() {
-    let bug = ["--inject-bug", "publish-before-recovery", "--seed", "1", "--seeds", "2"];
+    let bug = [
+        "--inject-bug",
+        "publish-before-recovery",
+        "--seed",
+        "1",
+        "--seeds",
+        "2",
+    ];
     let (_, text) = dart(&[&bug[..], &["--net-faults", "suspect"]].concat());
-    assert!(text.contains("VIOLATION [") && text.contains("G2"), "{text}");
-    assert!(text.contains("replay: cargo run --release -- dart --store pandora --fabric tcp"), "{text}");
+    assert!(
+        text.contains("VIOLATION [") && text.contains("G2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("replay: cargo run --release -- dart --store pandora --fabric tcp"),
+        "{text}"
+    );
     assert!(text.contains("--net-faults suspect"), "{text}");
 }
