@@ -817,12 +817,26 @@ fn the_manager_refuses_a_state_it_cannot_use() {
 }
 
 /// Every argument of process `pid`, as `/proc` shows it to any local user.
+/// A spawn returns once the child has left its parent's memory, which is
+/// before `execve` has set up the new program's arguments: under load the
+/// command line reads empty for a while. So read until it has the
+/// program's arguments, or the process is gone.
 fn command_line(pid: u32) -> Vec<String> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .unwrap_or_else(|e| panic!("cannot read the command line of {pid}: {e}"));
-    raw.split(|b| *b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect()
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let raw = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_else(|e| panic!("cannot read the command line of {pid}: {e}"));
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat.rsplit_once(')').is_some_and(|r| r.1.trim_start().starts_with('Z'));
+        if args.len() > 1 || zombie || std::time::Instant::now() > until {
+            return args;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// Tandem's own launchers hand the master secret to their children in the
