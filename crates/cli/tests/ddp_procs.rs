@@ -831,7 +831,9 @@ fn command_line(pid: u32) -> Vec<String> {
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat.rsplit_once(')').is_some_and(|r| r.1.trim_start().starts_with('Z'));
+        let zombie = stat
+            .rsplit_once(')')
+            .is_some_and(|r| r.1.trim_start().starts_with('Z'));
         if args.len() > 1 || zombie || std::time::Instant::now() > until {
             return args;
         }

@@ -100,7 +100,12 @@ impl Running {
     }
 }
 
-fn inject(plan: &NetFaults, seed: u64, t: &Targets, stop: &AtomicBool) -> Result<Vec<String>, String> {
+fn inject(
+    plan: &NetFaults,
+    seed: u64,
+    t: &Targets,
+    stop: &AtomicBool,
+) -> Result<Vec<String>, String> {
     let mut fw = Firewall::new().map_err(|e| e.to_string())?;
     let mut rng = Rng::new(seed ^ 0x4E37_FA17);
     let mut done = Vec::new();

@@ -488,7 +488,10 @@ pub fn run(cfg: &ProcRunConfig) -> Result<RunReport, String> {
     let victim = cluster.inject_kills(cfg, &sizes, &mut kids, &journals, &mut report)?;
     let exits = wait_for_workers(&mut kids, victim, &cluster.dir)?;
     if let Some(net) = net {
-        add_note(&mut report, &format!("network faults: {}", net.stop()?.join("; ")));
+        add_note(
+            &mut report,
+            &format!("network faults: {}", net.stop()?.join("; ")),
+        );
     }
     let fenced = judge_exits(exits, &cluster.mlog, cfg, victim, &mut report)?;
     let failed_ids = fold_journals(&journals, victim, &fenced, &mut report)?;
@@ -864,7 +867,10 @@ fn wait_for_workers(
         if !status.success() {
             let err = std::fs::read_to_string(dir.join(format!("worker-{}.err", w + 1)))
                 .unwrap_or_default();
-            failed.push((w as u16 + 1, format!("exited with {status}: {}", err.trim())));
+            failed.push((
+                w as u16 + 1,
+                format!("exited with {status}: {}", err.trim()),
+            ));
         }
     }
     Ok(failed)
@@ -889,7 +895,10 @@ fn judge_exits(
             }
         }
         if !fenced.is_empty() {
-            add_note(report, &format!("workers {fenced:?} declared failed while alive"));
+            add_note(
+                report,
+                &format!("workers {fenced:?} declared failed while alive"),
+            );
         }
     }
     for (node, what) in exits.into_iter().filter(|(n, _)| !fenced.contains(n)) {
@@ -986,7 +995,12 @@ fn wait_for_membership(mlog: &MembershipLog, needle: &str, within: Duration) -> 
 /// most) until its logs are recovered and its failed ids published.
 fn await_fencing(mlog: &MembershipLog, node: u16) -> Result<bool, String> {
     let declared = format!("compute node {node} missed its heartbeats");
-    if !mlog.lock().expect("log").iter().any(|l| l.contains(&declared)) {
+    if !mlog
+        .lock()
+        .expect("log")
+        .iter()
+        .any(|l| l.contains(&declared))
+    {
         return Ok(false);
     }
     let published = format!("failed ids of node {node} published");

@@ -124,6 +124,10 @@ pub struct Bugs {
     /// Trans: a node re-added does not settle the prepared transactions it
     /// kept while out (the members decided them without it).
     pub kept_unsettled: bool,
+    /// Trans: a transaction its session left (the session began a later
+    /// one) is squashed at once only by its own coordinator, and only if
+    /// it is Active there; elsewhere it waits for the idle timeout.
+    pub left_waits: bool,
     /// A member serves a copy asked in an epoch it has not reached.
     pub copy_in_old_epoch: bool,
     /// HEAL: a GDP declared in a configuration not installed here yet is
@@ -195,6 +199,7 @@ bug_names! {
     abort_unknown_end => "abort-unknown-end",
     silent_removal => "silent-removal",
     kept_unsettled => "kept-unsettled",
+    left_waits => "left-waits",
     copy_in_old_epoch => "copy-in-old-epoch",
     heal_gdp_old_view => "heal-gdp-old-view",
     orphans_kept => "orphans-kept",

@@ -84,7 +84,23 @@ pub enum Crash {
     /// (and the manager, which so removes nobody), for long enough that
     /// each side writes many updates the other lacks; then it heals.
     Bridge,
+    /// No crash and no reconfiguration (seen on real processes first): the
+    /// messages from one node to another are lost for many of the
+    /// engine's timeouts, and clients are impatient: a request not
+    /// answered within `CLIENT_PATIENCE_NS` is given up, and its session
+    /// goes on at the next node, mid-transaction (as `tandem ddp load`
+    /// does). Throughput must come back after the heal.
+    OneWay,
 }
+
+/// A client's patience under `Crash::OneWay`: 1.25 times the engine's idle
+/// timeout (`Params::SIM.idle_ns`), as the nemesis's 250 ms clients stand to
+/// the processes' 200 ms.
+pub const CLIENT_PATIENCE_NS: u64 = 2_500_000;
+
+/// How soon after the heal of `Crash::OneWay` throughput must be back: 7
+/// idle timeouts, as the nemesis's 1.4 s bound stands to 200 ms.
+pub const RECOVERY_NS: u64 = 14_000_000;
 
 impl Crash {
     pub fn parse(s: &str) -> Result<Crash, String> {
@@ -102,8 +118,9 @@ impl Crash {
             "copy-source" => Ok(Crash::CopySource),
             "flip" => Ok(Crash::Flip),
             "bridge" => Ok(Crash::Bridge),
+            "one-way" => Ok(Crash::OneWay),
             other => Err(format!(
-                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated, suspect-spread, bounce, copy-source, flip, bridge)"
+                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated, suspect-spread, bounce, copy-source, flip, bridge, one-way)"
             )),
         }
     }
@@ -122,6 +139,7 @@ impl Crash {
             Crash::CopySource => "copy-source",
             Crash::Flip => "flip",
             Crash::Bridge => "bridge",
+            Crash::OneWay => "one-way",
         }
     }
 }
@@ -395,6 +413,9 @@ impl Rec {
     }
 
     fn invoked(&mut self, session: SessionId, req: u64, node: NodeId, op: &Op, now: u64) {
+        if let Some(seq) = op.tx() {
+            (self.txs.of_req).insert((session, req), crate::TxId { session, seq });
+        }
         let kind = match *op {
             Op::Read { key, .. } => OpKind::Read { key, value: None },
             Op::Write { key, value, .. } => OpKind::Write { key, value },
@@ -690,6 +711,7 @@ pub fn run(cfg: &CheckConfig) -> CheckReport {
         Crash::CopySource => r.crash_copy_source(),
         Crash::Flip => r.flip_one(),
         Crash::Bridge => r.bridge(),
+        Crash::OneWay => r.one_way(),
     }
     r.finish(crash_at);
     r.report
@@ -730,6 +752,14 @@ impl Run {
             persist_ns: cfg.persist_ns,
             cores: 1,
             ..SimNetConfig::default()
+        };
+        let base = SimNetConfig {
+            patience_ns: if cfg.crash == Crash::OneWay {
+                CLIENT_PATIENCE_NS
+            } else {
+                0
+            },
+            ..base
         };
         let net_cfg = if cfg.net_faults {
             SimNetConfig {
@@ -942,6 +972,66 @@ impl Run {
         let held = self.rng.range_inclusive(500_000, 2_000_000);
         self.net.run_for(held);
         cut(&self.net, false);
+    }
+
+    /// `Crash::OneWay`: one direction of one link is cut for 5 to 20 ms,
+    /// while impatient clients give up and move. Then G7: within
+    /// [`RECOVERY_NS`] of the heal, a 1 ms window commits at least half
+    /// as many transactions as a millisecond did before the cut (the
+    /// nemesis's rule for processes, on the simulator's time scale).
+    fn one_way(&mut self) {
+        let n = self.cfg.nodes as u64;
+        let from = self.rng.below(n) as NodeId;
+        let to = ((from as u64 + 1 + self.rng.below(n - 1)) % n) as NodeId;
+        // Sessions that outlast the recovery window (a write's value counts
+        // down its session's `left`: the extra values come above the rest).
+        let left0 = self.rec.borrow().left.clone();
+        self.rec
+            .borrow_mut()
+            .left
+            .iter_mut()
+            .for_each(|l| *l += 1 << 24);
+        let before = self.committed();
+        self.net.run_for(5_000_000);
+        let per_ms = (self.committed() - before) as f64 / 5.0;
+        self.net.cut_one_way(from, to, true);
+        let held = self.rng.range_inclusive(5_000_000, 20_000_000);
+        self.net.run_for(held);
+        self.net.cut_one_way(from, to, false);
+        let mut windows = Vec::new();
+        while windows.len() < (RECOVERY_NS / 1_000_000) as usize {
+            let c = self.committed();
+            self.net.run_for(1_000_000);
+            windows.push(self.committed() - c);
+            if *windows.last().expect("pushed") as f64 >= per_ms / 2.0 {
+                break;
+            }
+        }
+        // The rest of the run checks what it always does, on the operations
+        // the sessions had left.
+        let mut rec = self.rec.borrow_mut();
+        rec.left
+            .iter_mut()
+            .zip(left0)
+            .for_each(|(l, l0)| *l = (*l).min(l0));
+        drop(rec);
+        if windows.iter().any(|&w| w as f64 >= per_ms / 2.0) {
+            return;
+        }
+        self.report.violations.push(format!(
+            "G7: {from} -> {to} cut for {} ms; within {} ms of the heal no millisecond completed half of the {per_ms:.0} transactions (operations) one did before (per ms after the heal: {windows:?})",
+            held / 1_000_000,
+            RECOVERY_NS / 1_000_000
+        ));
+    }
+
+    /// Transactions committed and answered so far (operations completed,
+    /// outside the Transactional models).
+    fn committed(&self) -> u64 {
+        if self.cfg.model.c != Consistency::Trans {
+            return self.completed();
+        }
+        self.rec.borrow().txs.counts().0
     }
 
     /// `Crash::Flip`, driven by the real configuration manager on

@@ -110,6 +110,15 @@ impl Op {
             tx: None,
         }
     }
+
+    /// The session's transaction this operation belongs to, if any.
+    pub fn tx(&self) -> Option<u64> {
+        match *self {
+            Op::Read { tx, .. } | Op::Write { tx, .. } => tx,
+            Op::Begin { tx } | Op::End { tx } => Some(tx),
+            Op::Persist { .. } => None,
+        }
+    }
 }
 
 /// What a node answers. `id` names the update read or written (UPD

@@ -54,11 +54,31 @@ fn resent_to(out: &[Command<DdpNode>], to: u16) -> Vec<UpdId> {
 #[test]
 fn every_origins_first_missing_update_is_resent_to_a_member_that_lacks_it() {
     let model = Model::parse("causal-eventual").unwrap();
-    let mut n = DdpNode::new(0, model, Params::SIM, Bugs::default(), Config::new(1, vec![0, 1, 2, 3]));
+    let mut n = DdpNode::new(
+        0,
+        model,
+        Params::SIM,
+        Bugs::default(),
+        Config::new(1, vec![0, 1, 2, 3]),
+    );
     let from_a: Vec<Upd> = (1..=1_000).map(|s| upd(A, s)).collect();
-    step(&mut n, 1, Input::Recv { from: 1, msg: Msg::Upd { upds: from_a } });
+    step(
+        &mut n,
+        1,
+        Input::Recv {
+            from: 1,
+            msg: Msg::Upd { upds: from_a },
+        },
+    );
     let from_b: Vec<Upd> = (1..=5).map(|s| upd(B, s)).collect();
-    step(&mut n, 2, Input::Recv { from: 2, msg: Msg::Upd { upds: from_b } });
+    step(
+        &mut n,
+        2,
+        Input::Recv {
+            from: 2,
+            msg: Msg::Upd { upds: from_b },
+        },
+    );
     // Node 3 has applied nothing (it holds A's updates, waiting on B's gap).
     let sync = Msg::UpdSync {
         origin: LATE,

@@ -500,6 +500,29 @@ fn a_removed_coordinator_answers_its_clients_and_holds_nothing() {
     }
 }
 
+/// Seen on real processes first: one direction of a link is cut for many
+/// of the engine's timeouts while clients give up on slow replies and move
+/// to the next node mid-transaction. The transactions their sessions left
+/// must not hold keys until the idle timeout, or younger ones wait behind
+/// them until their own clients give up, and the cluster livelocks after
+/// the heal (G7: throughput does not come back). Mutant `left-waits` (the
+/// old behaviour: only the coordinator squashed a left transaction, and
+/// only when the session began its next one there) is caught.
+#[test]
+fn transactions_come_back_after_a_one_way_cut_with_impatient_clients() {
+    for model in [
+        "trans-strict",
+        "trans-synch",
+        "trans-re",
+        "trans-scope",
+        "trans-eventual",
+    ] {
+        clean(model, Crash::OneWay);
+    }
+    let seed = caught_as("trans-synch", Crash::OneWay, "left-waits", "G7:");
+    eprintln!("trans-synch with left-waits: caught at seed {seed}");
+}
+
 /// The End of a transaction whose coordinator crashed reaches a node that
 /// cannot tell its outcome: the members that prepared it may commit it, so
 /// the answer is OutcomeUnknown, never Aborted (a client told Aborted runs

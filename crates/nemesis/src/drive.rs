@@ -57,7 +57,11 @@ pub struct Drive<'a> {
 /// A proxy on every link between `addrs` if `faults` delay any, started
 /// before the run's processes so that it carries their links from the
 /// first connection on. `seed` draws its jitter.
-pub fn proxy_for(faults: &[Fault], addrs: &[Ipv4Addr], seed: u64) -> Result<Option<Arc<Proxy>>, String> {
+pub fn proxy_for(
+    faults: &[Fault],
+    addrs: &[Ipv4Addr],
+    seed: u64,
+) -> Result<Option<Arc<Proxy>>, String> {
     let delays = |f: &Fault| match f {
         Fault::Delay { .. } | Fault::Slow { .. } => true,
         Fault::Recover { during, .. } | Fault::Suspect { during, .. } => {
@@ -275,7 +279,11 @@ fn slow_then_suspected(
     std::thread::sleep(time / 2);
     if shape.manager {
         let to = manager_ip(shape);
-        fw.drop_one_way(Link { from: addr_of(n), to }).map_err(io)?;
+        fw.drop_one_way(Link {
+            from: addr_of(n),
+            to,
+        })
+        .map_err(io)?;
     }
     std::thread::sleep(time / 2);
     Ok(())

@@ -25,10 +25,10 @@
 //! the proxy, which then resets it when its own connect gives up
 //! ([`CONNECT_PATIENCE`]), instead of timing out in the dialler.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::AsRawFd;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -298,7 +298,12 @@ fn original_dst(s: &TcpStream) -> io::Result<SocketAddrV4> {
     Ok(SocketAddrV4::new(ip, u16::from_be(a.sin_port)))
 }
 
-fn set_int(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
+fn set_int(
+    s: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: setsockopt reads one c_int from `v`.
     let r = unsafe {
         libc::setsockopt(

@@ -152,6 +152,9 @@ fn a_blackholed_connect_is_reset_after_the_proxys_patience() {
         assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
         let took = t.elapsed();
         assert!(took < Duration::from_secs(4), "reset after {took:?}");
-        assert!(took >= ms(1_500), "reset after {took:?}, before the far connect gave up");
+        assert!(
+            took >= ms(1_500),
+            "reset after {took:?}, before the far connect gave up"
+        );
     });
 }

@@ -363,9 +363,14 @@ impl<P: Wire> Host<P> {
                     }
                     self.beats.pop_front();
                     if s == seq {
-                        let from = if self.cfg.lease_from_receipt { self.now() } else { at };
-                        self.lease_until =
-                            self.lease_until.max(from + self.cfg.lease.as_nanos() as u64);
+                        let from = if self.cfg.lease_from_receipt {
+                            self.now()
+                        } else {
+                            at
+                        };
+                        self.lease_until = self
+                            .lease_until
+                            .max(from + self.cfg.lease.as_nanos() as u64);
                     }
                 }
                 while self.leased() {

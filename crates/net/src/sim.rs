@@ -44,6 +44,11 @@ pub struct SimNetConfig {
     /// Chance that a message is held back by up to `delay_ns` more.
     pub delay: f64,
     pub delay_ns: u64,
+    /// A client gives up on a reply that has not come this long after its
+    /// request (0: it waits for ever): the outcome is unknown, and the
+    /// session issues its next operation at the next node, as `tandem ddp
+    /// load` does on its timeout. The request stays where it was sent.
+    pub patience_ns: u64,
 }
 
 /// Worker cores per server in the DDP paper's simulated machines (§7,
@@ -67,6 +72,7 @@ impl Default for SimNetConfig {
             duplicate: 0.0,
             delay: 0.0,
             delay_ns: 0,
+            patience_ns: 0,
         }
     }
 }
@@ -128,6 +134,8 @@ pub struct NetStats {
     pub persists_lost: u64,
     pub steps: u64,
     pub replies: u64,
+    /// Requests whose client lost patience (`SimNetConfig::patience_ns`).
+    pub given_up: u64,
     pub crashes: u64,
     pub restarts: u64,
 }
@@ -190,6 +198,11 @@ enum Event<P: Protocol> {
     Issue {
         session: SessionId,
     },
+    /// The client's patience with request `req` ends (`patience_ns`).
+    Patience {
+        session: SessionId,
+        req: u64,
+    },
     /// The configuration manager's announcement reaches node `n`.
     Announce {
         n: NodeId,
@@ -235,6 +248,7 @@ impl<P: Protocol> World<P> {
             Event::Timer { n, inc, token } => self.arrive(n, Some(inc), Input::Timer { token }),
             Event::Landed { n, inc, pid } => self.persist_landed(n, inc, pid),
             Event::Issue { session } => self.issue(session),
+            Event::Patience { session, req } => self.give_up(session, req),
             Event::Announce { n, config } => self.arrive(n, None, Input::Config(config)),
         }
         true
@@ -440,6 +454,24 @@ impl<P: Protocol> World<P> {
         s.outstanding = Some((req, home));
         self.harness.invoked(session, req, home, &op, now);
         self.arrive(home, None, Input::Client { session, req, op });
+        if self.cfg.patience_ns > 0 {
+            let at = now + self.cfg.patience_ns;
+            self.schedule(at, Event::Patience { session, req });
+        }
+    }
+
+    /// The client stops waiting for `req` (if it still does): its outcome is
+    /// unknown and the session moves on to the next node.
+    fn give_up(&mut self, session: SessionId, req: u64) {
+        let count = self.nodes.len() as NodeId;
+        let s = &mut self.sessions[session as usize];
+        let Some((_, at)) = s.outstanding.filter(|o| o.0 == req) else {
+            return;
+        };
+        (s.outstanding, s.home) = (None, (at + 1) % count);
+        self.stats.given_up += 1;
+        self.harness.lost(session, req, self.now);
+        self.issue(session);
     }
 
     fn crash(&mut self, n: NodeId) {
@@ -675,6 +707,17 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
             } else {
                 w.blocked.remove(&pair);
             }
+        }
+    }
+
+    /// Cut (or restore) the direction from `from` to `to` only: its
+    /// messages are lost, the other direction's arrive.
+    pub fn cut_one_way(&self, from: NodeId, to: NodeId, cut: bool) {
+        let mut w = self.world.borrow_mut();
+        if cut {
+            w.blocked.insert((from, to));
+        } else {
+            w.blocked.remove(&(from, to));
         }
     }
 

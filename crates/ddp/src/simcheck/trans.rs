@@ -68,6 +68,9 @@ pub(super) struct Txs {
     decided_abort: HashSet<TxId>,
     /// Transactions a client was told were squashed (Aborted).
     told_aborted: BTreeSet<TxId>,
+    /// The transaction each request named: a node may answer a request
+    /// its client gave up on, after the session began another one.
+    pub of_req: HashMap<(SessionId, u64), TxId>,
 }
 
 impl Txs {
@@ -350,7 +353,7 @@ impl Rec {
         nvm: &[Nvm<Record>],
         now: u64,
     ) -> bool {
-        let Some(id) = self.txs.cur[session as usize].as_ref().map(|c| c.id) else {
+        let Some(&id) = self.txs.of_req.get(&(session, req)) else {
             return false;
         };
         let members: Vec<NodeId> = self.configs[node as usize]

@@ -36,6 +36,9 @@ impl DdpNode {
         if self.known_vote(id).is_some() {
             return self.tx_ack(from, id, TxAck::Init, epoch, out);
         }
+        if !self.bugs.left_waits {
+            self.session_left(id, out);
+        }
         self.hear(hdr);
         if self.trans_rules().durable && !self.bugs.val_before_persist {
             return self.persist_tx(

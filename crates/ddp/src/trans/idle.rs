@@ -1,5 +1,6 @@
 //! Bounded state for Transactional consistency (`trans/mod.rs`): a transaction
-//! whose client vanished is squashed ([`Params::idle_ns`]), a member drops
+//! whose session began a later one is squashed at once, one whose client
+//! vanished is squashed ([`Params::idle_ns`]), a member drops
 //! an unprepared transaction it heard nothing about for long, and every
 //! node forgets decisions and refusals nobody can ask about any more
 //! ([`Params::forget_ns`]).
@@ -33,6 +34,41 @@ impl DdpNode {
             .or_insert_with(|| TxHere::new(hdr, now));
         h.heard = now;
         h
+    }
+
+    /// `id` began, so its session has left every earlier transaction of
+    /// its own (a session runs one at a time; its client restarts with a
+    /// new number after an abort, an unknown outcome, or a timeout that
+    /// moved it to another node). Squash those this node holds unprepared:
+    /// decide the ones it coordinates that have not ended (a waiting
+    /// operation of theirs is then answered `Aborted`), refuse the others.
+    /// Without this, a session that timed out and moved leaves its old
+    /// transaction holding its keys until the idle timeout, younger
+    /// transactions wait behind it until their own clients time out, and
+    /// after a long stall the cluster can livelock on such leftovers
+    /// (`simcheck`'s `Crash::OneWay`).
+    pub(crate) fn session_left(&mut self, id: TxId, out: &mut Out) {
+        let left: Vec<TxId> = (self.trans.here.values())
+            .filter(|h| h.hdr.id.session == id.session && h.hdr.id.seq < id.seq && !h.prepared)
+            .map(|h| h.hdr.id)
+            .collect();
+        let only_active = self.bugs.left_waits;
+        for t in left {
+            match self.trans.coord.get(&t) {
+                Some(c) if c.settling || c.phase == Phase::Ending || c.phase == Phase::Deciding => {
+                }
+                Some(c) if only_active && c.phase != Phase::Active => {}
+                None if only_active => {}
+                Some(_) => {
+                    self.count_squash(Squash::Left);
+                    self.decide(t, false, out);
+                }
+                None => {
+                    self.count_squash(Squash::Left);
+                    self.refuse(t, out);
+                }
+            }
+        }
     }
 
     /// Squash the open transactions whose client sent nothing for

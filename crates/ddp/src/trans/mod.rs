@@ -105,7 +105,6 @@ use crate::node::{DdpNode, Out, Then};
 use crate::trans::state::Access;
 use crate::trans::state::CoordTx;
 use crate::trans::state::Phase;
-use crate::trans::state::Squash;
 use crate::trans::state::TxHere;
 use crate::types::{Key, Msg, Op, Reply, Ts, TxHdr, TxId, TxPhase, Value, Version};
 use std::collections::BTreeSet;
@@ -208,17 +207,7 @@ impl DdpNode {
 
     /// Init Xaction: register the transaction everywhere (INITX).
     fn tx_begin(&mut self, id: TxId, req: u64, out: &mut Out) -> bool {
-        let stale: Vec<TxId> = self
-            .trans
-            .coord
-            .keys()
-            .filter(|t| t.session == id.session && **t != id && self.tx_open(**t))
-            .copied()
-            .collect();
-        for t in stale {
-            self.count_squash(Squash::Left);
-            self.decide(t, false, out); // the session left it
-        }
+        self.session_left(id, out);
         self.trans.stats.begun += 1;
         let (r, now, epoch) = (self.trans_rules(), self.now, self.config.epoch);
         let hdr = TxHdr {

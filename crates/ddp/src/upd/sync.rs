@@ -184,7 +184,11 @@ impl DdpNode {
         let mut next = upd.log.keys().next().copied();
         while let Some(first) = next {
             let origin = first.origin;
-            let wait = if origin.node == self.me { retry } else { 3 * retry };
+            let wait = if origin.node == self.me {
+                retry
+            } else {
+                3 * retry
+            };
             let gap = UpdId {
                 origin,
                 seq: applied(origin) + 1,

@@ -443,7 +443,9 @@ async fn admin_call(addr: SocketAddr, keys: &Keyring, msg: ClientMsg) -> io::Res
         .map_err(|_| {
             io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("memory server {addr}: no answer to an admin request within {ADMIN_DEADLINE:?}"),
+                format!(
+                    "memory server {addr}: no answer to an admin request within {ADMIN_DEADLINE:?}"
+                ),
             )
         })?
 }
