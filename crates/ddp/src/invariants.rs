@@ -491,6 +491,49 @@ impl DdpNode {
         );
     }
 
+    /// `tx-commit-everywhere` (T-3): under Strict and Synch, End answers
+    /// `Committed` only once every member acknowledged the decision, each
+    /// after persisting the commit record (`delivered`), so that any
+    /// members that recover from a whole-cluster crash hold it.
+    pub(crate) fn assert_commit_everywhere(&self, id: TxId, delivered: bool) {
+        if !self.checks() || !self.trans_rules().durable || self.bugs.commit_before_persist {
+            return;
+        }
+        assert!(
+            delivered,
+            "tx-commit-everywhere (T-3): node {} answers the commit of {id:?} before every member persisted it",
+            self.me
+        );
+    }
+
+    /// `tx-session-left` (G7): once a node knows transaction `id` began,
+    /// it holds no earlier transaction of the same session unprepared,
+    /// unless it coordinates that one and it has ended (sent ENDX).
+    pub(crate) fn assert_session_left(&self, id: TxId) {
+        if !self.checks() {
+            return;
+        }
+        let ended = |t: &TxId| {
+            self.trans.coord.get(t).is_some_and(|c| {
+                c.settling
+                    || c.phase != crate::trans::state::Phase::Active
+                        && c.phase != crate::trans::state::Phase::Init
+            })
+        };
+        let stale = self.trans.here.values().find(|h| {
+            h.hdr.id.session == id.session
+                && h.hdr.id.seq < id.seq
+                && !h.prepared
+                && !ended(&h.hdr.id)
+        });
+        assert!(
+            stale.is_none(),
+            "tx-session-left (G7): node {} knows {id:?} began and still holds {:?} of the same session unprepared",
+            self.me,
+            stale.map(|h| h.hdr.id)
+        );
+    }
+
     /// `tx-kept-settled` (G6): the transactions a node kept prepared through
     /// its removal are settled (a settler runs for each) once it looks at them.
     pub(crate) fn assert_kept_settled(&self, kept: &BTreeSet<TxId>) {

@@ -128,6 +128,9 @@ pub struct Bugs {
     /// one) is squashed at once only by its own coordinator, and only if
     /// it is Active there; elsewhere it waits for the idle timeout.
     pub left_waits: bool,
+    /// Trans, Strict and Synch: End answers `Committed` once the decider's
+    /// own commit record landed, and members persist none (the old rule).
+    pub commit_answered_early: bool,
     /// A member serves a copy asked in an epoch it has not reached.
     pub copy_in_old_epoch: bool,
     /// HEAL: a GDP declared in a configuration not installed here yet is
@@ -200,6 +203,7 @@ bug_names! {
     silent_removal => "silent-removal",
     kept_unsettled => "kept-unsettled",
     left_waits => "left-waits",
+    commit_answered_early => "commit-answered-early",
     copy_in_old_epoch => "copy-in-old-epoch",
     heal_gdp_old_view => "heal-gdp-old-view",
     orphans_kept => "orphans-kept",

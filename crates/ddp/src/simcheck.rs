@@ -91,6 +91,12 @@ pub enum Crash {
     /// goes on at the next node, mid-transaction (as `tandem ddp load`
     /// does). Throughput must come back after the heal.
     OneWay,
+    /// Every node crashes at once (F1), and the cluster recovers without
+    /// one of them (seen on real processes first): the configuration
+    /// manager, which outlived the crash, had removed it for its silence
+    /// and re-adds it only later. What the others recover must hold every
+    /// completed transaction.
+    AllButOne,
 }
 
 /// A client's patience under `Crash::OneWay`: 1.25 times the engine's idle
@@ -119,8 +125,9 @@ impl Crash {
             "flip" => Ok(Crash::Flip),
             "bridge" => Ok(Crash::Bridge),
             "one-way" => Ok(Crash::OneWay),
+            "all-but-one" => Ok(Crash::AllButOne),
             other => Err(format!(
-                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated, suspect-spread, bounce, copy-source, flip, bridge, one-way)"
+                "unknown crash '{other}' (none, one, all, buddy, again, two, suspect, isolated, suspect-spread, bounce, copy-source, flip, bridge, one-way, all-but-one)"
             )),
         }
     }
@@ -140,6 +147,7 @@ impl Crash {
             Crash::Flip => "flip",
             Crash::Bridge => "bridge",
             Crash::OneWay => "one-way",
+            Crash::AllButOne => "all-but-one",
         }
     }
 }
@@ -357,7 +365,11 @@ impl Rec {
         let n = node as usize;
         let (was, is) = (self.online[n], p.is_ready());
         self.online[n] = is;
-        if was || !is || self.model.c != Consistency::Lin || self.cfg.crash == Crash::All {
+        if was
+            || !is
+            || self.model.c != Consistency::Lin
+            || matches!(self.cfg.crash, Crash::All | Crash::AllButOne)
+        {
             return;
         }
         if self.cfg.heal.is_some() {
@@ -700,7 +712,11 @@ pub fn run(cfg: &CheckConfig) -> CheckReport {
     match cfg.crash {
         Crash::None => {}
         Crash::One => r.crash_one(),
-        Crash::All => crash_at = Some(r.crash_all()),
+        Crash::All => crash_at = Some(r.crash_all(None)),
+        Crash::AllButOne => {
+            let late = r.rng.below(cfg.nodes as u64) as NodeId;
+            crash_at = Some(r.crash_all(Some(late)));
+        }
         Crash::Buddy => r.crash_during_recovery(false),
         Crash::Again => r.crash_during_recovery(true),
         Crash::Two => r.crash_two(),
@@ -1140,7 +1156,10 @@ impl Run {
 
     /// F1: every node crashes at once, restarts from NVM and reconciles.
     /// Returns how many operations had been invoked before the crash.
-    fn crash_all(&mut self) -> usize {
+    /// F1: every node crashes and restarts from its NVM; `late` (if any)
+    /// restarts outside the configuration and is added back once the
+    /// others have recovered and served a while.
+    fn crash_all(&mut self, late: Option<NodeId>) -> usize {
         self.net.stop_clients();
         self.net.crash_all();
         self.mark_durable_commits();
@@ -1158,23 +1177,30 @@ impl Run {
             .iter_mut()
             .for_each(|p| *p = Past::default());
         self.net.run_for(10_000);
-        let c = self.config((0..self.cfg.nodes).collect());
+        let members: Vec<NodeId> = (0..self.cfg.nodes).filter(|&n| Some(n) != late).collect();
+        let c = self.config(members.clone());
         for n in 0..self.cfg.nodes {
             self.net.restart(n, &c);
         }
         self.net.announce(&c);
-        let nodes = self.cfg.nodes;
         let settled = self.net.run_while(LIMIT_NS, |net| {
-            !(0..nodes).all(|n| net.with_node(n, |p| p.is_some_and(|p| p.is_settled())))
+            !(members.iter()).all(|&n| net.with_node(n, |p| p.is_some_and(|p| p.is_settled())))
         });
         if !settled {
             self.report
                 .violations
                 .push("G6: the cluster did not recover from the whole-cluster crash".into());
         }
-        let recovered = self.net.with_node(0, |p| p.expect("up").snapshot());
+        let recovered = self
+            .net
+            .with_node(members[0], |p| p.expect("up").snapshot());
         self.check_recovered(&recovered);
         self.net.start_clients();
+        if late.is_some() {
+            self.net.run_for(50_000);
+            let all = self.config((0..self.cfg.nodes).collect());
+            self.net.announce(&all);
+        }
         before
     }
 }

@@ -325,6 +325,16 @@ fn cases() -> Vec<Case> {
             sim("lin-synch", Crash::SuspectSpread, SEEDS_30),
             "copy-epoch",
         ),
+        c(
+            "left-waits",
+            sim("trans-synch", Crash::OneWay, SEEDS_30),
+            "tx-session-left",
+        ),
+        c(
+            "commit-answered-early",
+            sim("trans-synch", Crash::AllButOne, SEEDS_30),
+            "tx-commit-everywhere",
+        ),
         case("orphans-kept", copy_source("causal-synch"), None),
         c(
             "ts-below-nvm",

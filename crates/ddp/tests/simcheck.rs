@@ -523,6 +523,22 @@ fn transactions_come_back_after_a_one_way_cut_with_impatient_clients() {
     eprintln!("trans-synch with left-waits: caught at seed {seed}");
 }
 
+/// Seen on real processes first: after a whole-cluster crash the
+/// configuration manager, which outlived it, may have removed a node for
+/// its silence, and the others recover without it. Under Strict and Synch
+/// every completed transaction must be in what they recover (T-3), so a
+/// commit is answered only once every member persisted its record.
+/// Mutant `commit-answered-early` (the old rule: once the decider's record
+/// landed) loses completed transactions.
+#[test]
+fn completed_transactions_survive_a_whole_cluster_crash_that_leaves_a_node_out() {
+    for model in ["trans-strict", "trans-synch"] {
+        clean(model, Crash::AllButOne);
+        let seed = caught_as(model, Crash::AllButOne, "commit-answered-early", "T-3:");
+        eprintln!("{model} with commit-answered-early: caught at seed {seed}");
+    }
+}
+
 /// The End of a transaction whose coordinator crashed reaches a node that
 /// cannot tell its outcome: the members that prepared it may commit it, so
 /// the answer is OutcomeUnknown, never Aborted (a client told Aborted runs

@@ -2,7 +2,7 @@
 //! every member, installing committed writes, persisting them as the
 //! persistency model says, and VAL_p under RE persistency.
 
-use tandem_net::{Command, NodeId};
+use tandem_net::{Command, NodeId, SessionId};
 
 use crate::node::{DdpNode, Out, Then, Wait};
 use crate::trans::state::{Delivery, Phase};
@@ -159,17 +159,20 @@ impl DdpNode {
             return;
         };
         let all = self.missing(&c.acks) <= if c.settling { 0 } else { slack };
-        if c.saw_commit {
+        let durable = self.trans_rules().durable && !self.bugs.commit_before_persist;
+        if c.saw_commit && !durable {
             return self.decide(id, true, out);
         }
-        if !all || !(c.local || self.bugs.val_before_persist) {
-            return;
+        if !c.saw_commit {
+            if !all || !(c.local || self.bugs.val_before_persist) {
+                return;
+            }
+            if c.saw_abort {
+                return self.decide(id, false, out);
+            }
+            self.assert_votes_in(id);
         }
-        if c.saw_abort {
-            return self.decide(id, false, out);
-        }
-        self.assert_votes_in(id);
-        if !self.trans_rules().durable || self.bugs.commit_before_persist {
+        if !durable {
             return self.decide(id, true, out);
         }
         self.trans.coord.get_mut(&id).expect("checked").phase = Phase::Deciding;
@@ -202,13 +205,23 @@ impl DdpNode {
         } else {
             &mut self.trans.stats.aborted
         } += 1;
-        if let Some((session, req)) = c.client {
+        // Strict, Synch: a commit is answered once its record is durable at
+        // every member (`try_delivery`), so that whichever members recover
+        // from a whole-cluster crash hold it (T-3).
+        let wait = commit
+            && self.trans_rules().durable
+            && !self.bugs.commit_before_persist
+            && !self.bugs.commit_answered_early;
+        let mut client = c.client;
+        if let Some((session, req)) = client.filter(|_| !wait) {
             let result = if commit {
+                self.assert_commit_everywhere(id, false);
                 Reply::Committed { tx: id.seq }
             } else {
                 Reply::Aborted { tx: id.seq }
             };
             Self::answer(out, session, req, result);
+            client = None;
         }
         if commit {
             for v in &writes {
@@ -224,7 +237,7 @@ impl DdpNode {
             }
             self.install(id, &writes, None, out);
         }
-        self.deliver(c.hdr, commit, writes, out);
+        self.deliver(c.hdr, commit, writes, client, out);
     }
 
     /// Make committed writes visible here and durable as the model says;
@@ -250,7 +263,11 @@ impl DdpNode {
             Some((to, epoch)) => Then::AckDone { to, epoch },
             None => Then::Delivered,
         };
-        if r.read_persisted && !writes.is_empty() {
+        // RE-p persists every commit here; Strict and Synch a member's
+        // (the decider's landed before it decided).
+        let member = r.durable && ack.is_some() && !self.bugs.commit_answered_early;
+        let persist = r.read_persisted || member;
+        if persist && !writes.is_empty() {
             return self.persist_tx(id, TxPhase::Committed, writes.to_vec(), then, out);
         }
         if r.lazy && !writes.is_empty() {
@@ -269,7 +286,14 @@ impl DdpNode {
     }
 
     /// Tell every member the decision, until each acknowledged it.
-    fn deliver(&mut self, hdr: TxHdr, commit: bool, writes: Vec<Version>, out: &mut Out) {
+    fn deliver(
+        &mut self,
+        hdr: TxHdr,
+        commit: bool,
+        writes: Vec<Version>,
+        client: Option<(SessionId, u64)>,
+        out: &mut Out,
+    ) {
         let local = !(commit && self.trans_rules().read_persisted && !writes.is_empty());
         let writes = if commit { writes } else { Vec::new() };
         let msg = Msg::TxOutcome {
@@ -286,6 +310,7 @@ impl DdpNode {
             acks: Default::default(),
             local,
             sent_at: self.now,
+            client,
         };
         self.trans.deliveries.insert(hdr.id, d);
         self.try_delivery(hdr.id, out);
@@ -300,6 +325,10 @@ impl DdpNode {
             return;
         }
         let d = self.trans.deliveries.remove(&id).expect("checked");
+        if let Some((session, req)) = d.client {
+            self.assert_commit_everywhere(id, true);
+            Self::answer(out, session, req, Reply::Committed { tx: id.seq });
+        }
         if d.commit && self.trans_rules().read_persisted {
             let writes: Vec<(Key, Ts)> = d.writes.iter().map(|v| (v.key, v.ts)).collect();
             out.push(Command::Broadcast {
@@ -344,7 +373,8 @@ impl DdpNode {
                 Self::answer(out, session, req, result);
             }
         }
-        if commit && (!known || self.trans_rules().read_persisted) {
+        let r = self.trans_rules();
+        if commit && (!known || r.read_persisted || r.durable) {
             return self.install(id, &writes, Some((from, epoch)), out);
         }
         out.push(Command::Send {

@@ -39,6 +39,7 @@ impl DdpNode {
         if !self.bugs.left_waits {
             self.session_left(id, out);
         }
+        self.assert_session_left(id);
         self.hear(hdr);
         if self.trans_rules().durable && !self.bugs.val_before_persist {
             return self.persist_tx(
@@ -356,6 +357,13 @@ impl DdpNode {
             }
         }
         self.assert_removed_answered(held, out.len() - before);
+        // Commits whose record is not known durable at every member yet.
+        for d in self.trans.deliveries.values_mut() {
+            if let Some((session, req)) = d.client.take() {
+                let tx = d.hdr.id.seq;
+                Self::answer(out, session, req, Reply::OutcomeUnknown { tx });
+            }
+        }
         let coord = &self.trans.coord;
         self.trans
             .here

@@ -431,11 +431,16 @@ impl DdpNode {
     }
 
     /// End of a transaction not open here (its coordinator crashed or left,
-    /// and the session moved): answer the decision if known, wait for it
-    /// if this node settles the transaction, else the outcome is unknown.
+    /// and the session moved): answer the decision if known (a commit
+    /// under Strict and Synch only by its decider, below), wait for it if
+    /// this node settles the transaction, else the outcome is unknown.
     fn end_elsewhere(&mut self, id: TxId, req: u64, out: &mut Out) -> bool {
         let tx = id.seq;
+        // Strict, Synch: a commit is answered only where its record is known
+        // durable at every member (its decider's delivery), not here.
+        let durable = self.trans_rules().durable;
         let result = match self.trans.outcomes.get(&id) {
+            Some(true) if durable => Reply::OutcomeUnknown { tx },
             Some(true) => Reply::Committed { tx },
             Some(false) => Reply::Aborted { tx },
             None => match self.trans.coord.get_mut(&id) {

@@ -109,6 +109,9 @@ pub(crate) struct Delivery {
     /// RE-p: the local committed record landed (VAL_p needs it).
     pub local: bool,
     pub sent_at: u64,
+    /// Strict, Synch: End's client, answered `Committed` once every member
+    /// has persisted the commit record (`trans/commit.rs`).
+    pub client: Option<(SessionId, u64)>,
 }
 
 /// An ENDX whose vote waits for an older prepared transaction's decision.
