@@ -48,7 +48,10 @@ pub struct CheckArgs {
     /// (an origin's updates reach one member only, the origin crashes, a restarting node copies from
     /// that member, which crashes right after), flip (a node removed while cut off is re-added while
     /// still cut off from its copy sources, which the manager hears no more), bridge (two pairs cut
-    /// off from each other, both reaching the fifth node, nobody removed), mix (none, one, all),
+    /// off from each other, both reaching the fifth node, nobody removed), one-way (one direction of
+    /// a link cut for many timeouts while clients give up on slow replies and move; throughput must
+    /// come back), all-but-one (a whole-cluster crash recovered without one node, which the manager
+    /// had removed; it is added back later), mix (none, one, all),
     /// recovery (one, buddy, again, two, copy-source) or membership (suspect, isolated,
     /// suspect-spread, bounce, flip).
     #[arg(long, default_value = "mix")]

@@ -276,14 +276,17 @@ fn zab_without_its_stall_timer_is_caught_by_isolation_not_by_kills() {
     );
 }
 
-/// One model of each consistency family but Transactional, and each
-/// persistency model once, under one schedule of two faults, each checked
-/// by what its model promises. The Causal ones also take bridges and
-/// one-way cuts, which once left their replicas diverged for good (the
-/// anti-entropy resend order, fixed; `crates/ddp/tests/anti_entropy.rs`).
+/// One model of each consistency family, and each persistency model once,
+/// under one schedule of two faults, each checked by what its model
+/// promises. The Causal ones also take bridges and one-way cuts, which once
+/// left their replicas diverged for good (the anti-entropy resend order,
+/// fixed; `crates/ddp/tests/anti_entropy.rs`); the Transactional ones
+/// one-way cuts and whole-cluster crashes, which once livelocked them and
+/// lost completed transactions (`crates/ddp/tests/simcheck.rs`).
 fn ddp_model_survives(model: &str) {
     let faults = match model.split('-').next() {
         Some("causal") => "isolate,bridge,one-way,pause,loss,kill",
+        Some("trans") => "one-way,kill-all,isolate,pause,kill",
         _ => "isolate,split,pause,loss,kill",
     };
     let args = [
@@ -313,12 +316,15 @@ fn lin_strict_re_synch_and_re_re_survive_the_nemesis() {
     ddp_model_survives("re-re");
 }
 
-/// The Transactional models are left out: their transactions stop after a
-/// one-way cut of 1.5 s (an open finding, docs/NEMESIS.md).
 #[test]
 fn causal_scope_and_eventual_eventual_survive_the_nemesis() {
     ddp_model_survives("causal-scope");
     ddp_model_survives("eventual-eventual");
+}
+
+#[test]
+fn trans_synch_survives_the_nemesis() {
+    ddp_model_survives("trans-synch");
 }
 
 /// HEAL: nodes restarted under every class, `recover` among them (a node

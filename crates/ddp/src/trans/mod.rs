@@ -60,9 +60,10 @@
 //! - **Commit decision.** Every member votes `Prepared` (and, Strict and
 //!   Synch, the coordinator's own prepared record landed): commit. Strict
 //!   and Synch then persist a `Tx { phase: Committed }` record at the
-//!   decider *before* End replies (one persist more than the paper, the
-//!   price of atomic recovery); a node installs the writes when it learns
-//!   the decision. A `Refused` vote aborts. Only the coordinator decides
+//!   decider, deliver the decision, and answer End only once every member
+//!   has persisted the record too (one persist and one round trip more
+//!   than the paper, the price of atomic recovery); a node installs the
+//!   writes when it learns the decision. A `Refused` vote aborts. Only the coordinator decides
 //!   while it is a member; if it leaves the configuration, a member that
 //!   prepared the transaction settles it: it collects every member's vote,
 //!   and commits if any says `Committed` or all say `Prepared`, else
@@ -71,9 +72,9 @@
 //! - **Recovery (undo/redo).** A transaction's writes are persisted as ONE
 //!   record per node (like scopes): `Prepared` records are ignored at
 //!   recovery (undo is free), `Committed` ones are installed whole (redo).
-//!   Strict and Synch: the decider's committed record is durable before End
-//!   replies, so a completed transaction survives a whole-cluster crash in
-//!   full (T-3); RE-p: every node persists the committed record at once and
+//!   Strict and Synch: every member's committed record is durable before
+//!   End replies, so a completed transaction survives a whole-cluster
+//!   crash in full (T-3), whichever members the cluster recovers with; RE-p: every node persists the committed record at once and
 //!   ACK_p's it, and the decider sends VAL_p; Eventual-p: lazily; Scope:
 //!   `Persist(s)` persists the writes of the session's committed
 //!   transactions in scope s as one record (clients close scopes between
