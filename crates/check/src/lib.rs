@@ -16,6 +16,8 @@
 //!   every key, and it is a written value (G6, "Eventual", G2).
 //! - [`session`]: read-your-writes and monotonic reads per session, against
 //!   a version order the caller supplies (Causal consistency, C1').
+//! - [`serial`]: serializability of transactions from what their clients
+//!   saw (Adya's serialization graph; the Transactional models).
 //! - [`thin_air`]: every value read was written, by a write invoked before
 //!   the read completed (G2).
 //! - [`zxid_sc`]: sequential consistency in zxid order for a leader-based
@@ -31,6 +33,7 @@ pub mod linearizable;
 pub mod rc;
 mod rc_hb;
 pub mod rc_history;
+pub mod serial;
 pub mod session;
 pub mod thin_air;
 pub mod verdict;

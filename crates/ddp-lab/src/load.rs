@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tandem_check::serial::{TxHist, TxOutcome, TxStep};
 use tandem_check::{HistOp, OpKind};
 use tandem_net::client::{Mux, MuxEvent};
 use tandem_sim::Rng;
@@ -44,8 +45,16 @@ const RETRY_NS: u64 = 20_000_000;
 /// A running load; `stop` ends it and returns the history.
 pub struct Load {
     stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<Vec<HistOp>>>,
+    threads: Vec<std::thread::JoinHandle<History>>,
     pub completed: Arc<AtomicU64>,
+}
+
+/// What a load's sessions did: their reads and writes outside
+/// transactions, and their transactions (Transactional models).
+#[derive(Default)]
+pub struct History {
+    pub ops: Vec<HistOp>,
+    pub txs: Vec<TxHist>,
 }
 
 impl Load {
@@ -68,11 +77,19 @@ impl Load {
     }
 
     pub fn stop(self) -> Vec<HistOp> {
+        self.stop_all().ops
+    }
+
+    /// Stop, and return the transactions too.
+    pub fn stop_all(self) -> History {
         self.stop.store(true, Ordering::Relaxed);
-        self.threads
-            .into_iter()
-            .flat_map(|t| t.join().unwrap_or_default())
-            .collect()
+        let mut h = History::default();
+        for t in self.threads {
+            let part = t.join().unwrap_or_default();
+            h.ops.extend(part.ops);
+            h.txs.extend(part.txs);
+        }
+        h
     }
 }
 
@@ -87,6 +104,17 @@ struct Session {
     pending: Option<(u64, Option<HistOp>, u64)>,
     /// Do not call before this (after failing to reach a node).
     wake_at: u64,
+    /// The transaction it is running, and what the call in flight asks of it.
+    tx: Option<TxHist>,
+    tx_call: Option<TxCall>,
+}
+
+/// A transactional call in flight.
+#[derive(Clone, Copy)]
+enum TxCall {
+    Read(u64),
+    Write(u64, u64),
+    End,
 }
 
 struct Driver {
@@ -96,6 +124,7 @@ struct Driver {
     by_id: HashMap<u64, usize>,
     epoch: Instant,
     ops: Vec<HistOp>,
+    txs: Vec<TxHist>,
 }
 
 impl Driver {
@@ -114,6 +143,8 @@ impl Driver {
                     next_req: 0,
                     pending: None,
                     wake_at: 0,
+                    tx: None,
+                    tx_call: None,
                 }
             })
             .collect();
@@ -131,6 +162,7 @@ impl Driver {
             by_id,
             epoch,
             ops: Vec::new(),
+            txs: Vec::new(),
         }
     }
 
@@ -138,7 +170,7 @@ impl Driver {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    fn run(mut self, stop: &AtomicBool, done: &AtomicU64) -> Vec<HistOp> {
+    fn run(mut self, stop: &AtomicBool, done: &AtomicU64) -> History {
         let mut next_sweep = 0;
         while !stop.load(Ordering::Relaxed) {
             let now = self.now();
@@ -173,23 +205,23 @@ impl Driver {
 
     /// Stopped: no new calls; the calls in flight get up to the timeout to
     /// complete, so a history ends with outcomes, not unknowns.
-    fn finish(mut self, done: &AtomicU64) -> Vec<HistOp> {
+    fn finish(mut self, done: &AtomicU64) -> History {
         let deadline = self.now() + self.cfg.timeout.as_nanos() as u64;
         while self.sessions.iter().any(|s| s.pending.is_some()) && self.now() < deadline {
             self.round(done);
         }
         let mut ops = self.ops;
-        ops.extend(
-            self.sessions
-                .into_iter()
-                .filter_map(|s| s.pending.and_then(|p| p.1)),
-        );
-        ops
+        let mut txs = self.txs;
+        for s in self.sessions {
+            ops.extend(s.pending.and_then(|p| p.1));
+            txs.extend(s.tx); // unanswered: its outcome is unknown
+        }
+        History { ops, txs }
     }
 
     /// Start session `i`'s next operation. Reads and writes outside
-    /// transactions go into the history; transactional requests, scope
-    /// persists, Begin and End do not (their checks run in simulation).
+    /// transactions go into the history, transactions into their own
+    /// (`History::txs`); scope persists do not.
     fn call(&mut self, i: usize, now: u64) {
         let timeout = self.cfg.timeout.as_nanos() as u64;
         let s = &mut self.sessions[i];
@@ -207,6 +239,9 @@ impl Driver {
             } => Some(OpKind::Write { key, value }),
             _ => None,
         };
+        let call = self.tx_call(i, &op, now);
+        let s = &mut self.sessions[i];
+        s.tx_call = call;
         let req = s.next_req;
         s.next_req += 1;
         let h = kind.map(|kind| HistOp {
@@ -224,6 +259,73 @@ impl Driver {
             s.ycsb.on_reply(&self.cfg.plan, &Reply::Aborted { tx: 0 });
             s.node = (s.node + 1) % self.cfg.nodes.len();
             s.wake_at = now + RETRY_NS;
+        }
+    }
+
+    /// What the transactional call `op` of session `i` asks; a `Begin`
+    /// opens the session's transaction record (closing one it left).
+    fn tx_call(&mut self, i: usize, op: &Op, now: u64) -> Option<TxCall> {
+        let s = &mut self.sessions[i];
+        match *op {
+            Op::Begin { tx } => {
+                self.txs.extend(s.tx.take());
+                s.tx = Some(TxHist {
+                    session: s.id,
+                    tx,
+                    node: s.node as u16,
+                    invoke_ns: now,
+                    complete_ns: None,
+                    outcome: TxOutcome::Unknown,
+                    steps: Vec::new(),
+                });
+                None
+            }
+            Op::Read {
+                key, tx: Some(_), ..
+            } => Some(TxCall::Read(key)),
+            Op::Write {
+                key,
+                value,
+                tx: Some(_),
+                ..
+            } => Some(TxCall::Write(key, value)),
+            Op::End { .. } => Some(TxCall::End),
+            _ => None,
+        }
+    }
+
+    /// Session `i`'s transaction learns `r` (the answer to its call `c`).
+    fn tx_reply(&mut self, i: usize, c: Option<TxCall>, r: &Reply, now: u64) {
+        let s = &mut self.sessions[i];
+        let Some(t) = s.tx.as_mut() else { return };
+        let version = |ts: tandem_ddp::Ts| ts.version << 16 | u64::from(ts.node);
+        let end = match (c, r) {
+            (Some(TxCall::Read(key)), Reply::Read { value, ts, .. }) => {
+                t.steps.push(TxStep {
+                    write: false,
+                    key,
+                    value: *value,
+                    version: version(*ts),
+                });
+                None
+            }
+            (Some(TxCall::Write(key, value)), Reply::Written { ts, .. }) => {
+                t.steps.push(TxStep {
+                    write: true,
+                    key,
+                    value: Some(value),
+                    version: version(*ts),
+                });
+                None
+            }
+            (_, Reply::Committed { .. }) => Some(TxOutcome::Committed),
+            (_, Reply::Aborted { .. }) => Some(TxOutcome::Aborted),
+            (_, Reply::OutcomeUnknown { .. }) => Some(TxOutcome::Unknown),
+            _ => None,
+        };
+        if let Some(outcome) = end {
+            (t.outcome, t.complete_ns) = (outcome, Some(now));
+            self.txs.extend(s.tx.take());
         }
     }
 
@@ -260,6 +362,8 @@ impl Driver {
 
     /// Session `i`'s reply; returns the YCSB requests it completes.
     fn complete(&mut self, i: usize, r: Reply, now: u64) -> u64 {
+        let call = self.sessions[i].tx_call.take();
+        self.tx_reply(i, call, &r, now);
         let s = &mut self.sessions[i];
         let (_, h, _) = s.pending.take().expect("checked by the caller");
         let done = s.ycsb.on_reply(&self.cfg.plan, &r);
@@ -281,6 +385,9 @@ impl Driver {
     /// Session `i`'s call has an unknown outcome; it moves to the next node.
     fn give_up(&mut self, i: usize) {
         let s = &mut self.sessions[i];
+        // Its transaction's outcome is unknown (after End it may commit).
+        s.tx_call = None;
+        self.txs.extend(s.tx.take());
         if let Some((_, h, _)) = s.pending.take() {
             self.ops.extend(h);
             // An open transaction died with its coordinator's stream: restart it.

@@ -28,6 +28,7 @@ use tandem_nemesis::schedule;
 
 use crate::load::{Load, LoadConfig};
 use cluster::{Procs, LEASE_MS, SHAPE};
+use tandem_check::serial::{TxHist, TxOutcome};
 
 /// After a heal, throughput and membership must be back within
 /// this: two leases for the manager to see every node again, one second for
@@ -151,25 +152,46 @@ fn run_schedule(cfg: &NemesisConfig, seed: u64) -> Result<ScheduleRun, String> {
     };
     let outcome = drive.run(&mut procs, &faults)?;
     let mut violations = outcome.violations;
-    let completed = load.completed.load(Ordering::Relaxed) as usize;
-    let ops = load.stop();
-    let history = dir.join("history.jsonl");
-    tandem_check::write_jsonl(&history, &ops)?;
+    let h = load.stop_all();
     let model = tandem_ddp::Model::parse(&cfg.model)?;
+    let history = if model.c == tandem_ddp::Consistency::Trans {
+        let path = dir.join("transactions.jsonl");
+        write_txs(&path, &h.txs)?;
+        path
+    } else {
+        let path = dir.join("history.jsonl");
+        tandem_check::write_jsonl(&path, &h.ops)?;
+        path
+    };
     let keys = procs.secret.keyring();
-    violations.extend(verdict::check(model, &ops, &procs.peers, &keys, KEYS));
-    let done = ops.iter().filter(|o| o.complete_ns.is_some()).count();
+    violations.extend(verdict::check(model, &h, &procs.peers, &keys, KEYS));
+    let (done, all) = if model.c == tandem_ddp::Consistency::Trans {
+        let known = |t: &&TxHist| t.outcome != TxOutcome::Unknown;
+        (h.txs.iter().filter(known).count(), h.txs.len())
+    } else {
+        let done = h.ops.iter().filter(|o| o.complete_ns.is_some()).count();
+        (done, h.ops.len())
+    };
     Ok(ScheduleRun {
         seed,
         faults: faults.iter().map(|f| f.to_string()).collect(),
-        // Transactions leave no per-request history: count completions.
-        operations: if ops.is_empty() { completed } else { done },
-        unknown: ops.len() - done,
+        operations: done,
+        unknown: all - done,
         violations,
         heals: outcome.heals,
         history,
         replay: cfg.replay(seed),
     })
+}
+
+/// One transaction a line (`tandem_check::serial::TxHist`; docs/NEMESIS.md).
+fn write_txs(path: &std::path::Path, txs: &[TxHist]) -> Result<(), String> {
+    let mut text = String::new();
+    for t in txs {
+        text += &serde_json::to_string(t).map_err(|e| e.to_string())?;
+        text.push('\n');
+    }
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Uniform keys, half reads; three requests a transaction under the

@@ -5,12 +5,12 @@
 //!   read was written), and convergence: after the last heal, with the load
 //!   stopped, every node holds the same value of every key, and that value
 //!   is explained by the history.
-//! - Transactional models: the nodes agree at the end (the load records no
-//!   per-request history of transactions yet). The simulator checks these models more
-//!   closely (RE's writes ending at their VAL, causal session order,
-//!   serializability of transactions), with what it sees inside the nodes:
-//!   VAL times, timestamps, transaction ids. A process history has only
-//!   what clients saw.
+//! - Transactional models: the committed transactions are serializable
+//!   (`tandem_check::serial`, from what their clients saw: values and the
+//!   versions' timestamps), and the nodes agree at the end. The simulator
+//!   checks these models more closely (RE's writes ending at their VAL,
+//!   causal session order, atomic recovery), with what it sees inside the
+//!   nodes. A process history has only what clients saw.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -36,11 +36,12 @@ pub fn refuses(model: Model, class: &str) -> Option<String> {
 /// `nodes` after the load stopped) under `model`.
 pub fn check(
     model: Model,
-    ops: &[HistOp],
+    h: &crate::load::History,
     nodes: &[SocketAddr],
     keys: &Keyring,
     key_count: u64,
 ) -> Vec<String> {
+    let ops = &h.ops[..];
     if model.c == Consistency::Lin {
         // Four times the default search budget: a fast run puts 8,000
         // operations on one key, where the default was once undecided.
@@ -54,8 +55,11 @@ pub fn check(
         };
     }
     if model.c == Consistency::Trans {
-        // The load records no per-request history for transactions.
-        return agreed(nodes, keys, key_count).err().into_iter().collect();
+        let serial = tandem_check::serial::check_serializable(&h.txs).err();
+        return serial
+            .into_iter()
+            .chain(agreed(nodes, keys, key_count).err())
+            .collect();
     }
     let mut v = Vec::new();
     if let Err(e) = tandem_check::check_no_thin_air(ops) {
