@@ -5,7 +5,7 @@ injected, the schedules they were in, the operations of those schedules,
 violations, and the time from the heal until throughput was back and every
 node served again (median and max).
 
-Usage: render_nemesis.py FILE COMMAND SYSTEM (pandora, pandora-zk, ddp, heal, kite or zab)."""
+Usage: render_nemesis.py FILE COMMAND SYSTEM (pandora, pandora-zk, ddp, ddp-trans, heal, kite or zab)."""
 import json
 import statistics
 import sys
@@ -22,6 +22,8 @@ SYSTEMS = {
                    "7,000 ms (the 4 s ZooKeeper session, two memory-probe timeouts and 2 s)", "every memory server up in the leader's configuration and every compute server committing"),
     "ddp": ("Real faults on DDP's processes", "five `tandem node` processes and their manager, ⟨Lin, Synch⟩",
             "for linearizability", "1,400 ms (two leases and a second)", "every node a member of the manager's configuration again"),
+    "ddp-trans": ("Real faults on DDP's processes, Transactional consistency", "five `tandem node` processes and their manager, ⟨Trans, Synch⟩ (three requests a transaction; operations are transactions)",
+                  "for serializability of the committed transactions, from what their clients saw", "1,400 ms (two leases and a second)", "every node a member of the manager's configuration again"),
     "heal": ("Real faults on HEAL's processes", "five `tandem node --recovery heal` processes and their manager, ⟨Lin, Synch⟩, restarted nodes recovering with HEAL (`recover`: a recovery under another fault)",
              "for linearizability", "1,400 ms (two leases and a second)", "every node a member of the manager's configuration again"),
     "kite": ("Real faults on Kite's processes", "five `tandem node --system kite` processes (crash-stop: at most two killed a schedule, never restarted), write time-out 100 ms",

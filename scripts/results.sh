@@ -159,6 +159,11 @@ for SYS in pandora ddp heal kite zab; do
   assemble "$PARTS/nemesis-$SYS.md"
 done
 # Pandora with its failure detector replicated over ZooKeeper.
+# DDP's Transactional family too (the default DDP model is lin-synch).
+NEMESIS="$T nemesis --system ddp --model trans-synch --schedules 20 --seed 100"
+run $NEMESIS --out $OUT/nemesis-ddp-trans --json $OUT/nemesis-ddp-trans.json || true
+python3 scripts/render_nemesis.py $OUT/nemesis-ddp-trans.json "${NEMESIS/#$T/tandem}" ddp-trans > "$PARTS/nemesis-ddp-trans.md"
+assemble "$PARTS/nemesis-ddp-trans.md"
 NEMESIS="$T nemesis --system pandora --membership zookeeper --schedules 20 --seed 100"
 run $NEMESIS --out $OUT/nemesis-pandora-zk --json $OUT/nemesis-pandora-zk.json || true
 python3 scripts/render_nemesis.py $OUT/nemesis-pandora-zk.json "${NEMESIS/#$T/tandem}" pandora-zk > "$PARTS/nemesis-pandora-zk.md"

@@ -97,7 +97,16 @@ fn converged(
 fn agreed(nodes: &[SocketAddr], keys: &Keyring, key_count: u64) -> Result<(), String> {
     let t = Instant::now();
     loop {
-        let f = finals(nodes, keys, key_count)?;
+        // A read may wait behind a prepared transaction: ask again until
+        // the window closes.
+        let f = match finals(nodes, keys, key_count) {
+            Ok(f) => f,
+            Err(_) if t.elapsed() <= CONVERGE_WITHIN => {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            Err(e) => return Err(format!("within {CONVERGE_WITHIN:?} of the end: {e}")),
+        };
         let first = &f[&0];
         let Some((n, k)) = f.iter().find_map(|(n, m)| {
             (0..key_count)
@@ -128,10 +137,11 @@ fn finals(nodes: &[SocketAddr], keys: &Keyring, key_count: u64) -> Result<FinalS
             session,
             Duration::from_secs(1),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("cannot reach node {i} at {addr}: {e}"))?;
         let mut values = std::collections::HashMap::new();
         for k in 0..key_count {
-            match c.call(tandem_ddp::Op::read(k)).map_err(|e| e.to_string())? {
+            let read = c.call(tandem_ddp::Op::read(k));
+            match read.map_err(|e| format!("node {i} did not answer a read of key {k}: {e}"))? {
                 tandem_ddp::Reply::Read { value, .. } => values.insert(k, value),
                 other => {
                     return Err(format!(
