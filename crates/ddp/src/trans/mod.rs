@@ -88,8 +88,10 @@
 //!   committed version (with the same waits); a plain write is refused with
 //!   `Reply::Error` (a write must belong to a transaction).
 //!
-//! Bounded state (`trans/idle.rs`): a coordinator squashes a transaction
-//! whose client went quiet (`Params::idle_ns`); decisions and refusals are
+//! Bounded state (`trans/idle.rs`): every node squashes the unprepared
+//! transactions of a session that began a later one (`session_left`); a
+//! coordinator squashes a transaction whose client went quiet
+//! (`Params::idle_ns`); decisions and refusals are
 //! forgotten `Params::forget_ns` after they were learnt, and a member drops
 //! an unprepared transaction it heard nothing about for as long. NVM still
 //! holds a record per transaction (like a scope's), not collected.
