@@ -60,11 +60,8 @@ pub struct CheckArgs {
     /// (HEAL's ablation without the shadow replica: it chases its Buddy in rounds, then hands over).
     #[arg(long, default_value = "full-copy")]
     recovery: String,
-    /// Test-only protocol bug (reply-before-last-ack, val-before-persist, read-in-invalid, early-scope-ack,
-    /// causal-early-apply, skip-conflict-check, commit-before-persist, heal-trim-early, heal-no-ts-compare,
-    /// heal-online-early, heal-no-shadow, heal-no-pending, copy-unlogged, gossip-prefix-only,
-    /// reuse-origin, keep-applied, abort-unknown-end, silent-removal, kept-unsettled, copy-in-old-epoch,
-    /// heal-gdp-old-view).
+    /// Test-only protocol bug, by name (docs/DDP.md lists them; an unknown name is refused with
+    /// the list of known ones).
     #[arg(long = "inject-bug")]
     bugs: Vec<String>,
     /// The engine's handler assertions: stop at the first broken invariant, naming it. Default: on,

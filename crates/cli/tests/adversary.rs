@@ -583,6 +583,7 @@ fn a_ddp_node_and_its_manager_serve_their_members_under_attack() {
             .write_all(&tandem_net::wire::frame(&Heartbeat {
                 seq,
                 caught_up: true,
+                epoch: 1,
             }))
             .unwrap();
         loop {

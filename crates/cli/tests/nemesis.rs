@@ -78,28 +78,24 @@ fn the_readme_nemesis_runs_as_written_and_ddp_survives_it() {
 #[test]
 fn a_node_serving_without_a_lease_is_caught_by_partitions_not_by_kills() {
     // Sessions time out after 250 ms and move to the next node, so during
-    // a split they keep reaching the minority: seeds 2, 3 and 4 caught it
-    // with two splits each, seed 1 with four in most runs, but not once in
-    // a full-suite run (other nemesis tests sharing the two cores): two
-    // schedules of four splits.
-    let bug = ["--inject-bug", "ignore-lease", "--seed", "1"];
-    let split = [
-        &bug[..],
-        &[
-            "--schedules",
-            "2",
-            "--faults",
-            "split",
-            "--faults-per-schedule",
-            "4",
-        ],
-    ]
-    .concat();
-    let (ok, text) = nemesis(&split, "tandem-nemesis-split");
-    assert!(
-        !ok,
-        "four splits did not catch the node serving without a lease:\n{text}"
-    );
+    // a split they keep reaching the minority. Two splits catch it in most
+    // schedules, but not all (none of seed 1's eight in one full-suite run,
+    // with other nemesis tests sharing the two cores): schedules one at a
+    // time until one does, at most six.
+    let bug = ["--inject-bug", "ignore-lease"];
+    let caught = (2..=7).find_map(|seed: u32| {
+        let seed = seed.to_string();
+        let split = [
+            &bug[..],
+            &["--seed", &seed, "--schedules", "1"],
+            &["--faults", "split", "--faults-per-schedule", "2"],
+        ]
+        .concat();
+        let (ok, text) = nemesis(&split, "tandem-nemesis-split");
+        (!ok && text.contains("not linearizable")).then_some(text)
+    });
+    let text =
+        caught.expect("six schedules of splits did not catch the node serving without a lease");
     assert!(text.contains("not linearizable"), "{text}");
     assert!(
         text.contains("replay:  tandem nemesis --system ddp"),
@@ -107,6 +103,7 @@ fn a_node_serving_without_a_lease_is_caught_by_partitions_not_by_kills() {
     );
     let kills = [
         &bug[..],
+        &["--seed", "1"],
         &[
             "--schedules",
             "1",

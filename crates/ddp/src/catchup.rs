@@ -90,16 +90,24 @@ impl DdpNode {
         }
     }
 
-    /// After a reconfiguration: ask the members for a copy once, and stop
-    /// waiting for members that left.
+    /// After a reconfiguration: ask the members for a copy once, and ask
+    /// again if a member left before it answered. The manager removes the
+    /// last caught-up member only once another member is caught up, and
+    /// that one may have joined after this node asked: without asking it,
+    /// this node would take its catch-up as done with nothing copied (C11
+    /// under `--crash flip`; mutant `source-left-ready`).
     pub(crate) fn copy_after_reconfigure(&mut self, out: &mut Out) {
         if self.ready || !self.config.members.contains(&self.me) || self.heal_owns_catchup() {
             return;
         }
-        let members = self.config.members.clone();
+        let (members, before) = (self.config.members.clone(), self.copy_from.len());
         self.copy_from.retain(|m| members.contains(m));
-        let source_left =
-            self.copy_from_one && self.copy_asked && self.copy_from.is_empty() && !self.copy_got;
+        let source_left = self.copy_asked
+            && if self.bugs.source_left_ready {
+                self.copy_from_one && self.copy_from.is_empty() && !self.copy_got
+            } else {
+                self.copy_from.len() < before
+            };
         if !self.copy_asked || source_left {
             self.copy_asked = true;
             self.copy_retry = (self.now + self.params.bulk_ns, self.params.bulk_ns);
@@ -142,6 +150,7 @@ impl DdpNode {
         if !self.copy_from.is_empty() || !self.copy_asked {
             return;
         }
+        self.assert_copy_answered();
         self.become_ready(out);
         self.heal_copy_done(out);
     }

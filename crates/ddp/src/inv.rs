@@ -462,6 +462,19 @@ impl DdpNode {
     /// A new configuration: acknowledgements of the old epoch no longer
     /// count, so every write in progress is re-broadcast (Hermes replay).
     pub(crate) fn reconfigure(&mut self, config: Config, out: &mut Out) {
+        let seen = self.config.epoch;
+        let check = config.clone();
+        self.take_config(config, out);
+        self.assert_rejoin_unheard(seen, &check);
+    }
+
+    fn take_config(&mut self, config: Config, out: &mut Out) {
+        if config.missed_removal(self.me, self.config.epoch) && !self.bugs.unheard_removal {
+            // Removed while cut off, and added back: take in the removal
+            // first, as if it had been heard (see `Config::joined`).
+            let epoch = config.joined_at(self.me) - 1;
+            self.reconfigure(Config::new(epoch, config.others(self.me).collect()), out);
+        }
         let new_epoch = config.epoch != self.config.epoch;
         if !config.members.contains(&self.me) {
             // Removed (crashed, or suspected while slow): stop serving; if

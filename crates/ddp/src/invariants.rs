@@ -343,6 +343,35 @@ impl DdpNode {
         );
     }
 
+    /// `rejoin-unheard` (C11): a node added back after a removal it never
+    /// heard of (it last saw epoch `seen`) does not serve until it copies.
+    pub(crate) fn assert_rejoin_unheard(&self, seen: u64, config: &tandem_net::Config) {
+        if !self.checks() || !config.missed_removal(self.me, seen) {
+            return;
+        }
+        assert!(
+            !self.ready,
+            "rejoin-unheard (C11): node {} serves in epoch {}, added back in epoch {} after epoch {seen}, with nothing copied",
+            self.me,
+            config.epoch,
+            config.joined_at(self.me)
+        );
+    }
+
+    /// `copy-answered` (C11): a node that caught up by copy got at least
+    /// one answer, unless no other member was left to ask.
+    pub(crate) fn assert_copy_answered(&self) {
+        if !self.checks() {
+            return;
+        }
+        assert!(
+            self.copy_got || self.config.others(self.me).next().is_none(),
+            "copy-answered (C11): node {} takes its catch-up as done in epoch {} with no copy answered",
+            self.me,
+            self.config.epoch
+        );
+    }
+
     // ---- Transactions ---------------------------------------------------
 
     /// `tx-votes` (T-2): a transaction commits by the votes only once every

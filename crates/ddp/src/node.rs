@@ -142,6 +142,12 @@ pub struct Bugs {
     /// A write's timestamp follows the key's applied version only, not
     /// what this node's NVM holds of its last life.
     pub ts_below_nvm: bool,
+    /// A node added back after a removal it never heard of (it was cut off
+    /// from the manager too) keeps serving as if it had never left.
+    pub unheard_removal: bool,
+    /// A node catching up whose copy sources all left before answering
+    /// takes its catch-up as done, without asking the members that remain.
+    pub source_left_ready: bool,
 }
 
 /// Each bug's field and its name (`--inject-bug`), once for parsing and replay.
@@ -208,6 +214,8 @@ bug_names! {
     heal_gdp_old_view => "heal-gdp-old-view",
     orphans_kept => "orphans-kept",
     ts_below_nvm => "ts-below-nvm",
+    unheard_removal => "unheard-removal",
+    source_left_ready => "source-left-ready",
 }
 
 /// A write this node coordinates (or replays, without a client).

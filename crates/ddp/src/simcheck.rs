@@ -1075,11 +1075,28 @@ impl Run {
         };
         cut(&self.net, true);
         self.rec.borrow_mut().steady[victim as usize] = false;
-        self.manager_rounds(&mut m, &others, &all, 60_000);
-        self.manager_rounds(&mut m, &[victim], &[victim], 60_000);
+        // Cut off, the victim never hears that it was removed.
+        self.manager_rounds(&mut m, &others, &others, 60_000);
+        // The others' last heartbeats before the flip left them at
+        // different times, so they fall silent one by one, and the manager
+        // removes all but the last caught-up one.
+        for k in 1..=others.len() {
+            let heard: Vec<NodeId> = std::iter::once(victim)
+                .chain(others[k..].iter().copied())
+                .collect();
+            self.manager_rounds(&mut m, &heard, &[victim], 10_000);
+        }
+        self.manager_rounds(&mut m, &[victim], &[victim], 40_000);
         cut(&self.net, false);
-        // The others link to the manager again, which sends each its configuration.
+        // The others link to the manager again, which sends each its
+        // configuration; the members it kept relink last (on processes,
+        // their links to it died during the cut and take a while to
+        // come back), and the nodes that relinked first may catch up
+        // from them and be counted caught up before.
         self.net.announce(&m.config());
+        let kept: Vec<NodeId> = m.config().others(victim).collect();
+        let first: Vec<NodeId> = all.iter().copied().filter(|n| !kept.contains(n)).collect();
+        self.manager_rounds(&mut m, &first, &all, 60_000);
         self.manager_rounds(&mut m, &all, &all, 60_000);
         self.epoch = m.config().epoch;
     }
@@ -1092,13 +1109,20 @@ impl Run {
             let now = self.net.now_ns();
             let mut announce = Vec::new();
             for &n in hears {
-                let caught_up = self
-                    .net
-                    .with_node(n, |p| p.is_some_and(tandem_net::Protocol::caught_up));
-                announce.extend(m.heartbeat_from(now, n, caught_up));
+                let (caught_up, epoch) = self.net.with_node(n, |p| {
+                    p.map_or((false, 0), |p| {
+                        (tandem_net::Protocol::caught_up(p), p.config.epoch)
+                    })
+                });
+                announce.extend(m.heartbeat_from(now, n, caught_up, epoch));
             }
             announce.extend(m.tick(now));
             for c in announce {
+                // A node removed comes back by copy: the durability gates
+                // no longer count it as never down.
+                for n in (0..self.cfg.nodes).filter(|n| !c.members.contains(n)) {
+                    self.rec.borrow_mut().steady[n as usize] = false;
+                }
                 for &n in to {
                     self.net.inject(n, Input::Config(c.clone()));
                 }

@@ -331,6 +331,16 @@ fn cases() -> Vec<Case> {
             "tx-session-left",
         ),
         c(
+            "unheard-removal",
+            sim("lin-synch", Crash::Flip, SEEDS_30),
+            "rejoin-unheard",
+        ),
+        c(
+            "source-left-ready",
+            sim("lin-synch", Crash::Flip, SEEDS_30),
+            "copy-answered",
+        ),
+        c(
             "commit-answered-early",
             sim("trans-synch", Crash::AllButOne, SEEDS_30),
             "tx-commit-everywhere",

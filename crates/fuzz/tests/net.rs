@@ -358,6 +358,7 @@ fn fuzz_net_manager_stream() {
                 &Heartbeat {
                     seq: rng.interesting_u64(),
                     caught_up: rng.next_u64() % 2 == 0,
+                    epoch: rng.interesting_u64(),
                 },
             );
         }
@@ -779,13 +780,15 @@ fn warm_clusters_made_traffic() {
         &Heartbeat {
             seq: 3,
             caught_up: true,
+            epoch: 4,
         },
     );
     assert_eq!(
         b,
         frame(&Heartbeat {
             seq: 3,
-            caught_up: true
+            caught_up: true,
+            epoch: 4,
         })
     );
 }

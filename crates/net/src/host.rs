@@ -405,7 +405,11 @@ impl<P: Wire> Host<P> {
         self.next_beat = now + self.cfg.heartbeat.as_nanos() as u64;
         let seq = self.beats.back().map_or(1, |b| b.0 + 1);
         let caught_up = self.proto.caught_up();
-        m.queue(&crate::wire::Heartbeat { seq, caught_up });
+        m.queue(&crate::wire::Heartbeat {
+            seq,
+            caught_up,
+            epoch: self.config.epoch,
+        });
         self.beats.push_back((seq, now));
         while self.beats.len() > 1024 {
             self.beats.pop_front();

@@ -26,6 +26,15 @@
 //! removed that node would serve alone what it never received. The silent
 //! caught-up members stay (without leases, serving nothing) until the
 //! network lets them back or the copy completes.
+//!
+//! **A removal can go unheard.** A member cut off from the manager too
+//! never hears that it was removed, and when it is heard again it is
+//! added back in a configuration that looks, to it, like one it was
+//! always in: it would still call itself caught up, with nothing copied.
+//! So each configuration names the epoch in which each re-added member
+//! joined (`Config::joined`), and a heartbeat carries the epoch the node
+//! is in: the node learns it was away and copies, and the manager counts
+//! it caught up only from a heartbeat sent in its joining epoch or later.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -63,6 +72,8 @@ pub struct Manager {
     /// Members known to hold every acknowledged write: those of the first
     /// configuration, and those that said so since they were last added.
     caught_up: BTreeSet<NodeId>,
+    /// The epoch in which each member was last added back.
+    joined: BTreeMap<NodeId, u64>,
 }
 
 impl Manager {
@@ -76,6 +87,7 @@ impl Manager {
             last_heard: members.iter().map(|&m| (m, heard)).collect(),
             boots: BTreeMap::new(),
             caught_up: members.iter().copied().collect(),
+            joined: BTreeMap::new(),
         }
     }
 
@@ -86,6 +98,10 @@ impl Manager {
     pub fn resume(cfg: ManagerConfig, state: &ManagerState, now_ns: u64) -> Self {
         let mut m = Manager::new(cfg, &state.members, now_ns).at_epoch(state.epoch);
         m.boots = state.boots.clone();
+        m.joined = state.joined.clone();
+        // A re-added member is caught up once it says so again.
+        let joined = &m.joined;
+        m.caught_up.retain(|n| !joined.contains_key(n));
         m
     }
 
@@ -95,6 +111,7 @@ impl Manager {
             epoch: self.epoch,
             members: self.members.iter().copied().collect(),
             boots: self.boots.clone(),
+            joined: self.joined.clone(),
         }
     }
 
@@ -114,6 +131,7 @@ impl Manager {
             return None;
         }
         self.caught_up.remove(&node);
+        self.joined.remove(&node);
         self.epoch += 1;
         Some(self.config())
     }
@@ -124,26 +142,36 @@ impl Manager {
     }
 
     pub fn config(&self) -> Config {
-        Config::new(self.epoch, self.members.iter().copied().collect())
+        let mut c = Config::new(self.epoch, self.members.iter().copied().collect());
+        c.joined = self.joined.iter().map(|(&n, &e)| (n, e)).collect();
+        c
     }
 
-    /// A heartbeat from a caught-up `node` (see [`Manager::heartbeat_from`]).
+    /// A heartbeat from a caught-up `node` in the current epoch (see
+    /// [`Manager::heartbeat_from`]).
     pub fn heartbeat(&mut self, now_ns: u64, node: NodeId) -> Option<Config> {
-        self.heartbeat_from(now_ns, node, true)
+        self.heartbeat_from(now_ns, node, true, self.epoch)
     }
 
     /// A heartbeat from `node`, which holds every acknowledged write
     /// (`caught_up`) or is still catching up: its lease is granted (the
     /// host answers it); a node that is not a member joins, in a new epoch
     /// (returned), and counts as caught up only once it says so.
-    pub fn heartbeat_from(&mut self, now_ns: u64, node: NodeId, caught_up: bool) -> Option<Config> {
+    pub fn heartbeat_from(
+        &mut self,
+        now_ns: u64,
+        node: NodeId,
+        caught_up: bool,
+        epoch: u64,
+    ) -> Option<Config> {
         self.last_heard.insert(node, now_ns);
         if self.members.insert(node) {
             self.caught_up.remove(&node);
             self.epoch += 1;
+            self.joined.insert(node, self.epoch);
             return Some(self.config());
         }
-        if caught_up {
+        if caught_up && epoch >= self.joined.get(&node).copied().unwrap_or(0) {
             self.caught_up.insert(node);
         }
         None
@@ -172,6 +200,7 @@ impl Manager {
         for m in silent {
             self.members.remove(&m);
             self.caught_up.remove(&m);
+            self.joined.remove(&m);
         }
         self.epoch += 1;
         Some(self.config())
@@ -213,17 +242,43 @@ mod tests {
         m.heartbeat(100, 1);
         assert_eq!(m.tick(115).unwrap().members, vec![0, 1]);
         // The network flips: only node 2 is heard, still catching up.
-        let c = m.heartbeat_from(120, 2, false).expect("re-added");
+        let c = m.heartbeat_from(120, 2, false, 2).expect("re-added");
         assert_eq!(c.members, vec![0, 1, 2]);
-        m.heartbeat_from(200, 2, false);
+        m.heartbeat_from(200, 2, false, 3);
         assert_eq!(
             m.tick(230),
             None,
             "0 and 1 are the only caught-up members: they stay"
         );
         // Once node 2 has its copy, the silent ones may go.
-        m.heartbeat_from(240, 2, true);
+        m.heartbeat_from(240, 2, true, 3);
         assert_eq!(m.tick(241).unwrap().members, vec![2]);
+    }
+
+    /// A node cut off from the manager too never heard it was removed: its
+    /// heartbeats still say caught up, from the epoch it last saw. Only one
+    /// sent in its joining epoch or later counts, and the configuration
+    /// tells it when it joined.
+    #[test]
+    fn caught_up_counts_only_from_the_epoch_a_node_joined() {
+        let cfg = ManagerConfig {
+            lease_ns: 100,
+            margin_ns: 10,
+            startup_ns: 0,
+        };
+        let mut m = Manager::new(cfg, &[0, 1, 2], 0);
+        m.heartbeat(100, 0);
+        m.heartbeat(100, 1);
+        assert_eq!(m.tick(115).unwrap().members, vec![0, 1]);
+        // Node 2 heard none of that: it is still in epoch 1, "caught up".
+        let c = m.heartbeat_from(120, 2, true, 1).expect("re-added");
+        assert_eq!((c.epoch, c.joined_at(2), c.joined_at(0)), (3, 3, 0));
+        assert!(c.missed_removal(2, 1) && !c.missed_removal(0, 2));
+        m.heartbeat_from(200, 2, true, 1);
+        assert_eq!(m.tick(230), None, "its word from epoch 1 does not count");
+        m.heartbeat_from(240, 2, true, 3);
+        assert_eq!(m.tick(241).unwrap().members, vec![2]);
+        assert_eq!(m.config().joined, vec![(2, 3)]);
     }
 
     #[test]
@@ -256,12 +311,13 @@ mod tests {
         assert_eq!(r.config(), m.config());
         assert_eq!(r.tick(1_109), None, "a lease of the last run may run");
         assert_eq!(r.linked(2, 8), None, "the same run of node 2");
-        // All silent, all caught up: removing them would leave no one with
-        // the latest state, so none is removed.
-        assert_eq!(r.tick(1_111), None, "all silent");
+        // All silent. Node 2, added back and never heard caught up since,
+        // goes; removing 0 and 1 would leave no one with the latest state.
+        let c = r.tick(1_111).expect("node 2 goes");
+        assert_eq!((c.epoch, c.members), (4, vec![0, 1]));
         assert_eq!(r.heartbeat(1_200, 1), None, "node 1 is still a member");
         let c = r.tick(1_201).expect("the silent others go");
-        assert_eq!((c.epoch, c.members), (4, vec![1]));
+        assert_eq!((c.epoch, c.members), (5, vec![1]));
     }
 }
 
@@ -303,9 +359,9 @@ pub fn serve(
             }
             // A heartbeat still queued from a run that a newer one replaced:
             // that run is gone, and its sequence numbers mean nothing to the new one.
-            Ok(ManagerEvent::Beat(node, boot, _, _)) if !m.current_run(node, boot) => None,
-            Ok(ManagerEvent::Beat(node, _, seq, caught_up)) => {
-                let joined = m.heartbeat_from(now(), node, caught_up);
+            Ok(ManagerEvent::Beat(node, boot, ..)) if !m.current_run(node, boot) => None,
+            Ok(ManagerEvent::Beat(node, _, seq, caught_up, epoch)) => {
+                let joined = m.heartbeat_from(now(), node, caught_up, epoch);
                 if let Some(w) = links.get(&node) {
                     let _ = w.send(frame(&FromManager::Lease { seq }));
                 }
@@ -378,8 +434,8 @@ fn save(
 enum ManagerEvent {
     Link(NodeId, u64, std::sync::mpsc::Sender<Vec<u8>>),
     /// A heartbeat: the node, its run's boot id, the sequence number.
-    /// node, boot, heartbeat seq, caught up.
-    Beat(NodeId, u64, u64, bool),
+    /// node, boot, heartbeat seq, caught up, the node's epoch.
+    Beat(NodeId, u64, u64, bool, u64),
 }
 
 /// Connections in their handshake at once (a new one sheds a trickling one).
@@ -453,9 +509,14 @@ fn accept_nodes(
                 boot,
                 crate::links::spawn_writer(s),
             ));
-            while let Some(Heartbeat { seq, caught_up }) = frames.next()? {
+            while let Some(Heartbeat {
+                seq,
+                caught_up,
+                epoch,
+            }) = frames.next()?
+            {
                 if tx
-                    .send(ManagerEvent::Beat(node, boot, seq, caught_up))
+                    .send(ManagerEvent::Beat(node, boot, seq, caught_up, epoch))
                     .is_err()
                 {
                     break;

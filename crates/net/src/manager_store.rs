@@ -26,6 +26,10 @@ pub struct ManagerState {
     /// The boot id each node last linked with: a node that restarted while
     /// the manager was down is still seen as restarted.
     pub boots: BTreeMap<NodeId, u64>,
+    /// The epoch in which each member was last added back (see
+    /// `Config::joined`).
+    #[serde(default)]
+    pub joined: BTreeMap<NodeId, u64>,
 }
 
 pub trait ManagerStore: Send {
@@ -100,6 +104,7 @@ mod tests {
             epoch: 7,
             members: vec![0, 2],
             boots: [(0, 11), (2, 12)].into_iter().collect(),
+            joined: [(2, 5)].into_iter().collect(),
         };
         s.save(&st).unwrap();
         assert_eq!(FileStore::new(&path).load().unwrap(), Some(st));

@@ -24,11 +24,35 @@ pub type Token = u64;
 pub struct Config {
     pub epoch: u64,
     pub members: Vec<NodeId>,
+    /// Members the manager added back after removing them, each with the
+    /// epoch of its latest add. A member cut off from the manager never
+    /// hears its own removal: it learns it from here, as an add in an
+    /// epoch past the last one it saw, and catches up before it serves.
+    pub joined: Vec<(NodeId, u64)>,
 }
 
 impl Config {
     pub fn new(epoch: u64, members: Vec<NodeId>) -> Self {
-        Config { epoch, members }
+        Config {
+            epoch,
+            members,
+            joined: Vec::new(),
+        }
+    }
+
+    /// The epoch in which `node` was last added (0: a first member, or
+    /// not known).
+    pub fn joined_at(&self, node: NodeId) -> u64 {
+        self.joined
+            .iter()
+            .find(|&&(n, _)| n == node)
+            .map_or(0, |&(_, e)| e)
+    }
+
+    /// Whether `node`, which last saw epoch `seen`, was removed and added
+    /// back since then without hearing of it.
+    pub fn missed_removal(&self, node: NodeId, seen: u64) -> bool {
+        seen > 0 && self.joined_at(node) > seen
     }
 
     /// Members other than `me`.

@@ -92,6 +92,9 @@ pub struct Heartbeat {
     /// The node holds every acknowledged write (it is not waiting for a
     /// copy after being re-added): see `manager.rs`.
     pub caught_up: bool,
+    /// The epoch of the last configuration the node has taken in: a node
+    /// caught up in an epoch before it was last added is not caught up.
+    pub epoch: u64,
 }
 
 /// Manager → node.

@@ -46,6 +46,7 @@ impl FakeNode {
         self.send(&Heartbeat {
             seq,
             caught_up: true,
+            epoch: 0,
         });
     }
 

@@ -175,6 +175,9 @@ fn gen_record(rng: &mut Rng) -> Vec<u8> {
             boots: (0..rng.len(3))
                 .map(|_| (rng.below(6) as u16, rng.next_u64()))
                 .collect(),
+            joined: (0..rng.len(3))
+                .map(|_| (rng.below(6) as u16, rng.interesting_u64()))
+                .collect(),
         };
         (1u8, serde_json::to_value(st).unwrap())
     };
