@@ -462,14 +462,19 @@ impl DdpNode {
     /// A new configuration: acknowledgements of the old epoch no longer
     /// count, so every write in progress is re-broadcast (Hermes replay).
     pub(crate) fn reconfigure(&mut self, config: Config, out: &mut Out) {
-        let seen = self.config.epoch;
-        let check = config.clone();
+        let missed = self.missed_removal(&config);
         self.take_config(config, out);
-        self.assert_rejoin_unheard(seen, &check);
+        self.assert_rejoin_unheard(missed);
+    }
+
+    /// `config` adds this node back after a removal it never heard of: it
+    /// thought itself a member in the last epoch it saw.
+    pub(crate) fn missed_removal(&self, config: &Config) -> bool {
+        self.config.members.contains(&self.me) && config.missed_removal(self.me, self.config.epoch)
     }
 
     fn take_config(&mut self, config: Config, out: &mut Out) {
-        if config.missed_removal(self.me, self.config.epoch) && !self.bugs.unheard_removal {
+        if self.missed_removal(&config) && !self.bugs.unheard_removal {
             // Removed while cut off, and added back: take in the removal
             // first, as if it had been heard (see `Config::joined`).
             let epoch = config.joined_at(self.me) - 1;

@@ -344,17 +344,18 @@ impl DdpNode {
     }
 
     /// `rejoin-unheard` (C11): a node added back after a removal it never
-    /// heard of (it last saw epoch `seen`) does not serve until it copies.
-    pub(crate) fn assert_rejoin_unheard(&self, seen: u64, config: &tandem_net::Config) {
-        if !self.checks() || !config.missed_removal(self.me, seen) {
+    /// heard of (`missed`) does not serve until it copies, unless no other
+    /// member is left to copy from.
+    pub(crate) fn assert_rejoin_unheard(&self, missed: bool) {
+        if !self.checks() || !missed {
             return;
         }
         assert!(
-            !self.ready,
-            "rejoin-unheard (C11): node {} serves in epoch {}, added back in epoch {} after epoch {seen}, with nothing copied",
+            !self.ready || self.copy_got || self.config.others(self.me).next().is_none(),
+            "rejoin-unheard (C11): node {} serves in epoch {}, added back in epoch {} after a removal it never heard of, with nothing copied",
             self.me,
-            config.epoch,
-            config.joined_at(self.me)
+            self.config.epoch,
+            self.config.joined_at(self.me)
         );
     }
 
