@@ -1013,8 +1013,11 @@ fn a_short_soak_passes_every_check_with_no_commit_by_a_fenced_incarnation() {
             "soak",
             "--runs",
             "4",
+            // Two seconds a run: at one, a run whose last suspicion came
+            // near its end had no commit in its last 100 ms (2 of 3
+            // full-suite runs here, after the other process tests).
             "--duration",
-            "1",
+            "2",
             "--json",
         ])
         .arg(&json)
