@@ -229,18 +229,24 @@ mod tests {
         assert_eq!(m.heartbeat(121, 2), None);
     }
 
-    #[test]
-    fn the_last_caught_up_members_are_never_removed() {
+    /// Three members (100 ns leases); node 2 falls silent and is removed,
+    /// 0 and 1 go on (epoch 2).
+    fn node_2_removed() -> Manager {
         let cfg = ManagerConfig {
             lease_ns: 100,
             margin_ns: 10,
             startup_ns: 0,
         };
         let mut m = Manager::new(cfg, &[0, 1, 2], 0);
-        // Node 2 falls silent and is removed; 0 and 1 go on.
         m.heartbeat(100, 0);
         m.heartbeat(100, 1);
         assert_eq!(m.tick(115).unwrap().members, vec![0, 1]);
+        m
+    }
+
+    #[test]
+    fn the_last_caught_up_members_are_never_removed() {
+        let mut m = node_2_removed();
         // The network flips: only node 2 is heard, still catching up.
         let c = m.heartbeat_from(120, 2, false, 2).expect("re-added");
         assert_eq!(c.members, vec![0, 1, 2]);
@@ -261,15 +267,7 @@ mod tests {
     /// tells it when it joined.
     #[test]
     fn caught_up_counts_only_from_the_epoch_a_node_joined() {
-        let cfg = ManagerConfig {
-            lease_ns: 100,
-            margin_ns: 10,
-            startup_ns: 0,
-        };
-        let mut m = Manager::new(cfg, &[0, 1, 2], 0);
-        m.heartbeat(100, 0);
-        m.heartbeat(100, 1);
-        assert_eq!(m.tick(115).unwrap().members, vec![0, 1]);
+        let mut m = node_2_removed();
         // Node 2 heard none of that: it is still in epoch 1, "caught up".
         let c = m.heartbeat_from(120, 2, true, 1).expect("re-added");
         assert_eq!((c.epoch, c.joined_at(2), c.joined_at(0)), (3, 3, 0));
