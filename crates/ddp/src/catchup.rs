@@ -238,6 +238,9 @@ impl NodeFactory<DdpNode> for DdpFactory {
 
     fn recover(&self, id: NodeId, config: &Config, nvm: &Nvm<Record>) -> DdpNode {
         let mut n = self.start(id, config);
+        // What it voted before the crash is gone: it vouches for nothing
+        // until it is added back.
+        n.trans.since = crate::trans::state::NOT_MEMBER;
         if n.heal.is_some() {
             n.heal_load(nvm);
             return n;

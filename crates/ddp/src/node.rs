@@ -10,7 +10,7 @@ use tandem_net::{Command, Config, Input, NodeId, Protocol, SessionId, Token};
 
 use crate::fast_hash::FastMap;
 use crate::model::{Gate, Model, PersistIssue, Rules};
-use crate::trans::state::TransState;
+use crate::trans::state::{TransState, NOT_MEMBER};
 use crate::types::{Key, Msg, Op, Record, Reply, ScopeId, Ts, TxId, Value, Version};
 use crate::upd::state::{CopyIn, UpdState};
 use crate::upd::vector::UpdId;
@@ -148,6 +148,9 @@ pub struct Bugs {
     /// A node catching up whose copy sources all left before answering
     /// takes its catch-up as done, without asking the members that remain.
     pub source_left_ready: bool,
+    /// Trans: a member that may have missed the epoch in which a coordinator
+    /// decided still refuses its transaction to a settler (the old rule).
+    pub undecisive_refusal: bool,
 }
 
 /// Each bug's field and its name (`--inject-bug`), once for parsing and replay.
@@ -216,6 +219,7 @@ bug_names! {
     ts_below_nvm => "ts-below-nvm",
     unheard_removal => "unheard-removal",
     source_left_ready => "source-left-ready",
+    undecisive_refusal => "undecisive-refusal",
 }
 
 /// A write this node coordinates (or replays, without a client).
@@ -462,6 +466,11 @@ impl Protocol for DdpNode {
 
 impl DdpNode {
     pub fn new(me: NodeId, model: Model, params: Params, bugs: Bugs, config: Config) -> Self {
+        let since = if config.members.contains(&me) {
+            config.epoch
+        } else {
+            NOT_MEMBER
+        };
         let upd = UpdState::new(me, 0);
         DdpNode {
             me,
@@ -490,7 +499,10 @@ impl DdpNode {
             last_lazy: 0,
             now: 0,
             upd,
-            trans: TransState::default(),
+            trans: TransState {
+                since,
+                ..TransState::default()
+            },
             heal: None,
         }
     }

@@ -50,6 +50,10 @@ pub struct TxHdr {
     pub id: TxId,
     pub coord: NodeId,
     pub born: u64,
+    /// The coordinator's epoch when the transaction began: a member can
+    /// vouch that the coordinator never had its vote only if it has been a
+    /// member since then (`trans/follow.rs`, "decisive").
+    pub epoch: u64,
 }
 
 impl TxHdr {

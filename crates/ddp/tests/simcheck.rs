@@ -477,6 +477,48 @@ fn a_node_re_added_while_cut_off_never_serves_alone() {
     }
 }
 
+/// A coordinator and two members, removed while cut off from the manager
+/// alone, finish a transaction in their old epoch with votes all given
+/// before the removal, and commit. A member that had voted Prepared then
+/// settles it in the new configuration, where the victim of the flip, added
+/// back since and never told of it, was asked: its refusal made the settler
+/// abort what the coordinator had committed (T-5). Only a member that has
+/// been one since the transaction began may now refuse it to a settler
+/// (`trans-synch --seed 34 --crash flip`; mutant `undecisive-refusal`).
+#[test]
+fn a_settler_aborts_only_on_a_refusal_that_vouches_for_the_coordinator() {
+    let model = Model::parse("trans-synch").unwrap();
+    let mut cfg = CheckConfig::new(model, 34);
+    cfg.crash = Crash::Flip;
+    let r = run(&cfg);
+    assert!(r.violations.is_empty(), "{}", r.violations.join("\n"));
+    cfg.bugs = tandem_ddp::Bugs::parse(&["undecisive-refusal".to_string()]).unwrap();
+    cfg.assertions = false;
+    let r = run(&cfg);
+    assert!(
+        r.violations.iter().any(|v| v.starts_with("T-5")),
+        "the old rule should decide seed 34's transaction both ways: {:?}",
+        r.violations
+    );
+}
+
+/// A node removed while alive takes the copies' state when it is added
+/// back, and gets its own updates that only it held back from the members
+/// its log sent them to. Such an update is in its NVM already, so nothing
+/// persisted it again, and the key's durable version stayed the copied,
+/// older one: a Synch read (the newest durable version) then returned a
+/// version older than the session's own write (C1', `causal-synch --seed 21
+/// --crash flip`). Re-applying a version that is in NVM now makes it the
+/// durable one.
+#[test]
+fn a_node_added_back_reads_its_own_update_once_it_has_it_again() {
+    let model = Model::parse("causal-synch").unwrap();
+    let mut cfg = CheckConfig::new(model, 21);
+    cfg.crash = Crash::Flip;
+    let r = run(&cfg);
+    assert!(r.violations.is_empty(), "{}", r.violations.join("\n"));
+}
+
 /// Members hear a re-add at different times. A member still in the epoch
 /// that left the node out served its copy request, then acknowledged a
 /// newer write of a copied key there; the write ended without the node,

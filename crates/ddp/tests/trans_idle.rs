@@ -186,6 +186,7 @@ fn decisions_are_forgotten_and_a_late_message_does_not_hold_a_transaction() {
             id: tandem_ddp::TxId { session: 1, seq: 3 },
             coord: 0,
             born: 4,
+            epoch: 1,
         },
         epoch: 1,
     };

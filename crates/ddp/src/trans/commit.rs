@@ -141,8 +141,13 @@ impl DdpNode {
             Vote::Refused | Vote::Aborted => c.saw_abort = true,
         }
         c.acks.insert(from);
-        if c.saw_abort && !c.settling && c.phase != Phase::Deciding {
-            return self.decide(id, false, out); // the coordinator alone decides: at once
+        // The coordinator decides alone, at once. A settler may too: only a
+        // member that can vouch for it refuses (`decisive`), so a refusal
+        // means the coordinator never committed; the silent ones would
+        // keep it waiting for every vote.
+        let settler_waits = c.settling && self.bugs.undecisive_refusal;
+        if c.saw_abort && !settler_waits && c.phase != Phase::Deciding {
+            return self.decide(id, false, out);
         }
         self.try_end(id, out);
     }

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use tandem_net::{Command, NodeId};
 
 use crate::node::{DdpNode, Out, Then};
-use crate::trans::state::Squash;
+use crate::trans::state::{Squash, NOT_MEMBER};
 use crate::trans::state::{Access, CoordTx, EndReq, Phase};
 use crate::types::{Key, Msg, Record, Reply, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote};
 
@@ -21,6 +21,19 @@ impl DdpNode {
             Some(false) => Some(Vote::Aborted),
             None => self.trans.refused.contains(&id).then_some(Vote::Refused),
         }
+    }
+
+    /// Whether this node can vouch that `hdr`'s coordinator never had its
+    /// Prepared vote: only if it has been a member, its state intact, since
+    /// the transaction began. The coordinator decides with the votes of
+    /// every member of its epoch, so such a node's vote was needed in
+    /// whichever epoch it decided. A node added (or restarted) since may
+    /// have missed an epoch in which the coordinator committed without it:
+    /// its refusal would tell a settler nothing, and a settler that took it
+    /// aborted what the coordinator had committed (T-5 under `--crash
+    /// flip`; mutant `undecisive-refusal`).
+    fn decisive(&self, hdr: &TxHdr) -> bool {
+        self.trans.since <= hdr.epoch || self.bugs.undecisive_refusal
     }
 
     fn tx_ack(&self, to: NodeId, id: TxId, ack: TxAck, epoch: u64, out: &mut Out) {
@@ -130,10 +143,25 @@ impl DdpNode {
         );
     }
 
+    /// A settler's ENDX (its coordinator left) that this node can answer
+    /// only with a refusal, which would not be [`Self::decisive`]: it
+    /// knows no outcome and holds no Prepared vote.
+    fn silent_to_settler(&self, e: &EndReq) -> bool {
+        let id = e.hdr.id;
+        e.from != e.hdr.coord
+            && !self.config.members.contains(&e.hdr.coord)
+            && !self.trans.outcomes.contains_key(&id)
+            && !self.trans.here.get(&id).is_some_and(|h| h.prepared)
+            && !self.decisive(&e.hdr)
+    }
+
     /// ENDX: vote, prepare (Strict, Synch: persist the writes, then vote),
     /// or postpone behind an older prepared transaction.
     pub(crate) fn end_request(&mut self, e: EndReq, out: &mut Out) {
         let id = e.hdr.id;
+        if self.silent_to_settler(&e) {
+            return; // the settler waits for a vote that tells
+        }
         if let Some(vote) = self.known_vote(id) {
             return self.tx_ack(e.from, id, TxAck::Vote(vote), e.epoch, out);
         }
@@ -300,8 +328,12 @@ impl DdpNode {
     /// unacknowledged goes out again; orphans are settled.
     pub(crate) fn trans_reconfigure(&mut self, new_epoch: bool, out: &mut Out) {
         if !self.config.members.contains(&self.me) {
+            self.trans.since = NOT_MEMBER;
             self.trans_removed(out);
             return;
+        }
+        if self.trans.since == NOT_MEMBER {
+            self.trans.since = self.config.epoch;
         }
         if new_epoch {
             self.trans.coord.values_mut().for_each(|c| c.acks.clear());
@@ -386,14 +418,19 @@ impl DdpNode {
         } else {
             &kept_all
         };
-        let orphans: Vec<(TxId, bool)> = (self.trans.here.values())
+        let orphans: Vec<(TxHdr, bool)> = (self.trans.here.values())
             .filter(|h| {
                 (!members.contains(&h.hdr.coord) || kept.contains(&h.hdr.id))
                     && !self.trans.coord.contains_key(&h.hdr.id)
             })
-            .map(|h| (h.hdr.id, h.prepared))
+            .map(|h| (h.hdr, h.prepared))
             .collect();
-        for (id, prepared) in orphans {
+        for (hdr, prepared) in orphans {
+            let id = hdr.id;
+            if !prepared && !self.decisive(&hdr) {
+                self.trans.here.remove(&id); // nothing to vouch for
+                continue;
+            }
             if !prepared {
                 self.count_squash(Squash::Orphan);
                 self.refuse(id, out);

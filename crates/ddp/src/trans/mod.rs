@@ -217,6 +217,7 @@ impl DdpNode {
             id,
             coord: self.me,
             born: self.age(),
+            epoch,
         };
         self.trans.here.insert(id, TxHere::new(hdr, now));
         let mut c = CoordTx::new(hdr, Phase::Init, now);

@@ -148,7 +148,14 @@ pub(crate) struct TransState {
     /// Prepared here and kept through this node's removal: settled once it
     /// is a member again.
     pub kept: BTreeSet<TxId>,
+    /// This node has been a member, its transaction state intact, in every
+    /// epoch from `since` on ([`NOT_MEMBER`]: it is not one now, or it
+    /// restarted and has not been added back yet).
+    pub since: u64,
 }
+
+/// [`TransState::since`] of a node that is not a member now.
+pub(crate) const NOT_MEMBER: u64 = u64::MAX;
 
 impl TransState {
     pub fn is_quiet(&self) -> bool {

@@ -137,6 +137,12 @@ impl DdpNode {
             (s.ts, s.value, s.id) = (u.v.ts, Some(u.v.value), Some(u.id));
         }
         let durable = s.nvm >= u.v.ts;
+        if s.nvm == u.v.ts && s.ts == u.v.ts && s.durable.is_none_or(|d| d.0 < u.v.ts) {
+            // This very version is in NVM already: a node added back took
+            // the copies' (older) state and now gets its own update back.
+            // Synch reads return the durable version, so it must be this.
+            s.durable = Some((u.v.ts, u.v.value, Some(u.id)));
+        }
         self.mark_applied(u.id);
         self.upd.applied_now.push(u.v);
         self.upd.log.insert(u.id, (u.clone(), now));
