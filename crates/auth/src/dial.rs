@@ -6,6 +6,9 @@
 //! address of its own in 127.0.0.0/8 (the nemesis, docs/NEMESIS.md), a rule
 //! can only tell processes apart if each also dials from its own address:
 //! `TANDEM_DIAL_FROM=<ip>` says which. Unset, nothing is bound.
+//!
+//! Every stream, dialed or accepted, also bounds how long its peer may stay
+//! silent ([`bound_silence`]): a partition drops packets, it closes nothing.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -53,6 +56,40 @@ pub fn connect_timeout_from(
     s.bind(&SocketAddr::new(ip, 0).into())?;
     s.connect_timeout(&addr.into(), timeout)?;
     Ok(s.into())
+}
+
+/// How long data may stay unacknowledged on a stream before the kernel
+/// declares it dead (`TCP_USER_TIMEOUT`): a peer behind a partition or a
+/// blackhole drops packets without closing anything, and the kernel's own
+/// limit (`tcp_retries2`) is about 15 minutes. With the retransmission
+/// timer's granularity a silent stream is declared dead within
+/// `SILENCE_MS` + 0.8 s on loopback.
+pub const SILENCE_MS: u32 = 1_000;
+
+/// Bound how long a stream may be silent: `TCP_USER_TIMEOUT` for data in
+/// flight, and keepalive probes (after 1 s idle, every 1 s) for a stream
+/// with nothing to send, so both kinds of silence end in an error the
+/// event loop sees. Best effort: an option the kernel refuses is skipped.
+pub fn bound_silence(s: &impl std::os::fd::AsRawFd) {
+    let fd = s.as_raw_fd();
+    let set = |level, name, v: libc::c_int| unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    set(
+        libc::IPPROTO_TCP,
+        libc::TCP_USER_TIMEOUT,
+        SILENCE_MS as libc::c_int,
+    );
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 1);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 2);
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 //!   with `{"replacement":{"node":N,"addr":A}}`.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tandem_dkvs::recovery::RecoveryBugs;
 use tandem_dkvs::{Layout, MemoryView};
 use tandem_fabric::tcp::{TcpCluster, TcpFabric};
-use tandem_fabric::{Fabric, MemNodeId, QueuePair, Verb};
+use tandem_fabric::{Fabric, MemNodeId, QueuePair, RegionKey, Verb};
 use tandem_membership::{FleetCommand, FleetEvent, MemoryConfig, NodeStatus};
 
 use super::{FromMembership, Shared, MEMBERSHIP_NODE};
@@ -40,6 +40,11 @@ pub(super) struct MemoryLinks {
     heard: Rc<RefCell<BTreeSet<MemNodeId>>>,
     /// When the current hold started (for the log).
     held_since: RefCell<Option<Instant>>,
+    /// Per memory server, when its dead links may be dialed again.
+    redial_at: RefCell<BTreeMap<MemNodeId, Instant>>,
+    /// The region key each memory server issued this service (a redial
+    /// presents it again: registering anew would cut the live links).
+    keys: RefCell<Vec<Option<RegionKey>>>,
 }
 
 impl MemoryLinks {
@@ -48,6 +53,10 @@ impl MemoryLinks {
     pub async fn connect(memory: TcpCluster, config: &MemoryConfig) -> Result<MemoryLinks, String> {
         // Recovery and re-replication go through these links: the memory
         // servers serve them before the compute servers' verbs.
+        // The service's links keep the kernel's silence bound: with a 1 s
+        // one, a schedule of the nemesis lost an acknowledged write after
+        // they died mid-run (docs/NEMESIS.md). A link that died anyway is
+        // dialed again (`redial`).
         let memory = with_addrs(memory, config)?.prioritised();
         let view = MemoryView::default();
         for &m in &config.down {
@@ -58,10 +67,12 @@ impl MemoryLinks {
         let keys = super::follow::register_live(&memory, MEMBERSHIP_NODE, &config.down)
             .await
             .map_err(|e| format!("cannot register with the memory servers: {e}"))?;
-        let keys = &keys;
-        let connect = |memory: TcpCluster| async move {
-            (memory.connect_live(MEMBERSHIP_NODE, keys).await)
-                .map_err(|e| format!("cannot connect to the memory servers: {e}"))
+        let connect = |memory: TcpCluster| {
+            let keys = &keys;
+            async move {
+                (memory.connect_live(MEMBERSHIP_NODE, keys).await)
+                    .map_err(|e| format!("cannot connect to the memory servers: {e}"))
+            }
         };
         let fabric = connect(memory.clone()).await?;
         let probes = connect(memory.clone().shm(false)).await?;
@@ -72,6 +83,8 @@ impl MemoryLinks {
             view,
             heard: Rc::default(),
             held_since: RefCell::new(None),
+            redial_at: RefCell::default(),
+            keys: RefCell::new(keys),
         })
     }
 
@@ -84,6 +97,7 @@ impl MemoryLinks {
                     if links.view.is_down(m) {
                         continue;
                     }
+                    links.redial(m);
                     let probe = links
                         .probes
                         .queue_pair(m)
@@ -96,6 +110,59 @@ impl MemoryLinks {
                     });
                 }
                 tokio::time::sleep(tick).await;
+            }
+        });
+    }
+
+    /// A server not known to be down whose link (either set) died: the
+    /// kernel gave up on it behind a long partition, or the server reset it.
+    /// Dial the dead ones again, at most every [`REDIAL_EVERY`], with the
+    /// key the server issued: the probes then hear it, and recovery, which
+    /// retries, reaches it. Only a server that refuses the key (it
+    /// restarted) is registered with again, which replaces the key and so
+    /// ends the live links too; both sets are dialed then.
+    fn redial(self: &Rc<Self>, m: MemNodeId) {
+        let dead = |f: &TcpFabric| !f.queue_pair_connected(m);
+        let now = Instant::now();
+        if !(dead(&self.fabric) || dead(&self.probes))
+            || self.redial_at.borrow().get(&m).is_some_and(|&t| now < t)
+        {
+            return;
+        }
+        self.redial_at.borrow_mut().insert(m, now + REDIAL_EVERY);
+        let links = self.clone();
+        tokio::task::spawn_local(async move {
+            let memory = links.memory.borrow().clone();
+            let addr = memory.addrs[m as usize];
+            let key = links.keys.borrow()[m as usize];
+            let dial = async {
+                let dead = [&links.fabric, &links.probes].map(|f| !f.queue_pair_connected(m));
+                if let Some(key) = key {
+                    let mut all = true;
+                    for (f, _) in [&links.fabric, &links.probes]
+                        .iter()
+                        .zip(dead)
+                        .filter(|x| x.1)
+                    {
+                        all &= f.reconnect(m, addr, key).await.is_ok();
+                    }
+                    if all {
+                        return Ok(());
+                    }
+                }
+                let key = memory.register_on(m, MEMBERSHIP_NODE).await?;
+                links.keys.borrow_mut()[m as usize] = Some(key);
+                for fabric in [&links.fabric, &links.probes] {
+                    fabric.reconnect(m, addr, key).await?;
+                }
+                Ok::<(), std::io::Error>(())
+            };
+            match tokio::time::timeout(REDIAL_EVERY * 2, dial).await {
+                Ok(Ok(())) => {
+                    eprintln!("membership: memory server {m} at {addr}: links dialed again")
+                }
+                Ok(Err(e)) => log::debug!("memory server {m} at {addr}: redial failed: {e}"),
+                Err(_) => log::debug!("memory server {m} at {addr}: redial timed out"),
             }
         });
     }
@@ -128,6 +195,9 @@ impl MemoryLinks {
         Ok(())
     }
 }
+
+/// How often the service dials a memory server whose links died.
+const REDIAL_EVERY: Duration = Duration::from_millis(200);
 
 /// `memory` with the addresses `config` holds.
 fn with_addrs(mut memory: TcpCluster, config: &MemoryConfig) -> Result<TcpCluster, String> {
@@ -290,6 +360,7 @@ async fn rereplicate(
         (fabric.reconnect(node, sock, key).await)
             .map_err(|e| format!("cannot connect to the replacement: {e}"))?;
     }
+    links.keys.borrow_mut()[node as usize] = Some(key);
     if skip_copy {
         return Ok(0); // test-only: `--inject-bug skip-rereplication`
     }

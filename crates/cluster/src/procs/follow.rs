@@ -94,6 +94,23 @@ impl MemoryState {
     }
 }
 
+/// A memory server that the membership has up whose data link went silent
+/// (a partition or a blackhole; `tandem_auth::dial::bound_silence`): the
+/// server may be alive. Writes to it failed with `Unavailable`, which a
+/// commit takes for a dead replica (docs/DESIGN.md §4.6), so it may now miss
+/// writes the other replica has, and nothing repairs them while the
+/// membership thinks it is alive. A compute node that sees one ends its
+/// incarnation: the membership then recovers its coordinators, rolling each
+/// one's last transaction forward onto every replica, and each coordinator
+/// stops after the transaction in which it saw the loss (`Driver::drive`).
+/// A link the server closed (its process died) leaves the membership to
+/// declare it failed, as before.
+pub fn cut_off(compute: &ComputeNode<TcpFabric>) -> Option<MemNodeId> {
+    let (fabric, view) = (compute.fabric(), compute.memory_view());
+    (0..fabric.memory_nodes() as MemNodeId)
+        .find(|&m| !view.is_down(m) && fabric.link_went_silent(m))
+}
+
 /// Region keys from every memory server but those `down` names or that do
 /// not answer (dying, not declared failed yet: the membership's next
 /// configuration says so, and transactions wait for the first one).
@@ -134,6 +151,24 @@ fn unreachable(e: &std::io::Error) -> bool {
             | BrokenPipe
             | TimedOut
     ) && !tandem_fabric::tcp::is_fenced(e)
+}
+
+/// Register with memory server `m` at `addr` and point its queue pair at a
+/// fresh data connection, within `patience`.
+async fn dial_server(
+    fabric: &TcpFabric,
+    cluster: &TcpCluster,
+    m: MemNodeId,
+    addr: SocketAddr,
+    patience: Duration,
+) -> std::io::Result<()> {
+    let connected = async {
+        let key = cluster.register_on(m, fabric.compute_node()).await?;
+        fabric.reconnect(m, addr, key).await
+    };
+    tokio::time::timeout(patience, connected)
+        .await
+        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
 }
 
 /// Apply every memory configuration the service announces, forever (the
@@ -234,14 +269,7 @@ async fn apply(
         let moved = cluster.addrs[m as usize] != addr;
         cluster.addrs[m as usize] = addr;
         if !down && (view.is_down(m) || moved || !fabric.queue_pair_connected(m)) {
-            let connected = async {
-                let key = cluster.register_on(m, fabric.compute_node()).await?;
-                fabric.reconnect(m, addr, key).await
-            };
-            let connected = tokio::time::timeout(CONNECT_PATIENCE, connected)
-                .await
-                .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
-            match connected {
+            match dial_server(fabric, &cluster, m, addr, CONNECT_PATIENCE).await {
                 Ok(()) => {}
                 // Dying, not declared yet: the next configuration will say so.
                 Err(e) if unreachable(&e) => {

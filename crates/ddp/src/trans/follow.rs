@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use tandem_net::{Command, NodeId};
 
 use crate::node::{DdpNode, Out, Then};
-use crate::trans::state::{Squash, NOT_MEMBER};
 use crate::trans::state::{Access, CoordTx, EndReq, Phase};
+use crate::trans::state::{Squash, NOT_MEMBER};
 use crate::types::{Key, Msg, Record, Reply, Ts, TxAck, TxHdr, TxId, TxPhase, Version, Vote};
 
 impl DdpNode {

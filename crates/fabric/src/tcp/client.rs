@@ -43,6 +43,9 @@ pub struct TcpCluster {
     pub shm: Option<bool>,
     /// Shm queue pairs yield once per batch (see [`TcpCluster::yielding`]).
     pub yield_per_batch: bool,
+    /// Data connections end after a second of silence (see
+    /// [`TcpCluster::bounding_silence`]).
+    pub bound_silence: bool,
 }
 
 impl TcpCluster {
@@ -53,6 +56,7 @@ impl TcpCluster {
             priority: false,
             shm: None,
             yield_per_batch: false,
+            bound_silence: false,
         }
     }
 
@@ -73,6 +77,20 @@ impl TcpCluster {
     /// answer). For testers (DART) that want those interleavings.
     pub fn yielding(mut self, on: bool) -> Self {
         self.yield_per_batch = on;
+        self
+    }
+
+    /// Data connections made through this handle end once their memory
+    /// server has been silent for about a second with verbs outstanding
+    /// ([`tandem_auth::dial::bound_silence`]): behind a partition or a
+    /// blackhole their verbs fail with `Unavailable` instead of waiting for
+    /// the kernel's 15 minutes of retransmissions, and
+    /// [`TcpFabric::link_went_silent`] says so. Opt-in, because Pandora's
+    /// commit takes a replica whose verbs fail for a dead one: a caller
+    /// must act on a silent link to a server that may be alive (a compute
+    /// server ends its incarnation; the membership dials it again).
+    pub fn bounding_silence(mut self) -> Self {
+        self.bound_silence = true;
         self
     }
 
@@ -270,6 +288,9 @@ impl TcpCluster {
             return TcpQp::start_shm(link, stream, mem);
         }
         let stream = hello(addr, &self.keys, compute, key, self.priority).await?;
+        if self.bound_silence {
+            tandem_auth::dial::bound_silence(&stream);
+        }
         Ok(TcpQp::start(stream, mem))
     }
 }
@@ -294,6 +315,12 @@ impl TcpFabric {
     /// Whether the link to memory node `mem` is up.
     pub fn queue_pair_connected(&self, mem: MemNodeId) -> bool {
         self.qps[mem as usize].is_connected()
+    }
+
+    /// Whether memory node `mem`'s link was lost to silence (see
+    /// [`TcpQp::went_silent`]), not closed by its server.
+    pub fn link_went_silent(&self, mem: MemNodeId) -> bool {
+        self.qps[mem as usize].went_silent()
     }
 
     /// Cut this thread's link to memory node `mem` (declared failed): its
