@@ -26,10 +26,11 @@ ddp_runs() {
   for i in 1 2 3 4 5; do
     run $T ddp bench --models lin-synch --measure-ns 50000000 --json $OUT/ddp-simspeed-$i.json
   done
-  run $T ddp check --seeds 100 --json $OUT/ddp-check.json
-  run $T ddp check --seeds 100 --crash recovery --json $OUT/ddp-check-recovery.json
-  run $T ddp check --seeds 30 --crash membership --json $OUT/ddp-check-membership.json
-  run $T ddp check --seeds 30 --crash copy-source --json $OUT/ddp-check-copy-source.json
+  # A check that finds violations still writes its JSON, and the rendered table reports them.
+  run $T ddp check --seeds 100 --json $OUT/ddp-check.json || true
+  run $T ddp check --seeds 100 --crash recovery --json $OUT/ddp-check-recovery.json || true
+  run $T ddp check --seeds 30 --crash membership --json $OUT/ddp-check-membership.json || true
+  run $T ddp check --seeds 30 --crash copy-source --json $OUT/ddp-check-copy-source.json || true
 }
 if [ "${1:-}" = "--runs-only" ]; then ddp_runs; exit 0; fi
 [ "${1:-}" = "--render-only" ] || ddp_runs

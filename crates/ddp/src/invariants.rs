@@ -359,6 +359,24 @@ impl DdpNode {
         );
     }
 
+    /// `refusal-vouches` (T-5): a node refuses a transaction to a settler
+    /// only if it has been a member, its state intact, since the
+    /// transaction began: only then was its vote needed in whichever epoch
+    /// the coordinator decided (Strict and Synch: `decisive`).
+    pub(crate) fn assert_refusal_vouches(&self, hdr: &crate::types::TxHdr) {
+        if !self.checks() {
+            return;
+        }
+        assert!(
+            self.trans.since <= hdr.epoch || !self.trans_rules().durable,
+            "refusal-vouches (T-5): node {} refuses {:?} (begun in epoch {}) to a settler, a member only since epoch {}",
+            self.me,
+            hdr.id,
+            hdr.epoch,
+            self.trans.since
+        );
+    }
+
     /// `copy-answered` (C11): a node that caught up by copy got at least
     /// one answer, unless no other member was left to ask.
     pub(crate) fn assert_copy_answered(&self) {

@@ -381,6 +381,14 @@ pub enum Vote {
     /// It knows the decision.
     Committed,
     Aborted,
+    /// The coordinator, restarted, never committed it (it holds no commit
+    /// record), but a settler in an epoch without it may have: counts as a
+    /// refusal only once every vote is in.
+    Disowned,
+    /// It knows nothing of the transaction and cannot vouch that the
+    /// coordinator never had its vote (it joined, or restarted, since the
+    /// transaction began): an answer, but one that decides nothing.
+    Unknown,
 }
 
 /// What a `TxAck` acknowledges.

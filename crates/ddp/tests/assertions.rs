@@ -341,6 +341,11 @@ fn cases() -> Vec<Case> {
             "copy-answered",
         ),
         c(
+            "undecisive-refusal",
+            sim("trans-synch", Crash::Flip, SEEDS_30),
+            "refusal-vouches",
+        ),
+        c(
             "commit-answered-early",
             sim("trans-synch", Crash::AllButOne, SEEDS_30),
             "tx-commit-everywhere",

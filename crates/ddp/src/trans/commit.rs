@@ -131,6 +131,7 @@ impl DdpNode {
 
     /// A vote for a transaction this node decides.
     pub(crate) fn on_vote(&mut self, from: NodeId, id: TxId, vote: Vote, out: &mut Out) {
+        let old_rule = self.bugs.undecisive_refusal || !self.trans_rules().durable;
         let Some(c) = self.trans.coord.get_mut(&id) else {
             return;
         };
@@ -139,13 +140,17 @@ impl DdpNode {
             Vote::Prepared => return,
             Vote::Committed => c.saw_commit = true,
             Vote::Refused | Vote::Aborted => c.saw_abort = true,
+            Vote::Disowned => c.disowned = true,
+            Vote::Unknown => {
+                c.unknown.insert(from);
+            }
         }
         c.acks.insert(from);
         // The coordinator decides alone, at once. A settler may too: only a
         // member that can vouch for it refuses (`decisive`), so a refusal
         // means the coordinator never committed; the silent ones would
         // keep it waiting for every vote.
-        let settler_waits = c.settling && self.bugs.undecisive_refusal;
+        let settler_waits = c.settling && old_rule;
         if c.saw_abort && !settler_waits && c.phase != Phase::Deciding {
             return self.decide(id, false, out);
         }
@@ -172,8 +177,13 @@ impl DdpNode {
             if !all || !(c.local || self.bugs.val_before_persist) {
                 return;
             }
-            if c.saw_abort {
+            if c.saw_abort || c.disowned {
                 return self.decide(id, false, out);
+            }
+            if !c.unknown.is_empty() {
+                // Nobody here can tell: wait for a configuration that
+                // brings back the coordinator or a member that knows.
+                return;
             }
             self.assert_votes_in(id);
         }

@@ -32,8 +32,14 @@ impl DdpNode {
     /// its refusal would tell a settler nothing, and a settler that took it
     /// aborted what the coordinator had committed (T-5 under `--crash
     /// flip`; mutant `undecisive-refusal`).
-    fn decisive(&self, hdr: &TxHdr) -> bool {
-        self.trans.since <= hdr.epoch || self.bugs.undecisive_refusal
+    ///
+    /// Strict and Synch only. Under the other models a coordinator's commit
+    /// lives in its memory until the lazy persist, so one that restarted
+    /// cannot say whether it committed, and a restarted member that cannot
+    /// vouch could keep a settler waiting for good: there the old rule
+    /// stands, and with it the T-5 above (docs/DDP.md).
+    pub(crate) fn decisive(&self, hdr: &TxHdr) -> bool {
+        self.trans.since <= hdr.epoch || self.bugs.undecisive_refusal || !self.trans_rules().durable
     }
 
     fn tx_ack(&self, to: NodeId, id: TxId, ack: TxAck, epoch: u64, out: &mut Out) {
@@ -143,13 +149,24 @@ impl DdpNode {
         );
     }
 
-    /// A settler's ENDX (its coordinator left) that this node can answer
-    /// only with a refusal, which would not be [`Self::decisive`]: it
-    /// knows no outcome and holds no Prepared vote.
-    fn silent_to_settler(&self, e: &EndReq) -> bool {
+    /// Answer ENDX `e` with `vote`.
+    fn vote_to(&self, e: &EndReq, vote: Vote, out: &mut Out) {
+        let settler = e.from != e.hdr.coord;
+        if vote == Vote::Refused && settler {
+            self.assert_refusal_vouches(&e.hdr);
+        }
+        self.tx_ack(e.from, e.hdr.id, TxAck::Vote(vote), e.epoch, out);
+    }
+
+    /// A settler's ENDX (any not from the coordinator) that this node could
+    /// answer only with a refusal that is not [`Self::decisive`]: it knows
+    /// no outcome and holds no Prepared vote. It answers `Unknown`; the
+    /// coordinator itself, restarted or added back, `Disowned`: it commits
+    /// only once its own commit record is durable, so without one it knows
+    /// it never committed (a settler in an epoch without it still may have).
+    fn cannot_vouch(&self, e: &EndReq) -> bool {
         let id = e.hdr.id;
         e.from != e.hdr.coord
-            && !self.config.members.contains(&e.hdr.coord)
             && !self.trans.outcomes.contains_key(&id)
             && !self.trans.here.get(&id).is_some_and(|h| h.prepared)
             && !self.decisive(&e.hdr)
@@ -159,11 +176,16 @@ impl DdpNode {
     /// or postpone behind an older prepared transaction.
     pub(crate) fn end_request(&mut self, e: EndReq, out: &mut Out) {
         let id = e.hdr.id;
-        if self.silent_to_settler(&e) {
-            return; // the settler waits for a vote that tells
+        if self.cannot_vouch(&e) {
+            let vote = if e.hdr.coord == self.me {
+                Vote::Disowned
+            } else {
+                Vote::Unknown
+            };
+            return self.vote_to(&e, vote, out);
         }
         if let Some(vote) = self.known_vote(id) {
-            return self.tx_ack(e.from, id, TxAck::Vote(vote), e.epoch, out);
+            return self.vote_to(&e, vote, out);
         }
         let durable = self.trans_rules().durable && !self.bugs.val_before_persist;
         let h = self.hear(e.hdr);
@@ -182,9 +204,7 @@ impl DdpNode {
                     .retain(|p| (p.hdr.id, p.from) != (id, e.from)); // a re-sent ENDX
                 return self.trans.postponed.push(e);
             }
-            Access::Squashed => {
-                return self.tx_ack(e.from, id, TxAck::Vote(Vote::Refused), e.epoch, out)
-            }
+            Access::Squashed => return self.vote_to(&e, Vote::Refused, out),
             Access::Go => {}
         }
         self.assert_validated(id, &e.writes, &e.reads);
@@ -336,7 +356,10 @@ impl DdpNode {
             self.trans.since = self.config.epoch;
         }
         if new_epoch {
-            self.trans.coord.values_mut().for_each(|c| c.acks.clear());
+            self.trans.coord.values_mut().for_each(|c| {
+                c.acks.clear();
+                c.unknown.clear();
+            });
             self.trans
                 .deliveries
                 .values_mut()

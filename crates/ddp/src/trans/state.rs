@@ -39,6 +39,10 @@ pub(crate) struct CoordTx {
     /// Some member voted `Committed` / `Refused` or `Aborted`.
     pub saw_commit: bool,
     pub saw_abort: bool,
+    /// A [`Vote::Disowned`] came in.
+    pub disowned: bool,
+    /// Members that answered [`Vote::Unknown`] in this epoch.
+    pub unknown: BTreeSet<NodeId>,
     /// Scope persistency: the scope of each key written.
     pub scopes: BTreeMap<Key, u64>,
     pub sent_at: u64,
@@ -60,6 +64,8 @@ impl CoordTx {
             strict: None,
             saw_commit: false,
             saw_abort: false,
+            disowned: false,
+            unknown: BTreeSet::new(),
             scopes: BTreeMap::new(),
             sent_at: now,
             last_op: now,

@@ -137,10 +137,13 @@ impl DdpNode {
             (s.ts, s.value, s.id) = (u.v.ts, Some(u.v.value), Some(u.id));
         }
         let durable = s.nvm >= u.v.ts;
-        if s.nvm == u.v.ts && s.ts == u.v.ts && s.durable.is_none_or(|d| d.0 < u.v.ts) {
-            // This very version is in NVM already: a node added back took
-            // the copies' (older) state and now gets its own update back.
-            // Synch reads return the durable version, so it must be this.
+        let back = self.upd.log.contains_key(&u.id);
+        let s = self.key(u.v.key);
+        if back && s.nvm == u.v.ts && s.ts == u.v.ts && s.durable.is_none_or(|d| d.0 < u.v.ts) {
+            // This very update is in NVM already: a node added back took
+            // the copies' (older) state and now gets its own update back
+            // (it is still in its log). Synch reads return the durable
+            // version, so it must be this one.
             s.durable = Some((u.v.ts, u.v.value, Some(u.id)));
         }
         self.mark_applied(u.id);
