@@ -29,7 +29,7 @@ use tandem_sim::Rng;
 use tandem_workloads::micro::{MicroClient, MicroLedger, MicroSpec};
 use tokio::sync::watch;
 
-use super::follow::{cut_off, follow_memory, register_live, Gate, MemoryState};
+use super::follow::{follow_memory, register_live, Gate, MemoryState};
 use super::session::{new_incarnation, JoinError, MembershipSession, Stop, StopSignal};
 use super::wait::wait_for_listeners;
 use crate::runner::block_on_local;
@@ -88,8 +88,7 @@ pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerRepor
     let who = format!("compute node {}", cfg.node);
     wait_for_listeners(&who, "memory server", &cfg.memory.addrs, cfg.patience)?;
     let server = Rc::new(Server {
-        // A silent link to a live server ends the incarnation (`cut_off`).
-        memory: Rc::new(MemoryState::new(cfg.memory.clone().bounding_silence())),
+        memory: Rc::new(MemoryState::new(cfg.memory.clone())),
         cfg,
         layout,
         ledger,
@@ -306,7 +305,6 @@ impl Server {
         for (k, (client, &id)) in clients.into_iter().zip(&session.ids).enumerate() {
             let driver = Driver {
                 server: self.clone(),
-                compute: compute.clone(),
                 slot: k,
                 stop: stop.clone(),
                 gate: gate.clone(),
@@ -361,7 +359,6 @@ fn stop_with(stop: &watch::Sender<Option<Stop>>, why: Stop) {
 /// One coordinator's loop.
 struct Driver {
     server: Rc<Server>,
-    compute: Rc<ComputeNode<TcpFabric>>,
     slot: usize,
     stop: Rc<watch::Sender<Option<Stop>>>,
     gate: Rc<Gate>,
@@ -414,11 +411,6 @@ impl Driver {
                 }
             }
             self.record(&client, 0);
-            if let Some(m) = cut_off(&self.compute) {
-                let why = format!("its link to memory server {m} went silent while the membership has that server up; its recovery completes the writes there");
-                stop_with(&self.stop, Stop::Fenced(why));
-                break;
-            }
             // Verbs on mapped regions (shm) complete without suspending: give
             // the heartbeats, the follower and the other coordinators a turn.
             tokio::task::yield_now().await;

@@ -94,23 +94,6 @@ impl MemoryState {
     }
 }
 
-/// A memory server that the membership has up whose data link went silent
-/// (a partition or a blackhole; `tandem_auth::dial::bound_silence`): the
-/// server may be alive. Writes to it failed with `Unavailable`, which a
-/// commit takes for a dead replica (docs/DESIGN.md §4.6), so it may now miss
-/// writes the other replica has, and nothing repairs them while the
-/// membership thinks it is alive. A compute node that sees one ends its
-/// incarnation: the membership then recovers its coordinators, rolling each
-/// one's last transaction forward onto every replica, and each coordinator
-/// stops after the transaction in which it saw the loss (`Driver::drive`).
-/// A link the server closed (its process died) leaves the membership to
-/// declare it failed, as before.
-pub fn cut_off(compute: &ComputeNode<TcpFabric>) -> Option<MemNodeId> {
-    let (fabric, view) = (compute.fabric(), compute.memory_view());
-    (0..fabric.memory_nodes() as MemNodeId)
-        .find(|&m| !view.is_down(m) && fabric.link_went_silent(m))
-}
-
 /// Region keys from every memory server but those `down` names or that do
 /// not answer (dying, not declared failed yet: the membership's next
 /// configuration says so, and transactions wait for the first one).

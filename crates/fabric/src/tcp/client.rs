@@ -85,10 +85,11 @@ impl TcpCluster {
     /// ([`tandem_auth::dial::bound_silence`]): behind a partition or a
     /// blackhole their verbs fail with `Unavailable` instead of waiting for
     /// the kernel's 15 minutes of retransmissions, and
-    /// [`TcpFabric::link_went_silent`] says so. Opt-in, because Pandora's
-    /// commit takes a replica whose verbs fail for a dead one: a caller
-    /// must act on a silent link to a server that may be alive (a compute
-    /// server ends its incarnation; the membership dials it again).
+    /// [`TcpFabric::link_went_silent`] says so. Opt-in, and no Tandem
+    /// process opts in yet: Pandora's commit takes a replica whose writes
+    /// fail for a dead one and acknowledges the commit, and a replica behind
+    /// a partition is alive (docs/NEMESIS.md, "A silent data link to a live
+    /// replica").
     pub fn bounding_silence(mut self) -> Self {
         self.bound_silence = true;
         self
