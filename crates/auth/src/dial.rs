@@ -7,8 +7,9 @@
 //! can only tell processes apart if each also dials from its own address:
 //! `TANDEM_DIAL_FROM=<ip>` says which. Unset, nothing is bound.
 //!
-//! Every stream, dialed or accepted, also bounds how long its peer may stay
-//! silent ([`bound_silence`]): a partition drops packets, it closes nothing.
+//! [`bound_silence`] bounds how long a stream's peer may stay silent (a
+//! partition drops packets, it closes nothing): the message-passing
+//! runtime's links take it, and fabric links that opt in.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream};

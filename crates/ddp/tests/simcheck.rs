@@ -487,11 +487,9 @@ fn a_node_re_added_while_cut_off_never_serves_alone() {
 /// (`trans-synch --seed 34 --crash flip`; mutant `undecisive-refusal`).
 #[test]
 fn a_settler_aborts_only_on_a_refusal_that_vouches_for_the_coordinator() {
-    let model = Model::parse("trans-synch").unwrap();
-    let mut cfg = CheckConfig::new(model, 34);
+    clean_flip_seed("trans-synch", 34);
+    let mut cfg = CheckConfig::new(Model::parse("trans-synch").unwrap(), 34);
     cfg.crash = Crash::Flip;
-    let r = run(&cfg);
-    assert!(r.violations.is_empty(), "{}", r.violations.join("\n"));
     cfg.bugs = tandem_ddp::Bugs::parse(&["undecisive-refusal".to_string()]).unwrap();
     cfg.assertions = false;
     let r = run(&cfg);
@@ -512,11 +510,20 @@ fn a_settler_aborts_only_on_a_refusal_that_vouches_for_the_coordinator() {
 /// durable one.
 #[test]
 fn a_node_added_back_reads_its_own_update_once_it_has_it_again() {
-    let model = Model::parse("causal-synch").unwrap();
-    let mut cfg = CheckConfig::new(model, 21);
+    clean_flip_seed("causal-synch", 21);
+}
+
+/// `model` under `--crash flip` at `seed`: no violation.
+fn clean_flip_seed(model: &str, seed: u64) {
+    let mut cfg = CheckConfig::new(Model::parse(model).unwrap(), seed);
     cfg.crash = Crash::Flip;
     let r = run(&cfg);
-    assert!(r.violations.is_empty(), "{}", r.violations.join("\n"));
+    assert!(
+        r.violations.is_empty(),
+        "{}\nreplay: {}",
+        r.violations.join("\n"),
+        r.replay
+    );
 }
 
 /// Members hear a re-add at different times. A member still in the epoch

@@ -136,24 +136,6 @@ fn unreachable(e: &std::io::Error) -> bool {
     ) && !tandem_fabric::tcp::is_fenced(e)
 }
 
-/// Register with memory server `m` at `addr` and point its queue pair at a
-/// fresh data connection, within `patience`.
-async fn dial_server(
-    fabric: &TcpFabric,
-    cluster: &TcpCluster,
-    m: MemNodeId,
-    addr: SocketAddr,
-    patience: Duration,
-) -> std::io::Result<()> {
-    let connected = async {
-        let key = cluster.register_on(m, fabric.compute_node()).await?;
-        fabric.reconnect(m, addr, key).await
-    };
-    tokio::time::timeout(patience, connected)
-        .await
-        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
-}
-
 /// Apply every memory configuration the service announces, forever (the
 /// caller aborts the task): hold new transactions, cut the links to the
 /// memory nodes now down (their pending verbs fail at once), let the
@@ -252,7 +234,14 @@ async fn apply(
         let moved = cluster.addrs[m as usize] != addr;
         cluster.addrs[m as usize] = addr;
         if !down && (view.is_down(m) || moved || !fabric.queue_pair_connected(m)) {
-            match dial_server(fabric, &cluster, m, addr, CONNECT_PATIENCE).await {
+            let connected = async {
+                let key = cluster.register_on(m, fabric.compute_node()).await?;
+                fabric.reconnect(m, addr, key).await
+            };
+            let connected = tokio::time::timeout(CONNECT_PATIENCE, connected)
+                .await
+                .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+            match connected {
                 Ok(()) => {}
                 // Dying, not declared yet: the next configuration will say so.
                 Err(e) if unreachable(&e) => {

@@ -84,8 +84,7 @@ impl TcpCluster {
     /// server has been silent for about a second with verbs outstanding
     /// ([`tandem_auth::dial::bound_silence`]): behind a partition or a
     /// blackhole their verbs fail with `Unavailable` instead of waiting for
-    /// the kernel's 15 minutes of retransmissions, and
-    /// [`TcpFabric::link_went_silent`] says so. Opt-in, and no Tandem
+    /// the kernel's 15 minutes of retransmissions. Opt-in, and no Tandem
     /// process opts in yet: Pandora's commit takes a replica whose writes
     /// fail for a dead one and acknowledges the commit, and a replica behind
     /// a partition is alive (docs/NEMESIS.md, "A silent data link to a live
@@ -316,12 +315,6 @@ impl TcpFabric {
     /// Whether the link to memory node `mem` is up.
     pub fn queue_pair_connected(&self, mem: MemNodeId) -> bool {
         self.qps[mem as usize].is_connected()
-    }
-
-    /// Whether memory node `mem`'s link was lost to silence (see
-    /// [`TcpQp::went_silent`]), not closed by its server.
-    pub fn link_went_silent(&self, mem: MemNodeId) -> bool {
-        self.qps[mem as usize].went_silent()
     }
 
     /// Cut this thread's link to memory node `mem` (declared failed): its

@@ -63,9 +63,6 @@ struct Inner {
     slots: VecDeque<Slot>,
     /// The connection is lost: nothing more will be sent or answered.
     dead: bool,
-    /// It was lost to silence (`TCP_USER_TIMEOUT` or keepalive): the server
-    /// may well be alive behind a partition, unlike one that closed it.
-    silenced: bool,
     /// Every handle is dropped: the writer sends what is queued, then closes.
     closed: bool,
 }
@@ -109,22 +106,12 @@ struct Conn {
 impl Conn {
     /// Complete every waiting request with `Unavailable` and stop both tasks.
     fn kill(&self, why: &dyn std::fmt::Display) {
-        self.die(why, false)
-    }
-
-    /// [`Conn::kill`] for an I/O error: a timed-out one means silence.
-    fn kill_on(&self, e: &std::io::Error) {
-        self.die(e, e.kind() == std::io::ErrorKind::TimedOut)
-    }
-
-    fn die(&self, why: &dyn std::fmt::Display, silenced: bool) {
         let mut wakers = Vec::new();
         {
             let mut i = self.inner.borrow_mut();
             if i.dead {
                 return;
             }
-            i.silenced = silenced;
             if !i.closed {
                 log::warn!(
                     "tcp fabric: connection to memory node {} lost: {why}",
@@ -274,7 +261,6 @@ impl TcpQp {
                 front_req_id: 0,
                 slots: VecDeque::new(),
                 dead,
-                silenced: false,
                 closed: dead,
             }),
         });
@@ -301,14 +287,6 @@ impl TcpQp {
     /// Whether the connection is still up (false is final until [`TcpQp::replace`]).
     pub fn is_connected(&self) -> bool {
         !self.conn().inner.borrow().dead
-    }
-
-    /// Whether the connection was lost to the server's silence (a
-    /// partition or a blackhole), not closed by the server.
-    pub fn went_silent(&self) -> bool {
-        let conn = self.conn();
-        let i = conn.inner.borrow();
-        i.dead && i.silenced
     }
 
     /// Cut the link (the memory server was declared failed): every pending
@@ -570,7 +548,7 @@ async fn writer_task(conn: Rc<Conn>, mut wr: OwnedWriteHalf) {
             WriterStep::Stop => break,
             WriterStep::Write => {
                 if let Err(e) = wr.write_all(&buf).await {
-                    conn.kill_on(&e);
+                    conn.kill(&e);
                     break;
                 }
                 buf.clear();
@@ -584,17 +562,13 @@ async fn writer_task(conn: Rc<Conn>, mut wr: OwnedWriteHalf) {
 
 async fn reader_task(conn: Rc<Conn>, mut rd: OwnedReadHalf) {
     tokio::select! {
-        why = read_loop(&conn, &mut rd) => match why {
-            Ok(why) => conn.kill(&why),
-            Err(e) => conn.kill_on(&e),
-        },
+        why = read_loop(&conn, &mut rd) => conn.kill(&why),
         _ = conn.killed.notified() => {}
     }
 }
 
-/// Parse `Done` frames until the connection fails; returns why it ended
-/// (an I/O error as itself).
-async fn read_loop(conn: &Conn, rd: &mut OwnedReadHalf) -> Result<String, std::io::Error> {
+/// Parse `Done` frames until the connection fails; returns why it ended.
+async fn read_loop(conn: &Conn, rd: &mut OwnedReadHalf) -> String {
     let mut buf = vec![0u8; READ_BUFFER_BYTES];
     let (mut start, mut end) = (0usize, 0usize);
     loop {
@@ -605,7 +579,7 @@ async fn read_loop(conn: &Conn, rd: &mut OwnedReadHalf) -> Result<String, std::i
             header.copy_from_slice(&buf[start..start + FRAME_HEADER_BYTES]);
             let len = match wire::frame_len(header) {
                 Ok(l) => l,
-                Err(e) => return Ok(e.to_string()),
+                Err(e) => return e.to_string(),
             };
             if end - start < FRAME_HEADER_BYTES + len {
                 need = FRAME_HEADER_BYTES + len;
@@ -619,14 +593,14 @@ async fn read_loop(conn: &Conn, rd: &mut OwnedReadHalf) -> Result<String, std::i
                     completions,
                 }) => {
                     if let Err(why) = conn.complete(req_id, completions) {
-                        return Ok(why);
+                        return why;
                     }
                 }
                 Ok(ServerMsg::Reject { reason }) => {
-                    return Ok(format!("server rejected the connection: {reason:?}"))
+                    return format!("server rejected the connection: {reason:?}")
                 }
-                Ok(other) => return Ok(format!("unexpected {other:?}")),
-                Err(e) => return Ok(e.to_string()),
+                Ok(other) => return format!("unexpected {other:?}"),
+                Err(e) => return e.to_string(),
             }
         }
         // Make room for at least the rest of the current frame, compacting
@@ -653,10 +627,10 @@ async fn read_loop(conn: &Conn, rd: &mut OwnedReadHalf) -> Result<String, std::i
         );
         match rd.read(&mut buf[end..]).await {
             Ok(0) => {
-                return Ok("server closed the connection".to_string());
+                return "server closed the connection".to_string();
             }
             Ok(n) => end += n,
-            Err(e) => return Err(e),
+            Err(e) => return e.to_string(),
         }
     }
 }
