@@ -438,6 +438,21 @@ pub struct SimBankArgs {
     /// replicas while every other compute node holds.
     #[arg(long, requires = "fail_memory_node")]
     crash_in_memory_loss: Option<u16>,
+    /// Cut the link between compute node N and memory node M (`N:M`,
+    /// 0-based) at --cut-at-ns, both alive: the compute node's verbs there
+    /// fail while the membership has the memory node up. Its commits that
+    /// missed a write there wait for a verdict; it ends its incarnation and
+    /// is recovered (docs/DESIGN.md §4.6).
+    #[arg(long, value_parser = parse_link)]
+    cut_link: Option<(u16, u16)>,
+    #[arg(long, default_value_t = 50_000)]
+    cut_at_ns: u64,
+}
+
+fn parse_link(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("--cut-link wants COMPUTE:MEMORY (0-based), got '{s}'");
+    let (n, m) = s.split_once(':').ok_or_else(bad)?;
+    Ok((n.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?))
 }
 
 pub fn sim_bank(a: SimBankArgs) -> Result<(), String> {
@@ -494,6 +509,7 @@ fn parse_sim_bugs(names: &[String]) -> Result<(BugSwitches, RecoveryBugs), Strin
 fn check_sim_flags(a: &SimBankArgs, recovery_bugs: RecoveryBugs) -> Result<(), String> {
     if a.crash_node.is_none()
         && a.crash_in_memory_loss.is_none()
+        && (a.cut_link.is_none() || a.false_positive || a.suspect_too.is_some())
         && (a.false_positive
             || a.crash_recovery_after_ns.is_some()
             || a.suspect_too.is_some()
@@ -567,7 +583,22 @@ fn sim_config(
             memory_failure: None,
             suspect_too: a.suspect_too,
             crash_in_memory_loss: None,
+            cut_link: None,
         };
+    }
+    if let Some((n, m)) = a.cut_link {
+        if a.crash_node.is_some() || a.fail_memory_node.is_some() {
+            return Err("--cut-link goes alone: no --crash-node or --fail-memory-node".into());
+        }
+        if n >= cfg.compute_nodes || m >= cfg.memory_nodes {
+            return Err(format!(
+                "--cut-link needs a compute node below {} and a memory node below {}",
+                cfg.compute_nodes, cfg.memory_nodes
+            ));
+        }
+        cfg.faults.cut_link = Some((n, m, a.cut_at_ns));
+        cfg.faults.detect_ns = a.detect_ns;
+        cfg.txs_per_coordinator = a.txs.unwrap_or(60);
     }
     if let Some(m) = a.fail_memory_node {
         if a.crash_node.is_some() {
@@ -596,7 +627,8 @@ fn print_sim_run(seed: u64, cfg: &SimConfig, r: &sim_run::SimReport) -> bool {
         .faults
         .crash
         .map(|c| c.1)
-        .or(cfg.faults.memory_failure.map(|m| m.1));
+        .or(cfg.faults.memory_failure.map(|m| m.1))
+        .or(cfg.faults.cut_link.map(|c| c.2));
     if let Some(at) = planned.filter(|&at| at < r.clients_start_ns) {
         eprintln!("  note: the fault at {at} ns came before the clients started (at {} ns, after the load): it hit at their start", r.clients_start_ns);
     }

@@ -352,6 +352,17 @@ pub struct ComputeServerArgs {
     json: Option<String>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// A memory server the membership has up that stays unreachable this
+    /// many milliseconds (a commit missed its write there, or the data link
+    /// is down) ends this incarnation: the membership recovers its
+    /// coordinators, settling the commits in doubt, and it comes back as a
+    /// new one. Keep it above the membership's --memory-timeout-ms.
+    #[arg(long, default_value_t = 3000.0)]
+    verdict_patience_ms: f64,
+    /// Test-only: plant a coordinator bug (`tandem pandora sim
+    /// --inject-bug` lists them), so that a nemesis run can show it caught.
+    #[arg(long = "inject-bug", hide = true)]
+    inject_bug: Vec<String>,
 }
 
 pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
@@ -364,11 +375,19 @@ pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
     if !(a.duration.is_finite() && a.duration > 0.0 && a.heartbeat_ms > 0.0) {
         return Err("--duration and --heartbeat-ms must be positive".into());
     }
+    if !(a.verdict_patience_ms.is_finite() && a.verdict_patience_ms > 0.0) {
+        return Err("--verdict-patience-ms must be positive".into());
+    }
+    let mut store = a.cluster.store()?;
+    for b in &a.inject_bug {
+        store.bugs = store.bugs.union(tandem_dkvs::BugSwitches::parse(b)?);
+        eprintln!("compute node {}: coordinators re-inject {b}", a.node);
+    }
     let r = procs::run_compute_server(ComputeServerConfig {
         node: a.node,
         membership: parse_addrs(&a.membership)?,
         memory: a.cluster.cluster()?,
-        store: a.cluster.store()?,
+        store,
         micro: a.cluster.micro(a.write_ratio)?,
         coordinators: a.coordinators,
         duration: Duration::from_secs_f64(a.duration),
@@ -376,6 +395,7 @@ pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
         ledger: a.ledger,
         seed: a.seed,
         patience: a.cluster.patience()?,
+        verdict_patience: Duration::from_secs_f64(a.verdict_patience_ms / 1e3),
     })?;
     let fenced = r.incarnations.iter().filter(|i| i.fenced.is_some()).count();
     eprintln!(

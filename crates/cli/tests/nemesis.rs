@@ -512,6 +512,48 @@ fn pandora_publishing_failed_ids_early_is_caught_by_suspicions_not_by_kills() {
     );
 }
 
+/// Pandora's commit on a link a middlebox resets (`reset`): the memory
+/// server stays up for the membership, so a commit that missed its write
+/// there waits for a verdict, and the compute server ends its incarnation
+/// when it is overdue. Two schedules of three resets pass. The old rule
+/// (`ack-missed-replica`: a failed write is a dead replica) acknowledges
+/// such commits, and recovery rolls some back: caught in three of eight
+/// schedules here, so schedules one at a time until one does, at most six.
+/// A memory server killed (`kill`, full tier) is declared failed at once,
+/// which hides it.
+#[test]
+fn pandora_acknowledging_a_commit_a_live_replica_missed_is_caught_by_resets_not_by_kills() {
+    let resets = ["--faults", "reset", "--faults-per-schedule", "3"];
+    let args = [&["--system", "pandora", "--schedules", "2"][..], &resets].concat();
+    let (ok, text) = nemesis(&args, "tandem-nemesis-pandora-reset");
+    assert!(ok, "the nemesis found a violation under resets:\n{text}");
+    assert!(
+        text.contains("unreachable for"),
+        "no incarnation ended on a reset link:\n{text}"
+    );
+    let bug = "ack-missed-replica";
+    let caught = |t: &str| t.contains("acknowledged writes allow") || t.contains(" != replica");
+    let text = (1..=6).find_map(|seed: u32| {
+        let seed = seed.to_string();
+        let args = [
+            &["--system", "pandora", "--inject-bug", bug, "--seed", &seed][..],
+            &["--schedules", "1"],
+            &resets,
+        ]
+        .concat();
+        let (ok, text) = nemesis(&args, "tandem-nemesis-pandora-ack");
+        (!ok && caught(&text)).then_some(text)
+    });
+    text.expect("six schedules of resets did not catch ack-missed-replica");
+    if full() {
+        let (_, text) = planted("pandora", bug, "kill", 1, 3);
+        assert!(
+            !caught(&text),
+            "kill -9 alone should not expose it:\n{text}"
+        );
+    }
+}
+
 /// Pandora with its failure detector replicated over ZooKeeper: the leading
 /// replica cut off from everyone, or ZooKeeper cut from one replica, for
 /// 5 s, longer than the 4 s session, so a cut-off leader is replaced. One

@@ -1205,6 +1205,10 @@ fn fail_memory_node(
     )];
     cluster.nodes()[f.node as usize].fail();
     let t = Instant::now();
+    // Declared failed: commits that missed a write there may go on.
+    for v in &ctl.views {
+        v.declare_failed(f.node);
+    }
     pause_and_drain(ctl);
     for v in &ctl.views {
         v.set_down(f.node, true);

@@ -99,6 +99,7 @@ impl Setup {
             ledger: Some(self.dir.join(format!("c{node}.ledger"))),
             seed: node as u64,
             patience: Duration::from_secs(10),
+            verdict_patience: Duration::from_secs(3),
         }
     }
 

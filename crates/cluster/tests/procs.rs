@@ -105,6 +105,7 @@ impl Cluster {
             ledger: Some(ledger.to_path_buf()),
             seed: node as u64,
             patience: Duration::from_secs(10),
+            verdict_patience: Duration::from_secs(3),
         }
     }
 

@@ -126,24 +126,4 @@ impl Hasher for KeyHasher {
     }
 }
 
-/// Which memory nodes are down, as this compute node was told (up to 64).
-/// The primary of a partition is its first replica not in this set.
-#[derive(Clone, Default)]
-pub struct MemoryView {
-    down: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl MemoryView {
-    pub fn set_down(&self, node: tandem_fabric::MemNodeId, down: bool) {
-        use std::sync::atomic::Ordering;
-        let bit = 1u64 << node;
-        if down {
-            self.down.fetch_or(bit, Ordering::SeqCst);
-        } else {
-            self.down.fetch_and(!bit, Ordering::SeqCst);
-        }
-    }
-    pub fn is_down(&self, node: tandem_fabric::MemNodeId) -> bool {
-        self.down.load(std::sync::atomic::Ordering::SeqCst) & (1u64 << node) != 0
-    }
-}
+pub use crate::view::MemoryView;

@@ -115,13 +115,18 @@ pub struct BugSwitches {
     /// slot that ends its probe, not the slot before it. A reclamation of
     /// that slot, then an insert of the key there, go unseen by validation.
     pub unguarded_phantoms: bool,
+    /// Not FORD's (real links): acknowledge a commit whose write failed at
+    /// a replica the membership has not declared failed, taking it for
+    /// dead. A replica behind a reset link or a partition is alive: it
+    /// misses the write for good, and recovery may roll the commit back.
+    pub ack_missed_replica: bool,
 }
 
 /// Round trips of stalling after which the lock-lease bug steals a lock.
 pub const LEASE_STALLS: u32 = 128;
 
 impl BugSwitches {
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 9] = [
         "complicit-abort",
         "covert-locks",
         "relaxed-locks",
@@ -130,6 +135,7 @@ impl BugSwitches {
         "lock-lease",
         "reclaim-mid-run",
         "unguarded-phantoms",
+        "ack-missed-replica",
     ];
 
     pub fn parse(name: &str) -> Result<BugSwitches, String> {
@@ -143,6 +149,7 @@ impl BugSwitches {
             "lock-lease" => b.lock_lease = true,
             "reclaim-mid-run" => b.reclaim_mid_run = true,
             "unguarded-phantoms" => b.unguarded_phantoms = true,
+            "ack-missed-replica" => b.ack_missed_replica = true,
             other => {
                 return Err(format!(
                     "unknown bug '{other}' (known: {})",
@@ -164,6 +171,7 @@ impl BugSwitches {
             lock_lease: self.lock_lease || o.lock_lease,
             reclaim_mid_run: self.reclaim_mid_run || o.reclaim_mid_run,
             unguarded_phantoms: self.unguarded_phantoms || o.unguarded_phantoms,
+            ack_missed_replica: self.ack_missed_replica || o.ack_missed_replica,
         }
     }
 
@@ -178,6 +186,7 @@ impl BugSwitches {
             self.lock_lease,
             self.reclaim_mid_run,
             self.unguarded_phantoms,
+            self.ack_missed_replica,
         ];
         Self::NAMES
             .iter()

@@ -22,6 +22,7 @@ pub mod log;
 pub mod recovery;
 pub mod repair;
 pub mod slot;
+mod view;
 
 pub use compute::{ComputeNode, MemoryView};
 pub use config::{BugSwitches, Mode, OnStray, StoreConfig, TableId, TableSpec};
@@ -32,7 +33,7 @@ pub use layout::Layout;
 
 /// The names the invariant assertions start their panic messages with
 /// (`coordinator/invariants.rs`, `recovery/invariants.rs`).
-pub const INVARIANTS: [&str; 20] = [
+pub const INVARIANTS: [&str; 21] = [
     "locks-before-log",
     "locks-before-validation",
     "validation-unlocked",
@@ -41,6 +42,7 @@ pub const INVARIANTS: [&str; 20] = [
     "reclaim-tail",
     "version-fresh",
     "unlock-after-writes",
+    "ack-on-live-replicas",
     "unlock-only-held",
     "lock-ownership",
     "steal-only-failed",

@@ -66,6 +66,36 @@ struct Net {
     sim: SimHandle,
     nodes: Vec<Arc<MemoryNode>>,
     config: SimFabricConfig,
+    /// Links cut while both ends live: (compute node, memory node).
+    cut: RefCell<Vec<(ComputeNodeId, MemNodeId)>>,
+}
+
+/// Where a queue pair's verbs execute: its memory node, as its compute
+/// node with its key, unless their link is cut.
+#[derive(Clone)]
+struct Target {
+    net: Rc<Net>,
+    mem: MemNodeId,
+    compute: ComputeNodeId,
+    key: RegionKey,
+}
+
+impl Target {
+    fn node(&self) -> &MemoryNode {
+        &self.net.nodes[self.mem as usize]
+    }
+
+    /// A verb on a cut link fails as a reset connection's verbs do.
+    fn execute(&self, verb: &Verb) -> Completion {
+        if self.net.cut.borrow().contains(&(self.compute, self.mem)) {
+            return Err(VerbError::Unavailable);
+        }
+        self.node().execute(self.compute, self.key, verb)
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.node().size_bytes()
+    }
 }
 
 /// The memory nodes of a simulated cluster, plus its network model.
@@ -77,7 +107,12 @@ pub struct SimCluster {
 impl SimCluster {
     pub fn new(sim: SimHandle, nodes: Vec<Arc<MemoryNode>>, config: SimFabricConfig) -> Self {
         SimCluster {
-            net: Rc::new(Net { sim, nodes, config }),
+            net: Rc::new(Net {
+                sim,
+                nodes,
+                config,
+                cut: RefCell::default(),
+            }),
         }
     }
 
@@ -132,6 +167,14 @@ impl SimCluster {
         }
     }
 
+    /// Cut the link between compute node `compute` and memory node `mem`,
+    /// both alive: from now on its verbs fail with `Unavailable`, those in
+    /// flight included, as over a connection reset by a middlebox or ended
+    /// by a silence bound. The memory node serves everyone else.
+    pub fn cut_link(&self, compute: ComputeNodeId, mem: MemNodeId) {
+        self.net.cut.borrow_mut().push((compute, mem));
+    }
+
     /// Active-link termination of `compute` on every memory node.
     pub fn revoke(&self, compute: ComputeNodeId) {
         for n in &self.net.nodes {
@@ -182,6 +225,15 @@ impl Fabric for SimFabric {
 type Results = Rc<RefCell<Vec<Option<Completion>>>>;
 
 impl SimQp {
+    fn target(&self) -> Target {
+        Target {
+            net: self.net.clone(),
+            mem: self.mem,
+            compute: self.compute,
+            key: self.key,
+        }
+    }
+
     fn delay(&self) -> u64 {
         let c = &self.net.config;
         self.net
@@ -199,8 +251,7 @@ impl SimQp {
         idx: usize,
         results: &Results,
     ) -> u64 {
-        let node = self.net.nodes[self.mem as usize].clone();
-        let (compute, key) = (self.compute, self.key);
+        let node = self.target();
         let buf: Rc<RefCell<Result<Bytes, VerbError>>> =
             Rc::new(RefCell::new(Ok(Bytes::with_capacity(len as usize))));
         let end = addr.saturating_add(len as u64);
@@ -214,7 +265,7 @@ impl SimQp {
             self.net.sim.schedule_at(t, move || {
                 let mut b = buf.borrow_mut();
                 if let Ok(bytes) = b.as_mut() {
-                    match node.execute(compute, key, &Verb::read(ca, clen)) {
+                    match node.execute(&Verb::read(ca, clen)) {
                         Ok(out) => bytes.extend_from_slice(&out.into_bytes()),
                         Err(e) => *b = Err(e),
                     }
@@ -247,13 +298,11 @@ impl SimQp {
         idx: usize,
         results: &Results,
     ) -> u64 {
-        let node = self.net.nodes[self.mem as usize].clone();
-        let (compute, key) = (self.compute, self.key);
+        let node = self.target();
         if addr + data.len() as u64 > node.size_bytes() {
             let results = results.clone();
             self.net.sim.schedule_at(t, move || {
-                results.borrow_mut()[idx] =
-                    Some(node.execute(compute, key, &Verb::Write { addr, data }));
+                results.borrow_mut()[idx] = Some(node.execute(&Verb::Write { addr, data }));
             });
             return t;
         }
@@ -270,9 +319,7 @@ impl SimQp {
             let ca = a;
             self.net.sim.schedule_at(t, move || {
                 if failed.get().is_none() {
-                    if let Err(e) =
-                        node.execute(compute, key, &Verb::write_slice(ca, &data[lo..hi]))
-                    {
+                    if let Err(e) = node.execute(&Verb::write_slice(ca, &data[lo..hi])) {
                         failed.set(Some(e));
                     }
                 }
@@ -319,10 +366,9 @@ impl QueuePair for SimQp {
                     t = self.schedule_torn_write(t, addr, data, idx, &results);
                 }
                 verb => {
-                    let node = self.net.nodes[self.mem as usize].clone();
-                    let (compute, key, results) = (self.compute, self.key, results.clone());
+                    let (node, results) = (self.target(), results.clone());
                     self.net.sim.schedule_at(t, move || {
-                        results.borrow_mut()[idx] = Some(node.execute(compute, key, &verb));
+                        results.borrow_mut()[idx] = Some(node.execute(&verb));
                     });
                 }
             }

@@ -311,6 +311,7 @@ fn apply(fw: &mut Firewall, t: &mut dyn Target, f: &Fault) -> Result<(), String>
             .map_err(io),
         Fault::Loss(pct) => loss(fw, shape.nodes, *pct).map_err(io),
         Fault::BlackholeConnects(n) => fw.blackhole_connects(addr_of(*n)).map_err(io),
+        Fault::Reset { a, b } => fw.reset(addr_of(*a), addr_of(*b)).map_err(io),
         Fault::Delay {
             only,
             ms,

@@ -142,6 +142,16 @@ impl Firewall {
         self.add(&format!("ip saddr {} ip daddr {} drop", l.from, l.to))
     }
 
+    /// Answer every TCP segment between `a` and `b` (either way) with a
+    /// reset, as a middlebox that dropped the flows' state does: open
+    /// streams die at both ends, new connects are refused.
+    pub fn reset(&mut self, a: Ipv4Addr, b: Ipv4Addr) -> io::Result<()> {
+        let rule =
+            |x, y| format!("ip saddr {x} ip daddr {y} meta l4proto tcp reject with tcp reset");
+        self.add(&rule(a, b))?;
+        self.add(&rule(b, a))
+    }
+
     /// Drop every packet between `a` and `b`, both ways.
     pub fn partition(&mut self, a: Ipv4Addr, b: Ipv4Addr) -> io::Result<()> {
         self.drop_one_way(Link { from: a, to: b })?;

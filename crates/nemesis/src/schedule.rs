@@ -46,6 +46,8 @@ pub enum Fault {
     Loss(u32),
     /// New connections to node `n` get no answer; open streams work.
     BlackholeConnects(usize),
+    /// Streams between `a` and `b` reset (both ends), connects refused.
+    Reset { a: usize, b: usize },
     /// Every chunk on the links of node `only` (of every node when `None`)
     /// held `ms` plus up to `jitter_ms`, by the run's proxy
     /// ([`crate::proxy`]): a node alive and slow, or a slow network.
@@ -126,6 +128,7 @@ impl fmt::Display for Fault {
             Fault::OneWay { from, to } => write!(f, "drop {from} -> {to}"),
             Fault::Loss(p) => write!(f, "{p}% loss between nodes"),
             Fault::BlackholeConnects(n) => write!(f, "blackhole connects to node {n}"),
+            Fault::Reset { a, b } => write!(f, "reset streams between {a} and {b}"),
             Fault::Delay {
                 only,
                 ms,
@@ -167,6 +170,7 @@ impl Fault {
             Fault::OneWay { .. } => "one-way",
             Fault::Loss(_) => "loss",
             Fault::BlackholeConnects(_) => "blackhole",
+            Fault::Reset { .. } => "reset",
             Fault::Delay { .. } => "delay",
             Fault::Slow { .. } => "slow",
             Fault::IsolateManager => "manager",

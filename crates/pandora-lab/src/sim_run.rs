@@ -146,6 +146,13 @@ pub struct Faults {
     /// node of `memory_failure` fails; it is recovered while every other
     /// compute node holds, from the live replicas only (docs/DESIGN.md §4.6).
     pub crash_in_memory_loss: Option<u16>,
+    /// Cut the link between compute node `.0` (0-based) and memory node
+    /// `.1` at `.2`, both alive, as a reset connection or a silence bound
+    /// ends it: the compute node's verbs there fail with `Unavailable`
+    /// while the membership has the memory node up. The compute node plays
+    /// its watchdog: `VERDICT_PATIENCE_NS` later it ends its incarnation
+    /// (stops, heartbeats too) and the membership recovers it.
+    pub cut_link: Option<(u16, u16, u64)>,
 }
 
 impl Faults {
@@ -183,6 +190,12 @@ impl Faults {
         }
         if let Some(n) = self.crash_in_memory_loss {
             f += &format!(" --crash-in-memory-loss {n}");
+        }
+        if let Some((n, m, at)) = self.cut_link {
+            f += &format!(
+                " --cut-link {n}:{m} --cut-at-ns {at} --detect-ns {}",
+                self.detect_ns
+            );
         }
         if self.recovery_bugs.ignore_lost_primaries {
             f += " --inject-bug ignore-lost-primaries";
@@ -270,6 +283,11 @@ impl SimConfig {
 
 /// Compute-node ids of recovery-coordinator attempts.
 const RC_NODE_BASE: u16 = 60_000;
+
+/// How long a compute node waits for the membership's verdict on a memory
+/// node it cannot reach before it ends its incarnation (the watchdog of
+/// `tandem compute-server`, scaled to simulated transactions of ~10 µs).
+pub const VERDICT_PATIENCE_NS: u64 = 30_000;
 
 /// Task tags: heartbeat senders and the failure detector.
 const HEARTBEAT_TAG: u32 = 20_000;
@@ -359,10 +377,14 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     if let Some((m, at)) = cfg.faults.memory_failure {
         w.lose_memory_node(m, at, &nodes, &tallies, &mut faults);
     }
+    if let Some((n, m, at)) = cfg.faults.cut_link {
+        w.cut_link(n, m, at, fd_timeout_ns, &tallies, &mut faults);
+    }
     sim.run();
     let clients_ns = sim.now_ns() - clients_start_ns;
     let node_done_ns = tallies.node_done_ns(clients_start_ns);
-    if cfg.faults.crash.is_some() || cfg.faults.crash_in_memory_loss.is_some() {
+    let f = &cfg.faults;
+    if f.crash.is_some() || f.crash_in_memory_loss.is_some() || f.cut_link.is_some() {
         faults.swept = w.sweep_untouched_strays();
     }
     let outcome = tallies.outcome(&cfg.workload);
@@ -634,7 +656,7 @@ impl<'a> World<'a> {
             nodes.views.push(node.memory_view().clone());
             let ids = self.admit(cn);
             nodes.ids.push(ids.clone());
-            if cfg.faults.crash.is_some() {
+            if cfg.faults.crash.is_some() || cfg.faults.cut_link.is_some() {
                 self.spawn_heartbeats(cn, fd_timeout_ns, tallies);
             }
             for k in 0..cfg.coordinators_per_node {
@@ -692,7 +714,8 @@ impl<'a> World<'a> {
         mut client: Client,
         tallies: &Rc<Tallies>,
     ) {
-        let faulty = self.cfg.faults.crash.is_some() || self.cfg.faults.memory_failure.is_some();
+        let f = &self.cfg.faults;
+        let faulty = f.crash.is_some() || f.memory_failure.is_some() || f.cut_link.is_some();
         let n = self.cfg.txs_per_coordinator;
         let (t, gate, h) = (tallies.clone(), self.gate.clone(), self.sim.handle());
         self.sim.spawn(cn as u32, async move {
@@ -775,6 +798,25 @@ impl<'a> World<'a> {
         }
         faults.window_commits = tallies.survivors_committed(&expected) - before;
         faults.window_ns = sim.now_ns() - crash_ns;
+    }
+
+    /// Cut compute node `n`'s link to memory node `m` at `at`, both alive.
+    /// Its commits that miss a write there wait for a verdict that never
+    /// comes; `VERDICT_PATIENCE_NS` later it ends its incarnation, and the
+    /// membership detects, fences and recovers it as after a crash.
+    fn cut_link(
+        &self,
+        n: u16,
+        m: u16,
+        at: u64,
+        fd_timeout_ns: u64,
+        tallies: &Rc<Tallies>,
+        faults: &mut FaultTally,
+    ) {
+        self.sim.run_until(at.max(self.sim.now_ns()));
+        self.cluster.cut_link(n + 1, m);
+        let end = self.sim.now_ns() + VERDICT_PATIENCE_NS;
+        self.crash_and_recover(n, end, fd_timeout_ns, tallies, faults);
     }
 
     /// Lose memory node `m` at `at`, run degraded for 60 µs, then
@@ -985,9 +1027,14 @@ impl MemoryLoss<'_> {
             self.cluster.revoke(v + 1);
         }
         self.cluster.nodes()[m as usize].fail();
-        // The membership service notices, pauses new transactions and lets
-        // in-flight ones decide for themselves (commit on live replicas or abort).
+        // The membership service notices, declares it failed, pauses new
+        // transactions and lets in-flight ones decide for themselves (commit
+        // on live replicas or abort); a commit that missed a write there
+        // waits for the declaration.
         sim.run_until(sim.now_ns() + 5_000);
+        for v in self.views {
+            v.declare_failed(m);
+        }
         self.drain();
         // Compute nodes recompute primaries and run on the surviving copies.
         for v in self.views {

@@ -235,6 +235,27 @@ fn cases() -> Vec<Case> {
             )
         },
     ));
+    v.push(sim(
+        "ack-missed-replica",
+        "sim_bank cut link",
+        200,
+        &["ack-on-live-replicas"],
+        move |s| {
+            let mut cfg = SimConfig::bank(Mode::Pandora, s);
+            cfg.txs_per_coordinator = 60;
+            let mut rng = Rng::new(s ^ 0xC07);
+            let (n, m) = (rng.below(2) as u16, rng.below(3) as u16);
+            cfg.faults.cut_link = Some((n, m, rng.range_inclusive(20_000, 120_000)));
+            cfg.faults.detect_ns = 20_000;
+            store(
+                BugSwitches {
+                    ack_missed_replica: true,
+                    ..b()
+                },
+                cfg,
+            )
+        },
+    ));
     let pandora_crash = |bugs: RecoveryBugs| move |s| recovery(bugs, crash_cfg(Mode::Pandora, s));
     v.push(sim(
         "skip-log-recovery",

@@ -29,7 +29,7 @@ use tandem_sim::Rng;
 use tandem_workloads::micro::{MicroClient, MicroLedger, MicroSpec};
 use tokio::sync::watch;
 
-use super::follow::{follow_memory, register_live, Gate, MemoryState};
+use super::follow::{follow_memory, overdue_verdict, register_live, Gate, MemoryState};
 use super::session::{new_incarnation, JoinError, MembershipSession, Stop, StopSignal};
 use super::wait::wait_for_listeners;
 use crate::runner::block_on_local;
@@ -48,6 +48,11 @@ pub struct ComputeServerConfig {
     pub seed: u64,
     /// How long to wait for the memory servers and the membership service.
     pub patience: Duration,
+    /// How long a memory server the membership has up may stay unreachable
+    /// (a commit waits for a verdict on it, or its link is down) before
+    /// this incarnation ends and recovery settles its commits
+    /// ([`overdue_verdict`]). Longer than the membership's memory timeout.
+    pub verdict_patience: Duration,
 }
 
 #[derive(Serialize, Debug)]
@@ -301,6 +306,12 @@ impl Server {
             let e = follower.await;
             stop_with(&stopper, Stop::Lost(e));
         });
+        let (stopper, c, patience) = (stop.clone(), compute.clone(), self.cfg.verdict_patience);
+        let overdue = tokio::task::spawn_local(async move {
+            let (m, why) = overdue_verdict(&c, patience).await;
+            let why = format!("memory server {m}, which the membership has up, unreachable for {patience:?} ({why}); its recovery settles the commits in doubt");
+            stop_with(&stopper, Stop::Fenced(why));
+        });
         let mut tasks = Vec::new();
         for (k, (client, &id)) in clients.into_iter().zip(&session.ids).enumerate() {
             let driver = Driver {
@@ -320,6 +331,7 @@ impl Server {
         }
         watcher.abort();
         conductor.abort();
+        overdue.abort();
         let end = match stop.borrow().clone() {
             Some(Stop::Fenced(why)) => End::Fenced(why),
             Some(Stop::Lost(why)) => {

@@ -187,6 +187,44 @@ pub async fn follow_memory(
     }
 }
 
+/// Wait until a memory server that the membership has not declared failed
+/// has been unreachable from this compute node for `patience`: a commit
+/// waits for a verdict on it (it missed a write there), or its data link is
+/// down. Which server, and why. The caller ends its incarnation: the server
+/// may be alive and the membership may never declare it, and only log
+/// recovery can then settle the waiting commits (docs/DESIGN.md §4.6).
+pub async fn overdue_verdict(
+    compute: &ComputeNode<TcpFabric>,
+    patience: Duration,
+) -> (MemNodeId, &'static str) {
+    let (fabric, view) = (compute.fabric(), compute.memory_view());
+    let servers = fabric.memory_nodes() as MemNodeId;
+    let mut since: Vec<Option<Instant>> = vec![None; servers as usize];
+    loop {
+        let awaited = view.awaited();
+        for m in 0..servers {
+            let why = if awaited & 1 << m != 0 {
+                Some("a commit missed its write there")
+            } else if !view.is_declared(m) && !fabric.queue_pair_connected(m) {
+                Some("its data link is down")
+            } else {
+                None
+            };
+            let first = &mut since[m as usize];
+            match (why, *first) {
+                (None, _) => *first = None,
+                (Some(_), None) => *first = Some(Instant::now()),
+                (Some(why), Some(t)) if t.elapsed() >= patience => return (m, why),
+                (Some(_), Some(_)) => {}
+            }
+        }
+        tokio::time::sleep(VERDICT_TICK).await;
+    }
+}
+
+/// How often [`overdue_verdict`] looks.
+const VERDICT_TICK: Duration = Duration::from_millis(20);
+
 /// How often a held compute node retries a connection, or repeats its answer.
 const RETRY: Duration = Duration::from_millis(50);
 
@@ -203,11 +241,13 @@ async fn apply(
     signal: &MemorySignal,
 ) -> Result<bool, String> {
     let (fabric, view) = (compute.fabric(), compute.memory_view());
+    // Declared failed: a commit that missed a write there may go on.
     let cut = |down: &BTreeSet<MemNodeId>| {
         for &m in down {
             if !view.is_down(m) && fabric.queue_pair_connected(m) {
                 fabric.cut(m);
             }
+            view.declare_failed(m);
         }
     };
     cut(&config.down);

@@ -22,8 +22,18 @@ pub(super) enum Purpose {
     Log,
     /// A validation read; the slot must be at this version and unlocked.
     Validate(u64),
-    /// The commit writes of write entry `i` to one replica.
-    Write(usize),
+    /// The commit writes of write entry `i` to replica memory node `.1`.
+    Write(usize, MemNodeId),
+}
+
+impl Purpose {
+    /// This purpose for a batch posted to memory node `m`.
+    fn at(self, m: MemNodeId) -> Purpose {
+        match self {
+            Purpose::Write(i, _) => Purpose::Write(i, m),
+            p => p,
+        }
+    }
 }
 
 pub(super) type Inflight<F> = Vec<(Purpose, Pending<F>)>;
@@ -194,7 +204,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
             };
             let batch = make(&mut self.c.arena, r, d);
             let p = self.c.post(nodes[r], batch);
-            inflight.push((purpose, p));
+            inflight.push((purpose.at(nodes[r]), p));
         }
     }
 
@@ -245,7 +255,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                     verdict = self.judge_validation(&r, version);
                 }
                 Purpose::Validate(_) => {}
-                Purpose::Write(_) => unreachable!("commit writes go out after validation"),
+                Purpose::Write(..) => unreachable!("commit writes go out after validation"),
             }
             self.c.arena.give(r);
         }
@@ -299,7 +309,7 @@ impl<'c, F: Fabric> Transaction<'c, F> {
                 a.batch_of([Verb::write(addr + KEY_OFF, data), version])
             };
             let live = self.live_mask(reps);
-            self.post_to_each(reps, live, body, write, Purpose::Write(i), inflight);
+            self.post_to_each(reps, live, body, write, Purpose::Write(i, 0), inflight);
         }
     }
 
@@ -324,19 +334,22 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         }
     }
 
-    /// Await the commit writes. An object none of whose replicas took its
-    /// write is lost with them: `Unavailable` (docs/DESIGN.md §4.6: a replica
-    /// that became unreachable mid-commit is not live).
+    /// Await the commit writes. A replica that did not take its write is
+    /// live no more only once the membership declares it failed
+    /// (docs/DESIGN.md §4.6); until then the commit waits for that verdict,
+    /// since recovery rolls back a transaction whose new version a live
+    /// replica lacks, and nothing would repair that replica. An object none
+    /// of whose replicas took its write is lost with them: `Unavailable`.
     async fn await_writes(&mut self, inflight: &mut Inflight<F>) -> Option<VerbError> {
-        let mut fatal = None;
+        let (mut fatal, mut missed) = (None, 0u64);
         for (purpose, p) in inflight.drain(..) {
             let r = p.await;
-            let Purpose::Write(i) = purpose else {
+            let Purpose::Write(i, m) = purpose else {
                 unreachable!("only commit writes are in flight")
             };
             match first_error(&r) {
                 None => self.writes[i].landed = true,
-                Some(VerbError::Unavailable) => {}
+                Some(VerbError::Unavailable) => missed |= 1 << m,
                 Some(e) => fatal = fatal.or(Some(e)),
             }
             self.c.arena.give(r);
@@ -344,7 +357,21 @@ impl<'c, F: Fabric> Transaction<'c, F> {
         if fatal.is_some() {
             return fatal;
         }
+        self.await_verdicts(missed).await;
         let lost = self.writes.iter().any(|w| w.dirty && !w.landed);
         lost.then_some(VerbError::Unavailable)
+    }
+
+    /// Wait until every memory node in `missed` is declared failed (a bug
+    /// switch skips the wait, as the commit did before).
+    async fn await_verdicts(&mut self, missed: u64) {
+        let skip = self.c.node.bugs.ack_missed_replica;
+        let mut left = if skip { 0 } else { missed };
+        while left != 0 {
+            let m = left.trailing_zeros() as MemNodeId;
+            left &= left - 1;
+            self.c.node.memory.verdict(m).await;
+        }
+        self.check_missed_declared(missed);
     }
 }

@@ -166,6 +166,23 @@ impl<F: Fabric> Transaction<'_, F> {
         }
     }
 
+    /// `ack-on-live-replicas`: a commit about to be acknowledged missed its
+    /// writes only at memory nodes the membership declared failed.
+    pub(super) fn check_missed_declared(&self, missed: u64) {
+        if !self.asserts() {
+            return;
+        }
+        let view = &self.c.node.memory;
+        let live = (0..64).find(|&m| missed & 1 << m != 0 && !view.is_declared(m));
+        assert!(
+            live.is_none(),
+            "ack-on-live-replicas: coordinator {} tx {} would acknowledge a commit whose write memory node {} missed, which is not declared failed",
+            self.c.id,
+            self.seq,
+            live.unwrap_or(0)
+        );
+    }
+
     /// `unlock-only-held`: the lock of write entry `i` is about to be released.
     pub(super) fn check_unlock_held(&self, i: usize) {
         if !self.asserts() {

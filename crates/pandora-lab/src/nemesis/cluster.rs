@@ -47,6 +47,10 @@ const COORDINATORS: u16 = 8;
 /// The membership's heartbeat and memory-probe timeouts (its defaults).
 pub const TIMEOUT_MS: u64 = 250;
 pub const MEMORY_TIMEOUT_MS: u64 = 500;
+/// A compute server ends its incarnation when a memory server the
+/// membership has up stays unreachable this long: thrice the time in which
+/// a dead one is declared failed.
+pub const VERDICT_PATIENCE_MS: u64 = 3 * MEMORY_TIMEOUT_MS;
 const MEMBERSHIP_PORT: u16 = 7300;
 const MEMORY_PORT: u16 = 7400;
 
@@ -234,9 +238,15 @@ impl Drop for Procs {
     }
 }
 
+/// A planted bug of the coordinators (compute servers), not the membership's.
+fn store_bug(name: &str) -> bool {
+    tandem_dkvs::BugSwitches::parse(name).is_ok()
+}
+
 impl Procs {
     /// Start the memory servers, the membership (it loads the store) and the
-    /// compute servers; `bugs` go to the membership (`--inject-bug`).
+    /// compute servers; `bugs` go to the membership (`--inject-bug`), but
+    /// the store's (`BugSwitches`), which go to the compute servers.
     pub fn start(
         exe: &Path,
         dir: &Path,
@@ -390,7 +400,7 @@ impl Procs {
                 .args(["--zookeeper", &zk.to_string()])
                 .args(["--zk-session-ms", &ZK_SESSION_MS.to_string()]);
         }
-        for b in bugs {
+        for b in bugs.iter().filter(|b| !store_bug(b)) {
             c.args(["--inject-bug", b]);
         }
         let mut child = c
@@ -428,8 +438,12 @@ impl Procs {
             .args(["--node", &node.to_string()])
             .args(["--coordinators", &COORDINATORS.to_string()])
             .args(["--duration", "86400", "--seed", &node.to_string()])
+            .args(["--verdict-patience-ms", &VERDICT_PATIENCE_MS.to_string()])
             .arg("--ledger")
             .arg(&ledger);
+        for b in self.bugs.iter().filter(|b| store_bug(b)) {
+            c.args(["--inject-bug", b]);
+        }
         let child = c
             .stdout(Stdio::null())
             .stderr(self.log(&format!("compute-{node}"))?)

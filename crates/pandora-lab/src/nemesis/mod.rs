@@ -42,7 +42,7 @@ use tandem_workloads::micro::{KeyChooser, MicroSpec};
 use cluster::{Membership, Procs, COMPUTE, FD_REPLICAS, KEYS, MEMORY, MEMORY_TIMEOUT_MS, REPLICAS};
 
 /// The fault classes Pandora takes (`--faults`).
-pub const CLASSES: [&str; 16] = [
+pub const CLASSES: [&str; 17] = [
     "isolate",
     "split",
     "one-way",
@@ -59,6 +59,7 @@ pub const CLASSES: [&str; 16] = [
     "delay",
     "slow",
     "zk-cut",
+    "reset",
 ];
 
 /// After a heal, every memory node must be up and every compute server
@@ -183,6 +184,10 @@ fn fault_of(class: &str, rng: &mut Rng) -> Fault {
         }
         "loss" => Fault::Loss(10 + 10 * rng.below(4) as u32),
         "blackhole" => Fault::BlackholeConnects(memory(rng)),
+        "reset" => Fault::Reset {
+            a: compute(rng),
+            b: memory(rng),
+        },
         "delay" => tandem_nemesis::schedule::delay(rng, COMPUTE + MEMORY),
         "slow" => tandem_nemesis::schedule::slow(rng, COMPUTE + MEMORY),
         "manager" => Fault::IsolateManager,
