@@ -37,7 +37,8 @@ pub struct NemesisArgs {
     /// Kite and ZAB are crash-stop here: no kill-all or recover, and at most two kills a schedule).
     /// Pandora takes isolate, split, one-way, loss, blackhole, manager, manager-cut (the membership
     /// cut from one memory server), manager-loss, suspect, pause, kill, kill-all (every compute
-    /// server), recover, and with --membership zookeeper zk-cut (ZooKeeper cut from a replica).
+    /// server), recover, delay, slow, reset (a compute server's streams to a memory server reset),
+    /// and with --membership zookeeper zk-cut (ZooKeeper cut from a replica).
     #[arg(long, default_value = "all")]
     faults: String,
     #[arg(long, default_value_t = 3)]

@@ -93,7 +93,10 @@ pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerRepor
     let who = format!("compute node {}", cfg.node);
     wait_for_listeners(&who, "memory server", &cfg.memory.addrs, cfg.patience)?;
     let server = Rc::new(Server {
-        memory: Rc::new(MemoryState::new(cfg.memory.clone())),
+        // A silent data link fails within a second, not the kernel's 15
+        // minutes; a memory server behind it that stays up ends the
+        // incarnation (`overdue_verdict`).
+        memory: Rc::new(MemoryState::new(cfg.memory.clone().bounding_silence())),
         cfg,
         layout,
         ledger,

@@ -84,11 +84,10 @@ impl TcpCluster {
     /// server has been silent for about a second with verbs outstanding
     /// ([`tandem_auth::dial::bound_silence`]): behind a partition or a
     /// blackhole their verbs fail with `Unavailable` instead of waiting for
-    /// the kernel's 15 minutes of retransmissions. Opt-in, and no Tandem
-    /// process opts in yet: Pandora's commit takes a replica whose writes
-    /// fail for a dead one and acknowledges the commit, and a replica behind
-    /// a partition is alive (docs/NEMESIS.md, "A silent data link to a live
-    /// replica").
+    /// the kernel's 15 minutes of retransmissions. Compute servers opt in:
+    /// a commit whose write failed at a memory server the membership has
+    /// up waits for its verdict, and the compute server ends its
+    /// incarnation when that is overdue (docs/DESIGN.md §4.6).
     pub fn bounding_silence(mut self) -> Self {
         self.bound_silence = true;
         self
