@@ -16,7 +16,7 @@ system = sys.argv[3]
 SYSTEMS = {
     "pandora": ("Real faults on Pandora's processes", "three `compute-server`s (micro, 200 keys), three `memory-server`s (two copies of each partition) and the membership",
                 "by `check-cluster` after every compute server is killed and recovered (replicas identical, no lock of a live coordinator, counters within the ledgers of acknowledged writes)",
-                "2,000 ms (two memory-probe timeouts and a second)", "every memory server up in the membership's configuration (a failed one replaced) and every compute server committing"),
+                "2,750 ms (a compute server's 1.5 s patience with a live memory server it cannot reach, the 250 ms heartbeat timeout, and a second)", "every memory server up in the membership's configuration (a failed one replaced) and every compute server committing"),
     "pandora-zk": ("Real faults on Pandora's processes, its failure detector replicated", "three `compute-server`s (micro, 200 keys), three `memory-server`s and three membership replicas keeping their state in ZooKeeper (`--membership zookeeper`; `zk-cut`: ZooKeeper cut from one replica)",
                    "by `check-cluster` after every compute server is killed and recovered",
                    "7,000 ms (the 4 s ZooKeeper session, two memory-probe timeouts and 2 s)", "every memory server up in the leader's configuration and every compute server committing"),

@@ -135,8 +135,28 @@ impl Drive<'_> {
             }
             o.heals.push(h);
             std::thread::sleep(self.settle);
+            self.whole_again(t, f, &mut o.violations);
         }
         Ok(o)
+    }
+
+    /// Before the next fault, wait until the cluster is whole: a fault's
+    /// effects may land after its heal (a server a lossy link got declared
+    /// failed late), and the next fault must not compound them beyond the
+    /// failures the system tolerates. Not whole within four bounds is a
+    /// liveness failure.
+    fn whole_again(&self, t: &mut dyn Target, f: &Fault, v: &mut Vec<String>) {
+        let start = Instant::now();
+        while !t.whole() {
+            if start.elapsed() > self.bound * 4 {
+                v.push(format!(
+                    "after `{f}`: the cluster was not whole again {} ms after the settle",
+                    start.elapsed().as_millis()
+                ));
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Operations per second completed over `window`.

@@ -63,10 +63,26 @@ pub const CLASSES: [&str; 17] = [
 ];
 
 /// After a heal, every memory node must be up and every compute server
-/// committing within this: a memory server's failure is declared after
-/// its probe timeout, then a replacement is filled and admitted; a fenced
-/// compute server comes back as a new incarnation.
-pub const RECOVERY_BOUND: Duration = Duration::from_millis(2 * MEMORY_TIMEOUT_MS + 1_000);
+/// committing within this, the longer of two paths and a second: a memory
+/// server's failure is declared after its probe timeout, then a
+/// replacement is filled and admitted (two probe timeouts); a compute
+/// server whose data link to a live memory server died just before the
+/// heal ends its incarnation after its patience, is declared failed after
+/// the heartbeat timeout, and comes back as a new incarnation.
+pub const RECOVERY_BOUND: Duration = Duration::from_millis(
+    max(
+        2 * MEMORY_TIMEOUT_MS,
+        cluster::VERDICT_PATIENCE_MS + cluster::TIMEOUT_MS,
+    ) + 1_000,
+);
+
+const fn max(a: u64, b: u64) -> u64 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
 /// With the replicated failure detector, a leader cut off from ZooKeeper
 /// is replaced only once its session expires, and the new leader gives the
 /// compute servers a grace to rejoin it.
