@@ -33,42 +33,56 @@ pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
         seed: 1,
     };
     println!("{} over 5 `tandem node` processes on loopback, {} sessions each, {} records{}{}, {} round(s) of {:.1} s per model", a.workload, cfg.clients_per_node, a.records, if a.uniform { " uniform" } else { " zipfian" }, if a.fsync { ", --fsync" } else { "" }, cfg.rounds, a.seconds);
-    let echo = crate::net_cmd::echo_rate(ECHO_WINDOW, a.seconds)?;
-    println!("runtime ceiling: echo between two processes {echo:.0} messages/s ({ECHO_WINDOW} in flight)");
+    let e = crate::net_cmd::echo_rate(ECHO_WINDOW, a.seconds)?;
+    let echo = e.messages_per_s;
+    println!("runtime ceiling: echo between two processes {echo:.0} messages/s ({ECHO_WINDOW} in flight), {:.0} ns of CPU per message", e.cpu_ns_per_message);
     let results = run_tcp_models(&cfg, &models, |m, r, ops| {
         eprintln!("  round {}: {m}: {ops:.0} ops/s", r + 1)
     })?;
     let _ = std::fs::remove_dir_all(&cfg.dir);
-    print_table(&results, echo);
+    print_table(&results, &e);
     if let Some(p) = &a.json {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         write_json(
             p,
-            &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "tcp", "records": a.records, "uniform": a.uniform, "fsync": a.fsync, "clients_per_node": cfg.clients_per_node, "seconds": a.seconds, "rounds": cfg.rounds, "cores": cores, "echo_messages_per_s": echo, "models": results }),
+            &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "tcp", "records": a.records, "uniform": a.uniform, "fsync": a.fsync, "clients_per_node": cfg.clients_per_node, "seconds": a.seconds, "rounds": cfg.rounds, "cores": cores, "echo_messages_per_s": echo, "echo_cpu_ns_per_message": e.cpu_ns_per_message, "models": results }),
         )?;
     }
     Ok(())
 }
 
-fn print_table(results: &[TcpModelResult], echo: f64) {
+fn print_table(results: &[TcpModelResult], echo: &crate::net_cmd::EchoRun) {
     println!(
-        "{:<16} {:>10} {:>8} {:>8} {:>12} {:>9} {:>10} {:>10}",
-        "model", "ops/s", "vs l-s", "msg/op", "msgs/s", "vs echo", "msg/write", "cpu us/op"
+        "{:<16} {:>10} {:>8} {:>8} {:>12} {:>9} {:>10} {:>10} {:>11} {:>9}",
+        "model",
+        "ops/s",
+        "vs l-s",
+        "msg/op",
+        "msgs/s",
+        "vs echo",
+        "msg/write",
+        "cpu us/op",
+        "cpu ns/msg",
+        "vs echo"
     );
     for r in results {
         println!(
-            "{:<16} {:>10.0} {:>8.2} {:>8.2} {:>12.0} {:>8.1}% {:>10.1} {:>10.1}",
+            "{:<16} {:>10.0} {:>8.2} {:>8.2} {:>12.0} {:>8.1}% {:>10.1} {:>10.1} {:>11.0} {:>8.1}x",
             r.model,
             r.throughput_ops,
             r.normalized.unwrap_or(f64::NAN),
             r.messages_per_op,
             r.messages_per_s,
-            100.0 * r.messages_per_s / echo,
+            100.0 * r.messages_per_s / echo.messages_per_s,
             r.messages_per_write,
-            r.node_cpu_us_per_op
+            r.node_cpu_us_per_op,
+            r.node_cpu_ns_per_message,
+            r.node_cpu_ns_per_message / echo.cpu_ns_per_message
         );
     }
     println!(
-        "(msgs/s: protocol messages between nodes; client requests and replies are not counted)"
+        "(msgs/s: protocol messages between nodes; client requests and replies are not counted; \
+         cpu ns/msg: the nodes' CPU per peer message received or client request taken, beside \
+         the echo's CPU per message, two processes and one link, not the same shape)"
     );
 }

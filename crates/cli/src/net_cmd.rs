@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use tandem_net::echo::{Echo, EchoFactory};
 use tandem_net::host::{self, HostConfig};
+use tandem_net::procstat::cpu_seconds;
 
 use crate::args::{parse_addrs, write_json};
 
@@ -87,23 +88,33 @@ pub fn run(a: NetArgs) -> Result<(), String> {
 }
 
 fn echo(a: EchoArgs) -> Result<(), String> {
-    let rate = echo_rate(a.window, a.seconds)?;
+    let e = echo_rate(a.window, a.seconds)?;
     println!(
-        "echo between two processes: {rate:.0} messages/s ({} in flight)",
-        a.window
+        "echo between two processes: {:.0} messages/s ({} in flight), {:.0} ns of CPU per message",
+        e.messages_per_s, a.window, e.cpu_ns_per_message
     );
     if let Some(p) = &a.json {
         write_json(
             p,
-            &serde_json::json!({ "system": "net", "window": a.window, "messages_per_s": rate }),
+            &serde_json::json!({ "system": "net", "window": a.window, "messages_per_s": e.messages_per_s, "cpu_ns_per_message": e.cpu_ns_per_message }),
         )?;
     }
     Ok(())
 }
 
+/// What [`echo_rate`] measured.
+#[derive(Clone, Copy, Debug)]
+pub struct EchoRun {
+    pub messages_per_s: f64,
+    /// CPU both processes used (user and system, from /proc) per message
+    /// received, in ns.
+    pub cpu_ns_per_message: f64,
+}
+
 /// Messages per second two processes bounce through the runtime, with
-/// `window` in flight, measured for `seconds` after a warm-up.
-pub fn echo_rate(window: u64, seconds: f64) -> Result<f64, String> {
+/// `window` in flight, measured for `seconds` after a warm-up, and the CPU
+/// they spent on each.
+pub fn echo_rate(window: u64, seconds: f64) -> Result<EchoRun, String> {
     let dir = std::env::temp_dir().join(format!("tandem-echo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let l0 = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
@@ -138,10 +149,12 @@ pub fn echo_rate(window: u64, seconds: f64) -> Result<f64, String> {
     .map_err(|e| e.to_string())?;
     // Warm up, then measure.
     std::thread::sleep(Duration::from_millis(500));
-    let (start, before) = (Instant::now(), received.load(Ordering::Relaxed));
+    let cpu = || cpu_seconds(child.id()) + cpu_seconds(std::process::id());
+    let (start, before, cpu0) = (Instant::now(), received.load(Ordering::Relaxed), cpu());
     std::thread::sleep(Duration::from_secs_f64(seconds));
     let msgs = 2 * (received.load(Ordering::Relaxed) - before);
     let rate = msgs as f64 / start.elapsed().as_secs_f64();
+    let cpu_ns_per_message = 1e9 * (cpu() - cpu0) / (msgs as f64).max(1.0);
     node.stop();
     let _ = child.kill();
     let _ = child.wait();
@@ -149,5 +162,8 @@ pub fn echo_rate(window: u64, seconds: f64) -> Result<f64, String> {
     if msgs == 0 {
         return Err("no message came back: the echo peer did not start".into());
     }
-    Ok(rate)
+    Ok(EchoRun {
+        messages_per_s: rate,
+        cpu_ns_per_message,
+    })
 }

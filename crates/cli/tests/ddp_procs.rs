@@ -631,12 +631,14 @@ fn the_tcp_bench_measures_models_on_processes_beside_the_echo_ceiling() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(v["echo_messages_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["echo_cpu_ns_per_message"].as_f64().unwrap() > 0.0, "{v}");
     let models = v["models"].as_array().unwrap();
     assert_eq!(models.len(), 3, "{v}");
     for m in models {
         assert!(m["throughput_ops"].as_f64().unwrap() > 0.0, "{m}");
         assert!(m["messages_per_s"].as_f64().unwrap() > 0.0, "{m}");
         assert!(m["node_cpu_us_per_op"].as_f64().unwrap() > 0.0, "{m}");
+        assert!(m["node_cpu_ns_per_message"].as_f64().unwrap() > 0.0, "{m}");
     }
     assert_eq!(models[0]["normalized"].as_f64(), Some(1.0));
     // --fsync: persists complete only after the syncer thread flushed them (group commit).

@@ -48,6 +48,10 @@ pub struct TcpModelResult {
     pub messages_per_write: f64,
     /// CPU the five node processes used per request, in µs.
     pub node_cpu_us_per_op: f64,
+    /// CPU the five node processes used per message they handled (peer
+    /// messages received and client requests), in ns: comparable with
+    /// the runtime's echo, whose processes only receive and answer.
+    pub node_cpu_ns_per_message: f64,
     pub rounds_ops: Vec<f64>,
 }
 
@@ -58,6 +62,8 @@ struct Sample {
     msgs: f64,
     client_msgs: f64,
     writes: f64,
+    /// Peer messages received and client requests taken by the nodes.
+    handled: f64,
     cpu: f64,
     secs: f64,
 }
@@ -98,6 +104,7 @@ fn sample(cfg: &TcpBenchConfig, model: Model, round: u32) -> Result<Sample, Stri
         msgs: (s1.sent - s0.sent) as f64,
         client_msgs: ((s1.requests + s1.replies) - (s0.requests + s0.replies)) as f64,
         writes: (s1.peer_writes - s0.peer_writes) as f64,
+        handled: ((s1.received + s1.requests) - (s0.received + s0.requests)) as f64,
         cpu: c1 - c0,
         secs,
     })
@@ -121,6 +128,7 @@ fn summarize(model: Model, samples: &[Sample]) -> TcpModelResult {
         client_messages_per_s: per(|s| s.client_msgs / s.secs),
         messages_per_write: total(|s| s.msgs) / total(|s| s.writes).max(1.0),
         node_cpu_us_per_op: 1e6 * total(|s| s.cpu) / ops,
+        node_cpu_ns_per_message: 1e9 * total(|s| s.cpu) / total(|s| s.handled).max(1.0),
         rounds_ops: samples.iter().map(|s| s.ops / s.secs).collect(),
     }
 }
