@@ -39,10 +39,18 @@ struct Inner {
 
 /// The commits waiting for a verdict: how many per memory node, and whom
 /// to wake.
-#[derive(Default)]
 struct Waiting {
-    count: Vec<u32>,
+    count: [u32; 64],
     wakers: Vec<Waker>,
+}
+
+impl Default for Waiting {
+    fn default() -> Self {
+        Waiting {
+            count: [0; 64],
+            wakers: Vec::new(),
+        }
+    }
 }
 
 impl MemoryView {
@@ -122,9 +130,6 @@ impl Future for Verdict {
             w.wakers.push(cx.waker().clone());
         }
         if !self.counted {
-            if w.count.len() <= node {
-                w.count.resize(node + 1, 0);
-            }
             w.count[node] += 1;
             drop(w);
             self.counted = true;
