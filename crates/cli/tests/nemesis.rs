@@ -525,16 +525,11 @@ fn compute_logs(dir: &std::path::Path) -> String {
 /// Pandora's commit on a link a middlebox resets (`reset`): the memory
 /// server stays up for the membership, so a commit that missed its write
 /// there waits for a verdict, and the compute server ends its incarnation
-/// when it is overdue. Two schedules of three resets pass. The old rule
-/// (`ack-missed-replica`: a failed write is a dead replica) acknowledges
-/// such commits, and recovery rolls some back: caught in three of eight
-/// schedules here, so schedules one at a time until one does, at most six.
-/// A memory server killed (`kill`, full tier) is declared failed at once,
-/// which hides it.
+/// when it is overdue. Two schedules of three resets pass, and an
+/// incarnation ends on a reset link.
 #[test]
-fn pandora_acknowledging_a_commit_a_live_replica_missed_is_caught_by_resets_not_by_kills() {
-    let resets = ["--faults", "reset", "--faults-per-schedule", "3"];
-    let args = [&["--system", "pandora", "--schedules", "2"][..], &resets].concat();
+fn pandora_survives_resets_by_ending_the_incarnation() {
+    let args = [&["--system", "pandora", "--schedules", "2"][..], &RESETS].concat();
     let dir = std::env::temp_dir().join(format!("tandem-nemesis-reset-{}", std::process::id()));
     let (ok, text) = nemesis_in(&args, &dir);
     let logs = compute_logs(&dir);
@@ -544,27 +539,40 @@ fn pandora_acknowledging_a_commit_a_live_replica_missed_is_caught_by_resets_not_
         logs.contains("unreachable for"),
         "no compute server ended its incarnation on a reset link:\n{text}"
     );
+}
+
+const RESETS: [&str; 4] = ["--faults", "reset", "--faults-per-schedule", "3"];
+
+/// The old rule (`ack-missed-replica`: a failed write is a dead replica)
+/// acknowledges commits a live replica missed, and recovery rolls some
+/// back; a later write to the same key on both replicas hides the rest.
+/// Caught in three of eight schedules alone here, but in none of six in a
+/// full-suite run; the simulation test
+/// `a_commit_that_missed_a_live_replica_waits_for_the_verdict`
+/// (crates/pandora-lab/tests/sim_bank.rs) catches it at once and is the
+/// gate. A memory server killed (`kill`) is declared failed, which hides it.
+#[test]
+#[ignore = "probabilistic: three schedules of eight catch it when run alone; run with --ignored"]
+fn pandora_acknowledging_a_commit_a_live_replica_missed_is_caught_by_resets_not_by_kills() {
     let bug = "ack-missed-replica";
     let caught = |t: &str| t.contains("acknowledged writes allow") || t.contains(" != replica");
-    let text = (1..=6).find_map(|seed: u32| {
+    let text = (1..=8).find_map(|seed: u32| {
         let seed = seed.to_string();
         let args = [
             &["--system", "pandora", "--inject-bug", bug, "--seed", &seed][..],
             &["--schedules", "1"],
-            &resets,
+            &RESETS,
         ]
         .concat();
-        let (ok, text) = nemesis(&args, "tandem-nemesis-pandora-ack");
+        let (ok, text) = alone(|| nemesis(&args, "tandem-nemesis-pandora-ack"));
         (!ok && caught(&text)).then_some(text)
     });
-    text.expect("six schedules of resets did not catch ack-missed-replica");
-    if full() {
-        let (_, text) = planted("pandora", bug, "kill", 1, 3);
-        assert!(
-            !caught(&text),
-            "kill -9 alone should not expose it:\n{text}"
-        );
-    }
+    text.expect("eight schedules of resets did not catch ack-missed-replica");
+    let (_, text) = planted("pandora", bug, "kill", 1, 3);
+    assert!(
+        !caught(&text),
+        "kill -9 alone should not expose it:\n{text}"
+    );
 }
 
 /// Pandora with its failure detector replicated over ZooKeeper: the leading
