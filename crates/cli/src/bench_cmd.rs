@@ -95,6 +95,10 @@ pub struct BenchArgs {
     /// On a lock held by another coordinator: abort, or stall until it is released or stealable.
     #[arg(long, default_value = "abort")]
     on_stray: OnStray,
+    /// Skip the floor (recording the warm-up's verbs and posting them again
+    /// raw after the run), and so the protocol overhead.
+    #[arg(long)]
+    no_floor: bool,
     /// Write results as JSON.
     #[arg(long)]
     json: Option<String>,
@@ -212,6 +216,7 @@ pub fn print_run(r: &RunResult) {
             None => "skipped",
         }
     );
+    print_cpu(r);
     if !r.committed_by_type.is_empty() {
         let total: u64 = r.committed_by_type.values().sum::<u64>().max(1);
         let mix: Vec<String> = r
@@ -238,6 +243,23 @@ pub fn print_run(r: &RunResult) {
     }
 }
 
+/// CPU per committed transaction, its floor and their ratio.
+fn print_cpu(r: &RunResult) {
+    let Some(cpu) = r.cpu_ns_per_commit else {
+        return;
+    };
+    match &r.floor {
+        Some(f) => eprintln!(
+            "    cpu/commit {cpu:>7.0} ns   floor {:>6.0} ns ({:.2} verbs at {:.0} ns)   protocol overhead {:>5.2}x",
+            f.cpu_ns_per_commit,
+            f.verbs_per_commit,
+            f.cpu_ns_per_verb,
+            r.protocol_overhead.unwrap_or(f64::NAN)
+        ),
+        None => eprintln!("    cpu/commit {cpu:>7.0} ns"),
+    }
+}
+
 pub fn bench(a: BenchArgs) -> Result<(), String> {
     let stores = parse_stores(&a.store)?;
     let workload = workload_from(&a.workload, &a)?;
@@ -255,6 +277,7 @@ pub fn bench(a: BenchArgs) -> Result<(), String> {
     }
     template.heartbeat_timeout = Duration::from_secs_f64(a.heartbeat_timeout_ms / 1e3);
     template.on_stray = a.on_stray;
+    template.floor = !a.no_floor;
     template.validate()?;
     let layout = Layout::new(&template.store_config())?;
     let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
@@ -796,6 +819,7 @@ fn recovery_config(a: &RecoveryArgs) -> Result<RunConfig, String> {
         no_check: false,
         heartbeat_timeout_ms: a.timeout_ms,
         on_stray: a.on_stray,
+        no_floor: true,
         json: None,
     };
     let workload = workload_from(&a.workload, &wl)?;

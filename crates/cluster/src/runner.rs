@@ -26,6 +26,7 @@ use tandem_dkvs::{
     BugSwitches, ComputeNode, Coordinator, CoordinatorStats, FailedIds, Layout, MemoryView, Mode,
     OnStray, StoreConfig, TxError,
 };
+use tandem_fabric::trace::{Recorder, Trace, TraceHandle};
 use tandem_fabric::Fabric;
 use tandem_membership::{Command, Event, Membership, MembershipConfig, NodeStatus};
 use tandem_sim::Rng;
@@ -33,8 +34,11 @@ use tandem_sim::Rng;
 use crate::backend::{AnyFabric, Backend};
 use crate::workload::{Client, Outcome, OutcomeHandle, WorkloadSpec};
 
+mod cpu;
 pub mod occupancy;
 mod steps;
+
+pub use cpu::Floor;
 pub use steps::run;
 
 /// Node id under which the membership service itself joins (its recovery
@@ -169,6 +173,9 @@ pub struct RunConfig {
     pub reclaim: bool,
     /// Sample table occupancy this often (in-process fabric only).
     pub occupancy_every: Option<Duration>,
+    /// Measure the floor: record the compute threads' verbs during the
+    /// warm-up and, after the check, post them again raw (`RunResult::floor`).
+    pub floor: bool,
 }
 
 impl RunConfig {
@@ -196,6 +203,7 @@ impl RunConfig {
             on_stray: OnStray::Abort,
             reclaim: true,
             occupancy_every: None,
+            floor: false,
         }
     }
 
@@ -349,6 +357,14 @@ pub struct RunResult {
     pub throughput_tps: f64,
     pub latency_us: Latency,
     pub verbs_per_commit: f64,
+    /// CPU time of the compute threads over the measured interval, per
+    /// committed transaction (thread CPU clocks; `None` if a compute thread
+    /// ended inside the interval).
+    pub cpu_ns_per_commit: Option<f64>,
+    /// The same transactions' verbs posted raw on the same fabric
+    /// (`RunConfig::floor`), and `cpu_ns_per_commit` over it.
+    pub floor: Option<Floor>,
+    pub protocol_overhead: Option<f64>,
     pub aborts_by_reason: BTreeMap<String, u64>,
     /// SmallBank, TATP, TPC-C: acknowledged commits per transaction type over
     /// the whole run (warm-up included), and application rollbacks.
@@ -440,6 +456,8 @@ struct ThreadResult {
     stats: CoordinatorStats,
     outcome: Outcome,
     errors: Vec<String>,
+    /// The verbs recorded for the floor (`RunConfig::floor`).
+    trace: Option<Trace>,
 }
 
 /// Timestamps the membership thread records while handling one node's failure.
@@ -575,8 +593,13 @@ async fn drive<F: Fabric>(
     ids: Vec<u16>,
     seed: u64,
     failed: FailedIds,
+    record: bool,
 ) -> ThreadResult {
     let at_post = fabric.executes_at_post();
+    let (fabric, trace) = Recorder::new(fabric, cpu::FLOOR_TRACE_VERBS);
+    if record {
+        trace.start();
+    }
     let node = ComputeNode::with_memory_view(
         fabric,
         &store,
@@ -605,6 +628,7 @@ async fn drive<F: Fabric>(
             errors: errors.clone(),
             unlocking: unlocking.clone(),
             failed: failed.clone(),
+            trace: trace.clone(),
             cn,
             id,
             at_post,
@@ -633,6 +657,7 @@ async fn drive<F: Fabric>(
         stats,
         outcome,
         errors,
+        trace: record.then(|| trace.take()),
     }
 }
 
@@ -663,6 +688,8 @@ struct CoordinatorTask {
     errors: Rc<RefCell<Vec<String>>>,
     unlocking: Rc<RefCell<Vec<tokio::task::JoinHandle<()>>>>,
     failed: FailedIds,
+    /// Counts the commits made while the floor's trace records.
+    trace: TraceHandle,
     /// Its compute node (0-based) and coordinator id.
     cn: u16,
     id: u16,
@@ -743,6 +770,11 @@ impl CoordinatorTask {
     fn tally(&self, r: Result<bool, TxError>, t0: Instant, hist: &mut Histogram<u64>) -> bool {
         let (ctl, cn) = (&self.ctl, self.cn as usize);
         let measuring = ctl.measuring.load(Ordering::Relaxed);
+        if measuring {
+            self.trace.stop();
+        } else if matches!(r, Ok(true)) {
+            self.trace.commit();
+        }
         match r {
             Ok(true) if measuring => {
                 ctl.committed.fetch_add(1, Ordering::Relaxed);

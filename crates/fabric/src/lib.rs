@@ -26,6 +26,7 @@ mod region;
 pub mod shm;
 pub mod sim;
 pub mod tcp;
+pub mod trace;
 
 mod verb;
 

@@ -11,6 +11,7 @@
 //! flight on the fabric) stay in the queue, exactly as posted RDMA work
 //! requests outlive the process that posted them.
 
+pub mod cpu;
 mod executor;
 mod oneshot;
 mod queue;

@@ -67,6 +67,8 @@ struct Measured {
     timeline_counts: Vec<u64>,
     memory_failure: Option<MemoryFailureTimeline>,
     occupancy: Vec<occupancy::Occupancy>,
+    /// The compute threads' CPU ns over the interval.
+    cpu_ns: Option<u64>,
 }
 
 /// What the compute threads left.
@@ -75,6 +77,7 @@ struct Drained {
     stats: CoordinatorStats,
     outcome: Outcome,
     errors: Vec<String>,
+    traces: Vec<Trace>,
 }
 
 /// One run in progress.
@@ -189,6 +192,7 @@ impl<'a> Run<'a> {
         );
         let (ctl, spec) = (self.ctl.clone(), self.cfg.workload.clone());
         let (failed, seed) = (self.failed.clone(), self.cfg.seed);
+        let record = self.cfg.floor;
         let compute = std::thread::Builder::new()
             .name(format!("compute-{node}"))
             .spawn(move || {
@@ -202,10 +206,10 @@ impl<'a> Run<'a> {
                         .map_err(|_| format!("compute node {node} was not admitted"))?;
                     Ok(match fabric {
                         AnyFabric::Inline(f) => {
-                            drive(f, store, layout, ctl, spec, cn, ids, seed, failed).await
+                            drive(f, store, layout, ctl, spec, cn, ids, seed, failed, record).await
                         }
                         AnyFabric::Tcp(f) => {
-                            drive(f, store, layout, ctl, spec, cn, ids, seed, failed).await
+                            drive(f, store, layout, ctl, spec, cn, ids, seed, failed, record).await
                         }
                     })
                 })
@@ -246,6 +250,7 @@ impl<'a> Run<'a> {
     /// recovered nodes back, print progress; then wait for recoveries
     /// under way and stop the clients.
     fn measure(&mut self) -> Result<Measured, String> {
+        let mut cpu = cpu::CpuWindow::open(&self.threads);
         self.ctl.measuring.store(true, Ordering::SeqCst);
         self.start = Instant::now();
         self.start_ns = self.ctl.now_ns();
@@ -283,6 +288,7 @@ impl<'a> Run<'a> {
             }
         }
         self.ctl.measuring.store(false, Ordering::SeqCst);
+        let cpu_ns = cpu.close(&self.threads);
         let elapsed = self.secs();
         let timeline_counts = sampler
             .join()
@@ -300,6 +306,7 @@ impl<'a> Run<'a> {
             timeline_counts,
             memory_failure,
             occupancy,
+            cpu_ns,
         })
     }
 
@@ -503,6 +510,7 @@ impl<'a> Run<'a> {
             stats: CoordinatorStats::default(),
             outcome: Outcome::empty(&self.cfg.workload),
             errors: Vec::new(),
+            traces: Vec::new(),
         };
         let declared: Vec<u16> = self.failure_logs.lock().unwrap().keys().copied().collect();
         for (cn, t) in self.threads.drain(..) {
@@ -512,6 +520,7 @@ impl<'a> Run<'a> {
             d.hist.add(&r.hist).expect("same bounds");
             d.stats.merge(&r.stats);
             d.outcome.merge(&r.outcome);
+            d.traces.extend(r.trace);
             if !declared.contains(&(cn + 1)) {
                 d.errors.extend(r.errors);
             }
@@ -666,6 +675,12 @@ impl<'a> Run<'a> {
         } else {
             (None, Vec::new())
         };
+        let floor = cpu::floor(self.backend, std::mem::take(&mut d.traces))?;
+        let cpu_ns_per_commit = m.cpu_ns.map(|ns| ns as f64 / committed.max(1) as f64);
+        let protocol_overhead = match (cpu_ns_per_commit, &floor) {
+            (Some(c), Some(f)) => Some(c / f.cpu_ns_per_commit),
+            _ => None,
+        };
         let ledger = d.outcome.ledger();
         Ok(RunResult {
             store: cfg.mode.to_string(),
@@ -685,6 +700,9 @@ impl<'a> Run<'a> {
                 mean: d.hist.mean(),
             },
             verbs_per_commit: d.stats.verbs as f64 / d.stats.committed.max(1) as f64,
+            cpu_ns_per_commit,
+            floor,
+            protocol_overhead,
             aborts_by_reason: d
                 .stats
                 .aborts_by_reason
