@@ -29,25 +29,95 @@ use crate::{Fabric, QueuePair};
 /// transactions it committed meanwhile.
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
-    pub lanes: Vec<Vec<Posted>>,
+    pub lanes: Vec<Lane>,
     pub commits: u64,
 }
 
-/// One recorded batch: where it went, and whether it began a group.
-#[derive(Clone, Debug)]
+/// One lane's batches, stored flat (a replay streams them in order, as a
+/// poster reads its own work queue, with no pointer to chase per verb).
+#[derive(Clone, Debug, Default)]
+pub struct Lane {
+    pub batches: Vec<Posted>,
+    verbs: Vec<Recorded>,
+    /// The bytes of every write, back to back.
+    data: Vec<u8>,
+}
+
+/// One recorded batch: where it went, whether it began a group, and its
+/// verbs (`verbs[first..first + count]` of its lane).
+#[derive(Clone, Copy, Debug)]
 pub struct Posted {
     pub mem: MemNodeId,
-    pub batch: Batch,
     pub opens_group: bool,
+    first: u32,
+    count: u32,
+}
+
+/// A verb, its write's bytes kept in the lane's `data`.
+#[derive(Clone, Copy, Debug)]
+enum Recorded {
+    Read { addr: u64, len: u32 },
+    Write { addr: u64, at: u32, len: u32 },
+    Cas { addr: u64, expected: u64, new: u64 },
+    Faa { addr: u64, add: u64 },
+}
+
+impl Lane {
+    fn push(&mut self, mem: MemNodeId, opens_group: bool, batch: &Batch) {
+        let first = self.verbs.len() as u32;
+        for v in batch {
+            let r = match v {
+                Verb::Read { addr, len } => Recorded::Read { addr: *addr, len: *len },
+                Verb::Write { addr, data } => {
+                    let at = self.data.len() as u32;
+                    self.data.extend_from_slice(data);
+                    Recorded::Write {
+                        addr: *addr,
+                        at,
+                        len: data.len() as u32,
+                    }
+                }
+                Verb::Cas { addr, expected, new } => Recorded::Cas {
+                    addr: *addr,
+                    expected: *expected,
+                    new: *new,
+                },
+                Verb::Faa { addr, add } => Recorded::Faa { addr: *addr, add: *add },
+            };
+            self.verbs.push(r);
+        }
+        self.batches.push(Posted {
+            mem,
+            opens_group,
+            first,
+            count: batch.len() as u32,
+        });
+    }
+
+    /// Batch `b` again, built in the arena (its writes' bytes copied).
+    fn rebuild(&self, b: &Posted, arena: &mut VerbArena) -> Batch {
+        let mut batch = arena.batch();
+        let verbs = &self.verbs[b.first as usize..(b.first + b.count) as usize];
+        for v in verbs {
+            batch.push(match *v {
+                Recorded::Read { addr, len } => Verb::Read { addr, len },
+                Recorded::Write { addr, at, len } => {
+                    arena.write(addr, &self.data[at as usize..(at + len) as usize])
+                }
+                Recorded::Cas { addr, expected, new } => Verb::Cas { addr, expected, new },
+                Recorded::Faa { addr, add } => Verb::Faa { addr, add },
+            });
+        }
+        batch
+    }
 }
 
 impl Trace {
     pub fn verbs(&self) -> u64 {
-        let batch_verbs = |l: &Vec<Posted>| -> usize { l.iter().map(|p| p.batch.len()).sum() };
-        self.lanes.iter().map(batch_verbs).sum::<usize>() as u64
+        self.lanes.iter().map(|l| l.verbs.len() as u64).sum()
     }
     pub fn batches(&self) -> u64 {
-        self.lanes.iter().map(|l| l.len() as u64).sum()
+        self.lanes.iter().map(|l| l.batches.len() as u64).sum()
     }
 }
 
@@ -93,15 +163,11 @@ impl TraceHandle {
         let mut t = r.trace.borrow_mut();
         let mut completed = r.completed.borrow_mut();
         if t.lanes.len() <= lane {
-            t.lanes.resize_with(lane + 1, Vec::new);
+            t.lanes.resize_with(lane + 1, Lane::default);
             completed.resize(lane + 1, true);
         }
         let opens_group = std::mem::replace(&mut completed[lane], false);
-        t.lanes[lane].push(Posted {
-            mem,
-            batch: batch.clone(),
-            opens_group,
-        });
+        t.lanes[lane].push(mem, opens_group, batch);
         r.verbs.set(r.verbs.get() + batch.len());
         if r.verbs.get() >= r.cap_verbs {
             r.on.set(false);
@@ -234,14 +300,15 @@ pub async fn replay<F: Fabric>(fabric: &F, trace: Rc<Trace>, passes: u32) -> u64
             let mut verbs = 0u64;
             let mut group = Vec::new();
             for _ in 0..passes {
-                let posts = &trace.lanes[lane];
+                let l = &trace.lanes[lane];
+                let posts = &l.batches;
                 let mut i = 0;
                 while i < posts.len() {
                     let end = (i + 1..posts.len())
                         .find(|&j| posts[j].opens_group)
                         .unwrap_or(posts.len());
                     for p in &posts[i..end] {
-                        let raw = rebuild(&p.batch, &mut arena);
+                        let raw = l.rebuild(p, &mut arena);
                         verbs += raw.len() as u64;
                         group.push(qps[p.mem as usize].post_in(raw, &mut arena));
                     }
@@ -259,18 +326,6 @@ pub async fn replay<F: Fabric>(fabric: &F, trace: Rc<Trace>, passes: u32) -> u64
         verbs += r.expect("a replay lane panicked");
     }
     verbs
-}
-
-/// A copy of `batch` from the arena's buffers.
-fn rebuild(batch: &Batch, arena: &mut VerbArena) -> Batch {
-    let mut b = arena.batch();
-    for v in batch {
-        b.push(match v {
-            Verb::Write { addr, data } => arena.write(*addr, data),
-            other => other.clone(),
-        });
-    }
-    b
 }
 
 #[cfg(test)]
@@ -308,8 +363,8 @@ mod tests {
         now(lane1[0].post(batch![Verb::faa(16, 100)]));
         let t = h.take();
         assert_eq!((t.lanes.len(), t.verbs(), t.batches(), t.commits), (2, 5, 4, 1));
-        assert_eq!(t.lanes[0][0].mem, 1, "lane 0 posted to memory node 1 first");
-        let groups: Vec<bool> = t.lanes[0].iter().map(|p| p.opens_group).collect();
+        assert_eq!(t.lanes[0].batches[0].mem, 1, "lane 0 posted to memory node 1 first");
+        let groups: Vec<bool> = t.lanes[0].batches.iter().map(|p| p.opens_group).collect();
         assert_eq!(groups, [true, false, true], "two batches posted together, then one");
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let replayer = c.join(2).unwrap();

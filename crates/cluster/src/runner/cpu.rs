@@ -12,7 +12,7 @@ use tandem_sim::cpu::{thread_ns, ThreadClock};
 use super::*;
 
 /// Verbs a compute thread records for the floor (during the warm-up).
-pub(super) const FLOOR_TRACE_VERBS: usize = 200_000;
+pub(super) const FLOOR_TRACE_VERBS: usize = 2_000_000;
 /// CPU time a floor replay runs for, at least (in whole passes over the trace).
 const FLOOR_CPU_NS: u64 = 300_000_000;
 
@@ -66,46 +66,81 @@ impl CpuWindow {
     }
 }
 
-/// Replay every trace (one after another, on this thread, joined as the
-/// checker) until the replay has used [`FLOOR_CPU_NS`]; `None` if the
-/// traces hold no commit. Destroys the store's content: call it last.
+/// Replay every trace on a thread of its own, all at once as the compute
+/// threads ran, each joined under an id of its own, until each replay has
+/// used [`FLOOR_CPU_NS`]; `None` if the traces hold no commit. Destroys the
+/// store's content: call it last.
 pub(super) fn floor(backend: &Backend, traces: Vec<Trace>) -> Result<Option<Floor>, String> {
     let commits: u64 = traces.iter().map(|t| t.commits).sum();
     let verbs: u64 = traces.iter().map(|t| t.verbs()).sum();
     if commits == 0 {
         return Ok(None);
     }
+    let threads: Vec<_> = traces
+        .into_iter()
+        .enumerate()
+        .filter(|(_, t)| t.commits > 0)
+        .map(|(i, t)| {
+            let backend = backend.clone();
+            std::thread::Builder::new()
+                .name(format!("floor-{i}"))
+                .spawn(move || replay_thread(&backend, CHECKER_NODE - 1 - i as u16, t))
+                .map_err(|e| e.to_string())
+        })
+        .collect::<Result<_, _>>()?;
+    let (mut cpu, mut done, mut replayed, mut least) = (0u64, 0u64, 0u64, u32::MAX);
+    for t in threads {
+        let r = t.join().map_err(|_| "a floor replay panicked".to_string())??;
+        cpu += r.cpu_ns;
+        done += r.commits * r.passes as u64;
+        replayed += r.verbs * r.passes as u64;
+        least = least.min(r.passes);
+    }
+    Ok(Some(Floor {
+        cpu_ns_per_commit: cpu as f64 / done.max(1) as f64,
+        verbs_per_commit: verbs as f64 / commits as f64,
+        cpu_ns_per_verb: cpu as f64 / replayed.max(1) as f64,
+        commits,
+        passes: least,
+    }))
+}
+
+struct Replayed {
+    cpu_ns: u64,
+    commits: u64,
+    verbs: u64,
+    passes: u32,
+}
+
+/// One trace's replay, joined as compute node `id`: a pass to warm up,
+/// then as many as fill the CPU budget, measured.
+fn replay_thread(backend: &Backend, id: u16, trace: Trace) -> Result<Replayed, String> {
+    let (commits, verbs) = (trace.commits, trace.verbs());
     block_on_local(async {
         let fabric = backend
-            .join(CHECKER_NODE)
+            .join(id)
             .await
             .map_err(|e| format!("the floor's replayer cannot join: {e}"))?;
-        let (cpu, passes) = match fabric {
-            AnyFabric::Inline(f) => replay_all(&f, traces).await,
-            AnyFabric::Tcp(f) => replay_all(&f, traces).await,
+        let (cpu_ns, passes) = match fabric {
+            AnyFabric::Inline(f) => replay_timed(&f, trace).await,
+            AnyFabric::Tcp(f) => replay_timed(&f, trace).await,
         };
-        let per = (commits * passes as u64) as f64;
-        Ok(Some(Floor {
-            cpu_ns_per_commit: cpu as f64 / per,
-            verbs_per_commit: verbs as f64 / commits as f64,
-            cpu_ns_per_verb: cpu as f64 / (verbs * passes as u64).max(1) as f64,
+        Ok(Replayed {
+            cpu_ns,
             commits,
+            verbs,
             passes,
-        }))
+        })
     })
 }
 
-/// One pass over every trace, then as many more as fill the CPU budget;
-/// the CPU ns of the measured passes (all but the first) and their count.
-async fn replay_all<F: Fabric>(fabric: &F, traces: Vec<Trace>) -> (u64, u32) {
-    let traces: Vec<Rc<Trace>> = traces.into_iter().map(Rc::new).collect();
+async fn replay_timed<F: Fabric>(fabric: &F, trace: Trace) -> (u64, u32) {
+    let trace = Rc::new(trace);
     let pass = |n: u32| {
-        let traces = traces.clone();
+        let trace = trace.clone();
         async move {
             let t0 = thread_ns();
-            for t in &traces {
-                replay(fabric, t.clone(), n).await;
-            }
+            replay(fabric, trace, n).await;
             thread_ns() - t0
         }
     };
