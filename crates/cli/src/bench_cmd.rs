@@ -329,6 +329,13 @@ pub fn bench(a: BenchArgs) -> Result<(), String> {
                 "  {:<12} {:>10.0} tx/s  ratio {:>5.3}  p50 {:>6} us  p99 {:>7} us  verbs/commit {:>5.2}",
                 s.store, s.median_throughput_tps, s.throughput_ratio, s.median_p50_us, s.median_p99_us, s.median_verbs_per_commit
             );
+            if let (Some(c), Some(f), Some(o)) = (
+                s.median_cpu_ns_per_commit,
+                s.median_floor_cpu_ns_per_commit,
+                s.median_protocol_overhead,
+            ) {
+                eprintln!("  {:<12} cpu/commit {c:>7.0} ns  floor {f:>6.0} ns  protocol overhead {o:>5.2}x", "");
+            }
         }
     }
     if let Some(path) = &a.json {

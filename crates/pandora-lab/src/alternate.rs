@@ -15,6 +15,11 @@ pub struct StoreSummary {
     pub median_p50_us: u64,
     pub median_p99_us: u64,
     pub median_verbs_per_commit: f64,
+    /// Medians of the runs that measured them (`RunResult::cpu_ns_per_commit`,
+    /// its floor and their ratio).
+    pub median_cpu_ns_per_commit: Option<f64>,
+    pub median_floor_cpu_ns_per_commit: Option<f64>,
+    pub median_protocol_overhead: Option<f64>,
     /// Median throughput relative to the first store listed.
     pub throughput_ratio: f64,
     pub all_checks_passed: bool,
@@ -34,6 +39,12 @@ fn median_f(mut v: Vec<f64>) -> f64 {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// The median of the values present, if any.
+fn median_of(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let v: Vec<f64> = v.flatten().collect();
+    (!v.is_empty()).then(|| median_f(v))
 }
 
 fn median_u(mut v: Vec<u64>) -> u64 {
@@ -74,6 +85,12 @@ pub fn alternate(
             median_p50_us: median_u(mine.iter().map(|r| r.latency_us.p50).collect()),
             median_p99_us: median_u(mine.iter().map(|r| r.latency_us.p99).collect()),
             median_verbs_per_commit: median_f(mine.iter().map(|r| r.verbs_per_commit).collect()),
+            median_cpu_ns_per_commit: median_of(mine.iter().map(|r| r.cpu_ns_per_commit)),
+            median_floor_cpu_ns_per_commit: median_of(
+                mine.iter()
+                    .map(|r| r.floor.as_ref().map(|f| f.cpu_ns_per_commit)),
+            ),
+            median_protocol_overhead: median_of(mine.iter().map(|r| r.protocol_overhead)),
             throughput_ratio: 0.0,
             all_checks_passed: mine
                 .iter()
