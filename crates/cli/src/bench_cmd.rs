@@ -943,6 +943,10 @@ pub fn print_recovery(t: &tandem_cluster::runner::RecoveryTimeline) {
         t.log_recovery_us, t.logs_found, t.rolled_forward, t.rolled_back
     );
     eprintln!(
+        "  log_recovery_cpu_us    {:>10.0}   ({:.0} ns per coordinator; {} rounds, {:.0} us of CPU each)",
+        t.log_recovery_cpu_us, t.cpu_ns_per_coordinator, t.rounds, t.cpu_us_per_round
+    );
+    eprintln!(
         "  total_us               {:>10.0}   (crash to failed-ids published)",
         t.total_us
     );
@@ -960,4 +964,51 @@ pub fn print_recovery(t: &tandem_cluster::runner::RecoveryTimeline) {
         "  survivors              {:>10.0} tx/s before the crash, {:.0} tx/s during recovery ({} commits)",
         t.survivors_tps_before, t.survivors_tps_during_recovery, t.survivors_commits_during_recovery
     );
+}
+
+#[derive(Args)]
+pub struct RecoveryBenchArgs {
+    #[command(flatten)]
+    fabric: FabricArgs,
+    /// Failed coordinators, each with a transaction in flight.
+    #[arg(long, default_value_t = 512)]
+    coordinators: u16,
+    /// Keys of the micro store (its size must not matter).
+    #[arg(long, default_value_t = 500_000)]
+    keys: u64,
+    /// Recoveries to time (the first warms up and is reported too).
+    #[arg(long, default_value_t = 50)]
+    runs: usize,
+    #[arg(long)]
+    json: Option<String>,
+}
+
+pub fn recovery_bench(a: RecoveryBenchArgs) -> Result<(), String> {
+    if a.coordinators == 0 || a.runs == 0 {
+        return Err("--coordinators and --runs must be positive".into());
+    }
+    let layout = std::sync::Arc::new(tandem_pandora_lab::recovery_bench::layout(
+        a.keys,
+        a.coordinators,
+    )?);
+    let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
+    let (backend, _servers) = match a.fabric.fabric.as_str() {
+        "sim" => (Backend::inline(layout.memory_nodes as usize, region, 1), None),
+        "tcp" | "shm" => tcp_backend(&a.fabric, layout.memory_nodes, region)?,
+        other => return Err(format!("unknown fabric '{other}' (expected sim, tcp or shm)")),
+    };
+    eprintln!(
+        "recovery-bench: {} coordinators, {} keys, over {}, {} runs",
+        a.coordinators, a.keys, a.fabric.fabric, a.runs
+    );
+    let r = tandem_pandora_lab::recovery_bench::run(&backend, layout, a.keys, a.coordinators, a.runs)?;
+    eprintln!(
+        "log recovery: median {:.0} us wall, {:.0} us CPU ({:.0} ns per coordinator; {} rounds, {:.1} us of CPU each); {} rolled forward, {} rolled back per run",
+        r.median_wall_us, r.median_cpu_us, r.cpu_ns_per_coordinator, r.rounds, r.cpu_us_per_round, r.rolled_forward, r.rolled_back
+    );
+    if let Some(path) = &a.json {
+        write_json(path, &r)?;
+        eprintln!("wrote {path}");
+    }
+    Ok(())
 }

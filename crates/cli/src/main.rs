@@ -98,6 +98,8 @@ enum PandoraCommand {
     Bench(bench_cmd::BenchArgs),
     /// Crash one compute node mid-run and measure detection, link termination and log recovery.
     Recovery(bench_cmd::RecoveryArgs),
+    /// Plant what a compute crash leaves and time log recovery alone, many times (wall and CPU).
+    RecoveryBench(bench_cmd::RecoveryBenchArgs),
     /// Measure the verbs/s ceiling of a fabric (--fabric echo: the same frames echoed over loopback).
     FabricBench(bench_cmd::FabricBenchArgs),
     /// Replay seeded simulations (the bank, or --workload smallbank|tatp|tpcc) with faults and check every invariant.
@@ -148,6 +150,7 @@ fn pandora(c: PandoraCommand) -> Result<(), String> {
         PandoraCommand::CheckCluster(a) => procs_cmd::check_cluster(a),
         PandoraCommand::Bench(a) => bench_cmd::bench(a),
         PandoraCommand::Recovery(a) => bench_cmd::recovery(a),
+        PandoraCommand::RecoveryBench(a) => bench_cmd::recovery_bench(a),
         PandoraCommand::FabricBench(a) => bench_cmd::fabric_bench(a),
         PandoraCommand::Sim(a) => bench_cmd::sim_bank(a),
         PandoraCommand::SimSuspicion(a) => soak_cmd::sim_suspicion(a),

@@ -324,6 +324,13 @@ pub struct RecoveryTimeline {
     pub link_termination_us: f64,
     /// Log recovery, including log invalidation.
     pub log_recovery_us: f64,
+    /// The recovery thread's CPU time in log recovery (its thread clock),
+    /// per failed coordinator, and per round of verbs (pandora; 0 for the
+    /// baselines, whose recovery is not counted in rounds).
+    pub log_recovery_cpu_us: f64,
+    pub cpu_ns_per_coordinator: f64,
+    pub rounds: usize,
+    pub cpu_us_per_round: f64,
     /// Crash to `failed_ids` published (stealing may start).
     pub total_us: f64,
     pub logs_found: usize,
@@ -474,6 +481,11 @@ struct FailureLog {
     swept: usize,
     slots_scanned: u64,
     world_stopped_ns: u64,
+    /// The recovery thread's CPU time in log recovery, and its rounds.
+    recovery_cpu_ns: u64,
+    recovery_rounds: usize,
+    /// Failed coordinators recovered.
+    recovered_coordinators: usize,
 }
 
 /// Give way once to the other tasks of this thread's `LocalSet`. Unlike
@@ -869,6 +881,7 @@ struct RecoveryTally {
     back: usize,
     scanned: u64,
     stopped_ns: u64,
+    rounds: usize,
 }
 
 /// The membership service joins as a node of its own: a coordinator id
@@ -975,10 +988,12 @@ impl MembershipService {
     /// the recovery coordinator itself.
     async fn recover(&mut self, node: u16, ids: &[u16]) -> Result<Event, String> {
         self.rc_versions += RC_VERSION_BLOCK;
+        let cpu0 = tandem_sim::cpu::thread_ns();
         let t = match self.mode {
             Mode::Pandora => self.recover_pandora(node, ids).await?,
             Mode::Ford | Mode::Traditional => self.stop_world_and_recover(node, ids).await?,
         };
+        let cpu_ns = tandem_sim::cpu::thread_ns() - cpu0;
         let mut ls = self.logs.lock().unwrap();
         let l = ls.entry(node).or_default();
         l.recovered_ns = self.ctl.now_ns();
@@ -987,6 +1002,9 @@ impl MembershipService {
         l.rolled_back += t.back;
         l.slots_scanned += t.scanned;
         l.world_stopped_ns += t.stopped_ns;
+        l.recovery_cpu_ns += cpu_ns;
+        l.recovery_rounds += t.rounds;
+        l.recovered_coordinators += ids.len();
         Ok(Event::RecoveryDone { node })
     }
 
@@ -1005,6 +1023,7 @@ impl MembershipService {
             back: r.rolled_back,
             scanned: 0,
             stopped_ns: 0,
+            rounds: r.rounds,
         })
     }
 
@@ -1037,6 +1056,7 @@ impl MembershipService {
             back: r.rolled_back,
             scanned: r.slots_scanned,
             stopped_ns: ctl.now_ns() - stop_at,
+            rounds: 0,
         })
     }
 

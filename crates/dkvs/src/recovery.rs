@@ -28,18 +28,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::future::join_all;
-use tandem_fabric::{batch, Batch, Bytes, Completions};
+use std::cell::RefCell;
+
+use tandem_fabric::{batch, Batch, Completions, VerbArena};
 use tandem_fabric::{Completion, Fabric, MemNodeId, QueuePair, Verb, VerbError};
 
 use crate::compute::MemoryView;
 use crate::layout::Layout;
 use crate::log::{entry_len, invalid_state_word, LogEntry, LogRecord, OpKind, HEADER_BYTES};
 use crate::slot::{
-    encode_body, make_version, LockWord, StrayLock, KEY_OFF, LOCK_OFF, NO_KEY, VERSION_OFF,
+    encode_body, encode_body_into, make_version, LockWord, StrayLock, KEY_OFF, LOCK_OFF, NO_KEY, VERSION_OFF,
 };
 
 mod invariants;
+mod round;
 use invariants::Phase;
+use round::{Done, Round};
 
 /// The `key|flags|value` an undo restores. An insert rolls back to a
 /// tombstone nobody owns ([`NO_KEY`]): the slot stays occupied, so keys
@@ -49,6 +53,14 @@ fn undo_body(e: &LogEntry, value_bytes: u32) -> Vec<u8> {
     match e.op {
         OpKind::Insert => encode_body(NO_KEY, 0, &[], value_bytes),
         _ => encode_body(e.key, e.old_flags, &e.old_value, value_bytes),
+    }
+}
+
+/// [`undo_body`], appended to `out`.
+fn undo_body_into(out: &mut Vec<u8>, e: &LogEntry, value_bytes: u32) {
+    match e.op {
+        OpKind::Insert => encode_body_into(out, NO_KEY, 0, &[], value_bytes),
+        _ => encode_body_into(out, e.key, e.old_flags, &e.old_value, value_bytes),
     }
 }
 
@@ -64,6 +76,8 @@ pub struct RecoveryReport {
     pub already_done: usize,
     pub locks_released: usize,
     pub replicas_restored: usize,
+    /// Rounds of verbs posted (each a doorbell batch per memory node, awaited together).
+    pub rounds: usize,
 }
 
 /// Decision for one logged transaction.
@@ -127,6 +141,10 @@ pub struct RecoveryCoordinator<F: Fabric> {
     pub assertions: Option<bool>,
     /// How far the current `recover` got (`invalidate-last`).
     phase: Phase,
+    /// Rounds posted so far.
+    rounds: std::cell::Cell<usize>,
+    /// Buffers of its rounds, reused from one to the next.
+    arena: RefCell<VerbArena>,
 }
 
 /// Bytes per read when scanning whole partitions.
@@ -165,6 +183,8 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             quiesced: false,
             assertions: None,
             phase: Phase::Idle,
+            rounds: Default::default(),
+            arena: RefCell::default(),
         }
     }
 
@@ -179,6 +199,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     /// Post a round as one doorbell batch per memory node (verbs bound for one
     /// node keep their order) and hand back each post's completions.
     async fn round(&self, posts: Vec<(MemNodeId, Batch)>) -> Result<Vec<Completions>, VerbError> {
+        self.rounds.set(self.rounds.get() + 1);
         let mut batches: Vec<Batch> = vec![Vec::new(); self.qps.len()];
         let mut spans = Vec::with_capacity(posts.len());
         for (n, b) in posts {
@@ -226,43 +247,31 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     /// slot's first [`Self::log_probe_bytes`] (enough for typical records),
     /// and a second read only for the records that are longer.
     pub async fn read_logs(&self, failed: &[u16]) -> Result<Vec<Option<LogRecord>>, VerbError> {
-        let half = (self.layout.log_slot_bytes / 2) as u32;
         let probe = self.log_probe_bytes();
-        let mut posts = Vec::new();
+        let mut round = self.new_round();
         let mut owner = Vec::new();
         for (i, &c) in failed.iter().enumerate() {
             for n in self.live_log_nodes(c)? {
-                posts.push((n, batch![Verb::read(self.layout.log_addr(c), probe)]));
-                owner.push((i, n));
+                round.post(n, [Verb::read(self.layout.log_addr(c), probe)]);
+                owner.push(i);
             }
         }
-        let mut slots: Vec<Bytes> = self
-            .round(posts)
-            .await?
-            .into_iter()
-            .map(|mut r| r.remove(0).expect("checked").into_bytes())
-            .collect();
-        // Records longer than the probe: fetch them whole.
-        let mut long = Vec::new();
-        let mut long_idx = Vec::new();
-        for (k, b) in slots.iter().enumerate() {
-            let len = u32::from_le_bytes(b[12..16].try_into().expect("header")) as usize;
-            if LogRecord::header_plausible(b) && len > b.len() && len <= half as usize {
-                let (i, n) = owner[k];
-                long.push((
-                    n,
-                    batch![Verb::read(self.layout.log_addr(failed[i]), len as u32)],
-                ));
-                long_idx.push(k);
-            }
-        }
-        for (k, mut r) in long_idx.into_iter().zip(self.round(long).await?) {
-            slots[k] = r.remove(0).expect("checked").into_bytes();
-        }
+        let first = self.run(round).await?;
+        let (long, long_of) = self.read_long_logs(failed, &owner, &first).await?;
         let mut out: Vec<Option<LogRecord>> = vec![None; failed.len()];
-        for (k, bytes) in slots.into_iter().enumerate() {
-            let i = owner[k].0;
-            if let Some(rec) = LogRecord::decode(&bytes) {
+        let mut prev: &[u8] = &[];
+        for (k, &i) in owner.iter().enumerate() {
+            let bytes = match long_of[k] {
+                Some(p) => long.bytes(p),
+                None => first.bytes(k),
+            };
+            // The same bytes as the copy before, on its other log node: the same record.
+            let same = k > 0 && owner[k - 1] == i && bytes == prev;
+            prev = bytes;
+            if same {
+                continue;
+            }
+            if let Some(rec) = LogRecord::decode(bytes) {
                 // A record in c's slot is c's; anything else is garbage from a
                 // previous owner of the slot index and is ignored.
                 if rec.coordinator == failed[i]
@@ -272,7 +281,81 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 }
             }
         }
+        self.recycle(first);
+        self.recycle(long);
         Ok(out)
+    }
+
+    /// The records longer than the first read's probe, fetched whole: a
+    /// round, and for each first read the post in it that completes it.
+    async fn read_long_logs(
+        &self,
+        failed: &[u16],
+        owner: &[usize],
+        first: &Done,
+    ) -> Result<(Done, Vec<Option<usize>>), VerbError> {
+        let half = (self.layout.log_slot_bytes / 2) as usize;
+        let mut round = self.new_round();
+        let long_of = (0..owner.len())
+            .map(|k| {
+                let b = first.bytes(k);
+                let len = u32::from_le_bytes(b[12..16].try_into().expect("header")) as usize;
+                (LogRecord::header_plausible(b) && len > b.len() && len <= half).then(|| {
+                    let addr = self.layout.log_addr(failed[owner[k]]);
+                    round.post(first.node(k), [Verb::read(addr, len as u32)])
+                })
+            })
+            .collect();
+        Ok((self.run(round).await?, long_of))
+    }
+
+    /// An empty round, its batches from the arena.
+    fn new_round(&self) -> Round {
+        Round::new(&mut self.arena.borrow_mut(), self.qps.len())
+    }
+
+    /// Post `round` (one batch per memory node it uses) and await it all;
+    /// the first failed verb fails the round.
+    async fn run(&self, round: Round) -> Result<Done, VerbError> {
+        if !round.is_empty() {
+            self.rounds.set(self.rounds.get() + 1);
+        }
+        let (batches, posts) = round.into_parts();
+        let pending: Vec<_> = {
+            let mut arena = self.arena.borrow_mut();
+            let arena = &mut *arena;
+            batches
+                .into_iter()
+                .enumerate()
+                .map(|(n, b)| match b.is_empty() {
+                    true => {
+                        arena.give_batch(b);
+                        None
+                    }
+                    false => Some(self.qps[n].post_in(b, arena)),
+                })
+                .collect()
+        };
+        let mut by_node = Vec::with_capacity(pending.len());
+        for p in pending {
+            by_node.push(match p {
+                Some(p) => p.await,
+                None => self.arena.borrow_mut().completions(),
+            });
+        }
+        let failed = by_node.iter().find_map(|d| first_error(d));
+        let done = Done { by_node, posts };
+        match failed {
+            Some(e) => {
+                self.recycle(done);
+                Err(e)
+            }
+            None => Ok(done),
+        }
+    }
+
+    fn recycle(&self, done: Done) {
+        done.recycle(&mut self.arena.borrow_mut());
     }
 
     /// Decide one record from its primaries' lock words and replicas' versions.
@@ -310,109 +393,161 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             self.invalidate_logs(failed).await?;
         }
         report.logs_found = records.len();
+        let (words, first) = self.read_words(&records).await?;
+        let decisions = self.decide_all(&records, &words, &first);
+        self.restore(&records, &decisions, &mut report).await?;
+        self.unlock(&records, &decisions, (&words, &first), &mut report)
+            .await?;
+        self.recycle(words);
+        self.check_all_decided(found, decisions.len());
+        self.phase = Phase::Unlocked;
 
-        // One round: lock word and version of every live replica.
-        let mut posts = Vec::new();
-        for rec in &records {
+        // Invalidate last: until here, re-running finds the same records.
+        self.invalidate_logs(failed).await?;
+        self.phase = Phase::Idle;
+        report.rounds = self.rounds.take();
+        Ok(report)
+    }
+
+    /// One round: the lock word and version of every live replica of every
+    /// record's objects (a post each); and per record, its first post.
+    async fn read_words(&self, records: &[LogRecord]) -> Result<(Done, Vec<usize>), VerbError> {
+        let mut round = self.new_round();
+        let mut first = Vec::with_capacity(records.len());
+        let mut posts = 0;
+        for rec in records {
+            first.push(posts);
             for e in &rec.entries {
-                let live = self.live(e);
-                if live.is_empty() {
+                let before = posts;
+                for (n, addr) in self.live_iter(e) {
+                    posts = round.post(n, [Verb::read(addr + LOCK_OFF, 16)]) + 1;
+                }
+                if posts == before {
                     // Every replica is down: f+1 failures, nothing to recover from.
                     return Err(VerbError::Unavailable);
                 }
-                for (n, addr) in live {
-                    posts.push((n, batch![Verb::read(addr + LOCK_OFF, 16)]));
-                }
             }
         }
-        let mut results = self.round(posts).await?.into_iter();
-        let mut decisions = Vec::new();
-        for rec in &records {
-            let mut words = Vec::new();
-            for e in &rec.entries {
-                let live = self.live(e).len();
-                let ws: Vec<(u64, u64)> = (0..live)
-                    .map(|_| {
-                        let b = results
-                            .next()
-                            .expect("one result per read")
-                            .remove(0)
-                            .expect("checked")
-                            .into_bytes();
-                        (word_at(&b, 0), word_at(&b, 8))
-                    })
-                    .collect();
-                words.push(ws);
-            }
-            let versions: Vec<Vec<u64>> = words
-                .iter()
-                .map(|ws| ws.iter().map(|w| w.1).collect())
-                .collect();
-            let degraded = rec
-                .entries
-                .iter()
-                .any(|e| self.live(e).len() < e.replicas.len());
-            let by_versions = degraded && self.quiesced && !self.bugs.ignore_lost_primaries;
-            // The primary is the first live replica (docs/DESIGN.md §4.6).
-            let primary_locks: Vec<u64> = words.iter().map(|ws| ws[0].0).collect();
-            let mut d = if by_versions {
-                Self::decide_quiesced(rec, &versions)
-            } else {
-                Self::decide(rec, &primary_locks, &versions)
-            };
-            if self.bugs.always_roll_back && d == Decision::RollForward {
-                d = Decision::RollBack;
-            }
-            let locks_used = (!by_versions).then_some(primary_locks.as_slice());
-            self.check_decision(rec, d, &versions, locks_used, degraded && self.quiesced);
-            let locks: Vec<Vec<u64>> = words
-                .iter()
-                .map(|ws| ws.iter().map(|w| w.0).collect())
-                .collect();
-            decisions.push((d, locks));
-        }
+        Ok((self.run(round).await?, first))
+    }
 
-        // Restore every replica of every rolled-back object before any unlock.
-        let mut restores = Vec::new();
-        let mut restored = BTreeSet::new();
-        for (rec, (d, _)) in records.iter().zip(&decisions) {
-            if *d != Decision::RollBack {
-                continue;
-            }
-            for e in &rec.entries {
-                self.version_counter += 1;
-                let version = if self.bugs.reuse_old_version {
-                    e.old_version
-                } else {
-                    make_version(self.id, self.version_counter)
-                };
-                self.check_fresh_rollback(e, version);
-                let value_bytes = self.layout.table(e.table).value_bytes;
-                let body = undo_body(e, value_bytes);
-                for (n, addr) in self.restored(e) {
-                    restored.insert((n, addr));
-                    restores.push((
-                        n,
-                        batch![
-                            Verb::write(addr + KEY_OFF, body.clone()),
-                            Verb::write_u64(addr + VERSION_OFF, version),
-                        ],
-                    ));
-                    report.replicas_restored += 1;
-                }
-            }
-        }
-        self.round(restores).await?;
-        let rolled_back = records
+    /// Decide every record from its words (its posts in `words` from `first[i]`).
+    fn decide_all(&self, records: &[LogRecord], words: &Done, first: &[usize]) -> Vec<Decision> {
+        let mut versions: Vec<Vec<u64>> = Vec::new();
+        let mut primary_locks = Vec::new();
+        records
             .iter()
-            .zip(&decisions)
-            .filter(|(_, (d, _))| *d == Decision::RollBack)
-            .flat_map(|(rec, _)| &rec.entries);
-        self.check_restored(rolled_back, &restored);
+            .zip(first)
+            .map(|(rec, &p)| {
+                self.words_of(rec, words, p, &mut versions, &mut primary_locks);
+                self.decide_one(rec, &versions, &primary_locks)
+            })
+            .collect()
+    }
 
-        // Release the locks the logged transactions still hold.
-        let mut unlocks = Vec::new();
-        for (rec, (d, locks)) in records.iter().zip(&decisions) {
+    /// `rec`'s versions (per entry, per live replica) and its primaries'
+    /// lock words, from its posts in `words` starting at `p`.
+    fn words_of(
+        &self,
+        rec: &LogRecord,
+        words: &Done,
+        mut p: usize,
+        versions: &mut Vec<Vec<u64>>,
+        primary_locks: &mut Vec<u64>,
+    ) {
+        versions.resize_with(rec.entries.len(), Vec::new);
+        versions.truncate(rec.entries.len());
+        primary_locks.clear();
+        for (e, vs) in rec.entries.iter().zip(versions.iter_mut()) {
+            vs.clear();
+            for k in 0..self.live_iter(e).count() {
+                let b = words.bytes(p);
+                p += 1;
+                // The primary is the first live replica (docs/DESIGN.md §4.6).
+                if k == 0 {
+                    primary_locks.push(word_at(b, 0));
+                }
+                vs.push(word_at(b, 8));
+            }
+        }
+    }
+
+    /// The decision for `rec`, checked against the rules it must keep.
+    fn decide_one(&self, rec: &LogRecord, versions: &[Vec<u64>], primary_locks: &[u64]) -> Decision {
+        let degraded = rec
+            .entries
+            .iter()
+            .any(|e| self.live_iter(e).count() < e.replicas.len());
+        let by_versions = degraded && self.quiesced && !self.bugs.ignore_lost_primaries;
+        let mut d = if by_versions {
+            Self::decide_quiesced(rec, versions)
+        } else {
+            Self::decide(rec, primary_locks, versions)
+        };
+        if self.bugs.always_roll_back && d == Decision::RollForward {
+            d = Decision::RollBack;
+        }
+        let locks_used = (!by_versions).then_some(primary_locks);
+        self.check_decision(rec, d, versions, locks_used, degraded && self.quiesced);
+        d
+    }
+
+    /// Restore every replica of every rolled-back object (one round), before any unlock.
+    async fn restore(
+        &mut self,
+        records: &[LogRecord],
+        decisions: &[Decision],
+        report: &mut RecoveryReport,
+    ) -> Result<(), VerbError> {
+        let mut round = self.new_round();
+        let mut restored = Vec::new();
+        let mut body = Vec::new();
+        let rolled_back = || {
+            records
+                .iter()
+                .zip(decisions)
+                .filter(|(_, d)| **d == Decision::RollBack)
+                .flat_map(|(rec, _)| &rec.entries)
+        };
+        for e in rolled_back() {
+            self.version_counter += 1;
+            let version = if self.bugs.reuse_old_version {
+                e.old_version
+            } else {
+                make_version(self.id, self.version_counter)
+            };
+            self.check_fresh_rollback(e, version);
+            body.clear();
+            undo_body_into(&mut body, e, self.layout.table(e.table).value_bytes);
+            let mut arena = self.arena.borrow_mut();
+            for (n, addr) in self.restored(e) {
+                restored.push((n, addr));
+                let verbs = [
+                    arena.write(addr + KEY_OFF, &body),
+                    arena.write_u64(addr + VERSION_OFF, version),
+                ];
+                round.post(n, verbs);
+                report.replicas_restored += 1;
+            }
+        }
+        let done = self.run(round).await?;
+        self.recycle(done);
+        restored.sort_unstable();
+        self.check_restored(rolled_back(), &restored);
+        Ok(())
+    }
+
+    /// Release the locks the logged transactions still hold (one round):
+    /// every live replica's word read as the transaction's.
+    async fn unlock(
+        &self,
+        records: &[LogRecord],
+        decisions: &[Decision],
+        (words, first): (&Done, &[usize]),
+        report: &mut RecoveryReport,
+    ) -> Result<(), VerbError> {
+        let mut round = self.new_round();
+        for ((rec, d), &p0) in records.iter().zip(decisions).zip(first) {
             match d {
                 Decision::Nothing => report.already_done += 1,
                 Decision::RollForward => report.rolled_forward += 1,
@@ -422,40 +557,36 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 continue;
             }
             let w = LockWord::owned(rec.coordinator, rec.tx_seq).0;
-            for (e, ls) in rec.entries.iter().zip(locks) {
-                for ((n, addr), &l) in self.live(e).into_iter().zip(ls) {
-                    if l == w {
-                        unlocks.push((n, batch![Verb::cas(addr + LOCK_OFF, w, 0)]));
+            let mut p = p0;
+            for e in &rec.entries {
+                for (n, addr) in self.live_iter(e) {
+                    if word_at(words.bytes(p), 0) == w {
+                        round.post(n, [Verb::cas(addr + LOCK_OFF, w, 0)]);
                         report.locks_released += 1;
                     }
+                    p += 1;
                 }
             }
         }
-        self.round(unlocks).await?;
-        self.check_all_decided(found, decisions.len());
-        self.phase = Phase::Unlocked;
-
-        // Invalidate last: until here, re-running finds the same records.
-        self.invalidate_logs(failed).await?;
-        self.phase = Phase::Idle;
-        Ok(report)
+        let done = self.run(round).await?;
+        self.recycle(done);
+        Ok(())
     }
 
     async fn invalidate_logs(&self, failed: &[u16]) -> Result<(), VerbError> {
         self.check_invalidation_last();
-        let mut invalidations = Vec::new();
+        let mut round = self.new_round();
         for &c in failed {
             for n in self.live_log_nodes(c)? {
-                invalidations.push((
-                    n,
-                    batch![Verb::write_u64(
-                        self.layout.log_addr(c),
-                        invalid_state_word(),
-                    )],
-                ));
+                let verb = self
+                    .arena
+                    .borrow_mut()
+                    .write_u64(self.layout.log_addr(c), invalid_state_word());
+                round.post(n, [verb]);
             }
         }
-        self.round(invalidations).await?;
+        let done = self.run(round).await?;
+        self.recycle(done);
         Ok(())
     }
 
@@ -469,6 +600,14 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     }
 
     /// `e`'s replicas on memory nodes not known to be down, primary first.
+    fn live_iter<'a>(&'a self, e: &'a LogEntry) -> impl Iterator<Item = (MemNodeId, u64)> + 'a {
+        e.replicas
+            .iter()
+            .copied()
+            .filter(|(n, _)| !self.view.is_down(*n))
+    }
+
+    /// [`Self::live_iter`], collected.
     fn live(&self, e: &LogEntry) -> Vec<(MemNodeId, u64)> {
         e.replicas
             .iter()

@@ -1137,5 +1137,6 @@ fn baseline_report(b: tandem_dkvs::recovery::BaselineReport) -> RecoveryReport {
         already_done: 0,
         locks_released: b.locks_released,
         replicas_restored: b.replicas_restored,
+        rounds: 0,
     }
 }

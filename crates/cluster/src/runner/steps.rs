@@ -575,6 +575,11 @@ impl<'a> Run<'a> {
             detect_us: (fl.detected_ns.saturating_sub(*crash_ns)) as f64 / 1e3,
             link_termination_us: (fl.revoked_ns - fl.detected_ns) as f64 / 1e3,
             log_recovery_us: (fl.recovered_ns - fl.revoked_ns) as f64 / 1e3,
+            log_recovery_cpu_us: fl.recovery_cpu_ns as f64 / 1e3,
+            cpu_ns_per_coordinator: fl.recovery_cpu_ns as f64
+                / fl.recovered_coordinators.max(1) as f64,
+            rounds: fl.recovery_rounds,
+            cpu_us_per_round: fl.recovery_cpu_ns as f64 / 1e3 / fl.recovery_rounds.max(1) as f64,
             total_us: window_s * 1e6,
             logs_found: fl.logs_found,
             rolled_forward: fl.rolled_forward,

@@ -144,19 +144,19 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     }
 
     /// `restore-before-unlock`: every live replica of each rolled-back
-    /// entry is among the `restored` (node, slot address) pairs.
+    /// entry is among the `restored` (node, slot address) pairs, sorted.
     pub(super) fn check_restored<'a>(
         &self,
         rolled_back: impl Iterator<Item = &'a LogEntry>,
-        restored: &BTreeSet<(MemNodeId, u64)>,
+        restored: &[(MemNodeId, u64)],
     ) {
         if !self.asserts() {
             return;
         }
         for e in rolled_back {
-            for r in self.live(e) {
+            for r in self.live_iter(e) {
                 assert!(
-                    restored.contains(&r),
+                    restored.binary_search(&r).is_ok(),
                     "restore-before-unlock: table {} key {}: the replica at node {} address {:#x} is not restored before the locks are released",
                     e.table,
                     e.key,

@@ -1,0 +1,192 @@
+//! Log recovery, and nothing else, many times over: `tandem pandora
+//! recovery-bench`. Each run plants what a crash of a compute node with
+//! `coordinators` in-flight transactions leaves (a log record per
+//! coordinator on its f+1 log nodes, lock words on the primaries, new
+//! versions on some replicas: finished, half-unlocked, fully written and
+//! half-written transactions in turn), then times one
+//! [`RecoveryCoordinator::recover`] from the calling thread: its wall time
+//! and its thread's CPU time, per coordinator and per round. `tandem
+//! pandora recovery` measures the same step inside a loaded run once; this
+//! repeats it on a quiet machine, so its CPU figures can be compared
+//! binary against binary.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use tandem_cluster::backend::{AnyFabric, Backend};
+use tandem_cluster::runner::{block_on_local, load};
+use tandem_cluster::workload::WorkloadSpec;
+use tandem_dkvs::log::{LogEntry, LogRecord, OpKind};
+use tandem_dkvs::recovery::RecoveryCoordinator;
+use tandem_dkvs::slot::{make_version, LockWord, LOCK_OFF, VERSION_OFF};
+use tandem_dkvs::{Layout, Mode};
+use tandem_fabric::{Batch, Fabric, MemNodeId, QueuePair, Verb};
+use tandem_sim::cpu::thread_ns;
+
+/// The compute node the bench joins as, and the recovery coordinator's id
+/// (beyond the failed ones).
+const BENCH_NODE: u16 = 1;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RecoveryBenchResult {
+    pub fabric: String,
+    pub coordinators: u16,
+    pub keys: u64,
+    pub runs: usize,
+    /// Per run: wall µs and CPU µs of `recover`.
+    pub wall_us: Vec<f64>,
+    pub cpu_us: Vec<f64>,
+    pub median_wall_us: f64,
+    pub median_cpu_us: f64,
+    pub cpu_ns_per_coordinator: f64,
+    pub rounds: usize,
+    pub cpu_us_per_round: f64,
+    pub rolled_forward: usize,
+    pub rolled_back: usize,
+}
+
+/// Plant and recover `runs` times on `backend` (loaded with micro's `keys`).
+pub fn run(
+    backend: &Backend,
+    layout: Arc<Layout>,
+    keys: u64,
+    coordinators: u16,
+    runs: usize,
+) -> Result<RecoveryBenchResult, String> {
+    load(backend, &layout, &WorkloadSpec::from_name("micro", Some(keys))?)?;
+    block_on_local(async {
+        let fabric = backend
+            .join(BENCH_NODE)
+            .await
+            .map_err(|e| format!("cannot join: {e}"))?;
+        match fabric {
+            AnyFabric::Inline(f) => runs_on(&f, layout, keys, coordinators, runs, backend.name()).await,
+            AnyFabric::Tcp(f) => runs_on(&f, layout, keys, coordinators, runs, backend.name()).await,
+        }
+    })
+}
+
+async fn runs_on<F: Fabric>(
+    f: &F,
+    layout: Arc<Layout>,
+    keys: u64,
+    coordinators: u16,
+    runs: usize,
+    fabric: &str,
+) -> Result<RecoveryBenchResult, String> {
+    let failed: Vec<u16> = (1..=coordinators).collect();
+    let rc_id = coordinators + 1;
+    let (mut wall_us, mut cpu_us) = (Vec::new(), Vec::new());
+    let (mut rounds, mut fwd, mut back) = (0, 0, 0);
+    for run in 0..runs {
+        plant(f, &layout, &failed, run as u64 + 1).await?;
+        let mut rc = RecoveryCoordinator::new(f, layout.clone(), rc_id)
+            .with_version_counter(1 << 40 | (run as u64) << 24);
+        let (t0, c0) = (Instant::now(), thread_ns());
+        let r = rc.recover(&failed).await.map_err(|e| format!("recovery failed: {e}"))?;
+        cpu_us.push((thread_ns() - c0) as f64 / 1e3);
+        wall_us.push(t0.elapsed().as_secs_f64() * 1e6);
+        if r.logs_found != failed.len() {
+            return Err(format!("found {} logs of {}", r.logs_found, failed.len()));
+        }
+        (rounds, fwd, back) = (r.rounds, r.rolled_forward, r.rolled_back);
+    }
+    let median_cpu_us = median(&cpu_us);
+    Ok(RecoveryBenchResult {
+        fabric: fabric.to_string(),
+        coordinators,
+        keys,
+        runs,
+        median_wall_us: median(&wall_us),
+        cpu_ns_per_coordinator: median_cpu_us * 1e3 / coordinators.max(1) as f64,
+        cpu_us_per_round: median_cpu_us / rounds.max(1) as f64,
+        median_cpu_us,
+        wall_us,
+        cpu_us,
+        rounds,
+        rolled_forward: fwd,
+        rolled_back: back,
+    })
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// What a crash leaves, for transaction `seq` of every coordinator in
+/// `failed`: two objects each, on slots of their own.
+async fn plant<F: Fabric>(f: &F, layout: &Layout, failed: &[u16], seq: u64) -> Result<(), String> {
+    let qps: Vec<F::Qp> = (0..f.memory_nodes())
+        .map(|m| f.queue_pair(m as MemNodeId))
+        .collect();
+    let mut posts: Vec<Vec<Verb>> = vec![Vec::new(); qps.len()];
+    for (i, &c) in failed.iter().enumerate() {
+        let rec = record(layout, c, i, seq);
+        let w = LockWord::owned(c, seq).0;
+        for (k, e) in rec.entries.iter().enumerate() {
+            for (r, &(n, addr)) in e.replicas.iter().enumerate() {
+                // 0: finished; 1: half unlocked; 2: all written; 3: half written.
+                let state = i % 4;
+                let locked = r == 0 && (state == 2 || state == 3 || (state == 1 && k == 0));
+                let written = state != 3 || r == 0;
+                let version = if written { e.new_version } else { e.old_version };
+                posts[n as usize].push(Verb::write_u64(addr + LOCK_OFF, if locked { w } else { 0 }));
+                posts[n as usize].push(Verb::write_u64(addr + VERSION_OFF, version));
+            }
+        }
+        for n in layout.log_nodes(c) {
+            posts[n as usize].push(Verb::write(layout.log_addr(c), rec.encode()));
+        }
+    }
+    for (n, verbs) in posts.into_iter().enumerate() {
+        for chunk in verbs.chunks(256) {
+            let b: Batch = chunk.to_vec();
+            for c in qps[n].post(b).await {
+                c.map_err(|e| format!("planting failed: {e}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Coordinator `c`'s (the `i`-th failed) record of transaction `seq`.
+fn record(layout: &Layout, c: u16, i: usize, seq: u64) -> LogRecord {
+    let t = layout.table(0);
+    let entries = (0..2)
+        .map(|k| {
+            let n = (2 * i + k) as u64;
+            let p = (n % t.partitions as u64) as u32;
+            let slot = ((n / t.partitions as u64) % t.slots_per_partition() as u64) as u32;
+            LogEntry {
+                table: 0,
+                op: OpKind::Update,
+                key: n,
+                old_version: make_version(c, 2 * seq),
+                new_version: make_version(c, 2 * seq + 1),
+                old_flags: 1,
+                replicas: (0..t.replicas[p as usize].len())
+                    .map(|r| (t.replicas[p as usize][r], t.slot_addr(p, r, slot)))
+                    .collect(),
+                old_value: vec![seq as u8; t.value_bytes as usize],
+            }
+        })
+        .collect();
+    LogRecord {
+        coordinator: c,
+        tx_seq: seq,
+        entries,
+    }
+}
+
+/// The store a micro workload of `keys` keys needs, with log slots for
+/// `coordinators` and the recovery coordinator.
+pub fn layout(keys: u64, coordinators: u16) -> Result<Layout, String> {
+    let spec = WorkloadSpec::from_name("micro", Some(keys))?;
+    let mut cfg = tandem_cluster::runner::RunConfig::new(Mode::Pandora, spec);
+    cfg.compute_nodes = 1;
+    cfg.coordinators = coordinators + 1;
+    Layout::new(&cfg.store_config())
+}
