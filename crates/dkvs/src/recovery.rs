@@ -147,6 +147,10 @@ pub struct RecoveryCoordinator<F: Fabric> {
     arena: RefCell<VerbArena>,
 }
 
+/// Buffers of each kind its arena keeps: a round reads or writes once per
+/// log copy or replica, so thousands at 512 coordinators.
+const ROUND_BUFFERS: usize = 8192;
+
 /// Bytes per read when scanning whole partitions.
 const SCAN_READ_BYTES: u64 = 64 * 1024;
 
@@ -184,7 +188,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             assertions: None,
             phase: Phase::Idle,
             rounds: Default::default(),
-            arena: RefCell::default(),
+            arena: RefCell::new(VerbArena::keeping(ROUND_BUFFERS)),
         }
     }
 
@@ -247,14 +251,32 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     /// slot's first [`Self::log_probe_bytes`] (enough for typical records),
     /// and a second read only for the records that are longer.
     pub async fn read_logs(&self, failed: &[u16]) -> Result<Vec<Option<LogRecord>>, VerbError> {
+        let slots = self.log_slots(failed)?;
+        self.read_logs_at(failed, &slots).await
+    }
+
+    /// Each failed coordinator's log nodes not known to be down (at least
+    /// one each), as (coordinator's index, node) pairs in order.
+    fn log_slots(&self, failed: &[u16]) -> Result<Vec<(usize, MemNodeId)>, VerbError> {
+        let mut slots = Vec::with_capacity(failed.len() * self.layout.replicas as usize);
+        for (i, &c) in failed.iter().enumerate() {
+            slots.extend(self.live_log_nodes(c)?.into_iter().map(|n| (i, n)));
+        }
+        Ok(slots)
+    }
+
+    /// [`Self::read_logs`] on the slots [`Self::log_slots`] gave.
+    async fn read_logs_at(
+        &self,
+        failed: &[u16],
+        slots: &[(usize, MemNodeId)],
+    ) -> Result<Vec<Option<LogRecord>>, VerbError> {
         let probe = self.log_probe_bytes();
         let mut round = self.new_round();
-        let mut owner = Vec::new();
-        for (i, &c) in failed.iter().enumerate() {
-            for n in self.live_log_nodes(c)? {
-                round.post(n, [Verb::read(self.layout.log_addr(c), probe)]);
-                owner.push(i);
-            }
+        let mut owner = Vec::with_capacity(slots.len());
+        for &(i, n) in slots {
+            round.post(n, [Verb::read(self.layout.log_addr(failed[i]), probe)]);
+            owner.push(i);
         }
         let first = self.run(round).await?;
         let (long, long_of) = self.read_long_logs(failed, &owner, &first).await?;
@@ -379,8 +401,9 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             ..Default::default()
         };
         self.phase = Phase::Recovering;
+        let slots = self.log_slots(failed)?;
         let mut records: Vec<LogRecord> = self
-            .read_logs(failed)
+            .read_logs_at(failed, &slots)
             .await?
             .into_iter()
             .flatten()
@@ -390,7 +413,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             records.clear();
         }
         if self.bugs.invalidate_logs_first {
-            self.invalidate_logs(failed).await?;
+            self.invalidate_logs(failed, &slots).await?;
         }
         report.logs_found = records.len();
         let (words, first) = self.read_words(&records).await?;
@@ -403,7 +426,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         self.phase = Phase::Unlocked;
 
         // Invalidate last: until here, re-running finds the same records.
-        self.invalidate_logs(failed).await?;
+        self.invalidate_logs(failed, &slots).await?;
         self.phase = Phase::Idle;
         report.rounds = self.rounds.take();
         Ok(report)
@@ -573,18 +596,19 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         Ok(())
     }
 
-    async fn invalidate_logs(&self, failed: &[u16]) -> Result<(), VerbError> {
+    async fn invalidate_logs(
+        &self,
+        failed: &[u16],
+        slots: &[(usize, MemNodeId)],
+    ) -> Result<(), VerbError> {
         self.check_invalidation_last();
         let mut round = self.new_round();
-        for &c in failed {
-            for n in self.live_log_nodes(c)? {
-                let verb = self
-                    .arena
-                    .borrow_mut()
-                    .write_u64(self.layout.log_addr(c), invalid_state_word());
-                round.post(n, [verb]);
-            }
+        let mut arena = self.arena.borrow_mut();
+        for &(i, n) in slots {
+            let addr = self.layout.log_addr(failed[i]);
+            round.post(n, [arena.write_u64(addr, invalid_state_word())]);
         }
+        drop(arena);
         let done = self.run(round).await?;
         self.recycle(done);
         Ok(())

@@ -27,17 +27,31 @@ macro_rules! batch {
 /// buffers. Posting through [`crate::QueuePair::post_in`] takes from it and
 /// gives back, so a warm owner's verbs allocate nothing on a backend that
 /// executes in process; every backend accepts it. Each pool is bounded.
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct VerbArena {
     batches: Vec<Batch>,
     completions: Vec<Completions>,
-    bytes: Vec<Bytes>,
+    /// Byte buffers by size: `[0]` of at most [`SMALL_BYTES`] capacity
+    /// (words, short writes), `[1]` larger (slots, log records), so a
+    /// large read does not take a word's buffer and grow it.
+    bytes: [Vec<Bytes>; 2],
     /// The capacity of every buffer in `bytes`, summed.
     kept_bytes: usize,
+    /// Buffers kept per pool, and byte buffers' capacity kept in all.
+    keep: usize,
+    keep_total: usize,
+}
+
+impl Default for VerbArena {
+    fn default() -> Self {
+        VerbArena::keeping(ARENA_KEEP)
+    }
 }
 
 /// Buffers kept per pool: more than a transaction's batches in flight.
 const ARENA_KEEP: usize = 256;
+/// Byte buffers of at most this capacity are kept apart from larger ones.
+const SMALL_BYTES: usize = 64;
 /// Byte buffers larger than this are freed rather than kept (a rare large
 /// read must not pin its memory in every coordinator that made one).
 const ARENA_KEEP_BYTES: usize = 64 << 10;
@@ -45,6 +59,20 @@ const ARENA_KEEP_BYTES: usize = 64 << 10;
 const ARENA_KEEP_TOTAL: usize = 1 << 20;
 
 impl VerbArena {
+    /// An arena that keeps up to `keep` buffers per pool (and byte buffers
+    /// of at most `keep` × 4 KiB in all, or the default's bound if larger):
+    /// for an owner whose batches hold thousands of verbs.
+    pub fn keeping(keep: usize) -> Self {
+        VerbArena {
+            batches: Vec::new(),
+            completions: Vec::new(),
+            bytes: [Vec::new(), Vec::new()],
+            kept_bytes: 0,
+            keep,
+            keep_total: ARENA_KEEP_TOTAL.max(keep << 12),
+        }
+    }
+
     /// An empty batch.
     pub fn batch(&mut self) -> Batch {
         self.batches.pop().unwrap_or_default()
@@ -61,20 +89,31 @@ impl VerbArena {
     }
     /// A buffer holding a copy of `data`.
     pub fn copy(&mut self, data: &[u8]) -> Bytes {
-        let mut b = self.empty_bytes();
+        let mut b = self.empty_bytes_for(data.len());
         b.extend_from_slice(data);
         b
     }
     /// A zeroed buffer of `len` bytes (a read's destination).
     pub fn zeroed(&mut self, len: usize) -> Bytes {
-        let mut b = self.empty_bytes();
+        let mut b = self.empty_bytes_for(len);
         b.resize(len, 0);
         b
     }
-    /// An empty buffer.
+    /// An empty buffer (a large one if the arena has one).
     pub fn empty_bytes(&mut self) -> Bytes {
-        let mut b = self.bytes.pop().unwrap_or_default();
-        self.kept_bytes -= b.capacity();
+        self.empty_bytes_for(SMALL_BYTES + 1)
+    }
+    /// An empty buffer for `len` bytes: from the pool of its size, else a
+    /// larger one, else a new one.
+    pub fn empty_bytes_for(&mut self, len: usize) -> Bytes {
+        let class = (len > SMALL_BYTES) as usize;
+        let kept = match self.bytes[class].pop() {
+            Some(b) => Some(b),
+            None if class == 0 => self.bytes[1].pop(),
+            None => None,
+        };
+        let mut b = kept.unwrap_or_else(|| Vec::with_capacity(len));
+        self.kept_bytes -= b.capacity().min(self.kept_bytes);
         b.clear();
         b
     }
@@ -96,7 +135,7 @@ impl VerbArena {
                 self.give_bytes(data);
             }
         }
-        if self.batches.len() < ARENA_KEEP {
+        if self.batches.len() < self.keep {
             self.batches.push(batch);
         }
     }
@@ -107,17 +146,18 @@ impl VerbArena {
                 self.give_bytes(b);
             }
         }
-        if self.completions.len() < ARENA_KEEP {
+        if self.completions.len() < self.keep {
             self.completions.push(done);
         }
     }
     /// Take back a byte buffer.
     pub fn give_bytes(&mut self, b: Bytes) {
         let cap = b.capacity();
-        let room = self.kept_bytes + cap <= ARENA_KEEP_TOTAL && self.bytes.len() < ARENA_KEEP;
+        let pool = &mut self.bytes[(cap > SMALL_BYTES) as usize];
+        let room = self.kept_bytes + cap <= self.keep_total && pool.len() < self.keep;
         if room && (1..=ARENA_KEEP_BYTES).contains(&cap) {
             self.kept_bytes += cap;
-            self.bytes.push(b);
+            pool.push(b);
         }
     }
 }
@@ -239,6 +279,25 @@ pub type Completion = Result<VerbOutput, VerbError>;
 mod tests {
     use super::*;
 
+    impl VerbArena {
+        fn kept_buffers(&self) -> usize {
+            self.bytes[0].len() + self.bytes[1].len()
+        }
+    }
+
+    #[test]
+    fn a_large_read_does_not_grow_a_word_buffer() {
+        let mut a = VerbArena::default();
+        a.give_bytes(Vec::with_capacity(8));
+        a.give_bytes(Vec::with_capacity(300));
+        let big = a.zeroed(264);
+        assert_eq!(big.capacity(), 300, "the large pool's buffer");
+        let word = a.zeroed(8);
+        assert_eq!(word.capacity(), 8, "the small pool's buffer");
+        let another = a.zeroed(16);
+        assert!(another.capacity() >= 16);
+    }
+
     #[test]
     fn the_arena_reuses_buffers_and_bounds_what_it_keeps() {
         let mut a = VerbArena::default();
@@ -258,27 +317,27 @@ mod tests {
         for _ in 0..2 * ARENA_KEEP {
             a.give_bytes(vec![0; 8]);
         }
-        assert_eq!(a.bytes.len(), ARENA_KEEP, "the pool is bounded");
+        assert_eq!(a.kept_buffers(), ARENA_KEEP, "the pool is bounded");
         let mut b = VerbArena::default();
         b.give_bytes(Vec::with_capacity(ARENA_KEEP_BYTES + 1));
         b.give_bytes(Vec::new());
         assert!(
-            b.bytes.is_empty(),
+            b.kept_buffers() == 0,
             "no huge buffer and no empty one is kept"
         );
         for _ in 0..ARENA_KEEP {
             b.give_bytes(Vec::with_capacity(ARENA_KEEP_BYTES));
         }
         assert_eq!(b.kept_bytes, ARENA_KEEP_TOTAL, "bounded by bytes too");
-        let n = b.bytes.len();
+        let n = b.kept_buffers();
         b.empty_bytes();
         assert_eq!(b.kept_bytes, (n - 1) * ARENA_KEEP_BYTES);
-        b.bytes.clear();
+        b.bytes = Default::default();
         b.kept_bytes = 0;
         b.give(vec![
             Ok(VerbOutput::Read(vec![1; 16])),
             Ok(VerbOutput::Write),
         ]);
-        assert_eq!((b.bytes.len(), b.completions().capacity() >= 2), (1, true));
+        assert_eq!((b.kept_buffers(), b.completions().capacity() >= 2), (1, true));
     }
 }

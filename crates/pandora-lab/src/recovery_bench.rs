@@ -8,8 +8,10 @@
 //! and its thread's CPU time, per coordinator and per round. `tandem
 //! pandora recovery` measures the same step inside a loaded run once; this
 //! repeats it on a quiet machine, so its CPU figures can be compared
-//! binary against binary.
+//! binary against binary. Its floor: the last recovery's verbs, recorded
+//! and posted again raw, a round's batches together, on the same fabric.
 
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,6 +23,7 @@ use tandem_dkvs::log::{LogEntry, LogRecord, OpKind};
 use tandem_dkvs::recovery::RecoveryCoordinator;
 use tandem_dkvs::slot::{make_version, LockWord, LOCK_OFF, VERSION_OFF};
 use tandem_dkvs::{Layout, Mode};
+use tandem_fabric::trace::{replay, Recorder};
 use tandem_fabric::{Batch, Fabric, MemNodeId, QueuePair, Verb};
 use tandem_sim::cpu::thread_ns;
 
@@ -44,6 +47,13 @@ pub struct RecoveryBenchResult {
     pub cpu_us_per_round: f64,
     pub rolled_forward: usize,
     pub rolled_back: usize,
+    /// The floor: one recovery's verbs posted again raw, round by round
+    /// (`tandem_fabric::trace`), as many times: median wall and CPU µs.
+    pub floor_wall_us: f64,
+    pub floor_cpu_us: f64,
+    pub verbs: u64,
+    /// Median CPU over the floor's (the physical limit is 1).
+    pub protocol_overhead: f64,
 }
 
 /// Plant and recover `runs` times on `backend` (loaded with micro's `keys`).
@@ -77,22 +87,37 @@ async fn runs_on<F: Fabric>(
 ) -> Result<RecoveryBenchResult, String> {
     let failed: Vec<u16> = (1..=coordinators).collect();
     let rc_id = coordinators + 1;
+    let (recorder, trace) = Recorder::new(f.clone(), usize::MAX);
     let (mut wall_us, mut cpu_us) = (Vec::new(), Vec::new());
     let (mut rounds, mut fwd, mut back) = (0, 0, 0);
     for run in 0..runs {
         plant(f, &layout, &failed, run as u64 + 1).await?;
-        let mut rc = RecoveryCoordinator::new(f, layout.clone(), rc_id)
+        let mut rc = RecoveryCoordinator::new(&recorder, layout.clone(), rc_id)
             .with_version_counter(1 << 40 | (run as u64) << 24);
+        if run + 1 == runs {
+            trace.start();
+        }
         let (t0, c0) = (Instant::now(), thread_ns());
         let r = rc.recover(&failed).await.map_err(|e| format!("recovery failed: {e}"))?;
         cpu_us.push((thread_ns() - c0) as f64 / 1e3);
         wall_us.push(t0.elapsed().as_secs_f64() * 1e6);
+        trace.stop();
         if r.logs_found != failed.len() {
             return Err(format!("found {} logs of {}", r.logs_found, failed.len()));
         }
         (rounds, fwd, back) = (r.rounds, r.rolled_forward, r.rolled_back);
     }
+    let trace = Rc::new(trace.take());
+    let (mut floor_wall, mut floor_cpu) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        plant(f, &layout, &failed, (runs + run) as u64 + 1).await?;
+        let (t0, c0) = (Instant::now(), thread_ns());
+        replay(f, trace.clone(), 1).await;
+        floor_cpu.push((thread_ns() - c0) as f64 / 1e3);
+        floor_wall.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
     let median_cpu_us = median(&cpu_us);
+    let floor_cpu_us = median(&floor_cpu);
     Ok(RecoveryBenchResult {
         fabric: fabric.to_string(),
         coordinators,
@@ -107,6 +132,10 @@ async fn runs_on<F: Fabric>(
         rounds,
         rolled_forward: fwd,
         rolled_back: back,
+        floor_wall_us: median(&floor_wall),
+        floor_cpu_us,
+        verbs: trace.verbs(),
+        protocol_overhead: median_cpu_us / floor_cpu_us.max(1e-3),
     })
 }
 
