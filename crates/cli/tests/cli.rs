@@ -112,17 +112,51 @@ fn recovery_experiment_reports_every_phase_in_json() {
             "detect_us",
             "link_termination_us",
             "log_recovery_us",
+            "log_recovery_cpu_us",
+            "cpu_ns_per_coordinator",
             "total_us",
             "stray_locks_stolen",
         ] {
             assert!(r[f].is_number(), "{fabric}: missing {f}: {r}");
         }
+        let cpu = r["log_recovery_cpu_us"].as_f64().unwrap();
+        assert!(
+            cpu > 0.0 && cpu <= r["log_recovery_us"].as_f64().unwrap() * 1.05,
+            "{fabric}: one thread's CPU fits in the wall time: {r}"
+        );
+        assert!(r["rounds"].as_u64().unwrap() >= 4, "{fabric}: {r}");
         assert!(r["total_us"].as_f64().unwrap() >= r["detect_us"].as_f64().unwrap());
         assert!(
             r["survivors_commits_during_recovery"].as_u64().unwrap() > 0,
             "{fabric}: survivors kept committing"
         );
         assert_eq!(v["check_passed"], true);
+    }
+}
+
+#[test]
+fn recovery_bench_times_log_recovery_beside_the_floor_of_its_verbs() {
+    let _serial = serial();
+    for fabric in ["sim", "tcp"] {
+        let json = std::env::temp_dir().join(format!("tandem-rb-{}-{fabric}.json", std::process::id()));
+        let out = tandem()
+            .args(["pandora", "recovery-bench", "--fabric", fabric])
+            .args(["--coordinators", "64", "--keys", "5000", "--runs", "5"])
+            .args(["--json", json.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{fabric}: {err}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["cpu_us"].as_array().unwrap().len(), 5, "{v}");
+        // 64 coordinators in four states: finished, half unlocked (both
+        // rolled forward), fully written (forward), half written (back).
+        assert_eq!((v["rolled_forward"].as_u64(), v["rolled_back"].as_u64()), (Some(32), Some(16)), "{v}");
+        assert_eq!(v["rounds"], 5, "{v}");
+        let overhead = v["protocol_overhead"].as_f64().unwrap();
+        assert!(overhead > 1.0 && overhead < 20.0, "{fabric}: {v}");
+        assert!(v["verbs"].as_u64().unwrap() > 64 * 4, "{v}");
     }
 }
 
