@@ -153,7 +153,7 @@ async fn plant<F: Fabric>(f: &F, layout: &Layout, failed: &[u16], seq: u64) -> R
         .collect();
     let mut posts: Vec<Vec<Verb>> = vec![Vec::new(); qps.len()];
     for (i, &c) in failed.iter().enumerate() {
-        let rec = record(layout, c, i, seq);
+        let rec = record(layout, c, i, failed.len(), seq);
         let w = LockWord::owned(c, seq).0;
         for (k, e) in rec.entries.iter().enumerate() {
             for (r, &(n, addr)) in e.replicas.iter().enumerate() {
@@ -182,13 +182,18 @@ async fn plant<F: Fabric>(f: &F, layout: &Layout, failed: &[u16], seq: u64) -> R
 }
 
 /// Coordinator `c`'s (the `i`-th failed) record of transaction `seq`.
-fn record(layout: &Layout, c: u16, i: usize, seq: u64) -> LogRecord {
+/// The objects are spread evenly over each partition, as a run's uniformly
+/// chosen keys are, so a larger store costs what it would (cache and TLB
+/// misses), not what neighbouring slots cost.
+fn record(layout: &Layout, c: u16, i: usize, count: usize, seq: u64) -> LogRecord {
     let t = layout.table(0);
+    let per_partition = (2 * count as u64).div_ceil(t.partitions as u64).max(1);
+    let stride = (t.slots_per_partition() as u64 / per_partition).max(1);
     let entries = (0..2)
         .map(|k| {
             let n = (2 * i + k) as u64;
             let p = (n % t.partitions as u64) as u32;
-            let slot = ((n / t.partitions as u64) % t.slots_per_partition() as u64) as u32;
+            let slot = ((n / t.partitions as u64) * stride % t.slots_per_partition() as u64) as u32;
             LogEntry {
                 table: 0,
                 op: OpKind::Update,
