@@ -10,8 +10,11 @@ use tandem_ycsb::Ycsb;
 use crate::args::write_json;
 use crate::ddp_cmd::BenchArgs;
 
-/// Messages in flight for the echo ceiling.
-const ECHO_WINDOW: u64 = 2000;
+/// The echo the nodes are compared with: as many processes as the
+/// cluster's nodes, all to all, with about the messages in flight per link
+/// that the models keep (20 sessions per node, a few messages each).
+const ECHO_NODES: u16 = 5;
+const ECHO_WINDOW: u64 = 20;
 
 pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
     if !(a.seconds.is_finite() && a.seconds > 0.0) {
@@ -33,9 +36,9 @@ pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
         seed: 1,
     };
     println!("{} over 5 `tandem node` processes on loopback, {} sessions each, {} records{}{}, {} round(s) of {:.1} s per model", a.workload, cfg.clients_per_node, a.records, if a.uniform { " uniform" } else { " zipfian" }, if a.fsync { ", --fsync" } else { "" }, cfg.rounds, a.seconds);
-    let e = crate::net_cmd::echo_rate(ECHO_WINDOW, a.seconds)?;
+    let e = crate::net_cmd::echo_rate(ECHO_NODES, ECHO_WINDOW, a.seconds)?;
     let echo = e.messages_per_s;
-    println!("runtime ceiling: echo between two processes {echo:.0} messages/s ({ECHO_WINDOW} in flight), {:.0} ns of CPU per message", e.cpu_ns_per_message);
+    println!("runtime floor: echo among {ECHO_NODES} processes, all to all, {ECHO_WINDOW} in flight per link: {echo:.0} messages/s, {:.0} ns of CPU and {:.2} syscalls per message", e.cpu_ns_per_message, e.syscalls_per_message);
     let results = run_tcp_models(&cfg, &models, |m, r, ops| {
         eprintln!("  round {}: {m}: {ops:.0} ops/s", r + 1)
     })?;
@@ -45,7 +48,7 @@ pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         write_json(
             p,
-            &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "tcp", "records": a.records, "uniform": a.uniform, "fsync": a.fsync, "clients_per_node": cfg.clients_per_node, "seconds": a.seconds, "rounds": cfg.rounds, "cores": cores, "echo_messages_per_s": echo, "echo_cpu_ns_per_message": e.cpu_ns_per_message, "models": results }),
+            &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "tcp", "records": a.records, "uniform": a.uniform, "fsync": a.fsync, "clients_per_node": cfg.clients_per_node, "seconds": a.seconds, "rounds": cfg.rounds, "cores": cores, "echo_nodes": ECHO_NODES, "echo_window": ECHO_WINDOW, "echo_messages_per_s": echo, "echo_cpu_ns_per_message": e.cpu_ns_per_message, "echo_syscalls_per_message": e.syscalls_per_message, "models": results }),
         )?;
     }
     Ok(())
@@ -53,7 +56,7 @@ pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
 
 fn print_table(results: &[TcpModelResult], echo: &crate::net_cmd::EchoRun) {
     println!(
-        "{:<16} {:>10} {:>8} {:>8} {:>12} {:>9} {:>10} {:>10} {:>11} {:>9}",
+        "{:<16} {:>10} {:>8} {:>8} {:>12} {:>9} {:>10} {:>10} {:>11} {:>9} {:>8}",
         "model",
         "ops/s",
         "vs l-s",
@@ -63,11 +66,12 @@ fn print_table(results: &[TcpModelResult], echo: &crate::net_cmd::EchoRun) {
         "msg/write",
         "cpu us/op",
         "cpu ns/msg",
-        "vs echo"
+        "vs echo",
+        "sys/msg"
     );
     for r in results {
         println!(
-            "{:<16} {:>10.0} {:>8.2} {:>8.2} {:>12.0} {:>8.1}% {:>10.1} {:>10.1} {:>11.0} {:>8.1}x",
+            "{:<16} {:>10.0} {:>8.2} {:>8.2} {:>12.0} {:>8.1}% {:>10.1} {:>10.1} {:>11.0} {:>8.1}x {:>8.2}",
             r.model,
             r.throughput_ops,
             r.normalized.unwrap_or(f64::NAN),
@@ -77,12 +81,15 @@ fn print_table(results: &[TcpModelResult], echo: &crate::net_cmd::EchoRun) {
             r.messages_per_write,
             r.node_cpu_us_per_op,
             r.node_cpu_ns_per_message,
-            r.node_cpu_ns_per_message / echo.cpu_ns_per_message
+            r.node_cpu_ns_per_message / echo.cpu_ns_per_message,
+            r.node_syscalls_per_message
         );
     }
     println!(
         "(msgs/s: protocol messages between nodes; client requests and replies are not counted; \
          cpu ns/msg: the nodes' CPU per peer message received or client request taken, beside \
-         the echo's CPU per message, two processes and one link, not the same shape)"
+         the echo's CPU per message among as many processes; sys/msg: their system calls per \
+         message (reads, writes, poller waits), the echo's {:.2})",
+        echo.syscalls_per_message
     );
 }

@@ -3,7 +3,6 @@
 
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,7 +30,11 @@ enum NetCommand {
 
 #[derive(Args)]
 pub struct EchoArgs {
-    /// Messages in flight.
+    /// Processes, each with `window` messages in flight to every other.
+    #[arg(long, default_value_t = 2)]
+    nodes: u16,
+    /// Messages in flight from each process to each other (2 processes:
+    /// only the first sends, so this is the whole link's window).
     #[arg(long, default_value_t = 2000)]
     window: u64,
     #[arg(long, default_value_t = 3.0)]
@@ -46,10 +49,19 @@ pub struct PeerArgs {
     peers: String,
     #[arg(long)]
     dir: String,
+    /// This process's node id (its place in --peers).
+    #[arg(long, default_value_t = 1)]
+    id: u16,
+    #[arg(long, default_value_t = 0)]
+    window: u64,
 }
 
 /// Both ends of the echo derive the same keys (a loopback measurement).
 const SECRET: &str = "ec40ec40ec40ec40ec40ec40ec40ec40";
+
+fn keys() -> tandem_fabric::auth::Keyring {
+    tandem_fabric::auth::Keyring::from_master_hex(SECRET).expect("a 128-bit secret")
+}
 
 fn host_cfg(id: u16, peers: &[std::net::SocketAddr], dir: &str) -> HostConfig {
     HostConfig {
@@ -60,7 +72,7 @@ fn host_cfg(id: u16, peers: &[std::net::SocketAddr], dir: &str) -> HostConfig {
             .map(|(i, &a)| (i as u16, a))
             .collect(),
         manager: None,
-        keys: tandem_fabric::auth::Keyring::from_master_hex(SECRET).expect("a 128-bit secret"),
+        keys: keys(),
         nvm: std::path::Path::new(dir).join(format!("echo{id}.nvm")),
         nvm_bytes: 1 << 20,
         nvm_corrupt: tandem_net::nvm_file::OnCorrupt::Stop,
@@ -77,26 +89,27 @@ pub fn run(a: NetArgs) -> Result<(), String> {
         NetCommand::Echo(e) => echo(e),
         NetCommand::EchoPeer(p) => {
             let peers = parse_addrs(&p.peers)?;
-            let l = TcpListener::bind(peers[1]).map_err(|e| e.to_string())?;
+            let me = peers.get(p.id as usize).ok_or("--id is not in --peers")?;
+            let l = TcpListener::bind(me).map_err(|e| e.to_string())?;
             let factory = EchoFactory {
-                window: 0,
+                window: p.window,
                 received: Arc::default(),
             };
-            host::run::<Echo, _>(host_cfg(1, &peers, &p.dir), l, factory).map_err(|e| e.to_string())
+            host::run::<Echo, _>(host_cfg(p.id, &peers, &p.dir), l, factory).map_err(|e| e.to_string())
         }
     }
 }
 
 fn echo(a: EchoArgs) -> Result<(), String> {
-    let e = echo_rate(a.window, a.seconds)?;
+    let e = echo_rate(a.nodes, a.window, a.seconds)?;
     println!(
-        "echo between two processes: {:.0} messages/s ({} in flight), {:.0} ns of CPU per message",
-        e.messages_per_s, a.window, e.cpu_ns_per_message
+        "echo among {} processes: {:.0} messages/s ({} in flight per link), {:.0} ns of CPU and {:.2} syscalls per message",
+        a.nodes, e.messages_per_s, a.window, e.cpu_ns_per_message, e.syscalls_per_message
     );
     if let Some(p) = &a.json {
         write_json(
             p,
-            &serde_json::json!({ "system": "net", "window": a.window, "messages_per_s": e.messages_per_s, "cpu_ns_per_message": e.cpu_ns_per_message }),
+            &serde_json::json!({ "system": "net", "nodes": a.nodes, "window": a.window, "messages_per_s": e.messages_per_s, "cpu_ns_per_message": e.cpu_ns_per_message, "syscalls_per_message": e.syscalls_per_message }),
         )?;
     }
     Ok(())
@@ -106,64 +119,95 @@ fn echo(a: EchoArgs) -> Result<(), String> {
 #[derive(Clone, Copy, Debug)]
 pub struct EchoRun {
     pub messages_per_s: f64,
-    /// CPU both processes used (user and system, from /proc) per message
-    /// received, in ns.
+    /// CPU the processes used (user and system, from /proc) per message
+    /// they received, in ns.
     pub cpu_ns_per_message: f64,
+    /// System calls per message received: reads, writes and poller waits,
+    /// as the runtime counts them (`NodeStats::syscalls`).
+    pub syscalls_per_message: f64,
 }
 
-/// Messages per second two processes bounce through the runtime, with
-/// `window` in flight, measured for `seconds` after a warm-up, and the CPU
-/// they spent on each.
-pub fn echo_rate(window: u64, seconds: f64) -> Result<EchoRun, String> {
+/// Messages per second `nodes` processes bounce through the runtime, with
+/// `window` in flight from each to each other (two: from the first to the
+/// second), measured for `seconds` after a warm-up by the nodes' own
+/// counters, and the CPU and system calls they spent on each.
+pub fn echo_rate(nodes: u16, window: u64, seconds: f64) -> Result<EchoRun, String> {
+    if nodes < 2 {
+        return Err("--nodes must be at least 2".into());
+    }
     let dir = std::env::temp_dir().join(format!("tandem-echo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let l0 = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    let a1 = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
+    let peers = free_ports(nodes)?;
+    let mut children = EchoChildren(Vec::new());
+    for id in 0..nodes {
+        // Two processes: only the first sends, as the echo always has.
+        let w = if nodes == 2 && id == 1 { 0 } else { window };
+        children.0.push(spawn_peer(&peers, id, w, &dir)?);
+    }
+    let measure = || -> Result<(u64, f64, u64), String> {
+        let (mut received, mut calls) = (0, 0);
+        for a in &peers {
+            let s = tandem_net::client::node_stats(*a, &keys(), Duration::from_secs(2))
+                .map_err(|e| format!("stats of echo node at {a}: {e}"))?;
+            (received, calls) = (received + s.received, calls + s.syscalls);
+        }
+        let cpu = children.0.iter().map(|c| cpu_seconds(c.id())).sum();
+        Ok((received, cpu, calls))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let (start, (m0, c0, s0)) = (Instant::now(), measure()?);
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    let (m1, c1, s1) = measure()?;
+    let msgs = (m1 - m0) as f64;
+    drop(children);
+    let _ = std::fs::remove_dir_all(&dir);
+    if msgs == 0.0 {
+        return Err("no message came back: the echo peers did not start".into());
+    }
+    Ok(EchoRun {
+        messages_per_s: msgs / start.elapsed().as_secs_f64(),
+        cpu_ns_per_message: 1e9 * (c1 - c0) / msgs,
+        syscalls_per_message: (s1 - s0) as f64 / msgs,
+    })
+}
+
+/// The echo's processes; killed when dropped.
+struct EchoChildren(Vec<std::process::Child>);
+
+impl Drop for EchoChildren {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_ports(n: u16) -> Result<Vec<std::net::SocketAddr>, String> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
-    let peers = vec![l0.local_addr().map_err(|e| e.to_string())?, a1];
-    let list = format!("{},{}", peers[0], peers[1]);
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map_err(|e| e.to_string()))
+        .collect()
+}
+
+fn spawn_peer(
+    peers: &[std::net::SocketAddr],
+    id: u16,
+    window: u64,
+    dir: &std::path::Path,
+) -> Result<std::process::Child, String> {
+    let list: Vec<String> = peers.iter().map(|a| a.to_string()).collect();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe)
-        .args([
-            "net",
-            "echo-peer",
-            "--peers",
-            &list,
-            "--dir",
-            dir.to_str().unwrap_or("."),
-        ])
+    Command::new(exe)
+        .args(["net", "echo-peer", "--peers", &list.join(",")])
+        .args(["--dir", dir.to_str().unwrap_or(".")])
+        .args(["--id", &id.to_string(), "--window", &window.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| e.to_string())?;
-    let received = Arc::new(AtomicU64::new(0));
-    let node = host::spawn::<Echo, _>(
-        host_cfg(0, &peers, dir.to_str().unwrap_or(".")),
-        l0,
-        EchoFactory {
-            window,
-            received: received.clone(),
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    // Warm up, then measure.
-    std::thread::sleep(Duration::from_millis(500));
-    let cpu = || cpu_seconds(child.id()) + cpu_seconds(std::process::id());
-    let (start, before, cpu0) = (Instant::now(), received.load(Ordering::Relaxed), cpu());
-    std::thread::sleep(Duration::from_secs_f64(seconds));
-    let msgs = 2 * (received.load(Ordering::Relaxed) - before);
-    let rate = msgs as f64 / start.elapsed().as_secs_f64();
-    let cpu_ns_per_message = 1e9 * (cpu() - cpu0) / (msgs as f64).max(1.0);
-    node.stop();
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
-    if msgs == 0 {
-        return Err("no message came back: the echo peer did not start".into());
-    }
-    Ok(EchoRun {
-        messages_per_s: rate,
-        cpu_ns_per_message,
-    })
+        .map_err(|e| e.to_string())
 }

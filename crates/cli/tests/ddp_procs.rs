@@ -632,6 +632,10 @@ fn the_tcp_bench_measures_models_on_processes_beside_the_echo_ceiling() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(v["echo_messages_per_s"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["echo_cpu_ns_per_message"].as_f64().unwrap() > 0.0, "{v}");
+    // The echo has the cluster's shape: five processes, all to all.
+    assert_eq!((v["echo_nodes"].as_u64(), v["echo_window"].as_u64()), (Some(5), Some(20)), "{v}");
+    let echo_calls = v["echo_syscalls_per_message"].as_f64().unwrap();
+    assert!(echo_calls > 0.0 && echo_calls < 2.0, "the runtime coalesces: {v}");
     let models = v["models"].as_array().unwrap();
     assert_eq!(models.len(), 3, "{v}");
     for m in models {
@@ -639,6 +643,8 @@ fn the_tcp_bench_measures_models_on_processes_beside_the_echo_ceiling() {
         assert!(m["messages_per_s"].as_f64().unwrap() > 0.0, "{m}");
         assert!(m["node_cpu_us_per_op"].as_f64().unwrap() > 0.0, "{m}");
         assert!(m["node_cpu_ns_per_message"].as_f64().unwrap() > 0.0, "{m}");
+        let calls = m["node_syscalls_per_message"].as_f64().unwrap();
+        assert!(calls > 0.0 && calls < 4.0, "{m}");
     }
     assert_eq!(models[0]["normalized"].as_f64(), Some(1.0));
     // --fsync: persists complete only after the syncer thread flushed them (group commit).

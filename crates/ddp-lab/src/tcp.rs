@@ -52,6 +52,9 @@ pub struct TcpModelResult {
     /// messages received and client requests), in ns: comparable with
     /// the runtime's echo, whose processes only receive and answer.
     pub node_cpu_ns_per_message: f64,
+    /// The node processes' system calls (reads, writes and poller waits,
+    /// as their runtime counts them) per message they handled.
+    pub node_syscalls_per_message: f64,
     pub rounds_ops: Vec<f64>,
 }
 
@@ -65,6 +68,7 @@ struct Sample {
     /// Peer messages received and client requests taken by the nodes.
     handled: f64,
     cpu: f64,
+    syscalls: f64,
     secs: f64,
 }
 
@@ -106,6 +110,7 @@ fn sample(cfg: &TcpBenchConfig, model: Model, round: u32) -> Result<Sample, Stri
         writes: (s1.peer_writes - s0.peer_writes) as f64,
         handled: ((s1.received + s1.requests) - (s0.received + s0.requests)) as f64,
         cpu: c1 - c0,
+        syscalls: (s1.syscalls - s0.syscalls) as f64,
         secs,
     })
 }
@@ -129,6 +134,7 @@ fn summarize(model: Model, samples: &[Sample]) -> TcpModelResult {
         messages_per_write: total(|s| s.msgs) / total(|s| s.writes).max(1.0),
         node_cpu_us_per_op: 1e6 * total(|s| s.cpu) / ops,
         node_cpu_ns_per_message: 1e9 * total(|s| s.cpu) / total(|s| s.handled).max(1.0),
+        node_syscalls_per_message: total(|s| s.syscalls) / total(|s| s.handled).max(1.0),
         rounds_ops: samples.iter().map(|s| s.ops / s.secs).collect(),
     }
 }

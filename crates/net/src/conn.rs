@@ -4,6 +4,7 @@
 //! between two flushes leave in one `write` (coalescing).
 
 use std::io::{self, ErrorKind, Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
@@ -207,6 +208,7 @@ impl Conn {
             return Ok(());
         }
         while self.written < self.out.len() {
+            count_syscall();
             match self.stream.write(&self.out[self.written..]) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
                 Ok(n) => self.written += n,
@@ -233,6 +235,7 @@ impl Conn {
         let mut buf = [0u8; 128];
         while into.len() < want {
             let n = (want - into.len()).min(buf.len());
+            count_syscall();
             match self.stream.read(&mut buf[..n]) {
                 Ok(0) => return Ok(ReadEnd::Closed),
                 Ok(got) => into.extend_from_slice(&buf[..got]),
@@ -251,6 +254,7 @@ impl Conn {
         loop {
             self.make_room();
             let room = self.inbuf.len() - self.filled;
+            count_syscall();
             match self.stream.read(&mut self.inbuf[self.filled..]) {
                 Ok(0) => return Ok(ReadEnd::Closed),
                 Ok(n) => {
@@ -286,6 +290,15 @@ impl Conn {
         self.consumed += r.consumed;
         r.error.map_or(Ok(()), Err)
     }
+}
+
+/// Reads, writes and poller waits this process's runtime has made
+/// ([`crate::wire::NodeStats::syscalls`]).
+pub static SYSCALLS: AtomicU64 = AtomicU64::new(0);
+
+/// One more system call on a stream or the poller.
+pub fn count_syscall() {
+    SYSCALLS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// What [`cut_frames`] did with a buffer.

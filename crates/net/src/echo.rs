@@ -1,7 +1,10 @@
-//! The runtime's own ceiling on this machine: two processes bouncing small
+//! The runtime's own ceiling on this machine: processes bouncing small
 //! messages through the same host (event loop, coalesced writes, reader
-//! threads) that the stores use. `tandem net echo` reports messages per
-//! second; a store's messages per second are compared with it.
+//! threads) that the stores use. Every node keeps `window` requests in
+//! flight to every other node; a node answers each request it receives,
+//! and sends a new request for each answer. `tandem net echo` reports
+//! messages per second and CPU per message; a store's are compared with it,
+//! at the same number of processes and about the same window per link.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,12 +29,16 @@ impl Durable for NoRecord {
 }
 
 const RESEND_NS: u64 = 100_000_000;
+/// The bit of `Ping::seq` that marks an answer.
+const ANSWER: u64 = 1 << 63;
 
-/// Node 0 keeps `window` messages in flight to node 1, which sends each back.
+/// One node of the echo.
 pub struct Echo {
     me: NodeId,
     window: u64,
-    started: bool,
+    members: Vec<NodeId>,
+    /// Peers heard from (each has our window in flight, or had).
+    heard: Vec<NodeId>,
     /// Messages received by this node (shared with the process that reports).
     pub received: Arc<AtomicU64>,
 }
@@ -45,18 +52,29 @@ impl Protocol for Echo {
     fn step(&mut self, now: u64, input: Input<Self>, out: &mut Vec<Command<Self>>) {
         match input {
             Input::Recv { from, msg } => {
-                self.started = true;
+                if !self.heard.contains(&from) {
+                    self.heard.push(from);
+                }
                 self.received.fetch_add(1, Ordering::Relaxed);
-                out.push(Command::Send { to: from, msg });
+                // An answer asks for the next request; a request for its answer.
+                let seq = msg.seq ^ ANSWER;
+                out.push(Command::Send {
+                    to: from,
+                    msg: Ping { seq, key: msg.key },
+                });
             }
-            // Until the first message comes back (the peer may not be up
-            // yet, and a link that is down drops), send the window again.
-            Input::Config(_) | Input::Timer { .. } if self.me == 0 && !self.started => {
-                for seq in 0..self.window {
-                    out.push(Command::Send {
-                        to: 1,
-                        msg: Ping { seq, key: seq },
-                    });
+            // Until a peer is heard from (it may not be up yet, and a link
+            // that is down drops), send it the window again.
+            Input::Config(_) | Input::Timer { .. } if self.heard.len() + 1 < self.members.len() => {
+                let me = self.me;
+                let quiet = self.members.iter().filter(|&&m| m != me && !self.heard.contains(&m));
+                for &to in quiet {
+                    for seq in 0..self.window {
+                        out.push(Command::Send {
+                            to,
+                            msg: Ping { seq, key: seq },
+                        });
+                    }
                 }
                 out.push(Command::SetTimer {
                     token: 0,
@@ -74,11 +92,12 @@ pub struct EchoFactory {
 }
 
 impl NodeFactory<Echo> for EchoFactory {
-    fn start(&self, me: NodeId, _config: &Config) -> Echo {
+    fn start(&self, me: NodeId, config: &Config) -> Echo {
         Echo {
             me,
             window: self.window,
-            started: false,
+            members: config.members.clone(),
+            heard: Vec::new(),
             received: self.received.clone(),
         }
     }

@@ -211,6 +211,7 @@ impl<P: Wire> Host<P> {
     /// Wait up to `wait` for the streams, then handle what they carry.
     pub(crate) fn poll_once(&mut self, events: &mut Events, wait: Duration) -> io::Result<()> {
         self.redial_links();
+        crate::conn::count_syscall();
         match self.poll.poll(events, Some(wait)) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
             r => r?,
@@ -403,6 +404,7 @@ impl<P: Wire> Host<P> {
                 Item::StatsAsked => {
                     let mut s = self.stats;
                     s.links_lost = self.peers.values().map(|l| l.lost).sum();
+                    s.syscalls = crate::conn::SYSCALLS.load(std::sync::atomic::Ordering::Relaxed);
                     if let Some(ib) = self.inbound.get_mut(&id) {
                         ib.conn.queue(&s);
                     }

@@ -71,6 +71,9 @@ pub struct NodeStats {
     /// Streams to peers that were up and broke or fell silent (the runtime
     /// then dials again).
     pub links_lost: u64,
+    /// System calls the runtime made on its streams and its poller (reads,
+    /// writes, waits), counted by itself.
+    pub syscalls: u64,
 }
 
 impl std::ops::AddAssign for NodeStats {
@@ -82,6 +85,7 @@ impl std::ops::AddAssign for NodeStats {
         self.persists += o.persists;
         self.peer_writes += o.peer_writes;
         self.links_lost += o.links_lost;
+        self.syscalls += o.syscalls;
     }
 }
 
