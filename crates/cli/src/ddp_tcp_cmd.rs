@@ -15,6 +15,8 @@ use crate::ddp_cmd::BenchArgs;
 /// that the models keep (20 sessions per node, a few messages each).
 const ECHO_NODES: u16 = 5;
 const ECHO_WINDOW: u64 = 20;
+/// Windows of the echoes the runtime's cost line is fitted over.
+const ECHO_SWEEP: [u64; 3] = [5, 20, 80];
 
 pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
     if !(a.seconds.is_finite() && a.seconds > 0.0) {
@@ -36,6 +38,8 @@ pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
         seed: 1,
     };
     println!("{} over 5 `tandem node` processes on loopback, {} sessions each, {} records{}{}, {} round(s) of {:.1} s per model", a.workload, cfg.clients_per_node, a.records, if a.uniform { " uniform" } else { " zipfian" }, if a.fsync { ", --fsync" } else { "" }, cfg.rounds, a.seconds);
+    let model = crate::net_cmd::echo_model(ECHO_NODES, &ECHO_SWEEP, a.seconds.min(2.0))?;
+    println!("runtime cost (echo among {ECHO_NODES} processes at windows {ECHO_SWEEP:?}): {:.0} ns per message + {:.0} ns per syscall", model.per_message_ns, model.per_syscall_ns);
     let e = crate::net_cmd::echo_rate(ECHO_NODES, ECHO_WINDOW, a.seconds)?;
     let echo = e.messages_per_s;
     println!("runtime floor: echo among {ECHO_NODES} processes, all to all, {ECHO_WINDOW} in flight per link: {echo:.0} messages/s, {:.0} ns of CPU and {:.2} syscalls per message", e.cpu_ns_per_message, e.syscalls_per_message);
@@ -43,20 +47,24 @@ pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
         eprintln!("  round {}: {m}: {ops:.0} ops/s", r + 1)
     })?;
     let _ = std::fs::remove_dir_all(&cfg.dir);
-    print_table(&results, &e);
+    print_table(&results, &e, &model);
     if let Some(p) = &a.json {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         write_json(
             p,
-            &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "tcp", "records": a.records, "uniform": a.uniform, "fsync": a.fsync, "clients_per_node": cfg.clients_per_node, "seconds": a.seconds, "rounds": cfg.rounds, "cores": cores, "echo_nodes": ECHO_NODES, "echo_window": ECHO_WINDOW, "echo_messages_per_s": echo, "echo_cpu_ns_per_message": e.cpu_ns_per_message, "echo_syscalls_per_message": e.syscalls_per_message, "models": results }),
+            &serde_json::json!({ "system": "ddp", "workload": a.workload, "net": "tcp", "records": a.records, "uniform": a.uniform, "fsync": a.fsync, "clients_per_node": cfg.clients_per_node, "seconds": a.seconds, "rounds": cfg.rounds, "cores": cores, "echo_nodes": ECHO_NODES, "echo_window": ECHO_WINDOW, "echo_messages_per_s": echo, "echo_cpu_ns_per_message": e.cpu_ns_per_message, "echo_syscalls_per_message": e.syscalls_per_message, "runtime_model": model, "models": results }),
         )?;
     }
     Ok(())
 }
 
-fn print_table(results: &[TcpModelResult], echo: &crate::net_cmd::EchoRun) {
+fn print_table(
+    results: &[TcpModelResult],
+    echo: &crate::net_cmd::EchoRun,
+    model: &crate::net_cmd::EchoModel,
+) {
     println!(
-        "{:<16} {:>10} {:>8} {:>8} {:>12} {:>9} {:>10} {:>10} {:>11} {:>9} {:>8}",
+        "{:<16} {:>10} {:>8} {:>8} {:>12} {:>9} {:>10} {:>10} {:>11} {:>9} {:>8} {:>10}",
         "model",
         "ops/s",
         "vs l-s",
@@ -67,11 +75,12 @@ fn print_table(results: &[TcpModelResult], echo: &crate::net_cmd::EchoRun) {
         "cpu us/op",
         "cpu ns/msg",
         "vs echo",
-        "sys/msg"
+        "sys/msg",
+        "vs runtime"
     );
     for r in results {
         println!(
-            "{:<16} {:>10.0} {:>8.2} {:>8.2} {:>12.0} {:>8.1}% {:>10.1} {:>10.1} {:>11.0} {:>8.1}x {:>8.2}",
+            "{:<16} {:>10.0} {:>8.2} {:>8.2} {:>12.0} {:>8.1}% {:>10.1} {:>10.1} {:>11.0} {:>8.1}x {:>8.2} {:>9.2}x",
             r.model,
             r.throughput_ops,
             r.normalized.unwrap_or(f64::NAN),
@@ -82,14 +91,16 @@ fn print_table(results: &[TcpModelResult], echo: &crate::net_cmd::EchoRun) {
             r.node_cpu_us_per_op,
             r.node_cpu_ns_per_message,
             r.node_cpu_ns_per_message / echo.cpu_ns_per_message,
-            r.node_syscalls_per_message
+            r.node_syscalls_per_message,
+            r.node_cpu_ns_per_message / model.cpu_ns_at(r.node_syscalls_per_message)
         );
     }
     println!(
         "(msgs/s: protocol messages between nodes; client requests and replies are not counted; \
          cpu ns/msg: the nodes' CPU per peer message received or client request taken, beside \
          the echo's CPU per message among as many processes; sys/msg: their system calls per \
-         message (reads, writes, poller waits), the echo's {:.2})",
+         message (reads, writes, poller waits), the echo's {:.2}; vs runtime: the nodes' CPU per \
+         message over the runtime's cost line at their syscalls per message)",
         echo.syscalls_per_message
     );
 }

@@ -410,6 +410,9 @@ fn exe() -> Result<std::path::PathBuf, String> {
 /// Kite's time-out for benchmarks over TCP (see `--timeout-ms`).
 const TCP_TIMEOUT_MS: f64 = 20.0;
 
+/// Messages in flight per link of the echo the nodes are compared with.
+const ECHO_WINDOW: u64 = 20;
+
 /// `tandem kite bench --net tcp`: for each system, five node processes and
 /// closed-loop sessions of the paper's mix.
 fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
@@ -439,11 +442,22 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
         ..LoadOpts::default()
     };
     let (exe, dir) = (exe()?, work_dir("bench"));
+    let model = crate::net_cmd::echo_model(a.nodes, &[5, 20, 80], a.measure_s.min(2.0))?;
     println!(
-        "{:<6} {:>14} {:>9} {:>9} {:>10} {:>12} {:>9}",
-        "system", "ops/s (tcp)", "p50 us", "p99 us", "msgs/op", "cpu us/op", "x ES"
+        "runtime cost (echo among {} processes at windows 5, 20, 80): {:.0} ns per message + {:.0} ns per syscall",
+        a.nodes, model.per_message_ns, model.per_syscall_ns
+    );
+    let echo = crate::net_cmd::echo_rate(a.nodes, ECHO_WINDOW, a.measure_s)?;
+    println!(
+        "runtime floor: echo among {} processes, all to all, {ECHO_WINDOW} in flight per link: {:.0} messages/s, {:.0} ns of CPU and {:.2} syscalls per message",
+        a.nodes, echo.messages_per_s, echo.cpu_ns_per_message, echo.syscalls_per_message
+    );
+    println!(
+        "{:<6} {:>14} {:>9} {:>9} {:>10} {:>12} {:>9} {:>11} {:>8} {:>8} {:>10}",
+        "system", "ops/s (tcp)", "p50 us", "p99 us", "msgs/op", "cpu us/op", "x ES", "cpu ns/msg", "vs echo", "sys/msg", "vs runtime"
     );
     let mut results: Vec<SystemResult> = Vec::new();
+    let mut cpu = Vec::new();
     for s in systems {
         let mix = BenchMix {
             system: s,
@@ -462,7 +476,7 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
             format!("{:.2}", res.throughput_ops / e)
         });
         println!(
-            "{:<6} {:>14.0} {:>9.1} {:>9.1} {:>10.2} {:>12.1} {:>9}  ({:.1} s)",
+            "{:<6} {:>14.0} {:>9.1} {:>9.1} {:>10.2} {:>12.1} {:>9} {:>11.0} {:>7.1}x {:>8.2} {:>9.2}x  ({:.1} s)",
             res.system,
             res.throughput_ops,
             res.latency_us.p50,
@@ -470,8 +484,18 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
             res.messages_per_op,
             rep.node_cpu_us_per_op,
             vs_es,
+            rep.node_cpu_ns_per_message,
+            rep.node_cpu_ns_per_message / echo.cpu_ns_per_message,
+            rep.node_syscalls_per_message,
+            rep.node_cpu_ns_per_message / model.cpu_ns_at(rep.node_syscalls_per_message),
             started.elapsed().as_secs_f64()
         );
+        cpu.push(serde_json::json!({
+            "system": res.system, "node_cpu_ns_per_message": rep.node_cpu_ns_per_message,
+            "vs_echo": rep.node_cpu_ns_per_message / echo.cpu_ns_per_message,
+            "node_syscalls_per_message": rep.node_syscalls_per_message,
+            "vs_runtime": rep.node_cpu_ns_per_message / model.cpu_ns_at(rep.node_syscalls_per_message),
+        }));
         results.push(res);
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -481,9 +505,13 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
             "sync_ratio": m.sync, "rmw_ratio": r, "warmup_s": a.warmup_s, "measure_s": a.measure_s,
             "timeout_ms": timeout_ms, "seed": a.seed,
         });
+        let echo = serde_json::json!({
+            "nodes": a.nodes, "window": ECHO_WINDOW, "messages_per_s": echo.messages_per_s,
+            "cpu_ns_per_message": echo.cpu_ns_per_message, "syscalls_per_message": echo.syscalls_per_message,
+        });
         write_json(
             path,
-            &serde_json::json!({ "options": options, "results": results }),
+            &serde_json::json!({ "options": options, "echo": echo, "runtime_model": model, "results": results, "node_cpu": cpu }),
         )?;
     }
     Ok(())

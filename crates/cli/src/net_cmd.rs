@@ -33,6 +33,10 @@ pub struct EchoArgs {
     /// Processes, each with `window` messages in flight to every other.
     #[arg(long, default_value_t = 2)]
     nodes: u16,
+    /// Echo at each of these windows (comma-separated) and fit the
+    /// runtime's CPU per message against its syscalls per message.
+    #[arg(long)]
+    sweep: Option<String>,
     /// Messages in flight from each process to each other (2 processes:
     /// only the first sends, so this is the whole link's window).
     #[arg(long, default_value_t = 2000)]
@@ -101,6 +105,24 @@ pub fn run(a: NetArgs) -> Result<(), String> {
 }
 
 fn echo(a: EchoArgs) -> Result<(), String> {
+    if let Some(list) = &a.sweep {
+        let windows = list
+            .split(',')
+            .map(|w| w.trim().parse::<u64>().map_err(|_| format!("--sweep: bad window '{w}'")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let m = echo_model(a.nodes, &windows, a.seconds)?;
+        for (w, calls, cpu) in &m.points {
+            println!("window {w:>5}: {calls:.3} syscalls and {cpu:.0} ns of CPU per message");
+        }
+        println!(
+            "fit: {:.0} ns per message + {:.0} ns per syscall",
+            m.per_message_ns, m.per_syscall_ns
+        );
+        if let Some(p) = &a.json {
+            write_json(p, &m)?;
+        }
+        return Ok(());
+    }
     let e = echo_rate(a.nodes, a.window, a.seconds)?;
     println!(
         "echo among {} processes: {:.0} messages/s ({} in flight per link), {:.0} ns of CPU and {:.2} syscalls per message",
@@ -168,6 +190,50 @@ pub fn echo_rate(nodes: u16, window: u64, seconds: f64) -> Result<EchoRun, Strin
         messages_per_s: msgs / start.elapsed().as_secs_f64(),
         cpu_ns_per_message: 1e9 * (c1 - c0) / msgs,
         syscalls_per_message: (s1 - s0) as f64 / msgs,
+    })
+}
+
+/// The runtime's cost, fitted over echoes of several windows: CPU per
+/// message = `per_message_ns` + `per_syscall_ns` × syscalls per message.
+/// A wider window coalesces more messages per read and write, so the
+/// echo's CPU per message falls with its syscalls per message; a store's
+/// node, at its own syscalls per message, is compared with this line.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct EchoModel {
+    pub per_message_ns: f64,
+    pub per_syscall_ns: f64,
+    /// (window, syscalls per message, CPU ns per message) of each echo.
+    pub points: Vec<(u64, f64, f64)>,
+}
+
+impl EchoModel {
+    /// The runtime's CPU per message at `syscalls` per message.
+    pub fn cpu_ns_at(&self, syscalls: f64) -> f64 {
+        self.per_message_ns + self.per_syscall_ns * syscalls
+    }
+}
+
+/// Echoes among `nodes` processes at each of `windows`, and the line fitted
+/// through them (least squares).
+pub fn echo_model(nodes: u16, windows: &[u64], seconds: f64) -> Result<EchoModel, String> {
+    let mut points = Vec::new();
+    for &w in windows {
+        let e = echo_rate(nodes, w, seconds)?;
+        points.push((w, e.syscalls_per_message, e.cpu_ns_per_message));
+    }
+    let n = points.len() as f64;
+    let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), p| (a + p.1, b + p.2));
+    let (mx, my) = (sx / n, sy / n);
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for p in &points {
+        sxy += (p.1 - mx) * (p.2 - my);
+        sxx += (p.1 - mx) * (p.1 - mx);
+    }
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    Ok(EchoModel {
+        per_message_ns: my - slope * mx,
+        per_syscall_ns: slope,
+        points,
     })
 }
 

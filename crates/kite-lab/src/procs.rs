@@ -473,6 +473,11 @@ pub struct LoadReport {
     pub alive: Vec<bool>,
     pub messages_per_op: f64,
     pub node_cpu_us_per_op: f64,
+    /// The nodes' CPU per message they handled (peer messages received and
+    /// client requests taken), in ns, and their system calls per message
+    /// (reads, writes, poller waits, as their runtime counts them).
+    pub node_cpu_ns_per_message: f64,
+    pub node_syscalls_per_message: f64,
     pub seconds: f64,
     #[serde(skip)]
     pub history: Vec<RcOp>,
@@ -893,6 +898,7 @@ impl<'a> Load<'a> {
         };
         let pending_ops = hist.iter().filter(|h| h.complete_ns.is_none()).count();
         let replies = stats1.replies.saturating_sub(s0.replies).max(1) as f64;
+        let handled = ((stats1.received + stats1.requests) - (s0.received + s0.requests)).max(1) as f64;
         LoadReport {
             system: self.system,
             nodes: self.n,
@@ -915,6 +921,8 @@ impl<'a> Load<'a> {
             alive: (0..self.n).map(|i| self.cluster.alive(i)).collect(),
             messages_per_op: stats1.sent.saturating_sub(s0.sent) as f64 / replies,
             node_cpu_us_per_op: 1e6 * (cpu1 - c0).max(0.0) / replies,
+            node_cpu_ns_per_message: 1e9 * (cpu1 - c0).max(0.0) / handled,
+            node_syscalls_per_message: stats1.syscalls.saturating_sub(s0.syscalls) as f64 / handled,
             seconds: now as f64 / 1e9,
             history: hist,
         }
