@@ -146,6 +146,9 @@ python3 scripts/render_fencing.py "$OUT" > "$PARTS/fencing.md"   # parts fencing
 assemble "$PARTS/fencing.md"
 
 # DDP models in simulated time, their checks, and the runtime's ceiling over TCP.
+# CPU per unit of work, every engine beside its floor (its own script renders and assembles).
+TANDEM_BIN=$T RESULTS_OUT=$OUT RESULTS_DOC=$DOC run bash scripts/results_cpu.sh
+
 # (scripts/results_ddp.sh regenerates this part alone; here only its runs.)
 CARGO_TARGET_DIR=target run bash scripts/results_ddp.sh --runs-only
 run $T net echo --json $OUT/net-echo.json

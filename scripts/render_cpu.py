@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Render RESULTS's part `cpu` from scripts/results_cpu.sh's JSON.
+
+    render_cpu.py DIR > part.md
+"""
+import json
+import os
+import sys
+
+D = sys.argv[1]
+
+
+def load(name):
+    p = os.path.join(D, name)
+    if not os.path.exists(p):
+        return None
+    with open(p) as f:
+        return json.load(f)
+
+
+def fmt(x, d=0):
+    return "–" if x is None else f"{x:,.{d}f}"
+
+
+def pandora_rows():
+    rows = []
+    for name, label in [
+        ("pandora-sim", "micro, 100 k keys, 2 compute threads, in-process fabric"),
+        ("pandora-sim-1k", "micro, 1 k keys (cache-resident), 1 compute thread, in-process fabric"),
+        ("pandora-shm", "micro, 100 k keys, shm (memory-server processes, mapped)"),
+        ("pandora-tcp", "micro, 100 k keys, tcp (memory-server processes)"),
+    ]:
+        q, l = load(name + ".json"), load(name + "-loaded.json")
+        if not q:
+            continue
+        s = q["summary"][0]
+        loaded = l["summary"][0]["median_protocol_overhead"] if l else None
+        rows.append(
+            f"| {label} | {fmt(s['median_cpu_ns_per_commit'])} | {fmt(s['median_floor_cpu_ns_per_commit'])} "
+            f"| **{fmt(s['median_protocol_overhead'], 2)}** | {fmt(loaded, 2)} | {fmt(s['median_throughput_tps'])} |"
+        )
+    return rows
+
+
+def recovery_rows():
+    rows = []
+    for fabric in ["sim", "shm", "tcp"]:
+        q, l = load(f"recovery-{fabric}.json"), load(f"recovery-{fabric}-loaded.json")
+        if not q:
+            continue
+        rows.append(
+            f"| {fabric} | {fmt(q['median_wall_us'])} | {fmt(q['median_cpu_us'])} | {fmt(q['cpu_ns_per_coordinator'])} "
+            f"| {q['rounds']} | {fmt(q['floor_wall_us'])} | {fmt(q['floor_cpu_us'])} | **{fmt(q['protocol_overhead'], 2)}** "
+            f"| {fmt(l['protocol_overhead'], 2) if l else '–'} |"
+        )
+    return rows
+
+
+def size_ratios():
+    out = []
+    for i in range(1, 6):
+        a, b = load(f"recovery-tcp-0.5m-{i}.json"), load(f"recovery-tcp-4m-{i}.json")
+        if a and b:
+            out.append((b["median_wall_us"] / a["median_wall_us"], b["median_cpu_us"] / a["median_cpu_us"]))
+    return out
+
+
+def runtime_rows():
+    rows = []
+    ddp, kite = load("ddp-tcp.json"), load("kite-tcp.json")
+    model = (ddp or {}).get("runtime_model") or (kite or {}).get("runtime_model")
+    at = lambda s: model["per_message_ns"] + model["per_syscall_ns"] * s
+    if ddp:
+        echo = ddp["echo_cpu_ns_per_message"]
+        for m in ddp["models"]:
+            c, s = m["node_cpu_ns_per_message"], m["node_syscalls_per_message"]
+            rows.append(f"| DDP {m['model']} | {fmt(c)} | {fmt(s, 2)} | {fmt(c / echo, 2)} | **{fmt(c / at(s), 2)}** |")
+    if kite:
+        echo = kite["echo"]["cpu_ns_per_message"]
+        for n in kite["node_cpu"]:
+            c, s = n["node_cpu_ns_per_message"], n["node_syscalls_per_message"]
+            name = "Kite" if n["system"] == "kite" else n["system"].upper()
+            rows.append(f"| {name} | {fmt(c)} | {fmt(s, 2)} | {fmt(c / echo, 2)} | **{fmt(c / at(s), 2)}** |")
+    return rows, model, ddp
+
+
+def main():
+    print("<!-- part cpu -->")
+    print("**Pandora: CPU per committed transaction** (the compute threads' CPU clocks over the measured")
+    print("interval; floor: the warm-up's verbs posted again raw on the same fabric, as many threads, lanes")
+    print("and groups of batches as the run had; median of the rounds).")
+    print()
+    print("| run | CPU ns / commit | floor ns / commit | protocol overhead | with a competing load | tx/s (this host) |")
+    print("|---|---|---|---|---|---|")
+    for r in pandora_rows():
+        print(r)
+    print()
+    print("Commands: `tandem pandora bench --workload micro --fabric sim|shm|tcp --rounds 5 --duration 2`;")
+    print("the 1 k row adds `--compute-nodes 1 --keys 1000`.")
+    print()
+    print("**Log recovery at 512 coordinators** (`tandem pandora recovery-bench --fabric F --runs 50`:")
+    print("what a crash leaves, planted, then recovered alone; median of 50. Floor: the same recovery's verbs")
+    print("posted raw, a round's batches together.)")
+    print()
+    print("| fabric | wall µs | CPU µs | CPU ns / coordinator | rounds | floor wall µs | floor CPU µs | overhead (CPU) | with a competing load |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in recovery_rows():
+        print(r)
+    ratios = size_ratios()
+    if ratios:
+        walls = ", ".join(f"{w:.2f}" for w, _ in ratios)
+        cpus = ", ".join(f"{c:.2f}" for _, c in ratios)
+        print()
+        print(f"Store size, 4 M against 0.5 M keys over TCP, five alternated pairs of 20 recoveries: wall {walls};")
+        print(f"CPU {cpus} (`--keys 4000000` against `--keys 500000`).")
+    rows, model, ddp = runtime_rows()
+    if rows:
+        print()
+        print("**The message-passing runtime: CPU per message handled** (peer messages received and client")
+        print("requests taken; the node processes' CPU from /proc). Its cost line, fitted over echoes among five")
+        print("processes at windows of 5, 20 and 80 messages per link (`tandem net echo --nodes 5 --sweep 5,20,80`):")
+        pts = "; ".join(f"window {w}: {s:.3f} syscalls, {c:.0f} ns" for w, s, c in model["points"])
+        print(f"**{model['per_message_ns']:.0f} ns per message + {model['per_syscall_ns']:.0f} ns per syscall** ({pts}).")
+        print()
+        print("| node | CPU ns / message | syscalls / message | vs echo at 20 per link | vs the runtime at its syscalls |")
+        print("|---|---|---|---|---|")
+        for r in rows:
+            print(r)
+        print()
+        print("Commands: `tandem ddp bench --net tcp --models lin-synch --seconds 3 --rounds 3`;")
+        print("`tandem kite bench --net tcp --systems kite,zab --measure-s 3`.")
+    print("<!-- /part cpu -->")
+
+
+main()
