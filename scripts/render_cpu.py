@@ -84,6 +84,34 @@ def runtime_rows():
     return rows, model, ddp
 
 
+def before_after():
+    """Rows of the alternated before/after pairs, if they were run."""
+    def med(v):
+        v = sorted(v)
+        return v[len(v) // 2] if v else None
+
+    rows = []
+    for kind, label, key, unit in [
+        ("recovery-sim", "log recovery, 512 coordinators, in process", "median_cpu_us", "CPU µs"),
+        ("recovery-tcp", "log recovery, 512 coordinators, over TCP", "median_cpu_us", "CPU µs"),
+        ("recovery-tcp", "log recovery, 512 coordinators, over TCP", "median_wall_us", "wall µs"),
+        ("pandora-sim", "Pandora micro, in process", None, "CPU ns / commit"),
+    ]:
+        vals = {"before": [], "after": []}
+        for side in vals:
+            for i in range(1, 6):
+                d = load(f"ba-{kind}-{side}-{i}.json")
+                if not d:
+                    continue
+                v = d["runs"][0]["cpu_ns_per_commit"] if key is None else d[key]
+                if v is not None:
+                    vals[side].append(v)
+        b, a = med(vals["before"]), med(vals["after"])
+        if b and a:
+            rows.append(f"| {label} | {unit} | {fmt(b)} | {fmt(a)} | **{a / b:.2f}** |")
+    return rows
+
+
 def main():
     print("<!-- part cpu -->")
     print("**Pandora: CPU per committed transaction** (the compute threads' CPU clocks over the measured")
@@ -113,6 +141,16 @@ def main():
         print()
         print(f"Store size, 4 M against 0.5 M keys over TCP, five alternated pairs of 20 recoveries: wall {walls};")
         print(f"CPU {cpus} (`--keys 4000000` against `--keys 500000`).")
+    ba = before_after()
+    if ba:
+        print()
+        print("**Before and after** the recovery's rounds were built in an arena (the binary before it against")
+        print("this one, alternated, five pairs; medians; `CPU_BEFORE_BIN=... scripts/results_cpu.sh`):")
+        print()
+        print("| what | unit | before | after | after / before |")
+        print("|---|---|---|---|---|")
+        for r in ba:
+            print(r)
     rows, model, ddp = runtime_rows()
     if rows:
         print()

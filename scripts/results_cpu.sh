@@ -5,6 +5,8 @@
 # with a competing load (a busy loop on one core), to show it measures the
 # code, not the neighbours.
 #   usage: scripts/results_cpu.sh      (TANDEM_BIN, RESULTS_OUT, RESULTS_DOC as for results.sh)
+#   CPU_BEFORE_BIN=path/to/older/tandem adds a before/after table: the two binaries alternated,
+#   five pairs each of log recovery (in process and over TCP) and of Pandora's micro bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${TANDEM_BIN:-}" ] || cargo build --release -q
@@ -43,6 +45,17 @@ SPIN=$!
 trap 'kill $SPIN 2>/dev/null || true' EXIT
 measure "-loaded"
 kill $SPIN 2>/dev/null || true
+
+if [ -n "${CPU_BEFORE_BIN:-}" ]; then
+  for i in 1 2 3 4 5; do
+    for side in before after; do
+      B=$T; [ $side = before ] && B=$CPU_BEFORE_BIN
+      run $B pandora recovery-bench --fabric sim --runs 30 --json $OUT/ba-recovery-sim-$side-$i.json
+      run $B pandora recovery-bench --fabric tcp --runs 30 --json $OUT/ba-recovery-tcp-$side-$i.json
+      run $B pandora bench --workload micro --fabric sim --duration 2 --json $OUT/ba-pandora-sim-$side-$i.json
+    done
+  done
+fi
 
 python3 scripts/render_cpu.py "$OUT" > "$OUT/../parts/cpu.md"
 python3 scripts/assemble_results.py --doc "$DOC" "$OUT/../parts/cpu.md"

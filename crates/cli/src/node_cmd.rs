@@ -395,6 +395,11 @@ pub struct LoadArgs {
     check_lin: bool,
 }
 
+/// Reads, writes and poller waits this process's sessions have made.
+fn load_syscalls() -> u64 {
+    tandem_net::conn::SYSCALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 pub fn load(a: LoadArgs) -> Result<(), String> {
     let plan = SessionPlan::paper(
         Ycsb::new(&a.workload, a.records, a.uniform)?,
@@ -409,8 +414,18 @@ pub fn load(a: LoadArgs) -> Result<(), String> {
         seed: a.seed,
         timeout: Duration::from_secs(2),
     };
+    let nodes = cfg.nodes.clone();
+    let keys = cfg.keys.clone();
+    let stats = move || -> Option<tandem_net::wire::NodeStats> {
+        let mut t = tandem_net::wire::NodeStats::default();
+        for a in &nodes {
+            t += tandem_net::client::node_stats(*a, &keys, Duration::from_secs(2)).ok()?;
+        }
+        Some(t)
+    };
     let epoch = Instant::now();
     let load = Load::start(&cfg, epoch);
+    let (s0, cpu0, sys0) = (stats(), tandem_sim::cpu::process_ns(), load_syscalls());
     let mut last = 0;
     while epoch.elapsed().as_secs_f64() < a.duration {
         std::thread::sleep(Duration::from_secs(1).min(Duration::from_secs_f64(
@@ -425,7 +440,21 @@ pub fn load(a: LoadArgs) -> Result<(), String> {
         last = now;
     }
     let requests = load.completed.load(std::sync::atomic::Ordering::Relaxed);
+    let (s1, cpu1, sys1) = (stats(), tandem_sim::cpu::process_ns(), load_syscalls());
     let ops = load.stop();
+    let per = requests.max(1) as f64;
+    println!(
+        "load process: {:.0} ns of CPU and {:.2} syscalls per request",
+        (cpu1 - cpu0) as f64 / per,
+        (sys1 - sys0) as f64 / per
+    );
+    if let (Some(a), Some(b)) = (s0, s1) {
+        println!(
+            "nodes: {:.2} protocol messages and {:.2} syscalls per request (their own counters)",
+            (b.sent - a.sent) as f64 / per,
+            (b.syscalls - a.syscalls) as f64 / per
+        );
+    }
     let done = ops.iter().filter(|o| o.complete_ns.is_some()).count();
     println!("{requests} requests completed, {:.0} per second; history: {done} operations completed, {} unknown (transactional requests are not recorded)", requests as f64 / a.duration, ops.len() - done);
     // Answered without effect: refused, or PastLost (a causal past that died

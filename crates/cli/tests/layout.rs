@@ -50,6 +50,8 @@ const FORBIDDEN: &[&str] = &[
     "thread::sleep",
     "Instant::now",
     "SystemTime",
+    "sim::cpu",
+    "thread_ns",
     "tokio::",
     "mio::",
 ];
