@@ -495,6 +495,7 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
             "vs_echo": rep.node_cpu_ns_per_message / echo.cpu_ns_per_message,
             "node_syscalls_per_message": rep.node_syscalls_per_message,
             "vs_runtime": rep.node_cpu_ns_per_message / model.cpu_ns_at(rep.node_syscalls_per_message),
+            "node_loop_cpu_share": rep.node_loop_cpu_share,
         }));
         results.push(res);
     }

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use tandem_net::echo::{Echo, EchoFactory};
 use tandem_net::host::{self, HostConfig};
-use tandem_net::procstat::cpu_seconds;
 
 use crate::args::{parse_addrs, write_json};
 
@@ -125,13 +124,13 @@ fn echo(a: EchoArgs) -> Result<(), String> {
     }
     let e = echo_rate(a.nodes, a.window, a.seconds)?;
     println!(
-        "echo among {} processes: {:.0} messages/s ({} in flight per link), {:.0} ns of CPU and {:.2} syscalls per message",
-        a.nodes, e.messages_per_s, a.window, e.cpu_ns_per_message, e.syscalls_per_message
+        "echo among {} processes: {:.0} messages/s ({} in flight per link), {:.0} ns of CPU ({:.0} % on the event loops' threads) and {:.2} syscalls per message",
+        a.nodes, e.messages_per_s, a.window, e.cpu_ns_per_message, 100.0 * e.loop_cpu_share, e.syscalls_per_message
     );
     if let Some(p) = &a.json {
         write_json(
             p,
-            &serde_json::json!({ "system": "net", "nodes": a.nodes, "window": a.window, "messages_per_s": e.messages_per_s, "cpu_ns_per_message": e.cpu_ns_per_message, "syscalls_per_message": e.syscalls_per_message }),
+            &serde_json::json!({ "system": "net", "nodes": a.nodes, "window": a.window, "messages_per_s": e.messages_per_s, "cpu_ns_per_message": e.cpu_ns_per_message, "loop_cpu_share": e.loop_cpu_share, "syscalls_per_message": e.syscalls_per_message }),
         )?;
     }
     Ok(())
@@ -141,9 +140,10 @@ fn echo(a: EchoArgs) -> Result<(), String> {
 #[derive(Clone, Copy, Debug)]
 pub struct EchoRun {
     pub messages_per_s: f64,
-    /// CPU the processes used (user and system, from /proc) per message
-    /// they received, in ns.
+    /// CPU the processes used per message they received, in ns (their own
+    /// CPU clocks), and the share of it their event loops' threads used.
     pub cpu_ns_per_message: f64,
+    pub loop_cpu_share: f64,
     /// System calls per message received: reads, writes and poller waits,
     /// as the runtime counts them (`NodeStats::syscalls`).
     pub syscalls_per_message: f64,
@@ -166,21 +166,19 @@ pub fn echo_rate(nodes: u16, window: u64, seconds: f64) -> Result<EchoRun, Strin
         let w = if nodes == 2 && id == 1 { 0 } else { window };
         children.0.push(spawn_peer(&peers, id, w, &dir)?);
     }
-    let measure = || -> Result<(u64, f64, u64), String> {
-        let (mut received, mut calls) = (0, 0);
+    let measure = || -> Result<tandem_net::wire::NodeStats, String> {
+        let mut t = tandem_net::wire::NodeStats::default();
         for a in &peers {
-            let s = tandem_net::client::node_stats(*a, &keys(), Duration::from_secs(2))
+            t += tandem_net::client::node_stats(*a, &keys(), Duration::from_secs(2))
                 .map_err(|e| format!("stats of echo node at {a}: {e}"))?;
-            (received, calls) = (received + s.received, calls + s.syscalls);
         }
-        let cpu = children.0.iter().map(|c| cpu_seconds(c.id())).sum();
-        Ok((received, cpu, calls))
+        Ok(t)
     };
     std::thread::sleep(Duration::from_millis(500));
-    let (start, (m0, c0, s0)) = (Instant::now(), measure()?);
+    let (start, s0) = (Instant::now(), measure()?);
     std::thread::sleep(Duration::from_secs_f64(seconds));
-    let (m1, c1, s1) = measure()?;
-    let msgs = (m1 - m0) as f64;
+    let s1 = measure()?;
+    let msgs = (s1.received - s0.received) as f64;
     drop(children);
     let _ = std::fs::remove_dir_all(&dir);
     if msgs == 0.0 {
@@ -188,8 +186,9 @@ pub fn echo_rate(nodes: u16, window: u64, seconds: f64) -> Result<EchoRun, Strin
     }
     Ok(EchoRun {
         messages_per_s: msgs / start.elapsed().as_secs_f64(),
-        cpu_ns_per_message: 1e9 * (c1 - c0) / msgs,
-        syscalls_per_message: (s1 - s0) as f64 / msgs,
+        cpu_ns_per_message: (s1.cpu_ns - s0.cpu_ns) as f64 / msgs,
+        loop_cpu_share: (s1.loop_cpu_ns - s0.loop_cpu_ns) as f64 / (s1.cpu_ns - s0.cpu_ns).max(1) as f64,
+        syscalls_per_message: (s1.syscalls - s0.syscalls) as f64 / msgs,
     })
 }
 

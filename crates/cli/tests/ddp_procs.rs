@@ -882,3 +882,38 @@ fn no_launcher_puts_the_secret_on_a_command_line() {
     drop((ddp, heal));
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// `tandem net echo`: processes all to all, measured by their own counters
+/// and clocks; a sweep of windows fits the runtime's cost per message and
+/// per syscall (wider windows coalesce more, so the slope is positive).
+#[test]
+fn the_echo_measures_cpu_and_syscalls_per_message_and_fits_its_cost_line() {
+    let dir = std::env::temp_dir().join(format!("tandem-echo-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("echo.json");
+    let out = tandem()
+        .args(["net", "echo", "--nodes", "3", "--window", "10", "--seconds", "0.5"])
+        .args(["--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(v["messages_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["cpu_ns_per_message"].as_f64().unwrap() > 0.0, "{v}");
+    let calls = v["syscalls_per_message"].as_f64().unwrap();
+    assert!(calls > 0.0 && calls < 3.0, "{v}");
+    let share = v["loop_cpu_share"].as_f64().unwrap();
+    assert!(share > 0.3 && share <= 1.01, "the event loop does the work: {v}");
+    let out = tandem()
+        .args(["net", "echo", "--nodes", "3", "--sweep", "4,64", "--seconds", "0.5"])
+        .args(["--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(m["points"].as_array().unwrap().len(), 2, "{m}");
+    assert!(m["per_syscall_ns"].as_f64().unwrap() > 0.0, "{m}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

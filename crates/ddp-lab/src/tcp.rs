@@ -55,6 +55,8 @@ pub struct TcpModelResult {
     /// The node processes' system calls (reads, writes and poller waits,
     /// as their runtime counts them) per message they handled.
     pub node_syscalls_per_message: f64,
+    /// The share of the nodes' CPU their event loops' threads used.
+    pub node_loop_cpu_share: f64,
     pub rounds_ops: Vec<f64>,
 }
 
@@ -69,6 +71,9 @@ struct Sample {
     handled: f64,
     cpu: f64,
     syscalls: f64,
+    /// The nodes' own CPU clocks: the processes', their event loops'.
+    own_cpu_ns: f64,
+    loop_cpu_ns: f64,
     secs: f64,
 }
 
@@ -111,6 +116,8 @@ fn sample(cfg: &TcpBenchConfig, model: Model, round: u32) -> Result<Sample, Stri
         handled: ((s1.received + s1.requests) - (s0.received + s0.requests)) as f64,
         cpu: c1 - c0,
         syscalls: (s1.syscalls - s0.syscalls) as f64,
+        own_cpu_ns: (s1.cpu_ns - s0.cpu_ns) as f64,
+        loop_cpu_ns: (s1.loop_cpu_ns - s0.loop_cpu_ns) as f64,
         secs,
     })
 }
@@ -135,6 +142,7 @@ fn summarize(model: Model, samples: &[Sample]) -> TcpModelResult {
         node_cpu_us_per_op: 1e6 * total(|s| s.cpu) / ops,
         node_cpu_ns_per_message: 1e9 * total(|s| s.cpu) / total(|s| s.handled).max(1.0),
         node_syscalls_per_message: total(|s| s.syscalls) / total(|s| s.handled).max(1.0),
+        node_loop_cpu_share: total(|s| s.loop_cpu_ns) / total(|s| s.own_cpu_ns).max(1.0),
         rounds_ops: samples.iter().map(|s| s.ops / s.secs).collect(),
     }
 }

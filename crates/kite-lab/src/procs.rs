@@ -478,6 +478,8 @@ pub struct LoadReport {
     /// (reads, writes, poller waits, as their runtime counts them).
     pub node_cpu_ns_per_message: f64,
     pub node_syscalls_per_message: f64,
+    /// The share of the nodes' CPU their event loops' threads used.
+    pub node_loop_cpu_share: f64,
     pub seconds: f64,
     #[serde(skip)]
     pub history: Vec<RcOp>,
@@ -923,6 +925,8 @@ impl<'a> Load<'a> {
             node_cpu_us_per_op: 1e6 * (cpu1 - c0).max(0.0) / replies,
             node_cpu_ns_per_message: 1e9 * (cpu1 - c0).max(0.0) / handled,
             node_syscalls_per_message: stats1.syscalls.saturating_sub(s0.syscalls) as f64 / handled,
+            node_loop_cpu_share: stats1.loop_cpu_ns.saturating_sub(s0.loop_cpu_ns) as f64
+                / stats1.cpu_ns.saturating_sub(s0.cpu_ns).max(1) as f64,
             seconds: now as f64 / 1e9,
             history: hist,
         }

@@ -74,6 +74,10 @@ pub struct NodeStats {
     /// System calls the runtime made on its streams and its poller (reads,
     /// writes, waits), counted by itself.
     pub syscalls: u64,
+    /// CPU ns the node's process has used, and its event loop's thread
+    /// (the one that steps the protocol, reads and writes the streams).
+    pub cpu_ns: u64,
+    pub loop_cpu_ns: u64,
 }
 
 impl std::ops::AddAssign for NodeStats {
@@ -86,6 +90,8 @@ impl std::ops::AddAssign for NodeStats {
         self.peer_writes += o.peer_writes;
         self.links_lost += o.links_lost;
         self.syscalls += o.syscalls;
+        self.cpu_ns += o.cpu_ns;
+        self.loop_cpu_ns += o.loop_cpu_ns;
     }
 }
 
