@@ -603,12 +603,11 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     ) -> Result<(), VerbError> {
         self.check_invalidation_last();
         let mut round = self.new_round();
-        let mut arena = self.arena.borrow_mut();
         for &(i, n) in slots {
             let addr = self.layout.log_addr(failed[i]);
-            round.post(n, [arena.write_u64(addr, invalid_state_word())]);
+            let verb = self.arena.borrow_mut().write_u64(addr, invalid_state_word());
+            round.post(n, [verb]);
         }
-        drop(arena);
         let done = self.run(round).await?;
         self.recycle(done);
         Ok(())
