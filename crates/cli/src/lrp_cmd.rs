@@ -85,8 +85,8 @@ pub struct BenchArgs {
     /// NVM write latency in cycles: 120 is the thesis's cached mode, 350 its uncached mode.
     #[arg(long, default_value_t = 120)]
     nvm: u64,
-    /// Cycles per hop of the on-chip mesh (Table 3.1: an 8x8 2D mesh, 32-bit flits; the thesis gives no hop latency); 0 leaves the network out.
-    #[arg(long, default_value_t = 0)]
+    /// Cycles per hop of the on-chip mesh (Table 3.1: an 8x8 2D mesh, 32-bit flits). The thesis gives no hop latency; 1 is that of PriME, its simulator, and 1-2 the plausible range (docs/LRP.md). 0 leaves the network out.
+    #[arg(long, default_value_t = tandem_lrp::machine::DEFAULT_HOP)]
     hop: u64,
     /// LRP: RET occupancy (of 32 entries) that persists the oldest release.
     #[arg(long, default_value_t = 4)]
@@ -94,6 +94,9 @@ pub struct BenchArgs {
     /// Leave out the Synchrobench driver's own stores (each thread's seed and counters), running the structure's accesses alone.
     #[arg(long)]
     no_driver: bool,
+    /// Leave out the stores a whole-binary trace has around each operation: its call frames on the thread's stack, and malloc's on the thread's allocator line.
+    #[arg(long)]
+    no_stack_alloc: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Also run each structure on real atomics and OS threads (no persistency): wall-clock ops/s.
@@ -252,6 +255,7 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
                 nvm: a.nvm,
                 hop: a.hop,
                 driver: !a.no_driver,
+                stack_alloc: !a.no_stack_alloc,
                 ret_watermark: a.ret_watermark,
                 seed: a.seed,
             });

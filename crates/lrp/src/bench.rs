@@ -13,10 +13,10 @@ use std::time::Instant;
 use tandem_sim::Rng;
 
 use crate::lfd::{Lfd, LfdKind, Op};
-use crate::machine::{Config, Stats};
+use crate::machine::{Config, Stats, LINE_WORDS};
 use crate::pmem::PMem;
 use crate::sim::{run, Body, Machine, SimMem};
-use crate::trace::Sync as Order;
+use crate::trace::{EventId, Sync as Order};
 use crate::PolicyKind;
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -29,11 +29,16 @@ pub struct BenchOpts {
     pub ops: usize,
     /// NVM write latency: 120 (cached mode) or 350 (uncached).
     pub nvm: u64,
-    /// Cycles per hop of the on-chip mesh (0 leaves the network out).
+    /// Cycles per hop of the on-chip mesh ([`Config::hop`]; 0 leaves the
+    /// network out).
     pub hop: u64,
     /// Also run the Synchrobench driver's own loads and stores (its
     /// per-thread seed and counters, see [`Driver`]).
     pub driver: bool,
+    /// Also run the stores a whole-binary trace has around each operation:
+    /// its call frames on the thread's stack, and malloc's on the thread's
+    /// allocator line (see [`Runtime`]).
+    pub stack_alloc: bool,
     /// LRP: RET occupancy that triggers persisting the oldest release (of 32).
     pub ret_watermark: usize,
     pub seed: u64,
@@ -105,8 +110,10 @@ fn bench_lfd<L: Lfd>(o: &BenchOpts) -> BenchResult {
     m.borrow_mut().settle();
     let range = 2 * o.size as u64;
     let driver = Driver::place(&m, o);
+    let runtime = Runtime::place(&m, o);
     let bodies = (0..o.threads).map(|t| {
-        let (mem, mut rng, ops) = (SimMem { m: m.clone(), t }, rng.fork(), o.ops);
+        let (mut rng, ops) = (rng.fork(), o.ops);
+        let mem = Binary::new(SimMem { m: m.clone(), t }, runtime.map(|r| r.thread(t)));
         let td = driver.map(|d| d.thread(t));
         let body: Body = Box::pin(async move {
             for _ in 0..ops {
@@ -118,11 +125,13 @@ fn bench_lfd<L: Lfd>(o: &BenchOpts) -> BenchResult {
                     Op::Delete(key)
                 };
                 if let Some(td) = td {
-                    Driver::draw_key(&mem, td).await;
+                    Driver::draw_key(&mem.mem, td).await;
                 }
+                mem.call().await;
                 let ok = lfd.apply(&mem, op).await.ok;
+                mem.ret().await;
                 if let Some(td) = td {
-                    Driver::count(&mem, td, insert, ok).await;
+                    Driver::count(&mem.mem, td, insert, ok).await;
                 }
             }
         });
@@ -172,7 +181,7 @@ impl Driver {
         let mut m = m.borrow_mut();
         // Whole lines, so the structure's later nodes do not share the
         // array's last line (neighbouring threads still share lines).
-        let words = (Self::WORDS * o.threads as u64).next_multiple_of(crate::machine::LINE_WORDS);
+        let words = (Self::WORDS * o.threads as u64).next_multiple_of(LINE_WORDS);
         o.driver.then(|| Driver {
             base: m.alloc(0, words),
         })
@@ -209,6 +218,120 @@ impl Driver {
         {
             mem.load(td + f, Order::Plain).await;
         }
+    }
+}
+
+/// The rest of what a whole-binary trace holds (the thesis traced the
+/// benchmark's binary with Pin, so every store it made reached the
+/// persistency mechanism): the call frames of each operation on the
+/// thread's stack, and malloc's bookkeeping for each node. Per thread, two
+/// stack lines and one allocator line, apart from other threads' (stacks
+/// are far apart, and glibc's per-thread cache is a block of its own):
+/// - each operation calls two functions (the operation, and the search it
+///   starts with), each of which pushes its return address and three
+///   callee-saved registers on entry (four stores to one stack line) and
+///   pops them on return (four loads); the same words every operation;
+/// - each allocation first takes a block off the thread's free list: load
+///   and store the list's head, load and store its count (glibc's
+///   thread cache: `entries[i]` and `counts[i]`). Nothing is freed:
+///   Synchrobench's lock-free structures never free a removed node, and
+///   neither do ours (docs/LRP.md decision 11).
+#[derive(Clone, Copy)]
+struct Runtime {
+    base: u64,
+}
+
+impl Runtime {
+    const FRAMES: u64 = 2;
+    const FRAME_STORES: u64 = 4;
+    /// The allocator line follows the stack lines.
+    const HEAD: u64 = Self::FRAMES * LINE_WORDS;
+    const COUNT: u64 = Self::HEAD + 1;
+    const WORDS: u64 = Self::HEAD + LINE_WORDS;
+
+    fn place(m: &Rc<RefCell<Machine>>, o: &BenchOpts) -> Option<Runtime> {
+        let words = Self::WORDS * o.threads as u64;
+        o.stack_alloc.then(|| Runtime {
+            base: m.borrow_mut().alloc(0, words),
+        })
+    }
+
+    fn thread(self, t: usize) -> u64 {
+        self.base + Self::WORDS * t as u64
+    }
+}
+
+/// A thread's memory as the whole binary uses it: [`Runtime`]'s stack
+/// accesses around each operation, and malloc's before a new block's first
+/// use (the structure's own `alloc` only bumps a pointer).
+struct Binary {
+    mem: SimMem,
+    runtime: Option<u64>,
+    mallocs: Cell<u64>,
+}
+
+impl Binary {
+    fn new(mem: SimMem, runtime: Option<u64>) -> Binary {
+        Binary {
+            mem,
+            runtime,
+            mallocs: Cell::new(0),
+        }
+    }
+
+    /// The frames' pushes, innermost last.
+    async fn call(&self) {
+        let Some(rt) = self.runtime else { return };
+        for f in (0..Runtime::FRAMES).rev() {
+            for w in 0..Runtime::FRAME_STORES {
+                self.mem
+                    .store(rt + f * LINE_WORDS + w, f + w, Order::Plain)
+                    .await;
+            }
+        }
+    }
+
+    /// The frames' pops.
+    async fn ret(&self) {
+        let Some(rt) = self.runtime else { return };
+        for f in 0..Runtime::FRAMES {
+            for w in 0..Runtime::FRAME_STORES {
+                self.mem.load(rt + f * LINE_WORDS + w, Order::Plain).await;
+            }
+        }
+    }
+
+    /// malloc's bookkeeping for the blocks allocated since the last access.
+    async fn malloc(&self) {
+        let Some(rt) = self.runtime else { return };
+        for _ in 0..self.mallocs.replace(0) {
+            for f in [Runtime::HEAD, Runtime::COUNT] {
+                let n = self.mem.load(rt + f, Order::Plain).await;
+                self.mem.store(rt + f, n + 1, Order::Plain).await;
+            }
+        }
+    }
+}
+
+impl PMem for Binary {
+    async fn load(&self, addr: u64, sync: Order) -> u64 {
+        self.malloc().await;
+        self.mem.load(addr, sync).await
+    }
+    async fn store(&self, addr: u64, val: u64, sync: Order) {
+        self.malloc().await;
+        self.mem.store(addr, val, sync).await
+    }
+    async fn cas(&self, addr: u64, old: u64, new: u64, sync: Order) -> Result<u64, u64> {
+        self.malloc().await;
+        self.mem.cas(addr, old, new, sync).await
+    }
+    fn alloc(&self, words: u64) -> u64 {
+        self.mallocs.set(self.mallocs.get() + 1);
+        self.mem.alloc(words)
+    }
+    fn last_write(&self) -> Option<EventId> {
+        self.mem.last_write()
     }
 }
 
@@ -257,6 +380,7 @@ fn volatile_lfd<L: Lfd + Send + Sync>(threads: usize, size: usize, ops: usize, s
         nvm: 0,
         hop: 0,
         driver: false,
+        stack_alloc: false,
         ret_watermark: 0,
         seed,
     };

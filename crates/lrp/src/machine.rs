@@ -31,6 +31,17 @@ pub fn event_of(writer: u32) -> Option<EventId> {
     (writer >= 2).then(|| writer as usize - 2)
 }
 
+/// Cycles per mesh hop. The thesis names a 2D mesh of 64 tiles with 32-bit
+/// flits and links (Table 3.1) but not its latency. Its simulator, PriME
+/// (Fu and Wentzlaff, ISPASS 2014), charges a hop as a router delay plus a
+/// link delay per flit, with the message's flits pipelined behind its head,
+/// and its released configuration sets them to 0 and 1 cycles: 1 cycle per
+/// hop. Table 3.1 shares several of that configuration's values (64 cores
+/// at 2.5 GHz, a 32 KB 8-way L1 of 64-byte lines, 120-cycle memory), so 1
+/// is the likeliest value; 2 (a one-cycle router) is the top of the
+/// plausible range, 1-2 cycles (docs/LRP.md, "The mesh").
+pub const DEFAULT_HOP: u64 = 1;
+
 /// The machine's parameters. [`Config::thesis`] is Table 3.1; [`Config::check`]
 /// shrinks caches and tables so small runs exercise every mechanism.
 #[derive(Clone, Debug)]
@@ -46,14 +57,14 @@ pub struct Config {
     /// NVM write latency: 120 cycles cached mode, 350 uncached (Table 3.1).
     pub nvm: u64,
     /// The on-chip network (Table 3.1: a 2D mesh, 32-bit flits and links):
-    /// cycles per hop (router and link; the thesis does not give it; 0
-    /// leaves the network out, flits too), the mesh's width in tiles (core
-    /// `t` sits on tile `t`, line `l`'s directory and LLC bank on tile
-    /// `l mod tiles`), and the flits a 64-byte line adds to a message (a
-    /// cycle each on a 32-bit link). A read miss is granted S, never E, so
-    /// a read and then a write pay an upgrade: an L1 hit without the mesh,
-    /// a round trip to the directory with it (MESI's E would make it
-    /// silent: the mesh overcharges read-then-CAS somewhat).
+    /// cycles per hop ([`DEFAULT_HOP`]; 0 leaves the network out, flits
+    /// too), the mesh's width in tiles (core `t` sits on tile `t`, line
+    /// `l`'s directory and LLC bank on tile `l mod tiles`), and the flits a
+    /// 64-byte line adds to a message (a cycle each on a 32-bit link,
+    /// charged once per message, as a pipelined network does). A read miss
+    /// is granted S, never E, so a read and then a write pay an upgrade: a
+    /// round trip to the directory (MESI's E would make it silent: the mesh
+    /// overcharges read-then-CAS somewhat).
     pub hop: u64,
     pub mesh_width: u64,
     pub line_flits: u64,
@@ -83,9 +94,8 @@ impl Config {
             llc: 15,
             c2c: 15,
             nvm: 120,
-            // Off by default: the thesis gives no hop latency, and `experiment
-            // lrp` reports how the ratios move with it.
-            hop: 0,
+            // `experiment lrp` reports how the ratios move with it (0-2).
+            hop: DEFAULT_HOP,
             mesh_width: 8,
             line_flits: 16,
             epoch_bits: 8,
@@ -102,8 +112,11 @@ impl Config {
 
     /// Small caches, a 4-entry RET and 4-bit epochs: evictions, RET
     /// pressure and epoch overflow all happen within a few dozen operations.
+    /// No mesh: the checker judges persist order, not cost, and its jitter
+    /// already varies every latency.
     pub fn check(threads: usize, words: u64, seed: u64) -> Config {
         Config {
+            hop: 0,
             l1_sets: 4,
             l1_ways: 2,
             epoch_bits: 4,

@@ -106,6 +106,10 @@ impl Machine {
             p.before_acquire(c, t);
         }
         p.on_access(c, t, line);
+        // A core waiting at a barrier issues no request (docs/LRP.md, "SB on the queue").
+        if c.stalled {
+            return self.finish(None);
+        }
         c.access(p, t, line, false);
         if c.stalled {
             return self.finish(None);
@@ -161,6 +165,10 @@ impl Machine {
             p.before_acquire(c, t);
         }
         p.on_access(c, t, line);
+        // As in `load`: the request waits for the barrier.
+        if c.stalled {
+            return None;
+        }
         let way = c.access(p, t, line, true);
         if c.stalled {
             return None;
