@@ -101,6 +101,15 @@ pub struct BenchArgs {
     /// Simulated microseconds measured (after a fifth as much warm-up).
     #[arg(long, default_value_t = 1000)]
     measure_us: u64,
+    /// sim: worker cores per node.
+    #[arg(long)]
+    cores: Option<usize>,
+    /// sim: CPU per message sent, per destination, in ns.
+    #[arg(long)]
+    send_ns: Option<u64>,
+    /// sim: ZAB's ordered lane, ns per write applied in zxid order.
+    #[arg(long)]
+    lane_ns: Option<u64>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long)]
@@ -145,6 +154,17 @@ pub struct CheckArgs {
     history: Option<String>,
     #[arg(long)]
     json: Option<String>,
+}
+
+/// The simulated machine: the paper's unless a flag changes it.
+fn machine(a: &BenchArgs) -> KiteBenchOpts {
+    let d = KiteBenchOpts::default();
+    KiteBenchOpts {
+        cores: a.cores.unwrap_or(d.cores).max(1),
+        send_ns: a.send_ns.unwrap_or(d.send_ns),
+        lane_ns: a.lane_ns.unwrap_or(d.lane_ns),
+        ..d
+    }
 }
 
 pub fn run(a: KiteArgs) -> Result<(), String> {
@@ -333,7 +353,7 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
         measure_ns: a.measure_us * 1000,
         warmup_ns: a.measure_us * 200,
         seed: a.seed,
-        ..KiteBenchOpts::default()
+        ..machine(&a)
     };
     println!(
         "{:<6} {:>14} {:>9} {:>9} {:>10} {:>9}",

@@ -299,7 +299,7 @@ impl World {
                 Command::Reply {
                     session, result, ..
                 } => self.complete(session, result),
-                Command::SetTimer { .. } | Command::Note { .. } => {}
+                Command::SetTimer { .. } | Command::Note { .. } | Command::InOrder { .. } => {}
             }
         }
         self.check_hermes()

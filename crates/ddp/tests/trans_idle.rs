@@ -71,7 +71,7 @@ impl Cluster {
             Command::Reply {
                 session, result, ..
             } => self.replies.push((session, result)),
-            Command::SetTimer { .. } | Command::Note { .. } => {}
+            Command::SetTimer { .. } | Command::Note { .. } | Command::InOrder { .. } => {}
         }
     }
 

@@ -78,7 +78,7 @@ impl<P: Protocol> Cluster<P> {
                     }
                 }
                 Command::SetTimer { token, at_ns } => self.timers.push(Reverse((at_ns, n, token))),
-                Command::Reply { .. } | Command::Note { .. } => {}
+                Command::Reply { .. } | Command::Note { .. } | Command::InOrder { .. } => {}
             }
         }
     }

@@ -75,7 +75,11 @@ pub struct KiteBenchOpts {
     pub sync_ratio: f64,
     /// Share of requests that are RMWs (FAA).
     pub rmw_ratio: f64,
+    /// CPU per message received, and per message sent, per destination.
     pub cpu_ns: u64,
+    pub send_ns: u64,
+    /// ZAB's ordered apply: the hand-off per write (the other systems have no total order).
+    pub lane_ns: u64,
     pub rtt_ns: u64,
     pub cores: usize,
     pub warmup_ns: u64,
@@ -95,6 +99,8 @@ impl Default for KiteBenchOpts {
             sync_ratio: 0.05,
             rmw_ratio: 0.0,
             cpu_ns: 200,
+            send_ns: 0,
+            lane_ns: 0,
             rtt_ns: 1_000,
             cores: 1,
             warmup_ns: 200_000,
@@ -251,6 +257,8 @@ fn run<P: Protocol + 'static, F: NodeFactory<P>>(
         link_ns: o.rtt_ns / 2,
         jitter_ns: o.rtt_ns / 20,
         cpu_ns: o.cpu_ns,
+        send_ns: o.send_ns,
+        lane_ns: o.lane_ns,
         cores: o.cores,
         ..SimNetConfig::default()
     };
@@ -353,6 +361,8 @@ pub fn sleep_timeline(
         link_ns: o.rtt_ns / 2,
         jitter_ns: o.rtt_ns / 20,
         cpu_ns: o.cpu_ns,
+        send_ns: o.send_ns,
+        lane_ns: o.lane_ns,
         cores: o.cores,
         ..SimNetConfig::default()
     };

@@ -480,6 +480,7 @@ impl<P: Wire> Host<P> {
             }
             Command::SetTimer { token, at_ns } => self.timers.push(Reverse((at_ns, token))),
             Command::Note { text } => eprintln!("node {}: {text}", self.cfg.id),
+            Command::InOrder { .. } => {}
         }
     }
 

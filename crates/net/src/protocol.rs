@@ -117,6 +117,14 @@ pub enum Command<P: Protocol> {
     Note {
         text: String,
     },
+    /// The step applied `writes` writes of a total order, each only after
+    /// the one before it (ZAB's ordered apply). The simulator passes them
+    /// through the node's one ordered lane and holds the commands that
+    /// follow this one until the lane is through; a process host has real
+    /// threads and does nothing.
+    InOrder {
+        writes: u32,
+    },
 }
 
 impl<P: Protocol> Clone for Input<P> {
@@ -164,6 +172,7 @@ impl<P: Protocol> Clone for Command<P> {
                 at_ns: *at_ns,
             },
             Command::Note { text } => Command::Note { text: text.clone() },
+            Command::InOrder { writes } => Command::InOrder { writes: *writes },
         }
     }
 }

@@ -10,6 +10,14 @@
 //!   so up to `cores` inputs of a node are handled at once and load beyond
 //!   that queues up (every input costs the same, so a node still finishes
 //!   its inputs in arrival order);
+//! - a CPU cost per message sent (`send_ns`, per destination: a broadcast
+//!   to four costs four): a step's sends are done one after another on the
+//!   node's cores, queued behind the inputs already waiting, and each
+//!   message leaves when its send is done;
+//! - one ordered lane per node (`lane_ns` per write): a step that applies
+//!   writes of a total order ([`Command::InOrder`]) has them applied one
+//!   after another, after the lane's earlier writes, and what the step
+//!   does after them (replies, sends) waits until the lane is through;
 //! - NVM persists that take `persist_ns` with at most `persist_slots` in
 //!   flight per node (NVM pressure queues persists);
 //! - faults: drop, duplicate, extra delay (reorder), partitions between
@@ -37,6 +45,10 @@ pub struct SimNetConfig {
     pub cpu_ns: u64,
     /// Worker cores per node, each handling one input at a time.
     pub cores: usize,
+    /// CPU per message sent, per destination, at the sender (0: sends are free).
+    pub send_ns: u64,
+    /// The ordered lane's hand-off per write applied in a total order (0: no lane).
+    pub lane_ns: u64,
     pub persist_ns: u64,
     pub persist_slots: usize,
     pub drop: f64,
@@ -66,6 +78,8 @@ impl Default for SimNetConfig {
             jitter_ns: 50,
             cpu_ns: 200,
             cores: 1,
+            send_ns: 0,
+            lane_ns: 0,
             persist_ns: 400,
             persist_slots: 16,
             drop: 0.0,
@@ -146,6 +160,8 @@ struct Node<P: Protocol> {
     incarnation: u64,
     /// When each worker core is free again.
     cores: Vec<u64>,
+    /// When the ordered lane is free again.
+    lane: u64,
     config: Config,
     running: BTreeMap<u64, (Token, P::Record)>,
     queued: VecDeque<(Token, P::Record)>,
@@ -208,6 +224,12 @@ enum Event<P: Protocol> {
         n: NodeId,
         config: Config,
     },
+    /// Commands of a step of node `n` that waited for its ordered lane.
+    Deferred {
+        n: NodeId,
+        inc: u64,
+        commands: Vec<Command<P>>,
+    },
 }
 
 struct World<P: Protocol> {
@@ -227,6 +249,8 @@ struct World<P: Protocol> {
     clients_stopped: bool,
     /// The commands of the step being carried out (reused).
     out: Vec<Command<P>>,
+    /// When the current step's last send is done (`send_ns`).
+    sent_at: u64,
 }
 
 impl<P: Protocol> World<P> {
@@ -250,6 +274,7 @@ impl<P: Protocol> World<P> {
             Event::Issue { session } => self.issue(session),
             Event::Patience { session, req } => self.give_up(session, req),
             Event::Announce { n, config } => self.arrive(n, None, Input::Config(config)),
+            Event::Deferred { n, inc, commands } => self.carry_out(n, inc, commands),
         }
         true
     }
@@ -304,10 +329,44 @@ impl<P: Protocol> World<P> {
             proto.step(now, input, &mut out);
         }
         self.stats.steps += 1;
-        for c in out.drain(..) {
+        self.sent_at = now;
+        let mut drain = out.drain(..);
+        for c in drain.by_ref() {
+            if let Command::InOrder { writes } = c {
+                if let Some(at) = self.through_lane(n, writes) {
+                    let commands = drain.by_ref().collect();
+                    self.schedule(at, Event::Deferred { n, inc, commands });
+                    break;
+                }
+                continue;
+            }
             self.execute(n, inc, c);
         }
+        drop(drain);
         self.out = out;
+    }
+
+    /// `writes` go through node `n`'s ordered lane after its earlier ones:
+    /// when it is through (None if the lane costs nothing).
+    fn through_lane(&mut self, n: NodeId, writes: u32) -> Option<u64> {
+        if self.cfg.lane_ns == 0 || writes == 0 {
+            return None;
+        }
+        let node = &mut self.nodes[n as usize];
+        node.lane = node.lane.max(self.now) + self.cfg.lane_ns * writes as u64;
+        Some(node.lane)
+    }
+
+    /// The commands a step left waiting for the lane (further `InOrder`s
+    /// in them were charged with the first).
+    fn carry_out(&mut self, n: NodeId, inc: u64, commands: Vec<Command<P>>) {
+        if self.nodes[n as usize].incarnation != inc || !self.live(n) {
+            return;
+        }
+        self.sent_at = self.now;
+        for c in commands {
+            self.execute(n, inc, c);
+        }
     }
 
     fn execute(&mut self, n: NodeId, inc: u64, c: Command<P>) {
@@ -327,7 +386,7 @@ impl<P: Protocol> World<P> {
             Command::SetTimer { token, at_ns } => {
                 self.schedule(at_ns, Event::Timer { n, inc, token })
             }
-            Command::Note { .. } => {}
+            Command::Note { .. } | Command::InOrder { .. } => {}
         }
     }
 
@@ -356,25 +415,33 @@ impl<P: Protocol> World<P> {
             let (cpu, now) = (self.cfg.cpu_ns, self.now);
             self.nodes[from as usize].occupy(now, cpu * (weight - 1));
         }
+        let leaves = match self.cfg.send_ns {
+            0 => self.now,
+            ns => {
+                // After the step's earlier sends, on the first core free then.
+                self.sent_at = self.nodes[from as usize].occupy(self.sent_at, ns);
+                self.sent_at
+            }
+        };
         if self.blocked.contains(&(from, to)) || self.chance(self.cfg.drop) {
             self.stats.dropped += 1;
             return;
         }
         if self.chance(self.cfg.duplicate) {
             self.stats.duplicated += 1;
-            self.put_on_wire(from, to, msg.clone());
+            self.put_on_wire(from, to, msg.clone(), leaves);
         }
-        self.put_on_wire(from, to, msg);
+        self.put_on_wire(from, to, msg, leaves);
     }
 
-    fn put_on_wire(&mut self, from: NodeId, to: NodeId, msg: P::Msg) {
+    fn put_on_wire(&mut self, from: NodeId, to: NodeId, msg: P::Msg, leaves: u64) {
         let mut delay = self.cfg.link_ns
             + self.rng.below(self.cfg.jitter_ns + 1)
             + self.slow.get(&(from, to)).copied().unwrap_or(0);
         if self.chance(self.cfg.delay) {
             delay += self.rng.below(self.cfg.delay_ns + 1);
         }
-        self.schedule(self.now + delay, Event::Deliver { from, to, msg });
+        self.schedule(leaves + delay, Event::Deliver { from, to, msg });
     }
 
     /// Start queued persists of node `n` while it has free NVM slots.
@@ -536,6 +603,7 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
                     .then(|| factory.start(id, &config)),
                 incarnation: 0,
                 cores: vec![0; cfg.cores.max(1)],
+                lane: 0,
                 config: config.clone(),
                 running: BTreeMap::new(),
                 queued: VecDeque::new(),
@@ -563,6 +631,7 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
             rng: Rng::new(seed ^ 0x7E7_5EED),
             clients_stopped: false,
             out: Vec::new(),
+            sent_at: 0,
         });
         SimNet { world, factory }
     }
@@ -660,6 +729,7 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
         node.proto = Some(proto);
         node.config = config.clone();
         node.cores.iter_mut().for_each(|c| *c = now);
+        node.lane = now;
         w.stats.restarts += 1;
         // Sessions parked while no node was up take their next step.
         for s in 0..w.sessions.len() as SessionId {

@@ -336,3 +336,88 @@ fn drops_and_partitions_stop_messages() {
     assert!(log.borrow().done.is_empty(), "node 2 never got the copy");
     n.partition(0, 2, false);
 }
+
+#[test]
+fn sends_cost_the_sender_per_destination() {
+    // As `one_put_takes_the_modelled_time`, with 100 ns per message sent:
+    // the two copies leave one after the other (300, 400), each follower's
+    // ack 100 ns after its step, and the second ack again waits for the
+    // first's CPU: 2,600 instead of 2,400.
+    let cfg = SimNetConfig {
+        jitter_ns: 0,
+        cores: 1,
+        send_ns: 100,
+        ..SimNetConfig::default()
+    };
+    let (n, log) = net(1, cfg, 1, 1);
+    n.start_clients();
+    n.run_for(1_000_000);
+    assert_eq!(log.borrow().done, vec![(0, 0, 2_600)]);
+}
+
+/// Applies each put in one total order (as ZAB does) and answers it.
+struct Orderer;
+
+impl Protocol for Orderer {
+    type Msg = ();
+    type Op = Put;
+    type Reply = ();
+    type Record = Put;
+
+    fn step(&mut self, _now: u64, input: Input<Self>, out: &mut Vec<Command<Self>>) {
+        if let Input::Client { session, req, .. } = input {
+            out.push(Command::InOrder { writes: 1 });
+            out.push(Command::Reply {
+                session,
+                req,
+                result: (),
+            });
+        }
+    }
+}
+
+struct OrdererFactory;
+impl NodeFactory<Orderer> for OrdererFactory {
+    fn start(&self, _me: NodeId, _config: &Config) -> Orderer {
+        Orderer
+    }
+    fn recover(&self, _me: NodeId, _config: &Config, _nvm: &Nvm<Put>) -> Orderer {
+        Orderer
+    }
+}
+
+impl Harness<Orderer> for Clients {
+    fn next_op(&mut self, session: SessionId, now: u64, rng: &mut Rng) -> Option<Put> {
+        <Clients as Harness<Copier>>::next_op(self, session, now, rng)
+    }
+    fn completed(&mut self, s: SessionId, req: u64, _: NodeId, _: &(), now: u64, _: &[Nvm<Put>]) {
+        self.log.borrow_mut().done.push((s, req, now));
+    }
+}
+
+#[test]
+fn the_ordered_lane_serialises_the_writes_of_two_cores() {
+    // Two sessions of one node issue at once; two cores handle both inputs
+    // by 200 ns, but the lane takes their writes one after the other.
+    let run = |lane_ns| {
+        let cfg = SimNetConfig {
+            jitter_ns: 0,
+            cores: 2,
+            lane_ns,
+            ..SimNetConfig::default()
+        };
+        let log = Rc::new(RefCell::new(Log::default()));
+        let h = Box::new(Clients {
+            log: log.clone(),
+            ops: 2,
+        });
+        let n = SimNet::new(1, cfg, Config::new(1, vec![0]), OrdererFactory, h, 2);
+        n.start_clients();
+        n.run_for(1_000_000);
+        let mut at: Vec<u64> = log.borrow().done.iter().map(|d| d.2).collect();
+        at.sort_unstable();
+        at
+    };
+    assert_eq!(run(1_000), vec![1_200, 2_200]);
+    assert_eq!(run(0), vec![200, 200], "no lane: both at once");
+}

@@ -78,6 +78,7 @@ fn command(c: Command<ZabNode>) -> Command<KiteZabNode> {
         Command::Persist { token, record } => Command::Persist { token, record },
         Command::SetTimer { token, at_ns } => Command::SetTimer { token, at_ns },
         Command::Note { text } => Command::Note { text },
+        Command::InOrder { writes } => Command::InOrder { writes },
     }
 }
 
@@ -212,5 +213,54 @@ mod tests {
             matches!(read[..], [Reply::Value { value: 42, .. }]),
             "{read:?}"
         );
+    }
+
+    /// Every member applies committed writes through its ordered lane: the
+    /// leader says so before it answers and commits, a follower that
+    /// applies two writes in one step says two, before its answer.
+    #[test]
+    fn applying_in_zxid_order_goes_through_the_lane() {
+        let cfg = Config::new(1, vec![0, 1, 2]);
+        let f = KiteZabFactory::default();
+        let mut nodes: Vec<KiteZabNode> = (0..3).map(|i| f.start(i, &cfg)).collect();
+        let step = |n: &mut KiteZabNode, i: Input<KiteZabNode>| {
+            let mut out = Vec::new();
+            n.step(0, i, &mut out);
+            out
+        };
+        let mut proposals = Vec::new();
+        for (req, key) in [(0, 5), (1, 6)] {
+            let op = Op::Write(key, 1);
+            let fwd = step(&mut nodes[1], Input::Client { session: 7, req, op });
+            let [Command::Send { msg, .. }] = &fwd[..] else { panic!("{} commands", fwd.len()) };
+            let prop = step(&mut nodes[0], Input::Recv { from: 1, msg: msg.clone() });
+            proposals.push(prop);
+        }
+        let mut leader = Vec::new();
+        for zxid in [1, 2] {
+            for from in [1, 2] {
+                let ack = Input::Recv { from, msg: ZabMsg::Ack { zxid } };
+                leader.extend(step(&mut nodes[0], ack));
+            }
+        }
+        let lanes = |out: &[Command<KiteZabNode>]| -> Vec<u32> {
+            out.iter()
+                .filter_map(|c| match c {
+                    Command::InOrder { writes } => Some(*writes),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(lanes(&leader), vec![1, 1], "the leader applies each write as it commits");
+        assert!(matches!(leader[0], Command::InOrder { .. }), "the lane before the commit");
+        for p in proposals.concat() {
+            if let Command::Send { to: 1, msg } = p {
+                step(&mut nodes[1], Input::Recv { from: 0, msg });
+            }
+        }
+        let out = step(&mut nodes[1], Input::Recv { from: 0, msg: ZabMsg::Commit { upto: 2 } });
+        assert_eq!(lanes(&out), vec![2], "{} commands", out.len());
+        assert!(matches!(out[0], Command::InOrder { writes: 2 }));
+        assert_eq!(out.iter().filter(|c| matches!(c, Command::Reply { .. })).count(), 2);
     }
 }

@@ -420,6 +420,7 @@ impl ZabNode {
             acks.insert(from);
         }
         let before = lead.committed;
+        let mut replies = Vec::new();
         while lead
             .acks
             .get(&(lead.committed + 1))
@@ -431,21 +432,15 @@ impl ZabNode {
             self.data.insert(entry.key, (entry.value, entry.zxid));
             self.applied = entry.zxid;
             if origin.node == self.me {
-                out.push(Command::Reply {
-                    session: origin.session,
-                    req: origin.req,
-                    result: Reply::Written {
-                        ts: Ts {
-                            version: entry.zxid,
-                            node: 0,
-                        },
-                        id: None,
-                    },
-                });
+                replies.push(written(origin, entry.zxid));
             }
         }
         if lead.committed > before {
+            // Applied in zxid order, then answered and committed to the followers.
             let upto = lead.committed;
+            let writes = (upto - before) as u32;
+            out.push(Command::InOrder { writes });
+            out.append(&mut replies);
             for &f in &lead.active {
                 out.push(Command::Send {
                     to: f,
@@ -457,27 +452,25 @@ impl ZabNode {
 
     /// Follower: apply committed proposals in `zxid` order; answer its own clients.
     pub(crate) fn apply_committed(&mut self, out: &mut Out) {
+        let mut replies = Vec::new();
+        let before = self.applied;
         while self.applied < self.commit_to {
             let Some((entry, origin)) = self.pending.remove(&(self.applied + 1)) else {
-                return;
+                break;
             };
             self.data.insert(entry.key, (entry.value, entry.zxid));
             self.log.push(entry);
             self.applied = entry.zxid;
             self.logged.remove(&entry.zxid);
             if origin.node == self.me {
-                out.push(Command::Reply {
-                    session: origin.session,
-                    req: origin.req,
-                    result: Reply::Written {
-                        ts: Ts {
-                            version: entry.zxid,
-                            node: 0,
-                        },
-                        id: None,
-                    },
-                });
+                replies.push(written(origin, entry.zxid));
             }
+        }
+        if self.applied > before {
+            out.push(Command::InOrder {
+                writes: (self.applied - before) as u32,
+            });
+            out.append(&mut replies);
         }
     }
 
@@ -516,6 +509,21 @@ impl ZabNode {
         if !self.ready && self.config.members.contains(&self.me) {
             self.ask_sync(out);
         }
+    }
+}
+
+/// The answer to `origin`'s write, committed as `zxid`.
+fn written(origin: Origin, zxid: Zxid) -> Command<ZabNode> {
+    Command::Reply {
+        session: origin.session,
+        req: origin.req,
+        result: Reply::Written {
+            ts: Ts {
+                version: zxid,
+                node: 0,
+            },
+            id: None,
+        },
     }
 }
 
