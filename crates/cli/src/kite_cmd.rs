@@ -104,6 +104,9 @@ pub struct BenchArgs {
     /// sim: worker cores per node.
     #[arg(long)]
     cores: Option<usize>,
+    /// sim: CPU per message received (and per client request), in ns.
+    #[arg(long)]
+    cpu_ns: Option<u64>,
     /// sim: CPU per message sent, per destination, in ns.
     #[arg(long)]
     send_ns: Option<u64>,
@@ -161,6 +164,7 @@ fn machine(a: &BenchArgs) -> KiteBenchOpts {
     let d = KiteBenchOpts::default();
     KiteBenchOpts {
         cores: a.cores.unwrap_or(d.cores).max(1),
+        cpu_ns: a.cpu_ns.unwrap_or(d.cpu_ns),
         send_ns: a.send_ns.unwrap_or(d.send_ns),
         lane_ns: a.lane_ns.unwrap_or(d.lane_ns),
         ..d

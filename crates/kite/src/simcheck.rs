@@ -124,6 +124,8 @@ pub struct CheckOpts {
     pub run_ns: u64,
     pub faults: Option<Faults>,
     pub cfg: KiteConfig,
+    /// The simulated machine (cores, CPU per input and per send).
+    pub net: SimNetConfig,
 }
 
 impl Default for CheckOpts {
@@ -140,6 +142,7 @@ impl Default for CheckOpts {
             run_ns: 3_000_000,
             faults: None,
             cfg,
+            net: SimNetConfig::default(),
         }
     }
 }
@@ -455,7 +458,7 @@ pub fn run_with(seed: u64, opts: &CheckOpts, work: Box<dyn Workload>) -> RunRepo
     let config = Config::new(1, (0..opts.nodes).collect());
     let net = SimNet::new(
         seed,
-        SimNetConfig::default(),
+        opts.net,
         config,
         KiteFactory(opts.cfg),
         Box::new(Hook(rec.clone())),

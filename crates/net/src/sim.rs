@@ -38,7 +38,7 @@ use crate::protocol::{
 };
 
 /// Timing and fault knobs of a simulated run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct SimNetConfig {
     pub link_ns: u64,
     pub jitter_ns: u64,
