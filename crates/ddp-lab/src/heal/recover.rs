@@ -80,6 +80,10 @@ pub struct RecoverConfig {
     pub no_shadow: bool,
     /// The leader-based scheme's knobs (its Fig. 9 ablations).
     pub leader: ZabParams,
+    /// Stop once the node serves again: no horizon after it and no
+    /// failure-free Baseline, so no throughput loss (large stores, where
+    /// only the recovery time is wanted).
+    pub recovery_only: bool,
     pub seed: u64,
 }
 
@@ -107,6 +111,7 @@ impl RecoverConfig {
             reactive_read_ns: 0,
             no_shadow: false,
             leader: ZabParams::default(),
+            recovery_only: false,
             seed: 1,
         }
     }
@@ -398,6 +403,16 @@ fn simulate<P: Recoverable, F: NodeFactory<P>>(
         ));
     }
     let online = r.net.now_ns();
+    if cfg.recovery_only {
+        let times = Times {
+            crash,
+            rejoin,
+            online,
+            total: online,
+            baseline_ops: 0,
+        };
+        return Ok((r, times));
+    }
     // One horizon for every scheme (and the Baseline), so their losses compare.
     let total = (rejoin + cfg.after_ns.max(cfg.records * 400)).max(online + 1_000_000);
     r.net.run_for(total - online);
@@ -455,7 +470,10 @@ fn report(cfg: &RecoverConfig, done: &[u64], t: Times, detail: RecoveryDetail) -
         distinct: cfg.distinct,
         ops,
         baseline_ops: t.baseline_ops,
-        throughput_lost: 1.0 - ops as f64 / t.baseline_ops.max(1) as f64,
+        throughput_lost: match t.baseline_ops {
+            0 => f64::NAN, // no Baseline was run (`recovery_only`)
+            b => 1.0 - ops as f64 / b as f64,
+        },
         horizon_ms: t.total as f64 / 1e6,
         throughput: (0..windows)
             .map(|w| {
