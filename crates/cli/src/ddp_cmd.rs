@@ -305,6 +305,9 @@ pub struct BenchArgs {
     /// model is 1; the paper's servers have 20, see docs/DDP.md).
     #[arg(long, default_value_t = 1)]
     pub(crate) cores: usize,
+    /// sim: application CPU per client request, in ns, on top of the 200 ns per input.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) app_ns: u64,
     /// Simulated time measured per model, after a 10 % warm-up.
     #[arg(long, default_value_t = 10_000_000)]
     pub(crate) measure_ns: u64,
@@ -341,6 +344,7 @@ fn bench(a: BenchArgs) -> Result<(), String> {
         rtt_ns: a.rtt_ns,
         persist_ns: a.persist_ns,
         cores: a.cores.max(1),
+        app_ns: a.app_ns,
         measure_ns: a.measure_ns.max(10_000),
         warmup_ns: a.measure_ns / 10,
         ..DdpBenchConfig::paper(workload)

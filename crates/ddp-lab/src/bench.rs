@@ -33,6 +33,9 @@ pub struct DdpBenchConfig {
     pub cpu_ns: u64,
     /// Worker cores per node (docs/DESIGN.md §7.1's 1; the paper's servers have 20, Table 5).
     pub cores: usize,
+    /// Application CPU per client request (the paper replays traces of
+    /// real applications; 0: none).
+    pub app_ns: u64,
     pub warmup_ns: u64,
     pub measure_ns: u64,
     /// Writes per scope under Scope persistency (the paper's 10).
@@ -52,6 +55,7 @@ impl DdpBenchConfig {
             persist_ns: 400,
             cpu_ns: 200,
             cores: 1,
+            app_ns: 0,
             warmup_ns: 1_000_000,
             measure_ns: 10_000_000,
             scope_writes: 10,
@@ -152,6 +156,7 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         jitter_ns: cfg.rtt_ns / 20,
         cpu_ns: cfg.cpu_ns,
         cores: cfg.cores,
+        app_ns: cfg.app_ns,
         persist_ns: cfg.persist_ns,
         ..SimNetConfig::default()
     };
@@ -335,6 +340,7 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
     }
     let (c, r, m) = (run_sweep(&clients), run_sweep(&rtts), run_sweep(&mixes));
     let (c20, r20) = (run_sweep(&clients20), run_sweep(&rtts20));
+    let (fitted, app_sweep) = paper_machine(&base, quick, progress)?;
     let svg = tandem_report::plot::stack_svg(&[
         tandem_report::plot::lines_svg(
             "Throughput vs clients (YCSB-A, 1 core per node)",
@@ -376,10 +382,62 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
     md += &sweep_table("Clients, 1 core per node:", &clients, &c);
     md += &sweep_table("Round trip, 1 core per node:", &rtts, &r);
     md += &sweep_table("Clients, 20 cores per node:", &clients20, &c20);
+    md += &sweep_table(
+        "Clients, 20 cores per node, per client (k ops/s each; the paper's Fig. 7 read as throughput per client, its 2.2x for lin-synch from 10 to 100 clients):",
+        &clients20,
+        &per_client(&clients20, &c20),
+    );
     md += &sweep_table("Round trip, 20 cores per node:", &rtts20, &r20);
     md += &sweep_table("Read ratio, 1 core per node:", &mixes, &m);
-    let json = serde_json::json!({ "clients": c, "rtt": r, "clients_20_cores": c20, "rtt_20_cores": r20, "read_ratio": m });
+    md += &crate::machine::markdown(&machine_cfg(&base, quick), &fitted, &app_sweep);
+    let json = serde_json::json!({ "clients": c, "rtt": r, "clients_20_cores": c20, "rtt_20_cores": r20, "read_ratio": m,
+        "paper_machine": { "fitted": fitted, "sweep": app_sweep } });
     Ok((json, svg, md))
+}
+
+/// The paper's machine for the application-cost fit: 20 cores, 100 clients.
+fn machine_cfg(base: &DdpBenchConfig, quick: bool) -> DdpBenchConfig {
+    let measure_ns = if quick { 300_000 } else { 2_000_000 };
+    DdpBenchConfig {
+        cores: tandem_net::PAPER_CORES,
+        measure_ns,
+        warmup_ns: measure_ns / 5,
+        ..base.clone()
+    }
+}
+
+/// The application cost fitted on the paper's 0.88, its predictions, and
+/// a sweep of the cost (`crate::machine`).
+fn paper_machine(
+    base: &DdpBenchConfig,
+    quick: bool,
+    progress: &dyn Fn(&str),
+) -> Result<(crate::machine::Point, Vec<crate::machine::Point>), String> {
+    let cfg = machine_cfg(base, quick);
+    let app = crate::machine::fit(&cfg);
+    let fitted = crate::machine::point(&cfg, app)?;
+    progress(&format!("  ddp-sweeps: application cost fitted: {app} ns: {fitted:?}"));
+    let mut sweep = Vec::new();
+    for app_ns in [0, 1_000, 2_000, 4_000, 8_000, 16_000] {
+        let p = crate::machine::point(&cfg, app_ns)?;
+        progress(&format!("  ddp-sweeps: application cost {app_ns} ns: {p:?}"));
+        sweep.push(p);
+    }
+    Ok((fitted, sweep))
+}
+
+/// A clients sweep's throughput per client, in k ops/s.
+fn per_client(
+    xs: &[(String, DdpBenchConfig)],
+    ys: &[(String, Vec<Option<f64>>)],
+) -> Vec<(String, Vec<Option<f64>>)> {
+    let clients = |c: &DdpBenchConfig| (c.clients_per_node * c.nodes as u64) as f64;
+    ys.iter()
+        .map(|(m, v)| {
+            let each = v.iter().zip(xs).map(|(y, (_, c))| y.map(|y| 1e3 * y / clients(c)));
+            (m.clone(), each.collect())
+        })
+        .collect()
 }
 
 /// Each model's throughput (M ops/s) at each labelled point of a sweep.

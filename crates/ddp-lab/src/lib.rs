@@ -11,6 +11,7 @@
 //! | [`tcp`] | a measured run of that load against those processes |
 //! | [`nemesis`] | those processes under real network and process faults, checked |
 //! | [`bench`] | the models in simulated time: heat map and sweeps |
+//! | [`machine`] | the paper's machine: an application cost fitted on one figure, the others predicted |
 //! | [`cluster`], [`compare`] | DDP beside etcd and Redis on YCSB |
 //! | [`heal`] | HEAL's recovery in simulated time and over processes, and beside ZooKeeper and etcd |
 
@@ -19,6 +20,7 @@ pub mod cluster;
 pub mod compare;
 pub mod heal;
 pub mod load;
+pub mod machine;
 pub mod nemesis;
 pub mod procs;
 pub mod tcp;

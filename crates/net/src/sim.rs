@@ -14,6 +14,7 @@
 //!   to four costs four): a step's sends are done one after another on the
 //!   node's cores, queued behind the inputs already waiting, and each
 //!   message leaves when its send is done;
+//! - an application cost per client request (`app_ns`), on top of it;
 //! - one ordered lane per node (`lane_ns` per write): a step that applies
 //!   writes of a total order ([`Command::InOrder`]) has them applied one
 //!   after another, after the lane's earlier writes, and what the step
@@ -49,6 +50,9 @@ pub struct SimNetConfig {
     pub send_ns: u64,
     /// The ordered lane's hand-off per write applied in a total order (0: no lane).
     pub lane_ns: u64,
+    /// Application CPU per client request, on top of `cpu_ns` (the work a
+    /// real application does around each request; 0: none).
+    pub app_ns: u64,
     pub persist_ns: u64,
     pub persist_slots: usize,
     pub drop: f64,
@@ -80,6 +84,7 @@ impl Default for SimNetConfig {
             cores: 1,
             send_ns: 0,
             lane_ns: 0,
+            app_ns: 0,
             persist_ns: 400,
             persist_slots: 16,
             drop: 0.0,
@@ -286,12 +291,12 @@ impl<P: Protocol> World<P> {
     /// An input reaches node `n` and waits for a core. `inc` pins it to an
     /// incarnation (timers, persists); messages reach whoever is up.
     fn arrive(&mut self, n: NodeId, inc: Option<u64>, input: Input<P>) {
-        let weight = if let Input::Recv { msg, .. } = &input {
-            P::weight(msg)
-        } else {
-            1
+        let (weight, app) = match &input {
+            Input::Recv { msg, .. } => (P::weight(msg), 0),
+            Input::Client { .. } => (1, self.cfg.app_ns),
+            _ => (1, 0),
         };
-        let (cpu, now) = (self.cfg.cpu_ns * weight.max(1), self.now);
+        let (cpu, now) = (self.cfg.cpu_ns * weight.max(1) + app, self.now);
         let node = &mut self.nodes[n as usize];
         if node.proto.is_none() || inc.is_some_and(|i| i != node.incarnation) {
             return;

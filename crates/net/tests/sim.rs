@@ -236,7 +236,7 @@ fn a_seed_replays_identically_and_seeds_differ() {
         ..SimNetConfig::default()
     };
     let run = |seed| {
-        let (n, log) = net(seed, cfg.clone(), 6, 300);
+        let (n, log) = net(seed, cfg, 6, 300);
         n.start_clients();
         n.run_for(10_000_000);
         let done = log.borrow().done.clone();
@@ -257,7 +257,7 @@ fn nvm_pressure_queues_persists() {
     };
     let one = SimNetConfig {
         persist_slots: 1,
-        ..many.clone()
+        ..many
     };
     let elapsed = |cfg: SimNetConfig| {
         let (n, log) = net(3, cfg, 12, 240);
@@ -337,22 +337,38 @@ fn drops_and_partitions_stop_messages() {
     n.partition(0, 2, false);
 }
 
-#[test]
-fn sends_cost_the_sender_per_destination() {
-    // As `one_put_takes_the_modelled_time`, with 100 ns per message sent:
-    // the two copies leave one after the other (300, 400), each follower's
-    // ack 100 ns after its step, and the second ack again waits for the
-    // first's CPU: 2,600 instead of 2,400.
+/// One put on one core without jitter under `cfg`: (session, req, when done).
+fn one_put(cfg: SimNetConfig) -> Vec<(SessionId, u64, u64)> {
     let cfg = SimNetConfig {
         jitter_ns: 0,
         cores: 1,
-        send_ns: 100,
-        ..SimNetConfig::default()
+        ..cfg
     };
     let (n, log) = net(1, cfg, 1, 1);
     n.start_clients();
     n.run_for(1_000_000);
-    assert_eq!(log.borrow().done, vec![(0, 0, 2_600)]);
+    let done = log.borrow().done.clone();
+    done
+}
+
+#[test]
+fn sends_and_the_application_cost_the_modelled_time() {
+    // As `one_put_takes_the_modelled_time`, with 100 ns per message sent:
+    // the two copies leave one after the other (300, 400), each follower's
+    // ack 100 ns after its step, and the second ack again waits for the
+    // first's CPU: 2,600 instead of 2,400.
+    let done = one_put(SimNetConfig {
+        send_ns: 100,
+        ..SimNetConfig::default()
+    });
+    assert_eq!(done, vec![(0, 0, 2_600)]);
+    // With 1,000 ns of application work on the client's request instead:
+    // only that input pays it, not the copies, persists or acks.
+    let done = one_put(SimNetConfig {
+        app_ns: 1_000,
+        ..SimNetConfig::default()
+    });
+    assert_eq!(done, vec![(0, 0, 3_400)], "the application cost");
 }
 
 /// Applies each put in one total order (as ZAB does) and answers it.
