@@ -305,6 +305,9 @@ pub struct BenchArgs {
     /// model is 1; the paper's servers have 20, see docs/DDP.md).
     #[arg(long, default_value_t = 1)]
     pub(crate) cores: usize,
+    /// Zipfian exponent of the keys (default YCSB's 0.99; --uniform for none).
+    #[arg(long)]
+    pub(crate) theta: Option<f64>,
     /// sim: application CPU per client request, in ns, on top of the 200 ns per input.
     #[arg(long, default_value_t = 0)]
     pub(crate) app_ns: u64,
@@ -338,7 +341,12 @@ fn bench(a: BenchArgs) -> Result<(), String> {
     if !models.contains(&Model::LIN_SYNCH) {
         models.insert(0, Model::LIN_SYNCH);
     }
-    let workload = tandem_ycsb::Ycsb::new(&a.workload, a.records, a.uniform)?;
+    let theta = match (a.uniform, a.theta) {
+        (true, Some(_)) => return Err("--uniform and --theta: choose one".into()),
+        (true, None) => None,
+        (false, t) => Some(t.unwrap_or(0.99)),
+    };
+    let workload = tandem_ycsb::Ycsb::skewed(&a.workload, a.records, theta)?;
     let cfg = DdpBenchConfig {
         clients_per_node: a.clients.max(1),
         rtt_ns: a.rtt_ns,

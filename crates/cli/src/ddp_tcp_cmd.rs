@@ -19,6 +19,9 @@ const ECHO_WINDOW: u64 = 20;
 const ECHO_SWEEP: [u64; 3] = [5, 20, 80];
 
 pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
+    if a.app_ns != 0 {
+        return Err("--app-ns is a simulated cost: use it with --net sim".into());
+    }
     if !(a.seconds.is_finite() && a.seconds > 0.0) {
         return Err("--seconds must be a positive number".into());
     }
@@ -27,7 +30,11 @@ pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
         models.insert(0, Model::LIN_SYNCH);
     }
     let cfg = TcpBenchConfig {
-        workload: Ycsb::new(&a.workload, a.records, a.uniform)?,
+        workload: match (a.uniform, a.theta) {
+            (false, Some(t)) => Ycsb::skewed(&a.workload, a.records, Some(t))?,
+            (true, Some(_)) => return Err("--uniform and --theta: choose one".into()),
+            _ => Ycsb::new(&a.workload, a.records, a.uniform)?,
+        },
         clients_per_node: a.clients.max(1),
         warmup: Duration::from_secs(1),
         measure: Duration::from_secs_f64(a.seconds),

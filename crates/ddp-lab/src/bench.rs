@@ -79,6 +79,10 @@ pub struct ModelResult {
     /// Transactional consistency: squashed attempts over all attempts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tx_abort_ratio: Option<f64>,
+    /// The INV family: client reads that found their key's newest version
+    /// not yet persisted everywhere, over all client reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_unpersisted: Option<f64>,
 }
 
 /// Closed-loop YCSB sessions (`tandem_ddp::ycsb_session`, the same the
@@ -184,6 +188,15 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         }
     }
     net.stop_clients();
+    let mut reads = tandem_ddp::ReadCount::default();
+    for n in 0..cfg.nodes {
+        net.with_node(n, |d| {
+            if let Some(d) = d {
+                reads.reads += d.reads.reads;
+                reads.unpersisted += d.reads.unpersisted;
+            }
+        });
+    }
     let c = clients.borrow();
     let avg = |l: (u64, u64)| {
         if l.1 == 0 {
@@ -201,6 +214,7 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         messages_per_op: stats.messages_sent as f64 / stats.replies.max(1) as f64,
         sim_messages_per_s: stats.messages_sent as f64 / secs.max(1e-9),
         tx_abort_ratio: tx.then(|| c.aborts as f64 / (c.commits + c.aborts).max(1) as f64),
+        read_unpersisted: (reads.reads > 0).then(|| reads.unpersisted as f64 / reads.reads as f64),
     }
 }
 
@@ -341,6 +355,8 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
     let (c, r, m) = (run_sweep(&clients), run_sweep(&rtts), run_sweep(&mixes));
     let (c20, r20) = (run_sweep(&clients20), run_sweep(&rtts20));
     let (fitted, app_sweep) = paper_machine(&base, quick, progress)?;
+    let contention = crate::machine::contention(&machine_cfg(&base, quick), fitted.app_ns)?;
+    progress(&format!("  ddp-sweeps: contention: {contention:?}"));
     let svg = tandem_report::plot::stack_svg(&[
         tandem_report::plot::lines_svg(
             "Throughput vs clients (YCSB-A, 1 core per node)",
@@ -390,8 +406,9 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
     md += &sweep_table("Round trip, 20 cores per node:", &rtts20, &r20);
     md += &sweep_table("Read ratio, 1 core per node:", &mixes, &m);
     md += &crate::machine::markdown(&machine_cfg(&base, quick), &fitted, &app_sweep);
+    md += &crate::machine::contention_markdown(fitted.app_ns, &contention);
     let json = serde_json::json!({ "clients": c, "rtt": r, "clients_20_cores": c20, "rtt_20_cores": r20, "read_ratio": m,
-        "paper_machine": { "fitted": fitted, "sweep": app_sweep } });
+        "paper_machine": { "fitted": fitted, "sweep": app_sweep, "contention": contention } });
     Ok((json, svg, md))
 }
 

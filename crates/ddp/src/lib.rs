@@ -54,7 +54,7 @@ pub mod ycsb_session;
 pub use catchup::DdpFactory;
 pub use heal::state::HealOpts;
 pub use model::{Consistency, Model, Persistency, Rules};
-pub use node::{Bugs, DdpNode, Params};
+pub use node::{Bugs, DdpNode, Params, ReadCount};
 pub use trans::state::{Squash, TransStats};
 pub use types::{
     CatchUpResp, Key, Msg, Op, Record, Reply, ScopeId, Ts, TxAck, TxHdr, TxId, TxPhase, Upd, Value,

@@ -405,6 +405,17 @@ pub struct DdpNode {
     pub(crate) trans: TransState,
     /// HEAL's state (None: a restarted node catches up by full copy).
     pub(crate) heal: Option<Box<crate::heal::state::Heal>>,
+    /// Client reads, and those that found their key's newest version here
+    /// not yet persisted everywhere (DDP §8.1's reads that "conflict with a
+    /// yet-to-persist write"); the INV family only.
+    pub reads: ReadCount,
+}
+
+/// Client reads of the INV family, counted where they arrive.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadCount {
+    pub reads: u64,
+    pub unpersisted: u64,
 }
 
 pub(crate) type Out = Vec<Command<DdpNode>>;
@@ -504,6 +515,7 @@ impl DdpNode {
                 ..TransState::default()
             },
             heal: None,
+            reads: ReadCount::default(),
         }
     }
 
@@ -646,7 +658,12 @@ impl DdpNode {
             return self.trans_client(session, req, op, out);
         }
         match op {
-            Op::Read { key, .. } => self.read(session, req, key, out),
+            Op::Read { key, .. } => {
+                let unpersisted = !self.key(key).p_ok();
+                self.reads.reads += 1;
+                self.reads.unpersisted += u64::from(unpersisted);
+                self.read(session, req, key, out)
+            }
             Op::Write {
                 key, value, scope, ..
             } => self.start_write(session, req, key, value, scope, out),

@@ -28,6 +28,12 @@ impl Ycsb {
 
     /// `ycsb-a|b|c|w` over `records` keys; `uniform` replaces the Zipfian choice.
     pub fn new(name: &str, records: u64, uniform: bool) -> Result<Ycsb, String> {
+        Ycsb::skewed(name, records, (!uniform).then_some(0.99))
+    }
+
+    /// `ycsb-a|b|c|w` over `records` keys, Zipfian with exponent `theta`
+    /// (YCSB's default is 0.99), or uniform with None.
+    pub fn skewed(name: &str, records: u64, theta: Option<f64>) -> Result<Ycsb, String> {
         let read_ratio = match name {
             "ycsb-a" => 0.5,
             "ycsb-b" => 0.95,
@@ -43,7 +49,10 @@ impl Ycsb {
         if records == 0 {
             return Err("a YCSB workload needs at least one record".into());
         }
-        let zipf = (!uniform && records > 1).then(|| Zipf::new(records, 0.99));
+        if theta.is_some_and(|t| !(t > 0.0 && t < 1.0)) {
+            return Err(format!("a Zipfian exponent must lie in (0, 1), not {theta:?}"));
+        }
+        let zipf = theta.filter(|_| records > 1).map(|t| Zipf::new(records, t));
         Ok(Ycsb {
             name: name.to_string(),
             records,
