@@ -156,13 +156,11 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         aborts: 0,
     };
     let net_cfg = SimNetConfig {
-        link_ns: cfg.rtt_ns / 2,
-        jitter_ns: cfg.rtt_ns / 20,
         cpu_ns: cfg.cpu_ns,
         cores: cfg.cores,
         app_ns: cfg.app_ns,
         persist_ns: cfg.persist_ns,
-        ..SimNetConfig::default()
+        ..SimNetConfig::round_trip(cfg.rtt_ns)
     };
     let factory = DdpFactory::new(model, Params::SIM);
     let config = Config::new(1, (0..cfg.nodes).collect());

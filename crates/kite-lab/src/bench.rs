@@ -102,13 +102,11 @@ impl KiteBenchOpts {
     /// The simulated network and CPU these options describe.
     pub fn net(&self) -> SimNetConfig {
         SimNetConfig {
-            link_ns: self.rtt_ns / 2,
-            jitter_ns: self.rtt_ns / 20,
             cpu_ns: self.cpu_ns,
             send_ns: self.send_ns,
             lane_ns: self.lane_ns,
             cores: self.cores,
-            ..SimNetConfig::default()
+            ..SimNetConfig::round_trip(self.rtt_ns)
         }
     }
 }

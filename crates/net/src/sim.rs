@@ -67,6 +67,18 @@ pub struct SimNetConfig {
     pub patience_ns: u64,
 }
 
+impl SimNetConfig {
+    /// The defaults with a round trip of `rtt_ns`: half of it one way, and
+    /// up to a tenth of that one way as jitter.
+    pub fn round_trip(rtt_ns: u64) -> SimNetConfig {
+        SimNetConfig {
+            link_ns: rtt_ns / 2,
+            jitter_ns: rtt_ns / 20,
+            ..SimNetConfig::default()
+        }
+    }
+}
+
 /// Worker cores per server in the DDP paper's simulated machines (§7,
 /// Table 5: "20 out-of-order cores" per server).
 pub const PAPER_CORES: usize = 20;
@@ -279,7 +291,7 @@ impl<P: Protocol> World<P> {
             Event::Issue { session } => self.issue(session),
             Event::Patience { session, req } => self.give_up(session, req),
             Event::Announce { n, config } => self.arrive(n, None, Input::Config(config)),
-            Event::Deferred { n, inc, commands } => self.carry_out(n, inc, commands),
+            Event::Deferred { n, inc, commands } => self.resume(n, inc, commands),
         }
         true
     }
@@ -334,20 +346,7 @@ impl<P: Protocol> World<P> {
             proto.step(now, input, &mut out);
         }
         self.stats.steps += 1;
-        self.sent_at = now;
-        let mut drain = out.drain(..);
-        for c in drain.by_ref() {
-            if let Command::InOrder { writes } = c {
-                if let Some(at) = self.through_lane(n, writes) {
-                    let commands = drain.by_ref().collect();
-                    self.schedule(at, Event::Deferred { n, inc, commands });
-                    break;
-                }
-                continue;
-            }
-            self.execute(n, inc, c);
-        }
-        drop(drain);
+        self.carry_out(n, inc, out.drain(..));
         self.out = out;
     }
 
@@ -362,15 +361,28 @@ impl<P: Protocol> World<P> {
         Some(node.lane)
     }
 
-    /// The commands a step left waiting for the lane (further `InOrder`s
-    /// in them were charged with the first).
-    fn carry_out(&mut self, n: NodeId, inc: u64, commands: Vec<Command<P>>) {
-        if self.nodes[n as usize].incarnation != inc || !self.live(n) {
-            return;
-        }
+    /// Carry out a step's commands from now on; at an `InOrder` that the
+    /// lane delays, the rest wait for it (`Event::Deferred`).
+    fn carry_out(&mut self, n: NodeId, inc: u64, commands: impl Iterator<Item = Command<P>>) {
         self.sent_at = self.now;
-        for c in commands {
+        let mut commands = commands;
+        while let Some(c) = commands.next() {
+            if let Command::InOrder { writes } = c {
+                if let Some(at) = self.through_lane(n, writes) {
+                    let commands = commands.collect();
+                    return self.schedule(at, Event::Deferred { n, inc, commands });
+                }
+                continue;
+            }
             self.execute(n, inc, c);
+        }
+    }
+
+    /// The commands a step left waiting for the lane, unless the node
+    /// crashed meanwhile.
+    fn resume(&mut self, n: NodeId, inc: u64, commands: Vec<Command<P>>) {
+        if self.nodes[n as usize].incarnation == inc && self.live(n) {
+            self.carry_out(n, inc, commands.into_iter());
         }
     }
 
