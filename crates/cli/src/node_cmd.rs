@@ -86,6 +86,7 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
         "ddp" => {}
         "kite" => return kite_node(a),
         "zab" => return zab_node(a),
+        "ddp-echo" => return ddp_echo_node(a),
         other => return Err(format!("unknown --system '{other}': ddp, kite or zab")),
     }
     if a.timeout_ms.is_some() || a.mutant.is_some() {
@@ -287,6 +288,15 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
         tandem_zab::kite_api::KiteZabFactory::with(params),
     )
     .map_err(|e| node_error(a.id, &e))
+}
+
+/// `tandem node --system ddp-echo` (internal): a node that carries the
+/// messages of a ⟨Lin, Synch⟩ write and nothing else, the like-for-like
+/// ceiling `tandem ddp bench --net tcp` sets the models beside.
+fn ddp_echo_node(a: NodeArgs) -> Result<(), String> {
+    let (cfg, listener) = host_config(&a)?;
+    println!("node {} (ddp-echo) listening on {}", a.id, cfg.peers[a.id as usize].1);
+    host::run(cfg, listener, tandem_ddp_lab::echo::DdpEchoFactory).map_err(|e| node_error(a.id, &e))
 }
 
 /// Bind `addr`, retrying for up to 5 s while it is in use: a restarted node

@@ -9,6 +9,7 @@
 //! | [`procs`] | a cluster of `tandem node` processes on loopback |
 //! | [`load`] | closed-loop client sessions over TCP, one thread per connection |
 //! | [`tcp`] | a measured run of that load against those processes |
+//! | [`echo`] | the runtime's ceiling like for like: a node carrying ⟨Lin, Synch⟩'s messages and nothing else |
 //! | [`nemesis`] | those processes under real network and process faults, checked |
 //! | [`bench`] | the models in simulated time: heat map and sweeps |
 //! | [`machine`] | the paper's machine: an application cost fitted on one figure, the others predicted |
@@ -18,6 +19,7 @@
 pub mod bench;
 pub mod cluster;
 pub mod compare;
+pub mod echo;
 pub mod heal;
 pub mod load;
 pub mod machine;

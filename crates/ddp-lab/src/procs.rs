@@ -55,9 +55,21 @@ impl DdpCluster {
     /// A port taken between choosing it and binding it fails a node at
     /// start-up: then the cluster is started again on new ports (3 attempts).
     pub fn start(exe: &Path, model: &str, fsync: bool, dir: &Path) -> Result<DdpCluster, String> {
+        Self::start_system(exe, "ddp", model, fsync, dir)
+    }
+
+    /// As [`DdpCluster::start`], with `tandem node --system SYSTEM` (`ddp`,
+    /// or `ddp-echo`: [`crate::echo`], loaded as `model` is).
+    pub fn start_system(
+        exe: &Path,
+        system: &str,
+        model: &str,
+        fsync: bool,
+        dir: &Path,
+    ) -> Result<DdpCluster, String> {
         let mut last = String::new();
         for _ in 0..3 {
-            match Self::start_once(exe, model, fsync, dir) {
+            match Self::start_once(exe, system, model, fsync, dir) {
                 Err(e) if e.contains("cannot listen") => last = e,
                 r => return r,
             }
@@ -65,7 +77,13 @@ impl DdpCluster {
         Err(last)
     }
 
-    fn start_once(exe: &Path, model: &str, fsync: bool, dir: &Path) -> Result<DdpCluster, String> {
+    fn start_once(
+        exe: &Path,
+        system: &str,
+        model: &str,
+        fsync: bool,
+        dir: &Path,
+    ) -> Result<DdpCluster, String> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -91,7 +109,7 @@ impl DdpCluster {
             cmd.args([
                 "node",
                 "--system",
-                "ddp",
+                system,
                 "--model",
                 model,
                 "--id",

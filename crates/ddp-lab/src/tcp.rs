@@ -3,7 +3,9 @@
 //! (`crate::load`), measured by the nodes' own counters. Models
 //! alternate in rounds (so a slow phase of the machine hits them all) and
 //! each is reported normalized to ⟨Lin, Synch⟩ of the same run, beside the
-//! runtime's echo ceiling (`tandem net echo`) measured in the same run.
+//! runtime's ceiling like for like: [`crate::echo`], which carries
+//! ⟨Lin, Synch⟩'s messages for the same sessions and does nothing else, run
+//! in the same rounds.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -58,7 +60,39 @@ pub struct TcpModelResult {
     /// The share of the nodes' CPU their event loops' threads used.
     pub node_loop_cpu_share: f64,
     pub rounds_ops: Vec<f64>,
+    /// Set beside the echo of the same rounds: this model's requests and
+    /// peer messages per second over the echo's, its nodes' CPU per
+    /// message over the echo nodes'.
+    pub of_echo_ops: Option<f64>,
+    pub of_echo_messages: Option<f64>,
+    pub cpu_per_message_vs_echo: Option<f64>,
 }
+
+/// What [`run_tcp_models`] measured: the models, and the echo beside them.
+#[derive(Clone, Debug, Serialize)]
+pub struct TcpRun {
+    pub models: Vec<TcpModelResult>,
+    pub echo: TcpModelResult,
+}
+
+/// What a round starts: a model's nodes, or the echo loaded as ⟨Lin, Synch⟩.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Subject {
+    Model(Model),
+    Echo,
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subject::Model(m) => write!(f, "{m}"),
+            Subject::Echo => f.write_str(ECHO_NAME),
+        }
+    }
+}
+
+/// The echo's name in reports.
+pub const ECHO_NAME: &str = "ddp-echo";
 
 /// One measured interval of one model.
 #[derive(Clone, Copy, Debug, Default)]
@@ -77,10 +111,14 @@ struct Sample {
     secs: f64,
 }
 
-/// Start `model`'s cluster, load it, measure, stop it.
-fn sample(cfg: &TcpBenchConfig, model: Model, round: u32) -> Result<Sample, String> {
-    let dir = cfg.dir.join(format!("{model}-{round}"));
-    let cluster = DdpCluster::start(&cfg.exe, &model.to_string(), cfg.fsync, &dir)?;
+/// Start `subject`'s cluster, load it, measure, stop it.
+fn sample(cfg: &TcpBenchConfig, subject: Subject, round: u32) -> Result<Sample, String> {
+    let dir = cfg.dir.join(format!("{subject}-{round}"));
+    let (system, model) = match subject {
+        Subject::Model(m) => ("ddp", m),
+        Subject::Echo => (ECHO_NAME, Model::LIN_SYNCH),
+    };
+    let cluster = DdpCluster::start_system(&cfg.exe, system, &model.to_string(), cfg.fsync, &dir)?;
     let plan = SessionPlan::paper(cfg.workload.clone(), model);
     let load = Load::start(
         &cluster.load_config(
@@ -127,12 +165,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-fn summarize(model: Model, samples: &[Sample]) -> TcpModelResult {
+fn summarize(subject: Subject, samples: &[Sample]) -> TcpModelResult {
     let per = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
     let total = |f: fn(&Sample) -> f64| samples.iter().map(f).sum::<f64>();
     let ops = total(|s| s.ops).max(1.0);
     TcpModelResult {
-        model: model.to_string(),
+        model: subject.to_string(),
         throughput_ops: per(|s| s.ops / s.secs),
         normalized: None,
         messages_per_s: per(|s| s.msgs / s.secs),
@@ -144,34 +182,51 @@ fn summarize(model: Model, samples: &[Sample]) -> TcpModelResult {
         node_syscalls_per_message: total(|s| s.syscalls) / total(|s| s.handled).max(1.0),
         node_loop_cpu_share: total(|s| s.loop_cpu_ns) / total(|s| s.own_cpu_ns).max(1.0),
         rounds_ops: samples.iter().map(|s| s.ops / s.secs).collect(),
+        of_echo_ops: None,
+        of_echo_messages: None,
+        cpu_per_message_vs_echo: None,
     }
 }
 
-/// Every model in every round; `progress` sees each sample's model and ops/s.
+/// Every model in every round, and the echo after them; `progress` sees
+/// each sample's subject and ops/s.
 pub fn run_tcp_models(
     cfg: &TcpBenchConfig,
     models: &[Model],
-    progress: impl Fn(Model, u32, f64),
-) -> Result<Vec<TcpModelResult>, String> {
-    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); models.len()];
+    progress: impl Fn(Subject, u32, f64),
+) -> Result<TcpRun, String> {
+    let subjects: Vec<Subject> = models
+        .iter()
+        .map(|&m| Subject::Model(m))
+        .chain([Subject::Echo])
+        .collect();
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); subjects.len()];
     for round in 0..cfg.rounds.max(1) {
-        for (i, &m) in models.iter().enumerate() {
-            let s = sample(cfg, m, round)?;
-            progress(m, round, s.ops / s.secs);
-            samples[i].push(s);
+        for (i, &s) in subjects.iter().enumerate() {
+            let x = sample(cfg, s, round)?;
+            progress(s, round, x.ops / x.secs);
+            samples[i].push(x);
         }
     }
-    let mut results: Vec<TcpModelResult> = models
+    let mut results: Vec<TcpModelResult> = subjects
         .iter()
         .zip(&samples)
-        .map(|(&m, s)| summarize(m, s))
+        .map(|(&s, x)| summarize(s, x))
         .collect();
+    let echo = results.pop().expect("the echo's result");
     let base = results
         .iter()
         .find(|r| r.model == Model::LIN_SYNCH.to_string())
         .map(|r| r.throughput_ops);
+    let over = |a: f64, b: f64| (b > 0.0).then(|| a / b);
     for r in &mut results {
-        r.normalized = base.filter(|b| *b > 0.0).map(|b| r.throughput_ops / b);
+        r.normalized = base.and_then(|b| over(r.throughput_ops, b));
+        r.of_echo_ops = over(r.throughput_ops, echo.throughput_ops);
+        r.of_echo_messages = over(r.messages_per_s, echo.messages_per_s);
+        r.cpu_per_message_vs_echo = over(r.node_cpu_ns_per_message, echo.node_cpu_ns_per_message);
     }
-    Ok(results)
+    Ok(TcpRun {
+        models: results,
+        echo,
+    })
 }

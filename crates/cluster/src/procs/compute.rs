@@ -306,8 +306,8 @@ impl Server {
         );
         let stopper = stop.clone();
         let conductor = tokio::task::spawn_local(async move {
-            let e = follower.await;
-            stop_with(&stopper, Stop::Lost(e));
+            let why = follower.await;
+            stop_with(&stopper, why);
         });
         let (stopper, c, patience) = (stop.clone(), compute.clone(), self.cfg.verdict_patience);
         let overdue = tokio::task::spawn_local(async move {

@@ -41,12 +41,33 @@ pub enum Stop {
     Lost(String),
 }
 
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Fenced(why) => write!(f, "fenced: {why}"),
+            Stop::Lost(why) => f.write_str(why),
+        }
+    }
+}
+
 /// The memory configuration as the service announces it (docs/DESIGN.md §4.6),
 /// for the task that applies it; and the way to answer that it did.
 #[derive(Clone)]
 pub struct MemorySignal(Arc<MembershipLink>);
 
 impl MemorySignal {
+    /// A signal that announced `config`, with no membership behind it.
+    #[cfg(test)]
+    pub(super) fn announcing(config: MemoryConfig) -> MemorySignal {
+        MemorySignal(Arc::new(MembershipLink {
+            conn: Mutex::new(None),
+            stopped: Mutex::new(None),
+            is_stopped: AtomicBool::new(false),
+            memory: Mutex::new(Some(config)),
+            resumed: Mutex::new(None),
+        }))
+    }
+
     /// The newest configuration announced.
     pub fn latest(&self) -> Option<MemoryConfig> {
         self.0.memory.lock().unwrap().clone()
