@@ -23,6 +23,8 @@ measure() { # $1: suffix of the JSON files
       --json $OUT/pandora-sim-1k$s.json
   run $T pandora recovery-bench --fabric sim --runs 50 --json $OUT/recovery-sim$s.json
   run $T pandora recovery-bench --fabric tcp --runs 50 --json $OUT/recovery-tcp$s.json
+  # DDP's nodes beside the echo that carries the same load's messages, in the same rounds.
+  run $T ddp bench --net tcp --models lin-synch --seconds 3 --rounds 3 --json $OUT/ddp-tcp$s.json
 }
 
 measure ""
@@ -36,7 +38,6 @@ for i in 1 2 3 4 5; do
 done
 # The message-passing runtime: its cost line, then the stores' nodes beside it.
 run $T net echo --nodes 5 --sweep 5,20,80 --seconds 2 --json $OUT/echo-sweep.json
-run $T ddp bench --net tcp --models lin-synch --seconds 3 --rounds 3 --json $OUT/ddp-tcp.json
 run $T kite bench --net tcp --systems kite,zab --measure-s 3 --json $OUT/kite-tcp.json
 
 # The same with a competing load on one core.

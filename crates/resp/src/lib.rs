@@ -1,0 +1,26 @@
+//! Redis's wire protocol (RESP2) as a Tandem store's front end speaks it:
+//! requests in, replies out, every length bounded before anything is
+//! allocated.
+//!
+//! A client's request is a flat array of bulk strings (`*2\r\n$3\r\nGET\r\n
+//! $1\r\nk\r\n`) or, typed by hand, an inline line (`GET k\r\n`). That is
+//! all a server ever has to parse, so [`Parser`] parses that subset and
+//! nothing else: a nested array, a negative or oversized length, a missing
+//! CRLF is a protocol error, answered and followed by closing the
+//! connection, as Redis does. The parser is incremental: it keeps its
+//! place between reads, so a request that arrives a byte at a time costs
+//! no more than one that arrives whole (a general frame decoder that
+//! starts over on every partial read would be quadratic under slow bytes),
+//! and what it buffers is bounded by [`Limits`].
+//!
+//! [`Reply`] encodes the answers (simple strings, errors, integers, bulk
+//! strings, nil, arrays).
+
+mod parse;
+mod reply;
+
+pub use parse::{Limits, Parser, ProtocolError};
+pub use reply::Reply;
+
+/// One command: its name and arguments, as the client sent them.
+pub type Request = Vec<Vec<u8>>;
