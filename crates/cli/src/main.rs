@@ -4,6 +4,7 @@
 //! lists them.
 
 mod args;
+mod serve_cmd;
 mod bench_cmd;
 mod compare_cmd;
 mod ddp_cmd;
@@ -76,6 +77,8 @@ enum Command {
     Keys(keys_cmd::KeysArgs),
     /// One replica of a message-passing store (DDP, HEAL, Kite or ZAB) as a process: TCP to its peers, NVM in a file.
     Node(node_cmd::NodeArgs),
+    /// A store behind Redis's protocol on a local port, for redis-cli and Redis client libraries.
+    Serve(serve_cmd::ServeArgs),
     /// The message-passing runtime's own ceiling: two processes echoing messages.
     Net(net_cmd::NetArgs),
     /// One compute-server process of `tandem dart --fabric tcp --crash-rate R` (internal).
@@ -176,6 +179,7 @@ fn main() {
         Command::Nemesis(a) => nemesis_cmd::run(a),
         Command::Keys(a) => keys_cmd::run(a),
         Command::Node(a) => node_cmd::node(a),
+        Command::Serve(a) => serve_cmd::run(a),
         Command::Net(a) => net_cmd::run(a),
         Command::LitmusWorker(a) => litmus_worker_cmd::run(a),
     };

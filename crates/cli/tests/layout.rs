@@ -13,6 +13,7 @@ fn workspace() -> PathBuf {
 const FLOORS: &[(&str, u32)] = &[
     ("sim", 0),
     ("auth", 0),
+    ("resp", 0),
     ("check", 0),
     ("report", 0),
     ("membership", 0),

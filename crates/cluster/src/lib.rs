@@ -18,6 +18,7 @@
 
 pub mod backend;
 pub mod procs;
+pub mod resp;
 pub mod runner;
 pub mod workload;
 pub mod zk;

@@ -55,7 +55,7 @@ enum State {
 }
 
 /// One connection's parser: [`Parser::feed`] it what arrived, take the
-/// requests it completes with [`Parser::next`].
+/// requests it completes with [`Parser::request`].
 #[derive(Debug)]
 pub struct Parser {
     limits: Limits,
@@ -99,7 +99,7 @@ impl Parser {
     }
 
     /// The next whole request, if one has arrived.
-    pub fn next(&mut self) -> Result<Option<Request>, ProtocolError> {
+    pub fn request(&mut self) -> Result<Option<Request>, ProtocolError> {
         loop {
             match self.state {
                 State::Start => {
@@ -221,7 +221,7 @@ impl Parser {
             return fail("invalid multibulk length");
         }
         match words.is_empty() {
-            true => self.next(),
+            true => self.request(),
             false => Ok(Some(words)),
         }
     }
@@ -240,7 +240,7 @@ mod tests {
 
     fn all(p: &mut Parser) -> Result<Vec<Request>, ProtocolError> {
         let mut out = Vec::new();
-        while let Some(r) = p.next()? {
+        while let Some(r) = p.request()? {
             out.push(r);
         }
         Ok(out)
@@ -303,10 +303,10 @@ mod tests {
         let mut p = Parser::new(Limits::default());
         for _ in 0..1000 {
             p.feed(b"a");
-            assert_eq!(p.next(), Ok(None));
+            assert_eq!(p.request(), Ok(None));
             assert_eq!(p.scanned, p.buf.len());
         }
         p.feed(b"\r\n");
-        assert_eq!(p.next().unwrap().unwrap().len(), 1);
+        assert_eq!(p.request().unwrap().unwrap().len(), 1);
     }
 }

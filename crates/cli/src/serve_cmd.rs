@@ -1,0 +1,73 @@
+//! `tandem serve`: a store behind Redis's protocol, for `redis-cli` and any
+//! Redis client library.
+
+use std::net::{SocketAddr, TcpListener};
+
+use clap::Args;
+use tandem_cluster::resp::{Embedded, FrontConfig};
+use tandem_fabric::auth::Role;
+use tandem_resp::Limits;
+
+use crate::args::keyring_from;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The store: pandora (strictly serializable transactions; MULTI/EXEC is one). DDP and Kite
+    /// are not served over RESP yet: their values are 64-bit words, not byte strings.
+    #[arg(long, default_value = "pandora")]
+    system: String,
+    /// The RESP port.
+    #[arg(long, default_value_t = 7379)]
+    port: u16,
+    /// The address to listen on. Anything but loopback needs credentials (then AUTH is required).
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: std::net::IpAddr,
+    /// Cluster secret (hex), else TANDEM_SECRET or TANDEM_KEYRING. With credentials, a client must
+    /// `AUTH <client key>`: the `client` line of the keyring `tandem keys split` writes.
+    #[arg(long)]
+    secret: Option<String>,
+    /// Keys the store holds.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Bytes per slot; a key and its value together may take this less 14.
+    #[arg(long, default_value_t = 256)]
+    slot_bytes: u32,
+    /// Connections served at once; the next is refused with an error.
+    #[arg(long, default_value_t = 1024)]
+    max_clients: usize,
+}
+
+pub fn run(a: ServeArgs) -> Result<(), String> {
+    if a.system != "pandora" {
+        return Err(format!(
+            "--system {}: only pandora is served over RESP so far (DDP's and Kite's values are 64-bit words, not the byte strings Redis clients store)",
+            a.system
+        ));
+    }
+    let password = match keyring_from(a.secret.as_deref())? {
+        Some(k) => Some(tandem_fabric::auth::keys::to_hex(k.require(Role::Client)?.bytes())),
+        None if a.bind.is_loopback() => None,
+        None => return Err(format!("--bind {}: serving beyond loopback needs credentials (--secret, TANDEM_SECRET or TANDEM_KEYRING); clients then AUTH with the client key", a.bind)),
+    };
+    let store = Embedded {
+        keys: a.keys,
+        slot_bytes: a.slot_bytes,
+        ..Embedded::default()
+    };
+    let addr = SocketAddr::new(a.bind, a.port);
+    let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let front = FrontConfig {
+        limits: Limits::default(),
+        max_clients: a.max_clients.max(1),
+        password,
+        description: String::new(),
+    };
+    println!(
+        "tandem serve: {} on {} ({}); try: redis-cli -p {} set k v",
+        a.system,
+        listener.local_addr().map_err(|e| e.to_string())?,
+        if front.password.is_some() { "AUTH required" } else { "no AUTH: loopback only" },
+        a.port
+    );
+    store.serve(listener, front)
+}

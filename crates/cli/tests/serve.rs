@@ -1,0 +1,262 @@
+//! `tandem serve`: Pandora behind Redis's protocol, driven by clients
+//! nobody here wrote (Debian's `redis-cli` and `redis-benchmark`), by raw
+//! sockets for `WATCH`, and by a hostile client.
+//!
+//! `redis-cli` comes from `scripts/peers.sh install redis`; if it cannot be
+//! installed the tests that need it fail under CI (`CI` set) and skip
+//! otherwise.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `tandem serve` process; killed when dropped.
+struct Serve {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(extra: &[&str]) -> Serve {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--port", &port.to_string()])
+        .args(extra)
+        .env_remove("TANDEM_SECRET")
+        .env_remove("TANDEM_KEYRING")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let s = Serve { child, port };
+    let until = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "tandem serve did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s
+}
+
+/// Send `wire`, read what comes back until 300 ms pass without more (10 s
+/// at most for the first byte).
+fn call(c: &mut TcpStream, wire: &[u8]) -> String {
+    c.write_all(wire).unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) if !out.is_empty() => break,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < until => continue,
+            Err(e) => panic!("no answer to {:?}: {e}", String::from_utf8_lossy(&wire[..wire.len().min(60)])),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn connect(s: &Serve) -> TcpStream {
+    TcpStream::connect(("127.0.0.1", s.port)).unwrap()
+}
+
+/// Redis's tools, installed by the project's script; `None`: skip.
+fn redis_tools() -> Option<()> {
+    if Command::new("redis-cli").arg("--version").output().is_ok() {
+        return Some(());
+    }
+    let out = Command::new("bash")
+        .arg(common::workspace().join("scripts/peers.sh"))
+        .args(["install", "redis"])
+        .output()
+        .unwrap();
+    match out.status.success() {
+        true => Some(()),
+        false if std::env::var_os("CI").is_some() => panic!(
+            "cannot install redis-tools: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        false => {
+            eprintln!("SKIPPED: redis-tools cannot be installed here");
+            None
+        }
+    }
+}
+
+fn redis_cli(s: &Serve, script: &str) -> String {
+    let mut c = Command::new("redis-cli")
+        .args(["-p", &s.port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let out = c.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A scripted `redis-cli` session: Redis's answers, line for line.
+#[test]
+fn redis_cli_runs_a_session_with_redis_semantics() {
+    let Some(()) = redis_tools() else { return };
+    let s = serve(&[]);
+    let script = "PING\nSET k v\nGET k\nSET k w NX\nSET n 1 XX\nMSET a 1 b 2\nMGET a b zz\n\
+                  INCR a\nINCRBY a 10\nINCR k\nDEL a zz\nEXISTS a b k\nSET t 1 EX 5\n\
+                  MULTI\nSET m 5\nINCR m\nGET m\nEXEC\nGET m\nQUIT\n";
+    let out = redis_cli(&s, script);
+    // (redis-cli prints a blank line after an error, and nothing for QUIT.)
+    let want = [
+        "PONG", "OK", "v", "", "", "OK", "1", "2", "", "2", "12",
+        "ERR value is not an integer or out of range", "", "1", "2",
+        "ERR this store's keys do not expire (EX, PX, EXAT, PXAT and KEEPTTL are refused)", "",
+        "OK", "QUEUED", "QUEUED", "QUEUED", "OK", "6", "6", "6",
+    ];
+    let got: Vec<&str> = out.lines().collect();
+    assert_eq!(got, want, "{out}");
+}
+
+/// README's lines, as written, on their own port.
+#[test]
+fn the_readme_serve_lines_run_as_written() {
+    let Some(()) = redis_tools() else { return };
+    let readme = std::fs::read_to_string(common::workspace().join("README.md")).unwrap();
+    let serve_line = readme.lines().find(|l| l.starts_with("tandem serve")).unwrap();
+    let cli_line = readme.lines().find(|l| l.starts_with("redis-cli -p")).unwrap();
+    let args: Vec<&str> = serve_line.split('#').next().unwrap().split_whitespace().skip(1).collect();
+    assert_eq!(args, ["serve"], "README's serve line takes no flags: {serve_line}");
+    let cli: Vec<&str> = cli_line.split('#').next().unwrap().split_whitespace().collect();
+    assert_eq!(&cli[..3], ["redis-cli", "-p", "7379"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(&args)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let out = loop {
+        let o = Command::new(cli[0]).args(&cli[1..]).output().unwrap();
+        if o.status.success() && !String::from_utf8_lossy(&o.stdout).contains("refused") {
+            break String::from_utf8_lossy(&o.stdout).into_owned();
+        }
+        assert!(Instant::now() < until, "tandem serve did not answer on 7379");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(out.trim(), "OK");
+}
+
+/// `WATCH`: a key written by another client since makes `EXEC` answer nil
+/// and run nothing; unchanged keys let it run. A write of the same value
+/// counts as a change.
+#[test]
+fn watch_aborts_exec_when_another_client_wrote_the_key() {
+    let s = serve(&[]);
+    let (mut a, mut b) = (connect(&s), connect(&s));
+    assert_eq!(call(&mut a, b"SET k 1\r\n"), "+OK\r\n");
+    assert_eq!(call(&mut a, b"WATCH k\r\n"), "+OK\r\n");
+    assert_eq!(call(&mut b, b"SET k 1\r\n"), "+OK\r\n");
+    let out = call(&mut a, b"MULTI\r\nINCR k\r\nEXEC\r\n");
+    assert_eq!(out, "+OK\r\n+QUEUED\r\n*-1\r\n");
+    assert_eq!(call(&mut a, b"GET k\r\n"), "$1\r\n1\r\n");
+    assert_eq!(call(&mut a, b"WATCH k\r\nMULTI\r\nINCR k\r\nEXEC\r\n"), "+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n");
+    // A refused command discards the block.
+    let out = call(&mut a, b"MULTI\r\nINCR k\r\nGET\r\nEXEC\r\nGET k\r\n");
+    assert!(out.ends_with("-EXECABORT Transaction discarded because of previous errors.\r\n$1\r\n2\r\n"), "{out}");
+}
+
+/// Credentials: with a secret, nothing runs before `AUTH` with the client
+/// key; a wrong one is refused.
+#[test]
+fn with_credentials_commands_wait_for_auth_with_the_client_key() {
+    let secret = "00112233445566778899aabbccddeeff";
+    let s = serve(&["--secret", secret]);
+    let keys = tandem_fabric::auth::Keyring::from_master_hex(secret).unwrap();
+    let client = keys.get(tandem_fabric::auth::Role::Client).unwrap();
+    let key = tandem_fabric::auth::keys::to_hex(client.bytes());
+    let mut c = connect(&s);
+    assert!(call(&mut c, b"GET k\r\n").starts_with("-NOAUTH"));
+    assert!(call(&mut c, b"AUTH nope\r\n").starts_with("-WRONGPASS"));
+    assert_eq!(call(&mut c, format!("AUTH {key}\r\nSET k v\r\n").as_bytes()), "+OK\r\n+OK\r\n");
+}
+
+/// `redis-benchmark`, unmodified, against the store.
+#[test]
+fn redis_benchmark_runs_against_the_store() {
+    let Some(()) = redis_tools() else { return };
+    let s = serve(&[]);
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &s.port.to_string(), "-t", "ping,set,get,incr,mset", "-n", "2000", "-q"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for t in ["SET", "GET", "INCR", "MSET"] {
+        assert!(
+            text.lines().any(|l| l.contains(t) && l.contains("requests per second")),
+            "{t}: {text}"
+        );
+    }
+}
+
+/// A hostile client: garbage, lengths far past the limits, arrays nested
+/// a hundred thousand deep, a request a byte at a time, a pipeline that
+/// is never read, more connections than allowed. Each is refused or
+/// bounded, and the process keeps serving the others.
+#[test]
+fn a_hostile_client_leaves_the_store_alive_and_serving_others() {
+    let mut s = serve(&["--max-clients", "8"]);
+    let mut good = connect(&s);
+    let refused = |wire: &[u8], want: &str| {
+        let mut c = connect(&s);
+        let out = call(&mut c, wire);
+        assert!(out.contains(want), "{want}: {out}");
+    };
+    refused(b"*x\r\n", "Protocol error: invalid multibulk length");
+    refused(b"*1\r\n$99999999999\r\n", "Protocol error: invalid bulk length");
+    refused(b"*99999999999\r\n", "Protocol error: invalid multibulk length");
+    refused(&b"*1\r\n".repeat(100_000), "Protocol error: expected '$', got '*'");
+    refused(&[b'a'; 100_000], "Protocol error: too big inline request");
+    refused(&[&[0xffu8; 64][..], b"\r\n"].concat(), "-ERR unknown command");
+    // A request a byte at a time, while another client is served.
+    let mut slow = connect(&s);
+    for &b in b"*3\r\n$3\r\nSET\r\n$4\r\nslow\r\n$1\r\n1\r\n".iter() {
+        slow.write_all(&[b]).unwrap();
+        assert_eq!(call(&mut good, b"PING\r\n"), "+PONG\r\n");
+    }
+    assert_eq!(call(&mut slow, b""), "+OK\r\n");
+    // A pipeline written and never read: the server stops reading it.
+    let mut flood = connect(&s);
+    flood.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    let burst = b"SET f 1\r\n".repeat(10_000);
+    let mut sent = 0;
+    while sent < 200 && flood.write_all(&burst).is_ok() {
+        sent += 1;
+    }
+    assert!(sent < 200, "the server read 2,000,000 requests nobody read the answers of");
+    assert_eq!(call(&mut good, b"GET slow\r\n"), "$1\r\n1\r\n");
+    // Past --max-clients: told, and closed.
+    let extra: Vec<TcpStream> = (0..8).map(|_| connect(&s)).collect();
+    let mut over = connect(&s);
+    assert!(call(&mut over, b"PING\r\n").contains("max number of clients reached"));
+    drop(extra);
+    drop(flood);
+    assert!(s.child.try_wait().unwrap().is_none(), "tandem serve died");
+    assert_eq!(call(&mut good, b"PING\r\n"), "+PONG\r\n");
+}

@@ -1,0 +1,184 @@
+//! The RESP listener: one task per client connection on the compute
+//! server's thread, a coordinator borrowed per transaction.
+//!
+//! Bounds: at most `max_clients` connections (the next is told so and
+//! closed); a request's lengths are checked before they are buffered
+//! ([`tandem_resp::Limits`]); replies to a read's requests are written
+//! before the next read, so a client that pipelines without reading
+//! stops being read once the kernel's buffers fill, and holds at most one
+//! read's replies here; a protocol error is answered, then the connection
+//! closed.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use tandem_dkvs::Coordinator;
+use tandem_fabric::Fabric;
+use tandem_resp::{Limits, Parser, Reply};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::run::Keyspace;
+use super::session::Session;
+
+#[derive(Clone, Debug)]
+pub struct FrontConfig {
+    pub limits: Limits,
+    pub max_clients: usize,
+    /// `AUTH` must present this (the client credential's key, hex); none:
+    /// every connection may run commands at once.
+    pub password: Option<String>,
+    /// What `INFO` says the store is.
+    pub description: String,
+}
+
+/// What every connection shares.
+pub struct Front<F: Fabric> {
+    pub config: FrontConfig,
+    pub keyspace: Keyspace,
+    coordinators: RefCell<Vec<Coordinator<F>>>,
+    clients: Cell<usize>,
+    next_id: Cell<u64>,
+    pub commands: Cell<u64>,
+    pub committed: Cell<u64>,
+}
+
+impl<F: Fabric> Front<F> {
+    pub fn new(config: FrontConfig, keyspace: Keyspace, coordinators: Vec<Coordinator<F>>) -> Self {
+        assert!(!coordinators.is_empty(), "a front end needs a coordinator");
+        Front {
+            config,
+            keyspace,
+            coordinators: RefCell::new(coordinators),
+            clients: Cell::new(0),
+            next_id: Cell::new(0),
+            commands: Cell::new(0),
+            committed: Cell::new(0),
+        }
+    }
+
+    /// A free coordinator (waiting while every one runs a transaction).
+    pub async fn coordinator(&self) -> Coordinator<F> {
+        loop {
+            if let Some(c) = self.coordinators.borrow_mut().pop() {
+                return c;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    pub fn give_back(&self, c: Coordinator<F>) {
+        self.coordinators.borrow_mut().push(c);
+    }
+
+    /// Compared in constant time.
+    pub fn password_ok(&self, given: &[u8]) -> bool {
+        let Some(want) = self.config.password.as_deref() else {
+            return false;
+        };
+        let want = want.as_bytes();
+        want.len() == given.len()
+            && want.iter().zip(given).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+    }
+
+    pub fn info(&self) -> String {
+        let ks = &self.keyspace;
+        format!(
+            "# Server\r\nredis_version:7.0.0\r\ntandem_version:{}\r\ntandem_store:{}\r\n\
+             # Clients\r\nconnected_clients:{}\r\n\
+             # Stats\r\ntotal_commands_processed:{}\r\ntandem_conflict_retries:{}\r\n\
+             # Keyspace\r\ntandem_slot_bytes:{}\r\n",
+            env!("CARGO_PKG_VERSION"),
+            self.config.description,
+            self.clients.get(),
+            self.commands.get(),
+            ks.retries.get(),
+            ks.value_size,
+        )
+    }
+}
+
+/// Accept clients on `listener` until the task is dropped.
+pub async fn serve<F: Fabric + 'static>(listener: TcpListener, front: Rc<Front<F>>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        if front.clients.get() >= front.config.max_clients {
+            tokio::task::spawn_local(refuse(stream));
+            continue;
+        }
+        front.clients.set(front.clients.get() + 1);
+        front.next_id.set(front.next_id.get() + 1);
+        let (f, id) = (front.clone(), front.next_id.get());
+        tokio::task::spawn_local(async move {
+            let _ = connection(stream, &f, id).await;
+            f.clients.set(f.clients.get() - 1);
+        });
+    }
+}
+
+async fn refuse(stream: TcpStream) {
+    let _ = close_after(stream, b"-ERR max number of clients reached\r\n").await;
+}
+
+/// Write `last`, end our side, and read (and drop) what the client still
+/// sends for a moment: closing a socket with unread bytes resets the
+/// connection, and the client could lose `last` to the reset. Bounded in
+/// bytes and time.
+async fn close_after(mut stream: TcpStream, last: &[u8]) -> std::io::Result<()> {
+    stream.write_all(last).await?;
+    stream.shutdown().await?;
+    let mut buf = [0u8; 4096];
+    let mut left = LINGER_BYTES;
+    let linger = async {
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, linger).await;
+    Ok(())
+}
+
+/// How long, and how much, a closing connection is still read.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(200);
+const LINGER_BYTES: usize = 1 << 20;
+
+async fn connection<F: Fabric>(
+    mut stream: TcpStream,
+    front: &Front<F>,
+    id: u64,
+) -> std::io::Result<()> {
+    let mut parser = Parser::new(front.config.limits);
+    let mut session = Session::new(id, front.config.password.is_none());
+    let (mut buf, mut out) = (vec![0u8; 16 << 10], Vec::new());
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        parser.feed(&buf[..n]);
+        loop {
+            match parser.request() {
+                Ok(Some(req)) => {
+                    front.commands.set(front.commands.get() + 1);
+                    session.handle(front, req).await.encode(&mut out);
+                    if session.closing {
+                        return close_after(stream, &out).await;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    Reply::err(format!("ERR {e}")).encode(&mut out);
+                    return close_after(stream, &out).await;
+                }
+            }
+        }
+        stream.write_all(&out).await?;
+        out.clear();
+    }
+}
