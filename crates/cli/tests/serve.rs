@@ -260,3 +260,37 @@ fn a_hostile_client_leaves_the_store_alive_and_serving_others() {
     assert!(s.child.try_wait().unwrap().is_none(), "tandem serve died");
     assert_eq!(call(&mut good, b"PING\r\n"), "+PONG\r\n");
 }
+
+/// redis-py (from PyPI, by `scripts/pyredis.sh`) runs its checks through
+/// its own API: commands, its transactional pipeline, `WATCH` with its
+/// `WatchError`, its optimistic-locking helper from four threads (no
+/// increment lost), plain pipelining; with credentials, through `AUTH`.
+#[test]
+fn a_python_redis_client_runs_its_checks_against_the_store() {
+    let ws = common::workspace();
+    let out = Command::new("bash").arg(ws.join("scripts/pyredis.sh")).output().unwrap();
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(std::env::var_os("CI").is_none(), "redis-py cannot be installed: {why}");
+        eprintln!("SKIPPED: redis-py cannot be installed here: {why}");
+        return;
+    }
+    let dir = ws.join(String::from_utf8_lossy(&out.stdout).trim());
+    let secret = "0123456789abcdef0123456789abcdef";
+    let keys = tandem_fabric::auth::Keyring::from_master_hex(secret).unwrap();
+    let client = tandem_fabric::auth::keys::to_hex(
+        keys.get(tandem_fabric::auth::Role::Client).unwrap().bytes(),
+    );
+    for (flags, password) in [(vec![], None), (vec!["--secret", secret], Some(client))] {
+        let s = serve(&flags);
+        let mut cmd = Command::new("python3");
+        cmd.arg(ws.join("scripts/resp_client_check.py"))
+            .arg(s.port.to_string())
+            .args(password)
+            .env("PYTHONPATH", &dir);
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && text.contains("ok: 21 checks"), "{text}");
+    }
+}
