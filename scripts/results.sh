@@ -203,6 +203,8 @@ run bash scripts/peers.sh start all
 # each reported at its best, Tandem over TCP and on shm (about 10 minutes each).
 run $T compare --workload smallbank --clients 1,4,16,64,256 --rounds 3 --duration 3 --json docs/results/compare-smallbank.json --markdown docs/RESULTS.md
 run $T compare --workload micro --clients 1,4,16,64,256 --rounds 3 --duration 3 --json docs/results/compare-micro.json --markdown docs/RESULTS.md
+# The same Redis client against Tandem and Redis (its own Redis, started and stopped).
+TANDEM_BIN=$T RESULTS_OUT=$OUT RESULTS_DOC=$DOC run bash scripts/results_resp.sh
 # DDP's node processes beside etcd (with and without WAL fsync) and Redis with replicas.
 run $T compare --system ddp --workload both --duration 5 --json docs/results/compare-ddp.json --markdown docs/RESULTS.md
 # Kite's node processes beside a 3-member ZooKeeper and etcd, without and with fsync
