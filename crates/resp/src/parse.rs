@@ -107,7 +107,13 @@ impl Parser {
                         return Ok(None);
                     };
                     if first != b'*' {
-                        return self.inline();
+                        match self.inline()? {
+                            None => return Ok(None),
+                            // An empty line: nothing to run (looped, not
+                            // recursed: a client may send a million).
+                            Some(words) if words.is_empty() => continue,
+                            Some(words) => return Ok(Some(words)),
+                        }
                     }
                     let Some(n) = self.header(b'*')? else {
                         return Ok(None);
@@ -220,10 +226,7 @@ impl Parser {
         if words.len() > self.limits.max_args {
             return fail("invalid multibulk length");
         }
-        match words.is_empty() {
-            true => self.request(),
-            false => Ok(Some(words)),
-        }
+        Ok(Some(words))
     }
 }
 
@@ -294,6 +297,16 @@ mod tests {
         };
         assert!(error(b"GET abcdefgh", small).contains("too big inline request"));
         assert!(error(b"*2\r\n$4\r\nabcd\r\n$4\r\n", small).contains("request too large"));
+    }
+
+    /// Empty lines and empty arrays are skipped in a loop: a million of
+    /// them cost no stack.
+    #[test]
+    fn a_million_empty_requests_are_skipped_without_recursion() {
+        let mut p = Parser::new(Limits::default());
+        p.feed(&b"\r\n*0\r\n\n".repeat(1_000_000));
+        p.feed(b"PING\r\n");
+        assert_eq!(p.request().unwrap().unwrap(), vec![b"PING".to_vec()]);
     }
 
     /// A slow client's partial line is searched once, not from its start on
