@@ -216,8 +216,8 @@ fn redis_benchmark_runs_against_the_store() {
 }
 
 /// A hostile client: garbage, lengths far past the limits, arrays nested
-/// a hundred thousand deep, a request a byte at a time, a pipeline that
-/// is never read, more connections than allowed. Each is refused or
+/// a hundred thousand deep, a million empty lines, a request a byte at a
+/// time, a pipeline that is never read, more connections than allowed. Each is refused or
 /// bounded, and the process keeps serving the others.
 #[test]
 fn a_hostile_client_leaves_the_store_alive_and_serving_others() {
@@ -234,6 +234,11 @@ fn a_hostile_client_leaves_the_store_alive_and_serving_others() {
     refused(&b"*1\r\n".repeat(100_000), "Protocol error: expected '$', got '*'");
     refused(&[b'a'; 100_000], "Protocol error: too big inline request");
     refused(&[&[0xffu8; 64][..], b"\r\n"].concat(), "-ERR unknown command");
+    // A million empty lines cost nothing but reading them.
+    let mut blank = connect(&s);
+    let mut wire = b"\r\n".repeat(1_000_000);
+    wire.extend_from_slice(b"PING\r\n");
+    assert_eq!(call(&mut blank, &wire), "+PONG\r\n");
     // A request a byte at a time, while another client is served.
     let mut slow = connect(&s);
     for &b in b"*3\r\n$3\r\nSET\r\n$4\r\nslow\r\n$1\r\n1\r\n".iter() {
