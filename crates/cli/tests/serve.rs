@@ -145,6 +145,8 @@ fn the_readme_serve_lines_run_as_written() {
     assert_eq!(&cli[..3], ["redis-cli", "-p", "7379"]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(&args)
+        .env_remove("TANDEM_SECRET")
+        .env_remove("TANDEM_KEYRING")
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
