@@ -19,7 +19,7 @@ bash scripts/peers.sh install redis >&2
 bash scripts/peers.sh start redis >&2
 REDIS_PORT="${PEERS_REDIS_PORT:-26379}"
 TANDEM_PORT=27379
-$T serve --port $TANDEM_PORT --keys 200000 >/dev/null &
+$T serve --port $TANDEM_PORT --keys 300000 >/dev/null &
 SERVE=$!
 trap 'kill $SERVE 2>/dev/null || true; bash scripts/peers.sh stop redis >&2 || true' EXIT
 for _ in $(seq 100); do redis-cli -p $TANDEM_PORT ping >/dev/null 2>&1 && break; sleep 0.1; done

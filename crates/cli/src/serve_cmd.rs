@@ -61,6 +61,8 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         max_clients: a.max_clients.max(1),
         password,
         description: String::new(),
+        clients: Default::default(),
+        last_id: Default::default(),
     };
     println!(
         "tandem serve: {} on {} ({}); try: redis-cli -p {} set k v",

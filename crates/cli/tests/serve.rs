@@ -301,3 +301,19 @@ fn a_python_redis_client_runs_its_checks_against_the_store() {
         assert!(out.status.success() && text.contains("ok: 21 checks"), "{text}");
     }
 }
+
+/// A store filled past what it was sized for answers `-OOM` at once for
+/// each new key (as Redis past its memory limit does), not a retry that
+/// can never succeed; keys already there still take writes.
+#[test]
+fn a_full_store_answers_oom_not_a_retry() {
+    let s = serve(&["--keys", "50"]);
+    let mut c = connect(&s);
+    let wire: String = (0..400).map(|i| format!("SET k{i} v\r\n")).collect();
+    let t = Instant::now();
+    let out = call(&mut c, wire.as_bytes());
+    assert!(out.contains("-OOM the store is full"), "{out}");
+    assert!(!out.contains("TRYAGAIN"), "{out}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert_eq!(call(&mut c, b"SET k0 w\r\nGET k0\r\n"), "+OK\r\n$1\r\nw\r\n");
+}

@@ -1,6 +1,9 @@
 //! `tandem serve --system pandora`: a small Pandora in this process (its
-//! memory nodes in memory, one compute node, its coordinators) behind a
+//! memory nodes in memory; a compute node per serving thread, each with its
+//! coordinators, the threads taking connections from one listener) behind a
 //! RESP port, for a user to point `redis-cli` or a client library at.
+//! Transactions of different threads run at once and conflict as any
+//! Pandora compute nodes' do.
 //! Nothing is durable past the process and no failure detector runs: the
 //! deployment with both is `tandem pandora compute-server` over memory
 //! servers.
@@ -24,7 +27,10 @@ pub struct Embedded {
     pub keys: u64,
     /// Bytes per slot: a key and its value together take up to this less 14.
     pub slot_bytes: u32,
+    /// Coordinators per serving thread.
     pub coordinators: u16,
+    /// Serving threads, each a compute node.
+    pub threads: u16,
 }
 
 impl Default for Embedded {
@@ -35,14 +41,13 @@ impl Default for Embedded {
             keys: 100_000,
             slot_bytes: 256,
             coordinators: 16,
+            threads: 2,
         }
     }
 }
 
 /// The store's one table.
 const TABLE: tandem_dkvs::TableId = 0;
-/// The compute node's id (the loader's is 0).
-const COMPUTE: u16 = 1;
 
 impl Embedded {
     fn store(&self) -> StoreConfig {
@@ -58,8 +63,8 @@ impl Embedded {
     /// A description for `INFO`.
     pub fn describe(&self) -> String {
         format!(
-            "pandora (embedded: {} memory nodes in this process, {} copies of each key, {} coordinators; nothing survives the process)",
-            self.memory_nodes, self.replicas, self.coordinators
+            "pandora (embedded: {} memory nodes in this process, {} copies of each key, {} compute nodes of {} coordinators; nothing survives the process)",
+            self.memory_nodes, self.replicas, self.threads, self.coordinators
         )
     }
 
@@ -70,18 +75,50 @@ impl Embedded {
         let layout = Arc::new(Layout::new(&store).map_err(|e| e.to_string())?);
         let size = *layout.region_bytes.iter().max().expect("a memory node");
         let cluster = InlineCluster::with_nodes(self.memory_nodes as usize, size, 0);
-        let join = |n| cluster.join(n).map_err(|e| format!("{e:?}"));
+        let loader = Loader::new(&join(&cluster, 0)?, layout.clone());
+        crate::runner::block_on_local(loader.finish()).map_err(|e| format!("{e:?}"))?;
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;
         front.description = self.describe();
+        let threads: Vec<_> = (0..self.threads.max(1))
+            .map(|t| {
+                let (me, cluster, store, layout) = (self.clone(), cluster.clone(), store.clone(), layout.clone());
+                let (listener, front) = (listener.try_clone(), front.clone());
+                std::thread::spawn(move || -> Result<(), String> {
+                    let listener = listener.map_err(|e| e.to_string())?;
+                    let ks = Keyspace::new(TABLE, me.slot_bytes as usize, t + 1);
+                    me.serve_thread(t, &cluster, &store, layout, listener, front, ks)
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().map_err(|_| "a serving thread panicked".to_string())??;
+        }
+        Ok(())
+    }
+
+    /// Thread `t`: compute node `t + 1`, its coordinators, its share of the clients.
+    #[allow(clippy::too_many_arguments)]
+    fn serve_thread(
+        &self,
+        t: u16,
+        cluster: &InlineCluster,
+        store: &StoreConfig,
+        layout: Arc<Layout>,
+        listener: std::net::TcpListener,
+        front: FrontConfig,
+        ks: Keyspace,
+    ) -> Result<(), String> {
+        let node = ComputeNode::new(join(cluster, t + 1)?, store, layout, FailedIds::new());
+        let first = t * self.coordinators + 1;
+        let coords = (first..first + self.coordinators).map(|i| node.coordinator(i)).collect();
         crate::runner::block_on_local(async move {
-            let loader = Loader::new(&join(0)?, layout.clone());
-            loader.finish().await.map_err(|e| format!("{e:?}"))?;
-            let node = ComputeNode::new(join(COMPUTE)?, &store, layout, FailedIds::new());
-            let coords = (0..self.coordinators).map(|i| node.coordinator(i + 1)).collect();
-            let ks = Keyspace::new(TABLE, self.slot_bytes as usize, COMPUTE);
             let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
             serve(listener, Rc::new(Front::new(front, ks, coords))).await;
             Ok(())
         })
     }
+}
+
+fn join(cluster: &InlineCluster, node: u16) -> Result<tandem_fabric::inline::InlineFabric, String> {
+    cluster.join(node).map_err(|e| format!("{e:?}"))
 }

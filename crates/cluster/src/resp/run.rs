@@ -5,7 +5,7 @@
 
 use std::cell::Cell;
 
-use tandem_dkvs::{Coordinator, TableId, Transaction, TxError};
+use tandem_dkvs::{AbortReason, Coordinator, TableId, Transaction, TxError};
 use tandem_fabric::Fabric;
 use tandem_resp::Reply;
 
@@ -23,8 +23,22 @@ pub struct Keyspace {
 }
 
 /// How many times an aborted transaction is run again before the client
-/// is told to retry.
-const MAX_TRIES: u32 = 1000;
+/// is told to retry (with [`backoff`], about two seconds).
+const MAX_TRIES: u32 = 2000;
+
+/// Before attempt `n` after an abort: give way at once a few times, then
+/// sleep longer and longer (up to 1 ms). A transaction of another serving
+/// thread that holds a lock may be descheduled for milliseconds; retrying
+/// at full speed would use up every attempt meanwhile.
+async fn backoff(n: u32) {
+    match n {
+        0..=3 => tokio::task::yield_now().await,
+        _ => {
+            let us = 1u64 << (n - 4).min(10);
+            tokio::time::sleep(std::time::Duration::from_micros(us)).await
+        }
+    }
+}
 
 /// A watched key and its stamp when it was watched (`None`: absent).
 pub type Watched = (Vec<u8>, Option<u64>);
@@ -59,6 +73,10 @@ enum Stop {
 
 fn stop(e: TxError) -> Stop {
     match e {
+        // Not a conflict: running it again cannot help.
+        TxError::Aborted(AbortReason::TableFull) => Stop::Fail(Reply::err(
+            "OOM the store is full: its table holds the keys it was sized for (tandem serve --keys); nothing was written",
+        )),
         TxError::Aborted(_) | TxError::AlreadyExists | TxError::NotFound | TxError::Finished => {
             Stop::Retry
         }
@@ -79,7 +97,10 @@ pub async fn transact<F: Fabric>(
     watched: &[Watched],
     cmds: &[Cmd],
 ) -> Result<Vec<Reply>, Reply> {
-    for _ in 0..MAX_TRIES {
+    for n in 0..MAX_TRIES {
+        if n > 0 {
+            backoff(n).await;
+        }
         let mut tx = c.begin();
         let attempt = attempt(&mut tx, ks, watched, cmds).await;
         let replies = match attempt {
@@ -105,7 +126,6 @@ pub async fn transact<F: Fabric>(
                 )))
             }
         }
-        tokio::task::yield_now().await;
     }
     Err(Reply::err(format!(
         "TRYAGAIN the transaction aborted {MAX_TRIES} times on conflicts; nothing was written"
@@ -136,7 +156,10 @@ pub async fn stamp_of<F: Fabric>(
     ks: &Keyspace,
     key: &[u8],
 ) -> Result<Option<u64>, Reply> {
-    for _ in 0..MAX_TRIES {
+    for n in 0..MAX_TRIES {
+        if n > 0 {
+            backoff(n).await;
+        }
         let mut tx = c.begin();
         match read(&mut tx, ks, key).await {
             Ok(r) => match tx.commit().await {

@@ -11,6 +11,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use tandem_dkvs::Coordinator;
 use tandem_fabric::Fabric;
@@ -30,6 +32,10 @@ pub struct FrontConfig {
     pub password: Option<String>,
     /// What `INFO` says the store is.
     pub description: String,
+    /// Connections open, over every serving thread (counted against `max_clients`).
+    pub clients: Arc<AtomicUsize>,
+    /// The last connection id handed out, over every serving thread.
+    pub last_id: Arc<AtomicU64>,
 }
 
 /// What every connection shares.
@@ -37,8 +43,6 @@ pub struct Front<F: Fabric> {
     pub config: FrontConfig,
     pub keyspace: Keyspace,
     coordinators: RefCell<Vec<Coordinator<F>>>,
-    clients: Cell<usize>,
-    next_id: Cell<u64>,
     pub commands: Cell<u64>,
     pub committed: Cell<u64>,
 }
@@ -50,8 +54,6 @@ impl<F: Fabric> Front<F> {
             config,
             keyspace,
             coordinators: RefCell::new(coordinators),
-            clients: Cell::new(0),
-            next_id: Cell::new(0),
             commands: Cell::new(0),
             committed: Cell::new(0),
         }
@@ -90,7 +92,7 @@ impl<F: Fabric> Front<F> {
              # Keyspace\r\ntandem_slot_bytes:{}\r\n",
             env!("CARGO_PKG_VERSION"),
             self.config.description,
-            self.clients.get(),
+            self.config.clients.load(Ordering::Relaxed),
             self.commands.get(),
             ks.retries.get(),
             ks.value_size,
@@ -105,16 +107,17 @@ pub async fn serve<F: Fabric + 'static>(listener: TcpListener, front: Rc<Front<F
             continue;
         };
         let _ = stream.set_nodelay(true);
-        if front.clients.get() >= front.config.max_clients {
+        let clients = front.config.clients.clone();
+        if clients.fetch_add(1, Ordering::Relaxed) >= front.config.max_clients {
+            clients.fetch_sub(1, Ordering::Relaxed);
             tokio::task::spawn_local(refuse(stream));
             continue;
         }
-        front.clients.set(front.clients.get() + 1);
-        front.next_id.set(front.next_id.get() + 1);
-        let (f, id) = (front.clone(), front.next_id.get());
+        let id = front.config.last_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let f = front.clone();
         tokio::task::spawn_local(async move {
             let _ = connection(stream, &f, id).await;
-            f.clients.set(f.clients.get() - 1);
+            clients.fetch_sub(1, Ordering::Relaxed);
         });
     }
 }
