@@ -44,6 +44,15 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
             a.system
         ));
     }
+    if a.keys == 0 {
+        return Err("--keys must be at least 1".into());
+    }
+    if !(16..=4096).contains(&a.slot_bytes) {
+        return Err(format!(
+            "--slot-bytes {}: must be 16..=4096 (14 bytes of each slot are the record's header; Pandora's values are at most 4 KiB)",
+            a.slot_bytes
+        ));
+    }
     let password = match keyring_from(a.secret.as_deref())? {
         Some(k) => Some(tandem_fabric::auth::keys::to_hex(k.require(Role::Client)?.bytes())),
         None if a.bind.is_loopback() => None,

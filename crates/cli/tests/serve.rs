@@ -317,3 +317,19 @@ fn a_full_store_answers_oom_not_a_retry() {
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert_eq!(call(&mut c, b"SET k0 w\r\nGET k0\r\n"), "+OK\r\n$1\r\nw\r\n");
 }
+
+/// Bad options are refused before anything listens.
+#[test]
+fn bad_options_are_refused_before_anything_listens() {
+    common::fails_with(&["serve", "--keys", "0"], "--keys must be at least 1");
+    common::fails_with(&["serve", "--slot-bytes", "10"], "must be 16..=4096");
+    common::fails_with(&["serve", "--system", "ddp"], "only pandora is served over RESP");
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--bind", "0.0.0.0", "--port", &free_port().to_string()])
+        .env_remove("TANDEM_SECRET")
+        .env_remove("TANDEM_KEYRING")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("needs credentials"), "{err}");
+}
