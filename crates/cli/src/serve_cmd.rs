@@ -16,7 +16,7 @@ pub struct ServeArgs {
     /// are not served over RESP yet: their values are 64-bit words, not byte strings.
     #[arg(long, default_value = "pandora")]
     system: String,
-    /// The RESP port.
+    /// The RESP port (0: one the kernel picks, printed on the first line).
     #[arg(long, default_value_t = 7379)]
     port: u16,
     /// The address to listen on. Anything but loopback needs credentials (then AUTH is required).
@@ -73,12 +73,13 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         clients: Default::default(),
         last_id: Default::default(),
     };
+    // The bound address (with --port 0, the port the kernel chose).
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
     println!(
-        "tandem serve: {} on {} ({}); try: redis-cli -p {} set k v",
+        "tandem serve: {} on {bound} ({}); try: redis-cli -p {} set k v",
         a.system,
-        listener.local_addr().map_err(|e| e.to_string())?,
         if front.password.is_some() { "AUTH required" } else { "no AUTH: loopback only" },
-        a.port
+        bound.port()
     );
     store.serve(listener, front)
 }

@@ -26,31 +26,30 @@ impl Drop for Serve {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
+/// `tandem serve --port 0 EXTRA`: the port it bound, from its first line
+/// (a port picked here and bound there could be taken meanwhile, by a
+/// server of another test).
 fn serve(extra: &[&str]) -> Serve {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["serve", "--port", &port.to_string()])
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--port", "0"])
         .args(extra)
         .env_remove("TANDEM_SECRET")
         .env_remove("TANDEM_KEYRING")
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let s = Serve { child, port };
-    let until = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < until, "tandem serve did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    s
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let port = line
+        .split(" on 127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("tandem serve did not say where it listens: {line:?}"));
+    std::thread::spawn(move || for _ in out.lines() {});
+    Serve { child, port }
 }
 
 /// Send `wire`, read what comes back until 300 ms pass without more (10 s
@@ -325,7 +324,7 @@ fn bad_options_are_refused_before_anything_listens() {
     common::fails_with(&["serve", "--slot-bytes", "10"], "must be 16..=4096");
     common::fails_with(&["serve", "--system", "ddp"], "only pandora is served over RESP");
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["serve", "--bind", "0.0.0.0", "--port", &free_port().to_string()])
+        .args(["serve", "--bind", "0.0.0.0", "--port", "0"])
         .env_remove("TANDEM_SECRET")
         .env_remove("TANDEM_KEYRING")
         .output()

@@ -29,6 +29,9 @@ pub enum Cmd {
     MGet(Vec<Vec<u8>>),
     MSet(Vec<(Vec<u8>, Vec<u8>)>),
     IncrBy(Vec<u8>, i64),
+    /// `WATCH`'s read of a key's write stamp (an integer; nil if absent).
+    /// No client command parses to it.
+    Stamp(Vec<u8>),
 }
 
 /// A request's command name, upper-cased.

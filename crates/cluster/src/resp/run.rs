@@ -156,28 +156,12 @@ pub async fn stamp_of<F: Fabric>(
     ks: &Keyspace,
     key: &[u8],
 ) -> Result<Option<u64>, Reply> {
-    for n in 0..MAX_TRIES {
-        if n > 0 {
-            backoff(n).await;
-        }
-        let mut tx = c.begin();
-        match read(&mut tx, ks, key).await {
-            Ok(r) => match tx.commit().await {
-                Ok(()) => return Ok(r.map(|r| r.writes)),
-                Err(e) => match stop(e) {
-                    Stop::Fail(r) => return Err(r),
-                    _ => continue,
-                },
-            },
-            Err(s) => {
-                let _ = tx.abort().await;
-                if let Stop::Fail(r) = s {
-                    return Err(r);
-                }
-            }
-        }
+    let mut r = transact(c, ks, &[], &[Cmd::Stamp(key.to_vec())]).await?;
+    match r.pop() {
+        // The stamp's bits, carried as an integer reply.
+        Some(Reply::Int(s)) => Ok(Some(s as u64)),
+        _ => Ok(None),
     }
-    Err(Reply::err("TRYAGAIN WATCH kept conflicting"))
 }
 
 /// `key`'s record, if present (another key's record in its slot: absent).
@@ -269,6 +253,7 @@ async fn one<F: Fabric>(
         }
         Cmd::MSet(pairs) => mset(tx, ks, pairs).await?,
         Cmd::IncrBy(k, by) => incr(tx, ks, k, *by).await?,
+        Cmd::Stamp(k) => read(tx, ks, k).await?.map_or(Reply::Nil, |r| Reply::Int(r.writes as i64)),
     })
 }
 

@@ -44,7 +44,6 @@ pub struct Front<F: Fabric> {
     pub keyspace: Keyspace,
     coordinators: RefCell<Vec<Coordinator<F>>>,
     pub commands: Cell<u64>,
-    pub committed: Cell<u64>,
 }
 
 impl<F: Fabric> Front<F> {
@@ -55,7 +54,6 @@ impl<F: Fabric> Front<F> {
             keyspace,
             coordinators: RefCell::new(coordinators),
             commands: Cell::new(0),
-            committed: Cell::new(0),
         }
     }
 
