@@ -993,15 +993,23 @@ pub fn recovery_bench(a: RecoveryBenchArgs) -> Result<(), String> {
     )?);
     let region = layout.region_bytes.iter().copied().max().unwrap_or(0);
     let (backend, _servers) = match a.fabric.fabric.as_str() {
-        "sim" => (Backend::inline(layout.memory_nodes as usize, region, 1), None),
+        "sim" => (
+            Backend::inline(layout.memory_nodes as usize, region, 1),
+            None,
+        ),
         "tcp" | "shm" => tcp_backend(&a.fabric, layout.memory_nodes, region)?,
-        other => return Err(format!("unknown fabric '{other}' (expected sim, tcp or shm)")),
+        other => {
+            return Err(format!(
+                "unknown fabric '{other}' (expected sim, tcp or shm)"
+            ))
+        }
     };
     eprintln!(
         "recovery-bench: {} coordinators, {} keys, over {}, {} runs",
         a.coordinators, a.keys, a.fabric.fabric, a.runs
     );
-    let r = tandem_pandora_lab::recovery_bench::run(&backend, layout, a.keys, a.coordinators, a.runs)?;
+    let r =
+        tandem_pandora_lab::recovery_bench::run(&backend, layout, a.keys, a.coordinators, a.runs)?;
     eprintln!(
         "log recovery: median {:.0} us wall, {:.0} us CPU ({:.0} ns per coordinator; {} rounds, {:.1} us of CPU each); {} rolled forward, {} rolled back per run",
         r.median_wall_us, r.median_cpu_us, r.cpu_ns_per_coordinator, r.rounds, r.cpu_us_per_round, r.rolled_forward, r.rolled_back

@@ -478,7 +478,17 @@ fn run_bench_tcp(a: BenchArgs) -> Result<(), String> {
     );
     println!(
         "{:<6} {:>14} {:>9} {:>9} {:>10} {:>12} {:>9} {:>11} {:>8} {:>8} {:>10}",
-        "system", "ops/s (tcp)", "p50 us", "p99 us", "msgs/op", "cpu us/op", "x ES", "cpu ns/msg", "vs echo", "sys/msg", "vs runtime"
+        "system",
+        "ops/s (tcp)",
+        "p50 us",
+        "p99 us",
+        "msgs/op",
+        "cpu us/op",
+        "x ES",
+        "cpu ns/msg",
+        "vs echo",
+        "sys/msg",
+        "vs runtime"
     );
     let mut results: Vec<SystemResult> = Vec::new();
     let mut cpu = Vec::new();

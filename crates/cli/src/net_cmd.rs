@@ -98,7 +98,8 @@ pub fn run(a: NetArgs) -> Result<(), String> {
                 window: p.window,
                 received: Arc::default(),
             };
-            host::run::<Echo, _>(host_cfg(p.id, &peers, &p.dir), l, factory).map_err(|e| e.to_string())
+            host::run::<Echo, _>(host_cfg(p.id, &peers, &p.dir), l, factory)
+                .map_err(|e| e.to_string())
         }
     }
 }
@@ -107,7 +108,11 @@ fn echo(a: EchoArgs) -> Result<(), String> {
     if let Some(list) = &a.sweep {
         let windows = list
             .split(',')
-            .map(|w| w.trim().parse::<u64>().map_err(|_| format!("--sweep: bad window '{w}'")))
+            .map(|w| {
+                w.trim()
+                    .parse::<u64>()
+                    .map_err(|_| format!("--sweep: bad window '{w}'"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let m = echo_model(a.nodes, &windows, a.seconds)?;
         for (w, calls, cpu) in &m.points {
@@ -187,7 +192,8 @@ pub fn echo_rate(nodes: u16, window: u64, seconds: f64) -> Result<EchoRun, Strin
     Ok(EchoRun {
         messages_per_s: msgs / start.elapsed().as_secs_f64(),
         cpu_ns_per_message: (s1.cpu_ns - s0.cpu_ns) as f64 / msgs,
-        loop_cpu_share: (s1.loop_cpu_ns - s0.loop_cpu_ns) as f64 / (s1.cpu_ns - s0.cpu_ns).max(1) as f64,
+        loop_cpu_share: (s1.loop_cpu_ns - s0.loop_cpu_ns) as f64
+            / (s1.cpu_ns - s0.cpu_ns).max(1) as f64,
         syscalls_per_message: (s1.syscalls - s0.syscalls) as f64 / msgs,
     })
 }
@@ -221,7 +227,9 @@ pub fn echo_model(nodes: u16, windows: &[u64], seconds: f64) -> Result<EchoModel
         points.push((w, e.syscalls_per_message, e.cpu_ns_per_message));
     }
     let n = points.len() as f64;
-    let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), p| (a + p.1, b + p.2));
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), p| (a + p.1, b + p.2));
     let (mx, my) = (sx / n, sy / n);
     let (mut sxy, mut sxx) = (0.0, 0.0);
     for p in &points {

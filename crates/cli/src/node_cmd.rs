@@ -295,7 +295,10 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
 /// ceiling `tandem ddp bench --net tcp` sets the models beside.
 fn ddp_echo_node(a: NodeArgs) -> Result<(), String> {
     let (cfg, listener) = host_config(&a)?;
-    println!("node {} (ddp-echo) listening on {}", a.id, cfg.peers[a.id as usize].1);
+    println!(
+        "node {} (ddp-echo) listening on {}",
+        a.id, cfg.peers[a.id as usize].1
+    );
     host::run(cfg, listener, tandem_ddp_lab::echo::DdpEchoFactory).map_err(|e| node_error(a.id, &e))
 }
 

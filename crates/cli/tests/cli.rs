@@ -138,7 +138,8 @@ fn recovery_experiment_reports_every_phase_in_json() {
 fn recovery_bench_times_log_recovery_beside_the_floor_of_its_verbs() {
     let _serial = serial();
     for fabric in ["sim", "tcp"] {
-        let json = std::env::temp_dir().join(format!("tandem-rb-{}-{fabric}.json", std::process::id()));
+        let json =
+            std::env::temp_dir().join(format!("tandem-rb-{}-{fabric}.json", std::process::id()));
         let out = tandem()
             .args(["pandora", "recovery-bench", "--fabric", fabric])
             .args(["--coordinators", "64", "--keys", "5000", "--runs", "5"])
@@ -152,7 +153,11 @@ fn recovery_bench_times_log_recovery_beside_the_floor_of_its_verbs() {
         assert_eq!(v["cpu_us"].as_array().unwrap().len(), 5, "{v}");
         // 64 coordinators in four states: finished, half unlocked (both
         // rolled forward), fully written (forward), half written (back).
-        assert_eq!((v["rolled_forward"].as_u64(), v["rolled_back"].as_u64()), (Some(32), Some(16)), "{v}");
+        assert_eq!(
+            (v["rolled_forward"].as_u64(), v["rolled_back"].as_u64()),
+            (Some(32), Some(16)),
+            "{v}"
+        );
         assert_eq!(v["rounds"], 5, "{v}");
         // In process the floor is the verbs' own work, always less than
         // recovery's. Over TCP at 64 coordinators both are mostly socket

@@ -638,9 +638,15 @@ fn the_tcp_bench_measures_models_on_processes_beside_the_echo_ceiling() {
     assert_eq!(echo["model"], "ddp-echo", "{v}");
     assert!(echo["throughput_ops"].as_f64().unwrap() > 0.0, "{v}");
     let per_op = echo["messages_per_op"].as_f64().unwrap();
-    assert!((4.5..=7.5).contains(&per_op), "INV, ACK, VAL per write: {v}");
+    assert!(
+        (4.5..=7.5).contains(&per_op),
+        "INV, ACK, VAL per write: {v}"
+    );
     let echo_calls = echo["node_syscalls_per_message"].as_f64().unwrap();
-    assert!(echo_calls > 0.0 && echo_calls < 2.0, "the runtime coalesces: {v}");
+    assert!(
+        echo_calls > 0.0 && echo_calls < 2.0,
+        "the runtime coalesces: {v}"
+    );
     let line = &v["runtime_model"];
     assert!(line["per_syscall_ns"].as_f64().unwrap() > 0.0, "{v}");
     let models = v["models"].as_array().unwrap();
@@ -901,11 +907,24 @@ fn the_echo_measures_cpu_and_syscalls_per_message_and_fits_its_cost_line() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("echo.json");
     let out = tandem()
-        .args(["net", "echo", "--nodes", "3", "--window", "10", "--seconds", "0.5"])
+        .args([
+            "net",
+            "echo",
+            "--nodes",
+            "3",
+            "--window",
+            "10",
+            "--seconds",
+            "0.5",
+        ])
         .args(["--json", json.to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(v["messages_per_s"].as_f64().unwrap() > 0.0, "{v}");
@@ -913,13 +932,29 @@ fn the_echo_measures_cpu_and_syscalls_per_message_and_fits_its_cost_line() {
     let calls = v["syscalls_per_message"].as_f64().unwrap();
     assert!(calls > 0.0 && calls < 3.0, "{v}");
     let share = v["loop_cpu_share"].as_f64().unwrap();
-    assert!(share > 0.3 && share <= 1.01, "the event loop does the work: {v}");
+    assert!(
+        share > 0.3 && share <= 1.01,
+        "the event loop does the work: {v}"
+    );
     let out = tandem()
-        .args(["net", "echo", "--nodes", "3", "--sweep", "4,64", "--seconds", "0.5"])
+        .args([
+            "net",
+            "echo",
+            "--nodes",
+            "3",
+            "--sweep",
+            "4,64",
+            "--seconds",
+            "0.5",
+        ])
         .args(["--json", json.to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let m: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(m["points"].as_array().unwrap().len(), 2, "{m}");

@@ -317,16 +317,31 @@ fn zab_processes_serve_the_bench_mix() {
 /// runtime's echo of the same shape and its cost line, in the JSON.
 #[test]
 fn the_tcp_bench_sets_each_node_beside_the_runtime() {
-    let json = std::env::temp_dir().join(format!("tandem-kite-tcpbench-{}.json", std::process::id()));
+    let json =
+        std::env::temp_dir().join(format!("tandem-kite-tcpbench-{}.json", std::process::id()));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["kite", "bench", "--net", "tcp", "--systems", "kite,zab"])
-        .args(["--measure-s", "0.5", "--warmup-s", "0.3", "--json", json.to_str().unwrap()])
+        .args([
+            "--measure-s",
+            "0.5",
+            "--warmup-s",
+            "0.3",
+            "--json",
+            json.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert!(v["runtime_model"]["per_syscall_ns"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(
+        v["runtime_model"]["per_syscall_ns"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
     assert_eq!(v["echo"]["window"], 20, "{v}");
     let nodes = v["node_cpu"].as_array().unwrap();
     assert_eq!(nodes.len(), 2, "{v}");

@@ -56,7 +56,8 @@ fn serve(extra: &[&str]) -> Serve {
 /// at most for the first byte).
 fn call(c: &mut TcpStream, wire: &[u8]) -> String {
     c.write_all(wire).unwrap();
-    c.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     let until = Instant::now() + Duration::from_secs(10);
@@ -65,8 +66,13 @@ fn call(c: &mut TcpStream, wire: &[u8]) -> String {
             Ok(0) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),
             Err(_) if !out.is_empty() => break,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < until => continue,
-            Err(e) => panic!("no answer to {:?}: {e}", String::from_utf8_lossy(&wire[..wire.len().min(60)])),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < until => {
+                continue
+            }
+            Err(e) => panic!(
+                "no answer to {:?}: {e}",
+                String::from_utf8_lossy(&wire[..wire.len().min(60)])
+            ),
         }
     }
     String::from_utf8_lossy(&out).into_owned()
@@ -106,7 +112,11 @@ fn redis_cli(s: &Serve, script: &str) -> String {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    c.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
     let out = c.wait_with_output().unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -122,10 +132,31 @@ fn redis_cli_runs_a_session_with_redis_semantics() {
     let out = redis_cli(&s, script);
     // (redis-cli prints a blank line after an error, and nothing for QUIT.)
     let want = [
-        "PONG", "OK", "v", "", "", "OK", "1", "2", "", "2", "12",
-        "ERR value is not an integer or out of range", "", "1", "2",
-        "ERR this store's keys do not expire (EX, PX, EXAT, PXAT and KEEPTTL are refused)", "",
-        "OK", "QUEUED", "QUEUED", "QUEUED", "OK", "6", "6", "6",
+        "PONG",
+        "OK",
+        "v",
+        "",
+        "",
+        "OK",
+        "1",
+        "2",
+        "",
+        "2",
+        "12",
+        "ERR value is not an integer or out of range",
+        "",
+        "1",
+        "2",
+        "ERR this store's keys do not expire (EX, PX, EXAT, PXAT and KEEPTTL are refused)",
+        "",
+        "OK",
+        "QUEUED",
+        "QUEUED",
+        "QUEUED",
+        "OK",
+        "6",
+        "6",
+        "6",
     ];
     let got: Vec<&str> = out.lines().collect();
     assert_eq!(got, want, "{out}");
@@ -136,11 +167,32 @@ fn redis_cli_runs_a_session_with_redis_semantics() {
 fn the_readme_serve_lines_run_as_written() {
     let Some(()) = redis_tools() else { return };
     let readme = std::fs::read_to_string(common::workspace().join("README.md")).unwrap();
-    let serve_line = readme.lines().find(|l| l.starts_with("tandem serve")).unwrap();
-    let cli_line = readme.lines().find(|l| l.starts_with("redis-cli -p")).unwrap();
-    let args: Vec<&str> = serve_line.split('#').next().unwrap().split_whitespace().skip(1).collect();
-    assert_eq!(args, ["serve"], "README's serve line takes no flags: {serve_line}");
-    let cli: Vec<&str> = cli_line.split('#').next().unwrap().split_whitespace().collect();
+    let serve_line = readme
+        .lines()
+        .find(|l| l.starts_with("tandem serve"))
+        .unwrap();
+    let cli_line = readme
+        .lines()
+        .find(|l| l.starts_with("redis-cli -p"))
+        .unwrap();
+    let args: Vec<&str> = serve_line
+        .split('#')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .collect();
+    assert_eq!(
+        args,
+        ["serve"],
+        "README's serve line takes no flags: {serve_line}"
+    );
+    let cli: Vec<&str> = cli_line
+        .split('#')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
     assert_eq!(&cli[..3], ["redis-cli", "-p", "7379"]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(&args)
@@ -155,7 +207,10 @@ fn the_readme_serve_lines_run_as_written() {
         if o.status.success() && !String::from_utf8_lossy(&o.stdout).contains("refused") {
             break String::from_utf8_lossy(&o.stdout).into_owned();
         }
-        assert!(Instant::now() < until, "tandem serve did not answer on 7379");
+        assert!(
+            Instant::now() < until,
+            "tandem serve did not answer on 7379"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     let _ = child.kill();
@@ -176,10 +231,18 @@ fn watch_aborts_exec_when_another_client_wrote_the_key() {
     let out = call(&mut a, b"MULTI\r\nINCR k\r\nEXEC\r\n");
     assert_eq!(out, "+OK\r\n+QUEUED\r\n*-1\r\n");
     assert_eq!(call(&mut a, b"GET k\r\n"), "$1\r\n1\r\n");
-    assert_eq!(call(&mut a, b"WATCH k\r\nMULTI\r\nINCR k\r\nEXEC\r\n"), "+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n");
+    assert_eq!(
+        call(&mut a, b"WATCH k\r\nMULTI\r\nINCR k\r\nEXEC\r\n"),
+        "+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n"
+    );
     // A refused command discards the block.
     let out = call(&mut a, b"MULTI\r\nINCR k\r\nGET\r\nEXEC\r\nGET k\r\n");
-    assert!(out.ends_with("-EXECABORT Transaction discarded because of previous errors.\r\n$1\r\n2\r\n"), "{out}");
+    assert!(
+        out.ends_with(
+            "-EXECABORT Transaction discarded because of previous errors.\r\n$1\r\n2\r\n"
+        ),
+        "{out}"
+    );
 }
 
 /// Credentials: with a secret, nothing runs before `AUTH` with the client
@@ -194,7 +257,10 @@ fn with_credentials_commands_wait_for_auth_with_the_client_key() {
     let mut c = connect(&s);
     assert!(call(&mut c, b"GET k\r\n").starts_with("-NOAUTH"));
     assert!(call(&mut c, b"AUTH nope\r\n").starts_with("-WRONGPASS"));
-    assert_eq!(call(&mut c, format!("AUTH {key}\r\nSET k v\r\n").as_bytes()), "+OK\r\n+OK\r\n");
+    assert_eq!(
+        call(&mut c, format!("AUTH {key}\r\nSET k v\r\n").as_bytes()),
+        "+OK\r\n+OK\r\n"
+    );
 }
 
 /// `redis-benchmark`, unmodified, against the store.
@@ -203,14 +269,23 @@ fn redis_benchmark_runs_against_the_store() {
     let Some(()) = redis_tools() else { return };
     let s = serve(&[]);
     let out = Command::new("redis-benchmark")
-        .args(["-p", &s.port.to_string(), "-t", "ping,set,get,incr,mset", "-n", "2000", "-q"])
+        .args([
+            "-p",
+            &s.port.to_string(),
+            "-t",
+            "ping,set,get,incr,mset",
+            "-n",
+            "2000",
+            "-q",
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     for t in ["SET", "GET", "INCR", "MSET"] {
         assert!(
-            text.lines().any(|l| l.contains(t) && l.contains("requests per second")),
+            text.lines()
+                .any(|l| l.contains(t) && l.contains("requests per second")),
             "{t}: {text}"
         );
     }
@@ -230,11 +305,23 @@ fn a_hostile_client_leaves_the_store_alive_and_serving_others() {
         assert!(out.contains(want), "{want}: {out}");
     };
     refused(b"*x\r\n", "Protocol error: invalid multibulk length");
-    refused(b"*1\r\n$99999999999\r\n", "Protocol error: invalid bulk length");
-    refused(b"*99999999999\r\n", "Protocol error: invalid multibulk length");
-    refused(&b"*1\r\n".repeat(100_000), "Protocol error: expected '$', got '*'");
+    refused(
+        b"*1\r\n$99999999999\r\n",
+        "Protocol error: invalid bulk length",
+    );
+    refused(
+        b"*99999999999\r\n",
+        "Protocol error: invalid multibulk length",
+    );
+    refused(
+        &b"*1\r\n".repeat(100_000),
+        "Protocol error: expected '$', got '*'",
+    );
     refused(&[b'a'; 100_000], "Protocol error: too big inline request");
-    refused(&[&[0xffu8; 64][..], b"\r\n"].concat(), "-ERR unknown command");
+    refused(
+        &[&[0xffu8; 64][..], b"\r\n"].concat(),
+        "-ERR unknown command",
+    );
     // A million empty lines cost nothing but reading them.
     let mut blank = connect(&s);
     let mut wire = b"\r\n".repeat(1_000_000);
@@ -249,13 +336,18 @@ fn a_hostile_client_leaves_the_store_alive_and_serving_others() {
     assert_eq!(call(&mut slow, b""), "+OK\r\n");
     // A pipeline written and never read: the server stops reading it.
     let mut flood = connect(&s);
-    flood.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    flood
+        .set_write_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
     let burst = b"SET f 1\r\n".repeat(10_000);
     let mut sent = 0;
     while sent < 200 && flood.write_all(&burst).is_ok() {
         sent += 1;
     }
-    assert!(sent < 200, "the server read 2,000,000 requests nobody read the answers of");
+    assert!(
+        sent < 200,
+        "the server read 2,000,000 requests nobody read the answers of"
+    );
     assert_eq!(call(&mut good, b"GET slow\r\n"), "$1\r\n1\r\n");
     // Past --max-clients: told, and closed.
     let extra: Vec<TcpStream> = (0..8).map(|_| connect(&s)).collect();
@@ -274,10 +366,16 @@ fn a_hostile_client_leaves_the_store_alive_and_serving_others() {
 #[test]
 fn a_python_redis_client_runs_its_checks_against_the_store() {
     let ws = common::workspace();
-    let out = Command::new("bash").arg(ws.join("scripts/pyredis.sh")).output().unwrap();
+    let out = Command::new("bash")
+        .arg(ws.join("scripts/pyredis.sh"))
+        .output()
+        .unwrap();
     if !out.status.success() {
         let why = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(std::env::var_os("CI").is_none(), "redis-py cannot be installed: {why}");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "redis-py cannot be installed: {why}"
+        );
         eprintln!("SKIPPED: redis-py cannot be installed here: {why}");
         return;
     }
@@ -297,7 +395,10 @@ fn a_python_redis_client_runs_its_checks_against_the_store() {
         let out = cmd.output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success() && text.contains("ok: 21 checks"), "{text}");
+        assert!(
+            out.status.success() && text.contains("ok: 21 checks"),
+            "{text}"
+        );
     }
 }
 
@@ -314,7 +415,10 @@ fn a_full_store_answers_oom_not_a_retry() {
     assert!(out.contains("-OOM the store is full"), "{out}");
     assert!(!out.contains("TRYAGAIN"), "{out}");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-    assert_eq!(call(&mut c, b"SET k0 w\r\nGET k0\r\n"), "+OK\r\n$1\r\nw\r\n");
+    assert_eq!(
+        call(&mut c, b"SET k0 w\r\nGET k0\r\n"),
+        "+OK\r\n$1\r\nw\r\n"
+    );
 }
 
 /// Bad options are refused before anything listens.
@@ -322,7 +426,10 @@ fn a_full_store_answers_oom_not_a_retry() {
 fn bad_options_are_refused_before_anything_listens() {
     common::fails_with(&["serve", "--keys", "0"], "--keys must be at least 1");
     common::fails_with(&["serve", "--slot-bytes", "10"], "must be 16..=4096");
-    common::fails_with(&["serve", "--system", "ddp"], "only pandora is served over RESP");
+    common::fails_with(
+        &["serve", "--system", "ddp"],
+        "only pandora is served over RESP",
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["serve", "--bind", "0.0.0.0", "--port", "0"])
         .env_remove("TANDEM_SECRET")
@@ -330,5 +437,8 @@ fn bad_options_are_refused_before_anything_listens() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("needs credentials"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("needs credentials"),
+        "{err}"
+    );
 }

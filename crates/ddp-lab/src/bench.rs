@@ -431,11 +431,15 @@ fn paper_machine(
     let cfg = machine_cfg(base, quick);
     let app = crate::machine::fit(&cfg);
     let fitted = crate::machine::point(&cfg, app)?;
-    progress(&format!("  ddp-sweeps: application cost fitted: {app} ns: {fitted:?}"));
+    progress(&format!(
+        "  ddp-sweeps: application cost fitted: {app} ns: {fitted:?}"
+    ));
     let mut sweep = Vec::new();
     for app_ns in [0, 1_000, 2_000, 4_000, 8_000, 16_000] {
         let p = crate::machine::point(&cfg, app_ns)?;
-        progress(&format!("  ddp-sweeps: application cost {app_ns} ns: {p:?}"));
+        progress(&format!(
+            "  ddp-sweeps: application cost {app_ns} ns: {p:?}"
+        ));
         sweep.push(p);
     }
     Ok((fitted, sweep))
@@ -449,7 +453,10 @@ fn per_client(
     let clients = |c: &DdpBenchConfig| (c.clients_per_node * c.nodes as u64) as f64;
     ys.iter()
         .map(|(m, v)| {
-            let each = v.iter().zip(xs).map(|(y, (_, c))| y.map(|y| 1e3 * y / clients(c)));
+            let each = v
+                .iter()
+                .zip(xs)
+                .map(|(y, (_, c))| y.map(|y| 1e3 * y / clients(c)));
             (m.clone(), each.collect())
         })
         .collect()

@@ -20,9 +20,22 @@ use tandem_net::protocol::{Command, Config, Input, NodeFactory, NodeId, Nvm, Pro
 /// DDP's INV, ACK and VAL with their fields' sizes, none of their meaning.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum EchoMsg {
-    Inv { key: u64, ts: Ts, value: u64, n: u64 },
-    Ack { key: u64, ts: Ts, n: u64 },
-    Val { key: u64, ts: Ts, n: u64 },
+    Inv {
+        key: u64,
+        ts: Ts,
+        value: u64,
+        n: u64,
+    },
+    Ack {
+        key: u64,
+        ts: Ts,
+        n: u64,
+    },
+    Val {
+        key: u64,
+        ts: Ts,
+        n: u64,
+    },
 }
 
 /// A write waiting for its ACKs.
@@ -152,7 +165,15 @@ mod tests {
 
     fn write(n: &mut DdpEcho, out: &mut Vec<Command<DdpEcho>>) {
         let op = Op::write(7, 9, 0);
-        n.step(0, Input::Client { session: 3, req: 1, op }, out);
+        n.step(
+            0,
+            Input::Client {
+                session: 3,
+                req: 1,
+                op,
+            },
+            out,
+        );
     }
 
     /// A write costs what ⟨Lin, Synch⟩'s does in messages: an INV to each
@@ -170,17 +191,53 @@ mod tests {
         let Some(Command::Send { to: 0, msg: ack }) = out.pop() else {
             panic!("no ACK: {out:?}");
         };
-        a.step(0, Input::Recv { from: 1, msg: ack.clone() }, &mut out);
+        a.step(
+            0,
+            Input::Recv {
+                from: 1,
+                msg: ack.clone(),
+            },
+            &mut out,
+        );
         assert!(out.is_empty(), "answered before every ACK: {out:?}");
         a.step(0, Input::Recv { from: 2, msg: ack }, &mut out);
-        assert!(matches!(out[0], Command::Broadcast { msg: EchoMsg::Val { .. } }), "{out:?}");
-        assert!(matches!(out[1], Command::Reply { session: 3, req: 1, .. }), "{out:?}");
+        assert!(
+            matches!(
+                out[0],
+                Command::Broadcast {
+                    msg: EchoMsg::Val { .. }
+                }
+            ),
+            "{out:?}"
+        );
+        assert!(
+            matches!(
+                out[1],
+                Command::Reply {
+                    session: 3,
+                    req: 1,
+                    ..
+                }
+            ),
+            "{out:?}"
+        );
     }
 
     #[test]
     fn a_read_is_answered_at_once() {
         let (mut a, mut out) = (node(0), Vec::new());
-        a.step(0, Input::Client { session: 1, req: 4, op: Op::read(7) }, &mut out);
-        assert!(matches!(out[..], [Command::Reply { req: 4, .. }]), "{out:?}");
+        a.step(
+            0,
+            Input::Client {
+                session: 1,
+                req: 4,
+                op: Op::read(7),
+            },
+            &mut out,
+        );
+        assert!(
+            matches!(out[..], [Command::Reply { req: 4, .. }]),
+            "{out:?}"
+        );
     }
 }

@@ -47,7 +47,11 @@ impl Point {
 /// ⟨Lin, Synch⟩ at a 2 µs round trip over at 1 µs, with `app_ns`.
 fn rtt_ratio(base: &DdpBenchConfig, app_ns: u64) -> f64 {
     let at = |rtt_ns| {
-        let cfg = DdpBenchConfig { app_ns, rtt_ns, ..base.clone() };
+        let cfg = DdpBenchConfig {
+            app_ns,
+            rtt_ns,
+            ..base.clone()
+        };
         run_model(&cfg, Model::LIN_SYNCH).throughput_ops
     };
     at(2_000) / at(1_000).max(1.0)
@@ -69,10 +73,16 @@ pub fn fit(base: &DdpBenchConfig) -> u64 {
 
 /// Every judged figure at `app_ns`.
 pub fn point(base: &DdpBenchConfig, app_ns: u64) -> Result<Point, String> {
-    let cfg = DdpBenchConfig { app_ns, ..base.clone() };
+    let cfg = DdpBenchConfig {
+        app_ns,
+        ..base.clone()
+    };
     let tput = |cfg: &DdpBenchConfig, m| run_model(cfg, m).throughput_ops;
     let ls = tput(&cfg, Model::LIN_SYNCH);
-    let ten = DdpBenchConfig { clients_per_node: 2, ..cfg.clone() };
+    let ten = DdpBenchConfig {
+        clients_per_node: 2,
+        ..cfg.clone()
+    };
     let clients = |c: &DdpBenchConfig| (c.clients_per_node * c.nodes as u64) as f64;
     Ok(Point {
         app_ns,
@@ -90,7 +100,14 @@ pub fn markdown(cfg: &DdpBenchConfig, fitted: &Point, sweep: &[Point]) -> String
         let v = p.verdicts();
         format!(
             "{:.2} {} | {:.2} {} | {:.2} {} | {:.2} {}",
-            p.rtt_ratio, mark(v[0]), p.ee_over_ls, mark(v[1]), p.causal_over_lin, mark(v[2]), p.per_client, mark(v[3])
+            p.rtt_ratio,
+            mark(v[0]),
+            p.ee_over_ls,
+            mark(v[1]),
+            p.causal_over_lin,
+            mark(v[2]),
+            p.per_client,
+            mark(v[3])
         )
     };
     let mut md = format!(
@@ -176,8 +193,15 @@ pub fn contention(base: &DdpBenchConfig, app_ns: u64) -> Result<Vec<Contention>,
     let mut out = Vec::new();
     for (records, theta) in SHAPES {
         let workload = tandem_ycsb::Ycsb::skewed(&base.workload.name, records, theta)?;
-        let cfg = DdpBenchConfig { app_ns, workload, ..base.clone() };
-        let ten = DdpBenchConfig { clients_per_node: 2, ..cfg.clone() };
+        let cfg = DdpBenchConfig {
+            app_ns,
+            workload,
+            ..base.clone()
+        };
+        let ten = DdpBenchConfig {
+            clients_per_node: 2,
+            ..cfg.clone()
+        };
         out.push(Contention {
             records,
             theta,
@@ -201,11 +225,16 @@ pub fn contention_markdown(app_ns: u64, rows: &[Contention]) -> String {
         let keys = r.theta.map_or("uniform".into(), |t| format!("Zipf {t}"));
         md += &format!(
             "| {} | {keys} | {:.0} % | {:.0} % | {:.0} % | {} |\n",
-            r.records, 100.0 * r.reads_unpersisted, 100.0 * r.tx_squashed, 100.0 * r.tx_squashed_10,
+            r.records,
+            100.0 * r.reads_unpersisted,
+            100.0 * r.tx_squashed,
+            100.0 * r.tx_squashed_10,
             if r.matches() { "✓" } else { "✗" }
         );
     }
-    let hot = rows.iter().filter(|r| r.reads_unpersisted >= PAPER_READS_UNPERSISTED);
+    let hot = rows
+        .iter()
+        .filter(|r| r.reads_unpersisted >= PAPER_READS_UNPERSISTED);
     let least = hot.map(|r| r.tx_squashed).fold(f64::NAN, f64::min);
     md += &match rows.iter().filter(|r| r.matches()).count() {
         0 if least.is_nan() => "\nNo shape reaches 30 % of reads on an unpersisted version.\n".to_string(),

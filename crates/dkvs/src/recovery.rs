@@ -37,7 +37,8 @@ use crate::compute::MemoryView;
 use crate::layout::Layout;
 use crate::log::{entry_len, invalid_state_word, LogEntry, LogRecord, OpKind, HEADER_BYTES};
 use crate::slot::{
-    encode_body, encode_body_into, make_version, LockWord, StrayLock, KEY_OFF, LOCK_OFF, NO_KEY, VERSION_OFF,
+    encode_body, encode_body_into, make_version, LockWord, StrayLock, KEY_OFF, LOCK_OFF, NO_KEY,
+    VERSION_OFF,
 };
 
 mod invariants;
@@ -496,7 +497,12 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     }
 
     /// The decision for `rec`, checked against the rules it must keep.
-    fn decide_one(&self, rec: &LogRecord, versions: &[Vec<u64>], primary_locks: &[u64]) -> Decision {
+    fn decide_one(
+        &self,
+        rec: &LogRecord,
+        versions: &[Vec<u64>],
+        primary_locks: &[u64],
+    ) -> Decision {
         let degraded = rec
             .entries
             .iter()
@@ -605,7 +611,10 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         let mut round = self.new_round();
         for &(i, n) in slots {
             let addr = self.layout.log_addr(failed[i]);
-            let verb = self.arena.borrow_mut().write_u64(addr, invalid_state_word());
+            let verb = self
+                .arena
+                .borrow_mut()
+                .write_u64(addr, invalid_state_word());
             round.post(n, [verb]);
         }
         let done = self.run(round).await?;

@@ -67,7 +67,10 @@ impl Lane {
         let first = self.verbs.len() as u32;
         for v in batch {
             let r = match v {
-                Verb::Read { addr, len } => Recorded::Read { addr: *addr, len: *len },
+                Verb::Read { addr, len } => Recorded::Read {
+                    addr: *addr,
+                    len: *len,
+                },
                 Verb::Write { addr, data } => {
                     let at = self.data.len() as u32;
                     self.data.extend_from_slice(data);
@@ -77,12 +80,19 @@ impl Lane {
                         len: data.len() as u32,
                     }
                 }
-                Verb::Cas { addr, expected, new } => Recorded::Cas {
+                Verb::Cas {
+                    addr,
+                    expected,
+                    new,
+                } => Recorded::Cas {
                     addr: *addr,
                     expected: *expected,
                     new: *new,
                 },
-                Verb::Faa { addr, add } => Recorded::Faa { addr: *addr, add: *add },
+                Verb::Faa { addr, add } => Recorded::Faa {
+                    addr: *addr,
+                    add: *add,
+                },
             };
             self.verbs.push(r);
         }
@@ -104,7 +114,15 @@ impl Lane {
                 Recorded::Write { addr, at, len } => {
                     arena.write(addr, &self.data[at as usize..(at + len) as usize])
                 }
-                Recorded::Cas { addr, expected, new } => Verb::Cas { addr, expected, new },
+                Recorded::Cas {
+                    addr,
+                    expected,
+                    new,
+                } => Verb::Cas {
+                    addr,
+                    expected,
+                    new,
+                },
                 Recorded::Faa { addr, add } => Verb::Faa { addr, add },
             });
         }
@@ -331,8 +349,8 @@ pub async fn replay<F: Fabric>(fabric: &F, trace: Rc<Trace>, passes: u32) -> u64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inline::InlineCluster;
     use crate::batch;
+    use crate::inline::InlineCluster;
 
     /// Poll an inline batch's completions (ready at once).
     fn now<P: Future<Output = Completions> + Unpin>(mut p: P) -> Completions {
@@ -362,17 +380,32 @@ mod tests {
         h.commit();
         now(lane1[0].post(batch![Verb::faa(16, 100)]));
         let t = h.take();
-        assert_eq!((t.lanes.len(), t.verbs(), t.batches(), t.commits), (2, 5, 4, 1));
-        assert_eq!(t.lanes[0].batches[0].mem, 1, "lane 0 posted to memory node 1 first");
+        assert_eq!(
+            (t.lanes.len(), t.verbs(), t.batches(), t.commits),
+            (2, 5, 4, 1)
+        );
+        assert_eq!(
+            t.lanes[0].batches[0].mem, 1,
+            "lane 0 posted to memory node 1 first"
+        );
         let groups: Vec<bool> = t.lanes[0].batches.iter().map(|p| p.opens_group).collect();
-        assert_eq!(groups, [true, false, true], "two batches posted together, then one");
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        assert_eq!(
+            groups,
+            [true, false, true],
+            "two batches posted together, then one"
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let replayer = c.join(2).unwrap();
-        let verbs = tokio::task::LocalSet::new()
-            .block_on(&rt, replay(&replayer, Rc::new(t), 2));
+        let verbs = tokio::task::LocalSet::new().block_on(&rt, replay(&replayer, Rc::new(t), 2));
         assert_eq!(verbs, 10);
         assert_eq!(c.nodes()[1].load_u64(8), 7);
-        assert_eq!(c.nodes()[0].load_u64(16), 3 + 100 + 3 + 3, "two passes of the recorded FAA");
+        assert_eq!(
+            c.nodes()[0].load_u64(16),
+            3 + 100 + 3 + 3,
+            "two passes of the recorded FAA"
+        );
     }
 
     #[test]

@@ -338,6 +338,9 @@ mod tests {
             Ok(VerbOutput::Read(vec![1; 16])),
             Ok(VerbOutput::Write),
         ]);
-        assert_eq!((b.kept_buffers(), b.completions().capacity() >= 2), (1, true));
+        assert_eq!(
+            (b.kept_buffers(), b.completions().capacity() >= 2),
+            (1, true)
+        );
     }
 }

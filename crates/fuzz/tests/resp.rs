@@ -66,7 +66,12 @@ fn check(input: &[u8]) -> String {
     let bytes: Vec<&[u8]> = input.chunks(1).collect();
     assert_eq!(whole, parse_all(&bytes), "a byte at a time");
     match whole {
-        (_, Some(e)) => e.0.split(|c: char| c.is_ascii_digit()).next().unwrap_or("").to_string(),
+        (_, Some(e)) => {
+            e.0.split(|c: char| c.is_ascii_digit())
+                .next()
+                .unwrap_or("")
+                .to_string()
+        }
         (r, None) => format!("{} requests", r.len().min(4)),
     }
 }

@@ -125,7 +125,10 @@ pub struct LaneFit {
 pub fn fit_lane(o: &KiteBenchOpts, target: f64) -> LaneFit {
     let es = bench_system(o, System::Es).throughput_ops;
     let ratio = |h| {
-        let z = KiteBenchOpts { lane_ns: h, ..o.clone() };
+        let z = KiteBenchOpts {
+            lane_ns: h,
+            ..o.clone()
+        };
         bench_system(&z, System::Zab).throughput_ops / es.max(1.0)
     };
     let (mut lo, mut hi) = (0u64, 4_096u64);
@@ -467,8 +470,20 @@ mod tests {
     fn the_lane_fit_hits_its_target_and_only_zab_feels_the_lane() {
         let o = short(0.2);
         let fit = fit_lane(&o, 0.3);
-        assert!((fit.zab_over_es - 0.3).abs() < 0.02 && fit.lane_ns > 0, "{fit:?}");
-        let at = |lane_ns, s| bench_system(&KiteBenchOpts { lane_ns, ..o.clone() }, s).throughput_ops;
+        assert!(
+            (fit.zab_over_es - 0.3).abs() < 0.02 && fit.lane_ns > 0,
+            "{fit:?}"
+        );
+        let at = |lane_ns, s| {
+            bench_system(
+                &KiteBenchOpts {
+                    lane_ns,
+                    ..o.clone()
+                },
+                s,
+            )
+            .throughput_ops
+        };
         let h = fit.lane_ns;
         assert!(at(4 * h, System::Zab) < 0.6 * at(h, System::Zab));
         assert_eq!(at(4 * h, System::Es), at(h, System::Es));

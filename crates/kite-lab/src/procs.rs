@@ -900,7 +900,8 @@ impl<'a> Load<'a> {
         };
         let pending_ops = hist.iter().filter(|h| h.complete_ns.is_none()).count();
         let replies = stats1.replies.saturating_sub(s0.replies).max(1) as f64;
-        let handled = ((stats1.received + stats1.requests) - (s0.received + s0.requests)).max(1) as f64;
+        let handled =
+            ((stats1.received + stats1.requests) - (s0.received + s0.requests)).max(1) as f64;
         LoadReport {
             system: self.system,
             nodes: self.n,

@@ -67,7 +67,10 @@ impl Protocol for Echo {
             // that is down drops), send it the window again.
             Input::Config(_) | Input::Timer { .. } if self.heard.len() + 1 < self.members.len() => {
                 let me = self.me;
-                let quiet = self.members.iter().filter(|&&m| m != me && !self.heard.contains(&m));
+                let quiet = self
+                    .members
+                    .iter()
+                    .filter(|&&m| m != me && !self.heard.contains(&m));
                 for &to in quiet {
                     for seq in 0..self.window {
                         out.push(Command::Send {

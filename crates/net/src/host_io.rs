@@ -406,7 +406,8 @@ impl<P: Wire> Host<P> {
                     s.links_lost = self.peers.values().map(|l| l.lost).sum();
                     s.syscalls = crate::conn::SYSCALLS.load(std::sync::atomic::Ordering::Relaxed);
                     // Answered on the event loop's own thread.
-                    (s.cpu_ns, s.loop_cpu_ns) = (tandem_sim::cpu::process_ns(), tandem_sim::cpu::thread_ns());
+                    (s.cpu_ns, s.loop_cpu_ns) =
+                        (tandem_sim::cpu::process_ns(), tandem_sim::cpu::thread_ns());
                     if let Some(ib) = self.inbound.get_mut(&id) {
                         ib.conn.queue(&s);
                     }

@@ -65,15 +65,23 @@ pub fn run(
     coordinators: u16,
     runs: usize,
 ) -> Result<RecoveryBenchResult, String> {
-    load(backend, &layout, &WorkloadSpec::from_name("micro", Some(keys))?)?;
+    load(
+        backend,
+        &layout,
+        &WorkloadSpec::from_name("micro", Some(keys))?,
+    )?;
     block_on_local(async {
         let fabric = backend
             .join(BENCH_NODE)
             .await
             .map_err(|e| format!("cannot join: {e}"))?;
         match fabric {
-            AnyFabric::Inline(f) => runs_on(&f, layout, keys, coordinators, runs, backend.name()).await,
-            AnyFabric::Tcp(f) => runs_on(&f, layout, keys, coordinators, runs, backend.name()).await,
+            AnyFabric::Inline(f) => {
+                runs_on(&f, layout, keys, coordinators, runs, backend.name()).await
+            }
+            AnyFabric::Tcp(f) => {
+                runs_on(&f, layout, keys, coordinators, runs, backend.name()).await
+            }
         }
     })
 }
@@ -109,7 +117,11 @@ async fn runs_on<F: Fabric>(
         wall_us.push(wall);
         cpu_us.push(cpu);
         if r.logs_found != rec.failed.len() {
-            return Err(format!("found {} logs of {}", r.logs_found, rec.failed.len()));
+            return Err(format!(
+                "found {} logs of {}",
+                r.logs_found,
+                rec.failed.len()
+            ));
         }
         let (wall, cpu) = rec.floor(&trace).await?;
         floor_wall.push(wall);
@@ -117,7 +129,11 @@ async fn runs_on<F: Fabric>(
     }
     let (rounds, fwd, back) = (first.2.rounds, first.2.rolled_forward, first.2.rolled_back);
     let median_cpu_us = median(&cpu_us);
-    let ratios: Vec<f64> = cpu_us.iter().zip(&floor_cpu).map(|(c, f)| c / f.max(1e-3)).collect();
+    let ratios: Vec<f64> = cpu_us
+        .iter()
+        .zip(&floor_cpu)
+        .map(|(c, f)| c / f.max(1e-3))
+        .collect();
     let floor_cpu_us = median(&floor_cpu);
     Ok(RecoveryBenchResult {
         fabric: fabric.to_string(),
@@ -158,7 +174,10 @@ impl<F: Fabric> Recovering<'_, F> {
         let mut rc = RecoveryCoordinator::new(&self.recorder, self.layout.clone(), self.rc_id)
             .with_version_counter(1 << 40 | self.seq << 24);
         let (t0, c0) = (Instant::now(), thread_ns());
-        let r = rc.recover(&self.failed).await.map_err(|e| format!("recovery failed: {e}"))?;
+        let r = rc
+            .recover(&self.failed)
+            .await
+            .map_err(|e| format!("recovery failed: {e}"))?;
         let cpu = (thread_ns() - c0) as f64 / 1e3;
         Ok((t0.elapsed().as_secs_f64() * 1e6, cpu, r))
     }
@@ -196,8 +215,13 @@ async fn plant<F: Fabric>(f: &F, layout: &Layout, failed: &[u16], seq: u64) -> R
                 let state = i % 4;
                 let locked = r == 0 && (state == 2 || state == 3 || (state == 1 && k == 0));
                 let written = state != 3 || r == 0;
-                let version = if written { e.new_version } else { e.old_version };
-                posts[n as usize].push(Verb::write_u64(addr + LOCK_OFF, if locked { w } else { 0 }));
+                let version = if written {
+                    e.new_version
+                } else {
+                    e.old_version
+                };
+                posts[n as usize]
+                    .push(Verb::write_u64(addr + LOCK_OFF, if locked { w } else { 0 }));
                 posts[n as usize].push(Verb::write_u64(addr + VERSION_OFF, version));
             }
         }

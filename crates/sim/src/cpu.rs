@@ -75,7 +75,10 @@ mod tests {
             }
             std::hint::black_box(x)
         });
-        assert!(busy >= Duration::from_millis(15), "spinning 30 ms: {busy:?}");
+        assert!(
+            busy >= Duration::from_millis(15),
+            "spinning 30 ms: {busy:?}"
+        );
         let h = std::thread::spawn(|| std::thread::sleep(Duration::from_millis(50)));
         let clock = ThreadClock::of(&h).expect("a live thread has a clock");
         let before = clock.ns();

@@ -50,7 +50,9 @@ impl Ycsb {
             return Err("a YCSB workload needs at least one record".into());
         }
         if theta.is_some_and(|t| !(t > 0.0 && t < 1.0)) {
-            return Err(format!("a Zipfian exponent must lie in (0, 1), not {theta:?}"));
+            return Err(format!(
+                "a Zipfian exponent must lie in (0, 1), not {theta:?}"
+            ));
         }
         let zipf = theta.filter(|_| records > 1).map(|t| Zipf::new(records, t));
         Ok(Ycsb {

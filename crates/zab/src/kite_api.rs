@@ -231,15 +231,33 @@ mod tests {
         let mut proposals = Vec::new();
         for (req, key) in [(0, 5), (1, 6)] {
             let op = Op::Write(key, 1);
-            let fwd = step(&mut nodes[1], Input::Client { session: 7, req, op });
-            let [Command::Send { msg, .. }] = &fwd[..] else { panic!("{} commands", fwd.len()) };
-            let prop = step(&mut nodes[0], Input::Recv { from: 1, msg: msg.clone() });
+            let fwd = step(
+                &mut nodes[1],
+                Input::Client {
+                    session: 7,
+                    req,
+                    op,
+                },
+            );
+            let [Command::Send { msg, .. }] = &fwd[..] else {
+                panic!("{} commands", fwd.len())
+            };
+            let prop = step(
+                &mut nodes[0],
+                Input::Recv {
+                    from: 1,
+                    msg: msg.clone(),
+                },
+            );
             proposals.push(prop);
         }
         let mut leader = Vec::new();
         for zxid in [1, 2] {
             for from in [1, 2] {
-                let ack = Input::Recv { from, msg: ZabMsg::Ack { zxid } };
+                let ack = Input::Recv {
+                    from,
+                    msg: ZabMsg::Ack { zxid },
+                };
                 leader.extend(step(&mut nodes[0], ack));
             }
         }
@@ -251,16 +269,34 @@ mod tests {
                 })
                 .collect()
         };
-        assert_eq!(lanes(&leader), vec![1, 1], "the leader applies each write as it commits");
-        assert!(matches!(leader[0], Command::InOrder { .. }), "the lane before the commit");
+        assert_eq!(
+            lanes(&leader),
+            vec![1, 1],
+            "the leader applies each write as it commits"
+        );
+        assert!(
+            matches!(leader[0], Command::InOrder { .. }),
+            "the lane before the commit"
+        );
         for p in proposals.concat() {
             if let Command::Send { to: 1, msg } = p {
                 step(&mut nodes[1], Input::Recv { from: 0, msg });
             }
         }
-        let out = step(&mut nodes[1], Input::Recv { from: 0, msg: ZabMsg::Commit { upto: 2 } });
+        let out = step(
+            &mut nodes[1],
+            Input::Recv {
+                from: 0,
+                msg: ZabMsg::Commit { upto: 2 },
+            },
+        );
         assert_eq!(lanes(&out), vec![2], "{} commands", out.len());
         assert!(matches!(out[0], Command::InOrder { writes: 2 }));
-        assert_eq!(out.iter().filter(|c| matches!(c, Command::Reply { .. })).count(), 2);
+        assert_eq!(
+            out.iter()
+                .filter(|c| matches!(c, Command::Reply { .. }))
+                .count(),
+            2
+        );
     }
 }

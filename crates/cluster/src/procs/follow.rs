@@ -289,7 +289,9 @@ async fn apply(
     let mut complete = true;
     for (m, a) in config.addrs.iter().enumerate() {
         let m = m as MemNodeId;
-        let addr: SocketAddr = a.parse().map_err(|e| Refusal::Other(format!("bad address {a}: {e}")))?;
+        let addr: SocketAddr = a
+            .parse()
+            .map_err(|e| Refusal::Other(format!("bad address {a}: {e}")))?;
         let down = config.down.contains(&m);
         let moved = cluster.addrs[m as usize] != addr;
         cluster.addrs[m as usize] = addr;
@@ -350,10 +352,9 @@ mod tests {
     /// left one compute slot stopped, one run in about eight).
     #[test]
     fn a_revoked_registration_while_applying_a_configuration_is_a_fence() {
-        let keys = tandem_fabric::auth::Keyring::from_master_hex(
-            "f0ced0f0ced0f0ced0f0ced0f0ced0f0",
-        )
-        .unwrap();
+        let keys =
+            tandem_fabric::auth::Keyring::from_master_hex("f0ced0f0ced0f0ced0f0ced0f0ced0f0")
+                .unwrap();
         let servers: Vec<_> = (0..3)
             .map(|_| {
                 let node = Arc::new(MemoryNode::new(16 << 20));

@@ -69,7 +69,11 @@ impl Embedded {
     }
 
     /// Build the store and serve `listener` until the process ends.
-    pub fn serve(&self, listener: std::net::TcpListener, mut front: FrontConfig) -> Result<(), String> {
+    pub fn serve(
+        &self,
+        listener: std::net::TcpListener,
+        mut front: FrontConfig,
+    ) -> Result<(), String> {
         let store = self.store();
         store.validate().map_err(|e| e.to_string())?;
         let layout = Arc::new(Layout::new(&store).map_err(|e| e.to_string())?);
@@ -81,7 +85,8 @@ impl Embedded {
         front.description = self.describe();
         let threads: Vec<_> = (0..self.threads.max(1))
             .map(|t| {
-                let (me, cluster, store, layout) = (self.clone(), cluster.clone(), store.clone(), layout.clone());
+                let (me, cluster, store, layout) =
+                    (self.clone(), cluster.clone(), store.clone(), layout.clone());
                 let (listener, front) = (listener.try_clone(), front.clone());
                 std::thread::spawn(move || -> Result<(), String> {
                     let listener = listener.map_err(|e| e.to_string())?;
@@ -91,7 +96,8 @@ impl Embedded {
             })
             .collect();
         for t in threads {
-            t.join().map_err(|_| "a serving thread panicked".to_string())??;
+            t.join()
+                .map_err(|_| "a serving thread panicked".to_string())??;
         }
         Ok(())
     }
@@ -110,9 +116,12 @@ impl Embedded {
     ) -> Result<(), String> {
         let node = ComputeNode::new(join(cluster, t + 1)?, store, layout, FailedIds::new());
         let first = t * self.coordinators + 1;
-        let coords = (first..first + self.coordinators).map(|i| node.coordinator(i)).collect();
+        let coords = (first..first + self.coordinators)
+            .map(|i| node.coordinator(i))
+            .collect();
         crate::runner::block_on_local(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+            let listener =
+                tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
             serve(listener, Rc::new(Front::new(front, ks, coords))).await;
             Ok(())
         })

@@ -43,7 +43,9 @@ pub fn capacity(value_size: usize) -> usize {
 
 impl Record {
     pub fn encode(&self, value_size: usize) -> Option<Vec<u8>> {
-        if self.key.len() + self.value.len() > capacity(value_size) || self.key.len() > u16::MAX as usize {
+        if self.key.len() + self.value.len() > capacity(value_size)
+            || self.key.len() > u16::MAX as usize
+        {
             return None;
         }
         let mut b = Vec::with_capacity(value_size);

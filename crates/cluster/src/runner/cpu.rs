@@ -90,7 +90,9 @@ pub(super) fn floor(backend: &Backend, traces: Vec<Trace>) -> Result<Option<Floo
         .collect::<Result<_, _>>()?;
     let (mut cpu, mut done, mut replayed, mut least) = (0u64, 0u64, 0u64, u32::MAX);
     for t in threads {
-        let r = t.join().map_err(|_| "a floor replay panicked".to_string())??;
+        let r = t
+            .join()
+            .map_err(|_| "a floor replay panicked".to_string())??;
         cpu += r.cpu_ns;
         done += r.commits * r.passes as u64;
         replayed += r.verbs * r.passes as u64;

@@ -66,7 +66,12 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
             one(Model::LIN_SYNCH, Scheme::FullCopy, n, quick, progress)?,
         ));
     }
-    let (ext, check) = extend(&by_size, if quick { 20_000 } else { 1_000_000 }, quick, progress)?;
+    let (ext, check) = extend(
+        &by_size,
+        if quick { 20_000 } else { 1_000_000 },
+        quick,
+        progress,
+    )?;
     let mut by_model = Vec::new();
     for m in [
         "lin-strict",
@@ -157,7 +162,11 @@ pub fn experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
         .collect();
     let top = sizes.last().copied().unwrap_or(1);
     let extension = json!({ "fit": ext, "check": &check, "records_for_100x": ext.records_for_ratio(100.0, top) });
-    Ok((json!({ "system": "heal", "runs": runs, "extension": extension }), svg, md))
+    Ok((
+        json!({ "system": "heal", "runs": runs, "extension": extension }),
+        svg,
+        md,
+    ))
 }
 
 /// The sweep's laws fitted ([`Extension`]), and HEAL at a larger store
@@ -231,7 +240,9 @@ fn extension_markdown(
     let (heal_high, copy_high) = ext.slopes_ms_per_million(top, 1_000 * top);
     let at_100 = ext
         .records_for_ratio(100.0, top)
-        .map_or("no store size".into(), |r| format!("{:.1} M records", r as f64 / 1e6));
+        .map_or("no store size".into(), |r| {
+            format!("{:.1} M records", r as f64 / 1e6)
+        });
     md += &format!(
         "\nBy the laws, the full copy takes 100× HEAL's recovery from {at_100} on. Slopes, in ms of recovery per million records: the full copy {copy_low:.0} over the sweep and {copy_high:.0} past it; HEAL {heal_low:.1} over the sweep (its buffer still filling: a small store's every key is written during the absence) and {heal_high:.3} past it. The paper's shape (§IX-A): HEAL flat at about 120 ms, the full copy linear up to 360 s at 256 GB.\n"
     );
@@ -327,11 +338,21 @@ fn figure(
     let top = sizes.last().copied().unwrap_or(1);
     let mut all: Vec<u64> = sizes.to_vec();
     all.push(check.records);
-    all.extend(EXTENDED.map(|m| m * top).into_iter().filter(|&m| m > check.records));
+    all.extend(
+        EXTENDED
+            .map(|m| m * top)
+            .into_iter()
+            .filter(|&m| m > check.records),
+    );
     let xs: Vec<String> = all.iter().map(|&n| format!("{}k", n / 1000)).collect();
     let measured = |f: &dyn Fn(&(RecoverReport, RecoverReport)) -> f64| {
         all.iter()
-            .map(|&n| by_size.iter().find(|p| p.0.records == n).map(|p| f(p) / 1000.0))
+            .map(|&n| {
+                by_size
+                    .iter()
+                    .find(|p| p.0.records == n)
+                    .map(|p| f(p) / 1000.0)
+            })
             .collect::<Vec<_>>()
     };
     let mut heal = measured(&|p| p.0.recovery_us);

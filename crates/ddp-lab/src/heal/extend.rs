@@ -101,7 +101,10 @@ impl Extension {
     /// Each side's growth between two store sizes, in ms per million records.
     pub fn slopes_ms_per_million(&self, from: u64, to: u64) -> (f64, f64) {
         let per_m = |f: &dyn Fn(u64) -> f64| (f(to) - f(from)) / 1e3 / ((to - from) as f64 / 1e6);
-        (per_m(&|n| self.heal_us(n)), per_m(&|n| self.full_copy_us(n)))
+        (
+            per_m(&|n| self.heal_us(n)),
+            per_m(&|n| self.full_copy_us(n)),
+        )
     }
 }
 
@@ -168,13 +171,19 @@ mod tests {
             })
             .to_vec();
         let fit = Extension::fit(&points).unwrap();
-        assert!((fit.absence_writes / 30_000.0 - 1.0).abs() < 1e-3, "{fit:?}");
+        assert!(
+            (fit.absence_writes / 30_000.0 - 1.0).abs() < 1e-3,
+            "{fit:?}"
+        );
         assert!((fit.heal_us_per_entry / 0.25 - 1.0).abs() < 1e-3, "{fit:?}");
         assert!((fit.copy_us_per_record / 0.2 - 1.0).abs() < 1e-6, "{fit:?}");
         let (heal, copy) = fit.slopes_ms_per_million(1_000_000, 10_000_000);
         assert!((copy - 200.0).abs() < 1e-6 && heal < 0.2, "{heal} {copy}");
         let n = fit.records_for_ratio(100.0, 300_000).unwrap();
-        assert!(fit.ratio(n) >= 100.0 && fit.ratio(n * 98 / 100) < 100.0, "{n}");
+        assert!(
+            fit.ratio(n) >= 100.0 && fit.ratio(n * 98 / 100) < 100.0,
+            "{n}"
+        );
     }
 
     /// Entries shipped saturate at the absence's writes: a store of ten
