@@ -18,6 +18,9 @@
 //!   a version order the caller supplies (Causal consistency, C1').
 //! - [`serial`]: serializability of transactions from what their clients
 //!   saw (Adya's serialization graph; the Transactional models).
+//! - [`strict`]: strict serializability of transactions recorded by a
+//!   client outside the store, from values alone (unique writes, each
+//!   preceded by a read of its key): a Redis client's `MULTI`/`EXEC`.
 //! - [`thin_air`]: every value read was written, by a write invoked before
 //!   the read completed (G2).
 //! - [`zxid_sc`]: sequential consistency in zxid order for a leader-based
@@ -35,6 +38,7 @@ mod rc_hb;
 pub mod rc_history;
 pub mod serial;
 pub mod session;
+pub mod strict;
 pub mod thin_air;
 pub mod verdict;
 mod wgl;
@@ -47,6 +51,7 @@ pub use linearizable::{check_key, check_linearizable, check_linearizable_with, L
 pub use rc::{check_rc, RcReport, RcViolation, RcViolationKind};
 pub use rc_history::{parse_rc_jsonl, rc_to_jsonl, Class, RcKind, RcOp, Version};
 pub use session::{check_session, check_sessions, version_order, VersionOrder};
+pub use strict::{check_strict_serializable, ClientTx, StrictStats};
 pub use thin_air::check_no_thin_air;
 pub use verdict::{Stats, Violation, ViolationKind};
 pub use zxid_sc::{check_zxid_sc, ZxidStats, ZxidViolation, ZxidViolationKind};

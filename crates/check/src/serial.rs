@@ -200,7 +200,7 @@ fn read_edges(
 
 /// A cycle among `nodes`, if the graph has one (Kahn's algorithm, then a
 /// walk inside what it could not remove).
-fn find_cycle(edges: &[HashSet<usize>], nodes: &[usize]) -> Option<Vec<usize>> {
+pub(crate) fn find_cycle(edges: &[HashSet<usize>], nodes: &[usize]) -> Option<Vec<usize>> {
     let member: HashSet<usize> = nodes.iter().copied().collect();
     let mut indeg: HashMap<usize, usize> = nodes.iter().map(|&n| (n, 0)).collect();
     for &n in nodes {

@@ -4,8 +4,8 @@
 //! lists them.
 
 mod args;
-mod serve_cmd;
 mod bench_cmd;
+mod check_cmd;
 mod compare_cmd;
 mod ddp_cmd;
 mod ddp_demo;
@@ -27,6 +27,7 @@ mod nemesis_cmd;
 mod net_cmd;
 mod node_cmd;
 mod procs_cmd;
+mod serve_cmd;
 mod soak_cmd;
 mod table_soak_cmd;
 mod zk_store;
@@ -79,6 +80,8 @@ enum Command {
     Node(node_cmd::NodeArgs),
     /// A store behind Redis's protocol on a local port, for redis-cli and Redis client libraries.
     Serve(serve_cmd::ServeArgs),
+    /// Check a history a client recorded (JSON lines): strictly serializable, or linearizable.
+    Check(check_cmd::CheckArgs),
     /// The message-passing runtime's own ceiling: two processes echoing messages.
     Net(net_cmd::NetArgs),
     /// One compute-server process of `tandem dart --fabric tcp --crash-rate R` (internal).
@@ -180,6 +183,7 @@ fn main() {
         Command::Keys(a) => keys_cmd::run(a),
         Command::Node(a) => node_cmd::node(a),
         Command::Serve(a) => serve_cmd::run(a),
+        Command::Check(a) => check_cmd::run(a),
         Command::Net(a) => net_cmd::run(a),
         Command::LitmusWorker(a) => litmus_worker_cmd::run(a),
     };

@@ -38,6 +38,13 @@ pub struct ClusterArgs {
     /// membership process with it, so recovery reads the right places).
     #[arg(long, hide = true)]
     litmus_keys: Option<u64>,
+    /// Also lay out a table of this many keys for Redis clients
+    /// (`compute-server --resp`); every process of the cluster must pass the same.
+    #[arg(long, default_value_t = 0)]
+    resp_keys: u64,
+    /// Bytes per slot of that table: a key and its value together may take this less 14.
+    #[arg(long, default_value_t = 256)]
+    slot_bytes: u32,
     /// Seconds to wait for peers (memory servers, the membership service)
     /// that are not up yet, before giving up.
     #[arg(long, default_value_t = 30.0)]
@@ -90,13 +97,26 @@ impl ClusterArgs {
             s.validate()?;
             return Ok(s);
         }
-        let mut s = StoreConfig::new(Mode::Pandora, n, self.replicas, self.micro(0.5)?.tables());
+        let mut tables = self.micro(0.5)?.tables();
+        if self.resp_keys > 0 {
+            crate::serve_cmd::check_slot_bytes(self.slot_bytes)?;
+            tables.push(tandem_dkvs::TableSpec {
+                id: RESP_TABLE,
+                name: "redis".into(),
+                value_size: self.slot_bytes,
+                capacity: self.resp_keys,
+            });
+        }
+        let mut s = StoreConfig::new(Mode::Pandora, n, self.replicas, tables);
         s.partitions_per_table = 64;
         s.log_slots = self.log_slots;
         s.validate()?;
         Ok(s)
     }
 }
+
+/// The table `--resp-keys` adds, after micro's.
+const RESP_TABLE: tandem_dkvs::TableId = 1;
 
 #[derive(Args)]
 pub struct MembershipArgs {
@@ -339,8 +359,17 @@ pub struct ComputeServerArgs {
     coordinators: u16,
     #[arg(long, default_value_t = 0.5)]
     write_ratio: f64,
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
+    /// Seconds to run (default: 10 running micro; with --resp, until killed).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Serve Redis's protocol (RESP2) on this address instead of running
+    /// micro: each command, or MULTI/EXEC block, is a transaction on this
+    /// server's coordinators (needs --resp-keys; docs/RESP.md).
+    #[arg(long, requires = "resp_keys")]
+    resp: Option<String>,
+    /// Connections served at once on --resp.
+    #[arg(long, default_value_t = 1024)]
+    max_clients: usize,
     /// Heartbeat interval in milliseconds (at most a fifth of the
     /// membership's --timeout-ms; the default suits its default).
     #[arg(long, default_value_t = 5.0)]
@@ -372,7 +401,13 @@ pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
             tandem_membership::FIRST_INCARNATION_ID - 1
         ));
     }
-    if !(a.duration.is_finite() && a.duration > 0.0 && a.heartbeat_ms > 0.0) {
+    let duration = match (a.duration, &a.resp) {
+        (Some(d), _) => d,
+        (None, None) => 10.0,
+        // Until killed (ten years).
+        (None, Some(_)) => 3.2e8,
+    };
+    if !(duration.is_finite() && duration > 0.0 && a.heartbeat_ms > 0.0) {
         return Err("--duration and --heartbeat-ms must be positive".into());
     }
     if !(a.verdict_patience_ms.is_finite() && a.verdict_patience_ms > 0.0) {
@@ -383,6 +418,10 @@ pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
         store.bugs = store.bugs.union(tandem_dkvs::BugSwitches::parse(b)?);
         eprintln!("compute node {}: coordinators re-inject {b}", a.node);
     }
+    let resp = match &a.resp {
+        Some(addr) => Some(resp_serving(&a, addr)?),
+        None => None,
+    };
     let r = procs::run_compute_server(ComputeServerConfig {
         node: a.node,
         membership: parse_addrs(&a.membership)?,
@@ -390,12 +429,13 @@ pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
         store,
         micro: a.cluster.micro(a.write_ratio)?,
         coordinators: a.coordinators,
-        duration: Duration::from_secs_f64(a.duration),
+        duration: Duration::from_secs_f64(duration),
         heartbeat_every: Duration::from_secs_f64(a.heartbeat_ms / 1e3),
         ledger: a.ledger,
         seed: a.seed,
         patience: a.cluster.patience()?,
         verdict_patience: Duration::from_secs_f64(a.verdict_patience_ms / 1e3),
+        resp,
     })?;
     let fenced = r.incarnations.iter().filter(|i| i.fenced.is_some()).count();
     eprintln!(
@@ -417,6 +457,35 @@ pub fn compute_server(a: ComputeServerArgs) -> Result<(), String> {
     } else {
         Err("coordinators hit errors".into())
     }
+}
+
+/// `--resp`'s listener, bound before anything else starts (a port taken
+/// fails at once), and its front end's settings.
+fn resp_serving(a: &ComputeServerArgs, addr: &str) -> Result<procs::RespServing, String> {
+    if a.cluster.resp_keys == 0 {
+        return Err("--resp needs --resp-keys (the table Redis clients' keys live in), the same on every process of the cluster".into());
+    }
+    let addr: std::net::SocketAddr = addr.parse().map_err(|e| format!("--resp {addr}: {e}"))?;
+    let keys = require_keyring(a.cluster.secret.as_deref())?;
+    let password = crate::serve_cmd::client_password(Some(&keys), addr.ip())?;
+    let listener =
+        TcpListener::bind(addr).map_err(|e| format!("--resp: cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    println!(
+        "compute node {}: RESP on {bound} (AUTH with the client key)",
+        a.node
+    );
+    let mut front = crate::serve_cmd::front_config(a.max_clients, password);
+    front.description = format!(
+        "pandora (compute server {} of a multi-process cluster)",
+        a.node
+    );
+    Ok(procs::RespServing {
+        listener,
+        front,
+        table: RESP_TABLE,
+        slot_bytes: a.cluster.slot_bytes,
+    })
 }
 
 #[derive(Args)]

@@ -1,7 +1,7 @@
 //! `tandem serve`: a store behind Redis's protocol, for `redis-cli` and any
 //! Redis client library.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 
 use clap::Args;
 use tandem_cluster::resp::{Embedded, FrontConfig};
@@ -9,6 +9,7 @@ use tandem_fabric::auth::Role;
 use tandem_resp::Limits;
 
 use crate::args::keyring_from;
+use tandem_fabric::auth::Keyring;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -47,17 +48,8 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
     if a.keys == 0 {
         return Err("--keys must be at least 1".into());
     }
-    if !(16..=4096).contains(&a.slot_bytes) {
-        return Err(format!(
-            "--slot-bytes {}: must be 16..=4096 (14 bytes of each slot are the record's header; Pandora's values are at most 4 KiB)",
-            a.slot_bytes
-        ));
-    }
-    let password = match keyring_from(a.secret.as_deref())? {
-        Some(k) => Some(tandem_fabric::auth::keys::to_hex(k.require(Role::Client)?.bytes())),
-        None if a.bind.is_loopback() => None,
-        None => return Err(format!("--bind {}: serving beyond loopback needs credentials (--secret, TANDEM_SECRET or TANDEM_KEYRING); clients then AUTH with the client key", a.bind)),
-    };
+    check_slot_bytes(a.slot_bytes)?;
+    let password = client_password(keyring_from(a.secret.as_deref())?.as_ref(), a.bind)?;
     let store = Embedded {
         keys: a.keys,
         slot_bytes: a.slot_bytes,
@@ -65,21 +57,48 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
     };
     let addr = SocketAddr::new(a.bind, a.port);
     let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let front = FrontConfig {
-        limits: Limits::default(),
-        max_clients: a.max_clients.max(1),
-        password,
-        description: String::new(),
-        clients: Default::default(),
-        last_id: Default::default(),
-    };
+    let front = front_config(a.max_clients, password);
     // The bound address (with --port 0, the port the kernel chose).
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     println!(
         "tandem serve: {} on {bound} ({}); try: redis-cli -p {} set k v",
         a.system,
-        if front.password.is_some() { "AUTH required" } else { "no AUTH: loopback only" },
+        if front.password.is_some() {
+            "AUTH required"
+        } else {
+            "no AUTH: loopback only"
+        },
         bound.port()
     );
     store.serve(listener, front)
+}
+
+pub fn check_slot_bytes(slot_bytes: u32) -> Result<(), String> {
+    if !(16..=4096).contains(&slot_bytes) {
+        return Err(format!(
+            "--slot-bytes {slot_bytes}: must be 16..=4096 (14 bytes of each slot are the record's header; Pandora's values are at most 4 KiB)"
+        ));
+    }
+    Ok(())
+}
+
+/// What `AUTH` must present: the client credential's key (hex). Without
+/// credentials, none, and only loopback may be served.
+pub fn client_password(keys: Option<&Keyring>, bind: IpAddr) -> Result<Option<String>, String> {
+    match keys {
+        Some(k) => Ok(Some(tandem_fabric::auth::keys::to_hex(k.require(Role::Client)?.bytes()))),
+        None if bind.is_loopback() => Ok(None),
+        None => Err(format!("{bind}: serving RESP beyond loopback needs credentials (--secret, TANDEM_SECRET or TANDEM_KEYRING); clients then AUTH with the client key")),
+    }
+}
+
+pub fn front_config(max_clients: usize, password: Option<String>) -> FrontConfig {
+    FrontConfig {
+        limits: Limits::default(),
+        max_clients: max_clients.max(1),
+        password,
+        description: String::new(),
+        clients: Default::default(),
+        last_id: Default::default(),
+    }
 }

@@ -66,13 +66,13 @@ use crate::runner::block_on_local;
 use crate::zk::{Ack, ZkState};
 
 mod check;
-mod compute;
+pub(crate) mod compute;
 mod fleet;
 pub mod follow;
 #[cfg(test)]
 mod fuzz;
 mod outbox;
-mod session;
+pub(crate) mod session;
 mod trust;
 pub mod wait;
 
@@ -81,7 +81,7 @@ pub use trust::set_credentials;
 pub use check::{check_cluster, classify_locks, load_micro, read_ledgers, ClusterCheck};
 pub use compute::{
     fenced_ids, read_ids, read_incarnations, run_compute_server, ComputeServerConfig,
-    ComputeServerReport, Incarnation,
+    ComputeServerReport, Incarnation, RespServing,
 };
 pub use session::{
     announce_replacement, new_incarnation, JoinError, MembershipSession, MemorySignal, Stop,

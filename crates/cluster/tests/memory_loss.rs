@@ -100,6 +100,7 @@ impl Setup {
             seed: node as u64,
             patience: Duration::from_secs(10),
             verdict_patience: Duration::from_secs(3),
+            resp: None,
         }
     }
 

@@ -106,6 +106,7 @@ impl Cluster {
             seed: node as u64,
             patience: Duration::from_secs(10),
             verdict_patience: Duration::from_secs(3),
+            resp: None,
         }
     }
 

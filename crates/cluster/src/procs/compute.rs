@@ -32,6 +32,7 @@ use tokio::sync::watch;
 use super::follow::{follow_memory, overdue_verdict, register_live, Gate, MemoryState};
 use super::session::{new_incarnation, JoinError, MembershipSession, Stop, StopSignal};
 use super::wait::wait_for_listeners;
+use crate::resp::{serve, Front, FrontConfig, Keyspace, Live};
 use crate::runner::block_on_local;
 
 pub struct ComputeServerConfig {
@@ -53,6 +54,18 @@ pub struct ComputeServerConfig {
     /// this incarnation ends and recovery settles its commits
     /// ([`overdue_verdict`]). Longer than the membership's memory timeout.
     pub verdict_patience: Duration,
+    /// Serve Redis's protocol here instead of running the micro workload.
+    pub resp: Option<RespServing>,
+}
+
+/// A compute server's RESP port: clients' commands run as transactions on
+/// its coordinators (`crate::resp`), incarnation after incarnation.
+pub struct RespServing {
+    pub listener: std::net::TcpListener,
+    pub front: FrontConfig,
+    /// The table the keys live in, and its slot size.
+    pub table: tandem_dkvs::TableId,
+    pub slot_bytes: u32,
 }
 
 #[derive(Serialize, Debug)]
@@ -84,12 +97,17 @@ pub struct Incarnation {
 /// Register, join, run the micro workload for `duration` (as new
 /// incarnations after every fencing), leave, report.
 pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerReport, String> {
+    let mut cfg = cfg;
     let layout = Arc::new(Layout::new(&cfg.store)?);
     let ledger = Ledger::create(cfg.ledger.as_deref())?;
     let mut seeds = Rng::new(cfg.seed ^ cfg.node as u64);
-    let clients = (0..cfg.coordinators)
-        .map(|_| MicroClient::new(cfg.micro.clone(), seeds.next_u64()))
-        .collect();
+    let resp = cfg.resp.take();
+    let clients = match resp {
+        Some(_) => Vec::new(),
+        None => (0..cfg.coordinators)
+            .map(|_| MicroClient::new(cfg.micro.clone(), seeds.next_u64()))
+            .collect(),
+    };
     let who = format!("compute node {}", cfg.node);
     wait_for_listeners(&who, "memory server", &cfg.memory.addrs, cfg.patience)?;
     let server = Rc::new(Server {
@@ -101,8 +119,30 @@ pub fn run_compute_server(cfg: ComputeServerConfig) -> Result<ComputeServerRepor
         layout,
         ledger,
         tally: Tally::default(),
+        front: None,
     });
-    block_on_local(server.run(clients))
+    block_on_local(async move {
+        let server = match resp {
+            Some(r) => with_front(server, r)?,
+            None => server,
+        };
+        server.run(clients).await
+    })
+}
+
+/// `server`, serving RESP on `r`'s listener (commands answer `-CLUSTERDOWN`
+/// until an incarnation opens).
+fn with_front(server: Rc<Server>, r: RespServing) -> Result<Rc<Server>, String> {
+    let mut server = Rc::into_inner(server).expect("not shared yet");
+    let ks = Keyspace::new(r.table, r.slot_bytes as usize, server.cfg.node);
+    let front = Rc::new(Front::down(r.front, ks, "joining the cluster"));
+    r.listener
+        .set_nonblocking(true)
+        .map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::from_std(r.listener).map_err(|e| e.to_string())?;
+    tokio::task::spawn_local(serve(listener, front.clone()));
+    server.front = Some(front);
+    Ok(Rc::new(server))
 }
 
 struct Server {
@@ -112,6 +152,8 @@ struct Server {
     layout: Arc<Layout>,
     ledger: Ledger,
     tally: Tally,
+    /// The RESP front end, if this server serves one.
+    front: Option<Rc<Front<TcpFabric>>>,
 }
 
 /// Totals over every coordinator of every incarnation.
@@ -315,6 +357,9 @@ impl Server {
             let why = format!("memory server {m}, which the membership has up, unreachable for {patience:?} ({why}); its recovery settles the commits in doubt");
             stop_with(&stopper, Stop::Fenced(why));
         });
+        if let Some(front) = &self.front {
+            lend_until_stopped(front, session, &compute, &gate, &stop, deadline).await;
+        }
         let mut tasks = Vec::new();
         for (k, (client, &id)) in clients.into_iter().zip(&session.ids).enumerate() {
             let driver = Driver {
@@ -351,6 +396,35 @@ impl Server {
     }
 }
 
+/// Lend this incarnation's coordinators to the RESP clients until it ends.
+async fn lend_until_stopped(
+    front: &Front<TcpFabric>,
+    session: &MembershipSession,
+    compute: &Rc<ComputeNode<TcpFabric>>,
+    gate: &Rc<Gate>,
+    stop: &Rc<watch::Sender<Option<Stop>>>,
+    deadline: Instant,
+) {
+    let coords = session
+        .ids
+        .iter()
+        .map(|&id| compute.coordinator(id))
+        .collect();
+    let live = Live {
+        gate: Some(gate.clone()),
+        stop: stop.clone(),
+    };
+    front.lender.open(session.node, coords, live);
+    let mut ended = stop.subscribe();
+    let until = tokio::time::Instant::from_std(deadline);
+    let _ = tokio::time::timeout_at(until, ended.wait_for(|s| s.is_some())).await;
+    let why = match &*stop.borrow() {
+        Some(why) => why.to_string(),
+        None => "the run is over".to_string(),
+    };
+    front.lender.close(&why);
+}
+
 /// Pass the session's verdict (fenced, or lost) on to the coordinators.
 async fn watch_session(
     signal: StopSignal,
@@ -367,7 +441,7 @@ async fn watch_session(
 }
 
 /// The first reason sticks.
-fn stop_with(stop: &watch::Sender<Option<Stop>>, why: Stop) {
+pub(crate) fn stop_with(stop: &watch::Sender<Option<Stop>>, why: Stop) {
     stop.send_if_modified(|s| s.is_none() && s.replace(why).is_none());
 }
 

@@ -34,6 +34,16 @@ pub enum Cmd {
     Stamp(Vec<u8>),
 }
 
+impl Cmd {
+    /// Whether it may write (a cut-off run of it has an unknown outcome).
+    pub fn writes(&self) -> bool {
+        !matches!(
+            self,
+            Cmd::Get(_) | Cmd::Exists(_) | Cmd::MGet(_) | Cmd::Stamp(_)
+        )
+    }
+}
+
 /// A request's command name, upper-cased.
 pub fn name(req: &Request) -> String {
     String::from_utf8_lossy(&req[0]).to_ascii_uppercase()
@@ -58,8 +68,20 @@ fn not_integer() -> Reply {
 pub fn parse(req: &Request) -> Option<Result<Cmd, Reply>> {
     let n = name(req);
     let args = &req[1..];
-    let at_least = |k: usize| if args.len() >= k { Ok(()) } else { Err(wrong_args(&n)) };
-    let exactly = |k: usize| if args.len() == k { Ok(()) } else { Err(wrong_args(&n)) };
+    let at_least = |k: usize| {
+        if args.len() >= k {
+            Ok(())
+        } else {
+            Err(wrong_args(&n))
+        }
+    };
+    let exactly = |k: usize| {
+        if args.len() == k {
+            Ok(())
+        } else {
+            Err(wrong_args(&n))
+        }
+    };
     let cmd = match n.as_str() {
         "GET" => exactly(1).map(|_| Cmd::Get(args[0].clone())),
         "SET" => at_least(2).and_then(|_| set(args)),
@@ -68,13 +90,19 @@ pub fn parse(req: &Request) -> Option<Result<Cmd, Reply>> {
         "MGET" => at_least(1).map(|_| Cmd::MGet(args.to_vec())),
         "MSET" if args.is_empty() || args.len() % 2 == 1 => Err(wrong_args(&n)),
         "MSET" => Ok(Cmd::MSet(
-            args.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect(),
+            args.chunks(2)
+                .map(|p| (p[0].clone(), p[1].clone()))
+                .collect(),
         )),
         "INCR" => exactly(1).map(|_| Cmd::IncrBy(args[0].clone(), 1)),
         "DECR" => exactly(1).map(|_| Cmd::IncrBy(args[0].clone(), -1)),
         "INCRBY" | "DECRBY" => exactly(2).and_then(|_| {
             let by = integer(&args[1]).ok_or_else(not_integer)?;
-            let by = if n == "DECRBY" { by.checked_neg().ok_or_else(not_integer)? } else { by };
+            let by = if n == "DECRBY" {
+                by.checked_neg().ok_or_else(not_integer)?
+            } else {
+                by
+            };
             Ok(Cmd::IncrBy(args[0].clone(), by))
         }),
         _ => return None,
@@ -89,11 +117,9 @@ fn set(args: &[Vec<u8>]) -> Result<Cmd, Reply> {
             "NX" if cond == Cond::Always => cond = Cond::Absent,
             "XX" if cond == Cond::Always => cond = Cond::Present,
             "GET" => get = true,
-            "EX" | "PX" | "EXAT" | "PXAT" | "KEEPTTL" => {
-                return Err(Reply::err(
-                    "ERR this store's keys do not expire (EX, PX, EXAT, PXAT and KEEPTTL are refused)",
-                ))
-            }
+            "EX" | "PX" | "EXAT" | "PXAT" | "KEEPTTL" => return Err(Reply::err(
+                "ERR this store's keys do not expire (EX, PX, EXAT, PXAT and KEEPTTL are refused)",
+            )),
             _ => return Err(syntax()),
         }
     }
@@ -129,9 +155,14 @@ mod tests {
         assert_eq!(parse(&req("GET")), Some(Err(wrong_args("GET"))));
         assert_eq!(parse(&req("MSET a 1 b")), Some(Err(wrong_args("MSET"))));
         assert_eq!(parse(&req("SET k v NX XX")), Some(Err(syntax())));
-        assert!(matches!(parse(&req("SET k v EX 10")), Some(Err(Reply::Error(e))) if e.contains("expire")));
+        assert!(
+            matches!(parse(&req("SET k v EX 10")), Some(Err(Reply::Error(e))) if e.contains("expire"))
+        );
         assert_eq!(parse(&req("INCRBY k 1x")), Some(Err(not_integer())));
-        assert_eq!(parse(&req("DECRBY k 3")), Some(Ok(Cmd::IncrBy(b"k".to_vec(), -3))));
+        assert_eq!(
+            parse(&req("DECRBY k 3")),
+            Some(Ok(Cmd::IncrBy(b"k".to_vec(), -3)))
+        );
         assert_eq!(integer(b"-12"), Some(-12));
         assert_eq!(integer(b"+1"), None);
     }

@@ -12,12 +12,14 @@
 
 pub mod command;
 pub mod embedded;
+pub mod lend;
 pub mod record;
 pub mod run;
 pub mod serve;
 mod session;
 
 pub use embedded::Embedded;
+pub use lend::{Lender, Live};
 pub use run::Keyspace;
 pub use serve::{serve, Front, FrontConfig};
 pub use session::Session;

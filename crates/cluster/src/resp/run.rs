@@ -20,6 +20,8 @@ pub struct Keyspace {
     pub node: u16,
     stamps: Cell<u64>,
     pub retries: Cell<u64>,
+    /// A verb came back `Revoked`: this compute node was fenced.
+    pub revoked: Cell<bool>,
 }
 
 /// How many times an aborted transaction is run again before the client
@@ -49,16 +51,27 @@ impl Keyspace {
             table,
             value_size,
             node,
-            stamps: Cell::new(0),
+            stamps: Cell::new(first_stamp()),
             retries: Cell::new(0),
+            revoked: Cell::new(false),
         }
     }
 
-    /// A stamp no other write of this store carries.
+    /// A stamp no other write of this store carries (as far as 64 random
+    /// bits go: a restarted process may reuse its node id, so stamps start
+    /// at a random point).
     fn stamp(&self) -> u64 {
-        self.stamps.set(self.stamps.get() + 1);
-        (self.node as u64) << 48 | self.stamps.get()
+        self.stamps.set(self.stamps.get().wrapping_add(1));
+        self.stamps.get()
     }
+}
+
+/// Where a front end's stamps start: the clock and the process id, mixed.
+fn first_stamp() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    tandem_sim::Rng::new(t ^ (std::process::id() as u64) << 32).next_u64()
 }
 
 /// What ended a transaction's attempt early.
@@ -69,6 +82,8 @@ enum Stop {
     Watched,
     /// Answer this and stop.
     Fail(Reply),
+    /// This compute node was fenced; nothing was written.
+    Revoked,
 }
 
 fn stop(e: TxError) -> Stop {
@@ -80,9 +95,7 @@ fn stop(e: TxError) -> Stop {
         TxError::Aborted(_) | TxError::AlreadyExists | TxError::NotFound | TxError::Finished => {
             Stop::Retry
         }
-        TxError::Revoked => Stop::Fail(Reply::err(
-            "CLUSTERDOWN this compute server was declared failed; reconnect to another",
-        )),
+        TxError::Revoked => Stop::Revoked,
         TxError::Unavailable => Stop::Fail(Reply::err(
             "TRYAGAIN a memory node is unavailable; nothing was written",
         )),
@@ -114,6 +127,10 @@ pub async fn transact<F: Fabric>(
                     }
                     Stop::Watched => return Err(Reply::NilArray),
                     Stop::Fail(r) => return Err(r),
+                    Stop::Revoked => {
+                        ks.revoked.set(true);
+                        return Err(Reply::err("CLUSTERDOWN this compute server was declared failed; nothing was written; retry, or reconnect to another"));
+                    }
                 }
             }
         };
@@ -121,9 +138,10 @@ pub async fn transact<F: Fabric>(
             Ok(()) => return Ok(replies),
             Err(TxError::Aborted(_)) => ks.retries.set(ks.retries.get() + 1),
             Err(e) => {
+                ks.revoked.set(e == TxError::Revoked);
                 return Err(Reply::err(format!(
                     "INDOUBT the transaction's outcome is unknown ({e}): it may or may not have committed"
-                )))
+                )));
             }
         }
     }
@@ -225,8 +243,15 @@ async fn one<F: Fabric>(
     cmd: &Cmd,
 ) -> Result<Reply, Stop> {
     Ok(match cmd {
-        Cmd::Get(k) => read(tx, ks, k).await?.map_or(Reply::Nil, |r| Reply::Bulk(r.value)),
-        Cmd::Set { key, value, cond, get } => set(tx, ks, key, value, *cond, *get).await?,
+        Cmd::Get(k) => read(tx, ks, k)
+            .await?
+            .map_or(Reply::Nil, |r| Reply::Bulk(r.value)),
+        Cmd::Set {
+            key,
+            value,
+            cond,
+            get,
+        } => set(tx, ks, key, value, *cond, *get).await?,
         Cmd::Del(keys) => {
             let mut n = 0;
             for k in keys {
@@ -247,13 +272,19 @@ async fn one<F: Fabric>(
         Cmd::MGet(keys) => {
             let mut out = Vec::with_capacity(keys.len());
             for k in keys {
-                out.push(read(tx, ks, k).await?.map_or(Reply::Nil, |r| Reply::Bulk(r.value)));
+                out.push(
+                    read(tx, ks, k)
+                        .await?
+                        .map_or(Reply::Nil, |r| Reply::Bulk(r.value)),
+                );
             }
             Reply::Array(out)
         }
         Cmd::MSet(pairs) => mset(tx, ks, pairs).await?,
         Cmd::IncrBy(k, by) => incr(tx, ks, k, *by).await?,
-        Cmd::Stamp(k) => read(tx, ks, k).await?.map_or(Reply::Nil, |r| Reply::Int(r.writes as i64)),
+        Cmd::Stamp(k) => read(tx, ks, k)
+            .await?
+            .map_or(Reply::Nil, |r| Reply::Int(r.writes as i64)),
     })
 }
 

@@ -9,7 +9,7 @@
 //! read's replies here; a protocol error is answered, then the connection
 //! closed.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use tandem_resp::{Limits, Parser, Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::lend::{Lender, Live};
 use super::run::Keyspace;
 use super::session::Session;
 
@@ -42,33 +43,46 @@ pub struct FrontConfig {
 pub struct Front<F: Fabric> {
     pub config: FrontConfig,
     pub keyspace: Keyspace,
-    coordinators: RefCell<Vec<Coordinator<F>>>,
+    pub lender: Lender<F>,
     pub commands: Cell<u64>,
 }
 
 impl<F: Fabric> Front<F> {
+    /// A front end whose coordinators are lent from the start (the embedded store).
     pub fn new(config: FrontConfig, keyspace: Keyspace, coordinators: Vec<Coordinator<F>>) -> Self {
         assert!(!coordinators.is_empty(), "a front end needs a coordinator");
+        let front = Front::down(config, keyspace, "starting");
+        let node = front.keyspace.node;
+        front.lender.open(node, coordinators, Live::default());
+        front
+    }
+
+    /// A front end with nothing to lend until [`Lender::open`] (a compute
+    /// server before its first incarnation): commands answer `-CLUSTERDOWN`.
+    pub fn down(config: FrontConfig, keyspace: Keyspace, why: &str) -> Self {
         Front {
             config,
             keyspace,
-            coordinators: RefCell::new(coordinators),
+            lender: Lender::down(why),
             commands: Cell::new(0),
         }
     }
 
-    /// A free coordinator (waiting while every one runs a transaction).
-    pub async fn coordinator(&self) -> Coordinator<F> {
-        loop {
-            if let Some(c) = self.coordinators.borrow_mut().pop() {
-                return c;
-            }
-            tokio::task::yield_now().await;
+    /// Run `f` on a lent coordinator (see [`Lender::run`]); a verb that
+    /// came back `Revoked` ends the incarnation it belongs to.
+    pub async fn lend<T, Fut>(
+        &self,
+        writes: bool,
+        f: impl FnOnce(Coordinator<F>) -> Fut,
+    ) -> Result<T, Reply>
+    where
+        Fut: std::future::Future<Output = (Coordinator<F>, Result<T, Reply>)>,
+    {
+        let r = self.lender.run(writes, f).await;
+        if self.keyspace.revoked.take() {
+            self.lender.fence("a verb came back Revoked");
         }
-    }
-
-    pub fn give_back(&self, c: Coordinator<F>) {
-        self.coordinators.borrow_mut().push(c);
+        r
     }
 
     /// Compared in constant time.
@@ -77,8 +91,7 @@ impl<F: Fabric> Front<F> {
             return false;
         };
         let want = want.as_bytes();
-        want.len() == given.len()
-            && want.iter().zip(given).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+        want.len() == given.len() && want.iter().zip(given).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
     }
 
     pub fn info(&self) -> String {
@@ -87,13 +100,14 @@ impl<F: Fabric> Front<F> {
             "# Server\r\nredis_version:7.0.0\r\ntandem_version:{}\r\ntandem_store:{}\r\n\
              # Clients\r\nconnected_clients:{}\r\n\
              # Stats\r\ntotal_commands_processed:{}\r\ntandem_conflict_retries:{}\r\n\
-             # Keyspace\r\ntandem_slot_bytes:{}\r\n",
+             # Keyspace\r\ntandem_slot_bytes:{}\r\n{}",
             env!("CARGO_PKG_VERSION"),
             self.config.description,
             self.config.clients.load(Ordering::Relaxed),
             self.commands.get(),
             ks.retries.get(),
             ks.value_size,
+            self.lender.info(),
         )
     }
 }

@@ -69,7 +69,9 @@ impl Session {
             },
             "CLIENT" => self.client(&req[1..]),
             "COMMAND" => Reply::Array(Vec::new()),
-            "CONFIG" if req.len() == 3 && req[1].eq_ignore_ascii_case(b"GET") => config_get(&req[2]),
+            "CONFIG" if req.len() == 3 && req[1].eq_ignore_ascii_case(b"GET") => {
+                config_get(&req[2])
+            }
             "INFO" => Reply::Bulk(front.info().into_bytes()),
             "MULTI" | "EXEC" | "DISCARD" | "WATCH" | "UNWATCH" => self.tx(front, &n, &req).await,
             "ECHO" | "SELECT" => wrong_args(&n),
@@ -88,9 +90,9 @@ impl Session {
                 return Reply::Simple("QUEUED".into());
             }
             Some(Err(e)) => e,
-            None if n == "UNWATCH" || n == "PING" => {
-                Reply::err(format!("ERR {n} inside MULTI is not supported by this store"))
-            }
+            None if n == "UNWATCH" || n == "PING" => Reply::err(format!(
+                "ERR {n} inside MULTI is not supported by this store"
+            )),
             None => unknown(req),
         };
         self.multi_failed = true;
@@ -98,9 +100,13 @@ impl Session {
     }
 
     async fn data<F: Fabric>(&mut self, front: &Front<F>, cmd: Cmd) -> Reply {
-        let mut c = front.coordinator().await;
-        let r = transact(&mut c, &front.keyspace, &[], std::slice::from_ref(&cmd)).await;
-        front.give_back(c);
+        let ks = &front.keyspace;
+        let r = front
+            .lend(cmd.writes(), |mut c| async move {
+                let r = transact(&mut c, ks, &[], std::slice::from_ref(&cmd)).await;
+                (c, r)
+            })
+            .await;
         match r {
             Ok(mut replies) => replies.pop().expect("one reply per command"),
             Err(e) => e,
@@ -139,9 +145,13 @@ impl Session {
         if self.multi_failed {
             return Reply::err("EXECABORT Transaction discarded because of previous errors.");
         }
-        let mut c = front.coordinator().await;
-        let r = transact(&mut c, &front.keyspace, &watched, &cmds).await;
-        front.give_back(c);
+        let (ks, writes) = (&front.keyspace, cmds.iter().any(Cmd::writes));
+        let r = front
+            .lend(writes, |mut c| async move {
+                let r = transact(&mut c, ks, &watched, &cmds).await;
+                (c, r)
+            })
+            .await;
         match r {
             Ok(replies) => Reply::Array(replies),
             Err(e) => e,
@@ -149,19 +159,26 @@ impl Session {
     }
 
     async fn watch<F: Fabric>(&mut self, front: &Front<F>, keys: &[Vec<u8>]) -> Reply {
-        let mut c = front.coordinator().await;
-        let mut reply = Reply::ok();
-        for k in keys {
-            match stamp_of(&mut c, &front.keyspace, k).await {
-                Ok(s) => self.watched.push((k.clone(), s)),
-                Err(e) => {
-                    reply = e;
-                    break;
+        let ks = &front.keyspace;
+        let stamps = front
+            .lend(false, |mut c| async move {
+                let mut stamps = Vec::with_capacity(keys.len());
+                for k in keys {
+                    match stamp_of(&mut c, ks, k).await {
+                        Ok(s) => stamps.push((k.clone(), s)),
+                        Err(e) => return (c, Err(e)),
+                    }
                 }
+                (c, Ok(stamps))
+            })
+            .await;
+        match stamps {
+            Ok(s) => {
+                self.watched.extend(s);
+                Reply::ok()
             }
+            Err(e) => e,
         }
-        front.give_back(c);
-        reply
     }
 
     fn auth<F: Fabric>(&mut self, front: &Front<F>, args: &[Vec<u8>]) -> Reply {
@@ -192,7 +209,10 @@ impl Session {
         }
         let mut i = 1;
         while i < args.len() {
-            match String::from_utf8_lossy(&args[i]).to_ascii_uppercase().as_str() {
+            match String::from_utf8_lossy(&args[i])
+                .to_ascii_uppercase()
+                .as_str()
+            {
                 "AUTH" if i + 2 < args.len() => {
                     let r = self.auth(front, &args[i + 1..i + 3]);
                     if matches!(r, Reply::Error(_)) {
@@ -227,7 +247,9 @@ impl Session {
     }
 
     fn client(&mut self, args: &[Vec<u8>]) -> Reply {
-        let sub = args.first().map(|s| String::from_utf8_lossy(s).to_ascii_uppercase());
+        let sub = args
+            .first()
+            .map(|s| String::from_utf8_lossy(s).to_ascii_uppercase());
         match (sub.as_deref(), args.len()) {
             (Some("SETNAME"), 2) => {
                 self.name = Some(args[1].clone());
