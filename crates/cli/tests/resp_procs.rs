@@ -250,3 +250,41 @@ fn compute_servers_serve_redis_clients_through_fencing_and_kill_dash_nine() {
     eprintln!("client: {summary}; check: {verdict}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// docs/RESP.md's cluster block, run with bash as written.
+#[test]
+fn the_resp_doc_cluster_block_runs_as_written() {
+    if pyredis().is_none() {
+        return;
+    }
+    let ws = common::workspace();
+    let doc = std::fs::read_to_string(ws.join("docs/RESP.md")).unwrap();
+    let block = doc
+        .split("## A cluster of processes behind RESP")
+        .nth(1)
+        .and_then(|s| s.split("```sh\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("docs/RESP.md has its cluster block");
+    let dir = std::env::temp_dir().join(format!("tandem-resp-doc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("target/release")).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tandem"), dir.join("target/release/tandem")).unwrap();
+    std::fs::write(dir.join("block.sh"), block).unwrap();
+    let out = Command::new("timeout")
+        .args(["120", "bash", "-e", "block.sh"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().map(str::trim).collect();
+    assert!(out.status.success(), "the block failed:\n{stdout}\n{stderr}");
+    assert!(lines.contains(&"OK"), "{stdout}\n{stderr}");
+    assert_eq!(lines.iter().filter(|l| **l == "v").count(), 2, "{stdout}\n{stderr}");
+    let node: u32 = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("tandem_node:"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}\n{stderr}"));
+    assert!(node >= tandem_membership::FIRST_INCARNATION_ID as u32, "node 1 was not fenced: {stdout}\n{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
