@@ -268,23 +268,40 @@ fn the_resp_doc_cluster_block_runs_as_written() {
     let dir = std::env::temp_dir().join(format!("tandem-resp-doc-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("target/release")).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tandem"), dir.join("target/release/tandem")).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_tandem"),
+        dir.join("target/release/tandem"),
+    )
+    .unwrap();
     std::fs::write(dir.join("block.sh"), block).unwrap();
     let out = Command::new("timeout")
         .args(["120", "bash", "-e", "block.sh"])
         .current_dir(&dir)
         .output()
         .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
     let lines: Vec<&str> = stdout.lines().map(str::trim).collect();
-    assert!(out.status.success(), "the block failed:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "the block failed:\n{stdout}\n{stderr}"
+    );
     assert!(lines.contains(&"OK"), "{stdout}\n{stderr}");
-    assert_eq!(lines.iter().filter(|l| **l == "v").count(), 2, "{stdout}\n{stderr}");
+    assert_eq!(
+        lines.iter().filter(|l| **l == "v").count(),
+        2,
+        "{stdout}\n{stderr}"
+    );
     let node: u32 = lines
         .iter()
         .find_map(|l| l.strip_prefix("tandem_node:"))
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{stdout}\n{stderr}"));
-    assert!(node >= tandem_membership::FIRST_INCARNATION_ID as u32, "node 1 was not fenced: {stdout}\n{stderr}");
+    assert!(
+        node >= tandem_membership::FIRST_INCARNATION_ID as u32,
+        "node 1 was not fenced: {stdout}\n{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,11 +14,14 @@
 //! and what it buffers is bounded by [`Limits`].
 //!
 //! [`Reply`] encodes the answers (simple strings, errors, integers, bulk
-//! strings, nil, arrays).
+//! strings, nil, arrays); [`control`] answers the commands of a connection
+//! rather than of a store, the same on every front end.
 
+pub mod control;
 mod parse;
 mod reply;
 
+pub use control::{Conn, Server};
 pub use parse::{Limits, Parser, ProtocolError};
 pub use reply::Reply;
 

@@ -44,17 +44,7 @@ impl Cmd {
     }
 }
 
-/// A request's command name, upper-cased.
-pub fn name(req: &Request) -> String {
-    String::from_utf8_lossy(&req[0]).to_ascii_uppercase()
-}
-
-pub fn wrong_args(name: &str) -> Reply {
-    Reply::err(format!(
-        "ERR wrong number of arguments for '{}' command",
-        name.to_ascii_lowercase()
-    ))
-}
+pub use tandem_resp::control::{name, wrong_args};
 
 fn syntax() -> Reply {
     Reply::err("ERR syntax error")

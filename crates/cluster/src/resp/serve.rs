@@ -84,17 +84,21 @@ impl<F: Fabric> Front<F> {
         }
         r
     }
+}
 
-    /// Compared in constant time.
-    pub fn password_ok(&self, given: &[u8]) -> bool {
-        let Some(want) = self.config.password.as_deref() else {
-            return false;
-        };
-        let want = want.as_bytes();
-        want.len() == given.len() && want.iter().zip(given).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+impl<F: Fabric> tandem_resp::Server for Front<F> {
+    fn has_password(&self) -> bool {
+        self.config.password.is_some()
     }
 
-    pub fn info(&self) -> String {
+    fn password_ok(&self, given: &[u8]) -> bool {
+        self.config
+            .password
+            .as_deref()
+            .is_some_and(|want| tandem_resp::control::same_secret(want.as_bytes(), given))
+    }
+
+    fn info(&self) -> String {
         let ks = &self.keyspace;
         format!(
             "# Server\r\nredis_version:7.0.0\r\ntandem_version:{}\r\ntandem_store:{}\r\n\
@@ -182,7 +186,7 @@ async fn connection<F: Fabric>(
                 Ok(Some(req)) => {
                     front.commands.set(front.commands.get() + 1);
                     session.handle(front, req).await.encode(&mut out);
-                    if session.closing {
+                    if session.conn.closing {
                         return close_after(stream, &out).await;
                     }
                 }
