@@ -18,7 +18,7 @@ enum KeysCmd {
     New,
     /// Write one keyring per kind of process into DIR (mode 600), from --secret or
     /// TANDEM_SECRET: memory-server.keyring (admin, compute, memory), membership.keyring
-    /// (admin, compute), compute-server.keyring (compute, client: checks AUTH on --resp), node.keyring (peer),
+    /// (admin, compute), compute-server.keyring (compute, client: checks AUTH on --resp), node.keyring (peer, client: checks AUTH on --resp),
     /// client.keyring (client). Give each process its own with TANDEM_KEYRING=FILE.
     Split {
         #[arg(long)]
@@ -35,7 +35,8 @@ pub const KEYRINGS: [(&str, &[Role]); 5] = [
     ("membership", &[Role::Admin, Role::Compute]),
     // The client key checks AUTH on `compute-server --resp`.
     ("compute-server", &[Role::Compute, Role::Client]),
-    ("node", &[Role::Peer]),
+    // The client key checks AUTH on `node --resp`.
+    ("node", &[Role::Peer, Role::Client]),
     ("client", &[Role::Client]),
 ];
 

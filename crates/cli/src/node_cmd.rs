@@ -73,6 +73,13 @@ pub struct NodeArgs {
     /// no-stall-timer (a message lost with a link stalls a follower or the leader for good).
     #[arg(long, hide = true)]
     mutant: Option<String>,
+    /// Serve Redis's protocol (RESP2) here: each connection is a client session of this node in
+    /// its model (ddp; values are 64-bit integers; docs/RESP.md). AUTH with the client key.
+    #[arg(long)]
+    resp: Option<SocketAddr>,
+    /// Connections served at once on --resp.
+    #[arg(long, default_value_t = 256)]
+    max_clients: usize,
 }
 
 /// This node's (or manager's, or load's) credentials: `--secret`, else
@@ -84,6 +91,12 @@ fn secret(flag: Option<&str>) -> Result<tandem_fabric::auth::Keyring, String> {
 pub fn node(a: NodeArgs) -> Result<(), String> {
     match a.system.as_str() {
         "ddp" => {}
+        _ if a.resp.is_some() && a.system != "ddp" => {
+            return Err(format!(
+                "--resp: {} is not served over RESP yet (ddp is)",
+                a.system
+            ))
+        }
         "kite" => return kite_node(a),
         "zab" => return zab_node(a),
         "ddp-echo" => return ddp_echo_node(a),
@@ -113,12 +126,42 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
             return Err(format!("--nvm-corrupt move-aside is refused for {model}: a Causal or Eventual node takes its next incarnation from its NVM, so with an empty one it would reuse update ids the others have applied"));
         }
     }
+    if let Some(addr) = a.resp {
+        serve_resp(&a, &cfg, model, addr)?;
+    }
     let factory = DdpFactory {
         bugs: Bugs::parse(&protocol_bugs(&a.bugs))?,
         heal,
         ..DdpFactory::new(model, Params::TCP)
     };
     host::run(cfg, listener, factory).map_err(|e| node_error(a.id, &e))
+}
+
+/// Start this node's RESP front end (its sessions reach the node over loopback).
+fn serve_resp(
+    a: &NodeArgs,
+    cfg: &HostConfig,
+    model: Model,
+    addr: SocketAddr,
+) -> Result<(), String> {
+    let password = crate::serve_cmd::client_password(Some(&cfg.keys), addr.ip())?;
+    let listener =
+        TcpListener::bind(addr).map_err(|e| format!("--resp: cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("node {}: RESP on {bound} (AUTH with the client key)", a.id);
+    let front = tandem_ddp_lab::resp::DdpResp {
+        node: a.id,
+        node_addr: cfg.peers[a.id as usize].1,
+        model,
+        keys: cfg.keys.clone(),
+        password,
+        bounds: tandem_resp::blocking::Bounds {
+            limits: tandem_resp::Limits::default(),
+            max_clients: a.max_clients.max(1),
+        },
+    };
+    tandem_ddp_lab::resp::spawn(front, listener).map_err(|e| format!("--resp: {e}"))?;
+    Ok(())
 }
 
 /// The runtime's own planted bugs (`--inject-bug ignore-lease`): the node

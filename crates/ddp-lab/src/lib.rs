@@ -25,4 +25,5 @@ pub mod load;
 pub mod machine;
 pub mod nemesis;
 pub mod procs;
+pub mod resp;
 pub mod tcp;

@@ -17,6 +17,7 @@
 //! strings, nil, arrays); [`control`] answers the commands of a connection
 //! rather than of a store, the same on every front end.
 
+pub mod blocking;
 pub mod control;
 mod parse;
 mod reply;
@@ -27,3 +28,13 @@ pub use reply::Reply;
 
 /// One command: its name and arguments, as the client sent them.
 pub type Request = Vec<Vec<u8>>;
+
+/// A key's 64-bit hash (FNV-1a), for stores whose keys are 64-bit words.
+pub fn fnv1a64(key: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}

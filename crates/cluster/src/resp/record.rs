@@ -24,11 +24,7 @@ pub struct Record {
 
 /// The slot key of `key` (FNV-1a, 64 bits; Pandora reserves `u64::MAX`).
 pub fn slot_key(key: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in key {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let h = tandem_resp::fnv1a64(key);
     if h == NO_KEY {
         h - 1
     } else {
