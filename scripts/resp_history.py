@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""Record a history of MULTI/EXEC transactions against Tandem RESP ports
-with a client library nobody here wrote (redis-py), for `tandem check`.
+"""Record a history against Tandem RESP ports with a client library nobody
+here wrote (redis-py), for `tandem check`.
 
     usage: resp_history.py --ports P1,P2 [--password PW] [--clients 6]
-                           [--keys 6] [--seconds 8] --out HISTORY.jsonl
+                           [--keys 6] [--seconds 8] [--mode multi|register]
+                           --out HISTORY.jsonl
 
-Each client runs, on one connection at a time, transactions that read two
-keys and write both (a unique value each), or read three. A reply tells the
-outcome: EXEC's array committed; -INDOUBT, no reply, or a dropped connection
-unknown (then the client reconnects to the next port); -TRYAGAIN,
--CLUSTERDOWN and -OOM say nothing was written (aborted). A last transaction
-reads every key. Prints a JSON summary on stdout."""
+--mode multi (for `tandem check`, strict serializability): each client runs,
+on one connection at a time, MULTI/EXEC transactions that read two keys and
+write both (a unique value each), or read three. A reply tells the outcome:
+EXEC's array committed; -INDOUBT, no reply, or a dropped connection unknown
+(then the client reconnects to the next port); -TRYAGAIN, -CLUSTERDOWN and
+-OOM say nothing was written (aborted). A last transaction reads every key.
+
+--mode register (for `tandem check --model linearizable`): single GETs and
+SETs of unique integers, one operation per line, keys numbered.
+
+Prints a JSON summary on stdout."""
 import argparse
 import json
 import random
@@ -28,6 +34,7 @@ ap.add_argument("--clients", type=int, default=6)
 ap.add_argument("--keys", type=int, default=6)
 ap.add_argument("--seconds", type=float, default=8.0)
 ap.add_argument("--out", required=True)
+ap.add_argument("--mode", choices=["multi", "register"], default="multi")
 args = ap.parse_args()
 ports = [int(p) for p in args.ports.split(",")]
 keys = [f"h:{i}" for i in range(args.keys)]
@@ -80,12 +87,37 @@ def one(r, port, rng, client, seq):
         return rec, isinstance(e, redis.ResponseError)
 
 
+def register_op(r, port, rng, client, seq):
+    """One GET or SET of a unique integer: its record, and whether the connection is still good."""
+    k = rng.randrange(args.keys)
+    rec = {"session": client, "node": ports.index(port), "key": k, "invoke_ns": time.monotonic_ns() - start}
+    write = rng.random() < 0.5
+    rec.update({"op": "write", "value": client * 10**9 + seq} if write else {"op": "read", "value": None})
+    try:
+        got = r.set(keys[k], rec["value"]) if write else r.get(keys[k])
+        rec["complete_ns"] = time.monotonic_ns() - start
+        rec["ok"] = True
+        if not write:
+            rec["value"] = None if got is None else int(got)
+        rec["outcome"] = "committed"
+        return rec, True
+    except redis.RedisError as e:
+        outcome = outcome_of(e)
+        rec["outcome"] = outcome
+        rec["ok"] = False
+        if outcome == "aborted" or not write:
+            # Nothing was written, or a read that returned nothing: no effect.
+            rec["complete_ns"] = time.monotonic_ns() - start
+        return rec, isinstance(e, redis.ResponseError)
+
+
 def client_loop(client):
     rng = random.Random(client)
     at = client % len(ports)
     r, seq = connect(ports[at]), 0
+    step = register_op if args.mode == "register" else one
     while time.monotonic_ns() < deadline:
-        rec, good = one(r, ports[at], rng, client, seq)
+        rec, good = step(r, ports[at], rng, client, seq)
         seq += 1
         with lock:
             history.append(rec)
@@ -122,8 +154,12 @@ for t in threads:
     t.start()
 for t in threads:
     t.join()
-history.append(final_read())
+if args.mode == "multi":
+    history.append(final_read())
 with open(args.out, "w") as f:
     for rec in history:
+        if args.mode == "register":
+            rec.pop("outcome", None)
+            rec.setdefault("complete_ns", None)
         f.write(json.dumps(rec) + "\n")
 print(json.dumps(tally))

@@ -155,6 +155,7 @@ fn serve_resp(
         model,
         keys: cfg.keys.clone(),
         password,
+        bug_cached_reads: a.bugs.iter().any(|b| b == RESP_CACHED_READS),
         bounds: tandem_resp::blocking::Bounds {
             limits: tandem_resp::Limits::default(),
             max_clients: a.max_clients.max(1),
@@ -169,11 +170,13 @@ fn serve_resp(
 /// it counts each lease from when the grant arrived.
 const IGNORE_LEASE: &str = "ignore-lease";
 const LEASE_FROM_RECEIPT: &str = "lease-from-receipt";
+/// The RESP front end's planted bug: `GET`s answered from its own writes.
+const RESP_CACHED_READS: &str = "resp-cached-reads";
 
 /// The `--inject-bug` names that are the protocol engine's.
 fn protocol_bugs(bugs: &[String]) -> Vec<String> {
     bugs.iter()
-        .filter(|b| *b != IGNORE_LEASE && *b != LEASE_FROM_RECEIPT)
+        .filter(|b| ![IGNORE_LEASE, LEASE_FROM_RECEIPT, RESP_CACHED_READS].contains(&b.as_str()))
         .cloned()
         .collect()
 }

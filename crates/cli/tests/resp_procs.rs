@@ -89,13 +89,13 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
 /// Wait (bounded) until `port` answers commands again.
 fn serving(port: u16) -> String {
     for _ in 0..100 {
-        let r = redis_cli(port, &["set", "probe", "x"]);
+        let r = redis_cli(port, &["set", "probe", "1"]);
         if r == "OK" {
             return r;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    redis_cli(port, &["set", "probe", "x"])
+    redis_cli(port, &["set", "probe", "1"])
 }
 
 /// redis-py's directory, or `None` (skip) where it cannot be installed.
@@ -304,4 +304,273 @@ fn the_resp_doc_cluster_block_runs_as_written() {
         "node 1 was not fenced: {stdout}\n{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Start `tandem ARGS`; its stdout lines until one contains `marker` (that one last).
+fn spawn_until(args: &[String], marker: &str, log: &Path) -> (Proc, Vec<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .env("TANDEM_SECRET", SECRET)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            panic!("{args:?} ended before saying {marker:?}: {lines:?}");
+        }
+        lines.push(line.trim().to_string());
+        if line.contains(marker) {
+            return (Proc(child), lines);
+        }
+    }
+}
+
+/// Three DDP nodes of `model` with a manager, each serving RESP.
+struct DdpNodes {
+    dir: std::path::PathBuf,
+    model: String,
+    peers: String,
+    manager: String,
+    nodes: Vec<Option<Proc>>,
+    resp: Vec<u16>,
+    _manager: Proc,
+}
+
+impl DdpNodes {
+    fn start(model: &str, tag: &str, bug: Option<&str>) -> DdpNodes {
+        let dir =
+            std::env::temp_dir().join(format!("tandem-resp-ddp-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let peers: Vec<String> = (0..3)
+            .map(|_| tandem_net::ports::reserve_loopback().unwrap().to_string())
+            .collect();
+        let args: Vec<String> = [
+            "ddp",
+            "manager",
+            "--listen",
+            "127.0.0.1:0",
+            "--nodes",
+            "3",
+            "--state",
+        ]
+        .map(String::from)
+        .into_iter()
+        .chain([dir.join("manager.state").display().to_string()])
+        .collect();
+        let (manager_proc, lines) = spawn_until(&args, "listening on", &dir.join("manager.log"));
+        let manager = lines
+            .last()
+            .unwrap()
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        let mut c = DdpNodes {
+            dir,
+            model: model.into(),
+            peers: peers.join(","),
+            manager,
+            nodes: Vec::new(),
+            resp: Vec::new(),
+            _manager: manager_proc,
+        };
+        for i in 0..3 {
+            let (p, port) = c.node(i, "127.0.0.1:0", bug);
+            c.nodes.push(Some(p));
+            c.resp.push(port);
+        }
+        c
+    }
+
+    /// Start node `i` (again), serving RESP on `resp`; its RESP port.
+    fn node(&self, i: u16, resp: &str, bug: Option<&str>) -> (Proc, u16) {
+        let mut args: Vec<String> = [
+            "node",
+            "--model",
+            &self.model,
+            "--id",
+            &i.to_string(),
+            "--peers",
+            &self.peers,
+            "--manager",
+            &self.manager,
+            "--resp",
+            resp,
+            "--nvm",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.push(self.dir.join(format!("node{i}.nvm")).display().to_string());
+        if let Some(b) = bug {
+            args.extend(["--inject-bug".to_string(), b.to_string()]);
+        }
+        let (p, lines) = spawn_until(
+            &args,
+            "RESP on",
+            &self
+                .dir
+                .join(format!("node{i}-{}.log", resp.replace(':', "_"))),
+        );
+        let port = lines
+            .last()
+            .unwrap()
+            .split("RESP on 127.0.0.1:")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap();
+        (p, port)
+    }
+}
+
+impl Drop for DdpNodes {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `redis-cli` against a DDP node: what each model gives, and what it refuses.
+#[test]
+fn ddp_nodes_answer_redis_cli_in_their_model() {
+    if pyredis().is_none() {
+        return;
+    }
+    let c = DdpNodes::start("lin-synch", "cli", None);
+    let (p0, p1) = (c.resp[0], c.resp[1]);
+    assert_eq!(serving(p0), "OK");
+    assert_eq!(redis_cli(p0, &["set", "k", "42"]), "OK");
+    assert_eq!(redis_cli(p1, &["get", "k"]), "42");
+    assert_eq!(redis_cli(p1, &["exists", "k"]), "1");
+    for (args, refusal) in [
+        (&["set", "k", "hello"][..], "stores 64-bit integers"),
+        (&["set", "k", "007"][..], "stores 64-bit integers"),
+        (&["incr", "k"][..], "needs a transaction"),
+        (&["mset", "a", "1", "b", "2"][..], "needs a transaction"),
+        (&["del", "k"][..], "cannot be deleted"),
+        (&["multi"][..], "MULTI needs a transaction"),
+        (&["tandem.persist"][..], "no scopes"),
+        (&["set", "k", "1", "nx"][..], "writes are blind"),
+    ] {
+        let r = redis_cli(p0, args);
+        assert!(r.contains(refusal), "{args:?}: {r}");
+    }
+    assert_eq!(
+        redis_cli(p1, &["get", "k"]),
+        "42",
+        "a refused command changed the key"
+    );
+    let info = redis_cli(p1, &["info"]);
+    assert!(
+        info.contains("tandem_model:lin-synch") && info.contains("tandem_node:1"),
+        "{info}"
+    );
+    drop(c);
+
+    let t = DdpNodes::start("trans-synch", "trans", None);
+    assert_eq!(serving(t.resp[0]), "OK");
+    let script =
+        "MULTI\nSET x 1\nINCRBY x 5\nGET x\nMGET x probe\nEXEC\nINCR x\nMSET a 1 b 2\nMGET a b\n";
+    let out = Command::new("redis-cli")
+        .args([
+            "-p",
+            &t.resp[1].to_string(),
+            "-a",
+            &client_key(),
+            "--no-auth-warning",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut ch| {
+            use std::io::Write;
+            ch.stdin.take().unwrap().write_all(script.as_bytes())?;
+            ch.wait_with_output()
+        })
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "OK", "QUEUED", "QUEUED", "QUEUED", "QUEUED", "OK", "6", "6", "6", "1", "7", "OK", "1",
+            "2"
+        ],
+        "{text}"
+    );
+}
+
+/// redis-py records single reads and writes against three ⟨Lin, Synch⟩
+/// nodes while one is killed with `kill -9` and started again;
+/// `tandem check --model linearizable` passes the history, and fails it
+/// when the front end answers reads from its own writes (a planted bug).
+#[test]
+fn an_external_history_against_ddp_is_linearizable_through_kill_dash_nine() {
+    let Some(pypath) = pyredis() else { return };
+    for bug in [None, Some("resp-cached-reads")] {
+        let mut c = DdpNodes::start("lin-synch", if bug.is_some() { "bug" } else { "lin" }, bug);
+        for &p in &c.resp {
+            assert_eq!(serving(p), "OK");
+        }
+        let history = c.dir.join("history.jsonl");
+        let ports: Vec<String> = c.resp.iter().map(u16::to_string).collect();
+        let py = Command::new("python3")
+            .arg(common::workspace().join("scripts/resp_history.py"))
+            .args([
+                "--mode",
+                "register",
+                "--ports",
+                &ports.join(","),
+                "--password",
+                &client_key(),
+                "--seconds",
+                "6",
+                "--keys",
+                "5",
+            ])
+            .arg("--out")
+            .arg(&history)
+            .env("PYTHONPATH", &pypath)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+        c.nodes[2] = None; // kill -9
+        std::thread::sleep(Duration::from_millis(1500));
+        let again = c.node(2, &format!("127.0.0.1:{}", c.resp[2]), bug);
+        c.nodes[2] = Some(again.0);
+        let out = py.wait_with_output().unwrap();
+        let summary = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "the history client failed: {summary}");
+        let s: serde_json::Value = serde_json::from_str(summary.trim()).unwrap();
+        assert!(s["committed"].as_u64().unwrap() > 1000, "{summary}");
+        assert!(
+            s["errors"]["ConnectionError"].as_u64().unwrap_or(0) > 0,
+            "no client saw the kill: {summary}"
+        );
+        let check = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["check", "--model", "linearizable"])
+            .arg(&history)
+            .output()
+            .unwrap();
+        let verdict = String::from_utf8_lossy(&check.stdout).into_owned()
+            + &String::from_utf8_lossy(&check.stderr);
+        match bug {
+            None => assert!(
+                check.status.success() && verdict.contains("linearizable:"),
+                "{verdict}\nclient: {summary}"
+            ),
+            Some(b) => assert!(
+                !check.status.success() && verdict.contains("NotLinearizable"),
+                "{b} not caught: {verdict}"
+            ),
+        }
+        // Node 2 serves again after its restart.
+        assert_eq!(serving(c.resp[2]), "OK");
+    }
 }

@@ -44,12 +44,17 @@ pub struct DdpResp {
     /// `AUTH` must present this (the client key, hex); none: loopback only.
     pub password: Option<String>,
     pub bounds: Bounds,
+    /// Test-only planted bug: answer `GET` from the last value this front
+    /// end wrote, without asking the node (a front-end cache), so that a
+    /// test can show the history check catch it.
+    pub bug_cached_reads: bool,
 }
 
 struct Shared {
     cfg: DdpResp,
     clients: Clients,
     commands: AtomicU64,
+    cache: std::sync::Mutex<std::collections::HashMap<u64, i64>>,
 }
 
 /// Serve RESP on `listener` from a thread of its own.
@@ -58,6 +63,7 @@ pub fn spawn(cfg: DdpResp, listener: TcpListener) -> std::io::Result<std::thread
         cfg,
         clients: Clients::default(),
         commands: AtomicU64::new(0),
+        cache: Default::default(),
     });
     let (bounds, clients) = (shared.cfg.bounds, shared.clients.clone());
     std::thread::Builder::new()
@@ -312,6 +318,9 @@ impl DdpConn {
 
     /// A read or a write, in transaction `tx` if given.
     fn plain(&mut self, cmd: &Cmd, tx: Option<u64>) -> Result<Reply, Lost> {
+        if let Some(r) = self.planted_cache(cmd) {
+            return Ok(r);
+        }
         let after = self.past.clone();
         let op = match *cmd {
             Cmd::Get(key) | Cmd::Exists(key) => Op::Read { key, after, tx },
@@ -383,6 +392,27 @@ impl DdpConn {
             Ok(DdpReply::ScopeLost { .. }) => Reply::err("SCOPELOST the scope's writes are not all known at this node (the session moved after a crash): none was made durable as part of it"),
             Ok(other) => refusal(other),
             Err(Lost::Unreachable(e) | Lost::Silent(e)) => Reply::err(format!("INDOUBT the node did not answer the persist ({e}): the scope may or may not be durable")),
+        }
+    }
+}
+
+impl DdpConn {
+    /// The planted front-end cache (`bug_cached_reads`): a `GET` of a key
+    /// this front end wrote is answered from memory; a `SET` is remembered.
+    fn planted_cache(&self, cmd: &Cmd) -> Option<Reply> {
+        if !self.shared.cfg.bug_cached_reads {
+            return None;
+        }
+        let mut cache = self.shared.cache.lock().expect("not poisoned");
+        match *cmd {
+            Cmd::Get(k) => cache
+                .get(&k)
+                .map(|v| Reply::Bulk(v.to_string().into_bytes())),
+            Cmd::Set(k, v) => {
+                cache.insert(k, v);
+                None
+            }
+            _ => None,
         }
     }
 }
