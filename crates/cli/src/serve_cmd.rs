@@ -14,7 +14,7 @@ use tandem_fabric::auth::Keyring;
 #[derive(Args)]
 pub struct ServeArgs {
     /// The store: pandora (strictly serializable transactions; MULTI/EXEC is one). DDP and Kite
-    /// are not served over RESP yet: their values are 64-bit words, not byte strings.
+    /// are not embedded here yet: a DDP node serves RESP itself (`tandem node --resp`, 64-bit integer values).
     #[arg(long, default_value = "pandora")]
     system: String,
     /// The RESP port (0: one the kernel picks, printed on the first line).
@@ -41,7 +41,7 @@ pub struct ServeArgs {
 pub fn run(a: ServeArgs) -> Result<(), String> {
     if a.system != "pandora" {
         return Err(format!(
-            "--system {}: only pandora is served over RESP so far (DDP's and Kite's values are 64-bit words, not the byte strings Redis clients store)",
+            "--system {}: only pandora is embedded by tandem serve so far; a DDP node serves RESP itself (tandem node --resp ADDR, 64-bit integer values; docs/RESP.md), Kite not yet",
             a.system
         ));
     }

@@ -428,7 +428,7 @@ fn bad_options_are_refused_before_anything_listens() {
     common::fails_with(&["serve", "--slot-bytes", "10"], "must be 16..=4096");
     common::fails_with(
         &["serve", "--system", "ddp"],
-        "only pandora is served over RESP",
+        "only pandora is embedded by tandem serve",
     );
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["serve", "--bind", "0.0.0.0", "--port", "0"])
