@@ -337,11 +337,17 @@ struct DdpNodes {
     manager: String,
     nodes: Vec<Option<Proc>>,
     resp: Vec<u16>,
+    /// More arguments for every node.
+    extra: Vec<String>,
     _manager: Proc,
 }
 
 impl DdpNodes {
     fn start(model: &str, tag: &str, bug: Option<&str>) -> DdpNodes {
+        Self::start_with(model, tag, bug, &[])
+    }
+
+    fn start_with(model: &str, tag: &str, bug: Option<&str>, extra: &[&str]) -> DdpNodes {
         let dir =
             std::env::temp_dir().join(format!("tandem-resp-ddp-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -377,6 +383,7 @@ impl DdpNodes {
             manager,
             nodes: Vec::new(),
             resp: Vec::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
             _manager: manager_proc,
         };
         for i in 0..3 {
@@ -409,6 +416,7 @@ impl DdpNodes {
         if let Some(b) = bug {
             args.extend(["--inject-bug".to_string(), b.to_string()]);
         }
+        args.extend(self.extra.iter().cloned());
         let (p, lines) = spawn_until(
             &args,
             "RESP on",
@@ -573,4 +581,17 @@ fn an_external_history_against_ddp_is_linearizable_through_kill_dash_nine() {
         // Node 2 serves again after its restart.
         assert_eq!(serving(c.resp[2]), "OK");
     }
+}
+
+/// A hostile client against a DDP node's RESP port (a thread per
+/// connection): answered, bounded, and the node keeps serving.
+#[test]
+fn a_hostile_client_leaves_a_ddp_node_alive_and_serving_others() {
+    let mut c = DdpNodes::start_with("lin-synch", "hostile", None, &["--max-clients", "8"]);
+    assert_eq!(serving(c.resp[0]), "OK");
+    let port = c.resp[0];
+    let node = c.nodes[0].as_mut().unwrap();
+    common::resp_attack(port, Some(&client_key()), 8, &mut || {
+        node.0.try_wait().unwrap().is_none()
+    });
 }

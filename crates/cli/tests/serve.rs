@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -52,31 +52,7 @@ fn serve(extra: &[&str]) -> Serve {
     Serve { child, port }
 }
 
-/// Send `wire`, read what comes back until 300 ms pass without more (10 s
-/// at most for the first byte).
-fn call(c: &mut TcpStream, wire: &[u8]) -> String {
-    c.write_all(wire).unwrap();
-    c.set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        match c.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(_) if !out.is_empty() => break,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < until => {
-                continue
-            }
-            Err(e) => panic!(
-                "no answer to {:?}: {e}",
-                String::from_utf8_lossy(&wire[..wire.len().min(60)])
-            ),
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+use common::call;
 
 fn connect(s: &Serve) -> TcpStream {
     TcpStream::connect(("127.0.0.1", s.port)).unwrap()
@@ -298,65 +274,8 @@ fn redis_benchmark_runs_against_the_store() {
 #[test]
 fn a_hostile_client_leaves_the_store_alive_and_serving_others() {
     let mut s = serve(&["--max-clients", "8"]);
-    let mut good = connect(&s);
-    let refused = |wire: &[u8], want: &str| {
-        let mut c = connect(&s);
-        let out = call(&mut c, wire);
-        assert!(out.contains(want), "{want}: {out}");
-    };
-    refused(b"*x\r\n", "Protocol error: invalid multibulk length");
-    refused(
-        b"*1\r\n$99999999999\r\n",
-        "Protocol error: invalid bulk length",
-    );
-    refused(
-        b"*99999999999\r\n",
-        "Protocol error: invalid multibulk length",
-    );
-    refused(
-        &b"*1\r\n".repeat(100_000),
-        "Protocol error: expected '$', got '*'",
-    );
-    refused(&[b'a'; 100_000], "Protocol error: too big inline request");
-    refused(
-        &[&[0xffu8; 64][..], b"\r\n"].concat(),
-        "-ERR unknown command",
-    );
-    // A million empty lines cost nothing but reading them.
-    let mut blank = connect(&s);
-    let mut wire = b"\r\n".repeat(1_000_000);
-    wire.extend_from_slice(b"PING\r\n");
-    assert_eq!(call(&mut blank, &wire), "+PONG\r\n");
-    // A request a byte at a time, while another client is served.
-    let mut slow = connect(&s);
-    for &b in b"*3\r\n$3\r\nSET\r\n$4\r\nslow\r\n$1\r\n1\r\n".iter() {
-        slow.write_all(&[b]).unwrap();
-        assert_eq!(call(&mut good, b"PING\r\n"), "+PONG\r\n");
-    }
-    assert_eq!(call(&mut slow, b""), "+OK\r\n");
-    // A pipeline written and never read: the server stops reading it.
-    let mut flood = connect(&s);
-    flood
-        .set_write_timeout(Some(Duration::from_secs(2)))
-        .unwrap();
-    let burst = b"SET f 1\r\n".repeat(10_000);
-    let mut sent = 0;
-    while sent < 200 && flood.write_all(&burst).is_ok() {
-        sent += 1;
-    }
-    assert!(
-        sent < 200,
-        "the server read 2,000,000 requests nobody read the answers of"
-    );
-    assert_eq!(call(&mut good, b"GET slow\r\n"), "$1\r\n1\r\n");
-    // Past --max-clients: told, and closed.
-    let extra: Vec<TcpStream> = (0..8).map(|_| connect(&s)).collect();
-    let mut over = connect(&s);
-    assert!(call(&mut over, b"PING\r\n").contains("max number of clients reached"));
-    drop(extra);
-    drop(flood);
-    assert!(s.child.try_wait().unwrap().is_none(), "tandem serve died");
-    assert_eq!(call(&mut good, b"PING\r\n"), "+PONG\r\n");
+    let port = s.port;
+    common::resp_attack(port, None, 8, &mut || s.child.try_wait().unwrap().is_none());
 }
 
 /// redis-py (from PyPI, by `scripts/pyredis.sh`) runs its checks through

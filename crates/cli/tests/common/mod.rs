@@ -148,3 +148,129 @@ pub fn wait_for_log(path: &std::path::Path, what: &[&str], timeout: std::time::D
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Send `wire`, read what comes back until 300 ms pass without more (10 s
+/// at most for the first byte).
+pub fn call(c: &mut std::net::TcpStream, wire: &[u8]) -> String {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    c.write_all(wire).unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) if !out.is_empty() => break,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < until => {
+                continue
+            }
+            Err(e) => panic!(
+                "no answer to {:?}: {e}",
+                String::from_utf8_lossy(&wire[..wire.len().min(60)])
+            ),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What a hostile client tries against a RESP port serving at most
+/// `max_clients` (`auth`: the password its connections must give first):
+/// garbage, huge lengths, deep nesting, endless blank lines, a request a
+/// byte at a time, a pipeline never read, one connection too many. The
+/// server must answer, stay bounded and keep serving a well-behaved
+/// client; `alive` says whether its process still runs.
+pub fn resp_attack(
+    port: u16,
+    auth: Option<&str>,
+    max_clients: usize,
+    alive: &mut dyn FnMut() -> bool,
+) {
+    use std::io::Write;
+    use std::net::TcpStream;
+    use std::time::Duration;
+    let hello = auth.map_or(String::new(), |pw| format!("AUTH {pw}\r\n"));
+    let ok = if auth.is_some() { "+OK\r\n" } else { "" };
+    let connect = || {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        if !hello.is_empty() {
+            assert_eq!(call(&mut c, hello.as_bytes()), ok);
+        }
+        c
+    };
+    let mut good = connect();
+    let refused = |wire: &[u8], want: &str| {
+        let mut c = connect();
+        let out = call(&mut c, wire);
+        assert!(out.contains(want), "{want}: {out}");
+    };
+    refused(b"*x\r\n", "Protocol error: invalid multibulk length");
+    refused(
+        b"*1\r\n$99999999999\r\n",
+        "Protocol error: invalid bulk length",
+    );
+    refused(
+        b"*99999999999\r\n",
+        "Protocol error: invalid multibulk length",
+    );
+    refused(
+        &b"*1\r\n".repeat(100_000),
+        "Protocol error: expected '$', got '*'",
+    );
+    refused(&[b'a'; 100_000], "Protocol error: too big inline request");
+    refused(
+        &[&[0xffu8; 64][..], b"\r\n"].concat(),
+        "-ERR unknown command",
+    );
+    // A million empty lines cost nothing but reading them.
+    let mut blank = connect();
+    let mut wire = b"\r\n".repeat(1_000_000);
+    wire.extend_from_slice(b"PING\r\n");
+    assert_eq!(call(&mut blank, &wire), "+PONG\r\n");
+    // A request a byte at a time, while another client is served.
+    let mut slow = connect();
+    for &b in b"*3\r\n$3\r\nSET\r\n$4\r\nslow\r\n$1\r\n1\r\n".iter() {
+        slow.write_all(&[b]).unwrap();
+        assert_eq!(call(&mut good, b"PING\r\n"), "+PONG\r\n");
+    }
+    assert_eq!(call(&mut slow, b""), "+OK\r\n");
+    // A pipeline written and never read: the server stops reading it.
+    let mut flood = connect();
+    flood
+        .set_write_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let burst = b"PING\r\n".repeat(10_000);
+    let mut sent = 0;
+    while sent < 200 && flood.write_all(&burst).is_ok() {
+        sent += 1;
+    }
+    assert!(
+        sent < 200,
+        "the server read 2,000,000 requests whose answers nobody read"
+    );
+    assert_eq!(call(&mut good, b"GET slow\r\n"), "$1\r\n1\r\n");
+    // Past the connection limit: told, and closed. Connections still
+    // closing count for a moment, so the ones over the limit are opened
+    // until one is refused.
+    let mut extra = Vec::new();
+    let over = loop {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let out = call(&mut c, b"PING\r\n");
+        if out.contains("max number of clients reached") {
+            break out;
+        }
+        extra.push(c);
+        assert!(
+            extra.len() <= max_clients,
+            "connections served past a limit of {max_clients}"
+        );
+    };
+    assert!(over.contains("max number of clients"), "{over}");
+    drop(extra);
+    drop(flood);
+    assert!(alive(), "the server died");
+    assert_eq!(call(&mut good, b"PING\r\n"), "+PONG\r\n");
+}
