@@ -13,6 +13,7 @@ use tandem_net::host::{self, HostConfig};
 use tandem_net::manager::{self, ManagerConfig};
 use tandem_net::manager_store::{FileStore, ManagerStore};
 use tandem_net::nvm_file::{self, OnCorrupt};
+use tandem_resp::blocking::Bounds;
 use tandem_ycsb::Ycsb;
 
 use crate::args::{parse_addrs, require_keyring};
@@ -73,8 +74,9 @@ pub struct NodeArgs {
     /// no-stall-timer (a message lost with a link stalls a follower or the leader for good).
     #[arg(long, hide = true)]
     mutant: Option<String>,
-    /// Serve Redis's protocol (RESP2) here: each connection is a client session of this node in
-    /// its model (ddp; values are 64-bit integers; docs/RESP.md). AUTH with the client key.
+    /// Serve Redis's protocol (RESP2) here: each connection is a client session of this node (ddp:
+    /// in its model; kite and zab: relaxed GET/SET, KITE.ACQUIRE/RELEASE/CAS, INCR as fetch-and-add);
+    /// values are 64-bit integers (docs/RESP.md). AUTH with the client key.
     #[arg(long)]
     resp: Option<SocketAddr>,
     /// Connections served at once on --resp.
@@ -91,11 +93,8 @@ fn secret(flag: Option<&str>) -> Result<tandem_fabric::auth::Keyring, String> {
 pub fn node(a: NodeArgs) -> Result<(), String> {
     match a.system.as_str() {
         "ddp" => {}
-        _ if a.resp.is_some() && a.system != "ddp" => {
-            return Err(format!(
-                "--resp: {} is not served over RESP yet (ddp is)",
-                a.system
-            ))
+        "ddp-echo" if a.resp.is_some() => {
+            return Err("--resp: ddp-echo carries messages only".into())
         }
         "kite" => return kite_node(a),
         "zab" => return zab_node(a),
@@ -137,18 +136,32 @@ pub fn node(a: NodeArgs) -> Result<(), String> {
     host::run(cfg, listener, factory).map_err(|e| node_error(a.id, &e))
 }
 
-/// Start this node's RESP front end (its sessions reach the node over loopback).
+/// `--resp`'s listener, bound and announced, the password `AUTH` needs, and the bounds.
+fn resp_port(
+    a: &NodeArgs,
+    cfg: &HostConfig,
+    addr: SocketAddr,
+) -> Result<(TcpListener, Option<String>, Bounds), String> {
+    let password = crate::serve_cmd::client_password(Some(&cfg.keys), addr.ip())?;
+    let listener =
+        TcpListener::bind(addr).map_err(|e| format!("--resp: cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("node {}: RESP on {bound} (AUTH with the client key)", a.id);
+    let bounds = Bounds {
+        limits: tandem_resp::Limits::default(),
+        max_clients: a.max_clients.max(1),
+    };
+    Ok((listener, password, bounds))
+}
+
+/// Start this DDP node's RESP front end (its sessions reach the node over loopback).
 fn serve_resp(
     a: &NodeArgs,
     cfg: &HostConfig,
     model: Model,
     addr: SocketAddr,
 ) -> Result<(), String> {
-    let password = crate::serve_cmd::client_password(Some(&cfg.keys), addr.ip())?;
-    let listener =
-        TcpListener::bind(addr).map_err(|e| format!("--resp: cannot listen on {addr}: {e}"))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("node {}: RESP on {bound} (AUTH with the client key)", a.id);
+    let (listener, password, bounds) = resp_port(a, cfg, addr)?;
     let front = tandem_ddp_lab::resp::DdpResp {
         node: a.id,
         node_addr: cfg.peers[a.id as usize].1,
@@ -156,12 +169,25 @@ fn serve_resp(
         keys: cfg.keys.clone(),
         password,
         bug_cached_reads: a.bugs.iter().any(|b| b == RESP_CACHED_READS),
-        bounds: tandem_resp::blocking::Bounds {
-            limits: tandem_resp::Limits::default(),
-            max_clients: a.max_clients.max(1),
-        },
+        bounds,
     };
     tandem_ddp_lab::resp::spawn(front, listener).map_err(|e| format!("--resp: {e}"))?;
+    Ok(())
+}
+
+/// Start a Kite or ZAB node's RESP front end (Kite's client API).
+fn serve_kite_resp(a: &NodeArgs, cfg: &HostConfig) -> Result<(), String> {
+    let Some(addr) = a.resp else { return Ok(()) };
+    let (listener, password, bounds) = resp_port(a, cfg, addr)?;
+    let front = tandem_kite_lab::resp::KiteResp {
+        node: a.id,
+        system: a.system.clone(),
+        node_addr: cfg.peers[a.id as usize].1,
+        keys: cfg.keys.clone(),
+        password,
+        bounds,
+    };
+    tandem_kite_lab::resp::spawn(front, listener).map_err(|e| format!("--resp: {e}"))?;
     Ok(())
 }
 
@@ -270,6 +296,7 @@ fn kite_node(a: NodeArgs) -> Result<(), String> {
         a.id,
         kcfg.timeout_ns / 1000
     );
+    serve_kite_resp(&a, &cfg)?;
     host::run(cfg, listener, tandem_kite::simcheck::KiteFactory(kcfg))
         .map_err(|e| node_error(a.id, &e))
 }
@@ -328,6 +355,7 @@ fn zab_node(a: NodeArgs) -> Result<(), String> {
         a.id,
         if a.id == 0 { "leader" } else { "follower" }
     );
+    serve_kite_resp(&a, &cfg)?;
     host::run(
         cfg,
         listener,

@@ -22,7 +22,7 @@
 //! squashed answers `-TRYAGAIN`; an unknown commit outcome `-INDOUBT`.
 
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,9 +30,9 @@ use tandem_auth::Keyring;
 use tandem_ddp::upd::vector::Vector;
 use tandem_ddp::{Consistency, Model, Op, Persistency, Reply as DdpReply};
 use tandem_net::client::Client;
-use tandem_resp::blocking::{self, Bounds, Clients, Handler};
-use tandem_resp::control::{name, same_secret, unknown, wrong_args};
-use tandem_resp::{Conn, Reply, Request, Server};
+use tandem_resp::blocking::{self, Bounds, Handler};
+use tandem_resp::control::{name, unknown, wrong_args};
+use tandem_resp::{Conn, Reply, Request};
 
 /// What a node's RESP front end serves.
 pub struct DdpResp {
@@ -52,20 +52,24 @@ pub struct DdpResp {
 
 struct Shared {
     cfg: DdpResp,
-    clients: Clients,
-    commands: AtomicU64,
+    front: blocking::Shared,
     cache: std::sync::Mutex<std::collections::HashMap<u64, i64>>,
 }
 
 /// Serve RESP on `listener` from a thread of its own.
 pub fn spawn(cfg: DdpResp, listener: TcpListener) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let info = vec![
+        ("tandem_node".into(), cfg.node.to_string()),
+        ("tandem_model".into(), cfg.model.to_string()),
+    ];
+    let store = format!("ddp {} (node {})", cfg.model, cfg.node);
+    let front = blocking::Shared::new(cfg.password.clone(), store, info);
     let shared = Arc::new(Shared {
         cfg,
-        clients: Clients::default(),
-        commands: AtomicU64::new(0),
+        front,
         cache: Default::default(),
     });
-    let (bounds, clients) = (shared.cfg.bounds, shared.clients.clone());
+    let (bounds, clients) = (shared.cfg.bounds, shared.front.clients.clone());
     std::thread::Builder::new()
         .name("resp".into())
         .spawn(move || {
@@ -73,32 +77,6 @@ pub fn spawn(cfg: DdpResp, listener: TcpListener) -> std::io::Result<std::thread
                 DdpConn::new(shared.clone(), id)
             })
         })
-}
-
-impl Server for Shared {
-    fn has_password(&self) -> bool {
-        self.cfg.password.is_some()
-    }
-    fn password_ok(&self, given: &[u8]) -> bool {
-        self.cfg
-            .password
-            .as_deref()
-            .is_some_and(|w| same_secret(w.as_bytes(), given))
-    }
-    fn info(&self) -> String {
-        format!(
-            "# Server\r\nredis_version:7.0.0\r\ntandem_version:{}\r\ntandem_store:ddp {} (node {})\r\n\
-             tandem_node:{}\r\ntandem_model:{}\r\n# Clients\r\nconnected_clients:{}\r\n\
-             # Stats\r\ntotal_commands_processed:{}\r\n",
-            env!("CARGO_PKG_VERSION"),
-            self.cfg.model,
-            self.cfg.node,
-            self.cfg.node,
-            self.cfg.model,
-            self.clients.load(Ordering::Relaxed),
-            self.commands.load(Ordering::Relaxed),
-        )
-    }
 }
 
 /// A data command, its keys hashed and its values parsed.
@@ -126,18 +104,12 @@ fn key(k: &[u8]) -> u64 {
     tandem_resp::fnv1a64(k)
 }
 
-/// A 64-bit integer written as Redis writes it (no sign, zero or space to spare).
 fn int(v: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(v).ok()?;
-    let n: i64 = s.parse().ok()?;
-    (n.to_string() == s).then_some(n)
+    tandem_resp::canonical_int(v)
 }
 
 fn not_int(v: &[u8]) -> Reply {
-    Reply::err(format!(
-        "ERR DDP's engine stores 64-bit integers; '{}' is not one (values are written as Redis writes integers)",
-        String::from_utf8_lossy(&v[..v.len().min(64)])
-    ))
+    tandem_resp::not_an_integer("DDP's engine", v)
 }
 
 /// Parse a data command (`None`: not one).
@@ -198,7 +170,7 @@ struct DdpConn {
 
 impl Handler for DdpConn {
     fn handle(&mut self, req: Request) -> Reply {
-        self.shared.commands.fetch_add(1, Ordering::Relaxed);
+        self.shared.front.commands.fetch_add(1, Ordering::Relaxed);
         let n = name(&req);
         if let Some(r) = self.conn.refuse_before_auth(&n) {
             return r;
@@ -207,7 +179,7 @@ impl Handler for DdpConn {
             return self.queue(&req);
         }
         let shared = self.shared.clone();
-        if let Some(r) = self.conn.control(&*shared, &n, &req) {
+        if let Some(r) = self.conn.control(&shared.front, &n, &req) {
             return r;
         }
         match n.as_str() {
@@ -228,7 +200,7 @@ impl Handler for DdpConn {
 
 impl DdpConn {
     fn new(shared: Arc<Shared>, id: u64) -> DdpConn {
-        let authed = shared.cfg.password.is_none();
+        let authed = shared.front.password.is_none();
         DdpConn {
             shared,
             conn: Conn::new(id, authed),
@@ -351,7 +323,7 @@ impl DdpConn {
     fn call(&mut self, op: Op) -> Result<DdpReply, Lost> {
         if self.session.is_none() {
             let cfg = &self.shared.cfg;
-            let sid = session_id();
+            let sid = tandem_net::client::fresh_session_id();
             let c = Client::connect(cfg.node_addr, &cfg.keys, sid, CALL_TIMEOUT)
                 .map_err(|e| Lost::Unreachable(e.to_string()))?;
             self.session = Some(c);
@@ -424,16 +396,6 @@ fn refusal(r: DdpReply) -> Reply {
         DdpReply::PastLost { .. } => Reply::err("TRYAGAIN part of this session's causal past was lost (the nodes holding it crashed); the session now carries what survives; nothing was done"),
         other => Reply::err(format!("ERR unexpected answer from the node: {other:?}")),
     }
-}
-
-/// A session id no other session of the cluster uses (random, top bit set).
-fn session_id() -> u64 {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let seed = t ^ (std::process::id() as u64) << 32 ^ N.fetch_add(1, Ordering::Relaxed);
-    tandem_sim::Rng::new(seed).next_u64() | 1 << 63
 }
 
 /// What one command inside a transaction came to: its reply, or squashed.

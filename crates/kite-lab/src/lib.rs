@@ -16,3 +16,4 @@ pub mod compare;
 pub mod experiment;
 pub mod nemesis;
 pub mod procs;
+pub mod resp;

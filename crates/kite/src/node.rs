@@ -269,6 +269,11 @@ pub struct KiteNode {
     /// reached a majority was sent.
     pub published: [u64; 32],
     pub tick_armed: bool,
+    /// Backoff timers armed, by token: the session each one resumes. A
+    /// token is a count, never the session id itself: clients choose
+    /// session ids, and any 64 bits may be one.
+    pub backoffs: BTreeMap<Token, SessionId>,
+    next_backoff: Token,
     pub rng: Rng,
     pub stats: KiteStats,
     /// The first white-box invariant this node broke.
@@ -301,6 +306,8 @@ impl KiteNode {
             stamp: 0,
             published: [0; 32],
             tick_armed: false,
+            backoffs: BTreeMap::new(),
+            next_backoff: 0,
             rng: Rng::new(0x4B17E ^ me as u64),
             stats: KiteStats::default(),
             invariant: None,
@@ -558,10 +565,10 @@ impl KiteNode {
     pub fn set_backoff(&mut self, now: u64, s: SessionId, attempt: u32, out: &mut Out) {
         let base = self.cfg.backoff_ns << attempt.min(8);
         let at_ns = now + base / 2 + self.rng.below(base + 1);
-        out.push(Command::SetTimer {
-            token: BACKOFF | s,
-            at_ns,
-        });
+        self.next_backoff += 1;
+        let token = BACKOFF | self.next_backoff;
+        self.backoffs.insert(token, s);
+        out.push(Command::SetTimer { token, at_ns });
     }
 
     /// Retransmit, time writes out, probe suspected replicas.
@@ -741,7 +748,11 @@ impl Protocol for KiteNode {
             Input::Client { session, req, op } => self.on_client(now, session, req, op, out),
             Input::Recv { from, msg } => self.on_recv(now, from, msg, out),
             Input::Timer { token: TICK } => self.tick(now, out),
-            Input::Timer { token } => self.backoff_over(now, token & !BACKOFF, out),
+            Input::Timer { token } => {
+                if let Some(s) = self.backoffs.remove(&token) {
+                    self.backoff_over(now, s, out)
+                }
+            }
             Input::PersistDone { .. } => {}
             Input::Config(c) => self.members = c.members,
         }

@@ -142,7 +142,11 @@ impl Default for CheckOpts {
             run_ns: 3_000_000,
             faults: None,
             cfg,
-            net: SimNetConfig::default(),
+            // Clients choose their session ids: any 64 bits.
+            net: SimNetConfig {
+                wide_sessions: true,
+                ..SimNetConfig::default()
+            },
         }
     }
 }

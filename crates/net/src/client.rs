@@ -74,6 +74,19 @@ impl<Op: Serialize, R: DeserializeOwned> Client<Op, R> {
     }
 }
 
+/// A session id no other session of the cluster uses: random, top bit set
+/// (the load generator numbers its sessions from 0).
+pub fn fresh_session_id() -> SessionId {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    tandem_sim::Rng::new(t ^ (std::process::id() as u64) << 32 ^ n.rotate_left(48)).next_u64()
+        | 1 << 63
+}
+
 /// What [`Mux::poll`] found.
 #[derive(Debug)]
 pub enum MuxEvent<R> {

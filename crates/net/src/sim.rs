@@ -65,6 +65,17 @@ pub struct SimNetConfig {
     /// session issues its next operation at the next node, as `tandem ddp
     /// load` does on its timeout. The request stays where it was sent.
     pub patience_ns: u64,
+    /// Present sessions to the nodes under ids spread over all 64 bits, as
+    /// real clients may choose them (`tandem node --resp` draws random
+    /// ones), instead of 0, 1, 2…: a protocol that packs a session id into
+    /// a few bits of something else is caught here, not in production.
+    pub wide_sessions: bool,
+}
+
+/// The id session `index` has on the wire under `wide_sessions`: the top
+/// two bits set, the index in the low 32, a hash of it between.
+pub fn wide_session_id(index: SessionId) -> SessionId {
+    3 << 62 | (index.wrapping_mul(0x9E37_79B9_7F4A_7C15) & 0x3FFF_FFFF_0000_0000) | index
 }
 
 impl SimNetConfig {
@@ -104,6 +115,7 @@ impl Default for SimNetConfig {
             delay: 0.0,
             delay_ns: 0,
             patience_ns: 0,
+            wide_sessions: false,
         }
     }
 }
@@ -493,7 +505,11 @@ impl<P: Protocol> World<P> {
         self.start_persists(n);
     }
 
-    fn reply(&mut self, n: NodeId, session: SessionId, req: u64, result: P::Reply) {
+    fn reply(&mut self, n: NodeId, wire: SessionId, req: u64, result: P::Reply) {
+        let session = match self.cfg.wide_sessions {
+            true => wire & 0xFFFF_FFFF,
+            false => wire,
+        };
         let now = self.now;
         let Some(s) = self.sessions.get_mut(session as usize) else {
             return;
@@ -537,7 +553,19 @@ impl<P: Protocol> World<P> {
         s.next_req += 1;
         s.outstanding = Some((req, home));
         self.harness.invoked(session, req, home, &op, now);
-        self.arrive(home, None, Input::Client { session, req, op });
+        let wire = match self.cfg.wide_sessions {
+            true => wide_session_id(session),
+            false => session,
+        };
+        self.arrive(
+            home,
+            None,
+            Input::Client {
+                session: wire,
+                req,
+                op,
+            },
+        );
         if self.cfg.patience_ns > 0 {
             let at = now + self.cfg.patience_ns;
             self.schedule(at, Event::Patience { session, req });

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{Limits, Parser, Reply, Request};
+use crate::control::same_secret;
+use crate::{Limits, Parser, Reply, Request, Server};
 
 /// One connection's command handler.
 pub trait Handler: Send + 'static {
@@ -32,6 +33,56 @@ pub struct Bounds {
 
 /// Connections open now (for `INFO`).
 pub type Clients = Arc<AtomicUsize>;
+
+/// What every connection of a front end shares: the password, the
+/// counters, and what `INFO` says the store is.
+pub struct Shared {
+    /// `AUTH` must present this (the client credential's key, hex).
+    pub password: Option<String>,
+    pub clients: Clients,
+    pub commands: AtomicU64,
+    /// `INFO`'s `tandem_store`, and lines of its own (`key:value`).
+    pub store: String,
+    pub info: Vec<(String, String)>,
+}
+
+impl Shared {
+    pub fn new(password: Option<String>, store: String, info: Vec<(String, String)>) -> Shared {
+        Shared {
+            password,
+            clients: Clients::default(),
+            commands: AtomicU64::new(0),
+            store,
+            info,
+        }
+    }
+}
+
+impl Server for Shared {
+    fn has_password(&self) -> bool {
+        self.password.is_some()
+    }
+    fn password_ok(&self, given: &[u8]) -> bool {
+        self.password
+            .as_deref()
+            .is_some_and(|w| same_secret(w.as_bytes(), given))
+    }
+    fn info(&self) -> String {
+        let own: String = self
+            .info
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}\r\n"))
+            .collect();
+        format!(
+            "# Server\r\nredis_version:7.0.0\r\ntandem_version:{}\r\ntandem_store:{}\r\n{own}\
+             # Clients\r\nconnected_clients:{}\r\n# Stats\r\ntotal_commands_processed:{}\r\n",
+            env!("CARGO_PKG_VERSION"),
+            self.store,
+            self.clients.load(Ordering::Relaxed),
+            self.commands.load(Ordering::Relaxed),
+        )
+    }
+}
 
 /// Accept on `listener` until the process ends; `new(id)` makes connection `id`'s handler.
 pub fn serve<H: Handler>(

@@ -38,3 +38,19 @@ pub fn fnv1a64(key: &[u8]) -> u64 {
     }
     h
 }
+
+/// A 64-bit integer written as Redis writes one (`42`, `-7`; not `007`,
+/// `+7` or `-0`): the values of stores that keep 64-bit words.
+pub fn canonical_int(v: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(v).ok()?;
+    let n: i64 = s.parse().ok()?;
+    (n.to_string() == s).then_some(n)
+}
+
+/// The refusal of a value that is not such an integer.
+pub fn not_an_integer(store: &str, v: &[u8]) -> Reply {
+    Reply::err(format!(
+        "ERR {store} stores 64-bit integers; '{}' is not one (values are written as Redis writes integers)",
+        String::from_utf8_lossy(&v[..v.len().min(64)])
+    ))
+}
