@@ -78,6 +78,11 @@ pub fn wide_session_id(index: SessionId) -> SessionId {
     3 << 62 | (index.wrapping_mul(0x9E37_79B9_7F4A_7C15) & 0x3FFF_FFFF_0000_0000) | index
 }
 
+/// The session index behind a wire id (either kind).
+pub fn session_index(wire: SessionId) -> SessionId {
+    wire & 0xFFFF_FFFF
+}
+
 impl SimNetConfig {
     /// The defaults with a round trip of `rtt_ns`: half of it one way, and
     /// up to a tenth of that one way as jitter.
@@ -506,10 +511,7 @@ impl<P: Protocol> World<P> {
     }
 
     fn reply(&mut self, n: NodeId, wire: SessionId, req: u64, result: P::Reply) {
-        let session = match self.cfg.wide_sessions {
-            true => wire & 0xFFFF_FFFF,
-            false => wire,
-        };
+        let session = session_index(wire);
         let now = self.now;
         let Some(s) = self.sessions.get_mut(session as usize) else {
             return;
