@@ -308,14 +308,17 @@ fn the_resp_doc_cluster_block_runs_as_written() {
 
 /// Start `tandem ARGS`; its stdout lines until one contains `marker` (that one last).
 fn spawn_until(args: &[String], marker: &str, log: &Path) -> (Proc, Vec<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .env("TANDEM_SECRET", SECRET)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    // Killed and reaped when dropped, on a panic too.
+    let mut child = Proc(
+        Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(args)
+            .env("TANDEM_SECRET", SECRET)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = std::io::BufReader::new(child.0.stdout.take().unwrap());
     let mut lines = Vec::new();
     loop {
         let mut line = String::new();
@@ -324,7 +327,7 @@ fn spawn_until(args: &[String], marker: &str, log: &Path) -> (Proc, Vec<String>)
         }
         lines.push(line.trim().to_string());
         if line.contains(marker) {
-            return (Proc(child), lines);
+            return (child, lines);
         }
     }
 }

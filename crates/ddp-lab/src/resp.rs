@@ -124,7 +124,7 @@ fn parse(req: &Request) -> Option<Result<Cmd, Reply>> {
         "EXISTS" if a.len() > 1 => Err(Reply::err("ERR EXISTS of several keys reads them at once; ask one key at a time")),
         "EXISTS" => arity(a.len() == 1).map(|_| Cmd::Exists(key(&a[0]))),
         "MGET" => arity(!a.is_empty()).map(|_| Cmd::MGet(a.iter().map(|k| key(k)).collect())),
-        "MSET" => arity(!a.is_empty() && a.len() % 2 == 0).and_then(|_| {
+        "MSET" => arity(!a.is_empty() && a.len().is_multiple_of(2)).and_then(|_| {
             a.chunks(2)
                 .map(|p| int(&p[1]).map(|v| (key(&p[0]), v)).ok_or_else(|| not_int(&p[1])))
                 .collect::<Result<_, _>>()

@@ -177,7 +177,7 @@ impl KiteConn {
                 }
             }
         }
-        match self.session.as_mut().expect("opened").call(op.clone()) {
+        match self.session.as_mut().expect("opened").call(op) {
             Ok(r) => answer(&op, r),
             Err(e) => {
                 self.session = None;
