@@ -7,7 +7,8 @@ out = sys.argv[1]
 
 def rps(path):
     with open(path) as f:
-        return {row[0]: float(row[1]) for row in csv.reader(f) if row and row[0] != "test"}
+        # A header is "test" (or "P1 test" in DDP's files, whose rows carry the pipeline depth).
+        return {row[0]: float(row[1]) for row in csv.reader(f) if row and row[0].split(" ")[-1] != "test"}
 
 
 def median(v):
@@ -32,4 +33,35 @@ for p in (1, 16):
         a, b = median([x.get(name, 0) for x in t]), median([x.get(name, 0) for x in r])
         ratio = a / b if b else float("nan")
         print(f"| {name} | {p} | {a:,.0f} | {b:,.0f} | **{ratio:.2f}** |")
+
+# DDP beside Redis with two asynchronous replicas.
+DURABILITY = {
+    "eventual-eventual": "a write is acknowledged by the node that took it and reaches the other two, and"
+    " their NVM files, afterwards; Redis acknowledges from the primary's memory and replicates afterwards:"
+    " the same durability",
+    "lin-synch": "a write is acknowledged once all three nodes hold it in their NVM files (memory-mapped, not"
+    " fsynced); Redis still acknowledges from the primary's memory. Redis would need `WAIT 2 0` after each"
+    " write for the same, a second command redis-benchmark cannot send: this row is stronger on Tandem's side",
+}
+ddp_rounds = glob.glob(os.path.join(out, "ddp-*-*.csv"))
+if ddp_rounds:
+    print("\nThree DDP nodes (`tandem node --resp`, a manager, NVM in memory-mapped files) beside Redis with two"
+          " asynchronous replicas (`scripts/peers.sh start redis-repl`), all on this machine's loopback;"
+          " `redis-benchmark -c 50 -P P -n 100000 -r 100000` with `set key:__rand_int__ 42` and"
+          " `get key:__rand_int__` against DDP's node 0 and Redis's primary, alternated, medians. DDP's front"
+          " end stores 64-bit integers, hence the integer value.\n")
+    print("| DDP model | command | pipeline | DDP ops/s | Redis (2 async replicas) ops/s | DDP / Redis |")
+    print("|---|---|---|---|---|---|")
+    for model in ("eventual-eventual", "lin-synch"):
+        d = [rps(f) for f in sorted(glob.glob(os.path.join(out, f"ddp-{model}-*.csv")))]
+        r = [rps(f) for f in sorted(glob.glob(os.path.join(out, f"redisrepl-{model}-*.csv")))]
+        if not d or not r:
+            continue
+        for name in d[0]:
+            p, cmd = name.split(" ", 1)
+            a, b = median([x.get(name, 0) for x in d]), median([x.get(name, 0) for x in r])
+            ratio = a / b if b else float("nan")
+            print(f"| {model} | `{cmd}` | {p[1:]} | {a:,.0f} | {b:,.0f} | **{ratio:.2f}** |")
+    for model, text in DURABILITY.items():
+        print(f"\n- Durability, {model}: {text}.")
 print("<!-- /part resp -->")

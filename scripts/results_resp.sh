@@ -2,9 +2,12 @@
 # The same client on both sides: redis-benchmark, unmodified, against
 # `tandem serve` (Pandora) and Redis (scripts/peers.sh: one server, no
 # replication, no AOF, no RDB), with the same connections, pipeline depth,
-# key space and value size, in alternating rounds. Writes the `resp` part
-# of docs/RESULTS.md (RESULTS_OUT, RESULTS_DOC, TANDEM_BIN as results.sh).
-#   usage: scripts/results_resp.sh     (about 2 minutes)
+# key space and value size, in alternating rounds. Then three DDP nodes
+# (`tandem node --resp`, ⟨Eventual, Eventual⟩ and ⟨Lin, Synch⟩) beside
+# Redis with two asynchronous replicas (scripts/peers.sh redis-repl), with
+# an integer value (DDP stores 64-bit integers). Writes the `resp` part of
+# docs/RESULTS.md (RESULTS_OUT, RESULTS_DOC, TANDEM_BIN as results.sh).
+#   usage: scripts/results_resp.sh     (about 5 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${TANDEM_BIN:-}" ] || cargo build --release -q
@@ -32,6 +35,45 @@ for r in $(seq "$ROUNDS"); do
       run redis-benchmark -p $port -c 50 -P $p -n 200000 -r 100000 -d 16 -t set,get,incr,mset --csv \
         > "$OUT/$side-P$p-$r.csv"
     done
+  done
+done
+kill $SERVE 2>/dev/null || true
+
+# DDP: three nodes with a manager, each serving RESP; node 0 takes the load.
+bash scripts/peers.sh start redis-repl >&2
+REPL_PORT="${PEERS_REDIS_REPL_PORT:-26380}"
+DDP_DIR=$OUT/ddp-nodes
+ddp_start() {  # model
+  rm -rf "$DDP_DIR"; mkdir -p "$DDP_DIR"
+  local peers=127.0.0.1:27381,127.0.0.1:27382,127.0.0.1:27383
+  $T ddp manager --listen 127.0.0.1:27380 --nodes 3 --state "$DDP_DIR/manager.state" >/dev/null 2>"$DDP_DIR/manager.log" &
+  DDP_PIDS=$!
+  for i in 0 1 2; do
+    $T node --model "$1" --id $i --peers $peers --manager 127.0.0.1:27380 --nvm "$DDP_DIR/node$i.nvm" \
+      --resp 127.0.0.1:2739$i >/dev/null 2>"$DDP_DIR/node$i.log" &
+    DDP_PIDS="$DDP_PIDS $!"
+  done
+  for _ in $(seq 100); do [ "$(redis-cli -p 27390 -a "$PW" --no-auth-warning set probe 1 2>/dev/null)" = OK ] && return; sleep 0.1; done
+  echo "DDP $1 did not serve (logs in $DDP_DIR)" >&2; exit 1
+}
+ddp_stop() { kill $DDP_PIDS 2>/dev/null || true; wait $DDP_PIDS 2>/dev/null || true; }
+export TANDEM_SECRET=$($T keys new)
+PW=$($T keys split --out "$OUT/keys" >/dev/null; awk '/^client/ {print $3}' "$OUT/keys/client.keyring")
+trap 'kill $SERVE 2>/dev/null || true; ddp_stop; bash scripts/peers.sh stop redis >&2 || true; bash scripts/peers.sh stop redis-repl >&2 || true' EXIT
+bench_int() {  # port password-args... -> csv on stdout
+  local port=$1; shift
+  for p in 1 16; do
+    for cmd in "set key:__rand_int__ 42" "get key:__rand_int__"; do
+      run redis-benchmark -p "$port" "$@" -c 50 -P $p -n 100000 -r 100000 --csv $cmd | sed "s/^\"/\"P$p /"
+    done
+  done
+}
+for model in eventual-eventual lin-synch; do
+  for r in $(seq "$ROUNDS"); do
+    ddp_start $model
+    bench_int 27390 -a "$PW" --no-auth-warning > "$OUT/ddp-$model-$r.csv"
+    ddp_stop
+    bench_int "$REPL_PORT" > "$OUT/redisrepl-$model-$r.csv"
   done
 done
 python3 scripts/render_resp.py "$OUT" > "$OUT/../parts/resp.md"
