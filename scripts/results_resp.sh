@@ -71,7 +71,7 @@ bench_int() {  # port password-args... -> csv on stdout
 for model in eventual-eventual lin-synch; do
   for r in $(seq "$ROUNDS"); do
     ddp_start $model
-    bench_int 27390 -a "$PW" --no-auth-warning > "$OUT/ddp-$model-$r.csv"
+    bench_int 27390 -a "$PW" > "$OUT/ddp-$model-$r.csv"
     ddp_stop
     bench_int "$REPL_PORT" > "$OUT/redisrepl-$model-$r.csv"
   done
