@@ -19,6 +19,7 @@ use crate::types::*;
 
 /// Builds Kite nodes. Kite has no recovery (Kite paper §2.1: crash-stop), so
 /// a restarted node would start empty; the checks never restart one.
+#[derive(Clone)]
 pub struct KiteFactory(pub KiteConfig);
 
 impl NodeFactory<KiteNode> for KiteFactory {

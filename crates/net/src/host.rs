@@ -565,3 +565,68 @@ impl<P: Wire> Host<P> {
         Ok(ready)
     }
 }
+
+/// Three nodes of `factory`'s protocol in this process, one thread each,
+/// over loopback TCP, their NVM files under `dir` (emptied first): the
+/// embedded stores of `tandem serve`. With `managed`, a configuration
+/// manager runs too (a thread of its own). Returns each node's client
+/// address and the threads (they run until the process ends).
+pub fn embedded<P: Wire + 'static, F: NodeFactory<P> + Clone + Send + 'static>(
+    factory: F,
+    keys: tandem_auth::Keyring,
+    dir: &std::path::Path,
+    managed: bool,
+) -> io::Result<(Vec<SocketAddr>, Vec<std::thread::JoinHandle<()>>)> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    let listeners = (0..3)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<io::Result<Vec<_>>>()?;
+    let addrs = listeners
+        .iter()
+        .map(TcpListener::local_addr)
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut threads = Vec::new();
+    let manager = if managed {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let at = l.local_addr()?;
+        let k = keys.clone();
+        threads.push(std::thread::spawn(move || {
+            let cfg = crate::manager::ManagerConfig::default();
+            if let Err(e) = crate::manager::serve(l, k, &[0, 1, 2], cfg, None) {
+                eprintln!("manager: {e}");
+            }
+        }));
+        Some(at)
+    } else {
+        None
+    };
+    let lease = Duration::from_nanos(crate::manager::ManagerConfig::default().lease_ns);
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let cfg = HostConfig {
+            id: i as NodeId,
+            peers: addrs
+                .iter()
+                .enumerate()
+                .map(|(j, &a)| (j as NodeId, a))
+                .collect(),
+            manager,
+            keys: keys.clone(),
+            nvm: dir.join(format!("node{i}.nvm")),
+            nvm_bytes: 64 << 20,
+            nvm_corrupt: OnCorrupt::Stop,
+            fsync: false,
+            heartbeat: Duration::from_millis(5),
+            lease,
+            ignore_lease: false,
+            lease_from_receipt: false,
+        };
+        let f = factory.clone();
+        threads.push(std::thread::spawn(move || {
+            if let Err(e) = run(cfg, listener, f) {
+                eprintln!("node {i}: {e}");
+            }
+        }));
+    }
+    Ok((addrs, threads))
+}
