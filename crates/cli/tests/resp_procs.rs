@@ -710,3 +710,45 @@ fn kite_nodes_answer_redis_clients_with_release_consistency_and_rmws() {
     drop(zab);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tandem check` on bad input: the line at fault named, nothing checked;
+/// a violating history exits non-zero with the violation.
+#[test]
+fn tandem_check_names_bad_lines_and_fails_on_violations() {
+    let dir = std::env::temp_dir().join(format!("tandem-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |name: &str, text: &str, model: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["check", "--model", model])
+            .arg(&path)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let ok = r#"{"client":1,"invoke_ns":0,"complete_ns":5,"outcome":"committed","reads":[["x",null]],"writes":[["x","1"]]}"#;
+    let (good, err) = run(
+        "bad.jsonl",
+        &format!("{ok}\n{{\"client\":2,\n"),
+        "strict-serializable",
+    );
+    assert!(!good && err.contains("line 2"), "{err}");
+    let stale = format!(
+        "{ok}\n{}\n",
+        r#"{"client":2,"invoke_ns":9,"complete_ns":12,"outcome":"committed","reads":[["x",null]],"writes":[]}"#
+    );
+    let (good, err) = run("stale.jsonl", &stale, "strict-serializable");
+    assert!(!good && err.contains("not strictly serializable"), "{err}");
+    let (good, err) = run("model.jsonl", ok, "sequential");
+    assert!(
+        !good && err.contains("strict-serializable or linearizable"),
+        "{err}"
+    );
+    let (good, err) = run("dup.jsonl", &format!("{ok}\n{ok}\n"), "strict-serializable");
+    assert!(!good && err.contains("values must be unique"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
