@@ -391,3 +391,44 @@ fn serve_embeds_ddp_kite_and_zab_nodes() {
         assert_eq!(redis_cli(&s, script), want, "{flags:?}");
     }
 }
+
+/// redis-py's own API against the integer stores (`tandem serve --system
+/// ddp --model trans-synch`, `--system kite`): values, refusals raised as
+/// its errors, pipelining, MULTI/EXEC or Kite's commands, and increments
+/// from four threads with none lost (`scripts/resp_client_check_int.py`).
+#[test]
+fn a_python_redis_client_runs_its_checks_against_ddp_and_kite() {
+    let ws = common::workspace();
+    let out = Command::new("bash")
+        .arg(ws.join("scripts/pyredis.sh"))
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "redis-py cannot be installed: {why}"
+        );
+        eprintln!("SKIPPED: redis-py cannot be installed here: {why}");
+        return;
+    }
+    let dir = ws.join(String::from_utf8_lossy(&out.stdout).trim());
+    for (flags, system) in [
+        (&["--system", "ddp", "--model", "trans-synch"][..], "ddp"),
+        (&["--system", "kite"][..], "kite"),
+    ] {
+        let s = serve(flags);
+        let out = Command::new("python3")
+            .arg(ws.join("scripts/resp_client_check_int.py"))
+            .args([s.port.to_string(), system.to_string()])
+            .env("PYTHONPATH", &dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && text.contains("ok: "),
+            "{system}: {text}"
+        );
+    }
+}
