@@ -40,35 +40,68 @@ fn shape(memory: &str) -> Vec<String> {
 
 /// A compute server serving RESP on `resp` (`127.0.0.1:0`: any port); its port.
 fn compute(node: u16, membership: &str, memory: &str, resp: &str, log: &Path) -> (Proc, u16) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args([
-            "pandora",
-            "compute-server",
-            "--membership",
-            membership,
-            "--node",
-            &node.to_string(),
-            "--resp",
-            resp,
-        ])
-        .args(shape(memory))
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .split("RESP on 127.0.0.1:")
+    let mut args: Vec<String> = [
+        "pandora",
+        "compute-server",
+        "--membership",
+        membership,
+        "--node",
+        &node.to_string(),
+        "--resp",
+        resp,
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(shape(memory));
+    let (p, lines) = spawn_until(&args, "RESP on", log);
+    (p, resp_port(&lines))
+}
+
+/// The port of the last line, `... RESP on 127.0.0.1:PORT (...)`.
+fn resp_port(lines: &[String]) -> u16 {
+    let line = lines.last().map_or("", String::as_str);
+    line.split("RESP on 127.0.0.1:")
         .nth(1)
         .and_then(|r| r.split(' ').next())
         .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| {
-            panic!("compute server {node} did not say where it serves RESP: {line:?}")
-        });
-    (Proc(child), port)
+        .unwrap_or_else(|| panic!("no RESP port in {line:?}"))
+}
+
+/// `scripts/resp_history.py` recording against `ports` into `out`.
+fn record(pypath: &Path, ports: &[u16], extra: &[&str], out: &Path) -> std::process::Child {
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    Command::new("python3")
+        .arg(common::workspace().join("scripts/resp_history.py"))
+        .args(["--ports", &ports.join(","), "--password", &client_key()])
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .env("PYTHONPATH", pypath)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The recorder's summary once it is done (it must have committed plenty).
+fn recorded(py: std::process::Child) -> (serde_json::Value, String) {
+    let out = py.wait_with_output().unwrap();
+    let summary = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "the history client failed: {summary}");
+    let s: serde_json::Value = serde_json::from_str(summary.trim()).unwrap();
+    assert!(s["committed"].as_u64().unwrap() > 1000, "{summary}");
+    (s, summary)
+}
+
+/// `tandem check --model MODEL HISTORY`: whether it passed, and what it said.
+fn tandem_check(history: &Path, model: &str) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["check", "--model", model])
+        .arg(history)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), said)
 }
 
 fn redis_cli(port: u16, args: &[&str]) -> String {
@@ -98,27 +131,19 @@ fn serving(port: u16) -> String {
     redis_cli(port, &["set", "probe", "1"])
 }
 
-/// redis-py's directory, or `None` (skip) where it cannot be installed.
-fn pyredis() -> Option<String> {
-    let ws = common::workspace();
-    let out = Command::new("bash")
-        .arg(ws.join("scripts/pyredis.sh"))
-        .output()
-        .unwrap();
-    if !out.status.success() || Command::new("redis-cli").arg("--version").output().is_err() {
-        let why = String::from_utf8_lossy(&out.stderr).into_owned();
+/// redis-py's directory and Redis's tools, or `None` (skip) where they
+/// cannot be installed.
+fn pyredis() -> Option<std::path::PathBuf> {
+    let dir = common::pyredis_dir()?;
+    if Command::new("redis-cli").arg("--version").output().is_err() {
         assert!(
             std::env::var_os("CI").is_none(),
-            "redis-py or redis-cli missing: {why}"
+            "redis-cli missing (scripts/peers.sh install redis)"
         );
-        eprintln!("SKIPPED: redis-py or redis-cli cannot be installed here: {why}");
+        eprintln!("SKIPPED: redis-cli is not installed");
         return None;
     }
-    Some(
-        ws.join(String::from_utf8_lossy(&out.stdout).trim())
-            .display()
-            .to_string(),
-    )
+    Some(dir)
 }
 
 #[test]
@@ -167,22 +192,7 @@ fn compute_servers_serve_redis_clients_through_fencing_and_kill_dash_nine() {
 
     // A history recorded by redis-py while the faults happen.
     let history = dir.join("history.jsonl");
-    let py = Command::new("python3")
-        .arg(common::workspace().join("scripts/resp_history.py"))
-        .args([
-            "--ports",
-            &format!("{p1},{p2}"),
-            "--password",
-            &client_key(),
-            "--seconds",
-            "9",
-        ])
-        .arg("--out")
-        .arg(&history)
-        .env("PYTHONPATH", &pypath)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let py = record(&pypath, &[p1, p2], &["--seconds", "9"], &history);
     std::thread::sleep(Duration::from_secs(2));
     // Compute server 1 stops answering heartbeats (alive, not dead): fenced.
     let pid1 = c1.0.id().to_string();
@@ -207,26 +217,16 @@ fn compute_servers_serve_redis_clients_through_fencing_and_kill_dash_nine() {
         &dir.join("c2b.log"),
     );
     assert_eq!(p2b, p2);
-    let out = py.wait_with_output().unwrap();
-    let summary = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "the history client failed: {summary}");
-    let s: serde_json::Value = serde_json::from_str(summary.trim()).unwrap();
-    assert!(s["committed"].as_u64().unwrap() > 1000, "{summary}");
+    let (s, summary) = recorded(py);
     // The faults were seen: a fenced or missing node's errors, or lost connections.
     assert!(
         !s["errors"].as_object().unwrap().is_empty(),
         "no client saw a fault: {summary}"
     );
 
-    let check = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .arg("check")
-        .arg(&history)
-        .output()
-        .unwrap();
-    let verdict = String::from_utf8_lossy(&check.stdout).into_owned()
-        + &String::from_utf8_lossy(&check.stderr);
+    let (passed, verdict) = tandem_check(&history, "strict-serializable");
     assert!(
-        check.status.success() && verdict.contains("strictly serializable"),
+        passed && verdict.contains("strictly serializable"),
         "{verdict}\nclient: {summary}"
     );
 
@@ -427,14 +427,7 @@ impl DdpNodes {
                 .dir
                 .join(format!("node{i}-{}.log", resp.replace(':', "_"))),
         );
-        let port = lines
-            .last()
-            .unwrap()
-            .split("RESP on 127.0.0.1:")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|p| p.parse().ok())
-            .unwrap();
+        let port = resp_port(&lines);
         (p, port)
     }
 }
@@ -529,55 +522,26 @@ fn an_external_history_against_ddp_is_linearizable_through_kill_dash_nine() {
             assert_eq!(serving(p), "OK");
         }
         let history = c.dir.join("history.jsonl");
-        let ports: Vec<String> = c.resp.iter().map(u16::to_string).collect();
-        let py = Command::new("python3")
-            .arg(common::workspace().join("scripts/resp_history.py"))
-            .args([
-                "--mode",
-                "register",
-                "--ports",
-                &ports.join(","),
-                "--password",
-                &client_key(),
-                "--seconds",
-                "6",
-                "--keys",
-                "5",
-            ])
-            .arg("--out")
-            .arg(&history)
-            .env("PYTHONPATH", &pypath)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let extra = ["--mode", "register", "--seconds", "6", "--keys", "5"];
+        let py = record(&pypath, &c.resp, &extra, &history);
         std::thread::sleep(Duration::from_secs(2));
         c.nodes[2] = None; // kill -9
         std::thread::sleep(Duration::from_millis(1500));
         let again = c.node(2, &format!("127.0.0.1:{}", c.resp[2]), bug);
         c.nodes[2] = Some(again.0);
-        let out = py.wait_with_output().unwrap();
-        let summary = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "the history client failed: {summary}");
-        let s: serde_json::Value = serde_json::from_str(summary.trim()).unwrap();
-        assert!(s["committed"].as_u64().unwrap() > 1000, "{summary}");
+        let (s, summary) = recorded(py);
         assert!(
             s["errors"]["ConnectionError"].as_u64().unwrap_or(0) > 0,
             "no client saw the kill: {summary}"
         );
-        let check = Command::new(env!("CARGO_BIN_EXE_tandem"))
-            .args(["check", "--model", "linearizable"])
-            .arg(&history)
-            .output()
-            .unwrap();
-        let verdict = String::from_utf8_lossy(&check.stdout).into_owned()
-            + &String::from_utf8_lossy(&check.stderr);
+        let (passed, verdict) = tandem_check(&history, "linearizable");
         match bug {
             None => assert!(
-                check.status.success() && verdict.contains("linearizable:"),
+                passed && verdict.contains("linearizable:"),
                 "{verdict}\nclient: {summary}"
             ),
             Some(b) => assert!(
-                !check.status.success() && verdict.contains("NotLinearizable"),
+                !passed && verdict.contains("NotLinearizable"),
                 "{b} not caught: {verdict}"
             ),
         }
@@ -627,16 +591,7 @@ fn kite_nodes(system: &str, tag: &str) -> (Vec<Option<Proc>>, Vec<u16>, std::pat
         .to_vec();
         args.push(dir.join(format!("node{i}.nvm")).display().to_string());
         let (p, lines) = spawn_until(&args, "RESP on", &dir.join(format!("node{i}.log")));
-        ports.push(
-            lines
-                .last()
-                .unwrap()
-                .split("RESP on 127.0.0.1:")
-                .nth(1)
-                .and_then(|r| r.split(' ').next())
-                .and_then(|p| p.parse().ok())
-                .unwrap(),
-        );
+        ports.push(resp_port(&lines));
         nodes.push(Some(p));
     }
     (nodes, ports, dir)

@@ -274,3 +274,24 @@ pub fn resp_attack(
     assert!(alive(), "the server died");
     assert_eq!(call(&mut good, b"PING\r\n"), "+PONG\r\n");
 }
+
+/// Python's Redis client (redis-py, installed by `scripts/pyredis.sh`): the
+/// directory to put on PYTHONPATH, or `None` (the test skips) where it
+/// cannot be installed; under CI (`CI` set) that fails the test instead.
+pub fn pyredis_dir() -> Option<PathBuf> {
+    let ws = workspace();
+    let out = Command::new("bash")
+        .arg(ws.join("scripts/pyredis.sh"))
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "redis-py cannot be installed: {why}"
+        );
+        eprintln!("SKIPPED: redis-py cannot be installed here: {why}");
+        return None;
+    }
+    Some(ws.join(String::from_utf8_lossy(&out.stdout).trim()))
+}
