@@ -464,8 +464,10 @@ impl Driver {
         let mut stop = self.stop.subscribe();
         while Instant::now() < self.deadline && stop.borrow().is_none() {
             // A memory reconfiguration holds new transactions (not past
-            // the deadline: a membership that went away never resumes them).
-            let Some(_in_flight) = self.gate.enter_until(self.deadline).await else {
+            // the deadline: a membership that went away never resumes them;
+            // nor once fenced: the membership resumes only its live members).
+            let entered = self.gate.enter_unless_stopped(self.deadline, &mut stop);
+            let Some(_in_flight) = entered.await else {
                 break;
             };
             // Before: this transaction's writes are in doubt until it answers.

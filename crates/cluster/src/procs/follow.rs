@@ -14,6 +14,7 @@ use tandem_dkvs::{ComputeNode, MemoryView};
 use tandem_fabric::tcp::{TcpCluster, TcpFabric};
 use tandem_fabric::{Fabric, MemNodeId, RegionKey};
 use tandem_membership::MemoryConfig;
+use tokio::sync::watch;
 
 use super::session::{MemorySignal, Stop};
 
@@ -48,6 +49,20 @@ impl Gate {
     pub async fn enter_until(self: &Rc<Self>, deadline: Instant) -> Option<InFlight> {
         let deadline = tokio::time::Instant::from_std(deadline);
         tokio::time::timeout_at(deadline, self.enter()).await.ok()
+    }
+
+    /// [`Gate::enter_until`], or `None` as soon as the incarnation stops: a
+    /// node fenced while its gate was held for a reconfiguration never sees
+    /// that gate open again (the membership resumes only its live members).
+    pub async fn enter_unless_stopped(
+        self: &Rc<Self>,
+        deadline: Instant,
+        stop: &mut watch::Receiver<Option<Stop>>,
+    ) -> Option<InFlight> {
+        tokio::select! {
+            entered = self.enter_until(deadline) => entered,
+            _ = stop.wait_for(Option::is_some) => None,
+        }
     }
 }
 
@@ -394,6 +409,40 @@ mod tests {
                 Refusal::Fenced(w) => format!("fenced: {w}"),
                 Refusal::Other(w) => format!("other: {w}"),
             })
+        );
+    }
+
+    /// A node fenced while a reconfiguration holds its gate: the membership
+    /// never resumes a failed member, so waiting for the gate would keep its
+    /// coordinators there until the run's deadline, and the node would never
+    /// come back as a new incarnation (a nemesis split of a compute server
+    /// with a memory server under load, about one run in six). The stop
+    /// lets them go at once.
+    #[test]
+    fn a_fenced_node_leaves_a_held_gate_at_once() {
+        let (gate, deadline) = (
+            Rc::new(Gate::default()),
+            Instant::now() + Duration::from_secs(60),
+        );
+        let (stop, mut stopped) = watch::channel(None);
+        let started = Instant::now();
+        let entered = crate::runner::block_on_local(async move {
+            tokio::task::spawn_local(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                stop.send_replace(Some(Stop::Fenced("declared failed".into())));
+                // The sender lives on: only the stop may end the wait.
+                tokio::time::sleep(Duration::from_secs(120)).await;
+                drop(stop);
+            });
+            gate.enter_unless_stopped(deadline, &mut stopped)
+                .await
+                .is_some()
+        });
+        assert!(!entered, "a held gate let a fenced node in");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
         );
     }
 }
