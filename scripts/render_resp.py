@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Render the `resp` part of docs/RESULTS.md from scripts/results_resp.sh's CSVs."""
-import csv, glob, os, sys
+import csv, glob, json, os, sys
 
 out = sys.argv[1]
 
@@ -40,8 +40,9 @@ DURABILITY = {
     " their NVM files, afterwards; Redis acknowledges from the primary's memory and replicates afterwards:"
     " the same durability",
     "lin-synch": "a write is acknowledged once all three nodes hold it in their NVM files (memory-mapped, not"
-    " fsynced); Redis still acknowledges from the primary's memory. Redis would need `WAIT 2 0` after each"
-    " write for the same, a second command redis-benchmark cannot send: this row is stronger on Tandem's side",
+    " fsynced); Redis still acknowledges from the primary's memory, so this row is stronger on Tandem's side."
+    " Redis needs `WAIT 2 0` after each write for the same, a second command redis-benchmark cannot send:"
+    " the last table sends it",
 }
 ddp_rounds = glob.glob(os.path.join(out, "ddp-*-*.csv"))
 if ddp_rounds:
@@ -64,4 +65,40 @@ if ddp_rounds:
             print(f"| {model} | `{cmd}` | {p[1:]} | {a:,.0f} | {b:,.0f} | **{ratio:.2f}** |")
     for model, text in DURABILITY.items():
         print(f"\n- Durability, {model}: {text}.")
+
+def bench(name):
+    """resp-bench's rows of `name`, by pipeline depth: requests/s per round."""
+    rows = {}
+    path = os.path.join(out, f"rb-{name}.jsonl")
+    if os.path.exists(path):
+        for line in open(path):
+            r = json.loads(line)
+            rows.setdefault(r["pipeline"], []).append(r["requests_per_s"])
+    return rows
+
+
+PAIRS = [
+    ("Pandora (`tandem serve`)", "tandem-transfer", "Redis, one server", "redis-transfer",
+     "`MULTI`, `INCRBY a -1`, `INCRBY b 1`, `EXEC`"),
+    ("DDP ⟨Lin, Synch⟩, 3 nodes", "ddp-lin-synch-set", "Redis + 2 replicas, `WAIT 2 0`", "redis-set-wait",
+     "`SET k 42` (Redis: then `WAIT 2 0`)"),
+]
+if any(bench(a) for _, a, _, _, _ in PAIRS):
+    print("\nThe same client where redis-benchmark cannot send the request: `tandem resp-bench` (a closed loop"
+          " per connection over the `redis` crate's client, unmodified), `-c 50 -r 100000`, 5 s per run,"
+          " alternated, medians. A request is the whole block (one `MULTI`…`EXEC`, or a `SET` with its `WAIT`).\n")
+    print("| Tandem | Redis | request | pipeline | Tandem requests/s | Redis requests/s | Tandem / Redis |")
+    print("|---|---|---|---|---|---|---|")
+    for tname, tfile, rname, rfile, req in PAIRS:
+        t, r = bench(tfile), bench(rfile)
+        for p in sorted(t):
+            a, b = median(t[p]), median(r.get(p, []))
+            if b:
+                print(f"| {tname} | {rname} | {req} | {p} | {a:,.0f} | {b:,.0f} | **{a / b:.2f}** |")
+    print("\n- Durability, MULTI/EXEC: as in the first table (none past the process on either side). Both run the"
+          " block atomically: Redis by running it alone on its one thread, Pandora as a strictly serializable"
+          " transaction among others.")
+    print("- Durability, SET then WAIT: DDP acknowledges once all three nodes hold the write in their NVM files"
+          " (memory-mapped, not fsynced); Redis once both replicas answered `WAIT` (their memory): a copy on"
+          " every node on both sides, Tandem's in files that outlive its processes.")
 print("<!-- /part resp -->")

@@ -5,9 +5,11 @@
 # key space and value size, in alternating rounds. Then three DDP nodes
 # (`tandem node --resp`, ⟨Eventual, Eventual⟩ and ⟨Lin, Synch⟩) beside
 # Redis with two asynchronous replicas (scripts/peers.sh redis-repl), with
-# an integer value (DDP stores 64-bit integers). Writes the `resp` part of
+# an integer value (DDP stores 64-bit integers). Where redis-benchmark cannot
+# send the request (a MULTI/EXEC block; SET then WAIT), `tandem resp-bench`
+# (the redis crate's client) runs the same way against both. Writes the `resp` part of
 # docs/RESULTS.md (RESULTS_OUT, RESULTS_DOC, TANDEM_BIN as results.sh).
-#   usage: scripts/results_resp.sh     (about 5 minutes)
+#   usage: scripts/results_resp.sh     (about 8 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${TANDEM_BIN:-}" ] || cargo build --release -q
@@ -35,6 +37,20 @@ for r in $(seq "$ROUNDS"); do
       run redis-benchmark -p $port -c 50 -P $p -n 200000 -r 100000 -d 16 -t set,get,incr,mset --csv \
         > "$OUT/$side-P$p-$r.csv"
     done
+  done
+done
+# The same client where redis-benchmark cannot send the request: a MULTI/EXEC
+# block moving one unit between two random keys (`tandem resp-bench`, the
+# redis crate), against the same two servers.
+rb() {  # name port args...
+  local name=$1 port=$2; shift 2
+  run $T resp-bench -p "$port" -c 50 -r 100000 --seconds "${RB_SECONDS:-5}" "$@" >> "$OUT/rb-$name.jsonl"
+}
+rm -f "$OUT"/rb-*.jsonl
+for r in $(seq "$ROUNDS"); do
+  for p in 1 16; do
+    rb tandem-transfer $TANDEM_PORT --workload transfer --prefix acct: -P $p
+    rb redis-transfer $REDIS_PORT --workload transfer --prefix acct: -P $p
   done
 done
 kill $SERVE 2>/dev/null || true
@@ -75,6 +91,15 @@ for model in eventual-eventual lin-synch; do
     ddp_stop
     bench_int "$REPL_PORT" > "$OUT/redisrepl-$model-$r.csv"
   done
+done
+# ⟨Lin, Synch⟩ acknowledges a write once every replica holds it; Redis, once
+# `WAIT 2 0` after it says both replicas do: the same client sends SET to
+# DDP, and SET then WAIT (one request) to Redis.
+for r in $(seq "$ROUNDS"); do
+  ddp_start lin-synch
+  for p in 1 16; do rb ddp-lin-synch-set 27390 -a "$PW" --workload set -P $p; done
+  ddp_stop
+  for p in 1 16; do rb redis-set-wait "$REPL_PORT" --workload set-wait --replicas 2 -P $p; done
 done
 python3 scripts/render_resp.py "$OUT" > "$OUT/../parts/resp.md"
 python3 scripts/assemble_results.py --doc "$DOC" "$OUT/../parts/resp.md"

@@ -27,6 +27,7 @@ mod nemesis_cmd;
 mod net_cmd;
 mod node_cmd;
 mod procs_cmd;
+mod resp_bench;
 mod serve_cmd;
 mod soak_cmd;
 mod table_soak_cmd;
@@ -80,6 +81,8 @@ enum Command {
     Node(node_cmd::NodeArgs),
     /// A store behind Redis's protocol on a local port, for redis-cli and Redis client libraries.
     Serve(serve_cmd::ServeArgs),
+    /// A Redis benchmark client for what redis-benchmark cannot send: MULTI/EXEC blocks, SET then WAIT.
+    RespBench(resp_bench::RespBenchArgs),
     /// Check a history a client recorded (JSON lines): strictly serializable, or linearizable.
     Check(check_cmd::CheckArgs),
     /// The message-passing runtime's own ceiling: two processes echoing messages.
@@ -184,6 +187,7 @@ fn main() {
         Command::Node(a) => node_cmd::node(a),
         Command::Serve(a) => serve_cmd::run(a),
         Command::Check(a) => check_cmd::run(a),
+        Command::RespBench(a) => resp_bench::run(a),
         Command::Net(a) => net_cmd::run(a),
         Command::LitmusWorker(a) => litmus_worker_cmd::run(a),
     };

@@ -410,3 +410,55 @@ fn a_python_redis_client_runs_its_checks_against_ddp_and_kite() {
         );
     }
 }
+
+/// `tandem resp-bench`, the client for what redis-benchmark cannot send:
+/// its MULTI/EXEC transfers against `tandem serve` all commit, and as each
+/// moved one unit between two keys, the keys still sum to zero. A request
+/// the store refuses (Pandora has no replicas for `WAIT` to count) is an
+/// error the run reports, and it fails.
+#[test]
+fn resp_bench_sends_multi_exec_blocks_and_reports_refusals() {
+    let s = serve(&["--keys", "1000"]);
+    let port = s.port.to_string();
+    let bench = |extra: &[&str]| {
+        let mut args = vec!["resp-bench", "-p", &port, "-r", "50"];
+        args.extend_from_slice(extra);
+        let out = common::tandem(&args);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.success(), report)
+    };
+    let (ok, r) = bench(&[
+        "--workload",
+        "transfer",
+        "-c",
+        "4",
+        "-P",
+        "4",
+        "--seconds",
+        "1",
+    ]);
+    assert!(
+        ok && r["errors"] == 0 && r["requests"].as_u64() > Some(100),
+        "{r}"
+    );
+    let mut wire = b"*51\r\n$4\r\nMGET\r\n".to_vec();
+    for k in 0..50 {
+        wire.extend_from_slice(format!("$16\r\nkey:{k:012}\r\n").as_bytes());
+    }
+    let answer = call(&mut connect(&s), &wire);
+    let values: Vec<i64> = answer
+        .lines()
+        .filter(|l| !l.starts_with(['*', '$']))
+        .map(|l| l.parse().unwrap_or_else(|_| panic!("{l:?} in {answer}")))
+        .collect();
+    assert!(
+        values.len() > 40,
+        "the transfers touched most keys: {answer}"
+    );
+    assert_eq!(values.iter().sum::<i64>(), 0, "{answer}");
+    let (ok, r) = bench(&["--workload", "set-wait", "-c", "1", "--seconds", "0.3"]);
+    assert!(!ok, "a run with errors must fail: {r}");
+    assert!(r["errors"].as_u64() > Some(0), "{r}");
+    assert!(r["first_error"].as_str().unwrap().contains("WAIT"), "{r}");
+}

@@ -84,8 +84,8 @@ pub use compute::{
     ComputeServerReport, Incarnation, RespServing,
 };
 pub use session::{
-    announce_replacement, new_incarnation, JoinError, MembershipSession, MemorySignal, Stop,
-    StopSignal,
+    announce_replacement, new_incarnation, JoinError, Joiner, MembershipSession, MemorySignal,
+    Stop, StopSignal,
 };
 
 /// Connections still in their handshake; a new one evicts the oldest.
@@ -100,9 +100,12 @@ const MEMBERSHIP_NODE: u16 = u16::MAX - 2;
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(rename_all = "lowercase")]
 enum ToMembership {
+    /// `layout`: the joiner's [`Layout::digest`] (0: not given, not checked).
     Join {
         node: u16,
         coordinators: u16,
+        #[serde(default)]
+        layout: u64,
     },
     Heartbeat(u16),
     Leave(u16),
@@ -372,6 +375,8 @@ struct Shared {
     saved_epoch: AtomicU64,
     /// Memory-server events from connection threads, for the detector loop.
     fleet_events: Mutex<Vec<FleetEvent>>,
+    /// The store's [`Layout::digest`]: joiners must lay it out the same.
+    layout: u64,
 }
 
 /// Admitted compute servers, and the failed ids announced to them so far
@@ -571,6 +576,7 @@ pub fn run_membership_server(cfg: MembershipServerConfig) -> Result<(), String> 
         zookeeper: cfg.zookeeper,
         saved_epoch,
         fleet_events: Mutex::default(),
+        layout: layout.digest(),
     });
     if cfg.replica.leader.set(shared.clone()).is_err() {
         return Err("this membership replica already leads".into());
@@ -723,9 +729,18 @@ fn serve_as_leader(
                 .unwrap_or_default();
             eprintln!("membership: compute node {node} left ({gaps})");
         }
-        ToMembership::Join { node, coordinators } => {
-            return answer_join(shared, writer, node, coordinators)
+        ToMembership::Join {
+            node,
+            coordinators: _,
+            layout,
+        } if layout != 0 && layout != shared.layout => {
+            let why = format!("compute node {node} lays the store out otherwise than this membership service (digest {layout:016x}, here {:016x}): every process of a cluster needs the same store flags (--memory, --replicas, --keys, --log-slots, --resp-keys, --slot-bytes)", shared.layout);
+            eprintln!("membership: refused {why}");
+            return send_line(writer, &FromMembership::Reject(why)).is_ok();
         }
+        ToMembership::Join {
+            node, coordinators, ..
+        } => return answer_join(shared, writer, node, coordinators),
         ToMembership::Incarnation { of } => return answer_incarnation(shared, writer, of),
         ToMembership::Applied { node, epoch } => {
             shared

@@ -171,8 +171,7 @@ fn a_node_fenced_before_it_starts_never_joins_and_comes_back_under_a_new_node_id
     // join under 5 now is a first join, not the rejoin of a failed node.
     match MembershipSession::join_within(
         &[c.membership],
-        5,
-        1,
+        procs::Joiner::new(5, 1),
         Duration::from_millis(5),
         Duration::from_secs(5),
     ) {
@@ -229,3 +228,28 @@ tandem_fabric::on_tcp_and_shm!(
     a_revoked_verb_fences_the_node_and_it_keeps_committing_as_a_new_incarnation,
     a_node_whose_join_is_refused_comes_back_as_a_new_incarnation
 );
+
+/// A compute server given other store flags than the membership service
+/// (here one more table, as `--resp-keys` adds) would read and write other
+/// slots than the rest of the cluster: its join is refused, saying why,
+/// and it stops before running a transaction.
+#[test]
+fn a_compute_server_that_lays_the_store_out_otherwise_is_refused() {
+    let c = cluster("layout", false);
+    let ledger = c.dir.join("c7.ledger");
+    let mut cfg = c.compute(7, 1.0, &ledger);
+    cfg.store.tables.push(tandem_dkvs::TableSpec {
+        id: 1,
+        name: "redis".into(),
+        value_size: 64,
+        capacity: 100,
+    });
+    let e = procs::run_compute_server(cfg)
+        .map(|r| r.committed)
+        .unwrap_err();
+    assert!(e.contains("lays the store out otherwise"), "{e}");
+    assert!(e.contains("--resp-keys"), "{e}");
+    // The same flags join.
+    let r = procs::run_compute_server(c.compute(8, 0.3, &c.dir.join("c8.ledger"))).unwrap();
+    assert!(r.committed > 0);
+}

@@ -154,6 +154,28 @@ impl Layout {
         Ok(layout)
     }
 
+    /// A fingerprint of where everything lies: tables (id, slot size,
+    /// buckets, partitions and their places), memory nodes, copies, log
+    /// slots. Processes of one cluster must agree on it: one that lays the
+    /// store out otherwise would read and write other slots than it means.
+    pub fn digest(&self) -> u64 {
+        let mut h = mix64(LOG_SALT ^ self.memory_nodes as u64);
+        let mut add = |x: u64| h = mix64(h ^ x);
+        add(self.replicas as u64);
+        add(self.log_slot_bytes);
+        add(self.log_slots as u64);
+        for t in &self.tables {
+            add(t.spec.id as u64);
+            add(t.slot_bytes as u64);
+            add(t.buckets_per_partition as u64);
+            add(t.partitions as u64);
+            t.replicas.iter().flatten().for_each(|&n| add(n as u64));
+            t.base.iter().flatten().for_each(|&b| add(b));
+        }
+        self.region_bytes.iter().for_each(|&b| add(b));
+        h
+    }
+
     /// The first `count` distinct memory nodes clockwise from `point` on the ring.
     fn place(&self, point: u64, count: u16) -> Vec<MemNodeId> {
         let start = self.ring.partition_point(|(h, _)| *h < point);
@@ -202,6 +224,39 @@ mod tests {
                 capacity: 10_000,
             }],
         )
+    }
+
+    /// Two processes given the same store agree on the digest; a table
+    /// sized otherwise, one more table, or other slots do not.
+    #[test]
+    fn the_digest_tells_layouts_apart() {
+        let d = |c: &StoreConfig| Layout::new(c).unwrap().digest();
+        let base = cfg(3, 2);
+        assert_eq!(d(&base), d(&cfg(3, 2)));
+        let mut bigger = base.clone();
+        bigger.tables[0].capacity = 20_000;
+        let mut wider = base.clone();
+        wider.tables[0].value_size = 48;
+        let mut more = base.clone();
+        more.tables.push(TableSpec {
+            id: 1,
+            name: "redis".into(),
+            value_size: 64,
+            capacity: 10,
+        });
+        let all = [
+            d(&base),
+            d(&bigger),
+            d(&wider),
+            d(&more),
+            d(&cfg(4, 2)),
+            d(&cfg(3, 3)),
+        ];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(a, b, "{all:?}");
+            }
+        }
     }
 
     #[test]

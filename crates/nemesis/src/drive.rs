@@ -150,8 +150,9 @@ impl Drive<'_> {
         while !t.whole() {
             if start.elapsed() > self.bound * 4 {
                 v.push(format!(
-                    "after `{f}`: the cluster was not whole again {} ms after the settle",
-                    start.elapsed().as_millis()
+                    "after `{f}`: the cluster was not whole again {} ms after the settle ({})",
+                    start.elapsed().as_millis(),
+                    t.configuration()
                 ));
                 return;
             }

@@ -30,7 +30,7 @@ use tandem_workloads::micro::{MicroClient, MicroLedger, MicroSpec};
 use tokio::sync::watch;
 
 use super::follow::{follow_memory, overdue_verdict, register_live, Gate, MemoryState};
-use super::session::{new_incarnation, JoinError, MembershipSession, Stop, StopSignal};
+use super::session::{new_incarnation, JoinError, Joiner, MembershipSession, Stop, StopSignal};
 use super::wait::wait_for_listeners;
 use crate::resp::{serve, Front, FrontConfig, Keyspace, Live};
 use crate::runner::block_on_local;
@@ -289,14 +289,14 @@ impl Server {
         let shm = tandem_fabric::Fabric::executes_at_post(&fabric);
         self.tally.links.set(if shm { "shm" } else { "tcp" });
         let c = &self.cfg;
-        let (addrs, coordinators, every, patience) = (
-            c.membership.clone(),
-            c.coordinators,
-            c.heartbeat_every,
-            c.patience,
-        );
+        let joiner = Joiner {
+            node,
+            coordinators: c.coordinators,
+            layout: self.layout.digest(),
+        };
+        let (addrs, every, patience) = (c.membership.clone(), c.heartbeat_every, c.patience);
         let joined = tokio::task::spawn_blocking(move || {
-            MembershipSession::join_within(&addrs, node, coordinators, every, patience)
+            MembershipSession::join_within(&addrs, joiner, every, patience)
         })
         .await
         .map_err(|e| Start::Failed(e.to_string()))?;

@@ -26,6 +26,7 @@ fn gen_msg(rng: &mut Rng) -> ToMembership {
         0 => ToMembership::Join {
             node,
             coordinators: rng.interesting_u64() as u16,
+            layout: rng.interesting_u64(),
         },
         1 => ToMembership::Heartbeat(node),
         2 => ToMembership::Leave(node),
@@ -106,7 +107,9 @@ fn check_lines(b: &[u8]) -> String {
         now += 10;
         label += &format!("{:?}", msg).chars().take(4).collect::<String>();
         match msg {
-            ToMembership::Join { node, coordinators } => {
+            ToMembership::Join {
+                node, coordinators, ..
+            } => {
                 m.step(now, Event::Join { node, coordinators });
             }
             ToMembership::Heartbeat(node) => {

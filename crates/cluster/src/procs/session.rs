@@ -98,6 +98,25 @@ impl StopSignal {
     }
 }
 
+/// Who joins: a compute node, its coordinators, and how it lays the store
+/// out ([`tandem_dkvs::Layout::digest`]; 0: not checked).
+#[derive(Clone, Copy, Debug)]
+pub struct Joiner {
+    pub node: u16,
+    pub coordinators: u16,
+    pub layout: u64,
+}
+
+impl Joiner {
+    pub fn new(node: u16, coordinators: u16) -> Joiner {
+        Joiner {
+            node,
+            coordinators,
+            layout: 0,
+        }
+    }
+}
+
 /// Why a join did not succeed.
 #[derive(Debug)]
 pub enum JoinError {
@@ -129,8 +148,7 @@ impl MembershipSession {
     ) -> Result<MembershipSession, String> {
         Self::join_within(
             membership,
-            node,
-            coordinators,
+            Joiner::new(node, coordinators),
             heartbeat_every,
             Duration::from_secs(10),
         )
@@ -142,16 +160,16 @@ impl MembershipSession {
     /// follow its failure notices.
     pub fn join_within(
         membership: &[SocketAddr],
-        node: u16,
-        coordinators: u16,
+        joiner: Joiner,
         heartbeat_every: Duration,
         patience: Duration,
     ) -> Result<MembershipSession, JoinError> {
+        let node = joiner.node;
         let stop = Arc::new(AtomicBool::new(false));
         // They start before the join: its answer waits for ZooKeeper, and the
         // detector's clock for this node starts when the join is stepped.
         start_heartbeats(membership, node, heartbeat_every, &stop);
-        let (conn, lines, ids) = join_patiently(membership, node, coordinators, patience)
+        let (conn, lines, ids) = join_patiently(membership, joiner, patience)
             .inspect_err(|_| stop.store(true, Ordering::SeqCst))?;
         let failed = FailedIds::new();
         let link = Arc::new(MembershipLink {
@@ -162,8 +180,7 @@ impl MembershipSession {
             resumed: Mutex::new(None),
         });
         let notices = Notices {
-            node,
-            coordinators,
+            joiner,
             ids: ids.clone(),
             addrs: membership.to_vec(),
             failed: failed.clone(),
@@ -340,13 +357,12 @@ fn start_heartbeats(membership: &[SocketAddr], node: u16, every: Duration, stop:
 /// to `patience`, saying what we wait for.
 fn join_patiently(
     addrs: &[SocketAddr],
-    node: u16,
-    coordinators: u16,
+    joiner: Joiner,
     patience: Duration,
 ) -> Result<(TcpStream, Lines, Vec<u16>), JoinError> {
-    let mut waiting = Waiting::new(format!("compute node {node}"), patience);
+    let mut waiting = Waiting::new(format!("compute node {}", joiner.node), patience);
     loop {
-        match join_membership(addrs, node, coordinators) {
+        match join_membership(addrs, joiner) {
             Err(JoinError::Unreachable(e)) => waiting
                 .again("the membership service", &e)
                 .map_err(JoinError::Refused)?,
@@ -388,8 +404,7 @@ impl MembershipLink {
 
 /// The thread that follows the service's notices for one session.
 struct Notices {
-    node: u16,
-    coordinators: u16,
+    joiner: Joiner,
     ids: Vec<u16>,
     addrs: Vec<SocketAddr>,
     failed: FailedIds,
@@ -402,7 +417,7 @@ impl Notices {
     /// stolen; our own ids among them: we were fenced), and rejoining when
     /// the membership service goes away.
     fn follow(self, mut lines: Lines) {
-        let node = self.node;
+        let node = self.joiner.node;
         loop {
             for line in &mut lines {
                 let Ok(line) = line else { break };
@@ -418,7 +433,7 @@ impl Notices {
                 return;
             }
             eprintln!("compute node {node}: lost the membership service; rejoining");
-            match rejoin_membership(&self.addrs, node, self.coordinators, &self.ids, &self.stop) {
+            match rejoin_membership(&self.addrs, self.joiner, &self.ids, &self.stop) {
                 Ok(Some((conn, more))) => {
                     eprintln!("compute node {node}: rejoined the membership service");
                     *self.link.conn.lock().unwrap() = Some(conn);
@@ -473,10 +488,19 @@ type Lines = std::io::Lines<BufReader<TcpStream>>;
 /// positioned after the answer, the ids.
 fn join_membership(
     addrs: &[SocketAddr],
-    node: u16,
-    coordinators: u16,
+    joiner: Joiner,
 ) -> Result<(TcpStream, Lines, Vec<u16>), JoinError> {
-    let (conn, lines, answer) = ask_any(addrs, &ToMembership::Join { node, coordinators })?;
+    let Joiner {
+        node,
+        coordinators,
+        layout,
+    } = joiner;
+    let join = ToMembership::Join {
+        node,
+        coordinators,
+        layout,
+    };
+    let (conn, lines, answer) = ask_any(addrs, &join)?;
     match answer {
         FromMembership::Assign(ids) => Ok((conn, lines, ids)),
         FromMembership::Reject(why) => Err(JoinError::Refused(format!(
@@ -553,16 +577,16 @@ fn ask_one(
 /// declared failed: either way it must stop using its ids (`Err`).
 fn rejoin_membership(
     addrs: &[SocketAddr],
-    node: u16,
-    coordinators: u16,
+    joiner: Joiner,
     ids: &[u16],
     stop: &AtomicBool,
 ) -> Result<Option<(TcpStream, Lines)>, Stop> {
+    let node = joiner.node;
     let mut backoff = Duration::from_millis(5);
     let mut attempts = 0u64;
     while !stop.load(Ordering::SeqCst) {
         attempts += 1;
-        match join_membership(addrs, node, coordinators) {
+        match join_membership(addrs, joiner) {
             Ok((conn, lines, again)) if again == ids => return Ok(Some((conn, lines))),
             Ok((_, _, other)) => {
                 return Err(Stop::Lost(format!("the membership service answered the rejoin with ids {other:?}, not {ids:?}: it lost its state; stopping")))
@@ -594,8 +618,7 @@ mod tests {
             resumed: Mutex::new(None),
         });
         Notices {
-            node: 1,
-            coordinators: 2,
+            joiner: Joiner::new(1, 2),
             ids,
             addrs: Vec::new(),
             failed: FailedIds::new(),
