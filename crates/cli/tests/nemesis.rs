@@ -443,8 +443,17 @@ fn a_heal_node_serving_without_a_lease_is_caught_by_partitions_not_by_kills() {
 /// Pandora: three schedules of two faults over every class it takes
 /// (memory servers replaced, compute servers back as new incarnations),
 /// then every compute server killed and `check-cluster`'s checks.
+///
+/// Alone: its liveness bound is throughput back to half of what it was
+/// before the first fault, and a neighbour whose load rises in between (a
+/// ZooKeeper starting for the replicated detector's test) held it at 40 %
+/// for four seconds after a heal, with nothing wrong in Pandora.
 #[test]
 fn pandora_survives_three_schedules_of_every_fault_it_takes() {
+    alone(pandora_three_schedules);
+}
+
+fn pandora_three_schedules() {
     let args = [
         "--system",
         "pandora",
