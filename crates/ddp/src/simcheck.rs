@@ -17,6 +17,7 @@ use std::rc::Rc;
 
 use tandem_check::{HistOp, OpKind};
 use tandem_net::manager::{Manager, ManagerConfig};
+use tandem_net::sim::session_index;
 use tandem_net::{
     Command, Config, Harness, Input, NetStats, NodeId, Nvm, SessionId, SimNet, SimNetConfig,
 };
@@ -270,6 +271,15 @@ pub struct CheckReport {
 }
 
 /// The client workload and the observer of every step.
+/// The id session `index` has on the wire, and so in the nodes' replies,
+/// records and messages: the simulator presents sessions under ids spread
+/// over all 64 bits ([`tandem_net::sim::wide_session_id`]), as real clients
+/// choose them. The checks keep sessions by index, and name a session's
+/// scopes and transactions as the nodes do.
+fn wire(index: SessionId) -> SessionId {
+    tandem_net::sim::wide_session_id(index)
+}
+
 struct Rec {
     model: Model,
     cfg: CheckConfig,
@@ -412,8 +422,17 @@ impl Rec {
         }
         self.scope[s].1 += 1;
         let value = (session + 1) << 32 | self.left[s];
-        self.writes
-            .insert(value, (key, None, ScopeId { session, seq }));
+        self.writes.insert(
+            value,
+            (
+                key,
+                None,
+                ScopeId {
+                    session: wire(session),
+                    seq,
+                },
+            ),
+        );
         self.deps.insert(value, self.past[s].deps());
         Some(Op::Write {
             key,
@@ -426,7 +445,11 @@ impl Rec {
 
     fn invoked(&mut self, session: SessionId, req: u64, node: NodeId, op: &Op, now: u64) {
         if let Some(seq) = op.tx() {
-            (self.txs.of_req).insert((session, req), crate::TxId { session, seq });
+            let id = crate::TxId {
+                session: wire(session),
+                seq,
+            };
+            (self.txs.of_req).insert((session, req), id);
         }
         let kind = match *op {
             Op::Read { key, .. } => OpKind::Read { key, value: None },
@@ -436,7 +459,7 @@ impl Rec {
                     (session, req),
                     (
                         ScopeId {
-                            session,
+                            session: wire(session),
                             seq: scope,
                         },
                         writes,
@@ -600,7 +623,7 @@ impl Rec {
                     session,
                     req,
                     result,
-                } => self.check_reply(node, *session, *req, result, nvm, now),
+                } => self.check_reply(node, session_index(*session), *req, result, nvm, now),
                 _ => {}
             }
         }
@@ -651,7 +674,10 @@ impl Rec {
             Reply::Persisted { seq }
                 if self.model.p == Persistency::Scope && self.persists[&(session, req)].1 > 0 =>
             {
-                let scope = ScopeId { session, seq: *seq };
+                let scope = ScopeId {
+                    session: wire(session),
+                    seq: *seq,
+                };
                 let members = self.configs[node as usize].clone();
                 for m in members.into_iter().filter(|&m| self.steady[m as usize]) {
                     if !nvm[m as usize].contains_key(&Slot::Scope(scope)) {
@@ -767,6 +793,7 @@ impl Run {
         let base = SimNetConfig {
             persist_ns: cfg.persist_ns,
             cores: 1,
+            wide_sessions: true,
             ..SimNetConfig::default()
         };
         let base = SimNetConfig {

@@ -163,7 +163,7 @@ impl Rec {
                 key,
                 None,
                 ScopeId {
-                    session,
+                    session: super::wire(session),
                     seq: scope,
                 },
             ),
@@ -182,7 +182,7 @@ impl Rec {
         let seq = self.txs.next_seq[s];
         self.txs.next_seq[s] += 1;
         let id = TxId {
-            session: s as SessionId,
+            session: super::wire(s as SessionId),
             seq,
         };
         self.txs.log.insert(id, TxLog::default());
