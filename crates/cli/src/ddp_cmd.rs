@@ -71,6 +71,9 @@ pub struct CheckArgs {
     /// A reliable network: no drops, duplicates or extra delays.
     #[arg(long)]
     no_net_faults: bool,
+    /// Sessions reach the nodes under ids spread over all 64 bits, as the RESP front end draws them.
+    #[arg(long)]
+    wide_sessions: bool,
     /// Simulated NVM persist latency.
     #[arg(long, default_value_t = 400)]
     persist_ns: u64,
@@ -192,6 +195,7 @@ fn check(a: CheckArgs) -> Result<(), String> {
                     assertions: a.assertions.unwrap_or(bugs == Bugs::default()),
                     net_faults: !a.no_net_faults,
                     persist_ns: a.persist_ns,
+                    wide_sessions: a.wide_sessions,
                     ..CheckConfig::new(m, seed)
                 };
                 if let Some(opts) = heal {

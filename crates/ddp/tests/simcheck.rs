@@ -645,3 +645,26 @@ fn a_node_added_back_claims_only_what_its_copies_applied() {
     });
     assert!(diverged, "keep-applied never diverged in 100 seeds");
 }
+
+/// ⟨Eventual, RE⟩ and ⟨Causal, RE⟩ reads wait for the persist at the node
+/// that serves them only (docs/DDP.md open point 8). A whole-cluster crash
+/// that the cluster recovers without one node may lose a version read
+/// only there: counted, not a broken promise. These seeds each lose one
+/// (the check called them RP-2 before it knew which node served a read).
+#[test]
+fn a_version_read_only_at_the_node_a_recovery_leaves_out_may_vanish() {
+    for (model, seed) in [("eventual-re", 1002), ("causal-re", 1013)] {
+        let mut cfg = CheckConfig::new(Model::parse(model).unwrap(), seed);
+        cfg.crash = Crash::AllButOne;
+        let r = run(&cfg);
+        assert!(
+            r.violations.is_empty(),
+            "{model} seed {seed}: {:?}",
+            r.violations
+        );
+        assert!(
+            r.vanished_reads > 0,
+            "{model} seed {seed}: nothing was read there"
+        );
+    }
+}

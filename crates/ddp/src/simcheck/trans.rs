@@ -163,7 +163,7 @@ impl Rec {
                 key,
                 None,
                 ScopeId {
-                    session: super::wire(session),
+                    session: self.wire(session),
                     seq: scope,
                 },
             ),
@@ -182,7 +182,7 @@ impl Rec {
         let seq = self.txs.next_seq[s];
         self.txs.next_seq[s] += 1;
         let id = TxId {
-            session: super::wire(s as SessionId),
+            session: self.wire(s as SessionId),
             seq,
         };
         self.txs.log.insert(id, TxLog::default());
@@ -196,12 +196,12 @@ impl Rec {
     }
 
     /// A reply to the session's current transaction; `kind`: the read's or
-    /// write's key (and a write's value).
+    /// write's key (and a write's value), and the node it went to.
     pub(super) fn tx_completed(
         &mut self,
         session: SessionId,
         r: &Reply,
-        kind: Option<(Key, Option<Value>)>,
+        kind: Option<(Key, Option<Value>, NodeId)>,
     ) {
         let s = session as usize;
         let Some(id) = self.txs.cur[s].as_ref().map(|c| c.id) else {
@@ -209,15 +209,15 @@ impl Rec {
         };
         match r {
             Reply::Read { value, ts, .. } => {
-                let Some((key, _)) = kind else { return };
+                let Some((key, _, node)) = kind else { return };
                 let log = self.txs.log.get_mut(&id).expect("logged");
                 log.reads.push((key, *value));
                 if !value.is_some_and(|x| self.txs.writer.get(&x) == Some(&id)) && *ts != Ts::ZERO {
-                    self.reads.push((key, *ts));
+                    self.reads.push((key, *ts, node));
                 }
             }
             Reply::Written { ts, .. } => {
-                let Some((key, Some(value))) = kind else {
+                let Some((key, Some(value), _)) = kind else {
                     return;
                 };
                 self.txs
@@ -468,11 +468,15 @@ fn tx_ts(nvm: &Nvm<Record>, id: TxId, key: Key) -> Ts {
 impl Run {
     /// At a whole-cluster crash: transactions whose commit record is in
     /// some NVM are committed (decided, though perhaps not answered).
-    pub(super) fn mark_durable_commits(&mut self) {
+    /// The transactions a commit record in some NVM makes durable across a
+    /// whole-cluster crash: those of the nodes the recovery reads, not of
+    /// `late`, which it goes without (a commit persisted at its decider
+    /// alone, its End unanswered, may then go either way).
+    pub(super) fn mark_durable_commits(&mut self, late: Option<NodeId>) {
         let now = self.net.now_ns();
         let mut rec = self.rec.borrow_mut();
         rec.txs.crash_ns = Some(now);
-        for n in 0..self.cfg.nodes {
+        for n in (0..self.cfg.nodes).filter(|&n| Some(n) != late) {
             for r in self.net.nvm(n).values() {
                 if let Record::Tx {
                     tx,
