@@ -375,6 +375,16 @@ impl Rec {
         }
     }
 
+    /// A write the session is about to send: `value` (unique) into `key`,
+    /// in the session's scope `seq`.
+    fn note_write(&mut self, value: Value, key: Key, session: SessionId, seq: u64) {
+        let scope = ScopeId {
+            session: self.wire(session),
+            seq,
+        };
+        self.writes.insert(value, (key, None, scope));
+    }
+
     /// C11 (docs/HEAL.md, "Checks"), for any catch-up: a node that comes back
     /// online holds every write acknowledged so far (Lin: a write is acked
     /// once every member has it, so one the node missed came by catch-up).
@@ -429,17 +439,7 @@ impl Rec {
         }
         self.scope[s].1 += 1;
         let value = (session + 1) << 32 | self.left[s];
-        self.writes.insert(
-            value,
-            (
-                key,
-                None,
-                ScopeId {
-                    session: self.wire(session),
-                    seq,
-                },
-            ),
-        );
+        self.note_write(value, key, session, seq);
         self.deps.insert(value, self.past[s].deps());
         Some(Op::Write {
             key,

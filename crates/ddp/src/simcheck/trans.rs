@@ -22,9 +22,7 @@ use tandem_sim::Rng;
 use super::{nvm_ts, Rec, Run};
 use crate::model::Persistency;
 use crate::node::DdpNode;
-use crate::types::{
-    Key, Msg, Op, Record, Reply, ScopeId, Slot, Ts, TxAck, TxId, TxPhase, Value, Vote,
-};
+use crate::types::{Key, Msg, Op, Record, Reply, Slot, Ts, TxAck, TxId, TxPhase, Value, Vote};
 
 /// A session's transaction in progress.
 #[derive(Clone, Debug)]
@@ -157,17 +155,7 @@ impl Rec {
         }
         self.txs.next_value[s] += 1;
         let value = (session + 1) << 32 | 1 << 31 | self.txs.next_value[s];
-        self.writes.insert(
-            value,
-            (
-                key,
-                None,
-                ScopeId {
-                    session: self.wire(session),
-                    seq: scope,
-                },
-            ),
-        );
+        self.note_write(value, key, session, scope);
         self.txs.writer.insert(value, id);
         Some(Op::Write {
             key,
