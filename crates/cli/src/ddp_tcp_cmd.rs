@@ -98,7 +98,8 @@ fn print_table(run: &TcpRun, model: &crate::net_cmd::EchoModel) {
     }
     println!(
         "({ECHO_NAME}: the same sessions against five nodes that carry ⟨Lin, Synch⟩'s messages \
-         (INV, ACK, VAL per write; reads answered at once) and do nothing else, in the same \
+         (INV, ACK, VAL per write; a request for a key the node is writing waits for its last \
+         ACK, any other read is answered at once) and do nothing else, in the same \
          rounds; of echo: ops/s and peer messages/s over its; msgs/s: protocol messages between \
          nodes, client requests and replies not counted; cpu ns/msg: the nodes' CPU per peer \
          message received or client request taken; vs echo: over the echo nodes'; sys/msg: \

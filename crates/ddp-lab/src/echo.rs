@@ -2,15 +2,22 @@
 //! messages of a ⟨Lin, Synch⟩ write and does nothing else. A client's
 //! write is sent to every other member (INV, with the key, a timestamp and
 //! the value, as DDP's is); each answers it (ACK); once all have, the
-//! writer answers its client and tells the others (VAL). A read is answered
-//! at once, as ⟨Lin, Synch⟩ answers a read of a valid key. No versions,
-//! no NVM, no model: the same load process, sessions, processes, links and
-//! messages per write, so the same messages in flight per link, through
-//! the same runtime. `tandem ddp bench --net tcp` runs it in the rounds of
-//! the models (`tandem node --system ddp-echo`) and sets each model's
+//! writer answers its client and tells the others (VAL).
+//!
+//! Requests wait where ⟨Lin, Synch⟩'s writer makes them wait, so that the
+//! sessions keep no more messages in flight per link than the model lets
+//! them: a read or a write of a key this node is writing (INV sent, an ACK
+//! missing) waits until its last ACK, in arrival order; any other read is
+//! answered at once. ⟨Lin, Synch⟩ also holds a request at the other members
+//! from a key's INV to its VAL; the echo does not (that wait depends on
+//! timestamps it does not keep), so it waits less than the model and stays
+//! a ceiling. No versions, no NVM, no model: the same load process,
+//! sessions, processes, links and messages per write, through the same
+//! runtime. `tandem ddp bench --net tcp` runs it in the rounds of the
+//! models (`tandem node --system ddp-echo`) and sets each model's
 //! throughput and CPU per message beside it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use tandem_ddp::{Op, Reply, Ts};
@@ -46,6 +53,15 @@ struct Pending {
     acks: usize,
 }
 
+/// A key this node is writing, and the requests waiting for it to be
+/// quiet again.
+#[derive(Debug, Default)]
+struct Busy {
+    /// Own writes waiting for ACKs.
+    open: u32,
+    waiting: VecDeque<(SessionId, u64, Op)>,
+}
+
 /// One node of the echo.
 #[derive(Debug)]
 pub struct DdpEcho {
@@ -53,6 +69,8 @@ pub struct DdpEcho {
     members: Vec<NodeId>,
     next: u64,
     pending: HashMap<u64, Pending>,
+    /// Only keys with a write of this node open (an entry goes once it is quiet).
+    busy: HashMap<u64, Busy>,
 }
 
 impl DdpEcho {
@@ -61,6 +79,15 @@ impl DdpEcho {
     }
 
     fn client(&mut self, session: SessionId, req: u64, op: Op, out: &mut Vec<Command<Self>>) {
+        if let Op::Read { key, .. } | Op::Write { key, .. } = op {
+            if let Some(b) = self.busy.get_mut(&key) {
+                return b.waiting.push_back((session, req, op));
+            }
+        }
+        self.serve(session, req, op, out);
+    }
+
+    fn serve(&mut self, session: SessionId, req: u64, op: Op, out: &mut Vec<Command<Self>>) {
         let reply = |result| Command::Reply {
             session,
             req,
@@ -81,6 +108,7 @@ impl DdpEcho {
                 });
                 let acks = self.others();
                 self.pending.insert(n, Pending { session, req, acks });
+                self.open(key);
             }
             Op::Write { .. } => out.push(reply(Reply::Written {
                 ts: Ts::ZERO,
@@ -90,6 +118,26 @@ impl DdpEcho {
             Op::Begin { .. } | Op::End { .. } => out.push(reply(Reply::Error {
                 msg: "the echo runs no transactions".into(),
             })),
+        }
+    }
+
+    fn open(&mut self, key: u64) {
+        self.busy.entry(key).or_default().open += 1;
+    }
+
+    /// One write on `key` is closed here: once none is open, serve what
+    /// waited, in order, until one of them opens a write again.
+    fn close(&mut self, key: u64, out: &mut Vec<Command<Self>>) {
+        let Some(b) = self.busy.get_mut(&key) else {
+            return;
+        };
+        b.open = b.open.saturating_sub(1);
+        while let Some(b) = self.busy.get_mut(&key).filter(|b| b.open == 0) {
+            let Some((session, req, op)) = b.waiting.pop_front() else {
+                self.busy.remove(&key);
+                return;
+            };
+            self.serve(session, req, op, out);
         }
     }
 
@@ -116,6 +164,7 @@ impl DdpEcho {
                     req: p.req,
                     result: Reply::Written { ts, id: None },
                 });
+                self.close(key, out);
             }
             EchoMsg::Val { .. } => {}
         }
@@ -148,6 +197,7 @@ impl NodeFactory<DdpEcho> for DdpEchoFactory {
             members: config.members.clone(),
             next: 0,
             pending: HashMap::new(),
+            busy: HashMap::new(),
         }
     }
     fn recover(&self, me: NodeId, config: &Config, _nvm: &Nvm<NoRecord>) -> DdpEcho {
@@ -239,5 +289,50 @@ mod tests {
             matches!(out[..], [Command::Reply { req: 4, .. }]),
             "{out:?}"
         );
+    }
+
+    fn read(n: &mut DdpEcho, req: u64, out: &mut Vec<Command<DdpEcho>>) {
+        let op = Op::read(7);
+        n.step(0, Input::Client { session: 5, req, op }, out);
+    }
+
+    /// The writer's waits of ⟨Lin, Synch⟩: a read or a write of the key it
+    /// is writing waits for the last ACK; another member answers a read at
+    /// once (the echo waits less than the model, never more).
+    #[test]
+    fn requests_for_a_key_being_written_wait_at_the_writer() {
+        let (mut a, mut b, mut out) = (node(0), node(1), Vec::new());
+        write(&mut a, &mut out);
+        let Some(Command::Broadcast { msg: inv }) = out.pop() else {
+            panic!("no INV broadcast: {out:?}");
+        };
+        read(&mut a, 8, &mut out);
+        write(&mut a, &mut out);
+        assert!(out.is_empty(), "a request at the writer did not wait: {out:?}");
+        b.step(0, Input::Recv { from: 0, msg: inv }, &mut out);
+        let Some(Command::Send { msg: ack, .. }) = out.pop() else {
+            panic!("no ACK: {out:?}");
+        };
+        read(&mut b, 9, &mut out);
+        assert!(matches!(out[..], [Command::Reply { req: 9, .. }]), "{out:?}");
+        out.clear();
+        for from in [1, 2] {
+            let msg = ack.clone();
+            a.step(0, Input::Recv { from, msg }, &mut out);
+        }
+        let replies: Vec<u64> = out
+            .iter()
+            .filter_map(|c| match c {
+                Command::Reply { req, .. } => Some(*req),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(replies, [1, 8], "the write, then the read that waited");
+        let invs = out
+            .iter()
+            .filter(|c| matches!(c, Command::Broadcast { msg: EchoMsg::Inv { .. } }))
+            .count();
+        assert_eq!(invs, 1, "the write that waited starts after them: {out:?}");
+        assert_eq!(a.busy[&7].open, 1, "and holds the key in its turn");
     }
 }
