@@ -34,7 +34,7 @@ pub use memory::{Fenced, MemoryNode, RegionKey};
 pub use tandem_auth as auth;
 pub use verb::{
     Batch, Bytes, Completion, Completions, ComputeNodeId, MemNodeId, Verb, VerbArena, VerbError,
-    VerbOutput,
+    VerbOutput, VerbRef,
 };
 
 use std::future::Future;
@@ -168,3 +168,4 @@ pub fn raise_priority() -> bool {
     #[cfg(not(target_os = "linux"))]
     false
 }
+

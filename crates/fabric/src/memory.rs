@@ -29,7 +29,7 @@ fn prefetch_line(p: *const u64) {
     let _ = p;
 }
 
-use crate::verb::{Bytes, Completion, ComputeNodeId, Verb, VerbError, VerbOutput};
+use crate::verb::{Bytes, Completion, ComputeNodeId, Verb, VerbError, VerbOutput, VerbRef};
 
 /// A region key, issued to one compute node (like an RDMA rkey): 128 bits
 /// from the OS's CSPRNG. Its low half is never zero.
@@ -337,11 +337,26 @@ impl MemoryNode {
         compute: ComputeNodeId,
         key: RegionKey,
         verbs: &[Verb],
+        buffer: impl FnMut(usize) -> Bytes,
+        done: impl FnMut(Completion),
+    ) {
+        let refs = verbs.iter().map(Verb::as_ref);
+        self.execute_refs(compute, key, refs, buffer, done)
+    }
+
+    /// [`MemoryNode::execute_batch_with`] on borrowed verbs (a memory
+    /// server's, read where they lie in the frame): every path that
+    /// executes verbs comes here.
+    pub fn execute_refs<'v>(
+        &self,
+        compute: ComputeNodeId,
+        key: RegionKey,
+        verbs: impl Iterator<Item = VerbRef<'v>> + Clone,
         mut buffer: impl FnMut(usize) -> Bytes,
         mut done: impl FnMut(Completion),
     ) {
         if self.is_failed() {
-            verbs.iter().for_each(|_| done(Err(VerbError::Unavailable)));
+            verbs.for_each(|_| done(Err(VerbError::Unavailable)));
             return;
         }
         // Announce, then check the key: `revoke` stores the new key, then waits
@@ -350,14 +365,12 @@ impl MemoryNode {
         let executing = &self.region.executing()[compute as usize];
         executing.fetch_add(1, Ordering::SeqCst);
         if self.is_authorized(compute, key) {
-            if verbs.len() >= PREFETCH_FROM {
-                self.prefetch(verbs);
+            if verbs.clone().nth(PREFETCH_FROM - 1).is_some() {
+                self.prefetch(verbs.clone());
             }
-            verbs
-                .iter()
-                .for_each(|v| done(self.execute_with(v, &mut buffer)));
+            verbs.for_each(|v| done(self.execute_with(v, &mut buffer)));
         } else {
-            verbs.iter().for_each(|_| done(Err(VerbError::Revoked)));
+            verbs.for_each(|_| done(Err(VerbError::Revoked)));
         }
         executing.fetch_sub(1, Ordering::SeqCst);
     }
@@ -365,36 +378,36 @@ impl MemoryNode {
     /// Execute a verb without access control: for the node's own setup path
     /// (bulk loading through the control endpoint) and for inspection in tests.
     pub fn execute_unchecked(&self, verb: &Verb) -> Completion {
-        self.execute_with(verb, |n| vec![0; n])
+        self.execute_with(verb.as_ref(), |n| vec![0; n])
     }
 
-    fn execute_with(&self, verb: &Verb, mut buffer: impl FnMut(usize) -> Bytes) -> Completion {
+    fn execute_with(&self, verb: VerbRef<'_>, mut buffer: impl FnMut(usize) -> Bytes) -> Completion {
         match verb {
-            Verb::Read { addr, len } => {
-                self.check_range(*addr, *len as u64)?;
-                let mut out = buffer(*len as usize);
-                self.read_into(*addr, &mut out)?;
+            VerbRef::Read { addr, len } => {
+                self.check_range(addr, len as u64)?;
+                let mut out = buffer(len as usize);
+                self.read_into(addr, &mut out)?;
                 Ok(VerbOutput::Read(out))
             }
-            Verb::Write { addr, data } => {
-                self.write_bytes(*addr, data)?;
+            VerbRef::Write { addr, data } => {
+                self.write_bytes(addr, data)?;
                 Ok(VerbOutput::Write)
             }
-            Verb::Cas {
+            VerbRef::Cas {
                 addr,
                 expected,
                 new,
             } => {
-                let w = self.word(*addr)?;
+                let w = self.word(addr)?;
                 let old =
-                    match w.compare_exchange(*expected, *new, Ordering::SeqCst, Ordering::SeqCst) {
+                    match w.compare_exchange(expected, new, Ordering::SeqCst, Ordering::SeqCst) {
                         Ok(v) | Err(v) => v,
                     };
                 Ok(VerbOutput::Cas(old))
             }
-            Verb::Faa { addr, add } => {
-                let w = self.word(*addr)?;
-                Ok(VerbOutput::Faa(w.fetch_add(*add, Ordering::SeqCst)))
+            VerbRef::Faa { addr, add } => {
+                let w = self.word(addr)?;
+                Ok(VerbOutput::Faa(w.fetch_add(add, Ordering::SeqCst)))
             }
         }
     }
@@ -403,13 +416,13 @@ impl MemoryNode {
     /// executing any, so its cache misses overlap, as a NIC's DMA reads of
     /// one doorbell do, instead of running one after the other. A hint only:
     /// bad addresses are skipped here and fail when executed.
-    fn prefetch(&self, verbs: &[Verb]) {
+    fn prefetch<'v>(&self, verbs: impl Iterator<Item = VerbRef<'v>>) {
         let words = self.region.words();
         for v in verbs {
             let (addr, len) = match v {
-                Verb::Read { addr, len } => (*addr, *len as u64),
-                Verb::Write { addr, data } => (*addr, data.len() as u64),
-                Verb::Cas { addr, .. } | Verb::Faa { addr, .. } => (*addr, 8),
+                VerbRef::Read { addr, len } => (addr, len as u64),
+                VerbRef::Write { addr, data } => (addr, data.len() as u64),
+                VerbRef::Cas { addr, .. } | VerbRef::Faa { addr, .. } => (addr, 8),
             };
             let first = (addr / 8) as usize;
             let lines = len.div_ceil(64).clamp(1, PREFETCH_LINES) as usize;

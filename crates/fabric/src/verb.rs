@@ -189,7 +189,43 @@ pub enum Verb {
     },
 }
 
+/// A verb borrowed from where it lies (a received frame), so a memory
+/// server executes it without copying it into a [`Verb`] first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerbRef<'a> {
+    Read { addr: u64, len: u32 },
+    Write { addr: u64, data: &'a [u8] },
+    Cas { addr: u64, expected: u64, new: u64 },
+    Faa { addr: u64, add: u64 },
+}
+
+impl VerbRef<'_> {
+    /// The same verb, owning its bytes.
+    pub fn to_verb(self) -> Verb {
+        match self {
+            VerbRef::Read { addr, len } => Verb::Read { addr, len },
+            VerbRef::Write { addr, data } => Verb::write_slice(addr, data),
+            VerbRef::Cas { addr, expected, new } => Verb::Cas { addr, expected, new },
+            VerbRef::Faa { addr, add } => Verb::Faa { addr, add },
+        }
+    }
+}
+
 impl Verb {
+    /// This verb, borrowed.
+    pub fn as_ref(&self) -> VerbRef<'_> {
+        match self {
+            Verb::Read { addr, len } => VerbRef::Read { addr: *addr, len: *len },
+            Verb::Write { addr, data } => VerbRef::Write { addr: *addr, data },
+            Verb::Cas { addr, expected, new } => VerbRef::Cas {
+                addr: *addr,
+                expected: *expected,
+                new: *new,
+            },
+            Verb::Faa { addr, add } => VerbRef::Faa { addr: *addr, add: *add },
+        }
+    }
+
     pub fn read(addr: u64, len: u32) -> Verb {
         Verb::Read { addr, len }
     }

@@ -71,7 +71,10 @@ pub fn run(
         &WorkloadSpec::from_name("micro", Some(keys))?,
     )?;
     block_on_local(async {
+        // Over TCP, as the membership's recovery coordinator does: its
+        // connections are served by each memory server's urgent poller.
         let fabric = backend
+            .prioritised()
             .join(BENCH_NODE)
             .await
             .map_err(|e| format!("cannot join: {e}"))?;

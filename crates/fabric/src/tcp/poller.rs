@@ -58,7 +58,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::memory::{MemoryNode, RegionKey};
 use crate::tcp::wire::{self, ClientMsg, FRAME_HEADER_BYTES};
-use crate::verb::ComputeNodeId;
+use crate::verb::{ComputeNodeId, VerbOutput};
 
 /// A connection's answers are written out early (within its turn) once
 /// this many are unwritten.
@@ -624,16 +624,16 @@ fn execute_frames(node: &MemoryNode, conn: u64, c: &mut Conn) {
         if c.input.len() - body_at < len {
             break;
         }
-        match ClientMsg::decode(&c.input[body_at..body_at + len]) {
-            Ok(ClientMsg::Batch { req_id, verbs }) => {
-                let out = &mut c.out.buf;
-                let start = wire::begin_done(out, req_id, verbs.len());
-                node.execute_batch(c.compute, c.key, &verbs, |done| {
-                    wire::encode_completion(out, &done)
-                });
-                wire::end_frame(out, start);
-            }
-            Ok(other) => return bad_frame(conn, c, &format!("unexpected {}", other.name())),
+        let body = &c.input[body_at..body_at + len];
+        if !wire::is_batch(body) {
+            let why = match ClientMsg::decode(body) {
+                Ok(other) => format!("unexpected {}", other.name()),
+                Err(e) => e.to_string(),
+            };
+            return bad_frame(conn, c, &why);
+        }
+        match wire::parse_batch(body) {
+            Ok(batch) => execute_batch(node, (c.compute, c.key), batch, &mut c.out.buf),
             Err(e) => return bad_frame(conn, c, &e),
         }
         pos = body_at + len;
@@ -643,6 +643,31 @@ fn execute_frames(node: &MemoryNode, conn: u64, c: &mut Conn) {
         // One burst must not pin a large buffer for the connection's lifetime.
         c.input.shrink_to(READ_CHUNK_BYTES);
     }
+}
+
+/// Execute a checked batch where it lies in the input and append its `Done`
+/// frame to `out`. Reads land in one buffer, reused from verb to verb.
+fn execute_batch(
+    node: &MemoryNode,
+    (compute, key): (ComputeNodeId, RegionKey),
+    batch: wire::BatchRef<'_>,
+    out: &mut Vec<u8>,
+) {
+    let start = wire::begin_done(out, batch.req_id, batch.len());
+    let spare = std::cell::Cell::new(Vec::new());
+    let buffer = |n| {
+        let mut b = spare.take();
+        b.clear();
+        b.resize(n, 0);
+        b
+    };
+    node.execute_refs(compute, key, batch.verbs(), buffer, |done| {
+        wire::encode_completion(out, &done);
+        if let Ok(VerbOutput::Read(b)) = done {
+            spare.set(b);
+        }
+    });
+    wire::end_frame(out, start);
 }
 
 fn bad_frame(conn: u64, c: &mut Conn, why: &dyn std::fmt::Display) {
@@ -674,7 +699,7 @@ fn flush(conn: u64, c: &mut Conn) {
 mod tests {
     use super::*;
     use crate::tcp::wire::ServerMsg;
-    use crate::verb::{Completion, Verb, VerbOutput};
+    use crate::verb::{Completion, Verb, VerbError, VerbOutput};
 
     fn done(out: &mut Vec<u8>, req_id: u64, completions: &[Completion]) {
         let start = wire::begin_done(out, req_id, completions.len());
@@ -688,6 +713,41 @@ mod tests {
         let mut b = Vec::new();
         ClientMsg::Batch { req_id, verbs }.encode(&mut b);
         b
+    }
+
+    /// A batch executed where it lies in the frame answers exactly what the
+    /// same verbs answer decoded and executed one by one, errors included,
+    /// and reads landing in one reused buffer keep their own bytes.
+    #[test]
+    fn a_batch_executed_in_its_frame_answers_as_the_decoded_verbs_do() {
+        let verbs = vec![
+            Verb::write(8, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]),
+            Verb::read(8, 9),
+            Verb::cas(16, 9, 10),
+            Verb::read(0, 24),
+            Verb::faa(24, 5),
+            Verb::read(4000, 200),
+            Verb::cas(3, 0, 1),
+            Verb::read(16, 3),
+        ];
+        let (a, b) = (MemoryNode::new(4096), MemoryNode::new(4096));
+        let (ka, kb) = (a.register(2).unwrap(), b.register(2).unwrap());
+        let mut want = Vec::new();
+        let mut completions = Vec::new();
+        b.execute_batch(2, kb, &verbs, |c| completions.push(c));
+        done(&mut want, 7, &completions);
+        let frame = batch(7, verbs);
+        let parsed = wire::parse_batch(&frame[FRAME_HEADER_BYTES..]).unwrap();
+        let mut got = Vec::new();
+        execute_batch(&a, (2, ka), parsed, &mut got);
+        assert_eq!(got, want);
+        let mut revoked = Vec::new();
+        execute_batch(&a, (2, ka ^ 1), parsed, &mut revoked);
+        let body = &revoked[FRAME_HEADER_BYTES..];
+        let Ok(ServerMsg::Done { completions, .. }) = ServerMsg::decode(body) else {
+            panic!("not a Done frame");
+        };
+        assert!(completions.iter().all(|c| *c == Err(VerbError::Revoked)));
     }
 
     /// A connection handed over with answers its previous poller did not

@@ -17,7 +17,7 @@ use std::fmt;
 use std::io::{self, Read};
 
 use crate::memory::RegionKey;
-use crate::verb::{Completion, Completions, ComputeNodeId, Verb, VerbError, VerbOutput};
+use crate::verb::{Completion, Completions, ComputeNodeId, Verb, VerbError, VerbOutput, VerbRef};
 
 /// Largest frame body. Bounds every buffer a peer can make us allocate.
 pub const FRAME_BYTES_MAX: usize = 4 << 20;
@@ -215,8 +215,12 @@ fn verb_bytes(verb: &Verb) -> usize {
 
 /// Largest number of bytes the completion of `verb` can take on the wire.
 fn completion_bytes_max(verb: &Verb) -> usize {
+    completion_bytes_max_ref(verb.as_ref())
+}
+
+fn completion_bytes_max_ref(verb: VerbRef<'_>) -> usize {
     match verb {
-        Verb::Read { len, .. } => 1 + 4 + *len as usize,
+        VerbRef::Read { len, .. } => 1 + 4 + len as usize,
         _ => COMPLETION_FIXED_BYTES_MAX,
     }
 }
@@ -384,24 +388,12 @@ impl ClientMsg {
                 }
             }
             OP_BATCH => {
-                let req_id = c.u64()?;
-                let count = c.u32()? as usize;
-                // A claimed count the body cannot hold is garbage: refuse it
-                // before reserving memory for it.
-                if count > c.remaining() / VERB_BYTES_MIN {
-                    return Err(FrameError::Truncated);
-                }
-                let mut verbs = Vec::with_capacity(count);
-                let mut response = BATCH_HEAD_BYTES;
-                for _ in 0..count {
-                    let v = decode_verb(&mut c)?;
-                    response += completion_bytes_max(&v);
-                    if response > FRAME_BYTES_MAX {
-                        return Err(FrameError::ResponseTooLarge);
-                    }
-                    verbs.push(v);
-                }
-                ClientMsg::Batch { req_id, verbs }
+                let b = parse_batch(body)?;
+                let verbs = b.verbs().map(VerbRef::to_verb).collect();
+                return Ok(ClientMsg::Batch {
+                    req_id: b.req_id,
+                    verbs,
+                });
             }
             OP_ADMIN => {
                 check_version(c.u8()?)?;
@@ -425,26 +417,107 @@ fn check_version(v: u8) -> Result<(), FrameError> {
     }
 }
 
-fn decode_verb(c: &mut Cursor<'_>) -> Result<Verb, FrameError> {
+/// Whether a frame body is a `Batch` (see [`parse_batch`]).
+pub fn is_batch(body: &[u8]) -> bool {
+    body.first() == Some(&OP_BATCH)
+}
+
+/// A `Batch` frame checked whole (every verb well formed, its answer
+/// within one frame, no trailing byte) and read where it lies: a memory
+/// server executes its verbs without copying them out of the frame.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchRef<'a> {
+    pub req_id: u64,
+    count: usize,
+    verbs: &'a [u8],
+}
+
+impl<'a> BatchRef<'a> {
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The verbs, in order.
+    pub fn verbs(&self) -> BatchVerbs<'a> {
+        BatchVerbs {
+            c: Cursor::new(self.verbs),
+            left: self.count,
+        }
+    }
+}
+
+/// The verbs of a [`BatchRef`].
+#[derive(Clone)]
+pub struct BatchVerbs<'a> {
+    c: Cursor<'a>,
+    left: usize,
+}
+
+impl<'a> Iterator for BatchVerbs<'a> {
+    type Item = VerbRef<'a>;
+
+    fn next(&mut self) -> Option<VerbRef<'a>> {
+        self.left = self.left.checked_sub(1)?;
+        // `parse_batch` decoded every verb once already.
+        decode_verb(&mut self.c).ok()
+    }
+}
+
+/// Check a `Batch` frame body whole, without copying anything out of it.
+pub fn parse_batch(body: &[u8]) -> Result<BatchRef<'_>, FrameError> {
+    let mut c = Cursor::new(body);
+    match c.u8()? {
+        OP_BATCH => {}
+        op => return Err(FrameError::UnknownOpcode(op)),
+    }
+    let req_id = c.u64()?;
+    let count = c.u32()? as usize;
+    // A claimed count the body cannot hold is garbage: refuse it
+    // before reserving memory for it.
+    if count > c.remaining() / VERB_BYTES_MIN {
+        return Err(FrameError::Truncated);
+    }
+    let verbs = &body[c.pos..];
+    let mut response = BATCH_HEAD_BYTES;
+    for _ in 0..count {
+        let v = decode_verb(&mut c)?;
+        response += completion_bytes_max_ref(v);
+        if response > FRAME_BYTES_MAX {
+            return Err(FrameError::ResponseTooLarge);
+        }
+    }
+    c.finish()?;
+    Ok(BatchRef {
+        req_id,
+        count,
+        verbs,
+    })
+}
+
+fn decode_verb<'a>(c: &mut Cursor<'a>) -> Result<VerbRef<'a>, FrameError> {
     Ok(match c.u8()? {
-        VERB_READ => Verb::Read {
+        VERB_READ => VerbRef::Read {
             addr: c.u64()?,
             len: c.u32()?,
         },
         VERB_WRITE => {
             let addr = c.u64()?;
             let len = c.u32()? as usize;
-            Verb::Write {
+            VerbRef::Write {
                 addr,
-                data: c.bytes(len)?.to_vec(),
+                data: c.bytes(len)?,
             }
         }
-        VERB_CAS => Verb::Cas {
+        VERB_CAS => VerbRef::Cas {
             addr: c.u64()?,
             expected: c.u64()?,
             new: c.u64()?,
         },
-        VERB_FAA => Verb::Faa {
+        VERB_FAA => VerbRef::Faa {
             addr: c.u64()?,
             add: c.u64()?,
         },
@@ -608,6 +681,7 @@ pub fn read_frame<R: Read>(r: &mut R, body: &mut Vec<u8>) -> Result<bool, ReadFr
 }
 
 /// A bounds-checked reader over one frame body.
+#[derive(Clone)]
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
