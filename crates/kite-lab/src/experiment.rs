@@ -618,6 +618,109 @@ fn lfd_run(kind: LfdKind, fields: u64, machine: &KiteBenchOpts, quick: bool) -> 
            "zab_ideal_ops_per_s": zab_ideal, "over_zab_ideal": ops_per_s / zab_ideal, "violation": r.violation})
 }
 
+/// The lanes (ns per write) a figure is reproduced at: the interval over
+/// which `f(h)` lies within 25 % of `paper`, given that `f` only rises
+/// (`rising`) or only falls as the lane grows. None: at no lane in
+/// 0..=[`LANE_MAX`].
+fn lane_interval(f: &dyn Fn(u64) -> f64, paper: f64, rising: bool) -> Option<(u64, u64)> {
+    let (low, high) = (0.75 * paper, 1.25 * paper);
+    // The first lane past which `f` has left the band on the side it moves to,
+    // and the first lane at which it has entered it.
+    let (enter, leave): (Box<dyn Fn(f64) -> bool>, Box<dyn Fn(f64) -> bool>) = match rising {
+        true => (Box::new(move |v| v >= low), Box::new(move |v| v > high)),
+        false => (Box::new(move |v| v <= high), Box::new(move |v| v < low)),
+    };
+    let lo = first_lane(&|h| enter(f(h)))?;
+    let hi = first_lane(&|h| leave(f(h))).map_or(LANE_MAX, |h| h.saturating_sub(1));
+    (lo <= hi && !leave(f(lo))).then_some((lo, hi))
+}
+
+/// The largest lane the interval search tries.
+const LANE_MAX: u64 = 4_096;
+
+/// The smallest lane in 0..=[`LANE_MAX`] at which `p` holds, for a `p` that
+/// holds from some lane on (bisection); None if it never does.
+fn first_lane(p: &dyn Fn(u64) -> bool) -> Option<u64> {
+    if p(0) {
+        return Some(0);
+    }
+    if !p(LANE_MAX) {
+        return None;
+    }
+    let (mut lo, mut hi) = (0, LANE_MAX); // p(lo) false, p(hi) true
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        match p(mid) {
+            true => hi = mid,
+            false => lo = mid,
+        }
+    }
+    Some(hi)
+}
+
+/// Every figure that moves with ZAB's lane, and the lanes at which each is
+/// within 25 % of the paper: the six structures over ZAB-ideal, ZAB / ES at
+/// the fit point, and write-only Paxos / ZAB. Whether one lane reproduces
+/// them all is the evidence for Fig. 7's verdicts.
+fn lfd_lanes(rows: &[Value], machine: &KiteBenchOpts, progress: &dyn Fn(&str)) -> Value {
+    let zab = |w: f64, h: u64| {
+        let o = KiteBenchOpts {
+            write_ratio: w,
+            lane_ns: h,
+            ..machine.clone()
+        };
+        bench_system(&o, System::Zab).throughput_ops
+    };
+    let at = |w: f64, s: System| {
+        let o = KiteBenchOpts {
+            write_ratio: w,
+            ..machine.clone()
+        };
+        bench_system(&o, s).throughput_ops
+    };
+    let mut out = Vec::new();
+    let mut push = |name: String, paper: f64, f: &dyn Fn(u64) -> f64, rising: bool| {
+        let lanes = lane_interval(f, paper, rising);
+        progress(&format!("  kite-lfd: {name} within 25 % at lanes {lanes:?} ns"));
+        out.push(json!({"figure": name, "paper": paper, "lanes": lanes.map(|(a, b)| [a, b])}));
+    };
+    for r in rows {
+        let name = r["structure"].as_str().unwrap_or("").to_string();
+        let Some(paper) = LFD_PAPER.iter().find(|p| p.0 == name).map(|p| p.1) else {
+            continue;
+        };
+        let work = r["ops_per_s"].as_f64().unwrap_or(0.0) * r["calls_per_op"].as_f64().unwrap_or(0.0);
+        let w = r["write_ratio"].as_f64().unwrap_or(0.0);
+        let zab_ideal_sync = KiteBenchOpts {
+            sync_ratio: 0.0,
+            ..machine.clone()
+        };
+        let f = |h: u64| work / bench_system(&KiteBenchOpts { write_ratio: w, lane_ns: h, ..zab_ideal_sync.clone() }, System::Zab).throughput_ops;
+        push(format!("{name} × ZAB-ideal"), paper, &f, true);
+    }
+    let es = at(FIT_WRITES, System::Es);
+    let fit_point = paper_ratio(System::Zab, System::Es, FIT_WRITES);
+    push(format!("ZAB / ES at {:.0} % writes (the fit point)", FIT_WRITES * 100.0), fit_point, &|h| zab(FIT_WRITES, h) / es, false);
+    let paxos = at(1.0, System::Paxos);
+    push("Paxos / ZAB, write-only".into(), paper_ratio(System::Paxos, System::Zab, 1.0), &|h| paxos / zab(1.0, h), true);
+    let common = out.iter().try_fold((0u64, LANE_MAX), |(a, b), v| {
+        let l = v["lanes"].as_array()?;
+        Some((a.max(l[0].as_u64()?), b.min(l[1].as_u64()?)))
+    });
+    let common = common.filter(|(a, b)| a <= b);
+    json!({"figures": out, "common": common.map(|(a, b)| [a, b])})
+}
+
+/// The paper's Fig. 7: each structure over ZAB-ideal.
+const LFD_PAPER: [(&str, f64); 6] = [
+    ("hml-4", 1.45),
+    ("msq-4", 1.90),
+    ("ts-4", 2.66),
+    ("hml-32", 3.66),
+    ("msq-32", 3.51),
+    ("ts-32", 5.62),
+];
+
 /// `tandem experiment kite-lfd`: the paper's Fig. 7.
 pub fn lfd(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
     let (machine, fit) = fitted(&opts(quick), progress);
@@ -638,14 +741,8 @@ pub fn lfd(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
             rows.push(v);
         }
     }
-    let paper = [
-        ("hml-4", 1.45),
-        ("msq-4", 1.90),
-        ("ts-4", 2.66),
-        ("hml-32", 3.66),
-        ("msq-32", 3.51),
-        ("ts-32", 5.62),
-    ];
+    let paper = LFD_PAPER;
+    let lanes = lfd_lanes(&rows, &machine, progress);
     let bars: Vec<(String, f64)> = rows
         .iter()
         .map(|r| {
@@ -679,7 +776,70 @@ pub fn lfd(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
             verdict(over, p)
         );
     }
-    Ok((json!({"lane_fit": fit, "rows": rows}), svg, md))
+    md += &lanes_md(&lanes, fit.lane_ns);
+    md += &twins_md(&rows);
+    Ok((json!({"lane_fit": fit, "rows": rows, "lanes": lanes}), svg, md))
+}
+
+/// The lanes at which each figure is reproduced, and whether one lane
+/// reproduces them all.
+fn lanes_md(lanes: &Value, fitted: u64) -> String {
+    let mut md = format!(
+        "\n**What the one parameter can reach.** The lanes (ns per write; the fitted one is {fitted}) at which each \
+         figure that moves with ZAB's lane is within 25 % of the paper (bisection over 0–{LANE_MAX} ns; each \
+         structure's Kite side as measured above):\n\n| figure | paper | lanes within 25 % |\n|---|---|---|\n"
+    );
+    let empty = Vec::new();
+    let figures = lanes["figures"].as_array().unwrap_or(&empty);
+    for f in figures {
+        let l = f["lanes"].as_array();
+        let span = l.map_or("none".to_string(), |l| format!("{}–{}", l[0], l[1]));
+        md += &format!("| {} | {:.2} | {span} |\n", f["figure"].as_str().unwrap_or(""), f["paper"].as_f64().unwrap_or(0.0));
+    }
+    md += &match lanes["common"].as_array() {
+        Some(c) => format!("\nEvery one of them is reproduced at a lane of {}–{} ns.\n", c[0], c[1]),
+        None => format!("\nNo lane reproduces them all: {}.\n", conflict(figures)),
+    };
+    md
+}
+
+/// TS-32 against MSQ-32: nearly the same write share, so any lane moves
+/// their ZAB-ideal alike, and only their Kite sides tell them apart.
+fn twins_md(rows: &[Value]) -> String {
+    let row = |n: &str| rows.iter().find(|r| r["structure"] == n);
+    let (Some(ts), Some(msq)) = (row("ts-32"), row("msq-32")) else {
+        return String::new();
+    };
+    let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or(0.0);
+    format!(
+        "\nTS-32 and MSQ-32 write at nearly the same share ({:.2} and {:.2}), so a lane moves their ZAB-ideal \
+         alike: TS-32 over MSQ-32 is {:.2} here (it moves little with the lane), against {:.2} in the paper.\n",
+        f(ts, "write_ratio"),
+        f(msq, "write_ratio"),
+        f(ts, "over_zab_ideal") / f(msq, "over_zab_ideal").max(1e-9),
+        5.62 / 3.51
+    )
+}
+
+/// The figure whose interval starts last against the one whose ends first.
+fn conflict(figures: &[Value]) -> String {
+    let span = |f: &Value| f["lanes"].as_array().map(|l| (l[0].as_u64().unwrap_or(0), l[1].as_u64().unwrap_or(0)));
+    let name = |f: &Value| f["figure"].as_str().unwrap_or("").to_string();
+    if let Some(none) = figures.iter().find(|f| span(f).is_none()) {
+        return format!("{} is at no lane", name(none));
+    }
+    let late = figures.iter().max_by_key(|f| span(f).map_or(0, |s| s.0));
+    let early = figures.iter().min_by_key(|f| span(f).map_or(0, |s| s.1));
+    match (late, early) {
+        (Some(a), Some(b)) => format!(
+            "{} needs at least {} ns, {} at most {} ns",
+            name(a),
+            span(a).map_or(0, |s| s.0),
+            name(b),
+            span(b).map_or(0, |s| s.1)
+        ),
+        _ => "no figure".into(),
+    }
 }
 
 /// Kite's write time-out over TCP (`kite bench --net tcp`'s default).
@@ -793,4 +953,22 @@ pub fn tcp(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
     let json = json!({"options": o, "nodes": 5, "keys": 1_000_000, "timeout_ms": TCP_TIMEOUT_MS, "cores": cores,
                       "results": rs.iter().map(|(r, cpu)| json!({"result": r, "node_cpu_us_per_op": cpu})).collect::<Vec<_>>()});
     Ok((json, svg, md))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The band is found on either side of the lane's effect, and a figure
+    /// that never enters it has no interval.
+    #[test]
+    fn a_lane_interval_is_where_the_figure_is_within_a_quarter() {
+        let rising = |h: u64| h as f64 / 100.0;
+        assert_eq!(lane_interval(&rising, 2.0, true), Some((150, 250)));
+        let falling = |h: u64| 1000.0 / (h as f64 + 1.0);
+        assert_eq!(lane_interval(&falling, 10.0, false), Some((79, 132)));
+        assert_eq!(lane_interval(&|_| 1.0, 2.0, true), None);
+        assert_eq!(first_lane(&|h| h >= 7), Some(7));
+        assert_eq!(first_lane(&|_| false), None);
+    }
 }
