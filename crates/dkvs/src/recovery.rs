@@ -46,6 +46,15 @@ mod round;
 use invariants::Phase;
 use round::{Done, Round};
 
+/// The first of `owner[k]`'s slots (they are consecutive).
+fn lead_of(owner: &[usize], k: usize) -> usize {
+    let mut j = k;
+    while j > 0 && owner[j - 1] == owner[k] {
+        j -= 1;
+    }
+    j
+}
+
 /// The `key|flags|value` an undo restores. An insert rolls back to a
 /// tombstone nobody owns ([`NO_KEY`]): the slot stays occupied, so keys
 /// placed behind it while it looked taken stay reachable, and the inserted
@@ -248,9 +257,12 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             .min((self.layout.log_slot_bytes / 2) as u32)
     }
 
-    /// Read the newest valid log record of each coordinator: f+1 reads of the
-    /// slot's first [`Self::log_probe_bytes`] (enough for typical records),
-    /// and a second read only for the records that are longer.
+    /// Read the newest valid log record of each coordinator: its first live
+    /// copy's first [`Self::log_probe_bytes`] (enough for typical records)
+    /// and only the header of its other copies, then a second read for what
+    /// that did not settle: a record longer than the probe, and any other
+    /// copy that may hold another record (its header differs from the first
+    /// copy's, or the first copy does not decode).
     pub async fn read_logs(&self, failed: &[u16]) -> Result<Vec<Option<LogRecord>>, VerbError> {
         let slots = self.log_slots(failed)?;
         self.read_logs_at(failed, &slots).await
@@ -274,26 +286,24 @@ impl<F: Fabric> RecoveryCoordinator<F> {
     ) -> Result<Vec<Option<LogRecord>>, VerbError> {
         let probe = self.log_probe_bytes();
         let mut round = self.new_round();
-        let mut owner = Vec::with_capacity(slots.len());
-        for &(i, n) in slots {
-            round.post(n, [Verb::read(self.layout.log_addr(failed[i]), probe)]);
-            owner.push(i);
+        let owner: Vec<usize> = slots.iter().map(|s| s.0).collect();
+        for (k, &(i, n)) in slots.iter().enumerate() {
+            let len = match lead_of(&owner, k) == k {
+                true => probe,
+                false => probe.min(HEADER_BYTES as u32),
+            };
+            round.post(n, [Verb::read(self.layout.log_addr(failed[i]), len)]);
         }
         let first = self.run(round).await?;
         let (long, long_of) = self.read_long_logs(failed, &owner, &first).await?;
         let mut out: Vec<Option<LogRecord>> = vec![None; failed.len()];
-        let mut prev: &[u8] = &[];
         for (k, &i) in owner.iter().enumerate() {
-            let bytes = match long_of[k] {
-                Some(p) => long.bytes(p),
-                None => first.bytes(k),
+            let bytes = match (long_of[k], lead_of(&owner, k) == k) {
+                (Some(p), _) => long.bytes(p),
+                (None, true) => first.bytes(k),
+                // The same header as the first copy's, which decodes: the same record.
+                (None, false) => continue,
             };
-            // The same bytes as the copy before, on its other log node: the same record.
-            let same = k > 0 && owner[k - 1] == i && bytes == prev;
-            prev = bytes;
-            if same {
-                continue;
-            }
             if let Some(rec) = LogRecord::decode(bytes) {
                 // A record in c's slot is c's; anything else is garbage from a
                 // previous owner of the slot index and is ignored.
@@ -309,8 +319,8 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         Ok(out)
     }
 
-    /// The records longer than the first read's probe, fetched whole: a
-    /// round, and for each first read the post in it that completes it.
+    /// Whole reads of what the first round did not settle: a round, and for
+    /// each first read the post in it that completes it.
     async fn read_long_logs(
         &self,
         failed: &[u16],
@@ -323,13 +333,23 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             .map(|k| {
                 let b = first.bytes(k);
                 let len = u32::from_le_bytes(b[12..16].try_into().expect("header")) as usize;
-                (LogRecord::header_plausible(b) && len > b.len() && len <= half).then(|| {
+                let plausible = LogRecord::header_plausible(b) && len > b.len() && len <= half;
+                (plausible && !self.settled_by_lead(owner, first, k)).then(|| {
                     let addr = self.layout.log_addr(failed[owner[k]]);
                     round.post(first.node(k), [Verb::read(addr, len as u32)])
                 })
             })
             .collect();
         Ok((self.run(round).await?, long_of))
+    }
+
+    /// Whether copy `k`, read as a header only, is its coordinator's first
+    /// copy's record: the same header (magic, length, owner, sequence and
+    /// checksum), and that copy decodes whole from the first round.
+    fn settled_by_lead(&self, owner: &[usize], first: &Done, k: usize) -> bool {
+        let lead = lead_of(owner, k);
+        let (b, l) = (first.bytes(k), first.bytes(lead));
+        lead != k && l.get(..HEADER_BYTES) == b.get(..HEADER_BYTES) && LogRecord::decode(l).is_some()
     }
 
     /// An empty round, its batches from the arena.
@@ -766,6 +786,56 @@ mod tests {
             got,
             vec![Some(padded(&short)), Some(padded(&long)), None, None]
         );
+    }
+
+    /// The copies of one coordinator's log that the first round reads only
+    /// the header of: a newer record there, or a torn first copy, is read
+    /// whole; copies equal to the first are not read again.
+    #[test]
+    fn other_log_copies_are_read_whole_only_when_they_may_differ() {
+        use crate::config::{Mode, StoreConfig, TableSpec};
+        use tandem_fabric::inline::InlineCluster;
+        let tables = vec![TableSpec {
+            id: 0,
+            name: "t".into(),
+            value_size: 40,
+            capacity: 64,
+        }];
+        let mut store = StoreConfig::new(Mode::Pandora, 3, 2, tables);
+        store.log_slots = 8;
+        let layout = Arc::new(Layout::new(&store).unwrap());
+        let size = *layout.region_bytes.iter().max().unwrap();
+        let cluster = InlineCluster::with_nodes(3, size, 1);
+        let fabric = cluster.join(1).unwrap();
+        let record = |c: u16, seq: u64| LogRecord {
+            coordinator: c,
+            tx_seq: seq,
+            ..rec(2)
+        };
+        let put = |c: u16, copy: usize, bytes: &[u8]| {
+            let n = layout.log_nodes(c)[copy];
+            let node = &cluster.nodes()[n as usize];
+            node.write_bytes(layout.log_addr(c), bytes).unwrap();
+        };
+        // 2: the second copy is newer. 3: the first copy is torn past its
+        // header. 4: both the same.
+        put(2, 0, &record(2, 5).encode());
+        put(2, 1, &record(2, 6).encode());
+        let mut torn = record(3, 5).encode();
+        torn[HEADER_BYTES + 3] ^= 0xff;
+        put(3, 0, &torn);
+        put(3, 1, &record(3, 5).encode());
+        put(4, 0, &record(4, 5).encode());
+        put(4, 1, &record(4, 5).encode());
+        let rc = RecoveryCoordinator::new(&fabric, layout.clone(), 7);
+        let logs = futures::FutureExt::now_or_never(rc.read_logs(&[2, 3, 4]));
+        let got = logs.expect("inline verbs complete at once").unwrap();
+        let seqs: Vec<Option<u64>> = got.iter().map(|r| r.as_ref().map(|r| r.tx_seq)).collect();
+        assert_eq!(seqs, [Some(6), Some(5), Some(5)]);
+        let rc = RecoveryCoordinator::new(&fabric, layout.clone(), 7);
+        let logs = futures::FutureExt::now_or_never(rc.read_logs(&[4]));
+        assert!(logs.unwrap().unwrap()[0].is_some());
+        assert_eq!(rc.rounds.get(), 1, "equal copies need no second read");
     }
 
     #[test]
