@@ -46,6 +46,15 @@ mod round;
 use invariants::Phase;
 use round::{Done, Round};
 
+/// Whether copy `k`, read as a header only, is its coordinator's first
+/// copy's record: the same header (state, magic, length, owner, sequence and
+/// checksum), and that copy decoded whole from the first round.
+fn settled_by_lead(owner: &[usize], first: &Done, leads: &[Option<LogRecord>], k: usize) -> bool {
+    let lead = lead_of(owner, k);
+    let (b, l) = (first.bytes(k), first.bytes(lead));
+    lead != k && leads[lead].is_some() && l.get(..HEADER_BYTES) == b.get(..HEADER_BYTES)
+}
+
 /// The first of `owner[k]`'s slots (they are consecutive).
 fn lead_of(owner: &[usize], k: usize) -> usize {
     let mut j = k;
@@ -295,16 +304,20 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             round.post(n, [Verb::read(self.layout.log_addr(failed[i]), len)]);
         }
         let first = self.run(round).await?;
-        let (long, long_of) = self.read_long_logs(failed, &owner, &first).await?;
+        // Each first copy that the probe holds whole, decoded once.
+        let mut leads: Vec<Option<LogRecord>> = (0..owner.len())
+            .map(|k| (lead_of(&owner, k) == k).then(|| LogRecord::decode(first.bytes(k)))?)
+            .collect();
+        let (long, long_of) = self.read_long_logs(failed, &owner, &first, &leads).await?;
         let mut out: Vec<Option<LogRecord>> = vec![None; failed.len()];
         for (k, &i) in owner.iter().enumerate() {
-            let bytes = match (long_of[k], lead_of(&owner, k) == k) {
-                (Some(p), _) => long.bytes(p),
-                (None, true) => first.bytes(k),
-                // The same header as the first copy's, which decodes: the same record.
-                (None, false) => continue,
+            let rec = match long_of[k] {
+                Some(p) => LogRecord::decode(long.bytes(p)),
+                // A first copy the probe held, or another copy whose header
+                // equals it (the same record), or one holding nothing.
+                None => leads[k].take(),
             };
-            if let Some(rec) = LogRecord::decode(bytes) {
+            if let Some(rec) = rec {
                 // A record in c's slot is c's; anything else is garbage from a
                 // previous owner of the slot index and is ignored.
                 if rec.coordinator == failed[i]
@@ -326,6 +339,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         failed: &[u16],
         owner: &[usize],
         first: &Done,
+        leads: &[Option<LogRecord>],
     ) -> Result<(Done, Vec<Option<usize>>), VerbError> {
         let half = (self.layout.log_slot_bytes / 2) as usize;
         let mut round = self.new_round();
@@ -334,22 +348,13 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 let b = first.bytes(k);
                 let len = u32::from_le_bytes(b[12..16].try_into().expect("header")) as usize;
                 let plausible = LogRecord::header_plausible(b) && len > b.len() && len <= half;
-                (plausible && !self.settled_by_lead(owner, first, k)).then(|| {
+                (plausible && !settled_by_lead(owner, first, leads, k)).then(|| {
                     let addr = self.layout.log_addr(failed[owner[k]]);
                     round.post(first.node(k), [Verb::read(addr, len as u32)])
                 })
             })
             .collect();
         Ok((self.run(round).await?, long_of))
-    }
-
-    /// Whether copy `k`, read as a header only, is its coordinator's first
-    /// copy's record: the same header (magic, length, owner, sequence and
-    /// checksum), and that copy decodes whole from the first round.
-    fn settled_by_lead(&self, owner: &[usize], first: &Done, k: usize) -> bool {
-        let lead = lead_of(owner, k);
-        let (b, l) = (first.bytes(k), first.bytes(lead));
-        lead != k && l.get(..HEADER_BYTES) == b.get(..HEADER_BYTES) && LogRecord::decode(l).is_some()
     }
 
     /// An empty round, its batches from the arena.
