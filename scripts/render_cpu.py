@@ -150,8 +150,10 @@ def main():
     ba = before_after()
     if ba:
         print()
-        print("**Before and after** the recovery's rounds were built in an arena (the binary before it against")
-        print("this one, alternated, five pairs; medians; `CPU_BEFORE_BIN=... scripts/results_cpu.sh`):")
+        what_file = os.path.join(D, "ba-what.txt")
+        what = open(what_file).read().strip() if os.path.exists(what_file) else "an older binary against this one"
+        print(f"**Before and after:** {what} (alternated, five pairs; medians;")
+        print("`CPU_BEFORE_BIN=... CPU_BEFORE_WHAT=... scripts/results_cpu.sh`):")
         print()
         print("| what | unit | before | after | after / before |")
         print("|---|---|---|---|---|")

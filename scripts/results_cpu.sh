@@ -6,7 +6,8 @@
 # code, not the neighbours.
 #   usage: scripts/results_cpu.sh      (TANDEM_BIN, RESULTS_OUT, RESULTS_DOC as for results.sh)
 #   CPU_BEFORE_BIN=path/to/older/tandem adds a before/after table: the two binaries alternated,
-#   five pairs each of log recovery (in process and over TCP) and of Pandora's micro bench.
+#   five pairs each of log recovery (in process and over TCP) and of Pandora's micro bench;
+#   CPU_BEFORE_WHAT says in words what changed between them (kept with the runs for re-rendering).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${TANDEM_BIN:-}" ] || cargo build --release -q
@@ -48,6 +49,7 @@ measure "-loaded"
 kill $SPIN 2>/dev/null || true
 
 if [ -n "${CPU_BEFORE_BIN:-}" ]; then
+  echo "${CPU_BEFORE_WHAT:-the binary given as CPU_BEFORE_BIN against this one}" > $OUT/ba-what.txt
   for i in 1 2 3 4 5; do
     for side in before after; do
       B=$T; [ $side = before ] && B=$CPU_BEFORE_BIN
