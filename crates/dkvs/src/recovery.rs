@@ -46,6 +46,23 @@ mod round;
 use invariants::Phase;
 use round::{Done, Round};
 
+/// Each copy's record as the first round read it, decoded once: every
+/// first copy, and every other copy its first copy does not settle (a
+/// record may be as short as a header).
+fn decode_leads(owner: &[usize], first: &Done) -> Vec<Option<LogRecord>> {
+    let is_lead = |k: usize| lead_of(owner, k) == k;
+    let mut whole: Vec<Option<LogRecord>> = vec![None; owner.len()];
+    for k in (0..owner.len()).filter(|&k| is_lead(k)) {
+        whole[k] = LogRecord::decode(first.bytes(k));
+    }
+    for k in (0..owner.len()).filter(|&k| !is_lead(k)) {
+        if !settled_by_lead(owner, first, &whole, k) {
+            whole[k] = LogRecord::decode(first.bytes(k));
+        }
+    }
+    whole
+}
+
 /// Whether copy `k`, read as a header only, is its coordinator's first
 /// copy's record: the same header (state, magic, length, owner, sequence and
 /// checksum), and that copy decoded whole from the first round.
@@ -304,17 +321,15 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             round.post(n, [Verb::read(self.layout.log_addr(failed[i]), len)]);
         }
         let first = self.run(round).await?;
-        // Each first copy that the probe holds whole, decoded once.
-        let mut leads: Vec<Option<LogRecord>> = (0..owner.len())
-            .map(|k| (lead_of(&owner, k) == k).then(|| LogRecord::decode(first.bytes(k)))?)
-            .collect();
+        let mut leads = decode_leads(&owner, &first);
         let (long, long_of) = self.read_long_logs(failed, &owner, &first, &leads).await?;
         let mut out: Vec<Option<LogRecord>> = vec![None; failed.len()];
         for (k, &i) in owner.iter().enumerate() {
             let rec = match long_of[k] {
                 Some(p) => LogRecord::decode(long.bytes(p)),
-                // A first copy the probe held, or another copy whose header
-                // equals it (the same record), or one holding nothing.
+                // What the first round held whole: a first copy, or another
+                // copy's record as short as a header; nothing for a copy
+                // whose header equals its first copy's (the same record).
                 None => leads[k].take(),
             };
             if let Some(rec) = rec {
@@ -823,7 +838,9 @@ mod tests {
             node.write_bytes(layout.log_addr(c), bytes).unwrap();
         };
         // 2: the second copy is newer. 3: the first copy is torn past its
-        // header. 4: both the same.
+        // header. 4: both the same. 5: the first copy holds nothing, the
+        // second a record as short as a header.
+        put(5, 1, &LogRecord { entries: vec![], ..record(5, 9) }.encode());
         put(2, 0, &record(2, 5).encode());
         put(2, 1, &record(2, 6).encode());
         let mut torn = record(3, 5).encode();
@@ -833,10 +850,10 @@ mod tests {
         put(4, 0, &record(4, 5).encode());
         put(4, 1, &record(4, 5).encode());
         let rc = RecoveryCoordinator::new(&fabric, layout.clone(), 7);
-        let logs = futures::FutureExt::now_or_never(rc.read_logs(&[2, 3, 4]));
+        let logs = futures::FutureExt::now_or_never(rc.read_logs(&[2, 3, 4, 5]));
         let got = logs.expect("inline verbs complete at once").unwrap();
         let seqs: Vec<Option<u64>> = got.iter().map(|r| r.as_ref().map(|r| r.tx_seq)).collect();
-        assert_eq!(seqs, [Some(6), Some(5), Some(5)]);
+        assert_eq!(seqs, [Some(6), Some(5), Some(5), Some(9)]);
         let rc = RecoveryCoordinator::new(&fabric, layout.clone(), 7);
         let logs = futures::FutureExt::now_or_never(rc.read_logs(&[4]));
         assert!(logs.unwrap().unwrap()[0].is_some());
