@@ -626,10 +626,8 @@ fn lane_interval(f: &dyn Fn(u64) -> f64, paper: f64, rising: bool) -> Option<(u6
     let (low, high) = (0.75 * paper, 1.25 * paper);
     // The first lane past which `f` has left the band on the side it moves to,
     // and the first lane at which it has entered it.
-    let (enter, leave): (Box<dyn Fn(f64) -> bool>, Box<dyn Fn(f64) -> bool>) = match rising {
-        true => (Box::new(move |v| v >= low), Box::new(move |v| v > high)),
-        false => (Box::new(move |v| v <= high), Box::new(move |v| v < low)),
-    };
+    let enter = |v: f64| if rising { v >= low } else { v <= high };
+    let leave = |v: f64| if rising { v > high } else { v < low };
     let lo = first_lane(&|h| enter(f(h)))?;
     let hi = first_lane(&|h| leave(f(h))).map_or(LANE_MAX, |h| h.saturating_sub(1));
     (lo <= hi && !leave(f(lo))).then_some((lo, hi))
