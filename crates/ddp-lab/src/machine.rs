@@ -114,7 +114,7 @@ pub fn point(base: &DdpBenchConfig, app_ns: u64) -> Result<Point, String> {
     Ok(Point {
         app_ns,
         rtt_ratio: rtt_ratio(base, app_ns),
-        ee_over_ls: ee_over_ls(base, app_ns)?,
+        ee_over_ls: tput(&cfg, Model::parse("eventual-eventual")?) / ls,
         causal_over_lin: tput(&cfg, Model::parse("causal-synch")?) / ls,
         per_client: (tput(&ten, Model::LIN_SYNCH) / clients(&ten)) / (ls / clients(&cfg)),
     })

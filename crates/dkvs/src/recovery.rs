@@ -49,7 +49,7 @@ use round::{Done, Round};
 /// Each copy's record as the first round read it, decoded once: every
 /// first copy, and every other copy its first copy does not settle (a
 /// record may be as short as a header).
-fn decode_leads(owner: &[usize], first: &Done) -> Vec<Option<LogRecord>> {
+fn decode_first_round(owner: &[usize], first: &Done) -> Vec<Option<LogRecord>> {
     let is_lead = |k: usize| lead_of(owner, k) == k;
     let mut whole: Vec<Option<LogRecord>> = vec![None; owner.len()];
     for k in (0..owner.len()).filter(|&k| is_lead(k)) {
@@ -66,10 +66,10 @@ fn decode_leads(owner: &[usize], first: &Done) -> Vec<Option<LogRecord>> {
 /// Whether copy `k`, read as a header only, is its coordinator's first
 /// copy's record: the same header (state, magic, length, owner, sequence and
 /// checksum), and that copy decoded whole from the first round.
-fn settled_by_lead(owner: &[usize], first: &Done, leads: &[Option<LogRecord>], k: usize) -> bool {
+fn settled_by_lead(owner: &[usize], first: &Done, whole: &[Option<LogRecord>], k: usize) -> bool {
     let lead = lead_of(owner, k);
     let (b, l) = (first.bytes(k), first.bytes(lead));
-    lead != k && leads[lead].is_some() && l.get(..HEADER_BYTES) == b.get(..HEADER_BYTES)
+    lead != k && whole[lead].is_some() && l.get(..HEADER_BYTES) == b.get(..HEADER_BYTES)
 }
 
 /// The first of `owner[k]`'s slots (they are consecutive).
@@ -321,8 +321,8 @@ impl<F: Fabric> RecoveryCoordinator<F> {
             round.post(n, [Verb::read(self.layout.log_addr(failed[i]), len)]);
         }
         let first = self.run(round).await?;
-        let mut leads = decode_leads(&owner, &first);
-        let (long, long_of) = self.read_long_logs(failed, &owner, &first, &leads).await?;
+        let mut whole = decode_first_round(&owner, &first);
+        let (long, long_of) = self.read_long_logs(failed, &owner, &first, &whole).await?;
         let mut out: Vec<Option<LogRecord>> = vec![None; failed.len()];
         for (k, &i) in owner.iter().enumerate() {
             let rec = match long_of[k] {
@@ -330,7 +330,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 // What the first round held whole: a first copy, or another
                 // copy's record as short as a header; nothing for a copy
                 // whose header equals its first copy's (the same record).
-                None => leads[k].take(),
+                None => whole[k].take(),
             };
             if let Some(rec) = rec {
                 // A record in c's slot is c's; anything else is garbage from a
@@ -354,7 +354,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
         failed: &[u16],
         owner: &[usize],
         first: &Done,
-        leads: &[Option<LogRecord>],
+        whole: &[Option<LogRecord>],
     ) -> Result<(Done, Vec<Option<usize>>), VerbError> {
         let half = (self.layout.log_slot_bytes / 2) as usize;
         let mut round = self.new_round();
@@ -363,7 +363,7 @@ impl<F: Fabric> RecoveryCoordinator<F> {
                 let b = first.bytes(k);
                 let len = u32::from_le_bytes(b[12..16].try_into().expect("header")) as usize;
                 let plausible = LogRecord::header_plausible(b) && len > b.len() && len <= half;
-                (plausible && !settled_by_lead(owner, first, leads, k)).then(|| {
+                (plausible && !settled_by_lead(owner, first, whole, k)).then(|| {
                     let addr = self.layout.log_addr(failed[owner[k]]);
                     round.post(first.node(k), [Verb::read(addr, len as u32)])
                 })
@@ -759,13 +759,12 @@ mod tests {
         }
     }
 
-    /// A record longer than the first round's probe is fetched whole by a
-    /// second read; a short one comes back from the first; a record in a
-    /// slot that names another coordinator, or none, is ignored.
-    #[test]
-    fn read_logs_fetches_records_longer_than_the_probe_whole() {
+    /// A store of one 40-byte table and 8 log slots (of `slot_bytes`, or the
+    /// default) on three in-process memory nodes.
+    fn log_store(
+        slot_bytes: Option<u64>,
+    ) -> (Arc<Layout>, tandem_fabric::inline::InlineCluster) {
         use crate::config::{Mode, StoreConfig, TableSpec};
-        use tandem_fabric::inline::InlineCluster;
         let tables = vec![TableSpec {
             id: 0,
             name: "t".into(),
@@ -774,10 +773,20 @@ mod tests {
         }];
         let mut store = StoreConfig::new(Mode::Pandora, 3, 2, tables);
         store.log_slots = 8;
-        store.log_slot_bytes = 16 * 1024;
+        if let Some(b) = slot_bytes {
+            store.log_slot_bytes = b;
+        }
         let layout = Arc::new(Layout::new(&store).unwrap());
         let size = *layout.region_bytes.iter().max().unwrap();
-        let cluster = InlineCluster::with_nodes(3, size, 1);
+        (layout, tandem_fabric::inline::InlineCluster::with_nodes(3, size, 1))
+    }
+
+    /// A record longer than the first round's probe is fetched whole by a
+    /// second read; a short one comes back from the first; a record in a
+    /// slot that names another coordinator, or none, is ignored.
+    #[test]
+    fn read_logs_fetches_records_longer_than_the_probe_whole() {
+        let (layout, cluster) = log_store(Some(16 * 1024));
         let fabric = cluster.join(1).unwrap();
         let rc = RecoveryCoordinator::new(&fabric, layout.clone(), 7);
         let record = |c: u16, entries: usize| {
@@ -813,19 +822,7 @@ mod tests {
     /// whole; copies equal to the first are not read again.
     #[test]
     fn other_log_copies_are_read_whole_only_when_they_may_differ() {
-        use crate::config::{Mode, StoreConfig, TableSpec};
-        use tandem_fabric::inline::InlineCluster;
-        let tables = vec![TableSpec {
-            id: 0,
-            name: "t".into(),
-            value_size: 40,
-            capacity: 64,
-        }];
-        let mut store = StoreConfig::new(Mode::Pandora, 3, 2, tables);
-        store.log_slots = 8;
-        let layout = Arc::new(Layout::new(&store).unwrap());
-        let size = *layout.region_bytes.iter().max().unwrap();
-        let cluster = InlineCluster::with_nodes(3, size, 1);
+        let (layout, cluster) = log_store(None);
         let fabric = cluster.join(1).unwrap();
         let record = |c: u16, seq: u64| LogRecord {
             coordinator: c,

@@ -684,9 +684,10 @@ fn lfd_lanes(rows: &[Value], machine: &KiteBenchOpts, progress: &dyn Fn(&str)) -
     };
     for r in rows {
         let name = r["structure"].as_str().unwrap_or("").to_string();
-        let Some(paper) = LFD_PAPER.iter().find(|p| p.0 == name).map(|p| p.1) else {
+        let paper = paper_of(&name);
+        if paper.is_nan() {
             continue;
-        };
+        }
         let work = r["ops_per_s"].as_f64().unwrap_or(0.0) * r["calls_per_op"].as_f64().unwrap_or(0.0);
         let w = r["write_ratio"].as_f64().unwrap_or(0.0);
         let zab_ideal_sync = KiteBenchOpts {
@@ -707,6 +708,11 @@ fn lfd_lanes(rows: &[Value], machine: &KiteBenchOpts, progress: &dyn Fn(&str)) -
     });
     let common = common.filter(|(a, b)| a <= b);
     json!({"figures": out, "common": common.map(|(a, b)| [a, b])})
+}
+
+/// The paper's Fig. 7 figure for `structure`.
+fn paper_of(structure: &str) -> f64 {
+    LFD_PAPER.iter().find(|p| p.0 == structure).map_or(f64::NAN, |p| p.1)
 }
 
 /// The paper's Fig. 7: each structure over ZAB-ideal.
@@ -739,7 +745,6 @@ pub fn lfd(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
             rows.push(v);
         }
     }
-    let paper = LFD_PAPER;
     let lanes = lfd_lanes(&rows, &machine, progress);
     let bars: Vec<(String, f64)> = rows
         .iter()
@@ -764,7 +769,7 @@ pub fn lfd(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResult {
                   machine.cores, machine.send_ns, fit.lane_ns);
     for r in &rows {
         let name = r["structure"].as_str().unwrap_or("");
-        let p = paper.iter().find(|p| p.0 == name).map_or(0.0, |p| p.1);
+        let p = paper_of(name);
         let over = r["over_zab_ideal"].as_f64().unwrap_or(0.0);
         md += &format!(
             "| {name} | {:.1} | {:.2} | {:.0} | {over:.2} | {p:.2} {} |\n",
@@ -815,7 +820,7 @@ fn twins_md(rows: &[Value]) -> String {
         f(ts, "write_ratio"),
         f(msq, "write_ratio"),
         f(ts, "over_zab_ideal") / f(msq, "over_zab_ideal").max(1e-9),
-        5.62 / 3.51
+        paper_of("ts-32") / paper_of("msq-32")
     )
 }
 
