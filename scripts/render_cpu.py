@@ -56,6 +56,23 @@ def recovery_rows():
     return rows
 
 
+def recovery_bounds():
+    """What the processes' CPU says about how fast a recovery can be."""
+    out = []
+    for fabric in ["tcp", "shm"]:
+        q = load(f"recovery-{fabric}.json")
+        if not q or "servers_cpu_us" not in q:
+            continue
+        out.append(
+            f"\nOver {fabric}, the memory servers spend {fmt(q['servers_cpu_us'])} µs of CPU per recovery "
+            f"({fmt(q['floor_servers_cpu_us'])} per floor). Every process's CPU spread over the host's {q['cores']} cores "
+            f"is {fmt(q['cpu_bound_wall_us'])} µs per recovery ({fmt(q['floor_cpu_bound_wall_us'])} per floor), and the "
+            f"recovery runs on one thread whose own CPU is {fmt(q['median_cpu_us'])} µs ({fmt(q['floor_cpu_us'])} to post the "
+            f"floor's verbs alone): no schedule on this host recovers in less wall time than the larger of the two."
+        )
+    return out
+
+
 def size_ratios():
     out = []
     for i in range(1, 6):
@@ -140,6 +157,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for r in recovery_rows():
         print(r)
+    for line in recovery_bounds():
+        print(line)
     ratios = size_ratios()
     if ratios:
         walls = ", ".join(f"{w:.2f}" for w, _ in ratios)

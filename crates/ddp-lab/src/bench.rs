@@ -412,7 +412,9 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
 
 /// The paper's machine for the application-cost fit: 20 cores, 100 clients.
 fn machine_cfg(base: &DdpBenchConfig, quick: bool) -> DdpBenchConfig {
-    let measure_ns = if quick { 300_000 } else { 2_000_000 };
+    // Near the band's edge the round-trip ratio moves by about 1 % from
+    // one cost to the next; runs of 2 ms moved it by 4 %.
+    let measure_ns = if quick { 300_000 } else { 20_000_000 };
     DdpBenchConfig {
         cores: tandem_net::PAPER_CORES,
         measure_ns,
@@ -439,7 +441,7 @@ fn paper_machine(
     }
     let (fitted, other) = (fits[0], fits[1]);
     let mut sweep = Vec::new();
-    for app_ns in [0, 1_000, 2_000, 4_000, 8_000, 16_000] {
+    for app_ns in app_costs(quick) {
         let p = crate::machine::point(&cfg, app_ns)?;
         progress(&format!(
             "  ddp-sweeps: application cost {app_ns} ns: {p:?}"
@@ -450,6 +452,19 @@ fn paper_machine(
 }
 
 use crate::machine::Point;
+
+/// The application costs swept: finely where the figures cross their
+/// bands, coarsely after.
+fn app_costs(quick: bool) -> Vec<u64> {
+    match quick {
+        true => vec![0, 1_000, 2_000, 4_000],
+        false => [0, 500, 800, 900]
+            .into_iter()
+            .chain((1_000..=2_000).step_by(100))
+            .chain([2_500, 3_000, 4_000, 8_000, 16_000])
+            .collect(),
+    }
+}
 
 /// A clients sweep's throughput per client, in k ops/s.
 fn per_client(

@@ -74,7 +74,7 @@ pub enum FitOn {
     /// ⟨Eventual, Eventual⟩ / ⟨Lin, Synch⟩ = 3.3: it moves four-fold
     /// over the first 2 µs of cost, so the fit is well determined.
     EeOverLs,
-    /// Lin 2 µs / 1 µs = 0.88: it stays within 0.64–0.69 up to 2 µs and
+    /// Lin 2 µs / 1 µs = 0.88: it stays within 0.64–0.68 up to 2 µs and
     /// climbs after, so the exact value is met only past that knee.
     RttRatio,
 }
@@ -126,17 +126,89 @@ pub fn markdown(cfg: &DdpBenchConfig, fitted: &Point, other: &Point, sweep: &[Po
         "\n**The paper's machine.** {} cores per node, {} clients per node, YCSB-A, and an application cost per request, the one parameter \
          fitted: **{} ns**, so that ⟨Eventual, Eventual⟩ delivers the paper's 3.3× ⟨Lin, Synch⟩ (it gives {:.2}). That figure moves \
          four-fold over the first 2 µs of cost, so it pins the cost down; ⟨Lin, Synch⟩'s 2 µs / 1 µs ratio, fitted on instead in the \
-         second row, stays within 0.64–0.69 up to 2 µs and climbs after, so its exact 0.88 is met only past that knee. The other \
-         figures are predictions (✓ within 25 % of the paper, ✗ outside):\n\n\
+         second row, stays within {} up to 2 µs and climbs after, so its exact 0.88 is met only past that knee. The other \
+         figures are predictions (✓ within 25 % of the paper, ✗ outside; runs of {} ms of simulated time each):\n\n\
          | application ns | Lin 2 µs / 1 µs (0.88) | ⟨Eventual, Eventual⟩ / ⟨Lin, Synch⟩ (3.3) | ⟨Causal, Synch⟩ / ⟨Lin, Synch⟩ (2–3) | Lin per client, 10 / 100 clients (2.2) |\n\
          |---|---|---|---|---|\n| **{}** (fitted on 3.3) | {} |\n| {} (fitted on 0.88) | {} |\n",
-        cfg.cores, cfg.clients_per_node, fitted.app_ns, fitted.ee_over_ls, fitted.app_ns, cells(fitted), other.app_ns, cells(other)
+        cfg.cores, cfg.clients_per_node, fitted.app_ns, fitted.ee_over_ls, knee_range(sweep), cfg.measure_ns as f64 / 1e6,
+        fitted.app_ns, cells(fitted), other.app_ns, cells(other)
     );
     for p in sweep {
         md += &format!("| {} | {} |\n", p.app_ns, cells(p));
     }
     md += &summary(fitted, other);
+    md += &bands_markdown(sweep);
     md
+}
+
+/// The round-trip ratio's range over the costs swept between 0 and 2 µs.
+fn knee_range(sweep: &[Point]) -> String {
+    let below = sweep.iter().filter(|p| p.app_ns > 0 && p.app_ns <= 2_000);
+    let (lo, hi) = below.fold((f64::MAX, f64::MIN), |(l, h), p| (l.min(p.rtt_ratio), h.max(p.rtt_ratio)));
+    format!("{lo:.3}–{hi:.3}")
+}
+
+/// The figures' names, in the order of [`Point::verdicts`].
+const FIGURES: [&str; 4] = [
+    "Lin 2 µs / 1 µs (0.88)",
+    "⟨Eventual, Eventual⟩ / ⟨Lin, Synch⟩ (3.3)",
+    "⟨Causal, Synch⟩ / ⟨Lin, Synch⟩ (2–3)",
+    "Lin per client (2.2)",
+];
+
+/// The costs of `sweep` at which figure `i` holds (all four: `None`).
+pub fn holding(sweep: &[Point], i: Option<usize>) -> Vec<u64> {
+    let holds = |p: &Point| match i {
+        Some(i) => p.verdicts()[i],
+        None => p.verdicts().iter().all(|&v| v),
+    };
+    sweep.iter().filter(|p| holds(p)).map(|p| p.app_ns).collect()
+}
+
+/// Costs as runs of neighbouring sweep points: "1000–1400, 4000".
+fn spans(costs: &[u64], sweep: &[Point]) -> String {
+    let index = |c: &u64| sweep.iter().position(|p| p.app_ns == *c).unwrap_or(0);
+    let mut runs: Vec<(u64, u64, usize)> = Vec::new();
+    for c in costs {
+        match runs.last_mut() {
+            Some((_, hi, at)) if index(c) == *at + 1 => (*hi, *at) = (*c, index(c)),
+            _ => runs.push((*c, *c, index(c))),
+        }
+    }
+    let show = |(lo, hi, _): &(u64, u64, usize)| match lo == hi {
+        true => format!("{lo}"),
+        false => format!("{lo}–{hi}"),
+    };
+    match runs.is_empty() {
+        true => "none of the costs swept".into(),
+        false => runs.iter().map(show).collect::<Vec<_>>().join(", ") + " ns",
+    }
+}
+
+/// Where each figure holds over the sweep, and where all four do.
+fn bands_markdown(sweep: &[Point]) -> String {
+    let mut md = String::from("
+Where each figure holds within 25 % over the costs swept:
+\n");
+    for (i, name) in FIGURES.iter().enumerate() {
+        md += &format!("- {name}: {}\n", spans(&holding(sweep, Some(i)), sweep));
+    }
+    let all = holding(sweep, None);
+    md += &format!("- all four together: **{}**", spans(&all, sweep));
+    let ratios = sweep.iter().filter(|p| all.contains(&p.app_ns)).map(|p| p.rtt_ratio);
+    let (lo, hi) = ratios.fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(r), h.max(r)));
+    if !all.is_empty() {
+        md += &format!(
+            ". There ⟨Lin, Synch⟩'s 2 µs / 1 µs ratio is {lo:.3}–{hi:.3}: inside the band, but {:.0}–{:.0} % above its \
+             lower edge of {:.2}, so the longer round trip costs ⟨Lin, Synch⟩ {:.0}–{:.0} % of its throughput where the paper's loses 12 %",
+            100.0 * (lo / (0.75 * PAPER_RTT_RATIO) - 1.0),
+            100.0 * (hi / (0.75 * PAPER_RTT_RATIO) - 1.0),
+            0.75 * PAPER_RTT_RATIO,
+            100.0 * (1.0 - hi),
+            100.0 * (1.0 - lo),
+        );
+    }
+    md + ".\n"
 }
 
 /// A point's four figures, each with its verdict.
@@ -144,7 +216,7 @@ fn cells(p: &Point) -> String {
     let mark = |ok: bool| if ok { "✓" } else { "✗" };
     let v = p.verdicts();
     format!(
-        "{:.2} {} | {:.2} {} | {:.2} {} | {:.2} {}",
+        "{:.3} {} | {:.2} {} | {:.2} {} | {:.2} {}",
         p.rtt_ratio,
         mark(v[0]),
         p.ee_over_ls,
@@ -271,4 +343,40 @@ pub fn contention_markdown(app_ns: u64, rows: &[Contention]) -> String {
         n => format!("\n{n} shape(s) give both.\n"),
     };
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(app_ns: u64, rtt_ratio: f64, ee_over_ls: f64) -> Point {
+        Point {
+            app_ns,
+            rtt_ratio,
+            ee_over_ls,
+            causal_over_lin: PAPER_CAUSAL_OVER_LIN,
+            per_client: PAPER_PER_CLIENT,
+        }
+    }
+
+    #[test]
+    fn the_costs_where_all_four_hold_are_the_bands_overlap_in_runs() {
+        // The round trip holds from 0.66 (0.75 × 0.88) up, the 3.3 down to 2.475.
+        let sweep = [
+            at(0, 0.64, 13.0),
+            at(800, 0.66, 3.7),
+            at(900, 0.65, 3.4),
+            at(1000, 0.67, 3.1),
+            at(1100, 0.67, 2.5),
+            at(1200, 0.68, 2.4),
+        ];
+        assert_eq!(holding(&sweep, Some(0)), [800, 1000, 1100, 1200]);
+        assert_eq!(holding(&sweep, Some(1)), [800, 900, 1000, 1100]);
+        assert_eq!(holding(&sweep, None), [800, 1000, 1100]);
+        assert_eq!(spans(&holding(&sweep, None), &sweep), "800, 1000–1100 ns");
+        assert_eq!(spans(&[], &sweep), "none of the costs swept");
+        let md = bands_markdown(&sweep);
+        assert!(md.contains("all four together: **800, 1000–1100 ns**"), "{md}");
+        assert!(md.contains("ratio is 0.660–0.670"), "{md}");
+    }
 }

@@ -25,7 +25,7 @@ use tandem_dkvs::slot::{make_version, LockWord, LOCK_OFF, VERSION_OFF};
 use tandem_dkvs::{Layout, Mode};
 use tandem_fabric::trace::{replay, Recorder, Trace};
 use tandem_fabric::{Batch, Fabric, MemNodeId, QueuePair, Verb};
-use tandem_sim::cpu::thread_ns;
+use tandem_sim::cpu::{pid_ns, thread_ns};
 
 /// The compute node the bench joins as, and the recovery coordinator's id
 /// (beyond the failed ones).
@@ -55,11 +55,22 @@ pub struct RecoveryBenchResult {
     /// Median of each recovery's CPU over the floor's measured next to it
     /// (the physical limit is 1).
     pub protocol_overhead: f64,
+    /// The memory-server processes' CPU (all their threads) during each
+    /// recovery and each floor, medians (0 in process).
+    pub servers_cpu_us: f64,
+    pub floor_servers_cpu_us: f64,
+    /// The host's cores, and the CPU of a median recovery (and floor) of
+    /// every process spread over them: no schedule on this host does that
+    /// work in less wall time.
+    pub cores: usize,
+    pub cpu_bound_wall_us: f64,
+    pub floor_cpu_bound_wall_us: f64,
 }
 
 /// Plant and recover `runs` times on `backend` (loaded with micro's `keys`).
 pub fn run(
     backend: &Backend,
+    servers: &[u32],
     layout: Arc<Layout>,
     keys: u64,
     coordinators: u16,
@@ -80,10 +91,10 @@ pub fn run(
             .map_err(|e| format!("cannot join: {e}"))?;
         match fabric {
             AnyFabric::Inline(f) => {
-                runs_on(&f, layout, keys, coordinators, runs, backend.name()).await
+                runs_on(&f, servers, layout, keys, coordinators, runs, backend.name()).await
             }
             AnyFabric::Tcp(f) => {
-                runs_on(&f, layout, keys, coordinators, runs, backend.name()).await
+                runs_on(&f, servers, layout, keys, coordinators, runs, backend.name()).await
             }
         }
     })
@@ -91,6 +102,7 @@ pub fn run(
 
 async fn runs_on<F: Fabric>(
     f: &F,
+    servers: &[u32],
     layout: Arc<Layout>,
     keys: u64,
     coordinators: u16,
@@ -106,19 +118,22 @@ async fn runs_on<F: Fabric>(
         failed,
         rc_id: coordinators + 1,
         seq: 0,
+        servers: servers.to_vec(),
+        servers_us: Default::default(),
     };
     // A recovery to warm up, whose verbs are the floor's trace.
     trace.start();
     let first = rec.once().await?;
     trace.stop();
     let trace = Rc::new(trace.take());
-    let (mut wall_us, mut cpu_us) = (Vec::new(), Vec::new());
-    let (mut floor_wall, mut floor_cpu) = (Vec::new(), Vec::new());
+    let (mut wall_us, mut cpu_us, mut srv_us) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut floor_wall, mut floor_cpu, mut floor_srv) = (Vec::new(), Vec::new(), Vec::new());
     // Recoveries and floors alternate, so a drift of the host hits both.
     for _ in 0..runs {
         let (wall, cpu, r) = rec.once().await?;
         wall_us.push(wall);
         cpu_us.push(cpu);
+        srv_us.push(rec.servers_us.take());
         if r.logs_found != rec.failed.len() {
             return Err(format!(
                 "found {} logs of {}",
@@ -129,7 +144,13 @@ async fn runs_on<F: Fabric>(
         let (wall, cpu) = rec.floor(&trace).await?;
         floor_wall.push(wall);
         floor_cpu.push(cpu);
+        floor_srv.push(rec.servers_us.take());
     }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let bound = |client: &[f64], srv: &[f64]| {
+        let all: Vec<f64> = client.iter().zip(srv).map(|(c, s)| c + s).collect();
+        median(&all) / cores as f64
+    };
     let (rounds, fwd, back) = (first.2.rounds, first.2.rolled_forward, first.2.rolled_back);
     let median_cpu_us = median(&cpu_us);
     let ratios: Vec<f64> = cpu_us
@@ -138,6 +159,8 @@ async fn runs_on<F: Fabric>(
         .map(|(c, f)| c / f.max(1e-3))
         .collect();
     let floor_cpu_us = median(&floor_cpu);
+    let (cpu_bound_wall_us, floor_cpu_bound_wall_us) =
+        (bound(&cpu_us, &srv_us), bound(&floor_cpu, &floor_srv));
     Ok(RecoveryBenchResult {
         fabric: fabric.to_string(),
         coordinators,
@@ -156,6 +179,11 @@ async fn runs_on<F: Fabric>(
         floor_cpu_us,
         verbs: trace.verbs(),
         protocol_overhead: median(&ratios),
+        servers_cpu_us: median(&srv_us),
+        floor_servers_cpu_us: median(&floor_srv),
+        cores,
+        cpu_bound_wall_us,
+        floor_cpu_bound_wall_us,
     })
 }
 
@@ -167,6 +195,9 @@ struct Recovering<'a, F: Fabric> {
     failed: Vec<u16>,
     rc_id: u16,
     seq: u64,
+    /// The memory servers' pids, and their CPU µs in the last timed step.
+    servers: Vec<u32>,
+    servers_us: std::cell::Cell<f64>,
 }
 
 impl<F: Fabric> Recovering<'_, F> {
@@ -176,22 +207,30 @@ impl<F: Fabric> Recovering<'_, F> {
         plant(self.f, &self.layout, &self.failed, self.seq).await?;
         let mut rc = RecoveryCoordinator::new(&self.recorder, self.layout.clone(), self.rc_id)
             .with_version_counter(1 << 40 | self.seq << 24);
-        let (t0, c0) = (Instant::now(), thread_ns());
+        let (t0, c0, s0) = (Instant::now(), thread_ns(), self.servers_ns());
         let r = rc
             .recover(&self.failed)
             .await
             .map_err(|e| format!("recovery failed: {e}"))?;
         let cpu = (thread_ns() - c0) as f64 / 1e3;
+        self.servers_us.set((self.servers_ns() - s0) as f64 / 1e3);
         Ok((t0.elapsed().as_secs_f64() * 1e6, cpu, r))
+    }
+
+    /// The memory servers' CPU so far, all their threads.
+    fn servers_ns(&self) -> u64 {
+        let each = self.servers.iter().map(|&p| pid_ns(p).unwrap_or(0));
+        each.sum()
     }
 
     /// Plant, then post `trace` raw: wall µs and CPU µs.
     async fn floor(&mut self, trace: &Rc<Trace>) -> Result<(f64, f64), String> {
         self.seq += 1;
         plant(self.f, &self.layout, &self.failed, self.seq).await?;
-        let (t0, c0) = (Instant::now(), thread_ns());
+        let (t0, c0, s0) = (Instant::now(), thread_ns(), self.servers_ns());
         replay(self.f, trace.clone(), 1).await;
         let cpu = (thread_ns() - c0) as f64 / 1e3;
+        self.servers_us.set((self.servers_ns() - s0) as f64 / 1e3);
         Ok((t0.elapsed().as_secs_f64() * 1e6, cpu))
     }
 }

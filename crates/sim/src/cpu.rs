@@ -14,6 +14,16 @@ pub fn process_ns() -> u64 {
     read(libc::CLOCK_PROCESS_CPUTIME_ID).unwrap_or(0)
 }
 
+/// CPU time consumed so far by process `pid`, all its threads (`None`
+/// when the process is gone or its clock cannot be read).
+pub fn pid_ns(pid: u32) -> Option<u64> {
+    let mut id: libc::clockid_t = 0;
+    // SAFETY: id is a valid, writable clockid_t.
+    let rc = unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut id) };
+    (rc == 0).then_some(())?;
+    read(id)
+}
+
 /// The CPU clock of one thread, readable from any other thread of the
 /// process while that thread lives.
 #[derive(Clone, Copy, Debug)]
