@@ -70,6 +70,16 @@ def recovery_bounds():
             f"recovery runs on one thread whose own CPU is {fmt(q['median_cpu_us'])} µs ({fmt(q['floor_cpu_us'])} to post the "
             f"floor's verbs alone): no schedule on this host recovers in less wall time than the larger of the two."
         )
+    one, two = load("recovery-tcp-1cpu.json"), load("recovery-tcp.json")
+    if one and two and "servers_cpu_us" in one:
+        all1 = one["median_cpu_us"] + one["servers_cpu_us"]
+        all2 = two["median_cpu_us"] + two["servers_cpu_us"]
+        out.append(
+            f"\nConfined to one core (`taskset -c 0`), the same recovery over TCP takes {fmt(one['median_wall_us'])} µs wall "
+            f"for {fmt(all1)} µs of every process's CPU, its floor {fmt(one['floor_wall_us'])} µs. On two cores every process's CPU "
+            f"grows to {fmt(all2)} µs (wakeups that cross cores cost more than the preemptions they avoid), and the wall time "
+            f"falls to {fmt(two['median_wall_us'])} µs: {two['median_wall_us'] / one['median_wall_us']:.2f} of one core's."
+        )
     return out
 
 

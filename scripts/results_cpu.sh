@@ -32,6 +32,10 @@ measure ""
 run $T pandora bench --workload micro --fabric shm --rounds 3 --duration 2 --json $OUT/pandora-shm.json
 run $T pandora bench --workload micro --fabric tcp --rounds 3 --duration 2 --json $OUT/pandora-tcp.json
 run $T pandora recovery-bench --fabric shm --runs 50 --json $OUT/recovery-shm.json
+# The same over TCP with every process confined to one core: what the second core buys.
+if command -v taskset >/dev/null; then
+  run taskset -c 0 $T pandora recovery-bench --fabric tcp --runs 50 --json $OUT/recovery-tcp-1cpu.json
+fi
 # Size independence: 4 M against 0.5 M keys, alternated, five pairs.
 for i in 1 2 3 4 5; do
   run $T pandora recovery-bench --fabric tcp --keys 500000 --runs 20 --json $OUT/recovery-tcp-0.5m-$i.json

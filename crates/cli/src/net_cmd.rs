@@ -256,14 +256,15 @@ impl Drop for EchoChildren {
     }
 }
 
+/// Ports for the echo peers, from the range no `connect` or `bind(0)` hands
+/// out: an ephemeral port released for a peer to bind may meanwhile become
+/// another peer's outgoing source port, and that peer never listens.
 fn free_ports(n: u16) -> Result<Vec<std::net::SocketAddr>, String> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map_err(|e| e.to_string()))
+    (0..n)
+        .map(|_| {
+            tandem_net::ports::reserve_loopback()
+                .map_err(|e| format!("no free loopback port: {e}"))
+        })
         .collect()
 }
 
