@@ -78,7 +78,8 @@ def recovery_bounds():
             f"\nConfined to one core (`taskset -c 0`), the same recovery over TCP takes {fmt(one['median_wall_us'])} µs wall "
             f"for {fmt(all1)} µs of every process's CPU, its floor {fmt(one['floor_wall_us'])} µs. On two cores every process's CPU "
             f"grows to {fmt(all2)} µs (wakeups that cross cores cost more than the preemptions they avoid), and the wall time "
-            f"falls to {fmt(two['median_wall_us'])} µs: {two['median_wall_us'] / one['median_wall_us']:.2f} of one core's."
+            f"is {fmt(two['median_wall_us'])} µs, {two['median_wall_us'] / one['median_wall_us']:.2f}× one core's: the second core "
+            f"buys {'nothing' if two['median_wall_us'] >= one['median_wall_us'] else 'little'}."
         )
     return out
 
