@@ -167,6 +167,16 @@ fn recovery_bench_times_log_recovery_beside_the_floor_of_its_verbs() {
         let least = if fabric == "sim" { 1.0 } else { 0.6 };
         assert!(overhead > least && overhead < 20.0, "{fabric}: {v}");
         assert!(v["verbs"].as_u64().unwrap() > 64 * 4, "{v}");
+        // The memory servers' CPU is read from their processes over TCP
+        // (they execute every verb); in process there are none.
+        let servers = v["servers_cpu_us"].as_f64().unwrap();
+        match fabric {
+            "sim" => assert_eq!(servers, 0.0, "{v}"),
+            _ => assert!(servers > 1.0, "{fabric}: {v}"),
+        }
+        let all = v["median_cpu_us"].as_f64().unwrap() + servers;
+        let bound = v["cpu_bound_wall_us"].as_f64().unwrap() * v["cores"].as_f64().unwrap();
+        assert!(bound <= 1.5 * all && bound > 0.0, "{v}");
     }
 }
 

@@ -133,7 +133,7 @@ async fn runs_on<F: Fabric>(
         let (wall, cpu, r) = rec.once().await?;
         wall_us.push(wall);
         cpu_us.push(cpu);
-        srv_us.push(rec.servers_us.take());
+        srv_us.push(std::mem::take(&mut rec.servers_us));
         if r.logs_found != rec.failed.len() {
             return Err(format!(
                 "found {} logs of {}",
@@ -144,7 +144,7 @@ async fn runs_on<F: Fabric>(
         let (wall, cpu) = rec.floor(&trace).await?;
         floor_wall.push(wall);
         floor_cpu.push(cpu);
-        floor_srv.push(rec.servers_us.take());
+        floor_srv.push(std::mem::take(&mut rec.servers_us));
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let bound = |client: &[f64], srv: &[f64]| {
@@ -197,7 +197,7 @@ struct Recovering<'a, F: Fabric> {
     seq: u64,
     /// The memory servers' pids, and their CPU µs in the last timed step.
     servers: Vec<u32>,
-    servers_us: std::cell::Cell<f64>,
+    servers_us: f64,
 }
 
 impl<F: Fabric> Recovering<'_, F> {
@@ -213,7 +213,7 @@ impl<F: Fabric> Recovering<'_, F> {
             .await
             .map_err(|e| format!("recovery failed: {e}"))?;
         let cpu = (thread_ns() - c0) as f64 / 1e3;
-        self.servers_us.set((self.servers_ns() - s0) as f64 / 1e3);
+        self.servers_us = (self.servers_ns() - s0) as f64 / 1e3;
         Ok((t0.elapsed().as_secs_f64() * 1e6, cpu, r))
     }
 
@@ -230,7 +230,7 @@ impl<F: Fabric> Recovering<'_, F> {
         let (t0, c0, s0) = (Instant::now(), thread_ns(), self.servers_ns());
         replay(self.f, trace.clone(), 1).await;
         let cpu = (thread_ns() - c0) as f64 / 1e3;
-        self.servers_us.set((self.servers_ns() - s0) as f64 / 1e3);
+        self.servers_us = (self.servers_ns() - s0) as f64 / 1e3;
         Ok((t0.elapsed().as_secs_f64() * 1e6, cpu))
     }
 }
