@@ -315,6 +315,12 @@ pub struct BenchArgs {
     /// sim: application CPU per client request, in ns, on top of the 200 ns per input.
     #[arg(long, default_value_t = 0)]
     pub(crate) app_ns: u64,
+    /// sim: 64-byte NVM line writes per persist. 1 (the default): a persist
+    /// is one write, 16 in flight per node. Above 1 each node's NVM is 16
+    /// banks and each line takes the first free one for the persist time,
+    /// so large records load the NVM (a 1 KB YCSB record is 16).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) persist_lines: u32,
     /// Simulated time measured per model, after a 10 % warm-up.
     #[arg(long, default_value_t = 10_000_000)]
     pub(crate) measure_ns: u64,
@@ -357,6 +363,7 @@ fn bench(a: BenchArgs) -> Result<(), String> {
         persist_ns: a.persist_ns,
         cores: a.cores.max(1),
         app_ns: a.app_ns,
+        persist_lines: a.persist_lines.clamp(1, 1024),
         measure_ns: a.measure_ns.max(10_000),
         warmup_ns: a.measure_ns / 10,
         ..DdpBenchConfig::paper(workload)

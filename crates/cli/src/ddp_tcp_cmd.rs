@@ -17,8 +17,8 @@ const ECHO_NODES: u16 = 5;
 const ECHO_SWEEP: [u64; 3] = [5, 20, 80];
 
 pub fn bench_tcp(a: &BenchArgs) -> Result<(), String> {
-    if a.app_ns != 0 {
-        return Err("--app-ns is a simulated cost: use it with --net sim".into());
+    if a.app_ns != 0 || a.persist_lines != 1 {
+        return Err("--app-ns and --persist-lines model the paper's machine: use them with --net sim".into());
     }
     if !(a.seconds.is_finite() && a.seconds > 0.0) {
         return Err("--seconds must be a positive number".into());

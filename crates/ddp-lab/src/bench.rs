@@ -36,6 +36,8 @@ pub struct DdpBenchConfig {
     /// Application CPU per client request (the paper replays traces of
     /// real applications; 0: none).
     pub app_ns: u64,
+    /// 64-byte line writes per persist (1: a persist is one NVM write).
+    pub persist_lines: u32,
     pub warmup_ns: u64,
     pub measure_ns: u64,
     /// Writes per scope under Scope persistency (the paper's 10).
@@ -56,6 +58,7 @@ impl DdpBenchConfig {
             cpu_ns: 200,
             cores: 1,
             app_ns: 0,
+            persist_lines: 1,
             warmup_ns: 1_000_000,
             measure_ns: 10_000_000,
             scope_writes: 10,
@@ -160,6 +163,7 @@ pub fn run_model(cfg: &DdpBenchConfig, model: Model) -> ModelResult {
         cores: cfg.cores,
         app_ns: cfg.app_ns,
         persist_ns: cfg.persist_ns,
+        persist_lines: cfg.persist_lines,
         ..SimNetConfig::round_trip(cfg.rtt_ns)
     };
     let factory = DdpFactory::new(model, Params::SIM);
@@ -353,6 +357,7 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
     let (c, r, m) = (run_sweep(&clients), run_sweep(&rtts), run_sweep(&mixes));
     let (c20, r20) = (run_sweep(&clients20), run_sweep(&rtts20));
     let (fitted, other, app_sweep) = paper_machine(&base, quick, progress)?;
+    let (spread, pressure) = robustness(&machine_cfg(&base, quick), &fitted, &app_sweep, quick)?;
     let contention = crate::machine::contention(&machine_cfg(&base, quick), fitted.app_ns)?;
     progress(&format!("  ddp-sweeps: contention: {contention:?}"));
     let svg = tandem_report::plot::stack_svg(&[
@@ -404,9 +409,12 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
     md += &sweep_table("Round trip, 20 cores per node:", &rtts20, &r20);
     md += &sweep_table("Read ratio, 1 core per node:", &mixes, &m);
     md += &crate::machine::markdown(&machine_cfg(&base, quick), &fitted, &other, &app_sweep);
+    md += &crate::robustness::spread_markdown(&spread, machine_cfg(&base, quick).measure_ns);
+    md += &crate::robustness::pressure_markdown(&pressure);
     md += &crate::machine::contention_markdown(fitted.app_ns, &contention);
     let json = serde_json::json!({ "clients": c, "rtt": r, "clients_20_cores": c20, "rtt_20_cores": r20, "read_ratio": m,
-        "paper_machine": { "fitted": fitted, "fitted_on_rtt_ratio": other, "sweep": app_sweep, "contention": contention } });
+        "paper_machine": { "fitted": fitted, "fitted_on_rtt_ratio": other, "sweep": app_sweep, "seeds": spread,
+        "nvm_pressure": pressure, "contention": contention } });
     Ok((json, svg, md))
 }
 
@@ -452,6 +460,30 @@ fn paper_machine(
 }
 
 use crate::machine::Point;
+use crate::robustness::{Pressure, Spread};
+
+/// The fitted point over seeds, and the fit redone with larger records
+/// (its one-line row is the sweep's own).
+fn robustness(
+    cfg: &DdpBenchConfig,
+    fitted: &Point,
+    sweep: &[Point],
+    quick: bool,
+) -> Result<(Spread, Vec<Pressure>), String> {
+    let (seeds, costs): (u64, &[u64]) = match quick {
+        true => (2, &[0, 4_000]),
+        false => (6, &[0, 2_000, 8_000]),
+    };
+    let spread = crate::robustness::spread(cfg, fitted.app_ns, seeds)?;
+    let one = Pressure {
+        lines: 1,
+        fitted: *fitted,
+        costs: sweep.iter().filter(|p| costs.contains(&p.app_ns)).copied().collect(),
+    };
+    let lines = [4, crate::robustness::YCSB_RECORD_LINES];
+    let more = crate::robustness::pressure(cfg, &lines, costs)?;
+    Ok((spread, [one].into_iter().chain(more).collect()))
+}
 
 /// The application costs swept: finely where the figures cross their
 /// bands, coarsely after.

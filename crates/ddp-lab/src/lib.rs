@@ -13,6 +13,7 @@
 //! | [`nemesis`] | those processes under real network and process faults, checked |
 //! | [`bench`] | the models in simulated time: heat map and sweeps |
 //! | [`machine`] | the paper's machine: an application cost fitted on one figure, the others predicted |
+//! | [`robustness`] | those verdicts over seeds, and under NVM pressure from larger records |
 //! | [`cluster`], [`compare`] | DDP beside etcd and Redis on YCSB |
 //! | [`heal`] | HEAL's recovery in simulated time and over processes, and beside ZooKeeper and etcd |
 
@@ -26,4 +27,5 @@ pub mod machine;
 pub mod nemesis;
 pub mod procs;
 pub mod resp;
+pub mod robustness;
 pub mod tcp;

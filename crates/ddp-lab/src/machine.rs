@@ -150,7 +150,7 @@ fn knee_range(sweep: &[Point]) -> String {
 }
 
 /// The figures' names, in the order of [`Point::verdicts`].
-const FIGURES: [&str; 4] = [
+pub(crate) const FIGURES: [&str; 4] = [
     "Lin 2 µs / 1 µs (0.88)",
     "⟨Eventual, Eventual⟩ / ⟨Lin, Synch⟩ (3.3)",
     "⟨Causal, Synch⟩ / ⟨Lin, Synch⟩ (2–3)",
@@ -294,7 +294,7 @@ fn mixes_markdown(sweep: &[Point]) -> String {
 }
 
 /// A point's four figures, each with its verdict.
-fn cells(p: &Point) -> String {
+pub(crate) fn cells(p: &Point) -> String {
     let mark = |ok: bool| if ok { "✓" } else { "✗" };
     let v = p.verdicts();
     format!(

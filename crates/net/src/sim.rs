@@ -55,6 +55,11 @@ pub struct SimNetConfig {
     pub app_ns: u64,
     pub persist_ns: u64,
     pub persist_slots: usize,
+    /// Line writes per persist (1: a persist takes one of `persist_slots`
+    /// slots for `persist_ns`). Above 1 the slots are NVM banks: each line
+    /// takes the first free bank for `persist_ns`, and a persist lands when
+    /// its last line is written, so large records load the NVM.
+    pub persist_lines: u32,
     pub drop: f64,
     pub duplicate: f64,
     /// Chance that a message is held back by up to `delay_ns` more.
@@ -115,6 +120,7 @@ impl Default for SimNetConfig {
             app_ns: 0,
             persist_ns: 400,
             persist_slots: 16,
+            persist_lines: 1,
             drop: 0.0,
             duplicate: 0.0,
             delay: 0.0,
@@ -196,6 +202,8 @@ struct Node<P: Protocol> {
     cores: Vec<u64>,
     /// When the ordered lane is free again.
     lane: u64,
+    /// When each NVM bank is free again (`SimNetConfig::persist_lines` > 1).
+    banks: Vec<u64>,
     config: Config,
     running: BTreeMap<u64, (Token, P::Record)>,
     queued: VecDeque<(Token, P::Record)>,
@@ -480,6 +488,9 @@ impl<P: Protocol> World<P> {
 
     /// Start queued persists of node `n` while it has free NVM slots.
     fn start_persists(&mut self, n: NodeId) {
+        if self.cfg.persist_lines > 1 {
+            return self.reserve_banks(n);
+        }
         let (slots, at) = (self.cfg.persist_slots, self.now + self.cfg.persist_ns);
         loop {
             let node = &mut self.nodes[n as usize];
@@ -494,6 +505,35 @@ impl<P: Protocol> World<P> {
             node.running.insert(pid, p);
             self.schedule(at, Event::Landed { n, inc, pid });
         }
+    }
+
+    /// Start every queued persist of node `n` on its NVM banks: each of its
+    /// lines on the first free bank, landing when the last is written.
+    fn reserve_banks(&mut self, n: NodeId) {
+        while let Some(p) = self.nodes[n as usize].queued.pop_front() {
+            let lands = self.write_lines(n);
+            let pid = self.next_persist;
+            self.next_persist += 1;
+            let node = &mut self.nodes[n as usize];
+            node.running.insert(pid, p);
+            let inc = node.incarnation;
+            self.schedule(lands, Event::Landed { n, inc, pid });
+        }
+    }
+
+    /// Book one persist's lines on node `n`'s banks; when the last is written.
+    fn write_lines(&mut self, n: NodeId) -> u64 {
+        let (lines, ns, now) = (self.cfg.persist_lines, self.cfg.persist_ns, self.now);
+        let banks = &mut self.nodes[n as usize].banks;
+        let mut lands = now;
+        for _ in 0..lines {
+            let bank = (0..banks.len())
+                .min_by_key(|&b| banks[b])
+                .expect("an NVM has a bank");
+            banks[bank] = banks[bank].max(now) + ns;
+            lands = lands.max(banks[bank]);
+        }
+        lands
     }
 
     fn persist_landed(&mut self, n: NodeId, inc: u64, pid: u64) {
@@ -651,6 +691,7 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
                 incarnation: 0,
                 cores: vec![0; cfg.cores.max(1)],
                 lane: 0,
+                banks: vec![0; cfg.persist_slots.max(1)],
                 config: config.clone(),
                 running: BTreeMap::new(),
                 queued: VecDeque::new(),
@@ -776,6 +817,7 @@ impl<P: Protocol, F: NodeFactory<P>> SimNet<P, F> {
         node.proto = Some(proto);
         node.config = config.clone();
         node.cores.iter_mut().for_each(|c| *c = now);
+        node.banks.iter_mut().for_each(|b| *b = now);
         node.lane = now;
         w.stats.restarts += 1;
         // Sessions parked while no node was up take their next step.

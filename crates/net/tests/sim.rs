@@ -275,6 +275,35 @@ fn nvm_pressure_queues_persists() {
 }
 
 #[test]
+fn a_persist_of_many_lines_keeps_as_many_banks_busy() {
+    // Sixteen banks: a persist of 16 lines takes all of them for one write,
+    // as one slot would; one of 32 takes them for two.
+    let cfg = |lines| SimNetConfig {
+        cpu_ns: 20,
+        persist_lines: lines,
+        ..SimNetConfig::default()
+    };
+    let elapsed = |cfg: SimNetConfig| {
+        let (n, log) = net(3, cfg, 12, 240);
+        n.start_clients();
+        n.run_for(100_000_000);
+        assert_eq!(log.borrow().done.len(), 240);
+        let end = log.borrow().done.iter().map(|d| d.2).max().unwrap();
+        end
+    };
+    let one_slot = SimNetConfig {
+        persist_slots: 1,
+        ..cfg(1)
+    };
+    let (fast, sixteen, slot, thirty_two) =
+        (elapsed(cfg(1)), elapsed(cfg(16)), elapsed(one_slot), elapsed(cfg(32)));
+    assert!(sixteen > fast * 11 / 10, "16 lines {sixteen} ns vs 1 line {fast} ns");
+    let near = |a: u64, b: u64| a.abs_diff(b) * 20 < b;
+    assert!(near(sixteen, slot), "16 lines {sixteen} ns vs one slot {slot} ns");
+    assert!(thirty_two > sixteen * 3 / 2, "32 lines {thirty_two} ns vs 16 {sixteen} ns");
+}
+
+#[test]
 fn a_crash_keeps_nvm_loses_the_rest_and_a_restart_recovers_from_it() {
     let (n, log) = net(5, SimNetConfig::default(), 6, 100_000);
     n.start_clients();
