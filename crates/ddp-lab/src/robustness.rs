@@ -2,11 +2,12 @@
 //! trusted:
 //! - **seeds**: the figures at the fitted cost over several seeds, so a
 //!   verdict near a band's edge is judged against the run-to-run spread;
-//! - **NVM pressure**: the same fit with larger records. DDP §8.1.1 names
-//!   NVM pressure as a cause of its results, and Table 5 gives the NVM: two
-//!   channels of eight banks, writes of 400 ns. A persist of a record of
+//! - **NVM pressure**: the same fit with other record sizes. DDP §8.1.1
+//!   names NVM pressure as a cause of its results, and Table 5 gives the
+//!   NVM: two channels of eight banks, writes of 400 ns. A persist of
 //!   `lines` 64-byte lines keeps `lines` bank-writes busy, so a node
-//!   persists 16 / `lines` records per 400 ns at most.
+//!   persists 16 / `lines` writes per 400 ns at most. The machine persists
+//!   [`YCSB_UPDATE_LINES`]; the others show which way each figure moves.
 
 use serde::Serialize;
 
@@ -16,6 +17,16 @@ use crate::machine::{fit, point, FitOn, Point, FIGURES, PAPER_RTT_RATIO};
 /// Lines of a record of YCSB's own core workloads (10 fields of 100 B and
 /// its key): 16 lines of 64 B. The paper names YCSB-A but not its records.
 pub const YCSB_RECORD_LINES: u32 = 16;
+
+/// Lines a YCSB-A update writes, and so persists: YCSB's core workload
+/// updates one field of a record (`writeallfields` is false by default),
+/// and a field is 100 B (`fieldlength`), two 64-byte lines when it starts
+/// on one (three when it straddles a third). The paper's machine
+/// ([`crate::bench`]'s `machine_cfg`) persists this many.
+pub const YCSB_UPDATE_LINES: u32 = 2;
+
+/// The record sizes the machine's fit is redone at, beside its own.
+pub const OTHER_LINES: [u32; 3] = [1, 4, YCSB_RECORD_LINES];
 
 /// A figure's standing against its band once the spread over seeds is
 /// known.
@@ -177,17 +188,19 @@ pub fn spread_markdown(s: &Spread, measure_ns: u64) -> String {
 pub fn pressure_markdown(rows: &[Pressure]) -> String {
     let mut md = String::from(
         "\n**NVM pressure.** The paper gives the NVM (Table 5: 2 channels × 8 banks, 400 ns writes) but not its records. \
-         With a persist of a record of n 64-byte lines keeping n bank-writes of 400 ns busy, the cost refitted on 3.3 for each \
-         record size, the others predicted (YCSB's own records are 1 KB, 16 lines):\n\n\
+         With a persist of n 64-byte lines keeping n bank-writes of 400 ns busy, the cost refitted on 3.3 for each \
+         size, the others predicted. The machine above persists 2 lines: YCSB-A's update writes one field of a record, 100 B \
+         (YCSB's defaults); a whole record, 10 such fields and its key, is 16 lines:\n\n\
          | record | cost fitted on 3.3, ns | Lin 2 µs / 1 µs (0.88) | 3.3 | Causal / Lin (2–3) | Lin per client (2.2) | best Causal / Lin at any cost tried |\n\
          |---|---:|---|---|---|---|---:|\n",
     );
     for r in rows {
         md += &format!(
-            "| {} B ({} line{}) | {} | {} | {:.2} |\n",
+            "| {} B ({} line{}){} | {} | {} | {:.2} |\n",
             64 * r.lines,
             r.lines,
             if r.lines == 1 { "" } else { "s" },
+            if r.lines == YCSB_UPDATE_LINES { ", the machine's" } else { "" },
             r.fitted.app_ns,
             crate::machine::cells(&r.fitted),
             r.best_causal()
@@ -215,8 +228,8 @@ fn pressure_summary(rows: &[Pressure]) -> String {
     }
     md + "\nThe more lines a persist writes, the more ⟨Lin, Synch⟩ waits on NVM rather than on the network, which is what the \
           paper's 12 % needs. But ⟨Causal, Synch⟩ persists every write too, and a read waits until its session's causal past is \
-          persisted where it reads, so the NVM queues slow its reads and its lead over Lin shrinks. The record size is a second \
-          unknown, so this is not a fit; it shows which way each figure moves with it.\n"
+          persisted where it reads, so the NVM queues slow its reads and its lead over Lin shrinks. The size is taken from \
+          YCSB's defaults, not fitted; the other rows show which way each figure moves with it.\n"
 }
 
 /// What the longer round trip does to ⟨Lin, Synch⟩'s throughput, in words.
