@@ -47,7 +47,9 @@ fn real_time() -> bool {
 #[test]
 fn a_real_time_revoker_lets_the_verb_it_waits_for_finish() {
     let node = Arc::new(MemoryNode::new(REGION));
-    let current = Arc::new(AtomicU16::new(1));
+    // The incarnation the compute thread has registered: none yet. (Starting
+    // at 1 let a slow-starting compute thread be revoked before it registered.)
+    let current = Arc::new(AtomicU16::new(0));
     // The compute node: long reads (so a revocation likely finds one in
     // flight), moving to the next incarnation once revoked.
     let verbs = {
