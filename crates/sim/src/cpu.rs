@@ -77,18 +77,22 @@ mod tests {
 
     #[test]
     fn a_busy_thread_accrues_cpu_and_a_sleeping_one_does_not() {
+        // Spin until this thread's clock shows 15 ms, bounded in wall time:
+        // a clock that does not advance fails; one that runs ahead of the
+        // wall (a process or machine clock) fails too. Neighbours may take
+        // the core meanwhile, so the wall time is not the CPU time.
+        let wall = std::time::Instant::now();
         let (_, busy) = timed(|| {
-            let mut x = 1u64;
-            let t = std::time::Instant::now();
-            while t.elapsed() < Duration::from_millis(30) {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let (mut x, start) = (1u64, thread_ns());
+            while thread_ns() - start < 15_000_000 {
+                assert!(wall.elapsed() < Duration::from_secs(20), "the thread clock stalls");
+                for _ in 0..1_000 {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
             }
-            std::hint::black_box(x)
         });
-        assert!(
-            busy >= Duration::from_millis(15),
-            "spinning 30 ms: {busy:?}"
-        );
+        assert!(busy >= Duration::from_millis(15), "spun to 15 ms: {busy:?}");
+        assert!(busy <= wall.elapsed(), "{busy:?} of CPU in {:?}", wall.elapsed());
         let h = std::thread::spawn(|| std::thread::sleep(Duration::from_millis(50)));
         let clock = ThreadClock::of(&h).expect("a live thread has a clock");
         let before = clock.ns();
