@@ -474,7 +474,7 @@ fn robustness(
 ) -> Result<(Spread, Vec<Pressure>), String> {
     let (seeds, costs): (u64, &[u64]) = match quick {
         true => (2, &[0, 4_000]),
-        false => (6, &[0, 2_000, 8_000]),
+        false => (16, &[0, 2_000, 8_000]),
     };
     let spread = crate::robustness::spread(cfg, fitted.app_ns, seeds)?;
     let own = Pressure {
