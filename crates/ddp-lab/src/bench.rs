@@ -357,7 +357,7 @@ pub fn sweeps_experiment(quick: bool, progress: &dyn Fn(&str)) -> ExperimentResu
     let (c, r, m) = (run_sweep(&clients), run_sweep(&rtts), run_sweep(&mixes));
     let (c20, r20) = (run_sweep(&clients20), run_sweep(&rtts20));
     let (fitted, other, app_sweep) = paper_machine(&base, quick, progress)?;
-    let (spread, pressure) = robustness(&machine_cfg(&base, quick), &fitted, &app_sweep, quick)?;
+    let (spread, pressure) = robustness(&machine_cfg(&base, quick), &fitted, &app_sweep, quick, progress)?;
     let contention = crate::machine::contention(&machine_cfg(&base, quick), fitted.app_ns)?;
     progress(&format!("  ddp-sweeps: contention: {contention:?}"));
     let svg = tandem_report::plot::stack_svg(&[
@@ -471,18 +471,19 @@ fn robustness(
     fitted: &Point,
     sweep: &[Point],
     quick: bool,
+    progress: &dyn Fn(&str),
 ) -> Result<(Spread, Vec<Pressure>), String> {
     let (seeds, costs): (u64, &[u64]) = match quick {
         true => (2, &[0, 4_000]),
         false => (16, &[0, 2_000, 8_000]),
     };
-    let spread = crate::robustness::spread(cfg, fitted.app_ns, seeds)?;
+    let spread = crate::robustness::spread(cfg, fitted.app_ns, seeds, progress)?;
     let own = Pressure {
         lines: cfg.persist_lines,
         fitted: *fitted,
         costs: sweep.iter().filter(|p| costs.contains(&p.app_ns)).copied().collect(),
     };
-    let others = crate::robustness::pressure(cfg, &other_lines(own.lines), costs)?;
+    let others = crate::robustness::pressure(cfg, &other_lines(own.lines), costs, progress)?;
     Ok((spread, with_own_row(own, others)))
 }
 

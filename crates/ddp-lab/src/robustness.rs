@@ -110,10 +110,18 @@ fn paper(i: usize) -> f64 {
 }
 
 /// The figures at `app_ns` on `base` under seeds 1..=`seeds`.
-pub fn spread(base: &DdpBenchConfig, app_ns: u64, seeds: u64) -> Result<Spread, String> {
-    let points = (1..=seeds)
-        .map(|seed| point(&DdpBenchConfig { seed, ..base.clone() }, app_ns))
-        .collect::<Result<Vec<_>, _>>()?;
+pub fn spread(
+    base: &DdpBenchConfig,
+    app_ns: u64,
+    seeds: u64,
+    progress: &dyn Fn(&str),
+) -> Result<Spread, String> {
+    let mut points = Vec::new();
+    for seed in 1..=seeds {
+        let p = point(&DdpBenchConfig { seed, ..base.clone() }, app_ns)?;
+        progress(&format!("  ddp-sweeps: seed {seed} of {seeds} at {app_ns} ns: {p:?}"));
+        points.push(p);
+    }
     Ok(Spread::of(&points))
 }
 
@@ -136,7 +144,12 @@ impl Pressure {
 
 /// [`Pressure`] for each record size of `lines`, with `costs` tried beside
 /// each fit.
-pub fn pressure(base: &DdpBenchConfig, lines: &[u32], costs: &[u64]) -> Result<Vec<Pressure>, String> {
+pub fn pressure(
+    base: &DdpBenchConfig,
+    lines: &[u32],
+    costs: &[u64],
+    progress: &dyn Fn(&str),
+) -> Result<Vec<Pressure>, String> {
     let mut out = Vec::new();
     for &l in lines {
         let cfg = DdpBenchConfig {
@@ -145,11 +158,9 @@ pub fn pressure(base: &DdpBenchConfig, lines: &[u32], costs: &[u64]) -> Result<V
         };
         let app = fit(&cfg, FitOn::EeOverLs)?;
         let costs = costs.iter().map(|&c| point(&cfg, c)).collect::<Result<_, _>>()?;
-        out.push(Pressure {
-            lines: l,
-            fitted: point(&cfg, app)?,
-            costs,
-        });
+        let fitted = point(&cfg, app)?;
+        progress(&format!("  ddp-sweeps: {l} lines per persist, cost fitted on 3.3: {app} ns: {fitted:?}"));
+        out.push(Pressure { lines: l, fitted, costs });
     }
     Ok(out)
 }
@@ -186,10 +197,10 @@ pub fn spread_markdown(s: &Spread, measure_ns: u64) -> String {
 
 /// The fit redone with larger records, and what NVM pressure does.
 pub fn pressure_markdown(rows: &[Pressure]) -> String {
-    let mut md = String::from(
+    let mut md = format!(
         "\n**NVM pressure.** The paper gives the NVM (Table 5: 2 channels × 8 banks, 400 ns writes) but not its records. \
          With a persist of n 64-byte lines keeping n bank-writes of 400 ns busy, the cost refitted on 3.3 for each \
-         size, the others predicted. The machine above persists 2 lines: YCSB-A's update writes one field of a record, 100 B \
+         size, the others predicted. The machine above persists {YCSB_UPDATE_LINES} lines: YCSB-A's update writes one field of a record, 100 B \
          (YCSB's defaults); a whole record, 10 such fields and its key, is 16 lines:\n\n\
          | record | cost fitted on 3.3, ns | Lin 2 µs / 1 µs (0.88) | 3.3 | Causal / Lin (2–3) | Lin per client (2.2) | best Causal / Lin at any cost tried |\n\
          |---|---:|---|---|---|---|---:|\n",
