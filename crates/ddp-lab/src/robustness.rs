@@ -201,7 +201,7 @@ pub fn pressure_markdown(rows: &[Pressure]) -> String {
         "\n**NVM pressure.** The paper gives the NVM (Table 5: 2 channels × 8 banks, 400 ns writes) but not its records. \
          With a persist of n 64-byte lines keeping n bank-writes of 400 ns busy, the cost refitted on 3.3 for each \
          size, the others predicted. The machine above persists {YCSB_UPDATE_LINES} lines: YCSB-A's update writes one field of a record, 100 B \
-         (YCSB's defaults); a whole record, 10 such fields and its key, is 16 lines:\n\n\
+         (YCSB's defaults); a whole record, 10 such fields and its key, is {YCSB_RECORD_LINES} lines:\n\n\
          | record | cost fitted on 3.3, ns | Lin 2 µs / 1 µs (0.88) | 3.3 | Causal / Lin (2–3) | Lin per client (2.2) | best Causal / Lin at any cost tried |\n\
          |---|---:|---|---|---|---|---:|\n",
     );
